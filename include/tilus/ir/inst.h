@@ -1,0 +1,370 @@
+// Instructions of the tile IR: one struct per instruction with typed fields and the source
+// location of the call that recorded it.
+//
+// Every instruction lists its fields through visit_fields(): the tensor it defines, the
+// tensors it uses with their access (read / write / alias), its scalar expressions, the
+// variables it binds, and printable attributes. The printer, the mutator base, the
+// verifier and the generic analyses all work through that one method, so a new
+// instruction needs no change in them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tilus/ir/error.h"
+#include "tilus/ir/expr.h"
+#include "tilus/ir/layout.h"
+#include "tilus/ir/tensor.h"
+
+namespace tilus {
+
+#define TILUS_INSTRUCTIONS(X) \
+  X(GlobalView)               \
+  X(AllocateShared)           \
+  X(FreeShared)               \
+  X(AllocateRegister)         \
+  X(SliceShared)              \
+  X(LoadGlobal)               \
+  X(StoreGlobal)              \
+  X(LoadShared)               \
+  X(StoreShared)              \
+  X(CopyAsync)                \
+  X(CopyAsyncCommitGroup)     \
+  X(CopyAsyncWaitGroup)       \
+  X(CopyAsyncWaitAll)         \
+  X(Copy)                     \
+  X(Dot)                      \
+  X(Cast)                     \
+  X(View)                     \
+  X(Reshape)                  \
+  X(Squeeze)                  \
+  X(Unsqueeze)                \
+  X(Transpose)                \
+  X(Repeat)                   \
+  X(Elementwise)              \
+  X(Reduce)                   \
+  X(Assign)                   \
+  X(Sync)                     \
+  X(Printf)                   \
+  X(Assume)                   \
+  X(AnnotateLayout)
+
+enum class InstKind : uint8_t {
+#define TILUS_ENUM(name) name,
+  TILUS_INSTRUCTIONS(TILUS_ENUM)
+#undef TILUS_ENUM
+};
+
+// How an instruction uses a tensor operand.
+enum class Access : uint8_t {
+  Read,       // reads elements
+  Write,      // writes elements
+  ReadWrite,  // both
+  Alias,      // refers to it without touching memory (views, annotations)
+};
+
+class FieldVisitor {
+ public:
+  virtual ~FieldVisitor() = default;
+  virtual void output(const char* name, Tensor& t) {}
+  virtual void operand(const char* name, Tensor& t, Access access) {}
+  virtual void expr(const char* name, Expr& e) {}
+  virtual void exprs(const char* name, std::vector<Expr>& es) {
+    for (auto& e : es) expr(name, e);
+  }
+  virtual void binder(const char* name, Var& v) {}
+  virtual void attr(const char* name, const std::string& value) {}
+};
+
+struct InstNode {
+  SourceLoc loc;
+  virtual ~InstNode() = default;
+  virtual InstKind kind() const = 0;
+  // The instruction's name as the user calls it ("load_global", "copy_async", ...).
+  virtual const char* name() const = 0;
+  // The name shown by the printer and in errors ("add", "exp", "sum" for the generic nodes).
+  virtual std::string display_name() const { return name(); }
+  virtual void visit_fields(FieldVisitor& v) = 0;
+  virtual std::shared_ptr<InstNode> clone() const = 0;
+  // Side effects beyond writing its operands (barriers, async groups, printing).
+  virtual bool has_side_effects() const { return false; }
+  // Completes after the instruction returns (cp.async, TMA).
+  virtual bool is_async() const { return false; }
+
+  void visit_fields(FieldVisitor& v) const { const_cast<InstNode*>(this)->visit_fields(v); }
+  // The tensor defined by this instruction (undefined if none).
+  Tensor output() const;
+  // Tensor operands with their access.
+  std::vector<std::pair<Tensor, Access>> operands() const;
+  // True when removing the instruction cannot change the program's behaviour if its
+  // output is unused.
+  bool is_pure() const;
+};
+
+using Inst = std::shared_ptr<const InstNode>;
+
+template <class T>
+const T* inst_as(const Inst& i) {
+  return i && i->kind() == T::static_kind ? static_cast<const T*>(i.get()) : nullptr;
+}
+
+#define TILUS_INST_COMMON(Name, user_name)                                                    \
+  static constexpr InstKind static_kind = InstKind::Name;                                     \
+  InstKind kind() const override { return InstKind::Name; }                                   \
+  const char* name() const override { return user_name; }                                     \
+  std::shared_ptr<InstNode> clone() const override { return std::make_shared<Name##Inst>(*this); } \
+  using InstNode::visit_fields;                                                               \
+  void visit_fields(FieldVisitor& v) override;
+
+enum class EvictPolicy : uint8_t { Normal, First, Last };
+const char* to_string(EvictPolicy e);
+std::optional<EvictPolicy> parse_evict_policy(const std::string& s);
+
+enum class ReduceOp : uint8_t { Sum, Max, Min, Any, All };
+const char* to_string(ReduceOp op);
+
+// ptr viewed as a global tensor with out's shape and strides.
+struct GlobalViewInst : InstNode {
+  TILUS_INST_COMMON(GlobalView, "global_view")
+  Tensor out;
+  Expr ptr;
+};
+
+struct AllocateSharedInst : InstNode {
+  TILUS_INST_COMMON(AllocateShared, "shared_tensor")
+  Tensor out;
+};
+
+struct FreeSharedInst : InstNode {
+  TILUS_INST_COMMON(FreeShared, "free_shared")
+  Tensor tensor;
+  bool has_side_effects() const override { return true; }
+};
+
+// A register tensor, optionally initialized: element (axes...) = init.
+struct AllocateRegisterInst : InstNode {
+  TILUS_INST_COMMON(AllocateRegister, "register_tensor")
+  Tensor out;
+  std::vector<Var> axes;
+  Expr init;  // undefined: uninitialized
+};
+
+// A view of a sub-tensor of a shared tensor: out[i...] = src[offsets + place(i)], where
+// out's dims map onto src's dims `dims` (the other src dims are fixed at their offset).
+struct SliceSharedInst : InstNode {
+  TILUS_INST_COMMON(SliceShared, "slice_shared")
+  Tensor out;
+  Tensor src;
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+};
+
+// out[i...] = src[offsets + place(i)]: out's dims map onto src's dims `dims`.
+// Out-of-bounds elements read as zero (bounds predicates).
+struct LoadGlobalInst : InstNode {
+  TILUS_INST_COMMON(LoadGlobal, "load_global")
+  Tensor out;
+  Tensor src;
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+};
+
+// dst[offsets + place(i)] = src[i...]; out-of-bounds elements are not written.
+struct StoreGlobalInst : InstNode {
+  TILUS_INST_COMMON(StoreGlobal, "store_global")
+  Tensor dst;
+  Tensor src;
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+};
+
+struct LoadSharedInst : InstNode {
+  TILUS_INST_COMMON(LoadShared, "load_shared")
+  Tensor out;
+  Tensor src;
+};
+
+struct StoreSharedInst : InstNode {
+  TILUS_INST_COMMON(StoreShared, "store_shared")
+  Tensor dst;
+  Tensor src;
+};
+
+// Asynchronous global -> shared tile copy (cp.async); see docs/instructions.md.
+struct CopyAsyncInst : InstNode {
+  TILUS_INST_COMMON(CopyAsync, "copy_async")
+  Tensor src;  // global
+  Tensor dst;  // shared
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+  EvictPolicy evict = EvictPolicy::Normal;
+  bool check_bounds = true;
+  bool is_async() const override { return true; }
+};
+
+struct CopyAsyncCommitGroupInst : InstNode {
+  TILUS_INST_COMMON(CopyAsyncCommitGroup, "copy_async_commit_group")
+  bool has_side_effects() const override { return true; }
+};
+
+struct CopyAsyncWaitGroupInst : InstNode {
+  TILUS_INST_COMMON(CopyAsyncWaitGroup, "copy_async_wait_group")
+  int64_t n = 0;
+  bool has_side_effects() const override { return true; }
+};
+
+struct CopyAsyncWaitAllInst : InstNode {
+  TILUS_INST_COMMON(CopyAsyncWaitAll, "copy_async_wait_all")
+  bool has_side_effects() const override { return true; }
+};
+
+// A region of a tensor: the box [offsets, offsets + extents). Register tensors are always
+// whole (offsets 0, extents = shape).
+struct CopyRegion {
+  Tensor tensor;
+  std::vector<Expr> offsets;
+  std::vector<Expr> extents;
+};
+
+// The synchronous copy between any two of global / shared / register regions. All switches
+// of the call are kept: typed fields, plus `annotations` (user annotations win over the
+// keyword arguments, resolved by the tracer). `selected` records the instruction chosen by
+// the copy-selection pass ("" until then).
+struct CopyInst : InstNode {
+  TILUS_INST_COMMON(Copy, "copy")
+  CopyRegion src;
+  CopyRegion dst;
+  std::optional<int64_t> coalesced_width;
+  bool disable_tma = false;
+  std::optional<EvictPolicy> eviction_policy;
+  std::map<std::string, std::string> annotations;
+  RegisterLayout loop_layout;  // optional thread mapping for the SIMT path
+  bool scalar = false;          // both sides single elements: a direct store
+  std::string selected;
+};
+
+// out = a @ b + c  (a: [m, k], b: [k, n], c and out: [m, n]).
+struct DotInst : InstNode {
+  TILUS_INST_COMMON(Dot, "dot")
+  Tensor out;
+  Tensor a, b, c;
+};
+
+struct CastInst : InstNode {
+  TILUS_INST_COMMON(Cast, "cast")
+  Tensor out;
+  Tensor x;
+};
+
+// Reinterprets the per-thread registers of x with out's dtype and/or layout.
+struct ViewInst : InstNode {
+  TILUS_INST_COMMON(View, "view")
+  Tensor out;
+  Tensor x;
+};
+
+struct ReshapeInst : InstNode {
+  TILUS_INST_COMMON(Reshape, "reshape")
+  Tensor out;
+  Tensor x;
+};
+
+struct SqueezeInst : InstNode {
+  TILUS_INST_COMMON(Squeeze, "squeeze")
+  Tensor out;
+  Tensor x;
+  std::vector<int> dims;
+};
+
+struct UnsqueezeInst : InstNode {
+  TILUS_INST_COMMON(Unsqueeze, "unsqueeze")
+  Tensor out;
+  Tensor x;
+  std::vector<int> dims;
+};
+
+struct TransposeInst : InstNode {
+  TILUS_INST_COMMON(Transpose, "transpose")
+  Tensor out;
+  Tensor x;
+};
+
+// out = x tiled repeats[i] times along dim i (ranks right-aligned).
+struct RepeatInst : InstNode {
+  TILUS_INST_COMMON(Repeat, "repeat")
+  Tensor out;
+  Tensor x;
+  std::vector<int64_t> repeats;
+};
+
+// out[i] = body(params bound to inputs[j][broadcast(i)]). Every unary, binary, comparison,
+// where and clip call records this one node; `op` is the user's name for it.
+struct ElementwiseInst : InstNode {
+  TILUS_INST_COMMON(Elementwise, "elementwise")
+  Tensor out;
+  std::vector<Tensor> inputs;
+  std::vector<Var> params;
+  Expr body;
+  std::string op;
+  std::string display_name() const override { return op; }
+};
+
+struct ReduceInst : InstNode {
+  TILUS_INST_COMMON(Reduce, "reduce")
+  Tensor out;
+  Tensor x;
+  std::vector<int> dims;
+  bool keepdim = false;
+  ReduceOp op = ReduceOp::Sum;
+  std::string display_name() const override { return to_string(op); }
+};
+
+// dst = src (register tensors of one shape and dtype); records re-assignment of a
+// register variable, and `out=` arguments.
+struct AssignInst : InstNode {
+  TILUS_INST_COMMON(Assign, "assign")
+  Tensor dst;
+  Tensor src;
+};
+
+struct SyncInst : InstNode {
+  TILUS_INST_COMMON(Sync, "sync")
+  bool has_side_effects() const override { return true; }
+};
+
+struct PrintfInst : InstNode {
+  TILUS_INST_COMMON(Printf, "printf")
+  std::string format;
+  std::vector<Expr> args;
+  bool has_side_effects() const override { return true; }
+};
+
+struct AssumeInst : InstNode {
+  TILUS_INST_COMMON(Assume, "assume")
+  Expr cond;
+  bool has_side_effects() const override { return true; }
+};
+
+struct AnnotateLayoutInst : InstNode {
+  TILUS_INST_COMMON(AnnotateLayout, "annotate_layout")
+  Tensor tensor;
+  RegisterLayout layout;
+  SharedLayout shared_layout;
+  bool has_side_effects() const override { return true; }
+};
+
+#undef TILUS_INST_COMMON
+
+// Makes an instruction of type T with a location.
+template <class T>
+std::shared_ptr<T> make_inst(SourceLoc loc) {
+  auto i = std::make_shared<T>();
+  i->loc = std::move(loc);
+  return i;
+}
+
+}  // namespace tilus

@@ -1,0 +1,35 @@
+// Kernels and programs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tilus/ir/error.h"
+#include "tilus/ir/expr.h"
+#include "tilus/ir/stmt.h"
+
+namespace tilus {
+
+struct Kernel {
+  std::string name;
+  std::vector<Var> params;  // runtime parameters: scalars and pointers, in call order
+  // Compile-time constants the kernel was specialized with, as (name, printed value),
+  // in parameter order. They are folded into the body.
+  std::vector<std::pair<std::string, std::string>> constants;
+  std::vector<Expr> grid;   // 1 to 3 block counts, expressions over params
+  int64_t warps = 0;
+  std::array<int64_t, 3> cluster{1, 1, 1};
+  Stmt body;
+  SourceLoc loc;
+
+  int64_t num_threads() const { return warps * 32; }
+};
+
+struct Program {
+  std::vector<Kernel> kernels;
+};
+
+}  // namespace tilus

@@ -1,0 +1,189 @@
+#include "tilus/ir/functor.h"
+
+#include "tilus/ir/error.h"
+
+namespace tilus {
+
+// --- StmtVisitor ----------------------------------------------------------------------
+
+void StmtVisitor::visit(const Stmt& s) {
+  if (!s) return;
+  switch (s->kind) {
+    case StmtKind::Seq: visit_seq(static_cast<const SeqStmtNode&>(*s)); return;
+    case StmtKind::For: visit_for(static_cast<const ForStmtNode&>(*s)); return;
+    case StmtKind::If: visit_if(static_cast<const IfStmtNode&>(*s)); return;
+    case StmtKind::While: visit_while(static_cast<const WhileStmtNode&>(*s)); return;
+    case StmtKind::Break: visit_break(static_cast<const BreakStmtNode&>(*s)); return;
+    case StmtKind::Continue: visit_continue(static_cast<const ContinueStmtNode&>(*s)); return;
+    case StmtKind::Let: visit_let(static_cast<const LetStmtNode&>(*s)); return;
+    case StmtKind::Declare: visit_declare(static_cast<const DeclareStmtNode&>(*s)); return;
+    case StmtKind::Assign: visit_assign(static_cast<const AssignStmtNode&>(*s)); return;
+    case StmtKind::Inst: visit_inst(*static_cast<const InstStmtNode&>(*s).inst); return;
+    case StmtKind::ThreadGroup: visit_thread_group(static_cast<const ThreadGroupStmtNode&>(*s)); return;
+  }
+}
+
+void StmtVisitor::visit_seq(const SeqStmtNode& s) {
+  for (auto& c : s.stmts) visit(c);
+}
+void StmtVisitor::visit_for(const ForStmtNode& s) { visit(s.body); }
+void StmtVisitor::visit_if(const IfStmtNode& s) {
+  visit(s.then_body);
+  visit(s.else_body);
+}
+void StmtVisitor::visit_while(const WhileStmtNode& s) { visit(s.body); }
+void StmtVisitor::visit_thread_group(const ThreadGroupStmtNode& s) { visit(s.body); }
+
+// --- StmtMutator ----------------------------------------------------------------------
+
+Stmt StmtMutator::mutate(const Stmt& s) {
+  if (!s) return s;
+  switch (s->kind) {
+    case StmtKind::Seq: return mutate_seq(s, static_cast<const SeqStmtNode&>(*s));
+    case StmtKind::For: return mutate_for(s, static_cast<const ForStmtNode&>(*s));
+    case StmtKind::If: return mutate_if(s, static_cast<const IfStmtNode&>(*s));
+    case StmtKind::While: return mutate_while(s, static_cast<const WhileStmtNode&>(*s));
+    case StmtKind::Break: return mutate_break(s, static_cast<const BreakStmtNode&>(*s));
+    case StmtKind::Continue: return mutate_continue(s, static_cast<const ContinueStmtNode&>(*s));
+    case StmtKind::Let: return mutate_let(s, static_cast<const LetStmtNode&>(*s));
+    case StmtKind::Declare: return mutate_declare(s, static_cast<const DeclareStmtNode&>(*s));
+    case StmtKind::Assign: return mutate_assign(s, static_cast<const AssignStmtNode&>(*s));
+    case StmtKind::Inst: return mutate_inst(s, static_cast<const InstStmtNode&>(*s).inst);
+    case StmtKind::ThreadGroup: return mutate_thread_group(s, static_cast<const ThreadGroupStmtNode&>(*s));
+  }
+  return s;
+}
+
+Kernel StmtMutator::mutate(const Kernel& k) {
+  Kernel out = k;
+  for (auto& g : out.grid) g = mutate_expr(g);
+  out.body = mutate(k.body);
+  if (!out.body) out.body = make_seq({});
+  return out;
+}
+
+Stmt StmtMutator::mutate_seq(const Stmt& s, const SeqStmtNode& n) {
+  std::vector<Stmt> out;
+  bool changed = false;
+  for (auto& c : n.stmts) {
+    Stmt m = mutate(c);
+    changed |= m != c;
+    if (m) out.push_back(std::move(m));
+  }
+  if (!changed) return s;
+  if (out.empty()) return std::make_shared<SeqStmtNode>(std::vector<Stmt>{}, n.loc);
+  return make_seq(std::move(out), n.loc);
+}
+
+Stmt StmtMutator::mutate_for(const Stmt& s, const ForStmtNode& n) {
+  Expr b = mutate_expr(n.begin), e = mutate_expr(n.end), st = mutate_expr(n.step);
+  Stmt body = mutate(n.body);
+  if (b.same_as(n.begin) && e.same_as(n.end) && st.same_as(n.step) && body == n.body) return s;
+  return std::make_shared<ForStmtNode>(n.var, b, e, st, n.unroll, body ? body : make_seq({}), n.loc);
+}
+
+Stmt StmtMutator::mutate_if(const Stmt& s, const IfStmtNode& n) {
+  Expr c = mutate_expr(n.cond);
+  Stmt t = mutate(n.then_body), e = mutate(n.else_body);
+  if (c.same_as(n.cond) && t == n.then_body && e == n.else_body) return s;
+  return std::make_shared<IfStmtNode>(c, t ? t : make_seq({}), e, n.loc);
+}
+
+Stmt StmtMutator::mutate_while(const Stmt& s, const WhileStmtNode& n) {
+  Expr c = mutate_expr(n.cond);
+  Stmt body = mutate(n.body);
+  if (c.same_as(n.cond) && body == n.body) return s;
+  return std::make_shared<WhileStmtNode>(c, body ? body : make_seq({}), n.loc);
+}
+
+Stmt StmtMutator::mutate_let(const Stmt& s, const LetStmtNode& n) {
+  Expr v = mutate_expr(n.value);
+  if (v.same_as(n.value)) return s;
+  return std::make_shared<LetStmtNode>(n.var, v, n.loc);
+}
+
+Stmt StmtMutator::mutate_declare(const Stmt& s, const DeclareStmtNode& n) {
+  Expr v = mutate_expr(n.init);
+  if (v.same_as(n.init)) return s;
+  return std::make_shared<DeclareStmtNode>(n.var, v, n.loc);
+}
+
+Stmt StmtMutator::mutate_assign(const Stmt& s, const AssignStmtNode& n) {
+  Expr v = mutate_expr(n.value);
+  if (v.same_as(n.value)) return s;
+  return std::make_shared<AssignStmtNode>(n.var, v, n.loc);
+}
+
+Stmt StmtMutator::mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) {
+  Stmt body = mutate(n.body);
+  if (body == n.body) return s;
+  return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body ? body : make_seq({}),
+                                               n.loc);
+}
+
+Stmt StmtMutator::mutate_inst(const Stmt& s, const Inst& inst) {
+  Inst r = rewrite_inst(inst);
+  if (r == inst) return s;
+  return make_inst_stmt(r);
+}
+
+Tensor StmtMutator::mutate_tensor(const Tensor& t) {
+  auto it = tensor_map.find(t.get());
+  return it == tensor_map.end() ? t : it->second;
+}
+
+namespace {
+// Applies the mutator's tensor and expression maps to a copy of an instruction.
+struct Rewriter : FieldVisitor {
+  std::function<Tensor(const Tensor&)> map_tensor;
+  std::function<Expr(const Expr&)> map_expr;
+  bool changed = false;
+  void output(const char*, Tensor& t) override { update(t); }
+  void operand(const char*, Tensor& t, Access) override { update(t); }
+  void expr(const char*, Expr& e) override {
+    Expr m = map_expr(e);
+    if (!m.same_as(e)) {
+      e = m;
+      changed = true;
+    }
+  }
+  void update(Tensor& t) {
+    if (!t.defined()) return;
+    Tensor m = map_tensor(t);
+    if (!m.same_as(t)) {
+      t = m;
+      changed = true;
+    }
+  }
+};
+// Only inspects whether anything would change, without copying.
+struct Probe : FieldVisitor {
+  std::function<Tensor(const Tensor&)> map_tensor;
+  std::function<Expr(const Expr&)> map_expr;
+  bool changed = false;
+  void output(const char*, Tensor& t) override { check(t); }
+  void operand(const char*, Tensor& t, Access) override { check(t); }
+  void expr(const char*, Expr& e) override { changed |= !map_expr(e).same_as(e); }
+  void check(Tensor& t) {
+    if (t.defined()) changed |= !map_tensor(t).same_as(t);
+  }
+};
+}  // namespace
+
+Inst StmtMutator::rewrite_inst(const Inst& inst) {
+  auto mt = [this](const Tensor& t) { return mutate_tensor(t); };
+  auto me = [this](const Expr& e) { return mutate_expr(e); };
+  Probe probe;
+  probe.map_tensor = mt;
+  probe.map_expr = me;
+  inst->visit_fields(probe);
+  if (!probe.changed) return inst;
+  auto copy = inst->clone();
+  Rewriter r;
+  r.map_tensor = mt;
+  r.map_expr = me;
+  copy->visit_fields(r);
+  return copy;
+}
+
+}  // namespace tilus

@@ -1,0 +1,238 @@
+#include "tilus/ir/inst.h"
+
+#include <fmt/format.h>
+
+namespace tilus {
+
+const char* to_string(EvictPolicy e) {
+  switch (e) {
+    case EvictPolicy::Normal: return "evict_normal";
+    case EvictPolicy::First: return "evict_first";
+    case EvictPolicy::Last: return "evict_last";
+  }
+  return "?";
+}
+
+std::optional<EvictPolicy> parse_evict_policy(const std::string& s) {
+  if (s == "evict_normal") return EvictPolicy::Normal;
+  if (s == "evict_first") return EvictPolicy::First;
+  if (s == "evict_last") return EvictPolicy::Last;
+  return std::nullopt;
+}
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Any: return "any";
+    case ReduceOp::All: return "all";
+  }
+  return "?";
+}
+
+namespace {
+std::string ints_str(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string ints_str(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+}  // namespace
+
+void GlobalViewInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.expr("ptr", ptr);
+}
+
+void AllocateSharedInst::visit_fields(FieldVisitor& v) { v.output("out", out); }
+
+void FreeSharedInst::visit_fields(FieldVisitor& v) { v.operand("tensor", tensor, Access::Alias); }
+
+void AllocateRegisterInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  for (auto& a : axes) v.binder("axes", a);
+  if (init.defined()) v.expr("init", init);
+}
+
+void SliceSharedInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("src", src, Access::Alias);
+  v.exprs("offsets", offsets);
+  v.attr("dims", ints_str(dims));
+}
+
+void LoadGlobalInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("src", src, Access::Read);
+  v.exprs("offsets", offsets);
+  v.attr("dims", ints_str(dims));
+}
+
+void StoreGlobalInst::visit_fields(FieldVisitor& v) {
+  v.operand("dst", dst, Access::Write);
+  v.operand("src", src, Access::Read);
+  v.exprs("offsets", offsets);
+  v.attr("dims", ints_str(dims));
+}
+
+void LoadSharedInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("src", src, Access::Read);
+}
+
+void StoreSharedInst::visit_fields(FieldVisitor& v) {
+  v.operand("dst", dst, Access::Write);
+  v.operand("src", src, Access::Read);
+}
+
+void CopyAsyncInst::visit_fields(FieldVisitor& v) {
+  v.operand("src", src, Access::Read);
+  v.operand("dst", dst, Access::Write);
+  v.exprs("offsets", offsets);
+  v.attr("dims", ints_str(dims));
+  v.attr("evict", to_string(evict));
+  v.attr("check_bounds", check_bounds ? "true" : "false");
+}
+
+void CopyAsyncCommitGroupInst::visit_fields(FieldVisitor&) {}
+
+void CopyAsyncWaitGroupInst::visit_fields(FieldVisitor& v) { v.attr("n", std::to_string(n)); }
+
+void CopyAsyncWaitAllInst::visit_fields(FieldVisitor&) {}
+
+void CopyInst::visit_fields(FieldVisitor& v) {
+  v.operand("src", src.tensor, Access::Read);
+  v.exprs("src_offsets", src.offsets);
+  v.exprs("src_extents", src.extents);
+  v.operand("dst", dst.tensor, Access::Write);
+  v.exprs("dst_offsets", dst.offsets);
+  v.exprs("dst_extents", dst.extents);
+  if (coalesced_width) v.attr("coalesced_width", std::to_string(*coalesced_width));
+  if (disable_tma) v.attr("disable_tma", "true");
+  if (eviction_policy) v.attr("eviction_policy", to_string(*eviction_policy));
+  if (!annotations.empty()) {
+    std::string s = "{";
+    bool first = true;
+    for (auto& [k, val] : annotations) {
+      s += fmt::format("{}{}: {}", first ? "" : ", ", k, val);
+      first = false;
+    }
+    v.attr("annotations", s + "}");
+  }
+  if (loop_layout.defined()) v.attr("loop_layout", loop_layout.str());
+  if (scalar) v.attr("scalar", "true");
+  if (!selected.empty()) v.attr("selected", selected);
+}
+
+void DotInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("a", a, Access::Read);
+  v.operand("b", b, Access::Read);
+  v.operand("c", c, Access::Read);
+}
+
+void CastInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+}
+
+void ViewInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+}
+
+void ReshapeInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+}
+
+void SqueezeInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+  v.attr("dims", ints_str(dims));
+}
+
+void UnsqueezeInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+  v.attr("dims", ints_str(dims));
+}
+
+void TransposeInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+}
+
+void RepeatInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+  v.attr("repeats", ints_str(repeats));
+}
+
+void ElementwiseInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  for (auto& t : inputs) v.operand("inputs", t, Access::Read);
+  for (auto& p : params) v.binder("params", p);
+  v.expr("body", body);
+}
+
+void ReduceInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  v.operand("x", x, Access::Read);
+  v.attr("dims", ints_str(dims));
+  v.attr("keepdim", keepdim ? "true" : "false");
+}
+
+void AssignInst::visit_fields(FieldVisitor& v) {
+  v.operand("dst", dst, Access::Write);
+  v.operand("src", src, Access::Read);
+}
+
+void SyncInst::visit_fields(FieldVisitor&) {}
+
+void PrintfInst::visit_fields(FieldVisitor& v) {
+  std::string escaped;
+  for (char c : format) {
+    if (c == '\n') escaped += "\\n";
+    else if (c == '"') escaped += "\\\"";
+    else if (c == '\\') escaped += "\\\\";
+    else escaped += c;
+  }
+  v.attr("format", "\"" + escaped + "\"");
+  v.exprs("args", args);
+}
+
+void AssumeInst::visit_fields(FieldVisitor& v) { v.expr("cond", cond); }
+
+void AnnotateLayoutInst::visit_fields(FieldVisitor& v) {
+  v.operand("tensor", tensor, Access::Alias);
+  if (layout.defined()) v.attr("layout", layout.str());
+  if (shared_layout.defined()) v.attr("shared_layout", shared_layout.str());
+}
+
+namespace {
+struct OutputFinder : FieldVisitor {
+  Tensor out;
+  std::vector<std::pair<Tensor, Access>> operands;
+  void output(const char*, Tensor& t) override { out = t; }
+  void operand(const char*, Tensor& t, Access a) override { operands.emplace_back(t, a); }
+};
+}  // namespace
+
+Tensor InstNode::output() const {
+  OutputFinder f;
+  visit_fields(f);
+  return f.out;
+}
+
+std::vector<std::pair<Tensor, Access>> InstNode::operands() const {
+  OutputFinder f;
+  visit_fields(f);
+  return f.operands;
+}
+
+bool InstNode::is_pure() const {
+  if (has_side_effects() || is_async()) return false;
+  for (auto& [t, a] : operands())
+    if (a == Access::Write || a == Access::ReadWrite) return false;
+  return true;
+}
+
+}  // namespace tilus

@@ -1,0 +1,250 @@
+#include "tilus/ir/printer.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tilus/ir/functor.h"
+
+namespace tilus {
+
+namespace {
+
+class Printer {
+ public:
+  explicit Printer(const PrintOptions& opts) : opts_(opts) {}
+
+  std::string kernel(const Kernel& k) {
+    std::string params;
+    for (size_t i = 0; i < k.params.size(); ++i)
+      params += fmt::format("{}{}: {}", i ? ", " : "", var_name(*k.params[i].operator->()), k.params[i].dtype().name());
+    out_ += fmt::format("kernel {}({})\n", k.name, params);
+    if (!k.constants.empty()) {
+      std::string c;
+      for (size_t i = 0; i < k.constants.size(); ++i)
+        c += fmt::format("{}{}={}", i ? ", " : "", k.constants[i].first, k.constants[i].second);
+      out_ += fmt::format("  constants {}\n", c);
+    }
+    std::string grid;
+    for (size_t i = 0; i < k.grid.size(); ++i) grid += (i ? ", " : "") + expr(k.grid[i]);
+    out_ += fmt::format("  grid [{}]\n", grid);
+    out_ += fmt::format("  warps {}\n", k.warps);
+    if (k.cluster != std::array<int64_t, 3>{1, 1, 1})
+      out_ += fmt::format("  cluster [{}, {}, {}]\n", k.cluster[0], k.cluster[1], k.cluster[2]);
+    out_ += "{\n";
+    stmt(k.body, 1);
+    out_ += "}\n";
+    return out_;
+  }
+
+  std::string stmt_only(const Stmt& s) {
+    stmt(s, 0);
+    return out_;
+  }
+
+  std::string inst_only(const Inst& i) {
+    inst(*i, 0);
+    return out_;
+  }
+
+ private:
+  const PrintOptions& opts_;
+  std::string out_;
+  std::unordered_map<const void*, std::string> names_;
+  std::unordered_set<std::string> used_;
+
+  std::string unique(const std::string& hint) {
+    std::string base = hint.empty() ? "t" : hint;
+    std::string n = base;
+    for (int i = 1; used_.count(n); ++i) n = fmt::format("{}_{}", base, i);
+    used_.insert(n);
+    return n;
+  }
+
+  std::string var_name(const VarNode& v) {
+    if (v.role == VarRole::Builtin) return v.name;
+    auto it = names_.find(&v);
+    if (it != names_.end()) return it->second;
+    return names_[&v] = unique(v.name);
+  }
+
+  std::string tensor_name(const Tensor& t) {
+    if (!t.defined()) return "<none>";
+    auto it = names_.find(t.get());
+    if (it != names_.end()) return it->second;
+    return names_[t.get()] = unique(t->name);
+  }
+
+  std::string expr(const Expr& e) {
+    return to_string(e, [this](const VarNode& v) { return var_name(v); });
+  }
+
+  std::string tensor_type(const Tensor& t) {
+    std::string s = fmt::format("{} {}[", to_string(t.scope()), t.dtype().name());
+    for (size_t i = 0; i < t.shape().size(); ++i) s += (i ? ", " : "") + expr(t.shape()[i]);
+    s += "]";
+    if (t.is_global()) {
+      s += " strides=[";
+      for (size_t i = 0; i < t->strides.size(); ++i) s += (i ? ", " : "") + expr(t->strides[i]);
+      s += "]";
+    }
+    if (opts_.layouts && t.is_register() && t->layout.defined()) s += " " + t->layout.str();
+    if (opts_.layouts && t.is_shared() && t->shared_layout.defined()) s += " " + t->shared_layout.str();
+    return s;
+  }
+
+  void line(int indent, const std::string& text, const SourceLoc* loc = nullptr) {
+    out_.append(indent * 2, ' ');
+    out_ += text;
+    if (opts_.locations && loc && loc->valid()) out_ += "  # " + loc->str();
+    out_ += "\n";
+  }
+
+  // Collects an instruction's fields as "name=value", grouping repeated names into lists.
+  struct Fields : FieldVisitor {
+    Printer* p;
+    Tensor out;
+    std::vector<std::pair<std::string, std::vector<std::string>>> items;
+    void add(const char* name, std::string value, bool list) {
+      if (!items.empty() && items.back().first == name) {
+        items.back().second.push_back(std::move(value));
+      } else {
+        items.push_back({name, {std::move(value)}});
+        if (list) items.back().second.insert(items.back().second.begin(), "\x01");  // marks a list
+      }
+    }
+    void output(const char*, Tensor& t) override { out = t; }
+    void operand(const char* name, Tensor& t, Access) override { add(name, p->tensor_name(t), false); }
+    void expr(const char* name, Expr& e) override { add(name, p->expr(e), false); }
+    void exprs(const char* name, std::vector<Expr>& es) override {
+      items.push_back({name, {"\x01"}});
+      for (auto& e : es) items.back().second.push_back(p->expr(e));
+    }
+    void binder(const char* name, Var& v) override { add(name, p->var_name(*v.operator->()), false); }
+    void attr(const char* name, const std::string& value) override { items.push_back({name, {value}}); }
+  };
+
+  void inst(const InstNode& i, int indent) {
+    Fields f;
+    f.p = this;
+    i.visit_fields(f);
+    std::string args;
+    for (size_t k = 0; k < f.items.size(); ++k) {
+      auto& [name, values] = f.items[k];
+      std::string v;
+      bool list = !values.empty() && values[0] == "\x01";
+      if (list || values.size() > 1) {
+        v = "[";
+        bool first = true;
+        for (auto& x : values) {
+          if (x == "\x01") continue;
+          v += (first ? "" : ", ") + x;
+          first = false;
+        }
+        v += "]";
+      } else {
+        v = values.empty() ? "" : values[0];
+      }
+      args += fmt::format("{}{}={}", k ? ", " : "", name, v);
+    }
+    std::string text;
+    if (f.out.defined()) {
+      std::string out_name = tensor_name(f.out);
+      text = fmt::format("{} = {}({}) : {}", out_name, i.display_name(), args, tensor_type(f.out));
+    } else {
+      text = fmt::format("{}({})", i.display_name(), args);
+    }
+    line(indent, text, &i.loc);
+  }
+
+  void body(const Stmt& s, int indent) {
+    if (!s) return;
+    stmt(s, indent);
+  }
+
+  void stmt(const Stmt& s, int indent) {
+    if (!s) return;
+    switch (s->kind) {
+      case StmtKind::Seq:
+        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) stmt(c, indent);
+        return;
+      case StmtKind::For: {
+        auto& n = static_cast<const ForStmtNode&>(*s);
+        std::string unroll;
+        if (n.unroll.kind == Unroll::All) unroll = " unroll=all";
+        if (n.unroll.kind == Unroll::Factor) unroll = fmt::format(" unroll={}", n.unroll.factor);
+        line(indent, fmt::format("for {} in range({}, {}, {}){} {{", var_name(*n.var.operator->()), expr(n.begin),
+                                 expr(n.end), expr(n.step), unroll),
+             &n.loc);
+        body(n.body, indent + 1);
+        line(indent, "}");
+        return;
+      }
+      case StmtKind::If: {
+        auto& n = static_cast<const IfStmtNode&>(*s);
+        line(indent, fmt::format("if {} {{", expr(n.cond)), &n.loc);
+        body(n.then_body, indent + 1);
+        if (n.else_body) {
+          line(indent, "} else {");
+          body(n.else_body, indent + 1);
+        }
+        line(indent, "}");
+        return;
+      }
+      case StmtKind::While: {
+        auto& n = static_cast<const WhileStmtNode&>(*s);
+        line(indent, fmt::format("while {} {{", expr(n.cond)), &n.loc);
+        body(n.body, indent + 1);
+        line(indent, "}");
+        return;
+      }
+      case StmtKind::Break: line(indent, "break", &s->loc); return;
+      case StmtKind::Continue: line(indent, "continue", &s->loc); return;
+      case StmtKind::Let: {
+        auto& n = static_cast<const LetStmtNode&>(*s);
+        line(indent, fmt::format("let {}: {} = {}", var_name(*n.var.operator->()), n.var.dtype().name(), expr(n.value)),
+             &n.loc);
+        return;
+      }
+      case StmtKind::Declare: {
+        auto& n = static_cast<const DeclareStmtNode&>(*s);
+        line(indent, fmt::format("var {}: {} = {}", var_name(*n.var.operator->()), n.var.dtype().name(), expr(n.init)),
+             &n.loc);
+        return;
+      }
+      case StmtKind::Assign: {
+        auto& n = static_cast<const AssignStmtNode&>(*s);
+        line(indent, fmt::format("{} = {}", var_name(*n.var.operator->()), expr(n.value)), &n.loc);
+        return;
+      }
+      case StmtKind::Inst: inst(*static_cast<const InstStmtNode&>(*s).inst, indent); return;
+      case StmtKind::ThreadGroup: {
+        auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
+        line(indent, fmt::format("{}(thread_begin={}, num_threads={}) {{", to_string(n.group_kind), n.thread_begin,
+                                 n.num_threads),
+             &n.loc);
+        body(n.body, indent + 1);
+        line(indent, "}");
+        return;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::string print(const Program& p, const PrintOptions& opts) {
+  std::string out;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (i) out += "\n";
+    out += print(p.kernels[i], opts);
+  }
+  return out;
+}
+
+std::string print(const Kernel& k, const PrintOptions& opts) { return Printer(opts).kernel(k); }
+std::string print(const Stmt& s, const PrintOptions& opts) { return Printer(opts).stmt_only(s); }
+std::string print(const Inst& i, const PrintOptions& opts) { return Printer(opts).inst_only(i); }
+
+}  // namespace tilus

@@ -1,0 +1,2 @@
+// Placeholder: being implemented.
+#include "tilus/ir/simplify.h"

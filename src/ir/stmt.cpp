@@ -1,0 +1,32 @@
+#include "tilus/ir/stmt.h"
+
+namespace tilus {
+
+const char* to_string(ThreadGroupKind k) {
+  switch (k) {
+    case ThreadGroupKind::ThreadGroup: return "thread_group";
+    case ThreadGroupKind::SingleThread: return "single_thread";
+    case ThreadGroupKind::SingleWarp: return "single_warp";
+    case ThreadGroupKind::WarpGroup: return "warp_group";
+  }
+  return "?";
+}
+
+Stmt make_seq(std::vector<Stmt> stmts, SourceLoc loc) {
+  std::vector<Stmt> flat;
+  for (auto& s : stmts) {
+    if (!s) continue;
+    if (auto seq = stmt_as<SeqStmtNode>(s)) {
+      for (auto& c : seq->stmts)
+        if (c) flat.push_back(c);
+    } else {
+      flat.push_back(s);
+    }
+  }
+  if (flat.size() == 1) return flat[0];
+  return std::make_shared<SeqStmtNode>(std::move(flat), std::move(loc));
+}
+
+Stmt make_inst_stmt(Inst inst) { return std::make_shared<InstStmtNode>(std::move(inst)); }
+
+}  // namespace tilus
