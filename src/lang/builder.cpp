@@ -1,1 +1,939 @@
-// Being written.
+#include "tilus/lang/builder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "tilus/ir/verifier.h"
+
+namespace tilus {
+
+namespace {
+
+std::string type_of(const Tensor& t) { return t.defined() ? t.type_str() : std::string("<none>"); }
+
+// numpy-style broadcasting of static shapes (right-aligned, 1 broadcasts); nullopt when
+// the shapes are incompatible.
+std::optional<std::vector<int64_t>> broadcast(const std::vector<std::vector<int64_t>>& shapes) {
+  size_t rank = 0;
+  for (auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<int64_t> out(rank, 1);
+  for (auto& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      size_t d = rank - s.size() + i;
+      if (s[i] == 1) continue;
+      if (out[d] == 1) out[d] = s[i];
+      else if (out[d] != s[i]) return std::nullopt;
+    }
+  }
+  return out;
+}
+
+int normalize_dim(int dim, int rank) { return dim < 0 ? dim + rank : dim; }
+
+bool is_math_op(const std::string& op) {
+  static const char* ops[] = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "round", "tanh", "floor", "ceil"};
+  return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; });
+}
+
+// A scalar operand next to a tensor of dtype t takes t's type when that loses no
+// category (int literal next to a float tensor, etc.); a float scalar next to an integer
+// tensor promotes the result to float.
+Expr adopt_scalar(const Expr& s, DataType t) {
+  if (!s.defined() || s.dtype() == t) return s;
+  if (t.is_float() && (s.dtype().is_integer() || s.dtype().is_bool() || s.dtype().is_float())) return cast(s, t);
+  if (t.is_integer() && (s.dtype().is_integer() || s.dtype().is_bool())) return cast(s, t);
+  if (t.is_bool() && s.dtype().is_bool()) return s;
+  return s;
+}
+
+}  // namespace
+
+Builder::Builder(std::string kernel_name, SourceLoc loc) {
+  kernel_.name = std::move(kernel_name);
+  kernel_.loc = std::move(loc);
+  scopes_.push_back(Scope{});
+}
+
+// --- kernel ---------------------------------------------------------------------------
+
+Var Builder::add_param(const std::string& name, DataType dtype, SourceLoc loc) {
+  for (auto& p : kernel_.params)
+    if (p.name() == name)
+      throw CompileError(fmt::format("kernel {} has two parameters named '{}'", kernel_.name, name), loc);
+  if (!dtype.is_pointer() && !dtype.is_numeric() && !dtype.is_bool())
+    throw CompileError(fmt::format("kernel parameter '{}' has type {}; parameters are scalars or pointers", name,
+                                   dtype.name()),
+                       loc);
+  if (dtype.is_subbyte() && !dtype.is_pointer())
+    throw CompileError(fmt::format("kernel parameter '{}' has sub-byte type {}; pass it as a wider scalar "
+                                   "and cast inside the kernel",
+                                   name, dtype.name()),
+                       loc);
+  Var v(name, dtype, VarRole::Param);
+  kernel_.params.push_back(v);
+  return v;
+}
+
+void Builder::add_constant(const std::string& name, const std::string& printed_value) {
+  kernel_.constants.emplace_back(name, printed_value);
+}
+
+void Builder::set_blocks(std::vector<Expr> blocks, SourceLoc loc) {
+  if (blocks.empty() || blocks.size() > 3)
+    throw CompileError(fmt::format("attrs.blocks needs 1 to 3 block counts, got {}", blocks.size()), loc);
+  for (auto& b : blocks) {
+    if (!b.defined() || !(b.dtype().is_integer()))
+      throw CompileError(fmt::format("attrs.blocks: block counts must be integers, got {}",
+                                     b.defined() ? b.dtype().name() : "<undefined>"),
+                         loc);
+    if (b.is_int_const() && b.int_value() <= 0)
+      throw CompileError(fmt::format("attrs.blocks: block count {} is not positive", b.int_value()), loc);
+  }
+  kernel_.grid = std::move(blocks);
+  blocks_set_ = true;
+}
+
+void Builder::set_warps(int64_t warps, SourceLoc loc) {
+  if (warps < 1 || warps > kMaxWarps)
+    throw CompileError(fmt::format("attrs.warps = {}: a block has 1 to {} warps", warps, kMaxWarps), loc);
+  kernel_.warps = warps;
+  warps_set_ = true;
+}
+
+void Builder::set_cluster(std::array<int64_t, 3> cluster, SourceLoc loc) {
+  for (auto c : cluster)
+    if (c < 1) throw CompileError(fmt::format("attrs.cluster dimensions must be positive, got {}", c), loc);
+  kernel_.cluster = cluster;
+}
+
+Program Builder::finish() {
+  if (finished_) throw InternalError("Builder::finish() called twice");
+  if (scopes_.size() != 1)
+    throw InternalError(fmt::format("kernel {}: {} scopes left open at the end of tracing", kernel_.name, scopes_.size() - 1));
+  if (!blocks_set_)
+    throw CompileError(fmt::format("kernel {} does not set attrs.blocks (the number of thread blocks)", kernel_.name),
+                       kernel_.loc);
+  if (!warps_set_)
+    throw CompileError(fmt::format("kernel {} does not set attrs.warps (the number of warps per block)", kernel_.name),
+                       kernel_.loc);
+  finished_ = true;
+  kernel_.body = make_seq(std::move(scopes_[0].stmts));
+  if (!kernel_.body) kernel_.body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  Program p;
+  p.kernels.push_back(kernel_);
+  return p;
+}
+
+// --- scopes -----------------------------------------------------------------------------
+
+void Builder::push(Scope s) { scopes_.push_back(std::move(s)); }
+
+Builder::Scope Builder::pop(Scope::Kind expected, const char* what) {
+  if (scopes_.size() <= 1 || scopes_.back().kind != expected)
+    throw InternalError(fmt::format("unbalanced scopes: closing a {} that is not open", what));
+  Scope s = std::move(scopes_.back());
+  scopes_.pop_back();
+  return s;
+}
+
+void Builder::emit_stmt(Stmt s) { scopes_.back().stmts.push_back(std::move(s)); }
+
+bool Builder::in_loop() const {
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+    if (it->kind == Scope::For || it->kind == Scope::While) return true;
+    if (it->kind == Scope::ThreadGroup) return false;  // cannot leave a thread group by break
+  }
+  return false;
+}
+
+void Builder::check_index(const Expr& e, const char* what, const SourceLoc& loc, const std::string& inst) const {
+  if (!e.defined() || !(e.dtype().is_integer()))
+    throw CompileError(fmt::format("{}: {} must be integers, got {} ({})", inst, what,
+                                   e.defined() ? to_string(e) : "<undefined>",
+                                   e.defined() ? e.dtype().name() : "none"),
+                       loc);
+}
+
+Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc) {
+  for (auto* e : {&begin, &end, &step}) check_index(*e, "loop bounds", loc, "range");
+  if (step.is_int_const(0)) throw CompileError("range: step must not be zero", loc);
+  if (unroll.kind == Unroll::Factor && unroll.factor < 1)
+    throw CompileError(fmt::format("range: unroll factor must be positive, got {}", unroll.factor), loc);
+  DataType t = promote(promote(begin.dtype(), end.dtype()), step.dtype());
+  if (t.bits() < 32) t = dtypes::int32;
+  Scope s;
+  s.kind = Scope::For;
+  s.loc = loc;
+  s.loop_var = Var(var_name.empty() ? "i" : var_name, t, VarRole::Loop);
+  s.a = begin;
+  s.b = end;
+  s.c = step;
+  s.unroll = unroll;
+  push(std::move(s));
+  return scopes_.back().loop_var;
+}
+
+void Builder::end_for() {
+  Scope s = pop(Scope::For, "for loop");
+  emit_stmt(std::make_shared<ForStmtNode>(s.loop_var, tilus::cast(s.a, s.loop_var.dtype()), tilus::cast(s.b, s.loop_var.dtype()),
+                                          tilus::cast(s.c, s.loop_var.dtype()), s.unroll, make_seq(std::move(s.stmts)),
+                                          s.loc));
+}
+
+namespace {
+Expr as_condition(const Expr& cond, const char* what, const SourceLoc& loc) {
+  if (!cond.defined()) throw CompileError(fmt::format("{}: the condition is undefined", what), loc);
+  if (cond.dtype().is_bool()) return cond;
+  if (cond.dtype().is_integer()) return cond != 0;
+  throw CompileError(fmt::format("{}: the condition must be a boolean (or integer) scalar, got {} of type {}", what,
+                                 to_string(cond), cond.dtype().name()),
+                     loc);
+}
+
+// Attaches `else_body` to the innermost else-less if of an else-if chain.
+Stmt attach_else(const Stmt& s, Stmt else_body) {
+  auto n = stmt_as<IfStmtNode>(s);
+  if (!n->else_body) return std::make_shared<IfStmtNode>(n->cond, n->then_body, std::move(else_body), n->loc);
+  if (stmt_as<IfStmtNode>(n->else_body))
+    return std::make_shared<IfStmtNode>(n->cond, n->then_body, attach_else(n->else_body, std::move(else_body)), n->loc);
+  throw InternalError("else attached to an if that already has one");
+}
+
+bool has_open_else(const Stmt& s) {
+  auto n = stmt_as<IfStmtNode>(s);
+  if (!n) return false;
+  if (!n->else_body) return true;
+  return has_open_else(n->else_body);
+}
+}  // namespace
+
+void Builder::begin_if(Expr cond, SourceLoc loc) {
+  Scope s;
+  s.kind = Scope::If;
+  s.loc = loc;
+  s.a = as_condition(cond, "if", loc);
+  push(std::move(s));
+}
+
+void Builder::end_if() {
+  Scope s = pop(Scope::If, "if");
+  Stmt then_body = make_seq(std::move(s.stmts));
+  if (!then_body) then_body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  emit_stmt(std::make_shared<IfStmtNode>(s.a, then_body, nullptr, s.loc));
+}
+
+void Builder::begin_else(SourceLoc loc) {
+  auto& stmts = scopes_.back().stmts;
+  if (stmts.empty() || !has_open_else(stmts.back()))
+    throw CompileError("else without a matching if", loc);
+  Scope s;
+  s.kind = Scope::Else;
+  s.loc = loc;
+  s.pending_if = stmts.back();
+  stmts.pop_back();
+  push(std::move(s));
+}
+
+void Builder::end_else() {
+  Scope s = pop(Scope::Else, "else");
+  Stmt body = make_seq(std::move(s.stmts));
+  if (!body) body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  emit_stmt(attach_else(s.pending_if, body));
+}
+
+void Builder::begin_while(Expr cond, SourceLoc loc) {
+  Scope s;
+  s.kind = Scope::While;
+  s.loc = loc;
+  s.a = as_condition(cond, "while", loc);
+  push(std::move(s));
+}
+
+void Builder::end_while() {
+  Scope s = pop(Scope::While, "while loop");
+  Stmt body = make_seq(std::move(s.stmts));
+  if (!body) body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  emit_stmt(std::make_shared<WhileStmtNode>(s.a, body, s.loc));
+}
+
+void Builder::emit_break(SourceLoc loc) {
+  if (!in_loop()) throw CompileError("break outside of a loop", loc);
+  emit_stmt(std::make_shared<BreakStmtNode>(loc));
+}
+
+void Builder::emit_continue(SourceLoc loc) {
+  if (!in_loop()) throw CompileError("continue outside of a loop", loc);
+  emit_stmt(std::make_shared<ContinueStmtNode>(loc));
+}
+
+void Builder::begin_thread_group(ThreadGroupKind kind, int64_t thread_begin, int64_t num_threads, SourceLoc loc) {
+  if (thread_begin < 0 || num_threads < 1)
+    throw CompileError(fmt::format("{}: needs thread_begin >= 0 and num_threads >= 1, got thread_begin={}, "
+                                   "num_threads={}",
+                                   to_string(kind), thread_begin, num_threads),
+                       loc);
+  // The group must fit in its parent group.
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+    if (it->kind == Scope::ThreadGroup) {
+      if (thread_begin + num_threads > it->num_threads)
+        throw CompileError(fmt::format("{}: threads [{}, {}) do not fit in the enclosing group of {} threads",
+                                       to_string(kind), thread_begin, thread_begin + num_threads, it->num_threads),
+                           loc);
+      break;
+    }
+  }
+  if (warps_set_ && thread_begin + num_threads > kernel_.num_threads())
+    throw CompileError(fmt::format("{}: threads [{}, {}) do not fit in a block of {} threads ({} warps)",
+                                   to_string(kind), thread_begin, thread_begin + num_threads, kernel_.num_threads(),
+                                   kernel_.warps),
+                       loc);
+  Scope s;
+  s.kind = Scope::ThreadGroup;
+  s.loc = loc;
+  s.group_kind = kind;
+  s.thread_begin = thread_begin;
+  s.num_threads = num_threads;
+  push(std::move(s));
+}
+
+void Builder::end_thread_group() {
+  Scope s = pop(Scope::ThreadGroup, "thread group");
+  Stmt body = make_seq(std::move(s.stmts));
+  if (!body) body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  emit_stmt(std::make_shared<ThreadGroupStmtNode>(s.group_kind, s.thread_begin, s.num_threads, body, s.loc));
+}
+
+Var Builder::let(const std::string& name, Expr value, SourceLoc loc) {
+  if (!value.defined()) throw CompileError(fmt::format("let {}: the value is undefined", name), loc);
+  Var v(name, value.dtype(), VarRole::Local);
+  emit_stmt(std::make_shared<LetStmtNode>(v, value, loc));
+  return v;
+}
+
+Var Builder::declare(const std::string& name, DataType dtype, Expr init, SourceLoc loc) {
+  if (dtype.is_void() || dtype.is_subbyte())
+    throw CompileError(fmt::format("declare {}: scalar variables cannot have type {}", name, dtype.name()), loc);
+  if (!init.defined()) init = make_const(dtype, 0);
+  if (init.dtype().is_pointer() != dtype.is_pointer())
+    throw CompileError(fmt::format("declare {}: cannot initialize a {} variable with {} ({})", name, dtype.name(),
+                                   to_string(init), init.dtype().name()),
+                       loc);
+  Var v(name, dtype, VarRole::Local);
+  emit_stmt(std::make_shared<DeclareStmtNode>(v, tilus::cast(init, dtype), loc));
+  return v;
+}
+
+void Builder::assign(const Var& var, Expr value, SourceLoc loc) {
+  if (var->role != VarRole::Local)
+    throw CompileError(fmt::format("cannot assign to '{}': only variables made by declare() are mutable", var.name()), loc);
+  if (!value.defined()) throw CompileError(fmt::format("assignment to '{}': the value is undefined", var.name()), loc);
+  if (value.dtype().is_pointer() != var.dtype().is_pointer())
+    throw CompileError(fmt::format("cannot assign {} ({}) to '{}' of type {}", to_string(value), value.dtype().name(),
+                                   var.name(), var.dtype().name()),
+                       loc);
+  emit_stmt(std::make_shared<AssignStmtNode>(var, tilus::cast(value, var.dtype()), loc));
+}
+
+// --- instructions -------------------------------------------------------------------------
+
+void Builder::emit(std::shared_ptr<InstNode> inst) {
+  verify_inst(*inst);
+  emit_stmt(make_inst_stmt(std::move(inst)));
+}
+
+Tensor Builder::emit_with_output(std::shared_ptr<InstNode> inst) {
+  Tensor out = inst->output();
+  emit(std::move(inst));
+  return out;
+}
+
+Tensor Builder::global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides, SourceLoc loc,
+                            const std::string& name) {
+  for (auto& d : shape) check_index(d, "shape dims", loc, "global_view");
+  for (auto& d : strides) check_index(d, "strides", loc, "global_view");
+  if (!strides.empty() && strides.size() != shape.size())
+    throw CompileError(fmt::format("global_view: shape {} has {} dims but strides {} has {}", shape_str(shape),
+                                   shape.size(), shape_str(strides), strides.size()),
+                       loc);
+  auto i = make_inst<GlobalViewInst>(loc);
+  i->ptr = ptr;
+  i->out = Tensor::global(name, dtype, std::move(shape), std::move(strides));
+  return emit_with_output(i);
+}
+
+Tensor Builder::shared_tensor(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name) {
+  for (auto d : shape)
+    if (d <= 0)
+      throw CompileError(fmt::format("shared_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  auto i = make_inst<AllocateSharedInst>(loc);
+  i->out = Tensor::shared(name, dtype, std::move(shape));
+  return emit_with_output(i);
+}
+
+void Builder::free_shared(const Tensor& t, SourceLoc loc) {
+  auto i = make_inst<FreeSharedInst>(loc);
+  i->tensor = t;
+  emit(i);
+}
+
+Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape, Expr init, SourceLoc loc,
+                                const std::string& name) {
+  for (auto d : shape)
+    if (d <= 0)
+      throw CompileError(fmt::format("register_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  auto i = make_inst<AllocateRegisterInst>(loc);
+  i->out = Tensor::reg(name, dtype, shape);
+  if (init.defined()) {
+    if (!(init.dtype().is_numeric() || init.dtype().is_bool()))
+      throw CompileError(fmt::format("register_tensor: init {} of type {} is not a number", to_string(init),
+                                     init.dtype().name()),
+                         loc);
+    i->init = tilus::cast(init, dtype);
+  }
+  return emit_with_output(i);
+}
+
+Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape,
+                                const std::function<Expr(const std::vector<Var>&)>& init, SourceLoc loc,
+                                const std::string& name) {
+  for (auto d : shape)
+    if (d <= 0)
+      throw CompileError(fmt::format("register_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  auto i = make_inst<AllocateRegisterInst>(loc);
+  i->out = Tensor::reg(name, dtype, shape);
+  for (size_t d = 0; d < shape.size(); ++d) i->axes.push_back(Var(fmt::format("i{}", d), dtypes::int32, VarRole::Binder));
+  Expr v = init(i->axes);
+  if (!v.defined() || !(v.dtype().is_numeric() || v.dtype().is_bool()))
+    throw CompileError("register_tensor: the init function must return a number", loc);
+  i->init = tilus::cast(v, dtype);
+  return emit_with_output(i);
+}
+
+Tensor Builder::slice_shared(const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
+                             std::vector<int64_t> shape, SourceLoc loc) {
+  auto i = make_inst<SliceSharedInst>(loc);
+  i->src = src;
+  i->offsets = std::move(offsets);
+  i->dims = std::move(dims);
+  DataType dt = src.defined() ? src.dtype() : dtypes::void_t;
+  SharedLayout layout;
+  if (src.defined() && src.is_shared() && src->shared_layout.defined()) {
+    // Keep the strides of the kept dims.
+    std::vector<int64_t> strides;
+    for (int d : i->dims)
+      if (d >= 0 && d < src.rank()) strides.push_back(src->shared_layout.strides()[d]);
+    if (strides.size() == shape.size()) layout = SharedLayout(shape, strides, src->shared_layout.swizzle());
+  }
+  i->out = Tensor::shared(src.defined() ? src->name : "s", dt, shape, layout);
+  return emit_with_output(i);
+}
+
+Tensor Builder::index_shared(const Tensor& src, std::vector<Expr> indices, SourceLoc loc) {
+  if (!src.defined() || !src.is_shared())
+    throw CompileError(fmt::format("indexing: only shared tensors can be indexed this way, got {}", type_of(src)), loc);
+  if (indices.size() > size_t(src.rank()))
+    throw CompileError(fmt::format("indexing: {} indices for {}", indices.size(), type_of(src)), loc);
+  std::vector<int64_t> full = src.static_shape();
+  std::vector<Expr> offsets = indices;
+  std::vector<int> dims;
+  std::vector<int64_t> shape;
+  for (int d = int(indices.size()); d < src.rank(); ++d) {
+    offsets.push_back(int_const(0));
+    dims.push_back(d);
+    shape.push_back(full[d]);
+  }
+  for (auto& o : indices) check_index(o, "indices", loc, "indexing");
+  return slice_shared(src, offsets, dims, shape, loc);
+}
+
+namespace {
+std::vector<int> default_dims(const Tensor& global, size_t tile_rank) {
+  std::vector<int> dims;
+  int r = global.defined() ? global.rank() : 0;
+  for (int d = std::max<int>(0, r - int(tile_rank)); d < r; ++d) dims.push_back(d);
+  return dims;
+}
+}  // namespace
+
+Tensor Builder::load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape,
+                            std::vector<int> dims, SourceLoc loc) {
+  auto i = make_inst<LoadGlobalInst>(loc);
+  i->src = src;
+  i->offsets = std::move(offsets);
+  i->dims = dims.empty() ? default_dims(src, shape.size()) : std::move(dims);
+  for (auto d : shape)
+    if (d <= 0) throw CompileError(fmt::format("load_global: shape {} must have positive dims", shape_str(shape)), loc);
+  i->out = Tensor::reg("x", src.defined() ? src.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+void Builder::store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
+                           SourceLoc loc) {
+  auto i = make_inst<StoreGlobalInst>(loc);
+  i->dst = dst;
+  i->src = src;
+  i->offsets = std::move(offsets);
+  i->dims = dims.empty() ? default_dims(dst, src.defined() ? src.rank() : 0) : std::move(dims);
+  emit(i);
+}
+
+Tensor Builder::load_shared(const Tensor& src, SourceLoc loc) {
+  auto i = make_inst<LoadSharedInst>(loc);
+  i->src = src;
+  std::vector<int64_t> shape = src.defined() && src.is_shared() ? src.static_shape() : std::vector<int64_t>{};
+  i->out = Tensor::reg("y", src.defined() ? src.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+void Builder::store_shared(const Tensor& dst, const Tensor& src, SourceLoc loc) {
+  auto i = make_inst<StoreSharedInst>(loc);
+  i->dst = dst;
+  i->src = src;
+  emit(i);
+}
+
+void Builder::copy_async(const Tensor& src, const Tensor& dst, std::vector<Expr> offsets, std::vector<int> dims,
+                         const std::optional<std::string>& evict, bool check_bounds, SourceLoc loc) {
+  auto i = make_inst<CopyAsyncInst>(loc);
+  i->src = src;
+  i->dst = dst;
+  i->offsets = std::move(offsets);
+  i->dims = dims.empty() ? default_dims(src, dst.defined() ? dst.rank() : 0) : std::move(dims);
+  if (evict) {
+    auto e = parse_evict_policy(*evict);
+    if (!e)
+      throw CompileError(fmt::format("copy_async: evict='{}' is not one of 'evict_normal', 'evict_first', "
+                                     "'evict_last'",
+                                     *evict),
+                         loc);
+    i->evict = *e;
+  }
+  i->check_bounds = check_bounds;
+  emit(i);
+}
+
+void Builder::copy_async_commit_group(SourceLoc loc) { emit(make_inst<CopyAsyncCommitGroupInst>(loc)); }
+
+void Builder::copy_async_wait_group(int64_t n, SourceLoc loc) {
+  if (n < 0) throw CompileError(fmt::format("copy_async_wait_group: n = {} must be >= 0", n), loc);
+  auto i = make_inst<CopyAsyncWaitGroupInst>(loc);
+  i->n = n;
+  emit(i);
+}
+
+void Builder::copy_async_wait_all(SourceLoc loc) { emit(make_inst<CopyAsyncWaitAllInst>(loc)); }
+
+namespace {
+std::optional<bool> parse_bool(const std::string& s) {
+  if (s == "true" || s == "True" || s == "1") return true;
+  if (s == "false" || s == "False" || s == "0") return false;
+  return std::nullopt;
+}
+
+// Fills in a region's offsets and extents: a whole tensor when both are missing.
+void complete_region(CopyRegion& r) {
+  if (r.offsets.empty() && r.extents.empty()) {
+    for (int d = 0; d < r.tensor.rank(); ++d) r.offsets.push_back(int_const(0));
+    r.extents = r.tensor.shape();
+  }
+}
+}  // namespace
+
+void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc) {
+  auto i = make_inst<CopyInst>(loc);
+  if (!src.tensor.defined() || !dst.tensor.defined())
+    throw CompileError("copy: source and destination must be tensors", loc);
+  bool src_head = !src.offsets.empty() && src.extents.empty();
+  bool dst_head = !dst.offsets.empty() && dst.extents.empty();
+  complete_region(src);
+  complete_region(dst);
+  if (src_head && dst_head) {
+    // Two scalars: a direct store of one element.
+    i->scalar = true;
+    src.extents.assign(src.offsets.size(), int_const(1));
+    dst.extents.assign(dst.offsets.size(), int_const(1));
+  } else if (src_head || dst_head) {
+    // Head-element sugar: the region starts at the element and takes the other side's
+    // extents (right-aligned; the remaining leading dims have extent 1).
+    CopyRegion& head = src_head ? src : dst;
+    const CopyRegion& other = src_head ? dst : src;
+    size_t n = head.offsets.size();
+    head.extents.assign(n, int_const(1));
+    for (size_t k = 0; k < std::min(n, other.extents.size()); ++k)
+      head.extents[n - 1 - k] = other.extents[other.extents.size() - 1 - k];
+  }
+  // Pairwise extent legalization over the trailing dims: equal stays, 1 broadcasts, a
+  // dynamic mismatch takes the max; a static mismatch is an error (reported by verify).
+  size_t common = std::min(src.extents.size(), dst.extents.size());
+  for (size_t k = 0; k < common; ++k) {
+    Expr& a = src.extents[src.extents.size() - 1 - k];
+    Expr& b = dst.extents[dst.extents.size() - 1 - k];
+    if (structural_equal(a, b)) continue;
+    if (a.is_int_const(1) && !b.is_int_const(1)) {
+      if (!src.tensor.is_register()) a = b;
+      continue;
+    }
+    if (b.is_int_const(1) && !a.is_int_const(1)) {
+      if (!dst.tensor.is_register()) b = a;
+      continue;
+    }
+    if (!(a.is_int_const() && b.is_int_const())) {
+      Expr m = max(a, b);
+      if (!src.tensor.is_register()) a = m;
+      if (!dst.tensor.is_register()) b = m;
+    }
+  }
+  i->src = std::move(src);
+  i->dst = std::move(dst);
+  // Keyword arguments, then annotations on top (user annotations win).
+  i->coalesced_width = args.coalesced_width;
+  i->disable_tma = args.disable_tma;
+  if (args.eviction_policy) {
+    auto e = parse_evict_policy(*args.eviction_policy);
+    if (!e)
+      throw CompileError(fmt::format("copy: eviction_policy='{}' is not one of 'evict_normal', 'evict_first', "
+                                     "'evict_last'",
+                                     *args.eviction_policy),
+                         loc);
+    i->eviction_policy = *e;
+  }
+  for (auto& [key, value] : args.annotations) {
+    if (key == "coalesced_width") {
+      char* end = nullptr;
+      long long w = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0')
+        throw CompileError(fmt::format("copy: annotation coalesced_width='{}' is not an integer", value), loc);
+      i->coalesced_width = w;
+    } else if (key == "disable_tma") {
+      auto b = parse_bool(value);
+      if (!b) throw CompileError(fmt::format("copy: annotation disable_tma='{}' is not a boolean", value), loc);
+      i->disable_tma = *b;
+    } else if (key == "eviction_policy") {
+      auto e = parse_evict_policy(value);
+      if (!e)
+        throw CompileError(fmt::format("copy: annotation eviction_policy='{}' is not one of 'evict_normal', "
+                                       "'evict_first', 'evict_last'",
+                                       value),
+                           loc);
+      i->eviction_policy = *e;
+    }
+    i->annotations[key] = value;
+  }
+  i->loop_layout = args.loop_layout;
+  emit(i);
+}
+
+Tensor Builder::dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc loc) {
+  auto i = make_inst<DotInst>(loc);
+  i->a = a;
+  i->b = b;
+  i->c = c;
+  i->out = Tensor::reg("d", c.defined() ? c.dtype() : dtypes::void_t, c.defined() && c.is_register() ? c.static_shape()
+                                                                                                    : std::vector<int64_t>{});
+  return emit_with_output(i);
+}
+
+Tensor Builder::cast(const Tensor& x, DataType dtype, SourceLoc loc) {
+  auto i = make_inst<CastInst>(loc);
+  i->x = x;
+  i->out = Tensor::reg("c", dtype, x.defined() && x.is_register() ? x.static_shape() : std::vector<int64_t>{});
+  return emit_with_output(i);
+}
+
+Tensor Builder::view(const Tensor& x, std::optional<DataType> dtype, const RegisterLayout& layout, SourceLoc loc) {
+  auto i = make_inst<ViewInst>(loc);
+  i->x = x;
+  DataType dt = dtype ? *dtype : (x.defined() ? x.dtype() : dtypes::void_t);
+  std::vector<int64_t> shape;
+  if (layout.defined()) {
+    shape = layout.shape();
+  } else if (x.defined() && x.is_register()) {
+    shape = x.static_shape();
+    // Reinterpreting as a narrower/wider dtype scales the last dim.
+    if (!shape.empty() && dt.bits() > 0 && x.dtype().bits() != dt.bits()) {
+      int64_t bits = shape.back() * x.dtype().bits();
+      shape.back() = bits % dt.bits() == 0 ? bits / dt.bits() : -1;
+    }
+  }
+  for (auto d : shape)
+    if (d <= 0)
+      throw CompileError(fmt::format("view: cannot view {} as {}: the last dim holds {} bits, not a multiple of {}",
+                                     type_of(x), dt.name(), x.defined() ? x.static_shape().back() * x.dtype().bits() : 0,
+                                     dt.bits()),
+                         loc);
+  i->out = Tensor::reg("v", dt, shape, layout);
+  return emit_with_output(i);
+}
+
+Tensor Builder::reshape(const Tensor& x, std::vector<int64_t> shape, SourceLoc loc) {
+  // One -1 is inferred from the element count.
+  int inferred = -1;
+  int64_t known = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1 && inferred < 0) inferred = int(d);
+    else known *= shape[d];
+  }
+  if (inferred >= 0 && x.defined() && x.is_register() && known > 0 && x.num_elements() % known == 0)
+    shape[inferred] = x.num_elements() / known;
+  for (auto d : shape)
+    if (d <= 0) throw CompileError(fmt::format("reshape: cannot reshape {} to {}", type_of(x), shape_str(shape)), loc);
+  auto i = make_inst<ReshapeInst>(loc);
+  i->x = x;
+  i->out = Tensor::reg("rs", x.defined() ? x.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+Tensor Builder::squeeze(const Tensor& x, std::vector<int> dims, SourceLoc loc) {
+  auto i = make_inst<SqueezeInst>(loc);
+  i->x = x;
+  int r = x.defined() ? x.rank() : 0;
+  for (int& d : dims) d = normalize_dim(d, r);
+  i->dims = dims;
+  std::vector<int64_t> shape;
+  if (x.defined() && x.is_register()) {
+    auto s = x.static_shape();
+    for (int d = 0; d < r; ++d)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) shape.push_back(s[d]);
+  }
+  i->out = Tensor::reg("sq", x.defined() ? x.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+Tensor Builder::unsqueeze(const Tensor& x, std::vector<int> dims, SourceLoc loc) {
+  auto i = make_inst<UnsqueezeInst>(loc);
+  i->x = x;
+  int out_rank = (x.defined() ? x.rank() : 0) + int(dims.size());
+  for (int& d : dims) d = normalize_dim(d, out_rank);
+  i->dims = dims;
+  std::vector<int64_t> shape;
+  if (x.defined() && x.is_register()) {
+    auto s = x.static_shape();
+    size_t k = 0;
+    for (int d = 0; d < out_rank; ++d) {
+      if (std::find(dims.begin(), dims.end(), d) != dims.end()) shape.push_back(1);
+      else if (k < s.size()) shape.push_back(s[k++]);
+    }
+  }
+  i->out = Tensor::reg("us", x.defined() ? x.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+Tensor Builder::transpose(const Tensor& x, SourceLoc loc) {
+  auto i = make_inst<TransposeInst>(loc);
+  i->x = x;
+  std::vector<int64_t> shape;
+  if (x.defined() && x.is_register() && x.rank() == 2) shape = {x.static_shape()[1], x.static_shape()[0]};
+  i->out = Tensor::reg("tr", x.defined() ? x.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+Tensor Builder::repeat(const Tensor& x, std::vector<int64_t> repeats, SourceLoc loc) {
+  auto i = make_inst<RepeatInst>(loc);
+  i->x = x;
+  i->repeats = repeats;
+  std::vector<int64_t> shape;
+  if (x.defined() && x.is_register()) {
+    auto s = x.static_shape();
+    size_t rank = std::max(s.size(), repeats.size());
+    shape.assign(rank, 1);
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t sd = d + s.size() >= rank ? s[d + s.size() - rank] : 1;
+      int64_t rd = d + repeats.size() >= rank ? repeats[d + repeats.size() - rank] : 1;
+      shape[d] = sd * std::max<int64_t>(rd, 1);
+    }
+  }
+  i->out = Tensor::reg("rp", x.defined() ? x.dtype() : dtypes::void_t, shape);
+  return emit_with_output(i);
+}
+
+Tensor Builder::elementwise(const std::string& op, const std::vector<Tensor>& inputs,
+                            const std::function<Expr(const std::vector<Expr>&)>& body, SourceLoc loc) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (auto& t : inputs) {
+    if (!t.defined() || !t.is_register())
+      throw CompileError(fmt::format("{}: operands must be register tensors or scalars, got {}", op, type_of(t)), loc);
+    shapes.push_back(t.static_shape());
+  }
+  if (inputs.empty()) throw CompileError(fmt::format("{}: needs at least one register tensor operand", op), loc);
+  auto shape = broadcast(shapes);
+  if (!shape) {
+    std::string operands;
+    for (size_t k = 0; k < inputs.size(); ++k) operands += (k ? " and " : "") + type_of(inputs[k]);
+    throw CompileError(fmt::format("{}: cannot broadcast {}", op, operands), loc);
+  }
+  auto i = make_inst<ElementwiseInst>(loc);
+  i->op = op;
+  i->inputs = inputs;
+  std::vector<Expr> args;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    i->params.push_back(Var(fmt::format("x{}", k), inputs[k].dtype(), VarRole::Binder));
+    args.push_back(i->params.back());
+  }
+  try {
+    i->body = body(args);
+  } catch (const CompileError& e) {
+    if (e.loc().valid()) throw;
+    throw CompileError(fmt::format("{}: {}", op, e.message()), loc);
+  }
+  i->out = Tensor::reg(op, i->body.dtype(), *shape);
+  return emit_with_output(i);
+}
+
+Tensor Builder::unary(const std::string& op, const Tensor& x, SourceLoc loc) {
+  if (x.defined() && is_math_op(op) && !x.dtype().is_float())
+    throw CompileError(fmt::format("{}: needs a floating-point tensor, got {}", op, type_of(x)), loc);
+  if (x.defined() && op == "bitnot" && !x.dtype().is_integer() && !x.dtype().is_bool())
+    throw CompileError(fmt::format("bitwise not: needs an integer tensor, got {}", type_of(x)), loc);
+  if (x.defined() && (op == "abs" || op == "neg" || op == "square") && !x.dtype().is_numeric())
+    throw CompileError(fmt::format("{}: needs a numeric tensor, got {}", op, type_of(x)), loc);
+  return elementwise(op, {x}, [&](const std::vector<Expr>& a) -> Expr {
+    if (op == "neg") return -a[0];
+    if (op == "not") return !a[0];
+    if (op == "bitnot") return ~a[0];
+    if (op == "square") return a[0] * a[0];
+    return call(op, {a[0]});
+  }, loc);
+}
+
+namespace {
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+    case BinaryOp::Mod: return "mod";
+    case BinaryOp::FloorDiv: return "floordiv";
+    case BinaryOp::FloorMod: return "floormod";
+    case BinaryOp::Min: return "minimum";
+    case BinaryOp::Max: return "maximum";
+    case BinaryOp::BitAnd: return "bitwise_and";
+    case BinaryOp::BitOr: return "bitwise_or";
+    case BinaryOp::BitXor: return "bitwise_xor";
+    case BinaryOp::Shl: return "shift_left";
+    case BinaryOp::Shr: return "shift_right";
+    case BinaryOp::And: return "logical_and";
+    case BinaryOp::Or: return "logical_or";
+    case BinaryOp::Eq: return "equal";
+    case BinaryOp::Ne: return "not_equal";
+    case BinaryOp::Lt: return "less";
+    case BinaryOp::Le: return "less_equal";
+    case BinaryOp::Gt: return "greater";
+    case BinaryOp::Ge: return "greater_equal";
+  }
+  return "binary";
+}
+}  // namespace
+
+Tensor Builder::binary(BinaryOp op, const Tensor& a, const Expr& a_scalar, const Tensor& b, const Expr& b_scalar,
+                       SourceLoc loc) {
+  const char* name = binary_name(op);
+  std::vector<Tensor> inputs;
+  if (a.defined()) inputs.push_back(a);
+  if (b.defined()) inputs.push_back(b);
+  if (inputs.empty()) throw CompileError(fmt::format("{}: needs at least one register tensor operand", name), loc);
+  for (auto* s : {&a_scalar, &b_scalar})
+    if (s->defined() && !(s->dtype().is_numeric() || s->dtype().is_bool()))
+      throw CompileError(fmt::format("{}: scalar operand {} of type {} is not a number", name, to_string(*s),
+                                     s->dtype().name()),
+                         loc);
+  DataType tensor_dtype = inputs[0].dtype();
+  return elementwise(name, inputs, [&](const std::vector<Expr>& x) {
+    size_t k = 0;
+    Expr lhs = a.defined() ? x[k++] : adopt_scalar(a_scalar, tensor_dtype);
+    Expr rhs = b.defined() ? x[k++] : adopt_scalar(b_scalar, tensor_dtype);
+    return tilus::binary(op, lhs, rhs);
+  }, loc);
+}
+
+Tensor Builder::where(const Tensor& cond, const Tensor& x, const Expr& x_scalar, const Tensor& y, const Expr& y_scalar,
+                      SourceLoc loc) {
+  if (!cond.defined() || !cond.is_register() || !cond.dtype().is_bool())
+    throw CompileError(fmt::format("where: the condition must be a register tensor of bool, got {}", type_of(cond)), loc);
+  std::vector<Tensor> inputs{cond};
+  if (x.defined()) inputs.push_back(x);
+  if (y.defined()) inputs.push_back(y);
+  DataType value_dtype = x.defined() ? x.dtype() : (y.defined() ? y.dtype() : promote(x_scalar.dtype(), y_scalar.dtype()));
+  return elementwise("where", inputs, [&](const std::vector<Expr>& v) {
+    size_t k = 1;
+    Expr tv = x.defined() ? v[k++] : adopt_scalar(x_scalar, value_dtype);
+    Expr fv = y.defined() ? v[k++] : adopt_scalar(y_scalar, value_dtype);
+    return select(v[0], tv, fv);
+  }, loc);
+}
+
+Tensor Builder::clip(const Tensor& x, const Expr& lo, const Expr& hi, SourceLoc loc) {
+  if (x.defined() && !x.dtype().is_numeric())
+    throw CompileError(fmt::format("clip: needs a numeric tensor, got {}", type_of(x)), loc);
+  return elementwise("clip", {x}, [&](const std::vector<Expr>& v) {
+    DataType t = v[0].dtype();
+    return tilus::min(tilus::max(v[0], adopt_scalar(lo, t)), adopt_scalar(hi, t));
+  }, loc);
+}
+
+Tensor Builder::reduce(ReduceOp op, const Tensor& x, std::optional<std::vector<int>> dims, bool keepdim, SourceLoc loc) {
+  auto i = make_inst<ReduceInst>(loc);
+  i->x = x;
+  i->op = op;
+  i->keepdim = keepdim;
+  int r = x.defined() ? x.rank() : 0;
+  if (!dims) {
+    dims = std::vector<int>(r);
+    std::iota(dims->begin(), dims->end(), 0);
+  }
+  for (int& d : *dims) d = normalize_dim(d, r);
+  i->dims = *dims;
+  std::vector<int64_t> shape;
+  if (x.defined() && x.is_register()) {
+    auto s = x.static_shape();
+    for (int d = 0; d < r; ++d) {
+      bool reduced = std::find(dims->begin(), dims->end(), d) != dims->end();
+      if (!reduced) shape.push_back(s[d]);
+      else if (keepdim) shape.push_back(1);
+    }
+  }
+  DataType dt = x.defined() ? x.dtype() : dtypes::void_t;
+  if (op == ReduceOp::Any || op == ReduceOp::All) dt = dtypes::boolean;
+  i->out = Tensor::reg(to_string(op), dt, shape);
+  return emit_with_output(i);
+}
+
+void Builder::assign_tensor(const Tensor& dst, const Tensor& src, SourceLoc loc) {
+  auto i = make_inst<AssignInst>(loc);
+  i->dst = dst;
+  i->src = src;
+  emit(i);
+}
+
+void Builder::sync(SourceLoc loc) { emit(make_inst<SyncInst>(loc)); }
+
+void Builder::printf(std::string format, std::vector<Expr> args, SourceLoc loc) {
+  auto i = make_inst<PrintfInst>(loc);
+  i->format = std::move(format);
+  i->args = std::move(args);
+  emit(i);
+}
+
+void Builder::assume(Expr cond, SourceLoc loc) {
+  auto i = make_inst<AssumeInst>(loc);
+  i->cond = std::move(cond);
+  emit(i);
+}
+
+void Builder::annotate_layout(const Tensor& t, const RegisterLayout& layout, SourceLoc loc) {
+  auto i = make_inst<AnnotateLayoutInst>(loc);
+  i->tensor = t;
+  i->layout = layout;
+  emit(i);
+}
+
+void Builder::annotate_shared_layout(const Tensor& t, const SharedLayout& layout, SourceLoc loc) {
+  auto i = make_inst<AnnotateLayoutInst>(loc);
+  i->tensor = t;
+  i->shared_layout = layout;
+  emit(i);
+}
+
+}  // namespace tilus

@@ -1,0 +1,149 @@
+// The tracer core: records instructions and statements into a kernel.
+//
+// Both faces of tilus drive this one class: the C++ Script methods (lang/script.h) and the
+// Python bindings. Every method takes the user's source location explicitly; every recorded
+// instruction is checked at once (ir/verifier.h), so a mistake is reported at the line
+// that made it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tilus/ir/error.h"
+#include "tilus/ir/inst.h"
+#include "tilus/ir/program.h"
+#include "tilus/ir/stmt.h"
+
+namespace tilus {
+
+struct CopyArgs {
+  std::optional<int64_t> coalesced_width;
+  bool disable_tma = false;
+  std::optional<std::string> eviction_policy;
+  std::map<std::string, std::string> annotations;
+  RegisterLayout loop_layout;
+};
+
+class Builder {
+ public:
+  explicit Builder(std::string kernel_name, SourceLoc loc = {});
+
+  // --- kernel signature and attributes --------------------------------------------------
+  Var add_param(const std::string& name, DataType dtype, SourceLoc loc = {});
+  void add_constant(const std::string& name, const std::string& printed_value);
+  void set_blocks(std::vector<Expr> blocks, SourceLoc loc);
+  void set_warps(int64_t warps, SourceLoc loc);
+  void set_cluster(std::array<int64_t, 3> cluster, SourceLoc loc);
+  // The finished kernel (checks that blocks and warps were set).
+  Program finish();
+
+  // --- control flow -------------------------------------------------------------------
+  Var begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc);
+  void end_for();
+  void begin_if(Expr cond, SourceLoc loc);
+  void end_if();
+  // Attaches an else branch to the last if statement of the current scope (the innermost
+  // if of an else-if chain). Call after end_if().
+  void begin_else(SourceLoc loc);
+  void end_else();
+  void begin_while(Expr cond, SourceLoc loc);
+  void end_while();
+  void emit_break(SourceLoc loc);
+  void emit_continue(SourceLoc loc);
+  void begin_thread_group(ThreadGroupKind kind, int64_t thread_begin, int64_t num_threads, SourceLoc loc);
+  void end_thread_group();
+  Var let(const std::string& name, Expr value, SourceLoc loc);
+  Var declare(const std::string& name, DataType dtype, Expr init, SourceLoc loc);
+  void assign(const Var& var, Expr value, SourceLoc loc);
+  // Depth of open scopes (0 at the kernel body's top level).
+  int depth() const { return static_cast<int>(scopes_.size()) - 1; }
+
+  // --- instructions -------------------------------------------------------------------
+  Tensor global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides, SourceLoc loc,
+                     const std::string& name = "g");
+  Tensor shared_tensor(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name = "s");
+  void free_shared(const Tensor& t, SourceLoc loc);
+  // init: undefined (uninitialized), a scalar, or a function of the index variables.
+  Tensor register_tensor(DataType dtype, std::vector<int64_t> shape, Expr init, SourceLoc loc,
+                         const std::string& name = "r");
+  Tensor register_tensor(DataType dtype, std::vector<int64_t> shape,
+                         const std::function<Expr(const std::vector<Var>&)>& init, SourceLoc loc,
+                         const std::string& name = "r");
+  // src[offsets...] with the leading len(offsets) dims fixed (Python's sa[i]): a view.
+  Tensor slice_shared(const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims, std::vector<int64_t> shape,
+                      SourceLoc loc);
+  Tensor index_shared(const Tensor& src, std::vector<Expr> indices, SourceLoc loc);
+  Tensor load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape, std::vector<int> dims,
+                     SourceLoc loc);
+  void store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
+                    SourceLoc loc);
+  Tensor load_shared(const Tensor& src, SourceLoc loc);
+  void store_shared(const Tensor& dst, const Tensor& src, SourceLoc loc);
+  void copy_async(const Tensor& src, const Tensor& dst, std::vector<Expr> offsets, std::vector<int> dims,
+                  const std::optional<std::string>& evict, bool check_bounds, SourceLoc loc);
+  void copy_async_commit_group(SourceLoc loc);
+  void copy_async_wait_group(int64_t n, SourceLoc loc);
+  void copy_async_wait_all(SourceLoc loc);
+  void copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc);
+  Tensor dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc loc);
+  Tensor cast(const Tensor& x, DataType dtype, SourceLoc loc);
+  Tensor view(const Tensor& x, std::optional<DataType> dtype, const RegisterLayout& layout, SourceLoc loc);
+  Tensor reshape(const Tensor& x, std::vector<int64_t> shape, SourceLoc loc);
+  Tensor squeeze(const Tensor& x, std::vector<int> dims, SourceLoc loc);
+  Tensor unsqueeze(const Tensor& x, std::vector<int> dims, SourceLoc loc);
+  Tensor transpose(const Tensor& x, SourceLoc loc);
+  Tensor repeat(const Tensor& x, std::vector<int64_t> repeats, SourceLoc loc);
+  // Elementwise over broadcast tensor operands: body is built from one variable per tensor
+  // operand. Scalar operands are captured by the body directly.
+  Tensor elementwise(const std::string& op, const std::vector<Tensor>& inputs,
+                     const std::function<Expr(const std::vector<Expr>&)>& body, SourceLoc loc);
+  Tensor unary(const std::string& op, const Tensor& x, SourceLoc loc);     // abs, exp, ..., neg, not, bitnot, square
+  // a (op) b where either side may be a scalar (an undefined Tensor plus a scalar Expr).
+  Tensor binary(BinaryOp op, const Tensor& a, const Expr& a_scalar, const Tensor& b, const Expr& b_scalar,
+                SourceLoc loc);
+  Tensor where(const Tensor& cond, const Tensor& x, const Expr& x_scalar, const Tensor& y, const Expr& y_scalar,
+               SourceLoc loc);
+  Tensor clip(const Tensor& x, const Expr& lo, const Expr& hi, SourceLoc loc);
+  Tensor reduce(ReduceOp op, const Tensor& x, std::optional<std::vector<int>> dims, bool keepdim, SourceLoc loc);
+  void assign_tensor(const Tensor& dst, const Tensor& src, SourceLoc loc);
+  void sync(SourceLoc loc);
+  void printf(std::string format, std::vector<Expr> args, SourceLoc loc);
+  void assume(Expr cond, SourceLoc loc);
+  void annotate_layout(const Tensor& t, const RegisterLayout& layout, SourceLoc loc);
+  void annotate_shared_layout(const Tensor& t, const SharedLayout& layout, SourceLoc loc);
+
+  // Records an already-built instruction (checked like the others).
+  void emit(std::shared_ptr<InstNode> inst);
+
+ private:
+  struct Scope {
+    std::vector<Stmt> stmts;
+    // What closes the scope.
+    enum Kind { Body, For, If, Else, While, ThreadGroup } kind = Body;
+    SourceLoc loc;
+    Var loop_var;
+    Expr a, b, c;   // for: begin/end/step; if/while: cond
+    Unroll unroll;
+    ThreadGroupKind group_kind = ThreadGroupKind::ThreadGroup;
+    int64_t thread_begin = 0, num_threads = 0;
+    Stmt pending_if;  // else: the if statement the else branch attaches to
+  };
+
+  void push(Scope s);
+  Scope pop(Scope::Kind expected, const char* what);
+  void emit_stmt(Stmt s);
+  Tensor emit_with_output(std::shared_ptr<InstNode> inst);
+  bool in_loop() const;
+  // Threads of the innermost thread group (or the whole block).
+  void check_index(const Expr& e, const char* what, const SourceLoc& loc, const std::string& inst) const;
+
+  Kernel kernel_;
+  bool blocks_set_ = false, warps_set_ = false;
+  std::vector<Scope> scopes_;
+  bool finished_ = false;
+};
+
+}  // namespace tilus
