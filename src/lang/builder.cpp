@@ -339,6 +339,7 @@ void Builder::assign(const Var& var, Expr value, SourceLoc loc) {
 // --- instructions -------------------------------------------------------------------------
 
 void Builder::emit(std::shared_ptr<InstNode> inst) {
+  last_loc_ = inst->loc;
   verify_inst(*inst);
   emit_stmt(make_inst_stmt(std::move(inst)));
 }

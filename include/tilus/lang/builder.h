@@ -60,6 +60,9 @@ class Builder {
   void assign(const Var& var, Expr value, SourceLoc loc);
   // Depth of open scopes (0 at the kernel body's top level).
   int depth() const { return static_cast<int>(scopes_.size()) - 1; }
+  // Where the most recent instruction was recorded (for statements that have no call
+  // site of their own, such as an assignment to a C++ tensor handle).
+  const SourceLoc& last_loc() const { return last_loc_; }
 
   // --- instructions -------------------------------------------------------------------
   Tensor global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides, SourceLoc loc,
@@ -144,6 +147,7 @@ class Builder {
   bool blocks_set_ = false, warps_set_ = false;
   std::vector<Scope> scopes_;
   bool finished_ = false;
+  SourceLoc last_loc_;
 };
 
 }  // namespace tilus

@@ -1,0 +1,565 @@
+// The C++ Script API.
+//
+//   struct VectorAdd : tilus::Script {
+//     static constexpr const char* param_names = "n, a, b, c";
+//     int64_t block = 256;
+//     void operator()(Int32 n, Ptr<f32> a, Ptr<f32> b, Ptr<f32> c) {
+//       attrs.blocks = {cdiv(n, block)};
+//       attrs.warps = 4;
+//       ...
+//     }
+//   };
+//   tilus::Program p = tilus::trace(VectorAdd{});
+//
+// Hyperparameters are members; the body is operator(). Its parameters are runtime scalars
+// (Int32, Float32, ...), pointers (Ptr<f16>, ...) or compile-time constants (plain int,
+// int64_t, double, bool: values given to trace()). C++ cannot see parameter names, so a
+// Script names them in `param_names` (otherwise arg0, arg1, ...).
+//
+// Every instruction method records its caller's file and line (std::source_location).
+// Tensor handles are references to IR tensors: copying a handle aliases; assigning to a
+// RegisterTensor handle that is already bound records an `assign` into that tensor (so
+// `acc = dot(a, b, acc)` inside a loop updates the accumulator, as in Tilus). Scalars are
+// immutable Exprs; a mutable scalar is made with declare() and changed with assign() or
+// its operator=.
+#pragma once
+
+#include <cxxabi.h>
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "tilus/ir/layout.h"
+#include "tilus/lang/builder.h"
+
+namespace tilus {
+
+using Loc = std::source_location;
+
+// --- dtype tags ---------------------------------------------------------------------------
+#define TILUS_DTYPE_TAG(tag, value) \
+  struct tag {                      \
+    static constexpr DataType dtype = dtypes::value; \
+  };
+TILUS_DTYPE_TAG(boolean_t, boolean)
+TILUS_DTYPE_TAG(i8, int8)
+TILUS_DTYPE_TAG(i16, int16)
+TILUS_DTYPE_TAG(i32, int32)
+TILUS_DTYPE_TAG(i64, int64)
+TILUS_DTYPE_TAG(u8, uint8)
+TILUS_DTYPE_TAG(u16, uint16)
+TILUS_DTYPE_TAG(u32, uint32)
+TILUS_DTYPE_TAG(u64, uint64)
+TILUS_DTYPE_TAG(f16, float16)
+TILUS_DTYPE_TAG(bf16, bfloat16)
+TILUS_DTYPE_TAG(f32, float32)
+TILUS_DTYPE_TAG(f64, float64)
+TILUS_DTYPE_TAG(f8e4m3, float8_e4m3)
+TILUS_DTYPE_TAG(f8e5m2, float8_e5m2)
+TILUS_DTYPE_TAG(i4, int4)
+TILUS_DTYPE_TAG(u4, uint4)
+TILUS_DTYPE_TAG(f6e3m2, float6_e3m2)
+TILUS_DTYPE_TAG(f4e2m1, float4_e2m1)
+#undef TILUS_DTYPE_TAG
+
+// A runtime scalar parameter of dtype T::dtype.
+template <class T>
+struct Scalar : Expr {
+  using Tag = T;
+  Scalar() = default;
+  explicit Scalar(const Expr& e) : Expr(e) {}
+};
+using Bool = Scalar<boolean_t>;
+using Int32 = Scalar<i32>;
+using Int64 = Scalar<i64>;
+using UInt32 = Scalar<u32>;
+using UInt64 = Scalar<u64>;
+using Float16 = Scalar<f16>;
+using Float32 = Scalar<f32>;
+using Float64 = Scalar<f64>;
+
+// A pointer parameter to elements of T::dtype.
+template <class T>
+struct Ptr : Expr {
+  using Tag = T;
+  Ptr() = default;
+  explicit Ptr(const Expr& e) : Expr(e) {}
+};
+
+class Script;
+
+// --- tensor handles -------------------------------------------------------------------------
+class TensorHandle {
+ public:
+  TensorHandle() = default;
+  explicit TensorHandle(Tensor t) : t_(std::move(t)) {}
+  const Tensor& tensor() const { return t_; }
+  bool bound() const { return t_.defined(); }
+  DataType dtype() const { return t_.dtype(); }
+  int rank() const { return t_.rank(); }
+  const std::vector<Expr>& shape() const { return t_.shape(); }
+
+ protected:
+  Tensor t_;
+};
+
+class GlobalTensor;
+class SharedTensor;
+class RegisterTensor;
+
+// A source or destination of copy(): a whole tensor, a box (offsets + extents), or a head
+// element (offsets only: the region starting there, extents taken from the other side).
+struct CopyRegionArg {
+  CopyRegion region;
+  CopyRegionArg(const GlobalTensor& t);
+  CopyRegionArg(const SharedTensor& t);
+  CopyRegionArg(const RegisterTensor& t);
+  explicit CopyRegionArg(CopyRegion r) : region(std::move(r)) {}
+};
+
+class GlobalTensor : public TensorHandle {
+ public:
+  using TensorHandle::TensorHandle;
+  // The box [offsets, offsets + extents) for copy().
+  CopyRegionArg region(std::vector<Expr> offsets, std::vector<Expr> extents) const {
+    return CopyRegionArg(CopyRegion{t_, std::move(offsets), std::move(extents)});
+  }
+  // The head element at `index` (copy()'s region sugar).
+  CopyRegionArg at(std::vector<Expr> index) const { return CopyRegionArg(CopyRegion{t_, std::move(index), {}}); }
+};
+
+// An index for SharedTensor::operator[] that records where it was written.
+struct IndexArg {
+  Expr value;
+  SourceLoc loc;
+  IndexArg(const Expr& e, Loc l = Loc::current()) : value(e), loc(SourceLoc::from(l)) {}
+  IndexArg(int v, Loc l = Loc::current()) : value(v), loc(SourceLoc::from(l)) {}
+  IndexArg(int64_t v, Loc l = Loc::current()) : value(v), loc(SourceLoc::from(l)) {}
+};
+
+class SharedTensor : public TensorHandle {
+ public:
+  using TensorHandle::TensorHandle;
+  // sa[i]: the sub-tensor with the leading dim fixed at i (a view).
+  SharedTensor operator[](const IndexArg& i) const;
+  CopyRegionArg region(std::vector<Expr> offsets, std::vector<Expr> extents) const {
+    return CopyRegionArg(CopyRegion{t_, std::move(offsets), std::move(extents)});
+  }
+  CopyRegionArg at(std::vector<Expr> index) const { return CopyRegionArg(CopyRegion{t_, std::move(index), {}}); }
+};
+
+class RegisterTensor : public TensorHandle {
+ public:
+  RegisterTensor() = default;
+  explicit RegisterTensor(Tensor t) : TensorHandle(std::move(t)) {}
+  RegisterTensor(const RegisterTensor&) = default;
+  // Binds an unbound handle; records `assign` into the tensor of a bound one.
+  RegisterTensor& operator=(const RegisterTensor& other);
+
+  RegisterTensor to(DataType dtype, Loc loc = Loc::current()) const;
+  RegisterTensor transpose(Loc loc = Loc::current()) const;
+};
+
+// An operand of a tensor operator: a register tensor or a scalar. Its constructors record
+// where the operator was written.
+struct TensorOperand {
+  RegisterTensor tensor;
+  Expr scalar;
+  SourceLoc loc;
+  TensorOperand(const RegisterTensor& t, Loc l = Loc::current()) : tensor(t), loc(SourceLoc::from(l)) {}
+  TensorOperand(const Expr& e, Loc l = Loc::current()) : scalar(e), loc(SourceLoc::from(l)) {}
+  TensorOperand(int v, Loc l = Loc::current()) : scalar(v), loc(SourceLoc::from(l)) {}
+  TensorOperand(int64_t v, Loc l = Loc::current()) : scalar(v), loc(SourceLoc::from(l)) {}
+  TensorOperand(float v, Loc l = Loc::current()) : scalar(v), loc(SourceLoc::from(l)) {}
+  TensorOperand(double v, Loc l = Loc::current()) : scalar(v), loc(SourceLoc::from(l)) {}
+  TensorOperand(bool v, Loc l = Loc::current()) : scalar(v), loc(SourceLoc::from(l)) {}
+};
+
+RegisterTensor operator+(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator-(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator*(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator/(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator%(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator&(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator|(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator^(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator<<(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator>>(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator<(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator<=(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator>(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator>=(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator==(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator!=(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator&&(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator||(const TensorOperand& a, const TensorOperand& b);
+RegisterTensor operator-(const TensorOperand& a);
+RegisterTensor operator~(const TensorOperand& a);
+RegisterTensor operator!(const TensorOperand& a);
+
+// A mutable scalar (made by Script::declare). Assigning records an assignment statement.
+class ScalarVar : public Var {
+ public:
+  ScalarVar() = default;
+  explicit ScalarVar(const Var& v) : Var(v) {}
+  ScalarVar(const ScalarVar&) = default;
+  ScalarVar& operator=(const ScalarVar& other) { return assign(other); }
+  ScalarVar& operator=(const TensorOperand& value) { return assign_from(value); }
+
+ private:
+  ScalarVar& assign(const Expr& value);
+  ScalarVar& assign_from(const TensorOperand& value);
+};
+
+// --- options structs (keyword arguments) --------------------------------------------------
+struct GlobalViewOptions {
+  std::optional<DataType> dtype;  // default: the pointer's element type
+  std::vector<Expr> strides;      // default: row-major
+};
+struct LoadGlobalOptions {
+  std::vector<Expr> offsets;
+  std::vector<int64_t> shape;
+  std::vector<int> dims;  // default: the trailing dims of the global tensor
+  RegisterTensor out;     // write into this tensor instead of a new one
+};
+struct StoreGlobalOptions {
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+};
+struct CopyAsyncOptions {
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+  std::optional<std::string> evict;  // "evict_normal" | "evict_first" | "evict_last"
+  bool check_bounds = true;
+};
+struct CopyOptions {
+  std::optional<int64_t> coalesced_width;
+  bool disable_tma = false;
+  std::optional<std::string> eviction_policy;
+  std::map<std::string, std::string> annotations;
+  RegisterLayout loop_layout;
+};
+struct DotOptions {
+  RegisterTensor out;
+  std::optional<DataType> acc_dtype;  // when c is not given (default float32 / int32)
+};
+struct ViewOptions {
+  std::optional<DataType> dtype;
+  RegisterLayout layout;
+};
+struct ReduceOptions {
+  std::optional<std::vector<int>> dims;  // default: all dims
+  bool keepdim = false;
+};
+struct RangeOptions {
+  Unroll unroll;
+  std::string name = "i";
+};
+
+// The initial value of register_tensor(): nothing, a scalar, or a function of the indices.
+struct Init {
+  Expr scalar;
+  std::function<Expr(const std::vector<Var>&)> fn;
+  Init() = default;
+  Init(const Expr& e) : scalar(e) {}
+  Init(int v) : scalar(v) {}
+  Init(double v) : scalar(v) {}
+  Init(float v) : scalar(v) {}
+  Init(bool v) : scalar(v) {}
+  template <class F, class = std::enable_if_t<std::is_invocable_r_v<Expr, F, const std::vector<Var>&>>>
+  Init(F f) : fn(std::move(f)) {}
+};
+
+// A format string for Script::printf that records where it was written.
+struct FormatString {
+  std::string text;
+  SourceLoc loc;
+  FormatString(const char* s, Loc l = Loc::current()) : text(s), loc(SourceLoc::from(l)) {}
+  FormatString(std::string s, Loc l = Loc::current()) : text(std::move(s)), loc(SourceLoc::from(l)) {}
+};
+
+// The loop object of `for (Expr i : range(...))`: the body is traced once, with a symbolic
+// loop variable, into an IR for loop.
+class LoopRange {
+ public:
+  LoopRange(Builder* b, Expr begin, Expr end, Expr step, RangeOptions opts, SourceLoc loc);
+  LoopRange(const LoopRange&) = delete;
+  ~LoopRange() noexcept(false);
+  struct Sentinel {};
+  class Iterator {
+   public:
+    explicit Iterator(LoopRange* r) : r_(r) {}
+    Var operator*() const { return r_->var_; }
+    Iterator& operator++();
+    bool operator!=(Sentinel) const { return !r_->closed_; }
+
+   private:
+    LoopRange* r_;
+  };
+  Iterator begin();
+  Sentinel end() { return {}; }
+
+ private:
+  void close();
+  Builder* b_;
+  Expr begin_, end_, step_;
+  RangeOptions opts_;
+  SourceLoc loc_;
+  Var var_;
+  bool opened_ = false, closed_ = false;
+  int exceptions_ = 0;
+};
+
+// if_(cond, then).else_if(cond, body).else_(body)
+class IfChain {
+ public:
+  IfChain(Builder* b) : b_(b) {}
+  IfChain& else_if(const Expr& cond, const std::function<void()>& body, Loc loc = Loc::current());
+  void else_(const std::function<void()>& body, Loc loc = Loc::current());
+
+ private:
+  Builder* b_;
+};
+
+// --- Script ---------------------------------------------------------------------------------
+using ConstValue = std::variant<int64_t, double, bool, std::string>;
+using Constants = std::map<std::string, ConstValue>;
+
+// Traces a Script into a Program with one kernel. `constants` gives the values of the
+// compile-time parameters by name.
+template <class K>
+Program trace(K script, const Constants& constants = {}, Loc loc = Loc::current());
+
+class Script {
+ public:
+  Script() = default;
+  virtual ~Script() = default;
+
+  struct Attributes {
+    std::vector<Expr> blocks;
+    int64_t warps = 0;
+    std::array<int64_t, 3> cluster{1, 1, 1};
+  } attrs;
+
+  struct Dim3 {
+    Expr x, y, z;
+  };
+  const Dim3 blockIdx{builtin::block_idx(0), builtin::block_idx(1), builtin::block_idx(2)};
+
+  // --- tensors -----------------------------------------------------------------------------
+  template <class T>
+  GlobalTensor global_view(const Ptr<T>& ptr, std::vector<Expr> shape, GlobalViewOptions opts = {},
+                           Loc loc = Loc::current()) {
+    return global_view_impl(ptr, opts.dtype ? *opts.dtype : T::dtype, std::move(shape), std::move(opts.strides), loc);
+  }
+  GlobalTensor global_view(const Expr& ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides = {},
+                           Loc loc = Loc::current()) {
+    return global_view_impl(ptr, dtype, std::move(shape), std::move(strides), loc);
+  }
+  SharedTensor shared_tensor(DataType dtype, std::vector<int64_t> shape, Loc loc = Loc::current());
+  void free_shared(const SharedTensor& t, Loc loc = Loc::current());
+  RegisterTensor register_tensor(DataType dtype, std::vector<int64_t> shape, Init init = {}, Loc loc = Loc::current());
+
+  // --- memory ------------------------------------------------------------------------------
+  RegisterTensor load_global(const GlobalTensor& src, LoadGlobalOptions opts, Loc loc = Loc::current());
+  void store_global(const GlobalTensor& dst, const RegisterTensor& src, StoreGlobalOptions opts,
+                    Loc loc = Loc::current());
+  RegisterTensor load_shared(const SharedTensor& src, Loc loc = Loc::current());
+  void store_shared(const SharedTensor& dst, const RegisterTensor& src, Loc loc = Loc::current());
+  void copy_async(const GlobalTensor& src, const SharedTensor& dst, CopyAsyncOptions opts, Loc loc = Loc::current());
+  void copy_async_commit_group(Loc loc = Loc::current());
+  void copy_async_wait_group(int64_t n, Loc loc = Loc::current());
+  void copy_async_wait_all(Loc loc = Loc::current());
+  void copy(const CopyRegionArg& src, const CopyRegionArg& dst, CopyOptions opts = {}, Loc loc = Loc::current());
+
+  // --- compute -----------------------------------------------------------------------------
+  RegisterTensor dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c = {},
+                     DotOptions opts = {}, Loc loc = Loc::current());
+  RegisterTensor cast(const RegisterTensor& x, DataType dtype, Loc loc = Loc::current());
+  RegisterTensor view(const RegisterTensor& x, ViewOptions opts, Loc loc = Loc::current());
+  RegisterTensor reshape(const RegisterTensor& x, std::vector<int64_t> shape, Loc loc = Loc::current());
+  RegisterTensor squeeze(const RegisterTensor& x, std::vector<int> dims, Loc loc = Loc::current());
+  RegisterTensor unsqueeze(const RegisterTensor& x, std::vector<int> dims, Loc loc = Loc::current());
+  RegisterTensor transpose(const RegisterTensor& x, Loc loc = Loc::current());
+  RegisterTensor repeat(const RegisterTensor& x, std::vector<int64_t> repeats, Loc loc = Loc::current());
+  RegisterTensor where(const TensorOperand& cond, const TensorOperand& x, const TensorOperand& y);
+  RegisterTensor abs(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("abs", x, loc); }
+  RegisterTensor exp(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("exp", x, loc); }
+  RegisterTensor exp2(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("exp2", x, loc); }
+  RegisterTensor log(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("log", x, loc); }
+  RegisterTensor sqrt(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("sqrt", x, loc); }
+  RegisterTensor rsqrt(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("rsqrt", x, loc); }
+  RegisterTensor sin(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("sin", x, loc); }
+  RegisterTensor cos(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("cos", x, loc); }
+  RegisterTensor round(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("round", x, loc); }
+  RegisterTensor square(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("square", x, loc); }
+  RegisterTensor clip(const RegisterTensor& x, const Expr& lo, const Expr& hi, Loc loc = Loc::current());
+  RegisterTensor maximum(const TensorOperand& a, const TensorOperand& b);
+  RegisterTensor minimum(const TensorOperand& a, const TensorOperand& b);
+  RegisterTensor sum(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
+  RegisterTensor max(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
+  RegisterTensor min(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
+  RegisterTensor any(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
+  RegisterTensor all(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
+
+  // --- synchronization, debugging, hints -----------------------------------------------------
+  void sync(Loc loc = Loc::current());
+  template <class... Args>
+  void printf(const FormatString& fmt, const Args&... args) {
+    printf_impl(fmt, {Expr(args)...});
+  }
+  void assume(const Expr& cond, Loc loc = Loc::current());
+  void annotate_layout(const RegisterTensor& t, const RegisterLayout& layout, Loc loc = Loc::current());
+  void annotate_layout(const SharedTensor& t, const SharedLayout& layout, Loc loc = Loc::current());
+
+  // --- control flow --------------------------------------------------------------------------
+  LoopRange range(const Expr& end, RangeOptions opts = {}, Loc loc = Loc::current());
+  LoopRange range(const Expr& begin, const Expr& end, RangeOptions opts = {}, Loc loc = Loc::current());
+  LoopRange range(const Expr& begin, const Expr& end, const Expr& step, RangeOptions opts = {},
+                  Loc loc = Loc::current());
+  IfChain if_(const Expr& cond, const std::function<void()>& then, Loc loc = Loc::current());
+  void while_(const Expr& cond, const std::function<void()>& body, Loc loc = Loc::current());
+  void break_(Loc loc = Loc::current());
+  void continue_(Loc loc = Loc::current());
+  void thread_group(int64_t thread_begin, int64_t num_threads, const std::function<void()>& body,
+                    Loc loc = Loc::current());
+  void single_thread(const std::function<void()>& body, Loc loc = Loc::current());
+  void single_warp(int64_t warp, const std::function<void()>& body, Loc loc = Loc::current());
+  void warp_group(int64_t warp_begin, int64_t num_warps, const std::function<void()>& body, Loc loc = Loc::current());
+  // Named immutable scalar (a let binding) and mutable scalar.
+  Expr let(const std::string& name, const Expr& value, Loc loc = Loc::current());
+  ScalarVar declare(const std::string& name, DataType dtype, const Expr& init, Loc loc = Loc::current());
+  void assign(const ScalarVar& var, const Expr& value, Loc loc = Loc::current());
+
+  // The builder of the trace in progress (tracing only).
+  Builder& builder() const;
+
+ private:
+  template <class K>
+  friend Program trace(K script, const Constants& constants, Loc loc);
+  GlobalTensor global_view_impl(const Expr& ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides,
+                                Loc loc);
+  RegisterTensor unary(const char* op, const RegisterTensor& x, Loc loc);
+  RegisterTensor reduce(ReduceOp op, const RegisterTensor& x, const ReduceOptions& opts, Loc loc);
+  void printf_impl(const FormatString& fmt, std::vector<Expr> args);
+  void apply_attrs();
+
+  Builder* builder_ = nullptr;
+  Attributes applied_;
+};
+
+// --- tracing ---------------------------------------------------------------------------------
+
+namespace detail {
+std::vector<std::string> split_param_names(const char* names);
+std::string demangle_script_name(const char* mangled);
+std::string const_to_string(const ConstValue& v);
+[[noreturn]] void missing_constant(const std::string& kernel, const std::string& name, const char* type, SourceLoc loc);
+[[noreturn]] void wrong_constant(const std::string& kernel, const std::string& name, const char* type,
+                                 const ConstValue& v, SourceLoc loc);
+// The builder of the trace in progress on this thread (for operators on handles).
+Builder* current_builder();
+void set_current_builder(Builder* b);
+
+template <class T>
+struct is_scalar_param : std::false_type {};
+template <class T>
+struct is_scalar_param<Scalar<T>> : std::true_type {};
+template <class T>
+struct is_ptr_param : std::false_type {};
+template <class T>
+struct is_ptr_param<Ptr<T>> : std::true_type {};
+
+template <class T>
+struct member_signature;
+template <class C, class... Args>
+struct member_signature<void (C::*)(Args...)> {
+  using args = std::tuple<std::decay_t<Args>...>;
+};
+
+template <class P>
+P make_param(Builder& b, const std::string& kernel, const std::string& name, const Constants& constants,
+             SourceLoc loc) {
+  if constexpr (is_scalar_param<P>::value) {
+    return P(b.add_param(name, P::Tag::dtype, loc));
+  } else if constexpr (is_ptr_param<P>::value) {
+    return P(b.add_param(name, P::Tag::dtype.pointer_to(), loc));
+  } else {
+    static_assert(std::is_arithmetic_v<P> || std::is_same_v<P, std::string>,
+                  "Script parameters are Scalar<T>, Ptr<T>, arithmetic constants or std::string");
+    auto it = constants.find(name);
+    if (it == constants.end()) missing_constant(kernel, name, typeid(P).name(), loc);
+    const ConstValue& v = it->second;
+    P value{};
+    if constexpr (std::is_same_v<P, bool>) {
+      if (auto p = std::get_if<bool>(&v)) value = *p;
+      else if (auto i = std::get_if<int64_t>(&v)) value = *i != 0;
+      else wrong_constant(kernel, name, "bool", v, loc);
+    } else if constexpr (std::is_integral_v<P>) {
+      if (auto i = std::get_if<int64_t>(&v)) value = static_cast<P>(*i);
+      else wrong_constant(kernel, name, "an integer", v, loc);
+    } else if constexpr (std::is_floating_point_v<P>) {
+      if (auto d = std::get_if<double>(&v)) value = static_cast<P>(*d);
+      else if (auto i = std::get_if<int64_t>(&v)) value = static_cast<P>(*i);
+      else wrong_constant(kernel, name, "a number", v, loc);
+    } else {
+      if (auto s = std::get_if<std::string>(&v)) value = *s;
+      else wrong_constant(kernel, name, "a string", v, loc);
+    }
+    b.add_constant(name, const_to_string(v));
+    return value;
+  }
+}
+
+struct BuilderScope {
+  Builder* previous;
+  explicit BuilderScope(Builder* b) : previous(current_builder()) { set_current_builder(b); }
+  ~BuilderScope() { set_current_builder(previous); }
+};
+}  // namespace detail
+
+template <class K>
+Program trace(K script, const Constants& constants, Loc loc) {
+  static_assert(std::is_base_of_v<Script, K>, "trace() needs a class derived from tilus::Script");
+  std::string name;
+  if constexpr (requires { K::kernel_name; }) name = K::kernel_name;
+  else name = detail::demangle_script_name(typeid(K).name());
+  using Args = typename detail::member_signature<decltype(&K::operator())>::args;
+  std::vector<std::string> names;
+  if constexpr (requires { K::param_names; }) names = detail::split_param_names(K::param_names);
+  SourceLoc where = SourceLoc::from(loc);
+  constexpr size_t n = std::tuple_size_v<Args>;
+  if (!names.empty() && names.size() != n)
+    throw CompileError(name + ": param_names lists " + std::to_string(names.size()) + " names but operator() has " +
+                           std::to_string(n) + " parameters",
+                       where);
+  for (size_t i = names.size(); i < n; ++i) names.push_back("arg" + std::to_string(i));
+  for (auto& [key, value] : constants) {
+    bool known = false;
+    for (auto& nm : names) known |= nm == key;
+    if (!known) throw CompileError(name + ": trace() got a value for '" + key + "', which is not a parameter", where);
+  }
+  Builder builder(name, where);
+  detail::BuilderScope scope(&builder);
+  script.builder_ = &builder;
+  Args args = [&]<size_t... I>(std::index_sequence<I...>) {
+    return Args{detail::make_param<std::tuple_element_t<I, Args>>(builder, name, names[I], constants, where)...};
+  }(std::make_index_sequence<n>{});
+  std::apply([&](auto&... a) { script(a...); }, args);
+  script.apply_attrs();
+  script.builder_ = nullptr;
+  return builder.finish();
+}
+
+}  // namespace tilus

@@ -1,0 +1,27 @@
+// The pass pipeline: the one place that lists the passes, in order (src/passes/pipeline.cpp).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tilus/ir/program.h"
+#include "tilus/passes/target.h"
+
+namespace tilus {
+
+struct PipelineOptions {
+  Target target;
+  // Directory to write the IR into after every pass; empty: the TILUS_DUMP_IR environment
+  // variable, if set.
+  std::string dump_dir;
+  // Called with (pass name, program) after every pass, for tools that show the stages.
+  std::function<void(const std::string&, const Program&)> after_pass;
+};
+
+// The names of the passes, in the order they run.
+std::vector<std::string> pass_names();
+// Runs every tile-level pass on the program.
+Program run_pipeline(const Program& program, const PipelineOptions& options = {});
+
+}  // namespace tilus

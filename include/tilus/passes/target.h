@@ -1,0 +1,21 @@
+// The compilation target: what the passes need to know about the GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tilus {
+
+struct Target {
+  std::string arch = "sm_90a";  // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", ...
+  int sm = 90;                   // compute capability as major*10 + minor
+  // Shared memory one block may use (opt-in maximum), in bytes.
+  int64_t shared_memory_per_block = 227 * 1024;
+
+  // Parses "sm_80", "sm_90a", ... (CompileError for anything else).
+  static Target from_arch(const std::string& arch);
+  bool has_cp_async() const { return sm >= 80; }
+  bool has_tma() const { return sm >= 90; }
+};
+
+}  // namespace tilus

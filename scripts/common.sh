@@ -1,0 +1,53 @@
+# Shared by scripts/test.sh and scripts/demo.sh: install what a fresh machine lacks, then
+# configure and build. Sourced, not run.
+set -euo pipefail
+
+TILUS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${TILUS_BUILD_DIR:-$TILUS_ROOT/build}"
+JOBS="${TILUS_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+log() { printf '[tilus] %s\n' "$*" >&2; }
+
+# Debian/Ubuntu packages, each with a file that shows it is present. A machine without
+# network (the GPU machine) already has them; nothing is installed there.
+declare -A TILUS_PACKAGES=(
+  [cmake]="/usr/bin/cmake"
+  [ninja-build]="/usr/bin/ninja"
+  [g++]="/usr/bin/g++"
+  [libfmt-dev]="/usr/include/fmt/format.h"
+  [libspdlog-dev]="/usr/include/spdlog/spdlog.h"
+  [libgtest-dev]="/usr/include/gtest/gtest.h"
+)
+
+have_file() { [ -e "$1" ] || command -v "$(basename "$1")" >/dev/null 2>&1; }
+
+install_missing() {
+  local missing=()
+  for pkg in "${!TILUS_PACKAGES[@]}"; do
+    have_file "${TILUS_PACKAGES[$pkg]}" || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "all build dependencies present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "apt-get not found: install ${missing[*]} by hand"
+    exit 1
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+configure_and_build() {
+  local generator=()
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    log "configuring in $BUILD_DIR"
+    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  fi
+  log "building with $JOBS jobs"
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}

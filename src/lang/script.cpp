@@ -1,0 +1,458 @@
+#include "tilus/lang/script.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+namespace tilus {
+
+namespace detail {
+
+namespace {
+thread_local Builder* current = nullptr;
+}
+
+Builder* current_builder() { return current; }
+void set_current_builder(Builder* b) { current = b; }
+
+std::vector<std::string> split_param_names(const char* names) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    size_t b = cur.find_first_not_of(" \t\n"), e = cur.find_last_not_of(" \t\n");
+    out.push_back(b == std::string::npos ? "" : cur.substr(b, e - b + 1));
+    cur.clear();
+  };
+  for (const char* p = names; *p; ++p) {
+    if (*p == ',') flush();
+    else cur += *p;
+  }
+  flush();
+  if (out.size() == 1 && out[0].empty()) out.clear();
+  return out;
+}
+
+std::string demangle_script_name(const char* mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && d ? d : mangled;
+  std::free(d);
+  // Drop namespaces and template arguments: "ns::Matmul<2>" -> "Matmul".
+  size_t lt = name.find('<');
+  if (lt != std::string::npos) name = name.substr(0, lt);
+  size_t colon = name.rfind("::");
+  if (colon != std::string::npos) name = name.substr(colon + 2);
+  return name;
+}
+
+std::string const_to_string(const ConstValue& v) {
+  if (auto i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (auto d = std::get_if<double>(&v)) return fmt::format("{}", *d);
+  if (auto b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  return "'" + std::get<std::string>(v) + "'";
+}
+
+void missing_constant(const std::string& kernel, const std::string& name, const char* type, SourceLoc loc) {
+  throw CompileError(fmt::format("{}: parameter '{}' is a compile-time constant; trace() needs its value "
+                                 "(pass {{{{\"{}\", value}}}})",
+                                 kernel, name, name),
+                     loc);
+}
+
+void wrong_constant(const std::string& kernel, const std::string& name, const char* type, const ConstValue& v,
+                    SourceLoc loc) {
+  throw CompileError(fmt::format("{}: compile-time parameter '{}' needs {}, got {}", kernel, name, type,
+                                 const_to_string(v)),
+                     loc);
+}
+
+}  // namespace detail
+
+namespace {
+Builder& active(const char* what) {
+  Builder* b = detail::current_builder();
+  if (!b) throw CompileError(fmt::format("{} used outside of a trace (tensor handles only live while tracing)", what));
+  return *b;
+}
+}  // namespace
+
+// --- handles ---------------------------------------------------------------------------------
+
+CopyRegionArg::CopyRegionArg(const GlobalTensor& t) : region{t.tensor(), {}, {}} {}
+CopyRegionArg::CopyRegionArg(const SharedTensor& t) : region{t.tensor(), {}, {}} {}
+CopyRegionArg::CopyRegionArg(const RegisterTensor& t) : region{t.tensor(), {}, {}} {}
+
+SharedTensor SharedTensor::operator[](const IndexArg& i) const {
+  return SharedTensor(active("shared tensor indexing").index_shared(t_, {i.value}, i.loc));
+}
+
+RegisterTensor& RegisterTensor::operator=(const RegisterTensor& other) {
+  if (this == &other) return *this;
+  if (!t_.defined() || !other.t_.defined() || t_.same_as(other.t_)) {
+    t_ = other.t_;
+    return *this;
+  }
+  Builder& b = active("assignment to a register tensor");
+  b.assign_tensor(t_, other.t_, b.last_loc());
+  return *this;
+}
+
+RegisterTensor RegisterTensor::to(DataType dtype, Loc loc) const {
+  return RegisterTensor(active("to()").cast(t_, dtype, SourceLoc::from(loc)));
+}
+
+RegisterTensor RegisterTensor::transpose(Loc loc) const {
+  return RegisterTensor(active("transpose()").transpose(t_, SourceLoc::from(loc)));
+}
+
+namespace {
+RegisterTensor binary_op(BinaryOp op, const TensorOperand& a, const TensorOperand& b) {
+  return RegisterTensor(
+      active("a tensor operator").binary(op, a.tensor.tensor(), a.scalar, b.tensor.tensor(), b.scalar, a.loc));
+}
+}  // namespace
+
+RegisterTensor operator+(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Add, a, b); }
+RegisterTensor operator-(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Sub, a, b); }
+RegisterTensor operator*(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Mul, a, b); }
+RegisterTensor operator/(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Div, a, b); }
+RegisterTensor operator%(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Mod, a, b); }
+RegisterTensor operator&(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::BitAnd, a, b); }
+RegisterTensor operator|(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::BitOr, a, b); }
+RegisterTensor operator^(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::BitXor, a, b); }
+RegisterTensor operator<<(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Shl, a, b); }
+RegisterTensor operator>>(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Shr, a, b); }
+RegisterTensor operator<(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Lt, a, b); }
+RegisterTensor operator<=(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Le, a, b); }
+RegisterTensor operator>(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Gt, a, b); }
+RegisterTensor operator>=(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Ge, a, b); }
+RegisterTensor operator==(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Eq, a, b); }
+RegisterTensor operator!=(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Ne, a, b); }
+RegisterTensor operator&&(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::And, a, b); }
+RegisterTensor operator||(const TensorOperand& a, const TensorOperand& b) { return binary_op(BinaryOp::Or, a, b); }
+
+namespace {
+RegisterTensor unary_op(const char* op, const TensorOperand& a) {
+  if (!a.tensor.bound()) throw CompileError(fmt::format("{}: needs a register tensor operand", op), a.loc);
+  return RegisterTensor(active("a tensor operator").unary(op, a.tensor.tensor(), a.loc));
+}
+}  // namespace
+
+RegisterTensor operator-(const TensorOperand& a) { return unary_op("neg", a); }
+RegisterTensor operator~(const TensorOperand& a) { return unary_op("bitnot", a); }
+RegisterTensor operator!(const TensorOperand& a) { return unary_op("not", a); }
+
+ScalarVar& ScalarVar::assign(const Expr& value) {
+  Builder& b = active("assignment to a scalar variable");
+  b.assign(*this, value, b.last_loc());
+  return *this;
+}
+
+ScalarVar& ScalarVar::assign_from(const TensorOperand& value) {
+  if (value.tensor.bound())
+    throw CompileError(fmt::format("cannot assign a register tensor to scalar variable '{}'", name()), value.loc);
+  active("assignment to a scalar variable").assign(*this, value.scalar, value.loc);
+  return *this;
+}
+
+// --- loops and branches ------------------------------------------------------------------------
+
+LoopRange::LoopRange(Builder* b, Expr begin, Expr end, Expr step, RangeOptions opts, SourceLoc loc)
+    : b_(b), begin_(std::move(begin)), end_(std::move(end)), step_(std::move(step)), opts_(std::move(opts)),
+      loc_(std::move(loc)), exceptions_(std::uncaught_exceptions()) {}
+
+LoopRange::Iterator LoopRange::begin() {
+  if (!opened_) {
+    var_ = b_->begin_for(opts_.name, begin_, end_, step_, opts_.unroll, loc_);
+    opened_ = true;
+  }
+  return Iterator(this);
+}
+
+LoopRange::Iterator& LoopRange::Iterator::operator++() {
+  r_->close();
+  return *this;
+}
+
+void LoopRange::close() {
+  if (opened_ && !closed_) {
+    closed_ = true;
+    b_->end_for();
+  }
+}
+
+LoopRange::~LoopRange() noexcept(false) {
+  // A C++ `break` or `return` inside the body leaves the loop without ++: close it here,
+  // unless an exception is on its way out (the trace is abandoned then).
+  if (std::uncaught_exceptions() > exceptions_) return;
+  close();
+}
+
+IfChain& IfChain::else_if(const Expr& cond, const std::function<void()>& body, Loc loc) {
+  SourceLoc where = SourceLoc::from(loc);
+  b_->begin_else(where);
+  b_->begin_if(cond, where);
+  body();
+  b_->end_if();
+  b_->end_else();
+  return *this;
+}
+
+void IfChain::else_(const std::function<void()>& body, Loc loc) {
+  b_->begin_else(SourceLoc::from(loc));
+  body();
+  b_->end_else();
+}
+
+// --- Script ------------------------------------------------------------------------------------
+
+Builder& Script::builder() const {
+  if (!builder_) throw CompileError("a Script instruction was called outside of tilus::trace()");
+  // attrs are plain members: hand their values to the builder as soon as they change.
+  const_cast<Script*>(this)->apply_attrs();
+  return *builder_;
+}
+
+void Script::apply_attrs() {
+  if (!builder_) return;
+  SourceLoc loc = builder_->last_loc();
+  if (attrs.blocks.size() != applied_.blocks.size() ||
+      !std::equal(attrs.blocks.begin(), attrs.blocks.end(), applied_.blocks.begin(),
+                  [](const Expr& a, const Expr& b) { return a.same_as(b); })) {
+    builder_->set_blocks(attrs.blocks, loc);
+    applied_.blocks = attrs.blocks;
+  }
+  if (attrs.warps != applied_.warps) {
+    builder_->set_warps(attrs.warps, loc);
+    applied_.warps = attrs.warps;
+  }
+  if (attrs.cluster != applied_.cluster) {
+    builder_->set_cluster(attrs.cluster, loc);
+    applied_.cluster = attrs.cluster;
+  }
+}
+
+GlobalTensor Script::global_view_impl(const Expr& ptr, DataType dtype, std::vector<Expr> shape,
+                                      std::vector<Expr> strides, Loc loc) {
+  return GlobalTensor(builder().global_view(ptr, dtype, std::move(shape), std::move(strides), SourceLoc::from(loc),
+                                            ptr.as<VarNode>() ? ptr.as<VarNode>()->name : "g"));
+}
+
+SharedTensor Script::shared_tensor(DataType dtype, std::vector<int64_t> shape, Loc loc) {
+  return SharedTensor(builder().shared_tensor(dtype, std::move(shape), SourceLoc::from(loc)));
+}
+
+void Script::free_shared(const SharedTensor& t, Loc loc) { builder().free_shared(t.tensor(), SourceLoc::from(loc)); }
+
+RegisterTensor Script::register_tensor(DataType dtype, std::vector<int64_t> shape, Init init, Loc loc) {
+  if (init.fn) return RegisterTensor(builder().register_tensor(dtype, std::move(shape), init.fn, SourceLoc::from(loc)));
+  return RegisterTensor(builder().register_tensor(dtype, std::move(shape), init.scalar, SourceLoc::from(loc)));
+}
+
+namespace {
+RegisterTensor into(Builder& b, const RegisterTensor& out, const Tensor& value, const SourceLoc& loc) {
+  if (!out.bound()) return RegisterTensor(value);
+  b.assign_tensor(out.tensor(), value, loc);
+  return out;
+}
+}  // namespace
+
+RegisterTensor Script::load_global(const GlobalTensor& src, LoadGlobalOptions opts, Loc loc) {
+  SourceLoc where = SourceLoc::from(loc);
+  Tensor t = builder().load_global(src.tensor(), std::move(opts.offsets), std::move(opts.shape), std::move(opts.dims), where);
+  return into(builder(), opts.out, t, where);
+}
+
+void Script::store_global(const GlobalTensor& dst, const RegisterTensor& src, StoreGlobalOptions opts, Loc loc) {
+  builder().store_global(dst.tensor(), src.tensor(), std::move(opts.offsets), std::move(opts.dims), SourceLoc::from(loc));
+}
+
+RegisterTensor Script::load_shared(const SharedTensor& src, Loc loc) {
+  return RegisterTensor(builder().load_shared(src.tensor(), SourceLoc::from(loc)));
+}
+
+void Script::store_shared(const SharedTensor& dst, const RegisterTensor& src, Loc loc) {
+  builder().store_shared(dst.tensor(), src.tensor(), SourceLoc::from(loc));
+}
+
+void Script::copy_async(const GlobalTensor& src, const SharedTensor& dst, CopyAsyncOptions opts, Loc loc) {
+  builder().copy_async(src.tensor(), dst.tensor(), std::move(opts.offsets), std::move(opts.dims), opts.evict,
+                       opts.check_bounds, SourceLoc::from(loc));
+}
+
+void Script::copy_async_commit_group(Loc loc) { builder().copy_async_commit_group(SourceLoc::from(loc)); }
+void Script::copy_async_wait_group(int64_t n, Loc loc) { builder().copy_async_wait_group(n, SourceLoc::from(loc)); }
+void Script::copy_async_wait_all(Loc loc) { builder().copy_async_wait_all(SourceLoc::from(loc)); }
+
+void Script::copy(const CopyRegionArg& src, const CopyRegionArg& dst, CopyOptions opts, Loc loc) {
+  CopyArgs args{opts.coalesced_width, opts.disable_tma, opts.eviction_policy, opts.annotations, opts.loop_layout};
+  builder().copy(src.region, dst.region, args, SourceLoc::from(loc));
+}
+
+RegisterTensor Script::dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c, DotOptions opts,
+                           Loc loc) {
+  SourceLoc where = SourceLoc::from(loc);
+  Tensor acc = c.tensor();
+  if (!acc.defined()) {
+    // No accumulator: start from zeros of acc_dtype (float32 for float inputs, int32 else).
+    if (!a.bound() || !b.bound()) throw CompileError("dot: a and b must be register tensors", where);
+    DataType dt = opts.acc_dtype ? *opts.acc_dtype : (a.dtype().is_float() ? dtypes::float32 : dtypes::int32);
+    std::vector<int64_t> shape{a.tensor().rank() == 2 && a.tensor().shape()[0].is_int_const()
+                                   ? a.tensor().shape()[0].int_value()
+                                   : 1,
+                               b.tensor().rank() == 2 && b.tensor().shape()[1].is_int_const()
+                                   ? b.tensor().shape()[1].int_value()
+                                   : 1};
+    acc = builder().register_tensor(dt, shape, make_const(dt, 0), where, "acc");
+  }
+  Tensor d = builder().dot(a.tensor(), b.tensor(), acc, where);
+  return into(builder(), opts.out, d, where);
+}
+
+RegisterTensor Script::cast(const RegisterTensor& x, DataType dtype, Loc loc) {
+  return RegisterTensor(builder().cast(x.tensor(), dtype, SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::view(const RegisterTensor& x, ViewOptions opts, Loc loc) {
+  return RegisterTensor(builder().view(x.tensor(), opts.dtype, opts.layout, SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::reshape(const RegisterTensor& x, std::vector<int64_t> shape, Loc loc) {
+  return RegisterTensor(builder().reshape(x.tensor(), std::move(shape), SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::squeeze(const RegisterTensor& x, std::vector<int> dims, Loc loc) {
+  return RegisterTensor(builder().squeeze(x.tensor(), std::move(dims), SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::unsqueeze(const RegisterTensor& x, std::vector<int> dims, Loc loc) {
+  return RegisterTensor(builder().unsqueeze(x.tensor(), std::move(dims), SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::transpose(const RegisterTensor& x, Loc loc) {
+  return RegisterTensor(builder().transpose(x.tensor(), SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::repeat(const RegisterTensor& x, std::vector<int64_t> repeats, Loc loc) {
+  return RegisterTensor(builder().repeat(x.tensor(), std::move(repeats), SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::where(const TensorOperand& cond, const TensorOperand& x, const TensorOperand& y) {
+  return RegisterTensor(builder().where(cond.tensor.tensor(), x.tensor.tensor(), x.scalar, y.tensor.tensor(), y.scalar,
+                                        cond.loc));
+}
+
+RegisterTensor Script::unary(const char* op, const RegisterTensor& x, Loc loc) {
+  return RegisterTensor(builder().unary(op, x.tensor(), SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::clip(const RegisterTensor& x, const Expr& lo, const Expr& hi, Loc loc) {
+  return RegisterTensor(builder().clip(x.tensor(), lo, hi, SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::maximum(const TensorOperand& a, const TensorOperand& b) {
+  return RegisterTensor(builder().binary(BinaryOp::Max, a.tensor.tensor(), a.scalar, b.tensor.tensor(), b.scalar, a.loc));
+}
+
+RegisterTensor Script::minimum(const TensorOperand& a, const TensorOperand& b) {
+  return RegisterTensor(builder().binary(BinaryOp::Min, a.tensor.tensor(), a.scalar, b.tensor.tensor(), b.scalar, a.loc));
+}
+
+RegisterTensor Script::reduce(ReduceOp op, const RegisterTensor& x, const ReduceOptions& opts, Loc loc) {
+  return RegisterTensor(builder().reduce(op, x.tensor(), opts.dims, opts.keepdim, SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::sum(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::Sum, x, opts, loc); }
+RegisterTensor Script::max(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::Max, x, opts, loc); }
+RegisterTensor Script::min(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::Min, x, opts, loc); }
+RegisterTensor Script::any(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::Any, x, opts, loc); }
+RegisterTensor Script::all(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::All, x, opts, loc); }
+
+void Script::sync(Loc loc) { builder().sync(SourceLoc::from(loc)); }
+
+void Script::printf_impl(const FormatString& fmt, std::vector<Expr> args) {
+  builder().printf(fmt.text, std::move(args), fmt.loc);
+}
+
+void Script::assume(const Expr& cond, Loc loc) { builder().assume(cond, SourceLoc::from(loc)); }
+
+void Script::annotate_layout(const RegisterTensor& t, const RegisterLayout& layout, Loc loc) {
+  builder().annotate_layout(t.tensor(), layout, SourceLoc::from(loc));
+}
+
+void Script::annotate_layout(const SharedTensor& t, const SharedLayout& layout, Loc loc) {
+  builder().annotate_shared_layout(t.tensor(), layout, SourceLoc::from(loc));
+}
+
+LoopRange Script::range(const Expr& end, RangeOptions opts, Loc loc) {
+  return LoopRange(&builder(), int_const(0, end.dtype().is_integer() ? end.dtype() : dtypes::int32), end, 1,
+                   std::move(opts), SourceLoc::from(loc));
+}
+
+LoopRange Script::range(const Expr& begin, const Expr& end, RangeOptions opts, Loc loc) {
+  return LoopRange(&builder(), begin, end, 1, std::move(opts), SourceLoc::from(loc));
+}
+
+LoopRange Script::range(const Expr& begin, const Expr& end, const Expr& step, RangeOptions opts, Loc loc) {
+  return LoopRange(&builder(), begin, end, step, std::move(opts), SourceLoc::from(loc));
+}
+
+IfChain Script::if_(const Expr& cond, const std::function<void()>& then, Loc loc) {
+  Builder& b = builder();
+  b.begin_if(cond, SourceLoc::from(loc));
+  then();
+  b.end_if();
+  return IfChain(&b);
+}
+
+void Script::while_(const Expr& cond, const std::function<void()>& body, Loc loc) {
+  Builder& b = builder();
+  b.begin_while(cond, SourceLoc::from(loc));
+  body();
+  b.end_while();
+}
+
+void Script::break_(Loc loc) { builder().emit_break(SourceLoc::from(loc)); }
+void Script::continue_(Loc loc) { builder().emit_continue(SourceLoc::from(loc)); }
+
+void Script::thread_group(int64_t thread_begin, int64_t num_threads, const std::function<void()>& body, Loc loc) {
+  Builder& b = builder();
+  b.begin_thread_group(ThreadGroupKind::ThreadGroup, thread_begin, num_threads, SourceLoc::from(loc));
+  body();
+  b.end_thread_group();
+}
+
+void Script::single_thread(const std::function<void()>& body, Loc loc) {
+  Builder& b = builder();
+  b.begin_thread_group(ThreadGroupKind::SingleThread, 0, 1, SourceLoc::from(loc));
+  body();
+  b.end_thread_group();
+}
+
+void Script::single_warp(int64_t warp, const std::function<void()>& body, Loc loc) {
+  Builder& b = builder();
+  b.begin_thread_group(ThreadGroupKind::SingleWarp, warp * 32, 32, SourceLoc::from(loc));
+  body();
+  b.end_thread_group();
+}
+
+void Script::warp_group(int64_t warp_begin, int64_t num_warps, const std::function<void()>& body, Loc loc) {
+  Builder& b = builder();
+  b.begin_thread_group(ThreadGroupKind::WarpGroup, warp_begin * 32, num_warps * 32, SourceLoc::from(loc));
+  body();
+  b.end_thread_group();
+}
+
+Expr Script::let(const std::string& name, const Expr& value, Loc loc) {
+  return builder().let(name, value, SourceLoc::from(loc));
+}
+
+ScalarVar Script::declare(const std::string& name, DataType dtype, const Expr& init, Loc loc) {
+  return ScalarVar(builder().declare(name, dtype, init, SourceLoc::from(loc)));
+}
+
+void Script::assign(const ScalarVar& var, const Expr& value, Loc loc) {
+  builder().assign(var, value, SourceLoc::from(loc));
+}
+
+}  // namespace tilus

@@ -1,0 +1,378 @@
+#include "tilus/passes/infer_layouts.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+
+#include "tilus/ir/functor.h"
+
+namespace tilus {
+
+namespace {
+
+int64_t largest_pow2_divisor(int64_t n, int64_t cap) {
+  int64_t p = 1;
+  while (p * 2 <= cap && n % (p * 2) == 0) p *= 2;
+  return p;
+}
+
+// The default layout: every thread holds 16-byte vectors along the last dim; threads
+// spread over the last dim first, then the dims before it; threads beyond the tile's
+// parallelism replicate it.
+RegisterLayout default_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads) {
+  int r = int(shape.size());
+  std::vector<int64_t> inner(r, 1), spread(r, 1), outer(r, 1);
+  if (r == 0) return replicated(threads);
+  int64_t vec_cap = std::max<int64_t>(1, 128 / std::max(1, dtype.bits()));
+  inner[r - 1] = largest_pow2_divisor(shape[r - 1], vec_cap);
+  int64_t left = threads;
+  for (int d = r - 1; d >= 0; --d) {
+    int64_t rest = shape[d] / inner[d];
+    spread[d] = largest_pow2_divisor(rest, left);
+    left /= spread[d];
+    outer[d] = rest / spread[d];
+  }
+  RegisterLayout l = local(outer) * spatial(spread) * local(inner);
+  if (left > 1) l = replicated(left) * l;
+  return l;
+}
+
+struct DotLayouts {
+  RegisterLayout a, b, c;
+};
+
+bool mma_eligible(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
+  bool in_ok = ab == dtypes::float16 || ab == dtypes::bfloat16;
+  bool acc_ok = c == dtypes::float32 || (c == dtypes::float16 && ab == dtypes::float16);
+  return in_ok && acc_ok && m % 16 == 0 && n % 8 == 0 && k % 16 == 0 && threads % 32 == 0;
+}
+
+// Splits `workers` over a [m, n] grid of units: (wm, wn) with wm | m, wn | n, as many
+// workers used as possible, then the most square per-worker tiles.
+std::pair<int64_t, int64_t> split_workers(int64_t m_units, int64_t n_units, int64_t workers) {
+  std::pair<int64_t, int64_t> best{1, 1};
+  int64_t best_used = 0;
+  double best_skew = 1e30;
+  for (int64_t wm = 1; wm <= workers; wm *= 2) {
+    if (m_units % wm) continue;
+    for (int64_t wn = 1; wm * wn <= workers; wn *= 2) {
+      if (n_units % wn) continue;
+      int64_t used = wm * wn;
+      double skew = std::abs(double(m_units) / wm - double(n_units) / wn);
+      if (used > best_used || (used == best_used && skew < best_skew)) {
+        best = {wm, wn};
+        best_used = used;
+        best_skew = skew;
+      }
+    }
+  }
+  return best;
+}
+
+// m16n8k16 fragments (PTX ISA, mma.sync.aligned.m16n8k16 with .f16/.bf16 operands).
+RegisterLayout mma_a() { return column_local({2, 2}) * spatial({8, 4}) * local({1, 2}); }
+RegisterLayout mma_b() { return local({2, 1}) * column_spatial({4, 8}) * local({2, 1}); }
+RegisterLayout mma_c() { return local({2, 1}) * spatial({8, 4}) * local({1, 2}); }
+
+DotLayouts dot_layouts(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
+  if (mma_eligible(ab, c, m, n, k, threads)) {
+    int64_t warps = threads / 32;
+    auto [wm, wn] = split_workers(m / 16, n / 8, warps);
+    int64_t rep = warps / (wm * wn);
+    int64_t rm = m / 16 / wm, rn = n / 8 / wn, rk = k / 16;
+    RegisterLayout warps_c = spatial({wm, wn});
+    RegisterLayout warps_a = spatial({wm, 1}) * replicated(wn);
+    RegisterLayout warps_b = replicated(wm) * spatial({1, wn});
+    DotLayouts d{local({rm, rk}) * warps_a * mma_a(), local({rk, rn}) * warps_b * mma_b(),
+                 local({rm, rn}) * warps_c * mma_c()};
+    if (rep > 1) {
+      d.a = replicated(rep) * d.a;
+      d.b = replicated(rep) * d.b;
+      d.c = replicated(rep) * d.c;
+    }
+    return d;
+  }
+  // SIMT outer product: thread (i, j) of a tm x tn grid owns a pm x pn block of c, a full
+  // pm x k strip of a and a k x pn strip of b.
+  auto [tm, tn] = split_workers(m, n, threads);
+  int64_t rep = threads / (tm * tn);
+  int64_t pm = m / tm, pn = n / tn;
+  DotLayouts d{local({pm, k}) * spatial({tm, 1}) * replicated(tn), local({k, pn}) * replicated(tm) * spatial({1, tn}),
+               local({pm, pn}) * spatial({tm, tn})};
+  if (rep > 1) {
+    d.a = replicated(rep) * d.a;
+    d.b = replicated(rep) * d.b;
+    d.c = replicated(rep) * d.c;
+  }
+  return d;
+}
+
+// A layout of `shape` derived from `out`'s layout for a broadcast operand: the dims where
+// the operand has extent 1 (and the leading dims it lacks) are reduced.
+std::optional<RegisterLayout> broadcast_operand(const RegisterLayout& out, const std::vector<int64_t>& shape) {
+  int rank = out.rank(), r = int(shape.size());
+  if (r > rank) return std::nullopt;
+  std::vector<int> keep_dims, drop_dims;
+  for (int d = 0; d < rank - r; ++d) drop_dims.push_back(d);
+  for (int d = rank - r; d < rank; ++d)
+    if (shape[d - (rank - r)] == 1 && out.shape()[d] != 1) keep_dims.push_back(d);
+  RegisterLayout l = out;
+  if (!keep_dims.empty()) l = l.reduce(keep_dims, true);
+  if (!drop_dims.empty()) l = l.reduce(drop_dims, false);
+  if (l.shape() != shape) return std::nullopt;
+  return l;
+}
+
+// Changes the extent of the last dim's innermost local mode by bits_from / bits_to (a
+// reinterpreting view of the same registers).
+std::optional<RegisterLayout> rescale_last_dim(const RegisterLayout& l, int bits_from, int bits_to) {
+  if (l.rank() == 0) return std::nullopt;
+  auto modes = l.mode_shape();
+  int last = int(modes.size()) - 1;
+  if (last < 0 || l.mode_dim(last) != l.rank() - 1) return std::nullopt;
+  auto& local_list = l.local_modes();
+  if (std::find(local_list.begin(), local_list.end(), last) == local_list.end()) return std::nullopt;
+  int64_t bits = modes[last] * bits_from;
+  if (bits % bits_to) return std::nullopt;
+  modes[last] = bits / bits_to;
+  auto shape = l.shape();
+  shape.back() = shape.back() / l.mode_shape()[last] * modes[last];
+  return RegisterLayout(shape, modes, l.spatial_modes(), l.local_modes());
+}
+
+struct Relation {
+  // dst = forward(src); src = backward(dst) when backward is set.
+  const TensorNode* src;
+  const TensorNode* dst;
+  std::function<std::optional<RegisterLayout>(const RegisterLayout&)> forward, backward;
+  const InstNode* inst;
+};
+
+class LayoutSolver {
+ public:
+  explicit LayoutSolver(const Kernel& k) : kernel_(k) {}
+
+  Kernel run() {
+    collect(kernel_.body, kernel_.num_threads());
+    for (auto& [t, info] : fixed_) assign(t, info.first, info.second);
+    propagate();
+    for (const TensorNode* t : order_) {
+      if (known_.count(t)) continue;
+      Tensor tensor = tensors_.at(t);
+      assign(t, default_layout(tensor.static_shape(), tensor.dtype(), threads_.at(t)), nullptr);
+      propagate();
+    }
+    struct Rewrite : StmtMutator {
+      Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+        if (inst_as<AnnotateLayoutInst>(inst) && inst_as<AnnotateLayoutInst>(inst)->layout.defined()) return nullptr;
+        return StmtMutator::mutate_inst(s, inst);
+      }
+    } rewrite;
+    for (auto& [t, layout] : known_) {
+      Tensor tensor = tensors_.at(t);
+      if (!tensor->layout.defined() || tensor->layout != layout) rewrite.tensor_map[t] = tensor.with_layout(layout);
+    }
+    return rewrite.mutate(kernel_);
+  }
+
+ private:
+  const Kernel& kernel_;
+  std::vector<const TensorNode*> order_;
+  std::unordered_map<const TensorNode*, Tensor> tensors_;
+  std::unordered_map<const TensorNode*, int64_t> threads_;
+  std::unordered_map<const TensorNode*, std::pair<RegisterLayout, const InstNode*>> fixed_;
+  std::unordered_map<const TensorNode*, RegisterLayout> known_;
+  std::unordered_map<const TensorNode*, const InstNode*> source_;
+  std::vector<Relation> relations_;
+  std::unordered_map<const TensorNode*, std::vector<size_t>> touching_;
+  std::deque<const TensorNode*> work_;
+
+  void add_tensor(const Tensor& t, int64_t threads) {
+    if (!t.defined() || !t.is_register() || tensors_.count(t.get())) return;
+    tensors_[t.get()] = t;
+    threads_[t.get()] = threads;
+    order_.push_back(t.get());
+    if (t->layout.defined()) fixed_[t.get()] = {t->layout, nullptr};
+  }
+
+  void relate(const Tensor& src, const Tensor& dst, const InstNode& inst,
+              std::function<std::optional<RegisterLayout>(const RegisterLayout&)> forward,
+              std::function<std::optional<RegisterLayout>(const RegisterLayout&)> backward) {
+    if (!src.defined() || !dst.defined() || !src.is_register() || !dst.is_register()) return;
+    relations_.push_back({src.get(), dst.get(), std::move(forward), std::move(backward), &inst});
+    touching_[src.get()].push_back(relations_.size() - 1);
+    touching_[dst.get()].push_back(relations_.size() - 1);
+  }
+
+  void same(const Tensor& a, const Tensor& b, const InstNode& inst) {
+    auto id = [](const RegisterLayout& l) { return std::optional<RegisterLayout>(l); };
+    relate(a, b, inst, id, id);
+  }
+
+  void fix(const Tensor& t, const RegisterLayout& l, const InstNode& inst) {
+    if (!t.defined() || !t.is_register()) return;
+    auto it = fixed_.find(t.get());
+    if (it != fixed_.end() && it->second.first != l) conflict(t, it->second.first, it->second.second, l, &inst);
+    fixed_[t.get()] = {l, &inst};
+  }
+
+  [[noreturn]] void conflict(const Tensor& t, const RegisterLayout& a, const InstNode* ia, const RegisterLayout& b,
+                             const InstNode* ib) {
+    auto where = [](const InstNode* i) {
+      return i ? fmt::format("{} at {}", i->display_name(), i->loc.str()) : std::string("its definition");
+    };
+    throw CompileError(fmt::format("layout inference: {} '{}' needs {} for {} and {} for {}; the two uses need "
+                                   "different thread mappings (annotate_layout one of them, or copy the tensor "
+                                   "through shared memory)",
+                                   t.type_str(), t->name, a.str(), where(ia), b.str(), where(ib)),
+                       ib ? ib->loc : (ia ? ia->loc : SourceLoc{}));
+  }
+
+  void assign(const TensorNode* t, const RegisterLayout& l, const InstNode* by) {
+    auto it = known_.find(t);
+    if (it != known_.end()) {
+      if (it->second != l) conflict(tensors_.at(t), it->second, source_[t], l, by);
+      return;
+    }
+    known_[t] = l;
+    source_[t] = by;
+    work_.push_back(t);
+  }
+
+  void propagate() {
+    while (!work_.empty()) {
+      const TensorNode* t = work_.front();
+      work_.pop_front();
+      for (size_t r : touching_[t]) {
+        const Relation& rel = relations_[r];
+        if (rel.src == t && rel.forward) {
+          if (auto l = rel.forward(known_.at(t))) assign(rel.dst, *l, rel.inst);
+        }
+        if (rel.dst == t && rel.backward) {
+          if (auto l = rel.backward(known_.at(t))) assign(rel.src, *l, rel.inst);
+        }
+      }
+    }
+  }
+
+  void collect(const Stmt& s, int64_t threads) {
+    if (!s) return;
+    switch (s->kind) {
+      case StmtKind::Seq:
+        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) collect(c, threads);
+        return;
+      case StmtKind::For: collect(static_cast<const ForStmtNode&>(*s).body, threads); return;
+      case StmtKind::While: collect(static_cast<const WhileStmtNode&>(*s).body, threads); return;
+      case StmtKind::If:
+        collect(static_cast<const IfStmtNode&>(*s).then_body, threads);
+        collect(static_cast<const IfStmtNode&>(*s).else_body, threads);
+        return;
+      case StmtKind::ThreadGroup: {
+        auto& g = static_cast<const ThreadGroupStmtNode&>(*s);
+        collect(g.body, g.num_threads);
+        return;
+      }
+      case StmtKind::Inst: instruction(*static_cast<const InstStmtNode&>(*s).inst, threads); return;
+      default: return;
+    }
+  }
+
+  void instruction(const InstNode& inst, int64_t threads) {
+    Tensor out = inst.output();
+    add_tensor(out, threads);
+    for (auto& [t, a] : inst.operands()) add_tensor(t, threads);
+    switch (inst.kind()) {
+      case InstKind::AnnotateLayout: {
+        auto& i = static_cast<const AnnotateLayoutInst&>(inst);
+        if (i.layout.defined()) fix(i.tensor, i.layout, inst);
+        return;
+      }
+      case InstKind::Dot: {
+        auto& i = static_cast<const DotInst&>(inst);
+        if (i.a.rank() != 2 || i.b.rank() != 2 || i.c.rank() != 2) return;
+        auto sa = i.a.static_shape(), sb = i.b.static_shape();
+        DotLayouts d = dot_layouts(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], threads);
+        fix(i.a, d.a, inst);
+        fix(i.b, d.b, inst);
+        fix(i.c, d.c, inst);
+        same(i.c, i.out, inst);
+        return;
+      }
+      case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;
+      case InstKind::Assign: {
+        auto& i = static_cast<const AssignInst&>(inst);
+        same(i.src, i.dst, inst);
+        return;
+      }
+      case InstKind::Elementwise: {
+        auto& i = static_cast<const ElementwiseInst&>(inst);
+        auto out_shape = out.static_shape();
+        for (auto& in : i.inputs) {
+          auto in_shape = in.static_shape();
+          if (in_shape == out_shape) {
+            same(in, out, inst);
+          } else {
+            relate(out, in, inst, [in_shape](const RegisterLayout& l) { return broadcast_operand(l, in_shape); }, nullptr);
+          }
+        }
+        return;
+      }
+      case InstKind::Reduce: {
+        auto& i = static_cast<const ReduceInst&>(inst);
+        auto dims = i.dims;
+        bool keepdim = i.keepdim;
+        relate(i.x, out, inst, [dims, keepdim](const RegisterLayout& l) { return std::optional(l.reduce(dims, keepdim)); },
+               nullptr);
+        return;
+      }
+      case InstKind::Transpose: {
+        auto swap = [](const RegisterLayout& l) { return std::optional(l.permute({1, 0})); };
+        relate(static_cast<const TransposeInst&>(inst).x, out, inst, swap, swap);
+        return;
+      }
+      case InstKind::Reshape:
+      case InstKind::Squeeze:
+      case InstKind::Unsqueeze: {
+        Tensor x;
+        for (auto& [t, a] : inst.operands()) x = t;
+        auto in_shape = x.static_shape(), out_shape = out.static_shape();
+        relate(x, out, inst, [out_shape](const RegisterLayout& l) { return l.reshape(out_shape); },
+               [in_shape](const RegisterLayout& l) { return l.reshape(in_shape); });
+        return;
+      }
+      case InstKind::Repeat: {
+        auto& i = static_cast<const RepeatInst&>(inst);
+        auto repeats = i.repeats;
+        relate(i.x, out, inst, [repeats](const RegisterLayout& l) { return std::optional(local(repeats) * l); }, nullptr);
+        return;
+      }
+      case InstKind::View: {
+        auto& i = static_cast<const ViewInst&>(inst);
+        if (out->layout.defined()) return;  // fixed by add_tensor
+        int from = i.x.dtype().bits(), to = out.dtype().bits();
+        if (from == to) {
+          same(i.x, out, inst);
+        } else {
+          relate(i.x, out, inst, [from, to](const RegisterLayout& l) { return rescale_last_dim(l, from, to); },
+                 [from, to](const RegisterLayout& l) { return rescale_last_dim(l, to, from); });
+        }
+        return;
+      }
+      default: return;
+    }
+  }
+};
+
+}  // namespace
+
+Program infer_layouts(const Program& program) {
+  Program out;
+  for (auto& k : program.kernels) out.kernels.push_back(LayoutSolver(k).run());
+  return out;
+}
+
+}  // namespace tilus

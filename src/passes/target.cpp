@@ -1,0 +1,33 @@
+#include "tilus/passes/target.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+#include "tilus/ir/error.h"
+
+namespace tilus {
+
+Target Target::from_arch(const std::string& arch) {
+  auto bad = [&]() {
+    return CompileError(fmt::format("unknown target '{}': expected sm_<major><minor>[a], e.g. sm_80 or sm_90a", arch));
+  };
+  if (arch.size() < 5 || arch.compare(0, 3, "sm_") != 0) throw bad();
+  size_t i = 3;
+  int sm = 0;
+  while (i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i]))) sm = sm * 10 + (arch[i++] - '0');
+  if (i == 3 || (i < arch.size() && !(arch[i] == 'a' && i + 1 == arch.size()))) throw bad();
+  if (sm < 70) throw CompileError(fmt::format("target '{}' is not supported: tilus needs sm_70 or newer", arch));
+  Target t;
+  t.arch = arch;
+  t.sm = sm;
+  // Opt-in shared memory per block by compute capability (CUDA programming guide tables).
+  if (sm >= 90) t.shared_memory_per_block = 227 * 1024;
+  else if (sm == 80 || sm == 87) t.shared_memory_per_block = 163 * 1024;
+  else if (sm == 86 || sm == 89) t.shared_memory_per_block = 99 * 1024;
+  else if (sm == 75) t.shared_memory_per_block = 64 * 1024;
+  else t.shared_memory_per_block = 96 * 1024;
+  return t;
+}
+
+}  // namespace tilus
