@@ -77,10 +77,15 @@ std::optional<DataType> DataType::from_name(std::string_view name) {
   };
   for (auto& a : aliases)
     if (n == a.name) return with_depth(a.type);
+  // A decimal number of at most 4 digits (longer ones are no valid width and would overflow).
   auto parse_int = [](const std::string& s, size_t pos, int& out, size_t& end) {
     if (pos >= s.size() || !std::isdigit(static_cast<unsigned char>(s[pos]))) return false;
     out = 0;
-    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) out = out * 10 + (s[pos++] - '0');
+    size_t start = pos;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
+      if (pos - start >= 4) return false;
+      out = out * 10 + (s[pos++] - '0');
+    }
     end = pos;
     return true;
   };
@@ -227,9 +232,12 @@ uint64_t DataType::encode_float(double value) const {
   int unbiased = e - 1;
   int min_normal_exp = 1 - bias;
   int quantum_exp = (unbiased < min_normal_exp ? min_normal_exp : unbiased) - mantissa_;
-  double scaled = std::ldexp(a, -quantum_exp);
-  double rounded = std::nearbyint(scaled);  // default rounding mode: nearest, ties to even
-  uint64_t q = uint64_t(rounded);
+  double scaled = std::ldexp(a, -quantum_exp);  // exact, < 2^(m+1)
+  // Round half to even explicitly, whatever the floating-point environment's rounding mode.
+  double whole = std::floor(scaled);
+  double frac = scaled - whole;  // exact
+  uint64_t q = uint64_t(whole);
+  if (frac > 0.5 || (frac == 0.5 && (q & 1))) q += 1;
   // q holds the significand in units of 2^quantum_exp; it may have carried into 2^(m+1).
   uint64_t biased;
   uint64_t man;
@@ -282,22 +290,41 @@ std::vector<uint64_t> unpack_bits(const std::vector<uint8_t>& bytes, int bits, i
 
 namespace {
 // Rank in the promotion lattice: bool < integers (by width, signed after unsigned of the
-// same width) < floats (by width; bfloat16 after float16).
+// same width) < floats.
 int rank(const DataType& t) {
   if (t.is_bool()) return 0;
   if (t.is_integer()) return 10 + t.bits() * 2 + (t.is_int() ? 1 : 0);
   if (t.is_float()) return 1000 + t.bits() * 4 + (t.exponent_bits() > 5 ? 1 : 0) + (t == dtypes::tfloat32 ? -1 : 0);
   return -1;
 }
+
+// Whether float type `to` represents every value of float type `from` exactly (infinities
+// and NaN included). With at least as many mantissa bits, a range reaching as high and a
+// smallest subnormal as small, every normal and subnormal value of `from` lies on `to`'s grid.
+bool float_holds(const DataType& to, const DataType& from) {
+  if (from.float_style() == FloatStyle::IEEE && to.float_style() != FloatStyle::IEEE) return false;  // inf
+  if (from.float_style() == FloatStyle::FiniteNaN && to.float_style() == FloatStyle::Finite) return false;  // NaN
+  return from.mantissa_bits() <= to.mantissa_bits() && from.float_max() <= to.float_max() &&
+         from.float_min_subnormal() >= to.float_min_subnormal();
+}
 }  // namespace
 
 DataType promote(const DataType& a, const DataType& b) {
-  if (a == b) return a;
+  if (a == b) return a;  // also the same pointer type (e.g. both arms of a select)
   if (a.is_pointer() || b.is_pointer() || a.is_void() || b.is_void())
     throw CompileError(fmt::format("no common type for {} and {}", a.name(), b.name()));
-  // float16 with bfloat16 (or two 8-bit floats) have no exact common type: use float32.
-  if (a.is_float() && b.is_float() && a.bits() == b.bits()) return dtypes::float32;
-  if (a.is_float() && b.is_float() && a.bits() < 16 && b.bits() < 16) return dtypes::float16;
+  if (a.is_float() && b.is_float()) {
+    // The operand type that holds the other exactly; otherwise the narrowest of float16,
+    // float32, float64 that holds both (float16 + bfloat16 -> float32, e4m3 + e5m2 -> float16).
+    bool a_holds_b = float_holds(a, b), b_holds_a = float_holds(b, a);
+    if (a_holds_b && b_holds_a) return rank(a) >= rank(b) ? a : b;
+    if (a_holds_b) return a;
+    if (b_holds_a) return b;
+    for (const DataType& t : {dtypes::float16, dtypes::float32, dtypes::float64})
+      if (float_holds(t, a) && float_holds(t, b)) return t;
+    return dtypes::float64;
+  }
+  // A float beats any integer or bool; otherwise the wider integer, signed on a tie.
   return rank(a) >= rank(b) ? a : b;
 }
 

@@ -1,2 +1,1078 @@
+// Verification of the tile IR (DESIGN 6.1).
+//
+// verify_inst() checks one instruction alone: operand scopes, ranks, offsets arity, dims,
+// shapes and dtypes. verify() walks a kernel in program order with a stack of scopes and
+// checks what needs context: uses after definitions, scalar variable visibility, control
+// flow, thread groups, layouts and the shared-memory budget.
+//
+// The verifier never trusts the IR it is given: undefined tensors, expressions and
+// statements, wrong scopes and dynamic shapes where static ones are needed are reported as
+// CompileErrors, never dereferenced. Every message starts with the instruction's display
+// name and shows the operands as Tensor::type_str() prints them.
 #include "tilus/ir/verifier.h"
-namespace tilus { void verify_inst(const InstNode&) {} void verify(const Kernel&, const VerifyOptions&) {} void verify(const Program& p, const VerifyOptions& o) { for (auto& k : p.kernels) verify(k, o); } }
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tilus/ir/error.h"
+#include "tilus/ir/stmt.h"
+
+namespace tilus {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Formatting helpers
+// ---------------------------------------------------------------------------------------
+
+std::string inst_name(const InstNode& inst) {
+  std::string n = inst.display_name();
+  return n.empty() ? std::string(inst.name()) : n;
+}
+
+std::string ty(const Tensor& t) { return t.defined() ? t.type_str() : std::string("an undefined tensor"); }
+
+std::string expr_str(const Expr& e) { return e.defined() ? to_string(e) : std::string("<undefined>"); }
+
+std::string exprs_str(const std::vector<Expr>& es) {
+  std::string s = "[";
+  for (size_t i = 0; i < es.size(); ++i) s += (i ? ", " : "") + expr_str(es[i]);
+  return s + "]";
+}
+
+std::string ints_str(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string ints_str(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+
+std::string dtype_str(const Expr& e) { return e.defined() ? e.dtype().name() : std::string("none"); }
+
+const char* role_str(VarRole r) {
+  switch (r) {
+    case VarRole::Param: return "kernel parameter";
+    case VarRole::Loop: return "loop variable";
+    case VarRole::Local: return "local variable";
+    case VarRole::Builtin: return "builtin";
+    case VarRole::Binder: return "instruction-bound variable";
+  }
+  return "variable";
+}
+
+[[noreturn]] void fail(const InstNode& inst, const std::string& what) {
+  throw CompileError(fmt::format("{}: {}", inst_name(inst), what), inst.loc);
+}
+
+// ---------------------------------------------------------------------------------------
+// Shape helpers
+// ---------------------------------------------------------------------------------------
+
+// The static shape of a tensor; nullopt when a dim is undefined or not a constant.
+std::optional<std::vector<int64_t>> static_dims(const Tensor& t) {
+  if (!t.defined()) return std::nullopt;
+  std::vector<int64_t> out;
+  for (auto& d : t.shape()) {
+    if (!d.defined() || !d.is_int_const()) return std::nullopt;
+    out.push_back(d.int_value());
+  }
+  return out;
+}
+
+// The shape of a tensor that the checks before made sure is static.
+std::vector<int64_t> dims_of(const Tensor& t) { return static_dims(t).value_or(std::vector<int64_t>{}); }
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+// numpy broadcasting of static shapes (right-aligned, 1 broadcasts).
+std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vector<int64_t>>& shapes) {
+  size_t rank = 0;
+  for (auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<int64_t> out(rank, 1);
+  for (auto& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      size_t d = rank - s.size() + i;
+      if (s[i] == 1) continue;
+      if (out[d] == 1) out[d] = s[i];
+      else if (out[d] != s[i]) return std::nullopt;
+    }
+  }
+  return out;
+}
+
+bool is_integer_expr(const Expr& e) { return e.defined() && e.dtype().is_integer(); }
+
+bool same_shape_expr(const Expr& a, const Expr& b) {
+  if (!a.defined() || !b.defined()) return false;
+  if (a.is_int_const() && b.is_int_const()) return a.int_value() == b.int_value();
+  return structural_equal(a, b);
+}
+
+// ---------------------------------------------------------------------------------------
+// Operand checks shared by many instructions
+// ---------------------------------------------------------------------------------------
+
+// Rule 1: `t` is a defined tensor of memory scope `scope`. Shared and register tensors must
+// have a static positive shape, global tensors integer shape expressions with one stride
+// per dim. No tensor holds void.
+void expect_tensor(const InstNode& inst, const char* role, const Tensor& t, MemoryScope scope) {
+  if (!t.defined())
+    fail(inst, fmt::format("{} must be a {} tensor, got an undefined tensor", role, to_string(scope)));
+  if (t.scope() != scope) fail(inst, fmt::format("{} must be a {} tensor, got {}", role, to_string(scope), ty(t)));
+  if (t.dtype().is_void())
+    fail(inst, fmt::format("{} must have an element type, got {} (void)", role, ty(t)));
+  if (scope == MemoryScope::Global) {
+    for (auto& d : t.shape())
+      if (!is_integer_expr(d))
+        fail(inst, fmt::format("{} must have integer shape expressions, got {} ({} has type {})", role, ty(t),
+                               expr_str(d), dtype_str(d)));
+    if (t->strides.size() != t.shape().size())
+      fail(inst, fmt::format("{} has {} dims but {} strides {}, got {}", role, t.shape().size(), t->strides.size(),
+                             exprs_str(t->strides), ty(t)));
+    for (auto& s : t->strides)
+      if (!is_integer_expr(s))
+        fail(inst, fmt::format("{} must have integer strides, got {} with strides {} ({} has type {})", role, ty(t),
+                               exprs_str(t->strides), expr_str(s), dtype_str(s)));
+    return;
+  }
+  for (auto& d : t.shape())
+    if (!d.defined() || !d.is_int_const() || d.int_value() <= 0)
+      fail(inst, fmt::format("{} must have a static shape of positive dims, got {}", role, ty(t)));
+}
+
+void expect_same_dtype(const InstNode& inst, const char* role_a, const Tensor& a, const char* role_b,
+                       const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    fail(inst, fmt::format("{} is {} and {} is {}: the element dtypes differ ({} vs {})", role_a, ty(a), role_b, ty(b),
+                           a.dtype().name(), b.dtype().name()));
+}
+
+void expect_same_shape(const InstNode& inst, const char* role_a, const Tensor& a, const char* role_b,
+                       const Tensor& b) {
+  if (dims_of(a) != dims_of(b))
+    fail(inst, fmt::format("{} is {} and {} is {}: the shapes differ ({} vs {})", role_a, ty(a), role_b, ty(b),
+                           shape_str(a.shape()), shape_str(b.shape())));
+}
+
+// Rule 2: one integer offset per dim of `t`.
+void expect_offsets(const InstNode& inst, const std::vector<Expr>& offsets, const char* role, const Tensor& t) {
+  if (offsets.size() != size_t(t.rank()))
+    fail(inst, fmt::format("needs {} offsets (one per dim of {} {}), got {}: {}", t.rank(), role, ty(t), offsets.size(),
+                           exprs_str(offsets)));
+  for (auto& o : offsets)
+    if (!is_integer_expr(o))
+      fail(inst, fmt::format("offsets must be integer expressions, got {} of type {} in {} (for {} {})", expr_str(o),
+                             dtype_str(o), exprs_str(offsets), role, ty(t)));
+}
+
+// Rule 3: dims maps the tile's dims onto distinct dims of the target tensor.
+void expect_dims(const InstNode& inst, const std::vector<int>& dims, const char* tile_role, const Tensor& tile,
+                 const char* target_role, const Tensor& target) {
+  if (dims.size() != size_t(tile.rank()))
+    fail(inst, fmt::format("dims {} has {} entries but {} {} has rank {} (one dim of {} {} per tile dim)",
+                           ints_str(dims), dims.size(), tile_role, ty(tile), tile.rank(), target_role, ty(target)));
+  std::vector<bool> seen(std::max(target.rank(), 0), false);
+  for (int d : dims) {
+    if (d < 0 || d >= target.rank())
+      fail(inst, fmt::format("dims {}: dim {} is out of range for {} {} (rank {})", ints_str(dims), d, target_role,
+                             ty(target), target.rank()));
+    if (seen[d]) fail(inst, fmt::format("dims {}: dim {} of {} {} appears twice", ints_str(dims), d, target_role, ty(target)));
+    seen[d] = true;
+  }
+}
+
+// dims of a squeeze / reduce: in [0, rank), distinct.
+void expect_dim_set(const InstNode& inst, const std::vector<int>& dims, int rank, const std::string& of) {
+  std::vector<bool> seen(std::max(rank, 0), false);
+  for (int d : dims) {
+    if (d < 0 || d >= rank)
+      fail(inst, fmt::format("dims {}: dim {} is out of range for {} (rank {})", ints_str(dims), d, of, rank));
+    if (seen[d]) fail(inst, fmt::format("dims {}: dim {} appears twice (for {})", ints_str(dims), d, of));
+    seen[d] = true;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-instruction rules
+// ---------------------------------------------------------------------------------------
+
+void check_global_view(const GlobalViewInst& i) {
+  expect_tensor(i, "out", i.out, MemoryScope::Global);
+  if (!i.ptr.defined()) fail(i, fmt::format("ptr must be a pointer expression, got none (for out {})", ty(i.out)));
+  DataType pt = i.ptr.dtype();
+  if (!pt.is_pointer())
+    fail(i, fmt::format("ptr must be a pointer expression, got {} of type {} (for out {})", expr_str(i.ptr), pt.name(),
+                        ty(i.out)));
+  DataType pointee = pt.pointee();
+  if (pointee != i.out.dtype() && !pointee.is_void())
+    fail(i, fmt::format("ptr {} has type {}, which points to {}, but the view out is {}: the dtype must be the "
+                        "pointee's ({}) unless the pointer is void*",
+                        expr_str(i.ptr), pt.name(), pointee.name(), ty(i.out), pointee.name()));
+}
+
+void check_allocate_shared(const AllocateSharedInst& i) { expect_tensor(i, "out", i.out, MemoryScope::Shared); }
+
+void check_free_shared(const FreeSharedInst& i) { expect_tensor(i, "tensor", i.tensor, MemoryScope::Shared); }
+
+void check_allocate_register(const AllocateRegisterInst& i) {
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  if (!i.axes.empty() && i.axes.size() != size_t(i.out.rank()))
+    fail(i, fmt::format("the init function binds {} axes but out {} has rank {}", i.axes.size(), ty(i.out),
+                        i.out.rank()));
+  for (auto& a : i.axes)
+    if (!a.defined() || !a.dtype().is_integer())
+      fail(i, fmt::format("the axes of out {} must be integer variables, got {} of type {}", ty(i.out), expr_str(a),
+                          dtype_str(a)));
+  if (i.init.defined()) {
+    DataType t = i.init.dtype();
+    if (!(t.is_numeric() || t.is_bool()))
+      fail(i, fmt::format("init must be a number or bool, got {} of type {} (for out {})", expr_str(i.init), t.name(),
+                          ty(i.out)));
+    if (t != i.out.dtype())
+      fail(i, fmt::format("init {} has type {} but out is {}: the init must have the out's dtype", expr_str(i.init),
+                          t.name(), ty(i.out)));
+  }
+}
+
+void check_slice_shared(const SliceSharedInst& i) {
+  expect_tensor(i, "src", i.src, MemoryScope::Shared);
+  expect_tensor(i, "out", i.out, MemoryScope::Shared);
+  expect_offsets(i, i.offsets, "src", i.src);
+  expect_dims(i, i.dims, "out", i.out, "src", i.src);
+  expect_same_dtype(i, "src", i.src, "out", i.out);
+  auto src = dims_of(i.src), out = dims_of(i.out);
+  for (size_t k = 0; k < i.dims.size(); ++k)
+    if (out[k] > src[i.dims[k]])
+      fail(i, fmt::format("out is {} and src is {}: out dim {} ({}) is larger than src dim {} ({})", ty(i.out),
+                          ty(i.src), k, out[k], i.dims[k], src[i.dims[k]]));
+  // Constant offsets must keep the slice inside src.
+  for (int d = 0; d < i.src.rank(); ++d) {
+    if (!i.offsets[d].is_int_const()) continue;
+    int64_t o = i.offsets[d].int_value();
+    auto it = std::find(i.dims.begin(), i.dims.end(), d);
+    int64_t extent = it == i.dims.end() ? 1 : out[it - i.dims.begin()];
+    if (o < 0 || o + extent > src[d])
+      fail(i, fmt::format("offsets {}: dim {} takes [{}, {}), outside src {} (out {})", exprs_str(i.offsets), d, o,
+                          o + extent, ty(i.src), ty(i.out)));
+  }
+}
+
+void check_load_global(const LoadGlobalInst& i) {
+  expect_tensor(i, "src", i.src, MemoryScope::Global);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_offsets(i, i.offsets, "src", i.src);
+  expect_dims(i, i.dims, "out", i.out, "src", i.src);
+  expect_same_dtype(i, "src", i.src, "out", i.out);
+}
+
+void check_store_global(const StoreGlobalInst& i) {
+  expect_tensor(i, "dst", i.dst, MemoryScope::Global);
+  expect_tensor(i, "src", i.src, MemoryScope::Register);
+  expect_offsets(i, i.offsets, "dst", i.dst);
+  expect_dims(i, i.dims, "src", i.src, "dst", i.dst);
+  expect_same_dtype(i, "dst", i.dst, "src", i.src);
+}
+
+void check_load_shared(const LoadSharedInst& i) {
+  expect_tensor(i, "src", i.src, MemoryScope::Shared);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_shape(i, "src", i.src, "out", i.out);
+  expect_same_dtype(i, "src", i.src, "out", i.out);
+}
+
+void check_store_shared(const StoreSharedInst& i) {
+  expect_tensor(i, "dst", i.dst, MemoryScope::Shared);
+  expect_tensor(i, "src", i.src, MemoryScope::Register);
+  expect_same_shape(i, "dst", i.dst, "src", i.src);
+  expect_same_dtype(i, "dst", i.dst, "src", i.src);
+}
+
+void check_copy_async(const CopyAsyncInst& i) {
+  expect_tensor(i, "src", i.src, MemoryScope::Global);
+  expect_tensor(i, "dst", i.dst, MemoryScope::Shared);
+  expect_offsets(i, i.offsets, "src", i.src);
+  expect_dims(i, i.dims, "dst", i.dst, "src", i.src);
+  expect_same_dtype(i, "src", i.src, "dst", i.dst);
+}
+
+void check_copy_async_wait_group(const CopyAsyncWaitGroupInst& i) {
+  if (i.n < 0) fail(i, fmt::format("n must be >= 0 (the number of groups left pending), got {}", i.n));
+}
+
+bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+void check_region(const CopyInst& i, const char* role, const CopyRegion& r) {
+  const Tensor& t = r.tensor;
+  if (!t.defined()) fail(i, fmt::format("{} must be a tensor region, got an undefined tensor", role));
+  expect_tensor(i, role, t, t.scope());
+  if (r.offsets.size() != size_t(t.rank()))
+    fail(i, fmt::format("{} region needs {} offsets (one per dim of {}), got {}: {}", role, t.rank(), ty(t),
+                        r.offsets.size(), exprs_str(r.offsets)));
+  if (r.extents.size() != size_t(t.rank()))
+    fail(i, fmt::format("{} region needs {} extents (one per dim of {}), got {}: {}", role, t.rank(), ty(t),
+                        r.extents.size(), exprs_str(r.extents)));
+  for (auto* list : {&r.offsets, &r.extents})
+    for (auto& e : *list)
+      if (!is_integer_expr(e))
+        fail(i, fmt::format("{} region of {}: offsets and extents must be integer expressions, got {} of type {}", role,
+                            ty(t), expr_str(e), dtype_str(e)));
+  for (auto& e : r.extents)
+    if (e.is_int_const() && e.int_value() <= 0)
+      fail(i, fmt::format("{} region of {}: extents {} must be positive", role, ty(t), exprs_str(r.extents)));
+  if (t.is_register()) {
+    // Register regions are always the whole tensor.
+    for (int d = 0; d < t.rank(); ++d)
+      if (!r.offsets[d].is_int_const(0) || !same_shape_expr(r.extents[d], t.shape()[d]))
+        fail(i, fmt::format("{} is {}: a register region must be the whole tensor, got offsets {} and extents {}", role,
+                            ty(t), exprs_str(r.offsets), exprs_str(r.extents)));
+  } else if (t.is_shared()) {
+    auto shape = dims_of(t);
+    for (int d = 0; d < t.rank(); ++d) {
+      if (!r.offsets[d].is_int_const() || !r.extents[d].is_int_const()) continue;
+      int64_t o = r.offsets[d].int_value(), e = r.extents[d].int_value();
+      if (o < 0 || o + e > shape[d])
+        fail(i, fmt::format("{} region (offsets {}, extents {}) leaves {} in dim {} ([{}, {}) vs extent {})", role,
+                            exprs_str(r.offsets), exprs_str(r.extents), ty(t), d, o, o + e, shape[d]));
+    }
+  }
+}
+
+void check_copy(const CopyInst& i) {
+  check_region(i, "src", i.src);
+  check_region(i, "dst", i.dst);
+  const Tensor& s = i.src.tensor;
+  const Tensor& d = i.dst.tensor;
+  if (s.is_register() && d.is_register())
+    fail(i, fmt::format("src is {} and dst is {}: a register to register copy is an assign (use assign)", ty(s), ty(d)));
+  expect_same_dtype(i, "src", s, "dst", d);
+  // Extents pair right-aligned: equal, a 1 that broadcasts, or a dynamic extent.
+  const auto& se = i.src.extents;
+  const auto& de = i.dst.extents;
+  size_t common = std::min(se.size(), de.size());
+  for (size_t k = 0; k < common; ++k) {
+    const Expr& a = se[se.size() - 1 - k];
+    const Expr& b = de[de.size() - 1 - k];
+    if (!a.is_int_const() || !b.is_int_const()) continue;
+    int64_t x = a.int_value(), y = b.int_value();
+    if (x != y && x != 1 && y != 1)
+      fail(i, fmt::format("src is {} with extents {} and dst is {} with extents {}: extents {} and {} do not match "
+                          "(right-aligned, equal or 1)",
+                          ty(s), exprs_str(se), ty(d), exprs_str(de), x, y));
+  }
+  if (i.coalesced_width && !is_pow2(*i.coalesced_width))
+    fail(i, fmt::format("coalesced_width must be a positive power of two, got {} (src {}, dst {})", *i.coalesced_width,
+                        ty(s), ty(d)));
+  if (i.scalar) {
+    for (auto* list : {&se, &de})
+      for (auto& e : *list)
+        if (!e.is_int_const(1))
+          fail(i, fmt::format("a scalar copy moves one element, got src extents {} and dst extents {}", exprs_str(se),
+                              exprs_str(de)));
+  }
+  if (i.loop_layout.defined()) {
+    // The copy's extents: right-aligned broadcast of the two sides (static only).
+    size_t rank = std::max(se.size(), de.size());
+    std::vector<int64_t> extents(rank, 1);
+    bool is_static = true;
+    for (size_t k = 0; k < rank; ++k) {
+      int64_t v = 1;
+      for (auto* list : {&se, &de}) {
+        if (k >= list->size()) continue;
+        const Expr& e = (*list)[list->size() - 1 - k];
+        if (!e.is_int_const()) is_static = false;
+        else v = std::max(v, e.int_value());
+      }
+      extents[rank - 1 - k] = v;
+    }
+    if (is_static) {
+      auto strip = [](std::vector<int64_t> v) {
+        while (!v.empty() && v.front() == 1) v.erase(v.begin());
+        return v;
+      };
+      if (strip(i.loop_layout.shape()) != strip(extents))
+        fail(i, fmt::format("loop_layout has shape {} but the copy from {} to {} has extents {}",
+                            ints_str(i.loop_layout.shape()), ty(s), ty(d), ints_str(extents)));
+    }
+  }
+}
+
+void check_dot(const DotInst& i) {
+  expect_tensor(i, "a", i.a, MemoryScope::Register);
+  expect_tensor(i, "b", i.b, MemoryScope::Register);
+  expect_tensor(i, "c", i.c, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  int r = i.a.rank();
+  if (r != 2 && r != 3)
+    fail(i, fmt::format("a must have rank 2 ([m, k]) or 3 ([batch, m, k]), got {}", ty(i.a)));
+  for (auto [role, t] : {std::pair<const char*, const Tensor*>{"b", &i.b}, {"c", &i.c}, {"out", &i.out}})
+    if (t->rank() != r)
+      fail(i, fmt::format("a is {} and {} is {}: the ranks differ ({} vs {})", ty(i.a), role, ty(*t), r, t->rank()));
+  auto a = dims_of(i.a), b = dims_of(i.b), c = dims_of(i.c), out = dims_of(i.out);
+  int o = r - 2;  // the first matrix dim
+  if (r == 3 && (a[0] != b[0] || a[0] != c[0]))
+    fail(i, fmt::format("a is {}, b is {} and c is {}: the batch dims differ", ty(i.a), ty(i.b), ty(i.c)));
+  int64_t m = a[o], k = a[o + 1], n = b[o + 1];
+  if (b[o] != k)
+    fail(i, fmt::format("a is {} and b is {}: the inner dims differ ({} vs {})", ty(i.a), ty(i.b), k, b[o]));
+  if (c[o] != m || c[o + 1] != n)
+    fail(i, fmt::format("a is {} and b is {}, so c must be [{}, {}], got {}", ty(i.a), ty(i.b), m, n, ty(i.c)));
+  if (out != c) fail(i, fmt::format("c is {} but out is {}: the shapes differ", ty(i.c), ty(i.out)));
+  DataType ab = i.a.dtype(), ct = i.c.dtype();
+  if (ab != i.b.dtype())
+    fail(i, fmt::format("a is {} and b is {}: a and b must have one dtype ({} vs {})", ty(i.a), ty(i.b), ab.name(),
+                        i.b.dtype().name()));
+  if (!ab.is_numeric())
+    fail(i, fmt::format("a and b must be numeric, got a {} and b {}", ty(i.a), ty(i.b)));
+  if (!ct.is_numeric()) fail(i, fmt::format("the accumulator c must be numeric, got {}", ty(i.c)));
+  if (ab.is_float() && !ct.is_float())
+    fail(i, fmt::format("a is {} and b is {}: float operands need a float accumulator, got c {}", ty(i.a), ty(i.b),
+                        ty(i.c)));
+  if (ab.is_integer() && !ct.is_integer())
+    fail(i, fmt::format("a is {} and b is {}: integer operands need an integer accumulator, got c {}", ty(i.a), ty(i.b),
+                        ty(i.c)));
+  if (i.out.dtype() != ct)
+    fail(i, fmt::format("c is {} but out is {}: out must have c's dtype ({} vs {})", ty(i.c), ty(i.out), ct.name(),
+                        i.out.dtype().name()));
+}
+
+void check_cast(const CastInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_shape(i, "x", i.x, "out", i.out);
+  for (auto* t : {&i.x, &i.out})
+    if (!(t->dtype().is_numeric() || t->dtype().is_bool()))
+      fail(i, fmt::format("cannot cast {} to {}: casts convert numbers and bools ({} is neither)", ty(i.x), ty(i.out),
+                          t->dtype().name()));
+}
+
+void check_view(const ViewInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  int64_t xbits = product(dims_of(i.x)) * i.x.dtype().bits();
+  int64_t obits = product(dims_of(i.out)) * i.out.dtype().bits();
+  if (xbits != obits)
+    fail(i, fmt::format("cannot view {} ({} bits) as {} ({} bits): the total bits differ", ty(i.x), xbits, ty(i.out),
+                        obits));
+  const RegisterLayout& xl = i.x->layout;
+  const RegisterLayout& ol = i.out->layout;
+  if (xl.defined() && ol.defined()) {
+    if (xl.num_threads() != ol.num_threads())
+      fail(i, fmt::format("cannot view {} as {}: the layouts span {} vs {} threads", ty(i.x), ty(i.out),
+                          xl.num_threads(), ol.num_threads()));
+    int64_t xt = xl.local_size() * i.x.dtype().bits();
+    int64_t ot = ol.local_size() * i.out.dtype().bits();
+    if (xt != ot)
+      fail(i, fmt::format("cannot view {} as {}: each thread holds {} bits of x but {} bits of out", ty(i.x), ty(i.out),
+                          xt, ot));
+  }
+}
+
+void check_reshape(const ReshapeInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_dtype(i, "x", i.x, "out", i.out);
+  int64_t a = product(dims_of(i.x)), b = product(dims_of(i.out));
+  if (a != b)
+    fail(i, fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", ty(i.x), a, ty(i.out), b));
+}
+
+void check_squeeze(const SqueezeInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_dtype(i, "x", i.x, "out", i.out);
+  expect_dim_set(i, i.dims, i.x.rank(), "x " + ty(i.x));
+  auto x = dims_of(i.x);
+  std::vector<int64_t> expect;
+  for (int d = 0; d < i.x.rank(); ++d) {
+    bool squeezed = std::find(i.dims.begin(), i.dims.end(), d) != i.dims.end();
+    if (squeezed && x[d] != 1)
+      fail(i, fmt::format("dims {}: dim {} of x {} has extent {}, not 1", ints_str(i.dims), d, ty(i.x), x[d]));
+    if (!squeezed) expect.push_back(x[d]);
+  }
+  if (dims_of(i.out) != expect)
+    fail(i, fmt::format("squeezing dims {} of x {} gives {}, but out is {}", ints_str(i.dims), ty(i.x), ints_str(expect),
+                        ty(i.out)));
+}
+
+void check_unsqueeze(const UnsqueezeInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_dtype(i, "x", i.x, "out", i.out);
+  int out_rank = i.x.rank() + int(i.dims.size());
+  expect_dim_set(i, i.dims, out_rank, fmt::format("the output of unsqueezing x {}", ty(i.x)));
+  auto x = dims_of(i.x);
+  std::vector<int64_t> expect;
+  size_t k = 0;
+  for (int d = 0; d < out_rank; ++d) {
+    if (std::find(i.dims.begin(), i.dims.end(), d) != i.dims.end()) expect.push_back(1);
+    else expect.push_back(x[k++]);
+  }
+  if (dims_of(i.out) != expect)
+    fail(i, fmt::format("unsqueezing x {} at dims {} gives {}, but out is {}", ty(i.x), ints_str(i.dims),
+                        ints_str(expect), ty(i.out)));
+}
+
+void check_transpose(const TransposeInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_dtype(i, "x", i.x, "out", i.out);
+  if (i.x.rank() != 2) fail(i, fmt::format("x must have rank 2, got {}", ty(i.x)));
+  auto x = dims_of(i.x);
+  std::vector<int64_t> expect{x[1], x[0]};
+  if (dims_of(i.out) != expect)
+    fail(i, fmt::format("transposing x {} gives {}, but out is {}", ty(i.x), ints_str(expect), ty(i.out)));
+}
+
+void check_repeat(const RepeatInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_same_dtype(i, "x", i.x, "out", i.out);
+  for (auto r : i.repeats)
+    if (r <= 0) fail(i, fmt::format("repeats {} must be positive (x {})", ints_str(i.repeats), ty(i.x)));
+  auto x = dims_of(i.x);
+  size_t rank = std::max(x.size(), i.repeats.size());
+  std::vector<int64_t> expect(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t sd = d + x.size() >= rank ? x[d + x.size() - rank] : 1;
+    int64_t rd = d + i.repeats.size() >= rank ? i.repeats[d + i.repeats.size() - rank] : 1;
+    expect[d] = sd * rd;
+  }
+  if (dims_of(i.out) != expect)
+    fail(i, fmt::format("repeating x {} by {} gives {}, but out is {}", ty(i.x), ints_str(i.repeats), ints_str(expect),
+                        ty(i.out)));
+}
+
+void check_elementwise(const ElementwiseInst& i) {
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  if (i.inputs.empty()) fail(i, fmt::format("needs at least one input tensor (out {})", ty(i.out)));
+  if (i.inputs.size() != i.params.size())
+    fail(i, fmt::format("has {} inputs but {} params (one param per input)", i.inputs.size(), i.params.size()));
+  std::vector<std::vector<int64_t>> shapes;
+  std::string operands;
+  for (size_t k = 0; k < i.inputs.size(); ++k) {
+    std::string role = fmt::format("input {}", k);
+    expect_tensor(i, role.c_str(), i.inputs[k], MemoryScope::Register);
+    shapes.push_back(dims_of(i.inputs[k]));
+    operands += (k ? " and " : "") + ty(i.inputs[k]);
+    const Var& p = i.params[k];
+    if (!p.defined()) fail(i, fmt::format("param {} (for input {}) is undefined", k, ty(i.inputs[k])));
+    if (p.dtype() != i.inputs[k].dtype())
+      fail(i, fmt::format("param {} '{}' has type {} but input {} is {}", k, p.name(), p.dtype().name(), k,
+                          ty(i.inputs[k])));
+  }
+  auto shape = broadcast_shapes(shapes);
+  if (!shape) fail(i, fmt::format("cannot broadcast {}", operands));
+  if (dims_of(i.out) != *shape)
+    fail(i, fmt::format("broadcasting {} gives {}, but out is {}", operands, ints_str(*shape), ty(i.out)));
+  if (!i.body.defined()) fail(i, fmt::format("the body is undefined (inputs {}, out {})", operands, ty(i.out)));
+  if (i.body.dtype() != i.out.dtype())
+    fail(i, fmt::format("the body {} has type {} but out is {}", expr_str(i.body), i.body.dtype().name(), ty(i.out)));
+}
+
+void check_reduce(const ReduceInst& i) {
+  expect_tensor(i, "x", i.x, MemoryScope::Register);
+  expect_tensor(i, "out", i.out, MemoryScope::Register);
+  expect_dim_set(i, i.dims, i.x.rank(), "x " + ty(i.x));
+  auto x = dims_of(i.x);
+  std::vector<int64_t> expect;
+  for (int d = 0; d < i.x.rank(); ++d) {
+    bool reduced = std::find(i.dims.begin(), i.dims.end(), d) != i.dims.end();
+    if (!reduced) expect.push_back(x[d]);
+    else if (i.keepdim) expect.push_back(1);
+  }
+  if (dims_of(i.out) != expect)
+    fail(i, fmt::format("reducing dims {} of x {} (keepdim={}) gives {}, but out is {}", ints_str(i.dims), ty(i.x),
+                        i.keepdim, ints_str(expect), ty(i.out)));
+  DataType xt = i.x.dtype();
+  bool logical = i.op == ReduceOp::Any || i.op == ReduceOp::All;
+  if (logical && !xt.is_bool()) fail(i, fmt::format("needs a bool tensor, got x {}", ty(i.x)));
+  if (!logical && !xt.is_numeric()) fail(i, fmt::format("needs a numeric tensor, got x {}", ty(i.x)));
+  DataType expect_dt = logical ? dtypes::boolean : xt;
+  if (i.out.dtype() != expect_dt)
+    fail(i, fmt::format("x is {} so out must be {}, got {}", ty(i.x), expect_dt.name(), ty(i.out)));
+}
+
+void check_assign(const AssignInst& i) {
+  expect_tensor(i, "dst", i.dst, MemoryScope::Register);
+  expect_tensor(i, "src", i.src, MemoryScope::Register);
+  expect_same_dtype(i, "dst", i.dst, "src", i.src);
+  expect_same_shape(i, "dst", i.dst, "src", i.src);
+}
+
+// The format as a C string literal would spell it.
+std::string escaped(const std::string& f) {
+  std::string out;
+  for (char c : f) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else out += c;
+  }
+  return out;
+}
+
+void check_printf(const PrintfInst& i) {
+  int64_t conversions = 0;
+  const std::string& f = i.format;
+  for (size_t k = 0; k < f.size(); ++k) {
+    if (f[k] != '%') continue;
+    if (k + 1 < f.size() && f[k + 1] == '%') {
+      ++k;
+      continue;
+    }
+    if (k + 1 == f.size())
+      fail(i, fmt::format("the format \"{}\" ends with a lone '%' (write %% for a percent sign)", escaped(f)));
+    ++conversions;
+  }
+  if (conversions != int64_t(i.args.size()))
+    fail(i, fmt::format("the format \"{}\" has {} % conversions but {} arguments were given: {}", escaped(f), conversions,
+                        i.args.size(), exprs_str(i.args)));
+  for (auto& a : i.args)
+    if (!a.defined() || !(a.dtype().is_numeric() || a.dtype().is_bool() || a.dtype().is_pointer()))
+      fail(i, fmt::format("arguments must be scalar numbers, bools or pointers, got {} of type {}", expr_str(a),
+                          dtype_str(a)));
+}
+
+void check_assume(const AssumeInst& i) {
+  if (!i.cond.defined() || !i.cond.dtype().is_bool())
+    fail(i, fmt::format("the condition must be a bool expression, got {} of type {}", expr_str(i.cond),
+                        dtype_str(i.cond)));
+}
+
+void check_annotate_layout(const AnnotateLayoutInst& i) {
+  const Tensor& t = i.tensor;
+  if (!t.defined()) fail(i, "tensor must be a register or shared tensor, got an undefined tensor");
+  if (t.is_global()) fail(i, fmt::format("tensor must be a register or shared tensor, got {}", ty(t)));
+  expect_tensor(i, "tensor", t, t.scope());
+  if (t.is_register()) {
+    if (!i.layout.defined() || i.shared_layout.defined())
+      fail(i, fmt::format("a register tensor takes a register layout, got {} with {}", ty(t),
+                          i.shared_layout.defined() ? "a shared layout " + i.shared_layout.str() : "no layout"));
+    if (i.layout.shape() != dims_of(t))
+      fail(i, fmt::format("layout {} has shape {} but tensor is {}", i.layout.str(), ints_str(i.layout.shape()), ty(t)));
+  } else {
+    if (!i.shared_layout.defined() || i.layout.defined())
+      fail(i, fmt::format("a shared tensor takes a shared layout, got {} with {}", ty(t),
+                          i.layout.defined() ? "a register layout " + i.layout.str() : "no layout"));
+    if (i.shared_layout.shape() != dims_of(t))
+      fail(i, fmt::format("shared layout {} has shape {} but tensor is {}", i.shared_layout.str(),
+                          ints_str(i.shared_layout.shape()), ty(t)));
+  }
+}
+
+// Expressions of an instruction may use its own binders but no other instruction's.
+struct FieldCollector : FieldVisitor {
+  std::vector<std::pair<const char*, Expr>> exprs_;
+  std::vector<Var> binders_;
+  void expr(const char* name, Expr& e) override { exprs_.emplace_back(name, e); }
+  void binder(const char*, Var& v) override { binders_.push_back(v); }
+};
+
+void check_binders(const InstNode& inst) {
+  FieldCollector c;
+  inst.visit_fields(c);
+  std::unordered_set<const void*> own;
+  for (auto& b : c.binders_) own.insert(b.get());
+  for (auto& [field, e] : c.exprs_) {
+    if (!e.defined()) continue;
+    for (auto& v : free_vars(e)) {
+      if (v->role != VarRole::Binder || own.count(v.get())) continue;
+      std::vector<std::string> names;
+      for (auto& b : c.binders_) names.push_back(b.defined() ? b.name() : "<undefined>");
+      fail(inst, fmt::format("{} {} uses '{}', a variable bound by another instruction (this one binds [{}])", field,
+                             expr_str(e), v.name(), fmt::join(names, ", ")));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Whole-kernel verification
+// ---------------------------------------------------------------------------------------
+
+class KernelVerifier {
+ public:
+  KernelVerifier(const Kernel& k, const VerifyOptions& opts) : kernel_(k), opts_(opts) {}
+
+  void run() {
+    check_attributes();
+    scopes_.push_back(Scope{Scope::Body, kernel_.num_threads()});
+    walk(kernel_.body);
+    scopes_.pop_back();
+    check_shared_budget();
+  }
+
+ private:
+  struct Scope {
+    enum Kind { Body, Loop, Branch, Group } kind;
+    int64_t threads;  // threads of the innermost thread group
+    std::unordered_set<const TensorNode*> tensors;
+    std::unordered_set<const void*> vars;      // loop vars, lets and declares
+    std::unordered_set<const void*> mutables;  // declares
+  };
+
+  struct SharedAlloc {
+    const InstNode* inst;
+    Tensor tensor;
+    int64_t bytes;
+  };
+
+  [[noreturn]] void fail_kernel(const std::string& what) const {
+    throw CompileError(fmt::format("kernel {}: {}", kernel_.name, what), kernel_.loc);
+  }
+  [[noreturn]] void fail_stmt(const StmtNode& s, const std::string& ctx, const std::string& what) const {
+    throw CompileError(fmt::format("{}: {}", ctx, what), s.loc.valid() ? s.loc : kernel_.loc);
+  }
+
+  // Rule A.
+  void check_attributes() {
+    if (kernel_.warps < 1 || kernel_.warps > kMaxWarps)
+      fail_kernel(fmt::format("warps = {}: a block has 1 to {} warps", kernel_.warps, kMaxWarps));
+    if (kernel_.grid.empty() || kernel_.grid.size() > 3)
+      fail_kernel(fmt::format("the grid needs 1 to 3 block counts, got {}: {}", kernel_.grid.size(),
+                              exprs_str(kernel_.grid)));
+    for (auto& p : kernel_.params)
+      if (p.defined()) params_.insert(p.get());
+    for (auto& g : kernel_.grid) {
+      if (!is_integer_expr(g))
+        fail_kernel(fmt::format("grid {}: block counts must be integer expressions, got {} of type {}",
+                                exprs_str(kernel_.grid), expr_str(g), dtype_str(g)));
+      if (g.is_int_const() && g.int_value() <= 0)
+        fail_kernel(fmt::format("grid {}: block count {} is not positive", exprs_str(kernel_.grid), g.int_value()));
+      for (auto& v : free_vars(g))
+        if (v->role != VarRole::Param || !params_.count(v.get()))
+          fail_kernel(fmt::format("grid {}: block counts may use only the kernel's parameters, but {} uses '{}' ({})",
+                                  exprs_str(kernel_.grid), expr_str(g), v.name(),
+                                  v->role == VarRole::Param ? "a parameter of another kernel" : role_str(v->role)));
+    }
+    for (auto c : kernel_.cluster)
+      if (c < 1) fail_kernel(fmt::format("cluster dimensions must be positive, got [{}]", fmt::join(kernel_.cluster, ", ")));
+  }
+
+  bool tensor_visible(const Tensor& t) const {
+    for (auto& s : scopes_)
+      if (s.tensors.count(t.get())) return true;
+    return false;
+  }
+  bool var_visible(const Var& v) const {
+    for (auto& s : scopes_)
+      if (s.vars.count(v.get())) return true;
+    return false;
+  }
+  bool var_mutable(const Var& v) const {
+    for (auto& s : scopes_)
+      if (s.mutables.count(v.get())) return true;
+    return false;
+  }
+  int64_t group_threads() const { return scopes_.back().threads; }
+  bool in_group() const {
+    return std::any_of(scopes_.begin(), scopes_.end(), [](const Scope& sc) { return sc.kind == Scope::Group; });
+  }
+
+  // Rule B for scalars: the variables `e` uses are visible here.
+  void check_vars(const Expr& e, const std::unordered_set<const void*>& binders, const SourceLoc& loc,
+                  const std::string& ctx, const char* field) const {
+    if (!e.defined()) return;
+    for (auto& v : free_vars(e)) {
+      bool ok = false;
+      switch (v->role) {
+        case VarRole::Param: ok = params_.count(v.get()) > 0; break;
+        case VarRole::Builtin: ok = true; break;
+        case VarRole::Binder: ok = binders.count(v.get()) > 0; break;
+        case VarRole::Loop:
+        case VarRole::Local: ok = var_visible(v); break;
+      }
+      if (ok) continue;
+      std::string why = v->role == VarRole::Param ? "it is not a parameter of this kernel"
+                        : v->role == VarRole::Binder
+                            ? "it is bound by another instruction"
+                            : "it is used outside the scope that defines it, or before its definition";
+      throw CompileError(fmt::format("{}: {} {} uses '{}' ({}) where it is not visible: {}", ctx, field, expr_str(e),
+                                     v.name(), role_str(v->role), why),
+                         loc.valid() ? loc : kernel_.loc);
+    }
+  }
+
+  void walk(const Stmt& s) {
+    if (!s) return;
+    switch (s->kind) {
+      case StmtKind::Seq:
+        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) walk(c);
+        return;
+      case StmtKind::For: return visit_for(static_cast<const ForStmtNode&>(*s));
+      case StmtKind::If: return visit_if(static_cast<const IfStmtNode&>(*s));
+      case StmtKind::While: return visit_while(static_cast<const WhileStmtNode&>(*s));
+      case StmtKind::Break: return visit_jump(*s, "break");
+      case StmtKind::Continue: return visit_jump(*s, "continue");
+      case StmtKind::Let: return visit_let(static_cast<const LetStmtNode&>(*s));
+      case StmtKind::Declare: return visit_declare(static_cast<const DeclareStmtNode&>(*s));
+      case StmtKind::Assign: return visit_assign(static_cast<const AssignStmtNode&>(*s));
+      case StmtKind::Inst: return visit_inst(static_cast<const InstStmtNode&>(*s));
+      case StmtKind::ThreadGroup: return visit_group(static_cast<const ThreadGroupStmtNode&>(*s));
+    }
+    throw CompileError(fmt::format("kernel {}: a statement of unknown kind {}", kernel_.name, int(s->kind)), s->loc);
+  }
+
+  void push(Scope::Kind kind, int64_t threads) { scopes_.push_back(Scope{kind, threads, {}, {}, {}}); }
+  void pop() { scopes_.pop_back(); }
+
+  // Rule D (loops) and B.
+  void visit_for(const ForStmtNode& s) {
+    const std::unordered_set<const void*> none;
+    for (auto [what, e] : {std::pair<const char*, const Expr*>{"begin", &s.begin}, {"end", &s.end}, {"step", &s.step}}) {
+      if (!is_integer_expr(*e))
+        fail_stmt(s, "for", fmt::format("loop bounds must be integers, got {} {} of type {}", what, expr_str(*e),
+                                        dtype_str(*e)));
+      check_vars(*e, none, s.loc, "for", what);
+    }
+    if (s.step.is_int_const(0)) fail_stmt(s, "for", "the step must not be zero");
+    if (!s.var.defined() || !s.var.dtype().is_integer())
+      fail_stmt(s, "for", fmt::format("the loop variable must be an integer variable, got {} of type {}",
+                                      expr_str(s.var), dtype_str(s.var)));
+    push(Scope::Loop, group_threads());
+    scopes_.back().vars.insert(s.var.get());
+    walk(s.body);
+    pop();
+  }
+
+  void check_condition(const StmtNode& s, const char* ctx, const Expr& cond) {
+    if (!cond.defined() || !cond.dtype().is_bool())
+      fail_stmt(s, ctx, fmt::format("the condition must be a bool expression, got {} of type {}", expr_str(cond),
+                                    dtype_str(cond)));
+    check_vars(cond, {}, s.loc, ctx, "condition");
+  }
+
+  void visit_if(const IfStmtNode& s) {
+    check_condition(s, "if", s.cond);
+    push(Scope::Branch, group_threads());
+    walk(s.then_body);
+    pop();
+    if (s.else_body) {
+      push(Scope::Branch, group_threads());
+      walk(s.else_body);
+      pop();
+    }
+  }
+
+  void visit_while(const WhileStmtNode& s) {
+    check_condition(s, "while", s.cond);
+    push(Scope::Loop, group_threads());
+    walk(s.body);
+    pop();
+  }
+
+  // Rule C.
+  void visit_jump(const StmtNode& s, const char* what) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      if (it->kind == Scope::Loop) return;
+      if (it->kind == Scope::Group)
+        fail_stmt(s, what, "cannot leave a thread group: the nearest enclosing loop is outside the thread group");
+    }
+    fail_stmt(s, what, "outside of a loop (for or while)");
+  }
+
+  void visit_let(const LetStmtNode& s) {
+    std::string ctx = fmt::format("let {}", s.var.defined() ? s.var.name() : "<undefined>");
+    if (!s.var.defined()) fail_stmt(s, ctx, "the variable is undefined");
+    if (!s.value.defined()) fail_stmt(s, ctx, "the value is undefined");
+    if (s.var->role != VarRole::Local)
+      fail_stmt(s, ctx, fmt::format("binds a {}; let binds local variables", role_str(s.var->role)));
+    if (s.value.dtype() != s.var.dtype())
+      fail_stmt(s, ctx, fmt::format("the variable has type {} but the value {} has type {}", s.var.dtype().name(),
+                                    expr_str(s.value), s.value.dtype().name()));
+    check_vars(s.value, {}, s.loc, ctx, "value");
+    scopes_.back().vars.insert(s.var.get());
+  }
+
+  void visit_declare(const DeclareStmtNode& s) {
+    std::string ctx = fmt::format("declare {}", s.var.defined() ? s.var.name() : "<undefined>");
+    if (!s.var.defined()) fail_stmt(s, ctx, "the variable is undefined");
+    if (!s.init.defined()) fail_stmt(s, ctx, "the initial value is undefined");
+    if (s.var->role != VarRole::Local)
+      fail_stmt(s, ctx, fmt::format("declares a {}; declare makes local variables", role_str(s.var->role)));
+    if (s.init.dtype() != s.var.dtype())
+      fail_stmt(s, ctx, fmt::format("the variable has type {} but the initial value {} has type {}",
+                                    s.var.dtype().name(), expr_str(s.init), s.init.dtype().name()));
+    check_vars(s.init, {}, s.loc, ctx, "init");
+    scopes_.back().vars.insert(s.var.get());
+    scopes_.back().mutables.insert(s.var.get());
+  }
+
+  // Rule H.
+  void visit_assign(const AssignStmtNode& s) {
+    std::string name = s.var.defined() ? s.var.name() : "<undefined>";
+    std::string ctx = fmt::format("assignment to '{}'", name);
+    if (!s.var.defined()) fail_stmt(s, ctx, "the variable is undefined");
+    if (s.var->role != VarRole::Local || !var_mutable(s.var)) {
+      std::string what = s.var->role != VarRole::Local ? fmt::format("'{}' is a {}", name, role_str(s.var->role))
+                         : var_visible(s.var)          ? fmt::format("'{}' is bound by let", name)
+                                                       : fmt::format("'{}' is not declared in an enclosing scope", name);
+      fail_stmt(s, ctx, fmt::format("{}; only variables made by declare() can be assigned", what));
+    }
+    if (!s.value.defined()) fail_stmt(s, ctx, "the value is undefined");
+    if (s.value.dtype() != s.var.dtype())
+      fail_stmt(s, ctx, fmt::format("'{}' has type {} but the value {} has type {}", name, s.var.dtype().name(),
+                                    expr_str(s.value), s.value.dtype().name()));
+    check_vars(s.value, {}, s.loc, ctx, "value");
+  }
+
+  // Rule E.
+  void visit_group(const ThreadGroupStmtNode& s) {
+    const char* ctx = to_string(s.group_kind);
+    if (s.thread_begin < 0 || s.num_threads < 1)
+      fail_stmt(s, ctx, fmt::format("needs thread_begin >= 0 and num_threads >= 1, got thread_begin={}, num_threads={}",
+                                    s.thread_begin, s.num_threads));
+    int64_t parent = group_threads();
+    if (s.thread_begin + s.num_threads > parent)
+      fail_stmt(s, ctx, fmt::format("threads [{}, {}) do not fit in the enclosing {} of {} threads", s.thread_begin,
+                                    s.thread_begin + s.num_threads,
+                                    in_group() ? "thread group" : fmt::format("block ({} warps)", kernel_.warps),
+                                    parent));
+    push(Scope::Group, s.num_threads);
+    walk(s.body);
+    pop();
+  }
+
+  // Rule F for one tensor defined (or annotated) here.
+  void check_register_layout(const InstNode& inst, const Tensor& t, const RegisterLayout& layout, const char* role) {
+    if (!layout.defined()) {
+      if (opts_.require_layouts)
+        fail(inst, fmt::format("{} {} has no register layout (layouts are required after layout inference)", role, ty(t)));
+      return;
+    }
+    if (layout.shape() != dims_of(t))
+      fail(inst, fmt::format("{} {} has a layout of shape {}: {}", role, ty(t), ints_str(layout.shape()), layout.str()));
+    if (layout.num_threads() != group_threads())
+      fail(inst, fmt::format("{} {} has a layout over {} threads but the {} has {} threads: {}", role, ty(t),
+                             layout.num_threads(),
+                             in_group() ? "enclosing thread group" : "block",
+                             group_threads(), layout.str()));
+  }
+
+  void visit_inst(const InstStmtNode& s) {
+    if (!s.inst) fail_stmt(s, fmt::format("kernel {}", kernel_.name), "an instruction statement without an instruction");
+    const InstNode& inst = *s.inst;
+    verify_inst(inst);
+
+    // Rule B: operands defined earlier in a visible scope; variables visible.
+    struct Collect : FieldVisitor {
+      std::vector<std::pair<const char*, Tensor>> operands;
+      std::vector<std::pair<const char*, Expr>> exprs;
+      std::unordered_set<const void*> binders;
+      Tensor out;
+      void output(const char*, Tensor& t) override { out = t; }
+      void operand(const char* n, Tensor& t, Access) override { operands.emplace_back(n, t); }
+      void expr(const char* n, Expr& e) override { exprs.emplace_back(n, e); }
+      void binder(const char*, Var& v) override { binders.insert(v.get()); }
+    } c;
+    inst.visit_fields(c);
+    std::string name = inst_name(inst);
+    for (auto& [role, t] : c.operands) {
+      if (!t.defined()) fail(inst, fmt::format("{} is an undefined tensor", role));
+      if (!tensor_visible(t))
+        fail(inst, fmt::format("{} {} ('{}') is not defined here: it is used before its definition or outside the "
+                               "scope that defines it",
+                               role, ty(t), t->name));
+    }
+    for (auto& [field, e] : c.exprs) check_vars(e, c.binders, inst.loc, name, field);
+    if (c.out.defined()) {
+      // Global views evaluate their shape and strides where they are defined.
+      for (auto& d : c.out.shape()) check_vars(d, {}, inst.loc, name, "out shape");
+      for (auto& d : c.out->strides) check_vars(d, {}, inst.loc, name, "out strides");
+      if (c.out.is_register()) check_register_layout(inst, c.out, c.out->layout, "out");
+      if (c.out.is_shared() && c.out->shared_layout.defined() && c.out->shared_layout.shape() != dims_of(c.out))
+        fail(inst, fmt::format("out {} has a shared layout of shape {}: {}", ty(c.out),
+                               ints_str(c.out->shared_layout.shape()), c.out->shared_layout.str()));
+      scopes_.back().tensors.insert(c.out.get());
+    }
+    if (inst.kind() == InstKind::AnnotateLayout) {
+      auto& a = static_cast<const AnnotateLayoutInst&>(inst);
+      if (a.layout.defined()) check_register_layout(inst, a.tensor, a.layout, "tensor");
+    }
+
+    // Rule G: collect the allocations.
+    if (inst.kind() == InstKind::AllocateShared) {
+      const Tensor& t = static_cast<const AllocateSharedInst&>(inst).out;
+      int64_t elements = t->shared_layout.defined() ? t->shared_layout.storage_elements() : product(dims_of(t));
+      int64_t bytes = t.dtype().storage_bytes(elements);
+      bytes = (bytes + 127) / 128 * 128;
+      shared_.push_back(SharedAlloc{&inst, t, bytes});
+    }
+  }
+
+  // Rule G.
+  void check_shared_budget() const {
+    if (opts_.shared_memory_limit <= 0) return;
+    int64_t total = 0;
+    for (auto& a : shared_) total += a.bytes;
+    if (total <= opts_.shared_memory_limit) return;
+    int64_t running = 0;
+    for (auto& a : shared_) {
+      running += a.bytes;
+      if (running <= opts_.shared_memory_limit) continue;
+      throw CompileError(
+          fmt::format("{}: kernel {} needs {} bytes of shared memory, more than the limit of {} bytes; this "
+                      "allocation of {} ({} bytes) brings the total to {} bytes",
+                      inst_name(*a.inst), kernel_.name, total, opts_.shared_memory_limit, ty(a.tensor), a.bytes, running),
+          a.inst->loc.valid() ? a.inst->loc : kernel_.loc);
+    }
+  }
+
+  const Kernel& kernel_;
+  const VerifyOptions& opts_;
+  std::unordered_set<const void*> params_;
+  std::vector<Scope> scopes_;
+  std::vector<SharedAlloc> shared_;
+};
+
+}  // namespace
+
+void verify_inst(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::GlobalView: check_global_view(static_cast<const GlobalViewInst&>(inst)); break;
+    case InstKind::AllocateShared: check_allocate_shared(static_cast<const AllocateSharedInst&>(inst)); break;
+    case InstKind::FreeShared: check_free_shared(static_cast<const FreeSharedInst&>(inst)); break;
+    case InstKind::AllocateRegister: check_allocate_register(static_cast<const AllocateRegisterInst&>(inst)); break;
+    case InstKind::SliceShared: check_slice_shared(static_cast<const SliceSharedInst&>(inst)); break;
+    case InstKind::LoadGlobal: check_load_global(static_cast<const LoadGlobalInst&>(inst)); break;
+    case InstKind::StoreGlobal: check_store_global(static_cast<const StoreGlobalInst&>(inst)); break;
+    case InstKind::LoadShared: check_load_shared(static_cast<const LoadSharedInst&>(inst)); break;
+    case InstKind::StoreShared: check_store_shared(static_cast<const StoreSharedInst&>(inst)); break;
+    case InstKind::CopyAsync: check_copy_async(static_cast<const CopyAsyncInst&>(inst)); break;
+    case InstKind::CopyAsyncWaitGroup: check_copy_async_wait_group(static_cast<const CopyAsyncWaitGroupInst&>(inst)); break;
+    case InstKind::Copy: check_copy(static_cast<const CopyInst&>(inst)); break;
+    case InstKind::Dot: check_dot(static_cast<const DotInst&>(inst)); break;
+    case InstKind::Cast: check_cast(static_cast<const CastInst&>(inst)); break;
+    case InstKind::View: check_view(static_cast<const ViewInst&>(inst)); break;
+    case InstKind::Reshape: check_reshape(static_cast<const ReshapeInst&>(inst)); break;
+    case InstKind::Squeeze: check_squeeze(static_cast<const SqueezeInst&>(inst)); break;
+    case InstKind::Unsqueeze: check_unsqueeze(static_cast<const UnsqueezeInst&>(inst)); break;
+    case InstKind::Transpose: check_transpose(static_cast<const TransposeInst&>(inst)); break;
+    case InstKind::Repeat: check_repeat(static_cast<const RepeatInst&>(inst)); break;
+    case InstKind::Elementwise: check_elementwise(static_cast<const ElementwiseInst&>(inst)); break;
+    case InstKind::Reduce: check_reduce(static_cast<const ReduceInst&>(inst)); break;
+    case InstKind::Assign: check_assign(static_cast<const AssignInst&>(inst)); break;
+    case InstKind::Printf: check_printf(static_cast<const PrintfInst&>(inst)); break;
+    case InstKind::Assume: check_assume(static_cast<const AssumeInst&>(inst)); break;
+    case InstKind::AnnotateLayout: check_annotate_layout(static_cast<const AnnotateLayoutInst&>(inst)); break;
+    case InstKind::CopyAsyncCommitGroup:
+    case InstKind::CopyAsyncWaitAll:
+    case InstKind::Sync: break;
+  }
+  check_binders(inst);
+}
+
+void verify(const Kernel& kernel, const VerifyOptions& opts) { KernelVerifier(kernel, opts).run(); }
+
+void verify(const Program& program, const VerifyOptions& opts) {
+  for (auto& k : program.kernels) verify(k, opts);
+}
+
+}  // namespace tilus
