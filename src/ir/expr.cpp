@@ -295,8 +295,9 @@ bool structural_equal(const Expr& a, const Expr& b) {
     case ExprKind::Var: return false;  // identity only
     case ExprKind::IntImm: return a.as<IntImmNode>()->value == b.as<IntImmNode>()->value;
     case ExprKind::FloatImm: {
+      // 0.0 and -0.0 are different constants (1 / x tells them apart); all NaNs are alike.
       double x = a.as<FloatImmNode>()->value, y = b.as<FloatImmNode>()->value;
-      return x == y || (std::isnan(x) && std::isnan(y));
+      return (x == y && std::signbit(x) == std::signbit(y)) || (std::isnan(x) && std::isnan(y));
     }
     case ExprKind::BoolImm: return a.as<BoolImmNode>()->value == b.as<BoolImmNode>()->value;
     case ExprKind::Unary: {
@@ -330,7 +331,11 @@ size_t structural_hash(const Expr& e) {
   switch (e.kind()) {
     case ExprKind::Var: return mix(h, std::hash<const void*>()(e.get()));
     case ExprKind::IntImm: return mix(h, std::hash<int64_t>()(e.as<IntImmNode>()->value));
-    case ExprKind::FloatImm: return mix(h, std::hash<double>()(e.as<FloatImmNode>()->value));
+    case ExprKind::FloatImm: {
+      // NaNs with different payloads are structurally equal, so they must hash alike.
+      double v = e.as<FloatImmNode>()->value;
+      return mix(h, std::isnan(v) ? size_t(0x7ff8) : std::hash<double>()(v));
+    }
     case ExprKind::BoolImm: return mix(h, e.as<BoolImmNode>()->value);
     case ExprKind::Unary: return mix(mix(h, size_t(e.as<UnaryNode>()->op)), structural_hash(e.as<UnaryNode>()->a));
     case ExprKind::Binary: {
@@ -484,7 +489,8 @@ std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::option
       if (!a) return std::nullopt;
       switch (n->op) {
         case UnaryOp::Not: return EvalValue{t, a->i ? 0 : 1, 0.0};
-        case UnaryOp::BitNot: return make_int(~a->i, t);
+        // On bool (a 1-bit value) ~ flips the bit; widening it first would make ~x always true.
+        case UnaryOp::BitNot: return t.is_bool() ? EvalValue{t, a->i ? 0 : 1, 0.0} : make_int(~a->i, t);
         case UnaryOp::Neg: return t.is_float() ? make_float(-a->f, t) : make_int(int64_t(0 - uint64_t(a->i)), t);
       }
       return std::nullopt;
@@ -651,7 +657,6 @@ int precedence(const Expr& e) {
       default: return 12;  // min / max print as calls
     }
   }
-  if (e.as<SelectNode>()) return 0;
   if (e.as<UnaryNode>()) return 11;
   return 12;
 }
@@ -690,7 +695,10 @@ std::string print_expr(const Expr& e, const Namer& nm) {
     case ExprKind::BoolImm: return e.as<BoolImmNode>()->value ? "true" : "false";
     case ExprKind::Unary: {
       auto n = e.as<UnaryNode>();
-      return std::string(to_string(n->op)) + operand(n->a, 11, false, nm);
+      std::string inner = operand(n->a, 11, false, nm);
+      // "-(-5)" and "-(-x)" must not print as "--5".
+      if (!inner.empty() && inner[0] == to_string(n->op)[0]) inner = "(" + inner + ")";
+      return std::string(to_string(n->op)) + inner;
     }
     case ExprKind::Binary: {
       auto n = e.as<BinaryNode>();

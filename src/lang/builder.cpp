@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <fmt/ranges.h>
 
 #include "tilus/ir/verifier.h"
 
@@ -31,6 +32,34 @@ std::optional<std::vector<int64_t>> broadcast(const std::vector<std::vector<int6
 }
 
 int normalize_dim(int dim, int rank) { return dim < 0 ? dim + rank : dim; }
+
+// The static shape of a tensor, or empty when a dim is dynamic (hand-built IR); the
+// verifier reports the problem with the instruction's location.
+std::vector<int64_t> static_dims(const Tensor& t) {
+  std::vector<int64_t> s;
+  if (!t.defined()) return s;
+  for (auto& d : t.shape()) {
+    if (!d.is_int_const()) return {};
+    s.push_back(d.int_value());
+  }
+  return s;
+}
+
+// Normalizes negative dims; duplicates (after normalization) are reported with the dims
+// as the user wrote them.
+std::vector<int> normalize_dims(const std::vector<int>& dims, const Tensor& x, const char* inst, const SourceLoc& loc) {
+  std::vector<int> out;
+  int rank = x.defined() ? x.rank() : 0;
+  for (int d : dims) {
+    int n = normalize_dim(d, rank);
+    if (std::find(out.begin(), out.end(), n) != out.end())
+      throw CompileError(fmt::format("{}: dim {} appears twice in dims [{}] of {}", inst, n, fmt::join(dims, ", "),
+                                     type_of(x)),
+                         loc);
+    out.push_back(n);
+  }
+  return out;
+}
 
 bool is_math_op(const std::string& op) {
   static const char* ops[] = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "round", "tanh", "floor", "ceil"};
@@ -321,12 +350,13 @@ Var Builder::declare(const std::string& name, DataType dtype, Expr init, SourceL
                                    to_string(init), init.dtype().name()),
                        loc);
   Var v(name, dtype, VarRole::Local);
+  mutable_vars_.insert(v.get());
   emit_stmt(std::make_shared<DeclareStmtNode>(v, tilus::cast(init, dtype), loc));
   return v;
 }
 
 void Builder::assign(const Var& var, Expr value, SourceLoc loc) {
-  if (var->role != VarRole::Local)
+  if (var->role != VarRole::Local || !mutable_vars_.count(var.get()))
     throw CompileError(fmt::format("cannot assign to '{}': only variables made by declare() are mutable", var.name()), loc);
   if (!value.defined()) throw CompileError(fmt::format("assignment to '{}': the value is undefined", var.name()), loc);
   if (value.dtype().is_pointer() != var.dtype().is_pointer())
@@ -436,7 +466,8 @@ Tensor Builder::index_shared(const Tensor& src, std::vector<Expr> indices, Sourc
     throw CompileError(fmt::format("indexing: only shared tensors can be indexed this way, got {}", type_of(src)), loc);
   if (indices.size() > size_t(src.rank()))
     throw CompileError(fmt::format("indexing: {} indices for {}", indices.size(), type_of(src)), loc);
-  std::vector<int64_t> full = src.static_shape();
+  std::vector<int64_t> full = static_dims(src);
+  if (full.size() != size_t(src.rank())) throw CompileError(fmt::format("indexing: {} has a dynamic shape", type_of(src)), loc);
   std::vector<Expr> offsets = indices;
   std::vector<int> dims;
   std::vector<int64_t> shape;
@@ -483,7 +514,7 @@ void Builder::store_global(const Tensor& dst, const Tensor& src, std::vector<Exp
 Tensor Builder::load_shared(const Tensor& src, SourceLoc loc) {
   auto i = make_inst<LoadSharedInst>(loc);
   i->src = src;
-  std::vector<int64_t> shape = src.defined() && src.is_shared() ? src.static_shape() : std::vector<int64_t>{};
+  std::vector<int64_t> shape = src.defined() && src.is_shared() ? static_dims(src) : std::vector<int64_t>{};
   i->out = Tensor::reg("y", src.defined() ? src.dtype() : dtypes::void_t, shape);
   return emit_with_output(i);
 }
@@ -545,7 +576,9 @@ void complete_region(CopyRegion& r) {
 void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc) {
   auto i = make_inst<CopyInst>(loc);
   if (!src.tensor.defined() || !dst.tensor.defined())
-    throw CompileError("copy: source and destination must be tensors", loc);
+    throw CompileError(fmt::format("copy: source and destination must be tensors, got {} and {}", type_of(src.tensor),
+                                   type_of(dst.tensor)),
+                       loc);
   bool src_head = !src.offsets.empty() && src.extents.empty();
   bool dst_head = !dst.offsets.empty() && dst.extents.empty();
   complete_region(src);
@@ -631,7 +664,7 @@ Tensor Builder::dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc
   i->a = a;
   i->b = b;
   i->c = c;
-  i->out = Tensor::reg("d", c.defined() ? c.dtype() : dtypes::void_t, c.defined() && c.is_register() ? c.static_shape()
+  i->out = Tensor::reg("d", c.defined() ? c.dtype() : dtypes::void_t, c.defined() && c.is_register() ? static_dims(c)
                                                                                                     : std::vector<int64_t>{});
   return emit_with_output(i);
 }
@@ -639,7 +672,7 @@ Tensor Builder::dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc
 Tensor Builder::cast(const Tensor& x, DataType dtype, SourceLoc loc) {
   auto i = make_inst<CastInst>(loc);
   i->x = x;
-  i->out = Tensor::reg("c", dtype, x.defined() && x.is_register() ? x.static_shape() : std::vector<int64_t>{});
+  i->out = Tensor::reg("c", dtype, x.defined() && x.is_register() ? static_dims(x) : std::vector<int64_t>{});
   return emit_with_output(i);
 }
 
@@ -651,7 +684,7 @@ Tensor Builder::view(const Tensor& x, std::optional<DataType> dtype, const Regis
   if (layout.defined()) {
     shape = layout.shape();
   } else if (x.defined() && x.is_register()) {
-    shape = x.static_shape();
+    shape = static_dims(x);
     // Reinterpreting as a narrower/wider dtype scales the last dim.
     if (!shape.empty() && dt.bits() > 0 && x.dtype().bits() != dt.bits()) {
       int64_t bits = shape.back() * x.dtype().bits();
@@ -661,7 +694,7 @@ Tensor Builder::view(const Tensor& x, std::optional<DataType> dtype, const Regis
   for (auto d : shape)
     if (d <= 0)
       throw CompileError(fmt::format("view: cannot view {} as {}: the last dim holds {} bits, not a multiple of {}",
-                                     type_of(x), dt.name(), x.defined() ? x.static_shape().back() * x.dtype().bits() : 0,
+                                     type_of(x), dt.name(), x.defined() && !static_dims(x).empty() ? static_dims(x).back() * x.dtype().bits() : 0,
                                      dt.bits()),
                          loc);
   i->out = Tensor::reg("v", dt, shape, layout);
@@ -690,11 +723,11 @@ Tensor Builder::squeeze(const Tensor& x, std::vector<int> dims, SourceLoc loc) {
   auto i = make_inst<SqueezeInst>(loc);
   i->x = x;
   int r = x.defined() ? x.rank() : 0;
-  for (int& d : dims) d = normalize_dim(d, r);
+  dims = normalize_dims(dims, x, "squeeze", loc);
   i->dims = dims;
   std::vector<int64_t> shape;
   if (x.defined() && x.is_register()) {
-    auto s = x.static_shape();
+    auto s = static_dims(x);
     for (int d = 0; d < r; ++d)
       if (std::find(dims.begin(), dims.end(), d) == dims.end()) shape.push_back(s[d]);
   }
@@ -710,7 +743,7 @@ Tensor Builder::unsqueeze(const Tensor& x, std::vector<int> dims, SourceLoc loc)
   i->dims = dims;
   std::vector<int64_t> shape;
   if (x.defined() && x.is_register()) {
-    auto s = x.static_shape();
+    auto s = static_dims(x);
     size_t k = 0;
     for (int d = 0; d < out_rank; ++d) {
       if (std::find(dims.begin(), dims.end(), d) != dims.end()) shape.push_back(1);
@@ -725,7 +758,7 @@ Tensor Builder::transpose(const Tensor& x, SourceLoc loc) {
   auto i = make_inst<TransposeInst>(loc);
   i->x = x;
   std::vector<int64_t> shape;
-  if (x.defined() && x.is_register() && x.rank() == 2) shape = {x.static_shape()[1], x.static_shape()[0]};
+  if (x.defined() && x.is_register() && static_dims(x).size() == 2) shape = {static_dims(x)[1], static_dims(x)[0]};
   i->out = Tensor::reg("tr", x.defined() ? x.dtype() : dtypes::void_t, shape);
   return emit_with_output(i);
 }
@@ -736,7 +769,7 @@ Tensor Builder::repeat(const Tensor& x, std::vector<int64_t> repeats, SourceLoc 
   i->repeats = repeats;
   std::vector<int64_t> shape;
   if (x.defined() && x.is_register()) {
-    auto s = x.static_shape();
+    auto s = static_dims(x);
     size_t rank = std::max(s.size(), repeats.size());
     shape.assign(rank, 1);
     for (size_t d = 0; d < rank; ++d) {
@@ -755,7 +788,7 @@ Tensor Builder::elementwise(const std::string& op, const std::vector<Tensor>& in
   for (auto& t : inputs) {
     if (!t.defined() || !t.is_register())
       throw CompileError(fmt::format("{}: operands must be register tensors or scalars, got {}", op, type_of(t)), loc);
-    shapes.push_back(t.static_shape());
+    shapes.push_back(static_dims(t));
   }
   if (inputs.empty()) throw CompileError(fmt::format("{}: needs at least one register tensor operand", op), loc);
   auto shape = broadcast(shapes);
@@ -884,11 +917,11 @@ Tensor Builder::reduce(ReduceOp op, const Tensor& x, std::optional<std::vector<i
     dims = std::vector<int>(r);
     std::iota(dims->begin(), dims->end(), 0);
   }
-  for (int& d : *dims) d = normalize_dim(d, r);
+  *dims = normalize_dims(*dims, x, to_string(op), loc);
   i->dims = *dims;
   std::vector<int64_t> shape;
   if (x.defined() && x.is_register()) {
-    auto s = x.static_shape();
+    auto s = static_dims(x);
     for (int d = 0; d < r; ++d) {
       bool reduced = std::find(dims->begin(), dims->end(), d) != dims->end();
       if (!reduced) shape.push_back(s[d]);

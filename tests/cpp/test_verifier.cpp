@@ -967,8 +967,11 @@ TEST(VerifierRuleH, AssignOnlyToDeclaredVariables) {
   {
     Traced t;
     Var v = t.b.let("v", t.n + 1, L(205));
-    t.b.assign(v, t.n, L(206));  // the builder accepts it (a let is a Local variable)
-    Kernel k = t.kernel();
+    // The tracer rejects it at the call site.
+    EXPECT_TRUE(Fails([&] { t.b.assign(v, t.n, L(206)); }, 206, "cannot assign to 'v'", {"declare()"}));
+    // Built by hand, the verifier rejects it.
+    Kernel k = make_kernel({std::make_shared<LetStmtNode>(v, int_const(1), L(205)),
+                            std::make_shared<AssignStmtNode>(v, int_const(2), L(206))});
     EXPECT_TRUE(Fails([&] { verify(k); }, 206, "assignment to 'v'", {"'v' is bound by let", "declare()"}));
   }
   Var n = param("n", int32);

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "tilus/ir/error.h"
@@ -148,6 +149,7 @@ class Builder {
   std::vector<Scope> scopes_;
   bool finished_ = false;
   SourceLoc last_loc_;
+  std::unordered_set<const void*> mutable_vars_;  // variables made by declare()
 };
 
 }  // namespace tilus
