@@ -51,9 +51,11 @@ bool mma_eligible(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int6
   return in_ok && acc_ok && m % 16 == 0 && n % 8 == 0 && k % 16 == 0 && threads % 32 == 0;
 }
 
-// Splits `workers` over a [m, n] grid of units: (wm, wn) with wm | m, wn | n, as many
-// workers used as possible, then the most square per-worker tiles.
-std::pair<int64_t, int64_t> split_workers(int64_t m_units, int64_t n_units, int64_t workers) {
+// Splits `workers` over a [m, n] grid of units (each unit_m x unit_n elements): (wm, wn)
+// with wm | m, wn | n, as many workers used as possible, then the most square per-worker
+// tiles in elements.
+std::pair<int64_t, int64_t> split_workers(int64_t m_units, int64_t n_units, int64_t workers, int64_t unit_m = 1,
+                                          int64_t unit_n = 1) {
   std::pair<int64_t, int64_t> best{1, 1};
   int64_t best_used = 0;
   double best_skew = 1e30;
@@ -62,7 +64,7 @@ std::pair<int64_t, int64_t> split_workers(int64_t m_units, int64_t n_units, int6
     for (int64_t wn = 1; wm * wn <= workers; wn *= 2) {
       if (n_units % wn) continue;
       int64_t used = wm * wn;
-      double skew = std::abs(double(m_units) / wm - double(n_units) / wn);
+      double skew = std::abs(double(m_units * unit_m) / wm - double(n_units * unit_n) / wn);
       if (used > best_used || (used == best_used && skew < best_skew)) {
         best = {wm, wn};
         best_used = used;
@@ -81,7 +83,7 @@ RegisterLayout mma_c() { return local({2, 1}) * spatial({8, 4}) * local({1, 2});
 DotLayouts dot_layouts(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
   if (mma_eligible(ab, c, m, n, k, threads)) {
     int64_t warps = threads / 32;
-    auto [wm, wn] = split_workers(m / 16, n / 8, warps);
+    auto [wm, wn] = split_workers(m / 16, n / 8, warps, 16, 8);
     int64_t rep = warps / (wm * wn);
     int64_t rm = m / 16 / wm, rn = n / 8 / wn, rk = k / 16;
     RegisterLayout warps_c = spatial({wm, wn});
