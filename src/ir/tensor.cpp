@@ -1,6 +1,9 @@
 #include "tilus/ir/tensor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "tilus/ir/error.h"
 
@@ -90,6 +93,21 @@ Tensor Tensor::with_shared_layout(const SharedLayout& layout) const {
 
 std::string Tensor::type_str() const {
   return fmt::format("{} {}{}", to_string(scope()), dtype().name(), shape_str(shape()));
+}
+
+std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vector<int64_t>>& shapes) {
+  size_t rank = 0;
+  for (auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<int64_t> out(rank, 1);
+  for (auto& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      size_t d = rank - s.size() + i;
+      if (s[i] == 1) continue;
+      if (out[d] == 1) out[d] = s[i];
+      else if (out[d] != s[i]) return std::nullopt;
+    }
+  }
+  return out;
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }

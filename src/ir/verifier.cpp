@@ -91,22 +91,6 @@ int64_t product(const std::vector<int64_t>& v) {
   return p;
 }
 
-// numpy broadcasting of static shapes (right-aligned, 1 broadcasts).
-std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vector<int64_t>>& shapes) {
-  size_t rank = 0;
-  for (auto& s : shapes) rank = std::max(rank, s.size());
-  std::vector<int64_t> out(rank, 1);
-  for (auto& s : shapes) {
-    for (size_t i = 0; i < s.size(); ++i) {
-      size_t d = rank - s.size() + i;
-      if (s[i] == 1) continue;
-      if (out[d] == 1) out[d] = s[i];
-      else if (out[d] != s[i]) return std::nullopt;
-    }
-  }
-  return out;
-}
-
 bool is_integer_expr(const Expr& e) { return e.defined() && e.dtype().is_integer(); }
 
 bool same_shape_expr(const Expr& a, const Expr& b) {

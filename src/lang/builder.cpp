@@ -14,23 +14,6 @@ namespace {
 
 std::string type_of(const Tensor& t) { return t.defined() ? t.type_str() : std::string("<none>"); }
 
-// numpy-style broadcasting of static shapes (right-aligned, 1 broadcasts); nullopt when
-// the shapes are incompatible.
-std::optional<std::vector<int64_t>> broadcast(const std::vector<std::vector<int64_t>>& shapes) {
-  size_t rank = 0;
-  for (auto& s : shapes) rank = std::max(rank, s.size());
-  std::vector<int64_t> out(rank, 1);
-  for (auto& s : shapes) {
-    for (size_t i = 0; i < s.size(); ++i) {
-      size_t d = rank - s.size() + i;
-      if (s[i] == 1) continue;
-      if (out[d] == 1) out[d] = s[i];
-      else if (out[d] != s[i]) return std::nullopt;
-    }
-  }
-  return out;
-}
-
 int normalize_dim(int dim, int rank) { return dim < 0 ? dim + rank : dim; }
 
 // The static shape of a tensor, or empty when a dim is dynamic (hand-built IR); the
@@ -159,6 +142,14 @@ Program Builder::finish() {
 
 void Builder::push(Scope s) { scopes_.push_back(std::move(s)); }
 
+namespace {
+// The statements of a closed scope as one body (an empty sequence when there are none).
+Stmt body_of(std::vector<Stmt>&& stmts) {
+  Stmt body = make_seq(std::move(stmts));
+  return body ? body : std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+}
+}  // namespace
+
 Builder::Scope Builder::pop(Scope::Kind expected, const char* what) {
   if (scopes_.size() <= 1 || scopes_.back().kind != expected)
     throw InternalError(fmt::format("unbalanced scopes: closing a {} that is not open", what));
@@ -207,7 +198,7 @@ Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr s
 void Builder::end_for() {
   Scope s = pop(Scope::For, "for loop");
   emit_stmt(std::make_shared<ForStmtNode>(s.loop_var, tilus::cast(s.a, s.loop_var.dtype()), tilus::cast(s.b, s.loop_var.dtype()),
-                                          tilus::cast(s.c, s.loop_var.dtype()), s.unroll, make_seq(std::move(s.stmts)),
+                                          tilus::cast(s.c, s.loop_var.dtype()), s.unroll, body_of(std::move(s.stmts)),
                                           s.loc));
 }
 
@@ -248,8 +239,7 @@ void Builder::begin_if(Expr cond, SourceLoc loc) {
 
 void Builder::end_if() {
   Scope s = pop(Scope::If, "if");
-  Stmt then_body = make_seq(std::move(s.stmts));
-  if (!then_body) then_body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  Stmt then_body = body_of(std::move(s.stmts));
   emit_stmt(std::make_shared<IfStmtNode>(s.a, then_body, nullptr, s.loc));
 }
 
@@ -267,8 +257,7 @@ void Builder::begin_else(SourceLoc loc) {
 
 void Builder::end_else() {
   Scope s = pop(Scope::Else, "else");
-  Stmt body = make_seq(std::move(s.stmts));
-  if (!body) body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  Stmt body = body_of(std::move(s.stmts));
   emit_stmt(attach_else(s.pending_if, body));
 }
 
@@ -282,8 +271,7 @@ void Builder::begin_while(Expr cond, SourceLoc loc) {
 
 void Builder::end_while() {
   Scope s = pop(Scope::While, "while loop");
-  Stmt body = make_seq(std::move(s.stmts));
-  if (!body) body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  Stmt body = body_of(std::move(s.stmts));
   emit_stmt(std::make_shared<WhileStmtNode>(s.a, body, s.loc));
 }
 
@@ -329,8 +317,7 @@ void Builder::begin_thread_group(ThreadGroupKind kind, int64_t thread_begin, int
 
 void Builder::end_thread_group() {
   Scope s = pop(Scope::ThreadGroup, "thread group");
-  Stmt body = make_seq(std::move(s.stmts));
-  if (!body) body = std::make_shared<SeqStmtNode>(std::vector<Stmt>{});
+  Stmt body = body_of(std::move(s.stmts));
   emit_stmt(std::make_shared<ThreadGroupStmtNode>(s.group_kind, s.thread_begin, s.num_threads, body, s.loc));
 }
 
@@ -791,7 +778,7 @@ Tensor Builder::elementwise(const std::string& op, const std::vector<Tensor>& in
     shapes.push_back(static_dims(t));
   }
   if (inputs.empty()) throw CompileError(fmt::format("{}: needs at least one register tensor operand", op), loc);
-  auto shape = broadcast(shapes);
+  auto shape = broadcast_shapes(shapes);
   if (!shape) {
     std::string operands;
     for (size_t k = 0; k < inputs.size(); ++k) operands += (k ? " and " : "") + type_of(inputs[k]);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ struct TensorPtrHash {
 struct TensorPtrEqual {
   bool operator()(const Tensor& a, const Tensor& b) const { return a.same_as(b); }
 };
+
+// numpy broadcasting of static shapes (right-aligned, 1 broadcasts); nullopt when the
+// shapes are incompatible.
+std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vector<int64_t>>& shapes);
 
 // "[64, 32]"
 std::string shape_str(const std::vector<int64_t>& shape);
