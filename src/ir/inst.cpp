@@ -41,7 +41,10 @@ void GlobalViewInst::visit_fields(FieldVisitor& v) {
   v.expr("ptr", ptr);
 }
 
-void AllocateSharedInst::visit_fields(FieldVisitor& v) { v.output("out", out); }
+void AllocateSharedInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out);
+  if (offset >= 0) v.attr("offset", std::to_string(offset));
+}
 
 void FreeSharedInst::visit_fields(FieldVisitor& v) { v.operand("tensor", tensor, Access::Alias); }
 
@@ -63,6 +66,7 @@ void LoadGlobalInst::visit_fields(FieldVisitor& v) {
   v.operand("src", src, Access::Read);
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
+  if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
 }
 
 void StoreGlobalInst::visit_fields(FieldVisitor& v) {
@@ -70,6 +74,7 @@ void StoreGlobalInst::visit_fields(FieldVisitor& v) {
   v.operand("src", src, Access::Read);
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
+  if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
 }
 
 void LoadSharedInst::visit_fields(FieldVisitor& v) {
@@ -89,6 +94,7 @@ void CopyAsyncInst::visit_fields(FieldVisitor& v) {
   v.attr("dims", ints_str(dims));
   v.attr("evict", to_string(evict));
   v.attr("check_bounds", check_bounds ? "true" : "false");
+  if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
 }
 
 void CopyAsyncCommitGroupInst::visit_fields(FieldVisitor&) {}

@@ -30,6 +30,17 @@ class Printer {
     for (size_t i = 0; i < k.grid.size(); ++i) grid += (i ? ", " : "") + expr(k.grid[i]);
     out_ += fmt::format("  grid [{}]\n", grid);
     out_ += fmt::format("  warps {}\n", k.warps);
+    if (!k.param_divisibility.empty()) {
+      std::string facts;
+      for (auto& [index, d] : k.param_divisibility) {
+        if (index < 0 || index >= int(k.params.size())) continue;
+        const Var& p = k.params[index];
+        facts += fmt::format("{}{} {} {}", facts.empty() ? "" : ", ", var_name(*p.operator->()),
+                             p.dtype().is_pointer() ? "aligned" : "divisible by", d);
+      }
+      out_ += fmt::format("  specialized {}\n", facts);
+    }
+    if (k.shared_memory_bytes > 0) out_ += fmt::format("  shared_memory {}\n", k.shared_memory_bytes);
     if (k.cluster != std::array<int64_t, 3>{1, 1, 1})
       out_ += fmt::format("  cluster [{}, {}, {}]\n", k.cluster[0], k.cluster[1], k.cluster[2]);
     out_ += "{\n";

@@ -137,6 +137,7 @@ struct GlobalViewInst : InstNode {
 struct AllocateSharedInst : InstNode {
   TILUS_INST_COMMON(AllocateShared, "shared_tensor")
   Tensor out;
+  int64_t offset = -1;  // byte offset in the block's shared memory (set by plan_shared_memory)
 };
 
 struct FreeSharedInst : InstNode {
@@ -171,6 +172,9 @@ struct LoadGlobalInst : InstNode {
   Tensor src;
   std::vector<Expr> offsets;
   std::vector<int> dims;
+  // The global dims whose bounds are checked (set by insert_bounds_predicates; nullopt
+  // before it runs, which the emitters treat as "check every dim").
+  std::optional<std::vector<int>> checked_dims;
 };
 
 // dst[offsets + place(i)] = src[i...]; out-of-bounds elements are not written.
@@ -180,6 +184,7 @@ struct StoreGlobalInst : InstNode {
   Tensor src;
   std::vector<Expr> offsets;
   std::vector<int> dims;
+  std::optional<std::vector<int>> checked_dims;  // as in LoadGlobalInst
 };
 
 struct LoadSharedInst : InstNode {
@@ -203,6 +208,7 @@ struct CopyAsyncInst : InstNode {
   std::vector<int> dims;
   EvictPolicy evict = EvictPolicy::Normal;
   bool check_bounds = true;
+  std::optional<std::vector<int>> checked_dims;  // as in LoadGlobalInst
   bool is_async() const override { return true; }
 };
 

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,11 @@ struct Kernel {
   std::array<int64_t, 3> cluster{1, 1, 1};
   Stmt body;
   SourceLoc loc;
+  // Facts about runtime parameters the kernel was specialized for: an integer parameter
+  // divisible by d, a pointer aligned to d bytes (param index -> d).
+  std::map<int, int64_t> param_divisibility;
+  // Bytes of dynamic shared memory the block uses (set by plan_shared_memory).
+  int64_t shared_memory_bytes = 0;
 
   int64_t num_threads() const { return warps * 32; }
 };

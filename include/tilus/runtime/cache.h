@@ -1,0 +1,51 @@
+// The on-disk cubin cache.
+//
+// Layout: $TILUS_CACHE_DIR (default ~/.cache/tilus)/kernels/<key[0:2]>/<key>/ with
+//   kernel.cu     the generated source
+//   kernel.cubin  the compiled code
+//   meta.json     format version, kernel name, arch, NVRTC version, options, params, grid
+//                 expressions, block threads, shared bytes, and the SHA-256 of the cubin
+// An entry is written into a temporary directory and renamed into place, so readers never
+// see half of one; an entry whose checksum or metadata does not match is ignored (and
+// rebuilt by the caller). A cache directory that cannot be written degrades to no caching
+// with one warning.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tilus {
+
+// SHA-256 of data, as 64 hex digits.
+std::string sha256_hex(const std::string& data);
+std::string sha256_hex(const std::vector<char>& data);
+
+struct CacheEntry {
+  std::string source;
+  std::vector<char> cubin;
+  std::string meta;  // the metadata text (JSON), as the caller serialized it
+};
+
+class DiskCache {
+ public:
+  // dir: the cache root; empty: $TILUS_CACHE_DIR or ~/.cache/tilus.
+  explicit DiskCache(std::string dir = "");
+  const std::string& dir() const { return dir_; }
+  bool writable() const;
+  // The key of a compilation: hash of the source, arch, NVRTC version, options and the
+  // tilus version.
+  static std::string key(const std::string& source, const std::string& arch, int nvrtc_version,
+                         const std::vector<std::string>& options);
+  std::optional<CacheEntry> load(const std::string& key) const;
+  // Returns false (after the one-time warning) when the entry could not be written.
+  bool store(const std::string& key, const CacheEntry& entry) const;
+
+ private:
+  std::string dir_;
+};
+
+// The process-wide cache ($TILUS_CACHE_DIR or ~/.cache/tilus).
+DiskCache& default_cache();
+
+}  // namespace tilus

@@ -1,0 +1,77 @@
+// The CUDA Driver API, loaded with dlopen at first use: tilus links no libcuda, so the
+// library, its tests and the CPU backend work on machines without a GPU or a driver.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tilus/ir/error.h"
+
+namespace tilus {
+
+// A failure of the driver or the GPU (not the user's Script).
+class RuntimeError : public Error {
+ public:
+  using Error::Error;
+};
+
+using DevicePtr = uint64_t;  // CUdeviceptr
+using Stream = void*;        // CUstream (nullptr: the default stream)
+
+// True when libcuda loads and at least one device is present.
+bool gpu_available();
+// Why gpu_available() is false ("" when it is true); for skip messages.
+std::string gpu_unavailable_reason();
+
+struct DeviceInfo {
+  std::string name;
+  int compute_capability = 0;  // major*10 + minor
+  int multiprocessors = 0;
+  int64_t shared_memory_per_block_optin = 0;
+  int driver_version = 0;      // cuDriverGetVersion
+  std::string arch() const;    // "sm_90a" on Hopper, "sm_<cc>" elsewhere
+};
+// The current device (device 0, primary context made current). Throws RuntimeError.
+const DeviceInfo& current_device();
+
+// Device memory helpers for tests and examples.
+DevicePtr device_alloc(size_t bytes);
+void device_free(DevicePtr p);
+void copy_to_device(DevicePtr dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, DevicePtr src, size_t bytes);
+void device_memset(DevicePtr dst, uint8_t value, size_t bytes);
+void synchronize();
+
+// A loaded cubin (CUmodule) and one of its functions.
+class LoadedModule {
+ public:
+  LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes);
+  ~LoadedModule();
+  LoadedModule(const LoadedModule&) = delete;
+  LoadedModule& operator=(const LoadedModule&) = delete;
+  // Launches with args[i] pointing at each argument's value (cuLaunchKernel's kernelParams).
+  void launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const;
+  const std::string& function_name() const { return name_; }
+
+ private:
+  void* module_ = nullptr;
+  void* function_ = nullptr;
+  std::string name_;
+  int64_t shared_bytes_ = 0;
+};
+
+// GPU timing with CUDA events: milliseconds for `fn` (enqueued on `stream`).
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  void start(Stream stream = nullptr);
+  float stop_ms(Stream stream = nullptr);  // records, synchronizes, returns elapsed ms
+
+ private:
+  void* begin_ = nullptr;
+  void* end_ = nullptr;
+};
+
+}  // namespace tilus
