@@ -264,6 +264,12 @@ uint64_t DataType::encode_float(double value) const {
 
 std::vector<uint8_t> pack_bits(const std::vector<uint64_t>& codes, int bits) {
   std::vector<uint8_t> out((codes.size() * bits + 7) / 8, 0);
+  if (bits % 8 == 0) {  // whole bytes: little-endian byte by byte
+    size_t nb = bits / 8;
+    for (size_t i = 0; i < codes.size(); ++i)
+      for (size_t b = 0; b < nb; ++b) out[i * nb + b] = uint8_t(codes[i] >> (8 * b));
+    return out;
+  }
   for (size_t i = 0; i < codes.size(); ++i) {
     for (int b = 0; b < bits; ++b) {
       if ((codes[i] >> b) & 1) {
@@ -279,6 +285,12 @@ std::vector<uint64_t> unpack_bits(const std::vector<uint8_t>& bytes, int bits, i
   if (int64_t(bytes.size()) * 8 < n * bits)
     throw InternalError(fmt::format("unpack_bits: {} bytes hold fewer than {} elements of {} bits", bytes.size(), n, bits));
   std::vector<uint64_t> out(n, 0);
+  if (bits % 8 == 0) {
+    size_t nb = bits / 8;
+    for (int64_t i = 0; i < n; ++i)
+      for (size_t b = 0; b < nb; ++b) out[i] |= uint64_t(bytes[i * nb + b]) << (8 * b);
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
     for (int b = 0; b < bits; ++b) {
       size_t bit = size_t(i) * bits + b;

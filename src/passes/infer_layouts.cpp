@@ -23,7 +23,9 @@ int64_t largest_pow2_divisor(int64_t n, int64_t cap) {
 // The default layout: every thread holds 16-byte vectors along the last dim; threads
 // spread over the last dim first, then the dims before it; threads beyond the tile's
 // parallelism replicate it.
-RegisterLayout default_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads) {
+}  // namespace
+
+RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads) {
   int r = int(shape.size());
   std::vector<int64_t> inner(r, 1), spread(r, 1), outer(r, 1);
   if (r == 0) return replicated(threads);
@@ -41,9 +43,7 @@ RegisterLayout default_layout(const std::vector<int64_t>& shape, DataType dtype,
   return l;
 }
 
-struct DotLayouts {
-  RegisterLayout a, b, c;
-};
+namespace {
 
 bool mma_eligible(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
   bool in_ok = ab == dtypes::float16 || ab == dtypes::bfloat16;
@@ -80,38 +80,46 @@ RegisterLayout mma_a() { return column_local({2, 2}) * spatial({8, 4}) * local({
 RegisterLayout mma_b() { return local({2, 1}) * column_spatial({4, 8}) * local({2, 1}); }
 RegisterLayout mma_c() { return local({2, 1}) * spatial({8, 4}) * local({1, 2}); }
 
-DotLayouts dot_layouts(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
+}  // namespace
+
+DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
+  DotPlan d;
   if (mma_eligible(ab, c, m, n, k, threads)) {
     int64_t warps = threads / 32;
     auto [wm, wn] = split_workers(m / 16, n / 8, warps, 16, 8);
-    int64_t rep = warps / (wm * wn);
-    int64_t rm = m / 16 / wm, rn = n / 8 / wn, rk = k / 16;
-    RegisterLayout warps_c = spatial({wm, wn});
-    RegisterLayout warps_a = spatial({wm, 1}) * replicated(wn);
-    RegisterLayout warps_b = replicated(wm) * spatial({1, wn});
-    DotLayouts d{local({rm, rk}) * warps_a * mma_a(), local({rk, rn}) * warps_b * mma_b(),
-                 local({rm, rn}) * warps_c * mma_c()};
-    if (rep > 1) {
-      d.a = replicated(rep) * d.a;
-      d.b = replicated(rep) * d.b;
-      d.c = replicated(rep) * d.c;
-    }
-    return d;
+    d.kind = DotPlan::Mma;
+    d.wm = wm;
+    d.wn = wn;
+    d.rep = warps / (wm * wn);
+    d.rm = m / 16 / wm;
+    d.rn = n / 8 / wn;
+    d.rk = k / 16;
+    d.a = local({d.rm, d.rk}) * spatial({wm, 1}) * replicated(wn) * mma_a();
+    d.b = local({d.rk, d.rn}) * replicated(wm) * spatial({1, wn}) * mma_b();
+    d.c = local({d.rm, d.rn}) * spatial({wm, wn}) * mma_c();
+  } else {
+    // SIMT outer product: thread (i, j) of a tm x tn grid owns a pm x pn block of c, a
+    // full pm x k strip of a and a k x pn strip of b.
+    auto [tm, tn] = split_workers(m, n, threads);
+    d.kind = DotPlan::Simt;
+    d.tm = tm;
+    d.tn = tn;
+    d.rep = threads / (tm * tn);
+    d.pm = m / tm;
+    d.pn = n / tn;
+    d.a = local({d.pm, k}) * spatial({tm, 1}) * replicated(tn);
+    d.b = local({k, d.pn}) * replicated(tm) * spatial({1, tn});
+    d.c = local({d.pm, d.pn}) * spatial({tm, tn});
   }
-  // SIMT outer product: thread (i, j) of a tm x tn grid owns a pm x pn block of c, a full
-  // pm x k strip of a and a k x pn strip of b.
-  auto [tm, tn] = split_workers(m, n, threads);
-  int64_t rep = threads / (tm * tn);
-  int64_t pm = m / tm, pn = n / tn;
-  DotLayouts d{local({pm, k}) * spatial({tm, 1}) * replicated(tn), local({k, pn}) * replicated(tm) * spatial({1, tn}),
-               local({pm, pn}) * spatial({tm, tn})};
-  if (rep > 1) {
-    d.a = replicated(rep) * d.a;
-    d.b = replicated(rep) * d.b;
-    d.c = replicated(rep) * d.c;
+  if (d.rep > 1) {
+    d.a = replicated(d.rep) * d.a;
+    d.b = replicated(d.rep) * d.b;
+    d.c = replicated(d.rep) * d.c;
   }
   return d;
 }
+
+namespace {
 
 // A layout of `shape` derived from `out`'s layout for a broadcast operand: the dims where
 // the operand has extent 1 (and the leading dims it lacks) are reduced.
@@ -165,7 +173,7 @@ class LayoutSolver {
     for (const TensorNode* t : order_) {
       if (known_.count(t)) continue;
       Tensor tensor = tensors_.at(t);
-      assign(t, default_layout(tensor.static_shape(), tensor.dtype(), threads_.at(t)), nullptr);
+      assign(t, default_register_layout(tensor.static_shape(), tensor.dtype(), threads_.at(t)), nullptr);
       propagate();
     }
     struct Rewrite : StmtMutator {
@@ -297,7 +305,7 @@ class LayoutSolver {
         auto& i = static_cast<const DotInst&>(inst);
         if (i.a.rank() != 2 || i.b.rank() != 2 || i.c.rank() != 2) return;
         auto sa = i.a.static_shape(), sb = i.b.static_shape();
-        DotLayouts d = dot_layouts(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], threads);
+        DotPlan d = plan_dot(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], threads);
         fix(i.a, d.a, inst);
         fix(i.b, d.b, inst);
         fix(i.c, d.c, inst);

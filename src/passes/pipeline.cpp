@@ -11,6 +11,8 @@
 
 #include "tilus/ir/printer.h"
 #include "tilus/passes/infer_layouts.h"
+#include "tilus/passes/insert_bounds_predicates.h"
+#include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/simplify.h"
 #include "tilus/passes/verify.h"
 
@@ -28,6 +30,13 @@ const std::vector<Pass>& passes() {
       {"verify", [](const Program& p, const PipelineOptions& o) { return verify_program(p, o.target); }},
       {"simplify", [](const Program& p, const PipelineOptions&) { return simplify_program(p); }},
       {"infer_layouts", [](const Program& p, const PipelineOptions&) { return infer_layouts(p); }},
+      {"insert_bounds_predicates",
+       [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},
+      // DESIGN 6.5-6.7 go here when they exist: copy instruction selection, async-copy
+      // waits, barrier insertion. Shared-memory planning stays last: it needs the final set
+      // of shared tensors and uses.
+      {"plan_shared_memory",
+       [](const Program& p, const PipelineOptions& o) { return plan_shared_memory(p, o.target); }},
   };
   return list;
 }

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "range_tracking.h"
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
 
@@ -11,21 +12,11 @@ namespace tilus {
 namespace {
 
 // Simplifies expressions with the ranges known at each point, and substitutes lets whose
-// values are constants or variables.
-class ExprSimplifier : public StmtMutator {
+// values are constants or variables. The facts are the basic ones of RangeTrackingMutator
+// (no strided loop bounds, no specialization facts), as this pass has always used.
+class ExprSimplifier : public RangeTrackingMutator {
  public:
-  explicit ExprSimplifier(const Kernel& k) {
-    // Block indices range over the grid; threads over the block.
-    for (size_t d = 0; d < 3; ++d) {
-      Interval r = Interval::range(0, 0);
-      if (d < k.grid.size()) {
-        Interval g = ctx_.bound(k.grid[d]);
-        r = Interval{0, g.hi ? std::optional<int64_t>(*g.hi - 1) : std::nullopt};
-      }
-      ctx_.set_range(builtin::block_idx(int(d)), r);
-    }
-    ctx_.set_range(builtin::thread_idx(), Interval::range(0, k.num_threads() - 1));
-  }
+  explicit ExprSimplifier(const Kernel& k) : RangeTrackingMutator(k) {}
 
  protected:
   Expr mutate_expr(const Expr& e) override {
@@ -43,10 +34,7 @@ class ExprSimplifier : public StmtMutator {
     if (st.is_int_const() && st.int_value() > 0) {
       if (auto ge = ctx_.prove(b >= e); ge && *ge) return nullptr;
     }
-    if (st.is_int_const() && st.int_value() > 0) {
-      Interval lo = ctx_.bound(b), hi = ctx_.bound(e);
-      ctx_.set_range(n.var, Interval{lo.lo, hi.hi ? std::optional<int64_t>(*hi.hi - 1) : std::nullopt});
-    }
+    enter_loop(n.var, b, e, st);
     Stmt body = mutate(n.body);
     if (b.same_as(n.begin) && e.same_as(n.end) && st.same_as(n.step) && body == n.body) return s;
     return std::make_shared<ForStmtNode>(n.var, b, e, st, n.unroll, body ? body : make_seq({}), n.loc);
@@ -64,26 +52,12 @@ class ExprSimplifier : public StmtMutator {
       subst_[n.var.get()] = v;
       return nullptr;
     }
-    Interval r = ctx_.bound(v);
-    if (r.lo || r.hi) ctx_.set_range(n.var, r);
-    int64_t d = ctx_.divisor(v);
-    if (d > 1) ctx_.set_divisor(n.var, d);
+    bind_let(n.var, v);
     if (v.same_as(n.value)) return s;
     return std::make_shared<LetStmtNode>(n.var, v, n.loc);
   }
 
-  Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
-    // Register-tensor axes range over the tensor's shape.
-    if (auto a = inst_as<AllocateRegisterInst>(inst)) {
-      auto shape = a->out.static_shape();
-      for (size_t d = 0; d < a->axes.size() && d < shape.size(); ++d)
-        ctx_.set_range(a->axes[d], Interval::range(0, shape[d] - 1));
-    }
-    return StmtMutator::mutate_inst(s, inst);
-  }
-
  private:
-  BoundContext ctx_;
   std::unordered_map<const void*, Expr> subst_;
 };
 

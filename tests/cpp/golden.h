@@ -10,9 +10,10 @@
 #include <sstream>
 #include <string>
 
-inline ::testing::AssertionResult matches_golden(const std::string& name, const std::string& actual) {
+inline ::testing::AssertionResult matches_golden(const std::string& name, const std::string& actual,
+                                                 const std::string& ext = ".tir") {
   namespace fs = std::filesystem;
-  fs::path file = fs::path(TILUS_SOURCE_DIR) / "tests" / "cpp" / "golden" / (name + ".tir");
+  fs::path file = fs::path(TILUS_SOURCE_DIR) / "tests" / "cpp" / "golden" / (name + ext);
   const char* update = std::getenv("TILUS_UPDATE_GOLDEN");
   if (update && std::string(update) == "1") {
     fs::create_directories(file.parent_path());

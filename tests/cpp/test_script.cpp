@@ -266,7 +266,15 @@ TEST(Script, DumpIrWritesEveryStage) {
   PipelineOptions opts;
   opts.dump_dir = dir.string();
   run_pipeline(trace(ControlFlow{}), opts);
-  std::vector<std::string> expected = {"00_traced.tir", "01_verify.tir", "02_simplify.tir", "03_infer_layouts.tir"};
+  std::vector<std::string> expected = {"00_traced.tir",   "01_verify.tir",
+                                       "02_simplify.tir", "03_infer_layouts.tir",
+                                       "04_insert_bounds_predicates.tir",
+                                       "05_plan_shared_memory.tir"};
+  // The traced IR plus one file per pass, and nothing else.
+  ASSERT_EQ(expected.size(), pass_names().size() + 1);
+  size_t files = 0;
+  for (auto& entry : fs::directory_iterator(dir / "ControlFlow")) files += entry.is_regular_file();
+  EXPECT_EQ(files, expected.size());
   for (auto& f : expected) {
     fs::path file = dir / "ControlFlow" / f;
     ASSERT_TRUE(fs::exists(file)) << file;

@@ -1,0 +1,149 @@
+#include "tilus/passes/insert_bounds_predicates.h"
+
+#include <optional>
+#include <unordered_set>
+#include <vector>
+
+#include "range_tracking.h"
+#include "tilus/ir/simplify.h"
+
+namespace tilus {
+
+namespace {
+
+// Walks a kernel with the facts that hold at each point and records, on every global
+// access, the dims those facts cannot prove in bounds. Expressions are left as they are:
+// the pass only decides which predicates the emitters generate.
+class BoundsPredicateInserter : public RangeTrackingMutator {
+ public:
+  // Strided loop bounds and specialization facts are what make the common cases provable:
+  // `for k0 in range(0, K, 32)` with a constant K % 32 == 0, and sizes fixed by
+  // specialization.
+  explicit BoundsPredicateInserter(const Kernel& k)
+      : RangeTrackingMutator(k, Options{.strided_loops = true, .param_facts = true}) {}
+
+ protected:
+  Stmt mutate_for(const Stmt& s, const ForStmtNode& n) override {
+    // Only loops whose end cannot change while they run give the loop-end rule a fact.
+    bool fact = n.step.is_int_const() && n.step.int_value() > 0 && immutable(n.begin) && immutable(n.end);
+    if (fact) loops_.push_back(LoopFact{n.var, n.begin, n.end, n.step.int_value()});
+    Stmt r = RangeTrackingMutator::mutate_for(s, n);
+    if (fact) loops_.pop_back();
+    return r;
+  }
+
+  Stmt mutate_declare(const Stmt& s, const DeclareStmtNode& n) override {
+    mutable_.insert(n.var.get());
+    return RangeTrackingMutator::mutate_declare(s, n);
+  }
+
+  Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+    bind_axes(inst);
+    if (auto i = inst_as<LoadGlobalInst>(inst)) {
+      return update<LoadGlobalInst>(s, *i, checked(i->src, i->offsets, i->dims, i->out));
+    }
+    if (auto i = inst_as<StoreGlobalInst>(inst)) {
+      return update<StoreGlobalInst>(s, *i, checked(i->dst, i->offsets, i->dims, i->src));
+    }
+    if (auto i = inst_as<CopyAsyncInst>(inst)) {
+      // check_bounds=false: the user promised the box is in bounds, so no predicate at all.
+      std::vector<int> dims = i->check_bounds ? checked(i->src, i->offsets, i->dims, i->dst) : std::vector<int>{};
+      return update<CopyAsyncInst>(s, *i, std::move(dims));
+    }
+    return s;
+  }
+
+ private:
+  // for var in range(begin, end, step), with begin and end fixed while it runs.
+  struct LoopFact {
+    Var var;
+    Expr begin, end;
+    int64_t step;
+  };
+
+  std::vector<LoopFact> loops_;              // enclosing loops, outermost first
+  std::unordered_set<const void*> mutable_;  // declared (assignable) scalars
+
+  template <class T>
+  Stmt update(const Stmt& s, const T& inst, std::vector<int> dims) {
+    if (inst.checked_dims && *inst.checked_dims == dims) return s;
+    auto copy = std::make_shared<T>(inst);
+    copy->checked_dims = std::move(dims);
+    return make_inst_stmt(copy);
+  }
+
+  bool immutable(const Expr& e) const {
+    for (auto& v : free_vars(e))
+      if (mutable_.count(v.get())) return false;
+    return true;
+  }
+
+  // True only when the condition holds wherever this point of the program is reached.
+  bool holds(const Expr& cond) const {
+    Expr c = simplify(cond, ctx_);
+    if (auto b = c.as<BoolImmNode>()) return b->value;
+    auto p = ctx_.prove(c);
+    return p && *p;
+  }
+
+  // The loop-end rule: the tile [offset, offset + extent) lies in [0, extent_d) when
+  // offset = var + c for an enclosing `for var in range(begin, end, step)` with
+  // var's lower bound + c >= 0, c + extent <= step, extent_d >= end, and step dividing
+  // end - begin. Then var + step <= end (var < end, and end - var is a multiple of step), so
+  // the tile ends inside, and nothing on the way wraps around since it stays below end.
+  // This is what a specialization fact (k % 32 == 0) buys `for k0 in range(0, k, 32)`: the
+  // interval proof cannot see it, as k0 + 32 might wrap for all it knows of an unknown k.
+  bool inside_loop_step(const Expr& offset, int64_t extent, const Expr& global_extent) const {
+    for (auto it = loops_.rbegin(); it != loops_.rend(); ++it) {
+      Expr c = simplify(offset - it->var, ctx_);
+      if (!c.is_int_const() || c.int_value() + extent > it->step) continue;
+      Interval v = ctx_.range_of(it->var);
+      if (!v.lo || *v.lo + c.int_value() < 0) continue;
+      Expr slack = simplify(global_extent - it->end, ctx_);
+      if (!slack.is_int_const() || slack.int_value() < 0) continue;
+      if (ctx_.divisor(simplify(it->end - it->begin, ctx_)) % it->step != 0) continue;
+      return true;
+    }
+    return false;
+  }
+
+  // The global dims of `global` that an access of `tile` at `offsets`, with tile dim i on
+  // global dim dims[i], may take out of bounds.
+  std::vector<int> checked(const Tensor& global, const std::vector<Expr>& offsets, const std::vector<int>& dims,
+                           const Tensor& tile) const {
+    std::vector<int> out;
+    int rank = global.defined() ? global.rank() : 0;
+    // Malformed accesses are the verifier's business; here they just keep every check.
+    bool well_formed = global.defined() && tile.defined() && int(offsets.size()) == rank &&
+                       int(dims.size()) == tile.rank();
+    std::vector<int64_t> tile_shape = well_formed ? tile.static_shape() : std::vector<int64_t>{};
+    for (int d = 0; d < rank; ++d) {
+      if (!well_formed) {
+        out.push_back(d);
+        continue;
+      }
+      // A global dim that no tile dim maps to is fixed at its offset: one index.
+      int64_t extent = 1;
+      for (size_t i = 0; i < dims.size(); ++i)
+        if (dims[i] == d) extent = tile_shape[i];
+      const Expr& offset = offsets[d];
+      const Expr& size = global.shape()[d];
+      bool in_bounds = (holds(offset >= 0) && holds(offset + extent <= size)) || inside_loop_step(offset, extent, size);
+      if (!in_bounds) out.push_back(d);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+Program insert_bounds_predicates(const Program& program) {
+  Program out;
+  for (auto& k : program.kernels) {
+    BoundsPredicateInserter pass(k);
+    out.kernels.push_back(pass.mutate(k));
+  }
+  return out;
+}
+
+}  // namespace tilus

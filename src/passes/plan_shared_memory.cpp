@@ -1,0 +1,219 @@
+#include "tilus/passes/plan_shared_memory.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
+#include "tilus/ir/functor.h"
+
+namespace tilus {
+
+namespace {
+
+// The alignment of one tensor's offset. 128 bytes serves ldmatrix, cp.async and wgmma
+// operands (DESIGN 6.8); TMA boxes with a swizzle will need 1024 bytes, decided here per
+// tensor once the IR records which tensors TMA writes.
+int64_t alignment_of(const AllocateSharedInst& /*alloc*/, const Target& /*target*/) { return 128; }
+
+// Bytes a shared tensor occupies: its layout's storage, densely bit-packed for sub-byte
+// types (33 int4 elements take 17 bytes).
+int64_t bytes_of(const Tensor& t) {
+  int64_t elements = t->shared_layout.defined() ? t->shared_layout.storage_elements() : t.num_elements();
+  return t.dtype().storage_bytes(elements);
+}
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+struct Allocation {
+  const AllocateSharedInst* inst = nullptr;
+  Tensor tensor;
+  int64_t size = 0;
+  int64_t alignment = 1;
+  // The live range, inclusive, in the positions Liveness gives statements.
+  int64_t begin = 0, end = 0;
+  int64_t offset = -1;
+
+  bool live_with(const Allocation& o) const { return begin <= o.end && o.begin <= end; }
+  bool live_at(int64_t pos) const { return begin <= pos && pos <= end; }
+};
+
+// Numbers the instructions and loop boundaries of a body in program order and finds the
+// live range of every allocation.
+class Liveness : public StmtVisitor {
+ public:
+  explicit Liveness(const Target& target) : target_(target) {}
+
+  std::vector<Allocation> run(const Kernel& k) {
+    visit(k.body);
+    // A use inside loops that the allocation is outside of keeps the tensor live to the end
+    // of the outermost such loop: the next iteration uses it again. Loops nest, so walking
+    // outwards the loops not holding the allocation come first, then those holding it.
+    for (auto& u : uses_) {
+      Allocation& a = allocs_[u.alloc];
+      int64_t end = u.pos;
+      for (int l = u.loop; l >= 0; l = loops_[l].parent) {
+        const Loop& loop = loops_[l];
+        if (loop.begin < a.begin && a.begin < loop.end) break;
+        end = loop.end;
+      }
+      a.end = std::max(a.end, end);
+    }
+    return std::move(allocs_);
+  }
+
+ protected:
+  void visit_for(const ForStmtNode& s) override { loop([&] { StmtVisitor::visit_for(s); }); }
+  void visit_while(const WhileStmtNode& s) override { loop([&] { StmtVisitor::visit_while(s); }); }
+
+  void visit_inst(const InstNode& inst) override {
+    int64_t pos = pos_++;
+    for (auto& [t, access] : inst.operands()) {
+      if (!t.defined()) continue;
+      auto it = root_.find(t.get());
+      if (it != root_.end()) uses_.push_back(Use{it->second, pos, current_loop_});
+    }
+    if (inst.kind() == InstKind::AllocateShared) {
+      auto& a = static_cast<const AllocateSharedInst&>(inst);
+      Allocation r;
+      r.inst = &a;
+      r.tensor = a.out;
+      r.size = bytes_of(a.out);
+      r.alignment = alignment_of(a, target_);
+      r.begin = r.end = pos;
+      root_[a.out.get()] = int(allocs_.size());
+      allocs_.push_back(std::move(r));
+    } else if (inst.kind() == InstKind::SliceShared) {
+      // A view lives in its base's bytes: its uses are uses of the base.
+      auto& s = static_cast<const SliceSharedInst&>(inst);
+      if (!s.src.defined()) return;
+      auto it = root_.find(s.src.get());
+      if (it != root_.end()) root_[s.out.get()] = it->second;
+    }
+  }
+
+ private:
+  struct Loop {
+    int64_t begin = 0, end = 0;
+    int parent = -1;
+  };
+  struct Use {
+    int alloc;
+    int64_t pos;
+    int loop;  // innermost enclosing loop, -1 for none
+  };
+
+  template <class F>
+  void loop(F body) {
+    int id = int(loops_.size());
+    loops_.push_back(Loop{pos_++, 0, current_loop_});
+    current_loop_ = id;
+    body();
+    current_loop_ = loops_[id].parent;
+    loops_[id].end = pos_++;
+  }
+
+  const Target& target_;
+  int64_t pos_ = 0;
+  int current_loop_ = -1;
+  std::vector<Loop> loops_;
+  std::vector<Use> uses_;
+  std::vector<Allocation> allocs_;
+  std::unordered_map<const TensorNode*, int> root_;  // tensor or view -> allocation
+};
+
+// Greedy placement: largest first (stable, so ties keep program order), each at the lowest
+// aligned offset that overlaps no placed tensor it is live with. Returns the total.
+int64_t place(std::vector<Allocation>& allocs) {
+  std::vector<size_t> order(allocs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return allocs[a].size > allocs[b].size; });
+  std::vector<size_t> placed;
+  int64_t total = 0;
+  for (size_t i : order) {
+    Allocation& a = allocs[i];
+    std::vector<const Allocation*> conflicts;
+    for (size_t j : placed)
+      if (allocs[j].live_with(a)) conflicts.push_back(&allocs[j]);
+    std::sort(conflicts.begin(), conflicts.end(), [](auto* x, auto* y) { return x->offset < y->offset; });
+    // Conflicts in increasing offset: the candidate only moves up, and once it ends before a
+    // conflict's start it ends before every later one too.
+    int64_t offset = 0;
+    for (auto* c : conflicts) {
+      if (offset + a.size <= c->offset) break;
+      if (offset < c->offset + c->size) offset = align_up(c->offset + c->size, a.alignment);
+    }
+    a.offset = offset;
+    total = std::max(total, offset + a.size);
+    placed.push_back(i);
+  }
+  return total;
+}
+
+[[noreturn]] void over_budget(const Kernel& k, const Target& target, const std::vector<Allocation>& allocs,
+                              int64_t total) {
+  // The first allocation, in program order, at which the tensors live there reach past the
+  // limit is where the plan fails; every allocation is visited at its own position, so the
+  // one that ends highest is found at the latest.
+  std::vector<const Allocation*> by_begin;
+  for (auto& a : allocs) by_begin.push_back(&a);
+  std::sort(by_begin.begin(), by_begin.end(), [](auto* x, auto* y) { return x->begin < y->begin; });
+  for (auto* at : by_begin) {
+    std::vector<const Allocation*> live;
+    int64_t footprint = 0;
+    for (auto& a : allocs) {
+      if (!a.live_at(at->begin)) continue;
+      live.push_back(&a);
+      footprint = std::max(footprint, a.offset + a.size);
+    }
+    if (footprint <= target.shared_memory_per_block) continue;
+    std::sort(live.begin(), live.end(), [](auto* x, auto* y) { return x->offset < y->offset; });
+    std::string list;
+    for (auto* a : live)
+      list += fmt::format("\n  {} ({}): {} bytes at offset {}, allocated at {}", a->tensor->name, a->tensor.type_str(),
+                          a->size, a->offset, a->inst->loc.str());
+    throw CompileError(
+        fmt::format("shared_tensor: kernel {} needs {} bytes of shared memory, more than the limit of {} bytes of one "
+                    "block on {}; the tensors live at this allocation span {} bytes:{}",
+                    k.name, total, target.shared_memory_per_block, target.arch, footprint, list),
+        at->inst->loc.valid() ? at->inst->loc : k.loc);
+  }
+  throw InternalError(fmt::format("plan_shared_memory: kernel {} exceeds the limit at no allocation", k.name), k.loc);
+}
+
+// Writes the planned offsets into the allocations.
+class OffsetWriter : public StmtMutator {
+ public:
+  std::unordered_map<const InstNode*, int64_t> offsets;
+
+ protected:
+  Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+    auto it = offsets.find(inst.get());
+    if (it == offsets.end()) return s;
+    auto a = inst_as<AllocateSharedInst>(inst);
+    if (a->offset == it->second) return s;
+    auto copy = std::make_shared<AllocateSharedInst>(*a);
+    copy->offset = it->second;
+    return make_inst_stmt(copy);
+  }
+};
+
+}  // namespace
+
+Program plan_shared_memory(const Program& program, const Target& target) {
+  Program out;
+  for (auto& k : program.kernels) {
+    std::vector<Allocation> allocs = Liveness(target).run(k);
+    int64_t total = place(allocs);
+    if (total > target.shared_memory_per_block) over_budget(k, target, allocs, total);
+    OffsetWriter writer;
+    for (auto& a : allocs) writer.offsets[a.inst] = a.offset;
+    Kernel r = writer.mutate(k);
+    r.shared_memory_bytes = total;
+    out.kernels.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace tilus
