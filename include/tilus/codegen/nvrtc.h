@@ -26,6 +26,8 @@ class NvrtcError : public Error {
 // messages.
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, const std::string& arch,
                           const std::vector<std::string>& extra_options = {});
+// The options nvrtc_compile passes for `arch` (before extra_options); part of the cache key.
+std::vector<std::string> nvrtc_options(const std::string& arch);
 // NVRTC's version as major*1000 + minor*10 (e.g. 13000); part of the cache key.
 int nvrtc_version();
 // True when tilus was built with NVRTC.

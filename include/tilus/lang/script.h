@@ -73,6 +73,16 @@ TILUS_DTYPE_TAG(f6e3m2, float6_e3m2)
 TILUS_DTYPE_TAG(f4e2m1, float4_e2m1)
 #undef TILUS_DTYPE_TAG
 
+// The dtype a tag names (void: an untyped pointer, viewed with any dtype).
+template <class T>
+struct tag_dtype {
+  static constexpr DataType value = T::dtype;
+};
+template <>
+struct tag_dtype<void> {
+  static constexpr DataType value = dtypes::void_t;
+};
+
 // A runtime scalar parameter of dtype T::dtype.
 template <class T>
 struct Scalar : Expr {
@@ -89,7 +99,8 @@ using Float16 = Scalar<f16>;
 using Float32 = Scalar<f32>;
 using Float64 = Scalar<f64>;
 
-// A pointer parameter to elements of T::dtype.
+// A pointer parameter to elements of T::dtype (Ptr<void>: untyped; global_view gives the
+// dtype).
 template <class T>
 struct Ptr : Expr {
   using Tag = T;
@@ -361,7 +372,10 @@ class Script {
   template <class T>
   GlobalTensor global_view(const Ptr<T>& ptr, std::vector<Expr> shape, GlobalViewOptions opts = {},
                            Loc loc = Loc::current()) {
-    return global_view_impl(ptr, opts.dtype ? *opts.dtype : T::dtype, std::move(shape), std::move(opts.strides), loc);
+    if (!opts.dtype && tag_dtype<T>::value.is_void())
+      throw CompileError("global_view of a Ptr<void> needs .dtype", SourceLoc::from(loc));
+    return global_view_impl(ptr, opts.dtype ? *opts.dtype : tag_dtype<T>::value, std::move(shape),
+                            std::move(opts.strides), loc);
   }
   GlobalTensor global_view(const Expr& ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides = {},
                            Loc loc = Loc::current()) {
@@ -494,7 +508,7 @@ P make_param(Builder& b, const std::string& kernel, const std::string& name, con
   if constexpr (is_scalar_param<P>::value) {
     return P(b.add_param(name, P::Tag::dtype, loc));
   } else if constexpr (is_ptr_param<P>::value) {
-    return P(b.add_param(name, P::Tag::dtype.pointer_to(), loc));
+    return P(b.add_param(name, tag_dtype<typename P::Tag>::value.pointer_to(), loc));
   } else {
     static_assert(std::is_arithmetic_v<P> || std::is_same_v<P, std::string>,
                   "Script parameters are Scalar<T>, Ptr<T>, arithmetic constants or std::string");

@@ -13,6 +13,14 @@
 
 namespace tilus {
 
+// A launch whose arguments do not fit the kernel: wrong count, a scalar where a pointer
+// is expected (or the reverse), a null pointer, a pointer to the wrong dtype, an integer
+// out of its parameter's range. The message names the kernel and the parameter.
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
 // One argument of a launch.
 struct KernelArg {
   enum class Kind { Int, Float, Pointer } kind = Kind::Int;

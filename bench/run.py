@@ -1,0 +1,160 @@
+"""tilus against torch (cuBLAS) and Triton, measured in one run on one GPU.
+
+    python bench/run.py [--build build] [--size 4096] [--quick]
+
+Prints a table of times and ratios (tilus / reference: >1 means tilus is faster for
+bandwidth and throughput). The tilus figures come from build/bench/bench_tilus, which this
+script runs as a subprocess; torch and Triton are timed here with CUDA events, each launch
+after an L2 flush, median of many runs.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # Triton is optional: its rows are then marked missing
+    triton = None
+
+
+def median_ms(fn, repeat=50):
+    scrub = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(repeat):
+        scrub.fill_(i & 0xFF)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+if triton is not None:
+
+    @triton.autotune(
+        configs=[
+            triton.Config({"BM": 128, "BN": 256, "BK": 64, "G": 8}, num_stages=3, num_warps=8),
+            triton.Config({"BM": 128, "BN": 128, "BK": 64, "G": 8}, num_stages=4, num_warps=4),
+            triton.Config({"BM": 128, "BN": 128, "BK": 32, "G": 8}, num_stages=4, num_warps=4),
+            triton.Config({"BM": 64, "BN": 256, "BK": 32, "G": 8}, num_stages=4, num_warps=4),
+            triton.Config({"BM": 128, "BN": 64, "BK": 32, "G": 8}, num_stages=4, num_warps=4),
+        ],
+        key=["M", "N", "K"],
+    )
+    @triton.jit
+    def triton_matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
+        # Grouped tile order so neighbouring programs share rows of a in L2.
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (G * tiles_n)
+        first_m = group * G
+        rows = min(tiles_m - first_m, G)
+        tile_m = first_m + (pid % rows)
+        tile_n = (pid % (G * tiles_n)) // rows
+        rm = tile_m * BM + tl.arange(0, BM)
+        rn = tile_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            ka = k0 + rk
+            x = tl.load(a + rm[:, None] * K + ka[None, :], mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+            y = tl.load(b + ka[:, None] * N + rn[None, :], mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def triton_matmul(a, b, c):
+        M, K = a.shape
+        N = b.shape[1]
+        grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)
+        triton_matmul_kernel[grid](a, b, c, M, N, K)
+
+
+def run_tilus(build, *args, env=None):
+    exe = os.path.join(build, "bench", "bench_tilus")
+    out = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"bench_tilus {' '.join(map(str, args))} failed:\n{out.stdout}{out.stderr}")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    p.add_argument("--size", type=int, default=4096, help="matmul M = N = K")
+    p.add_argument("--elements", type=int, default=1 << 26, help="vector add length")
+    args = p.parse_args()
+    rows = []  # (benchmark, implementation, figure, ratio text)
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+          f"triton {triton.__version__ if triton else 'missing'}", flush=True)
+
+    # --- vector add bandwidth -------------------------------------------------------------
+    n = args.elements
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    z = torch.empty_like(x)
+    copy_ms = median_ms(lambda: z.copy_(x))
+    add_ms = median_ms(lambda: torch.add(x, y, out=z))
+    copy_gbps = 2 * n * 4 / copy_ms / 1e6
+    add_gbps = 3 * n * 4 / add_ms / 1e6
+    tilus_va = run_tilus(args.build, "vector_add", n)[0]
+    rows.append(("vector add f32", "torch copy_", f"{copy_gbps:.0f} GB/s", ""))
+    rows.append(("vector add f32", "torch add", f"{add_gbps:.0f} GB/s", ""))
+    rows.append(("vector add f32", "tilus", f"{tilus_va['gbps']:.0f} GB/s",
+                 f"{tilus_va['gbps'] / copy_gbps:.2f}x copy, {tilus_va['gbps'] / add_gbps:.2f}x add"))
+
+    # --- f16 matmul ------------------------------------------------------------------------
+    s = args.size
+    a = torch.randn(s, s, device="cuda", dtype=torch.float16)
+    b = torch.randn(s, s, device="cuda", dtype=torch.float16)
+    c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+    flops = 2 * s ** 3
+    cublas_ms = median_ms(lambda: torch.matmul(a, b, out=c), 30)
+    rows.append((f"matmul f16 {s}^3", "torch (cuBLAS)", f"{flops / cublas_ms / 1e9:.0f} TFLOP/s", ""))
+    triton_ms = None
+    if triton is not None:
+        triton_matmul(a, b, c)  # autotunes
+        ref = torch.matmul(a, b)
+        assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=1e-2), "Triton matmul is wrong"
+        triton_ms = median_ms(lambda: triton_matmul(a, b, c), 30)
+        rows.append((f"matmul f16 {s}^3", "Triton", f"{flops / triton_ms / 1e9:.0f} TFLOP/s", ""))
+    results = run_tilus(args.build, "matmul", s, s, s)
+    best = min((r for r in results if "ms" in r), key=lambda r: r["ms"], default=None)
+    for r in results:
+        if "error" in r:
+            rows.append((f"matmul f16 {s}^3", f"tilus {r['config']}", "failed", r["error"][:60]))
+    if best:
+        ratio = f"{cublas_ms / best['ms']:.2f}x cuBLAS"
+        if triton_ms:
+            ratio += f", {triton_ms / best['ms']:.2f}x Triton"
+        rows.append((f"matmul f16 {s}^3", f"tilus {best['config']}", f"{best['tflops']:.0f} TFLOP/s", ratio))
+
+    # --- start-up: a new process, cold cache then warm cache -----------------------------------
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TILUS_CACHE_DIR=cache)
+        for label in ("cold cache", "cached"):
+            t0 = time.perf_counter()
+            r = run_tilus(args.build, "startup", 1024, 1024, 1024, env=env)[0]
+            wall = (time.perf_counter() - t0) * 1e3
+            rows.append(("matmul start-up", f"tilus, {label}", f"{r['first_result_ms']:.0f} ms",
+                         f"process {wall:.0f} ms, NVRTC {r['nvrtc_ms']:.0f} ms, from cache: {r['from_cache']}"))
+
+    width = [max(len(str(row[i])) for row in rows) for i in range(4)]
+    print()
+    for row in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, width)))
+
+
+if __name__ == "__main__":
+    main()

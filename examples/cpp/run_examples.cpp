@@ -1,0 +1,172 @@
+// Runs every C++ example on the GPU with random data of ragged sizes (not multiples of the
+// tiles), checks each against a CPU reference and prints its speed.
+//   run_examples [example-name ...]
+// Exits 0 with a message when no GPU is present.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "matmul_mma.h"
+#include "matmul_naive.h"
+#include "matmul_shared.h"
+#include "softmax.h"
+#include "tilus/runtime/jit.h"
+#include "vector_add.h"
+
+using namespace tilus;
+
+namespace {
+
+std::mt19937 rng(1234);
+
+std::vector<double> random_values(int64_t n, DataType t, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = t.is_float() ? t.decode_float(t.encode_float(dist(rng))) : std::round(dist(rng));
+  return v;
+}
+
+// Median milliseconds of `repeat` launches after a warm-up.
+double time_ms(const std::function<void()>& launch, int repeat = 20) {
+  launch();
+  synchronize();
+  std::vector<double> times;
+  EventTimer timer;
+  for (int i = 0; i < repeat; ++i) {
+    timer.start();
+    launch();
+    times.push_back(timer.stop_ms());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Result {
+  bool ok;
+  std::string detail;
+};
+
+Result check(const std::vector<double>& got, const std::vector<double>& want, double atol, double rtol) {
+  double worst = 0.0;
+  int64_t bad = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double err = std::fabs(got[i] - want[i]);
+    double tol = atol + rtol * std::fabs(want[i]);
+    if (!(err <= tol) && bad < 0) bad = int64_t(i);
+    worst = std::max(worst, err);
+  }
+  if (bad >= 0)
+    return {false, fmt::format("element {}: got {} want {} (max abs err {:.3g})", bad, got[bad], want[bad], worst)};
+  return {true, fmt::format("max abs err {:.3g}", worst)};
+}
+
+Result vector_add() {
+  int64_t n = 1000003;
+  auto ha = random_values(n, dtypes::float32), hb = random_values(n, dtypes::float32);
+  DeviceBuffer a(dtypes::float32, n), b(dtypes::float32, n), c(dtypes::float32, n);
+  a.upload(ha);
+  b.upload(hb);
+  auto kernel = jit(examples::VectorAdd{});
+  auto launch = [&] { kernel({n, a.arg(), b.arg(), c.arg()}); };
+  launch();
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = double(float(ha[i]) + float(hb[i]));
+  Result r = check(c.download(), want, 0, 0);
+  double ms = time_ms(launch);
+  r.detail += fmt::format(", {:.1f} GB/s", 3.0 * n * 4 / ms / 1e6);
+  return r;
+}
+
+template <class Script>
+Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false) {
+  auto ha = random_values(m * k, dtypes::float16), hb = random_values(k * n, dtypes::float16);
+  DeviceBuffer a(dtypes::float16, m * k), b(dtypes::float16, k * n), c(dtypes::float16, m * n);
+  a.upload(ha);
+  b.upload(hb);
+  auto kernel = jit(script);
+  auto launch = [&] { kernel({m, n, k, a.arg(), b.arg(), c.arg()}); };
+  launch();
+  // The reference: every element of small products; 4096 random elements of large ones.
+  std::vector<int64_t> rows, cols;
+  if (m * n * k <= (int64_t(1) << 30)) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) rows.push_back(i), cols.push_back(j);
+  } else {
+    for (int s = 0; s < 4096; ++s) rows.push_back(int64_t(rng() % m)), cols.push_back(int64_t(rng() % n));
+  }
+  std::vector<double> want(rows.size(), 0.0), got(rows.size());
+  auto all = c.download();
+  for (size_t s = 0; s < rows.size(); ++s) {
+    for (int64_t kk = 0; kk < k; ++kk) want[s] += ha[rows[s] * k + kk] * hb[kk * n + cols[s]];
+    want[s] = dtypes::float16.decode_float(dtypes::float16.encode_float(want[s]));
+    got[s] = all[rows[s] * n + cols[s]];
+  }
+  Result r = check(got, want, 1e-2, 1e-2);
+  if (timed) {
+    double ms = time_ms(launch);
+    r.detail += fmt::format(", {}x{}x{} in {:.3f} ms = {:.1f} TFLOP/s", m, n, k, ms, 2.0 * m * n * k / ms / 1e9);
+  }
+  return r;
+}
+
+Result softmax() {
+  int64_t m = 37, n = 1000;
+  auto hx = random_values(m * n, dtypes::float32, -4, 4);
+  DeviceBuffer x(dtypes::float32, m * n), y(dtypes::float32, m * n);
+  x.upload(hx);
+  auto kernel = jit(examples::Softmax{});
+  kernel({m, n, x.arg(), y.arg()});
+  std::vector<double> want(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    double mx = -INFINITY, total = 0;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, hx[i * n + j]);
+    for (int64_t j = 0; j < n; ++j) total += std::exp(hx[i * n + j] - mx);
+    for (int64_t j = 0; j < n; ++j) want[i * n + j] = std::exp(hx[i * n + j] - mx) / total;
+  }
+  return check(y.download(), want, 1e-6, 1e-4);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!gpu_available()) {
+    std::printf("run_examples: skipped, no GPU (%s)\n", gpu_unavailable_reason().c_str());
+    return 0;
+  }
+  std::printf("device: %s (%s)\n", current_device().name.c_str(), current_device().arch().c_str());
+  struct Example {
+    const char* name;
+    std::function<Result()> run;
+  };
+  std::vector<Example> examples = {
+      {"vector_add", vector_add},
+      {"matmul_naive", [] { return matmul(examples::MatmulNaive{}, 257, 383, 131); }},
+      {"matmul_shared", [] { return matmul(examples::MatmulShared{}, 257, 383, 131); }},
+      {"softmax", softmax},
+      {"matmul_mma", [] { return matmul(examples::MatmulMma{}, 301, 517, 203); }},
+      {"matmul_mma_4096", [] { return matmul(examples::MatmulMma{}, 4096, 4096, 4096, true); }},
+  };
+  std::vector<std::string> wanted(argv + 1, argv + argc);
+  int failures = 0;
+  for (auto& ex : examples) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), ex.name) == wanted.end()) continue;
+    try {
+      auto start = std::chrono::steady_clock::now();
+      Result r = ex.run();
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%-16s %s  %s (%.2f s)\n", ex.name, r.ok ? "PASS" : "FAIL", r.detail.c_str(), s);
+      failures += !r.ok;
+    } catch (const Error& e) {
+      std::printf("%-16s FAIL  %s\n", ex.name, e.what());
+      ++failures;
+    }
+  }
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# For the GPU machine (a developer tool, not a set-up command): build without LLVM, run every
+# test (the GPU ones included), the C++ examples, compute-sanitizer on the examples, and
+# optionally the benchmarks. Logs go to $OUT (default ./gpu-logs); a summary is printed last.
+#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench]    (default: all four)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${TILUS_BUILD_DIR:-$ROOT/build-gpu}"
+LOGS="${OUT:-$ROOT/gpu-logs}"
+mkdir -p "$LOGS"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests examples sanitize bench)
+export TILUS_CACHE_DIR="${TILUS_CACHE_DIR:-$BUILD/cache}"
+summary=()
+record() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
+
+t0=$(date +%s)
+if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILUS_WITH_LLVM=OFF &&
+       cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
+  tail -40 "$LOGS/build.log"
+  echo "build FAILED"
+  exit 1
+fi
+record build "ok ($(( $(date +%s) - t0 )) s)"
+
+for step in "${steps[@]}"; do
+  case "$step" in
+    tests)
+      ctest --test-dir "$BUILD" --output-on-failure -j 4 >"$LOGS/ctest.log" 2>&1
+      record tests "rc=$? $(grep -E 'tests passed|tests failed' "$LOGS/ctest.log")"
+      grep -E '^\[  FAILED|Failure|Expected|Which is' "$LOGS/ctest.log" | head -30
+      "$BUILD/tests/cpp/test_gpu" >"$LOGS/test_gpu.log" 2>&1
+      record test_gpu "rc=$? $(grep -cE '^\[       OK' "$LOGS/test_gpu.log") ok, $(grep -cE '^\[  SKIPPED \]' "$LOGS/test_gpu.log") skipped"
+      ;;
+    examples)
+      "$BUILD/examples/cpp/run_examples" >"$LOGS/examples.log" 2>&1
+      record examples "rc=$?"
+      cat "$LOGS/examples.log"
+      ;;
+    sanitize)
+      small=(vector_add matmul_naive matmul_shared softmax matmul_mma)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/examples/cpp/run_examples" "${small[@]}" \
+          >"$LOGS/sanitize-$tool.log" 2>&1
+        record "$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tail -1)"
+      done
+      ;;
+    bench)
+      PYTHON="${PYTHON:-python3}" TILUS_BUILD_DIR="$BUILD" "$ROOT/bench/run.sh" >"$LOGS/bench.log" 2>&1
+      record bench "rc=$?"
+      tail -20 "$LOGS/bench.log"
+      ;;
+  esac
+done
+echo
+printf '%s\n' "${summary[@]}"

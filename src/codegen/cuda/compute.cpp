@@ -1,0 +1,150 @@
+// Register tensors: allocation, elementwise operations, casts, views, reshapes, repeats and
+// assignments. Every slot of the result reads slots of the operands held by the same thread
+// (checked when the code is generated; layout inference guarantees it).
+#include "emitter.h"
+
+namespace tilus::cuda {
+
+namespace {
+
+std::vector<int64_t> identity_index(const std::vector<int64_t>& i) { return i; }
+
+// The slot of `src` that each slot of `dst` reads, or a CompileError naming the instruction.
+std::vector<int64_t> must_map(Emitter& em, const InstNode& inst, const Tensor& dst, const Tensor& src,
+                              const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& index_map) {
+  auto m = em.slot_map(dst->layout, src->layout, index_map);
+  if (m.empty())
+    em.fail(inst, fmt::format("{} ({}) and {} ({}) do not keep their elements in the same threads; "
+                              "moving data between threads is not supported here",
+                              src.type_str(), src->layout.str(), dst.type_str(), dst->layout.str()));
+  return m;
+}
+
+}  // namespace
+
+void Emitter::emit_compute(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::AllocateRegister: {
+      auto& i = static_cast<const AllocateRegisterInst&>(inst);
+      std::string name = declare_reg(i.out);
+      if (!i.init.defined()) return;
+      const RegisterLayout& l = i.out->layout;
+      if (i.axes.empty()) {
+        std::string v = expr(simplify(i.init));
+        for (int64_t s = 0; s < l.local_size(); ++s) linef("{}[{}] = {};", name, s, v);
+        return;
+      }
+      auto spatial = spatial_index(l);
+      for (int64_t s = 0; s < l.local_size(); ++s) {
+        auto local = local_index(l, s);
+        std::unordered_map<const void*, Expr> axes;
+        for (size_t d = 0; d < i.axes.size(); ++d) axes[i.axes[d].get()] = spatial[d] + int_const(local[d]);
+        Expr v = substitute(i.init, [&](const Var& var) {
+          auto it = axes.find(var.get());
+          return it == axes.end() ? Expr() : it->second;
+        });
+        linef("{}[{}] = {};", name, s, expr(simplify(v)));
+      }
+      return;
+    }
+    case InstKind::Elementwise: {
+      auto& i = static_cast<const ElementwiseInst&>(inst);
+      std::vector<std::vector<int64_t>> maps;
+      std::vector<std::string> names;
+      auto out_shape = i.out.static_shape();
+      for (auto& in : i.inputs) {
+        auto in_shape = in.static_shape();
+        size_t lead = out_shape.size() - in_shape.size();
+        maps.push_back(must_map(*this, inst, i.out, in, [&](const std::vector<int64_t>& idx) {
+          std::vector<int64_t> r(in_shape.size());
+          for (size_t d = 0; d < in_shape.size(); ++d) r[d] = in_shape[d] == 1 ? 0 : idx[d + lead];
+          return r;
+        }));
+        names.push_back(reg(in));
+      }
+      std::string out = declare_reg(i.out);
+      for (int64_t s = 0; s < i.out->layout.local_size(); ++s) {
+        std::unordered_map<const void*, std::string> bound;
+        for (size_t k = 0; k < i.params.size(); ++k) bound[i.params[k].get()] = fmt::format("{}[{}]", names[k], maps[k][s]);
+        // The body refers to the params; print it with them bound to this slot's operands.
+        Expr body = simplify(i.body);
+        for (size_t k = 0; k < i.params.size(); ++k) var_names_[i.params[k].get()] = bound[i.params[k].get()];
+        linef("{}[{}] = {};", out, s, expr(body));
+      }
+      for (auto& p : i.params) var_names_.erase(p.get());
+      return;
+    }
+    case InstKind::Cast: {
+      auto& i = static_cast<const CastInst&>(inst);
+      auto m = must_map(*this, inst, i.out, i.x, identity_index);
+      const std::string& x = reg(i.x);
+      std::string out = declare_reg(i.out);
+      for (int64_t s = 0; s < i.out->layout.local_size(); ++s)
+        linef("{}[{}] = tilus::cvt<{}>({}[{}]);", out, s, ctype(i.out.dtype()), x, m[s]);
+      return;
+    }
+    case InstKind::Assign: {
+      auto& i = static_cast<const AssignInst&>(inst);
+      auto m = must_map(*this, inst, i.dst, i.src, identity_index);
+      const std::string& src = reg(i.src);
+      const std::string& dst = reg(i.dst);
+      for (int64_t s = 0; s < i.dst->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", dst, s, src, m[s]);
+      return;
+    }
+    case InstKind::View: {
+      auto& i = static_cast<const ViewInst&>(inst);
+      int64_t in_bytes = i.x->layout.local_size() * i.x.dtype().bits(), out_bytes = i.out->layout.local_size() * i.out.dtype().bits();
+      if (in_bytes != out_bytes) fail(inst, "the per-thread bits of the two layouts differ");
+      const std::string& x = reg(i.x);
+      std::string out = declare_reg(i.out);
+      if (i.out.dtype() == i.x.dtype()) {
+        for (int64_t s = 0; s < i.out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", out, s, x, s);
+      } else {
+        linef("memcpy({}, {}, sizeof({}));", out, x, out);
+      }
+      return;
+    }
+    case InstKind::Reshape:
+    case InstKind::Squeeze:
+    case InstKind::Unsqueeze:
+    case InstKind::Transpose: {
+      Tensor out = inst.output(), x;
+      for (auto& [t, a] : inst.operands()) x = t;
+      auto in_shape = x.static_shape(), out_shape = out.static_shape();
+      bool transpose = inst.kind() == InstKind::Transpose;
+      auto m = must_map(*this, inst, out, x, [&](const std::vector<int64_t>& idx) {
+        if (transpose) return std::vector<int64_t>{idx[1], idx[0]};
+        // Reshapes keep the row-major linear index.
+        int64_t linear = 0;
+        for (size_t d = 0; d < idx.size(); ++d) linear = linear * out_shape[d] + idx[d];
+        std::vector<int64_t> r(in_shape.size());
+        for (int d = int(in_shape.size()) - 1; d >= 0; --d) {
+          r[d] = linear % in_shape[d];
+          linear /= in_shape[d];
+        }
+        return r;
+      });
+      const std::string& src = reg(x);
+      std::string dst = declare_reg(out);
+      for (int64_t s = 0; s < out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", dst, s, src, m[s]);
+      return;
+    }
+    case InstKind::Repeat: {
+      auto& i = static_cast<const RepeatInst&>(inst);
+      auto in_shape = i.x.static_shape(), out_shape = i.out.static_shape();
+      size_t lead = out_shape.size() - in_shape.size();
+      auto m = must_map(*this, inst, i.out, i.x, [&](const std::vector<int64_t>& idx) {
+        std::vector<int64_t> r(in_shape.size());
+        for (size_t d = 0; d < in_shape.size(); ++d) r[d] = idx[d + lead] % in_shape[d];
+        return r;
+      });
+      const std::string& src = reg(i.x);
+      std::string dst = declare_reg(i.out);
+      for (int64_t s = 0; s < i.out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", dst, s, src, m[s]);
+      return;
+    }
+    default: fail(inst, "the CUDA code generator does not lower this instruction");
+  }
+}
+
+}  // namespace tilus::cuda

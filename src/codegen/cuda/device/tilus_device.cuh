@@ -1,0 +1,236 @@
+// tilus device library: the helpers the emitted CUDA code calls. Handed to NVRTC as the
+// in-memory header "tilus/device.h"; needs only cuda_fp16.h / cuda_bf16.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long int64_t;  // LP64, as glibc: redeclaring the same type is legal when a libc header came first
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long uint64_t;
+
+namespace tilus {
+
+// ---- conversions --------------------------------------------------------------------------
+// cvt<To>(x): every conversion goes through float (or double) where a direct one is
+// missing, rounding to nearest even like the host (DataType::encode_float).
+template <class T> struct is_half_like { static constexpr bool value = false; };
+template <> struct is_half_like<__half> { static constexpr bool value = true; };
+template <> struct is_half_like<__nv_bfloat16> { static constexpr bool value = true; };
+
+template <class From> __device__ __forceinline__ float to_float(From x) { return static_cast<float>(x); }
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class To> struct Convert {
+  template <class From> __device__ __forceinline__ static To run(From x) {
+    if constexpr (is_half_like<From>::value) return static_cast<To>(to_float(x));
+    else return static_cast<To>(x);
+  }
+};
+template <> struct Convert<__half> {
+  template <class From> __device__ __forceinline__ static __half run(From x) {
+    if constexpr (is_half_like<From>::value) return __float2half_rn(to_float(x));
+    else if constexpr (sizeof(From) == 8 && static_cast<From>(0.5) != 0) return __double2half(static_cast<double>(x));
+    else return __float2half_rn(static_cast<float>(x));
+  }
+};
+template <> struct Convert<__nv_bfloat16> {
+  template <class From> __device__ __forceinline__ static __nv_bfloat16 run(From x) {
+    if constexpr (is_half_like<From>::value) return __float2bfloat16_rn(to_float(x));
+    else return __float2bfloat16_rn(static_cast<float>(x));
+  }
+};
+template <> struct Convert<bool> {
+  template <class From> __device__ __forceinline__ static bool run(From x) {
+    if constexpr (is_half_like<From>::value) return to_float(x) != 0.0f;
+    else return x != From(0);
+  }
+};
+template <class To, class From> __device__ __forceinline__ To cvt(From x) { return Convert<To>::run(x); }
+
+template <class T> __device__ __forceinline__ T inf() { return cvt<T>(__int_as_float(0x7f800000)); }
+template <> __device__ __forceinline__ double inf<double>() { return __longlong_as_double(0x7ff0000000000000ll); }
+template <class T> __device__ __forceinline__ T nan() { return cvt<T>(__int_as_float(0x7fc00000)); }
+template <> __device__ __forceinline__ double nan<double>() { return __longlong_as_double(0x7ff8000000000000ll); }
+
+// ---- scalar math --------------------------------------------------------------------------
+template <class T> __device__ __forceinline__ T min_(T a, T b) { return b < a ? b : a; }
+template <class T> __device__ __forceinline__ T max_(T a, T b) { return a < b ? b : a; }
+__device__ __forceinline__ float min_(float a, float b) { return fminf(a, b); }
+__device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double min_(double a, double b) { return fmin(a, b); }
+__device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ __half min_(__half a, __half b) { return __hmin(a, b); }
+__device__ __forceinline__ __half max_(__half a, __half b) { return __hmax(a, b); }
+__device__ __forceinline__ __nv_bfloat16 min_(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmin(a, b); }
+__device__ __forceinline__ __nv_bfloat16 max_(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmax(a, b); }
+
+template <class T> __device__ __forceinline__ T floor_div(T a, T b) {
+  T q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <class T> __device__ __forceinline__ T floor_mod(T a, T b) { return a - floor_div(a, b) * b; }
+__device__ __forceinline__ float floor_div(float a, float b) { return floorf(a / b); }
+__device__ __forceinline__ double floor_div(double a, double b) { return floor(a / b); }
+__device__ __forceinline__ float floor_mod(float a, float b) { return a - floorf(a / b) * b; }
+__device__ __forceinline__ double floor_mod(double a, double b) { return a - floor(a / b) * b; }
+__device__ __forceinline__ float fmod_(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double fmod_(double a, double b) { return fmod(a, b); }
+
+// Transcendentals: float and double directly, 16-bit floats through float.
+#define TILUS_MATH1(name, ffn, dfn)                                                          \
+  __device__ __forceinline__ float name(float x) { return ffn(x); }                          \
+  __device__ __forceinline__ double name(double x) { return dfn(x); }                        \
+  __device__ __forceinline__ __half name(__half x) { return __float2half_rn(ffn(__half2float(x))); } \
+  __device__ __forceinline__ __nv_bfloat16 name(__nv_bfloat16 x) {                            \
+    return __float2bfloat16_rn(ffn(__bfloat162float(x)));                                     \
+  }
+TILUS_MATH1(exp, expf, ::exp)
+TILUS_MATH1(exp2, exp2f, ::exp2)
+TILUS_MATH1(log, logf, ::log)
+TILUS_MATH1(log2, log2f, ::log2)
+TILUS_MATH1(sqrt, sqrtf, ::sqrt)
+TILUS_MATH1(rsqrt, rsqrtf, ::rsqrt)
+TILUS_MATH1(sin, sinf, ::sin)
+TILUS_MATH1(cos, cosf, ::cos)
+TILUS_MATH1(tanh, tanhf, ::tanh)
+TILUS_MATH1(round, rintf, ::rint)
+TILUS_MATH1(floor, floorf, ::floor)
+TILUS_MATH1(ceil, ceilf, ::ceil)
+TILUS_MATH1(abs, fabsf, ::fabs)
+#undef TILUS_MATH1
+__device__ __forceinline__ int32_t abs(int32_t x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ int64_t abs(int64_t x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ int8_t abs(int8_t x) { return x < 0 ? int8_t(-x) : x; }
+__device__ __forceinline__ int16_t abs(int16_t x) { return x < 0 ? int16_t(-x) : x; }
+template <class T> __device__ __forceinline__ T abs(T x) { return x; }  // unsigned
+__device__ __forceinline__ float pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double pow(double a, double b) { return ::pow(a, b); }
+
+// ---- memory -----------------------------------------------------------------------------------
+// Vector loads and stores of N bytes (4, 8, 16) between memory and a register array.
+template <int Bytes> struct VecType;
+template <> struct VecType<1> { typedef uint8_t type; };
+template <> struct VecType<2> { typedef uint16_t type; };
+template <> struct VecType<4> { typedef uint32_t type; };
+template <> struct VecType<8> { typedef uint2 type; };
+template <> struct VecType<16> { typedef uint4 type; };
+
+template <int Bytes, class T> __device__ __forceinline__ void load_vec(T* dst, const void* src) {
+  typedef typename VecType<Bytes>::type V;
+  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+template <int Bytes, class T> __device__ __forceinline__ void store_vec(void* dst, const T* src) {
+  typedef typename VecType<Bytes>::type V;
+  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+template <int Bytes, class T> __device__ __forceinline__ void zero_vec(T* dst) {
+  typedef typename VecType<Bytes>::type V;
+  *reinterpret_cast<V*>(dst) = V();
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// cp.async of Bytes (4, 8 or 16) with zero fill: src_bytes = 0 writes zeros.
+// The L2 eviction policy (createpolicy) is passed as a cache hint when `policy` is set.
+template <int Bytes> __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {
+  uint32_t s = smem_addr(smem);
+  int src_bytes = pred ? Bytes : 0;
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(Bytes), "r"(src_bytes)
+                 : "memory");
+  }
+}
+template <int Bytes> __device__ __forceinline__ void cp_async_hint(void* smem, const void* gmem, bool pred, uint64_t policy) {
+  uint32_t s = smem_addr(smem);
+  int src_bytes = pred ? Bytes : 0;
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes), "l"(policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], %2, %3, %4;\n" ::"r"(s), "l"(gmem), "n"(Bytes),
+                 "r"(src_bytes), "l"(policy)
+                 : "memory");
+  }
+}
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t policy_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Barrier of a thread group: the whole block, a named barrier of a multiple of 32 threads,
+// or a warp mask for groups inside one warp.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- warp shuffles --------------------------------------------------------------------------------
+template <class T> __device__ __forceinline__ T shfl_xor(T v, int lane_mask, unsigned mask = 0xffffffffu) {
+  return __shfl_xor_sync(mask, v, lane_mask);
+}
+template <> __device__ __forceinline__ bool shfl_xor<bool>(bool v, int lane_mask, unsigned mask) {
+  return __shfl_xor_sync(mask, int(v), lane_mask) != 0;
+}
+
+// ---- tensor cores ------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t pack2(__half lo, __half hi) {
+  return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
+}
+__device__ __forceinline__ uint32_t pack2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// d += a @ b for one m16n8k16 tile; a: 8 halves, b: 4 halves, d: 4 floats (PTX fragment order).
+template <class In> __device__ __forceinline__ void mma_m16n8k16_f32(float* d, const In* a, const In* b);
+template <> __device__ __forceinline__ void mma_m16n8k16_f32<__half>(float* d, const __half* a, const __half* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(pack2(a[0], a[1])), "r"(pack2(a[2], a[3])), "r"(pack2(a[4], a[5])), "r"(pack2(a[6], a[7])),
+        "r"(pack2(b[0], b[1])), "r"(pack2(b[2], b[3])));
+}
+template <> __device__ __forceinline__ void mma_m16n8k16_f32<__nv_bfloat16>(float* d, const __nv_bfloat16* a,
+                                                                            const __nv_bfloat16* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(pack2(a[0], a[1])), "r"(pack2(a[2], a[3])), "r"(pack2(a[4], a[5])), "r"(pack2(a[6], a[7])),
+        "r"(pack2(b[0], b[1])), "r"(pack2(b[2], b[3])));
+}
+// f16 accumulation: d holds 4 halves.
+__device__ __forceinline__ void mma_m16n8k16_f16(__half* d, const __half* a, const __half* b) {
+  uint32_t d0 = pack2(d[0], d[1]), d1 = pack2(d[2], d[3]);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%0, %1};\n"
+      : "+r"(d0), "+r"(d1)
+      : "r"(pack2(a[0], a[1])), "r"(pack2(a[2], a[3])), "r"(pack2(a[4], a[5])), "r"(pack2(a[6], a[7])),
+        "r"(pack2(b[0], b[1])), "r"(pack2(b[2], b[3])));
+  d[0] = __ushort_as_half(uint16_t(d0 & 0xffff));
+  d[1] = __ushort_as_half(uint16_t(d0 >> 16));
+  d[2] = __ushort_as_half(uint16_t(d1 & 0xffff));
+  d[3] = __ushort_as_half(uint16_t(d1 >> 16));
+}
+
+}  // namespace tilus

@@ -1,0 +1,526 @@
+// The CUDA emitter: kernel skeleton, statements and scalar expressions.
+#include "emitter.h"
+
+#include <cctype>
+#include <cmath>
+#include <numeric>
+
+#include "tilus/ir/error.h"
+
+namespace tilus {
+
+KernelSource emit_cuda(const Kernel& kernel, const Target& target) { return cuda::Emitter(kernel, target).run(); }
+
+namespace cuda {
+
+std::string ctype(DataType t) {
+  if (t.is_pointer()) return ctype(t.pointee()) + "*";
+  if (t.is_void()) return "void";
+  if (t.is_bool()) return "bool";
+  if (t.is_integer() && t.bits() >= 8) return fmt::format("{}int{}_t", t.is_uint() ? "u" : "", t.bits());
+  if (t == dtypes::float16) return "__half";
+  if (t == dtypes::bfloat16) return "__nv_bfloat16";
+  if (t == dtypes::float32 || t == dtypes::tfloat32) return "float";
+  if (t == dtypes::float64) return "double";
+  throw CompileError(fmt::format("the CUDA code generator does not support {} yet", t.name()));
+}
+
+int64_t elem_bytes(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
+
+Emitter::Emitter(const Kernel& k, const Target& t) : kernel(k), target(t) {
+  for (const char* reserved : {"tid", "tilus_smem", "tilus", "int", "float", "double", "char", "bool", "void", "half",
+                               "auto", "const", "if", "else", "for", "while", "do", "break", "continue", "return",
+                               "switch", "case", "default", "struct", "class", "new", "delete", "this", "true", "false",
+                               "signed", "unsigned", "short", "long", "static", "extern", "register", "volatile",
+                               "inline", "template", "typename", "namespace", "using", "sizeof", "min", "max",
+                               "printf", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
+    names_.insert(reserved);
+  // Ranges the launch guarantees.
+  for (size_t d = 0; d < 3; ++d) {
+    Interval r = Interval::range(0, 0);
+    if (d < k.grid.size()) {
+      Interval g = ctx_.bound(k.grid[d]);
+      r = Interval{0, g.hi ? std::optional<int64_t>(*g.hi - 1) : std::optional<int64_t>(int64_t(1) << 31)};
+    }
+    ctx_.set_range(builtin::block_idx(int(d)), r);
+  }
+  ctx_.set_range(builtin::thread_idx(), Interval::range(0, k.num_threads() - 1));
+  for (auto& [index, d] : k.param_divisibility)
+    if (index >= 0 && index < int(k.params.size())) ctx_.set_divisor(k.params[index], d);
+  scopes_.push_back(ThreadScope{builtin::thread_idx(), 0, k.num_threads()});
+  var_names_[builtin::thread_idx().get()] = "tid";
+}
+
+// --- text ---------------------------------------------------------------------------------
+
+void Emitter::line(const std::string& text) {
+  out_.append(indent_ * 2, ' ');
+  out_ += text;
+  out_ += '\n';
+}
+
+void Emitter::open(const std::string& head) {
+  line(head + " {");
+  ++indent_;
+}
+
+void Emitter::close() {
+  --indent_;
+  line("}");
+}
+
+std::string Emitter::fresh(const std::string& hint) {
+  std::string base;
+  for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0]))) base = "v_" + base;
+  std::string n = base;
+  for (int i = 1; names_.count(n); ++i) n = fmt::format("{}_{}", base, i);
+  names_.insert(n);
+  return n;
+}
+
+[[noreturn]] void Emitter::fail(const InstNode& inst, const std::string& message) const {
+  throw CompileError(fmt::format("{}: {}", inst.display_name(), message), inst.loc);
+}
+
+// --- expressions ------------------------------------------------------------------------------
+
+std::string Emitter::literal(DataType t, double v) {
+  if (t.is_bool()) return v != 0.0 ? "true" : "false";
+  if (t.is_integer()) {
+    if (t.is_uint()) {
+      uint64_t u = v < 0 ? uint64_t(int64_t(v)) : uint64_t(v);
+      return t.bits() == 64 ? fmt::format("{}ull", u) : fmt::format("(({}){}u)", ctype(t), u);
+    }
+    int64_t i = int64_t(v);
+    if (t.bits() == 64) return i == INT64_MIN ? "(-9223372036854775807ll - 1)" : fmt::format("{}ll", i);
+    if (t.bits() == 32) return i == INT32_MIN ? "(-2147483647 - 1)" : (i < 0 ? fmt::format("({})", i) : std::to_string(i));
+    return fmt::format("(({})({}))", ctype(t), i);
+  }
+  if (t.is_float()) {
+    std::string c = ctype(t);
+    if (std::isnan(v)) return fmt::format("tilus::nan<{}>()", c);
+    if (std::isinf(v)) return v > 0 ? fmt::format("tilus::inf<{}>()", c) : fmt::format("(-tilus::inf<{}>())", c);
+    if (t == dtypes::float64) {
+      std::string s = fmt::format("{:.17g}", v);
+      if (s.find_first_of(".e") == std::string::npos) s += ".0";
+      return v < 0 ? "(" + s + ")" : s;
+    }
+    std::string s = fmt::format("{:.9g}", v);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    s += "f";
+    if (v < 0) s = "(" + s + ")";
+    if (c == "float") return s;
+    return fmt::format("tilus::cvt<{}>({})", c, s);
+  }
+  throw InternalError("literal of type " + t.name());
+}
+
+std::string Emitter::expr(const Expr& e) {
+  if (!e.defined()) throw InternalError("emitting an undefined expression");
+  DataType t = e.dtype();
+  switch (e.kind()) {
+    case ExprKind::Var: {
+      auto v = e.as<VarNode>();
+      auto it = var_names_.find(v);
+      if (it != var_names_.end()) return it->second;
+      if (v->role == VarRole::Builtin) {
+        if (v->name == "blockIdx.x") return "int32_t(blockIdx.x)";
+        if (v->name == "blockIdx.y") return "int32_t(blockIdx.y)";
+        if (v->name == "blockIdx.z") return "int32_t(blockIdx.z)";
+      }
+      throw InternalError(fmt::format("the CUDA emitter met variable '{}' before its definition", v->name));
+    }
+    case ExprKind::IntImm: return literal(t, t.is_uint() ? double(uint64_t(e.as<IntImmNode>()->value))
+                                                       : double(e.as<IntImmNode>()->value));
+    case ExprKind::FloatImm: return literal(t, e.as<FloatImmNode>()->value);
+    case ExprKind::BoolImm: return e.as<BoolImmNode>()->value ? "true" : "false";
+    case ExprKind::Unary: {
+      auto n = e.as<UnaryNode>();
+      std::string a = expr(n->a);
+      switch (n->op) {
+        case UnaryOp::Neg: return t.is_integer() && t.bits() < 32 ? fmt::format("(({})(-{}))", ctype(t), a)
+                                                                   : fmt::format("(-{})", a);
+        case UnaryOp::Not: return fmt::format("(!{})", a);
+        case UnaryOp::BitNot:
+          if (t.is_bool()) return fmt::format("(!{})", a);
+          return fmt::format("(({})(~{}))", ctype(t), a);
+      }
+      break;
+    }
+    case ExprKind::Binary: {
+      auto n = e.as<BinaryNode>();
+      std::string a = expr(n->a), b = expr(n->b);
+      DataType ot = n->a.dtype();
+      switch (n->op) {
+        case BinaryOp::Min: return fmt::format("tilus::min_({}, {})", a, b);
+        case BinaryOp::Max: return fmt::format("tilus::max_({}, {})", a, b);
+        case BinaryOp::FloorDiv:
+          return ot.is_uint() ? fmt::format("({} / {})", a, b) : fmt::format("tilus::floor_div({}, {})", a, b);
+        case BinaryOp::FloorMod:
+          return ot.is_uint() ? fmt::format("({} % {})", a, b) : fmt::format("tilus::floor_mod({}, {})", a, b);
+        case BinaryOp::Mod:
+          if (ot.is_float()) return fmt::format("tilus::fmod_({}, {})", a, b);
+          break;
+        default: break;
+      }
+      std::string s = fmt::format("({} {} {})", a, to_string(n->op), b);
+      // C promotes narrow integers to int: bring arithmetic back to the IR's width.
+      if (t.is_integer() && t.bits() < 32 && !is_comparison(n->op)) s = fmt::format("(({}){})", ctype(t), s);
+      return s;
+    }
+    case ExprKind::Select: {
+      auto n = e.as<SelectNode>();
+      return fmt::format("({} ? {} : {})", expr(n->cond), expr(n->t), expr(n->f));
+    }
+    case ExprKind::Cast: {
+      auto n = e.as<CastNode>();
+      DataType from = n->a.dtype();
+      if (t.is_pointer() || from.is_pointer())
+        return fmt::format("reinterpret_cast<{}>({})", ctype(t), expr(n->a));
+      if ((t.is_integer() || t.is_bool()) && (from.is_integer() || from.is_bool()))
+        return fmt::format("(({})({}))", ctype(t), expr(n->a));
+      return fmt::format("tilus::cvt<{}>({})", ctype(t), expr(n->a));
+    }
+    case ExprKind::Call: {
+      auto n = e.as<CallNode>();
+      std::string args;
+      for (size_t i = 0; i < n->args.size(); ++i) args += (i ? ", " : "") + expr(n->args[i]);
+      return fmt::format("tilus::{}({})", n->name, args);
+    }
+  }
+  throw InternalError("unknown expression kind");
+}
+
+// --- tensors ----------------------------------------------------------------------------------
+
+const std::string& Emitter::reg(const Tensor& t) {
+  auto it = regs_.find(t.get());
+  if (it == regs_.end()) throw InternalError(fmt::format("register tensor '{}' used before its definition", t->name));
+  return it->second;
+}
+
+std::string Emitter::declare_reg(const Tensor& t) {
+  if (!t->layout.defined())
+    throw CompileError(fmt::format("register tensor '{}' ({}) has no layout; run the pass pipeline first", t->name,
+                                   t.type_str()));
+  std::string name = fresh(t->name.empty() ? "r" : t->name);
+  regs_[t.get()] = name;
+  linef("__align__(16) {} {}[{}];", ctype(t.dtype()), name, t->layout.local_size());
+  return name;
+}
+
+const GlobalView& Emitter::global(const Tensor& t) const {
+  auto it = globals_.find(t.get());
+  if (it == globals_.end()) throw InternalError(fmt::format("global tensor '{}' used before its view", t->name));
+  return it->second;
+}
+
+const SharedView& Emitter::shared(const Tensor& t) const {
+  auto it = shared_.find(t.get());
+  if (it == shared_.end()) throw InternalError(fmt::format("shared tensor '{}' used before its allocation", t->name));
+  return it->second;
+}
+
+Expr Emitter::shared_offset(const Tensor& t, const std::vector<Expr>& index) {
+  const SharedView& v = shared(t);
+  std::vector<Expr> root_index = v.offsets;
+  for (size_t k = 0; k < v.dims.size() && k < index.size(); ++k)
+    root_index[v.dims[k]] = root_index[v.dims[k]] + index[k];
+  return simplify(v.root->shared_layout.offset(root_index));
+}
+
+std::string Emitter::shared_address(const Tensor& t, const std::vector<Expr>& index) {
+  const SharedView& v = shared(t);
+  return fmt::format("(reinterpret_cast<{}*>(tilus_smem + {}) + {})", ctype(v.root.dtype()), v.base_bytes,
+                     expr(shared_offset(t, index)));
+}
+
+std::vector<Expr> Emitter::spatial_index(const RegisterLayout& l) {
+  std::vector<Expr> out;
+  for (auto& e : l.index_exprs(scope().thread, 0)) out.push_back(simplify(e));
+  return out;
+}
+
+std::vector<int64_t> Emitter::local_index(const RegisterLayout& l, int64_t slot) { return l.map(0, slot); }
+
+Expr Emitter::primary_replica(const RegisterLayout& l) {
+  Expr cond = bool_const(true);
+  const auto& sp = l.spatial_modes();
+  int64_t stride = 1;
+  for (int p = int(sp.size()) - 1; p >= 0; --p) {
+    int64_t ext = sp[p] < 0 ? -sp[p] : l.mode_shape()[sp[p]];
+    if (sp[p] < 0 && ext > 1) {
+      Expr digit = Expr(scope().thread) / stride % ext;
+      cond = cond && (digit == 0);
+    }
+    stride *= ext;
+  }
+  return simplify(cond);
+}
+
+std::vector<int64_t> Emitter::slot_map(const RegisterLayout& dst, const RegisterLayout& src,
+                                       const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& index_map) {
+  std::vector<int64_t> out(dst.local_size(), -1);
+  int64_t threads = std::min(dst.num_threads(), src.num_threads());
+  for (int64_t s = 0; s < dst.local_size(); ++s) {
+    for (int64_t t = 0; t < threads; ++t) {
+      auto idx = index_map(dst.map(t, s));
+      int64_t found = -1;
+      for (auto& [thread, slot] : src.owners(idx))
+        if (thread == t) {
+          found = slot;
+          break;
+        }
+      if (found < 0 || (out[s] >= 0 && out[s] != found)) return {};
+      out[s] = found;
+    }
+  }
+  return out;
+}
+
+int64_t Emitter::workspace(int64_t bytes) {
+  workspace_bytes_ = std::max(workspace_bytes_, bytes);
+  return (kernel.shared_memory_bytes + 127) / 128 * 128;
+}
+
+std::string Emitter::workspace_ptr(DataType t) {
+  return fmt::format("reinterpret_cast<{}*>(tilus_smem + {})", ctype(t), (kernel.shared_memory_bytes + 127) / 128 * 128);
+}
+
+int64_t Emitter::pointer_alignment(const Expr& ptr) const {
+  if (auto v = ptr.as<VarNode>()) {
+    for (size_t i = 0; i < kernel.params.size(); ++i) {
+      if (kernel.params[i].get() == v) {
+        auto it = kernel.param_divisibility.find(int(i));
+        return it == kernel.param_divisibility.end() ? 1 : it->second;
+      }
+    }
+  }
+  return 1;
+}
+
+// --- statements -------------------------------------------------------------------------------
+
+void Emitter::emit_stmt(const Stmt& s) {
+  if (!s) return;
+  switch (s->kind) {
+    case StmtKind::Seq:
+      for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) emit_stmt(c);
+      return;
+    case StmtKind::For: {
+      auto& n = static_cast<const ForStmtNode&>(*s);
+      Expr b = simplify(n.begin), e = simplify(n.end), st = simplify(n.step);
+      std::string v = fresh(n.var.name());
+      var_names_[n.var.get()] = v;
+      if (n.unroll.kind == Unroll::All) line("#pragma unroll");
+      else if (n.unroll.kind == Unroll::Factor) linef("#pragma unroll {}", n.unroll.factor);
+      std::string cond;
+      if (st.is_int_const() && st.int_value() > 0) {
+        cond = fmt::format("{} < {}", v, expr(e));
+        Interval lo = ctx_.bound(b), hi = ctx_.bound(e);
+        ctx_.set_range(n.var, Interval{lo.lo, hi.hi ? std::optional<int64_t>(*hi.hi - 1) : std::nullopt});
+        int64_t g = std::gcd(ctx_.divisor(b), st.int_value());
+        if (g > 1) ctx_.set_divisor(n.var, g);
+      } else if (st.is_int_const()) {
+        cond = fmt::format("{} > {}", v, expr(e));
+      } else {
+        cond = fmt::format("({0} > 0 ? {1} < {2} : {1} > {2})", expr(st), v, expr(e));
+      }
+      open(fmt::format("for ({} {} = {}; {}; {} += {})", ctype(n.var.dtype()), v, expr(b), cond, v, expr(st)));
+      emit_stmt(n.body);
+      close();
+      return;
+    }
+    case StmtKind::If: {
+      auto& n = static_cast<const IfStmtNode&>(*s);
+      open(fmt::format("if ({})", expr(simplify(n.cond))));
+      emit_stmt(n.then_body);
+      if (n.else_body) {
+        --indent_;
+        line("} else {");
+        ++indent_;
+        emit_stmt(n.else_body);
+      }
+      close();
+      return;
+    }
+    case StmtKind::While: {
+      auto& n = static_cast<const WhileStmtNode&>(*s);
+      open(fmt::format("while ({})", expr(n.cond)));
+      emit_stmt(n.body);
+      close();
+      return;
+    }
+    case StmtKind::Break: line("break;"); return;
+    case StmtKind::Continue: line("continue;"); return;
+    case StmtKind::Let: {
+      auto& n = static_cast<const LetStmtNode&>(*s);
+      Expr value = simplify(n.value);
+      std::string v = fresh(n.var.name());
+      linef("const {} {} = {};", ctype(n.var.dtype()), v, expr(value));
+      var_names_[n.var.get()] = v;
+      Interval r = ctx_.bound(value);
+      if (r.lo || r.hi) ctx_.set_range(n.var, r);
+      int64_t d = ctx_.divisor(value);
+      if (d > 1) ctx_.set_divisor(n.var, d);
+      return;
+    }
+    case StmtKind::Declare: {
+      auto& n = static_cast<const DeclareStmtNode&>(*s);
+      std::string v = fresh(n.var.name());
+      linef("{} {} = {};", ctype(n.var.dtype()), v, expr(simplify(n.init)));
+      var_names_[n.var.get()] = v;
+      return;
+    }
+    case StmtKind::Assign: {
+      auto& n = static_cast<const AssignStmtNode&>(*s);
+      linef("{} = {};", expr(n.var), expr(simplify(n.value)));
+      return;
+    }
+    case StmtKind::Inst: emit_inst(*static_cast<const InstStmtNode&>(*s).inst); return;
+    case StmtKind::ThreadGroup: {
+      auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
+      const ThreadScope& outer = scope();
+      if (n.num_threads >= 32 && n.thread_begin % 32 != 0)
+        throw CompileError(fmt::format("{}: a group of {} threads must start at a multiple of 32 (got {})",
+                                       to_string(n.group_kind), n.num_threads, n.thread_begin),
+                           n.loc);
+      if (n.num_threads < 32 && n.thread_begin / 32 != (n.thread_begin + n.num_threads - 1) / 32)
+        throw CompileError(fmt::format("{}: a group of {} threads must lie within one warp (threads [{}, {}))",
+                                       to_string(n.group_kind), n.num_threads, n.thread_begin,
+                                       n.thread_begin + n.num_threads),
+                           n.loc);
+      std::string outer_name = expr(outer.thread);
+      if (n.num_threads == 1)
+        open(fmt::format("if ({} == {})", outer_name, n.thread_begin));
+      else
+        open(fmt::format("if ({0} >= {1} && {0} < {2})", outer_name, n.thread_begin, n.thread_begin + n.num_threads));
+      Var inner("tg", dtypes::int32, VarRole::Local);
+      std::string name = fresh("tg");
+      linef("const int32_t {} = {} - {};", name, outer_name, n.thread_begin);
+      var_names_[inner.get()] = name;
+      ctx_.set_range(inner, Interval::range(0, n.num_threads - 1));
+      scopes_.push_back(ThreadScope{inner, outer.begin + n.thread_begin, n.num_threads});
+      emit_stmt(n.body);
+      scopes_.pop_back();
+      close();
+      return;
+    }
+  }
+}
+
+void Emitter::emit_inst(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::GlobalView:
+    case InstKind::AllocateShared:
+    case InstKind::FreeShared:
+    case InstKind::SliceShared:
+    case InstKind::LoadGlobal:
+    case InstKind::StoreGlobal:
+    case InstKind::LoadShared:
+    case InstKind::StoreShared:
+    case InstKind::CopyAsync:
+    case InstKind::CopyAsyncCommitGroup:
+    case InstKind::CopyAsyncWaitGroup:
+    case InstKind::CopyAsyncWaitAll:
+    case InstKind::Copy: emit_memory(inst); return;
+    case InstKind::Dot: emit_dot(inst); return;
+    case InstKind::Reduce: emit_reduce(inst); return;
+    case InstKind::Sync: emit_barrier(inst); return;
+    case InstKind::Printf: emit_printf(inst); return;
+    case InstKind::Assume: {
+      auto& i = static_cast<const AssumeInst&>(inst);
+      linef("__builtin_assume({});", expr(simplify(i.cond)));
+      return;
+    }
+    case InstKind::AnnotateLayout: return;  // consumed by layout inference
+    default: emit_compute(inst); return;
+  }
+}
+
+void Emitter::emit_barrier(const InstNode& inst) {
+  const ThreadScope& s = scope();
+  if (s.threads == kernel.num_threads()) {
+    line("__syncthreads();");
+  } else if (s.threads >= 32) {
+    int& id = group_barriers_[s.begin * 4096 + s.threads];
+    if (id == 0) {
+      if (barrier_ids_ >= 16) fail(inst, "more than 15 distinct thread groups synchronize; the GPU has 16 barriers");
+      id = barrier_ids_++;
+    }
+    linef("tilus::named_barrier({}, {});", id, s.threads);
+  } else {
+    uint32_t mask = s.threads == 32 ? 0xffffffffu : (((1u << s.threads) - 1) << (s.begin % 32));
+    linef("__syncwarp({:#x}u);", mask);
+  }
+}
+
+void Emitter::emit_printf(const InstNode& inst) {
+  auto& i = static_cast<const PrintfInst&>(inst);
+  std::string fmt_text;
+  for (char c : i.format) {
+    if (c == '\n') fmt_text += "\\n";
+    else if (c == '"') fmt_text += "\\\"";
+    else if (c == '\\') fmt_text += "\\\\";
+    else fmt_text += c;
+  }
+  std::string args;
+  for (auto& a : i.args) {
+    std::string v = expr(simplify(a));
+    DataType t = a.dtype();
+    // printf's variadic arguments: floats as double, narrow integers as int.
+    if (t.is_float()) v = fmt::format("double(tilus::cvt<float>({}))", v);
+    else if (t.is_bool() || (t.is_integer() && t.bits() < 32)) v = fmt::format("int({})", v);
+    args += ", " + v;
+  }
+  linef("printf(\"{}\"{});", fmt_text, args);
+}
+
+// --- the kernel -------------------------------------------------------------------------------
+
+KernelSource Emitter::run() {
+  if (kernel.warps < 1) throw CompileError(fmt::format("kernel {}: warps is not set", kernel.name), kernel.loc);
+  KernelSource src;
+  src.name = fresh(kernel.name);
+  src.arch = target.arch;
+  src.block_threads = kernel.num_threads();
+  src.grid = kernel.grid;
+  std::string params;
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const Var& p = kernel.params[i];
+    std::string name = fresh(p.name());
+    var_names_[p.get()] = name;
+    src.params.push_back(KernelParam{p.name(), p.dtype()});
+    src.param_vars.push_back(p);
+    std::string type = ctype(p.dtype());
+    if (p.dtype().is_pointer()) type += " __restrict__";
+    params += fmt::format("{}{} {}", i ? ", " : "", type, name);
+  }
+  ++indent_;
+  line("extern __shared__ __align__(1024) unsigned char tilus_smem[];");
+  line("const int32_t tid = int32_t(threadIdx.x);");
+  emit_stmt(kernel.body);
+  --indent_;
+  std::string body = out_;
+  out_.clear();
+  line("// Generated by tilus from kernel " + kernel.name + ". Do not edit.");
+  line("#include \"tilus/device.h\"");
+  line("");
+  linef("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{", src.block_threads, src.name, params);
+  out_ += body;
+  line("}");
+  src.source = out_;
+  src.shared_memory_bytes =
+      workspace_bytes_ > 0 ? (kernel.shared_memory_bytes + 127) / 128 * 128 + workspace_bytes_ : kernel.shared_memory_bytes;
+  if (src.shared_memory_bytes > target.shared_memory_per_block)
+    throw CompileError(fmt::format("kernel {} needs {} bytes of shared memory ({} planned + {} of reduction "
+                                   "workspace) but {} allows {}",
+                                   kernel.name, src.shared_memory_bytes, kernel.shared_memory_bytes, workspace_bytes_,
+                                   target.arch, target.shared_memory_per_block),
+                       kernel.loc);
+  return src;
+}
+
+}  // namespace cuda
+}  // namespace tilus

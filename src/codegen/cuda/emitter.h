@@ -1,0 +1,132 @@
+// The CUDA emitter's shared state; private to src/codegen/cuda. One file per instruction
+// family implements the emit_* methods: emitter.cpp (kernel, statements, expressions),
+// memory.cpp (global and shared memory, cp.async, copy), compute.cpp (register tensors:
+// allocation, elementwise, casts, views, reshapes), dot.cpp, reduce.cpp.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tilus/codegen/cuda.h"
+#include "tilus/ir/inst.h"
+#include "tilus/ir/simplify.h"
+#include "tilus/ir/stmt.h"
+
+namespace tilus::cuda {
+
+// The C++ type the emitted code uses for a dtype.
+std::string ctype(DataType t);
+int64_t elem_bytes(DataType t);
+
+// A shared tensor as an address map: element (i...) of the view is element
+// (offsets + place(i)) of its root allocation.
+struct SharedView {
+  Tensor root;
+  int64_t base_bytes = 0;       // the root's offset in the block's shared memory
+  std::vector<Expr> offsets;    // per root dim
+  std::vector<int> dims;        // view dim k -> root dim dims[k]
+};
+
+struct GlobalView {
+  std::string ptr;              // C expression of the typed base pointer
+  Expr ptr_expr;                // the IR pointer expression (for alignment facts)
+  std::vector<Expr> shape, strides;
+  DataType dtype;
+};
+
+// The threads running the current scope: the block, or a thread group.
+struct ThreadScope {
+  Var thread;          // the thread index within the group (threadIdx.x at top level)
+  int64_t begin = 0;   // first thread of the group in the block
+  int64_t threads = 0;
+};
+
+class Emitter {
+ public:
+  Emitter(const Kernel& kernel, const Target& target);
+  KernelSource run();
+
+  // --- text ----------------------------------------------------------------------------
+  void line(const std::string& text);
+  template <class... Args>
+  void linef(fmt::format_string<Args...> f, Args&&... args) {
+    line(fmt::format(f, std::forward<Args>(args)...));
+  }
+  void open(const std::string& head);  // "head {" and indent
+  void close();                        // "}" and dedent
+  std::string fresh(const std::string& hint);
+
+  // --- expressions ---------------------------------------------------------------------
+  std::string expr(const Expr& e);
+  Expr simplify(const Expr& e) const { return tilus::simplify(e, ctx_); }
+  // A C literal of value v in dtype t.
+  std::string literal(DataType t, double v);
+
+  // --- tensors -------------------------------------------------------------------------
+  const std::string& reg(const Tensor& t);         // the register array of a tensor
+  std::string declare_reg(const Tensor& t);        // declares the array; returns its name
+  const GlobalView& global(const Tensor& t) const;
+  const SharedView& shared(const Tensor& t) const;
+  // The C pointer expression of element `index` of a shared view.
+  std::string shared_address(const Tensor& t, const std::vector<Expr>& index);
+  // Element offset (in elements of the root) of `index` of a shared view.
+  Expr shared_offset(const Tensor& t, const std::vector<Expr>& index);
+  const ThreadScope& scope() const { return scopes_.back(); }
+  // The thread-dependent part of a layout's index per dim (slot 0), simplified.
+  std::vector<Expr> spatial_index(const RegisterLayout& l);
+  // The slot-dependent part of a layout's index per dim (thread 0).
+  static std::vector<int64_t> local_index(const RegisterLayout& l, int64_t slot);
+  // True for the threads that hold the first replica of every element (stores use it so
+  // that replicated tensors are written once).
+  Expr primary_replica(const RegisterLayout& l);
+  // For a register tensor `src` whose layout relates to `dst_layout` by `index_map` (a map
+  // from dst index to src index), the src slot of every dst slot, checked for all threads;
+  // empty when some slot's data lives in another thread.
+  std::vector<int64_t> slot_map(const RegisterLayout& dst, const RegisterLayout& src,
+                                const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& index_map);
+  // Extra shared memory after the planned tensors (reduction workspaces), aligned to 128.
+  int64_t workspace(int64_t bytes);
+  std::string workspace_ptr(DataType t);
+
+  // Facts for vectorization: the largest power of two dividing e (capped).
+  int64_t divisor(const Expr& e) const { return ctx_.divisor(simplify(e)); }
+  int64_t pointer_alignment(const Expr& ptr) const;
+  BoundContext& context() { return ctx_; }
+
+  [[noreturn]] void fail(const InstNode& inst, const std::string& message) const;
+
+  const Kernel& kernel;
+  const Target& target;
+
+ private:
+  void emit_stmt(const Stmt& s);
+  void emit_inst(const InstNode& inst);
+  // Instruction families.
+  void emit_memory(const InstNode& inst);
+  void emit_compute(const InstNode& inst);
+  void emit_dot(const InstNode& inst);
+  void emit_reduce(const InstNode& inst);
+  void emit_barrier(const InstNode& inst);
+  void emit_printf(const InstNode& inst);
+
+  std::string out_;
+  int indent_ = 0;
+  std::unordered_set<std::string> names_;
+  std::unordered_map<const void*, std::string> var_names_;
+  std::unordered_map<const TensorNode*, std::string> regs_;
+  std::unordered_map<const TensorNode*, GlobalView> globals_;
+  std::unordered_map<const TensorNode*, SharedView> shared_;
+  std::vector<ThreadScope> scopes_;
+  BoundContext ctx_;
+  int64_t workspace_bytes_ = 0;
+  int barrier_ids_ = 1;  // named barrier ids for thread groups (0 is __syncthreads)
+  std::unordered_map<int64_t, int> group_barriers_;
+
+  friend struct MemoryEmitter;
+};
+
+}  // namespace tilus::cuda

@@ -1,0 +1,242 @@
+#include "tilus/runtime/driver.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <mutex>
+
+namespace tilus {
+
+namespace {
+
+// The few Driver API types and constants tilus uses, declared here so that building needs
+// no CUDA headers and running needs no driver until a GPU is used.
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUevent = void*;
+constexpr int kAttrMultiprocessors = 16;
+constexpr int kAttrCcMajor = 75;
+constexpr int kAttrCcMinor = 76;
+constexpr int kAttrSharedOptin = 97;
+constexpr int kFuncAttrMaxDynamicShared = 8;
+
+struct Driver {
+  bool loaded = false;
+  std::string why;  // when !loaded
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc)(DevicePtr*, size_t);
+  CUresult (*cuMemFree)(DevicePtr);
+  CUresult (*cuMemcpyHtoD)(DevicePtr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, DevicePtr, size_t);
+  CUresult (*cuMemsetD8)(DevicePtr, unsigned char, size_t);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                             void**, void**);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventRecord)(CUevent, void*);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+
+  CUcontext context = nullptr;
+  DeviceInfo info;
+};
+
+template <class F>
+bool bind(void* lib, F& fn, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (void* p = dlsym(lib, n)) {
+      fn = reinterpret_cast<F>(p);
+      return true;
+    }
+  return false;
+}
+
+std::string error_text(const Driver& d, CUresult r) {
+  const char* name = "?";
+  const char* text = "?";
+  if (d.cuGetErrorName) d.cuGetErrorName(r, &name);
+  if (d.cuGetErrorString) d.cuGetErrorString(r, &text);
+  return fmt::format("{} ({}): {}", name, r, text);
+}
+
+Driver load_driver() {
+  Driver d{};
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* e = dlerror();
+    d.why = fmt::format("the CUDA driver (libcuda.so.1) could not be loaded: {}", e ? e : "not found");
+    return d;
+  }
+  bool ok = bind(lib, d.cuInit, {"cuInit"}) && bind(lib, d.cuDriverGetVersion, {"cuDriverGetVersion"}) &&
+            bind(lib, d.cuDeviceGetCount, {"cuDeviceGetCount"}) && bind(lib, d.cuDeviceGet, {"cuDeviceGet"}) &&
+            bind(lib, d.cuDeviceGetName, {"cuDeviceGetName"}) &&
+            bind(lib, d.cuDeviceGetAttribute, {"cuDeviceGetAttribute"}) &&
+            bind(lib, d.cuDevicePrimaryCtxRetain, {"cuDevicePrimaryCtxRetain"}) &&
+            bind(lib, d.cuCtxSetCurrent, {"cuCtxSetCurrent"}) && bind(lib, d.cuCtxGetCurrent, {"cuCtxGetCurrent"}) &&
+            bind(lib, d.cuCtxSynchronize, {"cuCtxSynchronize"}) && bind(lib, d.cuMemAlloc, {"cuMemAlloc_v2"}) &&
+            bind(lib, d.cuMemFree, {"cuMemFree_v2"}) && bind(lib, d.cuMemcpyHtoD, {"cuMemcpyHtoD_v2"}) &&
+            bind(lib, d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}) && bind(lib, d.cuMemsetD8, {"cuMemsetD8_v2"}) &&
+            bind(lib, d.cuModuleLoadData, {"cuModuleLoadData"}) && bind(lib, d.cuModuleUnload, {"cuModuleUnload"}) &&
+            bind(lib, d.cuModuleGetFunction, {"cuModuleGetFunction"}) &&
+            bind(lib, d.cuFuncSetAttribute, {"cuFuncSetAttribute"}) &&
+            bind(lib, d.cuLaunchKernel, {"cuLaunchKernel"}) && bind(lib, d.cuEventCreate, {"cuEventCreate"}) &&
+            bind(lib, d.cuEventRecord, {"cuEventRecord"}) && bind(lib, d.cuEventSynchronize, {"cuEventSynchronize"}) &&
+            bind(lib, d.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"}) &&
+            bind(lib, d.cuEventDestroy, {"cuEventDestroy_v2"}) && bind(lib, d.cuGetErrorName, {"cuGetErrorName"}) &&
+            bind(lib, d.cuGetErrorString, {"cuGetErrorString"});
+  if (!ok) {
+    d.why = "libcuda.so.1 lacks a Driver API entry point tilus needs (driver too old?)";
+    return d;
+  }
+  if (CUresult r = d.cuInit(0); r != 0) {
+    d.why = fmt::format("cuInit failed: {}", error_text(d, r));
+    return d;
+  }
+  int count = 0;
+  if (d.cuDeviceGetCount(&count) != 0 || count == 0) {
+    d.why = "no CUDA device is present";
+    return d;
+  }
+  CUdevice dev = 0;
+  char name[256] = {};
+  int major = 0, minor = 0;
+  int sms = 0, optin = 0;
+  if (d.cuDeviceGet(&dev, 0) != 0 || d.cuDeviceGetName(name, sizeof(name), dev) != 0 ||
+      d.cuDeviceGetAttribute(&major, kAttrCcMajor, dev) != 0 ||
+      d.cuDeviceGetAttribute(&minor, kAttrCcMinor, dev) != 0 ||
+      d.cuDeviceGetAttribute(&sms, kAttrMultiprocessors, dev) != 0 ||
+      d.cuDeviceGetAttribute(&optin, kAttrSharedOptin, dev) != 0) {
+    d.why = "device 0 could not be queried";
+    return d;
+  }
+  // The primary context is the one the CUDA runtime (and so torch) uses: memory is shared.
+  if (CUresult r = d.cuDevicePrimaryCtxRetain(&d.context, dev); r != 0) {
+    d.why = fmt::format("the primary context of device 0 could not be retained: {}", error_text(d, r));
+    return d;
+  }
+  d.info.name = name;
+  d.info.compute_capability = major * 10 + minor;
+  d.info.multiprocessors = sms;
+  d.info.shared_memory_per_block_optin = optin;
+  d.cuDriverGetVersion(&d.info.driver_version);
+  d.loaded = true;
+  return d;
+}
+
+Driver& driver_state() {
+  static Driver d = load_driver();
+  return d;
+}
+
+// The loaded driver with the primary context current on this thread; throws otherwise.
+const Driver& driver() {
+  Driver& d = driver_state();
+  if (!d.loaded) throw RuntimeError(fmt::format("no GPU available: {}", d.why));
+  CUcontext current = nullptr;
+  if (d.cuCtxGetCurrent(&current) != 0 || current != d.context) d.cuCtxSetCurrent(d.context);
+  return d;
+}
+
+void check(CUresult r, const std::string& what) {
+  if (r != 0) throw RuntimeError(fmt::format("{} failed: {}", what, error_text(driver_state(), r)));
+}
+
+}  // namespace
+
+bool gpu_available() { return driver_state().loaded; }
+std::string gpu_unavailable_reason() { return driver_state().loaded ? "" : driver_state().why; }
+
+std::string DeviceInfo::arch() const {
+  // Hopper's wgmma / setmaxnreg need the arch-specific target.
+  if (compute_capability == 90) return "sm_90a";
+  return fmt::format("sm_{}", compute_capability);
+}
+
+const DeviceInfo& current_device() { return driver().info; }
+
+DevicePtr device_alloc(size_t bytes) {
+  DevicePtr p = 0;
+  check(driver().cuMemAlloc(&p, bytes), fmt::format("cuMemAlloc of {} bytes", bytes));
+  return p;
+}
+void device_free(DevicePtr p) { check(driver().cuMemFree(p), "cuMemFree"); }
+void copy_to_device(DevicePtr dst, const void* src, size_t bytes) {
+  check(driver().cuMemcpyHtoD(dst, src, bytes), fmt::format("copying {} bytes to the device", bytes));
+}
+void copy_to_host(void* dst, DevicePtr src, size_t bytes) {
+  check(driver().cuMemcpyDtoH(dst, src, bytes), fmt::format("copying {} bytes to the host", bytes));
+}
+void device_memset(DevicePtr dst, uint8_t value, size_t bytes) {
+  check(driver().cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+}
+void synchronize() { check(driver().cuCtxSynchronize(), "synchronizing the device"); }
+
+LoadedModule::LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes)
+    : name_(function), shared_bytes_(dynamic_shared_bytes) {
+  const Driver& d = driver();
+  check(d.cuModuleLoadData(&module_, cubin.data()), fmt::format("loading the module of kernel {}", function));
+  if (CUresult r = d.cuModuleGetFunction(&function_, module_, function.c_str()); r != 0) {
+    d.cuModuleUnload(module_);
+    check(r, fmt::format("finding kernel {} in its module", function));
+  }
+  // Above 48 KB, dynamic shared memory must be opted into, once per function.
+  if (dynamic_shared_bytes > 48 * 1024) {
+    if (dynamic_shared_bytes > d.info.shared_memory_per_block_optin)
+      throw RuntimeError(fmt::format("kernel {} needs {} bytes of shared memory; {} allows {}", function,
+                                     dynamic_shared_bytes, d.info.name, d.info.shared_memory_per_block_optin));
+    check(d.cuFuncSetAttribute(function_, kFuncAttrMaxDynamicShared, int(dynamic_shared_bytes)),
+          fmt::format("raising the shared memory limit of kernel {} to {} bytes", function, dynamic_shared_bytes));
+  }
+}
+
+LoadedModule::~LoadedModule() {
+  if (module_ && driver_state().loaded) driver_state().cuModuleUnload(module_);
+}
+
+void LoadedModule::launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const {
+  check(driver().cuLaunchKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_),
+                                stream, args, nullptr),
+        fmt::format("launching kernel {} (grid {}x{}x{}, {} threads, {} shared bytes)", name_, grid[0], grid[1],
+                    grid[2], block_threads, shared_bytes_));
+}
+
+EventTimer::EventTimer() {
+  check(driver().cuEventCreate(&begin_, 0), "cuEventCreate");
+  check(driver().cuEventCreate(&end_, 0), "cuEventCreate");
+}
+EventTimer::~EventTimer() {
+  if (driver_state().loaded) {
+    driver_state().cuEventDestroy(begin_);
+    driver_state().cuEventDestroy(end_);
+  }
+}
+void EventTimer::start(Stream stream) { check(driver().cuEventRecord(begin_, stream), "cuEventRecord"); }
+float EventTimer::stop_ms(Stream stream) {
+  const Driver& d = driver();
+  check(d.cuEventRecord(end_, stream), "cuEventRecord");
+  check(d.cuEventSynchronize(end_), "cuEventSynchronize");
+  float ms = 0;
+  check(d.cuEventElapsedTime(&ms, begin_, end_), "cuEventElapsedTime");
+  return ms;
+}
+
+}  // namespace tilus

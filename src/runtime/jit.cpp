@@ -1,0 +1,85 @@
+#include "tilus/runtime/jit.h"
+
+#include <fmt/format.h>
+
+#include "tilus/codegen/cuda.h"
+#include "tilus/passes/pipeline.h"
+
+namespace tilus {
+
+CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache) {
+  if (traced.kernels.size() != 1)
+    throw InternalError(fmt::format("compile_program expects one kernel, got {}", traced.kernels.size()));
+  PipelineOptions opts;
+  opts.target = Target::from_arch(arch);
+  Program lowered = run_pipeline(traced, opts);
+  KernelSource source = emit_cuda(lowered.kernels[0], opts.target);
+  return compile_kernel(source, cache);
+}
+
+std::map<int, int64_t> specialization_of(const std::vector<KernelArg>& args) {
+  std::map<int, int64_t> facts;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelArg& a = args[i];
+    if (a.kind == KernelArg::Kind::Int && a.i % 16 == 0) facts[int(i)] = 16;
+    if (a.kind == KernelArg::Kind::Pointer && a.ptr % 16 == 0) facts[int(i)] = 16;
+  }
+  return facts;
+}
+
+std::string specialization_key(const std::map<int, int64_t>& facts) {
+  std::string key;
+  for (auto& [i, d] : facts) key += fmt::format("{}:{};", i, d);
+  return key;
+}
+
+DeviceBuffer::DeviceBuffer(DataType dtype, int64_t n) : dtype_(dtype), n_(n) {
+  ptr_ = device_alloc(std::max<int64_t>(1, dtype.storage_bytes(n)));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) device_free(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : dtype_(o.dtype_), n_(o.n_), ptr_(o.ptr_) { o.ptr_ = 0; }
+
+void DeviceBuffer::upload_bytes(const void* data, size_t bytes) { copy_to_device(ptr_, data, bytes); }
+void DeviceBuffer::download_bytes(void* data, size_t bytes) const { copy_to_host(data, ptr_, bytes); }
+
+namespace {
+uint64_t encode(DataType t, double v) {
+  if (t.is_float()) return t.encode_float(v);
+  if (t.is_bool()) return v != 0.0;
+  if (t.is_uint()) return uint64_t(v);
+  return uint64_t(int64_t(v));
+}
+double decode(DataType t, uint64_t bits) {
+  if (t.is_float()) return t.decode_float(bits);
+  if (t.is_bool()) return bits & 1;
+  if (t.is_uint()) return double(bits);
+  int b = t.bits();
+  if (b < 64 && (bits >> (b - 1)) & 1) bits |= ~((uint64_t(1) << b) - 1);  // sign-extend
+  return double(int64_t(bits));
+}
+}  // namespace
+
+void DeviceBuffer::upload(const std::vector<double>& values) {
+  if (int64_t(values.size()) != n_)
+    throw InternalError(fmt::format("DeviceBuffer::upload: {} values for {} elements", values.size(), n_));
+  std::vector<uint64_t> codes;
+  codes.reserve(values.size());
+  for (double v : values) codes.push_back(encode(dtype_, v));
+  std::vector<uint8_t> bytes = pack_bits(codes, dtype_.bits());
+  upload_bytes(bytes.data(), bytes.size());
+}
+
+std::vector<double> DeviceBuffer::download() const {
+  std::vector<uint8_t> bytes(dtype_.storage_bytes(n_));
+  download_bytes(bytes.data(), bytes.size());
+  std::vector<double> out;
+  out.reserve(n_);
+  for (uint64_t c : unpack_bits(bytes, dtype_.bits(), n_)) out.push_back(decode(dtype_, c));
+  return out;
+}
+
+}  // namespace tilus

@@ -1,0 +1,153 @@
+#include "tilus/runtime/launcher.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "tilus/codegen/nvrtc.h"
+
+namespace tilus {
+
+namespace {
+
+const char* kind_name(KernelArg::Kind k) {
+  switch (k) {
+    case KernelArg::Kind::Int: return "an integer";
+    case KernelArg::Kind::Float: return "a float";
+    case KernelArg::Kind::Pointer: return "a pointer";
+  }
+  return "?";
+}
+
+std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
+  std::string params, grid, options;
+  for (size_t i = 0; i < s.params.size(); ++i)
+    params += fmt::format("{}{{\"name\": \"{}\", \"dtype\": \"{}\"}}", i ? ", " : "", s.params[i].name,
+                          s.params[i].dtype.name());
+  for (size_t i = 0; i < s.grid.size(); ++i) grid += fmt::format("{}\"{}\"", i ? ", " : "", to_string(s.grid[i]));
+  for (size_t i = 0; i < out.options.size(); ++i) options += fmt::format("{}\"{}\"", i ? ", " : "", out.options[i]);
+  return fmt::format(
+      "{{\n  \"format\": 1,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
+      "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"block_threads\": {},\n  "
+      "\"shared_memory_bytes\": {}\n}}\n",
+      s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, s.block_threads, s.shared_memory_bytes);
+}
+
+}  // namespace
+
+CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
+  CompiledKernel k;
+  k.source = source;
+  std::string key;
+  if (cache) {
+    key = DiskCache::key(source.source, source.arch, nvrtc_version(), nvrtc_options(source.arch));
+    if (auto hit = cache->load(key); hit && hit->source == source.source) {
+      spdlog::debug("tilus: kernel {} loaded from cache entry {}", source.name, key);
+      k.cubin = std::move(hit->cubin);
+      k.from_cache = true;
+      return k;
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  NvrtcOutput out = nvrtc_compile(source.source, source.name, source.arch);
+  k.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!out.log.empty()) spdlog::debug("tilus: NVRTC log for {}:\n{}", source.name, out.log);
+  spdlog::debug("tilus: compiled kernel {} for {} in {:.1f} ms", source.name, source.arch, k.compile_ms);
+  k.cubin = std::move(out.cubin);
+  if (cache) cache->store(key, CacheEntry{source.source, k.cubin, meta_json(source, out)});
+  return k;
+}
+
+Launcher::Launcher(CompiledKernel kernel) : kernel_(std::move(kernel)) {}
+
+void Launcher::check(const std::vector<KernelArg>& args) const {
+  const KernelSource& s = kernel_.source;
+  if (args.size() != s.params.size()) {
+    std::string names;
+    for (size_t i = 0; i < s.params.size(); ++i)
+      names += fmt::format("{}{}: {}", i ? ", " : "", s.params[i].name, s.params[i].dtype.name());
+    throw ArgumentError(fmt::format("kernel {} takes {} arguments ({}), got {}", s.name, s.params.size(), names,
+                                    args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelParam& p = s.params[i];
+    const KernelArg& a = args[i];
+    auto fail = [&](const std::string& why) {
+      throw ArgumentError(fmt::format("kernel {}, argument {} ('{}': {}): {}", s.name, i, p.name, p.dtype.name(), why));
+    };
+    if (p.dtype.is_pointer()) {
+      if (a.kind != KernelArg::Kind::Pointer) fail(fmt::format("expected a pointer, got {}", kind_name(a.kind)));
+      if (a.ptr == 0) fail("null pointer");
+      DataType want = p.dtype.pointee();
+      if (a.typed && !want.is_void() && a.pointee != want)
+        fail(fmt::format("points to {} data, the kernel reads {}", a.pointee.name(), want.name()));
+    } else if (p.dtype.is_float()) {
+      if (a.kind == KernelArg::Kind::Pointer) fail("expected a float, got a pointer");
+    } else {
+      if (a.kind != KernelArg::Kind::Int) fail(fmt::format("expected an integer, got {}", kind_name(a.kind)));
+      if (p.dtype.is_integer()) {
+        bool in_range = p.dtype.is_uint() ? a.i >= 0 && uint64_t(a.i) <= p.dtype.int_max()
+                                          : a.i >= p.dtype.int_min() && (a.i < 0 || uint64_t(a.i) <= p.dtype.int_max());
+        if (!in_range) fail(fmt::format("{} is out of the range of {}", a.i, p.dtype.name()));
+      }
+    }
+  }
+}
+
+std::array<uint32_t, 3> Launcher::grid(const std::vector<KernelArg>& args) const {
+  const KernelSource& s = kernel_.source;
+  auto env = [&](const Var& v) -> std::optional<EvalValue> {
+    for (size_t i = 0; i < s.param_vars.size() && i < args.size(); ++i)
+      if (s.param_vars[i].same_as(v)) {
+        EvalValue e;
+        e.dtype = v.dtype();
+        if (args[i].kind == KernelArg::Kind::Float) e.f = args[i].f;
+        else e.i = args[i].kind == KernelArg::Kind::Pointer ? int64_t(args[i].ptr) : args[i].i;
+        return e;
+      }
+    return std::nullopt;
+  };
+  std::array<uint32_t, 3> g = {1, 1, 1};
+  const int64_t limits[3] = {(int64_t(1) << 31) - 1, 65535, 65535};
+  for (size_t d = 0; d < s.grid.size() && d < 3; ++d) {
+    auto v = evaluate(s.grid[d], env);
+    if (!v) throw ArgumentError(fmt::format("kernel {}: grid dimension {} ({}) cannot be evaluated from the arguments",
+                                            s.name, d, to_string(s.grid[d])));
+    int64_t n = v->dtype.is_float() ? int64_t(v->f) : v->i;
+    if (n < 0 || n > limits[d])
+      throw ArgumentError(fmt::format("kernel {}: grid dimension {} ({}) is {}, outside [0, {}]", s.name, d,
+                                      to_string(s.grid[d]), n, limits[d]));
+    g[d] = uint32_t(n);
+  }
+  return g;
+}
+
+void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
+  check(args);
+  std::array<uint32_t, 3> g = grid(args);
+  if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;  // nothing to run (e.g. n = 0)
+  const KernelSource& s = kernel_.source;
+  std::call_once(loaded_, [&] {
+    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes);
+  });
+  // Each argument's value in its parameter's C type, 8-byte slots.
+  std::vector<uint64_t> values(args.size());
+  std::vector<void*> pointers(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    DataType t = s.params[i].dtype;
+    const KernelArg& a = args[i];
+    uint64_t bits = 0;
+    if (t.is_pointer()) bits = a.ptr;
+    else if (t.is_float()) bits = t.encode_float(a.kind == KernelArg::Kind::Float ? a.f : double(a.i));
+    else if (t.is_bool()) bits = a.i != 0;
+    else bits = uint64_t(a.i);
+    values[i] = bits;  // little-endian: the low bytes are the narrower C type's value
+    pointers[i] = &values[i];
+  }
+  module_->launch(g.data(), uint32_t(s.block_threads), pointers.data(), stream);
+}
+
+}  // namespace tilus

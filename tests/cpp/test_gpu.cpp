@@ -1,0 +1,379 @@
+// Every instruction on the GPU against a CPU reference, on random data with ragged shapes.
+// Skips with a message where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+
+#include "tilus/runtime/jit.h"
+
+using namespace tilus;
+
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!gpu_available()) GTEST_SKIP() << "no GPU: " << gpu_unavailable_reason()
+
+std::mt19937 rng(7);
+
+std::vector<double> randoms(int64_t n, DataType t, double lo = -2, double hi = 2) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) {
+    double r = d(rng);
+    x = t.is_float() ? t.decode_float(t.encode_float(r)) : (t.is_bool() ? double(r > 0) : std::floor(r));
+  }
+  return v;
+}
+
+double round_to(DataType t, double v) { return t.is_float() ? t.decode_float(t.encode_float(v)) : v; }
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol, double rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << "element " << i;
+      continue;
+    }
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "element " << i;
+  }
+}
+
+// y[i, j] = f(x[i, j]) over a ragged 2-D tile grid.
+struct Unary : Script {
+  static constexpr const char* param_names = "m, n, x, y";
+  std::string op;
+  DataType in = dtypes::float32, out = dtypes::float32;
+  void operator()(Int32 m, Int32 n, Ptr<void> x, Ptr<void> y) {
+    attrs.blocks = {cdiv(m, 16), cdiv(n, 64)};
+    attrs.warps = 2;
+    auto gx = global_view(x, {m, n}, {.dtype = in});
+    auto gy = global_view(y, {m, n}, {.dtype = out});
+    auto v = load_global(gx, {.offsets = {blockIdx.x * 16, blockIdx.y * 64}, .shape = {16, 64}});
+    RegisterTensor r;
+    if (op == "exp") r = exp(v);
+    else if (op == "abs") r = abs(v);
+    else if (op == "sqrt") r = sqrt(abs(v));
+    else if (op == "rsqrt") r = rsqrt(abs(v) + 1.0f);
+    else if (op == "log") r = log(abs(v) + 1.0f);
+    else if (op == "sin") r = sin(v);
+    else if (op == "cos") r = cos(v);
+    else if (op == "round") r = round(v);
+    else if (op == "square") r = square(v);
+    else if (op == "exp2") r = exp2(v);
+    else if (op == "clip") r = clip(v, -0.5f, 0.75f);
+    else if (op == "neg") r = -v;
+    else if (op == "cast") r = v;
+    store_global(gy, r.to(out), {.offsets = {blockIdx.x * 16, blockIdx.y * 64}});
+  }
+};
+
+}  // namespace
+
+TEST(Gpu, UnaryOps) {
+  REQUIRE_GPU();
+  int64_t m = 37, n = 150;
+  auto hx = randoms(m * n, dtypes::float32);
+  DeviceBuffer x(dtypes::float32, m * n), y(dtypes::float32, m * n);
+  x.upload(hx);
+  std::vector<std::pair<std::string, std::function<double(double)>>> ops = {
+      {"exp", [](double v) { return std::exp(v); }},
+      {"abs", [](double v) { return std::fabs(v); }},
+      {"sqrt", [](double v) { return std::sqrt(std::fabs(v)); }},
+      {"rsqrt", [](double v) { return 1.0 / std::sqrt(std::fabs(v) + 1.0); }},
+      {"log", [](double v) { return std::log(std::fabs(v) + 1.0); }},
+      {"sin", [](double v) { return std::sin(v); }},
+      {"cos", [](double v) { return std::cos(v); }},
+      {"round", [](double v) { return std::nearbyint(v); }},
+      {"square", [](double v) { return v * v; }},
+      {"exp2", [](double v) { return std::exp2(v); }},
+      {"clip", [](double v) { return std::min(std::max(v, -0.5), 0.75); }},
+      {"neg", [](double v) { return -v; }},
+  };
+  for (auto& [op, f] : ops) {
+    SCOPED_TRACE(op);
+    Unary s;
+    s.op = op;
+    device_memset(y.ptr(), 0xff, y.bytes());
+    jit(s)({m, n, x.arg(), y.arg()});
+    std::vector<double> want;
+    for (double v : hx) want.push_back(f(v));
+    expect_close(y.download(), want, 1e-5, 1e-5);
+  }
+}
+
+TEST(Gpu, CastsRoundLikeTheHost) {
+  REQUIRE_GPU();
+  int64_t m = 19, n = 201;
+  for (auto [in, out] : std::vector<std::pair<DataType, DataType>>{{dtypes::float32, dtypes::float16},
+                                                                   {dtypes::float32, dtypes::bfloat16},
+                                                                   {dtypes::float16, dtypes::float32},
+                                                                   {dtypes::float32, dtypes::int32},
+                                                                   {dtypes::int32, dtypes::float32},
+                                                                   {dtypes::float64, dtypes::int8}}) {
+    SCOPED_TRACE(in.name() + " -> " + out.name());
+    Unary s;
+    s.op = "cast";
+    s.in = in;
+    s.out = out;
+    auto hx = randoms(m * n, in, -100, 100);
+    DeviceBuffer x(in, m * n), y(out, m * n);
+    x.upload(hx);
+    jit(s)({m, n, x.arg(), y.arg()});
+    std::vector<double> want;
+    for (double v : hx) want.push_back(out.is_float() ? round_to(out, v) : std::trunc(v));
+    expect_close(y.download(), want, 0, 0);
+  }
+}
+
+namespace {
+struct Binary : Script {
+  static constexpr const char* param_names = "n, a, b, y";
+  void operator()(Int32 n, Ptr<f32> a, Ptr<f32> b, Ptr<f32> y) {
+    attrs.blocks = {cdiv(n, 128)};
+    attrs.warps = 1;
+    auto ga = global_view(a, {n}), gb = global_view(b, {n}), gy = global_view(y, {n, 8});
+    auto x = load_global(ga, {.offsets = {blockIdx.x * 128}, .shape = {128}});
+    auto z = load_global(gb, {.offsets = {blockIdx.x * 128}, .shape = {128}});
+    std::vector<RegisterTensor> outs = {x + z, x - z, x * z, x / (abs(z) + 1.0f), maximum(x, z), minimum(x, z),
+                                        where(x < z, x, 2.0f), (x >= z).to(dtypes::float32)};
+    for (int64_t j = 0; j < 8; ++j)
+      store_global(gy, unsqueeze(outs[j], {1}), {.offsets = {blockIdx.x * 128, j}});
+  }
+};
+}  // namespace
+
+TEST(Gpu, BinaryOpsAndBroadcasts) {
+  REQUIRE_GPU();
+  int64_t n = 1000;
+  auto ha = randoms(n, dtypes::float32), hb = randoms(n, dtypes::float32);
+  DeviceBuffer a(dtypes::float32, n), b(dtypes::float32, n), y(dtypes::float32, n * 8);
+  a.upload(ha);
+  b.upload(hb);
+  jit(Binary{})({n, a.arg(), b.arg(), y.arg()});
+  std::vector<double> want(n * 8);
+  for (int64_t i = 0; i < n; ++i) {
+    float x = float(ha[i]), z = float(hb[i]);
+    double r[8] = {x + z, x - z, x * z, x / (std::fabs(z) + 1.0f), std::max(x, z), std::min(x, z), x < z ? x : 2.0f,
+                   x >= z ? 1.0 : 0.0};
+    for (int j = 0; j < 8; ++j) want[i * 8 + j] = float(r[j]);
+  }
+  expect_close(y.download(), want, 1e-6, 1e-6);
+}
+
+namespace {
+struct Reduce : Script {
+  static constexpr const char* param_names = "m, x, y";
+  int64_t rows = 8, cols = 256, warps = 4;
+  int dim = 1;
+  ReduceOp op = ReduceOp::Sum;
+  void operator()(Int32 m, Ptr<f32> x, Ptr<f32> y) {
+    attrs.blocks = {cdiv(m, rows)};
+    attrs.warps = warps;
+    auto gx = global_view(x, {m, cols});
+    auto v = load_global(gx, {.offsets = {blockIdx.x * rows, 0}, .shape = {rows, cols}});
+    ReduceOptions o{.dims = std::vector<int>{dim}, .keepdim = true};
+    RegisterTensor r = op == ReduceOp::Sum ? sum(v, o) : op == ReduceOp::Max ? max(v, o) : min(v, o);
+    if (dim == 1) {
+      auto gy = global_view(y, {m, 1});
+      store_global(gy, r, {.offsets = {blockIdx.x * rows, 0}});
+    } else {
+      auto gy = global_view(y, {cdiv(m, rows), cols});
+      store_global(gy, r, {.offsets = {blockIdx.x, 0}});
+    }
+  }
+};
+}  // namespace
+
+TEST(Gpu, Reductions) {
+  REQUIRE_GPU();
+  int64_t m = 45;
+  for (int dim : {0, 1})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min})
+      for (int64_t warps : {1, 4}) {
+        SCOPED_TRACE(fmt::format("dim {} op {} warps {}", dim, to_string(op), warps));
+        Reduce s;
+        s.dim = dim;
+        s.op = op;
+        s.warps = warps;
+        auto hx = randoms(m * s.cols, dtypes::float32);
+        DeviceBuffer x(dtypes::float32, m * s.cols);
+        x.upload(hx);
+        int64_t blocks = (m + s.rows - 1) / s.rows;
+        int64_t out_n = dim == 1 ? m : blocks * s.cols;
+        DeviceBuffer y(dtypes::float32, out_n);
+        jit(s)({m, x.arg(), y.arg()});
+        std::vector<double> want(out_n);
+        auto at = [&](int64_t i, int64_t j) { return i < m ? hx[i * s.cols + j] : 0.0; };  // zero-filled rows
+        if (dim == 1) {
+          for (int64_t i = 0; i < m; ++i) {
+            double acc = at(i, 0);
+            for (int64_t j = 1; j < s.cols; ++j)
+              acc = op == ReduceOp::Sum ? acc + at(i, j) : op == ReduceOp::Max ? std::max(acc, at(i, j)) : std::min(acc, at(i, j));
+            want[i] = acc;
+          }
+        } else {
+          for (int64_t b = 0; b < blocks; ++b)
+            for (int64_t j = 0; j < s.cols; ++j) {
+              double acc = at(b * s.rows, j);
+              for (int64_t r = 1; r < s.rows; ++r) {
+                double v = at(b * s.rows + r, j);
+                acc = op == ReduceOp::Sum ? acc + v : op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
+              }
+              want[b * s.cols + j] = acc;
+            }
+        }
+        expect_close(y.download(), want, 1e-4, 1e-5);
+      }
+}
+
+namespace {
+struct Dot : Script {
+  static constexpr const char* param_names = "m, n, k, a, b, c";
+  int64_t bm = 64, bn = 32, bk = 32, warps = 4;
+  DataType in = dtypes::float16, acc = dtypes::float32;
+  void operator()(Int32 m, Int32 n, Int32 k, Ptr<void> a, Ptr<void> b, Ptr<void> c) {
+    attrs.blocks = {cdiv(m, bm), cdiv(n, bn)};
+    attrs.warps = warps;
+    auto ga = global_view(a, {m, k}, {.dtype = in}), gb = global_view(b, {k, n}, {.dtype = in});
+    auto gc = global_view(c, {m, n}, {.dtype = acc});
+    auto r = register_tensor(acc, {bm, bn}, 0.0);
+    for (Expr k0 : range(0, k, bk)) {
+      r = dot(load_global(ga, {.offsets = {blockIdx.x * bm, k0}, .shape = {bm, bk}}),
+              load_global(gb, {.offsets = {k0, blockIdx.y * bn}, .shape = {bk, bn}}), r);
+    }
+    store_global(gc, r, {.offsets = {blockIdx.x * bm, blockIdx.y * bn}});
+  }
+};
+}  // namespace
+
+TEST(Gpu, DotEveryPath) {
+  REQUIRE_GPU();
+  int64_t m = 77, n = 45, k = 70;
+  struct Case {
+    DataType in, acc;
+    int64_t warps;
+    double tol;
+  };
+  for (Case c : {Case{dtypes::float16, dtypes::float32, 4, 1e-3}, Case{dtypes::bfloat16, dtypes::float32, 4, 1e-2},
+                 Case{dtypes::float16, dtypes::float16, 2, 5e-2}, Case{dtypes::float32, dtypes::float32, 4, 1e-4},
+                 Case{dtypes::int8, dtypes::int32, 4, 0}, Case{dtypes::float64, dtypes::float64, 1, 1e-9}}) {
+    SCOPED_TRACE(c.in.name() + " -> " + c.acc.name());
+    Dot s;
+    s.in = c.in;
+    s.acc = c.acc;
+    s.warps = c.warps;
+    auto ha = randoms(m * k, c.in, -3, 3), hb = randoms(k * n, c.in, -3, 3);
+    DeviceBuffer a(c.in, m * k), b(c.in, k * n), out(c.acc, m * n);
+    a.upload(ha);
+    b.upload(hb);
+    jit(s)({m, n, k, a.arg(), b.arg(), out.arg()});
+    std::vector<double> want(m * n, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < k; ++kk) acc += ha[i * k + kk] * hb[kk * n + j];
+        want[i * n + j] = round_to(c.acc, acc);
+      }
+    expect_close(out.download(), want, c.tol, c.tol);
+  }
+}
+
+namespace {
+// Global -> shared (cp.async, with evict hints and without bounds checks) -> registers ->
+// global, with offsets that start before and end past the tensor.
+struct SharedRoundTrip : Script {
+  static constexpr const char* param_names = "m, n, x, y, off_m, off_n";
+  std::optional<std::string> evict;
+  bool transpose_dims = false;
+  void operator()(Int32 m, Int32 n, Ptr<f16> x, Ptr<f16> y, Int32 off_m, Int32 off_n) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto gx = global_view(x, {m, n});
+    auto gy = global_view(y, {48, 80});
+    if (!transpose_dims) {
+      auto s = shared_tensor(dtypes::float16, {48, 80});
+      copy_async(gx, s, {.offsets = {off_m, off_n}, .evict = evict});
+      copy_async_commit_group();
+      copy_async_wait_all();
+      sync();
+      store_global(gy, load_shared(s), {.offsets = {0, 0}});
+    } else {
+      // dims maps shared dim 0 to global dim 1: s[j, i] = x[off_m + i, off_n + j].
+      auto s = shared_tensor(dtypes::float16, {80, 48});
+      copy_async(gx, s, {.offsets = {off_m, off_n}, .dims = {1, 0}, .evict = evict});
+      copy_async_commit_group();
+      copy_async_wait_all();
+      sync();
+      store_global(gy, transpose(load_shared(s)), {.offsets = {0, 0}});
+    }
+  }
+};
+}  // namespace
+
+TEST(Gpu, CopyAsyncZeroFillsOutOfBounds) {
+  REQUIRE_GPU();
+  int64_t m = 61, n = 93;
+  auto hx = randoms(m * n, dtypes::float16);
+  DeviceBuffer x(dtypes::float16, m * n), y(dtypes::float16, 48 * 80);
+  x.upload(hx);
+  for (bool transposed : {false, true})
+    for (auto evict : {std::optional<std::string>{}, std::optional<std::string>("evict_first"),
+                       std::optional<std::string>("evict_last")})
+      for (auto [om, on] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {-5, -3}, {40, 60}, {13, 24}}) {
+        SCOPED_TRACE(fmt::format("transposed {} evict {} offsets {} {}", transposed, evict.value_or("none"), om, on));
+        SharedRoundTrip s;
+        s.evict = evict;
+        s.transpose_dims = transposed;
+        jit(s)({m, n, x.arg(), y.arg(), om, on});
+        std::vector<double> want(48 * 80);
+        for (int64_t i = 0; i < 48; ++i)
+          for (int64_t j = 0; j < 80; ++j) {
+            int64_t gi = om + i, gj = on + j;
+            want[i * 80 + j] = (gi >= 0 && gi < m && gj >= 0 && gj < n) ? hx[gi * n + gj] : 0.0;
+          }
+        expect_close(y.download(), want, 0, 0);
+      }
+}
+
+namespace {
+// Thread groups, scalar control flow, register init functions, reshapes and repeats.
+struct Misc : Script {
+  static constexpr const char* param_names = "n, y";
+  void operator()(Int32 n, Ptr<i32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto gy = global_view(y, {4, 64});
+    auto idx = register_tensor(dtypes::int32, {4, 64}, [](const std::vector<Var>& i) { return i[0] * 64 + i[1]; });
+    ScalarVar total = declare("total", dtypes::int32, 0);
+    for (Expr i : range(n)) {
+      if_(i % 2 == 0, [&] { total = total + i; }).else_([&] { continue_(); });
+    }
+    auto shifted = idx + total;
+    auto flat = reshape(shifted, {256});
+    auto back = reshape(flat, {4, 64});
+    warp_group(0, 4, [&] { store_global(gy, back, {.offsets = {0, 0}}); });
+    sync();  // row 3 is written again below
+    single_warp(3, [&] {
+      auto row = register_tensor(dtypes::int32, {1, 32}, [](const std::vector<Var>& i) { return i[1] * -1; });
+      store_global(gy, repeat(row, {1, 2}), {.offsets = {3, 0}});
+    });
+  }
+};
+}  // namespace
+
+TEST(Gpu, ControlFlowGroupsAndReshapes) {
+  REQUIRE_GPU();
+  DeviceBuffer y(dtypes::int32, 256);
+  int64_t n = 9;
+  jit(Misc{})({n, y.arg()});
+  int64_t total = 0 + 2 + 4 + 6 + 8;
+  std::vector<double> want(256);
+  for (int64_t i = 0; i < 256; ++i) want[i] = double(i + total);
+  for (int64_t j = 0; j < 64; ++j) want[3 * 64 + j] = -double(j % 32);
+  auto got = y.download();
+  for (int64_t i = 0; i < 256; ++i) ASSERT_EQ(got[i], want[i]) << i;
+}
+
