@@ -132,13 +132,14 @@ def main():
     results = run_tilus(args.build, "matmul", s, s, s)
     best = min((r for r in results if "ms" in r), key=lambda r: r["ms"], default=None)
     for r in results:
+        label = f"tilus {r['config']}" + (" (best)" if r is best else "")
         if "error" in r:
-            rows.append((f"matmul f16 {s}^3", f"tilus {r['config']}", "failed", r["error"][:60]))
-    if best:
-        ratio = f"{cublas_ms / best['ms']:.2f}x cuBLAS"
+            rows.append((f"matmul f16 {s}^3", label, "failed", r["error"][:60]))
+            continue
+        ratio = f"{cublas_ms / r['ms']:.2f}x cuBLAS"
         if triton_ms:
-            ratio += f", {triton_ms / best['ms']:.2f}x Triton"
-        rows.append((f"matmul f16 {s}^3", f"tilus {best['config']}", f"{best['tflops']:.0f} TFLOP/s", ratio))
+            ratio += f", {triton_ms / r['ms']:.2f}x Triton"
+        rows.append((f"matmul f16 {s}^3", label, f"{r['tflops']:.0f} TFLOP/s", ratio))
 
     # --- start-up: a new process, cold cache then warm cache -----------------------------------
     with tempfile.TemporaryDirectory() as cache:

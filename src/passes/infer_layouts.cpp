@@ -377,11 +377,83 @@ class LayoutSolver {
   }
 };
 
+// Shared layouts: a user annotation wins; otherwise a row-major tile of 1- to 16-byte
+// elements whose rows are at least 32 bytes (a power of two) gets the XOR swizzle that puts
+// the 16-byte units of any 8 consecutive rows in distinct bank groups, so ldmatrix reads and
+// 16-byte cp.async / vector writes of a column of units are conflict-free. The swizzle
+// permutes whole 16-byte units, so every vector access up to 16 bytes stays legal. Slices
+// inherit the strides and swizzle of what they slice (the emitter addresses them through
+// their root allocation).
+std::optional<Swizzle> auto_swizzle(const Tensor& t) {
+  int64_t bytes = t.dtype().bits() / 8;
+  if (t.dtype().is_subbyte() || bytes < 1 || 16 % bytes || t.rank() < 2) return std::nullopt;
+  auto shape = t.static_shape();
+  if (t->shared_layout != SharedLayout::row_major(shape)) return std::nullopt;
+  int64_t row = shape.back(), rows = t.num_elements() / row;
+  if (row * bytes < 32 || (row & (row - 1)) || rows < 8) return std::nullopt;
+  auto log2 = [](int64_t x) {
+    int n = 0;
+    while ((int64_t(1) << n) < x) ++n;
+    return n;
+  };
+  Swizzle z;
+  z.bits = 3;
+  z.base = log2(16 / bytes);                      // 16-byte units
+  z.shift = std::max(3, log2(row) - z.base);      // XOR in the row (or 128-byte line) index
+  SharedLayout l(shape, SharedLayout::row_major(shape).strides(), z);
+  if (l.storage_elements() != t.num_elements()) return std::nullopt;  // never grow the tile
+  return z;
+}
+
+Kernel choose_shared_layouts(const Kernel& k) {
+  struct Collect : StmtVisitor {
+    std::vector<const SliceSharedInst*> slices;  // in program order
+    std::vector<Tensor> roots;
+    std::unordered_map<const TensorNode*, SharedLayout> annotated;
+    std::unordered_map<const TensorNode*, const InstNode*> annotations;
+    void visit_inst(const InstNode& i) override {
+      if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i)) roots.push_back(a->out);
+      if (auto* s = dynamic_cast<const SliceSharedInst*>(&i)) slices.push_back(s);
+      if (auto* a = dynamic_cast<const AnnotateLayoutInst*>(&i); a && a->shared_layout.defined())
+        annotated[a->tensor.get()] = a->shared_layout, annotations[a->tensor.get()] = a;
+    }
+  } c;
+  c.visit(k.body);
+  for (auto& [t, inst] : c.annotations)
+    if (std::none_of(c.roots.begin(), c.roots.end(), [t = t](const Tensor& r) { return r.get() == t; }))
+      throw CompileError(fmt::format("annotate_layout: the shared layout of '{}' must be set on the shared_tensor "
+                                     "allocation itself, not on a slice or view of it",
+                                     static_cast<const AnnotateLayoutInst*>(inst)->tensor->name),
+                         inst->loc);
+  struct Rewrite : StmtMutator {
+    Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+      if (auto* a = inst_as<AnnotateLayoutInst>(inst); a && a->shared_layout.defined()) return nullptr;
+      return StmtMutator::mutate_inst(s, inst);
+    }
+  } rewrite;
+  for (const Tensor& t : c.roots) {
+    SharedLayout layout = t->shared_layout;
+    if (auto it = c.annotated.find(t.get()); it != c.annotated.end()) layout = it->second;
+    else if (auto z = auto_swizzle(t)) layout = SharedLayout(layout.shape(), layout.strides(), *z);
+    if (layout != t->shared_layout) rewrite.tensor_map[t.get()] = t.with_shared_layout(layout);
+  }
+  for (const SliceSharedInst* i : c.slices) {
+    auto src = rewrite.tensor_map.find(i->src.get());
+    if (src == rewrite.tensor_map.end()) continue;
+    const SharedLayout& from = src->second->shared_layout;
+    std::vector<int64_t> strides;
+    for (int d : i->dims) strides.push_back(from.strides()[d]);
+    rewrite.tensor_map[i->out.get()] =
+        i->out.with_shared_layout(SharedLayout(i->out.static_shape(), strides, from.swizzle()));
+  }
+  return rewrite.mutate(k);
+}
+
 }  // namespace
 
 Program infer_layouts(const Program& program) {
   Program out;
-  for (auto& k : program.kernels) out.kernels.push_back(LayoutSolver(k).run());
+  for (auto& k : program.kernels) out.kernels.push_back(choose_shared_layouts(LayoutSolver(k).run()));
   return out;
 }
 

@@ -99,6 +99,23 @@ TEST(CudaEmitter, MmaDotUsesTensorCores) {
   EXPECT_EQ(count, 8u);
 }
 
+// mma operands loaded from shared memory use ldmatrix: x4 for a, x4.trans for the row-major b.
+TEST(CudaEmitter, LdmatrixFeedsTheTensorCores) {
+  std::string src = emit(trace(examples::MatmulMma{})).source;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t p = src.find(what); p != std::string::npos; p = src.find(what, p + 1)) ++n;
+    return n;
+  };
+  // 8 warps on 128x128, each a 64x32 tile of c per 32-deep k step: 64 slots of a (8 x4
+  // groups) and 32 of b (4 x4.trans groups) per thread.
+  EXPECT_EQ(count("tilus::ldmatrix<4, false>"), 8u) << src;
+  EXPECT_EQ(count("tilus::ldmatrix<4, true>"), 4u) << src;
+  std::string simt = emit(trace(examples::MatmulShared{})).source;
+  EXPECT_NE(simt.find("mma_m16n8k16"), std::string::npos);
+  EXPECT_NE(simt.find("tilus::ldmatrix<"), std::string::npos);
+}
+
 TEST(CudaEmitter, VectorizesWhenSpecialized) {
   // Without facts about n and the pointers, accesses are scalar and predicated per element.
   KernelSource plain = emit(trace(examples::VectorAdd{}));

@@ -234,15 +234,35 @@ struct Dot : Script {
   static constexpr const char* param_names = "m, n, k, a, b, c";
   int64_t bm = 64, bn = 32, bk = 32, warps = 4;
   DataType in = dtypes::float16, acc = dtypes::float32;
+  // Stage the tiles through shared memory (ldmatrix feeds the tensor cores), optionally
+  // with a plain row-major layout instead of the inferred swizzle.
+  bool via_shared = false, row_major_shared = false;
   void operator()(Int32 m, Int32 n, Int32 k, Ptr<void> a, Ptr<void> b, Ptr<void> c) {
     attrs.blocks = {cdiv(m, bm), cdiv(n, bn)};
     attrs.warps = warps;
     auto ga = global_view(a, {m, k}, {.dtype = in}), gb = global_view(b, {k, n}, {.dtype = in});
     auto gc = global_view(c, {m, n}, {.dtype = acc});
     auto r = register_tensor(acc, {bm, bn}, 0.0);
-    for (Expr k0 : range(0, k, bk)) {
-      r = dot(load_global(ga, {.offsets = {blockIdx.x * bm, k0}, .shape = {bm, bk}}),
-              load_global(gb, {.offsets = {k0, blockIdx.y * bn}, .shape = {bk, bn}}), r);
+    if (via_shared) {
+      auto sa = shared_tensor(in, {bm, bk}), sb = shared_tensor(in, {bk, bn});
+      if (row_major_shared) {
+        annotate_layout(sa, SharedLayout::row_major({bm, bk}));
+        annotate_layout(sb, SharedLayout::row_major({bk, bn}));
+      }
+      for (Expr k0 : range(0, k, bk)) {
+        copy_async(ga, sa, {.offsets = {blockIdx.x * bm, k0}});
+        copy_async(gb, sb, {.offsets = {k0, blockIdx.y * bn}});
+        copy_async_commit_group();
+        copy_async_wait_all();
+        sync();
+        r = dot(load_shared(sa), load_shared(sb), r);
+        sync();
+      }
+    } else {
+      for (Expr k0 : range(0, k, bk)) {
+        r = dot(load_global(ga, {.offsets = {blockIdx.x * bm, k0}, .shape = {bm, bk}}),
+                load_global(gb, {.offsets = {k0, blockIdx.y * bn}, .shape = {bk, bn}}), r);
+      }
     }
     store_global(gc, r, {.offsets = {blockIdx.x * bm, blockIdx.y * bn}});
   }
@@ -278,6 +298,44 @@ TEST(Gpu, DotEveryPath) {
         want[i * n + j] = round_to(c.acc, acc);
       }
     expect_close(out.download(), want, c.tol, c.tol);
+  }
+}
+
+// Tensor-core dots fed from shared memory by ldmatrix (x4, x2, .trans) with swizzled and
+// plain layouts, on tile shapes from one mma to several warps.
+TEST(Gpu, DotFromSharedMemory) {
+  REQUIRE_GPU();
+  int64_t m = 77, n = 45, k = 70;
+  struct Case {
+    int64_t bm, bn, bk, warps;
+    DataType in;
+    bool row_major;
+  };
+  for (Case c : {Case{16, 8, 16, 1, dtypes::float16, false}, Case{32, 16, 32, 1, dtypes::bfloat16, false},
+                 Case{64, 32, 32, 4, dtypes::float16, false}, Case{64, 32, 32, 4, dtypes::float16, true},
+                 Case{64, 128, 32, 8, dtypes::float16, false}}) {
+    SCOPED_TRACE(fmt::format("{}x{}x{} {} warps {}{}", c.bm, c.bn, c.bk, c.warps, c.in.name(),
+                             c.row_major ? " row-major" : ""));
+    Dot s;
+    s.bm = c.bm, s.bn = c.bn, s.bk = c.bk, s.warps = c.warps, s.in = c.in;
+    s.via_shared = true;
+    s.row_major_shared = c.row_major;
+    auto ha = randoms(m * k, c.in, -3, 3), hb = randoms(k * n, c.in, -3, 3);
+    DeviceBuffer a(c.in, m * k), b(c.in, k * n), out(dtypes::float32, m * n);
+    a.upload(ha);
+    b.upload(hb);
+    auto kernel = jit(s);
+    std::vector<KernelArg> args = {m, n, k, a.arg(), b.arg(), out.arg()};
+    ASSERT_NE(kernel.launcher(args).kernel().source.source.find("tilus::ldmatrix<"), std::string::npos);
+    kernel(args);
+    std::vector<double> want(m * n, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < k; ++kk) acc += ha[i * k + kk] * hb[kk * n + j];
+        want[i * n + j] = acc;
+      }
+    expect_close(out.download(), want, 1e-3, 1e-3);
   }
 }
 

@@ -1,6 +1,8 @@
 // The simplify and layout-inference passes, each run alone on IR traced with the C++ API.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "golden.h"
 #include "tilus/passes/infer_layouts.h"
 #include "tilus/ir/functor.h"
@@ -282,4 +284,105 @@ TEST(InferLayouts, ThreadGroupsUseTheirOwnThreadCount) {
   VerifyOptions strict;
   strict.require_layouts = true;
   EXPECT_NO_THROW(verify(k, strict));
+}
+
+namespace {
+// Allocates one shared tensor per shape (dtype per entry), optionally annotating the first.
+struct SharedShapes : Script {
+  std::vector<std::pair<DataType, std::vector<int64_t>>> tensors;
+  std::optional<SharedLayout> annotate_first;
+  bool annotate_slice = false;
+  void operator()(Int32 n) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      auto s = shared_tensor(tensors[i].first, tensors[i].second);
+      if (i == 0 && annotate_first) annotate_layout(s, *annotate_first);
+      if (i == 0 && annotate_slice) annotate_layout(s[0], SharedLayout::row_major({tensors[0].second[1], tensors[0].second[2]}));
+    }
+  }
+};
+
+std::vector<SharedLayout> shared_layouts(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<SharedLayout> out;
+    void visit_inst(const InstNode& i) override {
+      if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i)) out.push_back(a->out->shared_layout);
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+}  // namespace
+
+// The swizzle that spreads the 16-byte units of 8 consecutive rows over all bank groups.
+TEST(InferLayouts, SharedTilesGetAConflictFreeSwizzle) {
+  SharedShapes s;
+  s.tensors = {{dtypes::float16, {64, 32}},      // 64-byte rows: XOR the 128-byte line index
+               {dtypes::float16, {3, 32, 128}},  // 256-byte rows: XOR the row index
+               {dtypes::float32, {32, 32}},      // 4-byte elements: units of 4
+               {dtypes::int8, {64, 64}},         // 1-byte elements: units of 16
+               {dtypes::float16, {4, 64}},       // too few rows: left alone
+               {dtypes::float16, {64, 8}},       // 16-byte rows: left alone
+               {dtypes::uint4, {64, 64}},        // sub-byte: left alone
+               {dtypes::float16, {64, 48}}};     // rows not a power of two: left alone
+  auto layouts = shared_layouts(infer_layouts(trace(s)));
+  ASSERT_EQ(layouts.size(), 8u);
+  auto z = [](const SharedLayout& l) { return std::tuple(l.swizzle().bits, l.swizzle().base, l.swizzle().shift); };
+  EXPECT_EQ(z(layouts[0]), std::tuple(3, 3, 3));
+  EXPECT_EQ(z(layouts[1]), std::tuple(3, 3, 4));
+  EXPECT_EQ(z(layouts[2]), std::tuple(3, 2, 3));
+  EXPECT_EQ(z(layouts[3]), std::tuple(3, 4, 3));
+  for (int i = 4; i < 8; ++i) EXPECT_TRUE(layouts[i].swizzle().none()) << layouts[i].str();
+  // The property itself: for every 16-byte column of every group of 8 rows, the 8 units
+  // land in 8 distinct 16-byte bank groups (mod 128 bytes).
+  for (int i = 0; i < 4; ++i) {
+    const SharedLayout& l = layouts[i];
+    int64_t eb = s.tensors[i].first.bits() / 8, cols = l.shape().back(), unit = 16 / eb;
+    std::vector<int64_t> index(l.rank(), 0);
+    for (int64_t r0 = 0; r0 + 8 <= l.shape()[l.rank() - 2]; r0 += 8)
+      for (int64_t c = 0; c < cols; c += unit) {
+        std::set<int64_t> groups;
+        for (int64_t r = r0; r < r0 + 8; ++r) {
+          index[l.rank() - 2] = r, index[l.rank() - 1] = c;
+          groups.insert(l.offset(index) * eb % 128 / 16);
+        }
+        EXPECT_EQ(groups.size(), 8u) << l.str() << " rows " << r0 << " column " << c;
+      }
+  }
+}
+
+TEST(InferLayouts, SharedAnnotationWinsAndSlicesFollowTheirRoot) {
+  SharedShapes s;
+  s.tensors = {{dtypes::float16, {64, 32}}};
+  s.annotate_first = SharedLayout::column_major({64, 32});
+  Program p = infer_layouts(trace(s));
+  EXPECT_EQ(shared_layouts(p)[0], SharedLayout::column_major({64, 32}));
+  EXPECT_EQ(print(p).find("annotate_layout"), std::string::npos);
+
+  // A slice of a swizzled tensor keeps the strides and swizzle of its dims.
+  struct Sliced : Script {
+    void operator()(Int32 n) {
+      attrs.blocks = {1};
+      attrs.warps = 4;
+      auto s = shared_tensor(dtypes::float16, {3, 64, 32});
+      auto t = s[n % 3];
+      store_shared(t, register_tensor(dtypes::float16, {64, 32}, 0.0));
+    }
+  };
+  std::string text = print(infer_layouts(trace(Sliced{})));
+  EXPECT_NE(text.find("shared float16[64, 32] shared_layout(shape=[64, 32], strides=[32, 1], swizzle=(3, 3, 3))"),
+            std::string::npos)
+      << text;
+
+  SharedShapes bad;
+  bad.tensors = {{dtypes::float16, {2, 64, 32}}};
+  bad.annotate_slice = true;
+  try {
+    infer_layouts(trace(bad));
+    FAIL() << "annotating a slice must be rejected";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("must be set on the shared_tensor allocation"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_passes.cpp"), std::string::npos) << e.what();
+  }
 }

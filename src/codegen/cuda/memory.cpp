@@ -186,6 +186,88 @@ void register_access(Emitter& em, const InstNode& inst, bool load, const Tensor&
   if (guarded) em.close();
 }
 
+// ldmatrix for a load_shared whose register layout is a sequence of mma operand
+// fragments: in each run of 2N slots (N = 4, 2, 1 matrices) lane l of every warp holds,
+// in slots 2j and 2j + 1, the elements (l / 4, 2 (l % 4) + {0, 1}) of an 8x8 matrix j
+// (.trans: the transposed position) whose rows are 16 contiguous, aligned bytes of shared
+// memory. Checked for every thread and slot; false (and nothing emitted) when the layout,
+// dtype or memory does not allow it, so the caller falls back to plain loads.
+bool emit_ldmatrix(Emitter& em, const LoadSharedInst& i) {
+  const RegisterLayout& l = i.out->layout;
+  const ThreadScope& sc = em.scope();
+  if (elem_bytes(i.src.dtype()) != 2 || i.src.dtype().is_subbyte() || i.src.rank() != 2) return false;
+  if (!em.target.has_cp_async() || sc.threads % 32 || sc.begin % 32 || l.local_size() % 2) return false;
+  if (l.num_threads() != sc.threads) return false;
+  const SharedView& view = em.shared(i.src);
+  const SharedLayout& root = view.root->shared_layout;
+  // The contiguous dim of the view (rows of 8 elements run along it) and the other one.
+  int cdim = -1;
+  for (int d = 0; d < 2; ++d)
+    if (view.dims[d] >= 0 && root.strides()[view.dims[d]] == 1) cdim = d;
+  if (cdim < 0) return false;
+  int rdim = 1 - cdim;
+  Side sm = shared_side(em, i.src);
+  if (sm.vector(cdim, 8) < 8) return false;  // 16-byte aligned rows (swizzle keeps 16-byte units)
+
+  // The pattern of one matrix for lane `lane` and half `h`: offset from the matrix origin.
+  auto expect = [&](bool trans, int64_t lane, int64_t h) {
+    std::vector<int64_t> d(2);
+    d[trans ? cdim : rdim] = lane / 4;
+    d[trans ? rdim : cdim] = 2 * (lane % 4) + h;
+    return d;
+  };
+  auto matches = [&](int64_t s0, int64_t n, bool trans) {
+    for (int64_t t = 0; t < sc.threads; ++t)
+      for (int64_t j = 0; j < n; ++j) {
+        auto origin = l.map(t - t % 32, s0 + 2 * j);  // lane 0 of the warp, half 0
+        if (origin[cdim] % 8) return false;
+        for (int64_t h = 0; h < 2; ++h) {
+          auto got = l.map(t, s0 + 2 * j + h);
+          auto d = expect(trans, t % 32, h);
+          if (got[0] != origin[0] + d[0] || got[1] != origin[1] + d[1]) return false;
+        }
+      }
+    return true;
+  };
+  struct Group {
+    int64_t slot, n;
+    bool trans;
+  };
+  std::vector<Group> groups;
+  for (int64_t s = 0; s < l.local_size();) {
+    bool found = false;
+    for (int64_t n : {4, 2, 1}) {
+      if (s + 2 * n > l.local_size()) continue;
+      for (bool trans : {false, true})
+        if (!found && matches(s, n, trans)) {
+          groups.push_back({s, n, trans});
+          s += 2 * n;
+          found = true;
+        }
+      if (found) break;
+    }
+    if (!found) return false;
+  }
+  // Lane l gives row l % 8 of matrix l / 8 (lanes past the N matrices repeat valid rows).
+  Expr thread = sc.thread;
+  Expr warp_base = thread - thread % 32;
+  Expr row = thread % 8;
+  Expr matrix = thread % 32 / 8;
+  for (auto& g : groups) {
+    Expr off;
+    for (int64_t j = g.n - 1; j >= 0; --j) {
+      std::vector<Expr> idx;
+      for (auto& e : l.index_exprs(warp_base, g.slot + 2 * j)) idx.push_back(e);
+      idx[rdim] = idx[rdim] + row;
+      Expr o = sm.offset(idx);
+      off = off.defined() ? select(matrix == j, o, off) : o;
+    }
+    em.linef("tilus::ldmatrix<{}, {}>(&{}[{}], {});", g.n, g.trans ? "true" : "false", em.reg(i.out), g.slot,
+             sm.address(em.expr(em.simplify(off))));
+  }
+  return true;
+}
+
 }  // namespace
 
 void Emitter::emit_memory(const InstNode& inst) {
@@ -245,6 +327,7 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::LoadShared: {
       auto& i = static_cast<const LoadSharedInst&>(inst);
       declare_reg(i.out);
+      if (emit_ldmatrix(*this, i)) return;
       register_access(*this, inst, true, i.out, shared_side(*this, i.src), i.src.dtype());
       return;
     }

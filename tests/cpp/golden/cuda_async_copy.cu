@@ -8,19 +8,19 @@ extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __
   __half* const y_1 = y;
    {
     const uint64_t policy = tilus::policy_evict_first();
-    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (tid * 8)), (x_1 + ((((int64_t)((tid / 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), (((tid / 8) < n) && (((tid % 8) * 8) < n)), policy);
-    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) + 512)), (x_1 + ((((int64_t)(((tid / 8) + 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 8) < n) && (((tid % 8) * 8) < n)), policy);
-    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) + 1024)), (x_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 16) < n) && (((tid % 8) * 8) < n)), policy);
-    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) + 1536)), (x_1 + ((((int64_t)(((tid / 8) + 24))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 24) < n) && (((tid % 8) * 8) < n)), policy);
+    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))), (x_1 + ((((int64_t)((tid / 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), (((tid / 8) < n) && (((tid % 8) * 8) < n)), policy);
+    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 512) ^ ((((tid * 8) + 512) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 8) < n) && (((tid % 8) * 8) < n)), policy);
+    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1024) ^ ((((tid * 8) + 1024) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 16) < n) && (((tid % 8) * 8) < n)), policy);
+    tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1536) ^ ((((tid * 8) + 1536) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 24))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 24) < n) && (((tid % 8) * 8) < n)), policy);
   }
   tilus::cp_async_commit();
   tilus::cp_async_wait<0>();
   __syncthreads();
   __align__(16) __half y_2[32];
-  tilus::load_vec<16>(&y_2[0], (reinterpret_cast<__half*>(tilus_smem + 0) + (tid * 8)));
-  tilus::load_vec<16>(&y_2[8], (reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) + 512)));
-  tilus::load_vec<16>(&y_2[16], (reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) + 1024)));
-  tilus::load_vec<16>(&y_2[24], (reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) + 1536)));
+  tilus::load_vec<16>(&y_2[0], (reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))));
+  tilus::load_vec<16>(&y_2[8], (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 512) ^ ((((tid * 8) + 512) >> 3) & 56))));
+  tilus::load_vec<16>(&y_2[16], (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1024) ^ ((((tid * 8) + 1024) >> 3) & 56))));
+  tilus::load_vec<16>(&y_2[24], (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1536) ^ ((((tid * 8) + 1536) >> 3) & 56))));
   if ((((tid / 8) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)((tid / 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[0]);
   if (((((tid / 8) + 8) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[8]);
   if (((((tid / 8) + 16) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[16]);

@@ -200,6 +200,39 @@ __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
   return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
 }
 
+// ldmatrix: each lane gives the shared address of one 16-byte row; the warp receives 8x8
+// matrices of 16-bit elements in the mma fragment order (.trans: transposed). N is 1, 2 or 4
+// matrices; dst gets 2 * N elements.
+template <class T> __device__ __forceinline__ T from_bits16(uint16_t b) { return static_cast<T>(b); }
+template <> __device__ __forceinline__ __half from_bits16<__half>(uint16_t b) { return __ushort_as_half(b); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_bits16<__nv_bfloat16>(uint16_t b) {
+  return __ushort_as_bfloat16(b);
+}
+template <int N, bool Trans, class T> __device__ __forceinline__ void ldmatrix(T* dst, const void* row) {
+  static_assert(sizeof(T) == 2, "ldmatrix moves 16-bit elements");
+  uint32_t r[N];
+  uint32_t a = smem_addr(row);
+  if constexpr (N == 4 && Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else if constexpr (N == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else if constexpr (N == 2 && Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  else if constexpr (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  else if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a));
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    dst[2 * i] = from_bits16<T>(uint16_t(r[i] & 0xffff));
+    dst[2 * i + 1] = from_bits16<T>(uint16_t(r[i] >> 16));
+  }
+}
+
 // d += a @ b for one m16n8k16 tile; a: 8 halves, b: 4 halves, d: 4 floats (PTX fragment order).
 template <class In> __device__ __forceinline__ void mma_m16n8k16_f32(float* d, const In* a, const In* b);
 template <> __device__ __forceinline__ void mma_m16n8k16_f32<__half>(float* d, const __half* a, const __half* b) {
