@@ -744,9 +744,14 @@ Expr SharedLayout::offset(const std::vector<Expr>& index) const {
   if (index.size() != shape_.size())
     throw InternalError(fmt::format("rank-{} index into {}", index.size(), str()));
   // Constant indices fold into one constant; zero strides and unit multipliers vanish.
-  Expr acc;
+  // Terms that are multiples of the swizzle period (e.g. the stage of a multi-buffered
+  // tile) leave the swizzle's bits alone, so they are added outside it: the swizzled part
+  // then does not depend on them (cheaper code, and loop-invariant where they vary).
+  int64_t period = swizzle_.none() ? 0 : int64_t(1) << (swizzle_.bits + swizzle_.base + swizzle_.shift);
+  Expr inner, outer;
   int64_t constant = 0;
   DataType t = dtypes::int32;
+  auto add = [](Expr& acc, const Expr& term) { acc = acc.defined() ? acc + term : term; };
   for (size_t i = 0; i < index.size(); ++i) {
     if (!index[i].defined()) throw InternalError(fmt::format("undefined index {} into {}", i, str()));
     if (index[i].dtype().is_integer()) t = index[i].dtype();
@@ -756,13 +761,16 @@ Expr SharedLayout::offset(const std::vector<Expr>& index) const {
       continue;
     }
     Expr term = strides_[i] == 1 ? index[i] : index[i] * Expr(strides_[i]);
-    acc = acc.defined() ? acc + term : term;
+    add(period && strides_[i] % period == 0 ? outer : inner, term);
   }
-  if (!acc.defined())
-    acc = int_const(constant, t);
-  else if (constant != 0)
-    acc = acc + Expr(constant);
-  return swizzle_.apply(acc);
+  int64_t outer_constant = period && constant >= 0 ? constant / period * period : 0;
+  constant -= outer_constant;
+  if (!inner.defined()) inner = int_const(constant, t);
+  else if (constant != 0) inner = inner + Expr(constant);
+  Expr result = swizzle_.apply(inner);
+  if (outer.defined()) result = outer + result;
+  if (outer_constant != 0) result = result + Expr(outer_constant);
+  return result;
 }
 
 bool SharedLayout::is_injective() const {

@@ -248,19 +248,39 @@ bool emit_ldmatrix(Emitter& em, const LoadSharedInst& i) {
     }
     if (!found) return false;
   }
-  // Lane l gives row l % 8 of matrix l / 8 (lanes past the N matrices repeat valid rows).
+  // Lane l gives row l % 8 of matrix j = l / 8 (lanes past the N matrices repeat valid
+  // rows). When the matrices' origins are linear in the bits of j (as in every mma
+  // fragment) the row address is arithmetic in the lane, so it is loop-invariant apart from
+  // the tile's own offsets; otherwise a select over j.
   Expr thread = sc.thread;
-  Expr warp_base = thread - thread % 32;
+  Expr warp_base = thread / 32 * 32;
   Expr row = thread % 8;
   Expr matrix = thread % 32 / 8;
   for (auto& g : groups) {
-    Expr off;
-    for (int64_t j = g.n - 1; j >= 0; --j) {
-      std::vector<Expr> idx;
-      for (auto& e : l.index_exprs(warp_base, g.slot + 2 * j)) idx.push_back(e);
+    auto origin = [&](int64_t j) {
+      std::vector<Expr> idx = l.index_exprs(warp_base, g.slot + 2 * j);
       idx[rdim] = idx[rdim] + row;
-      Expr o = sm.offset(idx);
-      off = off.defined() ? select(matrix == j, o, off) : o;
+      return idx;
+    };
+    auto delta = [&](int64_t j) {
+      auto a = l.map(0, g.slot + 2 * j), b = l.map(0, g.slot);
+      return std::vector<int64_t>{a[0] - b[0], a[1] - b[1]};
+    };
+    Expr off;
+    bool linear = g.n < 4 || delta(3) == std::vector<int64_t>{delta(1)[0] + delta(2)[0], delta(1)[1] + delta(2)[1]};
+    if (linear) {
+      std::vector<Expr> idx = origin(0);
+      for (int64_t bit = 1; bit < g.n; bit *= 2) {
+        Expr on = thread / (8 * bit) % 2;
+        for (int d = 0; d < 2; ++d)
+          if (delta(bit)[d]) idx[d] = idx[d] + on * delta(bit)[d];
+      }
+      off = sm.offset(idx);
+    } else {
+      for (int64_t j = g.n - 1; j >= 0; --j) {
+        Expr o = sm.offset(origin(j));
+        off = off.defined() ? select(matrix == j, o, off) : o;
+      }
     }
     em.linef("tilus::ldmatrix<{}, {}>(&{}[{}], {});", g.n, g.trans ? "true" : "false", em.reg(i.out), g.slot,
              sm.address(em.expr(em.simplify(off))));
