@@ -10,3 +10,4 @@
 #include "tilus/ir/verifier.h"
 #include "tilus/lang/script.h"
 #include "tilus/passes/pipeline.h"
+#include "tilus/runtime/jit.h"

@@ -80,10 +80,9 @@ std::string error_text(const Driver& d, CUresult r) {
 Driver load_driver() {
   Driver d{};
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = dlerror();
-    d.why = fmt::format("the CUDA driver (libcuda.so.1) could not be loaded: {}", e ? e : "not found");
+    d.why = fmt::format("the CUDA driver could not be loaded ({})", e ? e : "libcuda.so.1 not found");
     return d;
   }
   bool ok = bind(lib, d.cuInit, {"cuInit"}) && bind(lib, d.cuDriverGetVersion, {"cuDriverGetVersion"}) &&

@@ -36,9 +36,23 @@ std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
       s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, s.block_threads, s.shared_memory_bytes);
 }
 
+// TILUS_LOG_LEVEL sets spdlog's level once, at the first compile.
+void apply_log_level() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("TILUS_LOG_LEVEL");
+    if (!env || !*env) return;
+    auto level = spdlog::level::from_str(env);
+    if (level == spdlog::level::off && std::string(env) != "off")
+      spdlog::warn("tilus: TILUS_LOG_LEVEL={} is not one of trace, debug, info, warn, error, critical, off", env);
+    else spdlog::set_level(level);
+  });
+}
+
 }  // namespace
 
 CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
+  apply_log_level();
   CompiledKernel k;
   k.source = source;
   std::string key;

@@ -411,6 +411,16 @@ void Emitter::emit_stmt(const Stmt& s) {
 }
 
 void Emitter::emit_inst(const InstNode& inst) {
+  // Which instruction (and user line) each block of code came from; the file's base name
+  // keeps the source (and so the cache key) independent of where the checkout lives.
+  if (inst.kind() != InstKind::AnnotateLayout && inst.kind() != InstKind::GlobalView) {
+    std::string where;
+    if (inst.loc.valid()) {
+      std::string file = inst.loc.file.substr(inst.loc.file.find_last_of('/') + 1);
+      where = fmt::format(" ({}:{})", file, inst.loc.line);
+    }
+    linef("// {}{}", inst.display_name(), where);
+  }
   switch (inst.kind()) {
     case InstKind::GlobalView:
     case InstKind::AllocateShared:
