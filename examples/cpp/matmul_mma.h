@@ -1,4 +1,4 @@
-// A pipelined f16 tensor-core matmul: 128x128x32 tiles, 8 warps, `stages` shared buffers
+// A pipelined f16 tensor-core matmul: 128x256x32 tiles, 8 warps, `stages` shared buffers
 // filled with cp.async and explicit waits (issue 4's passes will insert them). c = a @ b
 // with f16 inputs, f32 accumulation (mma.sync m16n8k16) and f16 output.
 #pragma once
@@ -10,17 +10,23 @@ using namespace tilus;
 
 struct MatmulMma : Script {
   static constexpr const char* param_names = "m, n, k, a, b, c";
-  int64_t block_m = 128, block_n = 128, block_k = 32, warps = 8, stages = 3;
+  int64_t block_m = 128, block_n = 256, block_k = 32, warps = 8, stages = 3, group = 8;
 
   MatmulMma() = default;
   MatmulMma(int64_t bm, int64_t bn, int64_t bk, int64_t w, int64_t s)
       : block_m(bm), block_n(bn), block_k(bk), warps(w), stages(s) {}
 
   void operator()(Int32 m, Int32 n, Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f16> c) {
-    attrs.blocks = {cdiv(m, block_m), cdiv(n, block_n)};
+    // One block per c tile, numbered so that `group` consecutive blocks cover a column of
+    // tiles of m: they share the tiles of b they read, which then stay in L2.
+    Expr tiles_m = let("tiles_m", cdiv(m, block_m));
+    Expr tiles_n = let("tiles_n", cdiv(n, block_n));
+    attrs.blocks = {cdiv(m, block_m) * cdiv(n, block_n)};
     attrs.warps = warps;
-    Expr offset_m = let("offset_m", blockIdx.x * block_m);
-    Expr offset_n = let("offset_n", blockIdx.y * block_n);
+    Expr first_m = let("first_m", blockIdx.x / (group * tiles_n) * group);
+    Expr rows = let("rows", tilus::min(tiles_m - first_m, Expr(group)));
+    Expr offset_m = let("offset_m", (first_m + blockIdx.x % rows) * block_m);
+    Expr offset_n = let("offset_n", blockIdx.x % (group * tiles_n) / rows * block_n);
     auto ga = global_view(a, {m, k});
     auto gb = global_view(b, {k, n});
     auto sa = shared_tensor(dtypes::float16, {stages, block_m, block_k});

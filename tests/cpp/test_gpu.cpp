@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "shapes_script.h"
 #include "tilus/runtime/jit.h"
 
 using namespace tilus;
@@ -435,3 +437,39 @@ TEST(Gpu, ControlFlowGroupsAndReshapes) {
   for (int64_t i = 0; i < 256; ++i) ASSERT_EQ(got[i], want[i]) << i;
 }
 
+
+TEST(Gpu, ShapesViewsAndCopies) {
+  REQUIRE_GPU();
+  for (int64_t n : {8, 5}) {  // 5: rows 5..7 of the tile are out of bounds
+    SCOPED_TRACE(fmt::format("n = {}", n));
+    auto hx = randoms(n * 32, dtypes::float32);
+    DeviceBuffer x(dtypes::float32, n * 32), a(dtypes::float32, 32 * 8), b(dtypes::float32, 8),
+        c(dtypes::float32, n * 32), d(dtypes::int32, n * 32), e(dtypes::float32, n * 32);
+    x.upload(hx);
+    jit(tests::Shapes{})({n, x.arg(), a.arg(), b.arg(), c.arg(), d.arg(), e.arg()});
+    auto tile = [&](int64_t i, int64_t j) { return i < n ? hx[i * 32 + j] : 0.0; };
+    std::vector<double> want_a(32 * 8), want_b(8, 0.0), want_c(n * 32), want_e(n * 32);
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t j = 0; j < 32; ++j) {
+        want_a[j * 8 + i] = tile(i, j);
+        want_b[i] = double(float(want_b[i] + tile(i, j)));
+      }
+    for (int64_t i = 0; i < n * 32; ++i) {
+      double v = hx[i] > 0 ? hx[i] : -hx[i] / 2;
+      want_c[i] = std::min(std::max(v, -0.25), 1.5);
+      want_e[i] = double(float(hx[i]) + 1.0f);
+    }
+    expect_close(a.download(), want_a, 0, 0);
+    expect_close(b.download(), want_b, 1e-5, 1e-5);  // the GPU sums in another order
+    expect_close(c.download(), want_c, 0, 0);
+    expect_close(e.download(), want_e, 0, 0);
+    std::vector<int32_t> bits(n * 32);
+    d.download_bytes(bits.data(), bits.size() * 4);
+    for (int64_t i = 0; i < n * 32; ++i) {
+      float f = float(hx[i]);
+      int32_t want;
+      std::memcpy(&want, &f, 4);
+      ASSERT_EQ(bits[i], want) << i;
+    }
+  }
+}
