@@ -44,6 +44,10 @@ for step in "${steps[@]}"; do
           >"$LOGS/sanitize-$tool.log" 2>&1
         record "$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tail -1)"
       done
+      # The kernels whose barriers come from insert_barriers alone.
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cpp/test_gpu" \
+        --gtest_filter='Gpu.BarriersAreInserted*:Gpu.ShapesViewsAndCopies' >"$LOGS/sanitize-barriers.log" 2>&1
+      record barriers "rc=$? $(grep -E 'RACECHECK SUMMARY' "$LOGS/sanitize-barriers.log" | tail -1)"
       ;;
     bench)
       PYTHON="${PYTHON:-python3}" TILUS_BUILD_DIR="$BUILD" "$ROOT/bench/run.sh" >"$LOGS/bench.log" 2>&1

@@ -11,6 +11,7 @@
 
 #include "tilus/ir/printer.h"
 #include "tilus/passes/infer_layouts.h"
+#include "tilus/passes/insert_barriers.h"
 #include "tilus/passes/insert_bounds_predicates.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/simplify.h"
@@ -32,11 +33,12 @@ const std::vector<Pass>& passes() {
       {"infer_layouts", [](const Program& p, const PipelineOptions&) { return infer_layouts(p); }},
       {"insert_bounds_predicates",
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},
-      // DESIGN 6.5-6.7 go here when they exist: copy instruction selection, async-copy
-      // waits, barrier insertion. Shared-memory planning stays last: it needs the final set
-      // of shared tensors and uses.
+      // DESIGN 6.5-6.6 go here when they exist: copy instruction selection, async-copy waits.
       {"plan_shared_memory",
        [](const Program& p, const PipelineOptions& o) { return plan_shared_memory(p, o.target); }},
+      // After planning, unlike DESIGN's order: tensors the planner puts on the same bytes
+      // are hazards too, and only the planned offsets show them.
+      {"insert_barriers", [](const Program& p, const PipelineOptions&) { return insert_barriers(p); }},
   };
   return list;
 }

@@ -26,7 +26,7 @@ struct Shapes : Script {
     store_shared(st, transpose(tile));
     sync();
     store_global(global_view(a, {32, 8}), load_shared(st), {.offsets = {0, 0}});
-    sync();  // the planner may put `sc` where `st` was (automatic barriers: copy-family issue)
+    // No sync here: `sc` below may get the bytes of `st`, and insert_barriers separates them.
 
     auto sums = sum(tile, {.dims = std::vector<int>{1}, .keepdim = true});
     store_global(global_view(b, {1, 8}), unsqueeze(squeeze(sums, {1}), {0}), {.offsets = {0, 0}});

@@ -473,3 +473,45 @@ TEST(Gpu, ShapesViewsAndCopies) {
     }
   }
 }
+
+namespace {
+// A double-buffered cp.async loop with its waits but without a single sync(): the barriers
+// come from insert_barriers. out[16, 64] = the sum of the n row tiles of x.
+struct UnsyncedPipeline : Script {
+  static constexpr const char* param_names = "n, x, out";
+  void operator()(Int32 n, Ptr<f32> x, Ptr<f32> out) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto gx = global_view(x, {n * 16, 64});
+    auto t = shared_tensor(dtypes::float32, {2, 16, 64});
+    auto acc = register_tensor(dtypes::float32, {64, 16}, 0.0);
+    copy_async(gx, t[0], {.offsets = {0, 0}});
+    copy_async_commit_group();
+    for (Expr i : range(n)) {
+      copy_async(gx, t[(i + 1) % 2], {.offsets = {(i + 1) * 16, 0}});
+      copy_async_commit_group();
+      copy_async_wait_group(1);
+      acc = acc + load_shared(t[i % 2]).transpose();  // another thread mapping than the copy's
+    }
+    copy_async_wait_all();
+    store_global(global_view(out, {64, 16}), acc, {.offsets = {0, 0}});
+  }
+};
+}  // namespace
+
+TEST(Gpu, BarriersAreInsertedWhereTheKernelHasNone) {
+  REQUIRE_GPU();
+  int64_t n = 7;
+  auto hx = randoms(n * 16 * 64, dtypes::float32);
+  DeviceBuffer x(dtypes::float32, n * 16 * 64), out(dtypes::float32, 64 * 16);
+  x.upload(hx);
+  auto kernel = jit(UnsyncedPipeline{});
+  std::vector<KernelArg> args = {n, x.arg(), out.arg()};
+  EXPECT_NE(kernel.launcher(args).kernel().source.source.find("__syncthreads()"), std::string::npos);
+  kernel(args);
+  std::vector<double> want(64 * 16, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < 16; ++r)
+      for (int64_t c = 0; c < 64; ++c) want[c * 16 + r] = double(float(want[c * 16 + r] + hx[(i * 16 + r) * 64 + c]));
+  expect_close(out.download(), want, 1e-5, 1e-5);
+}

@@ -34,8 +34,6 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)((((tid % 2) * 4) + 1))))) = y[1];
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)((((tid % 2) * 4) + 2))))) = y[2];
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)((((tid % 2) * 4) + 3))))) = y[3];
-  // sync (shapes_script.h:29)
-  __syncthreads();
   // sum (shapes_script.h:31)
   float acc[1];
   acc[0] = tilus::cvt<float>(x_2[0]);
@@ -110,6 +108,8 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   if (((tid / 8) < n)) *(d_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 2))))) = v[2];
   if (((tid / 8) < n)) *(d_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 3))))) = v[3];
   // shared_tensor (shapes_script.h:40)
+  // sync (shapes_script.h:41)
+  __syncthreads();
   // copy (shapes_script.h:41)
    {
     *(reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 28))) = (((tid / 8) < n) ? *(x_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) : 0.0f);

@@ -1,0 +1,292 @@
+// The barrier-insertion pass: which shared-memory hazards get a barrier, where it goes, and
+// that correctly synchronized kernels get none.
+#include <gtest/gtest.h>
+
+#include "../../examples/cpp/matmul_mma.h"
+#include "../../examples/cpp/matmul_shared.h"
+#include "../../examples/cpp/softmax.h"
+#include "tilus/ir/functor.h"
+#include "tilus/passes/insert_barriers.h"
+#include "tilus/tilus.h"
+
+using namespace tilus;
+
+namespace {
+
+// Barriers the pass adds to a traced kernel (the whole pipeline runs first).
+int inserted(const Program& traced, Program* out = nullptr) {
+  Program before;
+  PipelineOptions o;
+  o.after_pass = [&](const std::string& name, const Program& p) {
+    if (name == "plan_shared_memory") before = p;
+  };
+  Program after = run_pipeline(traced, o);
+  int n = 0;
+  insert_barriers(before, &n);
+  if (out) *out = after;
+  return n;
+}
+
+// The instructions of a kernel in order, by display name ("sync", "load_shared", ...).
+std::vector<std::string> sequence(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<std::string> out;
+    void visit_inst(const InstNode& i) override {
+      std::string n = i.display_name();
+      if (n == "sync" || n == "load_shared" || n == "store_shared" || n == "copy_async" || n == "copy")
+        out.push_back(n);
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+
+using Body = std::function<void(Script&, Int32, Ptr<f32>)>;
+struct K : Script {
+  static constexpr const char* param_names = "n, p";
+  Body body;
+  int64_t warps = 4;
+  void operator()(Int32 n, Ptr<f32> p) {
+    attrs.blocks = {1};
+    attrs.warps = warps;
+    body(*this, n, p);
+  }
+};
+Program traced(Body body) {
+  K k;
+  k.body = std::move(body);
+  return trace(k);
+}
+
+}  // namespace
+
+TEST(InsertBarriers, RawBetweenDifferentMappings) {
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {32, 8});
+              s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 1.0).transpose());
+              auto g = s.global_view(p, {32, 8});
+              s.store_global(g, s.load_shared(t), {.offsets = {0, 0}});
+            }),
+            &out),
+            1);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"store_shared", "sync", "load_shared"}));
+}
+
+TEST(InsertBarriers, UserSyncIsCounted) {
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {32, 8});
+              s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 1.0).transpose());
+              s.sync();
+              s.store_global(s.global_view(p, {32, 8}), s.load_shared(t), {.offsets = {0, 0}});
+            })),
+            0);
+}
+
+TEST(InsertBarriers, SameLayoutSameViewIsThreadPrivate) {
+  auto kernel = [](DataType dt) {
+    return traced([dt](Script& s, Int32 n, Ptr<f32> p) {
+      auto t = s.shared_tensor(dt, {16, 64});
+      auto r = s.register_tensor(dt, {16, 64}, 1.0);
+      s.store_shared(t, r);
+      s.store_global(s.global_view(p, {16, 64}), s.load_shared(t).to(dtypes::float32), {.offsets = {0, 0}});
+    });
+  };
+  EXPECT_EQ(inserted(kernel(dtypes::float32)), 0);
+  // 16-bit loads may be warp-collective ldmatrix: not thread-private.
+  EXPECT_EQ(inserted(kernel(dtypes::float16)), 1);
+}
+
+TEST(InsertBarriers, ReadsNeverConflict) {
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {32, 8});
+              s.store_shared(t, s.register_tensor(dtypes::float32, {32, 8}, 1.0));
+              s.sync();
+              auto a = s.load_shared(t);
+              auto b = s.load_shared(t).transpose().transpose();
+              s.store_global(s.global_view(p, {32, 8}), a + b, {.offsets = {0, 0}});
+            })),
+            0);
+}
+
+TEST(InsertBarriers, AsyncCopyThenRead) {
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto g = s.global_view(p, {n, 64});
+              auto t = s.shared_tensor(dtypes::float32, {16, 64});
+              s.copy_async(g, t, {.offsets = {0, 0}});
+              s.copy_async_commit_group();
+              s.copy_async_wait_all();
+              s.store_global(g, s.load_shared(t).transpose().transpose() + 1.0f, {.offsets = {0, 0}});
+            }),
+            &out),
+            1);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"copy_async", "sync", "load_shared"}));
+}
+
+TEST(InsertBarriers, ConstantSlicesAreDisjoint) {
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto g = s.global_view(p, {n, 64});
+              auto t = s.shared_tensor(dtypes::float32, {2, 16, 64});
+              s.copy_async(g, t[0], {.offsets = {0, 0}});
+              s.copy_async_commit_group();
+              s.copy_async_wait_all();
+              s.sync();
+              s.copy_async(g, t[1], {.offsets = {16, 0}});  // while t[0] is read below
+              s.copy_async_commit_group();
+              s.store_global(g, s.load_shared(t[0]), {.offsets = {0, 0}});
+              s.copy_async_wait_all();
+            })),
+            0);
+}
+
+// A double-buffered loop without any sync: the read of buffer i % 2 must finish before
+// iteration i + 1 refills it (WAR, loop-carried), and the refill must land before it is read
+// (RAW): two barriers per iteration, in the body.
+TEST(InsertBarriers, DoubleBufferedLoopWithoutSyncs) {
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto g = s.global_view(p, {n, 64});
+              auto t = s.shared_tensor(dtypes::float32, {2, 16, 64});
+              auto acc = s.register_tensor(dtypes::float32, {16, 64}, 0.0);
+              s.copy_async(g, t[0], {.offsets = {0, 0}});
+              s.copy_async_commit_group();
+              for (Expr i : s.range(n)) {
+                s.copy_async(g, t[(i + 1) % 2], {.offsets = {(i + 1) * 16, 0}});
+                s.copy_async_commit_group();
+                s.copy_async_wait_group(1);
+                acc = acc + s.load_shared(t[i % 2]).transpose().transpose();
+              }
+              s.store_global(g, acc, {.offsets = {0, 0}});
+            }),
+            &out),
+            2);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"copy_async", "sync", "copy_async", "sync", "load_shared"}));
+}
+
+// The same loop as the examples write it (a sync after the wait) needs nothing more.
+TEST(InsertBarriers, ExamplesNeedNoExtraBarriers) {
+  EXPECT_EQ(inserted(trace(examples::MatmulMma{})), 0);
+  EXPECT_EQ(inserted(trace(examples::MatmulShared{})), 0);
+  EXPECT_EQ(inserted(trace(examples::Softmax{})), 0);
+}
+
+// Two tensors the planner puts on the same bytes: the second's first write waits for every
+// thread to finish reading the first.
+TEST(InsertBarriers, ReusedBytesAreAHazard) {
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto g = s.global_view(p, {32, 32});
+              auto a = s.shared_tensor(dtypes::float32, {32, 32});
+              s.store_shared(a, s.register_tensor(dtypes::float32, {32, 32}, 1.0));
+              s.sync();
+              s.store_global(g, s.load_shared(a).transpose(), {.offsets = {0, 0}});
+              auto b = s.shared_tensor(dtypes::float32, {32, 32});
+              s.store_shared(b, s.register_tensor(dtypes::float32, {32, 32}, 2.0).transpose());
+              s.sync();
+              s.store_global(g, s.load_shared(b), {.offsets = {0, 0}});
+            }),
+            &out),
+            1);
+  EXPECT_EQ(sequence(out),
+            (std::vector<std::string>{"store_shared", "sync", "load_shared", "sync", "store_shared", "sync",
+                                      "load_shared"}));
+}
+
+TEST(InsertBarriers, BarrierGoesBeforeADivergentBranch) {
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {32, 8});
+              s.store_shared(t, s.register_tensor(dtypes::float32, {32, 8}, 1.0));
+              s.sync();
+              auto r = s.load_shared(t);
+              s.single_warp(0, [&] {});  // nothing
+              s.if_(Expr(builtin::thread_idx()) < 64, [&] {
+                s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 3.0).transpose());
+              });
+              s.store_global(s.global_view(p, {32, 8}), r, {.offsets = {0, 0}});
+            }),
+            &out),
+            1);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"store_shared", "sync", "load_shared", "sync", "store_shared"}));
+}
+
+TEST(InsertBarriers, HazardInsideADivergentBranchIsAnError) {
+  try {
+    inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+      auto t = s.shared_tensor(dtypes::float32, {32, 8});
+      s.if_(Expr(builtin::thread_idx()) < 64, [&] {
+        s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 3.0).transpose());
+        s.store_global(s.global_view(p, {32, 8}), s.load_shared(t), {.offsets = {0, 0}});
+      });
+    }));
+    FAIL() << "expected a CompileError";
+  } catch (const CompileError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("load_shared at"), std::string::npos) << m;
+    EXPECT_NE(m.find("after store_shared at"), std::string::npos) << m;
+    EXPECT_NE(m.find("test_barriers.cpp"), std::string::npos) << m;
+    EXPECT_NE(m.find("depends on the thread index"), std::string::npos) << m;
+  }
+}
+
+TEST(InsertBarriers, UniformBranchGetsItsBarrierInside) {
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {32, 8});
+              s.if_(n > 3, [&] {
+                s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 3.0).transpose());
+                s.store_global(s.global_view(p, {32, 8}), s.load_shared(t), {.offsets = {0, 0}});
+              });
+            }),
+            &out),
+            1);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"store_shared", "sync", "load_shared"}));
+}
+
+TEST(InsertBarriers, ThreadGroups) {
+  // A warp writes, the block reads: a block-wide barrier after the group.
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {8, 32});
+              s.single_warp(1, [&] { s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 3.0)); });
+              s.store_global(s.global_view(p, {8, 32}), s.load_shared(t), {.offsets = {0, 0}});
+            }),
+            &out),
+            1);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"store_shared", "sync", "load_shared"}));
+  // A hazard inside the group: the group's own barrier, inside it.
+  std::string text;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {8, 32});
+              s.warp_group(0, 2, [&] {
+                s.store_shared(t, s.register_tensor(dtypes::float32, {32, 8}, 3.0).transpose());
+                s.store_global(s.global_view(p, {8, 32}), s.load_shared(t), {.offsets = {0, 0}});
+              });
+            }),
+            &out),
+            1);
+  text = print(out);
+  size_t group = text.find("warp_group"), sync = text.find("sync()");
+  EXPECT_NE(group, std::string::npos) << text;
+  EXPECT_GT(sync, group) << text;
+}
+
+TEST(InsertBarriers, NestedLoops) {
+  // The outer loop rewrites the tile the inner loop reads: a barrier before the rewrite
+  // (the previous outer iteration's reads) and one before the reads.
+  Program out;
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto g = s.global_view(p, {n, 64});
+              auto t = s.shared_tensor(dtypes::float32, {16, 64});
+              auto acc = s.register_tensor(dtypes::float32, {64, 16}, 0.0);
+              for (Expr i : s.range(n)) {
+                s.store_shared(t, s.load_global(g, {.offsets = {i * 16, 0}, .shape = {16, 64}}));
+                for (Expr j : s.range(4)) acc = acc + s.load_shared(t).transpose();
+              }
+              s.store_global(g, acc.transpose(), {.offsets = {0, 0}});
+            }),
+            &out),
+            2);
+  EXPECT_EQ(sequence(out), (std::vector<std::string>{"sync", "store_shared", "sync", "load_shared"}));
+}
