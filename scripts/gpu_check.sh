@@ -38,12 +38,15 @@ for step in "${steps[@]}"; do
       cat "$LOGS/examples.log"
       ;;
     sanitize)
-      small=(vector_add matmul_naive matmul_shared softmax matmul_mma)
+      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/examples/cpp/run_examples" "${small[@]}" \
           >"$LOGS/sanitize-$tool.log" 2>&1
         record "$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tail -1)"
       done
+      compute-sanitizer --tool synccheck --error-exitcode 9 "$BUILD/examples/cpp/run_examples" matmul_pipelined \
+        >"$LOGS/sanitize-synccheck.log" 2>&1
+      record synccheck "rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitize-synccheck.log" | tail -1)"
       # The kernels whose barriers come from insert_barriers alone.
       compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cpp/test_gpu" \
         --gtest_filter='Gpu.BarriersAreInserted*:Gpu.ShapesViewsAndCopies' >"$LOGS/sanitize-barriers.log" 2>&1

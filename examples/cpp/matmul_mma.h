@@ -16,17 +16,22 @@ struct MatmulMma : Script {
   MatmulMma(int64_t bm, int64_t bn, int64_t bk, int64_t w, int64_t s)
       : block_m(bm), block_n(bn), block_k(bk), warps(w), stages(s) {}
 
-  void operator()(Int32 m, Int32 n, Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f16> c) {
-    // One block per c tile, numbered so that `group` consecutive blocks cover a column of
-    // tiles of m: they share the tiles of b they read, which then stay in L2.
+  // One block per c tile, numbered so that `group` consecutive blocks cover a column of
+  // tiles of m: they share the tiles of b they read, which then stay in L2. Sets the grid
+  // and warps; returns the tile's (row, column) origin.
+  std::pair<Expr, Expr> tile_origin(const Expr& m, const Expr& n) {
     Expr tiles_m = let("tiles_m", cdiv(m, block_m));
     Expr tiles_n = let("tiles_n", cdiv(n, block_n));
     attrs.blocks = {cdiv(m, block_m) * cdiv(n, block_n)};
     attrs.warps = warps;
     Expr first_m = let("first_m", blockIdx.x / (group * tiles_n) * group);
     Expr rows = let("rows", tilus::min(tiles_m - first_m, Expr(group)));
-    Expr offset_m = let("offset_m", (first_m + blockIdx.x % rows) * block_m);
-    Expr offset_n = let("offset_n", blockIdx.x % (group * tiles_n) / rows * block_n);
+    return {let("offset_m", (first_m + blockIdx.x % rows) * block_m),
+            let("offset_n", blockIdx.x % (group * tiles_n) / rows * block_n)};
+  }
+
+  void operator()(Int32 m, Int32 n, Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f16> c) {
+    auto [offset_m, offset_n] = tile_origin(m, n);
     auto ga = global_view(a, {m, k});
     auto gb = global_view(b, {k, n});
     auto sa = shared_tensor(dtypes::float16, {stages, block_m, block_k});

@@ -15,6 +15,7 @@
 
 #include "matmul_mma.h"
 #include "matmul_naive.h"
+#include "matmul_pipelined.h"
 #include "matmul_shared.h"
 #include "softmax.h"
 #include "tilus/runtime/jit.h"
@@ -145,6 +146,7 @@ int compile_only(const std::vector<std::string>& wanted) {
       {"matmul_shared", [] { return trace(examples::MatmulShared{}); }},
       {"softmax", [] { return trace(examples::Softmax{}); }},
       {"matmul_mma", [] { return trace(examples::MatmulMma{}); }},
+      {"matmul_pipelined", [] { return trace(examples::MatmulPipelined{}); }},
   };
   int failures = 0;
   for (auto& [name, make] : programs) {
@@ -153,11 +155,11 @@ int compile_only(const std::vector<std::string>& wanted) {
       auto start = std::chrono::steady_clock::now();
       CompiledKernel k = compile_program(make(), "sm_90a", nullptr);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      std::printf("%-16s compiled: %zu lines of CUDA, %zu-byte cubin, %.0f ms (NVRTC %.0f ms)\n", name,
+      std::printf("%-22s compiled: %zu lines of CUDA, %zu-byte cubin, %.0f ms (NVRTC %.0f ms)\n", name,
                   size_t(std::count(k.source.source.begin(), k.source.source.end(), '\n')), k.cubin.size(), ms,
                   k.compile_ms);
     } catch (const Error& e) {
-      std::printf("%-16s FAIL  %s\n", name, e.what());
+      std::printf("%-22s FAIL  %s\n", name, e.what());
       ++failures;
     }
   }
@@ -179,6 +181,8 @@ int main(int argc, char** argv) {
       {"softmax", softmax},
       {"matmul_mma", [] { return matmul(examples::MatmulMma{}, 301, 517, 203); }},
       {"matmul_mma_4096", [] { return matmul(examples::MatmulMma{}, 4096, 4096, 4096, true); }},
+      {"matmul_pipelined", [] { return matmul(examples::MatmulPipelined{}, 301, 517, 203); }},
+      {"matmul_pipelined_4096", [] { return matmul(examples::MatmulPipelined{}, 4096, 4096, 4096, true); }},
   };
   std::vector<std::string> wanted(argv + 1, argv + argc);
   int failures = 0;
@@ -188,10 +192,10 @@ int main(int argc, char** argv) {
       auto start = std::chrono::steady_clock::now();
       Result r = ex.run();
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::printf("%-16s %s  %s (%.2f s)\n", ex.name, r.ok ? "PASS" : "FAIL", r.detail.c_str(), s);
+      std::printf("%-22s %s  %s (%.2f s)\n", ex.name, r.ok ? "PASS" : "FAIL", r.detail.c_str(), s);
       failures += !r.ok;
     } catch (const Error& e) {
-      std::printf("%-16s FAIL  %s\n", ex.name, e.what());
+      std::printf("%-22s FAIL  %s\n", ex.name, e.what());
       ++failures;
     }
   }

@@ -9,27 +9,13 @@
 
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
+#include "shared_access.h"
 
 namespace tilus {
 
 namespace {
 
-// One shared-memory access: a box of its root tensor, the bytes the root occupies, and
-// the thread mapping ("" when it is not thread-private).
-struct Access {
-  const InstNode* inst = nullptr;
-  const TensorNode* root = nullptr;
-  std::vector<Expr> lo;          // per root dim
-  std::vector<int64_t> extent;   // per root dim
-  int64_t begin = 0, end = 0;    // bytes in the block's shared memory
-  bool write = false;
-  std::string mapping;
-  // cp.async writes land when a wait covers them, not when issued: a barrier before that
-  // separates nothing. `commits` counts the commit_group calls since the copy was issued.
-  bool async = false, awaited = true;
-  int commits = 0;
-};
-
+using Access = SharedAccess;
 using Pending = std::vector<Access>;
 
 // A conflict found where no barrier may be inserted.
@@ -37,31 +23,6 @@ struct Blocked {
   Access earlier;
   const InstNode* later;
 };
-
-// (x + c) % m as (x, c, m); nullopt for any other form.
-std::optional<std::tuple<Expr, int64_t, int64_t>> mod_form(const Expr& e) {
-  auto* mod = e.as<BinaryNode>();
-  if (!mod || mod->op != BinaryOp::Mod || !mod->b.is_int_const()) return std::nullopt;
-  Expr x = mod->a;
-  int64_t c = 0;
-  if (auto* add = x.as<BinaryNode>(); add && add->op == BinaryOp::Add && add->b.is_int_const()) {
-    c = add->b.int_value();
-    x = add->a;
-  }
-  return std::tuple(x, c, mod->b.int_value());
-}
-
-bool provably_disjoint(const Expr& a, int64_t ea, const Expr& b, int64_t eb) {
-  Expr diff = simplify(a - b);
-  if (diff.is_int_const()) return diff.int_value() >= eb || -diff.int_value() >= ea;
-  auto ma = mod_form(simplify(a)), mb = mod_form(simplify(b));
-  if (ma && mb && ea == 1 && eb == 1 && std::get<2>(*ma) == std::get<2>(*mb) &&
-      structural_equal(std::get<0>(*ma), std::get<0>(*mb))) {
-    int64_t m = std::get<2>(*ma);
-    return ((std::get<1>(*ma) - std::get<1>(*mb)) % m + m) % m != 0;
-  }
-  return false;
-}
 
 // Accesses a barrier now would separate from what follows.
 bool settled(const Access& a) { return !a.async || a.awaited; }
@@ -75,13 +36,8 @@ bool conflict(const Access& a, const Access& b) {
   // A copy still in flight is the async-wait pass's concern: a barrier cannot order it.
   if (!settled(a)) return false;
   if (!a.write && !b.write) return false;
-  if (a.end <= b.begin || b.end <= a.begin) return false;
-  if (a.root == b.root) {
-    for (size_t d = 0; d < a.lo.size(); ++d)
-      if (provably_disjoint(a.lo[d], a.extent[d], b.lo[d], b.extent[d])) return false;
-    if (!a.mapping.empty() && a.mapping == b.mapping) return false;
-  }
-  return true;
+  if (!may_overlap(a, b)) return false;
+  return !(a.root == b.root && !a.mapping.empty() && a.mapping == b.mapping);
 }
 
 Stmt sync_stmt(const SourceLoc& loc) {
@@ -92,17 +48,7 @@ Stmt sync_stmt(const SourceLoc& loc) {
 
 class BarrierInserter {
  public:
-  explicit BarrierInserter(const Kernel& k) : kernel_(k) {
-    struct Collect : StmtVisitor {
-      BarrierInserter* self;
-      void visit_inst(const InstNode& i) override {
-        if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i)) self->roots_[a->out.get()] = a;
-        if (auto* s = dynamic_cast<const SliceSharedInst*>(&i)) self->slices_[s->out.get()] = s;
-      }
-    } c;
-    c.self = this;
-    c.visit(k.body);
-  }
+  explicit BarrierInserter(const Kernel& k) : kernel_(k), map_(k) {}
 
   Kernel run(int* inserted) {
     Pending pending;
@@ -114,63 +60,11 @@ class BarrierInserter {
 
  private:
   const Kernel& kernel_;
-  std::unordered_map<const TensorNode*, const AllocateSharedInst*> roots_;
-  std::unordered_map<const TensorNode*, const SliceSharedInst*> slices_;
+  SharedAccessMap map_;
   std::unordered_set<const ExprNode*> thread_vars_;  // variables that differ between threads
   int inserted_ = 0;
 
-  // The root allocation and the box of it that a shared tensor (or slice) covers.
-  std::optional<Access> region(const Tensor& t) {
-    Access a;
-    std::vector<Expr> lo;
-    std::vector<int64_t> extent;
-    for (int64_t e : t.static_shape()) lo.push_back(int_const(0, dtypes::int32)), extent.push_back(e);
-    const TensorNode* node = t.get();
-    while (slices_.count(node)) {
-      const SliceSharedInst* s = slices_.at(node);
-      std::vector<Expr> src_lo = s->offsets;
-      std::vector<int64_t> src_extent(s->offsets.size(), 1);
-      for (size_t k = 0; k < s->dims.size(); ++k) {
-        src_lo[s->dims[k]] = src_lo[s->dims[k]] + lo[k];
-        src_extent[s->dims[k]] = extent[k];
-      }
-      lo = src_lo, extent = src_extent;
-      node = s->src.get();
-    }
-    auto root = roots_.find(node);
-    if (root == roots_.end() || root->second->offset < 0) return std::nullopt;
-    a.root = node;
-    a.lo = lo;
-    a.extent = extent;
-    a.begin = root->second->offset;
-    const Tensor& r = root->second->out;
-    int64_t elements = r->shared_layout.defined() ? r->shared_layout.storage_elements() : r.num_elements();
-    a.end = a.begin + r.dtype().storage_bytes(elements);
-    return a;
-  }
-
-  std::vector<Access> accesses(const InstNode& inst) {
-    std::vector<Access> out;
-    for (auto& [t, use] : inst.operands()) {
-      if (!t.defined() || !t.is_shared() || use == tilus::Access::Alias) continue;
-      auto a = region(t);
-      if (!a) continue;
-      a->inst = &inst;
-      a->write = use != tilus::Access::Read;
-      // Register <-> shared moves through one view and one layout keep every element in
-      // its thread; 16-bit loads may become warp-collective ldmatrix.
-      Tensor reg;
-      if (auto* l = dynamic_cast<const LoadSharedInst*>(&inst)) reg = l->out;
-      if (auto* s = dynamic_cast<const StoreSharedInst*>(&inst)) reg = s->src;
-      if (reg.defined() && reg->layout.defined() && reg.dtype().bits() != 16) {
-        a->mapping = reg->layout.str();
-        for (auto& e : a->lo) a->mapping += "|" + to_string(e);
-      }
-      if (inst.kind() == InstKind::CopyAsync) a->async = true, a->awaited = false;
-      out.push_back(*a);
-    }
-    return out;
-  }
+  std::vector<Access> accesses(const InstNode& inst) const { return map_.accesses(inst); }
 
   bool thread_dependent(const Expr& e) const {
     for (const Var& v : free_vars(e))
@@ -190,13 +84,6 @@ class BarrierInserter {
     c.self = this;
     c.visit(s);
     return c.out;
-  }
-
-  static Access shifted(const Access& a, const Var& var, const Expr& step) {
-    Access s = a;
-    for (auto& e : s.lo)
-      e = substitute(e, [&](const Var& v) { return v.same_as(var) ? Expr(v) - step : Expr(); });
-    return s;
   }
 
   Stmt process(const Stmt& s, Pending& pending, bool may_insert) {
@@ -276,20 +163,14 @@ class BarrierInserter {
         if (thread_dependent(n.begin) || thread_dependent(n.end) || thread_dependent(n.step))
           thread_vars_.insert(n.var.get());
         return loop(n.body, pending, may_insert && !thread_vars_.count(n.var.get()),
-                    [&](const Access& a) { return shifted(a, n.var, n.step); },
+                    [&](const Access& a) { return previous_iteration(a, &n.var, n.step); },
                     [&](const Stmt& body) {
                       return Stmt(std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc));
                     });
       }
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);
-        // The next iteration's offsets are unknown: compare them as if nothing moved, but
-        // never as provably disjoint (a shift by an unknown amount).
-        auto unknown = [](const Access& a) {
-          Access u = a;
-          for (auto& e : u.lo) e = Expr(Var("unknown_shift", e.dtype())) + e;
-          return u;
-        };
+        auto unknown = [](const Access& a) { return previous_iteration(a, nullptr, Expr()); };
         return loop(n.body, pending, may_insert && !thread_dependent(n.cond), unknown,
                     [&](const Stmt& body) { return Stmt(std::make_shared<WhileStmtNode>(n.cond, body, n.loc)); });
       }
@@ -346,15 +227,15 @@ class BarrierInserter {
     }
   }
 
-  // A loop body runs after itself: analyse it with what its end leaves pending (shifted
-  // to the next iteration) until no barrier is added.
+  // A loop body runs after itself. Round 0 sees what was pending before the loop
+  // (iteration 0); each later round sees what the previous round's end left, shifted to the
+  // next iteration, until a round adds no barrier. Barriers added in any round stay.
   template <class Shift, class Rebuild>
   Stmt loop(const Stmt& body0, Pending& pending, bool may_insert, Shift shift, Rebuild rebuild) {
-    Pending entry = pending, last;
+    Pending entry = pending, exit = pending, all_entries = pending;
     Stmt body = body0;
-    for (int round = 0; round < 4; ++round) {
-      int count = inserted_;
-      Pending state = entry;
+    bool stable = false;
+    auto run = [&](Pending state) {
       try {
         body = process(body, state, may_insert);
       } catch (const Blocked& b) {
@@ -365,16 +246,19 @@ class BarrierInserter {
                                        b.earlier.inst->loc.str()),
                            b.later->loc);
       }
-      // Next iteration's entry: what was pending before the loop and what this iteration
-      // left, seen from the next iteration.
-      Pending next = pending;
-      for (auto& a : state) next.push_back(shift(a));
-      entry = next;
-      last = state;
-      if (inserted_ == count && round > 0) break;
+      for (auto& a : state) exit.push_back(a);
+      return state;
+    };
+    for (int round = 0; round < 6 && !stable; ++round) {
+      int count = inserted_;
+      Pending end = run(entry);
+      stable = round > 0 && inserted_ == count;
+      entry.clear();
+      for (auto& a : end) entry.push_back(shift(a));
+      all_entries.insert(all_entries.end(), entry.begin(), entry.end());
     }
-    // After the loop: what was pending before it (it may not run) and what it leaves.
-    for (auto& a : last) pending.push_back(a);
+    if (!stable) run(all_entries);  // over-approximate: every entry seen at once
+    pending = exit;
     return rebuild(body);
   }
 };

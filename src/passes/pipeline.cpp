@@ -11,6 +11,7 @@
 
 #include "tilus/ir/printer.h"
 #include "tilus/passes/infer_layouts.h"
+#include "tilus/passes/insert_async_waits.h"
 #include "tilus/passes/insert_barriers.h"
 #include "tilus/passes/insert_bounds_predicates.h"
 #include "tilus/passes/plan_shared_memory.h"
@@ -33,7 +34,9 @@ const std::vector<Pass>& passes() {
       {"infer_layouts", [](const Program& p, const PipelineOptions&) { return infer_layouts(p); }},
       {"insert_bounds_predicates",
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},
-      // DESIGN 6.5-6.6 go here when they exist: copy instruction selection, async-copy waits.
+      // DESIGN 6.5 goes here when it exists: copy instruction selection.
+      {"insert_async_waits",
+       [](const Program& p, const PipelineOptions& o) { return insert_async_waits(p, o.strict_async_waits); }},
       {"plan_shared_memory",
        [](const Program& p, const PipelineOptions& o) { return plan_shared_memory(p, o.target); }},
       // After planning, unlike DESIGN's order: tensors the planner puts on the same bytes

@@ -17,6 +17,9 @@ struct PipelineOptions {
   std::string dump_dir;
   // Called with (pass name, program) after every pass, for tools that show the stages.
   std::function<void(const std::string&, const Program&)> after_pass;
+  // A shared-memory access that needs a copy_async wait the kernel does not have is an
+  // error (naming the copy and the access) instead of getting the wait inserted.
+  bool strict_async_waits = false;
 };
 
 // The names of the passes, in the order they run.

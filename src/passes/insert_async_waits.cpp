@@ -1,0 +1,239 @@
+#include "tilus/passes/insert_async_waits.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "shared_access.h"
+#include "tilus/ir/functor.h"
+#include "tilus/ir/simplify.h"
+
+namespace tilus {
+
+namespace {
+
+using InFlight = std::vector<SharedAccess>;  // copies not yet covered by a wait
+
+Stmt inst_stmt(std::shared_ptr<InstNode> i, const SourceLoc& loc) {
+  i->loc = loc;
+  return make_inst_stmt(i);
+}
+
+class WaitInserter {
+ public:
+  WaitInserter(const Kernel& k, bool strict) : kernel_(k), map_(k), strict_(strict) {}
+
+  Kernel run(int* inserted) {
+    InFlight state;
+    Kernel out = kernel_;
+    out.body = process(kernel_.body, state);
+    if (inserted) *inserted = inserted_;
+    return out;
+  }
+
+ private:
+  const Kernel& kernel_;
+  SharedAccessMap map_;
+  bool strict_;
+  int inserted_ = 0;
+
+  Stmt process(const Stmt& s, InFlight& state) {
+    if (!s) return s;
+    std::vector<Stmt> out;
+    if (s->kind == StmtKind::Seq) {
+      for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) out.push_back(child(c, state, out));
+      return make_seq(out, s->loc);
+    }
+    Stmt r = child(s, state, out);
+    out.push_back(r);
+    return out.size() == 1 ? r : make_seq(out, s->loc);
+  }
+
+  static void commit(InFlight& state) {
+    for (auto& c : state) ++c.commits;
+  }
+  static void wait(InFlight& state, int64_t n) {
+    state.erase(std::remove_if(state.begin(), state.end(), [n](const SharedAccess& c) { return c.commits > n; }),
+                state.end());
+  }
+
+  // Processes one statement; commits and waits that must precede it go to `before`.
+  Stmt child(const Stmt& s, InFlight& state, std::vector<Stmt>& before) {
+    switch (s->kind) {
+      case StmtKind::Inst: {
+        const InstNode& inst = *static_cast<const InstStmtNode&>(*s).inst;
+        switch (inst.kind()) {
+          case InstKind::CopyAsyncCommitGroup: commit(state); return s;
+          case InstKind::CopyAsyncWaitGroup: wait(state, static_cast<const CopyAsyncWaitGroupInst&>(inst).n); return s;
+          case InstKind::CopyAsyncWaitAll: state.clear(); return s;
+          default: break;
+        }
+        auto mine = accesses(inst);
+        const SharedAccess* oldest_needed = nullptr;  // the conflicting copy with the fewest commits
+        for (auto& a : mine)
+          for (auto& c : state)
+            if (may_overlap(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
+        if (oldest_needed) {
+          if (strict_)
+            throw CompileError(fmt::format("{} at {} touches shared memory that copy_async at {} may still be "
+                                           "writing; add copy_async_commit_group() / copy_async_wait_group(n) "
+                                           "before it (or compile without strict waits)",
+                                           inst.display_name(), inst.loc.str(), oldest_needed->inst->loc.str()),
+                               inst.loc);
+          if (oldest_needed->commits == 0) {
+            before.push_back(inst_stmt(std::make_shared<CopyAsyncCommitGroupInst>(), inst.loc));
+            ++inserted_;
+            commit(state);
+          }
+          auto w = std::make_shared<CopyAsyncWaitGroupInst>();
+          w->n = oldest_needed->commits - 1;
+          int64_t n = w->n;
+          before.push_back(inst_stmt(w, inst.loc));
+          ++inserted_;
+          wait(state, n);
+        }
+        for (auto& a : mine)
+          if (a.async) state.push_back(a);
+        return s;
+      }
+      case StmtKind::For: {
+        auto& n = static_cast<const ForStmtNode&>(*s);
+        Expr runs = simplify(n.begin < n.end);
+        Stmt body = loop(
+            n.body, state, [&](const SharedAccess& a) { return previous_iteration(a, &n.var, n.step); },
+            runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step);
+        return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+      }
+      case StmtKind::While: {
+        auto& n = static_cast<const WhileStmtNode&>(*s);
+        Stmt body =
+            loop(n.body, state, [](const SharedAccess& a) { return previous_iteration(a, nullptr, Expr()); }, false);
+        return std::make_shared<WhileStmtNode>(n.cond, body, n.loc);
+      }
+      case StmtKind::If: {
+        // Waits are per thread, so they may go inside any branch.
+        auto& n = static_cast<const IfStmtNode&>(*s);
+        InFlight then_s = state, else_s = state;
+        Stmt t = process(n.then_body, then_s);
+        Stmt e = n.else_body ? process(n.else_body, else_s) : n.else_body;
+        state = merge(then_s, else_s);
+        return std::make_shared<IfStmtNode>(n.cond, t, e, n.loc);
+      }
+      case StmtKind::ThreadGroup: {
+        auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
+        Stmt body = process(n.body, state);
+        return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
+      }
+      default: return s;
+    }
+  }
+
+  static bool same(const SharedAccess& a, const SharedAccess& b) {
+    if (a.inst != b.inst || a.lo.size() != b.lo.size()) return false;
+    for (size_t d = 0; d < a.lo.size(); ++d)
+      if (!structural_equal(a.lo[d], b.lo[d])) return false;
+    return true;
+  }
+
+  // Copies in flight after either branch; a copy in both keeps the fewer commits (it is the
+  // one a later wait covers last).
+  static InFlight merge(const InFlight& a, const InFlight& b) {
+    InFlight out = a;
+    for (auto& c : b) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const SharedAccess& o) { return same(o, c); });
+      if (it == out.end()) out.push_back(c);
+      else it->commits = std::min(it->commits, c.commits);
+    }
+    return out;
+  }
+
+  // A loop is analysed in two phases. First its first iterations one by one, with the loop
+  // variable fixed (so `(i + 2) % 3` is a known buffer) starting from the copies in flight
+  // before the loop: this is where a prologue's copies meet the body. Then the general
+  // iteration, with the variable free, starting from the prologue copies still in flight
+  // and repeated with what each round leaves (shifted by one step) until a round adds
+  // nothing. Waits added in any round stay, so the body is right for every iteration.
+  template <class Shift>
+  Stmt loop(const Stmt& body0, InFlight& state, Shift shift, bool surely_runs, const Var* var = nullptr,
+            Expr begin = {}, Expr step = {}) {
+    constexpr int kPeeled = 4;
+    // Leaving the loop: after any iteration, or without one unless it surely runs.
+    InFlight entry = state, exit = surely_runs ? InFlight{} : state;
+    Stmt body = body0;
+    if (var) {
+      for (int r = 0; r < kPeeled; ++r) {
+        fixed_.push_back({*var, simplify(begin + step * Expr(int64_t(r)))});
+        InFlight s = entry;
+        body = process(body, s);
+        fixed_.pop_back();
+        exit = merge(exit, s);
+        entry = s;
+      }
+      // Only copies from before the loop carry into the general phase as they are; the
+      // body's own copies come back through the shifted rounds below.
+      std::vector<const InstNode*> mine;
+      struct Collect : StmtVisitor {
+        std::vector<const InstNode*>* out;
+        void visit_inst(const InstNode& i) override { out->push_back(&i); }
+      } c;
+      c.out = &mine;
+      c.visit(body);
+      entry.erase(std::remove_if(entry.begin(), entry.end(),
+                                 [&](const SharedAccess& a) {
+                                   return std::find(mine.begin(), mine.end(), a.inst) != mine.end();
+                                 }),
+                  entry.end());
+    }
+    InFlight all_entries = entry;
+    bool stable = false;
+    for (int round = 0; round < 6 && !stable; ++round) {
+      int count = inserted_;
+      InFlight s = entry;
+      body = process(body, s);
+      exit = merge(exit, s);
+      stable = round > 0 && inserted_ == count;
+      entry.clear();
+      for (auto& c : s) entry.push_back(shift(c));
+      all_entries = merge(all_entries, entry);
+    }
+    if (!stable) {  // over-approximate: every entry seen at once
+      InFlight s = all_entries;
+      body = process(body, s);
+      exit = merge(exit, s);
+    }
+    state = exit;
+    return body;
+  }
+
+  // Loop variables fixed while the first iterations are analysed.
+  std::vector<std::pair<Var, Expr>> fixed_;
+
+  std::vector<SharedAccess> accesses(const InstNode& inst) const {
+    auto out = map_.accesses(inst);
+    if (fixed_.empty()) return out;
+    for (auto& a : out)
+      for (auto& e : a.lo)
+        e = simplify(substitute(e, [&](const Var& v) {
+          for (auto& [fv, value] : fixed_)
+            if (v.same_as(fv)) return value;
+          return Expr();
+        }));
+    return out;
+  }
+};
+
+}  // namespace
+
+Program insert_async_waits(const Program& program, bool strict, int* inserted) {
+  Program out;
+  int total = 0;
+  for (auto& k : program.kernels) {
+    int n = 0;
+    out.kernels.push_back(WaitInserter(k, strict).run(&n));
+    total += n;
+  }
+  if (inserted) *inserted = total;
+  return out;
+}
+
+}  // namespace tilus

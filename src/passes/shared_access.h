@@ -1,0 +1,54 @@
+// The shared-memory accesses of instructions, as boxes of their root allocations, and
+// whether two may touch the same bytes. Internal to src/passes: the async-wait and the
+// barrier passes must agree on what overlaps.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tilus/ir/program.h"
+
+namespace tilus {
+
+struct SharedAccess {
+  const InstNode* inst = nullptr;
+  const TensorNode* root = nullptr;
+  std::vector<Expr> lo;          // per root dim
+  std::vector<int64_t> extent;   // per root dim
+  int64_t begin = -1, end = -1;  // bytes in the block's shared memory (-1: not planned yet)
+  bool write = false;
+  // The thread mapping of a thread-private access ("" when it is not thread-private): a
+  // load_shared / store_shared of non-16-bit data (16-bit loads may be warp-collective
+  // ldmatrix), keyed by register layout and box.
+  std::string mapping;
+  // cp.async writes land when a wait covers them, not when issued. `commits` counts the
+  // commit_group calls since the copy was issued.
+  bool async = false, awaited = true;
+  int commits = 0;
+};
+
+class SharedAccessMap {
+ public:
+  explicit SharedAccessMap(const Kernel& k);
+  // The accesses of an instruction's shared operands (views and annotations excluded).
+  std::vector<SharedAccess> accesses(const InstNode& inst) const;
+
+ private:
+  std::optional<SharedAccess> region(const Tensor& t) const;
+  std::unordered_map<const TensorNode*, const AllocateSharedInst*> roots_;
+  std::unordered_map<const TensorNode*, const SliceSharedInst*> slices_;
+};
+
+// True unless the two accesses provably touch different bytes: different planned byte
+// ranges, or, within one root, boxes that are disjoint in some dim (offsets that differ by
+// a constant beyond the extent, or (x + c1) % m and (x + c2) % m with c1 != c2 mod m).
+bool may_overlap(const SharedAccess& a, const SharedAccess& b);
+
+// The access as the next iteration of a loop over `var` (step `step`) sees it: offsets in
+// terms of the next iteration's var. With no var (a while loop), offsets shifted by an
+// unknown amount.
+SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Expr& step);
+
+}  // namespace tilus
