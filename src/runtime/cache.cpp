@@ -6,13 +6,17 @@
 
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 namespace tilus {
 
@@ -61,18 +65,48 @@ std::string sha256(const uint8_t* data, size_t n) {
   // The tail, a 1 bit, zeros, and the length in bits (big-endian) fill one or two blocks.
   uint8_t tail[128] = {};
   size_t rest = n - full;
-  std::memcpy(tail, data + full, rest);
+  if (rest) std::memcpy(tail, data + full, rest);  // data may be null when n == 0
   tail[rest] = 0x80;
   size_t blocks = rest + 9 <= 64 ? 1 : 2;
   uint64_t bits = uint64_t(n) * 8;
   for (int i = 0; i < 8; ++i) tail[blocks * 64 - 1 - i] = uint8_t(bits >> (8 * i));
   for (size_t b = 0; b < blocks; ++b) compress(h, tail + 64 * b);
   std::string out;
+  out.reserve(64);
   for (uint32_t v : h) out += fmt::format("{:08x}", v);
   return out;
 }
 
+}  // namespace
+
+std::string sha256_hex(const std::string& data) {
+  return sha256(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+}
+std::string sha256_hex(const std::vector<char>& data) {
+  return sha256(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+}
+
+// --- the cache -----------------------------------------------------------------------------
+
+namespace {
+
+// Bumped whenever the key derivation or the entry layout changes, so that old entries are
+// neither found nor misread.
 constexpr const char* kFormat = "tilus-cubin-cache-1";
+
+constexpr const char* kSource = "kernel.cu";
+constexpr const char* kCubin = "kernel.cubin";
+constexpr const char* kMeta = "meta.json";
+constexpr const char* kChecksum = "checksum";
+
+// Keys name directories, so only plain names are accepted: nothing that could climb out of
+// the cache (".", "/") or collide with the temporaries (which start with '.').
+bool valid_key(const std::string& key) {
+  if (key.size() < 2) return false;
+  for (char c : key)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
 
 std::optional<std::string> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -80,7 +114,7 @@ std::optional<std::string> read_file(const fs::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   if (in.bad()) return std::nullopt;
-  return s.str();
+  return std::move(s).str();
 }
 
 void write_file(const fs::path& p, const char* data, size_t n) {
@@ -90,125 +124,179 @@ void write_file(const fs::path& p, const char* data, size_t n) {
   if (!out) throw fs::filesystem_error("cannot write", p, std::make_error_code(std::errc::io_error));
 }
 
-// The checksum file: one line per file, "<name> <bytes> <sha256>".
+// The checksum file: the format, then "<name> <bytes> <sha256>" for each file. Sizes are
+// recorded as well as hashes so that a truncated file is reported as such.
 std::string checksums(const CacheEntry& e) {
-  std::string cubin(e.cubin.begin(), e.cubin.end());
-  return fmt::format("{}\nkernel.cu {} {}\nkernel.cubin {} {}\nmeta.json {} {}\n", kFormat, e.source.size(),
-                     sha256_hex(e.source), cubin.size(), sha256_hex(cubin), e.meta.size(), sha256_hex(e.meta));
+  return fmt::format("{}\n{} {} {}\n{} {} {}\n{} {} {}\n", kFormat, kSource, e.source.size(), sha256_hex(e.source),
+                     kCubin, e.cubin.size(), sha256_hex(e.cubin), kMeta, e.meta.size(), sha256_hex(e.meta));
 }
 
-std::optional<CacheEntry> read_entry(const fs::path& dir) {
-  auto source = read_file(dir / "kernel.cu");
-  auto cubin = read_file(dir / "kernel.cubin");
-  auto meta = read_file(dir / "meta.json");
-  auto sums = read_file(dir / "checksum");
-  if (!source || !cubin || !meta || !sums) return std::nullopt;
-  CacheEntry e{*source, std::vector<char>(cubin->begin(), cubin->end()), *meta};
-  if (checksums(e) != *sums) return std::nullopt;
+// Reads and validates the entry in dir; on failure, why says what was wrong.
+std::optional<CacheEntry> read_entry(const fs::path& dir, std::string& why) {
+  std::optional<std::string> files[4];
+  const char* names[4] = {kChecksum, kSource, kCubin, kMeta};
+  for (int i = 0; i < 4; ++i) {
+    files[i] = read_file(dir / names[i]);
+    if (!files[i]) {
+      why = fmt::format("{} is missing", names[i]);
+      return std::nullopt;
+    }
+  }
+  auto& [sums, source, cubin, meta] = files;
+  CacheEntry e{std::move(*source), std::vector<char>(cubin->begin(), cubin->end()), std::move(*meta)};
+  std::string expected = checksums(e);
+  if (expected != *sums) {
+    // Name the first line that differs, for the log; the comparison above is what decides.
+    std::istringstream want(expected), got(*sums);
+    std::string w, g;
+    while (std::getline(want, w)) {
+      if (!std::getline(got, g)) g = "<nothing>";
+      if (w != g) break;
+    }
+    why = fmt::format("checksums do not match (now '{}', recorded '{}')", w, g);
+    return std::nullopt;
+  }
   return e;
+}
+
+bool is_valid_entry(const fs::path& dir) {
+  std::string why;
+  return read_entry(dir, why).has_value();
 }
 
 std::string unique_suffix() {
   static std::atomic<uint64_t> counter{0};
+  // The pid keeps forked children apart even though they inherit the generator's state.
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{}-{:x}", getpid(), counter++, rng());
+  return fmt::format("{}-{}-{:016x}", getpid(), counter++, rng());
 }
 
-void warn_once(const std::string& dir, const std::string& why) {
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true))
-    spdlog::warn("tilus: the kernel cache directory {} cannot be written ({}); kernels will be compiled without "
-                 "caching. Set TILUS_CACHE_DIR to a writable directory.",
-                 dir, why);
+void warn_unwritable(const std::string& dir, const std::string& why) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    spdlog::warn(
+        "tilus: cannot write the kernel cache directory {} ({}); caching is disabled and kernels will be "
+        "recompiled. Set TILUS_CACHE_DIR to a writable directory.",
+        dir, why);
+  });
+}
+
+// A corrupt entry is reported once per key; it stays corrupt until the caller stores it again,
+// and repeating the message on every load would only be noise.
+void note_corrupt(const std::string& key, const fs::path& dir, const std::string& why) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> reported;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!reported.insert(key).second) return;
+  }
+  spdlog::debug("tilus: ignoring the corrupt cache entry {}: {}", dir.string(), why);
 }
 
 }  // namespace
 
-std::string sha256_hex(const std::string& data) { return sha256(reinterpret_cast<const uint8_t*>(data.data()), data.size()); }
-std::string sha256_hex(const std::vector<char>& data) {
-  return sha256(reinterpret_cast<const uint8_t*>(data.data()), data.size());
-}
-
-// --- the cache -----------------------------------------------------------------------------
-
 DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {
   if (!dir_.empty()) return;
-  if (const char* env = std::getenv("TILUS_CACHE_DIR"); env && *env) dir_ = env;
-  else if (const char* home = std::getenv("HOME"); home && *home) dir_ = std::string(home) + "/.cache/tilus";
-  else dir_ = "/tmp/tilus-cache";
+  if (const char* env = std::getenv("TILUS_CACHE_DIR"); env && *env)
+    dir_ = env;
+  else if (const char* home = std::getenv("HOME"); home && *home)
+    dir_ = (fs::path(home) / ".cache" / "tilus").string();
+  else
+    dir_ = "/tmp/tilus-cache";
 }
 
 bool DiskCache::writable() const {
-  std::error_code ec;
-  fs::create_directories(fs::path(dir_) / "kernels", ec);
-  if (ec) return false;
-  fs::path probe = fs::path(dir_) / "kernels" / (".probe-" + unique_suffix());
   try {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_, ec)) return false;
+    fs::path probe = fs::path(dir_) / (".probe-" + unique_suffix());
     write_file(probe, "", 0);
-  } catch (const fs::filesystem_error&) {
+    return fs::remove(probe, ec) && !ec;
+  } catch (const std::exception&) {
     return false;
   }
-  fs::remove(probe, ec);
-  return true;
 }
 
 std::string DiskCache::key(const std::string& source, const std::string& arch, int nvrtc_version,
                            const std::vector<std::string>& options) {
-  // Length-prefixed fields: no two different inputs serialize alike.
+  // Every field is length-prefixed and the options are counted, so no two different inputs
+  // serialize alike (moving text between fields, or between options, changes the key).
   std::string s;
-  auto field = [&](const std::string& f) { s += fmt::format("{}:{};", f.size(), f); };
+  auto field = [&](std::string_view f) { s += fmt::format("{}:{};", f.size(), f); };
   field(kFormat);
-  field(TILUS_VERSION);
+  field(source);
   field(arch);
   field(std::to_string(nvrtc_version));
   field(std::to_string(options.size()));
-  for (auto& o : options) field(o);
-  field(source);
+  for (const auto& o : options) field(o);
+  field(TILUS_VERSION);
   return sha256_hex(s);
 }
 
 std::optional<CacheEntry> DiskCache::load(const std::string& key) const {
-  fs::path dir = fs::path(dir_) / "kernels" / key.substr(0, 2) / key;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
-  auto e = read_entry(dir);
-  if (!e) spdlog::debug("tilus: ignoring the corrupt cache entry {}", dir.string());
-  return e;
+  if (!valid_key(key)) return std::nullopt;
+  try {
+    fs::path dir = fs::path(dir_) / "kernels" / key.substr(0, 2) / key;
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return std::nullopt;  // a plain miss, not worth a message
+    std::string why;
+    auto e = read_entry(dir, why);
+    if (!e) note_corrupt(key, dir, why);
+    return e;
+  } catch (const std::exception& e) {
+    spdlog::debug("tilus: cannot read the cache entry {}: {}", key, e.what());
+    return std::nullopt;
+  }
 }
 
 bool DiskCache::store(const std::string& key, const CacheEntry& entry) const {
+  if (!valid_key(key)) {
+    spdlog::debug("tilus: not caching under the malformed key '{}'", key);
+    return false;
+  }
   fs::path parent = fs::path(dir_) / "kernels" / key.substr(0, 2);
   fs::path final_dir = parent / key;
-  fs::path tmp = parent / (".tmp-" + key + "-" + unique_suffix());
+  fs::path tmp;
   std::error_code ec;
   try {
     fs::create_directories(parent);
-    fs::create_directory(tmp);
-    write_file(tmp / "kernel.cu", entry.source.data(), entry.source.size());
-    write_file(tmp / "kernel.cubin", entry.cubin.data(), entry.cubin.size());
-    write_file(tmp / "meta.json", entry.meta.data(), entry.meta.size());
+    tmp = parent / (".tmp-" + key + "-" + unique_suffix());
+    if (!fs::create_directory(tmp))  // only on a name clash, which the suffix rules out
+      throw fs::filesystem_error("temporary already exists", tmp, std::make_error_code(std::errc::file_exists));
+    write_file(tmp / kSource, entry.source.data(), entry.source.size());
+    write_file(tmp / kCubin, entry.cubin.data(), entry.cubin.size());
+    write_file(tmp / kMeta, entry.meta.data(), entry.meta.size());
     std::string sums = checksums(entry);
-    write_file(tmp / "checksum", sums.data(), sums.size());
-  } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp, ec);
-    warn_once(dir_, e.code().message());
+    // Written last: an entry whose checksum file exists was otherwise complete.
+    write_file(tmp / kChecksum, sums.data(), sums.size());
+  } catch (const std::exception& e) {
+    if (!tmp.empty()) fs::remove_all(tmp, ec);
+    auto* fe = dynamic_cast<const fs::filesystem_error*>(&e);
+    warn_unwritable(dir_, fe ? fe->code().message() : e.what());
     return false;
   }
-  // rename() of a directory onto a non-empty one fails, so a complete entry is never
-  // replaced under a reader; a corrupt one is first moved aside, then removed.
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    fs::rename(tmp, final_dir, ec);
-    if (!ec) return true;
-    if (fs::is_directory(final_dir) && read_entry(final_dir)) {  // another writer won the race
-      fs::remove_all(tmp, ec);
-      return true;
+
+  // rename() cannot replace a non-empty directory, so a complete entry is never swapped out
+  // from under a reader. A corrupt one is first moved aside under a temporary name (readers
+  // then see a miss) and removed; a few rounds absorb other writers doing the same.
+  try {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      fs::rename(tmp, final_dir, ec);
+      if (!ec) return true;
+      if (is_valid_entry(final_dir)) {  // another writer got there first
+        fs::remove_all(tmp, ec);
+        return true;
+      }
+      fs::path aside = parent / (".tmp-corrupt-" + key + "-" + unique_suffix());
+      fs::rename(final_dir, aside, ec);
+      if (!ec) fs::remove_all(aside, ec);
     }
-    fs::path aside = parent / (".tmp-corrupt-" + key + "-" + unique_suffix());
-    fs::rename(final_dir, aside, ec);
-    fs::remove_all(aside, ec);
+  } catch (const std::exception& e) {
+    spdlog::debug("tilus: installing the cache entry {} failed: {}", final_dir.string(), e.what());
   }
   fs::remove_all(tmp, ec);
-  spdlog::debug("tilus: could not install cache entry {}", final_dir.string());
+  spdlog::debug("tilus: could not install the cache entry {}", final_dir.string());
   return false;
 }
 
