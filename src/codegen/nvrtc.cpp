@@ -56,20 +56,24 @@ void check(nvrtcResult r, const char* what) {
 }
 
 // Where cuda_fp16.h lives: $CUDA_HOME/include, $CUDA_PATH/include, the toolkit tilus was
-// built against, /usr/local/cuda/include (first that exists).
-std::string cuda_include_dir() {
-  std::vector<std::string> candidates;
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(var); v && *v) candidates.push_back(std::string(v) + "/include");
+// built against, /usr/local/cuda/include (first that exists). Looked up once: every compile
+// needs it twice (the cache key and NVRTC's options).
+const std::string& cuda_include_dir() {
+  static const std::string dir = [] {
+    std::vector<std::string> candidates;
+    for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+      if (const char* v = std::getenv(var); v && *v) candidates.push_back(std::string(v) + "/include");
 #ifdef TILUS_CUDA_INCLUDE
-  candidates.push_back(TILUS_CUDA_INCLUDE);
+    candidates.push_back(TILUS_CUDA_INCLUDE);
 #endif
-  candidates.push_back("/usr/local/cuda/include");
-  for (auto& c : candidates) {
-    std::error_code ec;
-    if (std::filesystem::exists(c + "/cuda_fp16.h", ec)) return c;
-  }
-  return "";
+    candidates.push_back("/usr/local/cuda/include");
+    for (auto& c : candidates) {
+      std::error_code ec;
+      if (std::filesystem::exists(c + "/cuda_fp16.h", ec)) return c;
+    }
+    return std::string();
+  }();
+  return dir;
 }
 #endif
 
@@ -78,7 +82,7 @@ std::string cuda_include_dir() {
 std::vector<std::string> nvrtc_options(const std::string& arch) {
   std::vector<std::string> options = {"-arch=" + arch, "-std=c++17", "-lineinfo"};
 #ifdef TILUS_HAVE_NVRTC
-  if (std::string inc = cuda_include_dir(); !inc.empty()) options.push_back("-I" + inc);
+  if (const std::string& inc = cuda_include_dir(); !inc.empty()) options.push_back("-I" + inc);
 #endif
   return options;
 }

@@ -151,8 +151,8 @@ class WaitInserter {
   // variable fixed (so `(i + 2) % 3` is a known buffer) starting from the copies in flight
   // before the loop: this is where a prologue's copies meet the body. Then the general
   // iteration, with the variable free, starting from the prologue copies still in flight
-  // and repeated with what each round leaves (shifted by one step) until a round adds
-  // nothing. Waits added in any round stay, so the body is right for every iteration.
+  // and repeated with what each round leaves (loop_fixpoint). Waits added in any round
+  // stay, so the body is right for every iteration.
   template <class Shift>
   Stmt loop(const Stmt& body0, InFlight& state, Shift shift, bool surely_runs, const Var* var = nullptr,
             Expr begin = {}, Expr step = {}) {
@@ -184,23 +184,11 @@ class WaitInserter {
                                  }),
                   entry.end());
     }
-    InFlight all_entries = entry;
-    bool stable = false;
-    for (int round = 0; round < 6 && !stable; ++round) {
-      int count = inserted_;
-      InFlight s = entry;
+    auto run = [&](InFlight s) {
       body = process(body, s);
-      exit = merge(exit, s);
-      stable = round > 0 && inserted_ == count;
-      entry.clear();
-      for (auto& c : s) entry.push_back(shift(c));
-      all_entries = merge(all_entries, entry);
-    }
-    if (!stable) {  // over-approximate: every entry seen at once
-      InFlight s = all_entries;
-      body = process(body, s);
-      exit = merge(exit, s);
-    }
+      return s;
+    };
+    exit = merge(exit, loop_fixpoint(entry, run, shift, merge, [&] { return inserted_; }));
     state = exit;
     return body;
   }

@@ -66,6 +66,19 @@ class BarrierInserter {
 
   std::vector<Access> accesses(const InstNode& inst) const { return map_.accesses(inst); }
 
+  // The first pending access that conflicts with one of `later`, and that one's instruction.
+  static std::optional<Blocked> first_conflict(const Pending& pending, const std::vector<Access>& later) {
+    for (auto& a : later)
+      for (auto& p : pending)
+        if (conflict(p, a)) return Blocked{p, a.inst};
+    return std::nullopt;
+  }
+
+  const Stmt& bind(const Stmt& s, const Var& var, const Expr& value) {
+    if (thread_dependent(value)) thread_vars_.insert(var.get());
+    return s;
+  }
+
   bool thread_dependent(const Expr& e) const {
     for (const Var& v : free_vars(e))
       if (v.same_as(builtin::thread_idx()) || thread_vars_.count(v.get())) return true;
@@ -132,32 +145,19 @@ class BarrierInserter {
           default: break;
         }
         auto mine = accesses(inst);
-        for (auto& a : mine)
-          for (auto& p : pending)
-            if (conflict(p, a)) {
-              if (!may_insert) throw Blocked{p, &inst};
-              barrier(inst.loc);
-              goto done;
-            }
-      done:
+        if (auto hazard = first_conflict(pending, mine)) {
+          if (!may_insert) throw *hazard;
+          barrier(inst.loc);
+        }
         for (auto& a : mine) pending.push_back(a);
         return s;
       }
-      case StmtKind::Let: {
-        auto& n = static_cast<const LetStmtNode&>(*s);
-        if (thread_dependent(n.value)) thread_vars_.insert(n.var.get());
-        return s;
-      }
-      case StmtKind::Declare: {
-        auto& n = static_cast<const DeclareStmtNode&>(*s);
-        if (thread_dependent(n.init)) thread_vars_.insert(n.var.get());
-        return s;
-      }
-      case StmtKind::Assign: {
-        auto& n = static_cast<const AssignStmtNode&>(*s);
-        if (thread_dependent(n.value)) thread_vars_.insert(n.var.get());
-        return s;
-      }
+      // A scalar bound to something thread-dependent makes what uses it thread-dependent.
+      case StmtKind::Let: return bind(s, static_cast<const LetStmtNode&>(*s).var, static_cast<const LetStmtNode&>(*s).value);
+      case StmtKind::Declare:
+        return bind(s, static_cast<const DeclareStmtNode&>(*s).var, static_cast<const DeclareStmtNode&>(*s).init);
+      case StmtKind::Assign:
+        return bind(s, static_cast<const AssignStmtNode&>(*s).var, static_cast<const AssignStmtNode&>(*s).value);
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
         if (thread_dependent(n.begin) || thread_dependent(n.end) || thread_dependent(n.step))
@@ -207,12 +207,8 @@ class BarrierInserter {
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
         auto inside = all_accesses(n.body);
-        std::optional<Blocked> clash;
-        for (auto& a : inside)
-          for (auto& p : pending)
-            if (!clash && conflict(p, a)) clash = Blocked{p, a.inst};
-        if (clash) {
-          if (!may_insert) throw *clash;
+        if (auto hazard = first_conflict(pending, inside)) {
+          if (!may_insert) throw *hazard;
           barrier(n.loc);
         }
         Pending group;
@@ -227,14 +223,11 @@ class BarrierInserter {
     }
   }
 
-  // A loop body runs after itself. Round 0 sees what was pending before the loop
-  // (iteration 0); each later round sees what the previous round's end left, shifted to the
-  // next iteration, until a round adds no barrier. Barriers added in any round stay.
+  // A loop body runs after itself: analysed to a fixpoint (loop_fixpoint) with what each
+  // iteration leaves meeting the next. Barriers added in any round stay.
   template <class Shift, class Rebuild>
   Stmt loop(const Stmt& body0, Pending& pending, bool may_insert, Shift shift, Rebuild rebuild) {
-    Pending entry = pending, exit = pending, all_entries = pending;
     Stmt body = body0;
-    bool stable = false;
     auto run = [&](Pending state) {
       try {
         body = process(body, state, may_insert);
@@ -246,19 +239,14 @@ class BarrierInserter {
                                        b.earlier.inst->loc.str()),
                            b.later->loc);
       }
-      for (auto& a : state) exit.push_back(a);
       return state;
     };
-    for (int round = 0; round < 6 && !stable; ++round) {
-      int count = inserted_;
-      Pending end = run(entry);
-      stable = round > 0 && inserted_ == count;
-      entry.clear();
-      for (auto& a : end) entry.push_back(shift(a));
-      all_entries.insert(all_entries.end(), entry.begin(), entry.end());
-    }
-    if (!stable) run(all_entries);  // over-approximate: every entry seen at once
-    pending = exit;
+    auto concat = [](Pending a, const Pending& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    // After the loop: what was pending before it (it may not run) and what it leaves.
+    pending = concat(pending, loop_fixpoint(pending, run, shift, concat, [&] { return inserted_; }));
     return rebuild(body);
   }
 };

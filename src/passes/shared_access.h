@@ -51,4 +51,28 @@ bool may_overlap(const SharedAccess& a, const SharedAccess& b);
 // unknown amount.
 SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Expr& step);
 
+// The fixpoint both passes run over a loop body. `run(entry)` analyses the body once from
+// the accesses pending at its start (rewriting it, which may add instructions that
+// `added()` counts) and returns what is pending at its end. Round 0 starts from `entry`;
+// each later round from the previous round's end seen from the next iteration (`shift`),
+// until a round adds nothing; if that does not happen within a few rounds, one last round
+// starts from every entry seen at once. Returns the merge of every round's end.
+template <class Run, class Shift, class Merge, class Added>
+std::vector<SharedAccess> loop_fixpoint(std::vector<SharedAccess> entry, Run run, Shift shift, Merge merge,
+                                        Added added) {
+  std::vector<SharedAccess> exit, all = entry;
+  bool stable = false;
+  for (int round = 0; round < 6 && !stable; ++round) {
+    int before = added();
+    std::vector<SharedAccess> end = run(entry);
+    exit = merge(exit, end);
+    stable = round > 0 && added() == before;
+    entry.clear();
+    for (auto& a : end) entry.push_back(shift(a));
+    all = merge(all, entry);
+  }
+  if (!stable) exit = merge(exit, run(all));
+  return exit;
+}
+
 }  // namespace tilus

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "temp_dir.h"
 #include "tilus/runtime/cache.h"
 
 using namespace tilus;
@@ -23,18 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("tilus-test-cache-{}-{}", getpid(), counter++);
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // Routes the default logger into a string for the lifetime of the object.
 struct CapturedLog {
@@ -135,7 +124,7 @@ TEST(DiskCache, KeyCoversEveryInput) {
 }
 
 TEST(DiskCache, MissStoreHitAndLayout) {
-  TempDir dir;
+  TempDir dir("cache");
   DiskCache cache(dir.path.string());
   EXPECT_FALSE(fs::exists(dir.path)) << "the constructor must not create directories";
   std::string key = DiskCache::key("k1", "sm_80", 1, {});
@@ -176,7 +165,7 @@ TEST(DiskCache, MissStoreHitAndLayout) {
 }
 
 TEST(DiskCache, CorruptEntriesAreIgnoredAndReplaced) {
-  TempDir dir;
+  TempDir dir("cache");
   DiskCache cache(dir.path.string());
   std::string key = DiskCache::key("k2", "sm_80", 1, {});
   fs::path d = entry_dir(cache, key);
@@ -214,7 +203,7 @@ TEST(DiskCache, CorruptEntriesAreIgnoredAndReplaced) {
 }
 
 TEST(DiskCache, CorruptEntryIsLoggedOncePerKey) {
-  TempDir dir;
+  TempDir dir("cache");
   DiskCache cache(dir.path.string());
   // Fresh keys on every run: the record of reported keys lives as long as the process.
   static int run = 0;
@@ -237,7 +226,7 @@ TEST(DiskCache, CorruptEntryIsLoggedOncePerKey) {
 // Eight processes store the same key over and over while loading it, first over a corrupt
 // entry, so installing, losing the race and replacing all happen under contention.
 TEST(DiskCache, ConcurrentWritersFromSeveralProcesses) {
-  TempDir dir;
+  TempDir dir("cache");
   std::string key = DiskCache::key("shared", "sm_90a", 1, {});
   {
     DiskCache cache(dir.path.string());
@@ -280,7 +269,7 @@ TEST(DiskCache, ConcurrentWritersFromSeveralProcesses) {
 }
 
 TEST(DiskCache, ConcurrentWritersFromSeveralThreads) {
-  TempDir dir;
+  TempDir dir("cache");
   DiskCache cache(dir.path.string());
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
@@ -306,7 +295,7 @@ TEST(DiskCache, ConcurrentWritersFromSeveralThreads) {
 TEST(DiskCache, UnwritableDirectoryDisablesCachingWithOneWarning) {
   static int run = 0;
   const int warnings = ++run == 1 ? 1 : 0;
-  TempDir dir;
+  TempDir dir("cache");
   fs::create_directories(dir.path);
   EXPECT_TRUE(DiskCache(dir.path.string()).writable());
   std::ofstream(dir.path / "file") << "not a directory";

@@ -11,6 +11,7 @@
 
 #include "../../examples/cpp/vector_add.h"
 #include "tilus/codegen/nvrtc.h"
+#include "temp_dir.h"
 #include "tilus/runtime/jit.h"
 
 using namespace tilus;
@@ -18,18 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / fmt::format("tilus-test-runtime-{}-{}", getpid(), counter()++);
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
 
 #define REQUIRE_NVRTC() \
   if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC"
@@ -81,7 +70,7 @@ TEST(Nvrtc, EmbedsTheDeviceLibrary) {
 
 TEST(Runtime, SecondCompileComesFromTheDiskCache) {
   REQUIRE_NVRTC();
-  TempDir dir;
+  TempDir dir("runtime");
   DiskCache cache(dir.path.string());
   CompiledKernel first = compile_vector_add(&cache);
   EXPECT_FALSE(first.from_cache);
@@ -111,7 +100,7 @@ TEST(Runtime, SecondCompileComesFromTheDiskCache) {
 
 TEST(Runtime, CorruptCacheEntryIsRebuilt) {
   REQUIRE_NVRTC();
-  TempDir dir;
+  TempDir dir("runtime");
   DiskCache cache(dir.path.string());
   CompiledKernel first = compile_vector_add(&cache);
   for (auto& e : fs::recursive_directory_iterator(dir.path))
