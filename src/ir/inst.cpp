@@ -95,6 +95,7 @@ void CopyAsyncInst::visit_fields(FieldVisitor& v) {
   v.attr("evict", to_string(evict));
   v.attr("check_bounds", check_bounds ? "true" : "false");
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
+  if (vector) v.attr("vector", std::to_string(vector));
 }
 
 void CopyAsyncCommitGroupInst::visit_fields(FieldVisitor&) {}
@@ -107,11 +108,15 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   v.operand("src", src.tensor, Access::Read);
   v.exprs("src_offsets", src.offsets);
   v.exprs("src_extents", src.extents);
+  if (src.checked_dims) v.attr("src_checked_dims", ints_str(*src.checked_dims));
   v.operand("dst", dst.tensor, Access::Write);
   v.exprs("dst_offsets", dst.offsets);
   v.exprs("dst_extents", dst.extents);
+  if (dst.checked_dims) v.attr("dst_checked_dims", ints_str(*dst.checked_dims));
   if (coalesced_width) v.attr("coalesced_width", std::to_string(*coalesced_width));
   if (disable_tma) v.attr("disable_tma", "true");
+  if (use_tma) v.attr("use_tma", "true");
+  if (use_cp_async) v.attr("use_cp_async", "true");
   if (eviction_policy) v.attr("eviction_policy", to_string(*eviction_policy));
   if (!annotations.empty()) {
     std::string s = "{";
@@ -125,6 +130,9 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   if (loop_layout.defined()) v.attr("loop_layout", loop_layout.str());
   if (scalar) v.attr("scalar", "true");
   if (!selected.empty()) v.attr("selected", selected);
+  if (vector) v.attr("vector", std::to_string(vector));
+  if (mapping.defined()) v.attr("mapping", mapping.str());
+  if (!note.empty()) v.attr("note", "\"" + note + "\"");
 }
 
 void DotInst::visit_fields(FieldVisitor& v) {

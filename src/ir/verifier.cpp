@@ -350,6 +350,15 @@ void check_copy(const CopyInst& i) {
                           "(right-aligned, equal or 1)",
                           ty(s), exprs_str(se), ty(d), exprs_str(de), x, y));
   }
+  // Leading src dims that dst lacks have nowhere to go: they must be single elements (dst
+  // dims that src lacks broadcast it).
+  for (size_t k = 0; k + common < se.size(); ++k)
+    if (se[k].is_int_const() && se[k].int_value() != 1)
+      fail(i, fmt::format("src is {} with extents {} and dst is {} with extents {}: the leading src extents that dst "
+                          "does not have must be 1",
+                          ty(s), exprs_str(se), ty(d), exprs_str(de)));
+  if ((i.async_commit || i.use_cp_async) && !(s.is_global() && d.is_shared()))
+    fail(i, fmt::format("cp.async copies global to shared memory, got src {} and dst {}", ty(s), ty(d)));
   if (i.coalesced_width && !is_pow2(*i.coalesced_width))
     fail(i, fmt::format("coalesced_width must be a positive power of two, got {} (src {}, dst {})", *i.coalesced_width,
                         ty(s), ty(d)));

@@ -562,8 +562,10 @@ void complete_region(CopyRegion& r) {
 
 void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc) {
   auto i = make_inst<CopyInst>(loc);
+  i->async_commit = args.async_commit;
+  const std::string name = i->display_name();
   if (!src.tensor.defined() || !dst.tensor.defined())
-    throw CompileError(fmt::format("copy: source and destination must be tensors, got {} and {}", type_of(src.tensor),
+    throw CompileError(fmt::format("{}: source and destination must be tensors, got {} and {}", name, type_of(src.tensor),
                                    type_of(dst.tensor)),
                        loc);
   bool src_head = !src.offsets.empty() && src.extents.empty();
@@ -609,36 +611,42 @@ void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceL
   i->src = std::move(src);
   i->dst = std::move(dst);
   // Keyword arguments, then annotations on top (user annotations win).
+  auto evict = [&](const std::string& value, const char* what) {
+    auto e = parse_evict_policy(value);
+    if (!e)
+      throw CompileError(fmt::format("{}: {}='{}' is not one of 'evict_normal', 'evict_first', 'evict_last'", name,
+                                     what, value),
+                         loc);
+    return *e;
+  };
+  auto boolean = [&](const std::string& key, const std::string& value) {
+    auto b = parse_bool(value);
+    if (!b) throw CompileError(fmt::format("{}: annotation {}='{}' is not a boolean", name, key, value), loc);
+    return *b;
+  };
   i->coalesced_width = args.coalesced_width;
   i->disable_tma = args.disable_tma;
-  if (args.eviction_policy) {
-    auto e = parse_evict_policy(*args.eviction_policy);
-    if (!e)
-      throw CompileError(fmt::format("copy: eviction_policy='{}' is not one of 'evict_normal', 'evict_first', "
-                                     "'evict_last'",
-                                     *args.eviction_policy),
-                         loc);
-    i->eviction_policy = *e;
-  }
+  if (args.eviction_policy) i->eviction_policy = evict(*args.eviction_policy, "eviction_policy");
   for (auto& [key, value] : args.annotations) {
     if (key == "coalesced_width") {
       char* end = nullptr;
       long long w = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0')
-        throw CompileError(fmt::format("copy: annotation coalesced_width='{}' is not an integer", value), loc);
+        throw CompileError(fmt::format("{}: annotation coalesced_width='{}' is not an integer", name, value), loc);
       i->coalesced_width = w;
     } else if (key == "disable_tma") {
-      auto b = parse_bool(value);
-      if (!b) throw CompileError(fmt::format("copy: annotation disable_tma='{}' is not a boolean", value), loc);
-      i->disable_tma = *b;
+      i->disable_tma = boolean(key, value);
+    } else if (key == "use_tma") {
+      i->use_tma = boolean(key, value);
+    } else if (key == "use_cp_async") {
+      i->use_cp_async = boolean(key, value);
     } else if (key == "eviction_policy") {
-      auto e = parse_evict_policy(value);
-      if (!e)
-        throw CompileError(fmt::format("copy: annotation eviction_policy='{}' is not one of 'evict_normal', "
-                                       "'evict_first', 'evict_last'",
-                                       value),
-                           loc);
-      i->eviction_policy = *e;
+      i->eviction_policy = evict(value, "annotation eviction_policy");
+    } else {
+      throw CompileError(fmt::format("{}: unknown annotation '{}' (known: coalesced_width, disable_tma, "
+                                     "eviction_policy, use_tma, use_cp_async)",
+                                     name, key),
+                         loc);
     }
     i->annotations[key] = value;
   }

@@ -289,6 +289,12 @@ void Script::copy(const CopyRegionArg& src, const CopyRegionArg& dst, CopyOption
   builder().copy(src.region, dst.region, args, SourceLoc::from(loc));
 }
 
+void Script::async_copy(const CopyRegionArg& src, const CopyRegionArg& dst, AsyncCopyOptions opts, Loc loc) {
+  CopyArgs args{.coalesced_width = opts.coalesced_width, .annotations = opts.annotations,
+                .loop_layout = opts.loop_layout, .async_commit = true};
+  builder().copy(src.region, dst.region, args, SourceLoc::from(loc));
+}
+
 RegisterTensor Script::dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c, DotOptions opts,
                            Loc loc) {
   SourceLoc where = SourceLoc::from(loc);

@@ -25,11 +25,12 @@ int64_t largest_pow2_divisor(int64_t n, int64_t cap) {
 // parallelism replicate it.
 }  // namespace
 
-RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads) {
+RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads,
+                                       int64_t vector) {
   int r = int(shape.size());
   std::vector<int64_t> inner(r, 1), spread(r, 1), outer(r, 1);
   if (r == 0) return replicated(threads);
-  int64_t vec_cap = std::max<int64_t>(1, 128 / std::max(1, dtype.bits()));
+  int64_t vec_cap = vector > 0 ? vector : std::max<int64_t>(1, 128 / std::max(1, dtype.bits()));
   inner[r - 1] = largest_pow2_divisor(shape[r - 1], vec_cap);
   int64_t left = threads;
   for (int d = r - 1; d >= 0; --d) {

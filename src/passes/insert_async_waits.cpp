@@ -73,12 +73,22 @@ class WaitInserter {
         for (auto& a : mine)
           for (auto& c : state)
             if (may_overlap(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
+        for (auto& a : mine)
+          for (auto& c : state)
+            if (c.explicit_wait && may_overlap(c, a))
+              throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be writing; "
+                                             "async_copy leaves the wait to the kernel: add "
+                                             "copy_async_wait_group(n) or copy_async_wait_all() before it",
+                                             inst.display_name(), inst.loc.str(), c.inst->display_name(),
+                                             c.inst->loc.str()),
+                                 inst.loc);
         if (oldest_needed) {
           if (strict_)
-            throw CompileError(fmt::format("{} at {} touches shared memory that copy_async at {} may still be "
-                                           "writing; add copy_async_commit_group() / copy_async_wait_group(n) "
-                                           "before it (or compile without strict waits)",
-                                           inst.display_name(), inst.loc.str(), oldest_needed->inst->loc.str()),
+            throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be writing; add "
+                                           "copy_async_commit_group() / copy_async_wait_group(n) before it (or "
+                                           "compile without strict waits)",
+                                           inst.display_name(), inst.loc.str(), oldest_needed->inst->display_name(),
+                                           oldest_needed->inst->loc.str()),
                                inst.loc);
           if (oldest_needed->commits == 0) {
             before.push_back(inst_stmt(std::make_shared<CopyAsyncCommitGroupInst>(), inst.loc));

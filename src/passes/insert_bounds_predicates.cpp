@@ -50,6 +50,18 @@ class BoundsPredicateInserter : public RangeTrackingMutator {
       std::vector<int> dims = i->check_bounds ? checked(i->src, i->offsets, i->dims, i->dst) : std::vector<int>{};
       return update<CopyAsyncInst>(s, *i, std::move(dims));
     }
+    if (auto i = inst_as<CopyInst>(inst)) {
+      // Each global end of a copy gets its own checked dims.
+      auto c = std::make_shared<CopyInst>(*i);
+      bool changed = false;
+      for (CopyRegion* r : {&c->src, &c->dst}) {
+        if (!r->tensor.defined() || !r->tensor.is_global()) continue;
+        auto dims = checked(r->tensor, r->offsets, r->extents);
+        changed = changed || !r->checked_dims || *r->checked_dims != dims;
+        r->checked_dims = std::move(dims);
+      }
+      return changed ? make_inst_stmt(c) : s;
+    }
     return s;
   }
 
@@ -111,26 +123,40 @@ class BoundsPredicateInserter : public RangeTrackingMutator {
   // global dim dims[i], may take out of bounds.
   std::vector<int> checked(const Tensor& global, const std::vector<Expr>& offsets, const std::vector<int>& dims,
                            const Tensor& tile) const {
-    std::vector<int> out;
     int rank = global.defined() ? global.rank() : 0;
     // Malformed accesses are the verifier's business; here they just keep every check.
     bool well_formed = global.defined() && tile.defined() && int(offsets.size()) == rank &&
                        int(dims.size()) == tile.rank();
-    std::vector<int64_t> tile_shape = well_formed ? tile.static_shape() : std::vector<int64_t>{};
+    if (!well_formed) return all_dims(rank);
+    // A global dim that no tile dim maps to is fixed at its offset: one index.
+    std::vector<Expr> extents(rank, int_const(1));
+    std::vector<int64_t> tile_shape = tile.static_shape();
+    for (size_t i = 0; i < dims.size(); ++i)
+      if (dims[i] >= 0 && dims[i] < rank) extents[dims[i]] = int_const(tile_shape[i]);
+    return checked(global, offsets, extents);
+  }
+
+  // The global dims of the box [offsets, offsets + extents) of `global` that may be out of
+  // bounds.
+  std::vector<int> checked(const Tensor& global, const std::vector<Expr>& offsets,
+                           const std::vector<Expr>& extents) const {
+    int rank = global.defined() ? global.rank() : 0;
+    if (int(offsets.size()) != rank || int(extents.size()) != rank) return all_dims(rank);
+    std::vector<int> out;
     for (int d = 0; d < rank; ++d) {
-      if (!well_formed) {
-        out.push_back(d);
-        continue;
-      }
-      // A global dim that no tile dim maps to is fixed at its offset: one index.
-      int64_t extent = 1;
-      for (size_t i = 0; i < dims.size(); ++i)
-        if (dims[i] == d) extent = tile_shape[i];
       const Expr& offset = offsets[d];
       const Expr& size = global.shape()[d];
-      bool in_bounds = (holds(offset >= 0) && holds(offset + extent <= size)) || inside_loop_step(offset, extent, size);
+      Expr extent = simplify(extents[d], ctx_);
+      bool in_bounds = (holds(offset >= 0) && holds(offset + extent <= size)) ||
+                       (extent.is_int_const() && inside_loop_step(offset, extent.int_value(), size));
       if (!in_bounds) out.push_back(d);
     }
+    return out;
+  }
+
+  static std::vector<int> all_dims(int rank) {
+    std::vector<int> out(rank);
+    for (int d = 0; d < rank; ++d) out[d] = d;
     return out;
   }
 };

@@ -1,5 +1,7 @@
 #include "shared_access.h"
 
+#include <algorithm>
+
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
 
@@ -46,11 +48,17 @@ SharedAccessMap::SharedAccessMap(const Kernel& k) {
   c.visit(k.body);
 }
 
-std::optional<SharedAccess> SharedAccessMap::region(const Tensor& t) const {
+std::optional<SharedAccess> SharedAccessMap::region(const Tensor& t, const CopyRegion* box) const {
   SharedAccess a;
   std::vector<Expr> lo;
   std::vector<int64_t> extent;
   for (int64_t e : t.static_shape()) lo.push_back(int_const(0, dtypes::int32)), extent.push_back(e);
+  // A copy region with constant extents narrows the box.
+  if (box && box->offsets.size() == lo.size() && box->extents.size() == lo.size() &&
+      std::all_of(box->extents.begin(), box->extents.end(), [](const Expr& e) { return e.is_int_const(); })) {
+    lo = box->offsets;
+    for (size_t d = 0; d < lo.size(); ++d) extent[d] = box->extents[d].int_value();
+  }
   const TensorNode* node = t.get();
   while (slices_.count(node)) {
     const SliceSharedInst* s = slices_.at(node);
@@ -79,9 +87,12 @@ std::optional<SharedAccess> SharedAccessMap::region(const Tensor& t) const {
 
 std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const {
   std::vector<SharedAccess> out;
+  auto* copy = dynamic_cast<const CopyInst*>(&inst);
   for (auto& [t, use] : inst.operands()) {
     if (!t.defined() || !t.is_shared() || use == Access::Alias) continue;
-    auto a = region(t);
+    const CopyRegion* box = nullptr;
+    if (copy) box = use == Access::Read ? &copy->src : &copy->dst;
+    auto a = region(t, box);
     if (!a) continue;
     a->inst = &inst;
     a->write = use != Access::Read;
@@ -92,7 +103,9 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       a->mapping = reg->layout.str();
       for (auto& e : a->lo) a->mapping += "|" + to_string(e);
     }
-    if (inst.kind() == InstKind::CopyAsync) a->async = true, a->awaited = false;
+    if (a->write && inst.is_async()) a->async = true, a->awaited = false;
+    // async_copy commits its own group, and the kernel waits for it itself.
+    if (a->write && copy && copy->async_commit) a->commits = 1, a->explicit_wait = true;
     out.push_back(*a);
   }
   return out;

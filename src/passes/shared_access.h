@@ -27,6 +27,8 @@ struct SharedAccess {
   // commit_group calls since the copy was issued.
   bool async = false, awaited = true;
   int commits = 0;
+  // async_copy: the kernel must wait itself; the async-wait pass reports a missing wait.
+  bool explicit_wait = false;
 };
 
 class SharedAccessMap {
@@ -36,7 +38,7 @@ class SharedAccessMap {
   std::vector<SharedAccess> accesses(const InstNode& inst) const;
 
  private:
-  std::optional<SharedAccess> region(const Tensor& t) const;
+  std::optional<SharedAccess> region(const Tensor& t, const CopyRegion* box = nullptr) const;
   std::unordered_map<const TensorNode*, const AllocateSharedInst*> roots_;
   std::unordered_map<const TensorNode*, const SliceSharedInst*> slices_;
 };

@@ -209,6 +209,9 @@ struct CopyAsyncInst : InstNode {
   EvictPolicy evict = EvictPolicy::Normal;
   bool check_bounds = true;
   std::optional<std::vector<int>> checked_dims;  // as in LoadGlobalInst
+  // Elements per cp.async (set by select_copy_instructions; 0 before it runs, which the
+  // emitter treats as "work it out"). Below 4 bytes the copy is element by element.
+  int64_t vector = 0;
   bool is_async() const override { return true; }
 };
 
@@ -234,23 +237,38 @@ struct CopyRegion {
   Tensor tensor;
   std::vector<Expr> offsets;
   std::vector<Expr> extents;
+  // Global regions: the dims whose bounds are checked (as in LoadGlobalInst).
+  std::optional<std::vector<int>> checked_dims;
 };
 
-// The synchronous copy between any two of global / shared / register regions. All switches
-// of the call are kept: typed fields, plus `annotations` (user annotations win over the
-// keyword arguments, resolved by the tracer). `selected` records the instruction chosen by
-// the copy-selection pass ("" until then).
+// The copy between any two of global / shared / register regions (`copy`), and its
+// explicitly asynchronous form (`async_copy`: cp.async + commit, no wait). All switches of
+// the call are kept: typed fields, plus `annotations` (user annotations win over the keyword
+// arguments, resolved by the tracer). The copy-selection pass records its choice in
+// `selected` ("" until then), `vector`, `mapping` and `note`.
 struct CopyInst : InstNode {
   TILUS_INST_COMMON(Copy, "copy")
   CopyRegion src;
   CopyRegion dst;
   std::optional<int64_t> coalesced_width;
   bool disable_tma = false;
+  bool use_tma = false;       // annotation: TMA or an error
+  bool use_cp_async = false;  // annotation: cp.async or an error
+  bool async_commit = false;  // async_copy: cp.async + commit, the kernel waits itself
   std::optional<EvictPolicy> eviction_policy;
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;  // optional thread mapping for the SIMT path
   bool scalar = false;          // both sides single elements: a direct store
-  std::string selected;
+
+  // Set by select_copy_instructions.
+  std::string selected;        // "cp.async", "ldmatrix", "stmatrix", "simt"
+  int64_t vector = 0;          // elements per access (cp.async / simt)
+  RegisterLayout mapping;      // thread -> elements of the copy (memory to memory copies)
+  std::string note;            // why faster instructions were not taken
+
+  std::string display_name() const override { return async_commit ? "async_copy" : "copy"; }
+  bool is_async() const override { return selected == "cp.async"; }
+  bool has_side_effects() const override { return async_commit; }
 };
 
 // out = a @ b + c  (a: [m, k], b: [k, n], c and out: [m, n]).

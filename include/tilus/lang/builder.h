@@ -26,6 +26,7 @@ struct CopyArgs {
   std::optional<std::string> eviction_policy;
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;
+  bool async_commit = false;  // async_copy
 };
 
 class Builder {

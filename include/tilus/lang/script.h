@@ -261,6 +261,11 @@ struct CopyOptions {
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;
 };
+struct AsyncCopyOptions {
+  std::optional<int64_t> coalesced_width;
+  std::map<std::string, std::string> annotations;
+  RegisterLayout loop_layout;
+};
 struct DotOptions {
   RegisterTensor out;
   std::optional<DataType> acc_dtype;  // when c is not given (default float32 / int32)
@@ -396,6 +401,9 @@ class Script {
   void copy_async_wait_group(int64_t n, Loc loc = Loc::current());
   void copy_async_wait_all(Loc loc = Loc::current());
   void copy(const CopyRegionArg& src, const CopyRegionArg& dst, CopyOptions opts = {}, Loc loc = Loc::current());
+  // cp.async global -> shared plus a commit; no wait is added: the kernel waits itself.
+  void async_copy(const CopyRegionArg& src, const CopyRegionArg& dst, AsyncCopyOptions opts = {},
+                  Loc loc = Loc::current());
 
   // --- compute -----------------------------------------------------------------------------
   RegisterTensor dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c = {},

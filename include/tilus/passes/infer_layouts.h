@@ -26,8 +26,10 @@ struct DotPlan {
 };
 DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads);
 
-// The default layout of a tile: 16-byte vectors per thread along the last dim, threads over
-// the last dim first, replicas for threads beyond the tile's parallelism.
-RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads);
+// The default layout of a tile: 16-byte vectors per thread along the last dim (`vector`
+// elements when given), threads over the last dim first, replicas for threads beyond the
+// tile's parallelism.
+RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads,
+                                       int64_t vector = 0);
 
 }  // namespace tilus

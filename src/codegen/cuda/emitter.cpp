@@ -222,20 +222,6 @@ const SharedView& Emitter::shared(const Tensor& t) const {
   return it->second;
 }
 
-Expr Emitter::shared_offset(const Tensor& t, const std::vector<Expr>& index) {
-  const SharedView& v = shared(t);
-  std::vector<Expr> root_index = v.offsets;
-  for (size_t k = 0; k < v.dims.size() && k < index.size(); ++k)
-    root_index[v.dims[k]] = root_index[v.dims[k]] + index[k];
-  return simplify(v.root->shared_layout.offset(root_index));
-}
-
-std::string Emitter::shared_address(const Tensor& t, const std::vector<Expr>& index) {
-  const SharedView& v = shared(t);
-  return fmt::format("(reinterpret_cast<{}*>(tilus_smem + {}) + {})", ctype(v.root.dtype()), v.base_bytes,
-                     expr(shared_offset(t, index)));
-}
-
 std::vector<Expr> Emitter::spatial_index(const RegisterLayout& l) {
   std::vector<Expr> out;
   for (auto& e : l.index_exprs(scope().thread, 0)) out.push_back(simplify(e));
@@ -286,18 +272,6 @@ int64_t Emitter::workspace(int64_t bytes) {
 
 std::string Emitter::workspace_ptr(DataType t) {
   return fmt::format("reinterpret_cast<{}*>(tilus_smem + {})", ctype(t), (kernel.shared_memory_bytes + 127) / 128 * 128);
-}
-
-int64_t Emitter::pointer_alignment(const Expr& ptr) const {
-  if (auto v = ptr.as<VarNode>()) {
-    for (size_t i = 0; i < kernel.params.size(); ++i) {
-      if (kernel.params[i].get() == v) {
-        auto it = kernel.param_divisibility.find(int(i));
-        return it == kernel.param_divisibility.end() ? 1 : it->second;
-      }
-    }
-  }
-  return 1;
 }
 
 // --- statements -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include "tilus/ir/inst.h"
 #include "tilus/ir/simplify.h"
 #include "tilus/ir/stmt.h"
+#include "tilus/passes/copy_facts.h"
 
 namespace tilus::cuda {
 
@@ -22,14 +23,7 @@ namespace tilus::cuda {
 std::string ctype(DataType t);
 int64_t elem_bytes(DataType t);
 
-// A shared tensor as an address map: element (i...) of the view is element
-// (offsets + place(i)) of its root allocation.
-struct SharedView {
-  Tensor root;
-  int64_t base_bytes = 0;       // the root's offset in the block's shared memory
-  std::vector<Expr> offsets;    // per root dim
-  std::vector<int> dims;        // view dim k -> root dim dims[k]
-};
+using tilus::SharedView;
 
 struct GlobalView {
   std::string ptr;              // C expression of the typed base pointer
@@ -71,10 +65,6 @@ class Emitter {
   std::string declare_reg(const Tensor& t);        // declares the array; returns its name
   const GlobalView& global(const Tensor& t) const;
   const SharedView& shared(const Tensor& t) const;
-  // The C pointer expression of element `index` of a shared view.
-  std::string shared_address(const Tensor& t, const std::vector<Expr>& index);
-  // Element offset (in elements of the root) of `index` of a shared view.
-  Expr shared_offset(const Tensor& t, const std::vector<Expr>& index);
   const ThreadScope& scope() const { return scopes_.back(); }
   // The thread-dependent part of a layout's index per dim (slot 0), simplified.
   std::vector<Expr> spatial_index(const RegisterLayout& l);
@@ -94,7 +84,7 @@ class Emitter {
 
   // Facts for vectorization: the largest power of two dividing e (capped).
   int64_t divisor(const Expr& e) const { return ctx_.divisor(simplify(e)); }
-  int64_t pointer_alignment(const Expr& ptr) const;
+  const BoundContext& facts() const { return ctx_; }
   BoundContext& context() { return ctx_; }
 
   [[noreturn]] void fail(const InstNode& inst, const std::string& message) const;

@@ -112,10 +112,10 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   __syncthreads();
   // copy (shapes_script.h:41)
    {
-    *(reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 28))) = (((tid / 8) < n) ? *(x_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) : 0.0f);
-    *(reinterpret_cast<float*>(tilus_smem + 0) + (((tid * 4) + 1) ^ ((((tid * 4) + 1) >> 3) & 28))) = (((tid / 8) < n) ? *(x_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 1))))) : 0.0f);
-    *(reinterpret_cast<float*>(tilus_smem + 0) + (((tid * 4) + 2) ^ ((((tid * 4) + 2) >> 3) & 28))) = (((tid / 8) < n) ? *(x_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 2))))) : 0.0f);
-    *(reinterpret_cast<float*>(tilus_smem + 0) + (((tid * 4) + 3) ^ ((((tid * 4) + 3) >> 3) & 28))) = (((tid / 8) < n) ? *(x_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 3))))) : 0.0f);
+    *(reinterpret_cast<float*>(tilus_smem + 0) + (tid ^ ((tid >> 3) & 28))) = ((tid / 32) < n) ? *(x_1 + ((((int64_t)((tid / 32))) * 32ll) + ((int64_t)((tid % 32))))) : 0.0f;
+    *(reinterpret_cast<float*>(tilus_smem + 0) + ((tid + 64) ^ (((tid + 64) >> 3) & 28))) = (((tid / 32) + 2) < n) ? *(x_1 + ((((int64_t)(((tid / 32) + 2))) * 32ll) + ((int64_t)((tid % 32))))) : 0.0f;
+    *(reinterpret_cast<float*>(tilus_smem + 0) + ((tid + 128) ^ (((tid + 128) >> 3) & 28))) = (((tid / 32) + 4) < n) ? *(x_1 + ((((int64_t)(((tid / 32) + 4))) * 32ll) + ((int64_t)((tid % 32))))) : 0.0f;
+    *(reinterpret_cast<float*>(tilus_smem + 0) + ((tid + 192) ^ (((tid + 192) >> 3) & 28))) = (((tid / 32) + 6) < n) ? *(x_1 + ((((int64_t)(((tid / 32) + 6))) * 32ll) + ((int64_t)((tid % 32))))) : 0.0f;
   }
   // sync (shapes_script.h:42)
   __syncthreads();

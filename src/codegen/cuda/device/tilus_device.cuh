@@ -135,6 +135,54 @@ template <int Bytes, class T> __device__ __forceinline__ void zero_vec(T* dst) {
   *reinterpret_cast<V*>(dst) = V();
 }
 
+// Global loads and stores of 1-16 bytes with an L2 eviction policy (createpolicy) as the
+// cache hint: the SIMT path of copy(eviction_policy=...).
+template <int Bytes, class T> __device__ __forceinline__ void load_vec_hint(T* dst, const void* src, uint64_t policy) {
+  if constexpr (Bytes == 16) {
+    uint4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.b32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src), "l"(policy));
+    *reinterpret_cast<uint4*>(dst) = v;
+  } else if constexpr (Bytes == 8) {
+    uint2 v;
+    asm volatile("ld.global.L2::cache_hint.v2.b32 {%0, %1}, [%2], %3;\n" : "=r"(v.x), "=r"(v.y) : "l"(src), "l"(policy));
+    *reinterpret_cast<uint2*>(dst) = v;
+  } else if constexpr (Bytes == 4) {
+    uint32_t v;
+    asm volatile("ld.global.L2::cache_hint.b32 %0, [%1], %2;\n" : "=r"(v) : "l"(src), "l"(policy));
+    *reinterpret_cast<uint32_t*>(dst) = v;
+  } else if constexpr (Bytes == 2) {
+    uint16_t v;
+    asm volatile("ld.global.L2::cache_hint.b16 %0, [%1], %2;\n" : "=h"(v) : "l"(src), "l"(policy));
+    *reinterpret_cast<uint16_t*>(dst) = v;
+  } else {
+    uint32_t v;
+    asm volatile("ld.global.L2::cache_hint.u8 %0, [%1], %2;\n" : "=r"(v) : "l"(src), "l"(policy));
+    *reinterpret_cast<uint8_t*>(dst) = uint8_t(v);
+  }
+}
+template <int Bytes, class T> __device__ __forceinline__ void store_vec_hint(void* dst, const T* src, uint64_t policy) {
+  if constexpr (Bytes == 16) {
+    uint4 v = *reinterpret_cast<const uint4*>(src);
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+  } else if constexpr (Bytes == 8) {
+    uint2 v = *reinterpret_cast<const uint2*>(src);
+    asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "r"(v.x), "r"(v.y), "l"(policy)
+                 : "memory");
+  } else if constexpr (Bytes == 4) {
+    uint32_t v = *reinterpret_cast<const uint32_t*>(src);
+    asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;\n" ::"l"(dst), "r"(v), "l"(policy) : "memory");
+  } else if constexpr (Bytes == 2) {
+    uint16_t v = *reinterpret_cast<const uint16_t*>(src);
+    asm volatile("st.global.L2::cache_hint.b16 [%0], %1, %2;\n" ::"l"(dst), "h"(v), "l"(policy) : "memory");
+  } else {
+    uint32_t v = *reinterpret_cast<const uint8_t*>(src);
+    asm volatile("st.global.L2::cache_hint.u8 [%0], %1, %2;\n" ::"l"(dst), "r"(v), "l"(policy) : "memory");
+  }
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -231,6 +279,33 @@ template <int N, bool Trans, class T> __device__ __forceinline__ void ldmatrix(T
     dst[2 * i] = from_bits16<T>(uint16_t(r[i] & 0xffff));
     dst[2 * i + 1] = from_bits16<T>(uint16_t(r[i] >> 16));
   }
+}
+
+// stmatrix (sm_90): the inverse of ldmatrix; src holds 2 * N elements in fragment order.
+template <class T> __device__ __forceinline__ uint16_t to_bits16(T v) { return static_cast<uint16_t>(v); }
+template <> __device__ __forceinline__ uint16_t to_bits16<__half>(__half v) { return __half_as_ushort(v); }
+template <> __device__ __forceinline__ uint16_t to_bits16<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+template <int N, bool Trans, class T> __device__ __forceinline__ void stmatrix(void* row, const T* src) {
+  static_assert(sizeof(T) == 2, "stmatrix moves 16-bit elements");
+  uint32_t r[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) r[i] = uint32_t(to_bits16<T>(src[2 * i])) | (uint32_t(to_bits16<T>(src[2 * i + 1])) << 16);
+  uint32_t a = smem_addr(row);
+  if constexpr (N == 4 && Trans)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3]) : "memory");
+  else if constexpr (N == 2 && Trans)
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(a), "r"(r[0]), "r"(r[1])
+                 : "memory");
+  else if constexpr (N == 2)
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};\n" ::"r"(a), "r"(r[0]), "r"(r[1]) : "memory");
+  else if constexpr (Trans)
+    asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};\n" ::"r"(a), "r"(r[0]) : "memory");
+  else
+    asm volatile("stmatrix.sync.aligned.m8n8.x1.shared.b16 [%0], {%1};\n" ::"r"(a), "r"(r[0]) : "memory");
 }
 
 // d += a @ b for one m16n8k16 tile; a: 8 halves, b: 4 halves, d: 4 floats (PTX fragment order).
