@@ -102,6 +102,7 @@ class WaitInserter {
           ++inserted_;
           wait(state, n);
         }
+        if (commits_itself(inst)) commit(state);
         for (auto& a : mine)
           if (a.async) state.push_back(a);
         return s;

@@ -149,6 +149,8 @@ class BarrierInserter {
           if (!may_insert) throw *hazard;
           barrier(inst.loc);
         }
+        if (commits_itself(inst))
+          for (auto& p : pending) p.commits += p.async;
         for (auto& a : mine) pending.push_back(a);
         return s;
       }

@@ -168,11 +168,11 @@ class CopySelector : public RangeTrackingMutator {
     if (simplify(g.extents[inner], ctx_).int_value() * eb % 16)
       return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16",
                          simplify(g.extents[inner], ctx_).int_value() * eb);
+    if (acc.pointer_alignment % 16) return "not legal: the global base pointer is not known to be 16-byte aligned";
     for (int d = 0; d < inner; ++d)
       if (ctx_.divisor(simplify(acc.strides[d], ctx_)) * eb % 16)
         return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
                            to_string(acc.strides[d]), d);
-    if (acc.pointer_alignment % 16) return "not legal: the global base pointer is not known to be 16-byte aligned";
     const SharedLayout& sl = sm.tensor->shared_layout.defined() ? sm.tensor->shared_layout : SharedLayout();
     if (sl.defined() && !sl.swizzle().none()) {
       const Swizzle& z = sl.swizzle();

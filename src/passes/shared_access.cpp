@@ -104,8 +104,8 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       for (auto& e : a->lo) a->mapping += "|" + to_string(e);
     }
     if (a->write && inst.is_async()) a->async = true, a->awaited = false;
-    // async_copy commits its own group, and the kernel waits for it itself.
-    if (a->write && copy && copy->async_commit) a->commits = 1, a->explicit_wait = true;
+    // A cp.async copy commits its own group; async_copy leaves the wait to the kernel.
+    if (a->write && copy && copy->is_async()) a->commits = 1, a->explicit_wait = copy->async_commit;
     out.push_back(*a);
   }
   return out;

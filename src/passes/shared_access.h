@@ -31,6 +31,9 @@ struct SharedAccess {
   bool explicit_wait = false;
 };
 
+// A copy lowered to cp.async commits its own group right after issuing it.
+inline bool commits_itself(const InstNode& inst) { return inst.kind() == InstKind::Copy && inst.is_async(); }
+
 class SharedAccessMap {
  public:
   explicit SharedAccessMap(const Kernel& k);

@@ -245,7 +245,9 @@ struct CopyRegion {
 // explicitly asynchronous form (`async_copy`: cp.async + commit, no wait). All switches of
 // the call are kept: typed fields, plus `annotations` (user annotations win over the keyword
 // arguments, resolved by the tracer). The copy-selection pass records its choice in
-// `selected` ("" until then), `vector`, `mapping` and `note`.
+// `selected` ("" until then), `vector`, `mapping` and `note`. A copy selected as cp.async
+// commits its own group (the async-wait pass waits for it; async_copy leaves the wait to
+// the kernel).
 struct CopyInst : InstNode {
   TILUS_INST_COMMON(Copy, "copy")
   CopyRegion src;

@@ -382,7 +382,7 @@ void Emitter::emit_memory(const InstNode& inst) {
                 .evict = i.eviction_policy,
                 .src_global = i.src.tensor.is_global(),
                 .dst_global = i.dst.tensor.is_global()});
-      if (i.async_commit) line("tilus::cp_async_commit();");
+      if (i.selected == "cp.async") line("tilus::cp_async_commit();");  // its own group
       return;
     }
     default: fail(inst, "not a memory instruction");

@@ -1,0 +1,536 @@
+// The copy family through the passes: instruction selection (every slot of the chain, widths,
+// coalesced_width, loop_layout, errors), bounds predicates on copy regions, async waits for
+// cp.async copies and async_copy, barriers around copies. Each case checks the decision it
+// is about and compares the IR before and after the pass with a golden file
+// (tests/cpp/golden/copy_passes/<case>.tir; TILUS_UPDATE_GOLDEN=1 rewrites them).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "golden.h"
+#include "tilus/ir/functor.h"
+#include "tilus/ir/printer.h"
+#include "tilus/tilus.h"
+
+using namespace tilus;
+
+namespace {
+
+// A kernel over a = float16[m, n] and b = float32[m, n] with a body given per test.
+struct K : Script {
+  static constexpr const char* param_names = "m, n, a, b";
+  std::function<void(K&, Int32, Int32, GlobalTensor&, GlobalTensor&)> body;
+  int warps = 4;
+  Ptr<f16> pa;
+  void operator()(Int32 m, Int32 n, Ptr<f16> a, Ptr<f32> b) {
+    attrs.blocks = {1};
+    attrs.warps = warps;
+    pa = a;
+    auto ga = global_view(a, {m, n});
+    auto gb = global_view(b, {m, n});
+    body(*this, m, n, ga, gb);
+  }
+};
+
+struct Options {
+  std::string arch = "sm_90a";
+  bool aligned = true;  // pointers 16-byte aligned, m and n multiples of 16 (as jit specializes)
+  int warps = 4;
+};
+
+Program traced(std::function<void(K&, Int32, Int32, GlobalTensor&, GlobalTensor&)> body, const Options& o) {
+  K k;
+  k.body = std::move(body);
+  k.warps = o.warps;
+  Program p = trace(k);
+  if (o.aligned)
+    for (int i = 0; i < 4; ++i) p.kernels[0].param_divisibility[i] = 16;
+  return p;
+}
+
+// The program before and after `pass` in the full pipeline.
+struct Stage {
+  Program before, after;
+  std::string text(const std::string& pass) const {
+    return fmt::format("---- before {} ----\n{}---- after ----\n{}", pass, print(before), print(after));
+  }
+};
+
+Stage run_to(const Program& p, const std::string& pass, const Options& o) {
+  Stage s;
+  Program last = p;
+  PipelineOptions po;
+  po.target = Target::from_arch(o.arch);
+  po.after_pass = [&](const std::string& name, const Program& q) {
+    if (name == pass) {
+      s.before = last;
+      s.after = q;
+    }
+    last = q;
+  };
+  run_pipeline(p, po);
+  return s;
+}
+
+std::vector<const CopyInst*> copies(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<const CopyInst*> out;
+    void visit_inst(const InstNode& i) override {
+      if (auto* c = dynamic_cast<const CopyInst*>(&i)) out.push_back(c);
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+
+// Instruction names in order (waits with n, syncs), for the wait and barrier cases.
+std::vector<std::string> sequence(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<std::string> out;
+    void visit_inst(const InstNode& i) override {
+      if (auto* w = dynamic_cast<const CopyAsyncWaitGroupInst*>(&i)) out.push_back(fmt::format("wait({})", w->n));
+      else if (i.kind() == InstKind::Copy || i.kind() == InstKind::Sync || i.kind() == InstKind::LoadShared ||
+               i.kind() == InstKind::CopyAsyncCommitGroup || i.kind() == InstKind::CopyAsyncWaitAll ||
+               i.kind() == InstKind::StoreGlobal)
+        out.push_back(i.display_name());
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+
+using Seq = std::vector<std::string>;
+using Body = std::function<void(K&, Int32, Int32, GlobalTensor&, GlobalTensor&)>;
+
+// Runs a case to `pass`, compares with its golden file and returns the stage.
+Stage golden_case(const std::string& name, const std::string& pass, Body body, Options o = {}) {
+  Stage s = run_to(traced(std::move(body), o), pass, o);
+  EXPECT_TRUE(matches_golden("copy_passes/" + name, s.text(pass)));
+  return s;
+}
+
+std::string compile_error(Body body, Options o = {}) {
+  try {
+    run_to(traced(std::move(body), o), "verify", o);
+  } catch (const CompileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* kSelect = "select_copy_instructions";
+
+}  // namespace
+
+// --- selection -------------------------------------------------------------------------------
+
+TEST(CopySelection, GlobalToSharedTakesTheWidestVector) {
+  auto s = golden_case("simt_widest", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), sa);
+  });
+  auto c = copies(s.after);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]->selected, "simt");
+  EXPECT_EQ(c[0]->vector, 8);  // 16 bytes of float16
+  EXPECT_NE(c[0]->note.find("tma: not legal on this target (TMA copies are not lowered yet)"), std::string::npos);
+  EXPECT_TRUE(copies(s.before)[0]->selected.empty());
+}
+
+TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {
+  auto s = golden_case(
+      "simt_unaligned", kSelect,
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.copy(a.region({0, 0}, {32, 64}), sa);
+      },
+      {.aligned = false});
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->vector, 1);
+  // Consecutive threads take consecutive elements: one element per thread innermost.
+  EXPECT_EQ(c[0]->mapping.map(1, 0)[1] - c[0]->mapping.map(0, 0)[1], 1);
+  EXPECT_NE(c[0]->note.find("global base pointer is not known to be 16-byte aligned"), std::string::npos);
+}
+
+TEST(CopySelection, OddOffsetLimitsTheVector) {
+  auto s = golden_case("simt_odd_offset", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 2}, {32, 64}), sa);  // 2 elements = 4 bytes past an aligned row
+  });
+  EXPECT_EQ(copies(s.after)[0]->vector, 2);
+}
+
+TEST(CopySelection, CoalescedWidthForcesANarrowerVector) {
+  auto s = golden_case("coalesced_width_narrower", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), sa, {.coalesced_width = 2});
+  });
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->vector, 2);
+  EXPECT_EQ(c[0]->mapping.map(1, 0)[1] - c[0]->mapping.map(0, 0)[1], 2);
+  EXPECT_EQ(c[0]->note.find("coalesced_width"), std::string::npos);
+}
+
+TEST(CopySelection, IllegalCoalescedWidthIsClampedWithANote) {
+  auto s = golden_case("coalesced_width_clamped", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 1}, {32, 64}), sa, {.annotations = {{"coalesced_width", "4"}}});
+  });
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->vector, 1);
+  EXPECT_EQ(c[0]->coalesced_width, 4);  // the annotation reached the node
+  EXPECT_NE(c[0]->note.find("coalesced_width=4 is not legal here"), std::string::npos) << c[0]->note;
+}
+
+TEST(CopySelection, LoopLayoutPinsTheThreadMapping) {
+  RegisterLayout pinned = spatial({32, 4}) * local({1, 16});
+  auto s = golden_case("loop_layout", kSelect, [&](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), sa, {.loop_layout = pinned});
+  });
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->mapping.str(), pinned.str());
+  EXPECT_EQ(c[0]->vector, 8);  // runs of 16, vectors capped at 16 bytes
+}
+
+TEST(CopySelection, ExplicitCpAsync) {
+  auto s = golden_case("explicit_cp_async", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_cp_async", "true"}}});
+  });
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->selected, "cp.async");
+  EXPECT_TRUE(c[0]->is_async());
+  EXPECT_EQ(c[0]->vector, 8);
+}
+
+TEST(CopySelection, ExplicitCpAsyncBelowFourBytesFallsBackToElements) {
+  auto s = golden_case(
+      "explicit_cp_async_elements", kSelect,
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_cp_async", "1"}}});
+      },
+      {.aligned = false});
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->selected, "cp.async");
+  EXPECT_EQ(c[0]->vector, 1);
+  EXPECT_NE(c[0]->note.find("element by element"), std::string::npos);
+}
+
+TEST(CopySelection, DisableTmaLeavesNoTmaNote) {
+  auto s = golden_case("disable_tma", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), sa, {.disable_tma = true});
+  });
+  EXPECT_EQ(copies(s.after)[0]->note, "");
+}
+
+TEST(CopySelection, Sm80HasNoTma) {
+  auto s = golden_case(
+      "sm80_no_tma", kSelect,
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.copy(sa, a.region({0, 0}, {32, 64}));
+      },
+      {.arch = "sm_80"});
+  EXPECT_NE(copies(s.after)[0]->note.find("sm_80 has no TMA"), std::string::npos);
+}
+
+TEST(CopySelection, SharedToFragmentsIsLdmatrix) {
+  auto s = golden_case("ldmatrix", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor& b) {
+    auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+    auto sb = k.shared_tensor(dtypes::float16, {32, 64});
+    auto ra = k.register_tensor(dtypes::float16, {64, 32});
+    auto rb = k.register_tensor(dtypes::float16, {32, 64});
+    k.copy(sa, ra);
+    k.copy(sb, rb);
+    auto acc = k.dot(ra, rb);
+    k.copy(acc, b.region({0, 0}, {64, 64}));
+  });
+  auto c = copies(s.after);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0]->selected, "ldmatrix");
+  EXPECT_EQ(c[1]->selected, "ldmatrix");  // .trans: b's fragments run down the columns
+  EXPECT_EQ(c[2]->selected, "simt");
+  EXPECT_EQ(c[2]->vector, 2);  // the accumulator fragment holds pairs of columns
+}
+
+TEST(CopySelection, FragmentsToSharedIsStmatrixOnSm90Only) {
+  Body body = [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto ra = k.register_tensor(dtypes::float16, {64, 16});
+    auto rb = k.register_tensor(dtypes::float16, {16, 64});
+    k.copy(a.region({0, 0}, {64, 16}), ra);
+    k.copy(a.region({0, 0}, {16, 64}), rb);
+    auto acc = k.dot(ra, rb, {}, {.acc_dtype = dtypes::float16});
+    auto sc = k.shared_tensor(dtypes::float16, {64, 64});
+    k.copy(acc, sc);
+  };
+  auto s90 = golden_case("stmatrix_sm90", kSelect, body);
+  auto s80 = golden_case("stmatrix_sm80", kSelect, body, {.arch = "sm_80"});
+  EXPECT_EQ(copies(s90.after).back()->selected, "stmatrix");
+  EXPECT_EQ(copies(s80.after).back()->selected, "simt");
+}
+
+TEST(CopySelection, CoalescedWidthOrLoopLayoutSkipsLdmatrix) {
+  auto s = golden_case("ldmatrix_skipped", kSelect, [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+    auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+    auto sb = k.shared_tensor(dtypes::float16, {32, 64});
+    auto ra = k.register_tensor(dtypes::float16, {64, 32});
+    auto rb = k.register_tensor(dtypes::float16, {32, 64});
+    k.copy(sa, ra, {.coalesced_width = 2});
+    k.copy(sb, rb);
+    k.copy(k.dot(ra, rb), b.region({0, 0}, {64, 64}));
+  });
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->selected, "simt");
+  EXPECT_EQ(c[0]->vector, 2);
+  EXPECT_EQ(c[1]->selected, "ldmatrix");
+}
+
+TEST(CopySelection, ScalarCopyIsOneElement) {
+  auto s = golden_case("scalar", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {4, 8});
+    k.copy(a.at({3, 5}), sa.at({1, 2}));
+  });
+  auto c = copies(s.after);
+  EXPECT_TRUE(c[0]->scalar);
+  EXPECT_EQ(c[0]->vector, 1);
+  EXPECT_EQ(c[0]->mapping.local_size(), 1);
+}
+
+TEST(CopySelection, LowerRankSourceBroadcastsAlongTheMissingDims) {
+  auto s = golden_case("broadcast_rows", kSelect, [](K& k, Int32, Int32 n, GlobalTensor&, GlobalTensor&) {
+    auto row = k.global_view(k.pa, {n});
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(row.region({0}, {64}), sa);
+  });
+  auto c = copies(s.after);
+  EXPECT_EQ(c[0]->vector, 8);
+  EXPECT_EQ(c[0]->src.extents.size(), 1u);
+}
+
+TEST(CopySelection, PermutedCopyAsyncDimsGiveScalarVectors) {
+  auto s = golden_case("copy_async_permuted", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy_async(a, sa, {.offsets = {0, 0}, .dims = {1, 0}});
+    auto sb = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy_async(a, sb, {.offsets = {0, 0}, .evict = "evict_first"});
+  });
+  std::vector<int64_t> vectors;
+  struct Collect : StmtVisitor {
+    std::vector<int64_t>* out;
+    void visit_inst(const InstNode& i) override {
+      if (auto* c = dynamic_cast<const CopyAsyncInst*>(&i)) out->push_back(c->vector);
+    }
+  } c;
+  c.out = &vectors;
+  c.visit(s.after.kernels[0].body);
+  EXPECT_EQ(vectors, (std::vector<int64_t>{1, 8}));
+}
+
+TEST(CopySelection, Errors) {
+  // Explicit TMA cannot be honoured on any target yet.
+  for (std::string arch : {"sm_80", "sm_90a"}) {
+    std::string m = compile_error(
+        [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+          auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+          k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_tma", "true"}}});
+        },
+        {.arch = arch});
+    EXPECT_NE(m.find("copy: use_tma asks for a TMA copy, which is not legal on this target"), std::string::npos) << m;
+    EXPECT_NE(m.find("test_copy_passes.cpp"), std::string::npos) << m;
+    EXPECT_NE(m.find("global float16[m, n]"), std::string::npos) << m;
+  }
+  // cp.async only goes global -> shared.
+  std::string m = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(sa, a.region({0, 0}, {32, 64}), {.annotations = {{"use_cp_async", "true"}}});
+  });
+  EXPECT_NE(m.find("cp.async copies global to shared memory"), std::string::npos) << m;
+  m = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.async_copy(sa, a.region({0, 0}, {32, 64}));
+  });
+  EXPECT_NE(m.find("async_copy: cp.async copies global to shared memory"), std::string::npos) << m;
+  // Typos in annotations are not silently ignored.
+  m = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"coalesced_widht", "4"}}});
+  });
+  EXPECT_NE(m.find("unknown annotation 'coalesced_widht'"), std::string::npos) << m;
+  // Memory-to-memory copies need constant extents.
+  m = compile_error([](K& k, Int32 mm, Int32, GlobalTensor& a, GlobalTensor&) {
+    k.copy(a.region({0, 0}, {mm, 64}), a.region({0, 64}, {mm, 64}));
+  });
+  EXPECT_NE(m.find("memory-to-memory copies need constant extents"), std::string::npos) << m;
+  // A loop layout cannot remap a register tensor.
+  m = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto r = k.register_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 0}, {32, 64}), r, {.loop_layout = spatial({32, 4}) * local({1, 16})});
+    k.copy(r, a.region({32, 0}, {32, 64}));
+  });
+  EXPECT_NE(m.find("loop_layout maps the threads of memory-to-memory copies"), std::string::npos) << m;
+  // Source dims that the destination lacks must be single elements.
+  m = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {64});
+    k.copy(a.region({0, 0}, {2, 64}), sa);
+  });
+  EXPECT_NE(m.find("the leading src extents that dst does not have must be 1"), std::string::npos) << m;
+}
+
+// --- bounds predicates ---------------------------------------------------------------------------
+
+TEST(CopyBounds, RegionsGetTheirOwnCheckedDims) {
+  auto s = golden_case("bounds_global_to_global", "insert_bounds_predicates",
+                       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                         // Rows from a runtime offset; columns [0, 32) of n >= 16... unknown.
+                         k.copy(a.region({k.blockIdx.x * 16, 0}, {16, 32}), a.region({0, 32}, {16, 32}));
+                       });
+  auto c = copies(s.after);
+  ASSERT_TRUE(c[0]->src.checked_dims && c[0]->dst.checked_dims);
+  EXPECT_EQ(*c[0]->src.checked_dims, (std::vector<int>{0, 1}));
+  EXPECT_EQ(*c[0]->dst.checked_dims, (std::vector<int>{0, 1}));
+}
+
+TEST(CopyBounds, LoopStepProvesTheInnerDim) {
+  auto s = golden_case("bounds_loop_step", "insert_bounds_predicates",
+                       [](K& k, Int32, Int32 n, GlobalTensor& a, GlobalTensor&) {
+                         auto sa = k.shared_tensor(dtypes::float16, {16, 32});
+                         for (Expr k0 : k.range(0, n, 32)) {
+                           k.copy(a.region({0, k0}, {16, 32}), sa);
+                           k.sync();
+                         }
+                       });
+  auto c = copies(s.after);
+  ASSERT_TRUE(c[0]->src.checked_dims);
+  // n % 16 == 0 only: a step of 32 is not proven, the row dim neither (m unknown).
+  EXPECT_EQ(*c[0]->src.checked_dims, (std::vector<int>{0, 1}));
+}
+
+TEST(CopyBounds, SharedAndRegisterEndsHaveNoChecks) {
+  auto s = golden_case("bounds_shared_only", "insert_bounds_predicates",
+                       [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+                         auto sa = k.shared_tensor(dtypes::float32, {16, 32});
+                         auto r = k.register_tensor(dtypes::float32, {16, 32});
+                         k.copy(sa, r);
+                         k.store_global(b, r, {.offsets = {0, 0}});
+                       });
+  auto c = copies(s.after);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0]->src.checked_dims);
+  EXPECT_FALSE(c[0]->dst.checked_dims);
+}
+
+// --- async waits -------------------------------------------------------------------------------
+
+TEST(CopyAsyncWaits, CpAsyncCopyIsWaitedBeforeItsRead) {
+  auto s = golden_case("waits_cp_async_copy", "insert_async_waits",
+                       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                         auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+                         k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_cp_async", "true"}}});
+                         auto r = k.register_tensor(dtypes::float16, {32, 64});
+                         k.copy(sa, r);
+                         k.copy(r, a.region({32, 0}, {32, 64}));
+                       });
+  // The cp.async copy commits its own group; the read waits for it.
+  EXPECT_EQ(sequence(s.after), (Seq{"copy", "wait(0)", "copy", "copy"}));
+}
+
+TEST(CopyAsyncWaits, PipelinedCpAsyncCopiesKeepStagesInFlight) {
+  auto s = golden_case("waits_cp_async_pipeline", "insert_async_waits",
+                       [](K& k, Int32, Int32 n, GlobalTensor& a, GlobalTensor& b) {
+                         auto sa = k.shared_tensor(dtypes::float16, {3, 16, 64});
+                         for (int st = 0; st < 2; ++st)
+                           k.copy(a.region({0, st * 64}, {16, 64}), sa[st],
+                                  {.annotations = {{"use_cp_async", "true"}}});
+                         for (Expr i : k.range(n)) {
+                           k.copy(a.region({0, (i + 2) * 64}, {16, 64}), sa[(i + 2) % 3],
+                                  {.annotations = {{"use_cp_async", "true"}}});
+                           auto r = k.register_tensor(dtypes::float16, {16, 64});
+                           k.copy(sa[i % 3], r);
+                           k.copy(r, a.region({16, i * 64}, {16, 64}));
+                         }
+                         (void)b;
+                       });
+  std::vector<std::string> waits;
+  for (auto& x : sequence(s.after))
+    if (x.rfind("wait", 0) == 0) waits.push_back(x);
+  ASSERT_FALSE(waits.empty());
+  for (auto& w : waits) EXPECT_EQ(w, "wait(2)");
+}
+
+TEST(CopyAsyncWaits, AsyncCopyWithoutAWaitIsAnError) {
+  std::string m;
+  try {
+    run_to(traced(
+               [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                 auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+                 k.async_copy(a.region({0, 0}, {32, 64}), sa);
+                 auto r = k.register_tensor(dtypes::float16, {32, 64});
+                 k.copy(sa, r);
+                 k.copy(r, a.region({32, 0}, {32, 64}));
+               },
+               {}),
+           "insert_async_waits", {});
+  } catch (const CompileError& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("copy at"), std::string::npos) << m;
+  EXPECT_NE(m.find("async_copy at"), std::string::npos) << m;
+  EXPECT_NE(m.find("async_copy leaves the wait to the kernel"), std::string::npos) << m;
+}
+
+TEST(CopyAsyncWaits, AsyncCopyWithTheKernelsWaitGetsNothingAdded) {
+  auto s = golden_case("waits_async_copy_user_wait", "insert_async_waits",
+                       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                         auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+                         auto sb = k.shared_tensor(dtypes::float16, {32, 64});
+                         k.async_copy(a.region({0, 0}, {32, 64}), sa);
+                         k.async_copy(a.region({32, 0}, {32, 64}), sb);
+                         k.copy_async_wait_group(1);  // sa's group is done, sb's may not be
+                         auto r = k.register_tensor(dtypes::float16, {32, 64});
+                         k.copy(sa, r);
+                         k.copy_async_wait_all();
+                         k.copy(sb, r);
+                         k.copy(r, a.region({64, 0}, {32, 64}));
+                       });
+  EXPECT_EQ(print(s.before), print(s.after));
+}
+
+// --- barriers ---------------------------------------------------------------------------------
+
+TEST(CopyBarriers, CopyIntoSharedThenReadByOtherThreadsGetsASync) {
+  auto s = golden_case("barrier_after_copy", "insert_barriers", [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+    k.copy(a.region({0, 0}, {64, 32}), sa);
+    auto r = k.register_tensor(dtypes::float16, {32, 64});
+    k.copy(k.shared_tensor(dtypes::float16, {32, 64}), r);  // unrelated tensor: no hazard
+    auto t = k.transpose(k.load_shared(sa));
+    k.store_global(a, t, {.offsets = {0, 0}});
+  });
+  int syncs = 0;
+  for (auto& x : sequence(s.after)) syncs += x == "sync";
+  EXPECT_EQ(syncs, 1);
+}
+
+TEST(CopyBarriers, DisjointRegionsOfOneTensorNeedNoBarrier) {
+  auto s = golden_case("barrier_disjoint_regions", "insert_barriers",
+                       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                         auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+                         k.copy(a.region({0, 0}, {32, 64}), sa.region({0, 0}, {32, 64}));
+                         k.copy(sa.region({32, 0}, {32, 64}), a.region({32, 0}, {32, 64}));
+                       });
+  for (auto& x : sequence(s.after)) EXPECT_NE(x, "sync");
+}
+
+TEST(CopyBarriers, OverlappingRegionsNeedOne) {
+  auto s = golden_case("barrier_overlapping_regions", "insert_barriers",
+                       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                         auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+                         k.copy(a.region({0, 0}, {32, 64}), sa.region({0, 0}, {32, 64}));
+                         k.copy(sa.region({16, 0}, {32, 64}), a.region({32, 0}, {32, 64}));
+                       });
+  int syncs = 0;
+  for (auto& x : sequence(s.after)) syncs += x == "sync";
+  EXPECT_EQ(syncs, 1);
+}
