@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "../examples/cpp/matmul_mma.h"
+#include "../examples/cpp/matmul_copy.h"
 #include "../examples/cpp/matmul_pipelined.h"
 #include "../examples/cpp/vector_add.h"
 #include "tilus/runtime/jit.h"
@@ -86,12 +87,16 @@ int matmul(int64_t m, int64_t n, int64_t k) {
     }
     std::fflush(stdout);
   }
-  // The same kernel with no wait or sync written: the passes insert them.
-  auto kernel = jit(examples::MatmulPipelined{});
-  double ms = median_ms([&] { kernel({m, n, k, a.arg(), b.arg(), c.arg()}); }, 30);
-  std::printf("{\"bench\": \"matmul\", \"impl\": \"tilus\", \"config\": \"pipelined 128x256x32 w8 s3, no manual "
-              "waits/syncs\", \"m\": %ld, \"n\": %ld, \"k\": %ld, \"ms\": %.5f, \"tflops\": %.1f}\n",
-              m, n, k, ms, 2.0 * m * n * k / ms / 1e9);
+  // The same kernel with no wait or sync written (the passes insert them), with copy_async
+  // and with every move a `copy`.
+  auto row = [&](auto kernel, const char* config) {
+    double ms = median_ms([&] { kernel({m, n, k, a.arg(), b.arg(), c.arg()}); }, 30);
+    std::printf("{\"bench\": \"matmul\", \"impl\": \"tilus\", \"config\": \"%s\", \"m\": %ld, \"n\": %ld, "
+                "\"k\": %ld, \"ms\": %.5f, \"tflops\": %.1f}\n",
+                config, m, n, k, ms, 2.0 * m * n * k / ms / 1e9);
+  };
+  row(jit(examples::MatmulPipelined{}), "pipelined 128x256x32 w8 s3, no manual waits/syncs");
+  row(jit(examples::MatmulCopy{}), "copy 128x256x32 w8 s3, every move a copy, no waits/syncs");
   return 0;
 }
 

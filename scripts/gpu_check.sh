@@ -38,19 +38,23 @@ for step in "${steps[@]}"; do
       cat "$LOGS/examples.log"
       ;;
     sanitize)
-      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined)
+      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined matmul_copy)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/examples/cpp/run_examples" "${small[@]}" \
           >"$LOGS/sanitize-$tool.log" 2>&1
         record "$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tail -1)"
       done
-      compute-sanitizer --tool synccheck --error-exitcode 9 "$BUILD/examples/cpp/run_examples" matmul_pipelined \
+      compute-sanitizer --tool synccheck --error-exitcode 9 "$BUILD/examples/cpp/run_examples" matmul_pipelined matmul_copy \
         >"$LOGS/sanitize-synccheck.log" 2>&1
       record synccheck "rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitize-synccheck.log" | tail -1)"
       # The kernels whose barriers come from insert_barriers alone.
       compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cpp/test_gpu" \
         --gtest_filter='Gpu.BarriersAreInserted*:Gpu.ShapesViewsAndCopies' >"$LOGS/sanitize-barriers.log" 2>&1
       record barriers "rc=$? $(grep -E 'RACECHECK SUMMARY' "$LOGS/sanitize-barriers.log" | tail -1)"
+      # Every copy path, offsets past the tensor and unaligned bases: no access outside x.
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cpp/test_gpu" \
+        --gtest_filter='Gpu.CopyFamilyRandomized' >"$LOGS/sanitize-copies.log" 2>&1
+      record copies-memcheck "rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitize-copies.log" | tail -1)"
       ;;
     bench)
       PYTHON="${PYTHON:-python3}" TILUS_BUILD_DIR="$BUILD" "$ROOT/bench/run.sh" >"$LOGS/bench.log" 2>&1

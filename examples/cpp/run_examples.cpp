@@ -15,6 +15,7 @@
 
 #include "matmul_mma.h"
 #include "matmul_naive.h"
+#include "matmul_copy.h"
 #include "matmul_pipelined.h"
 #include "matmul_shared.h"
 #include "softmax.h"
@@ -147,6 +148,7 @@ int compile_only(const std::vector<std::string>& wanted) {
       {"softmax", [] { return trace(examples::Softmax{}); }},
       {"matmul_mma", [] { return trace(examples::MatmulMma{}); }},
       {"matmul_pipelined", [] { return trace(examples::MatmulPipelined{}); }},
+      {"matmul_copy", [] { return trace(examples::MatmulCopy{}); }},
   };
   int failures = 0;
   for (auto& [name, make] : programs) {
@@ -183,6 +185,8 @@ int main(int argc, char** argv) {
       {"matmul_mma_4096", [] { return matmul(examples::MatmulMma{}, 4096, 4096, 4096, true); }},
       {"matmul_pipelined", [] { return matmul(examples::MatmulPipelined{}, 301, 517, 203); }},
       {"matmul_pipelined_4096", [] { return matmul(examples::MatmulPipelined{}, 4096, 4096, 4096, true); }},
+      {"matmul_copy", [] { return matmul(examples::MatmulCopy{}, 301, 517, 203); }},
+      {"matmul_copy_4096", [] { return matmul(examples::MatmulCopy{}, 4096, 4096, 4096, true); }},
   };
   std::vector<std::string> wanted(argv + 1, argv + argc);
   int failures = 0;

@@ -4,6 +4,7 @@
 
 #include "../../examples/cpp/matmul_mma.h"
 #include "../../examples/cpp/matmul_naive.h"
+#include "../../examples/cpp/matmul_copy.h"
 #include "../../examples/cpp/matmul_pipelined.h"
 #include "../../examples/cpp/matmul_shared.h"
 #include "../../examples/cpp/softmax.h"
@@ -174,6 +175,7 @@ TEST(Nvrtc, EveryExampleCompiles) {
       {"matmul_mma", trace(examples::MatmulMma{})},     {"elementwise", trace(Elementwise{})},
       {"rowsum", trace(RowSum{})},                      {"async_copy", trace(AsyncCopy{})},
       {"shapes", trace(tests::Shapes{})},               {"matmul_pipelined", trace(examples::MatmulPipelined{})},
+      {"matmul_copy", trace(examples::MatmulCopy{})},
   };
   for (const char* arch : {"sm_80", "sm_90a"}) {
     for (auto& [name, p] : programs) {

@@ -515,3 +515,110 @@ TEST(Gpu, BarriersAreInsertedWhereTheKernelHasNone) {
       for (int64_t c = 0; c < 64; ++c) want[c * 16 + r] = double(float(want[c * 16 + r] + hx[(i * 16 + r) * 64 + c]));
   expect_close(out.download(), want, 1e-5, 1e-5);
 }
+
+namespace {
+// One tile copied from x to shared memory / registers / global memory by one of the copy
+// family's paths, then to y[tm, tn]; out-of-bounds elements of x read as zero.
+struct CopyCase : Script {
+  static constexpr const char* param_names = "b, m, n, x, y, ob, om, on";
+  std::string path;  // copy_async, async_copy, g2s, g2s_cp_async, g2r, g2g
+  DataType dtype = dtypes::float16;
+  int64_t tm = 16, tn = 32;
+  std::vector<int> dims = {1, 2};  // copy_async: the global dim of each shared dim
+  std::optional<int64_t> coalesced_width;
+  void operator()(Int32 b, Int32 m, Int32 n, Ptr<void> x, Ptr<void> y, Int32 ob, Int32 om, Int32 on) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto gy = global_view(y, {tm, tn}, {.dtype = dtype});
+    auto out = gy.region({0, 0}, {tm, tn});
+    if (path == "copy_async") {
+      auto gx = global_view(x, {b, m, n}, {.dtype = dtype});
+      auto s = shared_tensor(dtype, {tm, tn});
+      copy_async(gx, s, {.offsets = {ob, om, on}, .dims = dims});
+      copy(s, out);
+      return;
+    }
+    auto gx = global_view(x, {m, n}, {.dtype = dtype});
+    auto src = gx.region({om, on}, {tm, tn});
+    if (path == "g2g") {
+      copy(src, out, {.coalesced_width = coalesced_width});
+    } else if (path == "g2r") {
+      auto r = register_tensor(dtype, {tm, tn});
+      copy(src, r, {.coalesced_width = coalesced_width});
+      copy(r, out);
+    } else {
+      auto s = shared_tensor(dtype, {tm, tn});
+      if (path == "async_copy") {
+        async_copy(src, s, {.coalesced_width = coalesced_width});
+        copy_async_wait_all();
+      } else {
+        std::map<std::string, std::string> ann;
+        if (path == "g2s_cp_async") ann["use_cp_async"] = "true";
+        copy(src, s, {.coalesced_width = coalesced_width, .annotations = ann});
+      }
+      copy(s, out);
+    }
+  }
+};
+}  // namespace
+
+// Random paths, dtypes of 1, 2, 4 and 8 bytes, tile shapes, offsets before, inside and past
+// the tensor, permuted dims and base pointers off 16-byte alignment, against a host copy.
+TEST(Gpu, CopyFamilyRandomized) {
+  REQUIRE_GPU();
+  std::mt19937 r(2026);
+  auto pick = [&](auto const& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(r)]; };
+  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(r); };
+  const std::vector<std::string> paths = {"copy_async", "async_copy", "g2s", "g2s_cp_async", "g2r", "g2g"};
+  const std::vector<DataType> types = {dtypes::int8, dtypes::float16, dtypes::float32, dtypes::int64};
+  const std::vector<std::pair<int64_t, int64_t>> tiles = {{16, 32}, {8, 64}, {32, 16}, {4, 128}, {64, 8}, {1, 64}};
+  const std::vector<std::vector<int>> dim_maps = {{1, 2}, {2, 1}, {0, 2}, {2, 0}, {1, 0}};
+  int cases = 0;
+  for (int iter = 0; iter < 72; ++iter) {
+    CopyCase c;
+    c.path = paths[iter % paths.size()];
+    c.dtype = pick(types);
+    std::tie(c.tm, c.tn) = pick(tiles);
+    if (c.path == "copy_async") c.dims = pick(dim_maps);
+    if (c.path != "copy_async" && uniform(0, 2) == 0) c.coalesced_width = int64_t(1) << uniform(0, 4);
+    int64_t b = uniform(1, 3), m = uniform(1, 90), n = uniform(1, 150);
+    int64_t skew = pick(std::vector<int64_t>{0, 0, 1, 3});  // elements before x's first one
+    auto off = [&](int64_t extent, int64_t tile) { return uniform(-tile - 2, extent + 2); };
+    int64_t ob = uniform(-1, b), om = off(m, c.tm), on = off(n, c.tn);
+    if (c.path == "copy_async") ob = uniform(0, b - 1);
+    std::string what = fmt::format("{} {} tile {}x{} dims [{}, {}] cw {} shape {}x{}x{} skew {} offsets {} {} {}",
+                                   c.path, c.dtype.name(), c.tm, c.tn, c.dims[0], c.dims[1],
+                                   c.coalesced_width.value_or(0), b, m, n, skew, ob, om, on);
+    SCOPED_TRACE(what);
+    int64_t total = b * m * n;
+    DeviceBuffer x(c.dtype, total + skew), y(c.dtype, c.tm * c.tn);
+    auto hx = randoms(total + skew, c.dtype, -100, 100);
+    x.upload(hx);
+    y.upload(std::vector<double>(c.tm * c.tn, 77));
+    int64_t eb = std::max<int64_t>(1, c.dtype.bits() / 8);
+    KernelArg xa = KernelArg::typed_pointer(x.ptr() + skew * eb, c.dtype);
+    jit(c)({b, m, n, xa, y.arg(), ob, om, on});
+    std::vector<double> want(c.tm * c.tn);
+    for (int64_t i = 0; i < c.tm; ++i)
+      for (int64_t j = 0; j < c.tn; ++j) {
+        std::vector<int64_t> idx;
+        bool in = true;
+        if (c.path == "copy_async") {
+          idx = {ob, om, on};
+          idx[c.dims[0]] += i;
+          idx[c.dims[1]] += j;
+          std::vector<int64_t> shape = {b, m, n};
+          for (int d = 0; d < 3; ++d) in = in && idx[d] >= 0 && idx[d] < shape[d];
+          want[i * c.tn + j] = in ? hx[skew + (idx[0] * m + idx[1]) * n + idx[2]] : 0.0;
+        } else {
+          int64_t gi = om + i, gj = on + j;
+          in = gi >= 0 && gi < m && gj >= 0 && gj < n;
+          want[i * c.tn + j] = in ? hx[skew + gi * n + gj] : 0.0;
+        }
+      }
+    expect_close(y.download(), want, 0, 0);
+    if (HasFailure()) break;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 72);
+}
