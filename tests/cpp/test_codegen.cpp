@@ -117,6 +117,50 @@ TEST(CudaEmitter, AsyncCopyGolden) {
   EXPECT_NE(src.source.find("printf(\"done %d\\n\""), std::string::npos);
 }
 
+namespace {
+// Every lowering of copy / async_copy: vectorized SIMT with L2 hints, explicit cp.async,
+// async_copy, ldmatrix, stmatrix (sm_90) and a scalar copy.
+struct CopyPaths : Script {
+  static constexpr const char* param_names = "n, x, y";
+  void operator()(Int32 n, Ptr<f16> x, Ptr<f16> y) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto gx = global_view(x, {n, n});
+    auto gy = global_view(y, {n, n});
+    auto sa = shared_tensor(dtypes::float16, {64, 32});
+    auto sb = shared_tensor(dtypes::float16, {32, 64});
+    copy(gx.region({0, 0}, {64, 32}), sa, {.eviction_policy = "evict_last"});
+    copy(gx.region({0, 32}, {32, 64}), sb, {.eviction_policy = "evict_first", .annotations = {{"use_cp_async", "1"}}});
+    auto ra = register_tensor(dtypes::float16, {64, 32});
+    auto rb = register_tensor(dtypes::float16, {32, 64});
+    copy(sa, ra);
+    copy(sb, rb);
+    auto acc = dot(ra, rb, {}, {.acc_dtype = dtypes::float16});
+    auto sc = shared_tensor(dtypes::float16, {64, 64});
+    copy(acc, sc);
+    copy(sc, gy.region({0, 0}, {64, 64}), {.eviction_policy = "evict_first"});
+    auto sd = shared_tensor(dtypes::float16, {16, 64});
+    async_copy(gx.region({64, 0}, {16, 64}), sd);
+    copy_async_wait_all();
+    copy(sd, gy.region({64, 0}, {16, 64}));
+    copy(gx.at({1, 2}), gy.at({100, 100}));
+  }
+};
+}  // namespace
+
+TEST(CudaEmitter, CopyPathsGolden) {
+  KernelSource src = emit(specialize(trace(CopyPaths{}), {{0, 16}, {1, 16}, {2, 16}}));
+  EXPECT_TRUE(matches_golden("cuda_copy_paths", src.source, ".cu"));
+  for (const char* piece : {"tilus::load_vec_hint<16>", "tilus::cp_async_hint<16>", "tilus::cp_async_commit();",
+                            "tilus::ldmatrix<4, false>", "tilus::ldmatrix<4, true>", "tilus::stmatrix<",
+                            "tilus::store_vec_hint<16>", "tilus::cp_async<16>", "tilus::cp_async_wait_all();"})
+    EXPECT_NE(src.source.find(piece), std::string::npos) << piece;
+  // Without stmatrix (sm_80) the fragments are stored with plain vector stores.
+  KernelSource src80 = emit(specialize(trace(CopyPaths{}), {{0, 16}, {1, 16}, {2, 16}}), "sm_80");
+  EXPECT_EQ(src80.source.find("tilus::stmatrix<"), std::string::npos);
+  EXPECT_NE(src80.source.find("tilus::ldmatrix<4, false>"), std::string::npos);
+}
+
 TEST(CudaEmitter, MmaDotUsesTensorCores) {
   KernelSource src = emit(trace(examples::MatmulNaive{}));
   EXPECT_NE(src.source.find("tilus::mma_m16n8k16_f32<__half>"), std::string::npos);
@@ -176,6 +220,7 @@ TEST(Nvrtc, EveryExampleCompiles) {
       {"rowsum", trace(RowSum{})},                      {"async_copy", trace(AsyncCopy{})},
       {"shapes", trace(tests::Shapes{})},               {"matmul_pipelined", trace(examples::MatmulPipelined{})},
       {"matmul_copy", trace(examples::MatmulCopy{})},
+      {"copy_paths", specialize(trace(CopyPaths{}), {{0, 16}, {1, 16}, {2, 16}})},
   };
   for (const char* arch : {"sm_80", "sm_90a"}) {
     for (auto& [name, p] : programs) {

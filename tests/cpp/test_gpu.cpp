@@ -526,6 +526,7 @@ struct CopyCase : Script {
   int64_t tm = 16, tn = 32;
   std::vector<int> dims = {1, 2};  // copy_async: the global dim of each shared dim
   std::optional<int64_t> coalesced_width;
+  std::optional<std::string> evict;
   void operator()(Int32 b, Int32 m, Int32 n, Ptr<void> x, Ptr<void> y, Int32 ob, Int32 om, Int32 on) {
     attrs.blocks = {1};
     attrs.warps = 4;
@@ -534,18 +535,18 @@ struct CopyCase : Script {
     if (path == "copy_async") {
       auto gx = global_view(x, {b, m, n}, {.dtype = dtype});
       auto s = shared_tensor(dtype, {tm, tn});
-      copy_async(gx, s, {.offsets = {ob, om, on}, .dims = dims});
+      copy_async(gx, s, {.offsets = {ob, om, on}, .dims = dims, .evict = evict});
       copy(s, out);
       return;
     }
     auto gx = global_view(x, {m, n}, {.dtype = dtype});
     auto src = gx.region({om, on}, {tm, tn});
     if (path == "g2g") {
-      copy(src, out, {.coalesced_width = coalesced_width});
+      copy(src, out, {.coalesced_width = coalesced_width, .eviction_policy = evict});
     } else if (path == "g2r") {
       auto r = register_tensor(dtype, {tm, tn});
-      copy(src, r, {.coalesced_width = coalesced_width});
-      copy(r, out);
+      copy(src, r, {.coalesced_width = coalesced_width, .eviction_policy = evict});
+      copy(r, out, {.eviction_policy = evict});
     } else {
       auto s = shared_tensor(dtype, {tm, tn});
       if (path == "async_copy") {
@@ -554,7 +555,7 @@ struct CopyCase : Script {
       } else {
         std::map<std::string, std::string> ann;
         if (path == "g2s_cp_async") ann["use_cp_async"] = "true";
-        copy(src, s, {.coalesced_width = coalesced_width, .annotations = ann});
+        copy(src, s, {.coalesced_width = coalesced_width, .eviction_policy = evict, .annotations = ann});
       }
       copy(s, out);
     }
@@ -581,14 +582,16 @@ TEST(Gpu, CopyFamilyRandomized) {
     std::tie(c.tm, c.tn) = pick(tiles);
     if (c.path == "copy_async") c.dims = pick(dim_maps);
     if (c.path != "copy_async" && uniform(0, 2) == 0) c.coalesced_width = int64_t(1) << uniform(0, 4);
+    if (c.path != "async_copy")
+      c.evict = pick(std::vector<std::optional<std::string>>{std::nullopt, "evict_normal", "evict_first", "evict_last"});
     int64_t b = uniform(1, 3), m = uniform(1, 90), n = uniform(1, 150);
     int64_t skew = pick(std::vector<int64_t>{0, 0, 1, 3});  // elements before x's first one
     auto off = [&](int64_t extent, int64_t tile) { return uniform(-tile - 2, extent + 2); };
     int64_t ob = uniform(-1, b), om = off(m, c.tm), on = off(n, c.tn);
     if (c.path == "copy_async") ob = uniform(0, b - 1);
-    std::string what = fmt::format("{} {} tile {}x{} dims [{}, {}] cw {} shape {}x{}x{} skew {} offsets {} {} {}",
+    std::string what = fmt::format("{} {} tile {}x{} dims [{}, {}] cw {} evict {} shape {}x{}x{} skew {} offsets {} {} {}",
                                    c.path, c.dtype.name(), c.tm, c.tn, c.dims[0], c.dims[1],
-                                   c.coalesced_width.value_or(0), b, m, n, skew, ob, om, on);
+                                   c.coalesced_width.value_or(0), c.evict.value_or("none"), b, m, n, skew, ob, om, on);
     SCOPED_TRACE(what);
     int64_t total = b * m * n;
     DeviceBuffer x(c.dtype, total + skew), y(c.dtype, c.tm * c.tn);
@@ -621,4 +624,46 @@ TEST(Gpu, CopyFamilyRandomized) {
     ++cases;
   }
   EXPECT_EQ(cases, 72);
+}
+
+namespace {
+// Matrix fragments through shared memory with copy: global -> registers, a dot with an f16
+// accumulator, registers -> shared (stmatrix on sm_90), shared -> registers (ldmatrix) ->
+// global.
+struct FragmentRoundTrip : Script {
+  static constexpr const char* param_names = "m, n, k, a, b, c";
+  void operator()(Int32 m, Int32 n, Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f16> c) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto ra = register_tensor(dtypes::float16, {64, 32});
+    auto rb = register_tensor(dtypes::float16, {32, 64});
+    copy(global_view(a, {m, k}).region({0, 0}, {64, 32}), ra);
+    copy(global_view(b, {k, n}).region({0, 0}, {32, 64}), rb);
+    auto acc = dot(ra, rb, {}, {.acc_dtype = dtypes::float16});
+    auto sc = shared_tensor(dtypes::float16, {64, 64});
+    copy(acc, sc);
+    auto back = register_tensor(dtypes::float16, {64, 64});
+    copy(sc, back);
+    copy(back, global_view(c, {m, n}).region({0, 0}, {64, 64}));
+  }
+};
+}  // namespace
+
+TEST(Gpu, FragmentsThroughSharedMemory) {
+  REQUIRE_GPU();
+  int64_t m = 50, n = 61, k = 29;
+  auto ha = randoms(m * k, dtypes::float16), hb = randoms(k * n, dtypes::float16);
+  DeviceBuffer a(dtypes::float16, m * k), b(dtypes::float16, k * n), c(dtypes::float16, m * n);
+  a.upload(ha);
+  b.upload(hb);
+  c.upload(std::vector<double>(m * n, 0));
+  jit(FragmentRoundTrip{})({m, n, k, a.arg(), b.arg(), c.arg()});
+  std::vector<double> want(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < k; ++l) s += ha[i * k + l] * hb[l * n + j];
+      want[i * n + j] = s;
+    }
+  expect_close(c.download(), want, 0.5, 0.01);
 }
