@@ -1,6 +1,7 @@
 #include "tilus/passes/copy_facts.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace tilus {
 
@@ -46,11 +47,47 @@ SharedView region_view(SharedView v, const CopyRegion& r, int tile_rank) {
 }
 
 GlobalAccess region_access(GlobalAccess g, const CopyRegion& r, int tile_rank) {
-  g.offsets = r.offsets;
-  g.dims = region_dims(tile_rank, r.extents);
-  g.checked.clear();
-  if (r.checked_dims) g.checked = *r.checked_dims;
-  else for (int d = 0; d < int(r.offsets.size()); ++d) g.checked.push_back(d);
+  return tile_access(std::move(g), r.offsets, region_dims(tile_rank, r.extents), r.checked_dims);
+}
+
+GlobalAccess global_access(const Kernel& kernel, const GlobalViewInst& view) {
+  GlobalAccess a;
+  a.dtype = view.out.dtype();
+  a.pointer_alignment = pointer_alignment(kernel, view.ptr);
+  a.shape = view.out.shape();
+  a.strides = view.out->strides;
+  return a;
+}
+
+SharedView root_view(const AllocateSharedInst& alloc) {
+  SharedView v;
+  v.root = alloc.out;
+  v.base_bytes = std::max<int64_t>(0, alloc.offset);
+  v.offsets.assign(alloc.out.rank(), int_const(0));
+  v.dims.resize(alloc.out.rank());
+  std::iota(v.dims.begin(), v.dims.end(), 0);
+  return v;
+}
+
+SharedView slice_view(const SharedView& src, const SliceSharedInst& slice) {
+  SharedView v = src;
+  for (size_t j = 0; j < slice.offsets.size() && j < src.dims.size(); ++j)
+    v.offsets[src.dims[j]] = simplify(v.offsets[src.dims[j]] + slice.offsets[j]);
+  v.dims.clear();
+  for (int d : slice.dims) v.dims.push_back(src.dims[d]);
+  return v;
+}
+
+GlobalAccess tile_access(GlobalAccess g, std::vector<Expr> offsets, std::vector<int> dims,
+                         const std::optional<std::vector<int>>& checked) {
+  g.offsets = std::move(offsets);
+  g.dims = std::move(dims);
+  if (checked) {
+    g.checked = *checked;
+  } else {
+    g.checked.resize(g.shape.size());
+    std::iota(g.checked.begin(), g.checked.end(), 0);
+  }
   return g;
 }
 

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <numeric>
 #include <unordered_map>
 
 #include "range_tracking.h"
@@ -75,32 +74,15 @@ class CopySelector : public RangeTrackingMutator {
   std::unordered_map<const TensorNode*, GlobalAccess> globals_;
   std::unordered_map<const TensorNode*, SharedView> shared_;
 
-  // The address maps of global and shared tensors, as the emitter builds them (shared
-  // tensors at offset 0: planning aligns every one to 128 bytes, more than any vector).
+  // The address maps of global and shared tensors, as the emitter builds them.
   void record_view(const InstNode& inst) {
     if (auto* g = dynamic_cast<const GlobalViewInst*>(&inst)) {
-      GlobalAccess a;
-      a.dtype = g->out.dtype();
-      a.pointer_alignment = pointer_alignment(kernel_, g->ptr);
-      a.shape = g->out.shape();
-      a.strides = g->out->strides;
-      globals_[g->out.get()] = a;
+      globals_[g->out.get()] = global_access(kernel_, *g);
     } else if (auto* a = dynamic_cast<const AllocateSharedInst*>(&inst)) {
-      SharedView v;
-      v.root = a->out;
-      v.offsets.assign(a->out.rank(), int_const(0));
-      v.dims.resize(a->out.rank());
-      std::iota(v.dims.begin(), v.dims.end(), 0);
-      shared_[a->out.get()] = v;
+      shared_[a->out.get()] = root_view(*a);
     } else if (auto* sl = dynamic_cast<const SliceSharedInst*>(&inst)) {
       auto it = shared_.find(sl->src.get());
-      if (it == shared_.end()) return;
-      SharedView v = it->second;
-      for (size_t j = 0; j < sl->offsets.size() && j < it->second.dims.size(); ++j)
-        v.offsets[it->second.dims[j]] = simplify(v.offsets[it->second.dims[j]] + sl->offsets[j]);
-      v.dims.clear();
-      for (int d : sl->dims) v.dims.push_back(it->second.dims[d]);
-      shared_[sl->out.get()] = v;
+      if (it != shared_.end()) shared_[sl->out.get()] = slice_view(it->second, *sl);
     }
   }
 
@@ -136,12 +118,8 @@ class CopySelector : public RangeTrackingMutator {
   int64_t copy_async_vector(const CopyAsyncInst& i) const {
     RegisterLayout l = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scopes_.back().threads);
     Contiguity cc = contiguity(l);
-    GlobalAccess g = global(i, i.src);
-    g.offsets = i.offsets;
-    g.dims = i.dims;
-    if (!i.check_bounds) g.checked.clear();
-    else if (i.checked_dims) g.checked = *i.checked_dims;
-    else for (int d = 0; d < i.src.rank(); ++d) g.checked.push_back(d);
+    GlobalAccess g = tile_access(global(i, i.src), i.offsets, i.dims,
+                                 i.check_bounds ? i.checked_dims : std::optional(std::vector<int>{}));
     return std::min(global_vector_width(ctx_, g, cc.dim, cc.run),
                     shared_vector_width(ctx_, shared(i, i.dst), cc.dim, cc.run));
   }

@@ -34,6 +34,17 @@ struct GlobalAccess {
   std::vector<int> checked;  // global dims with a bounds predicate
 };
 
+// The address maps of the tensor-defining instructions, as the pass and the emitter both
+// track them: a global_view (no tile yet), a shared_tensor (at its planned offset, 0 before
+// planning: every tensor is 128-aligned, more than any vector), a slice_shared of `src`.
+GlobalAccess global_access(const Kernel& kernel, const GlobalViewInst& view);
+SharedView root_view(const AllocateSharedInst& alloc);
+SharedView slice_view(const SharedView& src, const SliceSharedInst& slice);
+// A tile of `base` at `offsets`, tile dim k on global dim dims[k] (-1: none); `checked`
+// nullopt checks every dim.
+GlobalAccess tile_access(GlobalAccess base, std::vector<Expr> offsets, std::vector<int> dims,
+                         const std::optional<std::vector<int>>& checked);
+
 // The region dim that each dim of a `tile_rank`-dim tile index lands on, right-aligned:
 // -1 where the region has no such dim or has extent 1 there (broadcast: index 0).
 std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents);

@@ -26,10 +26,8 @@ int64_t elem_bytes(DataType t);
 using tilus::SharedView;
 
 struct GlobalView {
-  std::string ptr;              // C expression of the typed base pointer
-  Expr ptr_expr;                // the IR pointer expression (for alignment facts)
-  std::vector<Expr> shape, strides;
-  DataType dtype;
+  std::string ptr;      // C expression of the typed base pointer
+  GlobalAccess access;  // shape, strides, alignment (copy_facts.h)
 };
 
 // The threads running the current scope: the block, or a thread group.

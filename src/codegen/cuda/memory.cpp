@@ -1,5 +1,4 @@
 // Global and shared memory: views, loads, stores, cp.async and the synchronous copy.
-#include <numeric>
 
 #include "emitter.h"
 #include "tilus/passes/infer_layouts.h"
@@ -22,18 +21,7 @@ struct Side {
   std::function<int64_t(int dim, int64_t run)> vector;
 };
 
-GlobalAccess global_access(Emitter& em, const Tensor& g) {
-  const GlobalView& view = em.global(g);
-  GlobalAccess a;
-  a.dtype = view.dtype;
-  a.pointer_alignment = pointer_alignment(em.kernel, view.ptr_expr);
-  a.shape = view.shape;
-  a.strides = view.strides;
-  return a;
-}
-
 Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
-  const GlobalView& view = em.global(g);
   Side s;
   auto global_index = [acc](const std::vector<Expr>& tile) {
     std::vector<Expr> idx = acc.offsets;
@@ -47,7 +35,7 @@ Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
     for (size_t d = 0; d < idx.size(); ++d) off = off + cast(idx[d], dtypes::int64) * cast(acc.strides[d], dtypes::int64);
     return off;
   };
-  std::string ptr = view.ptr;
+  std::string ptr = em.global(g).ptr;
   s.address = [ptr](const std::string& off) { return fmt::format("({} + {})", ptr, off); };
   s.predicate = [acc, global_index](const std::vector<Expr>& tile) {
     auto idx = global_index(tile);
@@ -62,12 +50,7 @@ Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
 // A tile of a global tensor at `offsets`, tile dim k on global dim dims[k].
 Side global_side(Emitter& em, const Tensor& g, const std::vector<Expr>& offsets, const std::vector<int>& dims,
                  const std::optional<std::vector<int>>& checked) {
-  GlobalAccess acc = global_access(em, g);
-  acc.offsets = offsets;
-  acc.dims = dims;
-  if (checked) acc.checked = *checked;
-  else for (int d = 0; d < g.rank(); ++d) acc.checked.push_back(d);
-  return global_side(em, g, acc);
+  return global_side(em, g, tile_access(em.global(g).access, offsets, dims, checked));
 }
 
 Side shared_side(Emitter& em, const SharedView& view) {
@@ -90,7 +73,7 @@ Side shared_side(Emitter& em, const SharedView& view) {
 
 // One end of a copy as a side over a `tile_rank`-dim tile.
 Side region_side(Emitter& em, const CopyRegion& r, int tile_rank) {
-  if (r.tensor.is_global()) return global_side(em, r.tensor, region_access(global_access(em, r.tensor), r, tile_rank));
+  if (r.tensor.is_global()) return global_side(em, r.tensor, region_access(em.global(r.tensor).access, r, tile_rank));
   return shared_side(em, region_view(em.shared(r.tensor), r, tile_rank));
 }
 
@@ -247,10 +230,9 @@ void transfer(Emitter& em, const Side& src, const Side& dst, const RegisterLayou
   auto is_true = [](const Expr& e) { return e.as<BoolImmNode>() && e.as<BoolImmNode>()->value; };
   for (int64_t s = 0; s < l.local_size(); s += w) {
     auto didx = slot_index(spatial, Emitter::local_index(l, s));
-    const auto& sidx = didx;
-    std::string saddr = src.address(em.expr(em.simplify(src.offset(sidx))));
+    std::string saddr = src.address(em.expr(em.simplify(src.offset(didx))));
     std::string daddr = dst.address(em.expr(em.simplify(dst.offset(didx))));
-    Expr sp = em.simplify(src.predicate(sidx));
+    Expr sp = em.simplify(src.predicate(didx));
     Expr dp = em.simplify(dst.predicate(didx));
     if (cp_async) {
       em.linef("tilus::cp_async{}<{}>({}, {}, {}{});", src_hint, bytes, daddr, saddr, em.expr(sp), hint_arg(src_hint));
@@ -278,14 +260,12 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::GlobalView: {
       auto& i = static_cast<const GlobalViewInst&>(inst);
       GlobalView v;
-      v.dtype = i.out.dtype();
-      v.ptr_expr = i.ptr;
-      v.shape = i.out.shape();
-      v.strides = i.out->strides;
+      v.access = global_access(kernel, i);
+      DataType dt = v.access.dtype;
       std::string name = fresh(i.out->name.empty() ? "g" : i.out->name);
       std::string p = expr(simplify(i.ptr));
-      if (i.ptr.dtype().pointee() != v.dtype) p = fmt::format("reinterpret_cast<{}*>({})", ctype(v.dtype), p);
-      linef("{}* const {} = {};", ctype(v.dtype), name, p);
+      if (i.ptr.dtype().pointee() != dt) p = fmt::format("reinterpret_cast<{}*>({})", ctype(dt), p);
+      linef("{}* const {} = {};", ctype(dt), name, p);
       v.ptr = name;
       globals_[i.out.get()] = v;
       return;
@@ -293,25 +273,13 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::AllocateShared: {
       auto& i = static_cast<const AllocateSharedInst&>(inst);
       if (i.offset < 0) fail(inst, "shared tensor has no planned offset; run the pass pipeline first");
-      SharedView v;
-      v.root = i.out;
-      v.base_bytes = i.offset;
-      v.offsets.assign(i.out.rank(), int_const(0));
-      v.dims.resize(i.out.rank());
-      std::iota(v.dims.begin(), v.dims.end(), 0);
-      shared_[i.out.get()] = v;
+      shared_[i.out.get()] = root_view(i);
       return;
     }
     case InstKind::FreeShared: return;
     case InstKind::SliceShared: {
       auto& i = static_cast<const SliceSharedInst&>(inst);
-      const SharedView& src = shared(i.src);
-      SharedView v = src;
-      for (size_t j = 0; j < i.offsets.size() && j < src.dims.size(); ++j)
-        v.offsets[src.dims[j]] = simplify(v.offsets[src.dims[j]] + i.offsets[j]);
-      v.dims.clear();
-      for (int d : i.dims) v.dims.push_back(src.dims[d]);
-      shared_[i.out.get()] = v;
+      shared_[i.out.get()] = slice_view(shared(i.src), i);
       return;
     }
     case InstKind::LoadGlobal: {
