@@ -7,5 +7,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_missing
 configure_and_build
-[ $# -gt 0 ] || set -- matmul_mma matmul_mma_4096
+[ $# -gt 0 ] || set -- matmul_mma matmul_mma_large
 "$BUILD_DIR/examples/cpp/run_examples" "$@"

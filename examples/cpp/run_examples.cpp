@@ -1,7 +1,9 @@
-// Runs every C++ example on the GPU with random data of ragged sizes (not multiples of the
-// tiles), checks each against a CPU reference and prints its speed.
-//   run_examples [example-name ...]
-// Without a GPU it compiles every example for sm_90a with NVRTC (compile-only) and says so.
+// Runs every C++ example with random data of ragged sizes (not multiples of the tiles),
+// checks each against a host reference and prints its speed.
+//   run_examples [--cpu | --gpu] [--checked] [example-name ...]
+// On the GPU when one is usable, on the CPU backend otherwise (TILUS_TARGET=cpu|gpu or the
+// flags choose). --checked runs the CPU backend in checked mode. The *_large examples time a
+// 4096^3 product on the GPU and a 512^3 one on the CPU.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,6 +30,8 @@ using namespace tilus;
 namespace {
 
 std::mt19937 rng(1234);
+Backend backend = Backend::Gpu;
+JitOptions jit_options;
 
 std::vector<double> random_values(int64_t n, DataType t, double lo = -1.0, double hi = 1.0) {
   std::uniform_real_distribution<double> dist(lo, hi);
@@ -38,6 +43,16 @@ std::vector<double> random_values(int64_t n, DataType t, double lo = -1.0, doubl
 // Median milliseconds of `repeat` launches after a warm-up.
 double time_ms(const std::function<void()>& launch, int repeat = 20) {
   launch();
+  if (backend == Backend::Cpu) {
+    std::vector<double> times;
+    for (int i = 0; i < std::min(repeat, 5); ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      launch();
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
   synchronize();
   std::vector<double> times;
   EventTimer timer;
@@ -72,10 +87,10 @@ Result check(const std::vector<double>& got, const std::vector<double>& want, do
 Result vector_add() {
   int64_t n = 1000003;
   auto ha = random_values(n, dtypes::float32), hb = random_values(n, dtypes::float32);
-  DeviceBuffer a(dtypes::float32, n), b(dtypes::float32, n), c(dtypes::float32, n);
+  DeviceBuffer a(dtypes::float32, n, backend), b(dtypes::float32, n, backend), c(dtypes::float32, n, backend);
   a.upload(ha);
   b.upload(hb);
-  auto kernel = jit(examples::VectorAdd{});
+  auto kernel = jit(examples::VectorAdd{}, jit_options);
   auto launch = [&] { kernel({n, a.arg(), b.arg(), c.arg()}); };
   launch();
   std::vector<double> want(n);
@@ -89,10 +104,10 @@ Result vector_add() {
 template <class Script>
 Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false) {
   auto ha = random_values(m * k, dtypes::float16), hb = random_values(k * n, dtypes::float16);
-  DeviceBuffer a(dtypes::float16, m * k), b(dtypes::float16, k * n), c(dtypes::float16, m * n);
+  DeviceBuffer a(dtypes::float16, m * k, backend), b(dtypes::float16, k * n, backend), c(dtypes::float16, m * n, backend);
   a.upload(ha);
   b.upload(hb);
-  auto kernel = jit(script);
+  auto kernel = jit(script, jit_options);
   auto launch = [&] { kernel({m, n, k, a.arg(), b.arg(), c.arg()}); };
   launch();
   // The reference: every element of small products; 4096 random elements of large ones.
@@ -121,9 +136,9 @@ Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false
 Result softmax() {
   int64_t m = 37, n = 1000;
   auto hx = random_values(m * n, dtypes::float32, -4, 4);
-  DeviceBuffer x(dtypes::float32, m * n), y(dtypes::float32, m * n);
+  DeviceBuffer x(dtypes::float32, m * n, backend), y(dtypes::float32, m * n, backend);
   x.upload(hx);
-  auto kernel = jit(examples::Softmax{});
+  auto kernel = jit(examples::Softmax{}, jit_options);
   kernel({m, n, x.arg(), y.arg()});
   std::vector<double> want(m * n);
   for (int64_t i = 0; i < m; ++i) {
@@ -137,41 +152,32 @@ Result softmax() {
 
 }  // namespace
 
-// No GPU: the passes, the emitter and NVRTC still run, so show that much.
-int compile_only(const std::vector<std::string>& wanted) {
-  std::printf("no GPU (%s): compiling the examples for sm_90a without running them\n",
-              gpu_unavailable_reason().c_str());
-  std::vector<std::pair<const char*, std::function<Program()>>> programs = {
-      {"vector_add", [] { return trace(examples::VectorAdd{}); }},
-      {"matmul_naive", [] { return trace(examples::MatmulNaive{}); }},
-      {"matmul_shared", [] { return trace(examples::MatmulShared{}); }},
-      {"softmax", [] { return trace(examples::Softmax{}); }},
-      {"matmul_mma", [] { return trace(examples::MatmulMma{}); }},
-      {"matmul_pipelined", [] { return trace(examples::MatmulPipelined{}); }},
-      {"matmul_copy", [] { return trace(examples::MatmulCopy{}); }},
-  };
-  int failures = 0;
-  for (auto& [name, make] : programs) {
-    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) continue;
-    try {
-      auto start = std::chrono::steady_clock::now();
-      CompiledKernel k = compile_program(make(), "sm_90a", nullptr);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      std::printf("%-22s compiled: %zu lines of CUDA, %zu-byte cubin, %.0f ms (NVRTC %.0f ms)\n", name,
-                  size_t(std::count(k.source.source.begin(), k.source.source.end(), '\n')), k.cubin.size(), ms,
-                  k.compile_ms);
-    } catch (const Error& e) {
-      std::printf("%-22s FAIL  %s\n", name, e.what());
-      ++failures;
-    }
-  }
-  std::printf("running them needs a GPU until the CPU backend lands\n");
-  return failures ? 1 : 0;
-}
-
 int main(int argc, char** argv) {
-  if (!gpu_available()) return compile_only(std::vector<std::string>(argv + 1, argv + argc));
-  std::printf("device: %s (%s)\n", current_device().name.c_str(), current_device().arch().c_str());
+  std::vector<std::string> wanted;
+  backend = default_backend();
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--cpu") backend = Backend::Cpu;
+    else if (a == "--gpu") backend = Backend::Gpu;
+    else if (a == "--checked") jit_options.cpu.checked = true;
+    else wanted.push_back(a);
+  }
+  jit_options.backend = backend;
+  if (backend == Backend::Gpu) {
+    if (!gpu_available()) {
+      std::printf("no GPU: %s\n", gpu_unavailable_reason().c_str());
+      return 1;
+    }
+    std::printf("device: %s (%s)\n", current_device().name.c_str(), current_device().arch().c_str());
+  } else {
+    if (!cpu_backend_available()) {
+      std::printf("no GPU (%s) and no CPU backend (%s)\n", gpu_unavailable_reason().c_str(), cpu_unavailable_reason().c_str());
+      return 1;
+    }
+    std::printf("device: CPU backend (LLVM ORC JIT, %u threads)%s\n", std::thread::hardware_concurrency(),
+                jit_options.cpu.checked ? ", checked mode" : "");
+  }
+  int64_t large = backend == Backend::Gpu ? 4096 : 512;
   struct Example {
     const char* name;
     std::function<Result()> run;
@@ -182,13 +188,12 @@ int main(int argc, char** argv) {
       {"matmul_shared", [] { return matmul(examples::MatmulShared{}, 257, 383, 131); }},
       {"softmax", softmax},
       {"matmul_mma", [] { return matmul(examples::MatmulMma{}, 301, 517, 203); }},
-      {"matmul_mma_4096", [] { return matmul(examples::MatmulMma{}, 4096, 4096, 4096, true); }},
+      {"matmul_mma_large", [&] { return matmul(examples::MatmulMma{}, large, large, large, true); }},
       {"matmul_pipelined", [] { return matmul(examples::MatmulPipelined{}, 301, 517, 203); }},
-      {"matmul_pipelined_4096", [] { return matmul(examples::MatmulPipelined{}, 4096, 4096, 4096, true); }},
+      {"matmul_pipelined_large", [&] { return matmul(examples::MatmulPipelined{}, large, large, large, true); }},
       {"matmul_copy", [] { return matmul(examples::MatmulCopy{}, 301, 517, 203); }},
-      {"matmul_copy_4096", [] { return matmul(examples::MatmulCopy{}, 4096, 4096, 4096, true); }},
+      {"matmul_copy_large", [&] { return matmul(examples::MatmulCopy{}, large, large, large, true); }},
   };
-  std::vector<std::string> wanted(argv + 1, argv + argc);
   int failures = 0;
   for (auto& ex : examples) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), ex.name) == wanted.end()) continue;

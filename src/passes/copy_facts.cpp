@@ -206,4 +206,33 @@ std::optional<MatrixPlan> plan_matrix_copy(const BoundContext& ctx, int sm, cons
   return plan;
 }
 
+
+std::vector<Expr> global_index(const GlobalAccess& g, const std::vector<Expr>& tile) {
+  std::vector<Expr> idx = g.offsets;
+  for (size_t k = 0; k < g.dims.size() && k < tile.size(); ++k)
+    if (g.dims[k] >= 0) idx[g.dims[k]] = idx[g.dims[k]] + tile[k];
+  return idx;
+}
+
+Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile) {
+  auto idx = global_index(g, tile);
+  Expr off = int_const(0, dtypes::int64);
+  for (size_t d = 0; d < idx.size(); ++d) off = off + cast(idx[d], dtypes::int64) * cast(g.strides[d], dtypes::int64);
+  return off;
+}
+
+Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile) {
+  auto idx = global_index(g, tile);
+  Expr p = bool_const(true);
+  for (int d : g.checked) p = p && (idx[d] >= 0) && (idx[d] < g.shape[d]);
+  return p;
+}
+
+Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile) {
+  std::vector<Expr> idx = s.offsets;
+  for (size_t k = 0; k < s.dims.size() && k < tile.size(); ++k)
+    if (s.dims[k] >= 0) idx[s.dims[k]] = idx[s.dims[k]] + tile[k];
+  return s.root->shared_layout.offset(idx);
+}
+
 }  // namespace tilus

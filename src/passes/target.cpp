@@ -30,4 +30,10 @@ Target Target::from_arch(const std::string& arch) {
   return t;
 }
 
+Target Target::cpu() {
+  Target t = from_arch("sm_90a");
+  t.arch = "cpu";
+  return t;
+}
+
 }  // namespace tilus

@@ -1,6 +1,10 @@
 #include "tilus/runtime/jit.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "tilus/codegen/cuda.h"
 #include "tilus/passes/pipeline.h"
@@ -33,18 +37,48 @@ std::string specialization_key(const std::map<int, int64_t>& facts) {
   return key;
 }
 
-DeviceBuffer::DeviceBuffer(DataType dtype, int64_t n) : dtype_(dtype), n_(n) {
-  ptr_ = device_alloc(std::max<int64_t>(1, dtype.storage_bytes(n)));
+const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : "gpu"; }
+
+Backend default_backend() {
+  const char* env = std::getenv("TILUS_TARGET");
+  std::string t = env ? env : "";
+  if (t == "cpu") return Backend::Cpu;
+  if (t == "gpu" || t == "cuda") return Backend::Gpu;
+  if (!t.empty()) spdlog::warn("tilus: TILUS_TARGET={} is not 'cpu' or 'gpu'; ignored", t);
+  return gpu_available() ? Backend::Gpu : Backend::Cpu;
+}
+
+DeviceBuffer::DeviceBuffer(DataType dtype, int64_t n, Backend backend) : dtype_(dtype), n_(n), backend_(backend) {
+  size_t bytes = size_t(std::max<int64_t>(1, dtype.storage_bytes(n)));
+  if (backend == Backend::Cpu) {
+    // Host memory, 128-byte aligned like cudaMalloc's (256), zeroed.
+    void* p = std::aligned_alloc(128, (bytes + 127) / 128 * 128);
+    if (!p) throw Error(fmt::format("cannot allocate {} bytes of host memory", bytes));
+    std::memset(p, 0, bytes);
+    ptr_ = reinterpret_cast<DevicePtr>(p);
+  } else {
+    ptr_ = device_alloc(int64_t(bytes));
+  }
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) device_free(ptr_);
+  if (!ptr_) return;
+  if (backend_ == Backend::Cpu) std::free(reinterpret_cast<void*>(ptr_));
+  else device_free(ptr_);
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : dtype_(o.dtype_), n_(o.n_), ptr_(o.ptr_) { o.ptr_ = 0; }
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : dtype_(o.dtype_), n_(o.n_), ptr_(o.ptr_), backend_(o.backend_) {
+  o.ptr_ = 0;
+}
 
-void DeviceBuffer::upload_bytes(const void* data, size_t bytes) { copy_to_device(ptr_, data, bytes); }
-void DeviceBuffer::download_bytes(void* data, size_t bytes) const { copy_to_host(data, ptr_, bytes); }
+void DeviceBuffer::upload_bytes(const void* data, size_t bytes) {
+  if (backend_ == Backend::Cpu) std::memcpy(reinterpret_cast<void*>(ptr_), data, bytes);
+  else copy_to_device(ptr_, data, bytes);
+}
+void DeviceBuffer::download_bytes(void* data, size_t bytes) const {
+  if (backend_ == Backend::Cpu) std::memcpy(data, reinterpret_cast<const void*>(ptr_), bytes);
+  else copy_to_host(data, ptr_, bytes);
+}
 
 namespace {
 uint64_t encode(DataType t, double v) {

@@ -77,8 +77,7 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
 
 Launcher::Launcher(CompiledKernel kernel) : kernel_(std::move(kernel)) {}
 
-void Launcher::check(const std::vector<KernelArg>& args) const {
-  const KernelSource& s = kernel_.source;
+void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) {
   if (args.size() != s.params.size()) {
     std::string names;
     for (size_t i = 0; i < s.params.size(); ++i)
@@ -112,7 +111,10 @@ void Launcher::check(const std::vector<KernelArg>& args) const {
 }
 
 std::array<uint32_t, 3> Launcher::grid(const std::vector<KernelArg>& args) const {
-  const KernelSource& s = kernel_.source;
+  return launch_grid(kernel_.source, args);
+}
+
+std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args) {
   auto env = [&](const Var& v) -> std::optional<EvalValue> {
     for (size_t i = 0; i < s.param_vars.size() && i < args.size(); ++i)
       if (s.param_vars[i].same_as(v)) {
@@ -140,7 +142,7 @@ std::array<uint32_t, 3> Launcher::grid(const std::vector<KernelArg>& args) const
 }
 
 void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
-  check(args);
+  check_arguments(kernel_.source, args);
   std::array<uint32_t, 3> g = grid(args);
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;  // nothing to run (e.g. n = 0)
   const KernelSource& s = kernel_.source;

@@ -53,6 +53,15 @@ std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents);
 SharedView region_view(SharedView base, const CopyRegion& r, int tile_rank);
 GlobalAccess region_access(GlobalAccess base, const CopyRegion& r, int tile_rank);
 
+// Address maps of a tile index (one IR expression per tile dim), shared by both emitters:
+// the global index of a tile element, its element offset from the tensor's base pointer and
+// its in-bounds predicate (the `checked` dims only; true when none), and the element offset
+// of a shared view's element from its root's base.
+std::vector<Expr> global_index(const GlobalAccess& g, const std::vector<Expr>& tile);
+Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile);
+Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile);
+Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile);
+
 // Bytes known to divide a pointer: the specialization facts of a pointer parameter.
 int64_t pointer_alignment(const Kernel& kernel, const Expr& ptr);
 

@@ -14,6 +14,10 @@ struct Target {
 
   // Parses "sm_80", "sm_90a", ... (CompileError for anything else).
   static Target from_arch(const std::string& arch);
+  // The CPU backend's target: the passes treat it as sm_90a (same legality checks, same
+  // shared-memory budget) so a kernel that runs on the CPU also compiles for the H100.
+  static Target cpu();
+  bool is_cpu() const { return arch == "cpu"; }
   bool has_cp_async() const { return sm >= 80; }
   bool has_tma() const { return sm >= 90; }
 };

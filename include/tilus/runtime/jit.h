@@ -16,14 +16,26 @@
 #include <vector>
 
 #include "tilus/lang/script.h"
+#include "tilus/runtime/cpu.h"
 #include "tilus/runtime/launcher.h"
 
 namespace tilus {
+
+// Where a kernel runs and where a buffer lives.
+enum class Backend {
+  Gpu,  // CUDA: NVRTC, the driver API
+  Cpu,  // LLVM ORC JIT on the host (tilus/runtime/cpu.h)
+};
+const char* to_string(Backend b);
+// Gpu when a GPU can be used, Cpu otherwise; TILUS_TARGET=cpu / gpu overrides.
+Backend default_backend();
 
 struct JitOptions {
   Constants constants;     // values of the compile-time parameters
   std::string arch;        // "" = the current GPU's
   bool disk_cache = true;  // use default_cache()
+  Backend backend = Backend::Gpu;
+  CpuOptions cpu;          // the CPU backend's options (checked mode, threads)
 };
 
 // Runs the pass pipeline on a traced program's kernel, emits CUDA and compiles it (through
@@ -34,10 +46,11 @@ CompiledKernel compile_program(const Program& traced, const std::string& arch, D
 std::map<int, int64_t> specialization_of(const std::vector<KernelArg>& args);
 std::string specialization_key(const std::map<int, int64_t>& facts);
 
-// A device buffer of n elements of a dtype (tests, examples, benchmarks).
+// A buffer of n elements of a dtype (tests, examples, benchmarks): device memory, or host
+// memory for the CPU backend. Its arg() carries the dtype and the byte size.
 class DeviceBuffer {
  public:
-  DeviceBuffer(DataType dtype, int64_t n);
+  DeviceBuffer(DataType dtype, int64_t n, Backend backend = Backend::Gpu);
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -45,8 +58,13 @@ class DeviceBuffer {
   DevicePtr ptr() const { return ptr_; }
   int64_t size() const { return n_; }
   DataType dtype() const { return dtype_; }
+  Backend backend() const { return backend_; }
   int64_t bytes() const { return dtype_.storage_bytes(n_); }
-  KernelArg arg() const { return KernelArg::typed_pointer(ptr_, dtype_); }
+  KernelArg arg() const {
+    KernelArg a = KernelArg::typed_pointer(ptr_, dtype_);
+    a.bytes = bytes();
+    return a;
+  }
   // Host values as doubles, converted to/from the dtype (floats rounded like the GPU).
   void upload(const std::vector<double>& values);
   std::vector<double> download() const;
@@ -57,6 +75,7 @@ class DeviceBuffer {
   DataType dtype_;
   int64_t n_ = 0;
   DevicePtr ptr_ = 0;
+  Backend backend_ = Backend::Gpu;
 };
 
 template <class K>
@@ -64,7 +83,21 @@ class JitKernel {
  public:
   explicit JitKernel(K script, JitOptions opts = {}) : script_(std::move(script)), opts_(std::move(opts)) {}
 
-  void operator()(const std::vector<KernelArg>& args, Stream stream = nullptr) { launcher(args).launch(args, stream); }
+  // Launches on the GPU (on `stream`), or runs on the CPU and returns when done.
+  void operator()(const std::vector<KernelArg>& args, Stream stream = nullptr) {
+    if (opts_.backend == Backend::Cpu) cpu_kernel(args).launch(args);
+    else launcher(args).launch(args, stream);
+  }
+
+  // The CPU kernel for these arguments' specialization (compiled on first use).
+  const CpuKernel& cpu_kernel(const std::vector<KernelArg>& args) {
+    auto facts = specialization_of(args);
+    std::string key = specialization_key(facts);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cpu_variants_.find(key);
+    if (it != cpu_variants_.end()) return *it->second;
+    return *(cpu_variants_[key] = CpuKernel::compile(specialized(facts), opts_.cpu));
+  }
 
   // The launcher for these arguments' specialization (compiled on first use).
   const Launcher& launcher(const std::vector<KernelArg>& args) {
@@ -73,19 +106,25 @@ class JitKernel {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = variants_.find(key);
     if (it != variants_.end()) return *it->second;
-    Program p = trace(script_, opts_.constants);
-    for (auto& [index, d] : facts)
-      if (index < int(p.kernels[0].params.size())) p.kernels[0].param_divisibility[index] = d;
+    Program p = specialized(facts);
     std::string arch = opts_.arch.empty() ? current_device().arch() : opts_.arch;
     auto launcher = std::make_unique<Launcher>(compile_program(p, arch, opts_.disk_cache ? &default_cache() : nullptr));
     return *(variants_[key] = std::move(launcher));
   }
 
  private:
+  Program specialized(const std::map<int, int64_t>& facts) {
+    Program p = trace(script_, opts_.constants);
+    for (auto& [index, d] : facts)
+      if (index < int(p.kernels[0].params.size())) p.kernels[0].param_divisibility[index] = d;
+    return p;
+  }
+
   K script_;
   JitOptions opts_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Launcher>> variants_;
+  std::map<std::string, std::shared_ptr<const CpuKernel>> cpu_variants_;
 };
 
 template <class K>

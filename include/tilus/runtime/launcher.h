@@ -29,6 +29,7 @@ struct KernelArg {
   DevicePtr ptr = 0;
   DataType pointee;  // for pointers from typed buffers: checked against the parameter
   bool typed = false;
+  int64_t bytes = -1;  // bytes addressable from ptr (buffers set it; the CPU's checked mode uses it)
 
   KernelArg() = default;
   KernelArg(int v) : kind(Kind::Int), i(v) {}
@@ -48,6 +49,13 @@ struct KernelArg {
     return a;
   }
 };
+
+// Checks a launch's arguments against a kernel's parameters: count, scalar vs pointer, null
+// pointers, element dtype of typed pointers, integer ranges (ArgumentError naming the kernel
+// and the parameter). Shared by the GPU launcher and the CPU backend.
+void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args);
+// The grid a launch's arguments give (ArgumentError when it cannot be evaluated or is too big).
+std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args);
 
 struct CompiledKernel {
   KernelSource source;
@@ -73,7 +81,6 @@ class Launcher {
   const CompiledKernel& kernel() const { return kernel_; }
 
  private:
-  void check(const std::vector<KernelArg>& args) const;
   CompiledKernel kernel_;
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<LoadedModule> module_;

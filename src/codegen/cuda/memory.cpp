@@ -23,26 +23,10 @@ struct Side {
 
 Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
   Side s;
-  auto global_index = [acc](const std::vector<Expr>& tile) {
-    std::vector<Expr> idx = acc.offsets;
-    for (size_t k = 0; k < acc.dims.size() && k < tile.size(); ++k)
-      if (acc.dims[k] >= 0) idx[acc.dims[k]] = idx[acc.dims[k]] + tile[k];
-    return idx;
-  };
-  s.offset = [acc, global_index](const std::vector<Expr>& tile) {
-    auto idx = global_index(tile);
-    Expr off = int_const(0, dtypes::int64);
-    for (size_t d = 0; d < idx.size(); ++d) off = off + cast(idx[d], dtypes::int64) * cast(acc.strides[d], dtypes::int64);
-    return off;
-  };
+  s.offset = [acc](const std::vector<Expr>& tile) { return global_offset(acc, tile); };
   std::string ptr = em.global(g).ptr;
   s.address = [ptr](const std::string& off) { return fmt::format("({} + {})", ptr, off); };
-  s.predicate = [acc, global_index](const std::vector<Expr>& tile) {
-    auto idx = global_index(tile);
-    Expr p = bool_const(true);
-    for (int d : acc.checked) p = p && (idx[d] >= 0) && (idx[d] < acc.shape[d]);
-    return p;
-  };
+  s.predicate = [acc](const std::vector<Expr>& tile) { return global_predicate(acc, tile); };
   s.vector = [&em, acc](int dim, int64_t run) { return global_vector_width(em.facts(), acc, dim, run); };
   return s;
 }
@@ -55,15 +39,7 @@ Side global_side(Emitter& em, const Tensor& g, const std::vector<Expr>& offsets,
 
 Side shared_side(Emitter& em, const SharedView& view) {
   Side s;
-  auto root_index = [view](const std::vector<Expr>& tile) {
-    std::vector<Expr> idx = view.offsets;
-    for (size_t k = 0; k < view.dims.size() && k < tile.size(); ++k)
-      if (view.dims[k] >= 0) idx[view.dims[k]] = idx[view.dims[k]] + tile[k];
-    return idx;
-  };
-  s.offset = [view, root_index](const std::vector<Expr>& tile) {
-    return view.root->shared_layout.offset(root_index(tile));
-  };
+  s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
   std::string base = fmt::format("reinterpret_cast<{}*>(tilus_smem + {})", ctype(view.root.dtype()), view.base_bytes);
   s.address = [base](const std::string& off) { return fmt::format("({} + {})", base, off); };
   s.predicate = [](const std::vector<Expr>&) { return bool_const(true); };

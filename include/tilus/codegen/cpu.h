@@ -1,0 +1,77 @@
+// The CPU backend's code generator: lowers a kernel (after the tile-level passes) to LLVM IR.
+//
+// The CPU runs tiles, not threads: one call of the generated function runs one thread block,
+// register tensors are per-block arrays indexed by tile position (their layouts only matter
+// where an instruction reinterprets registers: `view`), shared tensors live in a per-block
+// buffer at their planned offsets, asynchronous copies complete at once, waits and barriers
+// are no-ops. Numerics follow the CUDA path: 16-bit floats compute in float32 and round per
+// operation, float-to-int conversions saturate, `dot` accumulates in the accumulator's dtype.
+//
+// The generated function is
+//   void <kernel>_block(const int64_t* args, int32_t bx, int32_t by, int32_t bz,
+//                       uint8_t* shared, CpuBlockContext* ctx)
+// where args holds one 8-byte slot per runtime parameter (integers as int64, floats as
+// double, pointers as addresses).
+//
+// Only built with LLVM (TILUS_HAVE_LLVM); the runtime (tilus/runtime/cpu.h) is the public face.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tilus/ir/error.h"
+#include "tilus/ir/program.h"
+
+namespace llvm {
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace tilus {
+
+// One checked global access of the generated code: what a checked-mode error reports.
+struct CpuAccessSite {
+  std::string inst;    // "load_global", "copy", ...
+  SourceLoc loc;
+  std::string tensor;  // "global float16[m, k]"
+  int param = -1;      // the pointer parameter the tensor was viewed from (-1: unknown)
+  std::string param_name;
+};
+
+// Filled in by the runtime before each block; the generated code reports checked-mode
+// failures through `report` (first failure wins, the access is skipped).
+struct CpuBlockContext {
+  // (ctx, site, index of the failing dim or -1 for a pointer-extent failure, the element's
+  // global index as int64 per dim, rank, byte offset from the parameter's pointer)
+  void (*report)(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* index, int32_t rank,
+                 int64_t byte_offset);
+  const int64_t* extents;  // bytes addressable from each pointer parameter (-1: unknown)
+  void* runtime;           // the runtime's own state
+  int32_t bx, by, bz;
+};
+
+struct CpuCodegenOptions {
+  bool checked = false;  // emit checked-mode bounds checks of every global access
+};
+
+struct CpuLoweredKernel {
+  std::unique_ptr<llvm::Module> module;
+  std::string entry;                   // the block function's name
+  std::vector<CpuAccessSite> sites;    // checked mode: indexed by the site argument of report
+  int64_t shared_bytes = 0;            // bytes of the per-block shared buffer
+  CpuLoweredKernel();
+  CpuLoweredKernel(CpuLoweredKernel&&) noexcept;
+  CpuLoweredKernel& operator=(CpuLoweredKernel&&) noexcept;
+  ~CpuLoweredKernel();
+};
+
+// Lowers `kernel` (the output of run_pipeline) into a module of `context`. Throws
+// CompileError naming the instruction for what the CPU backend cannot run.
+CpuLoweredKernel emit_llvm(const Kernel& kernel, llvm::LLVMContext& context, const CpuCodegenOptions& options);
+
+// The LLVM IR text of a kernel (tests, TILUS_DUMP_IR).
+std::string emit_llvm_text(const Kernel& kernel, const CpuCodegenOptions& options);
+
+}  // namespace tilus

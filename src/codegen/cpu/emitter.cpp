@@ -1,0 +1,664 @@
+// The CPU emitter: the kernel function, statements, scalar expressions and conversions.
+#include "emitter.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cmath>
+
+namespace tilus::cpu {
+
+Emitter::Emitter(const Kernel& k, llvm::LLVMContext& c, llvm::Module& m, const CpuCodegenOptions& o)
+    : kernel(k), ctx(c), module(m), b(c), options(o) {}
+
+[[noreturn]] void Emitter::fail(const InstNode& inst, const std::string& message) const {
+  throw CompileError(fmt::format("{}: {} (CPU backend)", inst.display_name(), message), inst.loc);
+}
+
+// --- types --------------------------------------------------------------------------------------
+
+llvm::Type* Emitter::type(DataType t) {
+  if (t.is_pointer()) return b.getInt8PtrTy();
+  if (t.is_bool()) return b.getInt1Ty();
+  if (t.is_integer() && !t.is_subbyte() && (t.bits() == 8 || t.bits() == 16 || t.bits() == 32 || t.bits() == 64))
+    return b.getIntNTy(t.bits());
+  if (t == dtypes::float16) return b.getHalfTy();
+  if (t == dtypes::bfloat16) return b.getInt16Ty();  // computes through float32, stored by bits
+  if (t == dtypes::float32 || t == dtypes::tfloat32) return b.getFloatTy();
+  if (t == dtypes::float64) return b.getDoubleTy();
+  throw CompileError(fmt::format("the CPU backend does not support {} yet (nor does the CUDA path)", t.name()));
+}
+
+llvm::Type* Emitter::memory_type(DataType t) { return t.is_bool() ? b.getInt8Ty() : type(t); }
+
+llvm::Function* Emitter::intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type*> types) {
+  return llvm::Intrinsic::getDeclaration(&module, id, types);
+}
+
+llvm::Value* Emitter::constant(DataType t, double v) {
+  if (t.is_bool()) return b.getInt1(v != 0.0);
+  if (t.is_integer()) {
+    uint64_t bits = t.is_uint() && v >= 9.2e18 ? uint64_t(v) : uint64_t(int64_t(v));
+    return llvm::ConstantInt::get(type(t), bits);
+  }
+  if (t == dtypes::bfloat16) return b.getInt16(uint16_t(t.encode_float(v)));
+  if (t == dtypes::float16) {
+    uint16_t bits = uint16_t(t.encode_float(v));
+    return llvm::ConstantFP::get(ctx, llvm::APFloat(llvm::APFloat::IEEEhalf(), llvm::APInt(16, bits)));
+  }
+  if (t == dtypes::float32 || t == dtypes::tfloat32) return llvm::ConstantFP::get(b.getFloatTy(), double(float(v)));
+  if (t == dtypes::float64) return llvm::ConstantFP::get(b.getDoubleTy(), v);
+  return llvm::Constant::getNullValue(type(t));
+}
+
+// --- conversions ---------------------------------------------------------------------------------
+
+llvm::Value* Emitter::widen(llvm::Value* v, DataType t) {
+  if (t == dtypes::float16) return b.CreateFPExt(v, b.getFloatTy());
+  if (t == dtypes::bfloat16) return b.CreateBitCast(b.CreateShl(b.CreateZExt(v, b.getInt32Ty()), 16), b.getFloatTy());
+  return v;
+}
+
+llvm::Value* Emitter::narrow(llvm::Value* v, DataType t) {
+  if (t == dtypes::float16) return b.CreateFPTrunc(v, b.getHalfTy());
+  if (t == dtypes::bfloat16) {
+    // Round to nearest even on the bits; NaN becomes the canonical 0x7fff (as cvt.rn.bf16.f32).
+    llvm::Value* bits = b.CreateBitCast(v, b.getInt32Ty());
+    llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, 16), 1);
+    llvm::Value* rounded = b.CreateLShr(b.CreateAdd(b.CreateAdd(bits, b.getInt32(0x7fff)), lsb), 16);
+    llvm::Value* is_nan = b.CreateFCmpUNO(v, v);
+    return b.CreateSelect(is_nan, b.getInt16(0x7fff), b.CreateTrunc(rounded, b.getInt16Ty()));
+  }
+  return v;
+}
+
+llvm::Value* Emitter::convert(llvm::Value* v, DataType from, DataType to) {
+  if (from == to) return v;
+  if (to.is_pointer() || from.is_pointer()) {
+    if (to.is_pointer() && from.is_pointer()) return v;
+    if (to.is_pointer()) return b.CreateIntToPtr(b.CreateSExtOrTrunc(v, b.getInt64Ty()), type(to));
+    return b.CreateSExtOrTrunc(b.CreatePtrToInt(v, b.getInt64Ty()), type(to));
+  }
+  if (to.is_bool()) {
+    if (from.is_float()) {
+      llvm::Value* w = widen(v, from);
+      return b.CreateFCmpUNE(w, llvm::ConstantFP::get(w->getType(), 0.0));
+    }
+    return b.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+  }
+  bool from_signed = from.is_int();
+  if (to.is_integer()) {
+    if (from.is_bool()) return b.CreateZExt(v, type(to));
+    if (from.is_integer()) return from_signed ? b.CreateSExtOrTrunc(v, type(to)) : b.CreateZExtOrTrunc(v, type(to));
+    // Float to integer truncates toward zero and saturates (NaN: 0), as cvt.rzi does.
+    llvm::Value* w = widen(v, from);
+    auto id = to.is_int() ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+    return b.CreateCall(intrinsic(id, {type(to), w->getType()}), {w});
+  }
+  // To a float.
+  if (from.is_bool() || from.is_integer()) {
+    bool is_signed = from.is_int();
+    // 16-bit floats from integers go through float32 (as __float2half_rn(float(x))).
+    llvm::Type* target = (to == dtypes::float16 || to == dtypes::bfloat16) ? b.getFloatTy() : type(to);
+    llvm::Value* f = is_signed ? b.CreateSIToFP(v, target) : b.CreateUIToFP(v, target);
+    return narrow(f, to);
+  }
+  // Float to float.
+  if (to == dtypes::float16 && from == dtypes::float64) return b.CreateFPTrunc(v, b.getHalfTy());  // __double2half
+  llvm::Value* w = widen(v, from);  // f16/bf16 -> float
+  if (to == dtypes::float16 || to == dtypes::bfloat16) {
+    if (w->getType()->isDoubleTy()) w = b.CreateFPTrunc(w, b.getFloatTy());
+    return narrow(w, to);
+  }
+  llvm::Type* target = type(to);
+  if (w->getType() == target) return w;
+  if (target->isDoubleTy()) return b.CreateFPExt(w, target);
+  return b.CreateFPTrunc(w, target);
+}
+
+// --- expressions -----------------------------------------------------------------------------
+
+llvm::Value* Emitter::expr(const Expr& e) {
+  if (!e.defined()) throw InternalError("CPU emitter: an undefined expression");
+  DataType t = e.dtype();
+  switch (e.kind()) {
+    case ExprKind::Var: {
+      auto v = e.as<VarNode>();
+      if (auto it = values_.find(v); it != values_.end()) return it->second;
+      if (auto it = mutables_.find(v); it != mutables_.end()) return b.CreateLoad(type(t), it->second, v->name);
+      if (v->role == VarRole::Builtin) {
+        if (v->name == "blockIdx.x") return fn->getArg(1);
+        if (v->name == "blockIdx.y") return fn->getArg(2);
+        if (v->name == "blockIdx.z") return fn->getArg(3);
+        throw CompileError(fmt::format("the CPU backend runs tiles, not threads: '{}' has no value there", v->name));
+      }
+      throw InternalError(fmt::format("CPU emitter: variable '{}' used before its definition", v->name));
+    }
+    case ExprKind::IntImm: return llvm::ConstantInt::get(type(t), uint64_t(e.as<IntImmNode>()->value));
+    case ExprKind::FloatImm: return constant(t, e.as<FloatImmNode>()->value);
+    case ExprKind::BoolImm: return b.getInt1(e.as<BoolImmNode>()->value);
+    case ExprKind::Unary: {
+      auto n = e.as<UnaryNode>();
+      llvm::Value* a = expr(n->a);
+      switch (n->op) {
+        case UnaryOp::Neg:
+          if (t.is_float()) return narrow(b.CreateFNeg(widen(a, t)), t);
+          return b.CreateNeg(a);
+        case UnaryOp::Not: return b.CreateNot(convert(a, n->a.dtype(), dtypes::boolean));
+        case UnaryOp::BitNot: return b.CreateNot(a);
+      }
+      break;
+    }
+    case ExprKind::Binary: return binary(*e.as<BinaryNode>());
+    case ExprKind::Select: {
+      auto n = e.as<SelectNode>();
+      llvm::Value* c = convert(expr(n->cond), n->cond.dtype(), dtypes::boolean);
+      return b.CreateSelect(c, convert(expr(n->t), n->t.dtype(), t), convert(expr(n->f), n->f.dtype(), t));
+    }
+    case ExprKind::Cast: {
+      auto n = e.as<CastNode>();
+      return convert(expr(n->a), n->a.dtype(), t);
+    }
+    case ExprKind::Call: return call(*e.as<CallNode>());
+  }
+  throw InternalError("CPU emitter: unknown expression kind");
+}
+
+llvm::Value* Emitter::binary(const BinaryNode& n) {
+  DataType ot = n.a.dtype(), t = n.dtype;
+  llvm::Value* a = expr(n.a);
+  llvm::Value* c = expr(n.b);
+  if (n.b.dtype() != ot) c = convert(c, n.b.dtype(), ot);
+  if (n.op == BinaryOp::And || n.op == BinaryOp::Or) {
+    a = convert(a, ot, dtypes::boolean);
+    c = convert(c, ot, dtypes::boolean);
+    return n.op == BinaryOp::And ? b.CreateAnd(a, c) : b.CreateOr(a, c);
+  }
+  if (ot.is_float()) {
+    llvm::Value* x = widen(a, ot);
+    llvm::Value* y = widen(c, ot);
+    switch (n.op) {
+      case BinaryOp::Eq: return b.CreateFCmpOEQ(x, y);
+      case BinaryOp::Ne: return b.CreateFCmpUNE(x, y);
+      case BinaryOp::Lt: return b.CreateFCmpOLT(x, y);
+      case BinaryOp::Le: return b.CreateFCmpOLE(x, y);
+      case BinaryOp::Gt: return b.CreateFCmpOGT(x, y);
+      case BinaryOp::Ge: return b.CreateFCmpOGE(x, y);
+      default: break;
+    }
+    llvm::Value* r = nullptr;
+    switch (n.op) {
+      case BinaryOp::Add: r = b.CreateFAdd(x, y); break;
+      case BinaryOp::Sub: r = b.CreateFSub(x, y); break;
+      case BinaryOp::Mul: r = b.CreateFMul(x, y); break;
+      case BinaryOp::Div: r = b.CreateFDiv(x, y); break;
+      case BinaryOp::Mod: r = b.CreateFRem(x, y); break;
+      case BinaryOp::FloorDiv:
+        r = b.CreateCall(intrinsic(llvm::Intrinsic::floor, {x->getType()}), {b.CreateFDiv(x, y)});
+        break;
+      case BinaryOp::FloorMod: {
+        llvm::Value* q = b.CreateCall(intrinsic(llvm::Intrinsic::floor, {x->getType()}), {b.CreateFDiv(x, y)});
+        r = b.CreateFSub(x, b.CreateFMul(q, y));
+        break;
+      }
+      case BinaryOp::Min: r = b.CreateCall(intrinsic(llvm::Intrinsic::minnum, {x->getType()}), {x, y}); break;
+      case BinaryOp::Max: r = b.CreateCall(intrinsic(llvm::Intrinsic::maxnum, {x->getType()}), {x, y}); break;
+      default:
+        throw CompileError(fmt::format("the CPU backend cannot apply '{}' to {}", to_string(n.op), ot.name()));
+    }
+    return narrow(r, t);
+  }
+  bool is_signed = ot.is_int();
+  switch (n.op) {
+    case BinaryOp::Eq: return b.CreateICmpEQ(a, c);
+    case BinaryOp::Ne: return b.CreateICmpNE(a, c);
+    case BinaryOp::Lt: return is_signed ? b.CreateICmpSLT(a, c) : b.CreateICmpULT(a, c);
+    case BinaryOp::Le: return is_signed ? b.CreateICmpSLE(a, c) : b.CreateICmpULE(a, c);
+    case BinaryOp::Gt: return is_signed ? b.CreateICmpSGT(a, c) : b.CreateICmpUGT(a, c);
+    case BinaryOp::Ge: return is_signed ? b.CreateICmpSGE(a, c) : b.CreateICmpUGE(a, c);
+    case BinaryOp::Add: return b.CreateAdd(a, c);
+    case BinaryOp::Sub: return b.CreateSub(a, c);
+    case BinaryOp::Mul: return b.CreateMul(a, c);
+    case BinaryOp::BitAnd: return b.CreateAnd(a, c);
+    case BinaryOp::BitOr: return b.CreateOr(a, c);
+    case BinaryOp::BitXor: return b.CreateXor(a, c);
+    case BinaryOp::Min: return b.CreateSelect(is_signed ? b.CreateICmpSLT(c, a) : b.CreateICmpULT(c, a), c, a);
+    case BinaryOp::Max: return b.CreateSelect(is_signed ? b.CreateICmpSLT(a, c) : b.CreateICmpULT(a, c), c, a);
+    case BinaryOp::Shl:
+    case BinaryOp::Shr: {
+      // Shift amounts past the width give 0 (or the sign) as PTX shl/shr do; LLVM would
+      // give poison.
+      int bits = int(a->getType()->getIntegerBitWidth());
+      llvm::Value* too_far = b.CreateICmpUGE(c, llvm::ConstantInt::get(c->getType(), bits));
+      llvm::Value* amount = b.CreateSelect(too_far, llvm::ConstantInt::get(c->getType(), bits - 1), c);
+      if (n.op == BinaryOp::Shr && is_signed) return b.CreateAShr(a, amount);
+      llvm::Value* r = n.op == BinaryOp::Shl ? b.CreateShl(a, amount) : b.CreateLShr(a, amount);
+      return b.CreateSelect(too_far, llvm::ConstantInt::get(a->getType(), 0), r);
+    }
+    default: break;
+  }
+  // Division: a zero divisor (and INT_MIN / -1) would trap the host; the GPU gives an
+  // unspecified value, the CPU gives a / 1.
+  llvm::Type* it = a->getType();
+  llvm::Value* zero = llvm::ConstantInt::get(it, 0);
+  llvm::Value* bad = b.CreateICmpEQ(c, zero);
+  if (is_signed)
+    bad = b.CreateOr(bad, b.CreateAnd(b.CreateICmpEQ(a, llvm::ConstantInt::get(it, llvm::APInt::getSignedMinValue(it->getIntegerBitWidth()))),
+                                      b.CreateICmpEQ(c, llvm::ConstantInt::get(it, uint64_t(-1), true))));
+  llvm::Value* d = b.CreateSelect(bad, llvm::ConstantInt::get(it, 1), c);
+  llvm::Value* q = is_signed ? b.CreateSDiv(a, d) : b.CreateUDiv(a, d);
+  llvm::Value* r = is_signed ? b.CreateSRem(a, d) : b.CreateURem(a, d);
+  switch (n.op) {
+    case BinaryOp::Div: return q;
+    case BinaryOp::Mod: return r;
+    case BinaryOp::FloorDiv:
+    case BinaryOp::FloorMod: {
+      if (!is_signed) return n.op == BinaryOp::FloorDiv ? q : r;
+      // Round toward negative infinity: adjust when the remainder is non-zero and the signs differ.
+      llvm::Value* adjust = b.CreateAnd(b.CreateICmpNE(r, zero), b.CreateICmpNE(b.CreateICmpSLT(a, zero), b.CreateICmpSLT(d, zero)));
+      if (n.op == BinaryOp::FloorDiv) return b.CreateSelect(adjust, b.CreateSub(q, llvm::ConstantInt::get(it, 1)), q);
+      return b.CreateSelect(adjust, b.CreateAdd(r, d), r);
+    }
+    default: break;
+  }
+  throw CompileError(fmt::format("the CPU backend cannot apply '{}' to {}", to_string(n.op), ot.name()));
+}
+
+llvm::Value* Emitter::call(const CallNode& n) {
+  DataType t = n.dtype;
+  std::vector<llvm::Value*> args;
+  for (auto& a : n.args) args.push_back(widen(convert(expr(a), a.dtype(), t), t));
+  const std::string& name = n.name;
+  if (t.is_integer()) {
+    if (name == "abs" && args.size() == 1) {
+      if (t.is_uint()) return args[0];
+      llvm::Value* x = args[0];
+      return b.CreateSelect(b.CreateICmpSLT(x, llvm::ConstantInt::get(x->getType(), 0)), b.CreateNeg(x), x);
+    }
+    throw CompileError(fmt::format("the CPU backend has no integer '{}'", name));
+  }
+  if (!t.is_float()) throw CompileError(fmt::format("the CPU backend has no '{}' of {}", name, t.name()));
+  llvm::Type* ft = args.empty() ? b.getFloatTy() : args[0]->getType();
+  auto unary = [&](llvm::Intrinsic::ID id) { return b.CreateCall(intrinsic(id, {ft}), {args.at(0)}); };
+  llvm::Value* r = nullptr;
+  if (name == "exp") r = unary(llvm::Intrinsic::exp);
+  else if (name == "exp2") r = unary(llvm::Intrinsic::exp2);
+  else if (name == "log") r = unary(llvm::Intrinsic::log);
+  else if (name == "log2") r = unary(llvm::Intrinsic::log2);
+  else if (name == "sqrt") r = unary(llvm::Intrinsic::sqrt);
+  else if (name == "rsqrt") r = b.CreateFDiv(llvm::ConstantFP::get(ft, 1.0), unary(llvm::Intrinsic::sqrt));
+  else if (name == "sin") r = unary(llvm::Intrinsic::sin);
+  else if (name == "cos") r = unary(llvm::Intrinsic::cos);
+  else if (name == "round") r = unary(llvm::Intrinsic::rint);
+  else if (name == "floor") r = unary(llvm::Intrinsic::floor);
+  else if (name == "ceil") r = unary(llvm::Intrinsic::ceil);
+  else if (name == "abs") r = unary(llvm::Intrinsic::fabs);
+  else if (name == "pow") r = b.CreateCall(intrinsic(llvm::Intrinsic::pow, {ft}), {args.at(0), args.at(1)});
+  else if (name == "tanh") {
+    llvm::FunctionCallee f = module.getOrInsertFunction(ft->isDoubleTy() ? "tanh" : "tanhf", ft, ft);
+    r = b.CreateCall(f, {args.at(0)});
+  } else {
+    throw CompileError(fmt::format("the CPU backend has no builtin '{}'", name));
+  }
+  return narrow(r, t);
+}
+
+// --- memory and register arrays -----------------------------------------------------------------
+
+llvm::Value* Emitter::load_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t) {
+  llvm::Type* mt = memory_type(t);
+  llvm::Value* p = b.CreateGEP(mt, b.CreateBitCast(base, llvm::PointerType::getUnqual(mt)), elem_offset);
+  llvm::Value* v = b.CreateAlignedLoad(mt, p, llvm::Align(1));
+  return t.is_bool() ? b.CreateICmpNE(v, b.getInt8(0)) : v;
+}
+
+void Emitter::store_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t, llvm::Value* v) {
+  llvm::Type* mt = memory_type(t);
+  llvm::Value* p = b.CreateGEP(mt, b.CreateBitCast(base, llvm::PointerType::getUnqual(mt)), elem_offset);
+  if (t.is_bool()) v = b.CreateZExt(v, b.getInt8Ty());
+  b.CreateAlignedStore(v, p, llvm::Align(1));
+}
+
+llvm::Value* Emitter::alloca_in_entry(llvm::Type* t, int64_t n, const std::string& name) {
+  llvm::IRBuilder<> eb(entry_, entry_->begin());
+  llvm::AllocaInst* a = eb.CreateAlloca(t, eb.getInt64(uint64_t(std::max<int64_t>(n, 1))), name);
+  a->setAlignment(llvm::Align(n > 1 ? 64 : 8));
+  return a;
+}
+
+llvm::Value* Emitter::declare_reg(const Tensor& t) {
+  auto it = regs_.find(t.get());
+  if (it != regs_.end()) return it->second;
+  llvm::Value* a = alloca_in_entry(memory_type(t.dtype()), t.num_elements(), t->name.empty() ? "r" : t->name);
+  regs_[t.get()] = a;
+  return a;
+}
+
+llvm::Value* Emitter::reg(const Tensor& t) {
+  auto it = regs_.find(t.get());
+  if (it == regs_.end())
+    throw InternalError(fmt::format("CPU emitter: register tensor '{}' used before its definition", t->name));
+  return it->second;
+}
+
+llvm::Value* Emitter::reg_ptr(const Tensor& t, llvm::Value* linear_index) {
+  return b.CreateInBoundsGEP(memory_type(t.dtype()), reg(t), b.CreateSExt(linear_index, b.getInt64Ty()));
+}
+
+llvm::Value* Emitter::load_reg(const Tensor& t, llvm::Value* linear_index) {
+  llvm::Value* v = b.CreateLoad(memory_type(t.dtype()), reg_ptr(t, linear_index));
+  return t.dtype().is_bool() ? b.CreateICmpNE(v, b.getInt8(0)) : v;
+}
+
+void Emitter::store_reg(const Tensor& t, llvm::Value* linear_index, llvm::Value* v) {
+  if (t.dtype().is_bool()) v = b.CreateZExt(v, b.getInt8Ty());
+  b.CreateStore(v, reg_ptr(t, linear_index));
+}
+
+llvm::Value* Emitter::linear(const std::vector<llvm::Value*>& idx, const std::vector<int64_t>& shape) {
+  llvm::Value* l = b.getInt32(0);
+  for (size_t d = 0; d < idx.size(); ++d) l = b.CreateAdd(b.CreateMul(l, b.getInt32(int32_t(shape[d]))), idx[d]);
+  return l;
+}
+
+// --- control flow helpers -----------------------------------------------------------------------
+
+void Emitter::loop(llvm::Value* n, const std::function<void(llvm::Value*)>& body) {
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "tile.head", fn);
+  llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(ctx, "tile.body", fn);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "tile.exit", fn);
+  b.CreateBr(head);
+  b.SetInsertPoint(head);
+  llvm::PHINode* i = b.CreatePHI(b.getInt32Ty(), 2, "i");
+  i->addIncoming(b.getInt32(0), pre);
+  b.CreateCondBr(b.CreateICmpSLT(i, n), bodyb, exit);
+  b.SetInsertPoint(bodyb);
+  body(i);
+  llvm::Value* next = b.CreateAdd(i, b.getInt32(1), "", true, true);
+  i->addIncoming(next, b.GetInsertBlock());
+  b.CreateBr(head);
+  b.SetInsertPoint(exit);
+}
+
+void Emitter::tile_loop(const std::vector<int64_t>& shape,
+                        const std::function<void(const std::vector<llvm::Value*>&)>& body) {
+  std::vector<llvm::Value*> idx;
+  std::function<void(size_t)> level = [&](size_t d) {
+    if (d == shape.size()) {
+      body(idx);
+      return;
+    }
+    if (shape[d] == 1) {
+      idx.push_back(b.getInt32(0));
+      level(d + 1);
+      idx.pop_back();
+      return;
+    }
+    loop(b.getInt32(int32_t(shape[d])), [&](llvm::Value* i) {
+      idx.push_back(i);
+      level(d + 1);
+      idx.pop_back();
+    });
+  };
+  level(0);
+}
+
+std::vector<Expr> Emitter::bind_index(const std::vector<llvm::Value*>& idx) {
+  std::vector<Expr> vars;
+  for (auto* v : idx) {
+    Var var(fmt::format("t{}", binder_ids_++), dtypes::int32, VarRole::Binder);
+    values_[static_cast<const VarNode*>(var.get())] = v;
+    vars.push_back(var);
+  }
+  return vars;
+}
+
+void Emitter::unbind(const std::vector<Expr>& vars) {
+  for (auto& v : vars) values_.erase(static_cast<const VarNode*>(v.get()));
+}
+
+void Emitter::if_then(llvm::Value* cond, const std::function<void()>& then, const std::function<void()>& otherwise) {
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(cond)) {
+    if (c->isOne()) then();
+    else if (otherwise) otherwise();
+    return;
+  }
+  llvm::BasicBlock* tb = llvm::BasicBlock::Create(ctx, "then", fn);
+  llvm::BasicBlock* eb = otherwise ? llvm::BasicBlock::Create(ctx, "else", fn) : nullptr;
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "endif", fn);
+  b.CreateCondBr(cond, tb, eb ? eb : done);
+  b.SetInsertPoint(tb);
+  then();
+  b.CreateBr(done);
+  if (eb) {
+    b.SetInsertPoint(eb);
+    otherwise();
+    b.CreateBr(done);
+  }
+  b.SetInsertPoint(done);
+}
+
+// --- statements ------------------------------------------------------------------------------
+
+void Emitter::emit_stmt(const Stmt& s) {
+  if (!s) return;
+  // Code after a break / continue is unreachable: give it a block of its own.
+  if (b.GetInsertBlock()->getTerminator()) b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "dead", fn));
+  switch (s->kind) {
+    case StmtKind::Seq:
+      for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) emit_stmt(c);
+      return;
+    case StmtKind::For: {
+      auto& n = static_cast<const ForStmtNode&>(*s);
+      DataType vt = n.var.dtype();
+      llvm::Value* begin = convert(expr(n.begin), n.begin.dtype(), vt);
+      llvm::Value* end = convert(expr(n.end), n.end.dtype(), vt);
+      llvm::Value* step = convert(expr(n.step), n.step.dtype(), vt);
+      llvm::Value* var = alloca_in_entry(type(vt), 1, n.var.name());
+      b.CreateStore(begin, var);
+      llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "for.head", fn);
+      llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "for.body", fn);
+      llvm::BasicBlock* latch = llvm::BasicBlock::Create(ctx, "for.latch", fn);
+      llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "for.exit", fn);
+      b.CreateBr(head);
+      b.SetInsertPoint(head);
+      llvm::Value* cur = b.CreateLoad(type(vt), var);
+      bool is_signed = vt.is_int();
+      llvm::Value* zero = llvm::ConstantInt::get(type(vt), 0);
+      llvm::Value* up = is_signed ? b.CreateICmpSLT(cur, end) : b.CreateICmpULT(cur, end);
+      llvm::Value* down = is_signed ? b.CreateICmpSGT(cur, end) : b.CreateICmpUGT(cur, end);
+      llvm::Value* positive = is_signed ? b.CreateICmpSGT(step, zero) : b.getInt1(true);
+      b.CreateCondBr(b.CreateSelect(positive, up, down), body, exit);
+      b.SetInsertPoint(body);
+      values_[n.var.operator->()] = cur;
+      loops_.push_back({exit, latch});
+      emit_stmt(n.body);
+      loops_.pop_back();
+      values_.erase(n.var.operator->());
+      if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(latch);
+      b.SetInsertPoint(latch);
+      b.CreateStore(b.CreateAdd(b.CreateLoad(type(vt), var), step), var);
+      b.CreateBr(head);
+      b.SetInsertPoint(exit);
+      return;
+    }
+    case StmtKind::If: {
+      auto& n = static_cast<const IfStmtNode&>(*s);
+      llvm::Value* c = convert(expr(n.cond), n.cond.dtype(), dtypes::boolean);
+      llvm::BasicBlock* tb = llvm::BasicBlock::Create(ctx, "if.then", fn);
+      llvm::BasicBlock* eb = n.else_body ? llvm::BasicBlock::Create(ctx, "if.else", fn) : nullptr;
+      llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "if.end", fn);
+      b.CreateCondBr(c, tb, eb ? eb : done);
+      b.SetInsertPoint(tb);
+      emit_stmt(n.then_body);
+      if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(done);
+      if (eb) {
+        b.SetInsertPoint(eb);
+        emit_stmt(n.else_body);
+        if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(done);
+      }
+      b.SetInsertPoint(done);
+      return;
+    }
+    case StmtKind::While: {
+      auto& n = static_cast<const WhileStmtNode&>(*s);
+      llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "while.head", fn);
+      llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "while.body", fn);
+      llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "while.exit", fn);
+      b.CreateBr(head);
+      b.SetInsertPoint(head);
+      b.CreateCondBr(convert(expr(n.cond), n.cond.dtype(), dtypes::boolean), body, exit);
+      b.SetInsertPoint(body);
+      loops_.push_back({exit, head});
+      emit_stmt(n.body);
+      loops_.pop_back();
+      if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(head);
+      b.SetInsertPoint(exit);
+      return;
+    }
+    case StmtKind::Break:
+    case StmtKind::Continue:
+      if (loops_.empty()) throw CompileError(fmt::format("{} outside a loop", s->kind == StmtKind::Break ? "break" : "continue"), s->loc);
+      b.CreateBr(s->kind == StmtKind::Break ? loops_.back().brk : loops_.back().cont);
+      return;
+    case StmtKind::Let: {
+      auto& n = static_cast<const LetStmtNode&>(*s);
+      values_[n.var.operator->()] = convert(expr(n.value), n.value.dtype(), n.var.dtype());
+      return;
+    }
+    case StmtKind::Declare: {
+      auto& n = static_cast<const DeclareStmtNode&>(*s);
+      llvm::Value* slot = alloca_in_entry(type(n.var.dtype()), 1, n.var.name());
+      mutables_[n.var.operator->()] = slot;
+      b.CreateStore(convert(expr(n.init), n.init.dtype(), n.var.dtype()), slot);
+      return;
+    }
+    case StmtKind::Assign: {
+      auto& n = static_cast<const AssignStmtNode&>(*s);
+      auto it = mutables_.find(n.var.operator->());
+      if (it == mutables_.end()) throw InternalError(fmt::format("CPU emitter: assignment to undeclared '{}'", n.var.name()));
+      b.CreateStore(convert(expr(n.value), n.value.dtype(), n.var.dtype()), it->second);
+      return;
+    }
+    case StmtKind::Inst: emit_inst(*static_cast<const InstStmtNode&>(*s).inst); return;
+    case StmtKind::ThreadGroup:
+      // A thread group runs its tile instructions once, like the whole block.
+      emit_stmt(static_cast<const ThreadGroupStmtNode&>(*s).body);
+      return;
+  }
+}
+
+void Emitter::emit_inst(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::GlobalView:
+    case InstKind::AllocateShared:
+    case InstKind::FreeShared:
+    case InstKind::SliceShared:
+    case InstKind::LoadGlobal:
+    case InstKind::StoreGlobal:
+    case InstKind::LoadShared:
+    case InstKind::StoreShared:
+    case InstKind::CopyAsync:
+    case InstKind::Copy: emit_memory(inst); return;
+    // Asynchronous copies complete at once; one block's tile instructions run in order.
+    case InstKind::CopyAsyncCommitGroup:
+    case InstKind::CopyAsyncWaitGroup:
+    case InstKind::CopyAsyncWaitAll:
+    case InstKind::Sync:
+    case InstKind::Assume:
+    case InstKind::AnnotateLayout: return;
+    case InstKind::Printf: emit_printf(static_cast<const PrintfInst&>(inst)); return;
+    default: emit_compute(inst); return;
+  }
+}
+
+void Emitter::emit_printf(const PrintfInst& inst) {
+  llvm::FunctionCallee printf_fn = module.getOrInsertFunction(
+      "printf", llvm::FunctionType::get(b.getInt32Ty(), {b.getInt8PtrTy()}, true));
+  std::vector<llvm::Value*> args{b.CreateGlobalStringPtr(inst.format)};
+  for (auto& a : inst.args) {
+    DataType t = a.dtype();
+    llvm::Value* v = expr(a);
+    // printf's variadic arguments: floats as double, narrow integers as int.
+    if (t.is_float()) v = convert(v, t, dtypes::float64);
+    else if (t.is_bool()) v = b.CreateZExt(v, b.getInt32Ty());
+    else if (t.is_integer() && t.bits() < 32) v = t.is_int() ? b.CreateSExt(v, b.getInt32Ty()) : b.CreateZExt(v, b.getInt32Ty());
+    args.push_back(v);
+  }
+  b.CreateCall(printf_fn, args);
+}
+
+// --- the kernel ---------------------------------------------------------------------------------
+
+void Emitter::run(const std::string& entry) {
+  llvm::Type* i8p = b.getInt8PtrTy();
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(),
+                                      {llvm::PointerType::getUnqual(b.getInt64Ty()), b.getInt32Ty(), b.getInt32Ty(),
+                                       b.getInt32Ty(), i8p, i8p},
+                                      false);
+  fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, module);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  entry_ = llvm::BasicBlock::Create(ctx, "entry", fn);
+  llvm::BasicBlock* start = llvm::BasicBlock::Create(ctx, "start", fn);
+  b.SetInsertPoint(start);
+  shared_base = fn->getArg(4);
+  block_ctx = fn->getArg(5);
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const Var& p = kernel.params[i];
+    DataType t = p.dtype();
+    llvm::Value* slot = b.CreateLoad(b.getInt64Ty(), b.CreateConstGEP1_64(b.getInt64Ty(), fn->getArg(0), i), p.name());
+    llvm::Value* v;
+    if (t.is_pointer()) v = b.CreateIntToPtr(slot, i8p);
+    else if (t.is_float()) v = convert(b.CreateBitCast(slot, b.getDoubleTy()), dtypes::float64, t);
+    else if (t.is_bool()) v = b.CreateICmpNE(slot, b.getInt64(0));
+    else v = b.CreateTrunc(slot, type(t));
+    values_[p.operator->()] = v;
+  }
+  emit_stmt(kernel.body);
+  if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
+  llvm::IRBuilder<> eb(entry_);
+  eb.CreateBr(start);
+  // Blocks left without a terminator (after a break that ends a branch) are unreachable.
+  for (auto& bb : *fn)
+    if (!bb.getTerminator()) {
+      llvm::IRBuilder<> tb(&bb);
+      tb.CreateUnreachable();
+    }
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyFunction(*fn, &os)) throw InternalError(fmt::format("CPU emitter produced invalid LLVM IR: {}", os.str()));
+}
+
+}  // namespace tilus::cpu
+
+namespace tilus {
+
+CpuLoweredKernel::CpuLoweredKernel() = default;
+CpuLoweredKernel::CpuLoweredKernel(CpuLoweredKernel&&) noexcept = default;
+CpuLoweredKernel& CpuLoweredKernel::operator=(CpuLoweredKernel&&) noexcept = default;
+CpuLoweredKernel::~CpuLoweredKernel() = default;
+
+CpuLoweredKernel emit_llvm(const Kernel& kernel, llvm::LLVMContext& context, const CpuCodegenOptions& options) {
+  CpuLoweredKernel out;
+  out.entry = kernel.name + "_block";
+  out.module = std::make_unique<llvm::Module>(kernel.name, context);
+  cpu::Emitter em(kernel, context, *out.module, options);
+  em.run(out.entry);
+  out.sites = std::move(em.sites);
+  out.shared_bytes = kernel.shared_memory_bytes;
+  return out;
+}
+
+std::string emit_llvm_text(const Kernel& kernel, const CpuCodegenOptions& options) {
+  llvm::LLVMContext context;
+  CpuLoweredKernel k = emit_llvm(kernel, context, options);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  k.module->print(os, nullptr);
+  return os.str();
+}
+
+}  // namespace tilus

@@ -1,0 +1,136 @@
+// The CPU emitter's shared state; private to src/codegen/cpu. emitter.cpp: the kernel,
+// statements, scalar expressions and conversions; memory.cpp: global and shared memory,
+// cp.async and copy; compute.cpp: register tensors (allocation, elementwise, casts, views,
+// reshapes, dot, reductions).
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "tilus/codegen/cpu.h"
+#include "tilus/ir/inst.h"
+#include "tilus/ir/stmt.h"
+#include "tilus/passes/copy_facts.h"
+
+namespace tilus::cpu {
+
+// A global tensor: its base address (i8*), the access facts shared with the CUDA emitter,
+// and the parameter it was viewed from (checked mode).
+struct GlobalRec {
+  llvm::Value* base = nullptr;
+  GlobalAccess access;
+  int param = -1;
+  llvm::Value* param_base = nullptr;  // i8* of that parameter
+  std::string type_str;
+};
+
+// One side of a tile access, as in the CUDA emitter: the element offset of a tile index,
+// the address of an offset, and the in-bounds predicate (true when unchecked).
+struct Side {
+  DataType dtype;
+  std::function<Expr(const std::vector<Expr>&)> offset;
+  std::function<Expr(const std::vector<Expr>&)> predicate;
+  llvm::Value* base = nullptr;  // i8*
+  const GlobalRec* global = nullptr;
+  GlobalAccess access;          // global sides: the tile's access (checked mode)
+};
+
+class Emitter {
+ public:
+  Emitter(const Kernel& kernel, llvm::LLVMContext& context, llvm::Module& module, const CpuCodegenOptions& options);
+  void run(const std::string& entry);
+  std::vector<CpuAccessSite> sites;
+
+  // --- types and values ------------------------------------------------------------------
+  // The LLVM type of a value of t in registers (bool: i1, float16: half, bfloat16: i16).
+  llvm::Type* type(DataType t);
+  // The LLVM type of an element of t in memory (bool: i8).
+  llvm::Type* memory_type(DataType t);
+  llvm::Value* expr(const Expr& e);
+  // Conversions between a register value of `from` and one of `to`, as tilus::cvt.
+  llvm::Value* convert(llvm::Value* v, DataType from, DataType to);
+  // 16-bit floats to and from the float32 they compute in (identity for other types).
+  llvm::Value* widen(llvm::Value* v, DataType t);
+  llvm::Value* narrow(llvm::Value* v, DataType t);
+  llvm::Value* constant(DataType t, double v);
+  llvm::Value* i32(int64_t v) { return b.getInt32(int32_t(v)); }
+  llvm::Value* i64(int64_t v) { return b.getInt64(v); }
+
+  // --- memory ------------------------------------------------------------------------------
+  llvm::Value* load_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t);
+  void store_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t, llvm::Value* v);
+
+  // --- register tensors ----------------------------------------------------------------------
+  llvm::Value* reg(const Tensor& t);            // the array (pointer to its first element)
+  llvm::Value* declare_reg(const Tensor& t);
+  llvm::Value* reg_ptr(const Tensor& t, llvm::Value* linear);
+  llvm::Value* load_reg(const Tensor& t, llvm::Value* linear);
+  void store_reg(const Tensor& t, llvm::Value* linear, llvm::Value* v);
+  // Row-major linear index of a tile index (i32 values) in `shape`.
+  llvm::Value* linear(const std::vector<llvm::Value*>& idx, const std::vector<int64_t>& shape);
+
+  // --- loops ---------------------------------------------------------------------------------
+  // for (i = 0; i < n; ++i) body(i), i an i32 value.
+  void loop(llvm::Value* n, const std::function<void(llvm::Value*)>& body);
+  // Nested loops over every index of `shape` (row-major order).
+  void tile_loop(const std::vector<int64_t>& shape, const std::function<void(const std::vector<llvm::Value*>&)>& body);
+  // Binds fresh index variables to values for evaluating IR expressions of a tile index.
+  std::vector<Expr> bind_index(const std::vector<llvm::Value*>& idx);
+  void unbind(const std::vector<Expr>& vars);
+  // if (cond) then() [else otherwise()]
+  void if_then(llvm::Value* cond, const std::function<void()>& then, const std::function<void()>& otherwise = nullptr);
+
+  // --- instruction families ------------------------------------------------------------------
+  void emit_memory(const InstNode& inst);
+  void emit_compute(const InstNode& inst);
+  Side global_side(const Tensor& g, const GlobalAccess& access);
+  Side shared_side(const SharedView& view);
+  Side region_side(const CopyRegion& r, int tile_rank);
+  // Moves register tensor r to (load=false) / from (load=true) memory side `mem`.
+  void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem);
+  // Memory to memory over a tile of `shape`.
+  void transfer(const InstNode& inst, const Side& src, const Side& dst, const std::vector<int64_t>& shape);
+  // Checked mode: the condition under which an access at tile index `tile` (bound vars) is
+  // legal; reports the failure and yields false otherwise. Returns nullptr when unchecked.
+  llvm::Value* check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile);
+
+  [[noreturn]] void fail(const InstNode& inst, const std::string& message) const;
+
+  const Kernel& kernel;
+  llvm::LLVMContext& ctx;
+  llvm::Module& module;
+  llvm::IRBuilder<> b;
+  CpuCodegenOptions options;
+  llvm::Function* fn = nullptr;
+  llvm::Value* shared_base = nullptr;  // i8*
+  llvm::Value* block_ctx = nullptr;    // CpuBlockContext*
+  std::unordered_map<const TensorNode*, GlobalRec> globals;
+  std::unordered_map<const TensorNode*, SharedView> shared;
+
+ private:
+  void emit_stmt(const Stmt& s);
+  void emit_inst(const InstNode& inst);
+  void emit_printf(const PrintfInst& inst);
+  llvm::Value* binary(const BinaryNode& n);
+  llvm::Value* call(const CallNode& n);
+  llvm::Value* alloca_in_entry(llvm::Type* t, int64_t n, const std::string& name);
+  llvm::Function* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type*> types);
+
+  std::unordered_map<const VarNode*, llvm::Value*> values_;    // immutable scalars
+  std::unordered_map<const VarNode*, llvm::Value*> mutables_;  // alloca of declared scalars
+  std::unordered_map<const TensorNode*, llvm::Value*> regs_;
+  struct LoopTargets {
+    llvm::BasicBlock* brk;
+    llvm::BasicBlock* cont;
+  };
+  std::vector<LoopTargets> loops_;
+  llvm::BasicBlock* entry_ = nullptr;
+  uint64_t binder_ids_ = 0;
+};
+
+}  // namespace tilus::cpu

@@ -1,0 +1,238 @@
+// Global and shared memory on the CPU: views, loads, stores, cp.async and copy. Every access
+// walks its tile element by element with the address maps the CUDA emitter uses
+// (copy_facts.h); out-of-bounds loads read zero and out-of-bounds stores are skipped, and in
+// checked mode an access that no predicate guards is checked against the tensor's shape and
+// the extent of the parameter it came from.
+#include <fmt/format.h>
+
+#include "emitter.h"
+
+namespace tilus::cpu {
+
+namespace {
+
+// The pointer parameter an address expression is built on (-1 when none is).
+int pointer_param(const Kernel& k, const Expr& ptr) {
+  for (const Var& v : free_vars(ptr))
+    for (size_t i = 0; i < k.params.size(); ++i)
+      if (k.params[i].same_as(v) && v.dtype().is_pointer()) return int(i);
+  return -1;
+}
+
+bool is_true(const Expr& e) { return e.as<BoolImmNode>() && e.as<BoolImmNode>()->value; }
+
+}  // namespace
+
+Side Emitter::global_side(const Tensor& g, const GlobalAccess& access) {
+  auto it = globals.find(g.get());
+  if (it == globals.end()) throw InternalError("CPU emitter: a global tensor used before its view");
+  Side s;
+  s.dtype = g.dtype();
+  s.offset = [access](const std::vector<Expr>& tile) { return global_offset(access, tile); };
+  s.predicate = [access](const std::vector<Expr>& tile) { return global_predicate(access, tile); };
+  s.base = it->second.base;
+  s.global = &it->second;
+  s.access = access;
+  return s;
+}
+
+Side Emitter::shared_side(const SharedView& view) {
+  Side s;
+  s.dtype = view.root.dtype();
+  s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
+  s.predicate = [](const std::vector<Expr>&) { return bool_const(true); };
+  s.base = b.CreateConstGEP1_64(b.getInt8Ty(), shared_base, uint64_t(view.base_bytes));
+  return s;
+}
+
+Side Emitter::region_side(const CopyRegion& r, int tile_rank) {
+  if (r.tensor.is_global()) return global_side(r.tensor, region_access(globals.at(r.tensor.get()).access, r, tile_rank));
+  return shared_side(region_view(shared.at(r.tensor.get()), r, tile_rank));
+}
+
+llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile) {
+  if (!options.checked || !side.global) return nullptr;
+  const GlobalAccess& g = side.access;
+  auto idx = global_index(g, tile);
+  int rank = int(idx.size());
+  // Unmasked dims must be in range; masked (checked) ones are guarded by the predicate.
+  llvm::Value* failing = b.getInt32(-1);
+  for (int d = rank - 1; d >= 0; --d) {
+    if (std::find(g.checked.begin(), g.checked.end(), d) != g.checked.end()) continue;
+    llvm::Value* v = convert(expr(idx[d]), idx[d].dtype(), dtypes::int64);
+    llvm::Value* n = convert(expr(g.shape[d]), g.shape[d].dtype(), dtypes::int64);
+    llvm::Value* bad = b.CreateOr(b.CreateICmpSLT(v, b.getInt64(0)), b.CreateICmpSGE(v, n));
+    failing = b.CreateSelect(bad, b.getInt32(d), failing);
+  }
+  llvm::Value* ok = b.CreateICmpEQ(failing, b.getInt32(-1));
+  // The element's bytes must lie within what the parameter's pointer may address.
+  llvm::Value* byte_off = b.getInt64(0);
+  const GlobalRec& rec = *side.global;
+  if (rec.param >= 0) {
+    llvm::Value* off = convert(expr(side.offset(tile)), dtypes::int64, dtypes::int64);
+    int64_t eb = std::max<int64_t>(1, side.dtype.bits() / 8);
+    llvm::Value* base_delta = b.CreateSub(b.CreatePtrToInt(rec.base, b.getInt64Ty()), b.CreatePtrToInt(rec.param_base, b.getInt64Ty()));
+    byte_off = b.CreateAdd(base_delta, b.CreateMul(off, b.getInt64(eb)));
+    // ctx->extents[param]
+    llvm::Type* i64p = llvm::PointerType::getUnqual(b.getInt64Ty());
+    llvm::Value* fields = b.CreateBitCast(block_ctx, llvm::PointerType::getUnqual(i64p));
+    llvm::Value* extents = b.CreateLoad(i64p, b.CreateConstGEP1_64(i64p, fields, 1));
+    llvm::Value* extent = b.CreateLoad(b.getInt64Ty(), b.CreateConstGEP1_64(b.getInt64Ty(), extents, uint64_t(rec.param)));
+    llvm::Value* known = b.CreateICmpSGE(extent, b.getInt64(0));
+    llvm::Value* outside = b.CreateOr(b.CreateICmpSLT(byte_off, b.getInt64(0)),
+                                      b.CreateICmpSGT(b.CreateAdd(byte_off, b.getInt64(eb)), extent));
+    ok = b.CreateAnd(ok, b.CreateNot(b.CreateAnd(known, outside)));
+  }
+  int32_t site = int32_t(sites.size());
+  sites.push_back({inst.display_name(), inst.loc, rec.type_str, rec.param,
+                   rec.param >= 0 ? kernel.params[rec.param].name() : std::string()});
+  if_then(b.CreateNot(ok), [&] {
+    llvm::Value* buf = alloca_in_entry(b.getInt64Ty(), rank, "bad_index");
+    for (int d = 0; d < rank; ++d)
+      b.CreateStore(convert(expr(idx[d]), idx[d].dtype(), dtypes::int64), b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), buf, d));
+    llvm::Type* i8p = b.getInt8PtrTy();
+    auto* report_ty = llvm::FunctionType::get(
+        b.getVoidTy(), {i8p, b.getInt32Ty(), b.getInt32Ty(), llvm::PointerType::getUnqual(b.getInt64Ty()), b.getInt32Ty(), b.getInt64Ty()},
+        false);
+    llvm::Type* fp = llvm::PointerType::getUnqual(report_ty);
+    llvm::Value* report = b.CreateLoad(fp, b.CreateBitCast(block_ctx, llvm::PointerType::getUnqual(fp)));
+    b.CreateCall(report_ty, report,
+                 {block_ctx, b.getInt32(site), failing, buf, b.getInt32(rank), byte_off});
+  });
+  return ok;
+}
+
+void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem) {
+  auto shape = r.static_shape();
+  tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
+    auto tile = bind_index(idx);
+    llvm::Value* lin = linear(idx, shape);
+    Expr pred_e = mem.predicate(tile);
+    llvm::Value* pred = is_true(pred_e) ? b.getInt1(true) : expr(pred_e);
+    llvm::Value* ok = check_access(inst, mem, tile);
+    llvm::Value* cond = ok ? b.CreateAnd(pred, ok) : pred;
+    if (load) {
+      if_then(
+          cond,
+          [&] {
+            llvm::Value* v = load_memory(mem.base, expr(mem.offset(tile)), mem.dtype);
+            store_reg(r, lin, convert(v, mem.dtype, r.dtype()));
+          },
+          [&] { store_reg(r, lin, constant(r.dtype(), 0)); });
+    } else {
+      if_then(cond, [&] {
+        llvm::Value* v = convert(load_reg(r, lin), r.dtype(), mem.dtype);
+        store_memory(mem.base, expr(mem.offset(tile)), mem.dtype, v);
+      });
+    }
+    unbind(tile);
+  });
+}
+
+void Emitter::transfer(const InstNode& inst, const Side& src, const Side& dst, const std::vector<int64_t>& shape) {
+  tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
+    auto tile = bind_index(idx);
+    Expr sp = src.predicate(tile), dp = dst.predicate(tile);
+    llvm::Value* dcond = is_true(dp) ? b.getInt1(true) : expr(dp);
+    if (llvm::Value* ok = check_access(inst, dst, tile)) dcond = b.CreateAnd(dcond, ok);
+    if_then(dcond, [&] {
+      llvm::Value* scond = is_true(sp) ? b.getInt1(true) : expr(sp);
+      if (llvm::Value* ok = check_access(inst, src, tile)) scond = b.CreateAnd(scond, ok);
+      llvm::Value* slot = alloca_in_entry(memory_type(src.dtype), 1, "elem");
+      b.CreateStore(b.CreateZExt(constant(src.dtype, 0), memory_type(src.dtype)), slot);
+      if_then(scond, [&] {
+        llvm::Value* v = load_memory(src.base, expr(src.offset(tile)), src.dtype);
+        if (src.dtype.is_bool()) v = b.CreateZExt(v, b.getInt8Ty());
+        b.CreateStore(v, slot);
+      });
+      llvm::Value* v = load_memory(slot, b.getInt64(0), src.dtype);
+      store_memory(dst.base, expr(dst.offset(tile)), dst.dtype, convert(v, src.dtype, dst.dtype));
+    });
+    unbind(tile);
+  });
+}
+
+void Emitter::emit_memory(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::GlobalView: {
+      auto& i = static_cast<const GlobalViewInst&>(inst);
+      GlobalRec rec;
+      rec.access = global_access(kernel, i);
+      rec.base = convert(expr(i.ptr), i.ptr.dtype(), i.ptr.dtype());
+      rec.param = pointer_param(kernel, i.ptr);
+      if (rec.param >= 0) rec.param_base = expr(kernel.params[rec.param]);
+      rec.type_str = i.out.type_str();
+      globals[i.out.get()] = rec;
+      return;
+    }
+    case InstKind::AllocateShared: {
+      auto& i = static_cast<const AllocateSharedInst&>(inst);
+      if (i.offset < 0) fail(inst, "shared tensor has no planned offset; run the pass pipeline first");
+      shared[i.out.get()] = root_view(i);
+      return;
+    }
+    case InstKind::FreeShared: return;
+    case InstKind::SliceShared: {
+      auto& i = static_cast<const SliceSharedInst&>(inst);
+      shared[i.out.get()] = slice_view(shared.at(i.src.get()), i);
+      return;
+    }
+    case InstKind::LoadGlobal: {
+      auto& i = static_cast<const LoadGlobalInst&>(inst);
+      declare_reg(i.out);
+      register_access(inst, true, i.out,
+                      global_side(i.src, tile_access(globals.at(i.src.get()).access, i.offsets, i.dims, i.checked_dims)));
+      return;
+    }
+    case InstKind::StoreGlobal: {
+      auto& i = static_cast<const StoreGlobalInst&>(inst);
+      register_access(inst, false, i.src,
+                      global_side(i.dst, tile_access(globals.at(i.dst.get()).access, i.offsets, i.dims, i.checked_dims)));
+      return;
+    }
+    case InstKind::LoadShared: {
+      auto& i = static_cast<const LoadSharedInst&>(inst);
+      declare_reg(i.out);
+      register_access(inst, true, i.out, shared_side(shared.at(i.src.get())));
+      return;
+    }
+    case InstKind::StoreShared: {
+      auto& i = static_cast<const StoreSharedInst&>(inst);
+      register_access(inst, false, i.src, shared_side(shared.at(i.dst.get())));
+      return;
+    }
+    case InstKind::CopyAsync: {
+      auto& i = static_cast<const CopyAsyncInst&>(inst);
+      std::optional<std::vector<int>> checked = i.check_bounds ? i.checked_dims : std::optional(std::vector<int>{});
+      Side g = global_side(i.src, tile_access(globals.at(i.src.get()).access, i.offsets, i.dims, checked));
+      transfer(inst, g, shared_side(shared.at(i.dst.get())), i.dst.static_shape());
+      return;
+    }
+    case InstKind::Copy: {
+      auto& i = static_cast<const CopyInst&>(inst);
+      if (i.src.tensor.is_register() || i.dst.tensor.is_register()) {
+        if (i.src.tensor.is_register() && i.dst.tensor.is_register())
+          fail(inst, "a copy between two register tensors is an assignment; use assign");
+        bool load = i.dst.tensor.is_register();
+        const CopyRegion& mem = load ? i.src : i.dst;
+        const Tensor& r = load ? i.dst.tensor : i.src.tensor;
+        if (load) declare_reg(r);
+        register_access(inst, load, r, region_side(mem, r.rank()));
+        return;
+      }
+      // Memory to memory over the destination's extents; the source's broadcast dims stay at
+      // their offsets (region_dims).
+      std::vector<int64_t> shape;
+      for (auto& e : i.dst.extents) {
+        if (!e.is_int_const()) fail(inst, "a memory-to-memory copy needs constant extents");
+        shape.push_back(e.int_value());
+      }
+      int rank = int(shape.size());
+      transfer(inst, region_side(i.src, rank), region_side(i.dst, rank), shape);
+      return;
+    }
+    default: fail(inst, "not a memory instruction");
+  }
+}
+
+}  // namespace tilus::cpu
