@@ -128,7 +128,10 @@ Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false
   Result r = check(got, want, 1e-2, 1e-2);
   if (timed) {
     double ms = time_ms(launch);
-    r.detail += fmt::format(", {}x{}x{} in {:.3f} ms = {:.1f} TFLOP/s", m, n, k, ms, 2.0 * m * n * k / ms / 1e9);
+    if (backend == Backend::Cpu)
+      r.detail += fmt::format(", {}x{}x{} in {:.3f} ms = {:.1f} GFLOP/s", m, n, k, ms, 2.0 * m * n * k / ms / 1e6);
+    else
+      r.detail += fmt::format(", {}x{}x{} in {:.3f} ms = {:.1f} TFLOP/s", m, n, k, ms, 2.0 * m * n * k / ms / 1e9);
   }
   return r;
 }

@@ -75,6 +75,10 @@ void DeviceBuffer::upload_bytes(const void* data, size_t bytes) {
   if (backend_ == Backend::Cpu) std::memcpy(reinterpret_cast<void*>(ptr_), data, bytes);
   else copy_to_device(ptr_, data, bytes);
 }
+void DeviceBuffer::fill_bytes(uint8_t value) {
+  if (backend_ == Backend::Cpu) std::memset(reinterpret_cast<void*>(ptr_), value, size_t(bytes()));
+  else device_memset(ptr_, value, size_t(bytes()));
+}
 void DeviceBuffer::download_bytes(void* data, size_t bytes) const {
   if (backend_ == Backend::Cpu) std::memcpy(data, reinterpret_cast<const void*>(ptr_), bytes);
   else copy_to_host(data, ptr_, bytes);

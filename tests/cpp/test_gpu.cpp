@@ -1,5 +1,7 @@
-// Every instruction on the GPU against a CPU reference, on random data with ragged shapes.
-// Skips with a message where no GPU is present.
+// Every instruction against a host reference, on random data with ragged shapes, on one
+// backend: built as test_gpu (skips with a message where no GPU is present) and, with
+// TILUS_TEST_CPU, as test_cpu (the CPU backend in checked mode, so every access these kernels
+// make is also bounds-checked; skips where tilus was built without LLVM).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -15,8 +17,34 @@ using namespace tilus;
 
 namespace {
 
+#ifdef TILUS_TEST_CPU
+#define Backend_ Cpu
+constexpr Backend kBackend = Backend::Cpu;
+#define REQUIRE_GPU() \
+  if (!cpu_backend_available()) GTEST_SKIP() << "no CPU backend: " << cpu_unavailable_reason()
+#else
+#define Backend_ Gpu
+constexpr Backend kBackend = Backend::Gpu;
 #define REQUIRE_GPU() \
   if (!gpu_available()) GTEST_SKIP() << "no GPU: " << gpu_unavailable_reason()
+#endif
+
+// Buffers and kernels on the backend under test.
+struct Buffer : DeviceBuffer {
+  Buffer(DataType t, int64_t n) : DeviceBuffer(t, n, kBackend) {}
+};
+template <class K>
+JitKernel<K> jit_on(K script) {
+  JitOptions o;
+  o.backend = kBackend;
+  o.cpu.checked = true;
+  return JitKernel<K>(std::move(script), o);
+}
+// The CUDA source of a kernel's launch on the GPU ("" on the CPU, where there is none).
+template <class K>
+std::string cuda_source(JitKernel<K>& kernel, const std::vector<KernelArg>& args) {
+  return kBackend == Backend::Gpu ? kernel.launcher(args).kernel().source.source : std::string();
+}
 
 std::mt19937 rng(7);
 
@@ -74,11 +102,11 @@ struct Unary : Script {
 
 }  // namespace
 
-TEST(Gpu, UnaryOps) {
+TEST(Backend_, UnaryOps) {
   REQUIRE_GPU();
   int64_t m = 37, n = 150;
   auto hx = randoms(m * n, dtypes::float32);
-  DeviceBuffer x(dtypes::float32, m * n), y(dtypes::float32, m * n);
+  Buffer x(dtypes::float32, m * n), y(dtypes::float32, m * n);
   x.upload(hx);
   std::vector<std::pair<std::string, std::function<double(double)>>> ops = {
       {"exp", [](double v) { return std::exp(v); }},
@@ -98,15 +126,15 @@ TEST(Gpu, UnaryOps) {
     SCOPED_TRACE(op);
     Unary s;
     s.op = op;
-    device_memset(y.ptr(), 0xff, y.bytes());
-    jit(s)({m, n, x.arg(), y.arg()});
+    y.fill_bytes(0xff);
+    jit_on(s)({m, n, x.arg(), y.arg()});
     std::vector<double> want;
     for (double v : hx) want.push_back(f(v));
     expect_close(y.download(), want, 1e-5, 1e-5);
   }
 }
 
-TEST(Gpu, CastsRoundLikeTheHost) {
+TEST(Backend_, CastsRoundLikeTheHost) {
   REQUIRE_GPU();
   int64_t m = 19, n = 201;
   for (auto [in, out] : std::vector<std::pair<DataType, DataType>>{{dtypes::float32, dtypes::float16},
@@ -121,9 +149,9 @@ TEST(Gpu, CastsRoundLikeTheHost) {
     s.in = in;
     s.out = out;
     auto hx = randoms(m * n, in, -100, 100);
-    DeviceBuffer x(in, m * n), y(out, m * n);
+    Buffer x(in, m * n), y(out, m * n);
     x.upload(hx);
-    jit(s)({m, n, x.arg(), y.arg()});
+    jit_on(s)({m, n, x.arg(), y.arg()});
     std::vector<double> want;
     for (double v : hx) want.push_back(out.is_float() ? round_to(out, v) : std::trunc(v));
     expect_close(y.download(), want, 0, 0);
@@ -147,14 +175,14 @@ struct Binary : Script {
 };
 }  // namespace
 
-TEST(Gpu, BinaryOpsAndBroadcasts) {
+TEST(Backend_, BinaryOpsAndBroadcasts) {
   REQUIRE_GPU();
   int64_t n = 1000;
   auto ha = randoms(n, dtypes::float32), hb = randoms(n, dtypes::float32);
-  DeviceBuffer a(dtypes::float32, n), b(dtypes::float32, n), y(dtypes::float32, n * 8);
+  Buffer a(dtypes::float32, n), b(dtypes::float32, n), y(dtypes::float32, n * 8);
   a.upload(ha);
   b.upload(hb);
-  jit(Binary{})({n, a.arg(), b.arg(), y.arg()});
+  jit_on(Binary{})({n, a.arg(), b.arg(), y.arg()});
   std::vector<double> want(n * 8);
   for (int64_t i = 0; i < n; ++i) {
     float x = float(ha[i]), z = float(hb[i]);
@@ -189,7 +217,7 @@ struct Reduce : Script {
 };
 }  // namespace
 
-TEST(Gpu, Reductions) {
+TEST(Backend_, Reductions) {
   REQUIRE_GPU();
   int64_t m = 45;
   for (int dim : {0, 1})
@@ -201,12 +229,12 @@ TEST(Gpu, Reductions) {
         s.op = op;
         s.warps = warps;
         auto hx = randoms(m * s.cols, dtypes::float32);
-        DeviceBuffer x(dtypes::float32, m * s.cols);
+        Buffer x(dtypes::float32, m * s.cols);
         x.upload(hx);
         int64_t blocks = (m + s.rows - 1) / s.rows;
         int64_t out_n = dim == 1 ? m : blocks * s.cols;
-        DeviceBuffer y(dtypes::float32, out_n);
-        jit(s)({m, x.arg(), y.arg()});
+        Buffer y(dtypes::float32, out_n);
+        jit_on(s)({m, x.arg(), y.arg()});
         std::vector<double> want(out_n);
         auto at = [&](int64_t i, int64_t j) { return i < m ? hx[i * s.cols + j] : 0.0; };  // zero-filled rows
         if (dim == 1) {
@@ -271,7 +299,7 @@ struct Dot : Script {
 };
 }  // namespace
 
-TEST(Gpu, DotEveryPath) {
+TEST(Backend_, DotEveryPath) {
   REQUIRE_GPU();
   int64_t m = 77, n = 45, k = 70;
   struct Case {
@@ -288,10 +316,10 @@ TEST(Gpu, DotEveryPath) {
     s.acc = c.acc;
     s.warps = c.warps;
     auto ha = randoms(m * k, c.in, -3, 3), hb = randoms(k * n, c.in, -3, 3);
-    DeviceBuffer a(c.in, m * k), b(c.in, k * n), out(c.acc, m * n);
+    Buffer a(c.in, m * k), b(c.in, k * n), out(c.acc, m * n);
     a.upload(ha);
     b.upload(hb);
-    jit(s)({m, n, k, a.arg(), b.arg(), out.arg()});
+    jit_on(s)({m, n, k, a.arg(), b.arg(), out.arg()});
     std::vector<double> want(m * n, 0.0);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -305,7 +333,7 @@ TEST(Gpu, DotEveryPath) {
 
 // Tensor-core dots fed from shared memory by ldmatrix (x4, x2, .trans) with swizzled and
 // plain layouts, on tile shapes from one mma to several warps.
-TEST(Gpu, DotFromSharedMemory) {
+TEST(Backend_, DotFromSharedMemory) {
   REQUIRE_GPU();
   int64_t m = 77, n = 45, k = 70;
   struct Case {
@@ -323,12 +351,12 @@ TEST(Gpu, DotFromSharedMemory) {
     s.via_shared = true;
     s.row_major_shared = c.row_major;
     auto ha = randoms(m * k, c.in, -3, 3), hb = randoms(k * n, c.in, -3, 3);
-    DeviceBuffer a(c.in, m * k), b(c.in, k * n), out(dtypes::float32, m * n);
+    Buffer a(c.in, m * k), b(c.in, k * n), out(dtypes::float32, m * n);
     a.upload(ha);
     b.upload(hb);
-    auto kernel = jit(s);
+    auto kernel = jit_on(s);
     std::vector<KernelArg> args = {m, n, k, a.arg(), b.arg(), out.arg()};
-    ASSERT_NE(kernel.launcher(args).kernel().source.source.find("tilus::ldmatrix<"), std::string::npos);
+    if (kBackend == Backend::Gpu) ASSERT_NE(cuda_source(kernel, args).find("tilus::ldmatrix<"), std::string::npos);
     kernel(args);
     std::vector<double> want(m * n, 0.0);
     for (int64_t i = 0; i < m; ++i)
@@ -373,11 +401,11 @@ struct SharedRoundTrip : Script {
 };
 }  // namespace
 
-TEST(Gpu, CopyAsyncZeroFillsOutOfBounds) {
+TEST(Backend_, CopyAsyncZeroFillsOutOfBounds) {
   REQUIRE_GPU();
   int64_t m = 61, n = 93;
   auto hx = randoms(m * n, dtypes::float16);
-  DeviceBuffer x(dtypes::float16, m * n), y(dtypes::float16, 48 * 80);
+  Buffer x(dtypes::float16, m * n), y(dtypes::float16, 48 * 80);
   x.upload(hx);
   for (bool transposed : {false, true})
     for (auto evict : {std::optional<std::string>{}, std::optional<std::string>("evict_first"),
@@ -387,7 +415,7 @@ TEST(Gpu, CopyAsyncZeroFillsOutOfBounds) {
         SharedRoundTrip s;
         s.evict = evict;
         s.transpose_dims = transposed;
-        jit(s)({m, n, x.arg(), y.arg(), om, on});
+        jit_on(s)({m, n, x.arg(), y.arg(), om, on});
         std::vector<double> want(48 * 80);
         for (int64_t i = 0; i < 48; ++i)
           for (int64_t j = 0; j < 80; ++j) {
@@ -424,11 +452,11 @@ struct Misc : Script {
 };
 }  // namespace
 
-TEST(Gpu, ControlFlowGroupsAndReshapes) {
+TEST(Backend_, ControlFlowGroupsAndReshapes) {
   REQUIRE_GPU();
-  DeviceBuffer y(dtypes::int32, 256);
+  Buffer y(dtypes::int32, 256);
   int64_t n = 9;
-  jit(Misc{})({n, y.arg()});
+  jit_on(Misc{})({n, y.arg()});
   int64_t total = 0 + 2 + 4 + 6 + 8;
   std::vector<double> want(256);
   for (int64_t i = 0; i < 256; ++i) want[i] = double(i + total);
@@ -438,15 +466,15 @@ TEST(Gpu, ControlFlowGroupsAndReshapes) {
 }
 
 
-TEST(Gpu, ShapesViewsAndCopies) {
+TEST(Backend_, ShapesViewsAndCopies) {
   REQUIRE_GPU();
   for (int64_t n : {8, 5}) {  // 5: rows 5..7 of the tile are out of bounds
     SCOPED_TRACE(fmt::format("n = {}", n));
     auto hx = randoms(n * 32, dtypes::float32);
-    DeviceBuffer x(dtypes::float32, n * 32), a(dtypes::float32, 32 * 8), b(dtypes::float32, 8),
+    Buffer x(dtypes::float32, n * 32), a(dtypes::float32, 32 * 8), b(dtypes::float32, 8),
         c(dtypes::float32, n * 32), d(dtypes::int32, n * 32), e(dtypes::float32, n * 32);
     x.upload(hx);
-    jit(tests::Shapes{})({n, x.arg(), a.arg(), b.arg(), c.arg(), d.arg(), e.arg()});
+    jit_on(tests::Shapes{})({n, x.arg(), a.arg(), b.arg(), c.arg(), d.arg(), e.arg()});
     auto tile = [&](int64_t i, int64_t j) { return i < n ? hx[i * 32 + j] : 0.0; };
     std::vector<double> want_a(32 * 8), want_b(8, 0.0), want_c(n * 32), want_e(n * 32);
     for (int64_t i = 0; i < 8; ++i)
@@ -499,15 +527,15 @@ struct UnsyncedPipeline : Script {
 };
 }  // namespace
 
-TEST(Gpu, BarriersAreInsertedWhereTheKernelHasNone) {
+TEST(Backend_, BarriersAreInsertedWhereTheKernelHasNone) {
   REQUIRE_GPU();
   int64_t n = 7;
   auto hx = randoms(n * 16 * 64, dtypes::float32);
-  DeviceBuffer x(dtypes::float32, n * 16 * 64), out(dtypes::float32, 64 * 16);
+  Buffer x(dtypes::float32, n * 16 * 64), out(dtypes::float32, 64 * 16);
   x.upload(hx);
-  auto kernel = jit(UnsyncedPipeline{});
+  auto kernel = jit_on(UnsyncedPipeline{});
   std::vector<KernelArg> args = {n, x.arg(), out.arg()};
-  EXPECT_NE(kernel.launcher(args).kernel().source.source.find("__syncthreads()"), std::string::npos);
+  if (kBackend == Backend::Gpu) EXPECT_NE(cuda_source(kernel, args).find("__syncthreads()"), std::string::npos);
   kernel(args);
   std::vector<double> want(64 * 16, 0.0);
   for (int64_t i = 0; i < n; ++i)
@@ -565,7 +593,7 @@ struct CopyCase : Script {
 
 // Random paths, dtypes of 1, 2, 4 and 8 bytes, tile shapes, offsets before, inside and past
 // the tensor, permuted dims and base pointers off 16-byte alignment, against a host copy.
-TEST(Gpu, CopyFamilyRandomized) {
+TEST(Backend_, CopyFamilyRandomized) {
   REQUIRE_GPU();
   std::mt19937 r(2026);
   auto pick = [&](auto const& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(r)]; };
@@ -594,13 +622,13 @@ TEST(Gpu, CopyFamilyRandomized) {
                                    c.coalesced_width.value_or(0), c.evict.value_or("none"), b, m, n, skew, ob, om, on);
     SCOPED_TRACE(what);
     int64_t total = b * m * n;
-    DeviceBuffer x(c.dtype, total + skew), y(c.dtype, c.tm * c.tn);
+    Buffer x(c.dtype, total + skew), y(c.dtype, c.tm * c.tn);
     auto hx = randoms(total + skew, c.dtype, -100, 100);
     x.upload(hx);
     y.upload(std::vector<double>(c.tm * c.tn, 77));
     int64_t eb = std::max<int64_t>(1, c.dtype.bits() / 8);
     KernelArg xa = KernelArg::typed_pointer(x.ptr() + skew * eb, c.dtype);
-    jit(c)({b, m, n, xa, y.arg(), ob, om, on});
+    jit_on(c)({b, m, n, xa, y.arg(), ob, om, on});
     std::vector<double> want(c.tm * c.tn);
     for (int64_t i = 0; i < c.tm; ++i)
       for (int64_t j = 0; j < c.tn; ++j) {
@@ -649,15 +677,15 @@ struct FragmentRoundTrip : Script {
 };
 }  // namespace
 
-TEST(Gpu, FragmentsThroughSharedMemory) {
+TEST(Backend_, FragmentsThroughSharedMemory) {
   REQUIRE_GPU();
   int64_t m = 50, n = 61, k = 29;
   auto ha = randoms(m * k, dtypes::float16), hb = randoms(k * n, dtypes::float16);
-  DeviceBuffer a(dtypes::float16, m * k), b(dtypes::float16, k * n), c(dtypes::float16, m * n);
+  Buffer a(dtypes::float16, m * k), b(dtypes::float16, k * n), c(dtypes::float16, m * n);
   a.upload(ha);
   b.upload(hb);
   c.upload(std::vector<double>(m * n, 0));
-  jit(FragmentRoundTrip{})({m, n, k, a.arg(), b.arg(), c.arg()});
+  jit_on(FragmentRoundTrip{})({m, n, k, a.arg(), b.arg(), c.arg()});
   std::vector<double> want(m * n);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {

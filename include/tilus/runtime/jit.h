@@ -69,6 +69,7 @@ class DeviceBuffer {
   void upload(const std::vector<double>& values);
   std::vector<double> download() const;
   void upload_bytes(const void* data, size_t bytes);
+  void fill_bytes(uint8_t value);  // every byte
   void download_bytes(void* data, size_t bytes) const;
 
  private:

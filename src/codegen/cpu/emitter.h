@@ -96,8 +96,9 @@ class Emitter {
   // Memory to memory over a tile of `shape`.
   void transfer(const InstNode& inst, const Side& src, const Side& dst, const std::vector<int64_t>& shape);
   // Checked mode: the condition under which an access at tile index `tile` (bound vars) is
-  // legal; reports the failure and yields false otherwise. Returns nullptr when unchecked.
-  llvm::Value* check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile);
+  // legal; where `pred` (the access's bounds predicate) holds and the access is not legal, it
+  // reports the failure. Returns nullptr when unchecked.
+  llvm::Value* check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile, llvm::Value* pred);
 
   [[noreturn]] void fail(const InstNode& inst, const std::string& message) const;
 

@@ -50,7 +50,7 @@ Side Emitter::region_side(const CopyRegion& r, int tile_rank) {
   return shared_side(region_view(shared.at(r.tensor.get()), r, tile_rank));
 }
 
-llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile) {
+llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile, llvm::Value* pred) {
   if (!options.checked || !side.global) return nullptr;
   const GlobalAccess& g = side.access;
   auto idx = global_index(g, tile);
@@ -86,7 +86,8 @@ llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const
   int32_t site = int32_t(sites.size());
   sites.push_back({inst.display_name(), inst.loc, rec.type_str, rec.param,
                    rec.param >= 0 ? kernel.params[rec.param].name() : std::string()});
-  if_then(b.CreateNot(ok), [&] {
+  // Elements the predicate masks are never accessed: only the others are checked.
+  if_then(b.CreateAnd(pred, b.CreateNot(ok)), [&] {
     llvm::Value* buf = alloca_in_entry(b.getInt64Ty(), rank, "bad_index");
     for (int d = 0; d < rank; ++d)
       b.CreateStore(convert(expr(idx[d]), idx[d].dtype(), dtypes::int64), b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), buf, d));
@@ -109,7 +110,7 @@ void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, 
     llvm::Value* lin = linear(idx, shape);
     Expr pred_e = mem.predicate(tile);
     llvm::Value* pred = is_true(pred_e) ? b.getInt1(true) : expr(pred_e);
-    llvm::Value* ok = check_access(inst, mem, tile);
+    llvm::Value* ok = check_access(inst, mem, tile, pred);
     llvm::Value* cond = ok ? b.CreateAnd(pred, ok) : pred;
     if (load) {
       if_then(
@@ -134,10 +135,10 @@ void Emitter::transfer(const InstNode& inst, const Side& src, const Side& dst, c
     auto tile = bind_index(idx);
     Expr sp = src.predicate(tile), dp = dst.predicate(tile);
     llvm::Value* dcond = is_true(dp) ? b.getInt1(true) : expr(dp);
-    if (llvm::Value* ok = check_access(inst, dst, tile)) dcond = b.CreateAnd(dcond, ok);
+    if (llvm::Value* ok = check_access(inst, dst, tile, dcond)) dcond = b.CreateAnd(dcond, ok);
     if_then(dcond, [&] {
       llvm::Value* scond = is_true(sp) ? b.getInt1(true) : expr(sp);
-      if (llvm::Value* ok = check_access(inst, src, tile)) scond = b.CreateAnd(scond, ok);
+      if (llvm::Value* ok = check_access(inst, src, tile, scond)) scond = b.CreateAnd(scond, ok);
       llvm::Value* slot = alloca_in_entry(memory_type(src.dtype), 1, "elem");
       b.CreateStore(b.CreateZExt(constant(src.dtype, 0), memory_type(src.dtype)), slot);
       if_then(scond, [&] {
