@@ -552,6 +552,15 @@ void Emitter::emit_stmt(const Stmt& s) {
 }
 
 void Emitter::emit_inst(const InstNode& inst) {
+  try {
+    emit_inst_body(inst);
+  } catch (const CompileError& e) {
+    if (e.loc().valid()) throw;
+    throw CompileError(fmt::format("{}: {} (CPU backend)", inst.display_name(), e.message()), inst.loc);
+  }
+}
+
+void Emitter::emit_inst_body(const InstNode& inst) {
   switch (inst.kind()) {
     case InstKind::GlobalView:
     case InstKind::AllocateShared:

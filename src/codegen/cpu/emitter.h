@@ -116,6 +116,7 @@ class Emitter {
  private:
   void emit_stmt(const Stmt& s);
   void emit_inst(const InstNode& inst);
+  void emit_inst_body(const InstNode& inst);
   void emit_printf(const PrintfInst& inst);
   llvm::Value* binary(const BinaryNode& n);
   llvm::Value* call(const CallNode& n);
