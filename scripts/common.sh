@@ -28,6 +28,7 @@ install_missing() {
   done
   if [ ${#missing[@]} -eq 0 ]; then
     log "all build dependencies present"
+    install_optional
     return
   fi
   log "installing: ${missing[*]}"
@@ -39,6 +40,23 @@ install_missing() {
   fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  install_optional
+}
+
+# LLVM (14 or newer) for the CPU backend: installed where apt can, skipped where it cannot
+# (the GPU machine has no network and no LLVM headers; the backend is then off and its
+# tests skip).
+have_llvm() { compgen -G "/usr/lib/llvm-*/lib/cmake/llvm/LLVMConfig.cmake" >/dev/null || command -v llvm-config >/dev/null 2>&1; }
+
+install_optional() {
+  have_llvm && return
+  command -v apt-get >/dev/null 2>&1 || { log "LLVM not found and no apt-get: the CPU backend is off"; return; }
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing llvm-dev (CPU backend)"
+  if ! { timeout 300 $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 $sudo apt-get install -y -qq llvm-dev >/dev/null; }; then
+    log "could not install llvm-dev: the CPU backend is off"
+  fi
 }
 
 configure_and_build() {
