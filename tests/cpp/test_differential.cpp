@@ -15,6 +15,7 @@
 #include "../../examples/cpp/softmax.h"
 #include "../../examples/cpp/vector_add.h"
 #include "shapes_script.h"
+#include "tilus/codegen/nvrtc.h"
 #include "tilus/runtime/jit.h"
 
 using namespace tilus;
@@ -155,4 +156,19 @@ TEST(Differential, Examples) {
                           Spec::input(dtypes::float16, b), Spec::out(dtypes::float16, m * nn, 2e-3)};
   differential(examples::MatmulMma{}, mm);
   differential(examples::MatmulCopy{}, mm);
+}
+
+// Without a GPU the kernels above still compile for both backends (NVRTC needs no GPU), so
+// CI catches a differential kernel that one backend cannot lower.
+TEST(Differential, KernelsCompileForBothBackends) {
+  if (!cpu_backend_available()) GTEST_SKIP() << "no CPU backend: " << cpu_unavailable_reason();
+  std::vector<Program> programs = {trace(IntKernel{}), trace(tests::Shapes{}), trace(examples::VectorAdd{}),
+                                   trace(examples::Softmax{}), trace(examples::MatmulMma{}),
+                                   trace(examples::MatmulCopy{})};
+  for (const Program& p : programs) {
+    SCOPED_TRACE(p.kernels[0].name);
+    auto cpu = CpuKernel::compile(p);
+    EXPECT_NE(cpu->llvm_ir().find("define void @tilus_"), std::string::npos);
+    if (nvrtc_available()) EXPECT_FALSE(compile_program(p, "sm_90a", nullptr).cubin.empty());
+  }
 }
