@@ -10,6 +10,7 @@ matmul (float32) is shown for scale. Prints a table; ratios > 1 mean tilus is fa
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -49,7 +50,8 @@ def median(xs):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--bench", default=os.path.join(os.path.dirname(__file__), "..", "build", "bench", "bench_cpu"))
+    p.add_argument("--bench", default=os.path.join(os.path.dirname(__file__), "..", "build", "bench", "bench_cpu"),
+                   help="the bench_cpu command (words split like a shell)")
     p.add_argument("--size", type=int, default=500)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
@@ -85,7 +87,7 @@ def main():
             rows.append((f"Triton interpreter {bm}x{bn}x{bk}", ms, f"max err {err:.3g}"))
             triton_ms = ms if triton_ms is None else min(triton_ms, ms)
 
-    out = subprocess.run([args.bench, str(s)], capture_output=True, text=True)
+    out = subprocess.run(shlex.split(args.bench) + [str(s)], capture_output=True, text=True)
     results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not results or "error" in results[0]:
         sys.exit(f"bench_cpu failed:\n{out.stdout}{out.stderr}")

@@ -2,7 +2,10 @@
 # For the GPU machine (a developer tool, not a set-up command): build without LLVM, run every
 # test (the GPU ones included), the C++ examples, compute-sanitizer on the examples, and
 # optionally the benchmarks. Logs go to $OUT (default ./gpu-logs); a summary is printed last.
-#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench]    (default: all four)
+#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench] [cpu]   (default: the first four)
+# `cpu` runs carry/static/tests/cpp/tilus_cpu_static (built elsewhere with
+# -DTILUS_LLVM_STATIC=ON, since this machine has no LLVM; its libfmt/libspdlog in carry/lib):
+# the differential tests (CPU backend vs GPU) and bench/run_cpu.py (vs Triton's interpreter).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${TILUS_BUILD_DIR:-$ROOT/build-gpu}"
@@ -15,7 +18,7 @@ summary=()
 record() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
 
 t0=$(date +%s)
-if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILUS_WITH_LLVM=OFF &&
+if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILUS_ENABLE_CPU=OFF &&
        cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
   tail -40 "$LOGS/build.log"
   echo "build FAILED"
@@ -60,6 +63,16 @@ for step in "${steps[@]}"; do
       PYTHON="${PYTHON:-python3}" TILUS_BUILD_DIR="$BUILD" "$ROOT/bench/run.sh" >"$LOGS/bench.log" 2>&1
       record bench "rc=$?"
       tail -20 "$LOGS/bench.log"
+      ;;
+    cpu)
+      static="$ROOT/carry/static/tests/cpp/tilus_cpu_static"
+      export LD_LIBRARY_PATH="$ROOT/carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+      "$static" test >"$LOGS/differential.log" 2>&1
+      record differential "rc=$? $(grep -cE '^\[       OK' "$LOGS/differential.log") ok, $(grep -cE '^\[  SKIPPED \]' "$LOGS/differential.log") skipped"
+      grep -E '^\[  FAILED|Failure|Expected|Which is|Skipped' "$LOGS/differential.log" | head -20
+      "${PYTHON:-python3}" "$ROOT/bench/run_cpu.py" --bench "$static bench" >"$LOGS/bench-cpu.log" 2>&1
+      record bench-cpu "rc=$?"
+      tail -16 "$LOGS/bench-cpu.log"
       ;;
   esac
 done
