@@ -28,7 +28,8 @@ except ImportError:
 if triton is not None:
 
     @triton.jit
-    def matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # K is a constexpr: Triton 3.6's interpreter cannot iterate range() over a runtime int.
+    def matmul_kernel(a, b, c, M, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         rm = pid_m * BM + tl.arange(0, BM)
@@ -80,7 +81,7 @@ def main():
             times = []
             for i in range(args.repeat):
                 t0 = time.perf_counter()
-                matmul_kernel[grid](a, b, c, s, s, s, BM=bm, BN=bn, BK=bk)
+                matmul_kernel[grid](a, b, c, s, s, K=s, BM=bm, BN=bn, BK=bk)
                 times.append((time.perf_counter() - t0) * 1e3)
             err = (c.double() - ref).abs().max().item()
             ms = median(times)
