@@ -1,0 +1,69 @@
+"""Shared helpers of the Python examples: random inputs on the GPU (torch) when one is usable,
+else on the host (numpy: the kernels then run on the CPU backend), result checks, timing."""
+import os
+import sys
+import time
+
+import tilus
+
+
+def on_gpu():
+    if os.environ.get("TILUS_TARGET") == "cpu" or not tilus.gpu_available():
+        return False
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def arrays(dtype, *shapes, scale=1.0):
+    """(module, device, *random arrays) on the GPU with torch, else numpy on the host."""
+    if on_gpu():
+        import torch
+        torch.manual_seed(0)
+        dt = getattr(torch, dtype)
+        return (torch, "cuda", *[(torch.rand(s, device="cuda") * 2 - 1).mul(scale).to(dt) for s in shapes])
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return (np, "cpu", *[((rng.random(s) * 2 - 1) * scale).astype(dtype) for s in shapes])
+
+
+def to_numpy(x):
+    if hasattr(x, "detach"):
+        return x.detach().float().cpu().numpy()
+    return x.astype("float64")
+
+
+def check(name, got, want, atol, rtol):
+    import numpy as np
+    g, w = to_numpy(got).astype("float64"), to_numpy(want).astype("float64")
+    err = np.abs(g - w)
+    bad = err > atol + rtol * np.abs(w)
+    if bad.any():
+        i = np.argwhere(bad)[0]
+        sys.exit(f"{name}: FAIL at {tuple(int(x) for x in i)}: got {g[tuple(i)]} want {w[tuple(i)]} "
+                 f"(max abs err {err.max():.3g})")
+    print(f"{name}: PASS (max abs err {err.max():.3g})")
+
+
+def timed(fn, device, repeat=20):
+    """Median milliseconds of `repeat` calls after a warm-up."""
+    fn()
+    times = []
+    if device == "cuda":
+        import torch
+        for _ in range(repeat):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+    else:
+        for _ in range(min(repeat, 5)):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]

@@ -1,0 +1,421 @@
+// tilus._C: the pybind11 module under the Python package. It binds the tracer core (the
+// Builder every C++ Script method drives), data types, scalar expressions, tensors, the pass
+// pipeline and both backends' compile-and-launch objects. The Python package
+// (python/tilus/) builds the user-facing Script on top of it.
+#include <pybind11/functional.h>
+#include <pybind11/operators.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include "tilus/codegen/nvrtc.h"
+#include "tilus/ir/printer.h"
+#include "tilus/lang/builder.h"
+#include "tilus/passes/pipeline.h"
+#include "tilus/runtime/jit.h"
+
+namespace py = pybind11;
+using namespace tilus;
+
+namespace {
+
+// Python scalars as IR expressions: bool -> bool, int -> int32 (int64 when out of range),
+// float -> float32, Expr as is.
+Expr to_expr(const py::handle& h) {
+  if (py::isinstance<Expr>(h)) return h.cast<Expr>();
+  if (py::isinstance<py::bool_>(h)) return Expr(h.cast<bool>());
+  if (py::isinstance<py::int_>(h)) return Expr(h.cast<int64_t>());
+  if (py::isinstance<py::float_>(h)) return Expr(h.cast<double>());
+  // numpy scalars and the like
+  if (py::hasattr(h, "__index__")) return Expr(h.attr("__index__")().cast<int64_t>());
+  if (py::hasattr(h, "__float__")) return Expr(h.attr("__float__")().cast<double>());
+  throw CompileError(fmt::format("expected a scalar (int, float, bool or tilus expression), got {}",
+                                 std::string(py::str(py::type::of(h).attr("__name__")))));
+}
+
+std::vector<Expr> to_exprs(const py::iterable& xs) {
+  std::vector<Expr> out;
+  for (auto x : xs) out.push_back(to_expr(x));
+  return out;
+}
+
+SourceLoc loc_of(const py::tuple& t) {
+  SourceLoc l;
+  if (t.size() >= 2) {
+    l.file = t[0].cast<std::string>();
+    l.line = t[1].cast<int>();
+  }
+  if (t.size() >= 3) l.function = t[2].cast<std::string>();
+  return l;
+}
+
+// Expr binary operators in both orders.
+template <class F>
+void def_binary(py::class_<Expr>& c, const char* name, const char* rname, F f) {
+  c.def(name, [f](const Expr& a, const py::object& b) { return f(a, to_expr(b)); });
+  c.def(rname, [f](const Expr& a, const py::object& b) { return f(to_expr(b), a); });
+}
+
+// A launch's argument list from Python values: pointers as ints, scalars as int/float.
+std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, const py::sequence& values,
+                               const std::vector<int64_t>& extents) {
+  std::vector<KernelArg> args;
+  size_t n = py::len(values);
+  args.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    py::handle v = values[i];
+    bool pointer = i < params.size() && params[i].dtype.is_pointer();
+    if (pointer) {
+      KernelArg a = KernelArg::pointer(DevicePtr(v.cast<uint64_t>()));
+      if (i < extents.size()) a.bytes = extents[i];
+      args.push_back(a);
+    } else if (py::isinstance<py::float_>(v)) {
+      args.emplace_back(v.cast<double>());
+    } else {
+      args.emplace_back(v.cast<int64_t>());
+    }
+  }
+  return args;
+}
+
+struct GpuKernel {
+  std::unique_ptr<Launcher> launcher;
+  void launch(const py::sequence& values, uint64_t stream) const {
+    launcher->launch(to_args(launcher->kernel().source.params, values, {}), reinterpret_cast<Stream>(stream));
+  }
+};
+
+struct CpuKernelHandle {
+  std::shared_ptr<const CpuKernel> kernel;
+  std::vector<KernelParam> params;
+  void launch(const py::sequence& values, const std::vector<int64_t>& extents) const {
+    std::vector<KernelArg> args = to_args(params, values, extents);
+    py::gil_scoped_release release;
+    kernel->launch(args);
+  }
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tilus core (C++): tracer, IR, passes, CUDA and CPU backends";
+  m.attr("__version__") = TILUS_VERSION;
+
+  // --- errors ---------------------------------------------------------------------------------
+  static py::exception<Error> error(m, "Error");
+  static py::exception<CompileError> compile_error(m, "CompileError", error.ptr());
+  static py::exception<ArgumentError> argument_error(m, "ArgumentError", error.ptr());
+  static py::exception<CpuCheckError> cpu_check_error(m, "CpuCheckError", error.ptr());
+  static py::exception<InternalError> internal_error(m, "InternalError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const CompileError& e) {
+      PyErr_SetString(compile_error.ptr(), e.what());
+    } catch (const ArgumentError& e) {
+      PyErr_SetString(argument_error.ptr(), e.what());
+    } catch (const CpuCheckError& e) {
+      PyErr_SetString(cpu_check_error.ptr(), e.what());
+    } catch (const InternalError& e) {
+      PyErr_SetString(internal_error.ptr(), e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  // --- data types -----------------------------------------------------------------------------
+  py::class_<DataType>(m, "DataType")
+      .def_static("from_name", [](const std::string& n) {
+        auto t = DataType::from_name(n);
+        if (!t) throw CompileError(fmt::format("unknown data type '{}'", n));
+        return *t;
+      })
+      .def_property_readonly("name", &DataType::name)
+      .def_property_readonly("bits", &DataType::bits)
+      .def_property_readonly("is_float", &DataType::is_float)
+      .def_property_readonly("is_integer", &DataType::is_integer)
+      .def_property_readonly("is_signed", &DataType::is_signed)
+      .def_property_readonly("is_bool", &DataType::is_bool)
+      .def_property_readonly("is_pointer", &DataType::is_pointer)
+      .def_property_readonly("pointee", &DataType::pointee)
+      .def("pointer_to", &DataType::pointer_to)
+      .def("__invert__", &DataType::pointer_to)  // ~float16: a pointer to float16 (Tilus' spelling)
+      .def("storage_bytes", &DataType::storage_bytes)
+      .def("encode_float", &DataType::encode_float)
+      .def("decode_float", &DataType::decode_float)
+      .def(py::self == py::self)
+      .def(py::self != py::self)
+      .def("__hash__", [](const DataType& t) { return std::hash<std::string>()(t.name()); })
+      .def("__repr__", [](const DataType& t) { return t.name(); });
+
+  // --- expressions ------------------------------------------------------------------------------
+  py::class_<Expr> expr(m, "Expr");
+  expr.def(py::init(&to_expr))
+      .def_property_readonly("dtype", &Expr::dtype)
+      .def("is_const", &Expr::is_const)
+      .def("int_value", &Expr::int_value)
+      .def("__repr__", [](const Expr& e) { return to_string(e); })
+      .def("__bool__", [](const Expr& e) -> bool {
+        throw CompileError(fmt::format(
+            "the value of '{}' is only known when the kernel runs: Python's `and`, `or`, `not` and "
+            "comparisons chains cannot use it (use &, |, ~ or tilus.logical_and / logical_or)",
+            to_string(e)));
+      })
+      .def("__neg__", [](const Expr& a) { return -a; })
+      .def("__invert__", [](const Expr& a) { return a.dtype().is_bool() ? !a : ~a; })
+      .def("__lt__", [](const Expr& a, const py::object& b) { return a < to_expr(b); })
+      .def("__le__", [](const Expr& a, const py::object& b) { return a <= to_expr(b); })
+      .def("__gt__", [](const Expr& a, const py::object& b) { return a > to_expr(b); })
+      .def("__ge__", [](const Expr& a, const py::object& b) { return a >= to_expr(b); })
+      .def("__eq__", [](const Expr& a, const py::object& b) { return a == to_expr(b); })
+      .def("__ne__", [](const Expr& a, const py::object& b) { return a != to_expr(b); })
+      .def("__hash__", [](const Expr& e) { return std::hash<const void*>()(e.get()); });
+  def_binary(expr, "__add__", "__radd__", [](const Expr& a, const Expr& b) { return a + b; });
+  def_binary(expr, "__sub__", "__rsub__", [](const Expr& a, const Expr& b) { return a - b; });
+  def_binary(expr, "__mul__", "__rmul__", [](const Expr& a, const Expr& b) { return a * b; });
+  def_binary(expr, "__truediv__", "__rtruediv__", [](const Expr& a, const Expr& b) { return a / b; });
+  def_binary(expr, "__floordiv__", "__rfloordiv__", [](const Expr& a, const Expr& b) { return floor_div(a, b); });
+  def_binary(expr, "__mod__", "__rmod__", [](const Expr& a, const Expr& b) { return floor_mod(a, b); });
+  def_binary(expr, "__and__", "__rand__", [](const Expr& a, const Expr& b) {
+    return a.dtype().is_bool() && b.dtype().is_bool() ? logical_and(a, b) : a & b;
+  });
+  def_binary(expr, "__or__", "__ror__", [](const Expr& a, const Expr& b) {
+    return a.dtype().is_bool() && b.dtype().is_bool() ? logical_or(a, b) : a | b;
+  });
+  def_binary(expr, "__xor__", "__rxor__", [](const Expr& a, const Expr& b) { return a ^ b; });
+  def_binary(expr, "__lshift__", "__rlshift__", [](const Expr& a, const Expr& b) { return a << b; });
+  def_binary(expr, "__rshift__", "__rrshift__", [](const Expr& a, const Expr& b) { return a >> b; });
+
+  py::class_<Var, Expr>(m, "Var").def_property_readonly("name", &Var::name);
+
+  m.def("const", [](const py::object& v, const DataType& t) { return make_const(t, v.cast<double>()); });
+  m.def("cast", [](const py::object& v, const DataType& t) { return cast(to_expr(v), t); });
+  m.def("cdiv", [](const py::object& a, const py::object& b) { return cdiv(to_expr(a), to_expr(b)); });
+  m.def("min", [](const py::object& a, const py::object& b) { return min(to_expr(a), to_expr(b)); });
+  m.def("max", [](const py::object& a, const py::object& b) { return max(to_expr(a), to_expr(b)); });
+  m.def("select", [](const py::object& c, const py::object& a, const py::object& b) {
+    return select(to_expr(c), to_expr(a), to_expr(b));
+  });
+  m.def("logical_and", [](const py::object& a, const py::object& b) { return logical_and(to_expr(a), to_expr(b)); });
+  m.def("logical_or", [](const py::object& a, const py::object& b) { return logical_or(to_expr(a), to_expr(b)); });
+  m.def("logical_not", [](const py::object& a) { return !to_expr(a); });
+  m.def("call", [](const std::string& name, const py::iterable& args) { return call(name, to_exprs(args)); });
+  m.def("block_idx", [](int d) { return Expr(builtin::block_idx(d)); });
+
+  // --- tensors ----------------------------------------------------------------------------------
+  py::class_<Tensor>(m, "Tensor")
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("rank", &Tensor::rank)
+      .def_property_readonly("scope", [](const Tensor& t) { return std::string(to_string(t.scope())); })
+      .def_property_readonly("shape", [](const Tensor& t) {
+        py::list out;
+        for (auto& e : t.shape()) {
+          if (e.is_int_const()) out.append(e.int_value());
+          else out.append(e);
+        }
+        return out;
+      })
+      .def("type_str", &Tensor::type_str)
+      .def("same_as", &Tensor::same_as)
+      .def("__repr__", &Tensor::type_str);
+
+  py::class_<RegisterLayout>(m, "RegisterLayout").def("__repr__", &RegisterLayout::str);
+  m.def("local", &local);
+  m.def("spatial", &spatial);
+  m.def("column_local", &column_local);
+  m.def("column_spatial", &column_spatial);
+  m.def("replicated", &replicated);
+  m.def("compose", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; });
+
+  py::class_<Program>(m, "Program")
+      .def("__str__", [](const Program& p) { return print(p); })
+      .def("text", [](const Program& p, bool locations) {
+        PrintOptions o;
+        o.locations = locations;
+        return print(p, o);
+      }, py::arg("locations") = false)
+      .def_property_readonly("kernel_name", [](const Program& p) { return p.kernels.at(0).name; })
+      .def("set_divisibility", [](Program& p, int index, int64_t d) { p.kernels.at(0).param_divisibility[index] = d; })
+      .def("lowered", [](const Program& p, const std::string& arch) {
+        PipelineOptions o;
+        o.target = arch == "cpu" ? Target::cpu() : Target::from_arch(arch);
+        return run_pipeline(p, o);
+      });
+
+  // --- the tracer -------------------------------------------------------------------------------
+  using L = const py::tuple&;
+  py::class_<Builder>(m, "Builder")
+      .def(py::init([](const std::string& name, L loc) { return std::make_unique<Builder>(name, loc_of(loc)); }))
+      .def("add_param", [](Builder& b, const std::string& n, DataType t, L loc) { return b.add_param(n, t, loc_of(loc)); })
+      .def("add_constant", &Builder::add_constant)
+      .def("set_blocks", [](Builder& b, const py::iterable& xs, L loc) { b.set_blocks(to_exprs(xs), loc_of(loc)); })
+      .def("set_warps", [](Builder& b, int64_t w, L loc) { b.set_warps(w, loc_of(loc)); })
+      .def("set_cluster", [](Builder& b, std::array<int64_t, 3> c, L loc) { b.set_cluster(c, loc_of(loc)); })
+      .def("finish", &Builder::finish)
+      .def("depth", &Builder::depth)
+      .def("begin_for", [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,
+                           const py::object& step, int64_t unroll, L loc) {
+        Unroll u = unroll < 0 ? Unroll::all() : unroll == 0 ? Unroll::none() : Unroll::by(unroll);
+        return b.begin_for(name, to_expr(begin), to_expr(end), to_expr(step), u, loc_of(loc));
+      })
+      .def("end_for", &Builder::end_for)
+      .def("begin_if", [](Builder& b, const py::object& c, L loc) { b.begin_if(to_expr(c), loc_of(loc)); })
+      .def("end_if", &Builder::end_if)
+      .def("begin_else", [](Builder& b, L loc) { b.begin_else(loc_of(loc)); })
+      .def("end_else", &Builder::end_else)
+      .def("begin_while", [](Builder& b, const py::object& c, L loc) { b.begin_while(to_expr(c), loc_of(loc)); })
+      .def("end_while", &Builder::end_while)
+      .def("emit_break", [](Builder& b, L loc) { b.emit_break(loc_of(loc)); })
+      .def("emit_continue", [](Builder& b, L loc) { b.emit_continue(loc_of(loc)); })
+      .def("begin_thread_group", [](Builder& b, const std::string& kind, int64_t begin, int64_t n, L loc) {
+        ThreadGroupKind k = kind == "single_thread" ? ThreadGroupKind::SingleThread
+                            : kind == "single_warp" ? ThreadGroupKind::SingleWarp
+                            : kind == "warp_group"  ? ThreadGroupKind::WarpGroup
+                                                    : ThreadGroupKind::ThreadGroup;
+        b.begin_thread_group(k, begin, n, loc_of(loc));
+      })
+      .def("end_thread_group", &Builder::end_thread_group)
+      .def("let", [](Builder& b, const std::string& n, const py::object& v, L loc) { return b.let(n, to_expr(v), loc_of(loc)); })
+      .def("declare", [](Builder& b, const std::string& n, DataType t, const py::object& v, L loc) {
+        return b.declare(n, t, to_expr(v), loc_of(loc));
+      })
+      .def("assign", [](Builder& b, const Var& v, const py::object& x, L loc) { b.assign(v, to_expr(x), loc_of(loc)); })
+      .def("global_view", [](Builder& b, const py::object& ptr, DataType t, const py::iterable& shape,
+                             const py::iterable& strides, L loc, const std::string& name) {
+        return b.global_view(to_expr(ptr), t, to_exprs(shape), to_exprs(strides), loc_of(loc), name);
+      })
+      .def("shared_tensor", [](Builder& b, DataType t, std::vector<int64_t> shape, L loc) {
+        return b.shared_tensor(t, std::move(shape), loc_of(loc));
+      })
+      .def("free_shared", [](Builder& b, const Tensor& t, L loc) { b.free_shared(t, loc_of(loc)); })
+      .def("register_tensor", [](Builder& b, DataType t, std::vector<int64_t> shape, const py::object& init, L loc) {
+        if (init.is_none()) return b.register_tensor(t, std::move(shape), Expr(), loc_of(loc));
+        if (py::isinstance<py::function>(init)) {
+          py::function f = init;
+          return b.register_tensor(t, std::move(shape), [f](const std::vector<Var>& axes) {
+            py::list vs;
+            for (auto& v : axes) vs.append(v);
+            return to_expr(f(*vs));
+          }, loc_of(loc));
+        }
+        return b.register_tensor(t, std::move(shape), to_expr(init), loc_of(loc));
+      })
+      .def("index_shared", [](Builder& b, const Tensor& t, const py::iterable& idx, L loc) {
+        return b.index_shared(t, to_exprs(idx), loc_of(loc));
+      })
+      .def("load_global", [](Builder& b, const Tensor& src, const py::iterable& offsets, std::vector<int64_t> shape,
+                             std::vector<int> dims, L loc) {
+        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc));
+      })
+      .def("store_global", [](Builder& b, const Tensor& dst, const Tensor& src, const py::iterable& offsets,
+                              std::vector<int> dims, L loc) {
+        b.store_global(dst, src, to_exprs(offsets), std::move(dims), loc_of(loc));
+      })
+      .def("load_shared", [](Builder& b, const Tensor& src, L loc) { return b.load_shared(src, loc_of(loc)); })
+      .def("store_shared", [](Builder& b, const Tensor& dst, const Tensor& src, L loc) { b.store_shared(dst, src, loc_of(loc)); })
+      .def("copy_async", [](Builder& b, const Tensor& src, const Tensor& dst, const py::iterable& offsets,
+                            std::vector<int> dims, std::optional<std::string> evict, bool check_bounds, L loc) {
+        b.copy_async(src, dst, to_exprs(offsets), std::move(dims), evict, check_bounds, loc_of(loc));
+      })
+      .def("copy_async_commit_group", [](Builder& b, L loc) { b.copy_async_commit_group(loc_of(loc)); })
+      .def("copy_async_wait_group", [](Builder& b, int64_t n, L loc) { b.copy_async_wait_group(n, loc_of(loc)); })
+      .def("copy_async_wait_all", [](Builder& b, L loc) { b.copy_async_wait_all(loc_of(loc)); })
+      .def("copy", [](Builder& b, const Tensor& src, const py::iterable& src_offsets, const py::iterable& src_extents,
+                      const Tensor& dst, const py::iterable& dst_offsets, const py::iterable& dst_extents,
+                      std::optional<int64_t> coalesced_width, bool disable_tma, std::optional<std::string> eviction_policy,
+                      std::map<std::string, std::string> annotations, std::optional<RegisterLayout> loop_layout,
+                      bool async_commit, L loc) {
+        CopyArgs args;
+        args.coalesced_width = coalesced_width;
+        args.disable_tma = disable_tma;
+        args.eviction_policy = std::move(eviction_policy);
+        args.annotations = std::move(annotations);
+        if (loop_layout) args.loop_layout = *loop_layout;
+        args.async_commit = async_commit;
+        b.copy(CopyRegion{src, to_exprs(src_offsets), to_exprs(src_extents), std::nullopt},
+               CopyRegion{dst, to_exprs(dst_offsets), to_exprs(dst_extents), std::nullopt}, args, loc_of(loc));
+      })
+      .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, const Tensor& c, L loc) { return b.dot(x, y, c, loc_of(loc)); })
+      .def("cast", [](Builder& b, const Tensor& x, DataType t, L loc) { return b.cast(x, t, loc_of(loc)); })
+      .def("view", [](Builder& b, const Tensor& x, std::optional<DataType> t, std::optional<RegisterLayout> l, L loc) {
+        return b.view(x, t, l ? *l : RegisterLayout(), loc_of(loc));
+      })
+      .def("reshape", [](Builder& b, const Tensor& x, std::vector<int64_t> s, L loc) { return b.reshape(x, std::move(s), loc_of(loc)); })
+      .def("squeeze", [](Builder& b, const Tensor& x, std::vector<int> d, L loc) { return b.squeeze(x, std::move(d), loc_of(loc)); })
+      .def("unsqueeze", [](Builder& b, const Tensor& x, std::vector<int> d, L loc) { return b.unsqueeze(x, std::move(d), loc_of(loc)); })
+      .def("transpose", [](Builder& b, const Tensor& x, L loc) { return b.transpose(x, loc_of(loc)); })
+      .def("repeat", [](Builder& b, const Tensor& x, std::vector<int64_t> r, L loc) { return b.repeat(x, std::move(r), loc_of(loc)); })
+      .def("unary", [](Builder& b, const std::string& op, const Tensor& x, L loc) { return b.unary(op, x, loc_of(loc)); })
+      .def("binary", [](Builder& b, const std::string& op, const py::object& x, const py::object& y, L loc) {
+        static const std::map<std::string, BinaryOp> ops = {
+            {"+", BinaryOp::Add},  {"-", BinaryOp::Sub},     {"*", BinaryOp::Mul},     {"/", BinaryOp::Div},
+            {"%", BinaryOp::Mod},  {"//", BinaryOp::FloorDiv}, {"floor_mod", BinaryOp::FloorMod},
+            {"&", BinaryOp::BitAnd}, {"|", BinaryOp::BitOr}, {"^", BinaryOp::BitXor}, {"<<", BinaryOp::Shl},
+            {">>", BinaryOp::Shr}, {"<", BinaryOp::Lt},      {"<=", BinaryOp::Le},     {">", BinaryOp::Gt},
+            {">=", BinaryOp::Ge},  {"==", BinaryOp::Eq},     {"!=", BinaryOp::Ne},     {"and", BinaryOp::And},
+            {"or", BinaryOp::Or},  {"max", BinaryOp::Max},   {"min", BinaryOp::Min}};
+        auto it = ops.find(op);
+        if (it == ops.end()) throw InternalError("unknown binary operator " + op);
+        Tensor a = py::isinstance<Tensor>(x) ? x.cast<Tensor>() : Tensor();
+        Tensor c = py::isinstance<Tensor>(y) ? y.cast<Tensor>() : Tensor();
+        return b.binary(it->second, a, a.defined() ? Expr() : to_expr(x), c, c.defined() ? Expr() : to_expr(y), loc_of(loc));
+      })
+      .def("where", [](Builder& b, const Tensor& cond, const py::object& x, const py::object& y, L loc) {
+        Tensor a = py::isinstance<Tensor>(x) ? x.cast<Tensor>() : Tensor();
+        Tensor c = py::isinstance<Tensor>(y) ? y.cast<Tensor>() : Tensor();
+        return b.where(cond, a, a.defined() ? Expr() : to_expr(x), c, c.defined() ? Expr() : to_expr(y), loc_of(loc));
+      })
+      .def("clip", [](Builder& b, const Tensor& x, const py::object& lo, const py::object& hi, L loc) {
+        return b.clip(x, to_expr(lo), to_expr(hi), loc_of(loc));
+      })
+      .def("reduce", [](Builder& b, const std::string& op, const Tensor& x, std::optional<std::vector<int>> dims,
+                        bool keepdim, L loc) {
+        ReduceOp r = op == "sum" ? ReduceOp::Sum : op == "max" ? ReduceOp::Max : op == "min" ? ReduceOp::Min
+                     : op == "any" ? ReduceOp::Any : ReduceOp::All;
+        return b.reduce(r, x, std::move(dims), keepdim, loc_of(loc));
+      })
+      .def("assign_tensor", [](Builder& b, const Tensor& d, const Tensor& s, L loc) { b.assign_tensor(d, s, loc_of(loc)); })
+      .def("sync", [](Builder& b, L loc) { b.sync(loc_of(loc)); })
+      .def("printf", [](Builder& b, const std::string& f, const py::iterable& args, L loc) { b.printf(f, to_exprs(args), loc_of(loc)); })
+      .def("assume", [](Builder& b, const py::object& c, L loc) { b.assume(to_expr(c), loc_of(loc)); })
+      .def("annotate_layout", [](Builder& b, const Tensor& t, const RegisterLayout& l, L loc) { b.annotate_layout(t, l, loc_of(loc)); });
+
+  // --- compiling and launching ------------------------------------------------------------------
+  py::class_<GpuKernel>(m, "GpuKernel")
+      .def("launch", &GpuKernel::launch, py::arg("args"), py::arg("stream") = 0)
+      .def_property_readonly("source", [](const GpuKernel& k) { return k.launcher->kernel().source.source; })
+      .def_property_readonly("from_cache", [](const GpuKernel& k) { return k.launcher->kernel().from_cache; })
+      .def("grid", [](const GpuKernel& k, const py::sequence& values) {
+        return k.launcher->grid(to_args(k.launcher->kernel().source.params, values, {}));
+      });
+  m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
+    std::string a = arch.empty() ? current_device().arch() : arch;
+    CompiledKernel k = compile_program(p, a, cache ? &default_cache() : nullptr);
+    return GpuKernel{std::make_unique<Launcher>(std::move(k))};
+  }, py::arg("program"), py::arg("arch") = "", py::arg("cache") = true);
+  m.def("compile_cuda_source", [](const Program& p, const std::string& arch) {
+    return compile_program(p, arch, nullptr).source.source;
+  });
+
+  py::class_<CpuKernelHandle>(m, "CpuKernel")
+      .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents"))
+      .def_property_readonly("llvm_ir", [](const CpuKernelHandle& k) { return k.kernel->llvm_ir(); })
+      .def_property_readonly("checked", [](const CpuKernelHandle& k) { return k.kernel->checked(); });
+  m.def("compile_cpu", [](const Program& p, bool checked, int threads) {
+    CpuOptions o;
+    o.checked = checked;
+    o.threads = threads;
+    CpuKernelHandle h{CpuKernel::compile(p, o), {}};
+    for (const Var& v : h.kernel->kernel().params) h.params.push_back(KernelParam{v.name(), v.dtype()});
+    return h;
+  }, py::arg("program"), py::arg("checked") = false, py::arg("threads") = 0);
+
+  m.def("gpu_available", &gpu_available);
+  m.def("gpu_unavailable_reason", &gpu_unavailable_reason);
+  m.def("cpu_backend_available", &cpu_backend_available);
+  m.def("cpu_unavailable_reason", &cpu_unavailable_reason);
+  m.def("nvrtc_available", &nvrtc_available);
+  m.def("default_backend", [] { return std::string(to_string(default_backend())); });
+  m.def("synchronize", &synchronize);
+}

@@ -1,0 +1,74 @@
+"""tilus: a tile-level GPU kernel compiler (Python front end over the C++ core).
+
+    import tilus
+    from tilus import float16, float32, int32
+
+    class VectorAdd(tilus.Script):
+        def __init__(self, block=1024):
+            super().__init__()
+            self.block = block
+
+        def __call__(self, n: int32, a: ~float32, b: ~float32, c: ~float32):
+            self.attrs.blocks = [tilus.cdiv(n, self.block)]
+            self.attrs.warps = 4
+            ...
+
+    VectorAdd()(n, a, b, c)     # torch / cupy / numpy arrays (numpy: the CPU backend)
+
+See docs/python.md.
+"""
+from . import _C
+from ._C import ArgumentError, CompileError, CpuCheckError, DataType, Error, Expr, InternalError, Var
+from ._C import column_local, column_spatial, local, replicated, spatial
+from .launch import compiled_kernels, trace
+from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
+
+__version__ = _C.__version__
+
+# data types: tilus.float16, tilus.int4, tilus.float6_e3m2, ...; ~dtype is a pointer type
+_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+           "float32", "float64", "tfloat32", "float8_e4m3", "float8_e5m2", "float7_e3m3", "float6_e3m2",
+           "float6_e2m3", "float5_e2m2", "float4_e2m1", "float3_e1m1"]
+_DTYPES += [f"int{i}" for i in range(1, 8)] + [f"uint{i}" for i in range(1, 8)]
+for _n in _DTYPES:
+    globals()["boolean" if _n == "bool" else _n] = DataType.from_name("tf32" if _n == "tfloat32" else _n)
+
+
+def dtype(name):
+    """The data type of a name ("float16", "bf16", "int4", "float6_e3m2", ...)."""
+    return DataType.from_name(name)
+
+
+def cdiv(a, b):
+    """ceil(a / b) for non-negative integers (Python ints or tilus expressions)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return _C.cdiv(a, b)
+
+
+def logical_and(a, b):
+    return _C.logical_and(a, b)
+
+
+def logical_or(a, b):
+    return _C.logical_or(a, b)
+
+
+def logical_not(a):
+    return _C.logical_not(a)
+
+
+def cast(x, dtype):
+    return _C.cast(x, dtype)
+
+
+def select(cond, a, b):
+    return _C.select(cond, a, b)
+
+
+def gpu_available():
+    return _C.gpu_available()
+
+
+def cpu_backend_available():
+    return _C.cpu_backend_available()
