@@ -67,3 +67,21 @@ def timed(fn, device, repeat=20):
             times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
     return times[len(times) // 2]
+
+
+def matmul_main(name, kernel, sizes=((301, 517, 203),), large=None):
+    """Runs a matmul Script (m, n, k, a, b, c; f16) on ragged sizes against a float64
+    reference, then times it at `large` (4096 on the GPU, 512 on the CPU backend)."""
+    import numpy as np
+    for m, n, k in sizes:
+        xp, device, a, b = arrays("float16", (m, k), (k, n))
+        c = xp.empty((m, n), dtype=a.dtype) if xp.__name__ == "numpy" else xp.empty((m, n), dtype=a.dtype, device=device)
+        kernel(m, n, k, a, b, c)
+        want = to_numpy(a).astype("float64") @ to_numpy(b).astype("float64")
+        check(f"{name} {m}x{n}x{k}", c, want, 1e-2, 1e-2)
+    s = large or (4096 if device == "cuda" else 512)
+    xp, device, a, b = arrays("float16", (s, s), (s, s))
+    c = xp.empty((s, s), dtype=a.dtype) if xp.__name__ == "numpy" else xp.empty((s, s), dtype=a.dtype, device=device)
+    ms = timed(lambda: kernel(s, s, s, a, b, c), device)
+    unit, scale = ("TFLOP/s", 1e9) if device == "cuda" else ("GFLOP/s", 1e6)
+    print(f"{name}: {s}^3 in {ms:.3f} ms = {2 * s ** 3 / ms / scale:.1f} {unit} on {device}")

@@ -72,3 +72,17 @@ def gpu_available():
 
 def cpu_backend_available():
     return _C.cpu_backend_available()
+
+
+def min(a, b):  # noqa: A001 - tilus.min is the scalar minimum of expressions, as in the C++ API
+    """The smaller of two scalars (Python numbers or tilus expressions)."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        return a if a <= b else b
+    return _C.min(a, b)
+
+
+def max(a, b):  # noqa: A001
+    """The larger of two scalars (Python numbers or tilus expressions)."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        return a if a >= b else b
+    return _C.max(a, b)
