@@ -324,6 +324,8 @@ class _Runtime:
         loc = (_here()[0], line)
         if old is _Runtime.UNBOUND or name not in bound:
             bound[name] = depth
+            if isinstance(value, Expr) and id(value) in _tracing.mutables:
+                return value  # self.declare(...) already made it a kernel variable
             if mutable and isinstance(value, Expr) and not isinstance(value, TensorBase):
                 var = b.declare(name, value.dtype, value, loc)
                 _tracing.mutables.add(id(var))

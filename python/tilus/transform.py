@@ -41,20 +41,32 @@ def _is_range_call(node):
     return isinstance(f, ast.Attribute) and f.attr == "range" and isinstance(f.value, ast.Name) and f.value.id == "self"
 
 
+def _at(new, node):
+    """Gives a generated node the first line of `node` only: Python attributes a call to the
+    last line of its span, and the user's line is the statement's first."""
+    new.lineno, new.col_offset = node.lineno, node.col_offset
+    new.end_lineno, new.end_col_offset = node.lineno, node.col_offset
+    for child in ast.walk(new):
+        if child is not new and not hasattr(child, "lineno") and isinstance(child, (ast.expr, ast.stmt)):
+            child.lineno, child.col_offset, child.end_lineno, child.end_col_offset = (
+                node.lineno, node.col_offset, node.lineno, node.col_offset)
+    return new
+
+
 def _rt(attr, node):
-    return ast.copy_location(ast.Attribute(value=ast.Name(id=_RT, ctx=ast.Load()), attr=attr, ctx=ast.Load()), node)
+    return _at(ast.Attribute(value=ast.Name(id=_RT, ctx=ast.Load()), attr=attr, ctx=ast.Load()), node)
 
 
 def _call(attr, args, node, keywords=None):
-    return ast.copy_location(ast.Call(func=_rt(attr, node), args=args, keywords=keywords or []), node)
+    return _at(ast.Call(func=_rt(attr, node), args=args, keywords=keywords or []), node)
 
 
 def _stmt(expr, node):
-    return ast.copy_location(ast.Expr(value=expr), node)
+    return _at(ast.Expr(value=expr), node)
 
 
 def _const(v, node):
-    return ast.copy_location(ast.Constant(value=v), node)
+    return _at(ast.Constant(value=v), node)
 
 
 def _assigned_names(stmts):
@@ -150,7 +162,7 @@ class _Normalizer(ast.NodeTransformer):
         #     __tilus_rt.begin_while(self, __c, line); BODY(ir); __tilus_rt.end(self, "while")
         # else:
         #     while COND: BODY(python)
-        assign = ast.copy_location(ast.Assign(targets=[ast.Name(id=cond, ctx=ast.Store())], value=node.test), node)
+        assign = _at(ast.Assign(targets=[ast.Name(id=cond, ctx=ast.Store())], value=node.test), node)
         self.loops.append(_LoopKind.IR)
         ir_body = self._copy_body(node.body, False)
         self.loops.pop()
@@ -160,9 +172,9 @@ class _Normalizer(ast.NodeTransformer):
         begin = _stmt(_call("begin_while", [ast.Name(id="self", ctx=ast.Load()), ast.Name(id=cond, ctx=ast.Load()),
                                             _const(node.lineno, node)], node), node)
         end = _stmt(_call("end", [ast.Name(id="self", ctx=ast.Load()), _const("while", node)], node), node)
-        py_loop = ast.copy_location(ast.While(test=copy.deepcopy(node.test), body=py_body, orelse=[]), node)
+        py_loop = _at(ast.While(test=copy.deepcopy(node.test), body=py_body, orelse=[]), node)
         test = _call("symbolic", [ast.Name(id=cond, ctx=ast.Load())], node)
-        branch = ast.copy_location(ast.If(test=test, body=[begin] + ir_body + [end], orelse=[py_loop]), node)
+        branch = _at(ast.If(test=test, body=[begin] + ir_body + [end], orelse=[py_loop]), node)
         return [assign, branch]
 
     def visit_Break(self, node):
@@ -184,7 +196,7 @@ class _Normalizer(ast.NodeTransformer):
     # --- branches -------------------------------------------------------------------------------
     def visit_If(self, node):
         cond = self.fresh("cond")
-        assign = ast.copy_location(ast.Assign(targets=[ast.Name(id=cond, ctx=ast.Store())], value=node.test), node)
+        assign = _at(ast.Assign(targets=[ast.Name(id=cond, ctx=ast.Store())], value=node.test), node)
         self_ = ast.Name(id="self", ctx=ast.Load())
         ir = [_stmt(_call("begin_if", [self_, ast.Name(id=cond, ctx=ast.Load()), _const(node.lineno, node)], node), node)]
         ir += self._copy_body(node.body, True)
@@ -194,11 +206,11 @@ class _Normalizer(ast.NodeTransformer):
             ir.append(_stmt(_call("begin_else", [copy.deepcopy(self_), _const(line, node)], node), node))
             ir += self._copy_body(node.orelse, True)
             ir.append(_stmt(_call("end", [copy.deepcopy(self_), _const("else", node)], node), node))
-        py = ast.copy_location(
+        py = _at(
             ast.If(test=ast.Name(id=cond, ctx=ast.Load()), body=self._copy_body(node.body, False),
                    orelse=self._copy_body(node.orelse, False) if node.orelse else []), node)
         test = _call("symbolic", [ast.Name(id=cond, ctx=ast.Load())], node)
-        return [assign, ast.copy_location(ast.If(test=test, body=ir, orelse=[py]), node)]
+        return [assign, _at(ast.If(test=test, body=ir, orelse=[py]), node)]
 
     # --- assignments ----------------------------------------------------------------------------
     def _rebind(self, name, value, node):
@@ -208,7 +220,7 @@ class _Normalizer(ast.NodeTransformer):
                        args=[_const(name, node), _rt("UNBOUND", node)], keywords=[])
         call = _call("rebind", [ast.Name(id="self", ctx=ast.Load()), _const(name, node), old, value,
                                 _const(node.lineno, node), _const(name in self.mutable, node)], node)
-        return ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call), node)
+        return _at(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call), node)
 
     def visit_Assign(self, node):
         node.value = self.visit(node.value)
@@ -217,16 +229,16 @@ class _Normalizer(ast.NodeTransformer):
         if len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List)) and all(
                 isinstance(e, ast.Name) for e in node.targets[0].elts):
             tmp = self.fresh("tuple")
-            out = [ast.copy_location(ast.Assign(targets=[ast.Name(id=tmp, ctx=ast.Store())], value=node.value), node)]
+            out = [_at(ast.Assign(targets=[ast.Name(id=tmp, ctx=ast.Store())], value=node.value), node)]
             for i, e in enumerate(node.targets[0].elts):
                 item = ast.Subscript(value=ast.Name(id=tmp, ctx=ast.Load()), slice=_const(i, node), ctx=ast.Load())
-                out.append(self._rebind(e.id, ast.copy_location(item, node), node))
+                out.append(self._rebind(e.id, _at(item, node), node))
             return out
         return node
 
     def visit_AugAssign(self, node):
         if isinstance(node.target, ast.Name):
-            value = ast.copy_location(ast.BinOp(left=ast.Name(id=node.target.id, ctx=ast.Load()), op=node.op,
+            value = _at(ast.BinOp(left=ast.Name(id=node.target.id, ctx=ast.Load()), op=node.op,
                                                 right=self.visit(node.value)), node)
             return self._rebind(node.target.id, value, node)
         return self.generic_visit(node)

@@ -1,0 +1,166 @@
+"""Control-flow normalization: each construct, nested, with break/continue; traced once into IR
+scopes (checked in the printed IR) and run on the CPU backend (checked against Python)."""
+import numpy as np
+import pytest
+
+import tilus
+from tilus import int32
+
+from conftest import HAS_CPU
+
+needs_cpu = pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+
+
+def run_cpu(kernel, *args):
+    kernel(*args)
+    return args
+
+
+class Loops(tilus.Script):
+    """out[0] = sum over i < n of (i if i % 3 else 2 i), skipping i == 5, stopping at i == limit;
+    out[1] = number of while iterations halving m; out[2] = static unrolled sum."""
+
+    def __call__(self, n: int32, m: int32, limit: int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        total = self.register_tensor(dtype=int32, shape=[1], init=0)
+        for i in range(n):
+            if i == 5:
+                continue
+            if i == limit:
+                break
+            if i % 3 == 0:
+                total = total + 2 * i
+            elif i % 3 == 1:
+                total = total + i
+            else:
+                total = total + i
+        halvings = self.declare("halvings", int32, 0)
+        v = self.declare("v", int32, m)
+        while v > 1:
+            v = v // 2
+            halvings = halvings + 1
+        static = 0
+        for s in tilus.static_range(4):  # Python loop: unrolled while tracing
+            if s == 3:
+                break  # a Python break of a Python loop
+            static = static + s * 10
+        for s in [100, 200]:
+            static += s
+        g = self.global_view(out, shape=[3])
+        self.store_global(g, total, offsets=[0])
+        self.store_global(g, self.register_tensor(dtype=int32, shape=[1], init=halvings), offsets=[1])
+        self.store_global(g, self.register_tensor(dtype=int32, shape=[1], init=static), offsets=[2])
+
+
+def reference(n, m, limit):
+    total = 0
+    for i in range(n):
+        if i == 5:
+            continue
+        if i == limit:
+            break
+        total += 2 * i if i % 3 == 0 else i
+    h, v = 0, m
+    while v > 1:
+        v //= 2
+        h += 1
+    return [total, h, 0 + 10 + 20 + 100 + 200]
+
+
+def test_loops_become_ir_scopes():
+    text = str(tilus.trace(Loops()))
+    assert text.count("for ") == 1  # the range loop; static_range and the list loop are unrolled
+    assert "while " in text and "break" in text and "continue" in text
+    assert text.count("if ") >= 4 and "else" in text
+
+
+@needs_cpu
+@pytest.mark.parametrize("n,m,limit", [(0, 1, 100), (4, 7, 100), (13, 1000, 100), (40, 33, 17), (6, 2, 6)])
+def test_loops_run_like_python(n, m, limit):
+    out = np.zeros(3, dtype=np.int32)
+    Loops()(n, m, limit, out)
+    assert out.tolist() == reference(n, m, limit)
+
+
+class Nested(tilus.Script):
+    """out[i, j] over a 2-D loop nest with a symbolic if inside, an unrolled inner loop and a
+    Python-level branch on a constant."""
+
+    def __init__(self, flip):
+        super().__init__()
+        self.flip = flip
+
+    def __call__(self, rows: int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(out, shape=[rows, 8])
+        for i in range(rows):
+            for j in self.range(8, unroll=True):
+                v = i * 8 + j
+                if self.flip:  # a Python condition: only one branch is traced
+                    v = -v
+                if (i + j) % 2 == 0:
+                    self.store_global(g, self.register_tensor(dtype=int32, shape=[1, 1], init=v), offsets=[i, j])
+                else:
+                    self.store_global(g, self.register_tensor(dtype=int32, shape=[1, 1], init=0), offsets=[i, j])
+
+
+@needs_cpu
+@pytest.mark.parametrize("flip", [False, True])
+def test_nested_loops_and_python_branches(flip):
+    rows = 5
+    out = np.full((rows, 8), 99, dtype=np.int32)
+    Nested(flip)(rows, out)
+    want = np.array([[((i * 8 + j) * (-1 if flip else 1)) if (i + j) % 2 == 0 else 0 for j in range(8)]
+                     for i in range(rows)])
+    assert (out == want).all()
+    text = str(tilus.trace(Nested(flip)))
+    assert text.count("for ") == 2 and "unroll" in text
+
+
+class PythonBreakUnderSymbolicIf(tilus.Script):
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        for s in tilus.static_range(3):
+            if n > s:
+                break  # ERROR: a Python loop cannot stop on a run-time condition
+
+
+def test_python_break_under_symbolic_condition_is_an_error():
+    with pytest.raises(tilus.CompileError, match=r"test_control_flow.py:\d+: `break` of a Python loop"):
+        tilus.trace(PythonBreakUnderSymbolicIf())
+
+
+class ScalarReassignedInLoop(tilus.Script):
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        acc = n * 0  # a symbolic scalar reassigned in the loop: declared mutable automatically
+        for i in range(n):
+            acc = acc + i
+        g = self.global_view(out, shape=[1])
+        self.store_global(g, self.register_tensor(dtype=int32, shape=[1], init=acc), offsets=[0])
+
+
+@needs_cpu
+def test_symbolic_scalars_reassigned_in_loops_are_mutable():
+    out = np.zeros(1, dtype=np.int32)
+    ScalarReassignedInLoop()(10, out)
+    assert out[0] == 45
+    assert "declare" in str(tilus.trace(ScalarReassignedInLoop())) or "acc =" in str(tilus.trace(ScalarReassignedInLoop()))
+
+
+class PythonValueReassignedInLoop(tilus.Script):
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        count = 0
+        for i in range(n):
+            count = count + 1  # ERROR: fixed at trace time
+
+
+def test_python_value_reassigned_in_ir_loop_is_an_error():
+    with pytest.raises(tilus.CompileError, match=r"test_control_flow.py:\d+: 'count' was bound outside"):
+        tilus.trace(PythonValueReassignedInLoop())
