@@ -29,6 +29,7 @@ install_missing() {
   if [ ${#missing[@]} -eq 0 ]; then
     log "all build dependencies present"
     install_optional
+    install_python_deps
     return
   fi
   log "installing: ${missing[*]}"
@@ -41,6 +42,7 @@ install_missing() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   install_optional
+  install_python_deps
 }
 
 # LLVM (14 or newer) for the CPU backend: installed where apt can, skipped where it cannot
@@ -59,12 +61,26 @@ install_optional() {
   fi
 }
 
+# The Python package needs pybind11 (build) and, for its tests, pytest and numpy: from PyPI
+# where pip can reach it, else Debian's packages; without them the package is skipped.
+install_python_deps() {
+  local py="${PYTHON:-python3}"
+  command -v "$py" >/dev/null 2>&1 || { log "no $py: the Python package is off"; return; }
+  if "$py" -c "import pybind11, pytest, numpy" >/dev/null 2>&1; then return; fi
+  log "installing pybind11, pytest, numpy for $py"
+  "$py" -m pip install -q pybind11 pytest numpy >/dev/null 2>&1 ||
+    "$py" -m pip install -q --break-system-packages pybind11 pytest numpy >/dev/null 2>&1 ||
+    log "could not install the Python test dependencies: the Python package and its tests are off"
+}
+
 configure_and_build() {
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     log "configuring in $BUILD_DIR"
-    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+    local py=()
+    command -v "${PYTHON:-python3}" >/dev/null 2>&1 && py=(-DPython_EXECUTABLE="$(command -v "${PYTHON:-python3}")")
+    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${py[@]}" "$@" >/dev/null
   fi
   log "building with $JOBS jobs"
   cmake --build "$BUILD_DIR" -j "$JOBS"

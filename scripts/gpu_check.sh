@@ -18,7 +18,8 @@ summary=()
 record() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
 
 t0=$(date +%s)
-if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILUS_ENABLE_CPU=OFF &&
+if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILUS_ENABLE_CPU=OFF \
+         -DPython_EXECUTABLE="$(command -v "${PYTHON:-python3}")" &&
        cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
   tail -40 "$LOGS/build.log"
   echo "build FAILED"

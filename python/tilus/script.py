@@ -260,6 +260,14 @@ class _Unbound:
         return "<unbound>"
 
 
+def _named(b, name, value, loc):
+    """A symbolic scalar bound to a Python name becomes a named `let` (computed once, shown by
+    name in the IR); everything else is bound as is."""
+    if isinstance(value, Expr) and not isinstance(value, _C.Var) and not value.is_const():
+        return b.let(name, value, loc)
+    return value
+
+
 class _Runtime:
     UNBOUND = _Unbound()
 
@@ -326,12 +334,12 @@ class _Runtime:
             bound[name] = depth
             if isinstance(value, Expr) and id(value) in _tracing.mutables:
                 return value  # self.declare(...) already made it a kernel variable
-            if mutable and isinstance(value, Expr) and not isinstance(value, TensorBase):
+            if mutable and isinstance(value, Expr):
                 var = b.declare(name, value.dtype, value, loc)
                 _tracing.mutables.add(id(var))
                 _tracing.keep.append(var)
                 return var
-            return value
+            return _named(b, name, value, loc)
         if isinstance(old, Expr) and id(old) in _tracing.mutables:
             if isinstance(value, TensorBase):
                 raise CompileError(f"{_where(loc)}cannot assign a tensor to scalar variable '{name}'")
@@ -339,7 +347,7 @@ class _Runtime:
             return old
         if depth <= bound[name]:
             bound[name] = depth
-            return value
+            return _named(b, name, value, loc)
         # Reassigned inside an IR loop or branch deeper than where it was bound.
         if isinstance(old, RegisterTensor) and isinstance(value, RegisterTensor):
             if old.t.same_as(value.t):

@@ -102,12 +102,21 @@ class _Normalizer(ast.NodeTransformer):
 
     # --- the function ------------------------------------------------------------------------
     def visit_FunctionDef(self, node):
+        # A name may need to be a mutable kernel variable when it is assigned more than once
+        # and at least once inside a loop or branch; a name assigned once is a `let`.
         nested = []
         for s in ast.walk(node):
             if isinstance(s, (ast.For, ast.While, ast.If)) and s is not node:
                 nested.extend(s.body)
                 nested.extend(s.orelse)
-        self.mutable = _assigned_names(nested)
+        sites = {}
+        for s in ast.walk(node):
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        sites[n.id] = sites.get(n.id, 0) + (2 if isinstance(s, ast.AugAssign) else 1)
+        self.mutable = {n for n in _assigned_names(nested) if sites.get(n, 0) > 1}
         node.body = self.visit_body(node.body)
         node.decorator_list = []
         return node

@@ -103,6 +103,18 @@ void Builder::set_blocks(std::vector<Expr> blocks, SourceLoc loc) {
     if (b.is_int_const() && b.int_value() <= 0)
       throw CompileError(fmt::format("attrs.blocks: block count {} is not positive", b.int_value()), loc);
   }
+  // Block counts are evaluated at launch from the parameters: lets they use are inlined.
+  for (auto& b : blocks)
+    for (int round = 0; round < 64; ++round) {
+      bool changed = false;
+      b = substitute(b, [&](const Var& v) {
+        auto it = let_values_.find(v.get());
+        if (it == let_values_.end()) return Expr();
+        changed = true;
+        return it->second;
+      });
+      if (!changed) break;
+    }
   kernel_.grid = std::move(blocks);
   blocks_set_ = true;
 }
@@ -325,6 +337,7 @@ Var Builder::let(const std::string& name, Expr value, SourceLoc loc) {
   if (!value.defined()) throw CompileError(fmt::format("let {}: the value is undefined", name), loc);
   Var v(name, value.dtype(), VarRole::Local);
   emit_stmt(std::make_shared<LetStmtNode>(v, value, loc));
+  let_values_[v.get()] = value;
   return v;
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -151,6 +152,7 @@ class Builder {
   bool finished_ = false;
   SourceLoc last_loc_;
   std::unordered_set<const void*> mutable_vars_;  // variables made by declare()
+  std::unordered_map<const void*, Expr> let_values_;  // variables made by let(), for set_blocks
 };
 
 }  // namespace tilus

@@ -1,0 +1,87 @@
+"""Every Python example on each backend present, against numpy; and each example's traced IR
+(golden text, TILUS_UPDATE_GOLDEN=1 rewrites it) and its CUDA compile with NVRTC for sm_90a
+(no GPU needed)."""
+import os
+
+import numpy as np
+import pytest
+
+import tilus
+from conftest import Arrays
+
+from layer_norm import LayerNorm
+from matmul_v0 import MatmulV0
+from matmul_v1 import MatmulV1
+from matmul_v2 import MatmulV2
+from matmul_v3 import MatmulV3
+from softmax import Softmax
+from vector_add import VectorAdd
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV1, "matmul_v2": MatmulV2,
+            "matmul_v3": MatmulV3, "softmax": Softmax, "layer_norm": LayerNorm}
+
+
+def test_vector_add(arrays):
+    n = 100003
+    a, b = arrays.rand((n,)), arrays.rand((n,))
+    c = arrays.empty((n,))
+    VectorAdd()(n, a, b, c)
+    np.testing.assert_array_equal(arrays.host(c), arrays.host(a) + arrays.host(b))
+
+
+@pytest.mark.parametrize("cls", [MatmulV0, MatmulV1, MatmulV2, MatmulV3])
+def test_matmuls(arrays, cls):
+    m, n, k = 301, 517, 203
+    a = arrays.put(arrays.rng.uniform(-1, 1, (m, k)).astype(np.float16))
+    b = arrays.put(arrays.rng.uniform(-1, 1, (k, n)).astype(np.float16))
+    c = arrays.empty((m, n), "float16")
+    cls()(m, n, k, a, b, c)
+    want = arrays.host(a).astype(np.float64) @ arrays.host(b).astype(np.float64)
+    np.testing.assert_allclose(arrays.host(c).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_softmax(arrays):
+    m, n = 37, 1000
+    x = arrays.rand((m, n), lo=-4, hi=4)
+    y = arrays.empty((m, n))
+    Softmax()(m, n, x, y)
+    h = arrays.host(x).astype(np.float64)
+    e = np.exp(h - h.max(1, keepdims=True))
+    np.testing.assert_allclose(arrays.host(y), e / e.sum(1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_layer_norm(arrays):
+    m, n = 45, 771
+    x, w, b = arrays.rand((m, n), lo=-3, hi=3), arrays.rand((n,)), arrays.rand((n,))
+    y = arrays.empty((m, n))
+    LayerNorm()(m, n, x, w, b, y)
+    h = arrays.host(x).astype(np.float64)
+    mu = h.mean(1, keepdims=True)
+    var = ((h - mu) ** 2).mean(1, keepdims=True)
+    want = (h - mu) / np.sqrt(var + 1e-5) * arrays.host(w) + arrays.host(b)
+    np.testing.assert_allclose(arrays.host(y), want, rtol=1e-4, atol=1e-4)
+
+
+def _strip_paths(text):
+    # locations are not printed by default; nothing machine-specific remains
+    return text
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_traced_ir_is_golden(name):
+    text = _strip_paths(str(tilus.trace(EXAMPLES[name]())))
+    path = os.path.join(GOLDEN, f"{name}.tir")
+    if os.environ.get("TILUS_UPDATE_GOLDEN") == "1":
+        os.makedirs(GOLDEN, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    with open(path) as f:
+        assert text == f.read(), f"{path} differs (TILUS_UPDATE_GOLDEN=1 rewrites it)"
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_compiles_with_nvrtc_for_sm90a(name):
+    src = tilus._C.compile_cuda_source(tilus.trace(EXAMPLES[name]()), "sm_90a")
+    assert '#include "tilus/device.h"' in src and "__global__" in src

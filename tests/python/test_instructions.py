@@ -1,0 +1,224 @@
+"""Every instruction against numpy on random data with ragged shapes, on each backend present:
+the CPU backend with numpy arrays, the GPU with torch tensors (`device` fixture)."""
+import numpy as np
+import pytest
+
+import tilus
+from tilus import bfloat16, float16, float32, int8, int32
+
+BM, BN = 16, 64
+
+
+def tile(self, m, n):
+    self.attrs.blocks = [tilus.cdiv(m, BM), tilus.cdiv(n, BN)]
+    self.attrs.warps = 4
+    return [self.blockIdx.x * BM, self.blockIdx.y * BN]
+
+
+class Unary(tilus.Script):
+    def __init__(self, op, dt=float32):
+        super().__init__()
+        self.op, self.dt = op, dt
+
+    def __call__(self, m: int32, n: int32, x: ~float32, y: ~float32):
+        o = tile(self, m, n)
+        v = self.load_global(self.global_view(x, shape=[m, n]), offsets=o, shape=[BM, BN])
+        if self.op == "neg":
+            r = -v
+        elif self.op == "clip":
+            r = self.clip(v, -0.5, 0.75)
+        elif self.op == "cast16":
+            r = v.to(self.dt).to(float32)
+        else:
+            r = getattr(self, self.op)(v if self.op not in ("sqrt", "log", "rsqrt") else abs(v) + 1.0)
+        self.store_global(self.global_view(y, shape=[m, n]), r, offsets=o)
+
+
+UNARY = {
+    "exp": np.exp, "abs": np.abs, "sqrt": lambda v: np.sqrt(np.abs(v) + 1), "rsqrt": lambda v: 1 / np.sqrt(np.abs(v) + 1),
+    "log": lambda v: np.log(np.abs(v) + 1), "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "round": np.round,
+    "floor": np.floor, "ceil": np.ceil, "square": np.square, "exp2": np.exp2, "neg": np.negative,
+    "clip": lambda v: np.clip(v, -0.5, 0.75),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(arrays, op):
+    m, n = 37, 150
+    x = arrays.rand((m, n))
+    y = arrays.empty((m, n))
+    Unary(op)(m, n, x, y)
+    np.testing.assert_allclose(arrays.host(y), UNARY[op](arrays.host(x)), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dt,npdt", [(float16, np.float16)])
+def test_casts_round_like_numpy(arrays, dt, npdt):
+    m, n = 21, 100
+    x = arrays.rand((m, n), lo=-70000, hi=70000)
+    y = arrays.empty((m, n))
+    Unary("cast16", dt)(m, n, x, y)
+    with np.errstate(over="ignore"):  # values past float16's range become inf on both sides
+        want = arrays.host(x).astype(npdt).astype(np.float32)
+    np.testing.assert_array_equal(arrays.host(y), want)
+
+
+class Binary(tilus.Script):
+    def __call__(self, m: int32, n: int32, a: ~float32, b: ~float32, out: ~float32):
+        o = tile(self, m, n)
+        va = self.load_global(self.global_view(a, shape=[m, n]), offsets=o, shape=[BM, BN])
+        vb = self.load_global(self.global_view(b, shape=[n]), offsets=[o[1]], shape=[BN])  # broadcast row
+        g = self.global_view(out, shape=[8, m, n])
+        results = [va + vb, va - vb, va * vb, va / (abs(vb) + 1.0), self.maximum(va, vb), self.minimum(va, 0.25),
+                   self.where(va > vb, va, vb * 2.0), (va >= 0.0).to(float32) + (vb < 0.5).to(float32)]
+        for i in tilus.static_range(8):
+            self.store_global(g, self.unsqueeze(results[i], [0]), offsets=[i] + o)
+
+
+def test_binary_ops_and_broadcasts(arrays):
+    m, n = 29, 130
+    a, b = arrays.rand((m, n)), arrays.rand((n,))
+    out = arrays.empty((8, m, n))
+    Binary()(m, n, a, b, out)
+    A, B = arrays.host(a), arrays.host(b)[None, :]
+    want = [A + B, A - B, A * B, A / (np.abs(B) + 1), np.maximum(A, B), np.minimum(A, 0.25), np.where(A > B, A, B * 2),
+            (A >= 0).astype(np.float32) + (B < 0.5).astype(np.float32)]
+    np.testing.assert_allclose(arrays.host(out), np.stack(want), rtol=1e-6, atol=1e-6)
+
+
+class IntOps(tilus.Script):
+    def __call__(self, n: int32, a: ~int32, b: ~int32, out: ~int32):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * 128
+        va = self.load_global(self.global_view(a, shape=[n]), offsets=[o], shape=[128])
+        vb = self.load_global(self.global_view(b, shape=[n]), offsets=[o], shape=[128])
+        g = self.global_view(out, shape=[6, n])
+        rs = [va // vb, va % vb, va & vb, va | vb, va ^ vb, (va << 2) + (vb >> 1)]
+        for i in tilus.static_range(6):
+            self.store_global(g, self.unsqueeze(rs[i], [0]), offsets=[i, o])
+
+
+def test_integer_ops_follow_python_floor_semantics(arrays):
+    n = 1000
+    a = arrays.rand((n,), "int32", -1000, 1000)
+    b = arrays.rand((n,), "int32", 1, 50)
+    bh = arrays.host(b).copy()
+    bh[::3] *= -1
+    b = arrays.put(bh)
+    out = arrays.empty((6, n), "int32")
+    IntOps()(n, a, b, out)
+    A, B = arrays.host(a).astype(np.int64), bh.astype(np.int64)
+    want = np.stack([A // B, A % B, A & B, A | B, A ^ B, (A << 2) + (B >> 1)])
+    np.testing.assert_array_equal(arrays.host(out), want)
+
+
+class Reductions(tilus.Script):
+    def __call__(self, m: int32, n: int32, x: ~float32, out: ~float32):
+        self.attrs.blocks = [tilus.cdiv(m, 8)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * 8
+        v = self.load_global(self.global_view(x, shape=[m, n]), offsets=[o, 0], shape=[8, 128])
+        g = self.global_view(out, shape=[m, 4])
+        self.store_global(g, self.sum(v, dim=1, keepdim=True), offsets=[o, 0])
+        self.store_global(g, self.max(v, dim=1, keepdim=True), offsets=[o, 1])
+        self.store_global(g, self.min(v, dim=1, keepdim=True), offsets=[o, 2])
+        anyneg = self.any(v < -1.9, dim=1, keepdim=True).to(float32)
+        self.store_global(g, anyneg, offsets=[o, 3])
+
+
+def test_reductions(arrays):
+    m, n = 19, 128
+    x = arrays.rand((m, n))
+    out = arrays.empty((m, 4))
+    Reductions()(m, n, x, out)
+    X = arrays.host(x)
+    want = np.stack([X.sum(1), X.max(1), X.min(1), (X < -1.9).any(1).astype(np.float32)], axis=1)
+    np.testing.assert_allclose(arrays.host(out), want, rtol=1e-5, atol=1e-5)
+
+
+class Dot(tilus.Script):
+    def __init__(self, dt, via_shared):
+        super().__init__()
+        self.dt, self.via_shared = dt, via_shared
+
+    def __call__(self, m: int32, n: int32, k: int32, a: ~float32, b: ~float32, c: ~float32):
+        self.attrs.blocks = [tilus.cdiv(m, 32), tilus.cdiv(n, 32)]
+        self.attrs.warps = 4
+        om, on = self.blockIdx.x * 32, self.blockIdx.y * 32
+        ga, gb = self.global_view(a, shape=[m, k]), self.global_view(b, shape=[k, n])
+        acc = self.register_tensor(dtype=float32, shape=[32, 32], init=0.0)
+        for k0 in range(0, k, 32):
+            ta = self.load_global(ga, offsets=[om, k0], shape=[32, 32]).to(self.dt)
+            tb = self.load_global(gb, offsets=[k0, on], shape=[32, 32]).to(self.dt)
+            if self.via_shared:
+                sa = self.shared_tensor(dtype=self.dt, shape=[32, 32])
+                self.store_shared(sa, ta)
+                ta = self.load_shared(sa)
+            acc = self.dot(ta, tb, acc)
+        self.store_global(self.global_view(c, shape=[m, n]), acc, offsets=[om, on])
+
+
+@pytest.mark.parametrize("dt,via_shared", [(float32, False), (float16, False), (bfloat16, True), (float16, True)])
+def test_dot(arrays, dt, via_shared):
+    m, n, k = 45, 77, 70
+    a, b = arrays.rand((m, k)), arrays.rand((k, n))
+    c = arrays.empty((m, n))
+    Dot(dt, via_shared)(m, n, k, a, b, c)
+    A, B = arrays.host(a), arrays.host(b)
+    if dt == float16:
+        A, B = A.astype(np.float16).astype(np.float64), B.astype(np.float16).astype(np.float64)
+    tol = 1e-4 if dt == float32 else 0.25 if dt == bfloat16 else 1e-2
+    np.testing.assert_allclose(arrays.host(c), A @ B, rtol=tol, atol=tol)
+
+
+class Copies(tilus.Script):
+    """x [m, n] int8 -> shared (copy_async, dims swapped) -> registers -> transposed -> y [n, m];
+    and x -> shared (copy of a region) -> global z (copy)."""
+
+    def __call__(self, m: int32, n: int32, x: ~int8, y: ~int8, z: ~int8):
+        self.attrs.blocks = [tilus.cdiv(m, 32), tilus.cdiv(n, 64)]
+        self.attrs.warps = 4
+        om, on = self.blockIdx.x * 32, self.blockIdx.y * 64
+        gx = self.global_view(x, shape=[m, n])
+        s = self.shared_tensor(dtype=int8, shape=[64, 32])
+        self.copy_async(gx, s, offsets=[om, on], dims=[1, 0])
+        self.copy_async_wait_all()
+        self.sync()
+        self.store_global(self.global_view(y, shape=[n, m]), self.load_shared(s), offsets=[on, om])
+        s2 = self.shared_tensor(dtype=int8, shape=[32, 64])
+        self.copy(gx[om:om + 32, on:on + 64], s2)
+        self.copy(s2, self.global_view(z, shape=[m, n])[om:om + 32, on:on + 64])
+
+
+def test_copy_family(arrays):
+    m, n = 77, 150
+    x = arrays.rand((m, n), "int8", -100, 100)
+    y, z = arrays.empty((n, m), "int8"), arrays.empty((m, n), "int8")
+    Copies()(m, n, x, y, z)
+    X = arrays.host(x)
+    np.testing.assert_array_equal(arrays.host(y), X.T)
+    np.testing.assert_array_equal(arrays.host(z), X)
+
+
+class Shapes(tilus.Script):
+    def __call__(self, x: ~float32, out: ~float32, bits: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        v = self.load_global(self.global_view(x, shape=[8, 16]), offsets=[0, 0], shape=[8, 16])
+        g = self.global_view(out, shape=[4, 128])
+        self.store_global(g, self.reshape(v, [1, 128]), offsets=[0, 0])
+        self.store_global(g, self.reshape(self.transpose(v), [1, 128]), offsets=[1, 0])
+        self.store_global(g, self.reshape(self.repeat(self.sum(v, dim=0, keepdim=True), [8, 1]), [1, 128]),
+                          offsets=[2, 0])
+        self.store_global(g, self.unsqueeze(self.squeeze(self.reshape(v, [1, 128]), [0]), [0]) * 2.0, offsets=[3, 0])
+        self.store_global(self.global_view(bits, shape=[8, 16]), self.view(v, dtype=int32), offsets=[0, 0])
+
+
+def test_shapes_and_views(arrays):
+    x = arrays.rand((8, 16))
+    out, bits = arrays.empty((4, 128)), arrays.empty((8, 16), "int32")
+    Shapes()(x, out, bits)
+    X = arrays.host(x)
+    want = np.stack([X.reshape(-1), X.T.reshape(-1), np.tile(X.sum(0), (8, 1)).reshape(-1), X.reshape(-1) * 2])
+    np.testing.assert_allclose(arrays.host(out), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(arrays.host(bits), X.view(np.int32))

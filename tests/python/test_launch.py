@@ -1,0 +1,122 @@
+"""Parameters (constants vs runtime), specialization keys, the in-process cache, target
+selection and argument kinds; run on the CPU backend (numpy), so they need no GPU."""
+import os
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import float32, int32
+
+from conftest import HAS_CPU
+from future_kernels import Scale
+
+needs_cpu = pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+
+
+class AddConst(tilus.Script):
+    def __init__(self, block=64):
+        super().__init__()
+        self.block = block
+
+    def __call__(self, n: int32, bias: int, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, self.block)]
+        self.attrs.warps = 2
+        o = self.blockIdx.x * self.block
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=[o], shape=[self.block])
+        self.store_global(self.global_view(y, shape=[n]), v + bias, offsets=[o])
+
+
+def test_constants_are_folded_and_runtime_params_are_not():
+    text = str(tilus.trace(AddConst(), constants={"bias": 7}))
+    assert "kernel AddConst(n: int32, x: float32*, y: float32*)" in text
+    assert "constants bias=7" in text and "x0 + float32(7)" in text
+
+
+@needs_cpu
+def test_each_constant_value_and_specialization_compiles_once():
+    k = AddConst()
+    x = np.arange(208, dtype=np.float32)
+    y = np.zeros(208, dtype=np.float32)
+    for bias in (1, 2, 1):
+        k(208, bias, x, y)
+        assert (y == x + bias).all()
+    assert len(tilus.compiled_kernels(k)) == 2
+    k(199, 1, x, y)  # 199 is not a multiple of 16: a new specialization
+    assert len(tilus.compiled_kernels(k)) == 3
+    k(48, 1, x, y)   # 48 is, like 208: the same one as before
+    assert len(tilus.compiled_kernels(k)) == 3
+    k(150, 1, x[1:], y[1:])  # unaligned pointers: another
+    assert (y[1:151] == x[1:151] + 1).all()
+    keys = list(tilus.compiled_kernels(k))
+    assert len(keys) == 4 and (False, ("c", 1), False, False, "cpu") in keys
+
+
+@needs_cpu
+def test_divisibility_reaches_the_kernel():
+    k = AddConst()
+    x = np.arange(64, dtype=np.float32)
+    k(64, 0, x, np.zeros(64, dtype=np.float32))
+    (_, program), = tilus.compiled_kernels(k).values()
+    text = program.text()
+    assert "n divisible by 16" in text and "x aligned 16" in text and "y aligned 16" in text, text
+    k2 = AddConst()
+    k2(63, 0, x, np.zeros(64, dtype=np.float32))
+    assert list(tilus.compiled_kernels(k2))[0][0] is False
+
+
+@needs_cpu
+def test_future_annotations_and_float_constants():
+    x = np.linspace(-1, 1, 100).astype(np.float32)
+    y = np.zeros_like(x)
+    Scale()(100, 2.5, x, y)
+    assert np.allclose(y, x * 2.5)
+    assert "Scale(n: int32, x: float32*, y: float32*)" in str(tilus.trace(Scale(), constants={"factor": 2.5}))
+
+
+@needs_cpu
+def test_keyword_arguments_and_dlpack_objects():
+    class DLPackOnly:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, *args, **kw):
+            return self.a.__dlpack__(*args, **kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, dtype=np.float32)
+    try:
+        import torch  # noqa: F401 - torch.from_dlpack handles the object when present
+    except ImportError:
+        pass
+    AddConst()(n=64, bias=3, x=DLPackOnly(x), y=y)
+    assert (y == x + 3).all()
+
+
+@needs_cpu
+def test_target_selection_by_environment(monkeypatch):
+    monkeypatch.setenv("TILUS_TARGET", "cpu")
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(32, dtype=np.float32)
+    k = AddConst()
+    k(32, 1, x, y)
+    assert list(tilus.compiled_kernels(k))[0][-1] == "cpu"
+
+
+@needs_cpu
+def test_checked_mode_from_python(monkeypatch):
+    monkeypatch.setenv("TILUS_CPU_CHECK", "1")
+
+    class Unchecked(tilus.Script):
+        def __call__(self, n: int32, x: ~float32, y: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            s = self.shared_tensor(dtype=float32, shape=[32])
+            self.copy_async(self.global_view(x, shape=[n]), s, offsets=[0], check_bounds=False)  # OOB-LINE
+            self.store_global(self.global_view(y, shape=[32]), self.load_shared(s), offsets=[0])
+
+    with pytest.raises(tilus.CpuCheckError, match=r"test_launch.py:\d+: copy_async: out-of-bounds access"):
+        Unchecked()(20, np.zeros(64, dtype=np.float32), np.zeros(32, dtype=np.float32))
