@@ -32,10 +32,11 @@ _lock = threading.Lock()
 
 
 class _Param:
-    __slots__ = ("name", "index", "kind", "dtype", "const_type")
+    __slots__ = ("name", "index", "kind", "dtype", "const_type", "torch_dtype")
 
     def __init__(self, name, index, kind, dtype=None, const_type=None):
         self.name, self.index, self.kind, self.dtype, self.const_type = name, index, kind, dtype, const_type
+        self.torch_dtype = None  # set when torch is imported: the torch dtype a pointer must have
 
 
 def _annotations(fn):
@@ -75,6 +76,22 @@ class _Signature:
                     f"dtype (int32, float32, ...) for a runtime scalar, ~dtype for a pointer, or int / float / bool / "
                     f"str for a compile-time constant (got {ann!r})")
         self.normalized = None
+        # The torch fast path: usable when torch is present and every pointer's dtype maps to one.
+        self.torch_ok = False
+        try:
+            import torch
+        except ImportError:
+            return
+        names = {v: k for k, v in _DTYPE_NAMES.items() if hasattr(torch, k)}
+        ok = True
+        for p in self.params:
+            if p.kind == "ptr":
+                pointee = p.dtype.pointee.name
+                t = getattr(torch, names.get(pointee, "-"), None) if pointee in names else None
+                if t is None:
+                    ok = False
+                p.torch_dtype = t
+        self.torch_ok = ok
 
 
 def _signature(cls):
@@ -209,10 +226,54 @@ def _compile(script, key, constants, divisibility, backend):
 
 # --- launching ----------------------------------------------------------------------------------
 
+_torch = None  # the torch module once a torch tensor has been seen
+
+
+def _torch_fast(sig, args):
+    """The hot path for calls whose pointer arguments are all CUDA torch tensors: the
+    specialization key, the launch values and the stream, or None to take the general path."""
+    global _torch
+    if _torch is None:
+        import torch
+        _torch = torch
+    key = []
+    values = []
+    device = -1
+    Tensor = _torch.Tensor
+    for p, a in zip(sig.params, args):
+        kind = p.kind
+        if kind == "ptr":
+            if not isinstance(a, Tensor) or not a.is_cuda or (p.torch_dtype is not None and a.dtype is not p.torch_dtype):
+                return None
+            addr = a.data_ptr()
+            if addr == 0:
+                return None
+            key.append(addr % 16 == 0)
+            values.append(addr)
+            device = a.get_device()
+        elif kind == "scalar":
+            if p.dtype.is_float:
+                if type(a) is not float and type(a) is not int:
+                    return None
+                key.append(None)
+                values.append(float(a))
+            else:
+                if type(a) is not int:
+                    return None
+                key.append(a % 16 == 0)
+                values.append(a)
+        else:
+            if type(a) is not p.const_type:
+                return None
+            key.append(("c", a))
+    key.append("gpu")
+    return tuple(key), values, device
+
+
 def launch(script, args, kw):
     cls = type(script)
     sig = cls.__dict__.get("_tilus_signature") or _signature(cls)
-    stream = kw.pop("stream", None)
+    stream = kw.pop("stream", None) if kw else None
     if kw:
         # keyword arguments by parameter name
         names = [p.name for p in sig.params]
@@ -225,6 +286,47 @@ def launch(script, args, kw):
     if len(args) != len(params):
         raise ArgumentError(f"kernel {cls.__name__} takes {len(params)} arguments "
                             f"({', '.join(p.name for p in params)}), got {len(args)}")
+    cache = script.__dict__.get("_tilus_kernels")
+    if cache is None:
+        cache = script.__dict__["_tilus_kernels"] = {}
+    if sig.torch_ok and not _TARGET_CPU:
+        fast = _torch_fast(sig, args)
+        if fast is not None:
+            key, values, device = fast
+            compiled = cache.get(key)
+            if compiled is not None:
+                s = _torch._C._cuda_getCurrentRawStream(device) if stream is None else _stream_of(stream, None)
+                compiled.kernel.launch(values, s)
+                return None
+    key, values, extents, owner = _general_arguments(cls, params, args)
+    compiled = cache.get(key)
+    if compiled is None:
+        with _lock:
+            compiled = cache.get(key)
+            if compiled is None:
+                constants = {p.name: a for p, a in zip(params, args) if p.kind == "const"}
+                divisibility = {}
+                runtime = [p for p in params if p.kind != "const"]
+                flags = [k for k, p in zip(key, params) if p.kind != "const"]
+                for i, (p, f) in enumerate(zip(runtime, flags)):
+                    if f:
+                        divisibility[i] = 16
+                compiled = _compile(script, key, constants, divisibility, key[-1])
+                cache[key] = compiled
+    if compiled.backend == "cpu":
+        compiled.kernel.launch(values, extents)
+    else:
+        compiled.kernel.launch(values, _stream_of(stream, owner))
+    return None
+
+
+_TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
+
+
+def _general_arguments(cls, params, args):
+    """Validates every argument (errors name the parameter) and builds the specialization key
+    (runtime ints: divisible by 16; pointers: 16-byte aligned; constants: their value; the
+    backend last), the launch values, the pointers' byte extents and the stream owner."""
     key = []
     values = []
     extents = []
@@ -266,31 +368,8 @@ def launch(script, args, kw):
                 raise ArgumentError(f"kernel {cls.__name__}, argument {p.index} ('{p.name}'): a compile-time "
                                     f"{p.const_type.__name__}, got {a!r}")
             key.append(("c", a))
-    backend = _backend_for(devices)
-    key.append(backend)
-    key = tuple(key)
-    cache = script.__dict__.get("_tilus_kernels")
-    if cache is None:
-        cache = script.__dict__["_tilus_kernels"] = {}
-    compiled = cache.get(key)
-    if compiled is None:
-        with _lock:
-            compiled = cache.get(key)
-            if compiled is None:
-                constants = {p.name: a for p, a in zip(params, args) if p.kind == "const"}
-                divisibility = {}
-                runtime = [p for p in params if p.kind != "const"]
-                flags = [k for k, p in zip(key, params) if p.kind != "const"]
-                for i, (p, f) in enumerate(zip(runtime, flags)):
-                    if f:
-                        divisibility[i] = 16
-                compiled = _compile(script, key, constants, divisibility, backend)
-                cache[key] = compiled
-    if compiled.backend == "cpu":
-        compiled.kernel.launch(values, extents)
-    else:
-        compiled.kernel.launch(values, _stream_of(stream, owner))
-    return None
+    key.append(_backend_for(devices))
+    return tuple(key), values, extents, owner
 
 
 def compiled_kernels(script):
