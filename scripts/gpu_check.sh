@@ -2,7 +2,9 @@
 # For the GPU machine (a developer tool, not a set-up command): build without LLVM, run every
 # test (the GPU ones included), the C++ examples, compute-sanitizer on the examples, and
 # optionally the benchmarks. Logs go to $OUT (default ./gpu-logs); a summary is printed last.
-#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench] [cpu]   (default: the first four)
+#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench] [cpu] [python]   (default: the first four)
+# `python` runs the pytest suite, every Python example, compute-sanitizer on two of them, and
+# bench/launch_overhead.py (PYTHON: the interpreter with torch, Triton, pytest, pybind11).
 # `cpu` runs carry/static/tests/cpp/tilus_cpu_static (built elsewhere with
 # -DTILUS_LLVM_STATIC=ON, since this machine has no LLVM; its libfmt/libspdlog in carry/lib):
 # the differential tests (CPU backend vs GPU) and bench/run_cpu.py (vs Triton's interpreter).
@@ -64,6 +66,29 @@ for step in "${steps[@]}"; do
       PYTHON="${PYTHON:-python3}" TILUS_BUILD_DIR="$BUILD" "$ROOT/bench/run.sh" >"$LOGS/bench.log" 2>&1
       record bench "rc=$?"
       tail -20 "$LOGS/bench.log"
+      ;;
+    python)
+      export PYTHONPATH="$BUILD/python"
+      py="${PYTHON:-python3}"
+      "$py" -m pytest -q -p no:cacheprovider "$ROOT/tests/python" >"$LOGS/pytest.log" 2>&1
+      record pytest "rc=$? $(tail -1 "$LOGS/pytest.log")"
+      grep -E '^FAILED|^E ' "$LOGS/pytest.log" | head -20
+      : >"$LOGS/python-examples.log"
+      rc=0
+      for ex in vector_add matmul_v0 matmul_v1 matmul_v2 matmul_v3 softmax layer_norm; do
+        (cd "$ROOT/examples/python" && "$py" "$ex.py") >>"$LOGS/python-examples.log" 2>&1 || rc=1
+      done
+      record py-examples "rc=$rc"
+      cat "$LOGS/python-examples.log"
+      for tool in memcheck racecheck; do
+        (cd "$ROOT/examples/python" && TILUS_EXAMPLES_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+          --target-processes all "$py" matmul_v3.py && TILUS_EXAMPLES_QUICK=1 compute-sanitizer --tool "$tool" \
+          --error-exitcode 9 "$py" layer_norm.py) >"$LOGS/py-sanitize-$tool.log" 2>&1
+        record "py-$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/py-sanitize-$tool.log" | tail -1)"
+      done
+      "$py" "$ROOT/bench/launch_overhead.py" >"$LOGS/launch.log" 2>&1
+      record launch "rc=$?"
+      cat "$LOGS/launch.log"
       ;;
     cpu)
       static="$ROOT/carry/static/tests/cpp/tilus_cpu_static"

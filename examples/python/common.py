@@ -79,6 +79,8 @@ def matmul_main(name, kernel, sizes=((301, 517, 203),), large=None):
         kernel(m, n, k, a, b, c)
         want = to_numpy(a).astype("float64") @ to_numpy(b).astype("float64")
         check(f"{name} {m}x{n}x{k}", c, want, 1e-2, 1e-2)
+    if os.environ.get("TILUS_EXAMPLES_QUICK"):  # correctness only (sanitizer runs)
+        return
     s = large or (4096 if device == "cuda" else 512)
     xp, device, a, b = arrays("float16", (s, s), (s, s))
     c = xp.empty((s, s), dtype=a.dtype) if xp.__name__ == "numpy" else xp.empty((s, s), dtype=a.dtype, device=device)
