@@ -7,7 +7,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <execinfo.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "tilus/codegen/nvrtc.h"
 #include "tilus/ir/printer.h"
@@ -98,7 +103,25 @@ struct CpuKernelHandle {
 
 }  // namespace
 
+namespace {
+// TILUS_DEBUG_SIGNALS=1: a native backtrace on SIGSEGV / SIGABRT (for crashes inside
+// extensions, where Python's faulthandler shows only Python frames).
+void print_backtrace(int sig) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  const char msg[] = "tilus: fatal signal, native backtrace:\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
+  if (const char* e = std::getenv("TILUS_DEBUG_SIGNALS"); e && *e && *e != '0') {
+    signal(SIGSEGV, print_backtrace);
+    signal(SIGABRT, print_backtrace);
+  }
   m.doc() = "tilus core (C++): tracer, IR, passes, CUDA and CPU backends";
   m.attr("__version__") = TILUS_VERSION;
 
