@@ -10,8 +10,10 @@ std::string combine(ReduceOp op, const std::string& a, const std::string& b) {
     case ReduceOp::Sum: return fmt::format("{} + {}", a, b);
     case ReduceOp::Max: return fmt::format("tilus::max_({}, {})", a, b);
     case ReduceOp::Min: return fmt::format("tilus::min_({}, {})", a, b);
-    case ReduceOp::Any: return fmt::format("{} || {}", a, b);
-    case ReduceOp::All: return fmt::format("{} && {}", a, b);
+    // Bitwise, not || / &&: both sides must run, since one may be a warp shuffle that every
+    // lane has to join (short-circuiting skipped it in lanes whose value was already decided).
+    case ReduceOp::Any: return fmt::format("bool({} | {})", a, b);
+    case ReduceOp::All: return fmt::format("bool({} & {})", a, b);
   }
   return a;
 }
