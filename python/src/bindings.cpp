@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "tilus/codegen/nvrtc.h"
 #include "tilus/ir/printer.h"
@@ -86,8 +87,79 @@ std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, const py:
 
 struct GpuKernel {
   std::unique_ptr<Launcher> launcher;
+  // The fast path's grid cache: the scalar arguments the last grid was evaluated for.
+  std::vector<uint64_t> grid_args;
+  std::array<uint32_t, 3> grid{0, 0, 0};
+  bool grid_valid = false;
+  bool grid_uses_pointers = false;  // then never cached
+
   void launch(const py::sequence& values, uint64_t stream) const {
     launcher->launch(to_args(launcher->kernel().source.params, values, {}), reinterpret_cast<Stream>(stream));
+  }
+
+  // The hot path of Python launches: `values` is a list the front end has checked (pointers
+  // as ints of the right dtype and device); scalars are range-checked here. Anything unusual
+  // takes launch(), which reports it.
+  void launch_fast(const py::list& values, uint64_t stream) {
+    const auto& params = launcher->kernel().source.params;
+    size_t n = params.size();
+    PyObject* list = values.ptr();
+    if (size_t(PyList_GET_SIZE(list)) != n || n > 64) return launch(values, stream);
+    uint64_t slots[64];
+    bool same = grid_valid && !grid_uses_pointers;
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* o = PyList_GET_ITEM(list, Py_ssize_t(i));
+      DataType t = params[i].dtype;
+      if (t.is_pointer()) {
+        slots[i] = PyLong_AsUnsignedLongLong(o);
+        if (PyErr_Occurred()) {
+          PyErr_Clear();
+          return launch(values, stream);
+        }
+        continue;
+      }
+      if (t.is_float()) {
+        double v = PyFloat_AsDouble(o);
+        if (PyErr_Occurred()) {
+          PyErr_Clear();
+          return launch(values, stream);
+        }
+        if (t == dtypes::float32) {
+          float f = float(v);
+          uint32_t bits;
+          std::memcpy(&bits, &f, 4);
+          slots[i] = bits;
+        } else {
+          slots[i] = t.encode_float(v);
+        }
+      } else {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow || PyErr_Occurred()) {
+          PyErr_Clear();
+          return launch(values, stream);
+        }
+        bool in_range = t.is_bool() ||
+                        (t.is_uint() ? v >= 0 && uint64_t(v) <= t.int_max()
+                                     : v >= t.int_min() && (v < 0 || uint64_t(v) <= t.int_max()));
+        if (!in_range) return launch(values, stream);  // the ArgumentError
+        slots[i] = t.is_bool() ? uint64_t(v != 0) : uint64_t(v);
+      }
+      same = same && grid_args[i] == slots[i];
+    }
+    if (!same) {
+      std::vector<KernelArg> args;
+      for (size_t i = 0; i < n; ++i) {
+        DataType t = params[i].dtype;
+        if (t.is_pointer()) args.push_back(KernelArg::pointer(slots[i]));
+        else if (t.is_float()) args.emplace_back(PyFloat_AsDouble(PyList_GET_ITEM(list, Py_ssize_t(i))));
+        else args.emplace_back(int64_t(PyLong_AsLongLong(PyList_GET_ITEM(list, Py_ssize_t(i)))));
+      }
+      grid = launch_grid(launcher->kernel().source, args);
+      grid_args.assign(slots, slots + n);
+      grid_valid = true;
+    }
+    launcher->launch_raw(grid, slots, reinterpret_cast<Stream>(stream));
   }
 };
 
@@ -407,6 +479,7 @@ PYBIND11_MODULE(_C, m) {
   // --- compiling and launching ------------------------------------------------------------------
   py::class_<GpuKernel>(m, "GpuKernel")
       .def("launch", &GpuKernel::launch, py::arg("args"), py::arg("stream") = 0)
+      .def("launch_fast", &GpuKernel::launch_fast)
       .def_property_readonly("source", [](const GpuKernel& k) { return k.launcher->kernel().source.source; })
       .def_property_readonly("from_cache", [](const GpuKernel& k) { return k.launcher->kernel().from_cache; })
       .def("grid", [](const GpuKernel& k, const py::sequence& values) {
@@ -415,7 +488,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
     std::string a = arch.empty() ? current_device().arch() : arch;
     CompiledKernel k = compile_program(p, a, cache ? &default_cache() : nullptr);
-    return GpuKernel{std::make_unique<Launcher>(std::move(k))};
+    GpuKernel g;
+    g.launcher = std::make_unique<Launcher>(std::move(k));
+    for (const Expr& e : g.launcher->kernel().source.grid)
+      for (const Var& v : free_vars(e)) g.grid_uses_pointers |= v.dtype().is_pointer();
+    return g;
   }, py::arg("program"), py::arg("arch") = "", py::arg("cache") = true);
   m.def("compile_cuda_source", [](const Program& p, const std::string& arch) {
     return compile_program(p, arch, nullptr).source.source;

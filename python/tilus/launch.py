@@ -226,51 +226,70 @@ def _compile(script, key, constants, divisibility, backend):
 
 # --- launching ----------------------------------------------------------------------------------
 
-_torch = None  # the torch module once a torch tensor has been seen
-
-
-def _torch_fast(sig, args):
-    """The hot path for calls whose pointer arguments are all CUDA torch tensors: the
-    specialization key, the launch values and the stream, or None to take the general path."""
-    global _torch
-    if _torch is None:
-        import torch
-        _torch = torch
-    key = []
-    values = []
-    device = -1
-    Tensor = _torch.Tensor
-    for p, a in zip(sig.params, args):
-        kind = p.kind
-        if kind == "ptr":
-            if not isinstance(a, Tensor) or not a.is_cuda or (p.torch_dtype is not None and a.dtype is not p.torch_dtype):
-                return None
-            addr = a.data_ptr()
-            if addr == 0:
-                return None
-            key.append(addr % 16 == 0)
-            values.append(addr)
-            device = a.get_device()
-        elif kind == "scalar":
-            if p.dtype.is_float:
-                if type(a) is not float and type(a) is not int:
-                    return None
-                key.append(None)
-                values.append(float(a))
-            else:
-                if type(a) is not int:
-                    return None
-                key.append(a % 16 == 0)
-                values.append(a)
+def _make_fast(sig, script):
+    """The launch path for calls whose arguments are CUDA torch tensors of the parameters'
+    dtypes and Python numbers (the common case): per call it checks each argument's type, dtype
+    and device, builds the alignment / divisibility bit mask, finds the kernel compiled for it
+    and launches on torch's current stream. Returns False to hand the call to the general path
+    (which validates and reports)."""
+    import torch
+    Tensor = torch.Tensor
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    plan = []
+    for p in sig.params:
+        if p.kind == "ptr":
+            plan.append((0, p.torch_dtype))
+        elif p.kind == "scalar":
+            plan.append((2 if p.dtype.is_float else 1, None))
         else:
-            if type(a) is not p.const_type:
-                return None
-            key.append(("c", a))
-    key.append("gpu")
-    return tuple(key), values, device
+            return None  # compile-time constants take the general path
+    n = len(plan)
+    kernels = {}  # bit mask of aligned pointers / ints divisible by 16 -> launch_fast
+    script.__dict__["_tilus_fast_kernels"] = kernels
+
+    def fast(args, stream):
+        if len(args) != n:
+            return False
+        mask = 0
+        bit = 1
+        device = -1
+        values = []
+        for (code, tdt), a in zip(plan, args):
+            if code == 0:
+                if not isinstance(a, Tensor) or a.dtype is not tdt or not a.is_cuda:
+                    return False
+                addr = a.data_ptr()
+                if addr == 0:
+                    return False
+                if addr & 15 == 0:
+                    mask |= bit
+                values.append(addr)
+                device = a.get_device()
+            elif code == 1:
+                if type(a) is not int:
+                    return False
+                if a & 15 == 0:
+                    mask |= bit
+                values.append(a)
+            else:
+                if type(a) is not float and type(a) is not int:
+                    return False
+                values.append(float(a))
+            bit <<= 1
+        k = kernels.get(mask)
+        if k is None:
+            return False
+        k(values, raw_stream(device) if stream is None else _stream_of(stream, None))
+        return True
+
+    return fast
 
 
 def launch(script, args, kw):
+    if not kw:
+        fast = script.__dict__.get("_tilus_fast")
+        if fast is not None and fast(args, None):
+            return None
     cls = type(script)
     sig = cls.__dict__.get("_tilus_signature") or _signature(cls)
     stream = kw.pop("stream", None) if kw else None
@@ -289,15 +308,6 @@ def launch(script, args, kw):
     cache = script.__dict__.get("_tilus_kernels")
     if cache is None:
         cache = script.__dict__["_tilus_kernels"] = {}
-    if sig.torch_ok and not _TARGET_CPU:
-        fast = _torch_fast(sig, args)
-        if fast is not None:
-            key, values, device = fast
-            compiled = cache.get(key)
-            if compiled is not None:
-                s = _torch._C._cuda_getCurrentRawStream(device) if stream is None else _stream_of(stream, None)
-                compiled.kernel.launch(values, s)
-                return None
     key, values, extents, owner = _general_arguments(cls, params, args)
     compiled = cache.get(key)
     if compiled is None:
@@ -317,7 +327,27 @@ def launch(script, args, kw):
         compiled.kernel.launch(values, extents)
     else:
         compiled.kernel.launch(values, _stream_of(stream, owner))
+        if owner == "torch" and sig.torch_ok and not _TARGET_CPU and 0 not in values:
+            _register_fast(script, sig, key, compiled)
     return None
+
+
+def _register_fast(script, sig, key, compiled):
+    """Makes later calls with the same specialization take the fast path."""
+    fast = script.__dict__.get("_tilus_fast")
+    if fast is None:
+        fast = _make_fast(sig, script)
+        if fast is None:
+            return
+        script.__dict__["_tilus_fast"] = fast
+    mask = 0
+    bit = 1
+    for p, k in zip(sig.params, key):
+        if p.kind == "ptr" or (p.kind == "scalar" and not p.dtype.is_float):
+            if k:
+                mask |= bit
+        bit <<= 1
+    script.__dict__["_tilus_fast_kernels"][mask] = compiled.kernel.launch_fast
 
 
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"

@@ -385,6 +385,10 @@ class Script:
         from .launch import launch as _launch
 
         def __call__(self, *args, **kw):
+            if not kw:
+                fast = self.__dict__.get("_tilus_fast")  # see launch._make_fast
+                if fast is not None and fast(args, None):
+                    return None
             return _launch(self, args, kw)
 
         __call__.__doc__ = body.__doc__

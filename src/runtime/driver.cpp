@@ -212,10 +212,12 @@ LoadedModule::~LoadedModule() {
 }
 
 void LoadedModule::launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const {
-  check(driver().cuLaunchKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_),
-                                stream, args, nullptr),
-        fmt::format("launching kernel {} (grid {}x{}x{}, {} threads, {} shared bytes)", name_, grid[0], grid[1],
-                    grid[2], block_threads, shared_bytes_));
+  CUresult r = driver().cuLaunchKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1,
+                                       unsigned(shared_bytes_), stream, args, nullptr);
+  // The message is only built on failure: a launch is on the hot path.
+  if (r != 0)
+    check(r, fmt::format("launching kernel {} (grid {}x{}x{}, {} threads, {} shared bytes)", name_, grid[0], grid[1],
+                         grid[2], block_threads, shared_bytes_));
 }
 
 EventTimer::EventTimer() {

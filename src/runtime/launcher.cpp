@@ -141,17 +141,29 @@ std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<Ker
   return g;
 }
 
-void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
-  check_arguments(kernel_.source, args);
-  std::array<uint32_t, 3> g = grid(args);
+void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint64_t* slots, Stream stream) const {
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;  // nothing to run (e.g. n = 0)
   const KernelSource& s = kernel_.source;
   std::call_once(loaded_, [&] {
     module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes);
   });
+  void* pointers[64];
+  std::vector<void*> many;
+  void** p = pointers;
+  if (s.params.size() > 64) {
+    many.resize(s.params.size());
+    p = many.data();
+  }
+  for (size_t i = 0; i < s.params.size(); ++i) p[i] = &slots[i];
+  module_->launch(g.data(), uint32_t(s.block_threads), p, stream);
+}
+
+void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
+  check_arguments(kernel_.source, args);
+  std::array<uint32_t, 3> g = grid(args);
+  const KernelSource& s = kernel_.source;
   // Each argument's value in its parameter's C type, 8-byte slots.
   std::vector<uint64_t> values(args.size());
-  std::vector<void*> pointers(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     DataType t = s.params[i].dtype;
     const KernelArg& a = args[i];
@@ -161,9 +173,8 @@ void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
     else if (t.is_bool()) bits = a.i != 0;
     else bits = uint64_t(a.i);
     values[i] = bits;  // little-endian: the low bytes are the narrower C type's value
-    pointers[i] = &values[i];
   }
-  module_->launch(g.data(), uint32_t(s.block_threads), pointers.data(), stream);
+  launch_raw(g, values.data(), stream);
 }
 
 }  // namespace tilus

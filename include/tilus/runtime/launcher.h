@@ -78,6 +78,9 @@ class Launcher {
   void launch(const std::vector<KernelArg>& args, Stream stream = nullptr) const;
   // The grid the arguments give (for tests and tools).
   std::array<uint32_t, 3> grid(const std::vector<KernelArg>& args) const;
+  // The hot path for front ends that checked the arguments themselves: each parameter's value
+  // already in its C type's bits (8-byte slots), the grid already evaluated.
+  void launch_raw(const std::array<uint32_t, 3>& grid, uint64_t* slots, Stream stream = nullptr) const;
   const CompiledKernel& kernel() const { return kernel_; }
 
  private:
