@@ -173,6 +173,87 @@ struct CpuKernelHandle {
   }
 };
 
+// The whole fast launch path of one Script instance in C++ (Python's interpreter costs more
+// than the checks): arguments are CUDA torch tensors of the parameters' dtypes and Python
+// numbers. It checks each tensor's type, dtype and device, builds the bit mask of 16-byte
+// aligned pointers and 16-divisible ints, finds the kernel compiled for that mask, asks torch
+// for its current stream and launches. Returns False for anything else (the general Python
+// path then validates and reports, compiles, and registers the new kernel here).
+struct TorchFastPath {
+  std::vector<int> kinds;              // 0 pointer, 1 int, 2 float
+  std::vector<py::object> dtypes;      // torch dtype per pointer parameter
+  py::object tensor_type;              // torch.Tensor
+  py::object raw_stream;               // torch._C._cuda_getCurrentRawStream
+  std::map<uint64_t, GpuKernel*> kernels;
+  std::vector<py::object> keep;        // the GpuKernel objects (owned by Python)
+
+  bool call(const py::tuple& args) {
+    size_t n = kinds.size();
+    if (size_t(PyTuple_GET_SIZE(args.ptr())) != n || n > 64) return false;
+    static PyObject* s_dtype = PyUnicode_InternFromString("dtype");
+    static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
+    static PyObject* s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    static PyObject* s_get_device = PyUnicode_InternFromString("get_device");
+    PyObject* values = PyList_New(Py_ssize_t(n));
+    if (!values) throw py::error_already_set();
+    py::object owner = py::reinterpret_steal<py::object>(values);
+    uint64_t mask = 0;
+    PyObject* last_tensor = nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* a = PyTuple_GET_ITEM(args.ptr(), Py_ssize_t(i));
+      if (kinds[i] == 0) {
+        if (PyObject_IsInstance(a, tensor_type.ptr()) != 1) return false;
+        PyObject* dt = PyObject_GetAttr(a, s_dtype);
+        if (!dt) { PyErr_Clear(); return false; }
+        bool same = dt == dtypes[i].ptr();
+        Py_DECREF(dt);
+        if (!same) return false;
+        PyObject* cuda = PyObject_GetAttr(a, s_is_cuda);
+        if (!cuda) { PyErr_Clear(); return false; }
+        bool on_gpu = cuda == Py_True;
+        Py_DECREF(cuda);
+        if (!on_gpu) return false;
+        PyObject* ptr = PyObject_CallMethodNoArgs(a, s_data_ptr);
+        if (!ptr) { PyErr_Clear(); return false; }
+        unsigned long long addr = PyLong_AsUnsignedLongLong(ptr);
+        if (addr == 0 || PyErr_Occurred()) {
+          PyErr_Clear();
+          Py_DECREF(ptr);
+          return false;
+        }
+        if ((addr & 15) == 0) mask |= uint64_t(1) << i;
+        PyList_SET_ITEM(values, Py_ssize_t(i), ptr);  // steals
+        last_tensor = a;
+      } else if (kinds[i] == 1) {
+        if (!PyLong_CheckExact(a)) return false;
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+        if (!overflow && (v & 15) == 0) mask |= uint64_t(1) << i;
+        Py_INCREF(a);
+        PyList_SET_ITEM(values, Py_ssize_t(i), a);
+      } else {
+        if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a)) return false;
+        Py_INCREF(a);
+        PyList_SET_ITEM(values, Py_ssize_t(i), a);
+      }
+    }
+    auto it = kernels.find(mask);
+    if (it == kernels.end()) return false;
+    uint64_t stream = 0;
+    if (last_tensor) {
+      PyObject* dev = PyObject_CallMethodNoArgs(last_tensor, s_get_device);
+      if (!dev) { PyErr_Clear(); return false; }
+      PyObject* st = PyObject_CallOneArg(raw_stream.ptr(), dev);
+      Py_DECREF(dev);
+      if (!st) { PyErr_Clear(); return false; }
+      stream = PyLong_AsUnsignedLongLong(st);
+      Py_DECREF(st);
+    }
+    it->second->launch_fast(py::reinterpret_borrow<py::list>(values), stream);
+    return true;
+  }
+};
+
 }  // namespace
 
 namespace {
@@ -484,6 +565,16 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("from_cache", [](const GpuKernel& k) { return k.launcher->kernel().from_cache; })
       .def("grid", [](const GpuKernel& k, const py::sequence& values) {
         return k.launcher->grid(to_args(k.launcher->kernel().source.params, values, {}));
+      });
+  py::class_<TorchFastPath>(m, "TorchFastPath")
+      .def(py::init([](std::vector<int> kinds, std::vector<py::object> dtypes, py::object tensor_type,
+                       py::object raw_stream) {
+        return TorchFastPath{std::move(kinds), std::move(dtypes), std::move(tensor_type), std::move(raw_stream), {}, {}};
+      }))
+      .def("__call__", &TorchFastPath::call)
+      .def("add", [](TorchFastPath& f, uint64_t mask, py::object kernel) {
+        f.kernels[mask] = &kernel.cast<GpuKernel&>();
+        f.keep.push_back(kernel);
       });
   m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
     std::string a = arch.empty() ? current_device().arch() : arch;

@@ -226,70 +226,21 @@ def _compile(script, key, constants, divisibility, backend):
 
 # --- launching ----------------------------------------------------------------------------------
 
-def _make_fast(sig, script):
-    """The launch path for calls whose arguments are CUDA torch tensors of the parameters'
-    dtypes and Python numbers (the common case): per call it checks each argument's type, dtype
-    and device, builds the alignment / divisibility bit mask, finds the kernel compiled for it
-    and launches on torch's current stream. Returns False to hand the call to the general path
-    (which validates and reports)."""
+def _make_fast(sig):
+    """The C++ fast path for calls whose arguments are CUDA torch tensors of the parameters'
+    dtypes and Python numbers (tilus._C.TorchFastPath); None when the signature has
+    compile-time constants (those calls take the general path)."""
     import torch
-    Tensor = torch.Tensor
-    raw_stream = torch._C._cuda_getCurrentRawStream
-    plan = []
+    kinds, dtypes = [], []
     for p in sig.params:
-        if p.kind == "ptr":
-            plan.append((0, p.torch_dtype))
-        elif p.kind == "scalar":
-            plan.append((2 if p.dtype.is_float else 1, None))
-        else:
-            return None  # compile-time constants take the general path
-    n = len(plan)
-    kernels = {}  # bit mask of aligned pointers / ints divisible by 16 -> launch_fast
-    script.__dict__["_tilus_fast_kernels"] = kernels
-
-    def fast(args, stream):
-        if len(args) != n:
-            return False
-        mask = 0
-        bit = 1
-        device = -1
-        values = []
-        for (code, tdt), a in zip(plan, args):
-            if code == 0:
-                if not isinstance(a, Tensor) or a.dtype is not tdt or not a.is_cuda:
-                    return False
-                addr = a.data_ptr()
-                if addr == 0:
-                    return False
-                if addr & 15 == 0:
-                    mask |= bit
-                values.append(addr)
-                device = a.get_device()
-            elif code == 1:
-                if type(a) is not int:
-                    return False
-                if a & 15 == 0:
-                    mask |= bit
-                values.append(a)
-            else:
-                if type(a) is not float and type(a) is not int:
-                    return False
-                values.append(float(a))
-            bit <<= 1
-        k = kernels.get(mask)
-        if k is None:
-            return False
-        k(values, raw_stream(device) if stream is None else _stream_of(stream, None))
-        return True
-
-    return fast
+        if p.kind == "const":
+            return None
+        kinds.append(0 if p.kind == "ptr" else 2 if p.dtype.is_float else 1)
+        dtypes.append(p.torch_dtype if p.kind == "ptr" else None)
+    return _C.TorchFastPath(kinds, dtypes, torch.Tensor, torch._C._cuda_getCurrentRawStream)
 
 
 def launch(script, args, kw):
-    if not kw:
-        fast = script.__dict__.get("_tilus_fast")
-        if fast is not None and fast(args, None):
-            return None
     cls = type(script)
     sig = cls.__dict__.get("_tilus_signature") or _signature(cls)
     stream = kw.pop("stream", None) if kw else None
@@ -336,18 +287,16 @@ def _register_fast(script, sig, key, compiled):
     """Makes later calls with the same specialization take the fast path."""
     fast = script.__dict__.get("_tilus_fast")
     if fast is None:
-        fast = _make_fast(sig, script)
+        fast = _make_fast(sig)
         if fast is None:
             return
         script.__dict__["_tilus_fast"] = fast
     mask = 0
-    bit = 1
-    for p, k in zip(sig.params, key):
+    for i, (p, k) in enumerate(zip(sig.params, key)):
         if p.kind == "ptr" or (p.kind == "scalar" and not p.dtype.is_float):
             if k:
-                mask |= bit
-        bit <<= 1
-    script.__dict__["_tilus_fast_kernels"][mask] = compiled.kernel.launch_fast
+                mask |= 1 << i
+    fast.add(mask, compiled.kernel)
 
 
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"

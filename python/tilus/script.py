@@ -387,7 +387,7 @@ class Script:
         def __call__(self, *args, **kw):
             if not kw:
                 fast = self.__dict__.get("_tilus_fast")  # see launch._make_fast
-                if fast is not None and fast(args, None):
+                if fast is not None and fast(args):
                     return None
             return _launch(self, args, kw)
 

@@ -8,7 +8,7 @@ import pytest
 import tilus
 from tilus import float32, int32
 
-from conftest import HAS_CPU
+from conftest import HAS_CPU, HAS_GPU
 from future_kernels import Scale
 
 needs_cpu = pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
@@ -120,3 +120,42 @@ def test_checked_mode_from_python(monkeypatch):
 
     with pytest.raises(tilus.CpuCheckError, match=r"test_launch.py:\d+: copy_async: out-of-bounds access"):
         Unchecked()(20, np.zeros(64, dtype=np.float32), np.zeros(32, dtype=np.float32))
+
+
+class Axpy(tilus.Script):
+    def __call__(self, n: int32, alpha: float32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * 128
+        gx, gy = self.global_view(x, shape=[n]), self.global_view(y, shape=[n])
+        v = self.load_global(gx, offsets=[o], shape=[128]) * alpha + self.load_global(gy, offsets=[o], shape=[128])
+        self.store_global(gy, v, offsets=[o])
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_gpu_fast_path_still_checks_every_launch():
+    import torch
+    k = Axpy()
+    x = torch.arange(1000, device="cuda", dtype=torch.float32)
+    y = torch.zeros(1000, device="cuda")
+    k(1000, 2.0, x, y)
+    assert "_tilus_fast" in k.__dict__  # later calls take the fast path
+    k(1000, 2.0, x, y)
+    assert torch.equal(y, 4 * x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        k(1000, 1.0, x, y)  # torch's current stream
+    k(1000, 1.0, x, y, stream=s)
+    s.synchronize()
+    assert torch.equal(y, 6 * x)
+    k(999, 1.0, x, y)  # another specialization (999 % 16 != 0): compiled, then fast
+    k(999, 1.0, x, y)
+    assert y[998].item() == 8 * 998 and y[999].item() == 6 * 999
+    with pytest.raises(tilus.ArgumentError, match="points to float64 data"):
+        k(1000, 1.0, x.double(), y)
+    with pytest.raises(tilus.ArgumentError, match="mix host and CUDA"):
+        k(1000, 1.0, x.cpu(), y)
+    with pytest.raises(tilus.ArgumentError, match="out of the range of int32"):
+        k(1 << 33, 1.0, x, y)
+    with pytest.raises(tilus.ArgumentError, match="null pointer"):
+        k(0, 1.0, torch.empty(0, device="cuda"), y)
