@@ -2,9 +2,11 @@
 # For the GPU machine (a developer tool, not a set-up command): build without LLVM, run every
 # test (the GPU ones included), the C++ examples, compute-sanitizer on the examples, and
 # optionally the benchmarks. Logs go to $OUT (default ./gpu-logs); a summary is printed last.
-#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench] [cpu] [python]   (default: the first four)
+#   scripts/gpu_check.sh [tests] [examples] [sanitize] [bench] [cpu] [python] [autotune]
+#   (default: the first four)
 # `python` runs the pytest suite, every Python example, compute-sanitizer on two of them, and
-# bench/launch_overhead.py (PYTHON: the interpreter with torch, Triton, pytest, pybind11).
+# bench/launch_overhead.py (PYTHON: the interpreter with torch, Triton, pytest, pybind11);
+# `autotune` the autotuned matmul example and bench/autotune_bench.py (tilus vs Triton).
 # `cpu` runs carry/static/tests/cpp/tilus_cpu_static (built elsewhere with
 # -DTILUS_LLVM_STATIC=ON, since this machine has no LLVM; its libfmt/libspdlog in carry/lib):
 # the differential tests (CPU backend vs GPU) and bench/run_cpu.py (vs Triton's interpreter).
@@ -89,6 +91,16 @@ for step in "${steps[@]}"; do
       "$py" "$ROOT/bench/launch_overhead.py" >"$LOGS/launch.log" 2>&1
       record launch "rc=$?"
       cat "$LOGS/launch.log"
+      ;;
+    autotune)
+      export PYTHONPATH="$BUILD/python"
+      py="${PYTHON:-python3}"
+      (cd "$ROOT/examples/python" && "$py" matmul_autotune.py) >"$LOGS/matmul-autotune.log" 2>&1
+      record matmul-autotune "rc=$?"
+      tail -22 "$LOGS/matmul-autotune.log"
+      "$py" "$ROOT/bench/autotune_bench.py" >"$LOGS/autotune-bench.log" 2>&1
+      record autotune-bench "rc=$?"
+      tail -8 "$LOGS/autotune-bench.log"
       ;;
     cpu)
       static="$ROOT/carry/static/tests/cpp/tilus_cpu_static"

@@ -578,7 +578,12 @@ PYBIND11_MODULE(_C, m) {
       });
   m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
     std::string a = arch.empty() ? current_device().arch() : arch;
-    CompiledKernel k = compile_program(p, a, cache ? &default_cache() : nullptr);
+    CompiledKernel k;
+    {
+      // NVRTC is thread-safe: the autotuner compiles configs from several Python threads.
+      py::gil_scoped_release release;
+      k = compile_program(p, a, cache ? &default_cache() : nullptr);
+    }
     GpuKernel g;
     g.launcher = std::make_unique<Launcher>(std::move(k));
     for (const Expr& e : g.launcher->kernel().source.grid)
@@ -602,6 +607,12 @@ PYBIND11_MODULE(_C, m) {
     return h;
   }, py::arg("program"), py::arg("checked") = false, py::arg("threads") = 0);
 
+  m.def("device_info", [] {
+    const DeviceInfo& d = current_device();
+    return py::dict(py::arg("name") = d.name, py::arg("arch") = d.arch(), py::arg("driver_version") = d.driver_version);
+  });
+  m.def("nvrtc_version", [] { return nvrtc_available() ? nvrtc_version() : 0; });
+  m.def("cache_dir", [] { return default_cache().dir(); });
   m.def("gpu_available", &gpu_available);
   m.def("gpu_unavailable_reason", &gpu_unavailable_reason);
   m.def("cpu_backend_available", &cpu_backend_available);

@@ -20,6 +20,7 @@ See docs/python.md.
 from . import _C
 from ._C import ArgumentError, CompileError, CpuCheckError, DataType, Error, Expr, InternalError, Var
 from ._C import column_local, column_spatial, local, replicated, spatial
+from .tuning import autotune, autotune_report
 from .launch import compiled_kernels, trace
 from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
 

@@ -240,10 +240,13 @@ def _make_fast(sig):
     return _C.TorchFastPath(kinds, dtypes, torch.Tensor, torch._C._cuda_getCurrentRawStream)
 
 
-def launch(script, args, kw):
+def prepare(script, args, kw):
+    """Checks a call's arguments and returns (compiled kernel, key, launch values, extents,
+    stream owner, stream), compiling the specialization on first use."""
     cls = type(script)
     sig = cls.__dict__.get("_tilus_signature") or _signature(cls)
-    stream = kw.pop("stream", None) if kw else None
+    kw = dict(kw)
+    stream = kw.pop("stream", None)
     if kw:
         # keyword arguments by parameter name
         names = [p.name for p in sig.params]
@@ -264,21 +267,36 @@ def launch(script, args, kw):
     if compiled is None:
         with _lock:
             compiled = cache.get(key)
-            if compiled is None:
-                constants = {p.name: a for p, a in zip(params, args) if p.kind == "const"}
-                divisibility = {}
-                runtime = [p for p in params if p.kind != "const"]
-                flags = [k for k, p in zip(key, params) if p.kind != "const"]
-                for i, (p, f) in enumerate(zip(runtime, flags)):
-                    if f:
-                        divisibility[i] = 16
-                compiled = _compile(script, key, constants, divisibility, key[-1])
-                cache[key] = compiled
+        if compiled is None:
+            constants = {p.name: a for p, a in zip(params, args) if p.kind == "const"}
+            divisibility = {}
+            runtime = [p for p in params if p.kind != "const"]
+            flags = [k for k, p in zip(key, params) if p.kind != "const"]
+            for i, (p, f) in enumerate(zip(runtime, flags)):
+                if f:
+                    divisibility[i] = 16
+            compiled = _compile(script, key, constants, divisibility, key[-1])  # outside the lock: parallel
+            with _lock:
+                compiled = cache.setdefault(key, compiled)
+    return compiled, key, values, extents, owner, stream
+
+
+def run(compiled, values, extents, owner, stream):
     if compiled.backend == "cpu":
         compiled.kernel.launch(values, extents)
     else:
         compiled.kernel.launch(values, _stream_of(stream, owner))
-        if owner == "torch" and sig.torch_ok and not _TARGET_CPU and 0 not in values:
+
+
+def launch(script, args, kw):
+    tuner = script.__dict__.get("_tilus_tuner")
+    if tuner is not None:
+        return tuner.call(script, args, kw)
+    compiled, key, values, extents, owner, stream = prepare(script, args, kw)
+    run(compiled, values, extents, owner, stream)
+    if compiled.backend == "gpu" and owner == "torch" and stream is None:
+        sig = type(script).__dict__["_tilus_signature"]
+        if sig.torch_ok and not _TARGET_CPU:
             _register_fast(script, sig, key, compiled)
     return None
 
