@@ -105,3 +105,28 @@ def test_parallel_compile_only_tuning_with_a_fake_timer(cache_dir, monkeypatch, 
     tilus.autotune_report()
     out = capsys.readouterr().out
     assert "AutotunedMatmul" in out and "* {'block_m': 64" in out
+
+
+@pytest.mark.skipif(not __import__("conftest").HAS_GPU, reason="no GPU")
+def test_autotuned_matmul_on_the_gpu(cache_dir, monkeypatch):
+    import torch
+    monkeypatch.setenv("TILUS_AUTOTUNE_REPEAT", "2")
+    calls = []
+    real = A.Tuner.tune
+
+    def spy(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(A.Tuner, "tune", spy)
+    m, n, k = 300, 260, 190
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    AutotunedMatmul()(m, n, k, a, b, c)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+    assert len(calls) == 1
+    c.zero_()
+    AutotunedMatmul()(m, n, k, a, b, c)  # a new instance: the persisted winner, no tuning
+    assert len(calls) == 1
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
