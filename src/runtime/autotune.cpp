@@ -134,7 +134,7 @@ void store_tune_entry(const TuneEntry& e, const std::string& cache_dir) {
   {
     std::ofstream out(tmp);
     if (!out) return;  // an unwritable cache: the winner is simply not remembered
-    out << "tilus-autotune 1\n" << "key " << e.key << "\n" << "tuning_s " << e.tuning_s << "\n";
+    out << "tilus-autotune 1\n" << "key " << e.key << "\n" << "tuning_s " << fmt::format("{:.6f}", e.tuning_s) << "\n";
     out << "winner " << config_str(e.winner) << "\n";
     for (auto& r : e.results) {
       if (r.ms) out << "result " << fmt::format("{:.6f}", *r.ms) << " " << config_str(r.config) << "\n";
