@@ -1,6 +1,7 @@
 #include "tilus/codegen/nvrtc.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #ifdef TILUS_HAVE_NVRTC
+#include <dlfcn.h>
 #include <nvrtc.h>
 #endif
 
@@ -20,9 +22,70 @@ const std::vector<std::pair<std::string, std::string>>& embedded_device_headers(
 
 const std::vector<std::pair<std::string, std::string>>& device_headers() { return detail::embedded_device_headers(); }
 
+#ifdef TILUS_HAVE_NVRTC
+namespace {
+// NVRTC is loaded with dlopen at its first use, not linked: `import tilus` and programs that
+// only use the CPU backend then work where the CUDA toolkit is absent. The library tilus was
+// built against is tried first, then the usual sonames.
+struct Nvrtc {
+  bool loaded = false;
+  std::string error;
+  decltype(&::nvrtcVersion) version = nullptr;
+  decltype(&::nvrtcGetErrorString) error_string = nullptr;
+  decltype(&::nvrtcCreateProgram) create = nullptr;
+  decltype(&::nvrtcDestroyProgram) destroy = nullptr;
+  decltype(&::nvrtcCompileProgram) compile = nullptr;
+  decltype(&::nvrtcGetProgramLogSize) log_size = nullptr;
+  decltype(&::nvrtcGetProgramLog) log = nullptr;
+  decltype(&::nvrtcGetCUBINSize) cubin_size = nullptr;
+  decltype(&::nvrtcGetCUBIN) cubin = nullptr;
+};
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc lib = [] {
+    Nvrtc n;
+    std::vector<std::string> names;
+#ifdef TILUS_NVRTC_LIBRARY
+    names.push_back(TILUS_NVRTC_LIBRARY);
+#endif
+    for (const char* s : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) names.push_back(s);
+    void* h = nullptr;
+    for (auto& name : names)
+      if ((h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    if (!h) {
+      n.error = fmt::format("the NVRTC library could not be loaded (tried {}; {})", fmt::join(names, ", "), dlerror());
+      return n;
+    }
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (!fn && n.error.empty()) n.error = fmt::format("the NVRTC library lacks {}", name);
+    };
+    sym(n.version, "nvrtcVersion");
+    sym(n.error_string, "nvrtcGetErrorString");
+    sym(n.create, "nvrtcCreateProgram");
+    sym(n.destroy, "nvrtcDestroyProgram");
+    sym(n.compile, "nvrtcCompileProgram");
+    sym(n.log_size, "nvrtcGetProgramLogSize");
+    sym(n.log, "nvrtcGetProgramLog");
+    sym(n.cubin_size, "nvrtcGetCUBINSize");
+    sym(n.cubin, "nvrtcGetCUBIN");
+    n.loaded = n.error.empty();
+    return n;
+  }();
+  return lib;
+}
+
+const Nvrtc& need_nvrtc(const std::string& what) {
+  const Nvrtc& n = nvrtc();
+  if (!n.loaded) throw NvrtcError(fmt::format("cannot {}: {}", what, n.error));
+  return n;
+}
+}  // namespace
+#endif
+
 bool nvrtc_available() {
 #ifdef TILUS_HAVE_NVRTC
-  return true;
+  return nvrtc().loaded;
 #else
   return false;
 #endif
@@ -52,7 +115,7 @@ std::string source_context(const std::string& source, const std::string& name, c
 
 #ifdef TILUS_HAVE_NVRTC
 void check(nvrtcResult r, const char* what) {
-  if (r != NVRTC_SUCCESS) throw NvrtcError(fmt::format("NVRTC {} failed: {}", what, nvrtcGetErrorString(r)));
+  if (r != NVRTC_SUCCESS) throw NvrtcError(fmt::format("NVRTC {} failed: {}", what, nvrtc().error_string(r)));
 }
 
 // Where cuda_fp16.h lives: $CUDA_HOME/include, $CUDA_PATH/include, the toolkit tilus was
@@ -90,7 +153,7 @@ std::vector<std::string> nvrtc_options(const std::string& arch) {
 int nvrtc_version() {
 #ifdef TILUS_HAVE_NVRTC
   int major = 0, minor = 0;
-  check(nvrtcVersion(&major, &minor), "version query");
+  check(need_nvrtc("query the NVRTC version").version(&major, &minor), "version query");
   return major * 1000 + minor * 10;
 #else
   return 0;
@@ -104,6 +167,7 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
 #else
   if (!std::regex_match(arch, std::regex("sm_\\d+[af]?")))
     throw NvrtcError(fmt::format("cannot compile {}: arch '{}' is not of the form sm_<cc> (e.g. sm_80, sm_90a)", name, arch));
+  const Nvrtc& lib = need_nvrtc(fmt::format("compile kernel {}", name));
   NvrtcOutput out;
   out.options = nvrtc_options(arch);
   out.options.insert(out.options.end(), extra_options.begin(), extra_options.end());
@@ -115,29 +179,30 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
     header_texts.push_back(text.c_str());
   }
   nvrtcProgram prog;
-  check(nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), int(headers.size()), header_texts.data(),
+  check(lib.create(&prog, source.c_str(), (name + ".cu").c_str(), int(headers.size()), header_texts.data(),
                            header_names.data()),
         "program creation");
   struct Destroy {
     nvrtcProgram* p;
-    ~Destroy() { nvrtcDestroyProgram(p); }
-  } destroy{&prog};
+    decltype(&::nvrtcDestroyProgram) fn;
+    ~Destroy() { fn(p); }
+  } destroy{&prog, lib.destroy};
 
   std::vector<const char*> opts;
   for (auto& o : out.options) opts.push_back(o.c_str());
-  nvrtcResult result = nvrtcCompileProgram(prog, int(opts.size()), opts.data());
+  nvrtcResult result = lib.compile(prog, int(opts.size()), opts.data());
   size_t log_size = 0;
-  nvrtcGetProgramLogSize(prog, &log_size);
+  lib.log_size(prog, &log_size);
   out.log.resize(log_size);
-  if (log_size) nvrtcGetProgramLog(prog, out.log.data());
+  if (log_size) lib.log(prog, out.log.data());
   while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
   if (result != NVRTC_SUCCESS)
     throw NvrtcError(fmt::format("NVRTC could not compile kernel {} for {} ({}):\n{}{}", name, arch,
-                                 nvrtcGetErrorString(result), out.log, source_context(source, name, out.log)));
+                                 lib.error_string(result), out.log, source_context(source, name, out.log)));
   size_t size = 0;
-  check(nvrtcGetCUBINSize(prog, &size), "cubin size query");
+  check(lib.cubin_size(prog, &size), "cubin size query");
   out.cubin.resize(size);
-  check(nvrtcGetCUBIN(prog, out.cubin.data()), "cubin retrieval");
+  check(lib.cubin(prog, out.cubin.data()), "cubin retrieval");
   return out;
 #endif
 }
