@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -257,6 +259,13 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
     lk.module->print(os, nullptr);
   }
   impl->sites = std::move(lk.sites);
+  if (const char* dump = std::getenv("TILUS_DUMP_IR"); dump && *dump) {
+    // Next to the pass dumps of run_pipeline: the LLVM IR before optimization.
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::path(dump) / k.name;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream(dir / "cpu.ll") << impl->ir;
+  }
   lk.module->setDataLayout(jit.lljit->getDataLayout());
   lk.module->setTargetTriple(jit.lljit->getTargetTriple().str());
   {

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 
 #include "tilus/runtime/jit.h"
@@ -275,4 +278,13 @@ TEST(CpuBackend, TargetSelection) {
   EXPECT_TRUE(k->checked());
   EXPECT_FALSE(CpuKernel::compile(trace(Copy1D{}))->checked());
   EXPECT_NE(k->llvm_ir().find("define void @tilus_Copy1D_"), std::string::npos);
+  // TILUS_DUMP_IR also gets the LLVM IR.
+  std::string dir = std::filesystem::temp_directory_path() / fmt::format("tilus-dump-{}", getpid());
+  setenv("TILUS_DUMP_IR", dir.c_str(), 1);
+  CpuKernel::compile(trace(Copy1D{}));
+  unsetenv("TILUS_DUMP_IR");
+  std::ifstream ll(std::filesystem::path(dir) / "Copy1D" / "cpu.ll");
+  std::string text((std::istreambuf_iterator<char>(ll)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("define void @tilus_Copy1D_"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }

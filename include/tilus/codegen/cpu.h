@@ -13,7 +13,8 @@
 // where args holds one 8-byte slot per runtime parameter (integers as int64, floats as
 // double, pointers as addresses).
 //
-// Only built with LLVM (TILUS_HAVE_LLVM); the runtime (tilus/runtime/cpu.h) is the public face.
+// Only built with LLVM (TILUS_HAVE_LLVM); the runtime (tilus/runtime/cpu.h) is the public face
+// (CpuKernel::llvm_ir(), and TILUS_DUMP_IR, show the generated IR).
 #pragma once
 
 #include <cstdint>
@@ -70,8 +71,5 @@ struct CpuLoweredKernel {
 // Lowers `kernel` (the output of run_pipeline) into a module of `context`. Throws
 // CompileError naming the instruction for what the CPU backend cannot run.
 CpuLoweredKernel emit_llvm(const Kernel& kernel, llvm::LLVMContext& context, const CpuCodegenOptions& options);
-
-// The LLVM IR text of a kernel (tests, TILUS_DUMP_IR).
-std::string emit_llvm_text(const Kernel& kernel, const CpuCodegenOptions& options);
 
 }  // namespace tilus

@@ -661,13 +661,4 @@ CpuLoweredKernel emit_llvm(const Kernel& kernel, llvm::LLVMContext& context, con
   return out;
 }
 
-std::string emit_llvm_text(const Kernel& kernel, const CpuCodegenOptions& options) {
-  llvm::LLVMContext context;
-  CpuLoweredKernel k = emit_llvm(kernel, context, options);
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  k.module->print(os, nullptr);
-  return os.str();
-}
-
 }  // namespace tilus
