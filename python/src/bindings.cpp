@@ -97,69 +97,81 @@ struct GpuKernel {
     launcher->launch(to_args(launcher->kernel().source.params, values, {}), reinterpret_cast<Stream>(stream));
   }
 
-  // The hot path of Python launches: `values` is a list the front end has checked (pointers
-  // as ints of the right dtype and device); scalars are range-checked here. Anything unusual
-  // takes launch(), which reports it.
-  void launch_fast(const py::list& values, uint64_t stream) {
+  // A scalar argument `o` of parameter i in its C type's bits; false for anything unusual (a
+  // non-number, an overflow, an out-of-range integer), which launch() then reports.
+  bool pack_scalar(size_t i, PyObject* o, uint64_t& slot) const {
+    DataType t = launcher->kernel().source.params[i].dtype;
+    if (t.is_float()) {
+      double v = PyFloat_AsDouble(o);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      if (t == dtypes::float32) {
+        float f = float(v);
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        slot = bits;
+      } else {
+        slot = t.encode_float(v);
+      }
+      return true;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    bool in_range = t.is_bool() || (t.is_uint() ? v >= 0 && uint64_t(v) <= t.int_max()
+                                                : v >= t.int_min() && (v < 0 || uint64_t(v) <= t.int_max()));
+    slot = t.is_bool() ? uint64_t(v != 0) : uint64_t(v);
+    return in_range;
+  }
+
+  // Launches packed arguments, evaluating the grid only when a scalar changed.
+  void launch_slots(uint64_t* slots, uint64_t stream) {
     const auto& params = launcher->kernel().source.params;
     size_t n = params.size();
-    PyObject* list = values.ptr();
-    if (size_t(PyList_GET_SIZE(list)) != n || n > 64) return launch(values, stream);
-    uint64_t slots[64];
     bool same = grid_valid && !grid_uses_pointers;
-    for (size_t i = 0; i < n; ++i) {
-      PyObject* o = PyList_GET_ITEM(list, Py_ssize_t(i));
-      DataType t = params[i].dtype;
-      if (t.is_pointer()) {
-        slots[i] = PyLong_AsUnsignedLongLong(o);
-        if (PyErr_Occurred()) {
-          PyErr_Clear();
-          return launch(values, stream);
-        }
-        continue;
-      }
-      if (t.is_float()) {
-        double v = PyFloat_AsDouble(o);
-        if (PyErr_Occurred()) {
-          PyErr_Clear();
-          return launch(values, stream);
-        }
-        if (t == dtypes::float32) {
-          float f = float(v);
-          uint32_t bits;
-          std::memcpy(&bits, &f, 4);
-          slots[i] = bits;
-        } else {
-          slots[i] = t.encode_float(v);
-        }
-      } else {
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow || PyErr_Occurred()) {
-          PyErr_Clear();
-          return launch(values, stream);
-        }
-        bool in_range = t.is_bool() ||
-                        (t.is_uint() ? v >= 0 && uint64_t(v) <= t.int_max()
-                                     : v >= t.int_min() && (v < 0 || uint64_t(v) <= t.int_max()));
-        if (!in_range) return launch(values, stream);  // the ArgumentError
-        slots[i] = t.is_bool() ? uint64_t(v != 0) : uint64_t(v);
-      }
-      same = same && grid_args[i] == slots[i];
-    }
+    for (size_t i = 0; i < n && same; ++i)
+      if (!params[i].dtype.is_pointer()) same = grid_args[i] == slots[i];
     if (!same) {
       std::vector<KernelArg> args;
       for (size_t i = 0; i < n; ++i) {
         DataType t = params[i].dtype;
         if (t.is_pointer()) args.push_back(KernelArg::pointer(slots[i]));
-        else if (t.is_float()) args.emplace_back(PyFloat_AsDouble(PyList_GET_ITEM(list, Py_ssize_t(i))));
-        else args.emplace_back(int64_t(PyLong_AsLongLong(PyList_GET_ITEM(list, Py_ssize_t(i)))));
+        else if (t.is_float()) args.emplace_back(t.decode_float(slots[i]));
+        else args.emplace_back(int64_t(slots[i]));
       }
       grid = launch_grid(launcher->kernel().source, args);
       grid_args.assign(slots, slots + n);
       grid_valid = true;
     }
     launcher->launch_raw(grid, slots, reinterpret_cast<Stream>(stream));
+  }
+
+  // The hot path of Python launches: `values` is a list the front end has checked (pointers
+  // as ints of the right dtype and device). Anything unusual takes launch(), which reports it.
+  void launch_fast(const py::list& values, uint64_t stream) {
+    const auto& params = launcher->kernel().source.params;
+    size_t n = params.size();
+    PyObject* list = values.ptr();
+    if (size_t(PyList_GET_SIZE(list)) != n || n > 64) return launch(values, stream);
+    uint64_t slots[64];
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* o = PyList_GET_ITEM(list, Py_ssize_t(i));
+      if (params[i].dtype.is_pointer()) {
+        slots[i] = PyLong_AsUnsignedLongLong(o);
+        if (PyErr_Occurred()) {
+          PyErr_Clear();
+          return launch(values, stream);
+        }
+      } else if (!pack_scalar(i, o, slots[i])) {
+        return launch(values, stream);
+      }
+    }
+    launch_slots(slots, stream);
   }
 };
 
@@ -194,9 +206,7 @@ struct TorchFastPath {
     static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
     static PyObject* s_data_ptr = PyUnicode_InternFromString("data_ptr");
     static PyObject* s_get_device = PyUnicode_InternFromString("get_device");
-    PyObject* values = PyList_New(Py_ssize_t(n));
-    if (!values) throw py::error_already_set();
-    py::object owner = py::reinterpret_steal<py::object>(values);
+    uint64_t slots[64];
     uint64_t mask = 0;
     PyObject* last_tensor = nullptr;
     for (size_t i = 0; i < n; ++i) {
@@ -216,29 +226,28 @@ struct TorchFastPath {
         PyObject* ptr = PyObject_CallMethodNoArgs(a, s_data_ptr);
         if (!ptr) { PyErr_Clear(); return false; }
         unsigned long long addr = PyLong_AsUnsignedLongLong(ptr);
+        Py_DECREF(ptr);
         if (addr == 0 || PyErr_Occurred()) {
           PyErr_Clear();
-          Py_DECREF(ptr);
           return false;
         }
         if ((addr & 15) == 0) mask |= uint64_t(1) << i;
-        PyList_SET_ITEM(values, Py_ssize_t(i), ptr);  // steals
+        slots[i] = addr;
         last_tensor = a;
       } else if (kinds[i] == 1) {
         if (!PyLong_CheckExact(a)) return false;
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
         if (!overflow && (v & 15) == 0) mask |= uint64_t(1) << i;
-        Py_INCREF(a);
-        PyList_SET_ITEM(values, Py_ssize_t(i), a);
-      } else {
-        if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a)) return false;
-        Py_INCREF(a);
-        PyList_SET_ITEM(values, Py_ssize_t(i), a);
+      } else if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a)) {
+        return false;
       }
     }
     auto it = kernels.find(mask);
     if (it == kernels.end()) return false;
+    GpuKernel& kernel = *it->second;
+    for (size_t i = 0; i < n; ++i)
+      if (kinds[i] != 0 && !kernel.pack_scalar(i, PyTuple_GET_ITEM(args.ptr(), Py_ssize_t(i)), slots[i])) return false;
     uint64_t stream = 0;
     if (last_tensor) {
       PyObject* dev = PyObject_CallMethodNoArgs(last_tensor, s_get_device);
@@ -249,7 +258,7 @@ struct TorchFastPath {
       stream = PyLong_AsUnsignedLongLong(st);
       Py_DECREF(st);
     }
-    it->second->launch_fast(py::reinterpret_borrow<py::list>(values), stream);
+    kernel.launch_slots(slots, stream);
     return true;
   }
 };

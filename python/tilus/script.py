@@ -290,7 +290,6 @@ class _Runtime:
         u = 0 if unroll is None else (-1 if unroll is True else int(unroll))
         b = _builder()
         var = b.begin_for(name, begin, end, step, u, loc)
-        _tracing.bound_depth = getattr(_tracing, "bound_depth", {})
         yield var
         b.end_for()
 

@@ -305,12 +305,12 @@ class Tuner:
         results = [{"config": c} for c in self.configs]
         instances = [self.instance(c) for c in self.configs]
 
+        sig = L._signature(self.cls)
+        constants = {p.name: a for p, a in zip(sig.params, _positional(sig, args, kw)) if p.kind == "const"}
+
         def build(i):
             if self.compile_only_arch is not None:
-                program = L.trace(instances[i], {p.name: a for p, a in zip(L._signature(self.cls).params,
-                                                                           _positional(L._signature(self.cls), args, kw))
-                                                 if p.kind == "const"})
-                _C.compile_gpu(program, arch=self.compile_only_arch)
+                _C.compile_gpu(L.trace(instances[i], constants), arch=self.compile_only_arch)
                 return None
             return L.prepare(instances[i], args, kw)
 

@@ -40,11 +40,6 @@ JitKernel<K> jit_on(K script) {
   o.cpu.checked = true;
   return JitKernel<K>(std::move(script), o);
 }
-// The CUDA source of a kernel's launch on the GPU ("" on the CPU, where there is none).
-template <class K>
-std::string cuda_source(JitKernel<K>& kernel, const std::vector<KernelArg>& args) {
-  return kBackend == Backend::Gpu ? kernel.launcher(args).kernel().source.source : std::string();
-}
 
 std::mt19937 rng(7);
 
@@ -356,7 +351,7 @@ TEST(Backend_, DotFromSharedMemory) {
     b.upload(hb);
     auto kernel = jit_on(s);
     std::vector<KernelArg> args = {m, n, k, a.arg(), b.arg(), out.arg()};
-    if (kBackend == Backend::Gpu) ASSERT_NE(cuda_source(kernel, args).find("tilus::ldmatrix<"), std::string::npos);
+    if (kBackend == Backend::Gpu) ASSERT_NE(kernel.launcher(args).kernel().source.source.find("tilus::ldmatrix<"), std::string::npos);
     kernel(args);
     std::vector<double> want(m * n, 0.0);
     for (int64_t i = 0; i < m; ++i)
@@ -535,7 +530,7 @@ TEST(Backend_, BarriersAreInsertedWhereTheKernelHasNone) {
   x.upload(hx);
   auto kernel = jit_on(UnsyncedPipeline{});
   std::vector<KernelArg> args = {n, x.arg(), out.arg()};
-  if (kBackend == Backend::Gpu) EXPECT_NE(cuda_source(kernel, args).find("__syncthreads()"), std::string::npos);
+  if (kBackend == Backend::Gpu) EXPECT_NE(kernel.launcher(args).kernel().source.source.find("__syncthreads()"), std::string::npos);
   kernel(args);
   std::vector<double> want(64 * 16, 0.0);
   for (int64_t i = 0; i < n; ++i)

@@ -92,28 +92,29 @@ class JitKernel {
 
   // The CPU kernel for these arguments' specialization (compiled on first use).
   const CpuKernel& cpu_kernel(const std::vector<KernelArg>& args) {
-    auto facts = specialization_of(args);
-    std::string key = specialization_key(facts);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = cpu_variants_.find(key);
-    if (it != cpu_variants_.end()) return *it->second;
-    return *(cpu_variants_[key] = CpuKernel::compile(specialized(facts), opts_.cpu));
+    return variant(cpu_variants_, args, [&](const Program& p) { return CpuKernel::compile(p, opts_.cpu); });
   }
 
   // The launcher for these arguments' specialization (compiled on first use).
   const Launcher& launcher(const std::vector<KernelArg>& args) {
-    auto facts = specialization_of(args);
-    std::string key = specialization_key(facts);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = variants_.find(key);
-    if (it != variants_.end()) return *it->second;
-    Program p = specialized(facts);
-    std::string arch = opts_.arch.empty() ? current_device().arch() : opts_.arch;
-    auto launcher = std::make_unique<Launcher>(compile_program(p, arch, opts_.disk_cache ? &default_cache() : nullptr));
-    return *(variants_[key] = std::move(launcher));
+    return variant(variants_, args, [&](const Program& p) {
+      std::string arch = opts_.arch.empty() ? current_device().arch() : opts_.arch;
+      return std::make_unique<Launcher>(compile_program(p, arch, opts_.disk_cache ? &default_cache() : nullptr));
+    });
   }
 
  private:
+  // The entry of `variants` for these arguments' specialization, made by `make` on first use.
+  template <class Map, class Make>
+  const typename Map::mapped_type::element_type& variant(Map& variants, const std::vector<KernelArg>& args, Make make) {
+    auto facts = specialization_of(args);
+    std::string key = specialization_key(facts);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = variants.find(key);
+    if (it != variants.end()) return *it->second;
+    return *(variants[key] = make(specialized(facts)));
+  }
+
   Program specialized(const std::map<int, int64_t>& facts) {
     Program p = trace(script_, opts_.constants);
     for (auto& [index, d] : facts)
