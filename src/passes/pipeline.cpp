@@ -16,8 +16,8 @@
 #include "tilus/passes/insert_bounds_predicates.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/select_copy_instructions.h"
-#include "tilus/passes/simplify.h"
-#include "tilus/passes/verify.h"
+#include "tilus/passes/simplify_program.h"
+#include "tilus/passes/verify_program.h"
 
 namespace tilus {
 

@@ -1,5 +1,5 @@
 // The CPU executor: ORC LLJIT over the CPU code generator's LLVM IR, blocks on CPU threads.
-#include "tilus/runtime/cpu.h"
+#include "tilus/runtime/cpu_kernel.h"
 
 #include <fmt/format.h>
 #include <pthread.h>
@@ -28,7 +28,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include "tilus/codegen/cpu.h"
+#include "tilus/codegen/llvm_emitter.h"
 #endif
 
 namespace tilus {

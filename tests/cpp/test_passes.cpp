@@ -6,7 +6,7 @@
 #include "golden.h"
 #include "tilus/passes/infer_layouts.h"
 #include "tilus/ir/functor.h"
-#include "tilus/passes/simplify.h"
+#include "tilus/passes/simplify_program.h"
 #include "tilus/tilus.h"
 
 using namespace tilus;

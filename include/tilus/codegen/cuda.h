@@ -3,7 +3,7 @@
 
 #include "tilus/codegen/kernel_source.h"
 #include "tilus/ir/program.h"
-#include "tilus/passes/target.h"
+#include "tilus/ir/target.h"
 
 namespace tilus {
 

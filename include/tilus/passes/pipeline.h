@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tilus/ir/program.h"
-#include "tilus/passes/target.h"
+#include "tilus/ir/target.h"
 
 namespace tilus {
 

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "tilus/ir/program.h"
-#include "tilus/passes/target.h"
+#include "tilus/ir/target.h"
 
 namespace tilus {
 

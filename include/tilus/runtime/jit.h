@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tilus/lang/script.h"
-#include "tilus/runtime/cpu.h"
+#include "tilus/runtime/cpu_kernel.h"
 #include "tilus/runtime/launcher.h"
 
 namespace tilus {
@@ -24,7 +24,7 @@ namespace tilus {
 // Where a kernel runs and where a buffer lives.
 enum class Backend {
   Gpu,  // CUDA: NVRTC, the driver API
-  Cpu,  // LLVM ORC JIT on the host (tilus/runtime/cpu.h)
+  Cpu,  // LLVM ORC JIT on the host (tilus/runtime/cpu_kernel.h)
 };
 const char* to_string(Backend b);
 // Gpu when a GPU can be used, Cpu otherwise; TILUS_TARGET=cpu / gpu overrides.

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tilus/codegen/cpu.h"
+#include "tilus/codegen/llvm_emitter.h"
 #include "tilus/ir/inst.h"
 #include "tilus/ir/stmt.h"
 #include "tilus/passes/copy_facts.h"

@@ -1,4 +1,4 @@
-#include "tilus/passes/simplify.h"
+#include "tilus/passes/simplify_program.h"
 
 #include <unordered_map>
 #include <unordered_set>

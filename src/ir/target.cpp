@@ -1,4 +1,4 @@
-#include "tilus/passes/target.h"
+#include "tilus/ir/target.h"
 
 #include <fmt/format.h>
 

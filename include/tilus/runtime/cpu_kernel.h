@@ -4,7 +4,7 @@
 //   k->launch({m, n, k, a.arg(), b.arg(), c.arg()});   // host pointers (DeviceBuffer on Backend::Cpu)
 //
 // The pass pipeline runs for the CPU target (the same passes and checks as sm_90a), the
-// kernel is lowered to LLVM IR (tilus/codegen/cpu.h), optimized at O2 for the host CPU and
+// kernel is lowered to LLVM IR (tilus/codegen/llvm_emitter.h), optimized at O2 for the host CPU and
 // JIT compiled; a launch runs the grid's blocks in parallel on CPU threads and returns when
 // all are done.
 //

@@ -1,4 +1,4 @@
-#include "tilus/passes/verify.h"
+#include "tilus/passes/verify_program.h"
 
 #include "tilus/ir/verifier.h"
 

@@ -13,7 +13,7 @@
 // where args holds one 8-byte slot per runtime parameter (integers as int64, floats as
 // double, pointers as addresses).
 //
-// Only built with LLVM (TILUS_HAVE_LLVM); the runtime (tilus/runtime/cpu.h) is the public face
+// Only built with LLVM (TILUS_HAVE_LLVM); the runtime (tilus/runtime/cpu_kernel.h) is the public face
 // (CpuKernel::llvm_ir(), and TILUS_DUMP_IR, show the generated IR).
 #pragma once
 
