@@ -138,8 +138,8 @@ struct Rewriter : FieldVisitor {
   std::function<Tensor(const Tensor&)> map_tensor;
   std::function<Expr(const Expr&)> map_expr;
   bool changed = false;
-  void output(const char*, Tensor& t) override { update(t); }
-  void operand(const char*, Tensor& t, Access) override { update(t); }
+  void output(const char*, Tensor& t, uint8_t) override { update(t); }
+  void operand(const char*, Tensor& t, Access, uint8_t, const CopyRegion*) override { update(t); }
   void expr(const char*, Expr& e) override {
     Expr m = map_expr(e);
     if (!m.same_as(e)) {
@@ -161,8 +161,8 @@ struct Probe : FieldVisitor {
   std::function<Tensor(const Tensor&)> map_tensor;
   std::function<Expr(const Expr&)> map_expr;
   bool changed = false;
-  void output(const char*, Tensor& t) override { check(t); }
-  void operand(const char*, Tensor& t, Access) override { check(t); }
+  void output(const char*, Tensor& t, uint8_t) override { check(t); }
+  void operand(const char*, Tensor& t, Access, uint8_t, const CopyRegion*) override { check(t); }
   void expr(const char*, Expr& e) override { changed |= !map_expr(e).same_as(e); }
   void check(Tensor& t) {
     if (t.defined()) changed |= !map_tensor(t).same_as(t);

@@ -37,65 +37,64 @@ std::string ints_str(const std::vector<int64_t>& v) { return fmt::format("[{}]",
 }  // namespace
 
 void GlobalViewInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
+  v.output("out", out, kGlobal);
   v.expr("ptr", ptr);
 }
 
 void AllocateSharedInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
+  v.output("out", out, kShared);
   if (offset >= 0) v.attr("offset", std::to_string(offset));
 }
 
-void FreeSharedInst::visit_fields(FieldVisitor& v) { v.operand("tensor", tensor, Access::Alias); }
+void FreeSharedInst::visit_fields(FieldVisitor& v) { v.operand("tensor", tensor, Access::Alias, kShared, nullptr); }
 
 void AllocateRegisterInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
+  v.output("out", out, kRegister);
   for (auto& a : axes) v.binder("axes", a);
   if (init.defined()) v.expr("init", init);
 }
 
 void SliceSharedInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("src", src, Access::Alias);
+  v.output("out", out, kShared);
+  v.operand("src", src, Access::Alias, kShared, nullptr);
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
 }
 
 void LoadGlobalInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("src", src, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("src", src, Access::Read, kGlobal, nullptr);
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
 }
 
 void StoreGlobalInst::visit_fields(FieldVisitor& v) {
-  v.operand("dst", dst, Access::Write);
-  v.operand("src", src, Access::Read);
+  v.operand("dst", dst, Access::Write, kGlobal, nullptr);
+  v.operand("src", src, Access::Read, kRegister, nullptr);
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
 }
 
 void LoadSharedInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("src", src, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("src", src, Access::Read, kShared, nullptr);
 }
 
 void StoreSharedInst::visit_fields(FieldVisitor& v) {
-  v.operand("dst", dst, Access::Write);
-  v.operand("src", src, Access::Read);
+  v.operand("dst", dst, Access::Write, kShared, nullptr);
+  v.operand("src", src, Access::Read, kRegister, nullptr);
 }
 
 void CopyAsyncInst::visit_fields(FieldVisitor& v) {
-  v.operand("src", src, Access::Read);
-  v.operand("dst", dst, Access::Write);
+  v.operand("src", src, Access::Read, kGlobal, nullptr);
+  v.operand("dst", dst, Access::Write, kShared, nullptr);
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
   v.attr("evict", to_string(evict));
   v.attr("check_bounds", check_bounds ? "true" : "false");
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
-  if (vector) v.attr("vector", std::to_string(vector));
 }
 
 void CopyAsyncCommitGroupInst::visit_fields(FieldVisitor&) {}
@@ -105,11 +104,11 @@ void CopyAsyncWaitGroupInst::visit_fields(FieldVisitor& v) { v.attr("n", std::to
 void CopyAsyncWaitAllInst::visit_fields(FieldVisitor&) {}
 
 void CopyInst::visit_fields(FieldVisitor& v) {
-  v.operand("src", src.tensor, Access::Read);
+  v.operand("src", src.tensor, Access::Read, kAnyScope, &src);
   v.exprs("src_offsets", src.offsets);
   v.exprs("src_extents", src.extents);
   if (src.checked_dims) v.attr("src_checked_dims", ints_str(*src.checked_dims));
-  v.operand("dst", dst.tensor, Access::Write);
+  v.operand("dst", dst.tensor, Access::Write, kAnyScope, &dst);
   v.exprs("dst_offsets", dst.offsets);
   v.exprs("dst_extents", dst.extents);
   if (dst.checked_dims) v.attr("dst_checked_dims", ints_str(*dst.checked_dims));
@@ -129,74 +128,70 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   }
   if (loop_layout.defined()) v.attr("loop_layout", loop_layout.str());
   if (scalar) v.attr("scalar", "true");
-  if (!selected.empty()) v.attr("selected", selected);
-  if (vector) v.attr("vector", std::to_string(vector));
-  if (mapping.defined()) v.attr("mapping", mapping.str());
-  if (!note.empty()) v.attr("note", "\"" + note + "\"");
 }
 
 void DotInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("a", a, Access::Read);
-  v.operand("b", b, Access::Read);
-  v.operand("c", c, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("a", a, Access::Read, kRegister, nullptr);
+  v.operand("b", b, Access::Read, kRegister, nullptr);
+  v.operand("c", c, Access::Read, kRegister, nullptr);
 }
 
 void CastInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
 }
 
 void ViewInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
 }
 
 void ReshapeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
 }
 
 void SqueezeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
   v.attr("dims", ints_str(dims));
 }
 
 void UnsqueezeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
   v.attr("dims", ints_str(dims));
 }
 
 void TransposeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
 }
 
 void RepeatInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
   v.attr("repeats", ints_str(repeats));
 }
 
 void ElementwiseInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  for (auto& t : inputs) v.operand("inputs", t, Access::Read);
+  v.output("out", out, kRegister);
+  for (auto& t : inputs) v.operand("inputs", t, Access::Read, kRegister, nullptr);
   for (auto& p : params) v.binder("params", p);
   v.expr("body", body);
 }
 
 void ReduceInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out);
-  v.operand("x", x, Access::Read);
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
   v.attr("dims", ints_str(dims));
   v.attr("keepdim", keepdim ? "true" : "false");
 }
 
 void AssignInst::visit_fields(FieldVisitor& v) {
-  v.operand("dst", dst, Access::Write);
-  v.operand("src", src, Access::Read);
+  v.operand("dst", dst, Access::Write, kRegister, nullptr);
+  v.operand("src", src, Access::Read, kRegister, nullptr);
 }
 
 void SyncInst::visit_fields(FieldVisitor&) {}
@@ -216,34 +211,64 @@ void PrintfInst::visit_fields(FieldVisitor& v) {
 void AssumeInst::visit_fields(FieldVisitor& v) { v.expr("cond", cond); }
 
 void AnnotateLayoutInst::visit_fields(FieldVisitor& v) {
-  v.operand("tensor", tensor, Access::Alias);
+  v.operand("tensor", tensor, Access::Alias, kRegister | kShared, nullptr);
   if (layout.defined()) v.attr("layout", layout.str());
   if (shared_layout.defined()) v.attr("shared_layout", shared_layout.str());
 }
 
 namespace {
-struct OutputFinder : FieldVisitor {
+struct TraitFinder : FieldVisitor {
   Tensor out;
+  std::vector<InstNode::Operand> all;  // in the order visit_fields declares them
   std::vector<std::pair<Tensor, Access>> operands;
-  void output(const char*, Tensor& t) override { out = t; }
-  void operand(const char*, Tensor& t, Access a) override { operands.emplace_back(t, a); }
+  void output(const char* name, Tensor& t, uint8_t scopes) override {
+    out = t;
+    all.push_back({name, t, Access::Write, scopes, nullptr, true});
+  }
+  void operand(const char* name, Tensor& t, Access a, uint8_t scopes, const CopyRegion* region) override {
+    all.push_back({name, t, a, scopes, region, false});
+    operands.emplace_back(t, a);
+  }
 };
 }  // namespace
 
+Scopes scope_bit(MemoryScope s) {
+  switch (s) {
+    case MemoryScope::Global: return kGlobal;
+    case MemoryScope::Shared: return kShared;
+    case MemoryScope::Register: return kRegister;
+  }
+  return kAnyScope;
+}
+
+std::string scopes_str(uint8_t scopes) {
+  std::vector<std::string> names;
+  for (MemoryScope s : {MemoryScope::Register, MemoryScope::Shared, MemoryScope::Global})
+    if (scopes & scope_bit(s)) names.push_back(to_string(s));
+  if (names.size() == 3 || names.empty()) return "a";
+  return "a " + fmt::format("{}", fmt::join(names, " or "));
+}
+
 Tensor InstNode::output() const {
-  OutputFinder f;
+  TraitFinder f;
   visit_fields(f);
   return f.out;
 }
 
 std::vector<std::pair<Tensor, Access>> InstNode::operands() const {
-  OutputFinder f;
+  TraitFinder f;
   visit_fields(f);
   return f.operands;
 }
 
+std::vector<InstNode::Operand> InstNode::traits() const {
+  TraitFinder f;
+  visit_fields(f);
+  return f.all;
+}
+
 bool InstNode::is_pure() const {
-  if (has_side_effects() || is_async()) return false;
+  if (has_side_effects()) return false;
   for (auto& [t, a] : operands())
     if (a == Access::Write || a == Access::ReadWrite) return false;
   return true;

@@ -125,8 +125,8 @@ class Printer {
         if (list) items.back().second.insert(items.back().second.begin(), "\x01");  // marks a list
       }
     }
-    void output(const char*, Tensor& t) override { out = t; }
-    void operand(const char* name, Tensor& t, Access) override { add(name, p->tensor_name(t), false); }
+    void output(const char*, Tensor& t, uint8_t) override { out = t; }
+    void operand(const char* name, Tensor& t, Access, uint8_t, const CopyRegion*) override { add(name, p->tensor_name(t), false); }
     void expr(const char* name, Expr& e) override { add(name, p->expr(e), false); }
     void exprs(const char* name, std::vector<Expr>& es) override {
       items.push_back({name, {"\x01"}});
@@ -167,6 +167,18 @@ class Printer {
       text = fmt::format("{}({})", i.display_name(), args);
     }
     line(indent, text, &i.loc);
+    if (i.lowering.defined()) line(indent + 1, "lowering: " + lowering(i));
+  }
+
+  // The record; its thread mapping only where no register operand's layout shows it.
+  std::string lowering(const InstNode& i) {
+    const Lowering& l = i.lowering;
+    std::string s = l.str();
+    bool register_end = false;
+    for (auto& o : i.traits()) register_end = register_end || (o.tensor.defined() && o.tensor.is_register());
+    if (l.mapping.defined() && !register_end) s += " mapping=" + l.mapping.str();
+    if (!l.note.empty()) s += " note=\"" + l.note + "\"";
+    return s;
   }
 
   void body(const Stmt& s, int indent) {

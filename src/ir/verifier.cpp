@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -103,32 +104,48 @@ bool same_shape_expr(const Expr& a, const Expr& b) {
 // Operand checks shared by many instructions
 // ---------------------------------------------------------------------------------------
 
-// Rule 1: `t` is a defined tensor of memory scope `scope`. Shared and register tensors must
-// have a static positive shape, global tensors integer shape expressions with one stride
-// per dim. No tensor holds void.
-void expect_tensor(const InstNode& inst, const char* role, const Tensor& t, MemoryScope scope) {
-  if (!t.defined())
-    fail(inst, fmt::format("{} must be a {} tensor, got an undefined tensor", role, to_string(scope)));
-  if (t.scope() != scope) fail(inst, fmt::format("{} must be a {} tensor, got {}", role, to_string(scope), ty(t)));
-  if (t.dtype().is_void())
-    fail(inst, fmt::format("{} must have an element type, got {} (void)", role, ty(t)));
-  if (scope == MemoryScope::Global) {
+// Rule 1 (every instruction, from the traits its visit_fields declares): each tensor it
+// defines or uses is defined and of a scope the instruction allows. Shared and register
+// tensors must have a static positive shape, global tensors integer shape expressions with
+// one stride per dim. No tensor holds void.
+void expect_traits(const InstNode& inst) {
+  std::map<std::string, int> seen;
+  std::vector<InstNode::Operand> traits = inst.traits();
+  std::map<std::string, int> count;
+  for (auto& o : traits) ++count[o.name];
+  // What the instruction reads before what it defines (whose type may derive from them).
+  std::stable_partition(traits.begin(), traits.end(), [](const InstNode::Operand& o) { return !o.defines; });
+  for (auto& o : traits) {
+    // Repeated names ("inputs") are numbered: "input 0", "input 1".
+    std::string role = o.name;
+    if (count[o.name] > 1) {
+      role = fmt::format("{} {}", role.back() == 's' ? role.substr(0, role.size() - 1) : role, seen[o.name]++);
+    }
+    const Tensor& t = o.tensor;
+    std::string want = scopes_str(o.scopes);
+    if (!t.defined())
+      fail(inst, fmt::format("{} must be {} tensor{}, got an undefined tensor", role, want, o.region ? " region" : ""));
+    if (!(o.scopes & scope_bit(t.scope()))) fail(inst, fmt::format("{} must be {} tensor, got {}", role, want, ty(t)));
+    if (t.dtype().is_void())
+      fail(inst, fmt::format("{} must have an element type, got {} (void)", role, ty(t)));
+    if (t.is_global()) {
+      for (auto& d : t.shape())
+        if (!is_integer_expr(d))
+          fail(inst, fmt::format("{} must have integer shape expressions, got {} ({} has type {})", role, ty(t),
+                                 expr_str(d), dtype_str(d)));
+      if (t->strides.size() != t.shape().size())
+        fail(inst, fmt::format("{} has {} dims but {} strides {}, got {}", role, t.shape().size(), t->strides.size(),
+                               exprs_str(t->strides), ty(t)));
+      for (auto& st : t->strides)
+        if (!is_integer_expr(st))
+          fail(inst, fmt::format("{} must have integer strides, got {} with strides {} ({} has type {})", role, ty(t),
+                                 exprs_str(t->strides), expr_str(st), dtype_str(st)));
+      continue;
+    }
     for (auto& d : t.shape())
-      if (!is_integer_expr(d))
-        fail(inst, fmt::format("{} must have integer shape expressions, got {} ({} has type {})", role, ty(t),
-                               expr_str(d), dtype_str(d)));
-    if (t->strides.size() != t.shape().size())
-      fail(inst, fmt::format("{} has {} dims but {} strides {}, got {}", role, t.shape().size(), t->strides.size(),
-                             exprs_str(t->strides), ty(t)));
-    for (auto& s : t->strides)
-      if (!is_integer_expr(s))
-        fail(inst, fmt::format("{} must have integer strides, got {} with strides {} ({} has type {})", role, ty(t),
-                               exprs_str(t->strides), expr_str(s), dtype_str(s)));
-    return;
+      if (!d.defined() || !d.is_int_const() || d.int_value() <= 0)
+        fail(inst, fmt::format("{} must have a static shape of positive dims, got {}", role, ty(t)));
   }
-  for (auto& d : t.shape())
-    if (!d.defined() || !d.is_int_const() || d.int_value() <= 0)
-      fail(inst, fmt::format("{} must have a static shape of positive dims, got {}", role, ty(t)));
 }
 
 void expect_same_dtype(const InstNode& inst, const char* role_a, const Tensor& a, const char* role_b,
@@ -188,7 +205,6 @@ void expect_dim_set(const InstNode& inst, const std::vector<int>& dims, int rank
 // ---------------------------------------------------------------------------------------
 
 void check_global_view(const GlobalViewInst& i) {
-  expect_tensor(i, "out", i.out, MemoryScope::Global);
   if (!i.ptr.defined()) fail(i, fmt::format("ptr must be a pointer expression, got none (for out {})", ty(i.out)));
   DataType pt = i.ptr.dtype();
   if (!pt.is_pointer())
@@ -201,12 +217,7 @@ void check_global_view(const GlobalViewInst& i) {
                         expr_str(i.ptr), pt.name(), pointee.name(), ty(i.out), pointee.name()));
 }
 
-void check_allocate_shared(const AllocateSharedInst& i) { expect_tensor(i, "out", i.out, MemoryScope::Shared); }
-
-void check_free_shared(const FreeSharedInst& i) { expect_tensor(i, "tensor", i.tensor, MemoryScope::Shared); }
-
 void check_allocate_register(const AllocateRegisterInst& i) {
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   if (!i.axes.empty() && i.axes.size() != size_t(i.out.rank()))
     fail(i, fmt::format("the init function binds {} axes but out {} has rank {}", i.axes.size(), ty(i.out),
                         i.out.rank()));
@@ -226,8 +237,6 @@ void check_allocate_register(const AllocateRegisterInst& i) {
 }
 
 void check_slice_shared(const SliceSharedInst& i) {
-  expect_tensor(i, "src", i.src, MemoryScope::Shared);
-  expect_tensor(i, "out", i.out, MemoryScope::Shared);
   expect_offsets(i, i.offsets, "src", i.src);
   expect_dims(i, i.dims, "out", i.out, "src", i.src);
   expect_same_dtype(i, "src", i.src, "out", i.out);
@@ -249,38 +258,28 @@ void check_slice_shared(const SliceSharedInst& i) {
 }
 
 void check_load_global(const LoadGlobalInst& i) {
-  expect_tensor(i, "src", i.src, MemoryScope::Global);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_offsets(i, i.offsets, "src", i.src);
   expect_dims(i, i.dims, "out", i.out, "src", i.src);
   expect_same_dtype(i, "src", i.src, "out", i.out);
 }
 
 void check_store_global(const StoreGlobalInst& i) {
-  expect_tensor(i, "dst", i.dst, MemoryScope::Global);
-  expect_tensor(i, "src", i.src, MemoryScope::Register);
   expect_offsets(i, i.offsets, "dst", i.dst);
   expect_dims(i, i.dims, "src", i.src, "dst", i.dst);
   expect_same_dtype(i, "dst", i.dst, "src", i.src);
 }
 
 void check_load_shared(const LoadSharedInst& i) {
-  expect_tensor(i, "src", i.src, MemoryScope::Shared);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_shape(i, "src", i.src, "out", i.out);
   expect_same_dtype(i, "src", i.src, "out", i.out);
 }
 
 void check_store_shared(const StoreSharedInst& i) {
-  expect_tensor(i, "dst", i.dst, MemoryScope::Shared);
-  expect_tensor(i, "src", i.src, MemoryScope::Register);
   expect_same_shape(i, "dst", i.dst, "src", i.src);
   expect_same_dtype(i, "dst", i.dst, "src", i.src);
 }
 
 void check_copy_async(const CopyAsyncInst& i) {
-  expect_tensor(i, "src", i.src, MemoryScope::Global);
-  expect_tensor(i, "dst", i.dst, MemoryScope::Shared);
   expect_offsets(i, i.offsets, "src", i.src);
   expect_dims(i, i.dims, "dst", i.dst, "src", i.src);
   expect_same_dtype(i, "src", i.src, "dst", i.dst);
@@ -294,8 +293,6 @@ bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 void check_region(const CopyInst& i, const char* role, const CopyRegion& r) {
   const Tensor& t = r.tensor;
-  if (!t.defined()) fail(i, fmt::format("{} must be a tensor region, got an undefined tensor", role));
-  expect_tensor(i, role, t, t.scope());
   if (r.offsets.size() != size_t(t.rank()))
     fail(i, fmt::format("{} region needs {} offsets (one per dim of {}), got {}: {}", role, t.rank(), ty(t),
                         r.offsets.size(), exprs_str(r.offsets)));
@@ -397,10 +394,6 @@ void check_copy(const CopyInst& i) {
 }
 
 void check_dot(const DotInst& i) {
-  expect_tensor(i, "a", i.a, MemoryScope::Register);
-  expect_tensor(i, "b", i.b, MemoryScope::Register);
-  expect_tensor(i, "c", i.c, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   int r = i.a.rank();
   if (r != 2 && r != 3)
     fail(i, fmt::format("a must have rank 2 ([m, k]) or 3 ([batch, m, k]), got {}", ty(i.a)));
@@ -436,8 +429,6 @@ void check_dot(const DotInst& i) {
 }
 
 void check_cast(const CastInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_shape(i, "x", i.x, "out", i.out);
   for (auto* t : {&i.x, &i.out})
     if (!(t->dtype().is_numeric() || t->dtype().is_bool()))
@@ -446,8 +437,6 @@ void check_cast(const CastInst& i) {
 }
 
 void check_view(const ViewInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   int64_t xbits = product(dims_of(i.x)) * i.x.dtype().bits();
   int64_t obits = product(dims_of(i.out)) * i.out.dtype().bits();
   if (xbits != obits)
@@ -468,8 +457,6 @@ void check_view(const ViewInst& i) {
 }
 
 void check_reshape(const ReshapeInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_dtype(i, "x", i.x, "out", i.out);
   int64_t a = product(dims_of(i.x)), b = product(dims_of(i.out));
   if (a != b)
@@ -477,8 +464,6 @@ void check_reshape(const ReshapeInst& i) {
 }
 
 void check_squeeze(const SqueezeInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_dtype(i, "x", i.x, "out", i.out);
   expect_dim_set(i, i.dims, i.x.rank(), "x " + ty(i.x));
   auto x = dims_of(i.x);
@@ -495,8 +480,6 @@ void check_squeeze(const SqueezeInst& i) {
 }
 
 void check_unsqueeze(const UnsqueezeInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_dtype(i, "x", i.x, "out", i.out);
   int out_rank = i.x.rank() + int(i.dims.size());
   expect_dim_set(i, i.dims, out_rank, fmt::format("the output of unsqueezing x {}", ty(i.x)));
@@ -513,8 +496,6 @@ void check_unsqueeze(const UnsqueezeInst& i) {
 }
 
 void check_transpose(const TransposeInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_dtype(i, "x", i.x, "out", i.out);
   if (i.x.rank() != 2) fail(i, fmt::format("x must have rank 2, got {}", ty(i.x)));
   auto x = dims_of(i.x);
@@ -524,8 +505,6 @@ void check_transpose(const TransposeInst& i) {
 }
 
 void check_repeat(const RepeatInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_same_dtype(i, "x", i.x, "out", i.out);
   for (auto r : i.repeats)
     if (r <= 0) fail(i, fmt::format("repeats {} must be positive (x {})", ints_str(i.repeats), ty(i.x)));
@@ -543,7 +522,6 @@ void check_repeat(const RepeatInst& i) {
 }
 
 void check_elementwise(const ElementwiseInst& i) {
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   if (i.inputs.empty()) fail(i, fmt::format("needs at least one input tensor (out {})", ty(i.out)));
   if (i.inputs.size() != i.params.size())
     fail(i, fmt::format("has {} inputs but {} params (one param per input)", i.inputs.size(), i.params.size()));
@@ -551,7 +529,6 @@ void check_elementwise(const ElementwiseInst& i) {
   std::string operands;
   for (size_t k = 0; k < i.inputs.size(); ++k) {
     std::string role = fmt::format("input {}", k);
-    expect_tensor(i, role.c_str(), i.inputs[k], MemoryScope::Register);
     shapes.push_back(dims_of(i.inputs[k]));
     operands += (k ? " and " : "") + ty(i.inputs[k]);
     const Var& p = i.params[k];
@@ -570,8 +547,6 @@ void check_elementwise(const ElementwiseInst& i) {
 }
 
 void check_reduce(const ReduceInst& i) {
-  expect_tensor(i, "x", i.x, MemoryScope::Register);
-  expect_tensor(i, "out", i.out, MemoryScope::Register);
   expect_dim_set(i, i.dims, i.x.rank(), "x " + ty(i.x));
   auto x = dims_of(i.x);
   std::vector<int64_t> expect;
@@ -593,8 +568,6 @@ void check_reduce(const ReduceInst& i) {
 }
 
 void check_assign(const AssignInst& i) {
-  expect_tensor(i, "dst", i.dst, MemoryScope::Register);
-  expect_tensor(i, "src", i.src, MemoryScope::Register);
   expect_same_dtype(i, "dst", i.dst, "src", i.src);
   expect_same_shape(i, "dst", i.dst, "src", i.src);
 }
@@ -642,9 +615,6 @@ void check_assume(const AssumeInst& i) {
 
 void check_annotate_layout(const AnnotateLayoutInst& i) {
   const Tensor& t = i.tensor;
-  if (!t.defined()) fail(i, "tensor must be a register or shared tensor, got an undefined tensor");
-  if (t.is_global()) fail(i, fmt::format("tensor must be a register or shared tensor, got {}", ty(t)));
-  expect_tensor(i, "tensor", t, t.scope());
   if (t.is_register()) {
     if (!i.layout.defined() || i.shared_layout.defined())
       fail(i, fmt::format("a register tensor takes a register layout, got {} with {}", ty(t),
@@ -928,6 +898,14 @@ class KernelVerifier {
                                     s.thread_begin + s.num_threads,
                                     in_group() ? "thread group" : fmt::format("block ({} warps)", kernel_.warps),
                                     parent));
+    // Warp-collective instructions and named barriers need whole warps; a smaller group must
+    // not straddle two.
+    if (s.num_threads >= 32 && s.thread_begin % 32 != 0)
+      fail_stmt(s, ctx, fmt::format("a group of {} threads must start at a multiple of 32 (got thread_begin={})",
+                                    s.num_threads, s.thread_begin));
+    if (s.num_threads < 32 && s.thread_begin / 32 != (s.thread_begin + s.num_threads - 1) / 32)
+      fail_stmt(s, ctx, fmt::format("a group of {} threads must lie within one warp (threads [{}, {}))",
+                                    s.num_threads, s.thread_begin, s.thread_begin + s.num_threads));
     push(Scope::Group, s.num_threads);
     walk(s.body);
     pop();
@@ -960,8 +938,8 @@ class KernelVerifier {
       std::vector<std::pair<const char*, Expr>> exprs;
       std::unordered_set<const void*> binders;
       Tensor out;
-      void output(const char*, Tensor& t) override { out = t; }
-      void operand(const char* n, Tensor& t, Access) override { operands.emplace_back(n, t); }
+      void output(const char*, Tensor& t, uint8_t) override { out = t; }
+      void operand(const char* n, Tensor& t, Access, uint8_t, const CopyRegion*) override { operands.emplace_back(n, t); }
       void expr(const char* n, Expr& e) override { exprs.emplace_back(n, e); }
       void binder(const char*, Var& v) override { binders.insert(v.get()); }
     } c;
@@ -1028,10 +1006,11 @@ class KernelVerifier {
 }  // namespace
 
 void verify_inst(const InstNode& inst) {
+  expect_traits(inst);
   switch (inst.kind()) {
     case InstKind::GlobalView: check_global_view(static_cast<const GlobalViewInst&>(inst)); break;
-    case InstKind::AllocateShared: check_allocate_shared(static_cast<const AllocateSharedInst&>(inst)); break;
-    case InstKind::FreeShared: check_free_shared(static_cast<const FreeSharedInst&>(inst)); break;
+    case InstKind::AllocateShared:
+    case InstKind::FreeShared: break;
     case InstKind::AllocateRegister: check_allocate_register(static_cast<const AllocateRegisterInst&>(inst)); break;
     case InstKind::SliceShared: check_slice_shared(static_cast<const SliceSharedInst&>(inst)); break;
     case InstKind::LoadGlobal: check_load_global(static_cast<const LoadGlobalInst&>(inst)); break;

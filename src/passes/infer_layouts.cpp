@@ -85,37 +85,38 @@ RegisterLayout mma_c() { return local({2, 1}) * spatial({8, 4}) * local({1, 2});
 
 DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
   DotPlan d;
+  DotTiling& t = d.tiling;
   if (mma_eligible(ab, c, m, n, k, threads)) {
     int64_t warps = threads / 32;
     auto [wm, wn] = split_workers(m / 16, n / 8, warps, 16, 8);
-    d.kind = DotPlan::Mma;
-    d.wm = wm;
-    d.wn = wn;
-    d.rep = warps / (wm * wn);
-    d.rm = m / 16 / wm;
-    d.rn = n / 8 / wn;
-    d.rk = k / 16;
-    d.a = local({d.rm, d.rk}) * spatial({wm, 1}) * replicated(wn) * mma_a();
-    d.b = local({d.rk, d.rn}) * replicated(wm) * spatial({1, wn}) * mma_b();
-    d.c = local({d.rm, d.rn}) * spatial({wm, wn}) * mma_c();
+    d.op = MachineOp::MmaSync;
+    t.warps_m = wm;
+    t.warps_n = wn;
+    t.replicas = warps / (wm * wn);
+    t.rep_m = m / 16 / wm;
+    t.rep_n = n / 8 / wn;
+    t.rep_k = k / 16;
+    d.a = local({t.rep_m, t.rep_k}) * spatial({wm, 1}) * replicated(wn) * mma_a();
+    d.b = local({t.rep_k, t.rep_n}) * replicated(wm) * spatial({1, wn}) * mma_b();
+    d.c = local({t.rep_m, t.rep_n}) * spatial({wm, wn}) * mma_c();
   } else {
     // SIMT outer product: thread (i, j) of a tm x tn grid owns a pm x pn block of c, a
     // full pm x k strip of a and a k x pn strip of b.
     auto [tm, tn] = split_workers(m, n, threads);
-    d.kind = DotPlan::Simt;
-    d.tm = tm;
-    d.tn = tn;
-    d.rep = threads / (tm * tn);
-    d.pm = m / tm;
-    d.pn = n / tn;
-    d.a = local({d.pm, k}) * spatial({tm, 1}) * replicated(tn);
-    d.b = local({k, d.pn}) * replicated(tm) * spatial({1, tn});
-    d.c = local({d.pm, d.pn}) * spatial({tm, tn});
+    d.op = MachineOp::SimtFma;
+    t.threads_m = tm;
+    t.threads_n = tn;
+    t.replicas = threads / (tm * tn);
+    t.per_m = m / tm;
+    t.per_n = n / tn;
+    d.a = local({t.per_m, k}) * spatial({tm, 1}) * replicated(tn);
+    d.b = local({k, t.per_n}) * replicated(tm) * spatial({1, tn});
+    d.c = local({t.per_m, t.per_n}) * spatial({tm, tn});
   }
-  if (d.rep > 1) {
-    d.a = replicated(d.rep) * d.a;
-    d.b = replicated(d.rep) * d.b;
-    d.c = replicated(d.rep) * d.c;
+  if (t.replicas > 1) {
+    d.a = replicated(t.replicas) * d.a;
+    d.b = replicated(t.replicas) * d.b;
+    d.c = replicated(t.replicas) * d.c;
   }
   return d;
 }

@@ -4,41 +4,36 @@
 #include <unordered_set>
 #include <vector>
 
-#include "range_tracking.h"
-#include "tilus/ir/simplify.h"
+#include "tilus/ir/facts.h"
+#include "tilus/ir/functor.h"
 
 namespace tilus {
 
 namespace {
 
-// Walks a kernel with the facts that hold at each point and records, on every global
-// access, the dims those facts cannot prove in bounds. Expressions are left as they are:
-// the pass only decides which predicates the emitters generate.
-class BoundsPredicateInserter : public RangeTrackingMutator {
+// Walks a kernel with its facts (ir/facts.h) and records, on every global access, the dims
+// those facts cannot prove in bounds: the one place that decides which predicates the
+// emitters generate (check_bounds=False included). Expressions are left as they are.
+class BoundsPredicateInserter : public StmtMutator {
  public:
-  // Strided loop bounds and specialization facts are what make the common cases provable:
-  // `for k0 in range(0, K, 32)` with a constant K % 32 == 0, and sizes fixed by
-  // specialization.
-  explicit BoundsPredicateInserter(const Kernel& k)
-      : RangeTrackingMutator(k, Options{.strided_loops = true, .param_facts = true}) {}
+  explicit BoundsPredicateInserter(const Kernel& k) : facts_(k) {}
 
  protected:
   Stmt mutate_for(const Stmt& s, const ForStmtNode& n) override {
     // Only loops whose end cannot change while they run give the loop-end rule a fact.
     bool fact = n.step.is_int_const() && n.step.int_value() > 0 && immutable(n.begin) && immutable(n.end);
     if (fact) loops_.push_back(LoopFact{n.var, n.begin, n.end, n.step.int_value()});
-    Stmt r = RangeTrackingMutator::mutate_for(s, n);
+    Stmt r = StmtMutator::mutate_for(s, n);
     if (fact) loops_.pop_back();
     return r;
   }
 
   Stmt mutate_declare(const Stmt& s, const DeclareStmtNode& n) override {
     mutable_.insert(n.var.get());
-    return RangeTrackingMutator::mutate_declare(s, n);
+    return StmtMutator::mutate_declare(s, n);
   }
 
   Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
-    bind_axes(inst);
     if (auto i = inst_as<LoadGlobalInst>(inst)) {
       return update<LoadGlobalInst>(s, *i, checked(i->src, i->offsets, i->dims, i->out));
     }
@@ -73,6 +68,7 @@ class BoundsPredicateInserter : public RangeTrackingMutator {
     int64_t step;
   };
 
+  KernelFacts facts_;
   std::vector<LoopFact> loops_;              // enclosing loops, outermost first
   std::unordered_set<const void*> mutable_;  // declared (assignable) scalars
 
@@ -91,12 +87,7 @@ class BoundsPredicateInserter : public RangeTrackingMutator {
   }
 
   // True only when the condition holds wherever this point of the program is reached.
-  bool holds(const Expr& cond) const {
-    Expr c = simplify(cond, ctx_);
-    if (auto b = c.as<BoolImmNode>()) return b->value;
-    auto p = ctx_.prove(c);
-    return p && *p;
-  }
+  bool holds(const Expr& cond) const { return facts_.holds(cond); }
 
   // The loop-end rule: the tile [offset, offset + extent) lies in [0, extent_d) when
   // offset = var + c for an enclosing `for var in range(begin, end, step)` with
@@ -107,13 +98,13 @@ class BoundsPredicateInserter : public RangeTrackingMutator {
   // interval proof cannot see it, as k0 + 32 might wrap for all it knows of an unknown k.
   bool inside_loop_step(const Expr& offset, int64_t extent, const Expr& global_extent) const {
     for (auto it = loops_.rbegin(); it != loops_.rend(); ++it) {
-      Expr c = simplify(offset - it->var, ctx_);
+      Expr c = facts_.simplify(offset - it->var);
       if (!c.is_int_const() || c.int_value() + extent > it->step) continue;
-      Interval v = ctx_.range_of(it->var);
+      Interval v = facts_.bounds().range_of(it->var);
       if (!v.lo || *v.lo + c.int_value() < 0) continue;
-      Expr slack = simplify(global_extent - it->end, ctx_);
+      Expr slack = facts_.simplify(global_extent - it->end);
       if (!slack.is_int_const() || slack.int_value() < 0) continue;
-      if (ctx_.divisor(simplify(it->end - it->begin, ctx_)) % it->step != 0) continue;
+      if (facts_.divisor(it->end - it->begin) % it->step != 0) continue;
       return true;
     }
     return false;
@@ -146,7 +137,7 @@ class BoundsPredicateInserter : public RangeTrackingMutator {
     for (int d = 0; d < rank; ++d) {
       const Expr& offset = offsets[d];
       const Expr& size = global.shape()[d];
-      Expr extent = simplify(extents[d], ctx_);
+      Expr extent = facts_.simplify(extents[d]);
       bool in_bounds = (holds(offset >= 0) && holds(offset + extent <= size)) ||
                        (extent.is_int_const() && inside_loop_step(offset, extent.int_value(), size));
       if (!in_bounds) out.push_back(d);

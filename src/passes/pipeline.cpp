@@ -15,7 +15,7 @@
 #include "tilus/passes/insert_barriers.h"
 #include "tilus/passes/insert_bounds_predicates.h"
 #include "tilus/passes/plan_shared_memory.h"
-#include "tilus/passes/select_copy_instructions.h"
+#include "tilus/passes/select_instructions.h"
 #include "tilus/passes/simplify_program.h"
 #include "tilus/passes/verify_program.h"
 
@@ -35,8 +35,8 @@ const std::vector<Pass>& passes() {
       {"infer_layouts", [](const Program& p, const PipelineOptions&) { return infer_layouts(p); }},
       {"insert_bounds_predicates",
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},
-      {"select_copy_instructions",
-       [](const Program& p, const PipelineOptions& o) { return select_copy_instructions(p, o.target); }},
+      {"select_instructions",
+       [](const Program& p, const PipelineOptions& o) { return select_instructions(p, o.target); }},
       {"insert_async_waits",
        [](const Program& p, const PipelineOptions& o) { return insert_async_waits(p, o.strict_async_waits); }},
       {"plan_shared_memory",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
 
@@ -36,77 +38,54 @@ bool provably_disjoint(const Expr& a, int64_t ea, const Expr& b, int64_t eb) {
 
 }  // namespace
 
-SharedAccessMap::SharedAccessMap(const Kernel& k) {
-  struct Collect : StmtVisitor {
-    SharedAccessMap* self;
-    void visit_inst(const InstNode& i) override {
-      if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i)) self->roots_[a->out.get()] = a;
-      if (auto* s = dynamic_cast<const SliceSharedInst*>(&i)) self->slices_[s->out.get()] = s;
-    }
-  } c;
-  c.self = this;
-  c.visit(k.body);
-}
-
-std::optional<SharedAccess> SharedAccessMap::region(const Tensor& t, const CopyRegion* box) const {
-  SharedAccess a;
-  std::vector<Expr> lo;
-  std::vector<int64_t> extent;
-  for (int64_t e : t.static_shape()) lo.push_back(int_const(0, dtypes::int32)), extent.push_back(e);
-  // A copy region with constant extents narrows the box.
-  if (box && box->offsets.size() == lo.size() && box->extents.size() == lo.size() &&
-      std::all_of(box->extents.begin(), box->extents.end(), [](const Expr& e) { return e.is_int_const(); })) {
-    lo = box->offsets;
-    for (size_t d = 0; d < lo.size(); ++d) extent[d] = box->extents[d].int_value();
-  }
-  const TensorNode* node = t.get();
-  while (slices_.count(node)) {
-    const SliceSharedInst* s = slices_.at(node);
-    std::vector<Expr> src_lo = s->offsets;
-    std::vector<int64_t> src_extent(s->offsets.size(), 1);
-    for (size_t k = 0; k < s->dims.size(); ++k) {
-      src_lo[s->dims[k]] = src_lo[s->dims[k]] + lo[k];
-      src_extent[s->dims[k]] = extent[k];
-    }
-    lo = src_lo, extent = src_extent;
-    node = s->src.get();
-  }
-  auto root = roots_.find(node);
-  if (root == roots_.end()) return std::nullopt;
-  a.root = node;
-  a.lo = lo;
-  a.extent = extent;
-  if (root->second->offset >= 0) {
-    const Tensor& r = root->second->out;
-    int64_t elements = r->shared_layout.defined() ? r->shared_layout.storage_elements() : r.num_elements();
-    a.begin = root->second->offset;
-    a.end = a.begin + r.dtype().storage_bytes(elements);
-  }
-  return a;
-}
-
 std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const {
   std::vector<SharedAccess> out;
-  auto* copy = dynamic_cast<const CopyInst*>(&inst);
-  for (auto& [t, use] : inst.operands()) {
-    if (!t.defined() || !t.is_shared() || use == Access::Alias) continue;
-    const CopyRegion* box = nullptr;
-    if (copy) box = use == Access::Read ? &copy->src : &copy->dst;
-    auto a = region(t, box);
-    if (!a) continue;
-    a->inst = &inst;
-    a->write = use != Access::Read;
-    Tensor reg;
-    if (auto* l = dynamic_cast<const LoadSharedInst*>(&inst)) reg = l->out;
-    if (auto* s = dynamic_cast<const StoreSharedInst*>(&inst)) reg = s->src;
-    if (reg.defined() && reg->layout.defined() && reg.dtype().bits() != 16) {
-      a->mapping = reg->layout.str();
-      for (auto& e : a->lo) a->mapping += "|" + to_string(e);
+  const Lowering& low = inst.lowering;
+  for (auto& o : inst.traits()) {
+    const Tensor& t = o.tensor;
+    if (!t.defined() || !t.is_shared() || o.access == Access::Alias || o.defines) continue;
+    // The box of the root allocation: the view's offsets, narrowed by a copy region with
+    // constant extents.
+    SharedView view = facts_.shared(inst, t);
+    std::vector<Expr> lo = view.offsets;
+    std::vector<int64_t> extent(lo.size(), 1);
+    auto shape = t.static_shape();
+    for (size_t k = 0; k < view.dims.size(); ++k)
+      if (view.dims[k] >= 0) extent[view.dims[k]] = shape[k];
+    const CopyRegion* r = o.region;
+    if (r && r->offsets.size() == shape.size() && r->extents.size() == shape.size() &&
+        std::all_of(r->extents.begin(), r->extents.end(), [](const Expr& e) { return e.is_int_const(); })) {
+      for (size_t k = 0; k < view.dims.size(); ++k) {
+        if (view.dims[k] < 0) continue;
+        lo[view.dims[k]] = lo[view.dims[k]] + r->offsets[k];
+        extent[view.dims[k]] = r->extents[k].int_value();
+      }
     }
-    if (a->write && inst.is_async()) a->async = true, a->awaited = false;
-    // A cp.async copy commits its own group; async_copy leaves the wait to the kernel.
-    if (a->write && copy && copy->is_async()) a->commits = 1, a->explicit_wait = copy->async_commit;
-    out.push_back(*a);
+    SharedAccess a;
+    a.inst = &inst;
+    a.root = view.root.get();
+    a.lo = lo;
+    a.extent = extent;
+    if (view.planned) {
+      const Tensor& root = view.root;
+      int64_t elements = root->shared_layout.defined() ? root->shared_layout.storage_elements() : root.num_elements();
+      a.begin = view.base_bytes;
+      a.end = a.begin + root.dtype().storage_bytes(elements);
+    }
+    a.write = o.access != Access::Read;
+    if (low.thread_private && low.mapping.defined()) {
+      a.mapping = low.mapping.str();
+      for (auto& e : a.lo) a.mapping += "|" + to_string(e);
+      for (int64_t e : a.extent) a.mapping += fmt::format("|{}", e);
+    }
+    if (a.write && low.is_async()) a.async = true, a.awaited = false;
+    // A copy that commits its own group; async_copy leaves the wait to the kernel.
+    if (a.write && low.commits_group && low.is_async()) a.commits = 1;
+    if (a.write && low.is_async()) {
+      auto* copy = dynamic_cast<const CopyInst*>(&inst);
+      a.explicit_wait = copy && copy->async_commit;
+    }
+    out.push_back(a);
   }
   return out;
 }

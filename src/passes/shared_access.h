@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tilus/ir/facts.h"
 #include "tilus/ir/program.h"
 
 namespace tilus {
@@ -19,31 +20,28 @@ struct SharedAccess {
   std::vector<int64_t> extent;   // per root dim
   int64_t begin = -1, end = -1;  // bytes in the block's shared memory (-1: not planned yet)
   bool write = false;
-  // The thread mapping of a thread-private access ("" when it is not thread-private): a
-  // load_shared / store_shared of non-16-bit data (16-bit loads may be warp-collective
-  // ldmatrix), keyed by register layout and box.
+  // The thread mapping of a thread-private access (the lowering record says whether it is
+  // one), with the box, as a key: "" when it is not thread-private.
   std::string mapping;
-  // cp.async writes land when a wait covers them, not when issued. `commits` counts the
-  // commit_group calls since the copy was issued.
+  // Writes that complete asynchronously (the record's completion) land when a wait covers
+  // them, not when issued. `commits` counts the commit_group calls since the copy was issued.
   bool async = false, awaited = true;
   int commits = 0;
   // async_copy: the kernel must wait itself; the async-wait pass reports a missing wait.
   bool explicit_wait = false;
 };
 
-// A copy lowered to cp.async commits its own group right after issuing it.
-inline bool commits_itself(const InstNode& inst) { return inst.kind() == InstKind::Copy && inst.is_async(); }
+// An instruction whose record says it commits its own cp.async group right after issuing.
+inline bool commits_itself(const InstNode& inst) { return inst.lowering.commits_group; }
 
 class SharedAccessMap {
  public:
-  explicit SharedAccessMap(const Kernel& k);
+  explicit SharedAccessMap(const Kernel& k) : facts_(k) {}
   // The accesses of an instruction's shared operands (views and annotations excluded).
   std::vector<SharedAccess> accesses(const InstNode& inst) const;
 
  private:
-  std::optional<SharedAccess> region(const Tensor& t, const CopyRegion* box = nullptr) const;
-  std::unordered_map<const TensorNode*, const AllocateSharedInst*> roots_;
-  std::unordered_map<const TensorNode*, const SliceSharedInst*> slices_;
+  KernelFacts facts_;
 };
 
 // True unless the two accesses provably touch different bytes: different planned byte

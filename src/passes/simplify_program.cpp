@@ -3,7 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "range_tracking.h"
+#include "tilus/ir/facts.h"
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
 
@@ -11,12 +11,11 @@ namespace tilus {
 
 namespace {
 
-// Simplifies expressions with the ranges known at each point, and substitutes lets whose
-// values are constants or variables. The facts are the basic ones of RangeTrackingMutator
-// (no strided loop bounds, no specialization facts), as this pass has always used.
-class ExprSimplifier : public RangeTrackingMutator {
+// Simplifies expressions with the kernel's facts (ir/facts.h), and substitutes lets whose
+// values are constants or variables.
+class ExprSimplifier : public StmtMutator {
  public:
-  explicit ExprSimplifier(const Kernel& k) : RangeTrackingMutator(k) {}
+  explicit ExprSimplifier(const Kernel& k) : facts_(k) {}
 
  protected:
   Expr mutate_expr(const Expr& e) override {
@@ -25,16 +24,13 @@ class ExprSimplifier : public RangeTrackingMutator {
       auto it = subst_.find(v.get());
       return it == subst_.end() ? Expr() : it->second;
     });
-    return simplify(s, ctx_);
+    return facts_.simplify(s);
   }
 
   Stmt mutate_for(const Stmt& s, const ForStmtNode& n) override {
     Expr b = mutate_expr(n.begin), e = mutate_expr(n.end), st = mutate_expr(n.step);
     // A loop that provably runs zero times disappears.
-    if (st.is_int_const() && st.int_value() > 0) {
-      if (auto ge = ctx_.prove(b >= e); ge && *ge) return nullptr;
-    }
-    enter_loop(n.var, b, e, st);
+    if (st.is_int_const() && st.int_value() > 0 && facts_.holds(b >= e)) return nullptr;
     Stmt body = mutate(n.body);
     if (b.same_as(n.begin) && e.same_as(n.end) && st.same_as(n.step) && body == n.body) return s;
     return std::make_shared<ForStmtNode>(n.var, b, e, st, n.unroll, body ? body : make_seq({}), n.loc);
@@ -52,12 +48,12 @@ class ExprSimplifier : public RangeTrackingMutator {
       subst_[n.var.get()] = v;
       return nullptr;
     }
-    bind_let(n.var, v);
     if (v.same_as(n.value)) return s;
     return std::make_shared<LetStmtNode>(n.var, v, n.loc);
   }
 
  private:
+  KernelFacts facts_;
   std::unordered_map<const void*, Expr> subst_;
 };
 
@@ -83,7 +79,7 @@ class DeadCodeRemover : public StmtMutator {
 
  protected:
   Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
-    if (inst->has_side_effects() || inst->is_async()) return s;
+    if (inst->has_side_effects()) return s;
     Tensor out = inst->output();
     if (out.defined() && (!out.is_register() || read.count(out.get()))) return s;
     for (auto& [t, a] : inst->operands()) {

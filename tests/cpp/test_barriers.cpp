@@ -93,8 +93,19 @@ TEST(InsertBarriers, SameLayoutSameViewIsThreadPrivate) {
     });
   };
   EXPECT_EQ(inserted(kernel(dtypes::float32)), 0);
-  // 16-bit loads may be warp-collective ldmatrix: not thread-private.
-  EXPECT_EQ(inserted(kernel(dtypes::float16)), 1);
+  // The lowering record says these 16-bit accesses are per-thread vectors, not ldmatrix.
+  EXPECT_EQ(inserted(kernel(dtypes::float16)), 0);
+}
+
+TEST(InsertBarriers, ReplicatedLayoutsAreNotThreadPrivate) {
+  // 32 elements over 128 threads: each element has 4 owners. One of them stores it, all of
+  // them load it, so the other three read what another thread wrote.
+  EXPECT_EQ(inserted(traced([](Script& s, Int32 n, Ptr<f32> p) {
+              auto t = s.shared_tensor(dtypes::float32, {4, 8});
+              s.store_shared(t, s.register_tensor(dtypes::float32, {4, 8}, 1.0));
+              s.store_global(s.global_view(p, {4, 8}), s.load_shared(t), {.offsets = {0, 0}});
+            })),
+            1);
 }
 
 TEST(InsertBarriers, ReadsNeverConflict) {

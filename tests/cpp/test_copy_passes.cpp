@@ -117,7 +117,7 @@ std::string compile_error(Body body, Options o = {}) {
   return "";
 }
 
-const char* kSelect = "select_copy_instructions";
+const char* kSelect = "select_instructions";
 
 }  // namespace
 
@@ -130,10 +130,10 @@ TEST(CopySelection, GlobalToSharedTakesTheWidestVector) {
   });
   auto c = copies(s.after);
   ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0]->selected, "simt");
-  EXPECT_EQ(c[0]->vector, 8);  // 16 bytes of float16
-  EXPECT_NE(c[0]->note.find("tma: not legal on this target (TMA copies are not lowered yet)"), std::string::npos);
-  EXPECT_TRUE(copies(s.before)[0]->selected.empty());
+  EXPECT_EQ(c[0]->lowering.op, MachineOp::Simt);
+  EXPECT_EQ(c[0]->lowering.vector, 8);  // 16 bytes of float16
+  EXPECT_NE(c[0]->lowering.note.find("tma: not legal on this target (TMA copies are not lowered yet)"), std::string::npos);
+  EXPECT_TRUE(copies(s.before)[0]->lowering.defined() == false);
 }
 
 TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {
@@ -145,10 +145,10 @@ TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {
       },
       {.aligned = false});
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->vector, 1);
+  EXPECT_EQ(c[0]->lowering.vector, 1);
   // Consecutive threads take consecutive elements: one element per thread innermost.
-  EXPECT_EQ(c[0]->mapping.map(1, 0)[1] - c[0]->mapping.map(0, 0)[1], 1);
-  EXPECT_NE(c[0]->note.find("global base pointer is not known to be 16-byte aligned"), std::string::npos);
+  EXPECT_EQ(c[0]->lowering.mapping.map(1, 0)[1] - c[0]->lowering.mapping.map(0, 0)[1], 1);
+  EXPECT_NE(c[0]->lowering.note.find("global base pointer is not known to be 16-byte aligned"), std::string::npos);
 }
 
 TEST(CopySelection, OddOffsetLimitsTheVector) {
@@ -156,7 +156,7 @@ TEST(CopySelection, OddOffsetLimitsTheVector) {
     auto sa = k.shared_tensor(dtypes::float16, {32, 64});
     k.copy(a.region({0, 2}, {32, 64}), sa);  // 2 elements = 4 bytes past an aligned row
   });
-  EXPECT_EQ(copies(s.after)[0]->vector, 2);
+  EXPECT_EQ(copies(s.after)[0]->lowering.vector, 2);
 }
 
 TEST(CopySelection, CoalescedWidthForcesANarrowerVector) {
@@ -165,9 +165,9 @@ TEST(CopySelection, CoalescedWidthForcesANarrowerVector) {
     k.copy(a.region({0, 0}, {32, 64}), sa, {.coalesced_width = 2});
   });
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->vector, 2);
-  EXPECT_EQ(c[0]->mapping.map(1, 0)[1] - c[0]->mapping.map(0, 0)[1], 2);
-  EXPECT_EQ(c[0]->note.find("coalesced_width"), std::string::npos);
+  EXPECT_EQ(c[0]->lowering.vector, 2);
+  EXPECT_EQ(c[0]->lowering.mapping.map(1, 0)[1] - c[0]->lowering.mapping.map(0, 0)[1], 2);
+  EXPECT_EQ(c[0]->lowering.note.find("coalesced_width"), std::string::npos);
 }
 
 TEST(CopySelection, IllegalCoalescedWidthIsClampedWithANote) {
@@ -176,9 +176,9 @@ TEST(CopySelection, IllegalCoalescedWidthIsClampedWithANote) {
     k.copy(a.region({0, 1}, {32, 64}), sa, {.annotations = {{"coalesced_width", "4"}}});
   });
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->vector, 1);
+  EXPECT_EQ(c[0]->lowering.vector, 1);
   EXPECT_EQ(c[0]->coalesced_width, 4);  // the annotation reached the node
-  EXPECT_NE(c[0]->note.find("coalesced_width=4 is not legal here"), std::string::npos) << c[0]->note;
+  EXPECT_NE(c[0]->lowering.note.find("coalesced_width=4 is not legal here"), std::string::npos) << c[0]->lowering.note;
 }
 
 TEST(CopySelection, LoopLayoutPinsTheThreadMapping) {
@@ -188,8 +188,8 @@ TEST(CopySelection, LoopLayoutPinsTheThreadMapping) {
     k.copy(a.region({0, 0}, {32, 64}), sa, {.loop_layout = pinned});
   });
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->mapping.str(), pinned.str());
-  EXPECT_EQ(c[0]->vector, 8);  // runs of 16, vectors capped at 16 bytes
+  EXPECT_EQ(c[0]->lowering.mapping.str(), pinned.str());
+  EXPECT_EQ(c[0]->lowering.vector, 8);  // runs of 16, vectors capped at 16 bytes
 }
 
 TEST(CopySelection, ExplicitCpAsync) {
@@ -198,9 +198,10 @@ TEST(CopySelection, ExplicitCpAsync) {
     k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_cp_async", "true"}}});
   });
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->selected, "cp.async");
-  EXPECT_TRUE(c[0]->is_async());
-  EXPECT_EQ(c[0]->vector, 8);
+  EXPECT_EQ(c[0]->lowering.op, MachineOp::CpAsyncCg);  // 16 bytes
+  EXPECT_EQ(c[0]->lowering.completion, Completion::CpAsyncGroup);
+  EXPECT_TRUE(c[0]->lowering.commits_group);
+  EXPECT_EQ(c[0]->lowering.vector, 8);
 }
 
 TEST(CopySelection, ExplicitCpAsyncBelowFourBytesFallsBackToElements) {
@@ -212,9 +213,12 @@ TEST(CopySelection, ExplicitCpAsyncBelowFourBytesFallsBackToElements) {
       },
       {.aligned = false});
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->selected, "cp.async");
-  EXPECT_EQ(c[0]->vector, 1);
-  EXPECT_NE(c[0]->note.find("element by element"), std::string::npos);
+  // Element by element is synchronous: no group of its own, nothing for a wait to cover.
+  EXPECT_EQ(c[0]->lowering.op, MachineOp::Simt);
+  EXPECT_EQ(c[0]->lowering.completion, Completion::Synchronous);
+  EXPECT_FALSE(c[0]->lowering.commits_group);
+  EXPECT_EQ(c[0]->lowering.vector, 1);
+  EXPECT_NE(c[0]->lowering.note.find("element by element"), std::string::npos);
 }
 
 TEST(CopySelection, DisableTmaLeavesNoTmaNote) {
@@ -222,7 +226,7 @@ TEST(CopySelection, DisableTmaLeavesNoTmaNote) {
     auto sa = k.shared_tensor(dtypes::float16, {32, 64});
     k.copy(a.region({0, 0}, {32, 64}), sa, {.disable_tma = true});
   });
-  EXPECT_EQ(copies(s.after)[0]->note, "");
+  EXPECT_EQ(copies(s.after)[0]->lowering.note, "");
 }
 
 TEST(CopySelection, Sm80HasNoTma) {
@@ -233,7 +237,7 @@ TEST(CopySelection, Sm80HasNoTma) {
         k.copy(sa, a.region({0, 0}, {32, 64}));
       },
       {.arch = "sm_80"});
-  EXPECT_NE(copies(s.after)[0]->note.find("sm_80 has no TMA"), std::string::npos);
+  EXPECT_NE(copies(s.after)[0]->lowering.note.find("sm_80 has no TMA"), std::string::npos);
 }
 
 TEST(CopySelection, SharedToFragmentsIsLdmatrix) {
@@ -249,10 +253,10 @@ TEST(CopySelection, SharedToFragmentsIsLdmatrix) {
   });
   auto c = copies(s.after);
   ASSERT_EQ(c.size(), 3u);
-  EXPECT_EQ(c[0]->selected, "ldmatrix");
-  EXPECT_EQ(c[1]->selected, "ldmatrix");  // .trans: b's fragments run down the columns
-  EXPECT_EQ(c[2]->selected, "simt");
-  EXPECT_EQ(c[2]->vector, 2);  // the accumulator fragment holds pairs of columns
+  EXPECT_EQ(c[0]->lowering.op, MachineOp::Ldmatrix);
+  EXPECT_EQ(c[1]->lowering.op, MachineOp::Ldmatrix);  // .trans: b's fragments run down the columns
+  EXPECT_EQ(c[2]->lowering.op, MachineOp::Simt);
+  EXPECT_EQ(c[2]->lowering.vector, 2);  // the accumulator fragment holds pairs of columns
 }
 
 TEST(CopySelection, FragmentsToSharedIsStmatrixOnSm90Only) {
@@ -267,8 +271,8 @@ TEST(CopySelection, FragmentsToSharedIsStmatrixOnSm90Only) {
   };
   auto s90 = golden_case("stmatrix_sm90", kSelect, body);
   auto s80 = golden_case("stmatrix_sm80", kSelect, body, {.arch = "sm_80"});
-  EXPECT_EQ(copies(s90.after).back()->selected, "stmatrix");
-  EXPECT_EQ(copies(s80.after).back()->selected, "simt");
+  EXPECT_EQ(copies(s90.after).back()->lowering.op, MachineOp::Stmatrix);
+  EXPECT_EQ(copies(s80.after).back()->lowering.op, MachineOp::Simt);
 }
 
 TEST(CopySelection, CoalescedWidthOrLoopLayoutSkipsLdmatrix) {
@@ -282,9 +286,9 @@ TEST(CopySelection, CoalescedWidthOrLoopLayoutSkipsLdmatrix) {
     k.copy(k.dot(ra, rb), b.region({0, 0}, {64, 64}));
   });
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->selected, "simt");
-  EXPECT_EQ(c[0]->vector, 2);
-  EXPECT_EQ(c[1]->selected, "ldmatrix");
+  EXPECT_EQ(c[0]->lowering.op, MachineOp::Simt);
+  EXPECT_EQ(c[0]->lowering.vector, 2);
+  EXPECT_EQ(c[1]->lowering.op, MachineOp::Ldmatrix);
 }
 
 TEST(CopySelection, ScalarCopyIsOneElement) {
@@ -294,8 +298,8 @@ TEST(CopySelection, ScalarCopyIsOneElement) {
   });
   auto c = copies(s.after);
   EXPECT_TRUE(c[0]->scalar);
-  EXPECT_EQ(c[0]->vector, 1);
-  EXPECT_EQ(c[0]->mapping.local_size(), 1);
+  EXPECT_EQ(c[0]->lowering.vector, 1);
+  EXPECT_EQ(c[0]->lowering.mapping.local_size(), 1);
 }
 
 TEST(CopySelection, LowerRankSourceBroadcastsAlongTheMissingDims) {
@@ -305,7 +309,7 @@ TEST(CopySelection, LowerRankSourceBroadcastsAlongTheMissingDims) {
     k.copy(row.region({0}, {64}), sa);
   });
   auto c = copies(s.after);
-  EXPECT_EQ(c[0]->vector, 8);
+  EXPECT_EQ(c[0]->lowering.vector, 8);
   EXPECT_EQ(c[0]->src.extents.size(), 1u);
 }
 
@@ -320,7 +324,7 @@ TEST(CopySelection, PermutedCopyAsyncDimsGiveScalarVectors) {
   struct Collect : StmtVisitor {
     std::vector<int64_t>* out;
     void visit_inst(const InstNode& i) override {
-      if (auto* c = dynamic_cast<const CopyAsyncInst*>(&i)) out->push_back(c->vector);
+      if (auto* c = dynamic_cast<const CopyAsyncInst*>(&i)) out->push_back(c->lowering.vector);
     }
   } c;
   c.out = &vectors;

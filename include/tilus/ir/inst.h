@@ -1,11 +1,14 @@
 // Instructions of the tile IR: one struct per instruction with typed fields and the source
 // location of the call that recorded it.
 //
-// Every instruction lists its fields through visit_fields(): the tensor it defines, the
-// tensors it uses with their access (read / write / alias), its scalar expressions, the
-// variables it binds, and printable attributes. The printer, the mutator base, the
-// verifier and the generic analyses all work through that one method, so a new
-// instruction needs no change in them.
+// Every instruction declares its traits once, in visit_fields(): the tensor it defines and
+// the tensors it uses, each with its access (read / write / alias) and the memory scopes it
+// allows, its scalar expressions, the variables it binds, and printable attributes. The
+// printer, the mutator base, the verifier's scope rule and the generic analyses (liveness,
+// dead code, shared-memory hazards) all work through that one method, so a new instruction
+// needs no change in them. How a memory instruction or a dot becomes machine instructions
+// (and so whether it is asynchronous, and through which thread mapping it touches memory)
+// is its lowering record (lowering.h), written by select_instructions.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include "tilus/ir/error.h"
 #include "tilus/ir/expr.h"
 #include "tilus/ir/layout.h"
+#include "tilus/ir/lowering.h"
 #include "tilus/ir/tensor.h"
 
 namespace tilus {
@@ -67,11 +71,25 @@ enum class Access : uint8_t {
   Alias,      // refers to it without touching memory (views, annotations)
 };
 
+struct CopyRegion;
+
+// The memory scopes an operand may have (a bit per MemoryScope).
+enum Scopes : uint8_t {
+  kGlobal = 1,
+  kShared = 2,
+  kRegister = 4,
+  kAnyScope = kGlobal | kShared | kRegister,
+};
+Scopes scope_bit(MemoryScope s);
+// "a global", "a shared or register", ...
+std::string scopes_str(uint8_t scopes);
+
 class FieldVisitor {
  public:
   virtual ~FieldVisitor() = default;
-  virtual void output(const char* name, Tensor& t) {}
-  virtual void operand(const char* name, Tensor& t, Access access) {}
+  virtual void output(const char* name, Tensor& t, uint8_t scopes) {}
+  // `region`: the part of the tensor the instruction touches, where it is not all of it.
+  virtual void operand(const char* name, Tensor& t, Access access, uint8_t scopes, const CopyRegion* region) {}
   virtual void expr(const char* name, Expr& e) {}
   virtual void exprs(const char* name, std::vector<Expr>& es) {
     for (auto& e : es) expr(name, e);
@@ -82,6 +100,9 @@ class FieldVisitor {
 
 struct InstNode {
   SourceLoc loc;
+  // How it is lowered (select_instructions; undefined before, and for instructions that
+  // neither touch memory nor multiply).
+  Lowering lowering;
   virtual ~InstNode() = default;
   virtual InstKind kind() const = 0;
   // The instruction's name as the user calls it ("load_global", "copy_async", ...).
@@ -92,14 +113,22 @@ struct InstNode {
   virtual std::shared_ptr<InstNode> clone() const = 0;
   // Side effects beyond writing its operands (barriers, async groups, printing).
   virtual bool has_side_effects() const { return false; }
-  // Completes after the instruction returns (cp.async, TMA).
-  virtual bool is_async() const { return false; }
 
   void visit_fields(FieldVisitor& v) const { const_cast<InstNode*>(this)->visit_fields(v); }
   // The tensor defined by this instruction (undefined if none).
   Tensor output() const;
   // Tensor operands with their access.
   std::vector<std::pair<Tensor, Access>> operands() const;
+  struct Operand {
+    const char* name;
+    Tensor tensor;
+    Access access;
+    uint8_t scopes;
+    const CopyRegion* region;  // nullptr: the whole tensor
+    bool defines;              // the tensor the instruction defines (its output)
+  };
+  // Every tensor the instruction defines (access Write) or uses, with its traits.
+  std::vector<Operand> traits() const;
   // True when removing the instruction cannot change the program's behaviour if its
   // output is unused.
   bool is_pure() const;
@@ -209,10 +238,6 @@ struct CopyAsyncInst : InstNode {
   EvictPolicy evict = EvictPolicy::Normal;
   bool check_bounds = true;
   std::optional<std::vector<int>> checked_dims;  // as in LoadGlobalInst
-  // Elements per cp.async (set by select_copy_instructions; 0 before it runs, which the
-  // emitter treats as "work it out"). Below 4 bytes the copy is element by element.
-  int64_t vector = 0;
-  bool is_async() const override { return true; }
 };
 
 struct CopyAsyncCommitGroupInst : InstNode {
@@ -244,10 +269,9 @@ struct CopyRegion {
 // The copy between any two of global / shared / register regions (`copy`), and its
 // explicitly asynchronous form (`async_copy`: cp.async + commit, no wait). All switches of
 // the call are kept: typed fields, plus `annotations` (user annotations win over the keyword
-// arguments, resolved by the tracer). The copy-selection pass records its choice in
-// `selected` ("" until then), `vector`, `mapping` and `note`. A copy selected as cp.async
-// commits its own group (the async-wait pass waits for it; async_copy leaves the wait to
-// the kernel).
+// arguments, resolved by the tracer). select_instructions records its choice in the
+// lowering record. A copy selected as cp.async commits its own group (the async-wait pass
+// waits for it; async_copy leaves the wait to the kernel).
 struct CopyInst : InstNode {
   TILUS_INST_COMMON(Copy, "copy")
   CopyRegion src;
@@ -262,14 +286,7 @@ struct CopyInst : InstNode {
   RegisterLayout loop_layout;  // optional thread mapping for the SIMT path
   bool scalar = false;          // both sides single elements: a direct store
 
-  // Set by select_copy_instructions.
-  std::string selected;        // "cp.async", "ldmatrix", "stmatrix", "simt"
-  int64_t vector = 0;          // elements per access (cp.async / simt)
-  RegisterLayout mapping;      // thread -> elements of the copy (memory to memory copies)
-  std::string note;            // why faster instructions were not taken
-
   std::string display_name() const override { return async_commit ? "async_copy" : "copy"; }
-  bool is_async() const override { return selected == "cp.async"; }
   bool has_side_effects() const override { return async_commit; }
 };
 

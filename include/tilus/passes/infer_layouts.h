@@ -1,6 +1,7 @@
 #pragma once
 
 #include "tilus/ir/layout.h"
+#include "tilus/ir/lowering.h"
 #include "tilus/ir/program.h"
 
 namespace tilus {
@@ -13,15 +14,12 @@ namespace tilus {
 // along the last dim. annotate_layout instructions are consumed.
 Program infer_layouts(const Program& program);
 
-// How a dot of a [m, k] x [k, n] tile is computed by `threads` threads; the code generators
-// recognise the layouts it produces.
+// How a dot of a [m, k] x [k, n] tile is computed by `threads` threads: mma.sync m16n8k16 for
+// f16/bf16 inputs on shapes that fit it, a SIMT outer product otherwise. Layout inference
+// gives the operands these layouts; select_instructions records op and tiling on the dot.
 struct DotPlan {
-  enum Kind { Mma, Simt } kind = Simt;
-  // Mma: m16n8k16 tiles; wm x wn warps (rep replicas), each rm x rn tiles, rk k-steps.
-  int64_t wm = 1, wn = 1, rm = 1, rn = 1, rk = 1;
-  // Simt: tm x tn threads, each a pm x pn block of c.
-  int64_t tm = 1, tn = 1, pm = 1, pn = 1;
-  int64_t rep = 1;
+  MachineOp op = MachineOp::SimtFma;
+  DotTiling tiling;
   RegisterLayout a, b, c;
 };
 DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads);

@@ -11,7 +11,7 @@
 namespace tilus::cpu {
 
 Emitter::Emitter(const Kernel& k, llvm::LLVMContext& c, llvm::Module& m, const CpuCodegenOptions& o)
-    : kernel(k), ctx(c), module(m), b(c), options(o) {}
+    : kernel(k), ctx(c), module(m), b(c), options(o), facts(k) {}
 
 [[noreturn]] void Emitter::fail(const InstNode& inst, const std::string& message) const {
   throw CompileError(fmt::format("{}: {} (CPU backend)", inst.display_name(), message), inst.loc);

@@ -15,15 +15,13 @@
 #include "tilus/codegen/llvm_emitter.h"
 #include "tilus/ir/inst.h"
 #include "tilus/ir/stmt.h"
-#include "tilus/passes/copy_facts.h"
+#include "tilus/ir/facts.h"
 
 namespace tilus::cpu {
 
-// A global tensor: its base address (i8*), the access facts shared with the CUDA emitter,
-// and the parameter it was viewed from (checked mode).
+// A global tensor: its base address (i8*) and the parameter it was viewed from (checked mode).
 struct GlobalRec {
   llvm::Value* base = nullptr;
-  GlobalAccess access;
   int param = -1;
   llvm::Value* param_base = nullptr;  // i8* of that parameter
   std::string type_str;
@@ -90,7 +88,7 @@ class Emitter {
   void emit_compute(const InstNode& inst);
   Side global_side(const Tensor& g, const GlobalAccess& access);
   Side shared_side(const SharedView& view);
-  Side region_side(const CopyRegion& r, int tile_rank);
+  Side region_side(const InstNode& inst, const CopyRegion& r, int tile_rank);
   // Moves register tensor r to (load=false) / from (load=true) memory side `mem`.
   void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem);
   // Memory to memory over a tile of `shape`.
@@ -110,8 +108,8 @@ class Emitter {
   llvm::Function* fn = nullptr;
   llvm::Value* shared_base = nullptr;  // i8*
   llvm::Value* block_ctx = nullptr;    // CpuBlockContext*
+  KernelFacts facts;
   std::unordered_map<const TensorNode*, GlobalRec> globals;
-  std::unordered_map<const TensorNode*, SharedView> shared;
 
  private:
   void emit_stmt(const Stmt& s);

@@ -1,6 +1,6 @@
 // Global and shared memory on the CPU: views, loads, stores, cp.async and copy. Every access
 // walks its tile element by element with the address maps the CUDA emitter uses
-// (copy_facts.h); out-of-bounds loads read zero and out-of-bounds stores are skipped, and in
+// (ir/facts.h); out-of-bounds loads read zero and out-of-bounds stores are skipped, and in
 // checked mode an access that no predicate guards is checked against the tensor's shape and
 // the extent of the parameter it came from.
 #include <fmt/format.h>
@@ -10,14 +10,6 @@
 namespace tilus::cpu {
 
 namespace {
-
-// The pointer parameter an address expression is built on (-1 when none is).
-int pointer_param(const Kernel& k, const Expr& ptr) {
-  for (const Var& v : free_vars(ptr))
-    for (size_t i = 0; i < k.params.size(); ++i)
-      if (k.params[i].same_as(v) && v.dtype().is_pointer()) return int(i);
-  return -1;
-}
 
 bool is_true(const Expr& e) { return e.as<BoolImmNode>() && e.as<BoolImmNode>()->value; }
 
@@ -45,9 +37,9 @@ Side Emitter::shared_side(const SharedView& view) {
   return s;
 }
 
-Side Emitter::region_side(const CopyRegion& r, int tile_rank) {
-  if (r.tensor.is_global()) return global_side(r.tensor, region_access(globals.at(r.tensor.get()).access, r, tile_rank));
-  return shared_side(region_view(shared.at(r.tensor.get()), r, tile_rank));
+Side Emitter::region_side(const InstNode& inst, const CopyRegion& r, int tile_rank) {
+  if (r.tensor.is_global()) return global_side(r.tensor, facts.global_region(inst, r, tile_rank));
+  return shared_side(facts.shared_region(inst, r, tile_rank));
 }
 
 llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile, llvm::Value* pred) {
@@ -158,9 +150,8 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::GlobalView: {
       auto& i = static_cast<const GlobalViewInst&>(inst);
       GlobalRec rec;
-      rec.access = global_access(kernel, i);
       rec.base = convert(expr(i.ptr), i.ptr.dtype(), i.ptr.dtype());
-      rec.param = pointer_param(kernel, i.ptr);
+      rec.param = facts.pointer_param(i.ptr);
       if (rec.param >= 0) rec.param_base = expr(kernel.params[rec.param]);
       rec.type_str = i.out.type_str();
       globals[i.out.get()] = rec;
@@ -169,44 +160,36 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::AllocateShared: {
       auto& i = static_cast<const AllocateSharedInst&>(inst);
       if (i.offset < 0) fail(inst, "shared tensor has no planned offset; run the pass pipeline first");
-      shared[i.out.get()] = root_view(i);
       return;
     }
-    case InstKind::FreeShared: return;
-    case InstKind::SliceShared: {
-      auto& i = static_cast<const SliceSharedInst&>(inst);
-      shared[i.out.get()] = slice_view(shared.at(i.src.get()), i);
-      return;
-    }
+    case InstKind::FreeShared:
+    case InstKind::SliceShared: return;
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       declare_reg(i.out);
-      register_access(inst, true, i.out,
-                      global_side(i.src, tile_access(globals.at(i.src.get()).access, i.offsets, i.dims, i.checked_dims)));
+      register_access(inst, true, i.out, global_side(i.src, facts.tile(i, i.src, i.offsets, i.dims, i.checked_dims)));
       return;
     }
     case InstKind::StoreGlobal: {
       auto& i = static_cast<const StoreGlobalInst&>(inst);
-      register_access(inst, false, i.src,
-                      global_side(i.dst, tile_access(globals.at(i.dst.get()).access, i.offsets, i.dims, i.checked_dims)));
+      register_access(inst, false, i.src, global_side(i.dst, facts.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)));
       return;
     }
     case InstKind::LoadShared: {
       auto& i = static_cast<const LoadSharedInst&>(inst);
       declare_reg(i.out);
-      register_access(inst, true, i.out, shared_side(shared.at(i.src.get())));
+      register_access(inst, true, i.out, shared_side(facts.shared(i, i.src)));
       return;
     }
     case InstKind::StoreShared: {
       auto& i = static_cast<const StoreSharedInst&>(inst);
-      register_access(inst, false, i.src, shared_side(shared.at(i.dst.get())));
+      register_access(inst, false, i.src, shared_side(facts.shared(i, i.dst)));
       return;
     }
     case InstKind::CopyAsync: {
       auto& i = static_cast<const CopyAsyncInst&>(inst);
-      std::optional<std::vector<int>> checked = i.check_bounds ? i.checked_dims : std::optional(std::vector<int>{});
-      Side g = global_side(i.src, tile_access(globals.at(i.src.get()).access, i.offsets, i.dims, checked));
-      transfer(inst, g, shared_side(shared.at(i.dst.get())), i.dst.static_shape());
+      Side g = global_side(i.src, facts.tile(i, i.src, i.offsets, i.dims, i.checked_dims));
+      transfer(inst, g, shared_side(facts.shared(i, i.dst)), i.dst.static_shape());
       return;
     }
     case InstKind::Copy: {
@@ -218,7 +201,7 @@ void Emitter::emit_memory(const InstNode& inst) {
         const CopyRegion& mem = load ? i.src : i.dst;
         const Tensor& r = load ? i.dst.tensor : i.src.tensor;
         if (load) declare_reg(r);
-        register_access(inst, load, r, region_side(mem, r.rank()));
+        register_access(inst, load, r, region_side(inst, mem, r.rank()));
         return;
       }
       // Memory to memory over the destination's extents; the source's broadcast dims stay at
@@ -229,7 +212,7 @@ void Emitter::emit_memory(const InstNode& inst) {
         shape.push_back(e.int_value());
       }
       int rank = int(shape.size());
-      transfer(inst, region_side(i.src, rank), region_side(i.dst, rank), shape);
+      transfer(inst, region_side(inst, i.src, rank), region_side(inst, i.dst, rank), shape);
       return;
     }
     default: fail(inst, "not a memory instruction");

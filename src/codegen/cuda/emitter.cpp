@@ -27,7 +27,7 @@ std::string ctype(DataType t) {
 
 int64_t elem_bytes(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
 
-Emitter::Emitter(const Kernel& k, const Target& t) : kernel(k), target(t) {
+Emitter::Emitter(const Kernel& k, const Target& t) : kernel(k), target(t), facts_(k) {
   for (const char* reserved : {"tid", "tilus_smem", "tilus", "int", "float", "double", "char", "bool", "void", "half",
                                "auto", "const", "if", "else", "for", "while", "do", "break", "continue", "return",
                                "switch", "case", "default", "struct", "class", "new", "delete", "this", "true", "false",
@@ -35,18 +35,6 @@ Emitter::Emitter(const Kernel& k, const Target& t) : kernel(k), target(t) {
                                "inline", "template", "typename", "namespace", "using", "sizeof", "min", "max",
                                "printf", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
     names_.insert(reserved);
-  // Ranges the launch guarantees.
-  for (size_t d = 0; d < 3; ++d) {
-    Interval r = Interval::range(0, 0);
-    if (d < k.grid.size()) {
-      Interval g = ctx_.bound(k.grid[d]);
-      r = Interval{0, g.hi ? std::optional<int64_t>(*g.hi - 1) : std::optional<int64_t>(int64_t(1) << 31)};
-    }
-    ctx_.set_range(builtin::block_idx(int(d)), r);
-  }
-  ctx_.set_range(builtin::thread_idx(), Interval::range(0, k.num_threads() - 1));
-  for (auto& [index, d] : k.param_divisibility)
-    if (index >= 0 && index < int(k.params.size())) ctx_.set_divisor(k.params[index], d);
   scopes_.push_back(ThreadScope{builtin::thread_idx(), 0, k.num_threads()});
   var_names_[builtin::thread_idx().get()] = "tid";
 }
@@ -210,15 +198,9 @@ std::string Emitter::declare_reg(const Tensor& t) {
   return name;
 }
 
-const GlobalView& Emitter::global(const Tensor& t) const {
-  auto it = globals_.find(t.get());
-  if (it == globals_.end()) throw InternalError(fmt::format("global tensor '{}' used before its view", t->name));
-  return it->second;
-}
-
-const SharedView& Emitter::shared(const Tensor& t) const {
-  auto it = shared_.find(t.get());
-  if (it == shared_.end()) throw InternalError(fmt::format("shared tensor '{}' used before its allocation", t->name));
+const std::string& Emitter::global_ptr(const Tensor& t) const {
+  auto it = global_ptrs_.find(t.get());
+  if (it == global_ptrs_.end()) throw InternalError(fmt::format("global tensor '{}' used before its view", t->name));
   return it->second;
 }
 
@@ -292,10 +274,6 @@ void Emitter::emit_stmt(const Stmt& s) {
       std::string cond;
       if (st.is_int_const() && st.int_value() > 0) {
         cond = fmt::format("{} < {}", v, expr(e));
-        Interval lo = ctx_.bound(b), hi = ctx_.bound(e);
-        ctx_.set_range(n.var, Interval{lo.lo, hi.hi ? std::optional<int64_t>(*hi.hi - 1) : std::nullopt});
-        int64_t g = std::gcd(ctx_.divisor(b), st.int_value());
-        if (g > 1) ctx_.set_divisor(n.var, g);
       } else if (st.is_int_const()) {
         cond = fmt::format("{} > {}", v, expr(e));
       } else {
@@ -334,10 +312,6 @@ void Emitter::emit_stmt(const Stmt& s) {
       std::string v = fresh(n.var.name());
       linef("const {} {} = {};", ctype(n.var.dtype()), v, expr(value));
       var_names_[n.var.get()] = v;
-      Interval r = ctx_.bound(value);
-      if (r.lo || r.hi) ctx_.set_range(n.var, r);
-      int64_t d = ctx_.divisor(value);
-      if (d > 1) ctx_.set_divisor(n.var, d);
       return;
     }
     case StmtKind::Declare: {
@@ -356,25 +330,15 @@ void Emitter::emit_stmt(const Stmt& s) {
     case StmtKind::ThreadGroup: {
       auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
       const ThreadScope& outer = scope();
-      if (n.num_threads >= 32 && n.thread_begin % 32 != 0)
-        throw CompileError(fmt::format("{}: a group of {} threads must start at a multiple of 32 (got {})",
-                                       to_string(n.group_kind), n.num_threads, n.thread_begin),
-                           n.loc);
-      if (n.num_threads < 32 && n.thread_begin / 32 != (n.thread_begin + n.num_threads - 1) / 32)
-        throw CompileError(fmt::format("{}: a group of {} threads must lie within one warp (threads [{}, {}))",
-                                       to_string(n.group_kind), n.num_threads, n.thread_begin,
-                                       n.thread_begin + n.num_threads),
-                           n.loc);
       std::string outer_name = expr(outer.thread);
       if (n.num_threads == 1)
         open(fmt::format("if ({} == {})", outer_name, n.thread_begin));
       else
         open(fmt::format("if ({0} >= {1} && {0} < {2})", outer_name, n.thread_begin, n.thread_begin + n.num_threads));
-      Var inner("tg", dtypes::int32, VarRole::Local);
+      const Var& inner = facts_.group_thread(n);
       std::string name = fresh("tg");
       linef("const int32_t {} = {} - {};", name, outer_name, n.thread_begin);
       var_names_[inner.get()] = name;
-      ctx_.set_range(inner, Interval::range(0, n.num_threads - 1));
       scopes_.push_back(ThreadScope{inner, outer.begin + n.thread_begin, n.num_threads});
       emit_stmt(n.body);
       scopes_.pop_back();

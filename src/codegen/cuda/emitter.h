@@ -15,7 +15,8 @@
 #include "tilus/ir/inst.h"
 #include "tilus/ir/simplify.h"
 #include "tilus/ir/stmt.h"
-#include "tilus/passes/copy_facts.h"
+#include "tilus/ir/facts.h"
+#include "tilus/ir/target.h"
 
 namespace tilus::cuda {
 
@@ -24,11 +25,6 @@ std::string ctype(DataType t);
 int64_t elem_bytes(DataType t);
 
 using tilus::SharedView;
-
-struct GlobalView {
-  std::string ptr;      // C expression of the typed base pointer
-  GlobalAccess access;  // shape, strides, alignment (copy_facts.h)
-};
 
 // The threads running the current scope: the block, or a thread group.
 struct ThreadScope {
@@ -54,15 +50,16 @@ class Emitter {
 
   // --- expressions ---------------------------------------------------------------------
   std::string expr(const Expr& e);
-  Expr simplify(const Expr& e) const { return tilus::simplify(e, ctx_); }
+  Expr simplify(const Expr& e) const { return facts_.simplify(e); }
   // A C literal of value v in dtype t.
   std::string literal(DataType t, double v);
 
   // --- tensors -------------------------------------------------------------------------
   const std::string& reg(const Tensor& t);         // the register array of a tensor
   std::string declare_reg(const Tensor& t);        // declares the array; returns its name
-  const GlobalView& global(const Tensor& t) const;
-  const SharedView& shared(const Tensor& t) const;
+  // The C name of a global_view's typed base pointer.
+  const std::string& global_ptr(const Tensor& t) const;
+  const KernelFacts& facts() const { return facts_; }
   const ThreadScope& scope() const { return scopes_.back(); }
   // The thread-dependent part of a layout's index per dim (slot 0), simplified.
   std::vector<Expr> spatial_index(const RegisterLayout& l);
@@ -79,11 +76,6 @@ class Emitter {
   // Extra shared memory after the planned tensors (reduction workspaces), aligned to 128.
   int64_t workspace(int64_t bytes);
   std::string workspace_ptr(DataType t);
-
-  // Facts for vectorization: the largest power of two dividing e (capped).
-  int64_t divisor(const Expr& e) const { return ctx_.divisor(simplify(e)); }
-  const BoundContext& facts() const { return ctx_; }
-  BoundContext& context() { return ctx_; }
 
   [[noreturn]] void fail(const InstNode& inst, const std::string& message) const;
 
@@ -106,10 +98,9 @@ class Emitter {
   std::unordered_set<std::string> names_;
   std::unordered_map<const void*, std::string> var_names_;
   std::unordered_map<const TensorNode*, std::string> regs_;
-  std::unordered_map<const TensorNode*, GlobalView> globals_;
-  std::unordered_map<const TensorNode*, SharedView> shared_;
+  std::unordered_map<const TensorNode*, std::string> global_ptrs_;
   std::vector<ThreadScope> scopes_;
-  BoundContext ctx_;
+  KernelFacts facts_;
   int64_t workspace_bytes_ = 0;
   int barrier_ids_ = 1;  // named barrier ids for thread groups (0 is __syncthreads)
   std::unordered_map<int64_t, int> group_barriers_;

@@ -1,7 +1,6 @@
 // Global and shared memory: views, loads, stores, cp.async and the synchronous copy.
 
 #include "emitter.h"
-#include "tilus/passes/infer_layouts.h"
 
 namespace tilus::cuda {
 
@@ -16,41 +15,30 @@ struct Side {
   std::function<std::string(const std::string& off)> address;
   // In-bounds predicate of a tile index (true when unchecked).
   std::function<Expr(const std::vector<Expr>&)> predicate;
-  // Largest vector (in elements) that stays contiguous and aligned along tile dim `dim`
-  // for every vector start that is a multiple of itself (copy_facts.h).
-  std::function<int64_t(int dim, int64_t run)> vector;
 };
 
 Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
   Side s;
   s.offset = [acc](const std::vector<Expr>& tile) { return global_offset(acc, tile); };
-  std::string ptr = em.global(g).ptr;
+  std::string ptr = em.global_ptr(g);
   s.address = [ptr](const std::string& off) { return fmt::format("({} + {})", ptr, off); };
   s.predicate = [acc](const std::vector<Expr>& tile) { return global_predicate(acc, tile); };
-  s.vector = [&em, acc](int dim, int64_t run) { return global_vector_width(em.facts(), acc, dim, run); };
   return s;
 }
 
-// A tile of a global tensor at `offsets`, tile dim k on global dim dims[k].
-Side global_side(Emitter& em, const Tensor& g, const std::vector<Expr>& offsets, const std::vector<int>& dims,
-                 const std::optional<std::vector<int>>& checked) {
-  return global_side(em, g, tile_access(em.global(g).access, offsets, dims, checked));
-}
-
-Side shared_side(Emitter& em, const SharedView& view) {
+Side shared_side(const SharedView& view) {
   Side s;
   s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
   std::string base = fmt::format("reinterpret_cast<{}*>(tilus_smem + {})", ctype(view.root.dtype()), view.base_bytes);
   s.address = [base](const std::string& off) { return fmt::format("({} + {})", base, off); };
   s.predicate = [](const std::vector<Expr>&) { return bool_const(true); };
-  s.vector = [&em, view](int dim, int64_t run) { return shared_vector_width(em.facts(), view, dim, run); };
   return s;
 }
 
 // One end of a copy as a side over a `tile_rank`-dim tile.
-Side region_side(Emitter& em, const CopyRegion& r, int tile_rank) {
-  if (r.tensor.is_global()) return global_side(em, r.tensor, region_access(em.global(r.tensor).access, r, tile_rank));
-  return shared_side(em, region_view(em.shared(r.tensor), r, tile_rank));
+Side region_side(Emitter& em, const InstNode& inst, const CopyRegion& r, int tile_rank) {
+  if (r.tensor.is_global()) return global_side(em, r.tensor, em.facts().global_region(inst, r, tile_rank));
+  return shared_side(em.facts().shared_region(inst, r, tile_rank));
 }
 
 // The L2 policy variable for an eviction policy ("" for evict_normal).
@@ -68,14 +56,12 @@ std::vector<Expr> slot_index(const std::vector<Expr>& spatial, const std::vector
   return idx;
 }
 
-// Moves a register tensor to or from memory, vector by vector: `width` elements per access
-// (0: the widest the memory side allows), with an L2 policy variable for global memory.
-void register_access(Emitter& em, const InstNode& inst, bool load, const Tensor& r, const Side& mem,
-                     DataType mem_dtype, int64_t width = 0, const std::string& policy = "") {
+// Moves a register tensor to or from memory, vector by vector: `w` elements per access (the
+// record's), with an L2 policy variable for global memory.
+void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, DataType mem_dtype, int64_t w,
+                     const std::string& policy = "") {
   const RegisterLayout& l = r->layout;
   const std::string& name = em.reg(r);
-  Contiguity c = contiguity(l);
-  int64_t w = width > 0 ? width : mem.vector(c.dim, c.run);
   int64_t bytes = w * elem_bytes(mem_dtype);
   auto spatial = em.spatial_index(l);
   std::string zero = em.literal(r.dtype(), 0);
@@ -119,17 +105,13 @@ void register_access(Emitter& em, const InstNode& inst, bool load, const Tensor&
   if (guarded) em.close();
 }
 
-// ldmatrix (load) / stmatrix (store) between a shared view and a register tensor whose
-// layout is a sequence of matrix fragments (match_matrix_fragments) whose rows are 16
-// contiguous, aligned bytes of shared memory. False (and nothing emitted) when the layout,
-// dtype, target or memory does not allow it.
-bool emit_matrix(Emitter& em, const SharedView& view, const Tensor& reg, bool load) {
+// ldmatrix (load) / stmatrix (store) between a shared view and a register tensor, matrix
+// group by matrix group as the record lists them (rows of 16 contiguous, aligned bytes).
+void emit_matrix(Emitter& em, const Lowering& plan, const SharedView& view, const Tensor& reg, bool load) {
   const RegisterLayout& l = reg->layout;
   const ThreadScope& sc = em.scope();
-  auto plan = plan_matrix_copy(em.facts(), em.target.sm, view, reg, sc.threads, sc.begin, load);
-  if (!plan) return false;
-  int rdim = 1 - plan->cdim;
-  Side sm = shared_side(em, view);
+  int rdim = 1 - plan.matrix_cdim;
+  Side sm = shared_side(view);
   // Lane l gives row l % 8 of matrix j = l / 8 (lanes past the N matrices repeat valid
   // rows). When the matrices' origins are linear in the bits of j (as in every mma
   // fragment) the row address is arithmetic in the lane, so it is loop-invariant apart from
@@ -138,7 +120,7 @@ bool emit_matrix(Emitter& em, const SharedView& view, const Tensor& reg, bool lo
   Expr warp_base = thread / 32 * 32;
   Expr row = thread % 8;
   Expr matrix = thread % 32 / 8;
-  for (auto& g : plan->groups) {
+  for (auto& g : plan.matrices) {
     auto origin = [&](int64_t j) {
       std::vector<Expr> idx = l.index_exprs(warp_base, g.slot + 2 * j);
       idx[rdim] = idx[rdim] + row;
@@ -170,23 +152,22 @@ bool emit_matrix(Emitter& em, const SharedView& view, const Tensor& reg, bool lo
     else
       em.linef("tilus::stmatrix<{}, {}>({}, &{}[{}]);", g.n, g.trans ? "true" : "false", addr, em.reg(reg), g.slot);
   }
-  return true;
 }
 
-// A memory-to-memory tile move: thread mapping `l` over the tile, `w` elements per access
-// (both sides index the same tile). cp.async when `async` and the vector is 4 bytes or
-// more; element by element (synchronously) below that. `evict` is the L2 hint of the
-// global side(s).
+// A memory-to-memory tile move as the record says: its thread mapping over the tile, its
+// vector per access (both sides index the same tile), cp.async or plain loads and stores.
+// `evict` is the L2 hint of the global side(s).
 struct TransferOptions {
-  bool async = false;
   std::optional<EvictPolicy> evict;
   bool src_global = false, dst_global = false;
 };
 
-void transfer(Emitter& em, const Side& src, const Side& dst, const RegisterLayout& l, int64_t w, DataType dtype,
+void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst, DataType dtype,
               const TransferOptions& o) {
+  const RegisterLayout& l = rec.mapping;
+  int64_t w = rec.vector;
   int64_t bytes = w * elem_bytes(dtype);
-  bool cp_async = o.async && bytes >= 4;
+  bool cp_async = rec.op == MachineOp::CpAsyncCa || rec.op == MachineOp::CpAsyncCg;
   auto spatial = em.spatial_index(l);
   em.open("");
   Expr primary = em.primary_replica(l);
@@ -232,66 +213,64 @@ void transfer(Emitter& em, const Side& src, const Side& dst, const RegisterLayou
 }  // namespace
 
 void Emitter::emit_memory(const InstNode& inst) {
+  const Lowering& rec = inst.lowering;
+  auto selected = [&] {
+    if (!rec.defined()) fail(inst, "no instruction selected; run the pass pipeline first");
+  };
+  auto matrix = rec.op == MachineOp::Ldmatrix || rec.op == MachineOp::Stmatrix;
   switch (inst.kind()) {
     case InstKind::GlobalView: {
       auto& i = static_cast<const GlobalViewInst&>(inst);
-      GlobalView v;
-      v.access = global_access(kernel, i);
-      DataType dt = v.access.dtype;
+      DataType dt = i.out.dtype();
       std::string name = fresh(i.out->name.empty() ? "g" : i.out->name);
       std::string p = expr(simplify(i.ptr));
       if (i.ptr.dtype().pointee() != dt) p = fmt::format("reinterpret_cast<{}*>({})", ctype(dt), p);
       linef("{}* const {} = {};", ctype(dt), name, p);
-      v.ptr = name;
-      globals_[i.out.get()] = v;
+      global_ptrs_[i.out.get()] = name;
       return;
     }
     case InstKind::AllocateShared: {
       auto& i = static_cast<const AllocateSharedInst&>(inst);
       if (i.offset < 0) fail(inst, "shared tensor has no planned offset; run the pass pipeline first");
-      shared_[i.out.get()] = root_view(i);
       return;
     }
-    case InstKind::FreeShared: return;
-    case InstKind::SliceShared: {
-      auto& i = static_cast<const SliceSharedInst&>(inst);
-      shared_[i.out.get()] = slice_view(shared(i.src), i);
-      return;
-    }
+    case InstKind::FreeShared:
+    case InstKind::SliceShared: return;
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
+      selected();
       declare_reg(i.out);
-      register_access(*this, inst, true, i.out, global_side(*this, i.src, i.offsets, i.dims, i.checked_dims),
-                      i.src.dtype());
+      register_access(*this, true, i.out, global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims)),
+                      i.src.dtype(), rec.vector);
       return;
     }
     case InstKind::StoreGlobal: {
       auto& i = static_cast<const StoreGlobalInst&>(inst);
-      register_access(*this, inst, false, i.src, global_side(*this, i.dst, i.offsets, i.dims, i.checked_dims),
-                      i.dst.dtype());
+      selected();
+      register_access(*this, false, i.src, global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)),
+                      i.dst.dtype(), rec.vector);
       return;
     }
     case InstKind::LoadShared: {
       auto& i = static_cast<const LoadSharedInst&>(inst);
+      selected();
       declare_reg(i.out);
-      if (emit_matrix(*this, shared(i.src), i.out, true)) return;
-      register_access(*this, inst, true, i.out, shared_side(*this, shared(i.src)), i.src.dtype());
+      if (matrix) emit_matrix(*this, rec, facts_.shared(i, i.src), i.out, true);
+      else register_access(*this, true, i.out, shared_side(facts_.shared(i, i.src)), i.src.dtype(), rec.vector);
       return;
     }
     case InstKind::StoreShared: {
       auto& i = static_cast<const StoreSharedInst&>(inst);
-      if (emit_matrix(*this, shared(i.dst), i.src, false)) return;
-      register_access(*this, inst, false, i.src, shared_side(*this, shared(i.dst)), i.dst.dtype());
+      selected();
+      if (matrix) emit_matrix(*this, rec, facts_.shared(i, i.dst), i.src, false);
+      else register_access(*this, false, i.src, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), rec.vector);
       return;
     }
     case InstKind::CopyAsync: {
       auto& i = static_cast<const CopyAsyncInst&>(inst);
-      if (i.vector <= 0) fail(inst, "no vector width selected; run the pass pipeline first");
-      RegisterLayout l = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads, i.vector);
-      std::optional<std::vector<int>> checked = i.check_bounds ? i.checked_dims : std::optional(std::vector<int>{});
-      Side g = global_side(*this, i.src, i.offsets, i.dims, checked);
-      Side sm = shared_side(*this, shared(i.dst));
-      transfer(*this, g, sm, l, i.vector, i.dst.dtype(), {.async = true, .evict = i.evict, .src_global = true});
+      selected();
+      Side g = global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims));
+      transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), {.evict = i.evict, .src_global = true});
       return;
     }
     case InstKind::CopyAsyncCommitGroup: line("tilus::cp_async_commit();"); return;
@@ -301,32 +280,30 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::CopyAsyncWaitAll: line("tilus::cp_async_wait_all();"); return;
     case InstKind::Copy: {
       auto& i = static_cast<const CopyInst&>(inst);
-      if (i.selected.empty()) fail(inst, "no instruction selected; run the pass pipeline first");
+      selected();
       if (i.src.tensor.is_register() || i.dst.tensor.is_register()) {
         // A whole register tensor to or from memory: the register layout maps the threads.
         bool load = i.dst.tensor.is_register();
         const CopyRegion& mem = load ? i.src : i.dst;
         const Tensor& r = load ? i.dst.tensor : i.src.tensor;
         if (load) declare_reg(r);
-        if (i.selected == "ldmatrix" || i.selected == "stmatrix") {
-          if (!emit_matrix(*this, region_view(shared(mem.tensor), mem, r.rank()), r, load))
-            fail(inst, i.selected + " was selected but the fragments do not fit it");
+        if (matrix) {
+          emit_matrix(*this, rec, facts_.shared_region(i, mem, r.rank()), r, load);
           return;
         }
         std::string policy = mem.tensor.is_global() ? declare_policy(*this, i.eviction_policy) : "";
-        register_access(*this, inst, load, r, region_side(*this, mem, r.rank()), mem.tensor.dtype(), i.vector, policy);
+        register_access(*this, load, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
         return;
       }
       // Memory to memory over the destination's extents; the source's broadcast dims stay at
       // their offsets (region_dims).
       int rank = int(i.dst.extents.size());
-      Side src = region_side(*this, i.src, rank), dst = region_side(*this, i.dst, rank);
-      transfer(*this, src, dst, i.mapping, i.vector, i.dst.tensor.dtype(),
-               {.async = i.selected == "cp.async",
-                .evict = i.eviction_policy,
+      Side src = region_side(*this, i, i.src, rank), dst = region_side(*this, i, i.dst, rank);
+      transfer(*this, rec, src, dst, i.dst.tensor.dtype(),
+               {.evict = i.eviction_policy,
                 .src_global = i.src.tensor.is_global(),
                 .dst_global = i.dst.tensor.is_global()});
-      if (i.selected == "cp.async") line("tilus::cp_async_commit();");  // its own group
+      if (rec.commits_group) line("tilus::cp_async_commit();");  // its own group
       return;
     }
     default: fail(inst, "not a memory instruction");

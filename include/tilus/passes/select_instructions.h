@@ -5,9 +5,11 @@
 
 namespace tilus {
 
-// Copy instruction selection (DESIGN 6.5). Every `copy` / `async_copy` goes through one
-// priority chain and gets its choice recorded on the node (`selected`, `vector`, `mapping`,
-// `note`, shown by the IR printer):
+// Instruction selection (DESIGN 6.5): writes the lowering record (ir/lowering.h) of every
+// memory instruction and every dot. It is the only place these choices are made; the
+// emitters and the synchronization passes read the record.
+//
+// `copy` / `async_copy` go through one priority chain:
 //   1. explicit TMA (annotation use_tma): TMA or a CompileError saying why not;
 //   2. explicit cp.async (annotation use_cp_async, and every async_copy): global -> shared
 //      only, else a CompileError;
@@ -18,9 +20,12 @@ namespace tilus {
 //   5. vectorized SIMT: the widest vector that alignment and contiguity allow on both
 //      sides; coalesced_width forces a width, clamped (with a warning) when it is not legal;
 //      loop_layout pins the thread mapping of a memory-to-memory copy.
-// copy_async gets its cp.async vector width the same way. Runs after bounds predicates
-// (checked dims decide vector legality) and before the async-wait pass (a copy that became
-// cp.async is asynchronous).
-Program select_copy_instructions(const Program& program, const Target& target);
+// load_shared / store_shared take slot 4 or 5; load_global / store_global slot 5;
+// copy_async gets its cp.async vectors (.cg for 16 bytes, .ca for 4 and 8, element by
+// element and synchronous where no 4-byte vector is legal); dot gets mma.sync m16n8k16 or a
+// SIMT outer product, with the tiling layout inference laid the operands out for. Runs after
+// bounds predicates (checked dims decide vector legality) and before the async-wait and
+// barrier passes, which read the completion and the thread mapping.
+Program select_instructions(const Program& program, const Target& target);
 
 }  // namespace tilus

@@ -1,0 +1,105 @@
+// Facts about a kernel: the one analysis that every pass and both emitters read, so that no
+// two of them can disagree about what is known.
+//
+//   - scalars: the range and divisor of every variable (block indices over the grid, or the
+//     hardware's limits where the grid is unknown; the thread index over the block and over
+//     each thread group; loop variables over their loops, with the exact last value of a
+//     strided loop; let-bound values; register-tensor axes; integer parameters' divisors
+//     from the kernel's specialization);
+//   - pointers: the bytes known to divide each pointer parameter (its 16-byte alignment
+//     specialization);
+//   - tensors as address maps: every global_view as a GlobalAccess, every shared tensor
+//     (an allocation at its planned offset, or a slice of one) as a SharedView;
+//   - which global dims an access checks: what insert_bounds_predicates recorded on the
+//     instruction (checked_dims; `nullopt`, before that pass, checks every dim).
+//
+// Variables are bound once in the IR (a loop variable, a let, an axis), so a fact holds
+// wherever its variable can be named; the analysis is one walk of the body.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "tilus/ir/inst.h"
+#include "tilus/ir/program.h"
+#include "tilus/ir/simplify.h"
+
+namespace tilus {
+
+// A shared tensor as an address map: element (i...) of the view is element
+// (offsets + place(i)) of its root allocation.
+struct SharedView {
+  Tensor root;
+  int64_t base_bytes = 0;     // the root's offset in the block's shared memory (0 before planning)
+  bool planned = false;       // plan_shared_memory has placed the root
+  std::vector<Expr> offsets;  // per root dim
+  std::vector<int> dims;      // view dim k -> root dim dims[k] (-1: none, fixed at the offset)
+};
+
+// A tile of a global tensor: tile dim k runs along global dim dims[k] from `offsets`.
+struct GlobalAccess {
+  DataType dtype;
+  int64_t pointer_alignment = 1;  // bytes known to divide the base pointer
+  std::vector<Expr> shape, strides, offsets;
+  std::vector<int> dims;
+  std::vector<int> checked;  // global dims with a bounds predicate
+};
+
+class KernelFacts {
+ public:
+  explicit KernelFacts(const Kernel& kernel);
+
+  // --- scalars ---------------------------------------------------------------------------
+  const BoundContext& bounds() const { return ctx_; }
+  Expr simplify(const Expr& e) const { return tilus::simplify(e, ctx_); }
+  // The largest power of two known to divide e (after simplification).
+  int64_t divisor(const Expr& e) const { return ctx_.divisor(simplify(e)); }
+  // True only when the condition is proven for every execution that reaches it.
+  bool holds(const Expr& cond) const;
+  // The thread index inside a thread group, ranging over [0, num_threads).
+  const Var& group_thread(const ThreadGroupStmtNode& group) const;
+  // Bytes known to divide a pointer expression (1 unless it is a specialized parameter).
+  int64_t pointer_alignment(const Expr& ptr) const;
+  // The index of the pointer parameter an address expression is built on (-1: none).
+  int pointer_param(const Expr& ptr) const;
+
+  // --- tensors ---------------------------------------------------------------------------
+  // The address map of a global_view / shared tensor of this kernel; CompileError at
+  // `user`'s location when `t` is not one (a tensor from another kernel, or a use before
+  // the definition).
+  const GlobalAccess& global(const InstNode& user, const Tensor& t) const;
+  const SharedView& shared(const InstNode& user, const Tensor& t) const;
+  // A tile of global tensor `g` at `offsets`, tile dim k on global dim dims[k] (-1: none).
+  GlobalAccess tile(const InstNode& user, const Tensor& g, std::vector<Expr> offsets, std::vector<int> dims,
+                    const std::optional<std::vector<int>>& checked_dims) const;
+  // One end of a copy as a tile of `tile_rank` dims (region_dims).
+  GlobalAccess global_region(const InstNode& user, const CopyRegion& r, int tile_rank) const;
+  SharedView shared_region(const InstNode& user, const CopyRegion& r, int tile_rank) const;
+
+  const Kernel& kernel() const { return kernel_; }
+
+ private:
+  friend class FactCollector;
+  const Kernel& kernel_;
+  BoundContext ctx_;
+  std::unordered_map<const ThreadGroupStmtNode*, Var> group_threads_;
+  std::unordered_map<const TensorNode*, GlobalAccess> globals_;
+  std::unordered_map<const TensorNode*, SharedView> shared_;
+};
+
+// The region dim that each dim of a `tile_rank`-dim tile index lands on, right-aligned:
+// -1 where the region has no such dim or has extent 1 there (broadcast: index 0).
+std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents);
+
+// Address maps of a tile index (one IR expression per tile dim), shared by both emitters:
+// the global index of a tile element, its element offset from the tensor's base pointer, its
+// in-bounds predicate (the checked dims only; true when none), and the element offset of a
+// shared view's element from its root's base.
+std::vector<Expr> global_index(const GlobalAccess& g, const std::vector<Expr>& tile);
+Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile);
+Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile);
+Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile);
+
+}  // namespace tilus

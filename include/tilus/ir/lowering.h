@@ -1,0 +1,88 @@
+// Lowering records: how an instruction becomes machine instructions.
+//
+// select_instructions writes one on every memory instruction (load_*, store_*, copy,
+// copy_async, async_copy) and every dot. It is the single place where the choice is made:
+// the CUDA emitter, the CPU emitter, insert_async_waits and insert_barriers read the record
+// and decide nothing again. The printer shows it under the instruction in IR dumps:
+//
+//   copy(src=s, ..., dst=r, ...)
+//     lowering: ldmatrix groups=[x4@0, x4@8] completion=synchronous
+//
+// Adding a machine instruction is a new MachineOp (and, where it completes another way, a
+// new Completion) plus one branch in each consumer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tilus/ir/layout.h"
+
+namespace tilus {
+
+enum class MachineOp : uint8_t {
+  None,       // not selected (no memory effect, or before select_instructions)
+  Simt,       // per-thread loads / stores of `vector` elements (1: element by element)
+  CpAsyncCa,  // cp.async.ca, 4 or 8 bytes per copy (L1-allocating)
+  CpAsyncCg,  // cp.async.cg, 16 bytes per copy (L2 only)
+  Ldmatrix,   // ldmatrix.x1/.x2/.x4 [.trans], one per matrix group
+  Stmatrix,   // stmatrix.x1/.x2/.x4 [.trans], one per matrix group
+  MmaSync,    // mma.sync.aligned.m16n8k16 over the warps of the thread group
+  SimtFma,    // a per-thread outer product of multiply-adds
+};
+const char* to_string(MachineOp op);
+
+// When the memory an instruction writes may be read.
+enum class Completion : uint8_t {
+  Synchronous,   // once the instruction returns in the threads that ran it
+  CpAsyncGroup,  // once a cp.async.wait_group that covers its commit group returns
+};
+const char* to_string(Completion c);
+
+// One ldmatrix / stmatrix: slots [slot, slot + 2n) of every thread, n 8x8 matrices.
+struct MatrixGroup {
+  int64_t slot = 0, n = 1;
+  bool trans = false;
+  bool operator==(const MatrixGroup& o) const { return slot == o.slot && n == o.n && trans == o.trans; }
+};
+
+// How a dot's threads share the product (the layouts infer_layouts gave the operands).
+struct DotTiling {
+  // MmaSync: warps_m x warps_n warps (each `replicas` times), each rep_m x rep_n m16n8 tiles,
+  // rep_k k16 steps.
+  int64_t warps_m = 1, warps_n = 1, rep_m = 1, rep_n = 1, rep_k = 1, replicas = 1;
+  // SimtFma: threads_m x threads_n threads, each a per_m x per_n block of the product.
+  int64_t threads_m = 1, threads_n = 1, per_m = 1, per_n = 1;
+};
+
+struct Lowering {
+  MachineOp op = MachineOp::None;
+  Completion completion = Completion::Synchronous;
+  // Elements per access (Simt, CpAsync*).
+  int64_t vector = 0;
+  // The thread -> tile-element mapping of the accesses: the register operand's layout for
+  // register <-> memory moves, the chosen mapping for memory <-> memory ones (slot s of
+  // thread t moves tile element mapping.map(t, s)).
+  RegisterLayout mapping;
+  // Every element is touched only by the thread(s) `mapping` gives it, so two accesses of
+  // one box with one such mapping need no barrier between them (false for warp-collective
+  // instructions and for mappings with replicas, whose stores only one replica does).
+  bool thread_private = false;
+  // Issues a cp.async commit of its own after its copies (a `copy` selected as cp.async,
+  // and async_copy, whose group the kernel waits for).
+  bool commits_group = false;
+  // Ldmatrix / Stmatrix: the tile dim along which a matrix row is contiguous, and the groups.
+  int matrix_cdim = 1;
+  std::vector<MatrixGroup> matrices;
+  DotTiling dot;
+  // Why faster instructions were not taken (shown in the IR dump).
+  std::string note;
+
+  bool defined() const { return op != MachineOp::None; }
+  bool is_async() const { return completion != Completion::Synchronous; }
+  // "ldmatrix groups=[x4@0] completion=synchronous" (no mapping; the printer adds it where it
+  // is not the register operand's layout).
+  std::string str() const;
+};
+
+}  // namespace tilus

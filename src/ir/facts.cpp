@@ -1,0 +1,274 @@
+#include "tilus/ir/facts.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_set>
+
+#include "tilus/ir/functor.h"
+
+namespace tilus {
+
+namespace {
+
+// The largest block index the hardware allows in each grid dim (gridDim.x < 2^31,
+// gridDim.y, gridDim.z < 2^16).
+constexpr int64_t kMaxBlockIndex[3] = {(int64_t(1) << 31) - 2, 65534, 65534};
+
+Interval hull(const Interval& a, const Interval& b) {
+  Interval r;
+  if (a.lo && b.lo) r.lo = std::min(*a.lo, *b.lo);
+  if (a.hi && b.hi) r.hi = std::max(*a.hi, *b.hi);
+  return r;
+}
+
+}  // namespace
+
+// One walk of the body in program order; every fact is recorded where its variable is bound.
+class FactCollector : public StmtVisitor {
+ public:
+  explicit FactCollector(KernelFacts& f) : f_(f) {}
+
+  // Facts of a variable bound more than once (which the tracers never do) are the hull of
+  // every binding, so they stay true.
+  void range(const Var& v, Interval r) {
+    if (bound_.count(v.get())) r = hull(r, f_.ctx_.range_of(v));
+    bound_.insert(v.get());
+    f_.ctx_.set_range(v, r);
+  }
+  void divisor(const Var& v, int64_t d) {
+    if (divided_.count(v.get())) d = std::gcd(d, f_.ctx_.divisor_of(v));
+    divided_.insert(v.get());
+    if (d > 1) f_.ctx_.set_divisor(v, d);
+  }
+
+ protected:
+  void visit_for(const ForStmtNode& n) override {
+    const BoundContext& ctx = f_.ctx_;
+    Expr b = f_.simplify(n.begin), e = f_.simplify(n.end), st = f_.simplify(n.step);
+    if (st.is_int_const() && st.int_value() > 0) {
+      int64_t s = st.int_value();
+      Interval lo = ctx.bound(b), hi = ctx.bound(e);
+      Interval r{lo.lo, hi.hi ? std::optional<int64_t>(*hi.hi - 1) : std::nullopt};
+      // The variable takes begin + s * j only, so with a constant begin the last value is
+      // the largest such number below end.
+      if (lo.is_exact() && r.hi && *r.hi >= *lo.lo) r.hi = *lo.lo + (*r.hi - *lo.lo) / s * s;
+      range(n.var, r);
+      divisor(n.var, std::gcd(ctx.divisor(b), s));
+    } else {
+      range(n.var, Interval::everything());
+      divisor(n.var, 1);
+    }
+    StmtVisitor::visit_for(n);
+  }
+
+  void visit_let(const LetStmtNode& n) override {
+    Expr v = f_.simplify(n.value);
+    range(n.var, f_.ctx_.bound(v));
+    divisor(n.var, f_.ctx_.divisor(v));
+  }
+
+  void visit_thread_group(const ThreadGroupStmtNode& n) override {
+    Var t("tg", dtypes::int32, VarRole::Local);
+    f_.group_threads_[&n] = t;
+    range(t, Interval::range(0, std::max<int64_t>(1, n.num_threads) - 1));
+    StmtVisitor::visit_thread_group(n);
+  }
+
+  void visit_inst(const InstNode& inst) override {
+    switch (inst.kind()) {
+      case InstKind::AllocateRegister: {
+        auto& a = static_cast<const AllocateRegisterInst&>(inst);
+        if (!a.out.defined()) return;
+        auto shape = a.out.static_shape();
+        for (size_t d = 0; d < a.axes.size() && d < shape.size(); ++d)
+          range(a.axes[d], Interval::range(0, shape[d] - 1));
+        return;
+      }
+      case InstKind::GlobalView: {
+        auto& v = static_cast<const GlobalViewInst&>(inst);
+        if (!v.out.defined()) return;
+        GlobalAccess a;
+        a.dtype = v.out.dtype();
+        a.pointer_alignment = f_.pointer_alignment(v.ptr);
+        a.shape = v.out.shape();
+        a.strides = v.out->strides;
+        f_.globals_[v.out.get()] = a;
+        return;
+      }
+      case InstKind::AllocateShared: {
+        auto& alloc = static_cast<const AllocateSharedInst&>(inst);
+        if (!alloc.out.defined()) return;
+        SharedView v;
+        v.root = alloc.out;
+        v.base_bytes = std::max<int64_t>(0, alloc.offset);
+        v.planned = alloc.offset >= 0;
+        v.offsets.assign(alloc.out.rank(), int_const(0));
+        v.dims.resize(alloc.out.rank());
+        std::iota(v.dims.begin(), v.dims.end(), 0);
+        f_.shared_[alloc.out.get()] = v;
+        return;
+      }
+      case InstKind::SliceShared: {
+        auto& slice = static_cast<const SliceSharedInst&>(inst);
+        auto it = f_.shared_.find(slice.src.get());
+        if (it == f_.shared_.end() || !slice.out.defined()) return;
+        SharedView v = it->second;
+        const SharedView& src = it->second;
+        for (size_t j = 0; j < slice.offsets.size() && j < src.dims.size(); ++j)
+          if (src.dims[j] >= 0) v.offsets[src.dims[j]] = tilus::simplify(v.offsets[src.dims[j]] + slice.offsets[j]);
+        v.dims.clear();
+        for (int d : slice.dims) v.dims.push_back(d >= 0 && d < int(src.dims.size()) ? src.dims[d] : -1);
+        f_.shared_[slice.out.get()] = v;
+        return;
+      }
+      default: return;
+    }
+  }
+
+ private:
+  KernelFacts& f_;
+  std::unordered_set<const void*> bound_, divided_;
+};
+
+KernelFacts::KernelFacts(const Kernel& k) : kernel_(k) {
+  // Block indices range over the grid; threads over the block.
+  for (size_t d = 0; d < 3; ++d) {
+    Interval r = Interval::range(0, 0);
+    if (d < k.grid.size()) {
+      Interval g = ctx_.bound(k.grid[d]);
+      int64_t hi = kMaxBlockIndex[d];
+      if (g.hi) hi = std::min(hi, *g.hi - 1);
+      r = Interval::range(0, hi);
+    }
+    ctx_.set_range(builtin::block_idx(int(d)), r);
+  }
+  ctx_.set_range(builtin::thread_idx(), Interval::range(0, std::max<int64_t>(1, k.num_threads()) - 1));
+  // Integer parameters divisible by their specialization; pointer facts are alignments in
+  // bytes (pointer_alignment), not divisors of a value.
+  for (auto& [index, d] : k.param_divisibility) {
+    if (index < 0 || index >= int(k.params.size()) || d <= 1) continue;
+    const Var& p = k.params[index];
+    if (p.dtype().is_integer()) ctx_.set_divisor(p, d);
+  }
+  FactCollector c(*this);
+  c.visit(k.body);
+}
+
+bool KernelFacts::holds(const Expr& cond) const {
+  Expr c = simplify(cond);
+  if (auto b = c.as<BoolImmNode>()) return b->value;
+  auto p = ctx_.prove(c);
+  return p && *p;
+}
+
+const Var& KernelFacts::group_thread(const ThreadGroupStmtNode& group) const {
+  auto it = group_threads_.find(&group);
+  if (it == group_threads_.end()) throw InternalError("KernelFacts: a thread group of another kernel");
+  return it->second;
+}
+
+int KernelFacts::pointer_param(const Expr& ptr) const {
+  for (const Var& v : free_vars(ptr))
+    for (size_t i = 0; i < kernel_.params.size(); ++i)
+      if (kernel_.params[i].same_as(v) && v.dtype().is_pointer()) return int(i);
+  return -1;
+}
+
+int64_t KernelFacts::pointer_alignment(const Expr& ptr) const {
+  if (auto v = ptr.as<VarNode>()) {
+    for (size_t i = 0; i < kernel_.params.size(); ++i) {
+      if (kernel_.params[i].get() != v) continue;
+      auto it = kernel_.param_divisibility.find(int(i));
+      return it == kernel_.param_divisibility.end() ? 1 : it->second;
+    }
+  }
+  return 1;
+}
+
+const GlobalAccess& KernelFacts::global(const InstNode& user, const Tensor& t) const {
+  auto it = globals_.find(t.get());
+  if (it == globals_.end())
+    throw CompileError(fmt::format("{}: global tensor {} is not a global_view of this kernel", user.display_name(),
+                                   t.defined() ? t.type_str() : "<undefined>"),
+                       user.loc);
+  return it->second;
+}
+
+const SharedView& KernelFacts::shared(const InstNode& user, const Tensor& t) const {
+  auto it = shared_.find(t.get());
+  if (it == shared_.end())
+    throw CompileError(fmt::format("{}: shared tensor {} is used before its allocation", user.display_name(),
+                                   t.defined() ? t.type_str() : "<undefined>"),
+                       user.loc);
+  return it->second;
+}
+
+GlobalAccess KernelFacts::tile(const InstNode& user, const Tensor& g, std::vector<Expr> offsets, std::vector<int> dims,
+                               const std::optional<std::vector<int>>& checked_dims) const {
+  GlobalAccess a = global(user, g);
+  a.offsets = std::move(offsets);
+  a.dims = std::move(dims);
+  if (checked_dims) {
+    a.checked = *checked_dims;
+  } else {
+    a.checked.resize(a.shape.size());
+    std::iota(a.checked.begin(), a.checked.end(), 0);
+  }
+  return a;
+}
+
+GlobalAccess KernelFacts::global_region(const InstNode& user, const CopyRegion& r, int tile_rank) const {
+  return tile(user, r.tensor, r.offsets, region_dims(tile_rank, r.extents), r.checked_dims);
+}
+
+SharedView KernelFacts::shared_region(const InstNode& user, const CopyRegion& r, int tile_rank) const {
+  SharedView v = shared(user, r.tensor);
+  for (size_t d = 0; d < r.offsets.size() && d < v.dims.size(); ++d)
+    if (v.dims[d] >= 0) v.offsets[v.dims[d]] = tilus::simplify(v.offsets[v.dims[d]] + r.offsets[d]);
+  std::vector<int> dims;
+  for (int d : region_dims(tile_rank, r.extents)) dims.push_back(d < 0 ? -1 : v.dims[d]);
+  v.dims = dims;
+  return v;
+}
+
+std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents) {
+  std::vector<int> dims(tile_rank, -1);
+  int rank = int(extents.size());
+  for (int k = 0; k < tile_rank; ++k) {
+    int d = k - tile_rank + rank;
+    if (d >= 0 && !extents[d].is_int_const(1)) dims[k] = d;
+  }
+  return dims;
+}
+
+std::vector<Expr> global_index(const GlobalAccess& g, const std::vector<Expr>& tile) {
+  std::vector<Expr> idx = g.offsets;
+  for (size_t k = 0; k < g.dims.size() && k < tile.size(); ++k)
+    if (g.dims[k] >= 0) idx[g.dims[k]] = idx[g.dims[k]] + tile[k];
+  return idx;
+}
+
+Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile) {
+  auto idx = global_index(g, tile);
+  Expr off = int_const(0, dtypes::int64);
+  for (size_t d = 0; d < idx.size(); ++d) off = off + cast(idx[d], dtypes::int64) * cast(g.strides[d], dtypes::int64);
+  return off;
+}
+
+Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile) {
+  auto idx = global_index(g, tile);
+  Expr p = bool_const(true);
+  for (int d : g.checked) p = p && (idx[d] >= 0) && (idx[d] < g.shape[d]);
+  return p;
+}
+
+Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile) {
+  std::vector<Expr> idx = s.offsets;
+  for (size_t k = 0; k < s.dims.size() && k < tile.size(); ++k)
+    if (s.dims[k] >= 0) idx[s.dims[k]] = idx[s.dims[k]] + tile[k];
+  return s.root->shared_layout.offset(idx);
+}
+
+}  // namespace tilus

@@ -1,0 +1,59 @@
+#include "tilus/ir/lowering.h"
+
+#include <fmt/format.h>
+
+namespace tilus {
+
+const char* to_string(MachineOp op) {
+  switch (op) {
+    case MachineOp::None: return "none";
+    case MachineOp::Simt: return "simt";
+    case MachineOp::CpAsyncCa: return "cp.async.ca";
+    case MachineOp::CpAsyncCg: return "cp.async.cg";
+    case MachineOp::Ldmatrix: return "ldmatrix";
+    case MachineOp::Stmatrix: return "stmatrix";
+    case MachineOp::MmaSync: return "mma.sync.m16n8k16";
+    case MachineOp::SimtFma: return "simt.fma";
+  }
+  return "?";
+}
+
+const char* to_string(Completion c) {
+  switch (c) {
+    case Completion::Synchronous: return "synchronous";
+    case Completion::CpAsyncGroup: return "cp.async-group";
+  }
+  return "?";
+}
+
+std::string Lowering::str() const {
+  std::string s = to_string(op);
+  switch (op) {
+    case MachineOp::Simt:
+    case MachineOp::CpAsyncCa:
+    case MachineOp::CpAsyncCg: s += fmt::format(" vector={}", vector); break;
+    case MachineOp::Ldmatrix:
+    case MachineOp::Stmatrix: {
+      std::string groups;
+      for (auto& g : matrices)
+        groups += fmt::format("{}x{}{}@{}", groups.empty() ? "" : ", ", g.n, g.trans ? ".trans" : "", g.slot);
+      s += fmt::format(" groups=[{}] contiguous_dim={}", groups, matrix_cdim);
+      break;
+    }
+    case MachineOp::MmaSync:
+      s += fmt::format(" warps={}x{} tiles={}x{}x{}", dot.warps_m, dot.warps_n, dot.rep_m, dot.rep_n, dot.rep_k);
+      if (dot.replicas > 1) s += fmt::format(" replicas={}", dot.replicas);
+      break;
+    case MachineOp::SimtFma:
+      s += fmt::format(" threads={}x{} per_thread={}x{}", dot.threads_m, dot.threads_n, dot.per_m, dot.per_n);
+      if (dot.replicas > 1) s += fmt::format(" replicas={}", dot.replicas);
+      break;
+    case MachineOp::None: break;
+  }
+  s += fmt::format(" completion={}", to_string(completion));
+  if (commits_group) s += " commits_group";
+  if (thread_private) s += " thread_private";
+  return s;
+}
+
+}  // namespace tilus

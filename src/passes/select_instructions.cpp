@@ -1,0 +1,468 @@
+#include "tilus/passes/select_instructions.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "tilus/ir/facts.h"
+#include "tilus/ir/functor.h"
+#include "tilus/passes/infer_layouts.h"
+
+namespace tilus {
+
+namespace {
+
+std::string exprs_str(const std::vector<Expr>& es) {
+  std::string s = "[";
+  for (size_t i = 0; i < es.size(); ++i) s += (i ? ", " : "") + to_string(es[i]);
+  return s + "]";
+}
+
+std::string region_str(const CopyRegion& r) {
+  return fmt::format("{} (offsets {}, extents {})", r.tensor.type_str(), exprs_str(r.offsets), exprs_str(r.extents));
+}
+
+int64_t bytes_of(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
+
+int64_t pow2_floor(int64_t x) {
+  int64_t p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+
+int64_t pow2_divisor(int64_t x, int64_t cap) {
+  int64_t p = 1;
+  while (p * 2 <= cap && x % (p * 2) == 0) p *= 2;
+  return p;
+}
+
+// --- how wide an access may be ---------------------------------------------------------------
+
+// The largest power of two w <= min(run, 16 bytes) with fits(w).
+template <class Fits>
+int64_t widest(int64_t run, DataType dtype, Fits fits) {
+  int64_t w = pow2_floor(std::min<int64_t>(run, 16 / bytes_of(dtype)));
+  while (w > 1 && (run % w || !fits(w))) w /= 2;
+  return w;
+}
+
+// The largest vector (in elements, a power of two, at most 16 bytes, dividing `run`) that
+// stays contiguous and aligned along tile dim `dim` for every vector start that is a
+// multiple of itself; 1 when none is. A checked global dim must also be all-in or all-out
+// across a vector.
+int64_t global_vector_width(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run) {
+  if (dim < 0 || dim >= int(g.dims.size()) || g.dims[dim] < 0) return 1;
+  int gd = g.dims[dim];
+  if (!g.strides[gd].is_int_const(1)) return 1;
+  bool checked = std::find(g.checked.begin(), g.checked.end(), gd) != g.checked.end();
+  return widest(run, g.dtype, [&](int64_t w) {
+    if (g.pointer_alignment % (w * bytes_of(g.dtype))) return false;
+    if (f.divisor(g.offsets[gd]) % w) return false;
+    for (size_t d = 0; d < g.strides.size(); ++d)
+      if (int(d) != gd && f.divisor(g.strides[d]) % w) return false;
+    return !checked || f.divisor(g.shape[gd]) % w == 0;
+  });
+}
+
+int64_t shared_vector_width(const KernelFacts& f, const SharedView& s, int dim, int64_t run) {
+  if (dim < 0 || dim >= int(s.dims.size()) || s.dims[dim] < 0) return 1;
+  const SharedLayout& layout = s.root->shared_layout;
+  int rd = s.dims[dim];
+  if (layout.strides()[rd] != 1) return 1;
+  int64_t eb = bytes_of(s.root.dtype());
+  return widest(run, s.root.dtype(), [&](int64_t w) {
+    // The swizzle leaves the low `base` bits of the offset alone.
+    if (!layout.swizzle().none() && (int64_t(1) << layout.swizzle().base) % w) return false;
+    if (s.base_bytes % (w * eb)) return false;
+    if (f.divisor(s.offsets[rd]) % w) return false;
+    for (int d = 0; d < layout.rank(); ++d)
+      if (d != rd && layout.strides()[d] % w) return false;
+    return true;
+  });
+}
+
+// The run of consecutive slots that are consecutive elements of one tile dim: the innermost
+// local mode, when it is also the minor-most mode of its dim.
+struct Contiguity {
+  int dim = -1;     // tile dim, -1 when slots are not contiguous
+  int64_t run = 1;  // slots per run
+};
+
+Contiguity contiguity(const RegisterLayout& l) {
+  Contiguity c;
+  if (!l.defined() || l.local_modes().empty()) return c;
+  int m = l.local_modes().back();
+  int d = l.mode_dim(m);
+  for (int later = m + 1; later < int(l.mode_shape().size()); ++later)
+    if (l.mode_dim(later) == d && l.mode_shape()[later] > 1) return c;  // a more minor mode exists
+  c.dim = d;
+  c.run = l.mode_shape()[m];
+  return c;
+}
+
+// --- ldmatrix / stmatrix fragments -----------------------------------------------------------
+
+// In each group of 2N slots (N = 4, 2, 1 matrices) lane l of every warp holds, in slots 2j
+// and 2j + 1, the elements (l / 4, 2 (l % 4) + {0, 1}) of 8x8 matrix j (`trans`: the
+// transposed position), with the matrix's row start on a multiple of 8 along the contiguous
+// dim `cdim`. Checked for every thread and slot of a 2-D layout over `threads` threads;
+// nullopt when some slot does not fit.
+std::optional<std::vector<MatrixGroup>> match_matrix_fragments(const RegisterLayout& l, int cdim, int64_t threads) {
+  if (!l.defined() || l.rank() != 2 || cdim < 0 || cdim > 1 || threads % 32 || l.num_threads() != threads ||
+      l.local_size() % 2)
+    return std::nullopt;
+  int rdim = 1 - cdim;
+  // Where lane `lane`'s half `h` of a matrix sits relative to the matrix origin.
+  auto expect = [&](bool trans, int64_t lane, int64_t h) {
+    std::vector<int64_t> d(2);
+    d[trans ? cdim : rdim] = lane / 4;
+    d[trans ? rdim : cdim] = 2 * (lane % 4) + h;
+    return d;
+  };
+  auto matches = [&](int64_t s0, int64_t n, bool trans) {
+    for (int64_t t = 0; t < threads; ++t)
+      for (int64_t j = 0; j < n; ++j) {
+        auto origin = l.map(t - t % 32, s0 + 2 * j);  // lane 0 of the warp, half 0
+        if (origin[cdim] % 8) return false;
+        for (int64_t h = 0; h < 2; ++h) {
+          auto got = l.map(t, s0 + 2 * j + h);
+          auto d = expect(trans, t % 32, h);
+          if (got[0] != origin[0] + d[0] || got[1] != origin[1] + d[1]) return false;
+        }
+      }
+    return true;
+  };
+  std::vector<MatrixGroup> groups;
+  for (int64_t s = 0; s < l.local_size();) {
+    std::optional<MatrixGroup> found;
+    for (int64_t n : {4, 2, 1}) {
+      if (found || s + 2 * n > l.local_size()) continue;
+      for (bool trans : {false, true})
+        if (!found && matches(s, n, trans)) found = MatrixGroup{s, n, trans};
+    }
+    if (!found) return std::nullopt;
+    groups.push_back(*found);
+    s += 2 * found->n;
+  }
+  return groups;
+}
+
+// ldmatrix (load) / stmatrix (store) between the 2-D shared view `view` and register tensor
+// `reg` for a thread scope of `threads` threads starting at thread `begin`: 16-bit data,
+// fragments that match, 16-byte aligned rows along the contiguous dim, sm_80+ (ldmatrix) /
+// sm_90+ (stmatrix). An undefined record when any of it fails.
+Lowering plan_matrix_copy(const KernelFacts& f, int sm, const SharedView& view, const Tensor& reg, int64_t threads,
+                          int64_t begin, bool load) {
+  Lowering none;
+  DataType dt = reg.dtype();
+  if (dt.bits() != 16 || dt.is_subbyte() || reg.rank() != 2 || view.dims.size() != 2 || !reg->layout.defined())
+    return none;
+  if (sm < (load ? 80 : 90) || begin % 32) return none;
+  const SharedLayout& root = view.root->shared_layout;
+  int cdim = -1;
+  for (int d = 0; d < 2; ++d)
+    if (view.dims[d] >= 0 && root.strides()[view.dims[d]] == 1) cdim = d;
+  if (cdim < 0 || view.dims[1 - cdim] < 0) return none;
+  // 16-byte aligned rows (the swizzle keeps 16-byte units).
+  if (shared_vector_width(f, view, cdim, 8) < 8) return none;
+  auto groups = match_matrix_fragments(reg->layout, cdim, threads);
+  if (!groups) return none;
+  Lowering l;
+  l.op = load ? MachineOp::Ldmatrix : MachineOp::Stmatrix;
+  l.matrix_cdim = cdim;
+  l.matrices = *groups;
+  l.mapping = reg->layout;
+  return l;
+}
+
+// A per-thread access of register tensor `reg` (its layout maps the threads) with `vector`
+// elements at a time.
+Lowering simt_access(const Tensor& reg, int64_t vector) {
+  Lowering l;
+  l.op = MachineOp::Simt;
+  l.vector = vector;
+  l.mapping = reg->layout;
+  // Replicated elements are stored by one replica and loaded by all: not private.
+  l.thread_private = reg->layout.defined() && !reg->layout.is_replicated();
+  return l;
+}
+
+// The cp.async instruction of a vector of `bytes` (Simt below 4 bytes: element by element).
+MachineOp cp_async_op(int64_t bytes) {
+  if (bytes >= 16) return MachineOp::CpAsyncCg;
+  if (bytes >= 4) return MachineOp::CpAsyncCa;
+  return MachineOp::Simt;
+}
+
+class Selector : public StmtMutator {
+ public:
+  Selector(const Kernel& k, const Target& t) : facts_(k), target_(t) { scopes_.push_back({0, k.num_threads()}); }
+
+ protected:
+  Stmt mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) override {
+    scopes_.push_back({scopes_.back().begin + n.thread_begin, n.num_threads});
+    Stmt r = StmtMutator::mutate_thread_group(s, n);
+    scopes_.pop_back();
+    return r;
+  }
+
+  Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+    Lowering l;
+    switch (inst->kind()) {
+      case InstKind::LoadGlobal: {
+        auto& i = static_cast<const LoadGlobalInst&>(*inst);
+        l = global_access(i, i.out, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims));
+        break;
+      }
+      case InstKind::StoreGlobal: {
+        auto& i = static_cast<const StoreGlobalInst&>(*inst);
+        l = global_access(i, i.src, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims));
+        break;
+      }
+      case InstKind::LoadShared: {
+        auto& i = static_cast<const LoadSharedInst&>(*inst);
+        l = shared_access(facts_.shared(i, i.src), i.out, true);
+        break;
+      }
+      case InstKind::StoreShared: {
+        auto& i = static_cast<const StoreSharedInst&>(*inst);
+        l = shared_access(facts_.shared(i, i.dst), i.src, false);
+        break;
+      }
+      case InstKind::CopyAsync: l = copy_async(static_cast<const CopyAsyncInst&>(*inst)); break;
+      case InstKind::Copy: l = copy(static_cast<const CopyInst&>(*inst)); break;
+      case InstKind::Dot: l = dot(static_cast<const DotInst&>(*inst)); break;
+      default: return s;
+    }
+    auto c = inst->clone();
+    c->lowering = std::move(l);
+    return make_inst_stmt(c);
+  }
+
+ private:
+  struct Scope {
+    int64_t begin, threads;
+  };
+  KernelFacts facts_;
+  const Target& target_;
+  std::vector<Scope> scopes_;
+
+  const Scope& scope() const { return scopes_.back(); }
+
+  Lowering global_access(const InstNode& inst, const Tensor& reg, const GlobalAccess& g) const {
+    if (!reg->layout.defined()) throw CompileError(fmt::format("{}: the register tensor has no layout; run "
+                                                               "infer_layouts first", inst.display_name()), inst.loc);
+    Contiguity c = contiguity(reg->layout);
+    return simt_access(reg, global_vector_width(facts_, g, c.dim, c.run));
+  }
+
+  Lowering shared_access(const SharedView& view, const Tensor& reg, bool load) const {
+    Lowering m = plan_matrix_copy(facts_, target_.sm, view, reg, scope().threads, scope().begin, load);
+    if (m.defined()) return m;
+    Contiguity c = contiguity(reg->layout);
+    return simt_access(reg, shared_vector_width(facts_, view, c.dim, c.run));
+  }
+
+  Lowering copy_async(const CopyAsyncInst& i) const {
+    RegisterLayout probe = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads);
+    Contiguity cc = contiguity(probe);
+    // check_bounds=false has no predicate (insert_bounds_predicates recorded no checked dims).
+    GlobalAccess g = facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims);
+    int64_t w = std::min(global_vector_width(facts_, g, cc.dim, cc.run),
+                         shared_vector_width(facts_, facts_.shared(i, i.dst), cc.dim, cc.run));
+    Lowering l;
+    l.vector = w;
+    l.op = cp_async_op(w * bytes_of(i.dst.dtype()));
+    l.completion = l.op == MachineOp::Simt ? Completion::Synchronous : Completion::CpAsyncGroup;
+    l.mapping = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads, w);
+    if (l.op == MachineOp::Simt)
+      l.note = fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: element by "
+                           "element, synchronously",
+                           w * bytes_of(i.dst.dtype()), w * bytes_of(i.dst.dtype()) == 1 ? "" : "s");
+    return l;
+  }
+
+  Lowering dot(const DotInst& i) const {
+    if (i.a.rank() != 2 || i.b.rank() != 2)
+      throw CompileError(fmt::format("dot: only rank-2 operands are lowered, got {} and {}", i.a.type_str(),
+                                     i.b.type_str()),
+                         i.loc);
+    auto sa = i.a.static_shape(), sb = i.b.static_shape();
+    DotPlan p = plan_dot(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], scope().threads);
+    if (i.a->layout != p.a || i.b->layout != p.b || i.c->layout != p.c || i.out->layout != p.c)
+      throw CompileError(fmt::format("dot: the operand layouts ({}, {}, {}) are not the ones layout inference gives a "
+                                     "dot of this shape on {} threads; remove the annotations that changed them",
+                                     i.a->layout.str(), i.b->layout.str(), i.c->layout.str(), scope().threads),
+                         i.loc);
+    Lowering l;
+    l.op = p.op;
+    l.dot = p.tiling;
+    l.mapping = p.c;
+    return l;
+  }
+
+  // --- copy --------------------------------------------------------------------------------
+
+  [[noreturn]] void fail(const CopyInst& c, const std::string& what) const {
+    throw CompileError(fmt::format("{}: {}; src {}, dst {}", c.display_name(), what, region_str(c.src),
+                                   region_str(c.dst)),
+                       c.loc);
+  }
+
+  // The widest vector a copy region allows along tile dim `dim`.
+  int64_t region_vector(const CopyInst& c, const CopyRegion& r, int tile_rank, int dim, int64_t run) const {
+    if (r.tensor.is_global()) return global_vector_width(facts_, facts_.global_region(c, r, tile_rank), dim, run);
+    return shared_vector_width(facts_, facts_.shared_region(c, r, tile_rank), dim, run);
+  }
+
+  // Why the copy cannot be a TMA copy. TMA is not lowered yet, so even a legal box is "not
+  // legal on this target"; the box rules (DESIGN 5) are checked so the reason is precise.
+  std::string tma_verdict(const CopyInst& c) const {
+    if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+    bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
+    bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
+    if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
+    const CopyRegion& g = g2s ? c.src : c.dst;
+    const CopyRegion& sm = g2s ? c.dst : c.src;
+    int64_t eb = bytes_of(g.tensor.dtype());
+    const GlobalAccess& acc = facts_.global(c, g.tensor);
+    for (size_t d = 0; d < g.extents.size(); ++d) {
+      Expr e = facts_.simplify(g.extents[d]);
+      if (!e.is_int_const()) return fmt::format("not legal: box extent {} of dim {} is not a constant", to_string(e), d);
+      if (e.int_value() > 256) return fmt::format("not legal: box extent {} of dim {} exceeds 256", e.int_value(), d);
+    }
+    int inner = int(g.extents.size()) - 1;
+    if (inner < 0) return "not legal: a rank-0 box";
+    if (!acc.strides[inner].is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
+    int64_t inner_bytes = facts_.simplify(g.extents[inner]).int_value() * eb;
+    if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
+    if (acc.pointer_alignment % 16) return "not legal: the global base pointer is not known to be 16-byte aligned";
+    for (int d = 0; d < inner; ++d)
+      if (facts_.divisor(acc.strides[d]) * eb % 16)
+        return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
+                           to_string(acc.strides[d]), d);
+    const SharedLayout& sl = sm.tensor->shared_layout;
+    if (sl.defined() && !sl.swizzle().none()) {
+      const Swizzle& z = sl.swizzle();
+      if ((int64_t(1) << z.base) * eb != 16 || z.bits < 1 || z.bits > 3)
+        return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+    }
+    return "not legal on this target (TMA copies are not lowered yet)";
+  }
+
+  // Applies coalesced_width to the widest legal vector `legal` (of a run of `run` slots).
+  int64_t force_width(const CopyInst& c, int64_t legal, int64_t run, std::vector<std::string>& notes) const {
+    if (!c.coalesced_width) return legal;
+    int64_t want = *c.coalesced_width;
+    if (want <= legal) return want;
+    std::string why = fmt::format("coalesced_width={} is not legal here (contiguous, aligned vectors of at most {} "
+                                  "elements of {} on both sides{}); using {}",
+                                  want, legal, c.dst.tensor.dtype().name(),
+                                  run < want ? fmt::format(", runs of {}", run) : "", legal);
+    spdlog::warn("{}: {} at {}", c.display_name(), why, c.loc.str());
+    notes.push_back(why);
+    return legal;
+  }
+
+  Lowering copy(const CopyInst& c) const {
+    const Tensor& s = c.src.tensor;
+    const Tensor& d = c.dst.tensor;
+    DataType dt = d.dtype();
+    std::vector<std::string> notes;
+    auto finish = [&](Lowering l) {
+      l.note = fmt::format("{}", fmt::join(notes, "; "));
+      return l;
+    };
+    bool g2s = s.is_global() && d.is_shared();
+    bool s2g = s.is_shared() && d.is_global();
+    std::string tma = tma_verdict(c);
+    bool cp_async = c.use_cp_async || c.async_commit;
+    // 1. Explicit TMA.
+    if (c.use_tma) fail(c, "use_tma asks for a TMA copy, which is " + tma);
+    // 2. Explicit cp.async.
+    if (cp_async) {
+      if (!g2s) fail(c, "cp.async copies global to shared memory");
+      if (!target_.has_cp_async()) fail(c, fmt::format("cp.async needs sm_80 or newer, the target is {}", target_.arch));
+    } else {
+      // 3. Automatic TMA.
+      if ((g2s || s2g) && !c.disable_tma) notes.push_back("tma: " + tma);
+      // 4. ldmatrix / stmatrix.
+      bool load = s.is_shared() && d.is_register();
+      bool store = s.is_register() && d.is_shared();
+      if ((load || store) && !c.loop_layout.defined() && !c.coalesced_width) {
+        const CopyRegion& mem = load ? c.src : c.dst;
+        const Tensor& reg = load ? d : s;
+        Lowering m = plan_matrix_copy(facts_, target_.sm, facts_.shared_region(c, mem, reg.rank()), reg,
+                                      scope().threads, scope().begin, load);
+        if (m.defined()) return finish(m);
+      }
+    }
+    // 5. Vectorized SIMT (or the vectors of the explicit cp.async).
+    if (s.is_register() || d.is_register()) {
+      const Tensor& reg = s.is_register() ? s : d;
+      const CopyRegion& mem = s.is_register() ? c.dst : c.src;
+      if (c.loop_layout.defined())
+        fail(c, "loop_layout maps the threads of memory-to-memory copies; here the register tensor's layout does");
+      if (!reg->layout.defined()) fail(c, "the register tensor has no layout; run infer_layouts first");
+      if (s.is_register())
+        for (size_t k = 0; k < mem.extents.size(); ++k) {
+          int rk = int(k) - int(mem.extents.size()) + reg.rank();
+          int64_t re = rk >= 0 ? reg.static_shape()[rk] : 1;
+          if (!facts_.simplify(mem.extents[k]).is_int_const(re))
+            fail(c, "a register tensor is stored to a region of its own extents (right-aligned; extra leading "
+                    "extents 1)");
+        }
+      Contiguity cc = contiguity(reg->layout);
+      int64_t legal = region_vector(c, mem, reg.rank(), cc.dim, cc.run);
+      return finish(simt_access(reg, force_width(c, legal, cc.run, notes)));
+    }
+    std::vector<int64_t> extents;
+    for (auto& e : c.dst.extents) {
+      Expr v = facts_.simplify(e);
+      if (!v.is_int_const())
+        fail(c, fmt::format("memory-to-memory copies need constant extents, got {}", exprs_str(c.dst.extents)));
+      extents.push_back(v.int_value());
+    }
+    int rank = int(extents.size());
+    auto legal_along = [&](int dim, int64_t run) {
+      return std::min(region_vector(c, c.src, rank, dim, run), region_vector(c, c.dst, rank, dim, run));
+    };
+    Lowering l;
+    if (c.scalar) {
+      l.mapping = replicated(scope().threads) * local(std::vector<int64_t>(rank, 1));
+      l.vector = 1;
+    } else if (c.loop_layout.defined()) {
+      l.mapping = c.loop_layout;
+      Contiguity cc = contiguity(c.loop_layout);
+      l.vector = force_width(c, legal_along(cc.dim, cc.run), cc.run, notes);
+    } else {
+      int64_t run = rank ? pow2_divisor(extents.back(), std::max<int64_t>(1, 16 / bytes_of(dt))) : 1;
+      l.vector = force_width(c, rank ? legal_along(rank - 1, run) : 1, run, notes);
+      l.mapping = default_register_layout(extents, dt, scope().threads, l.vector);
+    }
+    l.op = MachineOp::Simt;
+    if (cp_async) {
+      l.op = cp_async_op(l.vector * bytes_of(dt));
+      // A copy selected as cp.async commits its own group (async_copy too, even element by
+      // element, so that the kernel's wait_group counts stay right).
+      l.commits_group = l.op != MachineOp::Simt || c.async_commit;
+      l.completion = l.op == MachineOp::Simt ? Completion::Synchronous : Completion::CpAsyncGroup;
+      if (l.op == MachineOp::Simt)
+        notes.push_back(fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: "
+                                    "element by element, synchronously",
+                                    l.vector * bytes_of(dt), l.vector * bytes_of(dt) == 1 ? "" : "s"));
+    }
+    return finish(l);
+  }
+};
+
+}  // namespace
+
+Program select_instructions(const Program& program, const Target& target) {
+  Program out;
+  for (auto& k : program.kernels) out.kernels.push_back(Selector(k, target).mutate(k));
+  return out;
+}
+
+}  // namespace tilus
