@@ -255,6 +255,90 @@ TEST(Backend_, Reductions) {
 }
 
 namespace {
+// Every reduction of a 64-bit integer tile: values over the whole range (sums wrap), extremes
+// included, so an identity that is not exactly INT64_MAX / UINT64_MAX shows.
+struct Reduce64 : Script {
+  static constexpr const char* param_names = "x, y";
+  int64_t rows = 16, cols = 16, warps = 1;
+  int dim = 0;
+  DataType dtype = dtypes::int64;
+  ReduceOp op = ReduceOp::Min;
+  bool take_abs = false;
+  void operator()(Ptr<void> x, Ptr<void> y) {
+    attrs.blocks = {1};
+    attrs.warps = warps;
+    auto gx = global_view(x, {rows, cols}, {.dtype = dtype});
+    auto v = load_global(gx, {.offsets = {0, 0}, .shape = {rows, cols}});
+    if (take_abs) v = abs(v);
+    ReduceOptions o{.dims = std::vector<int>{dim}, .keepdim = true};
+    RegisterTensor r;
+    switch (op) {
+      case ReduceOp::Sum: r = sum(v, o); break;
+      case ReduceOp::Max: r = max(v, o); break;
+      case ReduceOp::Min: r = min(v, o); break;
+      case ReduceOp::Any: r = any(v > int_const(0, dtype), o).to(dtype); break;
+      case ReduceOp::All: r = all(v > int_const(0, dtype), o).to(dtype); break;
+    }
+    auto gy = global_view(y, {dim == 0 ? 1 : rows, dim == 0 ? cols : 1}, {.dtype = dtype});
+    store_global(gy, r, {.offsets = {0, 0}});
+  }
+};
+}  // namespace
+
+TEST(Backend_, SixtyFourBitIntegerReductions) {
+  REQUIRE_GPU();
+  std::mt19937_64 gen(11);
+  struct Shape {
+    int64_t rows, cols, warps;
+  };
+  for (DataType dt : {dtypes::int64, dtypes::uint64})
+    for (Shape sh : {Shape{2, 4, 2}, Shape{16, 16, 1}, Shape{16, 16, 4}, Shape{8, 32, 2}})
+      for (int dim : {0, 1})
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Any, ReduceOp::All})
+          for (bool take_abs : {false, true}) {
+            if (take_abs && dt == dtypes::uint64) continue;
+            SCOPED_TRACE(fmt::format("{} [{}, {}] warps {} dim {} {}{}", dt.name(), sh.rows, sh.cols, sh.warps, dim,
+                                     to_string(op), take_abs ? " of abs" : ""));
+            Reduce64 s;
+            s.rows = sh.rows, s.cols = sh.cols, s.warps = sh.warps, s.dim = dim, s.dtype = dt, s.op = op;
+            s.take_abs = take_abs;
+            int64_t n = sh.rows * sh.cols;
+            std::vector<uint64_t> hx(n);
+            for (auto& v : hx) v = gen();
+            // The extremes and their neighbours, where a rounded identity would win.
+            hx[0] = dt == dtypes::int64 ? uint64_t(INT64_MAX) : UINT64_MAX;
+            hx[n - 1] = dt == dtypes::int64 ? uint64_t(INT64_MIN) : 0;
+            if (n > 2) hx[1] = dt == dtypes::int64 ? uint64_t(INT64_MAX - 1) : UINT64_MAX - 1;
+            Buffer x(dt, n);
+            x.upload_bytes(hx.data(), n * 8);
+            int64_t out_n = dim == 0 ? sh.cols : sh.rows;
+            Buffer y(dt, out_n);
+            jit_on(s)({x.arg(), y.arg()});
+            std::vector<uint64_t> got(out_n);
+            y.download_bytes(got.data(), out_n * 8);
+            for (int64_t o = 0; o < out_n; ++o) {
+              std::vector<uint64_t> xs;
+              for (int64_t k = 0; k < (dim == 0 ? sh.rows : sh.cols); ++k) {
+                uint64_t v = dim == 0 ? hx[k * sh.cols + o] : hx[o * sh.cols + k];
+                if (take_abs && int64_t(v) < 0) v = uint64_t(0) - v;  // abs(INT64_MIN) wraps to itself
+                xs.push_back(v);
+              }
+              auto less = [&](uint64_t a, uint64_t b) { return dt == dtypes::int64 ? int64_t(a) < int64_t(b) : a < b; };
+              auto positive = [&](uint64_t a) { return dt == dtypes::int64 ? int64_t(a) > 0 : a > 0; };
+              uint64_t want = xs[0];
+              for (size_t k = 1; k < xs.size(); ++k) {
+                if (op == ReduceOp::Sum) want += xs[k];
+                if (op == ReduceOp::Max && less(want, xs[k])) want = xs[k];
+                if (op == ReduceOp::Min && less(xs[k], want)) want = xs[k];
+              }
+              if (op == ReduceOp::Any) want = std::any_of(xs.begin(), xs.end(), positive);
+              if (op == ReduceOp::All) want = std::all_of(xs.begin(), xs.end(), positive);
+              EXPECT_EQ(got[o], want) << "output " << o;
+            }
+          }
+}
+
+namespace {
 struct Dot : Script {
   static constexpr const char* param_names = "m, n, k, a, b, c";
   int64_t bm = 64, bn = 32, bk = 32, warps = 4;

@@ -136,6 +136,52 @@ def test_reductions(arrays):
     np.testing.assert_allclose(arrays.host(out), want, rtol=1e-5, atol=1e-5)
 
 
+class Reductions64(tilus.Script):
+    """Every reduction of a 64-bit integer tile along `dim`, `warps` warps."""
+
+    def __init__(self, rows, cols, warps, dim):
+        super().__init__()
+        self.rows, self.cols, self.warps, self.dim = rows, cols, warps, dim
+
+    def body(self, dtype, x, out):
+        self.attrs.blocks = [1]
+        self.attrs.warps = self.warps
+        r, c, d = self.rows, self.cols, self.dim
+        v = self.load_global(self.global_view(x, shape=[r, c]), offsets=[0, 0], shape=[r, c])
+        g = self.global_view(out, shape=[5, c if d == 0 else r])
+        outs = [self.sum(v, dim=d), self.max(v, dim=d), self.min(v, dim=d),
+                self.any(v > 0, dim=d).to(dtype), self.all(v > 0, dim=d).to(dtype)]
+        for k, o in enumerate(outs):
+            self.store_global(g, self.unsqueeze(o, dims=[0]), offsets=[k, 0])
+
+
+class Reductions64Signed(Reductions64):
+    def __call__(self, x: ~tilus.int64, out: ~tilus.int64):
+        self.body(tilus.int64, x, out)
+
+
+class Reductions64Unsigned(Reductions64):
+    def __call__(self, x: ~tilus.uint64, out: ~tilus.uint64):
+        self.body(tilus.uint64, x, out)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+@pytest.mark.parametrize("rows, cols, warps", [(2, 4, 2), (16, 16, 1), (16, 16, 4)])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_reductions_64_bit_integers(arrays, dtype, rows, cols, warps, dim):
+    info = np.iinfo(dtype)
+    h = arrays.rng.integers(info.min, info.max, size=(rows, cols), dtype=dtype, endpoint=True)
+    h.flat[0], h.flat[-1] = info.max, info.min  # where a rounded identity would win
+    x = arrays.put(h)
+    out = arrays.put(np.zeros((5, cols if dim == 0 else rows), dtype=dtype))
+    script = Reductions64Signed if dtype == "int64" else Reductions64Unsigned
+    script(rows, cols, warps, dim)(x, out)
+    with np.errstate(over="ignore"):
+        want = np.stack([h.sum(dim, dtype=dtype), h.max(dim), h.min(dim), (h > 0).any(dim).astype(dtype),
+                         (h > 0).all(dim).astype(dtype)])
+    np.testing.assert_array_equal(arrays.host(out), want)
+
+
 class Dot(tilus.Script):
     def __init__(self, dt, via_shared):
         super().__init__()

@@ -200,15 +200,23 @@ void Emitter::emit_compute(const InstNode& inst) {
       DataType acc_t = (xt == dtypes::float16 || xt == dtypes::bfloat16) ? dtypes::float32 : i.out.dtype();
       llvm::Value* accs = alloca_in_entry(type(acc_t), i.out.num_elements(), "acc");
       auto acc_ptr = [&](llvm::Value* l) { return b.CreateInBoundsGEP(type(acc_t), accs, l); };
-      double identity = 0;
-      switch (i.op) {
-        case ReduceOp::Sum: identity = 0; break;
-        case ReduceOp::Any: identity = 0; break;
-        case ReduceOp::All: identity = 1; break;
-        case ReduceOp::Max: identity = acc_t.is_float() ? -INFINITY : acc_t.min_value(); break;
-        case ReduceOp::Min: identity = acc_t.is_float() ? INFINITY : acc_t.max_value(); break;
+      // The identity of the reduction. Integer extremes are built bit-exactly: through a
+      // double, INT64_MAX and UINT64_MAX round up to 2^63 and 2^64, which do not convert back.
+      llvm::Value* identity = nullptr;
+      bool extreme = i.op == ReduceOp::Max || i.op == ReduceOp::Min;
+      if (extreme && acc_t.is_integer()) {
+        unsigned bits = unsigned(acc_t.bits());
+        bool is_min = i.op == ReduceOp::Min;  // min starts from the largest value, max from the smallest
+        llvm::APInt v = acc_t.is_uint() ? (is_min ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getMinValue(bits))
+                                        : (is_min ? llvm::APInt::getSignedMaxValue(bits)
+                                                  : llvm::APInt::getSignedMinValue(bits));
+        identity = b.getInt(v);
+      } else if (extreme) {
+        identity = constant(acc_t, i.op == ReduceOp::Min ? INFINITY : -INFINITY);
+      } else {
+        identity = constant(acc_t, i.op == ReduceOp::All ? 1 : 0);
       }
-      loop(i32(std::max<int64_t>(1, i.out.num_elements())), [&](llvm::Value* l) { b.CreateStore(constant(acc_t, identity), acc_ptr(l)); });
+      loop(i32(std::max<int64_t>(1, i.out.num_elements())), [&](llvm::Value* l) { b.CreateStore(identity, acc_ptr(l)); });
       auto reduced = [&](int d) { return std::find(i.dims.begin(), i.dims.end(), d) != i.dims.end(); };
       tile_loop(x_shape, [&](const std::vector<llvm::Value*>& idx) {
         std::vector<llvm::Value*> oi;
