@@ -12,7 +12,21 @@ namespace tilus {
 
 struct KernelParam {
   std::string name;
-  DataType dtype;  // scalar type, or a pointer type
+  DataType dtype;  // scalar type, or a pointer type; void for a by-value blob
+  // A by-value blob (a struct such as the 128-byte CUtensorMap of a TMA descriptor, passed as
+  // `const __grid_constant__`) has its size and alignment here; scalars and pointers leave
+  // them 0 and take an 8-byte slot.
+  int64_t blob_bytes = 0;
+  int64_t blob_alignment = 0;
+
+  bool is_blob() const { return blob_bytes > 0; }
+  static KernelParam blob(std::string name, int64_t bytes, int64_t alignment) {
+    return KernelParam{std::move(name), dtypes::void_t, bytes, alignment};
+  }
+  // "int32", "float16*", "bytes[128]" (for messages and the cache's metadata).
+  std::string type_name() const {
+    return is_blob() ? "bytes[" + std::to_string(blob_bytes) + "]" : dtype.name();
+  }
 };
 
 struct KernelSource {
