@@ -491,7 +491,7 @@ PYBIND11_MODULE(_C, m) {
       .def("add_constant", &Builder::add_constant)
       .def("set_blocks", [](Builder& b, const py::iterable& xs, L loc) { b.set_blocks(to_exprs(xs), loc_of(loc)); })
       .def("set_warps", [](Builder& b, int64_t w, L loc) { b.set_warps(w, loc_of(loc)); })
-      .def("set_cluster", [](Builder& b, std::array<int64_t, 3> c, L loc) { b.set_cluster(c, loc_of(loc)); })
+      .def("set_cluster", [](Builder& b, std::vector<int64_t> c, L loc) { b.set_cluster(c, loc_of(loc)); })
       .def("finish", &Builder::finish)
       .def("depth", &Builder::depth)
       .def("begin_for", [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,

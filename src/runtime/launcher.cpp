@@ -1,6 +1,7 @@
 #include "tilus/runtime/launcher.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -34,12 +35,13 @@ std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
   }
   for (size_t i = 0; i < s.grid.size(); ++i) grid += fmt::format("{}\"{}\"", i ? ", " : "", to_string(s.grid[i]));
   for (size_t i = 0; i < out.options.size(); ++i) options += fmt::format("{}\"{}\"", i ? ", " : "", out.options[i]);
-  // Format 2 added by-value params.
+  // Format 2 added by-value params and the cluster shape.
   return fmt::format(
       "{{\n  \"format\": 2,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
-      "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  "
+      "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"cluster\": [{}],\n  "
       "\"block_threads\": {},\n  \"shared_memory_bytes\": {}\n}}\n",
-      s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, s.block_threads, s.shared_memory_bytes);
+      s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, fmt::join(s.cluster, ", "),
+      s.block_threads, s.shared_memory_bytes);
 }
 
 // TILUS_LOG_LEVEL sets spdlog's level once, at the first compile.
@@ -151,6 +153,12 @@ std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<Ker
                                       to_string(s.grid[d]), n, limits[d]));
     g[d] = uint32_t(n);
   }
+  // The driver would reject the launch too, but without saying which kernel or dimension.
+  for (size_t d = 0; d < 3; ++d)
+    if (s.cluster[d] < 1 || g[d] % s.cluster[d] != 0)
+      throw ArgumentError(fmt::format(
+          "kernel {}: grid dimension {} ({}) is {}, not a multiple of the cluster's {} (cluster_blocks {})", s.name, d,
+          d < s.grid.size() ? to_string(s.grid[d]) : "1", g[d], s.cluster[d], fmt::join(s.cluster, "x")));
   return g;
 }
 
@@ -209,7 +217,7 @@ void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint8_t* arguments, 
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;  // nothing to run (e.g. n = 0)
   const KernelSource& s = kernel_.source;
   std::call_once(loaded_, [&] {
-    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes);
+    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes, s.cluster);
   });
   void* pointers[64];
   std::vector<void*> many;

@@ -1,6 +1,7 @@
 // What the CUDA emitter produces for one kernel, and what the runtime needs to launch it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,9 +36,14 @@ struct KernelSource {
   std::vector<KernelParam> params;  // in call order
   std::vector<Var> param_vars;      // the IR variables of the params (for evaluating grid)
   std::vector<Expr> grid;           // 1 to 3 block counts over the params
+  // Thread-block cluster shape (Hopper): {1, 1, 1} launches plainly; anything else launches
+  // with the cluster-dimension attribute, each grid dimension a multiple of it.
+  std::array<int64_t, 3> cluster{1, 1, 1};
   int64_t block_threads = 0;
   int64_t shared_memory_bytes = 0;  // dynamic shared memory
   std::string arch;                 // "sm_90a", ...
+
+  bool clustered() const { return cluster != std::array<int64_t, 3>{1, 1, 1}; }
 };
 
 }  // namespace tilus

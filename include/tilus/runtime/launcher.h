@@ -105,7 +105,8 @@ void kernel_param_pointers(const ArgumentLayout& layout, uint8_t* buffer, void**
 // (ArgumentError naming the kernel and the parameter). Shared by the GPU launcher and the CPU
 // backend.
 void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args);
-// The grid a launch's arguments give (ArgumentError when it cannot be evaluated or is too big).
+// The grid a launch's arguments give (ArgumentError when it cannot be evaluated, is too big, or
+// is not a multiple of the kernel's cluster shape).
 std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args);
 
 struct CompiledKernel {
@@ -130,7 +131,8 @@ class Launcher {
   // The grid the arguments give (for tests and tools).
   std::array<uint32_t, 3> grid(const std::vector<KernelArg>& args) const;
   // The hot path for front ends that checked the arguments themselves: each parameter's value
-  // already in its C type's bits where layout() places it, the grid already evaluated.
+  // already in its C type's bits where layout() places it, the grid already evaluated (by
+  // launch_grid, which also checks it against the cluster shape).
   void launch_raw(const std::array<uint32_t, 3>& grid, uint8_t* arguments, Stream stream = nullptr) const;
   const CompiledKernel& kernel() const { return kernel_; }
   const ArgumentLayout& layout() const { return layout_; }
