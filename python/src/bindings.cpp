@@ -72,6 +72,17 @@ std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, const py:
   for (size_t i = 0; i < n; ++i) {
     py::handle v = values[i];
     bool pointer = i < params.size() && params[i].dtype.is_pointer();
+    if (i < params.size() && params[i].is_blob()) {
+      // A by-value parameter's value: a contiguous bytes-like object (anything else is taken
+      // as a number below, which check_arguments reports).
+      Py_buffer bytes;
+      if (PyObject_GetBuffer(v.ptr(), &bytes, PyBUF_SIMPLE) == 0) {
+        args.push_back(KernelArg::by_value(bytes.buf, size_t(bytes.len)));
+        PyBuffer_Release(&bytes);
+        continue;
+      }
+      PyErr_Clear();
+    }
     if (pointer) {
       KernelArg a = KernelArg::pointer(DevicePtr(v.cast<uint64_t>()));
       if (i < extents.size()) a.bytes = extents[i];
@@ -129,49 +140,87 @@ struct GpuKernel {
     return in_range;
   }
 
+  // The bytes of a by-value parameter from a bytes-like object (bytes, bytearray, a contiguous
+  // array); false when `o` is none or has another size, which launch() then reports.
+  static bool pack_blob(const KernelParam& p, PyObject* o, uint8_t* at) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(o, &view, PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    bool fits = view.len == p.blob_bytes;
+    if (fits) std::memcpy(at, view.buf, size_t(view.len));
+    PyBuffer_Release(&view);
+    return fits;
+  }
+
+  // Parameter i's 8-byte slot in a buffer laid out by the launcher's layout().
+  void put_slot(size_t i, uint64_t bits, uint8_t* buffer) const {
+    std::memcpy(buffer + launcher->layout().offsets[i], &bits, 8);
+  }
+  uint64_t slot(size_t i, const uint8_t* buffer) const {
+    uint64_t bits;
+    std::memcpy(&bits, buffer + launcher->layout().offsets[i], 8);
+    return bits;
+  }
+
+  // Argument `o` of parameter i (a pointer as an int, a number, or bytes for a by-value
+  // parameter) into the buffer; false for anything unusual, which launch() then reports.
+  bool pack(size_t i, PyObject* o, uint8_t* buffer) const {
+    const KernelParam& p = launcher->kernel().source.params[i];
+    if (p.is_blob()) return pack_blob(p, o, buffer + launcher->layout().offsets[i]);
+    uint64_t bits = 0;
+    if (p.dtype.is_pointer()) {
+      bits = PyLong_AsUnsignedLongLong(o);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+    } else if (!pack_scalar(i, o, bits)) {
+      return false;
+    }
+    put_slot(i, bits, buffer);
+    return true;
+  }
+
   // Launches packed arguments, evaluating the grid only when a scalar changed.
-  void launch_slots(uint64_t* slots, uint64_t stream) {
+  void launch_packed(uint8_t* buffer, uint64_t stream) {
     const auto& params = launcher->kernel().source.params;
     size_t n = params.size();
+    auto scalar = [&](size_t i) { return !params[i].dtype.is_pointer() && !params[i].is_blob(); };
     bool same = grid_valid && !grid_uses_pointers;
     for (size_t i = 0; i < n && same; ++i)
-      if (!params[i].dtype.is_pointer()) same = grid_args[i] == slots[i];
+      if (scalar(i)) same = grid_args[i] == slot(i, buffer);
     if (!same) {
       std::vector<KernelArg> args;
+      grid_args.assign(n, 0);
       for (size_t i = 0; i < n; ++i) {
         DataType t = params[i].dtype;
-        if (t.is_pointer()) args.push_back(KernelArg::pointer(slots[i]));
-        else if (t.is_float()) args.emplace_back(t.decode_float(slots[i]));
-        else args.emplace_back(int64_t(slots[i]));
+        if (params[i].is_blob()) {
+          args.emplace_back().kind = KernelArg::Kind::Blob;  // a grid never reads one
+          continue;
+        }
+        uint64_t bits = grid_args[i] = slot(i, buffer);
+        if (t.is_pointer()) args.push_back(KernelArg::pointer(bits));
+        else if (t.is_float()) args.emplace_back(t.decode_float(bits));
+        else args.emplace_back(int64_t(bits));
       }
       grid = launch_grid(launcher->kernel().source, args);
-      grid_args.assign(slots, slots + n);
       grid_valid = true;
     }
-    launcher->launch_raw(grid, slots, reinterpret_cast<Stream>(stream));
+    launcher->launch_raw(grid, buffer, reinterpret_cast<Stream>(stream));
   }
 
   // The hot path of Python launches: `values` is a list the front end has checked (pointers
   // as ints of the right dtype and device). Anything unusual takes launch(), which reports it.
   void launch_fast(const py::list& values, uint64_t stream) {
-    const auto& params = launcher->kernel().source.params;
-    size_t n = params.size();
+    size_t n = launcher->kernel().source.params.size();
     PyObject* list = values.ptr();
-    if (size_t(PyList_GET_SIZE(list)) != n || n > 64) return launch(values, stream);
-    uint64_t slots[64];
-    for (size_t i = 0; i < n; ++i) {
-      PyObject* o = PyList_GET_ITEM(list, Py_ssize_t(i));
-      if (params[i].dtype.is_pointer()) {
-        slots[i] = PyLong_AsUnsignedLongLong(o);
-        if (PyErr_Occurred()) {
-          PyErr_Clear();
-          return launch(values, stream);
-        }
-      } else if (!pack_scalar(i, o, slots[i])) {
-        return launch(values, stream);
-      }
-    }
-    launch_slots(slots, stream);
+    if (size_t(PyList_GET_SIZE(list)) != n) return launch(values, stream);
+    ArgumentBuffer buffer(launcher->layout());
+    for (size_t i = 0; i < n; ++i)
+      if (!pack(i, PyList_GET_ITEM(list, Py_ssize_t(i)), buffer.data())) return launch(values, stream);
+    launch_packed(buffer.data(), stream);
   }
 };
 
@@ -192,7 +241,7 @@ struct CpuKernelHandle {
 // for its current stream and launches. Returns False for anything else (the general Python
 // path then validates and reports, compiles, and registers the new kernel here).
 struct TorchFastPath {
-  std::vector<int> kinds;              // 0 pointer, 1 int, 2 float
+  std::vector<int> kinds;              // 0 pointer, 1 int, 2 float, 3 by-value bytes
   std::vector<py::object> dtypes;      // torch dtype per pointer parameter
   py::object tensor_type;              // torch.Tensor
   py::object raw_stream;               // torch._C._cuda_getCurrentRawStream
@@ -206,7 +255,7 @@ struct TorchFastPath {
     static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
     static PyObject* s_data_ptr = PyUnicode_InternFromString("data_ptr");
     static PyObject* s_get_device = PyUnicode_InternFromString("get_device");
-    uint64_t slots[64];
+    uint64_t addresses[64];
     uint64_t mask = 0;
     PyObject* last_tensor = nullptr;
     for (size_t i = 0; i < n; ++i) {
@@ -232,13 +281,15 @@ struct TorchFastPath {
           return false;
         }
         if ((addr & 15) == 0) mask |= uint64_t(1) << i;
-        slots[i] = addr;
+        addresses[i] = addr;
         last_tensor = a;
       } else if (kinds[i] == 1) {
         if (!PyLong_CheckExact(a)) return false;
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
         if (!overflow && (v & 15) == 0) mask |= uint64_t(1) << i;
+      } else if (kinds[i] == 3) {
+        if (!PyObject_CheckBuffer(a)) return false;
       } else if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a)) {
         return false;
       }
@@ -246,8 +297,12 @@ struct TorchFastPath {
     auto it = kernels.find(mask);
     if (it == kernels.end()) return false;
     GpuKernel& kernel = *it->second;
-    for (size_t i = 0; i < n; ++i)
-      if (kinds[i] != 0 && !kernel.pack_scalar(i, PyTuple_GET_ITEM(args.ptr(), Py_ssize_t(i)), slots[i])) return false;
+    if (kernel.launcher->kernel().source.params.size() != n) return false;
+    ArgumentBuffer buffer(kernel.launcher->layout());
+    for (size_t i = 0; i < n; ++i) {
+      if (kinds[i] == 0) kernel.put_slot(i, addresses[i], buffer.data());
+      else if (!kernel.pack(i, PyTuple_GET_ITEM(args.ptr(), Py_ssize_t(i)), buffer.data())) return false;
+    }
     uint64_t stream = 0;
     if (last_tensor) {
       PyObject* dev = PyObject_CallMethodNoArgs(last_tensor, s_get_device);
@@ -258,7 +313,7 @@ struct TorchFastPath {
       stream = PyLong_AsUnsignedLongLong(st);
       Py_DECREF(st);
     }
-    kernel.launch_slots(slots, stream);
+    kernel.launch_packed(buffer.data(), stream);
     return true;
   }
 };
@@ -436,7 +491,7 @@ PYBIND11_MODULE(_C, m) {
       .def("add_constant", &Builder::add_constant)
       .def("set_blocks", [](Builder& b, const py::iterable& xs, L loc) { b.set_blocks(to_exprs(xs), loc_of(loc)); })
       .def("set_warps", [](Builder& b, int64_t w, L loc) { b.set_warps(w, loc_of(loc)); })
-      .def("set_cluster", [](Builder& b, std::array<int64_t, 3> c, L loc) { b.set_cluster(c, loc_of(loc)); })
+      .def("set_cluster", [](Builder& b, std::vector<int64_t> c, L loc) { b.set_cluster(c, loc_of(loc)); })
       .def("finish", &Builder::finish)
       .def("depth", &Builder::depth)
       .def("begin_for", [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,

@@ -196,15 +196,15 @@ def _exprs(xs, what, loc):
 
 
 class Attrs:
-    """self.attrs.blocks / .warps / .cluster: handed to the tracer as soon as they are set."""
+    """self.attrs.blocks / .warps / .cluster_blocks: handed to the tracer as soon as they are set."""
 
     def __init__(self):
         object.__setattr__(self, "_values", {})
 
     def __setattr__(self, name, value):
         loc = _here()
-        if name not in ("blocks", "warps", "cluster"):
-            raise CompileError(f"{_where(loc)}unknown kernel attribute '{name}' (blocks, warps, cluster)")
+        if name not in ("blocks", "warps", "cluster_blocks"):
+            raise CompileError(f"{_where(loc)}unknown kernel attribute '{name}' (blocks, warps, cluster_blocks)")
         self._values[name] = value
         b = getattr(_tracing, "builder", None)
         if b is None:
@@ -217,7 +217,7 @@ class Attrs:
                 raise CompileError(f"{_where(loc)}attrs.warps must be a Python int, got {value!r}")
             b.set_warps(value, loc)
         else:
-            b.set_cluster(list(value), loc)
+            b.set_cluster(list(value) if isinstance(value, (list, tuple)) else [value], loc)
 
     def __getattr__(self, name):
         try:

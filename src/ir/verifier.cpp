@@ -715,8 +715,22 @@ class KernelVerifier {
                                   exprs_str(kernel_.grid), expr_str(g), v.name(),
                                   v->role == VarRole::Param ? "a parameter of another kernel" : role_str(v->role)));
     }
-    for (auto c : kernel_.cluster)
-      if (c < 1) fail_kernel(fmt::format("cluster dimensions must be positive, got [{}]", fmt::join(kernel_.cluster, ", ")));
+    std::string cluster = fmt::format("cluster_blocks [{}]", fmt::join(kernel_.cluster, ", "));
+    int64_t cluster_size = 1;
+    for (auto c : kernel_.cluster) {
+      if (c < 1) fail_kernel(fmt::format("{}: cluster dimensions must be positive", cluster));
+      cluster_size *= c;
+    }
+    if (cluster_size > kMaxPortableClusterBlocks)
+      fail_kernel(fmt::format("{}: a cluster of {} blocks is larger than the portable maximum of {}", cluster,
+                              cluster_size, kMaxPortableClusterBlocks));
+    // A grid dimension the launch cannot see before it runs is checked there (launch_grid).
+    for (size_t d = 0; d < 3; ++d) {
+      int64_t blocks = d < kernel_.grid.size() ? (kernel_.grid[d].is_int_const() ? kernel_.grid[d].int_value() : 0) : 1;
+      if (blocks > 0 && blocks % kernel_.cluster[d] != 0)
+        fail_kernel(fmt::format("{}: grid {} has {} blocks in dimension {}, not a multiple of the cluster's {}", cluster,
+                                exprs_str(kernel_.grid), blocks, d, kernel_.cluster[d]));
+    }
   }
 
   bool tensor_visible(const Tensor& t) const {

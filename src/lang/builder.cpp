@@ -126,9 +126,23 @@ void Builder::set_warps(int64_t warps, SourceLoc loc) {
   warps_set_ = true;
 }
 
-void Builder::set_cluster(std::array<int64_t, 3> cluster, SourceLoc loc) {
-  for (auto c : cluster)
-    if (c < 1) throw CompileError(fmt::format("attrs.cluster dimensions must be positive, got {}", c), loc);
+void Builder::set_cluster(const std::vector<int64_t>& cluster_blocks, SourceLoc loc) {
+  if (cluster_blocks.empty() || cluster_blocks.size() > 3)
+    throw CompileError(fmt::format("attrs.cluster_blocks: needs 1 to 3 dimensions, got {}", cluster_blocks.size()), loc);
+  std::array<int64_t, 3> cluster{1, 1, 1};
+  int64_t size = 1;
+  for (size_t d = 0; d < cluster_blocks.size(); ++d) {
+    if (cluster_blocks[d] < 1)
+      throw CompileError(fmt::format("attrs.cluster_blocks: dimension {} is {}, not positive", d, cluster_blocks[d]), loc);
+    cluster[d] = cluster_blocks[d];
+    size *= cluster_blocks[d];
+  }
+  // Checked again by the verifier, which also needs the grid; here the error names this line.
+  if (size > kMaxPortableClusterBlocks)
+    throw CompileError(fmt::format("attrs.cluster_blocks: a cluster of {} blocks is larger than the portable maximum "
+                                   "of {}",
+                                   size, kMaxPortableClusterBlocks),
+                       loc);
   kernel_.cluster = cluster;
 }
 

@@ -226,9 +226,9 @@ void Script::apply_attrs() {
     builder_->set_warps(attrs.warps, loc);
     applied_.warps = attrs.warps;
   }
-  if (attrs.cluster != applied_.cluster) {
-    builder_->set_cluster(attrs.cluster, loc);
-    applied_.cluster = attrs.cluster;
+  if (attrs.cluster_blocks != applied_.cluster_blocks) {
+    builder_->set_cluster(attrs.cluster_blocks, loc);
+    applied_.cluster_blocks = attrs.cluster_blocks;
   }
 }
 

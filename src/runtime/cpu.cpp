@@ -236,6 +236,7 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   sig.name = k.name;
   sig.arch = "cpu";
   sig.grid = k.grid;
+  sig.cluster = k.cluster;  // a cluster's blocks just run; launch_grid checks the grid against it
   sig.block_threads = k.num_threads();
   sig.shared_memory_bytes = k.shared_memory_bytes;
   for (const Var& p : k.params) {

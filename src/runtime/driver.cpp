@@ -22,6 +22,28 @@ constexpr int kAttrCcMajor = 75;
 constexpr int kAttrCcMinor = 76;
 constexpr int kAttrSharedOptin = 97;
 constexpr int kFuncAttrMaxDynamicShared = 8;
+constexpr int kLaunchAttrClusterDimension = 4;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+// cuLaunchKernelEx's arguments, laid out as cuda.h's CUlaunchAttribute and CUlaunchConfig.
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char pad[64];
+    struct {
+      unsigned x, y, z;
+    } cluster_dim;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72);
+struct CUlaunchConfig {
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  void* stream;
+  CUlaunchAttribute* attrs;
+  unsigned num_attrs;
+};
 
 struct Driver {
   bool loaded = false;
@@ -47,6 +69,8 @@ struct Driver {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                              void**, void**);
+  // Optional (CUDA 12.0 drivers and newer): only cluster launches need it.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, void*);
   CUresult (*cuEventSynchronize)(CUevent);
@@ -102,6 +126,7 @@ Driver load_driver() {
             bind(lib, d.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"}) &&
             bind(lib, d.cuEventDestroy, {"cuEventDestroy_v2"}) && bind(lib, d.cuGetErrorName, {"cuGetErrorName"}) &&
             bind(lib, d.cuGetErrorString, {"cuGetErrorString"});
+  bind(lib, d.cuLaunchKernelEx, {"cuLaunchKernelEx"});
   if (!ok) {
     d.why = "libcuda.so.1 lacks a Driver API entry point tilus needs (driver too old?)";
     return d;
@@ -189,9 +214,16 @@ void device_memset(DevicePtr dst, uint8_t value, size_t bytes) {
 }
 void synchronize() { check(driver().cuCtxSynchronize(), "synchronizing the device"); }
 
-LoadedModule::LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes)
+LoadedModule::LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes,
+                           std::array<int64_t, 3> cluster)
     : name_(function), shared_bytes_(dynamic_shared_bytes) {
   const Driver& d = driver();
+  for (int i = 0; i < 3; ++i) cluster_[i] = uint32_t(cluster[i]);
+  clustered_ = cluster != std::array<int64_t, 3>{1, 1, 1};
+  if (clustered_ && !d.cuLaunchKernelEx)
+    throw RuntimeError(fmt::format("kernel {} runs in clusters of {}x{}x{} blocks, which needs cuLaunchKernelEx; the "
+                                   "CUDA driver (version {}) lacks it (a CUDA 12.0 driver or newer has it)",
+                                   function, cluster[0], cluster[1], cluster[2], d.info.driver_version));
   check(d.cuModuleLoadData(&module_, cubin.data()), fmt::format("loading the module of kernel {}", function));
   if (CUresult r = d.cuModuleGetFunction(&function_, module_, function.c_str()); r != 0) {
     d.cuModuleUnload(module_);
@@ -212,12 +244,23 @@ LoadedModule::~LoadedModule() {
 }
 
 void LoadedModule::launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const {
-  CUresult r = driver().cuLaunchKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1,
-                                       unsigned(shared_bytes_), stream, args, nullptr);
+  const Driver& d = driver();
+  CUresult r;
+  if (clustered_) {
+    CUlaunchAttribute attr{};
+    attr.id = kLaunchAttrClusterDimension;
+    attr.value.cluster_dim = {cluster_[0], cluster_[1], cluster_[2]};
+    CUlaunchConfig config{grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_), stream, &attr, 1};
+    r = d.cuLaunchKernelEx(&config, function_, args, nullptr);
+  } else {
+    r = d.cuLaunchKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_), stream,
+                         args, nullptr);
+  }
   // The message is only built on failure: a launch is on the hot path.
   if (r != 0)
-    check(r, fmt::format("launching kernel {} (grid {}x{}x{}, {} threads, {} shared bytes)", name_, grid[0], grid[1],
-                         grid[2], block_threads, shared_bytes_));
+    check(r, fmt::format("launching kernel {} (grid {}x{}x{}, cluster {}x{}x{}, {} threads, {} shared bytes)", name_,
+                         grid[0], grid[1], grid[2], cluster_[0], cluster_[1], cluster_[2], block_threads,
+                         shared_bytes_));
 }
 
 EventTimer::EventTimer() {

@@ -1,6 +1,7 @@
 #include "tilus/runtime/launcher.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -18,22 +19,29 @@ const char* kind_name(KernelArg::Kind k) {
     case KernelArg::Kind::Int: return "an integer";
     case KernelArg::Kind::Float: return "a float";
     case KernelArg::Kind::Pointer: return "a pointer";
+    case KernelArg::Kind::Blob: return "by-value bytes";
   }
   return "?";
 }
 
 std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
   std::string params, grid, options;
-  for (size_t i = 0; i < s.params.size(); ++i)
-    params += fmt::format("{}{{\"name\": \"{}\", \"dtype\": \"{}\"}}", i ? ", " : "", s.params[i].name,
-                          s.params[i].dtype.name());
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const KernelParam& p = s.params[i];
+    params += p.is_blob() ? fmt::format("{}{{\"name\": \"{}\", \"bytes\": {}, \"alignment\": {}}}", i ? ", " : "",
+                                        p.name, p.blob_bytes, p.blob_alignment)
+                          : fmt::format("{}{{\"name\": \"{}\", \"dtype\": \"{}\"}}", i ? ", " : "", p.name,
+                                        p.dtype.name());
+  }
   for (size_t i = 0; i < s.grid.size(); ++i) grid += fmt::format("{}\"{}\"", i ? ", " : "", to_string(s.grid[i]));
   for (size_t i = 0; i < out.options.size(); ++i) options += fmt::format("{}\"{}\"", i ? ", " : "", out.options[i]);
+  // Format 2 added by-value params and the cluster shape.
   return fmt::format(
-      "{{\n  \"format\": 1,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
-      "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"block_threads\": {},\n  "
-      "\"shared_memory_bytes\": {}\n}}\n",
-      s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, s.block_threads, s.shared_memory_bytes);
+      "{{\n  \"format\": 2,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
+      "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"cluster\": [{}],\n  "
+      "\"block_threads\": {},\n  \"shared_memory_bytes\": {}\n}}\n",
+      s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, fmt::join(s.cluster, ", "),
+      s.block_threads, s.shared_memory_bytes);
 }
 
 // TILUS_LOG_LEVEL sets spdlog's level once, at the first compile.
@@ -75,13 +83,14 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
   return k;
 }
 
-Launcher::Launcher(CompiledKernel kernel) : kernel_(std::move(kernel)) {}
+Launcher::Launcher(CompiledKernel kernel)
+    : kernel_(std::move(kernel)), layout_(argument_layout(kernel_.source.params)) {}
 
 void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) {
   if (args.size() != s.params.size()) {
     std::string names;
     for (size_t i = 0; i < s.params.size(); ++i)
-      names += fmt::format("{}{}: {}", i ? ", " : "", s.params[i].name, s.params[i].dtype.name());
+      names += fmt::format("{}{}: {}", i ? ", " : "", s.params[i].name, s.params[i].type_name());
     throw ArgumentError(fmt::format("kernel {} takes {} arguments ({}), got {}", s.name, s.params.size(), names,
                                     args.size()));
   }
@@ -89,16 +98,22 @@ void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) 
     const KernelParam& p = s.params[i];
     const KernelArg& a = args[i];
     auto fail = [&](const std::string& why) {
-      throw ArgumentError(fmt::format("kernel {}, argument {} ('{}': {}): {}", s.name, i, p.name, p.dtype.name(), why));
+      throw ArgumentError(fmt::format("kernel {}, argument {} ('{}': {}): {}", s.name, i, p.name, p.type_name(), why));
     };
-    if (p.dtype.is_pointer()) {
+    if (p.is_blob()) {
+      if (a.kind != KernelArg::Kind::Blob)
+        fail(fmt::format("expected {} bytes by value, got {}", p.blob_bytes, kind_name(a.kind)));
+      if (int64_t(a.blob.size()) != p.blob_bytes)
+        fail(fmt::format("expected {} bytes by value, got {}", p.blob_bytes, a.blob.size()));
+    } else if (p.dtype.is_pointer()) {
       if (a.kind != KernelArg::Kind::Pointer) fail(fmt::format("expected a pointer, got {}", kind_name(a.kind)));
       if (a.ptr == 0) fail("null pointer");
       DataType want = p.dtype.pointee();
       if (a.typed && !want.is_void() && a.pointee != want)
         fail(fmt::format("points to {} data, the kernel reads {}", a.pointee.name(), want.name()));
     } else if (p.dtype.is_float()) {
-      if (a.kind == KernelArg::Kind::Pointer) fail("expected a float, got a pointer");
+      if (a.kind != KernelArg::Kind::Int && a.kind != KernelArg::Kind::Float)
+        fail(fmt::format("expected a float, got {}", kind_name(a.kind)));
     } else {
       if (a.kind != KernelArg::Kind::Int) fail(fmt::format("expected an integer, got {}", kind_name(a.kind)));
       if (p.dtype.is_integer()) {
@@ -138,14 +153,71 @@ std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<Ker
                                       to_string(s.grid[d]), n, limits[d]));
     g[d] = uint32_t(n);
   }
+  // The driver would reject the launch too, but without saying which kernel or dimension.
+  for (size_t d = 0; d < 3; ++d)
+    if (s.cluster[d] < 1 || g[d] % s.cluster[d] != 0)
+      throw ArgumentError(fmt::format(
+          "kernel {}: grid dimension {} ({}) is {}, not a multiple of the cluster's {} (cluster_blocks {})", s.name, d,
+          d < s.grid.size() ? to_string(s.grid[d]) : "1", g[d], s.cluster[d], fmt::join(s.cluster, "x")));
   return g;
 }
 
-void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint64_t* slots, Stream stream) const {
+ArgumentLayout argument_layout(const std::vector<KernelParam>& params) {
+  ArgumentLayout l;
+  size_t offset = 0;
+  for (const KernelParam& p : params) {
+    size_t bytes = 8, alignment = 8;
+    if (p.is_blob()) {
+      bytes = size_t(p.blob_bytes);
+      alignment = size_t(std::max<int64_t>(1, p.blob_alignment));
+      if (alignment & (alignment - 1))
+        throw InternalError(fmt::format("kernel parameter {}: alignment {} is not a power of two", p.name, alignment));
+      l.slots_only = false;
+    }
+    offset = (offset + alignment - 1) / alignment * alignment;
+    l.offsets.push_back(uint32_t(offset));
+    offset += bytes;
+    l.alignment = std::max(l.alignment, alignment);
+  }
+  l.bytes = offset;
+  return l;
+}
+
+ArgumentBuffer::ArgumentBuffer(const ArgumentLayout& layout) {
+  if (layout.bytes <= kInlineBytes && layout.alignment <= kInlineAlignment) return;
+  heap_.reset(new uint8_t[layout.bytes + layout.alignment]);
+  auto address = reinterpret_cast<uintptr_t>(heap_.get());
+  data_ = heap_.get() + ((address + layout.alignment - 1) / layout.alignment * layout.alignment - address);
+}
+
+void pack_arguments(const KernelSource& s, const std::vector<KernelArg>& args, const ArgumentLayout& layout,
+                    uint8_t* buffer) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelParam& p = s.params[i];
+    const KernelArg& a = args[i];
+    if (p.is_blob()) {
+      std::memcpy(buffer + layout.offsets[i], a.blob.data(), size_t(p.blob_bytes));
+      continue;
+    }
+    DataType t = p.dtype;
+    uint64_t bits = 0;
+    if (t.is_pointer()) bits = a.ptr;
+    else if (t.is_float()) bits = t.encode_float(a.kind == KernelArg::Kind::Float ? a.f : double(a.i));
+    else if (t.is_bool()) bits = a.i != 0;
+    else bits = uint64_t(a.i);
+    std::memcpy(buffer + layout.offsets[i], &bits, 8);  // little-endian: the low bytes are a narrower type's value
+  }
+}
+
+void kernel_param_pointers(const ArgumentLayout& layout, uint8_t* buffer, void** out) {
+  for (size_t i = 0; i < layout.offsets.size(); ++i) out[i] = buffer + layout.offsets[i];
+}
+
+void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint8_t* arguments, Stream stream) const {
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;  // nothing to run (e.g. n = 0)
   const KernelSource& s = kernel_.source;
   std::call_once(loaded_, [&] {
-    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes);
+    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes, s.cluster);
   });
   void* pointers[64];
   std::vector<void*> many;
@@ -154,27 +226,16 @@ void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint64_t* slots, Str
     many.resize(s.params.size());
     p = many.data();
   }
-  for (size_t i = 0; i < s.params.size(); ++i) p[i] = &slots[i];
+  kernel_param_pointers(layout_, arguments, p);
   module_->launch(g.data(), uint32_t(s.block_threads), p, stream);
 }
 
 void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
   check_arguments(kernel_.source, args);
   std::array<uint32_t, 3> g = grid(args);
-  const KernelSource& s = kernel_.source;
-  // Each argument's value in its parameter's C type, 8-byte slots.
-  std::vector<uint64_t> values(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    DataType t = s.params[i].dtype;
-    const KernelArg& a = args[i];
-    uint64_t bits = 0;
-    if (t.is_pointer()) bits = a.ptr;
-    else if (t.is_float()) bits = t.encode_float(a.kind == KernelArg::Kind::Float ? a.f : double(a.i));
-    else if (t.is_bool()) bits = a.i != 0;
-    else bits = uint64_t(a.i);
-    values[i] = bits;  // little-endian: the low bytes are the narrower C type's value
-  }
-  launch_raw(g, values.data(), stream);
+  ArgumentBuffer buffer(layout_);
+  pack_arguments(kernel_.source, args, layout_, buffer.data());
+  launch_raw(g, buffer.data(), stream);
 }
 
 }  // namespace tilus

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "clustered_vector_add.h"
 #include "shapes_script.h"
 #include "tilus/runtime/jit.h"
 
@@ -773,4 +774,35 @@ TEST(Backend_, FragmentsThroughSharedMemory) {
       want[i * n + j] = s;
     }
   expect_close(c.download(), want, 0.5, 0.01);
+}
+
+// c = a + b with blocks in clusters of 2 (Hopper): the blocks run like any others (the CPU
+// backend just runs them), and the grid must be a multiple of the cluster.
+TEST(Backend_, ClusteredBlocksRunAndTheGridIsChecked) {
+  REQUIRE_GPU();
+#ifndef TILUS_TEST_CPU
+  if (current_device().compute_capability < 90)
+    GTEST_SKIP() << "thread-block clusters need sm_90, " << current_device().name << " is sm_"
+                 << current_device().compute_capability;
+#endif
+  auto kernel = jit_on(tests::ClusteredVectorAdd({2}, 128));
+  int64_t n = 3 * 128 + 77;  // 4 blocks, ragged: 2 clusters
+  auto ha = randoms(n, dtypes::float32), hb = randoms(n, dtypes::float32);
+  Buffer a(dtypes::float32, n), b(dtypes::float32, n), c(dtypes::float32, n);
+  a.upload(ha);
+  b.upload(hb);
+  c.upload(std::vector<double>(n, 0));
+  kernel({n, a.arg(), b.arg(), c.arg()});
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = round_to(dtypes::float32, ha[i] + hb[i]);
+  expect_close(c.download(), want, 0, 0);
+  // 3 blocks cannot form clusters of 2.
+  try {
+    kernel({int64_t(3 * 128), a.arg(), b.arg(), c.arg()});
+    FAIL() << "a grid of 3 blocks launched in clusters of 2";
+  } catch (const ArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("kernel ClusteredVectorAdd"), std::string::npos) << m;
+    EXPECT_NE(m.find("is 3, not a multiple of the cluster's 2"), std::string::npos) << m;
+  }
 }

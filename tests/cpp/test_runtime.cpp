@@ -11,6 +11,7 @@
 
 #include "../../examples/cpp/vector_add.h"
 #include "tilus/codegen/nvrtc.h"
+#include "message_of.h"
 #include "temp_dir.h"
 #include "tilus/runtime/jit.h"
 
@@ -25,17 +26,6 @@ namespace {
 
 CompiledKernel compile_vector_add(DiskCache* cache) {
   return compile_program(trace(examples::VectorAdd{}), "sm_80", cache);
-}
-
-// Writes `what` thrown by fn, or "" when it does not throw that type.
-template <class E, class F>
-std::string message_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

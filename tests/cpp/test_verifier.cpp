@@ -794,6 +794,39 @@ TEST(VerifierRuleA, WarpsAndGrid) {
   EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"only the kernel's parameters", "'n' (a parameter of another kernel)"}));
 }
 
+TEST(VerifierRuleA, ClusterShape) {
+  Traced t;  // grid [cdiv(n, 128)]: only known at launch, which checks it (launch_grid)
+  t.b.set_cluster({2}, L(7));
+  Kernel k = t.kernel();
+  EXPECT_EQ(k.cluster, (std::array<int64_t, 3>{2, 1, 1}));
+  EXPECT_TRUE(Passes([&] { verify(k); }));
+  Kernel ok = k;
+  ok.grid = {int_const(8), int_const(3)};
+  ok.cluster = {4, 1, 1};
+  EXPECT_TRUE(Passes([&] { verify(ok); }));
+  ok.cluster = {2, 3, 1};
+  EXPECT_TRUE(Passes([&] { verify(ok); }));
+  Kernel bad = ok;
+  bad.cluster = {0, 1, 1};
+  EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"cluster_blocks [0, 1, 1]", "must be positive"}));
+  bad.cluster = {4, 3, 1};  // divides the grid, but 12 blocks is too many
+  EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"a cluster of 12 blocks", "portable maximum of 8"}));
+  bad.cluster = {1, 1, 16};
+  EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"a cluster of 16 blocks"}));
+  bad.cluster = {1, 2, 1};  // 3 blocks in y
+  EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k",
+                    {"cluster_blocks [1, 2, 1]: grid [8, 3] has 3 blocks in dimension 1", "multiple of the cluster's 2"}));
+  bad.cluster = {1, 1, 2};  // the grid has no z dimension: 1 block
+  EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"has 1 blocks in dimension 2"}));
+  // The tracer rejects a bad shape at the line that sets it.
+  Traced u;
+  EXPECT_TRUE(Fails([&] { u.b.set_cluster({2, 0}, L(9)); }, 9, "attrs.cluster_blocks", {"dimension 1 is 0, not positive"}));
+  EXPECT_TRUE(Fails([&] { u.b.set_cluster({1, 1, 1, 1}, L(9)); }, 9, "attrs.cluster_blocks",
+                    {"needs 1 to 3 dimensions, got 4"}));
+  EXPECT_TRUE(Fails([&] { u.b.set_cluster({4, 4}, L(9)); }, 9, "attrs.cluster_blocks",
+                    {"a cluster of 16 blocks is larger than the portable maximum of 8"}));
+}
+
 TEST(VerifierRuleB, TensorsUsedAfterDefinitionInVisibleScope) {
   {
     // A tensor defined in a loop body is not visible after the loop.

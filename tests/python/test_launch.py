@@ -159,3 +159,41 @@ def test_gpu_fast_path_still_checks_every_launch():
         k(1 << 33, 1.0, x, y)
     with pytest.raises(tilus.ArgumentError, match="null pointer"):
         k(0, 1.0, torch.empty(0, device="cuda"), y)
+
+
+class ClusteredAdd(tilus.Script):
+    def __init__(self, cluster=(2, 1)):
+        super().__init__()
+        self.cluster = cluster
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 64)]
+        self.attrs.warps = 2
+        self.attrs.cluster_blocks = list(self.cluster)
+        o = self.blockIdx.x * 64
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=[o], shape=[64])
+        self.store_global(self.global_view(y, shape=[n]), v + 1.0, offsets=[o])
+
+
+def test_cluster_blocks_attribute():
+    assert "cluster [2, 1, 1]" in str(tilus.trace(ClusteredAdd()))
+    assert "cluster" not in str(tilus.trace(ClusteredAdd(cluster=[1])))
+    too_big = r"test_launch.py:\d+: error: attrs.cluster_blocks: a cluster of 16 blocks"
+    with pytest.raises(tilus.CompileError, match=too_big):
+        tilus.trace(ClusteredAdd(cluster=(4, 4)))
+    with pytest.raises(tilus.CompileError, match=r"attrs.cluster_blocks: dimension 0 is 0, not positive"):
+        tilus.trace(ClusteredAdd(cluster=(0,)))
+
+
+def test_clustered_blocks_run_and_the_grid_is_checked(arrays):
+    if arrays.device == "cuda" and tilus._C.device_info()["arch"] != "sm_90a":
+        pytest.skip("thread-block clusters need sm_90")
+    k = ClusteredAdd()
+    x = arrays.rand([200])  # 4 blocks of 64, ragged: 2 clusters
+    y = arrays.empty([200])
+    k(200, x, y)
+    assert (arrays.host(y) == arrays.host(x) + 1).all()
+    k(200, x, y)  # again, on the fast path where there is one
+    assert (arrays.host(y) == arrays.host(x) + 1).all()
+    with pytest.raises(tilus.ArgumentError, match=r"kernel ClusteredAdd: .* is 3, not a multiple of the cluster's 2"):
+        k(150, x, y)

@@ -1,6 +1,7 @@
 // What the CUDA emitter produces for one kernel, and what the runtime needs to launch it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,7 +13,21 @@ namespace tilus {
 
 struct KernelParam {
   std::string name;
-  DataType dtype;  // scalar type, or a pointer type
+  DataType dtype;  // scalar type, or a pointer type; void for a by-value blob
+  // A by-value blob (a struct such as the 128-byte CUtensorMap of a TMA descriptor, passed as
+  // `const __grid_constant__`) has its size and alignment here; scalars and pointers leave
+  // them 0 and take an 8-byte slot.
+  int64_t blob_bytes = 0;
+  int64_t blob_alignment = 0;
+
+  bool is_blob() const { return blob_bytes > 0; }
+  static KernelParam blob(std::string name, int64_t bytes, int64_t alignment) {
+    return KernelParam{std::move(name), dtypes::void_t, bytes, alignment};
+  }
+  // "int32", "float16*", "bytes[128]" (for messages and the cache's metadata).
+  std::string type_name() const {
+    return is_blob() ? "bytes[" + std::to_string(blob_bytes) + "]" : dtype.name();
+  }
 };
 
 struct KernelSource {
@@ -21,9 +36,14 @@ struct KernelSource {
   std::vector<KernelParam> params;  // in call order
   std::vector<Var> param_vars;      // the IR variables of the params (for evaluating grid)
   std::vector<Expr> grid;           // 1 to 3 block counts over the params
+  // Thread-block cluster shape (Hopper): {1, 1, 1} launches plainly; anything else launches
+  // with the cluster-dimension attribute, each grid dimension a multiple of it.
+  std::array<int64_t, 3> cluster{1, 1, 1};
   int64_t block_threads = 0;
   int64_t shared_memory_bytes = 0;  // dynamic shared memory
   std::string arch;                 // "sm_90a", ...
+
+  bool clustered() const { return cluster != std::array<int64_t, 3>{1, 1, 1}; }
 };
 
 }  // namespace tilus

@@ -27,5 +27,7 @@ void verify(const Program& program, const VerifyOptions& opts = {});
 
 // Largest number of warps a kernel may have (1024 threads).
 inline constexpr int64_t kMaxWarps = 32;
+// Largest thread-block cluster every cluster-capable GPU launches (more needs an opt-in).
+inline constexpr int64_t kMaxPortableClusterBlocks = 8;
 
 }  // namespace tilus

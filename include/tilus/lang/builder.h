@@ -39,7 +39,8 @@ class Builder {
   void add_constant(const std::string& name, const std::string& printed_value);
   void set_blocks(std::vector<Expr> blocks, SourceLoc loc);
   void set_warps(int64_t warps, SourceLoc loc);
-  void set_cluster(std::array<int64_t, 3> cluster, SourceLoc loc);
+  // Thread-block cluster shape, 1 to 3 dimensions (missing ones are 1).
+  void set_cluster(const std::vector<int64_t>& cluster_blocks, SourceLoc loc);
   // The finished kernel (checks that blocks and warps were set).
   Program finish();
 

@@ -365,7 +365,8 @@ class Script {
   struct Attributes {
     std::vector<Expr> blocks;
     int64_t warps = 0;
-    std::array<int64_t, 3> cluster{1, 1, 1};
+    // Thread-block cluster shape (Hopper), 1 to 3 dimensions; empty: no clusters (1x1x1).
+    std::vector<int64_t> cluster_blocks;
   } attrs;
 
   struct Dim3 {

@@ -4,7 +4,7 @@
 //   kernel.cu     the generated source
 //   kernel.cubin  the compiled code
 //   meta.json     format version, kernel name, arch, NVRTC version, options, params, grid
-//                 expressions, block threads, shared bytes, and the SHA-256 of the cubin
+//                 expressions, cluster shape, block threads, shared bytes
 // An entry is written into a temporary directory and renamed into place, so readers never
 // see half of one; an entry whose checksum or metadata does not match is ignored (and
 // rebuilt by the caller). A cache directory that cannot be written degrades to no caching

@@ -2,6 +2,7 @@
 // library, its tests and the CPU backend work on machines without a GPU or a driver.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -47,11 +48,14 @@ void synchronize();
 // A loaded cubin (CUmodule) and one of its functions.
 class LoadedModule {
  public:
-  LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes);
+  // cluster: the thread-block cluster shape every launch uses ({1, 1, 1}: none).
+  LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes,
+               std::array<int64_t, 3> cluster = {1, 1, 1});
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
-  // Launches with args[i] pointing at each argument's value (cuLaunchKernel's kernelParams).
+  // Launches with args[i] pointing at each argument's value (cuLaunchKernel's kernelParams);
+  // a cluster launch goes through cuLaunchKernelEx with the cluster-dimension attribute.
   void launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const;
   const std::string& function_name() const { return name_; }
 
@@ -60,6 +64,8 @@ class LoadedModule {
   void* function_ = nullptr;
   std::string name_;
   int64_t shared_bytes_ = 0;
+  std::array<uint32_t, 3> cluster_{1, 1, 1};
+  bool clustered_ = false;
 };
 
 // GPU timing with CUDA events: milliseconds for `fn` (enqueued on `stream`).

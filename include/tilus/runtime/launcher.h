@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tilus/codegen/kernel_source.h"
@@ -23,13 +24,14 @@ class ArgumentError : public Error {
 
 // One argument of a launch.
 struct KernelArg {
-  enum class Kind { Int, Float, Pointer } kind = Kind::Int;
+  enum class Kind { Int, Float, Pointer, Blob } kind = Kind::Int;
   int64_t i = 0;
   double f = 0.0;
   DevicePtr ptr = 0;
   DataType pointee;  // for pointers from typed buffers: checked against the parameter
   bool typed = false;
   int64_t bytes = -1;  // bytes addressable from ptr (buffers set it; the CPU's checked mode uses it)
+  std::vector<uint8_t> blob;  // Kind::Blob: the value of a by-value parameter, byte for byte
 
   KernelArg() = default;
   KernelArg(int v) : kind(Kind::Int), i(v) {}
@@ -48,13 +50,63 @@ struct KernelArg {
     a.typed = true;
     return a;
   }
+  // The bytes of a by-value parameter (KernelParam::blob), e.g. a CUtensorMap.
+  static KernelArg by_value(const void* data, size_t n) {
+    KernelArg a;
+    a.kind = Kind::Blob;
+    a.blob.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+    return a;
+  }
+  template <class T>
+  static KernelArg by_value(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "a by-value argument is copied byte for byte");
+    return by_value(&value, sizeof(T));
+  }
 };
 
-// Checks a launch's arguments against a kernel's parameters: count, scalar vs pointer, null
-// pointers, element dtype of typed pointers, integer ranges (ArgumentError naming the kernel
-// and the parameter). Shared by the GPU launcher and the CPU backend.
+// Where each parameter's value lies in the buffer a launch's kernelParams point into:
+// scalars and pointers in 8-byte slots (their C type's bits, little-endian, so the low bytes
+// are a narrower type's value), by-value blobs at their own alignment. A kernel with only
+// scalars and pointers has slot i at byte 8 * i, so front ends may fill a uint64_t array.
+struct ArgumentLayout {
+  std::vector<uint32_t> offsets;  // per parameter, from the buffer's start
+  size_t bytes = 0;               // the buffer's size
+  size_t alignment = 8;           // the buffer's alignment (the largest parameter's)
+  bool slots_only = true;         // no blobs: offsets[i] == 8 * i
+};
+ArgumentLayout argument_layout(const std::vector<KernelParam>& params);
+
+// Storage for one launch's argument buffer, aligned for its layout: inline (no allocation on
+// the hot path) up to kInlineBytes, on the heap beyond. Not initialized.
+class ArgumentBuffer {
+ public:
+  static constexpr size_t kInlineBytes = 1024;
+  static constexpr size_t kInlineAlignment = 64;
+  explicit ArgumentBuffer(const ArgumentLayout& layout);
+  ArgumentBuffer(const ArgumentBuffer&) = delete;
+  ArgumentBuffer& operator=(const ArgumentBuffer&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  alignas(kInlineAlignment) uint8_t inline_[kInlineBytes];
+  std::unique_ptr<uint8_t[]> heap_;
+  uint8_t* data_ = inline_;
+};
+
+// Writes checked arguments into `buffer` (layout.bytes, aligned to layout.alignment) where
+// `layout` places them, each in its parameter's C type.
+void pack_arguments(const KernelSource& s, const std::vector<KernelArg>& args, const ArgumentLayout& layout,
+                    uint8_t* buffer);
+// cuLaunchKernel's kernelParams for a packed buffer: out[i] = buffer + layout.offsets[i].
+void kernel_param_pointers(const ArgumentLayout& layout, uint8_t* buffer, void** out);
+
+// Checks a launch's arguments against a kernel's parameters: count, scalar vs pointer vs
+// by-value blob, null pointers, element dtype of typed pointers, integer ranges, blob sizes
+// (ArgumentError naming the kernel and the parameter). Shared by the GPU launcher and the CPU
+// backend.
 void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args);
-// The grid a launch's arguments give (ArgumentError when it cannot be evaluated or is too big).
+// The grid a launch's arguments give (ArgumentError when it cannot be evaluated, is too big, or
+// is not a multiple of the kernel's cluster shape).
 std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args);
 
 struct CompiledKernel {
@@ -79,12 +131,15 @@ class Launcher {
   // The grid the arguments give (for tests and tools).
   std::array<uint32_t, 3> grid(const std::vector<KernelArg>& args) const;
   // The hot path for front ends that checked the arguments themselves: each parameter's value
-  // already in its C type's bits (8-byte slots), the grid already evaluated.
-  void launch_raw(const std::array<uint32_t, 3>& grid, uint64_t* slots, Stream stream = nullptr) const;
+  // already in its C type's bits where layout() places it, the grid already evaluated (by
+  // launch_grid, which also checks it against the cluster shape).
+  void launch_raw(const std::array<uint32_t, 3>& grid, uint8_t* arguments, Stream stream = nullptr) const;
   const CompiledKernel& kernel() const { return kernel_; }
+  const ArgumentLayout& layout() const { return layout_; }
 
  private:
   CompiledKernel kernel_;
+  ArgumentLayout layout_;
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<LoadedModule> module_;
 };

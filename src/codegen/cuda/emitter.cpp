@@ -1,6 +1,8 @@
 // The CUDA emitter: kernel skeleton, statements and scalar expressions.
 #include "emitter.h"
 
+#include <fmt/ranges.h>
+
 #include <cctype>
 #include <cmath>
 #include <numeric>
@@ -434,6 +436,11 @@ KernelSource Emitter::run() {
   src.arch = target.arch;
   src.block_threads = kernel.num_threads();
   src.grid = kernel.grid;
+  src.cluster = kernel.cluster;
+  if (src.clustered() && target.sm < 90)
+    throw CompileError(fmt::format("kernel {}: thread-block clusters (cluster_blocks {}) need sm_90 or newer, not {}",
+                                   kernel.name, fmt::join(kernel.cluster, "x"), target.arch),
+                       kernel.loc);
   std::string params;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const Var& p = kernel.params[i];
