@@ -267,6 +267,12 @@ std::vector<InstNode::Operand> InstNode::traits() const {
   return f.all;
 }
 
+bool InstNode::touches_memory() const {
+  for (auto& o : traits())
+    if (o.scopes & (kGlobal | kShared)) return true;
+  return false;
+}
+
 bool InstNode::is_pure() const {
   if (has_side_effects()) return false;
   for (auto& [t, a] : operands())

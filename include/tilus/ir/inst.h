@@ -129,6 +129,9 @@ struct InstNode {
   };
   // Every tensor the instruction defines (access Write) or uses, with its traits.
   std::vector<Operand> traits() const;
+  // Some tensor it defines or uses may be in global or shared memory (the emitters' memory
+  // family).
+  bool touches_memory() const;
   // True when removing the instruction cannot change the program's behaviour if its
   // output is unused.
   bool is_pure() const;

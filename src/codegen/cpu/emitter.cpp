@@ -562,16 +562,6 @@ void Emitter::emit_inst(const InstNode& inst) {
 
 void Emitter::emit_inst_body(const InstNode& inst) {
   switch (inst.kind()) {
-    case InstKind::GlobalView:
-    case InstKind::AllocateShared:
-    case InstKind::FreeShared:
-    case InstKind::SliceShared:
-    case InstKind::LoadGlobal:
-    case InstKind::StoreGlobal:
-    case InstKind::LoadShared:
-    case InstKind::StoreShared:
-    case InstKind::CopyAsync:
-    case InstKind::Copy: emit_memory(inst); return;
     // Asynchronous copies complete at once; one block's tile instructions run in order.
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitGroup:
@@ -580,8 +570,11 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::Assume:
     case InstKind::AnnotateLayout: return;
     case InstKind::Printf: emit_printf(static_cast<const PrintfInst&>(inst)); return;
-    default: emit_compute(inst); return;
+    default: break;
   }
+  // Everything whose traits name global or shared memory is the memory family's.
+  if (inst.touches_memory()) emit_memory(inst);
+  else emit_compute(inst);
 }
 
 void Emitter::emit_printf(const PrintfInst& inst) {

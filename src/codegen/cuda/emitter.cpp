@@ -362,19 +362,18 @@ void Emitter::emit_inst(const InstNode& inst) {
     linef("// {}{}", inst.display_name(), where);
   }
   switch (inst.kind()) {
-    case InstKind::GlobalView:
-    case InstKind::AllocateShared:
-    case InstKind::FreeShared:
-    case InstKind::SliceShared:
-    case InstKind::LoadGlobal:
-    case InstKind::StoreGlobal:
-    case InstKind::LoadShared:
-    case InstKind::StoreShared:
-    case InstKind::CopyAsync:
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitGroup:
-    case InstKind::CopyAsyncWaitAll:
-    case InstKind::Copy: emit_memory(inst); return;
+    case InstKind::CopyAsyncWaitAll: emit_memory(inst); return;
+    case InstKind::AnnotateLayout: return;  // consumed by layout inference
+    default: break;
+  }
+  // Everything whose traits name global or shared memory is the memory family's.
+  if (inst.touches_memory()) {
+    emit_memory(inst);
+    return;
+  }
+  switch (inst.kind()) {
     case InstKind::Dot: emit_dot(inst); return;
     case InstKind::Reduce: emit_reduce(inst); return;
     case InstKind::Sync: emit_barrier(inst); return;
@@ -384,7 +383,6 @@ void Emitter::emit_inst(const InstNode& inst) {
       linef("__builtin_assume({});", expr(simplify(i.cond)));
       return;
     }
-    case InstKind::AnnotateLayout: return;  // consumed by layout inference
     default: emit_compute(inst); return;
   }
 }
