@@ -521,7 +521,8 @@ PYBIND11_MODULE(_C, m) {
         b.copy(CopyRegion{src, to_exprs(src_offsets), to_exprs(src_extents), std::nullopt},
                CopyRegion{dst, to_exprs(dst_offsets), to_exprs(dst_extents), std::nullopt}, args, loc_of(loc));
       })
-      .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, const Tensor& c, L loc) { return b.dot(x, y, c, loc_of(loc)); })
+      .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, std::optional<Tensor> c, std::optional<DataType> acc_dtype,
+                     L loc) { return c ? b.dot(x, y, *c, loc_of(loc)) : b.dot(x, y, acc_dtype, loc_of(loc)); })
       .def("cast", [](Builder& b, const Tensor& x, DataType t, L loc) { return b.cast(x, t, loc_of(loc)); })
       .def("view", [](Builder& b, const Tensor& x, std::optional<DataType> t, std::optional<RegisterLayout> l, L loc) {
         return b.view(x, t, l ? *l : RegisterLayout(), loc_of(loc));

@@ -495,15 +495,8 @@ class Script:
     def dot(self, a, b, c=None, *, out=None, acc_dtype=None):
         loc = _here()
         ta, tb = _tensor(a, "dot", loc), _tensor(b, "dot", loc)
-        if c is None:
-            from . import float32, int32
-            dt = acc_dtype or (float32 if ta.dtype.is_float else int32)
-            sa, sb = ta.shape, tb.shape
-            shape = [sa[0] if len(sa) == 2 else 1, sb[1] if len(sb) == 2 else 1]
-            tc = _builder().register_tensor(dt, shape, 0, loc)
-        else:
-            tc = _tensor(c, "dot", loc)
-        return self._into(out, RegisterTensor(_builder().dot(ta, tb, tc, loc)), loc)
+        tc = None if c is None else _tensor(c, "dot", loc)
+        return self._into(out, RegisterTensor(_builder().dot(ta, tb, tc, acc_dtype, loc)), loc)
 
     def cast(self, x, dtype):
         loc = _here()
