@@ -19,10 +19,29 @@
 #include "tilus/ir/printer.h"
 #include "tilus/lang/builder.h"
 #include "tilus/passes/pipeline.h"
+#include "tilus/runtime/autotune.h"
 #include "tilus/runtime/jit.h"
 
 namespace py = pybind11;
 using namespace tilus;
+
+// Tuning values cross as their text (Python str); C++ ints are accepted too.
+template <>
+struct pybind11::detail::type_caster<TuneValue> {
+  PYBIND11_TYPE_CASTER(TuneValue, const_name("str"));
+  bool load(handle src, bool) {
+    if (PyUnicode_Check(src.ptr())) {
+      value = TuneValue::from_text(src.cast<std::string>());
+      return true;
+    }
+    if (PyLong_Check(src.ptr()) && !PyBool_Check(src.ptr())) {
+      value = TuneValue(src.cast<int64_t>());
+      return true;
+    }
+    return false;
+  }
+  static handle cast(const TuneValue& v, return_value_policy, handle) { return py::str(v.text()).release(); }
+};
 
 namespace {
 
@@ -63,7 +82,8 @@ void def_binary(py::class_<Expr>& c, const char* name, const char* rname, F f) {
   c.def(rname, [f](const Expr& a, const py::object& b) { return f(to_expr(b), a); });
 }
 
-// A launch's argument list from Python values: pointers as ints, scalars as int/float.
+// A launch's argument list from Python values: KernelArgs (the front end's pointers), pointers
+// as ints, scalars as int/float.
 std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, const py::sequence& values,
                                const std::vector<int64_t>& extents) {
   std::vector<KernelArg> args;
@@ -71,6 +91,10 @@ std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, const py:
   args.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     py::handle v = values[i];
+    if (py::isinstance<KernelArg>(v)) {
+      args.push_back(v.cast<const KernelArg&>());
+      continue;
+    }
     bool pointer = i < params.size() && params[i].dtype.is_pointer();
     if (i < params.size() && params[i].is_blob()) {
       // A by-value parameter's value: a contiguous bytes-like object (anything else is taken
@@ -224,6 +248,24 @@ struct GpuKernel {
   }
 };
 
+// A Python Script's kernel before it is traced (its name and runtime parameters): checks a
+// call's arguments with check_arguments, as every launch does, and says what the call is
+// specialized on: per argument True / False (integers and pointers) or None (floats), the facts
+// for the traced program, and the backend the arguments ask for.
+struct KernelSignature {
+  KernelSource source;  // the name and the params only
+
+  py::tuple check(const py::sequence& values) const {
+    std::vector<KernelArg> args = to_args(source.params, values, {});
+    check_arguments(source, args);
+    std::map<int, int64_t> facts = specialization_of(args);
+    py::tuple flags(args.size());
+    for (size_t i = 0; i < args.size(); ++i)
+      flags[i] = args[i].kind == KernelArg::Kind::Float ? py::object(py::none()) : py::bool_(facts.count(int(i)) > 0);
+    return py::make_tuple(flags, to_string(backend_for(source.name, args)), facts);
+  }
+};
+
 struct CpuKernelHandle {
   std::shared_ptr<const CpuKernel> kernel;
   std::vector<KernelParam> params;
@@ -280,14 +322,14 @@ struct TorchFastPath {
           PyErr_Clear();
           return false;
         }
-        if ((addr & 15) == 0) mask |= uint64_t(1) << i;
+        if (is_specialized(addr)) mask |= uint64_t(1) << i;
         addresses[i] = addr;
         last_tensor = a;
       } else if (kinds[i] == 1) {
         if (!PyLong_CheckExact(a)) return false;
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
-        if (!overflow && (v & 15) == 0) mask |= uint64_t(1) << i;
+        if (!overflow && is_specialized(uint64_t(v))) mask |= uint64_t(1) << i;
       } else if (kinds[i] == 3) {
         if (!PyObject_CheckBuffer(a)) return false;
       } else if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a)) {
@@ -476,7 +518,7 @@ PYBIND11_MODULE(_C, m) {
         return print(p, o);
       }, py::arg("locations") = false)
       .def_property_readonly("kernel_name", [](const Program& p) { return p.kernels.at(0).name; })
-      .def("set_divisibility", [](Program& p, int index, int64_t d) { p.kernels.at(0).param_divisibility[index] = d; })
+      .def("specialize", &specialize)
       .def("lowered", [](const Program& p, const std::string& arch) {
         PipelineOptions o;
         o.target = arch == "cpu" ? Target::cpu() : Target::from_arch(arch);
@@ -576,7 +618,8 @@ PYBIND11_MODULE(_C, m) {
         b.copy(CopyRegion{src, to_exprs(src_offsets), to_exprs(src_extents), std::nullopt},
                CopyRegion{dst, to_exprs(dst_offsets), to_exprs(dst_extents), std::nullopt}, args, loc_of(loc));
       })
-      .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, const Tensor& c, L loc) { return b.dot(x, y, c, loc_of(loc)); })
+      .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, std::optional<Tensor> c, std::optional<DataType> acc_dtype,
+                     L loc) { return c ? b.dot(x, y, *c, loc_of(loc)) : b.dot(x, y, acc_dtype, loc_of(loc)); })
       .def("cast", [](Builder& b, const Tensor& x, DataType t, L loc) { return b.cast(x, t, loc_of(loc)); })
       .def("view", [](Builder& b, const Tensor& x, std::optional<DataType> t, std::optional<RegisterLayout> l, L loc) {
         return b.view(x, t, l ? *l : RegisterLayout(), loc_of(loc));
@@ -636,15 +679,20 @@ PYBIND11_MODULE(_C, m) {
         return TorchFastPath{std::move(kinds), std::move(dtypes), std::move(tensor_type), std::move(raw_stream), {}, {}};
       }))
       .def("__call__", &TorchFastPath::call)
-      .def("add", [](TorchFastPath& f, uint64_t mask, py::object kernel) {
-        f.kernels[mask] = &kernel.cast<GpuKernel&>();
+      .def("add", [](TorchFastPath& f, py::object kernel, const py::sequence& values) {
+        // The kernel compiled for these arguments, under the mask call() computes.
+        GpuKernel& k = kernel.cast<GpuKernel&>();
+        uint64_t mask = 0;
+        for (auto& [index, d] : specialization_of(to_args(k.launcher->kernel().source.params, values, {})))
+          mask |= uint64_t(1) << index;
+        f.kernels[mask] = &k;
         f.keep.push_back(kernel);
       });
   m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
     std::string a = arch.empty() ? current_device().arch() : arch;
     CompiledKernel k;
     {
-      // NVRTC is thread-safe: the autotuner compiles configs from several Python threads.
+      // NVRTC is thread-safe: other Python threads (compiling too, perhaps) run meanwhile.
       py::gil_scoped_release release;
       k = compile_program(p, a, cache ? &default_cache() : nullptr);
     }
@@ -659,7 +707,7 @@ PYBIND11_MODULE(_C, m) {
   });
 
   py::class_<CpuKernelHandle>(m, "CpuKernel")
-      .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents"))
+      .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents") = std::vector<int64_t>{})
       .def_property_readonly("llvm_ir", [](const CpuKernelHandle& k) { return k.kernel->llvm_ir(); })
       .def_property_readonly("checked", [](const CpuKernelHandle& k) { return k.kernel->checked(); });
   m.def("compile_cpu", [](const Program& p, bool checked, int threads) {
@@ -670,6 +718,85 @@ PYBIND11_MODULE(_C, m) {
     for (const Var& v : h.kernel->kernel().params) h.params.push_back(KernelParam{v.name(), v.dtype()});
     return h;
   }, py::arg("program"), py::arg("checked") = false, py::arg("threads") = 0);
+
+  // --- launch arguments -------------------------------------------------------------------------
+  py::class_<KernelArg>(m, "KernelArg")
+      .def_static("pointer", [](uint64_t address, DataType pointee, int64_t bytes, const std::string& device) {
+        KernelArg a = KernelArg::typed_pointer(DevicePtr(address), pointee);
+        a.bytes = bytes;
+        a.memory = device == "cuda" ? KernelArg::Memory::Device
+                   : device == "cpu" ? KernelArg::Memory::Host
+                                     : KernelArg::Memory::Unknown;
+        return a;
+      }, py::arg("address"), py::arg("pointee"), py::arg("bytes"), py::arg("device"))
+      .def_property_readonly("address", [](const KernelArg& a) { return uint64_t(a.ptr); });
+  py::class_<KernelSignature>(m, "KernelSignature")
+      .def(py::init([](const std::string& name, const std::vector<std::pair<std::string, DataType>>& params) {
+        KernelSignature s;
+        s.source.name = name;
+        for (auto& [n, t] : params) s.source.params.push_back(KernelParam{n, t});
+        return s;
+      }))
+      .def("check", &KernelSignature::check);
+
+  // --- autotuning -------------------------------------------------------------------------------
+  py::class_<TuneSpace>(m, "TuneSpace")
+      .def(py::init<>())
+      .def(py::init<const TuneSpace&>())
+      .def("add", [](TuneSpace& s, const std::string& names, std::vector<std::vector<TuneValue>> points, L loc) {
+        s.add(names, std::move(points), loc_of(loc));
+      })
+      .def("configs", &TuneSpace::configs, py::arg("fixed") = TuneConfig{})
+      .def_property_readonly("names", &TuneSpace::names);
+  py::class_<TuneEntry>(m, "TuneEntry")
+      .def_readonly("key", &TuneEntry::key)
+      .def_readonly("winner", &TuneEntry::winner)
+      .def_readonly("compile_s", &TuneEntry::compile_s)
+      .def_readonly("tuning_s", &TuneEntry::tuning_s)
+      .def_property_readonly("results", [](const TuneEntry& e) {
+        py::list out;
+        for (auto& r : e.results) out.append(py::make_tuple(r.config, r.ms, r.error));
+        return out;
+      })
+      .def("__str__", &tune_report);
+  m.def("tune_bucket", &tune_bucket);
+  m.def("tune_space_id", &tune_space_id);
+  m.def("tune_key", [](const std::string& script, const py::sequence& values, const std::string& arch,
+                       const std::string& space, const TuneConfig& fixed, const TuneConfig& constants) {
+    return tune_key(script, to_args({}, values, {}), arch, space, fixed, constants);
+  });
+  m.def("store_tune_entry", &store_tune_entry);
+  m.def("load_tune_entry", &load_tune_entry);
+  // Tunes with the C++ tuner: `trace(config)` returns the config's traced Program (called from
+  // the compile threads, which hold the GIL only for it); `timer(config)`, when given, replaces
+  // the timing (tests). A tilus error raised in `trace` skips the config like any other.
+  m.def("tune", [](const std::string& key, const std::vector<TuneConfig>& configs, const py::function& trace,
+                   const py::sequence& values, const std::string& arch, int repeat, const py::object& timer,
+                   const std::string& name, L where) {
+    TuneOptions o;
+    o.arch = arch;
+    o.repeat = repeat;
+    o.name = name;
+    o.where = loc_of(where);
+    if (!timer.is_none())
+      o.timer = [timer](const TuneConfig& c) {
+        py::gil_scoped_acquire gil;
+        return timer(c).cast<double>();
+      };
+    TraceConfig traced = [trace](const TuneConfig& c) {
+      py::gil_scoped_acquire gil;
+      try {
+        return trace(c).cast<Program>();
+      } catch (py::error_already_set& e) {
+        if (e.matches(error.ptr()) || e.matches(PyExc_RuntimeError)) throw CompileError(py::str(e.value()));
+        throw;
+      }
+    };
+    std::vector<KernelArg> args = to_args({}, values, {});
+    py::gil_scoped_release release;
+    return tune(key, configs, traced, args, o);
+  });
+  m.def("tune_report", &tune_report);
 
   m.def("device_info", [] {
     const DeviceInfo& d = current_device();

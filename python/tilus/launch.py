@@ -7,14 +7,19 @@ A call ``MyKernel(hparams)(*args)`` maps each argument to its parameter by the a
 Runtime integers are specialized on divisibility by 16 and pointers on 16-byte alignment. The
 first call for a specialization traces, runs the passes and compiles; later calls are one
 dictionary lookup and the launch.
+
+Python only turns each argument object into what the C++ core launches with (a KernelArg:
+address, element dtype, byte extent and device; or a number); the core checks the arguments,
+says what the call specializes on and which backend it runs on, exactly as for C++ launches.
 """
 import inspect
 import os
 import threading
 
 from . import _C
-from . import script as _script
 from ._C import ArgumentError, CompileError, DataType
+from .tracing import tracing
+from .transform import normalize
 
 _CONST_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
 
@@ -27,11 +32,14 @@ _DTYPE_NAMES = {
 }
 _TYPESTR = {"f2": "float16", "f4": "float32", "f8": "float64", "i1": "int8", "i2": "int16", "i4": "int32",
             "i8": "int64", "u1": "uint8", "u2": "uint16", "u4": "uint32", "u8": "uint64", "b1": "bool"}
+_POINTEES = {name: DataType.from_name(name) for name in set(_DTYPE_NAMES.values())}
 
 _lock = threading.Lock()
 
 
 class _Param:
+    # index: the position among the kernel's runtime parameters (as C++ messages count them),
+    # or in the whole signature for a compile-time constant
     __slots__ = ("name", "index", "kind", "dtype", "const_type", "torch_dtype")
 
     def __init__(self, name, index, kind, dtype=None, const_type=None):
@@ -59,15 +67,18 @@ def _annotations(fn):
 class _Signature:
     def __init__(self, cls):
         fn = cls._tilus_body
+        self.name = cls.__name__
         self.file = inspect.getsourcefile(fn)
         self.line = fn.__code__.co_firstlineno
         self.params = []
+        runtime = []
         for i, (name, ann, p) in enumerate(_annotations(fn)):
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise CompileError(f"{self.file}:{self.line}: {cls.__name__}.__call__: *args / **kwargs are not "
                                    "supported in a kernel signature")
             if isinstance(ann, DataType):
-                self.params.append(_Param(name, i, "ptr" if ann.is_pointer else "scalar", ann))
+                self.params.append(_Param(name, len(runtime), "ptr" if ann.is_pointer else "scalar", ann))
+                runtime.append((name, ann))
             elif ann in _CONST_TYPES:
                 self.params.append(_Param(name, i, "const", const_type=ann))
             else:
@@ -75,6 +86,7 @@ class _Signature:
                     f"{self.file}:{self.line}: {cls.__name__}.__call__: parameter '{name}' needs an annotation: a tilus "
                     f"dtype (int32, float32, ...) for a runtime scalar, ~dtype for a pointer, or int / float / bool / "
                     f"str for a compile-time constant (got {ann!r})")
+        self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
         # The torch fast path: usable when torch is present and every pointer's dtype maps to one.
         self.torch_ok = False
@@ -94,7 +106,7 @@ class _Signature:
         self.torch_ok = ok
 
 
-def _signature(cls):
+def signature(cls):
     sig = cls.__dict__.get("_tilus_signature")
     if sig is None:
         sig = _Signature(cls)
@@ -104,38 +116,55 @@ def _signature(cls):
 
 # --- arguments ----------------------------------------------------------------------------------
 
-class _Pointer:
-    __slots__ = ("address", "dtype", "device", "nbytes", "stream_owner")
-
-    def __init__(self, address, dtype, device, nbytes, stream_owner=None):
-        self.address, self.dtype, self.device, self.nbytes, self.stream_owner = address, dtype, device, nbytes, stream_owner
+def _argument_error(kernel, p, why):
+    return ArgumentError(f"kernel {kernel}, argument {p.index} ('{p.name}': {p.dtype!r}): {why}")
 
 
-def _pointer(obj, param, kernel):
-    """Address, element dtype and device ("cuda" / "cpu") of an array argument."""
+def _pointer(obj, p, kernel):
+    """The KernelArg of an array argument (address, element dtype, bytes, device) and who owns
+    the stream it is used on ("torch" or None)."""
     mod = type(obj).__module__
     if mod.startswith("torch"):
-        dt = str(obj.dtype).replace("torch.", "")
-        dev = "cuda" if obj.is_cuda else "cpu" if obj.device.type == "cpu" else obj.device.type
-        return _Pointer(obj.data_ptr(), _DTYPE_NAMES.get(dt, dt), dev, obj.numel() * obj.element_size(), "torch")
+        device = "cuda" if obj.is_cuda else obj.device.type
+        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * obj.element_size(),
+                      device), "torch"
     if mod.startswith("numpy"):
-        return _Pointer(obj.ctypes.data, _DTYPE_NAMES.get(obj.dtype.name, obj.dtype.name), "cpu", obj.nbytes)
+        return _typed(p, kernel, obj.ctypes.data, obj.dtype.name, obj.nbytes, "cpu"), None
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        dt = _TYPESTR.get(cai["typestr"][1:], cai["typestr"])
         n = 1
         for s in cai["shape"]:
             n *= s
-        return _Pointer(cai["data"][0], dt, "cuda", n * int(cai["typestr"][2:] or 1))
+        dtype = _TYPESTR.get(cai["typestr"][1:], cai["typestr"])
+        return _typed(p, kernel, cai["data"][0], dtype, n * int(cai["typestr"][2:] or 1), "cuda"), None
     if hasattr(obj, "__dlpack__"):
         try:
             import torch
-            return _pointer(torch.from_dlpack(obj), param, kernel)
+            return _pointer(torch.from_dlpack(obj), p, kernel)
         except ImportError:
             import numpy
-            return _pointer(numpy.from_dlpack(obj), param, kernel)
-    raise ArgumentError(f"kernel {kernel}, argument {param.index} ('{param.name}': {param.dtype!r}): expected a tensor "
-                        f"(torch, cupy, numpy, DLPack or CUDA array interface), got {type(obj).__name__}")
+            return _pointer(numpy.from_dlpack(obj), p, kernel)
+    raise _argument_error(kernel, p, "expected a tensor (torch, cupy, numpy, DLPack or CUDA array interface), got "
+                                     f"{type(obj).__name__}")
+
+
+def _typed(p, kernel, address, dtype, nbytes, device):
+    pointee = _POINTEES.get(_DTYPE_NAMES.get(dtype, dtype))
+    if pointee is None:  # a dtype tilus has no name for: only a void* parameter takes it
+        if p.dtype.pointee.name != "void":
+            raise _argument_error(kernel, p, f"points to {dtype} data, the kernel reads {p.dtype.pointee!r}")
+        pointee = p.dtype.pointee
+    return _C.KernelArg.pointer(address, pointee, nbytes, device)
+
+
+def _scalar(a, p, kernel):
+    """A scalar argument as the Python int or float the core takes (it checks kinds and ranges)."""
+    if type(a) is int or type(a) is float:
+        return float(a) if p.dtype.is_float else a
+    if isinstance(a, bool) and not p.dtype.is_bool or not isinstance(a, (int, float)) and not hasattr(a, "__index__"):
+        raise _argument_error(kernel, p, f"expected a number, got {type(a).__name__}")
+    v = float(a) if isinstance(a, float) else a.__index__()
+    return float(v) if p.dtype.is_float else v
 
 
 def _stream_of(stream, owner):
@@ -150,14 +179,64 @@ def _stream_of(stream, owner):
     return 0
 
 
+def bind(sig, args, kw):
+    """A call's arguments in parameter order (keywords placed by name) and its stream= argument."""
+    stream = None
+    if kw:
+        kw = dict(kw)
+        stream = kw.pop("stream", None)
+    if kw:
+        names = [p.name for p in sig.params]
+        args = list(args) + [None] * (len(names) - len(args))
+        for k, v in kw.items():
+            if k not in names:
+                raise ArgumentError(f"kernel {sig.name} has no parameter '{k}' (parameters: {', '.join(names)})")
+            args[names.index(k)] = v
+    if len(args) != len(sig.params):
+        raise ArgumentError(f"kernel {sig.name} takes {len(sig.params)} arguments "
+                            f"({', '.join(p.name for p in sig.params)}), got {len(args)}")
+    return args, stream
+
+
+class Call:
+    """One call's arguments as the core takes them: `values` (KernelArgs and numbers) of the
+    runtime parameters, the compile-time `constants`, the specialization `key` (per parameter:
+    True / False for integers and pointers, None for floats, ("c", value) for a constant; the
+    backend last), the `facts` for the traced program, where it runs and on which stream."""
+    __slots__ = ("values", "constants", "key", "facts", "backend", "owner", "stream")
+
+
+def arguments(sig, args, stream=None):
+    """Checks a call's arguments (errors name the kernel and the parameter) and returns its Call."""
+    c = Call()
+    c.values, c.constants, c.owner, c.stream = [], {}, None, stream
+    for p, a in zip(sig.params, args):
+        if p.kind == "ptr":
+            value, owner = _pointer(a, p, sig.name)
+            c.owner = c.owner or owner
+            c.values.append(value)
+        elif p.kind == "scalar":
+            c.values.append(_scalar(a, p, sig.name))
+        else:
+            if not isinstance(a, p.const_type) or (p.const_type is int and isinstance(a, bool)):
+                raise ArgumentError(f"kernel {sig.name}, argument {p.index} ('{p.name}'): a compile-time "
+                                    f"{p.const_type.__name__}, got {a!r}")
+            c.constants[p.name] = a
+    flags, c.backend, c.facts = sig.kernel.check(c.values)
+    if c.constants:
+        flag = iter(flags)
+        flags = tuple(("c", c.constants[p.name]) if p.kind == "const" else next(flag) for p in sig.params)
+    c.key = flags + (c.backend,)
+    return c
+
+
 # --- compiling ----------------------------------------------------------------------------------
 
-def trace(script, constants=None, divisibility=None):
+def trace(script, constants=None):
     """The traced (not yet lowered) Program of a Script for given compile-time constants."""
     cls = type(script)
-    sig = _signature(cls)
+    sig = signature(cls)
     if sig.normalized is None:
-        from .transform import normalize
         sig.normalized = normalize(cls._tilus_body)
     constants = constants or {}
     b = _C.Builder(cls.__name__, (sig.file, sig.line))
@@ -171,36 +250,14 @@ def trace(script, constants=None, divisibility=None):
             args.append(v)
         else:
             args.append(b.add_param(p.name, p.dtype, (sig.file, sig.line)))
-    prev = getattr(_script._tracing, "builder", None)
-    state = (getattr(_script._tracing, "bound", None), getattr(_script._tracing, "mutables", None),
-             getattr(_script._tracing, "keep", None))
-    _script._tracing.builder = b
-    _script._tracing.bound = {}
-    _script._tracing.mutables = set()
-    _script._tracing.keep = []
-    try:
+    with tracing(b):
         script.attrs._values.clear()  # each trace sets them anew
         sig.normalized(script, *args)
-        program = b.finish()
-    finally:
-        _script._tracing.builder = prev
-        _script._tracing.bound, _script._tracing.mutables, _script._tracing.keep = state
-    for index, d in (divisibility or {}).items():
-        program.set_divisibility(index, d)
-    return program
+        return b.finish()
 
 
-def _backend_for(devices):
-    env = os.environ.get("TILUS_TARGET", "")
-    if env in ("cpu", "gpu", "cuda"):
-        return "cpu" if env == "cpu" else "gpu"
-    if "cpu" in devices and "cuda" in devices:
-        raise ArgumentError("the arguments mix host and CUDA arrays; pass all of them on one device")
-    if "cpu" in devices:
-        return "cpu"
-    if "cuda" in devices:
-        return "gpu"
-    return _C.default_backend()
+def _env_flag(name):
+    return os.environ.get(name, "") not in ("", "0", "false", "False")
 
 
 class _Compiled:
@@ -210,18 +267,19 @@ class _Compiled:
         self.kernel, self.backend, self.program = kernel, backend, program
 
 
-def _compile(script, key, constants, divisibility, backend):
-    program = trace(script, constants, divisibility)
-    if backend == "cpu":
+def _compile(script, call):
+    program = trace(script, call.constants)
+    program.specialize(call.facts)
+    if call.backend == "cpu":
         if not _C.cpu_backend_available():
             raise CompileError("the CPU backend is not available: " + _C.cpu_unavailable_reason())
-        kernel = _C.compile_cpu(program, checked=_script.env_flag("TILUS_CPU_CHECK"))
+        kernel = _C.compile_cpu(program, checked=_env_flag("TILUS_CPU_CHECK"))
     else:
         if not _C.gpu_available():
             raise ArgumentError("no GPU: " + _C.gpu_unavailable_reason() + " (use host arrays or TILUS_TARGET=cpu "
                                 "to run on the CPU backend)")
         kernel = _C.compile_gpu(program)
-    return _Compiled(kernel, backend, program)
+    return _Compiled(kernel, call.backend, program)
 
 
 # --- launching ----------------------------------------------------------------------------------
@@ -241,67 +299,43 @@ def _make_fast(sig):
 
 
 def prepare(script, args, kw):
-    """Checks a call's arguments and returns (compiled kernel, key, launch values, extents,
-    stream owner, stream), compiling the specialization on first use."""
+    """Checks a call's arguments and returns (compiled kernel, Call), compiling the
+    specialization on first use."""
     cls = type(script)
-    sig = cls.__dict__.get("_tilus_signature") or _signature(cls)
-    kw = dict(kw)
-    stream = kw.pop("stream", None)
-    if kw:
-        # keyword arguments by parameter name
-        names = [p.name for p in sig.params]
-        args = list(args) + [None] * (len(names) - len(args))
-        for k, v in kw.items():
-            if k not in names:
-                raise ArgumentError(f"kernel {cls.__name__} has no parameter '{k}' (parameters: {', '.join(names)})")
-            args[names.index(k)] = v
-    params = sig.params
-    if len(args) != len(params):
-        raise ArgumentError(f"kernel {cls.__name__} takes {len(params)} arguments "
-                            f"({', '.join(p.name for p in params)}), got {len(args)}")
+    sig = cls.__dict__.get("_tilus_signature") or signature(cls)
+    call = arguments(sig, *bind(sig, args, kw))
     cache = script.__dict__.get("_tilus_kernels")
     if cache is None:
         cache = script.__dict__["_tilus_kernels"] = {}
-    key, values, extents, owner = _general_arguments(cls, params, args)
-    compiled = cache.get(key)
+    compiled = cache.get(call.key)
     if compiled is None:
+        compiled = _compile(script, call)  # outside the lock: several threads compile in parallel
         with _lock:
-            compiled = cache.get(key)
-        if compiled is None:
-            constants = {p.name: a for p, a in zip(params, args) if p.kind == "const"}
-            divisibility = {}
-            runtime = [p for p in params if p.kind != "const"]
-            flags = [k for k, p in zip(key, params) if p.kind != "const"]
-            for i, (p, f) in enumerate(zip(runtime, flags)):
-                if f:
-                    divisibility[i] = 16
-            compiled = _compile(script, key, constants, divisibility, key[-1])  # outside the lock: parallel
-            with _lock:
-                compiled = cache.setdefault(key, compiled)
-    return compiled, key, values, extents, owner, stream
+            compiled = cache.setdefault(call.key, compiled)
+    return compiled, call
 
 
-def run(compiled, values, extents, owner, stream):
+def run(compiled, call):
     if compiled.backend == "cpu":
-        compiled.kernel.launch(values, extents)
+        compiled.kernel.launch(call.values)
     else:
-        compiled.kernel.launch(values, _stream_of(stream, owner))
+        compiled.kernel.launch(call.values, _stream_of(call.stream, call.owner))
 
 
 def launch(script, args, kw):
     tuner = script.__dict__.get("_tilus_tuner")
     if tuner is not None:
         return tuner.call(script, args, kw)
-    compiled, key, values, extents, owner, stream = prepare(script, args, kw)
-    run(compiled, values, extents, owner, stream)
-    if compiled.backend == "gpu" and owner == "torch" and stream is None:
+    compiled, call = prepare(script, args, kw)
+    run(compiled, call)
+    if compiled.backend == "gpu" and call.owner == "torch" and call.stream is None:
         sig = type(script).__dict__["_tilus_signature"]
         if sig.torch_ok and not _TARGET_CPU:
-            _register_fast(script, sig, key, compiled)
+            _register_fast(script, sig, compiled, call)
     return None
 
 
-def _register_fast(script, sig, key, compiled):
+def _register_fast(script, sig, compiled, call):
     """Makes later calls with the same specialization take the fast path."""
     fast = script.__dict__.get("_tilus_fast")
     if fast is None:
@@ -309,64 +343,10 @@ def _register_fast(script, sig, key, compiled):
         if fast is None:
             return
         script.__dict__["_tilus_fast"] = fast
-    mask = 0
-    for i, (p, k) in enumerate(zip(sig.params, key)):
-        if p.kind == "ptr" or (p.kind == "scalar" and not p.dtype.is_float):
-            if k:
-                mask |= 1 << i
-    fast.add(mask, compiled.kernel)
+    fast.add(compiled.kernel, call.values)
 
 
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
-
-
-def _general_arguments(cls, params, args):
-    """Validates every argument (errors name the parameter) and builds the specialization key
-    (runtime ints: divisible by 16; pointers: 16-byte aligned; constants: their value; the
-    backend last), the launch values, the pointers' byte extents and the stream owner."""
-    key = []
-    values = []
-    extents = []
-    devices = set()
-    owner = None
-    for p, a in zip(params, args):
-        if p.kind == "ptr":
-            ptr = _pointer(a, p, cls.__name__)
-            want = p.dtype.pointee
-            if ptr.dtype != want.name and want.name != "void":
-                raise ArgumentError(f"kernel {cls.__name__}, argument {p.index} ('{p.name}': {p.dtype!r}): points to "
-                                    f"{ptr.dtype} data, the kernel reads {want!r}")
-            if ptr.address == 0:
-                raise ArgumentError(f"kernel {cls.__name__}, argument {p.index} ('{p.name}'): null pointer")
-            devices.add(ptr.device)
-            owner = owner or ptr.stream_owner
-            key.append(ptr.address % 16 == 0)
-            values.append(ptr.address)
-            extents.append(ptr.nbytes)
-        elif p.kind == "scalar":
-            if p.dtype.is_float:
-                if not isinstance(a, (int, float)) or isinstance(a, bool):
-                    raise ArgumentError(f"kernel {cls.__name__}, argument {p.index} ('{p.name}': {p.dtype!r}): expected "
-                                        f"a number, got {type(a).__name__}")
-                values.append(float(a))
-                key.append(None)
-            else:
-                if isinstance(a, bool) or not isinstance(a, int):
-                    if hasattr(a, "__index__") and not isinstance(a, bool):
-                        a = a.__index__()
-                    else:
-                        raise ArgumentError(f"kernel {cls.__name__}, argument {p.index} ('{p.name}': {p.dtype!r}): "
-                                            f"expected an int, got {type(a).__name__}")
-                values.append(a)
-                key.append(a % 16 == 0)
-            extents.append(-1)
-        else:
-            if not isinstance(a, p.const_type) or (p.const_type is int and isinstance(a, bool)):
-                raise ArgumentError(f"kernel {cls.__name__}, argument {p.index} ('{p.name}'): a compile-time "
-                                    f"{p.const_type.__name__}, got {a!r}")
-            key.append(("c", a))
-    key.append(_backend_for(devices))
-    return tuple(key), values, extents, owner
 
 
 def compiled_kernels(script):

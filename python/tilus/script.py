@@ -1,167 +1,12 @@
 """tilus.Script: kernels as Python classes, traced into the tile IR by the C++ core."""
-import os
-import sys
-import threading
-
 from . import _C
+from .launch import launch as _launch
 from ._C import CompileError, Expr
-
-_tracing = threading.local()
-
-
-# --- source locations ------------------------------------------------------------------------
-
-def _here(depth=2):
-    """(file, line) of the caller `depth` frames up: the user's line of an instruction call."""
-    f = sys._getframe(depth)
-    return (f.f_code.co_filename, f.f_lineno)
+from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, _binary, _builder, _fail, _here,
+                      _tracing, _where)
 
 
-def _where(loc):
-    return f"{loc[0]}:{loc[1]}: " if loc and loc[0] else ""
-
-
-def _fail(msg, depth=3):
-    raise CompileError(_where(_here(depth)) + msg)
-
-
-def _builder(what="a tilus instruction"):
-    b = getattr(_tracing, "builder", None)
-    if b is None:
-        raise CompileError(f"{what} can only be used while a Script is traced (inside its __call__)")
-    return b
-
-
-# --- values ------------------------------------------------------------------------------------
-
-def _is_symbolic(v):
-    return isinstance(v, (Expr, TensorBase))
-
-
-class TensorBase:
-    __slots__ = ("t", "depth")
-
-    def __init__(self, t):
-        self.t = t
-        b = getattr(_tracing, "builder", None)
-        self.depth = b.depth() if b is not None else 0
-
-    @property
-    def dtype(self):
-        return self.t.dtype
-
-    @property
-    def shape(self):
-        return self.t.shape
-
-    def __repr__(self):
-        return self.t.type_str()
-
-    def __bool__(self):
-        _fail(f"a tensor ({self.t.type_str()}) has no truth value while tracing")
-
-
-class Region:
-    """A box of a global or shared tensor (offsets, extents), or its head element (extents [])."""
-    __slots__ = ("tensor", "offsets", "extents")
-
-    def __init__(self, tensor, offsets, extents):
-        self.tensor, self.offsets, self.extents = tensor, list(offsets), list(extents)
-
-
-def _index_region(t, key, loc):
-    """t[a:b, c, ...] as a Region; integer / expression indices fix a dim (extent 1)."""
-    if not isinstance(key, tuple):
-        key = (key,)
-    shape = t.shape
-    if len(key) > len(shape):
-        raise CompileError(f"{_where(loc)}{len(key)} indices for {t.t.type_str()}")
-    offsets, extents = [], []
-    for d, k in enumerate(key):
-        if isinstance(k, slice):
-            if k.step not in (None, 1):
-                raise CompileError(f"{_where(loc)}slices of tilus tensors take no step (dim {d})")
-            lo = 0 if k.start is None else k.start
-            hi = shape[d] if k.stop is None else k.stop
-            offsets.append(lo)
-            extents.append(hi - lo)
-        else:
-            offsets.append(k)
-            extents.append(1)
-    for d in range(len(key), len(shape)):
-        offsets.append(0)
-        extents.append(shape[d])
-    return Region(t, offsets, extents)
-
-
-class GlobalTensor(TensorBase):
-    __slots__ = ()
-
-    def __getitem__(self, key):
-        return _index_region(self, key, _here())
-
-
-class SharedTensor(TensorBase):
-    __slots__ = ()
-
-    def __getitem__(self, key):
-        loc = _here()
-        keys = key if isinstance(key, tuple) else (key,)
-        if all(not isinstance(k, slice) for k in keys) and len(keys) < len(self.shape):
-            return SharedTensor(_builder().index_shared(self.t, list(keys), loc))
-        return _index_region(self, key, loc)
-
-
-def _binary(op, a, b, loc):
-    x = a.t if isinstance(a, RegisterTensor) else a
-    y = b.t if isinstance(b, RegisterTensor) else b
-    return RegisterTensor(_builder().binary(op, x, y, loc))
-
-
-class RegisterTensor(TensorBase):
-    __slots__ = ()
-
-    def to(self, dtype):
-        return RegisterTensor(_builder().cast(self.t, dtype, _here()))
-
-    def transpose(self):
-        return RegisterTensor(_builder().transpose(self.t, _here()))
-
-    @property
-    def T(self):
-        return RegisterTensor(_builder().transpose(self.t, _here()))
-
-    def __neg__(self):
-        return RegisterTensor(_builder().unary("neg", self.t, _here()))
-
-    def __invert__(self):
-        return RegisterTensor(_builder().unary("not" if self.dtype.is_bool else "bitnot", self.t, _here()))
-
-    def __abs__(self):
-        return RegisterTensor(_builder().unary("abs", self.t, _here()))
-
-    __hash__ = object.__hash__
-
-
-def _def_op(name, op, reflected=True):
-    def fwd(self, other):
-        return _binary(op, self, other, _here())
-
-    def rev(self, other):
-        return _binary(op, other, self, _here())
-
-    setattr(RegisterTensor, f"__{name}__", fwd)
-    if reflected:
-        setattr(RegisterTensor, f"__r{name}__", rev)
-
-
-for _name, _op in [("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"),
-                   ("mod", "floor_mod"), ("and", "&"), ("or", "|"), ("xor", "^"), ("lshift", "<<"),
-                   ("rshift", ">>")]:
-    _def_op(_name, _op)
-for _name, _op in [("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="), ("ne", "!=")]:
-    _def_op(_name, _op, reflected=False)
-
+# --- argument helpers of the Script methods ------------------------------------------------------
 
 def _tensor(x, what, loc, cls=RegisterTensor):
     if isinstance(x, cls):
@@ -252,115 +97,6 @@ class _ThreadGroup:
             _builder().end_thread_group()
         return False
 
-
-# --- the runtime helpers of the normalized body (transform.py) ----------------------------------
-
-class _Unbound:
-    def __repr__(self):
-        return "<unbound>"
-
-
-def _named(b, name, value, loc):
-    """A symbolic scalar bound to a Python name becomes a named `let` (computed once, shown by
-    name in the IR); everything else is bound as is."""
-    if isinstance(value, Expr) and not isinstance(value, _C.Var) and not value.is_const():
-        return b.let(name, value, loc)
-    return value
-
-
-class _Runtime:
-    UNBOUND = _Unbound()
-
-    @staticmethod
-    def symbolic(v):
-        if isinstance(v, TensorBase):
-            raise CompileError(f"{_where(_here())}a tensor ({v.t.type_str()}) used as a condition; "
-                               "reduce it to a scalar first")
-        return isinstance(v, Expr)
-
-    @staticmethod
-    def loop(script, name, line, *args, unroll=None):
-        loc = (_here()[0], line)
-        if not 1 <= len(args) <= 3:
-            raise CompileError(f"{_where(loc)}range takes 1 to 3 arguments, got {len(args)}")
-        begin, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
-        for v in (begin, end, step):
-            if isinstance(v, float) or (isinstance(v, Expr) and not (v.dtype.is_integer)):
-                raise CompileError(f"{_where(loc)}range bounds must be integers, got {v!r}")
-        u = 0 if unroll is None else (-1 if unroll is True else int(unroll))
-        b = _builder()
-        var = b.begin_for(name, begin, end, step, u, loc)
-        yield var
-        b.end_for()
-
-    @staticmethod
-    def begin_if(script, cond, line):
-        _builder().begin_if(cond, (_here()[0], line))
-
-    @staticmethod
-    def begin_else(script, line):
-        _builder().begin_else((_here()[0], line))
-
-    @staticmethod
-    def begin_while(script, cond, line):
-        _builder().begin_while(cond, (_here()[0], line))
-
-    @staticmethod
-    def end(script, what):
-        b = _builder()
-        {"if": b.end_if, "else": b.end_else, "while": b.end_while}[what]()
-
-    @staticmethod
-    def brk(script, line):
-        _builder().emit_break((_here()[0], line))
-
-    @staticmethod
-    def cont(script, line):
-        _builder().emit_continue((_here()[0], line))
-
-    @staticmethod
-    def python_jump_error(word, line):
-        raise CompileError(f"{_here()[0]}:{line}: `{word}` of a Python loop under a condition that is only known "
-                           "when the kernel runs; use an IR loop (range) or a Python condition")
-
-    @staticmethod
-    def rebind(script, name, old, value, line, mutable):
-        b = _builder()
-        depth = b.depth()
-        bound = _tracing.bound
-        loc = (_here()[0], line)
-        if old is _Runtime.UNBOUND or name not in bound:
-            bound[name] = depth
-            if isinstance(value, Expr) and id(value) in _tracing.mutables:
-                return value  # self.declare(...) already made it a kernel variable
-            if mutable and isinstance(value, Expr):
-                var = b.declare(name, value.dtype, value, loc)
-                _tracing.mutables.add(id(var))
-                _tracing.keep.append(var)
-                return var
-            return _named(b, name, value, loc)
-        if isinstance(old, Expr) and id(old) in _tracing.mutables:
-            if isinstance(value, TensorBase):
-                raise CompileError(f"{_where(loc)}cannot assign a tensor to scalar variable '{name}'")
-            b.assign(old, value, loc)
-            return old
-        if depth <= bound[name]:
-            bound[name] = depth
-            return _named(b, name, value, loc)
-        # Reassigned inside an IR loop or branch deeper than where it was bound.
-        if isinstance(old, RegisterTensor) and isinstance(value, RegisterTensor):
-            if old.t.same_as(value.t):
-                return old
-            b.assign_tensor(old.t, value.t, loc)
-            return old
-        if isinstance(old, TensorBase) or isinstance(value, TensorBase):
-            raise CompileError(f"{_where(loc)}'{name}' is rebound inside a loop or branch to a different kind of "
-                               f"value ({old!r} -> {value!r})")
-        raise CompileError(
-            f"{_where(loc)}'{name}' was bound outside this loop or branch to {old!r}, a value fixed when the kernel is "
-            f"traced; to change it at run time make it a kernel variable: {name} = self.declare({name!r}, int32, ...)")
-
-
 # --- the Script base class ----------------------------------------------------------------------
 
 class Script:
@@ -381,7 +117,6 @@ class Script:
         if body is None:
             return
         cls._tilus_body = body
-        from .launch import launch as _launch
 
         def __call__(self, *args, **kw):
             if not kw:
@@ -495,15 +230,8 @@ class Script:
     def dot(self, a, b, c=None, *, out=None, acc_dtype=None):
         loc = _here()
         ta, tb = _tensor(a, "dot", loc), _tensor(b, "dot", loc)
-        if c is None:
-            from . import float32, int32
-            dt = acc_dtype or (float32 if ta.dtype.is_float else int32)
-            sa, sb = ta.shape, tb.shape
-            shape = [sa[0] if len(sa) == 2 else 1, sb[1] if len(sb) == 2 else 1]
-            tc = _builder().register_tensor(dt, shape, 0, loc)
-        else:
-            tc = _tensor(c, "dot", loc)
-        return self._into(out, RegisterTensor(_builder().dot(ta, tb, tc, loc)), loc)
+        tc = None if c is None else _tensor(c, "dot", loc)
+        return self._into(out, RegisterTensor(_builder().dot(ta, tb, tc, acc_dtype, loc)), loc)
 
     def cast(self, x, dtype):
         loc = _here()
@@ -618,8 +346,3 @@ for _op in ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", 
 def static_range(*args):
     """A loop that runs in Python while tracing (unrolled into the IR)."""
     return range(*args)
-
-
-def env_flag(name):
-    v = os.environ.get(name, "")
-    return v not in ("", "0", "false", "False")

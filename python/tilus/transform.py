@@ -16,12 +16,17 @@ arithmetic on Python values) stays Python; only these constructs are rewritten:
   branch is declared mutable where it is first bound).
 * other iterables (lists, tuples, ``tilus.static_range``) loop in Python.
 
-Line numbers and the file name are kept, so errors point at the user's source.
+Line numbers and the file name are kept, so errors point at the user's source. The helpers
+the rewritten body calls (``_Runtime``) are at the end of this file.
 """
 import ast
 import copy
 import inspect
 import textwrap
+
+from . import _C
+from ._C import CompileError, Expr
+from .tracing import RegisterTensor, TensorBase, _builder, _here, _tracing, _where
 
 _RT = "__tilus_rt"  # the name under which the runtime helpers are visible to the body
 
@@ -287,8 +292,115 @@ def normalize(fn):
                 env[name] = cell.cell_contents
             except ValueError:
                 pass
-    from . import script as _script  # the runtime helpers
-    env[_RT] = _script._Runtime
+    env[_RT] = _Runtime
     ns = {}
     exec(code, env, ns)
     return ns[fdef.name]
+
+
+# --- the runtime helpers the normalized body calls ------------------------------------------------
+
+class _Unbound:
+    def __repr__(self):
+        return "<unbound>"
+
+
+def _named(b, name, value, loc):
+    """A symbolic scalar bound to a Python name becomes a named `let` (computed once, shown by
+    name in the IR); everything else is bound as is."""
+    if isinstance(value, Expr) and not isinstance(value, _C.Var) and not value.is_const():
+        return b.let(name, value, loc)
+    return value
+
+
+class _Runtime:
+    UNBOUND = _Unbound()
+
+    @staticmethod
+    def symbolic(v):
+        if isinstance(v, TensorBase):
+            raise CompileError(f"{_where(_here())}a tensor ({v.t.type_str()}) used as a condition; "
+                               "reduce it to a scalar first")
+        return isinstance(v, Expr)
+
+    @staticmethod
+    def loop(script, name, line, *args, unroll=None):
+        loc = (_here()[0], line)
+        if not 1 <= len(args) <= 3:
+            raise CompileError(f"{_where(loc)}range takes 1 to 3 arguments, got {len(args)}")
+        begin, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        for v in (begin, end, step):
+            if isinstance(v, float) or (isinstance(v, Expr) and not (v.dtype.is_integer)):
+                raise CompileError(f"{_where(loc)}range bounds must be integers, got {v!r}")
+        u = 0 if unroll is None else (-1 if unroll is True else int(unroll))
+        b = _builder()
+        var = b.begin_for(name, begin, end, step, u, loc)
+        yield var
+        b.end_for()
+
+    @staticmethod
+    def begin_if(script, cond, line):
+        _builder().begin_if(cond, (_here()[0], line))
+
+    @staticmethod
+    def begin_else(script, line):
+        _builder().begin_else((_here()[0], line))
+
+    @staticmethod
+    def begin_while(script, cond, line):
+        _builder().begin_while(cond, (_here()[0], line))
+
+    @staticmethod
+    def end(script, what):
+        b = _builder()
+        {"if": b.end_if, "else": b.end_else, "while": b.end_while}[what]()
+
+    @staticmethod
+    def brk(script, line):
+        _builder().emit_break((_here()[0], line))
+
+    @staticmethod
+    def cont(script, line):
+        _builder().emit_continue((_here()[0], line))
+
+    @staticmethod
+    def python_jump_error(word, line):
+        raise CompileError(f"{_here()[0]}:{line}: `{word}` of a Python loop under a condition that is only known "
+                           "when the kernel runs; use an IR loop (range) or a Python condition")
+
+    @staticmethod
+    def rebind(script, name, old, value, line, mutable):
+        b = _builder()
+        depth = b.depth()
+        bound = _tracing.bound
+        loc = (_here()[0], line)
+        if old is _Runtime.UNBOUND or name not in bound:
+            bound[name] = depth
+            if isinstance(value, Expr) and id(value) in _tracing.mutables:
+                return value  # self.declare(...) already made it a kernel variable
+            if mutable and isinstance(value, Expr):
+                var = b.declare(name, value.dtype, value, loc)
+                _tracing.mutables.add(id(var))
+                _tracing.keep.append(var)
+                return var
+            return _named(b, name, value, loc)
+        if isinstance(old, Expr) and id(old) in _tracing.mutables:
+            if isinstance(value, TensorBase):
+                raise CompileError(f"{_where(loc)}cannot assign a tensor to scalar variable '{name}'")
+            b.assign(old, value, loc)
+            return old
+        if depth <= bound[name]:
+            bound[name] = depth
+            return _named(b, name, value, loc)
+        # Reassigned inside an IR loop or branch deeper than where it was bound.
+        if isinstance(old, RegisterTensor) and isinstance(value, RegisterTensor):
+            if old.t.same_as(value.t):
+                return old
+            b.assign_tensor(old.t, value.t, loc)
+            return old
+        if isinstance(old, TensorBase) or isinstance(value, TensorBase):
+            raise CompileError(f"{_where(loc)}'{name}' is rebound inside a loop or branch to a different kind of "
+                               f"value ({old!r} -> {value!r})")
+        raise CompileError(
+            f"{_where(loc)}'{name}' was bound outside this loop or branch to {old!r}, a value fixed when the kernel is "
+            f"traced; to change it at run time make it a kernel variable: {name} = self.declare({name!r}, int32, ...)")

@@ -691,6 +691,16 @@ Tensor Builder::dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc
   return emit_with_output(i);
 }
 
+Tensor Builder::dot(const Tensor& a, const Tensor& b, std::optional<DataType> acc_dtype, SourceLoc loc) {
+  if (!a.defined() || !b.defined()) throw CompileError("dot: a and b must be register tensors", loc);
+  DataType dt = acc_dtype ? *acc_dtype : (a.dtype().is_float() ? dtypes::float32 : dtypes::int32);
+  auto dim = [](const Tensor& t, int d) {
+    return t.rank() == 2 && t.shape()[d].is_int_const() ? t.shape()[d].int_value() : int64_t(1);
+  };
+  Tensor acc = register_tensor(dt, {dim(a, 0), dim(b, 1)}, make_const(dt, 0), loc, "acc");
+  return dot(a, b, acc, loc);
+}
+
 Tensor Builder::cast(const Tensor& x, DataType dtype, SourceLoc loc) {
   auto i = make_inst<CastInst>(loc);
   i->x = x;

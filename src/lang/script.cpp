@@ -298,20 +298,8 @@ void Script::async_copy(const CopyRegionArg& src, const CopyRegionArg& dst, Asyn
 RegisterTensor Script::dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c, DotOptions opts,
                            Loc loc) {
   SourceLoc where = SourceLoc::from(loc);
-  Tensor acc = c.tensor();
-  if (!acc.defined()) {
-    // No accumulator: start from zeros of acc_dtype (float32 for float inputs, int32 else).
-    if (!a.bound() || !b.bound()) throw CompileError("dot: a and b must be register tensors", where);
-    DataType dt = opts.acc_dtype ? *opts.acc_dtype : (a.dtype().is_float() ? dtypes::float32 : dtypes::int32);
-    std::vector<int64_t> shape{a.tensor().rank() == 2 && a.tensor().shape()[0].is_int_const()
-                                   ? a.tensor().shape()[0].int_value()
-                                   : 1,
-                               b.tensor().rank() == 2 && b.tensor().shape()[1].is_int_const()
-                                   ? b.tensor().shape()[1].int_value()
-                                   : 1};
-    acc = builder().register_tensor(dt, shape, make_const(dt, 0), where, "acc");
-  }
-  Tensor d = builder().dot(a.tensor(), b.tensor(), acc, where);
+  Tensor d = c.bound() ? builder().dot(a.tensor(), b.tensor(), c.tensor(), where)
+                       : builder().dot(a.tensor(), b.tensor(), opts.acc_dtype, where);
   return into(builder(), opts.out, d, where);
 }
 

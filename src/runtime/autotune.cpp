@@ -1,9 +1,15 @@
 #include "tilus/runtime/autotune.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +22,8 @@
 namespace tilus {
 
 namespace {
+
+constexpr const char* kHeader = "tilus-autotune 2";
 
 std::vector<std::string> split_names(const std::string& names) {
   std::vector<std::string> out;
@@ -33,21 +41,65 @@ std::vector<std::string> split_names(const std::string& names) {
   return out;
 }
 
-std::string config_str(const TuneConfig& c) {
+// The stored format is line based: text that ends a line (a key, an error) escapes `\` and
+// line breaks; a config is space-separated name=value tokens, whose values also escape spaces
+// and tabs (a tab separates a skipped config from its error).
+std::string escape(const std::string& s, bool token) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += token ? "\\t" : "\t"; break;
+      case ' ': out += token ? "\\s" : " "; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\') {
+      out += s[i];
+      continue;
+    }
+    if (++i == s.size()) throw std::runtime_error("a dangling escape");
+    switch (s[i]) {
+      case '\\': out += '\\'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 's': out += ' '; break;
+      default: throw std::runtime_error("an unknown escape");
+    }
+  }
+  return out;
+}
+
+std::string config_tokens(const TuneConfig& c) {
   std::string s;
-  for (auto& [k, v] : c) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  for (auto& [k, v] : c) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, escape(v.text(), true));
   return s;
 }
 
-TuneConfig parse_config(std::istringstream& in) {
+TuneConfig parse_config(const std::string& text) {
   TuneConfig c;
+  std::istringstream in(text);
   std::string item;
   while (in >> item) {
     size_t eq = item.find('=');
-    if (eq == std::string::npos) throw std::runtime_error("bad config item");
-    c[item.substr(0, eq)] = std::stoll(item.substr(eq + 1));
+    if (eq == std::string::npos || eq == 0) throw std::runtime_error("a config item without a name");
+    c[item.substr(0, eq)] = TuneValue::from_text(unescape(item.substr(eq + 1)));
   }
   return c;
+}
+
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) : line;
 }
 
 std::string hash_hex(const std::string& s) {
@@ -60,21 +112,93 @@ std::string hash_hex(const std::string& s) {
   return fmt::format("{:016x}{:016x}", a, b);
 }
 
+std::string text_of(const TuneConfig& c) {
+  std::string s;
+  for (auto& [k, v] : c) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", k, v.text());
+  return "{" + s + "}";
+}
+
+// "compile 3/16" on a terminal, redrawn in place.
+class Progress {
+ public:
+  Progress(std::string name, size_t total) : name_(std::move(name)), total_(total), tty_(isatty(2)) {}
+  ~Progress() { finish(); }
+  void finish() {
+    if (tty_ && shown_) std::fputs("\n", stderr);
+    shown_ = false;
+  }
+  void show(const char* what, size_t done) {
+    if (!tty_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fprintf(stderr, "\rtilus autotune %s: %s %zu/%zu   ", name_.c_str(), what, done, total_);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+ private:
+  std::string name_;
+  size_t total_;
+  bool tty_, shown_ = false;
+  std::mutex mutex_;
+};
+
+double median(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
-TuneSpace& TuneSpace::add(const std::string& names, std::vector<std::vector<int64_t>> points, std::source_location loc) {
-  SourceLoc where = SourceLoc::from(loc);
+TuneValue::TuneValue(int64_t v) : text_(std::to_string(v)) {}
+
+TuneValue TuneValue::from_text(std::string text) {
+  TuneValue v;
+  v.text_ = std::move(text);
+  return v;
+}
+
+int64_t TuneValue::as_int() const {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text_.data(), text_.data() + text_.size(), v);
+  if (ec != std::errc() || end != text_.data() + text_.size() || text_.empty())
+    throw CompileError(fmt::format("autotune: the value {} is not an integer", text_));
+  return v;
+}
+
+std::string to_string(const TuneConfig& c) {
+  std::string s;
+  for (auto& [k, v] : c) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v.text());
+  return s;
+}
+
+TuneSpace& TuneSpace::add(const std::string& names, std::vector<std::vector<TuneValue>> points,
+                          std::source_location loc) {
+  return add(names, std::move(points), SourceLoc::from(loc));
+}
+
+TuneSpace& TuneSpace::add(const std::string& names, std::vector<std::vector<TuneValue>> points, SourceLoc where) {
   auto ns = split_names(names);
   if (ns.empty()) throw CompileError("autotune: no parameter names", where);
+  for (size_t i = 0; i < ns.size(); ++i)
+    if (std::find(ns.begin(), ns.begin() + i, ns[i]) != ns.begin() + i)
+      throw CompileError(fmt::format("autotune: '{}' is repeated in ({})", ns[i], names), where);
   if (points.empty()) throw CompileError(fmt::format("autotune({}): an empty list of values", names), where);
   for (auto& p : points)
-    if (p.size() != ns.size())
-      throw CompileError(fmt::format("autotune({}): a point has {} values, expected {}", names, p.size(), ns.size()),
+    if (p.size() != ns.size()) {
+      std::string value;
+      for (auto& v : p) value += (value.empty() ? "" : ", ") + v.text();
+      throw CompileError(fmt::format("autotune({}): value ({}) has {} entries, expected {}", names, value, p.size(),
+                                     ns.size()),
                          where);
+    }
   for (auto& [prior, _] : dims_)
     for (auto& n : ns)
       if (std::find(prior.begin(), prior.end(), n) != prior.end())
-        throw CompileError(fmt::format("autotune: '{}' is already tuned by another dimension", n), where);
+        throw CompileError(fmt::format("autotune: '{}' is already tuned by another decorator or dimension", n), where);
   dims_.emplace_back(std::move(ns), std::move(points));
   return *this;
 }
@@ -83,9 +207,9 @@ std::vector<TuneConfig> TuneSpace::configs(const TuneConfig& fixed) const {
   std::vector<TuneConfig> out{fixed};
   for (auto& [names, points] : dims_) {
     std::vector<TuneConfig> next;
-    std::set<std::vector<int64_t>> seen;
+    std::set<std::vector<TuneValue>> seen;
     for (auto& p : points) {
-      std::vector<int64_t> projected;
+      std::vector<TuneValue> projected;
       for (size_t i = 0; i < names.size(); ++i)
         if (!fixed.count(names[i])) projected.push_back(p[i]);
       if (!seen.insert(projected).second) continue;
@@ -101,6 +225,12 @@ std::vector<TuneConfig> TuneSpace::configs(const TuneConfig& fixed) const {
   return out;
 }
 
+std::vector<std::string> TuneSpace::names() const {
+  std::vector<std::string> out;
+  for (auto& [names, _] : dims_) out.insert(out.end(), names.begin(), names.end());
+  return out;
+}
+
 int64_t tune_bucket(int64_t n) {
   if (n <= 1) return n;
   int64_t b = 1;
@@ -108,19 +238,31 @@ int64_t tune_bucket(int64_t n) {
   return b;
 }
 
-std::string tune_key(const std::string& script, const std::vector<KernelArg>& args, const std::string& arch) {
+bool tune_compile_only(const TuneOptions& opts) { return !opts.arch.empty() && opts.arch != "cpu"; }
+
+std::string tune_space_id(const std::vector<TuneConfig>& configs) {
+  std::string space;
+  for (auto& c : configs) space += config_tokens(c) + "\n";
+  return hash_hex(space);
+}
+
+std::string tune_key(const std::string& script, const std::vector<KernelArg>& args, const std::string& arch,
+                     const std::string& space, const TuneConfig& fixed, const TuneConfig& constants) {
   std::string sizes;
   for (auto& a : args)
     if (a.kind == KernelArg::Kind::Int) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", tune_bucket(a.i));
-  std::string gpu;
+  std::string device;
   if (arch.empty()) {
     const DeviceInfo& d = current_device();
-    gpu = fmt::format("gpu={} arch={} driver={}", d.name, d.arch(), d.driver_version);
+    device = fmt::format("device={} arch={} driver={}", d.name, d.arch(), d.driver_version);
+  } else if (arch == "cpu") {
+    device = "device=cpu arch=cpu driver=0";
   } else {
-    gpu = fmt::format("gpu=compile-only arch={} driver=0", arch);
+    device = fmt::format("device=compile-only arch={} driver=0", arch);
   }
-  return fmt::format("script={} specialization={} sizes=[{}] {} nvrtc={} tilus={}", script,
-                     specialization_key(specialization_of(args)), sizes, gpu,
+  return fmt::format("script={} space={} fixed={} constants={} specialization={} sizes=[{}] {} nvrtc={} tilus={}",
+                     script, space, text_of(fixed), text_of(constants),
+                     specialization_key(specialization_of(args)), sizes, device,
                      nvrtc_available() ? nvrtc_version() : 0, TILUS_VERSION);
 }
 
@@ -130,19 +272,26 @@ void store_tune_entry(const TuneEntry& e, const std::string& cache_dir) {
   fs::path dir = fs::path(cache_dir) / "autotune";
   fs::create_directories(dir, ec);
   fs::path final_path = dir / (hash_hex(e.key) + ".txt");
-  fs::path tmp = dir / fmt::format(".tmp-{}-{}", hash_hex(e.key), std::hash<std::thread::id>()(std::this_thread::get_id()));
+  fs::path tmp = dir / fmt::format(".tmp-{}-{}-{}", hash_hex(e.key), getpid(),
+                                   std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
     std::ofstream out(tmp);
-    if (!out) return;  // an unwritable cache: the winner is simply not remembered
-    out << "tilus-autotune 1\n" << "key " << e.key << "\n" << "tuning_s " << fmt::format("{:.6f}", e.tuning_s) << "\n";
-    out << "winner " << config_str(e.winner) << "\n";
+    if (!out) {
+      spdlog::warn("tilus: autotune results not saved: cannot write {}", tmp.string());
+      return;  // the winner is simply not remembered
+    }
+    out << kHeader << "\n"
+        << "key " << escape(e.key, false) << "\n"
+        << fmt::format("compile_s {:.6f}\ntuning_s {:.6f}\n", e.compile_s, e.tuning_s)
+        << "winner " << config_tokens(e.winner) << "\n";
     for (auto& r : e.results) {
-      if (r.ms) out << "result " << fmt::format("{:.6f}", *r.ms) << " " << config_str(r.config) << "\n";
-      else out << "skipped " << config_str(r.config) << "\n";
+      if (r.ms) out << fmt::format("result {:.6f} {}\n", *r.ms, config_tokens(r.config));
+      else out << "skipped " << config_tokens(r.config) << "\t" << escape(r.error, false) << "\n";
     }
     out << "end\n";
   }
   fs::rename(tmp, final_path, ec);
+  if (ec) fs::remove(tmp, ec);
 }
 
 std::optional<TuneEntry> load_tune_entry(const std::string& key, const std::string& cache_dir) {
@@ -150,9 +299,9 @@ std::optional<TuneEntry> load_tune_entry(const std::string& key, const std::stri
   if (!in) return std::nullopt;
   TuneEntry e;
   std::string line;
-  bool complete = false;
+  bool complete = false, has_winner = false;
   try {
-    if (!std::getline(in, line) || line != "tilus-autotune 1") return std::nullopt;
+    if (!std::getline(in, line) || line != kHeader) return std::nullopt;
     while (std::getline(in, line)) {
       if (line == "end") {
         complete = true;
@@ -160,109 +309,161 @@ std::optional<TuneEntry> load_tune_entry(const std::string& key, const std::stri
       }
       size_t sp = line.find(' ');
       std::string tag = line.substr(0, sp), rest = sp == std::string::npos ? "" : line.substr(sp + 1);
-      std::istringstream s(rest);
-      if (tag == "key") e.key = rest;
-      else if (tag == "tuning_s") s >> e.tuning_s;
-      else if (tag == "winner") e.winner = parse_config(s);
-      else if (tag == "result") {
+      if (tag == "key") {
+        e.key = unescape(rest);
+      } else if (tag == "compile_s") {
+        e.compile_s = std::stod(rest);
+      } else if (tag == "tuning_s") {
+        e.tuning_s = std::stod(rest);
+      } else if (tag == "winner") {
+        e.winner = parse_config(rest);
+        has_winner = true;
+      } else if (tag == "result") {
+        size_t end = 0;
         TuneResult r;
-        double ms;
-        s >> ms;
-        r.ms = ms;
-        r.config = parse_config(s);
-        e.results.push_back(r);
+        r.ms = std::stod(rest, &end);
+        r.config = parse_config(rest.substr(end));
+        e.results.push_back(std::move(r));
       } else if (tag == "skipped") {
+        size_t tab = rest.find('\t');
+        if (tab == std::string::npos) return std::nullopt;
         TuneResult r;
-        r.config = parse_config(s);
-        r.error = "skipped";
-        e.results.push_back(r);
+        r.config = parse_config(rest.substr(0, tab));
+        r.error = unescape(rest.substr(tab + 1));
+        e.results.push_back(std::move(r));
+      } else {
+        return std::nullopt;  // not this format
       }
     }
   } catch (const std::exception&) {
     return std::nullopt;  // corrupt: retune
   }
-  if (!complete || e.key != key || e.winner.empty()) return std::nullopt;
+  // The winner must be a config that ran: anything else is an entry no tuning wrote.
+  bool winner_ran = false;
+  for (auto& r : e.results) winner_ran |= r.ms && r.config == e.winner;
+  if (!complete || e.key != key || !has_winner || !winner_ran) return std::nullopt;
   return e;
 }
 
 std::string tune_report(const TuneEntry& e) {
-  std::string out = fmt::format("{} (tuned in {:.2f} s)\n", e.key, e.tuning_s);
+  std::string out = fmt::format("{} (tuned in {:.2f} s, compile {:.2f} s)\n", e.key, e.tuning_s, e.compile_s);
   std::vector<const TuneResult*> rows;
   for (auto& r : e.results) rows.push_back(&r);
   std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) {
     return a->ms.value_or(1e300) < b->ms.value_or(1e300);
   });
   for (auto* r : rows)
-    out += fmt::format("  {} {}  {}\n", r->config == e.winner ? "*" : " ", config_str(r->config),
+    out += fmt::format("  {} {}  {}\n", r->config == e.winner ? "*" : " ", to_string(r->config),
                        r->ms ? fmt::format("{:.4f} ms", *r->ms) : "skipped: " + r->error);
   return out;
 }
 
-TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, const std::vector<Program>& programs,
+TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, const TraceConfig& trace,
                const std::vector<KernelArg>& args, const TuneOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   TuneEntry e;
   e.key = key;
   size_t n = configs.size();
-  std::vector<std::optional<CompiledKernel>> compiled(n);
-  std::vector<std::string> errors(n);
+  bool on_cpu = opts.arch == "cpu";
   std::string arch = opts.arch.empty() ? current_device().arch() : opts.arch;
-  // Compile in parallel (NVRTC is thread-safe); each worker takes the next config.
-  std::atomic<size_t> next{0};
+  std::map<int, int64_t> facts = specialization_of(args);
+  std::vector<std::unique_ptr<Launcher>> gpu_kernels(n);
+  std::vector<std::shared_ptr<const CpuKernel>> cpu_kernels(n);
+  std::vector<std::string> errors(n);
+  Progress progress(opts.name, n);
+
+  // Trace and compile in parallel (tracing is per thread, NVRTC and ORC are thread-safe); each
+  // worker takes the next config. Errors of tilus skip the config; anything else (a bug in a
+  // front end's callback) stops the tuning once every worker is done.
+  std::atomic<size_t> next{0}, done{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
   auto worker = [&] {
     for (size_t i = next++; i < n; i = next++) {
       try {
-        compiled[i] = compile_program(programs[i], arch, &default_cache());
+        Program p = trace(configs[i]);
+        specialize(p, facts);
+        if (on_cpu) cpu_kernels[i] = CpuKernel::compile(p, opts.cpu);
+        else gpu_kernels[i] = std::make_unique<Launcher>(compile_program(p, arch, &default_cache()));
       } catch (const Error& err) {
-        errors[i] = err.what();
+        errors[i] = first_line(err.what());
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        errors[i] = "failed";
       }
+      progress.show("compile", ++done);
     }
   };
   unsigned threads = std::max(1u, std::min<unsigned>(unsigned(n), std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  e.compile_s = seconds_since(t0);
+
   std::unique_ptr<DeviceBuffer> flush;
+  int repeat = std::max(1, opts.repeat);
+  size_t benched = 0;
   for (size_t i = 0; i < n; ++i) {
     TuneResult r;
     r.config = configs[i];
     r.error = errors[i];
-    if (compiled[i]) {
+    if (r.error.empty()) {
+      progress.show("bench", ++benched);
       try {
+        std::vector<double> times;
         if (opts.timer) {
-          r.ms = opts.timer(configs[i]);
+          times.push_back(opts.timer(configs[i]));
+        } else if (on_cpu) {
+          cpu_kernels[i]->launch(args);  // warm up
+          for (int k = 0; k < repeat; ++k) {
+            auto start = std::chrono::steady_clock::now();
+            cpu_kernels[i]->launch(args);
+            times.push_back(seconds_since(start) * 1e3);
+          }
         } else {
-          Launcher launcher(*compiled[i]);
+          const Launcher& launcher = *gpu_kernels[i];
           if (!flush) flush = std::make_unique<DeviceBuffer>(dtypes::uint8, int64_t(256) << 20);
           launcher.launch(args);
           synchronize();
-          std::vector<double> times;
           EventTimer timer;
-          for (int k = 0; k < std::max(1, opts.repeat); ++k) {
+          for (int k = 0; k < repeat; ++k) {
             device_memset(flush->ptr(), uint8_t(k), size_t(flush->bytes()));
             timer.start();
             launcher.launch(args);
             times.push_back(timer.stop_ms());
           }
-          std::sort(times.begin(), times.end());
-          r.ms = times[times.size() / 2];
         }
+        r.ms = median(std::move(times));
       } catch (const Error& err) {
-        r.error = err.what();
+        r.error = first_line(err.what());
       }
     }
     e.results.push_back(std::move(r));
   }
+
+  progress.finish();
+
   const TuneResult* best = nullptr;
-  for (auto& r : e.results)
+  std::vector<const TuneResult*> skipped;
+  for (auto& r : e.results) {
     if (r.ms && (!best || *r.ms < *best->ms)) best = &r;
+    if (!r.ms) skipped.push_back(&r);
+  }
   if (!best) {
     std::string list;
-    for (auto& r : e.results) list += fmt::format("\n  {}: {}", config_str(r.config), r.error);
-    throw CompileError(fmt::format("autotune: no config compiled and ran:{}", list));
+    for (auto& r : e.results) list += fmt::format("\n  {}: {}", to_string(r.config), r.error);
+    throw CompileError(fmt::format("autotune {}: no config compiled and ran:{}", opts.name, list), opts.where);
+  }
+  if (!skipped.empty()) {
+    std::string list;
+    for (auto* r : skipped) list += fmt::format("  {}: {}\n", to_string(r->config), r->error);
+    std::fprintf(stderr, "tilus autotune %s: skipped %zu of %zu configs:\n%s", opts.name.c_str(), skipped.size(), n,
+                 list.c_str());
   }
   e.winner = best->config;
-  e.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  e.tuning_s = seconds_since(t0);
   return e;
 }
 

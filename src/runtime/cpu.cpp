@@ -273,9 +273,13 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
     auto tm = must(jit.jtmb.createTargetMachine(), "creating the target machine");
     optimize(*lk.module, tm.get());
   }
+  // The lookup compiles the module to machine code with the JIT's one target machine, which is
+  // not thread-safe: one compile at a time (the optimization above runs in parallel).
+  std::unique_lock<std::mutex> jit_lock(jit.mutex);
   if (auto err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(lk.module), std::move(context))))
     throw InternalError("CPU backend: adding the module: " + take(std::move(err)));
   auto sym = must(jit.lljit->lookup(entry), "looking up the kernel");
+  jit_lock.unlock();
 #if LLVM_VERSION_MAJOR >= 15
   impl->fn = sym.toPtr<Impl::BlockFn>();
 #else

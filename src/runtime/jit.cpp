@@ -25,10 +25,32 @@ std::map<int, int64_t> specialization_of(const std::vector<KernelArg>& args) {
   std::map<int, int64_t> facts;
   for (size_t i = 0; i < args.size(); ++i) {
     const KernelArg& a = args[i];
-    if (a.kind == KernelArg::Kind::Int && a.i % 16 == 0) facts[int(i)] = 16;
-    if (a.kind == KernelArg::Kind::Pointer && a.ptr % 16 == 0) facts[int(i)] = 16;
+    if (a.kind == KernelArg::Kind::Int && is_specialized(uint64_t(a.i))) facts[int(i)] = kSpecializationDivisor;
+    if (a.kind == KernelArg::Kind::Pointer && is_specialized(a.ptr)) facts[int(i)] = kSpecializationDivisor;
   }
   return facts;
+}
+
+void specialize(Program& traced, const std::map<int, int64_t>& facts) {
+  Kernel& k = traced.kernels.at(0);
+  for (auto& [index, d] : facts)
+    if (index < int(k.params.size())) k.param_divisibility[index] = d;
+}
+
+Backend backend_for(const std::string& kernel, const std::vector<KernelArg>& args) {
+  const char* env = std::getenv("TILUS_TARGET");
+  if (std::string t = env ? env : ""; t == "cpu" || t == "gpu" || t == "cuda") return default_backend();
+  bool host = false, device = false;
+  for (auto& a : args) {
+    host |= a.memory == KernelArg::Memory::Host;
+    device |= a.memory == KernelArg::Memory::Device;
+  }
+  if (host && device)
+    throw ArgumentError(
+        fmt::format("kernel {}: the arguments mix host and CUDA arrays; pass all of them on one device", kernel));
+  if (host) return Backend::Cpu;
+  if (device) return Backend::Gpu;
+  return default_backend();
 }
 
 std::string specialization_key(const std::map<int, int64_t>& facts) {

@@ -1,7 +1,8 @@
-// Autotuning from C++ without a GPU: spaces and their errors, buckets, keys, the persisted
-// format (round trip, stale and corrupt entries), and a parallel compile-only tuning of the
-// pipelined matmul space with a fake timer. GPU runs: examples/python/matmul_autotune.py and
-// bench/autotune_bench.py (the Python face of the same tuner design).
+// Autotuning from C++ without a GPU: spaces and their errors, config values (integers and the
+// text of any literal), buckets, keys, the persisted format (round trip, stale, corrupt and
+// malformed entries), a parallel compile-only tuning of the pipelined matmul space with a fake
+// timer, and a real tuning on the CPU backend. GPU runs: the last test here,
+// examples/python/matmul_autotune.py and bench/autotune_bench.py (Python drives this tuner).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +14,48 @@
 #include "tilus/runtime/autotune.h"
 
 using namespace tilus;
+
+namespace {
+
+// The pipelined matmul of a config; what the config does not name keeps `base`'s value.
+auto matmul_of(examples::MatmulPipelined base = {}) {
+  return [base](const TuneConfig& c) {
+    examples::MatmulPipelined k = base;
+    using Field = std::pair<const char*, int64_t*>;
+    for (auto [name, field] : {Field{"block_m", &k.block_m}, Field{"block_n", &k.block_n},
+                               Field{"block_k", &k.block_k}, Field{"warps", &k.warps}, Field{"stages", &k.stages}})
+      if (c.count(name)) *field = c.at(name);
+    return k;
+  };
+}
+
+// A ragged f16 matmul's buffers on a backend, and a check of c against a float64 reference.
+struct MatmulProblem {
+  int64_t m, n, k;
+  DeviceBuffer a, b, c;
+  std::vector<double> ha, hb;
+
+  MatmulProblem(int64_t m, int64_t n, int64_t k, Backend backend)
+      : m(m), n(n), k(k), a(dtypes::float16, m * k, backend), b(dtypes::float16, k * n, backend),
+        c(dtypes::float16, m * n, backend), ha(m * k), hb(k * n) {
+    for (size_t i = 0; i < ha.size(); ++i) ha[i] = double(int(i * 7 % 11) - 5) / 8;
+    for (size_t i = 0; i < hb.size(); ++i) hb[i] = double(int(i * 5 % 13) - 6) / 8;
+    a.upload(ha);
+    b.upload(hb);
+  }
+  std::vector<KernelArg> args() const { return {m, n, k, a.arg(), b.arg(), c.arg()}; }
+  void check(int64_t step) const {
+    auto got = c.download();
+    for (int64_t i = 0; i < m; i += step)
+      for (int64_t j = 0; j < n; j += step) {
+        double want = 0;
+        for (int64_t kk = 0; kk < k; ++kk) want += ha[i * k + kk] * hb[kk * n + j];
+        ASSERT_NEAR(got[i * n + j], want, 0.05 + 0.01 * std::abs(want)) << i << "," << j;
+      }
+  }
+};
+
+}  // namespace
 
 TEST(Autotune, SpacesAreProductsWithFixedNamesProjectedOut) {
   TuneSpace s;
@@ -38,6 +81,23 @@ TEST(Autotune, BadSpacesNameTheLine) {
   }
 }
 
+TEST(Autotune, ValuesAreTextThatIntegersConvertBackFrom) {
+  TuneValue i = 64, t = TuneValue::from_text("('row', 2)");
+  EXPECT_EQ(i.text(), "64");
+  EXPECT_EQ(i, 64);
+  EXPECT_EQ(i.as_int() * 2, 128);
+  int64_t back = i;
+  EXPECT_EQ(back, 64);
+  EXPECT_NE(i, TuneValue::from_text("'64'"));
+  EXPECT_THROW(t.as_int(), CompileError);
+  TuneSpace s;
+  s.add("layout, block", {{TuneValue::from_text("'row'"), 64}, {TuneValue::from_text("'col'"), 64}});
+  auto configs = s.configs({{"block", 64}});
+  ASSERT_EQ(configs.size(), 2u);
+  EXPECT_EQ(to_string(configs[1]), "block=64 layout='col'");
+  EXPECT_THROW(TuneSpace().add("a, a", {{1, 2}}), CompileError);  // a repeated name
+}
+
 TEST(Autotune, BucketsAndKeys) {
   std::vector<int64_t> in = {0, 1, 2, 3, 100, 128, 129, 4096}, want = {0, 1, 2, 4, 128, 128, 256, 4096};
   for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(tune_bucket(in[i]), want[i]);
@@ -46,6 +106,13 @@ TEST(Autotune, BucketsAndKeys) {
   EXPECT_EQ(k1, k2);
   EXPECT_NE(k1, tune_key("M", {100, 200, KernelArg::pointer(257)}, "sm_90a"));  // alignment differs
   EXPECT_NE(k1, tune_key("M", {100, 200, KernelArg::pointer(256)}, "sm_80"));
+  EXPECT_NE(k1, tune_key("M", {100, 200, KernelArg::pointer(256)}, "cpu"));
+  TuneSpace s;
+  s.add("bm", {{64}, {128}});
+  EXPECT_NE(k1, tune_key("M", {100, 200, KernelArg::pointer(256)}, "sm_90a", tune_space_id(s.configs())));  // a space
+  EXPECT_NE(k1, tune_key("M", {100, 200, KernelArg::pointer(256)}, "sm_90a", {}, {{"bk", 32}}));  // fixed
+  EXPECT_NE(k1, tune_key("M", {100, 200, KernelArg::pointer(256)}, "sm_90a", {}, {},
+                         {{"mode", TuneValue::from_text("'x'")}}));  // constants
   EXPECT_NE(k1.find("tilus="), std::string::npos);
   EXPECT_NE(k1.find("nvrtc="), std::string::npos);
 }
@@ -67,10 +134,41 @@ TEST(Autotune, PersistenceRoundTripStaleAndCorruptEntries) {
   EXPECT_FALSE(load_tune_entry(e.key + " driver=2", dir.path.string()));  // another key: retune
   for (auto& f : std::filesystem::directory_iterator(std::filesystem::path(dir.path.string()) / "autotune")) {
     EXPECT_EQ(f.path().filename().string()[0] != '.', true);  // no temporaries left
-    std::ofstream(f.path()) << "tilus-autotune 1\nkey " << e.key << "\nwinner bm=";  // truncated
+    std::ofstream(f.path()) << "tilus-autotune 2\nkey " << e.key << "\nwinner bm=";  // truncated
   }
   EXPECT_FALSE(load_tune_entry(e.key, dir.path.string()));
   EXPECT_NE(tune_report(e).find("* bm=64  1.5000 ms"), std::string::npos) << tune_report(e);
+}
+
+TEST(Autotune, TextValuesAndErrorsSurviveTheFileAndMalformedEntriesAreIgnored) {
+  TempDir dir("autotune-text");
+  TuneEntry e;
+  e.key = "script=m.K fixed={tag='a b'}\nsecond line \\ backslash";
+  TuneConfig odd = {{"shape", TuneValue::from_text("(1, 2)")}, {"name", TuneValue::from_text("'tab\there\nnewline\\'")}};
+  e.winner = odd;
+  e.results = {{odd, 0.25, ""}, {{{"shape", TuneValue::from_text("()")}}, std::nullopt, "error:\tshared memory"}};
+  e.compile_s = 1.25;
+  store_tune_entry(e, dir.path.string());
+  auto back = load_tune_entry(e.key, dir.path.string());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->winner, odd);
+  EXPECT_EQ(back->results[1].error, "error:\tshared memory");
+  EXPECT_EQ(back->results[1].config.at("shape").text(), "()");
+  EXPECT_DOUBLE_EQ(back->compile_s, 1.25);
+  // Entries no tuning writes: a winner that never ran, an unknown line.
+  std::filesystem::path file = *std::filesystem::directory_iterator(dir.path / "autotune");
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto rewritten = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    std::ofstream(file) << t;
+    return load_tune_entry(e.key, dir.path.string());
+  };
+  EXPECT_TRUE(rewritten("end", "end"));
+  EXPECT_FALSE(rewritten("winner name", "winner x=1 name"));
+  EXPECT_FALSE(rewritten("compile_s", "bogus 1\ncompile_s"));
+  EXPECT_FALSE(rewritten("tilus-autotune 2", "tilus-autotune 1"));
 }
 
 TEST(Autotune, ParallelCompileOnlyTuningWithAFakeTimer) {
@@ -86,14 +184,7 @@ TEST(Autotune, ParallelCompileOnlyTuningWithAFakeTimer) {
     ++timed;
     return double(c.at("block_m") * 100 + c.at("stages") * 10 + c.at("warps"));
   };
-  auto make = [](const TuneConfig& c) {
-    examples::MatmulPipelined k;
-    k.block_m = c.at("block_m");
-    k.block_n = c.at("block_n");
-    k.warps = c.at("warps");
-    k.stages = c.at("stages");
-    return k;
-  };
+  auto make = matmul_of();
   std::vector<KernelArg> args = {1000, 1000, 1000, KernelArg::pointer(256), KernelArg::pointer(512), KernelArg::pointer(1024)};
   Autotuned<examples::MatmulPipelined> kernel("MatmulPipelined", space, make, opts);
   kernel(args);
@@ -108,6 +199,36 @@ TEST(Autotune, ParallelCompileOnlyTuningWithAFakeTimer) {
   EXPECT_EQ(timed, 16);
 }
 
+TEST(Autotune, TunesOnTheCpuBackendWithTheWallClock) {
+  if (!cpu_backend_available()) GTEST_SKIP() << "no CPU backend: " << cpu_unavailable_reason();
+  TempDir dir("autotune-cpu");
+  TuneSpace space;
+  space.add("block_m, block_n", {{16, 16}, {32, 16}}).add("stages", {{2}, {256}});  // 256: too much shared memory
+  TuneOptions opts;
+  opts.arch = "cpu";
+  opts.cache_dir = dir.path.string();
+  opts.repeat = 2;
+  examples::MatmulPipelined base;
+  base.block_k = 16;
+  base.warps = 1;
+  MatmulProblem p(40, 24, 20, Backend::Cpu);
+  std::vector<KernelArg> args = p.args();
+  Autotuned<examples::MatmulPipelined> kernel("MatmulPipelined", space, matmul_of(base), opts);
+  kernel(args);
+  p.check(1);
+  const TuneEntry* e = kernel.entry(args);
+  ASSERT_TRUE(e);
+  ASSERT_EQ(e->results.size(), 4u);
+  int timed = 0;
+  for (auto& r : e->results) {
+    timed += r.ms.has_value();
+    if (r.config.at("stages") == 2) EXPECT_TRUE(r.ms && *r.ms > 0) << r.error;
+    else EXPECT_FALSE(r.error.empty());  // skipped, with why
+  }
+  EXPECT_EQ(timed, 2);
+  EXPECT_NE(e->key.find("device=cpu"), std::string::npos);
+}
+
 TEST(Autotune, TunesOnTheGpuAndASecondTunerLoadsTheWinner) {
   if (!gpu_available()) GTEST_SKIP() << "no GPU: " << gpu_unavailable_reason();
   TempDir dir("autotune-gpu");
@@ -116,32 +237,15 @@ TEST(Autotune, TunesOnTheGpuAndASecondTunerLoadsTheWinner) {
   TuneOptions opts;
   opts.cache_dir = dir.path.string();
   opts.repeat = 3;
-  auto make = [](const TuneConfig& c) {
-    examples::MatmulPipelined k;
-    k.block_m = c.at("block_m");
-    k.block_n = c.at("block_n");
-    k.warps = 4;
-    k.stages = c.at("stages");
-    return k;
-  };
-  int64_t m = 300, n = 260, k = 190;
-  DeviceBuffer a(dtypes::float16, m * k), b(dtypes::float16, k * n), c(dtypes::float16, m * n);
-  std::vector<double> ha(m * k), hb(k * n);
-  for (size_t i = 0; i < ha.size(); ++i) ha[i] = double(int(i * 7 % 11) - 5) / 8;
-  for (size_t i = 0; i < hb.size(); ++i) hb[i] = double(int(i * 5 % 13) - 6) / 8;
-  a.upload(ha);
-  b.upload(hb);
-  std::vector<KernelArg> args = {m, n, k, a.arg(), b.arg(), c.arg()};
+  examples::MatmulPipelined base;
+  base.warps = 4;
+  auto make = matmul_of(base);
+  MatmulProblem p(300, 260, 190, Backend::Gpu);
+  std::vector<KernelArg> args = p.args();
   Autotuned<examples::MatmulPipelined> kernel("MatmulPipelined", space, make, opts);
   kernel(args);
   synchronize();
-  auto got = c.download();
-  for (int64_t i = 0; i < m; i += 7)
-    for (int64_t j = 0; j < n; j += 5) {
-      double want = 0;
-      for (int64_t kk = 0; kk < k; ++kk) want += ha[i * k + kk] * hb[kk * n + j];
-      ASSERT_NEAR(got[i * n + j], want, 0.05 + 0.01 * std::abs(want)) << i << "," << j;
-    }
+  p.check(7);
   const TuneEntry* first = kernel.entry(args);
   ASSERT_TRUE(first);
   for (auto& r : first->results) EXPECT_TRUE(r.ms) << r.error;

@@ -1,6 +1,7 @@
-"""Autotuning without a GPU: spaces and their errors, keys and buckets, the persisted format,
-stale entries, and a parallel compile-only tuning of the matmul space with a fake timer."""
-import json
+"""Autotuning without a GPU (the C++ tuner through tilus._C): spaces and their errors, keys and
+buckets, the persisted entries (stale and corrupt ones retune), a parallel compile-only tuning
+of the matmul space with a fake timer, Python constants of any kind as config values, and
+tuning on the CPU backend."""
 import os
 
 import numpy as np
@@ -41,37 +42,27 @@ def test_space_errors_name_the_decorator_line():
 
 
 def test_buckets_and_keys():
-    assert [A.bucket(n) for n in (0, 1, 2, 3, 100, 128, 129, 4096)] == [0, 1, 2, 4, 128, 128, 256, 4096]
-    env = {"gpu": "H100", "arch": "sm_90a", "driver": 13000, "nvrtc": 13000, "tilus": "0.1.0"}
-    from tilus import launch as L
-    sig = L._signature(AutotunedMatmul)
-    k1 = A.tuning_key(AutotunedMatmul, {}, (True,), [100, 200, 300, 0, 0, 0], sig.params, env)
-    k2 = A.tuning_key(AutotunedMatmul, {}, (True,), [128, 129, 300, 0, 0, 0], sig.params, env)
-    assert k1["sizes"] == [128, 256, 512] and k2["sizes"] == [128, 256, 512]
-    assert A.key_hash(k1) == A.key_hash(k2)
-    for part, value in [("gpu", "A100"), ("driver", 12000), ("nvrtc", 12080), ("tilus", "0.2.0")]:
-        assert A.key_hash({**k1, part: value}) != A.key_hash(k1)
+    assert [tilus._C.tune_bucket(n) for n in (0, 1, 2, 3, 100, 128, 129, 4096)] == [0, 1, 2, 4, 128, 128, 256, 4096]
+    ptr = [tilus._C.KernelArg.pointer(a, float16, 1 << 20, "cuda") for a in (256, 512, 1024)]
+    texts = A.Tuner(AutotunedMatmul, {}, ("f", 1)).texts
+
+    def key(sizes, pointers=ptr, arch="sm_90a", configs=texts, fixed={}, constants={}):
+        return tilus._C.tune_key("m.K", list(sizes) + pointers, arch, tilus._C.tune_space_id(configs), fixed, constants)
+
+    k1 = key([100, 200, 300])
+    assert "sizes=[128,256,512]" in k1 and "device=compile-only arch=sm_90a" in k1
+    assert "nvrtc=" in k1 and f"tilus={tilus.__version__}" in k1
+    assert key([127, 129, 301]) == k1  # the same buckets and facts: one key
+    for other in (key([100, 200, 300], ptr[:2] + [tilus._C.KernelArg.pointer(1028, float16, 64, "cuda")]),
+                  key([100, 200, 300], arch="sm_80"), key([100, 200, 300], configs=texts[:8]),
+                  key([100, 200, 300], fixed={"block_k": "32"}), key([100, 200, 300], constants={"c": "'x'"})):
+        assert other != k1
 
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(tilus._C, "cache_dir", lambda: str(tmp_path))
     return tmp_path
-
-
-def test_persistence_round_trip_and_stale_entries(cache_dir):
-    key = {"format": 1, "script": "m.K", "fixed": {}, "specialization": "()", "sizes": [128], "gpu": "H100",
-           "arch": "sm_90a", "driver": 1, "nvrtc": 1, "tilus": "0.1.0"}
-    entry = {"key": key, "winner": {"bm": 64}, "results": [{"config": {"bm": 64}, "ms": 1.0}], "compile_s": 0.1,
-             "tuning_s": 0.2}
-    A.store(entry)
-    files = os.listdir(cache_dir / "autotune")
-    assert files == [A.key_hash(key) + ".json"]  # no temporary left behind
-    assert A.load(key) == entry
-    assert A.load({**key, "driver": 2}) is None  # another driver: retune
-    path = cache_dir / "autotune" / files[0]
-    path.write_text("{ truncated")
-    assert A.load(key) is None  # a corrupt entry is ignored (and rewritten by the next tuning)
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
@@ -91,20 +82,93 @@ def test_parallel_compile_only_tuning_with_a_fake_timer(cache_dir, monkeypatch, 
     kernel = AutotunedMatmul()
     kernel(m, n, k, a, b, c)
     assert len(timed) == 16
-    entries = list((cache_dir / "autotune").iterdir())
-    assert len(entries) == 1
-    entry = json.loads(entries[0].read_text())
-    assert entry["winner"] == {"block_m": 64, "block_n": 64, "warps": 4, "stages": 2}
-    assert entry["key"]["sizes"] == [1024, 1024, 1024] and entry["key"]["gpu"] == "compile-only sm_90a"
-    assert len(entry["results"]) == 16 and all("ms" in r for r in entry["results"])
+    files = list((cache_dir / "autotune").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".txt"  # no temporary left behind
+    assert files[0].read_text().startswith("tilus-autotune 2\n")
+    key, = kernel._tilus_tuner.winners
+    entry = tilus._C.load_tune_entry(key, str(cache_dir))
+    assert entry.winner == {"block_m": "64", "block_n": "64", "warps": "4", "stages": "2"}
+    assert "sizes=[1024,1024,1024]" in entry.key and "device=compile-only arch=sm_90a" in entry.key
+    assert len(entry.results) == 16 and all(ms is not None for _, ms, _ in entry.results)
+    assert tilus._C.load_tune_entry(key + " driver=2", str(cache_dir)) is None  # another key: retune
     # A new instance (as in a new process) with a size in the same bucket: no tuning.
     timed.clear()
     AutotunedMatmul()(1020, 1000, 999, a, b, c)
     assert timed == []
-    report = capsys.readouterr().out
+    capsys.readouterr()
     tilus.autotune_report()
     out = capsys.readouterr().out
-    assert "AutotunedMatmul" in out and "* {'block_m': 64" in out
+    assert "AutotunedMatmul" in out and "* block_k" not in out and "* block_m=64 block_n=64 stages=2 warps=4" in out
+    # A corrupt or truncated entry is ignored and rewritten by the next tuning.
+    files[0].write_text(files[0].read_text()[:100])
+    AutotunedMatmul()(1000, 1000, 1000, a, b, c)
+    assert len(timed) == 16
+    assert tilus._C.load_tune_entry(key, str(cache_dir)).winner == entry.winner
+
+
+@tilus.autotune("block, scale", [(32, (1, 2)), (64, (3, 4))])
+@tilus.autotune("mode", ["add", "sub"])
+@tilus.autotune("twice", [True, False])
+class AnyValues(tilus.Script):
+    """A space of Python constants that are not ints: strings, bools, tuples."""
+
+    def __init__(self, block, scale, mode, twice):
+        super().__init__()
+        self.block, self.scale, self.mode, self.twice = block, scale, mode, twice
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, self.block)]
+        self.attrs.warps = 1
+        o = self.blockIdx.x * self.block
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=[o], shape=[self.block])
+        one = float(self.scale[1] - self.scale[0])
+        v = v + one if self.mode == "add" else v - (-one)
+        if self.twice:
+            v = v * 2.0 - v
+        self.store_global(self.global_view(y, shape=[n]), v, offsets=[o])
+
+
+@pytest.mark.skipif(not __import__("conftest").HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_any_python_constants_are_stored_as_text_and_mapped_back(cache_dir, monkeypatch):
+    best = {"block": 64, "scale": (3, 4), "mode": "sub", "twice": False}
+    seen = []
+
+    def fake_timer(config, repeat):
+        seen.append(config)
+        return 0.5 if config == best else 1.0
+
+    monkeypatch.setattr(A.Tuner, "timer", staticmethod(fake_timer))
+    x = np.arange(200, dtype=np.float32)
+    y = np.zeros_like(x)
+    kernel = AnyValues()
+    kernel(200, x, y)
+    assert (y == x + 1).all()
+    assert len(seen) == 8 and best in seen
+    (key, winner), = kernel._tilus_tuner.winners.items()
+    assert (winner.block, winner.scale, winner.mode, winner.twice) == (64, (3, 4), "sub", False)
+    assert "device=cpu" in key
+    entry = tilus._C.load_tune_entry(key, str(cache_dir))
+    assert entry.winner == {"block": "64", "scale": "(3, 4)", "mode": "'sub'", "twice": "False"}
+    seen.clear()
+    again = AnyValues(mode="sub")  # a fixed argument: another space and key
+    again(200, x, y)
+    assert len(seen) == 4 and all("mode" not in c for c in seen)
+    seen.clear()
+    AnyValues()(200, x, y)  # the stored text maps back to the Python values
+    assert seen == []
+
+
+@pytest.mark.skipif(not __import__("conftest").HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_cpu_backend_tuning_times_every_config_with_the_wall_clock(cache_dir, monkeypatch):
+    monkeypatch.setenv("TILUS_AUTOTUNE_REPEAT", "2")
+    monkeypatch.setattr(A, "_reports", {})
+    x = np.arange(300, dtype=np.float32)
+    y = np.zeros_like(x)
+    AnyValues(scale=(1, 2), twice=True)(300, x, y)
+    assert (y == x + 1).all()
+    entry, = tilus.autotune_report(file=open(os.devnull, "w"))
+    assert len(entry.results) == 4 and all(ms is not None and ms > 0 for _, ms, _ in entry.results)
+    assert entry.compile_s > 0 and entry.tuning_s >= entry.compile_s
 
 
 @pytest.mark.skipif(not __import__("conftest").HAS_GPU, reason="no GPU")

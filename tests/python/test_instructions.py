@@ -217,6 +217,28 @@ def test_dot(arrays, dt, via_shared):
     np.testing.assert_allclose(arrays.host(c), A @ B, rtol=tol, atol=tol)
 
 
+class DotDefaults(tilus.Script):
+    def __call__(self, x: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        a = self.register_tensor(dtype=float16, shape=[16, 32], init=0.0)
+        b = self.register_tensor(dtype=float16, shape=[32, 8], init=0.0)
+        self.dot(a, b)
+        self.dot(a, b, acc_dtype=float16)
+        i = self.register_tensor(dtype=int8, shape=[16, 32], init=0)
+        self.dot(i, self.register_tensor(dtype=int8, shape=[32, 8], init=0))
+
+
+def test_dot_without_an_accumulator_takes_the_cores_default():
+    # The C++ Builder builds it for both front ends: a zero "acc" of [a.shape[0], b.shape[1]],
+    # float32 for float inputs and int32 otherwise unless acc_dtype says.
+    text = str(tilus.trace(DotDefaults()))
+    assert "acc = register_tensor(init=0.0) : register float32[16, 8]" in text
+    assert "acc_1 = register_tensor(init=0.0_float16) : register float16[16, 8]" in text
+    assert "acc_2 = register_tensor(init=0) : register int32[16, 8]" in text
+    assert "dot(a=r, b=r_1, c=acc)" in text, text
+
+
 class Copies(tilus.Script):
     """x [m, n] int8 -> shared (copy_async, dims swapped) -> registers -> transposed -> y [n, m];
     and x -> shared (copy of a region) -> global z (copy)."""

@@ -96,6 +96,9 @@ class Builder {
   void copy_async_wait_all(SourceLoc loc);
   void copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc);
   Tensor dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc loc);
+  // a @ b into a fresh zero accumulator "acc" of [a.shape[0], b.shape[1]] and `acc_dtype`
+  // (default float32 for float inputs, int32 otherwise): dot's default for both front ends.
+  Tensor dot(const Tensor& a, const Tensor& b, std::optional<DataType> acc_dtype, SourceLoc loc);
   Tensor cast(const Tensor& x, DataType dtype, SourceLoc loc);
   Tensor view(const Tensor& x, std::optional<DataType> dtype, const RegisterLayout& layout, SourceLoc loc);
   Tensor reshape(const Tensor& x, std::vector<int64_t> shape, SourceLoc loc);

@@ -42,9 +42,20 @@ struct JitOptions {
 // the disk cache when `cache` is set). Needs no GPU.
 CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache);
 
+// The one rule of specialization, for both front ends and the torch fast path: an integer
+// argument divisible by 16, or a pointer aligned to 16 bytes, is specialized on (vector and
+// cp.async widths are then legal without hints).
+constexpr int64_t kSpecializationDivisor = 16;
+constexpr bool is_specialized(uint64_t value) { return value % kSpecializationDivisor == 0; }
 // The specialization facts of a launch's arguments: param index -> divisor / alignment.
 std::map<int, int64_t> specialization_of(const std::vector<KernelArg>& args);
 std::string specialization_key(const std::map<int, int64_t>& facts);
+// Hands the facts to a traced program's kernel (its parameters' divisors and alignments).
+void specialize(Program& traced, const std::map<int, int64_t>& facts);
+// The backend a launch's arguments ask for: TILUS_TARGET when set, else where their pointers
+// live (ArgumentError naming `kernel` when they mix host and device memory), else
+// default_backend().
+Backend backend_for(const std::string& kernel, const std::vector<KernelArg>& args);
 
 // A buffer of n elements of a dtype (tests, examples, benchmarks): device memory, or host
 // memory for the CPU backend. Its arg() carries the dtype and the byte size.
@@ -63,6 +74,7 @@ class DeviceBuffer {
   KernelArg arg() const {
     KernelArg a = KernelArg::typed_pointer(ptr_, dtype_);
     a.bytes = bytes();
+    a.memory = backend_ == Backend::Cpu ? KernelArg::Memory::Host : KernelArg::Memory::Device;
     return a;
   }
   // Host values as doubles, converted to/from the dtype (floats rounded like the GPU).
@@ -117,8 +129,7 @@ class JitKernel {
 
   Program specialized(const std::map<int, int64_t>& facts) {
     Program p = trace(script_, opts_.constants);
-    for (auto& [index, d] : facts)
-      if (index < int(p.kernels[0].params.size())) p.kernels[0].param_divisibility[index] = d;
+    specialize(p, facts);
     return p;
   }
 

@@ -32,6 +32,9 @@ struct KernelArg {
   bool typed = false;
   int64_t bytes = -1;  // bytes addressable from ptr (buffers set it; the CPU's checked mode uses it)
   std::vector<uint8_t> blob;  // Kind::Blob: the value of a by-value parameter, byte for byte
+  // Where a pointer points, when the caller knows (buffers and the Python front end say): it
+  // picks the backend of a launch (backend_for in tilus/runtime/jit.h).
+  enum class Memory { Unknown, Host, Device } memory = Memory::Unknown;
 
   KernelArg() = default;
   KernelArg(int v) : kind(Kind::Int), i(v) {}

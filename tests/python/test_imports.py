@@ -1,0 +1,68 @@
+"""The modules of the Python package import one another as a DAG: each imports in a fresh
+interpreter, their module-level imports have no cycle, and no function imports a tilus module
+(the usual way to hide a cycle)."""
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tilus
+
+PACKAGE = os.path.dirname(tilus.__file__)
+MODULES = sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
+
+
+def _imports(module):
+    """(tilus modules imported, whether inside a function) for each import statement."""
+    tree = ast.parse(open(os.path.join(PACKAGE, module + ".py")).read())
+    out = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.ImportFrom) and (child.level or (child.module or "").split(".")[0] == "tilus"):
+                parts = child.module.split(".")[0 if child.level else 1:][:1] if child.module else []
+                names = parts or [a.name for a in child.names]
+                # `from . import x` of something that is no .py module (_C, __version__) loads the package
+                out.append(([n if n in MODULES else "__init__" for n in names if n != "_C"], inner))
+            elif isinstance(child, ast.Import):
+                names = [a.name.split(".")[1] for a in child.names if a.name.startswith("tilus.")]
+                out.append(([n for n in names if n != "_C"], inner))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_each_module_imports_in_a_fresh_interpreter(module):
+    name = "tilus" if module == "__init__" else f"tilus.{module}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(PACKAGE), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_module_imports_form_a_dag_and_no_function_imports_tilus():
+    graph = {}
+    for m in MODULES:
+        graph[m] = set()
+        for names, in_function in _imports(m):
+            assert not (in_function and names), f"tilus/{m}.py imports {names} inside a function"
+            graph[m].update(n for n in names if n != m)
+    done, path = set(), []
+
+    def visit(m):
+        assert m not in path, "import cycle: " + " -> ".join(path[path.index(m):] + [m])
+        if m in done:
+            return
+        path.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        path.pop()
+        done.add(m)
+
+    for m in MODULES:
+        visit(m)
+    assert graph["tracing"] == set() and "__init__" not in set().union(*(graph[m] for m in MODULES if m != "__init__"))
