@@ -462,6 +462,18 @@ int64_t floordiv(int64_t a, int64_t b) {
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
+// A comparison `op` of two values of one C type.
+template <class T>
+bool compare(BinaryOp op, T x, T y) {
+  switch (op) {
+    case BinaryOp::Eq: return x == y;
+    case BinaryOp::Ne: return x != y;
+    case BinaryOp::Lt: return x < y;
+    case BinaryOp::Le: return x <= y;
+    case BinaryOp::Gt: return x > y;
+    default: return x >= y;
+  }
+}
 }  // namespace
 
 std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::optional<EvalValue>(const Var&)>& env) {
@@ -512,35 +524,11 @@ std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::option
       if (is_comparison(n->op)) {
         bool r;
         if (ot.is_float()) {
-          double x = a->f, y = b->f;
-          switch (n->op) {
-            case BinaryOp::Eq: r = x == y; break;
-            case BinaryOp::Ne: r = x != y; break;
-            case BinaryOp::Lt: r = x < y; break;
-            case BinaryOp::Le: r = x <= y; break;
-            case BinaryOp::Gt: r = x > y; break;
-            default: r = x >= y; break;
-          }
+          r = compare(n->op, a->f, b->f);
         } else if (ot.is_uint()) {
-          uint64_t x = uint64_t(a->i), y = uint64_t(b->i);
-          switch (n->op) {
-            case BinaryOp::Eq: r = x == y; break;
-            case BinaryOp::Ne: r = x != y; break;
-            case BinaryOp::Lt: r = x < y; break;
-            case BinaryOp::Le: r = x <= y; break;
-            case BinaryOp::Gt: r = x > y; break;
-            default: r = x >= y; break;
-          }
+          r = compare(n->op, uint64_t(a->i), uint64_t(b->i));
         } else {
-          int64_t x = a->i, y = b->i;
-          switch (n->op) {
-            case BinaryOp::Eq: r = x == y; break;
-            case BinaryOp::Ne: r = x != y; break;
-            case BinaryOp::Lt: r = x < y; break;
-            case BinaryOp::Le: r = x <= y; break;
-            case BinaryOp::Gt: r = x > y; break;
-            default: r = x >= y; break;
-          }
+          r = compare(n->op, a->i, b->i);
         }
         return EvalValue{dtypes::boolean, r ? 1 : 0, 0.0};
       }

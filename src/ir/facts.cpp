@@ -243,11 +243,17 @@ std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents) {
   return dims;
 }
 
+namespace {
+// offsets + place(tile): tile dim k moves dim dims[k] (-1: none).
+std::vector<Expr> place(std::vector<Expr> offsets, const std::vector<int>& dims, const std::vector<Expr>& tile) {
+  for (size_t k = 0; k < dims.size() && k < tile.size(); ++k)
+    if (dims[k] >= 0) offsets[dims[k]] = offsets[dims[k]] + tile[k];
+  return offsets;
+}
+}  // namespace
+
 std::vector<Expr> global_index(const GlobalAccess& g, const std::vector<Expr>& tile) {
-  std::vector<Expr> idx = g.offsets;
-  for (size_t k = 0; k < g.dims.size() && k < tile.size(); ++k)
-    if (g.dims[k] >= 0) idx[g.dims[k]] = idx[g.dims[k]] + tile[k];
-  return idx;
+  return place(g.offsets, g.dims, tile);
 }
 
 Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile) {
@@ -265,10 +271,7 @@ Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile) {
 }
 
 Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile) {
-  std::vector<Expr> idx = s.offsets;
-  for (size_t k = 0; k < s.dims.size() && k < tile.size(); ++k)
-    if (s.dims[k] >= 0) idx[s.dims[k]] = idx[s.dims[k]] + tile[k];
-  return s.root->shared_layout.offset(idx);
+  return s.root->shared_layout.offset(place(s.offsets, s.dims, tile));
 }
 
 }  // namespace tilus

@@ -32,6 +32,11 @@ const char* to_string(ReduceOp op) {
 }
 
 namespace {
+// out = op(x), both register tensors.
+void register_unary(FieldVisitor& v, Tensor& out, Tensor& x) {
+  v.output("out", out, kRegister);
+  v.operand("x", x, Access::Read, kRegister, nullptr);
+}
 std::string ints_str(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 std::string ints_str(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 }  // namespace
@@ -138,40 +143,33 @@ void DotInst::visit_fields(FieldVisitor& v) {
 }
 
 void CastInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
 }
 
 void ViewInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
 }
 
 void ReshapeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
 }
 
 void SqueezeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
   v.attr("dims", ints_str(dims));
 }
 
 void UnsqueezeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
   v.attr("dims", ints_str(dims));
 }
 
 void TransposeInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
 }
 
 void RepeatInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
   v.attr("repeats", ints_str(repeats));
 }
 
@@ -183,8 +181,7 @@ void ElementwiseInst::visit_fields(FieldVisitor& v) {
 }
 
 void ReduceInst::visit_fields(FieldVisitor& v) {
-  v.output("out", out, kRegister);
-  v.operand("x", x, Access::Read, kRegister, nullptr);
+  register_unary(v, out, x);
   v.attr("dims", ints_str(dims));
   v.attr("keepdim", keepdim ? "true" : "false");
 }

@@ -255,13 +255,15 @@ bool has_open_else(const Stmt& s) {
 }
 }  // namespace
 
-void Builder::begin_if(Expr cond, SourceLoc loc) {
+void Builder::push_condition(int kind, const char* what, const Expr& cond, const SourceLoc& loc) {
   Scope s;
-  s.kind = Scope::If;
+  s.kind = Scope::Kind(kind);
   s.loc = loc;
-  s.a = as_condition(cond, "if", loc);
+  s.a = as_condition(cond, what, loc);
   push(std::move(s));
 }
+
+void Builder::begin_if(Expr cond, SourceLoc loc) { push_condition(Scope::If, "if", cond, loc); }
 
 void Builder::end_if() {
   Scope s = pop(Scope::If, "if");
@@ -287,13 +289,7 @@ void Builder::end_else() {
   emit_stmt(attach_else(s.pending_if, body));
 }
 
-void Builder::begin_while(Expr cond, SourceLoc loc) {
-  Scope s;
-  s.kind = Scope::While;
-  s.loc = loc;
-  s.a = as_condition(cond, "while", loc);
-  push(std::move(s));
-}
+void Builder::begin_while(Expr cond, SourceLoc loc) { push_condition(Scope::While, "while", cond, loc); }
 
 void Builder::end_while() {
   Scope s = pop(Scope::While, "while loop");

@@ -454,9 +454,7 @@ Kernel choose_shared_layouts(const Kernel& k) {
 }  // namespace
 
 Program infer_layouts(const Program& program) {
-  Program out;
-  for (auto& k : program.kernels) out.kernels.push_back(choose_shared_layouts(LayoutSolver(k).run()));
-  return out;
+  return map_kernels(program, [](const Kernel& k) { return choose_shared_layouts(LayoutSolver(k).run()); });
 }
 
 }  // namespace tilus

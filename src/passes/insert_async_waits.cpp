@@ -224,13 +224,13 @@ class WaitInserter {
 }  // namespace
 
 Program insert_async_waits(const Program& program, bool strict, int* inserted) {
-  Program out;
   int total = 0;
-  for (auto& k : program.kernels) {
+  Program out = map_kernels(program, [&](const Kernel& k) {
     int n = 0;
-    out.kernels.push_back(WaitInserter(k, strict).run(&n));
+    Kernel r = WaitInserter(k, strict).run(&n);
     total += n;
-  }
+    return r;
+  });
   if (inserted) *inserted = total;
   return out;
 }

@@ -256,13 +256,13 @@ class BarrierInserter {
 }  // namespace
 
 Program insert_barriers(const Program& program, int* inserted) {
-  Program out;
   int total = 0;
-  for (auto& k : program.kernels) {
+  Program out = map_kernels(program, [&](const Kernel& k) {
     int n = 0;
-    out.kernels.push_back(BarrierInserter(k).run(&n));
+    Kernel r = BarrierInserter(k).run(&n);
     total += n;
-  }
+    return r;
+  });
   if (inserted) *inserted = total;
   return out;
 }

@@ -155,12 +155,7 @@ class BoundsPredicateInserter : public StmtMutator {
 }  // namespace
 
 Program insert_bounds_predicates(const Program& program) {
-  Program out;
-  for (auto& k : program.kernels) {
-    BoundsPredicateInserter pass(k);
-    out.kernels.push_back(pass.mutate(k));
-  }
-  return out;
+  return map_kernels(program, [](const Kernel& k) { return BoundsPredicateInserter(k).mutate(k); });
 }
 
 }  // namespace tilus

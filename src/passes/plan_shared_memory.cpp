@@ -202,8 +202,7 @@ class OffsetWriter : public StmtMutator {
 }  // namespace
 
 Program plan_shared_memory(const Program& program, const Target& target) {
-  Program out;
-  for (auto& k : program.kernels) {
+  return map_kernels(program, [&](const Kernel& k) {
     std::vector<Allocation> allocs = Liveness(target).run(k);
     int64_t total = place(allocs);
     if (total > target.shared_memory_per_block) over_budget(k, target, allocs, total);
@@ -211,9 +210,8 @@ Program plan_shared_memory(const Program& program, const Target& target) {
     for (auto& a : allocs) writer.offsets[a.inst] = a.offset;
     Kernel r = writer.mutate(k);
     r.shared_memory_bytes = total;
-    out.kernels.push_back(std::move(r));
-  }
-  return out;
+    return r;
+  });
 }
 
 }  // namespace tilus

@@ -460,9 +460,7 @@ class Selector : public StmtMutator {
 }  // namespace
 
 Program select_instructions(const Program& program, const Target& target) {
-  Program out;
-  for (auto& k : program.kernels) out.kernels.push_back(Selector(k, target).mutate(k));
-  return out;
+  return map_kernels(program, [&](const Kernel& k) { return Selector(k, target).mutate(k); });
 }
 
 }  // namespace tilus

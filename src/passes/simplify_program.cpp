@@ -95,20 +95,16 @@ class DeadCodeRemover : public StmtMutator {
 }  // namespace
 
 Program simplify_program(const Program& program) {
-  Program out;
-  for (auto& k : program.kernels) {
-    ExprSimplifier simplifier(k);
-    Kernel r = simplifier.mutate(k);
+  return map_kernels(program, [](const Kernel& k) {
+    Kernel r = ExprSimplifier(k).mutate(k);
     for (;;) {
       DeadCodeRemover dce;
       dce.collect(r.body);
       Kernel next = dce.mutate(r);
-      if (!dce.changed) break;
+      if (!dce.changed) return r;
       r = next;
     }
-    out.kernels.push_back(std::move(r));
-  }
-  return out;
+  });
 }
 
 }  // namespace tilus

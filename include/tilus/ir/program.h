@@ -38,4 +38,12 @@ struct Program {
   std::vector<Kernel> kernels;
 };
 
+// A program of f(kernel) for every kernel: how each pass runs over a program.
+template <class F>
+Program map_kernels(const Program& p, F f) {
+  Program out;
+  for (const Kernel& k : p.kernels) out.kernels.push_back(f(k));
+  return out;
+}
+
 }  // namespace tilus

@@ -143,6 +143,8 @@ class Builder {
   };
 
   void push(Scope s);
+  // Opens an `if` or `while` scope on a condition (`what` names it in errors).
+  void push_condition(int kind, const char* what, const Expr& cond, const SourceLoc& loc);
   Scope pop(Scope::Kind expected, const char* what);
   void emit_stmt(Stmt s);
   Tensor emit_with_output(std::shared_ptr<InstNode> inst);

@@ -29,6 +29,7 @@ Side Emitter::global_side(const Tensor& g, const GlobalAccess& access) {
 }
 
 Side Emitter::shared_side(const SharedView& view) {
+  if (!view.planned) throw InternalError("a shared tensor has no planned offset; run the pass pipeline first");
   Side s;
   s.dtype = view.root.dtype();
   s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
@@ -157,13 +158,9 @@ void Emitter::emit_memory(const InstNode& inst) {
       globals[i.out.get()] = rec;
       return;
     }
-    case InstKind::AllocateShared: {
-      auto& i = static_cast<const AllocateSharedInst&>(inst);
-      if (i.offset < 0) fail(inst, "shared tensor has no planned offset; run the pass pipeline first");
-      return;
-    }
+    case InstKind::AllocateShared:
     case InstKind::FreeShared:
-    case InstKind::SliceShared: return;
+    case InstKind::SliceShared: return;  // address maps: the facts
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       declare_reg(i.out);

@@ -27,6 +27,7 @@ Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
 }
 
 Side shared_side(const SharedView& view) {
+  if (!view.planned) throw InternalError("a shared tensor has no planned offset; run the pass pipeline first");
   Side s;
   s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
   std::string base = fmt::format("reinterpret_cast<{}*>(tilus_smem + {})", ctype(view.root.dtype()), view.base_bytes);
@@ -229,13 +230,9 @@ void Emitter::emit_memory(const InstNode& inst) {
       global_ptrs_[i.out.get()] = name;
       return;
     }
-    case InstKind::AllocateShared: {
-      auto& i = static_cast<const AllocateSharedInst&>(inst);
-      if (i.offset < 0) fail(inst, "shared tensor has no planned offset; run the pass pipeline first");
-      return;
-    }
+    case InstKind::AllocateShared:
     case InstKind::FreeShared:
-    case InstKind::SliceShared: return;
+    case InstKind::SliceShared: return;  // address maps: the facts
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       selected();
@@ -251,19 +248,18 @@ void Emitter::emit_memory(const InstNode& inst) {
                       i.dst.dtype(), rec.vector);
       return;
     }
-    case InstKind::LoadShared: {
-      auto& i = static_cast<const LoadSharedInst&>(inst);
-      selected();
-      declare_reg(i.out);
-      if (matrix) emit_matrix(*this, rec, facts_.shared(i, i.src), i.out, true);
-      else register_access(*this, true, i.out, shared_side(facts_.shared(i, i.src)), i.src.dtype(), rec.vector);
-      return;
-    }
+    case InstKind::LoadShared:
     case InstKind::StoreShared: {
-      auto& i = static_cast<const StoreSharedInst&>(inst);
+      bool load = inst.kind() == InstKind::LoadShared;
+      auto* l = static_cast<const LoadSharedInst*>(&inst);
+      auto* s = static_cast<const StoreSharedInst*>(&inst);
+      const Tensor& mem = load ? l->src : s->dst;
+      const Tensor& r = load ? l->out : s->src;
       selected();
-      if (matrix) emit_matrix(*this, rec, facts_.shared(i, i.dst), i.src, false);
-      else register_access(*this, false, i.src, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), rec.vector);
+      if (load) declare_reg(r);
+      const SharedView& view = facts_.shared(inst, mem);
+      if (matrix) emit_matrix(*this, rec, view, r, load);
+      else register_access(*this, load, r, shared_side(view), mem.dtype(), rec.vector);
       return;
     }
     case InstKind::CopyAsync: {
