@@ -127,6 +127,16 @@ struct GpuKernel {
   std::array<uint32_t, 3> grid{0, 0, 0};
   bool grid_valid = false;
   bool grid_uses_pointers = false;  // then never cached
+  // The argument contract of each pointer parameter for those scalars, as the torch fast path
+  // checks it (check_arguments' rules, on what a torch tensor says cheaply).
+  struct FastContract {
+    int64_t bytes = 0;        // a contiguous array must hold this many
+    bool strided_ok = false;  // a strided one may do: every view declares strides it can match
+    // Per view with declared strides: those strides and the view's shape (elements). An array
+    // of the view's rank must have exactly those strides, and a strided one that shape.
+    std::vector<std::vector<int64_t>> strides, shapes;
+  };
+  std::vector<FastContract> contracts;
 
   void launch(const py::sequence& values, uint64_t stream) const {
     launcher->launch(to_args(launcher->kernel().source.params, values, {}), reinterpret_cast<Stream>(stream));
@@ -207,31 +217,58 @@ struct GpuKernel {
     return true;
   }
 
-  // Launches packed arguments, evaluating the grid only when a scalar changed.
-  void launch_packed(uint8_t* buffer, uint64_t stream) {
-    const auto& params = launcher->kernel().source.params;
+  // Evaluates the grid and the contract's numbers for packed arguments, only when a scalar
+  // changed.
+  void refresh(const uint8_t* buffer) {
+    const KernelSource& source = launcher->kernel().source;
+    const auto& params = source.params;
     size_t n = params.size();
     auto scalar = [&](size_t i) { return !params[i].dtype.is_pointer() && !params[i].is_blob(); };
     bool same = grid_valid && !grid_uses_pointers;
     for (size_t i = 0; i < n && same; ++i)
       if (scalar(i)) same = grid_args[i] == slot(i, buffer);
-    if (!same) {
-      std::vector<KernelArg> args;
-      grid_args.assign(n, 0);
-      for (size_t i = 0; i < n; ++i) {
-        DataType t = params[i].dtype;
-        if (params[i].is_blob()) {
-          args.emplace_back().kind = KernelArg::Kind::Blob;  // a grid never reads one
-          continue;
-        }
-        uint64_t bits = grid_args[i] = slot(i, buffer);
-        if (t.is_pointer()) args.push_back(KernelArg::pointer(bits));
-        else if (t.is_float()) args.emplace_back(t.decode_float(bits));
-        else args.emplace_back(int64_t(bits));
+    if (same) return;
+    std::vector<KernelArg> args;
+    grid_args.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      DataType t = params[i].dtype;
+      if (params[i].is_blob()) {
+        args.emplace_back().kind = KernelArg::Kind::Blob;  // a grid never reads one
+        continue;
       }
-      grid = launch_grid(launcher->kernel().source, args);
-      grid_valid = true;
+      uint64_t bits = grid_args[i] = slot(i, buffer);
+      if (t.is_pointer()) args.push_back(KernelArg::pointer(bits));
+      else if (t.is_float()) args.emplace_back(t.decode_float(bits));
+      else args.emplace_back(int64_t(bits));
     }
+    grid = launch_grid(source, args);
+    contracts.assign(n, {});
+    auto evaluate_all = [&](const std::vector<Expr>& es, std::vector<int64_t>& out) {
+      for (const Expr& e : es)
+        if (auto x = evaluate_int(source, args, e)) out.push_back(*x);
+      return out.size() == es.size();
+    };
+    for (size_t i = 0; i < n; ++i) {
+      FastContract& c = contracts[i];
+      c.strided_ok = !params[i].contract.views.empty();
+      for (const ViewContract& v : params[i].contract.views) {
+        if (v.extent.defined())
+          if (auto reach = evaluate_int(source, args, v.extent); reach && *reach > 0)
+            c.bytes = std::max(c.bytes, v.dtype.storage_bytes(*reach));
+        std::vector<int64_t> strides, shape;
+        bool known = !v.row_major && evaluate_all(v.strides, strides) && evaluate_all(v.shape, shape);
+        c.strided_ok = c.strided_ok && known;
+        if (!known) continue;
+        c.strides.push_back(std::move(strides));
+        c.shapes.push_back(std::move(shape));
+      }
+    }
+    grid_valid = true;
+  }
+
+  // Launches packed arguments (raw pointers: nothing is known of their arrays to check).
+  void launch_packed(uint8_t* buffer, uint64_t stream) {
+    refresh(buffer);
     launcher->launch_raw(grid, buffer, reinterpret_cast<Stream>(stream));
   }
 
@@ -277,11 +314,14 @@ struct CpuKernelHandle {
 };
 
 // The whole fast launch path of one Script instance in C++ (Python's interpreter costs more
-// than the checks): arguments are CUDA torch tensors of the parameters' dtypes and Python
-// numbers. It checks each tensor's type, dtype and device, builds the bit mask of 16-byte
-// aligned pointers and 16-divisible ints, finds the kernel compiled for that mask, asks torch
-// for its current stream and launches. Returns False for anything else (the general Python
-// path then validates and reports, compiles, and registers the new kernel here).
+// than the checks): arguments are contiguous CUDA torch tensors of the parameters' dtypes and
+// Python numbers. It checks each tensor's type, dtype, device and contiguity, builds the bit
+// mask of 16-byte aligned pointers and 16-divisible ints, finds the kernel compiled for that
+// mask, checks each tensor's bytes (and the strides of views that declare them) against the
+// kernel's argument contract, asks torch for its current stream and launches. Returns False
+// for anything else, and for anything it cannot prove fine (the general Python path then
+// validates and reports, compiles, and registers the new kernel here). Torch tensors are never
+// read-only and always in the host's byte order.
 struct TorchFastPath {
   std::vector<int> kinds;              // 0 pointer, 1 int, 2 float, 3 by-value bytes
   std::vector<py::object> dtypes;      // torch dtype per pointer parameter
@@ -297,7 +337,12 @@ struct TorchFastPath {
     static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
     static PyObject* s_data_ptr = PyUnicode_InternFromString("data_ptr");
     static PyObject* s_get_device = PyUnicode_InternFromString("get_device");
+    static PyObject* s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    static PyObject* s_nbytes = PyUnicode_InternFromString("nbytes");
+    static PyObject* s_stride = PyUnicode_InternFromString("stride");
+    static PyObject* s_shape = PyUnicode_InternFromString("shape");
     uint64_t addresses[64];
+    int64_t bytes[64];  // a contiguous tensor's (-1: not contiguous)
     uint64_t mask = 0;
     PyObject* last_tensor = nullptr;
     for (size_t i = 0; i < n; ++i) {
@@ -322,6 +367,21 @@ struct TorchFastPath {
           PyErr_Clear();
           return false;
         }
+        PyObject* contiguous = PyObject_CallMethodNoArgs(a, s_is_contiguous);
+        if (!contiguous) { PyErr_Clear(); return false; }
+        bool dense = contiguous == Py_True;
+        Py_DECREF(contiguous);
+        bytes[i] = -1;
+        if (dense) {
+          PyObject* nbytes = PyObject_GetAttr(a, s_nbytes);
+          if (!nbytes) { PyErr_Clear(); return false; }
+          bytes[i] = PyLong_AsLongLong(nbytes);
+          Py_DECREF(nbytes);
+          if (bytes[i] < 0 || PyErr_Occurred()) {
+            PyErr_Clear();
+            return false;
+          }
+        }
         if (is_specialized(addr)) mask |= uint64_t(1) << i;
         addresses[i] = addr;
         last_tensor = a;
@@ -345,6 +405,16 @@ struct TorchFastPath {
       if (kinds[i] == 0) kernel.put_slot(i, addresses[i], buffer.data());
       else if (!kernel.pack(i, PyTuple_GET_ITEM(args.ptr(), Py_ssize_t(i)), buffer.data())) return false;
     }
+    kernel.refresh(buffer.data());
+    for (size_t i = 0; i < n; ++i) {
+      if (kinds[i] != 0) continue;
+      const GpuKernel::FastContract& c = kernel.contracts[i];
+      bool dense = bytes[i] >= 0;
+      if (dense ? bytes[i] < c.bytes : !c.strided_ok) return false;
+      if (!c.strides.empty() &&
+          !declared_strides_hold(PyTuple_GET_ITEM(args.ptr(), Py_ssize_t(i)), c, dense, s_stride, s_shape))
+        return false;
+    }
     uint64_t stream = 0;
     if (last_tensor) {
       PyObject* dev = PyObject_CallMethodNoArgs(last_tensor, s_get_device);
@@ -355,8 +425,35 @@ struct TorchFastPath {
       stream = PyLong_AsUnsignedLongLong(st);
       Py_DECREF(st);
     }
-    kernel.launch_packed(buffer.data(), stream);
+    kernel.launcher->launch_raw(kernel.grid, buffer.data(), reinterpret_cast<Stream>(stream));
     return true;
+  }
+
+  // A tensor's strides against the declared strides of its parameter's views (as
+  // check_arguments decides, where it can tell cheaply): a contiguous tensor of another rank
+  // is a dense buffer, one of the view's rank needs exactly those strides; a strided tensor
+  // needs the view's rank and strides, and holds the view dim by dim.
+  static bool declared_strides_hold(PyObject* tensor, const GpuKernel::FastContract& c, bool dense,
+                                    PyObject* s_stride, PyObject* s_shape) {
+    PyObject* strides = PyObject_CallMethodNoArgs(tensor, s_stride);
+    if (!strides) { PyErr_Clear(); return false; }
+    PyObject* shape = dense ? nullptr : PyObject_GetAttr(tensor, s_shape);
+    bool ok = PyTuple_Check(strides) && (dense || (shape && PyTuple_Check(shape)));
+    size_t rank = ok ? size_t(PyTuple_GET_SIZE(strides)) : 0;
+    for (size_t v = 0; ok && v < c.strides.size(); ++v) {
+      if (rank != c.strides[v].size()) {
+        ok = dense;
+        continue;
+      }
+      for (size_t d = 0; ok && d < rank; ++d) {
+        ok = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, Py_ssize_t(d))) == c.strides[v][d];
+        if (ok && !dense) ok = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, Py_ssize_t(d))) >= c.shapes[v][d];
+      }
+    }
+    Py_DECREF(strides);
+    Py_XDECREF(shape);
+    PyErr_Clear();
+    return ok;
   }
 };
 
@@ -721,14 +818,25 @@ PYBIND11_MODULE(_C, m) {
 
   // --- launch arguments -------------------------------------------------------------------------
   py::class_<KernelArg>(m, "KernelArg")
-      .def_static("pointer", [](uint64_t address, DataType pointee, int64_t bytes, const std::string& device) {
+      // An array argument as the front end sees it: its address, element dtype, byte extent,
+      // device, and what the argument contract checks (tilus/runtime/launcher.h): read-only,
+      // byte order, shape and byte strides (None: a dense row-major buffer).
+      .def_static("pointer", [](uint64_t address, DataType pointee, int64_t bytes, const std::string& device,
+                                bool read_only, bool foreign_byte_order, std::vector<int64_t> shape,
+                                std::vector<int64_t> byte_strides) {
         KernelArg a = KernelArg::typed_pointer(DevicePtr(address), pointee);
         a.bytes = bytes;
         a.memory = device == "cuda" ? KernelArg::Memory::Device
                    : device == "cpu" ? KernelArg::Memory::Host
                                      : KernelArg::Memory::Unknown;
+        a.read_only = read_only;
+        a.foreign_byte_order = foreign_byte_order;
+        a.shape = std::move(shape);
+        a.byte_strides = std::move(byte_strides);
         return a;
-      }, py::arg("address"), py::arg("pointee"), py::arg("bytes"), py::arg("device"))
+      }, py::arg("address"), py::arg("pointee"), py::arg("bytes"), py::arg("device"), py::arg("read_only") = false,
+         py::arg("foreign_byte_order") = false, py::arg("shape") = std::vector<int64_t>{},
+         py::arg("byte_strides") = std::vector<int64_t>{})
       .def_property_readonly("address", [](const KernelArg& a) { return uint64_t(a.ptr); });
   py::class_<KernelSignature>(m, "KernelSignature")
       .def(py::init([](const std::string& name, const std::vector<std::pair<std::string, DataType>>& params) {

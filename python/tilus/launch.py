@@ -9,11 +9,14 @@ first call for a specialization traces, runs the passes and compiles; later call
 dictionary lookup and the launch.
 
 Python only turns each argument object into what the C++ core launches with (a KernelArg:
-address, element dtype, byte extent and device; or a number); the core checks the arguments,
-says what the call specializes on and which backend it runs on, exactly as for C++ launches.
+address, element dtype, byte extent, device, read-only flag, byte order, shape and byte
+strides; or a number); the core checks the arguments (the kernel's argument contract among
+them), says what the call specializes on and which backend it runs on, exactly as for C++
+launches.
 """
 import inspect
 import os
+import sys
 import threading
 
 from . import _C
@@ -33,6 +36,8 @@ _DTYPE_NAMES = {
 _TYPESTR = {"f2": "float16", "f4": "float32", "f8": "float64", "i1": "int8", "i2": "int16", "i4": "int32",
             "i8": "int64", "u1": "uint8", "u2": "uint16", "u4": "uint32", "u8": "uint64", "b1": "bool"}
 _POINTEES = {name: DataType.from_name(name) for name in set(_DTYPE_NAMES.values())}
+# The typestr byte-order character of data in the other byte order than the host's.
+_FOREIGN_ORDER = ">" if sys.byteorder == "little" else "<"
 
 _lock = threading.Lock()
 
@@ -121,22 +126,30 @@ def _argument_error(kernel, p, why):
 
 
 def _pointer(obj, p, kernel):
-    """The KernelArg of an array argument (address, element dtype, bytes, device) and who owns
+    """The KernelArg of an array argument (address, element dtype, bytes, device, and what the
+    core's argument contract checks: read-only, byte order, shape and byte strides) and who owns
     the stream it is used on ("torch" or None)."""
     mod = type(obj).__module__
     if mod.startswith("torch"):
         device = "cuda" if obj.is_cuda else obj.device.type
-        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * obj.element_size(),
-                      device), "torch"
+        size = obj.element_size()
+        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * size, device,
+                      shape=tuple(obj.shape), byte_strides=[s * size for s in obj.stride()]), "torch"
     if mod.startswith("numpy"):
-        return _typed(p, kernel, obj.ctypes.data, obj.dtype.name, obj.nbytes, "cpu"), None
+        return _typed(p, kernel, obj.ctypes.data, obj.dtype.name, obj.nbytes, "cpu",
+                      read_only=not obj.flags.writeable, foreign_byte_order=not obj.dtype.isnative,
+                      shape=obj.shape, byte_strides=obj.strides), None
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         n = 1
         for s in cai["shape"]:
             n *= s
-        dtype = _TYPESTR.get(cai["typestr"][1:], cai["typestr"])
-        return _typed(p, kernel, cai["data"][0], dtype, n * int(cai["typestr"][2:] or 1), "cuda"), None
+        typestr = cai["typestr"]
+        dtype = _TYPESTR.get(typestr[1:], typestr)
+        strides = cai.get("strides")  # None: C-contiguous
+        return _typed(p, kernel, cai["data"][0], dtype, n * int(typestr[2:] or 1), "cuda",
+                      read_only=bool(cai["data"][1]), foreign_byte_order=typestr[0] == _FOREIGN_ORDER,
+                      shape=tuple(cai["shape"]) if strides else (), byte_strides=tuple(strides or ())), None
     if hasattr(obj, "__dlpack__"):
         try:
             import torch
@@ -148,13 +161,13 @@ def _pointer(obj, p, kernel):
                                      f"{type(obj).__name__}")
 
 
-def _typed(p, kernel, address, dtype, nbytes, device):
+def _typed(p, kernel, address, dtype, nbytes, device, **layout):
     pointee = _POINTEES.get(_DTYPE_NAMES.get(dtype, dtype))
     if pointee is None:  # a dtype tilus has no name for: only a void* parameter takes it
         if p.dtype.pointee.name != "void":
             raise _argument_error(kernel, p, f"points to {dtype} data, the kernel reads {p.dtype.pointee!r}")
         pointee = p.dtype.pointee
-    return _C.KernelArg.pointer(address, pointee, nbytes, device)
+    return _C.KernelArg.pointer(address, pointee, nbytes, device, **layout)
 
 
 def _scalar(a, p, kernel):

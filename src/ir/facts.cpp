@@ -23,6 +23,55 @@ Interval hull(const Interval& a, const Interval& b) {
   return r;
 }
 
+// `ptr` as `param + offset` (offset in elements of param's pointee, int64), when it is the
+// parameter moved by integers; nullopt for any other pointer expression.
+std::optional<Expr> offset_from(const Expr& ptr, const Var& param) {
+  if (ptr.get() == param.get()) return int_const(0, dtypes::int64);
+  auto b = ptr.as<BinaryNode>();
+  if (!b || (b->op != BinaryOp::Add && b->op != BinaryOp::Sub) || param.dtype().pointee().is_void()) return std::nullopt;
+  bool left = b->a.dtype().is_pointer();
+  const Expr& p = left ? b->a : b->b;
+  const Expr& i = left ? b->b : b->a;
+  if (!i.dtype().is_integer()) return std::nullopt;
+  auto base = offset_from(p, param);
+  if (!base) return std::nullopt;
+  Expr o = cast(i, dtypes::int64);
+  return b->op == BinaryOp::Add ? *base + o : *base - o;
+}
+
+// The argument contract of one global view of parameter `param` (see ViewContract).
+ViewContract view_contract(const KernelFacts& f, const GlobalViewInst& v, int param) {
+  const Kernel& k = f.kernel();
+  ViewContract c;
+  c.loc = v.loc;
+  c.type = v.out.type_str();
+  c.dtype = v.out.dtype();
+  c.shape = v.out.shape();
+  c.strides = v.out->strides;
+  const Tensor row_major = Tensor::global("", c.dtype, c.shape);
+  for (size_t d = 0; d < c.strides.size(); ++d)
+    c.row_major = c.row_major && structural_equal(f.simplify(c.strides[d]), f.simplify(row_major->strides[d]));
+  auto offset = offset_from(v.ptr, k.params[param]);
+  if (!offset) return c;
+  const DataType i64 = dtypes::int64;
+  Expr span = *offset + int_const(1, i64);
+  Expr nonempty = bool_const(true);
+  for (size_t d = 0; d < c.shape.size() && d < c.strides.size(); ++d) {
+    Expr n = cast(c.shape[d], i64), s = cast(c.strides[d], i64);
+    span = span + (n - int_const(1, i64)) * max(s, -s);
+    nonempty = nonempty && n > int_const(0, i64);
+  }
+  Expr extent = f.simplify(select(nonempty, span, int_const(0, i64)));
+  for (const Var& x : free_vars(extent)) {
+    bool scalar_param = false;
+    for (const Var& p : k.params) scalar_param |= p.get() == x.get() && !p.dtype().is_pointer();
+    if (!scalar_param) return c;
+  }
+  c.extent = extent;
+  return c;
+}
+
+
 }  // namespace
 
 // One walk of the body in program order; every fact is recorded where its variable is bound.
@@ -77,6 +126,7 @@ class FactCollector : public StmtVisitor {
   }
 
   void visit_inst(const InstNode& inst) override {
+    note_writes(inst);
     switch (inst.kind()) {
       case InstKind::AllocateRegister: {
         auto& a = static_cast<const AllocateRegisterInst&>(inst);
@@ -95,6 +145,10 @@ class FactCollector : public StmtVisitor {
         a.shape = v.out.shape();
         a.strides = v.out->strides;
         f_.globals_[v.out.get()] = a;
+        if (int p = f_.pointer_param(v.ptr); p >= 0) {
+          f_.view_params_[v.out.get()] = p;
+          f_.contracts_[p].views.push_back(view_contract(f_, v, p));
+        }
         return;
       }
       case InstKind::AllocateShared: {
@@ -128,6 +182,20 @@ class FactCollector : public StmtVisitor {
   }
 
  private:
+  // The argument contract: the first write through each pointer parameter's views.
+  void note_writes(const InstNode& inst) {
+    for (const InstNode::Operand& op : inst.traits()) {
+      if (op.defines || !op.tensor.defined() || !op.tensor.is_global()) continue;
+      if (op.access != Access::Write && op.access != Access::ReadWrite) continue;
+      auto it = f_.view_params_.find(op.tensor.get());
+      if (it == f_.view_params_.end()) continue;
+      PointerContract& c = f_.contracts_[it->second];
+      if (c.writes()) continue;
+      c.write_inst = inst.display_name();
+      c.write_loc = inst.loc;
+    }
+  }
+
   KernelFacts& f_;
   std::unordered_set<const void*> bound_, divided_;
 };
@@ -152,6 +220,7 @@ KernelFacts::KernelFacts(const Kernel& k) : kernel_(k) {
     const Var& p = k.params[index];
     if (p.dtype().is_integer()) ctx_.set_divisor(p, d);
   }
+  contracts_.resize(k.params.size());
   FactCollector c(*this);
   c.visit(k.body);
 }

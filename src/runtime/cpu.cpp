@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tilus/ir/facts.h"
 #include "tilus/passes/pipeline.h"
 
 #ifdef TILUS_HAVE_LLVM
@@ -232,17 +233,9 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   impl->checked = options.checked || env_checked();
   impl->threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   impl->shared_bytes = k.shared_memory_bytes;
-  KernelSource& sig = impl->signature;
-  sig.name = k.name;
-  sig.arch = "cpu";
-  sig.grid = k.grid;
-  sig.cluster = k.cluster;  // a cluster's blocks just run; launch_grid checks the grid against it
-  sig.block_threads = k.num_threads();
-  sig.shared_memory_bytes = k.shared_memory_bytes;
-  for (const Var& p : k.params) {
-    sig.params.push_back(KernelParam{p.name(), p.dtype()});
-    sig.param_vars.push_back(p);
-  }
+  // A cluster's blocks just run; launch_grid checks the grid against the cluster shape.
+  impl->signature = kernel_signature(k, KernelFacts(k));
+  impl->signature.arch = "cpu";
 
   Jit& jit = Jit::get();
   auto context = std::make_unique<llvm::LLVMContext>();

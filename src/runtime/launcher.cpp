@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "tilus/codegen/nvrtc.h"
+#include "tilus/ir/tensor.h"
 
 namespace tilus {
 
@@ -24,20 +25,49 @@ const char* kind_name(KernelArg::Kind k) {
   return "?";
 }
 
+// A JSON string literal.
+std::string json(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", int(c));
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// A pointer parameter's argument contract: whether (and where) the kernel writes it, and each
+// global view's extent and strides over the scalar parameters.
+std::string contract_json(const PointerContract& c) {
+  std::string views;
+  for (const ViewContract& v : c.views) {
+    std::string strides;
+    for (const Expr& e : v.strides) strides += fmt::format("{}{}", strides.empty() ? "" : ", ", json(to_string(e)));
+    views += fmt::format("{}{{\"at\": {}, \"type\": {}, \"extent\": {}, \"strides\": [{}], \"row_major\": {}}}",
+                         views.empty() ? "" : ", ", json(v.loc.str()), json(v.type),
+                         v.extent.defined() ? json(to_string(v.extent)) : "null", strides, v.row_major);
+  }
+  return fmt::format("\"writes\": {}, \"views\": [{}]",
+                     c.writes() ? json(c.write_inst + " at " + c.write_loc.str()) : "null", views);
+}
+
 std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
   std::string params, grid, options;
   for (size_t i = 0; i < s.params.size(); ++i) {
     const KernelParam& p = s.params[i];
     params += p.is_blob() ? fmt::format("{}{{\"name\": \"{}\", \"bytes\": {}, \"alignment\": {}}}", i ? ", " : "",
                                         p.name, p.blob_bytes, p.blob_alignment)
-                          : fmt::format("{}{{\"name\": \"{}\", \"dtype\": \"{}\"}}", i ? ", " : "", p.name,
-                                        p.dtype.name());
+              : p.dtype.is_pointer()
+                  ? fmt::format("{}{{\"name\": \"{}\", \"dtype\": \"{}\", {}}}", i ? ", " : "", p.name,
+                                p.dtype.name(), contract_json(p.contract))
+                  : fmt::format("{}{{\"name\": \"{}\", \"dtype\": \"{}\"}}", i ? ", " : "", p.name,
+                                p.dtype.name());
   }
   for (size_t i = 0; i < s.grid.size(); ++i) grid += fmt::format("{}\"{}\"", i ? ", " : "", to_string(s.grid[i]));
   for (size_t i = 0; i < out.options.size(); ++i) options += fmt::format("{}\"{}\"", i ? ", " : "", out.options[i]);
-  // Format 2 added by-value params and the cluster shape.
+  // Format 2 added by-value params and the cluster shape, 3 the pointers' argument contracts.
   return fmt::format(
-      "{{\n  \"format\": 2,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
+      "{{\n  \"format\": 3,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
       "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"cluster\": [{}],\n  "
       "\"block_threads\": {},\n  \"shared_memory_bytes\": {}\n}}\n",
       s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, fmt::join(s.cluster, ", "),
@@ -86,6 +116,123 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
 Launcher::Launcher(CompiledKernel kernel)
     : kernel_(std::move(kernel)), layout_(argument_layout(kernel_.source.params)) {}
 
+namespace {
+
+std::string ints(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+
+// Why an array with these shape and byte strides is not a dense row-major (C-contiguous)
+// buffer of `elem` bytes per element; "" when it is one (or is empty).
+std::string not_contiguous(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t elem) {
+  if (strides.size() != shape.size()) return "";
+  for (int64_t n : shape)
+    if (n == 0) return "";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (strides[d] < 0) return fmt::format("it has a negative stride in dim {}", d);
+    if (strides[d] == 0) return fmt::format("it is broadcast (stride 0 in dim {})", d);
+  }
+  auto dense = [&](bool row_major) {
+    int64_t expected = elem;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      size_t d = row_major ? shape.size() - 1 - k : k;
+      if (shape[d] != 1 && strides[d] != expected) return false;
+      expected *= shape[d];
+    }
+    return true;
+  };
+  if (dense(true)) return "";
+  return dense(false) ? "it is in Fortran (column-major) order" : "it is a strided view";
+}
+
+[[noreturn]] void argument_error(const KernelSource& s, size_t i, const std::string& why) {
+  const KernelParam& p = s.params[i];
+  throw ArgumentError(fmt::format("kernel {}, argument {} ('{}': {}): {}", s.name, i, p.name, p.type_name(), why));
+}
+
+// Expressions over the parameters evaluated for a launch (nullopt when one cannot be).
+std::optional<std::vector<int64_t>> evaluate_all(const KernelSource& s, const std::vector<KernelArg>& args,
+                                                 const std::vector<Expr>& es) {
+  std::vector<int64_t> out;
+  for (const Expr& e : es) {
+    auto v = evaluate_int(s, args, e);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+// Argument i (a pointer) against its parameter's contract (ir/contract.h).
+void check_contract(const KernelSource& s, const std::vector<KernelArg>& args, size_t i) {
+  const KernelParam& p = s.params[i];
+  const KernelArg& a = args[i];
+  const PointerContract& c = p.contract;
+  auto fail = [&](const std::string& why) { argument_error(s, i, why); };
+  if (c.views.empty() && !c.writes()) return;
+  if (a.foreign_byte_order)
+    fail(fmt::format("its elements are not in the host's byte order (big-endian data); the kernel reads {} in the "
+                     "host's: convert it first (numpy: a.astype(a.dtype.newbyteorder('=')))",
+                     p.dtype.pointee().name()));
+  if (a.read_only && c.writes())
+    fail(fmt::format("the array is read-only, but the kernel writes it ({} at {})", c.write_inst, c.write_loc.str()));
+  for (const ViewContract& v : c.views) {
+    // The array's elements (its contiguity) and the view's (its declared strides); sub-byte
+    // data has no byte strides.
+    auto bytes_of = [](DataType t) { return t.bits() % 8 == 0 ? int64_t(t.bits() / 8) : int64_t(0); };
+    DataType elem_t = a.typed && !a.pointee.is_void() ? a.pointee : v.dtype;
+    int64_t elem = bytes_of(elem_t), view_elem = bytes_of(v.dtype);
+    bool has_layout = elem > 0 && !a.byte_strides.empty() && a.byte_strides.size() == a.shape.size();
+    std::string why = has_layout ? not_contiguous(a.shape, a.byte_strides, elem) : "";
+    bool contiguous = why.empty();
+    std::string view = fmt::format("the kernel's global_view at {} ({})", v.loc.str(), v.type);
+    std::string layout = fmt::format("shape {}, strides {} bytes", ints(a.shape), ints(a.byte_strides));
+    auto shape = evaluate_all(s, args, v.shape);
+    std::string shape_text = shape ? fmt::format(" is {} for these arguments and", ints(*shape)) : "";
+    // Row-major views read a dense buffer; views with declared strides read an array of their
+    // rank with exactly those strides (a contiguous array of another rank is a dense buffer).
+    if (v.row_major) {
+      if (!contiguous)
+        fail(fmt::format("the array is not C-contiguous: {} ({}); {} reads it as a dense row-major array: pass a "
+                         "contiguous copy (numpy.ascontiguousarray, torch's .contiguous())",
+                         why, layout, view));
+    } else if (auto declared = evaluate_all(s, args, v.strides); declared && has_layout && view_elem > 0) {
+      if (a.shape.size() == declared->size()) {
+        for (size_t d = 0; d < declared->size(); ++d)
+          if (a.shape[d] > 1 && a.byte_strides[d] != (*declared)[d] * view_elem)
+            fail(fmt::format("the array has {}, but {} declares strides {} = {} elements for these arguments "
+                             "(dim {} differs)",
+                             layout, view, shape_str(v.strides), ints(*declared), d));
+      } else if (!contiguous) {
+        fail(fmt::format("the array is not C-contiguous ({}; {}) and has {} dims, but {} declares {}-dim strides "
+                         "{}: pass an array of the view's rank with those strides, or a contiguous one",
+                         why, layout, a.shape.size(), view, declared->size(), shape_str(v.strides)));
+      }
+    } else if (!contiguous) {
+      continue;  // strides that cannot be evaluated from the arguments: nothing more is known
+    }
+    // Size: a strided array (its strides matched above) must hold the view dim by dim; any
+    // other array, a dense buffer, must hold every element the view may reach.
+    if (!contiguous) {
+      for (size_t d = 0; shape && d < shape->size(); ++d)
+        if ((*shape)[d] > a.shape[d])
+          fail(fmt::format("the array has {}, but {}{} dim {} is {} > {}", layout, view, shape_text, d, (*shape)[d],
+                           a.shape[d]));
+      continue;
+    }
+    if (!v.extent.defined() || a.bytes < 0) continue;
+    auto reach = evaluate_int(s, args, v.extent);
+    if (!reach) continue;
+    int64_t need = *reach > 0 ? v.dtype.storage_bytes(*reach) : 0;
+    if (need > a.bytes)
+      fail(fmt::format("the array has {} bytes{}, but {}{} reaches {} elements ({} bytes) from the pointer", a.bytes,
+                       elem > 0 ? fmt::format(" ({} {} element{})", a.bytes / elem, elem_t.name(),
+                                              a.bytes / elem == 1 ? "" : "s")
+                                : "",
+                       view, shape_text, *reach, need));
+  }
+}
+
+}  // namespace
+
 void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) {
   if (args.size() != s.params.size()) {
     std::string names;
@@ -97,9 +244,7 @@ void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) 
   for (size_t i = 0; i < args.size(); ++i) {
     const KernelParam& p = s.params[i];
     const KernelArg& a = args[i];
-    auto fail = [&](const std::string& why) {
-      throw ArgumentError(fmt::format("kernel {}, argument {} ('{}': {}): {}", s.name, i, p.name, p.type_name(), why));
-    };
+    auto fail = [&](const std::string& why) { argument_error(s, i, why); };
     if (p.is_blob()) {
       if (a.kind != KernelArg::Kind::Blob)
         fail(fmt::format("expected {} bytes by value, got {}", p.blob_bytes, kind_name(a.kind)));
@@ -123,13 +268,17 @@ void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) 
       }
     }
   }
+  // The arrays, once every scalar their contracts are evaluated from is known to be valid.
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (s.params[i].dtype.is_pointer()) check_contract(s, args, i);
+  }
 }
 
 std::array<uint32_t, 3> Launcher::grid(const std::vector<KernelArg>& args) const {
   return launch_grid(kernel_.source, args);
 }
 
-std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args) {
+std::optional<int64_t> evaluate_int(const KernelSource& s, const std::vector<KernelArg>& args, const Expr& e) {
   auto env = [&](const Var& v) -> std::optional<EvalValue> {
     for (size_t i = 0; i < s.param_vars.size() && i < args.size(); ++i)
       if (s.param_vars[i].same_as(v)) {
@@ -141,13 +290,19 @@ std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<Ker
       }
     return std::nullopt;
   };
+  auto v = evaluate(e, env);
+  if (!v) return std::nullopt;
+  return v->dtype.is_float() ? int64_t(v->f) : v->i;
+}
+
+std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args) {
   std::array<uint32_t, 3> g = {1, 1, 1};
   const int64_t limits[3] = {(int64_t(1) << 31) - 1, 65535, 65535};
   for (size_t d = 0; d < s.grid.size() && d < 3; ++d) {
-    auto v = evaluate(s.grid[d], env);
+    auto v = evaluate_int(s, args, s.grid[d]);
     if (!v) throw ArgumentError(fmt::format("kernel {}: grid dimension {} ({}) cannot be evaluated from the arguments",
                                             s.name, d, to_string(s.grid[d])));
-    int64_t n = v->dtype.is_float() ? int64_t(v->f) : v->i;
+    int64_t n = *v;
     if (n < 0 || n > limits[d])
       throw ArgumentError(fmt::format("kernel {}: grid dimension {} ({}) is {}, outside [0, {}]", s.name, d,
                                       to_string(s.grid[d]), n, limits[d]));

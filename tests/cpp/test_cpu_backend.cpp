@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <string>
 
+#include "message_of.h"
 #include "tilus/runtime/jit.h"
 
 using namespace tilus;
@@ -74,6 +75,22 @@ struct Copy1D : Script {
   }
 };
 
+// The same, each block viewing the elements up to the end of its own 64: the views' shapes
+// depend on a block index, so the launch cannot size-check them (their contract has no
+// extent) and checked mode does.
+struct BlockSlices : Script {
+  static constexpr const char* param_names = "n, x, y";
+  void operator()(Int32 n, Ptr<f32> x, Ptr<f32> y) {
+    attrs.blocks = {cdiv(n, 64)};
+    attrs.warps = 2;
+    Expr end = blockIdx.x * 64 + 64;
+    auto gx = global_view(x, {end});
+    auto gy = global_view(y, {end});
+    auto v = load_global(gx, {.offsets = {blockIdx.x * 64}, .shape = {64}});  // SLICE-LOAD
+    store_global(gy, v, {.offsets = {blockIdx.x * 64}});
+  }
+};
+
 }  // namespace
 
 TEST(CpuBackend, CheckedModeReportsUnmaskedOutOfBoundsReads) {
@@ -110,15 +127,24 @@ TEST(CpuBackend, CheckedModeReportsUnmaskedOutOfBoundsReads) {
 
 TEST(CpuBackend, CheckedModeReportsAccessesPastTheBuffer) {
   REQUIRE_CPU();
-  // The kernel is told n = 100 but the buffers hold 90 elements: the bounds predicate (n)
-  // does not guard the last 10, the buffer's extent does.
+  // The kernel is told n = 100 but the buffers hold 90 elements: the launch's argument
+  // contract refuses it (in either mode) before anything runs.
   DeviceBuffer x(dtypes::float32, 90, Backend::Cpu), y(dtypes::float32, 200, Backend::Cpu);
+  for (bool checked : {true, false}) {
+    std::string msg = message_of<ArgumentError>([&] { cpu_jit(Copy1D{}, checked)({100, x.arg(), y.arg()}); });
+    EXPECT_NE(msg.find("kernel Copy1D, argument 1 ('x': float32*)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("360 bytes (90 float32 elements)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reaches 100 elements (400 bytes)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("global float32[n]"), std::string::npos) << msg;
+  }
+  // Views the launch cannot size (they start at a block index): the bounds predicate does not
+  // guard their elements, the buffer's extent does, in checked mode.
   try {
-    cpu_jit(Copy1D{})({100, x.arg(), y.arg()});
+    cpu_jit(BlockSlices{})({128, x.arg(), y.arg()});
     FAIL() << "expected CpuCheckError";
   } catch (const CpuCheckError& e) {
     std::string msg = e.what();
-    EXPECT_NE(msg.find(fmt::format("test_cpu_backend.cpp:{}", line_of("COPY1D-LOAD"))), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("test_cpu_backend.cpp:{}", line_of("SLICE-LOAD"))), std::string::npos) << msg;
     EXPECT_NE(msg.find("load_global"), std::string::npos) << msg;
     EXPECT_NE(msg.find("byte offset 360 lies outside the 360 bytes that 'x' points to"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[90]"), std::string::npos) << msg;

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "clustered_vector_add.h"
+#include "message_of.h"
 #include "shapes_script.h"
 #include "tilus/runtime/jit.h"
 
@@ -805,4 +806,107 @@ TEST(Backend_, ClusteredBlocksRunAndTheGridIsChecked) {
     EXPECT_NE(m.find("kernel ClusteredVectorAdd"), std::string::npos) << m;
     EXPECT_NE(m.find("is 3, not a multiple of the cluster's 2"), std::string::npos) << m;
   }
+}
+
+// --- the argument contract (issue 19) -------------------------------------
+
+namespace {
+
+int contract_store_line = 0;  // the line of ContractAdd's store_global, set while tracing
+
+// y[i] = x[i] + 1 over n elements.
+struct ContractAdd : Script {
+  static constexpr const char* param_names = "n, x, y";
+  void operator()(Int32 n, Ptr<f32> x, Ptr<f32> y) {
+    attrs.blocks = {cdiv(n, 64)};
+    attrs.warps = 2;
+    auto v = load_global(global_view(x, {n}), {.offsets = {blockIdx.x * 64}, .shape = {64}});
+    store_global(global_view(y, {n}), v + 1.0f, {.offsets = {blockIdx.x * 64}}); contract_store_line = __LINE__;
+  }
+};
+
+// y[i, j] = x[i, j] over [m, 8], x read through the row stride sm the caller declares.
+struct StridedRows : Script {
+  static constexpr const char* param_names = "m, sm, x, y";
+  void operator()(Int32 m, Int32 sm, Ptr<f32> x, Ptr<f32> y) {
+    attrs.blocks = {cdiv(m, 16)};
+    attrs.warps = 2;
+    auto gx = global_view(x, {m, 8}, {.strides = {sm, 1}});
+    auto v = load_global(gx, {.offsets = {blockIdx.x * 16, 0}, .shape = {16, 8}});
+    store_global(global_view(y, {m, 8}), v, {.offsets = {blockIdx.x * 16, 0}});
+  }
+};
+
+}  // namespace
+
+TEST(Backend_, ArgumentContractsAreCheckedAtEveryLaunch) {
+  REQUIRE_GPU();
+  auto kernel = jit_on(ContractAdd{});
+  int64_t n = 200;
+  auto hx = randoms(256, dtypes::float32);
+  Buffer x(dtypes::float32, 256), y(dtypes::float32, 256), small(dtypes::float32, 100);
+  x.upload(hx);
+  kernel({n, x.arg(), y.arg()});
+  std::vector<double> got = y.download();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], round_to(dtypes::float32, hx[i] + 1)) << i;
+  auto expect = [&](const std::string& what, KernelArg xa, KernelArg ya, std::initializer_list<std::string> pieces) {
+    std::string m = message_of<ArgumentError>([&] { kernel({n, xa, ya}); });
+    for (const std::string& p : pieces) EXPECT_NE(m.find(p), std::string::npos) << what << ": " << m;
+  };
+  const std::string x_param = "kernel ContractAdd, argument 1 ('x': float32*)";
+  const std::string y_param = "kernel ContractAdd, argument 2 ('y': float32*)";
+  // Too small for the view: n elements from the pointer.
+  expect("too small", small.arg(), y.arg(),
+         {x_param, "the array has 400 bytes (100 float32 elements)", "global float32[n]) is [200]",
+          "reaches 200 elements (800 bytes)"});
+  // A 0-d array (one element) where a vector is read.
+  KernelArg scalar = x.arg();
+  scalar.bytes = 4;
+  expect("0-d", scalar, y.arg(), {x_param, "the array has 4 bytes (1 float32 element)"});
+  // Written through, but read-only.
+  KernelArg ro = y.arg();
+  ro.read_only = true;
+  expect("read-only", x.arg(), ro,
+         {y_param, fmt::format("read-only, but the kernel writes it (store_global at {}:{})", __FILE__,
+                               contract_store_line)});
+  KernelArg swapped = x.arg();
+  swapped.foreign_byte_order = true;
+  expect("byte order", swapped, y.arg(), {x_param, "not in the host's byte order"});
+  // Not C-contiguous, in every way an array can fail to be.
+  auto layout = [&](std::vector<int64_t> shape, std::vector<int64_t> strides) {
+    KernelArg a = x.arg();
+    a.shape = std::move(shape);
+    a.byte_strides = std::move(strides);
+    return a;
+  };
+  expect("strided", layout({200}, {8}), y.arg(), {x_param, "not C-contiguous: it is a strided view", "[200]", "[8]"});
+  expect("negative", layout({200}, {-4}), y.arg(), {x_param, "negative stride in dim 0"});
+  expect("broadcast", layout({200}, {0}), y.arg(), {x_param, "broadcast (stride 0 in dim 0)"});
+  expect("fortran", layout({20, 10}, {4, 80}), y.arg(), {x_param, "Fortran (column-major) order"});
+  // A contiguous array described by its shape is fine.
+  kernel({n, layout({20, 10}, {40, 4}), y.arg()});
+}
+
+TEST(Backend_, DeclaredStridesTakeMatchingStridedArrays) {
+  REQUIRE_GPU();
+  auto kernel = jit_on(StridedRows{});
+  int64_t m = 40;
+  auto hx = randoms(m * 16, dtypes::float32);
+  Buffer x(dtypes::float32, m * 16), y(dtypes::float32, m * 8);
+  x.upload(hx);
+  // Columns 0..7 of a row-major [m, 16] array: shape [m, 8], strides [64, 4] bytes.
+  KernelArg columns = x.arg();
+  columns.shape = {m, 8};
+  columns.byte_strides = {64, 4};
+  kernel({m, int64_t(16), columns, y.arg()});
+  auto got = y.download();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < 8; ++j) ASSERT_EQ(got[i * 8 + j], hx[i * 16 + j]) << i << ", " << j;
+  // Other strides than the kernel declares, or more rows than the array has.
+  std::string e = message_of<ArgumentError>([&] { kernel({m, int64_t(8), columns, y.arg()}); });
+  EXPECT_NE(e.find("kernel StridedRows, argument 2 ('x': float32*)"), std::string::npos) << e;
+  EXPECT_NE(e.find("declares strides [sm, 1] = [8, 1] elements for these arguments (dim 0 differs)"),
+            std::string::npos) << e;
+  e = message_of<ArgumentError>([&] { kernel({m + 1, int64_t(16), columns, y.arg()}); });
+  EXPECT_NE(e.find("is [41, 8] for these arguments and dim 0 is 41 > 40"), std::string::npos) << e;
 }

@@ -79,8 +79,28 @@ TEST(Runtime, SecondCompileComesFromTheDiskCache) {
       EXPECT_NE(meta.find("\"name\": \"n\", \"dtype\": \"int32\""), std::string::npos) << meta;
       EXPECT_NE(meta.find("\"block_threads\": 128"), std::string::npos) << meta;
       EXPECT_NE(meta.find("\"arch\": \"sm_80\""), std::string::npos) << meta;
+      // The argument contract: who writes, and each view's extent over the scalars.
+      EXPECT_NE(meta.find("\"name\": \"a\", \"dtype\": \"float32*\", \"writes\": null, \"views\": [{\"at\": "),
+                std::string::npos) << meta;
+      EXPECT_NE(meta.find("\"name\": \"c\", \"dtype\": \"float32*\", \"writes\": \"store_global at "),
+                std::string::npos) << meta;
+      EXPECT_NE(meta.find("\"type\": \"global float32[n]\", \"extent\": \"select(int64(n) > 0_int64, int64(n), "
+                          "0_int64)\", \"strides\": [\"1\"], \"row_major\": true}"),
+                std::string::npos) << meta;
     }
   EXPECT_EQ(entries, 1);
+  // A kernel from the cache carries the same contract (it is the traced kernel's, never the
+  // entry's): c is written, a is not, each viewed as float32[n].
+  for (const CompiledKernel* k : {&first, &second}) {
+    const auto& params = k->source.params;
+    ASSERT_EQ(params.size(), 4u);
+    EXPECT_FALSE(params[1].contract.writes());
+    EXPECT_EQ(params[3].contract.write_inst, "store_global");
+    ASSERT_EQ(params[1].contract.views.size(), 1u);
+    EXPECT_EQ(params[1].contract.views[0].type, "global float32[n]");
+    EXPECT_TRUE(params[1].contract.views[0].row_major);
+    EXPECT_EQ(to_string(params[1].contract.views[0].extent), "select(int64(n) > 0_int64, int64(n), 0_int64)");
+  }
   // Another arch is another entry.
   compile_program(trace(examples::VectorAdd{}), "sm_90a", &cache);
   entries = 0;

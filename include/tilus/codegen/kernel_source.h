@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tilus/ir/contract.h"
 #include "tilus/ir/dtype.h"
 #include "tilus/ir/expr.h"
 
@@ -19,10 +20,13 @@ struct KernelParam {
   // them 0 and take an 8-byte slot.
   int64_t blob_bytes = 0;
   int64_t blob_alignment = 0;
+  // Pointers: what the argument's array must be (KernelFacts decides it from the global
+  // views; check_arguments checks it at every launch).
+  PointerContract contract;
 
   bool is_blob() const { return blob_bytes > 0; }
   static KernelParam blob(std::string name, int64_t bytes, int64_t alignment) {
-    return KernelParam{std::move(name), dtypes::void_t, bytes, alignment};
+    return KernelParam{std::move(name), dtypes::void_t, bytes, alignment, {}};
   }
   // "int32", "float16*", "bytes[128]" (for messages and the cache's metadata).
   std::string type_name() const {
@@ -45,5 +49,12 @@ struct KernelSource {
 
   bool clustered() const { return cluster != std::array<int64_t, 3>{1, 1, 1}; }
 };
+
+class KernelFacts;
+struct Kernel;
+// What every backend launches a lowered kernel with: its name, parameters (with their
+// argument contracts, from `facts`), parameter variables, grid, cluster, block threads and
+// planned shared memory. The CUDA emitter adds the source, the arch and its workspace.
+KernelSource kernel_signature(const Kernel& kernel, const KernelFacts& facts);
 
 }  // namespace tilus

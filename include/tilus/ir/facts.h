@@ -11,7 +11,9 @@
 //   - tensors as address maps: every global_view as a GlobalAccess, every shared tensor
 //     (an allocation at its planned offset, or a slice of one) as a SharedView;
 //   - which global dims an access checks: what insert_bounds_predicates recorded on the
-//     instruction (checked_dims; `nullopt`, before that pass, checks every dim).
+//     instruction (checked_dims; `nullopt`, before that pass, checks every dim);
+//   - the argument contract: what each pointer parameter's array must be for the kernel's
+//     global views to stay inside it, and whether the kernel writes through it.
 //
 // Variables are bound once in the IR (a loop variable, a let, an axis), so a fact holds
 // wherever its variable can be named; the analysis is one walk of the body.
@@ -22,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tilus/ir/contract.h"
 #include "tilus/ir/inst.h"
 #include "tilus/ir/program.h"
 #include "tilus/ir/simplify.h"
@@ -78,6 +81,10 @@ class KernelFacts {
   GlobalAccess global_region(const InstNode& user, const CopyRegion& r, int tile_rank) const;
   SharedView shared_region(const InstNode& user, const CopyRegion& r, int tile_rank) const;
 
+  // --- the argument contract ------------------------------------------------------------
+  // Per parameter (empty for scalars and parameters no view is built on).
+  const std::vector<PointerContract>& contracts() const { return contracts_; }
+
   const Kernel& kernel() const { return kernel_; }
 
  private:
@@ -87,6 +94,8 @@ class KernelFacts {
   std::unordered_map<const ThreadGroupStmtNode*, Var> group_threads_;
   std::unordered_map<const TensorNode*, GlobalAccess> globals_;
   std::unordered_map<const TensorNode*, SharedView> shared_;
+  std::unordered_map<const TensorNode*, int> view_params_;  // global view -> its pointer parameter
+  std::vector<PointerContract> contracts_;
 };
 
 // The region dim that each dim of a `tile_rank`-dim tile index lands on, right-aligned:

@@ -3,8 +3,9 @@
 // Layout: $TILUS_CACHE_DIR (default ~/.cache/tilus)/kernels/<key[0:2]>/<key>/ with
 //   kernel.cu     the generated source
 //   kernel.cubin  the compiled code
-//   meta.json     format version, kernel name, arch, NVRTC version, options, params, grid
-//                 expressions, cluster shape, block threads, shared bytes
+//   meta.json     format version, kernel name, arch, NVRTC version, options, params (pointers
+//                 with their argument contract), grid expressions, cluster shape, block
+//                 threads, shared bytes (a record: launches read the in-memory KernelSource)
 // An entry is written into a temporary directory and renamed into place, so readers never
 // see half of one; an entry whose checksum or metadata does not match is ignored (and
 // rebuilt by the caller). A cache directory that cannot be written degrades to no caching

@@ -4,6 +4,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -16,7 +17,9 @@ namespace tilus {
 
 // A launch whose arguments do not fit the kernel: wrong count, a scalar where a pointer
 // is expected (or the reverse), a null pointer, a pointer to the wrong dtype, an integer
-// out of its parameter's range. The message names the kernel and the parameter.
+// out of its parameter's range, an array that breaks the kernel's argument contract (not
+// contiguous, other strides than the kernel declares, too small, read-only but written,
+// another byte order). The message names the kernel and the parameter.
 class ArgumentError : public Error {
  public:
   using Error::Error;
@@ -30,7 +33,14 @@ struct KernelArg {
   DevicePtr ptr = 0;
   DataType pointee;  // for pointers from typed buffers: checked against the parameter
   bool typed = false;
-  int64_t bytes = -1;  // bytes addressable from ptr (buffers set it; the CPU's checked mode uses it)
+  int64_t bytes = -1;  // bytes addressable from ptr (buffers set it; -1: unknown, not size-checked)
+  // What the front end knows of the array behind a pointer, checked against the kernel's
+  // argument contract (KernelParam::contract) at every launch:
+  bool read_only = false;           // it may not be written (numpy's writeable flag, ...)
+  bool foreign_byte_order = false;  // its elements are not in the host's byte order
+  // Its shape (elements) and strides (bytes, numpy's convention). No strides: a dense
+  // row-major buffer of `bytes` bytes (C++ buffers, raw pointers).
+  std::vector<int64_t> shape, byte_strides;
   std::vector<uint8_t> blob;  // Kind::Blob: the value of a by-value parameter, byte for byte
   // Where a pointer points, when the caller knows (buffers and the Python front end say): it
   // picks the backend of a launch (backend_for in tilus/runtime/jit.h).
@@ -104,10 +114,15 @@ void pack_arguments(const KernelSource& s, const std::vector<KernelArg>& args, c
 void kernel_param_pointers(const ArgumentLayout& layout, uint8_t* buffer, void** out);
 
 // Checks a launch's arguments against a kernel's parameters: count, scalar vs pointer vs
-// by-value blob, null pointers, element dtype of typed pointers, integer ranges, blob sizes
-// (ArgumentError naming the kernel and the parameter). Shared by the GPU launcher and the CPU
-// backend.
+// by-value blob, null pointers, element dtype of typed pointers, integer ranges, blob sizes,
+// then each array against its parameter's argument contract (ir/contract.h): byte order,
+// writability, C-contiguity or the declared strides, and its size against the extent of every
+// global view of it, evaluated from the scalar arguments (ArgumentError naming the kernel and
+// the parameter). Shared by the GPU launcher and the CPU backend.
 void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args);
+// Evaluates an expression over a kernel's parameters (a grid dimension, a contract's extent or
+// stride) from a launch's arguments; nullopt when it cannot be.
+std::optional<int64_t> evaluate_int(const KernelSource& s, const std::vector<KernelArg>& args, const Expr& e);
 // The grid a launch's arguments give (ArgumentError when it cannot be evaluated, is too big, or
 // is not a multiple of the kernel's cluster shape).
 std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args);

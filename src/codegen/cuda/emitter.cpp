@@ -429,12 +429,9 @@ void Emitter::emit_printf(const InstNode& inst) {
 
 KernelSource Emitter::run() {
   if (kernel.warps < 1) throw CompileError(fmt::format("kernel {}: warps is not set", kernel.name), kernel.loc);
-  KernelSource src;
+  KernelSource src = kernel_signature(kernel, facts_);
   src.name = fresh(kernel.name);
   src.arch = target.arch;
-  src.block_threads = kernel.num_threads();
-  src.grid = kernel.grid;
-  src.cluster = kernel.cluster;
   if (src.clustered() && target.sm < 90)
     throw CompileError(fmt::format("kernel {}: thread-block clusters (cluster_blocks {}) need sm_90 or newer, not {}",
                                    kernel.name, fmt::join(kernel.cluster, "x"), target.arch),
@@ -444,8 +441,6 @@ KernelSource Emitter::run() {
     const Var& p = kernel.params[i];
     std::string name = fresh(p.name());
     var_names_[p.get()] = name;
-    src.params.push_back(KernelParam{p.name(), p.dtype()});
-    src.param_vars.push_back(p);
     std::string type = ctype(p.dtype());
     if (p.dtype().is_pointer()) type += " __restrict__";
     params += fmt::format("{}{} {}", i ? ", " : "", type, name);
