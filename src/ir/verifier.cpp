@@ -314,6 +314,10 @@ void check_region(const CopyInst& i, const char* role, const CopyRegion& r) {
         fail(i, fmt::format("{} is {}: a register region must be the whole tensor, got offsets {} and extents {}", role,
                             ty(t), exprs_str(r.offsets), exprs_str(r.extents)));
   } else if (t.is_shared()) {
+    for (auto& e : r.extents)
+      if (!e.is_int_const())
+        fail(i, fmt::format("{} region of {}: extents {} must be constants (a shared tile is static), got {}", role,
+                            ty(t), exprs_str(r.extents), expr_str(e)));
     auto shape = dims_of(t);
     for (int d = 0; d < t.rank(); ++d) {
       if (!r.offsets[d].is_int_const() || !r.extents[d].is_int_const()) continue;

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 #include <fmt/ranges.h>
 
+#include "tilus/ir/simplify.h"
 #include "tilus/ir/verifier.h"
 
 namespace tilus {
@@ -583,6 +585,80 @@ void complete_region(CopyRegion& r) {
 }
 }  // namespace
 
+namespace {
+std::string region_str(const char* role, const CopyRegion& r) {
+  return fmt::format("{} {} (offsets {}, extents {})", role, type_of(r.tensor), shape_str(r.offsets),
+                     shape_str(r.extents));
+}
+
+// A global region whose box reaches its tensor's end in dim d: the bounds predicates stop a
+// copy where the region stops, whatever the tile's extent.
+bool reaches_end(const CopyRegion& r, size_t d) {
+  return r.tensor.is_global() && d < r.offsets.size() && d < size_t(r.tensor.rank()) &&
+         structural_equal(simplify(r.offsets[d] + r.extents[d]), simplify(r.tensor.shape()[d]));
+}
+
+// Pairwise extent legalization over the trailing dims, so that the copy moves a tile of
+// constant extents that both regions agree on: equal stays; a memory side's 1 broadcasts; a
+// dynamic extent takes the other side's constant when its region is global and reaches its
+// tensor's end there (the bounds predicates stop the copy where the region stops). Any other
+// dynamic extent would move another tile than the region says: an error naming both regions.
+// A static mismatch is reported by verify.
+void legalize_extents(CopyRegion& src, CopyRegion& dst, const std::string& name, const SourceLoc& loc) {
+  auto both = [&] { return region_str("src", src) + " and " + region_str("dst", dst); };
+  size_t common = std::min(src.extents.size(), dst.extents.size());
+  for (size_t k = 0; k < common; ++k) {
+    size_t da = src.extents.size() - 1 - k, db = dst.extents.size() - 1 - k;
+    Expr& a = src.extents[da];
+    Expr& b = dst.extents[db];
+    if (!a.is_int_const() || !b.is_int_const()) {
+      // The constant the tile takes here: a register side's extent, or a memory side's but a
+      // broadcasting 1.
+      Expr tile;
+      if (a.is_int_const() && (src.tensor.is_register() || !a.is_int_const(1))) tile = a;
+      if (b.is_int_const() && (dst.tensor.is_register() || !b.is_int_const(1))) tile = b;
+      if (!tile.defined())
+        throw CompileError(fmt::format("{}: the extent of the copied tile in its dim {} is not a constant ({} and {}): "
+                                       "{}; memory-to-memory copies need constant extents: slice with one "
+                                       "(g[i0:i0 + 16])",
+                                       name, common - 1 - k, to_string(a), to_string(b), both()),
+                           loc);
+      for (auto [e, r, d] : {std::tuple<Expr*, const CopyRegion*, size_t>{&a, &src, da}, {&b, &dst, db}}) {
+        if (e->is_int_const()) continue;
+        const char* role = r == &src ? "src" : "dst";
+        if (!r->tensor.is_global())
+          throw CompileError(fmt::format("{}: extent {} of dim {} of the {} region is not a constant, but a {} tile's "
+                                         "extents are: {}; slice with a constant extent (s[i0:i0 + {}])",
+                                         name, to_string(*e), d, role, to_string(r->tensor.scope()), both(),
+                                         to_string(tile)),
+                             loc);
+        if (!reaches_end(*r, d))
+          throw CompileError(
+              fmt::format("{}: extent {} of dim {} of the {} region is not a constant and the region stops before its "
+                          "tensor's end, so the copy would move {} elements there, past the region: {}; slice with a "
+                          "constant extent (g[i0:i0 + {}]) or to the end (g[i0:])",
+                          name, to_string(*e), d, role, to_string(tile), both(), to_string(tile)),
+              loc);
+        *e = tile;
+      }
+    }
+    if (a.is_int_const(1) && !b.is_int_const(1)) {
+      if (!src.tensor.is_register()) a = b;
+    } else if (b.is_int_const(1) && !a.is_int_const(1)) {
+      if (!dst.tensor.is_register()) b = a;
+    }
+  }
+  // Leading dims that only one side has: their extents are the tile's too.
+  for (auto [r, n] : {std::pair<const CopyRegion*, size_t>{&src, src.extents.size()}, {&dst, dst.extents.size()}})
+    for (size_t d = 0; d + common < n; ++d)
+      if (!r->extents[d].is_int_const())
+        throw CompileError(fmt::format("{}: the extent of the copied tile in its dim {} is not a constant ({}): {}; "
+                                       "memory-to-memory copies need constant extents: slice with one (g[i0:i0 + 16])",
+                                       name, d, to_string(r->extents[d]), both()),
+                           loc);
+}
+}  // namespace
+
 void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc) {
   auto i = make_inst<CopyInst>(loc);
   i->async_commit = args.async_commit;
@@ -595,6 +671,11 @@ void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceL
   bool dst_head = !dst.offsets.empty() && dst.extents.empty();
   complete_region(src);
   complete_region(dst);
+  // A slice's extent is stop - start: `g[i0:i0 + 16]` has extent 16, not a dynamic one (which
+  // would take the other side's and copy a larger tile).
+  for (CopyRegion* r : {&src, &dst})
+    for (Expr& e : r->extents)
+      if (e.defined()) e = simplify(e);
   if (src_head && dst_head) {
     // Two scalars: a direct store of one element.
     i->scalar = true;
@@ -610,27 +691,7 @@ void Builder::copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceL
     for (size_t k = 0; k < std::min(n, other.extents.size()); ++k)
       head.extents[n - 1 - k] = other.extents[other.extents.size() - 1 - k];
   }
-  // Pairwise extent legalization over the trailing dims: equal stays, 1 broadcasts, a
-  // dynamic mismatch takes the max; a static mismatch is an error (reported by verify).
-  size_t common = std::min(src.extents.size(), dst.extents.size());
-  for (size_t k = 0; k < common; ++k) {
-    Expr& a = src.extents[src.extents.size() - 1 - k];
-    Expr& b = dst.extents[dst.extents.size() - 1 - k];
-    if (structural_equal(a, b)) continue;
-    if (a.is_int_const(1) && !b.is_int_const(1)) {
-      if (!src.tensor.is_register()) a = b;
-      continue;
-    }
-    if (b.is_int_const(1) && !a.is_int_const(1)) {
-      if (!dst.tensor.is_register()) b = a;
-      continue;
-    }
-    if (!(a.is_int_const() && b.is_int_const())) {
-      Expr m = max(a, b);
-      if (!src.tensor.is_register()) a = m;
-      if (!dst.tensor.is_register()) b = m;
-    }
-  }
+  legalize_extents(src, dst, name, loc);
   i->src = std::move(src);
   i->dst = std::move(dst);
   // Keyword arguments, then annotations on top (user annotations win).

@@ -18,6 +18,7 @@
 #include "tilus/ir/error.h"
 #include "tilus/ir/inst.h"
 #include "tilus/ir/layout.h"
+#include "tilus/ir/printer.h"
 #include "tilus/ir/program.h"
 #include "tilus/ir/stmt.h"
 #include "tilus/ir/verifier.h"
@@ -683,6 +684,45 @@ TEST(VerifierRule11, Copy) {
   auto c = make_inst<CopyInst>(L(138));
   c->dst = whole(s);
   EXPECT_TRUE(Fails([&] { verify_inst(*c); }, 138, "copy", {"src must be a tensor region, got an undefined tensor"}));
+}
+
+TEST(VerifierRule11, CopyRegionsWithRuntimeStartsKeepTheirExtent) {
+  Traced t;
+  Tensor g = t.g2();
+  Tensor s = t.smem({16, 32});
+  Tensor r = t.reg({16, 32});
+  auto whole = [](const Tensor& x) { return CopyRegion{x, {}, {}}; };
+  // A slice's extent is stop - start: g[n:n + 16] has extent 16, and g[n:] reaches the end.
+  EXPECT_TRUE(Passes([&] { t.b.copy(CopyRegion{g, {t.n, 0}, {(t.n + 16) - t.n, 32}}, whole(s), {}, L(301)); }));
+  EXPECT_TRUE(Passes([&] { t.b.copy(CopyRegion{g, {t.n, 0}, {t.m - t.n, 32}}, whole(r), {}, L(301)); }));
+  Kernel k = t.kernel();
+  std::string text = print(k);
+  EXPECT_NE(text.find("src_offsets=[n, 0], src_extents=[16, 32]"), std::string::npos) << text;
+  // A slice of another extent than the other side's is an error, not a larger tile.
+  Traced u;
+  g = u.g2();
+  s = u.smem({16, 32});
+  EXPECT_TRUE(Fails([&] { u.b.copy(CopyRegion{g, {u.n, 0}, {(u.n + 8) - u.n, 32}}, whole(s), {}, L(302)); }, 302,
+                    "copy", {"src is global float32[m, n] with extents [8, 32]", "dst is shared float32[16, 32]",
+                             "8 and 16 do not match"}));
+  // A dynamic extent that stops before the tensor's end would copy past the slice.
+  EXPECT_TRUE(Fails([&] { u.b.copy(CopyRegion{g, {u.n, 0}, {u.m - 2 * u.n, 32}}, whole(s), {}, L(303)); }, 303,
+                    "copy", {"extent m - n * 2 of dim 0 of the src region is not a constant",
+                             "stops before its tensor's end", "would move 16 elements there",
+                             "src global float32[m, n] (offsets [n, 0], extents [m - n * 2, 32])",
+                             "dst shared float32[16, 32] (offsets [0, 0], extents [16, 32])", "g[i0:i0 + 16]"}));
+  // Shared tiles are static; a copy's tile needs a constant from one side.
+  EXPECT_TRUE(Fails([&] { u.b.copy(CopyRegion{s, {0, 0}, {u.n, 32}}, whole(u.reg({16, 32})), {}, L(304)); }, 304,
+                    "copy", {"extent n of dim 0 of the src region is not a constant, but a shared tile's extents are",
+                             "src shared float32[16, 32] (offsets [0, 0], extents [n, 32])"}));
+  EXPECT_TRUE(Fails([&] { u.b.copy(CopyRegion{g, {0, 0}, {u.n, 32}}, CopyRegion{g, {0, 32}, {u.n, 32}}, {}, L(305)); },
+                    305, "copy", {"the extent of the copied tile in its dim 0 is not a constant (n and n)",
+                                  "memory-to-memory copies need constant extents"}));
+  // IR built without the tracer: the verifier holds shared regions to constant extents.
+  auto c = make_inst<CopyInst>(L(306));
+  c->src = CopyRegion{g, {int_const(0), int_const(0)}, {u.n, int_const(32)}};
+  c->dst = CopyRegion{s, {int_const(0), int_const(0)}, {u.n, int_const(32)}};
+  EXPECT_TRUE(Fails([&] { verify_inst(*c); }, 306, "copy", {"dst region of shared float32[16, 32]", "must be constants"}));
 }
 
 // ---------------------------------------------------------------------------------------

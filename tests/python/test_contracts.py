@@ -1,7 +1,8 @@
 """Issue 19, no silent wrong answers: the argument contract checked at every launch (arrays
 that are not what the kernel's global views read are refused with an ArgumentError naming the
-kernel and the parameter). numpy arrays on the CPU backend; the GPU variants (torch) skip
-without a GPU."""
+kernel and the parameter), and copy regions sliced at run-time starts keep their extent (a
+mismatch is a CompileError at the user's line). numpy arrays on the CPU backend; the GPU
+variants (torch) skip without a GPU."""
 import os
 import subprocess
 import sys
@@ -147,6 +148,66 @@ def test_declared_strides_take_matching_strided_arrays():
             dtype=np.float32), kernel=k)
     refused(params + r": the array is not C-contiguous \(it is a strided view.*and has 1 dims, but .* declares 2-dim "
             r"strides \[sm, 1\]", 4, 16, a[:, 0], y, kernel=k)
+
+
+# --- copy regions sliced at run-time starts -------------------------------------------------------
+
+class Window(tilus.Script):
+    """y[0:16] = x[i0:i0 + 16] through a shared tile."""
+
+    def __call__(self, n: int32, i0: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[n])
+        s = self.shared_tensor(dtype=float32, shape=[16])
+        self.copy(g[i0:i0 + 16], s)
+        self.copy(s, self.global_view(y, shape=[n])[0:16])
+
+
+class ShortSlice(tilus.Script):
+    def __call__(self, n: int32, i0: int32, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        s = self.shared_tensor(dtype=float32, shape=[16])
+        self.copy(self.global_view(x, shape=[n])[i0:i0 + 8], s)  # SHORT-SLICE
+
+
+class OpenSlice(tilus.Script):
+    def __call__(self, n: int32, i0: int32, j0: int32, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        s = self.shared_tensor(dtype=float32, shape=[16])
+        self.copy(self.global_view(x, shape=[n])[i0:j0], s)  # OPEN-SLICE
+
+
+def test_a_slice_at_a_run_time_start_keeps_its_extent():
+    text = str(tilus.trace(Window()))
+    assert "src_offsets=[i0], src_extents=[16], dst=s, dst_offsets=[0], dst_extents=[16]" in text, text
+
+
+def test_slices_that_do_not_match_the_other_side_are_compile_errors():
+    with pytest.raises(tilus.CompileError) as e:
+        tilus.trace(ShortSlice())
+    msg = str(e.value)
+    assert msg.startswith(f"{__file__}:{line_of('SHORT-SLICE')}: "), msg
+    assert "copy: src is global float32[n] with extents [8] and dst is shared float32[16] with extents [16]" in msg
+    with pytest.raises(tilus.CompileError) as e:
+        tilus.trace(OpenSlice())
+    msg = str(e.value)
+    assert msg.startswith(f"{__file__}:{line_of('OPEN-SLICE')}: "), msg
+    assert "copy: extent j0 - i0 of dim 0 of the src region is not a constant and the region stops before its " \
+           "tensor's end" in msg, msg
+    assert "src global float32[n] (offsets [i0], extents [j0 - i0]) and dst shared float32[16]" in msg, msg
+
+
+@needs_cpu
+def test_a_window_at_a_run_time_start_copies_exactly_its_elements():
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, dtype=np.float32)
+    Window()(64, 5, x, y)
+    assert (y[:16] == x[5:21]).all() and (y[16:] == 0).all()
+    Window()(64, 56, x, y)  # past the tensor's end: zero-filled, as every global read
+    assert (y[:8] == x[56:]).all() and (y[8:16] == 0).all()
 
 
 # --- the GPU: torch tensors and the fast path ------------------------------------
