@@ -799,9 +799,12 @@ PYBIND11_MODULE(_C, m) {
       for (const Var& v : free_vars(e)) g.grid_uses_pointers |= v.dtype().is_pointer();
     return g;
   }, py::arg("program"), py::arg("arch") = "", py::arg("cache") = true);
-  m.def("compile_cuda_source", [](const Program& p, const std::string& arch) {
-    return compile_program(p, arch, nullptr).source.source;
-  });
+  // The CUDA text of a program (no GPU needed); debug_bounds None: TILUS_DEBUG_BOUNDS decides.
+  m.def("compile_cuda_source", [](const Program& p, const std::string& arch, std::optional<bool> debug_bounds) {
+    CudaOptions o = CudaOptions::from_env();
+    if (debug_bounds) o.debug_bounds = *debug_bounds;
+    return compile_program(p, arch, nullptr, o).source.source;
+  }, py::arg("program"), py::arg("arch"), py::arg("debug_bounds") = py::none());
 
   py::class_<CpuKernelHandle>(m, "CpuKernel")
       .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents") = std::vector<int64_t>{})

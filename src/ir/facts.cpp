@@ -302,6 +302,28 @@ SharedView KernelFacts::shared_region(const InstNode& user, const CopyRegion& r,
   return v;
 }
 
+std::vector<SharedBoundsCheck> KernelFacts::shared_bounds(const SharedView& view,
+                                                           const std::vector<int64_t>& tile_shape) const {
+  std::vector<SharedBoundsCheck> out;
+  if (!view.root.defined()) return out;
+  std::vector<int64_t> size = view.root.static_shape();
+  for (int d = 0; d < int(view.offsets.size()) && d < int(size.size()); ++d) {
+    const Expr& offset = view.offsets[d];
+    if (offset.is_int_const()) continue;
+    SharedBoundsCheck c;
+    c.dim = d;
+    c.offset = offset;
+    c.size = size[d];
+    for (size_t k = 0; k < view.dims.size() && k < tile_shape.size(); ++k)
+      if (view.dims[k] == d) c.extent = std::max(c.extent, tile_shape[k]);
+    DataType t = offset.dtype();
+    c.ok = offset >= int_const(0, t) && offset + int_const(c.extent, t) <= int_const(c.size, t);
+    if (holds(c.ok)) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents) {
   std::vector<int> dims(tile_rank, -1);
   int rank = int(extents.size());

@@ -175,11 +175,14 @@ void report(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* inde
   std::string where = s.loc.valid() ? s.loc.str() + ": " : "";
   std::string param = s.param_name.empty() ? "" : fmt::format(" (from parameter '{}')", s.param_name);
   std::string why;
-  if (dim >= 0) why = fmt::format("index {} of dim {} is out of the tensor's bounds and no bounds predicate guards it", index[dim], dim);
+  if (s.shared) why = fmt::format("dim {} takes [{}, {}), outside the tensor's [0, {}) (a run-time offset)", dim,
+                                  index[dim], index[dim] + s.tile_extents[dim], s.root_shape[dim]);
+  else if (dim >= 0) why = fmt::format("index {} of dim {} is out of the tensor's bounds and no bounds predicate guards it", index[dim], dim);
   else why = fmt::format("byte offset {} lies outside the {} bytes that '{}' points to", byte_offset,
                          ctx->extents[s.param], s.param_name);
-  state->failure.message = fmt::format("{}{}: out-of-bounds access of {}{} at global index [{}]: {} (block ({}, {}, {}))",
-                                       where, s.inst, s.tensor, param, idx, why, ctx->bx, ctx->by, ctx->bz);
+  state->failure.message = fmt::format("{}{}: out-of-bounds access of {}{} at {} index [{}]: {} (block ({}, {}, {}))",
+                                       where, s.inst, s.tensor, param, s.shared ? "shared" : "global", idx, why,
+                                       ctx->bx, ctx->by, ctx->bz);
   state->failure.failed.store(true);
 }
 

@@ -11,13 +11,14 @@
 
 namespace tilus {
 
-CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache) {
+CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache,
+                               const CudaOptions& options) {
   if (traced.kernels.size() != 1)
     throw InternalError(fmt::format("compile_program expects one kernel, got {}", traced.kernels.size()));
   PipelineOptions opts;
   opts.target = Target::from_arch(arch);
   Program lowered = run_pipeline(traced, opts);
-  KernelSource source = emit_cuda(lowered.kernels[0], opts.target);
+  KernelSource source = emit_cuda(lowered.kernels[0], opts.target, options);
   return compile_kernel(source, cache);
 }
 

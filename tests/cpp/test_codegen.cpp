@@ -210,6 +210,53 @@ TEST(CudaEmitter, SharedMemoryAndMetadata) {
   EXPECT_EQ(src.grid.size(), 1u);  // a grouped 1-D tile order
 }
 
+namespace {
+int window_line = 0;  // the line of SharedWindows' run-time window
+
+// s[i0:i0 + 16] of a 32-element tile (a run-time offset: checked under debug_bounds) and
+// st[k % 2] of a [2, 16] tile in a loop (an offset the facts prove in range: never checked).
+struct SharedWindows : Script {
+  static constexpr const char* param_names = "n, i0, x, y";
+  void operator()(Int32 n, Int32 i0, Ptr<f32> x, Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 1;
+    auto gx = global_view(x, {n});
+    auto gy = global_view(y, {n});
+    auto s = shared_tensor(dtypes::float32, {32});
+    copy(gx.region({0}, {16}), s.region({i0}, {16})); window_line = __LINE__;
+    auto st = shared_tensor(dtypes::float32, {2, 16});
+    for (Expr k : range(4)) {
+      copy(s.region({0}, {16}), st[k % 2]);
+      copy(st[k % 2], gy.region({k * 16}, {16}));
+    }
+  }
+};
+}  // namespace
+
+TEST(CudaEmitter, DebugBoundsChecksRunTimeSharedOffsets) {
+  Program p = trace(SharedWindows{});
+  PipelineOptions opts;
+  opts.target = Target::from_arch("sm_90a");
+  Kernel k = run_pipeline(p, opts).kernels[0];
+  std::string plain = emit_cuda(k, opts.target).source;
+  EXPECT_EQ(plain.find("__trap()"), std::string::npos) << plain;  // off by default
+  std::string checked = emit_cuda(k, opts.target, {.debug_bounds = true}).source;
+  // One check: the window at i0 (the loop's k % 2 is proven in range); it names the
+  // instruction, its line, the tensor and the dim, and prints the offending index.
+  size_t at = checked.find("__trap()");
+  ASSERT_NE(at, std::string::npos) << checked;
+  EXPECT_EQ(checked.find("__trap()", at + 1), std::string::npos) << checked;
+  EXPECT_NE(checked.find("tilus: " + std::string(__FILE__) + ":" + std::to_string(window_line) +
+                         ": copy: out-of-bounds access of shared float32[32] at a run-time offset: dim 0 takes "
+                         "[%lld, %lld), outside the tensor's [0, 32)"),
+            std::string::npos)
+      << checked;
+  if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC";
+  CompiledKernel c;
+  ASSERT_NO_THROW(c = compile_program(p, "sm_90a", nullptr, {.debug_bounds = true}));
+  EXPECT_EQ(c.source.source, checked);
+}
+
 // Every example compiles with NVRTC for Ampere and Hopper.
 TEST(Nvrtc, EveryExampleCompiles) {
   if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC";

@@ -808,7 +808,7 @@ TEST(Backend_, ClusteredBlocksRunAndTheGridIsChecked) {
   }
 }
 
-// --- the argument contract (issue 19) -------------------------------------
+// --- the argument contract and run-time offsets (issue 19) -------------------------------------
 
 namespace {
 
@@ -834,6 +834,21 @@ struct StridedRows : Script {
     auto gx = global_view(x, {m, 8}, {.strides = {sm, 1}});
     auto v = load_global(gx, {.offsets = {blockIdx.x * 16, 0}, .shape = {16, 8}});
     store_global(global_view(y, {m, 8}), v, {.offsets = {blockIdx.x * 16, 0}});
+  }
+};
+
+int shared_copy_line = 0;
+
+// y[0:16] = x[0:16] through s[i0:i0 + 16] of a 32-element shared tensor (region API; the
+// extent written as stop - start).
+struct SharedWindow : Script {
+  static constexpr const char* param_names = "n, i0, x, y";
+  void operator()(Int32 n, Int32 i0, Ptr<f32> x, Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 1;
+    auto s = shared_tensor(dtypes::float32, {32});
+    copy(global_view(x, {n}).region({0}, {16}), s.region({i0}, {(i0 + 16) - i0})); shared_copy_line = __LINE__;
+    copy(s.region({i0}, {16}), global_view(y, {n}).region({0}, {16}));
   }
 };
 
@@ -909,4 +924,35 @@ TEST(Backend_, DeclaredStridesTakeMatchingStridedArrays) {
             std::string::npos) << e;
   e = message_of<ArgumentError>([&] { kernel({m + 1, int64_t(16), columns, y.arg()}); });
   EXPECT_NE(e.find("is [41, 8] for these arguments and dim 0 is 41 > 40"), std::string::npos) << e;
+}
+
+TEST(Backend_, SharedOffsetsAreCheckedAtRunTime) {
+  REQUIRE_GPU();
+  JitOptions o;
+  o.backend = kBackend;
+  o.cpu.checked = true;
+  o.cuda.debug_bounds = true;  // GPU: the device-side checks (in bounds here: no trap)
+  JitKernel<SharedWindow> kernel(SharedWindow{}, o);
+  auto hx = randoms(64, dtypes::float32);
+  Buffer x(dtypes::float32, 64), y(dtypes::float32, 64);
+  x.upload(hx);
+  for (int64_t i0 : {0, 7, 16}) {
+    y.upload(std::vector<double>(64, 0));
+    kernel({int64_t(64), i0, x.arg(), y.arg()});
+    auto got = y.download();
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(got[i], hx[i]) << "i0 = " << i0 << ", element " << i;
+  }
+#ifdef TILUS_TEST_CPU
+  // Past the shared tensor's end: reported before the tile is touched (GPU: a trap, tested from
+  // Python in a child process, since a trap ends the CUDA context).
+  try {
+    kernel({int64_t(64), int64_t(20), x.arg(), y.arg()});
+    FAIL() << "expected CpuCheckError";
+  } catch (const CpuCheckError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(fmt::format("{}:{}: copy", __FILE__, shared_copy_line)), std::string::npos) << m;
+    EXPECT_NE(m.find("shared float32[32] at shared index [20]: dim 0 takes [20, 36), outside the tensor's [0, 32)"),
+              std::string::npos) << m;
+  }
+#endif
 }

@@ -1,8 +1,9 @@
 """Issue 19, no silent wrong answers: the argument contract checked at every launch (arrays
 that are not what the kernel's global views read are refused with an ArgumentError naming the
-kernel and the parameter), and copy regions sliced at run-time starts keep their extent (a
-mismatch is a CompileError at the user's line). numpy arrays on the CPU backend; the GPU
-variants (torch) skip without a GPU."""
+kernel and the parameter), copy regions sliced at run-time starts keep their extent (a
+mismatch is a CompileError at the user's line), and shared tiles at run-time offsets are
+checked (the CPU backend's checked mode; TILUS_DEBUG_BOUNDS on the GPU). numpy arrays on the
+CPU backend; the GPU variants (torch) skip without a GPU."""
 import os
 import subprocess
 import sys
@@ -210,7 +211,57 @@ def test_a_window_at_a_run_time_start_copies_exactly_its_elements():
     assert (y[:8] == x[56:]).all() and (y[8:16] == 0).all()
 
 
-# --- the GPU: torch tensors and the fast path ------------------------------------
+# --- shared tiles at run-time offsets ----------------------------------------------------------------
+
+class SharedWindow(tilus.Script):
+    """y[0:16] = x[0:16] through s[i0:i0 + 16] of a 32-element shared tensor, and s2[i] of a
+    [2, 16] one."""
+
+    def __call__(self, n: int32, i0: int32, i: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[n])
+        s = self.shared_tensor(dtype=float32, shape=[32])
+        self.copy(g[0:16], s[i0:i0 + 16])  # SHARED-WINDOW
+        s2 = self.shared_tensor(dtype=float32, shape=[2, 16])
+        self.copy(s[i0:i0 + 16], s2[i])  # SHARED-INDEX
+        self.store_global(self.global_view(y, shape=[n]), self.load_shared(s2[i]), offsets=[0])
+
+
+@needs_cpu
+def test_shared_overruns_are_reported_in_checked_mode(monkeypatch):
+    monkeypatch.setenv("TILUS_CPU_CHECK", "1")
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, dtype=np.float32)
+    k = SharedWindow()
+    for i0, i in ((0, 0), (16, 1), (9, 1)):
+        k(64, i0, i, x, y)
+        assert (y[:16] == x[:16]).all()
+    with pytest.raises(tilus.CpuCheckError) as e:
+        k(64, 20, 0, x, y)
+    assert f"{__file__}:{line_of('SHARED-WINDOW')}: copy: out-of-bounds access of shared float32[32] at shared " \
+           "index [20]: dim 0 takes [20, 36), outside the tensor's [0, 32)" in str(e.value), str(e.value)
+    with pytest.raises(tilus.CpuCheckError) as e:
+        k(64, 0, 2, x, y)
+    assert f"{__file__}:{line_of('SHARED-INDEX')}: copy: out-of-bounds access of shared float32[2, 16] at shared " \
+           "index [2, 0]: dim 0 takes [2, 3), outside the tensor's [0, 2)" in str(e.value), str(e.value)
+    with pytest.raises(tilus.CpuCheckError, match="at shared index \\[-1\\]"):
+        k(64, -1, 0, x, y)
+
+
+def test_debug_bounds_emits_device_checks():
+    if not tilus._C.nvrtc_available():
+        pytest.skip("tilus was built without NVRTC")
+    program = tilus.trace(SharedWindow())
+    assert "__trap()" not in tilus._C.compile_cuda_source(program, "sm_90a", debug_bounds=False)
+    src = tilus._C.compile_cuda_source(program, "sm_90a", debug_bounds=True)
+    # s[i0:i0 + 16] in both copies, s2[i] in the second copy and in the load.
+    assert src.count("__trap()") == 4, src
+    assert f"tilus: {__file__}:{line_of('SHARED-WINDOW')}: copy: out-of-bounds access of shared float32[32] at a " \
+           "run-time offset: dim 0 takes [%lld, %lld), outside the tensor's [0, 32)" in src, src
+
+
+# --- the GPU: torch tensors, the fast path, TILUS_DEBUG_BOUNDS ------------------------------------
 
 @needs_gpu
 def test_gpu_arrays_are_checked_on_the_general_and_the_fast_path():
@@ -264,3 +315,29 @@ def test_gpu_cuda_array_interface_carries_read_only_and_strides():
     AddOne()(100, Wrapped(x), Wrapped(y))
     refused(Y_PARAM + ": the array is read-only", 100, Wrapped(x), Wrapped(y, read_only=True))
     refused(X_PARAM + ": the array is not C-contiguous", 100, Wrapped(x[:128], strides=(8,)), Wrapped(y))
+
+
+@needs_gpu
+def test_debug_bounds_traps_a_shared_overrun_with_its_line(tmp_path):
+    # A trap ends the CUDA context, so the overrun runs in a child process.
+    script = tmp_path / "overrun.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_contracts import SharedWindow
+        x = torch.arange(64, device="cuda", dtype=torch.float32)
+        y = torch.zeros(64, device="cuda")
+        SharedWindow()(64, 8, 1, x, y)
+        torch.cuda.synchronize()
+        print("in bounds ok", flush=True)
+        SharedWindow()(64, 20, 0, x, y)
+        torch.cuda.synchronize()
+        print("not trapped", flush=True)
+    """))
+    env = dict(os.environ, TILUS_DEBUG_BOUNDS="1", TILUS_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    out = r.stdout + r.stderr
+    assert "in bounds ok" in out, out
+    assert "not trapped" not in out and r.returncode != 0, out
+    assert f"tilus: {__file__}:{line_of('SHARED-WINDOW')}: copy: out-of-bounds access of shared float32[32] at a " \
+           "run-time offset: dim 0 takes [20, 36), outside the tensor's [0, 32)" in out, out

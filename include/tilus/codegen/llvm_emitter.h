@@ -32,20 +32,24 @@ class Module;
 
 namespace tilus {
 
-// One checked global access of the generated code: what a checked-mode error reports.
+// One checked access of the generated code: what a checked-mode error reports.
 struct CpuAccessSite {
   std::string inst;    // "load_global", "copy", ...
   SourceLoc loc;
-  std::string tensor;  // "global float16[m, k]"
+  std::string tensor;  // "global float16[m, k]", or a shared tile's root "shared float32[64, 32]"
   int param = -1;      // the pointer parameter the tensor was viewed from (-1: unknown)
   std::string param_name;
+  // A shared tile (KernelFacts::shared_bounds): per root dim, the tile's extent and the root's.
+  bool shared = false;
+  std::vector<int64_t> tile_extents, root_shape;
 };
 
 // Filled in by the runtime before each block; the generated code reports checked-mode
 // failures through `report` (first failure wins, the access is skipped).
 struct CpuBlockContext {
   // (ctx, site, index of the failing dim or -1 for a pointer-extent failure, the element's
-  // global index as int64 per dim, rank, byte offset from the parameter's pointer)
+  // global index as int64 per dim (a shared tile's: its first index in the root), rank, byte
+  // offset from the parameter's pointer)
   void (*report)(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* index, int32_t rank,
                  int64_t byte_offset);
   const int64_t* extents;  // bytes addressable from each pointer parameter (-1: unknown)
@@ -54,7 +58,7 @@ struct CpuBlockContext {
 };
 
 struct CpuCodegenOptions {
-  bool checked = false;  // emit checked-mode bounds checks of every global access
+  bool checked = false;  // emit checked-mode bounds checks of every global access and shared tile
 };
 
 struct CpuLoweredKernel {

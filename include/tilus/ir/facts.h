@@ -41,6 +41,18 @@ struct SharedView {
   std::vector<int> dims;      // view dim k -> root dim dims[k] (-1: none, fixed at the offset)
 };
 
+// A run-time check that a shared tile stays inside its root allocation along one root dim:
+// where a slice, region or index put a non-constant offset (constant ones the verifier
+// checked) that the facts cannot prove in range. The CPU backend's checked mode and the CUDA
+// emitter under TILUS_DEBUG_BOUNDS test them before the access.
+struct SharedBoundsCheck {
+  int dim = 0;         // root dim
+  Expr offset;         // the tile's first index along it
+  int64_t extent = 1;  // the tile's extent along it
+  int64_t size = 0;    // the root's extent along it
+  Expr ok;             // 0 <= offset && offset + extent <= size
+};
+
 // A tile of a global tensor: tile dim k runs along global dim dims[k] from `offsets`.
 struct GlobalAccess {
   DataType dtype;
@@ -80,6 +92,9 @@ class KernelFacts {
   // One end of a copy as a tile of `tile_rank` dims (region_dims).
   GlobalAccess global_region(const InstNode& user, const CopyRegion& r, int tile_rank) const;
   SharedView shared_region(const InstNode& user, const CopyRegion& r, int tile_rank) const;
+  // The checks a tile of `tile_shape` (tile dim k on root dim view.dims[k]) of a shared view
+  // needs at run time (none when every offset is constant or proven in range).
+  std::vector<SharedBoundsCheck> shared_bounds(const SharedView& view, const std::vector<int64_t>& tile_shape) const;
 
   // --- the argument contract ------------------------------------------------------------
   // Per parameter (empty for scalars and parameters no view is built on).

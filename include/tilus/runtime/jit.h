@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tilus/codegen/cuda.h"
 #include "tilus/lang/script.h"
 #include "tilus/runtime/cpu_kernel.h"
 #include "tilus/runtime/launcher.h"
@@ -36,11 +37,14 @@ struct JitOptions {
   bool disk_cache = true;  // use default_cache()
   Backend backend = Backend::Gpu;
   CpuOptions cpu;          // the CPU backend's options (checked mode, threads)
+  CudaOptions cuda = CudaOptions::from_env();  // the CUDA emitter's (TILUS_DEBUG_BOUNDS)
 };
 
 // Runs the pass pipeline on a traced program's kernel, emits CUDA and compiles it (through
-// the disk cache when `cache` is set). Needs no GPU.
-CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache);
+// the disk cache when `cache` is set). Needs no GPU. The emitter's options default to the
+// environment's (TILUS_DEBUG_BOUNDS).
+CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache,
+                               const CudaOptions& options = CudaOptions::from_env());
 
 // The one rule of specialization, for both front ends and the torch fast path: an integer
 // argument divisible by 16, or a pointer aligned to 16 bytes, is specialized on (vector and
@@ -111,7 +115,8 @@ class JitKernel {
   const Launcher& launcher(const std::vector<KernelArg>& args) {
     return variant(variants_, args, [&](const Program& p) {
       std::string arch = opts_.arch.empty() ? current_device().arch() : opts_.arch;
-      return std::make_unique<Launcher>(compile_program(p, arch, opts_.disk_cache ? &default_cache() : nullptr));
+      return std::make_unique<Launcher>(
+          compile_program(p, arch, opts_.disk_cache ? &default_cache() : nullptr, opts_.cuda));
     });
   }
 

@@ -9,6 +9,8 @@
 #include <llvm/IR/Module.h>
 
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +38,7 @@ struct Side {
   llvm::Value* base = nullptr;  // i8*
   const GlobalRec* global = nullptr;
   GlobalAccess access;          // global sides: the tile's access (checked mode)
+  std::optional<SharedView> shared;  // shared sides: the view (checked mode)
 };
 
 class Emitter {
@@ -97,6 +100,12 @@ class Emitter {
   // legal; where `pred` (the access's bounds predicate) holds and the access is not legal, it
   // reports the failure. Returns nullptr when unchecked.
   llvm::Value* check_access(const InstNode& inst, const Side& side, const std::vector<Expr>& tile, llvm::Value* pred);
+  // Checked mode: runs `access` only when the shared sides' tiles of `shape` stay inside their
+  // allocations (KernelFacts::shared_bounds), and reports the first that does not.
+  void guard_shared(const InstNode& inst, std::initializer_list<const Side*> sides, const std::vector<int64_t>& shape,
+                    const std::function<void()>& access);
+  // Calls the runtime's report (CpuBlockContext::report) for `site`.
+  void report(int32_t site, llvm::Value* dim, const std::vector<llvm::Value*>& index, llvm::Value* byte_offset);
 
   [[noreturn]] void fail(const InstNode& inst, const std::string& message) const;
 

@@ -2,7 +2,8 @@
 // walks its tile element by element with the address maps the CUDA emitter uses
 // (ir/facts.h); out-of-bounds loads read zero and out-of-bounds stores are skipped, and in
 // checked mode an access that no predicate guards is checked against the tensor's shape and
-// the extent of the parameter it came from.
+// the extent of the parameter it came from, and a shared tile at a run-time offset against
+// its allocation (before it is touched).
 #include <fmt/format.h>
 
 #include "emitter.h"
@@ -35,6 +36,7 @@ Side Emitter::shared_side(const SharedView& view) {
   s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
   s.predicate = [](const std::vector<Expr>&) { return bool_const(true); };
   s.base = b.CreateConstGEP1_64(b.getInt8Ty(), shared_base, uint64_t(view.base_bytes));
+  s.shared = view;
   return s;
 }
 
@@ -81,24 +83,64 @@ llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const
                    rec.param >= 0 ? kernel.params[rec.param].name() : std::string()});
   // Elements the predicate masks are never accessed: only the others are checked.
   if_then(b.CreateAnd(pred, b.CreateNot(ok)), [&] {
-    llvm::Value* buf = alloca_in_entry(b.getInt64Ty(), rank, "bad_index");
-    for (int d = 0; d < rank; ++d)
-      b.CreateStore(convert(expr(idx[d]), idx[d].dtype(), dtypes::int64), b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), buf, d));
-    llvm::Type* i8p = b.getInt8PtrTy();
-    auto* report_ty = llvm::FunctionType::get(
-        b.getVoidTy(), {i8p, b.getInt32Ty(), b.getInt32Ty(), llvm::PointerType::getUnqual(b.getInt64Ty()), b.getInt32Ty(), b.getInt64Ty()},
-        false);
-    llvm::Type* fp = llvm::PointerType::getUnqual(report_ty);
-    llvm::Value* report = b.CreateLoad(fp, b.CreateBitCast(block_ctx, llvm::PointerType::getUnqual(fp)));
-    b.CreateCall(report_ty, report,
-                 {block_ctx, b.getInt32(site), failing, buf, b.getInt32(rank), byte_off});
+    std::vector<llvm::Value*> index;
+    for (int d = 0; d < rank; ++d) index.push_back(convert(expr(idx[d]), idx[d].dtype(), dtypes::int64));
+    report(site, failing, index, byte_off);
   });
   return ok;
 }
 
+void Emitter::report(int32_t site, llvm::Value* dim, const std::vector<llvm::Value*>& index, llvm::Value* byte_offset) {
+  int rank = int(index.size());
+  llvm::Value* buf = alloca_in_entry(b.getInt64Ty(), std::max(rank, 1), "bad_index");
+  for (int d = 0; d < rank; ++d) b.CreateStore(index[d], b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), buf, d));
+  llvm::Type* i8p = b.getInt8PtrTy();
+  auto* report_ty = llvm::FunctionType::get(
+      b.getVoidTy(), {i8p, b.getInt32Ty(), b.getInt32Ty(), llvm::PointerType::getUnqual(b.getInt64Ty()), b.getInt32Ty(), b.getInt64Ty()},
+      false);
+  llvm::Type* fp = llvm::PointerType::getUnqual(report_ty);
+  llvm::Value* fn_ptr = b.CreateLoad(fp, b.CreateBitCast(block_ctx, llvm::PointerType::getUnqual(fp)));
+  b.CreateCall(report_ty, fn_ptr, {block_ctx, b.getInt32(site), dim, buf, b.getInt32(rank), byte_offset});
+}
+
+void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Side*> sides,
+                           const std::vector<int64_t>& shape, const std::function<void()>& access) {
+  // Side by side: the access runs only when no check fails, so an overrun never touches the
+  // block's buffer; the first failing dim is reported.
+  std::vector<const Side*> todo(sides);
+  std::function<void(size_t)> next = [&](size_t i) {
+    if (i == todo.size()) return access();
+    const Side* side = todo[i];
+    auto checks = options.checked && side->shared ? facts.shared_bounds(*side->shared, shape)
+                                                  : std::vector<SharedBoundsCheck>{};
+    if (checks.empty()) return next(i + 1);
+    const SharedView& view = *side->shared;
+    CpuAccessSite site{inst.display_name(), inst.loc, view.root.type_str(), -1, std::string()};
+    site.shared = true;
+    site.root_shape = view.root.static_shape();
+    site.tile_extents.assign(site.root_shape.size(), 1);
+    for (const SharedBoundsCheck& c : checks) site.tile_extents[c.dim] = c.extent;
+    int32_t id = int32_t(sites.size());
+    sites.push_back(site);
+    llvm::Value* ok = b.getInt1(true);
+    llvm::Value* dim = b.getInt32(-1);
+    for (auto c = checks.rbegin(); c != checks.rend(); ++c) {
+      llvm::Value* in = expr(c->ok);
+      dim = b.CreateSelect(in, dim, b.getInt32(c->dim));
+      ok = b.CreateAnd(ok, in);
+    }
+    if_then(ok, [&] { next(i + 1); }, [&] {
+      std::vector<llvm::Value*> index;
+      for (const Expr& o : view.offsets) index.push_back(convert(expr(o), o.dtype(), dtypes::int64));
+      report(id, dim, index, b.getInt64(0));
+    });
+  };
+  next(0);
+}
+
 void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem) {
   auto shape = r.static_shape();
-  tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
+  guard_shared(inst, {&mem}, shape, [&] { tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
     auto tile = bind_index(idx);
     llvm::Value* lin = linear(idx, shape);
     Expr pred_e = mem.predicate(tile);
@@ -120,11 +162,11 @@ void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, 
       });
     }
     unbind(tile);
-  });
+  }); });
 }
 
 void Emitter::transfer(const InstNode& inst, const Side& src, const Side& dst, const std::vector<int64_t>& shape) {
-  tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
+  guard_shared(inst, {&src, &dst}, shape, [&] { tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
     auto tile = bind_index(idx);
     Expr sp = src.predicate(tile), dp = dst.predicate(tile);
     llvm::Value* dcond = is_true(dp) ? b.getInt1(true) : expr(dp);
@@ -143,7 +185,7 @@ void Emitter::transfer(const InstNode& inst, const Side& src, const Side& dst, c
       store_memory(dst.base, expr(dst.offset(tile)), dst.dtype, convert(v, src.dtype, dst.dtype));
     });
     unbind(tile);
-  });
+  }); });
 }
 
 void Emitter::emit_memory(const InstNode& inst) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <cmath>
 #include <numeric>
 
@@ -11,9 +12,30 @@
 
 namespace tilus {
 
-KernelSource emit_cuda(const Kernel& kernel, const Target& target) { return cuda::Emitter(kernel, target).run(); }
+KernelSource emit_cuda(const Kernel& kernel, const Target& target, const CudaOptions& options) {
+  return cuda::Emitter(kernel, target, options).run();
+}
+
+CudaOptions CudaOptions::from_env() {
+  CudaOptions o;
+  const char* env = std::getenv("TILUS_DEBUG_BOUNDS");
+  o.debug_bounds = env && *env && std::string(env) != "0";
+  return o;
+}
 
 namespace cuda {
+
+std::string c_text(const std::string& text, bool literal_percent) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c == '%' && literal_percent) out += "%%";
+    else out += c;
+  }
+  return out;
+}
 
 std::string ctype(DataType t) {
   if (t.is_pointer()) return ctype(t.pointee()) + "*";
@@ -29,7 +51,7 @@ std::string ctype(DataType t) {
 
 int64_t elem_bytes(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
 
-Emitter::Emitter(const Kernel& k, const Target& t) : kernel(k), target(t), facts_(k) {
+Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kernel(k), target(t), options(o), facts_(k) {
   for (const char* reserved : {"tid", "tilus_smem", "tilus", "int", "float", "double", "char", "bool", "void", "half",
                                "auto", "const", "if", "else", "for", "while", "do", "break", "continue", "return",
                                "switch", "case", "default", "struct", "class", "new", "delete", "this", "true", "false",
@@ -406,13 +428,7 @@ void Emitter::emit_barrier(const InstNode& inst) {
 
 void Emitter::emit_printf(const InstNode& inst) {
   auto& i = static_cast<const PrintfInst&>(inst);
-  std::string fmt_text;
-  for (char c : i.format) {
-    if (c == '\n') fmt_text += "\\n";
-    else if (c == '"') fmt_text += "\\\"";
-    else if (c == '\\') fmt_text += "\\\\";
-    else fmt_text += c;
-  }
+  std::string fmt_text = c_text(i.format);
   std::string args;
   for (auto& a : i.args) {
     std::string v = expr(simplify(a));

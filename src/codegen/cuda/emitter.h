@@ -23,6 +23,9 @@ namespace tilus::cuda {
 // The C++ type the emitted code uses for a dtype.
 std::string ctype(DataType t);
 int64_t elem_bytes(DataType t);
+// `text` for a C string literal (quotes, backslashes and line breaks escaped); for a printf
+// format that prints it as is, `literal_percent` doubles '%'.
+std::string c_text(const std::string& text, bool literal_percent = false);
 
 using tilus::SharedView;
 
@@ -35,7 +38,7 @@ struct ThreadScope {
 
 class Emitter {
  public:
-  Emitter(const Kernel& kernel, const Target& target);
+  Emitter(const Kernel& kernel, const Target& target, const CudaOptions& options);
   KernelSource run();
 
   // --- text ----------------------------------------------------------------------------
@@ -81,6 +84,7 @@ class Emitter {
 
   const Kernel& kernel;
   const Target& target;
+  const CudaOptions options;
 
  private:
   void emit_stmt(const Stmt& s);

@@ -42,6 +42,27 @@ Side region_side(Emitter& em, const InstNode& inst, const CopyRegion& r, int til
   return shared_side(em.facts().shared_region(inst, r, tile_rank));
 }
 
+// TILUS_DEBUG_BOUNDS: a shared tile of `shape` at a run-time offset that leaves its allocation
+// (KernelFacts::shared_bounds) prints the instruction, its line and the offending index, and
+// traps, before it is touched.
+void guard_shared(Emitter& em, const InstNode& inst, const SharedView& view, const std::vector<int64_t>& shape) {
+  if (!em.options.debug_bounds) return;
+  for (const SharedBoundsCheck& c : em.facts().shared_bounds(view, shape)) {
+    std::string head = c_text(fmt::format("tilus: {}: {}: out-of-bounds access of {} at a run-time offset: dim "
+                                               "{} takes [",
+                                               inst.loc.str(), inst.display_name(), view.root.type_str(), c.dim),
+                             true);
+    std::string tail = c_text(fmt::format("), outside the tensor's [0, {}) (block (", c.size), true);
+    std::string offset = em.expr(em.simplify(c.offset));
+    em.open(fmt::format("if (!({}))", em.expr(em.simplify(c.ok))));
+    em.linef("printf(\"{}%lld, %lld{}%d, %d, %d), thread %d)\\n\", (long long)({}), (long long)({}) + {}LL, "
+             "int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), int(threadIdx.x));",
+             head, tail, offset, offset, c.extent);
+    em.line("__trap();");
+    em.close();
+  }
+}
+
 // The L2 policy variable for an eviction policy ("" for evict_normal).
 std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e) {
   if (!e || *e == EvictPolicy::Normal) return "";
@@ -258,6 +279,7 @@ void Emitter::emit_memory(const InstNode& inst) {
       selected();
       if (load) declare_reg(r);
       const SharedView& view = facts_.shared(inst, mem);
+      guard_shared(*this, inst, view, r.static_shape());
       if (matrix) emit_matrix(*this, rec, view, r, load);
       else register_access(*this, load, r, shared_side(view), mem.dtype(), rec.vector);
       return;
@@ -266,6 +288,7 @@ void Emitter::emit_memory(const InstNode& inst) {
       auto& i = static_cast<const CopyAsyncInst&>(inst);
       selected();
       Side g = global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims));
+      guard_shared(*this, inst, facts_.shared(i, i.dst), i.dst.static_shape());
       transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), {.evict = i.evict, .src_global = true});
       return;
     }
@@ -283,6 +306,7 @@ void Emitter::emit_memory(const InstNode& inst) {
         const CopyRegion& mem = load ? i.src : i.dst;
         const Tensor& r = load ? i.dst.tensor : i.src.tensor;
         if (load) declare_reg(r);
+        if (mem.tensor.is_shared()) guard_shared(*this, inst, facts_.shared_region(i, mem, r.rank()), r.static_shape());
         if (matrix) {
           emit_matrix(*this, rec, facts_.shared_region(i, mem, r.rank()), r, load);
           return;
@@ -294,6 +318,12 @@ void Emitter::emit_memory(const InstNode& inst) {
       // Memory to memory over the destination's extents; the source's broadcast dims stay at
       // their offsets (region_dims).
       int rank = int(i.dst.extents.size());
+      std::vector<int64_t> shape;
+      for (const Expr& e : i.dst.extents)
+        if (Expr v = simplify(e); v.is_int_const()) shape.push_back(v.int_value());
+      for (const CopyRegion* r : {&i.src, &i.dst})
+        if (r->tensor.is_shared() && int(shape.size()) == rank)
+          guard_shared(*this, inst, facts_.shared_region(i, *r, rank), shape);
       Side src = region_side(*this, i, i.src, rank), dst = region_side(*this, i, i.dst, rank);
       transfer(*this, rec, src, dst, i.dst.tensor.dtype(),
                {.evict = i.eviction_policy,
