@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <fmt/ranges.h>
 
@@ -35,9 +36,9 @@ std::vector<int> normalize_dims(const std::vector<int>& dims, const Tensor& x, c
   int rank = x.defined() ? x.rank() : 0;
   for (int d : dims) {
     if (x.defined() && (d < -rank || d >= rank))
-      throw CompileError(fmt::format("{}: dim {} in dims [{}] is out of range for {} (rank {}: dims are 0 to {}, or "
-                                     "-{} to -1 counting from the end)",
-                                     inst, d, fmt::join(dims, ", "), type_of(x), rank, rank - 1, rank),
+      throw CompileError(fmt::format("{}: dims [{}]: dim {} is out of range for {} (rank {}), where dims are 0 to {} "
+                                     "or, from the end, -1 to -{}",
+                                     inst, fmt::join(dims, ", "), d, type_of(x), rank, rank - 1, rank),
                          loc);
     int n = normalize_dim(d, rank);
     if (std::find(out.begin(), out.end(), n) != out.end())
@@ -47,6 +48,17 @@ std::vector<int> normalize_dims(const std::vector<int>& dims, const Tensor& x, c
     out.push_back(n);
   }
   return out;
+}
+
+// A static shape as the user gave it: positive dims that fit the IR's 32-bit extents.
+void check_static_shape(const std::vector<int64_t>& shape, const char* inst, const SourceLoc& loc) {
+  for (auto d : shape) {
+    if (d <= 0) throw CompileError(fmt::format("{}: shape {} must have positive dims", inst, shape_str(shape)), loc);
+    if (d > std::numeric_limits<int32_t>::max())
+      throw CompileError(fmt::format("{}: shape {} has a dim larger than {}", inst, shape_str(shape),
+                                     std::numeric_limits<int32_t>::max()),
+                         loc);
+  }
 }
 
 bool is_math_op(const std::string& op) {
@@ -454,9 +466,7 @@ Tensor Builder::global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, s
 }
 
 Tensor Builder::shared_tensor(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name) {
-  for (auto d : shape)
-    if (d <= 0)
-      throw CompileError(fmt::format("shared_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "shared_tensor", loc);
   auto i = make_inst<AllocateSharedInst>(loc);
   i->out = Tensor::shared(name, dtype, std::move(shape));
   return emit_with_output(i);
@@ -470,9 +480,7 @@ void Builder::free_shared(const Tensor& t, SourceLoc loc) {
 
 Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape, Expr init, SourceLoc loc,
                                 const std::string& name) {
-  for (auto d : shape)
-    if (d <= 0)
-      throw CompileError(fmt::format("register_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "register_tensor", loc);
   auto i = make_inst<AllocateRegisterInst>(loc);
   i->out = Tensor::reg(name, dtype, shape);
   if (init.defined()) {
@@ -488,9 +496,7 @@ Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape, Expr
 Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape,
                                 const std::function<Expr(const std::vector<Var>&)>& init, SourceLoc loc,
                                 const std::string& name) {
-  for (auto d : shape)
-    if (d <= 0)
-      throw CompileError(fmt::format("register_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "register_tensor", loc);
   auto i = make_inst<AllocateRegisterInst>(loc);
   i->out = Tensor::reg(name, dtype, shape);
   for (size_t d = 0; d < shape.size(); ++d) i->axes.push_back(Var(fmt::format("i{}", d), dtypes::int32, VarRole::Binder));
@@ -554,8 +560,7 @@ Tensor Builder::load_global(const Tensor& src, std::vector<Expr> offsets, std::v
   i->src = src;
   i->offsets = std::move(offsets);
   i->dims = dims.empty() ? default_dims(src, shape.size()) : normalize_dims(dims, src, "load_global", loc);
-  for (auto d : shape)
-    if (d <= 0) throw CompileError(fmt::format("load_global: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "load_global", loc);
   i->out = Tensor::reg("x", src.defined() ? src.dtype() : dtypes::void_t, shape);
   return emit_with_output(i);
 }

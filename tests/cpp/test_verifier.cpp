@@ -1166,6 +1166,19 @@ TEST(VerifierValid, LayoutsAfterInferencePass) {
   }
 }
 
+TEST(VerifierRuleF, ARegisterTensorFitsInItsThreads) {
+  Traced ok(1);
+  ok.reg({256, 512});  // 512 KiB over 32 threads
+  EXPECT_TRUE(Passes([&] { verify(ok.kernel()); }));
+  Traced big(1);
+  big.reg({4096, 4096});
+  EXPECT_TRUE(Fails([&] { verify(big.kernel()); }, 5, "register_tensor",
+                    {"register float32[4096, 4096]", "2097152 bytes per thread of the 32 threads", "524288"}));
+  Traced wide(32);  // the same tile over 1024 threads fits
+  wide.reg({4096, 4096});
+  EXPECT_TRUE(Passes([&] { verify(wide.kernel()); }));
+}
+
 // --- tracer rules both front ends rely on (Python: tests/python/test_bad_input.py) ------------
 
 TEST(BuilderRules, NegativeDimsCountFromTheEnd) {
@@ -1180,7 +1193,7 @@ TEST(BuilderRules, NegativeDimsCountFromTheEnd) {
   EXPECT_NE(text.find("offsets=[0, 0], dims=[0, 1], evict"), std::string::npos) << text;
   Traced u;
   EXPECT_TRUE(Fails([&] { u.b.load_global(u.g2(), {0, 0}, {4, 8}, {0, -3}, L(13)); }, 13, "load_global",
-                    {"dim -3", "out of range", "-2 to -1"}));
+                    {"dim -3 is out of range", "(rank 2)", "-1 to -2"}));
   EXPECT_TRUE(Fails([&] { u.b.store_global(u.g2(), u.reg({4, 8}), {0, 0}, {1, -1}, L(14)); }, 14, "store_global",
                     {"appears twice"}));
   EXPECT_TRUE(Fails([&] { u.b.copy_async(u.g2(), u.smem({4, 8}), {0, 0}, {2, 0}, std::nullopt, true, L(15)); }, 15,
