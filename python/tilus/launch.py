@@ -255,6 +255,11 @@ def arguments(sig, args, stream=None):
 def trace(script, constants=None):
     """The traced (not yet lowered) Program of a Script for given compile-time constants."""
     cls = type(script)
+    if getattr(cls, "_tilus_body", None) is None:
+        what = f"the class {script.__name__} (make an instance: {script.__name__}(...))" if isinstance(script, type) \
+            else _describe(script)
+        raise CompileError(f"tilus.trace: expects an instance of a tilus.Script subclass that defines __call__ (the "
+                           f"kernel body), got {what}")
     sig = signature(cls)
     if sig.normalized is None:
         sig.normalized = normalize(cls._tilus_body)

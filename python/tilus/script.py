@@ -54,8 +54,14 @@ def _ints(xs, what, loc, one=False):
             else:
                 raise CompileError(f"{_where(loc)}{what} must be {'a Python int' if one else 'Python ints'}, got "
                                    f"{_describe(x)}")
-        out.append(x)
+        out.append(_int64(x, what, loc))
     return out
+
+
+def _int64(x, what, loc):
+    if not -(1 << 63) <= x < (1 << 63):
+        raise CompileError(f"{_where(loc)}{what}: {x} does not fit in 64 bits")
+    return x
 
 
 def _int(x, what, loc):
@@ -74,6 +80,8 @@ def _exprs(xs, what, loc):
             raise x.error()
         if not _is_scalar(x) or isinstance(x, float):
             raise CompileError(f"{_where(loc)}{what} must be integers (Python ints or kernel scalars), got {_describe(x)}")
+        if isinstance(x, int):
+            _int64(x, what, loc)
     return out
 
 
@@ -215,6 +223,9 @@ class Script:
     def __init__(self):
         self.attrs = Attrs()
         self.blockIdx = _BlockIdx()
+
+    def __call__(self, *args, **kw):
+        raise CompileError(f"{type(self).__name__} has no kernel body: a tilus.Script subclass defines __call__")
 
     def __getattr__(self, name):
         # A subclass whose __init__ forgot super().__init__() still has its attrs and blockIdx.

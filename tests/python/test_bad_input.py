@@ -127,6 +127,8 @@ METHOD_CASES = [
     ("st-positional", lambda k, v: k.shared_tensor(float32, [4]), ["shared_tensor", "positional"]),
     ("rt-shape-strs", lambda k, v: k.register_tensor(dtype=float32, shape=["4"]), ["register_tensor", "Python ints", "'4'"]),
     ("rt-shape-float", lambda k, v: k.register_tensor(dtype=float32, shape=4.0), ["register_tensor", "shape", "float 4.0"]),
+    ("rt-shape-huge", lambda k, v: k.register_tensor(dtype=float32, shape=[1 << 40]), ["register_tensor", "larger than 2147483647"]),
+    ("rt-shape-64bit", lambda k, v: k.register_tensor(dtype=float32, shape=[1 << 64]), ["register_tensor: shape", "64 bits"]),
     ("rt-shape-zero", lambda k, v: k.register_tensor(dtype=float32, shape=[0, 4]), ["register_tensor", r"\[0, 4\]"]),
     ("rt-init-str", lambda k, v: k.register_tensor(dtype=float32, shape=[4], init="0"), ["register_tensor", "init", "str"]),
     ("rt-init-list", lambda k, v: k.register_tensor(dtype=float32, shape=[2], init=[1, 2]), ["register_tensor", "init", "list"]),
@@ -137,6 +139,7 @@ METHOD_CASES = [
     ("lg-offsets-str", lambda k, v: k.load_global(v.g, offsets="00", shape=[4, 4]), ["offsets", "list", "str"]),
     ("lg-offsets-float", lambda k, v: k.load_global(v.g, offsets=[0.5, 0], shape=[4, 4]), ["offsets", "integers", "0.5"]),
     ("lg-offsets-arity", lambda k, v: k.load_global(v.g, offsets=[0], shape=[4, 4]), ["load_global", "offsets"]),
+    ("lg-offset-64bit", lambda k, v: k.load_global(v.g, offsets=[0, 1 << 63], shape=[4, 4]), ["load_global: offsets", "64 bits"]),
     ("lg-no-shape", lambda k, v: k.load_global(v.g, offsets=[0, 0]), ["load_global", "shape= is required"]),
     ("lg-shape-sym", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[v.n, 4]), ["shape", "Python ints", "n"]),
     ("lg-dims-range", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], dims=[0, 5]), ["load_global", "dims"]),
@@ -203,7 +206,7 @@ METHOD_CASES = [
     ("sum-dim-float", lambda k, v: k.sum(v.r, dim=1.0), ["dims", "float 1.0"]),
     ("sum-dim-both", lambda k, v: k.sum(v.r, dim=1, dims=[0]), ["sum", "dim= or dims="]),
     ("sum-dim-range", lambda k, v: k.sum(v.r, dim=2), ["sum", "dim 2", "out of range", r"register float32\[16, 16\]"]),
-    ("sum-dim-neg-range", lambda k, v: k.sum(v.r, dim=-3), ["sum", "dim -3", "out of range", "-2 to -1"]),
+    ("sum-dim-neg-range", lambda k, v: k.sum(v.r, dim=-3), ["sum", "dim -3 is out of range", "-1 to -2"]),
     ("sum-keepdim-str", lambda k, v: k.sum(v.r, dim=1, keepdim="yes"), ["sum", "keepdim", "True or False"]),
     ("max-dims-twice", lambda k, v: k.max(v.r, dims=[1, -1]), ["max", "appears twice"]),
     ("min-shared", lambda k, v: k.min(v.s, dim=0), ["min", "register tensor", "shared"]),
@@ -708,6 +711,18 @@ def test_body_construct(cls, marker, fragments, monkeypatch):
     expect(lambda: tilus.trace(cls()), E, line_of(marker), fragments)
 
 
+class NoBody(tilus.Script):
+    pass
+
+
+def test_trace_and_call_need_a_script_with_a_body():
+    for wrong, what in [(Call, "the class Call"), (3, "int 3"), (NoBody(), "NoBody"), (np.zeros(2), "ndarray")]:
+        with pytest.raises(tilus.CompileError, match=f"tilus.trace: expects an instance.*{what}"):
+            tilus.trace(wrong)
+    with pytest.raises(tilus.CompileError, match="NoBody has no kernel body"):
+        NoBody()(1)
+
+
 def test_a_body_without_source_is_an_error():
     ns = {"tilus": tilus, "int32": int32}
     exec("class K(tilus.Script):\n    def __call__(self, n: int32):\n        pass\n", ns)
@@ -807,6 +822,20 @@ def test_a_run_time_step_of_zero_runs_no_iterations(begin, end, step):
     assert r.returncode == 0, r.stderr
     want = 0 if step == 0 else len(range(begin, end, step))
     assert int(r.stdout.strip()) == want
+
+
+class HugeTile(tilus.Script):
+    def __call__(self, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        a = self.register_tensor(dtype=float32, shape=[8192, 8192], init=1.0)  # C-HUGE-TILE
+        self.store_global(self.global_view(x, shape=[4]), self.sum(self.sum(a, dim=1), dim=0, keepdim=True), offsets=[0])
+
+
+@needs_cpu
+def test_a_register_tile_too_large_for_its_threads_is_an_error_not_a_crash():
+    expect(lambda: HugeTile()(np.zeros(4, dtype=np.float32)), E, line_of("C-HUGE-TILE"),
+           ["register_tensor", r"float32\[8192, 8192\]", "per thread", "local memory"])
 
 
 # --- warnings: a discarded result -----------------------------------------------------------------
