@@ -210,7 +210,8 @@ class _Normalizer(ast.NodeTransformer):
             if isinstance(s, (ast.For, ast.While, ast.If)):
                 nested.extend(s.body)
                 nested.extend(s.orelse)
-        sites = {}
+        params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs][1:]  # not self
+        sites = {p: 1 for p in params}  # a parameter is bound once by the call
         for s in _walk(node.body):
             targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, (ast.AugAssign, ast.AnnAssign)) else []
             for t in targets:
@@ -219,7 +220,9 @@ class _Normalizer(ast.NodeTransformer):
                         sites[n.id] = sites.get(n.id, 0) + (2 if isinstance(s, ast.AugAssign) else 1)
         self.mutable = {n for n in _assigned_names(nested) if sites.get(n, 0) > 1}
         self.loads = _loaded_names(node.body)
-        node.body = self.visit_body(node.body)
+        # A parameter reassigned inside a loop or branch starts as a kernel variable.
+        first = [self._rebind(p, _name(p, node.body[0]), node.body[0]) for p in params if p in self.mutable]
+        node.body = first + self.visit_body(node.body)
         node.decorator_list = []
         return node
 
@@ -375,9 +378,12 @@ class _Normalizer(ast.NodeTransformer):
         merged = sorted(n for n in both if self.loads.get(n, 0) > inside.get(n, 0))
         m = self.fresh("if")
         tup = lambda xs: _at(ast.Tuple(elts=[_const(x, node) for x in xs], ctx=ast.Load()), node)  # noqa: E731
+        read_after = [n for n in names if self.loads.get(n, 0) > inside.get(n, 0)]
         ir = [_assign(m, _call("begin_if", [_self(node), _name(cond, node), _const(node.lineno, node), tup(names),
-                                            tup(merged), _const(bool(node.orelse), node), _pre_values(names, node)],
-                               node), node)]
+                                            tup(merged), tup(read_after), _const(bool(node.orelse), node),
+                                            _pre_values(names, node)], node), node)]
+        ir += _rebind_names(names, _at(ast.Attribute(value=_name(m, node), attr="pre_values", ctx=ast.Load()), node),
+                            node)
         ir += self._copy_body(node.body, True)
         end_then = _at(ast.Call(func=_at(ast.Attribute(value=_name(m, node), attr="end_then", ctx=ast.Load()), node),
                                 args=[_pre_values(names, node)], keywords=[]), node)
@@ -525,6 +531,9 @@ class _If:
         self.loc = (_here()[0], line)
         self.names, self.merged, self.has_else = names, set(merged), has_else
         self.pre = dict(zip(names, pre))
+        # the names' values as the then branch starts
+        self.pre_values = tuple(Unusable(n, "is not bound yet") if v is _Runtime.UNBOUND else v
+                                for n, v in zip(names, pre))
         self.then = {}
         self.joined = {}  # merged name -> the kernel variable or register tensor before the if
 
@@ -723,8 +732,17 @@ class _Runtime:
         return _Trips(what, line)
 
     @staticmethod
-    def begin_if(script, cond, line, names, merged, has_else, pre):
-        _builder().begin_if(cond, (_here()[0], line))
+    def begin_if(script, cond, line, names, merged, read_after, has_else, pre):
+        """Opens a symbolic if. A Python number bound before it, reassigned in a branch and read
+        after it becomes a kernel variable first (its value after the if depends on the branch)."""
+        b = _builder()
+        loc = (_here()[0], line)
+        pre = list(pre)
+        for i, n in enumerate(names):
+            if n in read_after and _is_number(pre[i]):
+                pre[i] = _declare_kernel_variable(b, n, _C.Expr(pre[i]).dtype, pre[i], loc)
+                _tracing.bound[n] = b.depth()
+        b.begin_if(cond, loc)
         return _If(line, names, merged, has_else, pre)
 
     @staticmethod

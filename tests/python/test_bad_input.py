@@ -933,6 +933,32 @@ def test_names_bound_in_both_branches_are_usable_after(n):
     np.testing.assert_allclose(out, want)
 
 
+class Reassigned(tilus.Script):
+    """A parameter reassigned in a branch and in a loop, and a Python number reassigned in a
+    branch, keep the value of the path taken."""
+
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        scale = 1
+        if n > 3:
+            n = n + 100
+            scale = 2
+        for i in range(3):
+            n = n + 1
+        g = self.global_view(out, shape=[2])
+        self.store_global(g, self.register_tensor(dtype=int32, shape=[1], init=n), offsets=[0])
+        self.store_global(g, self.register_tensor(dtype=int32, shape=[1], init=scale), offsets=[1])
+
+
+@needs_cpu
+@pytest.mark.parametrize("n", [1, 5])
+def test_reassigned_parameters_and_python_numbers(n):
+    out = np.zeros(2, dtype=np.int32)
+    Reassigned()(n, out)
+    assert out.tolist() == [(n + 100 if n > 3 else n) + 3, 2 if n > 3 else 1]
+
+
 class NestedHelpers(tilus.Script):
     def shifted(self, t, by):
         def add(v):  # a nested def in a helper method
