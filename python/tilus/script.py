@@ -79,7 +79,8 @@ def _exprs(xs, what, loc):
         if isinstance(x, Unusable):
             raise x.error()
         if not _is_scalar(x) or isinstance(x, float):
-            raise CompileError(f"{_where(loc)}{what} must be integers (Python ints or kernel scalars), got {_describe(x)}")
+            raise CompileError(f"{_where(loc)}{what} must be integers (Python ints or kernel scalars), got "
+                               f"{_describe(x)}")
         if isinstance(x, int):
             _int64(x, what, loc)
     return out
@@ -114,8 +115,8 @@ def _optional(x, kind, what, loc):
 def _layout(x, what, loc, optional=True):
     if (x is None and optional) or isinstance(x, _C.RegisterLayout):
         return x
-    raise CompileError(f"{_where(loc)}{what} must be a register layout (tilus.spatial(...), tilus.local(...), ...), got "
-                       f"{_describe(x)}")
+    raise CompileError(f"{_where(loc)}{what} must be a register layout (tilus.spatial(...), tilus.local(...), ...), "
+                       f"got {_describe(x)}")
 
 
 def _instruction(fn, pure):
@@ -313,7 +314,8 @@ class Script:
     def store_global(self, dst, src, *, offsets, dims=None):
         loc = _here()
         _builder().store_global(_tensor(dst, "store_global", loc, GlobalTensor), _tensor(src, "store_global", loc),
-                                _exprs(offsets, "store_global: offsets", loc), _ints(dims, "store_global: dims", loc), loc)
+                                _exprs(offsets, "store_global: offsets", loc), _ints(dims, "store_global: dims", loc),
+                                loc)
 
     def load_shared(self, src, *, out=None):
         loc = _here()
@@ -326,7 +328,8 @@ class Script:
 
     def copy_async(self, src, dst, *, offsets, dims=None, evict=None, check_bounds=True):
         loc = _here()
-        _builder().copy_async(_tensor(src, "copy_async", loc, GlobalTensor), _tensor(dst, "copy_async", loc, SharedTensor),
+        _builder().copy_async(_tensor(src, "copy_async", loc, GlobalTensor),
+                              _tensor(dst, "copy_async", loc, SharedTensor),
                               _exprs(offsets, "copy_async: offsets", loc), _ints(dims, "copy_async: dims", loc),
                               _optional(evict, str, "copy_async: evict", loc),
                               _bool(check_bounds, "copy_async: check_bounds", loc), loc)
@@ -403,7 +406,8 @@ class Script:
     def view(self, x, *, dtype=None, layout=None):
         loc = _here()
         dtype = None if dtype is None else _dtype(dtype, "view: dtype", loc)
-        return RegisterTensor(_builder().view(_tensor(x, "view", loc), dtype, _layout(layout, "view: layout", loc), loc))
+        layout = _layout(layout, "view: layout", loc)
+        return RegisterTensor(_builder().view(_tensor(x, "view", loc), dtype, layout, loc))
 
     def reshape(self, x, shape):
         loc = _here()
@@ -415,7 +419,8 @@ class Script:
 
     def unsqueeze(self, x, dims):
         loc = _here()
-        return RegisterTensor(_builder().unsqueeze(_tensor(x, "unsqueeze", loc), _ints(dims, "unsqueeze: dims", loc), loc))
+        return RegisterTensor(_builder().unsqueeze(_tensor(x, "unsqueeze", loc), _ints(dims, "unsqueeze: dims", loc),
+                                                   loc))
 
     def transpose(self, x):
         loc = _here()
@@ -446,8 +451,9 @@ class Script:
             if dims is not None:
                 raise CompileError(f"{_where(loc)}{op}: give dim= or dims=, not both")
             dims = dim
-        return RegisterTensor(_builder().reduce(op, _tensor(x, op, loc), None if dims is None else _ints(dims, f"{op}: dims", loc),
-                                                _bool(keepdim, f"{op}: keepdim", loc), loc))
+        dims = None if dims is None else _ints(dims, f"{op}: dims", loc)
+        keepdim = _bool(keepdim, f"{op}: keepdim", loc)
+        return RegisterTensor(_builder().reduce(op, _tensor(x, op, loc), dims, keepdim, loc))
 
     def sum(self, x, *, dims=None, dim=None, keepdim=False):
         return self._reduce("sum", x, dims, dim, keepdim, _here())
@@ -514,7 +520,8 @@ def _unary_method(op):
     return method
 
 
-_UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor", "ceil"]
+_UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor",
+          "ceil"]
 for _op in _UNARY:
     setattr(Script, _op, _unary_method(_op))
 

@@ -139,7 +139,8 @@ class Unusable:
     def _use(self, *args, **kw):
         raise self.error()
 
-    __bool__ = __index__ = __int__ = __float__ = __iter__ = __len__ = __call__ = __getitem__ = __str__ = __format__ = _use
+    __bool__ = __index__ = __int__ = __float__ = __iter__ = __len__ = __call__ = __getitem__ = _use
+    __str__ = __format__ = _use
     __neg__ = __pos__ = __invert__ = __abs__ = _use
     __hash__ = object.__hash__
 
@@ -231,8 +232,8 @@ def _binary(op, a, b, loc):
         if isinstance(v, Unusable):
             raise v.error()
         if not isinstance(v, RegisterTensor) and not _is_scalar(v):
-            raise CompileError(f"{_where(loc)}{_OP_NAMES.get(op, op)}: operands must be register tensors or scalars, got "
-                               f"{_describe(a)} and {_describe(b)}")
+            raise CompileError(f"{_where(loc)}{_OP_NAMES.get(op, op)}: operands must be register tensors or scalars, "
+                               f"got {_describe(a)} and {_describe(b)}")
     x = a.t if isinstance(a, RegisterTensor) else a
     y = b.t if isinstance(b, RegisterTensor) else b
     return RegisterTensor(_builder().binary(op, x, y, loc))

@@ -131,6 +131,17 @@ def _loaded_names(nodes):
     return out
 
 
+def _method(obj, attr, args, node):
+    """obj.attr(*args) for the name `obj`."""
+    return _at(ast.Call(func=_at(ast.Attribute(value=_name(obj, node), attr=attr, ctx=ast.Load()), node), args=args,
+                        keywords=[]), node)
+
+
+def _strings(xs, node):
+    """The tuple literal ("a", "b", ...)."""
+    return _at(ast.Tuple(elts=[_const(x, node) for x in xs], ctx=ast.Load()), node)
+
+
 def _pre_values(names, node):
     """(locals().get("a", UNBOUND), ...): the current values of `names`."""
     return _at(ast.Tuple(elts=[_local(n, node) for n in names], ctx=ast.Load()), node)
@@ -270,8 +281,8 @@ class _Normalizer(ast.NodeTransformer):
     def _after_scope(self, names, pre, kind, node):
         """Rebinds, after an IR loop, the names its body bound: those bound only inside it
         become unusable."""
-        value = _call("after_scope", [_at(ast.Tuple(elts=[_const(n, node) for n in names], ctx=ast.Load()), node),
-                                      _name(pre, node), _pre_values(names, node), _const(kind, node),
+        value = _call("after_scope", [_strings(names, node), _name(pre, node), _pre_values(names, node),
+                                      _const(kind, node),
                                       _const(node.lineno, node)], node)
         return _rebind_names(names, value, node)
 
@@ -284,8 +295,8 @@ class _Normalizer(ast.NodeTransformer):
             node.orelse = self.visit_body(node.orelse) if node.orelse else []
             return node
         if node.orelse:
-            raise self.error(node, "`for ... else` is not supported on a loop over range(...), which runs on the device "
-                                   "(the else branch would need to know whether a run-time `break` happened)")
+            raise self.error(node, "`for ... else` is not supported on a loop over range(...), which runs on the "
+                                   "device (the else branch would need to know whether a run-time `break` happened)")
         if not isinstance(node.target, ast.Name):
             raise self.error(node, "the variable of a loop over range(...) must be a single name (the loop runs on the "
                                    f"device and its variable is one integer), got `{ast.unparse(node.target)}`")
@@ -303,7 +314,7 @@ class _Normalizer(ast.NodeTransformer):
         # __c = COND
         # if __tilus_rt.symbolic(__c):
         #     [the names COND reads and BODY assigns become kernel variables; __c = COND]
-        #     __tilus_rt.begin_while(self, __c, line); BODY(ir); __tilus_rt.end(self, "while")
+        #     __tilus_rt.begin_while(self, __c, line); BODY(ir); __tilus_rt.end_while(self)
         # else:
         #     while COND: tick; BODY(python)
         assign = _assign(cond, node.test, node)
@@ -314,11 +325,13 @@ class _Normalizer(ast.NodeTransformer):
         counters = [n for n in sorted(_loaded_names([node.test])) if n in names]
         if counters:
             promoted = self.fresh("promoted")
-            ir.append(_assign(promoted, _call("promote", [_self(node), _at(ast.Tuple(
-                elts=[_const(n, node) for n in counters], ctx=ast.Load()), node), _pre_values(counters, node),
-                _const(node.lineno, node)], node), node))
-            redo = _rebind_names(counters, _name(promoted, node), node) + [_assign(cond, copy.deepcopy(node.test), node)]
-            test = _at(ast.Compare(left=_name(promoted, node), ops=[ast.IsNot()], comparators=[_const(None, node)]), node)
+            ir.append(_assign(promoted, _call("promote", [_self(node), _strings(counters, node),
+                                                          _pre_values(counters, node), _const(node.lineno, node)],
+                                              node), node))
+            redo = _rebind_names(counters, _name(promoted, node), node)
+            redo.append(_assign(cond, copy.deepcopy(node.test), node))
+            test = _at(ast.Compare(left=_name(promoted, node), ops=[ast.IsNot()], comparators=[_const(None, node)]),
+                       node)
             ir.append(_at(ast.If(test=test, body=redo, orelse=[]), node))
         pre = self.fresh("pre")
         ir.append(_assign(pre, _pre_values(names, node), node))
@@ -327,8 +340,7 @@ class _Normalizer(ast.NodeTransformer):
         ir.append(_stmt(_call("end_while", [_self(node)], node), node))
         ir += self._after_scope(names, pre, "while", node)
         trips = self.fresh("trips")
-        tick = _stmt(_at(ast.Call(func=_at(ast.Attribute(value=_name(trips, node), attr="tick", ctx=ast.Load()), node),
-                                  args=[], keywords=[]), node), node)
+        tick = _stmt(_method(trips, "tick", [], node), node)
         py_body = [tick] + self._loop_body(_LoopKind.PYTHON, node.body, False)
         py_else = self.visit_body(copy.deepcopy(node.orelse)) if node.orelse else []
         py_loop = [_assign(trips, _call("trips", [_const("while", node), _const(node.lineno, node)], node), node),
@@ -371,32 +383,24 @@ class _Normalizer(ast.NodeTransformer):
     def visit_If(self, node):
         cond = self.fresh("cond")
         assign = _assign(cond, node.test, node)
-        # The names the branches bind; those bound in both and read elsewhere are merged.
+        # The names the branches bind; those read elsewhere (after the if) may need a kernel
+        # variable: merged when bound in both branches, promoted when a Python number before.
         names = sorted(_assigned_names(node.body) | _assigned_names(node.orelse))
         inside = _loaded_names([node])
-        both = _assigned_names(node.body) & _assigned_names(node.orelse)
-        merged = sorted(n for n in both if self.loads.get(n, 0) > inside.get(n, 0))
-        m = self.fresh("if")
-        tup = lambda xs: _at(ast.Tuple(elts=[_const(x, node) for x in xs], ctx=ast.Load()), node)  # noqa: E731
         read_after = [n for n in names if self.loads.get(n, 0) > inside.get(n, 0)]
-        ir = [_assign(m, _call("begin_if", [_self(node), _name(cond, node), _const(node.lineno, node), tup(names),
-                                            tup(merged), tup(read_after), _const(bool(node.orelse), node),
-                                            _pre_values(names, node)], node), node)]
+        merged = [n for n in read_after if n in _assigned_names(node.body) & _assigned_names(node.orelse)]
+        m = self.fresh("if")
+        ir = [_assign(m, _call("begin_if", [_self(node), _name(cond, node), _const(node.lineno, node),
+                                            _strings(names, node), _strings(merged, node), _strings(read_after, node),
+                                            _const(bool(node.orelse), node), _pre_values(names, node)], node), node)]
         ir += _rebind_names(names, _at(ast.Attribute(value=_name(m, node), attr="pre_values", ctx=ast.Load()), node),
                             node)
         ir += self._copy_body(node.body, True)
-        end_then = _at(ast.Call(func=_at(ast.Attribute(value=_name(m, node), attr="end_then", ctx=ast.Load()), node),
-                                args=[_pre_values(names, node)], keywords=[]), node)
-        ir += _rebind_names(names, end_then, node)
+        ir += _rebind_names(names, _method(m, "end_then", [_pre_values(names, node)], node), node)
         if node.orelse:
-            line = node.orelse[0].lineno
-            begin = _at(ast.Call(func=_at(ast.Attribute(value=_name(m, node), attr="begin_else", ctx=ast.Load()), node),
-                                 args=[_const(line, node)], keywords=[]), node)
-            ir.append(_stmt(begin, node))
+            ir.append(_stmt(_method(m, "begin_else", [_const(node.orelse[0].lineno, node)], node), node))
             ir += self._copy_body(node.orelse, True)
-            end_else = _at(ast.Call(func=_at(ast.Attribute(value=_name(m, node), attr="end_else", ctx=ast.Load()),
-                                             node), args=[_pre_values(names, node)], keywords=[]), node)
-            ir += _rebind_names(names, end_else, node)
+            ir += _rebind_names(names, _method(m, "end_else", [_pre_values(names, node)], node), node)
         py = _at(
             ast.If(test=_name(cond, node), body=self._copy_body(node.body, False),
                    orelse=self._copy_body(node.orelse, False) if node.orelse else []), node)
@@ -625,7 +629,8 @@ class _If:
             return joined
         elif not _symbolic_scalar(second):
             raise self._mismatch(n, first, second)
-        elif joined.dtype.is_integer and (isinstance(second, float) or isinstance(second, Expr) and second.dtype.is_float):
+        elif joined.dtype.is_integer and (isinstance(second, float) or
+                                          isinstance(second, Expr) and second.dtype.is_float):
             raise self._mismatch(n, first, second, ": cast one of them so that both have one type")
         b.assign(joined, second, self.loc)
         return joined
