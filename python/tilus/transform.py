@@ -168,6 +168,8 @@ def _describe_expr(node):
         f = node.func
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             return f.attr
+        if isinstance(f, ast.Attribute) and f.attr in ("to", "transpose"):  # a register tensor's own methods
+            return f"operator .{f.attr}()"
         return None
     ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>", ast.USub: "-",

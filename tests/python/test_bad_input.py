@@ -853,6 +853,7 @@ class Discards(tilus.Script):
         self.dot(a, a, acc)  # W-DOT
         acc + 1.0  # W-ADD
         self.exp(acc)  # W-EXP
+        acc.to(float16)  # W-TO
         self.load_global(g, offsets=[0, 0], shape=[16, 16], out=acc)  # updates acc: no warning
         self.keep(acc)
         self.store_global(g, acc, offsets=[0, 0])
@@ -864,9 +865,9 @@ def test_a_discarded_result_is_a_warning_at_the_users_line():
         tilus.trace(Discards())
     got = [(w.filename.rsplit("/", 1)[-1], w.lineno, str(w.message)) for w in caught
            if issubclass(w.category, tilus.TilusWarning)]
-    assert [(f, l) for f, l, _ in got] == [(FILE, line_of("W-DOT")), (FILE, line_of("W-ADD")), (FILE, line_of("W-EXP"))]
+    assert [(f, l) for f, l, _ in got] == [(FILE, line_of(m)) for m in ["W-DOT", "W-ADD", "W-EXP", "W-TO"]]
     assert "self.dot(...)" in got[0][2] and "c = self.dot(a, b, c)" in got[0][2]
-    assert "`+`" in got[1][2] and "self.exp(...)" in got[2][2]
+    assert "`+`" in got[1][2] and "self.exp(...)" in got[2][2] and "`.to()`" in got[3][2]
 
 
 # --- valid programs that used to be refused ---------------------------------------------------------
