@@ -75,11 +75,25 @@ SourceLoc loc_of(const py::tuple& t) {
   return l;
 }
 
-// Expr binary operators in both orders.
+// Expr binary operators in both orders. An operand that is no scalar gives NotImplemented, so
+// that Python tries the other operand's operator (a register tensor's: `n * r`) and otherwise
+// raises its usual TypeError naming the operator.
+bool is_scalar(const py::handle& h) {
+  return py::isinstance<Expr>(h) || py::isinstance<py::bool_>(h) || py::isinstance<py::int_>(h) ||
+         py::isinstance<py::float_>(h) ||
+         (!py::isinstance<py::str>(h) && (py::hasattr(h, "__index__") || py::hasattr(h, "__float__")));
+}
+
 template <class F>
 void def_binary(py::class_<Expr>& c, const char* name, const char* rname, F f) {
-  c.def(name, [f](const Expr& a, const py::object& b) { return f(a, to_expr(b)); });
-  c.def(rname, [f](const Expr& a, const py::object& b) { return f(to_expr(b), a); });
+  auto not_implemented = [] { return py::reinterpret_borrow<py::object>(Py_NotImplemented); };
+  c.def(name, [f, not_implemented](const Expr& a, const py::object& b) -> py::object {
+    return is_scalar(b) ? py::cast(f(a, to_expr(b))) : not_implemented();
+  });
+  if (rname)
+    c.def(rname, [f, not_implemented](const Expr& a, const py::object& b) -> py::object {
+      return is_scalar(b) ? py::cast(f(to_expr(b), a)) : not_implemented();
+    });
 }
 
 // A launch's argument list from Python values: KernelArgs (the front end's pointers), pointers
@@ -538,18 +552,20 @@ PYBIND11_MODULE(_C, m) {
       .def("__bool__", [](const Expr& e) -> bool {
         throw CompileError(fmt::format(
             "the value of '{}' is only known when the kernel runs: Python's `and`, `or`, `not` and "
-            "comparisons chains cannot use it (use &, |, ~ or tilus.logical_and / logical_or)",
+            "comparisons chains cannot use it (use &, |, ~ or tilus.logical_and / logical_or), nor can an `if` or "
+            "`while` outside the kernel body's own statements (in a helper function or a lambda: use "
+            "tilus.select(cond, a, b), or move the branch into __call__)",
             to_string(e)));
       })
       .def("__neg__", [](const Expr& a) { return -a; })
       .def("__invert__", [](const Expr& a) { return a.dtype().is_bool() ? !a : ~a; })
-      .def("__lt__", [](const Expr& a, const py::object& b) { return a < to_expr(b); })
-      .def("__le__", [](const Expr& a, const py::object& b) { return a <= to_expr(b); })
-      .def("__gt__", [](const Expr& a, const py::object& b) { return a > to_expr(b); })
-      .def("__ge__", [](const Expr& a, const py::object& b) { return a >= to_expr(b); })
-      .def("__eq__", [](const Expr& a, const py::object& b) { return a == to_expr(b); })
-      .def("__ne__", [](const Expr& a, const py::object& b) { return a != to_expr(b); })
       .def("__hash__", [](const Expr& e) { return std::hash<const void*>()(e.get()); });
+  def_binary(expr, "__lt__", nullptr, [](const Expr& a, const Expr& b) { return a < b; });
+  def_binary(expr, "__le__", nullptr, [](const Expr& a, const Expr& b) { return a <= b; });
+  def_binary(expr, "__gt__", nullptr, [](const Expr& a, const Expr& b) { return a > b; });
+  def_binary(expr, "__ge__", nullptr, [](const Expr& a, const Expr& b) { return a >= b; });
+  def_binary(expr, "__eq__", nullptr, [](const Expr& a, const Expr& b) { return a == b; });
+  def_binary(expr, "__ne__", nullptr, [](const Expr& a, const Expr& b) { return a != b; });
   def_binary(expr, "__add__", "__radd__", [](const Expr& a, const Expr& b) { return a + b; });
   def_binary(expr, "__sub__", "__rsub__", [](const Expr& a, const Expr& b) { return a - b; });
   def_binary(expr, "__mul__", "__rmul__", [](const Expr& a, const Expr& b) { return a * b; });
@@ -597,6 +613,7 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("type_str", &Tensor::type_str)
       .def("same_as", &Tensor::same_as)
+      .def_property_readonly("id", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.get()); })
       .def("__repr__", &Tensor::type_str);
 
   py::class_<RegisterLayout>(m, "RegisterLayout").def("__repr__", &RegisterLayout::str);
@@ -660,6 +677,13 @@ PYBIND11_MODULE(_C, m) {
         return b.declare(n, t, to_expr(v), loc_of(loc));
       })
       .def("assign", [](Builder& b, const Var& v, const py::object& x, L loc) { b.assign(v, to_expr(x), loc_of(loc)); })
+      .def("declare_outside", [](Builder& b, const std::string& n, DataType t, const py::object& v, L loc) {
+        return b.declare_outside(n, t, v.is_none() ? Expr() : to_expr(v), loc_of(loc));
+      })
+      .def("register_tensor_outside", [](Builder& b, DataType t, std::vector<int64_t> shape, L loc, const std::string& n) {
+        return b.register_tensor_outside(t, std::move(shape), loc_of(loc), n);
+      })
+      .def("name", &Builder::name)
       .def("global_view", [](Builder& b, const py::object& ptr, DataType t, const py::iterable& shape,
                              const py::iterable& strides, L loc, const std::string& name) {
         return b.global_view(to_expr(ptr), t, to_exprs(shape), to_exprs(strides), loc_of(loc), name);

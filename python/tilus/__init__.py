@@ -23,6 +23,7 @@ from ._C import column_local, column_spatial, local, replicated, spatial
 from .tuning import autotune, autotune_report
 from .launch import compiled_kernels, trace
 from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
+from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _where
 
 __version__ = _C.__version__
 
@@ -40,30 +41,45 @@ def dtype(name):
     return DataType.from_name(name)
 
 
+def _scalars(what, *xs):
+    """Checks the operands of a scalar function (tilus.cdiv, ...) as the Script methods do."""
+    for x in xs:
+        if not _is_scalar(x):
+            loc = _here()
+            raise CompileError(f"{_where(loc)}tilus.{what}: expects scalars (numbers or kernel scalars), got "
+                               f"{', '.join(_describe(v) for v in xs)}")
+
+
 def cdiv(a, b):
     """ceil(a / b) for non-negative integers (Python ints or tilus expressions)."""
+    _scalars("cdiv", a, b)
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return _C.cdiv(a, b)
 
 
 def logical_and(a, b):
+    _scalars("logical_and", a, b)
     return _C.logical_and(a, b)
 
 
 def logical_or(a, b):
+    _scalars("logical_or", a, b)
     return _C.logical_or(a, b)
 
 
 def logical_not(a):
+    _scalars("logical_not", a)
     return _C.logical_not(a)
 
 
 def cast(x, dtype):
-    return _C.cast(x, dtype)
+    _scalars("cast", x)
+    return _C.cast(x, _dtype(dtype, "tilus.cast: dtype", _here()))
 
 
 def select(cond, a, b):
+    _scalars("select", cond, a, b)
     return _C.select(cond, a, b)
 
 
@@ -77,6 +93,7 @@ def cpu_backend_available():
 
 def min(a, b):  # noqa: A001 - tilus.min is the scalar minimum of expressions, as in the C++ API
     """The smaller of two scalars (Python numbers or tilus expressions)."""
+    _scalars("min", a, b)
     if not isinstance(a, Expr) and not isinstance(b, Expr):
         return a if a <= b else b
     return _C.min(a, b)
@@ -84,6 +101,7 @@ def min(a, b):  # noqa: A001 - tilus.min is the scalar minimum of expressions, a
 
 def max(a, b):  # noqa: A001
     """The larger of two scalars (Python numbers or tilus expressions)."""
+    _scalars("max", a, b)
     if not isinstance(a, Expr) and not isinstance(b, Expr):
         return a if a >= b else b
     return _C.max(a, b)

@@ -16,12 +16,13 @@ launches.
 """
 import inspect
 import os
+import re
 import sys
 import threading
 
 from . import _C
 from ._C import ArgumentError, CompileError, DataType
-from .tracing import tracing
+from .tracing import _describe, _located, _raised_at, tracing
 from .transform import normalize
 
 _CONST_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
@@ -52,16 +53,24 @@ class _Param:
         self.torch_dtype = None  # set when torch is imported: the torch dtype a pointer must have
 
 
-def _annotations(fn):
-    """Parameter annotations evaluated in the function's globals (works with PEP 563 strings)."""
+def _annotations(fn, scope):
+    """Parameter annotations; strings (PEP 563) are evaluated in the function's globals, the
+    names visible where its class was defined (`scope`: a factory function's arguments and
+    locals) and its closure."""
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())[1:]  # drop self
+    names = dict(scope)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            names[name] = cell.cell_contents
+        except ValueError:  # not bound yet
+            pass
     out = []
     for p in params:
         ann = p.annotation
         if isinstance(ann, str):
             try:
-                ann = eval(ann, fn.__globals__)  # noqa: S307 - the user's own annotation
+                ann = eval(ann, fn.__globals__, names)  # noqa: S307 - the user's own annotation
             except Exception as e:
                 raise CompileError(f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}: cannot evaluate the "
                                    f"annotation of parameter '{p.name}' ({p.annotation!r}): {e}") from None
@@ -77,14 +86,14 @@ class _Signature:
         self.line = fn.__code__.co_firstlineno
         self.params = []
         runtime = []
-        for i, (name, ann, p) in enumerate(_annotations(fn)):
+        for i, (name, ann, p) in enumerate(_annotations(fn, cls.__dict__.get("_tilus_scope", {}))):
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise CompileError(f"{self.file}:{self.line}: {cls.__name__}.__call__: *args / **kwargs are not "
                                    "supported in a kernel signature")
             if isinstance(ann, DataType):
                 self.params.append(_Param(name, len(runtime), "ptr" if ann.is_pointer else "scalar", ann))
                 runtime.append((name, ann))
-            elif ann in _CONST_TYPES:
+            elif isinstance(ann, type) and ann in _CONST_TYPES:
                 self.params.append(_Param(name, i, "const", const_type=ann))
             else:
                 raise CompileError(
@@ -200,11 +209,22 @@ def bind(sig, args, kw):
         stream = kw.pop("stream", None)
     if kw:
         names = [p.name for p in sig.params]
-        args = list(args) + [None] * (len(names) - len(args))
+        if len(args) > len(names):
+            raise ArgumentError(f"kernel {sig.name} takes {len(names)} arguments ({', '.join(names)}), got {len(args)} "
+                                "by position")
+        missing = object()
+        args = list(args) + [missing] * (len(names) - len(args))
         for k, v in kw.items():
             if k not in names:
                 raise ArgumentError(f"kernel {sig.name} has no parameter '{k}' (parameters: {', '.join(names)})")
-            args[names.index(k)] = v
+            i = names.index(k)
+            if args[i] is not missing:
+                raise ArgumentError(f"kernel {sig.name}: argument '{k}' is given both by position and by name")
+            args[i] = v
+        absent = [n for n, a in zip(names, args) if a is missing]
+        if absent:
+            raise ArgumentError(f"kernel {sig.name}: missing argument{'s' if len(absent) > 1 else ''} "
+                                f"{', '.join(repr(n) for n in absent)} (parameters: {', '.join(names)})")
     if len(args) != len(sig.params):
         raise ArgumentError(f"kernel {sig.name} takes {len(sig.params)} arguments "
                             f"({', '.join(p.name for p in sig.params)}), got {len(args)}")
@@ -248,6 +268,11 @@ def arguments(sig, args, stream=None):
 def trace(script, constants=None):
     """The traced (not yet lowered) Program of a Script for given compile-time constants."""
     cls = type(script)
+    if getattr(cls, "_tilus_body", None) is None:
+        what = f"the class {script.__name__} (make an instance: {script.__name__}(...))" if isinstance(script, type) \
+            else _describe(script)
+        raise CompileError(f"tilus.trace: expects an instance of a tilus.Script subclass that defines __call__ (the "
+                           f"kernel body), got {what}")
     sig = signature(cls)
     if sig.normalized is None:
         sig.normalized = normalize(cls._tilus_body)
@@ -265,8 +290,31 @@ def trace(script, constants=None):
             args.append(b.add_param(p.name, p.dtype, (sig.file, sig.line)))
     with tracing(b):
         script.attrs._values.clear()  # each trace sets them anew
-        sig.normalized(script, *args)
-        return b.finish()
+        try:
+            result = sig.normalized(script, *args)
+            if result is not None:
+                raise CompileError(f"{sig.file}:{sig.line}: {cls.__name__}.__call__ returned {_describe(result)}: a "
+                                   "kernel returns nothing (it writes its results through pointer parameters)")
+            return b.finish()
+        except Exception as e:  # noqa: BLE001 - every mistake in the body is reported at the user's line
+            raise _trace_error(e) from (None if isinstance(e, _C.Error) else e)
+
+
+def _trace_error(e):
+    """An exception raised while tracing as a tilus error at the user's line: tilus errors as
+    they are (given the line when they have none), other Python errors in the body (a TypeError,
+    a NameError, ...) as CompileErrors that name them."""
+    at = _raised_at(e.__traceback__)
+    where = f"{at[0]}:{at[1]}: " if at else ""
+    if isinstance(e, _C.Error):
+        if _located(str(e)) or not where:
+            return e
+        return type(e)(where + str(e))
+    text = str(e)
+    bad_call = re.match(r"(\w+)\(\): incompatible function arguments.*Invoked with: (.*)", text, re.S)
+    if bad_call:  # a tilus._C function called with the wrong types (pybind11's message lists C++ signatures)
+        text = f"{bad_call.group(1)}: wrong argument types ({bad_call.group(2).strip()})"
+    return CompileError(f"{where}{type(e).__name__}: {text}")
 
 
 def _env_flag(name):

@@ -2,12 +2,20 @@
 regions), shared by the Script methods (script.py), the helpers of the normalized body
 (transform.py) and the tracer entry point (launch.py). It imports no other tilus module."""
 import contextlib
+import os
+import re
 import sys
 import threading
 
-from ._C import CompileError
+from ._C import CompileError, DataType, Expr
 
 _tracing = threading.local()
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class TilusWarning(UserWarning):
+    """A program tilus accepts but that probably does not do what was meant (for example the
+    discarded result of an instruction that only computes)."""
 
 
 @contextlib.contextmanager
@@ -16,6 +24,7 @@ def tracing(builder):
     is restored after it)."""
     saved = dict(_tracing.__dict__)
     _tracing.builder, _tracing.bound, _tracing.mutables, _tracing.keep = builder, {}, set(), []
+    _tracing.named = set()  # ids of the tensors bound to a name (see transform._Runtime.rebind)
     try:
         yield builder
     finally:
@@ -25,18 +34,66 @@ def tracing(builder):
 
 # --- source locations ------------------------------------------------------------------------
 
-def _here(depth=2):
-    """(file, line) of the caller `depth` frames up: the user's line of an instruction call."""
-    f = sys._getframe(depth)
-    return (f.f_code.co_filename, f.f_lineno)
+def _user_frame(f):
+    """The innermost frame at or above `f` that is not tilus' own: the user's code."""
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
+        f = f.f_back
+    return f
+
+
+def _here():
+    """(file, line) of the user's code that called into tilus: the line of an instruction call."""
+    f = _user_frame(sys._getframe(1))
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("", 0)
+
+
+def _raised_at(tb):
+    """(file, line) of the innermost user frame of a traceback, or None."""
+    at = None
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE):
+            at = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return at
+
+
+def _describe(x):
+    """A value as an error message shows it: tensors with their type, scalars with their dtype."""
+    if isinstance(x, TensorBase):
+        return x.t.type_str()
+    if isinstance(x, Region):
+        return f"a region of {x.tensor.t.type_str()}"
+    if isinstance(x, Expr):
+        return f"{x!r} ({x.dtype!r})"
+    text = repr(x)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(x).__name__} {text}"
 
 
 def _where(loc):
     return f"{loc[0]}:{loc[1]}: " if loc and loc[0] else ""
 
 
-def _fail(msg, depth=3):
-    raise CompileError(_where(_here(depth)) + msg)
+_LOCATED = re.compile(r"^.+?:\d+: ")
+
+
+def _located(message):
+    """Whether an error message starts with a file:line."""
+    return _LOCATED.match(message) is not None
+
+
+def _fail(msg):
+    raise CompileError(_where(_here()) + msg)
+
+
+def _declare_kernel_variable(b, name, dtype, init, loc, outside=False):
+    """A mutable scalar of the kernel (assigned, not rebound, when its name is assigned again);
+    `outside`: declared before the innermost open scope."""
+    var = (b.declare_outside if outside else b.declare)(name, dtype, init, loc)
+    _tracing.mutables.add(id(var))
+    _tracing.keep.append(var)
+    return var
 
 
 def _builder(what="a tilus instruction"):
@@ -46,7 +103,55 @@ def _builder(what="a tilus instruction"):
     return b
 
 
+def _dtype(x, what, loc):
+    """`x` as a data type; a clear error for anything else (names as strings included)."""
+    if isinstance(x, DataType):
+        return x
+    hint = f" (write tilus.{x} or tilus.dtype({x!r}))" if isinstance(x, str) else ""
+    raise CompileError(f"{_where(loc)}{what} must be a tilus data type (tilus.float16, tilus.int32, ...), got "
+                       f"{_describe(x)}{hint}")
+
+
+def _is_scalar(x):
+    """A value an instruction takes as a scalar operand: a Python or numpy number, or an Expr."""
+    if isinstance(x, (bool, int, float, Expr)):
+        return True
+    return not isinstance(x, (str, bytes, TensorBase, Region, Unusable)) and (
+        hasattr(x, "__index__") or hasattr(x, "__float__"))
+
+
 # --- values ------------------------------------------------------------------------------------
+
+class Unusable:
+    """The value of a name that cannot be used where it stands: bound only in one branch of a
+    symbolic `if`, or only inside an IR loop, and used after it. Any use is a CompileError."""
+    __slots__ = ("name", "why")
+
+    def __init__(self, name, why):
+        self.name, self.why = name, why
+
+    def error(self):
+        return CompileError(f"{_where(_here())}'{self.name}' {self.why}")
+
+    def __repr__(self):
+        return f"<'{self.name}': unusable here>"
+
+    def _use(self, *args, **kw):
+        raise self.error()
+
+    __bool__ = __index__ = __int__ = __float__ = __iter__ = __len__ = __call__ = __getitem__ = _use
+    __str__ = __format__ = _use
+    __neg__ = __pos__ = __invert__ = __abs__ = _use
+    __hash__ = object.__hash__
+
+
+for _name in ["add", "sub", "mul", "truediv", "floordiv", "mod", "and", "or", "xor", "lshift", "rshift", "pow",
+              "matmul"]:
+    setattr(Unusable, f"__{_name}__", Unusable._use)
+    setattr(Unusable, f"__r{_name}__", Unusable._use)
+for _name in ["lt", "le", "gt", "ge"]:
+    setattr(Unusable, f"__{_name}__", Unusable._use)
+
 
 class TensorBase:
     __slots__ = ("t", "depth")
@@ -123,6 +228,12 @@ class SharedTensor(TensorBase):
 
 
 def _binary(op, a, b, loc):
+    for v in (a, b):
+        if isinstance(v, Unusable):
+            raise v.error()
+        if not isinstance(v, RegisterTensor) and not _is_scalar(v):
+            raise CompileError(f"{_where(loc)}{_OP_NAMES.get(op, op)}: operands must be register tensors or scalars, "
+                               f"got {_describe(a)} and {_describe(b)}")
     x = a.t if isinstance(a, RegisterTensor) else a
     y = b.t if isinstance(b, RegisterTensor) else b
     return RegisterTensor(_builder().binary(op, x, y, loc))
@@ -132,7 +243,8 @@ class RegisterTensor(TensorBase):
     __slots__ = ()
 
     def to(self, dtype):
-        return RegisterTensor(_builder().cast(self.t, dtype, _here()))
+        loc = _here()
+        return RegisterTensor(_builder().cast(self.t, _dtype(dtype, ".to()", loc), loc))
 
     def transpose(self):
         return RegisterTensor(_builder().transpose(self.t, _here()))
@@ -165,9 +277,26 @@ def _def_op(name, op, reflected=True):
         setattr(RegisterTensor, f"__r{name}__", rev)
 
 
-for _name, _op in [("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"),
-                   ("mod", "floor_mod"), ("and", "&"), ("or", "|"), ("xor", "^"), ("lshift", "<<"),
-                   ("rshift", ">>")]:
+_ARITHMETIC = [("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"), ("mod", "floor_mod"),
+               ("and", "&"), ("or", "|"), ("xor", "^"), ("lshift", "<<"), ("rshift", ">>")]
+_COMPARISONS = [("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="), ("ne", "!=")]
+_OP_NAMES = {"floor_mod": "%", "max": "maximum", "min": "minimum"}
+for _name, _op in _ARITHMETIC:
     _def_op(_name, _op)
-for _name, _op in [("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="), ("ne", "!=")]:
+for _name, _op in _COMPARISONS:
     _def_op(_name, _op, reflected=False)
+
+
+def _not_in_registers(name, op):
+    def fail(self, *other):
+        raise CompileError(f"{_where(_here())}{_OP_NAMES.get(op, op)}: arithmetic takes register tensors, got "
+                           f"{self.t.type_str()} (load it into registers first: self.load_global / self.load_shared)")
+
+    for cls in (GlobalTensor, SharedTensor):
+        setattr(cls, f"__{name}__", fail)
+        if name not in ("lt", "le", "gt", "ge"):
+            setattr(cls, f"__r{name}__", fail)
+
+
+for _name, _op in _ARITHMETIC + _COMPARISONS[:4]:
+    _not_in_registers(_name, _op)

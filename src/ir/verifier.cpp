@@ -945,6 +945,24 @@ class KernelVerifier {
                              group_threads(), layout.str()));
   }
 
+  // Rule F': a register tensor fits in what its threads can hold (a tile far too large for
+  // registers is a mistake on every target; the CPU backend would exhaust its stack).
+  void check_register_footprint(const InstNode& inst, const Tensor& t) const {
+    int64_t elements = 1;
+    for (auto& d : t.shape()) {
+      if (!d.is_int_const()) return;  // reported by verify_inst
+      elements *= std::max<int64_t>(1, d.int_value());
+      if (elements > (int64_t(1) << 40)) break;
+    }
+    int64_t threads = std::max<int64_t>(1, group_threads());
+    int64_t per_thread = (t.dtype().storage_bytes(elements) + threads - 1) / threads;
+    if (per_thread > kMaxRegisterBytesPerThread)
+      fail(inst, fmt::format("out {} needs {} bytes per thread of the {} threads that hold it, more than the {} a "
+                             "thread can hold (CUDA's local memory per thread): split it into smaller tiles, or keep "
+                             "it in shared or global memory",
+                             ty(t), per_thread, threads, kMaxRegisterBytesPerThread));
+  }
+
   void visit_inst(const InstStmtNode& s) {
     if (!s.inst) fail_stmt(s, fmt::format("kernel {}", kernel_.name), "an instruction statement without an instruction");
     const InstNode& inst = *s.inst;
@@ -975,7 +993,10 @@ class KernelVerifier {
       // Global views evaluate their shape and strides where they are defined.
       for (auto& d : c.out.shape()) check_vars(d, {}, inst.loc, name, "out shape");
       for (auto& d : c.out->strides) check_vars(d, {}, inst.loc, name, "out strides");
-      if (c.out.is_register()) check_register_layout(inst, c.out, c.out->layout, "out");
+      if (c.out.is_register()) {
+        check_register_layout(inst, c.out, c.out->layout, "out");
+        check_register_footprint(inst, c.out);
+      }
       if (c.out.is_shared() && c.out->shared_layout.defined() && c.out->shared_layout.shape() != dims_of(c.out))
         fail(inst, fmt::format("out {} has a shared layout of shape {}: {}", ty(c.out),
                                ints_str(c.out->shared_layout.shape()), c.out->shared_layout.str()));

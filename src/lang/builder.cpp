@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <tuple>
 #include <fmt/ranges.h>
@@ -30,12 +31,17 @@ std::vector<int64_t> static_dims(const Tensor& t) {
   return s;
 }
 
-// Normalizes negative dims; duplicates (after normalization) are reported with the dims
-// as the user wrote them.
+// Normalizes negative dims (Python's: -1 is the last); dims out of range and duplicates
+// (after normalization) are reported with the dims as the user wrote them.
 std::vector<int> normalize_dims(const std::vector<int>& dims, const Tensor& x, const char* inst, const SourceLoc& loc) {
   std::vector<int> out;
   int rank = x.defined() ? x.rank() : 0;
   for (int d : dims) {
+    if (x.defined() && (d < -rank || d >= rank))
+      throw CompileError(fmt::format("{}: dims [{}]: dim {} is out of range for {} (rank {}), where dims are 0 to {} "
+                                     "or, from the end, -1 to -{}",
+                                     inst, fmt::join(dims, ", "), d, type_of(x), rank, rank - 1, rank),
+                         loc);
     int n = normalize_dim(d, rank);
     if (std::find(out.begin(), out.end(), n) != out.end())
       throw CompileError(fmt::format("{}: dim {} appears twice in dims [{}] of {}", inst, n, fmt::join(dims, ", "),
@@ -44,6 +50,17 @@ std::vector<int> normalize_dims(const std::vector<int>& dims, const Tensor& x, c
     out.push_back(n);
   }
   return out;
+}
+
+// A static shape as the user gave it: positive dims that fit the IR's 32-bit extents.
+void check_static_shape(const std::vector<int64_t>& shape, const char* inst, const SourceLoc& loc) {
+  for (auto d : shape) {
+    if (d <= 0) throw CompileError(fmt::format("{}: shape {} must have positive dims", inst, shape_str(shape)), loc);
+    if (d > std::numeric_limits<int32_t>::max())
+      throw CompileError(fmt::format("{}: shape {} has a dim larger than {}", inst, shape_str(shape),
+                                     std::numeric_limits<int32_t>::max()),
+                         loc);
+  }
 }
 
 bool is_math_op(const std::string& op) {
@@ -150,8 +167,16 @@ void Builder::set_cluster(const std::vector<int64_t>& cluster_blocks, SourceLoc 
 
 Program Builder::finish() {
   if (finished_) throw InternalError("Builder::finish() called twice");
-  if (scopes_.size() != 1)
-    throw InternalError(fmt::format("kernel {}: {} scopes left open at the end of tracing", kernel_.name, scopes_.size() - 1));
+  if (scopes_.size() != 1) {
+    // A front end closes every scope it opens unless the body left one early (an exception
+    // caught inside it, a `return` from a helper the front end does not see).
+    static const char* kinds[] = {"body", "for loop", "if", "else branch", "while loop", "thread group"};
+    const Scope& open = scopes_.back();
+    throw CompileError(fmt::format("kernel {}: the {} opened here was never closed (the body left it early, by "
+                                   "`return` or an exception it caught)",
+                                   kernel_.name, kinds[open.kind]),
+                       open.loc);
+  }
   if (!blocks_set_)
     throw CompileError(fmt::format("kernel {} does not set attrs.blocks (the number of thread blocks)", kernel_.name),
                        kernel_.loc);
@@ -211,6 +236,9 @@ Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr s
     throw CompileError(fmt::format("range: unroll factor must be positive, got {}", unroll.factor), loc);
   DataType t = promote(promote(begin.dtype(), end.dtype()), step.dtype());
   if (t.bits() < 32) t = dtypes::int32;
+  // A step known only at run time may be 0, which would never reach `end`: such a loop runs
+  // no iterations (Python raises there; a kernel cannot, and must not hang).
+  if (!step.is_const()) end = select(step == make_const(step.dtype(), 0), tilus::cast(begin, t), tilus::cast(end, t));
   Scope s;
   s.kind = Scope::For;
   s.loc = loc;
@@ -378,6 +406,39 @@ void Builder::assign(const Var& var, Expr value, SourceLoc loc) {
   emit_stmt(std::make_shared<AssignStmtNode>(var, tilus::cast(value, var.dtype()), loc));
 }
 
+void Builder::record_before_innermost_scope(const std::function<void()>& record) {
+  if (scopes_.size() < 2) return record();
+  Scope inner = std::move(scopes_.back());
+  scopes_.pop_back();
+  try {
+    record();
+  } catch (...) {
+    scopes_.push_back(std::move(inner));
+    throw;
+  }
+  scopes_.push_back(std::move(inner));
+}
+
+Var Builder::declare_outside(const std::string& name, DataType dtype, Expr init, SourceLoc loc) {
+  Var v;
+  record_before_innermost_scope([&] { v = declare(name, dtype, std::move(init), loc); });
+  return v;
+}
+
+Tensor Builder::register_tensor_outside(DataType dtype, std::vector<int64_t> shape, SourceLoc loc,
+                                        const std::string& name) {
+  Tensor t;
+  record_before_innermost_scope([&] { t = register_tensor(dtype, std::move(shape), Expr(), loc, name); });
+  return t;
+}
+
+void Builder::name(const Tensor& t, const std::string& name) {
+  if (!t.defined() || name.empty()) return;
+  // The node is this trace's own (made by an instruction recorded here, before any pass read
+  // its name): the hint is set in place so that every handle to the tensor sees it.
+  const_cast<TensorNode*>(t.get())->name = name;
+}
+
 // --- instructions -------------------------------------------------------------------------
 
 void Builder::emit(std::shared_ptr<InstNode> inst) {
@@ -407,9 +468,7 @@ Tensor Builder::global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, s
 }
 
 Tensor Builder::shared_tensor(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name) {
-  for (auto d : shape)
-    if (d <= 0)
-      throw CompileError(fmt::format("shared_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "shared_tensor", loc);
   auto i = make_inst<AllocateSharedInst>(loc);
   i->out = Tensor::shared(name, dtype, std::move(shape));
   return emit_with_output(i);
@@ -423,9 +482,7 @@ void Builder::free_shared(const Tensor& t, SourceLoc loc) {
 
 Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape, Expr init, SourceLoc loc,
                                 const std::string& name) {
-  for (auto d : shape)
-    if (d <= 0)
-      throw CompileError(fmt::format("register_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "register_tensor", loc);
   auto i = make_inst<AllocateRegisterInst>(loc);
   i->out = Tensor::reg(name, dtype, shape);
   if (init.defined()) {
@@ -441,9 +498,7 @@ Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape, Expr
 Tensor Builder::register_tensor(DataType dtype, std::vector<int64_t> shape,
                                 const std::function<Expr(const std::vector<Var>&)>& init, SourceLoc loc,
                                 const std::string& name) {
-  for (auto d : shape)
-    if (d <= 0)
-      throw CompileError(fmt::format("register_tensor: shape {} must have positive dims", shape_str(shape)), loc);
+  check_static_shape(shape, "register_tensor", loc);
   auto i = make_inst<AllocateRegisterInst>(loc);
   i->out = Tensor::reg(name, dtype, shape);
   for (size_t d = 0; d < shape.size(); ++d) i->axes.push_back(Var(fmt::format("i{}", d), dtypes::int32, VarRole::Binder));
@@ -506,9 +561,8 @@ Tensor Builder::load_global(const Tensor& src, std::vector<Expr> offsets, std::v
   auto i = make_inst<LoadGlobalInst>(loc);
   i->src = src;
   i->offsets = std::move(offsets);
-  i->dims = dims.empty() ? default_dims(src, shape.size()) : std::move(dims);
-  for (auto d : shape)
-    if (d <= 0) throw CompileError(fmt::format("load_global: shape {} must have positive dims", shape_str(shape)), loc);
+  i->dims = dims.empty() ? default_dims(src, shape.size()) : normalize_dims(dims, src, "load_global", loc);
+  check_static_shape(shape, "load_global", loc);
   i->out = Tensor::reg("x", src.defined() ? src.dtype() : dtypes::void_t, shape);
   return emit_with_output(i);
 }
@@ -519,7 +573,7 @@ void Builder::store_global(const Tensor& dst, const Tensor& src, std::vector<Exp
   i->dst = dst;
   i->src = src;
   i->offsets = std::move(offsets);
-  i->dims = dims.empty() ? default_dims(dst, src.defined() ? src.rank() : 0) : std::move(dims);
+  i->dims = dims.empty() ? default_dims(dst, src.defined() ? src.rank() : 0) : normalize_dims(dims, dst, "store_global", loc);
   emit(i);
 }
 
@@ -544,7 +598,7 @@ void Builder::copy_async(const Tensor& src, const Tensor& dst, std::vector<Expr>
   i->src = src;
   i->dst = dst;
   i->offsets = std::move(offsets);
-  i->dims = dims.empty() ? default_dims(src, dst.defined() ? dst.rank() : 0) : std::move(dims);
+  i->dims = dims.empty() ? default_dims(src, dst.defined() ? dst.rank() : 0) : normalize_dims(dims, src, "copy_async", loc);
   if (evict) {
     auto e = parse_evict_policy(*evict);
     if (!e)

@@ -1205,5 +1205,78 @@ TEST(VerifierValid, LayoutsAfterInferencePass) {
   }
 }
 
+TEST(VerifierRuleF, ARegisterTensorFitsInItsThreads) {
+  Traced ok(1);
+  ok.reg({256, 512});  // 512 KiB over 32 threads
+  EXPECT_TRUE(Passes([&] { verify(ok.kernel()); }));
+  Traced big(1);
+  big.reg({4096, 4096});
+  EXPECT_TRUE(Fails([&] { verify(big.kernel()); }, 5, "register_tensor",
+                    {"register float32[4096, 4096]", "2097152 bytes per thread of the 32 threads", "524288"}));
+  Traced wide(32);  // the same tile over 1024 threads fits
+  wide.reg({4096, 4096});
+  EXPECT_TRUE(Passes([&] { verify(wide.kernel()); }));
+}
+
+// --- tracer rules both front ends rely on (Python: tests/python/test_bad_input.py) ------------
+
+TEST(BuilderRules, NegativeDimsCountFromTheEnd) {
+  Traced t;
+  Tensor g = t.g2();
+  Tensor x = t.b.load_global(g, {0, 0}, {4, 8}, {-2, -1}, L(10));
+  t.b.store_global(g, x, {0, 0}, {0, -1}, L(11));
+  t.b.copy_async(g, t.smem({4, 8}), {0, 0}, {-2, 1}, std::nullopt, true, L(12));
+  std::string text = print(t.b.finish());
+  EXPECT_NE(text.find("load_global(src=g, offsets=[0, 0], dims=[0, 1])"), std::string::npos) << text;
+  EXPECT_NE(text.find("store_global(dst=g, src=x, offsets=[0, 0], dims=[0, 1])"), std::string::npos) << text;
+  EXPECT_NE(text.find("offsets=[0, 0], dims=[0, 1], evict"), std::string::npos) << text;
+  Traced u;
+  EXPECT_TRUE(Fails([&] { u.b.load_global(u.g2(), {0, 0}, {4, 8}, {0, -3}, L(13)); }, 13, "load_global",
+                    {"dim -3 is out of range", "(rank 2)", "-1 to -2"}));
+  EXPECT_TRUE(Fails([&] { u.b.store_global(u.g2(), u.reg({4, 8}), {0, 0}, {1, -1}, L(14)); }, 14, "store_global",
+                    {"appears twice"}));
+  EXPECT_TRUE(Fails([&] { u.b.copy_async(u.g2(), u.smem({4, 8}), {0, 0}, {2, 0}, std::nullopt, true, L(15)); }, 15,
+                    "copy_async", {"dim 2", "out of range"}));
+}
+
+TEST(BuilderRules, ARunTimeStepOfZeroRunsNoIterations) {
+  Traced t;
+  t.b.begin_for("i", int_const(0), t.n, t.m, Unroll::none(), L(10));
+  t.b.end_for();
+  t.b.begin_for("j", int_const(0), t.n, int_const(2), Unroll::none(), L(11));
+  t.b.end_for();
+  std::string text = print(t.b.finish());
+  EXPECT_NE(text.find("for i in range(0, select(m == 0, 0, n), m)"), std::string::npos) << text;
+  EXPECT_NE(text.find("for j in range(0, n, 2)"), std::string::npos) << text;
+  Traced u;
+  EXPECT_TRUE(Fails([&] { u.b.begin_for("i", int_const(0), u.n, int_const(0), Unroll::none(), L(12)); }, 12, "range",
+                    {"step must not be zero"}));
+}
+
+TEST(BuilderRules, AScopeLeftOpenIsAnErrorAtItsLine) {
+  Traced t;
+  t.b.begin_if(t.n > 0, L(10));
+  t.b.begin_for("i", int_const(0), t.n, int_const(1), Unroll::none(), L(11));
+  EXPECT_TRUE(Fails([&] { t.b.finish(); }, 11, "kernel k", {"for loop", "never closed"}));
+}
+
+TEST(BuilderRules, DeclaredOutsideLandsBeforeTheOpenScope) {
+  Traced t;
+  t.b.begin_if(t.n > 0, L(10));
+  Var x = t.b.declare_outside("x", int32, Expr(), L(11));
+  Tensor r = t.b.register_tensor_outside(float32, {4}, L(11), "r");
+  t.b.assign(x, t.n, L(12));
+  t.b.assign_tensor(r, t.reg({4}), L(12));
+  t.b.end_if();
+  t.b.name(r, "acc");
+  std::string text = print(t.b.finish());
+  size_t decl = text.find("var x: int32 = 0"), alloc = text.find("acc = register_tensor()"), branch = text.find("if n > 0");
+  ASSERT_NE(decl, std::string::npos) << text;
+  ASSERT_NE(alloc, std::string::npos) << text;
+  EXPECT_LT(decl, branch) << text;
+  EXPECT_LT(alloc, branch) << text;
+  EXPECT_NE(text.find("x = n"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace tilus

@@ -62,6 +62,14 @@ class Builder {
   Var let(const std::string& name, Expr value, SourceLoc loc);
   Var declare(const std::string& name, DataType dtype, Expr init, SourceLoc loc);
   void assign(const Var& var, Expr value, SourceLoc loc);
+  // A mutable variable, or an uninitialized register tensor, recorded just before the
+  // innermost open scope: the merge of a value bound in both branches of an if (each branch
+  // assigns it), usable after the if.
+  Var declare_outside(const std::string& name, DataType dtype, Expr init, SourceLoc loc);
+  Tensor register_tensor_outside(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name);
+  // Names a tensor recorded by this builder after the variable it is bound to (the printer's
+  // and the emitters' hint).
+  void name(const Tensor& t, const std::string& name);
   // Depth of open scopes (0 at the kernel body's top level).
   int depth() const { return static_cast<int>(scopes_.size()) - 1; }
   // Where the most recent instruction was recorded (for statements that have no call
@@ -147,6 +155,9 @@ class Builder {
   void push_condition(int kind, const char* what, const Expr& cond, const SourceLoc& loc);
   Scope pop(Scope::Kind expected, const char* what);
   void emit_stmt(Stmt s);
+  // Runs `record` with the innermost open scope set aside, so what it records lands just
+  // before that scope's statement.
+  void record_before_innermost_scope(const std::function<void()>& record);
   Tensor emit_with_output(std::shared_ptr<InstNode> inst);
   bool in_loop() const;
   // Threads of the innermost thread group (or the whole block).
