@@ -57,7 +57,14 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
                                "switch", "case", "default", "struct", "class", "new", "delete", "this", "true", "false",
                                "signed", "unsigned", "short", "long", "static", "extern", "register", "volatile",
                                "inline", "template", "typename", "namespace", "using", "sizeof", "min", "max",
-                               "printf", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
+                               "printf", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+                               // the C++ types the emitted code names (tensors take their
+                               // variables' names, which must not shadow them)
+                               "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
+                               "uint64_t", "__half", "__nv_bfloat16", "__half2", "__nv_bfloat162", "size_t",
+                               "float2", "float4", "int2", "int4", "uint2", "uint4", "asm", "goto", "operator",
+                               "typedef", "union", "enum", "friend", "private", "public", "protected", "virtual",
+                               "__shared__", "__device__", "__global__", "__syncthreads"})
     names_.insert(reserved);
   scopes_.push_back(ThreadScope{builtin::thread_idx(), 0, k.num_threads()});
   var_names_[builtin::thread_idx().get()] = "tid";
