@@ -64,11 +64,15 @@ class Printer {
   std::string out_;
   std::unordered_map<const void*, std::string> names_;
   std::unordered_set<std::string> used_;
+  std::unordered_map<std::string, int> suffixes_;  // per hint, the last suffix tried
 
+  // hint, or hint_1, hint_2, ...: the first not taken. Names are never released, so the search
+  // goes on from the hint's last suffix (linear in the names, not quadratic).
   std::string unique(const std::string& hint) {
     std::string base = hint.empty() ? "t" : hint;
     std::string n = base;
-    for (int i = 1; used_.count(n); ++i) n = fmt::format("{}_{}", base, i);
+    int& i = suffixes_[base];
+    while (used_.count(n)) n = fmt::format("{}_{}", base, ++i);
     used_.insert(n);
     return n;
   }

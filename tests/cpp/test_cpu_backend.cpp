@@ -12,6 +12,7 @@
 #include <string>
 
 #include "message_of.h"
+#include "tilus/passes/pipeline.h"
 #include "tilus/runtime/jit.h"
 
 using namespace tilus;
@@ -309,7 +310,10 @@ TEST(CpuBackend, TargetSelection) {
   setenv("TILUS_DUMP_IR", dir.c_str(), 1);
   CpuKernel::compile(trace(Copy1D{}));
   unsetenv("TILUS_DUMP_IR");
-  std::ifstream ll(std::filesystem::path(dir) / "Copy1D" / "cpu.ll");
+  PipelineOptions where;
+  where.target = Target::cpu();
+  where.dump_dir = dir;
+  std::ifstream ll(std::filesystem::path(ir_dump_dirs(trace(Copy1D{}), where).at(0)) / "cpu.ll");
   std::string text((std::istreambuf_iterator<char>(ll)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("define void @tilus_Copy1D_"), std::string::npos);
   std::filesystem::remove_all(dir);

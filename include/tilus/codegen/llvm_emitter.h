@@ -11,7 +11,8 @@
 //   void <kernel>_block(const int64_t* args, int32_t bx, int32_t by, int32_t bz,
 //                       uint8_t* shared, CpuBlockContext* ctx)
 // where args holds one 8-byte slot per runtime parameter (integers as int64, floats as
-// double, pointers as addresses).
+// double, pointers as addresses). A large kernel's function calls internal parts, each with
+// the same arguments and the block's frame (the values that cross parts).
 //
 // Only built with LLVM (TILUS_HAVE_LLVM); the runtime (tilus/runtime/cpu_kernel.h) is the public face
 // (CpuKernel::llvm_ir(), and TILUS_DUMP_IR, show the generated IR).
@@ -54,12 +55,23 @@ struct CpuBlockContext {
                  int64_t byte_offset);
   const int64_t* extents;  // bytes addressable from each pointer parameter (-1: unknown)
   void* runtime;           // the runtime's own state
+  // Nonzero once the launch is interrupted: the generated code returns at the next loop
+  // back-edge (or part boundary) and no further block starts. Read with relaxed atomics.
+  const int32_t* cancel;
   int32_t bx, by, bz;
 };
 
 struct CpuCodegenOptions {
   bool checked = false;  // emit checked-mode bounds checks of every global access and shared tile
+  // Above 0: the kernel is emitted as a chain of functions of at most this many tile
+  // instructions each (a statement with more, such as a large loop, splits its own body), so
+  // that LLVM's work per function stays bounded (docs/cpu.md, "Compile time").
+  int64_t chunk_instructions = 0;
 };
+
+// The number of tile instructions in a kernel, loops counted once (what the CPU backend's
+// compile time grows with).
+int64_t count_instructions(const Kernel& kernel);
 
 struct CpuLoweredKernel {
   std::unique_ptr<llvm::Module> module;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -126,8 +127,8 @@ llvm::Value* Emitter::expr(const Expr& e) {
   switch (e.kind()) {
     case ExprKind::Var: {
       auto v = e.as<VarNode>();
-      if (auto it = values_.find(v); it != values_.end()) return it->second;
-      if (auto it = mutables_.find(v); it != mutables_.end()) return b.CreateLoad(type(t), it->second, v->name);
+      if (auto it = values_.find(v); it != values_.end()) return here(it->second);
+      if (llvm::Value* slot = block_storage(v, type(t))) return b.CreateLoad(type(t), slot, v->name);
       if (v->role == VarRole::Builtin) {
         if (v->name == "blockIdx.x") return fn->getArg(1);
         if (v->name == "blockIdx.y") return fn->getArg(2);
@@ -328,19 +329,33 @@ llvm::Value* Emitter::alloca_in_entry(llvm::Type* t, int64_t n, const std::strin
   return a;
 }
 
+llvm::Value* Emitter::block_storage(const void* key, llvm::Type* t, int64_t n, const std::string& name) {
+  if (llvm::Value* p = block_storage(key, t)) return p;
+  if (!frame_) {
+    llvm::Value* a = alloca_in_entry(t, n, name);
+    block_storage_[key] = {a, -1};
+    return a;
+  }
+  int64_t align = n > 1 ? 64 : 8;
+  int64_t offset = (frame_bytes_ + align - 1) / align * align;
+  frame_bytes_ = offset + int64_t(module.getDataLayout().getTypeAllocSize(t)) * std::max<int64_t>(n, 1);
+  block_storage_[key] = {nullptr, offset};
+  return frame_at(offset, t);
+}
+
+llvm::Value* Emitter::block_storage(const void* key, llvm::Type* t) {
+  auto it = block_storage_.find(key);
+  if (it == block_storage_.end()) return nullptr;
+  return it->second.offset < 0 ? it->second.alloca : frame_at(it->second.offset, t);
+}
+
 llvm::Value* Emitter::declare_reg(const Tensor& t) {
-  auto it = regs_.find(t.get());
-  if (it != regs_.end()) return it->second;
-  llvm::Value* a = alloca_in_entry(memory_type(t.dtype()), t.num_elements(), t->name.empty() ? "r" : t->name);
-  regs_[t.get()] = a;
-  return a;
+  return block_storage(t.get(), memory_type(t.dtype()), t.num_elements(), t->name.empty() ? "r" : t->name);
 }
 
 llvm::Value* Emitter::reg(const Tensor& t) {
-  auto it = regs_.find(t.get());
-  if (it == regs_.end())
-    throw InternalError(fmt::format("CPU emitter: register tensor '{}' used before its definition", t->name));
-  return it->second;
+  if (llvm::Value* p = block_storage(t.get(), memory_type(t.dtype()))) return p;
+  throw InternalError(fmt::format("CPU emitter: register tensor '{}' used before its definition", t->name));
 }
 
 llvm::Value* Emitter::reg_ptr(const Tensor& t, llvm::Value* linear_index) {
@@ -448,9 +463,7 @@ void Emitter::emit_stmt(const Stmt& s) {
   // Code after a break / continue is unreachable: give it a block of its own.
   if (b.GetInsertBlock()->getTerminator()) b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "dead", fn));
   switch (s->kind) {
-    case StmtKind::Seq:
-      for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) emit_stmt(c);
-      return;
+    case StmtKind::Seq: emit_seq(static_cast<const SeqStmtNode&>(*s)); return;
     case StmtKind::For: {
       auto& n = static_cast<const ForStmtNode&>(*s);
       DataType vt = n.var.dtype();
@@ -481,6 +494,7 @@ void Emitter::emit_stmt(const Stmt& s) {
       if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(latch);
       b.SetInsertPoint(latch);
       b.CreateStore(b.CreateAdd(b.CreateLoad(type(vt), var), step), var);
+      check_cancel();
       b.CreateBr(head);
       b.SetInsertPoint(exit);
       return;
@@ -507,15 +521,19 @@ void Emitter::emit_stmt(const Stmt& s) {
       auto& n = static_cast<const WhileStmtNode&>(*s);
       llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "while.head", fn);
       llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "while.body", fn);
+      llvm::BasicBlock* latch = llvm::BasicBlock::Create(ctx, "while.latch", fn);
       llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "while.exit", fn);
       b.CreateBr(head);
       b.SetInsertPoint(head);
       b.CreateCondBr(convert(expr(n.cond), n.cond.dtype(), dtypes::boolean), body, exit);
       b.SetInsertPoint(body);
-      loops_.push_back({exit, head});
+      loops_.push_back({exit, latch});
       emit_stmt(n.body);
       loops_.pop_back();
-      if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(head);
+      if (!b.GetInsertBlock()->getTerminator()) b.CreateBr(latch);
+      b.SetInsertPoint(latch);
+      check_cancel();
+      b.CreateBr(head);
       b.SetInsertPoint(exit);
       return;
     }
@@ -531,16 +549,15 @@ void Emitter::emit_stmt(const Stmt& s) {
     }
     case StmtKind::Declare: {
       auto& n = static_cast<const DeclareStmtNode&>(*s);
-      llvm::Value* slot = alloca_in_entry(type(n.var.dtype()), 1, n.var.name());
-      mutables_[n.var.operator->()] = slot;
+      llvm::Value* slot = block_storage(n.var.operator->(), type(n.var.dtype()), 1, n.var.name());
       b.CreateStore(convert(expr(n.init), n.init.dtype(), n.var.dtype()), slot);
       return;
     }
     case StmtKind::Assign: {
       auto& n = static_cast<const AssignStmtNode&>(*s);
-      auto it = mutables_.find(n.var.operator->());
-      if (it == mutables_.end()) throw InternalError(fmt::format("CPU emitter: assignment to undeclared '{}'", n.var.name()));
-      b.CreateStore(convert(expr(n.value), n.value.dtype(), n.var.dtype()), it->second);
+      llvm::Value* slot = block_storage(n.var.operator->(), type(n.var.dtype()));
+      if (!slot) throw InternalError(fmt::format("CPU emitter: assignment to undeclared '{}'", n.var.name()));
+      b.CreateStore(convert(expr(n.value), n.value.dtype(), n.var.dtype()), slot);
       return;
     }
     case StmtKind::Inst: emit_inst(*static_cast<const InstStmtNode&>(*s).inst); return;
@@ -601,10 +618,16 @@ void Emitter::run(const std::string& entry) {
                                       {llvm::PointerType::getUnqual(b.getInt64Ty()), b.getInt32Ty(), b.getInt32Ty(),
                                        b.getInt32Ty(), i8p, i8p},
                                       false);
-  fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, module);
+  fn = root_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, module);
   fn->addFnAttr(llvm::Attribute::NoUnwind);
+  order_[fn] = 0;
   entry_ = llvm::BasicBlock::Create(ctx, "entry", fn);
   llvm::BasicBlock* start = llvm::BasicBlock::Create(ctx, "start", fn);
+  if (options.chunk_instructions > 0) {
+    llvm::IRBuilder<> eb(entry_);
+    frame_ = eb.CreateAlloca(b.getInt8Ty(), b.getInt64(1), "frame");  // sized at the end
+    frame_->setAlignment(llvm::Align(64));
+  }
   b.SetInsertPoint(start);
   shared_base = fn->getArg(4);
   block_ctx = fn->getArg(5);
@@ -621,6 +644,14 @@ void Emitter::run(const std::string& entry) {
   }
   emit_stmt(kernel.body);
   if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
+  finish_function(start);
+  if (frame_) frame_->setOperand(0, i64(std::max<int64_t>(1, frame_bytes_)));
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyModule(module, &os)) throw InternalError(fmt::format("CPU emitter produced invalid LLVM IR: {}", os.str()));
+}
+
+void Emitter::finish_function(llvm::BasicBlock* start) {
   llvm::IRBuilder<> eb(entry_);
   eb.CreateBr(start);
   // Blocks left without a terminator (after a break that ends a branch) are unreachable.
@@ -629,9 +660,188 @@ void Emitter::run(const std::string& entry) {
       llvm::IRBuilder<> tb(&bb);
       tb.CreateUnreachable();
     }
-  std::string err;
-  llvm::raw_string_ostream os(err);
-  if (llvm::verifyFunction(*fn, &os)) throw InternalError(fmt::format("CPU emitter produced invalid LLVM IR: {}", os.str()));
+}
+
+// --- splitting a large kernel into functions -------------------------------------------------------
+
+const StmtInfo& measure(const Stmt& s, std::unordered_map<const StmtNode*, StmtInfo>& memo) {
+  static const StmtInfo none;
+  if (!s) return none;
+  auto it = memo.find(s.get());
+  if (it != memo.end()) return it->second;
+  StmtInfo r;
+  auto add = [&](const Stmt& c, bool loop) {
+    const StmtInfo& ci = measure(c, memo);
+    r.instructions += ci.instructions;
+    r.escapes |= ci.escapes && !loop;  // a loop is where its own breaks and continues end
+  };
+  switch (s->kind) {
+    case StmtKind::Seq:
+      for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) add(c, false);
+      break;
+    case StmtKind::For: add(static_cast<const ForStmtNode&>(*s).body, true); break;
+    case StmtKind::While: add(static_cast<const WhileStmtNode&>(*s).body, true); break;
+    case StmtKind::If:
+      add(static_cast<const IfStmtNode&>(*s).then_body, false);
+      add(static_cast<const IfStmtNode&>(*s).else_body, false);
+      break;
+    case StmtKind::ThreadGroup: add(static_cast<const ThreadGroupStmtNode&>(*s).body, false); break;
+    case StmtKind::Break:
+    case StmtKind::Continue: r.escapes = true; break;
+    case StmtKind::Inst: r.instructions = 1; break;
+    case StmtKind::Let:
+    case StmtKind::Declare:
+    case StmtKind::Assign: break;
+  }
+  return memo[s.get()] = r;
+}
+
+void Emitter::emit_seq(const SeqStmtNode& seq) {
+  int64_t limit = options.chunk_instructions;
+  if (limit <= 0) {
+    for (auto& c : seq.stmts) emit_stmt(c);
+    return;
+  }
+  // Consecutive statements are gathered into parts of at most `limit` instructions; a larger
+  // statement is emitted here and splits its own body, one that escapes stays here.
+  std::vector<Stmt> part;
+  int64_t size = 0;
+  auto flush = [&] {
+    if (size > 0) emit_part(part);
+    else
+      for (auto& c : part) emit_stmt(c);  // no instruction: not worth a function
+    part.clear();
+    size = 0;
+  };
+  for (auto& c : seq.stmts) {
+    if (!c) continue;
+    const StmtInfo& ci = measure(c, infos_);
+    if (ci.escapes || ci.instructions > limit) {
+      flush();
+      emit_stmt(c);
+      continue;
+    }
+    if (size + ci.instructions > limit) flush();
+    part.push_back(c);
+    size += ci.instructions;
+  }
+  flush();
+}
+
+llvm::Value* Emitter::frame_of(const llvm::Function* f) {
+  return f == root_ ? static_cast<llvm::Value*>(frame_) : const_cast<llvm::Function*>(f)->getArg(6);
+}
+
+llvm::Value* Emitter::frame_at(int64_t offset, llvm::Type* t) {
+  // Made once per function, in its entry block (which stays open until the function ends).
+  llvm::Value*& p = frame_pointers_[{fn, offset, t}];
+  if (!p) {
+    llvm::IRBuilder<> eb(entry_);
+    p = eb.CreateBitCast(eb.CreateConstInBoundsGEP1_64(eb.getInt8Ty(), frame_of(fn), uint64_t(offset)),
+                         llvm::PointerType::getUnqual(t));
+  }
+  return p;
+}
+
+void Emitter::emit_part(const std::vector<Stmt>& stmts) {
+  llvm::Type* i8p = b.getInt8PtrTy();
+  llvm::Type* i64p = llvm::PointerType::getUnqual(b.getInt64Ty());
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i64p, b.getInt32Ty(), b.getInt32Ty(), b.getInt32Ty(), i8p, i8p, i8p},
+                                      false);
+  auto* part = llvm::Function::Create(fty, llvm::Function::InternalLinkage,
+                                      fmt::format("{}.part{}", root_->getName().str(), order_.size()), module);
+  part->addFnAttr(llvm::Attribute::NoUnwind);
+  part->addFnAttr(llvm::Attribute::NoInline);  // each part optimized and compiled on its own
+  order_[part] = int(order_.size());
+  llvm::Function* caller = fn;
+  llvm::BasicBlock* caller_entry = entry_;
+  llvm::IRBuilderBase::InsertPoint ip = b.saveIP();
+  std::vector<LoopTargets> loops = std::move(loops_);
+  loops_.clear();
+  fn = part;
+  entry_ = llvm::BasicBlock::Create(ctx, "entry", part);
+  llvm::BasicBlock* start = llvm::BasicBlock::Create(ctx, "start", part);
+  shared_base = part->getArg(4);
+  block_ctx = part->getArg(5);
+  b.SetInsertPoint(start);
+  for (auto& s : stmts) emit_stmt(s);
+  if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
+  finish_function(start);
+  fn = caller;
+  entry_ = caller_entry;
+  loops_ = std::move(loops);
+  shared_base = fn->getArg(4);
+  block_ctx = fn->getArg(5);
+  b.restoreIP(ip);
+  std::vector<llvm::Value*> args;
+  for (unsigned i = 0; i < 6; ++i) args.push_back(fn->getArg(i));
+  args.push_back(frame_of(fn));
+  b.CreateCall(part, args);
+  check_cancel();
+}
+
+int64_t Emitter::frame_slot(llvm::Instruction* v) {
+  auto [it, fresh] = slots_.try_emplace(v, 0);
+  if (!fresh) return it->second;
+  it->second = frame_bytes_ = (frame_bytes_ + 7) / 8 * 8;
+  frame_bytes_ += 8;
+  // Stored once, where it is made: after the block's phis for a phi, right after itself else.
+  llvm::BasicBlock* bb = v->getParent();
+  llvm::IRBuilder<> sb(ctx);
+  if (llvm::isa<llvm::PHINode>(v)) sb.SetInsertPoint(bb, bb->getFirstInsertionPt());
+  else if (llvm::Instruction* next = v->getNextNode()) sb.SetInsertPoint(next);
+  else sb.SetInsertPoint(bb);
+  llvm::Value* at = sb.CreateConstInBoundsGEP1_64(sb.getInt8Ty(), frame_of(v->getFunction()), uint64_t(it->second));
+  sb.CreateStore(v, sb.CreateBitCast(at, llvm::PointerType::getUnqual(v->getType())));
+  return it->second;
+}
+
+llvm::Value* Emitter::here(llvm::Value* v) {
+  if (!frame_ || llvm::isa<llvm::Constant>(v)) return v;
+  if (auto* a = llvm::dyn_cast<llvm::Argument>(v)) return fn->getArg(a->getArgNo());
+  auto* inst = llvm::cast<llvm::Instruction>(v);
+  const llvm::Function* def = inst->getFunction();
+  if (def == fn) return v;
+  int64_t slot = frame_slot(inst);
+  auto load = [&](llvm::IRBuilder<>& lb) { return lb.CreateLoad(v->getType(), frame_at(slot, v->getType())); };
+  // Made before this function was begun (by a caller, or by an earlier part): stored before
+  // this function runs, so loaded once at its entry. Made after: by a part this function
+  // called, so loaded where it is used.
+  if (order_.at(def) < order_.at(fn)) {
+    llvm::Value*& cached = entry_loads_[{fn, v}];
+    if (!cached) {
+      llvm::IRBuilder<> eb(entry_);  // the entry block ends when the function does
+      cached = load(eb);
+    }
+    return cached;
+  }
+  return load(b);
+}
+
+const GlobalRec& Emitter::global(const Tensor& g) {
+  auto it = globals.find(g.get());
+  if (it == globals.end()) throw InternalError("CPU emitter: a global tensor used before its view");
+  if (!frame_) return it->second;
+  GlobalRec& rec = globals_here_.emplace_back(it->second);
+  rec.base = here(rec.base);
+  if (rec.param_base) rec.param_base = here(rec.param_base);
+  return rec;
+}
+
+void Emitter::check_cancel() {
+  // ctx->cancel: a pointer to the launch's flag, the fourth pointer-sized field.
+  llvm::Type* i32p = llvm::PointerType::getUnqual(b.getInt32Ty());
+  llvm::Value* fields = b.CreateBitCast(block_ctx, llvm::PointerType::getUnqual(i32p));
+  llvm::Value* flag_ptr = b.CreateLoad(i32p, b.CreateConstGEP1_64(i32p, fields, 3));
+  llvm::LoadInst* flag = b.CreateAlignedLoad(b.getInt32Ty(), flag_ptr, llvm::Align(4));
+  flag->setAtomic(llvm::AtomicOrdering::Monotonic);
+  llvm::BasicBlock* stop = llvm::BasicBlock::Create(ctx, "interrupted", fn);
+  llvm::BasicBlock* go = llvm::BasicBlock::Create(ctx, "go", fn);
+  llvm::MDBuilder md(ctx);
+  b.CreateCondBr(b.CreateICmpNE(flag, b.getInt32(0)), stop, go, md.createBranchWeights(1, 1 << 20));
+  b.SetInsertPoint(stop);
+  b.CreateRetVoid();
+  b.SetInsertPoint(go);
 }
 
 }  // namespace tilus::cpu
@@ -642,6 +852,11 @@ CpuLoweredKernel::CpuLoweredKernel() = default;
 CpuLoweredKernel::CpuLoweredKernel(CpuLoweredKernel&&) noexcept = default;
 CpuLoweredKernel& CpuLoweredKernel::operator=(CpuLoweredKernel&&) noexcept = default;
 CpuLoweredKernel::~CpuLoweredKernel() = default;
+
+int64_t count_instructions(const Kernel& kernel) {
+  std::unordered_map<const StmtNode*, cpu::StmtInfo> memo;
+  return cpu::measure(kernel.body, memo).instructions;
+}
 
 CpuLoweredKernel emit_llvm(const Kernel& kernel, llvm::LLVMContext& context, const CpuCodegenOptions& options) {
   CpuLoweredKernel out;

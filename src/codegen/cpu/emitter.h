@@ -8,8 +8,10 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <deque>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +43,15 @@ struct Side {
   std::optional<SharedView> shared;  // shared sides: the view (checked mode)
 };
 
+// Splitting: the tile instructions in a statement (loops counted once), and whether it holds
+// a break or continue of a loop outside it (such a statement stays in the function of its
+// loop). Memoized per statement node.
+struct StmtInfo {
+  int64_t instructions = 0;
+  bool escapes = false;
+};
+const StmtInfo& measure(const Stmt& s, std::unordered_map<const StmtNode*, StmtInfo>& memo);
+
 class Emitter {
  public:
   Emitter(const Kernel& kernel, llvm::LLVMContext& context, llvm::Module& module, const CpuCodegenOptions& options);
@@ -65,6 +76,18 @@ class Emitter {
   // --- memory ------------------------------------------------------------------------------
   llvm::Value* load_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t);
   void store_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t, llvm::Value* v);
+
+  // --- values across functions ----------------------------------------------------------------
+  // A large kernel is emitted as a chain of functions (CpuCodegenOptions::chunk_instructions):
+  // values made in one function and used in another pass through the block's frame, a buffer
+  // of 8-byte slots. `here(v)` is v as the function being emitted can use it (v itself when
+  // that function made it).
+  llvm::Value* here(llvm::Value* v);
+  // A global tensor's record with its addresses usable in the function being emitted.
+  const GlobalRec& global(const Tensor& g);
+  // Returns from the function being emitted when the launch was interrupted
+  // (CpuBlockContext::cancel): at loop back-edges and after each call of a part.
+  void check_cancel();
 
   // --- register tensors ----------------------------------------------------------------------
   llvm::Value* reg(const Tensor& t);            // the array (pointer to its first element)
@@ -127,12 +150,30 @@ class Emitter {
   void emit_printf(const PrintfInst& inst);
   llvm::Value* binary(const BinaryNode& n);
   llvm::Value* call(const CallNode& n);
+  // An array of n elements in the entry block of the function being emitted.
   llvm::Value* alloca_in_entry(llvm::Type* t, int64_t n, const std::string& name);
+  // Storage that lives as long as the block (register tensors, declared scalars), found by
+  // its IR node: an alloca of the kernel's function, or, in a split kernel, a region of the
+  // frame that every part reaches through its frame argument. The second form finds it
+  // (nullptr: none yet).
+  llvm::Value* block_storage(const void* key, llvm::Type* t, int64_t n, const std::string& name);
+  llvm::Value* block_storage(const void* key, llvm::Type* t);
+  void emit_seq(const SeqStmtNode& seq);
+  // Emits `stmts` as a function of their own and calls it.
+  void emit_part(const std::vector<Stmt>& stmts);
+  int64_t frame_slot(llvm::Instruction* v);  // its byte offset in the frame, stored where v is made
+  llvm::Value* frame_of(const llvm::Function* f);
+  llvm::Value* frame_at(int64_t offset, llvm::Type* t);  // a t* into the frame, in the current function
+  // Ends a function: its entry block branches to `start`, blocks left open are unreachable.
+  void finish_function(llvm::BasicBlock* start);
   llvm::Function* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type*> types);
 
   std::unordered_map<const VarNode*, llvm::Value*> values_;    // immutable scalars
-  std::unordered_map<const VarNode*, llvm::Value*> mutables_;  // alloca of declared scalars
-  std::unordered_map<const TensorNode*, llvm::Value*> regs_;
+  struct BlockStorage {
+    llvm::Value* alloca = nullptr;
+    int64_t offset = -1;  // in the frame, when split
+  };
+  std::unordered_map<const void*, BlockStorage> block_storage_;
   struct LoopTargets {
     llvm::BasicBlock* brk;
     llvm::BasicBlock* cont;
@@ -140,6 +181,18 @@ class Emitter {
   std::vector<LoopTargets> loops_;
   llvm::BasicBlock* entry_ = nullptr;
   uint64_t binder_ids_ = 0;
+  // Splitting state: the kernel's function, the frame (a byte array of the kernel's function,
+  // sized at the end), the order in which functions were begun, each forwarded value's slot,
+  // the loads of forwarded values and the frame pointers made at function entries.
+  llvm::Function* root_ = nullptr;
+  llvm::AllocaInst* frame_ = nullptr;
+  int64_t frame_bytes_ = 0;
+  std::unordered_map<const llvm::Function*, int> order_;
+  std::unordered_map<const llvm::Value*, int64_t> slots_;
+  std::map<std::pair<const llvm::Function*, const llvm::Value*>, llvm::Value*> entry_loads_;
+  std::map<std::tuple<const llvm::Function*, int64_t, llvm::Type*>, llvm::Value*> frame_pointers_;
+  std::deque<GlobalRec> globals_here_;  // global(): stable addresses for Side::global
+  std::unordered_map<const StmtNode*, StmtInfo> infos_;
 };
 
 }  // namespace tilus::cpu

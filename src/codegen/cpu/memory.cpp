@@ -17,14 +17,13 @@ bool is_true(const Expr& e) { return e.as<BoolImmNode>() && e.as<BoolImmNode>()-
 }  // namespace
 
 Side Emitter::global_side(const Tensor& g, const GlobalAccess& access) {
-  auto it = globals.find(g.get());
-  if (it == globals.end()) throw InternalError("CPU emitter: a global tensor used before its view");
+  const GlobalRec& rec = global(g);
   Side s;
   s.dtype = g.dtype();
   s.offset = [access](const std::vector<Expr>& tile) { return global_offset(access, tile); };
   s.predicate = [access](const std::vector<Expr>& tile) { return global_predicate(access, tile); };
-  s.base = it->second.base;
-  s.global = &it->second;
+  s.base = rec.base;
+  s.global = &rec;
   s.access = access;
   return s;
 }
