@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tilus/codegen/cuda.h"
 #include "tilus/codegen/nvrtc.h"
 #include "tilus/ir/printer.h"
 #include "tilus/lang/builder.h"
@@ -320,10 +321,21 @@ struct KernelSignature {
 struct CpuKernelHandle {
   std::shared_ptr<const CpuKernel> kernel;
   std::vector<KernelParam> params;
+  // Runs without the GIL; Python's signal handlers run meanwhile (every 50 ms, in the main
+  // thread), and an exception they raise (KeyboardInterrupt on Ctrl-C) stops the blocks and
+  // propagates from here.
   void launch(const py::sequence& values, const std::vector<int64_t>& extents) const {
     std::vector<KernelArg> args = to_args(params, values, extents);
-    py::gil_scoped_release release;
-    kernel->launch(args);
+    try {
+      py::gil_scoped_release release;
+      kernel->launch(args, [] {
+        py::gil_scoped_acquire gil;
+        return PyErr_CheckSignals() != 0;  // leaves the handler's exception set
+      });
+    } catch (const CpuInterrupted&) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw;
+    }
   }
 };
 
@@ -616,7 +628,16 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("id", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.get()); })
       .def("__repr__", &Tensor::type_str);
 
-  py::class_<RegisterLayout>(m, "RegisterLayout").def("__repr__", &RegisterLayout::str);
+  py::class_<RegisterLayout>(m, "RegisterLayout", "A register layout: which thread holds which tile element in which slot.")
+      .def("__repr__", &RegisterLayout::str)
+      .def_property_readonly("shape", &RegisterLayout::shape)
+      .def_property_readonly("num_threads", &RegisterLayout::num_threads)
+      .def_property_readonly("local_size", &RegisterLayout::local_size)
+      .def("map", &RegisterLayout::map, py::arg("thread"), py::arg("slot"),
+           "The tile index that `thread` holds in `slot`.")
+      .def("owners", &RegisterLayout::owners, py::arg("index"), "Every (thread, slot) that holds tile `index`.")
+      .def("__mul__", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; })
+      .def(py::self == py::self);
   m.def("local", &local);
   m.def("spatial", &spatial);
   m.def("column_local", &column_local);
@@ -791,6 +812,19 @@ PYBIND11_MODULE(_C, m) {
       .def("launch_fast", &GpuKernel::launch_fast)
       .def_property_readonly("source", [](const GpuKernel& k) { return k.launcher->kernel().source.source; })
       .def_property_readonly("from_cache", [](const GpuKernel& k) { return k.launcher->kernel().from_cache; })
+      .def_property_readonly("cubin", [](const GpuKernel& k) {
+        const auto& c = k.launcher->kernel().cubin;
+        return py::bytes(c.data(), c.size());
+      })
+      .def_property_readonly("arch", [](const GpuKernel& k) { return k.launcher->kernel().source.arch; })
+      // ptxas's report (-1: not reported): registers per thread, bytes per thread of the rest.
+      .def_property_readonly("registers", [](const GpuKernel& k) { return k.launcher->kernel().resources.registers; })
+      .def_property_readonly("stack_frame_bytes",
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.stack_frame_bytes; })
+      .def_property_readonly("spill_store_bytes",
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_store_bytes; })
+      .def_property_readonly("spill_load_bytes",
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_load_bytes; })
       .def("grid", [](const GpuKernel& k, const py::sequence& values) {
         return k.launcher->grid(to_args(k.launcher->kernel().source.params, values, {}));
       });
@@ -829,16 +863,48 @@ PYBIND11_MODULE(_C, m) {
     if (debug_bounds) o.debug_bounds = *debug_bounds;
     return compile_program(p, arch, nullptr, o).source.source;
   }, py::arg("program"), py::arg("arch"), py::arg("debug_bounds") = py::none());
+  // What a traced program becomes, without launching: the CUDA source (no NVRTC needed), the
+  // PTX (NVRTC), and the IR after every pass as (stage, text) pairs, "traced" first.
+  m.def("cuda_source", [](const Program& p, const std::string& arch) {
+    PipelineOptions o;
+    o.target = Target::from_arch(arch);
+    Program lowered = run_pipeline(p, o);
+    return emit_cuda(lowered.kernels.at(0), o.target).source;
+  });
+  m.def("cuda_ptx", [](const Program& p, const std::string& arch) {
+    PipelineOptions o;
+    o.target = Target::from_arch(arch);
+    Program lowered = run_pipeline(p, o);
+    KernelSource src = emit_cuda(lowered.kernels.at(0), o.target);
+    py::gil_scoped_release release;
+    return nvrtc_compile(src.source, src.name, src.arch).ptx;
+  });
+  m.def("pass_stages", [](const Program& p, const std::string& arch) {
+    PipelineOptions o;
+    o.target = arch == "cpu" ? Target::cpu() : Target::from_arch(arch);
+    std::vector<std::pair<std::string, std::string>> stages = {{"traced", print(p)}};
+    o.after_pass = [&](const std::string& name, const Program& q) { stages.emplace_back(name, print(q)); };
+    run_pipeline(p, o);
+    return stages;
+  });
 
   py::class_<CpuKernelHandle>(m, "CpuKernel")
       .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents") = std::vector<int64_t>{})
       .def_property_readonly("llvm_ir", [](const CpuKernelHandle& k) { return k.kernel->llvm_ir(); })
-      .def_property_readonly("checked", [](const CpuKernelHandle& k) { return k.kernel->checked(); });
+      .def_property_readonly("checked", [](const CpuKernelHandle& k) { return k.kernel->checked(); })
+      .def_property_readonly("fast_compiled", [](const CpuKernelHandle& k) { return k.kernel->fast_compiled(); })
+      .def_property_readonly("compile_ms", [](const CpuKernelHandle& k) { return k.kernel->compile_ms(); })
+      .def_property_readonly("gpu_warnings", [](const CpuKernelHandle& k) { return k.kernel->gpu_warnings(); });
   m.def("compile_cpu", [](const Program& p, bool checked, int threads) {
     CpuOptions o;
     o.checked = checked;
     o.threads = threads;
-    CpuKernelHandle h{CpuKernel::compile(p, o), {}};
+    std::shared_ptr<const CpuKernel> k;
+    {
+      py::gil_scoped_release release;  // LLVM takes a while; other Python threads run meanwhile
+      k = CpuKernel::compile(p, o);
+    }
+    CpuKernelHandle h{std::move(k), {}};
     for (const Var& v : h.kernel->kernel().params) h.params.push_back(KernelParam{v.name(), v.dtype()});
     return h;
   }, py::arg("program"), py::arg("checked") = false, py::arg("threads") = 0);

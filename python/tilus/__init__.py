@@ -14,8 +14,10 @@
             ...
 
     VectorAdd()(n, a, b, c)     # torch / cupy / numpy arrays (numpy: the CPU backend)
+    print(VectorAdd().source(n, a, b, c))   # the CUDA source of that call; also .ptx, .sass, .ir
 
-See docs/python.md.
+See docs/python.md; tilus.testing.do_bench times a function, tilus.visualize_layout draws a
+register layout.
 """
 from . import _C
 from ._C import ArgumentError, CompileError, CpuCheckError, DataType, Error, Expr, InternalError, Var
@@ -24,6 +26,8 @@ from .tuning import autotune, autotune_report
 from .launch import compiled_kernels, trace
 from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
 from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _where
+from .visualize import visualize_layout
+from . import testing
 
 __version__ = _C.__version__
 
@@ -59,35 +63,43 @@ def cdiv(a, b):
 
 
 def logical_and(a, b):
+    """``a and b`` of boolean scalars (Python's ``and`` needs a Python bool; ``a & b`` works too)."""
     _scalars("logical_and", a, b)
     return _C.logical_and(a, b)
 
 
 def logical_or(a, b):
+    """``a or b`` of boolean scalars (Python's ``or`` needs a Python bool; ``a | b`` works too)."""
     _scalars("logical_or", a, b)
     return _C.logical_or(a, b)
 
 
 def logical_not(a):
+    """``not a`` of a boolean scalar (Python's ``not`` needs a Python bool; ``~a`` works too)."""
     _scalars("logical_not", a)
     return _C.logical_not(a)
 
 
 def cast(x, dtype):
+    """The scalar ``x`` (a Python number or tilus expression) converted to ``dtype``."""
     _scalars("cast", x)
     return _C.cast(x, _dtype(dtype, "tilus.cast: dtype", _here()))
 
 
 def select(cond, a, b):
+    """``a`` where the boolean scalar ``cond`` holds, else ``b`` (scalars; for tensors use
+    ``Script.where``)."""
     _scalars("select", cond, a, b)
     return _C.select(cond, a, b)
 
 
 def gpu_available():
+    """True when a CUDA GPU and its driver can be used (kernels of CUDA arrays run there)."""
     return _C.gpu_available()
 
 
 def cpu_backend_available():
+    """True when tilus was built with LLVM: kernels of host arrays (numpy) run on the CPU."""
     return _C.cpu_backend_available()
 
 

@@ -9,6 +9,7 @@ import inspect
 import re
 
 from . import _C
+from .artifacts import Artifacts
 from .launch import launch as _launch
 from ._C import CompileError, Expr
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
@@ -213,12 +214,13 @@ class _ThreadGroup:
 
 # --- the Script base class ----------------------------------------------------------------------
 
-class Script:
+class Script(Artifacts):
     """Base class of tilus kernels (see docs/python.md).
 
     Subclasses take hyperparameters in ``__init__`` and define the kernel body as ``__call__``;
     calling an instance launches the kernel (compiling it on the first call for each
-    specialization).
+    specialization). ``source``, ``ptx``, ``sass``, ``ir`` and ``compiled`` show what a call
+    compiles to without launching it (tilus/artifacts.py).
     """
 
     def __init__(self):

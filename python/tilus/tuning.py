@@ -123,12 +123,19 @@ class Tuner:
     def config(self, text):
         return self.configs[self.texts.index(text)]
 
-    def call(self, script, args, kw):
+    def _key(self, args, kw):
         sig = signature(self.cls)
         call = arguments(sig, *bind(sig, args, kw))
         arch = self.compile_only_arch or ("cpu" if call.backend == "cpu" else "")
         constants = {n: repr(v) for n, v in call.constants.items()} if call.constants else {}
-        key = _C.tune_key(self.script, call.values, arch, self.space, self.fixed_texts, constants)
+        return _C.tune_key(self.script, call.values, arch, self.space, self.fixed_texts, constants), call, arch
+
+    def winner_for(self, args, kw):
+        """The configured instance tuned for these arguments in this process (None: not yet)."""
+        return self.winners.get(self._key(args, kw)[0])
+
+    def call(self, script, args, kw):
+        key, call, arch = self._key(args, kw)
         winner = self.winners.get(key)
         if winner is None:
             with self.lock:

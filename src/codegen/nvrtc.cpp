@@ -39,6 +39,8 @@ struct Nvrtc {
   decltype(&::nvrtcGetProgramLog) log = nullptr;
   decltype(&::nvrtcGetCUBINSize) cubin_size = nullptr;
   decltype(&::nvrtcGetCUBIN) cubin = nullptr;
+  decltype(&::nvrtcGetPTXSize) ptx_size = nullptr;
+  decltype(&::nvrtcGetPTX) ptx = nullptr;
 };
 
 const Nvrtc& nvrtc() {
@@ -69,6 +71,8 @@ const Nvrtc& nvrtc() {
     sym(n.log, "nvrtcGetProgramLog");
     sym(n.cubin_size, "nvrtcGetCUBINSize");
     sym(n.cubin, "nvrtcGetCUBIN");
+    sym(n.ptx_size, "nvrtcGetPTXSize");
+    sym(n.ptx, "nvrtcGetPTX");
     n.loaded = n.error.empty();
     return n;
   }();
@@ -146,8 +150,26 @@ std::vector<std::string> nvrtc_options(const std::string& arch) {
   std::vector<std::string> options = {"-arch=" + arch, "-std=c++17", "-lineinfo"};
 #ifdef TILUS_HAVE_NVRTC
   if (const std::string& inc = cuda_include_dir(); !inc.empty()) options.push_back("-I" + inc);
+  if (nvrtc_available() && nvrtc_version() >= 12000) options.push_back("--ptxas-options=-v");
 #endif
   return options;
+}
+
+std::string KernelResources::str() const {
+  return fmt::format("{} registers, {} bytes stack frame, {} bytes spill stores, {} bytes spill loads", registers,
+                     stack_frame_bytes, spill_store_bytes, spill_load_bytes);
+}
+
+KernelResources parse_ptxas_report(const std::string& log) {
+  KernelResources r;
+  std::smatch m;
+  if (std::regex_search(log, m, std::regex("Used (\\d+) registers"))) r.registers = std::stoi(m[1]);
+  if (std::regex_search(log, m, std::regex("(\\d+) bytes stack frame, (\\d+) bytes spill stores, (\\d+) bytes spill loads"))) {
+    r.stack_frame_bytes = std::stoll(m[1]);
+    r.spill_store_bytes = std::stoll(m[2]);
+    r.spill_load_bytes = std::stoll(m[3]);
+  }
+  return r;
 }
 
 int nvrtc_version() {
@@ -196,6 +218,16 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   out.log.resize(log_size);
   if (log_size) lib.log(prog, out.log.data());
   while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
+  // ptxas's report ("ptxas info : ...", "ptxas . ...") is not a warning: it becomes `resources`.
+  {
+    std::istringstream lines(out.log);
+    std::string report, rest;
+    static const std::regex info("^ptxas( info|\\s+\\.)");  // ptxas errors and warnings stay in the log
+    for (std::string l; std::getline(lines, l);) (std::regex_search(l, info) ? report : rest) += l + "\n";
+    while (!rest.empty() && rest.back() == '\n') rest.pop_back();
+    out.resources = parse_ptxas_report(report);
+    out.log = std::move(rest);
+  }
   if (result != NVRTC_SUCCESS)
     throw NvrtcError(fmt::format("NVRTC could not compile kernel {} for {} ({}):\n{}{}", name, arch,
                                  lib.error_string(result), out.log, source_context(source, name, out.log)));
@@ -203,6 +235,12 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   check(lib.cubin_size(prog, &size), "cubin size query");
   out.cubin.resize(size);
   check(lib.cubin(prog, out.cubin.data()), "cubin retrieval");
+  size_t ptx_size = 0;
+  if (lib.ptx_size(prog, &ptx_size) == NVRTC_SUCCESS && ptx_size > 1) {
+    out.ptx.resize(ptx_size);
+    if (lib.ptx(prog, out.ptx.data()) != NVRTC_SUCCESS) out.ptx.clear();
+    while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+  }
   return out;
 #endif
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -54,12 +55,14 @@ std::string dump_dir(const PipelineOptions& o) {
   return env ? env : "";
 }
 
-void dump(const std::string& dir, int index, const std::string& stage, const Program& p) {
+// Each kernel's folder: named by the traced kernel, which the passes do not rename.
+void dump(const std::vector<std::string>& folders, int index, const std::string& stage, const Program& p) {
   namespace fs = std::filesystem;
   PrintOptions opts;
   opts.locations = true;
-  for (auto& k : p.kernels) {
-    fs::path d = fs::path(dir) / k.name;
+  for (size_t i = 0; i < p.kernels.size() && i < folders.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    fs::path d = folders[i];
     std::error_code ec;
     fs::create_directories(d, ec);
     fs::path file = d / fmt::format("{:02d}_{}.tir", index, stage);
@@ -82,14 +85,37 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-Program run_pipeline(const Program& program, const PipelineOptions& options) {
+std::string dump_folder(const Kernel& traced, const Target& target) {
+  std::string name = traced.name + "-" + target.arch;
+  for (auto& [index, d] : traced.param_divisibility)
+    if (index < int(traced.params.size())) name += fmt::format("-{}{}", traced.params[index].name(), d);
+  for (auto& [n, v] : traced.constants) name += fmt::format("-{}={}", n, v);
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '=' && c != '.') c = '_';
+  if (name.size() > 120) name.resize(120);
+  // Hyperparameters change the body, not the name: a hash of the traced IR tells them apart.
+  Program single;
+  single.kernels.push_back(traced);
+  return fmt::format("{}-{:08x}", name, std::hash<std::string>()(print(single)) & 0xffffffffu);
+}
+
+std::vector<std::string> ir_dump_dirs(const Program& traced, const PipelineOptions& options) {
   std::string dir = dump_dir(options);
-  if (!dir.empty()) dump(dir, 0, "traced", program);
+  std::vector<std::string> out;
+  if (dir.empty()) return out;
+  for (const Kernel& k : traced.kernels) out.push_back((std::filesystem::path(dir) / dump_folder(k, options.target)).string());
+  return out;
+}
+
+Program run_pipeline(const Program& program, const PipelineOptions& options) {
+  std::vector<std::string> dirs = ir_dump_dirs(program, options);
+  bool dumping = !dirs.empty();
+  if (dumping) dump(dirs, 0, "traced", program);
   Program p = program;
   int index = 1;
   for (auto& pass : passes()) {
     p = pass.run(p, options);
-    if (!dir.empty()) dump(dir, index, pass.name, p);
+    if (dumping) dump(dirs, index, pass.name, p);
     if (options.after_pass) options.after_pass(pass.name, p);
     ++index;
   }

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,9 +17,13 @@
 #include <thread>
 
 #include "tilus/ir/facts.h"
+#include "tilus/ir/functor.h"
+#include "tilus/ir/log.h"
 #include "tilus/passes/pipeline.h"
+#include "tilus/runtime/jit.h"
 
 #ifdef TILUS_HAVE_LLVM
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -52,12 +58,14 @@ CpuKernel::~CpuKernel() = default;
 std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program&, const CpuOptions&) {
   throw CompileError("the CPU backend is not available: " + cpu_unavailable_reason());
 }
-void CpuKernel::launch(const std::vector<KernelArg>&) const {}
+void CpuKernel::launch(const std::vector<KernelArg>&, const std::function<bool()>&) const {}
 std::array<uint32_t, 3> CpuKernel::grid(const std::vector<KernelArg>&) const { return {0, 0, 0}; }
 const Kernel& CpuKernel::kernel() const { throw InternalError("CPU backend not built"); }
 const std::string& CpuKernel::llvm_ir() const { throw InternalError("CPU backend not built"); }
 bool CpuKernel::checked() const { return false; }
 double CpuKernel::compile_ms() const { return 0; }
+bool CpuKernel::fast_compiled() const { return false; }
+const std::vector<std::string>& CpuKernel::gpu_warnings() const { throw InternalError("CPU backend not built"); }
 
 #else
 
@@ -81,7 +89,11 @@ float tilus_h2f(uint16_t h) { return float(dtypes::float16.decode_float(h)); }
 uint16_t tilus_f2h(float f) { return uint16_t(dtypes::float16.encode_float(double(f))); }
 uint16_t tilus_d2h(double d) { return uint16_t(dtypes::float16.encode_float(d)); }
 
-void optimize(llvm::Module& m, llvm::TargetMachine* tm) {
+// O3 for kernels of ordinary size. A large kernel (split into parts by the emitter) gets a
+// short function pipeline instead: O3's loop passes (induction-variable simplification, full
+// unrolling, rotation) and the inliner take time that grows faster than the function, and
+// unrolled tiles multiply the machine code.
+void optimize(llvm::Module& m, llvm::TargetMachine* tm, bool fast) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -92,7 +104,12 @@ void optimize(llvm::Module& m, llvm::TargetMachine* tm) {
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  llvm::ModulePassManager mpm;
+  if (!fast) {
+    mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  } else if (auto err = pb.parsePassPipeline(mpm, "function(sroa,early-cse,instcombine,simplifycfg)")) {
+    throw InternalError("CPU backend: the fast pass pipeline: " + take(std::move(err)));
+  }
   mpm.run(m, mam);
 }
 
@@ -153,7 +170,13 @@ struct RunState {
 struct CpuKernel::Impl {
   Kernel lowered;
   KernelSource signature;  // name, params, grid: for argument checks and the grid
-  std::string ir;
+  // The LLVM IR before optimization: printed when asked for (or dumped), since a large
+  // kernel's text takes a while to print and most callers never look at it.
+  CpuCodegenOptions codegen;
+  std::string entry;
+  mutable std::mutex ir_mutex;
+  mutable std::string ir;
+  mutable bool ir_printed = false;
   std::vector<CpuAccessSite> sites;
   int64_t shared_bytes = 0;
   bool checked = false;
@@ -161,6 +184,8 @@ struct CpuKernel::Impl {
   double compile_ms = 0;
   using BlockFn = void (*)(const int64_t*, int32_t, int32_t, int32_t, uint8_t*, CpuBlockContext*);
   BlockFn fn = nullptr;
+  bool fast = false;  // compiled for compile time (a large kernel)
+  std::vector<std::string> gpu_warnings;
 };
 
 namespace {
@@ -186,11 +211,20 @@ void report(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* inde
   state->failure.failed.store(true);
 }
 
-// Runs fn(worker) on `n` threads with stacks big enough for large register tiles.
-void run_workers(int n, const std::function<void(int)>& fn) {
+// Runs fn(worker) on `n` threads with stacks big enough for large register tiles. Meanwhile
+// the calling thread asks `interrupted` (when given) about every 50 ms and sets `cancel` once
+// it says yes; it returns when every worker has.
+void run_workers(int n, const std::function<void(int)>& fn, const std::function<bool()>& interrupted,
+                 std::atomic<int32_t>& cancel) {
+  struct Done {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int count = 0;
+  } done;
   struct Arg {
     const std::function<void(int)>* fn;
     int worker;
+    Done* done;
   };
   std::vector<pthread_t> threads(static_cast<size_t>(n));
   std::vector<Arg> args(static_cast<size_t>(n));
@@ -198,10 +232,13 @@ void run_workers(int n, const std::function<void(int)>& fn) {
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, size_t(256) << 20);  // reserved lazily by the kernel
   for (int w = 0; w < n; ++w) {
-    args[w] = {&fn, w};
+    args[w] = {&fn, w, &done};
     int rc = pthread_create(&threads[w], &attr, [](void* p) -> void* {
       auto* a = static_cast<Arg*>(p);
       (*a->fn)(a->worker);
+      std::lock_guard<std::mutex> lock(a->done->mutex);
+      ++a->done->count;
+      a->done->cv.notify_all();
       return nullptr;
     }, &args[w]);
     if (rc != 0) {
@@ -211,7 +248,82 @@ void run_workers(int n, const std::function<void(int)>& fn) {
     }
   }
   pthread_attr_destroy(&attr);
+  if (interrupted) {
+    std::unique_lock<std::mutex> lock(done.mutex);
+    while (!done.cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return done.count == n; })) {
+      if (cancel.load(std::memory_order_relaxed)) continue;
+      lock.unlock();
+      bool stop = interrupted();
+      lock.lock();
+      if (stop) cancel.store(1, std::memory_order_relaxed);
+    }
+  }
   for (int w = 0; w < n; ++w) pthread_join(threads[w], nullptr);
+}
+
+// The most 32-bit registers per thread that the register tensors need at once (each live from
+// its first to its last instruction in program order): a lower bound of what ptxas needs.
+int64_t register_estimate(const Kernel& k) {
+  struct Walk : StmtVisitor {
+    int64_t index = 0;
+    std::unordered_map<const TensorNode*, std::array<int64_t, 3>> live;  // first, last, registers
+    void visit_inst(const InstNode& inst) override {
+      for (auto& [t, access] : inst.operands()) {
+        if (!t.defined() || !t.is_register() || !t->layout.defined()) continue;
+        auto [it, fresh] = live.try_emplace(t.get(), std::array<int64_t, 3>{index, index, 0});
+        it->second[1] = index;
+        if (fresh) it->second[2] = (t->layout.local_size() * t.dtype().bits() + 31) / 32;
+      }
+      ++index;
+    }
+  } walk;
+  walk.visit(k);
+  std::map<int64_t, int64_t> change;  // instruction index -> change of the live registers
+  for (auto& [t, l] : walk.live) {
+    change[l[0]] += l[2];
+    change[l[1] + 1] -= l[2];
+  }
+  int64_t now = 0, peak = 0;
+  for (auto& [i, d] : change) peak = std::max(peak, now += d);
+  return peak;
+}
+
+// What would keep a kernel that runs here from running (well) on a GPU: more shared memory
+// than the GPU allows per block (the present GPU's, or without one those of sm_80 and
+// sm_86 / sm_89, below sm_90's budget that the CPU target plans with), or registers beyond
+// what the launch bounds allow, so that ptxas spills (checked with an NVRTC compile when the
+// register tensors alone come near the limit and NVRTC is present).
+std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
+  std::vector<std::string> out;
+  std::vector<std::string> archs;
+  if (gpu_available()) archs.push_back(current_device().arch());
+  else archs = {"sm_80", "sm_86", "sm_89"};
+  std::string over;
+  for (auto& a : archs) {
+    Target t = Target::from_arch(a);
+    if (k.shared_memory_bytes > t.shared_memory_per_block)
+      over += fmt::format("{}{} ({} bytes)", over.empty() ? "" : ", ", a, t.shared_memory_per_block);
+  }
+  if (!over.empty())
+    out.push_back(fmt::format("kernel {} uses {} bytes of shared memory per block, more than {} allows{}", k.name,
+                              k.shared_memory_bytes, over, gpu_available() ? " (this machine's GPU)" : ""));
+  int64_t threads = std::max<int64_t>(1, k.num_threads());
+  int64_t limit = std::min<int64_t>(255, 65536 / threads / 8 * 8);
+  int64_t estimate = register_estimate(k);
+  if (estimate * 2 > limit && nvrtc_available()) {
+    std::string arch = archs.front() == "sm_80" ? "sm_90a" : archs.front();
+    try {
+      KernelResources r = compile_program(traced, arch, &default_cache()).resources;
+      if (r.spills())
+        out.push_back(fmt::format("kernel {} spills to local memory on {} ({}), which is slow: its register tensors "
+                                  "hold about {} registers per thread at once, and {} threads per block allow {}; "
+                                  "give each thread less (more warps or smaller tiles)",
+                                  k.name, arch, r.str(), estimate, threads, limit));
+    } catch (const Error& e) {
+      out.push_back(fmt::format("kernel {} does not compile for {}: {}", k.name, arch, e.what()));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -225,10 +337,12 @@ CpuKernel::~CpuKernel() = default;
 std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const CpuOptions& options) {
   if (traced.kernels.size() != 1)
     throw InternalError(fmt::format("CpuKernel::compile expects one kernel, got {}", traced.kernels.size()));
+  apply_log_level();
   auto t0 = std::chrono::steady_clock::now();
   PipelineOptions popts;
   popts.target = Target::cpu();
   Program lowered = run_pipeline(traced, popts);
+  auto t_pipeline = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
   impl->lowered = lowered.kernels[0];
   const Kernel& k = impl->lowered;
@@ -236,6 +350,8 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   impl->checked = options.checked || env_checked();
   impl->threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   impl->shared_bytes = k.shared_memory_bytes;
+  impl->gpu_warnings = gpu_limits(traced, k);
+  for (auto& w : impl->gpu_warnings) spdlog::warn("tilus: runs on the CPU backend, but on the GPU: {}", w);
   // A cluster's blocks just run; launch_grid checks the grid against the cluster shape.
   impl->signature = kernel_signature(k, KernelFacts(k));
   impl->signature.arch = "cpu";
@@ -244,6 +360,10 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   auto context = std::make_unique<llvm::LLVMContext>();
   CpuCodegenOptions copts;
   copts.checked = impl->checked;
+  int64_t above = options.fast_compile_above, part = options.part_instructions;
+  if (const char* e = std::getenv("TILUS_CPU_FAST_COMPILE_ABOVE"); e && *e) above = std::atoll(e);
+  impl->fast = count_instructions(k) > above;
+  if (impl->fast) copts.chunk_instructions = std::max<int64_t>(1, part);
   CpuLoweredKernel lk = emit_llvm(k, *context, copts);
   std::string entry;
   {
@@ -251,29 +371,38 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
     entry = fmt::format("tilus_{}_{}", k.name, jit.next_id++);
   }
   lk.module->getFunction(lk.entry)->setName(entry);
-  {
-    llvm::raw_string_ostream os(impl->ir);
-    lk.module->print(os, nullptr);
-  }
+  impl->codegen = copts;
+  impl->entry = entry;
   impl->sites = std::move(lk.sites);
-  if (const char* dump = std::getenv("TILUS_DUMP_IR"); dump && *dump) {
+  for (const std::string& dir : ir_dump_dirs(traced, popts)) {
     // Next to the pass dumps of run_pipeline: the LLVM IR before optimization.
+    if (!impl->ir_printed) {
+      llvm::raw_string_ostream os(impl->ir);
+      lk.module->print(os, nullptr);
+      os.flush();
+      impl->ir_printed = true;
+    }
     std::error_code ec;
-    std::filesystem::path dir = std::filesystem::path(dump) / k.name;
     std::filesystem::create_directories(dir, ec);
-    std::ofstream(dir / "cpu.ll") << impl->ir;
+    std::ofstream(std::filesystem::path(dir) / "cpu.ll") << impl->ir;
   }
+  auto t_emit = std::chrono::steady_clock::now();
   lk.module->setDataLayout(jit.lljit->getDataLayout());
   lk.module->setTargetTriple(jit.lljit->getTargetTriple().str());
-  {
-    auto tm = must(jit.jtmb.createTargetMachine(), "creating the target machine");
-    optimize(*lk.module, tm.get());
-  }
-  // The lookup compiles the module to machine code with the JIT's one target machine, which is
-  // not thread-safe: one compile at a time (the optimization above runs in parallel).
+  // Each compile has its own target machine (they are not thread-safe), so compiles run in
+  // parallel up to linking; a large kernel's machine code is generated without optimization
+  // (fast instruction selection and register allocation), which is linear in its size.
+  llvm::orc::JITTargetMachineBuilder jtmb = jit.jtmb;
+  jtmb.setCodeGenOptLevel(impl->fast ? llvm::CodeGenOpt::None : llvm::CodeGenOpt::Aggressive);
+  auto tm = must(jtmb.createTargetMachine(), "creating the target machine");
+  optimize(*lk.module, tm.get(), impl->fast);
+  auto t_opt = std::chrono::steady_clock::now();
+  auto object = must(llvm::orc::SimpleCompiler(*tm)(*lk.module), "generating machine code");
+  lk.module.reset();
+  context.reset();
   std::unique_lock<std::mutex> jit_lock(jit.mutex);
-  if (auto err = jit.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(lk.module), std::move(context))))
-    throw InternalError("CPU backend: adding the module: " + take(std::move(err)));
+  if (auto err = jit.lljit->addObjectFile(std::move(object)))
+    throw InternalError("CPU backend: adding the object: " + take(std::move(err)));
   auto sym = must(jit.lljit->lookup(entry), "looking up the kernel");
   jit_lock.unlock();
 #if LLVM_VERSION_MAJOR >= 15
@@ -281,9 +410,13 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
 #else
   impl->fn = reinterpret_cast<Impl::BlockFn>(sym.getAddress());
 #endif
-  impl->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::debug("tilus: compiled kernel {} for the CPU in {:.1f} ms{}", k.name, impl->compile_ms,
-                impl->checked ? " (checked mode)" : "");
+  auto t_end = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  impl->compile_ms = ms(t0, t_end);
+  spdlog::debug("tilus: compiled kernel {} for the CPU in {:.1f} ms{}{} (passes {:.1f}, LLVM IR {:.1f}, optimizer "
+                "{:.1f}, machine code {:.1f})", k.name, impl->compile_ms, impl->checked ? " (checked mode)" : "",
+                impl->fast ? " (large: compiled for compile time)" : "", ms(t0, t_pipeline), ms(t_pipeline, t_emit),
+                ms(t_emit, t_opt), ms(t_opt, t_end));
   return std::shared_ptr<const CpuKernel>(new CpuKernel(std::move(impl)));
 }
 
@@ -292,11 +425,26 @@ std::array<uint32_t, 3> CpuKernel::grid(const std::vector<KernelArg>& args) cons
 }
 
 const Kernel& CpuKernel::kernel() const { return impl_->lowered; }
-const std::string& CpuKernel::llvm_ir() const { return impl_->ir; }
+const std::string& CpuKernel::llvm_ir() const {
+  const Impl& k = *impl_;
+  std::lock_guard<std::mutex> lock(k.ir_mutex);
+  if (!k.ir_printed) {  // the emitter is deterministic: the same IR again
+    llvm::LLVMContext context;
+    CpuLoweredKernel lk = emit_llvm(k.lowered, context, k.codegen);
+    lk.module->getFunction(lk.entry)->setName(k.entry);
+    llvm::raw_string_ostream os(k.ir);
+    lk.module->print(os, nullptr);
+    os.flush();
+    k.ir_printed = true;
+  }
+  return k.ir;
+}
 bool CpuKernel::checked() const { return impl_->checked; }
 double CpuKernel::compile_ms() const { return impl_->compile_ms; }
+bool CpuKernel::fast_compiled() const { return impl_->fast; }
+const std::vector<std::string>& CpuKernel::gpu_warnings() const { return impl_->gpu_warnings; }
 
-void CpuKernel::launch(const std::vector<KernelArg>& args) const {
+void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<bool()>& interrupted) const {
   const Impl& k = *impl_;
   check_arguments(k.signature, args);
   std::array<uint32_t, 3> g = launch_grid(k.signature, args);
@@ -318,18 +466,25 @@ void CpuKernel::launch(const std::vector<KernelArg>& args) const {
   }
   RunState state{&k, {}};
   std::atomic<int64_t> next{0};
+  std::atomic<int32_t> cancel{0};
+  static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t) && std::atomic<int32_t>::is_always_lock_free,
+                "the generated code reads the flag as a plain i32 (atomically)");
+  static_assert(offsetof(CpuBlockContext, cancel) == 3 * sizeof(void*), "the generated code reads field 3");
   int workers = int(std::min<int64_t>(k.threads, total));
   run_workers(workers, [&](int) {
     std::vector<uint8_t> shared(size_t(std::max<int64_t>(k.shared_bytes, 1)) + 128, 0);
     auto* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 127) / 128 * 128);
-    CpuBlockContext ctx{&report, extents.data(), &state, 0, 0, 0};
-    for (int64_t b = next++; b < total && !state.failure.failed.load(std::memory_order_relaxed); b = next++) {
+    CpuBlockContext ctx{&report, extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0};
+    for (int64_t b = next++; b < total && !state.failure.failed.load(std::memory_order_relaxed) &&
+                             !cancel.load(std::memory_order_relaxed);
+         b = next++) {
       ctx.bx = int32_t(b % g[0]);
       ctx.by = int32_t(b / g[0] % g[1]);
       ctx.bz = int32_t(b / (int64_t(g[0]) * g[1]));
       k.fn(slots.data(), ctx.bx, ctx.by, ctx.bz, smem, &ctx);
     }
-  });
+  }, interrupted, cancel);
+  if (cancel.load()) throw CpuInterrupted(fmt::format("kernel {}: interrupted", k.signature.name));
   if (state.failure.failed.load()) throw CpuCheckError(fmt::format("kernel {}: {}", k.signature.name, state.failure.message));
 }
 

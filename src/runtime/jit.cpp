@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <cstring>
 
 #include "tilus/codegen/cuda.h"
@@ -19,6 +21,8 @@ CompiledKernel compile_program(const Program& traced, const std::string& arch, D
   opts.target = Target::from_arch(arch);
   Program lowered = run_pipeline(traced, opts);
   KernelSource source = emit_cuda(lowered.kernels[0], opts.target, options);
+  for (const std::string& dir : ir_dump_dirs(traced, opts))  // next to the pass dumps
+    std::ofstream(std::filesystem::path(dir) / "kernel.cu") << source.source;
   return compile_kernel(source, cache);
 }
 

@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "tilus/codegen/nvrtc.h"
 #include "tilus/ir/tensor.h"
+#include "tilus/ir/log.h"
 
 namespace tilus {
 
@@ -65,26 +67,38 @@ std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
   }
   for (size_t i = 0; i < s.grid.size(); ++i) grid += fmt::format("{}\"{}\"", i ? ", " : "", to_string(s.grid[i]));
   for (size_t i = 0; i < out.options.size(); ++i) options += fmt::format("{}\"{}\"", i ? ", " : "", out.options[i]);
-  // Format 2 added by-value params and the cluster shape, 3 the pointers' argument contracts.
+  // Format 2 added by-value params and the cluster shape, 3 the pointers' argument contracts,
+  // 4 ptxas's resources.
+  const KernelResources& r = out.resources;
   return fmt::format(
-      "{{\n  \"format\": 3,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
+      "{{\n  \"format\": 4,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
       "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"cluster\": [{}],\n  "
-      "\"block_threads\": {},\n  \"shared_memory_bytes\": {}\n}}\n",
+      "\"block_threads\": {},\n  \"shared_memory_bytes\": {},\n  \"registers\": {},\n  \"stack_frame_bytes\": {},\n  "
+      "\"spill_store_bytes\": {},\n  \"spill_load_bytes\": {}\n}}\n",
       s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, fmt::join(s.cluster, ", "),
-      s.block_threads, s.shared_memory_bytes);
+      s.block_threads, s.shared_memory_bytes, r.registers, r.stack_frame_bytes, r.spill_store_bytes,
+      r.spill_load_bytes);
 }
 
-// TILUS_LOG_LEVEL sets spdlog's level once, at the first compile.
-void apply_log_level() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* env = std::getenv("TILUS_LOG_LEVEL");
-    if (!env || !*env) return;
-    auto level = spdlog::level::from_str(env);
-    if (level == spdlog::level::off && std::string(env) != "off")
-      spdlog::warn("tilus: TILUS_LOG_LEVEL={} is not one of trace, debug, info, warn, error, critical, off", env);
-    else spdlog::set_level(level);
-  });
+// The resources meta_json recorded (-1 for an entry of an older format, which has none).
+KernelResources resources_of(const std::string& meta) {
+  auto field = [&](const char* name) -> int64_t {
+    std::string key = fmt::format("\"{}\": ", name);
+    size_t at = meta.find(key);
+    return at == std::string::npos ? -1 : std::strtoll(meta.c_str() + at + key.size(), nullptr, 10);
+  };
+  KernelResources r;
+  r.registers = int(field("registers"));
+  r.stack_frame_bytes = field("stack_frame_bytes");
+  r.spill_store_bytes = field("spill_store_bytes");
+  r.spill_load_bytes = field("spill_load_bytes");
+  return r;
+}
+
+void log_resources(const CompiledKernel& k) {
+  if (!k.resources.known()) return;
+  spdlog::info("tilus: kernel {} for {}{}: {}, {} bytes shared memory", k.source.name, k.source.arch,
+               k.from_cache ? " (cached)" : "", k.resources.str(), k.source.shared_memory_bytes);
 }
 
 }  // namespace
@@ -100,6 +114,8 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
       spdlog::debug("tilus: kernel {} loaded from cache entry {}", source.name, key);
       k.cubin = std::move(hit->cubin);
       k.from_cache = true;
+      k.resources = resources_of(hit->meta);
+      log_resources(k);
       return k;
     }
   }
@@ -109,6 +125,8 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
   if (!out.log.empty()) spdlog::debug("tilus: NVRTC log for {}:\n{}", source.name, out.log);
   spdlog::debug("tilus: compiled kernel {} for {} in {:.1f} ms", source.name, source.arch, k.compile_ms);
   k.cubin = std::move(out.cubin);
+  k.resources = out.resources;
+  log_resources(k);
   if (cache) cache->store(key, CacheEntry{source.source, k.cubin, meta_json(source, out)});
   return k;
 }

@@ -3,6 +3,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "golden.h"
 #include "tilus/tilus.h"
@@ -265,7 +269,12 @@ TEST(Script, DumpIrWritesEveryStage) {
   fs::remove_all(dir);
   PipelineOptions opts;
   opts.dump_dir = dir.string();
-  run_pipeline(trace(ControlFlow{}), opts);
+  Program traced = trace(ControlFlow{});
+  run_pipeline(traced, opts);
+  ASSERT_EQ(ir_dump_dirs(traced, opts).size(), 1u);
+  fs::path folder = ir_dump_dirs(traced, opts)[0];
+  EXPECT_EQ(folder.parent_path(), dir);
+  EXPECT_EQ(folder.filename().string().rfind("ControlFlow-sm_90a-", 0), 0u) << folder;
   std::vector<std::string> expected = {"00_traced.tir",   "01_verify.tir",
                                        "02_simplify.tir", "03_infer_layouts.tir",
                                        "04_insert_bounds_predicates.tir",
@@ -274,10 +283,10 @@ TEST(Script, DumpIrWritesEveryStage) {
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;
-  for (auto& entry : fs::directory_iterator(dir / "ControlFlow")) files += entry.is_regular_file();
+  for (auto& entry : fs::directory_iterator(folder)) files += entry.is_regular_file();
   EXPECT_EQ(files, expected.size());
   for (auto& f : expected) {
-    fs::path file = dir / "ControlFlow" / f;
+    fs::path file = folder / f;
     ASSERT_TRUE(fs::exists(file)) << file;
     std::ifstream in(file);
     std::string first;
@@ -285,8 +294,33 @@ TEST(Script, DumpIrWritesEveryStage) {
     EXPECT_EQ(first, "kernel ControlFlow(n: int32, p: float32*)");
   }
   // Dumps carry source locations.
-  std::ifstream in(dir / "ControlFlow" / "00_traced.tir");
+  std::ifstream in(folder / "00_traced.tir");
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(all.find("test_script.cpp:"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// Each specialization (facts, target, constants, hyperparameters) keeps its own folder.
+TEST(Script, DumpIrKeepsAFolderPerSpecialization) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / fmt::format("tilus_dump_spec_{}", getpid());
+  fs::remove_all(dir);
+  PipelineOptions opts;
+  opts.dump_dir = dir.string();
+  Program plain = trace(ControlFlow{});
+  Program aligned = trace(ControlFlow{});
+  specialize(aligned, {{0, 16}, {1, 16}});
+  run_pipeline(plain, opts);
+  run_pipeline(aligned, opts);
+  PipelineOptions cpu = opts;
+  cpu.target = Target::cpu();
+  run_pipeline(aligned, cpu);
+  std::set<std::string> folders;
+  for (auto& entry : fs::directory_iterator(dir)) folders.insert(entry.path().filename().string());
+  EXPECT_EQ(folders.size(), 3u);
+  fs::path spec = ir_dump_dirs(aligned, opts)[0];
+  EXPECT_NE(spec.filename().string().find("ControlFlow-sm_90a-n16-p16-"), std::string::npos) << spec;
+  EXPECT_TRUE(fs::exists(spec / "08_insert_barriers.tir"));
+  EXPECT_NE(ir_dump_dirs(aligned, cpu)[0].find("ControlFlow-cpu-n16-p16-"), std::string::npos);
   fs::remove_all(dir);
 }

@@ -12,8 +12,8 @@ namespace tilus {
 
 struct PipelineOptions {
   Target target;
-  // Directory to write the IR into after every pass; empty: the TILUS_DUMP_IR environment
-  // variable, if set.
+  // Directory to write the IR into after every pass, one folder per kernel specialization
+  // (ir_dump_dirs); empty: the TILUS_DUMP_IR environment variable, if set.
   std::string dump_dir;
   // Called with (pass name, program) after every pass, for tools that show the stages.
   std::function<void(const std::string&, const Program&)> after_pass;
@@ -26,5 +26,10 @@ struct PipelineOptions {
 std::vector<std::string> pass_names();
 // Runs every tile-level pass on the program.
 Program run_pipeline(const Program& program, const PipelineOptions& options = {});
+// Where run_pipeline writes each kernel's IR when dumping (empty when not): a folder per
+// specialization, <dump dir>/<kernel>-<target>[-<param><divisor>...][-<constant>=<value>...]-<hash
+// of the traced kernel>, so that specializations, targets and hyperparameters never overwrite
+// each other. The backends put their output there too (cpu.ll, kernel.cu).
+std::vector<std::string> ir_dump_dirs(const Program& traced, const PipelineOptions& options);
 
 }  // namespace tilus

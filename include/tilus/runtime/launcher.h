@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tilus/codegen/kernel_source.h"
+#include "tilus/codegen/nvrtc.h"
 #include "tilus/runtime/cache.h"
 #include "tilus/runtime/driver.h"
 
@@ -132,6 +133,9 @@ struct CompiledKernel {
   std::vector<char> cubin;
   bool from_cache = false;
   double compile_ms = 0.0;  // NVRTC time (0 on a cache hit)
+  // Registers, stack and spills per thread, as ptxas reported them (kept in the cache entry);
+  // logged at TILUS_LOG_LEVEL=info.
+  KernelResources resources;
 };
 
 // Compiles with NVRTC, or loads the cubin from `cache` (nullptr: no cache) when an entry

@@ -1,0 +1,117 @@
+// What a compile tells about the GPU without running there: ptxas's registers and spills on
+// every compiled kernel (also from the disk cache), and the CPU backend's warnings for a kernel
+// that runs on the CPU but would not run (well) on a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../examples/cpp/vector_add.h"
+#include "temp_dir.h"
+#include "tilus/codegen/nvrtc.h"
+#include "tilus/runtime/jit.h"
+
+using namespace tilus;
+
+namespace {
+
+#define REQUIRE_NVRTC() \
+  if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC"
+#define REQUIRE_CPU() \
+  if (!cpu_backend_available()) GTEST_SKIP() << "no CPU backend: " << cpu_unavailable_reason()
+
+// 160 KB of shared memory: within sm_80's and sm_90's budgets, beyond sm_86's and sm_89's.
+struct BigShared : Script {
+  static constexpr const char* param_names = "x";
+  void operator()(Ptr<f32> x) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto gx = global_view(x, {40 * 1024});
+    auto s = shared_tensor(dtypes::float32, {40 * 1024});
+    copy_async(gx, s, {.offsets = {0}});
+    copy_async_wait_all();
+    store_global(gx, load_shared(s), {.offsets = {0}});
+  }
+};
+
+// One warp accumulating a 128 x 128 float32 tile over a loop: 512 live registers per thread,
+// twice the 255 a thread may have, so ptxas spills.
+struct BigTile : Script {
+  static constexpr const char* param_names = "k, a, b, c";
+  void operator()(Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f32> c) {
+    attrs.blocks = {1};
+    attrs.warps = 1;
+    auto ga = global_view(a, {128, k});
+    auto gb = global_view(b, {k, 128});
+    auto gc = global_view(c, {128, 128});
+    auto acc = register_tensor(dtypes::float32, {128, 128}, 0.0);
+    for (Expr k0 : range(0, k, 16)) {
+      auto ta = load_global(ga, {.offsets = {0, k0}, .shape = {128, 16}});
+      auto tb = load_global(gb, {.offsets = {k0, 0}, .shape = {16, 128}});
+      acc = dot(ta, tb, acc);
+    }
+    store_global(gc, acc, {.offsets = {0, 0}});
+  }
+};
+
+}  // namespace
+
+namespace {
+
+bool mentions(const std::vector<std::string>& warnings, const std::string& what) {
+  for (auto& w : warnings)
+    if (w.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(GpuLimits, CompiledKernelsCarryRegistersAndSpills) {
+  REQUIRE_NVRTC();
+  if (nvrtc_version() < 12000) GTEST_SKIP() << "NVRTC before 12 does not report ptxas's resources";
+  TempDir dir("resources");
+  DiskCache cache(dir.path.string());
+  CompiledKernel k = compile_program(trace(examples::VectorAdd{}), "sm_90a", &cache);
+  ASSERT_TRUE(k.resources.known()) << "no ptxas report";
+  EXPECT_GT(k.resources.registers, 0);
+  EXPECT_LE(k.resources.registers, 255);
+  EXPECT_EQ(k.resources.spill_store_bytes, 0);
+  EXPECT_EQ(k.resources.spill_load_bytes, 0);
+  // The cache entry keeps them.
+  CompiledKernel again = compile_program(trace(examples::VectorAdd{}), "sm_90a", &cache);
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.resources.registers, k.resources.registers);
+  EXPECT_EQ(again.resources.spill_load_bytes, 0);
+  // A thread that holds 256 values spills.
+  CompiledKernel big = compile_program(trace(BigTile{}), "sm_90a", nullptr);
+  EXPECT_TRUE(big.resources.spills()) << big.resources.str();
+}
+
+TEST(GpuLimits, PtxasReportParses) {
+  KernelResources r = parse_ptxas_report(
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Used 72 registers, used 0 barriers\n");
+  EXPECT_EQ(r.registers, 72);
+  EXPECT_EQ(r.stack_frame_bytes, 16);
+  EXPECT_EQ(r.spill_store_bytes, 8);
+  EXPECT_EQ(r.spill_load_bytes, 4);
+  EXPECT_FALSE(parse_ptxas_report("").known());
+}
+
+TEST(GpuLimits, CpuKernelsWarnAboutWhatAGpuCannotRun) {
+  REQUIRE_CPU();
+  auto plain = CpuKernel::compile(trace(examples::VectorAdd{}));
+  EXPECT_TRUE(plain->gpu_warnings().empty()) << plain->gpu_warnings().front();
+  auto shared = CpuKernel::compile(trace(BigShared{}));
+  if (!gpu_available()) {
+    EXPECT_TRUE(mentions(shared->gpu_warnings(), "163840 bytes of shared memory")) << ::testing::PrintToString(shared->gpu_warnings());
+    EXPECT_TRUE(mentions(shared->gpu_warnings(), "sm_86"));
+    EXPECT_FALSE(mentions(shared->gpu_warnings(), "sm_80"));
+  } else {
+    bool fits = Target::from_arch(current_device().arch()).shared_memory_per_block >= 160 * 1024;
+    EXPECT_EQ(shared->gpu_warnings().empty(), fits);
+  }
+  if (!nvrtc_available() || nvrtc_version() < 12000) return;
+  auto big = CpuKernel::compile(trace(BigTile{}));
+  EXPECT_TRUE(mentions(big->gpu_warnings(), "spill")) << ::testing::PrintToString(big->gpu_warnings());
+}
