@@ -1,5 +1,6 @@
 #include "tilus/ir/log.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -7,6 +8,19 @@
 #include <string>
 
 namespace tilus {
+
+namespace {
+
+// tilus's messages are diagnostics: they go to stderr (spdlog's default logger writes to stdout,
+// where they would mix with a program's output). Set when the library loads.
+const bool stderr_logger = [] {
+  auto logger = spdlog::stderr_color_mt("tilus");
+  logger->set_level(spdlog::default_logger()->level());
+  spdlog::set_default_logger(logger);
+  return true;
+}();
+
+}  // namespace
 
 void apply_log_level() {
   static std::once_flag once;

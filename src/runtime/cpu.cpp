@@ -28,6 +28,7 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -185,6 +186,7 @@ struct CpuKernel::Impl {
   using BlockFn = void (*)(const int64_t*, int32_t, int32_t, int32_t, uint8_t*, CpuBlockContext*);
   BlockFn fn = nullptr;
   bool fast = false;  // compiled for compile time (a large kernel)
+  int64_t stack_bytes = 0;  // the block function's stack arrays (register tensors, the frame)
   std::vector<std::string> gpu_warnings;
 };
 
@@ -214,8 +216,8 @@ void report(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* inde
 // Runs fn(worker) on `n` threads with stacks big enough for large register tiles. Meanwhile
 // the calling thread asks `interrupted` (when given) about every 50 ms and sets `cancel` once
 // it says yes; it returns when every worker has.
-void run_workers(int n, const std::function<void(int)>& fn, const std::function<bool()>& interrupted,
-                 std::atomic<int32_t>& cancel) {
+void run_workers(int n, int64_t stack_bytes, const std::function<void(int)>& fn,
+                 const std::function<bool()>& interrupted, std::atomic<int32_t>& cancel) {
   struct Done {
     std::mutex mutex;
     std::condition_variable cv;
@@ -230,7 +232,9 @@ void run_workers(int n, const std::function<void(int)>& fn, const std::function<
   std::vector<Arg> args(static_cast<size_t>(n));
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, size_t(256) << 20);  // reserved lazily by the kernel
+  // Address space only: the kernel commits what the block touches. 64 MiB beyond the arrays the
+  // block function declares covers the rest of its frames and the runtime's.
+  pthread_attr_setstacksize(&attr, size_t(stack_bytes) + (size_t(64) << 20));
   for (int w = 0; w < n; ++w) {
     args[w] = {&fn, w, &done};
     int rc = pthread_create(&threads[w], &attr, [](void* p) -> void* {
@@ -292,7 +296,7 @@ int64_t register_estimate(const Kernel& k) {
 // than the GPU allows per block (the present GPU's, or without one those of sm_80 and
 // sm_86 / sm_89, below sm_90's budget that the CPU target plans with), or registers beyond
 // what the launch bounds allow, so that ptxas spills (checked with an NVRTC compile when the
-// register tensors alone come near the limit and NVRTC is present).
+// register tensors alone come near the limit and NVRTC is present; beyond it, without compiling).
 std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
   std::vector<std::string> out;
   std::vector<std::string> archs;
@@ -310,7 +314,13 @@ std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
   int64_t threads = std::max<int64_t>(1, k.num_threads());
   int64_t limit = std::min<int64_t>(255, 65536 / threads / 8 * 8);
   int64_t estimate = register_estimate(k);
-  if (estimate * 2 > limit && nvrtc_available()) {
+  if (estimate > limit) {
+    // Certain to spill (and NVRTC would take minutes on tiles this large): said without compiling.
+    out.push_back(fmt::format("kernel {} would spill to local memory, which is slow: its register tensors hold about "
+                              "{} registers per thread at once, and {} threads per block allow {}; give each thread "
+                              "less (more warps or smaller tiles)",
+                              k.name, estimate, threads, limit));
+  } else if (estimate * 2 > limit && nvrtc_available()) {
     std::string arch = archs.front() == "sm_80" ? "sm_90a" : archs.front();
     try {
       KernelResources r = compile_program(traced, arch, &default_cache()).resources;
@@ -389,6 +399,16 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   auto t_emit = std::chrono::steady_clock::now();
   lk.module->setDataLayout(jit.lljit->getDataLayout());
   lk.module->setTargetTriple(jit.lljit->getTargetTriple().str());
+  // Register tensors are arrays on the block function's stack (whole tiles, up to the verifier's
+  // 512 KiB per GPU thread): the workers' stacks are sized to hold them.
+  for (const llvm::Function& f : *lk.module) {
+    if (f.isDeclaration()) continue;
+    for (const llvm::Instruction& inst : f.getEntryBlock())
+      if (auto* a = llvm::dyn_cast<llvm::AllocaInst>(&inst))
+        if (auto* n = llvm::dyn_cast<llvm::ConstantInt>(a->getArraySize()))
+          impl->stack_bytes += int64_t(lk.module->getDataLayout().getTypeAllocSize(a->getAllocatedType())) *
+                               int64_t(n->getZExtValue()) + int64_t(a->getAlign().value());
+  }
   // Each compile has its own target machine (they are not thread-safe), so compiles run in
   // parallel up to linking; a large kernel's machine code is generated without optimization
   // (fast instruction selection and register allocation), which is linear in its size.
@@ -471,7 +491,7 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
                 "the generated code reads the flag as a plain i32 (atomically)");
   static_assert(offsetof(CpuBlockContext, cancel) == 3 * sizeof(void*), "the generated code reads field 3");
   int workers = int(std::min<int64_t>(k.threads, total));
-  run_workers(workers, [&](int) {
+  run_workers(workers, k.stack_bytes, [&](int) {
     std::vector<uint8_t> shared(size_t(std::max<int64_t>(k.shared_bytes, 1)) + 128, 0);
     auto* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 127) / 128 * 128);
     CpuBlockContext ctx{&report, extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0};

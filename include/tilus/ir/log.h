@@ -1,5 +1,5 @@
 // Logging: spdlog, its level from TILUS_LOG_LEVEL (trace, debug, info, warn, error, critical,
-// off), applied once, at the first compile of either backend.
+// off), applied once, at the first compile of either backend. Messages go to stderr.
 #pragma once
 
 namespace tilus {
