@@ -879,6 +879,7 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     return nvrtc_compile(src.source, src.name, src.arch).ptx;
   });
+  m.def("pass_names", &pass_names, "The tile-level passes in pipeline order.");
   m.def("pass_stages", [](const Program& p, const std::string& arch) {
     PipelineOptions o;
     o.target = arch == "cpu" ? Target::cpu() : Target::from_arch(arch);

@@ -1,0 +1,261 @@
+"""Issue 19, seeing what runs and a first hour that works: Script.source/ptx/sass/ir/compiled
+for the specialization a call would use, TILUS_DUMP_IR with a folder per specialization, ptxas's
+register and spill counts, the GIL released while the CPU backend compiles and runs, Ctrl-C
+stopping a spinning CPU kernel, tilus.testing.do_bench and tilus.visualize_layout. Nothing here
+needs a GPU (NVRTC compiles for sm_90a without one); the CPU-backend cases skip without LLVM."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import _C, float32, int32
+
+from conftest import HAS_CPU
+
+needs_cpu = pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(), reason="tilus built without NVRTC")
+
+
+class Scale(tilus.Script):
+    def __init__(self, factor=2.0):
+        super().__init__()
+        self.factor = factor
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * 128
+        xs = self.load_global(self.global_view(x, shape=[n]), offsets=[o], shape=[128])
+        self.store_global(self.global_view(y, shape=[n]), xs * self.factor, offsets=[o])
+
+
+def arrays(n):
+    return np.arange(n, dtype=np.float32), np.zeros(n, dtype=np.float32)
+
+
+def test_source_is_the_cuda_of_the_calls_specialization():
+    x, y = arrays(256)
+    divisible = Scale().source(256, x, y)
+    ragged = Scale().source(250, x, y)
+    assert "__global__" in divisible and "Scale" in divisible
+    # n % 16 == 0 is a specialization: its source differs from the ragged call's.
+    assert divisible != ragged
+    assert "3.0" in Scale(3.0).source(256, x, y) and "3.0" not in divisible  # the instance's hyperparameter
+    assert (y == 0).all(), "source() must not launch"
+
+
+def test_ir_lists_every_pass_in_order():
+    x, y = arrays(200)
+    stages = Scale().ir(200, x, y, arch="sm_90a")
+    assert list(stages) == ["traced"] + list(_C.pass_names())
+    assert "load_global" in stages["traced"]
+    assert "lowering:" in stages["select_instructions"]
+    assert "lowering:" not in stages["traced"]
+
+
+def test_artifacts_check_arguments_like_a_launch():
+    x, _ = arrays(64)
+    with pytest.raises(tilus.ArgumentError):
+        Scale().source(64, x, "not an array")
+
+
+@needs_nvrtc
+def test_ptx_and_resources_from_nvrtc():
+    x, y = arrays(256)
+    ptx = Scale().ptx(256, x, y, arch="sm_90a")
+    assert ".entry" in ptx and ".target sm_90a" in ptx
+    k = Scale().compiled(256, x, y, arch="sm_90a")
+    assert k.arch == "sm_90a"
+    assert 0 < k.registers <= 255
+    assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0
+    assert len(k.cubin) > 0
+
+
+@needs_nvrtc
+def test_sass_is_the_machine_code_or_says_what_is_missing():
+    from tilus.artifacts import _cuobjdump
+    x, y = arrays(256)
+    if _cuobjdump() is None:
+        with pytest.raises(tilus.Error, match="needs cuobjdump from the CUDA toolkit"):
+            Scale().sass(256, x, y, arch="sm_90a")
+        pytest.skip("no cuobjdump here: only its error was checked")
+    sass = Scale().sass(256, x, y, arch="sm_90a")
+    assert "Function" in sass and "EXIT" in sass
+
+
+@needs_cpu
+def test_dump_ir_keeps_a_folder_per_specialization(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_seeing import Scale
+        for n in (256, 250):
+            x, y = np.ones(n, np.float32), np.zeros(n, np.float32)
+            Scale()(n, x, y)
+            assert (y == 2).all()
+        Scale(3.0)(256, np.ones(256, np.float32), np.zeros(256, np.float32))
+    """)
+    env = dict(os.environ, TILUS_DUMP_IR=str(tmp_path), TILUS_TARGET="cpu")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
+    folders = sorted(os.listdir(tmp_path))
+    # n divisible by 16 or not, and a different hyperparameter: three folders, none overwritten.
+    assert len(folders) == 3, folders
+    assert sum("-n16-" in f for f in folders) == 2, folders
+    for f in folders:
+        files = sorted(os.listdir(tmp_path / f))
+        assert files[0] == "00_traced.tir" and len([f for f in files if f.endswith(".tir")]) == len(_C.pass_names()) + 1
+
+
+class Spin(tilus.Script):
+    """Loops while `spin` is nonzero: a kernel that never ends by itself."""
+
+    def __call__(self, spin: int32, y: ~int32):
+        self.attrs.blocks = [2]
+        self.attrs.warps = 1
+        t = self.register_tensor(dtype=int32, shape=[32], init=1)
+        while spin != 0:
+            self.store_global(self.global_view(y, shape=[32]), t, offsets=[0])
+
+
+class Count(tilus.Script):
+    """y[0..32) = rounds, after `rounds` iterations of a loop (a kernel that runs a while)."""
+
+    def __call__(self, rounds: int32, y: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        acc = self.register_tensor(dtype=int32, shape=[32], init=0)
+        for _ in self.range(rounds):
+            acc = acc + 1
+        self.store_global(self.global_view(y, shape=[32]), acc, offsets=[0])
+
+
+@needs_cpu
+def test_ctrl_c_stops_a_spinning_cpu_kernel():
+    y = np.zeros(32, np.int32)
+    Spin()(0, y)  # compiled; returns at once
+    main = threading.get_ident()
+    timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))
+    start = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        Spin()(1, y)
+    timer.cancel()
+    assert time.perf_counter() - start < 10
+    assert (y == 1).all()  # it ran until interrupted
+    # The kernel is usable afterwards.
+    z = np.zeros(32, np.int32)
+    Count()(5, z)
+    assert (z == 5).all()
+
+
+@needs_cpu
+def test_gil_is_released_while_a_cpu_kernel_runs():
+    k = Count()
+    y = np.zeros(32, np.int32)
+    k(1, y)  # compile first
+    rounds = 1
+    while True:  # a launch long enough to observe (~0.3 s)
+        t0 = time.perf_counter()
+        k(rounds, y)
+        if time.perf_counter() - t0 > 0.3 or rounds >= 1 << 30:
+            break
+        rounds *= 4
+    worker = threading.Thread(target=k, args=(rounds, y))
+    ticks = 0
+    worker.start()
+    while worker.is_alive():
+        ticks += 1
+        time.sleep(0.001)
+    worker.join()
+    assert (y == rounds).all()
+    # Holding the GIL for the launch would leave this thread a tick or two.
+    assert ticks >= 20, ticks
+
+
+@needs_cpu
+def test_gil_is_released_while_the_cpu_backend_compiles():
+    class Big(tilus.Script):
+        def __call__(self, y: ~int32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            acc = self.register_tensor(dtype=int32, shape=[32], init=0)
+            for i in range(600):
+                acc = acc + i
+            self.store_global(self.global_view(y, shape=[32]), acc, offsets=[0])
+
+    y = np.zeros(32, np.int32)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(Big()(y)))
+    ticks = 0
+    worker.start()
+    while worker.is_alive():
+        ticks += 1
+        time.sleep(0.001)
+    worker.join()
+    assert done and (y == sum(range(600))).all()
+    assert ticks >= 5, ticks
+
+
+def test_do_bench_times_a_function_in_milliseconds():
+    ms = tilus.testing.do_bench(lambda: time.sleep(0.002), warmup=5, rep=20, device="cpu")
+    assert 1.5 < ms < 50
+    lo, hi = tilus.testing.do_bench(lambda: time.sleep(0.001), warmup=2, rep=10, quantiles=[0.0, 1.0], device="cpu")
+    assert lo <= hi
+    times = tilus.testing.do_bench(lambda: None, warmup=1, rep=1, return_mode="all", device="cpu")
+    assert isinstance(times, list) and len(times) >= 1
+    with pytest.raises(ValueError, match="return_mode"):
+        tilus.testing.do_bench(lambda: None, return_mode="best")
+    with pytest.raises(ValueError, match="quantile"):
+        tilus.testing.do_bench(lambda: None, warmup=1, rep=1, quantiles=[1.5], device="cpu")
+
+
+def test_visualize_layout_maps_every_element(tmp_path):
+    layout = tilus.spatial([4, 8]) * tilus.local([2, 1])  # 32 threads, [8, 8], two slots each
+    text = tilus.visualize_layout(layout)
+    cells = [row.split() for row in text.splitlines()[1:]]
+    assert len(cells) == 8 and all(len(r) == 8 for r in cells), text
+    # Each cell names the (thread, slot) that holds that element, as the layout maps it.
+    for thread in range(32):
+        for slot in range(2):
+            i, j = layout.map(thread, slot)
+            assert cells[i][j] == f"T{thread}:{slot}", (thread, slot, text)
+    svg = tmp_path / "layout.svg"
+    tilus.visualize_layout(layout, file=svg)
+    body = svg.read_text()
+    assert body.startswith("<svg") or "<svg" in body[:200]
+    assert body.count("<rect") >= 64
+    with pytest.raises(ValueError, match=r"\.svg or \.png"):
+        tilus.visualize_layout(layout, file=tmp_path / "layout.txt")
+
+
+@needs_cpu
+def test_a_huge_register_tile_runs_on_the_cpu_and_says_it_would_spill_on_a_gpu(tmp_path):
+    # 2 x 128 MiB of register tiles in one block (256 KiB per GPU thread): the CPU worker's stack
+    # is sized for them (this crashed with a 256 MiB stack), and the GPU limit is a warning.
+    script = textwrap.dedent("""
+        import numpy as np, tilus
+        from tilus import float32
+        class Huge(tilus.Script):
+            def __call__(self, y: ~float32):
+                self.attrs.blocks = [1]
+                self.attrs.warps = 32
+                t = self.register_tensor(dtype=float32, shape=[1024, 32768], init=1.0)
+                self.store_global(self.global_view(y, shape=[1024, 32768]), t + 1.0, offsets=[0, 0])
+        y = np.zeros((1024, 32768), np.float32)
+        Huge()(y)
+        print("mean", y.mean())
+    """)
+    (tmp_path / "huge.py").write_text(script)
+    r = subprocess.run([sys.executable, str(tmp_path / "huge.py")], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TILUS_TARGET="cpu"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "mean 2.0" in r.stdout
+    assert "kernel Huge would spill to local memory" in r.stderr
+    assert "1024 threads per block allow 64" in r.stderr
