@@ -9,7 +9,7 @@ TILUS_SKIP_INSTALL=1 keeps apt-get and pip away.
   exactly what `run_examples --list` prints;
 - an unknown option or example name is exit code 2 with a message, before any build;
 - demo.sh builds the run_examples target only and passes its flags and names on (default:
-  matmul_mma matmul_mma_large); test.sh builds everything and runs ctest;
+  matmul_mma matmul_mma_large); test.sh builds everything and runs ctest with JUnit output;
 - run_examples --help, --list, unknown options and names.
 
 usage: test_scripts.py --root REPO --run-examples PATH
@@ -126,7 +126,9 @@ def main():
         tests = [c for c in calls if c.startswith("ctest ")]
         check(p.returncode == 0 and len(builds) == 1 and "--target" not in builds[0],
               "test.sh builds everything", f"exit {p.returncode}\n" + "\n".join(calls) + p.stderr)
-        check(len(tests) == 1, "test.sh runs ctest", "\n".join(calls))
+        check(len(tests) == 1 and "--output-junit" in tests[0], "test.sh runs ctest with JUnit output",
+              "\n".join(calls))
+        check("test summary" in p.stdout, "test.sh prints the test summary", p.stdout + p.stderr)
 
     # run_examples itself: these exit before any backend is touched.
     p = subprocess.run([args.run_examples, "--help"], capture_output=True, text=True, timeout=60)
