@@ -77,6 +77,18 @@ install_python_deps() {
     log "could not install the Python test dependencies: the Python package and its tests are off"
 }
 
+# scikit-build-core (what `pip install .` builds with) for the package-metadata check
+# (tests/repo, repo_package_metadata); optional: without it that check is skipped.
+install_packaging_deps() {
+  [ -z "${TILUS_SKIP_INSTALL:-}" ] || return 0
+  local py="${PYTHON:-python3}"
+  command -v "$py" >/dev/null 2>&1 || return 0
+  "$py" -c "import scikit_build_core" >/dev/null 2>&1 && return 0
+  "$py" -m pip install -q scikit-build-core >/dev/null 2>&1 ||
+    "$py" -m pip install -q --break-system-packages scikit-build-core >/dev/null 2>&1 ||
+    log "could not install scikit-build-core: the package-metadata check will be skipped"
+}
+
 # configure_and_build [target ...]: configures $BUILD_DIR once, then builds the targets named
 # and what they depend on (everything without names).
 configure_and_build() {

@@ -33,6 +33,7 @@ for arg in "$@"; do
 done
 
 install_missing
+install_packaging_deps
 configure_and_build
 results="$BUILD_DIR/test-results"
 rm -rf "$results"
