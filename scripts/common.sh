@@ -22,6 +22,10 @@ declare -A TILUS_PACKAGES=(
 have_file() { [ -e "$1" ] || command -v "$(basename "$1")" >/dev/null 2>&1; }
 
 install_missing() {
+  if [ -n "${TILUS_SKIP_INSTALL:-}" ]; then
+    log "TILUS_SKIP_INSTALL is set: installing nothing"
+    return
+  fi
   local missing=()
   for pkg in "${!TILUS_PACKAGES[@]}"; do
     have_file "${TILUS_PACKAGES[$pkg]}" || missing+=("$pkg")
@@ -73,6 +77,20 @@ install_python_deps() {
     log "could not install the Python test dependencies: the Python package and its tests are off"
 }
 
+# scikit-build-core (what `pip install .` builds with) for the package-metadata check
+# (tests/repo, repo_package_metadata); optional: without it that check is skipped.
+install_packaging_deps() {
+  [ -z "${TILUS_SKIP_INSTALL:-}" ] || return 0
+  local py="${PYTHON:-python3}"
+  command -v "$py" >/dev/null 2>&1 || return 0
+  "$py" -c "import scikit_build_core" >/dev/null 2>&1 && return 0
+  "$py" -m pip install -q scikit-build-core >/dev/null 2>&1 ||
+    "$py" -m pip install -q --break-system-packages scikit-build-core >/dev/null 2>&1 ||
+    log "could not install scikit-build-core: the package-metadata check will be skipped"
+}
+
+# configure_and_build [target ...]: configures $BUILD_DIR once, then builds the targets named
+# and what they depend on (everything without names).
 configure_and_build() {
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -80,8 +98,10 @@ configure_and_build() {
     log "configuring in $BUILD_DIR"
     local py=()
     command -v "${PYTHON:-python3}" >/dev/null 2>&1 && py=(-DPython_EXECUTABLE="$(command -v "${PYTHON:-python3}")")
-    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${py[@]}" "$@" >/dev/null
+    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${py[@]}" >/dev/null
   fi
-  log "building with $JOBS jobs"
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+  local targets=()
+  [ $# -eq 0 ] || targets=(--target "$@")
+  log "building ${*:-everything} with $JOBS jobs"
+  cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"
 }

@@ -1,9 +1,11 @@
 // Runs every C++ example with random data of ragged sizes (not multiples of the tiles),
 // checks each against a host reference and prints its speed.
 //   run_examples [--cpu | --gpu] [--checked] [example-name ...]
+//   run_examples --list | --help
 // On the GPU when one is usable, on the CPU backend otherwise (TILUS_TARGET=cpu|gpu or the
 // flags choose). --checked runs the CPU backend in checked mode. The *_large examples time a
-// 4096^3 product on the GPU and a 512^3 one on the CPU.
+// 4096^3 product on the GPU and a 512^3 one on the CPU. An unknown option or example name is
+// an error (exit code 2) that lists what is accepted, before anything runs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +34,7 @@ namespace {
 std::mt19937 rng(1234);
 Backend backend = Backend::Gpu;
 JitOptions jit_options;
+int64_t large_size = 512;  // the *_large examples' m = n = k: 4096 on the GPU, 512 on the CPU
 
 std::vector<double> random_values(int64_t n, DataType t, double lo = -1.0, double hi = 1.0) {
   std::uniform_real_distribution<double> dist(lo, hi);
@@ -153,9 +156,52 @@ Result softmax() {
   return check(y.download(), want, 1e-6, 1e-4);
 }
 
+template <class Script>
+Result matmul_large(Script script) {
+  return matmul(script, large_size, large_size, large_size, true);
+}
+
+// The examples by name, in the order they run; the *_large ones time a product of large_size^3.
+struct Example {
+  const char* name;
+  std::function<Result()> run;
+};
+
+std::vector<Example> all_examples() {
+  return {
+      {"vector_add", vector_add},
+      {"matmul_naive", [] { return matmul(examples::MatmulNaive{}, 257, 383, 131); }},
+      {"matmul_shared", [] { return matmul(examples::MatmulShared{}, 257, 383, 131); }},
+      {"softmax", softmax},
+      {"matmul_mma", [] { return matmul(examples::MatmulMma{}, 301, 517, 203); }},
+      {"matmul_mma_large", [] { return matmul_large(examples::MatmulMma{}); }},
+      {"matmul_pipelined", [] { return matmul(examples::MatmulPipelined{}, 301, 517, 203); }},
+      {"matmul_pipelined_large", [] { return matmul_large(examples::MatmulPipelined{}); }},
+      {"matmul_copy", [] { return matmul(examples::MatmulCopy{}, 301, 517, 203); }},
+      {"matmul_copy_large", [] { return matmul_large(examples::MatmulCopy{}); }},
+  };
+}
+
+void print_usage(std::FILE* out, const std::vector<Example>& examples) {
+  std::fprintf(out,
+               "usage: run_examples [--cpu | --gpu] [--checked] [example-name ...]\n"
+               "       run_examples --list | --help\n"
+               "Runs the C++ examples (all of them without names) on random ragged data, checks each\n"
+               "against a host reference and prints its speed.\n"
+               "  --cpu      run on the CPU backend (LLVM ORC JIT)\n"
+               "  --gpu      run on the GPU\n"
+               "             (default: the GPU when one is usable, else the CPU; TILUS_TARGET=cpu|gpu)\n"
+               "  --checked  run the CPU backend in checked mode (out-of-bounds accesses are errors)\n"
+               "  --list     print the example names, one a line\n"
+               "examples:");
+  for (auto& ex : examples) std::fprintf(out, " %s", ex.name);
+  std::fprintf(out, "\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<Example> examples = all_examples();
   std::vector<std::string> wanted;
   backend = default_backend();
   for (int i = 1; i < argc; ++i) {
@@ -163,7 +209,24 @@ int main(int argc, char** argv) {
     if (a == "--cpu") backend = Backend::Cpu;
     else if (a == "--gpu") backend = Backend::Gpu;
     else if (a == "--checked") jit_options.cpu.checked = true;
-    else wanted.push_back(a);
+    else if (a == "-h" || a == "--help") {
+      print_usage(stdout, examples);
+      return 0;
+    } else if (a == "--list") {
+      for (auto& ex : examples) std::printf("%s\n", ex.name);
+      return 0;
+    } else if (a.starts_with("-")) {
+      std::fprintf(stderr, "run_examples: unknown option '%s'\n", a.c_str());
+      print_usage(stderr, examples);
+      return 2;
+    } else if (std::none_of(examples.begin(), examples.end(), [&](const Example& ex) { return a == ex.name; })) {
+      std::fprintf(stderr, "run_examples: unknown example '%s'; the examples are:", a.c_str());
+      for (auto& ex : examples) std::fprintf(stderr, " %s", ex.name);
+      std::fprintf(stderr, " (run_examples --list)\n");
+      return 2;
+    } else {
+      wanted.push_back(a);
+    }
   }
   jit_options.backend = backend;
   if (backend == Backend::Gpu) {
@@ -180,23 +243,7 @@ int main(int argc, char** argv) {
     std::printf("device: CPU backend (LLVM ORC JIT, %u threads)%s\n", std::thread::hardware_concurrency(),
                 jit_options.cpu.checked ? ", checked mode" : "");
   }
-  int64_t large = backend == Backend::Gpu ? 4096 : 512;
-  struct Example {
-    const char* name;
-    std::function<Result()> run;
-  };
-  std::vector<Example> examples = {
-      {"vector_add", vector_add},
-      {"matmul_naive", [] { return matmul(examples::MatmulNaive{}, 257, 383, 131); }},
-      {"matmul_shared", [] { return matmul(examples::MatmulShared{}, 257, 383, 131); }},
-      {"softmax", softmax},
-      {"matmul_mma", [] { return matmul(examples::MatmulMma{}, 301, 517, 203); }},
-      {"matmul_mma_large", [&] { return matmul(examples::MatmulMma{}, large, large, large, true); }},
-      {"matmul_pipelined", [] { return matmul(examples::MatmulPipelined{}, 301, 517, 203); }},
-      {"matmul_pipelined_large", [&] { return matmul(examples::MatmulPipelined{}, large, large, large, true); }},
-      {"matmul_copy", [] { return matmul(examples::MatmulCopy{}, 301, 517, 203); }},
-      {"matmul_copy_large", [&] { return matmul(examples::MatmulCopy{}, large, large, large, true); }},
-  };
+  large_size = backend == Backend::Gpu ? 4096 : 512;
   int failures = 0;
   for (auto& ex : examples) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), ex.name) == wanted.end()) continue;
