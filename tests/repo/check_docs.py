@@ -33,6 +33,7 @@ NOT_FILES = {
     "cuda_fp16.h": "CUDA toolkit header",
     "cuda_bf16.h": "CUDA toolkit header",
     "cpu.ll": "written by TILUS_DUMP_IR",
+    "kernel.cu": "written by TILUS_DUMP_IR",
     "meta.json": "a file of the disk cache",
 }
 # Prefixes of paths that are build outputs or on the user's machine, not in the repository.
