@@ -513,6 +513,16 @@ PYBIND11_MODULE(_C, m) {
   static py::exception<ArgumentError> argument_error(m, "ArgumentError", error.ptr());
   static py::exception<CpuCheckError> cpu_check_error(m, "CpuCheckError", error.ptr());
   static py::exception<InternalError> internal_error(m, "InternalError", error.ptr());
+  error.attr("__doc__") = "Base class of every error tilus raises.";
+  compile_error.attr("__doc__") =
+      "A mistake in a kernel: tracing, shapes, dtypes, options, passes or code generation.\n\n"
+      "The message starts with the user's file:line of the instruction and names the shapes and dtypes involved.";
+  argument_error.attr("__doc__") =
+      "A launch argument that does not fit the kernel: count, dtype, device, range, or the argument contract "
+      "(layout, size, writability, byte order). The message names the kernel and the parameter.";
+  cpu_check_error.attr("__doc__") =
+      "An out-of-bounds access found by the CPU backend's checked mode (TILUS_CPU_CHECK=1).";
+  internal_error.attr("__doc__") = "A broken invariant inside tilus itself: a bug, never the user's fault.";
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -530,36 +540,49 @@ PYBIND11_MODULE(_C, m) {
   });
 
   // --- data types -----------------------------------------------------------------------------
-  py::class_<DataType>(m, "DataType")
+  py::class_<DataType>(m, "DataType",
+                       "A tilus data type: tilus.float16, tilus.int4, tilus.float6_e3m2, ... (tilus.dtype(name) parses "
+                       "a name).\n\n``~dtype`` is the pointer type: ``a: ~float16`` annotates an array parameter of a "
+                       "kernel.")
       .def_static("from_name", [](const std::string& n) {
         auto t = DataType::from_name(n);
         if (!t) throw CompileError(fmt::format("unknown data type '{}'", n));
         return *t;
-      })
-      .def_property_readonly("name", &DataType::name)
-      .def_property_readonly("bits", &DataType::bits)
-      .def_property_readonly("is_float", &DataType::is_float)
-      .def_property_readonly("is_integer", &DataType::is_integer)
-      .def_property_readonly("is_signed", &DataType::is_signed)
-      .def_property_readonly("is_bool", &DataType::is_bool)
-      .def_property_readonly("is_pointer", &DataType::is_pointer)
-      .def_property_readonly("pointee", &DataType::pointee)
-      .def("pointer_to", &DataType::pointer_to)
+      }, "The data type of a name (\"float16\", \"bf16\", \"int4\", \"float6_e3m2\", \"tf32\", \"float16*\", ...); "
+         "CompileError for an unknown name.")
+      .def_property_readonly("name", &DataType::name, "The canonical name: \"float16\", \"int4\", \"float16*\", ...")
+      .def_property_readonly("bits", &DataType::bits, "The storage bits of one element (64 for a pointer).")
+      .def_property_readonly("is_float", &DataType::is_float, "Whether it is a floating-point type.")
+      .def_property_readonly("is_integer", &DataType::is_integer, "Whether it is a signed or unsigned integer type.")
+      .def_property_readonly("is_signed", &DataType::is_signed, "Whether it is a signed integer or a float type.")
+      .def_property_readonly("is_bool", &DataType::is_bool, "Whether it is the bool type (tilus.boolean).")
+      .def_property_readonly("is_pointer", &DataType::is_pointer, "Whether it is a pointer type (~dtype).")
+      .def_property_readonly("pointee", &DataType::pointee, "The type a pointer type points to.")
+      .def("pointer_to", &DataType::pointer_to, "The pointer type to this type (the same as ~dtype).")
       .def("__invert__", &DataType::pointer_to)  // ~float16: a pointer to float16 (Tilus' spelling)
-      .def("storage_bytes", &DataType::storage_bytes)
-      .def("encode_float", &DataType::encode_float)
-      .def("decode_float", &DataType::decode_float)
+      .def("storage_bytes", &DataType::storage_bytes, "The bytes that n densely packed elements occupy.")
+      .def("encode_float", &DataType::encode_float,
+           "The bit pattern of a float value in this float type (round to nearest even), in the low bits of an int.")
+      .def("decode_float", &DataType::decode_float,
+           "The float value of a bit pattern (in the low bits of an int) of this float type; NaN patterns give NaN.")
       .def(py::self == py::self)
       .def(py::self != py::self)
       .def("__hash__", [](const DataType& t) { return std::hash<std::string>()(t.name()); })
       .def("__repr__", [](const DataType& t) { return t.name(); });
 
   // --- expressions ------------------------------------------------------------------------------
-  py::class_<Expr> expr(m, "Expr");
+  py::class_<Expr> expr(m, "Expr",
+                       "A scalar kernel expression: a parameter, self.blockIdx.x, a loop variable, or arithmetic on "
+                       "them.\n\nOperators (+ - * / // % & | ^ << >>, comparisons, unary - and ~) build new "
+                       "expressions with a Python number or another Expr; // and % round toward negative infinity, "
+                       "/ of integers truncates. Its value is only known when the kernel runs: Python's and, or, not, "
+                       "bool() and an if outside the kernel body's own statements cannot use it (use &, |, ~, "
+                       "tilus.logical_and / logical_or / logical_not, tilus.select). Expr(x) makes one of a Python "
+                       "number (bool: bool, int: int32 or int64, float: float32).");
   expr.def(py::init(&to_expr))
-      .def_property_readonly("dtype", &Expr::dtype)
-      .def("is_const", &Expr::is_const)
-      .def("int_value", &Expr::int_value)
+      .def_property_readonly("dtype", &Expr::dtype, "The data type of the expression's value.")
+      .def("is_const", &Expr::is_const, "Whether the expression is a constant.")
+      .def("int_value", &Expr::int_value, "The value of an integer constant (see is_const).")
       .def("__repr__", [](const Expr& e) { return to_string(e); })
       .def("__bool__", [](const Expr& e) -> bool {
         throw CompileError(fmt::format(
@@ -594,27 +617,41 @@ PYBIND11_MODULE(_C, m) {
   def_binary(expr, "__lshift__", "__rlshift__", [](const Expr& a, const Expr& b) { return a << b; });
   def_binary(expr, "__rshift__", "__rrshift__", [](const Expr& a, const Expr& b) { return a >> b; });
 
-  py::class_<Var, Expr>(m, "Var").def_property_readonly("name", &Var::name);
+  py::class_<Var, Expr>(m, "Var", "A named scalar variable of a kernel: a parameter, a loop variable, a let or a "
+                                  "declared (mutable) variable.")
+      .def_property_readonly("name", &Var::name, "The variable's name.");
 
-  m.def("const", [](const py::object& v, const DataType& t) { return make_const(t, v.cast<double>()); });
-  m.def("cast", [](const py::object& v, const DataType& t) { return cast(to_expr(v), t); });
-  m.def("cdiv", [](const py::object& a, const py::object& b) { return cdiv(to_expr(a), to_expr(b)); });
-  m.def("min", [](const py::object& a, const py::object& b) { return min(to_expr(a), to_expr(b)); });
-  m.def("max", [](const py::object& a, const py::object& b) { return max(to_expr(a), to_expr(b)); });
+  m.def("const", [](const py::object& v, const DataType& t) { return make_const(t, v.cast<double>()); },
+        "A constant expression of a number and a data type.");
+  m.def("cast", [](const py::object& v, const DataType& t) { return cast(to_expr(v), t); },
+        "A scalar (a Python number or an Expr) converted to a data type (tilus.cast checks its operands first).");
+  m.def("cdiv", [](const py::object& a, const py::object& b) { return cdiv(to_expr(a), to_expr(b)); },
+        "ceil(a / b) of non-negative integer scalars, as an Expr (tilus.cdiv also folds two Python ints).");
+  m.def("min", [](const py::object& a, const py::object& b) { return min(to_expr(a), to_expr(b)); },
+        "The smaller of two scalars, as an Expr (tilus.min also folds two Python numbers).");
+  m.def("max", [](const py::object& a, const py::object& b) { return max(to_expr(a), to_expr(b)); },
+        "The larger of two scalars, as an Expr (tilus.max also folds two Python numbers).");
   m.def("select", [](const py::object& c, const py::object& a, const py::object& b) {
     return select(to_expr(c), to_expr(a), to_expr(b));
-  });
-  m.def("logical_and", [](const py::object& a, const py::object& b) { return logical_and(to_expr(a), to_expr(b)); });
-  m.def("logical_or", [](const py::object& a, const py::object& b) { return logical_or(to_expr(a), to_expr(b)); });
-  m.def("logical_not", [](const py::object& a) { return !to_expr(a); });
-  m.def("call", [](const std::string& name, const py::iterable& args) { return call(name, to_exprs(args)); });
-  m.def("block_idx", [](int d) { return Expr(builtin::block_idx(d)); });
+  }, "a where the bool scalar c holds, else b, as an Expr (tilus.select checks its operands first).");
+  m.def("logical_and", [](const py::object& a, const py::object& b) { return logical_and(to_expr(a), to_expr(b)); },
+        "a and b of bool scalars, as an Expr.");
+  m.def("logical_or", [](const py::object& a, const py::object& b) { return logical_or(to_expr(a), to_expr(b)); },
+        "a or b of bool scalars, as an Expr.");
+  m.def("logical_not", [](const py::object& a) { return !to_expr(a); }, "not a of a bool scalar, as an Expr.");
+  m.def("call", [](const std::string& name, const py::iterable& args) { return call(name, to_exprs(args)); },
+        "A call of the named builtin math function (\"exp\", \"sqrt\", ...) on scalar arguments, as an Expr.");
+  m.def("block_idx", [](int d) { return Expr(builtin::block_idx(d)); },
+        "The block index along grid dim d (0, 1, 2): self.blockIdx.x / .y / .z.");
 
   // --- tensors ----------------------------------------------------------------------------------
-  py::class_<Tensor>(m, "Tensor")
-      .def_property_readonly("dtype", &Tensor::dtype)
-      .def_property_readonly("rank", &Tensor::rank)
-      .def_property_readonly("scope", [](const Tensor& t) { return std::string(to_string(t.scope())); })
+  py::class_<Tensor>(m, "Tensor",
+                     "A tensor of the tile IR (global, shared or register); the .t of tilus.GlobalTensor, "
+                     "SharedTensor and RegisterTensor.")
+      .def_property_readonly("dtype", &Tensor::dtype, "The element data type.")
+      .def_property_readonly("rank", &Tensor::rank, "The number of dims.")
+      .def_property_readonly("scope", [](const Tensor& t) { return std::string(to_string(t.scope())); },
+                             "The memory scope: \"global\", \"shared\" or \"register\".")
       .def_property_readonly("shape", [](const Tensor& t) {
         py::list out;
         for (auto& e : t.shape()) {
@@ -622,47 +659,57 @@ PYBIND11_MODULE(_C, m) {
           else out.append(e);
         }
         return out;
-      })
-      .def("type_str", &Tensor::type_str)
-      .def("same_as", &Tensor::same_as)
-      .def_property_readonly("id", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.get()); })
+      }, "The extents: ints, or Exprs for dynamic dims.")
+      .def("type_str", &Tensor::type_str, "The tensor's type as messages print it (scope, dtype, shape).")
+      .def("same_as", &Tensor::same_as, "Whether both handles are the same tensor.")
+      .def_property_readonly("id", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.get()); },
+                             "A number that identifies the tensor (equal for handles of the same tensor).")
       .def("__repr__", &Tensor::type_str);
 
   py::class_<RegisterLayout>(m, "RegisterLayout", "A register layout: which thread holds which tile element in which slot.")
       .def("__repr__", &RegisterLayout::str)
-      .def_property_readonly("shape", &RegisterLayout::shape)
-      .def_property_readonly("num_threads", &RegisterLayout::num_threads)
-      .def_property_readonly("local_size", &RegisterLayout::local_size)
+      .def_property_readonly("shape", &RegisterLayout::shape, "The tile shape.")
+      .def_property_readonly("num_threads", &RegisterLayout::num_threads, "The number of threads that hold the tile.")
+      .def_property_readonly("local_size", &RegisterLayout::local_size, "The number of slots (registers) per thread.")
       .def("map", &RegisterLayout::map, py::arg("thread"), py::arg("slot"),
            "The tile index that `thread` holds in `slot`.")
       .def("owners", &RegisterLayout::owners, py::arg("index"), "Every (thread, slot) that holds tile `index`.")
       .def("__mul__", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; })
       .def(py::self == py::self);
-  m.def("local", &local);
-  m.def("spatial", &spatial);
-  m.def("column_local", &column_local);
-  m.def("column_spatial", &column_spatial);
-  m.def("replicated", &replicated);
-  m.def("compose", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; });
+  m.def("local", &local,
+        "A register layout in which one thread holds the whole tile of this shape, slots in row-major order: "
+        "local([2, 4]).\n\nCompose layouts with *: spatial([8, 4]) * local([1, 2]).");
+  m.def("spatial", &spatial,
+        "A register layout of one element per thread over a tile of this shape, threads in row-major order: "
+        "spatial([8, 4]) (32 threads).");
+  m.def("column_local", &column_local, "local(shape) with its slots in column-major order.");
+  m.def("column_spatial", &column_spatial, "spatial(shape) with its threads in column-major order.");
+  m.def("replicated", &replicated, "A register layout of num_threads threads that hold the same elements.");
+  m.def("compose", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; },
+        "The Kronecker composition a * b: b repeated in the pattern of a.");
 
-  py::class_<Program>(m, "Program")
+  py::class_<Program>(m, "Program", "A tile IR program (tilus.trace returns the traced one); str() prints it.")
       .def("__str__", [](const Program& p) { return print(p); })
       .def("text", [](const Program& p, bool locations) {
         PrintOptions o;
         o.locations = locations;
         return print(p, o);
-      }, py::arg("locations") = false)
-      .def_property_readonly("kernel_name", [](const Program& p) { return p.kernels.at(0).name; })
-      .def("specialize", &specialize)
+      }, py::arg("locations") = false, "The printed IR; locations=True adds each instruction's file:line.")
+      .def_property_readonly("kernel_name", [](const Program& p) { return p.kernels.at(0).name; },
+                             "The name of the program's kernel.")
+      .def("specialize", &specialize,
+           "Hands specialization facts ({parameter index: divisor or alignment in bytes}) to the kernel, in place.")
       .def("lowered", [](const Program& p, const std::string& arch) {
         PipelineOptions o;
         o.target = arch == "cpu" ? Target::cpu() : Target::from_arch(arch);
         return run_pipeline(p, o);
-      });
+      }, "The program after the pass pipeline for a target: a GPU arch (\"sm_80\", \"sm_90a\", ...) or \"cpu\".");
 
   // --- the tracer -------------------------------------------------------------------------------
   using L = const py::tuple&;
-  py::class_<Builder>(m, "Builder")
+  py::class_<Builder>(m, "Builder",
+                      "The tracer of one kernel (internal): tilus.Script's instruction methods record the kernel's "
+                      "instructions through it; each method takes the user's (file, line).")
       .def(py::init([](const std::string& name, L loc) { return std::make_unique<Builder>(name, loc_of(loc)); }))
       .def("add_param", [](Builder& b, const std::string& n, DataType t, L loc) { return b.add_param(n, t, loc_of(loc)); })
       .def("add_constant", &Builder::add_constant)
@@ -807,28 +854,41 @@ PYBIND11_MODULE(_C, m) {
       .def("annotate_layout", [](Builder& b, const Tensor& t, const RegisterLayout& l, L loc) { b.annotate_layout(t, l, loc_of(loc)); });
 
   // --- compiling and launching ------------------------------------------------------------------
-  py::class_<GpuKernel>(m, "GpuKernel")
-      .def("launch", &GpuKernel::launch, py::arg("args"), py::arg("stream") = 0)
-      .def("launch_fast", &GpuKernel::launch_fast)
-      .def_property_readonly("source", [](const GpuKernel& k) { return k.launcher->kernel().source.source; })
-      .def_property_readonly("from_cache", [](const GpuKernel& k) { return k.launcher->kernel().from_cache; })
+  py::class_<GpuKernel>(m, "GpuKernel",
+                        "A compiled GPU kernel (Script.compiled returns one): its CUDA source, cubin, target arch "
+                        "and ptxas's resource report.")
+      .def("launch", &GpuKernel::launch, py::arg("args"), py::arg("stream") = 0,
+           "Launches the kernel with runtime arguments (KernelArgs and numbers) on a CUDA stream handle (0: the "
+           "default stream); the arguments are checked first.")
+      .def("launch_fast", &GpuKernel::launch_fast, "The torch fast path's launch (internal).")
+      .def_property_readonly("source", [](const GpuKernel& k) { return k.launcher->kernel().source.source; },
+                             "The CUDA C++ source.")
+      .def_property_readonly("from_cache", [](const GpuKernel& k) { return k.launcher->kernel().from_cache; },
+                             "Whether the cubin came from the disk cache (no NVRTC run).")
       .def_property_readonly("cubin", [](const GpuKernel& k) {
         const auto& c = k.launcher->kernel().cubin;
         return py::bytes(c.data(), c.size());
-      })
-      .def_property_readonly("arch", [](const GpuKernel& k) { return k.launcher->kernel().source.arch; })
+      }, "The compiled cubin, as bytes.")
+      .def_property_readonly("arch", [](const GpuKernel& k) { return k.launcher->kernel().source.arch; },
+                             "The GPU target, e.g. \"sm_90a\".")
       // ptxas's report (-1: not reported): registers per thread, bytes per thread of the rest.
-      .def_property_readonly("registers", [](const GpuKernel& k) { return k.launcher->kernel().resources.registers; })
+      .def_property_readonly("registers", [](const GpuKernel& k) { return k.launcher->kernel().resources.registers; },
+                             "Registers per thread, from ptxas's report (-1: not reported).")
       .def_property_readonly("stack_frame_bytes",
-                             [](const GpuKernel& k) { return k.launcher->kernel().resources.stack_frame_bytes; })
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.stack_frame_bytes; },
+                             "Stack frame bytes per thread, from ptxas's report (-1: not reported).")
       .def_property_readonly("spill_store_bytes",
-                             [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_store_bytes; })
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_store_bytes; },
+                             "Register spill store bytes per thread, from ptxas's report (-1: not reported).")
       .def_property_readonly("spill_load_bytes",
-                             [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_load_bytes; })
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_load_bytes; },
+                             "Register spill load bytes per thread, from ptxas's report (-1: not reported).")
       .def("grid", [](const GpuKernel& k, const py::sequence& values) {
         return k.launcher->grid(to_args(k.launcher->kernel().source.params, values, {}));
-      });
-  py::class_<TorchFastPath>(m, "TorchFastPath")
+      }, "The grid (blocks in x, y, z) a launch with these runtime arguments would use.");
+  py::class_<TorchFastPath>(m, "TorchFastPath",
+                            "The launch fast path of one Script instance for CUDA torch tensors (internal; "
+                            "docs/python.md, \"Launch overhead\").")
       .def(py::init([](std::vector<int> kinds, std::vector<py::object> dtypes, py::object tensor_type,
                        py::object raw_stream) {
         return TorchFastPath{std::move(kinds), std::move(dtypes), std::move(tensor_type), std::move(raw_stream), {}, {}};
@@ -842,7 +902,7 @@ PYBIND11_MODULE(_C, m) {
           mask |= uint64_t(1) << index;
         f.kernels[mask] = &k;
         f.keep.push_back(kernel);
-      });
+      }, "Registers the GpuKernel compiled for these arguments, under the specialization mask __call__ computes.");
   m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
     std::string a = arch.empty() ? current_device().arch() : arch;
     CompiledKernel k;
@@ -856,13 +916,17 @@ PYBIND11_MODULE(_C, m) {
     for (const Expr& e : g.launcher->kernel().source.grid)
       for (const Var& v : free_vars(e)) g.grid_uses_pointers |= v.dtype().is_pointer();
     return g;
-  }, py::arg("program"), py::arg("arch") = "", py::arg("cache") = true);
+  }, py::arg("program"), py::arg("arch") = "", py::arg("cache") = true,
+     "Compiles a traced Program for a GPU arch (\"\": the current GPU's) with NVRTC, through the disk cache "
+     "unless cache=False; returns a GpuKernel.");
   // The CUDA text of a program (no GPU needed); debug_bounds None: TILUS_DEBUG_BOUNDS decides.
   m.def("compile_cuda_source", [](const Program& p, const std::string& arch, std::optional<bool> debug_bounds) {
     CudaOptions o = CudaOptions::from_env();
     if (debug_bounds) o.debug_bounds = *debug_bounds;
     return compile_program(p, arch, nullptr, o).source.source;
-  }, py::arg("program"), py::arg("arch"), py::arg("debug_bounds") = py::none());
+  }, py::arg("program"), py::arg("arch"), py::arg("debug_bounds") = py::none(),
+     "The CUDA source of a traced Program for a GPU arch (no NVRTC run); debug_bounds None: TILUS_DEBUG_BOUNDS "
+     "decides.");
   // What a traced program becomes, without launching: the CUDA source (no NVRTC needed), the
   // PTX (NVRTC), and the IR after every pass as (stage, text) pairs, "traced" first.
   m.def("cuda_source", [](const Program& p, const std::string& arch) {
@@ -870,7 +934,7 @@ PYBIND11_MODULE(_C, m) {
     o.target = Target::from_arch(arch);
     Program lowered = run_pipeline(p, o);
     return emit_cuda(lowered.kernels.at(0), o.target).source;
-  });
+  }, "The CUDA source of a traced Program after the pass pipeline for a GPU arch (no GPU or NVRTC needed).");
   m.def("cuda_ptx", [](const Program& p, const std::string& arch) {
     PipelineOptions o;
     o.target = Target::from_arch(arch);
@@ -878,7 +942,7 @@ PYBIND11_MODULE(_C, m) {
     KernelSource src = emit_cuda(lowered.kernels.at(0), o.target);
     py::gil_scoped_release release;
     return nvrtc_compile(src.source, src.name, src.arch).ptx;
-  });
+  }, "The PTX NVRTC makes of a traced Program's CUDA source for a GPU arch (needs NVRTC, not a GPU).");
   m.def("pass_names", &pass_names, "The tile-level passes in pipeline order.");
   m.def("pass_stages", [](const Program& p, const std::string& arch) {
     PipelineOptions o;
@@ -887,15 +951,24 @@ PYBIND11_MODULE(_C, m) {
     o.after_pass = [&](const std::string& name, const Program& q) { stages.emplace_back(name, print(q)); };
     run_pipeline(p, o);
     return stages;
-  });
+  }, "The IR of a traced Program after every pass, as (stage, text) pairs, \"traced\" first, for a GPU arch or "
+     "\"cpu\".");
 
-  py::class_<CpuKernelHandle>(m, "CpuKernel")
-      .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents") = std::vector<int64_t>{})
-      .def_property_readonly("llvm_ir", [](const CpuKernelHandle& k) { return k.kernel->llvm_ir(); })
-      .def_property_readonly("checked", [](const CpuKernelHandle& k) { return k.kernel->checked(); })
-      .def_property_readonly("fast_compiled", [](const CpuKernelHandle& k) { return k.kernel->fast_compiled(); })
-      .def_property_readonly("compile_ms", [](const CpuKernelHandle& k) { return k.kernel->compile_ms(); })
-      .def_property_readonly("gpu_warnings", [](const CpuKernelHandle& k) { return k.kernel->gpu_warnings(); });
+  py::class_<CpuKernelHandle>(m, "CpuKernel", "A kernel compiled for the CPU backend (LLVM ORC JIT).")
+      .def("launch", &CpuKernelHandle::launch, py::arg("args"), py::arg("extents") = std::vector<int64_t>{},
+           "Runs every block with runtime arguments (KernelArgs and numbers; pointers given as ints take their byte "
+           "extent from extents), checked first; Ctrl-C stops it.")
+      .def_property_readonly("llvm_ir", [](const CpuKernelHandle& k) { return k.kernel->llvm_ir(); },
+                             "The kernel's LLVM IR before optimization.")
+      .def_property_readonly("checked", [](const CpuKernelHandle& k) { return k.kernel->checked(); },
+                             "Whether it was compiled in checked mode (every global access checked).")
+      .def_property_readonly("fast_compiled", [](const CpuKernelHandle& k) { return k.kernel->fast_compiled(); },
+                             "Whether it was compiled for compile time (a large kernel: a shorter pass pipeline).")
+      .def_property_readonly("compile_ms", [](const CpuKernelHandle& k) { return k.kernel->compile_ms(); },
+                             "Milliseconds spent compiling (pass pipeline, lowering and JIT).")
+      .def_property_readonly("gpu_warnings", [](const CpuKernelHandle& k) { return k.kernel->gpu_warnings(); },
+                             "Why the kernel could not run (well) on a GPU although it runs here (more shared memory "
+                             "than a GPU allows, register spills).");
   m.def("compile_cpu", [](const Program& p, bool checked, int threads) {
     CpuOptions o;
     o.checked = checked;
@@ -908,10 +981,13 @@ PYBIND11_MODULE(_C, m) {
     CpuKernelHandle h{std::move(k), {}};
     for (const Var& v : h.kernel->kernel().params) h.params.push_back(KernelParam{v.name(), v.dtype()});
     return h;
-  }, py::arg("program"), py::arg("checked") = false, py::arg("threads") = 0);
+  }, py::arg("program"), py::arg("checked") = false, py::arg("threads") = 0,
+     "Compiles a traced Program for the CPU backend (checked: checked mode; threads: worker threads for the blocks, "
+     "0: the hardware's); returns a CpuKernel.");
 
   // --- launch arguments -------------------------------------------------------------------------
-  py::class_<KernelArg>(m, "KernelArg")
+  py::class_<KernelArg>(m, "KernelArg",
+                        "A launch argument as the core takes it (internal: tilus/launch.py makes them of arrays).")
       // An array argument as the front end sees it: its address, element dtype, byte extent,
       // device, and what the argument contract checks (tilus/runtime/launcher.h): read-only,
       // byte order, shape and byte strides (None: a dense row-major buffer).
@@ -930,45 +1006,57 @@ PYBIND11_MODULE(_C, m) {
         return a;
       }, py::arg("address"), py::arg("pointee"), py::arg("bytes"), py::arg("device"), py::arg("read_only") = false,
          py::arg("foreign_byte_order") = false, py::arg("shape") = std::vector<int64_t>{},
-         py::arg("byte_strides") = std::vector<int64_t>{})
-      .def_property_readonly("address", [](const KernelArg& a) { return uint64_t(a.ptr); });
-  py::class_<KernelSignature>(m, "KernelSignature")
+         py::arg("byte_strides") = std::vector<int64_t>{},
+         "An array argument: address, element dtype, byte extent, device (\"cuda\", \"cpu\" or other), and what the "
+         "argument contract checks (read-only, foreign byte order, shape and byte strides; empty: dense row-major).")
+      .def_property_readonly("address", [](const KernelArg& a) { return uint64_t(a.ptr); }, "The array's address.");
+  py::class_<KernelSignature>(m, "KernelSignature",
+                              "A Script's kernel before it is traced, its name and runtime parameters (internal): "
+                              "check() checks a call's arguments as every launch does.")
       .def(py::init([](const std::string& name, const std::vector<std::pair<std::string, DataType>>& params) {
         KernelSignature s;
         s.source.name = name;
         for (auto& [n, t] : params) s.source.params.push_back(KernelParam{n, t});
         return s;
       }))
-      .def("check", &KernelSignature::check);
+      .def("check", &KernelSignature::check,
+           "Checks a call's runtime arguments; returns (per argument True / False / None: specialized or not, "
+           "None for floats; the backend, \"gpu\" or \"cpu\"; the specialization facts).");
 
   // --- autotuning -------------------------------------------------------------------------------
-  py::class_<TuneSpace>(m, "TuneSpace")
+  py::class_<TuneSpace>(m, "TuneSpace",
+                        "An autotuning space (internal: @tilus.autotune builds one): named dimensions of value texts.")
       .def(py::init<>())
       .def(py::init<const TuneSpace&>())
       .def("add", [](TuneSpace& s, const std::string& names, std::vector<std::vector<TuneValue>> points, L loc) {
         s.add(names, std::move(points), loc_of(loc));
-      })
-      .def("configs", &TuneSpace::configs, py::arg("fixed") = TuneConfig{})
-      .def_property_readonly("names", &TuneSpace::names);
-  py::class_<TuneEntry>(m, "TuneEntry")
-      .def_readonly("key", &TuneEntry::key)
-      .def_readonly("winner", &TuneEntry::winner)
-      .def_readonly("compile_s", &TuneEntry::compile_s)
-      .def_readonly("tuning_s", &TuneEntry::tuning_s)
+      }, "Adds a dimension: names (\"a, b\") and their points (value texts); CompileError at loc for a bad one.")
+      .def("configs", &TuneSpace::configs, py::arg("fixed") = TuneConfig{},
+           "The product of the dimensions, the first added varying fastest; fixed names are projected out.")
+      .def_property_readonly("names", &TuneSpace::names, "Every tuned name, in the order added.");
+  py::class_<TuneEntry>(m, "TuneEntry",
+                        "The result of tuning one key (tilus.autotune_report returns them); str() is a table of "
+                        "configs and times.")
+      .def_readonly("key", &TuneEntry::key, "The tuning key's full text.")
+      .def_readonly("winner", &TuneEntry::winner, "The fastest config, {name: value text}.")
+      .def_readonly("compile_s", &TuneEntry::compile_s, "Seconds spent tracing and compiling every config.")
+      .def_readonly("tuning_s", &TuneEntry::tuning_s, "Seconds the whole tuning took.")
       .def_property_readonly("results", [](const TuneEntry& e) {
         py::list out;
         for (auto& r : e.results) out.append(py::make_tuple(r.config, r.ms, r.error));
         return out;
-      })
+      }, "Every config's (config, milliseconds or None when skipped, why it was skipped).")
       .def("__str__", &tune_report);
-  m.def("tune_bucket", &tune_bucket);
-  m.def("tune_space_id", &tune_space_id);
+  m.def("tune_bucket", &tune_bucket, "The tuning bucket of an integer size: the next power of two (0 and 1 stay).");
+  m.def("tune_space_id", &tune_space_id, "A hash of a space's configs, part of the tuning key.");
   m.def("tune_key", [](const std::string& script, const py::sequence& values, const std::string& arch,
                        const std::string& space, const TuneConfig& fixed, const TuneConfig& constants) {
     return tune_key(script, to_args({}, values, {}), arch, space, fixed, constants);
-  });
-  m.def("store_tune_entry", &store_tune_entry);
-  m.def("load_tune_entry", &load_tune_entry);
+  }, "The tuning key text of a call (internal: tilus/tuning.py).");
+  m.def("store_tune_entry", &store_tune_entry,
+        "Writes a TuneEntry to <cache dir>/autotune/<hash of key>.txt (atomically).");
+  m.def("load_tune_entry", &load_tune_entry,
+        "The TuneEntry stored for a key in a cache dir; None when missing, corrupt, truncated or stale.");
   // Tunes with the C++ tuner: `trace(config)` returns the config's traced Program (called from
   // the compile threads, which hold the GIL only for it); `timer(config)`, when given, replaces
   // the timing (tests). A tilus error raised in `trace` skips the config like any other.
@@ -997,20 +1085,23 @@ PYBIND11_MODULE(_C, m) {
     std::vector<KernelArg> args = to_args({}, values, {});
     py::gil_scoped_release release;
     return tune(key, configs, traced, args, o);
-  });
-  m.def("tune_report", &tune_report);
+  }, "Tunes configs with the C++ tuner (internal: tilus/tuning.py); returns the TuneEntry.");
+  m.def("tune_report", &tune_report, "A TuneEntry as a table of configs and times, fastest first, the winner marked *.");
 
   m.def("device_info", [] {
     const DeviceInfo& d = current_device();
     return py::dict(py::arg("name") = d.name, py::arg("arch") = d.arch(), py::arg("driver_version") = d.driver_version);
-  });
-  m.def("nvrtc_version", [] { return nvrtc_available() ? nvrtc_version() : 0; });
-  m.def("cache_dir", [] { return default_cache().dir(); });
-  m.def("gpu_available", &gpu_available);
-  m.def("gpu_unavailable_reason", &gpu_unavailable_reason);
-  m.def("cpu_backend_available", &cpu_backend_available);
-  m.def("cpu_unavailable_reason", &cpu_unavailable_reason);
-  m.def("nvrtc_available", &nvrtc_available);
-  m.def("default_backend", [] { return std::string(to_string(default_backend())); });
-  m.def("synchronize", &synchronize);
+  }, "The current GPU: {\"name\", \"arch\" (e.g. \"sm_90a\"), \"driver_version\"}.");
+  m.def("nvrtc_version", [] { return nvrtc_available() ? nvrtc_version() : 0; },
+        "NVRTC's version as major * 1000 + minor * 10 (e.g. 13000); 0 without NVRTC.");
+  m.def("cache_dir", [] { return default_cache().dir(); }, "The disk cache's root directory ($TILUS_CACHE_DIR or ~/.cache/tilus).");
+  m.def("gpu_available", &gpu_available, "True when libcuda loads and at least one device is present.");
+  m.def("gpu_unavailable_reason", &gpu_unavailable_reason, "Why gpu_available() is False (\"\" when it is True).");
+  m.def("cpu_backend_available", &cpu_backend_available, "True when tilus was built with LLVM (the CPU backend).");
+  m.def("cpu_unavailable_reason", &cpu_unavailable_reason,
+        "Why cpu_backend_available() is False (\"\" when it is True).");
+  m.def("nvrtc_available", &nvrtc_available, "True when tilus was built with NVRTC.");
+  m.def("default_backend", [] { return std::string(to_string(default_backend())); },
+        "\"gpu\" when a GPU can be used, else \"cpu\"; TILUS_TARGET=cpu / gpu overrides.");
+  m.def("synchronize", &synchronize, "Waits until the current CUDA context has finished all work (cuCtxSynchronize).");
 }

@@ -19,6 +19,8 @@
 See docs/python.md; tilus.testing.do_bench times a function, tilus.visualize_layout draws a
 register layout.
 """
+import typing as _typing
+
 from . import _C
 from ._C import ArgumentError, CompileError, CpuCheckError, DataType, Error, Expr, InternalError, Var
 from ._C import column_local, column_spatial, local, replicated, spatial
@@ -31,16 +33,53 @@ from . import testing
 
 __version__ = _C.__version__
 
-# data types: tilus.float16, tilus.int4, tilus.float6_e3m2, ...; ~dtype is a pointer type
-_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-           "float32", "float64", "tfloat32", "float8_e4m3", "float8_e5m2", "float7_e3m3", "float6_e3m2",
-           "float6_e2m3", "float5_e2m2", "float4_e2m1", "float3_e1m1"]
-_DTYPES += [f"int{i}" for i in range(1, 8)] + [f"uint{i}" for i in range(1, 8)]
-for _n in _DTYPES:
-    globals()["boolean" if _n == "bool" else _n] = DataType.from_name("tf32" if _n == "tfloat32" else _n)
+# data types: tilus.float16, tilus.int4, tilus.float6_e3m2, ...; ~dtype is a pointer type. One
+# assignment each, so that IDEs and type checkers see them.
+boolean = DataType.from_name("bool")
+int8 = DataType.from_name("int8")
+int16 = DataType.from_name("int16")
+int32 = DataType.from_name("int32")
+int64 = DataType.from_name("int64")
+uint8 = DataType.from_name("uint8")
+uint16 = DataType.from_name("uint16")
+uint32 = DataType.from_name("uint32")
+uint64 = DataType.from_name("uint64")
+float16 = DataType.from_name("float16")
+bfloat16 = DataType.from_name("bfloat16")
+float32 = DataType.from_name("float32")
+float64 = DataType.from_name("float64")
+tfloat32 = DataType.from_name("tf32")
+float8_e4m3 = DataType.from_name("float8_e4m3")
+float8_e5m2 = DataType.from_name("float8_e5m2")
+float7_e3m3 = DataType.from_name("float7_e3m3")
+float6_e3m2 = DataType.from_name("float6_e3m2")
+float6_e2m3 = DataType.from_name("float6_e2m3")
+float5_e2m2 = DataType.from_name("float5_e2m2")
+float4_e2m1 = DataType.from_name("float4_e2m1")
+float3_e1m1 = DataType.from_name("float3_e1m1")
+int1 = DataType.from_name("int1")
+int2 = DataType.from_name("int2")
+int3 = DataType.from_name("int3")
+int4 = DataType.from_name("int4")
+int5 = DataType.from_name("int5")
+int6 = DataType.from_name("int6")
+int7 = DataType.from_name("int7")
+uint1 = DataType.from_name("uint1")
+uint2 = DataType.from_name("uint2")
+uint3 = DataType.from_name("uint3")
+uint4 = DataType.from_name("uint4")
+uint5 = DataType.from_name("uint5")
+uint6 = DataType.from_name("uint6")
+uint7 = DataType.from_name("uint7")
 
 
-def dtype(name):
+# annotations of the scalar functions (each checks its operands itself)
+_Int = _typing.Union[int, Expr]            # a Python int or an integer kernel scalar
+_Bool = _typing.Union[bool, Expr]          # a Python bool or a bool kernel scalar
+_Scalar = _typing.Union[int, float, Expr]  # a Python number (bool included) or a kernel scalar
+
+
+def dtype(name: str) -> DataType:
     """The data type of a name ("float16", "bf16", "int4", "float6_e3m2", ...)."""
     return DataType.from_name(name)
 
@@ -54,65 +93,71 @@ def _scalars(what, *xs):
                                f"{', '.join(_describe(v) for v in xs)}")
 
 
-def cdiv(a, b):
-    """ceil(a / b) for non-negative integers (Python ints or tilus expressions)."""
+def cdiv(a: _Int, b: _Int) -> _Int:
+    """ceil(a / b) for non-negative integers (Python ints or tilus expressions).
+
+    Two Python ints give a Python int; otherwise the result is a kernel expression.
+    """
     _scalars("cdiv", a, b)
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return _C.cdiv(a, b)
 
 
-def logical_and(a, b):
+def logical_and(a: _Bool, b: _Bool) -> Expr:
     """``a and b`` of boolean scalars (Python's ``and`` needs a Python bool; ``a & b`` works too)."""
     _scalars("logical_and", a, b)
     return _C.logical_and(a, b)
 
 
-def logical_or(a, b):
+def logical_or(a: _Bool, b: _Bool) -> Expr:
     """``a or b`` of boolean scalars (Python's ``or`` needs a Python bool; ``a | b`` works too)."""
     _scalars("logical_or", a, b)
     return _C.logical_or(a, b)
 
 
-def logical_not(a):
+def logical_not(a: _Bool) -> Expr:
     """``not a`` of a boolean scalar (Python's ``not`` needs a Python bool; ``~a`` works too)."""
     _scalars("logical_not", a)
     return _C.logical_not(a)
 
 
-def cast(x, dtype):
+def cast(x: _Scalar, dtype: DataType) -> Expr:
     """The scalar ``x`` (a Python number or tilus expression) converted to ``dtype``."""
     _scalars("cast", x)
     return _C.cast(x, _dtype(dtype, "tilus.cast: dtype", _here()))
 
 
-def select(cond, a, b):
+def select(cond: _Bool, a: _Scalar, b: _Scalar) -> Expr:
     """``a`` where the boolean scalar ``cond`` holds, else ``b`` (scalars; for tensors use
     ``Script.where``)."""
     _scalars("select", cond, a, b)
     return _C.select(cond, a, b)
 
 
-def gpu_available():
+def gpu_available() -> bool:
     """True when a CUDA GPU and its driver can be used (kernels of CUDA arrays run there)."""
     return _C.gpu_available()
 
 
-def cpu_backend_available():
+def cpu_backend_available() -> bool:
     """True when tilus was built with LLVM: kernels of host arrays (numpy) run on the CPU."""
     return _C.cpu_backend_available()
 
 
-def min(a, b):  # noqa: A001 - tilus.min is the scalar minimum of expressions, as in the C++ API
-    """The smaller of two scalars (Python numbers or tilus expressions)."""
+# tilus.min / tilus.max are the scalar minimum / maximum of expressions, as in the C++ API
+def min(a: _Scalar, b: _Scalar) -> _Scalar:  # noqa: A001
+    """The smaller of two scalars (Python numbers or tilus expressions): a Python number when
+    both are Python numbers, else a kernel expression."""
     _scalars("min", a, b)
     if not isinstance(a, Expr) and not isinstance(b, Expr):
         return a if a <= b else b
     return _C.min(a, b)
 
 
-def max(a, b):  # noqa: A001
-    """The larger of two scalars (Python numbers or tilus expressions)."""
+def max(a: _Scalar, b: _Scalar) -> _Scalar:  # noqa: A001
+    """The larger of two scalars (Python numbers or tilus expressions): a Python number when
+    both are Python numbers, else a kernel expression."""
     _scalars("max", a, b)
     if not isinstance(a, Expr) and not isinstance(b, Expr):
         return a if a >= b else b

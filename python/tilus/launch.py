@@ -266,7 +266,15 @@ def arguments(sig, args, stream=None):
 # --- compiling ----------------------------------------------------------------------------------
 
 def trace(script, constants=None):
-    """The traced (not yet lowered) Program of a Script for given compile-time constants."""
+    """The traced (not yet lowered) Program of a Script instance; ``str()`` prints its tile IR.
+
+    ``constants`` maps the names of the compile-time parameters of ``__call__`` (those annotated
+    ``int``, ``float``, ``bool`` or ``str``) to their values; each needs one. Nothing is
+    compiled and no arguments are needed.
+
+    Raises:
+        CompileError: the body cannot be traced (at its ``file:line``), or a constant is missing.
+    """
     cls = type(script)
     if getattr(cls, "_tilus_body", None) is None:
         what = f"the class {script.__name__} (make an instance: {script.__name__}(...))" if isinstance(script, type) \
@@ -411,5 +419,10 @@ _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
 
 
 def compiled_kernels(script):
-    """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)}."""
+    """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)}.
+
+    The key has one entry per parameter (True / False: whether an integer is divisible by 16 or
+    a pointer 16-byte aligned; None for floats; ("c", value) for a compile-time constant) and
+    the backend ("gpu" or "cpu") last; the Program is the traced one (``str()`` prints it).
+    """
     return {k: (c.backend, c.program) for k, c in script.__dict__.get("_tilus_kernels", {}).items()}

@@ -7,11 +7,12 @@ about shapes and dtypes are the C++ verifier's."""
 import functools
 import inspect
 import re
+from typing import Any, Callable, ContextManager, Dict, Iterable, Optional, Sequence, Union
 
 from . import _C
 from .artifacts import Artifacts
 from .launch import launch as _launch
-from ._C import CompileError, Expr
+from ._C import CompileError, DataType, Expr
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
                       _declare_kernel_variable, _describe, _dtype, _fail, _here, _is_scalar, _located, _raised_at,
                       _tracing, _where)
@@ -157,7 +158,16 @@ def _arguments(fn, self, args, kw):
 
 
 class Attrs:
-    """self.attrs.blocks / .warps / .cluster_blocks: handed to the tracer as soon as they are set."""
+    """The kernel's launch attributes, ``self.attrs`` in a Script body; each is handed to the
+    tracer as soon as it is set:
+
+    - ``blocks``: the grid, 1 to 3 block counts (Python ints or integer expressions of the
+      kernel's parameters, evaluated at every launch), e.g. ``[tilus.cdiv(n, 1024)]``;
+    - ``warps``: warps per block, a Python int from 1 to 32;
+    - ``cluster_blocks``: the thread-block cluster, 1 to 3 positive Python ints.
+
+    Any other name is a CompileError.
+    """
 
     def __init__(self):
         object.__setattr__(self, "_values", {})
@@ -187,16 +197,21 @@ class Attrs:
 
 
 class _BlockIdx:
+    """``self.blockIdx``: the index of the running thread block in the grid (``.x``, ``.y``, ``.z``)."""
+
     @property
-    def x(self):
+    def x(self) -> Expr:
+        """The block index along the grid's first dim (``attrs.blocks[0]``), an int32 scalar."""
         return _C.block_idx(0)
 
     @property
-    def y(self):
+    def y(self) -> Expr:
+        """The block index along the grid's second dim (``attrs.blocks[1]``), an int32 scalar."""
         return _C.block_idx(1)
 
     @property
-    def z(self):
+    def z(self) -> Expr:
+        """The block index along the grid's third dim (``attrs.blocks[2]``), an int32 scalar."""
         return _C.block_idx(2)
 
 
@@ -212,15 +227,37 @@ class _ThreadGroup:
             _builder().end_thread_group()
         return False
 
+
+# --- the types of the Script methods' parameters (annotations only: the methods check their
+# arguments themselves, and also take numpy integers and a single int for a list of one) ----------
+_Int = Union[int, Expr]                      # a Python int or an integer kernel scalar
+_Scalar = Union[int, float, Expr]            # a Python number (bool included) or a kernel scalar
+_Operand = Union[RegisterTensor, int, float, Expr]
+_Src = Union[GlobalTensor, SharedTensor, RegisterTensor, Region]
+_Dims = Union[int, Sequence[int], None]
+
 # --- the Script base class ----------------------------------------------------------------------
 
 class Script(Artifacts):
     """Base class of tilus kernels (see docs/python.md).
 
-    Subclasses take hyperparameters in ``__init__`` and define the kernel body as ``__call__``;
-    calling an instance launches the kernel (compiling it on the first call for each
-    specialization). ``source``, ``ptx``, ``sass``, ``ir`` and ``compiled`` show what a call
-    compiles to without launching it (tilus/artifacts.py).
+    Subclasses take hyperparameters in ``__init__`` (calling ``super().__init__()``) and define
+    the kernel body, one thread block's work, as ``__call__`` with annotated parameters
+    (``int32`` etc.: runtime scalars; ``~float16`` etc.: arrays; ``int``/``float``/``bool``/
+    ``str``: compile-time constants). Calling an instance launches the kernel, tracing and
+    compiling it on the first call of each specialization: CUDA arrays run on the GPU, host
+    arrays (numpy) on the CPU backend. ``source``, ``ptx``, ``sass``, ``ir`` and ``compiled``
+    show what a call compiles to without launching it.
+
+    In the body:
+
+    - ``self.attrs.blocks`` / ``.warps`` / ``.cluster_blocks``: the launch attributes (Attrs);
+    - ``self.blockIdx.x`` / ``.y`` / ``.z``: the block index (int32 scalars);
+    - the instruction methods (``global_view``, ``load_global``, ``copy_async``, ``dot``, ...,
+      docs/instructions.md) record the kernel's tile instructions; they may only be called
+      while the body is traced. A wrong call (a wrong argument type, a missing, repeated or
+      unknown argument, shapes or dtypes that do not fit) raises ``tilus.CompileError`` at the
+      caller's ``file:line``.
     """
 
     def __init__(self):
@@ -228,6 +265,7 @@ class Script(Artifacts):
         self.blockIdx = _BlockIdx()
 
     def __call__(self, *args, **kw):
+        """Launches the kernel (a subclass defines the body as ``__call__``; this base class has none)."""
         raise CompileError(f"{type(self).__name__} has no kernel body: a tilus.Script subclass defines __call__")
 
     def __getattr__(self, name):
@@ -264,7 +302,21 @@ class Script(Artifacts):
         cls.__call__ = __call__
 
     # --- tensors ---------------------------------------------------------------------------------
-    def global_view(self, ptr, *, dtype=None, shape, strides=None):
+    def global_view(self, ptr: Expr, *, dtype: Optional[DataType] = None, shape: Sequence[_Int],
+                    strides: Optional[Sequence[_Int]] = None) -> GlobalTensor:
+        """A global tensor over the array of a pointer parameter.
+
+        Args:
+            ptr: a pointer parameter of the kernel (annotated ``~dtype``).
+            dtype: the element type; defaults to the pointer's element type.
+            shape: the extents, Python ints or integer kernel scalars (e.g. parameters).
+            strides: in elements, one per dim; default: row-major (C-contiguous).
+
+        The views of a pointer parameter are its argument contract, checked at every launch:
+        a view without ``strides`` reads a C-contiguous array, one with ``strides`` an array of
+        its rank with exactly those strides, and the array must hold every element a view may
+        reach (docs/gpu.md, "Argument checks").
+        """
         loc = _here()
         if not isinstance(ptr, Expr):
             raise CompileError(f"{_where(loc)}global_view: ptr must be a pointer parameter of the kernel (~dtype), got "
@@ -278,24 +330,43 @@ class Script(Artifacts):
                                                    _exprs(shape, "global_view: shape", loc),
                                                    _exprs(strides, "global_view: strides", loc), loc, name))
 
-    def shared_tensor(self, *, dtype, shape):
+    def shared_tensor(self, *, dtype: DataType, shape: Sequence[int]) -> SharedTensor:
+        """A new shared-memory tensor of ``dtype`` and a static ``shape`` (positive Python ints).
+
+        Its layout is row-major, or swizzled by layout inference for conflict-free access
+        (docs/passes.md); its memory is planned by the shared-memory planner (see ``free_shared``).
+        """
         loc = _here()
         return SharedTensor(_builder().shared_tensor(_dtype(dtype, "shared_tensor: dtype", loc),
                                                      _ints(shape, "shared_tensor: shape", loc), loc))
 
-    def free_shared(self, t):
+    def free_shared(self, t: SharedTensor) -> None:
+        """Ends the lifetime of the shared tensor ``t``, so that the planner may reuse its memory."""
         loc = _here()
         _builder().free_shared(_tensor(t, "free_shared", loc, SharedTensor), loc)
 
-    def register_tensor(self, *, dtype, shape, init=None):
+    def register_tensor(self, *, dtype: DataType, shape: Sequence[int],
+                        init: Union[_Scalar, Callable[..., _Scalar], None] = None) -> RegisterTensor:
+        """A new register tensor of ``dtype`` and a static ``shape`` (positive Python ints).
+
+        Args:
+            init: None (uninitialized), a scalar (every element), or a function of the index
+                variables giving each element, e.g. ``lambda i, j: i * 8 + j``.
+
+        A register tensor holds at most 512 KiB per thread (CUDA's local memory per thread).
+        """
         loc = _here()
         if init is not None and not callable(init):
             _scalar(init, "register_tensor: init (a scalar or a function of the indices)", loc)
         return RegisterTensor(_builder().register_tensor(_dtype(dtype, "register_tensor: dtype", loc),
                                                          _ints(shape, "register_tensor: shape", loc), init, loc))
 
-    def declare(self, name, dtype, init):
-        """A mutable scalar kernel variable (assign to it with `=` anywhere)."""
+    def declare(self, name: str, dtype: DataType, init: _Scalar) -> _C.Var:
+        """A mutable scalar kernel variable named ``name`` of ``dtype``, initialized to ``init``.
+
+        Assign to it with ``=`` anywhere in the body (in loops and branches too); names that are
+        assigned in a loop or branch become such variables by themselves (docs/python.md).
+        """
         loc = _here()
         if not isinstance(name, str) or not name.isidentifier():
             raise CompileError(f"{_where(loc)}declare: name must be an identifier (a str), got {_describe(name)}")
@@ -303,7 +374,20 @@ class Script(Artifacts):
                                         _scalar(init, "declare: init", loc), loc)
 
     # --- memory ----------------------------------------------------------------------------------
-    def load_global(self, src, *, offsets, shape=None, dims=None, out=None):
+    def load_global(self, src: GlobalTensor, *, offsets: Sequence[_Int], shape: Optional[Sequence[int]] = None,
+                    dims: _Dims = None, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """A tile of a global tensor loaded into a new register tensor.
+
+        Args:
+            src: the global tensor (``global_view``).
+            offsets: where the tile starts, one per dim of ``src``.
+            shape: the tile's static shape (required).
+            dims: which dims of ``src`` the tile's dims map to (default: the trailing dims;
+                negative dims count from the end).
+            out: write the tile into this register tensor instead, and return it.
+
+        Elements outside the global tensor read as zero.
+        """
         loc = _here()
         g = _tensor(src, "load_global", loc, GlobalTensor)
         if shape is None:
@@ -313,22 +397,46 @@ class Script(Artifacts):
                                                   _ints(dims, "load_global: dims", loc), loc))
         return self._into(out, t, loc, "load_global")
 
-    def store_global(self, dst, src, *, offsets, dims=None):
+    def store_global(self, dst: GlobalTensor, src: RegisterTensor, *, offsets: Sequence[_Int],
+                     dims: _Dims = None) -> None:
+        """Stores the register tensor ``src`` into the global tensor ``dst`` at ``offsets``.
+
+        ``offsets`` has one entry per dim of ``dst``; ``dims`` maps the tile's dims to the dims
+        of ``dst`` as in ``load_global``. Elements outside the global tensor are not written.
+        """
         loc = _here()
         _builder().store_global(_tensor(dst, "store_global", loc, GlobalTensor), _tensor(src, "store_global", loc),
                                 _exprs(offsets, "store_global: offsets", loc), _ints(dims, "store_global: dims", loc),
                                 loc)
 
-    def load_shared(self, src, *, out=None):
+    def load_shared(self, src: SharedTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """The whole shared tensor ``src`` loaded into a new register tensor (or into ``out``, returned)."""
         loc = _here()
         t = RegisterTensor(_builder().load_shared(_tensor(src, "load_shared", loc, SharedTensor), loc))
         return self._into(out, t, loc, "load_shared")
 
-    def store_shared(self, dst, src):
+    def store_shared(self, dst: SharedTensor, src: RegisterTensor) -> None:
+        """Stores the register tensor ``src`` into the shared tensor ``dst`` (same shape and dtype)."""
         loc = _here()
         _builder().store_shared(_tensor(dst, "store_shared", loc, SharedTensor), _tensor(src, "store_shared", loc), loc)
 
-    def copy_async(self, src, dst, *, offsets, dims=None, evict=None, check_bounds=True):
+    def copy_async(self, src: GlobalTensor, dst: SharedTensor, *, offsets: Sequence[_Int], dims: _Dims = None,
+                   evict: Optional[str] = None, check_bounds: bool = True) -> None:
+        """Copies a tile of the global tensor ``src`` into the shared tensor ``dst`` with cp.async.
+
+        Args:
+            offsets: where the tile starts, one per dim of ``src``.
+            dims: the dim of ``src`` of each dim of ``dst``, in any order (default: the
+                trailing dims in order).
+            evict: the L2 eviction hint, "evict_normal" (the default), "evict_first" or
+                "evict_last".
+            check_bounds: True (default): elements outside ``src`` are zero-filled; False
+                removes the bounds predicate.
+
+        Asynchronous: pair it with ``copy_async_commit_group`` / ``copy_async_wait_group`` /
+        ``copy_async_wait_all``, or let the async-wait pass add the commits and waits before the
+        shared tensor is read (docs/passes.md).
+        """
         loc = _here()
         _builder().copy_async(_tensor(src, "copy_async", loc, GlobalTensor),
                               _tensor(dst, "copy_async", loc, SharedTensor),
@@ -336,14 +444,17 @@ class Script(Artifacts):
                               _optional(evict, str, "copy_async: evict", loc),
                               _bool(check_bounds, "copy_async: check_bounds", loc), loc)
 
-    def copy_async_commit_group(self):
+    def copy_async_commit_group(self) -> None:
+        """Closes the group of ``copy_async`` copies issued since the last commit."""
         _builder().copy_async_commit_group(_here())
 
-    def copy_async_wait_group(self, n):
+    def copy_async_wait_group(self, n: int) -> None:
+        """Waits until at most ``n`` (a Python int >= 0) committed copy groups are still pending."""
         loc = _here()
         _builder().copy_async_wait_group(_int(n, "copy_async_wait_group: n", loc), loc)
 
-    def copy_async_wait_all(self):
+    def copy_async_wait_all(self) -> None:
+        """Waits for every pending ``copy_async`` copy."""
         _builder().copy_async_wait_all(_here())
 
     @staticmethod
@@ -371,13 +482,47 @@ class Script(Artifacts):
         _optional(annotations, dict, f"{what}: annotations", loc)
         _layout(loop_layout, f"{what}: loop_layout", loc)
 
-    def copy(self, src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=None, annotations=None,
-             loop_layout=None):
+    def copy(self, src: _Src, dst: _Src, *, coalesced_width: Optional[int] = None, disable_tma: bool = False,
+             eviction_policy: Optional[str] = None, annotations: Optional[Dict[str, Any]] = None,
+             loop_layout: Optional[_C.RegisterLayout] = None) -> None:
+        """Copies between any two of global, shared and register regions.
+
+        A region is a whole tensor or a slice of a global or shared tensor (``g[a:b, c:d]``;
+        an integer index fixes a dim with extent 1); register regions are whole tensors, and
+        register to register is an assignment. The extents of the two sides are matched
+        right-aligned into a tile of constant extents: equal extents stay, a memory side's 1
+        takes the other side's extent, leading dims of ``dst`` that ``src`` lacks broadcast
+        ``src``. A dynamic extent is taken only where its region is global and reaches its
+        tensor's end (``g[i0:]``); anything else that does not match is a CompileError naming
+        both regions. Out-of-bounds global elements read as zero and are not written.
+
+        Args:
+            coalesced_width: elements per access, forcing a narrower vector (clamped, with a
+                warning, when not legal).
+            disable_tma: skip the TMA path.
+            eviction_policy: the L2 hint of the global accesses, "evict_normal",
+                "evict_first" or "evict_last".
+            annotations: ``coalesced_width``, ``disable_tma``, ``eviction_policy`` (winning
+                over the arguments), ``use_tma`` (TMA or an error), ``use_cp_async`` (cp.async,
+                global to shared, committing its own group); any other key is an error.
+            loop_layout: pins the thread mapping of a memory-to-memory copy.
+
+        Synchronous: the passes add the waits and barriers around it. The instruction
+        (cp.async, ldmatrix, stmatrix or vectorized SIMT) is chosen by the
+        ``select_instructions`` pass (docs/instructions.md, docs/passes.md).
+        """
         loc = _here()
         self._copy_options("copy", loc, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout)
         self._copy(src, dst, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout, False, loc)
 
-    def async_copy(self, src, dst, *, coalesced_width=None, annotations=None, loop_layout=None):
+    def async_copy(self, src: Union[GlobalTensor, Region], dst: Union[SharedTensor, Region], *,
+                   coalesced_width: Optional[int] = None, annotations: Optional[Dict[str, Any]] = None,
+                   loop_layout: Optional[_C.RegisterLayout] = None) -> None:
+        """cp.async from a global region to a shared region, followed by a commit; no wait is added.
+
+        The kernel waits itself (``copy_async_wait_group`` / ``copy_async_wait_all``); reading
+        the shared data without a wait is a CompileError. Regions and options as in ``copy``.
+        """
         loc = _here()
         self._copy_options("async_copy", loc, coalesced_width, annotations=annotations, loop_layout=loop_layout)
         self._copy(src, dst, coalesced_width, False, None, annotations, loop_layout, True, loc)
@@ -394,58 +539,86 @@ class Script(Artifacts):
                                f"({str(e).rsplit(': ', 1)[-1]})") from None
         return out
 
-    def dot(self, a, b, c=None, *, out=None, acc_dtype=None):
+    def dot(self, a: RegisterTensor, b: RegisterTensor, c: Optional[RegisterTensor] = None, *,
+            out: Optional[RegisterTensor] = None, acc_dtype: Optional[DataType] = None) -> RegisterTensor:
+        """The matrix product ``a [m, k] @ b [k, n] + c [m, n]`` as a new register tensor.
+
+        ``a`` and ``b`` have one dtype; the result has ``c``'s dtype. Without ``c`` the
+        accumulator is zeros of ``acc_dtype`` (default: float32 for float inputs, int32 for
+        integers). ``c`` is not updated: write ``acc = self.dot(a, b, acc)``, or pass ``out=``
+        to write the result into a register tensor (returned). float16 / bfloat16 use tensor
+        cores; other dtypes a SIMT product.
+        """
         loc = _here()
         ta, tb = _tensor(a, "dot", loc), _tensor(b, "dot", loc)
         tc = None if c is None else _tensor(c, "dot", loc)
         acc_dtype = None if acc_dtype is None else _dtype(acc_dtype, "dot: acc_dtype", loc)
         return self._into(out, RegisterTensor(_builder().dot(ta, tb, tc, acc_dtype, loc)), loc, "dot")
 
-    def cast(self, x, dtype):
+    def cast(self, x: RegisterTensor, dtype: DataType) -> RegisterTensor:
+        """The register tensor ``x`` converted elementwise to ``dtype`` (the same as ``x.to(dtype)``)."""
         loc = _here()
         return RegisterTensor(_builder().cast(_tensor(x, "cast", loc), _dtype(dtype, "cast: dtype", loc), loc))
 
-    def view(self, x, *, dtype=None, layout=None):
+    def view(self, x: RegisterTensor, *, dtype: Optional[DataType] = None,
+             layout: Optional[_C.RegisterLayout] = None) -> RegisterTensor:
+        """The registers of ``x`` reinterpreted, bit for bit, as ``dtype`` and/or ``layout``.
+
+        A dtype of another width scales the last dim by the bit-width ratio; with ``layout``
+        the result has that layout and its shape. The total bits must match.
+        """
         loc = _here()
         dtype = None if dtype is None else _dtype(dtype, "view: dtype", loc)
         layout = _layout(layout, "view: layout", loc)
         return RegisterTensor(_builder().view(_tensor(x, "view", loc), dtype, layout, loc))
 
-    def reshape(self, x, shape):
+    def reshape(self, x: RegisterTensor, shape: Sequence[int]) -> RegisterTensor:
+        """``x`` with a new static shape of the same element count (one -1 is inferred)."""
         loc = _here()
         return RegisterTensor(_builder().reshape(_tensor(x, "reshape", loc), _ints(shape, "reshape: shape", loc), loc))
 
-    def squeeze(self, x, dims):
+    def squeeze(self, x: RegisterTensor, dims: Union[int, Sequence[int]]) -> RegisterTensor:
+        """``x`` without its dims ``dims`` (each of extent 1; negative dims count from the end)."""
         loc = _here()
         return RegisterTensor(_builder().squeeze(_tensor(x, "squeeze", loc), _ints(dims, "squeeze: dims", loc), loc))
 
-    def unsqueeze(self, x, dims):
+    def unsqueeze(self, x: RegisterTensor, dims: Union[int, Sequence[int]]) -> RegisterTensor:
+        """``x`` with dims of extent 1 inserted at ``dims`` (dims of the result; negative count from the end)."""
         loc = _here()
         return RegisterTensor(_builder().unsqueeze(_tensor(x, "unsqueeze", loc), _ints(dims, "unsqueeze: dims", loc),
                                                    loc))
 
-    def transpose(self, x):
+    def transpose(self, x: RegisterTensor) -> RegisterTensor:
+        """The transpose of the rank-2 register tensor ``x`` (the same as ``x.T``)."""
         loc = _here()
         return RegisterTensor(_builder().transpose(_tensor(x, "transpose", loc), loc))
 
-    def repeat(self, x, repeats):
+    def repeat(self, x: RegisterTensor, repeats: Sequence[int]) -> RegisterTensor:
+        """``x`` tiled ``repeats`` times along each dim (right-aligned, like ``numpy.tile``)."""
         loc = _here()
         return RegisterTensor(_builder().repeat(_tensor(x, "repeat", loc), _ints(repeats, "repeat: repeats", loc), loc))
 
-    def where(self, cond, x, y):
+    def where(self, cond: RegisterTensor, x: _Operand, y: _Operand) -> RegisterTensor:
+        """Elementwise ``x`` where the bool register tensor ``cond`` holds, else ``y``.
+
+        ``x`` and ``y`` are register tensors or scalars; the shapes broadcast as in numpy.
+        """
         loc = _here()
         return RegisterTensor(_builder().where(_tensor(cond, "where", loc), _operand(x, "where: x", loc),
                                                _operand(y, "where: y", loc), loc))
 
-    def clip(self, x, lo, hi):
+    def clip(self, x: RegisterTensor, lo: _Scalar, hi: _Scalar) -> RegisterTensor:
+        """``min(max(x, lo), hi)`` elementwise, for a register tensor ``x`` and scalars ``lo``, ``hi``."""
         loc = _here()
         return RegisterTensor(_builder().clip(_tensor(x, "clip", loc), _scalar(lo, "clip: lo", loc),
                                               _scalar(hi, "clip: hi", loc), loc))
 
-    def maximum(self, a, b):
+    def maximum(self, a: _Operand, b: _Operand) -> RegisterTensor:
+        """The elementwise maximum of ``a`` and ``b`` (register tensors or scalars; numpy broadcasting)."""
         return _binary("max", a, b, _here())
 
-    def minimum(self, a, b):
+    def minimum(self, a: _Operand, b: _Operand) -> RegisterTensor:
+        """The elementwise minimum of ``a`` and ``b`` (register tensors or scalars; numpy broadcasting)."""
         return _binary("min", a, b, _here())
 
     def _reduce(self, op, x, dims, dim, keepdim, loc):
@@ -457,73 +630,124 @@ class Script(Artifacts):
         keepdim = _bool(keepdim, f"{op}: keepdim", loc)
         return RegisterTensor(_builder().reduce(op, _tensor(x, op, loc), dims, keepdim, loc))
 
-    def sum(self, x, *, dims=None, dim=None, keepdim=False):
+    def sum(self, x: RegisterTensor, *, dims: _Dims = None, dim: _Dims = None, keepdim: bool = False) -> RegisterTensor:
+        """The sum of ``x`` over ``dims`` (or ``dim``; default: every dim).
+
+        Negative dims count from the end; ``keepdim=True`` keeps the reduced dims with extent 1.
+        """
         return self._reduce("sum", x, dims, dim, keepdim, _here())
 
-    def max(self, x, *, dims=None, dim=None, keepdim=False):
+    def max(self, x: RegisterTensor, *, dims: _Dims = None, dim: _Dims = None, keepdim: bool = False) -> RegisterTensor:
+        """The maximum of ``x`` over ``dims`` (or ``dim``; default: every dim), as in ``sum``."""
         return self._reduce("max", x, dims, dim, keepdim, _here())
 
-    def min(self, x, *, dims=None, dim=None, keepdim=False):
+    def min(self, x: RegisterTensor, *, dims: _Dims = None, dim: _Dims = None, keepdim: bool = False) -> RegisterTensor:
+        """The minimum of ``x`` over ``dims`` (or ``dim``; default: every dim), as in ``sum``."""
         return self._reduce("min", x, dims, dim, keepdim, _here())
 
-    def any(self, x, *, dims=None, dim=None, keepdim=False):
+    def any(self, x: RegisterTensor, *, dims: _Dims = None, dim: _Dims = None, keepdim: bool = False) -> RegisterTensor:
+        """Whether any element of the bool tensor ``x`` holds, over ``dims`` (or ``dim``; default: every dim)."""
         return self._reduce("any", x, dims, dim, keepdim, _here())
 
-    def all(self, x, *, dims=None, dim=None, keepdim=False):
+    def all(self, x: RegisterTensor, *, dims: _Dims = None, dim: _Dims = None, keepdim: bool = False) -> RegisterTensor:
+        """Whether every element of the bool tensor ``x`` holds, over ``dims`` (or ``dim``; default: every dim)."""
         return self._reduce("all", x, dims, dim, keepdim, _here())
 
     # --- synchronization, debugging, hints -----------------------------------------------------
-    def sync(self):
+    def sync(self) -> None:
+        """A barrier of the current thread group (the whole block outside any thread group)."""
         _builder().sync(_here())
 
-    def printf(self, fmt, *args):
+    def printf(self, fmt: str, *args: _Scalar) -> None:
+        """Device ``printf`` of scalars; the number of ``%`` conversions must match the arguments.
+
+        On the CPU backend it prints once per block.
+        """
         loc = _here()
         if not isinstance(fmt, str):
             raise CompileError(f"{_where(loc)}printf: the format must be a str, got {_describe(fmt)}")
         _builder().printf(fmt, [_scalar(a, "printf: arguments", loc) for a in args], loc)
 
-    def assume(self, cond):
+    def assume(self, cond: _Scalar) -> None:
+        """States a fact the compiler may use: ``cond``, a bool scalar expression, holds here."""
         loc = _here()
         _builder().assume(_scalar(cond, "assume: the condition", loc), loc)
 
-    def annotate_layout(self, t, layout):
+    def annotate_layout(self, t: RegisterTensor, layout: _C.RegisterLayout) -> None:
+        """Fixes the register layout of the register tensor ``t`` (``tilus.spatial([8, 4])``, ...).
+
+        Layout inference takes it as an anchor (docs/passes.md).
+        """
         loc = _here()
         _builder().annotate_layout(_tensor(t, "annotate_layout", loc),
                                    _layout(layout, "annotate_layout: layout", loc, optional=False), loc)
 
     # --- control flow ----------------------------------------------------------------------------
-    def range(self, *args, unroll=None):
+    def range(self, *args: _Int, unroll: Union[bool, int, None] = None) -> Iterable[Expr]:
+        """``for i in self.range(end)`` / ``(begin, end[, step])``: an IR loop with ``unroll``.
+
+        Valid only as the iterable of a ``for`` statement in ``__call__``: like
+        ``for i in range(...)``, the body is traced once with a symbolic ``i``. ``unroll``:
+        True unrolls fully, a positive int by that factor, None or False not at all.
+        """
         _fail("self.range(...) is only valid as the iterable of a `for` loop in __call__")
 
-    def thread_group(self, thread_begin, num_threads):
+    def thread_group(self, thread_begin: int, num_threads: int) -> ContextManager[None]:
+        """``with self.thread_group(begin, n):``: the body runs on threads ``[begin, begin + n)`` only.
+
+        Thread numbers count within the enclosing thread group (the block outside any), and the
+        group must fit in it; ``sync()`` inside it is the group's barrier.
+        """
         loc = _here()
         return _ThreadGroup("thread_group", _int(thread_begin, "thread_group: thread_begin", loc),
                             _int(num_threads, "thread_group: num_threads", loc), loc)
 
-    def single_thread(self):
+    def single_thread(self) -> ContextManager[None]:
+        """``with self.single_thread():``: the body runs on the first thread of the enclosing thread group only."""
         return _ThreadGroup("single_thread", 0, 1, _here())
 
-    def single_warp(self, warp=0):
+    def single_warp(self, warp: int = 0) -> ContextManager[None]:
+        """``with self.single_warp(w):``: the body runs on warp ``w`` of the enclosing thread group only."""
         loc = _here()
         return _ThreadGroup("single_warp", _int(warp, "single_warp: warp", loc) * 32, 32, loc)
 
-    def warp_group(self, warp_begin, num_warps):
+    def warp_group(self, warp_begin: int, num_warps: int) -> ContextManager[None]:
+        """``with self.warp_group(w, n):``: the body runs on warps ``[w, w + n)`` of the enclosing thread group only."""
         loc = _here()
         return _ThreadGroup("warp_group", _int(warp_begin, "warp_group: warp_begin", loc) * 32,
                             _int(num_warps, "warp_group: num_warps", loc) * 32, loc)
 
 
+# The elementwise math methods and their docstrings.
+_UNARY = {
+    "abs": "The absolute value of each element of ``x`` (a numeric register tensor).",
+    "exp": "``e ** x`` elementwise, for a float register tensor ``x``.",
+    "exp2": "``2 ** x`` elementwise, for a float register tensor ``x``.",
+    "log": "The natural logarithm of each element of ``x`` (a float register tensor).",
+    "log2": "The base-2 logarithm of each element of ``x`` (a float register tensor).",
+    "sqrt": "The square root of each element of ``x`` (a float register tensor).",
+    "rsqrt": "``1 / sqrt(x)`` elementwise, for a float register tensor ``x``.",
+    "sin": "The sine of each element of ``x`` (a float register tensor, radians).",
+    "cos": "The cosine of each element of ``x`` (a float register tensor, radians).",
+    "tanh": "The hyperbolic tangent of each element of ``x`` (a float register tensor).",
+    "round": "Each element of ``x`` (a float register tensor) rounded to the nearest integer, ties to even.",
+    "square": "``x * x`` elementwise, for a numeric register tensor ``x``.",
+    "floor": "Each element of ``x`` (a float register tensor) rounded down to an integer.",
+    "ceil": "Each element of ``x`` (a float register tensor) rounded up to an integer.",
+}
+
+
 def _unary_method(op):
-    def method(self, x):
+    def method(self, x: RegisterTensor) -> RegisterTensor:
         loc = _here()
         return RegisterTensor(_builder().unary(op, _tensor(x, op, loc), loc))
 
-    method.__name__ = method.__qualname__ = op
+    method.__name__ = op
+    method.__qualname__ = f"Script.{op}"
+    method.__doc__ = _UNARY[op]
     return method
 
 
-_UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor",
-          "ceil"]
 for _op in _UNARY:
     setattr(Script, _op, _unary_method(_op))
 
@@ -537,8 +761,12 @@ for _name, _fn in list(vars(Script).items()):
         setattr(Script, _name, _instruction(_fn, _name in _PURE))
 
 
-def static_range(*args):
-    """A loop that runs in Python while tracing (unrolled into the IR)."""
+def static_range(*args: int) -> range:
+    """``range(*args)`` for a loop that runs in Python while tracing (its body unrolled into the IR).
+
+    ``for s in tilus.static_range(3):`` in a kernel body is a Python loop, where
+    ``for i in range(3):`` is an IR loop. The bounds must be Python ints.
+    """
     for a in args:
         if isinstance(a, (Expr, TensorBase, Unusable)):
             _fail(f"static_range: its bounds must be Python ints (it runs while tracing), got {_describe(a)}; "

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import threading
+from typing import TYPE_CHECKING, List, NoReturn, Union
 
 from ._C import CompileError, DataType, Expr
 
@@ -83,7 +84,7 @@ def _located(message):
     return _LOCATED.match(message) is not None
 
 
-def _fail(msg):
+def _fail(msg) -> NoReturn:
     raise CompileError(_where(_here()) + msg)
 
 
@@ -131,6 +132,7 @@ class Unusable:
         self.name, self.why = name, why
 
     def error(self):
+        """The CompileError that a use of this name raises."""
         return CompileError(f"{_where(_here())}'{self.name}' {self.why}")
 
     def __repr__(self):
@@ -154,7 +156,9 @@ for _name in ["lt", "le", "gt", "ge"]:
 
 
 class TensorBase:
-    __slots__ = ("t", "depth")
+    """A tensor of a traced Script body: the base of GlobalTensor, SharedTensor and RegisterTensor."""
+    __slots__ = {"t": "the core's tensor (tilus._C.Tensor) this value stands for",
+                 "depth": "the tracer's scope depth where the tensor was made"}
 
     def __init__(self, t):
         self.t = t
@@ -162,11 +166,13 @@ class TensorBase:
         self.depth = b.depth() if b is not None else 0
 
     @property
-    def dtype(self):
+    def dtype(self) -> DataType:
+        """The element data type (tilus.float16, ...)."""
         return self.t.dtype
 
     @property
-    def shape(self):
+    def shape(self) -> List[Union[int, Expr]]:
+        """The extents, a list: Python ints, or kernel scalars (Expr) for a global tensor's dynamic dims."""
         return self.t.shape
 
     def __repr__(self):
@@ -177,8 +183,14 @@ class TensorBase:
 
 
 class Region:
-    """A box of a global or shared tensor (offsets, extents), or its head element (extents [])."""
-    __slots__ = ("tensor", "offsets", "extents")
+    """A box of a global or shared tensor (offsets, extents), or its head element (extents []).
+
+    ``g[a:b, c:d]`` makes one (an integer index fixes a dim with extent 1); it is an operand of
+    ``Script.copy`` and ``Script.async_copy``.
+    """
+    __slots__ = {"tensor": "the GlobalTensor or SharedTensor the region is a box of",
+                 "offsets": "where the box starts, one per dim of the tensor (ints or kernel scalars)",
+                 "extents": "the box's extent in each dim (ints or kernel scalars); [] for the head element"}
 
     def __init__(self, tensor, offsets, extents):
         self.tensor, self.offsets, self.extents = tensor, list(offsets), list(extents)
@@ -210,16 +222,30 @@ def _index_region(t, key, loc):
 
 
 class GlobalTensor(TensorBase):
+    """A tensor in global memory (``Script.global_view``): dynamic shape, strides in elements.
+
+    ``g[a:b, c:d]`` (slices without a step; integer or scalar indices fix a dim) is a Region
+    for ``Script.copy`` / ``Script.async_copy``; whole tiles are read and written with
+    ``Script.load_global`` / ``store_global`` / ``copy_async``. A slice's extent is
+    ``stop - start``, simplified (``g[i0:i0 + 16]`` has extent 16).
+    """
     __slots__ = ()
 
     def __getitem__(self, key):
+        """The Region ``g[a:b, c, ...]`` (slices and indices; missing trailing dims are whole)."""
         return _index_region(self, key, _here())
 
 
 class SharedTensor(TensorBase):
+    """A tensor in shared memory (``Script.shared_tensor``): static shape, shared layout.
+
+    ``s[i]`` (integer or scalar indices, fewer than its rank) is the sub-tensor with the leading
+    dims fixed, a view; ``s[a:b, c:d]`` is a Region for ``Script.copy``.
+    """
     __slots__ = ()
 
     def __getitem__(self, key):
+        """``s[i]``: the shared sub-tensor with the leading dims fixed (a view); with slices, a Region."""
         loc = _here()
         keys = key if isinstance(key, tuple) else (key,)
         if all(not isinstance(k, slice) for k in keys) and len(keys) < len(self.shape):
@@ -240,17 +266,27 @@ def _binary(op, a, b, loc):
 
 
 class RegisterTensor(TensorBase):
+    """A tile in the registers of the block's threads: static shape, register layout (inferred).
+
+    Operators ``+ - * / // % & | ^ << >>``, comparisons (bool tensors) and unary ``- ~ abs()``
+    work elementwise with numpy broadcasting; a Python scalar next to a tensor takes the
+    tensor's dtype. ``//`` and ``%`` round toward negative infinity (as in Python); ``/`` of
+    integers truncates (as in C).
+    """
     __slots__ = ()
 
-    def to(self, dtype):
+    def to(self, dtype: DataType) -> "RegisterTensor":
+        """This tensor converted elementwise to ``dtype`` (``Script.cast``)."""
         loc = _here()
         return RegisterTensor(_builder().cast(self.t, _dtype(dtype, ".to()", loc), loc))
 
-    def transpose(self):
+    def transpose(self) -> "RegisterTensor":
+        """The transpose of this rank-2 tensor (``Script.transpose``)."""
         return RegisterTensor(_builder().transpose(self.t, _here()))
 
     @property
-    def T(self):
+    def T(self) -> "RegisterTensor":
+        """The transpose of this rank-2 tensor, as ``transpose()``."""
         return RegisterTensor(_builder().transpose(self.t, _here()))
 
     def __neg__(self):
@@ -263,6 +299,15 @@ class RegisterTensor(TensorBase):
         return RegisterTensor(_builder().unary("abs", self.t, _here()))
 
     __hash__ = object.__hash__
+
+    if TYPE_CHECKING:
+        # The binary operators _def_op sets below, as type checkers and IDEs see them.
+        def __add__(self, other: Union["RegisterTensor", float, Expr]) -> "RegisterTensor": ...
+        __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __add__
+        __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __and__ = __rand__ = __or__ = __ror__ = __add__
+        __xor__ = __rxor__ = __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __add__
+        __lt__ = __le__ = __gt__ = __ge__ = __add__
+        __eq__ = __ne__ = __add__  # type: ignore[assignment]
 
 
 def _def_op(name, op, reflected=True):

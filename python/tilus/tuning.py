@@ -28,7 +28,7 @@ from ._C import CompileError
 from .launch import arguments, bind, signature, trace
 from .script import Script
 
-_reports = {}  # key -> TuneEntry (this process's tuning results, and entries loaded from disk)
+_reports: dict = {}  # key -> TuneEntry (this process's tuning results, and entries loaded from disk)
 _reports_lock = threading.Lock()
 
 
