@@ -1,6 +1,7 @@
 #include "tilus/codegen/nvrtc.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -226,6 +227,7 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
     for (std::string l; std::getline(lines, l);) (std::regex_search(l, info) ? report : rest) += l + "\n";
     while (!rest.empty() && rest.back() == '\n') rest.pop_back();
     out.resources = parse_ptxas_report(report);
+    spdlog::trace("tilus: ptxas report for {}:\n{}", name, report);
     out.log = std::move(rest);
   }
   if (result != NVRTC_SUCCESS)
