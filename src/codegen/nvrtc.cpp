@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -161,9 +162,51 @@ std::string KernelResources::str() const {
                      stack_frame_bytes, spill_store_bytes, spill_load_bytes);
 }
 
-KernelResources parse_ptxas_report(const std::string& log) {
+int cubin_register_count(const std::vector<char>& cubin, const std::string& kernel) {
+  // ELF64: the ".nv.info" section is a list of attributes {u8 format, u8 attribute, u16 size,
+  // payload}; EIATTR_REGCOUNT (0x2f, format 0x04: sized) holds {u32 symbol, u32 registers}.
+  auto u16 = [&](size_t at) -> uint64_t { uint16_t v = 0; if (at + 2 <= cubin.size()) std::memcpy(&v, &cubin[at], 2); return v; };
+  auto u32 = [&](size_t at) -> uint64_t { uint32_t v = 0; if (at + 4 <= cubin.size()) std::memcpy(&v, &cubin[at], 4); return v; };
+  auto u64 = [&](size_t at) -> uint64_t { uint64_t v = 0; if (at + 8 <= cubin.size()) std::memcpy(&v, &cubin[at], 8); return v; };
+  if (cubin.size() < 64 || std::memcmp(cubin.data(), "\x7f" "ELF", 4) != 0 || cubin[4] != 2) return -1;
+  uint64_t shoff = u64(0x28), shentsize = u16(0x3a), shnum = u16(0x3c), shstrndx = u16(0x3e);
+  auto section = [&](uint64_t i, size_t field) { return shoff + i * shentsize + field; };
+  auto name_at = [&](uint64_t strtab, uint64_t offset) {
+    size_t at = size_t(u64(section(strtab, 0x18)) + offset);
+    return at < cubin.size() ? std::string(&cubin[at], strnlen(&cubin[at], cubin.size() - at)) : std::string();
+  };
+  int64_t info = -1, symtab = -1;
+  for (uint64_t i = 0; i < shnum; ++i) {
+    if (name_at(shstrndx, u32(section(i, 0))) == ".nv.info") info = int64_t(i);
+    if (u32(section(i, 4)) == 2) symtab = int64_t(i);  // SHT_SYMTAB
+  }
+  if (info < 0 || symtab < 0) return -1;
+  uint64_t strtab = u32(section(uint64_t(symtab), 0x28));
+  uint64_t begin = u64(section(uint64_t(info), 0x18)), end = begin + u64(section(uint64_t(info), 0x20));
+  for (uint64_t at = begin; at + 4 <= end && at + 4 <= cubin.size();) {
+    uint64_t format = uint8_t(cubin[at]), attribute = uint8_t(cubin[at + 1]);
+    uint64_t size = format == 0x04 ? u16(at + 2) : 0;
+    if (format == 0x04 && attribute == 0x2f && size >= 8) {
+      uint64_t symbol = u32(at + 4), registers = u32(at + 8);
+      uint64_t sym = u64(section(uint64_t(symtab), 0x18)) + symbol * 24;
+      if (name_at(strtab, u32(sym)) == kernel) return int(registers);
+    }
+    at += 4 + size;
+  }
+  return -1;
+}
+
+KernelResources parse_ptxas_report(const std::string& full, const std::string& kernel) {
   KernelResources r;
   std::smatch m;
+  // With a kernel name: only its part of the report (from "entry function '<kernel>'" to the next).
+  std::string log = full;
+  if (!kernel.empty()) {
+    size_t at = full.find("entry function '" + kernel + "'");
+    if (at == std::string::npos) return r;
+    size_t next = full.find("Compiling entry function", at + 1);
+    log = full.substr(at, next == std::string::npos ? std::string::npos : next - at);
+  }
   if (std::regex_search(log, m, std::regex("Used (\\d+) registers"))) r.registers = std::stoi(m[1]);
   if (std::regex_search(log, m, std::regex("(\\d+) bytes stack frame, (\\d+) bytes spill stores, (\\d+) bytes spill loads"))) {
     r.stack_frame_bytes = std::stoll(m[1]);
@@ -226,7 +269,7 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
     static const std::regex info("^ptxas( info|\\s+\\.)");  // ptxas errors and warnings stay in the log
     for (std::string l; std::getline(lines, l);) (std::regex_search(l, info) ? report : rest) += l + "\n";
     while (!rest.empty() && rest.back() == '\n') rest.pop_back();
-    out.resources = parse_ptxas_report(report);
+    out.resources = parse_ptxas_report(report, name);
     spdlog::trace("tilus: ptxas report for {}:\n{}", name, report);
     out.log = std::move(rest);
   }
@@ -237,6 +280,8 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   check(lib.cubin_size(prog, &size), "cubin size query");
   out.cubin.resize(size);
   check(lib.cubin(prog, out.cubin.data()), "cubin retrieval");
+  // Some NVRTC builds leave ptxas's report out of the log; the cubin still records the registers.
+  if (out.resources.registers < 0) out.resources.registers = cubin_register_count(out.cubin, name);
   size_t ptx_size = 0;
   if (lib.ptx_size(prog, &ptx_size) == NVRTC_SUCCESS && ptx_size > 1) {
     out.ptx.resize(ptx_size);

@@ -41,6 +41,28 @@ TEST(Nvrtc, ErrorShowsLogAndSourceLines) {
   EXPECT_NE(msg.find("    2 | extern"), std::string::npos) << msg;         // its neighbours
 }
 
+// The registers come from ptxas's report and, read independently, from the cubin's .nv.info
+// (what nvrtc_compile falls back to when an NVRTC build leaves the report out of its log).
+TEST(Nvrtc, RegistersFromThePtxasReportAndTheCubinAgree) {
+  REQUIRE_NVRTC();
+  std::string source =
+      "extern \"C\" __global__ void heavy(float* p, int n) {\n"
+      "  float acc[24];\n  for (int i = 0; i < 24; ++i) acc[i] = p[threadIdx.x + i * n];\n"
+      "  float s = 0;\n  for (int i = 0; i < 24; ++i) s += acc[i] * acc[(i * 7) % 24];\n"
+      "  p[threadIdx.x] = s;\n}\n"
+      "extern \"C\" __global__ void light(int* p) { p[0] = 1; }\n";
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    NvrtcOutput out = nvrtc_compile(source, "heavy", arch);
+    int heavy = cubin_register_count(out.cubin, "heavy"), light = cubin_register_count(out.cubin, "light");
+    EXPECT_GT(heavy, light) << arch;
+    EXPECT_GT(light, 0) << arch;
+    EXPECT_EQ(out.resources.registers, heavy) << arch;  // the report, or the fallback: the same number
+    EXPECT_EQ(cubin_register_count(out.cubin, "missing"), -1);
+  }
+  EXPECT_EQ(cubin_register_count({}, "heavy"), -1);
+  EXPECT_EQ(cubin_register_count(std::vector<char>(100, 'x'), "heavy"), -1);
+}
+
 TEST(Nvrtc, RejectsMalformedArch) {
   REQUIRE_NVRTC();
   std::string msg = message_of<NvrtcError>([] { nvrtc_compile("", "k", "hopper"); });

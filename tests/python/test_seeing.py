@@ -73,8 +73,11 @@ def test_ptx_and_resources_from_nvrtc():
     assert ".entry" in ptx and ".target sm_90a" in ptx
     k = Scale().compiled(256, x, y, arch="sm_90a")
     assert k.arch == "sm_90a"
-    assert 0 < k.registers <= 255
-    assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0
+    assert 0 < k.registers <= 255  # ptxas's report, or the cubin's record when NVRTC leaves the report out
+    if k.stack_frame_bytes >= 0:  # reported
+        assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0
+    else:
+        assert k.spill_store_bytes == -1 and k.spill_load_bytes == -1
     assert len(k.cubin) > 0
 
 

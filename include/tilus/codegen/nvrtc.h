@@ -45,7 +45,11 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
 // They include ptxas's verbose report (NVRTC 12 and newer), which gives `resources`.
 std::vector<std::string> nvrtc_options(const std::string& arch);
 // The resources of ptxas's verbose report ("Used 40 registers", "... bytes spill stores").
-KernelResources parse_ptxas_report(const std::string& log);
+// With `kernel`, that kernel's part of a report that lists several.
+KernelResources parse_ptxas_report(const std::string& log, const std::string& kernel = "");
+// The registers per thread that a cubin records for `kernel` (-1: not found); what
+// nvrtc_compile reports when ptxas's log has no report.
+int cubin_register_count(const std::vector<char>& cubin, const std::string& kernel);
 // NVRTC's version as major*1000 + minor*10 (e.g. 13000); part of the cache key.
 int nvrtc_version();
 // True when tilus was built with NVRTC.
