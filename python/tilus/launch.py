@@ -189,12 +189,23 @@ def _scalar(a, p, kernel):
     return float(v) if p.dtype.is_float else v
 
 
+def _stream_handle(stream, kernel):
+    """The CUDA stream handle that a stream= argument names (an int handle, or an object with
+    cuda_stream / ptr / handle); an ArgumentError naming the kernel for anything else."""
+    value = stream
+    for attr in ("cuda_stream", "ptr", "handle"):
+        if hasattr(stream, attr):
+            value = getattr(stream, attr)
+            break
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ArgumentError(f"kernel {kernel}: stream= must be a CUDA stream (an int handle, or an object with "
+                            f"cuda_stream / ptr / handle), got {_describe(stream)}")
+    return value
+
+
 def _stream_of(stream, owner):
     if stream is not None:
-        for attr in ("cuda_stream", "ptr", "handle"):
-            if hasattr(stream, attr):
-                return int(getattr(stream, attr))
-        return int(stream)
+        return stream
     if owner == "torch":
         import torch
         return torch.cuda.current_stream().cuda_stream
@@ -242,7 +253,9 @@ class Call:
 def arguments(sig, args, stream=None):
     """Checks a call's arguments (errors name the kernel and the parameter) and returns its Call."""
     c = Call()
-    c.values, c.constants, c.owner, c.stream = [], {}, None, stream
+    c.values, c.constants, c.owner = [], {}, None
+    # Checked for every backend (the CPU backend's launches are synchronous and ignore it).
+    c.stream = None if stream is None else _stream_handle(stream, sig.name)
     for p, a in zip(sig.params, args):
         if p.kind == "ptr":
             value, owner = _pointer(a, p, sig.name)

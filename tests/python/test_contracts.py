@@ -341,3 +341,18 @@ def test_debug_bounds_traps_a_shared_overrun_with_its_line(tmp_path):
     assert "not trapped" not in out and r.returncode != 0, out
     assert f"tilus: {__file__}:{line_of('SHARED-WINDOW')}: copy: out-of-bounds access of shared float32[32] at a " \
            "run-time offset: dim 0 takes [20, 36), outside the tensor's [0, 32)" in out, out
+
+
+@pytest.mark.parametrize("stream", ["abc", -1, 1.5, True, object()])
+def test_a_stream_that_is_not_a_cuda_stream_is_refused_on_every_backend(stream):
+    x, y = np.ones(64, np.float32), np.zeros(64, np.float32)
+    with pytest.raises(tilus.ArgumentError, match=r"kernel AddOne: stream= must be a CUDA stream"):
+        AddOne()(64, x, y, stream=stream)
+    assert (y == 0).all()
+
+
+@needs_cpu
+def test_the_cpu_backend_accepts_and_ignores_a_stream_handle():
+    x, y = np.ones(64, np.float32), np.zeros(64, np.float32)
+    AddOne()(64, x, y, stream=0)
+    assert (y == 2).all()
