@@ -437,7 +437,9 @@ TEST(Backend_, DotFromSharedMemory) {
     b.upload(hb);
     auto kernel = jit_on(s);
     std::vector<KernelArg> args = {m, n, k, a.arg(), b.arg(), out.arg()};
-    if (kBackend == Backend::Gpu) ASSERT_NE(kernel.launcher(args).kernel().source.source.find("tilus::ldmatrix<"), std::string::npos);
+    if (kBackend == Backend::Gpu) {
+      ASSERT_NE(kernel.launcher(args).kernel().source.source.find("tilus::ldmatrix<"), std::string::npos);
+    }
     kernel(args);
     std::vector<double> want(m * n, 0.0);
     for (int64_t i = 0; i < m; ++i)
@@ -616,7 +618,9 @@ TEST(Backend_, BarriersAreInsertedWhereTheKernelHasNone) {
   x.upload(hx);
   auto kernel = jit_on(UnsyncedPipeline{});
   std::vector<KernelArg> args = {n, x.arg(), out.arg()};
-  if (kBackend == Backend::Gpu) EXPECT_NE(kernel.launcher(args).kernel().source.source.find("__syncthreads()"), std::string::npos);
+  if (kBackend == Backend::Gpu) {
+    EXPECT_NE(kernel.launcher(args).kernel().source.source.find("__syncthreads()"), std::string::npos);
+  }
   kernel(args);
   std::vector<double> want(64 * 16, 0.0);
   for (int64_t i = 0; i < n; ++i)

@@ -10,15 +10,6 @@ namespace tilus::cpu {
 
 namespace {
 
-std::vector<int64_t> unravel(int64_t linear, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (int d = int(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = linear % shape[d];
-    linear /= shape[d];
-  }
-  return idx;
-}
-
 int64_t ravel(const std::vector<int64_t>& idx, const std::vector<int64_t>& shape) {
   int64_t l = 0;
   for (size_t d = 0; d < idx.size(); ++d) l = l * shape[d] + idx[d];
