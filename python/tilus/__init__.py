@@ -23,7 +23,7 @@ import typing as _typing
 
 from . import _C
 from ._C import ArgumentError, CompileError, CpuCheckError, DataType, Error, Expr, InternalError, Var
-from ._C import column_local, column_spatial, local, replicated, spatial
+from ._C import replicated
 from .tuning import autotune, autotune_report
 from .launch import compiled_kernels, trace
 from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
@@ -71,6 +71,57 @@ uint4 = DataType.from_name("uint4")
 uint5 = DataType.from_name("uint5")
 uint6 = DataType.from_name("uint6")
 uint7 = DataType.from_name("uint7")
+float5_e3m1 = DataType.from_name("float5_e3m1")
+float6_e4m1 = DataType.from_name("float6_e4m1")
+float7_e2m4 = DataType.from_name("float7_e2m4")
+float7_e4m2 = DataType.from_name("float7_e4m2")
+float7_e5m1 = DataType.from_name("float7_e5m1")
+
+# NVIDIA Tilus's names for the same types (the same objects), so its kernels read unchanged.
+f16, bf16, f32, f64 = float16, bfloat16, float32, float64
+i8, i16, i32, i64 = int8, int16, int32, int64
+u8, u16, u32, u64 = uint8, uint16, uint32, uint64
+i1, i2, i3, i4, i5, i6, i7 = int1, int2, int3, int4, int5, int6, int7
+u1, u2, u3, u4, u5, u6, u7 = uint1, uint2, uint3, uint4, uint5, uint6, uint7
+int1b, int2b, int3b, int4b, int5b, int6b, int7b = int1, int2, int3, int4, int5, int6, int7
+uint1b, uint2b, uint3b, uint4b, uint5b, uint6b, uint7b = uint1, uint2, uint3, uint4, uint5, uint6, uint7
+f8e4m3, f8e5m2 = float8_e4m3, float8_e5m2
+f7e2m4, f7e3m3, f7e4m2, f7e5m1 = float7_e2m4, float7_e3m3, float7_e4m2, float7_e5m1
+f6e2m3, f6e3m2, f6e4m1 = float6_e2m3, float6_e3m2, float6_e4m1
+f5e2m2, f5e3m1, f4e2m1, f3e1m1 = float5_e2m2, float5_e3m1, float4_e2m1, float3_e1m1
+
+
+def _layout_shape(name, shape):
+    """The shape of a layout function's call: ints (NVIDIA Tilus's ``spatial(4, 8)``) or one
+    list/tuple of ints (``spatial([4, 8])``); a CompileError naming the function otherwise."""
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = tuple(shape[0])
+    if not shape or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in shape):
+        raise CompileError(f"tilus.{name}: the shape must be positive ints, as {name}(4, 8) or {name}([4, 8]); got "
+                           f"{', '.join(_describe(d) for d in shape) or 'nothing'}")
+    return list(shape)
+
+
+def spatial(*shape):
+    """A register layout that spreads a tile of ``shape`` over ``prod(shape)`` threads, one
+    element each, row-major (``spatial(4, 8)`` or ``spatial([4, 8])``)."""
+    return _C.spatial(_layout_shape("spatial", shape))
+
+
+def local(*shape):
+    """A register layout in which one thread holds a whole tile of ``shape``, row-major in its
+    slots (``local(2, 1)`` or ``local([2, 1])``)."""
+    return _C.local(_layout_shape("local", shape))
+
+
+def column_spatial(*shape):
+    """``spatial`` with threads numbered column-major."""
+    return _C.column_spatial(_layout_shape("column_spatial", shape))
+
+
+def column_local(*shape):
+    """``local`` with slots numbered column-major."""
+    return _C.column_local(_layout_shape("column_local", shape))
 
 
 # annotations of the scalar functions (each checks its operands itself)

@@ -66,3 +66,29 @@ def test_module_imports_form_a_dag_and_no_function_imports_tilus():
     for m in MODULES:
         visit(m)
     assert graph["tracing"] == set() and "__init__" not in set().union(*(graph[m] for m in MODULES if m != "__init__"))
+
+
+def test_nvidia_tilus_type_names_are_the_same_types():
+    import tilus
+    pairs = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i8": "int8",
+             "i64": "int64", "u8": "uint8", "u64": "uint64", "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2",
+             "f6e3m2": "float6_e3m2", "f4e2m1": "float4_e2m1", "f7e5m1": "float7_e5m1", "f5e3m1": "float5_e3m1"}
+    for bits in range(1, 8):
+        pairs.update({f"i{bits}": f"int{bits}", f"int{bits}b": f"int{bits}", f"u{bits}": f"uint{bits}",
+                      f"uint{bits}b": f"uint{bits}"})
+    for alias, name in pairs.items():
+        assert getattr(tilus, alias) is getattr(tilus, name), alias
+        assert getattr(tilus, alias) == tilus.dtype(name), alias
+    assert tilus.int4b.bits == 4 and tilus.f6e2m3.bits == 6
+
+
+def test_layout_functions_take_ints_or_a_list():
+    import pytest
+    import tilus
+    assert tilus.spatial(4, 8) == tilus.spatial([4, 8]) == tilus.spatial((4, 8))
+    assert tilus.local(2, 1) * tilus.spatial(2, 16) == tilus.local([2, 1]) * tilus.spatial([2, 16])
+    assert tilus.column_local(2, 2) == tilus.column_local([2, 2]) != tilus.local(2, 2)
+    assert tilus.column_spatial(2, 4).num_threads == 8
+    for bad in [(), (4, "x"), (0, 8), ([4, 8.0],), (True, 2)]:
+        with pytest.raises(tilus.CompileError, match=r"tilus\.spatial: the shape must be positive ints"):
+            tilus.spatial(*bad)
