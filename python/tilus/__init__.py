@@ -27,9 +27,10 @@ from ._C import replicated
 from .tuning import autotune, autotune_report
 from .launch import compiled_kernels, trace
 from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
-from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _where
+from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _scalars, _where
 from .visualize import visualize_layout
-from . import testing
+from . import testing, utils
+from .utils import cdiv
 
 __version__ = _C.__version__
 
@@ -133,26 +134,6 @@ _Scalar = _typing.Union[int, float, Expr]  # a Python number (bool included) or 
 def dtype(name: str) -> DataType:
     """The data type of a name ("float16", "bf16", "int4", "float6_e3m2", ...)."""
     return DataType.from_name(name)
-
-
-def _scalars(what, *xs):
-    """Checks the operands of a scalar function (tilus.cdiv, ...) as the Script methods do."""
-    for x in xs:
-        if not _is_scalar(x):
-            loc = _here()
-            raise CompileError(f"{_where(loc)}tilus.{what}: expects scalars (numbers or kernel scalars), got "
-                               f"{', '.join(_describe(v) for v in xs)}")
-
-
-def cdiv(a: _Int, b: _Int) -> _Int:
-    """ceil(a / b) for non-negative integers (Python ints or tilus expressions).
-
-    Two Python ints give a Python int; otherwise the result is a kernel expression.
-    """
-    _scalars("cdiv", a, b)
-    if isinstance(a, int) and isinstance(b, int):
-        return -(-a // b)
-    return _C.cdiv(a, b)
 
 
 def logical_and(a: _Bool, b: _Bool) -> Expr:

@@ -71,57 +71,45 @@ def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_m
         raise ValueError(f"do_bench: return_mode must be one of {', '.join(_MODES)}, got {return_mode!r}")
     if device not in (None, "cuda", "cpu"):
         raise ValueError(f"do_bench: device must be 'cuda' or 'cpu', got {device!r}")
+    timer = _timer(device)
+    # Five calls estimate one's time; the ms budgets become call counts.
+    estimate = sum(_time_calls(timer, fn, 0, 5, None, True)) / 5
+    estimate = max(estimate, 1e-6)
+    n_warmup, n_rep = max(1, int(warmup / estimate)), max(1, int(rep / estimate))
+    return _summary(_time_calls(timer, fn, n_warmup, n_rep, grad_to_none, True), quantiles, return_mode)
+
+
+def _timer(device):
+    """torch (CUDA events) when the calls are to be timed on the GPU, None for the wall clock.
+    device None: the GPU when torch sees one and tilus can use it."""
     torch = _torch_cuda() if device != "cpu" and _C.gpu_available() else None
     if device == "cuda" and torch is None:
         raise RuntimeError("do_bench(device='cuda') needs torch with CUDA and a GPU tilus can use")
-    if torch is not None:
-        times = _bench_cuda(torch, fn, warmup, rep, grad_to_none)
-    else:
-        times = _bench_wall(fn, warmup, rep, grad_to_none)
-    return _summary(times, quantiles, return_mode)
+    return torch
 
 
-def _counts(estimate_ms, warmup, rep):
-    estimate_ms = max(estimate_ms, 1e-6)
-    return max(1, int(warmup / estimate_ms)), max(1, int(rep / estimate_ms))
-
-
-def _bench_wall(fn, warmup, rep, grad_to_none):
-    start = time.perf_counter()
-    for _ in range(5):
-        fn()
-    estimate = (time.perf_counter() - start) * 1000.0 / 5
-    n_warmup, n_rep = _counts(estimate, warmup, rep)
-    for _ in range(n_warmup):
-        fn()
-    times = []
-    for _ in range(n_rep):
-        _clear_grads(grad_to_none)
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return times
-
-
-def _bench_cuda(torch, fn, warmup, rep, grad_to_none):
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")  # larger than any L2
-    fn()
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(5):
-        cache.zero_()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    n_warmup, n_rep = _counts(begin.elapsed_time(end) / 5, warmup, rep)
+def _time_calls(torch, fn, n_warmup, n_rep, grad_to_none, flush_l2):
+    """The times in ms of n_rep calls of fn after n_warmup untimed ones: CUDA events around each
+    call (the L2 cache flushed before each when flush_l2) with torch, the wall clock without."""
+    if torch is None:
+        for _ in range(n_warmup):
+            fn()
+        times = []
+        for _ in range(n_rep):
+            _clear_grads(grad_to_none)
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1000.0)
+        return times
+    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
     for _ in range(n_warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     for i in range(n_rep):
         _clear_grads(grad_to_none)
-        cache.zero_()
+        if cache is not None:
+            cache.zero_()  # larger than any L2
         starts[i].record()
         fn()
         ends[i].record()

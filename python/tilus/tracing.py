@@ -345,3 +345,12 @@ def _not_in_registers(name, op):
 
 for _name, _op in _ARITHMETIC + _COMPARISONS[:4]:
     _not_in_registers(_name, _op)
+
+
+def _scalars(what, *xs):
+    """Checks the operands of a scalar function (tilus.cdiv, ...) as the Script methods do."""
+    for x in xs:
+        if not _is_scalar(x):
+            loc = _here()
+            raise CompileError(f"{_where(loc)}tilus.{what}: expects scalars (numbers or kernel scalars), got "
+                               f"{', '.join(_describe(v) for v in xs)}")

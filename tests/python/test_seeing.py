@@ -262,3 +262,20 @@ def test_a_huge_register_tile_runs_on_the_cpu_and_says_it_would_spill_on_a_gpu(t
     assert "mean 2.0" in r.stdout
     assert "kernel Huge would spill to local memory" in r.stderr
     assert "1024 threads per block allow 64" in r.stderr
+
+
+def test_tilus_utils_under_nvidia_tilus_names():
+    from tilus.utils import benchmark_func, cdiv, floor_log2, gcd, idiv, is_power_of_two, lcm, nbytes_from_nbits, prod
+    calls = []
+    ms = benchmark_func(lambda: (calls.append(1), time.sleep(0.002)), warmup=2, repeat=5)
+    assert len(calls) == 7 and 1.5 < ms < 50  # the median of the 5 timed calls
+    with pytest.raises(ValueError, match="repeat >= 1"):
+        benchmark_func(lambda: None, repeat=0)
+    assert cdiv(7, 2) == 4 and cdiv(8, 2) == 4 and tilus.cdiv is cdiv
+    assert idiv(8, 2) == 4 and prod([2, 3, 4]) == 24 and prod([]) == 1
+    with pytest.raises(ValueError, match="not divisible"):
+        idiv(7, 2)
+    assert gcd(12, 18) == 6 and lcm(4, 6) == 12
+    assert [is_power_of_two(n) for n in (0, 1, 2, 3, 64)] == [False, True, True, False, True]
+    assert floor_log2(1) == 0 and floor_log2(1023) == 9 and floor_log2(1024) == 10
+    assert nbytes_from_nbits(12) == 2 and nbytes_from_nbits(16) == 2

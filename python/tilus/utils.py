@@ -1,0 +1,78 @@
+"""Host-side helpers under NVIDIA Tilus's names (``tilus.utils``): integer arithmetic and
+``benchmark_func``.
+
+    from tilus.utils import benchmark_func, cdiv
+    ms = benchmark_func(lambda: kernel(m, n, k, a, b, c), warmup=5, repeat=20)
+"""
+import math
+import typing as _typing
+
+from . import _C
+from ._C import Expr
+from .testing import _time_calls, _timer
+from .tracing import _scalars
+
+_Int = _typing.Union[int, Expr]  # a Python int or an integer kernel scalar
+
+
+def cdiv(a: _Int, b: _Int) -> _Int:
+    """ceil(a / b) for non-negative integers (Python ints or tilus expressions).
+
+    Two Python ints give a Python int; otherwise the result is a kernel expression.
+    """
+    _scalars("cdiv", a, b)
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return _C.cdiv(a, b)
+
+
+def idiv(a: int, b: int) -> int:
+    """a / b for Python ints that must divide exactly (a ValueError otherwise)."""
+    if a % b != 0:
+        raise ValueError(f"tilus.utils.idiv: {a} is not divisible by {b}")
+    return a // b
+
+
+def prod(values) -> int:
+    """The product of an iterable of ints (1 when empty)."""
+    return math.prod(values)
+
+
+def gcd(a: int, b: int) -> int:
+    """The greatest common divisor of two ints."""
+    return math.gcd(a, b)
+
+
+def lcm(a: int, b: int) -> int:
+    """The least common multiple of two ints."""
+    return a * b // math.gcd(a, b) if a and b else 0
+
+
+def is_power_of_two(n: int) -> bool:
+    """True for 1, 2, 4, 8, ..."""
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+def floor_log2(n: int) -> int:
+    """The largest k with 2**k <= n (n >= 1)."""
+    if n < 1:
+        raise ValueError(f"tilus.utils.floor_log2: {n} is not positive")
+    return n.bit_length() - 1
+
+
+def nbytes_from_nbits(nbits: int) -> int:
+    """The bytes that ``nbits`` densely packed bits occupy (rounded up)."""
+    return (nbits + 7) // 8
+
+
+def benchmark_func(run_func, warmup: int = 1, repeat: int = 5, clear_l2_cache: bool = True) -> float:
+    """The median time of ``run_func()`` in milliseconds over ``repeat`` timed calls, after
+    ``warmup`` untimed ones (NVIDIA Tilus's signature). On the GPU (torch sees one and tilus can
+    use it) each call is timed with CUDA events, the L2 cache flushed before each when
+    ``clear_l2_cache``; otherwise (the CPU backend) with the wall clock.
+    ``tilus.testing.do_bench`` is the time-budgeted variant with Triton's parameters."""
+    if not isinstance(repeat, int) or repeat < 1 or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"tilus.utils.benchmark_func: warmup must be >= 0 and repeat >= 1, got {warmup}, {repeat}")
+    times = sorted(_time_calls(_timer(None), run_func, warmup, repeat, None, clear_l2_cache))
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
