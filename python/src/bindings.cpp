@@ -1095,6 +1095,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("nvrtc_version", [] { return nvrtc_available() ? nvrtc_version() : 0; },
         "NVRTC's version as major * 1000 + minor * 10 (e.g. 13000); 0 without NVRTC.");
   m.def("cache_dir", [] { return default_cache().dir(); }, "The disk cache's root directory ($TILUS_CACHE_DIR or ~/.cache/tilus).");
+  m.def("set_cache_dir", &set_default_cache_dir, py::arg("dir"),
+        "Moves the process-wide disk cache to `dir` (empty: $TILUS_CACHE_DIR or ~/.cache/tilus) for later compiles.");
   m.def("gpu_available", &gpu_available, "True when libcuda loads and at least one device is present.");
   m.def("gpu_unavailable_reason", &gpu_unavailable_reason, "Why gpu_available() is False (\"\" when it is True).");
   m.def("cpu_backend_available", &cpu_backend_available, "True when tilus was built with LLVM (the CPU backend).");

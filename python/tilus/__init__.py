@@ -29,7 +29,7 @@ from .launch import compiled_kernels, trace
 from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
 from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _scalars, _where
 from .visualize import visualize_layout
-from . import testing, utils
+from . import option, testing, utils
 from .utils import cdiv
 
 __version__ = _C.__version__

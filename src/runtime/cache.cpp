@@ -305,4 +305,6 @@ DiskCache& default_cache() {
   return cache;
 }
 
+void set_default_cache_dir(const std::string& dir) { default_cache() = DiskCache(dir); }
+
 }  // namespace tilus

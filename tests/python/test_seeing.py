@@ -279,3 +279,42 @@ def test_tilus_utils_under_nvidia_tilus_names():
     assert [is_power_of_two(n) for n in (0, 1, 2, 3, 64)] == [False, True, True, False, True]
     assert floor_log2(1) == 0 and floor_log2(1023) == 9 and floor_log2(1024) == 10
     assert nbytes_from_nbits(12) == 2 and nbytes_from_nbits(16) == 2
+
+
+@needs_cpu
+def test_tilus_option_sets_the_cache_and_the_ir_dump(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, sys, numpy as np, tilus
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_seeing import Scale
+        os.chdir({str(tmp_path)!r})
+        tilus.option.cache_dir("./cache")
+        assert tilus.option.get_option("cache_dir") == {str(tmp_path / "cache")!r}
+        tilus.option.debug.dump_ir()
+        assert tilus.option.get_option("debug.dump_ir") == {str(tmp_path / "cache" / "ir")!r}
+        x, y = np.ones(256, np.float32), np.zeros(256, np.float32)
+        Scale()(256, x, y)
+        if tilus._C.nvrtc_available():
+            assert not Scale().compiled(256, x, y, arch="sm_90a").from_cache
+            assert Scale().compiled(256, x, y, arch="sm_90a").from_cache
+        tilus.option.debug.dump_ir(False)
+        assert tilus.option.get_option("debug.dump_ir") is None
+        tilus.option.bench_repeat(3)
+        assert tilus.option.get_option("bench_repeat") == 3
+        for bad in (0, 2.5, True):
+            try:
+                tilus.option.bench_repeat(bad)
+                raise SystemExit("accepted " + repr(bad))
+            except ValueError:
+                pass
+        print("ok")
+    """)
+    (tmp_path / "opt.py").write_text(script)
+    env = {k: v for k, v in os.environ.items() if k not in ("TILUS_DUMP_IR", "TILUS_CACHE_DIR")}
+    r = subprocess.run([sys.executable, str(tmp_path / "opt.py")], capture_output=True, text=True, timeout=300,
+                       env=dict(env, TILUS_TARGET="cpu"))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+    dumps = os.listdir(tmp_path / "cache" / "ir")
+    assert any(d.startswith("Scale-cpu") for d in dumps), dumps
+    if _C.nvrtc_available():
+        assert os.listdir(tmp_path / "cache" / "kernels")

@@ -48,5 +48,8 @@ class DiskCache {
 
 // The process-wide cache ($TILUS_CACHE_DIR or ~/.cache/tilus).
 DiskCache& default_cache();
+// Moves the process-wide cache to `dir` (empty: back to $TILUS_CACHE_DIR or ~/.cache/tilus), for
+// the compiles and autotuning runs that start after the call (Python: tilus.option.cache_dir).
+void set_default_cache_dir(const std::string& dir);
 
 }  // namespace tilus
