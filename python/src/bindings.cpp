@@ -919,27 +919,20 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("program"), py::arg("arch") = "", py::arg("cache") = true,
      "Compiles a traced Program for a GPU arch (\"\": the current GPU's) with NVRTC, through the disk cache "
      "unless cache=False; returns a GpuKernel.");
-  // The CUDA text of a program (no GPU needed); debug_bounds None: TILUS_DEBUG_BOUNDS decides.
-  m.def("compile_cuda_source", [](const Program& p, const std::string& arch, std::optional<bool> debug_bounds) {
+  // What a traced program becomes, without launching: the CUDA source and its PTX (the emitter's
+  // options as a launch would have them; debug_bounds None: TILUS_DEBUG_BOUNDS decides).
+  auto cuda_options = [](std::optional<bool> debug_bounds) {
     CudaOptions o = CudaOptions::from_env();
     if (debug_bounds) o.debug_bounds = *debug_bounds;
-    return compile_program(p, arch, nullptr, o).source.source;
+    return o;
+  };
+  m.def("compile_cuda_source", [=](const Program& p, const std::string& arch, std::optional<bool> debug_bounds) {
+    return cuda_source(p, arch, cuda_options(debug_bounds)).source;
   }, py::arg("program"), py::arg("arch"), py::arg("debug_bounds") = py::none(),
-     "The CUDA source of a traced Program for a GPU arch (no NVRTC run); debug_bounds None: TILUS_DEBUG_BOUNDS "
-     "decides.");
-  // What a traced program becomes, without launching: the CUDA source (no NVRTC needed), the
-  // PTX (NVRTC), and the IR after every pass as (stage, text) pairs, "traced" first.
-  m.def("cuda_source", [](const Program& p, const std::string& arch) {
-    PipelineOptions o;
-    o.target = Target::from_arch(arch);
-    Program lowered = run_pipeline(p, o);
-    return emit_cuda(lowered.kernels.at(0), o.target).source;
-  }, "The CUDA source of a traced Program after the pass pipeline for a GPU arch (no GPU or NVRTC needed).");
-  m.def("cuda_ptx", [](const Program& p, const std::string& arch) {
-    PipelineOptions o;
-    o.target = Target::from_arch(arch);
-    Program lowered = run_pipeline(p, o);
-    KernelSource src = emit_cuda(lowered.kernels.at(0), o.target);
+     "The CUDA source of a traced Program after the pass pipeline for a GPU arch (no GPU or NVRTC needed); "
+     "debug_bounds None: TILUS_DEBUG_BOUNDS decides.");
+  m.def("cuda_ptx", [=](const Program& p, const std::string& arch) {
+    KernelSource src = cuda_source(p, arch, cuda_options(std::nullopt));
     py::gil_scoped_release release;
     return nvrtc_compile(src.source, src.name, src.arch).ptx;
   }, "The PTX NVRTC makes of a traced Program's CUDA source for a GPU arch (needs NVRTC, not a GPU).");

@@ -17,7 +17,7 @@ import tempfile
 
 from . import _C
 from ._C import CompileError, Error
-from .launch import arguments, bind, signature, trace
+from .launch import arguments, bind, signature, specialized
 
 
 def _specialized(script, args, kw):
@@ -31,9 +31,7 @@ def _specialized(script, args, kw):
         script = winner
     sig = signature(type(script))
     call = arguments(sig, *bind(sig, args, kw))
-    program = trace(script, call.constants)
-    program.specialize(call.facts)
-    return program, call
+    return specialized(script, call), call
 
 
 def _gpu_arch(arch):
@@ -55,7 +53,7 @@ class Artifacts:
     def source(self, *args, arch=None, **kw):
         """The CUDA C++ source the call ``self(*args, **kw)`` compiles (for ``arch``)."""
         program, _ = _specialized(self, args, kw)
-        return _C.cuda_source(program, _gpu_arch(arch))
+        return _C.compile_cuda_source(program, _gpu_arch(arch))
 
     def ptx(self, *args, arch=None, **kw):
         """The PTX that NVRTC makes of the call's CUDA source (needs NVRTC, not a GPU)."""

@@ -349,9 +349,15 @@ class _Compiled:
         self.kernel, self.backend, self.program = kernel, backend, program
 
 
-def _compile(script, call):
+def specialized(script, call):
+    """The traced program of a call, specialized on its arguments' facts (what it compiles)."""
     program = trace(script, call.constants)
     program.specialize(call.facts)
+    return program
+
+
+def _compile(script, call):
+    program = specialized(script, call)
     if call.backend == "cpu":
         if not _C.cpu_backend_available():
             raise CompileError("the CPU backend is not available: " + _C.cpu_unavailable_reason())

@@ -13,17 +13,21 @@
 
 namespace tilus {
 
-CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache,
-                               const CudaOptions& options) {
+KernelSource cuda_source(const Program& traced, const std::string& arch, const CudaOptions& options) {
   if (traced.kernels.size() != 1)
-    throw InternalError(fmt::format("compile_program expects one kernel, got {}", traced.kernels.size()));
+    throw InternalError(fmt::format("cuda_source expects one kernel, got {}", traced.kernels.size()));
   PipelineOptions opts;
   opts.target = Target::from_arch(arch);
   Program lowered = run_pipeline(traced, opts);
   KernelSource source = emit_cuda(lowered.kernels[0], opts.target, options);
   for (const std::string& dir : ir_dump_dirs(traced, opts))  // next to the pass dumps
     std::ofstream(std::filesystem::path(dir) / "kernel.cu") << source.source;
-  return compile_kernel(source, cache);
+  return source;
+}
+
+CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache,
+                               const CudaOptions& options) {
+  return compile_kernel(cuda_source(traced, arch, options), cache);
 }
 
 std::map<int, int64_t> specialization_of(const std::vector<KernelArg>& args) {

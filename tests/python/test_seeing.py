@@ -158,6 +158,19 @@ def test_ctrl_c_stops_a_spinning_cpu_kernel():
     assert (z == 5).all()
 
 
+def ticks_while(work):
+    """How many 1 ms sleeps this thread completes while `work()` runs in another thread (a
+    call that held the GIL throughout would leave it a tick or two)."""
+    worker = threading.Thread(target=work)
+    ticks = 0
+    worker.start()
+    while worker.is_alive():
+        ticks += 1
+        time.sleep(0.001)
+    worker.join()
+    return ticks
+
+
 @needs_cpu
 def test_gil_is_released_while_a_cpu_kernel_runs():
     k = Count()
@@ -170,13 +183,7 @@ def test_gil_is_released_while_a_cpu_kernel_runs():
         if time.perf_counter() - t0 > 0.3 or rounds >= 1 << 30:
             break
         rounds *= 4
-    worker = threading.Thread(target=k, args=(rounds, y))
-    ticks = 0
-    worker.start()
-    while worker.is_alive():
-        ticks += 1
-        time.sleep(0.001)
-    worker.join()
+    ticks = ticks_while(lambda: k(rounds, y))
     assert (y == rounds).all()
     # Holding the GIL for the launch would leave this thread a tick or two.
     assert ticks >= 20, ticks
@@ -195,13 +202,7 @@ def test_gil_is_released_while_the_cpu_backend_compiles():
 
     y = np.zeros(32, np.int32)
     done = []
-    worker = threading.Thread(target=lambda: done.append(Big()(y)))
-    ticks = 0
-    worker.start()
-    while worker.is_alive():
-        ticks += 1
-        time.sleep(0.001)
-    worker.join()
+    ticks = ticks_while(lambda: done.append(Big()(y)))
     assert done and (y == sum(range(600))).all()
     assert ticks >= 5, ticks
 

@@ -19,15 +19,7 @@ import tempfile
 # (https://www.apache.org/licenses/LICENSE-2.0.txt, Debian's /usr/share/common-licenses/Apache-2.0).
 APACHE_2_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
 
-failures = []
-
-
-def check(cond, what, detail=""):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
-        if detail:
-            print("      " + detail.replace("\n", "\n      "))
+from checks import check, finish
 
 
 def read(root, *path):
@@ -146,8 +138,7 @@ def main():
             return rc
     else:
         static_checks(root)
-    print(f"test_packaging: {len(failures)} failed")
-    return 1 if failures else 0
+    return finish("test_packaging")
 
 
 if __name__ == "__main__":

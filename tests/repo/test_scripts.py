@@ -39,15 +39,7 @@ while [ $# -gt 0 ]; do
 done
 """
 
-failures = []
-
-
-def check(cond, what, detail=""):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
-        if detail:
-            print("      " + detail.replace("\n", "\n      "))
+from checks import check, finish
 
 
 def main():
@@ -143,8 +135,7 @@ def main():
     check(p.returncode == 2 and "--no-such-option" in p.stderr, "run_examples --no-such-option: exit 2",
           f"exit {p.returncode}\n{p.stdout}{p.stderr}")
 
-    print(f"test_scripts: {len(failures)} failed")
-    return 1 if failures else 0
+    return finish("test_scripts")
 
 
 if __name__ == "__main__":

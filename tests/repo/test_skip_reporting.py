@@ -25,15 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what, detail=""):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
-        if detail:
-            print("      " + detail.replace("\n", "\n      "))
+from checks import check, finish
 
 
 def cmake_quote(s):
@@ -139,8 +131,7 @@ def main():
               "summary: the reason of one skip and where", text)
 
     pytest_checks(args)
-    print(f"test_skip_reporting: {len(failures)} failed")
-    return 1 if failures else 0
+    return finish("test_skip_reporting")
 
 
 if __name__ == "__main__":

@@ -40,9 +40,12 @@ struct JitOptions {
   CudaOptions cuda = CudaOptions::from_env();  // the CUDA emitter's (TILUS_DEBUG_BOUNDS)
 };
 
-// Runs the pass pipeline on a traced program's kernel, emits CUDA and compiles it (through
-// the disk cache when `cache` is set). Needs no GPU. The emitter's options default to the
-// environment's (TILUS_DEBUG_BOUNDS).
+// Runs the pass pipeline on a traced program's kernel for `arch` and emits its CUDA (written
+// next to the TILUS_DUMP_IR pass dumps when dumping). Needs neither a GPU nor NVRTC.
+KernelSource cuda_source(const Program& traced, const std::string& arch,
+                         const CudaOptions& options = CudaOptions::from_env());
+// The kernel of cuda_source, compiled with NVRTC (through the disk cache when `cache` is set).
+// Needs no GPU. The emitter's options default to the environment's (TILUS_DEBUG_BOUNDS).
 CompiledKernel compile_program(const Program& traced, const std::string& arch, DiskCache* cache,
                                const CudaOptions& options = CudaOptions::from_env());
 
