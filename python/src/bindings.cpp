@@ -796,17 +796,39 @@ PYBIND11_MODULE(_C, m) {
                       const Tensor& dst, const py::iterable& dst_offsets, const py::iterable& dst_extents,
                       std::optional<int64_t> coalesced_width, bool disable_tma, std::optional<std::string> eviction_policy,
                       std::map<std::string, std::string> annotations, std::optional<RegisterLayout> loop_layout,
-                      bool async_commit, L loc) {
+                      const std::string& api, std::optional<Tensor> barrier, L loc) {
         CopyArgs args;
         args.coalesced_width = coalesced_width;
         args.disable_tma = disable_tma;
         args.eviction_policy = std::move(eviction_policy);
         args.annotations = std::move(annotations);
         if (loop_layout) args.loop_layout = *loop_layout;
-        args.async_commit = async_commit;
+        if (api == "async_copy") args.api = CopyApi::AsyncCopy;
+        else if (api == "tma_copy") args.api = CopyApi::TmaCopy;
+        if (barrier) args.barrier = *barrier;
         b.copy(CopyRegion{src, to_exprs(src_offsets), to_exprs(src_extents), std::nullopt},
                CopyRegion{dst, to_exprs(dst_offsets), to_exprs(dst_extents), std::nullopt}, args, loc_of(loc));
       })
+      .def("mbarrier_alloc", [](Builder& b, const py::iterable& counts, L loc) {
+        return b.mbarrier_alloc(to_exprs(counts), loc_of(loc));
+      })
+      .def("mbarrier", [](Builder& b, const std::string& op, const Tensor& barrier, const py::object& value,
+                          const std::string& sem, const std::string& scope, const py::object& cta_id, L loc) {
+        static const std::map<std::string, MbarrierOp> ops{{"arrive", MbarrierOp::Arrive},
+                                                           {"arrive_and_expect_tx", MbarrierOp::ArriveExpectTx},
+                                                           {"expect_tx", MbarrierOp::ExpectTx},
+                                                           {"wait", MbarrierOp::Wait}};
+        b.mbarrier(ops.at(op), barrier, to_expr(value), sem, scope, cta_id.is_none() ? Expr() : to_expr(cta_id),
+                   loc_of(loc));
+      })
+      .def("tma_copy_tile", [](Builder& b, const Tensor& global, const Tensor& shared, const py::iterable& offsets,
+                               std::vector<int> dims, std::optional<Tensor> barrier, bool load, L loc) {
+        b.tma_copy_tile(global, shared, to_exprs(offsets), std::move(dims), barrier ? *barrier : Tensor(), load,
+                        loc_of(loc));
+      })
+      .def("tma_commit_group", [](Builder& b, L loc) { b.tma_commit_group(loc_of(loc)); })
+      .def("tma_wait_group", [](Builder& b, int64_t n, bool read, L loc) { b.tma_wait_group(n, read, loc_of(loc)); })
+      .def("fence_proxy_async", [](Builder& b, const std::string& space, L loc) { b.fence_proxy_async(space, loc_of(loc)); })
       .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, std::optional<Tensor> c, std::optional<DataType> acc_dtype,
                      L loc) { return c ? b.dot(x, y, *c, loc_of(loc)) : b.dot(x, y, acc_dtype, loc_of(loc)); })
       .def("cast", [](Builder& b, const Tensor& x, DataType t, L loc) { return b.cast(x, t, loc_of(loc)); })

@@ -465,12 +465,13 @@ class Script(Artifacts):
             return x.t, [], []
         raise CompileError(f"{_where(loc)}copy: expects a tensor or a tensor region, got {type(x).__name__}")
 
-    def _copy(self, src, dst, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout, commit, loc):
+    def _copy(self, src, dst, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout, api, loc,
+              barrier=None):
         s, so, se = self._region(src, loc)
         d, do, de = self._region(dst, loc)
         annotations = {str(k): str(v) for k, v in (annotations or {}).items()}
         _builder().copy(s, so, se, d, do, de, coalesced_width, bool(disable_tma), eviction_policy, annotations,
-                        loop_layout, commit, loc)
+                        loop_layout, api, barrier, loc)
 
     @staticmethod
     def _copy_options(what, loc, coalesced_width=None, disable_tma=False, eviction_policy=None, annotations=None,
@@ -513,7 +514,7 @@ class Script(Artifacts):
         """
         loc = _here()
         self._copy_options("copy", loc, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout)
-        self._copy(src, dst, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout, False, loc)
+        self._copy(src, dst, coalesced_width, disable_tma, eviction_policy, annotations, loop_layout, "copy", loc)
 
     def async_copy(self, src: Union[GlobalTensor, Region], dst: Union[SharedTensor, Region], *,
                    coalesced_width: Optional[int] = None, annotations: Optional[Dict[str, Any]] = None,
@@ -525,7 +526,79 @@ class Script(Artifacts):
         """
         loc = _here()
         self._copy_options("async_copy", loc, coalesced_width, annotations=annotations, loop_layout=loop_layout)
-        self._copy(src, dst, coalesced_width, False, None, annotations, loop_layout, True, loc)
+        self._copy(src, dst, coalesced_width, False, None, annotations, loop_layout, "async_copy", loc)
+
+    def tma_copy(self, src: _Src, dst: _Src, *, barrier: SharedTensor, eviction_policy: Optional[str] = None,
+                 annotations: Optional[Dict[str, Any]] = None) -> None:
+        """Split-phase TMA copy (seed 000): arrive-and-expect-tx on ``barrier`` plus a TMA load; no wait.
+
+        ``src`` and ``dst`` are regions as in ``copy``: a global region into a shared one (a
+        load, completing on ``barrier``, an mbarrier from ``self.mbarrier.alloc``), or a shared
+        region into a global one (a TMA store; ``barrier`` is then None and the kernel waits
+        with ``tma_store_arrive`` / ``tma_store_wait``). Issued once by the current thread
+        group; the kernel waits on the barrier itself (``mbarrier_wait_parity``). Needs sm_90:
+        when the box cannot be a TMA box the error says why.
+        """
+        loc = _here()
+        self._copy_options("tma_copy", loc, eviction_policy=eviction_policy, annotations=annotations)
+        b = None if barrier is None else _barrier(barrier, "tma_copy: barrier", loc)
+        self._copy(src, dst, None, False, eviction_policy, annotations, None, "tma_copy", loc, b)
+
+    def mbarrier_wait_parity(self, mbarrier: SharedTensor, parity: _Scalar) -> None:
+        """Waits until the phase of parity ``parity`` (0 or 1) of ``mbarrier`` has completed (seed 004)."""
+        self.mbarrier.wait(mbarrier, parity)
+
+    def mbarrier_arrive(self, mbarrier: SharedTensor, cta_id: Optional[_Scalar] = None) -> None:
+        """Every thread of the group arrives once at ``mbarrier`` (seed 004); with ``cta_id``, at the
+        barrier at the same offset in block ``cta_id`` of the cluster."""
+        loc = _here()
+        b = _barrier(mbarrier, "mbarrier_arrive: mbarrier", loc)
+        scope = "cta" if cta_id is None else "cluster"
+        cta = None if cta_id is None else _scalar(cta_id, "mbarrier_arrive: cta_id", loc)
+        _builder().mbarrier("arrive", b, 1, "release", scope, cta, loc)
+
+    def mbarrier_expect_tx(self, mbarrier: SharedTensor, tx: _Scalar) -> None:
+        """Adds ``tx`` bytes to the transaction count of ``mbarrier``'s current phase, without arriving (seed 004)."""
+        loc = _here()
+        _builder().mbarrier("expect_tx", _barrier(mbarrier, "mbarrier_expect_tx: mbarrier", loc),
+                            _scalar(tx, "mbarrier_expect_tx: tx", loc), "relaxed", "cta", None, loc)
+
+    def barrier_wait(self, mbarrier: SharedTensor, parity: _Scalar) -> None:
+        """``mbarrier_wait_parity`` under its other seed name."""
+        self.mbarrier.wait(mbarrier, parity)
+
+    def barrier_arrive(self, mbarrier: SharedTensor) -> None:
+        """``mbarrier_arrive`` under its other seed name."""
+        self.mbarrier.arrive(mbarrier)
+
+    def fence_proxy_async(self) -> None:
+        """``fence.proxy.async.shared::cta`` (seed 004): orders this thread's generic shared-memory
+        accesses with TMA's (``self.fence.proxy_async()``)."""
+        self.fence.proxy_async()
+
+    def tma_store_arrive(self) -> None:
+        """Commits the TMA stores issued since the last commit (seed 004; ``self.tma.commit_group()``)."""
+        self.tma.commit_group()
+
+    def tma_store_wait(self) -> None:
+        """Waits until every committed TMA store has read its shared source (seed 004;
+        ``self.tma.wait_group(0, read=True)``)."""
+        self.tma.wait_group(0, read=True)
+
+    @property
+    def mbarrier(self) -> "MbarrierGroup":
+        """mbarrier instructions (NVIDIA Tilus's ``self.mbarrier``): alloc, arrive, arrive_and_expect_tx, wait."""
+        return _MBARRIER
+
+    @property
+    def tma(self) -> "TmaGroup":
+        """TMA instructions (NVIDIA Tilus's ``self.tma``): global_to_shared, shared_to_global, commit_group, wait_group."""
+        return _TMA
+
+    @property
+    def fence(self) -> "FenceGroup":
+        """Proxy fences (NVIDIA Tilus's ``self.fence``): proxy_async."""
+        return _FENCE
 
     # --- compute ---------------------------------------------------------------------------------
     def _into(self, out, t, loc, what):
@@ -759,6 +832,141 @@ _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load
 for _name, _fn in list(vars(Script).items()):
     if not _name.startswith("_") and inspect.isfunction(_fn):
         setattr(Script, _name, _instruction(_fn, _name in _PURE))
+
+
+# --- instruction groups (NVIDIA Tilus's self.mbarrier / self.tma / self.fence) ---------------------
+
+def _barrier(x, what, loc):
+    """An mbarrier: a one-element shared tensor, or ``bars[i]`` (an element of mbarrier.alloc's tensor)."""
+    if isinstance(x, Region) and isinstance(x.tensor, SharedTensor) and all(
+            isinstance(e, int) and e == 1 for e in x.extents):
+        return _builder().index_shared(x.tensor.t, list(x.offsets), loc)
+    return _tensor(x, what, loc, SharedTensor)
+
+
+def _choice(x, allowed, what, loc):
+    if not isinstance(x, str) or x not in allowed:
+        raise CompileError(f"{_where(loc)}{what}={x!r} is not one of {', '.join(repr(a) for a in allowed)}")
+    return x
+
+
+class MbarrierGroup:
+    """mbarriers in shared memory (``self.mbarrier``): the arrival counters asynchronous copies and
+    thread groups synchronize on. A barrier is one element of the tensor ``alloc`` returns
+    (``bars[i]``; a tensor of one barrier may be passed whole)."""
+
+    #: The phase a producer waits on first (the slot starts free).
+    producer_initial_phase = 1
+    #: The phase a consumer waits on first (the slot starts empty).
+    consumer_initial_phase = 0
+
+    def alloc(self, counts: Union[_Int, Sequence[_Int]]) -> SharedTensor:
+        """Allocates and initializes ``len(counts)`` mbarriers (one for a single count): barrier i
+        completes a phase after ``counts[i]`` arrivals (and its expected transaction bytes). Returns a
+        uint64 shared tensor of shape [n]; pass ``bars[i]`` to the other methods."""
+        loc = _here()
+        counts = [counts] if isinstance(counts, (int, Expr)) else counts
+        return SharedTensor(_builder().mbarrier_alloc(_exprs(counts, "mbarrier.alloc: counts", loc), loc))
+
+    def arrive(self, barrier: SharedTensor, count: _Int = 1, sem: str = "release", scope: str = "cta") -> None:
+        """Every thread of the current thread group arrives ``count`` times at ``barrier``."""
+        loc = _here()
+        _builder().mbarrier("arrive", _barrier(barrier, "mbarrier.arrive: barrier", loc),
+                            _scalar(count, "mbarrier.arrive: count", loc),
+                            _choice(sem, ("release", "relaxed"), "mbarrier.arrive: sem", loc),
+                            _choice(scope, ("cta", "cluster"), "mbarrier.arrive: scope", loc), None, loc)
+
+    def arrive_and_expect_tx(self, barrier: SharedTensor, transaction_bytes: _Int, sem: str = "release",
+                             scope: str = "cta") -> None:
+        """Every thread of the group arrives once at ``barrier`` and adds ``transaction_bytes`` to the
+        bytes its current phase waits for (the TMA loads completing on it). Usually inside
+        ``single_thread()``."""
+        loc = _here()
+        _builder().mbarrier("arrive_and_expect_tx", _barrier(barrier, "mbarrier.arrive_and_expect_tx: barrier", loc),
+                            _scalar(transaction_bytes, "mbarrier.arrive_and_expect_tx: transaction_bytes", loc),
+                            _choice(sem, ("release", "relaxed"), "mbarrier.arrive_and_expect_tx: sem", loc),
+                            _choice(scope, ("cta", "cluster"), "mbarrier.arrive_and_expect_tx: scope", loc), None, loc)
+
+    def wait(self, barrier: SharedTensor, phase: _Int, sem: str = "acquire", scope: str = "cta") -> None:
+        """Every thread of the group waits until the phase of parity ``phase`` (0 or 1) of ``barrier``
+        has completed. On the CPU backend a wait that can never complete is an error naming it."""
+        loc = _here()
+        if isinstance(phase, RegisterTensor):
+            raise CompileError(f"{_where(loc)}mbarrier.wait: phase must be a scalar (0, 1 or a kernel scalar); "
+                               f"register-tensor phases are not supported yet, got {_describe(phase)}")
+        _builder().mbarrier("wait", _barrier(barrier, "mbarrier.wait: barrier", loc),
+                            _scalar(phase, "mbarrier.wait: phase", loc),
+                            _choice(sem, ("acquire", "relaxed"), "mbarrier.wait: sem", loc),
+                            _choice(scope, ("cta", "cluster"), "mbarrier.wait: scope", loc), None, loc)
+
+
+class TmaGroup:
+    """Bulk tensor copies by the Tensor Memory Accelerator (``self.tma``, sm_90): one box between a
+    global tensor and a shared tensor, issued once by the current thread group."""
+
+    def global_to_shared(self, *, src: GlobalTensor, dst: SharedTensor, offsets: Sequence[_Int],
+                         dims: _Dims = None, mbarrier: SharedTensor, cta_group: int = 1,
+                         multicast_mask: Optional[int] = None, cache_policy: Any = None) -> None:
+        """Copies the tile of ``src`` at ``offsets`` (one per dim of ``src``; the tile's dims are the
+        global dims ``dims``, default the trailing ones) into ``dst``; its bytes complete on
+        ``mbarrier``, whose expected transaction bytes the kernel sets
+        (``mbarrier.arrive_and_expect_tx``) and on which it waits. Elements outside ``src`` are
+        zero-filled. ``cta_group`` 1, no ``multicast_mask`` and no ``cache_policy`` (the others are not
+        supported yet)."""
+        loc = _here()
+        if cta_group != 1 or multicast_mask is not None or cache_policy is not None:
+            raise CompileError(f"{_where(loc)}tma.global_to_shared: cta_group={cta_group!r}, "
+                               f"multicast_mask={multicast_mask!r}, cache_policy={cache_policy!r}: only cta_group=1 "
+                               "without multicast or cache policy is supported")
+        _builder().tma_copy_tile(_tensor(src, "tma.global_to_shared: src", loc, GlobalTensor),
+                                 _tensor(dst, "tma.global_to_shared: dst", loc, SharedTensor),
+                                 _exprs(offsets, "tma.global_to_shared: offsets", loc),
+                                 _ints(dims, "tma.global_to_shared: dims", loc),
+                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc)
+
+    def shared_to_global(self, src: SharedTensor, dst: GlobalTensor, offsets: Sequence[_Int], dims: _Dims = None,
+                         cache_policy: Any = None) -> None:
+        """Copies ``src`` into the tile of ``dst`` at ``offsets``; elements outside ``dst`` are not
+        written. Asynchronous: ``commit_group`` then ``wait_group`` before ``src`` is written again
+        (a write before the wait is a CompileError)."""
+        loc = _here()
+        if cache_policy is not None:
+            raise CompileError(f"{_where(loc)}tma.shared_to_global: cache_policy is not supported yet")
+        _builder().tma_copy_tile(_tensor(dst, "tma.shared_to_global: dst", loc, GlobalTensor),
+                                 _tensor(src, "tma.shared_to_global: src", loc, SharedTensor),
+                                 _exprs(offsets, "tma.shared_to_global: offsets", loc),
+                                 _ints(dims, "tma.shared_to_global: dims", loc), None, False, loc)
+
+    def commit_group(self) -> None:
+        """Closes the group of TMA stores issued since the last commit."""
+        _builder().tma_commit_group(_here())
+
+    def wait_group(self, n: int, read: bool = False) -> None:
+        """Waits until at most ``n`` committed TMA store groups are pending; ``read=True``: only until
+        they have read their shared source."""
+        loc = _here()
+        _builder().tma_wait_group(_int(n, "tma.wait_group: n", loc), _bool(read, "tma.wait_group: read", loc), loc)
+
+
+class FenceGroup:
+    """Proxy fences (``self.fence``)."""
+
+    def proxy_async(self, space: str = "shared") -> None:
+        """Orders this thread's generic-proxy accesses of ``space`` ("shared" or "global") with the
+        async proxy's (TMA). The passes add the ones TMA stores of generic writes need."""
+        loc = _here()
+        _builder().fence_proxy_async(_choice(space, ("shared", "global"), "fence.proxy_async: space", loc), loc)
+
+
+for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence")):
+    for _name, _fn in list(vars(_group).items()):
+        if not _name.startswith("_") and inspect.isfunction(_fn):
+            _fn.__name__ = f"{_prefix}.{_name}"
+            _wrapped = _instruction(_fn, _name == "alloc")
+            _wrapped.__name__ = _name
+            setattr(_group, _name, _wrapped)
+
+_MBARRIER, _TMA, _FENCE = MbarrierGroup(), TmaGroup(), FenceGroup()
 
 
 def static_range(*args: int) -> range:

@@ -146,6 +146,13 @@ class FactCollector : public StmtVisitor {
         a.strides = v.out->strides;
         f_.globals_[v.out.get()] = a;
         if (int p = f_.pointer_param(v.ptr); p >= 0) {
+          a.param = p;
+          const Var& param = f_.kernel_.params[p];
+          if (auto o = offset_from(v.ptr, param))
+            a.param_offset_bytes = f_.simplify(
+                *o * int_const(param.dtype().pointee().is_void() ? 1 : param.dtype().pointee().storage_bytes(1),
+                               dtypes::int64));
+          f_.globals_[v.out.get()] = a;
           f_.view_params_[v.out.get()] = p;
           f_.contracts_[p].views.push_back(view_contract(f_, v, p));
         }

@@ -133,7 +133,53 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   }
   if (loop_layout.defined()) v.attr("loop_layout", loop_layout.str());
   if (scalar) v.attr("scalar", "true");
+  if (barrier.defined()) v.operand("barrier", barrier, Access::Read, kShared, nullptr);
 }
+
+const char* to_string(CopyApi api) {
+  switch (api) {
+    case CopyApi::Copy: return "copy";
+    case CopyApi::AsyncCopy: return "async_copy";
+    case CopyApi::TmaCopy: return "tma_copy";
+    case CopyApi::TmaGlobalToShared: return "tma.global_to_shared";
+    case CopyApi::TmaSharedToGlobal: return "tma.shared_to_global";
+  }
+  return "?";
+}
+
+const char* to_string(MbarrierOp op) {
+  switch (op) {
+    case MbarrierOp::Arrive: return "arrive";
+    case MbarrierOp::ArriveExpectTx: return "arrive_and_expect_tx";
+    case MbarrierOp::ExpectTx: return "expect_tx";
+    case MbarrierOp::Wait: return "wait";
+  }
+  return "?";
+}
+
+// The barriers are written once, by their initialization; arrivals and waits read them (they
+// synchronize, and never conflict with each other).
+void MbarrierInitInst::visit_fields(FieldVisitor& v) {
+  v.operand("barriers", barriers, Access::Write, kShared, nullptr);
+  v.exprs("counts", counts);
+}
+
+void MbarrierInst::visit_fields(FieldVisitor& v) {
+  v.operand("barrier", barrier, Access::Read, kShared, nullptr);
+  v.expr(op == MbarrierOp::Wait ? "phase" : op == MbarrierOp::Arrive ? "count" : "transaction_bytes", value);
+  if (cta_id.defined()) v.expr("cta_id", cta_id);
+  if (sem != (op == MbarrierOp::Wait ? "acquire" : "release")) v.attr("sem", sem);
+  if (scope != "cta") v.attr("scope", scope);
+}
+
+void TmaCommitGroupInst::visit_fields(FieldVisitor&) {}
+
+void TmaWaitGroupInst::visit_fields(FieldVisitor& v) {
+  v.attr("n", std::to_string(n));
+  if (read) v.attr("read", "true");
+}
+
+void FenceProxyAsyncInst::visit_fields(FieldVisitor& v) { v.attr("space", space); }
 
 void DotInst::visit_fields(FieldVisitor& v) {
   v.output("out", out, kRegister);

@@ -12,6 +12,8 @@ const char* to_string(MachineOp op) {
     case MachineOp::CpAsyncCg: return "cp.async.cg";
     case MachineOp::Ldmatrix: return "ldmatrix";
     case MachineOp::Stmatrix: return "stmatrix";
+    case MachineOp::TmaLoad: return "tma.load";
+    case MachineOp::TmaStore: return "tma.store";
     case MachineOp::MmaSync: return "mma.sync.m16n8k16";
     case MachineOp::SimtFma: return "simt.fma";
   }
@@ -22,6 +24,8 @@ const char* to_string(Completion c) {
   switch (c) {
     case Completion::Synchronous: return "synchronous";
     case Completion::CpAsyncGroup: return "cp.async-group";
+    case Completion::MbarrierTx: return "mbarrier-tx";
+    case Completion::TmaStoreGroup: return "tma-store-group";
   }
   return "?";
 }
@@ -47,6 +51,11 @@ std::string Lowering::str() const {
     case MachineOp::SimtFma:
       s += fmt::format(" threads={}x{} per_thread={}x{}", dot.threads_m, dot.threads_n, dot.per_m, dot.per_n);
       if (dot.replicas > 1) s += fmt::format(" replicas={}", dot.replicas);
+      break;
+    case MachineOp::TmaLoad:
+    case MachineOp::TmaStore:
+      s += fmt::format(" tensor_map={}", tensor_map);
+      if (copy_barrier >= 0) s += fmt::format(" copy_barrier={}", copy_barrier);
       break;
     case MachineOp::None: break;
   }

@@ -43,6 +43,20 @@ class Printer {
     if (k.shared_memory_bytes > 0) out_ += fmt::format("  shared_memory {}\n", k.shared_memory_bytes);
     if (k.cluster != std::array<int64_t, 3>{1, 1, 1})
       out_ += fmt::format("  cluster [{}, {}, {}]\n", k.cluster[0], k.cluster[1], k.cluster[2]);
+    for (size_t i = 0; i < k.tensor_maps.size(); ++i) {
+      const TensorMapSpec& m = k.tensor_maps[i];
+      std::string shape, strides;
+      for (size_t d = 0; d < m.shape.size(); ++d) {
+        shape += (d ? ", " : "") + expr(m.shape[d]);
+        strides += (d ? ", " : "") + expr(m.strides[d]);
+      }
+      out_ += fmt::format("  tensor_map {}: {} + {} bytes, {}[{}] strides [{}] box [{}] swizzle {}\n", i,
+                          var_name(*k.params[m.param].operator->()), expr(m.offset), m.dtype.name(), shape, strides,
+                          fmt::join(m.box, ", "), m.swizzle_bytes);
+    }
+    if (k.copy_barriers > 0)
+      out_ += fmt::format("  copy_barriers {}{}\n", k.copy_barriers,
+                          k.copy_barrier_offset >= 0 ? fmt::format(" at {}", k.copy_barrier_offset) : "");
     out_ += "{\n";
     stmt(k.body, 1);
     out_ += "}\n";

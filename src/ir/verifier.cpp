@@ -329,6 +329,61 @@ void check_region(const CopyInst& i, const char* role, const CopyRegion& r) {
   }
 }
 
+// An mbarrier operand: one uint64 element in shared memory (mbarrier.alloc's tensor or a
+// view of one of its elements).
+void check_barrier(const InstNode& i, const Tensor& b) {
+  if (!b.defined() || !b.is_shared() || b.dtype() != dtypes::uint64 || b.num_elements() != 1)
+    fail(i, fmt::format("the barrier must be one mbarrier (a uint64 shared element: mbarrier.alloc(...)[i]), got {}",
+                        ty(b)));
+}
+
+void check_mbarrier_init(const MbarrierInitInst& i) {
+  const Tensor& b = i.barriers;
+  if (!b.defined() || !b.is_shared() || b.dtype() != dtypes::uint64 || b.rank() != 1 ||
+      b.num_elements() != int64_t(i.counts.size()))
+    fail(i, fmt::format("barriers must be a uint64 shared tensor of shape [{}] (one per count), got {}",
+                        i.counts.size(), ty(b)));
+  if (i.counts.empty()) fail(i, "counts must name at least one barrier");
+  for (auto& c : i.counts) {
+    if (!is_integer_expr(c))
+      fail(i, fmt::format("counts must be integers, got {} of type {}", expr_str(c), dtype_str(c)));
+    if (c.is_int_const() && (c.int_value() < 1 || c.int_value() > (int64_t(1) << 20) - 1))
+      fail(i, fmt::format("an arrival count must be in [1, 2^20 - 1], got {}", c.int_value()));
+  }
+}
+
+void check_mbarrier(const MbarrierInst& i) {
+  check_barrier(i, i.barrier);
+  const char* what = i.op == MbarrierOp::Wait ? "phase" : i.op == MbarrierOp::Arrive ? "count" : "transaction_bytes";
+  if (!is_integer_expr(i.value) && !(i.value.defined() && i.value.dtype().is_bool()))
+    fail(i, fmt::format("{} must be an integer, got {} of type {}", what, expr_str(i.value), dtype_str(i.value)));
+  if (i.value.is_int_const()) {
+    int64_t v = i.value.int_value();
+    if (i.op == MbarrierOp::Wait && v != 0 && v != 1)
+      fail(i, fmt::format("phase is a parity, 0 or 1, got {}", v));
+    if (i.op == MbarrierOp::Arrive && (v < 1 || v >= (int64_t(1) << 20)))
+      fail(i, fmt::format("count must be in [1, 2^20 - 1], got {}", v));
+    if (i.op != MbarrierOp::Wait && i.op != MbarrierOp::Arrive && (v < 0 || v >= (int64_t(1) << 20)))
+      fail(i, fmt::format("transaction_bytes must be in [0, 2^20 - 1], got {}", v));
+  }
+  bool wait = i.op == MbarrierOp::Wait;
+  if (wait ? (i.sem != "acquire" && i.sem != "relaxed") : (i.sem != "release" && i.sem != "relaxed"))
+    fail(i, fmt::format("sem='{}' is not one of {}", i.sem, wait ? "'acquire', 'relaxed'" : "'release', 'relaxed'"));
+  if (i.scope != "cta" && i.scope != "cluster")
+    fail(i, fmt::format("scope='{}' is not one of 'cta', 'cluster'", i.scope));
+  if (i.cta_id.defined() && !is_integer_expr(i.cta_id))
+    fail(i, fmt::format("cta_id must be an integer, got {} of type {}", expr_str(i.cta_id), dtype_str(i.cta_id)));
+}
+
+void check_tma_wait_group(const TmaWaitGroupInst& i) {
+  if (i.n < 0) fail(i, fmt::format("n must be >= 0 (the number of groups left pending), got {}", i.n));
+}
+
+void check_fence_proxy_async(const FenceProxyAsyncInst& i) {
+  if (i.space != "shared" && i.space != "global")
+    fail(i, fmt::format("space='{}' is not one of 'shared', 'global'", i.space));
+}
+
 void check_copy(const CopyInst& i) {
   check_region(i, "src", i.src);
   check_region(i, "dst", i.dst);
@@ -358,7 +413,24 @@ void check_copy(const CopyInst& i) {
       fail(i, fmt::format("src is {} with extents {} and dst is {} with extents {}: the leading src extents that dst "
                           "does not have must be 1",
                           ty(s), exprs_str(se), ty(d), exprs_str(de)));
-  if ((i.async_commit || i.use_cp_async) && !(s.is_global() && d.is_shared()))
+  bool tma_load = i.api == CopyApi::TmaCopy || i.api == CopyApi::TmaGlobalToShared;
+  bool tma_store = i.api == CopyApi::TmaSharedToGlobal || (i.api == CopyApi::TmaCopy && s.is_shared());
+  if (i.api == CopyApi::TmaCopy && !((s.is_global() && d.is_shared()) || (s.is_shared() && d.is_global())))
+    fail(i, fmt::format("TMA copies global to shared or shared to global memory, got src {} and dst {}", ty(s), ty(d)));
+  if (i.api == CopyApi::TmaGlobalToShared && !(s.is_global() && d.is_shared()))
+    fail(i, fmt::format("src must be a global tensor and dst a shared tensor, got src {} and dst {}", ty(s), ty(d)));
+  if (i.api == CopyApi::TmaSharedToGlobal && !(s.is_shared() && d.is_global()))
+    fail(i, fmt::format("src must be a shared tensor and dst a global tensor, got src {} and dst {}", ty(s), ty(d)));
+  if (tma_load && !tma_store) {
+    if (!i.barrier.defined())
+      fail(i, fmt::format("a TMA load completes on an mbarrier: pass mbarrier= (a barrier from mbarrier.alloc); src {}, "
+                          "dst {}",
+                          ty(s), ty(d)));
+  } else if (i.barrier.defined()) {
+    fail(i, fmt::format("only TMA loads complete on an mbarrier; src {}, dst {}", ty(s), ty(d)));
+  }
+  if (i.barrier.defined()) check_barrier(i, i.barrier);
+  if ((i.api == CopyApi::AsyncCopy || i.use_cp_async) && !(s.is_global() && d.is_shared()))
     fail(i, fmt::format("cp.async copies global to shared memory, got src {} and dst {}", ty(s), ty(d)));
   if (i.coalesced_width && !is_pow2(*i.coalesced_width))
     fail(i, fmt::format("coalesced_width must be a positive power of two, got {} (src {}, dst {})", *i.coalesced_width,
@@ -1073,6 +1145,11 @@ void verify_inst(const InstNode& inst) {
     case InstKind::Printf: check_printf(static_cast<const PrintfInst&>(inst)); break;
     case InstKind::Assume: check_assume(static_cast<const AssumeInst&>(inst)); break;
     case InstKind::AnnotateLayout: check_annotate_layout(static_cast<const AnnotateLayoutInst&>(inst)); break;
+    case InstKind::MbarrierInit: check_mbarrier_init(static_cast<const MbarrierInitInst&>(inst)); break;
+    case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;
+    case InstKind::TmaWaitGroup: check_tma_wait_group(static_cast<const TmaWaitGroupInst&>(inst)); break;
+    case InstKind::FenceProxyAsync: check_fence_proxy_async(static_cast<const FenceProxyAsyncInst&>(inst)); break;
+    case InstKind::TmaCommitGroup:
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitAll:
     case InstKind::Sync: break;

@@ -291,8 +291,79 @@ void Script::copy(const CopyRegionArg& src, const CopyRegionArg& dst, CopyOption
 
 void Script::async_copy(const CopyRegionArg& src, const CopyRegionArg& dst, AsyncCopyOptions opts, Loc loc) {
   CopyArgs args{.coalesced_width = opts.coalesced_width, .annotations = opts.annotations,
-                .loop_layout = opts.loop_layout, .async_commit = true};
+                .loop_layout = opts.loop_layout, .api = CopyApi::AsyncCopy};
   builder().copy(src.region, dst.region, args, SourceLoc::from(loc));
+}
+
+void Script::tma_copy(const CopyRegionArg& src, const CopyRegionArg& dst, TmaCopyOptions opts, Loc loc) {
+  CopyArgs args{.eviction_policy = opts.eviction_policy, .annotations = opts.annotations, .api = CopyApi::TmaCopy,
+                .barrier = opts.barrier.bound() ? opts.barrier.tensor() : Tensor()};
+  builder().copy(src.region, dst.region, args, SourceLoc::from(loc));
+}
+
+void Script::mbarrier_wait_parity(const SharedTensor& barrier, const Expr& parity, Loc loc) {
+  mbarrier.wait(barrier, parity, {}, loc);
+}
+void Script::mbarrier_arrive(const SharedTensor& barrier, Loc loc) { mbarrier.arrive(barrier, 1, {}, loc); }
+void Script::mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Loc loc) {
+  mbarrier.arrive_remote(barrier, cta_id, 1, loc);
+}
+void Script::mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc) {
+  mbarrier.expect_tx(barrier, tx, {}, loc);
+}
+void Script::barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc) {
+  mbarrier.wait(barrier, parity, {}, loc);
+}
+void Script::barrier_arrive(const SharedTensor& barrier, Loc loc) { mbarrier.arrive(barrier, 1, {}, loc); }
+void Script::fence_proxy_async(Loc loc) { fence.proxy_async("shared", loc); }
+void Script::tma_store_arrive(Loc loc) { tma.commit_group(loc); }
+void Script::tma_store_wait(Loc loc) { tma.wait_group(0, true, loc); }
+
+namespace {
+Tensor barrier_of(const SharedTensor& b) { return b.bound() ? b.tensor() : Tensor(); }
+std::string sem_or(const MbarrierOptions& o, const char* dflt) { return o.sem.empty() ? dflt : o.sem; }
+}  // namespace
+
+SharedTensor MbarrierGroup::alloc(std::vector<Expr> counts, Loc loc) const {
+  return SharedTensor(script->builder().mbarrier_alloc(std::move(counts), SourceLoc::from(loc)));
+}
+void MbarrierGroup::arrive(const SharedTensor& barrier, const Expr& count, MbarrierOptions opts, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::Arrive, barrier_of(barrier), count, sem_or(opts, "release"), opts.scope,
+                             Expr(), SourceLoc::from(loc));
+}
+void MbarrierGroup::arrive_and_expect_tx(const SharedTensor& barrier, const Expr& bytes, MbarrierOptions opts,
+                                         Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::ArriveExpectTx, barrier_of(barrier), bytes, sem_or(opts, "release"),
+                             opts.scope, Expr(), SourceLoc::from(loc));
+}
+void MbarrierGroup::expect_tx(const SharedTensor& barrier, const Expr& bytes, MbarrierOptions opts, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::ExpectTx, barrier_of(barrier), bytes, sem_or(opts, "relaxed"), opts.scope,
+                             Expr(), SourceLoc::from(loc));
+}
+void MbarrierGroup::arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::Arrive, barrier_of(barrier), count, "release", "cluster", cta_id,
+                             SourceLoc::from(loc));
+}
+void MbarrierGroup::wait(const SharedTensor& barrier, const Expr& phase, MbarrierOptions opts, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::Wait, barrier_of(barrier), phase, sem_or(opts, "acquire"), opts.scope, Expr(),
+                             SourceLoc::from(loc));
+}
+
+void TmaGroup::global_to_shared(const GlobalTensor& src, const SharedTensor& dst, TmaTileOptions opts,
+                                const SharedTensor& mbarrier, Loc loc) const {
+  script->builder().tma_copy_tile(src.tensor(), dst.tensor(), std::move(opts.offsets), std::move(opts.dims),
+                                  barrier_of(mbarrier), true, SourceLoc::from(loc));
+}
+void TmaGroup::shared_to_global(const SharedTensor& src, const GlobalTensor& dst, TmaTileOptions opts, Loc loc) const {
+  script->builder().tma_copy_tile(dst.tensor(), src.tensor(), std::move(opts.offsets), std::move(opts.dims), Tensor(),
+                                  false, SourceLoc::from(loc));
+}
+void TmaGroup::commit_group(Loc loc) const { script->builder().tma_commit_group(SourceLoc::from(loc)); }
+void TmaGroup::wait_group(int64_t n, bool read, Loc loc) const {
+  script->builder().tma_wait_group(n, read, SourceLoc::from(loc));
+}
+void FenceGroup::proxy_async(const std::string& space, Loc loc) const {
+  script->builder().fence_proxy_async(space, SourceLoc::from(loc));
 }
 
 RegisterTensor Script::dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c, DotOptions opts,

@@ -381,7 +381,8 @@ class LayoutSolver {
 
 // Shared layouts: a user annotation wins; otherwise a row-major tile of 1- to 16-byte
 // elements whose rows are at least 32 bytes (a power of two) gets the XOR swizzle that puts
-// the 16-byte units of any 8 consecutive rows in distinct bank groups, so ldmatrix reads and
+// the 16-byte units of any 8 consecutive rows in distinct bank groups (TMA's swizzle pattern
+// for rows of up to 128 bytes), so ldmatrix reads and
 // 16-byte cp.async / vector writes of a column of units are conflict-free. The swizzle
 // permutes whole 16-byte units, so every vector access up to 16 bytes stays legal. Slices
 // inherit the strides and swizzle of what they slice (the emitter addresses them through
@@ -399,9 +400,16 @@ std::optional<Swizzle> auto_swizzle(const Tensor& t) {
     return n;
   };
   Swizzle z;
-  z.bits = 3;
-  z.base = log2(16 / bytes);                      // 16-byte units
-  z.shift = std::max(3, log2(row) - z.base);      // XOR in the row (or 128-byte line) index
+  z.base = log2(16 / bytes);  // 16-byte units
+  if (row * bytes <= 128) {
+    // Rows of 32, 64 or 128 bytes: TMA's 32B / 64B / 128B swizzle (units XOR address bits
+    // 7..9), so a TMA box of the tile writes exactly this layout.
+    z.bits = log2(row * bytes / 16);
+    z.shift = 3;
+  } else {
+    z.bits = 3;
+    z.shift = log2(row) - z.base;  // XOR in the row index
+  }
   SharedLayout l(shape, SharedLayout::row_major(shape).strides(), z);
   if (l.storage_elements() != t.num_elements()) return std::nullopt;  // never grow the tile
   return z;

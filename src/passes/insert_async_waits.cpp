@@ -49,12 +49,33 @@ class WaitInserter {
     return out.size() == 1 ? r : make_seq(out, s->loc);
   }
 
-  static void commit(InFlight& state) {
-    for (auto& c : state) ++c.commits;
+  // cp.async groups and TMA-store groups are counted apart (Completion of each access).
+  static void commit(InFlight& state, Completion kind = Completion::CpAsyncGroup) {
+    for (auto& c : state) c.commits += c.completion == kind;
   }
-  static void wait(InFlight& state, int64_t n) {
-    state.erase(std::remove_if(state.begin(), state.end(), [n](const SharedAccess& c) { return c.commits > n; }),
+  static void wait(InFlight& state, int64_t n, Completion kind = Completion::CpAsyncGroup) {
+    state.erase(std::remove_if(state.begin(), state.end(),
+                               [&](const SharedAccess& c) { return c.completion == kind && c.commits > n; }),
                 state.end());
+  }
+  // Two accesses of which one is an in-flight asynchronous access: a hazard unless both read.
+  static bool hazard(const SharedAccess& in_flight, const SharedAccess& a) {
+    return (in_flight.write || a.write) && may_overlap(in_flight, a);
+  }
+  // What the kernel must add before `inst` for the in-flight access `c` it depends on.
+  static std::string missing_wait(const SharedAccess& c) {
+    switch (c.completion) {
+      case Completion::MbarrierTx:
+        return fmt::format("{} completes on its mbarrier: wait on it (mbarrier.wait / mbarrier_wait_parity) before "
+                           "it",
+                           c.inst->display_name());
+      case Completion::TmaStoreGroup:
+        return "a TMA store reads its shared source after it is issued: add tma.commit_group() and "
+               "tma.wait_group(0, read=True) (tma_store_arrive / tma_store_wait) before it";
+      default:
+        return "async_copy leaves the wait to the kernel: add copy_async_wait_group(n) or copy_async_wait_all() "
+               "before it";
+    }
   }
 
   // Processes one statement; commits and waits that must precede it go to `before`.
@@ -65,23 +86,38 @@ class WaitInserter {
         switch (inst.kind()) {
           case InstKind::CopyAsyncCommitGroup: commit(state); return s;
           case InstKind::CopyAsyncWaitGroup: wait(state, static_cast<const CopyAsyncWaitGroupInst&>(inst).n); return s;
-          case InstKind::CopyAsyncWaitAll: state.clear(); return s;
+          case InstKind::CopyAsyncWaitAll: wait(state, -1); return s;  // uncommitted copies too
+          case InstKind::TmaCommitGroup: commit(state, Completion::TmaStoreGroup); return s;
+          case InstKind::TmaWaitGroup:
+            wait(state, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
+            return s;
+          case InstKind::Mbarrier: {
+            // A wait on a barrier completes the TMA loads of that barrier's tensor (any index:
+            // which phase it is is the kernel's business; a wait on the wrong one hangs).
+            auto& m = static_cast<const MbarrierInst&>(inst);
+            if (m.op != MbarrierOp::Wait) return s;
+            const TensorNode* root = map_.barrier_root(m);
+            state.erase(std::remove_if(state.begin(), state.end(),
+                                       [&](const SharedAccess& c) {
+                                         return c.completion == Completion::MbarrierTx && c.barrier == root;
+                                       }),
+                        state.end());
+            return s;
+          }
           default: break;
         }
         auto mine = accesses(inst);
+        for (auto& a : mine)
+          for (auto& c : state)
+            if (c.explicit_wait && hazard(c, a))
+              throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be {}; {}",
+                                             inst.display_name(), inst.loc.str(), c.inst->display_name(),
+                                             c.inst->loc.str(), c.write ? "writing" : "reading", missing_wait(c)),
+                                 inst.loc);
         const SharedAccess* oldest_needed = nullptr;  // the conflicting copy with the fewest commits
         for (auto& a : mine)
           for (auto& c : state)
-            if (may_overlap(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
-        for (auto& a : mine)
-          for (auto& c : state)
-            if (c.explicit_wait && may_overlap(c, a))
-              throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be writing; "
-                                             "async_copy leaves the wait to the kernel: add "
-                                             "copy_async_wait_group(n) or copy_async_wait_all() before it",
-                                             inst.display_name(), inst.loc.str(), c.inst->display_name(),
-                                             c.inst->loc.str()),
-                                 inst.loc);
+            if (hazard(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
         if (oldest_needed) {
           if (strict_)
             throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be writing; add "

@@ -63,6 +63,14 @@ class BarrierInserter {
   SharedAccessMap map_;
   std::unordered_set<const ExprNode*> thread_vars_;  // variables that differ between threads
   int inserted_ = 0;
+  Pending unfenced_;  // generic-proxy shared writes since the last proxy fence
+
+  static void commit(Pending& pending, Completion kind) {
+    for (auto& p : pending) p.commits += p.async && p.completion == kind;
+  }
+  static void await(Pending& pending, int64_t n, Completion kind) {
+    for (auto& p : pending) p.awaited = p.awaited || (p.completion == kind && p.commits > n);
+  }
 
   std::vector<Access> accesses(const InstNode& inst) const { return map_.accesses(inst); }
 
@@ -131,27 +139,60 @@ class BarrierInserter {
         const InstNode& inst = *static_cast<const InstStmtNode&>(*s).inst;
         switch (inst.kind()) {
           case InstKind::Sync: barrier_clears(pending); return s;
-          case InstKind::CopyAsyncCommitGroup:
-            for (auto& p : pending) p.commits += p.async;
+          case InstKind::CopyAsyncCommitGroup: commit(pending, Completion::CpAsyncGroup); return s;
+          case InstKind::CopyAsyncWaitGroup:
+            await(pending, static_cast<const CopyAsyncWaitGroupInst&>(inst).n, Completion::CpAsyncGroup);
             return s;
-          case InstKind::CopyAsyncWaitGroup: {
-            int n = int(static_cast<const CopyAsyncWaitGroupInst&>(inst).n);
-            for (auto& p : pending) p.awaited = p.awaited || p.commits > n;
+          case InstKind::CopyAsyncWaitAll: await(pending, -1, Completion::CpAsyncGroup); return s;
+          case InstKind::TmaCommitGroup: commit(pending, Completion::TmaStoreGroup); return s;
+          case InstKind::TmaWaitGroup:
+            await(pending, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
             return s;
+          case InstKind::FenceProxyAsync: unfenced_.clear(); return s;
+          case InstKind::Mbarrier: {
+            // The threads that wait on a barrier see the TMA loads that complete on it: those
+            // need no barrier for them (groups that meet through mbarriers).
+            auto& m = static_cast<const MbarrierInst&>(inst);
+            if (m.op != MbarrierOp::Wait) break;
+            const TensorNode* root = map_.barrier_root(m);
+            pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                         [&](const Access& p) {
+                                           return p.async && p.completion == Completion::MbarrierTx &&
+                                                  p.barrier == root;
+                                         }),
+                          pending.end());
+            break;
           }
-          case InstKind::CopyAsyncWaitAll:
-            for (auto& p : pending) p.awaited = true;
-            return s;
           default: break;
         }
         auto mine = accesses(inst);
+        // A TMA store reads shared memory through the async proxy: generic writes to it need
+        // a proxy fence in the writing threads before the barrier that orders them.
+        if (inst.lowering.op == MachineOp::TmaStore) {
+          bool unfenced = false;
+          for (auto& a : mine)
+            for (auto& w : unfenced_) unfenced = unfenced || may_overlap(w, a);
+          if (unfenced) {
+            if (!may_insert)
+              throw Blocked{*std::find_if(unfenced_.begin(), unfenced_.end(), [&](const Access& w) {
+                              return std::any_of(mine.begin(), mine.end(), [&](const Access& a) { return may_overlap(w, a); });
+                            }), &inst};
+            auto f = std::make_shared<FenceProxyAsyncInst>();
+            f->loc = inst.loc;
+            before.push_back(make_inst_stmt(f));
+            barrier(inst.loc);
+            unfenced_.clear();
+          }
+        }
         if (auto hazard = first_conflict(pending, mine)) {
           if (!may_insert) throw *hazard;
           barrier(inst.loc);
         }
-        if (commits_itself(inst))
-          for (auto& p : pending) p.commits += p.async;
-        for (auto& a : mine) pending.push_back(a);
+        if (commits_itself(inst)) commit(pending, Completion::CpAsyncGroup);
+        for (auto& a : mine) {
+          pending.push_back(a);
+          if (a.write && inst.lowering.op != MachineOp::TmaLoad) unfenced_.push_back(a);
+        }
         return s;
       }
       // A scalar bound to something thread-dependent makes what uses it thread-dependent.
@@ -217,6 +258,11 @@ class BarrierInserter {
         Stmt body = process(n.body, group, may_insert);
         for (auto& a : inside) {
           a.mapping.clear();  // other threads than the rest of the block
+          // An asynchronous access the group waited for has landed for its threads only: the
+          // rest of the block needs a barrier to see it.
+          if (a.async)
+            a.awaited = std::none_of(group.begin(), group.end(),
+                                     [&](const Access& g) { return g.inst == a.inst && g.async && !g.awaited; });
           pending.push_back(a);
         }
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);

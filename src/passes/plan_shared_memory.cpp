@@ -12,10 +12,14 @@ namespace tilus {
 
 namespace {
 
-// The alignment of one tensor's offset. 128 bytes serves ldmatrix, cp.async and wgmma
-// operands (DESIGN 6.8); TMA boxes with a swizzle will need 1024 bytes, decided here per
-// tensor once the IR records which tensors TMA writes.
-int64_t alignment_of(const AllocateSharedInst& /*alloc*/, const Target& /*target*/) { return 128; }
+// The alignment of one tensor's offset. 128 bytes serves ldmatrix, cp.async, TMA boxes and
+// wgmma operands (DESIGN 6.8); a swizzled tensor starts on 1024 bytes, so that its swizzle,
+// applied to offsets from its start, is TMA's, applied to shared addresses (the period of
+// the 128-byte pattern).
+int64_t alignment_of(const AllocateSharedInst& alloc, const Target& /*target*/) {
+  const SharedLayout& l = alloc.out->shared_layout;
+  return l.defined() && !l.swizzle().none() ? 1024 : 128;
+}
 
 // Bytes a shared tensor occupies: its layout's storage, densely bit-packed for sub-byte
 // types (33 int4 elements take 17 bytes).
@@ -206,10 +210,23 @@ Program plan_shared_memory(const Program& program, const Target& target) {
     std::vector<Allocation> allocs = Liveness(target).run(k);
     int64_t total = place(allocs);
     if (total > target.shared_memory_per_block) over_budget(k, target, allocs, total);
+    // The mbarriers of synchronous TMA copies, after everything, live throughout.
+    int64_t barrier_offset = -1;
+    if (k.copy_barriers > 0) {
+      barrier_offset = align_up(total, 8);
+      total = barrier_offset + 8 * k.copy_barriers;
+      if (total > target.shared_memory_per_block)
+        throw CompileError(fmt::format("copy: kernel {} needs {} bytes of shared memory with the {} mbarrier(s) of its "
+                                       "TMA copies, more than the limit of {} bytes of one block on {}; pass "
+                                       "disable_tma=True to the copies",
+                                       k.name, total, k.copy_barriers, target.shared_memory_per_block, target.arch),
+                           k.loc);
+    }
     OffsetWriter writer;
     for (auto& a : allocs) writer.offsets[a.inst] = a.offset;
     Kernel r = writer.mutate(k);
     r.shared_memory_bytes = total;
+    r.copy_barrier_offset = barrier_offset;
     return r;
   });
 }

@@ -199,6 +199,13 @@ class Selector : public StmtMutator {
  public:
   Selector(const Kernel& k, const Target& t) : facts_(k), target_(t) { scopes_.push_back({0, k.num_threads()}); }
 
+  Kernel run(const Kernel& k) {
+    Kernel out = mutate(k);
+    out.tensor_maps = tensor_maps_;
+    out.copy_barriers = copy_barriers_;
+    return out;
+  }
+
  protected:
   Stmt mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) override {
     scopes_.push_back({scopes_.back().begin + n.thread_begin, n.num_threads});
@@ -247,6 +254,8 @@ class Selector : public StmtMutator {
   KernelFacts facts_;
   const Target& target_;
   std::vector<Scope> scopes_;
+  std::vector<TensorMapSpec> tensor_maps_;
+  int64_t copy_barriers_ = 0;
 
   const Scope& scope() const { return scopes_.back(); }
 
@@ -316,39 +325,99 @@ class Selector : public StmtMutator {
     return shared_vector_width(facts_, facts_.shared_region(c, r, tile_rank), dim, run);
   }
 
-  // Why the copy cannot be a TMA copy. TMA is not lowered yet, so even a legal box is "not
-  // legal on this target"; the box rules (DESIGN 5) are checked so the reason is precise.
-  std::string tma_verdict(const CopyInst& c) const {
+  // The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
+  // `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
+  // time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
+  std::string tma_plan(const CopyInst& c, bool proven, TensorMapSpec& spec) const {
     if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
     bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
     bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
     if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
     const CopyRegion& g = g2s ? c.src : c.dst;
     const CopyRegion& sm = g2s ? c.dst : c.src;
-    int64_t eb = bytes_of(g.tensor.dtype());
+    DataType dt = g.tensor.dtype();
+    if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
+    int64_t eb = bytes_of(dt);
     const GlobalAccess& acc = facts_.global(c, g.tensor);
-    for (size_t d = 0; d < g.extents.size(); ++d) {
+    int rank = int(g.extents.size());
+    if (rank < 1 || rank > 5) return fmt::format("not legal: a TMA box has 1 to 5 dims, the global tensor has {}", rank);
+    std::vector<int64_t> box;
+    for (int d = 0; d < rank; ++d) {
       Expr e = facts_.simplify(g.extents[d]);
       if (!e.is_int_const()) return fmt::format("not legal: box extent {} of dim {} is not a constant", to_string(e), d);
       if (e.int_value() > 256) return fmt::format("not legal: box extent {} of dim {} exceeds 256", e.int_value(), d);
+      box.push_back(e.int_value());
     }
-    int inner = int(g.extents.size()) - 1;
-    if (inner < 0) return "not legal: a rank-0 box";
-    if (!acc.strides[inner].is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
-    int64_t inner_bytes = facts_.simplify(g.extents[inner]).int_value() * eb;
+    int inner = rank - 1;
+    if (!facts_.simplify(acc.strides[inner]).is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
+    int64_t inner_bytes = box[inner] * eb;
     if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
-    if (acc.pointer_alignment % 16) return "not legal: the global base pointer is not known to be 16-byte aligned";
-    for (int d = 0; d < inner; ++d)
-      if (facts_.divisor(acc.strides[d]) * eb % 16)
-        return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
-                           to_string(acc.strides[d]), d);
-    const SharedLayout& sl = sm.tensor->shared_layout;
-    if (sl.defined() && !sl.swizzle().none()) {
-      const Swizzle& z = sl.swizzle();
-      if ((int64_t(1) << z.base) * eb != 16 || z.bits < 1 || z.bits > 3)
-        return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+    if (acc.param < 0 || !acc.param_offset_bytes.defined())
+      return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
+    if (proven) {
+      if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
+        return "not legal: the global base pointer is not known to be 16-byte aligned";
+      for (int d = 0; d < inner; ++d)
+        if (facts_.divisor(acc.strides[d]) * eb % 16)
+          return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
+                             to_string(acc.strides[d]), d);
     }
-    return "not legal on this target (TMA copies are not lowered yet)";
+    // The shared tile must be the box, densely in row-major order (up to TMA's swizzle), and
+    // start on 128 bytes.
+    SharedView view = facts_.shared_region(c, sm, rank);
+    const Tensor& root = view.root;
+    const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
+    int64_t expect = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (box[d] == 1) continue;
+      int rd = view.dims[d];
+      if (rd < 0 || sl.strides()[rd] != expect)
+        return "not legal: the shared tile is not the box stored densely in row-major order";
+      expect *= box[d];
+    }
+    Expr start = int_const(0);  // before the swizzle, which keeps 128-byte units in place
+    for (size_t rd = 0; rd < view.offsets.size(); ++rd) start = start + view.offsets[rd] * int_const(sl.strides()[rd]);
+    start = facts_.simplify(start);
+    if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
+    int swizzle = 0;
+    if (!sl.swizzle().none()) {
+      const Swizzle& z = sl.swizzle();
+      if ((int64_t(1) << z.base) * eb != 16 || z.bits < 1 || z.bits > 3 || z.shift != 3)
+        return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+      swizzle = 16 << z.bits;
+      if (inner_bytes != swizzle)
+        return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
+                           swizzle, swizzle);
+    }
+    spec.param = acc.param;
+    spec.offset = acc.param_offset_bytes;
+    spec.dtype = dt;
+    spec.shape = acc.shape;
+    spec.strides = acc.strides;
+    for (auto& e : spec.shape) e = facts_.simplify(e);
+    for (auto& e : spec.strides) e = facts_.simplify(e);
+    spec.box = box;
+    spec.swizzle_bytes = swizzle;
+    spec.loc = c.loc;
+    spec.inst = c.display_name();
+    return "";
+  }
+
+  // The lowering of a TMA copy through `spec` (added to the kernel's tensor maps).
+  Lowering tma_copy(const CopyInst& c, const TensorMapSpec& spec, bool synchronous) {
+    Lowering l;
+    bool load = c.src.tensor.is_global();
+    l.op = load ? MachineOp::TmaLoad : MachineOp::TmaStore;
+    l.completion = synchronous ? Completion::Synchronous : load ? Completion::MbarrierTx : Completion::TmaStoreGroup;
+    l.tensor_map = -1;
+    for (size_t i = 0; i < tensor_maps_.size() && l.tensor_map < 0; ++i)
+      if (tensor_maps_[i].same(spec)) l.tensor_map = int(i);
+    if (l.tensor_map < 0) {
+      l.tensor_map = int(tensor_maps_.size());
+      tensor_maps_.push_back(spec);
+    }
+    if (synchronous && load) l.copy_barrier = int(copy_barriers_++);
+    return l;
   }
 
   // Applies coalesced_width to the widest legal vector `legal` (of a run of `run` slots).
@@ -365,7 +434,7 @@ class Selector : public StmtMutator {
     return legal;
   }
 
-  Lowering copy(const CopyInst& c) const {
+  Lowering copy(const CopyInst& c) {
     const Tensor& s = c.src.tensor;
     const Tensor& d = c.dst.tensor;
     DataType dt = d.dtype();
@@ -376,17 +445,26 @@ class Selector : public StmtMutator {
     };
     bool g2s = s.is_global() && d.is_shared();
     bool s2g = s.is_shared() && d.is_global();
-    std::string tma = tma_verdict(c);
-    bool cp_async = c.use_cp_async || c.async_commit;
-    // 1. Explicit TMA.
-    if (c.use_tma) fail(c, "use_tma asks for a TMA copy, which is " + tma);
+    bool cp_async = c.use_cp_async || c.api == CopyApi::AsyncCopy;
+    TensorMapSpec spec;
+    // 1. Explicit TMA (the TMA methods, or the use_tma annotation of a synchronous copy).
+    if (c.use_tma) {
+      std::string why = tma_plan(c, false, spec);
+      if (!why.empty())
+        fail(c, (c.api == CopyApi::Copy ? "use_tma asks for a TMA copy, which is " : "this TMA copy is ") + why);
+      return finish(tma_copy(c, spec, c.api == CopyApi::Copy));
+    }
     // 2. Explicit cp.async.
     if (cp_async) {
       if (!g2s) fail(c, "cp.async copies global to shared memory");
       if (!target_.has_cp_async()) fail(c, fmt::format("cp.async needs sm_80 or newer, the target is {}", target_.arch));
     } else {
       // 3. Automatic TMA.
-      if ((g2s || s2g) && !c.disable_tma) notes.push_back("tma: " + tma);
+      if ((g2s || s2g) && !c.disable_tma) {
+        std::string why = tma_plan(c, true, spec);
+        if (why.empty()) return finish(tma_copy(c, spec, true));
+        notes.push_back("tma: " + why);
+      }
       // 4. ldmatrix / stmatrix.
       bool load = s.is_shared() && d.is_register();
       bool store = s.is_register() && d.is_shared();
@@ -446,7 +524,7 @@ class Selector : public StmtMutator {
       l.op = cp_async_op(l.vector * bytes_of(dt));
       // A copy selected as cp.async commits its own group (async_copy too, even element by
       // element, so that the kernel's wait_group counts stay right).
-      l.commits_group = l.op != MachineOp::Simt || c.async_commit;
+      l.commits_group = l.op != MachineOp::Simt || c.api == CopyApi::AsyncCopy;
       l.completion = l.op == MachineOp::Simt ? Completion::Synchronous : Completion::CpAsyncGroup;
       if (l.op == MachineOp::Simt)
         notes.push_back(fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: "
@@ -460,7 +538,7 @@ class Selector : public StmtMutator {
 }  // namespace
 
 Program select_instructions(const Program& program, const Target& target) {
-  return map_kernels(program, [&](const Kernel& k) { return Selector(k, target).mutate(k); });
+  return map_kernels(program, [&](const Kernel& k) { return Selector(k, target).run(k); });
 }
 
 }  // namespace tilus

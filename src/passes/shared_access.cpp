@@ -38,6 +38,18 @@ bool provably_disjoint(const Expr& a, int64_t ea, const Expr& b, int64_t eb) {
 
 }  // namespace
 
+namespace {
+// The mbarrier operand of a TMA load (not part of the data it moves).
+const TensorNode* barrier_tensor(const InstNode& inst) {
+  auto* copy = dynamic_cast<const CopyInst*>(&inst);
+  return copy && copy->barrier.defined() ? copy->barrier.get() : nullptr;
+}
+}  // namespace
+
+const TensorNode* shared_root(const KernelFacts& facts, const InstNode& user, const Tensor& t) {
+  return facts.shared(user, t).root.get();
+}
+
 std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const {
   std::vector<SharedAccess> out;
   const Lowering& low = inst.lowering;
@@ -78,12 +90,17 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       for (auto& e : a.lo) a.mapping += "|" + to_string(e);
       for (int64_t e : a.extent) a.mapping += fmt::format("|{}", e);
     }
-    if (a.write && low.is_async()) a.async = true, a.awaited = false;
-    // A copy that commits its own group; async_copy leaves the wait to the kernel.
-    if (a.write && low.commits_group && low.is_async()) a.commits = 1;
-    if (a.write && low.is_async()) {
+    // Asynchronous writes, and the shared source a TMA store reads after it is issued.
+    bool async = low.is_async() && (a.write || low.completion == Completion::TmaStoreGroup) &&
+                 t.get() != barrier_tensor(inst);
+    if (async) {
+      a.async = true, a.awaited = false;
+      a.completion = low.completion;
+      // A copy that commits its own group; async_copy leaves the wait to the kernel.
+      if (low.commits_group) a.commits = 1;
       auto* copy = dynamic_cast<const CopyInst*>(&inst);
-      a.explicit_wait = copy && copy->async_commit;
+      a.explicit_wait = copy && copy->user_waits();
+      if (copy && copy->barrier.defined()) a.barrier = shared_root(facts_, inst, copy->barrier);
     }
     out.push_back(a);
   }

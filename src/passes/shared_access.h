@@ -27,9 +27,17 @@ struct SharedAccess {
   // them, not when issued. `commits` counts the commit_group calls since the copy was issued.
   bool async = false, awaited = true;
   int commits = 0;
-  // async_copy: the kernel must wait itself; the async-wait pass reports a missing wait.
+  // async_copy and the TMA methods: the kernel must wait itself; the async-wait pass reports
+  // a missing wait.
   bool explicit_wait = false;
+  // How an asynchronous access completes, and for an mbarrier transaction the root of its
+  // barrier (the barriers of one mbarrier.alloc).
+  Completion completion = Completion::Synchronous;
+  const TensorNode* barrier = nullptr;
 };
+
+// The root allocation of a shared tensor or view (for matching mbarriers).
+const TensorNode* shared_root(const KernelFacts& facts, const InstNode& user, const Tensor& t);
 
 // An instruction whose record says it commits its own cp.async group right after issuing.
 inline bool commits_itself(const InstNode& inst) { return inst.lowering.commits_group; }
@@ -39,6 +47,8 @@ class SharedAccessMap {
   explicit SharedAccessMap(const Kernel& k) : facts_(k) {}
   // The accesses of an instruction's shared operands (views and annotations excluded).
   std::vector<SharedAccess> accesses(const InstNode& inst) const;
+  // The root of the barrier an mbarrier instruction uses.
+  const TensorNode* barrier_root(const MbarrierInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
 
  private:
   KernelFacts facts_;

@@ -213,6 +213,66 @@ void report(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* inde
   state->failure.failed.store(true);
 }
 
+// An mbarrier on the CPU, in its 8 shared bytes: pending arrivals (20 bits), the arrival
+// count (20 bits), the transaction bytes still expected (23 bits, signed: a copy may complete
+// before its expectation) and the phase's parity. A phase completes when no arrival and no
+// byte is missing.
+struct CpuBarrier {
+  int64_t pending, count, tx, parity;
+  static CpuBarrier load(const uint64_t* p) {
+    uint64_t s = *p;
+    int64_t tx = int64_t((s >> 40) & 0x7fffff);
+    if (tx & 0x400000) tx -= 0x800000;
+    return {int64_t(s & 0xfffff), int64_t((s >> 20) & 0xfffff), tx, int64_t(s >> 63)};
+  }
+  void store(uint64_t* p) const {
+    *p = (uint64_t(pending) & 0xfffff) | ((uint64_t(count) & 0xfffff) << 20) | ((uint64_t(tx) & 0x7fffff) << 40) |
+         (uint64_t(parity) << 63);
+  }
+  void maybe_complete() {
+    if (pending <= 0 && tx == 0) {
+      parity ^= 1;
+      pending = count;
+    }
+  }
+};
+
+void mbarrier(CpuBlockContext* ctx, int32_t op, uint64_t* p, int64_t value, int32_t site) {
+  if (op == kMbarrierInit) {
+    CpuBarrier{value, value, 0, 0}.store(p);
+    return;
+  }
+  CpuBarrier bar = CpuBarrier::load(p);
+  switch (op) {
+    case kMbarrierArrive:
+      bar.pending -= value;
+      bar.maybe_complete();
+      break;
+    case kMbarrierExpectTx: bar.tx += value; break;
+    case kMbarrierCompleteTx:
+      bar.tx -= value;
+      if (bar.pending == 0) bar.maybe_complete();
+      break;
+    case kMbarrierWait: {
+      if (bar.parity != value) return;  // the phase of that parity has completed
+      auto* state = static_cast<RunState*>(ctx->runtime);
+      std::lock_guard<std::mutex> lock(state->failure.mutex);
+      if (state->failure.failed.load()) return;
+      const CpuAccessSite& s = state->kernel->sites.at(size_t(site));
+      std::string where = s.loc.valid() ? s.loc.str() + ": " : "";
+      state->failure.message = fmt::format(
+          "{}{}: waits for the phase of parity {} of an mbarrier ({}), which has not completed: {} of its {} "
+          "arrivals and {} transaction bytes are missing, and the block runs its instructions in order, so nothing "
+          "after the wait can complete it (on a GPU it would hang) (block ({}, {}, {}))",
+          where, s.inst, value, s.tensor, bar.pending, bar.count, bar.tx, ctx->bx, ctx->by, ctx->bz);
+      state->failure.failed.store(true);
+      return;
+    }
+    default: break;
+  }
+  bar.store(p);
+}
+
 // Runs fn(worker) on `n` threads with stacks big enough for large register tiles. Meanwhile
 // the calling thread asks `interrupted` (when given) about every 50 ms and sets `cancel` once
 // it says yes; it returns when every worker has.
@@ -494,7 +554,7 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
   run_workers(workers, k.stack_bytes, [&](int) {
     std::vector<uint8_t> shared(size_t(std::max<int64_t>(k.shared_bytes, 1)) + 128, 0);
     auto* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 127) / 128 * 128);
-    CpuBlockContext ctx{&report, extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0};
+    CpuBlockContext ctx{&report, extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0, &mbarrier};
     for (int64_t b = next++; b < total && !state.failure.failed.load(std::memory_order_relaxed) &&
                              !cancel.load(std::memory_order_relaxed);
          b = next++) {

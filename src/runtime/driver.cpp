@@ -78,6 +78,8 @@ struct Driver {
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuGetErrorName)(CUresult, const char**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuTensorMapEncodeTiled)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*, const uint32_t*,
+                                     const uint32_t*, int, int, int, int) = nullptr;
 
   CUcontext context = nullptr;
   DeviceInfo info;
@@ -127,6 +129,7 @@ Driver load_driver() {
             bind(lib, d.cuEventDestroy, {"cuEventDestroy_v2"}) && bind(lib, d.cuGetErrorName, {"cuGetErrorName"}) &&
             bind(lib, d.cuGetErrorString, {"cuGetErrorString"});
   bind(lib, d.cuLaunchKernelEx, {"cuLaunchKernelEx"});
+  bind(lib, d.cuTensorMapEncodeTiled, {"cuTensorMapEncodeTiled"});
   if (!ok) {
     d.why = "libcuda.so.1 lacks a Driver API entry point tilus needs (driver too old?)";
     return d;
@@ -281,6 +284,23 @@ float EventTimer::stop_ms(Stream stream) {
   float ms = 0;
   check(d.cuEventElapsedTime(&ms, begin_, end_), "cuEventElapsedTime");
   return ms;
+}
+
+void encode_tensor_map(void* map128, int elem_bytes, const std::vector<uint64_t>& dims,
+                       const std::vector<uint64_t>& byte_strides, const std::vector<uint32_t>& box, int swizzle_bytes,
+                       DevicePtr address) {
+  const Driver& d = driver();
+  if (!d.cuTensorMapEncodeTiled)
+    throw RuntimeError("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)");
+  // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32 / UINT64.
+  int type = elem_bytes == 1 ? 0 : elem_bytes == 2 ? 1 : elem_bytes == 4 ? 2 : 4;
+  int swizzle = swizzle_bytes == 0 ? 0 : swizzle_bytes == 32 ? 1 : swizzle_bytes == 64 ? 2 : 3;
+  std::vector<uint32_t> element_strides(dims.size(), 1);
+  // No interleave, L2 promotion of 128 bytes, zero fill.
+  CUresult r = d.cuTensorMapEncodeTiled(map128, type, uint32_t(dims.size()), reinterpret_cast<void*>(address),
+                                        dims.data(), byte_strides.data(), box.data(), element_strides.data(), 0,
+                                        swizzle, 2, 0);
+  if (r != 0) throw RuntimeError(fmt::format("cuTensorMapEncodeTiled failed: {}", error_text(d, r)));
 }
 
 }  // namespace tilus

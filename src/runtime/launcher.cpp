@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "tilus/codegen/nvrtc.h"
 #include "tilus/ir/tensor.h"
@@ -132,7 +133,9 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
 }
 
 Launcher::Launcher(CompiledKernel kernel)
-    : kernel_(std::move(kernel)), layout_(argument_layout(kernel_.source.params)) {}
+    : kernel_(std::move(kernel)), layout_(argument_layout(launch_params(kernel_.source))) {
+  maps_.resize(kernel_.source.tensor_maps.size());
+}
 
 namespace {
 
@@ -399,8 +402,86 @@ void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint8_t* arguments, 
     many.resize(s.params.size());
     p = many.data();
   }
+  if (!s.tensor_maps.empty()) fill_tensor_maps(arguments);
   kernel_param_pointers(layout_, arguments, p);
   module_->launch(g.data(), uint32_t(s.block_threads), p, stream);
+}
+
+std::vector<KernelParam> launch_params(const KernelSource& s) {
+  std::vector<KernelParam> all = s.params;
+  for (size_t i = 0; i < s.tensor_maps.size(); ++i)
+    all.push_back(KernelParam::blob(fmt::format("tensor_map_{}", i), 128, 64));
+  return all;
+}
+
+void Launcher::fill_tensor_maps(uint8_t* arguments) const {
+  const KernelSource& s = kernel_.source;
+  // The scalars and pointers as arguments, from their slots.
+  std::vector<KernelArg> args;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const KernelParam& p = s.params[i];
+    if (p.is_blob()) {
+      args.emplace_back().kind = KernelArg::Kind::Blob;
+      continue;
+    }
+    uint64_t bits;
+    std::memcpy(&bits, arguments + layout_.offsets[i], 8);
+    if (p.dtype.is_pointer()) args.push_back(KernelArg::pointer(bits));
+    else if (p.dtype.is_float()) args.emplace_back(p.dtype.decode_float(bits));
+    else if (p.dtype.is_bool()) args.emplace_back(int64_t(bits & 1));
+    else {
+      int bitsz = p.dtype.bits();
+      int64_t v = bitsz >= 64 ? int64_t(bits)
+                  : p.dtype.is_uint() ? int64_t(bits & ((uint64_t(1) << bitsz) - 1))
+                                      : int64_t(bits << (64 - bitsz)) >> (64 - bitsz);
+      args.emplace_back(v);
+    }
+  }
+  std::lock_guard<std::mutex> lock(maps_mutex_);
+  for (size_t m = 0; m < s.tensor_maps.size(); ++m) {
+    const TensorMapSpec& spec = s.tensor_maps[m];
+    auto fail = [&](const std::string& why) {
+      throw ArgumentError(fmt::format("kernel {}: {} at {}: parameter '{}' cannot be copied by TMA: {}", s.name,
+                                      spec.inst, spec.loc.str(), s.params[size_t(spec.param)].name, why));
+    };
+    auto value = [&](const Expr& e, const char* what) {
+      auto v = evaluate_int(s, args, e);
+      if (!v) fail(fmt::format("its {} ({}) cannot be evaluated from the arguments", what, to_string(e)));
+      return *v;
+    };
+    int rank = int(spec.shape.size());
+    int64_t eb = spec.dtype.storage_bytes(1);
+    DevicePtr address = args[size_t(spec.param)].ptr + uint64_t(value(spec.offset, "offset"));
+    std::vector<uint64_t> dims, strides;
+    for (int d = rank - 1; d >= 0; --d) {
+      int64_t n = value(spec.shape[size_t(d)], "shape");
+      if (n < 1 || n > (int64_t(1) << 32)) fail(fmt::format("dim {} has {} elements, TMA takes 1 to 2^32", d, n));
+      dims.push_back(uint64_t(n));
+      if (d == rank - 1) continue;
+      int64_t stride = value(spec.strides[size_t(d)], "stride") * eb;
+      if (stride <= 0 || stride % 16 || stride >= (int64_t(1) << 40))
+        fail(fmt::format("the stride of dim {} is {} bytes; TMA needs a positive multiple of 16 below 2^40 (a row of a "
+                         "row-major tensor holding a multiple of {} elements)",
+                         d, stride, 16 / std::max<int64_t>(1, std::gcd(eb, int64_t(16)))));
+      strides.push_back(uint64_t(stride));
+    }
+    if (address % 16) fail(fmt::format("its address {:#x} is not 16-byte aligned", address));
+    EncodedMap& cached = maps_[m];
+    if (!cached.valid || cached.address != address || cached.dims != dims || cached.strides != strides) {
+      std::vector<uint32_t> box;
+      for (int d = rank - 1; d >= 0; --d) box.push_back(uint32_t(spec.box[size_t(d)]));
+      try {
+        encode_tensor_map(cached.bytes.data(), int(eb), dims, strides, box, spec.swizzle_bytes, address);
+      } catch (const RuntimeError& e) {
+        fail(e.what());
+      }
+      cached.valid = true;
+      cached.address = address;
+      cached.dims = std::move(dims);
+      cached.strides = std::move(strides);
+    }
+    std::memcpy(arguments + layout_.offsets[s.params.size() + m], cached.bytes.data(), 128);
+  }
 }
 
 void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {

@@ -119,7 +119,8 @@ TEST(CudaEmitter, AsyncCopyGolden) {
 
 namespace {
 // Every lowering of copy / async_copy: vectorized SIMT with L2 hints, explicit cp.async,
-// async_copy, ldmatrix, stmatrix (sm_90) and a scalar copy.
+// async_copy, ldmatrix, stmatrix (sm_90), a scalar copy, and TMA (sm_90; the SIMT copies
+// between global and shared memory disable it).
 struct CopyPaths : Script {
   static constexpr const char* param_names = "n, x, y";
   void operator()(Int32 n, Ptr<f16> x, Ptr<f16> y) {
@@ -129,7 +130,7 @@ struct CopyPaths : Script {
     auto gy = global_view(y, {n, n});
     auto sa = shared_tensor(dtypes::float16, {64, 32});
     auto sb = shared_tensor(dtypes::float16, {32, 64});
-    copy(gx.region({0, 0}, {64, 32}), sa, {.eviction_policy = "evict_last"});
+    copy(gx.region({0, 0}, {64, 32}), sa, {.disable_tma = true, .eviction_policy = "evict_last"});
     copy(gx.region({0, 32}, {32, 64}), sb, {.eviction_policy = "evict_first", .annotations = {{"use_cp_async", "1"}}});
     auto ra = register_tensor(dtypes::float16, {64, 32});
     auto rb = register_tensor(dtypes::float16, {32, 64});
@@ -138,12 +139,14 @@ struct CopyPaths : Script {
     auto acc = dot(ra, rb, {}, {.acc_dtype = dtypes::float16});
     auto sc = shared_tensor(dtypes::float16, {64, 64});
     copy(acc, sc);
-    copy(sc, gy.region({0, 0}, {64, 64}), {.eviction_policy = "evict_first"});
+    copy(sc, gy.region({0, 0}, {64, 64}), {.disable_tma = true, .eviction_policy = "evict_first"});
     auto sd = shared_tensor(dtypes::float16, {16, 64});
     async_copy(gx.region({64, 0}, {16, 64}), sd);
     copy_async_wait_all();
-    copy(sd, gy.region({64, 0}, {16, 64}));
+    copy(sd, gy.region({64, 0}, {16, 64}), {.disable_tma = true});
     copy(gx.at({1, 2}), gy.at({100, 100}));
+    copy(gx.region({0, 64}, {16, 64}), sd);  // TMA load on its copy barrier
+    copy(sd, gy.region({16, 64}, {16, 64}));  // TMA store
   }
 };
 }  // namespace
@@ -153,11 +156,14 @@ TEST(CudaEmitter, CopyPathsGolden) {
   EXPECT_TRUE(matches_golden("cuda_copy_paths", src.source, ".cu"));
   for (const char* piece : {"tilus::load_vec_hint<16>", "tilus::cp_async_hint<16>", "tilus::cp_async_commit();",
                             "tilus::ldmatrix<4, false>", "tilus::ldmatrix<4, true>", "tilus::stmatrix<",
-                            "tilus::store_vec_hint<16>", "tilus::cp_async<16>", "tilus::cp_async_wait_all();"})
+                            "tilus::store_vec_hint<16>", "tilus::cp_async<16>", "tilus::cp_async_wait_all();",
+                            "tilus::tma_load<2>", "tilus::tma_store<2>", "tilus::mbarrier_wait<false, false>",
+                            "tilus::fence_proxy_async_shared();", "const __grid_constant__ tilus::TensorMap"})
     EXPECT_NE(src.source.find(piece), std::string::npos) << piece;
   // Without stmatrix (sm_80) the fragments are stored with plain vector stores.
   KernelSource src80 = emit(specialize(trace(CopyPaths{}), {{0, 16}, {1, 16}, {2, 16}}), "sm_80");
   EXPECT_EQ(src80.source.find("tilus::stmatrix<"), std::string::npos);
+  EXPECT_EQ(src80.source.find("tilus::tma_"), std::string::npos);
   EXPECT_NE(src80.source.find("tilus::ldmatrix<4, false>"), std::string::npos);
 }
 

@@ -32,7 +32,8 @@ struct K : Script {
 };
 
 struct Options {
-  std::string arch = "sm_90a";
+  // sm_86: the vector, cp.async and ldmatrix choices without TMA (the TMA cases name sm_90a).
+  std::string arch = "sm_86";
   bool aligned = true;  // pointers 16-byte aligned, m and n multiples of 16 (as jit specializes)
   int warps = 4;
 };
@@ -132,8 +133,35 @@ TEST(CopySelection, GlobalToSharedTakesTheWidestVector) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0]->lowering.op, MachineOp::Simt);
   EXPECT_EQ(c[0]->lowering.vector, 8);  // 16 bytes of float16
-  EXPECT_NE(c[0]->lowering.note.find("tma: not legal on this target (TMA copies are not lowered yet)"), std::string::npos);
+  EXPECT_NE(c[0]->lowering.note.find("tma: not legal on this target (sm_86 has no TMA)"), std::string::npos);
   EXPECT_TRUE(copies(s.before)[0]->lowering.defined() == false);
+}
+
+TEST(CopySelection, GlobalToSharedIsTmaOnSm90WhenLegal) {
+  auto s = golden_case(
+      "tma_load", kSelect,
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.copy(a.region({0, 2}, {32, 64}), sa);  // any coordinates: TMA boxes need no aligned start
+      },
+      {.arch = "sm_90a"});
+  auto c = copies(s.after);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]->lowering.op, MachineOp::TmaLoad);
+  EXPECT_EQ(c[0]->lowering.completion, Completion::Synchronous);
+  EXPECT_EQ(c[0]->lowering.copy_barrier, 0);
+  ASSERT_EQ(s.after.kernels[0].tensor_maps.size(), 1u);
+  EXPECT_EQ(s.after.kernels[0].tensor_maps[0].box, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(s.after.kernels[0].tensor_maps[0].swizzle_bytes, 128);
+  // Unaligned pointers leave it to cp.async / SIMT, saying why.
+  auto u = run_to(traced([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+                    k.copy(a.region({0, 0}, {32, 64}), sa);
+                  }, {.arch = "sm_90a", .aligned = false}),
+                  kSelect, {.arch = "sm_90a", .aligned = false});
+  EXPECT_NE(copies(u.after)[0]->lowering.note.find("tma: not legal: the global base pointer is not known to be "
+                                                     "16-byte aligned"),
+            std::string::npos);
 }
 
 TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {
@@ -148,7 +176,7 @@ TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {
   EXPECT_EQ(c[0]->lowering.vector, 1);
   // Consecutive threads take consecutive elements: one element per thread innermost.
   EXPECT_EQ(c[0]->lowering.mapping.map(1, 0)[1] - c[0]->lowering.mapping.map(0, 0)[1], 1);
-  EXPECT_NE(c[0]->lowering.note.find("global base pointer is not known to be 16-byte aligned"), std::string::npos);
+  EXPECT_NE(c[0]->lowering.note.find("tma: not legal on this target (sm_86 has no TMA)"), std::string::npos);
 }
 
 TEST(CopySelection, OddOffsetLimitsTheVector) {
@@ -269,7 +297,7 @@ TEST(CopySelection, FragmentsToSharedIsStmatrixOnSm90Only) {
     auto sc = k.shared_tensor(dtypes::float16, {64, 64});
     k.copy(acc, sc);
   };
-  auto s90 = golden_case("stmatrix_sm90", kSelect, body);
+  auto s90 = golden_case("stmatrix_sm90", kSelect, body, {.arch = "sm_90a"});
   auto s80 = golden_case("stmatrix_sm80", kSelect, body, {.arch = "sm_80"});
   EXPECT_EQ(copies(s90.after).back()->lowering.op, MachineOp::Stmatrix);
   EXPECT_EQ(copies(s80.after).back()->lowering.op, MachineOp::Simt);
@@ -333,18 +361,27 @@ TEST(CopySelection, PermutedCopyAsyncDimsGiveScalarVectors) {
 }
 
 TEST(CopySelection, Errors) {
-  // Explicit TMA cannot be honoured on any target yet.
-  for (std::string arch : {"sm_80", "sm_90a"}) {
-    std::string m = compile_error(
-        [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
-          auto sa = k.shared_tensor(dtypes::float16, {32, 64});
-          k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_tma", "true"}}});
-        },
-        {.arch = arch});
-    EXPECT_NE(m.find("copy: use_tma asks for a TMA copy, which is not legal on this target"), std::string::npos) << m;
-    EXPECT_NE(m.find("test_copy_passes.cpp"), std::string::npos) << m;
-    EXPECT_NE(m.find("global float16[m, n]"), std::string::npos) << m;
-  }
+  // Explicit TMA where it cannot be: no TMA on the target, or a box TMA cannot move.
+  std::string t = compile_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.copy(a.region({0, 0}, {32, 64}), sa, {.annotations = {{"use_tma", "true"}}});
+      },
+      {.arch = "sm_80"});
+  EXPECT_NE(t.find("copy: use_tma asks for a TMA copy, which is not legal on this target (sm_80 has no TMA)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("test_copy_passes.cpp"), std::string::npos) << t;
+  EXPECT_NE(t.find("global float16[m, n]"), std::string::npos) << t;
+  t = compile_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {4, 512});
+        k.copy(a.region({0, 0}, {4, 512}), sa, {.annotations = {{"use_tma", "true"}}});
+      },
+      {.arch = "sm_90a"});
+  EXPECT_NE(t.find("use_tma asks for a TMA copy, which is not legal: box extent 512 of dim 1 exceeds 256"),
+            std::string::npos)
+      << t;
   // cp.async only goes global -> shared.
   std::string m = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
     auto sa = k.shared_tensor(dtypes::float16, {32, 64});

@@ -9,6 +9,7 @@
 #include "tilus/ir/contract.h"
 #include "tilus/ir/dtype.h"
 #include "tilus/ir/expr.h"
+#include "tilus/ir/tensor_map.h"
 
 namespace tilus {
 
@@ -43,6 +44,9 @@ struct KernelSource {
   // Thread-block cluster shape (Hopper): {1, 1, 1} launches plainly; anything else launches
   // with the cluster-dimension attribute, each grid dimension a multiple of it.
   std::array<int64_t, 3> cluster{1, 1, 1};
+  // TMA tensor maps (Kernel::tensor_maps): 128-byte by-value parameters after `params`, which
+  // the launcher encodes from each launch's arguments; not arguments of the caller.
+  std::vector<TensorMapSpec> tensor_maps;
   int64_t block_threads = 0;
   int64_t shared_memory_bytes = 0;  // dynamic shared memory
   std::string arch;                 // "sm_90a", ...

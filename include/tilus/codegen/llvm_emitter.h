@@ -43,6 +43,17 @@ struct CpuAccessSite {
   // A shared tile (KernelFacts::shared_bounds): per root dim, the tile's extent and the root's.
   bool shared = false;
   std::vector<int64_t> tile_extents, root_shape;
+  // An mbarrier wait (the runtime reports one that can never complete).
+  bool barrier_wait = false;
+};
+
+// The operations of the CPU backend's mbarriers (CpuBlockContext::mbarrier).
+enum CpuMbarrierOp : int32_t {
+  kMbarrierInit = 0,        // value: the arrival count
+  kMbarrierArrive = 1,      // value: arrivals
+  kMbarrierExpectTx = 2,    // value: bytes
+  kMbarrierCompleteTx = 3,  // value: bytes
+  kMbarrierWait = 4,        // value: the phase parity; a wait that cannot complete is reported
 };
 
 // Filled in by the runtime before each block; the generated code reports checked-mode
@@ -59,6 +70,9 @@ struct CpuBlockContext {
   // back-edge (or part boundary) and no further block starts. Read with relaxed atomics.
   const int32_t* cancel;
   int32_t bx, by, bz;
+  // (ctx, CpuMbarrierOp, the barrier's 8 bytes, value, site): the blocks of the CPU backend
+  // run their instructions in order, so a wait whose phase has not completed never will.
+  void (*mbarrier)(CpuBlockContext* ctx, int32_t op, uint64_t* barrier, int64_t value, int32_t site);
 };
 
 struct CpuCodegenOptions {

@@ -60,6 +60,11 @@ struct GlobalAccess {
   std::vector<Expr> shape, strides, offsets;
   std::vector<int> dims;
   std::vector<int> checked;  // global dims with a bounds predicate
+  // The pointer parameter the view is built on (-1: none) and the view's first element's byte
+  // offset from it (int64 over the scalars; undefined when it is not the parameter moved by
+  // integers).
+  int param = -1;
+  Expr param_offset_bytes;
 };
 
 class KernelFacts {

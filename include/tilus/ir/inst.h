@@ -53,6 +53,11 @@ namespace tilus {
   X(Reduce)                   \
   X(Assign)                   \
   X(Sync)                     \
+  X(MbarrierInit)             \
+  X(Mbarrier)                 \
+  X(TmaCommitGroup)           \
+  X(TmaWaitGroup)             \
+  X(FenceProxyAsync)          \
   X(Printf)                   \
   X(Assume)                   \
   X(AnnotateLayout)
@@ -269,8 +274,18 @@ struct CopyRegion {
   std::optional<std::vector<int>> checked_dims;
 };
 
+// Which method recorded a CopyInst: they differ in who waits for it.
+enum class CopyApi : uint8_t {
+  Copy,               // copy: synchronous; the passes add the waits
+  AsyncCopy,          // async_copy: cp.async + commit; the kernel waits
+  TmaCopy,            // tma_copy: arrive-expect-tx + TMA load on `barrier`; the kernel waits on it
+  TmaGlobalToShared,  // tma.global_to_shared: TMA load completing on `barrier` (no expect-tx)
+  TmaSharedToGlobal,  // tma.shared_to_global: TMA store; the kernel commits and waits (tma.*_group)
+};
+const char* to_string(CopyApi api);
+
 // The copy between any two of global / shared / register regions (`copy`), and its
-// explicitly asynchronous form (`async_copy`: cp.async + commit, no wait). All switches of
+// explicitly asynchronous forms (`async_copy`: cp.async + commit, no wait; the TMA methods). All switches of
 // the call are kept: typed fields, plus `annotations` (user annotations win over the keyword
 // arguments, resolved by the tracer). select_instructions records its choice in the
 // lowering record. A copy selected as cp.async commits its own group (the async-wait pass
@@ -283,14 +298,19 @@ struct CopyInst : InstNode {
   bool disable_tma = false;
   bool use_tma = false;       // annotation: TMA or an error
   bool use_cp_async = false;  // annotation: cp.async or an error
-  bool async_commit = false;  // async_copy: cp.async + commit, the kernel waits itself
+  CopyApi api = CopyApi::Copy;
+  // TMA loads of tma_copy / tma.global_to_shared: the mbarrier their bytes complete on (a
+  // one-element uint64 shared tensor or view, from mbarrier.alloc).
+  Tensor barrier;
   std::optional<EvictPolicy> eviction_policy;
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;  // optional thread mapping for the SIMT path
   bool scalar = false;          // both sides single elements: a direct store
 
-  std::string display_name() const override { return async_commit ? "async_copy" : "copy"; }
-  bool has_side_effects() const override { return async_commit; }
+  std::string display_name() const override { return to_string(api); }
+  bool has_side_effects() const override { return api != CopyApi::Copy; }
+  // The kernel waits for it itself (async_copy and the TMA methods).
+  bool user_waits() const { return api != CopyApi::Copy; }
 };
 
 // out = a @ b + c  (a: [m, k], b: [k, n], c and out: [m, n]).
@@ -379,6 +399,60 @@ struct AssignInst : InstNode {
 
 struct SyncInst : InstNode {
   TILUS_INST_COMMON(Sync, "sync")
+  bool has_side_effects() const override { return true; }
+};
+
+// mbarrier.alloc: barriers[i] expects counts[i] arrivals per phase. `barriers` is a uint64
+// shared tensor of shape [n]; the first thread of the current thread group initializes them.
+struct MbarrierInitInst : InstNode {
+  TILUS_INST_COMMON(MbarrierInit, "mbarrier.alloc")
+  Tensor barriers;
+  std::vector<Expr> counts;
+  bool has_side_effects() const override { return true; }
+};
+
+enum class MbarrierOp : uint8_t {
+  Arrive,          // every thread of the group arrives `value` times
+  ArriveExpectTx,  // every thread arrives once and adds `value` bytes to the transaction count
+  ExpectTx,        // every thread adds `value` bytes to the transaction count (no arrival)
+  Wait,            // every thread waits until the phase of parity `value` has completed
+};
+const char* to_string(MbarrierOp op);
+
+// One operation on one mbarrier (a one-element uint64 shared tensor or view). Arrivals and
+// waits synchronize; they are not data accesses (the passes treat them as reads).
+struct MbarrierInst : InstNode {
+  TILUS_INST_COMMON(Mbarrier, "mbarrier")
+  MbarrierOp op = MbarrierOp::Arrive;
+  Tensor barrier;
+  Expr value;
+  std::string sem = "release";  // arrive: release / relaxed; wait: acquire / relaxed
+  std::string scope = "cta";    // cta / cluster
+  Expr cta_id;                  // Arrive: the block of the cluster whose barrier it is (undefined: this one)
+  std::string display_name() const override { return std::string("mbarrier.") + to_string(op); }
+  bool has_side_effects() const override { return true; }
+};
+
+// tma.commit_group: closes the group of TMA stores issued since the last commit.
+struct TmaCommitGroupInst : InstNode {
+  TILUS_INST_COMMON(TmaCommitGroup, "tma.commit_group")
+  bool has_side_effects() const override { return true; }
+};
+
+// tma.wait_group: waits until at most n groups of TMA stores are pending; `read`: only until
+// they have read their shared source (it may be overwritten), not until their writes land.
+struct TmaWaitGroupInst : InstNode {
+  TILUS_INST_COMMON(TmaWaitGroup, "tma.wait_group")
+  int64_t n = 0;
+  bool read = false;
+  bool has_side_effects() const override { return true; }
+};
+
+// fence.proxy_async: orders this thread's generic-proxy accesses of `space` ("shared",
+// "global") with async-proxy (TMA) accesses.
+struct FenceProxyAsyncInst : InstNode {
+  TILUS_INST_COMMON(FenceProxyAsync, "fence.proxy_async")
+  std::string space = "shared";
   bool has_side_effects() const override { return true; }
 };
 

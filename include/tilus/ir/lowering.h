@@ -27,6 +27,8 @@ enum class MachineOp : uint8_t {
   CpAsyncCg,  // cp.async.cg, 16 bytes per copy (L2 only)
   Ldmatrix,   // ldmatrix.x1/.x2/.x4 [.trans], one per matrix group
   Stmatrix,   // stmatrix.x1/.x2/.x4 [.trans], one per matrix group
+  TmaLoad,    // cp.async.bulk.tensor global -> shared, one box, issued by the group's first thread
+  TmaStore,   // cp.async.bulk.tensor shared -> global, one box, issued by the group's first thread
   MmaSync,    // mma.sync.aligned.m16n8k16 over the warps of the thread group
   SimtFma,    // a per-thread outer product of multiply-adds
 };
@@ -36,6 +38,8 @@ const char* to_string(MachineOp op);
 enum class Completion : uint8_t {
   Synchronous,   // once the instruction returns in the threads that ran it
   CpAsyncGroup,  // once a cp.async.wait_group that covers its commit group returns
+  MbarrierTx,    // once a wait on its mbarrier sees the phase its bytes completed
+  TmaStoreGroup, // once a tma.wait_group that covers its commit group returns (read: its source)
 };
 const char* to_string(Completion c);
 
@@ -75,6 +79,11 @@ struct Lowering {
   int matrix_cdim = 1;
   std::vector<MatrixGroup> matrices;
   DotTiling dot;
+  // TmaLoad / TmaStore: the kernel's tensor map (Kernel::tensor_maps) the box goes through;
+  // for a synchronous `copy`, the kernel's copy barrier it completes on (-1: the copy's own
+  // barrier, which the kernel waits on).
+  int tensor_map = -1;
+  int copy_barrier = -1;
   // Why faster instructions were not taken (shown in the IR dump).
   std::string note;
 

@@ -11,6 +11,7 @@
 #include "tilus/ir/error.h"
 #include "tilus/ir/expr.h"
 #include "tilus/ir/stmt.h"
+#include "tilus/ir/tensor_map.h"
 
 namespace tilus {
 
@@ -30,6 +31,13 @@ struct Kernel {
   std::map<int, int64_t> param_divisibility;
   // Bytes of dynamic shared memory the block uses (set by plan_shared_memory).
   int64_t shared_memory_bytes = 0;
+  // The TMA tensor maps the kernel's TMA copies go through (set by select_instructions); the
+  // runtime encodes one per launch (cached) and passes it by value after the parameters.
+  std::vector<TensorMapSpec> tensor_maps;
+  // mbarriers the emitters keep for synchronous `copy`s lowered to TMA (one per copy, chosen
+  // by select_instructions), at a byte offset planned by plan_shared_memory.
+  int64_t copy_barriers = 0;
+  int64_t copy_barrier_offset = -1;
 
   int64_t num_threads() const { return warps * 32; }
 };

@@ -27,7 +27,8 @@ struct CopyArgs {
   std::optional<std::string> eviction_policy;
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;
-  bool async_commit = false;  // async_copy
+  CopyApi api = CopyApi::Copy;
+  Tensor barrier;  // tma_copy: the mbarrier of its transaction
 };
 
 class Builder {
@@ -103,6 +104,17 @@ class Builder {
   void copy_async_wait_group(int64_t n, SourceLoc loc);
   void copy_async_wait_all(SourceLoc loc);
   void copy(CopyRegion src, CopyRegion dst, const CopyArgs& args, SourceLoc loc);
+  // Hopper data movement (mbarriers, TMA, proxy fences; docs/instructions.md).
+  Tensor mbarrier_alloc(std::vector<Expr> counts, SourceLoc loc);
+  void mbarrier(MbarrierOp op, const Tensor& barrier, Expr value, const std::string& sem, const std::string& scope,
+                Expr cta_id, SourceLoc loc);
+  // tma.global_to_shared (barrier defined) / tma.shared_to_global: the tile of the shared
+  // tensor at `offsets` of the global one, along global dims `dims` (default: the trailing ones).
+  void tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets, std::vector<int> dims,
+                     const Tensor& barrier, bool load, SourceLoc loc);
+  void tma_commit_group(SourceLoc loc);
+  void tma_wait_group(int64_t n, bool read, SourceLoc loc);
+  void fence_proxy_async(const std::string& space, SourceLoc loc);
   Tensor dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc loc);
   // a @ b into a fresh zero accumulator "acc" of [a.shape[0], b.shape[1]] and `acc_dtype`
   // (default float32 for float inputs, int32 otherwise): dot's default for both front ends.

@@ -266,6 +266,19 @@ struct AsyncCopyOptions {
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;
 };
+struct TmaCopyOptions {
+  SharedTensor barrier;  // the mbarrier of a load's transaction (required for loads)
+  std::optional<std::string> eviction_policy;
+  std::map<std::string, std::string> annotations;
+};
+struct TmaTileOptions {
+  std::vector<Expr> offsets;  // one per global dim
+  std::vector<int> dims;      // the global dim of each shared dim (default: the trailing ones)
+};
+struct MbarrierOptions {
+  std::string sem;             // default: "release" for arrivals, "acquire" for waits
+  std::string scope = "cta";   // "cta" | "cluster"
+};
 struct DotOptions {
   RegisterTensor out;
   std::optional<DataType> acc_dtype;  // when c is not given (default float32 / int32)
@@ -357,10 +370,60 @@ using Constants = std::map<std::string, ConstValue>;
 template <class K>
 Program trace(K script, const Constants& constants = {}, Loc loc = Loc::current());
 
+class Script;
+
+// self.mbarrier.* (NVIDIA Tilus's names): mbarriers in shared memory. A barrier is one
+// element of the tensor alloc() returns (`b[i]`; a one-barrier tensor may be passed whole).
+struct MbarrierGroup {
+  Script* script;
+  // The initial phases of a producer / consumer pipeline (wait(b, phase) with these first).
+  static constexpr int producer_initial_phase = 1;
+  static constexpr int consumer_initial_phase = 0;
+  SharedTensor alloc(std::vector<Expr> counts, Loc loc = Loc::current()) const;
+  void arrive(const SharedTensor& barrier, const Expr& count = 1, MbarrierOptions opts = {},
+              Loc loc = Loc::current()) const;
+  void arrive_and_expect_tx(const SharedTensor& barrier, const Expr& transaction_bytes, MbarrierOptions opts = {},
+                            Loc loc = Loc::current()) const;
+  void expect_tx(const SharedTensor& barrier, const Expr& transaction_bytes, MbarrierOptions opts = {},
+                 Loc loc = Loc::current()) const;
+  // Arrive on the barrier at the same offset in block `cta_id` of the cluster.
+  void arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count = 1, Loc loc = Loc::current()) const;
+  void wait(const SharedTensor& barrier, const Expr& phase, MbarrierOptions opts = {}, Loc loc = Loc::current()) const;
+};
+
+// self.tma.*: bulk tensor copies (sm_90).
+struct TmaGroup {
+  Script* script;
+  void global_to_shared(const GlobalTensor& src, const SharedTensor& dst, TmaTileOptions opts,
+                        const SharedTensor& mbarrier, Loc loc = Loc::current()) const;
+  void shared_to_global(const SharedTensor& src, const GlobalTensor& dst, TmaTileOptions opts,
+                        Loc loc = Loc::current()) const;
+  void commit_group(Loc loc = Loc::current()) const;
+  void wait_group(int64_t n, bool read = false, Loc loc = Loc::current()) const;
+};
+
+// self.fence.*: proxy fences.
+struct FenceGroup {
+  Script* script;
+  void proxy_async(const std::string& space = "shared", Loc loc = Loc::current()) const;
+};
+
 class Script {
  public:
   Script() = default;
   virtual ~Script() = default;
+  // The instruction groups point at their own Script, never at the one copied from.
+  Script(const Script& o) : attrs(o.attrs), builder_(o.builder_), applied_(o.applied_) {}
+  Script& operator=(const Script& o) {
+    attrs = o.attrs;
+    builder_ = o.builder_;
+    applied_ = o.applied_;
+    return *this;
+  }
+
+  MbarrierGroup mbarrier{this};
+  TmaGroup tma{this};
+  FenceGroup fence{this};
 
   struct Attributes {
     std::vector<Expr> blocks;
@@ -405,6 +468,18 @@ class Script {
   // cp.async global -> shared plus a commit; no wait is added: the kernel waits itself.
   void async_copy(const CopyRegionArg& src, const CopyRegionArg& dst, AsyncCopyOptions opts = {},
                   Loc loc = Loc::current());
+  // Seed 000/004 names (TileLang): split-phase TMA and its synchronization.
+  // tma_copy: arrive-and-expect-tx on opts.barrier + TMA load (or a TMA store); no wait.
+  void tma_copy(const CopyRegionArg& src, const CopyRegionArg& dst, TmaCopyOptions opts, Loc loc = Loc::current());
+  void mbarrier_wait_parity(const SharedTensor& barrier, const Expr& parity, Loc loc = Loc::current());
+  void mbarrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
+  void mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Loc loc = Loc::current());
+  void mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc = Loc::current());
+  void barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc = Loc::current());
+  void barrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
+  void fence_proxy_async(Loc loc = Loc::current());
+  void tma_store_arrive(Loc loc = Loc::current());
+  void tma_store_wait(Loc loc = Loc::current());
 
   // --- compute -----------------------------------------------------------------------------
   RegisterTensor dot(const RegisterTensor& a, const RegisterTensor& b, const RegisterTensor& c = {},

@@ -45,6 +45,14 @@ void copy_to_host(void* dst, DevicePtr src, size_t bytes);
 void device_memset(DevicePtr dst, uint8_t value, size_t bytes);
 void synchronize();
 
+// cuTensorMapEncodeTiled for a box of `elem_bytes`-byte elements (moved as unsigned integers
+// of that size): dims and box innermost first, byte strides of the dims after the first,
+// swizzle 0 / 32 / 64 / 128 bytes, out-of-bounds elements zero. Throws RuntimeError with the
+// driver's message when the driver refuses.
+void encode_tensor_map(void* map128, int elem_bytes, const std::vector<uint64_t>& dims,
+                       const std::vector<uint64_t>& byte_strides, const std::vector<uint32_t>& box, int swizzle_bytes,
+                       DevicePtr address);
+
 // A loaded cubin (CUmodule) and one of its functions.
 class LoadedModule {
  public:

@@ -89,6 +89,8 @@ struct ArgumentLayout {
   bool slots_only = true;         // no blobs: offsets[i] == 8 * i
 };
 ArgumentLayout argument_layout(const std::vector<KernelParam>& params);
+// The parameters a launch passes: the kernel's, then one 128-byte slot per TMA tensor map.
+std::vector<KernelParam> launch_params(const KernelSource& s);
 
 // Storage for one launch's argument buffer, aligned for its layout: inline (no allocation on
 // the hot path) up to kInlineBytes, on the heap beyond. Not initialized.
@@ -160,10 +162,22 @@ class Launcher {
   const ArgumentLayout& layout() const { return layout_; }
 
  private:
+  // Encodes the kernel's TMA tensor maps for the arguments packed in `arguments` into their
+  // slots after the parameters; each map is re-encoded only when its address or sizes change.
+  void fill_tensor_maps(uint8_t* arguments) const;
+
   CompiledKernel kernel_;
   ArgumentLayout layout_;
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<LoadedModule> module_;
+  struct EncodedMap {
+    bool valid = false;
+    DevicePtr address = 0;
+    std::vector<uint64_t> dims, strides;
+    std::array<uint8_t, 128> bytes{};
+  };
+  mutable std::mutex maps_mutex_;
+  mutable std::vector<EncodedMap> maps_;
 };
 
 }  // namespace tilus

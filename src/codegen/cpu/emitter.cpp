@@ -587,6 +587,11 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::Assume:
     case InstKind::AnnotateLayout: return;
     case InstKind::Printf: emit_printf(static_cast<const PrintfInst&>(inst)); return;
+    case InstKind::MbarrierInit:
+    case InstKind::Mbarrier:
+    case InstKind::TmaCommitGroup:
+    case InstKind::TmaWaitGroup:
+    case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
     default: break;
   }
   // Everything whose traits name global or shared memory is the memory family's.

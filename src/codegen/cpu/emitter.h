@@ -111,6 +111,13 @@ class Emitter {
 
   // --- instruction families ------------------------------------------------------------------
   void emit_memory(const InstNode& inst);
+  void emit_async_proxy(const InstNode& inst);
+  // A call of the runtime's mbarrier operation on the barrier at `barrier` (i8*).
+  void mbarrier_op(int32_t op, llvm::Value* barrier, llvm::Value* value, int32_t site = -1);
+  llvm::Value* barrier_ptr(const InstNode& inst, const Tensor& barrier);
+  // The threads of the thread group an instruction runs in.
+  int64_t group_threads(const InstNode& inst);
+  std::unordered_map<const InstNode*, int64_t> group_threads_;
   void emit_compute(const InstNode& inst);
   Side global_side(const Tensor& g, const GlobalAccess& access);
   Side shared_side(const SharedView& view);

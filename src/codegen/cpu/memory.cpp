@@ -250,7 +250,21 @@ void Emitter::emit_memory(const InstNode& inst) {
         shape.push_back(e.int_value());
       }
       int rank = int(shape.size());
+      // TMA loads complete their bytes on their mbarrier (tma_copy arrives there first, with
+      // its expectation); synchronous ones need no barrier here.
+      const Lowering& low = inst.lowering;
+      llvm::Value* bar = nullptr;
+      int64_t bytes = i.dst.tensor.dtype().storage_bytes(1);
+      for (int64_t e : shape) bytes *= e;
+      if (low.op == MachineOp::TmaLoad && i.barrier.defined()) {
+        bar = barrier_ptr(inst, i.barrier);
+        if (i.api == CopyApi::TmaCopy) {
+          mbarrier_op(kMbarrierExpectTx, bar, i64(bytes));
+          mbarrier_op(kMbarrierArrive, bar, i64(1));
+        }
+      }
       transfer(inst, region_side(inst, i.src, rank), region_side(inst, i.dst, rank), shape);
+      if (bar) mbarrier_op(kMbarrierCompleteTx, bar, i64(bytes));
       return;
     }
     default: fail(inst, "not a memory instruction");

@@ -394,6 +394,11 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitGroup:
     case InstKind::CopyAsyncWaitAll: emit_memory(inst); return;
+    case InstKind::MbarrierInit:
+    case InstKind::Mbarrier:
+    case InstKind::TmaCommitGroup:
+    case InstKind::TmaWaitGroup:
+    case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
     case InstKind::AnnotateLayout: return;  // consumed by layout inference
     default: break;
   }
@@ -468,9 +473,26 @@ KernelSource Emitter::run() {
     if (p.dtype().is_pointer()) type += " __restrict__";
     params += fmt::format("{}{} {}", i ? ", " : "", type, name);
   }
+  // The TMA tensor maps, after the kernel's own parameters (the launcher encodes them).
+  for (size_t i = 0; i < kernel.tensor_maps.size(); ++i)
+    params += fmt::format("{}const __grid_constant__ tilus::TensorMap tilus_tensor_map_{}", params.empty() ? "" : ", ", i);
+  if (!kernel.tensor_maps.empty() && target.sm < 90)
+    throw CompileError(fmt::format("kernel {}: TMA copies need sm_90, the target is {}", kernel.name, target.arch),
+                       kernel.tensor_maps[0].loc);
   ++indent_;
   line("extern __shared__ __align__(1024) unsigned char tilus_smem[];");
   line("const int32_t tid = int32_t(threadIdx.x);");
+  if (kernel.copy_barriers > 0) {
+    // The mbarriers of synchronous TMA copies: one arrival (the issuing thread's expect-tx)
+    // per phase; each thread tracks the phase it waits for.
+    open("if (tid == 0)");
+    for (int64_t k = 0; k < kernel.copy_barriers; ++k)
+      linef("tilus::mbarrier_init(tilus::smem_addr(tilus_smem) + {}u, 1u);", kernel.copy_barrier_offset + 8 * k);
+    line("tilus::fence_mbarrier_init();");
+    close();
+    line("__syncthreads();");
+    for (int64_t k = 0; k < kernel.copy_barriers; ++k) linef("uint32_t tilus_copy_phase_{} = 0u;", k);
+  }
   emit_stmt(kernel.body);
   --indent_;
   std::string body = out_;

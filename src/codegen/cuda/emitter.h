@@ -96,6 +96,14 @@ class Emitter {
   void emit_reduce(const InstNode& inst);
   void emit_barrier(const InstNode& inst);
   void emit_printf(const InstNode& inst);
+  void emit_async_proxy(const InstNode& inst);
+  void emit_tma_copy(const CopyInst& inst);
+  // The 32-bit shared address of a one-element mbarrier view.
+  std::string barrier_address(const InstNode& inst, const Tensor& barrier);
+  // The condition that picks the first thread of the current thread group.
+  std::string elected();
+  // TILUS_DEBUG_BOUNDS' check of a shared tile at a run-time offset (memory.cpp).
+  void guard_shared_tile(const InstNode& inst, const SharedView& view, const std::vector<int64_t>& shape);
 
   std::string out_;
   int indent_ = 0;

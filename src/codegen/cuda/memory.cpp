@@ -234,6 +234,10 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
 
 }  // namespace
 
+void Emitter::guard_shared_tile(const InstNode& inst, const SharedView& view, const std::vector<int64_t>& shape) {
+  guard_shared(*this, inst, view, shape);
+}
+
 void Emitter::emit_memory(const InstNode& inst) {
   const Lowering& rec = inst.lowering;
   auto selected = [&] {
@@ -300,6 +304,10 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::Copy: {
       auto& i = static_cast<const CopyInst&>(inst);
       selected();
+      if (rec.op == MachineOp::TmaLoad || rec.op == MachineOp::TmaStore) {
+        emit_tma_copy(i);
+        return;
+      }
       if (i.src.tensor.is_register() || i.dst.tensor.is_register()) {
         // A whole register tensor to or from memory: the register layout maps the threads.
         bool load = i.dst.tensor.is_register();

@@ -19,15 +19,15 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   tr[2] = x_2[2];
   tr[3] = x_2[3];
   // store_shared (shapes_script.h:26)
-  *(reinterpret_cast<float*>(tilus_smem + 0) + ((((tid % 8) * 32) + (tid / 8)) ^ (((((tid % 8) * 32) + (tid / 8)) >> 3) & 28))) = tr[0];
-  *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 8) ^ ((((((tid % 8) * 32) + (tid / 8)) + 8) >> 3) & 28))) = tr[1];
-  *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 16) ^ ((((((tid % 8) * 32) + (tid / 8)) + 16) >> 3) & 28))) = tr[2];
-  *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 24) ^ ((((((tid % 8) * 32) + (tid / 8)) + 24) >> 3) & 28))) = tr[3];
+  *(reinterpret_cast<float*>(tilus_smem + 0) + ((((tid % 8) * 32) + (tid / 8)) ^ (((((tid % 8) * 32) + (tid / 8)) >> 3) & 4))) = tr[0];
+  *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 8) ^ ((((((tid % 8) * 32) + (tid / 8)) + 8) >> 3) & 4))) = tr[1];
+  *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 16) ^ ((((((tid % 8) * 32) + (tid / 8)) + 16) >> 3) & 4))) = tr[2];
+  *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 24) ^ ((((((tid % 8) * 32) + (tid / 8)) + 24) >> 3) & 4))) = tr[3];
   // sync (shapes_script.h:27)
   __syncthreads();
   // load_shared (shapes_script.h:28)
   __align__(16) float y[4];
-  tilus::load_vec<16>(&y[0], (reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 28))));
+  tilus::load_vec<16>(&y[0], (reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 4))));
   float* const a_1 = a;
   // store_global (shapes_script.h:28)
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)(((tid % 2) * 4))))) = y[0];

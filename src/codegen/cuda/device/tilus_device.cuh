@@ -341,4 +341,144 @@ __device__ __forceinline__ void mma_m16n8k16_f16(__half* d, const __half* a, con
   d[3] = __ushort_as_half(uint16_t(d1 >> 16));
 }
 
+// ---- mbarriers, TMA and proxy fences (sm_90; mbarriers from sm_80) ----------------------------
+
+// A CUtensorMap, as the driver encodes it: passed by value as a __grid_constant__ parameter.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes initialized barriers visible to the async proxy (TMA) and the cluster.
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+template <bool Relaxed, bool Cluster>
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar, uint32_t count) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (Relaxed && Cluster)
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+  else if constexpr (Relaxed)
+    asm volatile("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+  else if constexpr (Cluster)
+    asm volatile("mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+  else
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#else
+  for (uint32_t i = 0; i < count; ++i) {
+    uint64_t state;
+    asm volatile("mbarrier.arrive.shared.b64 %0, [%1];\n" : "=l"(state) : "r"(bar) : "memory");
+  }
+#endif
+}
+
+// Arrives on the barrier at the same offset in block `cta` of the cluster.
+__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t bar, uint32_t cta, uint32_t count) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(count) : "memory");
+}
+
+template <bool Relaxed, bool Cluster>
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  if constexpr (Relaxed && Cluster)
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  else if constexpr (Relaxed)
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  else if constexpr (Cluster)
+    asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  else
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+template <bool Cluster>
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+  if constexpr (Cluster)
+    asm volatile("mbarrier.expect_tx.relaxed.cluster.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  else
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed.
+template <bool Relaxed, bool Cluster>
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (Relaxed && Cluster)
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+  else if constexpr (Relaxed)
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+  else if constexpr (Cluster)
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+  else
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+#else
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT:\n mbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n"
+      " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+#endif
+}
+
+// One TMA box between global memory (through `map`, at coordinates c, innermost first) and
+// shared memory at `smem`; loads complete `bar`'s transaction bytes.
+template <int N>
+__device__ __forceinline__ void tma_load(uint32_t smem, const TensorMap* map, uint32_t bar, const int32_t (&c)[N]) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]) : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]) : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void tma_store(const TensorMap* map, uint32_t smem, const int32_t (&c)[N]) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];\n" ::"l"(m), "r"(smem), "r"(c[0]) : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(m), "r"(smem), "r"(c[0]), "r"(c[1]) : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(m), "r"(smem), "r"(c[0]), "r"(c[1]), "r"(c[2]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(m), "r"(smem), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(m), "r"(smem), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
+}
+
+__device__ __forceinline__ void tma_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+template <int N, bool Read> __device__ __forceinline__ void tma_wait_group() {
+  if constexpr (Read) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  else asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 }  // namespace tilus

@@ -1,0 +1,135 @@
+// mbarriers, TMA copies and proxy fences (sm_90), as their instructions and lowering records
+// say. A TMA copy is issued by the first thread of the current thread group; a synchronous
+// `copy` lowered to TMA also waits, in every thread of the group, on its copy barrier.
+#include "emitter.h"
+
+namespace tilus::cuda {
+
+namespace {
+
+// "true, false" template arguments of the mbarrier helpers for a sem / scope.
+std::string mbarrier_args(const MbarrierInst& i) {
+  return fmt::format("<{}, {}>", i.sem == "relaxed" ? "true" : "false", i.scope == "cluster" ? "true" : "false");
+}
+
+}  // namespace
+
+std::string Emitter::barrier_address(const InstNode& inst, const Tensor& barrier) {
+  const SharedView& view = facts_.shared(inst, barrier);
+  Expr off = simplify(shared_offset(view, std::vector<Expr>(size_t(barrier.rank()), int_const(0))));
+  return fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * 8u)", view.base_bytes, expr(off));
+}
+
+std::string Emitter::elected() { return fmt::format("{} == 0", expr(scope().thread)); }
+
+void Emitter::emit_async_proxy(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::MbarrierInit: {
+      auto& i = static_cast<const MbarrierInitInst&>(inst);
+      std::string base = barrier_address(inst, i.barriers);
+      open(fmt::format("if ({})", elected()));
+      for (size_t k = 0; k < i.counts.size(); ++k)
+        linef("tilus::mbarrier_init({} + {}u, uint32_t({}));", base, 8 * k, expr(simplify(i.counts[k])));
+      line("tilus::fence_mbarrier_init();");
+      close();
+      return;
+    }
+    case InstKind::Mbarrier: {
+      auto& i = static_cast<const MbarrierInst&>(inst);
+      std::string bar = barrier_address(inst, i.barrier);
+      std::string v = expr(simplify(i.value));
+      bool needs90 = i.op == MbarrierOp::ArriveExpectTx || i.op == MbarrierOp::ExpectTx || i.cta_id.defined() ||
+                     i.sem == "relaxed" || i.scope == "cluster";
+      if (needs90 && target.sm < 90)
+        fail(inst, fmt::format("{}{} needs sm_90, the target is {}", inst.display_name(),
+                               i.cta_id.defined() ? " on a peer block" : "", target.arch));
+      switch (i.op) {
+        case MbarrierOp::Arrive:
+          if (i.cta_id.defined())
+            linef("tilus::mbarrier_arrive_remote({}, uint32_t({}), uint32_t({}));", bar, expr(simplify(i.cta_id)), v);
+          else
+            linef("tilus::mbarrier_arrive{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
+          return;
+        case MbarrierOp::ArriveExpectTx:
+          linef("tilus::mbarrier_arrive_expect_tx{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
+          return;
+        case MbarrierOp::ExpectTx:
+          linef("tilus::mbarrier_expect_tx<{}>({}, uint32_t({}));", i.scope == "cluster" ? "true" : "false", bar, v);
+          return;
+        case MbarrierOp::Wait:
+          linef("tilus::mbarrier_wait{}({}, uint32_t({}) & 1u);", mbarrier_args(i), bar, v);
+          return;
+      }
+      return;
+    }
+    case InstKind::TmaCommitGroup: line("tilus::tma_commit_group();"); return;
+    case InstKind::TmaWaitGroup: {
+      auto& i = static_cast<const TmaWaitGroupInst&>(inst);
+      linef("tilus::tma_wait_group<{}, {}>();", i.n, i.read ? "true" : "false");
+      return;
+    }
+    case InstKind::FenceProxyAsync: {
+      auto& i = static_cast<const FenceProxyAsyncInst&>(inst);
+      if (target.sm < 90) fail(inst, fmt::format("fence.proxy.async needs sm_90, the target is {}", target.arch));
+      linef("tilus::fence_proxy_async_{}();", i.space);
+      return;
+    }
+    default: fail(inst, "not an mbarrier, TMA or fence instruction");
+  }
+}
+
+void Emitter::emit_tma_copy(const CopyInst& i) {
+  const Lowering& rec = i.lowering;
+  bool load = rec.op == MachineOp::TmaLoad;
+  if (rec.tensor_map < 0 || rec.tensor_map >= int(kernel.tensor_maps.size()))
+    throw InternalError(fmt::format("{}: TMA copy without a tensor map", i.display_name()), i.loc);
+  const TensorMapSpec& map = kernel.tensor_maps[size_t(rec.tensor_map)];
+  const CopyRegion& g = load ? i.src : i.dst;
+  const CopyRegion& s = load ? i.dst : i.src;
+  int rank = int(g.extents.size());
+  // Coordinates innermost first; the shared tile's address before the swizzle (TMA applies it).
+  std::string coords;
+  for (int d = rank - 1; d >= 0; --d)
+    coords += fmt::format("{}int32_t({})", d == rank - 1 ? "" : ", ", expr(simplify(g.offsets[size_t(d)])));
+  SharedView view = facts_.shared_region(i, s, rank);
+  const SharedLayout& sl = view.root->shared_layout.defined() ? view.root->shared_layout
+                                                              : SharedLayout::row_major(view.root.static_shape());
+  Expr start = int_const(0);
+  for (size_t rd = 0; rd < view.offsets.size(); ++rd) start = start + view.offsets[rd] * int_const(sl.strides()[rd]);
+  guard_shared_tile(i, view, map.box);
+  int64_t eb = elem_bytes(map.dtype);
+  std::string smem = fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u)", view.base_bytes,
+                                 expr(simplify(start)), eb);
+  int64_t bytes = eb;
+  for (int64_t b : map.box) bytes *= b;
+  std::string c = fresh("tma_coords");
+  std::string tmap = fmt::format("&tilus_tensor_map_{}", rec.tensor_map);
+  if (load) {
+    std::string bar = rec.copy_barrier >= 0
+                          ? fmt::format("(tilus::smem_addr(tilus_smem) + {}u)", kernel.copy_barrier_offset + 8 * rec.copy_barrier)
+                          : barrier_address(i, i.barrier);
+    open(fmt::format("if ({})", elected()));
+    linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
+    if (i.api == CopyApi::TmaCopy || rec.copy_barrier >= 0)
+      linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bytes);
+    linef("tilus::tma_load<{}>({}, {}, {}, {});", rank, smem, tmap, bar, c);
+    close();
+    if (rec.copy_barrier >= 0) {
+      // Synchronous: every thread of the group waits for the bytes, then flips its phase.
+      std::string phase = fmt::format("tilus_copy_phase_{}", rec.copy_barrier);
+      linef("tilus::mbarrier_wait<false, false>({}, {});", bar, phase);
+      linef("{} ^= 1u;", phase);
+    }
+  } else {
+    open(fmt::format("if ({})", elected()));
+    linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
+    linef("tilus::tma_store<{}>({}, {}, {});", rank, tmap, smem, c);
+    if (rec.completion == Completion::Synchronous) {
+      line("tilus::tma_commit_group();");
+      line("tilus::tma_wait_group<0, false>();");
+    }
+    close();
+  }
+}
+
+}  // namespace tilus::cuda

@@ -1,0 +1,212 @@
+"""mbarriers, TMA copies and proxy fences (issue 14): on the CPU backend (numpy) and the GPU
+(torch, sm_90), against numpy on random data with ragged shapes; the IR and CUDA source they
+compile to for sm_90a; and the errors of bad or unsynchronized use."""
+import numpy as np
+import pytest
+
+import tilus
+from tilus import float16, float32, int8, int32, uint8
+
+
+def tma_tile(dt, bm, bn):
+    """y = x + 1, each [bm, bn] tile loaded with tma.global_to_shared on an mbarrier."""
+
+    class TmaTile(tilus.Script):
+        def __call__(self, m: int32, n: int32, x: ~dt, y: ~dt):
+            self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
+            self.attrs.warps = 4
+            gx = self.global_view(x, shape=[m, n])
+            gy = self.global_view(y, shape=[m, n])
+            s = self.shared_tensor(dtype=dt, shape=[bm, bn])
+            bar = self.mbarrier.alloc(counts=[1])
+            o = [self.blockIdx.x * bm, self.blockIdx.y * bn]
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=bm * bn * (dt.bits // 8))
+                self.tma.global_to_shared(src=gx, dst=s, offsets=o, mbarrier=bar)
+            self.mbarrier.wait(bar, phase=0)
+            self.store_global(gy, self.load_shared(s) + 1, offsets=o)
+
+    return TmaTile()
+
+
+NP = {float16: np.float16, float32: np.float32, int8: np.int8, uint8: np.uint8}
+
+
+@pytest.mark.parametrize("dt,bm,bn", [(float32, 16, 32), (float16, 32, 64), (int8, 8, 128), (float16, 64, 16)])
+def test_tma_load_tile(arrays, dt, bm, bn):
+    m, n = 45, 208  # ragged: boxes cross the tensor's edge (zero-filled, never written back)
+    h = (np.random.default_rng(1).uniform(-20, 20, size=(m, n))).astype(NP[dt])
+    x = arrays.put(h)
+    y = arrays.put(np.zeros((m, n), NP[dt]))
+    tma_tile(dt, bm, bn)(m, n, x, y)
+    np.testing.assert_array_equal(arrays.host(y), (h + np.array(1, NP[dt])).astype(NP[dt]))
+
+
+class TmaStore(tilus.Script):
+    """y = 2 x: registers -> shared (generic stores) -> tma.shared_to_global; the passes add the
+    proxy fence and the barrier the TMA store needs."""
+
+    def __call__(self, m: int32, n: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 64), tilus.cdiv(n, 64)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * 64, self.blockIdx.y * 64]
+        v = self.load_global(self.global_view(x, shape=[m, n]), offsets=o, shape=[64, 64])
+        s = self.shared_tensor(dtype=float16, shape=[64, 64])
+        self.store_shared(s, v + v)
+        self.tma.shared_to_global(s, self.global_view(y, shape=[m, n]), offsets=o)
+        self.tma.commit_group()
+        self.tma.wait_group(0)
+
+
+def test_tma_store_tile(arrays):
+    m, n = 70, 130
+    h = np.random.default_rng(2).uniform(-4, 4, size=(m, n)).astype(np.float16)
+    y = arrays.put(np.full((m, n), 7, np.float16))
+    TmaStore()(m, n, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), h + h)
+
+
+class Pipelined(tilus.Script):
+    """Row sums of x [m, k] over k tiles in a 2-stage TMA pipeline (seed names: tma_copy,
+    mbarrier_wait_parity), one mbarrier per stage; the phase alternates per use."""
+
+    def __call__(self, m: int32, k: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(m, 32)]
+        self.attrs.warps = 4
+        gx = self.global_view(x, shape=[m, k])
+        s = self.shared_tensor(dtype=float32, shape=[2, 32, 32])
+        bars = self.mbarrier.alloc(counts=[1, 1])
+        acc = self.register_tensor(dtype=float32, shape=[32, 32], init=0.0)
+        row = self.blockIdx.x * 32
+        tiles = tilus.cdiv(k, 32)
+        with self.single_thread():
+            self.tma_copy(gx[row:row + 32, 0:32], s[0], barrier=bars[0])
+        for t in range(tiles):
+            with self.single_thread():
+                if t + 1 < tiles:
+                    self.tma_copy(gx[row:row + 32, (t + 1) * 32:(t + 2) * 32], s[(t + 1) % 2], barrier=bars[(t + 1) % 2])
+            self.mbarrier_wait_parity(bars[t % 2], (t // 2) % 2)
+            acc = acc + self.load_shared(s[t % 2])
+            self.sync()
+        self.store_global(self.global_view(y, shape=[m, 1]), self.sum(acc, dim=1, keepdim=True), offsets=[row, 0])
+
+
+def test_pipelined_tma_copy_with_seed_names(arrays):
+    m, k = 75, 200
+    h = np.random.default_rng(3).uniform(-1, 1, size=(m, k)).astype(np.float32)
+    y = arrays.put(np.zeros((m, 1), np.float32))
+    Pipelined()(m, k, arrays.put(h), y)
+    np.testing.assert_allclose(arrays.host(y)[:, 0], h.sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
+class AutoCopy(tilus.Script):
+    """A synchronous copy global -> shared that sm_90 lowers to TMA on its own."""
+
+    def __call__(self, m: int32, n: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 64), tilus.cdiv(n, 64)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * 64, self.blockIdx.y * 64]
+        gx = self.global_view(x, shape=[m, n])
+        s = self.shared_tensor(dtype=float16, shape=[64, 64])
+        self.copy(gx[o[0]:o[0] + 64, o[1]:o[1] + 64], s)
+        self.store_global(self.global_view(y, shape=[m, n]), self.load_shared(s), offsets=o)
+
+
+def final_ir(script, *args, arch):
+    return list(script.ir(*args, arch=arch).values())[-1]
+
+
+def test_copy_becomes_tma_on_sm90_when_legal():
+    ir = final_ir(AutoCopy(), 128, 256, np.zeros((128, 256), np.float16), np.zeros((128, 256), np.float16), arch="sm_90a")
+    assert "tma.load tensor_map=0 copy_barrier=0 completion=synchronous" in ir
+    assert "tensor_map 0:" in ir and "swizzle 128" in ir
+    # Sizes not known to keep 16-byte rows: cp.async / SIMT, and the note says why.
+    ir = final_ir(AutoCopy(), 127, 255, np.zeros((127, 255), np.float16), np.zeros((127, 255), np.float16), arch="sm_90a")
+    assert "tma.load" not in ir and "not a known multiple of 16 bytes" in ir
+    ir = final_ir(AutoCopy(), 128, 256, np.zeros((128, 256), np.float16), np.zeros((128, 256), np.float16), arch="sm_80")
+    assert "tma.load" not in ir and "has no TMA" in ir
+
+
+def test_auto_tma_copy_runs(arrays):
+    m, n = 128, 192
+    h = np.random.default_rng(4).uniform(-4, 4, size=(m, n)).astype(np.float16)
+    y = arrays.put(np.zeros((m, n), np.float16))
+    AutoCopy()(m, n, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), h)
+
+
+def test_tma_cuda_source_for_sm90a():
+    x = np.zeros((45, 208), np.float32)
+    src = tma_tile(float32, 16, 32).source(45, 208, x, x, arch="sm_90a")
+    assert "const __grid_constant__ tilus::TensorMap tilus_tensor_map_0" in src
+    assert "tilus::tma_load<2>" in src and "tilus::mbarrier_wait" in src and "tilus::mbarrier_init" in src
+    ptx = tma_tile(float32, 16, 32).ptx(45, 208, x, x, arch="sm_90a")
+    assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+    store = TmaStore().source(70, 130, np.zeros((70, 130), np.float16), np.zeros((70, 130), np.float16), arch="sm_90a")
+    assert store.index("fence_proxy_async_shared") < store.index("tilus::tma_store<2>")
+
+
+class NeverArrives(tilus.Script):
+    def __call__(self, n: int32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        bar = self.mbarrier.alloc(counts=[32])
+        self.mbarrier.arrive(bar[0])
+        self.mbarrier.wait(bar[0], phase=0)  # the warp's 32 threads arrived: completes
+        with self.single_thread():
+            self.mbarrier.arrive(bar[0])
+        self.mbarrier.wait(bar[0], phase=1)  # one arrival of 32: never completes
+
+
+@pytest.mark.skipif(not tilus.cpu_backend_available(), reason="no CPU backend (tilus built without LLVM)")
+def test_a_wait_that_never_completes_is_an_error_on_the_cpu():
+    with pytest.raises(tilus.CpuCheckError, match=r"test_hopper_copies.py:\d+: mbarrier.wait: waits for the phase of "
+                                                 r"parity 1 .* 31 of its 32 arrivals"):
+        NeverArrives()(1, np.zeros(1, np.float32))
+
+
+class MissingWait(tilus.Script):
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        s = self.shared_tensor(dtype=float32, shape=[32, 32])
+        bar = self.mbarrier.alloc(counts=[1])
+        with self.single_thread():
+            self.tma.global_to_shared(src=self.global_view(x, shape=[n, 32]), dst=s, offsets=[0, 0], mbarrier=bar)
+        self.store_global(self.global_view(y, shape=[n, 32]), self.load_shared(s), offsets=[0, 0])
+
+
+def test_reading_a_tma_load_without_its_wait_names_both_lines():
+    x = np.zeros((32, 32), np.float32)
+    with pytest.raises(tilus.CompileError, match=r"load_shared at .*test_hopper_copies.py:\d+ touches shared memory that "
+                                                 r"tma.global_to_shared at .*:\d+ may still be writing; .*mbarrier.wait"):
+        MissingWait().ir(32, x, x, arch="sm_90a")
+
+
+@pytest.mark.parametrize("body,match", [
+    (lambda self, s, bar: self.mbarrier.wait(bar, phase=2), r"mbarrier.wait: phase is a parity, 0 or 1, got 2"),
+    (lambda self, s, bar: self.mbarrier.arrive(s, 1), r"the barrier must be one mbarrier .* got shared float32\[32, 32\]"),
+    (lambda self, s, bar: self.mbarrier.arrive(bar, sem="acquire"), r"mbarrier.arrive: sem='acquire' is not one of"),
+    (lambda self, s, bar: self.tma.wait_group(-1), r"tma.wait_group: n must be >= 0"),
+    (lambda self, s, bar: self.fence.proxy_async("local"), r"fence.proxy_async: space='local' is not one of"),
+    (lambda self, s, bar: self.tma_copy(s, s, barrier=bar), r"tma_copy: TMA copies global to shared or shared to global"),
+])
+def test_bad_calls_name_the_instruction_and_line(body, match):
+    class Bad(tilus.Script):
+        def __call__(self, n: int32, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            s = self.shared_tensor(dtype=float32, shape=[32, 32])
+            bar = self.mbarrier.alloc(counts=[1])
+            body(self, s, bar)
+
+    with pytest.raises(tilus.CompileError, match=match) as e:
+        Bad().ir(4, np.zeros(4, np.float32), arch="sm_90a")
+    assert "test_hopper_copies.py:" in str(e.value)
+
+
+def test_tma_on_sm80_is_an_error_naming_why():
+    x = np.zeros((45, 208), np.float32)
+    with pytest.raises(tilus.CompileError, match=r"tma.global_to_shared: this TMA copy is not legal on this target "
+                                                 r"\(sm_80 has no TMA\)"):
+        tma_tile(float32, 16, 32).ir(45, 208, x, x, arch="sm_80")
