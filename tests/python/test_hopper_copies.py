@@ -59,7 +59,7 @@ class TmaStore(tilus.Script):
 
 
 def test_tma_store_tile(arrays):
-    m, n = 70, 130
+    m, n = 70, 136  # rows of 272 bytes: TMA strides are multiples of 16 bytes
     h = np.random.default_rng(2).uniform(-4, 4, size=(m, n)).astype(np.float16)
     y = arrays.put(np.full((m, n), 7, np.float16))
     TmaStore()(m, n, arrays.put(h), y)
@@ -142,7 +142,7 @@ def test_tma_cuda_source_for_sm90a():
     assert "tilus::tma_load<2>" in src and "tilus::mbarrier_wait" in src and "tilus::mbarrier_init" in src
     ptx = tma_tile(float32, 16, 32).ptx(45, 208, x, x, arch="sm_90a")
     assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
-    store = TmaStore().source(70, 130, np.zeros((70, 130), np.float16), np.zeros((70, 130), np.float16), arch="sm_90a")
+    store = TmaStore().source(70, 136, np.zeros((70, 136), np.float16), np.zeros((70, 136), np.float16), arch="sm_90a")
     assert store.index("fence_proxy_async_shared") < store.index("tilus::tma_store<2>")
 
 
@@ -210,3 +210,12 @@ def test_tma_on_sm80_is_an_error_naming_why():
     with pytest.raises(tilus.CompileError, match=r"tma.global_to_shared: this TMA copy is not legal on this target "
                                                  r"\(sm_80 has no TMA\)"):
         tma_tile(float32, 16, 32).ir(45, 208, x, x, arch="sm_80")
+
+
+@pytest.mark.skipif(not tilus.gpu_available(), reason="no GPU: tensor maps are encoded at GPU launches")
+def test_rows_tma_cannot_stride_are_an_argument_error_naming_the_copy():
+    import torch
+    x = torch.zeros((70, 130), dtype=torch.float16, device="cuda")
+    with pytest.raises(tilus.ArgumentError, match=r"tma.shared_to_global at .*test_hopper_copies.py:\d+: parameter 'y' "
+                                                  r"cannot be copied by TMA: the stride of dim 0 is 260 bytes"):
+        TmaStore()(70, 130, x, x.clone())
