@@ -89,6 +89,18 @@ def run_tilus(build, *args, env=None):
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+def tilus_python(build):
+    """The tilus Python package of `build` with the Python examples importable (None without it)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    sys.path[:0] = [os.path.join(build, "python"), os.path.join(root, "examples", "python")]
+    try:
+        import tilus
+        return tilus
+    except ImportError as e:
+        print(f"tilus Python package not found in {build}/python ({e}): its rows are skipped", flush=True)
+        return None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
@@ -114,6 +126,23 @@ def main():
     rows.append(("vector add f32", "tilus", f"{tilus_va['gbps']:.0f} GB/s",
                  f"{tilus_va['gbps'] / copy_gbps:.2f}x copy, {tilus_va['gbps'] / add_gbps:.2f}x add"))
 
+    # --- TMA (sm_90): a 2-D copy by TMA load + TMA store, and the TMA-fed mma.sync matmul ------
+    tilus_py = tilus_python(args.build)
+    if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
+        from tma_copy import TmaCopy
+        side = 8192
+        x2 = torch.randn(side, side, device="cuda")
+        y2 = torch.empty_like(x2)
+        copy2_ms = median_ms(lambda: y2.copy_(x2))
+        tma = TmaCopy()
+        tma(side, side, x2, y2)
+        assert torch.equal(x2, y2), "tilus TMA copy is wrong"
+        tma_ms = median_ms(lambda: tma(side, side, x2, y2))
+        gb = 2 * side * side * 4 / 1e6
+        rows.append((f"copy f32 {side}^2", "torch copy_", f"{gb / copy2_ms:.0f} GB/s", ""))
+        rows.append((f"copy f32 {side}^2", "tilus tma_copy.py", f"{gb / tma_ms:.0f} GB/s",
+                     f"{copy2_ms / tma_ms:.2f}x copy_"))
+
     # --- f16 matmul ------------------------------------------------------------------------
     s = args.size
     a = torch.randn(s, s, device="cuda", dtype=torch.float16)
@@ -129,6 +158,15 @@ def main():
         assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=1e-2), "Triton matmul is wrong"
         triton_ms = median_ms(lambda: triton_matmul(a, b, c), 30)
         rows.append((f"matmul f16 {s}^3", "Triton", f"{flops / triton_ms / 1e9:.0f} TFLOP/s", ""))
+    if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
+        from matmul_tma import MatmulTma
+        mt = MatmulTma()
+        mt(s, s, s, a, b, c)
+        assert torch.allclose(c.float(), torch.matmul(a, b).float(), atol=1e-1, rtol=1e-2), "tilus matmul_tma is wrong"
+        mt_ms = median_ms(lambda: mt(s, s, s, a, b, c), 30)
+        ratio = f"{cublas_ms / mt_ms:.2f}x cuBLAS" + (f", {triton_ms / mt_ms:.2f}x Triton" if triton_ms else "")
+        rows.append((f"matmul f16 {s}^3", "tilus matmul_tma.py (TMA + mma.sync)", f"{flops / mt_ms / 1e9:.0f} TFLOP/s",
+                     ratio))
     results = run_tilus(args.build, "matmul", s, s, s)
     best = min((r for r in results if "ms" in r), key=lambda r: r["ms"], default=None)
     for r in results:

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tilus/ir/functor.h"
 
@@ -426,7 +427,13 @@ Kernel choose_shared_layouts(const Kernel& k) {
       if (auto* s = dynamic_cast<const SliceSharedInst*>(&i)) slices.push_back(s);
       if (auto* a = dynamic_cast<const AnnotateLayoutInst*>(&i); a && a->shared_layout.defined())
         annotated[a->tensor.get()] = a->shared_layout, annotations[a->tensor.get()] = a;
+      if (auto* copy = dynamic_cast<const CopyInst*>(&i); copy && copy->use_tma)
+        for (const CopyRegion* r : {&copy->src, &copy->dst})
+          if (r->tensor.is_shared()) tma_operands.push_back(r->tensor.get());
     }
+    // Shared tensors (or views) an explicit TMA copy moves: their roots must keep a layout TMA
+    // can write.
+    std::vector<const TensorNode*> tma_operands;
   } c;
   c.visit(k.body);
   for (auto& [t, inst] : c.annotations)
@@ -441,10 +448,15 @@ Kernel choose_shared_layouts(const Kernel& k) {
       return StmtMutator::mutate_inst(s, inst);
     }
   } rewrite;
+  // The roots of the TMA operands (slices name their source).
+  std::unordered_set<const TensorNode*> tma_roots(c.tma_operands.begin(), c.tma_operands.end());
+  for (auto it = c.slices.rbegin(); it != c.slices.rend(); ++it)
+    if (tma_roots.count((*it)->out.get())) tma_roots.insert((*it)->src.get());
   for (const Tensor& t : c.roots) {
     SharedLayout layout = t->shared_layout;
     if (auto it = c.annotated.find(t.get()); it != c.annotated.end()) layout = it->second;
-    else if (auto z = auto_swizzle(t)) layout = SharedLayout(layout.shape(), layout.strides(), *z);
+    else if (auto z = auto_swizzle(t); z && (z->shift == 3 || !tma_roots.count(t.get())))
+      layout = SharedLayout(layout.shape(), layout.strides(), *z);  // rows over 128 bytes: TMA takes them unswizzled
     if (layout != t->shared_layout) rewrite.tensor_map[t.get()] = t.with_shared_layout(layout);
   }
   for (const SliceSharedInst* i : c.slices) {

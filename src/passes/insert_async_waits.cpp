@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "shared_access.h"
 #include "tilus/ir/functor.h"
@@ -166,6 +167,12 @@ class WaitInserter {
         state = merge(then_s, else_s);
         return std::make_shared<IfStmtNode>(n.cond, t, e, n.loc);
       }
+      case StmtKind::Let: {
+        // Offsets may name a let (`nxt = step + 3`): the peeled iterations see through it.
+        auto& n = static_cast<const LetStmtNode&>(*s);
+        lets_[n.var.get()] = n.value;
+        return s;
+      }
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
         Stmt body = process(n.body, state);
@@ -240,19 +247,26 @@ class WaitInserter {
     return body;
   }
 
-  // Loop variables fixed while the first iterations are analysed.
+  // Loop variables fixed while the first iterations are analysed, and the lets seen so far.
   std::vector<std::pair<Var, Expr>> fixed_;
+  std::unordered_map<const ExprNode*, Expr> lets_;
+
+  // `e` with the fixed loop variables' values, through the lets that use them.
+  Expr fix(const Expr& e, int depth = 0) const {
+    return substitute(e, [&](const Var& v) -> Expr {
+      for (auto& [fv, value] : fixed_)
+        if (v.same_as(fv)) return value;
+      if (auto it = lets_.find(v.get()); it != lets_.end() && depth < 8) return fix(it->second, depth + 1);
+      return Expr();
+    });
+  }
 
   std::vector<SharedAccess> accesses(const InstNode& inst) const {
     auto out = map_.accesses(inst);
     if (fixed_.empty()) return out;
     for (auto& a : out)
       for (auto& e : a.lo)
-        e = simplify(substitute(e, [&](const Var& v) {
-          for (auto& [fv, value] : fixed_)
-            if (v.same_as(fv)) return value;
-          return Expr();
-        }));
+        e = simplify(fix(e));
     return out;
   }
 };

@@ -14,12 +14,15 @@ from matmul_v0 import MatmulV0
 from matmul_v1 import MatmulV1
 from matmul_v2 import MatmulV2
 from matmul_v3 import MatmulV3
+from matmul_tma import MatmulTma
 from softmax import Softmax
+from tma_copy import TmaCopy
 from vector_add import VectorAdd
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV1, "matmul_v2": MatmulV2,
-            "matmul_v3": MatmulV3, "softmax": Softmax, "layer_norm": LayerNorm}
+            "matmul_v3": MatmulV3, "softmax": Softmax, "layer_norm": LayerNorm, "matmul_tma": MatmulTma,
+            "tma_copy": TmaCopy}
 
 
 def test_vector_add(arrays):
@@ -39,6 +42,24 @@ def test_matmuls(arrays, cls):
     cls()(m, n, k, a, b, c)
     want = arrays.host(a).astype(np.float64) @ arrays.host(b).astype(np.float64)
     np.testing.assert_allclose(arrays.host(c).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_matmul_tma(arrays):
+    m, n, k = 296, 520, 200  # ragged tiles; rows of multiples of 16 bytes, as TMA needs
+    a = arrays.put(arrays.rng.uniform(-1, 1, (m, k)).astype(np.float16))
+    b = arrays.put(arrays.rng.uniform(-1, 1, (k, n)).astype(np.float16))
+    c = arrays.empty((m, n), "float16")
+    MatmulTma()(m, n, k, a, b, c)
+    want = arrays.host(a).astype(np.float64) @ arrays.host(b).astype(np.float64)
+    np.testing.assert_allclose(arrays.host(c).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_tma_copy(arrays):
+    m, n = 300, 1000
+    x = arrays.rand((m, n))
+    y = arrays.empty((m, n))
+    TmaCopy()(m, n, x, y)
+    np.testing.assert_array_equal(arrays.host(y), arrays.host(x))
 
 
 def test_softmax(arrays):
