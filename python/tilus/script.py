@@ -544,6 +544,24 @@ class Script(Artifacts):
         b = None if barrier is None else _barrier(barrier, "tma_copy: barrier", loc)
         self._copy(src, dst, None, False, eviction_policy, annotations, None, "tma_copy", loc, b)
 
+    def c2d_im2col(self, img: GlobalTensor, col: SharedTensor, nhw_step: _Int, c_step: _Int, kernel: int, stride: int,
+                   dilation: int, pad: int, eviction_policy: Optional[str] = None) -> None:
+        """im2col for a 2-D convolution (seed 000): the tile (``nhw_step``, ``c_step``) of the im2col
+        matrix of the NHWC image ``img`` [N, H, W, C] into the shared tensor ``col`` [bm, bk].
+
+        ``col[i, j] = img[n, oh * stride + kh * dilation - pad, ow * stride + kw * dilation - pad, c]``
+        for the output pixel ``nhw_step * bm + i = (n, oh, ow)`` (row-major over [N, OH, OW]) and
+        ``c_step * bk + j = (kh, kw, c)`` (row-major over [kernel, kernel, C]); zero outside the
+        image and past the matrix. Synchronous; vectorized along the channels where C allows.
+        """
+        loc = _here()
+        _builder().c2d_im2col(_tensor(img, "c2d_im2col: img", loc, GlobalTensor),
+                              _tensor(col, "c2d_im2col: col", loc, SharedTensor),
+                              _scalar(nhw_step, "c2d_im2col: nhw_step", loc), _scalar(c_step, "c2d_im2col: c_step", loc),
+                              _int(kernel, "c2d_im2col: kernel", loc), _int(stride, "c2d_im2col: stride", loc),
+                              _int(dilation, "c2d_im2col: dilation", loc), _int(pad, "c2d_im2col: pad", loc),
+                              _optional(eviction_policy, str, "c2d_im2col: eviction_policy", loc), loc)
+
     def mbarrier_wait_parity(self, mbarrier: SharedTensor, parity: _Scalar) -> None:
         """Waits until the phase of parity ``parity`` (0 or 1) of ``mbarrier`` has completed (seed 004)."""
         self.mbarrier.wait(mbarrier, parity)

@@ -1,4 +1,5 @@
 #include "tilus/ir/facts.h"
+#include "tilus/ir/inst.h"
 
 #include <fmt/format.h>
 
@@ -366,6 +367,28 @@ Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile) {
   Expr p = bool_const(true);
   for (int d : g.checked) p = p && (idx[d] >= 0) && (idx[d] < g.shape[d]);
   return p;
+}
+
+Im2colMap im2col_map(const Im2colInst& inst, const GlobalAccess& img, const std::vector<Expr>& tile) {
+  const DataType i64 = dtypes::int64;
+  auto c64 = [&](const Expr& e) { return cast(e, i64); };
+  auto k64 = [&](int64_t v) { return int_const(v, i64); };
+  auto shape = inst.col.static_shape();
+  Expr n = c64(img.shape[0]), h = c64(img.shape[1]), w = c64(img.shape[2]), c = c64(img.shape[3]);
+  Expr span = k64(inst.dilation * (inst.kernel - 1) + 1);
+  Expr oh = (h + k64(2 * inst.pad) - span) / k64(inst.stride) + k64(1);
+  Expr ow = (w + k64(2 * inst.pad) - span) / k64(inst.stride) + k64(1);
+  Expr m = c64(inst.nhw_step) * k64(shape[0]) + c64(tile[0]);
+  Expr k = c64(inst.c_step) * k64(shape[1]) + c64(tile[1]);
+  Expr pixel_n = m / (oh * ow), pixel_h = m / ow % oh, pixel_w = m % ow;
+  Expr kh = k / (k64(inst.kernel) * c), kw = k / c % k64(inst.kernel), ch = k % c;
+  Expr ih = pixel_h * k64(inst.stride) + kh * k64(inst.dilation) - k64(inst.pad);
+  Expr iw = pixel_w * k64(inst.stride) + kw * k64(inst.dilation) - k64(inst.pad);
+  Im2colMap r;
+  r.offset = pixel_n * c64(img.strides[0]) + ih * c64(img.strides[1]) + iw * c64(img.strides[2]) + ch * c64(img.strides[3]);
+  r.predicate = m < n * oh * ow && k < k64(inst.kernel * inst.kernel) * c && ih >= k64(0) && ih < h && iw >= k64(0) &&
+                iw < w && oh > k64(0) && ow > k64(0);
+  return r;
 }
 
 Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile) {

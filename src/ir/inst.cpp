@@ -136,6 +136,18 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   if (barrier.defined()) v.operand("barrier", barrier, Access::Read, kShared, nullptr);
 }
 
+void Im2colInst::visit_fields(FieldVisitor& v) {
+  v.operand("img", img, Access::Read, kGlobal, nullptr);
+  v.operand("col", col, Access::Write, kShared, nullptr);
+  v.expr("nhw_step", nhw_step);
+  v.expr("c_step", c_step);
+  v.attr("kernel", std::to_string(kernel));
+  v.attr("stride", std::to_string(stride));
+  v.attr("dilation", std::to_string(dilation));
+  v.attr("pad", std::to_string(pad));
+  if (eviction_policy) v.attr("eviction_policy", to_string(*eviction_policy));
+}
+
 const char* to_string(CopyApi api) {
   switch (api) {
     case CopyApi::Copy: return "copy";

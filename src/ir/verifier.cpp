@@ -384,6 +384,22 @@ void check_fence_proxy_async(const FenceProxyAsyncInst& i) {
     fail(i, fmt::format("space='{}' is not one of 'shared', 'global'", i.space));
 }
 
+void check_im2col(const Im2colInst& i) {
+  if (!i.img.defined() || !i.img.is_global() || i.img.rank() != 4)
+    fail(i, fmt::format("img must be a global NHWC tensor of rank 4, got {}", ty(i.img)));
+  if (!i.col.defined() || !i.col.is_shared() || i.col.rank() != 2)
+    fail(i, fmt::format("col must be a shared tensor of rank 2 ([pixels, kernel * kernel * channels] tile), got {}",
+                        ty(i.col)));
+  expect_same_dtype(i, "img", i.img, "col", i.col);
+  for (auto* e : {&i.nhw_step, &i.c_step})
+    if (!is_integer_expr(*e))
+      fail(i, fmt::format("nhw_step and c_step must be integers, got {} of type {}", expr_str(*e), dtype_str(*e)));
+  if (i.kernel < 1 || i.stride < 1 || i.dilation < 1 || i.pad < 0)
+    fail(i, fmt::format("kernel, stride and dilation must be positive and pad non-negative, got kernel={}, stride={}, "
+                        "dilation={}, pad={}",
+                        i.kernel, i.stride, i.dilation, i.pad));
+}
+
 void check_copy(const CopyInst& i) {
   check_region(i, "src", i.src);
   check_region(i, "dst", i.dst);
@@ -1131,6 +1147,7 @@ void verify_inst(const InstNode& inst) {
     case InstKind::CopyAsync: check_copy_async(static_cast<const CopyAsyncInst&>(inst)); break;
     case InstKind::CopyAsyncWaitGroup: check_copy_async_wait_group(static_cast<const CopyAsyncWaitGroupInst&>(inst)); break;
     case InstKind::Copy: check_copy(static_cast<const CopyInst&>(inst)); break;
+    case InstKind::Im2col: check_im2col(static_cast<const Im2colInst&>(inst)); break;
     case InstKind::Dot: check_dot(static_cast<const DotInst&>(inst)); break;
     case InstKind::Cast: check_cast(static_cast<const CastInst&>(inst)); break;
     case InstKind::View: check_view(static_cast<const ViewInst&>(inst)); break;

@@ -867,6 +867,30 @@ void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vec
   emit(i);
 }
 
+void Builder::c2d_im2col(const Tensor& img, const Tensor& col, Expr nhw_step, Expr c_step, int64_t kernel,
+                         int64_t stride, int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy,
+                         SourceLoc loc) {
+  auto i = make_inst<Im2colInst>(loc);
+  i->img = img;
+  i->col = col;
+  i->nhw_step = nhw_step;
+  i->c_step = c_step;
+  i->kernel = kernel;
+  i->stride = stride;
+  i->dilation = dilation;
+  i->pad = pad;
+  if (eviction_policy) {
+    auto e = parse_evict_policy(*eviction_policy);
+    if (!e)
+      throw CompileError(fmt::format("c2d_im2col: eviction_policy='{}' is not one of 'evict_normal', 'evict_first', "
+                                     "'evict_last'",
+                                     *eviction_policy),
+                         loc);
+    i->eviction_policy = *e;
+  }
+  emit(i);
+}
+
 void Builder::tma_commit_group(SourceLoc loc) { emit(make_inst<TmaCommitGroupInst>(loc)); }
 
 void Builder::tma_wait_group(int64_t n, bool read, SourceLoc loc) {

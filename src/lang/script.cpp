@@ -317,6 +317,12 @@ void Script::barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc l
 void Script::barrier_arrive(const SharedTensor& barrier, Loc loc) { mbarrier.arrive(barrier, 1, {}, loc); }
 void Script::fence_proxy_async(Loc loc) { fence.proxy_async("shared", loc); }
 void Script::tma_store_arrive(Loc loc) { tma.commit_group(loc); }
+void Script::c2d_im2col(const GlobalTensor& img, const SharedTensor& col, const Expr& nhw_step, const Expr& c_step,
+                        int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
+                        std::optional<std::string> eviction_policy, Loc loc) {
+  builder().c2d_im2col(img.tensor(), col.tensor(), nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy,
+                       SourceLoc::from(loc));
+}
 void Script::tma_store_wait(Loc loc) { tma.wait_group(0, true, loc); }
 
 namespace {

@@ -239,6 +239,7 @@ class Selector : public StmtMutator {
       }
       case InstKind::CopyAsync: l = copy_async(static_cast<const CopyAsyncInst&>(*inst)); break;
       case InstKind::Copy: l = copy(static_cast<const CopyInst&>(*inst)); break;
+      case InstKind::Im2col: l = im2col(static_cast<const Im2colInst&>(*inst)); break;
       case InstKind::Dot: l = dot(static_cast<const DotInst&>(*inst)); break;
       default: return s;
     }
@@ -289,6 +290,33 @@ class Selector : public StmtMutator {
       l.note = fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: element by "
                            "element, synchronously",
                            w * bytes_of(i.dst.dtype()), w * bytes_of(i.dst.dtype()) == 1 ? "" : "s");
+    return l;
+  }
+
+  // c2d_im2col: vectorized SIMT gathers. A vector of w elements runs along the channels: its
+  // elements share the pixel and the kernel position when w divides C and the tile's k
+  // extent, and are contiguous and aligned when the channels are and every stride and the
+  // pointer allow w.
+  Lowering im2col(const Im2colInst& i) const {
+    DataType dt = i.col.dtype();
+    auto shape = i.col.static_shape();
+    int64_t eb = bytes_of(dt);
+    const GlobalAccess& g = facts_.global(i, i.img);
+    auto legal = [&](int64_t v) {
+      if (v == 1) return true;
+      if (shape[1] % v || !facts_.simplify(g.strides[3]).is_int_const(1) || facts_.divisor(g.shape[3]) % v) return false;
+      for (int d = 0; d < 3; ++d)
+        if (facts_.divisor(g.strides[d]) % v) return false;
+      return g.pointer_alignment % (v * eb) == 0 && (!g.param_offset_bytes.defined() ||
+                                                      facts_.divisor(g.param_offset_bytes) % (v * eb) == 0);
+    };
+    int64_t w = std::max<int64_t>(1, 16 / eb);
+    while (!legal(w)) w /= 2;
+    Lowering l;
+    l.op = MachineOp::Simt;
+    l.vector = w;
+    l.mapping = default_register_layout(shape, dt, scope().threads, w);
+    l.note = target_.has_tma() ? "tma: TMA im2col is not lowered yet" : "";
     return l;
   }
 

@@ -42,6 +42,21 @@ class ExprSimplifier : public StmtMutator {
     return StmtMutator::mutate_if(s, n);
   }
 
+  // A global tensor's shape and strides name the lets too: a substituted one is replaced there
+  // (once per tensor: its uses all take the new one).
+  Tensor mutate_tensor(const Tensor& t) override {
+    if (auto it = tensor_map.find(t.get()); it != tensor_map.end()) return it->second;
+    if (!t.defined() || !t.is_global() || subst_.empty()) return t;
+    std::vector<Expr> shape, strides;
+    bool changed = false;
+    for (const Expr& e : t.shape()) shape.push_back(mutate_expr(e)), changed |= !shape.back().same_as(e);
+    for (const Expr& e : t->strides) strides.push_back(mutate_expr(e)), changed |= !strides.back().same_as(e);
+    if (!changed) return t;
+    Tensor r = Tensor::global(t->name, t.dtype(), shape, strides);
+    tensor_map[t.get()] = r;
+    return r;
+  }
+
   Stmt mutate_let(const Stmt& s, const LetStmtNode& n) override {
     Expr v = mutate_expr(n.value);
     if (v.is_const() || v.as<VarNode>()) {

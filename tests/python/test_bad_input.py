@@ -257,6 +257,8 @@ METHOD_CASES = [
     ("mbetx-str", lambda k, v: k.mbarrier_expect_tx(k.mbarrier.alloc([1]), "8"), ["mbarrier_expect_tx", "tx", "scalar", "str"]),
     ("bw-phase-tensor", lambda k, v: k.barrier_wait(k.mbarrier.alloc([1]), v.r), ["mbarrier.wait", "phase", "scalar", "register"]),
     ("ba-global", lambda k, v: k.barrier_arrive(v.g), ["mbarrier.arrive", "shared tensor", "global"]),
+    ("im2col-kernel-float", lambda k, v: k.c2d_im2col(v.g, v.s, 0, 0, 3.0, 1, 1, 1), ["c2d_im2col", "kernel", "Python int", "float 3.0"]),
+    ("im2col-col-register", lambda k, v: k.c2d_im2col(v.g, v.r, 0, 0, 3, 1, 1, 1), ["c2d_im2col", "col", "shared tensor", "register"]),
 ]
 
 

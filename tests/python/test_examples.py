@@ -9,6 +9,7 @@ import pytest
 import tilus
 from conftest import Arrays
 
+from conv2d import Conv2d, reference as conv2d_reference
 from layer_norm import LayerNorm
 from matmul_v0 import MatmulV0
 from matmul_v1 import MatmulV1
@@ -22,7 +23,7 @@ from vector_add import VectorAdd
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV1, "matmul_v2": MatmulV2,
             "matmul_v3": MatmulV3, "softmax": Softmax, "layer_norm": LayerNorm, "matmul_tma": MatmulTma,
-            "tma_copy": TmaCopy}
+            "tma_copy": TmaCopy, "conv2d": Conv2d}
 
 
 def test_vector_add(arrays):
@@ -60,6 +61,17 @@ def test_tma_copy(arrays):
     y = arrays.empty((m, n))
     TmaCopy()(m, n, x, y)
     np.testing.assert_array_equal(arrays.host(y), arrays.host(x))
+
+
+@pytest.mark.parametrize("n,h,w,c,f,ks,s,d,p", [(2, 13, 11, 24, 40, 3, 1, 1, 1), (1, 17, 19, 8, 16, 5, 2, 2, 3),
+                                                 (3, 7, 9, 3, 5, 1, 1, 1, 0)])
+def test_conv2d(arrays, n, h, w, c, f, ks, s, d, p):
+    img = arrays.put(arrays.rng.uniform(-1, 1, (n, h, w, c)).astype(np.float16))
+    weight = arrays.put(arrays.rng.uniform(-1, 1, (f, ks, ks, c)).astype(np.float16))
+    want = conv2d_reference(arrays.host(img), arrays.host(weight), s, d, p)
+    out = arrays.put(np.full(want.shape, 7, np.float16))
+    Conv2d(ks, s, d, p)(n, h, w, c, f, img, weight, out)
+    np.testing.assert_allclose(arrays.host(out).astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
 def test_softmax(arrays):

@@ -190,6 +190,10 @@ def test_reading_a_tma_load_without_its_wait_names_both_lines():
     (lambda self, s, bar: self.tma.wait_group(-1), r"tma.wait_group: n must be >= 0"),
     (lambda self, s, bar: self.fence.proxy_async("local"), r"fence.proxy_async: space='local' is not one of"),
     (lambda self, s, bar: self.tma_copy(s, s, barrier=bar), r"tma_copy: TMA copies global to shared or shared to global"),
+    (lambda self, s, bar: self.c2d_im2col(self.global_view(self.x, shape=[4]), s, 0, 0, 3, 1, 1, 1),
+     r"c2d_im2col: img must be a global NHWC tensor of rank 4, got global float32\[4\]"),
+    (lambda self, s, bar: self.c2d_im2col(self.global_view(self.x, shape=[1, 2, 2, 1]), s, 0, 0, 3, 0, 1, 1),
+     r"c2d_im2col: kernel, stride and dilation must be positive and pad non-negative, got kernel=3, stride=0"),
 ])
 def test_bad_calls_name_the_instruction_and_line(body, match):
     class Bad(tilus.Script):
@@ -198,6 +202,7 @@ def test_bad_calls_name_the_instruction_and_line(body, match):
             self.attrs.warps = 4
             s = self.shared_tensor(dtype=float32, shape=[32, 32])
             bar = self.mbarrier.alloc(counts=[1])
+            self.x = x
             body(self, s, bar)
 
     with pytest.raises(tilus.CompileError, match=match) as e:
@@ -219,3 +224,57 @@ def test_rows_tma_cannot_stride_are_an_argument_error_naming_the_copy():
     with pytest.raises(tilus.ArgumentError, match=r"tma.shared_to_global at .*test_hopper_copies.py:\d+: parameter 'y' "
                                                   r"cannot be copied by TMA: the stride of dim 0 is 260 bytes"):
         TmaStore()(70, 130, x, x.clone())
+
+
+class Im2colTile(tilus.Script):
+    """The (nhw_step, c_step) tile of the im2col matrix, written back to global memory as is."""
+
+    def __init__(self, bm, bk, kernel, stride, dilation, pad):
+        super().__init__()
+        self.bm, self.bk, self.geometry = bm, bk, (kernel, stride, dilation, pad)
+
+    def __call__(self, n: int32, h: int32, w: int32, c: int32, rows: int32, cols: int32, img: ~float16,
+                 out: ~float16):
+        self.attrs.blocks = [tilus.cdiv(rows, self.bm), tilus.cdiv(cols, self.bk)]
+        self.attrs.warps = 2
+        col = self.shared_tensor(dtype=float16, shape=[self.bm, self.bk])
+        self.c2d_im2col(self.global_view(img, shape=[n, h, w, c]), col, self.blockIdx.x, self.blockIdx.y,
+                        *self.geometry)
+        self.store_global(self.global_view(out, shape=[rows, cols]), self.load_shared(col),
+                          offsets=[self.blockIdx.x * self.bm, self.blockIdx.y * self.bk])
+
+
+def im2col_reference(img, kernel, stride, dilation, pad):
+    n, h, w, c = img.shape
+    oh = (h + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    out = np.zeros((n * oh * ow, kernel * kernel * c), img.dtype)
+    for m in range(n * oh * ow):
+        b, y, x = m // (oh * ow), m // ow % oh, m % ow
+        for kh in range(kernel):
+            for kw in range(kernel):
+                iy, ix = y * stride + kh * dilation - pad, x * stride + kw * dilation - pad
+                if 0 <= iy < h and 0 <= ix < w:
+                    out[m, (kh * kernel + kw) * c:(kh * kernel + kw + 1) * c] = img[b, iy, ix]
+    return out
+
+
+@pytest.mark.parametrize("shape,geometry,tile", [((2, 9, 7, 16), (3, 1, 1, 1), (32, 32)),
+                                                 ((1, 11, 13, 3), (5, 2, 2, 3), (16, 8)),
+                                                 ((3, 6, 5, 8), (2, 3, 1, 0), (64, 16))])
+def test_c2d_im2col_matches_numpy(arrays, shape, geometry, tile):
+    h = np.random.default_rng(5).uniform(-8, 8, size=shape).astype(np.float16)
+    want = im2col_reference(h, *geometry)
+    out = arrays.put(np.full(want.shape, 7, np.float16))
+    Im2colTile(*tile, *geometry)(*shape, *want.shape, arrays.put(h), out)
+    np.testing.assert_array_equal(arrays.host(out), want)
+
+
+def test_c2d_im2col_vectorizes_along_channels():
+    x = np.zeros((2, 9, 7, 16), np.float16)
+    ir = final_ir(Im2colTile(32, 32, 3, 1, 1, 1), 2, 9, 7, 16, 126, 144, x, np.zeros((126, 144), np.float16),
+                  arch="sm_90a")
+    assert "c2d_im2col(" in ir and "lowering: simt vector=8" in ir
+    x = np.zeros((1, 11, 13, 3), np.float16)
+    ir = final_ir(Im2colTile(16, 8, 5, 2, 2, 3), 1, 11, 13, 3, 24, 75, x, np.zeros((24, 75), np.float16), arch="sm_90a")
+    assert "lowering: simt vector=1" in ir

@@ -131,4 +131,12 @@ Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile);
 Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile);
 Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile);
 
+// c2d_im2col's address map (Im2colInst), for both emitters: the element offset in the image
+// of col tile index (i, j), and whether it is inside the image and the im2col matrix.
+struct Im2colMap {
+  Expr offset, predicate;
+};
+struct Im2colInst;
+Im2colMap im2col_map(const Im2colInst& inst, const GlobalAccess& img, const std::vector<Expr>& tile);
+
 }  // namespace tilus

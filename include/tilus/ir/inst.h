@@ -41,6 +41,7 @@ namespace tilus {
   X(CopyAsyncWaitGroup)       \
   X(CopyAsyncWaitAll)         \
   X(Copy)                     \
+  X(Im2col)                   \
   X(Dot)                      \
   X(Cast)                     \
   X(View)                     \
@@ -311,6 +312,20 @@ struct CopyInst : InstNode {
   bool has_side_effects() const override { return api != CopyApi::Copy; }
   // The kernel waits for it itself (async_copy and the TMA methods).
   bool user_waits() const { return api != CopyApi::Copy; }
+};
+
+// c2d_im2col: the [bm, bk] tile (nhw_step, c_step) of the im2col matrix of an NHWC image
+// into the shared tensor `col`: col[i, j] = img[n, oh * stride + kh * dilation - pad,
+// ow * stride + kw * dilation - pad, c] for pixel m = nhw_step * bm + i = (n, oh, ow) of the
+// [N, OH, OW] output and k = c_step * bk + j = (kh, kw, c) of [kernel, kernel, C]; zero outside
+// the image and past the matrix (im2col_map in ir/facts.h has the address map).
+struct Im2colInst : InstNode {
+  TILUS_INST_COMMON(Im2col, "c2d_im2col")
+  Tensor img;  // global [N, H, W, C]
+  Tensor col;  // shared [bm, bk]
+  Expr nhw_step, c_step;
+  int64_t kernel = 1, stride = 1, dilation = 1, pad = 0;
+  std::optional<EvictPolicy> eviction_policy;
 };
 
 // out = a @ b + c  (a: [m, k], b: [k, n], c and out: [m, n]).

@@ -112,6 +112,8 @@ class Builder {
   // tensor at `offsets` of the global one, along global dims `dims` (default: the trailing ones).
   void tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets, std::vector<int> dims,
                      const Tensor& barrier, bool load, SourceLoc loc);
+  void c2d_im2col(const Tensor& img, const Tensor& col, Expr nhw_step, Expr c_step, int64_t kernel, int64_t stride,
+                  int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy, SourceLoc loc);
   void tma_commit_group(SourceLoc loc);
   void tma_wait_group(int64_t n, bool read, SourceLoc loc);
   void fence_proxy_async(const std::string& space, SourceLoc loc);

@@ -479,6 +479,11 @@ class Script {
   void barrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
   void fence_proxy_async(Loc loc = Loc::current());
   void tma_store_arrive(Loc loc = Loc::current());
+  // The [bm, bk] tile (nhw_step, c_step) of the im2col matrix of the NHWC image `img` into
+  // `col` (docs/instructions.md).
+  void c2d_im2col(const GlobalTensor& img, const SharedTensor& col, const Expr& nhw_step, const Expr& c_step,
+                  int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
+                  std::optional<std::string> eviction_policy = std::nullopt, Loc loc = Loc::current());
   void tma_store_wait(Loc loc = Loc::current());
 
   // --- compute -----------------------------------------------------------------------------

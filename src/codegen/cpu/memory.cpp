@@ -230,6 +230,17 @@ void Emitter::emit_memory(const InstNode& inst) {
       transfer(inst, g, shared_side(facts.shared(i, i.dst)), i.dst.static_shape());
       return;
     }
+    case InstKind::Im2col: {
+      // The gather's own predicate keeps it inside the image (checked mode has nothing to add).
+      auto& i = static_cast<const Im2colInst&>(inst);
+      GlobalAccess g = facts.global(i, i.img);
+      Side src = global_side(i.img, g);
+      src.offset = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).offset; };
+      src.predicate = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).predicate; };
+      src.global = nullptr;
+      transfer(inst, src, shared_side(facts.shared(i, i.col)), i.col.static_shape());
+      return;
+    }
     case InstKind::Copy: {
       auto& i = static_cast<const CopyInst&>(inst);
       if (i.src.tensor.is_register() || i.dst.tensor.is_register()) {

@@ -296,6 +296,18 @@ void Emitter::emit_memory(const InstNode& inst) {
       transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), {.evict = i.evict, .src_global = true});
       return;
     }
+    case InstKind::Im2col: {
+      auto& i = static_cast<const Im2colInst&>(inst);
+      selected();
+      GlobalAccess g = facts_.global(i, i.img);
+      Side src = global_side(*this, i.img, g);
+      src.offset = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).offset; };
+      src.predicate = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).predicate; };
+      const SharedView& view = facts_.shared(i, i.col);
+      guard_shared(*this, inst, view, i.col.static_shape());
+      transfer(*this, rec, src, shared_side(view), i.col.dtype(), {.evict = i.eviction_policy, .src_global = true});
+      return;
+    }
     case InstKind::CopyAsyncCommitGroup: line("tilus::cp_async_commit();"); return;
     case InstKind::CopyAsyncWaitGroup:
       linef("tilus::cp_async_wait<{}>();", static_cast<const CopyAsyncWaitGroupInst&>(inst).n);
