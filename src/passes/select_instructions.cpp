@@ -278,12 +278,12 @@ class Selector : public StmtMutator {
     int64_t known = std::min<int64_t>(g.pointer_alignment, facts_.divisor(offset) * eb);
     if (known % need != 0)
       throw CompileError(fmt::format("{}: the {}-bit access needs a {}-byte aligned address, but only {} byte{} can be "
-                                     "proven for {} at element offset {} (pointer aligned to {} bytes, offset a "
-                                     "multiple of {} elements of {}); align the offsets (self.assume) or use a "
-                                     "narrower width",
+                                     "proven for {} at element offset {} (the pointer is known aligned to {} byte{}, the "
+                                     "offset to a multiple of {} elements of {}); specialize or assume aligned "
+                                     "offsets, or use a narrower width",
                                      inst.display_name(), bits, need, known, known == 1 ? "" : "s",
-                                     region_str(r), to_string(offset), g.pointer_alignment, facts_.divisor(offset),
-                                     g.dtype.name()),
+                                     region_str(r), to_string(offset), g.pointer_alignment,
+                                     g.pointer_alignment == 1 ? "" : "s", facts_.divisor(offset), g.dtype.name()),
                          inst.loc);
     Lowering l = simt_access(reg, bits / std::max<int64_t>(1, g.dtype.bits()));
     l.thread_private = false;  // every thread touches the whole vector
