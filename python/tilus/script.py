@@ -240,6 +240,10 @@ class _Dim3:
         """``x, y, z = ...``: the three values in order."""
         return iter((self.x, self.y, self.z))
 
+    def __getitem__(self, i):
+        """``[0]``, ``[1]``, ``[2]``: ``x``, ``y``, ``z``."""
+        return (self.x, self.y, self.z)[i]
+
     def __len__(self):
         """3."""
         return 3
