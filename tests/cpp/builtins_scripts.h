@@ -139,3 +139,25 @@ struct ClusterIds : Script {
 };
 
 }  // namespace tests
+
+namespace tests {
+
+// A grid barrier between two phases: tmp[b] = x[b] * 2 for every block b, then after
+// sync_grid y[b] = tmp[(b + 1) % blocks] (a neighbour's result, written by another block).
+struct GridExchange : Script {
+  static constexpr const char* param_names = "blocks, x, tmp, y";
+  void operator()(Int32 blocks, Ptr<f32> x, Ptr<f32> tmp, Ptr<f32> y) {
+    attrs.blocks = {blocks};
+    attrs.warps = 4;
+    auto gx = global_view(x, {blocks * 128});
+    auto gt = global_view(tmp, {blocks * 128});
+    auto gy = global_view(y, {blocks * 128});
+    store_global(gt, load_global(gx, {.offsets = {blockIdx.x * 128}, .shape = {128}}) * 2.0f,
+                 {.offsets = {blockIdx.x * 128}});
+    sync_grid();
+    Expr next = (blockIdx.x + 1) % blocks;
+    store_global(gy, load_global(gt, {.offsets = {next * 128}, .shape = {128}}), {.offsets = {blockIdx.x * 128}});
+  }
+};
+
+}  // namespace tests

@@ -1072,3 +1072,42 @@ TEST(Backend_, ClusterIndicesComeFromTheBlockIndex) {
       EXPECT_EQ(got[4 * b + 3], 22) << "block " << b;
     }
 }
+
+TEST(Backend_, GridBarrierNeedsEveryBlockResident) {
+  REQUIRE_GPU();
+  int64_t blocks = 6;
+  auto hx = randoms(blocks * 128, dtypes::float32);
+  Buffer x(dtypes::float32, blocks * 128), tmp(dtypes::float32, blocks * 128), y(dtypes::float32, blocks * 128);
+  x.upload(hx);
+  auto kernel = jit_on(tests::GridExchange{});
+#ifdef TILUS_TEST_CPU
+  // The CPU backend runs blocks in batches: a grid barrier is a compile error there.
+  try {
+    kernel({blocks, x.arg(), tmp.arg(), y.arg()});
+    FAIL() << "sync_grid compiled for the CPU backend";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.message().find("sync_grid: sync_grid needs every block resident at once; the CPU backend runs "
+                               "blocks in batches"),
+              std::string::npos)
+        << e.message();
+    EXPECT_NE(e.loc().file.find("builtins_scripts.h"), std::string::npos) << e.loc().str();
+  }
+#else
+  kernel({blocks, x.arg(), tmp.arg(), y.arg()});
+  auto got = y.download();
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int t = 0; t < 128; ++t)
+      ASSERT_EQ(got[b * 128 + t], round_to(dtypes::float32, hx[((b + 1) % blocks) * 128 + t] * 2)) << b << " " << t;
+  // More blocks than the GPU holds at once: refused before the launch, naming the kernel.
+  int64_t many = 1 << 16;
+  Buffer big(dtypes::float32, many * 128);
+  try {
+    kernel({many, big.arg(), big.arg(), big.arg()});
+    FAIL() << "a grid of " << many << " blocks launched cooperatively";
+  } catch (const ArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("kernel GridExchange synchronizes its whole grid (sync_grid)"), std::string::npos) << m;
+    EXPECT_NE(m.find("has 65536 blocks"), std::string::npos) << m;
+  }
+#endif
+}

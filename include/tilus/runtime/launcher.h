@@ -164,6 +164,7 @@ class Launcher {
   ArgumentLayout layout_;
   mutable std::once_flag loaded_;
   mutable std::unique_ptr<LoadedModule> module_;
+  mutable int64_t resident_blocks_ = 0;  // cooperative kernels: the blocks the GPU holds at once
 };
 
 }  // namespace tilus
