@@ -768,7 +768,7 @@ class Script(Artifacts):
         _builder().sync_warp(None if mask is None else _exprs(mask, "sync_warp: mask", loc)[0], loc)
 
     def sync_grid(self) -> None:
-        """A barrier of every thread of the grid (``cooperative_groups::this_grid().sync()``).
+        """A barrier of every thread of the grid (as ``cooperative_groups::this_grid().sync()``).
 
         The kernel is launched cooperatively, and each launch checks that its blocks fit on the GPU
         at once. Not inside a thread group; not on the CPU backend (a CompileError: it runs blocks in

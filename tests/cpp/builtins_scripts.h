@@ -161,3 +161,27 @@ struct GridExchange : Script {
 };
 
 }  // namespace tests
+
+namespace tests {
+
+// Shuffles of every width of element: out[k * 64 + t] = int32(shfl_xor(lane as dtype k, 3)) for
+// the dtypes below, over a 64-thread block.
+inline const std::vector<DataType>& shuffle_dtypes() {
+  static const std::vector<DataType> v = {dtypes::boolean, dtypes::int8,    dtypes::uint16,  dtypes::float16,
+                                          dtypes::bfloat16, dtypes::int32,  dtypes::float32, dtypes::int64,
+                                          dtypes::float64, dtypes::uint8};
+  return v;
+}
+struct ShuffleDtypes : Script {
+  static constexpr const char* param_names = "out";
+  void operator()(Ptr<i32> out) {
+    attrs.blocks = {1};
+    attrs.warps = 2;
+    auto g = global_view(out, {int64_t(shuffle_dtypes().size()) * 64});
+    auto lane = get_lane_idx();
+    for (size_t k = 0; k < shuffle_dtypes().size(); ++k)
+      store_global(g, shfl_xor(lane.to(shuffle_dtypes()[k]), 3).to(dtypes::int32), {.offsets = {int64_t(k) * 64}});
+  }
+};
+
+}  // namespace tests

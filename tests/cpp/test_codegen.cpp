@@ -329,6 +329,8 @@ TEST(Nvrtc, ThreadBuiltinsCompile) {
       {"shuffles", trace(tests::Shuffles{})},
       {"barriers", trace(barriers)},
       {"cluster_ids", trace(tests::ClusterIds{})},
+      {"shuffle_dtypes", trace(tests::ShuffleDtypes{})},
+      {"grid_exchange", trace(tests::GridExchange{})},
   };
   for (int64_t bits : {32, 64, 128, 256})
     programs.push_back({"vector_copy" + std::to_string(bits), specialize(trace(tests::VectorCopy(bits)), {{3, 16}, {4, 16}})});
@@ -343,4 +345,43 @@ TEST(Nvrtc, ThreadBuiltinsCompile) {
   }
   // Without setmaxnreg the barriers compile for sm_80 too (cluster.sync is the block's barrier there).
   ASSERT_NO_THROW(compile_program(trace(tests::Barriers{}), "sm_80", nullptr));
+}
+
+// A shuffle must leave the replicas of an element equal: a [16] tile over 128 threads holds each
+// element in 32 threads of different lanes, which shfl_down by 1 would make differ.
+struct ReplicatedShuffle : Script {
+  static constexpr const char* param_names = "offset, y";
+  int mode = 0;  // 0: shfl_down by 1, 1: shfl_xor by a run-time offset, 2: shfl_xor by 1
+  void operator()(Int32 offset, Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto v = register_tensor(dtypes::float32, {16}, [](const std::vector<Var>& i) {
+      return tilus::cast(Expr(i[0]), dtypes::float32);
+    });
+    RegisterTensor r = mode == 0 ? shfl_down(v, 1) : mode == 1 ? shfl_xor(v, offset) : shfl_xor(v, 1);
+    store_global(global_view(y, {16}), r, {.offsets = {0}});
+  }
+};
+
+TEST(CudaEmitter, ShufflesKeepReplicasEqual) {
+  for (int mode : {0, 1}) {
+    ReplicatedShuffle s;
+    s.mode = mode;
+    try {
+      emit(trace(s));
+      FAIL() << "a shuffle that splits replicas compiled";
+    } catch (const CompileError& e) {
+      EXPECT_NE(e.message().find(std::string(mode == 1 ? "shfl_xor" : "shfl_down") + ": value register float32[16] "
+                                 "has layout"),
+                std::string::npos)
+          << e.message();
+      EXPECT_NE(e.message().find("in several threads that would read different elements"), std::string::npos)
+          << e.message();
+      EXPECT_EQ(mode == 1, e.message().find("only known at run time") != std::string::npos) << e.message();
+    }
+  }
+  // The same tile shuffled by xor 1 keeps its replicas equal: each reads the same element.
+  ReplicatedShuffle ok;
+  ok.mode = 2;
+  EXPECT_NO_THROW(emit(trace(ok)));
 }

@@ -1111,3 +1111,42 @@ TEST(Backend_, GridBarrierNeedsEveryBlockResident) {
   }
 #endif
 }
+
+TEST(Backend_, ShufflesOfEveryElementWidth) {
+  REQUIRE_GPU();
+  int64_t n = int64_t(tests::shuffle_dtypes().size()) * 64;
+  Buffer out(dtypes::int32, n);
+  out.upload(std::vector<double>(n, -1));
+  jit_on(tests::ShuffleDtypes{})({out.arg()});
+  auto got = out.download();
+  for (size_t k = 0; k < tests::shuffle_dtypes().size(); ++k) {
+    DataType t = tests::shuffle_dtypes()[k];
+    for (int i = 0; i < 64; ++i) {
+      int lane = (i % 32) ^ 3;
+      double want = t.is_bool() ? double(lane != 0) : lane;
+      ASSERT_EQ(got[k * 64 + i], want) << t.name() << " thread " << i;
+    }
+  }
+}
+
+#ifdef TILUS_TEST_CPU
+// ldg / stg add no bounds predicate (pred is their only guard), but checked mode still reports an
+// access past the array.
+TEST(Backend_, ExplicitWidthAccessesOutOfBoundsAreReported) {
+  REQUIRE_GPU();
+  int64_t n = 10;  // 3 blocks of 4 floats: the last reads and writes elements 10 and 11
+  Buffer x(dtypes::float32, n), y(dtypes::float32, n);
+  x.upload(randoms(n, dtypes::float32));
+  try {
+    jit_on(tests::VectorCopy(128))({n, int64_t(3), int64_t(3), x.arg(), y.arg()});
+    FAIL() << "expected CpuCheckError";
+  } catch (const CpuCheckError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("ldg128"), std::string::npos) << m;
+    EXPECT_NE(m.find("builtins_scripts.h"), std::string::npos) << m;
+    EXPECT_NE(m.find("global float32[n]"), std::string::npos) << m;
+  }
+  // With pred false there, nothing is touched.
+  jit_on(tests::VectorCopy(128))({n, int64_t(2), int64_t(2), x.arg(), y.arg()});
+}
+#endif

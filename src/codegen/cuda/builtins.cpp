@@ -28,7 +28,7 @@ void Emitter::emit_builtin(const InstNode& inst) {
           return;
         case SyncScope::Grid:
           cooperative_ = true;
-          line("cooperative_groups::this_grid().sync();");
+          line("tilus::grid_sync();");
           return;
       }
       return;

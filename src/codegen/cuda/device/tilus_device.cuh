@@ -308,6 +308,28 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;\n" ::: "memory");
 }
 
+// sync_grid: the barrier of every block of a cooperative launch. The driver gives such a launch a
+// workspace (its address: %envreg1 high, %envreg2 low bits) whose second 32-bit word counts
+// arrivals: block (0, 0, 0) adds 2^31 - (blocks - 1), every other block 1, so the top bit flips
+// when the last block arrives, whatever the count held before.
+__device__ __forceinline__ void grid_sync() {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t hi, lo;
+    asm volatile("mov.u32 %0, %%envreg1;\n" : "=r"(hi));
+    asm volatile("mov.u32 %0, %%envreg2;\n" : "=r"(lo));
+    uint32_t* arrived = reinterpret_cast<uint32_t*>((uint64_t(hi) << 32) | lo) + 1;
+    uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
+    uint32_t add = (blockIdx.x | blockIdx.y | blockIdx.z) == 0 ? 0x80000000u - (blocks - 1) : 1u;
+    uint32_t before, now;
+    asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;\n" : "=r"(before) : "l"(arrived), "r"(add) : "memory");
+    do {
+      asm volatile("ld.acquire.gpu.u32 %0, [%1];\n" : "=r"(now) : "l"(arrived) : "memory");
+    } while (((before ^ now) & 0x80000000u) == 0);
+  }
+  __syncthreads();
+}
+
 // ldg / stg: one thread's Bytes-byte vector (4, 8, 16 or 32: two 16-byte accesses) through
 // explicit PTX; `pred` false loads zeros / skips the store. The register side is 16-byte aligned.
 template <int Bytes, class T> __device__ __forceinline__ void ldg(T* dst, const void* src, bool pred) {
