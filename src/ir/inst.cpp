@@ -228,7 +228,7 @@ void ThreadIndexInst::visit_fields(FieldVisitor& v) {
 void ShuffleInst::visit_fields(FieldVisitor& v) {
   v.output("out", out, kRegister);
   v.operand("value", value, Access::Read, kRegister, nullptr);
-  v.expr("lane", lane);
+  v.expr(op == "shfl_sync" ? "src_lane" : "offset", lane);
   if (mask.defined()) v.expr("mask", mask);
   if (op == "shfl_sync") v.attr("width", std::to_string(width));
 }

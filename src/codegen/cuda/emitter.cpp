@@ -432,7 +432,6 @@ void Emitter::emit_inst(const InstNode& inst) {
   switch (inst.kind()) {
     case InstKind::Dot: emit_dot(inst); return;
     case InstKind::Reduce: emit_reduce(inst); return;
-    case InstKind::Sync: emit_barrier(inst); return;
     case InstKind::Printf: emit_printf(inst); return;
     case InstKind::Assume: {
       auto& i = static_cast<const AssumeInst&>(inst);
