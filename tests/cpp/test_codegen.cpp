@@ -385,3 +385,22 @@ TEST(CudaEmitter, ShufflesKeepReplicasEqual) {
   ok.mode = 2;
   EXPECT_NO_THROW(emit(trace(ok)));
 }
+
+// A thread group's own barrier takes an id the kernel does not name itself.
+struct UserAndGroupBarriers : Script {
+  static constexpr const char* param_names = "y";
+  void operator()(Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    warp_group(0, 2, [&] { sync(); });
+    sync_threads(1);
+    warp_group(2, 2, [&] { sync_threads(3); });
+  }
+};
+
+TEST(CudaEmitter, NamedBarrierIdsOfTheKernelAreKeptFromGroups) {
+  std::string src = emit(trace(UserAndGroupBarriers{})).source;
+  EXPECT_NE(src.find("tilus::named_barrier(2, 64);"), std::string::npos) << src;  // the group's: not 1
+  EXPECT_NE(src.find("tilus::named_barrier(1, 128);"), std::string::npos) << src;
+  EXPECT_NE(src.find("tilus::named_barrier(3, 64);"), std::string::npos) << src;
+}
