@@ -318,6 +318,8 @@ class Script(Artifacts):
 
     - ``self.attrs.blocks`` / ``.warps`` / ``.cluster_blocks``: the launch attributes (Attrs);
     - ``self.blockIdx.x`` / ``.y`` / ``.z``: the block index (int32 scalars);
+    - ``self.cluster``: the thread-block cluster group (``sync()``, ``blockIdx``, ``clusterDim``,
+      ``blockRank``), under NVIDIA Tilus's names;
     - the instruction methods (``global_view``, ``load_global``, ``copy_async``, ``dot``, ...,
       docs/instructions.md) record the kernel's tile instructions; they may only be called
       while the body is traced. A wrong call (a wrong argument type, a missing, repeated or
