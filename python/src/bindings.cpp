@@ -643,6 +643,12 @@ PYBIND11_MODULE(_C, m) {
         "A call of the named builtin math function (\"exp\", \"sqrt\", ...) on scalar arguments, as an Expr.");
   m.def("block_idx", [](int d) { return Expr(builtin::block_idx(d)); },
         "The block index along grid dim d (0, 1, 2): self.blockIdx.x / .y / .z.");
+  m.def("cluster_block_idx", [](int d) { return Expr(builtin::cluster_block_idx(d)); },
+        "The block's index in its cluster along dim d (0, 1, 2): self.cluster.blockIdx.x / .y / .z.");
+  m.def("cluster_dim", [](int d) { return Expr(builtin::cluster_dim(d)); },
+        "The cluster's extent along dim d (0, 1, 2), the kernel's attrs.cluster_blocks: self.cluster.clusterDim.");
+  m.def("cluster_block_rank", []() { return Expr(builtin::cluster_block_rank()); },
+        "The block's rank in its cluster: self.cluster.blockRank.");
 
   // --- tensors ----------------------------------------------------------------------------------
   py::class_<Tensor>(m, "Tensor",
@@ -730,7 +736,8 @@ PYBIND11_MODULE(_C, m) {
       .def("end_else", &Builder::end_else)
       .def("begin_while", [](Builder& b, const py::object& c, L loc) { b.begin_while(to_expr(c), loc_of(loc)); })
       .def("end_while", &Builder::end_while)
-      .def("emit_break", [](Builder& b, L loc) { b.emit_break(loc_of(loc)); })
+      .def("emit_break", [](Builder& b, L loc, const std::string& what) { b.emit_break(loc_of(loc), what.c_str()); },
+           py::arg("loc"), py::arg("what") = "break")
       .def("emit_continue", [](Builder& b, L loc) { b.emit_continue(loc_of(loc)); })
       .def("begin_thread_group", [](Builder& b, const std::string& kind, int64_t begin, int64_t n, L loc) {
         ThreadGroupKind k = kind == "single_thread" ? ThreadGroupKind::SingleThread
@@ -877,6 +884,33 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("assign_tensor", [](Builder& b, const Tensor& d, const Tensor& s, L loc) { b.assign_tensor(d, s, loc_of(loc)); })
       .def("sync", [](Builder& b, L loc) { b.sync(loc_of(loc)); })
+      .def("sync_threads", [](Builder& b, std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, L loc) {
+        b.sync_threads(barrier_id, arrive_count, loc_of(loc));
+      })
+      .def("sync_warp", [](Builder& b, const py::object& mask, L loc) {
+        b.sync_warp(mask.is_none() ? Expr() : to_expr(mask), loc_of(loc));
+      })
+      .def("cluster_sync", [](Builder& b, L loc) { b.cluster_sync(loc_of(loc)); })
+      .def("sync_grid", [](Builder& b, L loc) { b.sync_grid(loc_of(loc)); })
+      .def("set_max_nreg", [](Builder& b, int64_t reg_count, bool is_inc, L loc) { b.set_max_nreg(reg_count, is_inc, loc_of(loc)); })
+      .def("thread_index", [](Builder& b, const std::string& op, int64_t warp_size, int64_t warps_per_group,
+                              int64_t thread_extent, L loc) {
+        return b.thread_index(op, warp_size, warps_per_group, thread_extent, loc_of(loc));
+      })
+      .def("shuffle", [](Builder& b, const std::string& op, const Tensor& value, const py::object& lane,
+                         const py::object& mask, int64_t width, L loc) {
+        return b.shuffle(op, value, to_expr(lane), mask.is_none() ? Expr() : to_expr(mask), width, loc_of(loc));
+      })
+      .def("ldg", [](Builder& b, int64_t bits, const Tensor& src, const py::iterable& offsets, const py::iterable& extents,
+                     const py::object& pred, L loc) {
+        return b.ldg(bits, CopyRegion{src, to_exprs(offsets), to_exprs(extents), std::nullopt},
+                     pred.is_none() ? Expr() : to_expr(pred), loc_of(loc));
+      })
+      .def("stg", [](Builder& b, int64_t bits, const Tensor& dst, const py::iterable& offsets, const py::iterable& extents,
+                     const Tensor& value, const py::object& pred, L loc) {
+        b.stg(bits, CopyRegion{dst, to_exprs(offsets), to_exprs(extents), std::nullopt}, value,
+              pred.is_none() ? Expr() : to_expr(pred), loc_of(loc));
+      })
       .def("printf", [](Builder& b, const std::string& f, const py::iterable& args, L loc) { b.printf(f, to_exprs(args), loc_of(loc)); })
       .def("assume", [](Builder& b, const py::object& c, L loc) { b.assume(to_expr(c), loc_of(loc)); })
       .def("annotate_layout", [](Builder& b, const Tensor& t, const RegisterLayout& l, L loc) { b.annotate_layout(t, l, loc_of(loc)); });

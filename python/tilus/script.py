@@ -215,6 +215,71 @@ class _BlockIdx:
         return _C.block_idx(2)
 
 
+class _Dim3:
+    """Three int32 scalars ``x``, ``y``, ``z`` (the cluster's ``blockIdx`` and ``clusterDim``)."""
+
+    def __init__(self, make):
+        self._make = make
+
+    @property
+    def x(self) -> Expr:
+        """The first dim's value, an int32 scalar."""
+        return self._make(0)
+
+    @property
+    def y(self) -> Expr:
+        """The second dim's value, an int32 scalar."""
+        return self._make(1)
+
+    @property
+    def z(self) -> Expr:
+        """The third dim's value, an int32 scalar."""
+        return self._make(2)
+
+    def __iter__(self):
+        """``x, y, z = ...``: the three values in order."""
+        return iter((self.x, self.y, self.z))
+
+    def __getitem__(self, i):
+        """``[0]``, ``[1]``, ``[2]``: ``x``, ``y``, ``z``."""
+        return (self.x, self.y, self.z)[i]
+
+    def __len__(self):
+        """3."""
+        return 3
+
+
+class _Cluster:
+    """``self.cluster``: the thread-block cluster instructions, under NVIDIA Tilus's names.
+
+    ``self.attrs.cluster_blocks`` sets the cluster's shape (without it every block is a cluster of
+    one); clusters need sm_90 on the GPU.
+    """
+
+    def sync(self) -> None:
+        """A barrier of every thread of every block of the cluster (barrier.cluster.arrive + wait).
+
+        On the CPU backend it is a no-op for clusters of one block and a CompileError for larger
+        ones (the CPU runs each block on its own).
+        """
+        _builder().cluster_sync(_here())
+
+    @property
+    def blockIdx(self) -> _Dim3:
+        """The block's index in its cluster (``%cluster_ctaid``): ``.x``, ``.y``, ``.z``, int32 scalars."""
+        return _Dim3(_C.cluster_block_idx)
+
+    @property
+    def clusterDim(self) -> _Dim3:
+        """The cluster's shape (``attrs.cluster_blocks``, 1 where unset): ``.x``, ``.y``, ``.z``."""
+        return _Dim3(_C.cluster_dim)
+
+    @property
+    def blockRank(self) -> Expr:
+        """The block's rank in its cluster (``%cluster_ctarank``), an int32 scalar from 0 to the cluster's size - 1."""
+        return _C.cluster_block_rank()
+
+
 class _ThreadGroup:
     def __init__(self, kind, begin, n, loc):
         self.args = (kind, begin, n, loc)
@@ -253,6 +318,8 @@ class Script(Artifacts):
 
     - ``self.attrs.blocks`` / ``.warps`` / ``.cluster_blocks``: the launch attributes (Attrs);
     - ``self.blockIdx.x`` / ``.y`` / ``.z``: the block index (int32 scalars);
+    - ``self.cluster``: the thread-block cluster group (``sync()``, ``blockIdx``, ``clusterDim``,
+      ``blockRank``), under NVIDIA Tilus's names;
     - the instruction methods (``global_view``, ``load_global``, ``copy_async``, ``dot``, ...,
       docs/instructions.md) record the kernel's tile instructions; they may only be called
       while the body is traced. A wrong call (a wrong argument type, a missing, repeated or
@@ -263,15 +330,16 @@ class Script(Artifacts):
     def __init__(self):
         self.attrs = Attrs()
         self.blockIdx = _BlockIdx()
+        self.cluster = _Cluster()
 
     def __call__(self, *args, **kw):
         """Launches the kernel (a subclass defines the body as ``__call__``; this base class has none)."""
         raise CompileError(f"{type(self).__name__} has no kernel body: a tilus.Script subclass defines __call__")
 
     def __getattr__(self, name):
-        # A subclass whose __init__ forgot super().__init__() still has its attrs and blockIdx.
-        if name in ("attrs", "blockIdx"):
-            value = Attrs() if name == "attrs" else _BlockIdx()
+        # A subclass whose __init__ forgot super().__init__() still has its attrs, blockIdx, cluster.
+        if name in ("attrs", "blockIdx", "cluster"):
+            value = Attrs() if name == "attrs" else _BlockIdx() if name == "blockIdx" else _Cluster()
             self.__dict__[name] = value
             return value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
@@ -773,6 +841,185 @@ class Script(Artifacts):
         _builder().annotate_layout(_tensor(t, "annotate_layout", loc),
                                    _layout(layout, "annotate_layout: layout", loc, optional=False), loc)
 
+    # --- thread-level builtins (seed 004, docs/instructions.md) -----------------------------------
+    def sync_threads(self, barrier_id: Optional[int] = None, arrive_count: Optional[int] = None) -> None:
+        """A barrier. Without ``barrier_id``: ``sync()``, the current thread group's barrier.
+
+        With ``barrier_id`` (1 to 15; 0 is the block's own barrier): the named barrier
+        ``bar.sync barrier_id, arrive_count``, which waits until ``arrive_count`` threads of the
+        block (a multiple of 32, default: the current thread group's threads, at least those)
+        have arrived at it; groups that meet at one barrier (warp specialization) all name it.
+        """
+        loc = _here()
+        _builder().sync_threads(None if barrier_id is None else _int(barrier_id, "sync_threads: barrier_id", loc),
+                                None if arrive_count is None else _int(arrive_count, "sync_threads: arrive_count", loc),
+                                loc)
+
+    def sync_warp(self, mask: Optional[_Int] = None) -> None:
+        """``__syncwarp(mask)``: waits for the lanes of ``mask`` (default: the current group's lanes)."""
+        loc = _here()
+        _builder().sync_warp(None if mask is None else _exprs(mask, "sync_warp: mask", loc)[0], loc)
+
+    def sync_grid(self) -> None:
+        """A barrier of every thread of the grid (as ``cooperative_groups::this_grid().sync()``).
+
+        The kernel is launched cooperatively, and each launch checks that its blocks fit on the GPU
+        at once. Not inside a thread group; not on the CPU backend (a CompileError: it runs blocks in
+        batches).
+        """
+        _builder().sync_grid(_here())
+
+    def sync_global(self) -> None:
+        """The same as ``sync_grid()`` (the seed's other name)."""
+        _builder().sync_grid(_here())
+
+    def set_max_nreg(self, reg_count: int, is_inc: Union[bool, int]) -> None:
+        """``setmaxnreg.inc`` (``is_inc`` true / 1) or ``.dec`` (false / 0) of the warp group's register budget.
+
+        ``reg_count``: registers per thread, a multiple of 8 from 24 to 256. Needs an sm_90a target
+        and a thread group of whole, aligned warp groups (128 threads); a no-op on the CPU backend.
+        """
+        loc = _here()
+        if not isinstance(is_inc, (bool, int)) or is_inc not in (0, 1, True, False):
+            raise CompileError(f"{_where(loc)}set_max_nreg: is_inc must be True / False (or 1 / 0), got "
+                               f"{_describe(is_inc)}")
+        _builder().set_max_nreg(_int(reg_count, "set_max_nreg: reg_count", loc), bool(is_inc), loc)
+
+    def inc_max_nreg(self, reg_count: int) -> None:
+        """``set_max_nreg(reg_count, True)``: raises the warp group's registers per thread to ``reg_count``."""
+        loc = _here()
+        _builder().set_max_nreg(_int(reg_count, "inc_max_nreg: reg_count", loc), True, loc)
+
+    def dec_max_nreg(self, reg_count: int) -> None:
+        """``set_max_nreg(reg_count, False)``: lowers the warp group's registers per thread to ``reg_count``."""
+        loc = _here()
+        _builder().set_max_nreg(_int(reg_count, "dec_max_nreg: reg_count", loc), False, loc)
+
+    def _thread_index(self, op, loc, warp_size=None, warps_per_group=None, thread_extent=0):
+        ws = 32 if warp_size is None else _int(warp_size, f"{op}: warp_size", loc)
+        wpg = 4 if warps_per_group is None else _int(warps_per_group, f"{op}: warps_per_group", loc)
+        return RegisterTensor(_builder().thread_index(op, ws, wpg, thread_extent, loc))
+
+    def get_lane_idx(self, warp_size: Optional[int] = None) -> RegisterTensor:
+        """Each thread's lane: an int32 tensor of one element per thread of the current group (element t:
+        thread t's block thread index % ``warp_size``, default 32)."""
+        return self._thread_index("get_lane_idx", _here(), warp_size)
+
+    def get_warp_idx_sync(self, warp_size: Optional[int] = None) -> RegisterTensor:
+        """Each thread's warp in the block (block thread index // ``warp_size``), one int32 element per
+        thread of the current group; the warp is assumed converged."""
+        return self._thread_index("get_warp_idx_sync", _here(), warp_size)
+
+    def get_warp_idx(self, warp_size: Optional[int] = None) -> RegisterTensor:
+        """Each thread's warp in the block (block thread index // ``warp_size``), one int32 element per
+        thread of the current group."""
+        return self._thread_index("get_warp_idx", _here(), warp_size)
+
+    def get_warp_group_idx(self, warp_size: Optional[int] = None,
+                           warps_per_group: Optional[int] = None) -> RegisterTensor:
+        """Each thread's warp group (block thread index // (``warp_size`` * ``warps_per_group``), default
+        32 * 4), one int32 element per thread of the current group."""
+        return self._thread_index("get_warp_group_idx", _here(), warp_size, warps_per_group)
+
+    def shuffle_elect(self, thread_extent: int) -> RegisterTensor:
+        """One elected thread per ``thread_extent`` threads: a bool tensor of one element per thread of the
+        current group, true for threads t with t % thread_extent == 0 (``thread_extent`` 0: thread 0 only)."""
+        loc = _here()
+        return self._thread_index("shuffle_elect", loc, thread_extent=_int(thread_extent, "shuffle_elect: "
+                                                                                          "thread_extent", loc))
+
+    def _shuffle(self, op, value, lane, mask, width, loc):
+        if not isinstance(value, RegisterTensor):
+            # A block-uniform scalar holds the same value in every thread: its shuffle is itself.
+            return _scalar(value, f"{op}: value (a register tensor or a scalar)", loc)
+        lane_name = "srcLane" if op == "shfl_sync" else "offset"
+        return RegisterTensor(_builder().shuffle(op, value.t, _exprs(lane, f"{op}: {lane_name}", loc)[0],
+                                                 None if mask is None else _exprs(mask, f"{op}: mask", loc)[0],
+                                                 32 if width is None else _int(width, f"{op}: width", loc), loc))
+
+    def shfl_xor(self, value: _Operand, offset: _Int) -> _Operand:
+        """``__shfl_xor_sync``: slot s of each thread t of the result is slot s of lane t ^ ``offset``.
+
+        ``value``: a register tensor (in whatever layout it has; its slots move between the threads
+        of each warp) or a scalar (the same in every thread: returned unchanged). The current group
+        must be whole warps.
+        """
+        return self._shuffle("shfl_xor", value, offset, None, None, _here())
+
+    def shfl_down(self, value: _Operand, offset: _Int) -> _Operand:
+        """``__shfl_down_sync``: each thread's slots from lane + ``offset`` (its own past the warp's end); see ``shfl_xor``."""
+        return self._shuffle("shfl_down", value, offset, None, None, _here())
+
+    def shfl_up(self, value: _Operand, offset: _Int) -> _Operand:
+        """``__shfl_up_sync``: each thread's slots from lane - ``offset`` (its own below lane 0); see ``shfl_xor``."""
+        return self._shuffle("shfl_up", value, offset, None, None, _here())
+
+    def shfl_sync(self, mask: _Int, value: _Operand, srcLane: _Int, width: Optional[int] = None) -> _Operand:
+        """``__shfl_sync(mask, value, srcLane, width)``: each thread's slots from lane ``srcLane`` of its
+        ``width``-lane segment (default 32); see ``shfl_xor``."""
+        return self._shuffle("shfl_sync", value, srcLane, mask, width, _here())
+
+    @staticmethod
+    def _vector_region(x, what, loc):
+        if isinstance(x, Region):
+            return x.tensor.t, x.offsets, x.extents
+        if isinstance(x, GlobalTensor):
+            return x.t, [], []
+        raise CompileError(f"{_where(loc)}{what}: expects a global tensor or a region of one (g[i:i + 8]), got "
+                           f"{_describe(x)}")
+
+    def _ldg(self, bits, src, pred, loc):
+        t, offsets, extents = self._vector_region(src, f"ldg{bits}", loc)
+        p = None if pred is None else _scalar(pred, f"ldg{bits}: pred", loc)
+        return RegisterTensor(_builder().ldg(bits, t, offsets, extents, p, loc))
+
+    def _stg(self, bits, dst, value, pred, loc):
+        t, offsets, extents = self._vector_region(dst, f"stg{bits}", loc)
+        p = None if pred is None else _scalar(pred, f"stg{bits}: pred", loc)
+        _builder().stg(bits, t, offsets, extents, _tensor(value, f"stg{bits}: value", loc), p, loc)
+
+    def ldg32(self, src: Union[GlobalTensor, Region], pred: Optional[_Scalar] = None) -> RegisterTensor:
+        """Loads the 4 bytes of the global region ``src`` (``g[i:i + 2]`` of 16-bit elements; a single
+        element ``g[i]`` stands for the vector that starts there) with one ``ld.global.u32`` in every
+        thread of the current group: a register tensor of the region's shape that every thread holds
+        whole. ``pred`` (a bool scalar) false gives zeros. The address must be provably 4-byte aligned;
+        no bounds predicate is added (``pred`` is the only guard)."""
+        return self._ldg(32, src, pred, _here())
+
+    def ldg64(self, src: Union[GlobalTensor, Region], pred: Optional[_Scalar] = None) -> RegisterTensor:
+        """``ldg32`` for 8 bytes (``ld.global.v2.u32``, 8-byte aligned)."""
+        return self._ldg(64, src, pred, _here())
+
+    def ldg128(self, src: Union[GlobalTensor, Region], pred: Optional[_Scalar] = None) -> RegisterTensor:
+        """``ldg32`` for 16 bytes (``ld.global.v4.u32``, 16-byte aligned)."""
+        return self._ldg(128, src, pred, _here())
+
+    def ldg256(self, src: Union[GlobalTensor, Region], pred: Optional[_Scalar] = None) -> RegisterTensor:
+        """``ldg32`` for 32 bytes (two ``ld.global.v4.u32``, 16-byte aligned)."""
+        return self._ldg(256, src, pred, _here())
+
+    def stg32(self, dst: Union[GlobalTensor, Region], value: RegisterTensor, pred: Optional[_Scalar] = None) -> None:
+        """Stores ``value`` (a register tensor of the region's dtype and shape, 4 bytes) to the global
+        region ``dst`` with ``st.global.u32`` from every thread of the current group; skipped where
+        ``pred`` is false. 4-byte aligned; no bounds predicate."""
+        self._stg(32, dst, value, pred, _here())
+
+    def stg64(self, dst: Union[GlobalTensor, Region], value: RegisterTensor, pred: Optional[_Scalar] = None) -> None:
+        """``stg32`` for 8 bytes (``st.global.v2.u32``)."""
+        self._stg(64, dst, value, pred, _here())
+
+    def stg128(self, dst: Union[GlobalTensor, Region], value: RegisterTensor, pred: Optional[_Scalar] = None) -> None:
+        """``stg32`` for 16 bytes (``st.global.v4.u32``)."""
+        self._stg(128, dst, value, pred, _here())
+
+    def stg256(self, dst: Union[GlobalTensor, Region], value: RegisterTensor, pred: Optional[_Scalar] = None) -> None:
+        """``stg32`` for 32 bytes (two ``st.global.v4.u32``, 16-byte aligned)."""
+        self._stg(256, dst, value, pred, _here())
+
+    def loop_break(self) -> None:
+        """``break`` out of the innermost loop of the kernel (the same as Python's ``break`` there)."""
+        _builder().emit_break(_here(), "loop_break")
+
     # --- control flow ----------------------------------------------------------------------------
     def range(self, *args: _Int, unroll: Union[bool, int, None] = None) -> Iterable[Expr]:
         """``for i in self.range(end)`` / ``(begin, end[, step])``: an IR loop with ``unroll``.
@@ -846,7 +1093,9 @@ for _op in _UNARY:
 # those that only compute a new tensor are pure.
 _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load_shared", "dot", "cast", "view",
          "reshape", "squeeze", "unsqueeze", "transpose", "repeat", "where", "clip", "maximum", "minimum", "sum", "max",
-         "min", "any", "all", *_UNARY}
+         "min", "any", "all", "get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
+         "shuffle_elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "ldg32", "ldg64", "ldg128", "ldg256",
+         *_UNARY}
 for _name, _fn in list(vars(Script).items()):
     if not _name.startswith("_") and inspect.isfunction(_fn):
         setattr(Script, _name, _instruction(_fn, _name in _PURE))

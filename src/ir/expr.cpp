@@ -283,6 +283,24 @@ const Var& thread_idx() {
   static const Var v("threadIdx.x", dtypes::int32, VarRole::Builtin);
   return v;
 }
+const Var& cluster_block_idx(int dim) {
+  static const Var vars[3] = {Var("clusterBlockIdx.x", dtypes::int32, VarRole::Builtin),
+                              Var("clusterBlockIdx.y", dtypes::int32, VarRole::Builtin),
+                              Var("clusterBlockIdx.z", dtypes::int32, VarRole::Builtin)};
+  if (dim < 0 || dim > 2) throw InternalError(fmt::format("clusterBlockIdx dimension {} out of range", dim));
+  return vars[dim];
+}
+const Var& cluster_block_rank() {
+  static const Var v("clusterBlockRank", dtypes::int32, VarRole::Builtin);
+  return v;
+}
+const Var& cluster_dim(int dim) {
+  static const Var vars[3] = {Var("clusterDim.x", dtypes::int32, VarRole::Builtin),
+                              Var("clusterDim.y", dtypes::int32, VarRole::Builtin),
+                              Var("clusterDim.z", dtypes::int32, VarRole::Builtin)};
+  if (dim < 0 || dim > 2) throw InternalError(fmt::format("clusterDim dimension {} out of range", dim));
+  return vars[dim];
+}
 }  // namespace builtin
 
 // --- utilities --------------------------------------------------------------------------

@@ -221,6 +221,14 @@ KernelFacts::KernelFacts(const Kernel& k) : kernel_(k) {
     ctx_.set_range(builtin::block_idx(int(d)), r);
   }
   ctx_.set_range(builtin::thread_idx(), Interval::range(0, std::max<int64_t>(1, k.num_threads()) - 1));
+  // The block's place in its cluster, and the cluster's shape (a constant range).
+  int64_t cluster_blocks = 1;
+  for (int d = 0; d < 3; ++d) {
+    ctx_.set_range(builtin::cluster_block_idx(d), Interval::range(0, k.cluster[d] - 1));
+    ctx_.set_range(builtin::cluster_dim(d), Interval::range(k.cluster[d], k.cluster[d]));
+    cluster_blocks *= k.cluster[d];
+  }
+  ctx_.set_range(builtin::cluster_block_rank(), Interval::range(0, cluster_blocks - 1));
   // Integer parameters divisible by their specialization; pointer facts are alignments in
   // bytes (pointer_alignment), not divisors of a value.
   for (auto& [index, d] : k.param_divisibility) {

@@ -1,6 +1,9 @@
 #include "tilus/ir/inst.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
 
 namespace tilus {
 
@@ -249,7 +252,60 @@ void AssignInst::visit_fields(FieldVisitor& v) {
   v.operand("src", src, Access::Read, kRegister, nullptr);
 }
 
-void SyncInst::visit_fields(FieldVisitor&) {}
+std::string SyncInst::display_name() const {
+  switch (scope) {
+    case SyncScope::Group: return "sync";
+    case SyncScope::Named: return "sync_threads";
+    case SyncScope::Warp: return "sync_warp";
+    case SyncScope::Cluster: return "cluster.sync";
+    case SyncScope::Grid: return "sync_grid";
+  }
+  return "sync";
+}
+
+void SyncInst::visit_fields(FieldVisitor& v) {
+  if (scope == SyncScope::Named) {
+    v.attr("barrier_id", std::to_string(barrier_id));
+    v.attr("arrive_count", std::to_string(arrive_count));
+  }
+  if (mask.defined()) v.expr("mask", mask);
+}
+
+void SetMaxNRegInst::visit_fields(FieldVisitor& v) { v.attr("reg_count", std::to_string(reg_count)); }
+
+void ThreadIndexInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kRegister);
+  if (op == "shuffle_elect") {
+    v.attr("thread_extent", std::to_string(thread_extent));
+  } else {
+    v.attr("warp_size", std::to_string(warp_size));
+    if (op == "get_warp_group_idx") v.attr("warps_per_group", std::to_string(warps_per_group));
+  }
+}
+
+void ShuffleInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kRegister);
+  v.operand("value", value, Access::Read, kRegister, nullptr);
+  v.expr(op == "shfl_sync" ? "src_lane" : "offset", lane);
+  if (mask.defined()) v.expr("mask", mask);
+  if (op == "shfl_sync") v.attr("width", std::to_string(width));
+}
+
+void LoadGlobalVectorInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kRegister);
+  v.operand("src", src.tensor, Access::Read, kGlobal, &src);
+  v.exprs("src_offsets", src.offsets);
+  v.exprs("src_extents", src.extents);
+  if (pred.defined()) v.expr("pred", pred);
+}
+
+void StoreGlobalVectorInst::visit_fields(FieldVisitor& v) {
+  v.operand("dst", dst.tensor, Access::Write, kGlobal, &dst);
+  v.exprs("dst_offsets", dst.offsets);
+  v.exprs("dst_extents", dst.extents);
+  v.operand("value", value, Access::Read, kRegister, nullptr);
+  if (pred.defined()) v.expr("pred", pred);
+}
 
 void PrintfInst::visit_fields(FieldVisitor& v) {
   std::string escaped;
@@ -269,6 +325,37 @@ void AnnotateLayoutInst::visit_fields(FieldVisitor& v) {
   v.operand("tensor", tensor, Access::Alias, kRegister | kShared, nullptr);
   if (layout.defined()) v.attr("layout", layout.str());
   if (shared_layout.defined()) v.attr("shared_layout", shared_layout.str());
+}
+
+int64_t shuffle_source_lane(const std::string& op, int64_t lane, int64_t b, int64_t width) {
+  b &= 31;
+  int64_t first = lane & ~(width - 1), last = first + width - 1;
+  if (op == "shfl_xor") return (lane ^ b) > last ? lane : (lane ^ b);
+  if (op == "shfl_down") return lane + b > last ? lane : lane + b;
+  if (op == "shfl_up") return lane - b < first ? lane : lane - b;
+  return first + (b & (width - 1));  // shfl_sync
+}
+
+std::string shuffle_replica_problem(const ShuffleInst& inst, std::optional<int64_t> b) {
+  const RegisterLayout& l = inst.value->layout;
+  if (!l.defined() || !l.is_replicated()) return "";
+  // Per element: what its first owner reads (the source element, or with a run-time b the
+  // owner's lane and slot, which fix the source whatever b is).
+  std::map<std::vector<int64_t>, std::vector<int64_t>> first;
+  for (int64_t t = 0; t < l.num_threads(); ++t)
+    for (int64_t s = 0; s < l.local_size(); ++s) {
+      std::vector<int64_t> key;
+      if (b) key = l.map(t - t % 32 + shuffle_source_lane(inst.op, t % 32, *b, inst.width), s);
+      else key = {t % 32, s};
+      auto [it, fresh] = first.emplace(l.map(t, s), key);
+      if (!fresh && it->second != key)
+        return fmt::format("value {} has layout {}, which holds element [{}] in several threads that would read "
+                           "different elements{}; give value a layout without replicas inside a warp "
+                           "(annotate_layout)",
+                           inst.value.type_str(), l.str(), fmt::join(l.map(t, s), ", "),
+                           b ? "" : " (the offset is only known at run time)");
+    }
+  return "";
 }
 
 namespace {

@@ -291,7 +291,7 @@ void check_copy_async_wait_group(const CopyAsyncWaitGroupInst& i) {
 
 bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-void check_region(const CopyInst& i, const char* role, const CopyRegion& r) {
+void check_region(const InstNode& i, const char* role, const CopyRegion& r) {
   const Tensor& t = r.tensor;
   if (r.offsets.size() != size_t(t.rank()))
     fail(i, fmt::format("{} region needs {} offsets (one per dim of {}), got {}: {}", role, t.rank(), ty(t),
@@ -659,6 +659,91 @@ void check_reduce(const ReduceInst& i) {
     fail(i, fmt::format("x is {} so out must be {}, got {}", ty(i.x), expect_dt.name(), ty(i.out)));
 }
 
+void check_sync(const SyncInst& i) {
+  if (i.scope == SyncScope::Named) {
+    if (i.barrier_id < 1 || i.barrier_id > 15)
+      fail(i, fmt::format("barrier_id {} is not a named barrier: use 1 to 15 (0 is the block's barrier, "
+                          "__syncthreads)",
+                          i.barrier_id));
+    if (i.arrive_count < 32 || i.arrive_count % 32 != 0)
+      fail(i, fmt::format("arrive_count {} (barrier_id {}) must be a positive multiple of 32 (whole warps arrive)",
+                          i.arrive_count, i.barrier_id));
+  }
+  if (i.mask.defined() && !(i.mask.dtype().is_integer()))
+    fail(i, fmt::format("mask must be an integer lane mask, got {} of type {}", expr_str(i.mask), dtype_str(i.mask)));
+}
+
+void check_set_max_nreg(const SetMaxNRegInst& i) {
+  if (i.reg_count < 24 || i.reg_count > 256 || i.reg_count % 8 != 0)
+    fail(i, fmt::format("reg_count {} must be a multiple of 8 from 24 to 256 (setmaxnreg)", i.reg_count));
+}
+
+const char* const kThreadIndexOps[] = {"get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
+                                       "shuffle_elect"};
+
+void check_thread_index(const ThreadIndexInst& i) {
+  if (std::none_of(std::begin(kThreadIndexOps), std::end(kThreadIndexOps), [&](const char* o) { return i.op == o; }))
+    fail(i, fmt::format("unknown thread index '{}'", i.op));
+  if (i.warp_size < 1) fail(i, fmt::format("warp_size {} must be positive", i.warp_size));
+  if (i.warps_per_group < 1) fail(i, fmt::format("warps_per_group {} must be positive", i.warps_per_group));
+  if (i.thread_extent < 0) fail(i, fmt::format("thread_extent {} must be 0 (the whole group) or positive", i.thread_extent));
+  DataType want = i.op == "shuffle_elect" ? dtypes::boolean : dtypes::int32;
+  if (i.out.rank() != 1 || i.out.dtype() != want)
+    fail(i, fmt::format("out must be a rank-1 {} tensor (one element per thread), got {}", want.name(), ty(i.out)));
+}
+
+void check_shuffle(const ShuffleInst& i) {
+  static const char* ops[] = {"shfl_xor", "shfl_down", "shfl_up", "shfl_sync"};
+  if (std::none_of(std::begin(ops), std::end(ops), [&](const char* o) { return i.op == o; }))
+    fail(i, fmt::format("unknown shuffle '{}'", i.op));
+  const char* lane_name = i.op == "shfl_sync" ? "srcLane" : "offset";
+  if (!is_integer_expr(i.lane))
+    fail(i, fmt::format("{} must be an integer scalar, got {} of type {} (value {})", lane_name, expr_str(i.lane),
+                        dtype_str(i.lane), ty(i.value)));
+  if (i.lane.is_int_const() && (i.lane.int_value() < 0 || i.lane.int_value() > 31))
+    fail(i, fmt::format("{} {} must be a lane from 0 to 31 (value {})", lane_name, i.lane.int_value(), ty(i.value)));
+  if (i.mask.defined() && !i.mask.dtype().is_integer())
+    fail(i, fmt::format("mask must be an integer lane mask, got {} of type {}", expr_str(i.mask), dtype_str(i.mask)));
+  if (!is_pow2(i.width) || i.width > 32)
+    fail(i, fmt::format("width {} must be a power of two from 1 to 32 (value {})", i.width, ty(i.value)));
+  if (i.value.dtype().is_subbyte() || i.value.dtype().bits() > 64)
+    fail(i, fmt::format("value {} must have an element type of 8 to 64 bits", ty(i.value)));
+  expect_same_dtype(i, "out", i.out, "value", i.value);
+  expect_same_shape(i, "out", i.out, "value", i.value);
+}
+
+// ldg / stg: a contiguous global region of exactly bits / 8 bytes, and its register tensor.
+void check_global_vector(const InstNode& i, const char* role, const CopyRegion& r, const Tensor& reg, int64_t bits,
+                         const Expr& pred) {
+  if (bits != 32 && bits != 64 && bits != 128 && bits != 256)
+    fail(i, fmt::format("loads and stores 32, 64, 128 or 256 bits, not {}", bits));
+  check_region(i, role, r);
+  const Tensor& g = r.tensor;
+  std::vector<int64_t> extents;
+  for (auto& e : r.extents) {
+    if (!e.is_int_const())
+      fail(i, fmt::format("the {} region of {} must have constant extents, got {}", role, ty(g), exprs_str(r.extents)));
+    extents.push_back(e.int_value());
+  }
+  for (size_t d = 0; d + 1 < extents.size(); ++d)
+    if (extents[d] != 1)
+      fail(i, fmt::format("the {} region of {} (extents {}) must be contiguous: only its last dim may span more than "
+                          "one element",
+                          role, ty(g), exprs_str(r.extents)));
+  int64_t bytes = g.dtype().storage_bytes(product(extents));
+  if (bytes * 8 != bits)
+    fail(i, fmt::format("the {} region of {} (extents {}) holds {} bytes of {}, but {} moves {} bytes", role, ty(g),
+                        exprs_str(r.extents), bytes, g.dtype().name(), inst_name(i), bits / 8));
+  if (!g->strides.empty() && !g->strides.back().is_int_const(1))
+    fail(i, fmt::format("the {} region of {} must be contiguous, but the tensor's last stride is {}", role, ty(g),
+                        expr_str(g->strides.back())));
+  if (reg.defined() && (dims_of(reg) != extents || reg.dtype() != g.dtype()))
+    fail(i, fmt::format("the register tensor {} must have the {} region's dtype {} and shape {}", ty(reg), role,
+                        g.dtype().name(), ints_str(extents)));
+  if (pred.defined() && !pred.dtype().is_bool())
+    fail(i, fmt::format("pred must be a bool scalar, got {} of type {}", expr_str(pred), dtype_str(pred)));
+}
+
 void check_assign(const AssignInst& i) {
   expect_same_dtype(i, "dst", i.dst, "src", i.src);
   expect_same_shape(i, "dst", i.dst, "src", i.src);
@@ -771,6 +856,7 @@ class KernelVerifier {
     std::unordered_set<const TensorNode*> tensors;
     std::unordered_set<const void*> vars;      // loop vars, lets and declares
     std::unordered_set<const void*> mutables;  // declares
+    int64_t begin = 0;  // the group's first thread in the block
   };
 
   struct SharedAlloc {
@@ -889,7 +975,10 @@ class KernelVerifier {
     throw CompileError(fmt::format("kernel {}: a statement of unknown kind {}", kernel_.name, int(s->kind)), s->loc);
   }
 
-  void push(Scope::Kind kind, int64_t threads) { scopes_.push_back(Scope{kind, threads, {}, {}, {}}); }
+  void push(Scope::Kind kind, int64_t threads) {
+    int64_t begin = scopes_.empty() ? 0 : scopes_.back().begin;
+    scopes_.push_back(Scope{kind, threads, {}, {}, {}, begin});
+  }
   void pop() { scopes_.pop_back(); }
 
   // Rule D (loops) and B.
@@ -1013,8 +1102,37 @@ class KernelVerifier {
       fail_stmt(s, ctx, fmt::format("a group of {} threads must lie within one warp (threads [{}, {}))",
                                     s.num_threads, s.thread_begin, s.thread_begin + s.num_threads));
     push(Scope::Group, s.num_threads);
+    scopes_.back().begin += s.thread_begin;
     walk(s.body);
     pop();
+  }
+
+  // Rule I: the thread-level builtins and the thread group they run in.
+  void check_thread_context(const InstNode& inst) const {
+    int64_t threads = group_threads(), begin = scopes_.back().begin, block = kernel_.num_threads();
+    std::string group = in_group() ? fmt::format("the thread group of threads [{}, {})", begin, begin + threads)
+                                   : fmt::format("the block of {} threads", block);
+    if (auto* i = dynamic_cast<const SyncInst*>(&inst)) {
+      if (i->scope == SyncScope::Named) {
+        if (i->arrive_count > block)
+          fail(inst, fmt::format("arrive_count {} (barrier_id {}) is more than the block's {} threads", i->arrive_count,
+                                 i->barrier_id, block));
+        if (i->arrive_count < threads)
+          fail(inst, fmt::format("arrive_count {} (barrier_id {}) is fewer than the {} threads of {} that arrive at it",
+                                 i->arrive_count, i->barrier_id, threads, group));
+      }
+      if (i->scope == SyncScope::Grid && in_group())
+        fail(inst, fmt::format("every thread of every block must reach a grid barrier, but it is inside {}", group));
+    } else if (inst.kind() == InstKind::SetMaxNReg) {
+      if (begin % 128 != 0 || threads % 128 != 0)
+        fail(inst, fmt::format("setmaxnreg runs on whole warp groups: {} is not warp-group aligned (its first thread "
+                               "and its size must be multiples of 128)",
+                               group));
+    } else if (auto* i = dynamic_cast<const ShuffleInst*>(&inst)) {
+      if (threads % 32 != 0)
+        fail(inst, fmt::format("shuffles exchange within whole warps, but {} has {} threads (value {})", group, threads,
+                               ty(i->value)));
+    }
   }
 
   // Rule F for one tensor defined (or annotated) here.
@@ -1055,6 +1173,8 @@ class KernelVerifier {
     if (!s.inst) fail_stmt(s, fmt::format("kernel {}", kernel_.name), "an instruction statement without an instruction");
     const InstNode& inst = *s.inst;
     verify_inst(inst);
+
+    check_thread_context(inst);
 
     // Rule B: operands defined earlier in a visible scope; variables visible.
     struct Collect : FieldVisitor {
@@ -1162,14 +1282,27 @@ void verify_inst(const InstNode& inst) {
     case InstKind::Printf: check_printf(static_cast<const PrintfInst&>(inst)); break;
     case InstKind::Assume: check_assume(static_cast<const AssumeInst&>(inst)); break;
     case InstKind::AnnotateLayout: check_annotate_layout(static_cast<const AnnotateLayoutInst&>(inst)); break;
+    case InstKind::Sync: check_sync(static_cast<const SyncInst&>(inst)); break;
+    case InstKind::SetMaxNReg: check_set_max_nreg(static_cast<const SetMaxNRegInst&>(inst)); break;
+    case InstKind::ThreadIndex: check_thread_index(static_cast<const ThreadIndexInst&>(inst)); break;
+    case InstKind::Shuffle: check_shuffle(static_cast<const ShuffleInst&>(inst)); break;
+    case InstKind::LoadGlobalVector: {
+      auto& i = static_cast<const LoadGlobalVectorInst&>(inst);
+      check_global_vector(i, "src", i.src, i.out, i.bits, i.pred);
+      break;
+    }
+    case InstKind::StoreGlobalVector: {
+      auto& i = static_cast<const StoreGlobalVectorInst&>(inst);
+      check_global_vector(i, "dst", i.dst, i.value, i.bits, i.pred);
+      break;
+    }
     case InstKind::MbarrierInit: check_mbarrier_init(static_cast<const MbarrierInitInst&>(inst)); break;
     case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;
     case InstKind::TmaWaitGroup: check_tma_wait_group(static_cast<const TmaWaitGroupInst&>(inst)); break;
     case InstKind::FenceProxyAsync: check_fence_proxy_async(static_cast<const FenceProxyAsyncInst&>(inst)); break;
     case InstKind::TmaCommitGroup:
     case InstKind::CopyAsyncCommitGroup:
-    case InstKind::CopyAsyncWaitAll:
-    case InstKind::Sync: break;
+    case InstKind::CopyAsyncWaitAll: break;
   }
   check_binders(inst);
 }

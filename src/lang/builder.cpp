@@ -327,8 +327,14 @@ void Builder::end_while() {
   emit_stmt(std::make_shared<WhileStmtNode>(s.a, body, s.loc));
 }
 
-void Builder::emit_break(SourceLoc loc) {
-  if (!in_loop()) throw CompileError("break outside of a loop", loc);
+void Builder::emit_break(SourceLoc loc, const char* what) {
+  if (!in_loop())
+    throw CompileError(std::string(what) == "break"
+                           ? std::string("break outside of a loop")
+                           : fmt::format("{}: outside of a loop (a for or while loop of the kernel, not one that "
+                                         "runs in Python while tracing)",
+                                         what),
+                       loc);
   emit_stmt(std::make_shared<BreakStmtNode>(loc));
 }
 
@@ -1199,6 +1205,143 @@ void Builder::assign_tensor(const Tensor& dst, const Tensor& src, SourceLoc loc)
 }
 
 void Builder::sync(SourceLoc loc) { emit(make_inst<SyncInst>(loc)); }
+
+int64_t Builder::group_threads(const char* what, const SourceLoc& loc) const {
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+    if (it->kind == Scope::ThreadGroup) return it->num_threads;
+  if (!warps_set_)
+    throw CompileError(fmt::format("{}: the block's threads are not known yet: set attrs.warps before it", what), loc);
+  return kernel_.num_threads();
+}
+
+void Builder::sync_threads(std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, SourceLoc loc) {
+  if (!barrier_id) {
+    if (arrive_count)
+      throw CompileError(fmt::format("sync_threads: arrive_count={} needs a barrier_id (a named barrier, 1 to 15)",
+                                     *arrive_count),
+                         loc);
+    return sync(loc);
+  }
+  auto i = make_inst<SyncInst>(loc);
+  i->scope = SyncScope::Named;
+  i->barrier_id = *barrier_id;
+  i->arrive_count = arrive_count ? *arrive_count : group_threads("sync_threads", loc);
+  emit(i);
+}
+
+void Builder::sync_warp(Expr mask, SourceLoc loc) {
+  auto i = make_inst<SyncInst>(loc);
+  i->scope = SyncScope::Warp;
+  if (mask.defined()) i->mask = mask.dtype().is_integer() ? tilus::cast(mask, dtypes::uint32) : mask;
+  emit(i);
+}
+
+void Builder::cluster_sync(SourceLoc loc) {
+  auto i = make_inst<SyncInst>(loc);
+  i->scope = SyncScope::Cluster;
+  emit(i);
+}
+
+void Builder::sync_grid(SourceLoc loc) {
+  auto i = make_inst<SyncInst>(loc);
+  i->scope = SyncScope::Grid;
+  emit(i);
+}
+
+void Builder::set_max_nreg(int64_t reg_count, bool is_inc, SourceLoc loc) {
+  auto i = make_inst<SetMaxNRegInst>(loc);
+  i->reg_count = reg_count;
+  i->is_inc = is_inc;
+  emit(i);
+}
+
+Tensor Builder::thread_index(const std::string& op, int64_t warp_size, int64_t warps_per_group, int64_t thread_extent,
+                             SourceLoc loc) {
+  int64_t n = group_threads(op.c_str(), loc);
+  auto i = make_inst<ThreadIndexInst>(loc);
+  i->op = op;
+  i->warp_size = warp_size;
+  i->warps_per_group = warps_per_group;
+  i->thread_extent = thread_extent;
+  DataType dt = op == "shuffle_elect" ? dtypes::boolean : dtypes::int32;
+  std::string name = op.rfind("get_", 0) == 0 ? op.substr(4) : op;
+  i->out = Tensor::reg(name, dt, {n}, spatial({n}));
+  return emit_with_output(i);
+}
+
+Tensor Builder::shuffle(const std::string& op, const Tensor& value, Expr lane, Expr mask, int64_t width,
+                        SourceLoc loc) {
+  if (!value.defined() || !value.is_register())
+    throw CompileError(fmt::format("{}: value must be a register tensor or a scalar, got {}", op, type_of(value)), loc);
+  auto i = make_inst<ShuffleInst>(loc);
+  i->op = op;
+  i->value = value;
+  i->lane = lane.defined() && lane.dtype().is_integer() ? tilus::cast(lane, dtypes::int32) : lane;
+  if (mask.defined()) i->mask = mask.dtype().is_integer() ? tilus::cast(mask, dtypes::uint32) : mask;
+  i->width = width;
+  i->out = Tensor::reg("shfl", value.dtype(), static_dims(value));
+  return emit_with_output(i);
+}
+
+namespace {
+// The region of an explicit-width access: a whole tensor, a box, or a head element (the
+// `bits`-bit vector that starts there: the last dim takes the rest). Extents simplified.
+CopyRegion vector_region(CopyRegion r, int64_t bits) {
+  if (r.offsets.empty() && r.extents.empty()) {
+    for (int d = 0; d < r.tensor.rank(); ++d) r.offsets.push_back(int_const(0));
+    r.extents = r.tensor.shape();
+  } else if (r.extents.empty() || std::all_of(r.extents.begin(), r.extents.end(),
+                                               [](const Expr& e) { return e.defined() && e.is_int_const(1); })) {
+    // A single element (`g[i]`) stands for the vector that starts there.
+    r.extents.assign(r.offsets.size(), int_const(1));
+    int64_t eb = r.tensor.dtype().bits();
+    if (!r.extents.empty() && eb > 0 && bits % eb == 0) r.extents.back() = int_const(bits / eb);
+  }
+  for (Expr& e : r.extents)
+    if (e.defined()) e = simplify(e);
+  // No bounds predicate: only `pred` guards the access (the CPU's checked mode still checks).
+  r.checked_dims = std::vector<int>{};
+  return r;
+}
+
+Expr vector_pred(const Expr& pred, const std::string& what, const SourceLoc& loc) {
+  if (!pred.defined()) return pred;
+  if (pred.dtype().is_bool()) return pred;
+  if (pred.dtype().is_integer()) return pred != make_const(pred.dtype(), 0);
+  throw CompileError(fmt::format("{}: pred must be a bool scalar, got {} of type {}", what, to_string(pred),
+                                 pred.dtype().name()),
+                     loc);
+}
+}  // namespace
+
+Tensor Builder::ldg(int64_t bits, CopyRegion src, Expr pred, SourceLoc loc) {
+  std::string name = fmt::format("ldg{}", bits);
+  if (!src.tensor.defined() || !src.tensor.is_global())
+    throw CompileError(fmt::format("{}: src must be a global tensor or region, got {}", name, type_of(src.tensor)), loc);
+  auto i = make_inst<LoadGlobalVectorInst>(loc);
+  i->bits = bits;
+  i->src = vector_region(std::move(src), bits);
+  i->pred = vector_pred(pred, name, loc);
+  std::vector<int64_t> shape;
+  for (auto& e : i->src.extents) shape.push_back(e.is_int_const() ? e.int_value() : 1);
+  int64_t n = group_threads(name.c_str(), loc);
+  bool positive = std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d > 0; });
+  // Every thread holds the whole vector (a bad extent is the verifier's error).
+  i->out = Tensor::reg("v", i->src.tensor.dtype(), shape, positive ? replicated(n) * local(shape) : RegisterLayout());
+  return emit_with_output(i);
+}
+
+void Builder::stg(int64_t bits, CopyRegion dst, const Tensor& value, Expr pred, SourceLoc loc) {
+  std::string name = fmt::format("stg{}", bits);
+  if (!dst.tensor.defined() || !dst.tensor.is_global())
+    throw CompileError(fmt::format("{}: dst must be a global tensor or region, got {}", name, type_of(dst.tensor)), loc);
+  auto i = make_inst<StoreGlobalVectorInst>(loc);
+  i->bits = bits;
+  i->dst = vector_region(std::move(dst), bits);
+  i->value = value;
+  i->pred = vector_pred(pred, name, loc);
+  emit(i);
+}
 
 void Builder::printf(std::string format, std::vector<Expr> args, SourceLoc loc) {
   auto i = make_inst<PrintfInst>(loc);

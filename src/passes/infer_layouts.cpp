@@ -316,6 +316,16 @@ class LayoutSolver {
         return;
       }
       case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;
+      // A shuffle moves slots between threads of value's layout: out keeps it.
+      case InstKind::Shuffle: same(static_cast<const ShuffleInst&>(inst).value, out, inst); return;
+      case InstKind::StoreGlobalVector: {
+        // Every thread stores the whole vector it holds.
+        auto& i = static_cast<const StoreGlobalVectorInst&>(inst);
+        auto shape = i.value.static_shape();
+        if (std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d > 0; }))
+          fix(i.value, replicated(threads) * local(shape), inst);
+        return;
+      }
       case InstKind::Assign: {
         auto& i = static_cast<const AssignInst&>(inst);
         same(i.src, i.dst, inst);

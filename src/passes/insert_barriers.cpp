@@ -72,7 +72,18 @@ class BarrierInserter {
     for (auto& p : pending) p.awaited = p.awaited || (p.completion == kind && p.commits > n);
   }
 
+  std::vector<int64_t> groups_;  // threads of the enclosing thread groups (innermost last)
+
   std::vector<Access> accesses(const InstNode& inst) const { return map_.accesses(inst); }
+
+  // Whether a barrier waits for every thread of the current group: sync(), a named barrier
+  // (its arrive_count covers the group: the verifier's rule), cluster and grid barriers; a
+  // __syncwarp only for a group inside one warp and with the group's own lanes.
+  bool separates_group(const SyncInst& i) const {
+    if (i.scope != SyncScope::Warp) return true;
+    int64_t threads = groups_.empty() ? kernel_.num_threads() : groups_.back();
+    return !i.mask.defined() && threads <= 32;
+  }
 
   // The first pending access that conflicts with one of `later`, and that one's instruction.
   static std::optional<Blocked> first_conflict(const Pending& pending, const std::vector<Access>& later) {
@@ -138,7 +149,9 @@ class BarrierInserter {
       case StmtKind::Inst: {
         const InstNode& inst = *static_cast<const InstStmtNode&>(*s).inst;
         switch (inst.kind()) {
-          case InstKind::Sync: barrier_clears(pending); return s;
+          case InstKind::Sync:
+            if (separates_group(static_cast<const SyncInst&>(inst))) barrier_clears(pending);
+            return s;
           case InstKind::CopyAsyncCommitGroup: commit(pending, Completion::CpAsyncGroup); return s;
           case InstKind::CopyAsyncWaitGroup:
             await(pending, static_cast<const CopyAsyncWaitGroupInst&>(inst).n, Completion::CpAsyncGroup);
@@ -255,7 +268,15 @@ class BarrierInserter {
           barrier(n.loc);
         }
         Pending group;
-        Stmt body = process(n.body, group, may_insert);
+        groups_.push_back(n.num_threads);
+        Stmt body;
+        try {
+          body = process(n.body, group, may_insert);
+        } catch (...) {
+          groups_.pop_back();
+          throw;
+        }
+        groups_.pop_back();
         for (auto& a : inside) {
           a.mapping.clear();  // other threads than the rest of the block
           // An asynchronous access the group waited for has landed for its threads only: the

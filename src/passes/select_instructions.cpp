@@ -241,6 +241,16 @@ class Selector : public StmtMutator {
       case InstKind::Copy: l = copy(static_cast<const CopyInst&>(*inst)); break;
       case InstKind::Im2col: l = im2col(static_cast<const Im2colInst&>(*inst)); break;
       case InstKind::Dot: l = dot(static_cast<const DotInst&>(*inst)); break;
+      case InstKind::LoadGlobalVector: {
+        auto& i = static_cast<const LoadGlobalVectorInst&>(*inst);
+        l = global_vector(i, i.src, i.out, i.bits);
+        break;
+      }
+      case InstKind::StoreGlobalVector: {
+        auto& i = static_cast<const StoreGlobalVectorInst&>(*inst);
+        l = global_vector(i, i.dst, i.value, i.bits);
+        break;
+      }
       default: return s;
     }
     auto c = inst->clone();
@@ -265,6 +275,29 @@ class Selector : public StmtMutator {
                                                                "infer_layouts first", inst.display_name()), inst.loc);
     Contiguity c = contiguity(reg->layout);
     return simt_access(reg, global_vector_width(facts_, g, c.dim, c.run));
+  }
+
+  // ldg / stg: the user chose the width; every thread moves the whole vector, which must be
+  // provably aligned to its size (16 bytes for 256 bits: two 128-bit accesses).
+  Lowering global_vector(const InstNode& inst, const CopyRegion& r, const Tensor& reg, int64_t bits) const {
+    GlobalAccess g = facts_.global_region(inst, r, r.tensor.rank());
+    std::vector<Expr> start(g.offsets.size(), int_const(0));
+    Expr offset = facts_.simplify(global_offset(g, start));
+    int64_t eb = bytes_of(g.dtype);
+    int64_t need = std::min<int64_t>(bits / 8, 16);
+    int64_t known = std::min<int64_t>(g.pointer_alignment, facts_.divisor(offset) * eb);
+    if (known % need != 0)
+      throw CompileError(fmt::format("{}: the {}-bit access needs a {}-byte aligned address, but only {} byte{} can be "
+                                     "proven for {} at element offset {} (the pointer is known aligned to {} byte{}, the "
+                                     "offset to a multiple of {} elements of {}); specialize or assume aligned "
+                                     "offsets, or use a narrower width",
+                                     inst.display_name(), bits, need, known, known == 1 ? "" : "s",
+                                     region_str(r), to_string(offset), g.pointer_alignment,
+                                     g.pointer_alignment == 1 ? "" : "s", facts_.divisor(offset), g.dtype.name()),
+                         inst.loc);
+    Lowering l = simt_access(reg, bits / std::max<int64_t>(1, g.dtype.bits()));
+    l.thread_private = false;  // every thread touches the whole vector
+    return l;
   }
 
   Lowering shared_access(const SharedView& view, const Tensor& reg, bool load) const {

@@ -22,6 +22,7 @@ constexpr int kAttrCcMajor = 75;
 constexpr int kAttrCcMinor = 76;
 constexpr int kAttrSharedOptin = 97;
 constexpr int kFuncAttrMaxDynamicShared = 8;
+constexpr int kLaunchAttrCooperative = 2;       // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
 constexpr int kLaunchAttrClusterDimension = 4;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 // cuLaunchKernelEx's arguments, laid out as cuda.h's CUlaunchAttribute and CUlaunchConfig.
@@ -33,6 +34,7 @@ struct CUlaunchAttribute {
     struct {
       unsigned x, y, z;
     } cluster_dim;
+    int cooperative;
   } value;
 };
 static_assert(sizeof(CUlaunchAttribute) == 72);
@@ -71,6 +73,10 @@ struct Driver {
                              void**, void**);
   // Optional (CUDA 12.0 drivers and newer): only cluster launches need it.
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+  // Cooperative launches (sync_grid): the older entry point, and the occupancy they are checked by.
+  CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, void*, void**) = nullptr;
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, void*);
   CUresult (*cuEventSynchronize)(CUevent);
@@ -130,6 +136,8 @@ Driver load_driver() {
             bind(lib, d.cuGetErrorString, {"cuGetErrorString"});
   bind(lib, d.cuLaunchKernelEx, {"cuLaunchKernelEx"});
   bind(lib, d.cuTensorMapEncodeTiled, {"cuTensorMapEncodeTiled"});
+  bind(lib, d.cuLaunchCooperativeKernel, {"cuLaunchCooperativeKernel"});
+  bind(lib, d.cuOccupancyMaxActiveBlocksPerMultiprocessor, {"cuOccupancyMaxActiveBlocksPerMultiprocessor"});
   if (!ok) {
     d.why = "libcuda.so.1 lacks a Driver API entry point tilus needs (driver too old?)";
     return d;
@@ -218,9 +226,13 @@ void device_memset(DevicePtr dst, uint8_t value, size_t bytes) {
 void synchronize() { check(driver().cuCtxSynchronize(), "synchronizing the device"); }
 
 LoadedModule::LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes,
-                           std::array<int64_t, 3> cluster)
-    : name_(function), shared_bytes_(dynamic_shared_bytes) {
+                           std::array<int64_t, 3> cluster, bool cooperative)
+    : name_(function), shared_bytes_(dynamic_shared_bytes), cooperative_(cooperative) {
   const Driver& d = driver();
+  if (cooperative && !d.cuLaunchKernelEx && (!d.cuLaunchCooperativeKernel || cluster != std::array<int64_t, 3>{1, 1, 1}))
+    throw RuntimeError(fmt::format("kernel {} synchronizes its grid (sync_grid), which needs a cooperative launch; the "
+                                   "CUDA driver (version {}) lacks the entry point for it",
+                                   function, d.info.driver_version));
   for (int i = 0; i < 3; ++i) cluster_[i] = uint32_t(cluster[i]);
   clustered_ = cluster != std::array<int64_t, 3>{1, 1, 1};
   if (clustered_ && !d.cuLaunchKernelEx)
@@ -246,24 +258,45 @@ LoadedModule::~LoadedModule() {
   if (module_ && driver_state().loaded) driver_state().cuModuleUnload(module_);
 }
 
+int64_t LoadedModule::resident_blocks(uint32_t block_threads) const {
+  const Driver& d = driver();
+  if (!d.cuOccupancyMaxActiveBlocksPerMultiprocessor)
+    throw RuntimeError(fmt::format("kernel {}: the CUDA driver lacks cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                                   name_));
+  int per_sm = 0;
+  check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, function_, int(block_threads), size_t(shared_bytes_)),
+        fmt::format("the occupancy of kernel {}", name_));
+  return int64_t(per_sm) * d.info.multiprocessors;
+}
+
 void LoadedModule::launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const {
   const Driver& d = driver();
   CUresult r;
-  if (clustered_) {
-    CUlaunchAttribute attr{};
-    attr.id = kLaunchAttrClusterDimension;
-    attr.value.cluster_dim = {cluster_[0], cluster_[1], cluster_[2]};
-    CUlaunchConfig config{grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_), stream, &attr, 1};
+  if (clustered_ || (cooperative_ && d.cuLaunchKernelEx)) {
+    CUlaunchAttribute attrs[2]{};
+    unsigned n = 0;
+    if (clustered_) {
+      attrs[n].id = kLaunchAttrClusterDimension;
+      attrs[n++].value.cluster_dim = {cluster_[0], cluster_[1], cluster_[2]};
+    }
+    if (cooperative_) {
+      attrs[n].id = kLaunchAttrCooperative;
+      attrs[n++].value.cooperative = 1;
+    }
+    CUlaunchConfig config{grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_), stream, attrs, n};
     r = d.cuLaunchKernelEx(&config, function_, args, nullptr);
+  } else if (cooperative_) {
+    r = d.cuLaunchCooperativeKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_),
+                                    stream, args);
   } else {
     r = d.cuLaunchKernel(function_, grid[0], grid[1], grid[2], block_threads, 1, 1, unsigned(shared_bytes_), stream,
                          args, nullptr);
   }
   // The message is only built on failure: a launch is on the hot path.
   if (r != 0)
-    check(r, fmt::format("launching kernel {} (grid {}x{}x{}, cluster {}x{}x{}, {} threads, {} shared bytes)", name_,
+    check(r, fmt::format("launching kernel {} (grid {}x{}x{}, cluster {}x{}x{}, {} threads, {} shared bytes{})", name_,
                          grid[0], grid[1], grid[2], cluster_[0], cluster_[1], cluster_[2], block_threads,
-                         shared_bytes_));
+                         shared_bytes_, cooperative_ ? ", cooperative" : ""));
 }
 
 EventTimer::EventTimer() {

@@ -393,8 +393,16 @@ void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint8_t* arguments, 
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;  // nothing to run (e.g. n = 0)
   const KernelSource& s = kernel_.source;
   std::call_once(loaded_, [&] {
-    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes, s.cluster);
+    module_ = std::make_unique<LoadedModule>(kernel_.cubin, s.name, s.shared_memory_bytes, s.cluster, s.cooperative);
+    if (s.cooperative) resident_blocks_ = module_->resident_blocks(uint32_t(s.block_threads));
   });
+  // A grid barrier waits for every block: they must all be resident at once.
+  if (s.cooperative && int64_t(g[0]) * g[1] * g[2] > resident_blocks_)
+    throw ArgumentError(fmt::format("kernel {} synchronizes its whole grid (sync_grid), so all its blocks must be "
+                                    "resident on the GPU at once, but the grid {}x{}x{} has {} blocks and {} holds {} "
+                                    "of them ({} threads and {} bytes of shared memory each): launch fewer blocks",
+                                    s.name, g[0], g[1], g[2], int64_t(g[0]) * g[1] * g[2], current_device().name,
+                                    resident_blocks_, s.block_threads, s.shared_memory_bytes));
   void* pointers[64];
   std::vector<void*> many;
   void** p = pointers;

@@ -301,3 +301,27 @@ TEST(InsertBarriers, NestedLoops) {
             2);
   EXPECT_EQ(sequence(out), (std::vector<std::string>{"sync", "store_shared", "sync", "load_shared"}));
 }
+
+// The thread-level barriers of seed 004: a named barrier over the current group (the block, or a
+// warp group with the default count) separates like sync(); __syncwarp does for a group inside
+// one warp only.
+TEST(InsertBarriers, NamedBarriersAndWarpSyncSeparateTheirGroup) {
+  auto hazard = [](Script& s, Ptr<f32> p, const std::function<void()>& barrier) {
+    auto t = s.shared_tensor(dtypes::float32, {32, 8});
+    s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 1.0).transpose());
+    barrier();
+    s.store_global(s.global_view(p, {32, 8}), s.load_shared(t), {.offsets = {0, 0}});
+  };
+  EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) { hazard(s, p, [&] { s.sync_threads(1); }); })), 0);
+  EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) { hazard(s, p, [&] { s.sync_threads(); }); })), 0);
+  EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) {
+              s.warp_group(0, 4, [&] { hazard(s, p, [&] { s.sync_threads(2); }); });
+            })),
+            0);
+  // __syncwarp does not order the 4 warps of the block.
+  EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) { hazard(s, p, [&] { s.sync_warp(); }); })), 1);
+  EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) {
+              s.single_warp(1, [&] { hazard(s, p, [&] { s.sync_warp(); }); });
+            })),
+            0);
+}

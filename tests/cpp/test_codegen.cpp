@@ -285,3 +285,128 @@ TEST(Nvrtc, EveryExampleCompiles) {
     }
   }
 }
+
+// (Included here, below the kernels above, whose line numbers the golden files record.)
+#include "builtins_scripts.h"
+
+// The thread-level builtins of seed 004: their CUDA text, and NVRTC compiles them for sm_90a
+// (setmaxnreg, clusters) and, where they exist there, for sm_80.
+TEST(CudaEmitter, ThreadBuiltinsGolden) {
+  tests::Barriers barriers;
+  barriers.registers = true;
+  std::string text = emit(trace(tests::ThreadIndices{})).source + emit(trace(tests::Shuffles{})).source +
+                     emit(specialize(trace(tests::VectorCopy(256)), {{3, 16}, {4, 16}})).source +
+                     emit(trace(barriers)).source + emit(trace(tests::ClusterIds{})).source;
+  EXPECT_TRUE(matches_golden("cuda_builtins", text, ".cu"));
+}
+
+TEST(CudaEmitter, ThreadBuiltinsNeedTheirTargets) {
+  tests::Barriers barriers;
+  barriers.registers = true;
+  try {
+    emit(trace(barriers), "sm_80");
+    FAIL() << "setmaxnreg compiled for sm_80";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.message().find("dec_max_nreg: setmaxnreg needs an architecture-specific sm_90a"), std::string::npos)
+        << e.message();
+  }
+  // Without a known alignment a 128-bit access cannot be proven aligned.
+  try {
+    emit(trace(tests::VectorCopy(128)));
+    FAIL() << "an ldg128 of unknown alignment compiled";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.message().find("ldg128: the 128-bit access needs a 16-byte aligned address, but only 1 byte can be "
+                               "proven for global float32[n]"),
+              std::string::npos)
+        << e.message();
+  }
+  // A user's named barrier ids are not given to the thread groups' barriers.
+  std::string src = emit(trace(barriers)).source;
+  EXPECT_NE(src.find("tilus::named_barrier(2, 128);"), std::string::npos) << src;
+  EXPECT_NE(src.find("__syncwarp(0xffffffffu);"), std::string::npos) << src;
+}
+
+TEST(Nvrtc, ThreadBuiltinsCompile) {
+  if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC";
+  tests::Barriers barriers;
+  barriers.registers = true;
+  std::vector<std::pair<std::string, Program>> programs = {
+      {"thread_indices", trace(tests::ThreadIndices{})},
+      {"shuffles", trace(tests::Shuffles{})},
+      {"barriers", trace(barriers)},
+      {"cluster_ids", trace(tests::ClusterIds{})},
+      {"shuffle_dtypes", trace(tests::ShuffleDtypes{})},
+      {"grid_exchange", trace(tests::GridExchange{})},
+  };
+  for (int64_t bits : {32, 64, 128, 256})
+    programs.push_back({"vector_copy" + std::to_string(bits), specialize(trace(tests::VectorCopy(bits)), {{3, 16}, {4, 16}})});
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (auto& [name, p] : programs) {
+      if (std::string(arch) == "sm_80" && (name == "barriers" || name == "cluster_ids")) continue;
+      SCOPED_TRACE(name + " " + arch);
+      CompiledKernel k;
+      ASSERT_NO_THROW(k = compile_program(p, arch, nullptr));
+      EXPECT_EQ(std::string(k.cubin.data() + 1, 3), "ELF");
+    }
+  }
+  // Without setmaxnreg the barriers compile for sm_80 too (cluster.sync is the block's barrier there).
+  ASSERT_NO_THROW(compile_program(trace(tests::Barriers{}), "sm_80", nullptr));
+}
+
+// A shuffle must leave the replicas of an element equal: a [16] tile over 128 threads holds each
+// element in 32 threads of different lanes, which shfl_down by 1 would make differ.
+struct ReplicatedShuffle : Script {
+  static constexpr const char* param_names = "offset, y";
+  int mode = 0;  // 0: shfl_down by 1, 1: shfl_xor by a run-time offset, 2: shfl_xor by 1
+  void operator()(Int32 offset, Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    auto v = register_tensor(dtypes::float32, {16}, [](const std::vector<Var>& i) {
+      return tilus::cast(Expr(i[0]), dtypes::float32);
+    });
+    RegisterTensor r = mode == 0 ? shfl_down(v, 1) : mode == 1 ? shfl_xor(v, offset) : shfl_xor(v, 1);
+    store_global(global_view(y, {16}), r, {.offsets = {0}});
+  }
+};
+
+TEST(CudaEmitter, ShufflesKeepReplicasEqual) {
+  for (int mode : {0, 1}) {
+    ReplicatedShuffle s;
+    s.mode = mode;
+    try {
+      emit(trace(s));
+      FAIL() << "a shuffle that splits replicas compiled";
+    } catch (const CompileError& e) {
+      EXPECT_NE(e.message().find(std::string(mode == 1 ? "shfl_xor" : "shfl_down") + ": value register float32[16] "
+                                 "has layout"),
+                std::string::npos)
+          << e.message();
+      EXPECT_NE(e.message().find("in several threads that would read different elements"), std::string::npos)
+          << e.message();
+      EXPECT_EQ(mode == 1, e.message().find("only known at run time") != std::string::npos) << e.message();
+    }
+  }
+  // The same tile shuffled by xor 1 keeps its replicas equal: each reads the same element.
+  ReplicatedShuffle ok;
+  ok.mode = 2;
+  EXPECT_NO_THROW(emit(trace(ok)));
+}
+
+// A thread group's own barrier takes an id the kernel does not name itself.
+struct UserAndGroupBarriers : Script {
+  static constexpr const char* param_names = "y";
+  void operator()(Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 4;
+    warp_group(0, 2, [&] { sync(); });
+    sync_threads(1);
+    warp_group(2, 2, [&] { sync_threads(3); });
+  }
+};
+
+TEST(CudaEmitter, NamedBarrierIdsOfTheKernelAreKeptFromGroups) {
+  std::string src = emit(trace(UserAndGroupBarriers{})).source;
+  EXPECT_NE(src.find("tilus::named_barrier(2, 64);"), std::string::npos) << src;  // the group's: not 1
+  EXPECT_NE(src.find("tilus::named_barrier(1, 128);"), std::string::npos) << src;
+  EXPECT_NE(src.find("tilus::named_barrier(3, 64);"), std::string::npos) << src;
+}

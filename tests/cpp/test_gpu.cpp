@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "builtins_scripts.h"
 #include "clustered_vector_add.h"
 #include "message_of.h"
 #include "shapes_script.h"
@@ -960,3 +961,192 @@ TEST(Backend_, SharedOffsetsAreCheckedAtRunTime) {
   }
 #endif
 }
+
+// --- the thread-level builtins of seed 004 ----------------------------------------------------------
+
+TEST(Backend_, ThreadIndicesAreTilesOfEveryThreadsValue) {
+  REQUIRE_GPU();
+  Buffer idx(dtypes::int32, 896);
+  idx.upload(std::vector<double>(896, -1));
+  jit_on(tests::ThreadIndices{})({idx.arg()});
+  auto got = idx.download();
+  for (int t = 0; t < 128; ++t) {
+    ASSERT_EQ(got[t], t % 32) << "lane " << t;
+    ASSERT_EQ(got[128 + t], t / 32) << "warp " << t;
+    ASSERT_EQ(got[256 + t], t / 32) << "warp (sync) " << t;
+    ASSERT_EQ(got[384 + t], t / 64) << "warp group of 2 warps " << t;
+    ASSERT_EQ(got[512 + t], t % 64 == 0) << "elect per 64 " << t;
+    ASSERT_EQ(got[768 + t], t % 16) << "lane of 16 " << t;
+  }
+  for (int t = 0; t < 64; ++t) {
+    ASSERT_EQ(got[640 + t], (64 + t) % 32) << "lane in the group " << t;  // indices in the block
+    ASSERT_EQ(got[704 + t], t == 0) << "elect(0) in the group " << t;   // the group's first thread
+  }
+}
+
+TEST(Backend_, ShufflesMoveSlotsBetweenLanes) {
+  REQUIRE_GPU();
+  auto hx = randoms(256, dtypes::float32);
+  Buffer x(dtypes::float32, 256), y(dtypes::float32, 6 * 256);
+  x.upload(hx);
+  y.upload(std::vector<double>(6 * 256, 0));
+  int64_t offset = 6;
+  jit_on(tests::Shuffles{})({offset, x.arg(), y.arg()});
+  auto got = y.download();
+  // Element s * 128 + t lives in slot s of thread t: it reads slot s of the source thread.
+  auto src = [](const std::string& op, int t, int b, int width) {
+    int lane = t % 32;
+    return t - lane + int(shuffle_source_lane(op, lane, b, width));
+  };
+  struct Case {
+    const char* op;
+    int b, width, at;
+  } cases[] = {{"shfl_xor", 1, 32, 0},      {"shfl_down", 3, 32, 256}, {"shfl_up", 2, 32, 512},
+               {"shfl_sync", 5, 8, 768},    {"shfl_xor", int(offset), 32, 1024}};
+  for (auto& c : cases)
+    for (int s = 0; s < 2; ++s)
+      for (int t = 0; t < 128; ++t)
+        ASSERT_EQ(got[c.at + s * 128 + t], hx[s * 128 + src(c.op, t, c.b, c.width)])
+            << c.op << " b=" << c.b << " slot " << s << " thread " << t;
+  for (int t = 0; t < 128; ++t) {
+    ASSERT_EQ(got[1280 + t], src("shfl_down", t, 1, 32) % 32) << "int32 lanes, thread " << t;
+    ASSERT_EQ(got[1408 + t], src("shfl_up", t, 4, 32) % 32) << "float16 lanes, thread " << t;
+  }
+}
+
+TEST(Backend_, ExplicitWidthLoadsAndStores) {
+  REQUIRE_GPU();
+  for (int64_t bits : {32, 64, 128, 256}) {
+    SCOPED_TRACE(fmt::format("{} bits", bits));
+    int64_t per = bits / 32, n = 16 * per, live = 12, stored = 14;
+    auto hx = randoms(n, dtypes::float32);
+    Buffer x(dtypes::float32, n), y(dtypes::float32, n);
+    x.upload(hx);
+    y.upload(std::vector<double>(n, -7));
+    jit_on(tests::VectorCopy(bits))({n, live, stored, x.arg(), y.arg()});
+    auto got = y.download();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t block = i / per;
+      double want = block >= stored ? -7 : block >= live ? 1.0 : round_to(dtypes::float32, hx[i] + 1.0);
+      ASSERT_EQ(got[i], want) << "element " << i;
+    }
+  }
+}
+
+TEST(Backend_, NamedBarriersWarpSyncAndLoopBreak) {
+  REQUIRE_GPU();
+  int64_t n = 256;
+  auto hx = randoms(n, dtypes::float32);
+  Buffer x(dtypes::float32, n), y(dtypes::float32, n + 1);
+  x.upload(hx);
+  for (int64_t stop : {int64_t(5), int64_t(200)}) {
+    y.upload(std::vector<double>(n + 1, 0));
+    tests::Barriers k;
+#ifdef TILUS_TEST_CPU
+    k.registers = true;  // setmaxnreg: a no-op on the CPU (its budgets need a kernel built for them on the GPU)
+#endif
+    jit_on(k)({n, stop, x.arg(), y.arg()});
+    auto got = y.download();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], round_to(dtypes::float32, hx[i] * 2)) << i;
+    EXPECT_EQ(got[n], std::min<int64_t>(stop, 100));
+  }
+}
+
+TEST(Backend_, ClusterIndicesComeFromTheBlockIndex) {
+  REQUIRE_GPU();
+#ifndef TILUS_TEST_CPU
+  if (current_device().compute_capability < 90)
+    GTEST_SKIP() << "thread-block clusters need sm_90, " << current_device().name << " is sm_"
+                 << current_device().compute_capability;
+#endif
+  Buffer out(dtypes::int32, 32);
+  out.upload(std::vector<double>(32, -1));
+  jit_on(tests::ClusterIds{})({out.arg()});
+  auto got = out.download();
+  for (int by = 0; by < 2; ++by)
+    for (int bx = 0; bx < 4; ++bx) {
+      int b = by * 4 + bx;
+      EXPECT_EQ(got[4 * b], bx % 2) << "block " << b;
+      EXPECT_EQ(got[4 * b + 1], by % 2) << "block " << b;
+      EXPECT_EQ(got[4 * b + 2], bx % 2 + 2 * (by % 2)) << "block " << b;
+      EXPECT_EQ(got[4 * b + 3], 22) << "block " << b;
+    }
+}
+
+TEST(Backend_, GridBarrierNeedsEveryBlockResident) {
+  REQUIRE_GPU();
+  int64_t blocks = 6;
+  auto hx = randoms(blocks * 128, dtypes::float32);
+  Buffer x(dtypes::float32, blocks * 128), tmp(dtypes::float32, blocks * 128), y(dtypes::float32, blocks * 128);
+  x.upload(hx);
+  auto kernel = jit_on(tests::GridExchange{});
+#ifdef TILUS_TEST_CPU
+  // The CPU backend runs blocks in batches: a grid barrier is a compile error there.
+  try {
+    kernel({blocks, x.arg(), tmp.arg(), y.arg()});
+    FAIL() << "sync_grid compiled for the CPU backend";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.message().find("sync_grid: sync_grid needs every block resident at once; the CPU backend runs "
+                               "blocks in batches"),
+              std::string::npos)
+        << e.message();
+    EXPECT_NE(e.loc().file.find("builtins_scripts.h"), std::string::npos) << e.loc().str();
+  }
+#else
+  kernel({blocks, x.arg(), tmp.arg(), y.arg()});
+  auto got = y.download();
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int t = 0; t < 128; ++t)
+      ASSERT_EQ(got[b * 128 + t], round_to(dtypes::float32, hx[((b + 1) % blocks) * 128 + t] * 2)) << b << " " << t;
+  // More blocks than the GPU holds at once: refused before the launch, naming the kernel.
+  int64_t many = 1 << 16;
+  Buffer big(dtypes::float32, many * 128);
+  try {
+    kernel({many, big.arg(), big.arg(), big.arg()});
+    FAIL() << "a grid of " << many << " blocks launched cooperatively";
+  } catch (const ArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("kernel GridExchange synchronizes its whole grid (sync_grid)"), std::string::npos) << m;
+    EXPECT_NE(m.find("has 65536 blocks"), std::string::npos) << m;
+  }
+#endif
+}
+
+TEST(Backend_, ShufflesOfEveryElementWidth) {
+  REQUIRE_GPU();
+  int64_t n = int64_t(tests::shuffle_dtypes().size()) * 64;
+  Buffer out(dtypes::int32, n);
+  out.upload(std::vector<double>(n, -1));
+  jit_on(tests::ShuffleDtypes{})({out.arg()});
+  auto got = out.download();
+  for (size_t k = 0; k < tests::shuffle_dtypes().size(); ++k) {
+    DataType t = tests::shuffle_dtypes()[k];
+    for (int i = 0; i < 64; ++i) {
+      int lane = (i % 32) ^ 3;
+      double want = t.is_bool() ? double(lane != 0) : lane;
+      ASSERT_EQ(got[k * 64 + i], want) << t.name() << " thread " << i;
+    }
+  }
+}
+
+#ifdef TILUS_TEST_CPU
+// ldg / stg add no bounds predicate (pred is their only guard), but checked mode still reports an
+// access past the array.
+TEST(Backend_, ExplicitWidthAccessesOutOfBoundsAreReported) {
+  REQUIRE_GPU();
+  int64_t n = 10;  // 3 blocks of 4 floats: the last reads and writes elements 10 and 11
+  Buffer x(dtypes::float32, n), y(dtypes::float32, n);
+  x.upload(randoms(n, dtypes::float32));
+  try {
+    jit_on(tests::VectorCopy(128))({n, int64_t(3), int64_t(3), x.arg(), y.arg()});
+    FAIL() << "expected CpuCheckError";
+  } catch (const CpuCheckError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("ldg128"), std::string::npos) << m;
+    EXPECT_NE(m.find("builtins_scripts.h"), std::string::npos) << m;
+    EXPECT_NE(m.find("global float32[n]"), std::string::npos) << m;
+  }
+  // With pred false there, nothing is touched.
+  jit_on(tests::VectorCopy(128))({n, int64_t(2), int64_t(2), x.arg(), y.arg()});
+}
+#endif

@@ -25,6 +25,7 @@
 #include "tilus/lang/builder.h"
 #include "tilus/lang/script.h"
 #include "tilus/passes/infer_layouts.h"
+#include "tilus/passes/verify_program.h"
 
 namespace tilus {
 namespace {
@@ -1276,6 +1277,123 @@ TEST(BuilderRules, DeclaredOutsideLandsBeforeTheOpenScope) {
   EXPECT_LT(decl, branch) << text;
   EXPECT_LT(alloc, branch) << text;
   EXPECT_NE(text.find("x = n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tilus
+
+namespace tilus {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Rule I: the thread-level builtins of seed 004
+// ---------------------------------------------------------------------------------------
+
+TEST(VerifierBuiltins, NamedBarriers) {
+  Traced t;  // 4 warps
+  EXPECT_TRUE(Fails([&] { t.b.sync_threads(0, 128, L(20)); }, 20, "sync_threads",
+                    {"barrier_id 0 is not a named barrier", "1 to 15"}));
+  EXPECT_TRUE(Fails([&] { t.b.sync_threads(16, 128, L(21)); }, 21, "sync_threads", {"barrier_id 16"}));
+  EXPECT_TRUE(Fails([&] { t.b.sync_threads(1, 100, L(22)); }, 22, "sync_threads",
+                    {"arrive_count 100 (barrier_id 1) must be a positive multiple of 32"}));
+  EXPECT_TRUE(Fails([&] { t.b.sync_threads(std::nullopt, 64, L(23)); }, 23, "sync_threads",
+                    {"arrive_count=64 needs a barrier_id"}));
+  EXPECT_TRUE(Passes([&] { t.b.sync_threads(1, std::nullopt, L(24)); }));
+  Traced big;
+  big.b.sync_threads(1, 256, L(25));
+  EXPECT_TRUE(Fails([&] { verify(big.kernel()); }, 25, "sync_threads",
+                    {"arrive_count 256 (barrier_id 1) is more than the block's 128 threads"}));
+  Traced group;
+  group.b.begin_thread_group(ThreadGroupKind::WarpGroup, 64, 64, L(26));
+  group.b.sync_threads(2, 32, L(27));
+  group.b.end_thread_group();
+  EXPECT_TRUE(Fails([&] { verify(group.kernel()); }, 27, "sync_threads",
+                    {"arrive_count 32 (barrier_id 2) is fewer than the 64 threads", "threads [64, 128)"}));
+  Traced grid;
+  grid.b.begin_thread_group(ThreadGroupKind::SingleWarp, 0, 32, L(28));
+  grid.b.sync_grid(L(29));
+  grid.b.end_thread_group();
+  EXPECT_TRUE(Fails([&] { verify(grid.kernel()); }, 29, "sync_grid", {"every thread of every block", "[0, 32)"}));
+}
+
+TEST(VerifierBuiltins, SetMaxNReg) {
+  Traced t(8);
+  EXPECT_TRUE(Fails([&] { t.b.set_max_nreg(20, true, L(30)); }, 30, "inc_max_nreg",
+                    {"reg_count 20 must be a multiple of 8 from 24 to 256"}));
+  EXPECT_TRUE(Fails([&] { t.b.set_max_nreg(100, false, L(31)); }, 31, "dec_max_nreg", {"reg_count 100"}));
+  Traced g(8);
+  g.b.begin_thread_group(ThreadGroupKind::WarpGroup, 64, 128, L(32));
+  g.b.set_max_nreg(240, true, L(33));
+  g.b.end_thread_group();
+  EXPECT_TRUE(Fails([&] { verify(g.kernel()); }, 33, "inc_max_nreg",
+                    {"whole warp groups", "threads [64, 192)", "multiples of 128"}));
+  Traced ok(8);
+  ok.b.begin_thread_group(ThreadGroupKind::WarpGroup, 128, 128, L(34));
+  ok.b.set_max_nreg(240, true, L(35));
+  ok.b.end_thread_group();
+  Program p = ok.b.finish();
+  EXPECT_TRUE(Passes([&] { verify(p); }));
+  // The target is known in the passes: setmaxnreg needs sm_90a.
+  EXPECT_TRUE(Fails([&] { verify_program(p, Target::from_arch("sm_80")); }, 35, "inc_max_nreg",
+                    {"sm_90a", "not sm_80"}));
+  EXPECT_TRUE(Fails([&] { verify_program(p, Target::from_arch("sm_90")); }, 35, "inc_max_nreg", {"not sm_90"}));
+  EXPECT_TRUE(Passes([&] { verify_program(p, Target::from_arch("sm_90a")); }));
+}
+
+TEST(VerifierBuiltins, ThreadIndicesAndShuffles) {
+  Builder early("k", L(1));
+  EXPECT_TRUE(Fails([&] { early.thread_index("get_lane_idx", 32, 4, 0, L(40)); }, 40, "get_lane_idx",
+                    {"set attrs.warps before it"}));
+  Traced t;
+  EXPECT_TRUE(Fails([&] { t.b.thread_index("get_lane_idx", 0, 4, 0, L(41)); }, 41, "get_lane_idx",
+                    {"warp_size 0 must be positive"}));
+  EXPECT_TRUE(Fails([&] { t.b.thread_index("shuffle_elect", 32, 4, -1, L(42)); }, 42, "shuffle_elect",
+                    {"thread_extent -1"}));
+  Tensor lanes = t.b.thread_index("get_lane_idx", 32, 4, 0, L(43));
+  EXPECT_EQ(lanes.type_str(), "register int32[128]");
+  EXPECT_EQ(lanes->layout, spatial({128}));
+  EXPECT_TRUE(Fails([&] { t.b.shuffle("shfl_xor", lanes, 32, Expr(), 32, L(44)); }, 44, "shfl_xor",
+                    {"offset 32 must be a lane from 0 to 31", "register int32[128]"}));
+  EXPECT_TRUE(Fails([&] { t.b.shuffle("shfl_sync", lanes, 1, Expr(), 3, L(45)); }, 45, "shfl_sync",
+                    {"width 3 must be a power of two"}));
+  EXPECT_TRUE(Fails([&] { t.b.shuffle("shfl_down", lanes, make_const(float32, 1.0), Expr(), 32, L(46)); }, 46,
+                    "shfl_down", {"offset must be an integer scalar", "float32"}));
+  EXPECT_TRUE(Fails([&] { t.b.shuffle("shfl_up", t.smem({32}), 1, Expr(), 32, L(47)); }, 47, "shfl_up",
+                    {"value must be a register tensor or a scalar", "shared float32[32]"}));
+  Traced small;
+  small.b.begin_thread_group(ThreadGroupKind::ThreadGroup, 0, 16, L(48));
+  Tensor v = small.b.thread_index("get_lane_idx", 32, 4, 0, L(49));
+  small.b.shuffle("shfl_xor", v, 1, Expr(), 32, L(50));
+  small.b.end_thread_group();
+  EXPECT_TRUE(Fails([&] { verify(small.kernel()); }, 50, "shfl_xor",
+                    {"within whole warps", "threads [0, 16)", "has 16 threads", "register int32[16]"}));
+}
+
+TEST(VerifierBuiltins, ExplicitWidthAccesses) {
+  Traced t;
+  Tensor g = t.g2();  // float32[m, n]
+  auto region = [&](std::vector<Expr> extents) { return CopyRegion{g, {0, 0}, std::move(extents), std::nullopt}; };
+  EXPECT_TRUE(Fails([&] { t.b.ldg(128, region({1, 8}), Expr(), L(60)); }, 60, "ldg128",
+                    {"holds 32 bytes of float32, but ldg128 moves 16 bytes", "global float32[m, n]"}));
+  EXPECT_TRUE(Fails([&] { t.b.ldg(128, region({2, 2}), Expr(), L(61)); }, 61, "ldg128",
+                    {"must be contiguous: only its last dim may span more than one element"}));
+  EXPECT_TRUE(Fails([&] { t.b.ldg(64, region({1, t.n}), Expr(), L(62)); }, 62, "ldg64", {"constant extents"}));
+  EXPECT_TRUE(Fails([&] { t.b.ldg(48, region({1, 2}), Expr(), L(63)); }, 63, "ldg48", {"32, 64, 128 or 256 bits"}));
+  EXPECT_TRUE(Fails([&] { t.b.ldg(32, region({1, 1}), make_const(float32, 1.0), L(64)); }, 64, "ldg32",
+                    {"pred must be a bool scalar", "float32"}));
+  Tensor four = t.b.ldg(128, region({1, 4}), Expr(), L(65));
+  EXPECT_EQ(four.type_str(), "register float32[1, 4]");
+  // A single element stands for the vector that starts there.
+  EXPECT_EQ(t.b.ldg(256, CopyRegion{g, {1, 8}, {}, std::nullopt}, Expr(), L(66)).type_str(), "register float32[1, 8]");
+  EXPECT_TRUE(Fails([&] { t.b.stg(128, region({1, 4}), t.reg({4}), Expr(), L(67)); }, 67, "stg128",
+                    {"register float32[4] must have the dst region's dtype float32 and shape [1, 4]"}));
+  EXPECT_TRUE(Fails([&] { t.b.ldg(128, CopyRegion{t.smem({4}), {0}, {4}, std::nullopt}, Expr(), L(68)); }, 68,
+                    "ldg128", {"src must be a global tensor or region", "shared float32[4]"}));
+}
+
+TEST(VerifierBuiltins, LoopBreakNeedsALoop) {
+  Traced t;
+  EXPECT_TRUE(Fails([&] { t.b.emit_break(L(70), "loop_break"); }, 70, "loop_break", {"outside of a loop"}));
 }
 
 }  // namespace

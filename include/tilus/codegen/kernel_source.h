@@ -50,6 +50,9 @@ struct KernelSource {
   int64_t block_threads = 0;
   int64_t shared_memory_bytes = 0;  // dynamic shared memory
   std::string arch;                 // "sm_90a", ...
+  // The kernel synchronizes its whole grid (sync_grid): it is launched cooperatively, and every
+  // launch checks that its blocks fit on the GPU at once.
+  bool cooperative = false;
 
   bool clustered() const { return cluster != std::array<int64_t, 3>{1, 1, 1}; }
 };

@@ -201,6 +201,11 @@ Expr operator~(const Expr& a);
 namespace builtin {
 const Var& block_idx(int dim);   // blockIdx.x / .y / .z
 const Var& thread_idx();         // threadIdx.x (tilus kernels are 1-D in threads)
+// The block's place in its thread-block cluster (0 without clusters): %cluster_ctaid.x/.y/.z,
+// %cluster_ctarank, and the cluster's shape (the kernel's cluster attributes).
+const Var& cluster_block_idx(int dim);  // clusterBlockIdx.x / .y / .z
+const Var& cluster_block_rank();        // clusterBlockRank
+const Var& cluster_dim(int dim);        // clusterDim.x / .y / .z
 }  // namespace builtin
 
 // --- utilities --------------------------------------------------------------------------

@@ -59,6 +59,11 @@ namespace tilus {
   X(TmaCommitGroup)           \
   X(TmaWaitGroup)             \
   X(FenceProxyAsync)          \
+  X(SetMaxNReg)               \
+  X(ThreadIndex)              \
+  X(Shuffle)                  \
+  X(LoadGlobalVector)         \
+  X(StoreGlobalVector)        \
   X(Printf)                   \
   X(Assume)                   \
   X(AnnotateLayout)
@@ -412,8 +417,22 @@ struct AssignInst : InstNode {
   Tensor src;
 };
 
+// A barrier. `scope` says which threads it waits for:
+//   Group:   the current thread group (`sync()`, `sync_threads()`); the emitter picks
+//            __syncthreads, a named barrier or __syncwarp;
+//   Named:   `sync_threads(barrier_id, arrive_count)`: bar.sync barrier_id, arrive_count
+//            (arrive_count threads of the block, the current group among them);
+//   Warp:    `sync_warp(mask)`: __syncwarp(mask) (mask undefined: the group's lanes);
+//   Cluster: `cluster.sync()`: barrier.cluster.arrive + wait (every thread of the cluster);
+//   Grid:    `sync_grid()` / `sync_global()`: every thread of the grid (a cooperative launch).
+enum class SyncScope : uint8_t { Group, Named, Warp, Cluster, Grid };
 struct SyncInst : InstNode {
   TILUS_INST_COMMON(Sync, "sync")
+  SyncScope scope = SyncScope::Group;
+  int64_t barrier_id = 0;    // Named: 1..15
+  int64_t arrive_count = 0;  // Named: a positive multiple of 32
+  Expr mask;                 // Warp: a uint32 lane mask (undefined: the group's lanes)
+  std::string display_name() const override;
   bool has_side_effects() const override { return true; }
 };
 
@@ -471,6 +490,68 @@ struct FenceProxyAsyncInst : InstNode {
   bool has_side_effects() const override { return true; }
 };
 
+// setmaxnreg.inc/dec.sync.aligned.u32 reg_count: the warp group's per-thread register budget
+// (sm_90a).
+struct SetMaxNRegInst : InstNode {
+  TILUS_INST_COMMON(SetMaxNReg, "set_max_nreg")
+  int64_t reg_count = 0;
+  bool is_inc = true;
+  std::string display_name() const override { return is_inc ? "inc_max_nreg" : "dec_max_nreg"; }
+  bool has_side_effects() const override { return true; }
+};
+
+// A per-thread value as a tile: out has one element per thread of the current thread group
+// (layout spatial(n)); element t is the value of the group's thread t. `op` is the user's
+// name: get_lane_idx, get_warp_idx_sync, get_warp_idx, get_warp_group_idx (int32; indices of
+// the thread in the block: block thread / warp_size ...) or shuffle_elect (bool: true for the
+// first thread of every `thread_extent` threads of the group; 0: the group's first thread).
+struct ThreadIndexInst : InstNode {
+  TILUS_INST_COMMON(ThreadIndex, "thread_index")
+  Tensor out;
+  std::string op;
+  int64_t warp_size = 32;
+  int64_t warps_per_group = 4;
+  int64_t thread_extent = 0;
+  std::string display_name() const override { return op; }
+};
+
+// A warp shuffle of a register tensor: slot s of thread t of out is slot s of thread src(t) of
+// value (both in value's layout), src as __shfl_{xor,down,up,}_sync computes it from the lane
+// (`op`: shfl_xor, shfl_down, shfl_up, shfl_sync; `lane`: the offset, or shfl_sync's srcLane).
+struct ShuffleInst : InstNode {
+  TILUS_INST_COMMON(Shuffle, "shuffle")
+  Tensor out;
+  Tensor value;
+  std::string op;
+  Expr lane;
+  Expr mask;          // undefined: the group's lanes
+  int64_t width = 32;
+  std::string display_name() const override { return op; }
+};
+
+// ldg32/64/128/256: every thread of the current group loads the `bits`-bit vector of the global
+// region `src` (its bytes are bits / 8) into `out` (the region's shape, every thread holding all
+// of it). `pred` (a bool scalar, undefined: true) false gives zeros. No bounds predicate.
+struct LoadGlobalVectorInst : InstNode {
+  TILUS_INST_COMMON(LoadGlobalVector, "ldg")
+  Tensor out;
+  CopyRegion src;
+  Expr pred;
+  int64_t bits = 32;
+  std::string display_name() const override { return "ldg" + std::to_string(bits); }
+};
+
+// stg32/64/128/256: the `bits`-bit vector `value` (held whole by every thread) stored to the
+// global region `dst`; skipped when `pred` is false. No bounds predicate.
+struct StoreGlobalVectorInst : InstNode {
+  TILUS_INST_COMMON(StoreGlobalVector, "stg")
+  CopyRegion dst;
+  Tensor value;
+  Expr pred;
+  int64_t bits = 32;
+  std::string display_name() const override { return "stg" + std::to_string(bits); }
+};
+
 struct PrintfInst : InstNode {
   TILUS_INST_COMMON(Printf, "printf")
   std::string format;
@@ -493,6 +574,15 @@ struct AnnotateLayoutInst : InstNode {
 };
 
 #undef TILUS_INST_COMMON
+
+// The lane a shuffle reads for lane `lane` (0..31) as PTX shfl.sync computes it: b's low 5
+// bits; xor / down / up keep their own value where the source leaves the `width`-lane segment
+// (xor: above it), shfl_sync reads lane b % width of the segment.
+int64_t shuffle_source_lane(const std::string& op, int64_t lane, int64_t b, int64_t width);
+// Why a shuffle of a replicated layout would leave the replicas of an element different (empty
+// when it cannot): each replica reads its own source thread, and replicas in different lanes
+// or slots may read different elements. `b`: the offset / source lane when it is a constant.
+std::string shuffle_replica_problem(const ShuffleInst& inst, std::optional<int64_t> b);
 
 // Makes an instruction of type T with a location.
 template <class T>

@@ -6,6 +6,7 @@
 // that made it.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -56,7 +57,7 @@ class Builder {
   void end_else();
   void begin_while(Expr cond, SourceLoc loc);
   void end_while();
-  void emit_break(SourceLoc loc);
+  void emit_break(SourceLoc loc, const char* what = "break");
   void emit_continue(SourceLoc loc);
   void begin_thread_group(ThreadGroupKind kind, int64_t thread_begin, int64_t num_threads, SourceLoc loc);
   void end_thread_group();
@@ -142,6 +143,24 @@ class Builder {
   Tensor reduce(ReduceOp op, const Tensor& x, std::optional<std::vector<int>> dims, bool keepdim, SourceLoc loc);
   void assign_tensor(const Tensor& dst, const Tensor& src, SourceLoc loc);
   void sync(SourceLoc loc);
+  // The thread-level builtins (seed 004; docs/instructions.md).
+  void sync_threads(std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, SourceLoc loc);
+  void sync_warp(Expr mask, SourceLoc loc);
+  void cluster_sync(SourceLoc loc);
+  void sync_grid(SourceLoc loc);
+  void set_max_nreg(int64_t reg_count, bool is_inc, SourceLoc loc);
+  // get_lane_idx, get_warp_idx_sync, get_warp_idx, get_warp_group_idx, shuffle_elect.
+  Tensor thread_index(const std::string& op, int64_t warp_size, int64_t warps_per_group, int64_t thread_extent,
+                      SourceLoc loc);
+  // shfl_xor, shfl_down, shfl_up, shfl_sync (`lane`: the offset or the source lane).
+  Tensor shuffle(const std::string& op, const Tensor& value, Expr lane, Expr mask, int64_t width, SourceLoc loc);
+  Tensor ldg(int64_t bits, CopyRegion src, Expr pred, SourceLoc loc);
+  void stg(int64_t bits, CopyRegion dst, const Tensor& value, Expr pred, SourceLoc loc);
+  // Threads of the innermost thread group (the block outside any): `what` names the caller
+  // in the error when the block's warps are not set yet.
+  int64_t group_threads(const char* what, const SourceLoc& loc) const;
+  // The kernel's cluster shape as set so far ({1, 1, 1}: none).
+  const std::array<int64_t, 3>& cluster() const { return kernel_.cluster; }
   void printf(std::string format, std::vector<Expr> args, SourceLoc loc);
   void assume(Expr cond, SourceLoc loc);
   void annotate_layout(const Tensor& t, const RegisterLayout& layout, SourceLoc loc);

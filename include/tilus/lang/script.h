@@ -437,6 +437,18 @@ class Script {
   };
   const Dim3 blockIdx{builtin::block_idx(0), builtin::block_idx(1), builtin::block_idx(2)};
 
+  // Thread-block cluster instructions, under NVIDIA Tilus's names (self.cluster.*).
+  struct Cluster {
+    // barrier.cluster.arrive + wait: every thread of every block of the cluster.
+    void sync(Loc loc = Loc::current()) const;
+    // The block's index in its cluster (%cluster_ctaid), the cluster's shape (attrs.cluster_blocks)
+    // and the block's rank in it (%cluster_ctarank); int32 scalars.
+    const Dim3 blockIdx{builtin::cluster_block_idx(0), builtin::cluster_block_idx(1), builtin::cluster_block_idx(2)};
+    const Dim3 clusterDim{builtin::cluster_dim(0), builtin::cluster_dim(1), builtin::cluster_dim(2)};
+    const Expr blockRank{builtin::cluster_block_rank()};
+  };
+  const Cluster cluster{};
+
   // --- tensors -----------------------------------------------------------------------------
   template <class T>
   GlobalTensor global_view(const Ptr<T>& ptr, std::vector<Expr> shape, GlobalViewOptions opts = {},
@@ -525,6 +537,52 @@ class Script {
   void assume(const Expr& cond, Loc loc = Loc::current());
   void annotate_layout(const RegisterTensor& t, const RegisterLayout& layout, Loc loc = Loc::current());
   void annotate_layout(const SharedTensor& t, const SharedLayout& layout, Loc loc = Loc::current());
+
+  // --- thread-level builtins (seed 004; docs/instructions.md) --------------------------------
+  // No barrier_id: sync(). A barrier_id (1..15): bar.sync barrier_id, arrive_count (default:
+  // the current thread group's threads).
+  void sync_threads(std::optional<int64_t> barrier_id = std::nullopt, std::optional<int64_t> arrive_count = std::nullopt,
+                    Loc loc = Loc::current());
+  // __syncwarp(mask); no mask: the current group's lanes.
+  void sync_warp(const Expr& mask = Expr(), Loc loc = Loc::current());
+  // A barrier of the whole grid (a cooperative launch; not on the CPU backend).
+  void sync_grid(Loc loc = Loc::current());
+  void sync_global(Loc loc = Loc::current());
+  // setmaxnreg.inc / .dec (sm_90a) in a warp-group-aligned thread group.
+  void set_max_nreg(int64_t reg_count, bool is_inc, Loc loc = Loc::current());
+  void inc_max_nreg(int64_t reg_count, Loc loc = Loc::current());
+  void dec_max_nreg(int64_t reg_count, Loc loc = Loc::current());
+  // One element per thread of the current group (int32; shuffle_elect: bool).
+  RegisterTensor get_lane_idx(std::optional<int64_t> warp_size = std::nullopt, Loc loc = Loc::current());
+  RegisterTensor get_warp_idx_sync(std::optional<int64_t> warp_size = std::nullopt, Loc loc = Loc::current());
+  RegisterTensor get_warp_idx(std::optional<int64_t> warp_size = std::nullopt, Loc loc = Loc::current());
+  RegisterTensor get_warp_group_idx(std::optional<int64_t> warp_size = std::nullopt,
+                                    std::optional<int64_t> warps_per_group = std::nullopt, Loc loc = Loc::current());
+  RegisterTensor shuffle_elect(int64_t thread_extent, Loc loc = Loc::current());
+  // Warp shuffles of a register tensor's slots; a (block-uniform) scalar is the same in every
+  // thread and comes back unchanged.
+  RegisterTensor shfl_xor(const RegisterTensor& value, const Expr& offset, Loc loc = Loc::current());
+  RegisterTensor shfl_down(const RegisterTensor& value, const Expr& offset, Loc loc = Loc::current());
+  RegisterTensor shfl_up(const RegisterTensor& value, const Expr& offset, Loc loc = Loc::current());
+  RegisterTensor shfl_sync(const Expr& mask, const RegisterTensor& value, const Expr& srcLane,
+                           std::optional<int64_t> width = std::nullopt, Loc loc = Loc::current());
+  Expr shfl_xor(const Expr& value, const Expr& offset, Loc loc = Loc::current());
+  Expr shfl_down(const Expr& value, const Expr& offset, Loc loc = Loc::current());
+  Expr shfl_up(const Expr& value, const Expr& offset, Loc loc = Loc::current());
+  Expr shfl_sync(const Expr& mask, const Expr& value, const Expr& srcLane, std::optional<int64_t> width = std::nullopt,
+                 Loc loc = Loc::current());
+  // Explicit-width global loads / stores of one vector every thread of the group holds
+  // (`src` / `dst`: a global tensor, region or head element of exactly N / 8 bytes).
+  RegisterTensor ldg32(const CopyRegionArg& src, const Expr& pred = Expr(), Loc loc = Loc::current());
+  RegisterTensor ldg64(const CopyRegionArg& src, const Expr& pred = Expr(), Loc loc = Loc::current());
+  RegisterTensor ldg128(const CopyRegionArg& src, const Expr& pred = Expr(), Loc loc = Loc::current());
+  RegisterTensor ldg256(const CopyRegionArg& src, const Expr& pred = Expr(), Loc loc = Loc::current());
+  void stg32(const CopyRegionArg& dst, const RegisterTensor& value, const Expr& pred = Expr(), Loc loc = Loc::current());
+  void stg64(const CopyRegionArg& dst, const RegisterTensor& value, const Expr& pred = Expr(), Loc loc = Loc::current());
+  void stg128(const CopyRegionArg& dst, const RegisterTensor& value, const Expr& pred = Expr(), Loc loc = Loc::current());
+  void stg256(const CopyRegionArg& dst, const RegisterTensor& value, const Expr& pred = Expr(), Loc loc = Loc::current());
+  // The seed's name of break_().
+  void loop_break(Loc loc = Loc::current());
 
   // --- control flow --------------------------------------------------------------------------
   LoopRange range(const Expr& end, RangeOptions opts = {}, Loc loc = Loc::current());

@@ -56,9 +56,10 @@ void encode_tensor_map(void* map128, int elem_bytes, const std::vector<uint64_t>
 // A loaded cubin (CUmodule) and one of its functions.
 class LoadedModule {
  public:
-  // cluster: the thread-block cluster shape every launch uses ({1, 1, 1}: none).
+  // cluster: the thread-block cluster shape every launch uses ({1, 1, 1}: none); cooperative:
+  // launched cooperatively (its grid synchronizes: sync_grid).
   LoadedModule(const std::vector<char>& cubin, const std::string& function, int64_t dynamic_shared_bytes,
-               std::array<int64_t, 3> cluster = {1, 1, 1});
+               std::array<int64_t, 3> cluster = {1, 1, 1}, bool cooperative = false);
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
@@ -66,6 +67,9 @@ class LoadedModule {
   // a cluster launch goes through cuLaunchKernelEx with the cluster-dimension attribute.
   void launch(const uint32_t grid[3], uint32_t block_threads, void** args, Stream stream) const;
   const std::string& function_name() const { return name_; }
+  // Blocks of `block_threads` threads (and the module's shared memory) the GPU holds at once:
+  // the occupancy per multiprocessor times the multiprocessors.
+  int64_t resident_blocks(uint32_t block_threads) const;
 
  private:
   void* module_ = nullptr;
@@ -74,6 +78,7 @@ class LoadedModule {
   int64_t shared_bytes_ = 0;
   std::array<uint32_t, 3> cluster_{1, 1, 1};
   bool clustered_ = false;
+  bool cooperative_ = false;
 };
 
 // GPU timing with CUDA events: milliseconds for `fn` (enqueued on `stream`).

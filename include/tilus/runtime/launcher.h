@@ -178,6 +178,7 @@ class Launcher {
   };
   mutable std::mutex maps_mutex_;
   mutable std::vector<EncodedMap> maps_;
+  mutable int64_t resident_blocks_ = 0;  // cooperative kernels: the blocks the GPU holds at once
 };
 
 }  // namespace tilus

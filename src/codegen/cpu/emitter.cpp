@@ -133,6 +133,18 @@ llvm::Value* Emitter::expr(const Expr& e) {
         if (v->name == "blockIdx.x") return fn->getArg(1);
         if (v->name == "blockIdx.y") return fn->getArg(2);
         if (v->name == "blockIdx.z") return fn->getArg(3);
+        // The block's place in its cluster, from its block index and the cluster's shape.
+        const auto& c = kernel.cluster;
+        for (int d = 0; d < 3; ++d) {
+          if (v == builtin::cluster_dim(d).get()) return i32(c[d]);
+          if (v == builtin::cluster_block_idx(d).get()) return b.CreateSRem(fn->getArg(1 + d), i32(c[d]));
+        }
+        if (v == builtin::cluster_block_rank().get()) {
+          llvm::Value* x = b.CreateSRem(fn->getArg(1), i32(c[0]));
+          llvm::Value* y = b.CreateSRem(fn->getArg(2), i32(c[1]));
+          llvm::Value* z = b.CreateSRem(fn->getArg(3), i32(c[2]));
+          return b.CreateAdd(x, b.CreateMul(i32(c[0]), b.CreateAdd(y, b.CreateMul(i32(c[1]), z))));
+        }
         throw CompileError(fmt::format("the CPU backend runs tiles, not threads: '{}' has no value there", v->name));
       }
       throw InternalError(fmt::format("CPU emitter: variable '{}' used before its definition", v->name));
@@ -561,10 +573,14 @@ void Emitter::emit_stmt(const Stmt& s) {
       return;
     }
     case StmtKind::Inst: emit_inst(*static_cast<const InstStmtNode&>(*s).inst); return;
-    case StmtKind::ThreadGroup:
+    case StmtKind::ThreadGroup: {
       // A thread group runs its tile instructions once, like the whole block.
-      emit_stmt(static_cast<const ThreadGroupStmtNode&>(*s).body);
+      auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
+      group_begins_.push_back(group_begin() + n.thread_begin);
+      emit_stmt(n.body);
+      group_begins_.pop_back();
       return;
+    }
   }
 }
 
@@ -583,7 +599,6 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitGroup:
     case InstKind::CopyAsyncWaitAll:
-    case InstKind::Sync:
     case InstKind::Assume:
     case InstKind::AnnotateLayout: return;
     case InstKind::Printf: emit_printf(static_cast<const PrintfInst&>(inst)); return;
@@ -592,6 +607,12 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::TmaCommitGroup:
     case InstKind::TmaWaitGroup:
     case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
+    case InstKind::Sync:
+    case InstKind::SetMaxNReg:
+    case InstKind::ThreadIndex:
+    case InstKind::Shuffle:
+    case InstKind::LoadGlobalVector:
+    case InstKind::StoreGlobalVector: emit_builtin(inst); return;
     default: break;
   }
   // Everything whose traits name global or shared memory is the memory family's.

@@ -1,7 +1,7 @@
 // The CPU emitter's shared state; private to src/codegen/cpu. emitter.cpp: the kernel,
 // statements, scalar expressions and conversions; memory.cpp: global and shared memory,
 // cp.async and copy; compute.cpp: register tensors (allocation, elementwise, casts, views,
-// reshapes, dot, reductions).
+// reshapes, dot, reductions); builtins.cpp: the thread-level builtins of seed 004.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -119,6 +119,12 @@ class Emitter {
   int64_t group_threads(const InstNode& inst);
   std::unordered_map<const InstNode*, int64_t> group_threads_;
   void emit_compute(const InstNode& inst);
+  // builtins.cpp: the thread-level builtins (seed 004) in tile terms.
+  void emit_builtin(const InstNode& inst);
+  // The first thread (in the block) of the thread group being emitted.
+  int64_t group_begin() const { return group_begins_.empty() ? 0 : group_begins_.back(); }
+  // A constant i32 table as a private global (for per-thread maps of layouts).
+  std::pair<llvm::ArrayType*, llvm::GlobalVariable*> table(const std::vector<int32_t>& values, const char* name);
   Side global_side(const Tensor& g, const GlobalAccess& access);
   Side shared_side(const SharedView& view);
   Side region_side(const InstNode& inst, const CopyRegion& r, int tile_rank);
@@ -200,6 +206,7 @@ class Emitter {
   std::map<std::tuple<const llvm::Function*, int64_t, llvm::Type*>, llvm::Value*> frame_pointers_;
   std::deque<GlobalRec> globals_here_;  // global(): stable addresses for Side::global
   std::unordered_map<const StmtNode*, StmtInfo> infos_;
+  std::vector<int64_t> group_begins_;  // first thread of each enclosing thread group
 };
 
 }  // namespace tilus::cpu

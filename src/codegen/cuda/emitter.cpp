@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "tilus/ir/error.h"
+#include "tilus/ir/functor.h"
 
 namespace tilus {
 
@@ -68,6 +69,15 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
     names_.insert(reserved);
   scopes_.push_back(ThreadScope{builtin::thread_idx(), 0, k.num_threads()});
   var_names_[builtin::thread_idx().get()] = "tid";
+  // Named barrier ids the kernel uses itself: the thread groups' barriers take others.
+  struct Ids : StmtVisitor {
+    std::unordered_set<int64_t>* ids;
+    void visit_inst(const InstNode& i) override {
+      if (auto* s = dynamic_cast<const SyncInst*>(&i); s && s->scope == SyncScope::Named) ids->insert(s->barrier_id);
+    }
+  } ids;
+  ids.ids = &user_barriers_;
+  ids.visit(k.body);
 }
 
 // --- text ---------------------------------------------------------------------------------
@@ -147,6 +157,14 @@ std::string Emitter::expr(const Expr& e) {
         if (v->name == "blockIdx.x") return "int32_t(blockIdx.x)";
         if (v->name == "blockIdx.y") return "int32_t(blockIdx.y)";
         if (v->name == "blockIdx.z") return "int32_t(blockIdx.z)";
+        // Cluster builtins: constants without clusters (a cluster of one block).
+        for (int d = 0; d < 3; ++d) {
+          if (v == builtin::cluster_dim(d).get()) return std::to_string(kernel.cluster[d]);
+          if (v == builtin::cluster_block_idx(d).get())
+            return kernel.cluster[d] == 1 ? "0" : fmt::format("tilus::cluster_ctaid({})", d);
+        }
+        if (v == builtin::cluster_block_rank().get())
+          return kernel.cluster == std::array<int64_t, 3>{1, 1, 1} ? "0" : "tilus::cluster_ctarank()";
       }
       throw InternalError(fmt::format("the CUDA emitter met variable '{}' before its definition", v->name));
     }
@@ -399,6 +417,15 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::TmaCommitGroup:
     case InstKind::TmaWaitGroup:
     case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
+    case InstKind::Sync:
+      if (static_cast<const SyncInst&>(inst).scope == SyncScope::Group) emit_barrier(inst);
+      else emit_builtin(inst);
+      return;
+    case InstKind::SetMaxNReg:
+    case InstKind::ThreadIndex:
+    case InstKind::Shuffle:
+    case InstKind::LoadGlobalVector:
+    case InstKind::StoreGlobalVector: emit_builtin(inst); return;
     case InstKind::AnnotateLayout: return;  // consumed by layout inference
     default: break;
   }
@@ -410,7 +437,6 @@ void Emitter::emit_inst(const InstNode& inst) {
   switch (inst.kind()) {
     case InstKind::Dot: emit_dot(inst); return;
     case InstKind::Reduce: emit_reduce(inst); return;
-    case InstKind::Sync: emit_barrier(inst); return;
     case InstKind::Printf: emit_printf(inst); return;
     case InstKind::Assume: {
       auto& i = static_cast<const AssumeInst&>(inst);
@@ -428,7 +454,11 @@ void Emitter::emit_barrier(const InstNode& inst) {
   } else if (s.threads >= 32) {
     int& id = group_barriers_[s.begin * 4096 + s.threads];
     if (id == 0) {
-      if (barrier_ids_ >= 16) fail(inst, "more than 15 distinct thread groups synchronize; the GPU has 16 barriers");
+      while (user_barriers_.count(barrier_ids_)) ++barrier_ids_;  // ids the kernel names itself
+      if (barrier_ids_ >= 16)
+        fail(inst, fmt::format("more than {} distinct thread groups synchronize (besides the {} named barrier ids "
+                               "sync_threads uses); the GPU has 16 barriers",
+                               15 - user_barriers_.size(), user_barriers_.size()));
       id = barrier_ids_++;
     }
     linef("tilus::named_barrier({}, {});", id, s.threads);
@@ -504,6 +534,7 @@ KernelSource Emitter::run() {
   out_ += body;
   line("}");
   src.source = out_;
+  src.cooperative = cooperative_;
   src.shared_memory_bytes =
       workspace_bytes_ > 0 ? (kernel.shared_memory_bytes + 127) / 128 * 128 + workspace_bytes_ : kernel.shared_memory_bytes;
   if (src.shared_memory_bytes > target.shared_memory_per_block)

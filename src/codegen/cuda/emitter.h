@@ -104,6 +104,11 @@ class Emitter {
   std::string elected();
   // TILUS_DEBUG_BOUNDS' check of a shared tile at a run-time offset (memory.cpp).
   void guard_shared_tile(const InstNode& inst, const SharedView& view, const std::vector<int64_t>& shape);
+  // builtins.cpp: the thread-level builtins (named barriers, __syncwarp, cluster and grid
+  // barriers, setmaxnreg, per-thread indices, shuffles, ldg / stg).
+  void emit_builtin(const InstNode& inst);
+  // The lanes of the current thread group in its warp (all 32 for a group of whole warps).
+  uint32_t group_lanes() const;
 
   std::string out_;
   int indent_ = 0;
@@ -116,6 +121,8 @@ class Emitter {
   int64_t workspace_bytes_ = 0;
   int barrier_ids_ = 1;  // named barrier ids for thread groups (0 is __syncthreads)
   std::unordered_map<int64_t, int> group_barriers_;
+  std::unordered_set<int64_t> user_barriers_;  // ids the kernel names itself (sync_threads)
+  bool cooperative_ = false;                   // sync_grid: a cooperative launch
 
   friend struct MemoryEmitter;
 };

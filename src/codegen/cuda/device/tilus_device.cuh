@@ -240,6 +240,136 @@ template <> __device__ __forceinline__ bool shfl_xor<bool>(bool v, int lane_mask
   return __shfl_xor_sync(mask, int(v), lane_mask) != 0;
 }
 
+// ---- thread-level builtins (seed 004) ----------------------------------------------------------------
+// Shuffles of any 8- to 64-bit value: moved as its bits in 32-bit registers (64-bit values as two).
+__device__ __forceinline__ uint32_t shfl_in(bool v) { return v ? 1u : 0u; }
+__device__ __forceinline__ uint32_t shfl_in(int8_t v) { return uint8_t(v); }
+__device__ __forceinline__ uint32_t shfl_in(uint8_t v) { return v; }
+__device__ __forceinline__ uint32_t shfl_in(int16_t v) { return uint16_t(v); }
+__device__ __forceinline__ uint32_t shfl_in(uint16_t v) { return v; }
+__device__ __forceinline__ uint32_t shfl_in(int32_t v) { return uint32_t(v); }
+__device__ __forceinline__ uint32_t shfl_in(uint32_t v) { return v; }
+__device__ __forceinline__ uint32_t shfl_in(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ uint32_t shfl_in(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint32_t shfl_in(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint64_t shfl_in(int64_t v) { return uint64_t(v); }
+__device__ __forceinline__ uint64_t shfl_in(uint64_t v) { return v; }
+__device__ __forceinline__ uint64_t shfl_in(double v) { return uint64_t(__double_as_longlong(v)); }
+template <class T> struct ShflOut { static __device__ __forceinline__ T run(uint64_t w) { return T(w); } };
+template <> struct ShflOut<bool> { static __device__ __forceinline__ bool run(uint64_t w) { return w != 0; } };
+template <> struct ShflOut<__half> {
+  static __device__ __forceinline__ __half run(uint64_t w) { return __ushort_as_half(uint16_t(w)); }
+};
+template <> struct ShflOut<__nv_bfloat16> {
+  static __device__ __forceinline__ __nv_bfloat16 run(uint64_t w) { return __ushort_as_bfloat16(uint16_t(w)); }
+};
+template <> struct ShflOut<float> { static __device__ __forceinline__ float run(uint64_t w) { return __uint_as_float(uint32_t(w)); } };
+template <> struct ShflOut<double> {
+  static __device__ __forceinline__ double run(uint64_t w) { return __longlong_as_double((long long)w); }
+};
+#define TILUS_SHUFFLE(name, intrinsic)                                                              \
+  template <class T> __device__ __forceinline__ T name(unsigned mask, T v, int b, int width) {      \
+    auto w = shfl_in(v);                                                                            \
+    if constexpr (sizeof(w) == 8) {                                                                 \
+      uint32_t lo = intrinsic(mask, uint32_t(w), b, width), hi = intrinsic(mask, uint32_t(w >> 32), b, width); \
+      return ShflOut<T>::run((uint64_t(hi) << 32) | lo);                                           \
+    } else {                                                                                        \
+      return ShflOut<T>::run(intrinsic(mask, w, b, width));                                         \
+    }                                                                                               \
+  }
+TILUS_SHUFFLE(shfl_xor_sync, __shfl_xor_sync)
+TILUS_SHUFFLE(shfl_down_sync, __shfl_down_sync)
+TILUS_SHUFFLE(shfl_up_sync, __shfl_up_sync)
+TILUS_SHUFFLE(shfl_idx_sync, __shfl_sync)
+#undef TILUS_SHUFFLE
+
+// setmaxnreg (sm_90a): the warp group's per-thread register budget.
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Thread-block clusters (sm_90): the block's place in its cluster, and the cluster barrier.
+__device__ __forceinline__ int32_t cluster_ctaid(int dim) {
+  uint32_t r;
+  if (dim == 0) asm volatile("mov.u32 %0, %%cluster_ctaid.x;\n" : "=r"(r));
+  else if (dim == 1) asm volatile("mov.u32 %0, %%cluster_ctaid.y;\n" : "=r"(r));
+  else asm volatile("mov.u32 %0, %%cluster_ctaid.z;\n" : "=r"(r));
+  return int32_t(r);
+}
+__device__ __forceinline__ int32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return int32_t(r);
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;\n" ::: "memory");
+}
+
+// sync_grid: the barrier of every block of a cooperative launch. The driver gives such a launch a
+// workspace (its address: %envreg1 high, %envreg2 low bits) whose second 32-bit word counts
+// arrivals: block (0, 0, 0) adds 2^31 - (blocks - 1), every other block 1, so the top bit flips
+// when the last block arrives, whatever the count held before.
+__device__ __forceinline__ void grid_sync() {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t hi, lo;
+    asm volatile("mov.u32 %0, %%envreg1;\n" : "=r"(hi));
+    asm volatile("mov.u32 %0, %%envreg2;\n" : "=r"(lo));
+    uint32_t* arrived = reinterpret_cast<uint32_t*>((uint64_t(hi) << 32) | lo) + 1;
+    uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
+    uint32_t add = (blockIdx.x | blockIdx.y | blockIdx.z) == 0 ? 0x80000000u - (blocks - 1) : 1u;
+    uint32_t before, now;
+    asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;\n" : "=r"(before) : "l"(arrived), "r"(add) : "memory");
+    do {
+      asm volatile("ld.acquire.gpu.u32 %0, [%1];\n" : "=r"(now) : "l"(arrived) : "memory");
+    } while (((before ^ now) & 0x80000000u) == 0);
+  }
+  __syncthreads();
+}
+
+// ldg / stg: one thread's Bytes-byte vector (4, 8, 16 or 32: two 16-byte accesses) through
+// explicit PTX; `pred` false loads zeros / skips the store. The register side is 16-byte aligned.
+template <int Bytes, class T> __device__ __forceinline__ void ldg(T* dst, const void* src, bool pred) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  if (!pred) {
+#pragma unroll
+    for (int i = 0; i < Bytes / 4; ++i) d[i] = 0;
+    return;
+  }
+  if constexpr (Bytes == 4) {
+    asm volatile("ld.global.u32 %0, [%1];\n" : "=r"(d[0]) : "l"(src) : "memory");
+  } else if constexpr (Bytes == 8) {
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(d[0]), "=r"(d[1]) : "l"(src) : "memory");
+  } else {
+    static_assert(Bytes == 16 || Bytes == 32, "ldg moves 4, 8, 16 or 32 bytes");
+#pragma unroll
+    for (int k = 0; k < Bytes / 16; ++k)
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(d[4 * k]), "=r"(d[4 * k + 1]), "=r"(d[4 * k + 2]), "=r"(d[4 * k + 3])
+                   : "l"(static_cast<const char*>(src) + 16 * k)
+                   : "memory");
+  }
+}
+template <int Bytes, class T> __device__ __forceinline__ void stg(void* dst, const T* src, bool pred) {
+  if (!pred) return;
+  const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+  if constexpr (Bytes == 4) {
+    asm volatile("st.global.u32 [%0], %1;\n" ::"l"(dst), "r"(s[0]) : "memory");
+  } else if constexpr (Bytes == 8) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(dst), "r"(s[0]), "r"(s[1]) : "memory");
+  } else {
+    static_assert(Bytes == 16 || Bytes == 32, "stg moves 4, 8, 16 or 32 bytes");
+#pragma unroll
+    for (int k = 0; k < Bytes / 16; ++k)
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(static_cast<char*>(dst) + 16 * k),
+                   "r"(s[4 * k]), "r"(s[4 * k + 1]), "r"(s[4 * k + 2]), "r"(s[4 * k + 3])
+                   : "memory");
+  }
+}
+
 // ---- tensor cores ------------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t pack2(__half lo, __half hi) {
   return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
