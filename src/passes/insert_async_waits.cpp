@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "shared_access.h"
 #include "tilus/ir/functor.h"
@@ -25,6 +26,7 @@ class WaitInserter {
   WaitInserter(const Kernel& k, bool strict) : kernel_(k), map_(k), strict_(strict) {}
 
   Kernel run(int* inserted) {
+    check_barriers_arrived_at();
     InFlight state;
     Kernel out = kernel_;
     out.body = process(kernel_.body, state);
@@ -33,6 +35,33 @@ class WaitInserter {
   }
 
  private:
+  // A wait on barriers that nothing in the kernel arrives at (no arrive, arrive_and_expect_tx
+  // or tma_copy on any barrier of that allocation, here or from a cluster peer) never completes.
+  void check_barriers_arrived_at() const {
+    struct Collect : StmtVisitor {
+      const SharedAccessMap* map;
+      std::unordered_set<const TensorNode*> arrived;
+      std::vector<const MbarrierInst*> waits;
+      void visit_inst(const InstNode& i) override {
+        if (auto* m = dynamic_cast<const MbarrierInst*>(&i)) {
+          if (m->op == MbarrierOp::Wait) waits.push_back(m);
+          else if (m->op != MbarrierOp::ExpectTx) arrived.insert(map->barrier_root(*m));
+        } else if (auto* c = dynamic_cast<const CopyInst*>(&i); c && c->api == CopyApi::TmaCopy && c->barrier.defined()) {
+          arrived.insert(map->copy_barrier_root(*c));
+        }
+      }
+    } c;
+    c.map = &map_;
+    c.visit(kernel_.body);
+    for (const MbarrierInst* w : c.waits)
+      if (!c.arrived.count(map_.barrier_root(*w)))
+        throw CompileError(fmt::format("{} at {} waits on an mbarrier of {} that nothing in the kernel arrives at "
+                                       "(no mbarrier.arrive, arrive_and_expect_tx or tma_copy on it): the wait would "
+                                       "never complete",
+                                       w->display_name(), w->loc.str(), map_.barrier_root(*w)->name),
+                           w->loc);
+  }
+
   const Kernel& kernel_;
   SharedAccessMap map_;
   bool strict_;

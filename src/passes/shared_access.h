@@ -49,6 +49,7 @@ class SharedAccessMap {
   std::vector<SharedAccess> accesses(const InstNode& inst) const;
   // The root of the barrier an mbarrier instruction uses.
   const TensorNode* barrier_root(const MbarrierInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
+  const TensorNode* copy_barrier_root(const CopyInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
 
  private:
   KernelFacts facts_;

@@ -575,3 +575,105 @@ TEST(CopyBarriers, OverlappingRegionsNeedOne) {
   for (auto& x : sequence(s.after)) syncs += x == "sync";
   EXPECT_EQ(syncs, 1);
 }
+
+// --- mbarriers and TMA ---------------------------------------------------------------------------
+
+namespace {
+// Every instruction's name, in order (views and allocations left out).
+std::vector<std::string> names(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<std::string> out;
+    void visit_inst(const InstNode& i) override {
+      if (i.kind() != InstKind::SliceShared && i.kind() != InstKind::AllocateShared &&
+          i.kind() != InstKind::GlobalView && i.kind() != InstKind::AllocateRegister)
+        out.push_back(i.display_name());
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+
+std::string pass_error(Body body, const std::string& pass, Options o) {
+  try {
+    run_to(traced(std::move(body), o), pass, o);
+  } catch (const CompileError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(TmaPasses, StoreOfGenericWritesGetsAFenceAndABarrier) {
+  auto s = golden_case(
+      "tma_store_fence", "insert_barriers",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.store_shared(sa, k.register_tensor(dtypes::float16, {32, 64}, 1.0));
+        k.tma.shared_to_global(sa, a, {.offsets = {0, 0}});
+        k.tma.commit_group();
+        k.tma.wait_group(0);
+      },
+      {.arch = "sm_90a"});
+  EXPECT_EQ(names(s.after), (std::vector<std::string>{"store_shared", "fence.proxy_async", "sync",
+                                                      "tma.shared_to_global", "tma.commit_group", "tma.wait_group"}));
+}
+
+TEST(TmaPasses, LoadWaitedForByTheReadersNeedsNoBarrier) {
+  auto s = golden_case(
+      "tma_load_wait", "insert_barriers",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        auto bars = k.mbarrier.alloc({1});
+        k.single_thread([&] {
+          k.mbarrier.arrive_and_expect_tx(bars[0], 32 * 64 * 2);
+          k.tma.global_to_shared(a, sa, {.offsets = {0, 0}}, bars[0]);
+        });
+        k.mbarrier.wait(bars[0], MbarrierGroup::consumer_initial_phase);
+        k.store_global(a, k.load_shared(sa), {.offsets = {32, 0}});
+      },
+      {.arch = "sm_90a"});
+  // One barrier: after the barriers' initialization (by one thread), before their first use.
+  EXPECT_EQ(names(s.after), (std::vector<std::string>{"mbarrier.alloc", "sync", "mbarrier.arrive_and_expect_tx",
+                                                      "tma.global_to_shared", "mbarrier.wait", "load_shared",
+                                                      "store_global"}));
+}
+
+TEST(TmaPasses, ReadWithoutTheWaitNamesBothLines) {
+  std::string m = pass_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        auto bars = k.mbarrier.alloc({1});
+        k.single_thread([&] { k.tma_copy(a.region({0, 0}, {32, 64}), sa, {.barrier = bars[0]}); });
+        k.store_global(a, k.load_shared(sa), {.offsets = {32, 0}});
+      },
+      "insert_async_waits", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("load_shared at"), std::string::npos) << m;
+  EXPECT_NE(m.find("tma_copy at"), std::string::npos) << m;
+  EXPECT_NE(m.find("completes on its mbarrier: wait on it"), std::string::npos) << m;
+}
+
+TEST(TmaPasses, WriteOfAStoresSourceBeforeItsWaitIsAnError) {
+  std::string m = pass_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.tma.shared_to_global(sa, a, {.offsets = {0, 0}});
+        k.tma.commit_group();
+        k.store_shared(sa, k.register_tensor(dtypes::float16, {32, 64}, 1.0));
+      },
+      "insert_async_waits", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("store_shared at"), std::string::npos) << m;
+  EXPECT_NE(m.find("may still be reading"), std::string::npos) << m;
+  EXPECT_NE(m.find("tma.wait_group(0, read=True)"), std::string::npos) << m;
+}
+
+TEST(TmaPasses, AWaitNothingArrivesAtIsAnError) {
+  std::string m = pass_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto bars = k.mbarrier.alloc({1, 1});
+        k.mbarrier.expect_tx(bars[0], 16);
+        k.mbarrier.wait(bars[1], 0);
+      },
+      "insert_async_waits", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("mbarrier.wait at"), std::string::npos) << m;
+  EXPECT_NE(m.find("that nothing in the kernel arrives at"), std::string::npos) << m;
+}
