@@ -415,6 +415,14 @@ class Selector : public StmtMutator {
     if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
     if (acc.param < 0 || !acc.param_offset_bytes.defined())
       return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
+    // A TMA store traps at a negative coordinate (loads zero-fill there): the automatic slot
+    // takes only boxes that provably start inside; explicit stores check at run time.
+    if (proven && s2g)
+      for (int d = 0; d < rank; ++d)
+        if (!facts_.holds(g.offsets[d] >= int_const(0, g.offsets[d].dtype())))
+          return fmt::format("not legal: a TMA store cannot start at a negative coordinate, and offset {} of dim {} is "
+                             "not known to be >= 0",
+                             to_string(facts_.simplify(g.offsets[d])), d);
     if (proven) {
       if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
         return "not legal: the global base pointer is not known to be 16-byte aligned";

@@ -1191,7 +1191,9 @@ TEST(Backend_, TmaLoadAndStoreThroughTheCppApi) {
   Buffer x(dtypes::float16, m * n), y(dtypes::float16, m * n);
   x.upload(hx);
   for (bool seed : {false, true})
-    for (auto [om, on] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {-5, -8}, {40, 56}, {13, 24}}) {
+    // Boxes crossing the far edges (a TMA store box may not start at a negative coordinate:
+    // that traps, with a message, tests/python/test_hopper_copies.py).
+    for (auto [om, on] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {40, 56}, {13, 24}, {8, 0}}) {
       SCOPED_TRACE(fmt::format("seed names {} offsets {} {}", seed, om, on));
       y.upload(std::vector<double>(size_t(m * n), 7.0));
       TmaRoundTrip k;

@@ -1,6 +1,8 @@
 """mbarriers, TMA copies and proxy fences (issue 14): on the CPU backend (numpy) and the GPU
 (torch, sm_90), against numpy on random data with ragged shapes; the IR and CUDA source they
 compile to for sm_90a; and the errors of bad or unsynchronized use."""
+import re
+
 import numpy as np
 import pytest
 
@@ -278,3 +280,54 @@ def test_c2d_im2col_vectorizes_along_channels():
     x = np.zeros((1, 11, 13, 3), np.float16)
     ir = final_ir(Im2colTile(16, 8, 5, 2, 2, 3), 1, 11, 13, 3, 24, 75, x, np.zeros((24, 75), np.float16), arch="sm_90a")
     assert "lowering: simt vector=1" in ir
+
+
+class StoreAt(tilus.Script):
+    """A TMA load then a TMA store of the same box, at run-time offsets."""
+
+    def __call__(self, m: int32, n: int32, x: ~float16, y: ~float16, off_m: int32, off_n: int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        s = self.shared_tensor(dtype=float16, shape=[32, 64])
+        bars = self.mbarrier.alloc(counts=[1])
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bars[0], 32 * 64 * 2)
+            self.tma.global_to_shared(src=self.global_view(x, shape=[m, n]), dst=s, offsets=[off_m, off_n],
+                                      mbarrier=bars[0])
+        self.mbarrier.wait(bars[0], 0)
+        with self.single_thread():
+            self.tma.shared_to_global(s, self.global_view(y, shape=[m, n]), offsets=[off_m, off_n])
+            self.tma.commit_group()
+            self.tma.wait_group(0)
+
+
+def test_store_boxes_crossing_the_far_edges(arrays):
+    m, n = 61, 96
+    h = np.random.default_rng(6).uniform(-4, 4, size=(m, n)).astype(np.float16)
+    for om, on in [(0, 0), (40, 56), (13, 24)]:
+        y = arrays.put(np.full((m, n), 7, np.float16))
+        StoreAt()(m, n, arrays.put(h), y, om, on)
+        want = np.full((m, n), 7, np.float16)
+        want[om:om + 32, on:on + 64] = h[om:om + 32, on:on + 64]
+        np.testing.assert_array_equal(arrays.host(y), want)
+
+
+def test_store_source_names_the_negative_coordinate_check():
+    x = np.zeros((61, 96), np.float16)
+    src = StoreAt().source(61, 96, x, x, 0, 0, arch="sm_90a")
+    assert "a TMA store box cannot start at a negative coordinate" in src and "__trap();" in src
+
+
+@pytest.mark.skipif(not tilus.gpu_available(), reason="no GPU")
+def test_a_store_box_at_a_negative_coordinate_traps_with_its_line():
+    # The trap ends the CUDA context: run it in its own process.
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, test_hopper_copies as t; x = torch.zeros(61, 96, dtype=torch.float16, device='cuda'); "
+            "t.StoreAt()(61, 96, x, x.clone(), -5, 0); torch.cuda.synchronize()")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode != 0
+    assert re.search(r"test_hopper_copies.py:\d+: tma.shared_to_global: a TMA store box cannot start at a negative "
+                     r"coordinate", r.stdout + r.stderr), r.stdout + r.stderr

@@ -123,6 +123,23 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
   } else {
     open(fmt::format("if ({})", elected()));
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
+    // The hardware traps on a store box starting at a negative coordinate: say which one.
+    std::string negative;
+    for (int d = 0; d < rank; ++d)
+      if (!facts_.holds(g.offsets[size_t(d)] >= int_const(0, g.offsets[size_t(d)].dtype())))
+        negative += fmt::format("{}{}[{}] < 0", negative.empty() ? "" : " || ", c, rank - 1 - d);  // innermost first
+    if (!negative.empty()) {
+      open(fmt::format("if ({})", negative));
+      std::string head = c_text(fmt::format("tilus: {}: {}: a TMA store box cannot start at a negative coordinate "
+                                            "(block (",
+                                            i.loc.str(), i.display_name()),
+                                true);
+      linef("printf(\"{}%d, %d, %d)); store the part inside the tensor instead\\n\", int(blockIdx.x), "
+            "int(blockIdx.y), int(blockIdx.z));",
+            head);
+      line("__trap();");
+      close();
+    }
     linef("tilus::tma_store<{}>({}, {}, {});", rank, tmap, smem, c);
     if (rec.completion == Completion::Synchronous) {
       line("tilus::tma_commit_group();");
