@@ -10,13 +10,16 @@ import tilus
 from tilus import float16, float32, int8, int32, uint8
 
 
-def tma_tile(dt, bm, bn):
-    """y = x + 1, each [bm, bn] tile loaded with tma.global_to_shared on an mbarrier."""
+def tma_tile(dt, bm, bn, cluster=None):
+    """y = x + 1, each [bm, bn] tile loaded with tma.global_to_shared on an mbarrier (in clusters
+    of `cluster` blocks when given)."""
 
     class TmaTile(tilus.Script):
         def __call__(self, m: int32, n: int32, x: ~dt, y: ~dt):
             self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
             self.attrs.warps = 4
+            if cluster:
+                self.attrs.cluster_blocks = cluster
             gx = self.global_view(x, shape=[m, n])
             gy = self.global_view(y, shape=[m, n])
             s = self.shared_tensor(dtype=dt, shape=[bm, bn])
@@ -34,7 +37,9 @@ def tma_tile(dt, bm, bn):
 NP = {float16: np.float16, float32: np.float32, int8: np.int8, uint8: np.uint8}
 
 
-@pytest.mark.parametrize("dt,bm,bn", [(float32, 16, 32), (float16, 32, 64), (int8, 8, 128), (float16, 64, 16)])
+# Swizzles: 128B (rows of 128 bytes), 64B (f16 [32, 32]), 32B (f16 [64, 16]); 4-, 2- and 1-byte dtypes.
+@pytest.mark.parametrize("dt,bm,bn", [(float32, 16, 32), (float16, 32, 64), (int8, 8, 128), (float16, 64, 16),
+                                      (float16, 32, 32)])
 def test_tma_load_tile(arrays, dt, bm, bn):
     m, n = 45, 208  # ragged: boxes cross the tensor's edge (zero-filled, never written back)
     h = (np.random.default_rng(1).uniform(-20, 20, size=(m, n))).astype(NP[dt])
@@ -58,6 +63,21 @@ class TmaStore(tilus.Script):
         self.tma.shared_to_global(s, self.global_view(y, shape=[m, n]), offsets=o)
         self.tma.commit_group()
         self.tma.wait_group(0)
+
+
+def test_tma_loads_in_clusters_of_two(arrays):
+    m, n = 45, 256  # 4 column blocks: clusters of 2 along them
+    h = np.random.default_rng(7).uniform(-20, 20, size=(m, n)).astype(np.float16)
+    y = arrays.put(np.zeros((m, n), np.float16))
+    tma_tile(float16, 32, 64, cluster=[1, 2])(m, n, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), h + np.float16(1))
+
+
+def test_swizzle_spans_match_the_rows():
+    x = np.zeros((64, 64), np.float16)
+    for bn, span in ((64, 128), (32, 64), (16, 32)):
+        ir = final_ir(tma_tile(float16, 32, bn), 64, 64, x, x, arch="sm_90a")
+        assert f"swizzle {span}" in ir, (bn, ir)
 
 
 def test_tma_store_tile(arrays):
