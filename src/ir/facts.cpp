@@ -399,6 +399,14 @@ Im2colMap im2col_map(const Im2colInst& inst, const GlobalAccess& img, const std:
   return r;
 }
 
+Expr shared_start_unswizzled(const SharedView& s) {
+  const SharedLayout& l = s.root->shared_layout.defined() ? s.root->shared_layout
+                                                           : SharedLayout::row_major(s.root.static_shape());
+  Expr start = int_const(0);
+  for (size_t d = 0; d < s.offsets.size(); ++d) start = start + s.offsets[d] * int_const(l.strides()[d]);
+  return start;
+}
+
 Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile) {
   return s.root->shared_layout.offset(place(s.offsets, s.dims, tile));
 }

@@ -444,9 +444,7 @@ class Selector : public StmtMutator {
         return "not legal: the shared tile is not the box stored densely in row-major order";
       expect *= box[d];
     }
-    Expr start = int_const(0);  // before the swizzle, which keeps 128-byte units in place
-    for (size_t rd = 0; rd < view.offsets.size(); ++rd) start = start + view.offsets[rd] * int_const(sl.strides()[rd]);
-    start = facts_.simplify(start);
+    Expr start = facts_.simplify(shared_start_unswizzled(view));
     if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
     int swizzle = 0;
     if (!sl.swizzle().none()) {

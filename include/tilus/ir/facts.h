@@ -130,6 +130,9 @@ std::vector<Expr> global_index(const GlobalAccess& g, const std::vector<Expr>& t
 Expr global_offset(const GlobalAccess& g, const std::vector<Expr>& tile);
 Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile);
 Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile);
+// The element offset of a shared view's first element from its root, before the swizzle (the
+// address a TMA box takes: TMA applies the swizzle itself).
+Expr shared_start_unswizzled(const SharedView& s);
 
 // c2d_im2col's address map (Im2colInst), for both emitters: the element offset in the image
 // of col tile index (i, j), and whether it is inside the image and the im2col matrix.

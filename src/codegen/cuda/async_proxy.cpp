@@ -92,10 +92,7 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
   for (int d = rank - 1; d >= 0; --d)
     coords += fmt::format("{}int32_t({})", d == rank - 1 ? "" : ", ", expr(simplify(g.offsets[size_t(d)])));
   SharedView view = facts_.shared_region(i, s, rank);
-  const SharedLayout& sl = view.root->shared_layout.defined() ? view.root->shared_layout
-                                                              : SharedLayout::row_major(view.root.static_shape());
-  Expr start = int_const(0);
-  for (size_t rd = 0; rd < view.offsets.size(); ++rd) start = start + view.offsets[rd] * int_const(sl.strides()[rd]);
+  Expr start = shared_start_unswizzled(view);
   guard_shared_tile(i, view, map.box);
   int64_t eb = elem_bytes(map.dtype);
   std::string smem = fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u)", view.base_bytes,
