@@ -842,6 +842,15 @@ PYBIND11_MODULE(_C, m) {
       .def("tma_commit_group", [](Builder& b, L loc) { b.tma_commit_group(loc_of(loc)); })
       .def("tma_wait_group", [](Builder& b, int64_t n, bool read, L loc) { b.tma_wait_group(n, read, loc_of(loc)); })
       .def("fence_proxy_async", [](Builder& b, const std::string& space, L loc) { b.fence_proxy_async(space, loc_of(loc)); })
+      .def("wgmma_fence", [](Builder& b, L loc) { b.wgmma_fence(loc_of(loc)); })
+      .def("wgmma_mma", [](Builder& b, const Tensor& a, const Tensor& bt, const Tensor& d, L loc) {
+        b.wgmma_mma(a, bt, d, loc_of(loc));
+      })
+      .def("wgmma_commit_group", [](Builder& b, L loc) { b.wgmma_commit_group(loc_of(loc)); })
+      .def("wgmma_wait_group", [](Builder& b, int64_t n, L loc) { b.wgmma_wait_group(n, loc_of(loc)); })
+      .def("permute_shared", [](Builder& b, const Tensor& t, const std::vector<int>& dims, L loc) {
+        return b.permute_shared(t, dims, loc_of(loc));
+      })
       .def("dot", [](Builder& b, const Tensor& x, const Tensor& y, std::optional<Tensor> c, std::optional<DataType> acc_dtype,
                      L loc) { return c ? b.dot(x, y, *c, loc_of(loc)) : b.dot(x, y, acc_dtype, loc_of(loc)); })
       .def("cast", [](Builder& b, const Tensor& x, DataType t, L loc) { return b.cast(x, t, loc_of(loc)); })

@@ -686,6 +686,34 @@ class Script(Artifacts):
         """Proxy fences (NVIDIA Tilus's ``self.fence``): proxy_async."""
         return _FENCE
 
+    @property
+    def wgmma(self) -> "WgmmaGroup":
+        """Warp-group MMA (NVIDIA Tilus's ``self.wgmma``, sm_90a): fence, mma, commit_group, wait_group."""
+        return _WGMMA
+
+    def warpgroup_arrive(self) -> None:
+        """``wgmma.fence`` (seed 004; ``self.wgmma.fence()``)."""
+        self.wgmma.fence()
+
+    def warpgroup_commit_batch(self) -> None:
+        """``wgmma.commit_group`` (seed 004; ``self.wgmma.commit_group()``)."""
+        self.wgmma.commit_group()
+
+    def warpgroup_wait(self, num_mma: int) -> None:
+        """``wgmma.wait_group(num_mma)`` (seed 004; ``self.wgmma.wait_group(num_mma)``)."""
+        self.wgmma.wait_group(num_mma)
+
+    def wait_wgmma(self, id: int) -> None:  # noqa: A002 (the seed's parameter name)
+        """``wgmma.wait_group(id)`` (seed 004)."""
+        self.wgmma.wait_group(id)
+
+    def warpgroup_fence_operand(self, buffer_or_ptr: Any, offset: Any = 0, num_regs: Any = None,
+                                dtype: Any = None) -> None:
+        """Seed 004's accumulator fence. tilus ties every wgmma accumulator to each ``wgmma.wait_group``
+        itself, so there is nothing to record: accepted for TileLang-style kernels, a no-op."""
+        loc = _here()
+        _tensor(buffer_or_ptr, "warpgroup_fence_operand: buffer_or_ptr", loc, RegisterTensor)
+
     # --- compute ---------------------------------------------------------------------------------
     def _into(self, out, t, loc, what):
         """`t` written into `out=` (when given)."""
@@ -1215,6 +1243,39 @@ class TmaGroup:
         _builder().tma_wait_group(_int(n, "tma.wait_group: n", loc), _bool(read, "tma.wait_group: read", loc), loc)
 
 
+class WgmmaGroup:
+    """Warp-group matrix multiply-accumulate (``self.wgmma``, sm_90a). Every instruction runs on whole
+    warp groups: the current thread group's threads (a multiple of 128, starting at one)."""
+
+    def fence(self) -> None:
+        """Orders the warp group's earlier register and shared-memory accesses before the ``mma`` that
+        follow: needed before the first ``mma`` and whenever the accumulator was touched since."""
+        _builder().wgmma_fence(_here())
+
+    def mma(self, a: SharedTensor, b: SharedTensor, d: RegisterTensor) -> None:
+        """``d += a @ b``, asynchronously. ``a`` [m, k] and ``b`` [k, n] are shared and K-major (``b``
+        is usually a transposed [n, k] tile, ``sb.transpose()``), stored in rows of 32, 64 or 128 bytes
+        (what TMA writes and layout inference chooses); ``d`` is a float32 register tensor whose
+        layout becomes the wgmma accumulator layout. f16, bf16 and fp8 (e4m3/e5m2) operands; m a
+        multiple of 64 per warp group, n of 8, k of 16 (32 for fp8). ``d`` and the operands may be
+        touched again only after ``commit_group`` and a ``wait_group`` that covers it (a CompileError
+        names both lines otherwise)."""
+        loc = _here()
+        if isinstance(a, RegisterTensor):
+            raise CompileError(f"{_where(loc)}wgmma.mma: a in registers is not supported yet; pass a shared tile")
+        _builder().wgmma_mma(_tensor(a, "wgmma.mma: a", loc, SharedTensor), _tensor(b, "wgmma.mma: b", loc, SharedTensor),
+                             _tensor(d, "wgmma.mma: d", loc, RegisterTensor), loc)
+
+    def commit_group(self) -> None:
+        """Closes the group of ``mma`` issued since the last commit."""
+        _builder().wgmma_commit_group(_here())
+
+    def wait_group(self, n: int) -> None:
+        """Waits until at most ``n`` (0 to 7) committed groups of this warp group are pending."""
+        loc = _here()
+        _builder().wgmma_wait_group(_int(n, "wgmma.wait_group: n", loc), loc)
+
+
 class FenceGroup:
     """Proxy fences (``self.fence``)."""
 
@@ -1225,7 +1286,7 @@ class FenceGroup:
         _builder().fence_proxy_async(_choice(space, ("shared", "global"), "fence.proxy_async: space", loc), loc)
 
 
-for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence")):
+for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence"), (WgmmaGroup, "wgmma")):
     for _name, _fn in list(vars(_group).items()):
         if not _name.startswith("_") and inspect.isfunction(_fn):
             _fn.__name__ = f"{_prefix}.{_name}"
@@ -1233,7 +1294,7 @@ for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGr
             _wrapped.__name__ = _name
             setattr(_group, _name, _wrapped)
 
-_MBARRIER, _TMA, _FENCE = MbarrierGroup(), TmaGroup(), FenceGroup()
+_MBARRIER, _TMA, _FENCE, _WGMMA = MbarrierGroup(), TmaGroup(), FenceGroup(), WgmmaGroup()
 
 
 def static_range(*args: int) -> range:

@@ -252,6 +252,20 @@ class SharedTensor(TensorBase):
             return SharedTensor(_builder().index_shared(self.t, list(keys), loc))
         return _index_region(self, key, loc)
 
+    def permute(self, dims) -> "SharedTensor":
+        """A view of this tensor with its dims reordered: view dim k is dim ``dims[k]``."""
+        return SharedTensor(_builder().permute_shared(self.t, [int(d) for d in dims], _here()))
+
+    def transpose(self) -> "SharedTensor":
+        """The transposed view of this rank-2 tensor (``permute([1, 0])``): what ``wgmma.mma`` takes as
+        ``b`` for a tile stored [n, k]."""
+        return SharedTensor(_builder().permute_shared(self.t, [1, 0], _here()))
+
+    @property
+    def T(self) -> "SharedTensor":
+        """The transposed view, as ``transpose()``."""
+        return SharedTensor(_builder().permute_shared(self.t, [1, 0], _here()))
+
 
 def _binary(op, a, b, loc):
     for v in (a, b):

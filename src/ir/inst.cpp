@@ -196,6 +196,18 @@ void TmaWaitGroupInst::visit_fields(FieldVisitor& v) {
 
 void FenceProxyAsyncInst::visit_fields(FieldVisitor& v) { v.attr("space", space); }
 
+void WgmmaFenceInst::visit_fields(FieldVisitor&) {}
+
+void WgmmaMmaInst::visit_fields(FieldVisitor& v) {
+  v.operand("a", a, Access::Read, kShared, nullptr);
+  v.operand("b", b, Access::Read, kShared, nullptr);
+  v.operand("d", d, Access::ReadWrite, kRegister, nullptr);
+}
+
+void WgmmaCommitGroupInst::visit_fields(FieldVisitor&) {}
+
+void WgmmaWaitGroupInst::visit_fields(FieldVisitor& v) { v.attr("n", std::to_string(n)); }
+
 void DotInst::visit_fields(FieldVisitor& v) {
   v.output("out", out, kRegister);
   v.operand("a", a, Access::Read, kRegister, nullptr);

@@ -16,6 +16,7 @@ const char* to_string(MachineOp op) {
     case MachineOp::TmaStore: return "tma.store";
     case MachineOp::MmaSync: return "mma.sync.m16n8k16";
     case MachineOp::SimtFma: return "simt.fma";
+    case MachineOp::Wgmma: return "wgmma";
   }
   return "?";
 }
@@ -26,6 +27,7 @@ const char* to_string(Completion c) {
     case Completion::CpAsyncGroup: return "cp.async-group";
     case Completion::MbarrierTx: return "mbarrier-tx";
     case Completion::TmaStoreGroup: return "tma-store-group";
+    case Completion::WgmmaGroup: return "wgmma-group";
   }
   return "?";
 }
@@ -57,6 +59,14 @@ std::string Lowering::str() const {
       s += fmt::format(" tensor_map={}", tensor_map);
       if (copy_barrier >= 0) s += fmt::format(" copy_barrier={}", copy_barrier);
       break;
+    case MachineOp::Wgmma: {
+      const WgmmaTiling& w = wgmma;
+      s += fmt::format(" m64n{}k{} groups={} tiles={}x{}x{}", w.n_instr, w.k_instr, w.groups, w.m_blocks, w.n_blocks,
+                       w.k_steps);
+      for (auto [name, o] : {std::pair<const char*, const WgmmaOperand*>{"a", &w.a}, {"b", &w.b}})
+        s += fmt::format(" {}=sw{}/sbo{}", name, o->swizzle_bytes, o->sbo);
+      break;
+    }
     case MachineOp::None: break;
   }
   s += fmt::format(" completion={}", to_string(completion));

@@ -379,6 +379,39 @@ void check_tma_wait_group(const TmaWaitGroupInst& i) {
   if (i.n < 0) fail(i, fmt::format("n must be >= 0 (the number of groups left pending), got {}", i.n));
 }
 
+void check_wgmma_wait_group(const WgmmaWaitGroupInst& i) {
+  if (i.n < 0 || i.n > 7) fail(i, fmt::format("n must be from 0 to 7 (the wgmma groups left pending), got {}", i.n));
+}
+
+// wgmma.mma's operand rules that do not depend on layouts (select_instructions checks those).
+void check_wgmma_mma(const WgmmaMmaInst& i) {
+  if (!i.a.defined() || !i.a.is_shared() || i.a.rank() != 2)
+    fail(i, fmt::format("a must be a rank-2 shared tensor [m, k], got {}", ty(i.a)));
+  if (!i.b.defined() || !i.b.is_shared() || i.b.rank() != 2)
+    fail(i, fmt::format("b must be a rank-2 shared tensor [k, n] (a transposed [n, k] tile), got {}", ty(i.b)));
+  if (!i.d.defined() || !i.d.is_register() || i.d.rank() != 2)
+    fail(i, fmt::format("d must be a rank-2 register tensor [m, n], got {}", ty(i.d)));
+  auto a = i.a.static_shape(), b = i.b.static_shape(), d = i.d.static_shape();
+  if (a[1] != b[0])
+    fail(i, fmt::format("a is {} and b is {}: the inner dims differ ({} vs {})", ty(i.a), ty(i.b), a[1], b[0]));
+  if (d[0] != a[0] || d[1] != b[1])
+    fail(i, fmt::format("a is {} and b is {}, so d must be [{}, {}], got {}", ty(i.a), ty(i.b), a[0], b[1], ty(i.d)));
+  DataType ab = i.a.dtype(), dt = i.d.dtype();
+  if (ab != i.b.dtype())
+    fail(i, fmt::format("a is {} and b is {}: a and b must have one dtype", ty(i.a), ty(i.b)));
+  bool f16 = ab == dtypes::float16, bf16 = ab == dtypes::bfloat16;
+  bool f8 = ab == dtypes::float8_e4m3 || ab == dtypes::float8_e5m2;
+  if (!f16 && !bf16 && !f8)
+    fail(i, fmt::format("a and b must be float16, bfloat16, float8_e4m3 or float8_e5m2, got a {} and b {}", ty(i.a),
+                        ty(i.b)));
+  if (!(dt == dtypes::float32 || (dt == dtypes::float16 && !bf16)))
+    fail(i, fmt::format("d must be float32{} for {} operands, got {}", bf16 ? "" : " or float16", ab.name(), ty(i.d)));
+  int64_t k = f8 ? 32 : 16;
+  if (a[0] % 64 != 0) fail(i, fmt::format("m (a is {}) must be a multiple of 64 (wgmma's m64)", ty(i.a)));
+  if (b[1] % 8 != 0) fail(i, fmt::format("n (b is {}) must be a multiple of 8", ty(i.b)));
+  if (a[1] % k != 0) fail(i, fmt::format("k (a is {}) must be a multiple of {} for {}", ty(i.a), k, ab.name()));
+}
+
 void check_fence_proxy_async(const FenceProxyAsyncInst& i) {
   if (i.space != "shared" && i.space != "global")
     fail(i, fmt::format("space='{}' is not one of 'shared', 'global'", i.space));
@@ -1123,11 +1156,17 @@ class KernelVerifier {
       }
       if (i->scope == SyncScope::Grid && in_group())
         fail(inst, fmt::format("every thread of every block must reach a grid barrier, but it is inside {}", group));
-    } else if (inst.kind() == InstKind::SetMaxNReg) {
+    } else if (inst.kind() == InstKind::SetMaxNReg || inst.kind() == InstKind::WgmmaFence ||
+               inst.kind() == InstKind::WgmmaMma || inst.kind() == InstKind::WgmmaCommitGroup ||
+               inst.kind() == InstKind::WgmmaWaitGroup) {
       if (begin % 128 != 0 || threads % 128 != 0)
-        fail(inst, fmt::format("setmaxnreg runs on whole warp groups: {} is not warp-group aligned (its first thread "
+        fail(inst, fmt::format("{} runs on whole warp groups: {} is not warp-group aligned (its first thread "
                                "and its size must be multiples of 128)",
-                               group));
+                               inst.kind() == InstKind::SetMaxNReg ? "setmaxnreg" : inst.display_name(), group));
+      if (auto* w = dynamic_cast<const WgmmaMmaInst*>(&inst); w && w->a.rank() == 2 &&
+          w->a.static_shape()[0] % (64 * (threads / 128)) != 0)
+        fail(inst, fmt::format("{} splits m over its {} warp groups in blocks of 64 rows, but a is {}", group,
+                               threads / 128, ty(w->a)));
     } else if (auto* i = dynamic_cast<const ShuffleInst*>(&inst)) {
       if (threads % 32 != 0)
         fail(inst, fmt::format("shuffles exchange within whole warps, but {} has {} threads (value {})", group, threads,
@@ -1300,6 +1339,8 @@ void verify_inst(const InstNode& inst) {
     case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;
     case InstKind::TmaWaitGroup: check_tma_wait_group(static_cast<const TmaWaitGroupInst&>(inst)); break;
     case InstKind::FenceProxyAsync: check_fence_proxy_async(static_cast<const FenceProxyAsyncInst&>(inst)); break;
+    case InstKind::WgmmaWaitGroup: check_wgmma_wait_group(static_cast<const WgmmaWaitGroupInst&>(inst)); break;
+    case InstKind::WgmmaMma: check_wgmma_mma(static_cast<const WgmmaMmaInst&>(inst)); break;
     case InstKind::TmaCommitGroup:
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitAll: break;

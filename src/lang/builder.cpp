@@ -912,6 +912,40 @@ void Builder::fence_proxy_async(const std::string& space, SourceLoc loc) {
   emit(i);
 }
 
+void Builder::wgmma_fence(SourceLoc loc) { emit(make_inst<WgmmaFenceInst>(loc)); }
+
+void Builder::wgmma_mma(const Tensor& a, const Tensor& b, const Tensor& d, SourceLoc loc) {
+  auto i = make_inst<WgmmaMmaInst>(loc);
+  i->a = a;
+  i->b = b;
+  i->d = d;
+  emit(i);
+}
+
+void Builder::wgmma_commit_group(SourceLoc loc) { emit(make_inst<WgmmaCommitGroupInst>(loc)); }
+
+void Builder::wgmma_wait_group(int64_t n, SourceLoc loc) {
+  auto i = make_inst<WgmmaWaitGroupInst>(loc);
+  i->n = n;
+  emit(i);
+}
+
+Tensor Builder::permute_shared(const Tensor& src, std::vector<int> dims, SourceLoc loc) {
+  if (!src.defined() || !src.is_shared())
+    throw CompileError(fmt::format("permute: only shared tensors are permuted this way, got {}", type_of(src)), loc);
+  std::vector<int64_t> full = static_dims(src);
+  std::vector<int> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 0; k < sorted.size(); ++k)
+    if (sorted.size() != full.size() || sorted[k] != int(k))
+      throw CompileError(fmt::format("permute: dims [{}] is not a permutation of the {} dims of {}",
+                                     fmt::join(dims, ", "), full.size(), type_of(src)),
+                         loc);
+  std::vector<int64_t> shape;
+  for (int d : dims) shape.push_back(full[size_t(d)]);
+  return slice_shared(src, std::vector<Expr>(full.size(), int_const(0)), dims, shape, loc);
+}
+
 Tensor Builder::dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc loc) {
   auto i = make_inst<DotInst>(loc);
   i->a = a;

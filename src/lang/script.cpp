@@ -86,6 +86,13 @@ SharedTensor SharedTensor::operator[](const IndexArg& i) const {
   return SharedTensor(active("shared tensor indexing").index_shared(t_, {i.value}, i.loc));
 }
 
+SharedTensor SharedTensor::permute(std::vector<int> dims, Loc loc) const {
+  return SharedTensor(active("SharedTensor.permute").permute_shared(t_, std::move(dims), SourceLoc::from(loc)));
+}
+SharedTensor SharedTensor::transpose(Loc loc) const {
+  return SharedTensor(active("SharedTensor.transpose").permute_shared(t_, {1, 0}, SourceLoc::from(loc)));
+}
+
 RegisterTensor& RegisterTensor::operator=(const RegisterTensor& other) {
   if (this == &other) return *this;
   if (!t_.defined() || !other.t_.defined() || t_.same_as(other.t_)) {
@@ -368,6 +375,17 @@ void TmaGroup::commit_group(Loc loc) const { script->builder().tma_commit_group(
 void TmaGroup::wait_group(int64_t n, bool read, Loc loc) const {
   script->builder().tma_wait_group(n, read, SourceLoc::from(loc));
 }
+void WgmmaGroup::fence(Loc loc) const { script->builder().wgmma_fence(SourceLoc::from(loc)); }
+void WgmmaGroup::mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc) const {
+  script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc));
+}
+void WgmmaGroup::commit_group(Loc loc) const { script->builder().wgmma_commit_group(SourceLoc::from(loc)); }
+void WgmmaGroup::wait_group(int64_t n, Loc loc) const { script->builder().wgmma_wait_group(n, SourceLoc::from(loc)); }
+void Script::warpgroup_arrive(Loc loc) { wgmma.fence(loc); }
+void Script::warpgroup_commit_batch(Loc loc) { wgmma.commit_group(loc); }
+void Script::warpgroup_wait(int64_t num_mma, Loc loc) { wgmma.wait_group(num_mma, loc); }
+void Script::wait_wgmma(int64_t id, Loc loc) { wgmma.wait_group(id, loc); }
+
 void FenceGroup::proxy_async(const std::string& space, Loc loc) const {
   script->builder().fence_proxy_async(space, SourceLoc::from(loc));
 }

@@ -122,6 +122,25 @@ DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64
   return d;
 }
 
+WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threads) {
+  WgmmaPlan p;
+  WgmmaTiling& t = p.tiling;
+  t.groups = std::max<int64_t>(1, threads / 128);
+  t.k_instr = ab.bits() == 8 ? 32 : 16;
+  t.m_blocks = std::max<int64_t>(1, m / 64 / t.groups);
+  t.n_instr = n;
+  if (n > 256) {  // the widest multiple of 8 up to 256 that divides n
+    t.n_instr = 256;
+    while (t.n_instr > 8 && n % t.n_instr) t.n_instr -= 8;
+  }
+  t.n_blocks = std::max<int64_t>(1, n / t.n_instr);
+  t.k_steps = std::max<int64_t>(1, k / t.k_instr);
+  // One warp's 16 rows of an m64nN fragment: d[4i + 2h + j] = (lane / 4 + 8h, 8i + 2 (lane % 4) + j).
+  RegisterLayout rows16 = local({1, std::max<int64_t>(1, t.n_instr / 8)}) * mma_c();
+  p.d = spatial({t.groups, 1}) * local({t.m_blocks, t.n_blocks}) * spatial({4, 1}) * rows16;
+  return p;
+}
+
 namespace {
 
 // A layout of `shape` derived from `out`'s layout for a broadcast operand: the dims where
@@ -313,6 +332,13 @@ class LayoutSolver {
         fix(i.b, d.b, inst);
         fix(i.c, d.c, inst);
         same(i.c, i.out, inst);
+        return;
+      }
+      case InstKind::WgmmaMma: {
+        auto& i = static_cast<const WgmmaMmaInst&>(inst);
+        if (i.a.rank() != 2 || i.b.rank() != 2) return;
+        auto sa = i.a.static_shape(), sb = i.b.static_shape();
+        fix(i.d, plan_wgmma(i.a.dtype(), sa[0], sb[1], sa[1], threads).d, inst);
         return;
       }
       case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;

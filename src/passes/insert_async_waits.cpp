@@ -27,6 +27,7 @@ class WaitInserter {
 
   Kernel run(int* inserted) {
     check_barriers_arrived_at();
+    group_waits_.push_back(waited_barriers(kernel_.body));
     InFlight state;
     Kernel out = kernel_;
     out.body = process(kernel_.body, state);
@@ -62,8 +63,25 @@ class WaitInserter {
                            w->loc);
   }
 
+  // The barrier allocations that mbarrier waits in a statement wait on.
+  std::unordered_set<const TensorNode*> waited_barriers(const Stmt& s) const {
+    struct Collect : StmtVisitor {
+      const SharedAccessMap* map;
+      std::unordered_set<const TensorNode*> out;
+      void visit_inst(const InstNode& i) override {
+        if (auto* m = dynamic_cast<const MbarrierInst*>(&i); m && m->op == MbarrierOp::Wait)
+          out.insert(map->barrier_root(*m));
+      }
+    } c;
+    c.map = &map_;
+    c.visit(s);
+    return c.out;
+  }
+
   const Kernel& kernel_;
   SharedAccessMap map_;
+  // Per enclosing thread group (the kernel body first): the barriers waited on inside it.
+  std::vector<std::unordered_set<const TensorNode*>> group_waits_;
   bool strict_;
   int inserted_ = 0;
 
@@ -90,6 +108,9 @@ class WaitInserter {
   }
   // Two accesses of which one is an in-flight asynchronous access: a hazard unless both read.
   static bool hazard(const SharedAccess& in_flight, const SharedAccess& a) {
+    // wgmma.mma chains on an accumulator still being written by earlier ones (the hardware
+    // orders them); every other access waits.
+    if (in_flight.inst->lowering.op == MachineOp::Wgmma && a.inst->lowering.op == MachineOp::Wgmma) return false;
     return (in_flight.write || a.write) && may_overlap(in_flight, a);
   }
   // What the kernel must add before `inst` for the in-flight access `c` it depends on.
@@ -102,6 +123,9 @@ class WaitInserter {
       case Completion::TmaStoreGroup:
         return "a TMA store reads its shared source after it is issued: add tma.commit_group() and "
                "tma.wait_group(0, read=True) (tma_store_arrive / tma_store_wait) before it";
+      case Completion::WgmmaGroup:
+        return "wgmma.mma reads its shared operands and writes its accumulator after it is issued: add "
+               "wgmma.commit_group() and a wgmma.wait_group(n) that covers it before it";
       default:
         return "async_copy leaves the wait to the kernel: add copy_async_wait_group(n) or copy_async_wait_all() "
                "before it";
@@ -118,6 +142,10 @@ class WaitInserter {
           case InstKind::CopyAsyncWaitGroup: wait(state, static_cast<const CopyAsyncWaitGroupInst&>(inst).n); return s;
           case InstKind::CopyAsyncWaitAll: wait(state, -1); return s;  // uncommitted copies too
           case InstKind::TmaCommitGroup: commit(state, Completion::TmaStoreGroup); return s;
+          case InstKind::WgmmaCommitGroup: commit(state, Completion::WgmmaGroup); return s;
+          case InstKind::WgmmaWaitGroup:
+            wait(state, static_cast<const WgmmaWaitGroupInst&>(inst).n, Completion::WgmmaGroup);
+            return s;
           case InstKind::TmaWaitGroup:
             wait(state, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
             return s;
@@ -126,10 +154,15 @@ class WaitInserter {
             // which phase it is is the kernel's business; a wait on the wrong one hangs).
             auto& m = static_cast<const MbarrierInst&>(inst);
             if (m.op != MbarrierOp::Wait) return s;
+            // A thread group that never waits on the barriers of its own TMA loads hands them to
+            // another group (a producer): it learns they landed, and were read, through the
+            // barriers it does wait on (the consumers' arrivals), so any wait retires them.
             const TensorNode* root = map_.barrier_root(m);
+            const auto& waited = group_waits_.back();
             state.erase(std::remove_if(state.begin(), state.end(),
                                        [&](const SharedAccess& c) {
-                                         return c.completion == Completion::MbarrierTx && c.barrier == root;
+                                         return c.completion == Completion::MbarrierTx &&
+                                                (c.barrier == root || !waited.count(c.barrier));
                                        }),
                         state.end());
             return s;
@@ -204,7 +237,9 @@ class WaitInserter {
       }
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
+        group_waits_.push_back(waited_barriers(n.body));
         Stmt body = process(n.body, state);
+        group_waits_.pop_back();
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
       default: return s;
@@ -292,7 +327,21 @@ class WaitInserter {
 
   std::vector<SharedAccess> accesses(const InstNode& inst) const {
     auto out = map_.accesses(inst);
-    if (fixed_.empty()) return out;
+    // Register tensors as whole-tensor accesses, so that a read of a wgmma accumulator meets
+    // the in-flight wgmma.mma that writes it.
+    for (auto& o : inst.traits()) {
+      if (!o.tensor.defined() || !o.tensor.is_register() || o.access == Access::Alias) continue;
+      SharedAccess a;
+      a.inst = &inst;
+      a.root = o.tensor.get();
+      a.write = o.access != Access::Read;
+      if (inst.lowering.op == MachineOp::Wgmma) {
+        a.async = true, a.awaited = false, a.explicit_wait = true;
+        a.completion = Completion::WgmmaGroup;
+      }
+      out.push_back(a);
+    }
+    if (fixed_.empty() && lets_.empty()) return out;
     for (auto& a : out)
       for (auto& e : a.lo)
         e = simplify(fix(e));

@@ -161,6 +161,10 @@ class BarrierInserter {
           case InstKind::TmaWaitGroup:
             await(pending, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
             return s;
+          case InstKind::WgmmaCommitGroup: commit(pending, Completion::WgmmaGroup); return s;
+          case InstKind::WgmmaWaitGroup:
+            await(pending, static_cast<const WgmmaWaitGroupInst&>(inst).n, Completion::WgmmaGroup);
+            return s;
           case InstKind::FenceProxyAsync: unfenced_.clear(); return s;
           case InstKind::Mbarrier: {
             // The threads that wait on a barrier see the TMA loads that complete on it: those
@@ -179,9 +183,9 @@ class BarrierInserter {
           default: break;
         }
         auto mine = accesses(inst);
-        // A TMA store reads shared memory through the async proxy: generic writes to it need
-        // a proxy fence in the writing threads before the barrier that orders them.
-        if (inst.lowering.op == MachineOp::TmaStore) {
+        // A TMA store and a wgmma read shared memory through the async proxy: generic writes
+        // to it need a proxy fence in the writing threads before the barrier that orders them.
+        if (inst.lowering.op == MachineOp::TmaStore || inst.lowering.op == MachineOp::Wgmma) {
           bool unfenced = false;
           for (auto& a : mine)
             for (auto& w : unfenced_) unfenced = unfenced || may_overlap(w, a);
@@ -218,6 +222,7 @@ class BarrierInserter {
         auto& n = static_cast<const ForStmtNode&>(*s);
         if (thread_dependent(n.begin) || thread_dependent(n.end) || thread_dependent(n.step))
           thread_vars_.insert(n.var.get());
+        before_loop(n.body, pending, may_insert, barrier, n.loc);
         return loop(n.body, pending, may_insert && !thread_vars_.count(n.var.get()),
                     [&](const Access& a) { return previous_iteration(a, &n.var, n.step); },
                     [&](const Stmt& body) {
@@ -227,6 +232,7 @@ class BarrierInserter {
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);
         auto unknown = [](const Access& a) { return previous_iteration(a, nullptr, Expr()); };
+        before_loop(n.body, pending, may_insert, barrier, n.loc);
         return loop(n.body, pending, may_insert && !thread_dependent(n.cond), unknown,
                     [&](const Stmt& body) { return Stmt(std::make_shared<WhileStmtNode>(n.cond, body, n.loc)); });
       }
@@ -290,6 +296,27 @@ class BarrierInserter {
       }
       default: return s;
     }
+  }
+
+  // A hazard between what precedes a loop and its body gets its barrier before the loop, once,
+  // rather than in the body, where it would run every iteration.
+  // Only the body's accesses before its first barrier of the group can meet what precedes it.
+  template <class Barrier>
+  void before_loop(const Stmt& body, Pending& pending, bool may_insert, Barrier& barrier, const SourceLoc& loc) {
+    if (!may_insert) return;
+    std::vector<Stmt> top;
+    if (body && body->kind == StmtKind::Seq) top = static_cast<const SeqStmtNode&>(*body).stmts;
+    else top = {body};
+    std::vector<Access> early;
+    for (const Stmt& st : top) {
+      if (!st) continue;
+      if (st->kind == StmtKind::Inst) {
+        auto* sync = inst_as<SyncInst>(static_cast<const InstStmtNode&>(*st).inst);
+        if (sync && separates_group(*sync)) break;
+      }
+      for (auto& a : all_accesses(st)) early.push_back(a);
+    }
+    if (first_conflict(pending, early)) barrier(loc);
   }
 
   // A loop body runs after itself: analysed to a fixpoint (loop_fixpoint) with what each

@@ -241,6 +241,7 @@ class Selector : public StmtMutator {
       case InstKind::Copy: l = copy(static_cast<const CopyInst&>(*inst)); break;
       case InstKind::Im2col: l = im2col(static_cast<const Im2colInst&>(*inst)); break;
       case InstKind::Dot: l = dot(static_cast<const DotInst&>(*inst)); break;
+      case InstKind::WgmmaMma: l = wgmma(static_cast<const WgmmaMmaInst&>(*inst)); break;
       case InstKind::LoadGlobalVector: {
         auto& i = static_cast<const LoadGlobalVectorInst&>(*inst);
         l = global_vector(i, i.src, i.out, i.bits);
@@ -369,6 +370,69 @@ class Selector : public StmtMutator {
     l.op = p.op;
     l.dot = p.tiling;
     l.mapping = p.c;
+    return l;
+  }
+
+  // wgmma.mma: the split into m64nNkK instructions and each shared operand's matrix
+  // descriptor, read from the operand's layout: a K-major tile (K stride 1) whose rows are
+  // exactly one TMA swizzle span (32, 64 or 128 bytes), starting on a whole 8-row swizzle atom.
+  Lowering wgmma(const WgmmaMmaInst& i) const {
+    auto fail = [&](const std::string& what) -> Lowering {
+      throw CompileError(fmt::format("wgmma.mma: {}; a {}, b {}, d {}", what, i.a.type_str(), i.b.type_str(),
+                                     i.d.type_str()),
+                         i.loc);
+    };
+    if (!target_.has_wgmma())
+      return fail(fmt::format("wgmma needs sm_90a, the target is {}", target_.arch));
+    auto sa = i.a.static_shape(), sb = i.b.static_shape();
+    WgmmaPlan p = plan_wgmma(i.a.dtype(), sa[0], sb[1], sa[1], scope().threads);
+    if (i.d->layout != p.d)
+      return fail(fmt::format("d's layout {} is not the wgmma accumulator layout {} (remove the annotation that "
+                              "changed it)",
+                              i.d->layout.str(), p.d.str()));
+    int64_t eb = bytes_of(i.a.dtype());
+    // operand: view dim k_dim runs along K, the other along the rows (m of a, n of b).
+    auto describe = [&](const char* name, const Tensor& t, int k_dim, WgmmaOperand& o) {
+      const SharedView& v = facts_.shared(i, t);
+      const SharedLayout& root = v.root->shared_layout;
+      int rk = v.dims[k_dim], rr = v.dims[1 - k_dim];
+      const Swizzle& z = root.swizzle();
+      int64_t span = z.none() ? 0 : (int64_t(16) << z.bits);
+      int64_t unit_log2 = 0;
+      while ((int64_t(1) << unit_log2) * eb < 16) ++unit_log2;
+      bool tma_pattern = !z.none() && z.shift == 3 && z.base == unit_log2 && z.bits >= 1 && z.bits <= 3;
+      std::string layout = fmt::format("{} of {}", root.str(), v.root->name);
+      if (rk < 0 || rr < 0 || root.strides()[rk] != 1)
+        fail(fmt::format("{} must be K-major (its K dim contiguous in shared memory), but its layout is {}", name,
+                         layout));
+      if (!tma_pattern || root.strides()[rr] * eb != span)
+        fail(fmt::format("{} must be stored in rows of 32, 64 or 128 bytes along K with the matching swizzle (the "
+                         "layout TMA writes and layout inference chooses for such tiles), but its layout is {}",
+                         name, layout));
+      // The first element: whole 8-row atoms along the rows, whole 16-byte units along K.
+      for (int d = 0; d < root.rank(); ++d) {
+        Expr bytes = facts_.simplify(v.offsets[d] * Expr(root.strides()[d] * eb));
+        int64_t need = d == rk ? 16 : 8 * span;
+        if (bytes.is_int_const(0)) continue;
+        if (facts_.divisor(bytes) % need)
+          fail(fmt::format("{} must start on a {}-byte boundary of {} along root dim {} (offset {} elements), which "
+                           "cannot be proven",
+                           name, need, v.root->name, d, to_string(v.offsets[d])));
+      }
+      o.swizzle_bytes = span;
+      o.swizzle_code = span == 128 ? 1 : span == 64 ? 2 : 3;
+      o.row_bytes = span;
+      o.sbo = 8 * span;
+      o.lbo = 16;  // unused by swizzled K-major layouts
+      o.k_step_bytes = p.tiling.k_instr * eb;
+    };
+    describe("a", i.a, 1, p.tiling.a);
+    describe("b", i.b, 0, p.tiling.b);
+    Lowering l;
+    l.op = MachineOp::Wgmma;
+    l.completion = Completion::WgmmaGroup;
+    l.wgmma = p.tiling;
+    l.mapping = p.d;
     return l;
   }
 

@@ -14,7 +14,9 @@ namespace {
 // (x + c) % m as (x, c, m); nullopt for any other form.
 std::optional<std::tuple<Expr, int64_t, int64_t>> mod_form(const Expr& e) {
   auto* mod = e.as<BinaryNode>();
-  if (!mod || mod->op != BinaryOp::Mod || !mod->b.is_int_const()) return std::nullopt;
+  if (!mod || (mod->op != BinaryOp::Mod && mod->op != BinaryOp::FloorMod) || !mod->b.is_int_const() ||
+      mod->b.int_value() <= 0)
+    return std::nullopt;
   Expr x = mod->a;
   int64_t c = 0;
   if (auto* add = x.as<BinaryNode>(); add && add->op == BinaryOp::Add && add->b.is_int_const()) {
@@ -90,16 +92,17 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       for (auto& e : a.lo) a.mapping += "|" + to_string(e);
       for (int64_t e : a.extent) a.mapping += fmt::format("|{}", e);
     }
-    // Asynchronous writes, and the shared source a TMA store reads after it is issued.
-    bool async = low.is_async() && (a.write || low.completion == Completion::TmaStoreGroup) &&
-                 t.get() != barrier_tensor(inst);
+    // Asynchronous writes, and the shared sources that a TMA store or a wgmma reads after it
+    // is issued.
+    bool async_read = low.completion == Completion::TmaStoreGroup || low.completion == Completion::WgmmaGroup;
+    bool async = low.is_async() && (a.write || async_read) && t.get() != barrier_tensor(inst);
     if (async) {
       a.async = true, a.awaited = false;
       a.completion = low.completion;
       // A copy that commits its own group; async_copy leaves the wait to the kernel.
       if (low.commits_group) a.commits = 1;
       auto* copy = dynamic_cast<const CopyInst*>(&inst);
-      a.explicit_wait = copy && copy->user_waits();
+      a.explicit_wait = (copy && copy->user_waits()) || low.op == MachineOp::Wgmma;
       if (copy && copy->barrier.defined()) a.barrier = shared_root(facts_, inst, copy->barrier);
     }
     out.push_back(a);

@@ -72,6 +72,41 @@ class ExprSimplifier : public StmtMutator {
   std::unordered_map<const void*, Expr> subst_;
 };
 
+// A variable declared and never assigned again is a let: the facts (ranges, divisors) then
+// hold for it, as for any let (the front ends declare every name a loop body binds).
+class ConstantDeclarations : public StmtMutator {
+ public:
+  explicit ConstantDeclarations(const Stmt& body) {
+    collect(body);
+  }
+
+ protected:
+  Stmt mutate_declare(const Stmt& s, const DeclareStmtNode& n) override {
+    if (assigned_.count(n.var.get())) return StmtMutator::mutate_declare(s, n);
+    return std::make_shared<LetStmtNode>(n.var, mutate_expr(n.init), n.loc);
+  }
+
+ private:
+  std::unordered_set<const void*> assigned_;
+  void collect(const Stmt& s) {
+    if (!s) return;
+    switch (s->kind) {
+      case StmtKind::Seq:
+        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) collect(c);
+        return;
+      case StmtKind::For: collect(static_cast<const ForStmtNode&>(*s).body); return;
+      case StmtKind::While: collect(static_cast<const WhileStmtNode&>(*s).body); return;
+      case StmtKind::If:
+        collect(static_cast<const IfStmtNode&>(*s).then_body);
+        collect(static_cast<const IfStmtNode&>(*s).else_body);
+        return;
+      case StmtKind::ThreadGroup: collect(static_cast<const ThreadGroupStmtNode&>(*s).body); return;
+      case StmtKind::Assign: assigned_.insert(static_cast<const AssignStmtNode&>(*s).var.get()); return;
+      default: return;
+    }
+  }
+};
+
 // Removes instructions whose effects nobody can observe: no side effects, not async, no
 // writes to global or shared memory, and no reader of any register tensor they define or
 // write. Repeats until nothing changes.
@@ -111,7 +146,8 @@ class DeadCodeRemover : public StmtMutator {
 
 Program simplify_program(const Program& program) {
   return map_kernels(program, [](const Kernel& k) {
-    Kernel r = ExprSimplifier(k).mutate(k);
+    Kernel lets = ConstantDeclarations(k.body).mutate(k);
+    Kernel r = ExprSimplifier(lets).mutate(lets);
     for (;;) {
       DeadCodeRemover dce;
       dce.collect(r.body);

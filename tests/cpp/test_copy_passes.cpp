@@ -677,3 +677,107 @@ TEST(TmaPasses, AWaitNothingArrivesAtIsAnError) {
   EXPECT_NE(m.find("mbarrier.wait at"), std::string::npos) << m;
   EXPECT_NE(m.find("that nothing in the kernel arrives at"), std::string::npos) << m;
 }
+
+// --- wgmma -----------------------------------------------------------------------------------------
+
+namespace {
+// d += sa @ sb.T on one warp group: sa [64, 64] and sb [128, 64] f16 (rows of 128 bytes).
+void wgmma_body(K& k, GlobalTensor& a, bool wait) {
+  auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+  auto sb = k.shared_tensor(dtypes::float16, {128, 64});
+  k.copy(a.region({0, 0}, {64, 64}), sa);
+  k.copy(a.region({64, 0}, {128, 64}), sb);
+  auto acc = k.register_tensor(dtypes::float32, {64, 128}, 0.0);
+  k.wgmma.fence();
+  k.wgmma.mma(sa, sb.transpose(), acc);
+  k.wgmma.commit_group();
+  if (wait) k.wgmma.wait_group(0);
+  k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+}
+}  // namespace
+
+TEST(WgmmaPasses, SelectionRecordsTheSplitAndTheDescriptors) {
+  auto s = golden_case(
+      "wgmma_select", "select_instructions",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, true); }, {.arch = "sm_90a"});
+  std::string after = print(s.after);
+  EXPECT_NE(after.find("lowering: wgmma m64n128k16 groups=1 tiles=1x1x4 a=sw128/sbo1024 b=sw128/sbo1024 "
+                       "completion=wgmma-group"),
+            std::string::npos)
+      << after;
+}
+
+TEST(WgmmaPasses, OperandsWrittenByThreadsGetAFenceAndABarrier) {
+  auto s = golden_case(
+      "wgmma_fence", "insert_barriers",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+        auto sb = k.shared_tensor(dtypes::float16, {64, 32});
+        k.store_shared(sa, k.register_tensor(dtypes::float16, {64, 32}, 1.0));
+        k.store_shared(sb, k.register_tensor(dtypes::float16, {64, 32}, 2.0));
+        auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+        k.wgmma.fence();
+        k.wgmma.mma(sa, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        k.wgmma.wait_group(0);
+        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+      },
+      {.arch = "sm_90a"});
+  EXPECT_EQ(names(s.after),
+            (std::vector<std::string>{"store_shared", "store_shared", "wgmma.fence", "fence.proxy_async", "sync",
+                                      "wgmma.mma", "wgmma.commit_group", "wgmma.wait_group", "cast", "store_global"}));
+}
+
+TEST(WgmmaPasses, ReadingTheAccumulatorBeforeTheWaitNamesBothLines) {
+  std::string m = pass_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, false); },
+                             "insert_async_waits", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("cast at"), std::string::npos) << m;
+  EXPECT_NE(m.find("wgmma.mma at"), std::string::npos) << m;
+  EXPECT_NE(m.find("wgmma.wait_group(n) that covers it"), std::string::npos) << m;
+}
+
+TEST(WgmmaPasses, RefillingAnOperandWhileTheWgmmaReadsItIsAnError) {
+  std::string m = pass_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+        auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+        k.wgmma.fence();
+        k.wgmma.mma(sa, sa.transpose(), acc);
+        k.wgmma.commit_group();
+        k.copy(a.region({0, 0}, {64, 64}), sa);
+        k.wgmma.wait_group(0);
+      },
+      "insert_async_waits", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("copy at"), std::string::npos) << m;
+  EXPECT_NE(m.find("may still be reading"), std::string::npos) << m;
+}
+
+TEST(WgmmaPasses, LayoutAndTargetErrorsSayWhatWgmmaNeeds) {
+  auto body = [](std::vector<int64_t> b_shape, bool transpose) {
+    return [=](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+      auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+      auto sb = k.shared_tensor(dtypes::float16, b_shape);
+      auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+      k.wgmma.mma(sa, transpose ? sb.transpose() : sb, acc);
+      k.wgmma.commit_group();
+      k.wgmma.wait_group(0);
+    };
+  };
+  // b stored [k, n] (n contiguous): not K-major.
+  std::string m = pass_error(body({64, 64}, false), "select_instructions", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("b must be K-major"), std::string::npos) << m;
+  // sm_90 without the a: no wgmma.
+  m = pass_error(body({64, 64}, true), "select_instructions", {.arch = "sm_90"});
+  EXPECT_NE(m.find("wgmma needs sm_90a, the target is sm_90"), std::string::npos) << m;
+  // A group of 96 threads is not a warp group.
+  m = pass_error(
+      [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+        k.thread_group(0, 96, [&] {
+          auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+          k.wgmma.mma(sa, sa.transpose(), acc);
+        });
+      },
+      "verify", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("wgmma.mma runs on whole warp groups"), std::string::npos) << m;
+}

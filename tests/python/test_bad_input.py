@@ -257,6 +257,10 @@ METHOD_CASES = [
     ("mbetx-str", lambda k, v: k.mbarrier_expect_tx(k.mbarrier.alloc([1]), "8"), ["mbarrier_expect_tx", "tx", "scalar", "str"]),
     ("bw-phase-tensor", lambda k, v: k.barrier_wait(k.mbarrier.alloc([1]), v.r), ["mbarrier.wait", "phase", "scalar", "register"]),
     ("ba-global", lambda k, v: k.barrier_arrive(v.g), ["mbarrier.arrive", "shared tensor", "global"]),
+    ("wgw-str", lambda k, v: k.warpgroup_wait("0"), ["wgmma.wait_group", "n", "str"]),
+    ("wwg-float", lambda k, v: k.wait_wgmma(1.5), ["wgmma.wait_group", "n", "float"]),
+    ("wgfo-global", lambda k, v: k.warpgroup_fence_operand(v.g), ["warpgroup_fence_operand", "register tensor", "global"]),
+    ("wgmma-global", lambda k, v: k.wgmma.mma(v.g, v.g, v.g), ["wgmma.mma", "a", "shared tensor", "global"]),
     ("im2col-kernel-float", lambda k, v: k.c2d_im2col(v.g, v.s, 0, 0, 3.0, 1, 1, 1), ["c2d_im2col", "kernel", "Python int", "float 3.0"]),
     ("im2col-col-register", lambda k, v: k.c2d_im2col(v.g, v.r, 0, 0, 3, 1, 1, 1), ["c2d_im2col", "col", "shared tensor", "register"]),
     ("sth-barrier-zero", lambda k, v: k.sync_threads(0), ["sync_threads", "barrier_id 0 is not a named barrier"]),
@@ -312,7 +316,8 @@ def test_the_method_cases_cover_every_script_method():
     for _, case, _ in METHOD_CASES:
         called |= set(re.findall(r"\bk\.(\w+)\(", inspect.getsource(case)))
     # These take no argument to get wrong.
-    missing = public - called - {"copy_async_wait_all", "fence_proxy_async", "tma_store_arrive", "tma_store_wait"}
+    missing = public - called - {"copy_async_wait_all", "fence_proxy_async", "tma_store_arrive", "tma_store_wait",
+                                 "warpgroup_arrive", "warpgroup_commit_batch"}
     assert not missing, missing
 
 

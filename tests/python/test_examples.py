@@ -10,6 +10,10 @@ import tilus
 from conftest import Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
+from hopper_matmul_v0 import HopperMatmulV0
+from hopper_matmul_v1 import HopperMatmulV1
+from hopper_matmul_v2 import HopperMatmulV2
+from hopper_matmul_v3 import HopperMatmulV3
 from layer_norm import LayerNorm
 from matmul_v0 import MatmulV0
 from matmul_v1 import MatmulV1
@@ -23,7 +27,8 @@ from vector_add import VectorAdd
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV1, "matmul_v2": MatmulV2,
             "matmul_v3": MatmulV3, "softmax": Softmax, "layer_norm": LayerNorm, "matmul_tma": MatmulTma,
-            "tma_copy": TmaCopy, "conv2d": Conv2d}
+            "tma_copy": TmaCopy, "conv2d": Conv2d, "hopper_matmul_v0": HopperMatmulV0,
+            "hopper_matmul_v1": HopperMatmulV1, "hopper_matmul_v2": HopperMatmulV2, "hopper_matmul_v3": HopperMatmulV3}
 
 
 def test_vector_add(arrays):

@@ -59,6 +59,10 @@ namespace tilus {
   X(TmaCommitGroup)           \
   X(TmaWaitGroup)             \
   X(FenceProxyAsync)          \
+  X(WgmmaFence)               \
+  X(WgmmaMma)                 \
+  X(WgmmaCommitGroup)         \
+  X(WgmmaWaitGroup)           \
   X(SetMaxNReg)               \
   X(ThreadIndex)              \
   X(Shuffle)                  \
@@ -487,6 +491,37 @@ struct TmaWaitGroupInst : InstNode {
 struct FenceProxyAsyncInst : InstNode {
   TILUS_INST_COMMON(FenceProxyAsync, "fence.proxy_async")
   std::string space = "shared";
+  bool has_side_effects() const override { return true; }
+};
+
+// wgmma.fence: orders the warp group's earlier register and shared-memory accesses before the
+// wgmma.mma that follow (PTX requires one before the first wgmma.mma and whenever the
+// accumulator's registers were touched by other instructions since).
+struct WgmmaFenceInst : InstNode {
+  TILUS_INST_COMMON(WgmmaFence, "wgmma.fence")
+  bool has_side_effects() const override { return true; }
+};
+
+// wgmma.mma: d += a @ b over the warp groups of the current thread group, asynchronously: d
+// (and the shared operands) may be touched again only after a wgmma.wait_group that covers
+// its commit group. a: [m, k] shared, b: [k, n] shared (both K-major: a view whose K stride
+// is 1, e.g. a transposed [n, k] tile for b), d: [m, n] register, read and written.
+struct WgmmaMmaInst : InstNode {
+  TILUS_INST_COMMON(WgmmaMma, "wgmma.mma")
+  Tensor a, b, d;
+  bool has_side_effects() const override { return true; }
+};
+
+// wgmma.commit_group: closes the group of wgmma.mma issued since the last commit.
+struct WgmmaCommitGroupInst : InstNode {
+  TILUS_INST_COMMON(WgmmaCommitGroup, "wgmma.commit_group")
+  bool has_side_effects() const override { return true; }
+};
+
+// wgmma.wait_group: waits until at most n wgmma groups of this warp group are pending.
+struct WgmmaWaitGroupInst : InstNode {
+  TILUS_INST_COMMON(WgmmaWaitGroup, "wgmma.wait_group")
+  int64_t n = 0;
   bool has_side_effects() const override { return true; }
 };
 

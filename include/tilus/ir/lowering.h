@@ -31,6 +31,7 @@ enum class MachineOp : uint8_t {
   TmaStore,   // cp.async.bulk.tensor shared -> global, one box, issued by the group's first thread
   MmaSync,    // mma.sync.aligned.m16n8k16 over the warps of the thread group
   SimtFma,    // a per-thread outer product of multiply-adds
+  Wgmma,      // wgmma.mma_async.m64nNkK per warp group, shared operands through matrix descriptors
 };
 const char* to_string(MachineOp op);
 
@@ -40,6 +41,7 @@ enum class Completion : uint8_t {
   CpAsyncGroup,  // once a cp.async.wait_group that covers its commit group returns
   MbarrierTx,    // once a wait on its mbarrier sees the phase its bytes completed
   TmaStoreGroup, // once a tma.wait_group that covers its commit group returns (read: its source)
+  WgmmaGroup,    // once a wgmma.wait_group that covers its commit group returns (d and its shared operands)
 };
 const char* to_string(Completion c);
 
@@ -57,6 +59,23 @@ struct DotTiling {
   int64_t warps_m = 1, warps_n = 1, rep_m = 1, rep_n = 1, rep_k = 1, replicas = 1;
   // SimtFma: threads_m x threads_n threads, each a per_m x per_n block of the product.
   int64_t threads_m = 1, threads_n = 1, per_m = 1, per_n = 1;
+};
+
+// A shared wgmma operand as its matrix descriptor sees it (PTX ISA, "Matrix Descriptor
+// Format"): a K-major tile whose rows (of M for a, of N for b) are one swizzle span long.
+struct WgmmaOperand {
+  int swizzle_code = 0;     // descriptor bits 62-63: 1 = 128B, 2 = 64B, 3 = 32B
+  int64_t swizzle_bytes = 0;
+  int64_t lbo = 0, sbo = 0;  // leading / stride byte offsets
+  int64_t row_bytes = 0;     // bytes from one row (of M or N) to the next
+  int64_t k_step_bytes = 0;  // bytes from one instruction's K slice to the next
+};
+
+// How a wgmma.mma is split: every warp group (of `groups`) takes m / groups rows as m_blocks
+// m64 instructions by n_blocks instructions of n_instr columns, k_steps times along K.
+struct WgmmaTiling {
+  int64_t groups = 1, m_blocks = 1, n_blocks = 1, n_instr = 8, k_instr = 16, k_steps = 1;
+  WgmmaOperand a, b;
 };
 
 struct Lowering {
@@ -79,6 +98,7 @@ struct Lowering {
   int matrix_cdim = 1;
   std::vector<MatrixGroup> matrices;
   DotTiling dot;
+  WgmmaTiling wgmma;
   // TmaLoad / TmaStore: the kernel's tensor map (Kernel::tensor_maps) the box goes through;
   // for a synchronous `copy`, the kernel's copy barrier it completes on (-1: the copy's own
   // barrier, which the kernel waits on).

@@ -20,6 +20,8 @@ struct Target {
   bool is_cpu() const { return arch == "cpu"; }
   bool has_cp_async() const { return sm >= 80; }
   bool has_tma() const { return sm >= 90; }
+  // wgmma is an sm_90a feature (not in sm_90, not carried to later architectures).
+  bool has_wgmma() const { return sm == 90 && (is_cpu() || (!arch.empty() && arch.back() == 'a')); }
 };
 
 }  // namespace tilus

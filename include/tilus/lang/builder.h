@@ -118,6 +118,14 @@ class Builder {
   void tma_commit_group(SourceLoc loc);
   void tma_wait_group(int64_t n, bool read, SourceLoc loc);
   void fence_proxy_async(const std::string& space, SourceLoc loc);
+  // wgmma (sm_90a; docs/instructions.md): d += a @ b asynchronously over the warp group(s).
+  void wgmma_fence(SourceLoc loc);
+  void wgmma_mma(const Tensor& a, const Tensor& b, const Tensor& d, SourceLoc loc);
+  void wgmma_commit_group(SourceLoc loc);
+  void wgmma_wait_group(int64_t n, SourceLoc loc);
+  // A view of a shared tensor with its dims reordered: view dim k is src dim dims[k]
+  // (transpose: {1, 0}).
+  Tensor permute_shared(const Tensor& src, std::vector<int> dims, SourceLoc loc);
   Tensor dot(const Tensor& a, const Tensor& b, const Tensor& c, SourceLoc loc);
   // a @ b into a fresh zero accumulator "acc" of [a.shape[0], b.shape[1]] and `acc_dtype`
   // (default float32 for float inputs, int32 otherwise): dot's default for both front ends.

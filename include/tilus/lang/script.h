@@ -168,6 +168,9 @@ class SharedTensor : public TensorHandle {
     return CopyRegionArg(CopyRegion{t_, std::move(offsets), std::move(extents)});
   }
   CopyRegionArg at(std::vector<Expr> index) const { return CopyRegionArg(CopyRegion{t_, std::move(index), {}}); }
+  // A view with the dims reordered (view dim k is dim dims[k]); transpose() of a rank-2 tile.
+  SharedTensor permute(std::vector<int> dims, Loc loc = Loc::current()) const;
+  SharedTensor transpose(Loc loc = Loc::current()) const;
 };
 
 class RegisterTensor : public TensorHandle {
@@ -402,6 +405,18 @@ struct TmaGroup {
   void wait_group(int64_t n, bool read = false, Loc loc = Loc::current()) const;
 };
 
+// self.wgmma.* (NVIDIA Tilus's names; sm_90a): warp-group matrix multiply-accumulate.
+// mma(a, b, d): d += a @ b with a [m, k] and b [k, n] shared and K-major (b typically a
+// transposed [n, k] tile), d a float32 register tensor; asynchronous until a wait_group
+// covers its commit group.
+struct WgmmaGroup {
+  Script* script;
+  void fence(Loc loc = Loc::current()) const;
+  void mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc = Loc::current()) const;
+  void commit_group(Loc loc = Loc::current()) const;
+  void wait_group(int64_t n, Loc loc = Loc::current()) const;
+};
+
 // self.fence.*: proxy fences.
 struct FenceGroup {
   Script* script;
@@ -424,6 +439,7 @@ class Script {
   MbarrierGroup mbarrier{this};
   TmaGroup tma{this};
   FenceGroup fence{this};
+  WgmmaGroup wgmma{this};
 
   struct Attributes {
     std::vector<Expr> blocks;
@@ -490,6 +506,11 @@ class Script {
   void barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc = Loc::current());
   void barrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
   void fence_proxy_async(Loc loc = Loc::current());
+  // Seed 004's warpgroup builtins: wgmma.fence, commit_group and wait_group.
+  void warpgroup_arrive(Loc loc = Loc::current());
+  void warpgroup_commit_batch(Loc loc = Loc::current());
+  void warpgroup_wait(int64_t num_mma, Loc loc = Loc::current());
+  void wait_wgmma(int64_t id, Loc loc = Loc::current());
   void tma_store_arrive(Loc loc = Loc::current());
   // The [bm, bk] tile (nhw_step, c_step) of the im2col matrix of the NHWC image `img` into
   // `col` (docs/instructions.md).

@@ -24,6 +24,15 @@ struct DotPlan {
 };
 DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads);
 
+// How wgmma.mma computes d[m, n] += a[m, k] @ b[k, n] on `threads` threads (whole warp groups):
+// the split into m64nNkK instructions (operand descriptors are select_instructions' part) and
+// the accumulator's layout, the wgmma register fragment of every instruction in turn.
+struct WgmmaPlan {
+  WgmmaTiling tiling;
+  RegisterLayout d;
+};
+WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threads);
+
 // The default layout of a tile: 16-byte vectors per thread along the last dim (`vector`
 // elements when given), threads over the last dim first, replicas for threads beyond the
 // tile's parallelism.

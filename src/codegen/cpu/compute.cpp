@@ -160,27 +160,10 @@ void Emitter::emit_compute(const InstNode& inst) {
       // out[i][j] = c[i][j] + sum_k a[i][k] * b[k][j], in the accumulator's dtype, k in order.
       auto& i = static_cast<const DotInst&>(inst);
       if (i.a.rank() != 2) fail(inst, "only rank-2 operands are lowered");
-      auto sa = i.a.static_shape(), sb = i.b.static_shape();
-      int64_t m = sa[0], k = sa[1], n = sb[1];
       DataType ct = i.c.dtype(), ot = i.out.dtype();
       declare_reg(i.out);
-      loop(i32(m * n), [&](llvm::Value* l) { store_reg(i.out, l, convert(load_reg(i.c, l), ct, ot)); });
-      bool is_float = ot.is_float();
-      DataType acc_t = is_float ? (ot == dtypes::float64 ? dtypes::float64 : dtypes::float32) : ot;
-      loop(i32(m), [&](llvm::Value* im) {
-        loop(i32(k), [&](llvm::Value* ik) {
-          llvm::Value* av = convert(load_reg(i.a, b.CreateAdd(b.CreateMul(im, i32(k)), ik)), i.a.dtype(), acc_t);
-          loop(i32(n), [&](llvm::Value* jn) {
-            llvm::Value* ol = b.CreateAdd(b.CreateMul(im, i32(n)), jn);
-            llvm::Value* bv = convert(load_reg(i.b, b.CreateAdd(b.CreateMul(ik, i32(n)), jn)), i.b.dtype(), acc_t);
-            llvm::Value* acc = convert(load_reg(i.out, ol), ot, acc_t);
-            llvm::Value* r;
-            if (is_float) r = b.CreateCall(llvm::Intrinsic::getDeclaration(&module, llvm::Intrinsic::fmuladd, {av->getType()}), {av, bv, acc});
-            else r = b.CreateAdd(b.CreateMul(av, bv), acc);
-            store_reg(i.out, ol, convert(r, acc_t, ot));
-          });
-        });
-      });
+      loop(i32(i.out.num_elements()), [&](llvm::Value* l) { store_reg(i.out, l, convert(load_reg(i.c, l), ct, ot)); });
+      matmul_accumulate(i.a, i.b, i.out);
       return;
     }
     case InstKind::Reduce: {
@@ -243,6 +226,30 @@ void Emitter::emit_compute(const InstNode& inst) {
     }
     default: fail(inst, "the CPU code generator does not lower this instruction");
   }
+}
+
+// out[i][j] += sum_k a[i][k] * b[k][j] over whole register tiles, in out's dtype (floats through
+// float32, or float64 for it), k in order.
+void Emitter::matmul_accumulate(const Tensor& ta, const Tensor& tb, const Tensor& tout) {
+  auto sa = ta.static_shape(), sb = tb.static_shape();
+  int64_t m = sa[0], k = sa[1], n = sb[1];
+  DataType ot = tout.dtype();
+  bool is_float = ot.is_float();
+  DataType acc_t = is_float ? (ot == dtypes::float64 ? dtypes::float64 : dtypes::float32) : ot;
+  loop(i32(m), [&](llvm::Value* im) {
+    loop(i32(k), [&](llvm::Value* ik) {
+      llvm::Value* av = convert(load_reg(ta, b.CreateAdd(b.CreateMul(im, i32(k)), ik)), ta.dtype(), acc_t);
+      loop(i32(n), [&](llvm::Value* jn) {
+        llvm::Value* ol = b.CreateAdd(b.CreateMul(im, i32(n)), jn);
+        llvm::Value* bv = convert(load_reg(tb, b.CreateAdd(b.CreateMul(ik, i32(n)), jn)), tb.dtype(), acc_t);
+        llvm::Value* acc = convert(load_reg(tout, ol), ot, acc_t);
+        llvm::Value* r;
+        if (is_float) r = b.CreateCall(llvm::Intrinsic::getDeclaration(&module, llvm::Intrinsic::fmuladd, {av->getType()}), {av, bv, acc});
+        else r = b.CreateAdd(b.CreateMul(av, bv), acc);
+        store_reg(tout, ol, convert(r, acc_t, ot));
+      });
+    });
+  });
 }
 
 }  // namespace tilus::cpu

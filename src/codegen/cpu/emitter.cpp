@@ -607,6 +607,10 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::TmaCommitGroup:
     case InstKind::TmaWaitGroup:
     case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
+    // wgmma.mma completes when issued (memory.cpp); its fences and groups have nothing to do.
+    case InstKind::WgmmaFence:
+    case InstKind::WgmmaCommitGroup:
+    case InstKind::WgmmaWaitGroup: return;
     case InstKind::Sync:
     case InstKind::SetMaxNReg:
     case InstKind::ThreadIndex:

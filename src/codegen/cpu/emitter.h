@@ -119,6 +119,11 @@ class Emitter {
   int64_t group_threads(const InstNode& inst);
   std::unordered_map<const InstNode*, int64_t> group_threads_;
   void emit_compute(const InstNode& inst);
+  // out += a @ b over whole register tiles (dot, wgmma.mma).
+  void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out);
+  // Register tiles the emitter makes itself (wgmma's operand copies), kept alive so that their
+  // storage keys stay unique.
+  std::vector<Tensor> scratch_tensors_;
   // builtins.cpp: the thread-level builtins (seed 004) in tile terms.
   void emit_builtin(const InstNode& inst);
   // The first thread (in the block) of the thread group being emitted.

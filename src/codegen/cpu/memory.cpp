@@ -202,6 +202,20 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::AllocateShared:
     case InstKind::FreeShared:
     case InstKind::SliceShared: return;  // address maps: the facts
+    case InstKind::WgmmaMma: {
+      // d += a @ b at once: the shared operands through register copies of the whole tiles.
+      auto& i = static_cast<const WgmmaMmaInst&>(inst);
+      Tensor a = Tensor::reg("wgmma_a", i.a.dtype(), i.a.static_shape());
+      Tensor bt = Tensor::reg("wgmma_b", i.b.dtype(), i.b.static_shape());
+      scratch_tensors_.push_back(a);
+      scratch_tensors_.push_back(bt);
+      declare_reg(a);
+      declare_reg(bt);
+      register_access(inst, true, a, shared_side(facts.shared(i, i.a)));
+      register_access(inst, true, bt, shared_side(facts.shared(i, i.b)));
+      matmul_accumulate(a, bt, i.d);
+      return;
+    }
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       declare_reg(i.out);

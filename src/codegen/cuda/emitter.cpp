@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cmath>
@@ -91,11 +92,18 @@ void Emitter::line(const std::string& text) {
 void Emitter::open(const std::string& head) {
   line(head + " {");
   ++indent_;
+  blocks_.push_back(next_block_++);
 }
 
 void Emitter::close() {
   --indent_;
   line("}");
+  if (!blocks_.empty()) blocks_.pop_back();
+}
+
+bool Emitter::visible(const TensorNode* t) const {
+  auto it = reg_blocks_.find(t);
+  return it != reg_blocks_.end() && (it->second == 0 || std::find(blocks_.begin(), blocks_.end(), it->second) != blocks_.end());
 }
 
 std::string Emitter::fresh(const std::string& hint) {
@@ -243,6 +251,7 @@ std::string Emitter::declare_reg(const Tensor& t) {
                                    t.type_str()));
   std::string name = fresh(t->name.empty() ? "r" : t->name);
   regs_[t.get()] = name;
+  reg_blocks_[t.get()] = blocks_.empty() ? 0 : blocks_.back();
   linef("__align__(16) {} {}[{}];", ctype(t.dtype()), name, t->layout.local_size());
   return name;
 }
@@ -417,6 +426,10 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::TmaCommitGroup:
     case InstKind::TmaWaitGroup:
     case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
+    case InstKind::WgmmaFence:
+    case InstKind::WgmmaMma:
+    case InstKind::WgmmaCommitGroup:
+    case InstKind::WgmmaWaitGroup: emit_wgmma(inst); return;
     case InstKind::Sync:
       if (static_cast<const SyncInst&>(inst).scope == SyncScope::Group) emit_barrier(inst);
       else emit_builtin(inst);

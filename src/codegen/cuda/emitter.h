@@ -98,6 +98,13 @@ class Emitter {
   void emit_printf(const InstNode& inst);
   void emit_async_proxy(const InstNode& inst);
   void emit_tma_copy(const CopyInst& inst);
+  // wgmma.cpp: wgmma.fence / mma / commit_group / wait_group.
+  void emit_wgmma(const InstNode& inst);
+  // The wgmma accumulators emitted so far that are visible here (C name as 32-bit registers,
+  // register count), which a wait_group fences.
+  std::vector<std::pair<std::string, int64_t>> wgmma_accumulators();
+  // Whether a register tensor's array is declared in a block still open here.
+  bool visible(const TensorNode* t) const;
   // The 32-bit shared address of a one-element mbarrier view.
   std::string barrier_address(const InstNode& inst, const Tensor& barrier);
   // The condition that picks the first thread of the current thread group.
@@ -123,6 +130,10 @@ class Emitter {
   std::unordered_map<int64_t, int> group_barriers_;
   std::unordered_set<int64_t> user_barriers_;  // ids the kernel names itself (sync_threads)
   bool cooperative_ = false;                   // sync_grid: a cooperative launch
+  std::vector<int> blocks_;                     // the open C blocks, innermost last (ids)
+  int next_block_ = 1;
+  std::unordered_map<const TensorNode*, int> reg_blocks_;  // the block a register array is declared in
+  std::vector<std::pair<const TensorNode*, int64_t>> wgmma_accs_;  // wgmma.mma accumulators (32-bit registers)
 
   friend struct MemoryEmitter;
 };

@@ -1,0 +1,104 @@
+// wgmma: fence, mma (m64nNkK instructions with shared operands through matrix descriptors, as
+// the lowering record splits them), commit_group and wait_group.
+#include "emitter.h"
+
+#include <algorithm>
+
+namespace tilus::cuda {
+
+namespace {
+
+const char* wgmma_type(DataType t) {
+  if (t == dtypes::float16) return "f16";
+  if (t == dtypes::bfloat16) return "bf16";
+  if (t == dtypes::float8_e4m3) return "e4m3";
+  if (t == dtypes::float8_e5m2) return "e5m2";
+  if (t == dtypes::float32) return "f32";
+  return nullptr;
+}
+
+}  // namespace
+
+void Emitter::emit_wgmma(const InstNode& inst) {
+  switch (inst.kind()) {
+    case InstKind::WgmmaFence: line("tilus::wgmma_fence();"); return;
+    case InstKind::WgmmaCommitGroup: line("tilus::wgmma_commit_group();"); return;
+    case InstKind::WgmmaWaitGroup: {
+      linef("tilus::wgmma_wait_group<{}>();", static_cast<const WgmmaWaitGroupInst&>(inst).n);
+      // The accumulators the waited instructions wrote: the compiler must not read them
+      // before the wait (the registers are written behind its back).
+      for (auto& [name, regs] : wgmma_accumulators())
+        linef("tilus::wgmma_fence_operand<{}>({});", regs, name);
+      return;
+    }
+    case InstKind::WgmmaMma: break;
+    default: fail(inst, "not a wgmma instruction");
+  }
+  auto& i = static_cast<const WgmmaMmaInst&>(inst);
+  const Lowering& rec = inst.lowering;
+  if (rec.op != MachineOp::Wgmma) fail(inst, "no instruction selected; run the pass pipeline first");
+  const WgmmaTiling& t = rec.wgmma;
+  DataType ab = i.a.dtype(), dt = i.d.dtype();
+  const char* at = wgmma_type(ab);
+  const char* ct = wgmma_type(dt);
+  if (!at || !ct || (dt != dtypes::float32 && dt != dtypes::float16))
+    fail(inst, fmt::format("no wgmma for {} operands into {}", ab.name(), dt.name()));
+  bool f32 = dt == dtypes::float32;
+  const std::string& d = reg(i.d);
+  int64_t regs = f32 ? t.n_instr / 2 : t.n_instr / 4;  // 32-bit accumulator registers per instruction
+  int64_t m_rows = i.a.static_shape()[0] / t.groups;   // rows of a per warp group
+  // The descriptors of the first instruction of this thread's warp group.
+  std::string group = t.groups > 1 ? fmt::format("uint32_t({} / 128)", expr(scope().thread)) : std::string();
+  std::string desc[2];
+  const Tensor* ops[2] = {&i.a, &i.b};
+  const WgmmaOperand* od[2] = {&t.a, &t.b};
+  for (int o = 0; o < 2; ++o) {
+    SharedView view = facts_.shared(inst, *ops[o]);
+    std::string addr = fmt::format("tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u", view.base_bytes,
+                                   expr(simplify(shared_start_unswizzled(view))), elem_bytes(ab));
+    if (o == 0 && !group.empty()) addr += fmt::format(" + {} * {}u", group, m_rows * od[o]->row_bytes);
+    desc[o] = fresh(o == 0 ? "wgmma_desc_a" : "wgmma_desc_b");
+    linef("const uint64_t {} = tilus::wgmma_desc({}, {}u, {}u, {}u);", desc[o], addr, od[o]->lbo, od[o]->sbo,
+          od[o]->swizzle_code);
+  }
+  bool f8 = ab.bits() == 8;
+  std::string shape = fmt::format("m64n{}k{}", t.n_instr, t.k_instr);
+  // The instruction text with its register list: %0..%(regs-1) accumulators, then the two
+  // descriptors and scale-d.
+  std::string list;
+  for (int64_t r = 0; r < regs; ++r) list += fmt::format("{}%{}", r ? ", " : "", r);
+  std::string text = fmt::format(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{5} {{{0}}}, %{1}, "
+      "%{6}, p, 1, 1{7};\\n}}\\n",
+      list, regs, regs + 2, shape, ct, at, regs + 1, f8 ? "" : ", 0, 0");
+  for (int64_t mb = 0; mb < t.m_blocks; ++mb)
+    for (int64_t nb = 0; nb < t.n_blocks; ++nb) {
+      int64_t first = (mb * t.n_blocks + nb) * regs;  // the instruction's first 32-bit register
+      std::string outs;
+      for (int64_t r = 0; r < regs; ++r)
+        outs += f32 ? fmt::format("{}\"+f\"({}[{}])", r ? ", " : "", d, first + r)
+                    : fmt::format("{}\"+r\"(reinterpret_cast<uint32_t*>({})[{}])", r ? ", " : "", d, first + r);
+      for (int64_t ks = 0; ks < t.k_steps; ++ks) {
+        // Descriptor start addresses count 16-byte units.
+        int64_t a_off = (mb * 64 * t.a.row_bytes + ks * t.a.k_step_bytes) >> 4;
+        int64_t b_off = (nb * t.n_instr * t.b.row_bytes + ks * t.b.k_step_bytes) >> 4;
+        linef("asm volatile(\"{}\" : {} : \"l\"({} + {}u), \"l\"({} + {}u), \"r\"(1));", text, outs, desc[0], a_off,
+              desc[1], b_off);
+      }
+    }
+  wgmma_accs_.push_back({i.d.get(), regs * t.m_blocks * t.n_blocks});
+}
+
+std::vector<std::pair<std::string, int64_t>> Emitter::wgmma_accumulators() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (auto& [t, regs] : wgmma_accs_) {
+    auto it = regs_.find(t);
+    if (it == regs_.end() || !visible(t)) continue;
+    std::string name = it->second;
+    if (t->dtype != dtypes::float32) name = fmt::format("reinterpret_cast<uint32_t*>({})", name);
+    if (std::none_of(out.begin(), out.end(), [&](auto& p) { return p.first == name; })) out.push_back({name, regs});
+  }
+  return out;
+}
+
+}  // namespace tilus::cuda
