@@ -46,13 +46,13 @@ for step in "${steps[@]}"; do
       cat "$LOGS/examples.log"
       ;;
     sanitize)
-      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined matmul_copy)
+      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined matmul_copy hopper_matmul)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/examples/cpp/run_examples" "${small[@]}" \
           >"$LOGS/sanitize-$tool.log" 2>&1
         record "$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tail -1)"
       done
-      compute-sanitizer --tool synccheck --error-exitcode 9 "$BUILD/examples/cpp/run_examples" matmul_pipelined matmul_copy \
+      compute-sanitizer --tool synccheck --error-exitcode 9 "$BUILD/examples/cpp/run_examples" matmul_pipelined matmul_copy hopper_matmul \
         >"$LOGS/sanitize-synccheck.log" 2>&1
       record synccheck "rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitize-synccheck.log" | tail -1)"
       # The kernels whose barriers come from insert_barriers alone.

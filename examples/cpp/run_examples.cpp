@@ -21,6 +21,7 @@
 #include "matmul_mma.h"
 #include "matmul_naive.h"
 #include "matmul_copy.h"
+#include "hopper_matmul.h"
 #include "matmul_pipelined.h"
 #include "matmul_shared.h"
 #include "softmax.h"
@@ -104,8 +105,9 @@ Result vector_add() {
   return r;
 }
 
+// c = a @ b with a [m, k] and b [k, n], or b [n, k] when b_nk (c = a @ b.T, as wgmma reads it).
 template <class Script>
-Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false) {
+Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false, bool b_nk = false) {
   auto ha = random_values(m * k, dtypes::float16), hb = random_values(k * n, dtypes::float16);
   DeviceBuffer a(dtypes::float16, m * k, backend), b(dtypes::float16, k * n, backend), c(dtypes::float16, m * n, backend);
   a.upload(ha);
@@ -124,7 +126,8 @@ Result matmul(Script script, int64_t m, int64_t n, int64_t k, bool timed = false
   std::vector<double> want(rows.size(), 0.0), got(rows.size());
   auto all = c.download();
   for (size_t s = 0; s < rows.size(); ++s) {
-    for (int64_t kk = 0; kk < k; ++kk) want[s] += ha[rows[s] * k + kk] * hb[kk * n + cols[s]];
+    for (int64_t kk = 0; kk < k; ++kk)
+      want[s] += ha[rows[s] * k + kk] * (b_nk ? hb[cols[s] * k + kk] : hb[kk * n + cols[s]]);
     want[s] = dtypes::float16.decode_float(dtypes::float16.encode_float(want[s]));
     got[s] = all[rows[s] * n + cols[s]];
   }
@@ -162,10 +165,19 @@ Result matmul_large(Script script) {
 }
 
 // The examples by name, in the order they run; the *_large ones time a product of large_size^3.
+// gpu_only: warp-specialized kernels, whose thread groups wait on each other (the CPU backend
+// runs a block's groups one after the other); not run on the CPU.
 struct Example {
   const char* name;
   std::function<Result()> run;
+  bool gpu_only = false;
 };
+
+examples::HopperMatmul hopper_matmul() {
+  examples::HopperMatmul h;
+  h.blocks = current_device().multiprocessors;
+  return h;
+}
 
 std::vector<Example> all_examples() {
   return {
@@ -179,6 +191,9 @@ std::vector<Example> all_examples() {
       {"matmul_pipelined_large", [] { return matmul_large(examples::MatmulPipelined{}); }},
       {"matmul_copy", [] { return matmul(examples::MatmulCopy{}, 301, 517, 203); }},
       {"matmul_copy_large", [] { return matmul_large(examples::MatmulCopy{}); }},
+      {"hopper_matmul", [] { return matmul(hopper_matmul(), 301, 517, 203, false, true); }, true},
+      {"hopper_matmul_large",
+       [] { return matmul(hopper_matmul(), large_size, large_size, large_size, true, true); }, true},
   };
 }
 
@@ -247,6 +262,11 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (auto& ex : examples) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), ex.name) == wanted.end()) continue;
+    if (ex.gpu_only && (backend != Backend::Gpu || current_device().arch() != "sm_90a")) {
+      std::printf("%-22s not run: a warp-specialized wgmma kernel, for an sm_90a GPU\n", ex.name);
+      if (!wanted.empty()) ++failures;  // asked for by name: it did not run
+      continue;
+    }
     try {
       auto start = std::chrono::steady_clock::now();
       Result r = ex.run();

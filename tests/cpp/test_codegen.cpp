@@ -286,6 +286,20 @@ TEST(Nvrtc, EveryExampleCompiles) {
   }
 }
 
+#include "../../examples/cpp/hopper_matmul.h"
+
+// The wgmma example compiles for sm_90a (the only target with wgmma), specialized as a launch
+// with 16-aligned pointers and sizes would be.
+TEST(Nvrtc, HopperMatmulCompilesForSm90a) {
+  if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC";
+  Program p = specialize(trace(examples::HopperMatmul{}), {{0, 16}, {1, 16}, {2, 16}});
+  CompiledKernel k;
+  ASSERT_NO_THROW(k = compile_program(p, "sm_90a", nullptr));
+  EXPECT_NE(k.source.source.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"), std::string::npos);
+  EXPECT_NE(k.source.source.find("tilus::wgmma_wait_group<1>();"), std::string::npos);
+  EXPECT_THROW(compile_program(p, "sm_80", nullptr), CompileError);
+}
+
 // (Included here, below the kernels above, whose line numbers the golden files record.)
 #include "builtins_scripts.h"
 
