@@ -22,9 +22,9 @@ kernel; tests/cpp/test_nvrtc.cpp asserts it).
 
 --autotune also times compiling the 16-config space of examples/python/matmul_autotune.py for
 m = n = k = 1024 (compile-only, a fixed timer) in a fresh process with an empty cache directory,
-twice: with TILUS_NVRTC_PCH=0 and with the PCH (the default). To compare with a build from
-before issue 18, run this script with that build's PYTHONPATH: with no tilus._C.nvrtc_compile
-it times the autotuning only.
+three ways: as before issue 18 (TILUS_NVRTC_PCH=0 TILUS_NVRTC_MINIMAL_HEADER=0), with the minimal
+header only (TILUS_NVRTC_PCH=0), and as now (both). Run with the PYTHONPATH of a build from before
+issue 18 (no tilus._C.nvrtc_compile), it times that build's autotuning only.
 """
 import argparse
 import inspect
@@ -164,25 +164,27 @@ print(json.dumps({"tune_s": time.perf_counter() - t0}))
 
 
 def bench_autotune(repeat):
-    out = {}
-    settings = [("no PCH", {"TILUS_NVRTC_PCH": "0"}), ("PCH", {})]
+    settings = [("whole header, no PCH", {"TILUS_NVRTC_PCH": "0", "TILUS_NVRTC_MINIMAL_HEADER": "0"}),
+                ("minimal header, no PCH", {"TILUS_NVRTC_PCH": "0"}), ("minimal header + PCH", {})]
     if not hasattr(_C, "nvrtc_compile"):
         settings = [("before issue 18", {})]
-    for label, extra in settings:
-        runs = []
-        for _ in range(repeat):
+    runs = {label: [] for label, _ in settings}
+    for _ in range(repeat):  # interleaved, so a change of the machine's load hits every setting alike
+        for label, extra in settings:
             cache = tempfile.mkdtemp(prefix="tilus-bench-cache-")
             try:
-                env = dict(os.environ, TILUS_CACHE_DIR=cache, **extra)
-                env.pop("TILUS_NVRTC_PCH", None) if not extra else None
+                env = {k: v for k, v in os.environ.items() if not k.startswith("TILUS_NVRTC_")}
+                env.update(TILUS_CACHE_DIR=cache, **extra)
                 r = subprocess.run([sys.executable, "-c", AUTOTUNE_CHILD, ROOT], env=env, check=True,
                                    capture_output=True, text=True)
-                runs.append(json.loads(r.stdout.strip().splitlines()[-1])["tune_s"])
+                runs[label].append(json.loads(r.stdout.strip().splitlines()[-1])["tune_s"])
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
-        out[label] = {"runs_s": runs, "median_s": statistics.median(runs)}
-        print(f"autotune 16 configs, compile-only, {label:15s}: {statistics.median(runs):6.2f} s "
-              f"(runs: {', '.join(f'{x:.2f}' for x in runs)})", flush=True)
+    out = {}
+    for label, _ in settings:
+        out[label] = {"runs_s": runs[label], "median_s": statistics.median(runs[label])}
+        print(f"autotune 16 configs, compile-only, {label:24s}: {out[label]['median_s']:6.2f} s "
+              f"(runs: {', '.join(f'{x:.2f}' for x in runs[label])})", flush=True)
     return out
 
 
@@ -208,8 +210,9 @@ def main():
               f"{'front end: full':>20s} {'cold':>6s} {'warm':>6s} {'opt':>7s} {'ptxas':>7s}   full/warm")
         rows = bench_kernels(kernels, args.arch, args.repeat)
         total = {m: sum(r[m]["total"] for r in rows) for m in MODES}
-        print(f"{'all ' + str(len(rows)) + ' kernels':22s} {'':5s} {total['full']:8.0f} {total['cold']:8.0f} "
-              f"{total['warm']:8.0f}   {'':20s}{'':14s}{'':16s}   {total['full'] / total['warm']:5.2f}x")
+        if rows:
+            print(f"{'all ' + str(len(rows)) + ' kernels':22s} {'':5s} {total['full']:8.0f} {total['cold']:8.0f} "
+                  f"{total['warm']:8.0f}   {'':20s}{'':14s}{'':16s}   {total['full'] / total['warm']:5.2f}x")
         result["kernels"] = rows
     else:
         print("(this build has no tilus._C.nvrtc_compile: a build from before issue 18; only --autotune runs)")
