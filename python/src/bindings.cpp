@@ -1007,6 +1007,42 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     return nvrtc_compile(src.source, src.name, src.arch).ptx;
   }, "The PTX NVRTC makes of a traced Program's CUDA source for a GPU arch (needs NVRTC, not a GPU).");
+  // NVRTC on a CUDA source, with its compile options: bench/compile_time.py and the PCH tests.
+  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, const std::string& arch,
+                            const std::string& pch_dir, bool minimal_header, bool time_phases) {
+    NvrtcCompileOptions o;
+    o.pch_dir = pch_dir;
+    o.minimal_header = minimal_header;
+    o.time_phases = time_phases;
+    NvrtcOutput out;
+    {
+      py::gil_scoped_release release;
+      out = nvrtc_compile(source, name, arch, {}, o);
+    }
+    py::dict d;
+    d["cubin"] = py::bytes(out.cubin.data(), out.cubin.size());
+    d["log"] = out.log;
+    d["options"] = out.options;
+    d["pch"] = std::string(to_string(out.pch));
+    d["pch_file"] = out.pch_file;
+    d["wall_ms"] = out.wall_ms;
+    d["front_end_ms"] = out.timing.front_end_ms;
+    d["optimizer_ms"] = out.timing.optimizer_ms;
+    d["ptxas_ms"] = out.timing.ptxas_ms;
+    d["phases"] = out.timing.phases;
+    d["registers"] = out.resources.registers;
+    return d;
+  }, py::arg("source"), py::arg("name"), py::arg("arch"), py::arg("pch_dir") = "", py::arg("minimal_header") = true,
+     py::arg("time_phases") = false,
+     "Compiles a CUDA source with NVRTC (the device header library available as tilus/device.h); pch_dir: where "
+     "precompiled device headers live (\"\": none); time_phases: NVRTC's --time report. Returns a dict: cubin, log, "
+     "options, pch (\"none\", \"created\", \"used\"), pch_file, wall_ms, front_end_ms, optimizer_ms, ptxas_ms "
+     "(-1: not timed), phases, registers.");
+  m.def("nvrtc_pch_dir", [] { return nvrtc_pch_dir(nullptr); },
+        "Where compiles keep precompiled device headers: <cache dir>/pch (\"\" when TILUS_NVRTC_PCH=0).");
+  m.def("nvrtc_pch_files", &nvrtc_pch_files, "The precompiled device headers this process made and keeps.");
+  m.def("device_header_defines", &device_header_defines,
+        "The -D options that select the device header variant a CUDA source needs.");
   m.def("pass_names", &pass_names, "The tile-level passes in pipeline order.");
   m.def("pass_stages", [](const Program& p, const std::string& arch) {
     PipelineOptions o;

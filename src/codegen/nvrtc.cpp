@@ -4,12 +4,24 @@
 #include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #ifdef TILUS_HAVE_NVRTC
 #include <dlfcn.h>
@@ -43,6 +55,9 @@ struct Nvrtc {
   decltype(&::nvrtcGetCUBIN) cubin = nullptr;
   decltype(&::nvrtcGetPTXSize) ptx_size = nullptr;
   decltype(&::nvrtcGetPTX) ptx = nullptr;
+  // Precompiled headers (NVRTC 12.8 and newer; null before, and then no PCH is used).
+  nvrtcResult (*pch_create_status)(nvrtcProgram) = nullptr;
+  nvrtcResult (*pch_heap_size_required)(nvrtcProgram, size_t*) = nullptr;
 };
 
 const Nvrtc& nvrtc() {
@@ -76,6 +91,9 @@ const Nvrtc& nvrtc() {
     sym(n.ptx_size, "nvrtcGetPTXSize");
     sym(n.ptx, "nvrtcGetPTX");
     n.loaded = n.error.empty();
+    n.pch_create_status = reinterpret_cast<decltype(n.pch_create_status)>(dlsym(h, "nvrtcGetPCHCreateStatus"));
+    n.pch_heap_size_required =
+        reinterpret_cast<decltype(n.pch_heap_size_required)>(dlsym(h, "nvrtcGetPCHHeapSizeRequired"));
     return n;
   }();
   return lib;
@@ -153,6 +171,11 @@ std::vector<std::string> nvrtc_options(const std::string& arch) {
 #ifdef TILUS_HAVE_NVRTC
   if (const std::string& inc = cuda_include_dir(); !inc.empty()) options.push_back("-I" + inc);
   if (nvrtc_available() && nvrtc_version() >= 12000) options.push_back("--ptxas-options=-v");
+  // -minimal (NVRTC 12.4+) leaves out of NVRTC's builtin header what tilus never uses (textures
+  // and surfaces, cudadevrt, device-side launches, the runtime API's types): about 6 ms less
+  // front end per compile on the dev machine, the same cubins (every example and golden, bit for
+  // bit; tests/cpp/test_nvrtc.cpp).
+  if (nvrtc_available() && nvrtc_version() >= 12040) options.push_back("-minimal");
 #endif
   return options;
 }
@@ -226,8 +249,281 @@ int nvrtc_version() {
 #endif
 }
 
+const char* to_string(PchUse use) {
+  switch (use) {
+    case PchUse::None: return "none";
+    case PchUse::Created: return "created";
+    case PchUse::Used: return "used";
+  }
+  return "?";
+}
+
+std::vector<std::string> device_header_defines(const std::string& source) {
+  auto has = [&](const char* s) { return source.find(s) != std::string::npos; };
+  bool bf16 = has("bfloat16") || has("bf16");
+  bool fp16 = bf16 || has("half") || has("__h");
+  std::vector<std::string> defines;
+  if (!bf16) defines.push_back("-DTILUS_DEVICE_NO_BF16");
+  if (!fp16) defines.push_back("-DTILUS_DEVICE_NO_FP16");
+  return defines;
+}
+
+#ifdef TILUS_HAVE_NVRTC
+namespace {
+
+namespace fs = std::filesystem;
+
+// --- precompiled headers ----------------------------------------------------------------------
+// NVRTC (12.8+) writes a PCH with --create-pch=<file> and reads one with --use-pch=<file>. What it
+// captures is the source's leading #include directives, so every tilus source (which starts with
+// `#include "tilus/device.h"`) can share one per option set. Two properties of NVRTC 13.0 decide
+// the design (measured; tests/cpp/test_nvrtc.cpp keeps them honest):
+//  - A PCH holds pointers into NVRTC's PCH heap, which is mmapped wherever the kernel puts it:
+//    another process (ASLR) rejects the file (warning #20282) and parses the headers itself. So a
+//    PCH serves the process that made it (and its forks) only: the file is named after the host
+//    and pid and removed at exit; files of dead processes are removed when a process makes its
+//    first one.
+//  - NVRTC does not check that the headers behind a PCH are unchanged (an edited tilus/device.h
+//    would be silently ignored), and it crashes (SIGSEGV) on a corrupted file that passes its
+//    heap check. So the file's name carries a hash of everything that went into it (NVRTC
+//    version, options, header texts), and before each use the file must be the one this process
+//    wrote (device, inode, size, mtime, ctime): anything else is not handed to NVRTC.
+
+uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = -1;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+};
+
+std::optional<FileIdentity> identity_of(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  FileIdentity id;
+  id.dev = st.st_dev;
+  id.ino = st.st_ino;
+  id.size = st.st_size;
+  id.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "host";
+  std::string h;
+  for (char* c = buf; *c; ++c) h += std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' ? *c : '_';
+  return h.empty() ? "host" : h;
+}
+
+struct PchEntry {
+  enum class State { Creating, Ready, Broken };
+  State state = State::Creating;
+  std::string path;
+  FileIdentity identity;
+  pid_t creator = 0;
+};
+
+// The process's PCH files, by what went into them. Removes the files this process made when it
+// exits (a fork's copy of the registry leaves its parent's files alone).
+struct PchRegistry {
+  std::mutex mutex;
+  std::map<std::string, PchEntry> entries;
+  std::set<std::string> pruned_dirs, warned;
+  ~PchRegistry() {
+    for (auto& [key, e] : entries)
+      if (e.creator == getpid() && e.state != PchEntry::State::Broken) {
+        std::error_code ec;
+        fs::remove(e.path, ec);
+      }
+  }
+  static PchRegistry& get() {
+    static PchRegistry registry;
+    return registry;
+  }
+};
+
+// Once per directory and process: removes this host's PCH files whose process is gone, and any
+// PCH file untouched for a week (another host's, on a shared home directory).
+void prune_pch_dir(const std::string& dir, const std::string& host) {
+  std::error_code ec;
+  static const std::regex name("tilus-[0-9a-f]{16}-(.+)-(\\d+)\\.pch");
+  auto now = fs::file_time_type::clock::now();
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::string file = it->path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(file, m, name)) continue;
+    long long pid = std::strtoll(m[2].str().c_str(), nullptr, 10);
+    bool dead = m[1] == host && pid != getpid() && pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+    auto written = fs::last_write_time(it->path(), ec);
+    bool old = !ec && now - written > std::chrono::hours(24 * 7);
+    if (dead || old) fs::remove(it->path(), ec);
+    ec.clear();
+  }
+}
+
+// Whether the source starts (after comments and blank lines) with the device header's include,
+// the prefix a PCH captures.
+bool starts_with_device_include(const std::string& source) {
+  std::istringstream in(source);
+  for (std::string line; std::getline(in, line);) {
+    size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line.compare(b, 2, "//") == 0) continue;
+    return line.compare(b, std::string::npos, "#include \"tilus/device.h\"") == 0;
+  }
+  return false;
+}
+
+struct PchPlan {
+  PchUse mode = PchUse::None;  // Created: this compile makes it; Used: it reads it
+  std::string key, path;
+};
+
+void warn_pch_once(PchRegistry& r, const std::string& path, const std::string& message) {
+  if (r.warned.insert(path).second) spdlog::warn("tilus: {}", message);
+}
+
+// Decides whether this compile makes the PCH, uses it, or goes without.
+PchPlan plan_pch(const std::string& dir, const std::string& source, const std::vector<std::string>& options,
+                 const std::vector<std::pair<std::string, std::string>>& headers) {
+  PchPlan plan;
+  if (dir.empty() || !nvrtc().pch_create_status || !starts_with_device_include(source)) return plan;
+  std::string what = fmt::format("{}\n{}\n{}", dir, nvrtc_version(), fmt::join(options, "\n"));
+  for (auto& [name, text] : headers) what += fmt::format("\n{}:{}\n{}:{}", name.size(), name, text.size(), text);
+  static const std::string host = host_name();
+  plan.key = what;
+  plan.path = (fs::path(dir) / fmt::format("tilus-{:016x}-{}-{}.pch", fnv1a(what), host, getpid())).string();
+  PchRegistry& r = PchRegistry::get();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.entries.find(plan.key);
+  if (it != r.entries.end()) {
+    PchEntry& e = it->second;
+    if (e.state != PchEntry::State::Ready) return plan;  // being made by another thread, or unusable
+    auto now = identity_of(e.path);
+    if (now && *now == e.identity) {
+      plan.mode = PchUse::Used;
+      plan.path = e.path;
+      return plan;
+    }
+    // Deleted (the cache directory may be removed at any time): made again, quietly. Changed: a
+    // file NVRTC could crash on; not used, made again, and said once.
+    if (now)
+      warn_pch_once(r, e.path,
+                    fmt::format("the precompiled device header {} was changed by something other than this process; "
+                                "not using it (a new one is made)",
+                                e.path));
+    else
+      spdlog::debug("tilus: the precompiled device header {} is gone; making it again", e.path);
+    std::error_code ec;
+    if (now) fs::remove(e.path, ec);
+    r.entries.erase(it);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) {
+    spdlog::debug("tilus: no precompiled device headers: cannot create {}", dir);
+    r.entries[plan.key] = PchEntry{PchEntry::State::Broken, plan.path, {}, getpid()};
+    return PchPlan{};
+  }
+  if (r.pruned_dirs.insert(dir).second) prune_pch_dir(dir, host);
+  fs::remove(plan.path, ec);  // a leftover of a process that had this pid
+  r.entries[plan.key] = PchEntry{PchEntry::State::Creating, plan.path, {}, getpid()};
+  plan.mode = PchUse::Created;
+  return plan;
+}
+
+// Records what became of the PCH the compile made or used.
+void finish_pch(const PchPlan& plan, bool ok, bool pch_fault, bool used, const std::string& status,
+                const std::string& why) {
+  if (plan.mode == PchUse::None) return;
+  PchRegistry& r = PchRegistry::get();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.entries.find(plan.key);
+  if (it == r.entries.end()) return;
+  PchEntry& e = it->second;
+  if (plan.mode == PchUse::Used) {
+    if (pch_fault || (ok && !used)) {
+      e.state = PchEntry::State::Broken;
+      warn_pch_once(r, e.path,
+                    fmt::format("NVRTC could not use the precompiled device header {} ({}); compiling without one",
+                                e.path, why.empty() ? "no reason given" : why));
+    }
+    return;
+  }
+  // Created.
+  auto id = identity_of(e.path);
+  if (ok && status.empty() && id) {
+    e.state = PchEntry::State::Ready;
+    e.identity = *id;
+    spdlog::debug("tilus: made the precompiled device header {} ({} bytes)", e.path, id->size);
+    return;
+  }
+  std::error_code ec;
+  fs::remove(e.path, ec);
+  if (!ok && !pch_fault) {  // the source was at fault: the next compile tries again
+    r.entries.erase(it);
+    return;
+  }
+  e.state = PchEntry::State::Broken;
+  spdlog::debug("tilus: no precompiled device header in {}: {}", e.path, !status.empty() ? status : why);
+}
+
+// Where NVRTC's --time report goes for one compile.
+std::string time_file() {
+  static std::atomic<uint64_t> counter{0};
+  return (fs::temp_directory_path() / fmt::format("tilus-nvrtc-time-{}-{}.csv", getpid(), counter++)).string();
+}
+
+NvrtcTiming read_timing(const std::string& file) {
+  NvrtcTiming t;
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);  // "File name, phase name, metric, unit"
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string c; std::getline(row, c, ',');) {
+      size_t b = c.find_first_not_of(' '), e = c.find_last_not_of(" \r");
+      cells.push_back(b == std::string::npos ? "" : c.substr(b, e - b + 1));
+    }
+    if (cells.size() < 3) continue;
+    double ms = std::strtod(cells[2].c_str(), nullptr);
+    if (cells.size() > 3 && cells[3] == "s") ms *= 1000;
+    t.phases.emplace_back(cells[1], ms);
+    auto add = [&](double& field) { field = (field < 0 ? 0 : field) + ms; };
+    if (cells[1] == "CUDA C++ Frontend") add(t.front_end_ms);
+    else if (cells[1] == "NVVM Optimizer") add(t.optimizer_ms);
+    else if (cells[1] == "PTX Translation") add(t.ptxas_ms);
+  }
+  std::error_code ec;
+  fs::remove(file, ec);
+  return t;
+}
+
+}  // namespace
+#endif
+
+std::vector<std::string> nvrtc_pch_files() {
+  std::vector<std::string> files;
+#ifdef TILUS_HAVE_NVRTC
+  PchRegistry& r = PchRegistry::get();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto& [key, e] : r.entries)
+    if (e.state == PchEntry::State::Ready) files.push_back(e.path);
+#endif
+  return files;
+}
+
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, const std::string& arch,
-                          const std::vector<std::string>& extra_options) {
+                          const std::vector<std::string>& extra_options, const NvrtcCompileOptions& compile_options) {
 #ifndef TILUS_HAVE_NVRTC
   throw NvrtcError(fmt::format("cannot compile {}: tilus was built without NVRTC (CUDA toolkit not found)", name));
 #else
@@ -237,8 +533,21 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   NvrtcOutput out;
   out.options = nvrtc_options(arch);
   out.options.insert(out.options.end(), extra_options.begin(), extra_options.end());
+  if (compile_options.minimal_header)
+    for (auto& d : device_header_defines(source)) out.options.push_back(d);
 
-  const auto& headers = device_headers();
+  const auto& headers = compile_options.headers ? *compile_options.headers : device_headers();
+  PchPlan plan = plan_pch(compile_options.pch_dir, source, out.options, headers);
+  std::vector<std::string> run_options = out.options;
+  if (plan.mode == PchUse::Created) run_options.push_back("--create-pch=" + plan.path);
+  if (plan.mode == PchUse::Used) run_options.push_back("--use-pch=" + plan.path);
+  if (plan.mode != PchUse::None) run_options.push_back("--pch-messages=true");
+  std::string timing_file;
+  if (compile_options.time_phases) {
+    timing_file = time_file();
+    run_options.push_back("--time=" + timing_file);
+  }
+
   std::vector<const char*> header_texts, header_names;
   for (auto& [n, text] : headers) {
     header_names.push_back(n.c_str());
@@ -255,23 +564,71 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   } destroy{&prog, lib.destroy};
 
   std::vector<const char*> opts;
-  for (auto& o : out.options) opts.push_back(o.c_str());
+  for (auto& o : run_options) opts.push_back(o.c_str());
+  auto t0 = std::chrono::steady_clock::now();
   nvrtcResult result = lib.compile(prog, int(opts.size()), opts.data());
+  out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!timing_file.empty()) out.timing = read_timing(timing_file);
   size_t log_size = 0;
   lib.log_size(prog, &log_size);
   out.log.resize(log_size);
   if (log_size) lib.log(prog, out.log.data());
   while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
   // ptxas's report ("ptxas info : ...", "ptxas . ...") is not a warning: it becomes `resources`.
+  // NVRTC's PCH messages and warnings are tilus's business, not the kernel's: they leave the log.
+  bool pch_used = false, pch_fault = false;
+  std::string pch_why;
   {
     std::istringstream lines(out.log);
     std::string report, rest;
     static const std::regex info("^ptxas( info|\\s+\\.)");  // ptxas errors and warnings stay in the log
-    for (std::string l; std::getline(lines, l);) (std::regex_search(l, info) ? report : rest) += l + "\n";
-    while (!rest.empty() && rest.back() == '\n') rest.pop_back();
+    static const std::regex pch_note("^\"[^\"]*\": (creating|using) precompiled header file ");
+    bool other_warnings = false;
+    std::vector<std::string> kept;
+    for (std::string l; std::getline(lines, l);) {
+      if (std::regex_search(l, info)) {
+        report += l + "\n";
+      } else if (std::smatch m; std::regex_search(l, m, pch_note)) {
+        pch_used |= m[1] == "using";
+      } else if (plan.mode != PchUse::None && l.find("precompiled header") != std::string::npos) {
+        pch_fault = true;
+        if (pch_why.empty()) pch_why = l;
+      } else {
+        other_warnings |= l.find("arning") != std::string::npos;
+        kept.push_back(l);
+      }
+    }
+    for (auto& l : kept)
+      if (other_warnings || !(l.rfind("Remark: The warnings can be suppressed", 0) == 0)) rest += l + "\n";
+    while (!rest.empty() && (rest.back() == '\n' || rest.front() == '\n')) {
+      if (rest.back() == '\n') rest.pop_back();
+      else rest.erase(0, 1);
+    }
     out.resources = parse_ptxas_report(report, name);
     spdlog::trace("tilus: ptxas report for {}:\n{}", name, report);
     out.log = std::move(rest);
+  }
+  std::string status;
+  if (plan.mode == PchUse::Created && result == NVRTC_SUCCESS) {
+    nvrtcResult s = lib.pch_create_status(prog);
+    if (s == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
+      size_t need = 0;
+      if (lib.pch_heap_size_required) lib.pch_heap_size_required(prog, &need);
+      status = fmt::format("NVRTC's PCH heap is too small ({} bytes needed; nvrtcSetPCHHeapSize)", need);
+    } else if (s != NVRTC_SUCCESS) {
+      status = lib.error_string(s);
+    }
+  }
+  finish_pch(plan, result == NVRTC_SUCCESS, pch_fault, pch_used, status, pch_why);
+  if (result != NVRTC_SUCCESS && plan.mode != PchUse::None && pch_fault) {
+    // The PCH, not the source, failed the compile: once more without it.
+    NvrtcCompileOptions without = compile_options;
+    without.pch_dir.clear();
+    return nvrtc_compile(source, name, arch, extra_options, without);
+  }
+  if (result == NVRTC_SUCCESS && (plan.mode == PchUse::Created ? status.empty() : pch_used)) {
+    out.pch = plan.mode;
+    out.pch_file = plan.path;
   }
   if (result != NVRTC_SUCCESS)
     throw NvrtcError(fmt::format("NVRTC could not compile kernel {} for {} ({}):\n{}{}", name, arch,

@@ -205,6 +205,8 @@ DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {
     dir_ = "/tmp/tilus-cache";
 }
 
+std::string DiskCache::pch_dir() const { return (fs::path(dir_) / "pch").string(); }
+
 bool DiskCache::writable() const {
   try {
     std::error_code ec;

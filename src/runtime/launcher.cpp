@@ -104,13 +104,48 @@ void log_resources(const CompiledKernel& k) {
 
 }  // namespace
 
+std::string device_headers_digest(const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string all;
+  for (auto& [name, text] : headers) all += fmt::format("{}:{};{}:{};", name.size(), name, text.size(), text);
+  return sha256_hex(all);
+}
+
+const std::string& device_headers_digest() {
+  static const std::string digest = device_headers_digest(device_headers());
+  return digest;
+}
+
+namespace {
+bool env_off(const char* name) {
+  const char* env = std::getenv(name);
+  if (!env) return false;
+  std::string v = env;
+  return v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE";
+}
+}  // namespace
+
+std::string nvrtc_pch_dir(const DiskCache* cache) {
+  if (env_off("TILUS_NVRTC_PCH")) return "";
+  return cache ? cache->pch_dir() : default_cache().pch_dir();
+}
+
 CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
   apply_log_level();
   CompiledKernel k;
   k.source = source;
+  NvrtcCompileOptions options;
+  options.pch_dir = nvrtc_pch_dir(cache);
+  options.minimal_header = !env_off("TILUS_NVRTC_MINIMAL_HEADER");
   std::string key;
   if (cache) {
-    key = DiskCache::key(source.source, source.arch, nvrtc_version(), nvrtc_options(source.arch));
+    // What decides the cubin: the source, the arch, NVRTC and its options (the device header
+    // variant's -D options included), the device header library and (in the key) tilus's
+    // version. Not the PCH: a compile with one makes the same cubin as one without.
+    std::vector<std::string> key_options = nvrtc_options(source.arch);
+    if (options.minimal_header)
+      for (auto& d : device_header_defines(source.source)) key_options.push_back(d);
+    key_options.push_back("device-headers=" + device_headers_digest());
+    key = DiskCache::key(source.source, source.arch, nvrtc_version(), key_options);
     if (auto hit = cache->load(key); hit && hit->source == source.source) {
       spdlog::debug("tilus: kernel {} loaded from cache entry {}", source.name, key);
       k.cubin = std::move(hit->cubin);
@@ -121,10 +156,12 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
     }
   }
   auto t0 = std::chrono::steady_clock::now();
-  NvrtcOutput out = nvrtc_compile(source.source, source.name, source.arch);
+  NvrtcOutput out = nvrtc_compile(source.source, source.name, source.arch, {}, options);
   k.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  k.pch = out.pch;
   if (!out.log.empty()) spdlog::debug("tilus: NVRTC log for {}:\n{}", source.name, out.log);
-  spdlog::debug("tilus: compiled kernel {} for {} in {:.1f} ms", source.name, source.arch, k.compile_ms);
+  spdlog::debug("tilus: compiled kernel {} for {} in {:.1f} ms (precompiled header: {})", source.name, source.arch,
+                k.compile_ms, to_string(out.pch));
   k.cubin = std::move(out.cubin);
   k.resources = out.resources;
   log_resources(k);

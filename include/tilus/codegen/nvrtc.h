@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tilus/ir/error.h"
@@ -21,12 +22,52 @@ struct KernelResources {
   std::string str() const;
 };
 
+// Where NVRTC's time went (NVRTC's --time report, milliseconds; -1: not measured).
+struct NvrtcTiming {
+  double front_end_ms = -1;  // "CUDA C++ Frontend": preprocessing, parsing, NVVM IR generation
+  double optimizer_ms = -1;  // "NVVM Optimizer"
+  double ptxas_ms = -1;      // "PTX Translation": ptxas, PTX to SASS
+  std::vector<std::pair<std::string, double>> phases;  // every row of the report, in its order
+};
+
+// What a compile did with a precompiled device header (NvrtcCompileOptions::pch_dir).
+enum class PchUse {
+  None,     // compiled without one (none asked for, not usable for this source, or being made)
+  Created,  // this compile wrote it (as a side effect: the compile is otherwise as without)
+  Used,     // this compile read it instead of parsing the device header library
+};
+const char* to_string(PchUse use);
+
+// How nvrtc_compile goes about a compile. None of these changes the generated code (the SASS of
+// every example is the same with and without each; tests/cpp/test_nvrtc.cpp checks it).
+struct NvrtcCompileOptions {
+  // A directory for precompiled device headers ("": none). The first compile of a process for
+  // a given arch, option set and header variant writes one there as a side effect; later
+  // compiles in the process read it instead of parsing the headers again. NVRTC ties a PCH to
+  // the address of its PCH heap in the process that made it, so a file serves only its own
+  // process (and forks of it): it is named after the host and the pid, and removed at exit.
+  // A file that changes under the process is not used (one warning) and is made again.
+  std::string pch_dir;
+  // Hand NVRTC only the parts of the device header library the source needs: no cuda_bf16.h
+  // when the source names no bfloat16, no cuda_fp16.h either when it names no half
+  // (device_header_defines).
+  bool minimal_header = true;
+  // Fill NvrtcOutput::timing from NVRTC's --time report (a temporary file).
+  bool time_phases = false;
+  // The device header library to compile with (nullptr: the embedded one, device_headers()).
+  const std::vector<std::pair<std::string, std::string>>* headers = nullptr;
+};
+
 struct NvrtcOutput {
   std::vector<char> cubin;
   std::string ptx;
   std::string log;                   // compiler warnings (empty when clean)
-  std::vector<std::string> options;  // the options used (part of the cache key)
+  std::vector<std::string> options;  // the options that decide the code (no PCH or --time options)
   KernelResources resources;         // from ptxas's report (NVRTC 12 and newer)
+  PchUse pch = PchUse::None;         // what the compile did with a precompiled header
+  std::string pch_file;              // the PCH file it created or used ("" with PchUse::None)
+  double wall_ms = 0;                // nvrtcCompileProgram's wall-clock time
+  NvrtcTiming timing;                // with NvrtcCompileOptions::time_phases
 };
 
 // Thrown when NVRTC rejects the source: the message holds the NVRTC log and, for each
@@ -40,8 +81,17 @@ class NvrtcError : public Error {
 // `arch` ("sm_80", "sm_90a", ...) to a cubin (and its PTX), with -lineinfo. `name` names the
 // program in messages.
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, const std::string& arch,
-                          const std::vector<std::string>& extra_options = {});
-// The options nvrtc_compile passes for `arch` (before extra_options); part of the cache key.
+                          const std::vector<std::string>& extra_options = {},
+                          const NvrtcCompileOptions& compile_options = {});
+// The -D options that select the device header variant `source` needs: -DTILUS_DEVICE_NO_BF16
+// when it never names a bfloat16 ("bfloat16", "bf16"), and -DTILUS_DEVICE_NO_FP16 as well when
+// it never names a half either ("half", or an fp16 intrinsic "__h..."). A superset is always
+// safe: a source that mentions a type only in a comment just parses one more header.
+std::vector<std::string> device_header_defines(const std::string& source);
+// The PCH files this process made and still keeps, for tests and diagnostics.
+std::vector<std::string> nvrtc_pch_files();
+// The options nvrtc_compile passes for `arch` (before extra_options and the header variant's
+// -D options, which follow from the source); part of the cache key.
 // They include ptxas's verbose report (NVRTC 12 and newer), which gives `resources`.
 std::vector<std::string> nvrtc_options(const std::string& arch);
 // The resources of ptxas's verbose report ("Used 40 registers", "... bytes spill stores").

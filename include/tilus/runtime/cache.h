@@ -1,6 +1,7 @@
 // The on-disk cubin cache.
 //
-// Layout: $TILUS_CACHE_DIR (default ~/.cache/tilus)/kernels/<key[0:2]>/<key>/ with
+// Layout: $TILUS_CACHE_DIR (default ~/.cache/tilus)/pch/ holds each compiling process's
+// precompiled device headers (removed when it exits), and kernels/<key[0:2]>/<key>/ with
 //   kernel.cu     the generated source
 //   kernel.cubin  the compiled code
 //   meta.json     format version, kernel name, arch, NVRTC version, options, params (pointers
@@ -33,6 +34,9 @@ class DiskCache {
   // dir: the cache root; empty: $TILUS_CACHE_DIR or ~/.cache/tilus.
   explicit DiskCache(std::string dir = "");
   const std::string& dir() const { return dir_; }
+  // <dir>/pch: the precompiled device headers of the processes compiling into this cache
+  // (nvrtc.h, NvrtcCompileOptions::pch_dir).
+  std::string pch_dir() const;
   bool writable() const;
   // The key of a compilation: hash of the source, arch, NVRTC version, options and the
   // tilus version.

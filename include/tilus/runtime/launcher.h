@@ -135,14 +135,24 @@ struct CompiledKernel {
   std::vector<char> cubin;
   bool from_cache = false;
   double compile_ms = 0.0;  // NVRTC time (0 on a cache hit)
+  PchUse pch = PchUse::None;  // what the compile did with the process's precompiled device header
   // Registers, stack and spills per thread, as ptxas reported them (kept in the cache entry);
   // logged at TILUS_LOG_LEVEL=info.
   KernelResources resources;
 };
 
 // Compiles with NVRTC, or loads the cubin from `cache` (nullptr: no cache) when an entry
-// for the same source, arch, NVRTC version, options and tilus version exists.
+// for the same source, arch, NVRTC version, options, device header library and tilus version
+// exists. NVRTC keeps its precompiled device headers in `<cache dir>/pch` (the default cache's
+// without a cache), unless TILUS_NVRTC_PCH=0 (nvrtc_pch_dir).
 CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache);
+// Where compile_kernel keeps precompiled device headers for `cache` ("" when TILUS_NVRTC_PCH is
+// 0, off or false).
+std::string nvrtc_pch_dir(const DiskCache* cache);
+// The SHA-256 of the embedded device header library, part of every cubin cache key (and of a
+// given one: a changed header has another digest).
+const std::string& device_headers_digest();
+std::string device_headers_digest(const std::vector<std::pair<std::string, std::string>>& headers);
 
 // A compiled kernel ready to launch: the module is loaded at the first launch.
 class Launcher {

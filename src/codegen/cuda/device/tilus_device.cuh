@@ -1,9 +1,23 @@
 // tilus device library: the helpers the emitted CUDA code calls. Handed to NVRTC as the
 // in-memory header "tilus/device.h"; needs only cuda_fp16.h / cuda_bf16.h.
+//
+// The 16-bit float parts are guarded so that a kernel parses only the NVIDIA headers it needs
+// (they are most of the header's compile time): nvrtc_compile passes -DTILUS_DEVICE_NO_BF16
+// when the source never names a bfloat16, and -DTILUS_DEVICE_NO_FP16 too when it never names a
+// half (src/codegen/nvrtc.cpp, device_header_defines). Anything that names __half belongs
+// inside `#ifdef TILUS_DEVICE_FP16`, anything that names __nv_bfloat16 inside
+// `#ifdef TILUS_DEVICE_BF16` (tests/cpp/test_nvrtc.cpp compiles every variant). Without the
+// macros the whole library is there.
 #pragma once
 
-#include <cuda_bf16.h>
+#ifndef TILUS_DEVICE_NO_BF16
+#define TILUS_DEVICE_BF16 1
+#include <cuda_bf16.h>  // includes cuda_fp16.h
+#endif
+#if !defined(TILUS_DEVICE_NO_FP16) || defined(TILUS_DEVICE_BF16)
+#define TILUS_DEVICE_FP16 1
 #include <cuda_fp16.h>
+#endif
 
 typedef signed char int8_t;
 typedef short int16_t;
@@ -20,12 +34,20 @@ namespace tilus {
 // cvt<To>(x): every conversion goes through float (or double) where a direct one is
 // missing, rounding to nearest even like the host (DataType::encode_float).
 template <class T> struct is_half_like { static constexpr bool value = false; };
+#ifdef TILUS_DEVICE_FP16
 template <> struct is_half_like<__half> { static constexpr bool value = true; };
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> struct is_half_like<__nv_bfloat16> { static constexpr bool value = true; };
+#endif
 
 template <class From> __device__ __forceinline__ float to_float(From x) { return static_cast<float>(x); }
+#ifdef TILUS_DEVICE_FP16
 template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+#endif
 
 template <class To> struct Convert {
   template <class From> __device__ __forceinline__ static To run(From x) {
@@ -33,6 +55,7 @@ template <class To> struct Convert {
     else return static_cast<To>(x);
   }
 };
+#ifdef TILUS_DEVICE_FP16
 template <> struct Convert<__half> {
   template <class From> __device__ __forceinline__ static __half run(From x) {
     if constexpr (is_half_like<From>::value) return __float2half_rn(to_float(x));
@@ -40,12 +63,15 @@ template <> struct Convert<__half> {
     else return __float2half_rn(static_cast<float>(x));
   }
 };
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> struct Convert<__nv_bfloat16> {
   template <class From> __device__ __forceinline__ static __nv_bfloat16 run(From x) {
     if constexpr (is_half_like<From>::value) return __float2bfloat16_rn(to_float(x));
     else return __float2bfloat16_rn(static_cast<float>(x));
   }
 };
+#endif
 template <> struct Convert<bool> {
   template <class From> __device__ __forceinline__ static bool run(From x) {
     if constexpr (is_half_like<From>::value) return to_float(x) != 0.0f;
@@ -66,10 +92,14 @@ __device__ __forceinline__ float min_(float a, float b) { return fminf(a, b); }
 __device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double min_(double a, double b) { return fmin(a, b); }
 __device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
+#ifdef TILUS_DEVICE_FP16
 __device__ __forceinline__ __half min_(__half a, __half b) { return __hmin(a, b); }
 __device__ __forceinline__ __half max_(__half a, __half b) { return __hmax(a, b); }
+#endif
+#ifdef TILUS_DEVICE_BF16
 __device__ __forceinline__ __nv_bfloat16 min_(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmin(a, b); }
 __device__ __forceinline__ __nv_bfloat16 max_(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmax(a, b); }
+#endif
 
 template <class T> __device__ __forceinline__ T floor_div(T a, T b) {
   T q = a / b;
@@ -84,13 +114,25 @@ __device__ __forceinline__ float fmod_(float a, float b) { return fmodf(a, b); }
 __device__ __forceinline__ double fmod_(double a, double b) { return fmod(a, b); }
 
 // Transcendentals: float and double directly, 16-bit floats through float.
+#ifdef TILUS_DEVICE_FP16
+#define TILUS_MATH1_FP16(name, ffn) \
+  __device__ __forceinline__ __half name(__half x) { return __float2half_rn(ffn(__half2float(x))); }
+#else
+#define TILUS_MATH1_FP16(name, ffn)
+#endif
+#ifdef TILUS_DEVICE_BF16
+#define TILUS_MATH1_BF16(name, ffn)                                \
+  __device__ __forceinline__ __nv_bfloat16 name(__nv_bfloat16 x) { \
+    return __float2bfloat16_rn(ffn(__bfloat162float(x)));          \
+  }
+#else
+#define TILUS_MATH1_BF16(name, ffn)
+#endif
 #define TILUS_MATH1(name, ffn, dfn)                                                          \
   __device__ __forceinline__ float name(float x) { return ffn(x); }                          \
   __device__ __forceinline__ double name(double x) { return dfn(x); }                        \
-  __device__ __forceinline__ __half name(__half x) { return __float2half_rn(ffn(__half2float(x))); } \
-  __device__ __forceinline__ __nv_bfloat16 name(__nv_bfloat16 x) {                            \
-    return __float2bfloat16_rn(ffn(__bfloat162float(x)));                                     \
-  }
+  TILUS_MATH1_FP16(name, ffn)                                                                \
+  TILUS_MATH1_BF16(name, ffn)
 TILUS_MATH1(exp, expf, ::exp)
 TILUS_MATH1(exp2, exp2f, ::exp2)
 TILUS_MATH1(log, logf, ::log)
@@ -105,6 +147,8 @@ TILUS_MATH1(floor, floorf, ::floor)
 TILUS_MATH1(ceil, ceilf, ::ceil)
 TILUS_MATH1(abs, fabsf, ::fabs)
 #undef TILUS_MATH1
+#undef TILUS_MATH1_FP16
+#undef TILUS_MATH1_BF16
 __device__ __forceinline__ int32_t abs(int32_t x) { return x < 0 ? -x : x; }
 __device__ __forceinline__ int64_t abs(int64_t x) { return x < 0 ? -x : x; }
 __device__ __forceinline__ int8_t abs(int8_t x) { return x < 0 ? int8_t(-x) : x; }
@@ -249,20 +293,28 @@ __device__ __forceinline__ uint32_t shfl_in(int16_t v) { return uint16_t(v); }
 __device__ __forceinline__ uint32_t shfl_in(uint16_t v) { return v; }
 __device__ __forceinline__ uint32_t shfl_in(int32_t v) { return uint32_t(v); }
 __device__ __forceinline__ uint32_t shfl_in(uint32_t v) { return v; }
+#ifdef TILUS_DEVICE_FP16
 __device__ __forceinline__ uint32_t shfl_in(__half v) { return __half_as_ushort(v); }
+#endif
+#ifdef TILUS_DEVICE_BF16
 __device__ __forceinline__ uint32_t shfl_in(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+#endif
 __device__ __forceinline__ uint32_t shfl_in(float v) { return __float_as_uint(v); }
 __device__ __forceinline__ uint64_t shfl_in(int64_t v) { return uint64_t(v); }
 __device__ __forceinline__ uint64_t shfl_in(uint64_t v) { return v; }
 __device__ __forceinline__ uint64_t shfl_in(double v) { return uint64_t(__double_as_longlong(v)); }
 template <class T> struct ShflOut { static __device__ __forceinline__ T run(uint64_t w) { return T(w); } };
 template <> struct ShflOut<bool> { static __device__ __forceinline__ bool run(uint64_t w) { return w != 0; } };
+#ifdef TILUS_DEVICE_FP16
 template <> struct ShflOut<__half> {
   static __device__ __forceinline__ __half run(uint64_t w) { return __ushort_as_half(uint16_t(w)); }
 };
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> struct ShflOut<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 run(uint64_t w) { return __ushort_as_bfloat16(uint16_t(w)); }
 };
+#endif
 template <> struct ShflOut<float> { static __device__ __forceinline__ float run(uint64_t w) { return __uint_as_float(uint32_t(w)); } };
 template <> struct ShflOut<double> {
   static __device__ __forceinline__ double run(uint64_t w) { return __longlong_as_double((long long)w); }
@@ -371,21 +423,29 @@ template <int Bytes, class T> __device__ __forceinline__ void stg(void* dst, con
 }
 
 // ---- tensor cores ------------------------------------------------------------------------------------
+#ifdef TILUS_DEVICE_FP16
 __device__ __forceinline__ uint32_t pack2(__half lo, __half hi) {
   return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
 }
+#endif
+#ifdef TILUS_DEVICE_BF16
 __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
   return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
 }
+#endif
 
 // ldmatrix: each lane gives the shared address of one 16-byte row; the warp receives 8x8
 // matrices of 16-bit elements in the mma fragment order (.trans: transposed). N is 1, 2 or 4
 // matrices; dst gets 2 * N elements.
 template <class T> __device__ __forceinline__ T from_bits16(uint16_t b) { return static_cast<T>(b); }
+#ifdef TILUS_DEVICE_FP16
 template <> __device__ __forceinline__ __half from_bits16<__half>(uint16_t b) { return __ushort_as_half(b); }
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> __device__ __forceinline__ __nv_bfloat16 from_bits16<__nv_bfloat16>(uint16_t b) {
   return __ushort_as_bfloat16(b);
 }
+#endif
 template <int N, bool Trans, class T> __device__ __forceinline__ void ldmatrix(T* dst, const void* row) {
   static_assert(sizeof(T) == 2, "ldmatrix moves 16-bit elements");
   uint32_t r[N];
@@ -413,8 +473,12 @@ template <int N, bool Trans, class T> __device__ __forceinline__ void ldmatrix(T
 
 // stmatrix (sm_90): the inverse of ldmatrix; src holds 2 * N elements in fragment order.
 template <class T> __device__ __forceinline__ uint16_t to_bits16(T v) { return static_cast<uint16_t>(v); }
+#ifdef TILUS_DEVICE_FP16
 template <> __device__ __forceinline__ uint16_t to_bits16<__half>(__half v) { return __half_as_ushort(v); }
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> __device__ __forceinline__ uint16_t to_bits16<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+#endif
 template <int N, bool Trans, class T> __device__ __forceinline__ void stmatrix(void* row, const T* src) {
   static_assert(sizeof(T) == 2, "stmatrix moves 16-bit elements");
   uint32_t r[N];
@@ -440,6 +504,7 @@ template <int N, bool Trans, class T> __device__ __forceinline__ void stmatrix(v
 
 // d += a @ b for one m16n8k16 tile; a: 8 halves, b: 4 halves, d: 4 floats (PTX fragment order).
 template <class In> __device__ __forceinline__ void mma_m16n8k16_f32(float* d, const In* a, const In* b);
+#ifdef TILUS_DEVICE_FP16
 template <> __device__ __forceinline__ void mma_m16n8k16_f32<__half>(float* d, const __half* a, const __half* b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -448,6 +513,8 @@ template <> __device__ __forceinline__ void mma_m16n8k16_f32<__half>(float* d, c
       : "r"(pack2(a[0], a[1])), "r"(pack2(a[2], a[3])), "r"(pack2(a[4], a[5])), "r"(pack2(a[6], a[7])),
         "r"(pack2(b[0], b[1])), "r"(pack2(b[2], b[3])));
 }
+#endif
+#ifdef TILUS_DEVICE_BF16
 template <> __device__ __forceinline__ void mma_m16n8k16_f32<__nv_bfloat16>(float* d, const __nv_bfloat16* a,
                                                                             const __nv_bfloat16* b) {
   asm volatile(
@@ -457,6 +524,8 @@ template <> __device__ __forceinline__ void mma_m16n8k16_f32<__nv_bfloat16>(floa
       : "r"(pack2(a[0], a[1])), "r"(pack2(a[2], a[3])), "r"(pack2(a[4], a[5])), "r"(pack2(a[6], a[7])),
         "r"(pack2(b[0], b[1])), "r"(pack2(b[2], b[3])));
 }
+#endif
+#ifdef TILUS_DEVICE_FP16
 // f16 accumulation: d holds 4 halves.
 __device__ __forceinline__ void mma_m16n8k16_f16(__half* d, const __half* a, const __half* b) {
   uint32_t d0 = pack2(d[0], d[1]), d1 = pack2(d[2], d[3]);
@@ -470,6 +539,7 @@ __device__ __forceinline__ void mma_m16n8k16_f16(__half* d, const __half* a, con
   d[2] = __ushort_as_half(uint16_t(d1 & 0xffff));
   d[3] = __ushort_as_half(uint16_t(d1 >> 16));
 }
+#endif
 
 // ---- mbarriers, TMA and proxy fences (sm_90; mbarriers from sm_80) ----------------------------
 

@@ -1,0 +1,89 @@
+"""Issue 18's compile-time machinery from Python: the process's precompiled device header (made
+once, reused, the same cubin, removed when the process exits, a file changed under the process
+warned about once and not used), the runtime keeping it beside the cubin cache, and
+bench/compile_time.py."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tilus
+from tilus import _C
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+pytestmark = pytest.mark.skipif(not _C.nvrtc_available() or _C.nvrtc_version() < 12080,
+                                reason="needs NVRTC 12.8 or newer (precompiled headers)")
+
+SRC = ('#include "tilus/device.h"\n'
+       'extern "C" __global__ void k(float* x) { x[threadIdx.x] = tilus::exp(x[threadIdx.x]); }\n')
+
+
+def test_pch_is_made_once_and_reused(tmp_path):
+    d = str(tmp_path / "pch")
+    runs = [_C.nvrtc_compile(SRC, "k", "sm_90a", pch_dir=d) for _ in range(3)]
+    assert [r["pch"] for r in runs] == ["created", "used", "used"]
+    assert runs[0]["pch_file"] == runs[2]["pch_file"]
+    assert os.listdir(d) == [os.path.basename(runs[0]["pch_file"])]
+    assert runs[0]["pch_file"] in _C.nvrtc_pch_files()
+    plain = _C.nvrtc_compile(SRC, "k", "sm_90a")
+    assert plain["pch"] == "none" and plain["pch_file"] == ""
+    assert runs[0]["cubin"] == runs[1]["cubin"] == plain["cubin"]
+    assert all(r["log"] == "" for r in runs)
+
+
+def test_pch_goes_when_the_process_exits(tmp_path):
+    d = str(tmp_path / "pch")
+    code = ("import os, sys\nfrom tilus import _C\n"
+            f"r = _C.nvrtc_compile({SRC!r}, 'k', 'sm_90a', pch_dir=sys.argv[1])\n"
+            "print(r['pch'], os.path.exists(r['pch_file']))\n")
+    out = subprocess.run([sys.executable, "-c", code, d], check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["created", "True"]
+    assert os.listdir(d) == []
+
+
+def test_changed_pch_file_is_not_used_and_said_once(tmp_path, capfd):
+    d = str(tmp_path / "pch")
+    first = _C.nvrtc_compile(SRC, "k", "sm_90a", pch_dir=d)
+    assert first["pch"] == "created"
+    with open(first["pch_file"], "r+b") as f:  # garbage every 4 KB, same size
+        size = os.path.getsize(first["pch_file"])
+        for at in range(1000, size, 4096):
+            f.seek(at)
+            f.write(b"\x5a")
+    capfd.readouterr()
+    again = _C.nvrtc_compile(SRC, "k", "sm_90a", pch_dir=d)  # NVRTC would crash reading it
+    assert again["pch"] == "created" and again["cubin"] == first["cubin"]
+    assert _C.nvrtc_compile(SRC, "k", "sm_90a", pch_dir=d)["pch"] == "used"
+    err = capfd.readouterr().err
+    assert err.count("was changed by something other than this process") == 1, err
+
+
+def test_runtime_keeps_the_pch_beside_the_cubin_cache(tmp_path, monkeypatch):
+    from vector_add import VectorAdd
+    from softmax import Softmax
+    monkeypatch.delenv("TILUS_NVRTC_PCH", raising=False)
+    _C.set_cache_dir(str(tmp_path))
+    try:
+        assert _C.nvrtc_pch_dir() == str(tmp_path / "pch")
+        _C.compile_gpu(tilus.trace(VectorAdd()), "sm_90a")
+        _C.compile_gpu(tilus.trace(Softmax()), "sm_90a")
+        mine = [f for f in _C.nvrtc_pch_files() if f.startswith(str(tmp_path))]
+        assert len(mine) == 1 and os.path.exists(mine[0]), _C.nvrtc_pch_files()
+        monkeypatch.setenv("TILUS_NVRTC_PCH", "0")
+        assert _C.nvrtc_pch_dir() == ""
+    finally:
+        _C.set_cache_dir("")
+
+
+def test_bench_compile_time_runs(tmp_path):
+    out = tmp_path / "figures.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compile_time.py"), "--only", "py/vector_add",
+                    "--repeat", "1", "--json", str(out)], check=True, capture_output=True, text=True,
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    figures = json.loads(out.read_text())
+    row, = figures["kernels"]
+    assert row["kernel"] == "py/vector_add"
+    for mode in ("full", "cold", "warm"):
+        assert row[mode]["total"] > 0 and row[mode]["front_end"] >= 0 and row[mode]["ptxas"] >= 0
