@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # The names run_examples accepts, in its order (`run_examples --list`; tests/repo/test_scripts.py
 # checks that the two lists agree). Checked here so that a typo fails before the build.
 EXAMPLES=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_mma_large matmul_pipelined
-          matmul_pipelined_large matmul_copy matmul_copy_large)
+          matmul_pipelined_large matmul_copy matmul_copy_large hopper_matmul hopper_matmul_large)
 DEFAULT_EXAMPLES=(matmul_mma matmul_mma_large)
 
 usage() {
@@ -33,7 +33,8 @@ options:
   -h, --help   print this help and exit
 
 examples: ${EXAMPLES[*]}
-  (the *_large ones are timed at a large size)
+  (the *_large ones are timed at a large size; hopper_matmul* are the wgmma kernels, on an
+  sm_90a GPU only)
 
 environment:
   TILUS_TARGET=cpu|gpu   the backend when neither --cpu nor --gpu is given
