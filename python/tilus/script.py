@@ -196,57 +196,55 @@ class Attrs:
             raise AttributeError(name) from None
 
 
-class _BlockIdx:
-    """``self.blockIdx``: the index of the running thread block in the grid (``.x``, ``.y``, ``.z``)."""
+_INT32 = DataType.from_name("int32")
+
+
+class Dim3:
+    """Three values ``x``, ``y``, ``z`` (NVIDIA Tilus's ``tilus.Dim3``): ``self.blockIdx``,
+    ``self.gridDim`` and the cluster's ``blockIdx`` and ``clusterDim`` are Dim3s of int32 scalars.
+    ``x, y, z = dim3`` unpacks it; ``dim3[0]`` is ``x``."""
+    __slots__ = ("_values",)
+
+    def __init__(self, x: Any = 1, y: Any = 1, z: Any = 1):
+        self._values = (x, y, z)
 
     @property
-    def x(self) -> Expr:
-        """The block index along the grid's first dim (``attrs.blocks[0]``), an int32 scalar."""
-        return _C.block_idx(0)
+    def x(self) -> Any:
+        """The first value."""
+        return self._values[0]
 
     @property
-    def y(self) -> Expr:
-        """The block index along the grid's second dim (``attrs.blocks[1]``), an int32 scalar."""
-        return _C.block_idx(1)
+    def y(self) -> Any:
+        """The second value."""
+        return self._values[1]
 
     @property
-    def z(self) -> Expr:
-        """The block index along the grid's third dim (``attrs.blocks[2]``), an int32 scalar."""
-        return _C.block_idx(2)
-
-
-class _Dim3:
-    """Three int32 scalars ``x``, ``y``, ``z`` (the cluster's ``blockIdx`` and ``clusterDim``)."""
-
-    def __init__(self, make):
-        self._make = make
-
-    @property
-    def x(self) -> Expr:
-        """The first dim's value, an int32 scalar."""
-        return self._make(0)
-
-    @property
-    def y(self) -> Expr:
-        """The second dim's value, an int32 scalar."""
-        return self._make(1)
-
-    @property
-    def z(self) -> Expr:
-        """The third dim's value, an int32 scalar."""
-        return self._make(2)
+    def z(self) -> Any:
+        """The third value."""
+        return self._values[2]
 
     def __iter__(self):
         """``x, y, z = ...``: the three values in order."""
-        return iter((self.x, self.y, self.z))
+        return iter(self._values)
 
     def __getitem__(self, i):
         """``[0]``, ``[1]``, ``[2]``: ``x``, ``y``, ``z``."""
-        return (self.x, self.y, self.z)[i]
+        return self._values[i]
 
     def __len__(self):
         """3."""
         return 3
+
+    def __repr__(self):
+        return f"Dim3({', '.join(repr(v) for v in self._values)})"
+
+
+def _block_idx() -> Dim3:
+    return Dim3(_C.block_idx(0), _C.block_idx(1), _C.block_idx(2))
+
+
+def _Dim3(make) -> Dim3:
+    return Dim3(make(0), make(1), make(2))
 
 
 class _Cluster:
@@ -329,7 +327,7 @@ class Script(Artifacts):
 
     def __init__(self):
         self.attrs = Attrs()
-        self.blockIdx = _BlockIdx()
+        self.blockIdx = _block_idx()
         self.cluster = _Cluster()
 
     def __call__(self, *args, **kw):
@@ -339,7 +337,7 @@ class Script(Artifacts):
     def __getattr__(self, name):
         # A subclass whose __init__ forgot super().__init__() still has its attrs, blockIdx, cluster.
         if name in ("attrs", "blockIdx", "cluster"):
-            value = Attrs() if name == "attrs" else _BlockIdx() if name == "blockIdx" else _Cluster()
+            value = Attrs() if name == "attrs" else _block_idx() if name == "blockIdx" else _Cluster()
             self.__dict__[name] = value
             return value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
