@@ -29,6 +29,7 @@ from .launch import compiled_kernels, trace
 from .script import Dim3, GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
 from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _scalars, _where
 from .visualize import visualize_layout
+from .classes import Class, Pipeline
 from .target import get_current_target
 from .tensor import Tensor, empty, from_torch, full, ones, rand, randint, randn, view_torch, zeros
 from . import option, target, testing, utils

@@ -23,7 +23,7 @@ import threading
 from . import _C
 from ._C import ArgumentError, CompileError, DataType
 from .tensor import Tensor as _HostTensor
-from .tracing import _describe, _located, _raised_at, tracing
+from .tracing import _describe, _located, _raised_at, _tracing, tracing
 from .transform import normalize
 
 _CONST_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
@@ -318,6 +318,7 @@ def trace(script, constants=None):
         else:
             args.append(b.add_param(p.name, p.dtype, (sig.file, sig.line)))
     with tracing(b):
+        _tracing.script = script  # the Script a tilus.Class reaches (classes.py)
         script.attrs._values.clear()  # each trace sets them anew
         try:
             result = sig.normalized(script, *args)

@@ -30,7 +30,7 @@ needs_torch = pytest.mark.skipif(_torch() is None, reason="torch is not installe
 
 def test_nvidia_tilus_module_names_exist():
     names = ["void_p", "DataType", "RegisterLayout", "RegisterTensor", "SharedTensor", "GlobalTensor", "Script",
-             "autotune", "Dim3", "empty", "from_torch", "full", "ones", "rand", "randint",
+             "autotune", "Class", "Pipeline", "Dim3", "empty", "from_torch", "full", "ones", "rand", "randint",
              "randn", "view_torch", "zeros", "option", "utils", "get_current_target", "__version__"]
     assert [n for n in names if not hasattr(tilus, n)] == []
     assert tilus.void_p.is_pointer and tilus.void_p.pointee.name == "void"
