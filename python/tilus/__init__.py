@@ -26,11 +26,15 @@ from ._C import ArgumentError, CompileError, CpuCheckError, DataType, Error, Exp
 from ._C import replicated
 from .tuning import autotune, autotune_report
 from .launch import compiled_kernels, trace
-from .script import GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
+from .script import Dim3, GlobalTensor, Region, RegisterTensor, Script, SharedTensor, static_range
 from .tracing import TilusWarning, _describe, _dtype, _here, _is_scalar, _scalars, _where
 from .visualize import visualize_layout
-from . import option, testing, utils
+from .classes import Class, Pipeline
+from .target import get_current_target
+from .tensor import Tensor, empty, from_torch, full, ones, rand, randint, randn, view_torch, zeros
+from . import option, target, testing, utils
 from .utils import cdiv
+from ._C import RegisterLayout
 
 __version__ = _C.__version__
 
@@ -77,6 +81,10 @@ float6_e4m1 = DataType.from_name("float6_e4m1")
 float7_e2m4 = DataType.from_name("float7_e2m4")
 float7_e4m2 = DataType.from_name("float7_e4m2")
 float7_e5m1 = DataType.from_name("float7_e5m1")
+
+#: The untyped pointer type (``void*``): a parameter annotated ``void_p`` takes an array of any
+#: dtype; ``global_view(p, dtype=..., shape=...)`` names the dtype it is read as.
+void_p = ~DataType.from_name("void")
 
 # NVIDIA Tilus's names for the same types (the same objects), so its kernels read unchanged.
 f16, bf16, f32, f64 = float16, bfloat16, float32, float64

@@ -22,7 +22,8 @@ import threading
 
 from . import _C
 from ._C import ArgumentError, CompileError, DataType
-from .tracing import _describe, _located, _raised_at, tracing
+from .tensor import Tensor as _HostTensor
+from .tracing import _describe, _located, _raised_at, _tracing, tracing
 from .transform import normalize
 
 _CONST_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
@@ -138,6 +139,13 @@ def _pointer(obj, p, kernel):
     """The KernelArg of an array argument (address, element dtype, bytes, device, and what the
     core's argument contract checks: read-only, byte order, shape and byte strides) and who owns
     the stream it is used on ("torch" or None)."""
+    if isinstance(obj, _HostTensor):  # tilus.empty(...), tilus.from_torch(...): any tilus dtype, bit-packed
+        pointee = p.dtype.pointee
+        if pointee.name != "void" and pointee != obj.dtype:
+            raise _argument_error(kernel, p, f"points to {obj.dtype!r} data (a tilus.Tensor), the kernel reads "
+                                             f"{pointee!r}")
+        return _C.KernelArg.pointer(obj.data_ptr(), obj.dtype, obj.nbytes, obj.device), (
+            "torch" if hasattr(obj.storage, "data_ptr") else None)
     mod = type(obj).__module__
     if mod.startswith("torch"):
         device = "cuda" if obj.is_cuda else obj.device.type
@@ -310,6 +318,7 @@ def trace(script, constants=None):
         else:
             args.append(b.add_param(p.name, p.dtype, (sig.file, sig.line)))
     with tracing(b):
+        _tracing.script = script  # the Script a tilus.Class reaches (classes.py)
         script.attrs._values.clear()  # each trace sets them anew
         try:
             result = sig.normalized(script, *args)

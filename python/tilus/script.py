@@ -15,7 +15,7 @@ from .launch import launch as _launch
 from ._C import CompileError, DataType, Expr
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
                       _declare_kernel_variable, _describe, _dtype, _fail, _here, _is_scalar, _located, _raised_at,
-                      _tracing, _where)
+                      _set_attribute, _tracing, _where)
 
 
 # --- argument helpers of the Script methods ------------------------------------------------------
@@ -196,57 +196,55 @@ class Attrs:
             raise AttributeError(name) from None
 
 
-class _BlockIdx:
-    """``self.blockIdx``: the index of the running thread block in the grid (``.x``, ``.y``, ``.z``)."""
+_INT32 = DataType.from_name("int32")
+
+
+class Dim3:
+    """Three values ``x``, ``y``, ``z`` (NVIDIA Tilus's ``tilus.Dim3``): ``self.blockIdx``,
+    ``self.gridDim`` and the cluster's ``blockIdx`` and ``clusterDim`` are Dim3s of int32 scalars.
+    ``x, y, z = dim3`` unpacks it; ``dim3[0]`` is ``x``."""
+    __slots__ = ("_values",)
+
+    def __init__(self, x: Any = 1, y: Any = 1, z: Any = 1):
+        self._values = (x, y, z)
 
     @property
-    def x(self) -> Expr:
-        """The block index along the grid's first dim (``attrs.blocks[0]``), an int32 scalar."""
-        return _C.block_idx(0)
+    def x(self) -> Any:
+        """The first value."""
+        return self._values[0]
 
     @property
-    def y(self) -> Expr:
-        """The block index along the grid's second dim (``attrs.blocks[1]``), an int32 scalar."""
-        return _C.block_idx(1)
+    def y(self) -> Any:
+        """The second value."""
+        return self._values[1]
 
     @property
-    def z(self) -> Expr:
-        """The block index along the grid's third dim (``attrs.blocks[2]``), an int32 scalar."""
-        return _C.block_idx(2)
-
-
-class _Dim3:
-    """Three int32 scalars ``x``, ``y``, ``z`` (the cluster's ``blockIdx`` and ``clusterDim``)."""
-
-    def __init__(self, make):
-        self._make = make
-
-    @property
-    def x(self) -> Expr:
-        """The first dim's value, an int32 scalar."""
-        return self._make(0)
-
-    @property
-    def y(self) -> Expr:
-        """The second dim's value, an int32 scalar."""
-        return self._make(1)
-
-    @property
-    def z(self) -> Expr:
-        """The third dim's value, an int32 scalar."""
-        return self._make(2)
+    def z(self) -> Any:
+        """The third value."""
+        return self._values[2]
 
     def __iter__(self):
         """``x, y, z = ...``: the three values in order."""
-        return iter((self.x, self.y, self.z))
+        return iter(self._values)
 
     def __getitem__(self, i):
         """``[0]``, ``[1]``, ``[2]``: ``x``, ``y``, ``z``."""
-        return (self.x, self.y, self.z)[i]
+        return self._values[i]
 
     def __len__(self):
         """3."""
         return 3
+
+    def __repr__(self):
+        return f"Dim3({', '.join(repr(v) for v in self._values)})"
+
+
+def _block_idx() -> Dim3:
+    return Dim3(_C.block_idx(0), _C.block_idx(1), _C.block_idx(2))
+
+
+def _Dim3(make) -> Dim3:
+    return Dim3(make(0), make(1), make(2))
 
 
 class _Cluster:
@@ -286,8 +284,12 @@ class _ThreadGroup:
 
     def __enter__(self):
         _builder().begin_thread_group(*self.args)
+        # The open groups as (first thread in the block, threads), for current_thread_begin & co.
+        groups = _tracing.__dict__.setdefault("thread_groups", [])
+        groups.append(((groups[-1][0] if groups else 0) + self.args[1], self.args[2]))
 
     def __exit__(self, exc_type, exc, tb):
+        _tracing.__dict__.get("thread_groups", [None]).pop()
         if exc_type is None:
             _builder().end_thread_group()
         return False
@@ -329,8 +331,12 @@ class Script(Artifacts):
 
     def __init__(self):
         self.attrs = Attrs()
-        self.blockIdx = _BlockIdx()
+        self.blockIdx = _block_idx()
         self.cluster = _Cluster()
+
+    def __setattr__(self, name, value):
+        # While tracing, an attribute holding a kernel variable (``self.i: int32 = 0``) is assigned.
+        _set_attribute(self, name, value)
 
     def __call__(self, *args, **kw):
         """Launches the kernel (a subclass defines the body as ``__call__``; this base class has none)."""
@@ -339,7 +345,7 @@ class Script(Artifacts):
     def __getattr__(self, name):
         # A subclass whose __init__ forgot super().__init__() still has its attrs, blockIdx, cluster.
         if name in ("attrs", "blockIdx", "cluster"):
-            value = Attrs() if name == "attrs" else _BlockIdx() if name == "blockIdx" else _Cluster()
+            value = Attrs() if name == "attrs" else _block_idx() if name == "blockIdx" else _Cluster()
             self.__dict__[name] = value
             return value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
@@ -440,6 +446,74 @@ class Script(Artifacts):
             raise CompileError(f"{_where(loc)}declare: name must be an identifier (a str), got {_describe(name)}")
         return _declare_kernel_variable(_builder(), name, _dtype(dtype, "declare: dtype", loc),
                                         _scalar(init, "declare: init", loc), loc)
+
+    @property
+    def gridDim(self) -> Dim3:
+        """The grid's extents (``attrs.blocks``, 1 where not given) as int32 scalars ``.x``, ``.y``,
+        ``.z``; ``attrs.blocks`` must be set before."""
+        loc = _here()
+        blocks = self.attrs._values.get("blocks")
+        if blocks is None:
+            raise CompileError(f"{_where(loc)}gridDim: set self.attrs.blocks before reading self.gridDim")
+        blocks = list(blocks) if isinstance(blocks, (list, tuple)) else [blocks]
+        blocks += [1] * (3 - len(blocks))
+        return Dim3(*(_C.cast(v, _INT32) if isinstance(v, Expr) and v.dtype != _INT32 else v for v in blocks))
+
+    def _block_threads(self, what):
+        groups = _tracing.__dict__.get("thread_groups")
+        if groups:
+            return groups[-1]
+        warps = self.attrs._values.get("warps")
+        if not isinstance(warps, int):
+            raise CompileError(f"{_where(_here())}{what}: set self.attrs.warps before it (the block's threads are "
+                               "not known yet)")
+        return 0, warps * 32
+
+    @property
+    def current_thread_begin(self) -> int:
+        """The block thread index of the first thread of the current thread group (0 outside any), a
+        Python int."""
+        return self._block_threads("current_thread_begin")[0]
+
+    @property
+    def current_thread_end(self) -> int:
+        """One past the block thread index of the last thread of the current thread group (the
+        block's threads outside any), a Python int."""
+        begin, n = self._block_threads("current_thread_end")
+        return begin + n
+
+    @property
+    def current_num_threads(self) -> int:
+        """The threads of the current thread group (the block's outside any), a Python int."""
+        return self._block_threads("current_num_threads")[1]
+
+    @staticmethod
+    def static_assert(cond: Union[bool, Expr], msg: str = "static_assert failed") -> None:
+        """Checks ``cond`` while the kernel is traced: a Python bool (or a constant kernel
+        expression); False raises ``AssertionError(msg)``, reported as a CompileError at the line.
+        A condition only known when the kernel runs is a CompileError."""
+        if isinstance(cond, Expr):
+            if not cond.is_const():
+                _fail(f"static_assert: the condition must be known while tracing (a Python bool or a constant), "
+                      f"got {_describe(cond)}")
+            cond = repr(cond) == "true" if cond.dtype.is_bool else cond.int_value() != 0
+        elif isinstance(cond, (TensorBase, Unusable)) or not isinstance(cond, (bool, int)) and \
+                type(cond).__name__ != "bool_":
+            _fail(f"static_assert: the condition must be a Python bool, got {_describe(cond)}")
+        if not cond:
+            raise AssertionError(msg)
+
+    def fast_divmod(self, a: _Int, b: _Int) -> Any:
+        """``(a // b, a % b)`` of integer scalars with ``a >= 0`` and ``b > 0`` (NVIDIA Tilus's name):
+        Python ints for two Python ints, else kernel expressions (the remainder is ``a - q * b``)."""
+        loc = _here()
+        for v in (a, b):
+            _scalar(v, "fast_divmod: operands", loc)
+            if isinstance(v, float) or isinstance(v, Expr) and not v.dtype.is_integer:
+                raise CompileError(f"{_where(loc)}fast_divmod: expects integers, got {_describe(a)} and "
+                                   f"{_describe(b)}")
+        q = a // b
+        return q, a - q * b
 
     # --- memory ----------------------------------------------------------------------------------
     def load_global(self, src: GlobalTensor, *, offsets: Sequence[_Int], shape: Optional[Sequence[int]] = None,
@@ -785,6 +859,50 @@ class Script(Artifacts):
         loc = _here()
         return RegisterTensor(_builder().repeat(_tensor(x, "repeat", loc), _ints(repeats, "repeat: repeats", loc), loc))
 
+    def repeat_interleave(self, x: RegisterTensor, repeats: Sequence[int], *,
+                          out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Each element of ``x`` repeated ``repeats[d]`` times along each dim d, in place (like
+        ``torch.repeat_interleave``; ``[1, 2]`` by ``[2]`` is ``[1, 1, 2, 2]``). ``repeats`` is
+        right-aligned with the dims (missing leading ones are 1; extra ones add leading dims).
+        With ``out``, the result is written into it (returned)."""
+        loc = _here()
+        t = _tensor(x, "repeat_interleave", loc)
+        repeats = _ints(repeats, "repeat_interleave: repeats", loc)
+        if any(r < 1 for r in repeats):
+            raise CompileError(f"{_where(loc)}repeat_interleave: repeats must be >= 1, got {repeats}")
+        shape = list(t.shape)
+        if len(repeats) > len(shape):
+            shape = [1] * (len(repeats) - len(shape)) + shape
+            t = _builder().reshape(t, shape, loc)
+        repeats = [1] * (len(shape) - len(repeats)) + repeats
+        if all(r == 1 for r in repeats):
+            return self._into(out, RegisterTensor(t), loc, "repeat_interleave")
+        b = _builder()
+        t = b.unsqueeze(t, [2 * d + 1 for d in range(len(shape))], loc)          # [d0, 1, d1, 1, ...]
+        t = b.repeat(t, [v for r in repeats for v in (1, r)], loc)              # [d0, r0, d1, r1, ...]
+        t = b.reshape(t, [d * r for d, r in zip(shape, repeats)], loc)          # [d0 * r0, d1 * r1, ...]
+        return self._into(out, RegisterTensor(t), loc, "repeat_interleave")
+
+    def flatten(self, x: RegisterTensor) -> RegisterTensor:
+        """``x`` as a rank-1 tensor of all its elements, row-major (``reshape(x, [-1])``)."""
+        loc = _here()
+        return RegisterTensor(_builder().reshape(_tensor(x, "flatten", loc), [-1], loc))
+
+    def add(self, lhs: _Operand, rhs: _Operand, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """``lhs + rhs`` elementwise (register tensors or scalars; numpy broadcasting); with ``out``
+        the result is written into it (returned)."""
+        loc = _here()
+        return self._into(out, _binary("+", lhs, rhs, loc), loc, "add")
+
+    def assign(self, dst: RegisterTensor, src: RegisterTensor) -> None:
+        """Writes the register tensor ``src`` into the register tensor ``dst`` (same dtype and shape)."""
+        loc = _here()
+        d, t = _tensor(dst, "assign: dst", loc), _tensor(src, "assign: src", loc)
+        if d.dtype != t.dtype:
+            raise CompileError(f"{_where(loc)}assign: dst and src must have one dtype, got {_describe(dst)} and "
+                               f"{_describe(src)}")
+        _builder().assign_tensor(d, t, loc)
+
     def where(self, cond: RegisterTensor, x: _Operand, y: _Operand) -> RegisterTensor:
         """Elementwise ``x`` where the bool register tensor ``cond`` holds, else ``y``.
 
@@ -1068,9 +1186,15 @@ class Script(Artifacts):
         return _ThreadGroup("thread_group", _int(thread_begin, "thread_group: thread_begin", loc),
                             _int(num_threads, "thread_group: num_threads", loc), loc)
 
-    def single_thread(self) -> ContextManager[None]:
-        """``with self.single_thread():``: the body runs on the first thread of the enclosing thread group only."""
-        return _ThreadGroup("single_thread", 0, 1, _here())
+    def single_thread(self, thread: int = -1) -> ContextManager[None]:
+        """``with self.single_thread():``: the body runs on one thread of the enclosing thread group
+        only: thread ``thread`` of the group, or, for -1 (NVIDIA Tilus's "any thread"), the first."""
+        loc = _here()
+        thread = _int(thread, "single_thread: thread", loc)
+        if thread < -1:
+            raise CompileError(f"{_where(loc)}single_thread: thread must be -1 (any) or a thread of the group, got "
+                               f"{thread}")
+        return _ThreadGroup("single_thread", max(thread, 0), 1, loc)
 
     def single_warp(self, warp: int = 0) -> ContextManager[None]:
         """``with self.single_warp(w):``: the body runs on warp ``w`` of the enclosing thread group only."""
@@ -1120,6 +1244,7 @@ for _op in _UNARY:
 # Every public method is an instruction method (checked arguments, errors at the user's line);
 # those that only compute a new tensor are pure.
 _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load_shared", "dot", "cast", "view",
+         "repeat_interleave", "flatten", "add", "fast_divmod",
          "reshape", "squeeze", "unsqueeze", "transpose", "repeat", "where", "clip", "maximum", "minimum", "sum", "max",
          "min", "any", "all", "get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
          "shuffle_elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "ldg32", "ldg64", "ldg128", "ldg256",

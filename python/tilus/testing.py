@@ -3,12 +3,18 @@
     ms = tilus.testing.do_bench(lambda: kernel(m, n, k, a, b, c))
 
 ``do_bench`` takes the name and parameters of Triton's ``triton.testing.do_bench`` so that
-benchmarks move between the two unchanged.
+benchmarks move between the two unchanged. ``requires`` marks tests that need a GPU
+architecture, under NVIDIA Tilus's names:
+
+    @tilus.testing.requires.nvgpu_sm90
+    def test_tma(): ...
 """
+import functools
 import math
 import time
 
 from . import _C
+from . import target as _target
 
 _MODES = ("min", "max", "mean", "median", "all")
 
@@ -115,3 +121,31 @@ def _time_calls(torch, fn, n_warmup, n_rep, grad_to_none, flush_l2):
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _requires(needed):
+    """A test decorator: the test runs where the current target supports ``needed`` and is skipped,
+    saying why, elsewhere (NVIDIA Tilus compiles it without running instead)."""
+
+    def decorator(test):
+        @functools.wraps(test)
+        def wrapper(*args, **kw):
+            current = _target.get_current_target()
+            if not current.supports(needed):
+                import pytest
+                pytest.skip(f"needs a GPU of {needed} (the current target is {current})")
+            return test(*args, **kw)
+
+        return wrapper
+
+    return decorator
+
+
+class requires:
+    """Test decorators (pytest) for the GPU a test needs: ``@tilus.testing.requires.nvgpu_sm90``
+    runs the test on an sm_90 GPU or newer and skips it elsewhere (the CPU backend included)."""
+    nvgpu_sm80 = staticmethod(_requires(_target.nvgpu_sm80))
+    nvgpu_sm90 = staticmethod(_requires(_target.nvgpu_sm90))
+    nvgpu_sm90a = staticmethod(_requires(_target.nvgpu_sm90a))
+    nvgpu_sm100 = staticmethod(_requires(_target.nvgpu_sm100))
+    nvgpu_sm100a = staticmethod(_requires(_target.nvgpu_sm100a))

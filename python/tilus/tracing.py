@@ -97,6 +97,45 @@ def _declare_kernel_variable(b, name, dtype, init, loc, outside=False):
     return var
 
 
+def _set_attribute(obj, name, value):
+    """``obj.name = value`` in a traced body, for a Script or a tilus.Class instance: an attribute
+    holding a kernel variable is assigned (an IR assignment, the attribute keeps the variable); one
+    holding a register tensor bound outside the current loop or branch has the tensor assigned
+    into it; anything else is stored."""
+    b = getattr(_tracing, "builder", None)
+    if b is None:
+        object.__setattr__(obj, name, value)
+        return
+    old = obj.__dict__.get(name, _NOTHING)
+    depths = _tracing.__dict__.setdefault("attribute_depths", {})
+    key = (id(obj), name)
+    loc = _here()
+    if isinstance(value, Unusable):
+        raise value.error()
+    if value is old:
+        return
+    if isinstance(old, Expr) and id(old) in _tracing.mutables:
+        if isinstance(value, TensorBase):
+            raise CompileError(f"{_where(loc)}cannot assign a tensor to the kernel variable '{name}'")
+        b.assign(old, value, loc)
+        return
+    depth = b.depth()
+    if key in depths and depth > depths[key]:  # reassigned inside a loop or branch deeper than its binding
+        if isinstance(old, RegisterTensor) and isinstance(value, RegisterTensor):
+            if not old.t.same_as(value.t):
+                b.assign_tensor(old.t, value.t, loc)
+            return
+        if isinstance(old, (Expr, TensorBase)) or isinstance(value, (Expr, TensorBase)):
+            raise CompileError(f"{_where(loc)}attribute '{name}' was set outside this loop or branch to "
+                               f"{_describe(old)}; to change it while the kernel runs make it a kernel variable "
+                               f"where it is first set: self.{name}: int32 = ...")
+    depths[key] = depth
+    object.__setattr__(obj, name, value)
+
+
+_NOTHING = object()
+
+
 def _builder(what="a tilus instruction"):
     b = getattr(_tracing, "builder", None)
     if b is None:
@@ -243,6 +282,15 @@ class SharedTensor(TensorBase):
     dims fixed, a view; ``s[a:b, c:d]`` is a Region for ``Script.copy``.
     """
     __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the tensor's elements occupy (bit-packed for sub-byte types): what a TMA copy of
+        it transfers (``mbarrier.arrive_and_expect_tx(bar, s.nbytes)``)."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return self.dtype.storage_bytes(n)
 
     def __getitem__(self, key):
         """``s[i]``: the shared sub-tensor with the leading dims fixed (a view); with slices, a Region."""

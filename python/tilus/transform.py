@@ -39,7 +39,7 @@ import textwrap
 import warnings
 
 from . import _C
-from ._C import CompileError, Expr
+from ._C import CompileError, DataType, Expr
 from .tracing import (RegisterTensor, TensorBase, TilusWarning, Unusable, _builder, _declare_kernel_variable, _describe,
                       _here, _is_scalar, _tracing, _where)
 
@@ -436,8 +436,21 @@ class _Normalizer(ast.NodeTransformer):
         return node
 
     def visit_AnnAssign(self, node):
-        if isinstance(node.target, ast.Name) and node.value is not None:
-            return self._rebind(node.target.id, node.value, node)
+        # `x: int32 = v` declares a kernel variable of that type (NVIDIA Tilus's form); any other
+        # annotation (`x: int = v`) is an assignment. `self.x: int32 = v` (an attribute, e.g. of a
+        # tilus.Class) stores such a variable in the attribute.
+        if node.value is None:
+            return node
+        if isinstance(node.target, ast.Name):
+            name = node.target.id
+            call = _call("annotated", [_self(node), _const(name, node), _local(name, node), node.annotation,
+                                       node.value, _const(node.lineno, node), _const(name in self.mutable, node)],
+                         node)
+            return _assign(name, call, node)
+        if isinstance(node.target, ast.Attribute):
+            call = _call("annotated_attribute", [_const(node.target.attr, node), node.annotation, node.value,
+                                                 _const(node.lineno, node)], node)
+            return _assign(node.target, call, node)
         return node
 
     # --- expression statements ------------------------------------------------------------------
@@ -489,6 +502,9 @@ def normalize(fn):
     env[_RT] = _Runtime
     if "range" not in env:
         env["range"] = _Runtime.python_range  # range(...) outside a `for` statement runs while tracing
+    for name in ("min", "max"):
+        if name not in env:  # Python's min / max, also of kernel scalars
+            env[name] = getattr(_Runtime, "python_" + name)
     ns = {}
     exec(code, env, ns)
     cells = []
@@ -715,6 +731,68 @@ class _Runtime:
             return builtins.range(*args)
         except TypeError as e:
             raise CompileError(f"{_where(_here())}range: {e}") from None
+
+    @staticmethod
+    def _extremum(what, builtin, scalar, args, kw):
+        """Python's min / max: of kernel scalars (two or more, or one iterable of them) a kernel
+        expression, of anything else Python's own result."""
+        items = args[0] if len(args) == 1 and not isinstance(args[0], (Expr, TensorBase)) else args
+        if not kw and isinstance(items, (list, tuple)) and any(isinstance(x, Expr) for x in items):
+            for x in items:
+                if isinstance(x, Unusable):
+                    raise x.error()
+                if not _is_scalar(x):
+                    raise CompileError(f"{_where(_here())}{what}: expects scalars (numbers or kernel scalars), got "
+                                       f"{', '.join(_describe(v) for v in items)}")
+            out = items[0]
+            for x in items[1:]:
+                out = scalar(out, x)
+            return out
+        return builtin(*args, **kw)
+
+    @staticmethod
+    def python_min(*args, **kw):
+        return _Runtime._extremum("min", builtins.min, _C.min, args, kw)
+
+    @staticmethod
+    def python_max(*args, **kw):
+        return _Runtime._extremum("max", builtins.max, _C.max, args, kw)
+
+    @staticmethod
+    def annotated(script, name, old, annotation, value, line, mutable):
+        """``name: annotation = value``: with a tilus data type, a new kernel variable of that type
+        (a kernel variable of the name and type bound before is assigned instead); with anything
+        else an assignment."""
+        if not isinstance(annotation, DataType) or annotation.is_pointer:
+            return _Runtime.rebind(script, name, old, value, line, mutable)
+        b = _builder()
+        loc = (_here()[0], line)
+        value = _Runtime._scalar_of(name, annotation, value, loc)
+        if isinstance(old, Expr) and id(old) in _tracing.mutables and name in _tracing.bound and \
+                old.dtype == annotation:
+            b.assign(old, value, loc)
+            return old
+        _tracing.bound[name] = b.depth()
+        return _declare_kernel_variable(b, name, annotation, value, loc)
+
+    @staticmethod
+    def annotated_attribute(name, annotation, value, line):
+        """``obj.name: annotation = value``: with a tilus data type, a new kernel variable named
+        ``name`` (stored in the attribute), else ``value``."""
+        if not isinstance(annotation, DataType) or annotation.is_pointer:
+            return value
+        b = _builder()
+        loc = (_here()[0], line)
+        return _declare_kernel_variable(b, name, annotation, _Runtime._scalar_of(name, annotation, value, loc), loc)
+
+    @staticmethod
+    def _scalar_of(name, dtype, value, loc):
+        if isinstance(value, Unusable):
+            raise value.error()
+        if not _is_scalar(value):
+            raise CompileError(f"{_where(loc)}'{name}: {dtype!r} = ...' declares a kernel scalar; its value must be a "
+                               f"scalar, got {_describe(value)}")
+        return value if isinstance(value, Expr) and value.dtype == dtype else _C.cast(value, dtype)
 
     @staticmethod
     def bounded(iterable, line):

@@ -1,5 +1,5 @@
-"""Host-side helpers under NVIDIA Tilus's names (``tilus.utils``): integer arithmetic and
-``benchmark_func``.
+"""Host-side helpers under NVIDIA Tilus's names (``tilus.utils``): integer arithmetic,
+``benchmark_func`` and the torch dtype of a tilus data type (``dtype_to_torch``).
 
     from tilus.utils import benchmark_func, cdiv
     ms = benchmark_func(lambda: kernel(m, n, k, a, b, c), warmup=5, repeat=20)
@@ -9,6 +9,7 @@ import typing as _typing
 
 from . import _C
 from ._C import Expr
+from .tensor import dtype_from_torch, torch_dtype as dtype_to_torch  # noqa: F401 - NVIDIA Tilus's names
 from .testing import _time_calls, _timer
 from .tracing import _scalars
 
@@ -46,6 +47,11 @@ def gcd(a: int, b: int) -> int:
 def lcm(a: int, b: int) -> int:
     """The least common multiple of two ints."""
     return a * b // math.gcd(a, b) if a and b else 0
+
+
+def same_list(a, b) -> bool:
+    """True when two sequences have equal lengths and equal elements."""
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
 
 
 def is_power_of_two(n: int) -> bool:
