@@ -77,7 +77,12 @@ class ExprSimplifier : public StmtMutator {
 class ConstantDeclarations : public StmtMutator {
  public:
   explicit ConstantDeclarations(const Stmt& body) {
-    collect(body);
+    struct Assigned : StmtVisitor {
+      std::unordered_set<const void*>* out;
+      void visit_assign(const AssignStmtNode& n) override { out->insert(n.var.get()); }
+    } a;
+    a.out = &assigned_;
+    a.visit(body);
   }
 
  protected:
@@ -88,23 +93,6 @@ class ConstantDeclarations : public StmtMutator {
 
  private:
   std::unordered_set<const void*> assigned_;
-  void collect(const Stmt& s) {
-    if (!s) return;
-    switch (s->kind) {
-      case StmtKind::Seq:
-        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) collect(c);
-        return;
-      case StmtKind::For: collect(static_cast<const ForStmtNode&>(*s).body); return;
-      case StmtKind::While: collect(static_cast<const WhileStmtNode&>(*s).body); return;
-      case StmtKind::If:
-        collect(static_cast<const IfStmtNode&>(*s).then_body);
-        collect(static_cast<const IfStmtNode&>(*s).else_body);
-        return;
-      case StmtKind::ThreadGroup: collect(static_cast<const ThreadGroupStmtNode&>(*s).body); return;
-      case StmtKind::Assign: assigned_.insert(static_cast<const AssignStmtNode&>(*s).var.get()); return;
-      default: return;
-    }
-  }
 };
 
 // Removes instructions whose effects nobody can observe: no side effects, not async, no
