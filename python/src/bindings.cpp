@@ -724,6 +724,7 @@ PYBIND11_MODULE(_C, m) {
       .def("set_cluster", [](Builder& b, std::vector<int64_t> c, L loc) { b.set_cluster(c, loc_of(loc)); })
       .def("finish", &Builder::finish)
       .def("depth", &Builder::depth)
+      .def("scope_path", &Builder::scope_path)
       .def("begin_for", [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,
                            const py::object& step, int64_t unroll, L loc) {
         Unroll u = unroll < 0 ? Unroll::all() : unroll == 0 ? Unroll::none() : Unroll::by(unroll);
@@ -827,6 +828,10 @@ PYBIND11_MODULE(_C, m) {
                                                            {"wait", MbarrierOp::Wait}};
         b.mbarrier(ops.at(op), barrier, to_expr(value), sem, scope, cta_id.is_none() ? Expr() : to_expr(cta_id),
                    loc_of(loc));
+      })
+      .def("mbarrier_wait_tensor", [](Builder& b, const Tensor& barrier, const Tensor& phase, const std::string& sem,
+                                      const std::string& scope, L loc) {
+        b.mbarrier_wait(barrier, phase, sem, scope, loc_of(loc));
       })
       .def("tma_copy_tile", [](Builder& b, const Tensor& global, const Tensor& shared, const py::iterable& offsets,
                                std::vector<int> dims, std::optional<Tensor> barrier, bool load, L loc) {

@@ -32,14 +32,18 @@ from .tracing import _set_attribute, _tracing
 from .transform import normalize
 
 
-def _traced(fn):
-    """``fn``, a method of a tilus.Class, run normalized (its source rewritten as the body's is,
-    once) with a name scope of its own."""
+def _traced(fn, plain_outside=False):
+    """``fn``, a method of a tilus.Class (or a helper method of a Script), run normalized (its
+    source rewritten as the body's is, once) with a name scope of its own while a body is traced.
+    Outside tracing a Script helper runs as plain Python (`plain_outside`); a Class method is an
+    error there."""
     cache = []
 
     @functools.wraps(fn)
     def method(self, *args, **kw):
         if getattr(_tracing, "script", None) is None:
+            if plain_outside:
+                return fn(self, *args, **kw)
             raise CompileError(f"{type(self).__name__}.{fn.__name__}: a tilus.Class is made and used only while a "
                                "Script's body is traced (inside its __call__)")
         if not cache:

@@ -11,6 +11,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterable, Optional, Sequ
 
 from . import _C
 from .artifacts import Artifacts
+from .classes import _traced
 from .launch import launch as _launch
 from ._C import CompileError, DataType, Expr
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
@@ -352,6 +353,11 @@ class Script(Artifacts):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # Helper methods are normalized like the body when it calls them (as NVIDIA Tilus
+        # does): `if` on kernel values, `for ... in range(...)` and `x: int32 = 0` work in them.
+        for name, value in list(vars(cls).items()):
+            if inspect.isfunction(value) and not name.startswith("__") and not getattr(value, "_tilus_traced", False):
+                setattr(cls, name, _traced(value, plain_outside=True))
         body = cls.__dict__.get("__call__")
         if body is None:
             return
@@ -1311,9 +1317,17 @@ class MbarrierGroup:
         """Every thread of the group waits until the phase of parity ``phase`` (0 or 1) of ``barrier``
         has completed. On the CPU backend a wait that can never complete is an error naming it."""
         loc = _here()
-        if isinstance(phase, RegisterTensor):
-            raise CompileError(f"{_where(loc)}mbarrier.wait: phase must be a scalar (0, 1 or a kernel scalar); "
-                               f"register-tensor phases are not supported yet, got {_describe(phase)}")
+        if isinstance(phase, RegisterTensor):  # a phase kept in a one-element tensor (phases[stage])
+            n = 1
+            for d in phase.shape:
+                n *= d
+            if n != 1 or not (phase.dtype.is_integer or phase.dtype.is_bool):
+                raise CompileError(f"{_where(loc)}mbarrier.wait: phase must be a scalar or a one-element integer "
+                                   f"register tensor, got {_describe(phase)}")
+            _builder().mbarrier_wait_tensor(_barrier(barrier, "mbarrier.wait: barrier", loc), phase.t,
+                                            _choice(sem, ("acquire", "relaxed"), "mbarrier.wait: sem", loc),
+                                            _choice(scope, ("cta", "cluster"), "mbarrier.wait: scope", loc), loc)
+            return
         _builder().mbarrier("wait", _barrier(barrier, "mbarrier.wait: barrier", loc),
                             _scalar(phase, "mbarrier.wait: phase", loc),
                             _choice(sem, ("acquire", "relaxed"), "mbarrier.wait: sem", loc),

@@ -26,6 +26,7 @@ def tracing(builder):
     saved = dict(_tracing.__dict__)
     _tracing.builder, _tracing.bound, _tracing.mutables, _tracing.keep = builder, {}, set(), []
     _tracing.named = set()  # ids of the tensors bound to a name (see transform._Runtime.rebind)
+    _tracing.scopes = {}  # id of a kernel variable -> the scope path it was declared in
     try:
         yield builder
     finally:
@@ -92,6 +93,8 @@ def _declare_kernel_variable(b, name, dtype, init, loc, outside=False):
     """A mutable scalar of the kernel (assigned, not rebound, when its name is assigned again);
     `outside`: declared before the innermost open scope."""
     var = (b.declare_outside if outside else b.declare)(name, dtype, init, loc)
+    path = tuple(b.scope_path())
+    _tracing.scopes[id(var)] = path[:-1] if outside else path  # where the variable is visible
     _tracing.mutables.add(id(var))
     _tracing.keep.append(var)
     return var
@@ -350,6 +353,41 @@ class RegisterTensor(TensorBase):
     def T(self) -> "RegisterTensor":
         """The transpose of this rank-2 tensor, as ``transpose()``."""
         return RegisterTensor(_builder().transpose(self.t, _here()))
+
+    def _element_mask(self, key, loc):
+        """A bool tensor of this shape, true at the element ``key`` names (one index per dim)."""
+        keys = key if isinstance(key, tuple) else (key,)
+        if len(keys) != len(self.shape) or not all(_is_scalar(k) and not isinstance(k, float) for k in keys):
+            raise CompileError(f"{_where(loc)}indexing {_describe(self)}: one integer index per dim (a Python int or "
+                               f"an integer kernel scalar), got {key!r}; a register tensor has no views or slices")
+        mask = None
+        for d, k in enumerate(keys):
+            axis = RegisterTensor(_builder().register_tensor(DataType.from_name("int32"), list(self.shape),
+                                                             lambda *ix, d=d: ix[d], loc))
+            m = _binary("==", axis, k, loc)
+            mask = m if mask is None else _binary("&", mask, m, loc)
+        return mask
+
+    def __getitem__(self, key):
+        """``r[i, j]`` (one index per dim, ints or kernel scalars): that element as a rank-0 register
+        tensor every thread of the group holds (NVIDIA Tilus keeps pipeline phases this way:
+        ``mbarrier.wait(bar, phase=phases[stage])``). Computed as a masked reduction, so the index
+        may be anything at run time."""
+        loc = _here()
+        mask = self._element_mask(key, loc)
+        zero = False if self.dtype.is_bool else 0
+        picked = RegisterTensor(_builder().where(mask.t, self.t, zero, loc))
+        return RegisterTensor(_builder().reduce("any" if self.dtype.is_bool else "sum", picked.t, None, False, loc))
+
+    def __setitem__(self, key, value):
+        """``r[i, j] = v`` (``r[i] ^= 1`` too): writes ``v`` (a scalar or a one-element tensor) into that
+        element; the others keep their values."""
+        loc = _here()
+        mask = self._element_mask(key, loc)
+        v = value.t if isinstance(value, RegisterTensor) else value
+        if isinstance(value, RegisterTensor) and value.dtype != self.dtype:
+            v = _builder().cast(value.t, self.dtype, loc)
+        _builder().assign_tensor(self.t, _builder().where(mask.t, v, self.t, loc), loc)
 
     def __neg__(self):
         return RegisterTensor(_builder().unary("neg", self.t, _here()))

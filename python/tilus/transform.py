@@ -768,8 +768,10 @@ class _Runtime:
         b = _builder()
         loc = (_here()[0], line)
         value = _Runtime._scalar_of(name, annotation, value, loc)
+        declared = _tracing.scopes.get(id(old))
+        visible = declared is not None and tuple(b.scope_path()[:len(declared)]) == declared
         if isinstance(old, Expr) and id(old) in _tracing.mutables and name in _tracing.bound and \
-                old.dtype == annotation:
+                old.dtype == annotation and visible:
             b.assign(old, value, loc)
             return old
         _tracing.bound[name] = b.depth()

@@ -181,7 +181,8 @@ void MbarrierInitInst::visit_fields(FieldVisitor& v) {
 
 void MbarrierInst::visit_fields(FieldVisitor& v) {
   v.operand("barrier", barrier, Access::Read, kShared, nullptr);
-  v.expr(op == MbarrierOp::Wait ? "phase" : op == MbarrierOp::Arrive ? "count" : "transaction_bytes", value);
+  if (value_tensor.defined()) v.operand("phase", value_tensor, Access::Read, kRegister, nullptr);
+  else v.expr(op == MbarrierOp::Wait ? "phase" : op == MbarrierOp::Arrive ? "count" : "transaction_bytes", value);
   if (cta_id.defined()) v.expr("cta_id", cta_id);
   if (sem != (op == MbarrierOp::Wait ? "acquire" : "release")) v.attr("sem", sem);
   if (scope != "cta") v.attr("scope", scope);

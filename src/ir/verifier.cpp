@@ -354,6 +354,13 @@ void check_mbarrier_init(const MbarrierInitInst& i) {
 
 void check_mbarrier(const MbarrierInst& i) {
   check_barrier(i, i.barrier);
+  if (i.value_tensor.defined()) {
+    const Tensor& t = i.value_tensor;
+    if (i.op != MbarrierOp::Wait) fail(i, "only a wait takes its value from a register tensor");
+    if (!t.is_register() || t.num_elements() != 1 || !(t.dtype().is_integer() || t.dtype().is_bool()))
+      fail(i, fmt::format("phase must be a one-element integer register tensor, got {}", ty(t)));
+    return;
+  }
   const char* what = i.op == MbarrierOp::Wait ? "phase" : i.op == MbarrierOp::Arrive ? "count" : "transaction_bytes";
   if (!is_integer_expr(i.value) && !(i.value.defined() && i.value.dtype().is_bool()))
     fail(i, fmt::format("{} must be an integer, got {} of type {}", what, expr_str(i.value), dtype_str(i.value)));

@@ -193,7 +193,10 @@ Program Builder::finish() {
 
 // --- scopes -----------------------------------------------------------------------------
 
-void Builder::push(Scope s) { scopes_.push_back(std::move(s)); }
+void Builder::push(Scope s) {
+  s.serial = next_serial_++;
+  scopes_.push_back(std::move(s));
+}
 
 namespace {
 // The statements of a closed scope as one body (an empty sequence when there are none).
@@ -819,6 +822,17 @@ void Builder::mbarrier(MbarrierOp op, const Tensor& barrier, Expr value, const s
   i->sem = sem;
   i->scope = scope;
   i->cta_id = cta_id;
+  emit(i);
+}
+
+void Builder::mbarrier_wait(const Tensor& barrier, const Tensor& phase, const std::string& sem,
+                            const std::string& scope, SourceLoc loc) {
+  auto i = make_inst<MbarrierInst>(loc);
+  i->op = MbarrierOp::Wait;
+  i->barrier = barrier;
+  i->value_tensor = phase;
+  i->sem = sem;
+  i->scope = scope;
   emit(i);
 }
 

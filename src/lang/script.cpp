@@ -362,6 +362,12 @@ void MbarrierGroup::wait(const SharedTensor& barrier, const Expr& phase, Mbarrie
                              SourceLoc::from(loc));
 }
 
+void MbarrierGroup::wait(const SharedTensor& barrier, const RegisterTensor& phase, MbarrierOptions opts,
+                         Loc loc) const {
+  script->builder().mbarrier_wait(barrier_of(barrier), phase.tensor(), sem_or(opts, "acquire"), opts.scope,
+                                  SourceLoc::from(loc));
+}
+
 void TmaGroup::global_to_shared(const GlobalTensor& src, const SharedTensor& dst, TmaTileOptions opts,
                                 const SharedTensor& mbarrier, Loc loc) const {
   script->builder().tma_copy_tile(src.tensor(), dst.tensor(), std::move(opts.offsets), std::move(opts.dims),

@@ -467,6 +467,9 @@ struct MbarrierInst : InstNode {
   std::string sem = "release";  // arrive: release / relaxed; wait: acquire / relaxed
   std::string scope = "cta";    // cta / cluster
   Expr cta_id;                  // Arrive: the block of the cluster whose barrier it is (undefined: this one)
+  // Wait: the phase kept in a one-element register tensor (NVIDIA Tilus's examples keep phases
+  // in register tensors); `value` is then undefined.
+  Tensor value_tensor;
   std::string display_name() const override { return std::string("mbarrier.") + to_string(op); }
   bool has_side_effects() const override { return true; }
 };

@@ -74,6 +74,13 @@ class Builder {
   void name(const Tensor& t, const std::string& name);
   // Depth of open scopes (0 at the kernel body's top level).
   int depth() const { return static_cast<int>(scopes_.size()) - 1; }
+  // The open scopes, outermost first, each by a number no other scope of this trace has: a
+  // variable declared in scope path P is visible where P is a prefix of the current path.
+  std::vector<int64_t> scope_path() const {
+    std::vector<int64_t> p;
+    for (auto& s : scopes_) p.push_back(s.serial);
+    return p;
+  }
   // Where the most recent instruction was recorded (for statements that have no call
   // site of their own, such as an assignment to a C++ tensor handle).
   const SourceLoc& last_loc() const { return last_loc_; }
@@ -109,6 +116,9 @@ class Builder {
   Tensor mbarrier_alloc(std::vector<Expr> counts, SourceLoc loc);
   void mbarrier(MbarrierOp op, const Tensor& barrier, Expr value, const std::string& sem, const std::string& scope,
                 Expr cta_id, SourceLoc loc);
+  // A wait whose phase is element 0 of a one-element register tensor.
+  void mbarrier_wait(const Tensor& barrier, const Tensor& phase, const std::string& sem, const std::string& scope,
+                     SourceLoc loc);
   // tma.global_to_shared (barrier defined) / tma.shared_to_global: the tile of the shared
   // tensor at `offsets` of the global one, along global dims `dims` (default: the trailing ones).
   void tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets, std::vector<int> dims,
@@ -189,6 +199,7 @@ class Builder {
     ThreadGroupKind group_kind = ThreadGroupKind::ThreadGroup;
     int64_t thread_begin = 0, num_threads = 0;
     Stmt pending_if;  // else: the if statement the else branch attaches to
+    int64_t serial = 0;  // see scope_path()
   };
 
   void push(Scope s);
@@ -207,6 +218,7 @@ class Builder {
   Kernel kernel_;
   bool blocks_set_ = false, warps_set_ = false;
   std::vector<Scope> scopes_;
+  int64_t next_serial_ = 1;
   bool finished_ = false;
   SourceLoc last_loc_;
   std::unordered_set<const void*> mutable_vars_;  // variables made by declare()

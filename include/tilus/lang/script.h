@@ -392,6 +392,9 @@ struct MbarrierGroup {
   // Arrive on the barrier at the same offset in block `cta_id` of the cluster.
   void arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count = 1, Loc loc = Loc::current()) const;
   void wait(const SharedTensor& barrier, const Expr& phase, MbarrierOptions opts = {}, Loc loc = Loc::current()) const;
+  // The phase kept in a one-element register tensor.
+  void wait(const SharedTensor& barrier, const RegisterTensor& phase, MbarrierOptions opts = {},
+            Loc loc = Loc::current()) const;
 };
 
 // self.tma.*: bulk tensor copies (sm_90).

@@ -64,8 +64,13 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
       auto& i = static_cast<const MbarrierInst&>(inst);
       // Every thread of the group does it: arrivals and expectations scale with the group.
       llvm::Value* bar = barrier_ptr(inst, i.barrier);
-      Expr v = facts.simplify(i.value);
-      llvm::Value* value = convert(expr(v), v.dtype(), dtypes::int64);
+      llvm::Value* value;
+      if (i.value_tensor.defined()) {
+        value = convert(load_reg(i.value_tensor, b.getInt32(0)), i.value_tensor.dtype(), dtypes::int64);
+      } else {
+        Expr v = facts.simplify(i.value);
+        value = convert(expr(v), v.dtype(), dtypes::int64);
+      }
       llvm::Value* threads = i64(group_threads(inst));
       switch (i.op) {
         case MbarrierOp::Arrive:

@@ -37,7 +37,8 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
     case InstKind::Mbarrier: {
       auto& i = static_cast<const MbarrierInst&>(inst);
       std::string bar = barrier_address(inst, i.barrier);
-      std::string v = expr(simplify(i.value));
+      // A phase kept in a one-element register tensor: every thread holds it in slot 0.
+      std::string v = i.value_tensor.defined() ? fmt::format("{}[0]", reg(i.value_tensor)) : expr(simplify(i.value));
       bool needs90 = i.op == MbarrierOp::ArriveExpectTx || i.op == MbarrierOp::ExpectTx || i.cta_id.defined() ||
                      i.sem == "relaxed" || i.scope == "cluster";
       if (needs90 && target.sm < 90)
