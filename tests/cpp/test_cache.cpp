@@ -2,6 +2,8 @@
 // several processes and threads, an unwritable directory, and the default location.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "captured_log.h"
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -25,28 +27,6 @@ namespace fs = std::filesystem;
 namespace {
 
 
-// Routes the default logger into a string for the lifetime of the object.
-struct CapturedLog {
-  std::ostringstream text;
-  std::shared_ptr<spdlog::logger> logger = spdlog::default_logger();
-  spdlog::level::level_enum old_level = logger->level();
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-  explicit CapturedLog(spdlog::level::level_enum level) {
-    logger->sinks().push_back(sink);
-    logger->set_level(level);
-  }
-  ~CapturedLog() {
-    logger->set_level(old_level);
-    auto& sinks = logger->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
-  }
-  int count(const std::string& needle) {
-    std::string s = text.str();
-    int n = 0;
-    for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) ++n;
-    return n;
-  }
-};
 
 // A cubin-like blob with NUL bytes in it, distinct per tag.
 CacheEntry entry(const std::string& tag) {

@@ -4,6 +4,8 @@
 // --time report, and that none of it changes the generated code.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "captured_log.h"
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -34,28 +36,6 @@ namespace {
   REQUIRE_NVRTC();                                                                       \
   if (nvrtc_version() < 12080) GTEST_SKIP() << "NVRTC before 12.8 has no precompiled headers"
 
-// Routes the default logger into a string for the lifetime of the object.
-struct CapturedLog {
-  std::ostringstream text;
-  std::shared_ptr<spdlog::logger> logger = spdlog::default_logger();
-  spdlog::level::level_enum old_level = logger->level();
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-  explicit CapturedLog(spdlog::level::level_enum level = spdlog::level::warn) {
-    logger->sinks().push_back(sink);
-    logger->set_level(level);
-  }
-  ~CapturedLog() {
-    logger->set_level(old_level);
-    auto& sinks = logger->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
-  }
-  int count(const std::string& needle) {
-    std::string s = text.str();
-    int n = 0;
-    for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) ++n;
-    return n;
-  }
-};
 
 // The .text sections (the kernels' SASS) of an ELF64 cubin, by name.
 std::map<std::string, std::string> sass_of(const std::vector<char>& c) {
