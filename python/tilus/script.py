@@ -1318,12 +1318,6 @@ class MbarrierGroup:
         has completed. On the CPU backend a wait that can never complete is an error naming it."""
         loc = _here()
         if isinstance(phase, RegisterTensor):  # a phase kept in a one-element tensor (phases[stage])
-            n = 1
-            for d in phase.shape:
-                n *= d
-            if n != 1 or not (phase.dtype.is_integer or phase.dtype.is_bool):
-                raise CompileError(f"{_where(loc)}mbarrier.wait: phase must be a scalar or a one-element integer "
-                                   f"register tensor, got {_describe(phase)}")
             _builder().mbarrier_wait_tensor(_barrier(barrier, "mbarrier.wait: barrier", loc), phase.t,
                                             _choice(sem, ("acquire", "relaxed"), "mbarrier.wait: sem", loc),
                                             _choice(scope, ("cta", "cluster"), "mbarrier.wait: scope", loc), loc)

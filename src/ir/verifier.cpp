@@ -358,7 +358,7 @@ void check_mbarrier(const MbarrierInst& i) {
     const Tensor& t = i.value_tensor;
     if (i.op != MbarrierOp::Wait) fail(i, "only a wait takes its value from a register tensor");
     if (!t.is_register() || t.num_elements() != 1 || !(t.dtype().is_integer() || t.dtype().is_bool()))
-      fail(i, fmt::format("phase must be a one-element integer register tensor, got {}", ty(t)));
+      fail(i, fmt::format("phase must be a scalar or a one-element integer register tensor, got {}", ty(t)));
     return;
   }
   const char* what = i.op == MbarrierOp::Wait ? "phase" : i.op == MbarrierOp::Arrive ? "count" : "transaction_bytes";
@@ -1349,6 +1349,8 @@ void verify_inst(const InstNode& inst) {
     case InstKind::WgmmaWaitGroup: check_wgmma_wait_group(static_cast<const WgmmaWaitGroupInst&>(inst)); break;
     case InstKind::WgmmaMma: check_wgmma_mma(static_cast<const WgmmaMmaInst&>(inst)); break;
     case InstKind::TmaCommitGroup:
+    case InstKind::WgmmaFence:
+    case InstKind::WgmmaCommitGroup:
     case InstKind::CopyAsyncCommitGroup:
     case InstKind::CopyAsyncWaitAll: break;
   }

@@ -25,6 +25,15 @@ std::string region_str(const CopyRegion& r) {
 
 int64_t bytes_of(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
 
+// The span in bytes (32, 64, 128) of TMA's swizzle pattern that `z` is for elements of `eb`
+// bytes (16-byte units, address bits 7.. XORed in); 0 for no swizzle, -1 for another pattern.
+// The one rule TMA boxes and wgmma descriptors share.
+int64_t tma_swizzle_span(const Swizzle& z, int64_t eb) {
+  if (z.none()) return 0;
+  if ((int64_t(1) << z.base) * eb != 16 || z.bits < 1 || z.bits > 3 || z.shift != 3) return -1;
+  return int64_t(16) << z.bits;
+}
+
 int64_t pow2_floor(int64_t x) {
   int64_t p = 1;
   while (p * 2 <= x) p *= 2;
@@ -396,16 +405,12 @@ class Selector : public StmtMutator {
       const SharedView& v = facts_.shared(i, t);
       const SharedLayout& root = v.root->shared_layout;
       int rk = v.dims[k_dim], rr = v.dims[1 - k_dim];
-      const Swizzle& z = root.swizzle();
-      int64_t span = z.none() ? 0 : (int64_t(16) << z.bits);
-      int64_t unit_log2 = 0;
-      while ((int64_t(1) << unit_log2) * eb < 16) ++unit_log2;
-      bool tma_pattern = !z.none() && z.shift == 3 && z.base == unit_log2 && z.bits >= 1 && z.bits <= 3;
+      int64_t span = tma_swizzle_span(root.swizzle(), eb);
       std::string layout = fmt::format("{} of {}", root.str(), v.root->name);
       if (rk < 0 || rr < 0 || root.strides()[rk] != 1)
         fail(fmt::format("{} must be K-major (its K dim contiguous in shared memory), but its layout is {}", name,
                          layout));
-      if (!tma_pattern || root.strides()[rr] * eb != span)
+      if (span <= 0 || root.strides()[rr] * eb != span)
         fail(fmt::format("{} must be stored in rows of 32, 64 or 128 bytes along K with the matching swizzle (the "
                          "layout TMA writes and layout inference chooses for such tiles), but its layout is {}",
                          name, layout));
@@ -510,12 +515,9 @@ class Selector : public StmtMutator {
     }
     Expr start = facts_.simplify(shared_start_unswizzled(view));
     if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
-    int swizzle = 0;
-    if (!sl.swizzle().none()) {
-      const Swizzle& z = sl.swizzle();
-      if ((int64_t(1) << z.base) * eb != 16 || z.bits < 1 || z.bits > 3 || z.shift != 3)
-        return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
-      swizzle = 16 << z.bits;
+    int64_t swizzle = tma_swizzle_span(sl.swizzle(), eb);
+    if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+    if (swizzle > 0) {
       if (inner_bytes != swizzle)
         return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
                            swizzle, swizzle);
@@ -528,7 +530,7 @@ class Selector : public StmtMutator {
     for (auto& e : spec.shape) e = facts_.simplify(e);
     for (auto& e : spec.strides) e = facts_.simplify(e);
     spec.box = box;
-    spec.swizzle_bytes = swizzle;
+    spec.swizzle_bytes = int(swizzle);
     spec.loc = c.loc;
     spec.inst = c.display_name();
     return "";
