@@ -834,9 +834,10 @@ PYBIND11_MODULE(_C, m) {
         b.mbarrier_wait(barrier, phase, sem, scope, loc_of(loc));
       })
       .def("tma_copy_tile", [](Builder& b, const Tensor& global, const Tensor& shared, const py::iterable& offsets,
-                               std::vector<int> dims, std::optional<Tensor> barrier, bool load, L loc) {
+                               std::vector<int> dims, std::optional<Tensor> barrier, bool load, L loc,
+                               const py::object& multicast_mask) {
         b.tma_copy_tile(global, shared, to_exprs(offsets), std::move(dims), barrier ? *barrier : Tensor(), load,
-                        loc_of(loc));
+                        loc_of(loc), multicast_mask.is_none() ? Expr() : to_expr(multicast_mask));
       })
       .def("c2d_im2col", [](Builder& b, const Tensor& img, const Tensor& col, const py::object& nhw_step,
                             const py::object& c_step, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
@@ -853,6 +854,10 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("wgmma_commit_group", [](Builder& b, L loc) { b.wgmma_commit_group(loc_of(loc)); })
       .def("wgmma_wait_group", [](Builder& b, int64_t n, L loc) { b.wgmma_wait_group(n, loc_of(loc)); })
+      .def("slice_shared", [](Builder& b, const Tensor& t, const py::iterable& offsets, std::vector<int> dims,
+                              std::vector<int64_t> shape, L loc) {
+        return b.slice_shared(t, to_exprs(offsets), std::move(dims), std::move(shape), loc_of(loc));
+      })
       .def("permute_shared", [](Builder& b, const Tensor& t, const std::vector<int>& dims, L loc) {
         return b.permute_shared(t, dims, loc_of(loc));
       })

@@ -714,12 +714,15 @@ class Script(Artifacts):
         """Waits until the phase of parity ``parity`` (0 or 1) of ``mbarrier`` has completed (seed 004)."""
         self.mbarrier.wait(mbarrier, parity)
 
-    def mbarrier_arrive(self, mbarrier: SharedTensor, cta_id: Optional[_Scalar] = None) -> None:
+    def mbarrier_arrive(self, mbarrier: SharedTensor, cta_id: Optional[_Scalar] = None, scope: str = "cta") -> None:
         """Every thread of the group arrives once at ``mbarrier`` (seed 004); with ``cta_id``, at the
-        barrier at the same offset in block ``cta_id`` of the cluster."""
+        barrier at the same offset in block ``cta_id`` of the cluster. ``scope="cluster"`` makes the
+        arrival a release at cluster scope (the thread's earlier writes to the peer's memory become
+        visible to its waiters); the default, as the seed's, releases at block scope only, which is
+        enough to hand back a buffer the peer overwrites."""
         loc = _here()
         b = _barrier(mbarrier, "mbarrier_arrive: mbarrier", loc)
-        scope = "cta" if cta_id is None else "cluster"
+        scope = _choice(scope, ("cta", "cluster"), "mbarrier_arrive: scope", loc)
         cta = None if cta_id is None else _scalar(cta_id, "mbarrier_arrive: cta_id", loc)
         _builder().mbarrier("arrive", b, 1, "release", scope, cta, loc)
 
@@ -838,6 +841,18 @@ class Script(Artifacts):
         dtype = None if dtype is None else _dtype(dtype, "view: dtype", loc)
         layout = _layout(layout, "view: layout", loc)
         return RegisterTensor(_builder().view(_tensor(x, "view", loc), dtype, layout, loc))
+
+    def slice_shared(self, tensor: SharedTensor, offsets: Sequence[_Int], slice_dims: Sequence[int],
+                     slice_shape: Sequence[int]) -> SharedTensor:
+        """The view of the sub-tensor of ``tensor`` of shape ``slice_shape`` at ``offsets`` (one per dim
+        of ``tensor``; kernel scalars allowed): view dim k is dim ``slice_dims[k]``, the other dims are
+        fixed at their offset. E.g. the half of a [256, 64] tile a block of a cluster loads:
+        ``self.slice_shared(s, [rank * 128, 0], [0, 1], [128, 64])``."""
+        loc = _here()
+        return SharedTensor(_builder().slice_shared(_tensor(tensor, "slice_shared: tensor", loc, SharedTensor),
+                                                    _exprs(offsets, "slice_shared: offsets", loc),
+                                                    _ints(slice_dims, "slice_shared: slice_dims", loc),
+                                                    _ints(slice_shape, "slice_shared: slice_shape", loc), loc))
 
     def reshape(self, x: RegisterTensor, shape: Sequence[int]) -> RegisterTensor:
         """``x`` with a new static shape of the same element count (one -1 is inferred)."""
@@ -1334,23 +1349,25 @@ class TmaGroup:
 
     def global_to_shared(self, *, src: GlobalTensor, dst: SharedTensor, offsets: Sequence[_Int],
                          dims: _Dims = None, mbarrier: SharedTensor, cta_group: int = 1,
-                         multicast_mask: Optional[int] = None, cache_policy: Any = None) -> None:
+                         multicast_mask: Optional[_Int] = None, cache_policy: Any = None) -> None:
         """Copies the tile of ``src`` at ``offsets`` (one per dim of ``src``; the tile's dims are the
         global dims ``dims``, default the trailing ones) into ``dst``; its bytes complete on
         ``mbarrier``, whose expected transaction bytes the kernel sets
         (``mbarrier.arrive_and_expect_tx``) and on which it waits. Elements outside ``src`` are
-        zero-filled. ``cta_group`` 1, no ``multicast_mask`` and no ``cache_policy`` (the others are not
-        supported yet)."""
+        zero-filled. ``multicast_mask`` (an integer, bit i for the cluster's block of rank i): every
+        block of the mask receives the tile at ``dst``'s offset in its shared memory, and its barrier
+        at ``mbarrier``'s offset completes the bytes. ``cta_group`` 1 and no ``cache_policy`` (the
+        others are not supported yet)."""
         loc = _here()
-        if cta_group != 1 or multicast_mask is not None or cache_policy is not None:
+        if cta_group != 1 or cache_policy is not None:
             raise CompileError(f"{_where(loc)}tma.global_to_shared: cta_group={cta_group!r}, "
-                               f"multicast_mask={multicast_mask!r}, cache_policy={cache_policy!r}: only cta_group=1 "
-                               "without multicast or cache policy is supported")
+                               f"cache_policy={cache_policy!r}: only cta_group=1 without a cache policy is supported")
+        mask = None if multicast_mask is None else _scalar(multicast_mask, "tma.global_to_shared: multicast_mask", loc)
         _builder().tma_copy_tile(_tensor(src, "tma.global_to_shared: src", loc, GlobalTensor),
                                  _tensor(dst, "tma.global_to_shared: dst", loc, SharedTensor),
                                  _exprs(offsets, "tma.global_to_shared: offsets", loc),
                                  _ints(dims, "tma.global_to_shared: dims", loc),
-                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc)
+                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc, mask)
 
     def shared_to_global(self, src: SharedTensor, dst: GlobalTensor, offsets: Sequence[_Int], dims: _Dims = None,
                          cache_policy: Any = None) -> None:
@@ -1363,7 +1380,7 @@ class TmaGroup:
         _builder().tma_copy_tile(_tensor(dst, "tma.shared_to_global: dst", loc, GlobalTensor),
                                  _tensor(src, "tma.shared_to_global: src", loc, SharedTensor),
                                  _exprs(offsets, "tma.shared_to_global: offsets", loc),
-                                 _ints(dims, "tma.shared_to_global: dims", loc), None, False, loc)
+                                 _ints(dims, "tma.shared_to_global: dims", loc), None, False, loc, None)
 
     def commit_group(self) -> None:
         """Closes the group of TMA stores issued since the last commit."""

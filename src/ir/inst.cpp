@@ -137,6 +137,7 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   if (loop_layout.defined()) v.attr("loop_layout", loop_layout.str());
   if (scalar) v.attr("scalar", "true");
   if (barrier.defined()) v.operand("barrier", barrier, Access::Read, kShared, nullptr);
+  if (multicast_mask.defined()) v.expr("multicast_mask", multicast_mask);
 }
 
 void Im2colInst::visit_fields(FieldVisitor& v) {

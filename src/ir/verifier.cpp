@@ -486,6 +486,10 @@ void check_copy(const CopyInst& i) {
     fail(i, fmt::format("only TMA loads complete on an mbarrier; src {}, dst {}", ty(s), ty(d)));
   }
   if (i.barrier.defined()) check_barrier(i, i.barrier);
+  if (i.multicast_mask.defined() && (i.api != CopyApi::TmaGlobalToShared || !i.multicast_mask.dtype().is_integer()))
+    fail(i, fmt::format("multicast_mask is an integer mask of the cluster's blocks, for tma.global_to_shared only; got "
+                        "{} on {} (src {}, dst {})",
+                        i.multicast_mask.dtype().name(), i.display_name(), ty(s), ty(d)));
   if ((i.api == CopyApi::AsyncCopy || i.use_cp_async) && !(s.is_global() && d.is_shared()))
     fail(i, fmt::format("cp.async copies global to shared memory, got src {} and dst {}", ty(s), ty(d)));
   if (i.coalesced_width && !is_pow2(*i.coalesced_width))

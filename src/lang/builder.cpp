@@ -837,7 +837,8 @@ void Builder::mbarrier_wait(const Tensor& barrier, const Tensor& phase, const st
 }
 
 void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets,
-                            std::vector<int> dims, const Tensor& barrier, bool load, SourceLoc loc) {
+                            std::vector<int> dims, const Tensor& barrier, bool load, SourceLoc loc,
+                            Expr multicast_mask) {
   const char* name = load ? "tma.global_to_shared" : "tma.shared_to_global";
   if (!global.defined() || !global.is_global() || !shared.defined() || !shared.is_shared())
     throw CompileError(fmt::format("{}: expected a global and a shared tensor, got {} and {}", name, type_of(global),
@@ -882,6 +883,7 @@ void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vec
   i->api = load ? CopyApi::TmaGlobalToShared : CopyApi::TmaSharedToGlobal;
   i->use_tma = true;
   i->barrier = barrier;
+  i->multicast_mask = std::move(multicast_mask);
   i->src = load ? g : s;
   i->dst = load ? s : g;
   emit(i);

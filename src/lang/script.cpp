@@ -86,6 +86,11 @@ SharedTensor SharedTensor::operator[](const IndexArg& i) const {
   return SharedTensor(active("shared tensor indexing").index_shared(t_, {i.value}, i.loc));
 }
 
+SharedTensor SharedTensor::slice(std::vector<Expr> offsets, std::vector<int> dims, std::vector<int64_t> shape,
+                                 Loc loc) const {
+  return SharedTensor(active("SharedTensor.slice")
+                          .slice_shared(t_, std::move(offsets), std::move(dims), std::move(shape), SourceLoc::from(loc)));
+}
 SharedTensor SharedTensor::permute(std::vector<int> dims, Loc loc) const {
   return SharedTensor(active("SharedTensor.permute").permute_shared(t_, std::move(dims), SourceLoc::from(loc)));
 }
@@ -313,7 +318,7 @@ void Script::mbarrier_wait_parity(const SharedTensor& barrier, const Expr& parit
 }
 void Script::mbarrier_arrive(const SharedTensor& barrier, Loc loc) { mbarrier.arrive(barrier, 1, {}, loc); }
 void Script::mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Loc loc) {
-  mbarrier.arrive_remote(barrier, cta_id, 1, loc);
+  mbarrier.arrive_remote(barrier, cta_id, 1, "cta", loc);
 }
 void Script::mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc) {
   mbarrier.expect_tx(barrier, tx, {}, loc);
@@ -353,8 +358,9 @@ void MbarrierGroup::expect_tx(const SharedTensor& barrier, const Expr& bytes, Mb
   script->builder().mbarrier(MbarrierOp::ExpectTx, barrier_of(barrier), bytes, sem_or(opts, "relaxed"), opts.scope,
                              Expr(), SourceLoc::from(loc));
 }
-void MbarrierGroup::arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count, Loc loc) const {
-  script->builder().mbarrier(MbarrierOp::Arrive, barrier_of(barrier), count, "release", "cluster", cta_id,
+void MbarrierGroup::arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count,
+                                  const std::string& scope, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::Arrive, barrier_of(barrier), count, "release", scope, cta_id,
                              SourceLoc::from(loc));
 }
 void MbarrierGroup::wait(const SharedTensor& barrier, const Expr& phase, MbarrierOptions opts, Loc loc) const {
@@ -371,9 +377,12 @@ void MbarrierGroup::wait(const SharedTensor& barrier, const RegisterTensor& phas
 void TmaGroup::global_to_shared(const GlobalTensor& src, const SharedTensor& dst, TmaTileOptions opts,
                                 const SharedTensor& mbarrier, Loc loc) const {
   script->builder().tma_copy_tile(src.tensor(), dst.tensor(), std::move(opts.offsets), std::move(opts.dims),
-                                  barrier_of(mbarrier), true, SourceLoc::from(loc));
+                                  barrier_of(mbarrier), true, SourceLoc::from(loc), std::move(opts.multicast_mask));
 }
 void TmaGroup::shared_to_global(const SharedTensor& src, const GlobalTensor& dst, TmaTileOptions opts, Loc loc) const {
+  if (opts.multicast_mask.defined())
+    throw CompileError("tma.shared_to_global: multicast_mask is for loads (tma.global_to_shared) only",
+                       SourceLoc::from(loc));
   script->builder().tma_copy_tile(dst.tensor(), src.tensor(), std::move(opts.offsets), std::move(opts.dims), Tensor(),
                                   false, SourceLoc::from(loc));
 }

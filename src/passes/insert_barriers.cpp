@@ -85,6 +85,25 @@ class BarrierInserter {
     return !i.mask.defined() && threads <= 32;
   }
 
+  // A TMA store and a wgmma read shared memory through the async proxy: generic writes to it
+  // need a proxy fence in the writing threads before the barrier that orders them. The
+  // unfenced write one of `later`'s async-proxy reads meets, if any.
+  const Access* unfenced_write(const std::vector<Access>& later) const {
+    for (auto& a : later) {
+      if (a.inst->lowering.op != MachineOp::TmaStore && a.inst->lowering.op != MachineOp::Wgmma) continue;
+      for (auto& w : unfenced_)
+        if (may_overlap(w, a)) return &w;
+    }
+    return nullptr;
+  }
+
+  void fence(const SourceLoc& loc, std::vector<Stmt>& before) {
+    auto f = std::make_shared<FenceProxyAsyncInst>();
+    f->loc = loc;
+    before.push_back(make_inst_stmt(f));
+    unfenced_.clear();
+  }
+
   // The first pending access that conflicts with one of `later`, and that one's instruction.
   static std::optional<Blocked> first_conflict(const Pending& pending, const std::vector<Access>& later) {
     for (auto& a : later)
@@ -183,23 +202,10 @@ class BarrierInserter {
           default: break;
         }
         auto mine = accesses(inst);
-        // A TMA store and a wgmma read shared memory through the async proxy: generic writes
-        // to it need a proxy fence in the writing threads before the barrier that orders them.
-        if (inst.lowering.op == MachineOp::TmaStore || inst.lowering.op == MachineOp::Wgmma) {
-          bool unfenced = false;
-          for (auto& a : mine)
-            for (auto& w : unfenced_) unfenced = unfenced || may_overlap(w, a);
-          if (unfenced) {
-            if (!may_insert)
-              throw Blocked{*std::find_if(unfenced_.begin(), unfenced_.end(), [&](const Access& w) {
-                              return std::any_of(mine.begin(), mine.end(), [&](const Access& a) { return may_overlap(w, a); });
-                            }), &inst};
-            auto f = std::make_shared<FenceProxyAsyncInst>();
-            f->loc = inst.loc;
-            before.push_back(make_inst_stmt(f));
-            barrier(inst.loc);
-            unfenced_.clear();
-          }
+        if (const Access* w = unfenced_write(mine)) {
+          if (!may_insert) throw Blocked{*w, &inst};
+          fence(inst.loc, before);
+          barrier(inst.loc);
         }
         if (auto hazard = first_conflict(pending, mine)) {
           if (!may_insert) throw *hazard;
@@ -222,7 +228,7 @@ class BarrierInserter {
         auto& n = static_cast<const ForStmtNode&>(*s);
         if (thread_dependent(n.begin) || thread_dependent(n.end) || thread_dependent(n.step))
           thread_vars_.insert(n.var.get());
-        before_loop(n.body, pending, may_insert, barrier, n.loc);
+        before_loop(n.body, pending, may_insert, barrier, before, n.loc);
         return loop(n.body, pending, may_insert && !thread_vars_.count(n.var.get()),
                     [&](const Access& a) { return previous_iteration(a, &n.var, n.step); },
                     [&](const Stmt& body) {
@@ -232,7 +238,7 @@ class BarrierInserter {
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);
         auto unknown = [](const Access& a) { return previous_iteration(a, nullptr, Expr()); };
-        before_loop(n.body, pending, may_insert, barrier, n.loc);
+        before_loop(n.body, pending, may_insert, barrier, before, n.loc);
         return loop(n.body, pending, may_insert && !thread_dependent(n.cond), unknown,
                     [&](const Stmt& body) { return Stmt(std::make_shared<WhileStmtNode>(n.cond, body, n.loc)); });
       }
@@ -271,9 +277,16 @@ class BarrierInserter {
         auto inside = all_accesses(n.body);
         if (auto hazard = first_conflict(pending, inside)) {
           if (!may_insert) throw *hazard;
+          // The writers fence before the barrier that hands their writes to the group (for
+          // example the thread that then issues a TMA store of them).
+          if (unfenced_write(inside)) fence(n.loc, before);
           barrier(n.loc);
         }
+        // What is still in flight may be waited for inside the group: its threads then see it
+        // land, and the rest of the block needs a barrier after the group to see it too.
         Pending group;
+        for (auto& p : pending)
+          if (!settled(p)) group.push_back(p);
         groups_.push_back(n.num_threads);
         Stmt body;
         try {
@@ -283,13 +296,21 @@ class BarrierInserter {
           throw;
         }
         groups_.pop_back();
+        for (auto& p : pending)
+          if (!settled(p))
+            p.awaited = std::any_of(group.begin(), group.end(),
+                                    [&](const Access& g) { return g.inst == p.inst && g.async && g.awaited; });
         for (auto& a : inside) {
           a.mapping.clear();  // other threads than the rest of the block
           // An asynchronous access the group waited for has landed for its threads only: the
           // rest of the block needs a barrier to see it.
-          if (a.async)
+          // and the groups it was committed in there still count for the waits that follow.
+          if (a.async) {
             a.awaited = std::none_of(group.begin(), group.end(),
                                      [&](const Access& g) { return g.inst == a.inst && g.async && !g.awaited; });
+            for (auto& g : group)
+              if (g.inst == a.inst && g.async) a.commits = std::max(a.commits, g.commits);
+          }
           pending.push_back(a);
         }
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
@@ -302,7 +323,8 @@ class BarrierInserter {
   // rather than in the body, where it would run every iteration.
   // Only the body's accesses before its first barrier of the group can meet what precedes it.
   template <class Barrier>
-  void before_loop(const Stmt& body, Pending& pending, bool may_insert, Barrier& barrier, const SourceLoc& loc) {
+  void before_loop(const Stmt& body, Pending& pending, bool may_insert, Barrier& barrier, std::vector<Stmt>& before,
+                   const SourceLoc& loc) {
     if (!may_insert) return;
     std::vector<Stmt> top;
     if (body && body->kind == StmtKind::Seq) top = static_cast<const SeqStmtNode&>(*body).stmts;
@@ -316,7 +338,9 @@ class BarrierInserter {
       }
       for (auto& a : all_accesses(st)) early.push_back(a);
     }
-    if (first_conflict(pending, early)) barrier(loc);
+    if (!first_conflict(pending, early)) return;
+    if (unfenced_write(early)) fence(loc, before);
+    barrier(loc);
   }
 
   // A loop body runs after itself: analysed to a fixpoint (loop_fixpoint) with what each

@@ -618,6 +618,28 @@ TEST(TmaPasses, StoreOfGenericWritesGetsAFenceAndABarrier) {
                                                       "tma.shared_to_global", "tma.commit_group", "tma.wait_group"}));
 }
 
+// One thread issues the store of what every thread wrote: the writers fence before the barrier
+// that hands their writes to it; its wait for the store's read is seen by the other threads only
+// after a barrier, before they write the tile again.
+TEST(TmaPasses, StoreIssuedByOneThreadFencesInTheWritersAndItsWaitGetsABarrier) {
+  auto s = golden_case(
+      "tma_store_one_thread", "insert_barriers",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+        k.store_shared(sa, k.register_tensor(dtypes::float16, {32, 64}, 1.0));
+        k.single_thread([&] {
+          k.tma.shared_to_global(sa, a, {.offsets = {0, 0}});
+          k.tma.commit_group();
+        });
+        k.single_thread([&] { k.tma.wait_group(0, true); });
+        k.store_shared(sa, k.register_tensor(dtypes::float16, {32, 64}, 2.0));
+      },
+      {.arch = "sm_90a"});
+  EXPECT_EQ(names(s.after), (std::vector<std::string>{"store_shared", "fence.proxy_async", "sync",
+                                                      "tma.shared_to_global", "tma.commit_group", "tma.wait_group",
+                                                      "sync", "store_shared"}));
+}
+
 TEST(TmaPasses, LoadWaitedForByTheReadersNeedsNoBarrier) {
   auto s = golden_case(
       "tma_load_wait", "insert_barriers",

@@ -227,6 +227,8 @@ METHOD_CASES = [
     ("static-assert-tensor", lambda k, v: k.static_assert(v.b, "m"), ["static_assert", "Python bool", "register bool"]),
     ("repeat-interleave-zero", lambda k, v: k.repeat_interleave(v.r, [0, 2]), ["repeat_interleave", ">= 1"]),
     ("flatten-shared", lambda k, v: k.flatten(v.s), ["flatten", "register tensor", "shared"]),
+    ("slice-shared-outside", lambda k, v: k.slice_shared(v.s, [12, 0], [0, 1], [8, 16]),
+     ["slice_shared", r"dim 0 takes \[12, 20\)", r"shared float32\[16, 16\]"]),
     ("add-str", lambda k, v: k.add(v.r, "1"), [r"\+", "register tensors or scalars", "str"]),
     ("assign-shapes", lambda k, v: k.assign(v.r, v.r8), ["assign", r"\[16, 16\]", r"\[8, 16\]"]),
     ("warp-str", lambda k, v: k.single_warp("0"), ["single_warp", "a Python int", "'0'"]),

@@ -8,6 +8,7 @@ import pytest
 
 import tilus
 from tilus import float16, float32, int8, int32, uint8
+from conftest import HAS_GPU
 
 
 def tma_tile(dt, bm, bn, cluster=None):
@@ -351,3 +352,87 @@ def test_a_store_box_at_a_negative_coordinate_traps_with_its_line():
     assert r.returncode != 0
     assert re.search(r"test_hopper_copies.py:\d+: tma.shared_to_global: a TMA store box cannot start at a negative "
                      r"coordinate", r.stdout + r.stderr), r.stdout + r.stderr
+
+
+def multicast_tile(bm, bn, cluster, sync=True):
+    """out[r] = x + r + 1 for each [bm, bn] tile of x, by both blocks r of a cluster of `cluster`
+    (1 or 2) blocks along dim 0: each block loads 1/cluster of the tile's rows and multicasts them
+    into every block of the cluster, so each block sees the whole tile only if the multicast
+    reached it. (`sync=False` leaves out the cluster barriers: for an error test only.)"""
+
+    class MulticastTile(tilus.Script):
+        def __call__(self, m: int32, n: int32, x: ~float16, out: ~float16):
+            self.attrs.blocks = [tilus.cdiv(m, bm) * cluster, tilus.cdiv(n, bn)]
+            self.attrs.cluster_blocks = [cluster, 1]
+            self.attrs.warps = 4
+            rank = self.cluster.blockRank
+            part = bm // cluster
+            gx = self.global_view(x, shape=[m, n])
+            go = self.global_view(out, shape=[2, m, n])
+            s = self.shared_tensor(dtype=float16, shape=[bm, bn])
+            bar = self.mbarrier.alloc(counts=[1])
+            if sync:
+                self.cluster.sync()
+            o = [self.blockIdx.x // cluster * bm, self.blockIdx.y * bn]
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=bm * bn * 2)
+                self.tma.global_to_shared(src=gx, dst=self.slice_shared(s, [rank * part, 0], [0, 1], [part, bn]),
+                                         offsets=[o[0] + rank * part, o[1]], mbarrier=bar,
+                                         multicast_mask=(1 << cluster) - 1)
+            self.mbarrier.wait(bar, phase=0)
+            self.store_global(go, self.load_shared(s) + (rank + 1), offsets=[rank, o[0], o[1]], dims=[1, 2])
+            if sync:
+                self.cluster.sync()
+
+    return MulticastTile()
+
+
+def run_multicast(arrays, cluster):
+    m, n = 45, 200  # ragged: boxes cross the far edges
+    h = np.random.default_rng(5).uniform(-20, 20, size=(m, n)).astype(np.float16)
+    out = arrays.put(np.zeros((2, m, n), np.float16))
+    multicast_tile(32, 64, cluster)(m, n, arrays.put(h), out)
+    got = arrays.host(out)
+    for r in range(cluster):
+        np.testing.assert_array_equal(got[r], (h + np.float16(r + 1)).astype(np.float16))
+
+
+def test_multicast_to_a_cluster_of_one_block_is_its_own_load(arrays):
+    run_multicast(arrays, 1)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: clusters of several blocks run only there")
+def test_multicast_reaches_both_blocks_of_a_cluster():
+    from conftest import Arrays
+    run_multicast(Arrays("cuda"), 2)
+
+
+def test_multicast_compiles_to_the_cluster_form_and_its_ir_shows_the_mask():
+    x = np.zeros((64, 64), np.float16)
+    k = multicast_tile(32, 64, 2)
+    ir = final_ir(k, 64, 64, x, np.zeros((2, 64, 64), np.float16), arch="sm_90a")
+    assert "multicast_mask=3" in ir, ir
+    ptx = k.ptx(64, 64, x, np.zeros((2, 64, 64), np.float16), arch="sm_90a")
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes"
+                     r"\.multicast::cluster", ptx), ptx
+
+
+def test_multicast_in_a_cluster_on_the_cpu_is_an_error_naming_why():
+    x = np.zeros((64, 64), np.float16)
+    with pytest.raises(tilus.CompileError, match=r"TMA multicast needs the blocks of a cluster to run together"):
+        multicast_tile(32, 64, 2, sync=False)(64, 64, x, np.zeros((2, 64, 64), np.float16))
+
+
+def test_multicast_mask_must_be_an_integer():
+    class Bad(tilus.Script):
+        def __call__(self, n: int32, x: ~float16):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            s = self.shared_tensor(dtype=float16, shape=[32, 64])
+            bar = self.mbarrier.alloc(counts=[1])
+            self.tma.global_to_shared(src=self.global_view(x, shape=[n, 64]), dst=s, offsets=[0, 0], mbarrier=bar,
+                                     multicast_mask=1.5)
+
+    with pytest.raises(tilus.CompileError, match=r"multicast_mask is an integer mask of the cluster's blocks") as e:
+        Bad().ir(32, np.zeros((32, 64), np.float16), arch="sm_90a")
+    assert "test_hopper_copies.py:" in str(e.value)

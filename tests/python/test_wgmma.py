@@ -1,6 +1,8 @@
 """wgmma (issue 15): the hopper_matmul examples on the CPU backend (numpy) and the GPU (torch,
 sm_90a) against numpy on random data with ragged shapes; the lowering record and the PTX for
 sm_90a (f16, bf16, fp8, several warp groups); and the errors of bad or unsynchronized use."""
+import re
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,8 @@ VOID = tilus.DataType.from_name("void")
 from hopper_matmul_v0 import HopperMatmulV0
 from hopper_matmul_v1 import HopperMatmulV1
 from hopper_matmul_v2 import HopperMatmulV2
+from hopper_matmul_v4 import HopperMatmulV4
+from hopper_matmul_v5 import HopperMatmulV5
 
 
 def run_matmul(arrays, kernel, m, n, k, seed=0):
@@ -37,6 +41,27 @@ def test_wgmma_matmuls(arrays, kernel, m, n, k):
 def test_warp_specialized_matmul_on_the_gpu(cfg):
     from conftest import Arrays
     run_matmul(Arrays("cuda"), HopperMatmulV2(**cfg), 301, 517, 1000)
+
+
+# v4: the epilogue through shared memory and TMA stores; v5: clusters of two with b multicast
+# (an odd number of row tiles: the second block of the last pair has no rows of c).
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("kernel", [HopperMatmulV4(blocks=8), HopperMatmulV5(blocks=8), HopperMatmulV5(blocks=2, group=1)],
+                         ids=["v4", "v5", "v5-one-cluster"])
+@pytest.mark.parametrize("m,n,k", [(301, 517, 1000), (1000, 3000, 200)])
+def test_tma_store_and_multicast_matmuls_on_the_gpu(kernel, m, n, k):
+    from conftest import Arrays
+    run_matmul(Arrays("cuda"), kernel, m, n, k)
+
+
+def test_multicast_matmul_compiles_to_multicast_loads_and_cheap_remote_arrivals():
+    """v5's b halves go to both blocks of the cluster; a consumer hands a stage back to the peer
+    with a remote arrival at block scope (a release at cluster scope would stall every step)."""
+    x = np.zeros((256, 64), np.float16)
+    ptx = HopperMatmulV5().ptx(256, 256, 64, x, x, np.zeros((256, 256), np.float16), arch="sm_90a")
+    assert ".multicast::cluster" in ptx
+    assert re.search(r"mbarrier\.arrive\.shared::cluster\.b64", ptx), ptx
+    assert "mbarrier.arrive.release.cluster" not in ptx
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")

@@ -312,6 +312,10 @@ struct CopyInst : InstNode {
   // TMA loads of tma_copy / tma.global_to_shared: the mbarrier their bytes complete on (a
   // one-element uint64 shared tensor or view, from mbarrier.alloc).
   Tensor barrier;
+  // tma.global_to_shared: the blocks of the cluster (bit i: rank i) that receive the box, at
+  // the same shared offset, completing on their barrier at the same offset (undefined: this
+  // block only).
+  Expr multicast_mask;
   std::optional<EvictPolicy> eviction_policy;
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;  // optional thread mapping for the SIMT path

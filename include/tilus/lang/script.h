@@ -170,6 +170,10 @@ class SharedTensor : public TensorHandle {
   CopyRegionArg at(std::vector<Expr> index) const { return CopyRegionArg(CopyRegion{t_, std::move(index), {}}); }
   // A view with the dims reordered (view dim k is dim dims[k]); transpose() of a rank-2 tile.
   SharedTensor permute(std::vector<int> dims, Loc loc = Loc::current()) const;
+  // The view of the sub-tensor of `shape` at `offsets` (one per dim of this tensor); view dim k
+  // is dim dims[k] (NVIDIA Tilus's slice_shared(tensor, offsets, slice_dims, slice_shape)).
+  SharedTensor slice(std::vector<Expr> offsets, std::vector<int> dims, std::vector<int64_t> shape,
+                     Loc loc = Loc::current()) const;
   SharedTensor transpose(Loc loc = Loc::current()) const;
 };
 
@@ -277,6 +281,7 @@ struct TmaCopyOptions {
 struct TmaTileOptions {
   std::vector<Expr> offsets;  // one per global dim
   std::vector<int> dims;      // the global dim of each shared dim (default: the trailing ones)
+  Expr multicast_mask;        // global_to_shared: the cluster's blocks (bit i: rank i) that receive the box
 };
 struct MbarrierOptions {
   std::string sem;             // default: "release" for arrivals, "acquire" for waits
@@ -389,8 +394,11 @@ struct MbarrierGroup {
                             Loc loc = Loc::current()) const;
   void expect_tx(const SharedTensor& barrier, const Expr& transaction_bytes, MbarrierOptions opts = {},
                  Loc loc = Loc::current()) const;
-  // Arrive on the barrier at the same offset in block `cta_id` of the cluster.
-  void arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count = 1, Loc loc = Loc::current()) const;
+  // Arrive on the barrier at the same offset in block `cta_id` of the cluster; `scope` "cta"
+  // (release at block scope, the default) or "cluster" (the thread's earlier writes become
+  // visible to the peer's waiters).
+  void arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count = 1,
+                     const std::string& scope = "cta", Loc loc = Loc::current()) const;
   void wait(const SharedTensor& barrier, const Expr& phase, MbarrierOptions opts = {}, Loc loc = Loc::current()) const;
   // The phase kept in a one-element register tensor.
   void wait(const SharedTensor& barrier, const RegisterTensor& phase, MbarrierOptions opts = {},

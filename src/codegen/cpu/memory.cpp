@@ -281,6 +281,11 @@ void Emitter::emit_memory(const InstNode& inst) {
       llvm::Value* bar = nullptr;
       int64_t bytes = i.dst.tensor.dtype().storage_bytes(1);
       for (int64_t e : shape) bytes *= e;
+      // A multicast reaches the other blocks of a cluster, which the CPU backend runs one at a
+      // time; for a cluster of one block it is this block's own load.
+      if (i.multicast_mask.defined() && kernel.cluster != std::array<int64_t, 3>{1, 1, 1})
+        fail(inst, "a TMA multicast needs the blocks of a cluster to run together; the CPU backend runs blocks one "
+                   "at a time");
       if (low.op == MachineOp::TmaLoad && i.barrier.defined()) {
         bar = barrier_ptr(inst, i.barrier);
         if (i.api == CopyApi::TmaCopy) {

@@ -47,7 +47,8 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
       switch (i.op) {
         case MbarrierOp::Arrive:
           if (i.cta_id.defined())
-            linef("tilus::mbarrier_arrive_remote({}, uint32_t({}), uint32_t({}));", bar, expr(simplify(i.cta_id)), v);
+            linef("tilus::mbarrier_arrive_remote<{}>({}, uint32_t({}), uint32_t({}));",
+                  i.scope == "cluster" ? "true" : "false", bar, expr(simplify(i.cta_id)), v);
           else
             linef("tilus::mbarrier_arrive{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
           return;
@@ -110,7 +111,11 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
     if (i.api == CopyApi::TmaCopy || rec.copy_barrier >= 0)
       linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bytes);
-    linef("tilus::tma_load<{}>({}, {}, {}, {});", rank, smem, tmap, bar, c);
+    if (i.multicast_mask.defined())
+      linef("tilus::tma_load_multicast<{}>({}, {}, {}, {}, uint16_t({}));", rank, smem, tmap, bar, c,
+            expr(simplify(i.multicast_mask)));
+    else
+      linef("tilus::tma_load<{}>({}, {}, {}, {});", rank, smem, tmap, bar, c);
     close();
     if (rec.copy_barrier >= 0) {
       // Synchronous: every thread of the group waits for the bytes, then flips its phase.

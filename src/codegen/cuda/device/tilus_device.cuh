@@ -578,11 +578,17 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar, uint32_t count) {
 #endif
 }
 
-// Arrives on the barrier at the same offset in block `cta` of the cluster.
+// Arrives on the barrier at the same offset in block `cta` of the cluster; Cluster: with
+// release semantics at cluster scope (this thread's earlier writes become visible to the peer's
+// waiters), else at the default (CTA) scope, which orders nothing across blocks and costs less.
+template <bool Cluster>
 __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t bar, uint32_t cta, uint32_t count) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(cta));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(count) : "memory");
+  if constexpr (Cluster)
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(count) : "memory");
+  else
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(count) : "memory");
 }
 
 template <bool Relaxed, bool Cluster>
@@ -652,6 +658,33 @@ __device__ __forceinline__ void tma_load(uint32_t smem, const TensorMap* map, ui
   else
     asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
                  ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
+}
+
+// tma_load into the shared memory of every block of the cluster in `mask` (bit i: rank i), at
+// the same offset, completing on each one's barrier at `bar`'s offset.
+template <int N>
+__device__ __forceinline__ void tma_load_multicast(uint32_t smem, const TensorMap* map, uint32_t bar,
+                                                   const int32_t (&c)[N], uint16_t mask) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%4}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask), "r"(c[0]) : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%4, %5}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask), "r"(c[0]), "r"(c[1])
+                 : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%4, %5, %6}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask), "r"(c[0]),
+                 "r"(c[1]), "r"(c[2]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%4, %5, %6, %7}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask), "r"(c[0]),
+                 "r"(c[1]), "r"(c[2]), "r"(c[3]) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask), "r"(c[0]),
+                 "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
 }
 
 template <int N>
