@@ -3,7 +3,8 @@ result goes from the accumulator registers into a shared tile (in 64-column boxe
 rows, the layout TMA stores read), and one thread sends the boxes to global memory with TMA;
 the consumers go on to the next tile at once, and wait for the stores to have read the shared
 tile only before they write it again, a whole tile later. Rows and columns outside c are not
-written (TMA clips its boxes), so ragged sizes need no predicates.
+written (TMA clips its boxes), so ragged sizes need no predicates; TMA needs c's rows to be a
+multiple of 16 bytes (n a multiple of 8), and a launch that breaks this is an ArgumentError.
 c = a @ b.T with a [m, k], b [n, k]; `hopper_matmul_v4(dtype)` makes the class for float16 or
 bfloat16 operands."""
 import tilus
@@ -104,4 +105,4 @@ if __name__ == "__main__":
         import torch
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         matmul_main("hopper_matmul_v4", HopperMatmulV4(blocks=sms),
-                    sizes=((301, 517, 200), (128, 256, 64), (1000, 3000, 1024)), b_nk=True)
+                    sizes=((301, 520, 200), (128, 256, 64), (1000, 3000, 1024)), b_nk=True)  # c's rows: 16-byte multiples

@@ -8,7 +8,7 @@ import pytest
 
 import tilus
 from tilus import float16, float32, int8, int32, uint8
-from conftest import HAS_GPU
+from conftest import HAS_CPU, HAS_GPU
 
 
 def tma_tile(dt, bm, bn, cluster=None):
@@ -417,6 +417,7 @@ def test_multicast_compiles_to_the_cluster_form_and_its_ir_shows_the_mask():
                      r"\.multicast::cluster", ptx), ptx
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="the CPU backend is not built (no LLVM)")
 def test_multicast_in_a_cluster_on_the_cpu_is_an_error_naming_why():
     x = np.zeros((64, 64), np.float16)
     with pytest.raises(tilus.CompileError, match=r"TMA multicast needs the blocks of a cluster to run together"):
