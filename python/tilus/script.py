@@ -1328,6 +1328,35 @@ class MbarrierGroup:
                             _choice(sem, ("release", "relaxed"), "mbarrier.arrive_and_expect_tx: sem", loc),
                             _choice(scope, ("cta", "cluster"), "mbarrier.arrive_and_expect_tx: scope", loc), None, loc)
 
+    def arrive_and_expect_tx_remote(self, barrier: SharedTensor, transaction_bytes: _Int, target_rank: _Int,
+                                    sem: str = "release", scope: str = "cluster") -> None:
+        """Every thread of the group arrives once at the barrier at ``barrier``'s offset in block
+        ``target_rank`` of the cluster and adds ``transaction_bytes`` to the bytes its phase waits for
+        (NVIDIA Tilus's name; ``scope="cta"`` releases at block scope only, which costs less)."""
+        loc = _here()
+        w = "mbarrier.arrive_and_expect_tx_remote"
+        _builder().mbarrier("arrive_and_expect_tx", _barrier(barrier, f"{w}: barrier", loc),
+                            _scalar(transaction_bytes, f"{w}: transaction_bytes", loc),
+                            _choice(sem, ("release", "relaxed"), f"{w}: sem", loc),
+                            _choice(scope, ("cta", "cluster"), f"{w}: scope", loc),
+                            _scalar(target_rank, f"{w}: target_rank", loc), loc)
+
+    def arrive_and_expect_tx_multicast(self, barrier: SharedTensor, transaction_bytes: _Int, multicast_mask: int,
+                                       sem: str = "release", scope: str = "cluster") -> None:
+        """For each block of the cluster in ``multicast_mask`` (bit i: rank i), one thread of the group
+        (its i-th) arrives once at that block's barrier at ``barrier``'s offset and adds
+        ``transaction_bytes`` to its expected bytes (NVIDIA Tilus's name): what every receiver of a
+        multicast TMA load needs. A composition of ``arrive_and_expect_tx_remote``."""
+        loc = _here()
+        mask = _int(multicast_mask, "mbarrier.arrive_and_expect_tx_multicast: multicast_mask", loc)
+        if not 0 < mask < 1 << 16:
+            raise CompileError(f"{_where(loc)}mbarrier.arrive_and_expect_tx_multicast: multicast_mask must name 1 to 16 "
+                               f"blocks (a Python int in [1, 2^16)), got {mask}")
+        for rank in range(16):
+            if mask >> rank & 1:
+                with _ThreadGroup("thread_group", rank, 1, loc):
+                    self.arrive_and_expect_tx_remote(barrier, transaction_bytes, rank, sem, scope)
+
     def wait(self, barrier: SharedTensor, phase: _Int, sem: str = "acquire", scope: str = "cta") -> None:
         """Every thread of the group waits until the phase of parity ``phase`` (0 or 1) of ``barrier``
         has completed. On the CPU backend a wait that can never complete is an error naming it."""

@@ -379,7 +379,8 @@ void check_mbarrier(const MbarrierInst& i) {
   if (i.scope != "cta" && i.scope != "cluster")
     fail(i, fmt::format("scope='{}' is not one of 'cta', 'cluster'", i.scope));
   if (i.cta_id.defined() && !is_integer_expr(i.cta_id))
-    fail(i, fmt::format("cta_id must be an integer, got {} of type {}", expr_str(i.cta_id), dtype_str(i.cta_id)));
+    fail(i, fmt::format("the peer block (cta_id / target_rank) must be an integer, got {} of type {}", expr_str(i.cta_id),
+                        dtype_str(i.cta_id)));
 }
 
 void check_tma_wait_group(const TmaWaitGroupInst& i) {

@@ -354,6 +354,11 @@ void MbarrierGroup::arrive_and_expect_tx(const SharedTensor& barrier, const Expr
   script->builder().mbarrier(MbarrierOp::ArriveExpectTx, barrier_of(barrier), bytes, sem_or(opts, "release"),
                              opts.scope, Expr(), SourceLoc::from(loc));
 }
+void MbarrierGroup::arrive_and_expect_tx_remote(const SharedTensor& barrier, const Expr& bytes,
+                                                const Expr& target_rank, MbarrierOptions opts, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::ArriveExpectTx, barrier_of(barrier), bytes, sem_or(opts, "release"),
+                             opts.scope, target_rank, SourceLoc::from(loc));
+}
 void MbarrierGroup::expect_tx(const SharedTensor& barrier, const Expr& bytes, MbarrierOptions opts, Loc loc) const {
   script->builder().mbarrier(MbarrierOp::ExpectTx, barrier_of(barrier), bytes, sem_or(opts, "relaxed"), opts.scope,
                              Expr(), SourceLoc::from(loc));

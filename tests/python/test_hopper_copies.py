@@ -211,6 +211,10 @@ def test_reading_a_tma_load_without_its_wait_names_both_lines():
     (lambda self, s, bar: self.mbarrier.arrive(s, 1), r"the barrier must be one mbarrier .* got shared float32\[32, 32\]"),
     (lambda self, s, bar: self.mbarrier.arrive(bar, sem="acquire"), r"mbarrier.arrive: sem='acquire' is not one of"),
     (lambda self, s, bar: self.tma.wait_group(-1), r"tma.wait_group: n must be >= 0"),
+    (lambda self, s, bar: self.mbarrier.arrive_and_expect_tx_remote(bar, 16, 1.5),
+     r"mbarrier.arrive_and_expect_tx: the peer block \(cta_id / target_rank\) must be an integer, got 1.5"),
+    (lambda self, s, bar: self.mbarrier.arrive_and_expect_tx_multicast(bar, 16, 0),
+     r"arrive_and_expect_tx_multicast: multicast_mask must name 1 to 16 blocks .* got 0"),
     (lambda self, s, bar: self.fence.proxy_async("local"), r"fence.proxy_async: space='local' is not one of"),
     (lambda self, s, bar: self.tma_copy(s, s, barrier=bar), r"tma_copy: TMA copies global to shared or shared to global"),
     (lambda self, s, bar: self.c2d_im2col(self.global_view(self.x, shape=[4]), s, 0, 0, 3, 1, 1, 1),
@@ -354,11 +358,13 @@ def test_a_store_box_at_a_negative_coordinate_traps_with_its_line():
                      r"coordinate", r.stdout + r.stderr), r.stdout + r.stderr
 
 
-def multicast_tile(bm, bn, cluster, sync=True):
+def multicast_tile(bm, bn, cluster, sync=True, remote_expect=False):
     """out[r] = x + r + 1 for each [bm, bn] tile of x, by both blocks r of a cluster of `cluster`
     (1 or 2) blocks along dim 0: each block loads 1/cluster of the tile's rows and multicasts them
     into every block of the cluster, so each block sees the whole tile only if the multicast
-    reached it. (`sync=False` leaves out the cluster barriers: for an error test only.)"""
+    reached it. (`sync=False` leaves out the cluster barriers: for an error test only.)
+    `remote_expect`: block 0 sets the expected bytes of every block's barrier
+    (mbarrier.arrive_and_expect_tx_multicast), the others only load."""
 
     class MulticastTile(tilus.Script):
         def __call__(self, m: int32, n: int32, x: ~float16, out: ~float16):
@@ -374,8 +380,12 @@ def multicast_tile(bm, bn, cluster, sync=True):
             if sync:
                 self.cluster.sync()
             o = [self.blockIdx.x // cluster * bm, self.blockIdx.y * bn]
+            if remote_expect:
+                if rank == 0:
+                    self.mbarrier.arrive_and_expect_tx_multicast(bar, bm * bn * 2, multicast_mask=(1 << cluster) - 1)
             with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=bm * bn * 2)
+                if not remote_expect:
+                    self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=bm * bn * 2)
                 self.tma.global_to_shared(src=gx, dst=self.slice_shared(s, [rank * part, 0], [0, 1], [part, bn]),
                                          offsets=[o[0] + rank * part, o[1]], mbarrier=bar,
                                          multicast_mask=(1 << cluster) - 1)
@@ -387,24 +397,33 @@ def multicast_tile(bm, bn, cluster, sync=True):
     return MulticastTile()
 
 
-def run_multicast(arrays, cluster):
+def run_multicast(arrays, cluster, remote_expect=False):
     m, n = 45, 200  # ragged: boxes cross the far edges
     h = np.random.default_rng(5).uniform(-20, 20, size=(m, n)).astype(np.float16)
     out = arrays.put(np.zeros((2, m, n), np.float16))
-    multicast_tile(32, 64, cluster)(m, n, arrays.put(h), out)
+    multicast_tile(32, 64, cluster, remote_expect=remote_expect)(m, n, arrays.put(h), out)
     got = arrays.host(out)
     for r in range(cluster):
         np.testing.assert_array_equal(got[r], (h + np.float16(r + 1)).astype(np.float16))
 
 
-def test_multicast_to_a_cluster_of_one_block_is_its_own_load(arrays):
-    run_multicast(arrays, 1)
+@pytest.mark.parametrize("remote_expect", [False, True])
+def test_multicast_to_a_cluster_of_one_block_is_its_own_load(arrays, remote_expect):
+    run_multicast(arrays, 1, remote_expect)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: clusters of several blocks run only there")
-def test_multicast_reaches_both_blocks_of_a_cluster():
+@pytest.mark.parametrize("remote_expect", [False, True])
+def test_multicast_reaches_both_blocks_of_a_cluster(remote_expect):
     from conftest import Arrays
-    run_multicast(Arrays("cuda"), 2)
+    run_multicast(Arrays("cuda"), 2, remote_expect)
+
+
+def test_remote_expectations_compile_to_peer_arrivals():
+    x = np.zeros((64, 64), np.float16)
+    ptx = multicast_tile(32, 64, 2, remote_expect=True).ptx(64, 64, x, np.zeros((2, 64, 64), np.float16), arch="sm_90a")
+    assert len(re.findall(r"mbarrier\.arrive\.expect_tx\.release\.cluster\.shared::cluster\.b64", ptx)) == 2, ptx
+    assert "mapa.shared::cluster" in ptx
 
 
 def test_multicast_compiles_to_the_cluster_form_and_its_ir_shows_the_mask():

@@ -399,6 +399,11 @@ struct MbarrierGroup {
   // visible to the peer's waiters).
   void arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count = 1,
                      const std::string& scope = "cta", Loc loc = Loc::current()) const;
+  // NVIDIA Tilus's arrive_and_expect_tx_remote: arrive on the barrier at the same offset in block
+  // `target_rank` of the cluster and add `transaction_bytes` to its phase's expected bytes
+  // (opts.scope: Tilus's default is "cluster").
+  void arrive_and_expect_tx_remote(const SharedTensor& barrier, const Expr& transaction_bytes, const Expr& target_rank,
+                                   MbarrierOptions opts = {.scope = "cluster"}, Loc loc = Loc::current()) const;
   void wait(const SharedTensor& barrier, const Expr& phase, MbarrierOptions opts = {}, Loc loc = Loc::current()) const;
   // The phase kept in a one-element register tensor.
   void wait(const SharedTensor& barrier, const RegisterTensor& phase, MbarrierOptions opts = {},

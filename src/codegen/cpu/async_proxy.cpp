@@ -72,11 +72,11 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
         value = convert(expr(v), v.dtype(), dtypes::int64);
       }
       llvm::Value* threads = i64(group_threads(inst));
+      if (i.cta_id.defined() && kernel.cluster != std::array<int64_t, 3>{1, 1, 1})
+        fail(inst, "an arrival on a peer block's barrier needs the blocks of a cluster to run together; the CPU "
+                   "backend runs blocks one at a time");
       switch (i.op) {
         case MbarrierOp::Arrive:
-          if (i.cta_id.defined() && kernel.cluster != std::array<int64_t, 3>{1, 1, 1})
-            fail(inst, "an arrival on a peer block's barrier needs the blocks of a cluster to run together; the CPU "
-                       "backend runs blocks one at a time");
           mbarrier_op(kMbarrierArrive, bar, b.CreateMul(value, threads));
           return;
         case MbarrierOp::ArriveExpectTx:

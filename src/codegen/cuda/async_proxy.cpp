@@ -53,7 +53,11 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
             linef("tilus::mbarrier_arrive{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
           return;
         case MbarrierOp::ArriveExpectTx:
-          linef("tilus::mbarrier_arrive_expect_tx{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
+          if (i.cta_id.defined())
+            linef("tilus::mbarrier_arrive_expect_tx_remote<{}>({}, uint32_t({}), uint32_t({}));",
+                  i.scope == "cluster" ? "true" : "false", bar, expr(simplify(i.cta_id)), v);
+          else
+            linef("tilus::mbarrier_arrive_expect_tx{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
           return;
         case MbarrierOp::ExpectTx:
           linef("tilus::mbarrier_expect_tx<{}>({}, uint32_t({}));", i.scope == "cluster" ? "true" : "false", bar, v);

@@ -591,6 +591,19 @@ __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t bar, uint32_t ct
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(count) : "memory");
 }
 
+// Arrives on the barrier at the same offset in block `cta` of the cluster, adding `bytes` to
+// the transaction bytes its phase waits for (release at cluster or, !Cluster, block scope).
+template <bool Cluster>
+__device__ __forceinline__ void mbarrier_arrive_expect_tx_remote(uint32_t bar, uint32_t cta, uint32_t bytes) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(cta));
+  if constexpr (Cluster)
+    asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(bytes)
+                 : "memory");
+  else
+    asm volatile("mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%0], %1;\n" ::"r"(remote), "r"(bytes) : "memory");
+}
+
 template <bool Relaxed, bool Cluster>
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   if constexpr (Relaxed && Cluster)
