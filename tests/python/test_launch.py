@@ -197,3 +197,32 @@ def test_clustered_blocks_run_and_the_grid_is_checked(arrays):
     assert (arrays.host(y) == arrays.host(x) + 1).all()
     with pytest.raises(tilus.ArgumentError, match=r"kernel ClusteredAdd: .* is 3, not a multiple of the cluster's 2"):
         k(150, x, y)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+@pytest.mark.parametrize("warm", [True, False], ids=["compiled-before", "compiled-during-capture"])
+def test_launches_are_captured_into_a_cuda_graph_and_replayed(warm):
+    """Launches inside torch.cuda.graph() are recorded on the capture stream (the fast path and
+    the general path alike) and each replay runs them again on the tensors' current contents."""
+    import torch
+    k = Axpy()
+    n = 3001
+    x = torch.randn(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    z = torch.zeros(n, device="cuda")
+    if warm:
+        k(n, 1.0, x, y)
+        k(n, 1.0, x, y)  # the fast path is registered now
+        torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        k(n, 2.0, x, y)  # y += 2x
+        k(n, 3.0, y, z)  # z += 3y
+    for step in range(3):
+        x.copy_(torch.randn(n, device="cuda"))
+        y0, z0 = y.clone(), z.clone()
+        g.replay()
+        torch.cuda.synchronize()
+        want_y = y0 + 2 * x
+        torch.testing.assert_close(y, want_y)
+        torch.testing.assert_close(z, z0 + 3 * want_y)
