@@ -184,7 +184,7 @@ def test_from_torch_and_view_torch():
     assert x.torch() is not None and x.numpy().tolist() == list(range(6))
     v = tilus.view_torch(torch.zeros(4, dtype=torch.uint8), dtype=tilus.int4, shape=[8])
     assert v.numpy().tolist() == [0] * 8
-    with pytest.raises(ValueError, match="takes 4 bytes"):
+    with pytest.raises(ValueError, match=r"int4\[7, 2\] takes 7 bytes, the torch tensor has 4"):
         tilus.view_torch(torch.zeros(4, dtype=torch.uint8), dtype=tilus.int4, shape=[7, 2])
 
 
