@@ -385,11 +385,8 @@ void TmaGroup::global_to_shared(const GlobalTensor& src, const SharedTensor& dst
                                   barrier_of(mbarrier), true, SourceLoc::from(loc), std::move(opts.multicast_mask));
 }
 void TmaGroup::shared_to_global(const SharedTensor& src, const GlobalTensor& dst, TmaTileOptions opts, Loc loc) const {
-  if (opts.multicast_mask.defined())
-    throw CompileError("tma.shared_to_global: multicast_mask is for loads (tma.global_to_shared) only",
-                       SourceLoc::from(loc));
   script->builder().tma_copy_tile(dst.tensor(), src.tensor(), std::move(opts.offsets), std::move(opts.dims), Tensor(),
-                                  false, SourceLoc::from(loc));
+                                  false, SourceLoc::from(loc), std::move(opts.multicast_mask));
 }
 void TmaGroup::commit_group(Loc loc) const { script->builder().tma_commit_group(SourceLoc::from(loc)); }
 void TmaGroup::wait_group(int64_t n, bool read, Loc loc) const {
