@@ -25,6 +25,16 @@ std::string region_str(const CopyRegion& r) {
 
 int64_t bytes_of(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
 
+// Bytes a vector of w elements moves (at least 1: a sub-byte element moves with its byte).
+int64_t vector_bytes(DataType t, int64_t w) { return std::max<int64_t>(1, w * t.bits() / 8); }
+
+// Whether a vector of w elements is whole bytes: sub-byte vectors longer than one element must
+// be (and only 1-, 2- and 4-bit elements tile bytes in power-of-two vectors).
+bool whole_bytes(DataType t, int64_t w) {
+  if (w == 1 || t.bits() % 8 == 0) return true;
+  return (w * t.bits()) % 8 == 0 && (t.bits() & (t.bits() - 1)) == 0;
+}
+
 // The span in bytes (32, 64, 128) of TMA's swizzle pattern that `z` is for elements of `eb`
 // bytes (16-byte units, address bits 7.. XORed in); 0 for no swizzle, -1 for another pattern.
 // The one rule TMA boxes and wgmma descriptors share.
@@ -51,8 +61,8 @@ int64_t pow2_divisor(int64_t x, int64_t cap) {
 // The largest power of two w <= min(run, 16 bytes) with fits(w).
 template <class Fits>
 int64_t widest(int64_t run, DataType dtype, Fits fits) {
-  int64_t w = pow2_floor(std::min<int64_t>(run, 16 / bytes_of(dtype)));
-  while (w > 1 && (run % w || !fits(w))) w /= 2;
+  int64_t w = pow2_floor(std::min<int64_t>(run, 128 / dtype.bits()));
+  while (w > 1 && (run % w || !whole_bytes(dtype, w) || !fits(w))) w /= 2;
   return w;
 }
 
@@ -66,7 +76,7 @@ int64_t global_vector_width(const KernelFacts& f, const GlobalAccess& g, int dim
   if (!g.strides[gd].is_int_const(1)) return 1;
   bool checked = std::find(g.checked.begin(), g.checked.end(), gd) != g.checked.end();
   return widest(run, g.dtype, [&](int64_t w) {
-    if (g.pointer_alignment % (w * bytes_of(g.dtype))) return false;
+    if (g.pointer_alignment % vector_bytes(g.dtype, w)) return false;
     if (f.divisor(g.offsets[gd]) % w) return false;
     for (size_t d = 0; d < g.strides.size(); ++d)
       if (int(d) != gd && f.divisor(g.strides[d]) % w) return false;
@@ -79,11 +89,10 @@ int64_t shared_vector_width(const KernelFacts& f, const SharedView& s, int dim, 
   const SharedLayout& layout = s.root->shared_layout;
   int rd = s.dims[dim];
   if (layout.strides()[rd] != 1) return 1;
-  int64_t eb = bytes_of(s.root.dtype());
   return widest(run, s.root.dtype(), [&](int64_t w) {
     // The swizzle leaves the low `base` bits of the offset alone.
     if (!layout.swizzle().none() && (int64_t(1) << layout.swizzle().base) % w) return false;
-    if (s.base_bytes % (w * eb)) return false;
+    if (s.base_bytes % vector_bytes(s.root.dtype(), w)) return false;
     if (f.divisor(s.offsets[rd]) % w) return false;
     for (int d = 0; d < layout.rank(); ++d)
       if (d != rd && layout.strides()[d] % w) return false;
@@ -326,13 +335,13 @@ class Selector : public StmtMutator {
                          shared_vector_width(facts_, facts_.shared(i, i.dst), cc.dim, cc.run));
     Lowering l;
     l.vector = w;
-    l.op = cp_async_op(w * bytes_of(i.dst.dtype()));
+    l.op = cp_async_op(vector_bytes(i.dst.dtype(), w));
     l.completion = l.op == MachineOp::Simt ? Completion::Synchronous : Completion::CpAsyncGroup;
     l.mapping = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads, w);
     if (l.op == MachineOp::Simt)
       l.note = fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: element by "
                            "element, synchronously",
-                           w * bytes_of(i.dst.dtype()), w * bytes_of(i.dst.dtype()) == 1 ? "" : "s");
+                           vector_bytes(i.dst.dtype(), w), vector_bytes(i.dst.dtype(), w) == 1 ? "" : "s");
     return l;
   }
 
@@ -648,13 +657,13 @@ class Selector : public StmtMutator {
       Contiguity cc = contiguity(c.loop_layout);
       l.vector = force_width(c, legal_along(cc.dim, cc.run), cc.run, notes);
     } else {
-      int64_t run = rank ? pow2_divisor(extents.back(), std::max<int64_t>(1, 16 / bytes_of(dt))) : 1;
+      int64_t run = rank ? pow2_divisor(extents.back(), std::max<int64_t>(1, 128 / dt.bits())) : 1;
       l.vector = force_width(c, rank ? legal_along(rank - 1, run) : 1, run, notes);
       l.mapping = default_register_layout(extents, dt, scope().threads, l.vector);
     }
     l.op = MachineOp::Simt;
     if (cp_async) {
-      l.op = cp_async_op(l.vector * bytes_of(dt));
+      l.op = cp_async_op(vector_bytes(dt, l.vector));
       // A copy selected as cp.async commits its own group (async_copy too, even element by
       // element, so that the kernel's wait_group counts stay right).
       l.commits_group = l.op != MachineOp::Simt || c.api == CopyApi::AsyncCopy;
@@ -662,7 +671,7 @@ class Selector : public StmtMutator {
       if (l.op == MachineOp::Simt)
         notes.push_back(fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: "
                                     "element by element, synchronously",
-                                    l.vector * bytes_of(dt), l.vector * bytes_of(dt) == 1 ? "" : "s"));
+                                    vector_bytes(dt, l.vector), vector_bytes(dt, l.vector) == 1 ? "" : "s"));
     }
     return finish(l);
   }

@@ -90,6 +90,39 @@ float tilus_h2f(uint16_t h) { return float(dtypes::float16.decode_float(h)); }
 uint16_t tilus_f2h(float f) { return uint16_t(dtypes::float16.encode_float(double(f))); }
 uint16_t tilus_d2h(double d) { return uint16_t(dtypes::float16.encode_float(d)); }
 
+// Low-precision floats (fp8, sub-byte floats) and sub-byte memory, for the CPU emitter: one
+// implementation of the formats (DataType's), so the CPU backend is bit-exact with the host's
+// reference. `format` is cpu::low_float_format(t).
+DataType low_float(int32_t format) {
+  return DataType::make_float(format & 0xff, (format >> 8) & 0xff, (format >> 16) & 0xff,
+                              static_cast<FloatStyle>((format >> 24) & 0xff));
+}
+double tilus_low_float_decode(uint32_t code, int32_t format) { return low_float(format).decode_float(code); }
+uint32_t tilus_low_float_encode(double v, int32_t format) { return uint32_t(low_float(format).encode_float(v)); }
+// Element `index` of a densely packed array of `bits`-bit codes. Stores change only the
+// element's bits, atomically, so blocks running on other threads may write its neighbours.
+uint32_t tilus_load_bits(const uint8_t* base, int64_t index, int32_t bits) {
+  uint64_t first = uint64_t(index) * uint64_t(bits);
+  uint32_t code = 0;
+  for (int32_t k = 0; k < bits; ++k) {
+    uint64_t bit = first + uint64_t(k);
+    code |= uint32_t((base[bit / 8] >> (bit % 8)) & 1u) << k;
+  }
+  return code;
+}
+void tilus_store_bits(uint8_t* base, int64_t index, int32_t bits, uint32_t code) {
+  uint64_t first = uint64_t(index) * uint64_t(bits);
+  for (int32_t k = 0; k < bits;) {
+    uint64_t bit = first + uint64_t(k);
+    int32_t here = std::min<int32_t>(bits - k, 8 - int32_t(bit % 8));
+    uint8_t mask = uint8_t(((1u << here) - 1u) << (bit % 8));
+    uint8_t value = uint8_t(((code >> k) << (bit % 8)) & mask);
+    __atomic_fetch_and(&base[bit / 8], uint8_t(~mask), __ATOMIC_RELAXED);
+    __atomic_fetch_or(&base[bit / 8], value, __ATOMIC_RELAXED);
+    k += here;
+  }
+}
+
 // O3 for kernels of ordinary size. A large kernel (split into parts by the emitter) gets a
 // short function pipeline instead: O3's loop passes (induction-variable simplification, full
 // unrolling, rotation) and the inliner take time that grows faster than the function, and
@@ -147,6 +180,10 @@ struct Jit {
       add("__gnu_f2h_ieee", reinterpret_cast<void*>(&tilus_f2h));
       add("__truncsfhf2", reinterpret_cast<void*>(&tilus_f2h));
       add("__truncdfhf2", reinterpret_cast<void*>(&tilus_d2h));
+      add("tilus_low_float_decode", reinterpret_cast<void*>(&tilus_low_float_decode));
+      add("tilus_low_float_encode", reinterpret_cast<void*>(&tilus_low_float_encode));
+      add("tilus_load_bits", reinterpret_cast<void*>(&tilus_load_bits));
+      add("tilus_store_bits", reinterpret_cast<void*>(&tilus_store_bits));
       if (auto err = jd.define(llvm::orc::absoluteSymbols(std::move(helpers))))
         throw InternalError("CPU backend: defining helper symbols: " + take(std::move(err)));
       return jit;

@@ -75,6 +75,20 @@ def test_bf16_wgmma_on_the_gpu():
     torch.testing.assert_close(c, a.float() @ b.float().T, atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+@pytest.mark.parametrize("name", ["float8_e4m3", "float8_e5m2"])
+def test_fp8_wgmma_on_the_gpu(name):
+    import torch
+    dt = getattr(tilus, name)
+    tdt = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[name]
+    k = mma_kernel(dt, 64, 64, 128)
+    a = torch.randn(64, 128, device="cuda").to(tdt)
+    b = torch.randn(64, 128, device="cuda").to(tdt)
+    c = torch.zeros(64, 64, device="cuda")
+    k(a.view(torch.uint8), b.view(torch.uint8), c)
+    torch.testing.assert_close(c, a.float() @ b.float().T, atol=1e-3, rtol=1e-3)
+
+
 def mma_kernel(dt, m, n, k, warps=4):
     """c = a @ b.T for one [m, k] x [n, k] tile of dtype dt, through shared memory (copy)."""
 
@@ -113,10 +127,6 @@ def test_the_lowering_record_and_ptx(dt, m, n, k, warps, want):
     args = [np.zeros((m, k * eb), np.uint8), np.zeros((n, k * eb), np.uint8), np.zeros((m, n), np.float32)]
     ir = kern.ir(*args, arch="sm_90a")
     assert any(r.startswith("lowering: " + want) for r in lowering_of(ir)), lowering_of(ir)
-    if dt == float8_e4m3:  # selected, but fp8 tensors are not in the CUDA emitter yet (issue 16)
-        with pytest.raises(tilus.CompileError, match="does not support float8_e4m3"):
-            kern.ptx(*args, arch="sm_90a")
-        return
     ptx = kern.ptx(*args, arch="sm_90a")
     types = {float16: "f16", bfloat16: "bf16", float8_e4m3: "e4m3"}[dt]
     shape = want.split()[1]

@@ -23,16 +23,35 @@ Emitter::Emitter(const Kernel& k, llvm::LLVMContext& c, llvm::Module& m, const C
 llvm::Type* Emitter::type(DataType t) {
   if (t.is_pointer()) return b.getInt8PtrTy();
   if (t.is_bool()) return b.getInt1Ty();
-  if (t.is_integer() && !t.is_subbyte() && (t.bits() == 8 || t.bits() == 16 || t.bits() == 32 || t.bits() == 64))
+  // Sub-byte integers are LLVM's iN (a byte each in registers; packed in memory).
+  if (t.is_integer() && (t.bits() < 8 || t.bits() == 8 || t.bits() == 16 || t.bits() == 32 || t.bits() == 64))
     return b.getIntNTy(t.bits());
   if (t == dtypes::float16) return b.getHalfTy();
   if (t == dtypes::bfloat16) return b.getInt16Ty();  // computes through float32, stored by bits
+  if (is_low_float(t)) return b.getIntNTy(t.bits());  // computes through float32, stored by bits
   if (t == dtypes::float32 || t == dtypes::tfloat32) return b.getFloatTy();
   if (t == dtypes::float64) return b.getDoubleTy();
   throw CompileError(fmt::format("the CPU backend does not support {} yet (nor does the CUDA path)", t.name()));
 }
 
 llvm::Type* Emitter::memory_type(DataType t) { return t.is_bool() ? b.getInt8Ty() : type(t); }
+
+bool is_low_float(DataType t) { return t.is_float() && t.bits() <= 8; }
+
+int32_t low_float_format(DataType t) {
+  return t.bits() | (t.exponent_bits() << 8) | (t.mantissa_bits() << 16) | (int32_t(t.float_style()) << 24);
+}
+
+llvm::Value* Emitter::low_float_decode(llvm::Value* code, DataType t) {
+  llvm::FunctionCallee f = module.getOrInsertFunction("tilus_low_float_decode", b.getDoubleTy(), b.getInt32Ty(), b.getInt32Ty());
+  return b.CreateCall(f, {b.CreateZExt(code, b.getInt32Ty()), b.getInt32(low_float_format(t))});
+}
+
+llvm::Value* Emitter::low_float_encode(llvm::Value* v, DataType t) {
+  if (!v->getType()->isDoubleTy()) v = b.CreateFPExt(v, b.getDoubleTy());
+  llvm::FunctionCallee f = module.getOrInsertFunction("tilus_low_float_encode", b.getInt32Ty(), b.getDoubleTy(), b.getInt32Ty());
+  return b.CreateTrunc(b.CreateCall(f, {v, b.getInt32(low_float_format(t))}), type(t));
+}
 
 llvm::Function* Emitter::intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Type*> types) {
   return llvm::Intrinsic::getDeclaration(&module, id, types);
@@ -45,6 +64,7 @@ llvm::Value* Emitter::constant(DataType t, double v) {
     return llvm::ConstantInt::get(type(t), bits);
   }
   if (t == dtypes::bfloat16) return b.getInt16(uint16_t(t.encode_float(v)));
+  if (is_low_float(t)) return llvm::ConstantInt::get(type(t), t.encode_float(v));
   if (t == dtypes::float16) {
     uint16_t bits = uint16_t(t.encode_float(v));
     return llvm::ConstantFP::get(ctx, llvm::APFloat(llvm::APFloat::IEEEhalf(), llvm::APInt(16, bits)));
@@ -59,6 +79,7 @@ llvm::Value* Emitter::constant(DataType t, double v) {
 llvm::Value* Emitter::widen(llvm::Value* v, DataType t) {
   if (t == dtypes::float16) return b.CreateFPExt(v, b.getFloatTy());
   if (t == dtypes::bfloat16) return b.CreateBitCast(b.CreateShl(b.CreateZExt(v, b.getInt32Ty()), 16), b.getFloatTy());
+  if (is_low_float(t)) return b.CreateFPTrunc(low_float_decode(v, t), b.getFloatTy());  // exact
   return v;
 }
 
@@ -72,6 +93,7 @@ llvm::Value* Emitter::narrow(llvm::Value* v, DataType t) {
     llvm::Value* is_nan = b.CreateFCmpUNO(v, v);
     return b.CreateSelect(is_nan, b.getInt16(0x7fff), b.CreateTrunc(rounded, b.getInt16Ty()));
   }
+  if (is_low_float(t)) return low_float_encode(v, t);
   return v;
 }
 
@@ -102,11 +124,17 @@ llvm::Value* Emitter::convert(llvm::Value* v, DataType from, DataType to) {
   if (from.is_bool() || from.is_integer()) {
     bool is_signed = from.is_int();
     // 16-bit floats from integers go through float32 (as __float2half_rn(float(x))).
-    llvm::Type* target = (to == dtypes::float16 || to == dtypes::bfloat16) ? b.getFloatTy() : type(to);
+    llvm::Type* target = (to == dtypes::float16 || to == dtypes::bfloat16) ? b.getFloatTy()
+                         : is_low_float(to)                                 ? b.getDoubleTy()
+                                                                            : type(to);
     llvm::Value* f = is_signed ? b.CreateSIToFP(v, target) : b.CreateUIToFP(v, target);
     return narrow(f, to);
   }
-  // Float to float.
+  // Float to float. A low-precision float is rounded once, from the source's exact value.
+  if (is_low_float(to)) {
+    llvm::Value* w = widen(v, from);
+    return low_float_encode(w, to);
+  }
   if (to == dtypes::float16 && from == dtypes::float64) return b.CreateFPTrunc(v, b.getHalfTy());  // __double2half
   llvm::Value* w = widen(v, from);  // f16/bf16 -> float
   if (to == dtypes::float16 || to == dtypes::bfloat16) {
@@ -321,6 +349,13 @@ llvm::Value* Emitter::call(const CallNode& n) {
 // --- memory and register arrays -----------------------------------------------------------------
 
 llvm::Value* Emitter::load_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t) {
+  if (t.is_subbyte()) {  // densely packed: the runtime's helper reads the element's bits
+    llvm::FunctionCallee f = module.getOrInsertFunction("tilus_load_bits", b.getInt32Ty(), b.getInt8PtrTy(),
+                                                        b.getInt64Ty(), b.getInt32Ty());
+    llvm::Value* code = b.CreateCall(f, {b.CreateBitCast(base, b.getInt8PtrTy()),
+                                         b.CreateSExtOrTrunc(elem_offset, b.getInt64Ty()), b.getInt32(t.bits())});
+    return b.CreateTrunc(code, type(t));
+  }
   llvm::Type* mt = memory_type(t);
   llvm::Value* p = b.CreateGEP(mt, b.CreateBitCast(base, llvm::PointerType::getUnqual(mt)), elem_offset);
   llvm::Value* v = b.CreateAlignedLoad(mt, p, llvm::Align(1));
@@ -328,6 +363,13 @@ llvm::Value* Emitter::load_memory(llvm::Value* base, llvm::Value* elem_offset, D
 }
 
 void Emitter::store_memory(llvm::Value* base, llvm::Value* elem_offset, DataType t, llvm::Value* v) {
+  if (t.is_subbyte()) {
+    llvm::FunctionCallee f = module.getOrInsertFunction("tilus_store_bits", b.getVoidTy(), b.getInt8PtrTy(),
+                                                        b.getInt64Ty(), b.getInt32Ty(), b.getInt32Ty());
+    b.CreateCall(f, {b.CreateBitCast(base, b.getInt8PtrTy()), b.CreateSExtOrTrunc(elem_offset, b.getInt64Ty()),
+                     b.getInt32(t.bits()), b.CreateZExt(v, b.getInt32Ty())});
+    return;
+  }
   llvm::Type* mt = memory_type(t);
   llvm::Value* p = b.CreateGEP(mt, b.CreateBitCast(base, llvm::PointerType::getUnqual(mt)), elem_offset);
   if (t.is_bool()) v = b.CreateZExt(v, b.getInt8Ty());

@@ -23,6 +23,11 @@
 
 namespace tilus::cpu {
 
+// fp8 and the sub-byte floats: stored by their bits, computed through float32.
+bool is_low_float(DataType t);
+// The (bits, exponent, mantissa, style) of a low float, packed for the runtime's helpers.
+int32_t low_float_format(DataType t);
+
 // A global tensor: its base address (i8*) and the parameter it was viewed from (checked mode).
 struct GlobalRec {
   llvm::Value* base = nullptr;
@@ -69,6 +74,9 @@ class Emitter {
   // 16-bit floats to and from the float32 they compute in (identity for other types).
   llvm::Value* widen(llvm::Value* v, DataType t);
   llvm::Value* narrow(llvm::Value* v, DataType t);
+  // fp8 and sub-byte floats (is_low_float): code <-> value through the runtime's helpers.
+  llvm::Value* low_float_decode(llvm::Value* code, DataType t);
+  llvm::Value* low_float_encode(llvm::Value* v, DataType t);
   llvm::Value* constant(DataType t, double v);
   llvm::Value* i32(int64_t v) { return b.getInt32(int32_t(v)); }
   llvm::Value* i64(int64_t v) { return b.getInt64(v); }

@@ -66,7 +66,15 @@ llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const
     llvm::Value* off = convert(expr(side.offset(tile)), dtypes::int64, dtypes::int64);
     int64_t eb = std::max<int64_t>(1, side.dtype.bits() / 8);
     llvm::Value* base_delta = b.CreateSub(b.CreatePtrToInt(rec.base, b.getInt64Ty()), b.CreatePtrToInt(rec.param_base, b.getInt64Ty()));
-    byte_off = b.CreateAdd(base_delta, b.CreateMul(off, b.getInt64(eb)));
+    llvm::Value* end = nullptr;
+    if (side.dtype.is_subbyte()) {  // packed: the bytes holding the element's bits
+      llvm::Value* bit = b.CreateMul(off, b.getInt64(side.dtype.bits()));
+      byte_off = b.CreateAdd(base_delta, b.CreateAShr(bit, 3));
+      end = b.CreateAdd(base_delta, b.CreateAShr(b.CreateAdd(bit, b.getInt64(side.dtype.bits() + 7)), 3));
+    } else {
+      byte_off = b.CreateAdd(base_delta, b.CreateMul(off, b.getInt64(eb)));
+      end = b.CreateAdd(byte_off, b.getInt64(eb));
+    }
     // ctx->extents[param]
     llvm::Type* i64p = llvm::PointerType::getUnqual(b.getInt64Ty());
     llvm::Value* fields = b.CreateBitCast(block_ctx, llvm::PointerType::getUnqual(i64p));
@@ -74,7 +82,7 @@ llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const
     llvm::Value* extent = b.CreateLoad(b.getInt64Ty(), b.CreateConstGEP1_64(b.getInt64Ty(), extents, uint64_t(rec.param)));
     llvm::Value* known = b.CreateICmpSGE(extent, b.getInt64(0));
     llvm::Value* outside = b.CreateOr(b.CreateICmpSLT(byte_off, b.getInt64(0)),
-                                      b.CreateICmpSGT(b.CreateAdd(byte_off, b.getInt64(eb)), extent));
+                                      b.CreateICmpSGT(end, extent));
     ok = b.CreateAnd(ok, b.CreateNot(b.CreateAnd(known, outside)));
   }
   int32_t site = int32_t(sites.size());

@@ -50,7 +50,6 @@ void Emitter::emit_compute(const InstNode& inst) {
     case InstKind::Elementwise: {
       auto& i = static_cast<const ElementwiseInst&>(inst);
       std::vector<std::vector<int64_t>> maps;
-      std::vector<std::string> names;
       auto out_shape = i.out.static_shape();
       for (auto& in : i.inputs) {
         auto in_shape = in.static_shape();
@@ -60,12 +59,11 @@ void Emitter::emit_compute(const InstNode& inst) {
           for (size_t d = 0; d < in_shape.size(); ++d) r[d] = in_shape[d] == 1 ? 0 : idx[d + lead];
           return r;
         }));
-        names.push_back(reg(in));
       }
       std::string out = declare_reg(i.out);
       for (int64_t s = 0; s < i.out->layout.local_size(); ++s) {
         std::unordered_map<const void*, std::string> bound;
-        for (size_t k = 0; k < i.params.size(); ++k) bound[i.params[k].get()] = fmt::format("{}[{}]", names[k], maps[k][s]);
+        for (size_t k = 0; k < i.params.size(); ++k) bound[i.params[k].get()] = reg_elem(i.inputs[k], maps[k][s]);
         // The body refers to the params; print it with them bound to this slot's operands.
         Expr body = simplify(i.body);
         for (size_t k = 0; k < i.params.size(); ++k) var_names_[i.params[k].get()] = bound[i.params[k].get()];
@@ -79,8 +77,25 @@ void Emitter::emit_compute(const InstNode& inst) {
       auto m = must_map(*this, inst, i.out, i.x, identity_index);
       const std::string& x = reg(i.x);
       std::string out = declare_reg(i.out);
-      for (int64_t s = 0; s < i.out->layout.local_size(); ++s)
-        linef("{}[{}] = tilus::cvt<{}>({}[{}]);", out, s, ctype(i.out.dtype()), x, m[s]);
+      int64_t n = i.out->layout.local_size();
+      DataType from = i.x.dtype(), to = i.out.dtype();
+      bool identity = true;
+      for (int64_t s = 0; s < n; ++s) identity = identity && m[s] == s;
+      bool to16 = to == dtypes::float16 || to == dtypes::bfloat16;
+      // Vectorized exact conversions where each thread's slots line up: 4-bit integers eight
+      // per word, fp8 pairs (hardware cvt on sm_89+).
+      if (identity && to16 && from.is_integer() && from.bits() == 4 && n % 8 == 0) {
+        for (int64_t s = 0; s < n; s += 8)
+          linef("tilus::cvt_4bit_x8<{}>(&{}[{}], {}.w[{}]);", from.is_int() ? "true" : "false", out, s, x, s / 8);
+        return;
+      }
+      if (identity && to == dtypes::float16 && (from == dtypes::float8_e4m3 || from == dtypes::float8_e5m2) && n % 2 == 0) {
+        for (int64_t s = 0; s < n; s += 2)
+          linef("tilus::cvt_fp8_x2<{}>(&{}[{}], *reinterpret_cast<const uint16_t*>(&{}[{}]));",
+                from == dtypes::float8_e4m3 ? "true" : "false", out, s, x, s);
+        return;
+      }
+      for (int64_t s = 0; s < n; ++s) linef("{}[{}] = tilus::cvt<{}>({}[{}]);", out, s, ctype(to), x, m[s]);
       return;
     }
     case InstKind::Assign: {
@@ -100,7 +115,8 @@ void Emitter::emit_compute(const InstNode& inst) {
       if (i.out.dtype() == i.x.dtype()) {
         for (int64_t s = 0; s < i.out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", out, s, x, s);
       } else {
-        linef("memcpy({}, {}, sizeof({}));", out, x, out);
+        // The thread's bits, whole bytes (packed sub-byte arrays round their storage up).
+        linef("memcpy((void*)&{}, (const void*)&{}, {});", out, x, (in_bytes + 7) / 8);
       }
       return;
     }

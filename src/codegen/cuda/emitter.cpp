@@ -44,6 +44,10 @@ std::string ctype(DataType t) {
   if (t.is_void()) return "void";
   if (t.is_bool()) return "bool";
   if (t.is_integer() && t.bits() >= 8) return fmt::format("{}int{}_t", t.is_uint() ? "u" : "", t.bits());
+  if (t.is_integer()) return fmt::format("tilus::subint<{}, {}>", t.bits(), t.is_int() ? "true" : "false");
+  if (is_low_float(t))
+    return fmt::format("tilus::lowfloat<{}, {}, {}, {}>", t.bits(), t.exponent_bits(), t.mantissa_bits(),
+                       int(t.float_style()));
   if (t == dtypes::float16) return "__half";
   if (t == dtypes::bfloat16) return "__nv_bfloat16";
   if (t == dtypes::float32 || t == dtypes::tfloat32) return "float";
@@ -52,6 +56,12 @@ std::string ctype(DataType t) {
 }
 
 int64_t elem_bytes(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
+
+bool is_low_float(DataType t) { return t.is_float() && t.bits() <= 8; }
+
+std::string Emitter::reg_elem(const Tensor& t, int64_t slot) {
+  return t.dtype().is_subbyte() ? fmt::format("{}.get({})", reg(t), slot) : fmt::format("{}[{}]", reg(t), slot);
+}
 
 Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kernel(k), target(t), options(o), facts_(k) {
   for (const char* reserved : {"tid", "tilus_smem", "tilus", "int", "float", "double", "char", "bool", "void", "half",
@@ -134,6 +144,7 @@ std::string Emitter::literal(DataType t, double v) {
     if (t.bits() == 32) return i == INT32_MIN ? "(-2147483647 - 1)" : (i < 0 ? fmt::format("({})", i) : std::to_string(i));
     return fmt::format("(({})({}))", ctype(t), i);
   }
+  if (is_low_float(t)) return fmt::format("{}::from_code(0x{:x}u)", ctype(t), t.encode_float(v));
   if (t.is_float()) {
     std::string c = ctype(t);
     if (std::isnan(v)) return fmt::format("tilus::nan<{}>()", c);
@@ -184,8 +195,10 @@ std::string Emitter::expr(const Expr& e) {
       auto n = e.as<UnaryNode>();
       std::string a = expr(n->a);
       switch (n->op) {
-        case UnaryOp::Neg: return t.is_integer() && t.bits() < 32 ? fmt::format("(({})(-{}))", ctype(t), a)
-                                                                   : fmt::format("(-{})", a);
+        case UnaryOp::Neg:
+          if (t.is_integer() && t.bits() < 32) return fmt::format("(({})(-{}))", ctype(t), a);
+          if (is_low_float(t)) return fmt::format("tilus::cvt<{}>(-float({}))", ctype(t), a);
+          return fmt::format("(-{})", a);
         case UnaryOp::Not: return fmt::format("(!{})", a);
         case UnaryOp::BitNot:
           if (t.is_bool()) return fmt::format("(!{})", a);
@@ -212,6 +225,8 @@ std::string Emitter::expr(const Expr& e) {
       std::string s = fmt::format("({} {} {})", a, to_string(n->op), b);
       // C promotes narrow integers to int: bring arithmetic back to the IR's width.
       if (t.is_integer() && t.bits() < 32 && !is_comparison(n->op)) s = fmt::format("(({}){})", ctype(t), s);
+      // Low-precision floats compute in float and round back after each operation.
+      if (is_low_float(t) && !is_comparison(n->op)) s = fmt::format("tilus::cvt<{}>({})", ctype(t), s);
       return s;
     }
     case ExprKind::Select: {
@@ -252,7 +267,10 @@ std::string Emitter::declare_reg(const Tensor& t) {
   std::string name = fresh(t->name.empty() ? "r" : t->name);
   regs_[t.get()] = name;
   reg_blocks_[t.get()] = blocks_.empty() ? 0 : blocks_.back();
-  linef("__align__(16) {} {}[{}];", ctype(t.dtype()), name, t->layout.local_size());
+  if (t.dtype().is_subbyte())  // densely packed (DESIGN 4): a tilus::packed array
+    linef("__align__(16) tilus::packed<{}, {}, {}> {};", ctype(t.dtype()), t.dtype().bits(), t->layout.local_size(), name);
+  else
+    linef("__align__(16) {} {}[{}];", ctype(t.dtype()), name, t->layout.local_size());
   return name;
 }
 

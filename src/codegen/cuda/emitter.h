@@ -23,6 +23,8 @@ namespace tilus::cuda {
 // The C++ type the emitted code uses for a dtype.
 std::string ctype(DataType t);
 int64_t elem_bytes(DataType t);
+// fp8 and the sub-byte floats (tilus::lowfloat in the device library).
+bool is_low_float(DataType t);
 // `text` for a C string literal (quotes, backslashes and line breaks escaped); for a printf
 // format that prints it as is, `literal_percent` doubles '%'.
 std::string c_text(const std::string& text, bool literal_percent = false);
@@ -60,6 +62,7 @@ class Emitter {
   // --- tensors -------------------------------------------------------------------------
   const std::string& reg(const Tensor& t);         // the register array of a tensor
   std::string declare_reg(const Tensor& t);        // declares the array; returns its name
+  std::string reg_elem(const Tensor& t, int64_t slot);  // slot's value (packed arrays: .get)
   // The C name of a global_view's typed base pointer.
   const std::string& global_ptr(const Tensor& t) const;
   const KernelFacts& facts() const { return facts_; }

@@ -15,13 +15,27 @@ struct Side {
   std::function<std::string(const std::string& off)> address;
   // In-bounds predicate of a tile index (true when unchecked).
   std::function<Expr(const std::vector<Expr>&)> predicate;
+  // The array's start (C) and its element type: sub-byte arrays are addressed by bytes
+  // (`address` of an offset whose bits start a byte) or element by element (load_bits).
+  std::string base;
+  DataType dtype;
 };
+
+// The address of a sub-byte array's element `off` (off * bits a multiple of 8).
+std::string byte_address(const std::string& base, DataType t, const std::string& off) {
+  return fmt::format("(reinterpret_cast<uint8_t*>({}) + ({}) * {} / 8)", base, off, t.bits());
+}
 
 Side global_side(Emitter& em, const Tensor& g, const GlobalAccess& acc) {
   Side s;
   s.offset = [acc](const std::vector<Expr>& tile) { return global_offset(acc, tile); };
   std::string ptr = em.global_ptr(g);
-  s.address = [ptr](const std::string& off) { return fmt::format("({} + {})", ptr, off); };
+  s.base = ptr;
+  s.dtype = g.dtype();
+  if (s.dtype.is_subbyte())
+    s.address = [ptr, t = s.dtype](const std::string& off) { return byte_address(ptr, t, off); };
+  else
+    s.address = [ptr](const std::string& off) { return fmt::format("({} + {})", ptr, off); };
   s.predicate = [acc](const std::vector<Expr>& tile) { return global_predicate(acc, tile); };
   return s;
 }
@@ -30,7 +44,15 @@ Side shared_side(const SharedView& view) {
   if (!view.planned) throw InternalError("a shared tensor has no planned offset; run the pass pipeline first");
   Side s;
   s.offset = [view](const std::vector<Expr>& tile) { return shared_offset(view, tile); };
+  s.dtype = view.root.dtype();
+  if (s.dtype.is_subbyte()) {
+    s.base = fmt::format("(tilus_smem + {})", view.base_bytes);
+    s.address = [base = s.base, t = s.dtype](const std::string& off) { return byte_address(base, t, off); };
+    s.predicate = [](const std::vector<Expr>&) { return bool_const(true); };
+    return s;
+  }
   std::string base = fmt::format("reinterpret_cast<{}*>(tilus_smem + {})", ctype(view.root.dtype()), view.base_bytes);
+  s.base = base;
   s.address = [base](const std::string& off) { return fmt::format("({} + {})", base, off); };
   s.predicate = [](const std::vector<Expr>&) { return bool_const(true); };
   return s;
@@ -85,6 +107,15 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
   const RegisterLayout& l = r->layout;
   const std::string& name = em.reg(r);
   int64_t bytes = w * elem_bytes(mem_dtype);
+  bool sub = mem_dtype.is_subbyte();
+  if (sub && r.dtype() != mem_dtype)
+    throw CompileError(fmt::format("moving {} between registers and {} memory needs a cast first", r.type_str(),
+                                   mem_dtype.name()));
+  // Sub-byte data: whole bytes move as vectors (the packed array's bytes), single elements
+  // through load_bits / store_bits.
+  bool sub_elements = sub && w * mem_dtype.bits() < 8;
+  if (sub) bytes = std::max<int64_t>(1, w * mem_dtype.bits() / 8);
+  std::string slot_ptr_fmt = sub ? "{}.ptr({})" : "&{}[{}]";
   auto spatial = em.spatial_index(l);
   std::string zero = em.literal(r.dtype(), 0);
   bool guarded = false;
@@ -105,21 +136,33 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
     bool always = pred.as<BoolImmNode>() && pred.as<BoolImmNode>()->value;
     bool never = pred.as<BoolImmNode>() && !pred.as<BoolImmNode>()->value;
     std::string p = em.expr(pred);
+    std::string slot_ptr = fmt::format(fmt::runtime(slot_ptr_fmt), name, s);
+    if (sub_elements) {
+      std::string elem = fmt::format("tilus::load_bits<{}>({}, {})", mem_dtype.bits(), mem.base, off);
+      if (load) {
+        if (always) em.linef("{}.set_code({}, {});", name, s, elem);
+        else if (never) em.linef("{}.set_code({}, 0u);", name, s);
+        else em.linef("{}.set_code({}, {} ? {} : 0u);", name, s, p, elem);
+      } else if (!never) {
+        em.linef("{}tilus::store_bits<{}>({}, {}, {}.code({}));", always ? "" : fmt::format("if ({}) ", p),
+                 mem_dtype.bits(), mem.base, off, name, s);
+      }
+      continue;
+    }
+    bool scalar = w == 1 && policy.empty() && !sub;
     if (load) {
-      std::string ld = w == 1 && policy.empty()
-                           ? fmt::format("{}[{}] = *{};", name, s, addr)
-                           : fmt::format("tilus::load_vec{}<{}>(&{}[{}], {}{});", hint, bytes, name, s, addr, hint_arg);
-      std::string zero_fill = w == 1 ? fmt::format("{}[{}] = {};", name, s, zero)
-                                     : fmt::format("tilus::zero_vec<{}>(&{}[{}]);", bytes, name, s);
+      std::string ld = scalar ? fmt::format("{}[{}] = *{};", name, s, addr)
+                              : fmt::format("tilus::load_vec{}<{}>({}, {}{});", hint, bytes, slot_ptr, addr, hint_arg);
+      std::string zero_fill = scalar ? fmt::format("{}[{}] = {};", name, s, zero)
+                                     : fmt::format("tilus::zero_vec<{}>({});", bytes, slot_ptr);
       if (always) em.line(ld);
       else if (never) em.line(zero_fill);
-      else if (w == 1 && policy.empty()) em.linef("{}[{}] = {} ? *{} : {};", name, s, p, addr, zero);
+      else if (scalar) em.linef("{}[{}] = {} ? *{} : {};", name, s, p, addr, zero);
       else em.linef("if ({}) {} else {}", p, ld, zero_fill);
     } else {
       if (never) continue;
-      std::string stmt = w == 1 && policy.empty()
-                             ? fmt::format("*{} = {}[{}];", addr, name, s)
-                             : fmt::format("tilus::store_vec{}<{}>({}, &{}[{}]{});", hint, bytes, addr, name, s, hint_arg);
+      std::string stmt = scalar ? fmt::format("*{} = {}[{}];", addr, name, s)
+                                : fmt::format("tilus::store_vec{}<{}>({}, {}{});", hint, bytes, addr, slot_ptr, hint_arg);
       if (always) em.line(stmt);
       else em.linef("if ({}) {}", p, stmt);
     }
@@ -189,6 +232,9 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
   const RegisterLayout& l = rec.mapping;
   int64_t w = rec.vector;
   int64_t bytes = w * elem_bytes(dtype);
+  bool sub = dtype.is_subbyte();
+  if (sub) bytes = std::max<int64_t>(1, w * dtype.bits() / 8);
+  bool sub_elements = sub && w * dtype.bits() < 8;  // element by element: load_bits / store_bits
   bool cp_async = rec.op == MachineOp::CpAsyncCa || rec.op == MachineOp::CpAsyncCg;
   auto spatial = em.spatial_index(l);
   em.open("");
@@ -200,19 +246,29 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
   std::string dst_hint = o.dst_global && !policy.empty() && !cp_async ? "_hint" : "";
   auto hint_arg = [&](const std::string& hint) { return hint.empty() ? std::string() : ", " + policy; };
   std::string zero = em.literal(dtype, 0);
-  bool direct = !cp_async && w == 1 && src_hint.empty() && dst_hint.empty();
+  bool direct = !cp_async && w == 1 && src_hint.empty() && dst_hint.empty() && !sub;
   std::string buf;
-  if (!cp_async && !direct) {
+  if (!cp_async && !direct && !sub_elements) {
     buf = em.fresh("v");
-    em.linef("{} {}[{}];", ctype(dtype), buf, w);
+    if (sub) em.linef("__align__(16) uint8_t {}[{}];", buf, bytes);
+    else em.linef("{} {}[{}];", ctype(dtype), buf, w);
   }
   auto is_true = [](const Expr& e) { return e.as<BoolImmNode>() && e.as<BoolImmNode>()->value; };
   for (int64_t s = 0; s < l.local_size(); s += w) {
     auto didx = slot_index(spatial, Emitter::local_index(l, s));
-    std::string saddr = src.address(em.expr(em.simplify(src.offset(didx))));
-    std::string daddr = dst.address(em.expr(em.simplify(dst.offset(didx))));
+    std::string soff = em.expr(em.simplify(src.offset(didx)));
+    std::string doff = em.expr(em.simplify(dst.offset(didx)));
+    std::string saddr = src.address(soff);
+    std::string daddr = dst.address(doff);
     Expr sp = em.simplify(src.predicate(didx));
     Expr dp = em.simplify(dst.predicate(didx));
+    if (sub_elements) {
+      std::string value = fmt::format("tilus::load_bits<{}>({}, {})", dtype.bits(), src.base, soff);
+      if (!is_true(sp)) value = fmt::format("({} ? {} : 0u)", em.expr(sp), value);
+      em.linef("{}tilus::store_bits<{}>({}, {}, {});", is_true(dp) ? "" : fmt::format("if ({}) ", em.expr(dp)),
+               dtype.bits(), dst.base, doff, value);
+      continue;
+    }
     if (cp_async) {
       em.linef("tilus::cp_async{}<{}>({}, {}, {}{});", src_hint, bytes, daddr, saddr, em.expr(sp), hint_arg(src_hint));
       continue;

@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   if (((tid / 8) < n)) *(c_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 3))))) = minimum[3];
   // view (shapes_script.h:37)
   __align__(16) int32_t v[4];
-  memcpy(v, x_2, sizeof(v));
+  memcpy((void*)&v, (const void*)&x_2, 16);
   int32_t* const d_1 = d;
   // store_global (shapes_script.h:37)
   if (((tid / 8) < n)) *(d_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) = v[0];

@@ -78,7 +78,237 @@ template <> struct Convert<bool> {
     else return x != From(0);
   }
 };
-template <class To, class From> __device__ __forceinline__ To cvt(From x) { return Convert<To>::run(x); }
+
+// ---- low-precision scalars ------------------------------------------------------------------
+__device__ __forceinline__ uint32_t sign_bit(float x) { return uint32_t(__float_as_int(x)) >> 31; }
+__device__ __forceinline__ uint32_t sign_bit(double x) { return uint32_t(uint64_t(__double_as_longlong(x)) >> 63); }
+__device__ __forceinline__ float frexp_(float x, int* e) { return frexpf(x, e); }
+__device__ __forceinline__ double frexp_(double x, int* e) { return frexp(x, e); }
+__device__ __forceinline__ float ldexp_(float x, int e) { return ldexpf(x, e); }
+__device__ __forceinline__ double ldexp_(double x, int e) { return ldexp(x, e); }
+__device__ __forceinline__ float floor_(float x) { return floorf(x); }
+__device__ __forceinline__ double floor_(double x) { return floor(x); }
+// Sub-byte integers (int1-int7, uint1-uint7): the value, sign- or zero-extended, in a byte;
+// arithmetic happens in int and the result wraps to N bits when converted back.
+template <int N, bool Signed> struct subint {
+  int8_t v;
+  subint() = default;
+  __device__ __forceinline__ constexpr subint(long long x) : v(wrap(x)) {}
+  __device__ __forceinline__ constexpr operator int() const { return v; }
+  __device__ __forceinline__ constexpr uint32_t code() const { return uint32_t(v) & ((1u << N) - 1u); }
+  __device__ __forceinline__ static constexpr subint from_code(uint32_t c) { return subint((long long)c); }
+  __device__ __forceinline__ static constexpr int8_t wrap(long long x) {
+    uint32_t c = uint32_t(x) & ((1u << N) - 1u);
+    return int8_t(Signed && (c >> (N - 1)) ? (c | ~((1u << N) - 1u)) : c);
+  }
+};
+
+// fp8 and the sub-byte floats: the code in the low Bits bits of a byte. Style 0 is IEEE
+// (infinities and NaNs), 1 finite with one NaN (e4m3), 2 finite (no NaN: the MX sub-byte
+// floats). Reads convert to float exactly; writes round to nearest even and overflow as the
+// style says -- the same algorithm as the host's DataType::encode_float, so both backends and
+// the host agree bit for bit.
+template <int Bits, int E, int M, int Style> struct lowfloat {
+  uint8_t bits;
+  lowfloat() = default;
+  __device__ __forceinline__ lowfloat(float x) : bits(encode(x)) {}
+  __device__ __forceinline__ operator float() const { return decode(bits); }
+  __device__ __forceinline__ constexpr uint32_t code() const { return bits; }
+  __device__ __forceinline__ static lowfloat from_code(uint32_t c) {
+    lowfloat r;
+    r.bits = uint8_t(c & ((1u << Bits) - 1u));
+    return r;
+  }
+  static constexpr int bias = (1 << (E - 1)) - 1;
+  static constexpr uint32_t exp_all = (1u << E) - 1u, man_all = (1u << M) - 1u;
+  // The largest finite value's biased exponent and mantissa.
+  static constexpr uint32_t max_exp = Style == 0 ? exp_all - 1u : exp_all;
+  static constexpr uint32_t max_man = Style == 1 ? man_all - 1u : man_all;
+  __device__ __forceinline__ static float decode(uint32_t c) {
+    uint32_t sign = (c >> (E + M)) & 1u, exp = (c >> M) & exp_all, man = c & man_all;
+    float v;
+    if (Style == 0 && exp == exp_all) v = man ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000);
+    else if (Style == 1 && exp == exp_all && man == man_all) v = __int_as_float(0x7fc00000);
+    else if (exp == 0) v = float(man) * __int_as_float((127 + 1 - bias - M) << 23);  // subnormal: man units
+    else v = __int_as_float(int(((exp + 127u - bias) << 23) | (man << (23 - M))));
+    return sign ? -v : v;
+  }
+  template <class F> __device__ __forceinline__ static uint8_t encode(F x) {
+    auto finish = [](uint32_t sign, uint32_t exp, uint32_t man) { return uint8_t((sign << (E + M)) | (exp << M) | man); };
+    uint32_t sign = sign_bit(x);
+    if (x != x) {
+      if (Style == 0) return finish(0, exp_all, M > 0 ? 1u << (M - 1) : 0u);
+      if (Style == 1) return finish(0, exp_all, man_all);
+      return finish(0, max_exp, max_man);
+    }
+    F a = sign ? -x : x;
+    if (a - a != F(0)) return Style == 0 ? finish(sign, exp_all, 0) : finish(sign, max_exp, max_man);  // infinity
+    if (a == F(0)) return finish(sign, 0, 0);
+    int e;
+    frexp_(a, &e);  // a = f * 2^e, f in [0.5, 1)
+    int unbiased = e - 1, min_normal = 1 - bias;
+    int quantum = (unbiased < min_normal ? min_normal : unbiased) - M;
+    F scaled = ldexp_(a, -quantum);  // exact; below 2^(M+1) units of 2^quantum
+    F whole = floor_(scaled), frac = scaled - whole;
+    uint32_t q = uint32_t(whole);
+    if (frac > F(0.5) || (frac == F(0.5) && (q & 1u))) q += 1u;
+    uint32_t biased, man;
+    if (unbiased < min_normal) {
+      biased = (q >> M) ? 1u : 0u;
+      man = q & man_all;
+    } else {
+      int exp = unbiased;
+      if (q >> (M + 1)) {
+        q >>= 1;
+        exp += 1;
+      }
+      if (exp + bias > int(max_exp)) return Style == 0 ? finish(sign, exp_all, 0) : finish(sign, max_exp, max_man);
+      biased = uint32_t(exp + bias);
+      man = q & man_all;
+    }
+    if (biased > max_exp || (biased == max_exp && man > max_man))
+      return Style == 0 ? finish(sign, exp_all, 0) : finish(sign, max_exp, max_man);
+    return finish(sign, biased, man);
+  }
+};
+
+template <class T> struct is_float_like { static constexpr bool value = is_half_like<T>::value; };
+template <> struct is_float_like<float> { static constexpr bool value = true; };
+template <> struct is_float_like<double> { static constexpr bool value = true; };
+template <int B, int E, int M, int S> struct is_float_like<lowfloat<B, E, M, S>> { static constexpr bool value = true; };
+
+template <int B, int E, int M, int S> struct Convert<lowfloat<B, E, M, S>> {
+  template <class From> __device__ __forceinline__ static lowfloat<B, E, M, S> run(From x) {
+    lowfloat<B, E, M, S> r;
+    if constexpr (sizeof(From) == 8 && is_float_like<From>::value) r.bits = r.encode(static_cast<double>(x));
+    else if constexpr (is_half_like<From>::value) r.bits = r.encode(to_float(x));
+    else r.bits = r.encode(static_cast<float>(x));
+    return r;
+  }
+};
+// Floats to sub-byte integers truncate toward zero and saturate (NaN: 0), as cvt.rzi does.
+template <int N, bool S> struct Convert<subint<N, S>> {
+  template <class From> __device__ __forceinline__ static subint<N, S> run(From x) {
+    if constexpr (is_float_like<From>::value) {
+      float f = is_half_like<From>::value ? to_float(x) : static_cast<float>(x);
+      constexpr float lo = S ? -float(1 << (N - 1)) : 0.0f, hi = S ? float((1 << (N - 1)) - 1) : float((1 << N) - 1);
+      if (isnan(f)) return subint<N, S>(0);
+      return subint<N, S>((long long)truncf(fminf(fmaxf(f, lo), hi)));
+    } else {
+      return subint<N, S>((long long)x);
+    }
+  }
+};
+
+// Register arrays of sub-byte elements, densely packed: element i is bits [i*Bits, (i+1)*Bits).
+template <class T, int Bits, int N> struct packed;
+template <class T, int Bits, int N> struct packed_ref {
+  packed<T, Bits, N>* p;
+  int i;
+  __device__ __forceinline__ operator T() const { return p->get(i); }
+  __device__ __forceinline__ packed_ref& operator=(T v) {
+    p->set(i, v);
+    return *this;
+  }
+  __device__ __forceinline__ packed_ref& operator=(const packed_ref& o) { return *this = T(o); }
+};
+template <class T, int Bits, int N> struct packed {
+  uint32_t w[(N * Bits + 31) / 32];
+  __device__ __forceinline__ uint32_t code(int i) const {
+    int bit = i * Bits, k = bit / 32, s = bit % 32;
+    uint32_t c = w[k] >> s;
+    if (s + Bits > 32) c |= w[k + 1] << (32 - s);
+    return c & ((1u << Bits) - 1u);
+  }
+  __device__ __forceinline__ void set_code(int i, uint32_t c) {
+    int bit = i * Bits, k = bit / 32, s = bit % 32;
+    c &= (1u << Bits) - 1u;
+    w[k] = (w[k] & ~(((1u << Bits) - 1u) << s)) | (c << s);
+    if (s + Bits > 32) w[k + 1] = (w[k + 1] & ~((1u << (s + Bits - 32)) - 1u)) | (c >> (32 - s));
+  }
+  __device__ __forceinline__ T get(int i) const { return T::from_code(code(i)); }
+  __device__ __forceinline__ void set(int i, T v) { set_code(i, v.code()); }
+  __device__ __forceinline__ packed_ref<T, Bits, N> operator[](int i) { return {this, i}; }
+  __device__ __forceinline__ T operator[](int i) const { return get(i); }
+  // The byte holding element i's first bit (i * Bits a multiple of 8).
+  __device__ __forceinline__ uint8_t* ptr(int i) { return reinterpret_cast<uint8_t*>(w) + i * Bits / 8; }
+};
+template <class Value> __device__ __forceinline__ Value unref(Value v) { return v; }
+template <class T, int B, int N> __device__ __forceinline__ T unref(packed_ref<T, B, N> r) { return T(r); }
+
+// Sub-byte elements of packed memory (global or shared), one at a time. A store changes only
+// its element's bits, atomically, so threads may write neighbouring elements of one word.
+template <int Bits> __device__ __forceinline__ uint32_t load_bits(const void* base, long long index) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(base);
+  long long bit = index * Bits;
+  uint32_t c = p[bit / 8] >> (bit % 8);
+  if (bit % 8 + Bits > 8) c |= uint32_t(p[bit / 8 + 1]) << (8 - bit % 8);
+  return c & ((1u << Bits) - 1u);
+}
+template <int Bits> __device__ __forceinline__ void store_bits(void* base, long long index, uint32_t c) {
+  long long bit = index * Bits;
+  uint64_t byte = reinterpret_cast<uint64_t>(base) + uint64_t(bit / 8);
+  uint32_t* word = reinterpret_cast<uint32_t*>(byte & ~uint64_t(3));
+  int s = int(byte & 3u) * 8 + int(bit % 8);  // the element's first bit within *word
+  c &= (1u << Bits) - 1u;
+  uint64_t mask = uint64_t((1u << Bits) - 1u) << s, value = uint64_t(c) << s;
+  atomicAnd(word, ~uint32_t(mask));
+  atomicOr(word, uint32_t(value));
+  if (s + Bits > 32) {
+    atomicAnd(word + 1, ~uint32_t(mask >> 32));
+    atomicOr(word + 1, uint32_t(value >> 32));
+  }
+}
+
+template <class To, class From> __device__ __forceinline__ To cvt(From x) { return Convert<To>::run(unref(x)); }
+
+// ---- vectorized conversions (the Cast instruction's fast paths; each exact) ------------------
+// 8 packed 4-bit integers (one word, element i at bits 4i) to 8 halves. Per pair of elements
+// (one byte): a byte permute puts the byte in both halves, a mask-and-or makes the halves
+// 1024 + lo and 1024 + 16 * hi (the magic number 0x6400 is 1024), and one half2 fma scales
+// and subtracts. Signed values are biased by 8 first (x ^ 8 per nibble) and subtract 8 more.
+#ifdef TILUS_DEVICE_FP16
+template <bool Signed> __device__ __forceinline__ void cvt_4bit_x8(__half* out, uint32_t w) {
+  if (Signed) w ^= 0x88888888u;
+  const uint32_t scale = 0x2c003c00u;                          // half2(1, 1/16)
+  const uint32_t bias = Signed ? 0xd480e408u : 0xd400e400u;   // half2(-1032, -72) : half2(-1024, -64)
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    uint32_t t = (__byte_perm(w, 0u, 0x4040u | (uint32_t(p) << 8) | uint32_t(p)) & 0x00f0000fu) | 0x64006400u;
+    __half2 r = __hfma2(*reinterpret_cast<__half2*>(&t), *reinterpret_cast<const __half2*>(&scale),
+                        *reinterpret_cast<const __half2*>(&bias));
+    reinterpret_cast<__half2*>(out)[p] = r;
+  }
+}
+// fp8 pairs to half pairs: one cvt per pair on sm_89+ (exact: every fp8 value is a half).
+template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__half* out, uint16_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  if (E4M3) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(v));
+  *reinterpret_cast<uint32_t*>(out) = r;
+#else
+  typedef lowfloat<8, E4M3 ? 4 : 5, E4M3 ? 3 : 2, E4M3 ? 1 : 0> F;
+  out[0] = __float2half_rn(F::decode(v & 0xffu));
+  out[1] = __float2half_rn(F::decode(v >> 8));
+#endif
+}
+#endif
+#ifdef TILUS_DEVICE_BF16
+// bfloat16 has 7 mantissa bits: each half gets a whole nibble (128 + e, magic 0x4300) and one
+// subtraction.
+template <bool Signed> __device__ __forceinline__ void cvt_4bit_x8(__nv_bfloat16* out, uint32_t w) {
+  if (Signed) w ^= 0x88888888u;
+  const uint32_t bias = Signed ? 0x43084308u : 0x43004300u;  // bf162(136, 136) : bf162(128, 128)
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    uint32_t b = __byte_perm(w, 0u, 0x4040u | (uint32_t(p) << 8) | uint32_t(p));
+    uint32_t t = (b & 0x0000000fu) | ((b >> 4) & 0x000f0000u) | 0x43004300u;
+    reinterpret_cast<__nv_bfloat162*>(out)[p] =
+        __hsub2(*reinterpret_cast<__nv_bfloat162*>(&t), *reinterpret_cast<const __nv_bfloat162*>(&bias));
+  }
+}
+#endif
 
 template <class T> __device__ __forceinline__ T inf() { return cvt<T>(__int_as_float(0x7f800000)); }
 template <> __device__ __forceinline__ double inf<double>() { return __longlong_as_double(0x7ff0000000000000ll); }

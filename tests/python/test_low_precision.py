@@ -1,0 +1,311 @@
+"""Low-precision types end to end (issue 16): fp8, the sub-byte floats and the sub-byte integers
+in registers and in global memory, and the casts between them and float32, on every backend
+present (the CPU backend with numpy arrays, the GPU with torch tensors).
+
+The reference is written here in numpy from the formats' definitions (not from tilus's own
+encoder): every code's value, and round-to-nearest-even with each format's overflow rule."""
+import re
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import float32, int32
+
+B = 128
+FLOATS = ["float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1", "float5_e2m2", "float3_e1m1",
+          "float7_e3m3"]
+INTS = ["int4", "uint4", "int3", "uint2", "int1", "uint7", "int6"]
+
+
+class Encode(tilus.Script):
+    """y (codes of dt, packed) = x (float32) converted to dt."""
+
+    def __init__(self, dt):
+        super().__init__()
+        self.dt = dt
+
+    def __call__(self, n: int32, x: ~float32, codes: tilus.void_p):
+        self.attrs.blocks = [tilus.cdiv(n, B)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * B]
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=o, shape=[B])
+        self.store_global(self.global_view(codes, dtype=self.dt, shape=[n]), v.to(self.dt), offsets=o)
+
+
+class Decode(tilus.Script):
+    """y (float32) = codes (dt, packed, starting at element `start`) converted to float32."""
+
+    def __init__(self, dt, start=0):
+        super().__init__()
+        self.dt, self.start = dt, start
+
+    def __call__(self, n: int32, codes: tilus.void_p, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, B)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * B
+        v = self.load_global(self.global_view(codes, dtype=self.dt, shape=[n + self.start]), offsets=[o + self.start],
+                             shape=[B])
+        self.store_global(self.global_view(y, shape=[n]), v.to(float32), offsets=[o])
+
+
+class IntCast(tilus.Script):
+    """codes (dt) = x (int32 or float32) converted; y (int32) = the codes read back."""
+
+    def __init__(self, dt, src):
+        super().__init__()
+        self.dt, self.src = dt, src
+
+    def __call__(self, n: int32, x: tilus.void_p, codes: tilus.void_p):
+        self.attrs.blocks = [tilus.cdiv(n, B)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * B]
+        v = self.load_global(self.global_view(x, dtype=self.src, shape=[n]), offsets=o, shape=[B])
+        self.store_global(self.global_view(codes, dtype=self.dt, shape=[n]), v.to(self.dt), offsets=o)
+
+
+# --- the numpy reference ------------------------------------------------------------------------
+
+def float_format(name):
+    bits, e, m = map(int, re.fullmatch(r"float(\d)_e(\d)m(\d)", name).groups())
+    style = "ieee" if name == "float8_e5m2" else "fn" if name == "float8_e4m3" else "finite"
+    return bits, e, m, style
+
+
+def code_values(name):
+    """float64 value of every code 0 .. 2^bits - 1 (NaN where the code is NaN)."""
+    bits, e, m, style = float_format(name)
+    c = np.arange(1 << bits, dtype=np.int64)
+    sign = (c >> (e + m)) & 1
+    exp = (c >> m) & ((1 << e) - 1)
+    man = c & ((1 << m) - 1)
+    bias = (1 << (e - 1)) - 1
+    v = np.where(exp == 0, np.ldexp(man.astype(np.float64), 1 - bias - m),
+                 np.ldexp(((1 << m) | man).astype(np.float64), exp - bias - m))
+    all_ones = exp == (1 << e) - 1
+    if style == "ieee":
+        v = np.where(all_ones, np.where(man == 0, np.inf, np.nan), v)
+    elif style == "fn":
+        v = np.where(all_ones & (man == (1 << m) - 1), np.nan, v)
+    return np.where(sign == 1, -v, v)
+
+
+def reference_encode(name, x):
+    """Round x (float64) to the nearest code, ties to the even code; overflow as the style says."""
+    bits, e, m, style = float_format(name)
+    values = code_values(name)
+    half = 1 << (bits - 1)
+    pos = values[:half]  # sign 0: increasing with the code
+    finite = np.isfinite(pos)
+    mags, codes = pos[finite], np.arange(half)[finite]
+    a = np.abs(x)
+    i = np.clip(np.searchsorted(mags, a, side="right") - 1, 0, len(mags) - 1)
+    lo, hi = mags[i], mags[np.minimum(i + 1, len(mags) - 1)]
+    top = len(mags) - 1
+    # Above the largest finite value the next step is one ulp up (where IEEE's infinity lives).
+    ulp_top = mags[top] - mags[top - 1]
+    hi = np.where(i == top, mags[top] + ulp_top, hi)
+    up = (a - lo > hi - a) | ((a - lo == hi - a) & (codes[i] % 2 == 1))
+    code = np.where(up, codes[i] + 1, codes[i])
+    overflow = code > codes[top]
+    sat = codes[top]
+    inf_code = (((1 << e) - 1) << m) if style == "ieee" else sat
+    code = np.where(overflow, inf_code, code)
+    code = np.where(np.isinf(a), inf_code, code)
+    code = np.where(np.signbit(x), code | half, code)
+    nan_code = {"ieee": (((1 << e) - 1) << m) | (1 << (m - 1)), "fn": (1 << (bits - 1)) - 1, "finite": sat}[style]
+    return np.where(np.isnan(x), nan_code, code).astype(np.int64)
+
+
+def pack(codes, bits):
+    """Little-endian dense packing: element i at bits [i*bits, (i+1)*bits)."""
+    bitstream = ((codes[:, None] >> np.arange(bits)) & 1).astype(np.uint8).reshape(-1)
+    bitstream = np.concatenate([bitstream, np.zeros((-len(bitstream)) % 8, np.uint8)])
+    return np.packbits(bitstream.reshape(-1, 8), axis=1, bitorder="little").reshape(-1)
+
+
+def unpack(data, bits, n):
+    bitstream = np.unpackbits(np.asarray(data, np.uint8), bitorder="little")[: n * bits].reshape(n, bits)
+    return (bitstream.astype(np.int64) << np.arange(bits)).sum(axis=1)
+
+
+def probe_values(name, rng):
+    """Every value, every midpoint (the ties), their float32 neighbours, specials, random values."""
+    v = code_values(name)
+    f = np.sort(np.unique(v[np.isfinite(v)]))
+    mids = (f[1:] + f[:-1]) / 2
+    top = f[-1] + (f[-1] - f[-2]) / 2
+    pts = np.concatenate([f, mids, [top, 2 * f[-1], 1e30]]).astype(np.float32)
+    near = np.concatenate([np.nextafter(pts, np.float32(np.inf)), np.nextafter(pts, np.float32(-np.inf))])
+    rand = rng.uniform(-1.5 * f[-1], 1.5 * f[-1], 500).astype(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -1e-30], np.float32)
+    return np.concatenate([pts, near, rand, special]).astype(np.float32)
+
+
+# --- tests --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_float_encode_rounds_like_the_reference(arrays, name):
+    dt = getattr(tilus, name)
+    x = probe_values(name, np.random.default_rng(1))
+    n = len(x)
+    codes = arrays.put(np.zeros(dt.storage_bytes(n), np.uint8))
+    Encode(dt)(n, arrays.put(x), codes)
+    got = unpack(arrays.host(codes), dt.bits, n)
+    want = reference_encode(name, x.astype(np.float64))
+    bad = np.nonzero(got != want)[0]
+    assert not len(bad), f"{name}: {len(bad)} of {n} codes differ, e.g. x={x[bad[:5]]} got {got[bad[:5]]} want {want[bad[:5]]}"
+
+
+@pytest.mark.parametrize("name", FLOATS)
+@pytest.mark.parametrize("start", [0, 3])
+def test_float_decode_every_code(arrays, name, start):
+    dt = getattr(tilus, name)
+    values = code_values(name)
+    n = len(values)
+    codes = np.concatenate([np.zeros(start, np.int64), np.arange(n)])  # elements before `start` are skipped
+    y = arrays.empty((n,))
+    Decode(dt, start)(n, arrays.put(pack(codes, dt.bits)), y)
+    np.testing.assert_array_equal(arrays.host(y), values.astype(np.float32))
+
+
+def int_range(name):
+    bits = int(name.lstrip("uint"))
+    return (0, (1 << bits) - 1) if name.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+@pytest.mark.parametrize("name", INTS)
+def test_int_casts_wrap_from_integers_and_saturate_from_floats(arrays, name):
+    dt = getattr(tilus, name)
+    lo, hi = int_range(name)
+    bits = dt.bits
+    rng = np.random.default_rng(2)
+    n = 301  # ragged: not a multiple of the block or of a byte's elements
+    xi = rng.integers(-300, 300, n).astype(np.int32)
+    codes = arrays.put(np.zeros(dt.storage_bytes(n), np.uint8))
+    IntCast(dt, tilus.int32)(n, arrays.put(xi), codes)
+    np.testing.assert_array_equal(unpack(arrays.host(codes), bits, n), xi.astype(np.int64) & ((1 << bits) - 1))
+    xf = rng.uniform(lo - 5, hi + 5, n).astype(np.float32)
+    xf[:3] = [np.nan, np.inf, -np.inf]
+    codes = arrays.put(np.zeros(dt.storage_bytes(n), np.uint8))
+    IntCast(dt, tilus.float32)(n, arrays.put(xf), codes)
+    want = np.clip(np.trunc(np.nan_to_num(xf, nan=0.0, posinf=hi, neginf=lo)), lo, hi).astype(np.int64)
+    np.testing.assert_array_equal(unpack(arrays.host(codes), bits, n), want & ((1 << bits) - 1))
+    # And back to int32, sign-extended for the signed types.
+    y = arrays.empty((n,), dtype="int32")
+    back = IntCast(tilus.int32, dt)
+    back(n, codes, y)
+    np.testing.assert_array_equal(arrays.host(y), want)
+
+
+def test_packed_stores_leave_neighbours_alone(arrays):
+    """A store of 37 int4 starting at element 1 changes those nibbles only."""
+    class Fill(tilus.Script):
+        def __call__(self, n: int32, codes: tilus.void_p):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            v = self.register_tensor(dtype=tilus.int4, shape=[64], init=lambda i: i % 8 - 3)
+            self.store_global(self.global_view(codes, dtype=tilus.int4, shape=[n + 1]), v, offsets=[1])
+
+    n = 37
+    before = np.random.default_rng(3).integers(0, 256, 32).astype(np.uint8)
+    codes = arrays.put(before.copy())
+    Fill()(n, codes)
+    got = unpack(arrays.host(codes), 4, 64)
+    want = unpack(before, 4, 64)
+    want[1:n + 1] = (np.arange(n) % 8 - 3) & 15
+    np.testing.assert_array_equal(got, want)
+
+
+class ViewBytes(tilus.Script):
+    """y (float32) = the bytes of `data` viewed in registers as dt (4-bit), converted to float32:
+    the way quantized kernels unpack weights they load as bytes."""
+
+    def __init__(self, dt):
+        super().__init__()
+        self.dt = dt
+
+    def __call__(self, n: int32, data: ~tilus.uint8, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 2 * B)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * B
+        raw = self.load_global(self.global_view(data, shape=[tilus.cdiv(n, 2)]), offsets=[o], shape=[B])
+        v = self.view(raw, dtype=self.dt)  # [2B] elements, each thread's bits unchanged
+        self.store_global(self.global_view(y, shape=[n]), v.to(float32), offsets=[2 * o])
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4", "float4_e2m1"])
+def test_view_bytes_as_4_bit_elements(arrays, name):
+    dt = getattr(tilus, name)
+    n = 2 * 300 - 1  # ragged: the last byte's high nibble is past n
+    data = np.random.default_rng(4).integers(0, 256, (n + 1) // 2).astype(np.uint8)
+    codes = unpack(data, 4, n)
+    if name == "int4":
+        want = np.where(codes >= 8, codes - 16, codes)
+    elif name == "uint4":
+        want = codes
+    else:
+        want = code_values(name)[codes]
+    y = arrays.empty((n,))
+    ViewBytes(dt)(n, arrays.put(data), y)
+    np.testing.assert_array_equal(arrays.host(y), want.astype(np.float32))
+
+
+class Widen16(tilus.Script):
+    """y (float32) = codes (dt) -> float16 / bfloat16 (the vectorized conversions) -> float32."""
+
+    def __init__(self, dt, mid):
+        super().__init__()
+        self.dt, self.mid = dt, mid
+
+    def __call__(self, n: int32, codes: tilus.void_p, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, B)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * B]
+        v = self.load_global(self.global_view(codes, dtype=self.dt, shape=[n]), offsets=o, shape=[B])
+        self.store_global(self.global_view(y, shape=[n]), v.to(self.mid).to(float32), offsets=o)
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4", "float8_e4m3", "float8_e5m2"])
+@pytest.mark.parametrize("mid", ["float16", "bfloat16"])
+def test_widening_to_16_bit_floats_is_exact(arrays, name, mid):
+    dt = getattr(tilus, name)
+    n = 1000 + 13
+    codes = np.random.default_rng(5).integers(0, 1 << dt.bits, n)
+    codes[: 1 << dt.bits] = np.arange(1 << dt.bits)  # every code
+    if name.startswith("float"):
+        want = code_values(name)[codes]
+    else:
+        want = np.where(codes >= 8, codes - 16, codes) if name == "int4" else codes
+    want = want.astype(np.float16 if mid == "float16" else np.float32)
+    y = arrays.empty((n,))
+    Widen16(dt, getattr(tilus, mid))(n, arrays.put(pack(codes, dt.bits)), y)
+    got = arrays.host(y)
+    nan = np.isnan(want.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan], want.astype(np.float32)[~nan])
+
+
+@pytest.mark.parametrize("name,mid,helper", [("int4", "float16", "cvt_4bit_x8<true>"),
+                                             ("uint4", "bfloat16", "cvt_4bit_x8<false>"),
+                                             ("float8_e4m3", "float16", "cvt_fp8_x2<true>")])
+def test_widening_uses_the_vectorized_conversion(name, mid, helper):
+    src = Widen16(getattr(tilus, name), getattr(tilus, mid)).source(64, np.zeros(64, np.uint8),
+                                                                      np.zeros(64, np.float32), arch="sm_90a")
+    assert f"tilus::{helper}(" in src
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_cuda_code_compiles(arch):
+    """The CUDA path of every family (fp8, sub-byte float, sub-byte int, 4-bit views), with NVRTC
+    and no GPU."""
+    f32, u8 = np.zeros(64, np.float32), np.zeros(64, np.uint8)
+    kernels = [(Encode(tilus.float8_e4m3), (10, f32, u8)), (Decode(tilus.float6_e3m2, 3), (10, u8, f32)),
+               (IntCast(tilus.int3, tilus.float32), (10, f32, u8)), (IntCast(tilus.int32, tilus.uint4), (10, u8, f32)),
+               (ViewBytes(tilus.float4_e2m1), (10, u8, f32)), (Widen16(tilus.int4, tilus.float16), (10, u8, f32)),
+               (Widen16(tilus.uint4, tilus.bfloat16), (10, u8, f32)),
+               (Widen16(tilus.float8_e5m2, tilus.float16), (10, u8, f32))]
+    for k, args in kernels:
+        c = k.compiled(*args, arch=arch)
+        assert c.spill_store_bytes == 0, f"{type(k).__name__}: {c.spill_store_bytes} bytes spilled"
