@@ -1,0 +1,166 @@
+"""Quantized matmul (first version): c = a @ dequant(b), a f16 [m, k], b low-precision codes
+[k, n] stored as bytes (two 4-bit codes per byte, low nibble first), group-wise f16 scales
+[k / group, n] and, for unsigned codes, zero points [k / group, n]:
+dequant(b)[i, j] = (b[i, j] - zero[i / group, j]) * scale[i / group, j].
+
+Each k-step loads the tile's bytes, views them in registers as the weight type (`view`),
+widens them to f16 (the vectorized conversions for int4/uint4 and fp8), applies the group's
+scale and zero point, and hands the f16 tile to `dot` through shared memory. Not yet: weights
+repacked offline into the tensor-core fragment order, split-K, autotuning (issue 16)."""
+import os
+
+import numpy as np
+
+import tilus
+from tilus import float16, float32, int32, uint8
+
+WEIGHT_TYPES = ["int4", "uint4", "int8", "float8_e4m3", "float8_e5m2", "float4_e2m1"]
+
+
+class MatmulA16Wx(tilus.Script):
+    """One split of the k range per blockIdx.z: `stages` tiles of a and of b's bytes in flight
+    with cp.async (the passes insert the waits and barriers), dequantized in registers, the f16
+    tile handed to `dot` through shared memory. With split_k == 1 the block writes c (f16), else
+    its float32 partial sums into partial[z] (SumSplits adds them)."""
+
+    def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4):
+        super().__init__()
+        assert group % block_k == 0, "a k tile must not straddle two scale groups"
+        self.wtype, self.group, self.stages, self.split_k, self.warps = wtype, group, stages, split_k, warps
+        self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+
+    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~uint8, scales: ~float16, zeros: ~float16,
+                 c: ~float16, partial: ~float32):
+        bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
+        bits = self.wtype.bits
+        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
+        self.attrs.warps = self.warps
+        om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
+        per_split = tilus.cdiv(tilus.cdiv(k, bk), self.split_k)
+        first = self.blockIdx.z * per_split
+        steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
+        ga = self.global_view(a, shape=[m, k])
+        gb = self.global_view(b, shape=[k, n * bits // 8])
+        gs = self.global_view(scales, shape=[tilus.cdiv(k, self.group), n])
+        gz = self.global_view(zeros, shape=[tilus.cdiv(k, self.group), n])
+        sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
+        sb = self.shared_tensor(dtype=uint8, shape=[stages, bk, bn * bits // 8])
+        sw = self.shared_tensor(dtype=float16, shape=[bk, bn])
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
+            self.copy_async(ga, sa[s], offsets=[om, (first + s) * bk])
+            self.copy_async(gb, sb[s], offsets=[(first + s) * bk, on * bits // 8])
+            self.copy_async_commit_group()
+        for step in range(steps):
+            nxt = step + (stages - 1)
+            self.copy_async(ga, sa[nxt % stages], offsets=[om, (first + nxt) * bk])
+            self.copy_async(gb, sb[nxt % stages], offsets=[(first + nxt) * bk, on * bits // 8])
+            self.copy_async_commit_group()
+            w = self.view(self.load_shared(sb[step % stages]), dtype=self.wtype).to(float16)  # [bk, bn]
+            g = (first + step) * bk // self.group
+            if not self.wtype.is_signed:  # unsigned codes carry a zero point
+                w = w - self.load_global(gz, offsets=[g, on], shape=[1, bn])
+            self.store_shared(sw, w * self.load_global(gs, offsets=[g, on], shape=[1, bn]))
+            acc = self.dot(self.load_shared(sa[step % stages]), self.load_shared(sw), acc)
+        if self.split_k == 1:
+            self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16), offsets=[om, on])
+        else:
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
+
+
+class SumSplits(tilus.Script):
+    """c (f16 [m, n]) = the sum of partial[0 .. split_k) (float32 [split_k, m, n])."""
+
+    def __init__(self, split_k, block_m=16, block_n=128):
+        super().__init__()
+        self.split_k, self.block_m, self.block_n = split_k, block_m, block_n
+
+    def __call__(self, m: int32, n: int32, partial: ~float32, c: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, self.block_m), tilus.cdiv(n, self.block_n)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * self.block_m, self.blockIdx.y * self.block_n]
+        p = self.load_global(self.global_view(partial, shape=[self.split_k, m, n]), offsets=[0, o[0], o[1]],
+                             shape=[self.split_k, self.block_m, self.block_n])
+        self.store_global(self.global_view(c, shape=[m, n]), self.sum(p, dim=0).to(float16), offsets=o)
+
+
+class QuantizedMatmul:
+    """c = a @ dequant(b): split-K when the m x n tiles alone would leave most SMs idle (small
+    m: LLM decoding), then one SumSplits launch."""
+
+    def __init__(self, wtype, group=128, sms=132):
+        self.wtype, self.group, self.sms = wtype, group, sms
+        self.kernels = {}
+
+    def split_k(self, m, n, k, bm=16, bn=128, bk=64):
+        tiles = -(-m // bm) * -(-n // bn)
+        s = 1
+        while s < 16 and tiles * s * 2 <= 2 * self.sms and k // (bk * s * 2) >= 4:
+            s *= 2
+        return s
+
+    def __call__(self, m, n, k, a, b, scales, zeros, c, workspace):
+        s = self.split_k(m, n, k)
+        if s not in self.kernels:
+            self.kernels[s] = (MatmulA16Wx(self.wtype, self.group, split_k=s), SumSplits(s))
+        matmul, reduce = self.kernels[s]
+        matmul(m, n, k, a, b, scales, zeros, c, workspace)
+        if s > 1:
+            reduce(m, n, workspace, c)
+
+
+def quantized_operands(wtype, k, n, group, rng):
+    """Random codes of wtype [k, n], packed to bytes, with scales, zeros and the dequantized
+    weights (float64) as the reference uses them."""
+    bits = wtype.bits
+    if wtype.is_float:
+        table = np.array([wtype.decode_float(c) for c in range(1 << bits)])
+        finite = np.nonzero(np.isfinite(table))[0]
+        codes = rng.choice(finite, size=(k, n))
+        values = table[codes]
+    else:
+        lo = -(1 << (bits - 1)) if wtype.is_signed else 0
+        values = rng.integers(lo, lo + (1 << bits), size=(k, n))
+        codes = values & ((1 << bits) - 1)
+    packed = ((codes[:, 0::2] | (codes[:, 1::2] << 4)) if bits == 4 else codes).astype(np.uint8)
+    scales = (rng.random((k // group, n)) * 0.02 + 0.005).astype(np.float16)
+    zeros = (rng.integers(0, 1 << bits, (k // group, n)) if not wtype.is_signed else np.zeros((k // group, n)))
+    zeros = zeros.astype(np.float16)
+    # The kernel computes in f16: (code - zero) exactly, then one rounding of the product.
+    w = ((values - np.repeat(zeros, group, axis=0)).astype(np.float16) *
+         np.repeat(scales, group, axis=0)).astype(np.float16)
+    return packed, scales, zeros, w.astype(np.float64)
+
+
+def run(name, wtype, m, n, k, group=128, timing=False):
+    from common import check, on_gpu, timed
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    packed, scales, zeros, w = quantized_operands(wtype, k, n, group, rng)
+    c = np.zeros((m, n), np.float16)
+    kernel = QuantizedMatmul(wtype, group)
+    args = [a, packed, scales, zeros, c, np.zeros((16, m, n), np.float32)]
+    device = "cpu"
+    if on_gpu():
+        import torch
+        args = [torch.from_numpy(x).cuda() for x in args]
+        device = "cuda"
+    kernel(m, n, k, *args)
+    check(f"{name} {wtype.name} {m}x{n}x{k} (split_k {kernel.split_k(m, n, k)})", args[4], a.astype(np.float64) @ w,
+          2e-2, 1e-2)
+    if timing:
+        ms = timed(lambda: kernel(m, n, k, *args), device)
+        weight_bytes = k * n * wtype.bits / 8
+        print(f"{name} {wtype.name}: {m}x{n}x{k} in {ms * 1e3:.1f} us "
+              f"({weight_bytes / ms / 1e6:.1f} GB/s of weights) on {device}")
+
+
+if __name__ == "__main__":
+    quick = os.environ.get("TILUS_EXAMPLES_QUICK")
+    for t in WEIGHT_TYPES:
+        run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
+    if not quick:
+        from common import on_gpu
+        s = 8192 if on_gpu() else 512
+        run("matmul_a16wx", tilus.int4, 16, s, s, timing=True)
