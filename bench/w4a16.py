@@ -40,19 +40,20 @@ if triton is not None:
     )
     @triton.jit
     def w4a16_kernel(a, b, s, c, M, N, K, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        # b: [K, N / 2] bytes, two signed 4-bit codes per byte (low nibble first); s: [K / G, N] f16.
+        # b: [N, K / 2] bytes, two signed 4-bit codes per byte along k (low nibble first);
+        # s: [K / G, N] f16.
         pm, pn = tl.program_id(0), tl.program_id(1)
         rm = pm * BM + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
-        rb = pn * (BN // 2) + tl.arange(0, BN // 2)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
             rk = k0 + tl.arange(0, BK)
+            rb = k0 // 2 + tl.arange(0, BK // 2)
             x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-            packed = tl.load(b + rk[:, None] * (N // 2) + rb[None, :], mask=rk[:, None] < K, other=0).to(tl.int32)
+            packed = tl.load(b + rn[:, None] * (K // 2) + rb[None, :], mask=rn[:, None] < N, other=0).to(tl.int32)
             lo = ((packed & 15) ^ 8) - 8
             hi = (((packed >> 4) & 15) ^ 8) - 8
-            w = tl.join(lo, hi).reshape(BK, BN).to(tl.float16)
+            w = tl.trans(tl.join(lo, hi).reshape(BN, BK)).to(tl.float16)
             scale = tl.load(s + (k0 // G) * N + rn)
             acc += tl.dot(x, w * scale[None, :])
         tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=rm[:, None] < M)
@@ -73,11 +74,11 @@ def main():
     n = k = args.nk
     g = args.group
     torch.manual_seed(0)
-    codes = torch.randint(-8, 8, (k, n), device="cuda", dtype=torch.int32)
+    codes = torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int32)  # nn.Linear's [out, in]
     packed = ((codes[:, 0::2] & 15) | ((codes[:, 1::2] & 15) << 4)).to(torch.uint8)
     scales = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).half()
     zeros = torch.zeros(k // g, n, device="cuda", dtype=torch.float16)
-    w16 = (codes.half() * scales.repeat_interleave(g, 0)).half()
+    w16 = (codes.T.half() * scales.repeat_interleave(g, 0)).half()  # [k, n]
     tq = QuantizedMatmul(tilus.int4, g)
     print(f"W4A16, N = K = {n}, group {g}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)

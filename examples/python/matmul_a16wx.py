@@ -1,12 +1,15 @@
-"""Quantized matmul (first version): c = a @ dequant(b), a f16 [m, k], b low-precision codes
-[k, n] stored as bytes (two 4-bit codes per byte, low nibble first), group-wise f16 scales
-[k / group, n] and, for unsigned codes, zero points [k / group, n]:
-dequant(b)[i, j] = (b[i, j] - zero[i / group, j]) * scale[i / group, j].
+"""Quantized matmul: c = a @ dequant(w).T, a f16 [m, k], w low-precision codes [n, k] (the
+nn.Linear convention: a row per output) stored as bytes along k (two 4-bit codes per byte, low
+nibble first), group-wise f16 scales [k / group, n] and, for unsigned codes, zero points
+[k / group, n]: dequant(w)[j, i] = (w[j, i] - zero[i / group, j]) * scale[i / group, j].
 
-Each k-step loads the tile's bytes, views them in registers as the weight type (`view`),
-widens them to f16 (the vectorized conversions for int4/uint4 and fp8), applies the group's
-scale and zero point, and hands the f16 tile to `dot` through shared memory. Not yet: weights
-repacked offline into the tensor-core fragment order, split-K, autotuning (issue 16)."""
+Each k-step brings a tile of a, the tile's weight bytes and its scales into shared memory with
+cp.async (`stages` in flight); the bytes are loaded straight into the registers of the
+tensor-core operand (layout inference derives their layout from the dot's, back through the
+transpose, the cast and the view), widened to f16 (the vectorized conversions for int4/uint4
+and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K) and sums the
+partial results in a second kernel. Not yet: weights repacked into fragment order for 16-byte
+loads, wgmma for large m, autotuning (issue 16)."""
 import os
 
 import numpy as np
@@ -40,28 +43,34 @@ class MatmulA16Wx(tilus.Script):
         first = self.blockIdx.z * per_split
         steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
         ga = self.global_view(a, shape=[m, k])
-        gb = self.global_view(b, shape=[k, n * bits // 8])
+        gb = self.global_view(b, shape=[n, k * bits // 8])
         gs = self.global_view(scales, shape=[tilus.cdiv(k, self.group), n])
         gz = self.global_view(zeros, shape=[tilus.cdiv(k, self.group), n])
         sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=uint8, shape=[stages, bk, bn * bits // 8])
-        sw = self.shared_tensor(dtype=float16, shape=[bk, bn])
+        sb = self.shared_tensor(dtype=uint8, shape=[stages, bn, bk * bits // 8])
+        # The k tile's scales (and zero points) travel with its operands: a synchronous load in
+        # the loop would cost a memory latency per step.
+        ss = self.shared_tensor(dtype=float16, shape=[stages, 1, bn])
+        sz = self.shared_tensor(dtype=float16, shape=[stages, 1, bn])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        unsigned = not self.wtype.is_signed  # unsigned codes carry a zero point
+
+        def load_stage(step, stage):
+            self.copy_async(ga, sa[stage], offsets=[om, (first + step) * bk])
+            self.copy_async(gb, sb[stage], offsets=[on, (first + step) * bk * bits // 8])
+            self.copy_async(gs, ss[stage], offsets=[(first + step) * bk // self.group, on])
+            if unsigned:
+                self.copy_async(gz, sz[stage], offsets=[(first + step) * bk // self.group, on])
+            self.copy_async_commit_group()
+
         for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
-            self.copy_async(ga, sa[s], offsets=[om, (first + s) * bk])
-            self.copy_async(gb, sb[s], offsets=[(first + s) * bk, on * bits // 8])
-            self.copy_async_commit_group()
+            load_stage(s, s)
         for step in range(steps):
-            nxt = step + (stages - 1)
-            self.copy_async(ga, sa[nxt % stages], offsets=[om, (first + nxt) * bk])
-            self.copy_async(gb, sb[nxt % stages], offsets=[(first + nxt) * bk, on * bits // 8])
-            self.copy_async_commit_group()
-            w = self.view(self.load_shared(sb[step % stages]), dtype=self.wtype).to(float16)  # [bk, bn]
-            g = (first + step) * bk // self.group
-            if not self.wtype.is_signed:  # unsigned codes carry a zero point
-                w = w - self.load_global(gz, offsets=[g, on], shape=[1, bn])
-            self.store_shared(sw, w * self.load_global(gs, offsets=[g, on], shape=[1, bn]))
-            acc = self.dot(self.load_shared(sa[step % stages]), self.load_shared(sw), acc)
+            load_stage(step + stages - 1, (step + stages - 1) % stages)
+            w = self.transpose(self.view(self.load_shared(sb[step % stages]), dtype=self.wtype).to(float16))  # [bk, bn]
+            if unsigned:
+                w = w - self.load_shared(sz[step % stages])
+            acc = self.dot(self.load_shared(sa[step % stages]), w * self.load_shared(ss[step % stages]), acc)
         if self.split_k == 1:
             self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16), offsets=[om, on])
         else:
@@ -86,49 +95,55 @@ class SumSplits(tilus.Script):
 
 
 class QuantizedMatmul:
-    """c = a @ dequant(b): split-K when the m x n tiles alone would leave most SMs idle (small
-    m: LLM decoding), then one SumSplits launch."""
+    """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
+    16-row tiles with long k tiles for small m (LLM decoding), split over k when the m x n tiles
+    alone would leave most SMs idle, then one SumSplits launch; 128-row tiles for large m."""
 
     def __init__(self, wtype, group=128, sms=132):
         self.wtype, self.group, self.sms = wtype, group, sms
         self.kernels = {}
 
-    def split_k(self, m, n, k, bm=16, bn=128, bk=64):
-        tiles = -(-m // bm) * -(-n // bn)
+    def config(self, m, n, k):
+        bk = min(128, self.group) if m <= 32 else min(32, self.group)
+        cfg = dict(block_m=16 if m <= 32 else 64 if m < 128 else 128, block_n=128, block_k=bk,
+                   stages=4 if m <= 32 else 3)
+        tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         s = 1
         while s < 16 and tiles * s * 2 <= 2 * self.sms and k // (bk * s * 2) >= 4:
             s *= 2
-        return s
+        cfg["split_k"] = s
+        return cfg
 
     def __call__(self, m, n, k, a, b, scales, zeros, c, workspace):
-        s = self.split_k(m, n, k)
-        if s not in self.kernels:
-            self.kernels[s] = (MatmulA16Wx(self.wtype, self.group, split_k=s), SumSplits(s))
-        matmul, reduce = self.kernels[s]
+        cfg = self.config(m, n, k)
+        key = tuple(sorted(cfg.items()))
+        if key not in self.kernels:
+            self.kernels[key] = (MatmulA16Wx(self.wtype, self.group, **cfg), SumSplits(cfg["split_k"]))
+        matmul, reduce = self.kernels[key]
         matmul(m, n, k, a, b, scales, zeros, c, workspace)
-        if s > 1:
+        if cfg["split_k"] > 1:
             reduce(m, n, workspace, c)
 
 
 def quantized_operands(wtype, k, n, group, rng):
-    """Random codes of wtype [k, n], packed to bytes, with scales, zeros and the dequantized
-    weights (float64) as the reference uses them."""
+    """Random codes of wtype [n, k] packed to bytes along k, with scales, zeros and the
+    dequantized weights [k, n] (float64, transposed: c = a @ w) as the reference uses them."""
     bits = wtype.bits
     if wtype.is_float:
         table = np.array([wtype.decode_float(c) for c in range(1 << bits)])
         finite = np.nonzero(np.isfinite(table))[0]
-        codes = rng.choice(finite, size=(k, n))
+        codes = rng.choice(finite, size=(n, k))
         values = table[codes]
     else:
         lo = -(1 << (bits - 1)) if wtype.is_signed else 0
-        values = rng.integers(lo, lo + (1 << bits), size=(k, n))
+        values = rng.integers(lo, lo + (1 << bits), size=(n, k))
         codes = values & ((1 << bits) - 1)
     packed = ((codes[:, 0::2] | (codes[:, 1::2] << 4)) if bits == 4 else codes).astype(np.uint8)
     scales = (rng.random((k // group, n)) * 0.02 + 0.005).astype(np.float16)
     zeros = (rng.integers(0, 1 << bits, (k // group, n)) if not wtype.is_signed else np.zeros((k // group, n)))
     zeros = zeros.astype(np.float16)
     # The kernel computes in f16: (code - zero) exactly, then one rounding of the product.
-    w = ((values - np.repeat(zeros, group, axis=0)).astype(np.float16) *
+    w = ((values.T - np.repeat(zeros, group, axis=0)).astype(np.float16) *
          np.repeat(scales, group, axis=0)).astype(np.float16)
     return packed, scales, zeros, w.astype(np.float64)
 
@@ -147,8 +162,8 @@ def run(name, wtype, m, n, k, group=128, timing=False):
         args = [torch.from_numpy(x).cuda() for x in args]
         device = "cuda"
     kernel(m, n, k, *args)
-    check(f"{name} {wtype.name} {m}x{n}x{k} (split_k {kernel.split_k(m, n, k)})", args[4], a.astype(np.float64) @ w,
-          2e-2, 1e-2)
+    check(f"{name} {wtype.name} {m}x{n}x{k} (split_k {kernel.config(m, n, k)['split_k']})", args[4],
+          a.astype(np.float64) @ w, 2e-2, 1e-2)
     if timing:
         ms = timed(lambda: kernel(m, n, k, *args), device)
         weight_bytes = k * n * wtype.bits / 8
