@@ -80,6 +80,7 @@ def main():
     zeros = torch.zeros(k // g, n, device="cuda", dtype=torch.float16)
     w16 = (codes.T.half() * scales.repeat_interleave(g, 0)).half()  # [k, n]
     tq = QuantizedMatmul(tilus.int4, g)
+    weights = tq.prepare(packed)
     print(f"W4A16, N = K = {n}, group {g}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
     rows = []
@@ -88,10 +89,10 @@ def main():
         ref = a.float() @ w16.float()
         c = torch.empty(m, n, device="cuda", dtype=torch.float16)
         work = torch.empty(16, m, n, device="cuda", dtype=torch.float32)
-        tq(m, n, k, a, packed, scales, zeros, c, work)
+        tq(m, n, k, a, weights, scales, zeros, c, work)
         err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
         assert err < 1e-2, f"tilus W4A16 is wrong at m={m}: relative error {err}"
-        t_tilus = median_ms(lambda: tq(m, n, k, a, packed, scales, zeros, c, work))
+        t_tilus = median_ms(lambda: tq(m, n, k, a, weights, scales, zeros, c, work))
         t_cublas = median_ms(lambda: torch.matmul(a, w16))
         t_triton = None
         if triton is not None:

@@ -26,11 +26,17 @@ class MatmulA16Wx(tilus.Script):
     tile handed to `dot` through shared memory. With split_k == 1 the block writes c (f16), else
     its float32 partial sums into partial[z] (SumSplits adds them)."""
 
-    def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4):
+    def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
+                 repacked=False):
         super().__init__()
         assert group % block_k == 0, "a k tile must not straddle two scale groups"
         self.wtype, self.group, self.stages, self.split_k, self.warps = wtype, group, stages, split_k, warps
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+        # repacked: b holds the weights in fragment order (repack_weights), so each thread loads
+        # its operand bytes as 16-byte vectors.
+        self.repacked = repacked
+        if repacked:
+            assert block_m == 16 and warps == 4, "the fragment order is that of 16-row tiles on 4 warps"
 
     def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~uint8, scales: ~float16, zeros: ~float16,
                  c: ~float16, partial: ~float32):
@@ -43,11 +49,15 @@ class MatmulA16Wx(tilus.Script):
         first = self.blockIdx.z * per_split
         steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
         ga = self.global_view(a, shape=[m, k])
-        gb = self.global_view(b, shape=[n, k * bits // 8])
+        rows = bn * bk * bits // 8 // 16  # 16-byte rows of one repacked tile
+        if self.repacked:
+            gb = self.global_view(b, shape=[tilus.cdiv(n, bn), tilus.cdiv(k, bk), rows, 16])
+        else:
+            gb = self.global_view(b, shape=[n, k * bits // 8])
         gs = self.global_view(scales, shape=[tilus.cdiv(k, self.group), n])
         gz = self.global_view(zeros, shape=[tilus.cdiv(k, self.group), n])
         sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=uint8, shape=[stages, bn, bk * bits // 8])
+        sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16] if self.repacked else [stages, bn, bk * bits // 8])
         # The k tile's scales (and zero points) travel with its operands: a synchronous load in
         # the loop would cost a memory latency per step.
         ss = self.shared_tensor(dtype=float16, shape=[stages, 1, bn])
@@ -57,7 +67,10 @@ class MatmulA16Wx(tilus.Script):
 
         def load_stage(step, stage):
             self.copy_async(ga, sa[stage], offsets=[om, (first + step) * bk])
-            self.copy_async(gb, sb[stage], offsets=[on, (first + step) * bk * bits // 8])
+            if self.repacked:
+                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, first + step, 0, 0], dims=[2, 3])
+            else:
+                self.copy_async(gb, sb[stage], offsets=[on, (first + step) * bk * bits // 8])
             self.copy_async(gs, ss[stage], offsets=[(first + step) * bk // self.group, on])
             if unsigned:
                 self.copy_async(gz, sz[stage], offsets=[(first + step) * bk // self.group, on])
@@ -67,7 +80,12 @@ class MatmulA16Wx(tilus.Script):
             load_stage(s, s)
         for step in range(steps):
             load_stage(step + stages - 1, (step + stages - 1) % stages)
-            w = self.transpose(self.view(self.load_shared(sb[step % stages]), dtype=self.wtype).to(float16))  # [bk, bn]
+            raw = self.load_shared(sb[step % stages])
+            if self.repacked:  # each thread's bytes are its operand slots, in order
+                codes = self.view(raw, dtype=self.wtype, layout=fragment_layout(bn, bk))
+            else:
+                codes = self.view(raw, dtype=self.wtype)
+            w = self.transpose(codes.to(float16))  # [bk, bn]
             if unsigned:
                 w = w - self.load_shared(sz[step % stages])
             acc = self.dot(self.load_shared(sa[step % stages]), w * self.load_shared(ss[step % stages]), acc)
@@ -76,6 +94,39 @@ class MatmulA16Wx(tilus.Script):
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
+
+
+def fragment_layout(bn, bk):
+    """The register layout of a [bn, bk] weight tile (n, k) that the mma.sync operand of a
+    16-row tile on 4 warps needs, before its transpose: thread t holds n = 32 i + t / 4 and
+    k = 16 j + 8 h + 2 (t % 4) + e for every (j, i, h, e), slots in that order."""
+    return (tilus.column_local(bn // 32, bk // 16) * tilus.local(1, 2) * tilus.spatial(32, 4) *
+            tilus.local(1, 2))
+
+
+def repack_weights(codes, bits, bn, bk):
+    """Codes [n, k] (integers, the low `bits` bits used) to the bytes MatmulA16Wx(repacked=True)
+    loads: tile (n / bn, k / bk) after tile, each tile's bytes in the order thread t reads its
+    slots (16 bytes per row, row = 128 * (byte / 16) + t), n and k padded with zeros to whole
+    tiles."""
+    n, k = codes.shape
+    tn, tk = -(-n // bn), -(-k // bk)
+    padded = np.zeros((tn * bn, tk * bk), np.uint8)
+    padded[:n, :k] = codes & ((1 << bits) - 1)
+    tiles = padded.reshape(tn, bn, tk, bk).transpose(0, 2, 1, 3).reshape(tn, tk, bn * bk)
+    layout = fragment_layout(bn, bk)
+    per_byte = 8 // bits
+    nbytes = layout.local_size * bits // 8
+    order = np.zeros((128 * nbytes, per_byte), np.int64)  # element of each (byte, part)
+    for t in range(128):
+        for slot in range(layout.local_size):
+            i, j = layout.map(t, slot)
+            byte = slot // per_byte
+            order[(byte // 16 * 128 + t) * 16 + byte % 16, slot % per_byte] = i * bk + j
+    out = np.zeros((tn, tk, 128 * nbytes), np.uint8)
+    for part in range(per_byte):
+        out |= tiles[:, :, order[:, part]] << np.uint8(bits * part)
+    return out.reshape(tn, tk, 128 * nbytes // 16, 16)
 
 
 class SumSplits(tilus.Script):
@@ -96,17 +147,19 @@ class SumSplits(tilus.Script):
 
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
-    16-row tiles with long k tiles for small m (LLM decoding), split over k when the m x n tiles
-    alone would leave most SMs idle, then one SumSplits launch; 128-row tiles for large m."""
+    16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
+    fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle,
+    then one SumSplits launch; 128-row tiles on the plain weights for large m."""
 
     def __init__(self, wtype, group=128, sms=132):
         self.wtype, self.group, self.sms = wtype, group, sms
         self.kernels = {}
 
     def config(self, m, n, k):
-        bk = min(128, self.group) if m <= 32 else min(32, self.group)
-        cfg = dict(block_m=16 if m <= 32 else 64 if m < 128 else 128, block_n=128, block_k=bk,
-                   stages=4 if m <= 32 else 3)
+        small = m <= 32
+        bk = min(128, self.group) if small else min(32, self.group)
+        cfg = dict(block_m=16 if small else 64 if m < 128 else 128, block_n=128, block_k=bk, stages=4 if small else 3,
+                   repacked=small)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         s = 1
         while s < 16 and tiles * s * 2 <= 2 * self.sms and k // (bk * s * 2) >= 4:
@@ -114,13 +167,25 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
-    def __call__(self, m, n, k, a, b, scales, zeros, c, workspace):
+    def prepare(self, b):
+        """The weight bytes [n, k * bits / 8] (numpy or torch) in both orders: as they are, and
+        repacked for the small-m kernel (done once, on the host)."""
+        bits = self.wtype.bits
+        host = b.cpu().numpy() if hasattr(b, "cpu") else b
+        codes = np.stack([host & 15, host >> 4], axis=-1).reshape(host.shape[0], -1) if bits == 4 else host
+        repacked = repack_weights(codes.astype(np.int64), bits, 128, min(128, self.group))
+        if hasattr(b, "cpu"):
+            import torch
+            repacked = torch.from_numpy(repacked).to(b.device)
+        return {"plain": b, "repacked": repacked}
+
+    def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
         cfg = self.config(m, n, k)
         key = tuple(sorted(cfg.items()))
         if key not in self.kernels:
             self.kernels[key] = (MatmulA16Wx(self.wtype, self.group, **cfg), SumSplits(cfg["split_k"]))
         matmul, reduce = self.kernels[key]
-        matmul(m, n, k, a, b, scales, zeros, c, workspace)
+        matmul(m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace)
         if cfg["split_k"] > 1:
             reduce(m, n, workspace, c)
 
@@ -161,6 +226,7 @@ def run(name, wtype, m, n, k, group=128, timing=False):
         import torch
         args = [torch.from_numpy(x).cuda() for x in args]
         device = "cuda"
+    args[1] = kernel.prepare(args[1])
     kernel(m, n, k, *args)
     check(f"{name} {wtype.name} {m}x{n}x{k} (split_k {kernel.config(m, n, k)['split_k']})", args[4],
           a.astype(np.float64) @ w, 2e-2, 1e-2)
@@ -175,6 +241,7 @@ if __name__ == "__main__":
     quick = os.environ.get("TILUS_EXAMPLES_QUICK")
     for t in WEIGHT_TYPES:
         run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
+        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)  # small m: the repacked weights
     if not quick:
         from common import on_gpu
         s = 8192 if on_gpu() else 512

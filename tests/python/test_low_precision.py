@@ -311,21 +311,27 @@ def test_cuda_code_compiles(arch):
         assert c.spill_store_bytes == 0, f"{type(k).__name__}: {c.spill_store_bytes} bytes spilled"
 
 
-@pytest.mark.parametrize("wtype,split_k", [("int4", 1), ("int4", 4), ("uint4", 3), ("int8", 2), ("float8_e4m3", 1),
-                                           ("float4_e2m1", 2)])
-def test_quantized_matmul_example(arrays, wtype, split_k):
+@pytest.mark.parametrize("wtype,split_k,repacked", [("int4", 1, False), ("int4", 4, False), ("uint4", 3, False),
+                                                    ("int8", 2, False), ("float8_e4m3", 1, False),
+                                                    ("float4_e2m1", 2, False), ("int4", 1, True), ("uint4", 3, True),
+                                                    ("float8_e5m2", 2, True)])
+def test_quantized_matmul_example(arrays, wtype, split_k, repacked):
     """examples/python/matmul_a16wx.py against dequantize-then-matmul, on ragged sizes, with and
-    without split-K (3 splits of 5 k tiles leave the last split one tile)."""
-    from matmul_a16wx import MatmulA16Wx, SumSplits, quantized_operands
+    without split-K (3 splits of 5 k tiles leave the last split one tile), on plain weights and on
+    weights repacked into fragment order (n and k padded to whole tiles)."""
+    from matmul_a16wx import MatmulA16Wx, SumSplits, quantized_operands, repack_weights
     dt = getattr(tilus, wtype)
-    m, n, k, group = 37, 192, 320, 64
+    m, n, k, group = (16, 200, 320, 64) if repacked else (37, 192, 320, 64)
     rng = np.random.default_rng(6)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
     packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng)
+    if repacked:
+        codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, k) if dt.bits == 4 else packed
+        packed = repack_weights(codes, dt.bits, 128, 64)
     c = arrays.put(np.zeros((m, n), np.float16))
     work = arrays.put(np.zeros((split_k, m, n), np.float32))
-    MatmulA16Wx(dt, group, split_k=split_k)(m, n, k, arrays.put(a), arrays.put(packed), arrays.put(scales),
-                                            arrays.put(zeros), c, work)
+    MatmulA16Wx(dt, group, split_k=split_k, repacked=repacked)(m, n, k, arrays.put(a), arrays.put(packed),
+                                                               arrays.put(scales), arrays.put(zeros), c, work)
     if split_k > 1:
         SumSplits(split_k)(m, n, work, c)
     np.testing.assert_allclose(arrays.host(c).astype(np.float64), a.astype(np.float64) @ w, atol=2e-2, rtol=1e-2)
