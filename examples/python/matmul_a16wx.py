@@ -8,16 +8,17 @@ cp.async (`stages` in flight); the bytes are loaded straight into the registers 
 tensor-core operand (layout inference derives their layout from the dot's, back through the
 transpose, the cast and the view), widened to f16 (the vectorized conversions for int4/uint4
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K) and sums the
-partial results in a second kernel. Not yet: weights repacked into fragment order for 16-byte
-loads, wgmma for large m, autotuning (issue 16)."""
+partial results in a second kernel; for small m the weights are repacked once into
+fragment order so that each thread loads its operand bytes as 16-byte vectors. Not yet: wgmma
+for large m, autotuning (issue 16)."""
 import os
 
 import numpy as np
 
 import tilus
-from tilus import float16, float32, int32, uint8
+from tilus import bfloat16, float16, float32, int32, uint8
 
-WEIGHT_TYPES = ["int4", "uint4", "int8", "float8_e4m3", "float8_e5m2", "float4_e2m1"]
+WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
 
 
 class MatmulA16Wx(tilus.Script):
@@ -27,19 +28,21 @@ class MatmulA16Wx(tilus.Script):
     its float32 partial sums into partial[z] (SumSplits adds them)."""
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
-                 repacked=False):
+                 repacked=False, atype=float16):
         super().__init__()
         assert group % block_k == 0, "a k tile must not straddle two scale groups"
+        assert block_k * wtype.bits % 32 == 0, "a k tile's weight bytes must be whole 4-byte words (cp.async)"
         self.wtype, self.group, self.stages, self.split_k, self.warps = wtype, group, stages, split_k, warps
+        self.atype = atype  # of a, c, the scales and the zero points: float16 or bfloat16
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
         # repacked: b holds the weights in fragment order (repack_weights), so each thread loads
         # its operand bytes as 16-byte vectors.
         self.repacked = repacked
         if repacked:
-            assert block_m == 16 and warps == 4, "the fragment order is that of 16-row tiles on 4 warps"
+            assert repackable(wtype.bits, block_m, block_n, block_k, warps), "no fragment order for this tile"
 
-    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~uint8, scales: ~float16, zeros: ~float16,
-                 c: ~float16, partial: ~float32):
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32):
         bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
@@ -48,20 +51,32 @@ class MatmulA16Wx(tilus.Script):
         per_split = tilus.cdiv(tilus.cdiv(k, bk), self.split_k)
         first = self.blockIdx.z * per_split
         steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
-        ga = self.global_view(a, shape=[m, k])
+        at = self.atype
+        ga = self.global_view(a, dtype=at, shape=[m, k])
         rows = bn * bk * bits // 8 // 16  # 16-byte rows of one repacked tile
+        # Codes of 1, 2, 4 or 8 bits go through registers as bytes (a thread's bytes hold whole
+        # codes); 3-, 5-, 6- and 7-bit codes straddle bytes, so their tiles are typed in shared
+        # memory and each code is loaded by itself.
+        as_bytes = self.repacked or 8 % bits == 0
         if self.repacked:
-            gb = self.global_view(b, shape=[tilus.cdiv(n, bn), tilus.cdiv(k, bk), rows, 16])
+            gb = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, bn), tilus.cdiv(k, bk), rows, 16])
+        elif as_bytes:
+            gb = self.global_view(b, dtype=uint8, shape=[n, k * bits // 8])
         else:
-            gb = self.global_view(b, shape=[n, k * bits // 8])
-        gs = self.global_view(scales, shape=[tilus.cdiv(k, self.group), n])
-        gz = self.global_view(zeros, shape=[tilus.cdiv(k, self.group), n])
-        sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16] if self.repacked else [stages, bn, bk * bits // 8])
+            gb = self.global_view(b, dtype=self.wtype, shape=[n, k])
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
+        if self.repacked:
+            sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
+        elif as_bytes:
+            sb = self.shared_tensor(dtype=uint8, shape=[stages, bn, bk * bits // 8])
+        else:
+            sb = self.shared_tensor(dtype=self.wtype, shape=[stages, bn, bk])
         # The k tile's scales (and zero points) travel with its operands: a synchronous load in
         # the loop would cost a memory latency per step.
-        ss = self.shared_tensor(dtype=float16, shape=[stages, 1, bn])
-        sz = self.shared_tensor(dtype=float16, shape=[stages, 1, bn])
+        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed  # unsigned codes carry a zero point
 
@@ -70,7 +85,8 @@ class MatmulA16Wx(tilus.Script):
             if self.repacked:
                 self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, first + step, 0, 0], dims=[2, 3])
             else:
-                self.copy_async(gb, sb[stage], offsets=[on, (first + step) * bk * bits // 8])
+                kb = (first + step) * bk
+                self.copy_async(gb, sb[stage], offsets=[on, kb * bits // 8 if as_bytes else kb])
             self.copy_async(gs, ss[stage], offsets=[(first + step) * bk // self.group, on])
             if unsigned:
                 self.copy_async(gz, sz[stage], offsets=[(first + step) * bk // self.group, on])
@@ -81,68 +97,90 @@ class MatmulA16Wx(tilus.Script):
         for step in range(steps):
             load_stage(step + stages - 1, (step + stages - 1) % stages)
             raw = self.load_shared(sb[step % stages])
-            if self.repacked:  # each thread's bytes are its operand slots, in order
-                codes = self.view(raw, dtype=self.wtype, layout=fragment_layout(bn, bk))
-            else:
+            if self.repacked:  # thread t's 16-byte rows t, t + threads, ... are its operand slots, in order
+                threads = 32 * self.warps
+                self.annotate_layout(raw, tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 16))
+                codes = self.view(raw, dtype=self.wtype, layout=fragment_layout(bn, bk, self.warps))
+            elif as_bytes:
                 codes = self.view(raw, dtype=self.wtype)
-            w = self.transpose(codes.to(float16))  # [bk, bn]
+            else:
+                codes = raw
+            w = self.transpose(codes.to(at))  # [bk, bn]
             if unsigned:
                 w = w - self.load_shared(sz[step % stages])
+            # (Scaling each k tile's product instead, per column, measured no faster at small m
+            # and slower at large m on the H100.)
             acc = self.dot(self.load_shared(sa[step % stages]), w * self.load_shared(ss[step % stages]), acc)
         if self.split_k == 1:
-            self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16), offsets=[om, on])
+            self.store_global(self.global_view(c, dtype=at, shape=[m, n]), acc.to(at), offsets=[om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
 
 
-def fragment_layout(bn, bk):
+def fragment_layout(bn, bk, warps=4):
     """The register layout of a [bn, bk] weight tile (n, k) that the mma.sync operand of a
-    16-row tile on 4 warps needs, before its transpose: thread t holds n = 32 i + t / 4 and
-    k = 16 j + 8 h + 2 (t % 4) + e for every (j, i, h, e), slots in that order."""
-    return (tilus.column_local(bn // 32, bk // 16) * tilus.local(1, 2) * tilus.spatial(32, 4) *
+    16-row tile on `warps` warps needs, before its transpose: thread t holds n = 8 warps i + t / 4
+    and k = 16 j + 8 h + 2 (t % 4) + e for every (j, i, h, e), slots in that order."""
+    return (tilus.column_local(bn // (8 * warps), bk // 16) * tilus.local(1, 2) * tilus.spatial(8 * warps, 4) *
             tilus.local(1, 2))
 
 
-def repack_weights(codes, bits, bn, bk):
+def repackable(bits, bm, bn, bk, warps):
+    """Whether a tile has a fragment order: 16-row tiles whose n spans the warps, and whose
+    per-thread weight bits fill whole 16-byte vectors."""
+    return bm == 16 and bn % (8 * warps) == 0 and bk % 16 == 0 and (bn * bk // (32 * warps)) * bits % 128 == 0
+
+
+def pack_codes(codes, bits):
+    """Codes [rows, k] (the low `bits` bits used) to bytes [rows, k * bits / 8]: each row a
+    little-endian bit stream, element i at bits [i * bits, (i + 1) * bits)."""
+    rows, k = codes.shape
+    stream = ((np.asarray(codes, np.int64)[:, :, None] >> np.arange(bits)) & 1).astype(np.uint8)
+    return np.packbits(stream.reshape(rows, k * bits), axis=1, bitorder="little")
+
+
+def unpack_codes(data, bits):
+    """pack_codes' inverse: bytes [rows, k * bits / 8] to codes [rows, k] (int64)."""
+    rows = data.shape[0]
+    stream = np.unpackbits(np.asarray(data, np.uint8), axis=1, bitorder="little").reshape(rows, -1, bits)
+    return (stream.astype(np.int64) << np.arange(bits)).sum(axis=-1)
+
+
+def repack_weights(codes, bits, bn, bk, warps=4):
     """Codes [n, k] (integers, the low `bits` bits used) to the bytes MatmulA16Wx(repacked=True)
-    loads: tile (n / bn, k / bk) after tile, each tile's bytes in the order thread t reads its
-    slots (16 bytes per row, row = 128 * (byte / 16) + t), n and k padded with zeros to whole
-    tiles."""
+    loads: tile (n / bn, k / bk) after tile; in each tile thread t's operand slots, in slot order,
+    as a bit stream cut into 16-byte rows (row = threads * (byte / 16) + t); n and k padded with
+    zeros to whole tiles."""
+    assert repackable(bits, 16, bn, bk, warps), f"no fragment order for {bits}-bit {bn}x{bk} tiles on {warps} warps"
     n, k = codes.shape
     tn, tk = -(-n // bn), -(-k // bk)
-    padded = np.zeros((tn * bn, tk * bk), np.uint8)
-    padded[:n, :k] = codes & ((1 << bits) - 1)
+    padded = np.zeros((tn * bn, tk * bk), np.int64)
+    padded[:n, :k] = np.asarray(codes, np.int64) & ((1 << bits) - 1)
     tiles = padded.reshape(tn, bn, tk, bk).transpose(0, 2, 1, 3).reshape(tn, tk, bn * bk)
-    layout = fragment_layout(bn, bk)
-    per_byte = 8 // bits
-    nbytes = layout.local_size * bits // 8
-    order = np.zeros((128 * nbytes, per_byte), np.int64)  # element of each (byte, part)
-    for t in range(128):
-        for slot in range(layout.local_size):
-            i, j = layout.map(t, slot)
-            byte = slot // per_byte
-            order[(byte // 16 * 128 + t) * 16 + byte % 16, slot % per_byte] = i * bk + j
-    out = np.zeros((tn, tk, 128 * nbytes), np.uint8)
-    for part in range(per_byte):
-        out |= tiles[:, :, order[:, part]] << np.uint8(bits * part)
-    return out.reshape(tn, tk, 128 * nbytes // 16, 16)
+    layout = fragment_layout(bn, bk, warps)
+    threads, size = 32 * warps, layout.local_size
+    index = np.array([[layout.map(t, s)[0] * bk + layout.map(t, s)[1] for s in range(size)] for t in range(threads)])
+    nbytes = size * bits // 8
+    data = pack_codes(tiles[:, :, index].reshape(-1, size), bits).reshape(tn, tk, threads, nbytes // 16, 16)
+    return data.transpose(0, 1, 3, 2, 4).reshape(tn, tk, threads * nbytes // 16, 16)
 
 
 class SumSplits(tilus.Script):
-    """c (f16 [m, n]) = the sum of partial[0 .. split_k) (float32 [split_k, m, n])."""
+    """c ([m, n], float16 or bfloat16) = the sum of partial[0 .. split_k) (float32 [split_k, m, n])."""
 
-    def __init__(self, split_k, block_m=16, block_n=128):
+    def __init__(self, split_k, block_m=16, block_n=128, atype=float16):
         super().__init__()
-        self.split_k, self.block_m, self.block_n = split_k, block_m, block_n
+        self.split_k, self.block_m, self.block_n, self.atype = split_k, block_m, block_n, atype
 
-    def __call__(self, m: int32, n: int32, partial: ~float32, c: ~float16):
+    def __call__(self, m: int32, n: int32, partial: ~float32, c: tilus.void_p):
         self.attrs.blocks = [tilus.cdiv(m, self.block_m), tilus.cdiv(n, self.block_n)]
         self.attrs.warps = 4
         o = [self.blockIdx.x * self.block_m, self.blockIdx.y * self.block_n]
         p = self.load_global(self.global_view(partial, shape=[self.split_k, m, n]), offsets=[0, o[0], o[1]],
                              shape=[self.split_k, self.block_m, self.block_n])
-        self.store_global(self.global_view(c, shape=[m, n]), self.sum(p, dim=0).to(float16), offsets=o)
+        self.store_global(self.global_view(c, dtype=self.atype, shape=[m, n]), self.sum(p, dim=0).to(self.atype),
+                          offsets=o)
 
 
 class QuantizedMatmul:
@@ -151,15 +189,15 @@ class QuantizedMatmul:
     fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle,
     then one SumSplits launch; 128-row tiles on the plain weights for large m."""
 
-    def __init__(self, wtype, group=128, sms=132):
-        self.wtype, self.group, self.sms = wtype, group, sms
+    def __init__(self, wtype, group=128, sms=132, atype=float16):
+        self.wtype, self.group, self.sms, self.atype = wtype, group, sms, atype
         self.kernels = {}
 
     def config(self, m, n, k):
         small = m <= 32
         bk = min(128, self.group) if small else min(32, self.group)
-        cfg = dict(block_m=16 if small else 64 if m < 128 else 128, block_n=128, block_k=bk, stages=4 if small else 3,
-                   repacked=small)
+        cfg = dict(block_m=16 if small else 64 if m < 128 else 128, block_n=128, block_k=bk, stages=4 if small else 3)
+        cfg["repacked"] = small and repackable(self.wtype.bits, 16, 128, bk, 4)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         s = 1
         while s < 16 and tiles * s * 2 <= 2 * self.sms and k // (bk * s * 2) >= 4:
@@ -169,11 +207,13 @@ class QuantizedMatmul:
 
     def prepare(self, b):
         """The weight bytes [n, k * bits / 8] (numpy or torch) in both orders: as they are, and
-        repacked for the small-m kernel (done once, on the host)."""
-        bits = self.wtype.bits
+        repacked for the small-m kernel where its tile has a fragment order (done once, on the
+        host)."""
+        bits, bk = self.wtype.bits, min(128, self.group)
+        if not repackable(bits, 16, 128, bk, 4):
+            return {"plain": b}
         host = b.cpu().numpy() if hasattr(b, "cpu") else b
-        codes = np.stack([host & 15, host >> 4], axis=-1).reshape(host.shape[0], -1) if bits == 4 else host
-        repacked = repack_weights(codes.astype(np.int64), bits, 128, min(128, self.group))
+        repacked = repack_weights(unpack_codes(host, bits), bits, 128, bk)
         if hasattr(b, "cpu"):
             import torch
             repacked = torch.from_numpy(repacked).to(b.device)
@@ -183,16 +223,44 @@ class QuantizedMatmul:
         cfg = self.config(m, n, k)
         key = tuple(sorted(cfg.items()))
         if key not in self.kernels:
-            self.kernels[key] = (MatmulA16Wx(self.wtype, self.group, **cfg), SumSplits(cfg["split_k"]))
+            self.kernels[key] = (MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg),
+                                 SumSplits(cfg["split_k"], atype=self.atype))
         matmul, reduce = self.kernels[key]
         matmul(m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace)
         if cfg["split_k"] > 1:
             reduce(m, n, workspace, c)
 
 
-def quantized_operands(wtype, k, n, group, rng):
-    """Random codes of wtype [n, k] packed to bytes along k, with scales, zeros and the
-    dequantized weights [k, n] (float64, transposed: c = a @ w) as the reference uses them."""
+def round_to(x, atype):
+    """float64 values rounded (to nearest even) to float16 or bfloat16, as float64."""
+    if atype == float16:
+        return np.asarray(x).astype(np.float16).astype(np.float64)
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def host_array(x, atype):
+    """float64 values as the host array a kernel reads for atype: float16, or bfloat16's bits
+    (uint16; numpy has no bfloat16)."""
+    if atype == float16:
+        return np.asarray(x).astype(np.float16)
+    return (np.asarray(round_to(x, atype), np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def from_host_array(x, atype):
+    """host_array's inverse (float64)."""
+    if atype == float16:
+        return np.asarray(x).astype(np.float64)
+    x = np.asarray(x)
+    x = x.view(np.uint16) if x.dtype == np.int16 else x  # torch has no uint16 on every version
+    return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def quantized_operands(wtype, k, n, group, rng, atype=float16):
+    """Random codes of wtype [n, k] packed to bytes along k (pack_codes), with scales, zeros
+    (float64, representable in atype) and the dequantized weights [k, n] (float64, transposed:
+    c = a @ w) as the kernel computes them."""
     bits = wtype.bits
     if wtype.is_float:
         table = np.array([wtype.decode_float(c) for c in range(1 << bits)])
@@ -203,37 +271,36 @@ def quantized_operands(wtype, k, n, group, rng):
         lo = -(1 << (bits - 1)) if wtype.is_signed else 0
         values = rng.integers(lo, lo + (1 << bits), size=(n, k))
         codes = values & ((1 << bits) - 1)
-    packed = ((codes[:, 0::2] | (codes[:, 1::2] << 4)) if bits == 4 else codes).astype(np.uint8)
-    scales = (rng.random((k // group, n)) * 0.02 + 0.005).astype(np.float16)
+    scales = round_to(rng.random((k // group, n)) * 0.02 + 0.005, atype)
     zeros = (rng.integers(0, 1 << bits, (k // group, n)) if not wtype.is_signed else np.zeros((k // group, n)))
-    zeros = zeros.astype(np.float16)
-    # The kernel computes in f16: (code - zero) exactly, then one rounding of the product.
-    w = ((values.T - np.repeat(zeros, group, axis=0)).astype(np.float16) *
-         np.repeat(scales, group, axis=0)).astype(np.float16)
-    return packed, scales, zeros, w.astype(np.float64)
+    zeros = zeros.astype(np.float64)
+    # The kernel computes in atype: (code - zero) exactly, then one rounding of the product.
+    w = round_to(round_to(values.T - np.repeat(zeros, group, axis=0), atype) * np.repeat(scales, group, axis=0), atype)
+    return pack_codes(codes, bits), scales, zeros, w
 
 
-def run(name, wtype, m, n, k, group=128, timing=False):
+def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
     from common import check, on_gpu, timed
     rng = np.random.default_rng(0)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    packed, scales, zeros, w = quantized_operands(wtype, k, n, group, rng)
-    c = np.zeros((m, n), np.float16)
-    kernel = QuantizedMatmul(wtype, group)
-    args = [a, packed, scales, zeros, c, np.zeros((16, m, n), np.float32)]
+    a = round_to(rng.uniform(-1, 1, (m, k)), atype)
+    packed, scales, zeros, w = quantized_operands(wtype, k, n, group, rng, atype)
+    kernel = QuantizedMatmul(wtype, group, atype=atype)
+    args = [host_array(a, atype), packed, host_array(scales, atype), host_array(zeros, atype),
+            host_array(np.zeros((m, n)), atype), np.zeros((16, m, n), np.float32)]
     device = "cpu"
     if on_gpu():
         import torch
-        args = [torch.from_numpy(x).cuda() for x in args]
+        args = [torch.from_numpy(x.view(np.int16) if x.dtype == np.uint16 else x).cuda() for x in args]
         device = "cuda"
     args[1] = kernel.prepare(args[1])
     kernel(m, n, k, *args)
-    check(f"{name} {wtype.name} {m}x{n}x{k} (split_k {kernel.config(m, n, k)['split_k']})", args[4],
-          a.astype(np.float64) @ w, 2e-2, 1e-2)
+    got = args[4].cpu().numpy() if device == "cuda" else args[4]
+    check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} (split_k {kernel.config(m, n, k)['split_k']})",
+          from_host_array(got, atype), a @ w, 2e-2, 1e-2)
     if timing:
         ms = timed(lambda: kernel(m, n, k, *args), device)
         weight_bytes = k * n * wtype.bits / 8
-        print(f"{name} {wtype.name}: {m}x{n}x{k} in {ms * 1e3:.1f} us "
+        print(f"{name} {wtype.name} x {atype.name}: {m}x{n}x{k} in {ms * 1e3:.1f} us "
               f"({weight_bytes / ms / 1e6:.1f} GB/s of weights) on {device}")
 
 
@@ -242,6 +309,8 @@ if __name__ == "__main__":
     for t in WEIGHT_TYPES:
         run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)  # small m: the repacked weights
+    run("matmul_a16wx", tilus.int4, 5, 200, 1024, atype=bfloat16)
+    run("matmul_a16wx", tilus.float8_e4m3, 37, 192, 1024, atype=bfloat16)
     if not quick:
         from common import on_gpu
         s = 8192 if on_gpu() else 512

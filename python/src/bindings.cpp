@@ -350,7 +350,7 @@ struct CpuKernelHandle {
 // read-only and always in the host's byte order.
 struct TorchFastPath {
   std::vector<int> kinds;              // 0 pointer, 1 int, 2 float, 3 by-value bytes
-  std::vector<py::object> dtypes;      // torch dtype per pointer parameter
+  std::vector<py::object> dtypes;      // torch dtype per pointer parameter (None for void*)
   py::object tensor_type;              // torch.Tensor
   py::object raw_stream;               // torch._C._cuda_getCurrentRawStream
   std::map<uint64_t, GpuKernel*> kernels;
@@ -377,7 +377,7 @@ struct TorchFastPath {
         if (PyObject_IsInstance(a, tensor_type.ptr()) != 1) return false;
         PyObject* dt = PyObject_GetAttr(a, s_dtype);
         if (!dt) { PyErr_Clear(); return false; }
-        bool same = dt == dtypes[i].ptr();
+        bool same = dtypes[i].is_none() || dt == dtypes[i].ptr();  // None: a void* takes any dtype
         Py_DECREF(dt);
         if (!same) return false;
         PyObject* cuda = PyObject_GetAttr(a, s_is_cuda);

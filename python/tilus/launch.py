@@ -103,7 +103,8 @@ class _Signature:
                     f"str for a compile-time constant (got {ann!r})")
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
-        # The torch fast path: usable when torch is present and every pointer's dtype maps to one.
+        # The torch fast path: usable when torch is present and every typed pointer's dtype maps
+        # to one (a void_p takes a tensor of any dtype: its torch_dtype stays None).
         self.torch_ok = False
         try:
             import torch
@@ -115,7 +116,7 @@ class _Signature:
             if p.kind == "ptr":
                 pointee = p.dtype.pointee.name
                 t = getattr(torch, names.get(pointee, "-"), None) if pointee in names else None
-                if t is None:
+                if t is None and pointee != "void":
                     ok = False
                 p.torch_dtype = t
         self.torch_ok = ok

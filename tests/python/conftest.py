@@ -55,7 +55,9 @@ class Arrays:
         if self.device == "cpu":
             return np.ascontiguousarray(h)
         import torch
-        return torch.from_numpy(np.ascontiguousarray(h)).cuda()
+        h = np.ascontiguousarray(h)
+        # Bit patterns (bfloat16 as uint16): int16 holds the same bits on every torch version.
+        return torch.from_numpy(h.view(np.int16) if h.dtype == np.uint16 else h).cuda()
 
     @staticmethod
     def host(x):

@@ -132,6 +132,39 @@ class Axpy(tilus.Script):
         self.store_global(gy, v, offsets=[o])
 
 
+class CopyBits(tilus.Script):
+    """y = x, both read as 32-bit words through untyped pointers."""
+
+    def __call__(self, n: int32, x: tilus.void_p, y: tilus.void_p):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * 128
+        gx, gy = self.global_view(x, dtype=tilus.uint32, shape=[n]), self.global_view(y, dtype=tilus.uint32, shape=[n])
+        self.store_global(gy, self.load_global(gx, offsets=[o], shape=[128]), offsets=[o])
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_gpu_fast_path_takes_void_pointers_of_any_dtype():
+    """A void_p parameter takes a torch tensor of any dtype on the fast path (quantized kernels
+    pass bf16 / fp8 / byte tensors that way), and its byte contract is still checked there."""
+    import torch
+    k = CopyBits()
+    x = torch.arange(1000, device="cuda", dtype=torch.float32)
+    y = torch.zeros(1000, device="cuda", dtype=torch.int32)
+    k(1000, x, y)
+    fast = k.__dict__.get("_tilus_fast")
+    assert fast is not None, "a Script with void_p parameters gets the torch fast path"
+    y.zero_()
+    assert fast((1000, x, y)), "the fast path launched"
+    assert torch.equal(y.view(torch.float32), x)
+    h = torch.arange(2000, device="cuda", dtype=torch.int16)  # another dtype, the same bytes
+    assert fast((1000, h, y))
+    assert torch.equal(y.view(torch.int16), h)
+    assert not fast((1000, x[:999], y)), "too few bytes: left to the general path"
+    with pytest.raises(tilus.ArgumentError):
+        k(1000, x[:999], y)
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 def test_gpu_fast_path_still_checks_every_launch():
     import torch

@@ -251,6 +251,37 @@ def test_view_bytes_as_4_bit_elements(arrays, name):
     np.testing.assert_array_equal(arrays.host(y), want.astype(np.float32))
 
 
+class ViewStraddling(tilus.Script):
+    """y (float32) = bytes viewed as `bits`-bit codes that straddle bytes: each thread holds
+    `bits` consecutive bytes (annotated), which are its 8 codes in slot order."""
+
+    def __init__(self, dt):
+        super().__init__()
+        self.dt = dt
+
+    def __call__(self, data: ~tilus.uint8, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        bits = self.dt.bits
+        raw = self.load_global(self.global_view(data, shape=[128 * bits]), offsets=[0], shape=[128 * bits])
+        self.annotate_layout(raw, tilus.spatial(128) * tilus.local(bits))
+        v = self.view(raw, dtype=self.dt, layout=tilus.spatial(128) * tilus.local(8))
+        self.store_global(self.global_view(y, shape=[1024]), v.to(float32), offsets=[0])
+
+
+@pytest.mark.parametrize("name", ["int3", "uint5", "float6_e3m2", "int7"])
+def test_view_bytes_as_codes_that_straddle_bytes(arrays, name):
+    dt = getattr(tilus, name)
+    codes = np.random.default_rng(7).integers(0, 1 << dt.bits, 1024)
+    if dt.is_float:
+        want = code_values(name)[codes]
+    else:
+        want = np.where(codes >= (1 << (dt.bits - 1)), codes - (1 << dt.bits), codes) if dt.is_signed else codes
+    y = arrays.empty((1024,))
+    ViewStraddling(dt)(arrays.put(pack(codes, dt.bits)), y)
+    np.testing.assert_array_equal(arrays.host(y), want.astype(np.float32))
+
+
 class Widen16(tilus.Script):
     """y (float32) = codes (dt) -> float16 / bfloat16 (the vectorized conversions) -> float32."""
 
@@ -266,7 +297,7 @@ class Widen16(tilus.Script):
         self.store_global(self.global_view(y, shape=[n]), v.to(self.mid).to(float32), offsets=o)
 
 
-@pytest.mark.parametrize("name", ["int4", "uint4", "float8_e4m3", "float8_e5m2"])
+@pytest.mark.parametrize("name", ["int4", "uint4", "float8_e4m3", "float8_e5m2", "float4_e2m1"])
 @pytest.mark.parametrize("mid", ["float16", "bfloat16"])
 def test_widening_to_16_bit_floats_is_exact(arrays, name, mid):
     dt = getattr(tilus, name)
@@ -288,7 +319,10 @@ def test_widening_to_16_bit_floats_is_exact(arrays, name, mid):
 
 @pytest.mark.parametrize("name,mid,helper", [("int4", "float16", "cvt_4bit_x8<true>"),
                                              ("uint4", "bfloat16", "cvt_4bit_x8<false>"),
-                                             ("float8_e4m3", "float16", "cvt_fp8_x2<true>")])
+                                             ("float8_e4m3", "float16", "cvt_fp8_x2<true>"),
+                                             ("float8_e5m2", "bfloat16", "cvt_fp8_x2<false>"),
+                                             ("float4_e2m1", "float16", "cvt_fp4_x8"),
+                                             ("float4_e2m1", "bfloat16", "cvt_fp4_x8")])
 def test_widening_uses_the_vectorized_conversion(name, mid, helper):
     src = Widen16(getattr(tilus, name), getattr(tilus, mid)).source(64, np.zeros(64, np.uint8),
                                                                       np.zeros(64, np.float32), arch="sm_90a")
@@ -305,33 +339,53 @@ def test_cuda_code_compiles(arch):
                (IntCast(tilus.int3, tilus.float32), (10, f32, u8)), (IntCast(tilus.int32, tilus.uint4), (10, u8, f32)),
                (ViewBytes(tilus.float4_e2m1), (10, u8, f32)), (Widen16(tilus.int4, tilus.float16), (10, u8, f32)),
                (Widen16(tilus.uint4, tilus.bfloat16), (10, u8, f32)),
-               (Widen16(tilus.float8_e5m2, tilus.float16), (10, u8, f32))]
+               (Widen16(tilus.float8_e5m2, tilus.float16), (10, u8, f32)),
+               (Widen16(tilus.float4_e2m1, tilus.float16), (10, u8, f32)),
+               (Widen16(tilus.float4_e2m1, tilus.bfloat16), (10, u8, f32))]
     for k, args in kernels:
         c = k.compiled(*args, arch=arch)
         assert c.spill_store_bytes == 0, f"{type(k).__name__}: {c.spill_store_bytes} bytes spilled"
 
 
-@pytest.mark.parametrize("wtype,split_k,repacked", [("int4", 1, False), ("int4", 4, False), ("uint4", 3, False),
-                                                    ("int8", 2, False), ("float8_e4m3", 1, False),
-                                                    ("float4_e2m1", 2, False), ("int4", 1, True), ("uint4", 3, True),
-                                                    ("float8_e5m2", 2, True)])
-def test_quantized_matmul_example(arrays, wtype, split_k, repacked):
-    """examples/python/matmul_a16wx.py against dequantize-then-matmul, on ragged sizes, with and
-    without split-K (3 splits of 5 k tiles leave the last split one tile), on plain weights and on
-    weights repacked into fragment order (n and k padded to whole tiles)."""
-    from matmul_a16wx import MatmulA16Wx, SumSplits, quantized_operands, repack_weights
-    dt = getattr(tilus, wtype)
-    m, n, k, group = (16, 200, 320, 64) if repacked else (37, 192, 320, 64)
+@pytest.mark.parametrize("wtype,split_k,repacked,warps,atype", [
+    ("int4", 1, False, 4, "float16"), ("int4", 4, False, 4, "float16"), ("uint4", 3, False, 4, "float16"),
+    ("int8", 2, False, 4, "float16"), ("float8_e4m3", 1, False, 4, "bfloat16"), ("float4_e2m1", 2, False, 4, "float16"),
+    ("int3", 2, False, 4, "float16"), ("float6_e3m2", 1, False, 4, "bfloat16"), ("int4", 1, True, 4, "float16"),
+    ("uint4", 3, True, 4, "bfloat16"), ("float8_e5m2", 2, True, 4, "float16"), ("int4", 2, True, 8, "float16"),
+    ("int3", 1, True, 4, "float16"), ("float6_e3m2", 2, True, 4, "float16")])
+def test_quantized_matmul_example(arrays, wtype, split_k, repacked, warps, atype):
+    """examples/python/matmul_a16wx.py against dequantize-then-matmul, on ragged sizes, f16 and
+    bf16 activations, with and without split-K (3 splits of 5 k tiles leave the last split one
+    tile), on plain weights (3- and 6-bit codes straddle bytes) and on weights repacked into
+    fragment order (n and k padded to whole tiles) for 4 and 8 warps."""
+    from matmul_a16wx import (MatmulA16Wx, SumSplits, from_host_array, host_array, quantized_operands,
+                              repack_weights, round_to, unpack_codes)
+    dt, at = getattr(tilus, wtype), getattr(tilus, atype)
+    # A repacked 3- or 6-bit tile needs 128-long k tiles (a thread's bits in whole 16-byte rows).
+    bk = 128 if repacked and dt.bits % 2 else 64
+    m, n, k, group = (16, 200, 5 * bk, bk) if repacked else (37, 192, 320, 64)
     rng = np.random.default_rng(6)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng, at)
     if repacked:
-        codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, k) if dt.bits == 4 else packed
-        packed = repack_weights(codes, dt.bits, 128, 64)
-    c = arrays.put(np.zeros((m, n), np.float16))
+        packed = repack_weights(unpack_codes(packed, dt.bits), dt.bits, 128, bk, warps)
+    c = arrays.put(host_array(np.zeros((m, n)), at))
     work = arrays.put(np.zeros((split_k, m, n), np.float32))
-    MatmulA16Wx(dt, group, split_k=split_k, repacked=repacked)(m, n, k, arrays.put(a), arrays.put(packed),
-                                                               arrays.put(scales), arrays.put(zeros), c, work)
+    kernel = MatmulA16Wx(dt, group, block_k=bk, split_k=split_k, warps=warps, repacked=repacked, atype=at)
+    kernel(m, n, k, arrays.put(host_array(a, at)), arrays.put(packed), arrays.put(host_array(scales, at)),
+           arrays.put(host_array(zeros, at)), c, work)
     if split_k > 1:
-        SumSplits(split_k)(m, n, work, c)
-    np.testing.assert_allclose(arrays.host(c).astype(np.float64), a.astype(np.float64) @ w, atol=2e-2, rtol=1e-2)
+        SumSplits(split_k, atype=at)(m, n, work, c)
+    np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2)
+
+
+def test_packing_helpers_round_trip():
+    """pack_codes / unpack_codes are inverse on every width, and 3-bit codes straddle bytes."""
+    from matmul_a16wx import pack_codes, unpack_codes
+    rng = np.random.default_rng(1)
+    for bits in range(1, 9):
+        codes = rng.integers(0, 1 << bits, (5, 64))
+        data = pack_codes(codes, bits)
+        assert data.shape == (5, 64 * bits // 8)
+        np.testing.assert_array_equal(unpack_codes(data, bits), codes)
+    assert pack_codes(np.array([[0b101, 0b011, 0b110, 0, 0, 0, 0, 0]]), 3)[0, 0] == 0b10011101

@@ -107,18 +107,23 @@ void Emitter::emit_compute(const InstNode& inst) {
       if (!lo.defined() || !lx.defined()) fail(inst, "view needs the layouts of both tensors");
       int ob = i.out.dtype().bits(), xb = i.x.dtype().bits();
       if (lo.local_size() * ob != lx.local_size() * xb) fail(inst, "the per-thread bits of the two layouts differ");
-      int64_t parts = ob >= xb ? ob / xb : 1;
+      // An out element's ob bits may straddle several x slots (3-bit codes in bytes): part k of
+      // out slot s is x slot s * ob / xb + k, shifted left (or right, negative) into place.
+      int64_t parts = (ob + xb - 1) / xb + (ob % xb != 0 || xb % ob != 0 ? 1 : 0);
       auto out_shape = i.out.static_shape(), x_shape = i.x.static_shape();
-      // table[e * parts + k] = (x linear index, bit shift) of part k of out element e.
-      std::vector<int32_t> src(out_shape.empty() ? 1 : i.out.num_elements() * parts, 0), shift(src.size(), 0);
+      // table[e * parts + k]: part k of out element e: (x linear index, shift, whether it exists).
+      size_t entries = size_t(out_shape.empty() ? 1 : i.out.num_elements()) * size_t(parts);
+      std::vector<int32_t> src(entries, 0), shift(entries, 0), valid(entries, 0);
       for (int64_t t = 0; t < lo.num_threads(); ++t)
         for (int64_t s = 0; s < lo.local_size(); ++s) {
           int64_t e = ravel(lo.map(t, s), out_shape);
           for (int64_t k = 0; k < parts; ++k) {
-            int64_t bit = s * ob + k * xb;
-            int64_t xs = bit / xb;
-            src[e * parts + k] = int32_t(ravel(lx.map(t % lx.num_threads(), xs), x_shape));
-            shift[e * parts + k] = int32_t(bit % xb);
+            int64_t xs = s * ob / xb + k;
+            if (xs * xb >= (s + 1) * ob || xs >= lx.local_size()) continue;
+            size_t at = size_t(e * parts + k);
+            src[at] = int32_t(ravel(lx.map(t % lx.num_threads(), xs), x_shape));
+            shift[at] = int32_t(xs * xb - s * ob);
+            valid[at] = 1;
           }
         }
       auto table = [&](const std::vector<int32_t>& v, const char* name) {
@@ -130,25 +135,33 @@ void Emitter::emit_compute(const InstNode& inst) {
       };
       auto [src_t, src_g] = table(src, "view_src");
       auto [shift_t, shift_g] = table(shift, "view_shift");
+      auto [valid_t, valid_g] = table(valid, "view_valid");
       declare_reg(i.out);
-      llvm::Type* xi = b.getIntNTy(xb);
       llvm::Type* oi = b.getIntNTy(ob);
+      llvm::Type* wide = b.getInt64Ty();
       auto bits_of = [&](llvm::Value* v, DataType t) {
         if (t.is_bool()) return b.CreateZExt(v, b.getInt8Ty());
         return v->getType()->isIntegerTy() ? v : b.CreateBitCast(v, b.getIntNTy(t.bits()));
       };
       loop(i32(i.out.num_elements()), [&](llvm::Value* e) {
-        llvm::Value* acc = llvm::ConstantInt::get(oi, 0);
+        llvm::Value* acc = llvm::ConstantInt::get(wide, 0);
+        auto entry = [&](llvm::ArrayType* t, llvm::GlobalVariable* g, llvm::Value* at) {
+          return b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(t, g, {b.getInt32(0), at}));
+        };
         for (int64_t k = 0; k < parts; ++k) {
           llvm::Value* at = b.CreateAdd(b.CreateMul(e, i32(parts)), i32(k));
-          llvm::Value* xs = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(src_t, src_g, {b.getInt32(0), at}));
-          llvm::Value* sh = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(shift_t, shift_g, {b.getInt32(0), at}));
-          llvm::Value* xv = bits_of(load_reg(i.x, xs), i.x.dtype());
-          llvm::Value* piece = b.CreateLShr(xv, b.CreateZExtOrTrunc(sh, xi));
-          piece = b.CreateZExtOrTrunc(piece, oi);
-          if (ob > xb) piece = b.CreateShl(piece, llvm::ConstantInt::get(oi, k * xb));
-          acc = b.CreateOr(acc, piece);
+          llvm::Value* xs = entry(src_t, src_g, at);
+          llvm::Value* sh = b.CreateSExt(entry(shift_t, shift_g, at), wide);
+          llvm::Value* ok = b.CreateICmpNE(entry(valid_t, valid_g, at), b.getInt32(0));
+          llvm::Value* xv = b.CreateZExt(bits_of(load_reg(i.x, xs), i.x.dtype()), wide);
+          llvm::Value* zero = llvm::ConstantInt::get(wide, 0);
+          llvm::Value* left = b.CreateICmpSGE(sh, zero);
+          // Both shifts are below 64 (|shift| < max(ob, xb) <= 64); the unused one is clamped.
+          llvm::Value* piece = b.CreateSelect(left, b.CreateShl(xv, b.CreateSelect(left, sh, zero)),
+                                              b.CreateLShr(xv, b.CreateSelect(left, zero, b.CreateNeg(sh))));
+          acc = b.CreateOr(acc, b.CreateSelect(ok, piece, zero));
         }
+        acc = b.CreateTrunc(acc, oi);
         DataType ot = i.out.dtype();
         llvm::Value* v = ot.is_bool() ? b.CreateICmpNE(acc, llvm::ConstantInt::get(oi, 0))
                                       : b.CreateBitCast(acc, type(ot));

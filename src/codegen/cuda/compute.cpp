@@ -82,14 +82,18 @@ void Emitter::emit_compute(const InstNode& inst) {
       bool identity = true;
       for (int64_t s = 0; s < n; ++s) identity = identity && m[s] == s;
       bool to16 = to == dtypes::float16 || to == dtypes::bfloat16;
-      // Vectorized exact conversions where each thread's slots line up: 4-bit integers eight
-      // per word, fp8 pairs (hardware cvt on sm_89+).
+      // Vectorized exact conversions where each thread's slots line up: 4-bit integers and
+      // fp4 e2m1 eight per word, fp8 pairs (hardware cvt on sm_89+).
       if (identity && to16 && from.is_integer() && from.bits() == 4 && n % 8 == 0) {
         for (int64_t s = 0; s < n; s += 8)
           linef("tilus::cvt_4bit_x8<{}>(&{}[{}], {}.w[{}]);", from.is_int() ? "true" : "false", out, s, x, s / 8);
         return;
       }
-      if (identity && to == dtypes::float16 && (from == dtypes::float8_e4m3 || from == dtypes::float8_e5m2) && n % 2 == 0) {
+      if (identity && to16 && from == dtypes::float4_e2m1 && n % 8 == 0) {
+        for (int64_t s = 0; s < n; s += 8) linef("tilus::cvt_fp4_x8(&{}[{}], {}.w[{}]);", out, s, x, s / 8);
+        return;
+      }
+      if (identity && to16 && (from == dtypes::float8_e4m3 || from == dtypes::float8_e5m2) && n % 2 == 0) {
         for (int64_t s = 0; s < n; s += 2)
           linef("tilus::cvt_fp8_x2<{}>(&{}[{}], *reinterpret_cast<const uint16_t*>(&{}[{}]));",
                 from == dtypes::float8_e4m3 ? "true" : "false", out, s, x, s);

@@ -294,6 +294,49 @@ template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__half* out, uin
 #endif
 }
 #endif
+// 8 packed fp4 e2m1 values (one word, element i at bits 4i; sign, 2 exponent bits, 1 mantissa
+// bit, bias 1, no infinities) to 8 halves or bfloat16s. Per pair (one byte) the two nibbles go
+// to the low bits of the two halves; the exponent and mantissa bits move to the top of the
+// target's exponent field's low bits, the sign to bit 15, and one multiply by 2^(bias - 1)
+// (2^14 for half, 2^126 for bfloat16) rebiases: exact for normals and for the subnormal 0.5.
+template <int MantissaBits> __device__ __forceinline__ uint32_t fp4_pair_bits(uint32_t w, int p) {
+  uint32_t x = __byte_perm(w, 0u, 0x4040u | (uint32_t(p) << 8) | uint32_t(p));  // byte p in bytes 0 and 2
+  x = (x & 0x0000000fu) | ((x >> 4) & 0x000f0000u);                             // nibbles in the halves' low bits
+  return ((x & 0x00070007u) << (MantissaBits - 1)) | ((x & 0x00080008u) << 12);
+}
+template <class T> struct Fp4Target;  // per 16-bit float: mantissa bits, the 2^(bias - 1) pair, the pair type
+#ifdef TILUS_DEVICE_FP16
+template <> struct Fp4Target<__half> {
+  static constexpr int mantissa = 10;
+  static constexpr uint32_t scale = 0x74007400u;  // half2(2^14, 2^14)
+  typedef __half2 pair;
+};
+#endif
+#ifdef TILUS_DEVICE_BF16
+template <> struct Fp4Target<__nv_bfloat16> {
+  static constexpr int mantissa = 7;
+  static constexpr uint32_t scale = 0x7e807e80u;  // bf162(2^126, 2^126)
+  typedef __nv_bfloat162 pair;
+};
+#endif
+template <class T> __device__ __forceinline__ void cvt_fp4_x8(T* out, uint32_t w) {
+  typedef typename Fp4Target<T>::pair P;
+  const uint32_t scale = Fp4Target<T>::scale;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    uint32_t t = fp4_pair_bits<Fp4Target<T>::mantissa>(w, p);
+    reinterpret_cast<P*>(out)[p] = __hmul2(*reinterpret_cast<P*>(&t), *reinterpret_cast<const P*>(&scale));
+  }
+}
+#if defined(TILUS_DEVICE_BF16) && defined(TILUS_DEVICE_FP16)
+// fp8 pairs to bfloat16 pairs: through a half pair (both exact: every fp8 value is a half and a
+// bfloat16).
+template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__nv_bfloat16* out, uint16_t v) {
+  __half h[2];
+  cvt_fp8_x2<E4M3>(h, v);
+  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(__half2float(h[0]), __half2float(h[1]));
+}
+#endif
 #ifdef TILUS_DEVICE_BF16
 // bfloat16 has 7 mantissa bits: each half gets a whole nibble (128 + e, magic 0x4300) and one
 // subtraction.
