@@ -770,6 +770,12 @@ class Script(Artifacts):
         return _FENCE
 
     @property
+    def atomic(self) -> "AtomicGroup":
+        """Element-wise atomics on shared and global tiles (NVIDIA Tilus's ``self.atomic``):
+        global_/shared_ add, sub, min, max, exch, cas."""
+        return _ATOMIC
+
+    @property
     def wgmma(self) -> "WgmmaGroup":
         """Warp-group MMA (NVIDIA Tilus's ``self.wgmma``, sm_90a): fence, mma, commit_group, wait_group."""
         return _WGMMA
@@ -1465,7 +1471,95 @@ class FenceGroup:
         _builder().fence_proxy_async(_choice(space, ("shared", "global"), "fence.proxy_async: space", loc), loc)
 
 
-for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence"), (WgmmaGroup, "wgmma")):
+_SEMS = ("relaxed", "acquire", "release", "acq_rel")
+_SYNC_SCOPES = ("cta", "cluster", "gpu", "sys")
+
+
+def _atomic(space, op, dst, values, compare, sem, scope, output, offsets, dims):
+    name = f"atomic.{space}_{op}"
+    loc = _here()
+    kind = GlobalTensor if space == "global" else SharedTensor
+    d = _tensor(dst, f"{name}: dst", loc, kind)
+    v = _tensor(values, f"{name}: values", loc)
+    c = None if compare is None else _tensor(compare, f"{name}: compare", loc)
+    if space == "shared" and (offsets is not None or dims is not None):
+        raise CompileError(f"{_where(loc)}{name}: a shared dst is the whole tensor (slice_shared it); offsets and dims "
+                           f"are for a global dst")
+    if space == "global" and offsets is None:
+        offsets = [0] * len(dst.shape)
+    t = RegisterTensor(_builder().atomic(op, d, v, c, _exprs(offsets or [], f"{name}: offsets", loc),
+                                         _ints(dims, f"{name}: dims", loc), _choice(sem, _SEMS, f"{name}: sem", loc),
+                                         _choice(scope, _SYNC_SCOPES, f"{name}: scope", loc), loc))
+    return Script._into(None, output, t, loc, name)
+
+
+class AtomicGroup:
+    """Element-wise atomic read-modify-write of a shared or global tile (``self.atomic``, NVIDIA
+    Tilus's names): element i of ``dst`` becomes ``op(dst[i], values[i])`` atomically, each element
+    once (by the thread that holds it), and the call returns the elements' previous values (or
+    writes them into ``output``). ``sem``: "relaxed" (default), "acquire", "release", "acq_rel";
+    ``scope``: "cta" (shared default), "cluster", "gpu" (global default), "sys". A global ``dst``
+    takes ``offsets`` (default all zero) and ``dims`` as ``store_global`` does, and out-of-bounds
+    elements are skipped (previous value 0); a shared ``dst`` is the whole tensor. When the
+    previous values are never read the GPU uses ``red`` instead of ``atom``. Types: add / sub on
+    32/64-bit integers, float32, float64, float16, bfloat16 (sm_90); min / max on 32/64-bit
+    integers; exch on 32/64-bit, cas on 16/32/64-bit elements."""
+
+    def global_add(self, dst, values, *, sem="relaxed", scope="gpu", output=None, offsets=None, dims=None):
+        """``dst[i] += values[i]`` atomically; returns the previous values."""
+        return _atomic("global", "add", dst, values, None, sem, scope, output, offsets, dims)
+
+    def global_sub(self, dst, values, *, sem="relaxed", scope="gpu", output=None, offsets=None, dims=None):
+        """``dst[i] -= values[i]`` atomically (an add of ``-values``); returns the previous values."""
+        return _atomic("global", "sub", dst, values, None, sem, scope, output, offsets, dims)
+
+    def global_min(self, dst, values, *, sem="relaxed", scope="gpu", output=None, offsets=None, dims=None):
+        """``dst[i] = min(dst[i], values[i])`` atomically; returns the previous values."""
+        return _atomic("global", "min", dst, values, None, sem, scope, output, offsets, dims)
+
+    def global_max(self, dst, values, *, sem="relaxed", scope="gpu", output=None, offsets=None, dims=None):
+        """``dst[i] = max(dst[i], values[i])`` atomically; returns the previous values."""
+        return _atomic("global", "max", dst, values, None, sem, scope, output, offsets, dims)
+
+    def global_exch(self, dst, values, *, sem="relaxed", scope="gpu", output=None, offsets=None, dims=None):
+        """``dst[i] = values[i]`` atomically; returns the previous values."""
+        return _atomic("global", "exch", dst, values, None, sem, scope, output, offsets, dims)
+
+    def global_cas(self, dst, compare, values, *, sem="relaxed", scope="gpu", output=None, offsets=None, dims=None):
+        """``dst[i] = values[i]`` where ``dst[i] == compare[i]`` (bit for bit), atomically; returns
+        the previous values."""
+        return _atomic("global", "cas", dst, values, compare, sem, scope, output, offsets, dims)
+
+    def shared_add(self, dst, values, *, sem="relaxed", scope="cta", output=None):
+        """``dst[i] += values[i]`` atomically on shared memory; returns the previous values."""
+        return _atomic("shared", "add", dst, values, None, sem, scope, output, None, None)
+
+    def shared_sub(self, dst, values, *, sem="relaxed", scope="cta", output=None):
+        """``dst[i] -= values[i]`` atomically on shared memory; returns the previous values."""
+        return _atomic("shared", "sub", dst, values, None, sem, scope, output, None, None)
+
+    def shared_min(self, dst, values, *, sem="relaxed", scope="cta", output=None):
+        """``dst[i] = min(dst[i], values[i])`` atomically on shared memory; returns the previous values."""
+        return _atomic("shared", "min", dst, values, None, sem, scope, output, None, None)
+
+    def shared_max(self, dst, values, *, sem="relaxed", scope="cta", output=None):
+        """``dst[i] = max(dst[i], values[i])`` atomically on shared memory; returns the previous values."""
+        return _atomic("shared", "max", dst, values, None, sem, scope, output, None, None)
+
+    def shared_exch(self, dst, values, *, sem="relaxed", scope="cta", output=None):
+        """``dst[i] = values[i]`` atomically on shared memory; returns the previous values."""
+        return _atomic("shared", "exch", dst, values, None, sem, scope, output, None, None)
+
+    def shared_cas(self, dst, compare, values, *, sem="relaxed", scope="cta", output=None):
+        """``dst[i] = values[i]`` where ``dst[i] == compare[i]``, atomically on shared memory; returns
+        the previous values."""
+        return _atomic("shared", "cas", dst, values, compare, sem, scope, output, None, None)
+
+
+_ATOMIC = AtomicGroup()
+
+for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence"), (WgmmaGroup, "wgmma"),
+                        (AtomicGroup, "atomic")):
     for _name, _fn in list(vars(_group).items()):
         if not _name.startswith("_") and inspect.isfunction(_fn):
             _fn.__name__ = f"{_prefix}.{_name}"

@@ -186,4 +186,16 @@ Inst StmtMutator::rewrite_inst(const Inst& inst) {
   return copy;
 }
 
+std::unordered_set<const TensorNode*> read_tensors(const Kernel& k) {
+  struct Reads : StmtVisitor {
+    std::unordered_set<const TensorNode*> tensors;
+    void visit_inst(const InstNode& i) override {
+      for (auto& [t, a] : i.operands())
+        if (a != Access::Write && t.defined()) tensors.insert(t.get());
+    }
+  } reads;
+  reads.visit(k);
+  return std::move(reads.tensors);
+}
+
 }  // namespace tilus

@@ -77,6 +77,34 @@ void LoadGlobalInst::visit_fields(FieldVisitor& v) {
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
 }
 
+const char* to_string(AtomicOp op) {
+  switch (op) {
+    case AtomicOp::Add: return "add";
+    case AtomicOp::Sub: return "sub";
+    case AtomicOp::Min: return "min";
+    case AtomicOp::Max: return "max";
+    case AtomicOp::Exch: return "exch";
+    case AtomicOp::Cas: return "cas";
+  }
+  return "?";
+}
+
+std::string AtomicInst::display_name() const {
+  return fmt::format("atomic.{}_{}", dst.defined() && dst.is_shared() ? "shared" : "global", to_string(op));
+}
+
+void AtomicInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kRegister);
+  v.operand("dst", dst, Access::ReadWrite, kGlobal | kShared, nullptr);
+  v.operand("values", values, Access::Read, kRegister, nullptr);
+  if (compare.defined()) v.operand("compare", compare, Access::Read, kRegister, nullptr);
+  if (!offsets.empty()) v.exprs("offsets", offsets);
+  if (!dims.empty()) v.attr("dims", ints_str(dims));
+  if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
+  if (sem != "relaxed") v.attr("sem", sem);
+  v.attr("scope", scope);
+}
+
 void StoreGlobalInst::visit_fields(FieldVisitor& v) {
   v.operand("dst", dst, Access::Write, kGlobal, nullptr);
   v.operand("src", src, Access::Read, kRegister, nullptr);

@@ -16,6 +16,7 @@ const char* to_string(MachineOp op) {
     case MachineOp::TmaStore: return "tma.store";
     case MachineOp::MmaSync: return "mma.sync.m16n8k16";
     case MachineOp::SimtFma: return "simt.fma";
+    case MachineOp::Atom: return "atom";
     case MachineOp::Wgmma: return "wgmma";
   }
   return "?";
@@ -67,6 +68,9 @@ std::string Lowering::str() const {
         s += fmt::format(" {}=sw{}/sbo{}", name, o->swizzle_bytes, o->sbo);
       break;
     }
+    case MachineOp::Atom:
+      if (red) s += " red";
+      break;
     case MachineOp::None: break;
   }
   s += fmt::format(" completion={}", to_string(completion));

@@ -352,6 +352,57 @@ void check_mbarrier_init(const MbarrierInitInst& i) {
   }
 }
 
+// The element types each PTX atom operation takes (red/atom .add: s32 u32 u64 f32 f64 f16 bf16;
+// .min/.max: 32- and 64-bit integers; .exch: b32 b64; .cas: b16 b32 b64); sub is add of the
+// negated operand (integers wrap, floats negate exactly).
+bool atomic_dtype_ok(AtomicOp op, DataType t) {
+  int bits = t.bits();
+  bool wide_int = t.is_integer() && !t.is_bool() && (bits == 32 || bits == 64);
+  switch (op) {
+    case AtomicOp::Add:
+    case AtomicOp::Sub:
+      return wide_int || t == dtypes::float32 || t == dtypes::float64 || t == dtypes::float16 || t == dtypes::bfloat16;
+    case AtomicOp::Min:
+    case AtomicOp::Max: return wide_int;
+    case AtomicOp::Exch: return !t.is_subbyte() && !t.is_bool() && (bits == 32 || bits == 64);
+    case AtomicOp::Cas: return !t.is_subbyte() && !t.is_bool() && (bits == 16 || bits == 32 || bits == 64);
+  }
+  return false;
+}
+
+void check_atomic(const AtomicInst& i) {
+  if (!i.dst.defined() || !i.values.defined()) fail(i, "needs dst and values");
+  if (i.dst.is_global()) {
+    expect_offsets(i, i.offsets, "dst", i.dst);
+    expect_dims(i, i.dims, "values", i.values, "dst", i.dst);
+  } else {
+    if (!i.offsets.empty()) fail(i, "a shared dst is the whole tensor (slice it first): no offsets");
+    expect_same_shape(i, "dst", i.dst, "values", i.values);
+  }
+  expect_same_dtype(i, "dst", i.dst, "values", i.values);
+  if (i.out.defined()) {
+    expect_same_shape(i, "out", i.out, "values", i.values);
+    expect_same_dtype(i, "out", i.out, "values", i.values);
+  }
+  if ((i.op == AtomicOp::Cas) != i.compare.defined())
+    fail(i, i.compare.defined() ? "only cas takes compare" : "cas needs compare (the value each element must equal)");
+  if (i.compare.defined()) {
+    expect_same_shape(i, "compare", i.compare, "values", i.values);
+    expect_same_dtype(i, "compare", i.compare, "values", i.values);
+  }
+  if (!atomic_dtype_ok(i.op, i.values.dtype()))
+    fail(i, fmt::format("values are {}: atomic {} takes {}", ty(i.values), to_string(i.op),
+                        i.op == AtomicOp::Add || i.op == AtomicOp::Sub
+                            ? "32- or 64-bit integers, float32, float64, float16 or bfloat16"
+                        : i.op == AtomicOp::Min || i.op == AtomicOp::Max ? "32- or 64-bit integers"
+                        : i.op == AtomicOp::Exch ? "32- or 64-bit elements"
+                                                 : "16-, 32- or 64-bit elements"));
+  if (i.sem != "relaxed" && i.sem != "acquire" && i.sem != "release" && i.sem != "acq_rel")
+    fail(i, fmt::format("sem='{}' is not one of 'relaxed', 'acquire', 'release', 'acq_rel'", i.sem));
+  if (i.scope != "cta" && i.scope != "cluster" && i.scope != "gpu" && i.scope != "sys")
+    fail(i, fmt::format("scope='{}' is not one of 'cta', 'cluster', 'gpu', 'sys'", i.scope));
+}
+
 void check_mbarrier(const MbarrierInst& i) {
   check_barrier(i, i.barrier);
   if (i.value_tensor.defined()) {
@@ -1347,6 +1398,7 @@ void verify_inst(const InstNode& inst) {
       check_global_vector(i, "dst", i.dst, i.value, i.bits, i.pred);
       break;
     }
+    case InstKind::Atomic: check_atomic(static_cast<const AtomicInst&>(inst)); break;
     case InstKind::MbarrierInit: check_mbarrier_init(static_cast<const MbarrierInitInst&>(inst)); break;
     case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;
     case InstKind::TmaWaitGroup: check_tma_wait_group(static_cast<const TmaWaitGroupInst&>(inst)); break;

@@ -576,6 +576,34 @@ Tensor Builder::load_global(const Tensor& src, std::vector<Expr> offsets, std::v
   return emit_with_output(i);
 }
 
+Tensor Builder::atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare,
+                       std::vector<Expr> offsets, std::vector<int> dims, const std::string& sem,
+                       const std::string& scope, SourceLoc loc) {
+  auto i = make_inst<AtomicInst>(loc);
+  i->op = op;
+  i->dst = dst;
+  i->values = values;
+  i->compare = compare;
+  i->sem = sem;
+  i->scope = scope;
+  std::string name = fmt::format("atomic.{}_{}", dst.defined() && dst.is_shared() ? "shared" : "global", to_string(op));
+  if (!dst.defined() || !(dst.is_global() || dst.is_shared()) || !values.defined() || !values.is_register())
+    throw CompileError(fmt::format("{}: expected a global or shared dst and register values, got {} and {}", name,
+                                   type_of(dst), type_of(values)),
+                       loc);
+  if (dst.is_global()) {
+    i->offsets = std::move(offsets);
+    i->dims = dims.empty() ? default_dims(dst, values.rank()) : normalize_dims(dims, dst, name.c_str(), loc);
+  } else if (!offsets.empty() || !dims.empty()) {
+    throw CompileError(fmt::format("{}: a shared dst is the whole tensor {} (slice_shared it); offsets and dims are "
+                                   "for a global dst",
+                                   name, type_of(dst)),
+                       loc);
+  }
+  i->out = Tensor::reg("old", values.dtype(), static_dims(values));
+  return emit_with_output(i);
+}
+
 void Builder::store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
                            SourceLoc loc) {
   auto i = make_inst<StoreGlobalInst>(loc);

@@ -342,6 +342,45 @@ Tensor barrier_of(const SharedTensor& b) { return b.bound() ? b.tensor() : Tenso
 std::string sem_or(const MbarrierOptions& o, const char* dflt) { return o.sem.empty() ? dflt : o.sem; }
 }  // namespace
 
+namespace {
+RegisterTensor atomic_of(Script* s, AtomicOp op, const Tensor& dst, const RegisterTensor& compare,
+                         const RegisterTensor& values, AtomicOptions& opts, Loc loc) {
+  if (opts.scope.empty()) opts.scope = dst.defined() && dst.is_shared() ? "cta" : "gpu";
+  if (dst.defined() && dst.is_global() && opts.offsets.empty()) opts.offsets.assign(size_t(dst.rank()), Expr(0));
+  return RegisterTensor(s->builder().atomic(op, dst, values.tensor(), compare.bound() ? compare.tensor() : Tensor(),
+                                            opts.offsets, opts.dims, opts.sem, opts.scope, SourceLoc::from(loc)));
+}
+}  // namespace
+
+#define TILUS_ATOMIC_DEFS(space, TensorT)                                                                        \
+  RegisterTensor AtomicGroup::space##_add(const TensorT& dst, const RegisterTensor& values, AtomicOptions opts,   \
+                                          Loc loc) const {                                                       \
+    return atomic_of(script, AtomicOp::Add, dst.tensor(), RegisterTensor(), values, opts, loc);                  \
+  }                                                                                                              \
+  RegisterTensor AtomicGroup::space##_sub(const TensorT& dst, const RegisterTensor& values, AtomicOptions opts,   \
+                                          Loc loc) const {                                                       \
+    return atomic_of(script, AtomicOp::Sub, dst.tensor(), RegisterTensor(), values, opts, loc);                  \
+  }                                                                                                              \
+  RegisterTensor AtomicGroup::space##_min(const TensorT& dst, const RegisterTensor& values, AtomicOptions opts,   \
+                                          Loc loc) const {                                                       \
+    return atomic_of(script, AtomicOp::Min, dst.tensor(), RegisterTensor(), values, opts, loc);                  \
+  }                                                                                                              \
+  RegisterTensor AtomicGroup::space##_max(const TensorT& dst, const RegisterTensor& values, AtomicOptions opts,   \
+                                          Loc loc) const {                                                       \
+    return atomic_of(script, AtomicOp::Max, dst.tensor(), RegisterTensor(), values, opts, loc);                  \
+  }                                                                                                              \
+  RegisterTensor AtomicGroup::space##_exch(const TensorT& dst, const RegisterTensor& values, AtomicOptions opts,  \
+                                           Loc loc) const {                                                      \
+    return atomic_of(script, AtomicOp::Exch, dst.tensor(), RegisterTensor(), values, opts, loc);                 \
+  }                                                                                                              \
+  RegisterTensor AtomicGroup::space##_cas(const TensorT& dst, const RegisterTensor& compare,                     \
+                                          const RegisterTensor& values, AtomicOptions opts, Loc loc) const {     \
+    return atomic_of(script, AtomicOp::Cas, dst.tensor(), compare, values, opts, loc);                           \
+  }
+TILUS_ATOMIC_DEFS(global, GlobalTensor)
+TILUS_ATOMIC_DEFS(shared, SharedTensor)
+#undef TILUS_ATOMIC_DEFS
+
 SharedTensor MbarrierGroup::alloc(std::vector<Expr> counts, Loc loc) const {
   return SharedTensor(script->builder().mbarrier_alloc(std::move(counts), SourceLoc::from(loc)));
 }

@@ -189,9 +189,19 @@ class LayoutSolver {
   explicit LayoutSolver(const Kernel& k) : kernel_(k) {}
 
   Kernel run() {
+    read_ = read_tensors(kernel_);
     collect(kernel_.body, kernel_.num_threads());
     for (auto& [t, info] : fixed_) assign(t, info.first, info.second);
     propagate();
+    // Atomics whose old values are read need one thread per element: where nothing else decided
+    // their operands' layout, the default without vectors (no replicas when the tile has an
+    // element per thread).
+    for (auto& [t, threads] : one_per_thread_) {
+      if (known_.count(t)) continue;
+      Tensor tensor = tensors_.at(t);
+      assign(t, default_register_layout(tensor.static_shape(), tensor.dtype(), threads, 1), nullptr);
+      propagate();
+    }
     for (const TensorNode* t : order_) {
       if (known_.count(t)) continue;
       Tensor tensor = tensors_.at(t);
@@ -213,6 +223,8 @@ class LayoutSolver {
 
  private:
   const Kernel& kernel_;
+  std::unordered_set<const TensorNode*> read_;
+  std::vector<std::pair<const TensorNode*, int64_t>> one_per_thread_;
   std::vector<const TensorNode*> order_;
   std::unordered_map<const TensorNode*, Tensor> tensors_;
   std::unordered_map<const TensorNode*, int64_t> threads_;
@@ -342,6 +354,14 @@ class LayoutSolver {
         return;
       }
       case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;
+      // An atomic's old values come back in the threads that hold the operands.
+      case InstKind::Atomic: {
+        auto& i = static_cast<const AtomicInst&>(inst);
+        same(i.values, out, inst);
+        if (read_.count(out.get())) one_per_thread_.emplace_back(i.values.get(), threads);
+        if (i.compare.defined()) same(i.values, i.compare, inst);
+        return;
+      }
       // A shuffle moves slots between threads of value's layout: out keeps it.
       case InstKind::Shuffle: same(static_cast<const ShuffleInst&>(inst).value, out, inst); return;
       case InstKind::StoreGlobalVector: {

@@ -40,6 +40,9 @@ class BoundsPredicateInserter : public StmtMutator {
     if (auto i = inst_as<StoreGlobalInst>(inst)) {
       return update<StoreGlobalInst>(s, *i, checked(i->dst, i->offsets, i->dims, i->src));
     }
+    if (auto i = inst_as<AtomicInst>(inst); i && i->dst.is_global()) {
+      return update<AtomicInst>(s, *i, checked(i->dst, i->offsets, i->dims, i->values));
+    }
     if (auto i = inst_as<CopyAsyncInst>(inst)) {
       // check_bounds=false: the user promised the box is in bounds, so no predicate at all.
       std::vector<int> dims = i->check_bounds ? checked(i->src, i->offsets, i->dims, i->dst) : std::vector<int>{};

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "tilus/ir/facts.h"
 #include "tilus/ir/functor.h"
@@ -215,7 +216,9 @@ MachineOp cp_async_op(int64_t bytes) {
 
 class Selector : public StmtMutator {
  public:
-  Selector(const Kernel& k, const Target& t) : facts_(k), target_(t) { scopes_.push_back({0, k.num_threads()}); }
+  Selector(const Kernel& k, const Target& t) : facts_(k), target_(t), read_(read_tensors(k)) {
+    scopes_.push_back({0, k.num_threads()});
+  }
 
   Kernel run(const Kernel& k) {
     Kernel out = mutate(k);
@@ -270,6 +273,7 @@ class Selector : public StmtMutator {
         l = global_vector(i, i.dst, i.value, i.bits);
         break;
       }
+      case InstKind::Atomic: l = atomic(static_cast<const AtomicInst&>(*inst)); break;
       default: return s;
     }
     auto c = inst->clone();
@@ -286,6 +290,40 @@ class Selector : public StmtMutator {
   std::vector<Scope> scopes_;
   std::vector<TensorMapSpec> tensor_maps_;
   int64_t copy_barriers_ = 0;
+  const std::unordered_set<const TensorNode*> read_;  // an atomic whose old values are not read is a red
+
+  // Element by element; the old values return in the threads that hold the operands, so each
+  // element must have one thread where they are read (replicas do not repeat the operation).
+  Lowering atomic(const AtomicInst& i) const {
+    const RegisterLayout& l = i.values->layout;
+    if (!l.defined())
+      throw CompileError(fmt::format("{}: values has no layout; run infer_layouts first", i.display_name()), i.loc);
+    bool used = read_.count(i.out.get()) > 0;
+    if (used && l.is_replicated())
+      throw CompileError(fmt::format("{}: its old values are read, but values {} has the layout {}, which gives some "
+                                     "elements to several threads, and only one of them does the operation: give "
+                                     "values one thread per element (a single_thread() scope, or a tile of at least "
+                                     "one element per thread)",
+                                     i.display_name(), i.values.type_str(), l.str()),
+                         i.loc);
+    if (!target_.is_cpu() && target_.sm < 90) {
+      if (i.values.dtype() == dtypes::bfloat16)
+        throw CompileError(fmt::format("{}: atomic bfloat16 operations need sm_90, and the target is {}",
+                                       i.display_name(), target_.arch),
+                           i.loc);
+      if (i.scope == "cluster")
+        throw CompileError(fmt::format("{}: scope='cluster' needs sm_90, and the target is {}", i.display_name(),
+                                       target_.arch),
+                           i.loc);
+    }
+    Lowering r;
+    r.op = MachineOp::Atom;
+    r.vector = 1;
+    // red has add / min / max (no exch, cas) and relaxed / release order only.
+    bool reducible = i.op != AtomicOp::Exch && i.op != AtomicOp::Cas;
+    r.red = !used && reducible && (i.sem == "relaxed" || i.sem == "release");
+    return r;
+  }
 
   const Scope& scope() const { return scopes_.back(); }
 

@@ -803,3 +803,106 @@ TEST(WgmmaPasses, LayoutAndTargetErrorsSayWhatWgmmaNeeds) {
       "verify", {.arch = "sm_90a"});
   EXPECT_NE(m.find("wgmma.mma runs on whole warp groups"), std::string::npos) << m;
 }
+
+// --- atomics ---------------------------------------------------------------------------------------
+
+namespace {
+std::vector<const AtomicInst*> atomics(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<const AtomicInst*> out;
+    void visit_inst(const InstNode& i) override {
+      if (auto* a = dynamic_cast<const AtomicInst*>(&i)) out.push_back(a);
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+
+// Shared adds (results unused: red), then a global add of the sums at a ragged offset whose
+// old values are stored (atom, one thread per element).
+void atomic_body(K& k, GlobalTensor& b) {
+  auto s = k.shared_tensor(dtypes::float32, {128});
+  k.store_shared(s, k.register_tensor(dtypes::float32, {128}, 0.0));
+  auto v = k.load_global(b, {.offsets = {0, 3}, .shape = {1, 128}});
+  auto row = k.squeeze(v, {0});
+  k.atomic.shared_add(s, row);
+  auto old = k.atomic.global_add(b, k.load_shared(s), {.offsets = {1, 5}});
+  k.store_global(b, k.unsqueeze(old, {0}), {.offsets = {2, 0}});
+}
+}  // namespace
+
+TEST(AtomicPasses, SelectionRecordsRedOrAtomAndTheBoundsChecks) {
+  auto s = golden_case("atomic_select", kSelect,
+                       [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) { atomic_body(k, b); });
+  auto a = atomics(s.after);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0]->lowering.op, MachineOp::Atom);
+  EXPECT_TRUE(a[0]->lowering.red) << "the shared add's old values are never read";
+  EXPECT_FALSE(a[1]->lowering.red) << "the global add's old values are stored";
+  EXPECT_FALSE(a[1]->values->layout.is_replicated()) << a[1]->values->layout.str();
+  ASSERT_TRUE(a[1]->checked_dims.has_value());
+  EXPECT_EQ(*a[1]->checked_dims, (std::vector<int>{0, 1}));  // the tile at (1, 5) may pass m and n
+}
+
+TEST(AtomicPasses, SharedAtomicsGetBarriersLikeStores) {
+  auto s = golden_case("atomic_barriers", "insert_barriers",
+                       [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) { atomic_body(k, b); });
+  std::string after = print(s.after);
+  // store_shared -> atomic (other threads' elements) -> load_shared: a barrier before each.
+  size_t first = after.find("sync()"), add = after.find("atomic.shared_add"), load = after.find("load_shared");
+  ASSERT_NE(first, std::string::npos) << after;
+  EXPECT_LT(first, add) << after;
+  EXPECT_NE(after.find("sync()", add), std::string::npos) << after;
+  EXPECT_LT(after.find("sync()", add), load) << after;
+}
+
+TEST(AtomicPasses, OldValuesOfReplicatedElementsAreAnError) {
+  // 16 elements on 128 threads: each element in 8 threads, and the old values are read.
+  std::string m;
+  try {
+    run_to(traced([](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+             auto old = k.atomic.global_max(b, k.register_tensor(dtypes::float32, {1, 16}, 1.0));
+             k.store_global(b, old, {.offsets = {1, 0}});
+           }, {}),
+           kSelect, {});
+  } catch (const CompileError& e) {
+    m = e.what();
+  }
+  // float32 max is no PTX atom: the verifier says so first.
+  EXPECT_NE(m.find("atomic.global_max"), std::string::npos) << m;
+  EXPECT_NE(m.find("atomic max takes 32- or 64-bit integers"), std::string::npos) << m;
+  m.clear();
+  try {
+    run_to(traced([](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+             auto old = k.atomic.global_add(b, k.register_tensor(dtypes::float32, {1, 16}, 1.0));
+             k.store_global(b, old, {.offsets = {1, 0}});
+           }, {}),
+           kSelect, {});
+  } catch (const CompileError& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("its old values are read"), std::string::npos) << m;
+  EXPECT_NE(m.find("single_thread()"), std::string::npos) << m;
+}
+
+TEST(AtomicPasses, VerifierChecksShapesTypesAndQualifiers) {
+  auto err = [](Body body) { return compile_error(std::move(body)); };
+  std::string m = err([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto s = k.shared_tensor(dtypes::float16, {64});
+    k.atomic.shared_add(s, k.register_tensor(dtypes::float16, {32}, 1.0));
+  });
+  EXPECT_NE(m.find("atomic.shared_add"), std::string::npos) << m;
+  EXPECT_NE(m.find("float16[64]"), std::string::npos) << m;
+  m = err([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    k.atomic.global_exch(a, k.register_tensor(dtypes::float16, {1, 8}, 1.0));
+  });
+  EXPECT_NE(m.find("atomic exch takes 32- or 64-bit elements"), std::string::npos) << m;
+  m = err([](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+    k.atomic.global_add(b, k.register_tensor(dtypes::float32, {1, 8}, 1.0), {.sem = "seq_cst"});
+  });
+  EXPECT_NE(m.find("sem='seq_cst' is not one of"), std::string::npos) << m;
+  m = err([](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+    k.atomic.global_add(b, k.register_tensor(dtypes::int32, {1, 8}, 1), {});
+  });
+  EXPECT_NE(m.find("the element dtypes differ"), std::string::npos) << m;
+}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tilus/ir/program.h"
 #include "tilus/ir/stmt.h"
@@ -64,5 +65,9 @@ class StmtMutator {
   // nothing changed.
   Inst rewrite_inst(const Inst& inst);
 };
+
+// The tensors some instruction of the kernel reads (any access but Write): whether an
+// instruction's result is used (an atomic whose old values are not is a red).
+std::unordered_set<const TensorNode*> read_tensors(const Kernel& k);
 
 }  // namespace tilus

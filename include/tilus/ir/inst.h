@@ -68,6 +68,7 @@ namespace tilus {
   X(Shuffle)                  \
   X(LoadGlobalVector)         \
   X(StoreGlobalVector)        \
+  X(Atomic)                   \
   X(Printf)                   \
   X(Assume)                   \
   X(AnnotateLayout)
@@ -592,6 +593,31 @@ struct StoreGlobalVectorInst : InstNode {
   Expr pred;
   int64_t bits = 32;
   std::string display_name() const override { return "stg" + std::to_string(bits); }
+};
+
+// self.atomic.{global,shared}_{add,sub,min,max,exch,cas}: element-wise atomic read-modify-write
+// of `dst` (a global tile at `offsets` through `dims`, as store_global places it, or a whole
+// shared tensor) with the matching element of `values`: each element once, by the thread that
+// holds it (the primary replica, as stores do). `out` receives the elements' values before the
+// operation; cas writes `values` where the element equals `compare`. Out-of-bounds global
+// elements are skipped (their `out` is zero). `sem`: relaxed / acquire / release / acq_rel;
+// `scope`: cta / cluster / gpu / sys.
+enum class AtomicOp : uint8_t { Add, Sub, Min, Max, Exch, Cas };
+const char* to_string(AtomicOp op);
+struct AtomicInst : InstNode {
+  TILUS_INST_COMMON(Atomic, "atomic")
+  AtomicOp op = AtomicOp::Add;
+  Tensor out;
+  Tensor dst;
+  Tensor values;
+  Tensor compare;  // cas only
+  std::vector<Expr> offsets;  // global dst
+  std::vector<int> dims;      // global dst
+  std::optional<std::vector<int>> checked_dims;  // as in LoadGlobalInst
+  std::string sem = "relaxed";
+  std::string scope = "gpu";
+  std::string display_name() const override;  // atomic.global_add, ...
+  bool has_side_effects() const override { return true; }
 };
 
 struct PrintfInst : InstNode {

@@ -32,6 +32,7 @@ enum class MachineOp : uint8_t {
   MmaSync,    // mma.sync.aligned.m16n8k16 over the warps of the thread group
   SimtFma,    // a per-thread outer product of multiply-adds
   Wgmma,      // wgmma.mma_async.m64nNkK per warp group, shared operands through matrix descriptors
+  Atom,       // atom.* per element by its primary replica; red.* where `red` (the old values unused)
 };
 const char* to_string(MachineOp op);
 
@@ -104,6 +105,9 @@ struct Lowering {
   // barrier, which the kernel waits on).
   int tensor_map = -1;
   int copy_barrier = -1;
+  // Atom: the old values are never read, so each element is a red (a reduction without a
+  // result) where the memory order allows it (relaxed / release).
+  bool red = false;
   // Why faster instructions were not taken (shown in the IR dump).
   std::string note;
 

@@ -102,6 +102,10 @@ class Builder {
   Tensor index_shared(const Tensor& src, std::vector<Expr> indices, SourceLoc loc);
   Tensor load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape, std::vector<int> dims,
                      SourceLoc loc);
+  // atomic.{global,shared}_<op>: returns the old values (docs/instructions.md). Global dst: the
+  // tile at `offsets` through `dims` (default: the trailing dims); shared dst: the whole tensor.
+  Tensor atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare, std::vector<Expr> offsets,
+                std::vector<int> dims, const std::string& sem, const std::string& scope, SourceLoc loc);
   void store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
                     SourceLoc loc);
   Tensor load_shared(const Tensor& src, SourceLoc loc);

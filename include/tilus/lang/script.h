@@ -283,6 +283,12 @@ struct TmaTileOptions {
   std::vector<int> dims;      // the global dim of each shared dim (default: the trailing ones)
   Expr multicast_mask;        // global_to_shared: the cluster's blocks (bit i: rank i) that receive the box
 };
+struct AtomicOptions {
+  std::string sem = "relaxed";  // "relaxed" | "acquire" | "release" | "acq_rel"
+  std::string scope;            // "cta" | "cluster" | "gpu" | "sys" (default: "gpu" global, "cta" shared)
+  std::vector<Expr> offsets;    // a global dst's tile (default: all zero)
+  std::vector<int> dims;        // as store_global's
+};
 struct MbarrierOptions {
   std::string sem;             // default: "release" for arrivals, "acquire" for waits
   std::string scope = "cta";   // "cta" | "cluster"
@@ -433,6 +439,29 @@ struct WgmmaGroup {
   void wait_group(int64_t n, Loc loc = Loc::current()) const;
 };
 
+// self.atomic.* (NVIDIA Tilus's names): element-wise atomic read-modify-write of a global tile
+// (opts.offsets / dims as store_global) or a whole shared tensor; each returns the elements'
+// previous values (docs/instructions.md).
+struct AtomicGroup {
+  Script* script;
+#define TILUS_ATOMIC_METHODS(space, Tensor)                                                                     \
+  RegisterTensor space##_add(const Tensor& dst, const RegisterTensor& values, AtomicOptions opts = {},           \
+                             Loc loc = Loc::current()) const;                                                   \
+  RegisterTensor space##_sub(const Tensor& dst, const RegisterTensor& values, AtomicOptions opts = {},           \
+                             Loc loc = Loc::current()) const;                                                   \
+  RegisterTensor space##_min(const Tensor& dst, const RegisterTensor& values, AtomicOptions opts = {},           \
+                             Loc loc = Loc::current()) const;                                                   \
+  RegisterTensor space##_max(const Tensor& dst, const RegisterTensor& values, AtomicOptions opts = {},           \
+                             Loc loc = Loc::current()) const;                                                   \
+  RegisterTensor space##_exch(const Tensor& dst, const RegisterTensor& values, AtomicOptions opts = {},          \
+                              Loc loc = Loc::current()) const;                                                  \
+  RegisterTensor space##_cas(const Tensor& dst, const RegisterTensor& compare, const RegisterTensor& values,     \
+                             AtomicOptions opts = {}, Loc loc = Loc::current()) const;
+  TILUS_ATOMIC_METHODS(global, GlobalTensor)
+  TILUS_ATOMIC_METHODS(shared, SharedTensor)
+#undef TILUS_ATOMIC_METHODS
+};
+
 // self.fence.*: proxy fences.
 struct FenceGroup {
   Script* script;
@@ -456,6 +485,7 @@ class Script {
   TmaGroup tma{this};
   FenceGroup fence{this};
   WgmmaGroup wgmma{this};
+  AtomicGroup atomic{this};
 
   struct Attributes {
     std::vector<Expr> blocks;

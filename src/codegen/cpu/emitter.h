@@ -143,6 +143,14 @@ class Emitter {
   Side region_side(const InstNode& inst, const CopyRegion& r, int tile_rank);
   // Moves register tensor r to (load=false) / from (load=true) memory side `mem`.
   void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem);
+  // body(tile index, linear register index, in-bounds and checked) for every element of a tile
+  // of `shape` that a register tensor moves to or from `mem`.
+  void each_element(const InstNode& inst, const Side& mem, const std::vector<int64_t>& shape,
+                    const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body);
+  // One element of an atomic: a compare-exchange loop on the element's bits at `base`[`offset`]
+  // (blocks run on several host threads); returns the old value.
+  llvm::Value* atomic_element(const AtomicInst& i, llvm::Value* base, llvm::Value* offset, llvm::Value* v,
+                              llvm::Value* compare);
   // Memory to memory over a tile of `shape`.
   void transfer(const InstNode& inst, const Side& src, const Side& dst, const std::vector<int64_t>& shape);
   // Checked mode: the condition under which an access at tile index `tile` (bound vars) is

@@ -145,15 +145,21 @@ void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Sid
   next(0);
 }
 
-void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem) {
-  auto shape = r.static_shape();
+void Emitter::each_element(const InstNode& inst, const Side& mem, const std::vector<int64_t>& shape,
+                           const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body) {
   guard_shared(inst, {&mem}, shape, [&] { tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
     auto tile = bind_index(idx);
     llvm::Value* lin = linear(idx, shape);
     Expr pred_e = mem.predicate(tile);
     llvm::Value* pred = is_true(pred_e) ? b.getInt1(true) : expr(pred_e);
     llvm::Value* ok = check_access(inst, mem, tile, pred);
-    llvm::Value* cond = ok ? b.CreateAnd(pred, ok) : pred;
+    body(tile, lin, ok ? b.CreateAnd(pred, ok) : pred);
+    unbind(tile);
+  }); });
+}
+
+void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem) {
+  each_element(inst, mem, r.static_shape(), [&](const std::vector<Expr>& tile, llvm::Value* lin, llvm::Value* cond) {
     if (load) {
       if_then(
           cond,
@@ -168,8 +174,62 @@ void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, 
         store_memory(mem.base, expr(mem.offset(tile)), mem.dtype, v);
       });
     }
-    unbind(tile);
-  }); });
+  });
+}
+
+llvm::Value* Emitter::atomic_element(const AtomicInst& i, llvm::Value* base, llvm::Value* offset, llvm::Value* v,
+                                     llvm::Value* compare) {
+  DataType t = i.values.dtype();
+  llvm::Type* mt = memory_type(t);
+  llvm::IntegerType* it = b.getIntNTy(t.bits());
+  llvm::Align align(t.bits() / 8);
+  llvm::Value* p = b.CreateGEP(mt, b.CreateBitCast(base, llvm::PointerType::getUnqual(mt)), offset);
+  llvm::Value* ip = b.CreateBitCast(p, llvm::PointerType::getUnqual(it));
+  auto to_bits = [&](llvm::Value* x) { return x->getType()->isIntegerTy() ? x : b.CreateBitCast(x, it); };
+  auto from_bits = [&](llvm::Value* x) { return mt->isIntegerTy() ? x : b.CreateBitCast(x, mt); };
+  using llvm::AtomicOrdering;
+  AtomicOrdering success = i.sem == "acquire" ? AtomicOrdering::Acquire
+                           : i.sem == "release" ? AtomicOrdering::Release
+                           : i.sem == "acq_rel" ? AtomicOrdering::AcquireRelease
+                                                : AtomicOrdering::Monotonic;
+  AtomicOrdering failure =
+      i.sem == "acquire" || i.sem == "acq_rel" ? AtomicOrdering::Acquire : AtomicOrdering::Monotonic;
+  llvm::LoadInst* first = b.CreateAlignedLoad(it, ip, align);
+  first->setAtomic(AtomicOrdering::Monotonic);
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(ctx, "atomic", fn);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "atomic_done", fn);
+  b.CreateBr(loop);
+  b.SetInsertPoint(loop);
+  llvm::PHINode* cur = b.CreatePHI(it, 2);
+  cur->addIncoming(first, pre);
+  llvm::Value* old = from_bits(cur);
+  llvm::Value* next = nullptr;
+  bool is_signed = t.is_int();
+  switch (i.op) {
+    case AtomicOp::Add:
+    case AtomicOp::Sub:
+      if (t.is_float()) {
+        llvm::Value *x = widen(old, t), *y = widen(v, t);
+        next = narrow(i.op == AtomicOp::Add ? b.CreateFAdd(x, y) : b.CreateFSub(x, y), t);
+      } else {
+        next = i.op == AtomicOp::Add ? b.CreateAdd(old, v) : b.CreateSub(old, v);
+      }
+      break;
+    case AtomicOp::Min:
+      next = b.CreateSelect(is_signed ? b.CreateICmpSLT(v, old) : b.CreateICmpULT(v, old), v, old);
+      break;
+    case AtomicOp::Max:
+      next = b.CreateSelect(is_signed ? b.CreateICmpSGT(v, old) : b.CreateICmpUGT(v, old), v, old);
+      break;
+    case AtomicOp::Exch: next = v; break;
+    case AtomicOp::Cas: next = b.CreateSelect(b.CreateICmpEQ(cur, to_bits(compare)), v, old); break;
+  }
+  llvm::Value* x = b.CreateAtomicCmpXchg(ip, cur, to_bits(next), align, success, failure);
+  cur->addIncoming(b.CreateExtractValue(x, 0), b.GetInsertBlock());
+  b.CreateCondBr(b.CreateExtractValue(x, 1), done, loop);
+  b.SetInsertPoint(done);
+  return old;
 }
 
 void Emitter::transfer(const InstNode& inst, const Side& src, const Side& dst, const std::vector<int64_t>& shape) {
@@ -233,6 +293,24 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::StoreGlobal: {
       auto& i = static_cast<const StoreGlobalInst&>(inst);
       register_access(inst, false, i.src, global_side(i.dst, facts.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)));
+      return;
+    }
+    case InstKind::Atomic: {
+      // Each element once (the GPU's primary replica); out of bounds: skipped, old value 0.
+      auto& i = static_cast<const AtomicInst&>(inst);
+      declare_reg(i.out);
+      Side mem = i.dst.is_global() ? global_side(i.dst, facts.tile(i, i.dst, i.offsets, i.dims, i.checked_dims))
+                                   : shared_side(facts.shared(i, i.dst));
+      DataType t = i.values.dtype();
+      each_element(inst, mem, i.values.static_shape(),
+                   [&](const std::vector<Expr>& tile, llvm::Value* lin, llvm::Value* cond) {
+                     store_reg(i.out, lin, constant(t, 0));
+                     if_then(cond, [&] {
+                       llvm::Value* cmp = i.compare.defined() ? load_reg(i.compare, lin) : nullptr;
+                       store_reg(i.out, lin,
+                                 atomic_element(i, mem.base, expr(mem.offset(tile)), load_reg(i.values, lin), cmp));
+                     });
+                   });
       return;
     }
     case InstKind::LoadShared: {

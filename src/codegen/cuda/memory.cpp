@@ -170,6 +170,75 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
   if (guarded) em.close();
 }
 
+// atom / red element by element: each element by its primary replica, where its predicate
+// holds; the old value lands in out's slot (zero where the element is out of bounds). The PTX
+// instruction is spelled out here: atom{.sem}{.scope}{.space}.op.type (red: no result).
+void emit_atomic(Emitter& em, const AtomicInst& i, const Lowering& rec, const Side& mem) {
+  const RegisterLayout& l = i.values->layout;
+  DataType t = i.values.dtype();
+  bool shared = i.dst.is_shared();
+  int bits = t.bits();
+  const char* reg_c = bits == 16 ? "h" : bits == 32 ? "r" : "l";
+  const char* raw_t = bits == 16 ? "unsigned short" : bits == 32 ? "unsigned int" : "unsigned long long";
+  std::string type;
+  switch (i.op) {
+    case AtomicOp::Add:
+    case AtomicOp::Sub:
+      type = t == dtypes::float16    ? "noftz.f16"
+             : t == dtypes::bfloat16 ? "noftz.bf16"
+             : t.is_float()          ? fmt::format("f{}", bits)
+             : bits == 64            ? "u64"  // two's complement: one add for both signs
+                                     : (t.is_int() ? "s32" : "u32");
+      break;
+    case AtomicOp::Min:
+    case AtomicOp::Max: type = fmt::format("{}{}", t.is_int() ? "s" : "u", bits); break;
+    case AtomicOp::Exch:
+    case AtomicOp::Cas: type = fmt::format("b{}", bits); break;
+  }
+  const char* op = i.op == AtomicOp::Sub ? "add" : to_string(i.op);
+  std::string ptx = fmt::format("{}.{}.{}.{}.{}.{}", rec.red ? "red" : "atom", i.sem, i.scope,
+                                shared ? "shared::cta" : "global", op, type);
+  const std::string& vals = em.reg(i.values);
+  const std::string& out = em.reg(i.out);
+  std::string cmp = i.compare.defined() ? em.reg(i.compare) : "";
+  std::string zero = em.literal(t, 0);
+  auto spatial = em.spatial_index(l);
+  Expr primary = em.primary_replica(l);
+  bool guarded = !primary.is_const();
+  if (!rec.red)
+    for (int64_t s = 0; s < l.local_size(); ++s) em.linef("{}[{}] = {};", out, s, zero);
+  if (guarded) em.open(fmt::format("if ({})", em.expr(primary)));
+  for (int64_t s = 0; s < l.local_size(); ++s) {
+    auto idx = slot_index(spatial, Emitter::local_index(l, s));
+    std::string off = em.expr(em.simplify(mem.offset(idx)));
+    Expr pred = em.simplify(mem.predicate(idx));
+    if (pred.as<BoolImmNode>() && !pred.as<BoolImmNode>()->value) continue;
+    std::string addr = shared ? fmt::format("tilus::smem_addr({})", mem.address(off)) : mem.address(off);
+    std::string v = fmt::format("{}[{}]", vals, s);
+    if (i.op == AtomicOp::Sub) v = fmt::format("(({})(-{}))", ctype(t), v);
+    std::string a = fmt::format("\"{}\"({})", shared ? "r" : "l", addr);
+    std::string in = fmt::format("\"{}\"(tilus::raw_bits({}))", reg_c, v);
+    bool always = pred.as<BoolImmNode>() != nullptr;
+    if (!always) em.open(fmt::format("if ({})", em.expr(pred)));
+    if (rec.red) {
+      em.linef("asm volatile(\"{} [%0], %1;\" :: {}, {} : \"memory\");", ptx, a, in);
+    } else {
+      em.open("");
+      em.linef("{} old_;", raw_t);
+      if (i.op == AtomicOp::Cas)
+        em.linef("asm volatile(\"{} %0, [%1], %2, %3;\" : \"={}\"(old_) : {}, \"{}\"(tilus::raw_bits({}[{}])), {} : "
+                 "\"memory\");",
+                 ptx, reg_c, a, reg_c, cmp, s, in);
+      else
+        em.linef("asm volatile(\"{} %0, [%1], %2;\" : \"={}\"(old_) : {}, {} : \"memory\");", ptx, reg_c, a, in);
+      em.linef("{}[{}] = tilus::from_raw<{}>(old_);", out, s, ctype(t));
+      em.close();
+    }
+    if (!always) em.close();
+  }
+  if (guarded) em.close();
+}
+
 // ldmatrix (load) / stmatrix (store) between a shared view and a register tensor, matrix
 // group by matrix group as the record lists them (rows of 16 contiguous, aligned bytes).
 void emit_matrix(Emitter& em, const Lowering& plan, const SharedView& view, const Tensor& reg, bool load) {
@@ -327,6 +396,19 @@ void Emitter::emit_memory(const InstNode& inst) {
       selected();
       register_access(*this, false, i.src, global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)),
                       i.dst.dtype(), rec.vector);
+      return;
+    }
+    case InstKind::Atomic: {
+      auto& i = static_cast<const AtomicInst&>(inst);
+      selected();
+      declare_reg(i.out);
+      if (i.dst.is_global()) {
+        emit_atomic(*this, i, rec, global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)));
+      } else {
+        const SharedView& view = facts_.shared(i, i.dst);
+        guard_shared(*this, inst, view, i.values.static_shape());
+        emit_atomic(*this, i, rec, shared_side(view));
+      }
       return;
     }
     case InstKind::LoadShared:

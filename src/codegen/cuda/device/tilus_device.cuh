@@ -504,6 +504,22 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// A 16-, 32- or 64-bit value's bits as the unsigned integer inline PTX takes, and back (atomics).
+template <int Bytes> struct RawOf;
+template <> struct RawOf<2> { typedef unsigned short type; };
+template <> struct RawOf<4> { typedef unsigned int type; };
+template <> struct RawOf<8> { typedef unsigned long long type; };
+template <class T> __device__ __forceinline__ typename RawOf<sizeof(T)>::type raw_bits(T x) {
+  typename RawOf<sizeof(T)>::type u;
+  memcpy(&u, &x, sizeof(T));
+  return u;
+}
+template <class T, class U> __device__ __forceinline__ T from_raw(U u) {
+  T x;
+  memcpy(&x, &u, sizeof(T));
+  return x;
+}
+
 // cp.async of Bytes (4, 8 or 16) with zero fill: src_bytes = 0 writes zeros.
 // The L2 eviction policy (createpolicy) is passed as a cache hint when `policy` is set.
 template <int Bytes> __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {

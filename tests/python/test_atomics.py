@@ -1,0 +1,279 @@
+"""self.atomic.* (element-wise atomics on global and shared tiles) on both backends against numpy,
+with contention between blocks, ragged tiles and the errors."""
+import numpy as np
+import pytest
+
+import tilus
+from tilus import float32, int32
+
+B = 128  # elements per block
+
+
+class Accumulate(tilus.Script):
+    """Every block adds (subtracts, takes the min / max with, exchanges) its tile of x into the same
+    `width` elements of acc at `at`, and stores the old values it saw, one row per block."""
+
+    def __init__(self, dtype, op, width=B, at=0):
+        super().__init__()
+        self.dtype, self.op, self.width, self.at = dtype, op, width, at
+
+    def __call__(self, n: int32, x: tilus.void_p, acc: tilus.void_p, old: tilus.void_p):
+        self.attrs.blocks = [tilus.cdiv(n, B)]
+        self.attrs.warps = 4
+        dt = self.dtype
+        v = self.load_global(self.global_view(x, dtype=dt, shape=[n]), offsets=[self.blockIdx.x * B], shape=[B])
+        ga = self.global_view(acc, dtype=dt, shape=[self.width])
+        prev = getattr(self.atomic, f"global_{self.op}")(ga, v, offsets=[self.at])
+        go = self.global_view(old, dtype=dt, shape=[tilus.cdiv(n, B), B])
+        self.store_global(go, self.unsqueeze(prev, 0), offsets=[self.blockIdx.x, 0])
+
+
+def run_accumulate(arrays, dtype, op, x, acc, width=B, at=0):
+    n = len(x)
+    blocks = -(-n // B)
+    old = arrays.put(np.zeros((blocks, B), x.dtype))
+    a = arrays.put(acc)
+    Accumulate(getattr(tilus, dtype), op, width, at)(n, arrays.put(x), a, old)
+    return arrays.host(a), arrays.host(old)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "int64", "uint64"])
+def test_global_add_integers_sum_every_block_and_return_the_partial_sums(arrays, dtype):
+    rng = np.random.default_rng(1)
+    n = 9 * B + 37  # ragged: the last block's tail reads zeros
+    x = rng.integers(0, 1000, n).astype(dtype)
+    acc, old = run_accumulate(arrays, dtype, "add", x, np.full(B, 5, dtype))
+    xp = np.concatenate([x, np.zeros(-n % B, dtype)]).reshape(-1, B)
+    np.testing.assert_array_equal(acc, 5 + xp.sum(axis=0, dtype=dtype))
+    # Each block saw the sum of the blocks before it in some order: the old values with the final
+    # value are the initial value with every old + contribution.
+    for j in range(B):
+        seen = sorted(old[:, j].tolist() + [int(acc[j])])
+        after = sorted([5] + (old[:, j] + xp[:, j]).tolist())
+        assert seen == after, f"element {j}: old values {old[:, j]} do not chain to {acc[j]}"
+
+
+def test_global_sub_and_float_add(arrays):
+    rng = np.random.default_rng(2)
+    n = 5 * B
+    x = rng.integers(-100, 100, n).astype(np.int32)
+    acc, _ = run_accumulate(arrays, "int32", "sub", x, np.zeros(B, np.int32))
+    np.testing.assert_array_equal(acc, -x.reshape(-1, B).sum(axis=0))
+    xf = rng.uniform(-1, 1, n).astype(np.float32)
+    accf, _ = run_accumulate(arrays, "float32", "add", xf, np.ones(B, np.float32))
+    np.testing.assert_allclose(accf, 1 + xf.reshape(-1, B).astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_global_add_float16(arrays):
+    n = 4 * B
+    x = (np.arange(n) % 7).astype(np.float16)  # small integers: every order of the sums is exact
+    acc, old = run_accumulate(arrays, "float16", "add", x, np.zeros(B, np.float16))
+    np.testing.assert_array_equal(acc.astype(np.float32), x.reshape(-1, B).astype(np.float32).sum(axis=0))
+
+
+@pytest.mark.parametrize("op", ["min", "max"])
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "int64"])
+def test_global_min_max(arrays, op, dtype):
+    rng = np.random.default_rng(3)
+    n = 6 * B + 5
+    lo = 0 if dtype.startswith("u") else -10**6
+    x = rng.integers(lo, 10**6, n).astype(dtype)
+    start = np.full(B, 17, dtype)
+    acc, _ = run_accumulate(arrays, dtype, op, x, start)
+    xp = np.concatenate([x, np.zeros(-n % B, dtype)]).reshape(-1, B)
+    f = np.minimum if op == "min" else np.maximum
+    np.testing.assert_array_equal(acc, f(start, f.reduce(xp, axis=0)))
+
+
+def test_global_exch_hands_every_value_on_once(arrays):
+    n = 6 * B
+    x = np.arange(n, dtype=np.int32) + 1
+    acc, old = run_accumulate(arrays, "int32", "exch", x, np.zeros(B, np.int32))
+    for j in range(B):
+        seen = sorted(old[:, j].tolist() + [int(acc[j])])
+        assert seen == sorted([0] + x.reshape(-1, B)[:, j].tolist())
+
+
+def test_global_tile_at_a_ragged_offset_skips_out_of_bounds_elements(arrays):
+    # acc has 200 elements; block 0's tile at 150 reaches 278: only [150, 200) are added.
+    x = np.arange(1, B + 1, dtype=np.int32)
+    acc, old = run_accumulate(arrays, "int32", "add", x, np.full(200, 3, np.int32), width=200, at=150)
+    want = np.full(200, 3, np.int32)
+    want[150:] += x[:50]
+    np.testing.assert_array_equal(acc, want)
+    np.testing.assert_array_equal(old[0, :50], 3)
+    np.testing.assert_array_equal(old[0, 50:], 0)  # out of bounds: no operation, old value 0
+
+
+class Claim(tilus.Script):
+    """Every block tries once to claim each slot (cas 0 -> its id + 1); the old values say who won."""
+
+    def __call__(self, blocks: int32, slots: ~int32, seen: ~int32):
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 4
+        me = self.register_tensor(dtype=int32, shape=[B], init=self.blockIdx.x + 1)
+        zero = self.register_tensor(dtype=int32, shape=[B], init=0)
+        prev = self.atomic.global_cas(self.global_view(slots, shape=[B]), zero, me, sem="acq_rel")
+        self.store_global(self.global_view(seen, shape=[blocks, B]), self.unsqueeze(prev, 0),
+                          offsets=[self.blockIdx.x, 0])
+
+
+def test_global_cas_lets_exactly_one_block_claim_each_slot(arrays):
+    blocks = 12
+    slots = arrays.put(np.zeros(B, np.int32))
+    seen = arrays.put(np.full((blocks, B), -1, np.int32))
+    Claim()(blocks, slots, seen)
+    s, sn = arrays.host(slots), arrays.host(seen)
+    for j in range(B):
+        winners = np.nonzero(sn[:, j] == 0)[0]
+        assert len(winners) == 1, f"slot {j}: blocks {winners} all saw it free"
+        assert s[j] == winners[0] + 1
+        assert (sn[sn[:, j] != 0, j] == s[j]).all()
+
+
+class SharedCount(tilus.Script):
+    """Shared atomics from every warp: s = 3 * x (added three times), then min with 100."""
+
+    def __call__(self, x: ~int32, y: ~int32, first: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        v = self.load_global(self.global_view(x, shape=[B]), offsets=[0], shape=[B])
+        s = self.shared_tensor(dtype=int32, shape=[B])
+        self.store_shared(s, self.register_tensor(dtype=int32, shape=[B], init=0))
+        got = self.atomic.shared_add(s, v)
+        self.atomic.shared_add(s, v)
+        self.atomic.shared_add(s, v)
+        self.atomic.shared_min(s, self.register_tensor(dtype=int32, shape=[B], init=100))
+        self.store_global(self.global_view(y, shape=[B]), self.load_shared(s), offsets=[0])
+        self.store_global(self.global_view(first, shape=[B]), got, offsets=[0])
+
+
+def test_shared_atomics(arrays):
+    x = np.arange(B, dtype=np.int32)
+    y, first = arrays.put(np.zeros(B, np.int32)), arrays.put(np.full(B, -1, np.int32))
+    SharedCount()(arrays.put(x), y, first)
+    np.testing.assert_array_equal(arrays.host(y), np.minimum(3 * x, 100))
+    np.testing.assert_array_equal(arrays.host(first), 0)
+
+
+def test_unused_old_values_become_red_and_used_ones_atom():
+    src = Accumulate(tilus.int32, "add").source(B, np.zeros(B, np.int32), np.zeros(B, np.int32),
+                                                  np.zeros((1, B), np.int32), arch="sm_90a")
+    assert "atom.relaxed.gpu.global.add.s32" in src
+
+    class Fire(tilus.Script):
+        def __call__(self, acc: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            self.atomic.global_add(self.global_view(acc, shape=[B]),
+                                   self.register_tensor(dtype=float32, shape=[B], init=1.0))
+
+    src = Fire().source(np.zeros(B, np.float32), arch="sm_90a")
+    assert "red.relaxed.gpu.global.add.f32" in src and "atom." not in src
+
+
+def test_errors_name_the_instruction_and_the_line():
+    class Replicated(tilus.Script):
+        def __call__(self, acc: ~int32, out: ~int32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            v = self.register_tensor(dtype=int32, shape=[8], init=1)
+            old = self.atomic.global_add(self.global_view(acc, shape=[8]), v)  # REPLICATED-LINE
+            self.store_global(self.global_view(out, shape=[8]), old, offsets=[0])
+
+    with pytest.raises(tilus.CompileError, match=r"test_atomics.py:\d+: .*atomic.global_add: its old values are read"):
+        Replicated().source(np.zeros(8, np.int32), np.zeros(8, np.int32), arch="sm_90a")
+
+    class BadType(tilus.Script):
+        def __call__(self, acc: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            self.atomic.global_max(self.global_view(acc, shape=[B]),
+                                   self.register_tensor(dtype=float32, shape=[B], init=1.0))
+
+    with pytest.raises(tilus.CompileError, match=r"test_atomics.py:\d+: .*atomic max takes 32- or 64-bit integers"):
+        BadType().source(np.zeros(B, np.float32), arch="sm_90a")
+
+    class BadSem(tilus.Script):
+        def __call__(self, acc: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            self.atomic.global_add(self.global_view(acc, shape=[B]),
+                                   self.register_tensor(dtype=float32, shape=[B], init=1.0), sem="seq_cst")
+
+    with pytest.raises(tilus.CompileError, match=r"sem='seq_cst' is not one of"):
+        BadSem().source(np.zeros(B, np.float32), arch="sm_90a")
+
+
+def test_single_thread_atomic_counter(arrays):
+    """A ticket counter: one thread per block takes a ticket (old values used, one element)."""
+
+    class Ticket(tilus.Script):
+        def __call__(self, blocks: int32, counter: ~int32, tickets: ~int32):
+            self.attrs.blocks = [blocks]
+            self.attrs.warps = 4
+            with self.single_thread():
+                one = self.register_tensor(dtype=int32, shape=[1], init=1)
+                t = self.atomic.global_add(self.global_view(counter, shape=[1]), one, sem="acq_rel")
+                self.store_global(self.global_view(tickets, shape=[blocks]), t, offsets=[self.blockIdx.x])
+
+    blocks = 40
+    counter, tickets = arrays.put(np.zeros(1, np.int32)), arrays.put(np.full(blocks, -1, np.int32))
+    Ticket()(blocks, counter, tickets)
+    assert arrays.host(counter)[0] == blocks
+    assert sorted(arrays.host(tickets).tolist()) == list(range(blocks))
+
+
+class EveryAtomic(tilus.Script):
+    """One kernel with every (op, dtype) pair the GPU has, on global and shared tiles, with the old
+    values used (atom) and unused (red)."""
+
+    def __init__(self, pairs):
+        super().__init__()
+        self.pairs = pairs
+
+    def __call__(self, buf: tilus.void_p, out: tilus.void_p):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        for k, (op, name) in enumerate(self.pairs):
+            dt = getattr(tilus, name)
+            g = self.global_view(buf, dtype=dt, shape=[len(self.pairs), B])
+            s = self.shared_tensor(dtype=dt, shape=[B])
+            v = self.load_global(g, offsets=[k, 0], shape=[B])
+            self.store_shared(s, v)
+            args = (v, v) if op == "cas" else (v,)
+            old = getattr(self.atomic, f"global_{op}")(g, *args, offsets=[k, 0], sem="acq_rel")
+            getattr(self.atomic, f"shared_{op}")(s, *args)
+            self.store_global(self.global_view(out, dtype=dt, shape=[len(self.pairs), B]), self.unsqueeze(old, 0),
+                              offsets=[k, 0])
+
+
+ALL_PAIRS = ([(op, t) for op in ("add", "sub") for t in ("int32", "uint32", "int64", "uint64", "float32", "float64",
+                                                          "float16", "bfloat16")] +
+             [(op, t) for op in ("min", "max") for t in ("int32", "uint32", "int64", "uint64")] +
+             [("exch", t) for t in ("int32", "float32", "uint64", "float64")] +
+             [("cas", t) for t in ("int16", "float16", "int32", "float32", "int64")])
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_every_atomic_compiles_for_sm90a_and_bfloat16_is_refused_on_sm80():
+    buf = np.zeros(len(ALL_PAIRS) * B * 8, np.uint8)
+    c = EveryAtomic(ALL_PAIRS).compiled(buf, buf, arch="sm_90a")
+    assert c.spill_store_bytes == 0
+    sm80 = [p for p in ALL_PAIRS if p[1] != "bfloat16"]
+    EveryAtomic(sm80).compiled(buf, buf, arch="sm_80")
+    with pytest.raises(tilus.CompileError, match="atomic bfloat16 operations need sm_90"):
+        EveryAtomic([("add", "bfloat16")]).compiled(buf, buf, arch="sm_80")
+
+
+def test_bfloat16_add(arrays, device):
+    if device == "cuda":
+        import torch
+        if torch.cuda.get_device_capability() < (9, 0):
+            pytest.skip("bfloat16 atomics need sm_90")
+    n = 3 * B
+    x = (np.arange(n) % 5).astype(np.float32)
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)  # small integers: exact in bfloat16
+    acc, _ = run_accumulate(arrays, "bfloat16", "add", bits, np.zeros(B, np.uint16))
+    got = (np.asarray(acc).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(got, x.reshape(-1, B).sum(axis=0))
