@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -204,8 +205,7 @@ class LayoutSolver {
     }
     for (const TensorNode* t : order_) {
       if (known_.count(t)) continue;
-      Tensor tensor = tensors_.at(t);
-      assign(t, default_register_layout(tensor.static_shape(), tensor.dtype(), threads_.at(t)), nullptr);
+      assign(t, default_for(t), nullptr);
       propagate();
     }
     struct Rewrite : StmtMutator {
@@ -222,6 +222,21 @@ class LayoutSolver {
   }
 
  private:
+  // A tensor nothing constrains takes the default layout an earlier unconstrained tensor of its
+  // shape (on as many threads) took, whatever its dtype, so that the tiles of two loops over the
+  // same data (a softmax's max pass in float32 and its exp pass on float16 loads) agree and a
+  // row statistic computed in one applies in the other; else the default of its shape and dtype.
+  RegisterLayout default_for(const TensorNode* t) {
+    const Tensor& tensor = tensors_.at(t);
+    auto key = std::make_pair(tensor.static_shape(), threads_.at(t));
+    auto it = defaults_.find(key);
+    if (it != defaults_.end()) return it->second;
+    RegisterLayout l = default_register_layout(key.first, tensor.dtype(), key.second);
+    defaults_.emplace(key, l);
+    return l;
+  }
+  std::map<std::pair<std::vector<int64_t>, int64_t>, RegisterLayout> defaults_;
+
   const Kernel& kernel_;
   std::unordered_set<const TensorNode*> read_;
   std::vector<std::pair<const TensorNode*, int64_t>> one_per_thread_;

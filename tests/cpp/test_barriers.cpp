@@ -272,7 +272,9 @@ TEST(InsertBarriers, ThreadGroups) {
               auto t = s.shared_tensor(dtypes::float32, {8, 32});
               s.warp_group(0, 2, [&] {
                 s.store_shared(t, s.register_tensor(dtypes::float32, {32, 8}, 3.0).transpose());
-                s.store_global(s.global_view(p, {8, 32}), s.load_shared(t), {.offsets = {0, 0}});
+                auto r = s.load_shared(t);  // another thread mapping than the store's
+                s.annotate_layout(r, spatial({8, 8}) * local({1, 4}));
+                s.store_global(s.global_view(p, {8, 32}), r, {.offsets = {0, 0}});
               });
             }),
             &out),
@@ -292,7 +294,9 @@ TEST(InsertBarriers, NestedLoops) {
               auto t = s.shared_tensor(dtypes::float32, {16, 64});
               auto acc = s.register_tensor(dtypes::float32, {64, 16}, 0.0);
               for (Expr i : s.range(n)) {
-                s.store_shared(t, s.load_global(g, {.offsets = {i * 16, 0}, .shape = {16, 64}}));
+                auto x = s.load_global(g, {.offsets = {i * 16, 0}, .shape = {16, 64}});
+                s.annotate_layout(x, spatial({16, 8}) * local({1, 8}));  // not the reads' mapping
+                s.store_shared(t, x);
                 for (Expr j : s.range(4)) acc = acc + s.load_shared(t).transpose();
               }
               s.store_global(g, acc.transpose(), {.offsets = {0, 0}});

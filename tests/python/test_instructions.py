@@ -291,3 +291,37 @@ def test_shapes_and_views(arrays):
     want = np.stack([X.reshape(-1), X.T.reshape(-1), np.tile(X.sum(0), (8, 1)).reshape(-1), X.reshape(-1) * 2])
     np.testing.assert_allclose(arrays.host(out), want, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(arrays.host(bits), X.view(np.int32))
+
+
+class TwoPassRowScale(tilus.Script):
+    """y = x / rowmax(x) in two passes over the columns: the max is taken on float32 tiles in the
+    first loop and applied to float16 loads in the second. Nothing fixes the tiles' layouts, so
+    the second loop's tile must take the first's (the row statistic's threads must match)."""
+
+    def __init__(self, block_m, block_n, warps):
+        super().__init__()
+        self.block_m, self.block_n, self.warps = block_m, block_n, warps
+
+    def __call__(self, m: int32, n: int32, x: ~float16, y: ~float16):
+        bm, bn = self.block_m, self.block_n
+        self.attrs.blocks = [tilus.cdiv(m, bm)]
+        self.attrs.warps = self.warps
+        om = self.blockIdx.x * bm
+        gx, gy = self.global_view(x, shape=[m, n]), self.global_view(y, shape=[m, n])
+        best = self.register_tensor(dtype=float32, shape=[bm, bn], init=-1e30)
+        for on in range(0, n, bn):
+            best = self.maximum(best, self.load_global(gx, offsets=[om, on], shape=[bm, bn]).to(float32))
+        row = self.max(best, dim=1, keepdim=True)
+        for on in range(0, n, bn):
+            tile = self.load_global(gx, offsets=[om, on], shape=[bm, bn])
+            self.store_global(gy, (tile.to(float32) / row).to(float16), offsets=[om, on])
+
+
+@pytest.mark.parametrize("bm,bn,warps", [(4, 128, 4), (8, 128, 2), (8, 256, 8), (1, 512, 4)])
+def test_unconstrained_tiles_of_one_shape_share_a_layout(arrays, bm, bn, warps):
+    m, n = 37, 700
+    x = (np.random.default_rng(8).uniform(0.5, 2.0, (m, n))).astype(np.float16)
+    y = arrays.put(np.zeros((m, n), np.float16))
+    TwoPassRowScale(bm, bn, warps)(m, n, arrays.put(x), y)
+    xr = x.astype(np.float32)
+    np.testing.assert_allclose(arrays.host(y).astype(np.float32), xr / xr.max(axis=1, keepdims=True), rtol=2e-3)
