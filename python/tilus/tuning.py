@@ -36,7 +36,9 @@ _reports_lock = threading.Lock()
 
 def autotune(names, values):
     """Class decorator: tune constructor arguments `names` ("a, b" or ["a", "b"]) over `values`
-    (a list of tuples, or of scalars for one name). Stack decorators for a product space."""
+    (a list of tuples, one entry per name; for one name, a list of its values, which may be
+    tuples themselves, as in NVIDIA Tilus: ``autotune("warp_spatial", [(1, 4), (2, 2)])``).
+    Stack decorators for a product space."""
     frame = sys._getframe(1)
     where = (frame.f_code.co_filename, frame.f_lineno)
     text = names if isinstance(names, str) else ", ".join(names)
@@ -44,7 +46,8 @@ def autotune(names, values):
         values = list(values)
     except TypeError:
         raise CompileError(f"{where[0]}:{where[1]}: autotune: values must be a list, got {values!r}") from None
-    points = [tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in values]
+    one_name = len([n for n in text.split(",") if n.strip()]) == 1
+    points = [(v,) if one_name or not isinstance(v, (tuple, list)) else tuple(v) for v in values]
     texts = [[repr(x) for x in p] for p in points]
     dimension = _C.TuneSpace()
     dimension.add(text, texts, where)  # CompileError at the decorator's line for a bad dimension

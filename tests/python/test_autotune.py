@@ -194,3 +194,21 @@ def test_autotuned_matmul_on_the_gpu(cache_dir, monkeypatch):
     AutotunedMatmul()(m, n, k, a, b, c)  # a new instance: the persisted winner, no tuning
     assert len(calls) == 1
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_one_name_takes_tuple_values_whole():
+    """NVIDIA Tilus's quantized matmul tunes autotune("warp_spatial", [(1, 4), (2, 2)]): for one
+    name, each value is one point, tuples included; several names take one tuple per point."""
+
+    @tilus.autotune("warp_spatial", [(1, 4), (2, 2), (4, 1)])
+    @tilus.autotune("a, b", [(1, (2, 3))])
+    class Spatial(tilus.Script):
+        def __init__(self, warp_spatial, a, b):
+            super().__init__()
+
+        def __call__(self, n: int32):
+            self.attrs.blocks = [1]
+
+    assert sorted(Spatial._tilus_space.names) == ["a", "b", "warp_spatial"]
+    assert sorted(Spatial._tilus_values["warp_spatial"].values()) == [(1, 4), (2, 2), (4, 1)]
+    assert Spatial._tilus_values["b"] == {"(2, 3)": (2, 3)}
