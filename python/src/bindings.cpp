@@ -19,6 +19,7 @@
 #include "tilus/codegen/nvrtc.h"
 #include "tilus/ir/printer.h"
 #include "tilus/lang/builder.h"
+#include "tilus/passes/infer_layouts.h"
 #include "tilus/passes/pipeline.h"
 #include "tilus/runtime/autotune.h"
 #include "tilus/runtime/jit.h"
@@ -693,6 +694,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("replicated", &replicated, "A register layout of num_threads threads that hold the same elements.");
   m.def("compose", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; },
         "The Kronecker composition a * b: b repeated in the pattern of a.");
+  m.def("dot_plans", [](const DataType& ab, const DataType& c, int64_t m, int64_t n, int64_t k, int64_t threads) {
+          py::list out;
+          for (const DotPlan& p : dot_plans(ab, c, m, n, k, threads))
+            out.append(py::dict(py::arg("op") = to_string(p.op), py::arg("warps_m") = p.tiling.warps_m,
+                                py::arg("warps_n") = p.tiling.warps_n, py::arg("a") = p.a, py::arg("b") = p.b,
+                                py::arg("c") = p.c));
+          return out;
+        },
+        "The plans layout inference may give a dot of a [m, k] x [k, n] tile on `threads` threads (the default "
+        "first): dicts of op, warps_m, warps_n and the a, b, c layouts.");
+  m.def("default_register_layout", &default_register_layout, py::arg("shape"), py::arg("dtype"), py::arg("threads"),
+        py::arg("vector") = 0, "The layout layout inference gives a free register tensor.");
 
   py::class_<Program>(m, "Program", "A tile IR program (tilus.trace returns the traced one); str() prints it.")
       .def("__str__", [](const Program& p) { return print(p); })

@@ -770,6 +770,11 @@ class Script(Artifacts):
         return _FENCE
 
     @property
+    def cuda(self) -> "CudaHelpers":
+        """Layout helpers (NVIDIA Tilus's ``self.cuda``): resolve_dot_config, default_register_layout."""
+        return _CUDA
+
+    @property
     def atomic(self) -> "AtomicGroup":
         """Element-wise atomics on shared and global tiles (NVIDIA Tilus's ``self.atomic``):
         global_/shared_ add, sub, min, max, exch, cas."""
@@ -1557,6 +1562,59 @@ class AtomicGroup:
 
 
 _ATOMIC = AtomicGroup()
+
+
+class DotConfig:
+    """A dot's operand layouts on a block (NVIDIA Tilus's BlockMmaConfig): ``la``, ``lb``, ``lc``
+    for a [m, k] x [k, n] product on ``num_warps`` warps, and the dtypes, exactly as layout
+    inference lays out such a dot with that warp split (annotating them keeps that split)."""
+
+    def __init__(self, operand_dtype, accumulator_dtype, m, n, k, num_warps, warp_m, warp_n, la, lb, lc):
+        self.operand_dtype, self.accumulator_dtype = operand_dtype, accumulator_dtype
+        self.m, self.n, self.k, self.num_warps, self.warp_m, self.warp_n = m, n, k, num_warps, warp_m, warp_n
+        self.la, self.lb, self.lc = la, lb, lc
+
+    def __repr__(self):
+        return (f"DotConfig({self.operand_dtype.name} -> {self.accumulator_dtype.name}, m={self.m}, n={self.n}, "
+                f"k={self.k}, warps {self.warp_m}x{self.warp_n})")
+
+
+class CudaHelpers:
+    """``self.cuda`` (NVIDIA Tilus's names): the layouts the compiler would choose, for kernels
+    that annotate them."""
+
+    @staticmethod
+    def resolve_dot_config(operand_dtype, acc_dtype, *, m, n, k, num_warps=None, warp_m=None, warp_n=None):
+        """The operand layouts of a [m, k] x [k, n] dot on ``num_warps`` warps (or
+        ``warp_m`` x ``warp_n``): mma.sync m16n8k16 fragments for float16 / bfloat16 operands
+        on tiles that fit them. With warp_m / warp_n the split is theirs, else the one layout
+        inference takes by default. ValueError when no split fits."""
+        if num_warps is None:
+            if warp_m is None or warp_n is None:
+                raise ValueError("resolve_dot_config: give num_warps, or both warp_m and warp_n")
+            num_warps = warp_m * warp_n
+        plans = _C.dot_plans(operand_dtype, acc_dtype, m, n, k, 32 * num_warps)
+        if not plans[0]["op"].startswith("mma.sync") and (warp_m is not None or warp_n is not None):
+            raise ValueError(f"resolve_dot_config: a {operand_dtype.name} x {operand_dtype.name} -> {acc_dtype.name} "
+                             f"dot of m={m}, n={n}, k={k} takes no mma.sync, so it has no warp split")
+        fits = [p for p in plans if (warp_m is None or p["warps_m"] == warp_m) and
+                (warp_n is None or p["warps_n"] == warp_n)]
+        if not fits:
+            splits = ", ".join(f"{p['warps_m']}x{p['warps_n']}" for p in plans)
+            raise ValueError(f"resolve_dot_config: no split of {num_warps} warps into warp_m={warp_m} x "
+                             f"warp_n={warp_n} fits m={m}, n={n}, k={k} (the splits that fit: {splits})")
+        p = fits[0]
+        return DotConfig(operand_dtype, acc_dtype, m, n, k, num_warps, p["warps_m"], p["warps_n"], p["a"], p["b"],
+                         p["c"])
+
+    @staticmethod
+    def default_register_layout(num_warps, dtype, shape, vector_size=None):
+        """The layout layout inference gives a free register tensor of ``shape`` and ``dtype`` on
+        ``num_warps`` warps (16-byte vectors along the last dim unless ``vector_size`` says)."""
+        return _C.default_register_layout(list(shape), dtype, 32 * num_warps, vector_size or 0)
+
+
+_CUDA = CudaHelpers()
 
 for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence"), (WgmmaGroup, "wgmma"),
                         (AtomicGroup, "atomic")):

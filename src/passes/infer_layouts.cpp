@@ -85,22 +85,51 @@ RegisterLayout mma_c() { return local({2, 1}) * spatial({8, 4}) * local({1, 2});
 
 }  // namespace
 
+namespace {
+
+// mma.sync over a wm x wn grid of warps (the block's other warps replicate it).
+DotPlan mma_plan(int64_t m, int64_t n, int64_t k, int64_t threads, int64_t wm, int64_t wn) {
+  DotPlan d;
+  DotTiling& t = d.tiling;
+  d.op = MachineOp::MmaSync;
+  t.warps_m = wm;
+  t.warps_n = wn;
+  t.replicas = threads / 32 / (wm * wn);
+  t.rep_m = m / 16 / wm;
+  t.rep_n = n / 8 / wn;
+  t.rep_k = k / 16;
+  d.a = local({t.rep_m, t.rep_k}) * spatial({wm, 1}) * replicated(wn) * mma_a();
+  d.b = local({t.rep_k, t.rep_n}) * replicated(wm) * spatial({1, wn}) * mma_b();
+  d.c = local({t.rep_m, t.rep_n}) * spatial({wm, wn}) * mma_c();
+  if (t.replicas > 1) {
+    d.a = replicated(t.replicas) * d.a;
+    d.b = replicated(t.replicas) * d.b;
+    d.c = replicated(t.replicas) * d.c;
+  }
+  return d;
+}
+
+}  // namespace
+
+std::vector<DotPlan> dot_plans(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
+  std::vector<DotPlan> plans{plan_dot(ab, c, m, n, k, threads)};
+  if (plans[0].op != MachineOp::MmaSync) return plans;
+  int64_t warps = threads / 32;
+  for (int64_t wm = 1; wm <= warps; ++wm) {
+    if (warps % wm || (m / 16) % wm || (n / 8) % (warps / wm)) continue;
+    int64_t wn = warps / wm;
+    if (wm == plans[0].tiling.warps_m && wn == plans[0].tiling.warps_n) continue;
+    plans.push_back(mma_plan(m, n, k, threads, wm, wn));
+  }
+  return plans;
+}
+
 DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads) {
   DotPlan d;
   DotTiling& t = d.tiling;
   if (mma_eligible(ab, c, m, n, k, threads)) {
-    int64_t warps = threads / 32;
-    auto [wm, wn] = split_workers(m / 16, n / 8, warps, 16, 8);
-    d.op = MachineOp::MmaSync;
-    t.warps_m = wm;
-    t.warps_n = wn;
-    t.replicas = warps / (wm * wn);
-    t.rep_m = m / 16 / wm;
-    t.rep_n = n / 8 / wn;
-    t.rep_k = k / 16;
-    d.a = local({t.rep_m, t.rep_k}) * spatial({wm, 1}) * replicated(wn) * mma_a();
-    d.b = local({t.rep_k, t.rep_n}) * replicated(wm) * spatial({1, wn}) * mma_b();
-    d.c = local({t.rep_m, t.rep_n}) * spatial({wm, wn}) * mma_c();
+    auto [wm, wn] = split_workers(m / 16, n / 8, threads / 32, 16, 8);
+    return mma_plan(m, n, k, threads, wm, wn);
   } else {
     // SIMT outer product: thread (i, j) of a tm x tn grid owns a pm x pn block of c, a
     // full pm x k strip of a and a k x pn strip of b.
@@ -187,7 +216,9 @@ struct Relation {
 
 class LayoutSolver {
  public:
-  explicit LayoutSolver(const Kernel& k) : kernel_(k) {}
+  // choices: the plan (index into dot_plans) of each dot; the default plan where absent.
+  LayoutSolver(const Kernel& k, const std::unordered_map<const InstNode*, size_t>& choices)
+      : kernel_(k), choices_(choices) {}
 
   Kernel run() {
     read_ = read_tensors(kernel_);
@@ -238,6 +269,7 @@ class LayoutSolver {
   std::map<std::pair<std::vector<int64_t>, int64_t>, RegisterLayout> defaults_;
 
   const Kernel& kernel_;
+  const std::unordered_map<const InstNode*, size_t>& choices_;
   std::unordered_set<const TensorNode*> read_;
   std::vector<std::pair<const TensorNode*, int64_t>> one_per_thread_;
   std::vector<const TensorNode*> order_;
@@ -354,7 +386,9 @@ class LayoutSolver {
         auto& i = static_cast<const DotInst&>(inst);
         if (i.a.rank() != 2 || i.b.rank() != 2 || i.c.rank() != 2) return;
         auto sa = i.a.static_shape(), sb = i.b.static_shape();
-        DotPlan d = plan_dot(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], threads);
+        auto plans = dot_plans(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], threads);
+        auto it = choices_.find(&inst);
+        const DotPlan& d = plans[it == choices_.end() || it->second >= plans.size() ? 0 : it->second];
         fix(i.a, d.a, inst);
         fix(i.b, d.b, inst);
         fix(i.c, d.c, inst);
@@ -544,8 +578,67 @@ Kernel choose_shared_layouts(const Kernel& k) {
 
 }  // namespace
 
+// Each dot takes its default warp split unless the layouts around it need another (an
+// annotation with another split's fragments, as NVIDIA Tilus's resolve_dot_config gives, or a
+// dot whose operand is another's result): when the defaults leave a conflict, the combinations
+// of the dots' splits are tried, fewest changes first, and the first that solves is kept.
+Kernel solve_layouts(const Kernel& k) {
+  struct Dots : StmtVisitor {
+    std::vector<std::pair<const DotInst*, int64_t>> dots;
+    int64_t threads;
+    void visit_thread_group(const ThreadGroupStmtNode& g) override {
+      int64_t outer = threads;
+      threads = g.num_threads;
+      StmtVisitor::visit_thread_group(g);
+      threads = outer;
+    }
+    void visit_inst(const InstNode& i) override {
+      if (auto* d = dynamic_cast<const DotInst*>(&i); d && d->a.rank() == 2 && d->b.rank() == 2) dots.emplace_back(d, threads);
+    }
+  } dots;
+  dots.threads = k.num_threads();
+  dots.visit(k);
+  std::unordered_map<const InstNode*, size_t> choices;
+  auto solves = [&] {
+    try {
+      LayoutSolver(k, choices).run();
+      return true;
+    } catch (const CompileError&) {
+      return false;
+    }
+  };
+  if (!dots.dots.empty() && !solves()) {
+    // Every combination of the dots' plans (up to 256), fewest non-default choices first.
+    std::vector<size_t> sizes;
+    size_t total = 1;
+    for (auto& [d, threads] : dots.dots) {
+      auto sa = d->a.static_shape(), sb = d->b.static_shape();
+      sizes.push_back(dot_plans(d->a.dtype(), d->c.dtype(), sa[0], sb[1], sa[1], threads).size());
+      total = std::min<size_t>(total * sizes.back(), 257);
+    }
+    if (total <= 256) {
+      std::vector<std::vector<size_t>> combos;
+      for (size_t code = 1; code < total; ++code) {
+        std::vector<size_t> c;
+        for (size_t i = 0, rest = code; i < sizes.size(); rest /= sizes[i], ++i) c.push_back(rest % sizes[i]);
+        combos.push_back(std::move(c));
+      }
+      auto changed = [](const std::vector<size_t>& c) { return std::count_if(c.begin(), c.end(), [](size_t x) { return x > 0; }); };
+      std::stable_sort(combos.begin(), combos.end(), [&](auto& a, auto& b) { return changed(a) < changed(b); });
+      for (auto& c : combos) {
+        choices.clear();
+        for (size_t i = 0; i < c.size(); ++i)
+          if (c[i]) choices[dots.dots[i].first] = c[i];
+        if (solves()) break;
+        choices.clear();
+      }
+    }
+  }
+  return LayoutSolver(k, choices).run();  // reports the conflict, if one is left
+}
+
 Program infer_layouts(const Program& program) {
-  return map_kernels(program, [](const Kernel& k) { return choose_shared_layouts(LayoutSolver(k).run()); });
+  return map_kernels(program, [](const Kernel& k) { return choose_shared_layouts(solve_layouts(k)); });
 }
 
 }  // namespace tilus

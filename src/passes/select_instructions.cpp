@@ -416,8 +416,13 @@ class Selector : public StmtMutator {
                                      i.b.type_str()),
                          i.loc);
     auto sa = i.a.static_shape(), sb = i.b.static_shape();
-    DotPlan p = plan_dot(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], scope().threads);
-    if (i.a->layout != p.a || i.b->layout != p.b || i.c->layout != p.c || i.out->layout != p.c)
+    // The plan whose layouts the operands have (layout inference chose among them).
+    auto plans = dot_plans(i.a.dtype(), i.c.dtype(), sa[0], sb[1], sa[1], scope().threads);
+    auto match = std::find_if(plans.begin(), plans.end(), [&](const DotPlan& p) {
+      return i.a->layout == p.a && i.b->layout == p.b && i.c->layout == p.c && i.out->layout == p.c;
+    });
+    DotPlan p = match == plans.end() ? plans[0] : *match;
+    if (match == plans.end())
       throw CompileError(fmt::format("dot: the operand layouts ({}, {}, {}) are not the ones layout inference gives a "
                                      "dot of this shape on {} threads; remove the annotations that changed them",
                                      i.a->layout.str(), i.b->layout.str(), i.c->layout.str(), scope().threads),

@@ -325,3 +325,54 @@ def test_unconstrained_tiles_of_one_shape_share_a_layout(arrays, bm, bn, warps):
     TwoPassRowScale(bm, bn, warps)(m, n, arrays.put(x), y)
     xr = x.astype(np.float32)
     np.testing.assert_allclose(arrays.host(y).astype(np.float32), xr / xr.max(axis=1, keepdims=True), rtol=2e-3)
+
+
+class ChainedDots(tilus.Script):
+    """o = exp(q @ k.T * scale) @ v with the operand layouts NVIDIA Tilus's flash attention asks
+    for (self.cuda.resolve_dot_config with warp_m = warps, warp_n = 1): the first product feeds
+    the second as its `a`, and neither split is the default one."""
+
+    def __init__(self, bq, bkv, d, warps):
+        super().__init__()
+        self.bq, self.bkv, self.d, self.warps = bq, bkv, d, warps
+        self.qk = self.cuda.resolve_dot_config(float16, float32, m=bq, n=bkv, k=d, warp_m=warps, warp_n=1)
+        self.sv = self.cuda.resolve_dot_config(float16, float32, m=bq, n=d, k=bkv, warp_m=warps, warp_n=1)
+
+    def __call__(self, q: ~float16, k: ~float16, v: ~float16, o: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = self.warps
+        bq, bkv, d = self.bq, self.bkv, self.d
+        rq = self.load_global(self.global_view(q, shape=[bq, d]), offsets=[0, 0], shape=[bq, d])
+        rk = self.load_global(self.global_view(k, shape=[bkv, d]), offsets=[0, 0], shape=[bkv, d])
+        rv = self.load_global(self.global_view(v, shape=[bkv, d]), offsets=[0, 0], shape=[bkv, d])
+        s = self.dot(rq, rk.transpose(), acc_dtype=float32) * 0.125
+        self.annotate_layout(s, self.qk.lc)
+        out = self.dot(self.exp(s).to(float16), rv, acc_dtype=float32)
+        self.annotate_layout(out, self.sv.lc)
+        self.store_global(self.global_view(o, shape=[bq, d]), out, offsets=[0, 0])
+
+
+@pytest.mark.parametrize("bq,bkv,d,warps", [(64, 64, 64, 4), (64, 32, 64, 4), (128, 64, 32, 8)])
+def test_annotated_dot_configs_choose_the_warp_split(arrays, bq, bkv, d, warps):
+    kernel = ChainedDots(bq, bkv, d, warps)
+    assert (kernel.qk.warp_m, kernel.qk.warp_n) == (warps, 1)
+    assert kernel.qk.lc == kernel.sv.la  # what Tilus's flash attention asserts
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.uniform(-1, 1, shape).astype(np.float16) for shape in ((bq, d), (bkv, d), (bkv, d)))
+    o = arrays.put(np.zeros((bq, d), np.float32))
+    kernel(arrays.put(q), arrays.put(k), arrays.put(v), o)
+    p = np.exp((q.astype(np.float32) @ k.T.astype(np.float32)) * 0.125).astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(arrays.host(o), p @ v.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def test_resolve_dot_config_errors_and_default_split():
+    cuda = tilus.Script().cuda
+    default = cuda.resolve_dot_config(float16, float32, m=64, n=64, k=32, num_warps=4)
+    plans = tilus._C.dot_plans(float16, float32, 64, 64, 32, 128)
+    assert (default.warp_m, default.warp_n) == (plans[0]["warps_m"], plans[0]["warps_n"])
+    with pytest.raises(ValueError, match="no split of 4 warps into warp_m=3"):
+        cuda.resolve_dot_config(float16, float32, m=64, n=64, k=32, warp_m=3, num_warps=4)
+    with pytest.raises(ValueError, match="give num_warps"):
+        cuda.resolve_dot_config(float16, float32, m=64, n=64, k=32, warp_m=2)
+    layout = cuda.default_register_layout(4, float32, [8, 64])
+    assert layout.shape == [8, 64] and layout.num_threads == 128

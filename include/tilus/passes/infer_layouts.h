@@ -23,6 +23,9 @@ struct DotPlan {
   RegisterLayout a, b, c;
 };
 DotPlan plan_dot(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads);
+// Every plan layout inference may give such a dot: the default first, then (mma.sync) each
+// other split of the block's warps into warps_m x warps_n that divides the tile.
+std::vector<DotPlan> dot_plans(DataType ab, DataType c, int64_t m, int64_t n, int64_t k, int64_t threads);
 
 // How wgmma.mma computes d[m, n] += a[m, k] @ b[k, n] on `threads` threads (whole warp groups):
 // the split into m64nNkK instructions (operand descriptors are select_instructions' part) and
