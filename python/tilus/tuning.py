@@ -158,8 +158,19 @@ class Tuner:
     def tune(self, key, call, arch):
         repeat = int(os.environ.get("TILUS_AUTOTUNE_REPEAT", "10"))
         timer = self.timer
-        return _C.tune(key, self.texts, lambda text: trace(self.instance(self.config(text)), call.constants),
-                       call.values, arch, repeat,
+
+        def traced(text):
+            # A config whose constructor refuses it (NVIDIA Tilus's examples raise ValueError for
+            # tiles their warps cannot split) is skipped like one that fails to trace.
+            try:
+                inst = self.instance(self.config(text))
+            except CompileError:
+                raise
+            except Exception as e:
+                raise CompileError(f"{self.cls.__name__}.__init__ raised {type(e).__name__}: {e}") from None
+            return trace(inst, call.constants)
+
+        return _C.tune(key, self.texts, traced, call.values, arch, repeat,
                        None if timer is None else lambda text: timer(self.config(text), repeat),
                        self.cls.__name__, self.where)
 

@@ -212,3 +212,34 @@ def test_one_name_takes_tuple_values_whole():
     assert sorted(Spatial._tilus_space.names) == ["a", "b", "warp_spatial"]
     assert sorted(Spatial._tilus_values["warp_spatial"].values()) == [(1, 4), (2, 2), (4, 1)]
     assert Spatial._tilus_values["b"] == {"(2, 3)": (2, 3)}
+
+
+@tilus.autotune("block", [32, 48, 64])
+class PicksBlock(tilus.Script):
+    """48 is refused by the constructor, as NVIDIA Tilus's examples refuse tiles their warps
+    cannot split."""
+
+    def __init__(self, block):
+        super().__init__()
+        if block % 32:
+            raise ValueError(f"block {block} is not a multiple of 32")
+        self.block = block
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, self.block)]
+        self.attrs.warps = 1
+        o = self.blockIdx.x * self.block
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=[o], shape=[self.block])
+        self.store_global(self.global_view(y, shape=[n]), v + 1.0, offsets=[o])
+
+
+@pytest.mark.skipif(not __import__("conftest").HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_a_config_its_constructor_refuses_is_skipped(cache_dir, monkeypatch, capfd):
+    monkeypatch.setattr(A.Tuner, "timer", staticmethod(lambda config, repeat: 1.0 if config["block"] == 64 else 2.0))
+    x = np.arange(100, dtype=np.float32)
+    y = np.zeros_like(x)
+    PicksBlock()(100, x, y)
+    assert (y == x + 1).all()
+    err = capfd.readouterr().err
+    assert "skipped 1 of 3 configs" in err
+    assert "block=48: PicksBlock.__init__ raised ValueError: block 48 is not a multiple of 32" in err
