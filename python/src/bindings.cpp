@@ -804,6 +804,7 @@ PYBIND11_MODULE(_C, m) {
                               std::vector<int> dims, L loc) {
         b.store_global(dst, src, to_exprs(offsets), std::move(dims), loc_of(loc));
       })
+      .def("item", [](Builder& b, const Tensor& x, L loc) { return Expr(b.item(x, loc_of(loc))); })
       .def("atomic", [](Builder& b, const std::string& op, const Tensor& dst, const Tensor& values,
                         std::optional<Tensor> compare, const py::iterable& offsets, std::vector<int> dims,
                         const std::string& sem, const std::string& scope, L loc) {

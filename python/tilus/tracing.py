@@ -237,6 +237,20 @@ class Region:
     def __init__(self, tensor, offsets, extents):
         self.tensor, self.offsets, self.extents = tensor, list(offsets), list(extents)
 
+    def item(self):
+        """The element ``g[i, j, ...]`` of a global tensor as a kernel scalar (NVIDIA Tilus's
+        ``.item()``): every thread of the group loads it (zero where it is out of bounds)."""
+        loc = _here()
+        if not isinstance(self.tensor, GlobalTensor):
+            raise CompileError(f"{_where(loc)}item(): only an element of a global tensor has an item here, "
+                               f"got a region of {self.tensor.t.type_str()}")
+        if any(not (isinstance(e, int) and e == 1) for e in self.extents):
+            raise CompileError(f"{_where(loc)}item(): the region of {self.tensor.t.type_str()} has extents "
+                               f"{self.extents}; index every dim (g[i, j]) for one element")
+        b = _builder("item()")
+        x = b.load_global(self.tensor.t, self.offsets, [1] * len(self.extents), [], loc)
+        return b.item(x, loc)
+
 
 def _index_region(t, key, loc):
     """t[a:b, c, ...] as a Region; integer / expression indices fix a dim (extent 1)."""
@@ -339,6 +353,12 @@ class RegisterTensor(TensorBase):
     integers truncates (as in C).
     """
     __slots__ = ()
+
+    def item(self):
+        """The one element of this tensor as a kernel scalar (NVIDIA Tilus's ``.item()``); every
+        thread of the group holds it."""
+        loc = _here()
+        return _builder("item()").item(self.t, loc)
 
     def to(self, dtype: DataType) -> "RegisterTensor":
         """This tensor converted elementwise to ``dtype`` (``Script.cast``)."""

@@ -105,6 +105,11 @@ void AtomicInst::visit_fields(FieldVisitor& v) {
   v.attr("scope", scope);
 }
 
+void ItemInst::visit_fields(FieldVisitor& v) {
+  v.operand("x", x, Access::Read, kRegister, nullptr);
+  v.attr("var", var.defined() ? var.name() : "<undefined>");
+}
+
 void StoreGlobalInst::visit_fields(FieldVisitor& v) {
   v.operand("dst", dst, Access::Write, kGlobal, nullptr);
   v.operand("src", src, Access::Read, kRegister, nullptr);

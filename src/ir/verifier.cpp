@@ -403,6 +403,14 @@ void check_atomic(const AtomicInst& i) {
     fail(i, fmt::format("scope='{}' is not one of 'cta', 'cluster', 'gpu', 'sys'", i.scope));
 }
 
+void check_item(const ItemInst& i) {
+  if (!i.x.defined() || !i.x.is_register() || i.x.num_elements() != 1)
+    fail(i, fmt::format("x must be a register tensor of one element, got {}", ty(i.x)));
+  if (i.x.dtype().is_subbyte()) fail(i, fmt::format("x is {}: cast it to a byte-sized type first", ty(i.x)));
+  if (!i.var.defined() || i.var.dtype() != i.x.dtype() || i.var->role != VarRole::Local)
+    fail(i, "var must be a local scalar of x's dtype");
+}
+
 void check_mbarrier(const MbarrierInst& i) {
   check_barrier(i, i.barrier);
   if (i.value_tensor.defined()) {
@@ -1316,6 +1324,8 @@ class KernelVerifier {
       auto& a = static_cast<const AnnotateLayoutInst&>(inst);
       if (a.layout.defined()) check_register_layout(inst, a.tensor, a.layout, "tensor");
     }
+    // item defines its scalar for what follows in this scope.
+    if (inst.kind() == InstKind::Item) scopes_.back().vars.insert(static_cast<const ItemInst&>(inst).var.get());
 
     // Rule G: collect the allocations.
     if (inst.kind() == InstKind::AllocateShared) {
@@ -1399,6 +1409,7 @@ void verify_inst(const InstNode& inst) {
       break;
     }
     case InstKind::Atomic: check_atomic(static_cast<const AtomicInst&>(inst)); break;
+    case InstKind::Item: check_item(static_cast<const ItemInst&>(inst)); break;
     case InstKind::MbarrierInit: check_mbarrier_init(static_cast<const MbarrierInitInst&>(inst)); break;
     case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;
     case InstKind::TmaWaitGroup: check_tma_wait_group(static_cast<const TmaWaitGroupInst&>(inst)); break;

@@ -576,6 +576,16 @@ Tensor Builder::load_global(const Tensor& src, std::vector<Expr> offsets, std::v
   return emit_with_output(i);
 }
 
+Var Builder::item(const Tensor& x, SourceLoc loc) {
+  if (!x.defined() || !x.is_register() || x.num_elements() != 1)
+    throw CompileError(fmt::format("item: a register tensor of one element has an item, got {}", type_of(x)), loc);
+  auto i = make_inst<ItemInst>(loc);
+  i->x = x;
+  i->var = Var(x->name.empty() ? "item" : x->name + "_item", x.dtype(), VarRole::Local);
+  emit(i);
+  return i->var;
+}
+
 Tensor Builder::atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare,
                        std::vector<Expr> offsets, std::vector<int> dims, const std::string& sem,
                        const std::string& scope, SourceLoc loc) {

@@ -466,6 +466,8 @@ RegisterTensor Script::reshape(const RegisterTensor& x, std::vector<int64_t> sha
   return RegisterTensor(builder().reshape(x.tensor(), std::move(shape), SourceLoc::from(loc)));
 }
 
+Expr Script::item(const RegisterTensor& x, Loc loc) { return Expr(builder().item(x.tensor(), SourceLoc::from(loc))); }
+
 RegisterTensor Script::squeeze(const RegisterTensor& x, std::vector<int> dims, Loc loc) {
   return RegisterTensor(builder().squeeze(x.tensor(), std::move(dims), SourceLoc::from(loc)));
 }

@@ -403,6 +403,12 @@ class LayoutSolver {
         return;
       }
       case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;
+      // Every thread holds the one element an item reads.
+      case InstKind::Item: {
+        auto& i = static_cast<const ItemInst&>(inst);
+        fix(i.x, default_register_layout(i.x.static_shape(), i.x.dtype(), threads), inst);
+        return;
+      }
       // An atomic's old values come back in the threads that hold the operands.
       case InstKind::Atomic: {
         auto& i = static_cast<const AtomicInst&>(inst);

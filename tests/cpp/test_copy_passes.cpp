@@ -906,3 +906,14 @@ TEST(AtomicPasses, VerifierChecksShapesTypesAndQualifiers) {
   });
   EXPECT_NE(m.find("the element dtypes differ"), std::string::npos) << m;
 }
+
+TEST(ItemPasses, TheElementIsHeldByEveryThreadAndItsScalarIsAnOffset) {
+  auto s = golden_case("item_layout", "infer_layouts", [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
+    auto x = k.load_global(b, {.offsets = {0, 0}, .shape = {1, 1}});
+    Expr row = k.item(x.to(dtypes::int32));
+    k.store_global(b, k.load_global(b, {.offsets = {row, 0}, .shape = {1, 64}}), {.offsets = {1, 0}});
+  });
+  std::string after = print(s.after);
+  EXPECT_NE(after.find("item(x="), std::string::npos) << after;
+  EXPECT_NE(after.find("spatial=[r128"), std::string::npos) << "every thread holds the element: " << after;
+}

@@ -376,3 +376,44 @@ def test_resolve_dot_config_errors_and_default_split():
         cuda.resolve_dot_config(float16, float32, m=64, n=64, k=32, warp_m=2)
     layout = cuda.default_register_layout(4, float32, [8, 64])
     assert layout.shape == [8, 64] and layout.num_threads == 128
+
+
+class PagedGather(tilus.Script):
+    """y[b] = pages[table[b]] (a paged KV cache's block table): the page index is read from global
+    memory as a scalar (.item()) and used as a load offset; a register tile's element as a scale."""
+
+    def __call__(self, blocks: int32, pages: int32, table: ~int32, src: ~float32, y: ~float32):
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 2
+        b = self.blockIdx.x
+        page = self.global_view(table, shape=[blocks])[b].item()
+        gs = self.global_view(src, shape=[pages, 64])
+        row = self.load_global(gs, offsets=[page, 0], shape=[1, 64])
+        first = self.load_global(gs, offsets=[page, 0], shape=[1, 1])
+        scale = first.item() + 1.0
+        self.store_global(self.global_view(y, shape=[blocks, 64]), row * scale, offsets=[b, 0])
+
+
+def test_item_reads_scalars_from_global_and_register_tensors(arrays):
+    rng = np.random.default_rng(10)
+    pages, blocks = 9, 13
+    table = rng.integers(0, pages, blocks).astype(np.int32)
+    table[3] = pages + 4  # out of bounds: item() reads 0, the load of that page reads zeros
+    src = rng.uniform(-1, 1, (pages, 64)).astype(np.float32)
+    y = arrays.put(np.full((blocks, 64), 7, np.float32))
+    PagedGather()(blocks, pages, arrays.put(table), arrays.put(src), y)
+    padded = np.concatenate([src, np.zeros((8, 64), np.float32)])
+    want = padded[table] * (padded[table][:, :1] + 1.0)
+    np.testing.assert_allclose(arrays.host(y), want, rtol=1e-6)
+
+
+def test_item_errors():
+    class Bad(tilus.Script):
+        def __call__(self, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            g = self.global_view(x, shape=[8, 8])
+            self.store_global(g, self.register_tensor(dtype=float32, shape=[1, 8], init=g[0].item()), offsets=[0, 0])
+
+    with pytest.raises(tilus.CompileError, match=r"test_instructions.py:\d+: .*item\(\): the region .* has extents"):
+        Bad().source(np.zeros((8, 8), np.float32), arch="sm_90a")

@@ -69,6 +69,7 @@ namespace tilus {
   X(LoadGlobalVector)         \
   X(StoreGlobalVector)        \
   X(Atomic)                   \
+  X(Item)                     \
   X(Printf)                   \
   X(Assume)                   \
   X(AnnotateLayout)
@@ -617,6 +618,16 @@ struct AtomicInst : InstNode {
   std::string sem = "relaxed";
   std::string scope = "gpu";
   std::string display_name() const override;  // atomic.global_add, ...
+  bool has_side_effects() const override { return true; }
+};
+
+// x.item(): the scalar `var` (a local of x's dtype, visible after the instruction in its scope)
+// takes the one element of the register tensor x, which every thread of the group holds.
+struct ItemInst : InstNode {
+  TILUS_INST_COMMON(Item, "item")
+  Var var;
+  Tensor x;
+  // It defines `var` for what follows, which dead-code elimination cannot see through tensors.
   bool has_side_effects() const override { return true; }
 };
 

@@ -102,6 +102,8 @@ class Builder {
   Tensor index_shared(const Tensor& src, std::vector<Expr> indices, SourceLoc loc);
   Tensor load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape, std::vector<int> dims,
                      SourceLoc loc);
+  // x.item(): the one element of a register tensor as a scalar (every thread of the group holds it).
+  Var item(const Tensor& x, SourceLoc loc);
   // atomic.{global,shared}_<op>: returns the old values (docs/instructions.md). Global dst: the
   // tile at `offsets` through `dims` (default: the trailing dims); shared dst: the whole tensor.
   Tensor atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare, std::vector<Expr> offsets,

@@ -572,6 +572,8 @@ class Script {
   RegisterTensor view(const RegisterTensor& x, ViewOptions opts, Loc loc = Loc::current());
   RegisterTensor reshape(const RegisterTensor& x, std::vector<int64_t> shape, Loc loc = Loc::current());
   RegisterTensor squeeze(const RegisterTensor& x, std::vector<int> dims, Loc loc = Loc::current());
+  // The one element of x as a scalar (every thread of the group holds it; NVIDIA Tilus's .item()).
+  Expr item(const RegisterTensor& x, Loc loc = Loc::current());
   RegisterTensor unsqueeze(const RegisterTensor& x, std::vector<int> dims, Loc loc = Loc::current());
   RegisterTensor transpose(const RegisterTensor& x, Loc loc = Loc::current());
   RegisterTensor repeat(const RegisterTensor& x, std::vector<int64_t> repeats, Loc loc = Loc::current());

@@ -34,6 +34,11 @@ void Emitter::emit_builtin(const InstNode& inst) {
       return;  // inside one block: its tile instructions already run in order
     }
     case InstKind::SetMaxNReg: return;  // a register budget: nothing to compute
+    case InstKind::Item: {
+      auto& i = static_cast<const ItemInst&>(inst);
+      values_[i.var.operator->()] = load_reg(i.x, i32(0));
+      return;
+    }
     case InstKind::ThreadIndex: {
       auto& i = static_cast<const ThreadIndexInst&>(inst);
       int64_t n = i.out.num_elements();

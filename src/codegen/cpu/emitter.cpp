@@ -658,7 +658,8 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::ThreadIndex:
     case InstKind::Shuffle:
     case InstKind::LoadGlobalVector:
-    case InstKind::StoreGlobalVector: emit_builtin(inst); return;
+    case InstKind::StoreGlobalVector:
+    case InstKind::Item: emit_builtin(inst); return;
     default: break;
   }
   // Everything whose traits name global or shared memory is the memory family's.

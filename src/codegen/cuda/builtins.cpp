@@ -41,6 +41,13 @@ void Emitter::emit_builtin(const InstNode& inst) {
       linef("tilus::setmaxnreg_{}<{}>();", i.is_inc ? "inc" : "dec", i.reg_count);
       return;
     }
+    case InstKind::Item: {
+      auto& i = static_cast<const ItemInst&>(inst);
+      std::string v = fresh(i.var.name());
+      linef("const {} {} = {}[0];", ctype(i.var.dtype()), v, reg(i.x));
+      var_names_[i.var.get()] = v;
+      return;
+    }
     case InstKind::ThreadIndex: {
       // spatial(n): thread t of the group holds element t in its only slot.
       auto& i = static_cast<const ThreadIndexInst&>(inst);

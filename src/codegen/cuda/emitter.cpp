@@ -456,7 +456,8 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::ThreadIndex:
     case InstKind::Shuffle:
     case InstKind::LoadGlobalVector:
-    case InstKind::StoreGlobalVector: emit_builtin(inst); return;
+    case InstKind::StoreGlobalVector:
+    case InstKind::Item: emit_builtin(inst); return;
     case InstKind::AnnotateLayout: return;  // consumed by layout inference
     default: break;
   }
