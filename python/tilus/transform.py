@@ -35,6 +35,7 @@ import ast
 import builtins
 import copy
 import inspect
+import math
 import textwrap
 import warnings
 
@@ -505,6 +506,8 @@ def normalize(fn):
     for name in ("min", "max"):
         if name not in env:  # Python's min / max, also of kernel scalars
             env[name] = getattr(_Runtime, "python_" + name)
+    if env.get("math") is math:  # math.exp(x) of a kernel scalar is a kernel expression (as in Tilus)
+        env["math"] = _MATH
     ns = {}
     exec(code, env, ns)
     cells = []
@@ -936,3 +939,36 @@ class _Runtime:
         raise CompileError(
             f"{_where(loc)}'{name}' was bound outside this loop or branch to {old!r}, a value fixed when the kernel is "
             f"traced; to change it at run time make it a kernel variable: {name} = self.declare({name!r}, int32, ...)")
+
+
+class _ScalarMath:
+    """The ``math`` module as a kernel body sees it: ``math.exp``, ``log``, ``sqrt``, ... of a kernel
+    scalar are kernel expressions (the backends' scalar builtins; integers are taken as float32),
+    of a number Python's own; every other name is the module's."""
+
+    _NAMES = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "sin": "sin",
+              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow"}
+
+    def __getattr__(self, name):
+        fn = getattr(math, name)
+        builtin = self._NAMES.get(name)
+        if builtin is None:
+            return fn
+
+        def call(*args):
+            if not any(isinstance(a, Expr) for a in args):
+                return fn(*args)
+            exprs = []
+            for a in args:
+                e = a if isinstance(a, Expr) else _C.const(float(a), _FLOAT32)
+                if not e.dtype.is_float:
+                    e = _C.cast(e, _FLOAT32)
+                exprs.append(e)
+            return _C.call(builtin, exprs)
+
+        call.__name__ = name
+        return call
+
+
+_FLOAT32 = DataType.from_name("float32")
+_MATH = _ScalarMath()

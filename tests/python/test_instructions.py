@@ -1,5 +1,7 @@
 """Every instruction against numpy on random data with ragged shapes, on each backend present:
 the CPU backend with numpy arrays, the GPU with torch tensors (`device` fixture)."""
+import math
+
 import numpy as np
 import pytest
 
@@ -417,3 +419,25 @@ def test_item_errors():
 
     with pytest.raises(tilus.CompileError, match=r"test_instructions.py:\d+: .*item\(\): the region .* has extents"):
         Bad().source(np.zeros((8, 8), np.float32), arch="sm_90a")
+
+
+class MathOfScalars(tilus.Script):
+    """Python's math functions of kernel scalars (as NVIDIA Tilus's kernels write them)."""
+
+    def __call__(self, x: ~float32, n: int32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[4])
+        a: float32 = math.exp(g[1].item())
+        b = math.sqrt(g[2].item()) + math.log2(8.0) + math.fabs(g[3].item()) + math.pow(g[0].item(), 2.0)
+        c = math.tanh(g[0].item())
+        out = self.register_tensor(dtype=float32, shape=[32], init=a + b + c + math.exp(n))
+        self.store_global(self.global_view(y, shape=[32]), out, offsets=[0])
+
+
+def test_python_math_of_kernel_scalars(arrays):
+    x = np.array([0.5, 1.5, 9.0, -2.0], np.float32)
+    y = arrays.put(np.zeros(32, np.float32))
+    MathOfScalars()(arrays.put(x), 3, y)
+    want = math.exp(1.5) + 3.0 + 3.0 + 2.0 + 0.25 + math.tanh(0.5) + math.exp(3)
+    np.testing.assert_allclose(arrays.host(y), np.full(32, want, np.float32), rtol=1e-5)
