@@ -870,16 +870,23 @@ class Script(Artifacts):
         loc = _here()
         return RegisterTensor(_builder().reshape(_tensor(x, "reshape", loc), _ints(shape, "reshape: shape", loc), loc))
 
-    def squeeze(self, x: RegisterTensor, dims: Union[int, Sequence[int]]) -> RegisterTensor:
-        """``x`` without its dims ``dims`` (each of extent 1; negative dims count from the end)."""
+    def squeeze(self, x: RegisterTensor, dim: Union[int, Sequence[int], None] = None, *,
+                out: Optional[RegisterTensor] = None, dims: Union[int, Sequence[int], None] = None) -> RegisterTensor:
+        """``x`` without its dims ``dim`` (each of extent 1; negative dims count from the end); NVIDIA
+        Tilus's ``dim=`` keyword, or positional; ``dims=`` is the same."""
         loc = _here()
-        return RegisterTensor(_builder().squeeze(_tensor(x, "squeeze", loc), _ints(dims, "squeeze: dims", loc), loc))
+        d = _one_of(dim, dims, "squeeze", loc)
+        t = RegisterTensor(_builder().squeeze(_tensor(x, "squeeze", loc), _ints(d, "squeeze: dim", loc), loc))
+        return self._into(out, t, loc, "squeeze")
 
-    def unsqueeze(self, x: RegisterTensor, dims: Union[int, Sequence[int]]) -> RegisterTensor:
-        """``x`` with dims of extent 1 inserted at ``dims`` (dims of the result; negative count from the end)."""
+    def unsqueeze(self, x: RegisterTensor, dim: Union[int, Sequence[int], None] = None, *,
+                  out: Optional[RegisterTensor] = None, dims: Union[int, Sequence[int], None] = None) -> RegisterTensor:
+        """``x`` with dims of extent 1 inserted at ``dim`` (dims of the result; negative count from the
+        end); NVIDIA Tilus's ``dim=`` keyword, or positional; ``dims=`` is the same."""
         loc = _here()
-        return RegisterTensor(_builder().unsqueeze(_tensor(x, "unsqueeze", loc), _ints(dims, "unsqueeze: dims", loc),
-                                                   loc))
+        d = _one_of(dim, dims, "unsqueeze", loc)
+        t = RegisterTensor(_builder().unsqueeze(_tensor(x, "unsqueeze", loc), _ints(d, "unsqueeze: dim", loc), loc))
+        return self._into(out, t, loc, "unsqueeze")
 
     def transpose(self, x: RegisterTensor) -> RegisterTensor:
         """The transpose of the rank-2 register tensor ``x`` (the same as ``x.T``)."""
@@ -1294,6 +1301,14 @@ def _barrier(x, what, loc):
             isinstance(e, int) and e == 1 for e in x.extents):
         return _builder().index_shared(x.tensor.t, list(x.offsets), loc)
     return _tensor(x, what, loc, SharedTensor)
+
+
+def _one_of(dim, dims, what, loc):
+    """dim (NVIDIA Tilus's name) or dims (tilus's first name for it), exactly one."""
+    if (dim is None) == (dims is None):
+        raise CompileError(f"{_where(loc)}{what}: give the dims to {what} once, as dim= (or positionally), got "
+                           f"dim={dim!r}, dims={dims!r}")
+    return dim if dim is not None else dims
 
 
 def _choice(x, allowed, what, loc):

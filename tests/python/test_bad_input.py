@@ -189,7 +189,7 @@ METHOD_CASES = [
     ("view-bits", lambda k, v: k.view(k.register_tensor(dtype=int8, shape=[3], init=0), dtype=int32), ["view", "int8", "int32", "24 bits"]),
     ("reshape-str", lambda k, v: k.reshape(v.r, "16,16"), ["reshape", "shape", "list"]),
     ("reshape-count", lambda k, v: k.reshape(v.r, [15, 16]), ["reshape", r"\[15, 16\]", r"\[16, 16\]"]),
-    ("squeeze-str", lambda k, v: k.squeeze(v.r, "0"), ["squeeze", "dims", "list"]),
+    ("squeeze-str", lambda k, v: k.squeeze(v.r, "0"), ["squeeze", "dim", "list"]),
     ("squeeze-not-one", lambda k, v: k.squeeze(v.r, [0]), ["squeeze", r"\[16, 16\]"]),
     ("unsqueeze-float", lambda k, v: k.unsqueeze(v.r, [0.0]), ["unsqueeze", "Python ints", "0.0"]),
     ("transpose-rank3", lambda k, v: k.transpose(v.r3), ["transpose", r"\[2, 4, 8\]"]),

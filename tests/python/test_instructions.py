@@ -441,3 +441,25 @@ def test_python_math_of_kernel_scalars(arrays):
     MathOfScalars()(arrays.put(x), 3, y)
     want = math.exp(1.5) + 3.0 + 3.0 + 2.0 + 0.25 + math.tanh(0.5) + math.exp(3)
     np.testing.assert_allclose(arrays.host(y), np.full(32, want, np.float32), rtol=1e-5)
+
+
+def test_squeeze_and_unsqueeze_take_tilus_dim_keyword(arrays):
+    class Dims(tilus.Script):
+        def __call__(self, y: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            r = self.register_tensor(dtype=float32, shape=[8], init=lambda i: i * 1.0)
+            u = self.unsqueeze(r, dim=0)              # NVIDIA Tilus's keyword
+            s = self.squeeze(self.unsqueeze(u, dims=2), 2)  # tilus's keyword, and positional
+            self.store_global(self.global_view(y, shape=[1, 8]), s, offsets=[0, 0])
+
+    y = arrays.put(np.zeros((1, 8), np.float32))
+    Dims()(y)
+    np.testing.assert_array_equal(arrays.host(y), np.arange(8, dtype=np.float32)[None])
+    with pytest.raises(tilus.CompileError, match="give the dims to unsqueeze once"):
+        class Twice(tilus.Script):
+            def __call__(self, y: ~float32):
+                self.attrs.blocks = [1]
+                self.unsqueeze(self.register_tensor(dtype=float32, shape=[8], init=0.0), 0, dims=0)
+
+        Twice().source(np.zeros(8, np.float32), arch="sm_90a")
