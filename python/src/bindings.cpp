@@ -545,6 +545,16 @@ PYBIND11_MODULE(_C, m) {
                        "A tilus data type: tilus.float16, tilus.int4, tilus.float6_e3m2, ... (tilus.dtype(name) parses "
                        "a name).\n\n``~dtype`` is the pointer type: ``a: ~float16`` annotates an array parameter of a "
                        "kernel.")
+      .def("__call__",
+           [](const DataType& t, const py::object& v) -> Expr {
+             if (py::isinstance<Expr>(v)) return cast(v.cast<Expr>(), t);
+             if (py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v))
+               return make_const(t, v.cast<double>());
+             throw CompileError(fmt::format("{}(...) takes a number or a kernel scalar, got {}", t.name(),
+                                            std::string(py::str(py::type::of(v).attr("__name__")))));
+           },
+           "dtype(x): a kernel scalar x converted to this type, or the constant of a number (NVIDIA Tilus's "
+           "float32(x)).")
       .def_static("from_name", [](const std::string& n) {
         auto t = DataType::from_name(n);
         if (!t) throw CompileError(fmt::format("unknown data type '{}'", n));

@@ -33,6 +33,7 @@ class InternalError(Error):
 
 class DataType:
     """A tilus data type (tilus.float16, ...); ``~dtype`` is the pointer type."""
+    def __call__(self, x: Union[Expr, int, float, bool], /) -> Expr: ...
 
     @staticmethod
     def from_name(name: str, /) -> DataType: ...

@@ -463,3 +463,22 @@ def test_squeeze_and_unsqueeze_take_tilus_dim_keyword(arrays):
                 self.unsqueeze(self.register_tensor(dtype=float32, shape=[8], init=0.0), 0, dims=0)
 
         Twice().source(np.zeros(8, np.float32), arch="sm_90a")
+
+
+def test_a_dtype_called_on_a_scalar_converts_it(arrays):
+    """float32(x) of a kernel scalar is a conversion, of a number a typed constant (NVIDIA Tilus)."""
+
+    class Convert(tilus.Script):
+        def __call__(self, x: ~float32, y: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            beta: float32 = float32(self.global_view(x, shape=[2])[1].item())
+            k = int32(self.global_view(x, shape=[2])[0].item())  # truncates toward zero
+            out = self.register_tensor(dtype=float32, shape=[32], init=beta * float32(2) + k)
+            self.store_global(self.global_view(y, shape=[32]), out, offsets=[0])
+
+    y = arrays.put(np.zeros(32, np.float32))
+    Convert()(arrays.put(np.array([-2.75, 1.25], np.float32)), y)
+    np.testing.assert_array_equal(arrays.host(y), np.full(32, 1.25 * 2 - 2, np.float32))
+    with pytest.raises(tilus.CompileError, match=r"float32\(...\) takes a number or a kernel scalar, got str"):
+        float32("1")
