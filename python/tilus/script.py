@@ -1491,10 +1491,6 @@ class FenceGroup:
         _builder().fence_proxy_async(_choice(space, ("shared", "global"), "fence.proxy_async: space", loc), loc)
 
 
-_SEMS = ("relaxed", "acquire", "release", "acq_rel")
-_SYNC_SCOPES = ("cta", "cluster", "gpu", "sys")
-
-
 def _atomic(space, op, dst, values, compare, sem, scope, output, offsets, dims):
     name = f"atomic.{space}_{op}"
     loc = _here()
@@ -1502,14 +1498,9 @@ def _atomic(space, op, dst, values, compare, sem, scope, output, offsets, dims):
     d = _tensor(dst, f"{name}: dst", loc, kind)
     v = _tensor(values, f"{name}: values", loc)
     c = None if compare is None else _tensor(compare, f"{name}: compare", loc)
-    if space == "shared" and (offsets is not None or dims is not None):
-        raise CompileError(f"{_where(loc)}{name}: a shared dst is the whole tensor (slice_shared it); offsets and dims "
-                           f"are for a global dst")
-    if space == "global" and offsets is None:
-        offsets = [0] * len(dst.shape)
-    t = RegisterTensor(_builder().atomic(op, d, v, c, _exprs(offsets or [], f"{name}: offsets", loc),
-                                         _ints(dims, f"{name}: dims", loc), _choice(sem, _SEMS, f"{name}: sem", loc),
-                                         _choice(scope, _SYNC_SCOPES, f"{name}: scope", loc), loc))
+    # The core defaults a global tile's offsets to zeros and checks sem and scope (the verifier).
+    t = RegisterTensor(_builder().atomic(op, d, v, c, _exprs(offsets, f"{name}: offsets", loc),
+                                         _ints(dims, f"{name}: dims", loc), sem, scope, loc))
     return Script._into(None, output, t, loc, name)
 
 

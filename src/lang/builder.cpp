@@ -603,6 +603,7 @@ Tensor Builder::atomic(AtomicOp op, const Tensor& dst, const Tensor& values, con
                        loc);
   if (dst.is_global()) {
     i->offsets = std::move(offsets);
+    if (i->offsets.empty()) i->offsets.assign(size_t(dst.rank()), Expr(0));  // the tile at the origin
     i->dims = dims.empty() ? default_dims(dst, values.rank()) : normalize_dims(dims, dst, name.c_str(), loc);
   } else if (!offsets.empty() || !dims.empty()) {
     throw CompileError(fmt::format("{}: a shared dst is the whole tensor {} (slice_shared it); offsets and dims are "

@@ -346,7 +346,6 @@ namespace {
 RegisterTensor atomic_of(Script* s, AtomicOp op, const Tensor& dst, const RegisterTensor& compare,
                          const RegisterTensor& values, AtomicOptions& opts, Loc loc) {
   if (opts.scope.empty()) opts.scope = dst.defined() && dst.is_shared() ? "cta" : "gpu";
-  if (dst.defined() && dst.is_global() && opts.offsets.empty()) opts.offsets.assign(size_t(dst.rank()), Expr(0));
   return RegisterTensor(s->builder().atomic(op, dst, values.tensor(), compare.bound() ? compare.tensor() : Tensor(),
                                             opts.offsets, opts.dims, opts.sem, opts.scope, SourceLoc::from(loc)));
 }

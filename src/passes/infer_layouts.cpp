@@ -605,42 +605,43 @@ Kernel solve_layouts(const Kernel& k) {
   dots.threads = k.num_threads();
   dots.visit(k);
   std::unordered_map<const InstNode*, size_t> choices;
+  std::optional<Kernel> solved;
   auto solves = [&] {
     try {
-      LayoutSolver(k, choices).run();
+      solved = LayoutSolver(k, choices).run();
       return true;
     } catch (const CompileError&) {
       return false;
     }
   };
-  if (!dots.dots.empty() && !solves()) {
-    // Every combination of the dots' plans (up to 256), fewest non-default choices first.
-    std::vector<size_t> sizes;
-    size_t total = 1;
-    for (auto& [d, threads] : dots.dots) {
-      auto sa = d->a.static_shape(), sb = d->b.static_shape();
-      sizes.push_back(dot_plans(d->a.dtype(), d->c.dtype(), sa[0], sb[1], sa[1], threads).size());
-      total = std::min<size_t>(total * sizes.back(), 257);
+  if (dots.dots.empty()) return LayoutSolver(k, choices).run();
+  if (solves()) return *solved;
+  // Every combination of the dots' plans (up to 256), fewest non-default choices first.
+  std::vector<size_t> sizes;
+  size_t total = 1;
+  for (auto& [d, threads] : dots.dots) {
+    auto sa = d->a.static_shape(), sb = d->b.static_shape();
+    sizes.push_back(dot_plans(d->a.dtype(), d->c.dtype(), sa[0], sb[1], sa[1], threads).size());
+    total = std::min<size_t>(total * sizes.back(), 257);
+  }
+  if (total <= 256) {
+    std::vector<std::vector<size_t>> combos;
+    for (size_t code = 1; code < total; ++code) {
+      std::vector<size_t> c;
+      for (size_t i = 0, rest = code; i < sizes.size(); rest /= sizes[i], ++i) c.push_back(rest % sizes[i]);
+      combos.push_back(std::move(c));
     }
-    if (total <= 256) {
-      std::vector<std::vector<size_t>> combos;
-      for (size_t code = 1; code < total; ++code) {
-        std::vector<size_t> c;
-        for (size_t i = 0, rest = code; i < sizes.size(); rest /= sizes[i], ++i) c.push_back(rest % sizes[i]);
-        combos.push_back(std::move(c));
-      }
-      auto changed = [](const std::vector<size_t>& c) { return std::count_if(c.begin(), c.end(), [](size_t x) { return x > 0; }); };
-      std::stable_sort(combos.begin(), combos.end(), [&](auto& a, auto& b) { return changed(a) < changed(b); });
-      for (auto& c : combos) {
-        choices.clear();
-        for (size_t i = 0; i < c.size(); ++i)
-          if (c[i]) choices[dots.dots[i].first] = c[i];
-        if (solves()) break;
-        choices.clear();
-      }
+    auto changed = [](const std::vector<size_t>& c) { return std::count_if(c.begin(), c.end(), [](size_t x) { return x > 0; }); };
+    std::stable_sort(combos.begin(), combos.end(), [&](auto& a, auto& b) { return changed(a) < changed(b); });
+    for (auto& c : combos) {
+      choices.clear();
+      for (size_t i = 0; i < c.size(); ++i)
+        if (c[i]) choices[dots.dots[i].first] = c[i];
+      if (solves()) return *solved;
+      choices.clear();
     }
   }
-  return LayoutSolver(k, choices).run();  // reports the conflict, if one is left
+  return LayoutSolver(k, choices).run();  // reports the conflict
 }
 
 Program infer_layouts(const Program& program) {

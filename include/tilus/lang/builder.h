@@ -105,7 +105,8 @@ class Builder {
   // x.item(): the one element of a register tensor as a scalar (every thread of the group holds it).
   Var item(const Tensor& x, SourceLoc loc);
   // atomic.{global,shared}_<op>: returns the old values (docs/instructions.md). Global dst: the
-  // tile at `offsets` through `dims` (default: the trailing dims); shared dst: the whole tensor.
+  // tile at `offsets` (none: all zero) through `dims` (default: the trailing dims); shared dst:
+  // the whole tensor.
   Tensor atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare, std::vector<Expr> offsets,
                 std::vector<int> dims, const std::string& sem, const std::string& scope, SourceLoc loc);
   void store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
