@@ -42,17 +42,17 @@ class ExprSimplifier : public StmtMutator {
     return StmtMutator::mutate_if(s, n);
   }
 
-  // A global tensor's shape and strides name the lets too: a substituted one is replaced there
-  // (once per tensor: its uses all take the new one).
+  // A global tensor's shape and strides are simplified, and name the lets too: a substituted
+  // one is replaced there. Once per tensor, at its definition (the lets its shape names come
+  // before it), so that the definition and every use take the same new tensor.
   Tensor mutate_tensor(const Tensor& t) override {
     if (auto it = tensor_map.find(t.get()); it != tensor_map.end()) return it->second;
-    if (!t.defined() || !t.is_global() || subst_.empty()) return t;
+    if (!t.defined() || !t.is_global()) return t;
     std::vector<Expr> shape, strides;
     bool changed = false;
     for (const Expr& e : t.shape()) shape.push_back(mutate_expr(e)), changed |= !shape.back().same_as(e);
     for (const Expr& e : t->strides) strides.push_back(mutate_expr(e)), changed |= !strides.back().same_as(e);
-    if (!changed) return t;
-    Tensor r = Tensor::global(t->name, t.dtype(), shape, strides);
+    Tensor r = changed ? Tensor::global(t->name, t.dtype(), shape, strides) : t;
     tensor_map[t.get()] = r;
     return r;
   }

@@ -421,6 +421,27 @@ def test_item_errors():
         Bad().source(np.zeros((8, 8), np.float32), arch="sm_90a")
 
 
+class LetsBeforeLoads(tilus.Script):
+    """Views whose strides fold (16 * 2 * t) used after lets the simplifier substitutes (NVIDIA
+    Tilus's flash_attention_decode): every use must keep the view its definition made."""
+
+    def __call__(self, t: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [t, 2]
+        self.attrs.warps = 1
+        gx = self.global_view(x, dtype=float32, shape=[1, t, 2, 16])
+        gy = self.global_view(y, dtype=float32, shape=[1, t, 2, 16])
+        i_t, i_h = self.blockIdx.x, self.blockIdx.y
+        v = self.load_global(gx, offsets=[0, i_t, i_h, 0], shape=[16], dims=[3])
+        self.store_global(gy, v + 1.0, offsets=[0, i_t, i_h, 0], dims=[3])
+
+
+def test_views_keep_their_identity_when_lets_are_substituted(arrays):
+    x = np.random.default_rng(12).standard_normal((1, 5, 2, 16)).astype(np.float32)
+    y = arrays.put(np.zeros_like(x))
+    LetsBeforeLoads()(5, arrays.put(x), y)
+    np.testing.assert_array_equal(arrays.host(y), x + 1.0)
+
+
 class MathOfScalars(tilus.Script):
     """Python's math functions of kernel scalars (as NVIDIA Tilus's kernels write them)."""
 
