@@ -78,7 +78,7 @@ class MatmulA16Wx(tilus.Script):
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-        unsigned = not self.wtype.is_signed  # unsigned codes carry a zero point
+        unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
 
         def load_stage(step, stage):
             self.copy_async(ga, sa[stage], offsets=[om, (first + step) * bk])
@@ -262,17 +262,17 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
     (float64, representable in atype) and the dequantized weights [k, n] (float64, transposed:
     c = a @ w) as the kernel computes them."""
     bits = wtype.bits
-    if wtype.is_float:
+    if wtype.is_float():
         table = np.array([wtype.decode_float(c) for c in range(1 << bits)])
         finite = np.nonzero(np.isfinite(table))[0]
         codes = rng.choice(finite, size=(n, k))
         values = table[codes]
     else:
-        lo = -(1 << (bits - 1)) if wtype.is_signed else 0
+        lo = -(1 << (bits - 1)) if wtype.is_signed() else 0
         values = rng.integers(lo, lo + (1 << bits), size=(n, k))
         codes = values & ((1 << bits) - 1)
     scales = round_to(rng.random((k // group, n)) * 0.02 + 0.005, atype)
-    zeros = (rng.integers(0, 1 << bits, (k // group, n)) if not wtype.is_signed else np.zeros((k // group, n)))
+    zeros = (rng.integers(0, 1 << bits, (k // group, n)) if not wtype.is_signed() else np.zeros((k // group, n)))
     zeros = zeros.astype(np.float64)
     # The kernel computes in atype: (code - zero) exactly, then one rounding of the product.
     w = round_to(round_to(values.T - np.repeat(zeros, group, axis=0), atype) * np.repeat(scales, group, axis=0), atype)

@@ -12,7 +12,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 
 #include "tilus/codegen/cuda.h"
@@ -500,6 +502,28 @@ void print_backtrace(int sig) {
 }
 }  // namespace
 
+// A numeric type's largest (or smallest) finite value, as a Python int or float.
+py::object type_limit(const DataType& t, bool largest) {
+  if (t.is_bool()) return py::int_(largest ? 1 : 0);
+  if (t.is_integer()) {
+    int bits = t.bits();
+    if (t.is_uint()) return largest ? py::int_(bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1) : py::int_(0);
+    int64_t hi = bits >= 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
+    return largest ? py::int_(hi) : py::int_(-hi - 1);
+  }
+  if (!t.is_float()) throw CompileError(fmt::format("{} has no numeric range", t.name()));
+  double m = 0;
+  if (t.bits() > 16) {
+    m = t == dtypes::float64 ? std::numeric_limits<double>::max() : double(std::numeric_limits<float>::max());
+  } else {  // every pattern of the small formats
+    for (uint64_t bits = 0; bits < (uint64_t(1) << t.bits()); ++bits) {
+      double v = t.decode_float(bits);
+      if (std::isfinite(v)) m = std::max(m, v);
+    }
+  }
+  return py::float_(largest ? m : -m);
+}
+
 PYBIND11_MODULE(_C, m) {
   if (const char* e = std::getenv("TILUS_DEBUG_SIGNALS"); e && *e && *e != '0') {
     signal(SIGSEGV, print_backtrace);
@@ -563,11 +587,29 @@ PYBIND11_MODULE(_C, m) {
          "CompileError for an unknown name.")
       .def_property_readonly("name", &DataType::name, "The canonical name: \"float16\", \"int4\", \"float16*\", ...")
       .def_property_readonly("bits", &DataType::bits, "The storage bits of one element (64 for a pointer).")
-      .def_property_readonly("is_float", &DataType::is_float, "Whether it is a floating-point type.")
-      .def_property_readonly("is_integer", &DataType::is_integer, "Whether it is a signed or unsigned integer type.")
-      .def_property_readonly("is_signed", &DataType::is_signed, "Whether it is a signed integer or a float type.")
-      .def_property_readonly("is_bool", &DataType::is_bool, "Whether it is the bool type (tilus.boolean).")
-      .def_property_readonly("is_pointer", &DataType::is_pointer, "Whether it is a pointer type (~dtype).")
+      .def_property_readonly("nbits", &DataType::bits, "The storage bits of one element (NVIDIA Tilus's name of bits).")
+      .def_property_readonly("nbytes", [](const DataType& t) { return t.storage_bytes(1); },
+                             "The bytes one element occupies (1 for a sub-byte type).")
+      // The predicates are methods, as in NVIDIA Tilus (hidet's DataType).
+      .def("is_float", &DataType::is_float, "Whether it is a floating-point type.")
+      .def("is_integer", &DataType::is_integer, "Whether it is a signed or unsigned integer type.")
+      .def("is_signed", &DataType::is_signed, "Whether it is a signed integer or a float type.")
+      .def("is_unsigned", &DataType::is_uint, "Whether it is an unsigned integer type.")
+      .def("is_boolean", &DataType::is_bool, "Whether it is the bool type (tilus.boolean).")
+      .def("is_bool", &DataType::is_bool, "Whether it is the bool type (tilus.boolean).")
+      .def("is_pointer", &DataType::is_pointer, "Whether it is a pointer type (~dtype).")
+      .def("is_void", &DataType::is_void, "Whether it is void (the pointee of tilus.void_p).")
+      .def("is_subbyte", &DataType::is_subbyte, "Whether an element takes fewer than 8 bits.")
+      .def("is_integer_subbyte", [](const DataType& t) { return t.is_integer() && t.is_subbyte(); },
+           "Whether it is an integer type of fewer than 8 bits.")
+      .def("is_float_subbyte", [](const DataType& t) { return t.is_float() && t.is_subbyte(); },
+           "Whether it is a float type of fewer than 8 bits.")
+      .def("is_any_float16", [](const DataType& t) { return t == dtypes::float16 || t == dtypes::bfloat16; },
+           "Whether it is float16 or bfloat16.")
+      .def_property_readonly("min_value", [](const DataType& t) { return type_limit(t, false); },
+                             "The smallest finite value (an int for integer types, a float for float types).")
+      .def_property_readonly("max_value", [](const DataType& t) { return type_limit(t, true); },
+                             "The largest finite value (an int for integer types, a float for float types).")
       .def_property_readonly("pointee", &DataType::pointee, "The type a pointer type points to.")
       .def("pointer_to", &DataType::pointer_to, "The pointer type to this type (the same as ~dtype).")
       .def("__invert__", &DataType::pointer_to)  // ~float16: a pointer to float16 (Tilus' spelling)
@@ -786,6 +828,16 @@ PYBIND11_MODULE(_C, m) {
       .def("global_view", [](Builder& b, const py::object& ptr, DataType t, const py::iterable& shape,
                              const py::iterable& strides, L loc, const std::string& name) {
         return b.global_view(to_expr(ptr), t, to_exprs(shape), to_exprs(strides), loc_of(loc), name);
+      })
+      .def("global_tensor", [](Builder& b, DataType t, const py::iterable& shape, bool requires_clean, L loc,
+                               const std::string& name) {
+        return b.global_tensor(t, to_exprs(shape), requires_clean, loc_of(loc), name);
+      })
+      .def("item_ptr", [](Builder& b, const Tensor& t, const py::iterable& indices, L loc) {
+        return b.item_ptr(t, to_exprs(indices), loc_of(loc));
+      })
+      .def("semaphore", [](Builder& b, bool lock, const py::object& semaphore, const py::object& value, L loc) {
+        b.semaphore(lock ? SemaphoreOp::Lock : SemaphoreOp::Release, to_expr(semaphore), to_expr(value), loc_of(loc));
       })
       .def("shared_tensor", [](Builder& b, DataType t, std::vector<int64_t> shape, L loc) {
         return b.shared_tensor(t, std::move(shape), loc_of(loc));

@@ -92,7 +92,7 @@ class _Signature:
                 raise CompileError(f"{self.file}:{self.line}: {cls.__name__}.__call__: *args / **kwargs are not "
                                    "supported in a kernel signature")
             if isinstance(ann, DataType):
-                self.params.append(_Param(name, len(runtime), "ptr" if ann.is_pointer else "scalar", ann))
+                self.params.append(_Param(name, len(runtime), "ptr" if ann.is_pointer() else "scalar", ann))
                 runtime.append((name, ann))
             elif isinstance(ann, type) and ann in _CONST_TYPES:
                 self.params.append(_Param(name, i, "const", const_type=ann))
@@ -191,11 +191,11 @@ def _typed(p, kernel, address, dtype, nbytes, device, **layout):
 def _scalar(a, p, kernel):
     """A scalar argument as the Python int or float the core takes (it checks kinds and ranges)."""
     if type(a) is int or type(a) is float:
-        return float(a) if p.dtype.is_float else a
-    if isinstance(a, bool) and not p.dtype.is_bool or not isinstance(a, (int, float)) and not hasattr(a, "__index__"):
+        return float(a) if p.dtype.is_float() else a
+    if isinstance(a, bool) and not p.dtype.is_bool() or not isinstance(a, (int, float)) and not hasattr(a, "__index__"):
         raise _argument_error(kernel, p, f"expected a number, got {type(a).__name__}")
     v = float(a) if isinstance(a, float) else a.__index__()
-    return float(v) if p.dtype.is_float else v
+    return float(v) if p.dtype.is_float() else v
 
 
 def _stream_handle(stream, kernel):
@@ -391,7 +391,7 @@ def _make_fast(sig):
     for p in sig.params:
         if p.kind == "const":
             return None
-        kinds.append(0 if p.kind == "ptr" else 2 if p.dtype.is_float else 1)
+        kinds.append(0 if p.kind == "ptr" else 2 if p.dtype.is_float() else 1)
         dtypes.append(p.torch_dtype if p.kind == "ptr" else None)
     return _C.TorchFastPath(kinds, dtypes, torch.Tensor, torch._C._cuda_getCurrentRawStream)
 

@@ -402,13 +402,40 @@ class Script(Artifacts):
             raise CompileError(f"{_where(loc)}global_view: ptr must be a pointer parameter of the kernel (~dtype), got "
                                f"{_describe(ptr)}")
         if dtype is None:
-            if not ptr.dtype.is_pointer:
+            if not ptr.dtype.is_pointer():
                 raise CompileError(f"{_where(loc)}global_view: needs dtype= for {_describe(ptr)}")
             dtype = ptr.dtype.pointee
         name = ptr.name if isinstance(ptr, _C.Var) else "g"
         return GlobalTensor(_builder().global_view(ptr, _dtype(dtype, "global_view: dtype", loc),
                                                    _exprs(shape, "global_view: shape", loc),
                                                    _exprs(strides, "global_view: strides", loc), loc, name))
+
+    def global_tensor(self, dtype: DataType, shape: Sequence[_Int], *, layout=None,
+                      requires_clean: bool) -> GlobalTensor:
+        """Global memory the runtime provides at every launch, as a row-major tensor shared by every
+        block of the launch (NVIDIA Tilus's ``global_tensor``).
+
+        Args:
+            dtype: the element type.
+            shape: Python ints or integer expressions of the kernel's parameters (the runtime sizes
+                the memory from the arguments before the launch).
+            layout: Tilus's global layout; only the default (row-major, ``None``) is supported.
+            requires_clean: ``True``: all zeros at the kernel's first launch, and the kernel must
+                leave it all zeros (the runtime clears it only when it allocates it; the CPU
+                backend reports a launch that leaves it dirty). ``False``: its contents are
+                undefined.
+
+        The memory is kept per CUDA stream and grows when a launch needs more (docs/gpu.md,
+        "Global tensors"): launches on one stream share it one after the other.
+        """
+        loc = _here()
+        if layout is not None:
+            raise CompileError(f"{_where(loc)}global_tensor: only the default row-major layout is supported, got "
+                               f"layout={_describe(layout)}")
+        return GlobalTensor(_builder().global_tensor(_dtype(dtype, "global_tensor: dtype", loc),
+                                                     _exprs(shape, "global_tensor: shape", loc),
+                                                     _bool(requires_clean, "global_tensor: requires_clean", loc),
+                                                     loc, "g"))
 
     def shared_tensor(self, *, dtype: DataType, shape: Sequence[int]) -> SharedTensor:
         """A new shared-memory tensor of ``dtype`` and a static ``shape`` (positive Python ints).
@@ -502,7 +529,7 @@ class Script(Artifacts):
             if not cond.is_const():
                 _fail(f"static_assert: the condition must be known while tracing (a Python bool or a constant), "
                       f"got {_describe(cond)}")
-            cond = repr(cond) == "true" if cond.dtype.is_bool else cond.int_value() != 0
+            cond = repr(cond) == "true" if cond.dtype.is_bool() else cond.int_value() != 0
         elif isinstance(cond, (TensorBase, Unusable)) or not isinstance(cond, (bool, int)) and \
                 type(cond).__name__ != "bool_":
             _fail(f"static_assert: the condition must be a Python bool, got {_describe(cond)}")
@@ -515,7 +542,7 @@ class Script(Artifacts):
         loc = _here()
         for v in (a, b):
             _scalar(v, "fast_divmod: operands", loc)
-            if isinstance(v, float) or isinstance(v, Expr) and not v.dtype.is_integer:
+            if isinstance(v, float) or isinstance(v, Expr) and not v.dtype.is_integer():
                 raise CompileError(f"{_where(loc)}fast_divmod: expects integers, got {_describe(a)} and "
                                    f"{_describe(b)}")
         q = a // b
@@ -1001,6 +1028,25 @@ class Script(Artifacts):
     def sync(self) -> None:
         """A barrier of the current thread group (the whole block outside any thread group)."""
         _builder().sync(_here())
+
+    def lock_semaphore(self, semaphore: Expr, value: _Int) -> None:
+        """Waits until the int32 at ``semaphore`` holds ``value`` (NVIDIA Tilus's name).
+
+        ``semaphore`` is an address (``~int32``), such as ``semaphores[i, j].item_ptr()`` of an
+        int32 ``global_tensor``. The group's first thread spins on acquire loads at GPU scope; then
+        the group meets at a barrier, so every thread sees what was written before the release that
+        set the value. On the CPU backend a lock that no running block can release is an error,
+        not a hang.
+        """
+        loc = _here()
+        _builder().semaphore(True, semaphore, _scalar(value, "lock_semaphore: value", loc), loc)
+
+    def release_semaphore(self, semaphore: Expr, value: _Int) -> None:
+        """Stores ``value`` into the int32 at ``semaphore`` after the group's earlier writes
+        (NVIDIA Tilus's name): the group meets at a barrier, then its first thread stores with
+        release semantics at GPU scope."""
+        loc = _here()
+        _builder().semaphore(False, semaphore, _scalar(value, "release_semaphore: value", loc), loc)
 
     def printf(self, fmt: str, *args: _Scalar) -> None:
         """Device ``printf`` of scalars; the number of ``%`` conversions must match the arguments.

@@ -50,7 +50,7 @@ def _nbytes(dtype, shape):
 
 
 def _check_dtype(dtype, what):
-    if not isinstance(dtype, DataType) or dtype.is_pointer or dtype.bits == 0:
+    if not isinstance(dtype, DataType) or dtype.is_pointer() or dtype.bits == 0:
         raise TypeError(f"{what}: dtype must be a tilus data type (tilus.float16, tilus.int4, ...), got {dtype!r}")
     return dtype
 
@@ -89,7 +89,7 @@ def _encode(values, dtype):
     values = np.asarray(values).reshape(-1)
     n = dtype.name
     if n in _NUMPY:
-        if dtype.is_integer and values.dtype.kind == "f":
+        if dtype.is_integer() and values.dtype.kind == "f":
             values = np.trunc(values)
         return np.ascontiguousarray(values.astype(_NUMPY[n])).view(np.uint8).reshape(-1)
     if n in ("bfloat16", "tf32"):
@@ -100,7 +100,7 @@ def _encode(values, dtype):
         if n == "bfloat16":
             return np.ascontiguousarray((rounded >> 16).astype(np.uint16)).view(np.uint8).reshape(-1)
         return np.ascontiguousarray(rounded).view(np.uint8).reshape(-1)
-    if dtype.is_float:  # float8 and sub-byte floats: the core's conversion (rounding, saturation)
+    if dtype.is_float():  # float8 and sub-byte floats: the core's conversion (rounding, saturation)
         flat = values.astype(np.float64)
         uniq, inverse = np.unique(flat, return_inverse=True)
         codes = np.array([dtype.encode_float(float(v)) for v in uniq], dtype=np.uint64)[inverse.reshape(-1)]
@@ -136,11 +136,11 @@ def _decode(data, dtype, count):
     if n == "tf32":
         return data[:4 * count].view(np.float32).copy()
     codes = _unpack(data, dtype.bits, count)
-    if dtype.is_float:
+    if dtype.is_float():
         table = np.array([dtype.decode_float(c) for c in range(1 << dtype.bits)], dtype=np.float32)
         return table[codes.astype(np.int64)]
     values = codes.astype(np.int64)
-    if dtype.is_signed:
+    if dtype.is_signed():
         values = np.where(values >= 1 << (dtype.bits - 1), values - (1 << dtype.bits), values)
     return values
 
@@ -261,7 +261,7 @@ def full(shape: Sequence[int], fill_value: Union[float, int], dtype: DataType, *
          device: Optional[str] = None) -> Tensor:
     """A tensor with every element ``fill_value`` converted to ``dtype``."""
     dtype, shape = _check_dtype(dtype, "tilus.full"), _check_shape(shape, "tilus.full")
-    return _from_values(np.full(shape, fill_value, dtype=np.float64 if dtype.is_float else np.int64), dtype, device)
+    return _from_values(np.full(shape, fill_value, dtype=np.float64 if dtype.is_float() else np.int64), dtype, device)
 
 
 def zeros(shape: Sequence[int], dtype: DataType, *, device: Optional[str] = None) -> Tensor:

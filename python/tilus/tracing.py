@@ -251,6 +251,18 @@ class Region:
         x = b.load_global(self.tensor.t, self.offsets, [1] * len(self.extents), [], loc)
         return b.item(x, loc)
 
+    def item_ptr(self):
+        """The address of the element ``g[i, j, ...]`` of a global tensor (NVIDIA Tilus's
+        ``.item_ptr()``), a pointer such as ``lock_semaphore`` takes."""
+        loc = _here()
+        if not isinstance(self.tensor, GlobalTensor):
+            raise CompileError(f"{_where(loc)}item_ptr(): only an element of a global tensor has an address here, "
+                               f"got a region of {self.tensor.t.type_str()}")
+        if any(not (isinstance(e, int) and e == 1) for e in self.extents):
+            raise CompileError(f"{_where(loc)}item_ptr(): the region of {self.tensor.t.type_str()} has extents "
+                               f"{self.extents}; index every dim (g[i, j]) for one element")
+        return _builder("item_ptr()").item_ptr(self.tensor.t, self.offsets, loc)
+
 
 def _index_region(t, key, loc):
     """t[a:b, c, ...] as a Region; integer / expression indices fix a dim (extent 1)."""
@@ -395,9 +407,9 @@ class RegisterTensor(TensorBase):
         may be anything at run time."""
         loc = _here()
         mask = self._element_mask(key, loc)
-        zero = False if self.dtype.is_bool else 0
+        zero = False if self.dtype.is_bool() else 0
         picked = RegisterTensor(_builder().where(mask.t, self.t, zero, loc))
-        return RegisterTensor(_builder().reduce("any" if self.dtype.is_bool else "sum", picked.t, None, False, loc))
+        return RegisterTensor(_builder().reduce("any" if self.dtype.is_bool() else "sum", picked.t, None, False, loc))
 
     def __setitem__(self, key, value):
         """``r[i, j] = v`` (``r[i] ^= 1`` too): writes ``v`` (a scalar or a one-element tensor) into that
@@ -413,7 +425,7 @@ class RegisterTensor(TensorBase):
         return RegisterTensor(_builder().unary("neg", self.t, _here()))
 
     def __invert__(self):
-        return RegisterTensor(_builder().unary("not" if self.dtype.is_bool else "bitnot", self.t, _here()))
+        return RegisterTensor(_builder().unary("not" if self.dtype.is_bool() else "bitnot", self.t, _here()))
 
     def __abs__(self):
         return RegisterTensor(_builder().unary("abs", self.t, _here()))

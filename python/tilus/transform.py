@@ -650,8 +650,8 @@ class _If:
             return joined
         elif not _symbolic_scalar(second):
             raise self._mismatch(n, first, second)
-        elif joined.dtype.is_integer and (isinstance(second, float) or
-                                          isinstance(second, Expr) and second.dtype.is_float):
+        elif joined.dtype.is_integer() and (isinstance(second, float) or
+                                          isinstance(second, Expr) and second.dtype.is_float()):
             raise self._mismatch(n, first, second, ": cast one of them so that both have one type")
         b.assign(joined, second, self.loc)
         return joined
@@ -707,7 +707,7 @@ class _Runtime:
         for v in (begin, end, step):
             if isinstance(v, Unusable):
                 raise v.error()
-            if not _is_scalar(v) or isinstance(v, float) or (isinstance(v, Expr) and not v.dtype.is_integer):
+            if not _is_scalar(v) or isinstance(v, float) or (isinstance(v, Expr) and not v.dtype.is_integer()):
                 raise CompileError(f"{_where(loc)}range bounds must be integers, got {_describe(v)}")
         if unroll is not None and (not isinstance(unroll, int) or unroll < 0):
             raise CompileError(f"{_where(loc)}range: unroll must be True, False or a positive int, got "
@@ -766,7 +766,7 @@ class _Runtime:
         """``name: annotation = value``: with a tilus data type, a new kernel variable of that type
         (a kernel variable of the name and type bound before is assigned instead); with anything
         else an assignment."""
-        if not isinstance(annotation, DataType) or annotation.is_pointer:
+        if not isinstance(annotation, DataType) or annotation.is_pointer():
             return _Runtime.rebind(script, name, old, value, line, mutable)
         b = _builder()
         loc = (_here()[0], line)
@@ -784,7 +784,7 @@ class _Runtime:
     def annotated_attribute(name, annotation, value, line):
         """``obj.name: annotation = value``: with a tilus data type, a new kernel variable named
         ``name`` (stored in the attribute), else ``value``."""
-        if not isinstance(annotation, DataType) or annotation.is_pointer:
+        if not isinstance(annotation, DataType) or annotation.is_pointer():
             return value
         b = _builder()
         loc = (_here()[0], line)
@@ -961,7 +961,7 @@ class _ScalarMath:
             exprs = []
             for a in args:
                 e = a if isinstance(a, Expr) else _C.const(float(a), _FLOAT32)
-                if not e.dtype.is_float:
+                if not e.dtype.is_float():
                     e = _C.cast(e, _FLOAT32)
                 exprs.append(e)
             return _C.call(builtin, exprs)

@@ -11,6 +11,7 @@ KernelSource kernel_signature(const Kernel& kernel, const KernelFacts& facts) {
   s.cluster = kernel.cluster;
   s.block_threads = kernel.num_threads();
   s.shared_memory_bytes = kernel.shared_memory_bytes;
+  s.global_tensors = kernel.global_tensors;
   s.tensor_maps = kernel.tensor_maps;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const Var& p = kernel.params[i];

@@ -146,7 +146,9 @@ class FactCollector : public StmtVisitor {
         a.shape = v.out.shape();
         a.strides = v.out->strides;
         f_.globals_[v.out.get()] = a;
-        if (int p = f_.pointer_param(v.ptr); p >= 0) {
+        // Views of the kernel's own global tensors (global_tensor) have no argument: no
+        // contract, no TMA map over a parameter.
+        if (int p = f_.pointer_param(v.ptr); p >= 0 && p < int(f_.kernel_.params.size())) {
           a.param = p;
           const Var& param = f_.kernel_.params[p];
           if (auto o = offset_from(v.ptr, param))
@@ -255,14 +257,26 @@ const Var& KernelFacts::group_thread(const ThreadGroupStmtNode& group) const {
 }
 
 int KernelFacts::pointer_param(const Expr& ptr) const {
-  for (const Var& v : free_vars(ptr))
+  for (const Var& v : free_vars(ptr)) {
+    if (!v.dtype().is_pointer()) continue;
     for (size_t i = 0; i < kernel_.params.size(); ++i)
-      if (kernel_.params[i].same_as(v) && v.dtype().is_pointer()) return int(i);
+      if (kernel_.params[i].same_as(v)) return int(i);
+    for (size_t i = 0; i < kernel_.global_tensors.size(); ++i)
+      if (kernel_.global_tensors[i].ptr.same_as(v)) return int(kernel_.params.size() + i);
+  }
   return -1;
+}
+
+const Var& KernelFacts::pointer_var(int index) const {
+  size_t n = kernel_.params.size();
+  return size_t(index) < n ? kernel_.params.at(size_t(index)) : kernel_.global_tensors.at(size_t(index) - n).ptr;
 }
 
 int64_t KernelFacts::pointer_alignment(const Expr& ptr) const {
   if (auto v = ptr.as<VarNode>()) {
+    // The runtime places global tensors at 128-byte multiples of 256-byte aligned buffers.
+    for (const GlobalScratch& g : kernel_.global_tensors)
+      if (g.ptr.get() == v) return 128;
     for (size_t i = 0; i < kernel_.params.size(); ++i) {
       if (kernel_.params[i].get() != v) continue;
       auto it = kernel_.param_divisibility.find(int(i));

@@ -57,6 +57,8 @@ Stmt StmtMutator::mutate(const Stmt& s) {
 Kernel StmtMutator::mutate(const Kernel& k) {
   Kernel out = k;
   for (auto& g : out.grid) g = mutate_expr(g);
+  for (auto& g : out.global_tensors)
+    for (auto& d : g.shape) d = mutate_expr(d);
   out.body = mutate(k.body);
   if (!out.body) out.body = make_seq({});
   return out;

@@ -110,6 +110,11 @@ void ItemInst::visit_fields(FieldVisitor& v) {
   v.attr("var", var.defined() ? var.name() : "<undefined>");
 }
 
+void SemaphoreInst::visit_fields(FieldVisitor& v) {
+  v.expr("semaphore", semaphore);
+  v.expr("value", value);
+}
+
 void StoreGlobalInst::visit_fields(FieldVisitor& v) {
   v.operand("dst", dst, Access::Write, kGlobal, nullptr);
   v.operand("src", src, Access::Read, kRegister, nullptr);

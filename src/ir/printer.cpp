@@ -54,6 +54,12 @@ class Printer {
                           var_name(*k.params[m.param].operator->()), expr(m.offset), m.dtype.name(), shape, strides,
                           fmt::join(m.box, ", "), m.swizzle_bytes);
     }
+    for (const GlobalScratch& g : k.global_tensors) {
+      std::string shape;
+      for (size_t d = 0; d < g.shape.size(); ++d) shape += (d ? ", " : "") + expr(g.shape[d]);
+      out_ += fmt::format("  global_tensor {}: {}[{}]{}\n", var_name(*g.ptr.operator->()), g.dtype().name(), shape,
+                          g.requires_clean ? " requires_clean" : "");
+    }
     if (k.copy_barriers > 0)
       out_ += fmt::format("  copy_barriers {}{}\n", k.copy_barriers,
                           k.copy_barrier_offset >= 0 ? fmt::format(" at {}", k.copy_barrier_offset) : "");

@@ -411,6 +411,17 @@ void check_item(const ItemInst& i) {
     fail(i, "var must be a local scalar of x's dtype");
 }
 
+void check_semaphore(const SemaphoreInst& i) {
+  if (!i.semaphore.defined() || !i.semaphore.dtype().is_pointer() ||
+      i.semaphore.dtype().pointee() != dtypes::int32)
+    fail(i, fmt::format("the semaphore must be the address of an int32 in global memory (~int32, such as "
+                        "g[i, j].item_ptr() of an int32 global_tensor), got {} of type {}",
+                        expr_str(i.semaphore), dtype_str(i.semaphore)));
+  if (!i.value.defined() || !i.value.dtype().is_integer())
+    fail(i, fmt::format("value must be an integer (the semaphore is int32), got {} of type {}", expr_str(i.value),
+                        dtype_str(i.value)));
+}
+
 void check_mbarrier(const MbarrierInst& i) {
   check_barrier(i, i.barrier);
   if (i.value_tensor.defined()) {
@@ -985,6 +996,26 @@ class KernelVerifier {
                               exprs_str(kernel_.grid)));
     for (auto& p : kernel_.params)
       if (p.defined()) params_.insert(p.get());
+    for (const GlobalScratch& g : kernel_.global_tensors) {
+      std::string what = fmt::format("global_tensor {}", g.ptr.defined() ? g.ptr.name() : "<undefined>");
+      auto fail_at = [&](const std::string& why) { throw CompileError(fmt::format("{}: {}", what, why), g.loc.valid() ? g.loc : kernel_.loc); };
+      if (!g.ptr.defined() || g.ptr->role != VarRole::Param || !g.ptr.dtype().is_pointer() ||
+          g.ptr.dtype().pointee().is_void())
+        fail_at("its pointer must be a typed pointer parameter");
+      for (auto& d : g.shape) {
+        if (!is_integer_expr(d))
+          fail_at(fmt::format("shape {}: dims must be integer expressions, got {} of type {}", exprs_str(g.shape),
+                              expr_str(d), dtype_str(d)));
+        if (d.is_int_const() && d.int_value() < 0)
+          fail_at(fmt::format("shape {}: dim {} is negative", exprs_str(g.shape), d.int_value()));
+        for (auto& v : free_vars(d))
+          if (v->role != VarRole::Param || !params_.count(v.get()))
+            fail_at(fmt::format("shape {}: the runtime sizes it before the launch, so its dims may use only the "
+                                "kernel's parameters, but {} uses '{}' ({})",
+                                exprs_str(g.shape), expr_str(d), v.name(), role_str(v->role)));
+      }
+      params_.insert(g.ptr.get());
+    }
     for (auto& g : kernel_.grid) {
       if (!is_integer_expr(g))
         fail_kernel(fmt::format("grid {}: block counts must be integer expressions, got {} of type {}",
@@ -1410,6 +1441,7 @@ void verify_inst(const InstNode& inst) {
     }
     case InstKind::Atomic: check_atomic(static_cast<const AtomicInst&>(inst)); break;
     case InstKind::Item: check_item(static_cast<const ItemInst&>(inst)); break;
+    case InstKind::Semaphore: check_semaphore(static_cast<const SemaphoreInst&>(inst)); break;
     case InstKind::MbarrierInit: check_mbarrier_init(static_cast<const MbarrierInitInst&>(inst)); break;
     case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;
     case InstKind::TmaWaitGroup: check_tma_wait_group(static_cast<const TmaWaitGroupInst&>(inst)); break;

@@ -123,17 +123,7 @@ void Builder::set_blocks(std::vector<Expr> blocks, SourceLoc loc) {
       throw CompileError(fmt::format("attrs.blocks: block count {} is not positive", b.int_value()), loc);
   }
   // Block counts are evaluated at launch from the parameters: lets they use are inlined.
-  for (auto& b : blocks)
-    for (int round = 0; round < 64; ++round) {
-      bool changed = false;
-      b = substitute(b, [&](const Var& v) {
-        auto it = let_values_.find(v.get());
-        if (it == let_values_.end()) return Expr();
-        changed = true;
-        return it->second;
-      });
-      if (!changed) break;
-    }
+  for (auto& b : blocks) b = inline_lets(b);
   kernel_.grid = std::move(blocks);
   blocks_set_ = true;
 }
@@ -473,7 +463,104 @@ Tensor Builder::global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, s
   auto i = make_inst<GlobalViewInst>(loc);
   i->ptr = ptr;
   i->out = Tensor::global(name, dtype, std::move(shape), std::move(strides));
+  if (ptr.defined() && ptr.dtype().is_pointer())  // the verifier reports anything else
+    global_ptrs_[i->out.get()] = ptr.dtype().pointee() == dtype ? ptr : tilus::cast(ptr, dtype.pointer_to());
   return emit_with_output(i);
+}
+
+Expr Builder::inline_lets(Expr e) const {
+  for (int round = 0; round < 64; ++round) {
+    bool changed = false;
+    e = substitute(e, [&](const Var& v) {
+      auto it = let_values_.find(v.get());
+      if (it == let_values_.end()) return Expr();
+      changed = true;
+      return it->second;
+    });
+    if (!changed) break;
+  }
+  return e;
+}
+
+Tensor Builder::global_tensor(DataType dtype, std::vector<Expr> shape, bool requires_clean, SourceLoc loc,
+                              const std::string& name) {
+  std::string what = fmt::format("global_tensor(dtype={}, shape={})", dtype.name(), shape_str(shape));
+  if (dtype.is_void() || dtype.is_pointer())
+    throw CompileError(fmt::format("{}: the elements must be a scalar type, not {}", what, dtype.name()), loc);
+  if (shape.empty()) throw CompileError(fmt::format("{}: the shape needs at least one dim", what), loc);
+  for (auto& d : shape) {
+    check_index(d, "shape dims", loc, "global_tensor");
+    // The runtime sizes the tensor from the arguments before the launch: lets are inlined.
+    d = inline_lets(d);
+    for (const Var& v : free_vars(d))
+      if (v->role != VarRole::Param)
+        throw CompileError(fmt::format("{}: the runtime allocates it before the launch, so its shape may use only "
+                                       "the kernel's parameters and constants, but it uses '{}' ({})",
+                                       what, v.name(),
+                                       v->role == VarRole::Loop      ? "a loop variable"
+                                       : v->role == VarRole::Builtin ? "a per-block or per-thread index"
+                                                                     : "a variable of the body"),
+                           loc);
+    if (d.is_int_const() && d.int_value() < 0)
+      throw CompileError(fmt::format("{}: dim {} is negative", what, d.int_value()), loc);
+  }
+  GlobalScratch g;
+  g.ptr = Var(fmt::format("global_tensor_{}", kernel_.global_tensors.size()), dtype.pointer_to(), VarRole::Param);
+  g.shape = shape;
+  g.requires_clean = requires_clean;
+  g.loc = loc;
+  kernel_.global_tensors.push_back(g);
+  return global_view(g.ptr, dtype, std::move(shape), {}, loc, name);
+}
+
+Expr Builder::item_ptr(const Tensor& t, std::vector<Expr> indices, SourceLoc loc) {
+  auto it = global_ptrs_.find(t.get());
+  if (!t.defined() || !t.is_global() || it == global_ptrs_.end())
+    throw CompileError(fmt::format("item_ptr: only an element of a global tensor of this kernel has an address "
+                                   "here, got {}",
+                                   type_of(t)),
+                       loc);
+  if (indices.size() != size_t(t.rank()))
+    throw CompileError(fmt::format("item_ptr: {} has {} dims but {} indices were given", t.type_str(), t.rank(),
+                                   indices.size()),
+                       loc);
+  if (t.dtype().is_subbyte())
+    throw CompileError(fmt::format("item_ptr: the elements of {} are packed below a byte and have no address of "
+                                   "their own",
+                                   t.type_str()),
+                       loc);
+  for (auto& i : indices) check_index(i, "indices", loc, "item_ptr");
+  std::vector<Expr> strides = t->strides;
+  if (strides.empty()) {  // row-major
+    strides.assign(indices.size(), int_const(1, dtypes::int64));
+    for (int d = t.rank() - 2; d >= 0; --d) strides[d] = strides[d + 1] * tilus::cast(t.shape()[d + 1], dtypes::int64);
+  }
+  Expr offset = int_const(0, dtypes::int64);
+  for (size_t d = 0; d < indices.size(); ++d) offset = offset + tilus::cast(indices[d], dtypes::int64) * tilus::cast(strides[d], dtypes::int64);
+  offset = simplify(offset);
+  return offset.is_int_const() && offset.int_value() == 0 ? it->second : it->second + offset;
+}
+
+void Builder::semaphore(SemaphoreOp op, Expr semaphore, Expr value, SourceLoc loc) {
+  auto i = make_inst<SemaphoreInst>(loc);
+  i->op = op;
+  i->semaphore = std::move(semaphore);
+  i->value = std::move(value);
+  const char* what = op == SemaphoreOp::Lock ? "lock_semaphore" : "release_semaphore";
+  if (!i->semaphore.defined() || !i->semaphore.dtype().is_pointer() || i->semaphore.dtype().pointee() != dtypes::int32)
+    throw CompileError(fmt::format("{}: the semaphore must be the address of an int32 in global memory (~int32, such "
+                                   "as semaphores[i, j].item_ptr() of an int32 global_tensor), got {}",
+                                   what, i->semaphore.defined() ? to_string(i->semaphore) + " of type " +
+                                                                      i->semaphore.dtype().name()
+                                                                : std::string("nothing")),
+                       loc);
+  if (!i->value.defined() || !i->value.dtype().is_integer())
+    throw CompileError(fmt::format("{}: value must be an integer (the semaphore is int32), got {}", what,
+                                   i->value.defined() ? to_string(i->value) + " of type " + i->value.dtype().name()
+                                                      : std::string("nothing")),
+                       loc);
+  if (i->value.dtype() != dtypes::int32) i->value = tilus::cast(i->value, dtypes::int32);
+  emit(i);
 }
 
 Tensor Builder::shared_tensor(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name) {

@@ -250,6 +250,22 @@ GlobalTensor Script::global_view_impl(const Expr& ptr, DataType dtype, std::vect
                                             ptr.as<VarNode>() ? ptr.as<VarNode>()->name : "g"));
 }
 
+GlobalTensor Script::global_tensor(DataType dtype, std::vector<Expr> shape, bool requires_clean, Loc loc) {
+  return GlobalTensor(builder().global_tensor(dtype, std::move(shape), requires_clean, SourceLoc::from(loc)));
+}
+
+Expr Script::item_ptr(const GlobalTensor& g, std::vector<Expr> indices, Loc loc) {
+  return builder().item_ptr(g.tensor(), std::move(indices), SourceLoc::from(loc));
+}
+
+void Script::lock_semaphore(const Expr& semaphore, const Expr& value, Loc loc) {
+  builder().semaphore(SemaphoreOp::Lock, semaphore, value, SourceLoc::from(loc));
+}
+
+void Script::release_semaphore(const Expr& semaphore, const Expr& value, Loc loc) {
+  builder().semaphore(SemaphoreOp::Release, semaphore, value, SourceLoc::from(loc));
+}
+
 SharedTensor Script::shared_tensor(DataType dtype, std::vector<int64_t> shape, Loc loc) {
   return SharedTensor(builder().shared_tensor(dtype, std::move(shape), SourceLoc::from(loc)));
 }

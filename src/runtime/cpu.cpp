@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -201,6 +202,10 @@ struct Failure {
 struct RunState {
   const CpuKernel::Impl* kernel;
   Failure failure;
+  // Blocks running, and those of them spinning in lock_semaphore: when every running block
+  // spins for a while, none of them can be released.
+  std::atomic<int> running{0}, spinning{0};
+  int workers = 0;
 };
 
 }  // namespace
@@ -308,6 +313,51 @@ void mbarrier(CpuBlockContext* ctx, int32_t op, uint64_t* p, int64_t value, int3
     default: break;
   }
   bar.store(p);
+}
+
+void semaphore(CpuBlockContext* ctx, int32_t op, int32_t* p, int32_t value, int32_t site) {
+  std::atomic_ref<int32_t> sem(*p);
+  if (op == kSemaphoreRelease) {
+    sem.store(value, std::memory_order_release);
+    return;
+  }
+  if (sem.load(std::memory_order_acquire) == value) return;
+  auto* state = static_cast<RunState*>(ctx->runtime);
+  auto cancelled = [&] {
+    return state->failure.failed.load(std::memory_order_relaxed) ||
+           std::atomic_ref<const int32_t>(*ctx->cancel).load(std::memory_order_relaxed) != 0;
+  };
+  state->spinning++;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point stuck_since{};
+  bool stuck = false;
+  for (int64_t spins = 0;; ++spins) {
+    int32_t now = sem.load(std::memory_order_acquire);
+    if (now == value || cancelled()) break;
+    if (state->spinning.load() >= state->running.load()) {
+      if (!stuck) stuck_since = Clock::now();
+      stuck = true;
+      if (Clock::now() - stuck_since > std::chrono::milliseconds(500)) {
+        std::lock_guard<std::mutex> lock(state->failure.mutex);
+        if (!state->failure.failed.load()) {
+          const CpuAccessSite& s = state->kernel->sites.at(size_t(site));
+          std::string where = s.loc.valid() ? s.loc.str() + ": " : "";
+          state->failure.message = fmt::format(
+              "{}{}: block ({}, {}, {}) waits for the semaphore ({}) to hold {}, but it holds {} and every block the "
+              "CPU backend is running ({} at a time, started in order of block index, x fastest) waits on a "
+              "semaphore: the block that would release it has not started or never does (on a GPU this can hang)",
+              where, s.inst, ctx->bx, ctx->by, ctx->bz, s.tensor, value, now, state->workers);
+          state->failure.failed.store(true);
+        }
+        break;
+      }
+    } else {
+      stuck = false;
+    }
+    if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else std::this_thread::yield();
+  }
+  state->spinning--;
 }
 
 // Runs fn(worker) on `n` threads with stacks big enough for large register tiles. Meanwhile
@@ -567,7 +617,8 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
   std::array<uint32_t, 3> g = launch_grid(k.signature, args);
   int64_t total = int64_t(g[0]) * g[1] * g[2];
   if (total == 0) return;
-  std::vector<int64_t> slots(args.size()), extents(args.size(), -1);
+  size_t scratch_count = k.lowered.global_tensors.size();
+  std::vector<int64_t> slots(args.size() + scratch_count), extents(args.size() + scratch_count, -1);
   for (size_t i = 0; i < args.size(); ++i) {
     DataType t = k.signature.params[i].dtype;
     const KernelArg& a = args[i];
@@ -581,7 +632,23 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
       slots[i] = a.i;
     }
   }
+  // The global tensors: zeros (a checked run fills those that need not be clean with 0xff
+  // bytes, so that a kernel relying on zeros there shows it).
+  std::vector<std::vector<uint8_t>> scratch(scratch_count);
+  for (size_t i = 0; i < scratch_count; ++i) {
+    const GlobalScratch& g = k.lowered.global_tensors[i];
+    auto bytes = evaluate_int(k.signature, args, g.bytes());
+    if (!bytes || *bytes < 0)
+      throw ArgumentError(fmt::format("kernel {}: global_tensor at {} ({}{}): {} for these arguments",
+                                      k.signature.name, g.loc.str(), g.dtype().name(), shape_str(g.shape),
+                                      bytes ? fmt::format("its size is {} bytes", *bytes)
+                                            : std::string("its size cannot be evaluated")));
+    scratch[i].assign(size_t(std::max<int64_t>(*bytes, 1)) + 64, k.checked && !g.requires_clean ? 0xff : 0);
+    slots[args.size() + i] = int64_t(reinterpret_cast<uintptr_t>(scratch[i].data()));
+    extents[args.size() + i] = *bytes;
+  }
   RunState state{&k, {}};
+  state.workers = int(std::min<int64_t>(k.threads, total));
   std::atomic<int64_t> next{0};
   std::atomic<int32_t> cancel{0};
   static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t) && std::atomic<int32_t>::is_always_lock_free,
@@ -591,18 +658,35 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
   run_workers(workers, k.stack_bytes, [&](int) {
     std::vector<uint8_t> shared(size_t(std::max<int64_t>(k.shared_bytes, 1)) + 128, 0);
     auto* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 127) / 128 * 128);
-    CpuBlockContext ctx{&report, extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0, &mbarrier};
+    CpuBlockContext ctx{&report,  extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0,
+                        &mbarrier, &semaphore};
     for (int64_t b = next++; b < total && !state.failure.failed.load(std::memory_order_relaxed) &&
                              !cancel.load(std::memory_order_relaxed);
          b = next++) {
       ctx.bx = int32_t(b % g[0]);
       ctx.by = int32_t(b / g[0] % g[1]);
       ctx.bz = int32_t(b / (int64_t(g[0]) * g[1]));
+      state.running++;
       k.fn(slots.data(), ctx.bx, ctx.by, ctx.bz, smem, &ctx);
+      state.running--;
     }
   }, interrupted, cancel);
   if (cancel.load()) throw CpuInterrupted(fmt::format("kernel {}: interrupted", k.signature.name));
   if (state.failure.failed.load()) throw CpuCheckError(fmt::format("kernel {}: {}", k.signature.name, state.failure.message));
+  // A requires_clean global tensor must be left zero: the GPU runtime clears it only once.
+  for (size_t i = 0; i < scratch_count; ++i) {
+    const GlobalScratch& g = k.lowered.global_tensors[i];
+    if (!g.requires_clean) continue;
+    size_t bytes = size_t(extents[args.size() + i]);
+    auto first = std::find_if(scratch[i].begin(), scratch[i].begin() + bytes, [](uint8_t v) { return v != 0; });
+    if (first == scratch[i].begin() + bytes) continue;
+    int64_t elem = std::max<int64_t>(1, g.dtype().bits() / 8);
+    throw CpuCheckError(fmt::format(
+        "kernel {}: {}: global_tensor {}{} (requires_clean=True) is not all zero after the launch (element {} in "
+        "row-major order is not): a kernel must leave such a tensor zero, since the runtime clears it only when it "
+        "allocates it and the next launch would see what this one left",
+        k.signature.name, g.loc.str(), g.dtype().name(), shape_str(g.shape), (first - scratch[i].begin()) / elem));
+  }
 }
 
 #endif

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "tilus/codegen/nvrtc.h"
@@ -443,25 +444,86 @@ void Launcher::launch_raw(const std::array<uint32_t, 3>& g, uint8_t* arguments, 
   void* pointers[64];
   std::vector<void*> many;
   void** p = pointers;
-  if (s.params.size() > 64) {
-    many.resize(s.params.size());
+  if (layout_.offsets.size() > 64) {
+    many.resize(layout_.offsets.size());
     p = many.data();
   }
-  if (!s.tensor_maps.empty()) fill_tensor_maps(arguments);
+  if (!s.global_tensors.empty() || !s.tensor_maps.empty()) {
+    std::vector<KernelArg> args = arguments_of(arguments);
+    if (!s.global_tensors.empty()) fill_global_tensors(args, arguments, stream);
+    if (!s.tensor_maps.empty()) fill_tensor_maps(args, arguments);
+  }
   kernel_param_pointers(layout_, arguments, p);
   module_->launch(g.data(), uint32_t(s.block_threads), p, stream);
 }
 
 std::vector<KernelParam> launch_params(const KernelSource& s) {
   std::vector<KernelParam> all = s.params;
+  for (const GlobalScratch& g : s.global_tensors) all.push_back(KernelParam{g.ptr.name(), g.ptr.dtype(), 0, 0, {}});
   for (size_t i = 0; i < s.tensor_maps.size(); ++i)
     all.push_back(KernelParam::blob(fmt::format("tensor_map_{}", i), 128, 64));
   return all;
 }
 
-void Launcher::fill_tensor_maps(uint8_t* arguments) const {
+namespace {
+
+// Memory for kernels' global tensors: one buffer per (stream, requires_clean), grown when a
+// launch needs more and kept for the process. A clean buffer is zeroed when it is allocated;
+// every kernel leaves its part of it zero.
+DevicePtr scratch_memory(Stream stream, bool clean, size_t bytes) {
+  struct Buffer {
+    DevicePtr ptr = 0;
+    size_t bytes = 0;
+  };
+  static std::mutex mutex;
+  static auto* buffers = new std::map<std::pair<Stream, bool>, Buffer>;  // freed with the context
+  std::lock_guard<std::mutex> lock(mutex);
+  Buffer& b = (*buffers)[{stream, clean}];
+  if (b.bytes >= bytes) return b.ptr;
+  // Launches in flight may still use the old buffer: wait for them before replacing it.
+  synchronize();
+  if (b.ptr) device_free(b.ptr);
+  b.ptr = 0;
+  size_t n = std::max(bytes, 2 * b.bytes);
+  n = (n + 65535) / 65536 * 65536;
+  b.ptr = device_alloc(n);
+  b.bytes = n;
+  if (clean) {
+    device_memset(b.ptr, 0, n);
+    synchronize();
+  }
+  return b.ptr;
+}
+
+}  // namespace
+
+void Launcher::fill_global_tensors(const std::vector<KernelArg>& args, uint8_t* arguments, Stream stream) const {
   const KernelSource& s = kernel_.source;
-  // The scalars and pointers as arguments, from their slots.
+  // Each tensor at a 128-byte multiple of its kind's buffer, in call order.
+  std::vector<int64_t> offsets;
+  int64_t total[2] = {0, 0};
+  for (const GlobalScratch& g : s.global_tensors) {
+    auto bytes = evaluate_int(s, args, g.bytes());
+    if (!bytes || *bytes < 0)
+      throw ArgumentError(fmt::format("kernel {}: global_tensor at {} ({}{}): {} for these arguments", s.name,
+                                      g.loc.str(), g.dtype().name(), shape_str(g.shape),
+                                      bytes ? fmt::format("its size is {} bytes", *bytes)
+                                            : std::string("its size cannot be evaluated")));
+    int64_t& t = total[g.requires_clean ? 1 : 0];
+    offsets.push_back(t);
+    t += (std::max<int64_t>(*bytes, 1) + 127) / 128 * 128;
+  }
+  DevicePtr base[2] = {0, 0};
+  for (int clean = 0; clean < 2; ++clean)
+    if (total[clean] > 0) base[clean] = scratch_memory(stream, clean == 1, size_t(total[clean]));
+  for (size_t i = 0; i < s.global_tensors.size(); ++i) {
+    DevicePtr address = base[s.global_tensors[i].requires_clean ? 1 : 0] + uint64_t(offsets[i]);
+    std::memcpy(arguments + layout_.offsets[s.params.size() + i], &address, 8);
+  }
+}
+
+std::vector<KernelArg> Launcher::arguments_of(const uint8_t* arguments) const {
+  const KernelSource& s = kernel_.source;
   std::vector<KernelArg> args;
   for (size_t i = 0; i < s.params.size(); ++i) {
     const KernelParam& p = s.params[i];
@@ -482,6 +544,11 @@ void Launcher::fill_tensor_maps(uint8_t* arguments) const {
       args.emplace_back(v);
     }
   }
+  return args;
+}
+
+void Launcher::fill_tensor_maps(const std::vector<KernelArg>& args, uint8_t* arguments) const {
+  const KernelSource& s = kernel_.source;
   std::lock_guard<std::mutex> lock(maps_mutex_);
   for (size_t m = 0; m < s.tensor_maps.size(); ++m) {
     const TensorMapSpec& spec = s.tensor_maps[m];
@@ -525,7 +592,7 @@ void Launcher::fill_tensor_maps(uint8_t* arguments) const {
       cached.dims = std::move(dims);
       cached.strides = std::move(strides);
     }
-    std::memcpy(arguments + layout_.offsets[s.params.size() + m], cached.bytes.data(), 128);
+    std::memcpy(arguments + layout_.offsets[s.params.size() + s.global_tensors.size() + m], cached.bytes.data(), 128);
   }
 }
 

@@ -424,3 +424,72 @@ TEST(CudaEmitter, NamedBarrierIdsOfTheKernelAreKeptFromGroups) {
   EXPECT_NE(src.find("tilus::named_barrier(1, 128);"), std::string::npos) << src;
   EXPECT_NE(src.find("tilus::named_barrier(3, 64);"), std::string::npos) << src;
 }
+
+// Split-K over a global tensor of semaphores (NVIDIA Tilus's matmul_v5 pattern): block z adds its
+// partial tile to what blocks 0..z-1 stored, in order of z.
+struct SemaphoreChain : Script {
+  static constexpr const char* param_names = "m, n, c";
+  void operator()(Int32 m, Int32 n, Ptr<f32> c) {
+    attrs.blocks = {cdiv(m, 16), cdiv(n, 16), 3};
+    attrs.warps = 4;
+    auto gc = global_view(c, {m, n});
+    auto semaphores = global_tensor(dtypes::int32, {cdiv(m, 16), cdiv(n, 16)}, true);
+    Expr semaphore = item_ptr(semaphores, {blockIdx.x, blockIdx.y});
+    auto part = register_tensor(dtypes::float32, {16, 16}, Expr(1.0f));
+    if_(blockIdx.z > 0, [&] {
+      lock_semaphore(semaphore, blockIdx.z);
+      auto before = load_global(gc, {.offsets = {blockIdx.x * 16, blockIdx.y * 16}, .shape = {16, 16}});
+      part = part + before;
+    });
+    store_global(gc, part, {.offsets = {blockIdx.x * 16, blockIdx.y * 16}});
+    release_semaphore(semaphore, (blockIdx.z + 1) % 3);
+  }
+};
+
+TEST(CudaEmitter, GlobalTensorsAndSemaphores) {
+  Program traced = trace(SemaphoreChain{});
+  std::string ir = print(traced);
+  EXPECT_NE(ir.find("global_tensor global_tensor_0: int32["), std::string::npos) << ir;
+  EXPECT_NE(ir.find("requires_clean"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("lock_semaphore(semaphore="), std::string::npos) << ir;
+  EXPECT_NE(ir.find("release_semaphore(semaphore="), std::string::npos) << ir;
+  KernelSource src = emit(traced);
+  EXPECT_TRUE(matches_golden("cuda_semaphores", src.source, ".cu"));
+  // The global tensor is a pointer parameter after the kernel's own; the caller does not pass it.
+  ASSERT_EQ(src.params.size(), 3u);
+  ASSERT_EQ(src.global_tensors.size(), 1u);
+  EXPECT_TRUE(src.global_tensors[0].requires_clean);
+  EXPECT_NE(src.source.find("float* __restrict__ c, int32_t* __restrict__ global_tensor_0)"), std::string::npos)
+      << src.source;
+  std::vector<KernelParam> all = launch_params(src);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_TRUE(all[3].dtype.is_pointer());
+  if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC";
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    SCOPED_TRACE(arch);
+    CompiledKernel k;
+    ASSERT_NO_THROW(k = compile_program(traced, arch, nullptr));
+    EXPECT_EQ(std::string(k.cubin.data() + 1, 3), "ELF");
+  }
+}
+
+struct PerBlockGlobalTensor : Script {
+  static constexpr const char* param_names = "n";
+  void operator()(Int32 n) {
+    attrs.blocks = {n};
+    attrs.warps = 1;
+    global_tensor(dtypes::int32, {blockIdx.x + 1}, false);
+  }
+};
+
+TEST(CudaEmitter, GlobalTensorShapesUseOnlyParameters) {
+  try {
+    trace(PerBlockGlobalTensor{});
+    FAIL() << "a global tensor sized per block traced";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.message().find("global_tensor(dtype=int32, shape=[blockIdx.x + 1]): the runtime allocates it before "
+                               "the launch, so its shape may use only the kernel's parameters"),
+              std::string::npos)
+        << e.message();
+  }
+}

@@ -33,7 +33,7 @@ def test_nvidia_tilus_module_names_exist():
              "autotune", "Class", "Pipeline", "Dim3", "empty", "from_torch", "full", "ones", "rand", "randint",
              "randn", "view_torch", "zeros", "option", "utils", "get_current_target", "__version__"]
     assert [n for n in names if not hasattr(tilus, n)] == []
-    assert tilus.void_p.is_pointer and tilus.void_p.pointee.name == "void"
+    assert tilus.void_p.is_pointer() and tilus.void_p.pointee.name == "void"
     assert isinstance(tilus.spatial(2, 4), tilus.RegisterLayout)
 
 

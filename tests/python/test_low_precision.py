@@ -273,10 +273,10 @@ class ViewStraddling(tilus.Script):
 def test_view_bytes_as_codes_that_straddle_bytes(arrays, name):
     dt = getattr(tilus, name)
     codes = np.random.default_rng(7).integers(0, 1 << dt.bits, 1024)
-    if dt.is_float:
+    if dt.is_float():
         want = code_values(name)[codes]
     else:
-        want = np.where(codes >= (1 << (dt.bits - 1)), codes - (1 << dt.bits), codes) if dt.is_signed else codes
+        want = np.where(codes >= (1 << (dt.bits - 1)), codes - (1 << dt.bits), codes) if dt.is_signed() else codes
     y = arrays.empty((1024,))
     ViewStraddling(dt)(arrays.put(pack(codes, dt.bits)), y)
     np.testing.assert_array_equal(arrays.host(y), want.astype(np.float32))

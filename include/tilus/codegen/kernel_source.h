@@ -9,6 +9,7 @@
 #include "tilus/ir/contract.h"
 #include "tilus/ir/dtype.h"
 #include "tilus/ir/expr.h"
+#include "tilus/ir/program.h"
 #include "tilus/ir/tensor_map.h"
 
 namespace tilus {
@@ -44,7 +45,10 @@ struct KernelSource {
   // Thread-block cluster shape (Hopper): {1, 1, 1} launches plainly; anything else launches
   // with the cluster-dimension attribute, each grid dimension a multiple of it.
   std::array<int64_t, 3> cluster{1, 1, 1};
-  // TMA tensor maps (Kernel::tensor_maps): 128-byte by-value parameters after `params`, which
+  // The kernel's global tensors (Kernel::global_tensors): pointer parameters after `params`,
+  // which the launcher points into memory it keeps per stream; not arguments of the caller.
+  std::vector<GlobalScratch> global_tensors;
+  // TMA tensor maps (Kernel::tensor_maps): 128-byte by-value parameters after those, which
   // the launcher encodes from each launch's arguments; not arguments of the caller.
   std::vector<TensorMapSpec> tensor_maps;
   int64_t block_threads = 0;

@@ -73,7 +73,13 @@ struct CpuBlockContext {
   // (ctx, CpuMbarrierOp, the barrier's 8 bytes, value, site): the blocks of the CPU backend
   // run their instructions in order, so a wait whose phase has not completed never will.
   void (*mbarrier)(CpuBlockContext* ctx, int32_t op, uint64_t* barrier, int64_t value, int32_t site);
+  // (ctx, CpuSemaphoreOp, the int32 semaphore, value, site): a lock spins until the semaphore
+  // holds `value` (and reports one that no running block can release), a release stores it.
+  void (*semaphore)(CpuBlockContext* ctx, int32_t op, int32_t* semaphore, int32_t value, int32_t site);
 };
+
+// The operations of CpuBlockContext::semaphore.
+enum CpuSemaphoreOp : int32_t { kSemaphoreLock = 0, kSemaphoreRelease = 1 };
 
 struct CpuCodegenOptions {
   bool checked = false;  // emit checked-mode bounds checks of every global access and shared tile

@@ -82,8 +82,11 @@ class KernelFacts {
   const Var& group_thread(const ThreadGroupStmtNode& group) const;
   // Bytes known to divide a pointer expression (1 unless it is a specialized parameter).
   int64_t pointer_alignment(const Expr& ptr) const;
-  // The index of the pointer parameter an address expression is built on (-1: none).
+  // The pointer an address expression is built on, as an index into the launch's pointers:
+  // the kernel's parameters, then its global tensors (Kernel::global_tensors); -1: none.
   int pointer_param(const Expr& ptr) const;
+  // The variable of such an index.
+  const Var& pointer_var(int index) const;
 
   // --- tensors ---------------------------------------------------------------------------
   // The address map of a global_view / shared tensor of this kernel; CompileError at

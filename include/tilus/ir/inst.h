@@ -70,6 +70,7 @@ namespace tilus {
   X(StoreGlobalVector)        \
   X(Atomic)                   \
   X(Item)                     \
+  X(Semaphore)                \
   X(Printf)                   \
   X(Assume)                   \
   X(AnnotateLayout)
@@ -628,6 +629,23 @@ struct ItemInst : InstNode {
   Var var;
   Tensor x;
   // It defines `var` for what follows, which dead-code elimination cannot see through tensors.
+  bool has_side_effects() const override { return true; }
+};
+
+// lock_semaphore / release_semaphore on an int32 in global memory (NVIDIA Tilus's names):
+// Lock: the group's first thread spins on acquire loads until the semaphore holds `value`, then
+// the group meets at a barrier (every thread sees what was written before the release).
+// Release: the group meets at a barrier (its earlier writes come first), then the first thread
+// stores `value` with release semantics at GPU scope.
+enum class SemaphoreOp : uint8_t { Lock, Release };
+struct SemaphoreInst : InstNode {
+  TILUS_INST_COMMON(Semaphore, "semaphore")
+  SemaphoreOp op = SemaphoreOp::Lock;
+  Expr semaphore;  // an int32 pointer
+  Expr value;      // int32
+  std::string display_name() const override {
+    return op == SemaphoreOp::Lock ? "lock_semaphore" : "release_semaphore";
+  }
   bool has_side_effects() const override { return true; }
 };
 

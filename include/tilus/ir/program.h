@@ -15,6 +15,27 @@
 
 namespace tilus {
 
+// A global tensor the kernel allocates (global_tensor): memory the runtime provides at every
+// launch, passed as a pointer parameter after the kernel's own (before the TMA tensor maps).
+// A `requires_clean` one is zero before the kernel's first launch and every launch must leave
+// it zero again (so the runtime clears it only when it allocates it); the others hold
+// anything.
+struct GlobalScratch {
+  Var ptr;                  // the pointer parameter (role Param) the tensor's global_view reads
+  std::vector<Expr> shape;  // over the scalar parameters
+  bool requires_clean = false;
+  SourceLoc loc;            // the global_tensor call
+  DataType dtype() const { return ptr.dtype().pointee(); }
+  // Its storage bytes (int64, over the scalar parameters; sub-byte elements packed).
+  Expr bytes() const {
+    Expr n = int_const(1, dtypes::int64);
+    for (const Expr& d : shape) n = n * cast(d, dtypes::int64);
+    int bits = dtype().bits();
+    return bits % 8 == 0 ? n * int_const(bits / 8, dtypes::int64)
+                         : cdiv(n * int_const(bits, dtypes::int64), int_const(8, dtypes::int64));
+  }
+};
+
 struct Kernel {
   std::string name;
   std::vector<Var> params;  // runtime parameters: scalars and pointers, in call order
@@ -38,6 +59,8 @@ struct Kernel {
   // by select_instructions), at a byte offset planned by plan_shared_memory.
   int64_t copy_barriers = 0;
   int64_t copy_barrier_offset = -1;
+  // The global tensors the kernel allocates, in call order.
+  std::vector<GlobalScratch> global_tensors;
 
   int64_t num_threads() const { return warps * 32; }
 };

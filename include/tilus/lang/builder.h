@@ -88,6 +88,15 @@ class Builder {
   // --- instructions -------------------------------------------------------------------
   Tensor global_view(Expr ptr, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides, SourceLoc loc,
                      const std::string& name = "g");
+  // global_tensor: global memory the runtime provides at every launch (Kernel::global_tensors),
+  // viewed as a row-major tensor; its shape may use only the parameters (and lets over them).
+  Tensor global_tensor(DataType dtype, std::vector<Expr> shape, bool requires_clean, SourceLoc loc,
+                       const std::string& name = "g");
+  // The address of element `indices` of a global tensor of this kernel (Tilus's
+  // g[i, j].item_ptr()): a typed pointer expression.
+  Expr item_ptr(const Tensor& t, std::vector<Expr> indices, SourceLoc loc);
+  // lock_semaphore / release_semaphore (SemaphoreInst).
+  void semaphore(SemaphoreOp op, Expr semaphore, Expr value, SourceLoc loc);
   Tensor shared_tensor(DataType dtype, std::vector<int64_t> shape, SourceLoc loc, const std::string& name = "s");
   void free_shared(const Tensor& t, SourceLoc loc);
   // init: undefined (uninitialized), a scalar, or a function of the index variables.
@@ -231,6 +240,10 @@ class Builder {
   SourceLoc last_loc_;
   std::unordered_set<const void*> mutable_vars_;  // variables made by declare()
   std::unordered_map<const void*, Expr> let_values_;  // variables made by let(), for set_blocks
+  // Each global_view's pointer, typed as its elements (for item_ptr).
+  std::unordered_map<const void*, Expr> global_ptrs_;
+  // e with the lets it uses replaced by their values (for what is evaluated before a launch).
+  Expr inline_lets(Expr e) const;
 };
 
 }  // namespace tilus

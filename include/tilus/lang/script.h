@@ -524,6 +524,17 @@ class Script {
                            Loc loc = Loc::current()) {
     return global_view_impl(ptr, dtype, std::move(shape), std::move(strides), loc);
   }
+  // Global memory the runtime provides at every launch (NVIDIA Tilus's global_tensor): a
+  // row-major tensor whose shape may use only the parameters. requires_clean: zero at the
+  // first launch, and every launch must leave it zero.
+  GlobalTensor global_tensor(DataType dtype, std::vector<Expr> shape, bool requires_clean,
+                             Loc loc = Loc::current());
+  // The address of g[indices...] (Tilus's g[i, j].item_ptr()).
+  Expr item_ptr(const GlobalTensor& g, std::vector<Expr> indices, Loc loc = Loc::current());
+  // The group waits until the int32 at `semaphore` holds `value` / stores `value` there after
+  // the group's earlier writes (NVIDIA Tilus's names).
+  void lock_semaphore(const Expr& semaphore, const Expr& value, Loc loc = Loc::current());
+  void release_semaphore(const Expr& semaphore, const Expr& value, Loc loc = Loc::current());
   SharedTensor shared_tensor(DataType dtype, std::vector<int64_t> shape, Loc loc = Loc::current());
   void free_shared(const SharedTensor& t, Loc loc = Loc::current());
   RegisterTensor register_tensor(DataType dtype, std::vector<int64_t> shape, Init init = {}, Loc loc = Loc::current());

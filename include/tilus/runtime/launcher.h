@@ -172,9 +172,14 @@ class Launcher {
   const ArgumentLayout& layout() const { return layout_; }
 
  private:
-  // Encodes the kernel's TMA tensor maps for the arguments packed in `arguments` into their
-  // slots after the parameters; each map is re-encoded only when its address or sizes change.
-  void fill_tensor_maps(uint8_t* arguments) const;
+  // The scalars and pointers packed in `arguments`, as arguments.
+  std::vector<KernelArg> arguments_of(const uint8_t* arguments) const;
+  // Points the slots of the kernel's global tensors (after the parameters) into the memory the
+  // runtime keeps for `stream`, sized for these arguments.
+  void fill_global_tensors(const std::vector<KernelArg>& args, uint8_t* arguments, Stream stream) const;
+  // Encodes the kernel's TMA tensor maps for these arguments into their slots (after the
+  // global tensors'); each map is re-encoded only when its address or sizes change.
+  void fill_tensor_maps(const std::vector<KernelArg>& args, uint8_t* arguments) const;
 
   CompiledKernel kernel_;
   ArgumentLayout layout_;

@@ -34,6 +34,25 @@ void Emitter::emit_builtin(const InstNode& inst) {
       return;  // inside one block: its tile instructions already run in order
     }
     case InstKind::SetMaxNReg: return;  // a register budget: nothing to compute
+    case InstKind::Semaphore: {
+      // The block's threads run as one: it spins or stores once.
+      auto& i = static_cast<const SemaphoreInst&>(inst);
+      int32_t site = int32_t(sites.size());
+      sites.push_back(CpuAccessSite{inst.display_name(), inst.loc, to_string(i.semaphore), -1, std::string()});
+      Expr ptr = facts.simplify(i.semaphore), value = facts.simplify(i.value);
+      auto* ty = llvm::FunctionType::get(
+          b.getVoidTy(), {b.getInt8PtrTy(), b.getInt32Ty(), b.getInt8PtrTy(), b.getInt32Ty(), b.getInt32Ty()}, false);
+      llvm::Type* fp = llvm::PointerType::getUnqual(ty);
+      llvm::Value* field = b.CreateConstGEP1_64(b.getInt8Ty(), b.CreateBitCast(block_ctx, b.getInt8PtrTy()),
+                                                offsetof(CpuBlockContext, semaphore));
+      llvm::Value* fn_ptr = b.CreateLoad(fp, b.CreateBitCast(field, llvm::PointerType::getUnqual(fp)));
+      b.CreateCall(ty, fn_ptr,
+                   {b.CreateBitCast(block_ctx, b.getInt8PtrTy()),
+                    b.getInt32(i.op == SemaphoreOp::Lock ? kSemaphoreLock : kSemaphoreRelease),
+                    b.CreateBitCast(expr(ptr), b.getInt8PtrTy()), convert(expr(value), value.dtype(), dtypes::int32),
+                    b.getInt32(site)});
+      return;
+    }
     case InstKind::Item: {
       auto& i = static_cast<const ItemInst&>(inst);
       values_[i.var.operator->()] = load_reg(i.x, i32(0));

@@ -211,6 +211,12 @@ llvm::Value* Emitter::binary(const BinaryNode& n) {
   DataType ot = n.a.dtype(), t = n.dtype;
   llvm::Value* a = expr(n.a);
   llvm::Value* c = expr(n.b);
+  if (t.is_pointer()) {  // pointer +- integer, in elements (bytes for void*), as C does
+    llvm::Value* i = convert(c, n.b.dtype(), dtypes::int64);
+    DataType e = ot.pointee();
+    if (n.op == BinaryOp::Sub) i = b.CreateNeg(i);
+    return b.CreateGEP(b.getInt8Ty(), a, b.CreateMul(i, i64(e.is_void() ? 1 : std::max<int64_t>(1, e.bits() / 8))));
+  }
   if (n.b.dtype() != ot) c = convert(c, n.b.dtype(), ot);
   if (n.op == BinaryOp::And || n.op == BinaryOp::Or) {
     a = convert(a, ot, dtypes::boolean);
@@ -659,7 +665,8 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::Shuffle:
     case InstKind::LoadGlobalVector:
     case InstKind::StoreGlobalVector:
-    case InstKind::Item: emit_builtin(inst); return;
+    case InstKind::Item:
+    case InstKind::Semaphore: emit_builtin(inst); return;
     default: break;
   }
   // Everything whose traits name global or shared memory is the memory family's.
@@ -714,6 +721,12 @@ void Emitter::run(const std::string& entry) {
     else if (t.is_bool()) v = b.CreateICmpNE(slot, b.getInt64(0));
     else v = b.CreateTrunc(slot, type(t));
     values_[p.operator->()] = v;
+  }
+  // The global tensors' memory, in the slots after the parameters.
+  for (size_t i = 0; i < kernel.global_tensors.size(); ++i) {
+    const Var& p = kernel.global_tensors[i].ptr;
+    llvm::Value* slot = b.CreateLoad(b.getInt64Ty(), b.CreateConstGEP1_64(b.getInt64Ty(), fn->getArg(0), kernel.params.size() + i), p.name());
+    values_[p.operator->()] = b.CreateIntToPtr(slot, i8p);
   }
   emit_stmt(kernel.body);
   if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();

@@ -87,7 +87,7 @@ llvm::Value* Emitter::check_access(const InstNode& inst, const Side& side, const
   }
   int32_t site = int32_t(sites.size());
   sites.push_back({inst.display_name(), inst.loc, rec.type_str, rec.param,
-                   rec.param >= 0 ? kernel.params[rec.param].name() : std::string()});
+                   rec.param >= 0 ? facts.pointer_var(rec.param).name() : std::string()});
   // Elements the predicate masks are never accessed: only the others are checked.
   if_then(b.CreateAnd(pred, b.CreateNot(ok)), [&] {
     std::vector<llvm::Value*> index;
@@ -262,7 +262,7 @@ void Emitter::emit_memory(const InstNode& inst) {
       GlobalRec rec;
       rec.base = convert(expr(i.ptr), i.ptr.dtype(), i.ptr.dtype());
       rec.param = facts.pointer_param(i.ptr);
-      if (rec.param >= 0) rec.param_base = expr(kernel.params[rec.param]);
+      if (rec.param >= 0) rec.param_base = expr(facts.pointer_var(rec.param));
       rec.type_str = i.out.type_str();
       globals[i.out.get()] = rec;
       return;

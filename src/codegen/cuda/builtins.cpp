@@ -41,6 +41,17 @@ void Emitter::emit_builtin(const InstNode& inst) {
       linef("tilus::setmaxnreg_{}<{}>();", i.is_inc ? "inc" : "dec", i.reg_count);
       return;
     }
+    case InstKind::Semaphore: {
+      // One thread spins or stores; the group's barrier orders the others around it.
+      auto& i = static_cast<const SemaphoreInst&>(inst);
+      std::string ptr = expr(simplify(i.semaphore)), value = expr(simplify(i.value));
+      if (i.op == SemaphoreOp::Release) emit_barrier(inst);
+      open(fmt::format("if ({})", elected()));
+      linef("tilus::semaphore_{}({}, {});", i.op == SemaphoreOp::Lock ? "wait" : "release", ptr, value);
+      close();
+      if (i.op == SemaphoreOp::Lock) emit_barrier(inst);
+      return;
+    }
     case InstKind::Item: {
       auto& i = static_cast<const ItemInst&>(inst);
       std::string v = fresh(i.var.name());

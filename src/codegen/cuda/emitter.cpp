@@ -386,7 +386,9 @@ void Emitter::emit_stmt(const Stmt& s) {
       auto& n = static_cast<const LetStmtNode&>(*s);
       Expr value = simplify(n.value);
       std::string v = fresh(n.var.name());
-      linef("const {} {} = {};", ctype(n.var.dtype()), v, expr(value));
+      // A constant pointer, not a pointer to constants (a let may hold a semaphore's address).
+      if (n.var.dtype().is_pointer()) linef("{} const {} = {};", ctype(n.var.dtype()), v, expr(value));
+      else linef("const {} {} = {};", ctype(n.var.dtype()), v, expr(value));
       var_names_[n.var.get()] = v;
       return;
     }
@@ -457,7 +459,8 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::Shuffle:
     case InstKind::LoadGlobalVector:
     case InstKind::StoreGlobalVector:
-    case InstKind::Item: emit_builtin(inst); return;
+    case InstKind::Item:
+    case InstKind::Semaphore: emit_builtin(inst); return;
     case InstKind::AnnotateLayout: return;  // consumed by layout inference
     default: break;
   }
@@ -535,7 +538,13 @@ KernelSource Emitter::run() {
     if (p.dtype().is_pointer()) type += " __restrict__";
     params += fmt::format("{}{} {}", i ? ", " : "", type, name);
   }
-  // The TMA tensor maps, after the kernel's own parameters (the launcher encodes them).
+  // The global tensors' memory, after the kernel's own parameters (the launcher provides it).
+  for (const GlobalScratch& g : kernel.global_tensors) {
+    std::string name = fresh(g.ptr.name());
+    var_names_[g.ptr.get()] = name;
+    params += fmt::format("{}{} __restrict__ {}", params.empty() ? "" : ", ", ctype(g.ptr.dtype()), name);
+  }
+  // The TMA tensor maps, after those (the launcher encodes them).
   for (size_t i = 0; i < kernel.tensor_maps.size(); ++i)
     params += fmt::format("{}const __grid_constant__ tilus::TensorMap tilus_tensor_map_{}", params.empty() ? "" : ", ", i);
   if (!kernel.tensor_maps.empty() && target.sm < 90)

@@ -653,6 +653,18 @@ __device__ __forceinline__ void cluster_sync() {
 // workspace (its address: %envreg1 high, %envreg2 low bits) whose second 32-bit word counts
 // arrivals: block (0, 0, 0) adds 2^31 - (blocks - 1), every other block 1, so the top bit flips
 // when the last block arrives, whatever the count held before.
+// lock_semaphore's spin (one thread): acquire loads at GPU scope until *semaphore == value.
+__device__ __forceinline__ void semaphore_wait(const int32_t* semaphore, int32_t value) {
+  int32_t now;
+  do {
+    asm volatile("ld.acquire.gpu.b32 %0, [%1];\n" : "=r"(now) : "l"(semaphore) : "memory");
+  } while (now != value);
+}
+// release_semaphore's store (one thread, after the group's barrier).
+__device__ __forceinline__ void semaphore_release(int32_t* semaphore, int32_t value) {
+  asm volatile("st.release.gpu.b32 [%0], %1;\n" : : "l"(semaphore), "r"(value) : "memory");
+}
+
 __device__ __forceinline__ void grid_sync() {
   __syncthreads();
   if (threadIdx.x == 0) {
