@@ -396,6 +396,38 @@ def _make_fast(sig):
     return _C.TorchFastPath(kinds, dtypes, torch.Tensor, torch._C._cuda_getCurrentRawStream)
 
 
+# Compiled kernels shared by the instances of a Script class whose attributes print the same:
+# NVIDIA Tilus's kernels are often made anew for every call (`Kernel()(x, y)` inside a Python
+# function), which must not trace and compile again each time.
+_shared_kernels = {}
+_BASE_ATTRS = {"attrs", "blockIdx", "cluster"}
+
+
+def plain_key(items):
+    """A key for (name, value) pairs whose values are plain data (numbers, strings, None, data
+    types, and tuples / lists / dicts of them), which their repr identifies; None otherwise."""
+    def plain(v):
+        if v is None or isinstance(v, (bool, int, float, str, DataType)):
+            return True
+        if isinstance(v, (tuple, list)):
+            return all(plain(x) for x in v)
+        if isinstance(v, dict):
+            return all(plain(k) and plain(x) for k, x in v.items())
+        return False
+    items = sorted(items, key=lambda kv: kv[0])
+    return repr(items) if all(plain(v) for _, v in items) else None
+
+
+def _kernels_of(script):
+    """The compiled-kernel cache of a Script instance: shared with the other instances of its class
+    whose attributes (what its constructor set) are the same plain data (plain_key)."""
+    key = plain_key((k, v) for k, v in vars(script).items() if not k.startswith("_tilus") and k not in _BASE_ATTRS)
+    if key is None:
+        return {}
+    with _lock:
+        return _shared_kernels.setdefault((type(script), key), {})
+
+
 def prepare(script, args, kw):
     """Checks a call's arguments and returns (compiled kernel, Call), compiling the
     specialization on first use."""
@@ -404,7 +436,7 @@ def prepare(script, args, kw):
     call = arguments(sig, *bind(sig, args, kw))
     cache = script.__dict__.get("_tilus_kernels")
     if cache is None:
-        cache = script.__dict__["_tilus_kernels"] = {}
+        cache = script.__dict__["_tilus_kernels"] = _kernels_of(script)
     compiled = cache.get(call.key)
     if compiled is None:
         compiled = _compile(script, call)  # outside the lock: several threads compile in parallel
@@ -448,7 +480,8 @@ _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
 
 
 def compiled_kernels(script):
-    """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)}.
+    """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)};
+    instances of one class whose attributes are the same plain data share them.
 
     The key has one entry per parameter (True / False: whether an integer is divisible by 16 or
     a pointer 16-byte aligned; None for floats; ("c", value) for a compile-time constant) and

@@ -25,7 +25,7 @@ import threading
 
 from . import _C
 from ._C import CompileError
-from .launch import arguments, bind, signature, trace
+from .launch import arguments, bind, plain_key, signature, trace
 from .script import Script
 
 _reports: dict = {}  # key -> TuneEntry (this process's tuning results, and entries loaded from disk)
@@ -33,6 +33,11 @@ _reports_lock = threading.Lock()
 
 
 # --- spaces ---------------------------------------------------------------------------------
+
+# The tuners of autotuned Script classes, per class and plain fixed arguments (launch.plain_key).
+_tuners = {}
+_tuners_lock = threading.Lock()
+
 
 def autotune(names, values):
     """Class decorator: tune constructor arguments `names` ("a, b" or ["a", "b"]) over `values`
@@ -81,7 +86,17 @@ def autotune(names, values):
                     plain(self, *args, **kwargs)  # a plain instance: nothing left to tune
                     return
                 Script.__init__(self)
-                self._tilus_tuner = Tuner(type(self), fixed, where)
+                # One tuner per class and fixed arguments: an instance made for every call
+                # (NVIDIA Tilus's examples do it) finds the winner already loaded and compiled.
+                text = plain_key(fixed.items())
+                if text is None:
+                    self._tilus_tuner = Tuner(type(self), fixed, where)
+                else:
+                    with _tuners_lock:
+                        tuner = _tuners.get((type(self), text))
+                        if tuner is None:
+                            tuner = _tuners[(type(self), text)] = Tuner(type(self), fixed, where)
+                    self._tilus_tuner = tuner
 
             __init__.__wrapped__ = plain
             cls.__init__ = __init__

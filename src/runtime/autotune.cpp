@@ -9,6 +9,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "tilus/codegen/nvrtc.h"
+#include "tilus/ir/facts.h"
 
 namespace tilus {
 
@@ -402,6 +404,34 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
   if (failure) std::rethrow_exception(failure);
   e.compile_s = seconds_since(t0);
 
+  // The configs run on copies of the arrays a config writes (each restored before the config
+  // runs), so that tuning leaves the caller's data as it was (a kernel that updates a state in
+  // place, or accumulates into its output, must not see the candidates' launches).
+  std::vector<bool> written(args.size(), false);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<PointerContract> contracts;
+    if (gpu_kernels[i]) {
+      for (const KernelParam& p : gpu_kernels[i]->kernel().source.params) contracts.push_back(p.contract);
+    } else if (cpu_kernels[i]) {
+      contracts = KernelFacts(cpu_kernels[i]->kernel()).contracts();
+    }
+    for (size_t j = 0; j < contracts.size() && j < args.size(); ++j) written[j] = written[j] || contracts[j].writes();
+  }
+  std::vector<KernelArg> bench_args = args;
+  std::vector<std::pair<size_t, std::unique_ptr<DeviceBuffer>>> copies;
+  for (size_t j = 0; j < args.size() && !opts.timer; ++j) {
+    if (!written[j] || args[j].kind != KernelArg::Kind::Pointer || args[j].bytes <= 0) continue;
+    auto copy = std::make_unique<DeviceBuffer>(dtypes::uint8, args[j].bytes, on_cpu ? Backend::Cpu : Backend::Gpu);
+    bench_args[j].ptr = copy->ptr();
+    copies.emplace_back(j, std::move(copy));
+  }
+  auto restore = [&] {
+    for (auto& [j, copy] : copies) {
+      if (on_cpu) std::memcpy(reinterpret_cast<void*>(copy->ptr()), reinterpret_cast<const void*>(args[j].ptr), size_t(args[j].bytes));
+      else copy_on_device(copy->ptr(), args[j].ptr, size_t(args[j].bytes));
+    }
+  };
+
   std::unique_ptr<DeviceBuffer> flush;
   int repeat = std::max(1, opts.repeat);
   size_t benched = 0;
@@ -413,25 +443,26 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
       progress.show("bench", ++benched);
       try {
         std::vector<double> times;
+        if (!opts.timer) restore();
         if (opts.timer) {
           times.push_back(opts.timer(configs[i]));
         } else if (on_cpu) {
-          cpu_kernels[i]->launch(args);  // warm up
+          cpu_kernels[i]->launch(bench_args);  // warm up
           for (int k = 0; k < repeat; ++k) {
             auto start = std::chrono::steady_clock::now();
-            cpu_kernels[i]->launch(args);
+            cpu_kernels[i]->launch(bench_args);
             times.push_back(seconds_since(start) * 1e3);
           }
         } else {
           const Launcher& launcher = *gpu_kernels[i];
           if (!flush) flush = std::make_unique<DeviceBuffer>(dtypes::uint8, int64_t(256) << 20);
-          launcher.launch(args);
+          launcher.launch(bench_args);
           synchronize();
           EventTimer timer;
           for (int k = 0; k < repeat; ++k) {
             device_memset(flush->ptr(), uint8_t(k), size_t(flush->bytes()));
             timer.start();
-            launcher.launch(args);
+            launcher.launch(bench_args);
             times.push_back(timer.stop_ms());
           }
         }

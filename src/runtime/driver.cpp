@@ -64,6 +64,7 @@ struct Driver {
   CUresult (*cuMemFree)(DevicePtr);
   CUresult (*cuMemcpyHtoD)(DevicePtr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, DevicePtr, size_t);
+  CUresult (*cuMemcpyDtoD)(DevicePtr, DevicePtr, size_t);
   CUresult (*cuMemsetD8)(DevicePtr, unsigned char, size_t);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
@@ -125,7 +126,8 @@ Driver load_driver() {
             bind(lib, d.cuCtxSetCurrent, {"cuCtxSetCurrent"}) && bind(lib, d.cuCtxGetCurrent, {"cuCtxGetCurrent"}) &&
             bind(lib, d.cuCtxSynchronize, {"cuCtxSynchronize"}) && bind(lib, d.cuMemAlloc, {"cuMemAlloc_v2"}) &&
             bind(lib, d.cuMemFree, {"cuMemFree_v2"}) && bind(lib, d.cuMemcpyHtoD, {"cuMemcpyHtoD_v2"}) &&
-            bind(lib, d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}) && bind(lib, d.cuMemsetD8, {"cuMemsetD8_v2"}) &&
+            bind(lib, d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}) && bind(lib, d.cuMemcpyDtoD, {"cuMemcpyDtoD_v2"}) &&
+            bind(lib, d.cuMemsetD8, {"cuMemsetD8_v2"}) &&
             bind(lib, d.cuModuleLoadData, {"cuModuleLoadData"}) && bind(lib, d.cuModuleUnload, {"cuModuleUnload"}) &&
             bind(lib, d.cuModuleGetFunction, {"cuModuleGetFunction"}) &&
             bind(lib, d.cuFuncSetAttribute, {"cuFuncSetAttribute"}) &&
@@ -219,6 +221,9 @@ void copy_to_device(DevicePtr dst, const void* src, size_t bytes) {
 }
 void copy_to_host(void* dst, DevicePtr src, size_t bytes) {
   check(driver().cuMemcpyDtoH(dst, src, bytes), fmt::format("copying {} bytes to the host", bytes));
+}
+void copy_on_device(DevicePtr dst, DevicePtr src, size_t bytes) {
+  check(driver().cuMemcpyDtoD(dst, src, bytes), fmt::format("copying {} bytes on the device", bytes));
 }
 void device_memset(DevicePtr dst, uint8_t value, size_t bytes) {
   check(driver().cuMemsetD8(dst, value, bytes), "cuMemsetD8");

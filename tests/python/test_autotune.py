@@ -62,6 +62,7 @@ def test_buckets_and_keys():
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(tilus._C, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(A, "_tuners", {})  # as in a new process: nothing tuned in memory
     return tmp_path
 
 
@@ -91,7 +92,9 @@ def test_parallel_compile_only_tuning_with_a_fake_timer(cache_dir, monkeypatch, 
     assert "sizes=[1024,1024,1024]" in entry.key and "device=compile-only arch=sm_90a" in entry.key
     assert len(entry.results) == 16 and all(ms is not None for _, ms, _ in entry.results)
     assert tilus._C.load_tune_entry(key + " driver=2", str(cache_dir)) is None  # another key: retune
-    # A new instance (as in a new process) with a size in the same bucket: no tuning.
+    # A new instance in a new process (no tuner in memory) with a size in the same bucket: the
+    # stored winner, no tuning.
+    monkeypatch.setattr(A, "_tuners", {})
     timed.clear()
     AutotunedMatmul()(1020, 1000, 999, a, b, c)
     assert timed == []
@@ -99,8 +102,9 @@ def test_parallel_compile_only_tuning_with_a_fake_timer(cache_dir, monkeypatch, 
     tilus.autotune_report()
     out = capsys.readouterr().out
     assert "AutotunedMatmul" in out and "* block_k" not in out and "* block_m=64 block_n=64 stages=2 warps=4" in out
-    # A corrupt or truncated entry is ignored and rewritten by the next tuning.
+    # A corrupt or truncated entry is ignored and rewritten by the next tuning (in a new process).
     files[0].write_text(files[0].read_text()[:100])
+    monkeypatch.setattr(A, "_tuners", {})
     AutotunedMatmul()(1000, 1000, 1000, a, b, c)
     assert len(timed) == 16
     assert tilus._C.load_tune_entry(key, str(cache_dir)).winner == entry.winner
@@ -169,6 +173,34 @@ def test_cpu_backend_tuning_times_every_config_with_the_wall_clock(cache_dir, mo
     entry, = tilus.autotune_report(file=open(os.devnull, "w"))
     assert len(entry.results) == 4 and all(ms is not None and ms > 0 for _, ms, _ in entry.results)
     assert entry.compile_s > 0 and entry.tuning_s >= entry.compile_s
+
+
+@tilus.autotune("warps", [1, 2, 4])
+class AccumulateInPlace(tilus.Script):
+    """y += x: a kernel that reads what it writes (NVIDIA Tilus's recurrent-state update)."""
+
+    def __init__(self, warps):
+        super().__init__()
+        self.warps = warps
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = self.warps
+        gx, gy = self.global_view(x, shape=[n]), self.global_view(y, shape=[n])
+        v = self.load_global(gx, offsets=[self.blockIdx.x * 128], shape=[128])
+        w = self.load_global(gy, offsets=[self.blockIdx.x * 128], shape=[128])
+        self.store_global(gy, v + w, offsets=[self.blockIdx.x * 128])
+
+
+def test_tuning_runs_on_copies_of_what_the_kernel_writes(cache_dir, monkeypatch, arrays):
+    """The candidates' launches must not touch the caller's arrays: only the winner's call does."""
+    monkeypatch.setenv("TILUS_AUTOTUNE_REPEAT", "3")
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    y0 = np.full(n, 0.5, np.float32)
+    y = arrays.put(y0.copy())
+    AccumulateInPlace()(n, arrays.put(x), y)
+    np.testing.assert_array_equal(arrays.host(y), y0 + x)
 
 
 @pytest.mark.skipif(not __import__("conftest").HAS_GPU, reason="no GPU")

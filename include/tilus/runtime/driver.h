@@ -42,6 +42,7 @@ DevicePtr device_alloc(size_t bytes);
 void device_free(DevicePtr p);
 void copy_to_device(DevicePtr dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, DevicePtr src, size_t bytes);
+void copy_on_device(DevicePtr dst, DevicePtr src, size_t bytes);
 void device_memset(DevicePtr dst, uint8_t value, size_t bytes);
 void synchronize();
 
