@@ -805,6 +805,7 @@ PYBIND11_MODULE(_C, m) {
       .def("emit_break", [](Builder& b, L loc, const std::string& what) { b.emit_break(loc_of(loc), what.c_str()); },
            py::arg("loc"), py::arg("what") = "break")
       .def("emit_continue", [](Builder& b, L loc) { b.emit_continue(loc_of(loc)); })
+      .def("emit_return", [](Builder& b, L loc) { b.emit_return(loc_of(loc)); })
       .def("begin_thread_group", [](Builder& b, const std::string& kind, int64_t begin, int64_t n, L loc) {
         ThreadGroupKind k = kind == "single_thread" ? ThreadGroupKind::SingleThread
                             : kind == "single_warp" ? ThreadGroupKind::SingleWarp

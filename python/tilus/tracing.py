@@ -381,6 +381,23 @@ class RegisterTensor(TensorBase):
         """The transpose of this rank-2 tensor (``Script.transpose``)."""
         return RegisterTensor(_builder().transpose(self.t, _here()))
 
+    def squeeze(self, dim) -> "RegisterTensor":
+        """This tensor without its dims ``dim`` (an int or a list; each of extent 1), as
+        ``Script.squeeze`` (NVIDIA Tilus's tensor method)."""
+        return self._reshaped("squeeze", dim)
+
+    def unsqueeze(self, dim) -> "RegisterTensor":
+        """This tensor with dims of extent 1 inserted at ``dim`` (an int or a list), as
+        ``Script.unsqueeze`` (NVIDIA Tilus's tensor method)."""
+        return self._reshaped("unsqueeze", dim)
+
+    def _reshaped(self, what, dim):
+        loc = _here()
+        dims = [dim] if isinstance(dim, int) and not isinstance(dim, bool) else dim
+        if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            raise CompileError(f"{_where(loc)}{what}: dim must be an int or a list of ints, got {dim!r}")
+        return RegisterTensor(getattr(_builder(), what)(self.t, list(dims), loc))
+
     @property
     def T(self) -> "RegisterTensor":
         """The transpose of this rank-2 tensor, as ``transpose()``."""

@@ -369,10 +369,13 @@ class _Normalizer(ast.NodeTransformer):
         return node
 
     def visit_Return(self, node):
-        if self.ir_depth:
-            return self.unsupported(node, "`return` inside a loop over range(...) or a branch on a condition only "
-                                          "known when the kernel runs")
-        return node
+        if not self.ir_depth:
+            return node
+        if node.value is not None:
+            return self.unsupported(node, "`return` of a value inside a loop over range(...) or a branch on a "
+                                          "condition only known when the kernel runs")
+        # NVIDIA Tilus's meaning: the threads that reach it leave the kernel.
+        return _stmt(_call("ret", [_self(node), _const(node.lineno, node)], node), node)
 
     def visit_Try(self, node):
         if self.ir_depth:
@@ -878,6 +881,10 @@ class _Runtime:
     @staticmethod
     def cont(script, line):
         _builder().emit_continue((_here()[0], line))
+
+    @staticmethod
+    def ret(script, line):
+        _builder().emit_return((_here()[0], line))
 
     @staticmethod
     def python_jump_error(word, line):

@@ -15,6 +15,7 @@ void StmtVisitor::visit(const Stmt& s) {
     case StmtKind::While: visit_while(static_cast<const WhileStmtNode&>(*s)); return;
     case StmtKind::Break: visit_break(static_cast<const BreakStmtNode&>(*s)); return;
     case StmtKind::Continue: visit_continue(static_cast<const ContinueStmtNode&>(*s)); return;
+    case StmtKind::Return: visit_return(static_cast<const ReturnStmtNode&>(*s)); return;
     case StmtKind::Let: visit_let(static_cast<const LetStmtNode&>(*s)); return;
     case StmtKind::Declare: visit_declare(static_cast<const DeclareStmtNode&>(*s)); return;
     case StmtKind::Assign: visit_assign(static_cast<const AssignStmtNode&>(*s)); return;
@@ -45,6 +46,7 @@ Stmt StmtMutator::mutate(const Stmt& s) {
     case StmtKind::While: return mutate_while(s, static_cast<const WhileStmtNode&>(*s));
     case StmtKind::Break: return mutate_break(s, static_cast<const BreakStmtNode&>(*s));
     case StmtKind::Continue: return mutate_continue(s, static_cast<const ContinueStmtNode&>(*s));
+    case StmtKind::Return: return mutate_return(s, static_cast<const ReturnStmtNode&>(*s));
     case StmtKind::Let: return mutate_let(s, static_cast<const LetStmtNode&>(*s));
     case StmtKind::Declare: return mutate_declare(s, static_cast<const DeclareStmtNode&>(*s));
     case StmtKind::Assign: return mutate_assign(s, static_cast<const AssignStmtNode&>(*s));

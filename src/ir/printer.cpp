@@ -248,6 +248,7 @@ class Printer {
       }
       case StmtKind::Break: line(indent, "break", &s->loc); return;
       case StmtKind::Continue: line(indent, "continue", &s->loc); return;
+      case StmtKind::Return: line(indent, "return", &s->loc); return;
       case StmtKind::Let: {
         auto& n = static_cast<const LetStmtNode&>(*s);
         line(indent, fmt::format("let {}: {} = {}", var_name(*n.var.operator->()), n.var.dtype().name(), expr(n.value)),

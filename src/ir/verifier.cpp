@@ -1101,6 +1101,7 @@ class KernelVerifier {
       case StmtKind::While: return visit_while(static_cast<const WhileStmtNode&>(*s));
       case StmtKind::Break: return visit_jump(*s, "break");
       case StmtKind::Continue: return visit_jump(*s, "continue");
+      case StmtKind::Return: return;  // leaves the kernel from anywhere
       case StmtKind::Let: return visit_let(static_cast<const LetStmtNode&>(*s));
       case StmtKind::Declare: return visit_declare(static_cast<const DeclareStmtNode&>(*s));
       case StmtKind::Assign: return visit_assign(static_cast<const AssignStmtNode&>(*s));

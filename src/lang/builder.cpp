@@ -331,6 +331,8 @@ void Builder::emit_break(SourceLoc loc, const char* what) {
   emit_stmt(std::make_shared<BreakStmtNode>(loc));
 }
 
+void Builder::emit_return(SourceLoc loc) { emit_stmt(std::make_shared<ReturnStmtNode>(loc)); }
+
 void Builder::emit_continue(SourceLoc loc) {
   if (!in_loop()) throw CompileError("continue outside of a loop", loc);
   emit_stmt(std::make_shared<ContinueStmtNode>(loc));

@@ -660,6 +660,7 @@ void Script::while_(const Expr& cond, const std::function<void()>& body, Loc loc
 
 void Script::break_(Loc loc) { builder().emit_break(SourceLoc::from(loc)); }
 void Script::continue_(Loc loc) { builder().emit_continue(SourceLoc::from(loc)); }
+void Script::return_(Loc loc) { builder().emit_return(SourceLoc::from(loc)); }
 
 void Script::thread_group(int64_t thread_begin, int64_t num_threads, const std::function<void()>& body, Loc loc) {
   Builder& b = builder();

@@ -493,3 +493,23 @@ TEST(CudaEmitter, GlobalTensorShapesUseOnlyParameters) {
         << e.message();
   }
 }
+
+// return_(): the threads that reach it leave the kernel (NVIDIA Tilus's `return`).
+struct EarlyExit : Script {
+  static constexpr const char* param_names = "n, y";
+  void operator()(Int32 n, Ptr<f32> y) {
+    attrs.blocks = {cdiv(n, 32)};
+    attrs.warps = 1;
+    auto gy = global_view(y, {n});
+    if_(blockIdx.x * 32 + 32 > n, [&] { return_(); });
+    store_global(gy, register_tensor(dtypes::float32, {32}, Expr(1.0f)), {.offsets = {blockIdx.x * 32}});
+  }
+};
+
+TEST(CudaEmitter, ReturnLeavesTheKernel) {
+  Program traced = trace(EarlyExit{});
+  std::string ir = print(traced);
+  EXPECT_NE(ir.find("if blockIdx.x * 32 + 32 > n {\n    return"), std::string::npos) << ir;
+  std::string src = emit(traced).source;
+  EXPECT_NE(src.find("return;"), std::string::npos) << src;
+}

@@ -365,25 +365,18 @@ class AsyncBody(Base):
         self.prologue()
 
 
-class ReturnInLoop(Base):
+class ReturnValueInLoop(Base):
     def __call__(self, n: int32, out: ~int32):
         self.prologue()
         for i in range(n):
-            return  # C-RETURN-LOOP
+            return i  # C-RETURN-LOOP
 
 
-class ReturnInSymbolicIf(Base):
+class ReturnValueInSymbolicIf(Base):
     def __call__(self, n: int32, out: ~int32):
         self.prologue()
         if n > 0:
-            return  # C-RETURN-IF
-
-
-class ReturnInSymbolicWhile(Base):
-    def __call__(self, n: int32, out: ~int32):
-        self.prologue()
-        while n > 0:
-            return  # C-RETURN-WHILE
+            return 1  # C-RETURN-IF
 
 
 class ReturnValue(Base):
@@ -720,9 +713,8 @@ CONSTRUCT_CASES = [
     (Yield, "C-YIELD", ["yield"]),
     (YieldFrom, "C-YIELD-FROM", ["yield"]),
     (AsyncBody, "C-ASYNC", ["not a plain function"]),
-    (ReturnInLoop, "C-RETURN-LOOP", ["`return`", "range"]),
-    (ReturnInSymbolicIf, "C-RETURN-IF", ["`return`", "only known when the kernel runs"]),
-    (ReturnInSymbolicWhile, "C-RETURN-WHILE", ["`return`"]),
+    (ReturnValueInLoop, "C-RETURN-LOOP", ["`return` of a value", "range"]),
+    (ReturnValueInSymbolicIf, "C-RETURN-IF", ["`return` of a value", "only known when the kernel runs"]),
     (ReturnValue, "C-RETURN-VALUE", ["returned", "returns nothing"]),
     (TryInLoop, "C-TRY-LOOP", ["`try`"]),
     (TryInSymbolicIf, "C-TRY-IF", ["`try`"]),

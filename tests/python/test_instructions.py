@@ -442,6 +442,63 @@ def test_views_keep_their_identity_when_lets_are_substituted(arrays):
     np.testing.assert_array_equal(arrays.host(y), x + 1.0)
 
 
+class EarlyReturn(tilus.Script):
+    """`return` under run-time conditions (NVIDIA Tilus's meaning: the threads leave the kernel):
+    in a helper, as flash_attention_v3 writes it, and inside a loop."""
+
+    def skip_tail_blocks(self, n):
+        if self.blockIdx.x * 32 >= n - 40:
+            return
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 32)]
+        self.attrs.warps = 1
+        gx = self.global_view(x, shape=[n])
+        gy = self.global_view(y, shape=[n])
+        self.skip_tail_blocks(n)
+        for i in range(4):  # block b stores 8-element pieces 0..(b % 4)
+            if i > self.blockIdx.x % 4:
+                return
+            v = self.load_global(gx, offsets=[self.blockIdx.x * 32 + i * 8], shape=[8])
+            self.store_global(gy, v + 1.0, offsets=[self.blockIdx.x * 32 + i * 8])
+
+
+def test_return_leaves_the_kernel(arrays):
+    n = 300
+    x = np.random.default_rng(13).standard_normal(n).astype(np.float32)
+    y = arrays.put(np.full(n, -7.0, np.float32))
+    EarlyReturn()(n, arrays.put(x), y)
+    want = np.full(n, -7.0, np.float32)
+    for b in range(-(-n // 32)):
+        if b * 32 >= n - 40:
+            continue
+        for i in range(b % 4 + 1):
+            lo, hi = b * 32 + i * 8, min(b * 32 + i * 8 + 8, n)
+            want[lo:hi] = x[lo:hi] + 1.0
+    np.testing.assert_array_equal(arrays.host(y), want)
+    src = EarlyReturn().source(n, x, np.zeros(n, np.float32), arch="sm_90a")
+    assert src.count("return;") == 2, src
+
+
+class TensorReshapeMethods(tilus.Script):
+    """x.unsqueeze(1) / y.squeeze(-1) as NVIDIA Tilus's flash_attention_v3 writes them."""
+
+    def __call__(self, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        v = self.load_global(self.global_view(x, shape=[16]), offsets=[0], shape=[16])
+        col = v.unsqueeze(1)  # [16, 1]
+        row = col.squeeze(-1) * 4.0  # [16]
+        self.store_global(self.global_view(y, shape=[16]), row + 4.0, offsets=[0])
+
+
+def test_register_tensor_squeeze_and_unsqueeze_methods(arrays):
+    x = np.arange(16, dtype=np.float32)
+    y = arrays.put(np.zeros(16, np.float32))
+    TensorReshapeMethods()(arrays.put(x), y)
+    np.testing.assert_array_equal(arrays.host(y), 4 * (x + 1))
+
+
 class MathOfScalars(tilus.Script):
     """Python's math functions of kernel scalars (as NVIDIA Tilus's kernels write them)."""
 

@@ -24,6 +24,7 @@ class StmtVisitor {
   virtual void visit_while(const WhileStmtNode& s);
   virtual void visit_break(const BreakStmtNode& s) {}
   virtual void visit_continue(const ContinueStmtNode& s) {}
+  virtual void visit_return(const ReturnStmtNode& s) {}
   virtual void visit_let(const LetStmtNode& s) {}
   virtual void visit_declare(const DeclareStmtNode& s) {}
   virtual void visit_assign(const AssignStmtNode& s) {}
@@ -53,6 +54,7 @@ class StmtMutator {
   virtual Stmt mutate_while(const Stmt& s, const WhileStmtNode& n);
   virtual Stmt mutate_break(const Stmt& s, const BreakStmtNode& n) { return s; }
   virtual Stmt mutate_continue(const Stmt& s, const ContinueStmtNode& n) { return s; }
+  virtual Stmt mutate_return(const Stmt& s, const ReturnStmtNode& n) { return s; }
   virtual Stmt mutate_let(const Stmt& s, const LetStmtNode& n);
   virtual Stmt mutate_declare(const Stmt& s, const DeclareStmtNode& n);
   virtual Stmt mutate_assign(const Stmt& s, const AssignStmtNode& n);

@@ -11,7 +11,7 @@
 
 namespace tilus {
 
-enum class StmtKind : uint8_t { Seq, For, If, While, Break, Continue, Let, Declare, Assign, Inst, ThreadGroup };
+enum class StmtKind : uint8_t { Seq, For, If, While, Break, Continue, Return, Let, Declare, Assign, Inst, ThreadGroup };
 
 struct StmtNode {
   StmtKind kind;
@@ -78,6 +78,12 @@ struct BreakStmtNode : StmtNode {
 struct ContinueStmtNode : StmtNode {
   static constexpr StmtKind static_kind = StmtKind::Continue;
   explicit ContinueStmtNode(SourceLoc l = {}) : StmtNode(StmtKind::Continue, std::move(l)) {}
+};
+
+// The threads that run it leave the kernel (NVIDIA Tilus's `return` in a kernel body or helper).
+struct ReturnStmtNode : StmtNode {
+  static constexpr StmtKind static_kind = StmtKind::Return;
+  explicit ReturnStmtNode(SourceLoc l = {}) : StmtNode(StmtKind::Return, std::move(l)) {}
 };
 
 // An immutable scalar binding, visible to the statements after it in the same sequence.

@@ -59,6 +59,8 @@ class Builder {
   void end_while();
   void emit_break(SourceLoc loc, const char* what = "break");
   void emit_continue(SourceLoc loc);
+  // The threads that run it leave the kernel.
+  void emit_return(SourceLoc loc);
   void begin_thread_group(ThreadGroupKind kind, int64_t thread_begin, int64_t num_threads, SourceLoc loc);
   void end_thread_group();
   Var let(const std::string& name, Expr value, SourceLoc loc);

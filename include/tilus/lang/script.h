@@ -673,6 +673,8 @@ class Script {
   void while_(const Expr& cond, const std::function<void()>& body, Loc loc = Loc::current());
   void break_(Loc loc = Loc::current());
   void continue_(Loc loc = Loc::current());
+  // The threads that run it leave the kernel (NVIDIA Tilus's `return` under a run-time condition).
+  void return_(Loc loc = Loc::current());
   void thread_group(int64_t thread_begin, int64_t num_threads, const std::function<void()>& body,
                     Loc loc = Loc::current());
   void single_thread(const std::function<void()>& body, Loc loc = Loc::current());

@@ -597,6 +597,11 @@ void Emitter::emit_stmt(const Stmt& s) {
       b.SetInsertPoint(exit);
       return;
     }
+    case StmtKind::Return:
+      // Statements that return are never split into parts (measure): this is the block function.
+      if (fn != root_) throw InternalError("CPU emitter: a return inside a split part of the kernel");
+      b.CreateRetVoid();
+      return;
     case StmtKind::Break:
     case StmtKind::Continue:
       if (loops_.empty()) throw CompileError(fmt::format("{} outside a loop", s->kind == StmtKind::Break ? "break" : "continue"), s->loc);
@@ -760,6 +765,7 @@ const StmtInfo& measure(const Stmt& s, std::unordered_map<const StmtNode*, StmtI
     const StmtInfo& ci = measure(c, memo);
     r.instructions += ci.instructions;
     r.escapes |= ci.escapes && !loop;  // a loop is where its own breaks and continues end
+    r.returns |= ci.returns;
   };
   switch (s->kind) {
     case StmtKind::Seq:
@@ -774,6 +780,7 @@ const StmtInfo& measure(const Stmt& s, std::unordered_map<const StmtNode*, StmtI
     case StmtKind::ThreadGroup: add(static_cast<const ThreadGroupStmtNode&>(*s).body, false); break;
     case StmtKind::Break:
     case StmtKind::Continue: r.escapes = true; break;
+    case StmtKind::Return: r.returns = true; break;
     case StmtKind::Inst: r.instructions = 1; break;
     case StmtKind::Let:
     case StmtKind::Declare:
@@ -802,7 +809,7 @@ void Emitter::emit_seq(const SeqStmtNode& seq) {
   for (auto& c : seq.stmts) {
     if (!c) continue;
     const StmtInfo& ci = measure(c, infos_);
-    if (ci.escapes || ci.instructions > limit) {
+    if (ci.escapes || ci.returns || ci.instructions > limit) {
       flush();
       emit_stmt(c);
       continue;

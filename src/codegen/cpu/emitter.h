@@ -54,6 +54,7 @@ struct Side {
 struct StmtInfo {
   int64_t instructions = 0;
   bool escapes = false;
+  bool returns = false;  // it contains a return (which must be emitted in the block function)
 };
 const StmtInfo& measure(const Stmt& s, std::unordered_map<const StmtNode*, StmtInfo>& memo);
 

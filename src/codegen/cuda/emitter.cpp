@@ -382,6 +382,7 @@ void Emitter::emit_stmt(const Stmt& s) {
     }
     case StmtKind::Break: line("break;"); return;
     case StmtKind::Continue: line("continue;"); return;
+    case StmtKind::Return: line("return;"); return;
     case StmtKind::Let: {
       auto& n = static_cast<const LetStmtNode&>(*s);
       Expr value = simplify(n.value);
