@@ -797,6 +797,8 @@ class _Runtime:
     def _scalar_of(name, dtype, value, loc):
         if isinstance(value, Unusable):
             raise value.error()
+        if isinstance(value, RegisterTensor) and math.prod(value.shape) == 1:
+            value = value.item()  # NVIDIA Tilus: `alpha: float32 = self.exp(r_g)` of a [1] tile
         if not _is_scalar(value):
             raise CompileError(f"{_where(loc)}'{name}: {dtype!r} = ...' declares a kernel scalar; its value must be a "
                                f"scalar, got {_describe(value)}")

@@ -492,6 +492,26 @@ class TensorReshapeMethods(tilus.Script):
         self.store_global(self.global_view(y, shape=[16]), row + 4.0, offsets=[0])
 
 
+class ScalarFromTile(tilus.Script):
+    """`alpha: float32 = self.exp(r)` of a one-element tile declares its element (NVIDIA Tilus's
+    flash_attention_decode)."""
+
+    def __call__(self, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        r = self.load_global(self.global_view(x, shape=[4]), offsets=[3], shape=[1])
+        alpha: float32 = self.exp(r)
+        v = self.load_global(self.global_view(x, shape=[4]), offsets=[0], shape=[4])
+        self.store_global(self.global_view(y, shape=[4]), v * alpha, offsets=[0])
+
+
+def test_an_annotated_declaration_takes_a_one_element_tile(arrays):
+    x = np.array([1, 2, 3, 0.5], np.float32)
+    y = arrays.put(np.zeros(4, np.float32))
+    ScalarFromTile()(arrays.put(x), y)
+    np.testing.assert_allclose(arrays.host(y), x * np.exp(np.float32(0.5)), rtol=1e-6)
+
+
 def test_register_tensor_squeeze_and_unsqueeze_methods(arrays):
     x = np.arange(16, dtype=np.float32)
     y = arrays.put(np.zeros(16, np.float32))
