@@ -726,6 +726,21 @@ PYBIND11_MODULE(_C, m) {
       .def("__repr__", &Tensor::type_str);
 
   py::class_<RegisterLayout>(m, "RegisterLayout", "A register layout: which thread holds which tile element in which slot.")
+      .def(py::init([](std::vector<int64_t> shape, std::vector<int64_t> mode_shape, std::vector<int> spatial,
+                       std::vector<int> local) {
+             try {
+               return RegisterLayout(std::move(shape), std::move(mode_shape), std::move(spatial), std::move(local));
+             } catch (const InternalError& e) {  // the caller's modes, not a bug of tilus
+               throw CompileError(std::string("RegisterLayout: ") + e.what());
+             }
+           }),
+           py::arg("shape"), py::arg("mode_shape"), py::arg("spatial_modes"), py::arg("local_modes"),
+           "A layout from its modes (the printed form): each dim split into modes, major to minor; the spatial "
+           "modes (a negative entry -n: n threads holding replicas) and the local modes, major to minor.")
+      .def_property_readonly("mode_shape", &RegisterLayout::mode_shape, "The modes of every dim, dims in order.")
+      .def_property_readonly("spatial_modes", &RegisterLayout::spatial_modes,
+                             "The modes across threads, major to minor (-n: n replicating threads).")
+      .def_property_readonly("local_modes", &RegisterLayout::local_modes, "The modes across a thread's slots.")
       .def("__repr__", &RegisterLayout::str)
       .def_property_readonly("shape", &RegisterLayout::shape, "The tile shape.")
       .def_property_readonly("num_threads", &RegisterLayout::num_threads, "The number of threads that hold the tile.")
@@ -734,6 +749,16 @@ PYBIND11_MODULE(_C, m) {
            "The tile index that `thread` holds in `slot`.")
       .def("owners", &RegisterLayout::owners, py::arg("index"), "Every (thread, slot) that holds tile `index`.")
       .def("__mul__", [](const RegisterLayout& a, const RegisterLayout& b) { return a * b; })
+      .def("permute", &RegisterLayout::permute, py::arg("dims"), "The layout with its dims reordered (dims[i] becomes dim i).")
+      .def("reshape", [](const RegisterLayout& l, const std::vector<int64_t>& shape) {
+             auto r = l.reshape(shape);
+             if (!r) throw CompileError(fmt::format("cannot reshape {} to {}: the new dims do not align with its modes",
+                                                    l.str(), shape_str(shape)));
+             return *r;
+           }, py::arg("shape"), "The layout of the same elements under another shape (CompileError when the dims do "
+           "not align with its modes).")
+      .def("reduce_dims", &RegisterLayout::reduce, py::arg("dims"), py::arg("keepdim"),
+           "The layout of a reduction over `dims`: the threads that held those dims hold replicas.")
       .def(py::self == py::self);
   m.def("local", &local,
         "A register layout in which one thread holds the whole tile of this shape, slots in row-major order: "

@@ -100,37 +100,8 @@ f6e2m3, f6e3m2, f6e4m1 = float6_e2m3, float6_e3m2, float6_e4m1
 f5e2m2, f5e3m1, f4e2m1, f3e1m1 = float5_e2m2, float5_e3m1, float4_e2m1, float3_e1m1
 
 
-def _layout_shape(name, shape):
-    """The shape of a layout function's call: ints (NVIDIA Tilus's ``spatial(4, 8)``) or one
-    list/tuple of ints (``spatial([4, 8])``); a CompileError naming the function otherwise."""
-    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-        shape = tuple(shape[0])
-    if not shape or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in shape):
-        raise CompileError(f"tilus.{name}: the shape must be positive ints, as {name}(4, 8) or {name}([4, 8]); got "
-                           f"{', '.join(_describe(d) for d in shape) or 'nothing'}")
-    return list(shape)
+from .layouts import column_local, column_spatial, local, spatial  # noqa: E402
 
-
-def spatial(*shape):
-    """A register layout that spreads a tile of ``shape`` over ``prod(shape)`` threads, one
-    element each, row-major (``spatial(4, 8)`` or ``spatial([4, 8])``)."""
-    return _C.spatial(_layout_shape("spatial", shape))
-
-
-def local(*shape):
-    """A register layout in which one thread holds a whole tile of ``shape``, row-major in its
-    slots (``local(2, 1)`` or ``local([2, 1])``)."""
-    return _C.local(_layout_shape("local", shape))
-
-
-def column_spatial(*shape):
-    """``spatial`` with threads numbered column-major."""
-    return _C.column_spatial(_layout_shape("column_spatial", shape))
-
-
-def column_local(*shape):
-    """``local`` with slots numbered column-major."""
-    return _C.column_local(_layout_shape("column_local", shape))
 
 
 # annotations of the scalar functions (each checks its operands itself)

@@ -10,6 +10,7 @@ import re
 from typing import Any, Callable, ContextManager, Dict, Iterable, Optional, Sequence, Union
 
 from . import _C
+from . import layouts as _layouts
 from .artifacts import Artifacts
 from .classes import _traced
 from .launch import launch as _launch
@@ -1631,9 +1632,72 @@ class DotConfig:
                 f"k={self.k}, warps {self.warp_m}x{self.warp_n})")
 
 
+class AtomicMmaConfig:
+    """One warp's mma.sync instruction (NVIDIA Tilus's AtomicMmaConfig): ``m``, ``n``, ``k``,
+    ``vec_k``, ``operand_type``, ``acc_type`` and the fragment layouts ``la`` [m, k], ``lb`` [k, n],
+    ``lc`` [m, n] of its 32 threads (the hardware's, as tilus's own dot lowering uses them)."""
+
+    def __init__(self, name, operand_type, acc_type, m, n, k):
+        plans = _C.dot_plans(operand_type, acc_type, m, n, k, 32)
+        if not plans or not plans[0]["op"].startswith("mma.sync"):
+            raise AttributeError(f"atomic_mma_configs.{name}: tilus has no mma.sync for {operand_type.name} operands "
+                                 f"with {acc_type.name} accumulation (docs/tilus-compatibility.md)")
+        self.name, self.operand_type, self.acc_type = name, operand_type, acc_type
+        self.m, self.n, self.k, self.vec_k = m, n, k, 1
+        self.la, self.lb, self.lc = plans[0]["a"], plans[0]["b"], plans[0]["c"]
+
+    def __repr__(self):
+        return f"AtomicMmaConfig({self.name})"
+
+
+class AtomicMmaConfigs:
+    """``self.cuda.atomic_mma_configs`` (NVIDIA Tilus's names): ``m16n8k16_f16_f32``,
+    ``m16n8k16_f16_f16``, ``m16n8k16_bf16_f32``; the int8 ones are an AttributeError (no int8
+    mma.sync in tilus yet)."""
+
+    _SPECS = {"m16n8k16_f16_f32": ("float16", "float32", 16, 8, 16),
+              "m16n8k16_f16_f16": ("float16", "float16", 16, 8, 16),
+              "m16n8k16_bf16_f32": ("bfloat16", "float32", 16, 8, 16),
+              "m8n8k16_i8_i32": ("int8", "int32", 8, 8, 16),
+              "m16n8k16_i8_i32": ("int8", "int32", 16, 8, 16),
+              "m16n8k32_i8_i32": ("int8", "int32", 16, 8, 32)}
+
+    def __getattr__(self, name):
+        spec = AtomicMmaConfigs._SPECS.get(name)
+        if spec is None:
+            raise AttributeError(f"atomic_mma_configs has no '{name}' (it has {', '.join(AtomicMmaConfigs._SPECS)})")
+        a, c, m, n, k = spec
+        config = AtomicMmaConfig(name, DataType.from_name(a), DataType.from_name(c), m, n, k)
+        setattr(self, name, config)
+        return config
+
+    def from_dtypes(self, operand_dtype, accumulator_dtype):
+        for name, (a, c, *_) in AtomicMmaConfigs._SPECS.items():
+            if (operand_dtype.name, accumulator_dtype.name) == (a, c) and name != "m8n8k16_i8_i32":
+                return getattr(self, name)
+        raise ValueError(f"no mma config for {operand_dtype.name} operands with {accumulator_dtype.name} accumulation")
+
+
 class CudaHelpers:
     """``self.cuda`` (NVIDIA Tilus's names): the layouts the compiler would choose, for kernels
     that annotate them."""
+
+    atomic_mma_configs = AtomicMmaConfigs()
+
+    @staticmethod
+    def mma_dot_config(atomic_mma, warp_spatial, warp_repeat):
+        """NVIDIA Tilus's block mma layouts: ``warp_spatial`` (wsm, wsn) warps, each repeating the
+        ``atomic_mma`` instruction ``warp_repeat`` (wrm, wrn, wrk) times, the warps major and the
+        repeats minor in every dim, as Tilus composes them. tilus's own dot plans put the repeats
+        major: where both differ (several warps and several repeats along m or n) a dot annotated
+        with these layouts is a layout-inference error (docs/tilus-compatibility.md)."""
+        wsm, wsn = warp_spatial
+        wrm, wrn, wrk = warp_repeat
+        la = _layouts.reduce(_layouts.spatial(wsm, 1, wsn, ranks=[1, 0, 2]), dims=[2]).local(wrm, wrk) * atomic_mma.la
+        lb = _layouts.reduce(_layouts.spatial(1, wsn, wsm, ranks=[0, 2, 1]), dims=[2]).local(wrk, wrn) * atomic_mma.lb
+        lc = _layouts.spatial(wsm, wsn).local(wrm, wrn) * atomic_mma.lc
+        return DotConfig(atomic_mma.operand_type, atomic_mma.acc_type, atomic_mma.m * wsm * wrm,
+                         atomic_mma.n * wsn * wrn, atomic_mma.k * wrk, wsm * wsn, wsm, wsn, la, lb, lc)
 
     @staticmethod
     def resolve_dot_config(operand_dtype, acc_dtype, *, m, n, k, num_warps=None, warp_m=None, warp_n=None):

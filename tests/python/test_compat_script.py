@@ -385,3 +385,70 @@ def test_pipeline_has_nvidia_tilus_members():
         assert callable(getattr(tilus.Pipeline, name)), name
     assert issubclass(tilus.Pipeline, tilus.Class)
     assert uint32 is tilus.u32
+
+
+# --- NVIDIA Tilus's layout functions and mma configs ---------------------------------------------
+
+def test_layout_functions_of_tilus_ir_layout_ops():
+    from tilus.ir.layout.ops import concat, local, permute, reduce, reshape, spatial
+    # ranks order the dims: rank 0 the most significant.
+    assert spatial(4, 8, ranks=[1, 0]) == tilus.column_spatial(4, 8)
+    assert local(2, 3, ranks=[1, 0]) == tilus.column_local(2, 3)
+    t = spatial(2, 1, 4, ranks=[1, 0, 2])
+    assert [t.map(th, 0) for th in range(8)] == [[th // 4, 0, th % 4] for th in range(8)]
+    # reduce: the threads that held the reduced dims hold replicas.
+    r = reduce(spatial(2, 4), dims=[1])
+    assert r.shape == [2] and r.num_threads == 8 and r.owners([1]) == [(t, 0) for t in range(4, 8)]
+    assert reduce(spatial(2, 4), dims=[1], keepdims=True).shape == [2, 1]
+    # concat: lhs's threads and slots major, rhs's minor.
+    c = concat(spatial(2), local(3))
+    assert c.shape == [2, 3] and c.num_threads == 2 and c.local_size == 3 and c.map(1, 2) == [1, 2]
+    assert permute(spatial(2, 4), [1, 0]).map(5, 0) == [1, 1]
+    assert reshape(spatial(2, 4), [8]) == spatial(8)
+    # Chained composition, as Tilus writes it.
+    assert spatial(2, 2).local(2, 1) == spatial(2, 2) * local(2, 1)
+    with pytest.raises(tilus.CompileError, match="ranks must order the 2 dims"):
+        spatial(2, 2, ranks=[0, 0])
+    with pytest.raises(tilus.CompileError, match="cannot reshape"):
+        reshape(spatial(2, 3), [3, 2])
+
+
+@pytest.mark.parametrize("warp_spatial, warp_repeat", [((2, 2), (1, 1, 1)), ((1, 4), (2, 1, 2)), ((4, 1), (1, 2, 1))])
+def test_mma_dot_config_layouts_run_a_dot(arrays, warp_spatial, warp_repeat):
+    """self.cuda.atomic_mma_configs / mma_dot_config give Tilus's layouts; where they coincide with
+    tilus's own mma.sync plan a dot annotated with them compiles to mma.sync and computes a @ b."""
+    cuda = tilus.Script().cuda
+    atom = cuda.atomic_mma_configs.m16n8k16_f16_f32
+    assert (atom.m, atom.n, atom.k, atom.vec_k) == (16, 8, 16, 1) and atom.lb.shape == [16, 8]
+    cfg = cuda.mma_dot_config(atom, warp_spatial, warp_repeat)
+    ours = cuda.resolve_dot_config(float16, float32, m=cfg.m, n=cfg.n, k=cfg.k, warp_m=warp_spatial[0],
+                                   warp_n=warp_spatial[1])
+    assert (cfg.la, cfg.lb, cfg.lc) == (ours.la, ours.lb, ours.lc)
+
+    class AnnotatedDot(tilus.Script):
+        def __call__(self, a: ~float16, b: ~float16, c: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = cfg.num_warps
+            ra = self.load_global(self.global_view(a, shape=[cfg.m, cfg.k]), offsets=[0, 0], shape=[cfg.m, cfg.k])
+            rb = self.load_global(self.global_view(b, shape=[cfg.k, cfg.n]), offsets=[0, 0], shape=[cfg.k, cfg.n])
+            acc = self.register_tensor(dtype=float32, shape=[cfg.m, cfg.n], init=0.0)
+            self.dot(ra, rb, acc, out=acc)
+            self.store_global(self.global_view(c, shape=[cfg.m, cfg.n]), acc, offsets=[0, 0])
+            self.annotate_layout(ra, cfg.la)
+            self.annotate_layout(rb, cfg.lb)
+            self.annotate_layout(acc, cfg.lc)
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((cfg.m, cfg.k)).astype(np.float16)
+    b = rng.standard_normal((cfg.k, cfg.n)).astype(np.float16)
+    c = arrays.put(np.zeros((cfg.m, cfg.n), np.float32))
+    AnnotatedDot()(arrays.put(a), arrays.put(b), c)
+    np.testing.assert_allclose(arrays.host(c), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-3)
+    if tilus._C.nvrtc_available():
+        ir = AnnotatedDot().ir(a, b, np.zeros((cfg.m, cfg.n), np.float32), arch="sm_90a")["select_instructions"]
+        assert "lowering: mma.sync" in ir, ir
+
+
+def test_atomic_mma_configs_without_an_mma_sync():
+    with pytest.raises(AttributeError, match="no mma.sync for int8 operands"):
+        tilus.Script().cuda.atomic_mma_configs.m16n8k32_i8_i32

@@ -1,8 +1,9 @@
 """``tilus.ir.layout.ops``: the register layout functions under NVIDIA Tilus's import path
-(``local``, ``spatial``, ``column_local``, ``column_spatial``, ``replicated``: tilus's own).
-``concat``, ``reduce`` and ``shared_row_major_swizzle`` exist so that imports of them succeed;
-calling one is a CompileError (docs/tilus-compatibility.md)."""
-from ... import CompileError, column_local, column_spatial, local, replicated, spatial
+(``local``, ``spatial``, ``column_local``, ``column_spatial``, ``replicated``, ``reduce``,
+``concat``, ``permute``, ``reshape``; tilus's own layouts). ``shared_row_major_swizzle`` exists
+so that imports of it succeed; calling it is a CompileError (docs/tilus-compatibility.md)."""
+from ... import CompileError, replicated
+from ...layouts import column_local, column_spatial, concat, local, permute, reduce, reshape, spatial
 
 
 def _unsupported(name, why):
@@ -15,10 +16,8 @@ def _unsupported(name, why):
     return fn
 
 
-concat = _unsupported("concat", "register layouts are combined with `*` and inferred by the compiler")
-reduce = _unsupported("reduce", "reductions infer their layouts; annotate_layout fixes one where needed")
 shared_row_major_swizzle = _unsupported("shared_row_major_swizzle", "shared layouts and their swizzles are chosen "
                                                                     "by layout inference")
 
-__all__ = ["column_local", "column_spatial", "concat", "local", "reduce", "replicated", "shared_row_major_swizzle",
-           "spatial"]
+__all__ = ["column_local", "column_spatial", "concat", "local", "permute", "reduce", "replicated", "reshape",
+           "shared_row_major_swizzle", "spatial"]
