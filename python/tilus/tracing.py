@@ -241,12 +241,7 @@ class Region:
         """The element ``g[i, j, ...]`` of a global tensor as a kernel scalar (NVIDIA Tilus's
         ``.item()``): every thread of the group loads it (zero where it is out of bounds)."""
         loc = _here()
-        if not isinstance(self.tensor, GlobalTensor):
-            raise CompileError(f"{_where(loc)}item(): only an element of a global tensor has an item here, "
-                               f"got a region of {self.tensor.t.type_str()}")
-        if any(not (isinstance(e, int) and e == 1) for e in self.extents):
-            raise CompileError(f"{_where(loc)}item(): the region of {self.tensor.t.type_str()} has extents "
-                               f"{self.extents}; index every dim (g[i, j]) for one element")
+        self._one_global_element("item()", "an item", loc)
         b = _builder("item()")
         x = b.load_global(self.tensor.t, self.offsets, [1] * len(self.extents), [], loc)
         return b.item(x, loc)
@@ -255,13 +250,16 @@ class Region:
         """The address of the element ``g[i, j, ...]`` of a global tensor (NVIDIA Tilus's
         ``.item_ptr()``), a pointer such as ``lock_semaphore`` takes."""
         loc = _here()
+        self._one_global_element("item_ptr()", "an address", loc)
+        return _builder("item_ptr()").item_ptr(self.tensor.t, self.offsets, loc)
+
+    def _one_global_element(self, what, has, loc):
         if not isinstance(self.tensor, GlobalTensor):
-            raise CompileError(f"{_where(loc)}item_ptr(): only an element of a global tensor has an address here, "
+            raise CompileError(f"{_where(loc)}{what}: only an element of a global tensor has {has} here, "
                                f"got a region of {self.tensor.t.type_str()}")
         if any(not (isinstance(e, int) and e == 1) for e in self.extents):
-            raise CompileError(f"{_where(loc)}item_ptr(): the region of {self.tensor.t.type_str()} has extents "
+            raise CompileError(f"{_where(loc)}{what}: the region of {self.tensor.t.type_str()} has extents "
                                f"{self.extents}; index every dim (g[i, j]) for one element")
-        return _builder("item_ptr()").item_ptr(self.tensor.t, self.offsets, loc)
 
 
 def _index_region(t, key, loc):

@@ -255,6 +255,17 @@ void report(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* inde
   state->failure.failed.store(true);
 }
 
+// Stops the launch with message(where, site) unless it has failed already.
+template <class F>
+void fail_at(CpuBlockContext* ctx, int32_t site, F message) {
+  auto* state = static_cast<RunState*>(ctx->runtime);
+  std::lock_guard<std::mutex> lock(state->failure.mutex);
+  if (state->failure.failed.load()) return;
+  const CpuAccessSite& s = state->kernel->sites.at(size_t(site));
+  state->failure.message = message(s.loc.valid() ? s.loc.str() + ": " : std::string(), s);
+  state->failure.failed.store(true);
+}
+
 // An mbarrier on the CPU, in its 8 shared bytes: pending arrivals (20 bits), the arrival
 // count (20 bits), the transaction bytes still expected (23 bits, signed: a copy may complete
 // before its expectation) and the phase's parity. A phase completes when no arrival and no
@@ -297,17 +308,13 @@ void mbarrier(CpuBlockContext* ctx, int32_t op, uint64_t* p, int64_t value, int3
       break;
     case kMbarrierWait: {
       if (bar.parity != value) return;  // the phase of that parity has completed
-      auto* state = static_cast<RunState*>(ctx->runtime);
-      std::lock_guard<std::mutex> lock(state->failure.mutex);
-      if (state->failure.failed.load()) return;
-      const CpuAccessSite& s = state->kernel->sites.at(size_t(site));
-      std::string where = s.loc.valid() ? s.loc.str() + ": " : "";
-      state->failure.message = fmt::format(
-          "{}{}: waits for the phase of parity {} of an mbarrier ({}), which has not completed: {} of its {} "
-          "arrivals and {} transaction bytes are missing, and the block runs its instructions in order, so nothing "
-          "after the wait can complete it (on a GPU it would hang) (block ({}, {}, {}))",
-          where, s.inst, value, s.tensor, bar.pending, bar.count, bar.tx, ctx->bx, ctx->by, ctx->bz);
-      state->failure.failed.store(true);
+      fail_at(ctx, site, [&](const std::string& where, const CpuAccessSite& s) {
+        return fmt::format(
+            "{}{}: waits for the phase of parity {} of an mbarrier ({}), which has not completed: {} of its {} "
+            "arrivals and {} transaction bytes are missing, and the block runs its instructions in order, so nothing "
+            "after the wait can complete it (on a GPU it would hang) (block ({}, {}, {}))",
+            where, s.inst, value, s.tensor, bar.pending, bar.count, bar.tx, ctx->bx, ctx->by, ctx->bz);
+      });
       return;
     }
     default: break;
@@ -338,17 +345,13 @@ void semaphore(CpuBlockContext* ctx, int32_t op, int32_t* p, int32_t value, int3
       if (!stuck) stuck_since = Clock::now();
       stuck = true;
       if (Clock::now() - stuck_since > std::chrono::milliseconds(500)) {
-        std::lock_guard<std::mutex> lock(state->failure.mutex);
-        if (!state->failure.failed.load()) {
-          const CpuAccessSite& s = state->kernel->sites.at(size_t(site));
-          std::string where = s.loc.valid() ? s.loc.str() + ": " : "";
-          state->failure.message = fmt::format(
+        fail_at(ctx, site, [&](const std::string& where, const CpuAccessSite& s) {
+          return fmt::format(
               "{}{}: block ({}, {}, {}) waits for the semaphore ({}) to hold {}, but it holds {} and every block the "
               "CPU backend is running ({} at a time, started in order of block index, x fastest) waits on a "
               "semaphore: the block that would release it has not started or never does (on a GPU this can hang)",
               where, s.inst, ctx->bx, ctx->by, ctx->bz, s.tensor, value, now, state->workers);
-          state->failure.failed.store(true);
-        }
+        });
         break;
       }
     } else {
