@@ -926,6 +926,67 @@ class Script(Artifacts):
         loc = _here()
         return RegisterTensor(_builder().repeat(_tensor(x, "repeat", loc), _ints(repeats, "repeat: repeats", loc), loc))
 
+    # --- counter-based random numbers (Philox-4x32, NVIDIA Tilus's and Triton's) ----------------
+    def randint4x(self, seed: _Int, offset: RegisterTensor, n_rounds: int = 10):
+        """Four uint32 register tensors of random bits for the counters ``offset`` (a register
+        tensor, taken as uint32) under the key ``seed`` (a uint64 scalar): Philox-4x32 with
+        ``n_rounds`` rounds, counter (offset, 0, 0, 0) and key (low, high 32 bits of seed), the
+        same numbers NVIDIA Tilus and Triton give. A composition of elementwise integer operations,
+        so both backends give the same bits."""
+        loc = _here()
+        u32, u64 = DataType.from_name("uint32"), DataType.from_name("uint64")
+        if not isinstance(n_rounds, int) or isinstance(n_rounds, bool) or n_rounds < 1:
+            raise CompileError(f"{_where(loc)}randint4x: n_rounds must be a positive Python int, got "
+                               f"{_describe(n_rounds)}")
+        c0 = RegisterTensor(_builder().cast(_tensor(offset, "randint4x: offset", loc), u32, loc))
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            seed &= (1 << 64) - 1
+            k0, k1 = seed & 0xFFFFFFFF, seed >> 32
+        else:
+            s = _C.cast(_scalar(seed, "randint4x: seed", loc), u64)
+            k0, k1 = _C.cast(s & 0xFFFFFFFF, u32), _C.cast(s >> 32, u32)
+        zero = RegisterTensor(_builder().register_tensor(u32, list(c0.shape), 0, loc))
+        c1 = c2 = c3 = zero
+
+        def mulhi(a, x):  # the high 32 bits of the 64-bit product a * x
+            return ((x.to(u64) * a) >> 32).to(u32)
+
+        for _ in range(n_rounds):
+            p0, p2 = c0, c2
+            c0 = mulhi(0xCD9E8D57, p2) ^ c1 ^ k0
+            c2 = mulhi(0xD2511F53, p0) ^ c3 ^ k1
+            c1 = p2 * 0xCD9E8D57
+            c3 = p0 * 0xD2511F53
+            if isinstance(k0, int):
+                k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+            else:
+                k0, k1 = k0 + 0x9E3779B9, k1 + 0xBB67AE85
+        return c0, c1, c2, c3
+
+    def randint(self, seed: _Int, offset: RegisterTensor, n_rounds: int = 10) -> RegisterTensor:
+        """The first of ``randint4x``'s four results: random uint32 bits for each offset."""
+        return self.randint4x(seed, offset, n_rounds)[0]
+
+    def _uniform(self, bits):
+        """uint32 random bits as float32 in [0, 1): the bits as int32, folded to non-negative,
+        times 2**-31 (Triton's and Tilus's mapping)."""
+        i32 = DataType.from_name("int32")
+        x = bits.to(i32)  # the same bits: a cast between 32-bit integers keeps them
+        x = self.where(x < 0, -x - 1, x)
+        return x.to(DataType.from_name("float32")) * 4.6566127342e-10
+
+    def rand(self, seed: _Int, offset: RegisterTensor, n_rounds: int = 10) -> RegisterTensor:
+        """Random float32 in [0, 1) for each offset (Philox-4x32; NVIDIA Tilus's and Triton's)."""
+        return self._uniform(self.randint4x(seed, offset, n_rounds)[0])
+
+    def randn(self, seed: _Int, offset: RegisterTensor, n_rounds: int = 10) -> RegisterTensor:
+        """Standard normal float32 for each offset: Box-Muller over the first two of
+        ``randint4x``'s results (NVIDIA Tilus's and Triton's)."""
+        i0, i1, _, _ = self.randint4x(seed, offset, n_rounds)
+        u1 = self.maximum(self._uniform(i0), 1.0e-7)
+        u2 = self._uniform(i1)
+        return self.sqrt(self.log(u1) * -2.0) * self.cos(u2 * 6.283185307179586)
+
     def repeat_interleave(self, x: RegisterTensor, repeats: Sequence[int], *,
                           out: Optional[RegisterTensor] = None) -> RegisterTensor:
         """Each element of ``x`` repeated ``repeats[d]`` times along each dim d, in place (like
@@ -1330,7 +1391,7 @@ for _op in _UNARY:
 # Every public method is an instruction method (checked arguments, errors at the user's line);
 # those that only compute a new tensor are pure.
 _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load_shared", "dot", "cast", "view",
-         "repeat_interleave", "flatten", "add", "fast_divmod",
+         "repeat_interleave", "flatten", "add", "fast_divmod", "randint", "rand", "randn",
          "reshape", "squeeze", "unsqueeze", "transpose", "repeat", "where", "clip", "maximum", "minimum", "sum", "max",
          "min", "any", "all", "get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
          "shuffle_elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "ldg32", "ldg64", "ldg128", "ldg256",
