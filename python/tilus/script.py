@@ -1110,6 +1110,59 @@ class Script(Artifacts):
         loc = _here()
         _builder().semaphore(False, semaphore, _scalar(value, "release_semaphore: value", loc), loc)
 
+    def print_tensor(self, msg: str, tensor: Union[RegisterTensor, SharedTensor], fmt: Optional[str] = None, *,
+                     cond: _Scalar = True) -> None:
+        """Prints ``msg`` and then the elements of a register or shared tensor, one row per line in
+        brackets, with the ``printf`` conversion ``fmt`` (NVIDIA Tilus's name and defaults: ``%5d``
+        for integers and bool, ``%5.2f`` for 16-bit floats, ``%6.3f`` for other floats). Every block
+        prints where ``cond`` holds (our extra: ``cond=self.blockIdx.x == 0`` for one block).
+
+        A composition: a register tensor is staged in a shared tensor of its shape; after a
+        barrier the group's first thread prints element by element in IR loops; a barrier ends it.
+        On the CPU backend each block prints once, in order of its instructions."""
+        loc = _here()
+        if not isinstance(msg, str):
+            raise CompileError(f"{_where(loc)}print_tensor: msg must be a str, got {_describe(msg)}")
+        if not isinstance(tensor, (RegisterTensor, SharedTensor)):
+            raise CompileError(f"{_where(loc)}print_tensor: tensor must be a register or shared tensor, got "
+                               f"{_describe(tensor)} (load a global tile first)")
+        dt = tensor.dtype
+        if fmt is None:
+            fmt = "%6.3f" if dt.is_float() and dt.bits > 16 else "%5.2f" if dt.is_float() else "%5d"
+        elif not isinstance(fmt, str) or fmt.count("%") != 1:
+            raise CompileError(f"{_where(loc)}print_tensor: fmt must be one printf conversion such as '%6.3f', got "
+                               f"{_describe(fmt)}")
+        b = _builder()
+        shape = list(tensor.shape)
+        staged = isinstance(tensor, RegisterTensor)
+        if staged:
+            s = b.shared_tensor(dt, shape, loc)
+            b.store_shared(s, tensor.t, loc)
+        else:
+            s = tensor.t
+        b.sync(loc)
+        b.begin_if(_scalar(cond, "print_tensor: cond", loc), loc)
+        with _ThreadGroup("single_thread", 0, 1, loc):
+            b.printf(msg.replace("%", "%%") + "\n", [], loc)
+            index = []
+            for d, extent in enumerate(shape):
+                if d == len(shape) - 1:
+                    b.printf("[", [], loc)
+                index.append(b.begin_for(f"print_i{d}", 0, extent, 1, 0, loc))
+            value = b.item(b.load_shared(b.index_shared(s, index, loc), loc), loc)
+            b.printf(fmt + " ", [value], loc)
+            for d in reversed(range(len(shape))):
+                b.end_for()
+                if d == len(shape) - 1:
+                    b.printf("]\n", [], loc)
+            if not shape:
+                value = b.item(b.load_shared(s, loc), loc)
+                b.printf(fmt + "\n", [value], loc)
+        b.end_if()
+        b.sync(loc)
+        if staged:
+            b.free_shared(s, loc)
+
     def printf(self, fmt: str, *args: _Scalar) -> None:
         """Device ``printf`` of scalars; the number of ``%`` conversions must match the arguments.
 

@@ -243,6 +243,8 @@ METHOD_CASES = [
     ("randint-rounds-str", lambda k, v: k.randint(1, v.i, n_rounds="7"), ["randint4x", "n_rounds", "'7'"]),
     ("rand-seed-tensor", lambda k, v: k.rand(v.r, v.i), ["randint4x: seed", "scalar", r"register float32\[16, 16\]"]),
     ("randn-offset-shared", lambda k, v: k.randn(1, v.s), ["randint4x: offset", "register tensor", "shared"]),
+    ("print-tensor-global", lambda k, v: k.print_tensor("g", v.g), ["print_tensor", "register or shared", "global"]),
+    ("print-tensor-fmt", lambda k, v: k.print_tensor("r", v.r, fmt="%d %d"), ["print_tensor", "one printf conversion"]),
     ("add-str", lambda k, v: k.add(v.r, "1"), [r"\+", "register tensors or scalars", "str"]),
     ("assign-shapes", lambda k, v: k.assign(v.r, v.r8), ["assign", r"\[16, 16\]", r"\[8, 16\]"]),
     ("warp-str", lambda k, v: k.single_warp("0"), ["single_warp", "a Python int", "'0'"]),

@@ -519,6 +519,32 @@ def test_register_tensor_squeeze_and_unsqueeze_methods(arrays):
     np.testing.assert_array_equal(arrays.host(y), 4 * (x + 1))
 
 
+class PrintTensors(tilus.Script):
+    """print_tensor of a register tile and of a shared tensor (one block: prints of several blocks
+    may interleave), and one whose cond is false."""
+
+    def __call__(self, x: ~int32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 2
+        r = self.load_global(self.global_view(x, shape=[3, 4]), offsets=[0, 0], shape=[3, 4])
+        self.print_tensor("r of block 0:", r, cond=self.blockIdx.x == 0)
+        self.print_tensor("never", r, cond=self.blockIdx.x == 1)
+        s = self.shared_tensor(dtype=float32, shape=[5])
+        self.store_shared(s, self.load_global(self.global_view(y, shape=[5]), offsets=[0], shape=[5]))
+        self.print_tensor("s", s, fmt="%.2f")
+
+
+def test_print_tensor(arrays, capfd):
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    y = np.linspace(0, 1, 5).astype(np.float32)
+    PrintTensors()(arrays.put(x), arrays.put(y))
+    arrays.host(arrays.put(np.zeros(1, np.float32)))  # synchronizes: the GPU's printf buffer is flushed
+    out = capfd.readouterr().out
+    rows = "r of block 0:\n[    0     1     2     3 ]\n[    4     5     6     7 ]\n[    8     9    10    11 ]\n"
+    assert out.count(rows) == 1, out
+    assert out.count("s\n[0.00 0.25 0.50 0.75 1.00 ]\n") == 1 and "never" not in out, out
+
+
 class MathOfScalars(tilus.Script):
     """Python's math functions of kernel scalars (as NVIDIA Tilus's kernels write them)."""
 
