@@ -532,13 +532,9 @@ Expr Builder::item_ptr(const Tensor& t, std::vector<Expr> indices, SourceLoc loc
                                    t.type_str()),
                        loc);
   for (auto& i : indices) check_index(i, "indices", loc, "item_ptr");
-  std::vector<Expr> strides = t->strides;
-  if (strides.empty()) {  // row-major
-    strides.assign(indices.size(), int_const(1, dtypes::int64));
-    for (int d = t.rank() - 2; d >= 0; --d) strides[d] = strides[d + 1] * tilus::cast(t.shape()[d + 1], dtypes::int64);
-  }
-  Expr offset = int_const(0, dtypes::int64);
-  for (size_t d = 0; d < indices.size(); ++d) offset = offset + tilus::cast(indices[d], dtypes::int64) * tilus::cast(strides[d], dtypes::int64);
+  Expr offset = int_const(0, dtypes::int64);  // a global tensor always has its strides (Tensor::global)
+  for (size_t d = 0; d < indices.size(); ++d)
+    offset = offset + tilus::cast(indices[d], dtypes::int64) * tilus::cast(t->strides[d], dtypes::int64);
   offset = simplify(offset);
   return offset.is_int_const() && offset.int_value() == 0 ? it->second : it->second + offset;
 }
@@ -548,20 +544,9 @@ void Builder::semaphore(SemaphoreOp op, Expr semaphore, Expr value, SourceLoc lo
   i->op = op;
   i->semaphore = std::move(semaphore);
   i->value = std::move(value);
-  const char* what = op == SemaphoreOp::Lock ? "lock_semaphore" : "release_semaphore";
-  if (!i->semaphore.defined() || !i->semaphore.dtype().is_pointer() || i->semaphore.dtype().pointee() != dtypes::int32)
-    throw CompileError(fmt::format("{}: the semaphore must be the address of an int32 in global memory (~int32, such "
-                                   "as semaphores[i, j].item_ptr() of an int32 global_tensor), got {}",
-                                   what, i->semaphore.defined() ? to_string(i->semaphore) + " of type " +
-                                                                      i->semaphore.dtype().name()
-                                                                : std::string("nothing")),
-                       loc);
-  if (!i->value.defined() || !i->value.dtype().is_integer())
-    throw CompileError(fmt::format("{}: value must be an integer (the semaphore is int32), got {}", what,
-                                   i->value.defined() ? to_string(i->value) + " of type " + i->value.dtype().name()
-                                                      : std::string("nothing")),
-                       loc);
-  if (i->value.dtype() != dtypes::int32) i->value = tilus::cast(i->value, dtypes::int32);
+  // The verifier (run by emit) checks the operands; an integer of another width is converted.
+  if (i->value.defined() && i->value.dtype().is_integer() && i->value.dtype() != dtypes::int32)
+    i->value = tilus::cast(i->value, dtypes::int32);
   emit(i);
 }
 

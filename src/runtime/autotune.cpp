@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "tilus/codegen/nvrtc.h"
-#include "tilus/ir/facts.h"
 
 namespace tilus {
 
@@ -409,13 +408,11 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
   // place, or accumulates into its output, must not see the candidates' launches).
   std::vector<bool> written(args.size(), false);
   for (size_t i = 0; i < n; ++i) {
-    std::vector<PointerContract> contracts;
-    if (gpu_kernels[i]) {
-      for (const KernelParam& p : gpu_kernels[i]->kernel().source.params) contracts.push_back(p.contract);
-    } else if (cpu_kernels[i]) {
-      contracts = KernelFacts(cpu_kernels[i]->kernel()).contracts();
-    }
-    for (size_t j = 0; j < contracts.size() && j < args.size(); ++j) written[j] = written[j] || contracts[j].writes();
+    const KernelSource* s = gpu_kernels[i] ? &gpu_kernels[i]->kernel().source
+                            : cpu_kernels[i] ? &cpu_kernels[i]->signature()
+                                             : nullptr;
+    for (size_t j = 0; s && j < s->params.size() && j < args.size(); ++j)
+      written[j] = written[j] || s->params[j].contract.writes();
   }
   std::vector<KernelArg> bench_args = args;
   std::vector<std::pair<size_t, std::unique_ptr<DeviceBuffer>>> copies;

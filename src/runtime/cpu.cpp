@@ -63,6 +63,7 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program&, const CpuOpt
 void CpuKernel::launch(const std::vector<KernelArg>&, const std::function<bool()>&) const {}
 std::array<uint32_t, 3> CpuKernel::grid(const std::vector<KernelArg>&) const { return {0, 0, 0}; }
 const Kernel& CpuKernel::kernel() const { throw InternalError("CPU backend not built"); }
+const KernelSource& CpuKernel::signature() const { throw InternalError("CPU backend not built"); }
 const std::string& CpuKernel::llvm_ir() const { throw InternalError("CPU backend not built"); }
 bool CpuKernel::checked() const { return false; }
 double CpuKernel::compile_ms() const { return 0; }
@@ -595,6 +596,7 @@ std::array<uint32_t, 3> CpuKernel::grid(const std::vector<KernelArg>& args) cons
 }
 
 const Kernel& CpuKernel::kernel() const { return impl_->lowered; }
+const KernelSource& CpuKernel::signature() const { return impl_->signature; }
 const std::string& CpuKernel::llvm_ir() const {
   const Impl& k = *impl_;
   std::lock_guard<std::mutex> lock(k.ir_mutex);
@@ -640,15 +642,10 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
   std::vector<std::vector<uint8_t>> scratch(scratch_count);
   for (size_t i = 0; i < scratch_count; ++i) {
     const GlobalScratch& g = k.lowered.global_tensors[i];
-    auto bytes = evaluate_int(k.signature, args, g.bytes());
-    if (!bytes || *bytes < 0)
-      throw ArgumentError(fmt::format("kernel {}: global_tensor at {} ({}{}): {} for these arguments",
-                                      k.signature.name, g.loc.str(), g.dtype().name(), shape_str(g.shape),
-                                      bytes ? fmt::format("its size is {} bytes", *bytes)
-                                            : std::string("its size cannot be evaluated")));
-    scratch[i].assign(size_t(std::max<int64_t>(*bytes, 1)) + 64, k.checked && !g.requires_clean ? 0xff : 0);
+    int64_t bytes = global_tensor_bytes(k.signature, args, g);
+    scratch[i].assign(size_t(std::max<int64_t>(bytes, 1)) + 64, k.checked && !g.requires_clean ? 0xff : 0);
     slots[args.size() + i] = int64_t(reinterpret_cast<uintptr_t>(scratch[i].data()));
-    extents[args.size() + i] = *bytes;
+    extents[args.size() + i] = bytes;
   }
   RunState state{&k, {}};
   state.workers = int(std::min<int64_t>(k.threads, total));

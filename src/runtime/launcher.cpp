@@ -497,21 +497,26 @@ DevicePtr scratch_memory(Stream stream, bool clean, size_t bytes) {
 
 }  // namespace
 
+int64_t global_tensor_bytes(const KernelSource& s, const std::vector<KernelArg>& args, const GlobalScratch& g) {
+  auto bytes = evaluate_int(s, args, g.bytes());
+  if (!bytes || *bytes < 0)
+    throw ArgumentError(fmt::format("kernel {}: global_tensor at {} ({}{}): {} for these arguments", s.name, g.loc.str(),
+                                    g.dtype().name(), shape_str(g.shape),
+                                    bytes ? fmt::format("its size is {} bytes", *bytes)
+                                          : std::string("its size cannot be evaluated")));
+  return *bytes;
+}
+
 void Launcher::fill_global_tensors(const std::vector<KernelArg>& args, uint8_t* arguments, Stream stream) const {
   const KernelSource& s = kernel_.source;
   // Each tensor at a 128-byte multiple of its kind's buffer, in call order.
   std::vector<int64_t> offsets;
   int64_t total[2] = {0, 0};
   for (const GlobalScratch& g : s.global_tensors) {
-    auto bytes = evaluate_int(s, args, g.bytes());
-    if (!bytes || *bytes < 0)
-      throw ArgumentError(fmt::format("kernel {}: global_tensor at {} ({}{}): {} for these arguments", s.name,
-                                      g.loc.str(), g.dtype().name(), shape_str(g.shape),
-                                      bytes ? fmt::format("its size is {} bytes", *bytes)
-                                            : std::string("its size cannot be evaluated")));
+    int64_t bytes = global_tensor_bytes(s, args, g);
     int64_t& t = total[g.requires_clean ? 1 : 0];
     offsets.push_back(t);
-    t += (std::max<int64_t>(*bytes, 1) + 127) / 128 * 128;
+    t += (std::max<int64_t>(bytes, 1) + 127) / 128 * 128;
   }
   DevicePtr base[2] = {0, 0};
   for (int clean = 0; clean < 2; ++clean)

@@ -70,6 +70,8 @@ class CpuKernel {
   std::array<uint32_t, 3> grid(const std::vector<KernelArg>& args) const;
   // The kernel after the pass pipeline, and its LLVM IR before optimization.
   const Kernel& kernel() const;
+  // Its parameters with their argument contracts, grid and global tensors (as the GPU's).
+  const KernelSource& signature() const;
   const std::string& llvm_ir() const;
   bool checked() const;
   double compile_ms() const;  // pipeline + lowering + JIT

@@ -126,6 +126,9 @@ void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args);
 // Evaluates an expression over a kernel's parameters (a grid dimension, a contract's extent or
 // stride) from a launch's arguments; nullopt when it cannot be.
 std::optional<int64_t> evaluate_int(const KernelSource& s, const std::vector<KernelArg>& args, const Expr& e);
+// The bytes a kernel's global tensor takes for a launch's arguments (ArgumentError when its size
+// cannot be evaluated or is negative). Shared by the GPU launcher and the CPU backend.
+int64_t global_tensor_bytes(const KernelSource& s, const std::vector<KernelArg>& args, const GlobalScratch& g);
 // The grid a launch's arguments give (ArgumentError when it cannot be evaluated, is too big, or
 // is not a multiple of the kernel's cluster shape).
 std::array<uint32_t, 3> launch_grid(const KernelSource& s, const std::vector<KernelArg>& args);
