@@ -1,7 +1,14 @@
-# Writes OUTPUT, a C++ file defining tilus::detail::embedded_device_headers(): the device
+# Writes OUTPUT, a C++ file defining tilus::detail::<FUNCTION>(): text files (the device
 # header library as (include name, text) pairs, so the binary carries it and NVRTC gets it
 # as in-memory headers. Run at build time (cmake -P) so an edited header rebuilds.
-# Inputs: OUTPUT, HEADERS (;-separated absolute paths), NAMES (the include names).
+# Inputs: OUTPUT, HEADERS (absolute paths), NAMES (the include names), both separated by ';' or
+# '|' (a list passed through add_custom_command), FUNCTION
+# (the function's name; default embedded_device_headers).
+if(NOT FUNCTION)
+  set(FUNCTION embedded_device_headers)
+endif()
+string(REPLACE "|" ";" HEADERS "${HEADERS}")
+string(REPLACE "|" ";" NAMES "${NAMES}")
 set(body "")
 list(LENGTH HEADERS count)
 math(EXPR last "${count} - 1")
@@ -18,7 +25,7 @@ file(WRITE "${OUTPUT}.tmp"
 #include <vector>
 
 namespace tilus::detail {
-const std::vector<std::pair<std::string, std::string>>& embedded_device_headers() {
+const std::vector<std::pair<std::string, std::string>>& ${FUNCTION}() {
   static const std::vector<std::pair<std::string, std::string>> headers = {
 ${body}  };
   return headers;

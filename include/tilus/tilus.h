@@ -10,4 +10,5 @@
 #include "tilus/ir/verifier.h"
 #include "tilus/lang/script.h"
 #include "tilus/passes/pipeline.h"
+#include "tilus/runtime/aot.h"
 #include "tilus/runtime/jit.h"

@@ -23,6 +23,7 @@
 #include "tilus/lang/builder.h"
 #include "tilus/passes/infer_layouts.h"
 #include "tilus/passes/pipeline.h"
+#include "tilus/runtime/aot.h"
 #include "tilus/runtime/autotune.h"
 #include "tilus/runtime/jit.h"
 
@@ -1095,6 +1096,20 @@ PYBIND11_MODULE(_C, m) {
         f.kernels[mask] = &k;
         f.keep.push_back(kernel);
       }, "Registers the GpuKernel compiled for these arguments, under the specialization mask __call__ computes.");
+  py::class_<AotBundle>(m, "AotBundle", "An ahead-of-time bundle being built (tilus.aot.Bundle wraps it).")
+      .def(py::init<std::string>(), py::arg("name"))
+      .def("add", [](AotBundle& b, const std::string& name, const Program& p, const std::vector<std::string>& archs,
+                     std::vector<AotFacts> specializations) {
+        py::gil_scoped_release release;  // NVRTC runs for each arch and specialization
+        b.add(name, p, archs, std::move(specializations));
+      }, py::arg("name"), py::arg("program"), py::arg("archs"), py::arg("specializations"),
+         "Compiles a traced program for each arch and specialization ({parameter index: 16}); [] gives all "
+         "specialized, then none.")
+      .def("header", &AotBundle::header, "The bundle's C header.")
+      .def("source", &AotBundle::source, "The bundle's C source (cubins and launch functions).")
+      .def("write", &AotBundle::write, py::arg("directory"),
+           "Writes the header, the source, the runtime's two headers and a CMakeLists.txt; returns their paths.")
+      .def_property_readonly("name", &AotBundle::name);
   m.def("compile_gpu", [](const Program& p, const std::string& arch, bool cache) {
     std::string a = arch.empty() ? current_device().arch() : arch;
     CompiledKernel k;

@@ -32,7 +32,7 @@ from .visualize import visualize_layout
 from .classes import Class, Pipeline
 from .target import get_current_target
 from .tensor import Tensor, empty, from_torch, full, ones, rand, randint, randn, view_torch, zeros
-from . import option, target, testing, utils
+from . import aot, option, target, testing, utils
 from .utils import cdiv
 from ._C import RegisterLayout
 

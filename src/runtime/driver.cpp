@@ -5,47 +5,29 @@
 
 #include <mutex>
 
+#include "aot/tilus_cu_types.h"
+
 namespace tilus {
 
 namespace {
 
-// The few Driver API types and constants tilus uses, declared here so that building needs
-// no CUDA headers and running needs no driver until a GPU is used.
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void*;
-using CUmodule = void*;
-using CUfunction = void*;
+// The Driver API's types and constants, shared with ahead-of-time bundles (aot/tilus_cu_types.h).
+using CUresult = tilus_cu_result;
+using CUdevice = tilus_cu_device;
+using CUcontext = tilus_cu_context;
+using CUmodule = tilus_cu_module;
+using CUfunction = tilus_cu_function;
 using CUevent = void*;
-constexpr int kAttrMultiprocessors = 16;
-constexpr int kAttrCcMajor = 75;
-constexpr int kAttrCcMinor = 76;
-constexpr int kAttrSharedOptin = 97;
-constexpr int kFuncAttrMaxDynamicShared = 8;
-constexpr int kLaunchAttrCooperative = 2;       // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-constexpr int kLaunchAttrClusterDimension = 4;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-
-// cuLaunchKernelEx's arguments, laid out as cuda.h's CUlaunchAttribute and CUlaunchConfig.
-struct CUlaunchAttribute {
-  int id;
-  char pad[4];
-  union {
-    char pad[64];
-    struct {
-      unsigned x, y, z;
-    } cluster_dim;
-    int cooperative;
-  } value;
-};
+using CUlaunchAttribute = tilus_cu_launch_attribute;
+using CUlaunchConfig = tilus_cu_launch_config;
 static_assert(sizeof(CUlaunchAttribute) == 72);
-struct CUlaunchConfig {
-  unsigned grid_x, grid_y, grid_z;
-  unsigned block_x, block_y, block_z;
-  unsigned shared_bytes;
-  void* stream;
-  CUlaunchAttribute* attrs;
-  unsigned num_attrs;
-};
+constexpr int kAttrMultiprocessors = TILUS_CU_ATTR_MULTIPROCESSORS;
+constexpr int kAttrCcMajor = TILUS_CU_ATTR_CC_MAJOR;
+constexpr int kAttrCcMinor = TILUS_CU_ATTR_CC_MINOR;
+constexpr int kAttrSharedOptin = TILUS_CU_ATTR_SHARED_OPTIN;
+constexpr int kFuncAttrMaxDynamicShared = TILUS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED;
+constexpr int kLaunchAttrCooperative = TILUS_CU_LAUNCH_ATTR_COOPERATIVE;
+constexpr int kLaunchAttrClusterDimension = TILUS_CU_LAUNCH_ATTR_CLUSTER_DIMENSION;
 
 struct Driver {
   bool loaded = false;

@@ -16,7 +16,7 @@ namespace tilus {
 
 struct TensorMapSpec {
   int param = -1;              // the pointer parameter the view is built on
-  Expr offset;                 // elements from the pointer to the view's first element (int64)
+  Expr offset;                 // bytes from the pointer to the view's first element (int64)
   DataType dtype;              // the view's elements
   std::vector<Expr> shape;     // global dims, outermost first, over the scalar parameters
   std::vector<Expr> strides;   // in elements, the innermost 1

@@ -1,0 +1,128 @@
+"""tilus.aot: Scripts compiled ahead of time into a C bundle, built here with the system's C
+compiler and called through ctypes as a deployed program would call it. Without a GPU the call
+must fail cleanly (status 3 and a message); with one it runs on torch tensors. The C++ side
+(tests/cpp/test_aot.cpp) covers the expression semantics, the Hopper matmul and two bundles in
+one program; examples/aot builds a C++ program against a bundle."""
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import tilus
+from tilus import aot, int32
+from tilus._C import CompileError
+
+from conftest import HAS_GPU, ROOT
+from vector_add import VectorAdd
+
+needs_nvrtc = pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="tilus was built without NVRTC")
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
+
+
+class Scale(tilus.Script):
+    def __call__(self, n: int32, factor: int, x: ~tilus.float32, alpha: tilus.float32):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        g = self.global_view(x, shape=[n])
+        o = self.blockIdx.x * 128
+        v = self.load_global(g, offsets=[o], shape=[128])
+        self.store_global(g, v * (alpha * factor), offsets=[o])
+
+
+@needs_nvrtc
+def test_header_declares_the_kernels_with_their_c_types_and_variants():
+    b = aot.Bundle("lib", archs=["sm_80"])
+    b.add(VectorAdd())
+    b.add(Scale(), name="scale", constants={"factor": 3}, specializations=["all", ("n",), "none"])
+    h = b.header()
+    assert "tilus_aot_status lib_vector_add(struct CUstream_st* stream, int32_t n, const float* a, const float* b, " \
+           "float* c);" in h
+    # The constant is compiled in; the float scalar is passed by value; x is written, so not const.
+    assert "tilus_aot_status lib_scale(struct CUstream_st* stream, int32_t n, float* x, float alpha);" in h
+    scale = h[h.index("lib_scale ("):]
+    assert scale.index("sm_80: n % 16 == 0, x % 16 == 0") < scale.index("sm_80: n % 16 == 0\n") < \
+        scale.index("sm_80: any")
+    assert b.kernels == ["lib_vector_add", "lib_scale"]
+
+
+@needs_nvrtc
+def test_bad_bundles_are_compile_errors():
+    b = aot.Bundle("lib", archs=["sm_80"])
+    with pytest.raises(CompileError, match="specialization .* names alpha, not an integer or pointer parameter"):
+        b.add(Scale(), constants={"factor": 1}, specializations=[("alpha",)])
+    with pytest.raises(CompileError, match="compile-time parameter 'factor' has no value"):
+        b.add(Scale())
+    with pytest.raises(CompileError, match="must be a C identifier"):
+        aot.Bundle("my lib")
+    @tilus.autotune("block", [256, 1024])
+    class TunedAdd(VectorAdd):
+        pass
+
+    tuned = TunedAdd()
+    with pytest.raises(CompileError, match="is autotuned; a bundle takes one configuration"):
+        b.add(tuned)
+
+
+@needs_nvrtc
+@needs_cc
+def test_bundle_builds_and_runs(tmp_path):
+    b = aot.Bundle("pylib", archs=["sm_90a", "sm_80"])
+    b.add(VectorAdd(), name="vector_add")
+    paths = b.write(tmp_path / "pylib")
+    assert sorted(os.path.basename(p) for p in paths) == ["CMakeLists.txt", "pylib.c", "pylib.h",
+                                                         "tilus_aot_runtime.h", "tilus_cu_types.h"]
+    lib = tmp_path / "libpylib.so"
+    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(lib),
+                    str(tmp_path / "pylib" / "pylib.c"), "-ldl", "-lpthread"], check=True, capture_output=True)
+    so = ctypes.CDLL(str(lib))
+    so.pylib_last_error.restype = ctypes.c_char_p
+    fn = so.pylib_vector_add
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    if not HAS_GPU:
+        x = ctypes.c_float(0)
+        assert fn(None, 1, ctypes.byref(x), ctypes.byref(x), ctypes.byref(x)) == 3
+        assert b"pylib_vector_add: no GPU" in so.pylib_last_error()
+        return
+    import torch
+    for n in (4096, 1001):
+        a, c = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+        bb = torch.randn(n, device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        assert fn(stream, n, a.data_ptr(), bb.data_ptr(), c.data_ptr()) == 0, so.pylib_last_error()
+        torch.cuda.synchronize()
+        assert torch.equal(c, a + bb)
+    # The checks ask the driver for the allocation behind each pointer: 100 floats fit a 400-byte
+    # allocation, 101 do not, nor do 100 from 40 bytes into it.
+    cuda = ctypes.CDLL("libcuda.so.1")
+    p = ctypes.c_uint64()
+    assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(400)) == 0
+    try:
+        assert fn(None, 100, p.value, p.value, p.value) == 0, so.pylib_last_error()
+        assert fn(None, 101, p.value, p.value, p.value) == 1
+        assert b"argument 'a': the kernel reaches 404 bytes" in so.pylib_last_error(), so.pylib_last_error()
+        assert fn(None, 100, p.value + 40, p.value, p.value) == 1
+        assert b"allocation has 360 bytes from there" in so.pylib_last_error(), so.pylib_last_error()
+        so.pylib_set_checks(0)
+        assert fn(None, 1, p.value + 40, p.value, p.value) == 0  # checks off: only null pointers are refused
+        assert fn(None, 1, None, p.value, p.value) == 1
+        so.pylib_set_checks(1)
+        torch.cuda.synchronize()
+    finally:
+        cuda.cuMemFree_v2(ctypes.c_uint64(p.value))
+
+
+@needs_nvrtc
+@needs_cc
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake")
+def test_the_aot_example_builds(tmp_path):
+    """examples/aot/run.sh: the bundle, then the C++ program with CMake (run on the GPU machine;
+    here only built, against the CUDA toolkit's driver API stub)."""
+    env = dict(os.environ, AOT_BUILD_ONLY="1" if not HAS_GPU else "0")
+    r = subprocess.run([os.path.join(ROOT, "examples", "aot", "run.sh"), str(tmp_path / "aot")], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "built " in r.stdout
+    if HAS_GPU:
+        assert "all results correct" in r.stdout, r.stdout
