@@ -1013,6 +1013,9 @@ PYBIND11_MODULE(_C, m) {
                      : op == "any" ? ReduceOp::Any : ReduceOp::All;
         return b.reduce(r, x, std::move(dims), keepdim, loc_of(loc));
       })
+      .def("scan", [](Builder& b, const std::string& op, const Tensor& x, int dim, bool exclusive, L loc) {
+        return b.scan(op, x, dim, exclusive, loc_of(loc));
+      })
       .def("assign_tensor", [](Builder& b, const Tensor& d, const Tensor& s, L loc) { b.assign_tensor(d, s, loc_of(loc)); })
       .def("sync", [](Builder& b, L loc) { b.sync(loc_of(loc)); })
       .def("sync_threads", [](Builder& b, std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, L loc) {

@@ -1063,6 +1063,33 @@ class Script(Artifacts):
         keepdim = _bool(keepdim, f"{op}: keepdim", loc)
         return RegisterTensor(_builder().reduce(op, _tensor(x, op, loc), dims, keepdim, loc))
 
+    def _scan(self, what, op, x, dim, exclusive, out, loc):
+        t = _builder().scan(op, _tensor(x, what, loc), _int(dim, f"{what}: dim", loc),
+                            _bool(exclusive, f"{what}: exclusive", loc), loc)
+        return self._into(out, RegisterTensor(t), loc, what)
+
+    def scan(self, x: RegisterTensor, *, dim: int, op: str, exclusive: bool = False,
+             out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """The prefix scan of ``x`` along ``dim`` (NVIDIA Tilus's): element ``i`` combines elements
+        ``0..i`` (inclusive) or ``0..i-1`` with the identity first (``exclusive=True``) under ``op``:
+        ``"add"``, ``"mul"``, ``"max"``, ``"min"``, or for integers and bool ``"and"``, ``"or"``,
+        ``"xor"``. Each slice along the other dims is scanned independently. Into ``out`` when
+        given. Composed of log2(n) steps through a shared buffer (docs/instructions.md)."""
+        loc = _here()
+        if not isinstance(op, str):
+            raise CompileError(f"{_where(loc)}scan: op must be a str such as 'add', got {_describe(op)}")
+        return self._scan("scan", op, x, dim, exclusive, out, loc)
+
+    def cumsum(self, x: RegisterTensor, *, dim: int, exclusive: bool = False,
+               out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """The cumulative sum of ``x`` along ``dim``: ``scan`` with ``op="add"``."""
+        return self._scan("cumsum", "add", x, dim, exclusive, out, _here())
+
+    def cumprod(self, x: RegisterTensor, *, dim: int, exclusive: bool = False,
+                out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """The cumulative product of ``x`` along ``dim``: ``scan`` with ``op="mul"``."""
+        return self._scan("cumprod", "mul", x, dim, exclusive, out, _here())
+
     def sum(self, x: RegisterTensor, *, dims: _Dims = None, dim: _Dims = None, keepdim: bool = False) -> RegisterTensor:
         """The sum of ``x`` over ``dims`` (or ``dim``; default: every dim).
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <cmath>
+#include <map>
 #include <numeric>
 #include <tuple>
 #include <fmt/ranges.h>
@@ -1358,6 +1360,63 @@ Tensor Builder::reduce(ReduceOp op, const Tensor& x, std::optional<std::vector<i
   if (op == ReduceOp::Any || op == ReduceOp::All) dt = dtypes::boolean;
   i->out = Tensor::reg(to_string(op), dt, shape);
   return emit_with_output(i);
+}
+
+Tensor Builder::scan(const std::string& op, const Tensor& x, int dim, bool exclusive, SourceLoc loc) {
+  static const std::map<std::string, BinaryOp> ops = {{"add", BinaryOp::Add},    {"mul", BinaryOp::Mul},
+                                                      {"max", BinaryOp::Max},    {"min", BinaryOp::Min},
+                                                      {"and", BinaryOp::BitAnd}, {"or", BinaryOp::BitOr},
+                                                      {"xor", BinaryOp::BitXor}};
+  auto it = ops.find(op);
+  if (it == ops.end())
+    throw CompileError(fmt::format("scan: op must be one of add, mul, max, min, and, or, xor; got '{}'", op), loc);
+  if (!x.defined() || !x.is_register())
+    throw CompileError(fmt::format("scan: x must be a register tensor, got {}", type_of(x)), loc);
+  DataType t = x.dtype();
+  bool bitwise = op == "and" || op == "or" || op == "xor";
+  if (bitwise ? !(t.is_integer() || t.is_bool()) : !(t.is_numeric()) || t.is_bool())
+    throw CompileError(fmt::format("scan: op '{}' needs {} elements, x is {}", op,
+                                   bitwise ? "integer or bool" : "numeric (not bool)", type_of(x)),
+                       loc);
+  if (x.rank() == 0) throw CompileError(fmt::format("scan: x has no dims ({})", type_of(x)), loc);
+  dim = normalize_dims({dim}, x, "scan", loc)[0];
+  std::vector<int64_t> shape = static_dims(x);
+  int64_t n = shape[size_t(dim)];
+  Expr identity;
+  if (op == "add" || op == "or" || op == "xor") identity = make_const(t, 0);
+  else if (op == "mul") identity = make_const(t, 1);
+  else if (op == "and") identity = t.is_bool() ? bool_const(true) : int_const(t.is_uint() ? int64_t(t.int_max()) : -1, t);
+  else if (t.is_float()) identity = make_const(t, op == "max" ? -INFINITY : INFINITY);
+  else identity = int_const(op == "max" ? t.int_min() : int64_t(t.int_max()), t);
+  // buffer[.., 0:n, ..] = identity, buffer[.., n:2n, ..] = the running scan; a step reads the
+  // running scan shifted by `step` as the slice at n - step.
+  std::vector<int64_t> doubled = shape;
+  doubled[size_t(dim)] = 2 * n;
+  std::vector<int> all(shape.size());
+  std::iota(all.begin(), all.end(), 0);
+  Tensor buffer = shared_tensor(t, doubled, loc, "scan_buffer");
+  auto slice_at = [&](int64_t offset) {
+    std::vector<Expr> offsets(shape.size(), int_const(0));
+    offsets[size_t(dim)] = int_const(offset);
+    return slice_shared(buffer, offsets, all, shape, loc);
+  };
+  store_shared(slice_at(0), register_tensor(t, shape, identity, loc, "scan_identity"), loc);
+  Tensor acc = x;
+  for (int64_t step = 1; step < n; step *= 2) {
+    store_shared(slice_at(n), acc, loc);
+    sync(loc);
+    Tensor partner = load_shared(slice_at(n - step), loc);
+    sync(loc);  // every thread read its partner before the next step stores
+    acc = binary(it->second, acc, Expr(), partner, Expr(), loc);
+  }
+  if (exclusive) {
+    store_shared(slice_at(n), acc, loc);
+    sync(loc);
+    acc = load_shared(slice_at(n - 1), loc);
+  }
+  sync(loc);  // the buffer is read: it may be freed and reused
+  free_shared(buffer, loc);
+  return acc;
 }
 
 void Builder::assign_tensor(const Tensor& dst, const Tensor& src, SourceLoc loc) {

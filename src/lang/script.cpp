@@ -530,6 +530,10 @@ RegisterTensor Script::min(const RegisterTensor& x, ReduceOptions opts, Loc loc)
 RegisterTensor Script::any(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::Any, x, opts, loc); }
 RegisterTensor Script::all(const RegisterTensor& x, ReduceOptions opts, Loc loc) { return reduce(ReduceOp::All, x, opts, loc); }
 
+RegisterTensor Script::scan(const RegisterTensor& x, int dim, const std::string& op, bool exclusive, Loc loc) {
+  return RegisterTensor(builder().scan(op, x.tensor(), dim, exclusive, SourceLoc::from(loc)));
+}
+
 void Script::sync(Loc loc) { builder().sync(SourceLoc::from(loc)); }
 
 // --- thread-level builtins ----------------------------------------------------------------------

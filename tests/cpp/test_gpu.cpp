@@ -258,6 +258,49 @@ TEST(Backend_, Reductions) {
 }
 
 namespace {
+// Prefix scans through the C++ Script API (Builder::scan): y = cumsum(x) along the rows of each
+// [8, 32] tile, or the exclusive running max down its columns; int32, ragged.
+struct Scans : Script {
+  static constexpr const char* param_names = "m, n, x, y";
+  bool running_max = false;
+  void operator()(Int32 m, Int32 n, Ptr<i32> x, Ptr<i32> y) {
+    attrs.blocks = {cdiv(m, 8), cdiv(n, 32)};
+    attrs.warps = 2;
+    auto gx = global_view(x, {m, n});
+    auto gy = global_view(y, {m, n});
+    std::vector<Expr> at = {blockIdx.x * 8, blockIdx.y * 32};
+    auto v = load_global(gx, {.offsets = at, .shape = {8, 32}});
+    store_global(gy, running_max ? scan(v, 0, "max", true) : cumsum(v, -1), {.offsets = at});
+  }
+};
+}  // namespace
+
+TEST(Backend_, PrefixScans) {
+  REQUIRE_GPU();
+  int64_t m = 21, n = 70;
+  for (bool running_max : {false, true}) {
+    SCOPED_TRACE(running_max ? "exclusive max down columns" : "cumsum along rows");
+    auto hx = randoms(m * n, dtypes::int32, -100, 100);
+    Buffer x(dtypes::int32, m * n), y(dtypes::int32, m * n);
+    x.upload(hx);
+    Scans s;
+    s.running_max = running_max;
+    jit_on(s)({m, n, x.arg(), y.arg()});
+    std::vector<double> want(size_t(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = running_max ? double(std::numeric_limits<int32_t>::min()) : 0;
+        if (running_max)
+          for (int64_t r = i / 8 * 8; r < i; ++r) acc = std::max(acc, hx[size_t(r * n + j)]);
+        else
+          for (int64_t c = j / 32 * 32; c <= j; ++c) acc += hx[size_t(i * n + c)];
+        want[size_t(i * n + j)] = acc;
+      }
+    expect_close(y.download(), want, 0, 0);
+  }
+}
+
+namespace {
 // Every reduction of a 64-bit integer tile: values over the whole range (sums wrap), extremes
 // included, so an identity that is not exactly INT64_MAX / UINT64_MAX shows.
 struct Reduce64 : Script {

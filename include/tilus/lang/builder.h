@@ -178,6 +178,11 @@ class Builder {
                SourceLoc loc);
   Tensor clip(const Tensor& x, const Expr& lo, const Expr& hi, SourceLoc loc);
   Tensor reduce(ReduceOp op, const Tensor& x, std::optional<std::vector<int>> dims, bool keepdim, SourceLoc loc);
+  // The prefix scan of x along `dim` with `op` ("add", "mul", "max", "min", "and", "or", "xor"),
+  // inclusive or exclusive (NVIDIA Tilus's scan / cumsum / cumprod). A composition: log2(n)
+  // Hillis-Steele steps through a shared buffer of twice the scanned extent whose first half
+  // holds the identity, so each step reads its partner as a shifted slice; group barriers between.
+  Tensor scan(const std::string& op, const Tensor& x, int dim, bool exclusive, SourceLoc loc);
   void assign_tensor(const Tensor& dst, const Tensor& src, SourceLoc loc);
   void sync(SourceLoc loc);
   // The thread-level builtins (seed 004; docs/instructions.md).

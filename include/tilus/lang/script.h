@@ -607,6 +607,16 @@ class Script {
   RegisterTensor min(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
   RegisterTensor any(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
   RegisterTensor all(const RegisterTensor& x, ReduceOptions opts = {}, Loc loc = Loc::current());
+  // Prefix scans along `dim` (NVIDIA Tilus's scan / cumsum / cumprod; Builder::scan): op "add",
+  // "mul", "max", "min", "and", "or", "xor"; inclusive unless `exclusive`.
+  RegisterTensor scan(const RegisterTensor& x, int dim, const std::string& op, bool exclusive = false,
+                      Loc loc = Loc::current());
+  RegisterTensor cumsum(const RegisterTensor& x, int dim, bool exclusive = false, Loc loc = Loc::current()) {
+    return scan(x, dim, "add", exclusive, loc);
+  }
+  RegisterTensor cumprod(const RegisterTensor& x, int dim, bool exclusive = false, Loc loc = Loc::current()) {
+    return scan(x, dim, "mul", exclusive, loc);
+  }
 
   // --- synchronization, debugging, hints -----------------------------------------------------
   void sync(Loc loc = Loc::current());
