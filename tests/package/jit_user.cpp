@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
 #endif
   if (argc > 1 && nvrtc_available()) {
     AotBundle bundle("user_kernels");
-    bundle.add("axpy", p, {"sm_80"});
+    bundle.add("axpy", p, {"sm_80", "sm_90a"});
     bundle.write(argv[1]);
     std::printf("bundle: %s\n", argv[1]);
   }
