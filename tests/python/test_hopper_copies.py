@@ -169,6 +169,41 @@ def test_tma_cuda_source_for_sm90a():
     assert store.index("fence_proxy_async_shared") < store.index("tilus::tma_store<2>")
 
 
+class HintedTma(tilus.Script):
+    """y = x through shared memory by TMA with L2 hints: a tma_copy load that evicts first and a copy
+    back (TMA store by annotation) that evicts last."""
+
+    def __call__(self, m: int32, n: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 64), tilus.cdiv(n, 64)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * 64, self.blockIdx.y * 64]
+        gx, gy = self.global_view(x, shape=[m, n]), self.global_view(y, shape=[m, n])
+        s = self.shared_tensor(dtype=float16, shape=[64, 64])
+        bar = self.mbarrier.alloc(counts=[1])
+        with self.single_thread():
+            self.tma_copy(gx[o[0]:o[0] + 64, o[1]:o[1] + 64], s, barrier=bar, eviction_policy="evict_first")
+        self.mbarrier.wait(bar, phase=0)
+        self.copy(s, gy[o[0]:o[0] + 64, o[1]:o[1] + 64], eviction_policy="evict_last", annotations={"use_tma": True})
+
+
+def test_tma_copies_apply_their_l2_hints(arrays):
+    m, n = 128, 192
+    x = np.zeros((m, n), np.float16)
+    src = HintedTma().source(m, n, x, x, arch="sm_90a")
+    assert "tilus::policy_evict_first()" in src and "tilus::policy_evict_last()" in src
+    assert re.search(r"tilus::tma_load<2>\([^;]*, policy[_0-9]*\);", src), src
+    assert re.search(r"tilus::tma_store<2>\([^;]*, policy[_0-9]*\);", src), src
+    ptx = HintedTma().ptx(m, n, x, x, arch="sm_90a")
+    assert "createpolicy.fractional.L2::evict_first" in ptx and "createpolicy.fractional.L2::evict_last" in ptx
+    assert ".global.tile.mbarrier::complete_tx::bytes.L2::cache_hint" in ptx
+    assert ".global.shared::cta.bulk_group.L2::cache_hint" in ptx
+    assert len(HintedTma().compiled(m, n, x, x, arch="sm_90a").cubin) > 0  # ptxas takes the hinted forms
+    h = np.random.default_rng(5).uniform(-4, 4, size=(m, n)).astype(np.float16)
+    y = arrays.put(np.zeros((m, n), np.float16))
+    HintedTma()(m, n, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), h)
+
+
 class NeverArrives(tilus.Script):
     def __call__(self, n: int32, y: ~float32):
         self.attrs.blocks = [1]

@@ -113,13 +113,14 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
                           : barrier_address(i, i.barrier);
     open(fmt::format("if ({})", elected()));
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
+    std::string policy = declare_policy(*this, i.eviction_policy);  // the L2 hint, "" for none
     if (i.api == CopyApi::TmaCopy || rec.copy_barrier >= 0)
       linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bytes);
     if (i.multicast_mask.defined())
-      linef("tilus::tma_load_multicast<{}>({}, {}, {}, {}, uint16_t({}));", rank, smem, tmap, bar, c,
-            expr(simplify(i.multicast_mask)));
+      linef("tilus::tma_load_multicast<{}>({}, {}, {}, {}, uint16_t({}){});", rank, smem, tmap, bar, c,
+            expr(simplify(i.multicast_mask)), policy.empty() ? "" : ", " + policy);
     else
-      linef("tilus::tma_load<{}>({}, {}, {}, {});", rank, smem, tmap, bar, c);
+      linef("tilus::tma_load<{}>({}, {}, {}, {}{});", rank, smem, tmap, bar, c, policy.empty() ? "" : ", " + policy);
     close();
     if (rec.copy_barrier >= 0) {
       // Synchronous: every thread of the group waits for the bytes, then flips its phase.
@@ -147,7 +148,8 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
       line("__trap();");
       close();
     }
-    linef("tilus::tma_store<{}>({}, {}, {});", rank, tmap, smem, c);
+    std::string policy = declare_policy(*this, i.eviction_policy);
+    linef("tilus::tma_store<{}>({}, {}, {}{});", rank, tmap, smem, c, policy.empty() ? "" : ", " + policy);
     if (rec.completion == Completion::Synchronous) {
       line("tilus::tma_commit_group();");
       line("tilus::tma_wait_group<0, false>();");

@@ -141,4 +141,8 @@ class Emitter {
   friend struct MemoryEmitter;
 };
 
+// Declares the L2 cache policy variable of an eviction policy and returns its name ("" for none or
+// evict_normal): the hint of cp.async, vectorized global accesses and TMA copies.
+std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e);
+
 }  // namespace tilus::cuda

@@ -85,13 +85,6 @@ void guard_shared(Emitter& em, const InstNode& inst, const SharedView& view, con
   }
 }
 
-// The L2 policy variable for an eviction policy ("" for evict_normal).
-std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e) {
-  if (!e || *e == EvictPolicy::Normal) return "";
-  std::string policy = em.fresh("policy");
-  em.linef("const uint64_t {} = tilus::policy_evict_{}();", policy, *e == EvictPolicy::First ? "first" : "last");
-  return policy;
-}
 
 // The tile index (as IR) of a slot: the thread part plus the slot's constant part.
 std::vector<Expr> slot_index(const std::vector<Expr>& spatial, const std::vector<int64_t>& local) {
@@ -358,6 +351,14 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
 }
 
 }  // namespace
+
+// The L2 policy variable for an eviction policy ("" for evict_normal).
+std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e) {
+  if (!e || *e == EvictPolicy::Normal) return "";
+  std::string policy = em.fresh("policy");
+  em.linef("const uint64_t {} = tilus::policy_evict_{}();", policy, *e == EvictPolicy::First ? "first" : "last");
+  return policy;
+}
 
 void Emitter::guard_shared_tile(const InstNode& inst, const SharedView& view, const std::vector<int64_t>& shape) {
   guard_shared(*this, inst, view, shape);

@@ -1016,6 +1016,80 @@ __device__ __forceinline__ void tma_store(const TensorMap* map, uint32_t smem, c
     asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(m), "r"(smem), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
 }
 
+// The same three with an L2 cache policy (tilus::policy_evict_first / _last: a copy's
+// eviction_policy), the PTX `.L2::cache_hint` forms.
+template <int N>
+__device__ __forceinline__ void tma_load(uint32_t smem, const TensorMap* map, uint32_t bar, const int32_t (&c)[N],
+                                         uint64_t policy) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%4}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "l"(policy), "r"(c[0])
+                 : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%4, %5}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "l"(policy), "r"(c[0]), "r"(c[1])
+                 : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%4, %5, %6}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2])
+                 : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%4, %5, %6, %7}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3])
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;\n" ::"r"(smem), "l"(m), "r"(bar), "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4])
+                 : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void tma_load_multicast(uint32_t smem, const TensorMap* map, uint32_t bar,
+                                                   const int32_t (&c)[N], uint16_t mask, uint64_t policy) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%5}], [%2], %3, %4;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask),
+                 "l"(policy), "r"(c[0]) : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%5, %6}], [%2], %3, %4;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask),
+                 "l"(policy), "r"(c[0]), "r"(c[1]) : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%5, %6, %7}], [%2], %3, %4;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask),
+                 "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%5, %6, %7, %8}], [%2], %3, %4;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask),
+                 "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%5, %6, %7, %8, %9}], [%2], %3, %4;\n" ::"r"(smem), "l"(m), "r"(bar), "h"(mask),
+                 "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void tma_store(const TensorMap* map, uint32_t smem, const int32_t (&c)[N], uint64_t policy) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%3}], [%1], %2;\n"
+                 ::"l"(m), "r"(smem), "l"(policy), "r"(c[0]) : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%3, %4}], [%1], %2;\n"
+                 ::"l"(m), "r"(smem), "l"(policy), "r"(c[0]), "r"(c[1]) : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%3, %4, %5}], [%1], %2;\n"
+                 ::"l"(m), "r"(smem), "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%3, %4, %5, %6}], [%1], %2;\n"
+                 ::"l"(m), "r"(smem), "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%3, %4, %5, %6, %7}], [%1], %2;\n"
+                 ::"l"(m), "r"(smem), "l"(policy), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
+}
+
 __device__ __forceinline__ void tma_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 template <int N, bool Read> __device__ __forceinline__ void tma_wait_group() {
