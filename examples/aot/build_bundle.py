@@ -3,7 +3,8 @@
     python3 examples/aot/build_bundle.py OUT_DIR
 
 writes OUT_DIR/kernels.{h,c}, the runtime headers and CMakeLists.txt: the vector add and the
-pipelined tensor-core matmul for sm_90a and sm_80 (each specialized and generic), and the
+pipelined tensor-core matmul (two size buckets: 64x128 tiles up to m = 512, 128x128 above) for
+sm_90a and sm_80 (each specialized and generic), and the
 TMA + wgmma Hopper matmul (hopper_matmul_v3.py) for sm_90a. Needs NVRTC, not a GPU.
 """
 import os
@@ -21,6 +22,8 @@ from vector_add import VectorAdd  # noqa: E402
 def build(out_dir):
     bundle = tilus.aot.Bundle("kernels", archs=["sm_90a", "sm_80"])
     bundle.add(VectorAdd(), name="vector_add")
+    # Two size buckets of one C function: smaller tiles while m is small, then the default config.
+    bundle.add(MatmulV3(block_m=64, block_n=128), name="matmul", when={"m": (None, 512)})
     bundle.add(MatmulV3(), name="matmul")
     bundle.add(hopper_matmul_v3(tilus.float16)(), name="hopper_matmul", archs=["sm_90a"])
     return bundle.write(out_dir)

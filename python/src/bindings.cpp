@@ -1102,12 +1102,22 @@ PYBIND11_MODULE(_C, m) {
   py::class_<AotBundle>(m, "AotBundle", "An ahead-of-time bundle being built (tilus.aot.Bundle wraps it).")
       .def(py::init<std::string>(), py::arg("name"))
       .def("add", [](AotBundle& b, const std::string& name, const Program& p, const std::vector<std::string>& archs,
-                     std::vector<AotFacts> specializations) {
+                     std::vector<AotFacts> specializations,
+                     const std::vector<std::tuple<int, std::optional<int64_t>, std::optional<int64_t>>>& when) {
+        std::vector<AotRange> ranges;
+        for (auto& [param, lo, hi] : when) {
+          AotRange r;
+          r.param = param;
+          if (lo) r.lo = *lo;
+          if (hi) r.hi = *hi;
+          ranges.push_back(r);
+        }
         py::gil_scoped_release release;  // NVRTC runs for each arch and specialization
-        b.add(name, p, archs, std::move(specializations));
+        b.add(name, p, archs, std::move(specializations), &default_cache(), std::move(ranges));
       }, py::arg("name"), py::arg("program"), py::arg("archs"), py::arg("specializations"),
+         py::arg("when") = std::vector<std::tuple<int, std::optional<int64_t>, std::optional<int64_t>>>{},
          "Compiles a traced program for each arch and specialization ({parameter index: 16}); [] gives all "
-         "specialized, then none.")
+         "specialized, then none. `when`: (parameter index, lo or None, hi or None) ranges of a size bucket.")
       .def("header", &AotBundle::header, "The bundle's C header.")
       .def("source", &AotBundle::source, "The bundle's C source (cubins and launch functions).")
       .def("write", &AotBundle::write, py::arg("directory"),

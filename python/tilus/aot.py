@@ -42,7 +42,7 @@ class Bundle:
         self.archs = [archs] if isinstance(archs, str) else list(archs)
         self.kernels = []
 
-    def add(self, script, *, name=None, constants=None, specializations=("all", "none"), archs=None):
+    def add(self, script, *, name=None, constants=None, specializations=("all", "none"), archs=None, when=None):
         """Compiles ``script`` (an instance of a tilus.Script subclass) into the bundle as the C
         function ``<bundle>_<name>`` (default: the class name in snake case).
 
@@ -53,6 +53,11 @@ class Bundle:
                 names of the integer and pointer parameters it assumes divisible by 16 / 16-byte
                 aligned. The generated function tries the most specialized first.
             archs: the GPU targets of this kernel (default: the bundle's).
+            when: a size bucket, ``{"m": (1, 16)}``: this Script serves only calls whose integer
+                parameters lie in these inclusive ranges (``None`` for an open end). Several
+                Scripts (configurations, or whole kernels with the same C arguments) may be
+                added under one name, each with its ``when``; the function tries them in the
+                order they were added, and the last may have none (any size).
 
         Raises:
             CompileError: the Script cannot be traced or compiled, a specialization names no
@@ -80,9 +85,20 @@ class Bundle:
                                        f"not an integer or pointer parameter (those are: "
                                        f"{', '.join(specializable) or 'none'})")
                 facts.append({specializable[n]: _DIVISOR for n in names})
+        ranges = []
+        for pname, bounds in (when or {}).items():
+            p = runtime.get(pname)
+            if p is None or p.kind != "scalar" or p.dtype.is_float():
+                raise CompileError(f"tilus.aot: {cls.__name__}: when= names {pname!r}, not an integer parameter")
+            if not isinstance(bounds, (tuple, list)) or len(bounds) != 2 or \
+                    not all(b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds):
+                raise CompileError(f"tilus.aot: {cls.__name__}: when={{{pname!r}: {bounds!r}}}: a range is (lo, hi), "
+                                   "each an int or None")
+            ranges.append((p.index, bounds[0], bounds[1]))
         name = name or _snake(cls.__name__)
-        self._bundle.add(name, program, list(archs or self.archs), facts)
-        self.kernels.append(f"{self.name}_{name}")
+        self._bundle.add(name, program, list(archs or self.archs), facts, ranges)
+        if f"{self.name}_{name}" not in self.kernels:
+            self.kernels.append(f"{self.name}_{name}")
         return self
 
     def header(self):

@@ -226,6 +226,17 @@ std::string signature(const std::string& fn, const KernelSource& s) {
   return fmt::format("tilus_aot_status {}({})", fn, params);
 }
 
+// " when lo <= m <= hi, ..." for a bucket's ranges ("" for none).
+std::string bucket_text(const std::vector<AotRange>& when, const std::vector<std::string>& names) {
+  std::string out;
+  for (const AotRange& r : when) {
+    std::string lo = r.lo == std::numeric_limits<int64_t>::min() ? "" : fmt::format("{} <= ", r.lo);
+    std::string hi = r.hi == std::numeric_limits<int64_t>::max() ? "" : fmt::format(" <= {}", r.hi);
+    out += fmt::format("{}{}{}{}", out.empty() ? " when " : ", ", lo, names[size_t(r.param)], hi);
+  }
+  return out;
+}
+
 std::string archs_of(const std::vector<std::string>& archs) { return fmt::format("{}", fmt::join(archs, ", ")); }
 
 }  // namespace
@@ -254,13 +265,19 @@ AotBundle::AotBundle(std::string name) : name_(std::move(name)) {
 }
 
 void AotBundle::add(const std::string& name, const Program& traced, const std::vector<std::string>& archs,
-                    std::vector<AotFacts> specializations, DiskCache* cache) {
+                    std::vector<AotFacts> specializations, DiskCache* cache, std::vector<AotRange> when) {
   std::string fn = name_ + "_" + name;
   if (!is_identifier(name))
     throw CompileError(fmt::format("tilus AOT: kernel name '{}' must be a C identifier (letters, digits, '_')", name));
-  for (const Entry& e : entries_)
-    if (e.name == fn || fn == name_ + "_last_error" || fn == name_ + "_set_checks")
-      throw CompileError(fmt::format("tilus AOT: bundle {} already has a function {}", name_, fn));
+  if (fn == name_ + "_last_error" || fn == name_ + "_set_checks")
+    throw CompileError(fmt::format("tilus AOT: bundle {} already has a function {}", name_, fn));
+  Entry* existing = nullptr;
+  for (Entry& e : entries_)
+    if (e.name == fn) existing = &e;
+  if (existing && existing->variants.back().when.empty())
+    throw CompileError(fmt::format("tilus AOT: bundle {} already has a function {} for any sizes: give the earlier "
+                                   "add a `when` range to add another size bucket",
+                                   name_, fn));
   if (archs.empty()) throw CompileError(fmt::format("tilus AOT: kernel {}: no arch to compile for", fn));
   if (traced.kernels.empty()) throw CompileError(fmt::format("tilus AOT: kernel {}: the program has no kernel", fn));
   if (specializations.empty()) specializations = {aot_all_specialized(traced), {}};
@@ -269,6 +286,12 @@ void AotBundle::add(const std::string& name, const Program& traced, const std::v
                    [](const AotFacts& a, const AotFacts& b) { return a.size() > b.size(); });
   specializations.erase(std::unique(specializations.begin(), specializations.end()), specializations.end());
   const Kernel& k = traced.kernels[0];
+  for (const AotRange& r : when)
+    if (r.param < 0 || r.param >= int(k.params.size()) || !k.params[size_t(r.param)].dtype().is_integer() ||
+        r.lo > r.hi)
+      throw CompileError(fmt::format("tilus AOT: kernel {}: size bucket {{parameter {}: [{}, {}]}} names no integer "
+                                     "parameter or is empty",
+                                     fn, r.param, r.lo, r.hi));
   for (const AotFacts& f : specializations)
     for (auto& [index, d] : f)
       if (index < 0 || index >= int(k.params.size()) || d < 1 || (d & (d - 1)))
@@ -288,7 +311,7 @@ void AotBundle::add(const std::string& name, const Program& traced, const std::v
     for (const AotFacts& facts : specializations) {
       Program p = traced;
       specialize(p, facts);
-      Variant v{facts, compile_program(p, arch, cache)};
+      Variant v{facts, compile_program(p, arch, cache), when};
       const KernelSource& s = v.kernel.source;
       for (size_t i = 0; i < s.params.size(); ++i) {
         const KernelParam& param = s.params[i];
@@ -299,12 +322,20 @@ void AotBundle::add(const std::string& name, const Program& traced, const std::v
                                          fn, param.name, param.type_name()),
                              k.loc);
       }
-      if (!entry.variants.empty() && s.params.size() != entry.variants[0].kernel.source.params.size())
-        throw InternalError(fmt::format("tilus AOT: kernel {}: variants with different parameters", fn));
+      const Entry& first = existing ? *existing : entry;
+      if (!first.variants.empty() && signature(fn, s) != signature(fn, first.variants[0].kernel.source))
+        throw CompileError(fmt::format("tilus AOT: {}: every size bucket of a function takes the same C arguments; it "
+                                       "takes ({}), this program ({})",
+                                       fn, signature(fn, first.variants[0].kernel.source), signature(fn, s)),
+                           k.loc);
       entry.variants.push_back(std::move(v));
     }
   }
-  entries_.push_back(std::move(entry));
+  if (existing) {
+    for (Variant& v : entry.variants) existing->variants.push_back(std::move(v));
+  } else {
+    entries_.push_back(std::move(entry));
+  }
 }
 
 std::string AotBundle::header() const {
@@ -348,16 +379,24 @@ std::string AotBundle::header() const {
       for (const ViewContract& v : p.contract.views)
         doc += fmt::format("; reaches {} elements", v.extent.defined() ? to_string(v.extent) : std::string("?"));
     }
-    std::string grid;
-    for (const Expr& g : s.grid) grid += (grid.empty() ? "" : ", ") + to_string(g);
-    doc += fmt::format("\n *   grid ({}), {} threads per block", grid, s.block_threads);
+    auto grid_of = [](const KernelSource& k) {
+      std::string grid;
+      for (const Expr& g : k.grid) grid += (grid.empty() ? "" : ", ") + to_string(g);
+      return fmt::format("grid ({}), {} threads per block", grid, k.block_threads);
+    };
+    // Size buckets may be other configurations: then each variant says its own grid.
+    bool same_grid = std::all_of(e.variants.begin(), e.variants.end(),
+                                 [&](const Variant& v) { return grid_of(v.kernel.source) == grid_of(s); });
+    if (same_grid) doc += "\n *   " + grid_of(s);
     doc += "\n * Variants, tried in this order:";
     for (const Variant& v : e.variants) {
       std::string facts;
       for (auto& [i, d] : v.facts)
         facts += fmt::format("{}{} % {} == 0", facts.empty() ? "" : ", ", names[size_t(i)], d);
-      doc += fmt::format("\n *   {}{}{}", v.kernel.source.arch, facts.empty() ? ": any arguments" : ": " + facts,
-                         v.kernel.source.tensor_maps.empty() ? "" : " (TMA)");
+      std::string grid = grid_of(v.kernel.source);
+      doc += fmt::format("\n *   {}{}{}{}{}", v.kernel.source.arch, facts.empty() ? ": any arguments" : ": " + facts,
+                         bucket_text(v.when, names), v.kernel.source.tensor_maps.empty() ? "" : " (TMA)",
+                         same_grid ? "" : "; " + grid.substr(0, grid.find(", " + std::to_string(v.kernel.source.block_threads))));
     }
     out += comment(doc) + " */\n" + signature(e.name, s) + ";\n";
   }
@@ -526,6 +565,12 @@ std::string AotBundle::source() const {
     body += "  if (tilus_s) return tilus_s;\n";
     for (size_t vi = 0; vi < e.variants.size(); ++vi) {
       std::string cond = fmt::format("tilus_aot_runs_on(&{}_variants[{}], tilus_dev)", e.name, vi);
+      for (const AotRange& r : e.variants[vi].when) {
+        if (r.lo != std::numeric_limits<int64_t>::min())
+          cond += fmt::format(" && (long long){} >= {}LL", names[size_t(r.param)], r.lo);
+        if (r.hi != std::numeric_limits<int64_t>::max())
+          cond += fmt::format(" && (long long){} <= {}LL", names[size_t(r.param)], r.hi);
+      }
       for (auto& [i, d] : e.variants[vi].facts) {
         const KernelParam& p = s0.params[size_t(i)];
         cond += p.dtype.is_pointer() ? fmt::format(" && (uintptr_t){} % {} == 0", names[size_t(i)], d)
@@ -533,8 +578,15 @@ std::string AotBundle::source() const {
       }
       body += fmt::format("  if ({}) return {}_v{}(tilus_dev, stream{});\n", cond, e.name, vi, call_args);
     }
-    body += fmt::format("  return tilus_aot_no_variant({}, {}, tilus_dev);\n", c_string(e.name),
-                        c_string(archs_of(archs)));
+    bool buckets = std::any_of(e.variants.begin(), e.variants.end(), [](const Variant& v) { return !v.when.empty(); });
+    std::string built_for = archs_of(archs);
+    if (buckets) {
+      built_for += " and size buckets";
+      for (const Variant& v : e.variants)
+        if (std::string b = bucket_text(v.when, names); built_for.find(b.empty() ? " any size" : b) == std::string::npos)
+          built_for += b.empty() ? " any size" : b;
+    }
+    body += fmt::format("  return tilus_aot_no_variant({}, {}, tilus_dev);\n", c_string(e.name), c_string(built_for));
     out += "\n" + signature(e.name, s0) + " {\n" + body + "}\n";
   }
   return out;

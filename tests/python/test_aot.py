@@ -66,6 +66,32 @@ def test_bad_bundles_are_compile_errors():
 
 
 @needs_nvrtc
+def test_size_buckets_share_one_function():
+    b = aot.Bundle("lib", archs=["sm_80"])
+    b.add(VectorAdd(block=256), name="vadd", when={"n": (None, 4096)}, specializations=["none"])
+    b.add(VectorAdd(block=1024), name="vadd", when={"n": (4097, None)}, specializations=["none"])
+    b.add(VectorAdd(block=2048), name="vadd", specializations=["none"])  # the last: any size
+    assert b.kernels == ["lib_vadd"]
+    h = b.header()
+    assert h.count("tilus_aot_status lib_vadd(") == 1
+    assert " *   sm_80: any arguments when n <= 4096; grid ((n + 255) / 256)\n" \
+           " *   sm_80: any arguments when 4097 <= n; grid ((n + 1023) / 1024)\n" \
+           " *   sm_80: any arguments; grid ((n + 2047) / 2048) */" in h, h
+    src = b.source()
+    assert "(long long)n <= 4096LL" in src and "(long long)n >= 4097LL" in src
+    assert "size buckets when n <= 4096 when 4097 <= n any size" in src
+    with pytest.raises(CompileError, match="already has a function lib_vadd for any sizes"):
+        b.add(VectorAdd(), name="vadd", when={"n": (1, 2)})
+    b.add(VectorAdd(), name="other", when={"n": (1, 2)})
+    with pytest.raises(CompileError, match="every size bucket of a function takes the same C arguments"):
+        b.add(Scale(), name="other", constants={"factor": 2})
+    with pytest.raises(CompileError, match="when= names 'a', not an integer parameter"):
+        b.add(VectorAdd(), name="third", when={"a": (1, 2)})
+    with pytest.raises(CompileError, match="a range is \\(lo, hi\\)"):
+        b.add(VectorAdd(), name="third", when={"n": 5})
+
+
+@needs_nvrtc
 @needs_cc
 def test_bundle_builds_and_runs(tmp_path):
     b = aot.Bundle("pylib", archs=["sm_90a", "sm_80"])

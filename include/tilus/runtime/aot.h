@@ -13,6 +13,7 @@
 // its first use and launches. docs/gpu.md, "Ahead-of-time bundles", has the whole contract.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +30,13 @@ using AotFacts = std::map<int, int64_t>;
 // Every integer parameter divisible by 16 and every pointer 16-byte aligned: the facts a launch
 // with such arguments specializes on.
 AotFacts aot_all_specialized(const Program& traced);
+
+// A size bucket: integer parameter `param` (its index) within [lo, hi].
+struct AotRange {
+  int param = -1;
+  int64_t lo = std::numeric_limits<int64_t>::min();
+  int64_t hi = std::numeric_limits<int64_t>::max();
+};
 
 namespace detail {
 // The C text of an integer expression over `vars` (named `names` in C) as a bundle evaluates it:
@@ -47,8 +55,14 @@ class AotBundle {
   // none, which takes any arguments); the C function is <bundle>_<name>. Throws CompileError
   // for a program the bundle cannot call from C (a by-value or float16 scalar parameter, a
   // grid that is not an integer expression of the parameters).
+  //
+  // `when` makes the program a size bucket of the function: it serves only calls whose integer
+  // parameters lie in those ranges. Several programs (configurations, or altogether different
+  // Scripts with the same C signature) may be added under one name, each with its `when`; the
+  // function tries them in the order they were added, and the last may have no `when` (any size).
   void add(const std::string& name, const Program& traced, const std::vector<std::string>& archs,
-           std::vector<AotFacts> specializations = {}, DiskCache* cache = &default_cache());
+           std::vector<AotFacts> specializations = {}, DiskCache* cache = &default_cache(),
+           std::vector<AotRange> when = {});
 
   // The generated files (written by write()).
   std::string header() const;
@@ -66,6 +80,7 @@ class AotBundle {
   struct Variant {
     AotFacts facts;
     CompiledKernel kernel;
+    std::vector<AotRange> when;  // its bucket's ranges (empty: any size)
   };
   struct Entry {
     std::string name;  // <bundle>_<name>

@@ -448,7 +448,8 @@ TILUS_AOT_STATIC tilus_aot_status tilus_aot_launch(const char* fn, const tilus_a
 
 TILUS_AOT_STATIC tilus_aot_status tilus_aot_no_variant(const char* fn, const char* built_for, const tilus_aot_device_t* dev) {
   return tilus_aot_fail(TILUS_AOT_ERROR_NO_VARIANT,
-                        "%s: the bundle has no kernel for this GPU (compute capability %d.%d); it was compiled for %s",
+                        "%s: the bundle has no kernel for this GPU (compute capability %d.%d) and these arguments; it "
+                        "was compiled for %s",
                         fn, dev->major, dev->minor, built_for);
 }
 
