@@ -185,9 +185,11 @@ std::string KernelResources::str() const {
                      stack_frame_bytes, spill_store_bytes, spill_load_bytes);
 }
 
-int cubin_register_count(const std::vector<char>& cubin, const std::string& kernel) {
-  // ELF64: the ".nv.info" section is a list of attributes {u8 format, u8 attribute, u16 size,
-  // payload}; EIATTR_REGCOUNT (0x2f, format 0x04: sized) holds {u32 symbol, u32 registers}.
+namespace {
+// ELF64: the ".nv.info" section is a list of attributes {u8 format, u8 attribute, u16 size,
+// payload}; the per-kernel ones of format 0x04 (sized) hold {u32 symbol, u32 value}:
+// EIATTR_REGCOUNT (0x2f) the registers, EIATTR_FRAME_SIZE (0x11) the stack frame bytes.
+int64_t cubin_kernel_attribute(const std::vector<char>& cubin, const std::string& kernel, uint8_t wanted) {
   auto u16 = [&](size_t at) -> uint64_t { uint16_t v = 0; if (at + 2 <= cubin.size()) std::memcpy(&v, &cubin[at], 2); return v; };
   auto u32 = [&](size_t at) -> uint64_t { uint32_t v = 0; if (at + 4 <= cubin.size()) std::memcpy(&v, &cubin[at], 4); return v; };
   auto u64 = [&](size_t at) -> uint64_t { uint64_t v = 0; if (at + 8 <= cubin.size()) std::memcpy(&v, &cubin[at], 8); return v; };
@@ -209,14 +211,22 @@ int cubin_register_count(const std::vector<char>& cubin, const std::string& kern
   for (uint64_t at = begin; at + 4 <= end && at + 4 <= cubin.size();) {
     uint64_t format = uint8_t(cubin[at]), attribute = uint8_t(cubin[at + 1]);
     uint64_t size = format == 0x04 ? u16(at + 2) : 0;
-    if (format == 0x04 && attribute == 0x2f && size >= 8) {
-      uint64_t symbol = u32(at + 4), registers = u32(at + 8);
+    if (format == 0x04 && attribute == wanted && size >= 8) {
+      uint64_t symbol = u32(at + 4), value = u32(at + 8);
       uint64_t sym = u64(section(uint64_t(symtab), 0x18)) + symbol * 24;
-      if (name_at(strtab, u32(sym)) == kernel) return int(registers);
+      if (name_at(strtab, u32(sym)) == kernel) return int64_t(value);
     }
     at += 4 + size;
   }
   return -1;
+}
+}  // namespace
+
+int cubin_register_count(const std::vector<char>& cubin, const std::string& kernel) {
+  return int(cubin_kernel_attribute(cubin, kernel, 0x2f));
+}
+int64_t cubin_frame_bytes(const std::vector<char>& cubin, const std::string& kernel) {
+  return cubin_kernel_attribute(cubin, kernel, 0x11);
 }
 
 KernelResources parse_ptxas_report(const std::string& full, const std::string& kernel) {
@@ -637,8 +647,10 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   check(lib.cubin_size(prog, &size), "cubin size query");
   out.cubin.resize(size);
   check(lib.cubin(prog, out.cubin.data()), "cubin retrieval");
-  // Some NVRTC builds leave ptxas's report out of the log; the cubin still records the registers.
+  // Some NVRTC builds leave ptxas's report out of the log; the cubin still records the registers
+  // and the stack frame.
   if (out.resources.registers < 0) out.resources.registers = cubin_register_count(out.cubin, name);
+  if (out.resources.stack_frame_bytes < 0) out.resources.stack_frame_bytes = cubin_frame_bytes(out.cubin, name);
   size_t ptx_size = 0;
   if (lib.ptx_size(prog, &ptx_size) == NVRTC_SUCCESS && ptx_size > 1) {
     out.ptx.resize(ptx_size);

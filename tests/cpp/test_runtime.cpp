@@ -57,7 +57,9 @@ TEST(Nvrtc, RegistersFromThePtxasReportAndTheCubinAgree) {
     EXPECT_GT(heavy, light) << arch;
     EXPECT_GT(light, 0) << arch;
     EXPECT_EQ(out.resources.registers, heavy) << arch;  // the report, or the fallback: the same number
+    EXPECT_EQ(out.resources.stack_frame_bytes, cubin_frame_bytes(out.cubin, "heavy")) << arch;
     EXPECT_EQ(cubin_register_count(out.cubin, "missing"), -1);
+    EXPECT_EQ(cubin_frame_bytes(out.cubin, "missing"), -1);
   }
   EXPECT_EQ(cubin_register_count({}, "heavy"), -1);
   EXPECT_EQ(cubin_register_count(std::vector<char>(100, 'x'), "heavy"), -1);

@@ -97,9 +97,12 @@ std::vector<std::string> nvrtc_options(const std::string& arch);
 // The resources of ptxas's verbose report ("Used 40 registers", "... bytes spill stores").
 // With `kernel`, that kernel's part of a report that lists several.
 KernelResources parse_ptxas_report(const std::string& log, const std::string& kernel = "");
-// The registers per thread that a cubin records for `kernel` (-1: not found); what
-// nvrtc_compile reports when ptxas's log has no report.
+// The registers per thread and the stack frame bytes per thread (spills included) that a cubin
+// records for `kernel` (-1: not found); what nvrtc_compile reports when ptxas's log has no report
+// (NVRTC on the GPU machine leaves it out of some compiles' logs, at random). The spill bytes are
+// only in the report.
 int cubin_register_count(const std::vector<char>& cubin, const std::string& kernel);
+int64_t cubin_frame_bytes(const std::vector<char>& cubin, const std::string& kernel);
 // NVRTC's version as major*1000 + minor*10 (e.g. 13000); part of the cache key.
 int nvrtc_version();
 // True when tilus was built with NVRTC.
