@@ -541,8 +541,9 @@ std::string AotBundle::source() const {
         line(fmt::format("  const unsigned box[] = {{{}}};", fmt::join(box, ", ")));
         line(fmt::format("  unsigned long long address = (unsigned long long)(uintptr_t){} + (unsigned long long)({});",
                          names[size_t(spec.param)], c(spec.offset)));
-        line(fmt::format("  if ((tilus_s = tilus_aot_tensor_map(tilus_fn, {}, {}, {}, {}, address, dims, strides, box, "
-                         "{}, tilus_bad, tilus_map{}))) return tilus_s;",
+        line(fmt::format("  static tilus_aot_map_cache_t cache;"));
+        line(fmt::format("  if ((tilus_s = tilus_aot_tensor_map_cached(&cache, tilus_dev, tilus_fn, {}, {}, {}, {}, "
+                         "address, dims, strides, box, {}, tilus_bad, tilus_map{}))) return tilus_s;",
                          c_string(copy), c_string(names[size_t(spec.param)]), spec.dtype.storage_bytes(1),
                          spec.shape.size(), spec.swizzle_bytes, m));
         line("}");
