@@ -6,9 +6,16 @@ arguments (d = a + b + c over 1024 elements), tilus against Triton and torch.add
 Each figure is the wall time of a Python loop of launches, synchronized once at the end,
 divided by the number of launches (median of 5 loops); the kernels are compiled and warmed up
 first, so this is the per-call cost: argument handling, the specialization lookup and the
-driver launch.
+driver launch. One more row, where a C compiler is present: the same Script from an
+ahead-of-time bundle (tilus.aot), called from a C loop in this process (one ctypes call per
+loop of launches), as a deployed C or C++ program calls it.
 """
 import argparse
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
 import time
 
 import torch
@@ -43,6 +50,37 @@ if triton is not None:
         tl.store(d + o, tl.load(a + o, mask=m) + tl.load(b + o, mask=m) + tl.load(c + o, mask=m), mask=m)
 
 
+_LOOP_C = """
+#include "bench.h"
+/* `launches` calls of the bundle's function; the last status. */
+int bench_loop(void* stream, int n, const float* a, const float* b, const float* c, float* d, int launches) {
+  tilus_aot_status s = TILUS_AOT_SUCCESS;
+  for (int i = 0; i < launches; ++i) s = bench_add3(stream, n, a, b, c, d);
+  return (int)s;
+}
+"""
+
+
+def aot_loop(workdir):
+    """A function (stream, n, a, b, c, d, launches) -> status running Add3 from an AOT bundle in a
+    C loop; None without a C compiler or NVRTC."""
+    if shutil.which("cc") is None or not tilus._C.nvrtc_available():
+        return None
+    bundle = tilus.aot.Bundle("bench", archs=[tilus._C.device_info()["arch"]])
+    bundle.add(Add3(), name="add3")
+    bundle.write(os.path.join(workdir, "bench"))
+    with open(os.path.join(workdir, "loop.c"), "w") as f:
+        f.write(_LOOP_C)
+    lib = os.path.join(workdir, "libbench.so")
+    subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-I", os.path.join(workdir, "bench"), "-o", lib,
+                    os.path.join(workdir, "bench", "bench.c"), os.path.join(workdir, "loop.c"), "-ldl", "-lpthread"],
+                   check=True)
+    so = ctypes.CDLL(lib)
+    so.bench_loop.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int]
+    so.bench_last_error.restype = ctypes.c_char_p
+    return so
+
+
 def per_launch_us(fn, launches):
     fn()
     torch.cuda.synchronize()
@@ -74,6 +112,18 @@ def main():
         assert torch.allclose(d, a + b + c)
         rows.append(("Triton", per_launch_us(lambda: add3_kernel[grid](a, b, c, d, n, BLOCK=1024), args.launches)))
     rows.append(("torch.add (a + b, out=d)", per_launch_us(lambda: torch.add(a, b, out=d), args.launches)))
+    with tempfile.TemporaryDirectory(prefix="tilus-launch-") as workdir:
+        so = aot_loop(workdir)
+        if so is not None:
+            stream = torch.cuda.current_stream().cuda_stream
+            ptrs = [t.data_ptr() for t in (a, b, c, d)]
+            d.zero_()
+            assert so.bench_loop(stream, n, *ptrs, 1) == 0, so.bench_last_error()
+            torch.cuda.synchronize()
+            assert torch.allclose(d, a + b + c)
+            # One ctypes call per loop: per_launch_us times `launches` loops of one launch each.
+            loop = lambda: so.bench_loop(stream, n, *ptrs, args.launches)  # noqa: E731
+            rows.append(("tilus AOT bundle, C loop", per_launch_us(loop, 1) / args.launches))
     print(f"launch overhead, {torch.cuda.get_device_name()}, {args.launches} launches per loop (us per launch)")
     base = dict(rows)
     for name, us in rows:
