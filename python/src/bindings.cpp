@@ -903,6 +903,14 @@ PYBIND11_MODULE(_C, m) {
         return b.atomic(ops.at(op), dst, values, compare ? *compare : Tensor(), to_exprs(offsets), std::move(dims), sem,
                         scope, loc_of(loc));
       })
+      .def("atomic_scatter", [](Builder& b, const std::string& op, bool store, const Tensor& dst, int dim,
+                                const Tensor& indices, const Tensor& values, const std::string& sem,
+                                const std::string& scope, L loc) {
+        static const std::map<std::string, AtomicOp> ops = {{"add", AtomicOp::Add}, {"sub", AtomicOp::Sub},
+                                                            {"min", AtomicOp::Min}, {"max", AtomicOp::Max},
+                                                            {"exch", AtomicOp::Exch}};
+        return b.atomic_scatter(ops.at(op), store, dst, dim, indices, values, sem, scope, loc_of(loc));
+      })
       .def("load_shared", [](Builder& b, const Tensor& src, L loc) { return b.load_shared(src, loc_of(loc)); })
       .def("store_shared", [](Builder& b, const Tensor& dst, const Tensor& src, L loc) { b.store_shared(dst, src, loc_of(loc)); })
       .def("copy_async", [](Builder& b, const Tensor& src, const Tensor& dst, const py::iterable& offsets,

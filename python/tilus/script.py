@@ -585,6 +585,19 @@ class Script(Artifacts):
                                 _exprs(offsets, "store_global: offsets", loc), _ints(dims, "store_global: dims", loc),
                                 loc)
 
+    def store_global_scatter(self, dst: GlobalTensor, *, dim: int, indices: RegisterTensor,
+                             values: RegisterTensor) -> None:
+        """``dst[..., indices[k], ...] = values[k]`` for each element ``k`` of the tile (NVIDIA
+        Tilus's): the element keeps its own coordinates in the other dims, and ``indices`` (integers,
+        ``values``' shape) picks the one along ``dim``. Not atomic: under duplicate indices one of
+        the values lands. Elements whose coordinates fall outside ``dst`` are not written."""
+        _scatter("global", None, dst, dim, indices, values, "relaxed", "gpu", None, _here())
+
+    def store_shared_scatter(self, dst: SharedTensor, *, dim: int, indices: RegisterTensor,
+                             values: RegisterTensor) -> None:
+        """``store_global_scatter`` into a shared tensor (its other dims equal ``values``')."""
+        _scatter("shared", None, dst, dim, indices, values, "relaxed", "cta", None, _here())
+
     def load_shared(self, src: SharedTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
         """The whole shared tensor ``src`` loaded into a new register tensor (or into ``out``, returned)."""
         loc = _here()
@@ -1692,6 +1705,16 @@ def _atomic(space, op, dst, values, compare, sem, scope, output, offsets, dims):
     return Script._into(None, output, t, loc, name)
 
 
+def _scatter(space, op, dst, dim, indices, values, sem, scope, output, loc):
+    """atomic.<space>_scatter_<op>, or store_<space>_scatter when op is None."""
+    name = f"store_{space}_scatter" if op is None else f"atomic.{space}_scatter_{op}"
+    kind = GlobalTensor if space == "global" else SharedTensor
+    t = _builder().atomic_scatter(op or "exch", op is None, _tensor(dst, f"{name}: dst", loc, kind),
+                                  _int(dim, f"{name}: dim", loc), _tensor(indices, f"{name}: indices", loc),
+                                  _tensor(values, f"{name}: values", loc), sem, scope, loc)
+    return None if op is None else Script._into(None, output, RegisterTensor(t), loc, name)
+
+
 class AtomicGroup:
     """Element-wise atomic read-modify-write of a shared or global tile (``self.atomic``, NVIDIA
     Tilus's names): element i of ``dst`` becomes ``op(dst[i], values[i])`` atomically, each element
@@ -1753,6 +1776,42 @@ class AtomicGroup:
         """``dst[i] = values[i]`` where ``dst[i] == compare[i]``, atomically on shared memory; returns
         the previous values."""
         return _atomic("shared", "cas", dst, values, compare, sem, scope, output, None, None)
+
+    # Scatter forms (torch.scatter_add_'s semantics): element k of values goes to dst at k's own
+    # coordinates, except along `dim`, where indices[k] (integers, values' shape) picks it; an index
+    # outside dst is skipped (previous value 0). dst has values' rank; a shared dst equals values in
+    # the other dims.
+    def global_scatter_add(self, dst, *, dim, indices, values, sem="relaxed", scope="gpu", output=None):
+        """``dst[..., indices[k], ...] += values[k]`` atomically; returns the previous values."""
+        return _scatter("global", "add", dst, dim, indices, values, sem, scope, output, _here())
+
+    def global_scatter_sub(self, dst, *, dim, indices, values, sem="relaxed", scope="gpu", output=None):
+        """``dst[..., indices[k], ...] -= values[k]`` atomically; returns the previous values."""
+        return _scatter("global", "sub", dst, dim, indices, values, sem, scope, output, _here())
+
+    def global_scatter_min(self, dst, *, dim, indices, values, sem="relaxed", scope="gpu", output=None):
+        """``dst[..., indices[k], ...] = min(.., values[k])`` atomically; returns the previous values."""
+        return _scatter("global", "min", dst, dim, indices, values, sem, scope, output, _here())
+
+    def global_scatter_max(self, dst, *, dim, indices, values, sem="relaxed", scope="gpu", output=None):
+        """``dst[..., indices[k], ...] = max(.., values[k])`` atomically; returns the previous values."""
+        return _scatter("global", "max", dst, dim, indices, values, sem, scope, output, _here())
+
+    def shared_scatter_add(self, dst, *, dim, indices, values, sem="relaxed", scope="cta", output=None):
+        """``global_scatter_add`` on shared memory."""
+        return _scatter("shared", "add", dst, dim, indices, values, sem, scope, output, _here())
+
+    def shared_scatter_sub(self, dst, *, dim, indices, values, sem="relaxed", scope="cta", output=None):
+        """``global_scatter_sub`` on shared memory."""
+        return _scatter("shared", "sub", dst, dim, indices, values, sem, scope, output, _here())
+
+    def shared_scatter_min(self, dst, *, dim, indices, values, sem="relaxed", scope="cta", output=None):
+        """``global_scatter_min`` on shared memory."""
+        return _scatter("shared", "min", dst, dim, indices, values, sem, scope, output, _here())
+
+    def shared_scatter_max(self, dst, *, dim, indices, values, sem="relaxed", scope="cta", output=None):
+        """``global_scatter_max`` on shared memory."""
+        return _scatter("shared", "max", dst, dim, indices, values, sem, scope, output, _here())
 
 
 _ATOMIC = AtomicGroup()

@@ -90,7 +90,9 @@ const char* to_string(AtomicOp op) {
 }
 
 std::string AtomicInst::display_name() const {
-  return fmt::format("atomic.{}_{}", dst.defined() && dst.is_shared() ? "shared" : "global", to_string(op));
+  const char* space = dst.defined() && dst.is_shared() ? "shared" : "global";
+  if (store) return fmt::format("store_{}_scatter", space);
+  return fmt::format("atomic.{}_{}{}", space, scatter() ? "scatter_" : "", to_string(op));
 }
 
 void AtomicInst::visit_fields(FieldVisitor& v) {
@@ -98,6 +100,8 @@ void AtomicInst::visit_fields(FieldVisitor& v) {
   v.operand("dst", dst, Access::ReadWrite, kGlobal | kShared, nullptr);
   v.operand("values", values, Access::Read, kRegister, nullptr);
   if (compare.defined()) v.operand("compare", compare, Access::Read, kRegister, nullptr);
+  if (indices.defined()) v.operand("indices", indices, Access::Read, kRegister, nullptr);
+  if (scatter()) v.attr("dim", std::to_string(scatter_dim));
   if (!offsets.empty()) v.exprs("offsets", offsets);
   if (!dims.empty()) v.attr("dims", ints_str(dims));
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));

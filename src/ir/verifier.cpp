@@ -372,12 +372,30 @@ bool atomic_dtype_ok(AtomicOp op, DataType t) {
 
 void check_atomic(const AtomicInst& i) {
   if (!i.dst.defined() || !i.values.defined()) fail(i, "needs dst and values");
+  if (i.scatter() != i.indices.defined()) fail(i, "a scatter needs both dim and indices");
+  if (i.store && (!i.scatter() || i.op != AtomicOp::Exch)) fail(i, "a plain store is a scatter with op exch");
+  if (i.scatter()) {
+    if (!i.indices.is_register() || !i.indices.dtype().is_integer())
+      fail(i, fmt::format("indices must be a register tensor of integers, got {}", ty(i.indices)));
+    expect_same_shape(i, "indices", i.indices, "values", i.values);
+    if (i.dst.rank() != i.values.rank())
+      fail(i, fmt::format("dst {} and values {} must have the same rank", ty(i.dst), ty(i.values)));
+    if (i.scatter_dim >= i.dst.rank())
+      fail(i, fmt::format("dim {} is out of range for dst {}", i.scatter_dim, ty(i.dst)));
+    if (i.dst.is_shared()) {
+      auto d = i.dst.static_shape(), v = i.values.static_shape();
+      for (size_t k = 0; k < d.size() && k < v.size(); ++k)
+        if (int(k) != i.scatter_dim && d[k] != v[k])
+          fail(i, fmt::format("dst {} and values {} differ in dim {}, which is not the scatter dim {}", ty(i.dst),
+                              ty(i.values), k, i.scatter_dim));
+    }
+  }
   if (i.dst.is_global()) {
     expect_offsets(i, i.offsets, "dst", i.dst);
     expect_dims(i, i.dims, "values", i.values, "dst", i.dst);
   } else {
     if (!i.offsets.empty()) fail(i, "a shared dst is the whole tensor (slice it first): no offsets");
-    expect_same_shape(i, "dst", i.dst, "values", i.values);
+    if (!i.scatter()) expect_same_shape(i, "dst", i.dst, "values", i.values);
   }
   expect_same_dtype(i, "dst", i.dst, "values", i.values);
   if (i.out.defined()) {
@@ -390,7 +408,9 @@ void check_atomic(const AtomicInst& i) {
     expect_same_shape(i, "compare", i.compare, "values", i.values);
     expect_same_dtype(i, "compare", i.compare, "values", i.values);
   }
-  if (!atomic_dtype_ok(i.op, i.values.dtype()))
+  if (i.store) {
+    if (i.values.dtype().is_subbyte()) fail(i, fmt::format("values are {}: cast to a byte-sized type first", ty(i.values)));
+  } else if (!atomic_dtype_ok(i.op, i.values.dtype()))
     fail(i, fmt::format("values are {}: atomic {} takes {}", ty(i.values), to_string(i.op),
                         i.op == AtomicOp::Add || i.op == AtomicOp::Sub
                             ? "32- or 64-bit integers, float32, float64, float16 or bfloat16"

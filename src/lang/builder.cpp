@@ -691,6 +691,40 @@ Tensor Builder::atomic(AtomicOp op, const Tensor& dst, const Tensor& values, con
   return emit_with_output(i);
 }
 
+Tensor Builder::atomic_scatter(AtomicOp op, bool store, const Tensor& dst, int dim, const Tensor& indices,
+                               const Tensor& values, const std::string& sem, const std::string& scope, SourceLoc loc) {
+  const char* space = dst.defined() && dst.is_shared() ? "shared" : "global";
+  std::string name = store ? fmt::format("store_{}_scatter", space)
+                           : fmt::format("atomic.{}_scatter_{}", space, to_string(op));
+  if (!dst.defined() || !(dst.is_global() || dst.is_shared()) || !values.defined() || !values.is_register() ||
+      !indices.defined() || !indices.is_register())
+    throw CompileError(fmt::format("{}: expected a global or shared dst and register indices and values, got {}, {} "
+                                   "and {}",
+                                   name, type_of(dst), type_of(indices), type_of(values)),
+                       loc);
+  if (dst.rank() != values.rank())
+    throw CompileError(fmt::format("{}: dst {} and values {} must have the same rank (each element keeps its other "
+                                   "coordinates)",
+                                   name, type_of(dst), type_of(values)),
+                       loc);
+  dim = normalize_dims({dim}, dst, name.c_str(), loc)[0];
+  auto i = make_inst<AtomicInst>(loc);
+  i->op = store ? AtomicOp::Exch : op;
+  i->store = store;
+  i->dst = dst;
+  i->values = values;
+  i->indices = indices;
+  i->scatter_dim = dim;
+  i->sem = sem;
+  i->scope = scope;
+  if (dst.is_global()) {
+    i->offsets.assign(size_t(dst.rank()), Expr(0));
+    i->dims = default_dims(dst, values.rank());
+  }
+  i->out = Tensor::reg("old", values.dtype(), static_dims(values));
+  return emit_with_output(i);
+}
+
 void Builder::store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
                            SourceLoc loc) {
   auto i = make_inst<StoreGlobalInst>(loc);

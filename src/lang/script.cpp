@@ -396,6 +396,36 @@ TILUS_ATOMIC_DEFS(global, GlobalTensor)
 TILUS_ATOMIC_DEFS(shared, SharedTensor)
 #undef TILUS_ATOMIC_DEFS
 
+#define TILUS_ATOMIC_SCATTER_DEF(space, TensorT, op, Op)                                                       \
+  RegisterTensor AtomicGroup::space##_scatter_##op(const TensorT& dst, int dim, const RegisterTensor& indices,  \
+                                                   const RegisterTensor& values, AtomicOptions opts,            \
+                                                   Loc loc) const {                                             \
+    if (opts.scope.empty()) opts.scope = #space == std::string("shared") ? "cta" : "gpu";                       \
+    return RegisterTensor(script->builder().atomic_scatter(AtomicOp::Op, false, dst.tensor(), dim,              \
+                                                           indices.tensor(), values.tensor(), opts.sem,         \
+                                                           opts.scope, SourceLoc::from(loc)));                  \
+  }
+#define TILUS_ATOMIC_SCATTER_DEFS(space, TensorT)       \
+  TILUS_ATOMIC_SCATTER_DEF(space, TensorT, add, Add)    \
+  TILUS_ATOMIC_SCATTER_DEF(space, TensorT, sub, Sub)    \
+  TILUS_ATOMIC_SCATTER_DEF(space, TensorT, min, Min)    \
+  TILUS_ATOMIC_SCATTER_DEF(space, TensorT, max, Max)
+TILUS_ATOMIC_SCATTER_DEFS(global, GlobalTensor)
+TILUS_ATOMIC_SCATTER_DEFS(shared, SharedTensor)
+#undef TILUS_ATOMIC_SCATTER_DEFS
+#undef TILUS_ATOMIC_SCATTER_DEF
+
+void Script::store_global_scatter(const GlobalTensor& dst, int dim, const RegisterTensor& indices,
+                                  const RegisterTensor& values, Loc loc) {
+  builder().atomic_scatter(AtomicOp::Exch, true, dst.tensor(), dim, indices.tensor(), values.tensor(), "relaxed", "gpu",
+                           SourceLoc::from(loc));
+}
+void Script::store_shared_scatter(const SharedTensor& dst, int dim, const RegisterTensor& indices,
+                                  const RegisterTensor& values, Loc loc) {
+  builder().atomic_scatter(AtomicOp::Exch, true, dst.tensor(), dim, indices.tensor(), values.tensor(), "relaxed", "cta",
+                           SourceLoc::from(loc));
+}
+
 SharedTensor MbarrierGroup::alloc(std::vector<Expr> counts, Loc loc) const {
   return SharedTensor(script->builder().mbarrier_alloc(std::move(counts), SourceLoc::from(loc)));
 }

@@ -415,6 +415,7 @@ class LayoutSolver {
         same(i.values, out, inst);
         if (read_.count(out.get())) one_per_thread_.emplace_back(i.values.get(), threads);
         if (i.compare.defined()) same(i.values, i.compare, inst);
+        if (i.indices.defined()) same(i.values, i.indices, inst);
         return;
       }
       // A shuffle moves slots between threads of value's layout: out keeps it.

@@ -322,6 +322,7 @@ class Selector : public StmtMutator {
     // red has add / min / max (no exch, cas) and relaxed / release order only.
     bool reducible = i.op != AtomicOp::Exch && i.op != AtomicOp::Cas;
     r.red = !used && reducible && (i.sem == "relaxed" || i.sem == "release");
+    if (i.store) r.op = MachineOp::Simt;  // a plain store, element by element
     return r;
   }
 

@@ -301,6 +301,65 @@ TEST(Backend_, PrefixScans) {
 }
 
 namespace {
+// Scatters through the C++ Script API: the [8, 16] int32 tile of values into an [8, n] dst along
+// dim 1 at its indices (out of range: skipped): atomically added into global memory, or stored
+// into a shared copy that is written back.
+struct Scatters : Script {
+  static constexpr const char* param_names = "m, n, idx, x, y";
+  bool shared_store = false;
+  void operator()(Int32 m, Int32 n, Ptr<i32> idx, Ptr<i32> x, Ptr<i32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 2;
+    auto i = load_global(global_view(idx, {m, 16}), {.offsets = {0, 0}, .shape = {8, 16}});
+    auto v = load_global(global_view(x, {m, 16}), {.offsets = {0, 0}, .shape = {8, 16}});
+    auto gy = global_view(y, {m, n});
+    if (!shared_store) {
+      atomic.global_scatter_add(gy, 1, i, v);
+      return;
+    }
+    auto s = shared_tensor(dtypes::int32, {8, 24});
+    store_shared(s, load_global(gy, {.offsets = {0, 0}, .shape = {8, 24}}));
+    sync();
+    store_shared_scatter(s, 1, i, v);
+    sync();
+    store_global(gy, load_shared(s), {.offsets = {0, 0}});
+  }
+};
+}  // namespace
+
+TEST(Backend_, Scatters) {
+  REQUIRE_GPU();
+  int64_t m = 7, n = 24;  // one row of the tile past m
+  for (bool shared_store : {false, true}) {
+    SCOPED_TRACE(shared_store ? "store_shared_scatter" : "atomic.global_scatter_add");
+    std::vector<double> hi(size_t(m * 16)), hx(size_t(m * 16)), hy(size_t(m * n));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < 16; ++c) {
+        // Distinct columns per row for the store (2c - 3 covers -3 .. 27: some outside [0, n)).
+        hi[size_t(r * 16 + c)] = double(shared_store ? (2 * c + r) % 31 - 3 : (c * 7 + r) % 30 - 3);
+        hx[size_t(r * 16 + c)] = double(r * 100 + c);
+      }
+    for (int64_t k = 0; k < m * n; ++k) hy[size_t(k)] = double(k % 5);
+    std::vector<double> want = hy;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < 16; ++c) {
+        int64_t j = int64_t(hi[size_t(r * 16 + c)]);
+        if (j < 0 || j >= n) continue;
+        double& w = want[size_t(r * n + j)];
+        w = shared_store ? hx[size_t(r * 16 + c)] : w + hx[size_t(r * 16 + c)];
+      }
+    Buffer idx(dtypes::int32, m * 16), x(dtypes::int32, m * 16), y(dtypes::int32, m * n);
+    idx.upload(hi);
+    x.upload(hx);
+    y.upload(hy);
+    Scatters s;
+    s.shared_store = shared_store;
+    jit_on(s)({m, n, idx.arg(), x.arg(), y.arg()});
+    expect_close(y.download(), want, 0, 0);
+  }
+}
+
+namespace {
 // Every reduction of a 64-bit integer tile: values over the whole range (sums wrap), extremes
 // included, so an identity that is not exactly INT64_MAX / UINT64_MAX shows.
 struct Reduce64 : Script {

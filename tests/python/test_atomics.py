@@ -277,3 +277,113 @@ def test_bfloat16_add(arrays, device):
     acc, _ = run_accumulate(arrays, "bfloat16", "add", bits, np.zeros(B, np.uint16))
     got = (np.asarray(acc).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(got, x.reshape(-1, B).sum(axis=0))
+
+
+# --- scatter forms (atomic.*_scatter_*, store_*_scatter) ---------------------------------------
+
+class Scatter(tilus.Script):
+    """A [R, C] tile of values scattered along dim 1 into an [m, n] dst: dst[r, idx[r, c]] (op)=
+    values[r, c]. Global: one block, the tile at dst's origin (rows past m are skipped). Shared:
+    each block scatters into a shared [R, n] copy of its rows, written back afterwards."""
+
+    def __init__(self, op, dtype, shared=False, R=16, C=32):
+        super().__init__()
+        self.op, self.dtype, self.shared, self.R, self.C = op, dtype, shared, R, C
+
+    def __call__(self, m: int32, n: int, idx: ~int32, x: tilus.void_p, dst: tilus.void_p):
+        R, C = self.R, self.C
+        self.attrs.blocks = [tilus.cdiv(m, R) if self.shared else 1]
+        self.attrs.warps = 4
+        r0 = self.blockIdx.x * R
+        i = self.load_global(self.global_view(idx, shape=[m, C]), offsets=[r0, 0], shape=[R, C])
+        v = self.load_global(self.global_view(x, dtype=self.dtype, shape=[m, C]), offsets=[r0, 0], shape=[R, C])
+        g = self.global_view(dst, dtype=self.dtype, shape=[m, n])
+        if not self.shared:
+            if self.op == "store":
+                self.store_global_scatter(g, dim=1, indices=i, values=v)
+            else:
+                getattr(self.atomic, f"global_scatter_{self.op}")(g, dim=1, indices=i, values=v)
+            return
+        s = self.shared_tensor(dtype=self.dtype, shape=[R, n])
+        self.store_shared(s, self.load_global(g, offsets=[r0, 0], shape=[R, n]))
+        self.sync()
+        if self.op == "store":
+            self.store_shared_scatter(s, dim=1, indices=i, values=v)
+        else:
+            getattr(self.atomic, f"shared_scatter_{self.op}")(s, dim=1, indices=i, values=v)
+        self.sync()
+        self.store_global(g, self.load_shared(s), offsets=[r0, 0])
+
+
+def scatter_reference(op, dst, idx, x):
+    out = dst.copy()
+    n = dst.shape[1]
+    for r in range(dst.shape[0]):
+        for c in range(idx.shape[1]):
+            j = idx[r, c]
+            if not 0 <= j < n:
+                continue  # outside dst: skipped
+            if op == "add":
+                out[r, j] += x[r, c]
+            elif op == "sub":
+                out[r, j] -= x[r, c]
+            elif op == "min":
+                out[r, j] = min(out[r, j], x[r, c])
+            elif op == "max":
+                out[r, j] = max(out[r, j], x[r, c])
+            else:
+                out[r, j] = x[r, c]
+    return out
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("op, dtype", [("add", "float32"), ("add", "int32"), ("sub", "int32"), ("min", "int32"),
+                                       ("max", "int32"), ("store", "float32"), ("store", "int32")])
+def test_scatter_matches_numpy(arrays, op, dtype, shared):
+    m, n, C = 13 if not shared else 37, 40, 32  # ragged rows; indices also below 0 and past n
+    rng = np.random.default_rng(9)
+    if op == "store":  # distinct columns per row (a plain store under duplicates keeps one of them)
+        idx = np.stack([rng.permutation(np.arange(-4, n + 4))[:C] for _ in range(m)]).astype(np.int32)
+    else:
+        idx = rng.integers(-4, n + 4, size=(m, C)).astype(np.int32)
+    x = rng.integers(-50, 50, size=(m, C)).astype(dtype)
+    d0 = rng.integers(-20, 20, size=(m, n)).astype(dtype)
+    d = arrays.put(d0.copy())  # the CPU backend writes a numpy argument in place
+    Scatter(op, getattr(tilus, dtype), shared)(m, n, arrays.put(idx), arrays.put(x), d)
+    np.testing.assert_array_equal(arrays.host(d), scatter_reference(op, d0, idx, x))
+
+
+def test_scatter_ir_and_errors():
+    text = str(tilus.trace(Scatter("add", tilus.float32), constants={"n": 40}))
+    assert "atomic.global_scatter_add(dst=g, values=v, indices=i, dim=1" in text, text
+    text = str(tilus.trace(Scatter("store", tilus.float32, shared=True), constants={"n": 40}))
+    assert "store_shared_scatter(dst=s, values=v, indices=i, dim=1" in text, text
+
+    class Bad(tilus.Script):
+        def __init__(self, case):
+            super().__init__()
+            self.case = case
+
+        def __call__(self, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            g = self.global_view(x, shape=[8, 8])
+            v = self.register_tensor(dtype=float32, shape=[8, 8], init=1.0)
+            i = self.register_tensor(dtype=int32, shape=[8, 8], init=0)
+            if self.case == "float-indices":
+                self.store_global_scatter(g, dim=1, indices=v, values=v)
+            elif self.case == "dim":
+                self.store_global_scatter(g, dim=2, indices=i, values=v)
+            elif self.case == "shape":
+                self.atomic.global_scatter_add(g, dim=1, indices=self.register_tensor(dtype=int32, shape=[8, 4], init=0),
+                                               values=v)
+            elif self.case == "shared-shape":
+                s = self.shared_tensor(dtype=float32, shape=[4, 8])
+                self.store_shared_scatter(s, dim=1, indices=i, values=v)
+
+    for case, match in [("float-indices", "indices must be a register tensor of integers"),
+                        ("dim", "store_global_scatter: dims \\[2\\]: dim 2 is out of range"),
+                        ("shape", "indices .* and values .* must have the same shape|shape"),
+                        ("shared-shape", "differ in dim 0, which is not the scatter dim 1")]:
+        with pytest.raises(tilus.CompileError, match=match):
+            tilus.trace(Bad(case))

@@ -618,6 +618,14 @@ struct AtomicInst : InstNode {
   std::optional<std::vector<int>> checked_dims;  // as in LoadGlobalInst
   std::string sem = "relaxed";
   std::string scope = "gpu";
+  // Scatter (NVIDIA Tilus's atomic.*_scatter_* and store_*_scatter): element k goes to dst at
+  // k's tile coordinates with coordinate `scatter_dim` replaced by indices[k] (an integer
+  // register tensor of values' shape); an index outside dst's extent is skipped. `store`: a plain
+  // (non-atomic) store, op Exch, no old values.
+  Tensor indices;
+  int scatter_dim = -1;
+  bool store = false;
+  bool scatter() const { return scatter_dim >= 0; }
   std::string display_name() const override;  // atomic.global_add, ...
   bool has_side_effects() const override { return true; }
 };

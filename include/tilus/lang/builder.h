@@ -120,6 +120,11 @@ class Builder {
   // the whole tensor.
   Tensor atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare, std::vector<Expr> offsets,
                 std::vector<int> dims, const std::string& sem, const std::string& scope, SourceLoc loc);
+  // atomic.{global,shared}_scatter_<op> and, with `store`, store_{global,shared}_scatter (op
+  // exch, nothing returned): element k of values to dst at k's coordinates with dim `dim` taken
+  // from indices[k] (AtomicInst::scatter_dim).
+  Tensor atomic_scatter(AtomicOp op, bool store, const Tensor& dst, int dim, const Tensor& indices,
+                        const Tensor& values, const std::string& sem, const std::string& scope, SourceLoc loc);
   void store_global(const Tensor& dst, const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims,
                     SourceLoc loc);
   Tensor load_shared(const Tensor& src, SourceLoc loc);

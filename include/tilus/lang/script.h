@@ -460,6 +460,21 @@ struct AtomicGroup {
   TILUS_ATOMIC_METHODS(global, GlobalTensor)
   TILUS_ATOMIC_METHODS(shared, SharedTensor)
 #undef TILUS_ATOMIC_METHODS
+  // Scatter forms: element k of values to dst at k's coordinates, along `dim` at indices[k]
+  // (Builder::atomic_scatter); opts.offsets / dims are not taken.
+#define TILUS_ATOMIC_SCATTER(space, Tensor, op)                                                               \
+  RegisterTensor space##_scatter_##op(const Tensor& dst, int dim, const RegisterTensor& indices,               \
+                                      const RegisterTensor& values, AtomicOptions opts = {},                   \
+                                      Loc loc = Loc::current()) const;
+#define TILUS_ATOMIC_SCATTERS(space, Tensor) \
+  TILUS_ATOMIC_SCATTER(space, Tensor, add)   \
+  TILUS_ATOMIC_SCATTER(space, Tensor, sub)   \
+  TILUS_ATOMIC_SCATTER(space, Tensor, min)   \
+  TILUS_ATOMIC_SCATTER(space, Tensor, max)
+  TILUS_ATOMIC_SCATTERS(global, GlobalTensor)
+  TILUS_ATOMIC_SCATTERS(shared, SharedTensor)
+#undef TILUS_ATOMIC_SCATTERS
+#undef TILUS_ATOMIC_SCATTER
 };
 
 // self.fence.*: proxy fences.
@@ -543,6 +558,11 @@ class Script {
   RegisterTensor load_global(const GlobalTensor& src, LoadGlobalOptions opts, Loc loc = Loc::current());
   void store_global(const GlobalTensor& dst, const RegisterTensor& src, StoreGlobalOptions opts,
                     Loc loc = Loc::current());
+  // dst[..., indices[k], ...] = values[k] (not atomic; NVIDIA Tilus's store_*_scatter).
+  void store_global_scatter(const GlobalTensor& dst, int dim, const RegisterTensor& indices,
+                            const RegisterTensor& values, Loc loc = Loc::current());
+  void store_shared_scatter(const SharedTensor& dst, int dim, const RegisterTensor& indices,
+                            const RegisterTensor& values, Loc loc = Loc::current());
   RegisterTensor load_shared(const SharedTensor& src, Loc loc = Loc::current());
   void store_shared(const SharedTensor& dst, const RegisterTensor& src, Loc loc = Loc::current());
   void copy_async(const GlobalTensor& src, const SharedTensor& dst, CopyAsyncOptions opts, Loc loc = Loc::current());

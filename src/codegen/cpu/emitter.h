@@ -146,8 +146,11 @@ class Emitter {
   void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem);
   // body(tile index, linear register index, in-bounds and checked) for every element of a tile
   // of `shape` that a register tensor moves to or from `mem`.
+  // `prepare(lin)` (optional) runs for each element before its predicate is evaluated (a scatter
+  // binds the element's index there).
   void each_element(const InstNode& inst, const Side& mem, const std::vector<int64_t>& shape,
-                    const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body);
+                    const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body,
+                    const std::function<void(llvm::Value*)>& prepare = nullptr);
   // One element of an atomic: a compare-exchange loop on the element's bits at `base`[`offset`]
   // (blocks run on several host threads); returns the old value.
   llvm::Value* atomic_element(const AtomicInst& i, llvm::Value* base, llvm::Value* offset, llvm::Value* v,

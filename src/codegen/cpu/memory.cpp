@@ -146,10 +146,12 @@ void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Sid
 }
 
 void Emitter::each_element(const InstNode& inst, const Side& mem, const std::vector<int64_t>& shape,
-                           const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body) {
+                           const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body,
+                           const std::function<void(llvm::Value*)>& prepare) {
   guard_shared(inst, {&mem}, shape, [&] { tile_loop(shape, [&](const std::vector<llvm::Value*>& idx) {
     auto tile = bind_index(idx);
     llvm::Value* lin = linear(idx, shape);
+    if (prepare) prepare(lin);
     Expr pred_e = mem.predicate(tile);
     llvm::Value* pred = is_true(pred_e) ? b.getInt1(true) : expr(pred_e);
     llvm::Value* ok = check_access(inst, mem, tile, pred);
@@ -302,15 +304,42 @@ void Emitter::emit_memory(const InstNode& inst) {
       Side mem = i.dst.is_global() ? global_side(i.dst, facts.tile(i, i.dst, i.offsets, i.dims, i.checked_dims))
                                    : shared_side(facts.shared(i, i.dst));
       DataType t = i.values.dtype();
-      each_element(inst, mem, i.values.static_shape(),
-                   [&](const std::vector<Expr>& tile, llvm::Value* lin, llvm::Value* cond) {
-                     store_reg(i.out, lin, constant(t, 0));
-                     if_then(cond, [&] {
-                       llvm::Value* cmp = i.compare.defined() ? load_reg(i.compare, lin) : nullptr;
-                       store_reg(i.out, lin,
-                                 atomic_element(i, mem.base, expr(mem.offset(tile)), load_reg(i.values, lin), cmp));
-                     });
-                   });
+      std::function<void(llvm::Value*)> prepare;
+      if (i.scatter()) {
+        // The element's coordinate along the scatter dim is its index; outside dst: skipped.
+        Var index("scatter_index", dtypes::int64, VarRole::Local);
+        int dim = i.scatter_dim;
+        Expr extent = cast(i.dst.shape()[size_t(dim)], dtypes::int64);
+        Side plain = mem;
+        mem.offset = [plain, dim, index](const std::vector<Expr>& tile) {
+          std::vector<Expr> at = tile;
+          at[size_t(dim)] = index;
+          return plain.offset(at);
+        };
+        mem.predicate = [plain, dim, index, extent](const std::vector<Expr>& tile) {
+          std::vector<Expr> at = tile;
+          at[size_t(dim)] = index;
+          return logical_and(plain.predicate(at),
+                             logical_and(index >= int_const(0, dtypes::int64), index < extent));
+        };
+        prepare = [this, &i, index](llvm::Value* lin) {
+          values_[index.operator->()] = convert(load_reg(i.indices, lin), i.indices.dtype(), dtypes::int64);
+        };
+      }
+      each_element(
+          inst, mem, i.values.static_shape(),
+          [&](const std::vector<Expr>& tile, llvm::Value* lin, llvm::Value* cond) {
+            store_reg(i.out, lin, constant(t, 0));
+            if_then(cond, [&] {
+              if (i.store) {
+                store_memory(mem.base, expr(mem.offset(tile)), mem.dtype, convert(load_reg(i.values, lin), t, mem.dtype));
+                return;
+              }
+              llvm::Value* cmp = i.compare.defined() ? load_reg(i.compare, lin) : nullptr;
+              store_reg(i.out, lin, atomic_element(i, mem.base, expr(mem.offset(tile)), load_reg(i.values, lin), cmp));
+            });
+          },
+          prepare);
       return;
     }
     case InstKind::LoadShared: {

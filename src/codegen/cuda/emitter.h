@@ -52,6 +52,8 @@ class Emitter {
   void open(const std::string& head);  // "head {" and indent
   void close();                        // "}" and dedent
   std::string fresh(const std::string& hint);
+  // A scalar the emitted code declared itself (a scatter's per-element index): `v` prints as `name`.
+  void name_var(const Var& v, const std::string& name) { var_names_[v.get()] = name; }
 
   // --- expressions ---------------------------------------------------------------------
   std::string expr(const Expr& e);

@@ -198,14 +198,30 @@ void emit_atomic(Emitter& em, const AtomicInst& i, const Lowering& rec, const Si
   auto spatial = em.spatial_index(l);
   Expr primary = em.primary_replica(l);
   bool guarded = !primary.is_const();
-  if (!rec.red)
+  if (!rec.red && !i.store)
     for (int64_t s = 0; s < l.local_size(); ++s) em.linef("{}[{}] = {};", out, s, zero);
   if (guarded) em.open(fmt::format("if ({})", em.expr(primary)));
   for (int64_t s = 0; s < l.local_size(); ++s) {
     auto idx = slot_index(spatial, Emitter::local_index(l, s));
+    Expr in_range = bool_const(true);
+    if (i.scatter()) {
+      // The element's coordinate along the scatter dim is its index; outside dst: skipped.
+      std::string name = em.fresh("scatter_index");
+      em.linef("const int64_t {} = int64_t({}[{}]);", name, em.reg(i.indices), s);
+      Var index(name, dtypes::int64, VarRole::Local);
+      em.name_var(index, name);
+      idx[size_t(i.scatter_dim)] = index;
+      in_range = logical_and(index >= int_const(0, dtypes::int64),
+                             index < cast(i.dst.shape()[size_t(i.scatter_dim)], dtypes::int64));
+    }
     std::string off = em.expr(em.simplify(mem.offset(idx)));
-    Expr pred = em.simplify(mem.predicate(idx));
+    Expr pred = em.simplify(logical_and(mem.predicate(idx), in_range));
     if (pred.as<BoolImmNode>() && !pred.as<BoolImmNode>()->value) continue;
+    if (i.store) {
+      bool always_store = pred.as<BoolImmNode>() != nullptr;
+      em.linef("{}*{} = {}[{}];", always_store ? "" : fmt::format("if ({}) ", em.expr(pred)), mem.address(off), vals, s);
+      continue;
+    }
     std::string addr = shared ? fmt::format("tilus::smem_addr({})", mem.address(off)) : mem.address(off);
     std::string v = fmt::format("{}[{}]", vals, s);
     if (i.op == AtomicOp::Sub) v = fmt::format("(({})(-{}))", ctype(t), v);
