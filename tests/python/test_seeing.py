@@ -74,7 +74,8 @@ def test_ptx_and_resources_from_nvrtc():
     k = Scale().compiled(256, x, y, arch="sm_90a")
     assert k.arch == "sm_90a"
     assert 0 < k.registers <= 255  # ptxas's report, or the cubin's record when NVRTC leaves the report out
-    if k.stack_frame_bytes >= 0:  # reported
+    assert k.stack_frame_bytes == 0  # the report's, or the cubin's record without one
+    if k.spill_store_bytes >= 0:  # reported (NVRTC on the GPU machine leaves some reports out)
         assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0
     else:
         assert k.spill_store_bytes == -1 and k.spill_load_bytes == -1
