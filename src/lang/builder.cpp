@@ -662,16 +662,25 @@ Var Builder::item(const Tensor& x, SourceLoc loc) {
   return i->var;
 }
 
+namespace {
+// The fields every atomic (and scatter) sets; its old values are `values`-shaped.
+void set_atomic(AtomicInst& i, AtomicOp op, const Tensor& dst, const Tensor& values, const std::string& sem,
+                const std::string& scope) {
+  i.op = op;
+  i.dst = dst;
+  i.values = values;
+  i.sem = sem;
+  i.scope = scope;
+  i.out = Tensor::reg("old", values.defined() ? values.dtype() : dtypes::void_t,
+                      values.defined() && values.is_register() ? static_dims(values) : std::vector<int64_t>{});
+}
+}  // namespace
+
 Tensor Builder::atomic(AtomicOp op, const Tensor& dst, const Tensor& values, const Tensor& compare,
                        std::vector<Expr> offsets, std::vector<int> dims, const std::string& sem,
                        const std::string& scope, SourceLoc loc) {
   auto i = make_inst<AtomicInst>(loc);
-  i->op = op;
-  i->dst = dst;
-  i->values = values;
   i->compare = compare;
-  i->sem = sem;
-  i->scope = scope;
   std::string name = fmt::format("atomic.{}_{}", dst.defined() && dst.is_shared() ? "shared" : "global", to_string(op));
   if (!dst.defined() || !(dst.is_global() || dst.is_shared()) || !values.defined() || !values.is_register())
     throw CompileError(fmt::format("{}: expected a global or shared dst and register values, got {} and {}", name,
@@ -687,7 +696,7 @@ Tensor Builder::atomic(AtomicOp op, const Tensor& dst, const Tensor& values, con
                                    name, type_of(dst)),
                        loc);
   }
-  i->out = Tensor::reg("old", values.dtype(), static_dims(values));
+  set_atomic(*i, op, dst, values, sem, scope);
   return emit_with_output(i);
 }
 
@@ -709,19 +718,14 @@ Tensor Builder::atomic_scatter(AtomicOp op, bool store, const Tensor& dst, int d
                        loc);
   dim = normalize_dims({dim}, dst, name.c_str(), loc)[0];
   auto i = make_inst<AtomicInst>(loc);
-  i->op = store ? AtomicOp::Exch : op;
+  set_atomic(*i, store ? AtomicOp::Exch : op, dst, values, sem, scope);
   i->store = store;
-  i->dst = dst;
-  i->values = values;
   i->indices = indices;
   i->scatter_dim = dim;
-  i->sem = sem;
-  i->scope = scope;
   if (dst.is_global()) {
     i->offsets.assign(size_t(dst.rank()), Expr(0));
     i->dims = default_dims(dst, values.rank());
   }
-  i->out = Tensor::reg("old", values.dtype(), static_dims(values));
   return emit_with_output(i);
 }
 
