@@ -95,6 +95,10 @@ std::string AtomicInst::display_name() const {
   return fmt::format("atomic.{}_{}{}", space, scatter() ? "scatter_" : "", to_string(op));
 }
 
+Expr AtomicInst::scatter_in_bounds(const Expr& index) const {
+  return logical_and(index >= int_const(0, dtypes::int64), index < cast(dst.shape()[size_t(scatter_dim)], dtypes::int64));
+}
+
 void AtomicInst::visit_fields(FieldVisitor& v) {
   v.output("out", out, kRegister);
   v.operand("dst", dst, Access::ReadWrite, kGlobal | kShared, nullptr);

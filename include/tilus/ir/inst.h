@@ -626,6 +626,9 @@ struct AtomicInst : InstNode {
   int scatter_dim = -1;
   bool store = false;
   bool scatter() const { return scatter_dim >= 0; }
+  // Where element k with index `index` (int64) is written: inside dst along the scatter dim.
+  // The one rule both emitters apply (an index outside dst is skipped).
+  Expr scatter_in_bounds(const Expr& index) const;
   std::string display_name() const override;  // atomic.global_add, ...
   bool has_side_effects() const override { return true; }
 };

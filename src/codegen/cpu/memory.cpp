@@ -309,18 +309,17 @@ void Emitter::emit_memory(const InstNode& inst) {
         // The element's coordinate along the scatter dim is its index; outside dst: skipped.
         Var index("scatter_index", dtypes::int64, VarRole::Local);
         int dim = i.scatter_dim;
-        Expr extent = cast(i.dst.shape()[size_t(dim)], dtypes::int64);
+        Expr in_bounds = i.scatter_in_bounds(index);
         Side plain = mem;
         mem.offset = [plain, dim, index](const std::vector<Expr>& tile) {
           std::vector<Expr> at = tile;
           at[size_t(dim)] = index;
           return plain.offset(at);
         };
-        mem.predicate = [plain, dim, index, extent](const std::vector<Expr>& tile) {
+        mem.predicate = [plain, dim, index, in_bounds](const std::vector<Expr>& tile) {
           std::vector<Expr> at = tile;
           at[size_t(dim)] = index;
-          return logical_and(plain.predicate(at),
-                             logical_and(index >= int_const(0, dtypes::int64), index < extent));
+          return logical_and(plain.predicate(at), in_bounds);
         };
         prepare = [this, &i, index](llvm::Value* lin) {
           values_[index.operator->()] = convert(load_reg(i.indices, lin), i.indices.dtype(), dtypes::int64);

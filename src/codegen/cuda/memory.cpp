@@ -211,8 +211,7 @@ void emit_atomic(Emitter& em, const AtomicInst& i, const Lowering& rec, const Si
       Var index(name, dtypes::int64, VarRole::Local);
       em.name_var(index, name);
       idx[size_t(i.scatter_dim)] = index;
-      in_range = logical_and(index >= int_const(0, dtypes::int64),
-                             index < cast(i.dst.shape()[size_t(i.scatter_dim)], dtypes::int64));
+      in_range = i.scatter_in_bounds(index);
     }
     std::string off = em.expr(em.simplify(mem.offset(idx)));
     Expr pred = em.simplify(logical_and(mem.predicate(idx), in_range));
