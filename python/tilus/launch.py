@@ -147,6 +147,11 @@ def _pointer(obj, p, kernel):
                                              f"{pointee!r}")
         return _C.KernelArg.pointer(obj.data_ptr(), obj.dtype, obj.nbytes, obj.device), (
             "torch" if hasattr(obj.storage, "data_ptr") else None)
+    if type(obj) is int:  # a raw address (NVIDIA Tilus's examples pass tensor.data_ptr())
+        if obj <= 0 or obj >= 1 << 64:
+            raise _argument_error(kernel, p, f"a raw address must be a positive 64-bit integer, got {obj}")
+        # Device memory of unknown extent: the GPU launch finds its allocation (or refuses it).
+        return _C.KernelArg.pointer(obj, p.dtype.pointee, -1, "cuda"), None
     mod = type(obj).__module__
     if mod.startswith("torch"):
         device = "cuda" if obj.is_cuda else obj.device.type
@@ -175,7 +180,8 @@ def _pointer(obj, p, kernel):
         except ImportError:
             import numpy
             return _pointer(numpy.from_dlpack(obj), p, kernel)
-    raise _argument_error(kernel, p, "expected a tensor (torch, cupy, numpy, DLPack or CUDA array interface), got "
+    raise _argument_error(kernel, p, "expected a tensor (torch, cupy, numpy, DLPack or CUDA array interface) or an int "
+                                     "address, got "
                                      f"{type(obj).__name__}")
 
 

@@ -48,6 +48,7 @@ struct Driver {
   CUresult (*cuMemcpyDtoH)(void*, DevicePtr, size_t);
   CUresult (*cuMemcpyDtoD)(DevicePtr, DevicePtr, size_t);
   CUresult (*cuMemsetD8)(DevicePtr, unsigned char, size_t);
+  CUresult (*cuMemGetAddressRange)(DevicePtr*, size_t*, DevicePtr);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
@@ -110,6 +111,7 @@ Driver load_driver() {
             bind(lib, d.cuMemFree, {"cuMemFree_v2"}) && bind(lib, d.cuMemcpyHtoD, {"cuMemcpyHtoD_v2"}) &&
             bind(lib, d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}) && bind(lib, d.cuMemcpyDtoD, {"cuMemcpyDtoD_v2"}) &&
             bind(lib, d.cuMemsetD8, {"cuMemsetD8_v2"}) &&
+            bind(lib, d.cuMemGetAddressRange, {"cuMemGetAddressRange_v2"}) &&
             bind(lib, d.cuModuleLoadData, {"cuModuleLoadData"}) && bind(lib, d.cuModuleUnload, {"cuModuleUnload"}) &&
             bind(lib, d.cuModuleGetFunction, {"cuModuleGetFunction"}) &&
             bind(lib, d.cuFuncSetAttribute, {"cuFuncSetAttribute"}) &&
@@ -209,6 +211,13 @@ void copy_on_device(DevicePtr dst, DevicePtr src, size_t bytes) {
 }
 void device_memset(DevicePtr dst, uint8_t value, size_t bytes) {
   check(driver().cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+}
+std::optional<int64_t> device_bytes_from(DevicePtr p) {
+  if (!gpu_available()) return std::nullopt;
+  DevicePtr base = 0;
+  size_t size = 0;
+  if (driver().cuMemGetAddressRange(&base, &size, p) != 0 || p < base || p - base > size) return std::nullopt;
+  return int64_t(base + size - p);
 }
 void synchronize() { check(driver().cuCtxSynchronize(), "synchronizing the device"); }
 

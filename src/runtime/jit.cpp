@@ -47,8 +47,6 @@ void specialize(Program& traced, const std::map<int, int64_t>& facts) {
 }
 
 Backend backend_for(const std::string& kernel, const std::vector<KernelArg>& args) {
-  const char* env = std::getenv("TILUS_TARGET");
-  if (std::string t = env ? env : ""; t == "cpu" || t == "gpu" || t == "cuda") return default_backend();
   bool host = false, device = false;
   for (auto& a : args) {
     host |= a.memory == KernelArg::Memory::Host;
@@ -57,9 +55,25 @@ Backend backend_for(const std::string& kernel, const std::vector<KernelArg>& arg
   if (host && device)
     throw ArgumentError(
         fmt::format("kernel {}: the arguments mix host and CUDA arrays; pass all of them on one device", kernel));
-  if (host) return Backend::Cpu;
-  if (device) return Backend::Gpu;
-  return default_backend();
+  const char* env = std::getenv("TILUS_TARGET");
+  std::string t = env ? env : "";
+  Backend b = t == "cpu" || t == "gpu" || t == "cuda" ? default_backend()
+              : host                                  ? Backend::Cpu
+              : device                                ? Backend::Gpu
+                                                      : default_backend();
+  // Memory the chosen backend cannot address would crash the launch: refuse it.
+  if (device && (b == Backend::Cpu || !gpu_available()))
+    throw ArgumentError(fmt::format("kernel {}: an argument is CUDA device memory (a CUDA array or a raw address), "
+                                    "but {}; pass host arrays",
+                                    kernel,
+                                    b == Backend::Cpu && t == "cpu"
+                                        ? "TILUS_TARGET=cpu runs the launch on the CPU backend"
+                                        : "no GPU can run it (" + gpu_unavailable_reason() + ")"));
+  if (b == Backend::Gpu && host)
+    throw ArgumentError(fmt::format("kernel {}: an argument is host memory (a numpy array or another CPU array), but "
+                                    "TILUS_TARGET={} runs the launch on the GPU; pass CUDA arrays",
+                                    kernel, t));
+  return b;
 }
 
 std::string specialization_key(const std::map<int, int64_t>& facts) {

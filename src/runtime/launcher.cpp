@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -602,7 +603,25 @@ void Launcher::fill_tensor_maps(const std::vector<KernelArg>& args, uint8_t* arg
 }
 
 void Launcher::launch(const std::vector<KernelArg>& args, Stream stream) const {
-  check_arguments(kernel_.source, args);
+  // Raw device addresses (no extent given): the extent is the rest of their driver allocation,
+  // so the size checks cover them too.
+  // A raw address said to be device memory (the Python front end's ints) must lie in one.
+  auto raw = [](const KernelArg& a) { return a.kind == KernelArg::Kind::Pointer && a.bytes < 0 && a.ptr; };
+  if (std::any_of(args.begin(), args.end(), raw)) {
+    std::vector<KernelArg> sized = args;
+    for (size_t i = 0; i < sized.size(); ++i) {
+      KernelArg& a = sized[i];
+      if (!raw(a)) continue;
+      if (auto n = device_bytes_from(a.ptr)) a.bytes = *n;
+      else if (a.memory == KernelArg::Memory::Device && i < kernel_.source.params.size())
+        throw ArgumentError(fmt::format("kernel {}, argument {} ('{}'): the address {:#x} is not in a CUDA device "
+                                        "allocation of the current context (cuMemGetAddressRange)",
+                                        kernel_.source.name, i, kernel_.source.params[i].name, a.ptr));
+    }
+    check_arguments(kernel_.source, sized);
+  } else {
+    check_arguments(kernel_.source, args);
+  }
   std::array<uint32_t, 3> g = grid(args);
   ArgumentBuffer buffer(layout_);
   pack_arguments(kernel_.source, args, layout_, buffer.data());

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ void copy_to_device(DevicePtr dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, DevicePtr src, size_t bytes);
 void copy_on_device(DevicePtr dst, DevicePtr src, size_t bytes);
 void device_memset(DevicePtr dst, uint8_t value, size_t bytes);
+// The bytes from p to the end of the device allocation holding it (cuMemGetAddressRange);
+// nullopt where p is not in a driver allocation (host memory, a foreign allocator's pool).
+std::optional<int64_t> device_bytes_from(DevicePtr p);
 void synchronize();
 
 // cuTensorMapEncodeTiled for a box of `elem_bytes`-byte elements (moved as unsigned integers
