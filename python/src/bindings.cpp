@@ -589,6 +589,21 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("name", &DataType::name, "The canonical name: \"float16\", \"int4\", \"float16*\", ...")
       .def_property_readonly("bits", &DataType::bits, "The storage bits of one element (64 for a pointer).")
       .def_property_readonly("nbits", &DataType::bits, "The storage bits of one element (NVIDIA Tilus's name of bits).")
+      .def_property_readonly("short_name", [](const DataType& t) {
+             // hidet's short names: f16, bf16, tf32, f8e4m3, f6e3m2, i8, u4, bool.
+             std::string n = t.name();
+             if (t.is_float() && n.rfind("float", 0) == 0) {
+               n = "f" + n.substr(5);
+               n.erase(std::remove(n.begin(), n.end(), '_'), n.end());
+             } else if (n == "bfloat16" || n == "tfloat32") {
+               n = n == "bfloat16" ? "bf16" : "tf32";
+             } else if (t.is_integer() && n.rfind("uint", 0) == 0) {
+               n = "u" + n.substr(4);
+             } else if (t.is_integer() && n.rfind("int", 0) == 0) {
+               n = "i" + n.substr(3);
+             }
+             return n;
+           }, "NVIDIA Tilus's (hidet's) short name: f16, bf16, f8e4m3, f6e3m2, i8, u4, ...")
       .def_property_readonly("nbytes", [](const DataType& t) { return t.storage_bytes(1); },
                              "The bytes one element occupies (1 for a sub-byte type).")
       // The predicates are methods, as in NVIDIA Tilus (hidet's DataType).
@@ -619,10 +634,50 @@ PYBIND11_MODULE(_C, m) {
            "The bit pattern of a float value in this float type (round to nearest even), in the low bits of an int.")
       .def("decode_float", &DataType::decode_float,
            "The float value of a bit pattern (in the low bits of an int) of this float type; NaN patterns give NaN.")
+      .def("encode_floats", [](const DataType& t, const py::buffer& values) {
+             py::buffer_info v = values.request();
+             if (v.format != py::format_descriptor<double>::format() || v.ndim != 1 || v.strides[0] != 8)
+               throw py::value_error("encode_floats: values must be a contiguous 1-D float64 buffer");
+             if (!t.is_float() || t.bits() > 64) throw py::value_error("encode_floats: " + t.name() + " is not a float type");
+             std::vector<uint64_t> codes(size_t(v.size));
+             auto* x = static_cast<const double*>(v.ptr);
+             std::vector<uint8_t> packed;
+             {
+               py::gil_scoped_release unlocked;
+               for (size_t i = 0; i < codes.size(); ++i) codes[i] = t.encode_float(x[i]);
+               packed = pack_bits(codes, t.bits());
+             }
+             return py::bytes(reinterpret_cast<const char*>(packed.data()), packed.size());
+           }, py::arg("values"),
+           "The values (a contiguous float64 buffer) in this float type, round to nearest even, densely bit-packed "
+           "little-endian as tilus stores them (bytes).")
       .def(py::self == py::self)
       .def(py::self != py::self)
       .def("__hash__", [](const DataType& t) { return std::hash<std::string>()(t.name()); })
       .def("__repr__", [](const DataType& t) { return t.name(); });
+  m.def("pack_bits", [](const py::buffer& codes, int bits) {
+          py::buffer_info c = codes.request();
+          if ((c.format != "Q" && c.format != "L") || c.itemsize != 8 || c.ndim != 1 || c.strides[0] != 8)
+            throw py::value_error("pack_bits: codes must be a contiguous 1-D uint64 buffer");
+          if (bits < 1 || bits > 64) throw py::value_error(fmt::format("pack_bits: bits must be 1 to 64, got {}", bits));
+          auto* p = static_cast<const uint64_t*>(c.ptr);
+          std::vector<uint8_t> packed = pack_bits(std::vector<uint64_t>(p, p + c.size), bits);
+          return py::bytes(reinterpret_cast<const char*>(packed.data()), packed.size());
+        }, py::arg("codes"), py::arg("bits"),
+        "The low `bits` bits of each code (a contiguous uint64 buffer), densely packed little-endian (bytes).");
+  m.def("unpack_bits", [](const py::buffer& data, int bits, size_t count) {
+          py::buffer_info d = data.request();
+          if (d.itemsize != 1 || d.ndim != 1 || d.strides[0] != 1)
+            throw py::value_error("unpack_bits: data must be a contiguous 1-D byte buffer");
+          if (bits < 1 || bits > 64) throw py::value_error(fmt::format("unpack_bits: bits must be 1 to 64, got {}", bits));
+          auto* p = static_cast<const uint8_t*>(d.ptr);
+          if (count * size_t(bits) > size_t(d.size) * 8)
+            throw py::value_error(fmt::format("unpack_bits: {} bytes hold fewer than {} codes of {} bits", d.size,
+                                              count, bits));
+          auto codes = unpack_bits(std::vector<uint8_t>(p, p + d.size), bits, int64_t(count));
+          return py::bytes(reinterpret_cast<const char*>(codes.data()), codes.size() * 8);
+        }, py::arg("data"), py::arg("bits"), py::arg("count"),
+        "The first `count` codes of `bits` bits in densely packed little-endian data, as uint64 (bytes).");
 
   // --- expressions ------------------------------------------------------------------------------
   py::class_<Expr> expr(m, "Expr",
@@ -726,6 +781,45 @@ PYBIND11_MODULE(_C, m) {
                              "A number that identifies the tensor (equal for handles of the same tensor).")
       .def("__repr__", &Tensor::type_str);
 
+  py::class_<SharedLayout>(m, "SharedLayout",
+                           "A shared-memory layout: element offset = swizzle(sum(index[i] * strides[i])), the "
+                           "swizzle offset ^ ((offset >> shift) & (((1 << bits) - 1) << base)).")
+      .def(py::init([](std::vector<int64_t> shape, std::vector<int64_t> strides, std::tuple<int, int, int> swizzle) {
+             auto [bits, base, shift] = swizzle;
+             if (bits < 0 || base < 0 || shift < 0 || (bits > 0 && shift < bits))
+               throw CompileError(fmt::format("SharedLayout: swizzle (bits={}, base={}, shift={}) needs non-negative "
+                                              "fields and shift >= bits",
+                                              bits, base, shift));
+             try {
+               return SharedLayout(std::move(shape), std::move(strides), Swizzle{bits, base, shift});
+             } catch (const InternalError& e) {  // the caller's numbers, not a bug of tilus
+               throw CompileError(std::string("SharedLayout: ") + e.what());
+             }
+           }),
+           py::arg("shape"), py::arg("strides"), py::arg("swizzle") = std::tuple<int, int, int>{0, 0, 0},
+           "A layout from its shape, element strides and swizzle (bits, base, shift); (0, 0, 0): none.")
+      .def_static("row_major", &SharedLayout::row_major, py::arg("shape"), "The row-major layout (the last dim contiguous).")
+      .def_static("column_major", &SharedLayout::column_major, py::arg("shape"),
+                  "The column-major layout (the first dim contiguous).")
+      .def_static("row_major_swizzled", &SharedLayout::row_major_swizzled, py::arg("shape"), py::arg("elem_bytes"),
+                  "Row-major with the XOR swizzle layout inference gives such a tile (NVIDIA Tilus's "
+                  "shared_row_major_swizzle for rows of up to 128 bytes).")
+      .def_property_readonly("shape", &SharedLayout::shape, "The tile shape.")
+      .def_property_readonly("strides", &SharedLayout::strides, "The element stride of every dim (before the swizzle).")
+      .def_property_readonly("swizzle", [](const SharedLayout& l) {
+        return std::make_tuple(l.swizzle().bits, l.swizzle().base, l.swizzle().shift);
+      }, "(bits, base, shift); (0, 0, 0): none.")
+      .def_property_readonly("size", &SharedLayout::storage_elements,
+                             "The elements of storage it spans (max offset + 1, rounded up to the swizzle period).")
+      .def("offset", [](const SharedLayout& l, const std::vector<int64_t>& index) {
+             if (index.size() != l.shape().size())
+               throw CompileError(fmt::format("SharedLayout.offset: {} indices for a rank-{} layout", index.size(),
+                                              l.shape().size()));
+             return l.offset(index);
+           }, py::arg("index"), "The element offset of `index`.")
+      .def("__eq__", [](const SharedLayout& a, const SharedLayout& b) { return a == b; })
+      .def("__repr__", &SharedLayout::str);
+
   py::class_<RegisterLayout>(m, "RegisterLayout", "A register layout: which thread holds which tile element in which slot.")
       .def(py::init([](std::vector<int64_t> shape, std::vector<int64_t> mode_shape, std::vector<int> spatial,
                        std::vector<int> local) {
@@ -746,6 +840,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("shape", &RegisterLayout::shape, "The tile shape.")
       .def_property_readonly("num_threads", &RegisterLayout::num_threads, "The number of threads that hold the tile.")
       .def_property_readonly("local_size", &RegisterLayout::local_size, "The number of slots (registers) per thread.")
+      .def_property_readonly("size", [](const RegisterLayout& l) {
+             int64_t n = 1;
+             for (int64_t d : l.shape()) n *= d;
+             return n;
+           }, "The number of tile elements (the product of the shape), as NVIDIA Tilus's RegisterLayout.size.")
       .def("map", &RegisterLayout::map, py::arg("thread"), py::arg("slot"),
            "The tile index that `thread` holds in `slot`.")
       .def("owners", &RegisterLayout::owners, py::arg("index"), "Every (thread, slot) that holds tile `index`.")
@@ -1055,7 +1154,10 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("printf", [](Builder& b, const std::string& f, const py::iterable& args, L loc) { b.printf(f, to_exprs(args), loc_of(loc)); })
       .def("assume", [](Builder& b, const py::object& c, L loc) { b.assume(to_expr(c), loc_of(loc)); })
-      .def("annotate_layout", [](Builder& b, const Tensor& t, const RegisterLayout& l, L loc) { b.annotate_layout(t, l, loc_of(loc)); });
+      .def("annotate_layout", [](Builder& b, const Tensor& t, const RegisterLayout& l, L loc) { b.annotate_layout(t, l, loc_of(loc)); })
+      .def("annotate_shared_layout", [](Builder& b, const Tensor& t, const SharedLayout& l, L loc) {
+        b.annotate_shared_layout(t, l, loc_of(loc));
+      });
 
   // --- compiling and launching ------------------------------------------------------------------
   py::class_<GpuKernel>(m, "GpuKernel",

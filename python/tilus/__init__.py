@@ -34,7 +34,7 @@ from .target import get_current_target
 from .tensor import Tensor, empty, from_torch, full, ones, rand, randint, randn, view_torch, zeros
 from . import aot, option, target, testing, utils
 from .utils import cdiv
-from ._C import RegisterLayout
+from ._C import RegisterLayout, SharedLayout
 
 __version__ = _C.__version__
 

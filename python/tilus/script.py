@@ -1218,13 +1218,23 @@ class Script(Artifacts):
         loc = _here()
         _builder().assume(_scalar(cond, "assume: the condition", loc), loc)
 
-    def annotate_layout(self, t: RegisterTensor, layout: _C.RegisterLayout) -> None:
-        """Fixes the register layout of the register tensor ``t`` (``tilus.spatial([8, 4])``, ...).
+    def annotate_layout(self, tensor: Union[RegisterTensor, SharedTensor],
+                        layout: Union[_C.RegisterLayout, _C.SharedLayout]) -> None:
+        """Fixes the layout of ``tensor``: a register layout (``tilus.spatial([8, 4])``, ...) of a
+        register tensor, or a shared layout (``tilus.SharedLayout``,
+        ``tilus.ir.layout.ops.shared_row_major_swizzle``, ``self.cuda.shared_layout``) of a
+        ``shared_tensor`` allocation.
 
         Layout inference takes it as an anchor (docs/passes.md).
         """
         loc = _here()
-        _builder().annotate_layout(_tensor(t, "annotate_layout", loc),
+        if isinstance(tensor, SharedTensor):
+            if not isinstance(layout, _C.SharedLayout):
+                _fail(f"annotate_layout: a shared tensor takes a shared layout (tilus.SharedLayout, "
+                      f"shared_row_major_swizzle(...), self.cuda.shared_layout(...)), got {_describe(layout)}")
+            _builder().annotate_shared_layout(tensor.t, layout, loc)
+            return
+        _builder().annotate_layout(_tensor(tensor, "annotate_layout", loc),
                                    _layout(layout, "annotate_layout: layout", loc, optional=False), loc)
 
     # --- thread-level builtins (seed 004, docs/instructions.md) -----------------------------------
@@ -1827,6 +1837,11 @@ class DotConfig:
         self.m, self.n, self.k, self.num_warps, self.warp_m, self.warp_n = m, n, k, num_warps, warp_m, warp_n
         self.la, self.lb, self.lc = la, lb, lc
 
+    @property
+    def lb_T(self):
+        """``lb`` transposed: the layout of b as an [n, k] tile (NVIDIA Tilus's ``lb_T``)."""
+        return self.lb.permute([1, 0])
+
     def __repr__(self):
         return (f"DotConfig({self.operand_dtype.name} -> {self.accumulator_dtype.name}, m={self.m}, n={self.n}, "
                 f"k={self.k}, warps {self.warp_m}x{self.warp_n})")
@@ -1888,9 +1903,9 @@ class CudaHelpers:
     def mma_dot_config(atomic_mma, warp_spatial, warp_repeat):
         """NVIDIA Tilus's block mma layouts: ``warp_spatial`` (wsm, wsn) warps, each repeating the
         ``atomic_mma`` instruction ``warp_repeat`` (wrm, wrn, wrk) times, the warps major and the
-        repeats minor in every dim, as Tilus composes them. tilus's own dot plans put the repeats
-        major: where both differ (several warps and several repeats along m or n) a dot annotated
-        with these layouts is a layout-inference error (docs/tilus-compatibility.md)."""
+        repeats minor in every dim, as Tilus composes them. tilus's default dot plans put the
+        repeats major; a dot annotated with these layouts takes the warps-major plan (its lowering
+        record says ``warps_major``)."""
         wsm, wsn = warp_spatial
         wrm, wrn, wrk = warp_repeat
         la = _layouts.reduce(_layouts.spatial(wsm, 1, wsn, ranks=[1, 0, 2]), dims=[2]).local(wrm, wrk) * atomic_mma.la
@@ -1922,6 +1937,12 @@ class CudaHelpers:
         p = fits[0]
         return DotConfig(operand_dtype, acc_dtype, m, n, k, num_warps, p["warps_m"], p["warps_n"], p["a"], p["b"],
                          p["c"])
+
+    @staticmethod
+    def shared_layout(shape):
+        """A row-major shared layout of ``shape`` (NVIDIA Tilus's ``self.cuda.shared_layout``): an
+        annotation with it keeps the tile unswizzled."""
+        return _C.SharedLayout.row_major([int(d) for d in shape])
 
     @staticmethod
     def default_register_layout(num_warps, dtype, shape, vector_size=None):

@@ -101,9 +101,8 @@ def _encode(values, dtype):
             return np.ascontiguousarray((rounded >> 16).astype(np.uint16)).view(np.uint8).reshape(-1)
         return np.ascontiguousarray(rounded).view(np.uint8).reshape(-1)
     if dtype.is_float():  # float8 and sub-byte floats: the core's conversion (rounding, saturation)
-        flat = values.astype(np.float64)
-        uniq, inverse = np.unique(flat, return_inverse=True)
-        codes = np.array([dtype.encode_float(float(v)) for v in uniq], dtype=np.uint64)[inverse.reshape(-1)]
+        packed = dtype.encode_floats(np.ascontiguousarray(values, dtype=np.float64))
+        return np.frombuffer(packed, dtype=np.uint8).copy()
     else:  # sub-byte integers: the low bits (two's complement), as a C cast truncates
         codes = np.trunc(values.astype(np.float64)).astype(np.int64) if values.dtype.kind == "f" else \
             values.astype(np.int64)
@@ -114,15 +113,13 @@ def _encode(values, dtype):
 def _pack(codes, bits):
     if bits == 8:
         return codes.astype(np.uint8)
-    stream = ((codes[:, None] >> np.arange(bits, dtype=np.uint64)) & 1).astype(np.uint8).reshape(-1)
-    return np.packbits(stream, bitorder="little")
+    return np.frombuffer(_C.pack_bits(np.ascontiguousarray(codes, dtype=np.uint64), bits), dtype=np.uint8).copy()
 
 
 def _unpack(data, bits, count):
     if bits == 8:
         return data[:count].astype(np.uint64)
-    stream = np.unpackbits(data, bitorder="little")[:count * bits].reshape(count, bits).astype(np.uint64)
-    return (stream << np.arange(bits, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+    return np.frombuffer(_C.unpack_bits(np.ascontiguousarray(data, dtype=np.uint8), bits, count), dtype=np.uint64)
 
 
 def _decode(data, dtype, count):

@@ -270,14 +270,16 @@ std::vector<uint8_t> pack_bits(const std::vector<uint64_t>& codes, int bits) {
       for (size_t b = 0; b < nb; ++b) out[i * nb + b] = uint8_t(codes[i] >> (8 * b));
     return out;
   }
-  for (size_t i = 0; i < codes.size(); ++i) {
-    for (int b = 0; b < bits; ++b) {
-      if ((codes[i] >> b) & 1) {
-        size_t bit = i * bits + b;
-        out[bit / 8] |= uint8_t(1u << (bit % 8));
-      }
-    }
+  // Other widths (sub-byte types): a bit accumulator flushed a byte at a time.
+  if (bits < 1 || bits > 56) throw InternalError(fmt::format("pack_bits: {}-bit codes", bits));
+  uint64_t mask = (uint64_t(1) << bits) - 1, acc = 0;
+  int held = 0;
+  size_t o = 0;
+  for (uint64_t c : codes) {
+    acc |= (c & mask) << held;
+    for (held += bits; held >= 8; held -= 8, acc >>= 8) out[o++] = uint8_t(acc);
   }
+  if (held > 0) out[o] = uint8_t(acc);
   return out;
 }
 
@@ -291,11 +293,15 @@ std::vector<uint64_t> unpack_bits(const std::vector<uint8_t>& bytes, int bits, i
       for (size_t b = 0; b < nb; ++b) out[i] |= uint64_t(bytes[i * nb + b]) << (8 * b);
     return out;
   }
+  if (bits < 1 || bits > 56) throw InternalError(fmt::format("unpack_bits: {}-bit codes", bits));
+  uint64_t mask = (uint64_t(1) << bits) - 1, acc = 0;
+  int held = 0;
+  size_t in = 0;
   for (int64_t i = 0; i < n; ++i) {
-    for (int b = 0; b < bits; ++b) {
-      size_t bit = size_t(i) * bits + b;
-      if ((bytes[bit / 8] >> (bit % 8)) & 1) out[i] |= uint64_t(1) << b;
-    }
+    for (; held < bits; held += 8) acc |= uint64_t(bytes[in++]) << held;
+    out[size_t(i)] = acc & mask;
+    acc >>= bits;
+    held -= bits;
   }
   return out;
 }

@@ -705,6 +705,33 @@ SharedLayout SharedLayout::row_major(const std::vector<int64_t>& shape) {
   return SharedLayout(shape, strides);
 }
 
+SharedLayout SharedLayout::row_major_swizzled(const std::vector<int64_t>& shape, int64_t elem_bytes) {
+  SharedLayout plain = row_major(shape);
+  if (shape.size() < 2 || elem_bytes < 1 || 16 % elem_bytes) return plain;
+  int64_t row = shape.back(), rows = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  if (row * elem_bytes < 32 || (row & (row - 1)) || rows < 8) return plain;
+  auto log2 = [](int64_t x) {
+    int n = 0;
+    while ((int64_t(1) << n) < x) ++n;
+    return n;
+  };
+  Swizzle z;
+  z.base = log2(16 / elem_bytes);  // 16-byte units
+  if (row * elem_bytes <= 128) {
+    // Rows of 32, 64 or 128 bytes: TMA's 32B / 64B / 128B swizzle (units XOR address bits
+    // 7..9), so a TMA box of the tile writes exactly this layout.
+    z.bits = log2(row * elem_bytes / 16);
+    z.shift = 3;
+  } else {
+    z.bits = 3;
+    z.shift = log2(row) - z.base;  // XOR in the row index
+  }
+  SharedLayout l(shape, plain.strides(), z);
+  if (l.storage_elements() != plain.storage_elements()) return plain;  // never grow the tile
+  return l;
+}
+
 SharedLayout SharedLayout::column_major(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size());
   int64_t s = 1;

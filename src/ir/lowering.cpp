@@ -50,6 +50,7 @@ std::string Lowering::str() const {
     case MachineOp::MmaSync:
       s += fmt::format(" warps={}x{} tiles={}x{}x{}", dot.warps_m, dot.warps_n, dot.rep_m, dot.rep_n, dot.rep_k);
       if (dot.replicas > 1) s += fmt::format(" replicas={}", dot.replicas);
+      if (dot.warps_major) s += " warps_major";
       break;
     case MachineOp::SimtFma:
       s += fmt::format(" threads={}x{} per_thread={}x{}", dot.threads_m, dot.threads_n, dot.per_m, dot.per_n);

@@ -87,8 +87,9 @@ RegisterLayout mma_c() { return local({2, 1}) * spatial({8, 4}) * local({1, 2});
 
 namespace {
 
-// mma.sync over a wm x wn grid of warps (the block's other warps replicate it).
-DotPlan mma_plan(int64_t m, int64_t n, int64_t k, int64_t threads, int64_t wm, int64_t wn) {
+// mma.sync over a wm x wn grid of warps (the block's other warps replicate it), the repeats
+// major in m and n (tilus's default) or the warps major (NVIDIA Tilus's order).
+DotPlan mma_plan(int64_t m, int64_t n, int64_t k, int64_t threads, int64_t wm, int64_t wn, bool warps_major = false) {
   DotPlan d;
   DotTiling& t = d.tiling;
   d.op = MachineOp::MmaSync;
@@ -98,9 +99,13 @@ DotPlan mma_plan(int64_t m, int64_t n, int64_t k, int64_t threads, int64_t wm, i
   t.rep_m = m / 16 / wm;
   t.rep_n = n / 8 / wn;
   t.rep_k = k / 16;
-  d.a = local({t.rep_m, t.rep_k}) * spatial({wm, 1}) * replicated(wn) * mma_a();
-  d.b = local({t.rep_k, t.rep_n}) * replicated(wm) * spatial({1, wn}) * mma_b();
-  d.c = local({t.rep_m, t.rep_n}) * spatial({wm, wn}) * mma_c();
+  t.warps_major = warps_major;
+  RegisterLayout wa = spatial({wm, 1}) * replicated(wn), wb = replicated(wm) * spatial({1, wn}),
+                 wc = spatial({wm, wn});
+  RegisterLayout ra = local({t.rep_m, t.rep_k}), rb = local({t.rep_k, t.rep_n}), rc = local({t.rep_m, t.rep_n});
+  d.a = (warps_major ? wa * ra : ra * wa) * mma_a();
+  d.b = (warps_major ? wb * rb : rb * wb) * mma_b();
+  d.c = (warps_major ? wc * rc : rc * wc) * mma_c();
   if (t.replicas > 1) {
     d.a = replicated(t.replicas) * d.a;
     d.b = replicated(t.replicas) * d.b;
@@ -120,6 +125,13 @@ std::vector<DotPlan> dot_plans(DataType ab, DataType c, int64_t m, int64_t n, in
     int64_t wn = warps / wm;
     if (wm == plans[0].tiling.warps_m && wn == plans[0].tiling.warps_n) continue;
     plans.push_back(mma_plan(m, n, k, threads, wm, wn));
+  }
+  // The warps-major order of every split where it differs (several warps and several repeats
+  // along m or n).
+  for (size_t i = 0, count = plans.size(); i < count; ++i) {
+    const DotTiling& t = plans[i].tiling;
+    if ((t.warps_m > 1 && t.rep_m > 1) || (t.warps_n > 1 && t.rep_n > 1))
+      plans.push_back(mma_plan(m, n, k, threads, t.warps_m, t.warps_n, true));
   }
   return plans;
 }
@@ -492,39 +504,19 @@ class LayoutSolver {
   }
 };
 
-// Shared layouts: a user annotation wins; otherwise a row-major tile of 1- to 16-byte
-// elements whose rows are at least 32 bytes (a power of two) gets the XOR swizzle that puts
-// the 16-byte units of any 8 consecutive rows in distinct bank groups (TMA's swizzle pattern
-// for rows of up to 128 bytes), so ldmatrix reads and
-// 16-byte cp.async / vector writes of a column of units are conflict-free. The swizzle
-// permutes whole 16-byte units, so every vector access up to 16 bytes stays legal. Slices
-// inherit the strides and swizzle of what they slice (the emitter addresses them through
-// their root allocation).
+// Shared layouts: a user annotation wins; otherwise a row-major tile takes the swizzle of
+// SharedLayout::row_major_swizzled (the 16-byte units of any 8 consecutive rows in distinct
+// bank groups), so ldmatrix reads and 16-byte cp.async / vector writes of a column of units
+// are conflict-free. The swizzle permutes whole 16-byte units, so every vector access up to
+// 16 bytes stays legal. Slices inherit the strides and swizzle of what they slice (the emitter
+// addresses them through their root allocation).
 std::optional<Swizzle> auto_swizzle(const Tensor& t) {
   int64_t bytes = t.dtype().bits() / 8;
-  if (t.dtype().is_subbyte() || bytes < 1 || 16 % bytes || t.rank() < 2) return std::nullopt;
+  if (t.dtype().is_subbyte() || bytes < 1) return std::nullopt;
   auto shape = t.static_shape();
   if (t->shared_layout != SharedLayout::row_major(shape)) return std::nullopt;
-  int64_t row = shape.back(), rows = t.num_elements() / row;
-  if (row * bytes < 32 || (row & (row - 1)) || rows < 8) return std::nullopt;
-  auto log2 = [](int64_t x) {
-    int n = 0;
-    while ((int64_t(1) << n) < x) ++n;
-    return n;
-  };
-  Swizzle z;
-  z.base = log2(16 / bytes);  // 16-byte units
-  if (row * bytes <= 128) {
-    // Rows of 32, 64 or 128 bytes: TMA's 32B / 64B / 128B swizzle (units XOR address bits
-    // 7..9), so a TMA box of the tile writes exactly this layout.
-    z.bits = log2(row * bytes / 16);
-    z.shift = 3;
-  } else {
-    z.bits = 3;
-    z.shift = log2(row) - z.base;  // XOR in the row index
-  }
-  SharedLayout l(shape, SharedLayout::row_major(shape).strides(), z);
-  if (l.storage_elements() != t.num_elements()) return std::nullopt;  // never grow the tile
+  Swizzle z = SharedLayout::row_major_swizzled(shape, bytes).swizzle();
+  if (z.none()) return std::nullopt;
   return z;
 }
 

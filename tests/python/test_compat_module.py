@@ -29,7 +29,7 @@ needs_torch = pytest.mark.skipif(_torch() is None, reason="torch is not installe
 # --- names --------------------------------------------------------------------------------------
 
 def test_nvidia_tilus_module_names_exist():
-    names = ["void_p", "DataType", "RegisterLayout", "RegisterTensor", "SharedTensor", "GlobalTensor", "Script",
+    names = ["void_p", "DataType", "RegisterLayout", "SharedLayout", "RegisterTensor", "SharedTensor", "GlobalTensor", "Script",
              "autotune", "Class", "Pipeline", "Dim3", "empty", "from_torch", "full", "ones", "rand", "randint",
              "randn", "view_torch", "zeros", "option", "utils", "get_current_target", "__version__"]
     assert [n for n in names if not hasattr(tilus, n)] == []
@@ -51,9 +51,46 @@ def test_internal_import_paths_of_the_tilus_examples():
                                                             tilus.GlobalTensor)
     assert spatial(2, 4).num_threads == 8 and local(2, 1).local_size == 2
     ops = importlib.import_module("tilus.ir.layout.ops")
-    with pytest.raises(tilus.CompileError, match="tilus.ir.layout.ops.shared_row_major_swizzle is not supported"):
-        ops.shared_row_major_swizzle()
     assert ops.concat(spatial(2), local(2)).shape == [2, 2]
+    assert ops.shared_row_major(4, 8) == tilus.SharedLayout.row_major([4, 8])
+    assert (local(2, 4).size, spatial(4, 8).size) == (8, 32)
+
+
+def test_shared_layouts():
+    """tilus.SharedLayout and Tilus's shared layout functions: offsets, the swizzles of
+    shared_row_major_swizzle (Tilus's for rows of 16 to 128 bytes) and its conditions."""
+    from tilus.ir.layout.ops import shared_column_major, shared_row_major, shared_row_major_swizzle
+    r = shared_row_major(3, 5)
+    assert (r.shape, r.strides, r.swizzle, r.size) == ([3, 5], [5, 1], (0, 0, 0), 15)
+    assert shared_column_major(3, 5).strides == [1, 3] and shared_column_major(3, 5).offset([2, 1]) == 5
+    # f16 rows of 64 bytes (32 elements): Tilus's Swizzle(base=3, bits=2, shift=3) on 16-byte units.
+    z = shared_row_major_swizzle([2, 16, 32], dtype_nbytes=2)
+    assert z.swizzle == (2, 3, 3) and z.strides == [512, 32, 1]
+    for i, j in [(0, 0), (1, 0), (2, 8), (5, 17), (15, 31)]:
+        plain = i * 32 + j
+        assert z.offset([0, i, j]) == plain ^ ((plain >> 3) & (0b11 << 3))
+    # Every element lands on its own offset inside the tile.
+    assert sorted(z.offset([a, i, j]) for a in range(2) for i in range(16) for j in range(32)) == list(range(1024))
+    assert shared_row_major_swizzle([8, 64], 2).swizzle == (3, 3, 3)    # 128-byte rows
+    assert shared_row_major_swizzle([8, 16], 1).swizzle == (0, 0, 0)    # 16-byte rows: none, as in Tilus
+    wide = shared_row_major_swizzle([16, 128], 2)                        # 256-byte rows: XOR with the row
+    assert wide.swizzle == (3, 3, 4) and wide.strides == [128, 1]
+    with pytest.raises(ValueError, match="rows .* multiple of 8"):
+        shared_row_major_swizzle([12, 64], 2)
+    with pytest.raises(ValueError, match="at least two dims"):
+        shared_row_major_swizzle([64], 2)
+    assert tilus.SharedLayout([4, 4], [1, 4]) == shared_column_major(4, 4)
+    with pytest.raises(tilus.CompileError, match="SharedLayout: .*2 extents but 1 strides"):
+        tilus.SharedLayout([4, 4], [1])
+    with pytest.raises(tilus.CompileError, match="shift >= bits"):
+        tilus.SharedLayout([8, 8], [8, 1], swizzle=(3, 0, 1))
+
+
+def test_short_names():
+    """hidet's short names, which Tilus's examples print."""
+    assert [d.short_name for d in (tilus.float16, tilus.bfloat16, tilus.tfloat32, tilus.float8_e5m2, tilus.float6_e3m2,
+                                   tilus.int8, tilus.int4b, tilus.uint3b, tilus.boolean, tilus.float32)] == \
+        ["f16", "bf16", "tf32", "f8e5m2", "f6e3m2", "i8", "i4", "u3", "bool", "f32"]
 
 
 def test_dim3():
@@ -221,6 +258,60 @@ def _run_with_host_tensors(device):
 @needs_cpu
 def test_host_tensors_are_kernel_arguments_on_the_cpu():
     _run_with_host_tensors("cpu")
+
+
+def test_raw_addresses_are_device_addresses(monkeypatch):
+    """An int for a pointer parameter is a raw CUDA device address, as NVIDIA Tilus's examples
+    pass tensor.data_ptr(): the CPU backend cannot run with one (nor may a GPU launch take host
+    arrays), and a bad int is refused before anything runs."""
+    n = 40
+    y = np.zeros(n, np.float32)
+    monkeypatch.setenv("TILUS_TARGET", "cpu")
+    with pytest.raises(tilus.ArgumentError, match="CUDA device memory .* TILUS_TARGET=cpu runs the launch on the CPU"):
+        AddOne()(n, 1 << 40, 1 << 41)
+    with pytest.raises(tilus.ArgumentError, match="mix host and CUDA arrays"):
+        AddOne()(n, 1 << 40, y)
+    if HAS_GPU:
+        monkeypatch.setenv("TILUS_TARGET", "gpu")
+        with pytest.raises(tilus.ArgumentError, match="host memory .* TILUS_TARGET=gpu runs the launch on the GPU"):
+            AddOne()(n, y, y)
+    else:
+        monkeypatch.delenv("TILUS_TARGET")
+        with pytest.raises(tilus.ArgumentError, match=r"CUDA device memory \(.*\), but no GPU can run it"):
+            AddOne()(n, 1 << 40, 1 << 41)
+    for bad in (0, -8, 1 << 64):
+        with pytest.raises(tilus.ArgumentError, match=r"argument 1 \('x'.*a raw address must be a positive 64-bit"):
+            AddOne()(n, bad, 1 << 40)
+    with pytest.raises(tilus.ArgumentError, match="or an int address, got str"):
+        AddOne()(n, "x", y)
+    assert (y == 0).all()
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_raw_device_addresses_are_size_checked():
+    """On the GPU a raw address's extent is the rest of its driver allocation
+    (cuMemGetAddressRange): a kernel that would read past it is refused before it runs."""
+    torch = _torch()
+    if torch is None:
+        pytest.skip("torch is not installed")
+    n = 100
+    x = torch.rand(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    AddOne()(n, x.data_ptr(), y.data_ptr())
+    torch.cuda.synchronize()
+    assert torch.equal(y, x + 1)
+    small = torch.cuda.caching_allocator_alloc(256)  # 64 floats in a segment of at most a few MB
+    big = torch.zeros(1 << 24, device="cuda")
+    try:
+        with pytest.raises(tilus.ArgumentError, match=r"argument 1 \('x'.*the array has [0-9]+ bytes"):
+            AddOne()(1 << 24, small, big.data_ptr())
+    finally:
+        torch.cuda.caching_allocator_delete(small)
+    with pytest.raises(tilus.ArgumentError, match=r"argument 1 \('x'\): the address 0x10 is not in a CUDA device"):
+        AddOne()(n, 16, y.data_ptr())
+    with pytest.raises(tilus.ArgumentError, match="mix host and CUDA arrays"):
+        AddOne()(n, x.data_ptr(), np.zeros(n, np.float32))
+    torch.cuda.synchronize()
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")

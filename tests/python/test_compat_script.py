@@ -413,17 +413,25 @@ def test_layout_functions_of_tilus_ir_layout_ops():
         reshape(spatial(2, 3), [3, 2])
 
 
-@pytest.mark.parametrize("warp_spatial, warp_repeat", [((2, 2), (1, 1, 1)), ((1, 4), (2, 1, 2)), ((4, 1), (1, 2, 1))])
+@pytest.mark.parametrize("warp_spatial, warp_repeat", [((2, 2), (1, 1, 1)), ((1, 4), (2, 1, 2)), ((4, 1), (1, 2, 1)),
+                                                      ((2, 2), (2, 2, 1)), ((2, 4), (3, 2, 2)), ((1, 2), (1, 3, 1))])
 def test_mma_dot_config_layouts_run_a_dot(arrays, warp_spatial, warp_repeat):
-    """self.cuda.atomic_mma_configs / mma_dot_config give Tilus's layouts; where they coincide with
-    tilus's own mma.sync plan a dot annotated with them compiles to mma.sync and computes a @ b."""
+    """self.cuda.atomic_mma_configs / mma_dot_config give Tilus's layouts (the warps major, the
+    repeats minor); a dot annotated with them compiles to mma.sync and computes a @ b. Where
+    several warps and several repeats share m or n, they differ from tilus's default plan
+    (repeats major) and the lowering record says warps_major."""
     cuda = tilus.Script().cuda
     atom = cuda.atomic_mma_configs.m16n8k16_f16_f32
     assert (atom.m, atom.n, atom.k, atom.vec_k) == (16, 8, 16, 1) and atom.lb.shape == [16, 8]
     cfg = cuda.mma_dot_config(atom, warp_spatial, warp_repeat)
     ours = cuda.resolve_dot_config(float16, float32, m=cfg.m, n=cfg.n, k=cfg.k, warp_m=warp_spatial[0],
                                    warp_n=warp_spatial[1])
-    assert (cfg.la, cfg.lb, cfg.lc) == (ours.la, ours.lb, ours.lc)
+    (wsm, wsn), (wrm, wrn, _) = warp_spatial, warp_repeat
+    differs = (wsm > 1 and wrm > 1) or (wsn > 1 and wrn > 1)
+    assert ((cfg.la, cfg.lb, cfg.lc) == (ours.la, ours.lb, ours.lc)) == (not differs)
+    # Tilus's order: warp (i, j) holds the rows [i * wrm * 16, (i + 1) * wrm * 16) of c.
+    lane0_rows = {cfg.lc.map(32 * w, 0)[0] for w in range(cfg.num_warps)}
+    assert lane0_rows == {i * wrm * 16 for i in range(wsm)}
 
     class AnnotatedDot(tilus.Script):
         def __call__(self, a: ~float16, b: ~float16, c: ~float32):
@@ -447,6 +455,7 @@ def test_mma_dot_config_layouts_run_a_dot(arrays, warp_spatial, warp_repeat):
     if tilus._C.nvrtc_available():
         ir = AnnotatedDot().ir(a, b, np.zeros((cfg.m, cfg.n), np.float32), arch="sm_90a")["select_instructions"]
         assert "lowering: mma.sync" in ir, ir
+        assert ("warps_major" in ir) == differs, ir
 
 
 def test_atomic_mma_configs_without_an_mma_sync():

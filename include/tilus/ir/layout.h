@@ -119,6 +119,12 @@ class SharedLayout {
   SharedLayout(std::vector<int64_t> shape, std::vector<int64_t> strides, Swizzle swizzle = {});
   static SharedLayout row_major(const std::vector<int64_t>& shape);
   static SharedLayout column_major(const std::vector<int64_t>& shape);
+  // Row-major with the XOR swizzle that puts the 16-byte units of any 8 consecutive rows in
+  // distinct bank groups: rows of 32, 64 or 128 bytes get TMA's 32B / 64B / 128B swizzle
+  // (NVIDIA Tilus's shared_row_major_swizzle), longer rows XOR the units with the row index.
+  // Plain row-major where none applies: elements that do not divide 16 bytes, rows under
+  // 32 bytes or not a power of two, fewer than 8 rows, or a swizzle period the tile cannot fill.
+  static SharedLayout row_major_swizzled(const std::vector<int64_t>& shape, int64_t elem_bytes);
 
   const std::vector<int64_t>& shape() const { return shape_; }
   const std::vector<int64_t>& strides() const { return strides_; }

@@ -58,6 +58,10 @@ struct DotTiling {
   // MmaSync: warps_m x warps_n warps (each `replicas` times), each rep_m x rep_n m16n8 tiles,
   // rep_k k16 steps.
   int64_t warps_m = 1, warps_n = 1, rep_m = 1, rep_n = 1, rep_k = 1, replicas = 1;
+  // Which comes major in the operands' m and n: the warps (NVIDIA Tilus's mma_dot_config order:
+  // warp i holds rows [i * rep_m * 16, (i + 1) * rep_m * 16)) or the repeats (tilus's default:
+  // repeat r holds rows [r * warps_m * 16, ...)). The slots are ordered alike either way.
+  bool warps_major = false;
   // SimtFma: threads_m x threads_n threads, each a per_m x per_n block of the product.
   int64_t threads_m = 1, threads_n = 1, per_m = 1, per_n = 1;
 };
