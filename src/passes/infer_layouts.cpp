@@ -226,6 +226,17 @@ struct Relation {
   const InstNode* inst;
 };
 
+// Two uses of one register tensor need different layouts: `first` and `second` (either may be
+// null: the tensor's own layout). A CompileError for callers that do not convert.
+struct LayoutConflict : CompileError {
+  LayoutConflict(const std::string& message, SourceLoc loc, const TensorNode* t, const InstNode* first,
+                 const InstNode* second)
+      : CompileError(message, std::move(loc)), tensor(t), first(first), second(second) {}
+  const TensorNode* tensor;
+  const InstNode* first;
+  const InstNode* second;
+};
+
 class LayoutSolver {
  public:
   // choices: the plan (index into dot_plans) of each dot; the default plan where absent.
@@ -328,11 +339,11 @@ class LayoutSolver {
     auto where = [](const InstNode* i) {
       return i ? fmt::format("{} at {}", i->display_name(), i->loc.str()) : std::string("its definition");
     };
-    throw CompileError(fmt::format("layout inference: {} '{}' needs {} for {} and {} for {}; the two uses need "
-                                   "different thread mappings (annotate_layout one of them, or copy the tensor "
-                                   "through shared memory)",
-                                   t.type_str(), t->name, a.str(), where(ia), b.str(), where(ib)),
-                       ib ? ib->loc : (ia ? ia->loc : SourceLoc{}));
+    throw LayoutConflict(fmt::format("layout inference: {} '{}' needs {} for {} and {} for {}; the two uses need "
+                                     "different thread mappings, and no conversion through shared memory can go "
+                                     "between them (each is an annotation or updates the tensor in place)",
+                                     t.type_str(), t->name, a.str(), where(ia), b.str(), where(ib)),
+                         ib ? ib->loc : (ia ? ia->loc : SourceLoc{}), t.get(), ia, ib);
   }
 
   void assign(const TensorNode* t, const RegisterLayout& l, const InstNode* by) {
@@ -577,6 +588,86 @@ Kernel choose_shared_layouts(const Kernel& k) {
 
 }  // namespace
 
+namespace {
+
+// A layout conversion at `use`, an instruction that only reads the register tensor `t` (before
+// it) or only defines it (after it): `t` is copied through a shared buffer of its shape
+// (store_shared, load_shared into the other tensor, free_shared; the barrier pass orders them),
+// so `use` sees a tensor of its own, which layout inference lays out as `use` needs, and the
+// other uses keep theirs. nullopt where `use` cannot take one (an annotation, an instruction
+// that updates `t` in place).
+std::optional<Kernel> convert_at(const Kernel& k, const TensorNode* t, const InstNode* use) {
+  if (!use || use->kind() == InstKind::AnnotateLayout) return std::nullopt;
+  Tensor from;
+  bool reads = false, writes = false;
+  for (auto& op : use->traits()) {
+    if (op.tensor.get() != t) continue;
+    if (!op.tensor.is_register() || op.region) return std::nullopt;
+    from = op.tensor;
+    reads |= op.access == Access::Read;
+    writes |= op.defines && op.access == Access::Write;
+    if (op.access == Access::ReadWrite || op.access == Access::Alias) return std::nullopt;
+  }
+  if (!from.defined() || reads == writes) return std::nullopt;
+  struct Swap : StmtMutator {
+    using StmtMutator::rewrite_inst;
+  };
+  struct Insert : StmtMutator {
+    const InstNode* use;
+    Tensor from;
+    bool before;
+    bool done = false;
+    Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+      if (inst.get() != use) return StmtMutator::mutate_inst(s, inst);
+      done = true;
+      const SourceLoc& loc = inst->loc;
+      auto shape = from.static_shape();
+      Tensor other = Tensor::reg(from->name + (before ? "_converted" : "_unconverted"), from.dtype(), shape);
+      auto alloc = make_inst<AllocateSharedInst>(loc);
+      alloc->out = Tensor::shared(from->name + "_convert", from.dtype(), shape);
+      auto store = make_inst<StoreSharedInst>(loc);
+      store->dst = alloc->out;
+      store->src = before ? from : other;
+      auto load = make_inst<LoadSharedInst>(loc);
+      load->src = alloc->out;
+      load->out = before ? other : from;
+      auto release = make_inst<FreeSharedInst>(loc);
+      release->tensor = alloc->out;
+      Swap swap;
+      swap.tensor_map[from.get()] = other;
+      Stmt changed = make_inst_stmt(swap.rewrite_inst(inst));
+      std::vector<Stmt> copy{make_inst_stmt(alloc), make_inst_stmt(store), make_inst_stmt(load),
+                             make_inst_stmt(release)};
+      copy.insert(before ? copy.begin() + 3 : copy.begin(), changed);
+      return make_seq(std::move(copy), loc);
+    }
+  } insert;
+  insert.use = use;
+  insert.from = from;
+  insert.before = reads;
+  Kernel out = insert.mutate(k);
+  if (!insert.done) return std::nullopt;
+  return out;
+}
+
+// Layout inference with conversions: where two uses of a tensor need different layouts, a
+// conversion goes at the later use (else the earlier); at most 64 conversions per kernel.
+Kernel solve_with_conversions(Kernel k) {
+  for (int converted = 0;; ++converted) {
+    try {
+      return LayoutSolver(k, {}).run();
+    } catch (const LayoutConflict& c) {
+      if (converted == 64) throw;
+      std::optional<Kernel> next = convert_at(k, c.tensor, c.second);
+      if (!next) next = convert_at(k, c.tensor, c.first);
+      if (!next) throw;
+      k = std::move(*next);
+    }
+  }
+}
+
+}  // namespace
+
 // Each dot takes its default warp split unless the layouts around it need another (an
 // annotation with another split's fragments, as NVIDIA Tilus's resolve_dot_config gives, or a
 // dot whose operand is another's result): when the defaults leave a conflict, the combinations
@@ -607,7 +698,7 @@ Kernel solve_layouts(const Kernel& k) {
       return false;
     }
   };
-  if (dots.dots.empty()) return LayoutSolver(k, choices).run();
+  if (dots.dots.empty()) return solve_with_conversions(k);
   if (solves()) return *solved;
   // Every combination of the dots' plans (up to 256), fewest non-default choices first.
   std::vector<size_t> sizes;
@@ -634,7 +725,7 @@ Kernel solve_layouts(const Kernel& k) {
       choices.clear();
     }
   }
-  return LayoutSolver(k, choices).run();  // reports the conflict
+  return solve_with_conversions(k);  // the default splits, with conversions where uses conflict
 }
 
 Program infer_layouts(const Program& program) {
