@@ -196,6 +196,30 @@ def test_floats_round_and_saturate_like_the_core():
     assert y.tolist() == [tilus.float6_e3m2.decode_float(c) for c in codes]
 
 
+def test_bulk_encoding_matches_the_scalar_one():
+    """DataType.encode_floats and tilus._C.pack_bits / unpack_bits (what tilus.Tensor.to uses at
+    weight sizes) agree with encode_float and the little-endian packing, at odd lengths."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.standard_normal(37) * 8, [0.0, -0.0, 1e9, -1e9, np.inf, -np.inf]])
+    for dt in (tilus.float8_e4m3, tilus.float8_e5m2, tilus.float6_e3m2, tilus.float4_e2m1, tilus.float3_e1m1):
+        codes = [dt.encode_float(float(v)) for v in values]
+        bits = "".join(format(c, f"0{dt.bits}b")[::-1] for c in codes)
+        bits += "0" * (-len(bits) % 8)
+        expect = bytes(int(bits[i:i + 8][::-1], 2) for i in range(0, len(bits), 8))
+        assert dt.encode_floats(values) == expect, dt.name
+        unpacked = np.frombuffer(tilus._C.unpack_bits(np.frombuffer(expect, np.uint8), dt.bits, len(codes)), np.uint64)
+        assert unpacked.tolist() == codes
+    assert tilus._C.pack_bits(np.array([1, 2, 3], np.uint64), 4) == bytes([0x21, 0x03])
+    with pytest.raises(ValueError, match="contiguous 1-D float64"):
+        tilus.float6_e3m2.encode_floats(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="not a float type"):
+        tilus.int4.encode_floats(np.zeros(4))
+    with pytest.raises(ValueError, match="uint64"):
+        tilus._C.pack_bits(np.zeros(4, np.int32), 4)
+    with pytest.raises(ValueError, match="hold fewer than 9 codes"):
+        tilus._C.unpack_bits(np.zeros(4, np.uint8), 4, 9)
+
+
 def test_factories():
     assert tilus.zeros([2, 3], tilus.float16).numpy().tolist() == [[0, 0, 0]] * 2
     assert tilus.ones([2], tilus.int8).numpy().tolist() == [1, 1]
