@@ -1073,6 +1073,9 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("wgmma_commit_group", [](Builder& b, L loc) { b.wgmma_commit_group(loc_of(loc)); })
       .def("wgmma_wait_group", [](Builder& b, int64_t n, L loc) { b.wgmma_wait_group(n, loc_of(loc)); })
+      .def("reshape_shared", [](Builder& b, const Tensor& t, std::vector<int64_t> shape, L loc) {
+        return b.reshape_shared(t, std::move(shape), loc_of(loc));
+      })
       .def("slice_shared", [](Builder& b, const Tensor& t, const py::iterable& offsets, std::vector<int> dims,
                               std::vector<int64_t> shape, L loc) {
         return b.slice_shared(t, to_exprs(offsets), std::move(dims), std::move(shape), loc_of(loc));

@@ -906,6 +906,15 @@ class Script(Artifacts):
                                                     _ints(slice_dims, "slice_shared: slice_dims", loc),
                                                     _ints(slice_shape, "slice_shared: slice_shape", loc), loc))
 
+    def reshape_shared(self, tensor: SharedTensor, shape: Sequence[int]) -> SharedTensor:
+        """The bytes of ``tensor``, a ``shared_tensor`` allocation (or a reshape of one), under
+        ``shape`` with as many elements, both read row-major (NVIDIA Tilus's ``reshape_shared``): a
+        view that shares its memory and swizzle. A slice (``s[i]``) or a tensor annotated with a
+        non-row-major layout cannot be reshaped."""
+        loc = _here()
+        return SharedTensor(_builder().reshape_shared(_tensor(tensor, "reshape_shared: tensor", loc, SharedTensor),
+                                                      _ints(shape, "reshape_shared: shape", loc), loc))
+
     def reshape(self, x: RegisterTensor, shape: Sequence[int]) -> RegisterTensor:
         """``x`` with a new static shape of the same element count (one -1 is inferred)."""
         loc = _here()

@@ -187,6 +187,21 @@ class FactCollector : public StmtVisitor {
         f_.shared_[slice.out.get()] = v;
         return;
       }
+      case InstKind::ReshapeShared: {
+        auto& r = static_cast<const ReshapeSharedInst&>(inst);
+        auto it = f_.shared_.find(r.src.get());
+        if (it == f_.shared_.end() || !r.out.defined()) return;
+        SharedView v;
+        v.root = r.out;
+        v.base_bytes = it->second.base_bytes;
+        v.planned = it->second.planned;
+        v.alias = it->second.alias.defined() ? it->second.alias : it->second.root;
+        v.offsets.assign(r.out.rank(), int_const(0));
+        v.dims.resize(r.out.rank());
+        std::iota(v.dims.begin(), v.dims.end(), 0);
+        f_.shared_[r.out.get()] = v;
+        return;
+      }
       default: return;
     }
   }

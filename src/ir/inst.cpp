@@ -69,6 +69,11 @@ void SliceSharedInst::visit_fields(FieldVisitor& v) {
   v.attr("dims", ints_str(dims));
 }
 
+void ReshapeSharedInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kShared);
+  v.operand("src", src, Access::Alias, kShared, nullptr);
+}
+
 void LoadGlobalInst::visit_fields(FieldVisitor& v) {
   v.output("out", out, kRegister);
   v.operand("src", src, Access::Read, kGlobal, nullptr);

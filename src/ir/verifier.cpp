@@ -257,6 +257,13 @@ void check_slice_shared(const SliceSharedInst& i) {
   }
 }
 
+void check_reshape_shared(const ReshapeSharedInst& i) {
+  expect_same_dtype(i, "src", i.src, "out", i.out);
+  if (i.src.defined() && i.out.defined() && i.src.num_elements() != i.out.num_elements())
+    fail(i, fmt::format("out is {} and src is {}: a reshape keeps the number of elements ({} != {})", ty(i.out),
+                        ty(i.src), i.out.num_elements(), i.src.num_elements()));
+}
+
 void check_load_global(const LoadGlobalInst& i) {
   expect_offsets(i, i.offsets, "src", i.src);
   expect_dims(i, i.dims, "out", i.out, "src", i.src);
@@ -1424,6 +1431,7 @@ void verify_inst(const InstNode& inst) {
     case InstKind::FreeShared: break;
     case InstKind::AllocateRegister: check_allocate_register(static_cast<const AllocateRegisterInst&>(inst)); break;
     case InstKind::SliceShared: check_slice_shared(static_cast<const SliceSharedInst&>(inst)); break;
+    case InstKind::ReshapeShared: check_reshape_shared(static_cast<const ReshapeSharedInst&>(inst)); break;
     case InstKind::LoadGlobal: check_load_global(static_cast<const LoadGlobalInst&>(inst)); break;
     case InstKind::StoreGlobal: check_store_global(static_cast<const StoreGlobalInst&>(inst)); break;
     case InstKind::LoadShared: check_load_shared(static_cast<const LoadSharedInst&>(inst)); break;

@@ -556,7 +556,32 @@ Tensor Builder::shared_tensor(DataType dtype, std::vector<int64_t> shape, Source
   check_static_shape(shape, "shared_tensor", loc);
   auto i = make_inst<AllocateSharedInst>(loc);
   i->out = Tensor::shared(name, dtype, std::move(shape));
-  return emit_with_output(i);
+  Tensor out = emit_with_output(i);
+  whole_shared_.insert(out.get());
+  return out;
+}
+
+Tensor Builder::reshape_shared(const Tensor& src, std::vector<int64_t> shape, SourceLoc loc) {
+  if (!src.defined() || !src.is_shared())
+    throw CompileError(fmt::format("reshape_shared: tensor must be a shared tensor, got {}", type_of(src)), loc);
+  check_static_shape(shape, "reshape_shared", loc);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n != src.num_elements())
+    throw CompileError(fmt::format("reshape_shared: {} has {} elements, the shape {} has {}", src.type_str(),
+                                   src.num_elements(), shape_str(shape), n),
+                       loc);
+  if (!whole_shared_.count(src.get()))
+    throw CompileError(fmt::format("reshape_shared: {} is a slice or view of a shared tensor; only a shared_tensor "
+                                   "allocation itself (or a reshape of one) can be reshaped",
+                                   src.type_str()),
+                       loc);
+  auto i = make_inst<ReshapeSharedInst>(loc);
+  i->src = src;
+  i->out = Tensor::shared(src->name, src.dtype(), shape);
+  Tensor out = emit_with_output(i);
+  whole_shared_.insert(out.get());
+  return out;
 }
 
 void Builder::free_shared(const Tensor& t, SourceLoc loc) {

@@ -271,6 +271,9 @@ SharedTensor Script::shared_tensor(DataType dtype, std::vector<int64_t> shape, L
 }
 
 void Script::free_shared(const SharedTensor& t, Loc loc) { builder().free_shared(t.tensor(), SourceLoc::from(loc)); }
+SharedTensor Script::reshape_shared(const SharedTensor& tensor, std::vector<int64_t> shape, Loc loc) {
+  return SharedTensor(builder().reshape_shared(tensor.tensor(), std::move(shape), SourceLoc::from(loc)));
+}
 
 RegisterTensor Script::register_tensor(DataType dtype, std::vector<int64_t> shape, Init init, Loc loc) {
   if (init.fn) return RegisterTensor(builder().register_tensor(dtype, std::move(shape), init.fn, SourceLoc::from(loc)));

@@ -534,12 +534,15 @@ std::optional<Swizzle> auto_swizzle(const Tensor& t) {
 Kernel choose_shared_layouts(const Kernel& k) {
   struct Collect : StmtVisitor {
     std::vector<const SliceSharedInst*> slices;  // in program order
+    std::vector<const ReshapeSharedInst*> reshapes;
+    std::vector<std::pair<const TensorNode*, const TensorNode*>> views;  // (view, what it views), in order
     std::vector<Tensor> roots;
     std::unordered_map<const TensorNode*, SharedLayout> annotated;
     std::unordered_map<const TensorNode*, const InstNode*> annotations;
     void visit_inst(const InstNode& i) override {
       if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i)) roots.push_back(a->out);
-      if (auto* s = dynamic_cast<const SliceSharedInst*>(&i)) slices.push_back(s);
+      if (auto* s = dynamic_cast<const SliceSharedInst*>(&i)) slices.push_back(s), views.emplace_back(s->out.get(), s->src.get());
+      if (auto* r = dynamic_cast<const ReshapeSharedInst*>(&i)) reshapes.push_back(r), views.emplace_back(r->out.get(), r->src.get());
       if (auto* a = dynamic_cast<const AnnotateLayoutInst*>(&i); a && a->shared_layout.defined())
         annotated[a->tensor.get()] = a->shared_layout, annotations[a->tensor.get()] = a;
       if (auto* copy = dynamic_cast<const CopyInst*>(&i); copy && copy->use_tma)
@@ -565,8 +568,8 @@ Kernel choose_shared_layouts(const Kernel& k) {
   } rewrite;
   // The roots of the TMA operands (slices name their source).
   std::unordered_set<const TensorNode*> tma_roots(c.tma_operands.begin(), c.tma_operands.end());
-  for (auto it = c.slices.rbegin(); it != c.slices.rend(); ++it)
-    if (tma_roots.count((*it)->out.get())) tma_roots.insert((*it)->src.get());
+  for (auto it = c.views.rbegin(); it != c.views.rend(); ++it)
+    if (tma_roots.count(it->first)) tma_roots.insert(it->second);
   for (const Tensor& t : c.roots) {
     SharedLayout layout = t->shared_layout;
     if (auto it = c.annotated.find(t.get()); it != c.annotated.end()) layout = it->second;
@@ -582,6 +585,20 @@ Kernel choose_shared_layouts(const Kernel& k) {
     for (int d : i->dims) strides.push_back(from.strides()[d]);
     rewrite.tensor_map[i->out.get()] =
         i->out.with_shared_layout(SharedLayout(i->out.static_shape(), strides, from.swizzle()));
+  }
+  // A reshape is row-major in its own shape over the row-major bytes of what it reshapes, with
+  // their swizzle (a function of the element offset, which a row-major reshape keeps).
+  for (const ReshapeSharedInst* i : c.reshapes) {
+    auto src = rewrite.tensor_map.find(i->src.get());
+    const SharedLayout& from = src == rewrite.tensor_map.end() ? i->src->shared_layout : src->second->shared_layout;
+    if (from.strides() != SharedLayout::row_major(from.shape()).strides())
+      throw CompileError(fmt::format("reshape_shared: '{}' has the shared layout {}; only a row-major tensor can be "
+                                     "reshaped (remove the annotation that changed it)",
+                                     i->src->name, from.str()),
+                         i->loc);
+    auto shape = i->out.static_shape();
+    SharedLayout layout(shape, SharedLayout::row_major(shape).strides(), from.swizzle());
+    if (layout != i->out->shared_layout) rewrite.tensor_map[i->out.get()] = i->out.with_shared_layout(layout);
   }
   return rewrite.mutate(k);
 }

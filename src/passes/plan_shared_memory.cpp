@@ -88,12 +88,14 @@ class Liveness : public StmtVisitor {
       r.begin = r.end = pos;
       root_[a.out.get()] = int(allocs_.size());
       allocs_.push_back(std::move(r));
-    } else if (inst.kind() == InstKind::SliceShared) {
+    } else if (inst.kind() == InstKind::SliceShared || inst.kind() == InstKind::ReshapeShared) {
       // A view lives in its base's bytes: its uses are uses of the base.
-      auto& s = static_cast<const SliceSharedInst&>(inst);
-      if (!s.src.defined()) return;
-      auto it = root_.find(s.src.get());
-      if (it != root_.end()) root_[s.out.get()] = it->second;
+      Tensor src = inst.kind() == InstKind::SliceShared ? static_cast<const SliceSharedInst&>(inst).src
+                                                        : static_cast<const ReshapeSharedInst&>(inst).src;
+      Tensor out = inst.output();
+      if (!src.defined() || !out.defined()) return;
+      auto it = root_.find(src.get());
+      if (it != root_.end()) root_[out.get()] = it->second;
     }
   }
 

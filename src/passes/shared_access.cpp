@@ -75,13 +75,17 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
         extent[view.dims[k]] = r->extents[k].int_value();
       }
     }
+    if (view.alias.defined()) {  // a reshape: all of the allocation it reshapes
+      lo.assign(size_t(view.alias.rank()), int_const(0));
+      extent = view.alias.static_shape();
+    }
     SharedAccess a;
     a.inst = &inst;
-    a.root = view.root.get();
+    a.root = view.alias.defined() ? view.alias.get() : view.root.get();
     a.lo = lo;
     a.extent = extent;
     if (view.planned) {
-      const Tensor& root = view.root;
+      const Tensor& root = view.alias.defined() ? view.alias : view.root;
       int64_t elements = root->shared_layout.defined() ? root->shared_layout.storage_elements() : root.num_elements();
       a.begin = view.base_bytes;
       a.end = a.begin + root.dtype().storage_bytes(elements);

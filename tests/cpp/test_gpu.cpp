@@ -360,6 +360,33 @@ TEST(Backend_, Scatters) {
 }
 
 namespace {
+// reshape_shared through the C++ Script API: an [8, 64] int32 tile written into shared memory
+// and read back as [32, 16] (row-major in both shapes).
+struct ReshapeShared : Script {
+  static constexpr const char* param_names = "x, y";
+  void operator()(Ptr<i32> x, Ptr<i32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 2;
+    auto s = shared_tensor(dtypes::int32, {8, 64});
+    store_shared(s, load_global(global_view(x, {8, 64}), {.offsets = {0, 0}, .shape = {8, 64}}));
+    auto r = reshape_shared(s, {32, 16});
+    store_global(global_view(y, {32, 16}), load_shared(r), {.offsets = {0, 0}});
+  }
+};
+}  // namespace
+
+TEST(Backend_, ReshapeShared) {
+  REQUIRE_GPU();
+  std::vector<double> hx(8 * 64);  // not from `rng`: the later tests' draws stay as they were
+  for (size_t i = 0; i < hx.size(); ++i) hx[i] = double(int64_t(i * 37 % 2001) - 1000);
+  Buffer x(dtypes::int32, 8 * 64), y(dtypes::int32, 8 * 64);
+  x.upload(hx);
+  ReshapeShared k;
+  jit_on(k)({x.arg(), y.arg()});
+  expect_close(y.download(), hx, 0, 0);  // the same row-major order
+}
+
+namespace {
 // Every reduction of a 64-bit integer tile: values over the whole range (sums wrap), extremes
 // included, so an identity that is not exactly INT64_MAX / UINT64_MAX shows.
 struct Reduce64 : Script {

@@ -238,6 +238,8 @@ METHOD_CASES = [
     ("static-assert-tensor", lambda k, v: k.static_assert(v.b, "m"), ["static_assert", "Python bool", "register bool"]),
     ("repeat-interleave-zero", lambda k, v: k.repeat_interleave(v.r, [0, 2]), ["repeat_interleave", ">= 1"]),
     ("flatten-shared", lambda k, v: k.flatten(v.s), ["flatten", "register tensor", "shared"]),
+    ("reshape-shared-count", lambda k, v: k.reshape_shared(v.s, [16, 15]),
+     ["reshape_shared", r"shared float32\[16, 16\] has 256 elements", r"\[16, 15\] has 240"]),
     ("slice-shared-outside", lambda k, v: k.slice_shared(v.s, [12, 0], [0, 1], [8, 16]),
      ["slice_shared", r"dim 0 takes \[12, 20\)", r"shared float32\[16, 16\]"]),
     ("gt-shape-block", lambda k, v: k.global_tensor(int32, [k.blockIdx.x], requires_clean=True),

@@ -39,6 +39,10 @@ struct SharedView {
   bool planned = false;       // plan_shared_memory has placed the root
   std::vector<Expr> offsets;  // per root dim
   std::vector<int> dims;      // view dim k -> root dim dims[k] (-1: none, fixed at the offset)
+  // A reshape_shared view is a root of its own (its shape, row-major with the allocation's
+  // swizzle) over the bytes of `alias`, the shared_tensor allocation it reshapes: the
+  // barrier and async-wait passes take its accesses as accesses of all of `alias`.
+  Tensor alias;
 };
 
 // A run-time check that a shared tile stays inside its root allocation along one root dim:

@@ -32,6 +32,7 @@ namespace tilus {
   X(FreeShared)               \
   X(AllocateRegister)         \
   X(SliceShared)              \
+  X(ReshapeShared)            \
   X(LoadGlobal)               \
   X(StoreGlobal)              \
   X(LoadShared)               \
@@ -212,6 +213,14 @@ struct SliceSharedInst : InstNode {
   Tensor src;
   std::vector<Expr> offsets;
   std::vector<int> dims;
+};
+
+// out: the bytes of the shared_tensor allocation `src` (or of a reshape of it) under another
+// shape with as many elements, both row-major (NVIDIA Tilus's reshape_shared); a view.
+struct ReshapeSharedInst : InstNode {
+  TILUS_INST_COMMON(ReshapeShared, "reshape_shared")
+  Tensor out;
+  Tensor src;
 };
 
 // out[i...] = src[offsets + place(i)]: out's dims map onto src's dims `dims`.

@@ -111,6 +111,9 @@ class Builder {
   Tensor slice_shared(const Tensor& src, std::vector<Expr> offsets, std::vector<int> dims, std::vector<int64_t> shape,
                       SourceLoc loc);
   Tensor index_shared(const Tensor& src, std::vector<Expr> indices, SourceLoc loc);
+  // The bytes of a shared_tensor allocation (or of a reshape of one) under another shape with
+  // as many elements, both row-major (NVIDIA Tilus's reshape_shared): a view.
+  Tensor reshape_shared(const Tensor& src, std::vector<int64_t> shape, SourceLoc loc);
   Tensor load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape, std::vector<int> dims,
                      SourceLoc loc);
   // x.item(): the one element of a register tensor as a scalar (every thread of the group holds it).
@@ -254,6 +257,8 @@ class Builder {
   std::unordered_map<const void*, Expr> let_values_;  // variables made by let(), for set_blocks
   // Each global_view's pointer, typed as its elements (for item_ptr).
   std::unordered_map<const void*, Expr> global_ptrs_;
+  // shared_tensor allocations and their reshapes: what reshape_shared takes.
+  std::unordered_set<const void*> whole_shared_;
   // e with the lets it uses replaced by their values (for what is evaluated before a launch).
   Expr inline_lets(Expr e) const;
 };

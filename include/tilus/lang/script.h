@@ -552,6 +552,9 @@ class Script {
   void release_semaphore(const Expr& semaphore, const Expr& value, Loc loc = Loc::current());
   SharedTensor shared_tensor(DataType dtype, std::vector<int64_t> shape, Loc loc = Loc::current());
   void free_shared(const SharedTensor& t, Loc loc = Loc::current());
+  // The same bytes under another shape with as many elements, both row-major (NVIDIA Tilus's
+  // reshape_shared): a view of a shared_tensor allocation (or of a reshape of one).
+  SharedTensor reshape_shared(const SharedTensor& tensor, std::vector<int64_t> shape, Loc loc = Loc::current());
   RegisterTensor register_tensor(DataType dtype, std::vector<int64_t> shape, Init init = {}, Loc loc = Loc::current());
 
   // --- memory ------------------------------------------------------------------------------

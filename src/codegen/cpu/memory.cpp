@@ -271,7 +271,8 @@ void Emitter::emit_memory(const InstNode& inst) {
     }
     case InstKind::AllocateShared:
     case InstKind::FreeShared:
-    case InstKind::SliceShared: return;  // address maps: the facts
+    case InstKind::SliceShared:
+    case InstKind::ReshapeShared: return;  // address maps: the facts
     case InstKind::WgmmaMma: {
       // d += a @ b at once: the shared operands through register copies of the whole tiles.
       auto& i = static_cast<const WgmmaMmaInst&>(inst);

@@ -398,7 +398,8 @@ void Emitter::emit_memory(const InstNode& inst) {
     }
     case InstKind::AllocateShared:
     case InstKind::FreeShared:
-    case InstKind::SliceShared: return;  // address maps: the facts
+    case InstKind::SliceShared:
+    case InstKind::ReshapeShared: return;  // address maps: the facts
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       selected();
