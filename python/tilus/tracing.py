@@ -248,8 +248,11 @@ class Region:
 
     def item_ptr(self):
         """The address of the element ``g[i, j, ...]`` of a global tensor (NVIDIA Tilus's
-        ``.item_ptr()``), a pointer such as ``lock_semaphore`` takes."""
+        ``.item_ptr()``), a pointer such as ``lock_semaphore`` takes; of a shared tensor's element
+        ``s[i, j]``, its generic address (as ``SharedTensor.item_ptr()``)."""
         loc = _here()
+        if isinstance(self.tensor, SharedTensor) and all(isinstance(e, int) and e == 1 for e in self.extents):
+            return _builder("item_ptr()").item_ptr(self.tensor.t, self.offsets, loc)
         self._one_global_element("item_ptr()", "an address", loc)
         return _builder("item_ptr()").item_ptr(self.tensor.t, self.offsets, loc)
 
@@ -326,6 +329,14 @@ class SharedTensor(TensorBase):
         if all(not isinstance(k, slice) for k in keys) and len(keys) < len(self.shape):
             return SharedTensor(_builder().index_shared(self.t, list(keys), loc))
         return _index_region(self, key, loc)
+
+    def item_ptr(self):
+        """The generic address of this tensor's first element, a pointer to its dtype (NVIDIA
+        Tilus's ``SharedTensor.item_ptr()``; ``s[i].item_ptr()`` for another element). What is
+        read or written through it is the kernel's own: no pass sees those accesses (order them
+        with ``sync()``)."""
+        loc = _here()
+        return _builder("item_ptr()").item_ptr(self.t, [], loc)
 
     def permute(self, dims) -> "SharedTensor":
         """A view of this tensor with its dims reordered: view dim k is dim ``dims[k]``."""

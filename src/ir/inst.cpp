@@ -123,6 +123,11 @@ void ItemInst::visit_fields(FieldVisitor& v) {
   v.attr("var", var.defined() ? var.name() : "<undefined>");
 }
 
+void SharedItemPtrInst::visit_fields(FieldVisitor& v) {
+  v.operand("x", x, Access::Alias, kShared, nullptr);
+  v.attr("var", var.defined() ? var.name() : "<undefined>");
+}
+
 void SemaphoreInst::visit_fields(FieldVisitor& v) {
   v.expr("semaphore", semaphore);
   v.expr("value", value);

@@ -438,6 +438,14 @@ void check_item(const ItemInst& i) {
     fail(i, "var must be a local scalar of x's dtype");
 }
 
+void check_shared_item_ptr(const SharedItemPtrInst& i) {
+  if (!i.x.defined() || !i.x.is_shared()) fail(i, fmt::format("x must be a shared tensor, got {}", ty(i.x)));
+  if (i.x.dtype().is_subbyte())
+    fail(i, fmt::format("x is {}: its elements are packed below a byte and have no address of their own", ty(i.x)));
+  if (!i.var.defined() || i.var.dtype() != i.x.dtype().pointer_to() || i.var->role != VarRole::Local)
+    fail(i, "var must be a local scalar pointing to x's dtype");
+}
+
 void check_semaphore(const SemaphoreInst& i) {
   if (!i.semaphore.defined() || !i.semaphore.dtype().is_pointer() ||
       i.semaphore.dtype().pointee() != dtypes::int32)
@@ -1385,6 +1393,8 @@ class KernelVerifier {
     }
     // item defines its scalar for what follows in this scope.
     if (inst.kind() == InstKind::Item) scopes_.back().vars.insert(static_cast<const ItemInst&>(inst).var.get());
+    if (inst.kind() == InstKind::SharedItemPtr)
+      scopes_.back().vars.insert(static_cast<const SharedItemPtrInst&>(inst).var.get());
 
     // Rule G: collect the allocations.
     if (inst.kind() == InstKind::AllocateShared) {
@@ -1470,6 +1480,7 @@ void verify_inst(const InstNode& inst) {
     }
     case InstKind::Atomic: check_atomic(static_cast<const AtomicInst&>(inst)); break;
     case InstKind::Item: check_item(static_cast<const ItemInst&>(inst)); break;
+    case InstKind::SharedItemPtr: check_shared_item_ptr(static_cast<const SharedItemPtrInst&>(inst)); break;
     case InstKind::Semaphore: check_semaphore(static_cast<const SemaphoreInst&>(inst)); break;
     case InstKind::MbarrierInit: check_mbarrier_init(static_cast<const MbarrierInitInst&>(inst)); break;
     case InstKind::Mbarrier: check_mbarrier(static_cast<const MbarrierInst&>(inst)); break;

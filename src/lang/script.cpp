@@ -254,6 +254,9 @@ GlobalTensor Script::global_tensor(DataType dtype, std::vector<Expr> shape, bool
   return GlobalTensor(builder().global_tensor(dtype, std::move(shape), requires_clean, SourceLoc::from(loc)));
 }
 
+Expr Script::item_ptr(const SharedTensor& s, std::vector<Expr> indices, Loc loc) {
+  return builder().item_ptr(s.tensor(), std::move(indices), SourceLoc::from(loc));
+}
 Expr Script::item_ptr(const GlobalTensor& g, std::vector<Expr> indices, Loc loc) {
   return builder().item_ptr(g.tensor(), std::move(indices), SourceLoc::from(loc));
 }

@@ -92,3 +92,43 @@ def test_reshape_shared_errors():
     if NVRTC:
         with pytest.raises(tilus.CompileError, match="only a row-major tensor can be reshaped"):
             trace(annotated)
+
+
+# --- SharedTensor.item_ptr ----------------------------------------------------------------------
+
+class SharedAddresses(tilus.Script):
+    """Generic addresses of shared elements (NVIDIA Tilus's SharedTensor.item_ptr()): the byte
+    distances from s's first element to s[2] (a row view), s[1, 3] (an element) and the first
+    element of a reshape of s are stored as int64."""
+
+    def __call__(self, out: ~tilus.int64):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        s = self.shared_tensor(dtype=tilus.int32, shape=[4, 8])
+        p0 = tilus.int64(s.item_ptr())
+        ends = [s[2].item_ptr(), s[1, 3].item_ptr(), self.reshape_shared(s, [32]).item_ptr()]
+        for i, p in enumerate(ends):
+            d = self.register_tensor(dtype=tilus.int64, shape=[1], init=tilus.int64(p) - p0)
+            self.store_global(self.global_view(out, shape=[3]), d, offsets=[i])
+
+
+def test_shared_item_ptr(arrays):
+    out = arrays.put(np.full(3, -1, np.int64))
+    SharedAddresses()(out)
+    assert arrays.host(out).tolist() == [2 * 8 * 4, (8 + 3) * 4, 0]
+
+
+def test_shared_item_ptr_errors():
+    def trace(body):
+        class K(tilus.Script):
+            def __call__(self, a: ~float32):
+                self.attrs.blocks = [1]
+                self.attrs.warps = 1
+                body(self)
+
+        return tilus.trace(K())
+
+    with pytest.raises(tilus.CompileError, match=r"item_ptr: the elements of shared int4\[64\] are packed below a byte"):
+        trace(lambda k: k.shared_tensor(dtype=tilus.int4, shape=[64]).item_ptr())
+    with pytest.raises(tilus.CompileError, match=r"item_ptr\(\): only an element of a global tensor has an address"):
+        trace(lambda k: k.shared_tensor(dtype=float32, shape=[4, 8])[0:2, 1].item_ptr())  # a region, not an element

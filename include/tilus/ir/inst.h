@@ -71,6 +71,7 @@ namespace tilus {
   X(StoreGlobalVector)        \
   X(Atomic)                   \
   X(Item)                     \
+  X(SharedItemPtr)            \
   X(Semaphore)                \
   X(Printf)                   \
   X(Assume)                   \
@@ -649,6 +650,16 @@ struct ItemInst : InstNode {
   Var var;
   Tensor x;
   // It defines `var` for what follows, which dead-code elimination cannot see through tensors.
+  bool has_side_effects() const override { return true; }
+};
+
+// var = the generic address of the first element of the shared tensor (or view) x, a pointer
+// to its dtype (NVIDIA Tilus's SharedTensor.item_ptr()). Accesses made through it are the
+// kernel's own: the passes do not see them.
+struct SharedItemPtrInst : InstNode {
+  TILUS_INST_COMMON(SharedItemPtr, "item_ptr")
+  Var var;
+  Tensor x;
   bool has_side_effects() const override { return true; }
 };
 

@@ -546,6 +546,9 @@ class Script {
                              Loc loc = Loc::current());
   // The address of g[indices...] (Tilus's g[i, j].item_ptr()).
   Expr item_ptr(const GlobalTensor& g, std::vector<Expr> indices, Loc loc = Loc::current());
+  // The generic address of s[indices...] (all of s's dims; none: its first element), Tilus's
+  // SharedTensor.item_ptr(). Accesses through it are the kernel's own: no pass sees them.
+  Expr item_ptr(const SharedTensor& s, std::vector<Expr> indices = {}, Loc loc = Loc::current());
   // The group waits until the int32 at `semaphore` holds `value` / stores `value` there after
   // the group's earlier writes (NVIDIA Tilus's names).
   void lock_semaphore(const Expr& semaphore, const Expr& value, Loc loc = Loc::current());

@@ -58,6 +58,17 @@ void Emitter::emit_builtin(const InstNode& inst) {
       values_[i.var.operator->()] = load_reg(i.x, i32(0));
       return;
     }
+    case InstKind::SharedItemPtr: {
+      auto& i = static_cast<const SharedItemPtrInst&>(inst);
+      const SharedView& view = facts.shared(inst, i.x);
+      if (!view.planned) fail(inst, "the shared tensor has no planned offset; run the pass pipeline first");
+      Expr offset = shared_offset(view, std::vector<Expr>(i.x.rank(), int_const(0)));
+      int64_t eb = i.x.dtype().storage_bytes(1);
+      llvm::Value* bytes = b.CreateMul(b.CreateSExt(expr(simplify(offset)), b.getInt64Ty()), b.getInt64(eb));
+      llvm::Value* base = b.CreateConstGEP1_64(b.getInt8Ty(), shared_base, uint64_t(view.base_bytes));
+      values_[i.var.operator->()] = b.CreateGEP(b.getInt8Ty(), base, bytes);
+      return;
+    }
     case InstKind::ThreadIndex: {
       auto& i = static_cast<const ThreadIndexInst&>(inst);
       int64_t n = i.out.num_elements();

@@ -671,6 +671,7 @@ void Emitter::emit_inst_body(const InstNode& inst) {
     case InstKind::LoadGlobalVector:
     case InstKind::StoreGlobalVector:
     case InstKind::Item:
+    case InstKind::SharedItemPtr:
     case InstKind::Semaphore: emit_builtin(inst); return;
     default: break;
   }

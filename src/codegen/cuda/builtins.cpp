@@ -59,6 +59,17 @@ void Emitter::emit_builtin(const InstNode& inst) {
       var_names_[i.var.get()] = v;
       return;
     }
+    case InstKind::SharedItemPtr: {
+      auto& i = static_cast<const SharedItemPtrInst&>(inst);
+      const SharedView& view = facts_.shared(inst, i.x);
+      if (!view.planned) fail(inst, "the shared tensor has no planned offset; run the pass pipeline first");
+      std::string v = fresh(i.var.name());
+      linef("{}* const {} = reinterpret_cast<{}*>(tilus_smem + {}) + ({});", ctype(i.x.dtype()), v,
+            ctype(i.x.dtype()), view.base_bytes,
+            expr(simplify(shared_offset(view, std::vector<Expr>(i.x.rank(), int_const(0))))));
+      var_names_[i.var.get()] = v;
+      return;
+    }
     case InstKind::ThreadIndex: {
       // spatial(n): thread t of the group holds element t in its only slot.
       auto& i = static_cast<const ThreadIndexInst&>(inst);

@@ -461,6 +461,7 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::LoadGlobalVector:
     case InstKind::StoreGlobalVector:
     case InstKind::Item:
+    case InstKind::SharedItemPtr:
     case InstKind::Semaphore: emit_builtin(inst); return;
     case InstKind::AnnotateLayout: return;  // consumed by layout inference
     default: break;
