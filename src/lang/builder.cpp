@@ -518,35 +518,15 @@ Tensor Builder::global_tensor(DataType dtype, std::vector<Expr> shape, bool requ
 }
 
 Expr Builder::item_ptr(const Tensor& t, std::vector<Expr> indices, SourceLoc loc) {
-  if (t.defined() && t.is_shared()) {
-    if (!indices.empty()) {
-      if (indices.size() != size_t(t.rank()))
-        throw CompileError(fmt::format("item_ptr: {} has {} dims but {} indices were given", t.type_str(), t.rank(),
-                                       indices.size()),
-                           loc);
-      for (auto& i : indices) check_index(i, "indices", loc, "item_ptr");
-      std::vector<int> dims;
-      Tensor view = slice_shared(t, std::move(indices), dims, {}, loc);
-      return item_ptr(view, {}, loc);
-    }
-    if (t.dtype().is_subbyte())
-      throw CompileError(fmt::format("item_ptr: the elements of {} are packed below a byte and have no address of "
-                                     "their own",
-                                     t.type_str()),
-                         loc);
-    auto i = make_inst<SharedItemPtrInst>(loc);
-    i->x = t;
-    i->var = Var(t->name.empty() ? "ptr" : t->name + "_ptr", t.dtype().pointer_to(), VarRole::Local);
-    emit(i);
-    return i->var;
-  }
+  bool shared = t.defined() && t.is_shared();
   auto it = global_ptrs_.find(t.get());
-  if (!t.defined() || !t.is_global() || it == global_ptrs_.end())
-    throw CompileError(fmt::format("item_ptr: only an element of a global tensor of this kernel has an address "
-                                   "here, got {}",
+  if (!shared && (!t.defined() || !t.is_global() || it == global_ptrs_.end()))
+    throw CompileError(fmt::format("item_ptr: only an element of a global tensor of this kernel or of a shared tensor "
+                                   "has an address here, got {}",
                                    type_of(t)),
                        loc);
-  if (indices.size() != size_t(t.rank()))
+  // A shared tensor without indices: its first element.
+  if (!(shared && indices.empty()) && indices.size() != size_t(t.rank()))
     throw CompileError(fmt::format("item_ptr: {} has {} dims but {} indices were given", t.type_str(), t.rank(),
                                    indices.size()),
                        loc);
@@ -556,6 +536,13 @@ Expr Builder::item_ptr(const Tensor& t, std::vector<Expr> indices, SourceLoc loc
                                    t.type_str()),
                        loc);
   for (auto& i : indices) check_index(i, "indices", loc, "item_ptr");
+  if (shared) {
+    auto i = make_inst<SharedItemPtrInst>(loc);
+    i->x = indices.empty() ? t : slice_shared(t, std::move(indices), {}, {}, loc);
+    i->var = Var(t->name.empty() ? "ptr" : t->name + "_ptr", t.dtype().pointer_to(), VarRole::Local);
+    emit(i);
+    return i->var;
+  }
   Expr offset = int_const(0, dtypes::int64);  // a global tensor always has its strides (Tensor::global)
   for (size_t d = 0; d < indices.size(); ++d)
     offset = offset + tilus::cast(indices[d], dtypes::int64) * tilus::cast(t->strides[d], dtypes::int64);

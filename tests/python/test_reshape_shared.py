@@ -65,16 +65,21 @@ def test_reshape_shared_in_the_ir():
     assert any(ln.startswith("sync()") or "wait" in ln for ln in lines[lines.index(alloc):read]), lines
 
 
+def _trace(body):
+    """Traces a one-warp kernel whose body is `body(script)` (compile-only through the passes when
+    NVRTC is present, so that layout-time errors show)."""
+
+    class K(tilus.Script):
+        def __call__(self, a: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            body(self)
+
+    return K().ir(np.zeros(4, np.float32), arch="sm_90a") if NVRTC else tilus.trace(K())
+
+
 def test_reshape_shared_errors():
-    def trace(body):
-        class K(tilus.Script):
-            def __call__(self, a: ~float32):
-                self.attrs.blocks = [1]
-                self.attrs.warps = 1
-                body(self)
-
-        return K().ir(np.zeros(4, np.float32), arch="sm_90a") if NVRTC else tilus.trace(K())
-
+    trace = _trace
     with pytest.raises(tilus.CompileError, match=r"reshape_shared: shared float32\[4, 8\] has 32 elements, the shape "
                                                  r"\[5, 6\] has 30"):
         trace(lambda k: k.reshape_shared(k.shared_tensor(dtype=float32, shape=[4, 8]), [5, 6]))
@@ -119,14 +124,7 @@ def test_shared_item_ptr(arrays):
 
 
 def test_shared_item_ptr_errors():
-    def trace(body):
-        class K(tilus.Script):
-            def __call__(self, a: ~float32):
-                self.attrs.blocks = [1]
-                self.attrs.warps = 1
-                body(self)
-
-        return tilus.trace(K())
+    trace = _trace
 
     with pytest.raises(tilus.CompileError, match=r"item_ptr: the elements of shared int4\[64\] are packed below a byte"):
         trace(lambda k: k.shared_tensor(dtype=tilus.int4, shape=[64]).item_ptr())
