@@ -717,7 +717,8 @@ Kernel solve_layouts(const Kernel& k) {
   };
   if (dots.dots.empty()) return solve_with_conversions(k);
   if (solves()) return *solved;
-  // Every combination of the dots' plans (up to 256), fewest non-default choices first.
+  // Every combination of the dots' plans (when there are at most 256), fewest non-default choices
+  // first.
   std::vector<size_t> sizes;
   size_t total = 1;
   for (auto& [d, threads] : dots.dots) {
@@ -741,6 +742,27 @@ Kernel solve_layouts(const Kernel& k) {
       if (solves()) return *solved;
       choices.clear();
     }
+  } else {
+    // Too many to list: one changed dot, then two, ..., each dot's plans in order, the first
+    // 256 tried.
+    size_t tries = 0;
+    std::function<bool(size_t, size_t)> change = [&](size_t from, size_t left) {
+      if (left == 0) {
+        ++tries;
+        return solves();
+      }
+      for (size_t i = from; i < sizes.size(); ++i) {
+        for (size_t p = 1; p < sizes[i] && tries < 256; ++p) {
+          choices[dots.dots[i].first] = p;
+          if (change(i + 1, left - 1)) return true;
+        }
+        choices.erase(dots.dots[i].first);
+      }
+      return false;
+    };
+    for (size_t n = 1; n <= sizes.size() && tries < 256; ++n)
+      if (change(0, n)) return *solved;
+    choices.clear();
   }
   return solve_with_conversions(k);  // the default splits, with conversions where uses conflict
 }

@@ -341,6 +341,9 @@ class ChainedDots(tilus.Script):
         self.sv = self.cuda.resolve_dot_config(float16, float32, m=bq, n=d, k=bkv, warp_m=warps, warp_n=1)
 
     def __call__(self, q: ~float16, k: ~float16, v: ~float16, o: ~float32):
+        self.chain(q, k, v, o)
+
+    def chain(self, q, k, v, o):
         self.attrs.blocks = [1]
         self.attrs.warps = self.warps
         bq, bkv, d = self.bq, self.bkv, self.d
@@ -365,6 +368,41 @@ def test_annotated_dot_configs_choose_the_warp_split(arrays, bq, bkv, d, warps):
     kernel(arrays.put(q), arrays.put(k), arrays.put(v), o)
     p = np.exp((q.astype(np.float32) @ k.T.astype(np.float32)) * 0.125).astype(np.float16).astype(np.float32)
     np.testing.assert_allclose(arrays.host(o), p @ v.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+class ThreeAnnotatedDots(ChainedDots):
+    """ChainedDots plus a third product, s2 = q @ k.T again with its own annotation: with 8 warps
+    the three dots have more than 256 combinations of plans, which are searched fewest changes
+    first (no conversion is needed: each annotation is a plan's)."""
+
+    def __call__(self, q: ~float16, k: ~float16, v: ~float16, o: ~float32, o2: ~float32):
+        self.chain(q, k, v, o)
+        bq, bkv, d = self.bq, self.bkv, self.d
+        rq = self.load_global(self.global_view(q, shape=[bq, d]), offsets=[0, 0], shape=[bq, d])
+        rk = self.load_global(self.global_view(k, shape=[bkv, d]), offsets=[0, 0], shape=[bkv, d])
+        s2 = self.dot(rq, rk.transpose(), acc_dtype=float32)
+        self.annotate_layout(s2, self.qk.lc)
+        self.store_global(self.global_view(o2, shape=[bq, bkv]), s2, offsets=[0, 0])
+
+
+def test_more_than_256_plan_combinations_are_searched(arrays):
+    bq, bkv, d, warps = 128, 128, 64, 8
+    kernel = ThreeAnnotatedDots(bq, bkv, d, warps)
+    rng = np.random.default_rng(10)
+    q, k, v = (rng.uniform(-1, 1, shape).astype(np.float16) for shape in ((bq, d), (bkv, d), (bkv, d)))
+    sizes = [len(tilus._C.dot_plans(float16, float32, m, n, kk, 32 * warps)) for m, n, kk in
+             ((bq, bkv, d), (bq, d, bkv), (bq, bkv, d))]
+    assert sizes[0] * sizes[1] * sizes[2] > 256, sizes
+    o, o2 = arrays.put(np.zeros((bq, d), np.float32)), arrays.put(np.zeros((bq, bkv), np.float32))
+    kernel(arrays.put(q), arrays.put(k), arrays.put(v), o, o2)
+    qk = q.astype(np.float32) @ k.T.astype(np.float32)
+    np.testing.assert_allclose(arrays.host(o2), qk, rtol=2e-3, atol=2e-3)
+    p = np.exp(qk * 0.125).astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(arrays.host(o), p @ v.astype(np.float32), rtol=2e-3, atol=2e-3)
+    if tilus._C.nvrtc_available():
+        ir = kernel.ir(q, k, v, np.zeros((bq, d), np.float32), np.zeros((bq, bkv), np.float32),
+                       arch="sm_90a")["infer_layouts"]
+        assert "_convert" not in ir, ir
 
 
 def test_resolve_dot_config_errors_and_default_split():
