@@ -613,7 +613,9 @@ namespace {
 // so `use` sees a tensor of its own, which layout inference lays out as `use` needs, and the
 // other uses keep theirs. nullopt where `use` cannot take one (an annotation, an instruction
 // that updates `t` in place).
-std::optional<Kernel> convert_at(const Kernel& k, const TensorNode* t, const InstNode* use) {
+std::optional<Kernel> convert_at(const Kernel& k, const TensorNode* t, const InstNode* use,
+                                 std::unordered_set<const TensorNode*>& made) {
+  if (made.count(t)) return std::nullopt;  // a conversion's own tensor: converting it again cannot help
   if (!use || use->kind() == InstKind::AnnotateLayout) return std::nullopt;
   Tensor from;
   bool reads = false, writes = false;
@@ -634,12 +636,14 @@ std::optional<Kernel> convert_at(const Kernel& k, const TensorNode* t, const Ins
     Tensor from;
     bool before;
     bool done = false;
+    Tensor made;
     Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
       if (inst.get() != use) return StmtMutator::mutate_inst(s, inst);
       done = true;
       const SourceLoc& loc = inst->loc;
       auto shape = from.static_shape();
       Tensor other = Tensor::reg(from->name + (before ? "_converted" : "_unconverted"), from.dtype(), shape);
+      made = other;
       auto alloc = make_inst<AllocateSharedInst>(loc);
       alloc->out = Tensor::shared(from->name + "_convert", from.dtype(), shape);
       auto store = make_inst<StoreSharedInst>(loc);
@@ -664,19 +668,26 @@ std::optional<Kernel> convert_at(const Kernel& k, const TensorNode* t, const Ins
   insert.before = reads;
   Kernel out = insert.mutate(k);
   if (!insert.done) return std::nullopt;
+  made.insert(insert.made.get());
   return out;
 }
 
 // Layout inference with conversions: where two uses of a tensor need different layouts, a
-// conversion goes at the later use (else the earlier); at most 64 conversions per kernel.
+// conversion goes at the later use (else the earlier); a tensor a conversion made is never
+// converted again, and at most 64 conversions go into a kernel. When the conflicts do not end,
+// the first one is reported.
 Kernel solve_with_conversions(Kernel k) {
+  std::unordered_set<const TensorNode*> made;
+  std::optional<LayoutConflict> first;
   for (int converted = 0;; ++converted) {
     try {
       return LayoutSolver(k, {}).run();
     } catch (const LayoutConflict& c) {
-      if (converted == 64) throw;
-      std::optional<Kernel> next = convert_at(k, c.tensor, c.second);
-      if (!next) next = convert_at(k, c.tensor, c.first);
+      if (!first) first = c;
+      std::optional<Kernel> next;
+      if (converted < 64) next = convert_at(k, c.tensor, c.second, made);
+      if (!next && converted < 64) next = convert_at(k, c.tensor, c.first, made);
+      if (!next && made.count(c.tensor)) throw *first;  // the conflicts a conversion started
       if (!next) throw;
       k = std::move(*next);
     }

@@ -139,3 +139,32 @@ def test_two_annotations_cannot_be_converted():
     with pytest.raises(tilus.CompileError, match=r"'x' needs .* for annotate_layout at .* and .* for annotate_layout "
                                                  r"at .*no conversion through shared memory can go between them"):
         TwoAnnotations().ir(np.zeros((64, 32), np.float32), np.zeros((64, 32), np.float32), arch="sm_90a")
+
+
+def test_an_accumulator_annotated_with_another_mapping(arrays):
+    """A dot accumulating in a loop into a tile annotated with a mapping that is not the dot's:
+    the dot reads a converted copy of the accumulator and its result is converted back every
+    trip; the sum is still a @ b twice."""
+
+    class Accumulate(tilus.Script):
+        def __call__(self, a: ~float16, b: ~float16, c: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            x = self.load_global(self.global_view(a, shape=[64, 32]), offsets=[0, 0], shape=[64, 32])
+            y = self.load_global(self.global_view(b, shape=[32, 64]), offsets=[0, 0], shape=[32, 64])
+            acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+            for _ in range(2):
+                self.dot(x, y, acc, out=acc)
+            self.store_global(self.global_view(c, shape=[64, 64]), acc, offsets=[0, 0])
+            self.annotate_layout(acc, tilus.spatial(16, 8).local(4, 8))
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 32)).astype(np.float16)
+    b = rng.standard_normal((32, 64)).astype(np.float16)
+    c = arrays.put(np.zeros((64, 64), np.float32))
+    Accumulate()(arrays.put(a), arrays.put(b), c)
+    np.testing.assert_allclose(arrays.host(c), 2 * (a.astype(np.float32) @ b.astype(np.float32)), rtol=1e-3,
+                               atol=1e-3)
+    if NVRTC:
+        ir = Accumulate().ir(a, b, np.zeros((64, 64), np.float32), arch="sm_90a")["infer_layouts"]
+        assert ir.count("_convert = shared_tensor()") >= 1, ir
