@@ -164,14 +164,7 @@ class FactCollector : public StmtVisitor {
       case InstKind::AllocateShared: {
         auto& alloc = static_cast<const AllocateSharedInst&>(inst);
         if (!alloc.out.defined()) return;
-        SharedView v;
-        v.root = alloc.out;
-        v.base_bytes = std::max<int64_t>(0, alloc.offset);
-        v.planned = alloc.offset >= 0;
-        v.offsets.assign(alloc.out.rank(), int_const(0));
-        v.dims.resize(alloc.out.rank());
-        std::iota(v.dims.begin(), v.dims.end(), 0);
-        f_.shared_[alloc.out.get()] = v;
+        f_.shared_[alloc.out.get()] = whole(alloc.out, std::max<int64_t>(0, alloc.offset), alloc.offset >= 0);
         return;
       }
       case InstKind::SliceShared: {
@@ -191,14 +184,8 @@ class FactCollector : public StmtVisitor {
         auto& r = static_cast<const ReshapeSharedInst&>(inst);
         auto it = f_.shared_.find(r.src.get());
         if (it == f_.shared_.end() || !r.out.defined()) return;
-        SharedView v;
-        v.root = r.out;
-        v.base_bytes = it->second.base_bytes;
-        v.planned = it->second.planned;
+        SharedView v = whole(r.out, it->second.base_bytes, it->second.planned);
         v.alias = it->second.alias.defined() ? it->second.alias : it->second.root;
-        v.offsets.assign(r.out.rank(), int_const(0));
-        v.dims.resize(r.out.rank());
-        std::iota(v.dims.begin(), v.dims.end(), 0);
         f_.shared_[r.out.get()] = v;
         return;
       }
@@ -207,6 +194,18 @@ class FactCollector : public StmtVisitor {
   }
 
  private:
+  // The view of all of `root`, a tensor whose bytes start at `base_bytes` of shared memory.
+  static SharedView whole(const Tensor& root, int64_t base_bytes, bool planned) {
+    SharedView v;
+    v.root = root;
+    v.base_bytes = base_bytes;
+    v.planned = planned;
+    v.offsets.assign(root.rank(), int_const(0));
+    v.dims.resize(root.rank());
+    std::iota(v.dims.begin(), v.dims.end(), 0);
+    return v;
+  }
+
   // The argument contract: the first write through each pointer parameter's views.
   void note_writes(const InstNode& inst) {
     for (const InstNode::Operand& op : inst.traits()) {

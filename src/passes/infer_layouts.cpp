@@ -685,8 +685,8 @@ Kernel solve_with_conversions(Kernel k) {
     } catch (const LayoutConflict& c) {
       if (!first) first = c;
       std::optional<Kernel> next;
-      if (converted < 64) next = convert_at(k, c.tensor, c.second, made);
-      if (!next && converted < 64) next = convert_at(k, c.tensor, c.first, made);
+      if (converted < 64 && !(next = convert_at(k, c.tensor, c.second, made)))
+        next = convert_at(k, c.tensor, c.first, made);
       if (!next && made.count(c.tensor)) throw *first;  // the conflicts a conversion started
       if (!next) throw;
       k = std::move(*next);

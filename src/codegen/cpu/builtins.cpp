@@ -65,8 +65,7 @@ void Emitter::emit_builtin(const InstNode& inst) {
       Expr offset = shared_offset(view, std::vector<Expr>(i.x.rank(), int_const(0)));
       int64_t eb = i.x.dtype().storage_bytes(1);
       llvm::Value* bytes = b.CreateMul(b.CreateSExt(expr(simplify(offset)), b.getInt64Ty()), b.getInt64(eb));
-      llvm::Value* base = b.CreateConstGEP1_64(b.getInt8Ty(), shared_base, uint64_t(view.base_bytes));
-      values_[i.var.operator->()] = b.CreateGEP(b.getInt8Ty(), base, bytes);
+      values_[i.var.operator->()] = b.CreateGEP(b.getInt8Ty(), shared_side(view).base, bytes);
       return;
     }
     case InstKind::ThreadIndex: {
