@@ -1044,7 +1044,8 @@ PYBIND11_MODULE(_C, m) {
         static const std::map<std::string, MbarrierOp> ops{{"arrive", MbarrierOp::Arrive},
                                                            {"arrive_and_expect_tx", MbarrierOp::ArriveExpectTx},
                                                            {"expect_tx", MbarrierOp::ExpectTx},
-                                                           {"wait", MbarrierOp::Wait}};
+                                                           {"wait", MbarrierOp::Wait},
+                                                           {"cp_async_arrive", MbarrierOp::CpAsyncArrive}};
         b.mbarrier(ops.at(op), barrier, to_expr(value), sem, scope, cta_id.is_none() ? Expr() : to_expr(cta_id),
                    loc_of(loc));
       })
@@ -1054,9 +1055,10 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("tma_copy_tile", [](Builder& b, const Tensor& global, const Tensor& shared, const py::iterable& offsets,
                                std::vector<int> dims, std::optional<Tensor> barrier, bool load, L loc,
-                               const py::object& multicast_mask) {
+                               const py::object& multicast_mask, const py::object& cache_policy) {
         b.tma_copy_tile(global, shared, to_exprs(offsets), std::move(dims), barrier ? *barrier : Tensor(), load,
-                        loc_of(loc), multicast_mask.is_none() ? Expr() : to_expr(multicast_mask));
+                        loc_of(loc), multicast_mask.is_none() ? Expr() : to_expr(multicast_mask),
+                        cache_policy.is_none() ? Expr() : to_expr(cache_policy));
       })
       .def("c2d_im2col", [](Builder& b, const Tensor& img, const Tensor& col, const py::object& nhw_step,
                             const py::object& c_step, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,

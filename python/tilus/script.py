@@ -773,6 +773,16 @@ class Script(Artifacts):
         _builder().mbarrier("expect_tx", _barrier(mbarrier, "mbarrier_expect_tx: mbarrier", loc),
                             _scalar(tx, "mbarrier_expect_tx: tx", loc), "relaxed", "cta", None, loc)
 
+    def cp_async_barrier_noinc(self, barrier: SharedTensor) -> None:
+        """Every thread of the group arrives once at ``barrier`` when all the cp.async copies it issued
+        before (``copy_async``, ``async_copy``) have landed (seed 004; PTX
+        ``cp.async.mbarrier.arrive.noinc``): the arrival counts toward the barrier's expected count,
+        so allocate it with one count per arriving thread. A wait on the barrier then covers those
+        copies: the passes add no ``copy_async_wait_group`` for the waiting threads. sm_80."""
+        loc = _here()
+        _builder().mbarrier("cp_async_arrive", _barrier(barrier, "cp_async_barrier_noinc: barrier", loc), 1,
+                            "release", "cta", None, loc)
+
     def barrier_wait(self, mbarrier: SharedTensor, parity: _Scalar) -> None:
         """``mbarrier_wait_parity`` under its other seed name."""
         self.mbarrier.wait(mbarrier, parity)
@@ -1523,6 +1533,18 @@ def _barrier(x, what, loc):
     return _tensor(x, what, loc, SharedTensor)
 
 
+def _cache_policy(x, what, loc):
+    """A raw 64-bit L2 cache policy: None, a Python int (its 64 bits; past 2^63 as the negative int64 of
+    the same bits) or an integer kernel scalar."""
+    if x is None:
+        return None
+    if isinstance(x, int) and not isinstance(x, bool):
+        if not -(1 << 63) <= x < (1 << 64):
+            raise CompileError(f"{_where(loc)}{what}: cache_policy={x:#x} does not fit in 64 bits")
+        return x - (1 << 64) if x >= (1 << 63) else x
+    return _scalar(x, f"{what}: cache_policy", loc)
+
+
 def _one_of(dim, dims, what, loc):
     """dim (NVIDIA Tilus's name) or dims (tilus's first name for it), exactly one."""
     if (dim is None) == (dims is None):
@@ -1631,31 +1653,33 @@ class TmaGroup:
         (``mbarrier.arrive_and_expect_tx``) and on which it waits. Elements outside ``src`` are
         zero-filled. ``multicast_mask`` (an integer, bit i for the cluster's block of rank i): every
         block of the mask receives the tile at ``dst``'s offset in its shared memory, and its barrier
-        at ``mbarrier``'s offset completes the bytes. ``cta_group`` 1 and no ``cache_policy`` (the
-        others are not supported yet)."""
+        at ``mbarrier``'s offset completes the bytes. ``cache_policy``: a raw 64-bit L2 cache policy
+        (an integer, such as CUTLASS's ``0x12F0000000000000`` for evict-first, or a uint64 kernel
+        parameter), issued with the ``.L2::cache_hint`` form of the load. ``cta_group`` 1 only."""
         loc = _here()
-        if cta_group != 1 or cache_policy is not None:
-            raise CompileError(f"{_where(loc)}tma.global_to_shared: cta_group={cta_group!r}, "
-                               f"cache_policy={cache_policy!r}: only cta_group=1 without a cache policy is supported")
+        if cta_group != 1:
+            raise CompileError(f"{_where(loc)}tma.global_to_shared: cta_group={cta_group!r}: only cta_group=1 is "
+                               f"supported (cta_group=2 is Blackwell's)")
         mask = None if multicast_mask is None else _scalar(multicast_mask, "tma.global_to_shared: multicast_mask", loc)
         _builder().tma_copy_tile(_tensor(src, "tma.global_to_shared: src", loc, GlobalTensor),
                                  _tensor(dst, "tma.global_to_shared: dst", loc, SharedTensor),
                                  _exprs(offsets, "tma.global_to_shared: offsets", loc),
                                  _ints(dims, "tma.global_to_shared: dims", loc),
-                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc, mask)
+                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc, mask,
+                                 _cache_policy(cache_policy, "tma.global_to_shared", loc))
 
     def shared_to_global(self, src: SharedTensor, dst: GlobalTensor, offsets: Sequence[_Int], dims: _Dims = None,
                          cache_policy: Any = None) -> None:
         """Copies ``src`` into the tile of ``dst`` at ``offsets``; elements outside ``dst`` are not
         written. Asynchronous: ``commit_group`` then ``wait_group`` before ``src`` is written again
-        (a write before the wait is a CompileError)."""
+        (a write before the wait is a CompileError). ``cache_policy``: a raw 64-bit L2 cache policy, as
+        for ``global_to_shared``."""
         loc = _here()
-        if cache_policy is not None:
-            raise CompileError(f"{_where(loc)}tma.shared_to_global: cache_policy is not supported yet")
         _builder().tma_copy_tile(_tensor(dst, "tma.shared_to_global: dst", loc, GlobalTensor),
                                  _tensor(src, "tma.shared_to_global: src", loc, SharedTensor),
                                  _exprs(offsets, "tma.shared_to_global: offsets", loc),
-                                 _ints(dims, "tma.shared_to_global: dims", loc), None, False, loc, None)
+                                 _ints(dims, "tma.shared_to_global: dims", loc), None, False, loc, None,
+                                 _cache_policy(cache_policy, "tma.shared_to_global", loc))
 
     def commit_group(self) -> None:
         """Closes the group of TMA stores issued since the last commit."""

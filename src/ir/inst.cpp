@@ -194,6 +194,7 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   if (scalar) v.attr("scalar", "true");
   if (barrier.defined()) v.operand("barrier", barrier, Access::Read, kShared, nullptr);
   if (multicast_mask.defined()) v.expr("multicast_mask", multicast_mask);
+  if (cache_policy.defined()) v.expr("cache_policy", cache_policy);
 }
 
 void Im2colInst::visit_fields(FieldVisitor& v) {
@@ -225,6 +226,7 @@ const char* to_string(MbarrierOp op) {
     case MbarrierOp::ArriveExpectTx: return "arrive_and_expect_tx";
     case MbarrierOp::ExpectTx: return "expect_tx";
     case MbarrierOp::Wait: return "wait";
+    case MbarrierOp::CpAsyncArrive: return "cp_async_arrive";
   }
   return "?";
 }
@@ -239,7 +241,8 @@ void MbarrierInitInst::visit_fields(FieldVisitor& v) {
 void MbarrierInst::visit_fields(FieldVisitor& v) {
   v.operand("barrier", barrier, Access::Read, kShared, nullptr);
   if (value_tensor.defined()) v.operand("phase", value_tensor, Access::Read, kRegister, nullptr);
-  else v.expr(op == MbarrierOp::Wait ? "phase" : op == MbarrierOp::Arrive ? "count" : "transaction_bytes", value);
+  else if (op != MbarrierOp::CpAsyncArrive)
+    v.expr(op == MbarrierOp::Wait ? "phase" : op == MbarrierOp::Arrive ? "count" : "transaction_bytes", value);
   if (cta_id.defined()) v.expr("cta_id", cta_id);
   if (sem != (op == MbarrierOp::Wait ? "acquire" : "release")) v.attr("sem", sem);
   if (scope != "cta") v.attr("scope", scope);

@@ -466,6 +466,11 @@ void check_mbarrier(const MbarrierInst& i) {
       fail(i, fmt::format("phase must be a scalar or a one-element integer register tensor, got {}", ty(t)));
     return;
   }
+  if (i.op == MbarrierOp::CpAsyncArrive) {
+    if (i.cta_id.defined() || i.sem != "release" || i.scope != "cta")
+      fail(i, "arrives on a barrier of this block, with release semantics at block scope (no cta_id, sem or scope)");
+    return;
+  }
   const char* what = i.op == MbarrierOp::Wait ? "phase" : i.op == MbarrierOp::Arrive ? "count" : "transaction_bytes";
   if (!is_integer_expr(i.value) && !(i.value.defined() && i.value.dtype().is_bool()))
     fail(i, fmt::format("{} must be an integer, got {} of type {}", what, expr_str(i.value), dtype_str(i.value)));
@@ -596,6 +601,15 @@ void check_copy(const CopyInst& i) {
     fail(i, fmt::format("multicast_mask is an integer mask of the cluster's blocks, for tma.global_to_shared only; got "
                         "{} on {} (src {}, dst {})",
                         i.multicast_mask.dtype().name(), i.display_name(), ty(s), ty(d)));
+  if (i.cache_policy.defined()) {
+    if (i.api != CopyApi::TmaGlobalToShared && i.api != CopyApi::TmaSharedToGlobal)
+      fail(i, "cache_policy is for tma.global_to_shared and tma.shared_to_global; other copies take eviction_policy");
+    if (!is_integer_expr(i.cache_policy))
+      fail(i, fmt::format("cache_policy is a 64-bit L2 cache policy (an integer), got {} of type {}",
+                          expr_str(i.cache_policy), dtype_str(i.cache_policy)));
+    if (i.eviction_policy)
+      fail(i, "give the L2 hint once: cache_policy or eviction_policy, not both");
+  }
   if ((i.api == CopyApi::AsyncCopy || i.use_cp_async) && !(s.is_global() && d.is_shared()))
     fail(i, fmt::format("cp.async copies global to shared memory, got src {} and dst {}", ty(s), ty(d)));
   if (i.coalesced_width && !is_pow2(*i.coalesced_width))

@@ -1025,7 +1025,7 @@ void Builder::mbarrier_wait(const Tensor& barrier, const Tensor& phase, const st
 
 void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets,
                             std::vector<int> dims, const Tensor& barrier, bool load, SourceLoc loc,
-                            Expr multicast_mask) {
+                            Expr multicast_mask, Expr cache_policy) {
   const char* name = load ? "tma.global_to_shared" : "tma.shared_to_global";
   if (!global.defined() || !global.is_global() || !shared.defined() || !shared.is_shared())
     throw CompileError(fmt::format("{}: expected a global and a shared tensor, got {} and {}", name, type_of(global),
@@ -1071,6 +1071,9 @@ void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vec
   i->use_tma = true;
   i->barrier = barrier;
   i->multicast_mask = std::move(multicast_mask);
+  // Integers of any width name the policy's 64 bits (a Python int past 2^63 arrives negative).
+  i->cache_policy = cache_policy.defined() && cache_policy.dtype().is_integer() ? simplify(tilus::cast(cache_policy, dtypes::uint64))
+                                                                               : cache_policy;
   i->src = load ? g : s;
   i->dst = load ? s : g;
   emit(i);

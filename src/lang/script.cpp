@@ -345,6 +345,9 @@ void Script::mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Lo
 void Script::mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc) {
   mbarrier.expect_tx(barrier, tx, {}, loc);
 }
+void Script::cp_async_barrier_noinc(const SharedTensor& barrier, Loc loc) {
+  builder().mbarrier(MbarrierOp::CpAsyncArrive, barrier.bound() ? barrier.tensor() : Tensor(), 1, "release", "cta", Expr(), SourceLoc::from(loc));
+}
 void Script::barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc) {
   mbarrier.wait(barrier, parity, {}, loc);
 }
@@ -472,11 +475,12 @@ void MbarrierGroup::wait(const SharedTensor& barrier, const RegisterTensor& phas
 void TmaGroup::global_to_shared(const GlobalTensor& src, const SharedTensor& dst, TmaTileOptions opts,
                                 const SharedTensor& mbarrier, Loc loc) const {
   script->builder().tma_copy_tile(src.tensor(), dst.tensor(), std::move(opts.offsets), std::move(opts.dims),
-                                  barrier_of(mbarrier), true, SourceLoc::from(loc), std::move(opts.multicast_mask));
+                                  barrier_of(mbarrier), true, SourceLoc::from(loc), std::move(opts.multicast_mask),
+                                  std::move(opts.cache_policy));
 }
 void TmaGroup::shared_to_global(const SharedTensor& src, const GlobalTensor& dst, TmaTileOptions opts, Loc loc) const {
   script->builder().tma_copy_tile(dst.tensor(), src.tensor(), std::move(opts.offsets), std::move(opts.dims), Tensor(),
-                                  false, SourceLoc::from(loc), std::move(opts.multicast_mask));
+                                  false, SourceLoc::from(loc), std::move(opts.multicast_mask), std::move(opts.cache_policy));
 }
 void TmaGroup::commit_group(Loc loc) const { script->builder().tma_commit_group(SourceLoc::from(loc)); }
 void TmaGroup::wait_group(int64_t n, bool read, Loc loc) const {

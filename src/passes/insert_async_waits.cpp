@@ -150,9 +150,16 @@ class WaitInserter {
             wait(state, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
             return s;
           case InstKind::Mbarrier: {
-            // A wait on a barrier completes the TMA loads of that barrier's tensor (any index:
+            // A wait on a barrier completes the TMA loads of that barrier's tensor, and the cp.async
+            // copies a cp_async_barrier_noinc handed to it (any index:
             // which phase it is is the kernel's business; a wait on the wrong one hangs).
             auto& m = static_cast<const MbarrierInst&>(inst);
+            if (m.op == MbarrierOp::CpAsyncArrive) {
+              // cp_async_barrier_noinc: this thread's cp.async copies now also complete on the barrier.
+              for (auto& c : state)
+                if (c.completion == Completion::CpAsyncGroup && !c.barrier) c.barrier = map_.barrier_root(m);
+              return s;
+            }
             if (m.op != MbarrierOp::Wait) return s;
             // A thread group that never waits on the barriers of its own TMA loads hands them to
             // another group (a producer): it learns they landed, and were read, through the
@@ -161,8 +168,7 @@ class WaitInserter {
             const auto& waited = group_waits_.back();
             state.erase(std::remove_if(state.begin(), state.end(),
                                        [&](const SharedAccess& c) {
-                                         return c.completion == Completion::MbarrierTx &&
-                                                (c.barrier == root || !waited.count(c.barrier));
+                                         return c.barrier && (c.barrier == root || !waited.count(c.barrier));
                                        }),
                         state.end());
             return s;

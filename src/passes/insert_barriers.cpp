@@ -188,13 +188,19 @@ class BarrierInserter {
           case InstKind::Mbarrier: {
             // The threads that wait on a barrier see the TMA loads that complete on it: those
             // need no barrier for them (groups that meet through mbarriers).
+            // So do the cp.async copies a cp_async_barrier_noinc hands to the barrier.
             auto& m = static_cast<const MbarrierInst&>(inst);
-            if (m.op != MbarrierOp::Wait) break;
             const TensorNode* root = map_.barrier_root(m);
+            if (m.op == MbarrierOp::CpAsyncArrive) {
+              for (auto& p : pending)
+                if (p.completion == Completion::CpAsyncGroup && !p.barrier) p.barrier = root;
+              break;
+            }
+            if (m.op != MbarrierOp::Wait) break;
             pending.erase(std::remove_if(pending.begin(), pending.end(),
                                          [&](const Access& p) {
-                                           return p.async && p.completion == Completion::MbarrierTx &&
-                                                  p.barrier == root;
+                                           return p.barrier == root &&
+                                                  (p.async || p.completion == Completion::CpAsyncGroup);
                                          }),
                           pending.end());
             break;

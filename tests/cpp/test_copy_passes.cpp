@@ -917,3 +917,37 @@ TEST(ItemPasses, TheElementIsHeldByEveryThreadAndItsScalarIsAnOffset) {
   EXPECT_NE(after.find("item(x="), std::string::npos) << after;
   EXPECT_NE(after.find("spatial=[r128"), std::string::npos) << "every thread holds the element: " << after;
 }
+
+// cp_async_barrier_noinc hands the thread's cp.async copies to an mbarrier: a wait on it covers
+// them, so neither a cp.async wait nor a block barrier is added before the read.
+void noinc_body(K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+  auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+  auto bars = k.mbarrier.alloc({128});
+  k.copy_async(a, sa, {.offsets = {0, 0}});
+  k.cp_async_barrier_noinc(bars[0]);
+  k.mbarrier.wait(bars[0], MbarrierGroup::consumer_initial_phase);
+  k.store_global(a, k.load_shared(sa), {.offsets = {32, 0}});
+}
+
+TEST(CopyAsyncWaits, CpAsyncBarrierNoincCoversTheCopies) {
+  auto s = golden_case("waits_cp_async_noinc", "insert_async_waits", noinc_body, {.arch = "sm_90a"});
+  EXPECT_EQ(names(s.after), (std::vector<std::string>{"mbarrier.alloc", "copy_async", "cp_async_barrier_noinc",
+                                                      "mbarrier.wait", "load_shared", "store_global"}));
+  // Without the barrier the read waits for the copy.
+  auto plain = golden_case("waits_cp_async_no_barrier", "insert_async_waits",
+                           [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+                             auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+                             k.copy_async(a, sa, {.offsets = {0, 0}});
+                             k.store_global(a, k.load_shared(sa), {.offsets = {32, 0}});
+                           },
+                           {.arch = "sm_90a"});
+  EXPECT_EQ(names(plain.after), (std::vector<std::string>{"copy_async", "copy_async_commit_group",
+                                                          "copy_async_wait_group", "load_shared", "store_global"}));
+}
+
+TEST(CopyAsyncWaits, CpAsyncBarrierNoincNeedsNoBlockBarrier) {
+  auto s = golden_case("barriers_cp_async_noinc", "insert_barriers", noinc_body, {.arch = "sm_90a"});
+  // One barrier: after the barriers' initialization, before their first use.
+  EXPECT_EQ(names(s.after), (std::vector<std::string>{"mbarrier.alloc", "copy_async", "sync", "cp_async_barrier_noinc",
+                                                      "mbarrier.wait", "load_shared", "store_global"}));
+}

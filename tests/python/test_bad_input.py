@@ -295,6 +295,7 @@ METHOD_CASES = [
     ("mbetx-str", lambda k, v: k.mbarrier_expect_tx(k.mbarrier.alloc([1]), "8"), ["mbarrier_expect_tx", "tx", "scalar", "str"]),
     ("bw-phase-tensor", lambda k, v: k.barrier_wait(k.mbarrier.alloc([1]), v.r), ["mbarrier.wait", "phase", "scalar", "one-element", r"float32\[16, 16\]"]),
     ("ba-global", lambda k, v: k.barrier_arrive(v.g), ["mbarrier.arrive", "shared tensor", "global"]),
+    ("noinc-not-barrier", lambda k, v: k.cp_async_barrier_noinc(v.s), ["cp_async_barrier_noinc", "one mbarrier", "shared"]),
     ("wgw-str", lambda k, v: k.warpgroup_wait("0"), ["wgmma.wait_group", "n", "str"]),
     ("wwg-float", lambda k, v: k.wait_wgmma(1.5), ["wgmma.wait_group", "n", "float"]),
     ("wgfo-global", lambda k, v: k.warpgroup_fence_operand(v.g), ["warpgroup_fence_operand", "register tensor", "global"]),

@@ -491,3 +491,102 @@ def test_multicast_mask_must_be_an_integer():
     with pytest.raises(tilus.CompileError, match=r"multicast_mask is an integer mask of the cluster's blocks") as e:
         Bad().ir(32, np.zeros((32, 64), np.float16), arch="sm_90a")
     assert "test_hopper_copies.py:" in str(e.value)
+
+
+class CpAsyncOnBarrier(tilus.Script):
+    """y = 2 x, a [64, 64] tile per block: cp.async into shared, then every thread hands its copies
+    to an mbarrier (cp_async_barrier_noinc) and waits on it, in two stages of one barrier each."""
+
+    def __call__(self, m: int32, n: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 64), tilus.cdiv(n, 64)]
+        self.attrs.warps = 4
+        gx, gy = self.global_view(x, shape=[m, n]), self.global_view(y, shape=[m, n])
+        s = self.shared_tensor(dtype=float16, shape=[2, 32, 64])
+        bars = self.mbarrier.alloc(counts=[128, 128])  # one arrival per thread
+        o = [self.blockIdx.x * 64, self.blockIdx.y * 64]
+        for half in range(2):
+            self.copy_async(gx, s[half], offsets=[o[0] + half * 32, o[1]])
+            self.cp_async_barrier_noinc(bars[half])
+        for half in range(2):
+            self.mbarrier.wait(bars[half], phase=0)
+            v = self.load_shared(s[half])
+            self.store_global(gy, v + v, offsets=[o[0] + half * 32, o[1]])
+
+
+def test_cp_async_barrier_noinc_covers_the_copies(arrays):
+    m, n = 90, 136  # ragged: the last tiles cross the tensor's edge
+    h = np.random.default_rng(11).uniform(-4, 4, size=(m, n)).astype(np.float16)
+    y = arrays.put(np.zeros((m, n), np.float16))
+    CpAsyncOnBarrier()(m, n, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), h + h)
+
+
+def test_cp_async_barrier_noinc_needs_no_inserted_wait():
+    x = np.zeros((128, 128), np.float16)
+    ir = final_ir(CpAsyncOnBarrier(), 128, 128, x, x, arch="sm_90a")
+    assert ir.count("cp_async_barrier_noinc(") == 1 and "copy_async_wait" not in ir, ir
+    src = CpAsyncOnBarrier().source(128, 128, x, x, arch="sm_80")
+    assert src.count("tilus::cp_async_mbarrier_arrive_noinc(") == 1
+    assert "cp.async.mbarrier.arrive.noinc.shared.b64" in CpAsyncOnBarrier().ptx(128, 128, x, x, arch="sm_80")
+
+
+EVICT_FIRST, EVICT_LAST = 0x12F0000000000000, 0x14F0000000000000  # createpolicy's encodings (as CUTLASS's)
+
+
+class RawPolicyTma(tilus.Script):
+    """y = x + 1 through shared memory: tma.global_to_shared with a constant raw L2 policy, and
+    tma.shared_to_global with the policy passed as a uint64 parameter."""
+
+    def __call__(self, m: int32, n: int32, policy: tilus.uint64, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 32), tilus.cdiv(n, 64)]
+        self.attrs.warps = 4
+        o = [self.blockIdx.x * 32, self.blockIdx.y * 64]
+        s = self.shared_tensor(dtype=float16, shape=[32, 64])
+        bar = self.mbarrier.alloc(counts=[1])
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=32 * 64 * 2)
+            self.tma.global_to_shared(src=self.global_view(x, shape=[m, n]), dst=s, offsets=o, mbarrier=bar,
+                                      cache_policy=EVICT_FIRST)
+        self.mbarrier.wait(bar, phase=0)
+        self.store_shared(s, self.load_shared(s) + 1)
+        self.tma.shared_to_global(s, self.global_view(y, shape=[m, n]), offsets=o, cache_policy=policy)
+        self.tma.commit_group()
+        self.tma.wait_group(0)
+
+
+def test_tma_raw_cache_policies(arrays):
+    m, n = 75, 200  # ragged: boxes cross the tensor's far edges
+    x = np.zeros((m, n), np.float16)
+    ir = final_ir(RawPolicyTma(), m, n, EVICT_LAST, x, x, arch="sm_90a")
+    assert f"cache_policy={EVICT_FIRST}" in ir.replace("_uint64", ""), ir
+    src = RawPolicyTma().source(m, n, EVICT_LAST, x, x, arch="sm_90a")
+    assert re.search(r"tilus::tma_load<2>\([^;]*, policy[_0-9]*\);", src), src
+    assert re.search(r"tilus::tma_store<2>\([^;]*, policy[_0-9]*\);", src), src
+    ptx = RawPolicyTma().ptx(m, n, EVICT_LAST, x, x, arch="sm_90a")
+    assert "createpolicy" not in ptx
+    assert ".global.tile.mbarrier::complete_tx::bytes.L2::cache_hint" in ptx
+    assert ".global.shared::cta.bulk_group.L2::cache_hint" in ptx
+    h = np.random.default_rng(12).uniform(-4, 4, size=(m, n)).astype(np.float16)
+    y = arrays.put(np.zeros((m, n), np.float16))
+    RawPolicyTma()(m, n, EVICT_LAST, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), h + np.float16(1))
+
+
+@pytest.mark.parametrize("policy,match", [
+    (1 << 64, r"tma.global_to_shared: cache_policy=0x10000000000000000 does not fit in 64 bits"),
+    (1.5, r"tma.global_to_shared: cache_policy is a 64-bit L2 cache policy \(an integer\), got 1.5 of type float32"),
+])
+def test_bad_cache_policies_name_the_copy(policy, match):
+    class Bad(tilus.Script):
+        def __call__(self, n: int32, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            s = self.shared_tensor(dtype=float32, shape=[32, 32])
+            bar = self.mbarrier.alloc(counts=[1])
+            with self.single_thread():
+                self.tma.global_to_shared(src=self.global_view(x, shape=[n, 32]), dst=s, offsets=[0, 0], mbarrier=bar,
+                                          cache_policy=policy)
+
+    with pytest.raises(tilus.CompileError, match=match) as e:
+        Bad().ir(32, np.zeros((32, 32), np.float32), arch="sm_90a")
+    assert "test_hopper_copies.py:" in str(e.value)

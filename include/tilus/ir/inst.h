@@ -330,6 +330,10 @@ struct CopyInst : InstNode {
   // block only).
   Expr multicast_mask;
   std::optional<EvictPolicy> eviction_policy;
+  // tma.global_to_shared / shared_to_global: a raw 64-bit L2 cache policy (what createpolicy
+  // makes, e.g. CUTLASS's 0x12F0000000000000 for evict-first), issued with the .L2::cache_hint
+  // form (undefined: none).
+  Expr cache_policy;
   std::map<std::string, std::string> annotations;
   RegisterLayout loop_layout;  // optional thread mapping for the SIMT path
   bool scalar = false;          // both sides single elements: a direct store
@@ -471,6 +475,10 @@ enum class MbarrierOp : uint8_t {
   ArriveExpectTx,  // every thread arrives once and adds `value` bytes to the transaction count
   ExpectTx,        // every thread adds `value` bytes to the transaction count (no arrival)
   Wait,            // every thread waits until the phase of parity `value` has completed
+  // cp_async_barrier_noinc: every thread arrives once when all its earlier cp.async copies have
+  // landed (cp.async.mbarrier.arrive.noinc; the arrival counts toward the barrier's expected
+  // count). `value` is 1.
+  CpAsyncArrive,
 };
 const char* to_string(MbarrierOp op);
 
@@ -487,7 +495,9 @@ struct MbarrierInst : InstNode {
   // Wait: the phase kept in a one-element register tensor (NVIDIA Tilus's examples keep phases
   // in register tensors); `value` is then undefined.
   Tensor value_tensor;
-  std::string display_name() const override { return std::string("mbarrier.") + to_string(op); }
+  std::string display_name() const override {
+    return op == MbarrierOp::CpAsyncArrive ? "cp_async_barrier_noinc" : std::string("mbarrier.") + to_string(op);
+  }
   bool has_side_effects() const override { return true; }
 };
 

@@ -149,7 +149,8 @@ class Builder {
   // tensor at `offsets` of the global one, along global dims `dims` (default: the trailing ones).
   // `multicast_mask` (loads; undefined: none): the cluster's blocks that receive the box.
   void tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets, std::vector<int> dims,
-                     const Tensor& barrier, bool load, SourceLoc loc, Expr multicast_mask = Expr());
+                     const Tensor& barrier, bool load, SourceLoc loc, Expr multicast_mask = Expr(),
+                     Expr cache_policy = Expr());
   void c2d_im2col(const Tensor& img, const Tensor& col, Expr nhw_step, Expr c_step, int64_t kernel, int64_t stride,
                   int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy, SourceLoc loc);
   void tma_commit_group(SourceLoc loc);

@@ -282,6 +282,7 @@ struct TmaTileOptions {
   std::vector<Expr> offsets;  // one per global dim
   std::vector<int> dims;      // the global dim of each shared dim (default: the trailing ones)
   Expr multicast_mask;        // global_to_shared: the cluster's blocks (bit i: rank i) that receive the box
+  Expr cache_policy;          // a raw 64-bit L2 cache policy (createpolicy's), for the .L2::cache_hint form
 };
 struct AtomicOptions {
   std::string sem = "relaxed";  // "relaxed" | "acquire" | "release" | "acq_rel"
@@ -586,6 +587,9 @@ class Script {
   void mbarrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
   void mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Loc loc = Loc::current());
   void mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc = Loc::current());
+  // Every thread arrives once on `barrier` when its earlier cp.async copies have landed
+  // (cp.async.mbarrier.arrive.noinc: the arrival counts toward the expected count).
+  void cp_async_barrier_noinc(const SharedTensor& barrier, Loc loc = Loc::current());
   void barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc = Loc::current());
   void barrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
   void fence_proxy_async(Loc loc = Loc::current());

@@ -79,6 +79,9 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
         case MbarrierOp::Arrive:
           mbarrier_op(kMbarrierArrive, bar, b.CreateMul(value, threads));
           return;
+        case MbarrierOp::CpAsyncArrive:  // cp.async copies have landed when issued here
+          mbarrier_op(kMbarrierArrive, bar, threads);
+          return;
         case MbarrierOp::ArriveExpectTx:
           mbarrier_op(kMbarrierExpectTx, bar, b.CreateMul(value, threads));
           mbarrier_op(kMbarrierArrive, bar, threads);

@@ -65,6 +65,12 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
         case MbarrierOp::Wait:
           linef("tilus::mbarrier_wait{}({}, uint32_t({}) & 1u);", mbarrier_args(i), bar, v);
           return;
+        case MbarrierOp::CpAsyncArrive:
+          if (target.sm < 80)
+            fail(inst, fmt::format("{} (cp.async.mbarrier.arrive) needs sm_80, the target is {}", inst.display_name(),
+                                   target.arch));
+          linef("tilus::cp_async_mbarrier_arrive_noinc({});", bar);
+          return;
       }
       return;
     }
@@ -113,7 +119,7 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
                           : barrier_address(i, i.barrier);
     open(fmt::format("if ({})", elected()));
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
-    std::string policy = declare_policy(*this, i.eviction_policy);  // the L2 hint, "" for none
+    std::string policy = declare_policy(*this, i.eviction_policy, i.cache_policy);  // the L2 hint, "" for none
     if (i.api == CopyApi::TmaCopy || rec.copy_barrier >= 0)
       linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bytes);
     if (i.multicast_mask.defined())
@@ -148,7 +154,7 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
       line("__trap();");
       close();
     }
-    std::string policy = declare_policy(*this, i.eviction_policy);
+    std::string policy = declare_policy(*this, i.eviction_policy, i.cache_policy);
     linef("tilus::tma_store<{}>({}, {}, {}{});", rank, tmap, smem, c, policy.empty() ? "" : ", " + policy);
     if (rec.completion == Completion::Synchronous) {
       line("tilus::tma_commit_group();");

@@ -145,6 +145,7 @@ class Emitter {
 
 // Declares the L2 cache policy variable of an eviction policy and returns its name ("" for none or
 // evict_normal): the hint of cp.async, vectorized global accesses and TMA copies.
-std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e);
+// The L2 cache policy of an eviction hint, or the raw 64-bit policy `raw` where defined.
+std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e, const Expr& raw = Expr());
 
 }  // namespace tilus::cuda

@@ -368,7 +368,12 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
 }  // namespace
 
 // The L2 policy variable for an eviction policy ("" for evict_normal).
-std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e) {
+std::string declare_policy(Emitter& em, std::optional<EvictPolicy> e, const Expr& raw) {
+  if (raw.defined()) {
+    std::string policy = em.fresh("policy");
+    em.linef("const uint64_t {} = uint64_t({});", policy, em.expr(simplify(raw)));
+    return policy;
+  }
   if (!e || *e == EvictPolicy::Normal) return "";
   std::string policy = em.fresh("policy");
   em.linef("const uint64_t {} = tilus::policy_evict_{}();", policy, *e == EvictPolicy::First ? "first" : "last");

@@ -879,6 +879,12 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar, uint32_t count) {
 #endif
 }
 
+// Arrives once on `bar` when every cp.async this thread issued before has landed; .noinc: the
+// arrival counts toward the barrier's expected count (cp_async_barrier_noinc).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Arrives on the barrier at the same offset in block `cta` of the cluster; Cluster: with
 // release semantics at cluster scope (this thread's earlier writes become visible to the peer's
 // waiters), else at the default (CTA) scope, which orders nothing across blocks and costs less.
