@@ -252,6 +252,32 @@ KernelFacts::KernelFacts(const Kernel& k) : kernel_(k) {
     const Var& p = k.params[index];
     if (p.dtype().is_integer()) ctx_.set_divisor(p, d);
   }
+  // assume(...) at the top of the body (reached by every launch) over the scalar parameters
+  // only: a fact of every launch, which the launcher checks. `p % k == 0` makes the largest
+  // power of two dividing k a divisor of p.
+  if (auto* seq = k.body ? dynamic_cast<const SeqStmtNode*>(k.body.get()) : nullptr) {
+    auto params_only = [&](const Expr& e) {
+      for (const Var& v : free_vars(e))
+        if (std::none_of(k.params.begin(), k.params.end(),
+                         [&](const Var& p) { return p.same_as(v) && !p.dtype().is_pointer(); }))
+          return false;
+      return true;
+    };
+    for (const Stmt& s : seq->stmts) {
+      auto* is = s->kind == StmtKind::Inst ? static_cast<const InstStmtNode*>(s.get()) : nullptr;
+      auto* a = is ? dynamic_cast<const AssumeInst*>(is->inst.get()) : nullptr;
+      if (!a || !a->cond.defined() || !params_only(a->cond)) continue;
+      assumptions_.push_back({a->cond, a->loc});
+      auto* eq = a->cond.as<BinaryNode>();
+      auto* mod = eq && eq->op == BinaryOp::Eq && eq->b.is_int_const(0) ? eq->a.as<BinaryNode>() : nullptr;
+      if (!mod || (mod->op != BinaryOp::Mod && mod->op != BinaryOp::FloorMod) || !mod->b.is_int_const() ||
+          mod->b.int_value() <= 0 || !mod->a.as<VarNode>())
+        continue;
+      int64_t k2 = mod->b.int_value() & -mod->b.int_value();  // its largest power-of-two divisor
+      Var p(mod->a);
+      if (k2 > ctx_.divisor_of(p)) ctx_.set_divisor(p, k2);
+    }
+  }
   contracts_.resize(k.params.size());
   FactCollector c(*this);
   c.visit(k.body);

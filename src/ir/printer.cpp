@@ -50,9 +50,12 @@ class Printer {
         shape += (d ? ", " : "") + expr(m.shape[d]);
         strides += (d ? ", " : "") + expr(m.strides[d]);
       }
-      out_ += fmt::format("  tensor_map {}: {} + {} bytes, {}[{}] strides [{}] box [{}] swizzle {}\n", i,
+      std::string im2col = m.im2col ? fmt::format(" im2col pixel_box [{}, {}] stride {}", m.lower, m.upper,
+                                                   m.traversal_stride)
+                                    : "";
+      out_ += fmt::format("  tensor_map {}: {} + {} bytes, {}[{}] strides [{}] box [{}] swizzle {}{}\n", i,
                           var_name(*k.params[m.param].operator->()), expr(m.offset), m.dtype.name(), shape, strides,
-                          fmt::join(m.box, ", "), m.swizzle_bytes);
+                          fmt::join(m.box, ", "), m.swizzle_bytes, im2col);
     }
     for (const GlobalScratch& g : k.global_tensors) {
       std::string shape;

@@ -388,7 +388,17 @@ class Selector : public StmtMutator {
   // elements share the pixel and the kernel position when w divides C and the tile's k
   // extent, and are contiguous and aligned when the channels are and every stride and the
   // pointer allow w.
-  Lowering im2col(const Im2colInst& i) const {
+  Lowering im2col(const Im2colInst& i) {
+    TensorMapSpec spec;
+    std::string why = tma_im2col_plan(i, spec);
+    if (why.empty()) {
+      Lowering l;  // synchronous: every thread of the group waits on a copy barrier
+      l.op = MachineOp::TmaLoad;
+      l.completion = Completion::Synchronous;
+      l.tensor_map = tensor_map(spec);
+      l.copy_barrier = int(copy_barriers_++);
+      return l;
+    }
     DataType dt = i.col.dtype();
     auto shape = i.col.static_shape();
     int64_t eb = bytes_of(dt);
@@ -407,7 +417,7 @@ class Selector : public StmtMutator {
     l.op = MachineOp::Simt;
     l.vector = w;
     l.mapping = default_register_layout(shape, dt, scope().threads, w);
-    l.note = target_.has_tma() ? "tma: TMA im2col is not lowered yet" : "";
+    l.note = "tma im2col: " + why;
     return l;
   }
 
@@ -553,28 +563,8 @@ class Selector : public StmtMutator {
           return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
                              to_string(acc.strides[d]), d);
     }
-    // The shared tile must be the box, densely in row-major order (up to TMA's swizzle), and
-    // start on 128 bytes.
-    SharedView view = facts_.shared_region(c, sm, rank);
-    const Tensor& root = view.root;
-    const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
-    int64_t expect = 1;
-    for (int d = rank - 1; d >= 0; --d) {
-      if (box[d] == 1) continue;
-      int rd = view.dims[d];
-      if (rd < 0 || sl.strides()[rd] != expect)
-        return "not legal: the shared tile is not the box stored densely in row-major order";
-      expect *= box[d];
-    }
-    Expr start = facts_.simplify(shared_start_unswizzled(view));
-    if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
-    int64_t swizzle = tma_swizzle_span(sl.swizzle(), eb);
-    if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
-    if (swizzle > 0) {
-      if (inner_bytes != swizzle)
-        return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
-                           swizzle, swizzle);
-    }
+    int64_t swizzle = 0;
+    if (std::string why = tma_shared_tile(facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
     spec.param = acc.param;
     spec.offset = acc.param_offset_bytes;
     spec.dtype = dt;
@@ -589,19 +579,102 @@ class Selector : public StmtMutator {
     return "";
   }
 
+  // Why the shared tile `view` (whose dim d has extent box[d]) cannot be a TMA box of elements of
+  // `eb` bytes, or "" and its swizzle span: the box stored densely in row-major order (up to
+  // TMA's swizzle, whose span must be the box's rows), starting on 128 bytes.
+  std::string tma_shared_tile(const SharedView& view, const std::vector<int64_t>& box, int64_t eb,
+                              int64_t& swizzle) const {
+    const Tensor& root = view.root;
+    const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
+    int64_t expect = 1;
+    for (int d = int(box.size()) - 1; d >= 0; --d) {
+      if (box[size_t(d)] == 1) continue;
+      int rd = view.dims[size_t(d)];
+      if (rd < 0 || sl.strides()[size_t(rd)] != expect)
+        return "not legal: the shared tile is not the box stored densely in row-major order";
+      expect *= box[size_t(d)];
+    }
+    Expr start = facts_.simplify(shared_start_unswizzled(view));
+    if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
+    swizzle = tma_swizzle_span(sl.swizzle(), eb);
+    if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+    int64_t inner_bytes = box.back() * eb;
+    if (swizzle > 0 && inner_bytes != swizzle)
+      return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
+                         swizzle, swizzle);
+    return "";
+  }
+
+  // c2d_im2col by TMA's im2col mode, or why not. One load brings, for one kernel position
+  // (kh, kw), `bk` channels of `bm` consecutive output pixels: the pixel walk starts at the
+  // tile's first pixel (its window's top-left corner in the image) and steps by the conv stride
+  // through the pixel box [-pad, size - 1 + pad - dilation * (kernel - 1)] of each spatial dim,
+  // wrapping to the next row and image like the [N, OH, OW] order; the kernel position is the
+  // load's offset. So a tile's channels must stay in one kernel position (C a known multiple
+  // of bk). The base pointer's and strides' 16-byte alignment must be proven, as for copy.
+  std::string tma_im2col_plan(const Im2colInst& i, TensorMapSpec& spec) const {
+    if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+    DataType dt = i.col.dtype();
+    if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
+    int64_t eb = bytes_of(dt);
+    auto shape = i.col.static_shape();
+    int64_t bm = shape[0], bk = shape[1];
+    const GlobalAccess& acc = facts_.global(i, i.img);
+    if (bm > 256 || bk > 256) return fmt::format("not legal: the tile [{}, {}] exceeds 256 pixels or channels", bm, bk);
+    if (bk * eb % 16) return fmt::format("not legal: a pixel's {} channels are {} bytes, not a multiple of 16", bk, bk * eb);
+    if (!facts_.simplify(acc.strides[3]).is_int_const(1)) return "not legal: the channels are not contiguous";
+    if (facts_.divisor(acc.shape[3]) % bk)
+      return fmt::format("not legal: C ({}) is not a known multiple of the tile's {} channels (a tile must stay in "
+                         "one kernel position)",
+                         to_string(facts_.simplify(acc.shape[3])), bk);
+    if (acc.param < 0 || !acc.param_offset_bytes.defined())
+      return "not legal: the image is not a pointer parameter moved by integers (a tensor map needs its address)";
+    if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
+      return "not legal: the image's base pointer is not known to be 16-byte aligned";
+    for (int d = 0; d < 3; ++d)
+      if (facts_.divisor(acc.strides[d]) * eb % 16)
+        return fmt::format("not legal: image stride {} of dim {} is not a known multiple of 16 bytes",
+                           to_string(facts_.simplify(acc.strides[d])), d);
+    // The pixel box's corners and the kernel offsets are 8-bit signed and unsigned in 2-D
+    // im2col; traversal strides at most 8.
+    int64_t reach = i.dilation * (i.kernel - 1);
+    if (i.stride > 8) return fmt::format("not legal: stride {} exceeds TMA's traversal stride of 8", i.stride);
+    if (i.pad > 128 || i.pad - reach < -128 || i.pad - reach > 127 || reach > 255)
+      return fmt::format("not legal: pad {} and a dilated kernel reach of {} exceed TMA's 8-bit pixel box corners",
+                         i.pad, reach);
+    int64_t swizzle = 0;
+    if (std::string why = tma_shared_tile(facts_.shared(i, i.col), {bm, bk}, eb, swizzle); !why.empty()) return why;
+    spec.param = acc.param;
+    spec.offset = acc.param_offset_bytes;
+    spec.dtype = dt;
+    for (auto& e : acc.shape) spec.shape.push_back(facts_.simplify(e));
+    for (auto& e : acc.strides) spec.strides.push_back(facts_.simplify(e));
+    spec.box = {bm, bk};
+    spec.swizzle_bytes = int(swizzle);
+    spec.im2col = true;
+    spec.lower = -i.pad;
+    spec.upper = i.pad - reach;
+    spec.traversal_stride = i.stride;
+    spec.loc = i.loc;
+    spec.inst = i.display_name();
+    return "";
+  }
+
+  // The kernel's tensor map `spec` (an equal one is shared).
+  int tensor_map(const TensorMapSpec& spec) {
+    for (size_t i = 0; i < tensor_maps_.size(); ++i)
+      if (tensor_maps_[i].same(spec)) return int(i);
+    tensor_maps_.push_back(spec);
+    return int(tensor_maps_.size()) - 1;
+  }
+
   // The lowering of a TMA copy through `spec` (added to the kernel's tensor maps).
   Lowering tma_copy(const CopyInst& c, const TensorMapSpec& spec, bool synchronous) {
     Lowering l;
     bool load = c.src.tensor.is_global();
     l.op = load ? MachineOp::TmaLoad : MachineOp::TmaStore;
     l.completion = synchronous ? Completion::Synchronous : load ? Completion::MbarrierTx : Completion::TmaStoreGroup;
-    l.tensor_map = -1;
-    for (size_t i = 0; i < tensor_maps_.size() && l.tensor_map < 0; ++i)
-      if (tensor_maps_[i].same(spec)) l.tensor_map = int(i);
-    if (l.tensor_map < 0) {
-      l.tensor_map = int(tensor_maps_.size());
-      tensor_maps_.push_back(spec);
-    }
+    l.tensor_map = tensor_map(spec);
     if (synchronous && load) l.copy_barrier = int(copy_barriers_++);
     return l;
   }

@@ -495,6 +495,14 @@ std::string AotBundle::source() const {
                          "return tilus_s;",
                          d, c_string(text), s.cluster[d], d));
       }
+      // The kernel's assumptions about its scalars (it was compiled trusting them).
+      for (const Assumption& a : s.assumptions) {
+        std::string text = fmt::format("assume({}) at {}", to_string(a.cond), a.loc.str());
+        line(fmt::format("tilus_x = {};", CExpr(s, names, text)(a.cond)));
+        line(fmt::format("if (!tilus_bad && !tilus_x) return tilus_aot_fail(TILUS_AOT_ERROR_ARGUMENT, \"%s: %s does "
+                         "not hold for these arguments\", tilus_fn, {});",
+                         c_string(text)));
+      }
       line("if ((tilus_s = tilus_aot_load(tilus_fn, tilus_v, &" + e.name + "_modules[" + std::to_string(vi) +
            "], tilus_dev, &tilus_l))) return tilus_s;");
       // Global tensors: each at a 128-byte multiple of its kind's buffer, in call order.
@@ -532,20 +540,22 @@ std::string AotBundle::source() const {
         for (size_t d = 0; d < spec.shape.size(); ++d) {
           dims.push_back(c(spec.shape[d]));
           strides.push_back(c(spec.strides[d]));
-          box.push_back(std::to_string(spec.box[d]) + "u");
         }
+        for (int64_t b : spec.box) box.push_back(std::to_string(b) + "u");  // im2col: {pixels, channels}
         line(fmt::format("_Alignas(64) unsigned char tilus_map{}[128];", m));
         line("{");
         line(fmt::format("  const long long dims[] = {{{}}};", fmt::join(dims, ", ")));
         line(fmt::format("  const long long strides[] = {{{}}};", fmt::join(strides, ", ")));
         line(fmt::format("  const unsigned box[] = {{{}}};", fmt::join(box, ", ")));
+        if (spec.im2col)
+          line(fmt::format("  const int im2col[] = {{{}, {}, {}}};", spec.lower, spec.upper, spec.traversal_stride));
         line(fmt::format("  unsigned long long address = (unsigned long long)(uintptr_t){} + (unsigned long long)({});",
                          names[size_t(spec.param)], c(spec.offset)));
         line(fmt::format("  static tilus_aot_map_cache_t cache;"));
         line(fmt::format("  if ((tilus_s = tilus_aot_tensor_map_cached(&cache, tilus_dev, tilus_fn, {}, {}, {}, {}, "
-                         "address, dims, strides, box, {}, tilus_bad, tilus_map{}))) return tilus_s;",
+                         "address, dims, strides, box, {}, {}, tilus_bad, tilus_map{}))) return tilus_s;",
                          c_string(copy), c_string(names[size_t(spec.param)]), spec.dtype.storage_bytes(1),
-                         spec.shape.size(), spec.swizzle_bytes, m));
+                         spec.shape.size(), spec.swizzle_bytes, spec.im2col ? "im2col" : "NULL", m));
         line("}");
         hidden += fmt::format(", tilus_map{}", m);
       }

@@ -70,6 +70,8 @@ struct Driver {
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuTensorMapEncodeTiled)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*, const uint32_t*,
                                      const uint32_t*, int, int, int, int) = nullptr;
+  CUresult (*cuTensorMapEncodeIm2col)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*, const int*,
+                                      const int*, uint32_t, uint32_t, const uint32_t*, int, int, int, int) = nullptr;
 
   CUcontext context = nullptr;
   DeviceInfo info;
@@ -122,6 +124,7 @@ Driver load_driver() {
             bind(lib, d.cuGetErrorString, {"cuGetErrorString"});
   bind(lib, d.cuLaunchKernelEx, {"cuLaunchKernelEx"});
   bind(lib, d.cuTensorMapEncodeTiled, {"cuTensorMapEncodeTiled"});
+  bind(lib, d.cuTensorMapEncodeIm2col, {"cuTensorMapEncodeIm2col"});
   bind(lib, d.cuLaunchCooperativeKernel, {"cuLaunchCooperativeKernel"});
   bind(lib, d.cuOccupancyMaxActiveBlocksPerMultiprocessor, {"cuOccupancyMaxActiveBlocksPerMultiprocessor"});
   if (!ok) {
@@ -317,19 +320,30 @@ float EventTimer::stop_ms(Stream stream) {
 
 void encode_tensor_map(void* map128, int elem_bytes, const std::vector<uint64_t>& dims,
                        const std::vector<uint64_t>& byte_strides, const std::vector<uint32_t>& box, int swizzle_bytes,
-                       DevicePtr address) {
+                       DevicePtr address, const Im2colBox* im2col) {
   const Driver& d = driver();
-  if (!d.cuTensorMapEncodeTiled)
-    throw RuntimeError("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)");
+  const char* entry = im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled";
+  if (im2col ? !d.cuTensorMapEncodeIm2col : !d.cuTensorMapEncodeTiled)
+    throw RuntimeError(fmt::format("the CUDA driver has no {} (TMA needs a CUDA 12 driver)", entry));
   // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32 / UINT64.
   int type = elem_bytes == 1 ? 0 : elem_bytes == 2 ? 1 : elem_bytes == 4 ? 2 : 4;
   int swizzle = swizzle_bytes == 0 ? 0 : swizzle_bytes == 32 ? 1 : swizzle_bytes == 64 ? 2 : 3;
   std::vector<uint32_t> element_strides(dims.size(), 1);
   // No interleave, L2 promotion of 128 bytes, zero fill.
-  CUresult r = d.cuTensorMapEncodeTiled(map128, type, uint32_t(dims.size()), reinterpret_cast<void*>(address),
-                                        dims.data(), byte_strides.data(), box.data(), element_strides.data(), 0,
-                                        swizzle, 2, 0);
-  if (r != 0) throw RuntimeError(fmt::format("cuTensorMapEncodeTiled failed: {}", error_text(d, r)));
+  CUresult r;
+  if (im2col) {
+    // The spatial dims (all but the channels, innermost, and the images, outermost) walk with
+    // the conv stride through the same pixel box.
+    std::vector<int> lower(dims.size() - 2, int(im2col->lower)), upper(dims.size() - 2, int(im2col->upper));
+    for (size_t k = 1; k + 1 < dims.size(); ++k) element_strides[k] = uint32_t(im2col->stride);
+    r = d.cuTensorMapEncodeIm2col(map128, type, uint32_t(dims.size()), reinterpret_cast<void*>(address), dims.data(),
+                                  byte_strides.data(), lower.data(), upper.data(), uint32_t(im2col->channels),
+                                  uint32_t(im2col->pixels), element_strides.data(), 0, swizzle, 2, 0);
+  } else {
+    r = d.cuTensorMapEncodeTiled(map128, type, uint32_t(dims.size()), reinterpret_cast<void*>(address), dims.data(),
+                                 byte_strides.data(), box.data(), element_strides.data(), 0, swizzle, 2, 0);
+  }
+  if (r != 0) throw RuntimeError(fmt::format("{} failed: {}", entry, error_text(d, r)));
 }
 
 }  // namespace tilus

@@ -332,6 +332,20 @@ void check_arguments(const KernelSource& s, const std::vector<KernelArg>& args) 
   for (size_t i = 0; i < args.size(); ++i) {
     if (s.params[i].dtype.is_pointer()) check_contract(s, args, i);
   }
+  // The kernel was compiled trusting its assumptions: a launch that breaks one is refused.
+  for (const Assumption& a : s.assumptions) {
+    auto holds = evaluate_int(s, args, a.cond);
+    if (holds && *holds == 0) {
+      std::string values;
+      for (const Var& v : free_vars(a.cond))
+        for (size_t i = 0; i < s.param_vars.size(); ++i)
+          if (s.param_vars[i].same_as(v) && args[i].kind == KernelArg::Kind::Int)
+            values += fmt::format("{}{} = {}", values.empty() ? "" : ", ", v.name(), args[i].i);
+      throw ArgumentError(fmt::format("kernel {}: assume({}) at {} does not hold for these arguments ({}); the kernel "
+                                      "was compiled trusting it",
+                                      s.name, to_string(a.cond), a.loc.str(), values));
+    }
+  }
 }
 
 std::array<uint32_t, 3> Launcher::grid(const std::vector<KernelArg>& args) const {
@@ -587,9 +601,12 @@ void Launcher::fill_tensor_maps(const std::vector<KernelArg>& args, uint8_t* arg
     EncodedMap& cached = maps_[m];
     if (!cached.valid || cached.address != address || cached.dims != dims || cached.strides != strides) {
       std::vector<uint32_t> box;
-      for (int d = rank - 1; d >= 0; --d) box.push_back(uint32_t(spec.box[size_t(d)]));
+      if (!spec.im2col)  // an im2col map's box is {pixels, channels}
+        for (int d = rank - 1; d >= 0; --d) box.push_back(uint32_t(spec.box[size_t(d)]));
       try {
-        encode_tensor_map(cached.bytes.data(), int(eb), dims, strides, box, spec.swizzle_bytes, address);
+        Im2colBox im2col{spec.box[0], spec.im2col ? spec.box[1] : 0, spec.lower, spec.upper, spec.traversal_stride};
+        encode_tensor_map(cached.bytes.data(), int(eb), dims, strides, box, spec.swizzle_bytes, address,
+                          spec.im2col ? &im2col : nullptr);
       } catch (const RuntimeError& e) {
         fail(e.what());
       }

@@ -71,15 +71,26 @@ def test_tma_copy(arrays):
     np.testing.assert_array_equal(arrays.host(y), arrays.host(x))
 
 
-@pytest.mark.parametrize("n,h,w,c,f,ks,s,d,p", [(2, 13, 11, 24, 40, 3, 1, 1, 1), (1, 17, 19, 8, 16, 5, 2, 2, 3),
-                                                 (3, 7, 9, 3, 5, 1, 1, 1, 0)])
-def test_conv2d(arrays, n, h, w, c, f, ks, s, d, p):
+# The last two assume C is a multiple of block_k: on sm_90 c2d_im2col is a TMA im2col load.
+@pytest.mark.parametrize("n,h,w,c,f,ks,s,d,p,cm", [(2, 13, 11, 24, 40, 3, 1, 1, 1, None), (1, 17, 19, 8, 16, 5, 2, 2, 3, None),
+                                                    (3, 7, 9, 3, 5, 1, 1, 1, 0, None), (2, 13, 11, 64, 40, 3, 2, 1, 1, 32),
+                                                    (1, 9, 10, 32, 24, 3, 1, 2, 2, 32)])
+def test_conv2d(arrays, n, h, w, c, f, ks, s, d, p, cm):
     img = arrays.put(arrays.rng.uniform(-1, 1, (n, h, w, c)).astype(np.float16))
     weight = arrays.put(arrays.rng.uniform(-1, 1, (f, ks, ks, c)).astype(np.float16))
     want = conv2d_reference(arrays.host(img), arrays.host(weight), s, d, p)
     out = arrays.put(np.full(want.shape, 7, np.float16))
-    Conv2d(ks, s, d, p)(n, h, w, c, f, img, weight, out)
+    Conv2d(ks, s, d, p, c_multiple=cm)(n, h, w, c, f, img, weight, out)
     np.testing.assert_allclose(arrays.host(out).astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+def test_conv2d_uses_tma_im2col_when_c_is_a_multiple_of_block_k():
+    x, wt = np.zeros((2, 13, 11, 64), np.float16), np.zeros((40, 3, 3, 64), np.float16)
+    args = (2, 13, 11, 64, 40, x, wt, np.zeros((2, 13, 11, 40), np.float16))
+    ir = list(Conv2d(c_multiple=32).ir(*args, arch="sm_90a").values())[-1]
+    assert "im2col pixel_box [-1, -1] stride 1" in ir and "tma.load tensor_map=0" in ir, ir
+    ir = list(Conv2d().ir(*args, arch="sm_90a").values())[-1]
+    assert "tma.load" not in ir and "tma im2col: not legal: C (c)" in ir, ir
 
 
 def test_softmax(arrays):

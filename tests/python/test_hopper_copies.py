@@ -291,12 +291,14 @@ def test_rows_tma_cannot_stride_are_an_argument_error_naming_the_copy():
 class Im2colTile(tilus.Script):
     """The (nhw_step, c_step) tile of the im2col matrix, written back to global memory as is."""
 
-    def __init__(self, bm, bk, kernel, stride, dilation, pad):
+    def __init__(self, bm, bk, kernel, stride, dilation, pad, c_multiple=None):
         super().__init__()
-        self.bm, self.bk, self.geometry = bm, bk, (kernel, stride, dilation, pad)
+        self.bm, self.bk, self.geometry, self.c_multiple = bm, bk, (kernel, stride, dilation, pad), c_multiple
 
     def __call__(self, n: int32, h: int32, w: int32, c: int32, rows: int32, cols: int32, img: ~float16,
                  out: ~float16):
+        if self.c_multiple:
+            self.assume(c % self.c_multiple == 0)  # lets sm_90 use TMA's im2col mode
         self.attrs.blocks = [tilus.cdiv(rows, self.bm), tilus.cdiv(cols, self.bk)]
         self.attrs.warps = 2
         col = self.shared_tensor(dtype=float16, shape=[self.bm, self.bk])
@@ -330,6 +332,43 @@ def test_c2d_im2col_matches_numpy(arrays, shape, geometry, tile):
     out = arrays.put(np.full(want.shape, 7, np.float16))
     Im2colTile(*tile, *geometry)(*shape, *want.shape, arrays.put(h), out)
     np.testing.assert_array_equal(arrays.host(out), want)
+
+
+# TMA's im2col mode (sm_90, C a known multiple of the tile's channels): 128-, 64- and 32-byte rows
+# (every swizzle), strides, dilations and pads, tiles crossing the image's edges and the matrix's end.
+@pytest.mark.parametrize("shape,geometry,tile", [((2, 9, 7, 64), (3, 1, 1, 1), (64, 64)),
+                                                 ((1, 11, 13, 32), (5, 2, 2, 3), (32, 32)),
+                                                 ((3, 6, 5, 16), (2, 3, 1, 0), (64, 16)),
+                                                 ((2, 10, 12, 32), (3, 2, 1, 0), (128, 32))])
+def test_c2d_im2col_by_tma_matches_numpy(arrays, shape, geometry, tile):
+    h = np.random.default_rng(6).uniform(-8, 8, size=shape).astype(np.float16)
+    want = im2col_reference(h, *geometry)
+    x = np.zeros(shape, np.float16)
+    ir = final_ir(Im2colTile(*tile, *geometry, c_multiple=tile[1]), *shape, *want.shape, x, want, arch="sm_90a")
+    assert "lowering: tma.load tensor_map=0 copy_barrier=0 completion=synchronous" in ir, ir
+    k, s, d, p = geometry
+    assert f"im2col pixel_box [{-p}, {p - d * (k - 1)}] stride {s}" in ir, ir
+    ptx = Im2colTile(*tile, *geometry, c_multiple=tile[1]).ptx(*shape, *want.shape, x, want, arch="sm_90a")
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes" in ptx
+    out = arrays.put(np.full(want.shape, 7, np.float16))
+    Im2colTile(*tile, *geometry, c_multiple=tile[1])(*shape, *want.shape, arrays.put(h), out)
+    np.testing.assert_array_equal(arrays.host(out), want)
+
+
+def test_c2d_im2col_says_why_it_is_not_tma():
+    x = np.zeros((2, 9, 7, 64), np.float16)
+    ir = final_ir(Im2colTile(64, 64, 3, 1, 1, 1), 2, 9, 7, 64, 126, 576, x, x, arch="sm_90a")
+    assert "tma im2col: not legal: C (c) is not a known multiple of the tile's 64 channels" in ir, ir
+    ir = final_ir(Im2colTile(64, 64, 3, 9, 1, 1, c_multiple=64), 2, 9, 7, 64, 126, 576, x, x, arch="sm_90a")
+    assert "tma im2col: not legal: stride 9 exceeds TMA's traversal stride of 8" in ir, ir
+
+
+def test_a_broken_assumption_is_an_argument_error(arrays):
+    h = np.zeros((1, 4, 4, 48), np.float16)
+    out = arrays.put(np.zeros((16, 432), np.float16))
+    with pytest.raises(tilus.ArgumentError, match=r"assume\(floor_mod\(c, 32\) == 0\) at .*test_hopper_copies.py:\d+ does not "
+                                                  r"hold for these arguments \(c = 48\)"):
+        Im2colTile(32, 32, 3, 1, 1, 1, c_multiple=32)(1, 4, 4, 48, 16, 432, arrays.put(h), out)
 
 
 def test_c2d_im2col_vectorizes_along_channels():

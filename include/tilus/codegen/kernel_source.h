@@ -51,6 +51,8 @@ struct KernelSource {
   // TMA tensor maps (Kernel::tensor_maps): 128-byte by-value parameters after those, which
   // the launcher encodes from each launch's arguments; not arguments of the caller.
   std::vector<TensorMapSpec> tensor_maps;
+  // The kernel's assume(...) facts about its scalar parameters, checked at every launch.
+  std::vector<Assumption> assumptions;
   int64_t block_threads = 0;
   int64_t shared_memory_bytes = 0;  // dynamic shared memory
   std::string arch;                 // "sm_90a", ...

@@ -31,6 +31,13 @@ struct ViewContract {
   Expr extent;
 };
 
+// A fact about the scalar parameters the kernel states (assume(c % 64 == 0) in the kernel
+// body, outside any branch or loop): the compiler uses it, and every launch checks it.
+struct Assumption {
+  Expr cond;  // over the kernel's scalar parameters
+  SourceLoc loc;
+};
+
 // Everything a kernel asks of one pointer parameter's array.
 struct PointerContract {
   std::vector<ViewContract> views;

@@ -111,6 +111,9 @@ class KernelFacts {
   // --- the argument contract ------------------------------------------------------------
   // Per parameter (empty for scalars and parameters no view is built on).
   const std::vector<PointerContract>& contracts() const { return contracts_; }
+  // The kernel's assumptions about its scalar parameters (divisibility facts such as
+  // `c % 64 == 0` also feed divisor()).
+  const std::vector<Assumption>& assumptions() const { return assumptions_; }
 
   const Kernel& kernel() const { return kernel_; }
 
@@ -123,6 +126,7 @@ class KernelFacts {
   std::unordered_map<const TensorNode*, SharedView> shared_;
   std::unordered_map<const TensorNode*, int> view_params_;  // global view -> its pointer parameter
   std::vector<PointerContract> contracts_;
+  std::vector<Assumption> assumptions_;
 };
 
 // The region dim that each dim of a `tile_rank`-dim tile index lands on, right-aligned:

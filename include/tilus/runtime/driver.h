@@ -54,9 +54,14 @@ void synchronize();
 // of that size): dims and box innermost first, byte strides of the dims after the first,
 // swizzle 0 / 32 / 64 / 128 bytes, out-of-bounds elements zero. Throws RuntimeError with the
 // driver's message when the driver refuses.
+// With `im2col`: cuTensorMapEncodeIm2col instead (box unused), the spatial dims' pixel box
+// [lower, size - 1 + upper] walked with the traversal stride, `pixels` x `channels` per load.
+struct Im2colBox {
+  int64_t pixels = 0, channels = 0, lower = 0, upper = 0, stride = 1;
+};
 void encode_tensor_map(void* map128, int elem_bytes, const std::vector<uint64_t>& dims,
                        const std::vector<uint64_t>& byte_strides, const std::vector<uint32_t>& box, int swizzle_bytes,
-                       DevicePtr address);
+                       DevicePtr address, const Im2colBox* im2col = nullptr);
 
 // A loaded cubin (CUmodule) and one of its functions.
 class LoadedModule {

@@ -164,4 +164,50 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
   }
 }
 
+void Emitter::emit_tma_im2col(const Im2colInst& i) {
+  const Lowering& rec = i.lowering;
+  if (rec.tensor_map < 0 || rec.tensor_map >= int(kernel.tensor_maps.size()) || rec.copy_barrier < 0)
+    throw InternalError(fmt::format("{}: TMA im2col without a tensor map or copy barrier", i.display_name()), i.loc);
+  const TensorMapSpec& map = kernel.tensor_maps[size_t(rec.tensor_map)];
+  SharedView view = facts_.shared(i, i.col);
+  guard_shared_tile(i, view, map.box);
+  int64_t eb = elem_bytes(map.dtype), bm = map.box[0], bk = map.box[1];
+  // The tile's first pixel m0 = (n0, oh0, ow0) and kernel position k0 = (kh, kw, c0), as in
+  // im2col_map. A tile past the matrix (or an image smaller than the window) loads from image
+  // n = N: out of bounds, all zero.
+  const GlobalAccess& g = facts_.global(i, i.img);
+  const DataType i64 = dtypes::int64;
+  auto c64 = [&](const Expr& e) { return cast(e, i64); };
+  auto k64 = [&](int64_t v) { return int_const(v, i64); };
+  Expr n = c64(g.shape[0]), h = c64(g.shape[1]), w = c64(g.shape[2]), c = c64(g.shape[3]);
+  Expr span = k64(i.dilation * (i.kernel - 1) + 1);
+  Expr oh = (h + k64(2 * i.pad) - span) / k64(i.stride) + k64(1);
+  Expr ow = (w + k64(2 * i.pad) - span) / k64(i.stride) + k64(1);
+  Expr m0 = c64(i.nhw_step) * k64(bm), k0 = c64(i.c_step) * k64(bk);
+  Expr inside = oh > k64(0) && ow > k64(0) && m0 < n * oh * ow && k0 < k64(i.kernel * i.kernel) * c;
+  auto at_least_1 = [&](const Expr& e) { return select(e > k64(0), e, k64(1)); };  // no division by zero
+  Expr ohp = at_least_1(oh), owp = at_least_1(ow), cp = at_least_1(c);
+  Expr kh = select(inside, k0 / (k64(i.kernel) * cp), k64(0)), kw = select(inside, k0 / cp % k64(i.kernel), k64(0));
+  std::vector<Expr> coords = {k0 % cp, m0 % owp * k64(i.stride) - k64(i.pad), m0 / owp % ohp * k64(i.stride) - k64(i.pad),
+                              select(inside, m0 / (ohp * owp), n)};
+  std::string cs;
+  for (size_t d = 0; d < coords.size(); ++d) cs += fmt::format("{}int32_t({})", d ? ", " : "", expr(simplify(coords[d])));
+  std::string smem = fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u)", view.base_bytes,
+                                 expr(simplify(shared_start_unswizzled(view))), eb);
+  std::string bar = fmt::format("(tilus::smem_addr(tilus_smem) + {}u)", kernel.copy_barrier_offset + 8 * rec.copy_barrier);
+  std::string cn = fresh("tma_coords");
+  open(fmt::format("if ({})", elected()));
+  linef("const int32_t {}[4] = {{{}}};", cn, cs);
+  std::string policy = declare_policy(*this, i.eviction_policy);
+  linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bm * bk * eb);
+  linef("tilus::tma_load_im2col({}, &tilus_tensor_map_{}, {}, {}, uint16_t({}), uint16_t({}){});", smem, rec.tensor_map,
+        bar, cn, expr(simplify(kw * k64(i.dilation))), expr(simplify(kh * k64(i.dilation))),
+        policy.empty() ? "" : ", " + policy);
+  close();
+  // Synchronous: every thread of the group waits for the bytes, then flips its phase.
+  std::string phase = fmt::format("tilus_copy_phase_{}", rec.copy_barrier);
+  linef("tilus::mbarrier_wait<false, false>({}, {});", bar, phase);
+  linef("{} ^= 1u;", phase);
+}
+
 }  // namespace tilus::cuda

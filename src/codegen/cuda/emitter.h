@@ -103,6 +103,7 @@ class Emitter {
   void emit_printf(const InstNode& inst);
   void emit_async_proxy(const InstNode& inst);
   void emit_tma_copy(const CopyInst& inst);
+  void emit_tma_im2col(const Im2colInst& inst);
   // wgmma.cpp: wgmma.fence / mma / commit_group / wait_group.
   void emit_wgmma(const InstNode& inst);
   // The wgmma accumulators emitted so far that are visible here (C name as 32-bit registers,

@@ -459,6 +459,10 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::Im2col: {
       auto& i = static_cast<const Im2colInst&>(inst);
       selected();
+      if (rec.op == MachineOp::TmaLoad) {
+        emit_tma_im2col(i);
+        return;
+      }
       GlobalAccess g = facts_.global(i, i.img);
       Side src = global_side(*this, i.img, g);
       src.offset = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).offset; };

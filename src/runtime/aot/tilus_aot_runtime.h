@@ -42,6 +42,8 @@ typedef struct {
   tilus_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, tilus_cu_function, int, size_t);
   tilus_cu_result (*cuTensorMapEncodeTiled)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*,
                                             const uint32_t*, const uint32_t*, int, int, int, int);
+  tilus_cu_result (*cuTensorMapEncodeIm2col)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*, const int*,
+                                             const int*, uint32_t, uint32_t, const uint32_t*, int, int, int, int);
   tilus_cu_result (*cuGetErrorName)(tilus_cu_result, const char**);
   tilus_cu_result (*cuGetErrorString)(tilus_cu_result, const char**);
 } tilus_aot_driver_t;
@@ -111,6 +113,7 @@ TILUS_AOT_STATIC void tilus_aot_load_driver(void) {
   tilus_aot_bind(lib, &d->cuLaunchKernelEx, "cuLaunchKernelEx");
   tilus_aot_bind(lib, &d->cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   tilus_aot_bind(lib, &d->cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
+  tilus_aot_bind(lib, &d->cuTensorMapEncodeIm2col, "cuTensorMapEncodeIm2col");
   if (!ok) {
     snprintf(d->why, sizeof(d->why), "libcuda.so.1 lacks a Driver API entry point the bundle needs (driver too old?)");
     return;
@@ -356,20 +359,22 @@ TILUS_AOT_STATIC tilus_aot_status tilus_aot_scratch(const char* fn, const tilus_
 }
 
 /* Encodes a TMA tensor map (tiled, no interleave, 128-byte L2 promotion, zero fill) of a global
- * view: `dims`, `strides` (elements) and `box` outermost first, the innermost stride 1. */
+ * view: `dims`, `strides` (elements) and `box` outermost first, the innermost stride 1. With
+ * `im2col` ({lower, upper, traversal stride} of the spatial dims' pixel box; c2d_im2col), an
+ * im2col map of box[0] pixels x box[1] channels per load instead. */
 TILUS_AOT_STATIC tilus_aot_status tilus_aot_tensor_map(const char* fn, const char* copy, const char* param, int elem_bytes,
                                              int rank, unsigned long long address, const long long* dims,
                                              const long long* strides, const unsigned* box, int swizzle_bytes,
-                                             int bad, void* out) {
+                                             const int* im2col, int bad, void* out) {
   tilus_aot_driver_t* d = &tilus_aot_driver;
   uint64_t g_dims[5], g_strides[4];
   uint32_t g_box[5], element_strides[5];
   if (bad)
     return tilus_aot_fail(TILUS_AOT_ERROR_ARGUMENT, "%s: %s: the view of '%s' divides by zero for these arguments", fn,
                           copy, param);
-  if (!d->cuTensorMapEncodeTiled)
-    return tilus_aot_fail(TILUS_AOT_ERROR_CUDA, "%s: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12)",
-                          fn);
+  if (im2col ? !d->cuTensorMapEncodeIm2col : !d->cuTensorMapEncodeTiled)
+    return tilus_aot_fail(TILUS_AOT_ERROR_CUDA, "%s: the CUDA driver has no %s (TMA needs CUDA 12)", fn,
+                          im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled");
   if (address % 16)
     return tilus_aot_fail(TILUS_AOT_ERROR_ARGUMENT,
                           "%s: %s: parameter '%s' cannot be copied by TMA: its address %#llx is not 16-byte aligned", fn,
@@ -382,7 +387,7 @@ TILUS_AOT_STATIC tilus_aot_status tilus_aot_tensor_map(const char* fn, const cha
                             "2^32",
                             fn, copy, param, dim, dims[dim]);
     g_dims[k] = (uint64_t)dims[dim];
-    g_box[k] = box[dim];
+    g_box[k] = im2col ? 1u : box[dim]; /* an im2col box is {pixels, channels} */
     element_strides[k] = 1;
     if (k == 0) continue;
     long long stride = strides[dim] * elem_bytes;
@@ -395,8 +400,20 @@ TILUS_AOT_STATIC tilus_aot_status tilus_aot_tensor_map(const char* fn, const cha
   }
   int type = elem_bytes == 1 ? 0 : elem_bytes == 2 ? 1 : elem_bytes == 4 ? 2 : 4;
   int swizzle = swizzle_bytes == 0 ? 0 : swizzle_bytes == 32 ? 1 : swizzle_bytes == 64 ? 2 : 3;
-  tilus_cu_result r = d->cuTensorMapEncodeTiled(out, type, (uint32_t)rank, (void*)(uintptr_t)address, g_dims,
-                                                g_strides, g_box, element_strides, 0, swizzle, 2, 0);
+  tilus_cu_result r;
+  if (im2col) {
+    int lower[3], upper[3];
+    for (int k = 0; k + 2 < rank; ++k) {
+      lower[k] = im2col[0];
+      upper[k] = im2col[1];
+      element_strides[k + 1] = (uint32_t)im2col[2];
+    }
+    r = d->cuTensorMapEncodeIm2col(out, type, (uint32_t)rank, (void*)(uintptr_t)address, g_dims, g_strides, lower,
+                                   upper, box[1], box[0], element_strides, 0, swizzle, 2, 0);
+  } else {
+    r = d->cuTensorMapEncodeTiled(out, type, (uint32_t)rank, (void*)(uintptr_t)address, g_dims, g_strides, g_box,
+                                  element_strides, 0, swizzle, 2, 0);
+  }
   if (r != 0)
     return tilus_aot_fail(TILUS_AOT_ERROR_ARGUMENT, "%s: %s: encoding the TMA map of '%s': %s", fn, copy, param,
                           tilus_aot_cu_error(r));
@@ -418,8 +435,8 @@ TILUS_AOT_STATIC tilus_aot_status tilus_aot_tensor_map_cached(tilus_aot_map_cach
                                                               const char* copy, const char* param, int elem_bytes,
                                                               int rank, unsigned long long address,
                                                               const long long* dims, const long long* strides,
-                                                              const unsigned* box, int swizzle_bytes, int bad,
-                                                              void* out) {
+                                                              const unsigned* box, int swizzle_bytes,
+                                                              const int* im2col, int bad, void* out) {
   size_t n = (size_t)rank * sizeof(long long);
   if (!bad) {
     pthread_mutex_lock(&tilus_aot_mutex);
@@ -430,7 +447,7 @@ TILUS_AOT_STATIC tilus_aot_status tilus_aot_tensor_map_cached(tilus_aot_map_cach
     if (hit) return TILUS_AOT_SUCCESS;
   }
   tilus_aot_status s = tilus_aot_tensor_map(fn, copy, param, elem_bytes, rank, address, dims, strides, box,
-                                            swizzle_bytes, bad, out);
+                                            swizzle_bytes, im2col, bad, out);
   if (s != TILUS_AOT_SUCCESS) return s;
   pthread_mutex_lock(&tilus_aot_mutex);
   cache->valid = 1;

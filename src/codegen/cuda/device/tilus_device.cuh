@@ -980,6 +980,27 @@ __device__ __forceinline__ void tma_load(uint32_t smem, const TensorMap* map, ui
                  ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
 }
 
+// TMA's im2col mode on an NHWC map: the pixels of the walk that starts at c = {channel, w, h, n}
+// (innermost first), each shifted by the kernel offset (off_w, off_h), completing `bar`'s
+// transaction bytes (c2d_im2col).
+__device__ __forceinline__ void tma_load_im2col(uint32_t smem, const TensorMap* map, uint32_t bar, const int32_t (&c)[4],
+                                                uint16_t off_w, uint16_t off_h) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], "
+               "[%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n"
+               ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "h"(off_w), "h"(off_h)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_im2col(uint32_t smem, const TensorMap* map, uint32_t bar, const int32_t (&c)[4],
+                                                uint16_t off_w, uint16_t off_h, uint64_t policy) {
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+               "[%1, {%3, %4, %5, %6}], [%2], {%7, %8}, %9;\n"
+               ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "h"(off_w), "h"(off_h),
+               "l"(policy)
+               : "memory");
+}
+
 // tma_load into the shared memory of every block of the cluster in `mask` (bit i: rank i), at
 // the same offset, completing on each one's barrier at `bar`'s offset.
 template <int N>
