@@ -279,6 +279,46 @@ class _Cluster:
         """The block's rank in its cluster (``%cluster_ctarank``), an int32 scalar from 0 to the cluster's size - 1."""
         return _C.cluster_block_rank()
 
+    def map_shared_addr(self, addr: Any, target_rank: "_Int") -> "MappedBarrier":
+        """The barrier at ``addr``'s offset in block ``target_rank`` of the cluster (NVIDIA Tilus's name;
+        PTX ``mapa.shared::cluster``). ``addr`` is a barrier (``bars[i]`` of ``mbarrier.alloc``): tilus
+        keeps barriers as shared tensors, where Tilus has uint32 addresses, so the passes can follow
+        them. The result goes to ``mbarrier.arrive`` and ``mbarrier.arrive_and_expect_tx`` (and the
+        seed's ``mbarrier_arrive``), which then arrive on the peer's barrier; a block waits only on
+        its own barriers. Raw addresses (uint32 register tensors) are a CompileError."""
+        loc = _here()
+        if isinstance(addr, MappedBarrier):
+            addr = addr.barrier
+        if isinstance(addr, (RegisterTensor, Expr)) or not isinstance(addr, (SharedTensor, Region)):
+            raise CompileError(f"{_where(loc)}cluster.map_shared_addr: addr must be a barrier (bars[i] of "
+                               f"mbarrier.alloc), got {_describe(addr)}; tilus keeps barriers as shared tensors, so "
+                               f"raw uint32 shared addresses cannot be mapped")
+        return MappedBarrier(_barrier(addr, "cluster.map_shared_addr: addr", loc),
+                             _scalar(target_rank, "cluster.map_shared_addr: target_rank", loc))
+
+
+class MappedBarrier:
+    """A barrier of another block of the cluster (``self.cluster.map_shared_addr(bars[i], rank)``):
+    ``barrier`` (this block's barrier at the same offset) and ``rank``. mbarrier.arrive and
+    arrive_and_expect_tx arrive on it."""
+    __slots__ = ("barrier", "rank")
+
+    def __init__(self, barrier, rank):
+        self.barrier, self.rank = barrier, rank
+
+    def __repr__(self):
+        return f"MappedBarrier(rank={self.rank})"
+
+
+def _peer(barrier, cta_id, what, loc):
+    """(barrier, cta_id) of an arrival: a MappedBarrier names its block itself."""
+    if isinstance(barrier, MappedBarrier):
+        if cta_id is not None:
+            raise CompileError(f"{_where(loc)}{what}: the barrier is already another block's (map_shared_addr); "
+                               f"give the block once")
+        return barrier.barrier, barrier.rank
+    return _barrier(barrier, f"{what}: barrier", loc), cta_id
+
 
 class _ThreadGroup:
     def __init__(self, kind, begin, n, loc):
@@ -762,9 +802,9 @@ class Script(Artifacts):
         visible to its waiters); the default, as the seed's, releases at block scope only, which is
         enough to hand back a buffer the peer overwrites."""
         loc = _here()
-        b = _barrier(mbarrier, "mbarrier_arrive: mbarrier", loc)
         scope = _choice(scope, ("cta", "cluster"), "mbarrier_arrive: scope", loc)
         cta = None if cta_id is None else _scalar(cta_id, "mbarrier_arrive: cta_id", loc)
+        b, cta = _peer(mbarrier, cta, "mbarrier_arrive", loc)
         _builder().mbarrier("arrive", b, 1, "release", scope, cta, loc)
 
     def mbarrier_expect_tx(self, mbarrier: SharedTensor, tx: _Scalar) -> None:
@@ -1527,6 +1567,10 @@ for _name, _fn in list(vars(Script).items()):
 
 def _barrier(x, what, loc):
     """An mbarrier: a one-element shared tensor, or ``bars[i]`` (an element of mbarrier.alloc's tensor)."""
+    if isinstance(x, MappedBarrier):
+        raise CompileError(f"{_where(loc)}{what}: a barrier of another block (cluster.map_shared_addr) can only be "
+                           f"arrived at (mbarrier.arrive, arrive_and_expect_tx); a block waits on, expects bytes on "
+                           f"and copies to its own barriers")
     if isinstance(x, Region) and isinstance(x.tensor, SharedTensor) and all(
             isinstance(e, int) and e == 1 for e in x.extents):
         return _builder().index_shared(x.tensor.t, list(x.offsets), loc)
@@ -1580,10 +1624,10 @@ class MbarrierGroup:
     def arrive(self, barrier: SharedTensor, count: _Int = 1, sem: str = "release", scope: str = "cta") -> None:
         """Every thread of the current thread group arrives ``count`` times at ``barrier``."""
         loc = _here()
-        _builder().mbarrier("arrive", _barrier(barrier, "mbarrier.arrive: barrier", loc),
-                            _scalar(count, "mbarrier.arrive: count", loc),
+        b, peer = _peer(barrier, None, "mbarrier.arrive", loc)
+        _builder().mbarrier("arrive", b, _scalar(count, "mbarrier.arrive: count", loc),
                             _choice(sem, ("release", "relaxed"), "mbarrier.arrive: sem", loc),
-                            _choice(scope, ("cta", "cluster"), "mbarrier.arrive: scope", loc), None, loc)
+                            _choice(scope, ("cta", "cluster"), "mbarrier.arrive: scope", loc), peer, loc)
 
     def arrive_and_expect_tx(self, barrier: SharedTensor, transaction_bytes: _Int, sem: str = "release",
                              scope: str = "cta") -> None:
@@ -1591,10 +1635,11 @@ class MbarrierGroup:
         bytes its current phase waits for (the TMA loads completing on it). Usually inside
         ``single_thread()``."""
         loc = _here()
-        _builder().mbarrier("arrive_and_expect_tx", _barrier(barrier, "mbarrier.arrive_and_expect_tx: barrier", loc),
+        b, peer = _peer(barrier, None, "mbarrier.arrive_and_expect_tx", loc)
+        _builder().mbarrier("arrive_and_expect_tx", b,
                             _scalar(transaction_bytes, "mbarrier.arrive_and_expect_tx: transaction_bytes", loc),
                             _choice(sem, ("release", "relaxed"), "mbarrier.arrive_and_expect_tx: sem", loc),
-                            _choice(scope, ("cta", "cluster"), "mbarrier.arrive_and_expect_tx: scope", loc), None, loc)
+                            _choice(scope, ("cta", "cluster"), "mbarrier.arrive_and_expect_tx: scope", loc), peer, loc)
 
     def arrive_and_expect_tx_remote(self, barrier: SharedTensor, transaction_bytes: _Int, target_rank: _Int,
                                     sem: str = "release", scope: str = "cluster") -> None:

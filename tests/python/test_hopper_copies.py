@@ -629,3 +629,55 @@ def test_bad_cache_policies_name_the_copy(policy, match):
     with pytest.raises(tilus.CompileError, match=match) as e:
         Bad().ir(32, np.zeros((32, 32), np.float32), arch="sm_90a")
     assert "test_hopper_copies.py:" in str(e.value)
+
+
+class PeerHandshake(tilus.Script):
+    """Clusters of two blocks: every thread arrives on the other block's barrier (found with
+    cluster.map_shared_addr, NVIDIA Tilus's way), each block waits on its own, then writes 1."""
+
+    def __call__(self, n: int32, y: ~int32):
+        self.attrs.blocks = [n]
+        self.attrs.warps = 1
+        self.attrs.cluster_blocks = [2]
+        bar = self.mbarrier.alloc(counts=[32])  # the peer's 32 threads
+        self.cluster.sync()  # both blocks' barriers are initialized before any remote arrival
+        peer = self.cluster.map_shared_addr(bar[0], target_rank=1 - self.cluster.blockRank)
+        self.mbarrier.arrive(peer)
+        self.mbarrier.wait(bar[0], phase=0)
+        self.store_global(self.global_view(y, shape=[n]), self.register_tensor(dtype=int32, shape=[1], init=1),
+                          offsets=[self.blockIdx.x])
+        self.cluster.sync()  # no block leaves while its peer may still arrive
+
+
+def test_map_shared_addr_arrives_on_the_peer_block():
+    y = np.zeros(4, np.int32)
+    ir = final_ir(PeerHandshake(), 4, y, arch="sm_90a")
+    assert re.search(r"mbarrier.arrive\(barrier=\w+, count=1, cta_id=1 - clusterBlockRank\)", ir), ir
+    assert "mapa.shared::cluster" in PeerHandshake().ptx(4, y, arch="sm_90a")
+    if HAS_GPU:
+        import torch
+        t = torch.zeros(4, dtype=torch.int32, device="cuda")
+        PeerHandshake()(4, t)
+        assert t.tolist() == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("body,match", [
+    (lambda self, bar, r: self.cluster.map_shared_addr(r, 1),
+     r"cluster.map_shared_addr: addr must be a barrier \(bars\[i\] of mbarrier.alloc\), got register uint32\[4\]"),
+    (lambda self, bar, r: self.mbarrier.wait(self.cluster.map_shared_addr(bar[0], 1), phase=0),
+     r"mbarrier.wait: barrier: a barrier of another block \(cluster.map_shared_addr\) can only be arrived at"),
+    (lambda self, bar, r: self.mbarrier_arrive(self.cluster.map_shared_addr(bar[0], 1), cta_id=0),
+     r"mbarrier_arrive: the barrier is already another block's \(map_shared_addr\); give the block once"),
+])
+def test_map_shared_addr_misuse_names_the_call(body, match):
+    class Bad(tilus.Script):
+        def __call__(self, n: int32, y: ~int32):
+            self.attrs.blocks = [2]
+            self.attrs.warps = 1
+            self.attrs.cluster_blocks = [2]
+            bar = self.mbarrier.alloc(counts=[1])
+            body(self, bar, self.register_tensor(dtype=tilus.uint32, shape=[4], init=0))
+
+    with pytest.raises(tilus.CompileError, match=match) as e:
+        Bad().ir(2, np.zeros(2, np.int32), arch="sm_90a")
+    assert "test_hopper_copies.py:" in str(e.value)
