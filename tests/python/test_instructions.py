@@ -644,3 +644,25 @@ def test_a_dtype_called_on_a_scalar_converts_it(arrays):
     np.testing.assert_array_equal(arrays.host(y), np.full(32, 1.25 * 2 - 2, np.float32))
     with pytest.raises(tilus.CompileError, match=r"float32\(...\) takes a number or a kernel scalar, got str"):
         float32("1")
+
+
+class Int64MinMax(tilus.Script):
+    """y = [max(n, 1), min(n, 7)] for an int64 n: the CUDA text names the integer type (int64_t and
+    a long long literal would not deduce one template argument)."""
+
+    def __call__(self, n: tilus.int64, y: ~tilus.int64):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        gy = self.global_view(y, shape=[2])
+        self.store_global(gy, self.register_tensor(dtype=tilus.int64, shape=[1], init=max(n, 1)), offsets=[0])
+        self.store_global(gy, self.register_tensor(dtype=tilus.int64, shape=[1], init=min(n, 7)), offsets=[1])
+
+
+def test_int64_min_max_compile_and_run(arrays):
+    y = np.zeros(2, np.int64)
+    assert "tilus::max_<int64_t>(" in Int64MinMax().source(-5, y, arch="sm_90a")
+    assert len(Int64MinMax().compiled(-5, y, arch="sm_90a").cubin) > 0
+    for n, want in ((-5, [1, -5]), (12, [12, 7])):
+        out = arrays.put(np.zeros(2, np.int64))
+        Int64MinMax()(n, out)
+        assert arrays.host(out).tolist() == want

@@ -211,8 +211,13 @@ std::string Emitter::expr(const Expr& e) {
       std::string a = expr(n->a), b = expr(n->b);
       DataType ot = n->a.dtype();
       switch (n->op) {
-        case BinaryOp::Min: return fmt::format("tilus::min_({}, {})", a, b);
-        case BinaryOp::Max: return fmt::format("tilus::max_({}, {})", a, b);
+        // Integers name their type: int64_t (long) and a literal's long long would not deduce.
+        case BinaryOp::Min:
+          return t.is_integer() ? fmt::format("tilus::min_<{}>({}, {})", ctype(t), a, b)
+                                : fmt::format("tilus::min_({}, {})", a, b);
+        case BinaryOp::Max:
+          return t.is_integer() ? fmt::format("tilus::max_<{}>({}, {})", ctype(t), a, b)
+                                : fmt::format("tilus::max_({}, {})", a, b);
         case BinaryOp::FloorDiv:
           return ot.is_uint() ? fmt::format("({} / {})", a, b) : fmt::format("tilus::floor_div({}, {})", a, b);
         case BinaryOp::FloorMod:
