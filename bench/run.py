@@ -146,6 +146,29 @@ def main():
         rows.append((f"copy f32 {side}^2", "tilus tma_copy.py", f"{gb / tma_ms:.0f} GB/s",
                      f"{copy2_ms / tma_ms:.2f}x copy_"))
 
+    # --- conv2d (sm_90): examples/python/conv2d.py with TMA im2col and with gathers, against
+    # cuDNN through torch on the same NHWC (channels_last) tensors; Triton has no conv2d -----
+    if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
+        from conv2d import Conv2d
+        n, h, w, ch, f = 32, 56, 56, 64, 64
+        img = torch.randn(n, h, w, ch, device="cuda", dtype=torch.float16)
+        wt = torch.randn(f, 3, 3, ch, device="cuda", dtype=torch.float16)
+        out = torch.empty(n, h, w, f, device="cuda", dtype=torch.float16)
+        x_nchw, w_nchw = img.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2)  # channels_last views
+        conv = lambda: torch.nn.functional.conv2d(x_nchw, w_nchw, padding=1)
+        want = conv().permute(0, 2, 3, 1).float()
+        cudnn_ms = median_ms(conv)
+        what = f"conv2d f16 {n}x{h}x{w}x{ch}->{f} 3x3"
+        flops = 2 * n * h * w * f * 9 * ch
+        rows.append((what, "torch (cuDNN, channels_last)", f"{flops / cudnn_ms / 1e9:.0f} TFLOP/s", ""))
+        for label, kernel in (("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
+                              ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
+            kernel(n, h, w, ch, f, img, wt, out)
+            err = (out.float() - want).abs().max().item()
+            assert err < 0.05 * want.abs().max().item(), f"{label} is wrong: max abs err {err}"
+            ms = median_ms(lambda: kernel(n, h, w, ch, f, img, wt, out))
+            rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", f"{cudnn_ms / ms:.2f}x cuDNN"))
+
     # --- f16 matmul ------------------------------------------------------------------------
     s = args.size
     a = torch.randn(s, s, device="cuda", dtype=torch.float16)
