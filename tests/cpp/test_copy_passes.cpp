@@ -951,3 +951,29 @@ TEST(CopyAsyncWaits, CpAsyncBarrierNoincNeedsNoBlockBarrier) {
   EXPECT_EQ(names(s.after), (std::vector<std::string>{"mbarrier.alloc", "copy_async", "sync", "cp_async_barrier_noinc",
                                                       "mbarrier.wait", "load_shared", "store_global"}));
 }
+
+// c2d_im2col on sm_90: one TMA load in im2col mode where the tile's channels stay in one kernel
+// position (C = n, a multiple of 16 by the specialization; 64 by an assumption), the gathers
+// otherwise (bk = 32 with nothing known past 16).
+Body im2col_body(int64_t bk, bool assume64) {
+  return [bk, assume64](K& k, Int32, Int32 n, GlobalTensor& a, GlobalTensor&) {
+    if (assume64) k.assume(n % 64 == 0);
+    auto img = k.global_view(k.pa, {Expr(2), Expr(9), Expr(7), n});
+    auto col = k.shared_tensor(dtypes::float16, {64, bk});
+    k.c2d_im2col(img, col, k.blockIdx.x, k.blockIdx.y, 3, 2, 1, 1);
+    k.store_global(a, k.load_shared(col), {.offsets = {0, 0}});
+  };
+}
+
+TEST(Im2colSelection, TmaWhereTheChannelsStayInOneKernelPosition) {
+  auto s = golden_case("im2col_tma", kSelect, im2col_body(64, true), {.arch = "sm_90a"});
+  const std::string after = print(s.after);
+  EXPECT_NE(after.find("lowering: tma.load tensor_map=0 copy_barrier=0 completion=synchronous"), std::string::npos)
+      << after;
+  EXPECT_NE(after.find("im2col pixel_box [-1, -1] stride 2"), std::string::npos) << after;
+  auto simt = golden_case("im2col_simt", kSelect, im2col_body(32, false), {.arch = "sm_90a"});
+  const std::string text = print(simt.after);
+  EXPECT_NE(text.find("tma im2col: not legal: C (n) is not a known multiple of the tile's 32 channels"),
+            std::string::npos)
+      << text;
+}
