@@ -161,7 +161,9 @@ def main():
         what = f"conv2d f16 {n}x{h}x{w}x{ch}->{f} 3x3"
         flops = 2 * n * h * w * f * 9 * ch
         rows.append((what, "torch (cuDNN, channels_last)", f"{flops / cudnn_ms / 1e9:.0f} TFLOP/s", ""))
-        for label, kernel in (("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
+        from conv2d_wgmma import Conv2dWgmma
+        for label, kernel in (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
+                              ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
                               ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
             kernel(n, h, w, ch, f, img, wt, out)
             err = (out.float() - want).abs().max().item()

@@ -58,25 +58,32 @@ def reference(img, weight, stride, dilation, pad):
     return out
 
 
+def check_conv(name, kernel, n, h, w, c, f, ks, s, d, p):
+    """Runs `kernel` on random data and checks it against torch's conv2d (GPU) or `reference`;
+    returns the device."""
+    from common import arrays, check, to_numpy
+    xp, device, img, weight = arrays("float16", (n, h, w, c), (f, ks, ks, c))
+    oh = (h + 2 * p - d * (ks - 1) - 1) // s + 1
+    ow = (w + 2 * p - d * (ks - 1) - 1) // s + 1
+    out = xp.zeros((n, oh, ow, f), dtype=img.dtype) if xp.__name__ == "numpy" else \
+        xp.zeros((n, oh, ow, f), dtype=img.dtype, device=device)
+    kernel(n, h, w, c, f, img, weight, out)
+    if device == "cuda":
+        import torch
+        want = torch.nn.functional.conv2d(img.permute(0, 3, 1, 2).float(), weight.permute(0, 3, 1, 2).float(),
+                                          stride=s, padding=p, dilation=d).permute(0, 2, 3, 1)
+    else:
+        want = reference(to_numpy(img), to_numpy(weight), s, d, p)
+    check(f"{name} {n}x{h}x{w}x{c} -> {f}, kernel {ks} stride {s} dilation {d} pad {p}", out, want, 2e-2, 2e-2)
+    return device
+
+
 def main():
     import os
-    from common import arrays, check, timed, to_numpy
+    from common import arrays, timed
     for (n, h, w, c, f, ks, s, d, p, cm) in ((2, 13, 11, 24, 40, 3, 1, 1, 1, None), (1, 17, 19, 8, 16, 5, 2, 2, 3, None),
                                              (2, 13, 11, 64, 40, 3, 2, 1, 1, 32)):
-        kernel = Conv2d(ks, s, d, p, c_multiple=cm)
-        xp, device, img, weight = arrays("float16", (n, h, w, c), (f, ks, ks, c))
-        oh = (h + 2 * p - d * (ks - 1) - 1) // s + 1
-        ow = (w + 2 * p - d * (ks - 1) - 1) // s + 1
-        out = xp.zeros((n, oh, ow, f), dtype=img.dtype) if xp.__name__ == "numpy" else \
-            xp.zeros((n, oh, ow, f), dtype=img.dtype, device=device)
-        kernel(n, h, w, c, f, img, weight, out)
-        if device == "cuda":
-            import torch
-            want = torch.nn.functional.conv2d(img.permute(0, 3, 1, 2).float(), weight.permute(0, 3, 1, 2).float(),
-                                              stride=s, padding=p, dilation=d).permute(0, 2, 3, 1)
-        else:
-            want = reference(to_numpy(img), to_numpy(weight), s, d, p)
-        check(f"conv2d {n}x{h}x{w}x{c} -> {f}, kernel {ks} stride {s} dilation {d} pad {p}", out, want, 2e-2, 2e-2)
+        device = check_conv("conv2d", Conv2d(ks, s, d, p, c_multiple=cm), n, h, w, c, f, ks, s, d, p)
     if os.environ.get("TILUS_EXAMPLES_QUICK"):
         return
     n, h, w, c, f = (32, 56, 56, 64, 64) if device == "cuda" else (2, 16, 16, 32, 32)

@@ -1062,9 +1062,9 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("c2d_im2col", [](Builder& b, const Tensor& img, const Tensor& col, const py::object& nhw_step,
                             const py::object& c_step, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
-                            std::optional<std::string> eviction_policy, L loc) {
+                            std::optional<std::string> eviction_policy, L loc, std::optional<Tensor> barrier) {
         b.c2d_im2col(img, col, to_expr(nhw_step), to_expr(c_step), kernel, stride, dilation, pad, eviction_policy,
-                     loc_of(loc));
+                     loc_of(loc), barrier ? *barrier : Tensor());
       })
       .def("tma_commit_group", [](Builder& b, L loc) { b.tma_commit_group(loc_of(loc)); })
       .def("tma_wait_group", [](Builder& b, int64_t n, bool read, L loc) { b.tma_wait_group(n, read, loc_of(loc)); })

@@ -774,14 +774,21 @@ class Script(Artifacts):
         self._copy(src, dst, None, False, eviction_policy, annotations, None, "tma_copy", loc, b)
 
     def c2d_im2col(self, img: GlobalTensor, col: SharedTensor, nhw_step: _Int, c_step: _Int, kernel: int, stride: int,
-                   dilation: int, pad: int, eviction_policy: Optional[str] = None) -> None:
+                   dilation: int, pad: int, eviction_policy: Optional[str] = None,
+                   barrier: Optional[SharedTensor] = None) -> None:
         """im2col for a 2-D convolution (seed 000): the tile (``nhw_step``, ``c_step``) of the im2col
         matrix of the NHWC image ``img`` [N, H, W, C] into the shared tensor ``col`` [bm, bk].
 
         ``col[i, j] = img[n, oh * stride + kh * dilation - pad, ow * stride + kw * dilation - pad, c]``
         for the output pixel ``nhw_step * bm + i = (n, oh, ow)`` (row-major over [N, OH, OW]) and
         ``c_step * bk + j = (kh, kw, c)`` (row-major over [kernel, kernel, C]); zero outside the
-        image and past the matrix. Synchronous; vectorized along the channels where C allows.
+        image and past the matrix. Synchronous; vectorized along the channels where C allows (on
+        sm_90 a TMA im2col load where C is a known multiple of bk).
+
+        ``barrier`` (an mbarrier, ``bars[i]``): split-phase, as ``tma_copy``: the group's first thread
+        arrives once on it with the tile's bytes and issues the TMA im2col load; the kernel waits on
+        the barrier before reading ``col`` (the passes report a missing wait). Needs TMA im2col on
+        the GPU (a CompileError says why not); on the CPU backend the gathers, then the arrival.
         """
         loc = _here()
         _builder().c2d_im2col(_tensor(img, "c2d_im2col: img", loc, GlobalTensor),
@@ -789,7 +796,8 @@ class Script(Artifacts):
                               _scalar(nhw_step, "c2d_im2col: nhw_step", loc), _scalar(c_step, "c2d_im2col: c_step", loc),
                               _int(kernel, "c2d_im2col: kernel", loc), _int(stride, "c2d_im2col: stride", loc),
                               _int(dilation, "c2d_im2col: dilation", loc), _int(pad, "c2d_im2col: pad", loc),
-                              _optional(eviction_policy, str, "c2d_im2col: eviction_policy", loc), loc)
+                              _optional(eviction_policy, str, "c2d_im2col: eviction_policy", loc), loc,
+                              None if barrier is None else _barrier(barrier, "c2d_im2col: barrier", loc))
 
     def mbarrier_wait_parity(self, mbarrier: SharedTensor, parity: _Scalar) -> None:
         """Waits until the phase of parity ``parity`` (0 or 1) of ``mbarrier`` has completed (seed 004)."""

@@ -114,6 +114,7 @@ class FactCollector : public StmtVisitor {
   }
 
   void visit_let(const LetStmtNode& n) override {
+    f_.lets_[n.var.get()] = n.value;
     Expr v = f_.simplify(n.value);
     range(n.var, f_.ctx_.bound(v));
     divisor(n.var, f_.ctx_.divisor(v));
@@ -281,6 +282,16 @@ KernelFacts::KernelFacts(const Kernel& k) : kernel_(k) {
   contracts_.resize(k.params.size());
   FactCollector c(*this);
   c.visit(k.body);
+}
+
+Expr KernelFacts::inline_lets(const Expr& e) const {
+  std::function<Expr(const Expr&, int)> go = [&](const Expr& x, int depth) {
+    return substitute(x, [&](const Var& v) -> Expr {
+      auto it = lets_.find(v.get());
+      return it == lets_.end() || depth > 16 ? Expr() : go(it->second, depth + 1);
+    });
+  };
+  return simplify(go(e, 0));
 }
 
 bool KernelFacts::holds(const Expr& cond) const {

@@ -207,6 +207,7 @@ void Im2colInst::visit_fields(FieldVisitor& v) {
   v.attr("dilation", std::to_string(dilation));
   v.attr("pad", std::to_string(pad));
   if (eviction_policy) v.attr("eviction_policy", to_string(*eviction_policy));
+  if (barrier.defined()) v.operand("barrier", barrier, Access::Read, kShared, nullptr);
 }
 
 const char* to_string(CopyApi api) {

@@ -549,6 +549,7 @@ void check_im2col(const Im2colInst& i) {
     fail(i, fmt::format("kernel, stride and dilation must be positive and pad non-negative, got kernel={}, stride={}, "
                         "dilation={}, pad={}",
                         i.kernel, i.stride, i.dilation, i.pad));
+  if (i.barrier.defined()) check_barrier(i, i.barrier);
 }
 
 void check_copy(const CopyInst& i) {

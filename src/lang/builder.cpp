@@ -1081,8 +1081,9 @@ void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vec
 
 void Builder::c2d_im2col(const Tensor& img, const Tensor& col, Expr nhw_step, Expr c_step, int64_t kernel,
                          int64_t stride, int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy,
-                         SourceLoc loc) {
+                         SourceLoc loc, const Tensor& barrier) {
   auto i = make_inst<Im2colInst>(loc);
+  i->barrier = barrier;
   i->img = img;
   i->col = col;
   i->nhw_step = nhw_step;

@@ -356,9 +356,9 @@ void Script::fence_proxy_async(Loc loc) { fence.proxy_async("shared", loc); }
 void Script::tma_store_arrive(Loc loc) { tma.commit_group(loc); }
 void Script::c2d_im2col(const GlobalTensor& img, const SharedTensor& col, const Expr& nhw_step, const Expr& c_step,
                         int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
-                        std::optional<std::string> eviction_policy, Loc loc) {
+                        std::optional<std::string> eviction_policy, const SharedTensor& barrier, Loc loc) {
   builder().c2d_im2col(img.tensor(), col.tensor(), nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy,
-                       SourceLoc::from(loc));
+                       SourceLoc::from(loc), barrier.bound() ? barrier.tensor() : Tensor());
 }
 void Script::tma_store_wait(Loc loc) { tma.wait_group(0, true, loc); }
 

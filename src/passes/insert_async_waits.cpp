@@ -49,6 +49,8 @@ class WaitInserter {
           else if (m->op != MbarrierOp::ExpectTx) arrived.insert(map->barrier_root(*m));
         } else if (auto* c = dynamic_cast<const CopyInst*>(&i); c && c->api == CopyApi::TmaCopy && c->barrier.defined()) {
           arrived.insert(map->copy_barrier_root(*c));
+        } else if (auto* m = dynamic_cast<const Im2colInst*>(&i); m && m->barrier.defined()) {
+          arrived.insert(map->im2col_barrier_root(*m));
         }
       }
     } c;

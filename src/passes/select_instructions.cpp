@@ -391,14 +391,21 @@ class Selector : public StmtMutator {
   Lowering im2col(const Im2colInst& i) {
     TensorMapSpec spec;
     std::string why = tma_im2col_plan(i, spec);
+    bool split = i.barrier.defined();  // completes on the kernel's barrier
     if (why.empty()) {
-      Lowering l;  // synchronous: every thread of the group waits on a copy barrier
+      Lowering l;  // else synchronous: every thread of the group waits on a copy barrier
       l.op = MachineOp::TmaLoad;
-      l.completion = Completion::Synchronous;
+      l.completion = split ? Completion::MbarrierTx : Completion::Synchronous;
       l.tensor_map = tensor_map(spec);
-      l.copy_barrier = int(copy_barriers_++);
+      if (!split) l.copy_barrier = int(copy_barriers_++);
       return l;
     }
+    // Split-phase gathers exist on the CPU backend only, where they complete before the arrival.
+    if (split && !target_.is_cpu())
+      throw CompileError(fmt::format("c2d_im2col with a barrier is a TMA im2col load, and this one cannot be: {} "
+                                     "(img {}, col {})",
+                                     why, i.img.type_str(), i.col.type_str()),
+                         i.loc);
     DataType dt = i.col.dtype();
     auto shape = i.col.static_shape();
     int64_t eb = bytes_of(dt);
@@ -418,6 +425,7 @@ class Selector : public StmtMutator {
     l.vector = w;
     l.mapping = default_register_layout(shape, dt, scope().threads, w);
     l.note = "tma im2col: " + why;
+    if (split) l.completion = Completion::MbarrierTx;
     return l;
   }
 
@@ -566,12 +574,10 @@ class Selector : public StmtMutator {
     int64_t swizzle = 0;
     if (std::string why = tma_shared_tile(facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
     spec.param = acc.param;
-    spec.offset = acc.param_offset_bytes;
+    spec.offset = facts_.inline_lets(acc.param_offset_bytes);
     spec.dtype = dt;
-    spec.shape = acc.shape;
-    spec.strides = acc.strides;
-    for (auto& e : spec.shape) e = facts_.simplify(e);
-    for (auto& e : spec.strides) e = facts_.simplify(e);
+    for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
+    for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
     spec.box = box;
     spec.swizzle_bytes = int(swizzle);
     spec.loc = c.loc;
@@ -645,10 +651,10 @@ class Selector : public StmtMutator {
     int64_t swizzle = 0;
     if (std::string why = tma_shared_tile(facts_.shared(i, i.col), {bm, bk}, eb, swizzle); !why.empty()) return why;
     spec.param = acc.param;
-    spec.offset = acc.param_offset_bytes;
+    spec.offset = facts_.inline_lets(acc.param_offset_bytes);
     spec.dtype = dt;
-    for (auto& e : acc.shape) spec.shape.push_back(facts_.simplify(e));
-    for (auto& e : acc.strides) spec.strides.push_back(facts_.simplify(e));
+    for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
+    for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
     spec.box = {bm, bk};
     spec.swizzle_bytes = int(swizzle);
     spec.im2col = true;

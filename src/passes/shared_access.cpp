@@ -41,11 +41,15 @@ bool provably_disjoint(const Expr& a, int64_t ea, const Expr& b, int64_t eb) {
 }  // namespace
 
 namespace {
-// The mbarrier operand of a TMA load (not part of the data it moves).
-const TensorNode* barrier_tensor(const InstNode& inst) {
-  auto* copy = dynamic_cast<const CopyInst*>(&inst);
-  return copy && copy->barrier.defined() ? copy->barrier.get() : nullptr;
+// The mbarrier operand of a TMA load or a split-phase c2d_im2col (not part of the data it
+// moves): undefined for anything else.
+const Tensor& barrier_operand(const InstNode& inst) {
+  static const Tensor none;
+  if (auto* copy = dynamic_cast<const CopyInst*>(&inst)) return copy->barrier;
+  if (auto* im2col = dynamic_cast<const Im2colInst*>(&inst)) return im2col->barrier;
+  return none;
 }
+const TensorNode* barrier_tensor(const InstNode& inst) { return barrier_operand(inst).get(); }
 }  // namespace
 
 const TensorNode* shared_root(const KernelFacts& facts, const InstNode& user, const Tensor& t) {
@@ -106,8 +110,9 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       // A copy that commits its own group; async_copy leaves the wait to the kernel.
       if (low.commits_group) a.commits = 1;
       auto* copy = dynamic_cast<const CopyInst*>(&inst);
-      a.explicit_wait = (copy && copy->user_waits()) || low.op == MachineOp::Wgmma;
-      if (copy && copy->barrier.defined()) a.barrier = shared_root(facts_, inst, copy->barrier);
+      const Tensor& bar = barrier_operand(inst);
+      a.explicit_wait = (copy && copy->user_waits()) || bar.defined() || low.op == MachineOp::Wgmma;
+      if (bar.defined()) a.barrier = shared_root(facts_, inst, bar);
     }
     out.push_back(a);
   }

@@ -50,6 +50,7 @@ class SharedAccessMap {
   // The root of the barrier an mbarrier instruction uses.
   const TensorNode* barrier_root(const MbarrierInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
   const TensorNode* copy_barrier_root(const CopyInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
+  const TensorNode* im2col_barrier_root(const Im2colInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
 
  private:
   KernelFacts facts_;

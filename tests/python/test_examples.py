@@ -10,6 +10,7 @@ import tilus
 from conftest import Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
+from conv2d_wgmma import Conv2dWgmma
 from hopper_matmul_v0 import HopperMatmulV0
 from hopper_matmul_v1 import HopperMatmulV1
 from hopper_matmul_v2 import HopperMatmulV2
@@ -82,6 +83,30 @@ def test_conv2d(arrays, n, h, w, c, f, ks, s, d, p, cm):
     out = arrays.put(np.full(want.shape, 7, np.float16))
     Conv2d(ks, s, d, p, c_multiple=cm)(n, h, w, c, f, img, weight, out)
     np.testing.assert_allclose(arrays.host(out).astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+# Ragged pixel tiles and filter tiles; strides, dilations and pads; C of 1 and 2 k tiles per kernel position.
+@pytest.mark.parametrize("n,h,w,c,f,ks,s,d,p", [(2, 13, 11, 64, 40, 3, 1, 1, 1), (1, 17, 19, 128, 72, 5, 2, 2, 3)])
+def test_conv2d_wgmma(arrays, n, h, w, c, f, ks, s, d, p):
+    img = arrays.put(arrays.rng.uniform(-1, 1, (n, h, w, c)).astype(np.float16))
+    weight = arrays.put(arrays.rng.uniform(-1, 1, (f, ks, ks, c)).astype(np.float16))
+    want = conv2d_reference(arrays.host(img), arrays.host(weight), s, d, p)
+    out = arrays.put(np.full(want.shape, 7, np.float16))
+    Conv2dWgmma(ks, s, d, p)(n, h, w, c, f, img, weight, out)
+    np.testing.assert_allclose(arrays.host(out).astype(np.float64), want, rtol=2e-2, atol=3e-2)
+
+
+def test_split_phase_im2col_needs_tma():
+    x, wt = np.zeros((2, 13, 11, 64), np.float16), np.zeros((40, 3, 3, 64), np.float16)
+    o = np.zeros((2, 13, 11, 40), np.float16)
+    ir = list(Conv2dWgmma().ir(2, 13, 11, 64, 40, x, wt, o, arch="sm_90a").values())[-1]
+    assert ir.count("c2d_im2col(") == 4 and "lowering: tma.load tensor_map=0 completion=mbarrier-tx" in ir, ir
+    # The weights' view is [f, depth] with depth a local (a let): its tensor map names the parameters.
+    assert "tensor_map 1: weight + 0_int64 bytes, float16[f, c * 9] strides [c * 9, 1]" in ir, ir
+    with pytest.raises(tilus.CompileError, match=r"conv2d_wgmma.py:\d+: error: c2d_im2col with a barrier is a TMA "
+                                                 r"im2col load, and this one cannot be: not legal on this target "
+                                                 r"\(sm_80 has no TMA\)"):
+        Conv2dWgmma().ir(2, 13, 11, 64, 40, x, wt, o, arch="sm_80")
 
 
 def test_conv2d_uses_tma_im2col_when_c_is_a_multiple_of_block_k():

@@ -667,3 +667,42 @@ def test_map_shared_addr_misuse_names_the_call(body, match):
     with pytest.raises(tilus.CompileError, match=match) as e:
         Bad().ir(2, np.zeros(2, np.int32), arch="sm_90a")
     assert "test_hopper_copies.py:" in str(e.value)
+
+
+class SplitIm2col(tilus.Script):
+    """The tile by a split-phase c2d_im2col; `wait` says whether the kernel waits on its barrier."""
+
+    def __init__(self, wait):
+        super().__init__()
+        self.wait = wait
+
+    def __call__(self, n: int32, h: int32, w: int32, c: int32, rows: int32, cols: int32, img: ~float16,
+                 out: ~float16):
+        self.assume(c % 32 == 0)
+        self.attrs.blocks = [tilus.cdiv(rows, 64), tilus.cdiv(cols, 32)]
+        self.attrs.warps = 4
+        col = self.shared_tensor(dtype=float16, shape=[64, 32])
+        bar = self.mbarrier.alloc(counts=[1])
+        self.c2d_im2col(self.global_view(img, shape=[n, h, w, c]), col, self.blockIdx.x, self.blockIdx.y, 3, 1, 1, 1,
+                        barrier=bar)
+        if self.wait:
+            self.mbarrier.wait(bar, phase=0)
+        self.store_global(self.global_view(out, shape=[rows, cols]), self.load_shared(col),
+                          offsets=[self.blockIdx.x * 64, self.blockIdx.y * 32])
+
+
+def test_split_phase_c2d_im2col(arrays):
+    shape, geometry = (2, 9, 7, 32), (3, 1, 1, 1)
+    h = np.random.default_rng(8).uniform(-8, 8, size=shape).astype(np.float16)
+    want = im2col_reference(h, *geometry)
+    out = arrays.put(np.full(want.shape, 7, np.float16))
+    SplitIm2col(True)(*shape, *want.shape, arrays.put(h), out)
+    np.testing.assert_array_equal(arrays.host(out), want)
+
+
+def test_reading_a_split_phase_im2col_without_its_wait_names_both_lines():
+    x = np.zeros((2, 9, 7, 32), np.float16)
+    with pytest.raises(tilus.CompileError, match=r"load_shared at .*test_hopper_copies.py:\d+ touches shared memory that "
+                                                 r"c2d_im2col at .*:\d+ may still be writing; c2d_im2col completes on its "
+                                                 r"mbarrier"):
+        SplitIm2col(False).ir(2, 9, 7, 32, 126, 288, x, np.zeros((126, 288), np.float16), arch="sm_90a")

@@ -114,6 +114,9 @@ class KernelFacts {
   // The kernel's assumptions about its scalar parameters (divisibility facts such as
   // `c % 64 == 0` also feed divisor()).
   const std::vector<Assumption>& assumptions() const { return assumptions_; }
+  // `e` with the kernel's let-bound variables replaced by their values (recursively), so that
+  // what the launcher evaluates from the arguments (a tensor map's shape) names no local.
+  Expr inline_lets(const Expr& e) const;
 
   const Kernel& kernel() const { return kernel_; }
 
@@ -127,6 +130,7 @@ class KernelFacts {
   std::unordered_map<const TensorNode*, int> view_params_;  // global view -> its pointer parameter
   std::vector<PointerContract> contracts_;
   std::vector<Assumption> assumptions_;
+  std::unordered_map<const ExprNode*, Expr> lets_;  // let variable -> its value
 };
 
 // The region dim that each dim of a `tile_rank`-dim tile index lands on, right-aligned:

@@ -356,6 +356,11 @@ struct Im2colInst : InstNode {
   Expr nhw_step, c_step;
   int64_t kernel = 1, stride = 1, dilation = 1, pad = 0;
   std::optional<EvictPolicy> eviction_policy;
+  // Split-phase (like tma_copy): the group's first thread arrives once on `barrier` with the
+  // tile's bytes and issues a TMA im2col load, and the kernel waits on the barrier itself
+  // (undefined: synchronous).
+  Tensor barrier;
+  bool has_side_effects() const override { return barrier.defined(); }
 };
 
 // out = a @ b + c  (a: [m, k], b: [k, n], c and out: [m, n]).

@@ -152,7 +152,8 @@ class Builder {
                      const Tensor& barrier, bool load, SourceLoc loc, Expr multicast_mask = Expr(),
                      Expr cache_policy = Expr());
   void c2d_im2col(const Tensor& img, const Tensor& col, Expr nhw_step, Expr c_step, int64_t kernel, int64_t stride,
-                  int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy, SourceLoc loc);
+                  int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy, SourceLoc loc,
+                  const Tensor& barrier = Tensor());
   void tma_commit_group(SourceLoc loc);
   void tma_wait_group(int64_t n, bool read, SourceLoc loc);
   void fence_proxy_async(const std::string& space, SourceLoc loc);

@@ -601,9 +601,11 @@ class Script {
   void tma_store_arrive(Loc loc = Loc::current());
   // The [bm, bk] tile (nhw_step, c_step) of the im2col matrix of the NHWC image `img` into
   // `col` (docs/instructions.md).
+  // With `barrier`: split-phase, as tma_copy (TMA im2col, sm_90; the kernel waits on it).
   void c2d_im2col(const GlobalTensor& img, const SharedTensor& col, const Expr& nhw_step, const Expr& c_step,
                   int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
-                  std::optional<std::string> eviction_policy = std::nullopt, Loc loc = Loc::current());
+                  std::optional<std::string> eviction_policy = std::nullopt, const SharedTensor& barrier = {},
+                  Loc loc = Loc::current());
   void tma_store_wait(Loc loc = Loc::current());
 
   // --- compute -----------------------------------------------------------------------------

@@ -367,7 +367,15 @@ void Emitter::emit_memory(const InstNode& inst) {
       src.offset = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).offset; };
       src.predicate = [&i, g](const std::vector<Expr>& tile) { return im2col_map(i, g, tile).predicate; };
       src.global = nullptr;
+      // Split-phase: the arrival with the tile's bytes, the gathers, then the bytes complete.
+      llvm::Value* bar = i.barrier.defined() ? barrier_ptr(inst, i.barrier) : nullptr;
+      int64_t bytes = i.col.dtype().storage_bytes(i.col.num_elements());
+      if (bar) {
+        mbarrier_op(kMbarrierExpectTx, bar, i64(bytes));
+        mbarrier_op(kMbarrierArrive, bar, i64(1));
+      }
       transfer(inst, src, shared_side(facts.shared(i, i.col)), i.col.static_shape());
+      if (bar) mbarrier_op(kMbarrierCompleteTx, bar, i64(bytes));
       return;
     }
     case InstKind::Copy: {

@@ -166,7 +166,8 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
 
 void Emitter::emit_tma_im2col(const Im2colInst& i) {
   const Lowering& rec = i.lowering;
-  if (rec.tensor_map < 0 || rec.tensor_map >= int(kernel.tensor_maps.size()) || rec.copy_barrier < 0)
+  bool split = i.barrier.defined();  // the kernel's barrier, which the kernel waits on
+  if (rec.tensor_map < 0 || rec.tensor_map >= int(kernel.tensor_maps.size()) || (!split && rec.copy_barrier < 0))
     throw InternalError(fmt::format("{}: TMA im2col without a tensor map or copy barrier", i.display_name()), i.loc);
   const TensorMapSpec& map = kernel.tensor_maps[size_t(rec.tensor_map)];
   SharedView view = facts_.shared(i, i.col);
@@ -194,7 +195,9 @@ void Emitter::emit_tma_im2col(const Im2colInst& i) {
   for (size_t d = 0; d < coords.size(); ++d) cs += fmt::format("{}int32_t({})", d ? ", " : "", expr(simplify(coords[d])));
   std::string smem = fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u)", view.base_bytes,
                                  expr(simplify(shared_start_unswizzled(view))), eb);
-  std::string bar = fmt::format("(tilus::smem_addr(tilus_smem) + {}u)", kernel.copy_barrier_offset + 8 * rec.copy_barrier);
+  std::string bar = split ? barrier_address(i, i.barrier)
+                          : fmt::format("(tilus::smem_addr(tilus_smem) + {}u)",
+                                        kernel.copy_barrier_offset + 8 * rec.copy_barrier);
   std::string cn = fresh("tma_coords");
   open(fmt::format("if ({})", elected()));
   linef("const int32_t {}[4] = {{{}}};", cn, cs);
@@ -204,6 +207,7 @@ void Emitter::emit_tma_im2col(const Im2colInst& i) {
         bar, cn, expr(simplify(kw * k64(i.dilation))), expr(simplify(kh * k64(i.dilation))),
         policy.empty() ? "" : ", " + policy);
   close();
+  if (split) return;
   // Synchronous: every thread of the group waits for the bytes, then flips its phase.
   std::string phase = fmt::format("tilus_copy_phase_{}", rec.copy_barrier);
   linef("tilus::mbarrier_wait<false, false>({}, {});", bar, phase);

@@ -1,0 +1,70 @@
+"""Conv2d as an implicit GEMM on the H100's data movers and tensor cores (NHWC, f16, f32
+accumulation): out[n, oh, ow, f] = sum over (kh, kw, c) of img[n, oh*s + kh*d - p, ow*s + kw*d - p, c]
+* weight[f, kh, kw, c]. As hopper_matmul_v1, a ring of `stages` shared buffers is filled ahead of
+the wgmma that read them: per k step, a split-phase c2d_im2col (one TMA load in im2col mode) brings
+the [block_m, block_k] tile of the im2col matrix and a tma_copy the [block_n, block_k] tile of the
+weights viewed as [F, kernel * kernel * C], both completing on the stage's mbarrier. C must be a
+multiple of block_k (the kernel assumes it, and a launch where it is not is refused), so that a
+tile's channels stay in one kernel position; sm_90a."""
+import tilus
+from tilus import float16, float32, int32
+
+
+class Conv2dWgmma(tilus.Script):
+    def __init__(self, kernel=3, stride=1, dilation=1, pad=1, block_m=128, block_n=64, block_k=64, stages=4):
+        super().__init__()
+        self.kernel, self.stride, self.dilation, self.pad = kernel, stride, dilation, pad
+        self.block_m, self.block_n, self.block_k, self.stages = block_m, block_n, block_k, stages
+
+    def __call__(self, n: int32, h: int32, w: int32, c: int32, f: int32, img: ~float16, weight: ~float16,
+                 out: ~float16):
+        ks, s, d, p = self.kernel, self.stride, self.dilation, self.pad
+        bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
+        self.assume(c % bk == 0)
+        oh = (h + 2 * p - d * (ks - 1) - 1) // s + 1
+        ow = (w + 2 * p - d * (ks - 1) - 1) // s + 1
+        pixels = n * oh * ow
+        depth = ks * ks * c
+        self.attrs.blocks = [tilus.cdiv(pixels, bm), tilus.cdiv(f, bn)]
+        self.attrs.warps = 4  # one warp group
+        offset_n = self.blockIdx.y * bn
+        gimg = self.global_view(img, shape=[n, h, w, c])
+        gw = self.global_view(weight, shape=[f, depth])
+        col = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
+        wt = self.shared_tensor(dtype=float16, shape=[stages, bn, bk])
+        loaded = self.mbarrier.alloc(counts=[2] * stages)  # the im2col load and the weight load
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        steps = tilus.cdiv(depth, bk)
+        for st in tilus.static_range(stages - 1):  # the prologue: stages - 1 steps in flight
+            with self.single_thread():
+                self.c2d_im2col(gimg, col[st], self.blockIdx.x, st, ks, s, d, p, barrier=loaded[st])
+                self.tma_copy(gw[offset_n:offset_n + bn, st * bk:(st + 1) * bk], wt[st], barrier=loaded[st])
+        for step in range(steps):
+            stage = step % stages
+            self.mbarrier.wait(loaded[stage], phase=step // stages % 2)
+            self.wgmma.fence()
+            self.wgmma.mma(col[stage], wt[stage].transpose(), acc)
+            self.wgmma.commit_group()
+            # The previous step's group has retired: its stage is the one refilled next.
+            self.wgmma.wait_group(1)
+            nxt = step + stages - 1
+            with self.single_thread():
+                # Steps past the matrix load zeros (and complete all the same).
+                self.c2d_im2col(gimg, col[nxt % stages], self.blockIdx.x, nxt, ks, s, d, p, barrier=loaded[nxt % stages])
+                self.tma_copy(gw[offset_n:offset_n + bn, nxt * bk:(nxt + 1) * bk], wt[nxt % stages],
+                              barrier=loaded[nxt % stages])
+        self.wgmma.wait_group(0)
+        for st in tilus.static_range(stages - 1):  # the loads past the last step land before the exit
+            self.mbarrier.wait(loaded[(steps + st) % stages], phase=(steps + st) // stages % 2)
+        self.store_global(self.global_view(out, shape=[pixels, f]), acc.to(float16),
+                          offsets=[self.blockIdx.x * bm, offset_n])
+
+
+def main():
+    from conv2d import check_conv
+    for (n, h, w, c, f, ks, s, d, p) in ((2, 13, 11, 64, 40, 3, 1, 1, 1), (1, 17, 19, 128, 72, 5, 2, 2, 3)):
+        check_conv("conv2d_wgmma", Conv2dWgmma(ks, s, d, p), n, h, w, c, f, ks, s, d, p)
+
+
+if __name__ == "__main__":
+    main()
