@@ -152,3 +152,42 @@ def test_the_aot_example_builds(tmp_path):
     assert "built " in r.stdout
     if HAS_GPU:
         assert "all results correct" in r.stdout, r.stdout
+
+
+@needs_nvrtc
+@needs_cc
+def test_a_bundle_with_tma_im2col_builds_and_checks_its_assumption(tmp_path):
+    from conv2d import reference
+    from conv2d_wgmma import Conv2dWgmma
+    b = aot.Bundle("convlib", archs=["sm_90a"])
+    # TMA needs C a multiple of 16 (16-byte image rows) and aligned pointers; any N, H, W and F.
+    b.add(Conv2dWgmma(), name="conv", specializations=(["c", "img", "weight", "out"],))
+    b.write(tmp_path / "convlib")
+    src = (tmp_path / "convlib" / "convlib.c").read_text()
+    assert "const int im2col[] = {-1, -1, 1};" in src and "does not hold for these arguments" in src
+    lib = tmp_path / "libconvlib.so"
+    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(lib),
+                    str(tmp_path / "convlib" / "convlib.c"), "-ldl", "-lpthread"], check=True, capture_output=True)
+    so = ctypes.CDLL(str(lib))
+    so.convlib_last_error.restype = ctypes.c_char_p
+    fn = so.convlib_conv
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 5 + [ctypes.c_void_p] * 3
+    if not HAS_GPU:
+        x = ctypes.c_uint16(0)
+        assert fn(None, 1, 3, 3, 64, 16, ctypes.byref(x), ctypes.byref(x), ctypes.byref(x)) == 3
+        return
+    import numpy as np
+    import torch
+    n, h, w, f = 2, 13, 11, 48
+    for c, status in ((64, 0), (48, 1)):  # 48: C % 64 == 0 does not hold
+        img = torch.randn(n, h, w, c, device="cuda", dtype=torch.float16)
+        wt = torch.randn(f, 3, 3, c, device="cuda", dtype=torch.float16)
+        out = torch.zeros(n, h, w, f, device="cuda", dtype=torch.float16)
+        got = fn(torch.cuda.current_stream().cuda_stream, n, h, w, c, f, img.data_ptr(), wt.data_ptr(), out.data_ptr())
+        assert got == status, so.convlib_last_error()
+        if status:
+            assert b"does not hold for these arguments" in so.convlib_last_error()
+            continue
+        torch.cuda.synchronize()
+        want = reference(img.cpu().numpy(), wt.cpu().numpy(), 1, 1, 1)
+        np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=2e-2, atol=3e-2)
