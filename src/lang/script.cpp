@@ -342,6 +342,9 @@ void Script::mbarrier_arrive(const SharedTensor& barrier, Loc loc) { mbarrier.ar
 void Script::mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Loc loc) {
   mbarrier.arrive_remote(barrier, cta_id, 1, "cta", loc);
 }
+void Script::mbarrier_arrive(const MappedBarrier& barrier, Loc loc) {
+  mbarrier.arrive_remote(barrier.barrier, barrier.rank, 1, "cta", loc);
+}
 void Script::mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc) {
   mbarrier.expect_tx(barrier, tx, {}, loc);
 }
@@ -455,6 +458,14 @@ void MbarrierGroup::arrive_and_expect_tx_remote(const SharedTensor& barrier, con
 void MbarrierGroup::expect_tx(const SharedTensor& barrier, const Expr& bytes, MbarrierOptions opts, Loc loc) const {
   script->builder().mbarrier(MbarrierOp::ExpectTx, barrier_of(barrier), bytes, sem_or(opts, "relaxed"), opts.scope,
                              Expr(), SourceLoc::from(loc));
+}
+void MbarrierGroup::arrive(const MappedBarrier& barrier, const Expr& count, MbarrierOptions opts, Loc loc) const {
+  script->builder().mbarrier(MbarrierOp::Arrive, barrier_of(barrier.barrier), count, sem_or(opts, "release"),
+                             opts.scope, barrier.rank, SourceLoc::from(loc));
+}
+void MbarrierGroup::arrive_and_expect_tx(const MappedBarrier& barrier, const Expr& bytes, MbarrierOptions opts,
+                                         Loc loc) const {
+  arrive_and_expect_tx_remote(barrier.barrier, bytes, barrier.rank, opts, loc);
 }
 void MbarrierGroup::arrive_remote(const SharedTensor& barrier, const Expr& cta_id, const Expr& count,
                                   const std::string& scope, Loc loc) const {

@@ -977,3 +977,21 @@ TEST(Im2colSelection, TmaWhereTheChannelsStayInOneKernelPosition) {
             std::string::npos)
       << text;
 }
+
+// cluster.map_shared_addr (NVIDIA Tilus's name) makes the arrivals on a peer block's barrier.
+TEST(MbarrierPeers, MapSharedAddrArrivesOnThePeer) {
+  Program p = traced(
+      [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor&) {
+        auto bars = k.mbarrier.alloc({32, 1});
+        MappedBarrier peer = k.cluster.map_shared_addr(bars[0], 1 - k.cluster.blockRank);
+        k.mbarrier.arrive(peer);
+        k.mbarrier_arrive(k.cluster.map_shared_addr(bars[1], 0));
+        k.single_thread([&] { k.mbarrier.arrive_and_expect_tx(k.cluster.map_shared_addr(bars[1], 0), 64); });
+      },
+      {.arch = "sm_90a"});
+  const std::string text = print(p);
+  EXPECT_NE(text.find("mbarrier.arrive(barrier=barriers_1, count=1, cta_id=1 - clusterBlockRank)"), std::string::npos) << text;
+  EXPECT_NE(text.find("mbarrier.arrive(barrier=barriers_2, count=1, cta_id=0)"), std::string::npos) << text;
+  EXPECT_NE(text.find("mbarrier.arrive_and_expect_tx(barrier=barriers_3, transaction_bytes=64, cta_id=0)"), std::string::npos)
+      << text;
+}

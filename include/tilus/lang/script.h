@@ -387,6 +387,14 @@ Program trace(K script, const Constants& constants = {}, Loc loc = Loc::current(
 
 class Script;
 
+// A barrier of another block of the cluster (cluster.map_shared_addr(bars[i], rank), NVIDIA
+// Tilus's name): arrivals on it (mbarrier.arrive, arrive_and_expect_tx, mbarrier_arrive) reach
+// the barrier at `barrier`'s offset in block `rank`.
+struct MappedBarrier {
+  SharedTensor barrier;
+  Expr rank;
+};
+
 // self.mbarrier.* (NVIDIA Tilus's names): mbarriers in shared memory. A barrier is one
 // element of the tensor alloc() returns (`b[i]`; a one-barrier tensor may be passed whole).
 struct MbarrierGroup {
@@ -401,6 +409,11 @@ struct MbarrierGroup {
                             Loc loc = Loc::current()) const;
   void expect_tx(const SharedTensor& barrier, const Expr& transaction_bytes, MbarrierOptions opts = {},
                  Loc loc = Loc::current()) const;
+  // The same on a peer block's barrier (cluster.map_shared_addr).
+  void arrive(const MappedBarrier& barrier, const Expr& count = 1, MbarrierOptions opts = {},
+              Loc loc = Loc::current()) const;
+  void arrive_and_expect_tx(const MappedBarrier& barrier, const Expr& transaction_bytes, MbarrierOptions opts = {},
+                            Loc loc = Loc::current()) const;
   // Arrive on the barrier at the same offset in block `cta_id` of the cluster; `scope` "cta"
   // (release at block scope, the default) or "cluster" (the thread's earlier writes become
   // visible to the peer's waiters).
@@ -524,6 +537,11 @@ class Script {
     const Dim3 blockIdx{builtin::cluster_block_idx(0), builtin::cluster_block_idx(1), builtin::cluster_block_idx(2)};
     const Dim3 clusterDim{builtin::cluster_dim(0), builtin::cluster_dim(1), builtin::cluster_dim(2)};
     const Expr blockRank{builtin::cluster_block_rank()};
+    // `barrier` (bars[i]) as the barrier at its offset in block `target_rank` of the cluster,
+    // for mbarrier.arrive / arrive_and_expect_tx / mbarrier_arrive (mapa.shared::cluster).
+    MappedBarrier map_shared_addr(const SharedTensor& barrier, const Expr& target_rank) const {
+      return {barrier, target_rank};
+    }
   };
   const Cluster cluster{};
 
@@ -586,6 +604,7 @@ class Script {
   void mbarrier_wait_parity(const SharedTensor& barrier, const Expr& parity, Loc loc = Loc::current());
   void mbarrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
   void mbarrier_arrive(const SharedTensor& barrier, const Expr& cta_id, Loc loc = Loc::current());
+  void mbarrier_arrive(const MappedBarrier& barrier, Loc loc = Loc::current());
   void mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc loc = Loc::current());
   // Every thread arrives once on `barrier` when its earlier cp.async copies have landed
   // (cp.async.mbarrier.arrive.noinc: the arrival counts toward the expected count).
