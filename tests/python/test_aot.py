@@ -91,6 +91,16 @@ def test_size_buckets_share_one_function():
         b.add(VectorAdd(), name="third", when={"n": 5})
 
 
+def load_bundle(tmp_path, name):
+    """The bundle written to tmp_path/name, built as a shared library with warnings as errors."""
+    lib = tmp_path / f"lib{name}.so"
+    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(lib),
+                    str(tmp_path / name / f"{name}.c"), "-ldl", "-lpthread"], check=True, capture_output=True)
+    so = ctypes.CDLL(str(lib))
+    getattr(so, f"{name}_last_error").restype = ctypes.c_char_p
+    return so
+
+
 @needs_nvrtc
 @needs_cc
 def test_bundle_builds_and_runs(tmp_path):
@@ -99,11 +109,7 @@ def test_bundle_builds_and_runs(tmp_path):
     paths = b.write(tmp_path / "pylib")
     assert sorted(os.path.basename(p) for p in paths) == ["CMakeLists.txt", "pylib.c", "pylib.h",
                                                          "tilus_aot_runtime.h", "tilus_cu_types.h"]
-    lib = tmp_path / "libpylib.so"
-    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(lib),
-                    str(tmp_path / "pylib" / "pylib.c"), "-ldl", "-lpthread"], check=True, capture_output=True)
-    so = ctypes.CDLL(str(lib))
-    so.pylib_last_error.restype = ctypes.c_char_p
+    so = load_bundle(tmp_path, "pylib")
     fn = so.pylib_vector_add
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     if not HAS_GPU:
@@ -165,11 +171,7 @@ def test_a_bundle_with_tma_im2col_builds_and_checks_its_assumption(tmp_path):
     b.write(tmp_path / "convlib")
     src = (tmp_path / "convlib" / "convlib.c").read_text()
     assert "const int im2col[] = {-1, -1, 1};" in src and "does not hold for these arguments" in src
-    lib = tmp_path / "libconvlib.so"
-    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(lib),
-                    str(tmp_path / "convlib" / "convlib.c"), "-ldl", "-lpthread"], check=True, capture_output=True)
-    so = ctypes.CDLL(str(lib))
-    so.convlib_last_error.restype = ctypes.c_char_p
+    so = load_bundle(tmp_path, "convlib")
     fn = so.convlib_conv
     fn.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 5 + [ctypes.c_void_p] * 3
     if not HAS_GPU:
