@@ -329,6 +329,11 @@ void Script::async_copy(const CopyRegionArg& src, const CopyRegionArg& dst, Asyn
   builder().copy(src.region, dst.region, args, SourceLoc::from(loc));
 }
 
+namespace {
+Tensor barrier_of(const SharedTensor& b) { return b.bound() ? b.tensor() : Tensor(); }
+std::string sem_or(const MbarrierOptions& o, const char* dflt) { return o.sem.empty() ? dflt : o.sem; }
+}  // namespace
+
 void Script::tma_copy(const CopyRegionArg& src, const CopyRegionArg& dst, TmaCopyOptions opts, Loc loc) {
   CopyArgs args{.eviction_policy = opts.eviction_policy, .annotations = opts.annotations, .api = CopyApi::TmaCopy,
                 .barrier = opts.barrier.bound() ? opts.barrier.tensor() : Tensor()};
@@ -349,7 +354,7 @@ void Script::mbarrier_expect_tx(const SharedTensor& barrier, const Expr& tx, Loc
   mbarrier.expect_tx(barrier, tx, {}, loc);
 }
 void Script::cp_async_barrier_noinc(const SharedTensor& barrier, Loc loc) {
-  builder().mbarrier(MbarrierOp::CpAsyncArrive, barrier.bound() ? barrier.tensor() : Tensor(), 1, "release", "cta", Expr(), SourceLoc::from(loc));
+  builder().mbarrier(MbarrierOp::CpAsyncArrive, barrier_of(barrier), 1, "release", "cta", Expr(), SourceLoc::from(loc));
 }
 void Script::barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc) {
   mbarrier.wait(barrier, parity, {}, loc);
@@ -361,14 +366,9 @@ void Script::c2d_im2col(const GlobalTensor& img, const SharedTensor& col, const 
                         int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
                         std::optional<std::string> eviction_policy, const SharedTensor& barrier, Loc loc) {
   builder().c2d_im2col(img.tensor(), col.tensor(), nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy,
-                       SourceLoc::from(loc), barrier.bound() ? barrier.tensor() : Tensor());
+                       SourceLoc::from(loc), barrier_of(barrier));
 }
 void Script::tma_store_wait(Loc loc) { tma.wait_group(0, true, loc); }
-
-namespace {
-Tensor barrier_of(const SharedTensor& b) { return b.bound() ? b.tensor() : Tensor(); }
-std::string sem_or(const MbarrierOptions& o, const char* dflt) { return o.sem.empty() ? dflt : o.sem; }
-}  // namespace
 
 namespace {
 RegisterTensor atomic_of(Script* s, AtomicOp op, const Tensor& dst, const RegisterTensor& compare,

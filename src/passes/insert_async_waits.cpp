@@ -47,10 +47,8 @@ class WaitInserter {
         if (auto* m = dynamic_cast<const MbarrierInst*>(&i)) {
           if (m->op == MbarrierOp::Wait) waits.push_back(m);
           else if (m->op != MbarrierOp::ExpectTx) arrived.insert(map->barrier_root(*m));
-        } else if (auto* c = dynamic_cast<const CopyInst*>(&i); c && c->api == CopyApi::TmaCopy && c->barrier.defined()) {
-          arrived.insert(map->copy_barrier_root(*c));
-        } else if (auto* m = dynamic_cast<const Im2colInst*>(&i); m && m->barrier.defined()) {
-          arrived.insert(map->im2col_barrier_root(*m));
+        } else if (arrives_itself(i)) {
+          arrived.insert(map->load_barrier_root(i));
         }
       }
     } c;
@@ -63,6 +61,12 @@ class WaitInserter {
                                        "never complete",
                                        w->display_name(), w->loc.str(), map_.barrier_root(*w)->name),
                            w->loc);
+  }
+
+  // tma_copy and a split-phase c2d_im2col arrive on their barrier themselves (with their bytes).
+  static bool arrives_itself(const InstNode& i) {
+    auto* c = dynamic_cast<const CopyInst*>(&i);
+    return barrier_operand(i).defined() && (!c || c->api == CopyApi::TmaCopy);
   }
 
   // The barrier allocations that mbarrier waits in a statement wait on.

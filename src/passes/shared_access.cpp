@@ -40,17 +40,12 @@ bool provably_disjoint(const Expr& a, int64_t ea, const Expr& b, int64_t eb) {
 
 }  // namespace
 
-namespace {
-// The mbarrier operand of a TMA load or a split-phase c2d_im2col (not part of the data it
-// moves): undefined for anything else.
 const Tensor& barrier_operand(const InstNode& inst) {
   static const Tensor none;
   if (auto* copy = dynamic_cast<const CopyInst*>(&inst)) return copy->barrier;
   if (auto* im2col = dynamic_cast<const Im2colInst*>(&inst)) return im2col->barrier;
   return none;
 }
-const TensorNode* barrier_tensor(const InstNode& inst) { return barrier_operand(inst).get(); }
-}  // namespace
 
 const TensorNode* shared_root(const KernelFacts& facts, const InstNode& user, const Tensor& t) {
   return facts.shared(user, t).root.get();
@@ -103,7 +98,7 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
     // Asynchronous writes, and the shared sources that a TMA store or a wgmma reads after it
     // is issued.
     bool async_read = low.completion == Completion::TmaStoreGroup || low.completion == Completion::WgmmaGroup;
-    bool async = low.is_async() && (a.write || async_read) && t.get() != barrier_tensor(inst);
+    bool async = low.is_async() && (a.write || async_read) && t.get() != barrier_operand(inst).get();
     if (async) {
       a.async = true, a.awaited = false;
       a.completion = low.completion;
@@ -112,7 +107,7 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       auto* copy = dynamic_cast<const CopyInst*>(&inst);
       const Tensor& bar = barrier_operand(inst);
       a.explicit_wait = (copy && copy->user_waits()) || bar.defined() || low.op == MachineOp::Wgmma;
-      if (bar.defined()) a.barrier = shared_root(facts_, inst, bar);
+      a.barrier = load_barrier_root(inst);
     }
     out.push_back(a);
   }

@@ -36,6 +36,10 @@ struct SharedAccess {
   const TensorNode* barrier = nullptr;
 };
 
+// The mbarrier operand of a TMA load or a split-phase c2d_im2col (not part of the data it
+// moves): undefined for anything else.
+const Tensor& barrier_operand(const InstNode& inst);
+
 // The root allocation of a shared tensor or view (for matching mbarriers).
 const TensorNode* shared_root(const KernelFacts& facts, const InstNode& user, const Tensor& t);
 
@@ -49,8 +53,11 @@ class SharedAccessMap {
   std::vector<SharedAccess> accesses(const InstNode& inst) const;
   // The root of the barrier an mbarrier instruction uses.
   const TensorNode* barrier_root(const MbarrierInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
-  const TensorNode* copy_barrier_root(const CopyInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
-  const TensorNode* im2col_barrier_root(const Im2colInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
+  // The root of the barrier a TMA load or split-phase c2d_im2col completes on (null: none).
+  const TensorNode* load_barrier_root(const InstNode& inst) const {
+    const Tensor& b = barrier_operand(inst);
+    return b.defined() ? shared_root(facts_, inst, b) : nullptr;
+  }
 
  private:
   KernelFacts facts_;
