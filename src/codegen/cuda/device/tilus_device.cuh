@@ -263,21 +263,30 @@ template <int Bits> __device__ __forceinline__ void store_bits(void* base, long 
 template <class To, class From> __device__ __forceinline__ To cvt(From x) { return Convert<To>::run(unref(x)); }
 
 // ---- vectorized conversions (the Cast instruction's fast paths; each exact) ------------------
-// 8 packed 4-bit integers (one word, element i at bits 4i) to 8 halves. Per pair of elements
-// (one byte): a byte permute puts the byte in both halves, a mask-and-or makes the halves
-// 1024 + lo and 1024 + 16 * hi (the magic number 0x6400 is 1024), and one half2 fma scales
-// and subtracts. Signed values are biased by 8 first (x ^ 8 per nibble) and subtract 8 more.
+// 8 packed 4-bit integers (one word, element i at bits 4i) to 8 halves or bfloat16s. Per pair of
+// elements (byte p): one byte permute of the word and of the word shifted by 4 puts element 2p
+// in the low half's low nibble and element 2p + 1 in the high half's; one lop3 masks the
+// nibbles and puts in the magic exponent (1024 for half, 128 for bfloat16: the nibble becomes
+// the low mantissa bits), for signed codes also flipping each nibble's top bit (c ^ 8 = c + 8
+// mod 16); one subtraction of that same magic word (1024 + 8 with the flip) leaves the value.
+// Three instructions per pair and one shift per word, each step exact. The lop3 is written out:
+// the compiler splits `(t & m) ^ k` with two constants into two instructions.
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t w, uint32_t w4, int p, uint32_t magic) {
+  uint32_t t = __byte_perm(w, w4, (uint32_t(p) | (uint32_t(p) << 4)) | ((uint32_t(p + 4) | (uint32_t(p + 4) << 4)) << 8));
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(r) : "r"(t), "n"(0x000f000fu), "r"(magic));  // (t & m) ^ magic
+  return r;
+}
 #ifdef TILUS_DEVICE_FP16
 template <bool Signed> __device__ __forceinline__ void cvt_4bit_x8(__half* out, uint32_t w) {
-  if (Signed) w ^= 0x88888888u;
-  const uint32_t scale = 0x2c003c00u;                          // half2(1, 1/16)
-  const uint32_t bias = Signed ? 0xd480e408u : 0xd400e400u;   // half2(-1032, -72) : half2(-1024, -64)
+  // The magic word and the number to subtract are the same: half2(1032, 1032) : half2(1024, 1024).
+  const uint32_t magic = Signed ? 0x64086408u : 0x64006400u;
+  const uint32_t w4 = w >> 4;
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    uint32_t t = (__byte_perm(w, 0u, 0x4040u | (uint32_t(p) << 8) | uint32_t(p)) & 0x00f0000fu) | 0x64006400u;
-    __half2 r = __hfma2(*reinterpret_cast<__half2*>(&t), *reinterpret_cast<const __half2*>(&scale),
-                        *reinterpret_cast<const __half2*>(&bias));
-    reinterpret_cast<__half2*>(out)[p] = r;
+    uint32_t t = nibble_pair(w, w4, p, magic);
+    reinterpret_cast<__half2*>(out)[p] =
+        __hsub2(*reinterpret_cast<__half2*>(&t), *reinterpret_cast<const __half2*>(&magic));
   }
 }
 // fp8 pairs to half pairs: one cvt per pair on sm_89+ (exact: every fp8 value is a half).
@@ -338,17 +347,15 @@ template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__nv_bfloat16* o
 }
 #endif
 #ifdef TILUS_DEVICE_BF16
-// bfloat16 has 7 mantissa bits: each half gets a whole nibble (128 + e, magic 0x4300) and one
-// subtraction.
+// bfloat16: the same with the magic number 128 (0x4300; 7 mantissa bits hold the nibble).
 template <bool Signed> __device__ __forceinline__ void cvt_4bit_x8(__nv_bfloat16* out, uint32_t w) {
-  if (Signed) w ^= 0x88888888u;
-  const uint32_t bias = Signed ? 0x43084308u : 0x43004300u;  // bf162(136, 136) : bf162(128, 128)
+  const uint32_t magic = Signed ? 0x43084308u : 0x43004300u;  // bf162(136, 136) : bf162(128, 128)
+  const uint32_t w4 = w >> 4;
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    uint32_t b = __byte_perm(w, 0u, 0x4040u | (uint32_t(p) << 8) | uint32_t(p));
-    uint32_t t = (b & 0x0000000fu) | ((b >> 4) & 0x000f0000u) | 0x43004300u;
+    uint32_t t = nibble_pair(w, w4, p, magic);
     reinterpret_cast<__nv_bfloat162*>(out)[p] =
-        __hsub2(*reinterpret_cast<__nv_bfloat162*>(&t), *reinterpret_cast<const __nv_bfloat162*>(&bias));
+        __hsub2(*reinterpret_cast<__nv_bfloat162*>(&t), *reinterpret_cast<const __nv_bfloat162*>(&magic));
   }
 }
 #endif
