@@ -38,12 +38,13 @@ const std::vector<Pass>& passes() {
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},
       {"select_instructions",
        [](const Program& p, const PipelineOptions& o) { return select_instructions(p, o.target); }},
-      {"insert_async_waits",
-       [](const Program& p, const PipelineOptions& o) { return insert_async_waits(p, o.strict_async_waits); }},
       {"plan_shared_memory",
        [](const Program& p, const PipelineOptions& o) { return plan_shared_memory(p, o.target); }},
-      // After planning, unlike DESIGN's order: tensors the planner puts on the same bytes
-      // are hazards too, and only the planned offsets show them.
+      // Both after planning, unlike DESIGN's order: tensors the planner puts on the same bytes
+      // are hazards too (a copy still landing in a pipeline buffer whose bytes an epilogue
+      // tensor reuses), and only the planned offsets show them.
+      {"insert_async_waits",
+       [](const Program& p, const PipelineOptions& o) { return insert_async_waits(p, o.strict_async_waits); }},
       {"insert_barriers", [](const Program& p, const PipelineOptions&) { return insert_barriers(p); }},
   };
   return list;

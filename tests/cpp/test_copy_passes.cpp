@@ -500,6 +500,38 @@ TEST(CopyAsyncWaits, PipelinedCpAsyncCopiesKeepStagesInFlight) {
   for (auto& w : waits) EXPECT_EQ(w, "wait(2)");
 }
 
+TEST(CopyAsyncWaits, ACopyStillLandingInBytesAnotherTensorReusesIsWaited) {
+  // The loop's last prefetch (predicated off past k, but a cp.async still zero-fills) is in
+  // flight after the loop; the planner puts `out` on the pipeline buffer's bytes, so the write
+  // of `out` waits for every group first (a per-tensor analysis would see no hazard).
+  auto cp = CopyOptions{.annotations = {{"use_cp_async", "true"}}};
+  auto s = golden_case("waits_reused_bytes", "insert_async_waits",
+                       [&](K& k, Int32, Int32 n, GlobalTensor& a, GlobalTensor&) {
+                         auto sa = k.shared_tensor(dtypes::float16, {2, 16, 64});
+                         k.copy(a.region({0, 0}, {16, 64}), sa[0], cp);
+                         for (Expr i : k.range(n)) {
+                           k.copy(a.region({0, (i + 1) * 64}, {16, 64}), sa[(i + 1) % 2], cp);
+                           auto r = k.register_tensor(dtypes::float16, {16, 64});
+                           k.copy(sa[i % 2], r);
+                           k.copy(r, a.region({16, i * 64}, {16, 64}));
+                         }
+                         auto out = k.shared_tensor(dtypes::float16, {16, 64});
+                         auto g = k.register_tensor(dtypes::float16, {16, 64});
+                         k.copy(a.region({32, 0}, {16, 64}), g);
+                         k.copy(g, out);
+                         auto r = k.register_tensor(dtypes::float16, {16, 64});
+                         k.copy(out, r);
+                         k.copy(r, a.region({48, 0}, {16, 64}));
+                       });
+  Seq seq = sequence(s.after);
+  // after the loop: the global load into g, then wait(0), then the write of `out`
+  auto last = std::find(seq.rbegin(), seq.rend(), "wait(0)");
+  ASSERT_NE(last, seq.rend()) << fmt::format("{}", fmt::join(seq, " "));
+  Seq tail(last.base() - 1, seq.end());
+  EXPECT_EQ(tail, (Seq{"wait(0)", "copy", "copy", "copy"})) << fmt::format("{}", fmt::join(seq, " "));
+  EXPECT_NE(print(s.after).find("shared_tensor(offset=0) : shared float16[16, 64]"), std::string::npos);
+}
+
 TEST(CopyAsyncWaits, AsyncCopyWithoutAWaitIsAnError) {
   std::string m;
   try {
