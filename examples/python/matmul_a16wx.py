@@ -7,10 +7,10 @@ Each k-step brings a tile of a, the tile's weight bytes and its scales into shar
 cp.async (`stages` in flight); the bytes are loaded straight into the registers of the
 tensor-core operand (layout inference derives their layout from the dot's, back through the
 transpose, the cast and the view), widened to f16 (the vectorized conversions for int4/uint4
-and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K) and sums the
-partial results in a second kernel; for small m the weights are repacked once into
-fragment order so that each thread loads its operand bytes as 16-byte vectors. Not yet: wgmma
-for large m, autotuning (issue 16)."""
+and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
+its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
+are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
+vectors. Not yet: wgmma for large m, autotuning (issue 16)."""
 import os
 
 import numpy as np
@@ -24,8 +24,10 @@ WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "
 class MatmulA16Wx(tilus.Script):
     """One split of the k range per blockIdx.z: `stages` tiles of a and of b's bytes in flight
     with cp.async (the passes insert the waits and barriers), dequantized in registers, the f16
-    tile handed to `dot` through shared memory. With split_k == 1 the block writes c (f16), else
-    its float32 partial sums into partial[z] (SumSplits adds them)."""
+    tile handed to `dot` through shared memory. With split_k == 1 the block writes c (f16 or bf16),
+    else its float32 partial sums into partial[z], counts its arrival in counters[tile] (int32
+    [m tiles, n tiles], zero before the launch), and the tile's last split sums partial[:] into c
+    and sets the counter back to zero."""
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16):
@@ -42,7 +44,7 @@ class MatmulA16Wx(tilus.Script):
             assert repackable(wtype.bits, block_m, block_n, block_k, warps), "no fragment order for this tile"
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
-                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32):
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
         bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
@@ -111,11 +113,29 @@ class MatmulA16Wx(tilus.Script):
             # (Scaling each k tile's product instead, per column, measured no faster at small m
             # and slower at large m on the H100.)
             acc = self.dot(self.load_shared(sa[step % stages]), w * self.load_shared(ss[step % stages]), acc)
+        gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
-            self.store_global(self.global_view(c, dtype=at, shape=[m, n]), acc.to(at), offsets=[om, on])
+            self.store_global(gc, acc.to(at), offsets=[om, on])
         else:
+            # Each split stores its float32 partial sums; the tile's last split to arrive adds
+            # them up into c. The block's stores come before its arrival (a barrier, then an
+            # acq_rel atomic at GPU scope), the last block's loads after (its barrier).
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
+            self.sync()
+            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
+            tile = [self.blockIdx.x, self.blockIdx.y]
+            before = self.shared_tensor(dtype=int32, shape=[1, 1])
+            with self.single_thread():
+                one = self.register_tensor(dtype=int32, shape=[1, 1], init=1)
+                self.store_shared(before, self.atomic.global_add(arrivals, one, offsets=tile, sem="acq_rel"))
+            self.sync()
+            if self.load_shared(before).item() == self.split_k - 1:
+                for r in range(bm // 16):  # 16 rows at a time: a whole tile's partials may not fit in registers
+                    p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[self.split_k, 16, bn])
+                    self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om + r * 16, on])
+                with self.single_thread():  # ready for the next launch
+                    self.store_global(arrivals, self.register_tensor(dtype=int32, shape=[1, 1], init=0), offsets=tile)
 
 
 def fragment_layout(bn, bk, warps=4):
@@ -166,32 +186,28 @@ def repack_weights(codes, bits, bn, bk, warps=4):
     return data.transpose(0, 1, 3, 2, 4).reshape(tn, tk, threads * nbytes // 16, 16)
 
 
-class SumSplits(tilus.Script):
-    """c ([m, n], float16 or bfloat16) = the sum of partial[0 .. split_k) (float32 [split_k, m, n])."""
-
-    def __init__(self, split_k, block_m=16, block_n=128, atype=float16):
-        super().__init__()
-        self.split_k, self.block_m, self.block_n, self.atype = split_k, block_m, block_n, atype
-
-    def __call__(self, m: int32, n: int32, partial: ~float32, c: tilus.void_p):
-        self.attrs.blocks = [tilus.cdiv(m, self.block_m), tilus.cdiv(n, self.block_n)]
-        self.attrs.warps = 4
-        o = [self.blockIdx.x * self.block_m, self.blockIdx.y * self.block_n]
-        p = self.load_global(self.global_view(partial, shape=[self.split_k, m, n]), offsets=[0, o[0], o[1]],
-                             shape=[self.split_k, self.block_m, self.block_n])
-        self.store_global(self.global_view(c, dtype=self.atype, shape=[m, n]), self.sum(p, dim=0).to(self.atype),
-                          offsets=o)
-
-
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
-    fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle,
-    then one SumSplits launch; 128-row tiles on the plain weights for large m."""
+    fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle
+    (the last split of a tile adds the partial sums up); 128-row tiles on the plain weights for
+    large m. The split-K arrival counters belong to the object: one launch at a time (a launch on
+    another stream while one runs would share them)."""
 
     def __init__(self, wtype, group=128, sms=132, atype=float16):
         self.wtype, self.group, self.sms, self.atype = wtype, group, sms, atype
         self.kernels = {}
+        self.counters = None  # the split-K arrival counters, zero between launches
+
+    def arrival_counters(self, like, size):
+        """Zeroed int32 counters (at least `size`) where `like` lives: torch on its device, or numpy."""
+        if self.counters is None or len(self.counters) < size:
+            if hasattr(like, "cpu"):  # torch (numpy arrays have a `device` too)
+                import torch
+                self.counters = torch.zeros(size, dtype=torch.int32, device=like.device)
+            else:
+                self.counters = np.zeros(size, np.int32)
+        return self.counters
 
     def config(self, m, n, k):
         small = m <= 32
@@ -223,12 +239,10 @@ class QuantizedMatmul:
         cfg = self.config(m, n, k)
         key = tuple(sorted(cfg.items()))
         if key not in self.kernels:
-            self.kernels[key] = (MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg),
-                                 SumSplits(cfg["split_k"], atype=self.atype))
-        matmul, reduce = self.kernels[key]
-        matmul(m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace)
-        if cfg["split_k"] > 1:
-            reduce(m, n, workspace, c)
+            self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
+        tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
+        self.kernels[key](m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace,
+                          self.arrival_counters(c, tiles))
 
 
 def round_to(x, atype):

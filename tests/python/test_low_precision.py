@@ -358,7 +358,7 @@ def test_quantized_matmul_example(arrays, wtype, split_k, repacked, warps, atype
     bf16 activations, with and without split-K (3 splits of 5 k tiles leave the last split one
     tile), on plain weights (3- and 6-bit codes straddle bytes) and on weights repacked into
     fragment order (n and k padded to whole tiles) for 4 and 8 warps."""
-    from matmul_a16wx import (MatmulA16Wx, SumSplits, from_host_array, host_array, quantized_operands,
+    from matmul_a16wx import (MatmulA16Wx, from_host_array, host_array, quantized_operands,
                               repack_weights, round_to, unpack_codes)
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     # A repacked 3- or 6-bit tile needs 128-long k tiles (a thread's bits in whole 16-byte rows).
@@ -371,12 +371,36 @@ def test_quantized_matmul_example(arrays, wtype, split_k, repacked, warps, atype
         packed = repack_weights(unpack_codes(packed, dt.bits), dt.bits, 128, bk, warps)
     c = arrays.put(host_array(np.zeros((m, n)), at))
     work = arrays.put(np.zeros((split_k, m, n), np.float32))
+    counters = arrays.put(np.zeros(16, np.int32))  # one per (m, n) tile: 3 x 2 at most
     kernel = MatmulA16Wx(dt, group, block_k=bk, split_k=split_k, warps=warps, repacked=repacked, atype=at)
     kernel(m, n, k, arrays.put(host_array(a, at)), arrays.put(packed), arrays.put(host_array(scales, at)),
-           arrays.put(host_array(zeros, at)), c, work)
-    if split_k > 1:
-        SumSplits(split_k, atype=at)(m, n, work, c)
+           arrays.put(host_array(zeros, at)), c, work, counters)
     np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2)
+    # the last split of each tile set its counter back to zero, ready for the next launch
+    np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
+    """QuantizedMatmul (the example's driver) at a ragged size where it splits k 8 ways over
+    64-row tiles (the last split sums the partials 16 rows at a time): two launches with
+    different activations both match the reference, so the first left its arrival counters at
+    zero for the second."""
+    from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands, round_to
+    m, n, k, group = 37, 192, 1024, 128
+    rng = np.random.default_rng(9)
+    packed, scales, zeros, w = quantized_operands(tilus.int4, k, n, group, rng)
+    q = QuantizedMatmul(tilus.int4, group)
+    assert q.config(m, n, k)["split_k"] == 8 and q.config(m, n, k)["block_m"] == 64
+    weights = q.prepare(arrays.put(packed))
+    work = arrays.put(np.zeros((16, m, n), np.float32))
+    for launch in range(2):
+        a = round_to(rng.uniform(-1, 1, (m, k)), tilus.float16)
+        c = arrays.put(host_array(np.zeros((m, n)), tilus.float16))
+        q(m, n, k, arrays.put(host_array(a, tilus.float16)), weights, arrays.put(host_array(scales, tilus.float16)),
+          arrays.put(host_array(zeros, tilus.float16)), c, work)
+        np.testing.assert_allclose(from_host_array(arrays.host(c), tilus.float16), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+    np.testing.assert_array_equal(arrays.host(q.counters), 0)
 
 
 def test_packing_helpers_round_trip():
