@@ -2,6 +2,7 @@
 
     PYTHONPATH=build/python python3 bench/compile_time.py [--repeat 3] [--arch sm_90a]
         [--print-ir build/examples/cpp/print_ir] [--only NAME ...] [--autotune] [--json FILE]
+        [--nvrtc-option OPTION ...]
 
 The kernels: each Python example (examples/python), traced and specialized as a launch with
 16-divisible sizes and 16-byte aligned pointers specializes it, and each C++ example
@@ -19,6 +20,9 @@ the median counts):
 NVRTC's own --time report splits each into its front end (preprocessing, parsing, NVVM IR),
 the NVVM optimizer and ptxas. All three ways produce the same SASS (checked here on every
 kernel; tests/cpp/test_nvrtc.cpp asserts it).
+
+--nvrtc-option adds an NVRTC option to every compile (for comparing options: the "sass" column
+is the kernel's SASS bytes, the same in every way of compiling).
 
 --autotune also times compiling the 16-config space of examples/python/matmul_autotune.py for
 m = n = k = 1024 (compile-only, a fixed timer) in a fresh process with an empty cache directory,
@@ -110,20 +114,21 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def bench_kernels(kernels, arch, repeat):
+def bench_kernels(kernels, arch, repeat, extra_options=()):
     pch_dir = tempfile.mkdtemp(prefix="tilus-bench-pch-")
     rows = []
     try:
         for label, name, source in kernels:
             # The untimed compile that makes the process's PCH for this kernel's header variant
             # (once per variant: later kernels of the same variant find it).
-            _C.nvrtc_compile(source, name, arch, pch_dir=pch_dir)
+            _C.nvrtc_compile(source, name, arch, pch_dir=pch_dir, extra_options=list(extra_options))
             times = {m: {"total": [], "front_end": [], "optimizer": [], "ptxas": []} for m in MODES}
             code = {}
             for _ in range(repeat):
                 for mode in MODES:
                     r = _C.nvrtc_compile(source, name, arch, pch_dir=pch_dir if mode == "warm" else "",
-                                         minimal_header=mode != "full", time_phases=True)
+                                         minimal_header=mode != "full", time_phases=True,
+                                         extra_options=list(extra_options))
                     if mode == "warm" and r["pch"] != "used":
                         raise SystemExit(f"{label}: the warm compile did not use the PCH ({r['pch']}): {r['log']}")
                     t = times[mode]
@@ -134,13 +139,13 @@ def bench_kernels(kernels, arch, repeat):
                     code.setdefault(mode, sass(r["cubin"]))
             if not (code["full"] == code["cold"] == code["warm"]):
                 raise SystemExit(f"{label}: the SASS differs between the ways of compiling")
-            rows.append({"kernel": label, "lines": source.count("\n"),
+            rows.append({"kernel": label, "lines": source.count("\n"), "sass_bytes": sum(map(len, code["warm"].values())),
                          **{m: {k: median(v) for k, v in times[m].items()} for m in MODES}})
             r = rows[-1]
             print(f"{label:22s} {r['lines']:5d} {r['full']['total']:8.0f} {r['cold']['total']:8.0f} "
                   f"{r['warm']['total']:8.0f}   {r['full']['front_end']:6.0f} {r['cold']['front_end']:6.0f} "
                   f"{r['warm']['front_end']:6.0f} {r['warm']['optimizer']:7.0f} {r['warm']['ptxas']:7.0f}"
-                  f"   {r['full']['total'] / r['warm']['total']:5.2f}x", flush=True)
+                  f"   {r['full']['total'] / r['warm']['total']:5.2f}x {r['sass_bytes']:8d}", flush=True)
     finally:
         shutil.rmtree(pch_dir, ignore_errors=True)
     return rows
@@ -197,18 +202,20 @@ def main():
     ap.add_argument("--autotune", action="store_true", help="also time a 16-config autotuning (compile-only)")
     ap.add_argument("--autotune-repeat", type=int, default=2)
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--nvrtc-option", action="append", default=[], help="an extra NVRTC option for every compile")
     args = ap.parse_args()
     load = os.getloadavg()
     print(f"tilus compile time: NVRTC {_C.nvrtc_version()}, {args.arch}, {os.cpu_count()} cores, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians of {args.repeat}, ms")
-    result = {"arch": args.arch, "nvrtc": _C.nvrtc_version(), "cores": os.cpu_count(), "load": load}
+    result = {"arch": args.arch, "nvrtc": _C.nvrtc_version(), "cores": os.cpu_count(), "load": load,
+              "nvrtc_options": args.nvrtc_option}
     if hasattr(_C, "nvrtc_compile"):
         kernels = python_kernels(args.arch) + cpp_kernels(args.print_ir, args.arch)
         if args.only:
             kernels = [k for k in kernels if any(o in k[0] for o in args.only)]
         print(f"{'kernel':22s} {'lines':>5s} {'full':>8s} {'cold':>8s} {'warm':>8s}   "
-              f"{'front end: full':>20s} {'cold':>6s} {'warm':>6s} {'opt':>7s} {'ptxas':>7s}   full/warm")
-        rows = bench_kernels(kernels, args.arch, args.repeat)
+              f"{'front end: full':>20s} {'cold':>6s} {'warm':>6s} {'opt':>7s} {'ptxas':>7s}   full/warm {'sass':>8s}")
+        rows = bench_kernels(kernels, args.arch, args.repeat, args.nvrtc_option)
         total = {m: sum(r[m]["total"] for r in rows) for m in MODES}
         if rows:
             print(f"{'all ' + str(len(rows)) + ' kernels':22s} {'':5s} {total['full']:8.0f} {total['cold']:8.0f} "

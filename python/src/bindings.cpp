@@ -1273,7 +1273,8 @@ PYBIND11_MODULE(_C, m) {
   }, "The PTX NVRTC makes of a traced Program's CUDA source for a GPU arch (needs NVRTC, not a GPU).");
   // NVRTC on a CUDA source, with its compile options: bench/compile_time.py and the PCH tests.
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, const std::string& arch,
-                            const std::string& pch_dir, bool minimal_header, bool time_phases) {
+                            const std::string& pch_dir, bool minimal_header, bool time_phases,
+                            const std::vector<std::string>& extra_options) {
     NvrtcCompileOptions o;
     o.pch_dir = pch_dir;
     o.minimal_header = minimal_header;
@@ -1281,7 +1282,7 @@ PYBIND11_MODULE(_C, m) {
     NvrtcOutput out;
     {
       py::gil_scoped_release release;
-      out = nvrtc_compile(source, name, arch, {}, o);
+      out = nvrtc_compile(source, name, arch, extra_options, o);
     }
     py::dict d;
     d["cubin"] = py::bytes(out.cubin.data(), out.cubin.size());
@@ -1297,9 +1298,10 @@ PYBIND11_MODULE(_C, m) {
     d["registers"] = out.resources.registers;
     return d;
   }, py::arg("source"), py::arg("name"), py::arg("arch"), py::arg("pch_dir") = "", py::arg("minimal_header") = true,
-     py::arg("time_phases") = false,
+     py::arg("time_phases") = false, py::arg("extra_options") = std::vector<std::string>{},
      "Compiles a CUDA source with NVRTC (the device header library available as tilus/device.h); pch_dir: where "
-     "precompiled device headers live (\"\": none); time_phases: NVRTC's --time report. Returns a dict: cubin, log, "
+     "precompiled device headers live (\"\": none); time_phases: NVRTC's --time report; extra_options: more NVRTC "
+     "options (after tilus's, before the header variant's defines). Returns a dict: cubin, log, "
      "options, pch (\"none\", \"created\", \"used\"), pch_file, wall_ms, front_end_ms, optimizer_ms, ptxas_ms "
      "(-1: not timed), phases, registers.");
   m.def("nvrtc_pch_dir", [] { return nvrtc_pch_dir(nullptr); },

@@ -80,10 +80,23 @@ def test_runtime_keeps_the_pch_beside_the_cubin_cache(tmp_path, monkeypatch):
 def test_bench_compile_time_runs(tmp_path):
     out = tmp_path / "figures.json"
     subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compile_time.py"), "--only", "py/vector_add",
-                    "--repeat", "1", "--json", str(out)], check=True, capture_output=True, text=True,
+                    "--repeat", "1", "--json", str(out), "--nvrtc-option=-DTILUS_BENCH_OPTION=1"], check=True,
+                   capture_output=True, text=True,
                    env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     figures = json.loads(out.read_text())
     row, = figures["kernels"]
     assert row["kernel"] == "py/vector_add"
+    assert figures["nvrtc_options"] == ["-DTILUS_BENCH_OPTION=1"] and row["sass_bytes"] > 0
     for mode in ("full", "cold", "warm"):
         assert row[mode]["total"] > 0 and row[mode]["front_end"] >= 0 and row[mode]["ptxas"] >= 0
+
+
+def test_extra_nvrtc_options_follow_tilus_options():
+    """nvrtc_compile's extra_options reach NVRTC after tilus's own options (before the header
+    variant's defines); a bad one is NVRTC's error."""
+    base = _C.nvrtc_compile(SRC, "k", "sm_90a")["options"]
+    r = _C.nvrtc_compile(SRC, "k", "sm_90a", extra_options=["-DTILUS_EXTRA=1"])
+    defines = [o for o in base if o.startswith("-DTILUS_DEVICE_")]
+    assert r["options"] == [o for o in base if o not in defines] + ["-DTILUS_EXTRA=1"] + defines
+    with pytest.raises(Exception, match="--no-such-option"):
+        _C.nvrtc_compile(SRC, "k", "sm_90a", extra_options=["--no-such-option"])
