@@ -442,25 +442,43 @@ Expr global_predicate(const GlobalAccess& g, const std::vector<Expr>& tile) {
   return p;
 }
 
+namespace {
+Expr i64(const Expr& e) { return cast(e, dtypes::int64); }
+Expr i64(int64_t v) { return int_const(v, dtypes::int64); }
+}  // namespace
+
+Im2colGeometry im2col_geometry(const Im2colInst& inst, const GlobalAccess& img) {
+  Im2colGeometry g;
+  g.n = i64(img.shape[0]), g.h = i64(img.shape[1]), g.w = i64(img.shape[2]), g.c = i64(img.shape[3]);
+  Expr span = i64(inst.dilation * (inst.kernel - 1) + 1);
+  g.oh = (g.h + i64(2 * inst.pad) - span) / i64(inst.stride) + i64(1);
+  g.ow = (g.w + i64(2 * inst.pad) - span) / i64(inst.stride) + i64(1);
+  g.nonempty = g.oh > i64(0) && g.ow > i64(0);
+  g.rows = g.n * g.oh * g.ow;
+  g.cols = i64(inst.kernel * inst.kernel) * g.c;
+  return g;
+}
+
+Im2colPosition im2col_position(const Im2colInst& inst, const Im2colGeometry& g, const Expr& m, const Expr& k) {
+  auto at_least_1 = [](const Expr& e) { return select(e > i64(0), e, i64(1)); };
+  Expr oh = at_least_1(g.oh), ow = at_least_1(g.ow), c = at_least_1(g.c);
+  Im2colPosition p;
+  p.n = m / (oh * ow), p.oh = m / ow % oh, p.ow = m % ow;
+  p.kh = k / (i64(inst.kernel) * c), p.kw = k / c % i64(inst.kernel), p.ch = k % c;
+  return p;
+}
+
 Im2colMap im2col_map(const Im2colInst& inst, const GlobalAccess& img, const std::vector<Expr>& tile) {
-  const DataType i64 = dtypes::int64;
-  auto c64 = [&](const Expr& e) { return cast(e, i64); };
-  auto k64 = [&](int64_t v) { return int_const(v, i64); };
   auto shape = inst.col.static_shape();
-  Expr n = c64(img.shape[0]), h = c64(img.shape[1]), w = c64(img.shape[2]), c = c64(img.shape[3]);
-  Expr span = k64(inst.dilation * (inst.kernel - 1) + 1);
-  Expr oh = (h + k64(2 * inst.pad) - span) / k64(inst.stride) + k64(1);
-  Expr ow = (w + k64(2 * inst.pad) - span) / k64(inst.stride) + k64(1);
-  Expr m = c64(inst.nhw_step) * k64(shape[0]) + c64(tile[0]);
-  Expr k = c64(inst.c_step) * k64(shape[1]) + c64(tile[1]);
-  Expr pixel_n = m / (oh * ow), pixel_h = m / ow % oh, pixel_w = m % ow;
-  Expr kh = k / (k64(inst.kernel) * c), kw = k / c % k64(inst.kernel), ch = k % c;
-  Expr ih = pixel_h * k64(inst.stride) + kh * k64(inst.dilation) - k64(inst.pad);
-  Expr iw = pixel_w * k64(inst.stride) + kw * k64(inst.dilation) - k64(inst.pad);
+  Im2colGeometry g = im2col_geometry(inst, img);
+  Expr m = i64(inst.nhw_step) * i64(shape[0]) + i64(tile[0]);
+  Expr k = i64(inst.c_step) * i64(shape[1]) + i64(tile[1]);
+  Im2colPosition p = im2col_position(inst, g, m, k);
+  Expr ih = p.oh * i64(inst.stride) + p.kh * i64(inst.dilation) - i64(inst.pad);
+  Expr iw = p.ow * i64(inst.stride) + p.kw * i64(inst.dilation) - i64(inst.pad);
   Im2colMap r;
-  r.offset = pixel_n * c64(img.strides[0]) + ih * c64(img.strides[1]) + iw * c64(img.strides[2]) + ch * c64(img.strides[3]);
-  r.predicate = m < n * oh * ow && k < k64(inst.kernel * inst.kernel) * c && ih >= k64(0) && ih < h && iw >= k64(0) &&
-                iw < w && oh > k64(0) && ow > k64(0);
+  r.offset = p.n * i64(img.strides[0]) + ih * i64(img.strides[1]) + iw * i64(img.strides[2]) + p.ch * i64(img.strides[3]);
+  r.predicate = m < g.rows && k < g.cols && ih >= i64(0) && ih < g.h && iw >= i64(0) && iw < g.w && g.nonempty;
   return r;
 }
 

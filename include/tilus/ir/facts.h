@@ -149,12 +149,28 @@ Expr shared_offset(const SharedView& s, const std::vector<Expr>& tile);
 // address a TMA box takes: TMA applies the swizzle itself).
 Expr shared_start_unswizzled(const SharedView& s);
 
-// c2d_im2col's address map (Im2colInst), for both emitters: the element offset in the image
-// of col tile index (i, j), and whether it is inside the image and the im2col matrix.
+// c2d_im2col's geometry (Im2colInst over an NHWC image, int64 expressions): the output size,
+// whether it is empty (an image smaller than the window), and the im2col matrix's extents.
+struct Im2colInst;
+struct Im2colGeometry {
+  Expr n, h, w, c;    // the image
+  Expr oh, ow;        // output pixels per column and row (<= 0: none)
+  Expr nonempty;      // oh > 0 && ow > 0
+  Expr rows, cols;    // the matrix: n * oh * ow pixels, kernel * kernel * c
+};
+Im2colGeometry im2col_geometry(const Im2colInst& inst, const GlobalAccess& img);
+// Matrix row m as an output pixel (n, oh, ow) and column k as a kernel position and channel
+// (kh, kw, ch). The divisors are clamped to at least 1: defined for every m and k, meaningful
+// where the geometry is nonempty.
+struct Im2colPosition {
+  Expr n, oh, ow, kh, kw, ch;
+};
+Im2colPosition im2col_position(const Im2colInst& inst, const Im2colGeometry& g, const Expr& m, const Expr& k);
+// The gathers' address map, for both emitters: the element offset in the image of col tile
+// index (i, j), and whether it is inside the image and the im2col matrix.
 struct Im2colMap {
   Expr offset, predicate;
 };
-struct Im2colInst;
 Im2colMap im2col_map(const Im2colInst& inst, const GlobalAccess& img, const std::vector<Expr>& tile);
 
 }  // namespace tilus

@@ -173,24 +173,18 @@ void Emitter::emit_tma_im2col(const Im2colInst& i) {
   SharedView view = facts_.shared(i, i.col);
   guard_shared_tile(i, view, map.box);
   int64_t eb = elem_bytes(map.dtype), bm = map.box[0], bk = map.box[1];
-  // The tile's first pixel m0 = (n0, oh0, ow0) and kernel position k0 = (kh, kw, c0), as in
-  // im2col_map. A tile past the matrix (or an image smaller than the window) loads from image
-  // n = N: out of bounds, all zero.
-  const GlobalAccess& g = facts_.global(i, i.img);
+  // The tile's first pixel m0 = (n0, oh0, ow0) and kernel position k0 = (kh, kw, c0), as the
+  // gathers decompose them (im2col_position). A tile past the matrix (or an image smaller than
+  // the window) loads from image n = N: out of bounds, all zero.
   const DataType i64 = dtypes::int64;
-  auto c64 = [&](const Expr& e) { return cast(e, i64); };
   auto k64 = [&](int64_t v) { return int_const(v, i64); };
-  Expr n = c64(g.shape[0]), h = c64(g.shape[1]), w = c64(g.shape[2]), c = c64(g.shape[3]);
-  Expr span = k64(i.dilation * (i.kernel - 1) + 1);
-  Expr oh = (h + k64(2 * i.pad) - span) / k64(i.stride) + k64(1);
-  Expr ow = (w + k64(2 * i.pad) - span) / k64(i.stride) + k64(1);
-  Expr m0 = c64(i.nhw_step) * k64(bm), k0 = c64(i.c_step) * k64(bk);
-  Expr inside = oh > k64(0) && ow > k64(0) && m0 < n * oh * ow && k0 < k64(i.kernel * i.kernel) * c;
-  auto at_least_1 = [&](const Expr& e) { return select(e > k64(0), e, k64(1)); };  // no division by zero
-  Expr ohp = at_least_1(oh), owp = at_least_1(ow), cp = at_least_1(c);
-  Expr kh = select(inside, k0 / (k64(i.kernel) * cp), k64(0)), kw = select(inside, k0 / cp % k64(i.kernel), k64(0));
-  std::vector<Expr> coords = {k0 % cp, m0 % owp * k64(i.stride) - k64(i.pad), m0 / owp % ohp * k64(i.stride) - k64(i.pad),
-                              select(inside, m0 / (ohp * owp), n)};
+  Im2colGeometry g = im2col_geometry(i, facts_.global(i, i.img));
+  Expr m0 = cast(i.nhw_step, i64) * k64(bm), k0 = cast(i.c_step, i64) * k64(bk);
+  Im2colPosition p = im2col_position(i, g, m0, k0);
+  Expr inside = g.nonempty && m0 < g.rows && k0 < g.cols;
+  Expr kh = select(inside, p.kh, k64(0)), kw = select(inside, p.kw, k64(0));
+  std::vector<Expr> coords = {p.ch, p.ow * k64(i.stride) - k64(i.pad), p.oh * k64(i.stride) - k64(i.pad),
+                              select(inside, p.n, g.n)};
   std::string cs;
   for (size_t d = 0; d < coords.size(); ++d) cs += fmt::format("{}int32_t({})", d ? ", " : "", expr(simplify(coords[d])));
   std::string smem = fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u)", view.base_bytes,
