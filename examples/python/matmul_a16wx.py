@@ -211,8 +211,11 @@ class QuantizedMatmul:
 
     def config(self, m, n, k):
         small = m <= 32
-        bk = min(128, self.group) if small else min(32, self.group)
-        cfg = dict(block_m=16 if small else 64 if m < 128 else 128, block_n=128, block_k=bk, stages=4 if small else 3)
+        # 64-row tiles (32 < m < 128) measured 10 % faster with 64-long k tiles in 4 stages than
+        # with 32-long ones in 3 (m = 64 on the H100); 128-row tiles the same either way.
+        bk = min(128 if small else 64 if m < 128 else 32, self.group)
+        cfg = dict(block_m=16 if small else 64 if m < 128 else 128, block_n=128, block_k=bk,
+                   stages=4 if m < 128 else 3)
         cfg["repacked"] = small and repackable(self.wtype.bits, 16, 128, bk, 4)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         s = 1

@@ -381,7 +381,7 @@ def test_quantized_matmul_example(arrays, wtype, split_k, repacked, warps, atype
 
 
 def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
-    """QuantizedMatmul (the example's driver) at a ragged size where it splits k 8 ways over
+    """QuantizedMatmul (the example's driver) at a ragged size where it splits k 4 ways over
     64-row tiles (the last split sums the partials 16 rows at a time): two launches with
     different activations both match the reference, so the first left its arrival counters at
     zero for the second."""
@@ -390,7 +390,7 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
     rng = np.random.default_rng(9)
     packed, scales, zeros, w = quantized_operands(tilus.int4, k, n, group, rng)
     q = QuantizedMatmul(tilus.int4, group)
-    assert q.config(m, n, k)["split_k"] == 8 and q.config(m, n, k)["block_m"] == 64
+    assert q.config(m, n, k)["split_k"] == 4 and q.config(m, n, k)["block_m"] == 64
     weights = q.prepare(arrays.put(packed))
     work = arrays.put(np.zeros((16, m, n), np.float32))
     for launch in range(2):
