@@ -1754,18 +1754,19 @@ class WgmmaGroup:
         follow: needed before the first ``mma`` and whenever the accumulator was touched since."""
         _builder().wgmma_fence(_here())
 
-    def mma(self, a: SharedTensor, b: SharedTensor, d: RegisterTensor) -> None:
-        """``d += a @ b``, asynchronously. ``a`` [m, k] and ``b`` [k, n] are shared and K-major (``b``
-        is usually a transposed [n, k] tile, ``sb.transpose()``), stored in rows of 32, 64 or 128 bytes
-        (what TMA writes and layout inference chooses); ``d`` is a float32 register tensor whose
+    def mma(self, a: Union[SharedTensor, RegisterTensor], b: SharedTensor, d: RegisterTensor) -> None:
+        """``d += a @ b``, asynchronously. ``b`` [k, n] is shared and K-major (usually a transposed
+        [n, k] tile, ``sb.transpose()``), stored in rows of 32, 64 or 128 bytes (what TMA writes and
+        layout inference chooses); ``a`` [m, k] likewise, or a float16/bfloat16 register tensor,
+        whose layout becomes the wgmma A-fragment layout. ``d`` is a float32 register tensor whose
         layout becomes the wgmma accumulator layout. f16, bf16 and fp8 (e4m3/e5m2) operands; m a
         multiple of 64 per warp group, n of 8, k of 16 (32 for fp8). ``d`` and the operands may be
         touched again only after ``commit_group`` and a ``wait_group`` that covers it (a CompileError
         names both lines otherwise)."""
         loc = _here()
-        if isinstance(a, RegisterTensor):
-            raise CompileError(f"{_where(loc)}wgmma.mma: a in registers is not supported yet; pass a shared tile")
-        _builder().wgmma_mma(_tensor(a, "wgmma.mma: a", loc, SharedTensor), _tensor(b, "wgmma.mma: b", loc, SharedTensor),
+        a = _tensor(a, "wgmma.mma: a", loc, RegisterTensor) if isinstance(a, RegisterTensor) else \
+            _tensor(a, "wgmma.mma: a", loc, SharedTensor)
+        _builder().wgmma_mma(a, _tensor(b, "wgmma.mma: b", loc, SharedTensor),
                              _tensor(d, "wgmma.mma: d", loc, RegisterTensor), loc)
 
     def commit_group(self) -> None:

@@ -261,7 +261,7 @@ void FenceProxyAsyncInst::visit_fields(FieldVisitor& v) { v.attr("space", space)
 void WgmmaFenceInst::visit_fields(FieldVisitor&) {}
 
 void WgmmaMmaInst::visit_fields(FieldVisitor& v) {
-  v.operand("a", a, Access::Read, kShared, nullptr);
+  v.operand("a", a, Access::Read, Scopes(kShared | kRegister), nullptr);
   v.operand("b", b, Access::Read, kShared, nullptr);
   v.operand("d", d, Access::ReadWrite, kRegister, nullptr);
 }

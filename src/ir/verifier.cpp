@@ -503,8 +503,8 @@ void check_wgmma_wait_group(const WgmmaWaitGroupInst& i) {
 
 // wgmma.mma's operand rules that do not depend on layouts (select_instructions checks those).
 void check_wgmma_mma(const WgmmaMmaInst& i) {
-  if (!i.a.defined() || !i.a.is_shared() || i.a.rank() != 2)
-    fail(i, fmt::format("a must be a rank-2 shared tensor [m, k], got {}", ty(i.a)));
+  if (!i.a.defined() || !(i.a.is_shared() || i.a.is_register()) || i.a.rank() != 2)
+    fail(i, fmt::format("a must be a rank-2 shared or register tensor [m, k], got {}", ty(i.a)));
   if (!i.b.defined() || !i.b.is_shared() || i.b.rank() != 2)
     fail(i, fmt::format("b must be a rank-2 shared tensor [k, n] (a transposed [n, k] tile), got {}", ty(i.b)));
   if (!i.d.defined() || !i.d.is_register() || i.d.rank() != 2)
@@ -524,6 +524,9 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
                         ty(i.b)));
   if (!(dt == dtypes::float32 || (dt == dtypes::float16 && !bf16)))
     fail(i, fmt::format("d must be float32{} for {} operands, got {}", bf16 ? "" : " or float16", ab.name(), ty(i.d)));
+  if (i.a.is_register() && f8)
+    fail(i, fmt::format("a in registers must be float16 or bfloat16 (fp8 operands come from shared memory), got {}",
+                        ty(i.a)));
   int64_t k = f8 ? 32 : 16;
   if (a[0] % 64 != 0) fail(i, fmt::format("m (a is {}) must be a multiple of 64 (wgmma's m64)", ty(i.a)));
   if (b[1] % 8 != 0) fail(i, fmt::format("n (b is {}) must be a multiple of 8", ty(i.b)));

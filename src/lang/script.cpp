@@ -501,6 +501,9 @@ void WgmmaGroup::fence(Loc loc) const { script->builder().wgmma_fence(SourceLoc:
 void WgmmaGroup::mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc) const {
   script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc));
 }
+void WgmmaGroup::mma(const RegisterTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc) const {
+  script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc));
+}
 void WgmmaGroup::commit_group(Loc loc) const { script->builder().wgmma_commit_group(SourceLoc::from(loc)); }
 void WgmmaGroup::wait_group(int64_t n, Loc loc) const { script->builder().wgmma_wait_group(n, SourceLoc::from(loc)); }
 void Script::warpgroup_arrive(Loc loc) { wgmma.fence(loc); }

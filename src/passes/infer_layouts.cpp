@@ -180,6 +180,9 @@ WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threa
   // One warp's 16 rows of an m64nN fragment: d[4i + 2h + j] = (lane / 4 + 8h, 8i + 2 (lane % 4) + j).
   RegisterLayout rows16 = local({1, std::max<int64_t>(1, t.n_instr / 8)}) * mma_c();
   p.d = spatial({t.groups, 1}) * local({t.m_blocks, t.n_blocks}) * spatial({4, 1}) * rows16;
+  // a in registers: per m64 x k16 instruction, warp w holds rows 16w..16w+15 as mma.sync's
+  // m16n8k16 A fragment; the instructions' fragments in (m block, k step) order.
+  p.a = spatial({t.groups, 1}) * local({t.m_blocks, t.k_steps}) * spatial({4, 1}) * mma_a();
   return p;
 }
 
@@ -422,7 +425,9 @@ class LayoutSolver {
         auto& i = static_cast<const WgmmaMmaInst&>(inst);
         if (i.a.rank() != 2 || i.b.rank() != 2) return;
         auto sa = i.a.static_shape(), sb = i.b.static_shape();
-        fix(i.d, plan_wgmma(i.a.dtype(), sa[0], sb[1], sa[1], threads).d, inst);
+        WgmmaPlan plan = plan_wgmma(i.a.dtype(), sa[0], sb[1], sa[1], threads);
+        fix(i.d, plan.d, inst);
+        if (i.a.is_register()) fix(i.a, plan.a, inst);
         return;
       }
       case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;

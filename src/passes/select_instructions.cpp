@@ -502,7 +502,15 @@ class Selector : public StmtMutator {
       o.lbo = 16;  // unused by swizzled K-major layouts
       o.k_step_bytes = p.tiling.k_instr * eb;
     };
-    describe("a", i.a, 1, p.tiling.a);
+    if (i.a.is_register()) {
+      if (i.a->layout != p.a)
+        return fail(fmt::format("a's layout {} is not the wgmma A-fragment layout {} (remove the annotation that "
+                                "changed it)",
+                                i.a->layout.str(), p.a.str()));
+      p.tiling.a.registers = true;
+    } else {
+      describe("a", i.a, 1, p.tiling.a);
+    }
     describe("b", i.b, 0, p.tiling.b);
     Lowering l;
     l.op = MachineOp::Wgmma;

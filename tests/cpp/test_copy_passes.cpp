@@ -761,6 +761,46 @@ TEST(WgmmaPasses, SelectionRecordsTheSplitAndTheDescriptors) {
       << after;
 }
 
+// a in registers: layout inference gives it the A-fragment layout (each warp's 16 rows as
+// mma.sync's A fragment, per m64 x k16 instruction) and selection records a=regs.
+TEST(WgmmaPasses, AInRegistersGetsTheFragmentLayoutAndTheRegisterForm) {
+  auto s = golden_case(
+      "wgmma_select_regs", "select_instructions",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto ra = k.load_global(a, {.offsets = {0, 0}, .shape = {128, 32}});
+        auto sb = k.shared_tensor(dtypes::float16, {64, 32});
+        k.copy(a.region({128, 0}, {64, 32}), sb);
+        auto acc = k.register_tensor(dtypes::float32, {128, 64}, 0.0);
+        k.wgmma.fence();
+        k.wgmma.mma(ra, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        k.wgmma.wait_group(0);
+        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+      },
+      {.arch = "sm_90a"});
+  std::string after = print(s.after);
+  EXPECT_NE(after.find("lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512 completion=wgmma-group"),
+            std::string::npos)
+      << after;
+}
+
+TEST(WgmmaPasses, RewritingARegisterAWhileTheWgmmaReadsItIsAnError) {
+  std::string m = pass_error(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto ra = k.load_global(a, {.offsets = {0, 0}, .shape = {64, 64}});
+        auto sb = k.shared_tensor(dtypes::float16, {64, 64});
+        auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+        k.wgmma.fence();
+        k.wgmma.mma(ra, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        ra = k.load_global(a, {.offsets = {64, 0}, .shape = {64, 64}});
+        k.wgmma.wait_group(0);
+      },
+      "insert_async_waits", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("wgmma.mma at"), std::string::npos) << m;
+  EXPECT_NE(m.find("wgmma.wait_group(n) that covers it"), std::string::npos) << m;
+}
+
 TEST(WgmmaPasses, OperandsWrittenByThreadsGetAFenceAndABarrier) {
   auto s = golden_case(
       "wgmma_fence", "insert_barriers",

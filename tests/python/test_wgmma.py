@@ -90,25 +90,71 @@ def test_fp8_wgmma_on_the_gpu(name):
     torch.testing.assert_close(c, a.float() @ b.float().T, atol=2e-2, rtol=1e-2)
 
 
-def mma_kernel(dt, m, n, k, warps=4):
-    """c = a @ b.T for one [m, k] x [n, k] tile of dtype dt, through shared memory (copy)."""
+def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False):
+    """c = a @ b.T for one [m, k] x [n, k] tile of dtype dt, b through shared memory (copy), a
+    too or, with a_in_registers, loaded from global memory straight into registers (the wgmma
+    A-fragment layout, which layout inference gives it)."""
 
     class Mma(tilus.Script):
         def __call__(self, a: ~VOID, b: ~VOID, c: ~float32):  # a and b: dt elements of any array
             self.attrs.blocks = [1]
             self.attrs.warps = warps
-            sa = self.shared_tensor(dtype=dt, shape=[m, k])
+            ga = self.global_view(a, dtype=dt, shape=[m, k])
+            if a_in_registers:
+                ta = self.load_global(ga, offsets=[0, 0], shape=[m, k])
+            else:
+                ta = self.shared_tensor(dtype=dt, shape=[m, k])
+                self.copy(ga, ta)
             sb = self.shared_tensor(dtype=dt, shape=[n, k])
-            self.copy(self.global_view(a, dtype=dt, shape=[m, k]), sa)
             self.copy(self.global_view(b, dtype=dt, shape=[n, k]), sb)
             acc = self.register_tensor(dtype=float32, shape=[m, n], init=0.0)
             self.wgmma.fence()
-            self.wgmma.mma(sa, sb.T, acc)
+            self.wgmma.mma(ta, sb.T, acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.store_global(self.global_view(c, shape=[m, n]), acc, offsets=[0, 0])
 
     return Mma()
+
+
+# One m block, two m blocks and k steps, two warp groups with two n instructions.
+@pytest.mark.parametrize("m,n,k,warps", [(64, 128, 64, 4), (128, 64, 16, 4), (128, 256, 32, 8)])
+def test_wgmma_with_a_in_registers(arrays, m, n, k, warps):
+    rng = np.random.default_rng(3)
+    ha = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    hb = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    c = arrays.put(np.zeros((m, n), np.float32))
+    mma_kernel(float16, m, n, k, warps, a_in_registers=True)(arrays.put(ha), arrays.put(hb), c)
+    np.testing.assert_allclose(arrays.host(c), ha.astype(np.float64) @ hb.astype(np.float64).T, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_bf16_wgmma_with_a_in_registers_on_the_gpu():
+    import torch
+    a = torch.randn(128, 64, device="cuda").to(torch.bfloat16)
+    b = torch.randn(96, 64, device="cuda").to(torch.bfloat16)
+    c = torch.zeros(128, 96, device="cuda")
+    mma_kernel(bfloat16, 128, 96, 64, a_in_registers=True)(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float().T, atol=1e-2, rtol=1e-2)
+
+
+def test_a_in_registers_lowers_to_the_register_form():
+    """The record says a=regs; the PTX passes a's fragment as four registers and keeps only b's
+    transpose flag."""
+    kern = mma_kernel(float16, 128, 64, 32, a_in_registers=True)
+    args = [np.zeros((128, 32), np.float16), np.zeros((64, 32), np.float16), np.zeros((128, 64), np.float32)]
+    ir = kern.ir(*args, arch="sm_90a")
+    assert any(r.startswith("lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512")
+               for r in lowering_of(ir)), lowering_of(ir)
+    ptx = kern.ptx(*args, arch="sm_90a")
+    insts = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16[^;]*;", ptx)
+    assert len(insts) == 4, insts
+    assert all(re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p, 1, 1, 0;", i) for i in insts), insts
+    if tilus._C.nvrtc_available():  # ptxas takes the register form, with no local memory
+        compiled = kern.compiled(*args, arch="sm_90a")
+        assert compiled.cubin
+        if compiled.spill_store_bytes >= 0:  # -1: a cubin from the disk cache, ptxas's report not kept
+            assert compiled.spill_store_bytes == 0 and compiled.stack_frame_bytes == 0
 
 
 def lowering_of(ir):
@@ -177,7 +223,8 @@ def acc(s, m, n, dt=float32):
     (lambda s: s.wgmma.mma(f16(s, 32, 64), f16(s, 64, 64).T, acc(s, 32, 64)), r"multiple of 64"),
     (lambda s: s.wgmma.mma(f16(s, 64, 64), f16(s, 64, 64).T, acc(s, 64, 64, int32)), r"d must be float32"),
     (lambda s: s.wgmma.mma(f16(s, 64, 64), f16(s, 64, 64).T, acc(s, 64, 32)), r"so d must be \[64, 64\]"),
-    (lambda s: s.wgmma.mma(acc(s, 64, 64, float16), f16(s, 64, 64).T, acc(s, 64, 64)), r"a in registers"),
+    (lambda s: s.wgmma.mma(acc(s, 64, 64, float8_e4m3), s.shared_tensor(dtype=float8_e4m3, shape=[64, 64]).T,
+                           acc(s, 64, 64)), r"a in registers must be float16 or bfloat16"),
     (lambda s: s.wgmma.wait_group(8), r"n must be from 0 to 7"),
 ])
 def test_bad_calls_name_the_instruction_and_line(body, match):

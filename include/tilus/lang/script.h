@@ -449,6 +449,8 @@ struct WgmmaGroup {
   Script* script;
   void fence(Loc loc = Loc::current()) const;
   void mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc = Loc::current()) const;
+  // a in registers (float16 / bfloat16): its layout becomes the wgmma A-fragment layout.
+  void mma(const RegisterTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc = Loc::current()) const;
   void commit_group(Loc loc = Loc::current()) const;
   void wait_group(int64_t n, Loc loc = Loc::current()) const;
 };

@@ -33,6 +33,7 @@ std::vector<DotPlan> dot_plans(DataType ab, DataType c, int64_t m, int64_t n, in
 struct WgmmaPlan {
   WgmmaTiling tiling;
   RegisterLayout d;
+  RegisterLayout a;  // a in registers (16-bit types): each warp's 16 rows as mma.sync's A fragment
 };
 WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threads);
 

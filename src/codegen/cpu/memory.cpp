@@ -274,15 +274,19 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::SliceShared:
     case InstKind::ReshapeShared: return;  // address maps: the facts
     case InstKind::WgmmaMma: {
-      // d += a @ b at once: the shared operands through register copies of the whole tiles.
+      // d += a @ b at once: the shared operands through register copies of the whole tiles (a
+      // may be in registers already).
       auto& i = static_cast<const WgmmaMmaInst&>(inst);
-      Tensor a = Tensor::reg("wgmma_a", i.a.dtype(), i.a.static_shape());
+      Tensor a = i.a;
+      if (i.a.is_shared()) {
+        a = Tensor::reg("wgmma_a", i.a.dtype(), i.a.static_shape());
+        scratch_tensors_.push_back(a);
+        declare_reg(a);
+        register_access(inst, true, a, shared_side(facts.shared(i, i.a)));
+      }
       Tensor bt = Tensor::reg("wgmma_b", i.b.dtype(), i.b.static_shape());
-      scratch_tensors_.push_back(a);
       scratch_tensors_.push_back(bt);
-      declare_reg(a);
       declare_reg(bt);
-      register_access(inst, true, a, shared_side(facts.shared(i, i.a)));
       register_access(inst, true, bt, shared_side(facts.shared(i, i.b)));
       matmul_accumulate(a, bt, i.d);
       return;

@@ -47,12 +47,14 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   const std::string& d = reg(i.d);
   int64_t regs = f32 ? t.n_instr / 2 : t.n_instr / 4;  // 32-bit accumulator registers per instruction
   int64_t m_rows = i.a.static_shape()[0] / t.groups;   // rows of a per warp group
-  // The descriptors of the first instruction of this thread's warp group.
+  // The descriptors of the first instruction of this thread's warp group (b, and a when it is
+  // in shared memory).
+  bool a_regs = t.a.registers;
   std::string group = t.groups > 1 ? fmt::format("uint32_t({} / 128)", expr(scope().thread)) : std::string();
   std::string desc[2];
   const Tensor* ops[2] = {&i.a, &i.b};
   const WgmmaOperand* od[2] = {&t.a, &t.b};
-  for (int o = 0; o < 2; ++o) {
+  for (int o = a_regs ? 1 : 0; o < 2; ++o) {
     SharedView view = facts_.shared(inst, *ops[o]);
     std::string addr = fmt::format("tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u", view.base_bytes,
                                    expr(simplify(shared_start_unswizzled(view))), elem_bytes(ab));
@@ -63,14 +65,26 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   }
   bool f8 = ab.bits() == 8;
   std::string shape = fmt::format("m64n{}k{}", t.n_instr, t.k_instr);
-  // The instruction text with its register list: %0..%(regs-1) accumulators, then the two
-  // descriptors and scale-d.
-  std::string list;
+  // The instruction text with its register list: %0..%(regs-1) accumulators, then a (a
+  // descriptor, or the 4 registers of this thread's A fragment), b's descriptor and scale-d.
+  // With a in registers only b has a transpose flag.
+  int64_t a_n = a_regs ? 4 : 1;
+  std::string list, a_list;
   for (int64_t r = 0; r < regs; ++r) list += fmt::format("{}%{}", r ? ", " : "", r);
+  for (int64_t r = 0; r < a_n; ++r) a_list += fmt::format("{}%{}", r ? ", " : "", regs + r);
+  if (a_regs) a_list = "{" + a_list + "}";
   std::string text = fmt::format(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{5} {{{0}}}, %{1}, "
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{5} {{{0}}}, {1}, "
       "%{6}, p, 1, 1{7};\\n}}\\n",
-      list, regs, regs + 2, shape, ct, at, regs + 1, f8 ? "" : ", 0, 0");
+      list, a_list, regs + a_n + 1, shape, ct, at, regs + a_n, f8 ? "" : a_regs ? ", 0" : ", 0, 0");
+  const std::string a_words = a_regs ? fmt::format("reinterpret_cast<const uint32_t*>({})", reg(i.a)) : "";
+  if (a_regs) {
+    // wgmma.fence orders register writes before the instructions that read them: the A
+    // fragments are written by ordinary code, which the compiler may schedule after the
+    // kernel's own fence, so they are pinned (an empty asm reading them) and fenced here.
+    linef("tilus::wgmma_fence_operand<{}>(reinterpret_cast<uint32_t*>({}));", t.m_blocks * t.k_steps * 4, reg(i.a));
+    line("tilus::wgmma_fence();");
+  }
   for (int64_t mb = 0; mb < t.m_blocks; ++mb)
     for (int64_t nb = 0; nb < t.n_blocks; ++nb) {
       int64_t first = (mb * t.n_blocks + nb) * regs;  // the instruction's first 32-bit register
@@ -80,12 +94,19 @@ void Emitter::emit_wgmma(const InstNode& inst) {
                     : fmt::format("{}\"+r\"(reinterpret_cast<uint32_t*>({})[{}])", r ? ", " : "", d, first + r);
       for (int64_t ks = 0; ks < t.k_steps; ++ks) {
         // Descriptor start addresses count 16-byte units.
-        int64_t a_off = (mb * 64 * t.a.row_bytes + ks * t.a.k_step_bytes) >> 4;
         int64_t b_off = (nb * t.n_instr * t.b.row_bytes + ks * t.b.k_step_bytes) >> 4;
-        linef("asm volatile(\"{}\" : {} : \"l\"({} + {}u), \"l\"({} + {}u), \"r\"(1));", text, outs, desc[0], a_off,
-              desc[1], b_off);
+        std::string a_in;
+        if (a_regs) {
+          int64_t w0 = (mb * t.k_steps + ks) * 4;  // this instruction's fragment: 8 halves, 4 words
+          for (int64_t q = 0; q < 4; ++q) a_in += fmt::format("\"r\"({}[{}]), ", a_words, w0 + q);
+        } else {
+          int64_t a_off = (mb * 64 * t.a.row_bytes + ks * t.a.k_step_bytes) >> 4;
+          a_in = fmt::format("\"l\"({} + {}u), ", desc[0], a_off);
+        }
+        linef("asm volatile(\"{}\" : {} : {}\"l\"({} + {}u), \"r\"(1));", text, outs, a_in, desc[1], b_off);
       }
     }
+  if (a_regs) wgmma_accs_.push_back({i.a.get(), t.m_blocks * t.k_steps * 4});
   wgmma_accs_.push_back({i.d.get(), regs * t.m_blocks * t.n_blocks});
 }
 
