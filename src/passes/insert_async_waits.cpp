@@ -130,8 +130,8 @@ class WaitInserter {
         return "a TMA store reads its shared source after it is issued: add tma.commit_group() and "
                "tma.wait_group(0, read=True) (tma_store_arrive / tma_store_wait) before it";
       case Completion::WgmmaGroup:
-        return "wgmma.mma reads its shared operands and writes its accumulator after it is issued: add "
-               "wgmma.commit_group() and a wgmma.wait_group(n) that covers it before it";
+        return "wgmma.mma reads its operands (shared, or a in registers) and writes its accumulator after it "
+               "is issued: add wgmma.commit_group() and a wgmma.wait_group(n) that covers it before it";
       default:
         return "async_copy leaves the wait to the kernel: add copy_async_wait_group(n) or copy_async_wait_all() "
                "before it";
@@ -184,11 +184,16 @@ class WaitInserter {
         auto mine = accesses(inst);
         for (auto& a : mine)
           for (auto& c : state)
-            if (c.explicit_wait && hazard(c, a))
-              throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be {}; {}",
-                                             inst.display_name(), inst.loc.str(), c.inst->display_name(),
+            if (c.explicit_wait && hazard(c, a)) {
+              // A wgmma's register operands (its accumulator, a in registers) are in flight too.
+              std::string what = c.root && c.root->scope == MemoryScope::Register
+                                     ? fmt::format("register tensor {}", c.root->name)
+                                     : std::string("shared memory");
+              throw CompileError(fmt::format("{} at {} touches {} that {} at {} may still be {}; {}",
+                                             inst.display_name(), inst.loc.str(), what, c.inst->display_name(),
                                              c.inst->loc.str(), c.write ? "writing" : "reading", missing_wait(c)),
                                  inst.loc);
+            }
         const SharedAccess* oldest_needed = nullptr;  // the conflicting copy with the fewest commits
         for (auto& a : mine)
           for (auto& c : state)

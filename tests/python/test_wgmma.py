@@ -198,6 +198,34 @@ def test_reading_the_accumulator_before_the_wait_names_both_lines():
         MissingWait().ir(np.zeros((64, 64), np.float32), arch="sm_90a")
 
 
+class PrefetchIntoTheInFlightA(tilus.Script):
+    """Loads the next a into the registers the previous wgmma.mma may still be reading (it waits
+    with one group in flight)."""
+
+    def __call__(self, a: ~float16, b: ~float16, c: ~float32, n: int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        sb = self.shared_tensor(dtype=float16, shape=[64, 64])
+        self.copy(self.global_view(b, shape=[64, 64]), sb)
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        ga = self.global_view(a, shape=[64, 64 * n])
+        for i in range(n):
+            ra = self.load_global(ga, offsets=[0, i * 64], shape=[64, 64])
+            self.wgmma.fence()
+            self.wgmma.mma(ra, sb.T, acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)
+        self.wgmma.wait_group(0)
+        self.store_global(self.global_view(c, shape=[64, 64]), acc, offsets=[0, 0])
+
+
+def test_overwriting_a_register_a_still_being_read_names_both_lines():
+    with pytest.raises(tilus.CompileError, match=r"load_global at .*test_wgmma.py:\d+ touches register tensor ra that "
+                                                 r"wgmma.mma at .*test_wgmma.py:\d+ may still be reading"):
+        PrefetchIntoTheInFlightA().ir(np.zeros((64, 128), np.float16), np.zeros((64, 64), np.float16),
+                                      np.zeros((64, 64), np.float32), 2, arch="sm_90a")
+
+
 def bad(body, warps=4):
     class Bad(tilus.Script):
         def __call__(self, c: ~float32):
