@@ -1764,8 +1764,7 @@ class WgmmaGroup:
         touched again only after ``commit_group`` and a ``wait_group`` that covers it (a CompileError
         names both lines otherwise)."""
         loc = _here()
-        a = _tensor(a, "wgmma.mma: a", loc, RegisterTensor) if isinstance(a, RegisterTensor) else \
-            _tensor(a, "wgmma.mma: a", loc, SharedTensor)
+        a = _tensor(a, "wgmma.mma: a", loc, RegisterTensor if isinstance(a, RegisterTensor) else SharedTensor)
         _builder().wgmma_mma(a, _tensor(b, "wgmma.mma: b", loc, SharedTensor),
                              _tensor(d, "wgmma.mma: d", loc, RegisterTensor), loc)
 

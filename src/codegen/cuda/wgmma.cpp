@@ -77,12 +77,14 @@ void Emitter::emit_wgmma(const InstNode& inst) {
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{5} {{{0}}}, {1}, "
       "%{6}, p, 1, 1{7};\\n}}\\n",
       list, a_list, regs + a_n + 1, shape, ct, at, regs + a_n, f8 ? "" : a_regs ? ", 0" : ", 0, 0");
-  const std::string a_words = a_regs ? fmt::format("reinterpret_cast<const uint32_t*>({})", reg(i.a)) : "";
+  // a in registers: 4 words (8 halves) per m64 x k16 instruction, in (m block, k step) order.
+  const int64_t a_words = a_regs ? t.m_blocks * t.k_steps * 4 : 0;
+  const std::string a_word = a_regs ? fmt::format("reinterpret_cast<uint32_t*>({})", reg(i.a)) : "";
   if (a_regs) {
     // wgmma.fence orders register writes before the instructions that read them: the A
     // fragments are written by ordinary code, which the compiler may schedule after the
     // kernel's own fence, so they are pinned (an empty asm reading them) and fenced here.
-    linef("tilus::wgmma_fence_operand<{}>(reinterpret_cast<uint32_t*>({}));", t.m_blocks * t.k_steps * 4, reg(i.a));
+    linef("tilus::wgmma_fence_operand<{}>({});", a_words, a_word);
     line("tilus::wgmma_fence();");
   }
   for (int64_t mb = 0; mb < t.m_blocks; ++mb)
@@ -97,8 +99,8 @@ void Emitter::emit_wgmma(const InstNode& inst) {
         int64_t b_off = (nb * t.n_instr * t.b.row_bytes + ks * t.b.k_step_bytes) >> 4;
         std::string a_in;
         if (a_regs) {
-          int64_t w0 = (mb * t.k_steps + ks) * 4;  // this instruction's fragment: 8 halves, 4 words
-          for (int64_t q = 0; q < 4; ++q) a_in += fmt::format("\"r\"({}[{}]), ", a_words, w0 + q);
+          int64_t w0 = (mb * t.k_steps + ks) * 4;  // this instruction's fragment
+          for (int64_t q = 0; q < 4; ++q) a_in += fmt::format("\"r\"({}[{}]), ", a_word, w0 + q);
         } else {
           int64_t a_off = (mb * 64 * t.a.row_bytes + ks * t.a.k_step_bytes) >> 4;
           a_in = fmt::format("\"l\"({} + {}u), ", desc[0], a_off);
@@ -106,7 +108,7 @@ void Emitter::emit_wgmma(const InstNode& inst) {
         linef("asm volatile(\"{}\" : {} : {}\"l\"({} + {}u), \"r\"(1));", text, outs, a_in, desc[1], b_off);
       }
     }
-  if (a_regs) wgmma_accs_.push_back({i.a.get(), t.m_blocks * t.k_steps * 4});
+  if (a_regs) wgmma_accs_.push_back({i.a.get(), a_words});
   wgmma_accs_.push_back({i.d.get(), regs * t.m_blocks * t.n_blocks});
 }
 
