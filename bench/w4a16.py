@@ -6,7 +6,10 @@ kernel, measured in one run on one GPU.
 
 Each time is the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's
 median_ms). Bandwidth counts the bytes every kernel must read at least once (int4 weights, their
-scales, the activations) and writes (the output), against the H100's 3.35 TB/s.
+scales, the activations) and writes (the output), against the H100's 3.35 TB/s. The first line
+times a plain Triton kernel that only reads the int4 weights (the best of 1 to 8 blocks per SM):
+the floor of small m, measured the same way (the flush leaves dirty lines in L2 that a kernel's
+reads write back).
 """
 import argparse
 import os
@@ -58,6 +61,34 @@ if triton is not None:
             acc += tl.dot(x, w * scale[None, :])
         tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=rm[:, None] < M)
 
+    @triton.jit
+    def stream_kernel(x, out, per, BLOCK: tl.constexpr):
+        # Reads `per` int32 words from x[program * per] and keeps one word of them: a plain
+        # streaming read, the floor a kernel that must read the same bytes once can hope for.
+        pid = tl.program_id(0)
+        base = pid.to(tl.int64) * per
+        acc = tl.zeros((BLOCK,), tl.int32)
+        for i in range(0, per, BLOCK):
+            acc ^= tl.load(x + base + i + tl.arange(0, BLOCK))
+        tl.store(out + pid, tl.sum(acc))
+
+    def stream_floor_ms(words):
+        """The best time of stream_kernel reading `words` int32 words, over grids of 1 to 8
+        blocks per SM (timed as every kernel here)."""
+        x = torch.zeros(words, device="cuda", dtype=torch.int32)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        best = None
+        for per_sm in (1, 2, 4, 8):
+            programs = sms * per_sm
+            per = -(-words // programs // 2048) * 2048
+            y = torch.zeros(programs * per, device="cuda", dtype=torch.int32)  # whole blocks of 2048 words
+            y[:words] = x
+            out = torch.empty(programs, device="cuda", dtype=torch.int32)
+            t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, num_warps=8))
+            t *= words / (programs * per)  # the padding read counted off
+            best = t if best is None else min(best, t)
+        return best
+
     def triton_w4a16(a, b, s, c, group):
         M, K = a.shape
         N = c.shape[1]
@@ -83,6 +114,10 @@ def main():
     weights = tq.prepare(packed)
     print(f"W4A16, N = K = {n}, group {g}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
+    floor = stream_floor_ms(n * k // 8) if triton is not None else None
+    if floor:
+        print(f"streaming the {n * k // 2 / 1e6:.1f} MB of int4 weights with a plain Triton read kernel: "
+              f"{floor * 1e3:.1f} us ({n * k / 2 / floor / 1e6:.0f} GB/s)", flush=True)
     rows = []
     for m in [int(x) for x in args.sizes.split(",")]:
         a = (torch.rand(m, k, device="cuda") * 2 - 1).half()

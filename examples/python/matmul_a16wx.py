@@ -173,26 +173,172 @@ def repack_weights(codes, bits, bn, bk, warps=4):
     as a bit stream cut into 16-byte rows (row = threads * (byte / 16) + t); n and k padded with
     zeros to whole tiles."""
     assert repackable(bits, 16, bn, bk, warps), f"no fragment order for {bits}-bit {bn}x{bk} tiles on {warps} warps"
+    return repack_in_order(codes, bits, bn, bk, fragment_layout(bn, bk, warps), 32 * warps)
+
+
+def repack_in_order(codes, bits, bn, bk, layout, threads):
+    """Codes [n, k] to tiles (n / bn, k / bk) of 16-byte rows in which thread t's slots of the
+    register `layout` of a [bn, bk] tile follow each other (row = threads * (byte / 16) + t)."""
     n, k = codes.shape
     tn, tk = -(-n // bn), -(-k // bk)
     padded = np.zeros((tn * bn, tk * bk), np.int64)
     padded[:n, :k] = np.asarray(codes, np.int64) & ((1 << bits) - 1)
     tiles = padded.reshape(tn, bn, tk, bk).transpose(0, 2, 1, 3).reshape(tn, tk, bn * bk)
-    layout = fragment_layout(bn, bk, warps)
-    threads, size = 32 * warps, layout.local_size
+    size = layout.local_size
     index = np.array([[layout.map(t, s)[0] * bk + layout.map(t, s)[1] for s in range(size)] for t in range(threads)])
     nbytes = size * bits // 8
     data = pack_codes(tiles[:, :, index].reshape(-1, size), bits).reshape(tn, tk, threads, nbytes // 16, 16)
     return data.transpose(0, 1, 3, 2, 4).reshape(tn, tk, threads * nbytes // 16, 16)
 
 
+def wgmma_a_layout(bn, bk, groups):
+    """The register layout wgmma needs of its a operand [bn, bk] on `groups` warp groups (block
+    g of 64 rows on group g; per m64 x k16 instruction warp w holds rows 16 w .. 16 w + 15 as
+    mma.sync's m16n8k16 A fragment)."""
+    return (tilus.spatial(groups, 1) * tilus.local(bn // (64 * groups), bk // 16) * tilus.spatial(4, 1) *
+            tilus.column_local(2, 2) * tilus.spatial(8, 4) * tilus.local(1, 2))
+
+
+def hopper_repackable(bits, bk):
+    """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
+    wgmma a operand fill whole 16-byte rows."""
+    return bk % 16 == 0 and (bk // 2) * bits % 128 == 0
+
+
+def repack_for_hopper(codes, bits, bk):
+    """Codes [n, k] to the bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp
+    groups' wgmma a operand) by bk, each thread's slots in one 16-byte row (repack_in_order).
+    Its first 64 rows are the tile of one warp group in the same order, so kernels on 64-row
+    tiles read half tiles of the same bytes."""
+    return repack_in_order(codes, bits, 128, bk, wgmma_a_layout(128, bk, 2), 256).reshape(-1, 16)
+
+
+class MatmulA16WxHopper(tilus.Script):
+    """Large m on sm_90a: c^T = dequant(w) @ a^T on wgmma with the weights as its register
+    operand. A producer warp brings each k tile of a (the wgmma b operand, K-major, by TMA), the
+    tile's weight bytes (repacked into the wgmma a fragment order: one 16-byte row per thread)
+    and its scales into a ring of `stages` shared buffers on mbarriers; `consumers` warp groups
+    (64 weight rows each; block_n 64 or 128 of the 128-row repacked tiles) widen, scale and
+    multiply. Two register tiles of weights alternate, so
+    the next k tile's decode overlaps the previous wgmma. Persistent: one block per SM walks the
+    output tiles in a grouped order, as examples/python/hopper_matmul_v3.py does."""
+
+    def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
+                 tile_group=8, blocks=132, atype=float16):
+        super().__init__()
+        assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
+        assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
+        assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
+        assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
+        self.wtype, self.group, self.atype = wtype, group, atype
+        self.block_n, self.block_m, self.block_k = block_n, block_m, block_k
+        self.stages, self.consumers, self.tile_group, self.blocks = stages, consumers, tile_group, blocks
+
+    def tile_origin(self, t, tiles_m, tiles_n):
+        """The (row of a, row of w) of output tile t: `tile_group` tiles of a down before the next
+        tile of w, so that the blocks running together share both in L2."""
+        span = self.tile_group * tiles_n
+        first_m = t // span * self.tile_group
+        rows = tilus.min(tiles_m - first_m, self.tile_group)
+        return (first_m + t % rows) * self.block_m, t % span // rows
+
+    def release(self, barrier):
+        for wg in tilus.static_range(self.consumers):
+            with self.thread_group(thread_begin=wg * 128, num_threads=1):
+                self.mbarrier.arrive(barrier)
+
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
+                 zeros: tilus.void_p, c: tilus.void_p):
+        bn, bm, bk, stages, blocks, at = self.block_n, self.block_m, self.block_k, self.stages, self.blocks, self.atype
+        workers = 128 * self.consumers
+        rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 4 * self.consumers + 4  # the producer's warp group gives its registers away
+        tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(n, bn)
+        tiles = tiles_m * tiles_n
+        steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
+        ga = self.global_view(a, dtype=at, shape=[m, k])
+        packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
+        gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gc = self.global_view(c, dtype=at, shape=[m, n])
+        sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
+        sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
+        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        unsigned = not self.wtype.is_signed()
+        stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
+        full = self.mbarrier.alloc(counts=[1] * stages)
+        empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
+        # The consumers hold a 64 x block_m float32 accumulator and two weight tiles per thread:
+        # more registers than an even split of the file gives (168 at 12 warps), so the producer's
+        # warp group (one warp of it issues the copies) gives most of its registers to them.
+        with self.thread_group(thread_begin=workers, num_threads=128):
+            self.dec_max_nreg(40)
+            with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
+                for t in range(self.blockIdx.x, tiles, blocks):
+                    offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
+                    first = (t - self.blockIdx.x) // blocks * steps
+                    for step in range(steps):
+                        g = first + step
+                        stage = g % stages
+                        self.mbarrier.wait(empty[stage], phase=g // stages % 2 ^ 1)
+                        with self.single_thread():
+                            self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
+                            self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, step * bk],
+                                                      mbarrier=full[stage])
+                            self.tma.global_to_shared(src=gw, dst=sw[stage], mbarrier=full[stage],
+                                                      offsets=[(tile_n * bn // 128 * steps + step) * packed_rows +
+                                                               tile_n * bn % 128 // bn * rows, 0])
+                            self.tma.global_to_shared(src=gs, dst=ss[stage], mbarrier=full[stage],
+                                                      offsets=[step * bk // self.group, tile_n * bn])
+                            if unsigned:
+                                self.tma.global_to_shared(src=gz, dst=sz[stage], mbarrier=full[stage],
+                                                          offsets=[step * bk // self.group, tile_n * bn])
+        with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
+            self.inc_max_nreg(232 if self.consumers == 2 else 240)
+            fragment = wgmma_a_layout(bn, bk, self.consumers)
+            for t in range(self.blockIdx.x, tiles, blocks):
+                offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
+                first = (t - self.blockIdx.x) // blocks * steps
+                acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+                for pair in range(steps // 2):
+                    for h in tilus.static_range(2):  # two weight tiles in registers, alternating
+                        g = first + 2 * pair + h
+                        stage = g % stages
+                        self.mbarrier.wait(full[stage], phase=g // stages % 2)
+                        raw = self.load_shared(sw[stage])
+                        self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
+                                             tilus.local(1, 16))
+                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                        if unsigned:
+                            w = w - self.transpose(self.load_shared(sz[stage]))
+                        w = w * self.transpose(self.load_shared(ss[stage]))
+                        self.wgmma.fence()
+                        self.wgmma.mma(w, sa[stage].transpose(), acc)
+                        self.wgmma.commit_group()
+                        self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
+                        if h == 1:
+                            self.release(empty[(g + stages - 1) % stages])
+                        else:
+                            if pair > 0:
+                                self.release(empty[(g + stages - 1) % stages])
+                self.wgmma.wait_group(0)
+                self.release(empty[(first + steps - 1) % stages])
+                self.store_global(gc, self.transpose(acc).to(at), offsets=[offset_m, tile_n * bn])
+
+
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
     fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle
-    (the last split of a tile adds the partial sums up); 128-row tiles on the plain weights for
-    large m. The split-K arrival counters belong to the object: one launch at a time (a launch on
-    another stream while one runs would share them)."""
+    (the last split of a tile adds the partial sums up); 64- and 128-row tiles on the plain weights
+    for larger m, or, on an sm_90a GPU, MatmulA16WxHopper (wgmma) on weights repacked into its
+    fragment order. The split-K arrival counters belong to the object: one launch at a time (a
+    launch on another stream while one runs would share them)."""
+
+    HOPPER_MIN_M = 128  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=132, atype=float16):
         self.wtype, self.group, self.sms, self.atype = wtype, group, sms, atype
@@ -209,7 +355,22 @@ class QuantizedMatmul:
                 self.counters = np.zeros(size, np.int32)
         return self.counters
 
-    def config(self, m, n, k):
+    def hopper_tile(self, m):
+        """MatmulA16WxHopper's parameters at m (measured on the H100 at N = K = 8192): up to
+        m = 256 one consumer warp group on 64 weight rows (twice the blocks of 128-row tiles)
+        times 128 or 256 rows of a; beyond, two warp groups on 128 weight rows times 256 rows of
+        a. k tiles of 4 KB of weights (one TMA box)."""
+        bk = 64 if self.wtype.bits <= 4 else 32
+        if m <= 256:
+            return dict(block_n=64, consumers=1, block_m=128 if m <= 128 else 256, block_k=bk,
+                        stages=6 if m <= 128 else 4)
+        return dict(block_n=128, consumers=2, block_m=256, block_k=bk, stages=4)
+
+    def config(self, m, n, k, hopper=False):
+        """The kernel for m x n x k: {"hopper": True, MatmulA16WxHopper's parameters} where
+        `hopper` (prepare made its weights) allows it, else MatmulA16Wx's parameters."""
+        if hopper and m >= self.HOPPER_MIN_M and k % self.group == 0:
+            return dict(hopper=True, **self.hopper_tile(m))
         small = m <= 32
         # 64-row tiles (32 < m < 128) measured 10 % faster with 64-long k tiles in 4 stages than
         # with 32-long ones in 3 (m = 64 on the H100); 128-row tiles the same either way.
@@ -224,23 +385,43 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
+    def hopper_applies(self, b):
+        """Whether MatmulA16WxHopper can run on these weights: a torch tensor on an sm_90a GPU,
+        codes whose wgmma fragment order exists, scale groups of two 64-long k tiles."""
+        bk = self.hopper_tile(256)["block_k"]
+        return (hasattr(b, "is_cuda") and b.is_cuda and tilus._C.device_info()["arch"] == "sm_90a" and
+                self.group % (2 * bk) == 0 and hopper_repackable(self.wtype.bits, bk))
+
     def prepare(self, b):
-        """The weight bytes [n, k * bits / 8] (numpy or torch) in both orders: as they are, and
-        repacked for the small-m kernel where its tile has a fragment order (done once, on the
-        host)."""
+        """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load: as
+        they are, repacked for the small-m kernel where its tile has a fragment order, and
+        repacked for the wgmma kernel where it applies (done once, on the host)."""
         bits, bk = self.wtype.bits, min(128, self.group)
-        if not repackable(bits, 16, 128, bk, 4):
-            return {"plain": b}
+        out = {"plain": b}
+        small, hopper = repackable(bits, 16, 128, bk, 4), self.hopper_applies(b)
+        if not small and not hopper:
+            return out
         host = b.cpu().numpy() if hasattr(b, "cpu") else b
-        repacked = repack_weights(unpack_codes(host, bits), bits, 128, bk)
+        codes = unpack_codes(host, bits)
+        if small:
+            out["repacked"] = repack_weights(codes, bits, 128, bk)
+        if hopper:
+            out["wgmma"] = repack_for_hopper(codes, bits, self.hopper_tile(256)["block_k"])
         if hasattr(b, "cpu"):
             import torch
-            repacked = torch.from_numpy(repacked).to(b.device)
-        return {"plain": b, "repacked": repacked}
+            out = {key: v if key == "plain" else torch.from_numpy(v).to(b.device) for key, v in out.items()}
+        return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
-        cfg = self.config(m, n, k)
+        cfg = self.config(m, n, k, hopper="wgmma" in weights)
         key = tuple(sorted(cfg.items()))
+        if cfg.get("hopper"):
+            if key not in self.kernels:
+                params = {name: v for name, v in cfg.items() if name != "hopper"}
+                self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=self.sms, atype=self.atype,
+                                                      **params)
+            self.kernels[key](m, n, k, a, weights["wgmma"], scales, zeros, c)
+            return
         if key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
@@ -312,7 +493,9 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
     args[1] = kernel.prepare(args[1])
     kernel(m, n, k, *args)
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
-    check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} (split_k {kernel.config(m, n, k)['split_k']})",
+    cfg = kernel.config(m, n, k, hopper="wgmma" in args[1])
+    how = "wgmma" if cfg.get("hopper") else f"split_k {cfg['split_k']}"
+    check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
     if timing:
         ms = timed(lambda: kernel(m, n, k, *args), device)
@@ -328,6 +511,10 @@ if __name__ == "__main__":
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)  # small m: the repacked weights
     run("matmul_a16wx", tilus.int4, 5, 200, 1024, atype=bfloat16)
     run("matmul_a16wx", tilus.float8_e4m3, 37, 192, 1024, atype=bfloat16)
+    for t in ["int4", "uint4", "int8", "float8_e4m3"]:  # on an sm_90a GPU: MatmulA16WxHopper
+        run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
+    run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
+    run("matmul_a16wx", tilus.uint4, 128, 136, 512)
     if not quick:
         from common import on_gpu
         s = 8192 if on_gpu() else 512

@@ -11,6 +11,7 @@ import pytest
 
 import tilus
 from tilus import float32, int32
+from conftest import HAS_GPU
 
 B = 128
 FLOATS = ["float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1", "float5_e2m2", "float3_e1m1",
@@ -401,6 +402,61 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
         np.testing.assert_allclose(from_host_array(arrays.host(c), tilus.float16), a @ w, atol=2e-2, rtol=1e-2,
                                    err_msg=f"launch {launch}")
     np.testing.assert_array_equal(arrays.host(q.counters), 0)
+
+
+HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
+                ("int8", "float16", 257, 136, 768, 128, 128), ("float8_e4m3", "float16", 64, 128, 256, 128, 64),
+                ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64)]
+
+
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, seed):
+    """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
+    the repacked weights), its arguments (host arrays) and the reference c."""
+    from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to, unpack_codes
+    dt, at = getattr(tilus, wtype), getattr(tilus, atype)
+    bk = 64 if dt.bits <= 4 else 32
+    rng = np.random.default_rng(seed)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
+    weights = repack_for_hopper(unpack_codes(packed, dt.bits), dt.bits, bk)
+    # 5 blocks: each walks several output tiles, so the ring's phases carry across tiles.
+    kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
+                               stages=6 if block_m == 128 else 4, blocks=5, atype=at)
+    args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
+            host_array(np.zeros((m, n)), at)]
+    return kernel, args, a @ w
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("case", HOPPER_CASES[:2], ids=lambda c: f"{c[0]}-n{c[6]}")
+def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
+    """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
+    weights from registers, and the consumers' accumulator and two weight tiles fit in the
+    registers the producer's warp group gives away."""
+    kernel, args, _ = hopper_case(*case, seed=0)
+    m, n, k = case[2:5]
+    assert "a=regs" in kernel.ir(m, n, k, *args, arch="sm_90a")["select_instructions"]
+    compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
+    assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
+    assert "wgmma.mma_async.sync.aligned.m64n" in kernel.ptx(m, n, k, *args, arch="sm_90a")
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized wgmma kernel runs only there")
+@pytest.mark.parametrize("case", HOPPER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}")
+def test_hopper_quantized_matmul_on_the_gpu(case):
+    """MatmulA16WxHopper (wgmma, weights dequantized in registers) against dequantize-then-matmul
+    on ragged m and n (n padded to whole 128-row weight tiles by the repacking), signed and
+    unsigned codes (zero points), 4- and 8-bit ints and floats, f16 and bf16 activations, 128 and
+    256 rows of a and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
+    per tile."""
+    from conftest import Arrays
+    from matmul_a16wx import from_host_array
+    arrays = Arrays("cuda")
+    kernel, args, want = hopper_case(*case, seed=3)
+    m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
+    dev = [arrays.put(x) for x in args]
+    kernel(m, n, k, *dev)
+    np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2)
 
 
 def test_packing_helpers_round_trip():
