@@ -10,7 +10,9 @@ transpose, the cast and the view), widened to f16 (the vectorized conversions fo
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
 its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
-vectors. Not yet: wgmma for large m, autotuning (issue 16)."""
+vectors. From m = 128 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
+with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
+ring, persistent). Not yet: autotuning (QuantizedMatmul picks tiles measured on the H100)."""
 import os
 
 import numpy as np
