@@ -14,6 +14,7 @@ reads write back).
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -111,7 +112,10 @@ def main():
     zeros = torch.zeros(k // g, n, device="cuda", dtype=torch.float16)
     w16 = (codes.T.half() * scales.repeat_interleave(g, 0)).half()  # [k, n]
     tq = QuantizedMatmul(tilus.int4, g)
-    weights = tq.prepare(packed)
+    t0 = time.perf_counter()
+    weights = tq.prepare(packed)  # the repacking kernels, compiled on first use
+    torch.cuda.synchronize()
+    print(f"prepare (both repackings, compiles included): {(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
     print(f"W4A16, N = K = {n}, group {g}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
     floor = stream_floor_ms(n * k // 8) if triton is not None else None

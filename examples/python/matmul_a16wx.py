@@ -169,28 +169,53 @@ def unpack_codes(data, bits):
     return (stream.astype(np.int64) << np.arange(bits)).sum(axis=-1)
 
 
-def repack_weights(codes, bits, bn, bk, warps=4):
-    """Codes [n, k] (integers, the low `bits` bits used) to the bytes MatmulA16Wx(repacked=True)
-    loads: tile (n / bn, k / bk) after tile; in each tile thread t's operand slots, in slot order,
-    as a bit stream cut into 16-byte rows (row = threads * (byte / 16) + t); n and k padded with
-    zeros to whole tiles."""
-    assert repackable(bits, 16, bn, bk, warps), f"no fragment order for {bits}-bit {bn}x{bk} tiles on {warps} warps"
-    return repack_in_order(codes, bits, bn, bk, fragment_layout(bn, bk, warps), 32 * warps)
+class RepackWeights(tilus.Script):
+    """The offline repacking kernel: weight codes [n, k] (bytes along k, as the matmul's plain
+    weights) to tiles of bn x bk, tile (n / bn, k / bk) after tile, each holding thread t's codes
+    of the register `layout` of a [bn, bk] tile on `threads` threads in slot order, as a bit
+    stream cut into 16-byte rows (row = threads * (byte / 16) + t). Each block loads its tile
+    straight into that layout and stores the same registers seen as rows of bytes; n and k are
+    padded with zero codes to whole tiles."""
+
+    def __init__(self, wtype, bn, bk, layout, threads):
+        super().__init__()
+        assert threads % 32 == 0 and layout.local_size * wtype.bits % 128 == 0, "a thread's codes must fill 16-byte rows"
+        self.wtype, self.bn, self.bk, self.layout, self.threads = wtype, bn, bk, layout, threads
+
+    def __call__(self, n: int32, k: int32, src: tilus.void_p, dst: ~uint8):
+        bn, bk, threads = self.bn, self.bk, self.threads
+        rows = bn * bk * self.wtype.bits // 8 // 16
+        tiles_k = tilus.cdiv(k, bk)
+        self.attrs.blocks = [tilus.cdiv(n, bn), tiles_k]
+        self.attrs.warps = threads // 32
+        codes = self.load_global(self.global_view(src, dtype=self.wtype, shape=[n, k]),
+                                 offsets=[self.blockIdx.x * bn, self.blockIdx.y * bk], shape=[bn, bk])
+        self.annotate_layout(codes, self.layout)
+        out = self.view(codes, dtype=uint8, layout=tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) *
+                        tilus.local(1, 16))
+        gout = self.global_view(dst, shape=[tilus.cdiv(n, bn) * tiles_k * rows, 16])
+        self.store_global(gout, out, offsets=[(self.blockIdx.x * tiles_k + self.blockIdx.y) * rows, 0])
 
 
-def repack_in_order(codes, bits, bn, bk, layout, threads):
-    """Codes [n, k] to tiles (n / bn, k / bk) of 16-byte rows in which thread t's slots of the
-    register `layout` of a [bn, bk] tile follow each other (row = threads * (byte / 16) + t)."""
-    n, k = codes.shape
-    tn, tk = -(-n // bn), -(-k // bk)
-    padded = np.zeros((tn * bn, tk * bk), np.int64)
-    padded[:n, :k] = np.asarray(codes, np.int64) & ((1 << bits) - 1)
-    tiles = padded.reshape(tn, bn, tk, bk).transpose(0, 2, 1, 3).reshape(tn, tk, bn * bk)
-    size = layout.local_size
-    index = np.array([[layout.map(t, s)[0] * bk + layout.map(t, s)[1] for s in range(size)] for t in range(threads)])
-    nbytes = size * bits // 8
-    data = pack_codes(tiles[:, :, index].reshape(-1, size), bits).reshape(tn, tk, threads, nbytes // 16, 16)
-    return data.transpose(0, 1, 3, 2, 4).reshape(tn, tk, threads * nbytes // 16, 16)
+def repack(b, wtype, n, k, bn, bk, layout, threads):
+    """The plain weight bytes b [n, k * bits / 8] (numpy, or a CUDA torch tensor) repacked by
+    RepackWeights: [tiles, rows, 16] uint8 where b lives."""
+    rows = bn * bk * wtype.bits // 8 // 16
+    shape = (-(-n // bn) * -(-k // bk) * rows, 16)
+    if hasattr(b, "cpu"):
+        import torch
+        out = torch.empty(shape, dtype=torch.uint8, device=b.device)
+    else:
+        out = np.empty(shape, np.uint8)
+    RepackWeights(wtype, bn, bk, layout, threads)(n, k, b, out)
+    return out
+
+
+def repack_weights(b, wtype, n, k, bn, bk, warps=4):
+    """The bytes MatmulA16Wx(repacked=True) loads: the mma.sync fragment order of 16-row tiles
+    (fragment_layout) on `warps` warps."""
+    assert repackable(wtype.bits, 16, bn, bk, warps), f"no fragment order for {wtype.bits}-bit {bn}x{bk} tiles on {warps} warps"
+    return repack(b, wtype, n, k, bn, bk, fragment_layout(bn, bk, warps), 32 * warps)
 
 
 def wgmma_a_layout(bn, bk, groups):
@@ -207,12 +232,11 @@ def hopper_repackable(bits, bk):
     return bk % 16 == 0 and (bk // 2) * bits % 128 == 0
 
 
-def repack_for_hopper(codes, bits, bk):
-    """Codes [n, k] to the bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp
-    groups' wgmma a operand) by bk, each thread's slots in one 16-byte row (repack_in_order).
-    Its first 64 rows are the tile of one warp group in the same order, so kernels on 64-row
-    tiles read half tiles of the same bytes."""
-    return repack_in_order(codes, bits, 128, bk, wgmma_a_layout(128, bk, 2), 256).reshape(-1, 16)
+def repack_for_hopper(b, wtype, n, k, bk):
+    """The bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp groups' wgmma a
+    operand) by bk, each thread's slots in one 16-byte row. Its first 64 rows are the tile of one
+    warp group in the same order, so kernels on 64-row tiles read half tiles of the same bytes."""
+    return repack(b, wtype, n, k, 128, bk, wgmma_a_layout(128, bk, 2), 256)
 
 
 class MatmulA16WxHopper(tilus.Script):
@@ -397,21 +421,17 @@ class QuantizedMatmul:
     def prepare(self, b):
         """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load: as
         they are, repacked for the small-m kernel where its tile has a fragment order, and
-        repacked for the wgmma kernel where it applies (done once, on the host)."""
+        repacked for the wgmma kernel where it applies (once, by RepackWeights where b lives)."""
         bits, bk = self.wtype.bits, min(128, self.group)
         out = {"plain": b}
         small, hopper = repackable(bits, 16, 128, bk, 4), self.hopper_applies(b)
         if not small and not hopper:
             return out
-        host = b.cpu().numpy() if hasattr(b, "cpu") else b
-        codes = unpack_codes(host, bits)
+        n, k = b.shape[0], b.shape[1] * 8 // bits
         if small:
-            out["repacked"] = repack_weights(codes, bits, 128, bk)
+            out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if hopper:
-            out["wgmma"] = repack_for_hopper(codes, bits, self.hopper_tile(256)["block_k"])
-        if hasattr(b, "cpu"):
-            import torch
-            out = {key: v if key == "plain" else torch.from_numpy(v).to(b.device) for key, v in out.items()}
+            out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):

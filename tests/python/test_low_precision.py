@@ -359,8 +359,7 @@ def test_quantized_matmul_example(arrays, wtype, split_k, repacked, warps, atype
     bf16 activations, with and without split-K (3 splits of 5 k tiles leave the last split one
     tile), on plain weights (3- and 6-bit codes straddle bytes) and on weights repacked into
     fragment order (n and k padded to whole tiles) for 4 and 8 warps."""
-    from matmul_a16wx import (MatmulA16Wx, from_host_array, host_array, quantized_operands,
-                              repack_weights, round_to, unpack_codes)
+    from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_weights, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     # A repacked 3- or 6-bit tile needs 128-long k tiles (a thread's bits in whole 16-byte rows).
     bk = 128 if repacked and dt.bits % 2 else 64
@@ -368,13 +367,12 @@ def test_quantized_matmul_example(arrays, wtype, split_k, repacked, warps, atype
     rng = np.random.default_rng(6)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng, at)
-    if repacked:
-        packed = repack_weights(unpack_codes(packed, dt.bits), dt.bits, 128, bk, warps)
+    weights = repack_weights(arrays.put(packed), dt, n, k, 128, bk, warps) if repacked else arrays.put(packed)
     c = arrays.put(host_array(np.zeros((m, n)), at))
     work = arrays.put(np.zeros((split_k, m, n), np.float32))
     counters = arrays.put(np.zeros(16, np.int32))  # one per (m, n) tile: 3 x 2 at most
     kernel = MatmulA16Wx(dt, group, block_k=bk, split_k=split_k, warps=warps, repacked=repacked, atype=at)
-    kernel(m, n, k, arrays.put(host_array(a, at)), arrays.put(packed), arrays.put(host_array(scales, at)),
+    kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
            arrays.put(host_array(zeros, at)), c, work, counters)
     np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2)
     # the last split of each tile set its counter back to zero, ready for the next launch
@@ -409,21 +407,27 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, seed):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
-    the repacked weights), its arguments (host arrays) and the reference c."""
-    from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to, unpack_codes
+    the repacked weights), its arguments (on `arrays`' device; host arrays and unset weights
+    without it) and the reference c."""
+    from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
     rng = np.random.default_rng(seed)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
-    weights = repack_for_hopper(unpack_codes(packed, dt.bits), dt.bits, bk)
+    if arrays is None:
+        weights = np.zeros((-(-n // 128) * -(-k // bk) * 128 * bk * dt.bits // 128, 16), np.uint8)
+    else:
+        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk)
     # 5 blocks: each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5, atype=at)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
             host_array(np.zeros((m, n)), at)]
+    if arrays is not None:
+        args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
 
 
@@ -452,11 +456,47 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cuda")
-    kernel, args, want = hopper_case(*case, seed=3)
+    kernel, dev, want = hopper_case(*case, seed=3, arrays=arrays)
     m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
-    dev = [arrays.put(x) for x in args]
     kernel(m, n, k, *dev)
     np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2)
+
+
+def reference_repack(codes, bits, bn, bk, layout, threads):
+    """numpy's RepackWeights: codes [n, k] to tiles of bn x bk (n and k padded with zeros), thread
+    t's slots of `layout` in slot order as a bit stream cut into 16-byte rows (row = threads *
+    (byte / 16) + t)."""
+    from matmul_a16wx import pack_codes
+    n, k = codes.shape
+    tn, tk = -(-n // bn), -(-k // bk)
+    padded = np.zeros((tn * bn, tk * bk), np.int64)
+    padded[:n, :k] = codes
+    tiles = padded.reshape(tn, bn, tk, bk).transpose(0, 2, 1, 3).reshape(tn, tk, bn * bk)
+    size = layout.local_size
+    index = np.array([[layout.map(t, s)[0] * bk + layout.map(t, s)[1] for s in range(size)] for t in range(threads)])
+    nbytes = size * bits // 8
+    data = pack_codes(tiles[:, :, index].reshape(-1, size), bits).reshape(tn, tk, threads, nbytes // 16, 16)
+    return data.transpose(0, 1, 3, 2, 4).reshape(-1, 16)
+
+
+@pytest.mark.parametrize("wtype,order,bk", [("int4", "mma", 128), ("int3", "mma", 128), ("float6_e3m2", "mma", 128),
+                                            ("int8", "mma", 64), ("uint4", "wgmma", 64), ("float8_e4m3", "wgmma", 32)])
+def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
+    """RepackWeights (the example's offline repacking, a tilus kernel) against the repacking
+    written in numpy, into the mma.sync fragment order of the small-m kernel and the wgmma one of
+    the Hopper kernel, on ragged n and k (padded with zero codes to whole tiles)."""
+    from matmul_a16wx import fragment_layout, pack_codes, repack_for_hopper, repack_weights, wgmma_a_layout
+    dt = getattr(tilus, wtype)
+    n, k = 200, 3 * bk + (bk // 2 if dt.bits % 2 == 0 else 40)  # whole bytes of 3- and 6-bit codes
+    codes = np.random.default_rng(4).integers(0, 1 << dt.bits, (n, k))
+    b = arrays.put(pack_codes(codes, dt.bits))
+    if order == "mma":
+        got, want = repack_weights(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
+                                                                           fragment_layout(128, bk), 128)
+    else:
+        got, want = repack_for_hopper(b, dt, n, k, bk), reference_repack(codes, dt.bits, 128, bk,
+                                                                         wgmma_a_layout(128, bk, 2), 256)
+    np.testing.assert_array_equal(arrays.host(got), want)
 
 
 def test_packing_helpers_round_trip():
