@@ -10,7 +10,7 @@ transpose, the cast and the view), widened to f16 (the vectorized conversions fo
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
 its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
-vectors. From m = 128 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
+vectors. From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). Not yet: autotuning (QuantizedMatmul picks tiles measured on the H100)."""
 import os
@@ -360,11 +360,11 @@ class QuantizedMatmul:
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
     fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle
     (the last split of a tile adds the partial sums up); 64- and 128-row tiles on the plain weights
-    for larger m, or, on an sm_90a GPU, MatmulA16WxHopper (wgmma) on weights repacked into its
-    fragment order. The split-K arrival counters belong to the object: one launch at a time (a
+    for larger m, or, on an sm_90a GPU from m = 33, MatmulA16WxHopper (wgmma) on weights repacked
+    into its fragment order. The split-K arrival counters belong to the object: one launch at a time (a
     launch on another stream while one runs would share them)."""
 
-    HOPPER_MIN_M = 128  # from this m on, the wgmma kernel where it applies
+    HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=132, atype=float16):
         self.wtype, self.group, self.sms, self.atype = wtype, group, sms, atype
@@ -384,12 +384,13 @@ class QuantizedMatmul:
     def hopper_tile(self, m):
         """MatmulA16WxHopper's parameters at m (measured on the H100 at N = K = 8192): up to
         m = 256 one consumer warp group on 64 weight rows (twice the blocks of 128-row tiles)
-        times 128 or 256 rows of a; beyond, two warp groups on 128 weight rows times 256 rows of
-        a. k tiles of 4 KB of weights (one TMA box)."""
+        times 64, 128 or 256 rows of a; beyond, two warp groups on 128 weight rows times 256 rows
+        of a. k tiles of 4 KB of weights (one TMA box); 8 stages where they fit (a power of two:
+        6 and 12 stages measured slower than 8 and 16 at m = 64)."""
         bk = 64 if self.wtype.bits <= 4 else 32
         if m <= 256:
-            return dict(block_n=64, consumers=1, block_m=128 if m <= 128 else 256, block_k=bk,
-                        stages=6 if m <= 128 else 4)
+            bm = 64 if m <= 64 else 128 if m <= 128 else 256
+            return dict(block_n=64, consumers=1, block_m=bm, block_k=bk, stages=8 if bm <= 128 else 4)
         return dict(block_n=128, consumers=2, block_m=256, block_k=bk, stages=4)
 
     def config(self, m, n, k, hopper=False):
