@@ -366,7 +366,9 @@ class QuantizedMatmul:
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
-    def __init__(self, wtype, group=128, sms=132, atype=float16):
+    def __init__(self, wtype, group=128, sms=None, atype=float16):
+        # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
+        # None: torch's count for CUDA weights at prepare, else an H100's 132.
         self.wtype, self.group, self.sms, self.atype = wtype, group, sms, atype
         self.kernels = {}
         self.counters = None  # the split-K arrival counters, zero between launches
@@ -396,7 +398,8 @@ class QuantizedMatmul:
     def config(self, m, n, k, hopper=False):
         """The kernel for m x n x k: {"hopper": True, MatmulA16WxHopper's parameters} where
         `hopper` (prepare made its weights) allows it, else MatmulA16Wx's parameters."""
-        if hopper and m >= self.HOPPER_MIN_M and k % self.group == 0:
+        # (TMA reads the scales' rows: n * 2 bytes must be whole 16-byte units.)
+        if hopper and m >= self.HOPPER_MIN_M and k % self.group == 0 and n % 8 == 0:
             return dict(hopper=True, **self.hopper_tile(m))
         small = m <= 32
         # 64-row tiles (32 < m < 128) measured 10 % faster with 64-long k tiles in 4 stages than
@@ -407,7 +410,7 @@ class QuantizedMatmul:
         cfg["repacked"] = small and repackable(self.wtype.bits, 16, 128, bk, 4)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         s = 1
-        while s < 16 and tiles * s * 2 <= 2 * self.sms and k // (bk * s * 2) >= 4:
+        while s < 16 and tiles * s * 2 <= 2 * (self.sms or 132) and k // (bk * s * 2) >= 4:
             s *= 2
         cfg["split_k"] = s
         return cfg
@@ -424,6 +427,9 @@ class QuantizedMatmul:
         they are, repacked for the small-m kernel where its tile has a fragment order, and
         repacked for the wgmma kernel where it applies (once, by RepackWeights where b lives)."""
         bits, bk = self.wtype.bits, min(128, self.group)
+        if self.sms is None and hasattr(b, "is_cuda") and b.is_cuda:
+            import torch
+            self.sms = torch.cuda.get_device_properties(b.device).multi_processor_count
         out = {"plain": b}
         small, hopper = repackable(bits, 16, 128, bk, 4), self.hopper_applies(b)
         if not small and not hopper:
@@ -441,7 +447,7 @@ class QuantizedMatmul:
         if cfg.get("hopper"):
             if key not in self.kernels:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
-                self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=self.sms, atype=self.atype,
+                self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=self.sms or 132, atype=self.atype,
                                                       **params)
             self.kernels[key](m, n, k, a, weights["wgmma"], scales, zeros, c)
             return

@@ -463,6 +463,24 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2)
 
 
+def test_quantized_matmul_picks_its_kernel_by_size():
+    """QuantizedMatmul's choice where the wgmma kernel's weights exist: the split-K mma.sync kernel
+    up to m = 32, the wgmma one from m = 33 with 64 weight rows per tile up to m = 256 and 128
+    beyond; the mma.sync one where TMA cannot read the scales' rows (n * 2 bytes not a multiple of
+    16) or k is not a whole number of scale groups."""
+    from matmul_a16wx import QuantizedMatmul
+    q = QuantizedMatmul(tilus.int4, 128)
+    assert "hopper" not in q.config(32, 8192, 8192, hopper=True)
+    assert q.config(33, 8192, 8192, hopper=True) == dict(hopper=True, block_n=64, consumers=1, block_m=64,
+                                                          block_k=64, stages=8)
+    assert q.config(256, 8192, 8192, hopper=True)["block_m"] == 256
+    assert q.config(257, 8192, 8192, hopper=True)["block_n"] == 128
+    assert "hopper" not in q.config(300, 196, 1024, hopper=True)  # 392-byte scale rows
+    assert "hopper" not in q.config(300, 200, 1000, hopper=True)  # k not whole groups
+    assert "hopper" not in q.config(4096, 8192, 8192)  # no wgmma weights prepared
+    assert QuantizedMatmul(tilus.int8, 128).config(300, 200, 1024, hopper=True)["block_k"] == 32
+
+
 def reference_repack(codes, bits, bn, bk, layout, threads):
     """numpy's RepackWeights: codes [n, k] to tiles of bn x bk (n and k padded with zeros), thread
     t's slots of `layout` in slot order as a bit stream cut into 16-byte rows (row = threads *
