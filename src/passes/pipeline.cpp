@@ -15,6 +15,7 @@
 #include "tilus/passes/insert_async_waits.h"
 #include "tilus/passes/insert_barriers.h"
 #include "tilus/passes/insert_bounds_predicates.h"
+#include "tilus/passes/insert_wgmma_fences.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/select_instructions.h"
 #include "tilus/passes/simplify_program.h"
@@ -46,6 +47,7 @@ const std::vector<Pass>& passes() {
       {"insert_async_waits",
        [](const Program& p, const PipelineOptions& o) { return insert_async_waits(p, o.strict_async_waits); }},
       {"insert_barriers", [](const Program& p, const PipelineOptions&) { return insert_barriers(p); }},
+      {"insert_wgmma_fences", [](const Program& p, const PipelineOptions&) { return insert_wgmma_fences(p); }},
   };
   return list;
 }

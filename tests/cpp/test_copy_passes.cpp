@@ -822,6 +822,48 @@ TEST(WgmmaPasses, OperandsWrittenByThreadsGetAFenceAndABarrier) {
                                       "wgmma.mma", "wgmma.commit_group", "wgmma.wait_group", "cast", "store_global"}));
 }
 
+// PTX's wgmma.fence rule: a k loop reached right after the accumulator is zeroed gets one
+// fence before it (its mma only chain on the accumulator); a loop whose body reads the
+// accumulator before its mma gets one before that mma, every iteration; an mma after a read
+// outside loops gets one before it.
+TEST(WgmmaPasses, MissingFencesAreInsertedWhereRegistersWereAccessed) {
+  auto s = golden_case(
+      "wgmma_fences_inserted", "insert_wgmma_fences",
+      [](K& k, Int32 m, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+        auto sb = k.shared_tensor(dtypes::float16, {128, 64});
+        k.copy(a.region({0, 0}, {64, 64}), sa);
+        k.copy(a.region({64, 0}, {128, 64}), sb);
+        auto acc = k.register_tensor(dtypes::float32, {64, 128}, 0.0);
+        for (Expr i : k.range(m)) {
+          k.wgmma.mma(sa, sb.transpose(), acc);
+          k.wgmma.commit_group();
+          k.wgmma.wait_group(0);
+        }
+        for (Expr i : k.range(m)) {
+          k.store_global(a, acc.to(dtypes::float16), {.offsets = {i, 0}});
+          k.wgmma.mma(sa, sb.transpose(), acc);
+          k.wgmma.commit_group();
+          k.wgmma.wait_group(0);
+        }
+        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+        k.wgmma.mma(sa, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        k.wgmma.wait_group(0);
+      },
+      {.arch = "sm_90a"});
+  auto before = names(s.before), after = names(s.after);
+  EXPECT_EQ(std::count(before.begin(), before.end(), "wgmma.fence"), 0);
+  EXPECT_EQ(std::count(after.begin(), after.end(), "wgmma.fence"), 3);
+}
+
+TEST(WgmmaPasses, AKernelThatFencesGetsNoFence) {
+  auto s = run_to(traced([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, true); },
+                         {.arch = "sm_90a"}),
+                  "insert_wgmma_fences", {.arch = "sm_90a"});
+  EXPECT_EQ(print(s.before), print(s.after));
+}
+
 TEST(WgmmaPasses, ReadingTheAccumulatorBeforeTheWaitNamesBothLines) {
   std::string m = pass_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, false); },
                              "insert_async_waits", {.arch = "sm_90a"});

@@ -279,7 +279,8 @@ TEST(Script, DumpIrWritesEveryStage) {
                                        "02_simplify.tir", "03_infer_layouts.tir",
                                        "04_insert_bounds_predicates.tir",
                                        "05_select_instructions.tir", "06_plan_shared_memory.tir",
-                                       "07_insert_async_waits.tir", "08_insert_barriers.tir"};
+                                       "07_insert_async_waits.tir", "08_insert_barriers.tir",
+                                       "09_insert_wgmma_fences.tir"};
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;

@@ -90,10 +90,10 @@ def test_fp8_wgmma_on_the_gpu(name):
     torch.testing.assert_close(c, a.float() @ b.float().T, atol=2e-2, rtol=1e-2)
 
 
-def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False):
+def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False, fence=True):
     """c = a @ b.T for one [m, k] x [n, k] tile of dtype dt, b through shared memory (copy), a
     too or, with a_in_registers, loaded from global memory straight into registers (the wgmma
-    A-fragment layout, which layout inference gives it)."""
+    A-fragment layout, which layout inference gives it); fence=False leaves wgmma.fence out."""
 
     class Mma(tilus.Script):
         def __call__(self, a: ~VOID, b: ~VOID, c: ~float32):  # a and b: dt elements of any array
@@ -108,7 +108,8 @@ def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False):
             sb = self.shared_tensor(dtype=dt, shape=[n, k])
             self.copy(self.global_view(b, dtype=dt, shape=[n, k]), sb)
             acc = self.register_tensor(dtype=float32, shape=[m, n], init=0.0)
-            self.wgmma.fence()
+            if fence:
+                self.wgmma.fence()
             self.wgmma.mma(ta, sb.T, acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
@@ -179,6 +180,26 @@ def test_the_lowering_record_and_ptx(dt, m, n, k, warps, want):
     shape = want.split()[1]
     assert f"wgmma.mma_async.sync.aligned.{shape}.f32.{types}.{types}" in ptx
     assert "wgmma.commit_group.sync.aligned" in ptx and "wgmma.wait_group.sync.aligned" in ptx
+
+
+def test_a_missing_fence_is_inserted_and_a_present_one_kept(arrays):
+    """The insert_wgmma_fences pass: a kernel without wgmma.fence gets one before its mma (and
+    computes the product); the examples, which fence where PTX asks, get nothing added."""
+    x = np.zeros((64, 64), np.float16)
+    ir = mma_kernel(float16, 64, 64, 64, fence=False).ir(x, x, np.zeros((64, 64), np.float32), arch="sm_90a")
+    assert "wgmma.fence" not in ir["insert_barriers"]
+    lines = [ln.strip() for ln in ir["insert_wgmma_fences"].splitlines()]
+    mma = next(i for i, ln in enumerate(lines) if ln.startswith("wgmma.mma("))
+    assert lines[mma - 1] == "wgmma.fence()", lines[mma - 3:mma + 1]
+    rng = np.random.default_rng(5)
+    ha, hb = (rng.uniform(-1, 1, (64, 64)).astype(np.float16) for _ in range(2))
+    c = arrays.put(np.zeros((64, 64), np.float32))
+    mma_kernel(float16, 64, 64, 64, fence=False)(arrays.put(ha), arrays.put(hb), c)
+    np.testing.assert_allclose(arrays.host(c), ha.astype(np.float32) @ hb.astype(np.float32).T, rtol=1e-3, atol=1e-3)
+    y = np.zeros((256, 256), np.float16)
+    for kernel in [HopperMatmulV0(), HopperMatmulV1(), HopperMatmulV2(), HopperMatmulV4(), HopperMatmulV5()]:
+        stages = kernel.ir(256, 256, 256, y, y, y, arch="sm_90a")
+        assert stages["insert_wgmma_fences"] == stages["insert_barriers"], type(kernel).__name__
 
 
 class MissingWait(tilus.Script):
