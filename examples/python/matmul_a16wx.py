@@ -245,9 +245,9 @@ class MatmulA16WxHopper(tilus.Script):
     tile's weight bytes (repacked into the wgmma a fragment order: one 16-byte row per thread)
     and its scales into a ring of `stages` shared buffers on mbarriers; `consumers` warp groups
     (64 weight rows each; block_n 64 or 128 of the 128-row repacked tiles) widen, scale and
-    multiply. Two register tiles of weights alternate, so
-    the next k tile's decode overlaps the previous wgmma. Persistent: one block per SM walks the
-    output tiles in a grouped order, as examples/python/hopper_matmul_v3.py does."""
+    multiply. Two register tiles of weights alternate, so the next k tile's decode overlaps the
+    previous wgmma. Persistent: one block per SM walks the output tiles in a grouped order, as
+    examples/python/hopper_matmul_v3.py does."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16):
