@@ -37,32 +37,19 @@ class FenceInserter {
   Stmt rewrite(const Stmt& s, bool& fenced, bool emit) {
     if (!s) return s;
     switch (s->kind) {
-      case StmtKind::Seq: {
+      case StmtKind::Seq: {  // make_seq flattens the fences the children put before them
         auto& n = static_cast<const SeqStmtNode&>(*s);
         std::vector<Stmt> out;
         bool changed = false;
         for (auto& c : n.stmts) {
-          if (auto* i = stmt_as<InstStmtNode>(c); i && i->inst->kind() == InstKind::WgmmaMma && !fenced) {
-            out.push_back(make_inst_stmt(make_inst<WgmmaFenceInst>(i->inst->loc)));
-            inserted += emit;
-            ++placed_;
-            fenced = true;
-            changed = true;
-          }
-          Stmt r = rewrite(c, fenced, emit);
-          changed |= r != c;
-          out.push_back(r);
+          out.push_back(rewrite(c, fenced, emit));
+          changed |= out.back() != c;
         }
         return changed ? make_seq(out, s->loc) : s;
       }
       case StmtKind::Inst: {
         const InstNode& i = *static_cast<const InstStmtNode&>(*s).inst;
-        if (i.kind() == InstKind::WgmmaMma && !fenced) {  // a lone mma (not in a sequence)
-          fenced = true;
-          inserted += emit;
-          ++placed_;
-          return make_seq({make_inst_stmt(make_inst<WgmmaFenceInst>(i.loc)), s}, s->loc);
-        }
+        if (i.kind() == InstKind::WgmmaMma && !fenced) return make_seq({fence(i.loc, fenced, emit), s}, s->loc);
         if (i.kind() == InstKind::WgmmaFence || i.kind() == InstKind::WgmmaMma) {
           fenced = true;
         } else if (!is_wgmma(i.kind())) {
@@ -73,23 +60,14 @@ class FenceInserter {
       }
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
-        Stmt before = hoist(n.body, fenced, emit);
-        bool entry = loop_entry(n.body, fenced);
-        Stmt body = rewrite(n.body, entry, emit);
-        fenced = fenced && entry;  // zero trips keep the state before the loop
-        Stmt loop = body == n.body
-                        ? s
-                        : std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
-        return before ? make_seq({before, loop}, s->loc) : loop;
+        return loop(s, n.body, fenced, emit, [&](Stmt body) {
+          return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, std::move(body), n.loc);
+        });
       }
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);
-        Stmt before = hoist(n.body, fenced, emit);
-        bool entry = loop_entry(n.body, fenced);
-        Stmt body = rewrite(n.body, entry, emit);
-        fenced = fenced && entry;
-        Stmt loop = body == n.body ? s : std::make_shared<WhileStmtNode>(n.cond, body, n.loc);
-        return before ? make_seq({before, loop}, s->loc) : loop;
+        return loop(s, n.body, fenced, emit,
+                    [&](Stmt body) { return std::make_shared<WhileStmtNode>(n.cond, std::move(body), n.loc); });
       }
       case StmtKind::If: {
         auto& n = static_cast<const IfStmtNode&>(*s);
@@ -114,39 +92,42 @@ class FenceInserter {
   }
 
  private:
-  // A loop reached unfenced whose body has a wgmma.mma but leaves the fence standing (its
+  // A fence statement placed before an mma (or a loop); counted unless in a probe.
+  Stmt fence(const SourceLoc& loc, bool& fenced, bool emit) {
+    fenced = true;
+    inserted += emit;
+    ++placed_;
+    return make_inst_stmt(make_inst<WgmmaFenceInst>(loc));
+  }
+
+  // A loop: its body starts with the state the previous iteration leaves (the one before the
+  // loop for the first), and zero trips keep the state before the loop.
+  template <class Rebuild>
+  Stmt loop(const Stmt& s, const Stmt& body, bool& fenced, bool emit, Rebuild rebuild) {
+    Stmt before = hoist(body, fenced, emit);
+    bool entry = fenced;
+    rewrite(body, entry, false);  // a probe: the state one iteration leaves
+    entry = fenced && entry;
+    Stmt out = rewrite(body, entry, emit);
+    fenced = fenced && entry;
+    Stmt rebuilt = out == body ? s : rebuild(out);
+    return before ? make_seq({before, rebuilt}, s->loc) : rebuilt;
+  }
+
+  // A loop reached unfenced whose body would need a fence only in its first iteration (its
   // accumulator only chained on, as in a k loop) gets one fence before it instead of one
   // per iteration; returns that fence (null if none) and sets `fenced`.
   Stmt hoist(const Stmt& body, bool& fenced, bool emit) {
-    if (fenced || !has_mma(body)) return nullptr;
+    if (fenced) return nullptr;
     bool unfenced = false;
     int placed = placed_;
     rewrite(body, unfenced, false);
-    if (placed_ == placed) return nullptr;  // its own fences come before its mma
+    if (placed_ == placed) return nullptr;  // no mma, or its own fences come before its mma
     bool after = true;
     placed = placed_;
     rewrite(body, after, false);
     if (!after || placed_ != placed) return nullptr;  // the body needs a fence each time anyway
-    fenced = true;
-    inserted += emit;
-    return make_inst_stmt(make_inst<WgmmaFenceInst>(body->loc));
-  }
-
-  static bool has_mma(const Stmt& s) {
-    struct Find : StmtVisitor {
-      bool found = false;
-      void visit_inst(const InstNode& i) override { found |= i.kind() == InstKind::WgmmaMma; }
-    } f;
-    f.visit(s);
-    return f.found;
-  }
-
-  // The state a loop body starts with: the one before the loop, unless an iteration ends
-  // unfenced (then the next one starts so).
-  bool loop_entry(const Stmt& body, bool before) {
-    bool after = before;
-    rewrite(body, after, false);
-    return before && after;
+    return fence(body->loc, fenced, emit);
   }
 
   std::unordered_set<const TensorNode*> operands_;
