@@ -264,6 +264,7 @@ void WgmmaMmaInst::visit_fields(FieldVisitor& v) {
   v.operand("a", a, Access::Read, Scopes(kShared | kRegister), nullptr);
   v.operand("b", b, Access::Read, kShared, nullptr);
   v.operand("d", d, Access::ReadWrite, kRegister, nullptr);
+  if (from_dot) v.attr("from_dot", "true");
 }
 
 void WgmmaCommitGroupInst::visit_fields(FieldVisitor&) {}

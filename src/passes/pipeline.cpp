@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "tilus/ir/printer.h"
+#include "tilus/passes/choose_shared_layouts.h"
 #include "tilus/passes/infer_layouts.h"
 #include "tilus/passes/insert_async_waits.h"
 #include "tilus/passes/insert_barriers.h"
@@ -34,6 +35,9 @@ const std::vector<Pass>& passes() {
   static const std::vector<Pass> list = {
       {"verify", [](const Program& p, const PipelineOptions& o) { return verify_program(p, o.target); }},
       {"simplify", [](const Program& p, const PipelineOptions&) { return simplify_program(p); }},
+      {"choose_shared_layouts", [](const Program& p, const PipelineOptions&) { return choose_shared_layouts(p); }},
+      {"lower_dots_to_wgmma",
+       [](const Program& p, const PipelineOptions& o) { return lower_dots_to_wgmma(p, o.target, o.dot_wgmma); }},
       {"infer_layouts", [](const Program& p, const PipelineOptions&) { return infer_layouts(p); }},
       {"insert_bounds_predicates",
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},

@@ -45,6 +45,48 @@ int64_t tma_swizzle_span(const Swizzle& z, int64_t eb) {
   return int64_t(16) << z.bits;
 }
 
+}  // namespace
+
+std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const InstNode& user, const Tensor& t,
+                                                 int k_dim, int64_t k_instr, std::string* why) {
+  auto no = [&](std::string what) -> std::optional<WgmmaOperand> {
+    if (why) *why = std::move(what);
+    return std::nullopt;
+  };
+  int64_t eb = bytes_of(t.dtype());
+  const SharedView& v = facts.shared(user, t);
+  const SharedLayout& root = v.root->shared_layout;
+  int rk = v.dims[k_dim], rr = v.dims[1 - k_dim];
+  int64_t span = tma_swizzle_span(root.swizzle(), eb);
+  std::string layout = fmt::format("{} of {}", root.str(), v.root->name);
+  if (rk < 0 || rr < 0 || root.strides()[rk] != 1)
+    return no(fmt::format("must be K-major (its K dim contiguous in shared memory), but its layout is {}", layout));
+  if (span <= 0 || root.strides()[rr] * eb != span)
+    return no(fmt::format("must be stored in rows of 32, 64 or 128 bytes along K with the matching swizzle (the "
+                          "layout TMA writes and layout inference chooses for such tiles), but its layout is {}",
+                          layout));
+  // The first element: whole 8-row atoms along the rows, whole 16-byte units along K.
+  for (int d = 0; d < root.rank(); ++d) {
+    Expr bytes = facts.simplify(v.offsets[d] * Expr(root.strides()[d] * eb));
+    int64_t need = d == rk ? 16 : 8 * span;
+    if (bytes.is_int_const(0)) continue;
+    if (facts.divisor(bytes) % need)
+      return no(fmt::format("must start on a {}-byte boundary of {} along root dim {} (offset {} elements), which "
+                            "cannot be proven",
+                            need, v.root->name, d, to_string(v.offsets[d])));
+  }
+  WgmmaOperand o;
+  o.swizzle_bytes = span;
+  o.swizzle_code = span == 128 ? 1 : span == 64 ? 2 : 3;
+  o.row_bytes = span;
+  o.sbo = 8 * span;
+  o.lbo = 16;  // unused by swizzled K-major layouts
+  o.k_step_bytes = k_instr * eb;
+  return o;
+}
+
+namespace {
+
 int64_t pow2_floor(int64_t x) {
   int64_t p = 1;
   while (p * 2 <= x) p *= 2;
@@ -470,37 +512,11 @@ class Selector : public StmtMutator {
       return fail(fmt::format("d's layout {} is not the wgmma accumulator layout {} (remove the annotation that "
                               "changed it)",
                               i.d->layout.str(), p.d.str()));
-    int64_t eb = bytes_of(i.a.dtype());
-    // operand: view dim k_dim runs along K, the other along the rows (m of a, n of b).
     auto describe = [&](const char* name, const Tensor& t, int k_dim, WgmmaOperand& o) {
-      const SharedView& v = facts_.shared(i, t);
-      const SharedLayout& root = v.root->shared_layout;
-      int rk = v.dims[k_dim], rr = v.dims[1 - k_dim];
-      int64_t span = tma_swizzle_span(root.swizzle(), eb);
-      std::string layout = fmt::format("{} of {}", root.str(), v.root->name);
-      if (rk < 0 || rr < 0 || root.strides()[rk] != 1)
-        fail(fmt::format("{} must be K-major (its K dim contiguous in shared memory), but its layout is {}", name,
-                         layout));
-      if (span <= 0 || root.strides()[rr] * eb != span)
-        fail(fmt::format("{} must be stored in rows of 32, 64 or 128 bytes along K with the matching swizzle (the "
-                         "layout TMA writes and layout inference chooses for such tiles), but its layout is {}",
-                         name, layout));
-      // The first element: whole 8-row atoms along the rows, whole 16-byte units along K.
-      for (int d = 0; d < root.rank(); ++d) {
-        Expr bytes = facts_.simplify(v.offsets[d] * Expr(root.strides()[d] * eb));
-        int64_t need = d == rk ? 16 : 8 * span;
-        if (bytes.is_int_const(0)) continue;
-        if (facts_.divisor(bytes) % need)
-          fail(fmt::format("{} must start on a {}-byte boundary of {} along root dim {} (offset {} elements), which "
-                           "cannot be proven",
-                           name, need, v.root->name, d, to_string(v.offsets[d])));
-      }
-      o.swizzle_bytes = span;
-      o.swizzle_code = span == 128 ? 1 : span == 64 ? 2 : 3;
-      o.row_bytes = span;
-      o.sbo = 8 * span;
-      o.lbo = 16;  // unused by swizzled K-major layouts
-      o.k_step_bytes = p.tiling.k_instr * eb;
+      std::string why;
+      auto d = wgmma_shared_operand(facts_, i, t, k_dim, p.tiling.k_instr, &why);
+      if (!d) fail(fmt::format("{} {}", name, why));
+      o = *d;
     };
     if (i.a.is_register()) {
       if (i.a->layout != p.a)
@@ -517,6 +533,7 @@ class Selector : public StmtMutator {
     l.completion = Completion::WgmmaGroup;
     l.wgmma = p.tiling;
     l.mapping = p.d;
+    if (i.from_dot) l.note = "dot";
     return l;
   }
 

@@ -18,6 +18,7 @@ namespace {
 std::pair<int, Program> waits(const Program& traced, bool strict = false) {
   Program before;
   PipelineOptions o;
+  o.dot_wgmma = DotWgmma::Never;  // the cp.async pipelines of mma.sync kernels (wgmma's: test_passes)
   o.after_pass = [&](const std::string& name, const Program& p) {
     if (name == "select_instructions") before = p;
   };

@@ -17,6 +17,7 @@ namespace {
 int inserted(const Program& traced, Program* out = nullptr) {
   Program before;
   PipelineOptions o;
+  o.dot_wgmma = DotWgmma::Never;  // the barriers of mma.sync kernels (wgmma's: test_passes)
   o.after_pass = [&](const std::string& name, const Program& p) {
     if (name == "plan_shared_memory") before = p;
   };

@@ -9,6 +9,7 @@
 #include "golden.h"
 #include "tilus/ir/functor.h"
 #include "tilus/ir/printer.h"
+#include "tilus/passes/choose_shared_layouts.h"
 #include "tilus/tilus.h"
 
 using namespace tilus;
@@ -1108,4 +1109,109 @@ TEST(MbarrierPeers, MapSharedAddrArrivesOnThePeer) {
   EXPECT_NE(text.find("mbarrier.arrive(barrier=barriers_2, count=1, cta_id=0)"), std::string::npos) << text;
   EXPECT_NE(text.find("mbarrier.arrive_and_expect_tx(barrier=barriers_3, transaction_bytes=64, cta_id=0)"), std::string::npos)
       << text;
+}
+
+// --- dot -> wgmma (lower_dots_to_wgmma) ------------------------------------------------------
+
+namespace {
+
+// The dots of a program that are still dots, and the wgmma.mma made from one.
+std::pair<int, int> dots_and_wgmma(const Program& p) {
+  struct Collect : StmtVisitor {
+    int dots = 0, from_dot = 0;
+    void visit_inst(const InstNode& i) override {
+      dots += i.kind() == InstKind::Dot;
+      if (auto* w = dynamic_cast<const WgmmaMmaInst*>(&i)) from_dot += w->from_dot;
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return {c.dots, c.from_dot};
+}
+
+// A k step of the usual Ampere-style matmul: a [bm, 32] and b [32, bn] tiles row-major in
+// shared memory, loaded and multiplied.
+void k_step(K& k, GlobalTensor& g, int64_t bm, int64_t bn, bool b_stored_transposed) {
+  auto sa = k.shared_tensor(dtypes::float16, {bm, 32});
+  auto sb = b_stored_transposed ? k.shared_tensor(dtypes::float16, {bn, 32}) : k.shared_tensor(dtypes::float16, {32, bn});
+  k.copy_async(g, sa, {.offsets = {0, 0}});
+  k.copy_async(g, sb, {.offsets = {0, 0}});
+  k.copy_async_commit_group();
+  auto acc = k.register_tensor(dtypes::float32, {bm, bn}, 0.0);
+  auto b = b_stored_transposed ? k.load_shared(sb.transpose()) : k.load_shared(sb);
+  acc = k.dot(k.load_shared(sa), b, acc);
+  k.store_global(g, acc.to(dtypes::float16), {.offsets = {0, 0}});
+}
+
+}  // namespace
+
+// The usual row-major b: the transposed product, b^T in registers (ldmatrix.trans) and a's
+// tile read by its descriptor; a's load_shared is gone.
+TEST(WgmmaPasses, DotWithARowMajorBBecomesTheTransposedWgmma) {
+  auto s = golden_case(
+      "dot_wgmma_transposed", "lower_dots_to_wgmma",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { k_step(k, a, 64, 128, false); }, {.arch = "sm_90a"});
+  EXPECT_EQ(dots_and_wgmma(s.after), std::pair(0, 1));
+  Program lowered = run_to(s.before, "insert_wgmma_fences", {.arch = "sm_90a"}).after;
+  std::string text = print(lowered);
+  EXPECT_NE(text.find("lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("note=\"dot\""), std::string::npos) << text;
+  EXPECT_NE(text.find("x4.trans"), std::string::npos) << text;  // b^T through ldmatrix.trans
+  EXPECT_NE(text.find("fence.proxy_async"), std::string::npos) << text;
+}
+
+// b stored [n, k] (loaded through its transposed view): both operands by descriptor.
+TEST(WgmmaPasses, DotWithBothTilesKMajorReadsBothFromSharedMemory) {
+  auto s = golden_case(
+      "dot_wgmma_shared", "lower_dots_to_wgmma",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { k_step(k, a, 128, 64, true); }, {.arch = "sm_90a"});
+  EXPECT_EQ(dots_and_wgmma(s.after), std::pair(0, 1));
+  EXPECT_EQ(print(s.after).find("load_shared"), std::string::npos) << print(s.after);
+  std::string text = print(run_to(s.before, "insert_wgmma_fences", {.arch = "sm_90a"}).after);
+  EXPECT_NE(text.find("a=sw64/sbo512 b=sw64/sbo512"), std::string::npos) << text;
+}
+
+// What keeps mma.sync: another target, TILUS_DOT_WGMMA=0, the CPU backend (unless 1), a
+// thread count that is not whole warp groups, rows that do not fill 64 per warp group, an
+// operand computed in registers, a tile whose rows are not one swizzle span.
+TEST(WgmmaPasses, DotsWgmmaCannotTakeStayDots) {
+  auto count = [](Body body, const std::string& arch = "sm_90a", int warps = 4,
+                  DotWgmma mode = DotWgmma::Auto) {
+    Options o{.arch = arch, .warps = warps};
+    Program p = traced(std::move(body), o);
+    Target t = arch == "cpu" ? Target::cpu() : Target::from_arch(arch);
+    return dots_and_wgmma(lower_dots_to_wgmma(choose_shared_layouts(p), t, mode));
+  };
+  auto step = [](int64_t bm, int64_t bn) {
+    return [=](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { k_step(k, a, bm, bn, false); };
+  };
+  EXPECT_EQ(count(step(64, 64)), std::pair(0, 1));
+  EXPECT_EQ(count(step(64, 64), "sm_90"), std::pair(1, 0));
+  EXPECT_EQ(count(step(64, 64), "sm_80"), std::pair(1, 0));
+  EXPECT_EQ(count(step(64, 64), "sm_90a", 4, DotWgmma::Never), std::pair(1, 0));
+  EXPECT_EQ(count(step(64, 64), "cpu"), std::pair(1, 0));
+  EXPECT_EQ(count(step(64, 64), "cpu", 4, DotWgmma::Always), std::pair(0, 1));
+  EXPECT_EQ(count(step(64, 64), "sm_90a", 2), std::pair(1, 0));   // 64 threads
+  EXPECT_EQ(count(step(64, 64), "sm_90a", 8), std::pair(1, 0));   // 2 warp groups, 64 rows
+  EXPECT_EQ(count(step(64, 128), "sm_90a", 8), std::pair(0, 1));  // the transposed form: n = 64 per group
+  EXPECT_EQ(count([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+              auto sb = k.shared_tensor(dtypes::float16, {32, 64});
+              auto ra = k.load_global(a, {.offsets = {0, 0}, .shape = {64, 32}});
+              auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+              acc = k.dot(ra, k.load_shared(sb), acc);
+              k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+            }),
+            std::pair(1, 0));
+  EXPECT_EQ(count([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+              auto sa = k.shared_tensor(dtypes::float16, {64, 64});  // 128-byte rows: fine
+              auto sb = k.shared_tensor(dtypes::float16, {64, 64});
+              auto sc = k.shared_tensor(dtypes::float16, {64, 128});  // 256-byte rows: no descriptor
+              auto sd = k.shared_tensor(dtypes::float16, {128, 64});
+              auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+              acc = k.dot(k.load_shared(sa), k.load_shared(sb), acc);
+              auto acc2 = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+              acc2 = k.dot(k.load_shared(sc), k.load_shared(sd), acc2);
+              k.store_global(a, (acc + acc2).to(dtypes::float16), {.offsets = {0, 0}});
+            }),
+            std::pair(1, 1));
 }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "golden.h"
+#include "tilus/passes/choose_shared_layouts.h"
 #include "tilus/passes/infer_layouts.h"
 #include "tilus/ir/functor.h"
 #include "tilus/passes/simplify_program.h"
@@ -316,7 +317,7 @@ std::vector<SharedLayout> shared_layouts(const Program& p) {
 }  // namespace
 
 // The swizzle that spreads the 16-byte units of 8 consecutive rows over all bank groups.
-TEST(InferLayouts, SharedTilesGetAConflictFreeSwizzle) {
+TEST(ChooseSharedLayouts, SharedTilesGetAConflictFreeSwizzle) {
   SharedShapes s;
   s.tensors = {{dtypes::float16, {64, 32}},      // 64-byte rows: TMA's 64-byte swizzle
                {dtypes::float16, {3, 32, 128}},  // 256-byte rows: XOR the row index
@@ -326,7 +327,7 @@ TEST(InferLayouts, SharedTilesGetAConflictFreeSwizzle) {
                {dtypes::float16, {64, 8}},       // 16-byte rows: left alone
                {dtypes::uint4, {64, 64}},        // sub-byte: left alone
                {dtypes::float16, {64, 48}}};     // rows not a power of two: left alone
-  auto layouts = shared_layouts(infer_layouts(trace(s)));
+  auto layouts = shared_layouts(choose_shared_layouts(trace(s)));
   ASSERT_EQ(layouts.size(), 8u);
   auto z = [](const SharedLayout& l) { return std::tuple(l.swizzle().bits, l.swizzle().base, l.swizzle().shift); };
   EXPECT_EQ(z(layouts[0]), std::tuple(2, 3, 3));
@@ -352,11 +353,11 @@ TEST(InferLayouts, SharedTilesGetAConflictFreeSwizzle) {
   }
 }
 
-TEST(InferLayouts, SharedAnnotationWinsAndSlicesFollowTheirRoot) {
+TEST(ChooseSharedLayouts, SharedAnnotationWinsAndSlicesFollowTheirRoot) {
   SharedShapes s;
   s.tensors = {{dtypes::float16, {64, 32}}};
   s.annotate_first = SharedLayout::column_major({64, 32});
-  Program p = infer_layouts(trace(s));
+  Program p = choose_shared_layouts(trace(s));
   EXPECT_EQ(shared_layouts(p)[0], SharedLayout::column_major({64, 32}));
   EXPECT_EQ(print(p).find("annotate_layout"), std::string::npos);
 
@@ -370,7 +371,7 @@ TEST(InferLayouts, SharedAnnotationWinsAndSlicesFollowTheirRoot) {
       store_shared(t, register_tensor(dtypes::float16, {64, 32}, 0.0));
     }
   };
-  std::string text = print(infer_layouts(trace(Sliced{})));
+  std::string text = print(choose_shared_layouts(trace(Sliced{})));
   EXPECT_NE(text.find("shared float16[64, 32] shared_layout(shape=[64, 32], strides=[32, 1], swizzle=(2, 3, 3))"),
             std::string::npos)
       << text;
@@ -379,7 +380,7 @@ TEST(InferLayouts, SharedAnnotationWinsAndSlicesFollowTheirRoot) {
   bad.tensors = {{dtypes::float16, {2, 64, 32}}};
   bad.annotate_slice = true;
   try {
-    infer_layouts(trace(bad));
+    choose_shared_layouts(trace(bad));
     FAIL() << "annotating a slice must be rejected";
   } catch (const CompileError& e) {
     EXPECT_NE(std::string(e.what()).find("must be set on the shared_tensor allocation"), std::string::npos) << e.what();

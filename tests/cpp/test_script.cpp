@@ -275,12 +275,18 @@ TEST(Script, DumpIrWritesEveryStage) {
   fs::path folder = ir_dump_dirs(traced, opts)[0];
   EXPECT_EQ(folder.parent_path(), dir);
   EXPECT_EQ(folder.filename().string().rfind("ControlFlow-sm_90a-", 0), 0u) << folder;
-  std::vector<std::string> expected = {"00_traced.tir",   "01_verify.tir",
-                                       "02_simplify.tir", "03_infer_layouts.tir",
-                                       "04_insert_bounds_predicates.tir",
-                                       "05_select_instructions.tir", "06_plan_shared_memory.tir",
-                                       "07_insert_async_waits.tir", "08_insert_barriers.tir",
-                                       "09_insert_wgmma_fences.tir"};
+  std::vector<std::string> expected = {"00_traced.tir",
+                                       "01_verify.tir",
+                                       "02_simplify.tir",
+                                       "03_choose_shared_layouts.tir",
+                                       "04_lower_dots_to_wgmma.tir",
+                                       "05_infer_layouts.tir",
+                                       "06_insert_bounds_predicates.tir",
+                                       "07_select_instructions.tir",
+                                       "08_plan_shared_memory.tir",
+                                       "09_insert_async_waits.tir",
+                                       "10_insert_barriers.tir",
+                                       "11_insert_wgmma_fences.tir"};
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;
@@ -321,7 +327,7 @@ TEST(Script, DumpIrKeepsAFolderPerSpecialization) {
   EXPECT_EQ(folders.size(), 3u);
   fs::path spec = ir_dump_dirs(aligned, opts)[0];
   EXPECT_NE(spec.filename().string().find("ControlFlow-sm_90a-n16-p16-"), std::string::npos) << spec;
-  EXPECT_TRUE(fs::exists(spec / "08_insert_barriers.tir"));
+  EXPECT_TRUE(fs::exists(spec / "10_insert_barriers.tir"));
   EXPECT_NE(ir_dump_dirs(aligned, cpu)[0].find("ControlFlow-cpu-n16-p16-"), std::string::npos);
   fs::remove_all(dir);
 }

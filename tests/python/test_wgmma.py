@@ -304,3 +304,55 @@ def test_seed_names_record_the_same_instructions():
     traced = Seed().ir(np.zeros((64, 64), np.float32), arch="sm_90a")["traced"]
     names = [ln.strip().split("(")[0] for ln in traced.splitlines() if ln.strip().startswith("wgmma.")]
     assert names == ["wgmma.fence", "wgmma.mma", "wgmma.commit_group", "wgmma.wait_group", "wgmma.wait_group"]
+
+
+# --- dot -> wgmma (lower_dots_to_wgmma) ----------------------------------------------------------
+
+from matmul_v3 import MatmulV3  # noqa: E402
+
+
+def _fresh(cls, **cfg):
+    """An instance of a subclass of its own: a process keeps compiled kernels per class and
+    attributes, and TILUS_DOT_WGMMA only applies to compiles that start after it is set."""
+    return type(cls.__name__ + "Fresh", (cls,), {})(**cfg)
+
+
+def run_ab(arrays, kernel, m, n, k, seed=1):
+    rng = np.random.default_rng(seed)
+    ha = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    hb = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    c = arrays.put(np.full((m, n), 7, np.float16))
+    kernel(m, n, k, arrays.put(ha), arrays.put(hb), c)
+    want = ha.astype(np.float64) @ hb.astype(np.float64)
+    np.testing.assert_allclose(arrays.host(c).astype(np.float64), want, atol=2e-2, rtol=1e-2)
+
+
+# An Ampere-style Script (cp.async pipeline, load_shared, dot) unchanged: its dot runs as wgmma
+# (TILUS_DOT_WGMMA=1 makes the CPU backend take the same IR), ragged in every dim; 8 warps split
+# the transposed accumulator's rows over two warp groups.
+@pytest.mark.parametrize("m,n,k", [(301, 517, 200), (128, 128, 32), (70, 150, 8)])
+@pytest.mark.parametrize("cfg", [{}, dict(block_m=64, block_n=128, stages=4), dict(warps=8)],
+                         ids=["128x128", "64x128-4stages", "8warps"])
+def test_dot_runs_as_wgmma(arrays, monkeypatch, cfg, m, n, k):
+    monkeypatch.setenv("TILUS_DOT_WGMMA", "1")
+    kernel = _fresh(MatmulV3, **cfg)
+    lowered = str(tilus.trace(kernel).lowered("sm_90a"))
+    assert "wgmma.mma(" in lowered and "from_dot=true" in lowered and "dot(" not in lowered
+    run_ab(arrays, kernel, m, n, k)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_dot_keeps_mma_sync_when_told_on_the_gpu(monkeypatch):
+    from conftest import Arrays
+    monkeypatch.setenv("TILUS_DOT_WGMMA", "0")
+    kernel = _fresh(MatmulV3)
+    x = np.zeros((128, 128), np.float16)
+    src = kernel.compiled(128, 128, 128, x, x, x, arch="sm_90a").source
+    assert "mma_m16n8k16" in src and "wgmma" not in src
+    run_ab(Arrays("cuda"), kernel, 301, 517, 200)
+
+
+def test_dot_wgmma_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TILUS_DOT_WGMMA", "yes")
+    with pytest.raises(tilus.CompileError, match="TILUS_DOT_WGMMA must be 0, 1 or auto, got 'yes'"):
+        tilus.trace(_fresh(MatmulV3)).lowered("sm_90a")

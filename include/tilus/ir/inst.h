@@ -544,6 +544,7 @@ struct WgmmaFenceInst : InstNode {
 struct WgmmaMmaInst : InstNode {
   TILUS_INST_COMMON(WgmmaMma, "wgmma.mma")
   Tensor a, b, d;
+  bool from_dot = false;  // made by lower_dots_to_wgmma from a dot (printed from_dot=true)
   bool has_side_effects() const override { return true; }
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tilus/ir/program.h"
+#include "tilus/passes/lower_dots_to_wgmma.h"
 #include "tilus/ir/target.h"
 
 namespace tilus {
@@ -20,6 +21,8 @@ struct PipelineOptions {
   // A shared-memory access that needs a copy_async wait the kernel does not have is an
   // error (naming the copy and the access) instead of getting the wait inserted.
   bool strict_async_waits = false;
+  // Where a dot may become wgmma (lower_dots_to_wgmma); TILUS_DOT_WGMMA by default.
+  DotWgmma dot_wgmma = dot_wgmma_from_env();
 };
 
 // The names of the passes, in the order they run.

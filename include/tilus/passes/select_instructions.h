@@ -1,5 +1,10 @@
 #pragma once
 
+#include <optional>
+#include <string>
+
+#include "tilus/ir/facts.h"
+#include "tilus/ir/lowering.h"
 #include "tilus/ir/program.h"
 #include "tilus/ir/target.h"
 
@@ -27,5 +32,14 @@ namespace tilus {
 // bounds predicates (checked dims decide vector legality) and before the async-wait and
 // barrier passes, which read the completion and the thread mapping.
 Program select_instructions(const Program& program, const Target& target);
+
+// How wgmma reads the shared tile `t` (a view of one allocation whose layout
+// choose_shared_layouts fixed) as an operand whose view dim `k_dim` runs along K, for
+// instructions `k_instr` deep: its matrix descriptor, or nullopt and in `why` the reason it
+// cannot (the tile must be K-major, in rows of one TMA swizzle span, starting on a whole
+// swizzle atom). `user` is the instruction that reads it. The rule select_instructions checks
+// on wgmma.mma and lower_dots_to_wgmma checks before it turns a dot into one.
+std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const InstNode& user, const Tensor& t,
+                                                 int k_dim, int64_t k_instr, std::string* why = nullptr);
 
 }  // namespace tilus
