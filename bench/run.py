@@ -1,6 +1,6 @@
 """tilus against torch (cuBLAS) and Triton, measured in one run on one GPU.
 
-    python bench/run.py [--build build] [--size 4096] [--quick]
+    python bench/run.py [--build build] [--size 4096] [--elements N] [--only-matmul]
 
 Prints a table of times and ratios (tilus / reference: >1 means tilus is faster for
 bandwidth and throughput). The tilus figures come from build/bench/bench_tilus, which this
@@ -109,67 +109,73 @@ def main():
     p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
     p.add_argument("--size", type=int, default=4096, help="matmul M = N = K")
     p.add_argument("--elements", type=int, default=1 << 26, help="vector add length")
+    p.add_argument("--only-matmul", action="store_true",
+                   help="only the f16 matmul section (cuBLAS, Triton, tilus with dot as wgmma and as mma.sync)")
     args = p.parse_args()
     rows = []  # (benchmark, implementation, figure, ratio text)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
 
+    tilus_py = tilus_python(args.build)
+
     # --- vector add bandwidth -------------------------------------------------------------
-    n = args.elements
-    x = torch.randn(n, device="cuda")
-    y = torch.randn(n, device="cuda")
-    z = torch.empty_like(x)
-    copy_ms = median_ms(lambda: z.copy_(x))
-    add_ms = median_ms(lambda: torch.add(x, y, out=z))
-    copy_gbps = 2 * n * 4 / copy_ms / 1e6
-    add_gbps = 3 * n * 4 / add_ms / 1e6
-    tilus_va = run_tilus(args.build, "vector_add", n)[0]
-    rows.append(("vector add f32", "torch copy_", f"{copy_gbps:.0f} GB/s", ""))
-    rows.append(("vector add f32", "torch add", f"{add_gbps:.0f} GB/s", ""))
-    rows.append(("vector add f32", "tilus", f"{tilus_va['gbps']:.0f} GB/s",
-                 f"{tilus_va['gbps'] / copy_gbps:.2f}x copy, {tilus_va['gbps'] / add_gbps:.2f}x add"))
+    if not args.only_matmul:
+        n = args.elements
+        x = torch.randn(n, device="cuda")
+        y = torch.randn(n, device="cuda")
+        z = torch.empty_like(x)
+        copy_ms = median_ms(lambda: z.copy_(x))
+        add_ms = median_ms(lambda: torch.add(x, y, out=z))
+        copy_gbps = 2 * n * 4 / copy_ms / 1e6
+        add_gbps = 3 * n * 4 / add_ms / 1e6
+        tilus_va = run_tilus(args.build, "vector_add", n)[0]
+        rows.append(("vector add f32", "torch copy_", f"{copy_gbps:.0f} GB/s", ""))
+        rows.append(("vector add f32", "torch add", f"{add_gbps:.0f} GB/s", ""))
+        rows.append(("vector add f32", "tilus", f"{tilus_va['gbps']:.0f} GB/s",
+                     f"{tilus_va['gbps'] / copy_gbps:.2f}x copy, {tilus_va['gbps'] / add_gbps:.2f}x add"))
 
     # --- TMA (sm_90): a 2-D copy by TMA load + TMA store, and the TMA-fed mma.sync matmul ------
-    tilus_py = tilus_python(args.build)
-    if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
-        from tma_copy import TmaCopy
-        side = 8192
-        x2 = torch.randn(side, side, device="cuda")
-        y2 = torch.empty_like(x2)
-        copy2_ms = median_ms(lambda: y2.copy_(x2))
-        tma = TmaCopy()
-        tma(side, side, x2, y2)
-        assert torch.equal(x2, y2), "tilus TMA copy is wrong"
-        tma_ms = median_ms(lambda: tma(side, side, x2, y2))
-        gb = 2 * side * side * 4 / 1e6
-        rows.append((f"copy f32 {side}^2", "torch copy_", f"{gb / copy2_ms:.0f} GB/s", ""))
-        rows.append((f"copy f32 {side}^2", "tilus tma_copy.py", f"{gb / tma_ms:.0f} GB/s",
-                     f"{copy2_ms / tma_ms:.2f}x copy_"))
+    if not args.only_matmul:
+        if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
+            from tma_copy import TmaCopy
+            side = 8192
+            x2 = torch.randn(side, side, device="cuda")
+            y2 = torch.empty_like(x2)
+            copy2_ms = median_ms(lambda: y2.copy_(x2))
+            tma = TmaCopy()
+            tma(side, side, x2, y2)
+            assert torch.equal(x2, y2), "tilus TMA copy is wrong"
+            tma_ms = median_ms(lambda: tma(side, side, x2, y2))
+            gb = 2 * side * side * 4 / 1e6
+            rows.append((f"copy f32 {side}^2", "torch copy_", f"{gb / copy2_ms:.0f} GB/s", ""))
+            rows.append((f"copy f32 {side}^2", "tilus tma_copy.py", f"{gb / tma_ms:.0f} GB/s",
+                         f"{copy2_ms / tma_ms:.2f}x copy_"))
 
     # --- conv2d (sm_90): examples/python/conv2d.py with TMA im2col and with gathers, against
-    # cuDNN through torch on the same NHWC (channels_last) tensors; Triton has no conv2d -----
-    if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
-        from conv2d import Conv2d
-        n, h, w, ch, f = 32, 56, 56, 64, 64
-        img = torch.randn(n, h, w, ch, device="cuda", dtype=torch.float16)
-        wt = torch.randn(f, 3, 3, ch, device="cuda", dtype=torch.float16)
-        out = torch.empty(n, h, w, f, device="cuda", dtype=torch.float16)
-        x_nchw, w_nchw = img.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2)  # channels_last views
-        conv = lambda: torch.nn.functional.conv2d(x_nchw, w_nchw, padding=1)
-        want = conv().permute(0, 2, 3, 1).float()
-        cudnn_ms = median_ms(conv)
-        what = f"conv2d f16 {n}x{h}x{w}x{ch}->{f} 3x3"
-        flops = 2 * n * h * w * f * 9 * ch
-        rows.append((what, "torch (cuDNN, channels_last)", f"{flops / cudnn_ms / 1e9:.0f} TFLOP/s", ""))
-        from conv2d_wgmma import Conv2dWgmma
-        for label, kernel in (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
-                              ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
-                              ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
-            kernel(n, h, w, ch, f, img, wt, out)
-            err = (out.float() - want).abs().max().item()
-            assert err < 0.05 * want.abs().max().item(), f"{label} is wrong: max abs err {err}"
-            ms = median_ms(lambda: kernel(n, h, w, ch, f, img, wt, out))
-            rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", f"{cudnn_ms / ms:.2f}x cuDNN"))
+    if not args.only_matmul:
+        # cuDNN through torch on the same NHWC (channels_last) tensors; Triton has no conv2d -----
+        if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
+            from conv2d import Conv2d
+            n, h, w, ch, f = 32, 56, 56, 64, 64
+            img = torch.randn(n, h, w, ch, device="cuda", dtype=torch.float16)
+            wt = torch.randn(f, 3, 3, ch, device="cuda", dtype=torch.float16)
+            out = torch.empty(n, h, w, f, device="cuda", dtype=torch.float16)
+            x_nchw, w_nchw = img.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2)  # channels_last views
+            conv = lambda: torch.nn.functional.conv2d(x_nchw, w_nchw, padding=1)
+            want = conv().permute(0, 2, 3, 1).float()
+            cudnn_ms = median_ms(conv)
+            what = f"conv2d f16 {n}x{h}x{w}x{ch}->{f} 3x3"
+            flops = 2 * n * h * w * f * 9 * ch
+            rows.append((what, "torch (cuDNN, channels_last)", f"{flops / cudnn_ms / 1e9:.0f} TFLOP/s", ""))
+            from conv2d_wgmma import Conv2dWgmma
+            for label, kernel in (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
+                                  ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
+                                  ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
+                kernel(n, h, w, ch, f, img, wt, out)
+                err = (out.float() - want).abs().max().item()
+                assert err < 0.05 * want.abs().max().item(), f"{label} is wrong: max abs err {err}"
+                ms = median_ms(lambda: kernel(n, h, w, ch, f, img, wt, out))
+                rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", f"{cudnn_ms / ms:.2f}x cuDNN"))
 
     # --- f16 matmul ------------------------------------------------------------------------
     s = args.size
@@ -195,7 +201,29 @@ def main():
         ratio = f"{cublas_ms / mt_ms:.2f}x cuBLAS" + (f", {triton_ms / mt_ms:.2f}x Triton" if triton_ms else "")
         rows.append((f"matmul f16 {s}^3", "tilus matmul_tma.py (TMA + mma.sync)", f"{flops / mt_ms / 1e9:.0f} TFLOP/s",
                      ratio))
+    # bench_tilus's configs (cp.async + load_shared + dot): on sm_90a the dot runs as wgmma
+    # (lower_dots_to_wgmma), and once more as mma.sync (TILUS_DOT_WGMMA=0).
     results = run_tilus(args.build, "matmul", s, s, s)
+    if torch.cuda.get_device_capability() == (9, 0):
+        for r in results:
+            r["config"] += " (dot as wgmma)"
+        mma = run_tilus(args.build, "matmul", s, s, s, env=dict(os.environ, TILUS_DOT_WGMMA="0"))
+        for r in mma:
+            r["config"] += " (mma.sync)"
+        results += mma
+    if tilus_py is not None:
+        # examples/python/matmul_v3.py the same two ways (a class of its own per way: compiled
+        # kernels are kept per class, and TILUS_DOT_WGMMA is read when one compiles).
+        from matmul_v3 import MatmulV3
+        for mode, what in (("auto", "dot as wgmma"), ("0", "mma.sync")):
+            os.environ["TILUS_DOT_WGMMA"] = mode
+            v3 = type(f"MatmulV3_{mode}", (MatmulV3,), {})()
+            c.zero_()
+            v3(s, s, s, a, b, c)
+            assert torch.allclose(c.float(), torch.matmul(a, b).float(), atol=1e-1, rtol=1e-2), "matmul_v3 is wrong"
+            ms = median_ms(lambda: v3(s, s, s, a, b, c), 30)
+            results.append({"config": f"matmul_v3.py 128x128x32 3 stages ({what})", "ms": ms, "tflops": flops / ms / 1e9})
+        os.environ.pop("TILUS_DOT_WGMMA")
     best = min((r for r in results if "ms" in r), key=lambda r: r["ms"], default=None)
     for r in results:
         label = f"tilus {r['config']}" + (" (best)" if r is best else "")
@@ -208,54 +236,56 @@ def main():
         rows.append((f"matmul f16 {s}^3", label, f"{r['tflops']:.0f} TFLOP/s", ratio))
 
     # --- Hopper matmul: c = a @ b.T (b stored [n, k], K-major as wgmma reads it) ----------------
-    if tilus_py is not None and torch.cuda.get_device_capability() == (9, 0):
-        from hopper_matmul_v3 import hopper_matmul_v3
-        from hopper_matmul_v5 import hopper_matmul_v5
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # The best of these per shape is reported: (example, its class factory, config).
-        configs = [("v3", hopper_matmul_v3, dict(blocks=sms)), ("v3", hopper_matmul_v3, dict(blocks=sms, block_m=256, block_n=128)),
-                   ("v5", hopper_matmul_v5, dict(blocks=sms // 2 * 2))]
-        shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4000, 4000, 4000), (8192, 1024, 8192)]
-        for name, tdt, dt in (("f16", torch.float16, tilus_py.float16), ("bf16", torch.bfloat16, tilus_py.bfloat16)):
-            kernels = [((v, cfg), make(dt)(**cfg)) for v, make, cfg in configs]
-            for m, n, k in shapes:
-                what = f"matmul {name} {m}x{n}x{k}, a @ b.T"
-                a = torch.randn(m, k, device="cuda", dtype=tdt)
-                b = torch.randn(n, k, device="cuda", dtype=tdt)
-                c = torch.empty(m, n, device="cuda", dtype=tdt)
-                flops = 2 * m * n * k
-                ref = torch.matmul(a, b.T)
-                cublas_ms = median_ms(lambda: torch.matmul(a, b.T, out=c), 30)
-                rows.append((what, "torch (cuBLAS)", f"{flops / cublas_ms / 1e9:.0f} TFLOP/s", ""))
-                triton_ms = None
-                if triton is not None:
-                    triton_matmul(a, b.T, c)
-                    assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), "Triton matmul is wrong"
-                    triton_ms = median_ms(lambda: triton_matmul(a, b.T, c), 30)
-                    rows.append((what, "Triton", f"{flops / triton_ms / 1e9:.0f} TFLOP/s", ""))
-                best = None
-                for cfg, kernel in kernels:
-                    c.fill_(float("nan"))
-                    kernel(m, n, k, a, b, c)
-                    assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), f"tilus {cfg} is wrong"
-                    ms = median_ms(lambda: kernel(m, n, k, a, b, c), 30)
-                    if best is None or ms < best[0]:
-                        best = (ms, cfg)
-                ms, (v, cfg) = best
-                ratio = f"{cublas_ms / ms:.2f}x cuBLAS" + (f", {triton_ms / ms:.2f}x Triton" if triton_ms else "")
-                shown = ",".join(f"{k_}={x}" for k_, x in cfg.items() if k_ != "blocks")
-                label = f"tilus hopper_matmul_{v}.py " + (shown or "128x256x64")
-                rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", ratio))
+    if not args.only_matmul:
+        if tilus_py is not None and torch.cuda.get_device_capability() == (9, 0):
+            from hopper_matmul_v3 import hopper_matmul_v3
+            from hopper_matmul_v5 import hopper_matmul_v5
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            # The best of these per shape is reported: (example, its class factory, config).
+            configs = [("v3", hopper_matmul_v3, dict(blocks=sms)), ("v3", hopper_matmul_v3, dict(blocks=sms, block_m=256, block_n=128)),
+                       ("v5", hopper_matmul_v5, dict(blocks=sms // 2 * 2))]
+            shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4000, 4000, 4000), (8192, 1024, 8192)]
+            for name, tdt, dt in (("f16", torch.float16, tilus_py.float16), ("bf16", torch.bfloat16, tilus_py.bfloat16)):
+                kernels = [((v, cfg), make(dt)(**cfg)) for v, make, cfg in configs]
+                for m, n, k in shapes:
+                    what = f"matmul {name} {m}x{n}x{k}, a @ b.T"
+                    a = torch.randn(m, k, device="cuda", dtype=tdt)
+                    b = torch.randn(n, k, device="cuda", dtype=tdt)
+                    c = torch.empty(m, n, device="cuda", dtype=tdt)
+                    flops = 2 * m * n * k
+                    ref = torch.matmul(a, b.T)
+                    cublas_ms = median_ms(lambda: torch.matmul(a, b.T, out=c), 30)
+                    rows.append((what, "torch (cuBLAS)", f"{flops / cublas_ms / 1e9:.0f} TFLOP/s", ""))
+                    triton_ms = None
+                    if triton is not None:
+                        triton_matmul(a, b.T, c)
+                        assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), "Triton matmul is wrong"
+                        triton_ms = median_ms(lambda: triton_matmul(a, b.T, c), 30)
+                        rows.append((what, "Triton", f"{flops / triton_ms / 1e9:.0f} TFLOP/s", ""))
+                    best = None
+                    for cfg, kernel in kernels:
+                        c.fill_(float("nan"))
+                        kernel(m, n, k, a, b, c)
+                        assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), f"tilus {cfg} is wrong"
+                        ms = median_ms(lambda: kernel(m, n, k, a, b, c), 30)
+                        if best is None or ms < best[0]:
+                            best = (ms, cfg)
+                    ms, (v, cfg) = best
+                    ratio = f"{cublas_ms / ms:.2f}x cuBLAS" + (f", {triton_ms / ms:.2f}x Triton" if triton_ms else "")
+                    shown = ",".join(f"{k_}={x}" for k_, x in cfg.items() if k_ != "blocks")
+                    label = f"tilus hopper_matmul_{v}.py " + (shown or "128x256x64")
+                    rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", ratio))
 
     # --- start-up: a new process, cold cache then warm cache -----------------------------------
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, TILUS_CACHE_DIR=cache)
-        for label in ("cold cache", "cached"):
-            t0 = time.perf_counter()
-            r = run_tilus(args.build, "startup", 1024, 1024, 1024, env=env)[0]
-            wall = (time.perf_counter() - t0) * 1e3
-            rows.append(("matmul start-up", f"tilus, {label}", f"{r['first_result_ms']:.0f} ms",
-                         f"process {wall:.0f} ms, NVRTC {r['nvrtc_ms']:.0f} ms, from cache: {r['from_cache']}"))
+    if not args.only_matmul:
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TILUS_CACHE_DIR=cache)
+            for label in ("cold cache", "cached"):
+                t0 = time.perf_counter()
+                r = run_tilus(args.build, "startup", 1024, 1024, 1024, env=env)[0]
+                wall = (time.perf_counter() - t0) * 1e3
+                rows.append(("matmul start-up", f"tilus, {label}", f"{r['first_result_ms']:.0f} ms",
+                             f"process {wall:.0f} ms, NVRTC {r['nvrtc_ms']:.0f} ms, from cache: {r['from_cache']}"))
 
     width = [max(len(str(row[i])) for row in rows) for i in range(4)]
     print()

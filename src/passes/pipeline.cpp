@@ -92,8 +92,9 @@ std::vector<std::string> pass_names() {
   return names;
 }
 
-std::string dump_folder(const Kernel& traced, const Target& target) {
-  std::string name = traced.name + "-" + target.arch;
+std::string dump_folder(const Kernel& traced, const PipelineOptions& options) {
+  std::string name = traced.name + "-" + options.target.arch;
+  if (options.dot_wgmma != DotWgmma::Auto) name += options.dot_wgmma == DotWgmma::Never ? "-dotwgmma0" : "-dotwgmma1";
   for (auto& [index, d] : traced.param_divisibility)
     if (index < int(traced.params.size())) name += fmt::format("-{}{}", traced.params[index].name(), d);
   for (auto& [n, v] : traced.constants) name += fmt::format("-{}={}", n, v);
@@ -110,7 +111,7 @@ std::vector<std::string> ir_dump_dirs(const Program& traced, const PipelineOptio
   std::string dir = dump_dir(options);
   std::vector<std::string> out;
   if (dir.empty()) return out;
-  for (const Kernel& k : traced.kernels) out.push_back((std::filesystem::path(dir) / dump_folder(k, options.target)).string());
+  for (const Kernel& k : traced.kernels) out.push_back((std::filesystem::path(dir) / dump_folder(k, options)).string());
   return out;
 }
 

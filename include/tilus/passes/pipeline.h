@@ -30,7 +30,7 @@ std::vector<std::string> pass_names();
 // Runs every tile-level pass on the program.
 Program run_pipeline(const Program& program, const PipelineOptions& options = {});
 // Where run_pipeline writes each kernel's IR when dumping (empty when not): a folder per
-// specialization, <dump dir>/<kernel>-<target>[-<param><divisor>...][-<constant>=<value>...]-<hash
+// specialization, <dump dir>/<kernel>-<target>[-dotwgmma0|1][-<param><divisor>...][-<constant>=<value>...]-<hash
 // of the traced kernel>, so that specializations, targets and hyperparameters never overwrite
 // each other. The backends put their output there too (cpu.ll, kernel.cu).
 std::vector<std::string> ir_dump_dirs(const Program& traced, const PipelineOptions& options);
