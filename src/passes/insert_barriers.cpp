@@ -64,7 +64,6 @@ class BarrierInserter {
   std::unordered_set<const ExprNode*> thread_vars_;  // variables that differ between threads
   int inserted_ = 0;
   Pending unfenced_;  // generic-proxy shared writes since the last proxy fence
-  std::vector<Stmt> ahead_;  // the statements after the current one in its sequence
 
   static void commit(Pending& pending, Completion kind) {
     for (auto& p : pending) p.commits += p.async && p.completion == kind;
@@ -105,34 +104,6 @@ class BarrierInserter {
     unfenced_.clear();
   }
 
-  // Before a barrier: when generic writes that have landed will be read through the async proxy
-  // later (a wgmma or TMA store after the barrier in the same sequence reads them from the same
-  // shared tensor; bytes the planner shares between tensors keep the fence at the read), their
-  // threads fence now,
-  // so that this barrier is the one that hands them over and the async read needs no barrier
-  // of its own. Writes still in flight stay unfenced (a fence covers only what has landed).
-  // A write has landed unless this path still has it in flight (pending, not awaited).
-  void fence_before_barrier(const SourceLoc& loc, std::vector<Stmt>& before, const Pending& pending) {
-    auto landed = [&](const Access& w) {
-      return std::none_of(pending.begin(), pending.end(),
-                          [&](const Access& p) { return p.inst == w.inst && p.root == w.root && !settled(p); });
-    };
-    std::vector<Access> reads;
-    for (const Stmt& st : ahead_)
-      for (auto& a : all_accesses(st))
-        if (!a.write && (a.inst->lowering.op == MachineOp::TmaStore || a.inst->lowering.op == MachineOp::Wgmma))
-          reads.push_back(a);
-    bool needed = false;
-    for (auto& w : unfenced_)
-      if (landed(w))
-        for (auto& r : reads) needed = needed || (r.root == w.root && may_overlap(w, r));
-    if (!needed) return;
-    auto f = std::make_shared<FenceProxyAsyncInst>();
-    f->loc = loc;
-    before.push_back(make_inst_stmt(f));
-    unfenced_.erase(std::remove_if(unfenced_.begin(), unfenced_.end(), landed), unfenced_.end());
-  }
-
   // The first pending access that conflicts with one of `later`, and that one's instruction.
   static std::optional<Blocked> first_conflict(const Pending& pending, const std::vector<Access>& later) {
     for (auto& a : later)
@@ -171,14 +142,10 @@ class BarrierInserter {
     switch (s->kind) {
       case StmtKind::Seq: {
         std::vector<Stmt> out;
-        auto& stmts = static_cast<const SeqStmtNode&>(*s).stmts;
-        auto outer = ahead_;
-        for (size_t i = 0; i < stmts.size(); ++i) {
-          ahead_ = {stmts.begin() + i + 1, stmts.end()};
-          Stmt r = process_child(stmts[i], pending, may_insert, out);
+        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) {
+          Stmt r = process_child(c, pending, may_insert, out);
           out.push_back(r);
         }
-        ahead_ = outer;
         return make_seq(out, s->loc);
       }
       default: {
@@ -202,10 +169,7 @@ class BarrierInserter {
         const InstNode& inst = *static_cast<const InstStmtNode&>(*s).inst;
         switch (inst.kind()) {
           case InstKind::Sync:
-            if (separates_group(static_cast<const SyncInst&>(inst))) {
-              fence_before_barrier(inst.loc, before, pending);
-              barrier_clears(pending);
-            }
+            if (separates_group(static_cast<const SyncInst&>(inst))) barrier_clears(pending);
             return s;
           case InstKind::CopyAsyncCommitGroup: commit(pending, Completion::CpAsyncGroup); return s;
           case InstKind::CopyAsyncWaitGroup:
@@ -251,7 +215,6 @@ class BarrierInserter {
         }
         if (auto hazard = first_conflict(pending, mine)) {
           if (!may_insert) throw *hazard;
-          fence_before_barrier(inst.loc, before, pending);
           barrier(inst.loc);
         }
         if (commits_itself(inst)) commit(pending, Completion::CpAsyncGroup);
@@ -288,14 +251,6 @@ class BarrierInserter {
       case StmtKind::If: {
         auto& n = static_cast<const IfStmtNode&>(*s);
         bool uniform = !thread_dependent(n.cond);
-        const Pending unfenced_before = unfenced_;
-        // A fence inside one branch does not cover the other path: the writes unfenced before
-        // the branch stay unfenced after it.
-        auto keep_unfenced = [&] {
-          for (auto& a : unfenced_before)
-            if (std::none_of(unfenced_.begin(), unfenced_.end(), [&](const Access& u) { return u.inst == a.inst && u.root == a.root; }))
-              unfenced_.push_back(a);
-        };
         for (int attempt = 0;; ++attempt) {
           Pending then_p = pending, else_p = pending;
           try {
@@ -305,7 +260,6 @@ class BarrierInserter {
             for (auto& a : else_p)
               if (std::none_of(pending.begin(), pending.end(), [&](const Access& p) { return p.inst == a.inst; }))
                 pending.push_back(a);
-            keep_unfenced();
             return std::make_shared<IfStmtNode>(n.cond, t, e, n.loc);
           } catch (const Blocked& b) {
             bool from_outside = std::any_of(pending.begin(), pending.end(),

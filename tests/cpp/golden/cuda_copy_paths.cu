@@ -138,8 +138,6 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   tilus::cp_async_commit();
   // copy_async_wait_all (test_codegen.cpp:145)
   tilus::cp_async_wait_all();
-  // fence.proxy_async (test_codegen.cpp:146)
-  tilus::fence_proxy_async_shared();
   // sync (test_codegen.cpp:146)
   __syncthreads();
   // copy (test_codegen.cpp:146)
@@ -164,6 +162,8 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   }
   tilus::mbarrier_wait<false, false>((tilus::smem_addr(tilus_smem) + 8192u), tilus_copy_phase_0);
   tilus_copy_phase_0 ^= 1u;
+  // fence.proxy_async (test_codegen.cpp:149)
+  tilus::fence_proxy_async_shared();
   // sync (test_codegen.cpp:149)
   __syncthreads();
   // copy (test_codegen.cpp:149)
