@@ -356,3 +356,50 @@ def test_dot_wgmma_setting_is_checked(monkeypatch):
     monkeypatch.setenv("TILUS_DOT_WGMMA", "yes")
     with pytest.raises(tilus.CompileError, match="TILUS_DOT_WGMMA must be 0, 1 or auto, got 'yes'"):
         tilus.trace(_fresh(MatmulV3)).lowered("sm_90a")
+
+
+def dot_kernel(dt, acc_dt, b_nk, bm=64, bn=64, bk=32):
+    """c = a @ b (b stored [k, n]) or a @ b.T (b stored [n, k], loaded through its transposed
+    view) with load_shared + dot, one k tile per step, tiles of dt accumulated in acc_dt."""
+
+    class Dot(tilus.Script):
+        def __call__(self, m: int32, n: int32, k: int32, a: ~VOID, b: ~VOID, c: ~float32):
+            self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
+            self.attrs.warps = 4
+            ga = self.global_view(a, dtype=dt, shape=[m, k])
+            gb = self.global_view(b, dtype=dt, shape=[n, k] if b_nk else [k, n])
+            sa = self.shared_tensor(dtype=dt, shape=[bm, bk])
+            sb = self.shared_tensor(dtype=dt, shape=[bn, bk] if b_nk else [bk, bn])
+            acc = self.register_tensor(dtype=acc_dt, shape=[bm, bn], init=0.0)
+            for ko in range(tilus.cdiv(k, bk)):
+                self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, ko * bk])
+                self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, ko * bk] if b_nk else [ko * bk, self.blockIdx.y * bn])
+                self.copy_async_wait_all()
+                self.sync()
+                tb = self.load_shared(sb.transpose()) if b_nk else self.load_shared(sb)
+                acc = self.dot(self.load_shared(sa), tb, acc)
+                self.sync()
+            self.store_global(self.global_view(c, shape=[m, n]), acc.to(float32),
+                              offsets=[self.blockIdx.x * bm, self.blockIdx.y * bn])
+
+    return Dot()
+
+
+# Both forms (b [k, n]: the transposed product; b [n, k]: both tiles by descriptor), bf16 and an
+# f16 accumulator, ragged: on the GPU against torch.
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+@pytest.mark.parametrize("dt,acc_dt,b_nk", [(bfloat16, float32, False), (bfloat16, float32, True),
+                                             (float16, float16, False), (float16, float32, True)],
+                         ids=["bf16", "bf16-b_nk", "f16-acc16", "f16-b_nk"])
+def test_dot_as_wgmma_forms_on_the_gpu(dt, acc_dt, b_nk):
+    import torch
+    k = dot_kernel(dt, acc_dt, b_nk)
+    assert "from_dot=true" in str(tilus.trace(k).lowered("sm_90a"))
+    tdt = torch.bfloat16 if dt == bfloat16 else torch.float16
+    m, n, kk = 150, 200, 72
+    a = torch.randn(m, kk, device="cuda").to(tdt)
+    b = torch.randn(n, kk, device="cuda").to(tdt) if b_nk else torch.randn(kk, n, device="cuda").to(tdt)
+    c = torch.zeros(m, n, device="cuda")
+    k(m, n, kk, a, b, c)
+    want = a.float() @ (b.float().T if b_nk else b.float())
+    torch.testing.assert_close(c, want, atol=0.1 if acc_dt == float16 else 2e-2, rtol=2e-2)
