@@ -18,13 +18,14 @@ from hopper_matmul_v4 import HopperMatmulV4
 from hopper_matmul_v5 import HopperMatmulV5
 
 
-def run_matmul(arrays, kernel, m, n, k, seed=0):
+def run_matmul(arrays, kernel, m, n, k, seed=0, b_nk=True):
+    """c = a @ b.T for b stored [n, k] (b_nk), else c = a @ b for b stored [k, n]."""
     rng = np.random.default_rng(seed)
     ha = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    hb = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    hb = rng.uniform(-1, 1, (n, k) if b_nk else (k, n)).astype(np.float16)
     c = arrays.put(np.full((m, n), 7, np.float16))
     kernel(m, n, k, arrays.put(ha), arrays.put(hb), c)
-    want = ha.astype(np.float64) @ hb.astype(np.float64).T
+    want = ha.astype(np.float64) @ (hb.astype(np.float64).T if b_nk else hb.astype(np.float64))
     np.testing.assert_allclose(arrays.host(c).astype(np.float64), want, atol=2e-2, rtol=1e-2)
 
 
@@ -317,16 +318,6 @@ def _fresh(cls, **cfg):
     return type(cls.__name__ + "Fresh", (cls,), {})(**cfg)
 
 
-def run_ab(arrays, kernel, m, n, k, seed=1):
-    rng = np.random.default_rng(seed)
-    ha = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    hb = rng.uniform(-1, 1, (k, n)).astype(np.float16)
-    c = arrays.put(np.full((m, n), 7, np.float16))
-    kernel(m, n, k, arrays.put(ha), arrays.put(hb), c)
-    want = ha.astype(np.float64) @ hb.astype(np.float64)
-    np.testing.assert_allclose(arrays.host(c).astype(np.float64), want, atol=2e-2, rtol=1e-2)
-
-
 # An Ampere-style Script (cp.async pipeline, load_shared, dot) unchanged: its dot runs as wgmma
 # (TILUS_DOT_WGMMA=1 makes the CPU backend take the same IR), ragged in every dim; 8 warps split
 # the transposed accumulator's rows over two warp groups.
@@ -338,7 +329,7 @@ def test_dot_runs_as_wgmma(arrays, monkeypatch, cfg, m, n, k):
     kernel = _fresh(MatmulV3, **cfg)
     lowered = str(tilus.trace(kernel).lowered("sm_90a"))
     assert "wgmma.mma(" in lowered and "from_dot=true" in lowered and "dot(" not in lowered
-    run_ab(arrays, kernel, m, n, k)
+    run_matmul(arrays, kernel, m, n, k, seed=1, b_nk=False)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -349,7 +340,7 @@ def test_dot_keeps_mma_sync_when_told_on_the_gpu(monkeypatch):
     x = np.zeros((128, 128), np.float16)
     src = kernel.compiled(128, 128, 128, x, x, x, arch="sm_90a").source
     assert "mma_m16n8k16" in src and "wgmma" not in src
-    run_ab(Arrays("cuda"), kernel, 301, 517, 200)
+    run_matmul(Arrays("cuda"), kernel, 301, 517, 200, seed=1, b_nk=False)
 
 
 def test_dot_wgmma_setting_is_checked(monkeypatch):
