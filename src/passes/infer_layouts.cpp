@@ -697,8 +697,90 @@ Kernel solve_layouts(const Kernel& k) {
   return solve_with_conversions(k);  // the default splits, with conversions where uses conflict
 }
 
-Program infer_layouts(const Program& program) {
-  return map_kernels(program, [](const Kernel& k) { return solve_layouts(k); });
+namespace {
+
+// Bytes a thread's first slots cover contiguously along the last dim (slot 0 of thread 0 on).
+int64_t contiguous_bytes(const RegisterLayout& l, DataType dt) {
+  if (!l.defined() || l.rank() == 0 || l.local_size() == 0) return 0;
+  auto first = l.map(0, 0);
+  int64_t run = 1;
+  for (; run < l.local_size(); ++run) {
+    auto next = first;
+    next.back() += run;
+    if (l.map(0, run) != next) break;
+  }
+  return run * dt.bits() / 8;
+}
+
+// Where a 2-D register tile is stored to global memory in pieces under 4 bytes per thread (the
+// transposed accumulator of a dot lowered to wgmma: each thread's values run down a column), the
+// tile goes through shared memory first, into the default layout (16-byte vectors along rows):
+// stmatrix/ldmatrix-class shared accesses and full-width global stores instead of one 2-byte
+// store, address and bounds check per element. Only on GPU targets, outside branches and thread
+// groups (the conversion's barriers must be reached by every thread), for tiles of 8 KB or more,
+// and only where the tile fits in shared memory beside every allocation the kernel has (so
+// planning cannot fail).
+Kernel widen_narrow_stores(const Kernel& unsolved, const Kernel& solved, const Target& target) {
+  if (target.is_cpu()) return solved;
+  struct Find : StmtVisitor {
+    int depth = 0;  // inside if / while / thread group
+    int64_t shared_bytes = 0;
+    std::vector<const StoreGlobalInst*> narrow;
+    void visit_if(const IfStmtNode& n) override { ++depth; StmtVisitor::visit_if(n); --depth; }
+    void visit_while(const WhileStmtNode& n) override { ++depth; StmtVisitor::visit_while(n); --depth; }
+    void visit_thread_group(const ThreadGroupStmtNode& n) override { ++depth; StmtVisitor::visit_thread_group(n); --depth; }
+    void visit_inst(const InstNode& i) override {
+      if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i))
+        shared_bytes += a->out->shared_layout.storage_elements() * std::max(1, a->out.dtype().bits()) / 8;
+      auto* st = dynamic_cast<const StoreGlobalInst*>(&i);
+      if (!st || depth || !st->src.is_register() || st->src.rank() != 2 || st->src.dtype().bits() < 8) return;
+      if (!st->dims.empty() && st->dims.back() != st->dst.rank() - 1) return;  // rows not along the global's rows
+      const RegisterLayout& l = st->src->layout;
+      RegisterLayout d = default_register_layout(st->src.static_shape(), st->src.dtype(), l.num_threads());
+      if (contiguous_bytes(l, st->src.dtype()) < 4 && contiguous_bytes(d, st->src.dtype()) >= 8) narrow.push_back(st);
+    }
+  } find;
+  find.visit(solved.body);
+  if (find.narrow.empty()) return solved;
+  // The same store in the kernel before solving: the store of a tensor of that name and type.
+  struct Originals : StmtVisitor {
+    std::vector<const StoreGlobalInst*> stores;
+    void visit_inst(const InstNode& i) override {
+      if (auto* st = dynamic_cast<const StoreGlobalInst*>(&i)) stores.push_back(st);
+    }
+  } originals;
+  originals.visit(unsolved.body);
+  Kernel k = unsolved;
+  std::unordered_set<const TensorNode*> made;
+  int64_t budget = target.shared_memory_per_block - find.shared_bytes;
+  bool changed = false;
+  for (const StoreGlobalInst* st : find.narrow) {
+    int64_t bytes = st->src.static_shape()[0] * st->src.static_shape()[1] * st->src.dtype().bits() / 8;
+    if (bytes < 8192 || bytes > budget) continue;  // small tiles: two barriers cost more than they save
+    const StoreGlobalInst* orig = nullptr;
+    int matches = 0;
+    for (auto* o : originals.stores)
+      if (o->src->name == st->src->name && o->src.type_str() == st->src.type_str() && o->loc.str() == st->loc.str())
+        orig = o, ++matches;
+    if (matches != 1) continue;
+    auto next = convert_at(k, orig->src.get(), orig, made);
+    if (!next) continue;
+    k = std::move(*next);
+    budget -= bytes;
+    changed = true;
+  }
+  if (!changed) return solved;
+  try {
+    return solve_layouts(k);
+  } catch (const CompileError&) {
+    return solved;  // keep the kernel as it solved before
+  }
+}
+
+}  // namespace
+
+Program infer_layouts(const Program& program, const Target& target) {
+  return map_kernels(program, [&](const Kernel& k) { return widen_narrow_stores(k, solve_layouts(k), target); });
 }
 
 }  // namespace tilus

@@ -38,7 +38,7 @@ const std::vector<Pass>& passes() {
       {"choose_shared_layouts", [](const Program& p, const PipelineOptions&) { return choose_shared_layouts(p); }},
       {"lower_dots_to_wgmma",
        [](const Program& p, const PipelineOptions& o) { return lower_dots_to_wgmma(p, o.target, o.dot_wgmma); }},
-      {"infer_layouts", [](const Program& p, const PipelineOptions&) { return infer_layouts(p); }},
+      {"infer_layouts", [](const Program& p, const PipelineOptions& o) { return infer_layouts(p, o.target); }},
       {"insert_bounds_predicates",
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},
       {"select_instructions",

@@ -3,6 +3,7 @@
 #include "tilus/ir/layout.h"
 #include "tilus/ir/lowering.h"
 #include "tilus/ir/program.h"
+#include "tilus/ir/target.h"
 
 namespace tilus {
 
@@ -11,8 +12,10 @@ namespace tilus {
 // otherwise) and annotate_layout; layouts propagate through elementwise operations, casts,
 // assignments, reductions, transposes, reshapes and repeats, forward and backward; tensors
 // left free (loads, allocations) get the default: 16-byte contiguous vectors per thread
-// along the last dim. annotate_layout instructions are consumed.
-Program infer_layouts(const Program& program);
+// along the last dim. annotate_layout instructions are consumed. On GPU targets a 2-D tile
+// stored to global memory in pieces under 4 bytes per thread goes through shared memory into
+// the default layout first (widen_narrow_stores in the .cpp; docs/passes.md).
+Program infer_layouts(const Program& program, const Target& target = Target{});
 
 // How a dot of a [m, k] x [k, n] tile is computed by `threads` threads: mma.sync m16n8k16 for
 // f16/bf16 inputs on shapes that fit it, a SIMT outer product otherwise. Layout inference
