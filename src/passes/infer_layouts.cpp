@@ -729,6 +729,28 @@ Kernel widen_narrow_stores(const Kernel& unsolved, const Kernel& solved, const T
     void visit_if(const IfStmtNode& n) override { ++depth; StmtVisitor::visit_if(n); --depth; }
     void visit_while(const WhileStmtNode& n) override { ++depth; StmtVisitor::visit_while(n); --depth; }
     void visit_thread_group(const ThreadGroupStmtNode& n) override { ++depth; StmtVisitor::visit_thread_group(n); --depth; }
+    // A loop whose trip count differs between threads is a branch too.
+    std::unordered_set<const ExprNode*> thread_vars{builtin::thread_idx().get()};
+    bool per_thread(const Expr& e) const {
+      for (const Var& v : free_vars(e))
+        if (thread_vars.count(v.get())) return true;
+      return false;
+    }
+    void visit_let(const LetStmtNode& n) override {
+      if (per_thread(n.value)) thread_vars.insert(n.var.get());
+    }
+    void visit_declare(const DeclareStmtNode& n) override {
+      if (per_thread(n.init)) thread_vars.insert(n.var.get());
+    }
+    void visit_assign(const AssignStmtNode& n) override {
+      if (per_thread(n.value)) thread_vars.insert(n.var.get());
+    }
+    void visit_for(const ForStmtNode& n) override {
+      int inside = per_thread(n.begin) || per_thread(n.end) || per_thread(n.step);
+      depth += inside;
+      StmtVisitor::visit_for(n);
+      depth -= inside;
+    }
     void visit_inst(const InstNode& i) override {
       if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i))
         shared_bytes += a->out->shared_layout.storage_elements() * std::max(1, a->out.dtype().bits()) / 8;

@@ -1215,3 +1215,25 @@ TEST(WgmmaPasses, DotsWgmmaCannotTakeStayDots) {
             }),
             std::pair(1, 1));
 }
+
+// A store widened through shared memory (infer_layouts) needs barriers that every thread
+// reaches: inside a loop whose trip count depends on the thread it stays narrow (and compiles),
+// at the top level it is widened.
+TEST(WgmmaPasses, NarrowStoresInAPerThreadLoopStayNarrow) {
+  auto widened = [](bool per_thread) {
+    Program p = traced(
+        [per_thread](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+          auto t = k.transpose(k.load_global(a, {.offsets = {0, 0}, .shape = {64, 128}}));
+          if (per_thread) {
+            for (Expr i : k.range(Expr(builtin::thread_idx()) % 2 + 1)) k.store_global(a, t, {.offsets = {0, 0}});
+          } else {
+            k.store_global(a, t, {.offsets = {0, 0}});
+          }
+        },
+        {.arch = "sm_90a"});
+    PipelineOptions o;
+    return print(run_pipeline(p, o)).find("_converted") != std::string::npos;
+  };
+  EXPECT_TRUE(widened(false));
+  EXPECT_FALSE(widened(true));
+}

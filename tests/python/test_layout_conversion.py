@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tilus
-from tilus import float16, float32
+from tilus import float16, float32, int32
 
 NVRTC = tilus._C.nvrtc_available()
 
@@ -168,3 +168,41 @@ def test_an_accumulator_annotated_with_another_mapping(arrays):
     if NVRTC:
         ir = Accumulate().ir(a, b, np.zeros((64, 64), np.float32), arch="sm_90a")["infer_layouts"]
         assert ir.count("_convert = shared_tensor()") >= 1, ir
+
+
+class TransposedStore(tilus.Script):
+    """c = a.T for one [rows, 128] tile of a (f16): the transposed tile gives each thread a column
+    run, which a store writes element by element unless it is widened through shared memory
+    (`branch`: the store inside a branch, where it stays narrow)."""
+
+    def __init__(self, rows=64, branch=False):
+        super().__init__()
+        self.rows, self.branch = rows, branch
+
+    def __call__(self, go: int32, a: ~float16, c: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        ga = self.global_view(a, shape=[self.rows, 128])
+        gc = self.global_view(c, shape=[128, self.rows])
+        t = self.transpose(self.load_global(ga, offsets=[0, 0], shape=[self.rows, 128]))
+        if self.branch:
+            if go > 0:
+                self.store_global(gc, t, offsets=[0, 0])
+        else:
+            self.store_global(gc, t, offsets=[0, 0])
+
+
+# 16 KB at the top level: widened; 4 KB, or inside a branch: stored element by element.
+@pytest.mark.parametrize("rows,branch,widened", [(64, False, True), (16, False, False), (64, True, False)])
+def test_narrow_stores_are_widened_through_shared_memory(arrays, rows, branch, widened):
+    kernel = TransposedStore(rows, branch)
+    ir = str(tilus.trace(kernel).lowered("sm_90a"))
+    store = re.search(r"store_global\(dst=\w+, src=(\w+)", ir).group(1)
+    assert store.endswith("_converted") == widened, ir
+    if widened:  # 16 KB through the buffer, read back in 16-byte vectors
+        assert re.search(r"_converted = load_shared\(.*\n\s+lowering: simt vector=8", ir), ir
+    assert "_convert" not in str(tilus.trace(kernel).lowered("cpu"))  # GPU targets only
+    ha = np.random.default_rng(0).uniform(-1, 1, (rows, 128)).astype(np.float16)
+    c = arrays.put(np.zeros((128, rows), np.float16))
+    kernel(1, arrays.put(ha), c)
+    np.testing.assert_array_equal(arrays.host(c), ha.T)
