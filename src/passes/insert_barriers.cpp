@@ -97,11 +97,17 @@ class BarrierInserter {
     return nullptr;
   }
 
-  void fence(const SourceLoc& loc, std::vector<Stmt>& before) {
+  // A fence covers the writes that have landed: a copy this path still has in flight (pending
+  // and not awaited) stays unfenced, for the fence after its wait.
+  void fence(const SourceLoc& loc, std::vector<Stmt>& before, const Pending& pending) {
     auto f = std::make_shared<FenceProxyAsyncInst>();
     f->loc = loc;
     before.push_back(make_inst_stmt(f));
-    unfenced_.clear();
+    auto landed = [&](const Access& w) {
+      return std::none_of(pending.begin(), pending.end(),
+                          [&](const Access& p) { return p.inst == w.inst && p.root == w.root && !settled(p); });
+    };
+    unfenced_.erase(std::remove_if(unfenced_.begin(), unfenced_.end(), landed), unfenced_.end());
   }
 
   // The first pending access that conflicts with one of `later`, and that one's instruction.
@@ -210,7 +216,7 @@ class BarrierInserter {
         auto mine = accesses(inst);
         if (const Access* w = unfenced_write(mine)) {
           if (!may_insert) throw Blocked{*w, &inst};
-          fence(inst.loc, before);
+          fence(inst.loc, before, pending);
           barrier(inst.loc);
         }
         if (auto hazard = first_conflict(pending, mine)) {
@@ -285,7 +291,7 @@ class BarrierInserter {
           if (!may_insert) throw *hazard;
           // The writers fence before the barrier that hands their writes to the group (for
           // example the thread that then issues a TMA store of them).
-          if (unfenced_write(inside)) fence(n.loc, before);
+          if (unfenced_write(inside)) fence(n.loc, before, pending);
           barrier(n.loc);
         }
         // What is still in flight may be waited for inside the group: its threads then see it
@@ -345,7 +351,7 @@ class BarrierInserter {
       for (auto& a : all_accesses(st)) early.push_back(a);
     }
     if (!first_conflict(pending, early)) return;
-    if (unfenced_write(early)) fence(loc, before);
+    if (unfenced_write(early)) fence(loc, before, pending);
     barrier(loc);
   }
 

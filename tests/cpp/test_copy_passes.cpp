@@ -1237,3 +1237,43 @@ TEST(WgmmaPasses, NarrowStoresInAPerThreadLoopStayNarrow) {
   EXPECT_TRUE(widened(false));
   EXPECT_FALSE(widened(true));
 }
+
+// Two tiles filled by cp.async, the first read by a wgmma after wait_group(1) while the second
+// is still landing: the proxy fence before the first wgmma cannot cover the second tile's
+// writes, so the second wgmma (after wait_group(0)) gets a fence of its own.
+TEST(WgmmaPasses, AFenceCoversOnlyTheWritesThatLanded) {
+  Program p = traced(
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+        auto sb = k.shared_tensor(dtypes::float16, {64, 32});
+        auto sc = k.shared_tensor(dtypes::float16, {64, 32});
+        k.copy_async(a, sa, {.offsets = {0, 0}});
+        k.copy_async(a, sb, {.offsets = {0, 0}});
+        k.copy_async_commit_group();
+        k.copy_async(a, sc, {.offsets = {64, 0}});
+        k.copy_async_commit_group();
+        auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+        k.copy_async_wait_group(1);
+        k.wgmma.mma(sa, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        k.wgmma.wait_group(0);
+        k.copy_async_wait_group(0);
+        k.wgmma.mma(sc, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        k.wgmma.wait_group(0);
+        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+      },
+      {.arch = "sm_90a"});
+  PipelineOptions o;
+  auto seq = names(run_pipeline(p, o));
+  // Between each cp.async wait and the wgmma.mma after it: a proxy fence, then a barrier.
+  std::vector<std::string> between;
+  std::string run;
+  for (auto& n : seq) {
+    if (n == "copy_async_wait_group") run = "";
+    else if (n == "fence.proxy_async" || n == "sync") run += n + " ";
+    else if (n == "wgmma.mma") between.push_back(run);
+  }
+  EXPECT_EQ(between, (std::vector<std::string>{"fence.proxy_async sync ", "fence.proxy_async sync "}))
+      << fmt::format("{}", fmt::join(seq, ", "));
+}
