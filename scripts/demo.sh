@@ -21,8 +21,8 @@ for the CPU backend; with pip: pybind11, pytest, numpy), builds run_examples and
 it needs in \$TILUS_BUILD_DIR (default: build/), and runs the examples named, each on random
 ragged data, checked against a host reference, with its speed. Without names it runs
 ${DEFAULT_EXAMPLES[*]}: the tensor-core matmul (f16 in, f32 accumulate,
-cp.async, ldmatrix, mma.sync) on ragged sizes, then timed at 4096^3 on the GPU or 512^3 on
-the CPU backend.
+cp.async, ldmatrix, mma.sync; on sm_90a its dot runs as wgmma, TILUS_DOT_WGMMA=0 keeps
+mma.sync) on ragged sizes, then timed at 4096^3 on the GPU or 512^3 on the CPU backend.
 
 options:
   --cpu        run on the CPU backend (LLVM ORC JIT)

@@ -1,6 +1,6 @@
 // A pipelined f16 tensor-core matmul: 128x256x32 tiles, 8 warps, `stages` shared buffers
 // filled with cp.async and explicit waits (issue 4's passes will insert them). c = a @ b
-// with f16 inputs, f32 accumulation (mma.sync m16n8k16) and f16 output.
+// with f16 inputs, f32 accumulation (mma.sync m16n8k16; wgmma on sm_90a) and f16 output.
 #pragma once
 
 #include "tilus/tilus.h"
