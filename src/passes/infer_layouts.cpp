@@ -12,6 +12,7 @@
 
 #include "tilus/ir/functor.h"
 #include "tilus/passes/choose_shared_layouts.h"
+#include "thread_dependence.h"
 
 namespace tilus {
 
@@ -725,28 +726,18 @@ Kernel widen_narrow_stores(const Kernel& unsolved, const Kernel& solved, const T
   struct Find : StmtVisitor {
     int depth = 0;  // inside if / while / thread group
     int64_t shared_bytes = 0;
-    std::vector<const StoreGlobalInst*> narrow;
+    int stores = 0;                                                // store_global instructions so far
+    std::vector<std::pair<int, const StoreGlobalInst*>> narrow;  // (index among them, store)
     void visit_if(const IfStmtNode& n) override { ++depth; StmtVisitor::visit_if(n); --depth; }
     void visit_while(const WhileStmtNode& n) override { ++depth; StmtVisitor::visit_while(n); --depth; }
     void visit_thread_group(const ThreadGroupStmtNode& n) override { ++depth; StmtVisitor::visit_thread_group(n); --depth; }
     // A loop whose trip count differs between threads is a branch too.
-    std::unordered_set<const ExprNode*> thread_vars{builtin::thread_idx().get()};
-    bool per_thread(const Expr& e) const {
-      for (const Var& v : free_vars(e))
-        if (thread_vars.count(v.get())) return true;
-      return false;
-    }
-    void visit_let(const LetStmtNode& n) override {
-      if (per_thread(n.value)) thread_vars.insert(n.var.get());
-    }
-    void visit_declare(const DeclareStmtNode& n) override {
-      if (per_thread(n.init)) thread_vars.insert(n.var.get());
-    }
-    void visit_assign(const AssignStmtNode& n) override {
-      if (per_thread(n.value)) thread_vars.insert(n.var.get());
-    }
+    ThreadDependence threads;
+    void visit_let(const LetStmtNode& n) override { threads.bind(n.var, n.value); }
+    void visit_declare(const DeclareStmtNode& n) override { threads.bind(n.var, n.init); }
+    void visit_assign(const AssignStmtNode& n) override { threads.bind(n.var, n.value); }
     void visit_for(const ForStmtNode& n) override {
-      int inside = per_thread(n.begin) || per_thread(n.end) || per_thread(n.step);
+      int inside = threads.per_thread_loop(n);
       depth += inside;
       StmtVisitor::visit_for(n);
       depth -= inside;
@@ -755,16 +746,18 @@ Kernel widen_narrow_stores(const Kernel& unsolved, const Kernel& solved, const T
       if (auto* a = dynamic_cast<const AllocateSharedInst*>(&i))
         shared_bytes += a->out->shared_layout.storage_elements() * std::max(1, a->out.dtype().bits()) / 8;
       auto* st = dynamic_cast<const StoreGlobalInst*>(&i);
-      if (!st || depth || !st->src.is_register() || st->src.rank() != 2 || st->src.dtype().bits() < 8) return;
+      if (!st) return;
+      int index = stores++;
+      if (depth || !st->src.is_register() || st->src.rank() != 2 || st->src.dtype().bits() < 8) return;
       if (!st->dims.empty() && st->dims.back() != st->dst.rank() - 1) return;  // rows not along the global's rows
       const RegisterLayout& l = st->src->layout;
       RegisterLayout d = default_register_layout(st->src.static_shape(), st->src.dtype(), l.num_threads());
-      if (contiguous_bytes(l, st->src.dtype()) < 4 && contiguous_bytes(d, st->src.dtype()) >= 8) narrow.push_back(st);
+      if (contiguous_bytes(l, st->src.dtype()) < 4 && contiguous_bytes(d, st->src.dtype()) >= 8) narrow.emplace_back(index, st);
     }
   } find;
   find.visit(solved.body);
   if (find.narrow.empty()) return solved;
-  // The same store in the kernel before solving: the store of a tensor of that name and type.
+  // The same stores in the kernel before solving, in the same order (solving adds none).
   struct Originals : StmtVisitor {
     std::vector<const StoreGlobalInst*> stores;
     void visit_inst(const InstNode& i) override {
@@ -776,15 +769,10 @@ Kernel widen_narrow_stores(const Kernel& unsolved, const Kernel& solved, const T
   std::unordered_set<const TensorNode*> made;
   int64_t budget = target.shared_memory_per_block - find.shared_bytes;
   bool changed = false;
-  for (const StoreGlobalInst* st : find.narrow) {
+  for (auto& [index, st] : find.narrow) {
     int64_t bytes = st->src.static_shape()[0] * st->src.static_shape()[1] * st->src.dtype().bits() / 8;
     if (bytes < 8192 || bytes > budget) continue;  // small tiles: two barriers cost more than they save
-    const StoreGlobalInst* orig = nullptr;
-    int matches = 0;
-    for (auto* o : originals.stores)
-      if (o->src->name == st->src->name && o->src.type_str() == st->src.type_str() && o->loc.str() == st->loc.str())
-        orig = o, ++matches;
-    if (matches != 1) continue;
+    const StoreGlobalInst* orig = originals.stores.at(index);
     auto next = convert_at(k, orig->src.get(), orig, made);
     if (!next) continue;
     k = std::move(*next);

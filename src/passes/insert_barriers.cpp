@@ -10,6 +10,7 @@
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
 #include "shared_access.h"
+#include "thread_dependence.h"
 
 namespace tilus {
 
@@ -61,7 +62,7 @@ class BarrierInserter {
  private:
   const Kernel& kernel_;
   SharedAccessMap map_;
-  std::unordered_set<const ExprNode*> thread_vars_;  // variables that differ between threads
+  ThreadDependence threads_;  // the scalars that differ between threads
   int inserted_ = 0;
   Pending unfenced_;  // generic-proxy shared writes since the last proxy fence
 
@@ -119,14 +120,8 @@ class BarrierInserter {
   }
 
   const Stmt& bind(const Stmt& s, const Var& var, const Expr& value) {
-    if (thread_dependent(value)) thread_vars_.insert(var.get());
+    threads_.bind(var, value);
     return s;
-  }
-
-  bool thread_dependent(const Expr& e) const {
-    for (const Var& v : free_vars(e))
-      if (v.same_as(builtin::thread_idx()) || thread_vars_.count(v.get())) return true;
-    return false;
   }
 
   // Every shared access in a statement (for the checks around thread groups).
@@ -238,10 +233,9 @@ class BarrierInserter {
         return bind(s, static_cast<const AssignStmtNode&>(*s).var, static_cast<const AssignStmtNode&>(*s).value);
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
-        if (thread_dependent(n.begin) || thread_dependent(n.end) || thread_dependent(n.step))
-          thread_vars_.insert(n.var.get());
+        bool per_thread = threads_.per_thread_loop(n);
         before_loop(n.body, pending, may_insert, barrier, before, n.loc);
-        return loop(n.body, pending, may_insert && !thread_vars_.count(n.var.get()),
+        return loop(n.body, pending, may_insert && !per_thread,
                     [&](const Access& a) { return previous_iteration(a, &n.var, n.step); },
                     [&](const Stmt& body) {
                       return Stmt(std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc));
@@ -251,12 +245,12 @@ class BarrierInserter {
         auto& n = static_cast<const WhileStmtNode&>(*s);
         auto unknown = [](const Access& a) { return previous_iteration(a, nullptr, Expr()); };
         before_loop(n.body, pending, may_insert, barrier, before, n.loc);
-        return loop(n.body, pending, may_insert && !thread_dependent(n.cond), unknown,
+        return loop(n.body, pending, may_insert && !threads_.depends(n.cond), unknown,
                     [&](const Stmt& body) { return Stmt(std::make_shared<WhileStmtNode>(n.cond, body, n.loc)); });
       }
       case StmtKind::If: {
         auto& n = static_cast<const IfStmtNode&>(*s);
-        bool uniform = !thread_dependent(n.cond);
+        bool uniform = !threads_.depends(n.cond);
         for (int attempt = 0;; ++attempt) {
           Pending then_p = pending, else_p = pending;
           try {

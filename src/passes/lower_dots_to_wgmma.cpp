@@ -33,11 +33,13 @@ struct Choice {
   Tensor b;                 // wgmma's b: a shared view [k, n] (K-major)
 };
 
-class Lowerer : public StmtMutator {
+// Decides every dot of a kernel (one walk, which knows each dot's thread group): the dots that
+// become wgmma and the loads whose only reader was such a dot.
+class Chooser : public StmtVisitor {
  public:
-  Lowerer(const Kernel& k) : facts_(k) {
+  explicit Chooser(const Kernel& k) : facts_(k), threads_(k.num_threads()) {
     struct Collect : StmtVisitor {
-      Lowerer* self;
+      Chooser* self;
       void visit_inst(const InstNode& i) override {
         if (auto* l = dynamic_cast<const LoadSharedInst*>(&i)) self->loads_[l->out.get()] = l;
         for (auto& op : i.traits())
@@ -46,30 +48,30 @@ class Lowerer : public StmtMutator {
     } c;
     c.self = this;
     c.visit(k.body);
-    threads_ = k.num_threads();
+    visit(k.body);
   }
 
-  int lowered = 0;
+  std::unordered_map<const InstNode*, Choice> choices;
+  std::unordered_set<const TensorNode*> dropped;  // load_shared results a descriptor replaces
 
  protected:
-  Stmt mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) override {
+  void visit_thread_group(const ThreadGroupStmtNode& n) override {
     int64_t threads = threads_, begin = begin_;
     threads_ = n.num_threads;
     begin_ += n.thread_begin;
-    Stmt out = StmtMutator::mutate_thread_group(s, n);
+    StmtVisitor::visit_thread_group(n);
     threads_ = threads;
     begin_ = begin;
-    return out;
   }
 
-  Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
-    if (auto* l = inst_as<LoadSharedInst>(inst); l && dropped_.count(l->out.get())) return nullptr;
-    auto* d = inst_as<DotInst>(inst);
-    if (!d) return StmtMutator::mutate_inst(s, inst);
-    auto choice = choose(*d);
-    if (!choice) return StmtMutator::mutate_inst(s, inst);
-    ++lowered;
-    return lower(*d, *choice);
+  void visit_inst(const InstNode& i) override {
+    auto* d = dynamic_cast<const DotInst*>(&i);
+    if (!d) return;
+    auto c = choose(*d);
+    if (!c) return;
+    if (c->transposed || c->a.is_shared()) dropped.insert(d->a.get());
+    if (!c->transposed) dropped.insert(d->b.get());
+    choices.emplace(d, std::move(*c));
   }
 
  private:
@@ -102,32 +104,51 @@ class Lowerer : public StmtMutator {
     const LoadSharedInst* lb = load_of(d.b);
     if (!la || !lb) return std::nullopt;  // operands computed in registers keep mma.sync
     // b from shared memory as it is (a K-major view).
-    if (m % (64 * groups) == 0 && n % 8 == 0 && read_once(d.b) && describable(d, lb->src, 0)) {
-      Choice c;
-      c.b = lb->src;
-      c.a = read_once(d.a) && describable(d, la->src, 1) ? la->src : d.a;
-      return c;
-    }
+    if (m % (64 * groups) == 0 && n % 8 == 0 && read_once(d.b) && describable(d, lb->src, 0))
+      return Choice{false, read_once(d.a) && describable(d, la->src, 1) ? la->src : d.a, lb->src};
     // The transposed product: a^T as wgmma's b (a's [m, k] tile is K-major), b^T in registers.
-    if (n % (64 * groups) == 0 && m % 8 == 0 && read_once(d.a) && describable(d, la->src, 1)) {
-      Choice c;
-      c.transposed = true;
-      c.a = d.b;
-      c.b = la->src;
-      return c;
-    }
+    if (n % (64 * groups) == 0 && m % 8 == 0 && read_once(d.a) && describable(d, la->src, 1))
+      return Choice{true, d.b, la->src};
     return std::nullopt;
   }
 
-  Stmt lower(const DotInst& d, const Choice& c) {
+  KernelFacts facts_;
+  std::unordered_map<const TensorNode*, const LoadSharedInst*> loads_;
+  std::unordered_map<const TensorNode*, int> reads_;
+  int64_t threads_, begin_ = 0;
+};
+
+// Replaces each chosen dot by its wgmma and drops the loads it replaced.
+class Lowerer : public StmtMutator {
+ public:
+  explicit Lowerer(const Chooser& c) : chooser_(c) {}
+
+ protected:
+  Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
+    if (auto* l = inst_as<LoadSharedInst>(inst); l && chooser_.dropped.count(l->out.get())) return nullptr;
+    auto it = chooser_.choices.find(inst.get());
+    if (it == chooser_.choices.end()) return StmtMutator::mutate_inst(s, inst);
+    return lower(static_cast<const DotInst&>(*inst), it->second);
+  }
+
+ private:
+  static Stmt lower(const DotInst& d, const Choice& c) {
     const SourceLoc& loc = d.loc;
     std::vector<Stmt> out;
     auto emit = [&](Inst i) { out.push_back(make_inst_stmt(std::move(i))); };
+    auto transpose = [&](const Tensor& x, Tensor to) {
+      auto t = make_inst<TransposeInst>(loc);
+      t->x = x;
+      t->out = std::move(to);
+      emit(t);
+      return t->out;
+    };
+    auto transposed = [](const Tensor& x, const std::string& name) {
+      auto sx = x.static_shape();
+      return Tensor::reg(name, x.dtype(), {sx[1], sx[0]});
+    };
     auto mma = make_inst<WgmmaMmaInst>(loc);
     mma->from_dot = true;
-    if (c.a.is_shared()) dropped_.insert(d.a.get());
-    if (c.transposed) dropped_.insert(d.a.get());
-    else dropped_.insert(d.b.get());
     if (!c.transposed) {
       // out = c; out += a @ b
       auto alloc = make_inst<AllocateRegisterInst>(loc);
@@ -142,52 +163,29 @@ class Lowerer : public StmtMutator {
       mma->d = d.out;
     } else {
       // out^T = c^T + b^T @ a^T, a^T a permuted view of a's tile.
-      auto transpose = [&](const Tensor& x, const std::string& name) {
-        auto sx = x.static_shape();
-        auto t = make_inst<TransposeInst>(loc);
-        t->x = x;
-        t->out = Tensor::reg(name, x.dtype(), {sx[1], sx[0]});
-        emit(t);
-        return t->out;
-      };
-      Tensor acc = transpose(d.c, d.out->name + "_t");
-      Tensor bt = transpose(d.b, d.b->name + "_t");
+      mma->d = transpose(d.c, transposed(d.c, d.out->name + "_t"));
+      mma->a = transpose(d.b, transposed(d.b, d.b->name + "_t"));
       const SharedLayout& l = c.b->shared_layout;
+      auto shape = c.b.static_shape();
       auto view = make_inst<SliceSharedInst>(loc);
       view->src = c.b;
       view->offsets = {int_const(0), int_const(0)};
       view->dims = {1, 0};
-      auto shape = c.b.static_shape();
       view->out = Tensor::shared(c.b->name + "_t", c.b.dtype(), {shape[1], shape[0]},
                                  SharedLayout({shape[1], shape[0]}, {l.strides()[1], l.strides()[0]}, l.swizzle()));
       emit(view);
-      mma->a = bt;
       mma->b = view->out;
-      mma->d = acc;
-      emit(mma);
-      emit(make_inst<WgmmaCommitGroupInst>(loc));
-      auto wait = make_inst<WgmmaWaitGroupInst>(loc);
-      wait->n = 0;
-      emit(wait);
-      auto back = make_inst<TransposeInst>(loc);
-      back->x = acc;
-      back->out = d.out;
-      emit(back);
-      return make_seq(std::move(out), loc);
     }
     emit(mma);
     emit(make_inst<WgmmaCommitGroupInst>(loc));
     auto wait = make_inst<WgmmaWaitGroupInst>(loc);
     wait->n = 0;
     emit(wait);
+    if (c.transposed) transpose(mma->d, d.out);
     return make_seq(std::move(out), loc);
   }
 
-  KernelFacts facts_;
-  std::unordered_map<const TensorNode*, const LoadSharedInst*> loads_;
-  std::unordered_map<const TensorNode*, int> reads_;
-  std::unordered_set<const TensorNode*> dropped_;  // loads whose only reader became wgmma
-  int64_t threads_ = 0, begin_ = 0;
+  const Chooser& chooser_;
 };
 
 }  // namespace
@@ -195,11 +193,8 @@ class Lowerer : public StmtMutator {
 Program lower_dots_to_wgmma(const Program& program, const Target& target, DotWgmma mode) {
   if (mode == DotWgmma::Never || !target.has_wgmma() || (mode == DotWgmma::Auto && target.is_cpu())) return program;
   return map_kernels(program, [](const Kernel& k) {
-    Lowerer l(k);
-    Kernel out = l.mutate(k);
-    if (!l.lowered) return k;
-    // The loads a descriptor replaced come before their dot: a second walk drops them.
-    return l.mutate(out);
+    Chooser chooser(k);
+    return chooser.choices.empty() ? k : Lowerer(chooser).mutate(k);
   });
 }
 
