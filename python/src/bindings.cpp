@@ -1194,6 +1194,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("spill_load_bytes",
                              [](const GpuKernel& k) { return k.launcher->kernel().resources.spill_load_bytes; },
                              "Register spill load bytes per thread, from ptxas's report (-1: not reported).")
+      .def_property_readonly("wgmma_serialized",
+                             [](const GpuKernel& k) { return k.launcher->kernel().resources.wgmma_serialized; },
+                             "ptxas's reason when it serialized the kernel's wgmma (each waits for the one "
+                             "before), else \"\" (also \"\" when not reported).")
       .def("grid", [](const GpuKernel& k, const py::sequence& values) {
         return k.launcher->grid(to_args(k.launcher->kernel().source.params, values, {}));
       }, "The grid (blocks in x, y, z) a launch with these runtime arguments would use.");

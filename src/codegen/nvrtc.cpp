@@ -181,8 +181,9 @@ std::vector<std::string> nvrtc_options(const std::string& arch) {
 }
 
 std::string KernelResources::str() const {
-  return fmt::format("{} registers, {} bytes stack frame, {} bytes spill stores, {} bytes spill loads", registers,
-                     stack_frame_bytes, spill_store_bytes, spill_load_bytes);
+  return fmt::format("{} registers, {} bytes stack frame, {} bytes spill stores, {} bytes spill loads{}", registers,
+                     stack_frame_bytes, spill_store_bytes, spill_load_bytes,
+                     wgmma_serialized.empty() ? "" : ", wgmma serialized (" + wgmma_serialized + ")");
 }
 
 namespace {
@@ -232,6 +233,10 @@ int64_t cubin_frame_bytes(const std::vector<char>& cubin, const std::string& ker
 KernelResources parse_ptxas_report(const std::string& full, const std::string& kernel) {
   KernelResources r;
   std::smatch m;
+  // ptxas names the function of a C7510 line, which comes before its "Compiling entry function".
+  static const std::regex serialized("wgmma\\.mma_async instructions are serialized due to (.*) in the function '([^']*)'");
+  for (auto it = std::sregex_iterator(full.begin(), full.end(), serialized); it != std::sregex_iterator(); ++it)
+    if (kernel.empty() || (*it)[2] == kernel) r.wgmma_serialized = (*it)[1];
   // With a kernel name: only its part of the report (from "entry function '<kernel>'" to the next).
   std::string log = full;
   if (!kernel.empty()) {

@@ -71,16 +71,19 @@ std::string meta_json(const KernelSource& s, const NvrtcOutput& out) {
   for (size_t i = 0; i < s.grid.size(); ++i) grid += fmt::format("{}\"{}\"", i ? ", " : "", to_string(s.grid[i]));
   for (size_t i = 0; i < out.options.size(); ++i) options += fmt::format("{}\"{}\"", i ? ", " : "", out.options[i]);
   // Format 2 added by-value params and the cluster shape, 3 the pointers' argument contracts,
-  // 4 ptxas's resources.
+  // 4 ptxas's resources, 5 whether ptxas serialized the wgmma (why; ASCII without quotes).
   const KernelResources& r = out.resources;
+  std::string serialized;
+  for (char ch : r.wgmma_serialized)
+    if (ch != '"' && ch != '\\' && ch >= ' ' && ch <= '~') serialized += ch;
   return fmt::format(
-      "{{\n  \"format\": 4,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
+      "{{\n  \"format\": 5,\n  \"kernel\": \"{}\",\n  \"arch\": \"{}\",\n  \"nvrtc_version\": {},\n  \"tilus_version\": "
       "\"{}\",\n  \"options\": [{}],\n  \"params\": [{}],\n  \"grid\": [{}],\n  \"cluster\": [{}],\n  "
       "\"block_threads\": {},\n  \"shared_memory_bytes\": {},\n  \"registers\": {},\n  \"stack_frame_bytes\": {},\n  "
-      "\"spill_store_bytes\": {},\n  \"spill_load_bytes\": {}\n}}\n",
+      "\"spill_store_bytes\": {},\n  \"spill_load_bytes\": {},\n  \"wgmma_serialized\": \"{}\"\n}}\n",
       s.name, s.arch, nvrtc_version(), TILUS_VERSION, options, params, grid, fmt::join(s.cluster, ", "),
       s.block_threads, s.shared_memory_bytes, r.registers, r.stack_frame_bytes, r.spill_store_bytes,
-      r.spill_load_bytes);
+      r.spill_load_bytes, serialized);
 }
 
 // The resources meta_json recorded (-1 for an entry of an older format, which has none).
@@ -95,6 +98,11 @@ KernelResources resources_of(const std::string& meta) {
   r.stack_frame_bytes = field("stack_frame_bytes");
   r.spill_store_bytes = field("spill_store_bytes");
   r.spill_load_bytes = field("spill_load_bytes");
+  static const std::string key = "\"wgmma_serialized\": \"";
+  if (size_t at = meta.find(key); at != std::string::npos) {
+    size_t end = meta.find('"', at + key.size());
+    if (end != std::string::npos) r.wgmma_serialized = meta.substr(at + key.size(), end - at - key.size());
+  }
   return r;
 }
 
@@ -102,6 +110,10 @@ void log_resources(const CompiledKernel& k) {
   if (!k.resources.known()) return;
   spdlog::info("tilus: kernel {} for {}{}: {}, {} bytes shared memory", k.source.name, k.source.arch,
                k.from_cache ? " (cached)" : "", k.resources.str(), k.source.shared_memory_bytes);
+  if (!k.resources.wgmma_serialized.empty())
+    spdlog::warn("tilus: kernel {} for {}: ptxas serialized its wgmma (each waits for the one before) due to {}; "
+                 "the tensor cores idle between them",
+                 k.source.name, k.source.arch, k.resources.wgmma_serialized);
 }
 
 }  // namespace

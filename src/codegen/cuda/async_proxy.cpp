@@ -137,9 +137,10 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
   } else {
     open(fmt::format("if ({})", elected()));
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
-    // The hardware traps on a store box starting at a negative coordinate: say which one.
+    // The hardware traps on a store box starting at a negative coordinate: say which one,
+    // except in a kernel with wgmma, where the printf would serialize every wgmma (has_wgmma_).
     std::string negative;
-    for (int d = 0; d < rank; ++d)
+    for (int d = 0; d < rank && !has_wgmma_; ++d)
       if (!facts_.holds(g.offsets[size_t(d)] >= int_const(0, g.offsets[size_t(d)].dtype())))
         negative += fmt::format("{}{}[{}] < 0", negative.empty() ? "" : " || ", c, rank - 1 - d);  // innermost first
     if (!negative.empty()) {

@@ -11,6 +11,7 @@
 
 #include "tilus/ir/error.h"
 #include "tilus/ir/functor.h"
+#include <spdlog/spdlog.h>
 
 namespace tilus {
 
@@ -80,15 +81,34 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
     names_.insert(reserved);
   scopes_.push_back(ThreadScope{builtin::thread_idx(), 0, k.num_threads()});
   var_names_[builtin::thread_idx().get()] = "tid";
-  // Named barrier ids the kernel uses itself: the thread groups' barriers take others.
-  struct Ids : StmtVisitor {
-    std::unordered_set<int64_t>* ids;
+  // Named barrier ids the kernel uses itself (the thread groups' barriers take others), and
+  // whether it issues wgmma.
+  struct Scan : StmtVisitor {
+    Emitter* em;
     void visit_inst(const InstNode& i) override {
-      if (auto* s = dynamic_cast<const SyncInst*>(&i); s && s->scope == SyncScope::Named) ids->insert(s->barrier_id);
+      if (auto* s = dynamic_cast<const SyncInst*>(&i); s && s->scope == SyncScope::Named)
+        em->user_barriers_.insert(s->barrier_id);
+      if (dynamic_cast<const WgmmaMmaInst*>(&i)) em->has_wgmma_ = true;
     }
-  } ids;
-  ids.ids = &user_barriers_;
-  ids.visit(k.body);
+  } scan;
+  scan.em = this;
+  scan.visit(k.body);
+  if (!has_wgmma_) return;
+  // ptxas serializes every wgmma of a function that makes a call (C7510: each mma waits for the
+  // one before), and device printf is a call: it cost the hopper_matmul_v4 kernel a sixth of its
+  // speed. The emitter's own checks leave it out of such kernels; a printf the kernel asks for
+  // stays, with a warning.
+  struct Printfs : StmtVisitor {
+    const Kernel* k;
+    void visit_inst(const InstNode& i) override {
+      if (dynamic_cast<const PrintfInst*>(&i))
+        spdlog::warn("tilus: {}: printf in kernel {}, which issues wgmma: ptxas serializes every wgmma of a kernel "
+                     "that calls printf, so it runs much slower",
+                     i.loc.str(), k->name);
+    }
+  } printfs;
+  printfs.k = &k;
+  printfs.visit(k.body);
 }
 
 // --- text ---------------------------------------------------------------------------------

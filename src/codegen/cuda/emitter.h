@@ -135,6 +135,7 @@ class Emitter {
   int barrier_ids_ = 1;  // named barrier ids for thread groups (0 is __syncthreads)
   std::unordered_map<int64_t, int> group_barriers_;
   std::unordered_set<int64_t> user_barriers_;  // ids the kernel names itself (sync_threads)
+  bool has_wgmma_ = false;                      // a wgmma.mma anywhere: no printf of the emitter's own
   bool cooperative_ = false;                   // sync_grid: a cooperative launch
   std::vector<int> blocks_;                     // the open C blocks, innermost last (ids)
   int next_block_ = 1;
