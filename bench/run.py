@@ -111,6 +111,8 @@ def main():
     p.add_argument("--elements", type=int, default=1 << 26, help="vector add length")
     p.add_argument("--only-matmul", action="store_true",
                    help="only the f16 matmul section (cuBLAS, Triton, tilus with dot as wgmma and as mma.sync)")
+    p.add_argument("--only-hopper", action="store_true",
+                   help="only the Hopper matmul section (a @ b.T, f16 and bf16, the hopper_matmul examples)")
     args = p.parse_args()
     rows = []  # (benchmark, implementation, figure, ratio text)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
@@ -119,7 +121,7 @@ def main():
     tilus_py = tilus_python(args.build)
 
     # --- vector add bandwidth -------------------------------------------------------------
-    if not args.only_matmul:
+    if not (args.only_matmul or args.only_hopper):
         n = args.elements
         x = torch.randn(n, device="cuda")
         y = torch.randn(n, device="cuda")
@@ -135,7 +137,7 @@ def main():
                      f"{tilus_va['gbps'] / copy_gbps:.2f}x copy, {tilus_va['gbps'] / add_gbps:.2f}x add"))
 
     # --- TMA (sm_90): a 2-D copy by TMA load + TMA store, and the TMA-fed mma.sync matmul ------
-    if not args.only_matmul:
+    if not (args.only_matmul or args.only_hopper):
         if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
             from tma_copy import TmaCopy
             side = 8192
@@ -152,7 +154,7 @@ def main():
                          f"{copy2_ms / tma_ms:.2f}x copy_"))
 
     # --- conv2d (sm_90): examples/python/conv2d.py with TMA im2col and with gathers, against
-    if not args.only_matmul:
+    if not (args.only_matmul or args.only_hopper):
         # cuDNN through torch on the same NHWC (channels_last) tensors; Triton has no conv2d -----
         if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
             from conv2d import Conv2d
@@ -178,72 +180,74 @@ def main():
                 rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", f"{cudnn_ms / ms:.2f}x cuDNN"))
 
     # --- f16 matmul ------------------------------------------------------------------------
-    s = args.size
-    a = torch.randn(s, s, device="cuda", dtype=torch.float16)
-    b = torch.randn(s, s, device="cuda", dtype=torch.float16)
-    c = torch.empty(s, s, device="cuda", dtype=torch.float16)
-    flops = 2 * s ** 3
-    cublas_ms = median_ms(lambda: torch.matmul(a, b, out=c), 30)
-    rows.append((f"matmul f16 {s}^3", "torch (cuBLAS)", f"{flops / cublas_ms / 1e9:.0f} TFLOP/s", ""))
-    triton_ms = None
-    if triton is not None:
-        triton_matmul(a, b, c)  # autotunes
-        ref = torch.matmul(a, b)
-        assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=1e-2), "Triton matmul is wrong"
-        triton_ms = median_ms(lambda: triton_matmul(a, b, c), 30)
-        rows.append((f"matmul f16 {s}^3", "Triton", f"{flops / triton_ms / 1e9:.0f} TFLOP/s", ""))
-    if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
-        from matmul_tma import MatmulTma
-        mt = MatmulTma()
-        mt(s, s, s, a, b, c)
-        assert torch.allclose(c.float(), torch.matmul(a, b).float(), atol=1e-1, rtol=1e-2), "tilus matmul_tma is wrong"
-        mt_ms = median_ms(lambda: mt(s, s, s, a, b, c), 30)
-        ratio = f"{cublas_ms / mt_ms:.2f}x cuBLAS" + (f", {triton_ms / mt_ms:.2f}x Triton" if triton_ms else "")
-        rows.append((f"matmul f16 {s}^3", "tilus matmul_tma.py (TMA loads, dot)", f"{flops / mt_ms / 1e9:.0f} TFLOP/s",
-                     ratio))
-    # bench_tilus's configs (cp.async + load_shared + dot): on sm_90a the dot runs as wgmma
-    # (lower_dots_to_wgmma), and once more as mma.sync (TILUS_DOT_WGMMA=0).
-    results = run_tilus(args.build, "matmul", s, s, s)
-    if torch.cuda.get_device_capability() == (9, 0):
+    if not args.only_hopper:
+        s = args.size
+        a = torch.randn(s, s, device="cuda", dtype=torch.float16)
+        b = torch.randn(s, s, device="cuda", dtype=torch.float16)
+        c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+        flops = 2 * s ** 3
+        cublas_ms = median_ms(lambda: torch.matmul(a, b, out=c), 30)
+        rows.append((f"matmul f16 {s}^3", "torch (cuBLAS)", f"{flops / cublas_ms / 1e9:.0f} TFLOP/s", ""))
+        triton_ms = None
+        if triton is not None:
+            triton_matmul(a, b, c)  # autotunes
+            ref = torch.matmul(a, b)
+            assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=1e-2), "Triton matmul is wrong"
+            triton_ms = median_ms(lambda: triton_matmul(a, b, c), 30)
+            rows.append((f"matmul f16 {s}^3", "Triton", f"{flops / triton_ms / 1e9:.0f} TFLOP/s", ""))
+        if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
+            from matmul_tma import MatmulTma
+            mt = MatmulTma()
+            mt(s, s, s, a, b, c)
+            assert torch.allclose(c.float(), torch.matmul(a, b).float(), atol=1e-1, rtol=1e-2), "tilus matmul_tma is wrong"
+            mt_ms = median_ms(lambda: mt(s, s, s, a, b, c), 30)
+            ratio = f"{cublas_ms / mt_ms:.2f}x cuBLAS" + (f", {triton_ms / mt_ms:.2f}x Triton" if triton_ms else "")
+            rows.append((f"matmul f16 {s}^3", "tilus matmul_tma.py (TMA loads, dot)", f"{flops / mt_ms / 1e9:.0f} TFLOP/s",
+                         ratio))
+        # bench_tilus's configs (cp.async + load_shared + dot): on sm_90a the dot runs as wgmma
+        # (lower_dots_to_wgmma), and once more as mma.sync (TILUS_DOT_WGMMA=0).
+        results = run_tilus(args.build, "matmul", s, s, s)
+        if torch.cuda.get_device_capability() == (9, 0):
+            for r in results:
+                r["config"] += " (dot as wgmma)"
+            mma = run_tilus(args.build, "matmul", s, s, s, env=dict(os.environ, TILUS_DOT_WGMMA="0"))
+            for r in mma:
+                r["config"] += " (mma.sync)"
+            results += mma
+        if tilus_py is not None:
+            # examples/python/matmul_v3.py the same two ways (a class of its own per way: compiled
+            # kernels are kept per class, and TILUS_DOT_WGMMA is read when one compiles).
+            from matmul_v3 import MatmulV3
+            for mode, what in (("auto", "dot as wgmma"), ("0", "mma.sync")):
+                os.environ["TILUS_DOT_WGMMA"] = mode
+                v3 = type(f"MatmulV3_{mode}", (MatmulV3,), {})()
+                c.zero_()
+                v3(s, s, s, a, b, c)
+                assert torch.allclose(c.float(), torch.matmul(a, b).float(), atol=1e-1, rtol=1e-2), "matmul_v3 is wrong"
+                ms = median_ms(lambda: v3(s, s, s, a, b, c), 30)
+                results.append({"config": f"matmul_v3.py 128x128x32 3 stages ({what})", "ms": ms, "tflops": flops / ms / 1e9})
+            os.environ.pop("TILUS_DOT_WGMMA")
+        best = min((r for r in results if "ms" in r), key=lambda r: r["ms"], default=None)
         for r in results:
-            r["config"] += " (dot as wgmma)"
-        mma = run_tilus(args.build, "matmul", s, s, s, env=dict(os.environ, TILUS_DOT_WGMMA="0"))
-        for r in mma:
-            r["config"] += " (mma.sync)"
-        results += mma
-    if tilus_py is not None:
-        # examples/python/matmul_v3.py the same two ways (a class of its own per way: compiled
-        # kernels are kept per class, and TILUS_DOT_WGMMA is read when one compiles).
-        from matmul_v3 import MatmulV3
-        for mode, what in (("auto", "dot as wgmma"), ("0", "mma.sync")):
-            os.environ["TILUS_DOT_WGMMA"] = mode
-            v3 = type(f"MatmulV3_{mode}", (MatmulV3,), {})()
-            c.zero_()
-            v3(s, s, s, a, b, c)
-            assert torch.allclose(c.float(), torch.matmul(a, b).float(), atol=1e-1, rtol=1e-2), "matmul_v3 is wrong"
-            ms = median_ms(lambda: v3(s, s, s, a, b, c), 30)
-            results.append({"config": f"matmul_v3.py 128x128x32 3 stages ({what})", "ms": ms, "tflops": flops / ms / 1e9})
-        os.environ.pop("TILUS_DOT_WGMMA")
-    best = min((r for r in results if "ms" in r), key=lambda r: r["ms"], default=None)
-    for r in results:
-        label = f"tilus {r['config']}" + (" (best)" if r is best else "")
-        if "error" in r:
-            rows.append((f"matmul f16 {s}^3", label, "failed", r["error"][:60]))
-            continue
-        ratio = f"{cublas_ms / r['ms']:.2f}x cuBLAS"
-        if triton_ms:
-            ratio += f", {triton_ms / r['ms']:.2f}x Triton"
-        rows.append((f"matmul f16 {s}^3", label, f"{r['tflops']:.0f} TFLOP/s", ratio))
+            label = f"tilus {r['config']}" + (" (best)" if r is best else "")
+            if "error" in r:
+                rows.append((f"matmul f16 {s}^3", label, "failed", r["error"][:60]))
+                continue
+            ratio = f"{cublas_ms / r['ms']:.2f}x cuBLAS"
+            if triton_ms:
+                ratio += f", {triton_ms / r['ms']:.2f}x Triton"
+            rows.append((f"matmul f16 {s}^3", label, f"{r['tflops']:.0f} TFLOP/s", ratio))
 
     # --- Hopper matmul: c = a @ b.T (b stored [n, k], K-major as wgmma reads it) ----------------
     if not args.only_matmul:
         if tilus_py is not None and torch.cuda.get_device_capability() == (9, 0):
             from hopper_matmul_v3 import hopper_matmul_v3
             from hopper_matmul_v5 import hopper_matmul_v5
+            from hopper_matmul_v6 import hopper_matmul_v6
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             # The best of these per shape is reported: (example, its class factory, config).
             configs = [("v3", hopper_matmul_v3, dict(blocks=sms)), ("v3", hopper_matmul_v3, dict(blocks=sms, block_m=256, block_n=128)),
-                       ("v5", hopper_matmul_v5, dict(blocks=sms // 2 * 2))]
+                       ("v5", hopper_matmul_v5, dict(blocks=sms // 2 * 2)), ("v6", hopper_matmul_v6, dict(blocks=sms // 2 * 2))]
             shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4000, 4000, 4000), (8192, 1024, 8192)]
             for name, tdt, dt in (("f16", torch.float16, tilus_py.float16), ("bf16", torch.bfloat16, tilus_py.bfloat16)):
                 kernels = [((v, cfg), make(dt)(**cfg)) for v, make, cfg in configs]
@@ -277,7 +281,7 @@ def main():
                     rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", ratio))
 
     # --- start-up: a new process, cold cache then warm cache -----------------------------------
-    if not args.only_matmul:
+    if not (args.only_matmul or args.only_hopper):
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, TILUS_CACHE_DIR=cache)
             for label in ("cold cache", "cached"):

@@ -17,6 +17,7 @@ from hopper_matmul_v2 import HopperMatmulV2
 from hopper_matmul_v3 import HopperMatmulV3
 from hopper_matmul_v4 import HopperMatmulV4
 from hopper_matmul_v5 import HopperMatmulV5
+from hopper_matmul_v6 import HopperMatmulV6
 from layer_norm import LayerNorm
 from matmul_v0 import MatmulV0
 from matmul_v1 import MatmulV1
@@ -32,7 +33,8 @@ EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV
             "matmul_v3": MatmulV3, "softmax": Softmax, "layer_norm": LayerNorm, "matmul_tma": MatmulTma,
             "tma_copy": TmaCopy, "conv2d": Conv2d, "hopper_matmul_v0": HopperMatmulV0,
             "hopper_matmul_v1": HopperMatmulV1, "hopper_matmul_v2": HopperMatmulV2, "hopper_matmul_v3": HopperMatmulV3,
-            "hopper_matmul_v4": HopperMatmulV4, "hopper_matmul_v5": HopperMatmulV5}
+            "hopper_matmul_v4": HopperMatmulV4, "hopper_matmul_v5": HopperMatmulV5,
+            "hopper_matmul_v6": HopperMatmulV6}
 
 
 def test_vector_add(arrays):

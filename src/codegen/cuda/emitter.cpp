@@ -2,6 +2,7 @@
 #include "emitter.h"
 
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +12,6 @@
 
 #include "tilus/ir/error.h"
 #include "tilus/ir/functor.h"
-#include <spdlog/spdlog.h>
 
 namespace tilus {
 
