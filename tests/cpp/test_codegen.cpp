@@ -290,14 +290,21 @@ TEST(Nvrtc, EveryExampleCompiles) {
 #include "../../examples/cpp/hopper_matmul.h"
 
 // The wgmma example compiles for sm_90a (the only target with wgmma), specialized as a launch
-// with 16-aligned pointers and sizes would be.
+// with 16-aligned pointers and sizes would be: two wgmma per step (the accumulator's column
+// halves), multicast loads, TMA stores, and ptxas keeps the wgmma in flight (a function call,
+// such as a printf of a run-time check, would serialize them).
 TEST(Nvrtc, HopperMatmulCompilesForSm90a) {
   if (!nvrtc_available()) GTEST_SKIP() << "tilus was built without NVRTC";
   Program p = specialize(trace(examples::HopperMatmul{}), {{0, 16}, {1, 16}, {2, 16}});
   CompiledKernel k;
   ASSERT_NO_THROW(k = compile_program(p, "sm_90a", nullptr));
-  EXPECT_NE(k.source.source.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"), std::string::npos);
-  EXPECT_NE(k.source.source.find("tilus::wgmma_wait_group<1>();"), std::string::npos);
+  const std::string& src = k.source.source;
+  EXPECT_NE(src.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"), std::string::npos);
+  EXPECT_NE(src.find("tilus::wgmma_wait_group<1>();"), std::string::npos);
+  EXPECT_NE(src.find("tilus::tma_load_multicast<2>"), std::string::npos);
+  EXPECT_NE(src.find("tilus::tma_store<2>"), std::string::npos);
+  EXPECT_EQ(src.find("printf"), std::string::npos);
+  if (k.resources.known()) EXPECT_EQ(k.resources.wgmma_serialized, "");
   EXPECT_THROW(compile_program(p, "sm_80", nullptr), CompileError);
 }
 

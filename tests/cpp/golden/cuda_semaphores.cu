@@ -6,44 +6,44 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   const int32_t tid = int32_t(threadIdx.x);
   float* const c_1 = c;
   int32_t* const g = global_tensor_0;
-  // register_tensor (test_codegen.cpp:439)
+  // register_tensor (test_codegen.cpp:446)
   __align__(16) float r[4];
   r[0] = 1.0f;
   r[1] = 1.0f;
   r[2] = 1.0f;
   r[3] = 1.0f;
   if ((int32_t(blockIdx.z) > 0)) {
-    // lock_semaphore (test_codegen.cpp:441)
+    // lock_semaphore (test_codegen.cpp:448)
     if (tid == 0) {
       tilus::semaphore_wait((global_tensor_0 + ((((int64_t)(int32_t(blockIdx.x))) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(int32_t(blockIdx.y))))), int32_t(blockIdx.z));
     }
     __syncthreads();
-    // load_global (test_codegen.cpp:442)
+    // load_global (test_codegen.cpp:449)
     __align__(16) float x[4];
     x[0] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)))))) : 0.0f;
     x[1] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)))))) : 0.0f;
     x[2] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)))))) : 0.0f;
     x[3] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)))))) : 0.0f;
-    // add (test_codegen.cpp:443)
+    // add (test_codegen.cpp:450)
     __align__(16) float add[4];
     add[0] = (r[0] + x[0]);
     add[1] = (r[1] + x[1]);
     add[2] = (r[2] + x[2]);
     add[3] = (r[3] + x[3]);
-    // assign (test_codegen.cpp:443)
+    // assign (test_codegen.cpp:450)
     r[0] = add[0];
     r[1] = add[1];
     r[2] = add[2];
     r[3] = add[3];
   }
-  // store_global (test_codegen.cpp:445)
+  // store_global (test_codegen.cpp:452)
   if (((tid / 64) == 0)) {
     if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)))))) = r[0];
     if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)))))) = r[1];
     if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)))))) = r[2];
     if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)))))) = r[3];
   }
-  // release_semaphore (test_codegen.cpp:446)
+  // release_semaphore (test_codegen.cpp:453)
   __syncthreads();
   if (tid == 0) {
     tilus::semaphore_release((global_tensor_0 + ((((int64_t)(int32_t(blockIdx.x))) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(int32_t(blockIdx.y))))), ((int32_t(blockIdx.z) + 1) % 3));
