@@ -5,7 +5,8 @@ kernel, measured in one run on one GPU.
     PYTHONPATH=build/python python bench/w4a16.py [--sizes 1,4,16,128,4096] [--nk 8192]
 
 Each time is the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's
-median_ms). Bandwidth counts the bytes every kernel must read at least once (int4 weights, their
+median_ms); tilus, cuBLAS and Triton are timed in turn over three rounds, the median of each one's
+rounds (bench/run.py's interleaved_ms: the GPU's clocks follow its recent load). Bandwidth counts the bytes every kernel must read at least once (int4 weights, their
 scales, the activations) and writes (the output), against the H100's 3.35 TB/s. The first line
 times a plain Triton kernel that only reads the int4 weights (the best of 1 to 8 blocks per SM):
 the floor of small m, measured the same way (the flush leaves dirty lines in L2 that a kernel's
@@ -21,7 +22,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
-from run import median_ms  # noqa: E402
+from run import interleaved_ms, median_ms  # noqa: E402
 
 import tilus  # noqa: E402
 from matmul_a16wx import QuantizedMatmul  # noqa: E402
@@ -131,14 +132,15 @@ def main():
         tq(m, n, k, a, weights, scales, zeros, c, work)
         err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
         assert err < 1e-2, f"tilus W4A16 is wrong at m={m}: relative error {err}"
-        t_tilus = median_ms(lambda: tq(m, n, k, a, weights, scales, zeros, c, work))
-        t_cublas = median_ms(lambda: torch.matmul(a, w16))
-        t_triton = None
+        fns = {"tilus": lambda: tq(m, n, k, a, weights, scales, zeros, c, work),
+               "cuBLAS": lambda: torch.matmul(a, w16)}
         if triton is not None:
             ct = torch.empty_like(c)
             triton_w4a16(a, packed, scales, ct, g)
             assert (ct.float() - ref).abs().max().item() / ref.abs().max().item() < 1e-2, "Triton W4A16 is wrong"
-            t_triton = median_ms(lambda: triton_w4a16(a, packed, scales, ct, g))
+            fns["Triton"] = lambda: triton_w4a16(a, packed, scales, ct, g)
+        ms = interleaved_ms(fns, repeat=50)  # in turn: the clocks follow the recent load (bench/run.py)
+        t_tilus, t_cublas, t_triton = ms["tilus"], ms["cuBLAS"], ms.get("Triton")
         moved = k * n / 2 + scales.numel() * 2 + a.numel() * 2 + c.numel() * 2
         rows.append((m, t_tilus, t_cublas, t_triton, moved / t_tilus / 1e6))
         tt = f"{t_triton * 1e3:8.1f}" if t_triton else "     n/a"

@@ -247,7 +247,9 @@ class MatmulA16WxHopper(tilus.Script):
     (64 weight rows each; block_n 64 or 128 of the 128-row repacked tiles) widen, scale and
     multiply. Two register tiles of weights alternate, so the next k tile's decode overlaps the
     previous wgmma. Persistent: one block per SM walks the output tiles in a grouped order, as
-    examples/python/hopper_matmul_v3.py does."""
+    examples/python/hopper_matmul_v3.py does. Each output tile leaves through shared memory as TMA
+    stores (c's rows a multiple of 16 bytes: n a multiple of 8, as QuantizedMatmul requires for
+    this kernel), completing while the next tile multiplies."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16):
@@ -293,6 +295,7 @@ class MatmulA16WxHopper(tilus.Script):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -352,7 +355,16 @@ class MatmulA16WxHopper(tilus.Script):
                                 self.release(empty[(g + stages - 1) % stages])
                 self.wgmma.wait_group(0)
                 self.release(empty[(first + steps - 1) % stages])
-                self.store_global(gc, self.transpose(acc).to(at), offsets=[offset_m, tile_n * bn])
+                # The tile goes out through shared memory and TMA stores (the transposed
+                # accumulator gives each thread single elements of c's rows); the consumers go on
+                # to the next tile while the stores complete.
+                with self.single_thread():  # the last tile's stores have read sc
+                    self.tma.wait_group(0, read=True)
+                self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(at), [bm, bn // 64, 64]))
+                with self.single_thread():
+                    for j in tilus.static_range(bn // 64):
+                        self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
+                    self.tma.commit_group()
 
 
 class QuantizedMatmul:
