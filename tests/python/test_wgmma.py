@@ -425,10 +425,18 @@ def test_the_wgmma_examples_keep_their_wgmma_in_flight():
     x = np.zeros((512, 512), np.float16)
     # hopper_matmul_v2 is left out: ptxas serializes its wgmma (C7514, "non wgmma instructions
     # reading accumulator registers"), a known open problem (README, known limits).
-    kernels = [HopperMatmulV1(), HopperMatmulV3(), HopperMatmulV4(), HopperMatmulV5(), HopperMatmulV6()]
+    kernels = [HopperMatmulV1(), HopperMatmulV3(), HopperMatmulV4(), HopperMatmulV5(), HopperMatmulV6(), MatmulV3()]
+    calls = [(kernel, (512, 512, 512, x, x, x)) for kernel in kernels]
+    from conv2d_wgmma import Conv2dWgmma
+    from test_low_precision import HOPPER_CASES, hopper_case
+    img, wt = np.zeros((2, 13, 11, 64), np.float16), np.zeros((40, 3, 3, 64), np.float16)
+    calls.append((Conv2dWgmma(), (2, 13, 11, 64, 40, img, wt, np.zeros((2, 13, 11, 40), np.float16))))
+    for case in HOPPER_CASES[:2]:  # the quantized matmul's wgmma kernel, with its TMA-store epilogue
+        kernel, args, _ = hopper_case(*case, seed=0)
+        calls.append((kernel, (*case[2:5], *args)))
     checked = 0
-    for kernel in kernels + [MatmulV3()]:
-        compiled = kernel.compiled(512, 512, 512, x, x, x, arch="sm_90a")
+    for kernel, args in calls:
+        compiled = kernel.compiled(*args, arch="sm_90a")
         if compiled.spill_store_bytes < 0:  # ptxas's report not kept (see docs/python.md)
             continue
         checked += 1
