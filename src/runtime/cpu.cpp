@@ -417,15 +417,35 @@ void run_workers(int n, int64_t stack_bytes, const std::function<void(int)>& fn,
 }
 
 // The most 32-bit registers per thread that the register tensors need at once (each live from
-// its first to its last instruction in program order): a lower bound of what ptxas needs.
+// its first to its last instruction in program order): a lower bound of what ptxas needs. The
+// result of a view, reshape, squeeze, unsqueeze or transpose renames its operand's registers (the
+// emitter copies them slot by slot, and the CUDA compiler removes the copies): it counts as its
+// operand, live until the result's last use.
 int64_t register_estimate(const Kernel& k) {
   struct Walk : StmtVisitor {
     int64_t index = 0;
     std::unordered_map<const TensorNode*, std::array<int64_t, 3>> live;  // first, last, registers
+    std::unordered_map<const TensorNode*, const TensorNode*> renames;     // result -> operand
+    const TensorNode* root(const TensorNode* t) const {
+      for (auto it = renames.find(t); it != renames.end(); it = renames.find(t)) t = it->second;
+      return t;
+    }
     void visit_inst(const InstNode& inst) override {
+      switch (inst.kind()) {
+        case InstKind::View: case InstKind::Reshape: case InstKind::Squeeze: case InstKind::Unsqueeze:
+        case InstKind::Transpose: {
+          Tensor out = inst.output();
+          for (auto& [t, access] : inst.operands())
+            if (t.defined() && t.get() != out.get() && t.is_register() && out.defined() && out.is_register())
+              renames[out.get()] = root(t.get());
+          break;
+        }
+        default: break;
+      }
       for (auto& [t, access] : inst.operands()) {
         if (!t.defined() || !t.is_register() || !t->layout.defined()) continue;
-        auto [it, fresh] = live.try_emplace(t.get(), std::array<int64_t, 3>{index, index, 0});
+        const TensorNode* r = root(t.get());
+        auto [it, fresh] = live.try_emplace(r, std::array<int64_t, 3>{index, index, 0});
         it->second[1] = index;
         if (fresh) it->second[2] = (t->layout.local_size() * t.dtype().bits() + 31) / 32;
       }
