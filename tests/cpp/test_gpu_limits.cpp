@@ -115,6 +115,20 @@ TEST(GpuLimits, PtxasReportParses) {
   EXPECT_EQ(r.spill_store_bytes, 8);
   EXPECT_EQ(r.spill_load_bytes, 4);
   EXPECT_FALSE(parse_ptxas_report("").known());
+  EXPECT_EQ(r.wgmma_serialized, "");
+  // ptxas names the function of its wgmma remark before the function's own report.
+  std::string report =
+      "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+      "wgmma pipeline crossing function boundary at a function call in the function 'k'\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+      "ptxas info    : Used 154 registers, used 1 barriers\n"
+      "ptxas info    : Compiling entry function 'other' for 'sm_90a'\n"
+      "ptxas info    : Used 40 registers, used 1 barriers\n";
+  KernelResources k = parse_ptxas_report(report, "k");
+  EXPECT_EQ(k.registers, 154);
+  EXPECT_EQ(k.wgmma_serialized, "wgmma pipeline crossing function boundary at a function call");
+  EXPECT_NE(k.str().find("wgmma serialized (wgmma pipeline crossing"), std::string::npos) << k.str();
+  EXPECT_EQ(parse_ptxas_report(report, "other").wgmma_serialized, "");
 }
 
 TEST(GpuLimits, CpuKernelsWarnAboutWhatAGpuCannotRun) {
