@@ -1300,6 +1300,7 @@ PYBIND11_MODULE(_C, m) {
     d["ptxas_ms"] = out.timing.ptxas_ms;
     d["phases"] = out.timing.phases;
     d["registers"] = out.resources.registers;
+    d["wgmma_serialized"] = out.resources.wgmma_serialized;
     return d;
   }, py::arg("source"), py::arg("name"), py::arg("arch"), py::arg("pch_dir") = "", py::arg("minimal_header") = true,
      py::arg("time_phases") = false, py::arg("extra_options") = std::vector<std::string>{},
@@ -1307,7 +1308,7 @@ PYBIND11_MODULE(_C, m) {
      "precompiled device headers live (\"\": none); time_phases: NVRTC's --time report; extra_options: more NVRTC "
      "options (after tilus's, before the header variant's defines). Returns a dict: cubin, log, "
      "options, pch (\"none\", \"created\", \"used\"), pch_file, wall_ms, front_end_ms, optimizer_ms, ptxas_ms "
-     "(-1: not timed), phases, registers.");
+     "(-1: not timed), phases, registers, wgmma_serialized (ptxas's reason, or \"\").");
   m.def("nvrtc_pch_dir", [] { return nvrtc_pch_dir(nullptr); },
         "Where compiles keep precompiled device headers: <cache dir>/pch (\"\" when TILUS_NVRTC_PCH=0).");
   m.def("nvrtc_pch_files", &nvrtc_pch_files, "The precompiled device headers this process made and keeps.");

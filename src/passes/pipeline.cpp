@@ -17,6 +17,7 @@
 #include "tilus/passes/insert_barriers.h"
 #include "tilus/passes/insert_bounds_predicates.h"
 #include "tilus/passes/insert_wgmma_fences.h"
+#include "tilus/passes/order_thread_groups.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/select_instructions.h"
 #include "tilus/passes/simplify_program.h"
@@ -52,6 +53,8 @@ const std::vector<Pass>& passes() {
        [](const Program& p, const PipelineOptions& o) { return insert_async_waits(p, o.strict_async_waits); }},
       {"insert_barriers", [](const Program& p, const PipelineOptions&) { return insert_barriers(p); }},
       {"insert_wgmma_fences", [](const Program& p, const PipelineOptions&) { return insert_wgmma_fences(p); }},
+      {"order_thread_groups",
+       [](const Program& p, const PipelineOptions& o) { return order_thread_groups(p, o.target); }},
   };
   return list;
 }

@@ -10,6 +10,7 @@
 #include "tilus/ir/functor.h"
 #include "tilus/ir/printer.h"
 #include "tilus/passes/choose_shared_layouts.h"
+#include "tilus/passes/order_thread_groups.h"
 #include "tilus/tilus.h"
 
 using namespace tilus;
@@ -856,6 +857,48 @@ TEST(WgmmaPasses, MissingFencesAreInsertedWhereRegistersWereAccessed) {
   auto before = names(s.before), after = names(s.after);
   EXPECT_EQ(std::count(before.begin(), before.end(), "wgmma.fence"), 0);
   EXPECT_EQ(std::count(after.begin(), after.end(), "wgmma.fence"), 3);
+}
+
+// A producer group written before the consumer group that issues wgmma: the consumers come
+// first (ptxas serialized the wgmma of such kernels with the producer's loop of waits first).
+// Overlapping groups, and CPU targets, keep their order.
+TEST(WgmmaPasses, GroupsThatIssueWgmmaComeFirst) {
+  auto groups = [](bool overlap) {
+    return [overlap](K& k, Int32 m, Int32, GlobalTensor& a, GlobalTensor&) {
+      auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+      auto sb = k.shared_tensor(dtypes::float16, {64, 64});
+      auto full = k.mbarrier.alloc({Expr(1)});
+      auto empty = k.mbarrier.alloc({Expr(1)});
+      k.thread_group(overlap ? 96 : 128, 32, [&] {  // the producer
+        for (Expr i : k.range(m)) {
+          k.mbarrier.wait(empty[0], (i % 2) ^ 1);
+          k.single_thread([&] { k.mbarrier.arrive(full[0]); });
+        }
+      });
+      k.thread_group(0, 128, [&] {
+        auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+        k.mbarrier.wait(full[0], 0);
+        k.single_thread([&] { k.mbarrier.arrive(empty[0]); });
+        k.wgmma.fence();
+        k.wgmma.mma(sa, sb.transpose(), acc);
+        k.wgmma.commit_group();
+        k.wgmma.wait_group(0);
+        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+      });
+    };
+  };
+  Options o{.arch = "sm_90a", .warps = 5};
+  auto s = golden_case("thread_groups_ordered", "order_thread_groups", groups(false), o);
+  auto first_group = [](const Program& p) {
+    for (auto& st : static_cast<const SeqStmtNode&>(*p.kernels[0].body).stmts)
+      if (st->kind == StmtKind::ThreadGroup) return static_cast<const ThreadGroupStmtNode&>(*st).thread_begin;
+    return int64_t(-1);
+  };
+  EXPECT_EQ(first_group(s.before), 128);
+  EXPECT_EQ(first_group(s.after), 0);
+  EXPECT_EQ(print(order_thread_groups(s.before, Target::cpu())), print(s.before));
+  auto overlapping = run_to(traced(groups(true), o), "order_thread_groups", o);
+  EXPECT_EQ(print(overlapping.before), print(overlapping.after));
 }
 
 TEST(WgmmaPasses, AKernelThatFencesGetsNoFence) {

@@ -286,7 +286,8 @@ TEST(Script, DumpIrWritesEveryStage) {
                                        "08_plan_shared_memory.tir",
                                        "09_insert_async_waits.tir",
                                        "10_insert_barriers.tir",
-                                       "11_insert_wgmma_fences.tir"};
+                                       "11_insert_wgmma_fences.tir",
+                                       "12_order_thread_groups.tir"};
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;

@@ -418,14 +418,16 @@ class PrintfInAWgmmaKernel(tilus.Script):
 def test_the_wgmma_examples_keep_their_wgmma_in_flight():
     """ptxas makes every wgmma of a kernel wait for the one before when the kernel calls a
     function (its C7510 remark): a device printf of a run-time check once cost hopper_matmul_v4 a
-    sixth of its speed. The examples compile without it, and a kernel that does call printf is
-    reported (`wgmma_serialized`, and a warning at compile time)."""
+    sixth of its speed. The examples compile without it (and without the serialization ptxas
+    chose for a producer group's loop of waits written before the consumers' wgmma), and a kernel
+    that does call printf is reported (`wgmma_serialized`, and a warning at compile time)."""
     from hopper_matmul_v3 import HopperMatmulV3
     from matmul_v3 import MatmulV3
     x = np.zeros((512, 512), np.float16)
-    # hopper_matmul_v2 is left out: ptxas serializes its wgmma (C7514, "non wgmma instructions
-    # reading accumulator registers"), a known open problem (README, known limits).
-    kernels = [HopperMatmulV1(), HopperMatmulV3(), HopperMatmulV4(), HopperMatmulV5(), HopperMatmulV6(), MatmulV3()]
+    # v2 (not persistent) was serialized with its producer group written first (C7514), until
+    # order_thread_groups put the consumers first.
+    kernels = [HopperMatmulV1(), HopperMatmulV2(), HopperMatmulV3(), HopperMatmulV4(), HopperMatmulV5(),
+               HopperMatmulV6(), MatmulV3()]
     calls = [(kernel, (512, 512, 512, x, x, x)) for kernel in kernels]
     from conv2d_wgmma import Conv2dWgmma
     from test_low_precision import HOPPER_CASES, hopper_case
