@@ -44,9 +44,10 @@ class Orderer : public StmtMutator {
       }
       if (j - i >= 2) {
         auto first = stmts.begin() + std::ptrdiff_t(i), last = stmts.begin() + std::ptrdiff_t(j);
-        std::vector<Stmt> before(first, last);
-        std::stable_partition(first, last, [](const Stmt& g) { return issues_wgmma(g); });
-        changed |= !std::equal(before.begin(), before.end(), first);
+        if (!std::is_partitioned(first, last, issues_wgmma)) {
+          std::stable_partition(first, last, issues_wgmma);
+          changed = true;
+        }
       }
       i = std::max(j, i + 1);
     }

@@ -2,7 +2,6 @@
 #include "emitter.h"
 
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -82,7 +81,9 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
   scopes_.push_back(ThreadScope{builtin::thread_idx(), 0, k.num_threads()});
   var_names_[builtin::thread_idx().get()] = "tid";
   // Named barrier ids the kernel uses itself (the thread groups' barriers take others), and
-  // whether it issues wgmma.
+  // whether it issues wgmma: ptxas serializes every wgmma of a function that makes a call
+  // (C7510), and device printf is one, so the emitter's own checks leave printf out of such
+  // kernels (a printf the kernel asks for stays; ptxas's report of it is a compile warning).
   struct Scan : StmtVisitor {
     Emitter* em;
     void visit_inst(const InstNode& i) override {
@@ -93,22 +94,6 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
   } scan;
   scan.em = this;
   scan.visit(k.body);
-  if (!has_wgmma_) return;
-  // ptxas serializes every wgmma of a function that makes a call (C7510: each mma waits for the
-  // one before), and device printf is a call: it cost the hopper_matmul_v4 kernel a sixth of its
-  // speed. The emitter's own checks leave it out of such kernels; a printf the kernel asks for
-  // stays, with a warning.
-  struct Printfs : StmtVisitor {
-    const Kernel* k;
-    void visit_inst(const InstNode& i) override {
-      if (dynamic_cast<const PrintfInst*>(&i))
-        spdlog::warn("tilus: {}: printf in kernel {}, which issues wgmma: ptxas serializes every wgmma of a kernel "
-                     "that calls printf, so it runs much slower",
-                     i.loc.str(), k->name);
-    }
-  } printfs;
-  printfs.k = &k;
-  printfs.visit(k.body);
 }
 
 // --- text ---------------------------------------------------------------------------------
