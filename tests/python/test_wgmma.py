@@ -429,9 +429,12 @@ def test_the_wgmma_examples_keep_their_wgmma_in_flight():
     kernels = [HopperMatmulV1(), HopperMatmulV2(), HopperMatmulV3(), HopperMatmulV4(), HopperMatmulV5(),
                HopperMatmulV6(), MatmulV3()]
     calls = [(kernel, (512, 512, 512, x, x, x)) for kernel in kernels]
-    # conv2d_wgmma is left out: ptxas serializes its wgmma (C7515, "non wgmma instructions defining
-    # accumulator registers"), from the 64-bit divisions of its in-loop im2col coordinates (README,
-    # known limits).
+    # conv2d_wgmma's in-loop im2col coordinates divide 64-bit values by the image's run-time
+    # sizes: ptxas's division subroutine serialized its wgmma (C7515, "non wgmma instructions
+    # defining accumulator registers") until the emitter divided without it (tilus::div64).
+    from conv2d_wgmma import Conv2dWgmma
+    img, wt = np.zeros((2, 13, 11, 64), np.float16), np.zeros((40, 3, 3, 64), np.float16)
+    calls.append((Conv2dWgmma(), (2, 13, 11, 64, 40, img, wt, np.zeros((2 * 13 * 11, 40), np.float16))))
     from test_low_precision import HOPPER_CASES, hopper_case
     for case in HOPPER_CASES[:2]:  # the quantized matmul's wgmma kernel, with its TMA-store epilogue
         kernel, args, _ = hopper_case(*case, seed=0)

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -135,6 +136,10 @@ class Emitter {
   int barrier_ids_ = 1;  // named barrier ids for thread groups (0 is __syncthreads)
   std::unordered_map<int64_t, int> group_barriers_;
   std::unordered_set<int64_t> user_barriers_;  // ids the kernel names itself (sync_threads)
+  // The block indices the kernel reads (blockIdx, the cluster's), each once at its start:
+  // variable -> initializer.
+  std::map<std::string, std::string> block_reads_;
+  const std::string& block_read(const std::string& name, const std::string& init);
   bool has_wgmma_ = false;                      // a wgmma.mma anywhere: no printf of the emitter's own
   bool cooperative_ = false;                   // sync_grid: a cooperative launch
   std::vector<int> blocks_;                     // the open C blocks, innermost last (ids)

@@ -4,18 +4,19 @@
 extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
+  const int32_t tilus_block_x = tilus::block_idx(0);
   __half* const x_1 = x;
   float* const y_1 = y;
   // load_global (test_codegen.cpp:40)
   __align__(16) __half x_2[8];
-  x_2[0] = (((int32_t(blockIdx.x) * 256) + (tid * 8)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + (tid * 8))))) : tilus::cvt<__half>(0.0f);
-  x_2[1] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 1)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 1))))) : tilus::cvt<__half>(0.0f);
-  x_2[2] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 2)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 2))))) : tilus::cvt<__half>(0.0f);
-  x_2[3] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 3)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 3))))) : tilus::cvt<__half>(0.0f);
-  x_2[4] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 4)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 4))))) : tilus::cvt<__half>(0.0f);
-  x_2[5] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 5)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 5))))) : tilus::cvt<__half>(0.0f);
-  x_2[6] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 6)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 6))))) : tilus::cvt<__half>(0.0f);
-  x_2[7] = (((int32_t(blockIdx.x) * 256) + ((tid * 8) + 7)) < n) ? *(x_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 7))))) : tilus::cvt<__half>(0.0f);
+  x_2[0] = (((tilus_block_x * 256) + (tid * 8)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + (tid * 8))))) : tilus::cvt<__half>(0.0f);
+  x_2[1] = (((tilus_block_x * 256) + ((tid * 8) + 1)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 1))))) : tilus::cvt<__half>(0.0f);
+  x_2[2] = (((tilus_block_x * 256) + ((tid * 8) + 2)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 2))))) : tilus::cvt<__half>(0.0f);
+  x_2[3] = (((tilus_block_x * 256) + ((tid * 8) + 3)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 3))))) : tilus::cvt<__half>(0.0f);
+  x_2[4] = (((tilus_block_x * 256) + ((tid * 8) + 4)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 4))))) : tilus::cvt<__half>(0.0f);
+  x_2[5] = (((tilus_block_x * 256) + ((tid * 8) + 5)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 5))))) : tilus::cvt<__half>(0.0f);
+  x_2[6] = (((tilus_block_x * 256) + ((tid * 8) + 6)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 6))))) : tilus::cvt<__half>(0.0f);
+  x_2[7] = (((tilus_block_x * 256) + ((tid * 8) + 7)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 7))))) : tilus::cvt<__half>(0.0f);
   // cast (test_codegen.cpp:41)
   __align__(16) float c[8];
   c[0] = tilus::cvt<float>(x_2[0]);
@@ -77,12 +78,12 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   where[6] = (greater[6] ? mul[6] : neg[6]);
   where[7] = (greater[7] ? mul[7] : neg[7]);
   // store_global (test_codegen.cpp:43)
-  if ((((int32_t(blockIdx.x) * 256) + (tid * 8)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + (tid * 8))))) = where[0];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 1)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 1))))) = where[1];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 2)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 2))))) = where[2];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 3)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 3))))) = where[3];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 4)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 4))))) = where[4];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 5)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 5))))) = where[5];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 6)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 6))))) = where[6];
-  if ((((int32_t(blockIdx.x) * 256) + ((tid * 8) + 7)) < n)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 256) + ((tid * 8) + 7))))) = where[7];
+  if ((((tilus_block_x * 256) + (tid * 8)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + (tid * 8))))) = where[0];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 1)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 1))))) = where[1];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 2)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 2))))) = where[2];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 3)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 3))))) = where[3];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 4)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 4))))) = where[4];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 5)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 5))))) = where[5];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 6)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 6))))) = where[6];
+  if ((((tilus_block_x * 256) + ((tid * 8) + 7)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 7))))) = where[7];
 }

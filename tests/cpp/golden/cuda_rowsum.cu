@@ -4,42 +4,43 @@
 extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
+  const int32_t tilus_block_x = tilus::block_idx(0);
   float* const x_1 = x;
   float* const y_1 = y;
   // load_global (test_codegen.cpp:54)
   __align__(16) float x_2[32];
-  x_2[0] = ((int32_t(blockIdx.x) * 8) < m) ? *(x_1 + ((((int64_t)((int32_t(blockIdx.x) * 8))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[1] = ((int32_t(blockIdx.x) * 8) < m) ? *(x_1 + ((((int64_t)((int32_t(blockIdx.x) * 8))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[2] = ((int32_t(blockIdx.x) * 8) < m) ? *(x_1 + ((((int64_t)((int32_t(blockIdx.x) * 8))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[3] = ((int32_t(blockIdx.x) * 8) < m) ? *(x_1 + ((((int64_t)((int32_t(blockIdx.x) * 8))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[4] = (((int32_t(blockIdx.x) * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 1))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[5] = (((int32_t(blockIdx.x) * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 1))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[6] = (((int32_t(blockIdx.x) * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 1))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[7] = (((int32_t(blockIdx.x) * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 1))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[8] = (((int32_t(blockIdx.x) * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 2))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[9] = (((int32_t(blockIdx.x) * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 2))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[10] = (((int32_t(blockIdx.x) * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 2))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[11] = (((int32_t(blockIdx.x) * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 2))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[12] = (((int32_t(blockIdx.x) * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 3))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[13] = (((int32_t(blockIdx.x) * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 3))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[14] = (((int32_t(blockIdx.x) * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 3))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[15] = (((int32_t(blockIdx.x) * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 3))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[16] = (((int32_t(blockIdx.x) * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 4))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[17] = (((int32_t(blockIdx.x) * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 4))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[18] = (((int32_t(blockIdx.x) * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 4))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[19] = (((int32_t(blockIdx.x) * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 4))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[20] = (((int32_t(blockIdx.x) * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 5))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[21] = (((int32_t(blockIdx.x) * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 5))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[22] = (((int32_t(blockIdx.x) * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 5))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[23] = (((int32_t(blockIdx.x) * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 5))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[24] = (((int32_t(blockIdx.x) * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 6))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[25] = (((int32_t(blockIdx.x) * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 6))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[26] = (((int32_t(blockIdx.x) * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 6))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[27] = (((int32_t(blockIdx.x) * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 6))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  x_2[28] = (((int32_t(blockIdx.x) * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 7))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
-  x_2[29] = (((int32_t(blockIdx.x) * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
-  x_2[30] = (((int32_t(blockIdx.x) * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
-  x_2[31] = (((int32_t(blockIdx.x) * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((int32_t(blockIdx.x) * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[0] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[1] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[2] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[3] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[4] = (((tilus_block_x * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 1))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[5] = (((tilus_block_x * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 1))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[6] = (((tilus_block_x * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 1))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[7] = (((tilus_block_x * 8) + 1) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 1))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[8] = (((tilus_block_x * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 2))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[9] = (((tilus_block_x * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 2))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[10] = (((tilus_block_x * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 2))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[11] = (((tilus_block_x * 8) + 2) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 2))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[12] = (((tilus_block_x * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 3))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[13] = (((tilus_block_x * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 3))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[14] = (((tilus_block_x * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 3))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[15] = (((tilus_block_x * 8) + 3) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 3))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[16] = (((tilus_block_x * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 4))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[17] = (((tilus_block_x * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 4))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[18] = (((tilus_block_x * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 4))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[19] = (((tilus_block_x * 8) + 4) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 4))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[20] = (((tilus_block_x * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 5))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[21] = (((tilus_block_x * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 5))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[22] = (((tilus_block_x * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 5))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[23] = (((tilus_block_x * 8) + 5) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 5))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[24] = (((tilus_block_x * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 6))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[25] = (((tilus_block_x * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 6))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[26] = (((tilus_block_x * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 6))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[27] = (((tilus_block_x * 8) + 6) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 6))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
+  x_2[28] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
+  x_2[29] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
+  x_2[30] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
+  x_2[31] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
   // sum (test_codegen.cpp:55)
   float acc[8];
   acc[0] = tilus::cvt<float>(x_2[0]);
@@ -164,13 +165,13 @@ extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __res
   sum[7] = tilus::cvt<float>(acc[7]);
   // store_global (test_codegen.cpp:55)
   if ((tid == 0)) {
-    if (((int32_t(blockIdx.x) * 8) < m)) *(y_1 + ((int64_t)((int32_t(blockIdx.x) * 8)))) = sum[0];
-    if ((((int32_t(blockIdx.x) * 8) + 1) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 1)))) = sum[1];
-    if ((((int32_t(blockIdx.x) * 8) + 2) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 2)))) = sum[2];
-    if ((((int32_t(blockIdx.x) * 8) + 3) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 3)))) = sum[3];
-    if ((((int32_t(blockIdx.x) * 8) + 4) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 4)))) = sum[4];
-    if ((((int32_t(blockIdx.x) * 8) + 5) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 5)))) = sum[5];
-    if ((((int32_t(blockIdx.x) * 8) + 6) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 6)))) = sum[6];
-    if ((((int32_t(blockIdx.x) * 8) + 7) < m)) *(y_1 + ((int64_t)(((int32_t(blockIdx.x) * 8) + 7)))) = sum[7];
+    if (((tilus_block_x * 8) < m)) *(y_1 + ((int64_t)((tilus_block_x * 8)))) = sum[0];
+    if ((((tilus_block_x * 8) + 1) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 1)))) = sum[1];
+    if ((((tilus_block_x * 8) + 2) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 2)))) = sum[2];
+    if ((((tilus_block_x * 8) + 3) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 3)))) = sum[3];
+    if ((((tilus_block_x * 8) + 4) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 4)))) = sum[4];
+    if ((((tilus_block_x * 8) + 5) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 5)))) = sum[5];
+    if ((((tilus_block_x * 8) + 6) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 6)))) = sum[6];
+    if ((((tilus_block_x * 8) + 7) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 7)))) = sum[7];
   }
 }

@@ -4,6 +4,9 @@
 extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int32_t n, float* __restrict__ c, int32_t* __restrict__ global_tensor_0) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
+  const int32_t tilus_block_x = tilus::block_idx(0);
+  const int32_t tilus_block_y = tilus::block_idx(1);
+  const int32_t tilus_block_z = tilus::block_idx(2);
   float* const c_1 = c;
   int32_t* const g = global_tensor_0;
   // register_tensor (test_codegen.cpp:446)
@@ -12,18 +15,18 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   r[1] = 1.0f;
   r[2] = 1.0f;
   r[3] = 1.0f;
-  if ((int32_t(blockIdx.z) > 0)) {
+  if ((tilus_block_z > 0)) {
     // lock_semaphore (test_codegen.cpp:448)
     if (tid == 0) {
-      tilus::semaphore_wait((global_tensor_0 + ((((int64_t)(int32_t(blockIdx.x))) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(int32_t(blockIdx.y))))), int32_t(blockIdx.z));
+      tilus::semaphore_wait((global_tensor_0 + ((((int64_t)(tilus_block_x)) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(tilus_block_y)))), tilus_block_z);
     }
     __syncthreads();
     // load_global (test_codegen.cpp:449)
     __align__(16) float x[4];
-    x[0] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)))))) : 0.0f;
-    x[1] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)))))) : 0.0f;
-    x[2] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)))))) : 0.0f;
-    x[3] = ((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)) < n)) ? *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)))))) : 0.0f;
+    x[0] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + ((tid % 4) * 4)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 4) * 4)))))) : 0.0f;
+    x[1] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 1)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 1)))))) : 0.0f;
+    x[2] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 2)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 2)))))) : 0.0f;
+    x[3] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) : 0.0f;
     // add (test_codegen.cpp:450)
     __align__(16) float add[4];
     add[0] = (r[0] + x[0]);
@@ -38,14 +41,14 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   }
   // store_global (test_codegen.cpp:452)
   if (((tid / 64) == 0)) {
-    if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + ((tid % 4) * 4)))))) = r[0];
-    if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 1)))))) = r[1];
-    if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 2)))))) = r[2];
-    if (((((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)) < m) && (((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)) < n))) *(c_1 + ((((int64_t)(((int32_t(blockIdx.x) * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((int32_t(blockIdx.y) * 16) + (((tid % 4) * 4) + 3)))))) = r[3];
+    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + ((tid % 4) * 4)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 4) * 4)))))) = r[0];
+    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 1)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 1)))))) = r[1];
+    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 2)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 2)))))) = r[2];
+    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) = r[3];
   }
   // release_semaphore (test_codegen.cpp:453)
   __syncthreads();
   if (tid == 0) {
-    tilus::semaphore_release((global_tensor_0 + ((((int64_t)(int32_t(blockIdx.x))) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(int32_t(blockIdx.y))))), ((int32_t(blockIdx.z) + 1) % 3));
+    tilus::semaphore_release((global_tensor_0 + ((((int64_t)(tilus_block_x)) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(tilus_block_y)))), ((tilus_block_z + 1) % 3));
   }
 }
