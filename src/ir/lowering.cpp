@@ -45,6 +45,7 @@ std::string Lowering::str() const {
       for (auto& g : matrices)
         groups += fmt::format("{}x{}{}@{}", groups.empty() ? "" : ", ", g.n, g.trans ? ".trans" : "", g.slot);
       s += fmt::format(" groups=[{}] contiguous_dim={}", groups, matrix_cdim);
+      if (matrix_rdim != 1 - matrix_cdim) s += fmt::format(" row_dim={}", matrix_rdim);  // beyond 2-D tiles
       break;
     }
     case MachineOp::MmaSync:

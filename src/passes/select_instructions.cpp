@@ -165,31 +165,33 @@ Contiguity contiguity(const RegisterLayout& l) {
 // --- ldmatrix / stmatrix fragments -----------------------------------------------------------
 
 // In each group of 2N slots (N = 4, 2, 1 matrices) lane l of every warp holds, in slots 2j
-// and 2j + 1, the elements (l / 4, 2 (l % 4) + {0, 1}) of 8x8 matrix j (`trans`: the
-// transposed position), with the matrix's row start on a multiple of 8 along the contiguous
-// dim `cdim`. Checked for every thread and slot of a 2-D layout over `threads` threads;
-// nullopt when some slot does not fit.
-std::optional<std::vector<MatrixGroup>> match_matrix_fragments(const RegisterLayout& l, int cdim, int64_t threads) {
-  if (!l.defined() || l.rank() != 2 || cdim < 0 || cdim > 1 || threads % 32 || l.num_threads() != threads ||
-      l.local_size() % 2)
+// and 2j + 1, the elements (l / 4, 2 (l % 4) + {0, 1}) of 8x8 matrix j in the (row dim `rdim`,
+// contiguous dim `cdim`) plane (`trans`: the transposed position; every other dim the same
+// for the whole matrix), with the matrix's row start on a multiple of 8 along `cdim`. Checked
+// for every thread and slot of a layout over `threads` threads; nullopt when some slot does
+// not fit.
+std::optional<std::vector<MatrixGroup>> match_matrix_fragments(const RegisterLayout& l, int cdim, int rdim,
+                                                               int64_t threads) {
+  if (!l.defined() || l.rank() < 2 || cdim < 0 || cdim >= l.rank() || rdim < 0 || rdim >= l.rank() || rdim == cdim ||
+      threads % 32 || l.num_threads() != threads || l.local_size() % 2)
     return std::nullopt;
-  int rdim = 1 - cdim;
   // Where lane `lane`'s half `h` of a matrix sits relative to the matrix origin.
   auto expect = [&](bool trans, int64_t lane, int64_t h) {
-    std::vector<int64_t> d(2);
-    d[trans ? cdim : rdim] = lane / 4;
-    d[trans ? rdim : cdim] = 2 * (lane % 4) + h;
+    std::vector<int64_t> d(size_t(l.rank()), 0);
+    d[size_t(trans ? cdim : rdim)] = lane / 4;
+    d[size_t(trans ? rdim : cdim)] = 2 * (lane % 4) + h;
     return d;
   };
   auto matches = [&](int64_t s0, int64_t n, bool trans) {
     for (int64_t t = 0; t < threads; ++t)
       for (int64_t j = 0; j < n; ++j) {
         auto origin = l.map(t - t % 32, s0 + 2 * j);  // lane 0 of the warp, half 0
-        if (origin[cdim] % 8) return false;
+        if (origin[size_t(cdim)] % 8) return false;
         for (int64_t h = 0; h < 2; ++h) {
           auto got = l.map(t, s0 + 2 * j + h);
           auto d = expect(trans, t % 32, h);
-          if (got[0] != origin[0] + d[0] || got[1] != origin[1] + d[1]) return false;
+          for (size_t k = 0; k < got.size(); ++k)
+            if (got[k] != origin[k] + d[k]) return false;
         }
       }
     return true;
@@ -209,32 +211,39 @@ std::optional<std::vector<MatrixGroup>> match_matrix_fragments(const RegisterLay
   return groups;
 }
 
-// ldmatrix (load) / stmatrix (store) between the 2-D shared view `view` and register tensor
-// `reg` for a thread scope of `threads` threads starting at thread `begin`: 16-bit data,
-// fragments that match, 16-byte aligned rows along the contiguous dim, sm_80+ (ldmatrix) /
+// ldmatrix (load) / stmatrix (store) between the shared view `view` and register tensor `reg`
+// of the same rank for a thread scope of `threads` threads starting at thread `begin`:
+// 16-bit data, fragments that match in the plane of the view's contiguous dim and one other
+// (the first that matches), 16-byte aligned rows along the contiguous dim, sm_80+ (ldmatrix) /
 // sm_90+ (stmatrix). An undefined record when any of it fails.
 Lowering plan_matrix_copy(const KernelFacts& f, int sm, const SharedView& view, const Tensor& reg, int64_t threads,
                           int64_t begin, bool load) {
   Lowering none;
   DataType dt = reg.dtype();
-  if (dt.bits() != 16 || dt.is_subbyte() || reg.rank() != 2 || view.dims.size() != 2 || !reg->layout.defined())
+  if (dt.bits() != 16 || dt.is_subbyte() || reg.rank() < 2 || view.dims.size() != size_t(reg.rank()) ||
+      !reg->layout.defined())
     return none;
   if (sm < (load ? 80 : 90) || begin % 32) return none;
   const SharedLayout& root = view.root->shared_layout;
   int cdim = -1;
-  for (int d = 0; d < 2; ++d)
-    if (view.dims[d] >= 0 && root.strides()[view.dims[d]] == 1) cdim = d;
-  if (cdim < 0 || view.dims[1 - cdim] < 0) return none;
+  for (int d = 0; d < reg.rank(); ++d)
+    if (view.dims[size_t(d)] >= 0 && root.strides()[view.dims[size_t(d)]] == 1) cdim = d;
+  if (cdim < 0) return none;
   // 16-byte aligned rows (the swizzle keeps 16-byte units).
   if (shared_vector_width(f, view, cdim, 8) < 8) return none;
-  auto groups = match_matrix_fragments(reg->layout, cdim, threads);
-  if (!groups) return none;
-  Lowering l;
-  l.op = load ? MachineOp::Ldmatrix : MachineOp::Stmatrix;
-  l.matrix_cdim = cdim;
-  l.matrices = *groups;
-  l.mapping = reg->layout;
-  return l;
+  for (int rdim = 0; rdim < reg.rank(); ++rdim) {
+    if (rdim == cdim || view.dims[size_t(rdim)] < 0) continue;
+    auto groups = match_matrix_fragments(reg->layout, cdim, rdim, threads);
+    if (!groups) continue;
+    Lowering l;
+    l.op = load ? MachineOp::Ldmatrix : MachineOp::Stmatrix;
+    l.matrix_cdim = cdim;
+    l.matrix_rdim = rdim;
+    l.matrices = *groups;
+    l.mapping = reg->layout;
+    return l;
+  }
+  return none;
 }
 
 // A per-thread access of register tensor `reg` (its layout maps the threads) with `vector`

@@ -305,6 +305,24 @@ TEST(CopySelection, FragmentsToSharedIsStmatrixOnSm90Only) {
   EXPECT_EQ(copies(s80.after).back()->lowering.op, MachineOp::Simt);
 }
 
+// The Hopper epilogues store the accumulator as [rows, boxes, box] into shared boxes seen as
+// [rows, boxes, box] (a permuted [boxes, rows, box] tile): stmatrix in the (rows, box) plane.
+TEST(CopySelection, FragmentsToAThreeDimensionalSharedViewAreStmatrix) {
+  auto s = golden_case("stmatrix_3d", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto ra = k.register_tensor(dtypes::float16, {64, 16});
+    auto rb = k.register_tensor(dtypes::float16, {16, 64});
+    k.copy(a.region({0, 0}, {64, 16}), ra);
+    k.copy(a.region({0, 0}, {16, 64}), rb);
+    auto acc = k.dot(ra, rb, {}, {.acc_dtype = dtypes::float16});
+    auto sc = k.shared_tensor(dtypes::float16, {2, 64, 32});
+    k.copy(k.reshape(acc, {64, 2, 32}), sc.permute({1, 0, 2}));
+  }, {.arch = "sm_90a"});
+  const Lowering& l = copies(s.after).back()->lowering;
+  EXPECT_EQ(l.op, MachineOp::Stmatrix);
+  EXPECT_EQ(l.matrix_cdim, 2);
+  EXPECT_EQ(l.matrix_rdim, 0);
+}
+
 TEST(CopySelection, CoalescedWidthOrLoopLayoutSkipsLdmatrix) {
   auto s = golden_case("ldmatrix_skipped", kSelect, [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) {
     auto sa = k.shared_tensor(dtypes::float16, {64, 32});

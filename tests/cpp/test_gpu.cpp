@@ -873,8 +873,11 @@ namespace {
 // Matrix fragments through shared memory with copy: global -> registers, a dot with an f16
 // accumulator, registers -> shared (stmatrix on sm_90), shared -> registers (ldmatrix) ->
 // global.
+// `boxes`: through shared boxes [2, 64, 32] seen as [64, 2, 32] (three-dimensional matrix
+// copies, as the Hopper epilogues store the accumulator).
 struct FragmentRoundTrip : Script {
   static constexpr const char* param_names = "m, n, k, a, b, c";
+  bool boxes = false;
   void operator()(Int32 m, Int32 n, Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f16> c) {
     attrs.blocks = {1};
     attrs.warps = 4;
@@ -883,10 +886,18 @@ struct FragmentRoundTrip : Script {
     copy(global_view(a, {m, k}).region({0, 0}, {64, 32}), ra);
     copy(global_view(b, {k, n}).region({0, 0}, {32, 64}), rb);
     auto acc = dot(ra, rb, {}, {.acc_dtype = dtypes::float16});
-    auto sc = shared_tensor(dtypes::float16, {64, 64});
-    copy(acc, sc);
-    auto back = register_tensor(dtypes::float16, {64, 64});
-    copy(sc, back);
+    RegisterTensor back = register_tensor(dtypes::float16, {64, 64});
+    if (boxes) {
+      auto sc = shared_tensor(dtypes::float16, {2, 64, 32});
+      copy(reshape(acc, {64, 2, 32}), sc.permute({1, 0, 2}));
+      auto back3 = register_tensor(dtypes::float16, {64, 2, 32});
+      copy(sc.permute({1, 0, 2}), back3);
+      back = reshape(back3, {64, 64});
+    } else {
+      auto sc = shared_tensor(dtypes::float16, {64, 64});
+      copy(acc, sc);
+      copy(sc, back);
+    }
     copy(back, global_view(c, {m, n}).region({0, 0}, {64, 64}));
   }
 };
@@ -900,7 +911,6 @@ TEST(Backend_, FragmentsThroughSharedMemory) {
   a.upload(ha);
   b.upload(hb);
   c.upload(std::vector<double>(m * n, 0));
-  jit_on(FragmentRoundTrip{})({m, n, k, a.arg(), b.arg(), c.arg()});
   std::vector<double> want(m * n);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -908,7 +918,14 @@ TEST(Backend_, FragmentsThroughSharedMemory) {
       for (int64_t l = 0; l < k; ++l) s += ha[i * k + l] * hb[l * n + j];
       want[i * n + j] = s;
     }
-  expect_close(c.download(), want, 0.5, 0.01);
+  for (bool boxes : {false, true}) {
+    SCOPED_TRACE(boxes ? "three-dimensional shared boxes" : "a two-dimensional shared tile");
+    c.upload(std::vector<double>(m * n, 0));
+    FragmentRoundTrip script;
+    script.boxes = boxes;
+    jit_on(script)({m, n, k, a.arg(), b.arg(), c.arg()});
+    expect_close(c.download(), want, 0.5, 0.01);
+  }
 }
 
 // c = a + b with blocks in clusters of 2 (Hopper): the blocks run like any others (the CPU

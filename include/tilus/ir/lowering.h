@@ -100,8 +100,9 @@ struct Lowering {
   // Issues a cp.async commit of its own after its copies (a `copy` selected as cp.async,
   // and async_copy, whose group the kernel waits for).
   bool commits_group = false;
-  // Ldmatrix / Stmatrix: the tile dim along which a matrix row is contiguous, and the groups.
-  int matrix_cdim = 1;
+  // Ldmatrix / Stmatrix: the tile dim along which a matrix row is contiguous, the tile dim of
+  // its rows, and the groups.
+  int matrix_cdim = 1, matrix_rdim = 0;
   std::vector<MatrixGroup> matrices;
   DotTiling dot;
   WgmmaTiling wgmma;

@@ -252,7 +252,7 @@ void emit_atomic(Emitter& em, const AtomicInst& i, const Lowering& rec, const Si
 void emit_matrix(Emitter& em, const Lowering& plan, const SharedView& view, const Tensor& reg, bool load) {
   const RegisterLayout& l = reg->layout;
   const ThreadScope& sc = em.scope();
-  int rdim = 1 - plan.matrix_cdim;
+  int rdim = plan.matrix_rdim;
   Side sm = shared_side(view);
   // Lane l gives row l % 8 of matrix j = l / 8 (lanes past the N matrices repeat valid
   // rows). When the matrices' origins are linear in the bits of j (as in every mma
@@ -270,16 +270,23 @@ void emit_matrix(Emitter& em, const Lowering& plan, const SharedView& view, cons
     };
     auto delta = [&](int64_t j) {
       auto a = l.map(0, g.slot + 2 * j), b = l.map(0, g.slot);
-      return std::vector<int64_t>{a[0] - b[0], a[1] - b[1]};
+      for (size_t d = 0; d < a.size(); ++d) a[d] -= b[d];
+      return a;
     };
     Expr off;
-    bool linear = g.n < 4 || delta(3) == std::vector<int64_t>{delta(1)[0] + delta(2)[0], delta(1)[1] + delta(2)[1]};
+    bool linear = g.n < 4;
+    if (!linear) {
+      auto d1 = delta(1), d2 = delta(2), d3 = delta(3);
+      linear = true;
+      for (size_t d = 0; d < d3.size(); ++d) linear = linear && d3[d] == d1[d] + d2[d];
+    }
     if (linear) {
       std::vector<Expr> idx = origin(0);
       for (int64_t bit = 1; bit < g.n; bit *= 2) {
         Expr on = thread / (8 * bit) % 2;
-        for (int d = 0; d < 2; ++d)
-          if (delta(bit)[d]) idx[d] = idx[d] + on * delta(bit)[d];
+        auto db = delta(bit);
+        for (size_t d = 0; d < db.size(); ++d)
+          if (db[d]) idx[d] = idx[d] + on * db[d];
       }
       off = sm.offset(idx);
     } else {
