@@ -185,8 +185,12 @@ def main():
             what = f"conv2d f16 {n}x{h}x{w}x{ch}->{f} 3x3"
             flops = 2 * n * h * w * f * 9 * ch
             rows.append((what, "torch (cuDNN, channels_last)", f"{flops / cudnn_ms / 1e9:.0f} TFLOP/s", ""))
-            from conv2d_wgmma import Conv2dWgmma
+            from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
             for label, kernel in (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
+                                  ("tilus conv2d_wgmma.py, persistent warp-specialized (256x64x64)",
+                                   Conv2dWgmmaPersistent(3, 1, 1, 1, blocks=sms)),
+                                  ("the same, 128x64x64", Conv2dWgmmaPersistent(3, 1, 1, 1, block_m=128, blocks=sms)),
                                   ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
                                   ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
                 kernel(n, h, w, ch, f, img, wt, out)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import tilus
-from conftest import Arrays
+from conftest import HAS_GPU, Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
-from conv2d_wgmma import Conv2dWgmma
+from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
 from hopper_matmul_v0 import HopperMatmulV0
 from hopper_matmul_v1 import HopperMatmulV1
 from hopper_matmul_v2 import HopperMatmulV2
@@ -95,6 +95,22 @@ def test_conv2d_wgmma(arrays, n, h, w, c, f, ks, s, d, p):
     want = conv2d_reference(arrays.host(img), arrays.host(weight), s, d, p)
     out = arrays.put(np.full(want.shape, 7, np.float16))
     Conv2dWgmma(ks, s, d, p)(n, h, w, c, f, img, weight, out)
+    np.testing.assert_allclose(arrays.host(out).astype(np.float64), want, rtol=2e-2, atol=3e-2)
+
+
+# The persistent, warp-specialized version on the GPU (its thread groups wait on each other):
+# several tiles per block (the ring's phases carry across tiles), ragged pixel and filter
+# tiles, and a long k loop (50 steps).
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("n,h,w,c,f,ks,s,d,p", [(4, 30, 29, 64, 136, 3, 1, 1, 1), (2, 13, 11, 64, 40, 3, 1, 1, 1),
+                                                (1, 17, 19, 128, 72, 5, 2, 2, 3)])
+def test_conv2d_wgmma_persistent_on_the_gpu(n, h, w, c, f, ks, s, d, p):
+    arrays = Arrays("cuda")
+    img = arrays.put(arrays.rng.uniform(-1, 1, (n, h, w, c)).astype(np.float16))
+    weight = arrays.put(arrays.rng.uniform(-1, 1, (f, ks, ks, c)).astype(np.float16))
+    want = conv2d_reference(arrays.host(img), arrays.host(weight), s, d, p)
+    out = arrays.put(np.full(want.shape, 7, np.float16))
+    Conv2dWgmmaPersistent(ks, s, d, p, blocks=4)(n, h, w, c, f, img, weight, out)
     np.testing.assert_allclose(arrays.host(out).astype(np.float64), want, rtol=2e-2, atol=3e-2)
 
 

@@ -432,9 +432,10 @@ def test_the_wgmma_examples_keep_their_wgmma_in_flight():
     # conv2d_wgmma's in-loop im2col coordinates divide 64-bit values by the image's run-time
     # sizes: ptxas's division subroutine serialized its wgmma (C7515, "non wgmma instructions
     # defining accumulator registers") until the emitter divided without it (tilus::div64).
-    from conv2d_wgmma import Conv2dWgmma
+    from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
     img, wt = np.zeros((2, 13, 11, 64), np.float16), np.zeros((40, 3, 3, 64), np.float16)
-    calls.append((Conv2dWgmma(), (2, 13, 11, 64, 40, img, wt, np.zeros((2 * 13 * 11, 40), np.float16))))
+    for conv in (Conv2dWgmma(), Conv2dWgmmaPersistent()):
+        calls.append((conv, (2, 13, 11, 64, 40, img, wt, np.zeros((2 * 13 * 11, 40), np.float16))))
     from test_low_precision import HOPPER_CASES, hopper_case
     for case in HOPPER_CASES[:2]:  # the quantized matmul's wgmma kernel, with its TMA-store epilogue
         kernel, args, _ = hopper_case(*case, seed=0)
