@@ -190,7 +190,6 @@ def main():
             for label, kernel in (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
                                   ("tilus conv2d_wgmma.py, persistent warp-specialized (256x64x64)",
                                    Conv2dWgmmaPersistent(3, 1, 1, 1, blocks=sms)),
-                                  ("the same, 128x64x64", Conv2dWgmmaPersistent(3, 1, 1, 1, block_m=128, blocks=sms)),
                                   ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
                                   ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
                 kernel(n, h, w, ch, f, img, wt, out)

@@ -5,7 +5,8 @@ the wgmma that read them: per k step, a split-phase c2d_im2col (one TMA load in 
 the [block_m, block_k] tile of the im2col matrix and a tma_copy the [block_n, block_k] tile of the
 weights viewed as [F, kernel * kernel * C], both completing on the stage's mbarrier. C must be a
 multiple of block_k (the kernel assumes it, and a launch where it is not is refused), so that a
-tile's channels stay in one kernel position; sm_90a."""
+tile's channels stay in one kernel position; sm_90a. Conv2dWgmmaPersistent below is the same
+conv made persistent and warp-specialized, as hopper_matmul_v3."""
 import tilus
 from tilus import float16, float32, int32
 
