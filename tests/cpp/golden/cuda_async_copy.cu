@@ -6,8 +6,8 @@ extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __
   const int32_t tid = int32_t(threadIdx.x);
   __half* const x_1 = x;
   __half* const y_1 = y;
-  // shared_tensor (test_codegen.cpp:66)
-  // copy_async (test_codegen.cpp:67)
+  // shared_tensor (test_codegen.cpp:N)
+  // copy_async (test_codegen.cpp:N)
    {
     const uint64_t policy = tilus::policy_evict_first();
     tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))), (x_1 + ((((int64_t)((tid / 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), (((tid / 8) < n) && (((tid % 8) * 8) < n)), policy);
@@ -15,31 +15,31 @@ extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __
     tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1024) ^ ((((tid * 8) + 1024) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 16) < n) && (((tid % 8) * 8) < n)), policy);
     tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1536) ^ ((((tid * 8) + 1536) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 24))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 24) < n) && (((tid % 8) * 8) < n)), policy);
   }
-  // copy_async_commit_group (test_codegen.cpp:68)
+  // copy_async_commit_group (test_codegen.cpp:N)
   tilus::cp_async_commit();
-  // copy_async_wait_group (test_codegen.cpp:69)
+  // copy_async_wait_group (test_codegen.cpp:N)
   tilus::cp_async_wait<0>();
-  // sync (test_codegen.cpp:70)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // load_shared (test_codegen.cpp:71)
+  // load_shared (test_codegen.cpp:N)
   __align__(16) __half y_2[32];
   tilus::load_vec<16>(&y_2[0], (reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))));
   tilus::load_vec<16>(&y_2[8], (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 512) ^ ((((tid * 8) + 512) >> 3) & 56))));
   tilus::load_vec<16>(&y_2[16], (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1024) ^ ((((tid * 8) + 1024) >> 3) & 56))));
   tilus::load_vec<16>(&y_2[24], (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1536) ^ ((((tid * 8) + 1536) >> 3) & 56))));
-  // store_global (test_codegen.cpp:71)
+  // store_global (test_codegen.cpp:N)
   if ((((tid / 8) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)((tid / 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[0]);
   if (((((tid / 8) + 8) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 8))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[8]);
   if (((((tid / 8) + 16) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[16]);
   if (((((tid / 8) + 24) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 24))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[24]);
   if (tid >= 32 && tid < 64) {
     const int32_t tg = tid - 32;
-    // sync (test_codegen.cpp:72)
+    // sync (test_codegen.cpp:N)
     tilus::named_barrier(1, 32);
   }
   if (tid == 0) {
     const int32_t tg_1 = tid - 0;
-    // printf (test_codegen.cpp:73)
+    // printf (test_codegen.cpp:N)
     printf("done %d\n", n);
   }
 }

@@ -12,9 +12,9 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   uint32_t tilus_copy_phase_0 = 0u;
   __half* const x_1 = x;
   __half* const y_1 = y;
-  // shared_tensor (test_codegen.cpp:131)
-  // shared_tensor (test_codegen.cpp:132)
-  // copy (test_codegen.cpp:133)
+  // shared_tensor (test_codegen.cpp:N)
+  // shared_tensor (test_codegen.cpp:N)
+  // copy (test_codegen.cpp:N)
    {
     const uint64_t policy = tilus::policy_evict_last();
     __half v[8];
@@ -23,36 +23,36 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
     if (((((tid / 4) + 32) < n) && (((tid % 4) * 8) < n))) tilus::load_vec_hint<16>(v, (x_1 + ((((int64_t)(((tid / 4) + 32))) * ((int64_t)(n))) + ((int64_t)(((tid % 4) * 8))))), policy); else tilus::zero_vec<16>(v);
     tilus::store_vec<16>((reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 1024) ^ ((((tid * 8) + 1024) >> 3) & 24))), v);
   }
-  // copy (test_codegen.cpp:134)
+  // copy (test_codegen.cpp:N)
    {
     const uint64_t policy_1 = tilus::policy_evict_first();
     tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 4096) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))), (x_1 + ((((int64_t)((tid / 8))) * ((int64_t)(n))) + ((int64_t)((((tid % 8) * 8) + 32))))), (((tid / 8) < n) && ((((tid % 8) * 8) + 32) < n)), policy_1);
     tilus::cp_async_hint<16>((reinterpret_cast<__half*>(tilus_smem + 4096) + (((tid * 8) + 1024) ^ ((((tid * 8) + 1024) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)((((tid % 8) * 8) + 32))))), ((((tid / 8) + 16) < n) && ((((tid % 8) * 8) + 32) < n)), policy_1);
   }
   tilus::cp_async_commit();
-  // register_tensor (test_codegen.cpp:135)
+  // register_tensor (test_codegen.cpp:N)
   __align__(16) __half r[32];
-  // register_tensor (test_codegen.cpp:136)
+  // register_tensor (test_codegen.cpp:N)
   __align__(16) __half r_1[32];
-  // sync (test_codegen.cpp:137)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:137)
+  // copy (test_codegen.cpp:N)
   __align__(16) __half r_2[32];
   tilus::ldmatrix<4, false>(&r_2[0], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + (((tid / 16) % 2) * 8)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + (((tid / 16) % 2) * 8)) >> 3) & 24))));
   tilus::ldmatrix<4, false>(&r_2[8], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + ((((tid / 16) % 2) * 8) + 16)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + ((((tid / 16) % 2) * 8) + 16)) >> 3) & 24))));
   tilus::ldmatrix<4, false>(&r_2[16], (reinterpret_cast<__half*>(tilus_smem + 0) + ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 32) + (((tid / 16) % 2) * 8)) ^ (((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 32) + (((tid / 16) % 2) * 8)) >> 3) & 24))));
   tilus::ldmatrix<4, false>(&r_2[24], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 512) + ((tid % 8) * 32)) + (((tid / 8) % 2) * 256)) + (((tid / 16) % 2) * 8)) + 1040) ^ ((((((((((tid / 32) * 32) / 64) * 512) + ((tid % 8) * 32)) + (((tid / 8) % 2) * 256)) + (((tid / 16) % 2) * 8)) + 1040) >> 3) & 24))));
-  // copy_async_wait_group (test_codegen.cpp:138)
+  // copy_async_wait_group (test_codegen.cpp:N)
   tilus::cp_async_wait<0>();
-  // sync (test_codegen.cpp:138)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:138)
+  // copy (test_codegen.cpp:N)
   __align__(16) __half r_3[32];
   tilus::ldmatrix<4, true>(&r_3[0], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) ^ ((((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) >> 3) & 56))));
   tilus::ldmatrix<4, true>(&r_3[8], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16)) + 32)) ^ ((((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16)) + 32)) >> 3) & 56))));
   tilus::ldmatrix<4, true>(&r_3[16], (reinterpret_cast<__half*>(tilus_smem + 4096) + ((((((tid % 8) + (((tid / 8) % 2) * 8)) + 16) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) ^ (((((((tid % 8) + (((tid / 8) % 2) * 8)) + 16) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) >> 3) & 56))));
   tilus::ldmatrix<4, true>(&r_3[24], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) ^ ((((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) >> 3) & 56))));
-  // register_tensor (test_codegen.cpp:139)
+  // register_tensor (test_codegen.cpp:N)
   __align__(16) __half acc[32];
   acc[0] = tilus::cvt<__half>(0.0f);
   acc[1] = tilus::cvt<__half>(0.0f);
@@ -86,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   acc[29] = tilus::cvt<__half>(0.0f);
   acc[30] = tilus::cvt<__half>(0.0f);
   acc[31] = tilus::cvt<__half>(0.0f);
-  // dot (test_codegen.cpp:139)
+  // dot (test_codegen.cpp:N)
   __align__(16) __half d[32];
   for (int s = 0; s < 32; ++s) d[s] = acc[s];
   tilus::mma_m16n8k16_f16(&d[0], &r_2[0], &r_3[0]);
@@ -105,17 +105,17 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   tilus::mma_m16n8k16_f16(&d[20], &r_2[24], &r_3[20]);
   tilus::mma_m16n8k16_f16(&d[24], &r_2[24], &r_3[24]);
   tilus::mma_m16n8k16_f16(&d[28], &r_2[24], &r_3[28]);
-  // shared_tensor (test_codegen.cpp:140)
-  // sync (test_codegen.cpp:141)
+  // shared_tensor (test_codegen.cpp:N)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:141)
+  // copy (test_codegen.cpp:N)
   tilus::stmatrix<4, false>((reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) % 2) * 8) + (((tid / 16) % 2) * 16))) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) % 2) * 8) + (((tid / 16) % 2) * 16))) >> 3) & 56))), &d[0]);
   tilus::stmatrix<4, false>((reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) % 2) * 8) + (((tid / 16) % 2) * 16)) + 32)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) % 2) * 8) + (((tid / 16) % 2) * 16)) + 32)) >> 3) & 56))), &d[8]);
   tilus::stmatrix<4, false>((reinterpret_cast<__half*>(tilus_smem + 0) + ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 64) + ((((tid / 32) % 2) * 8) + (((tid / 16) % 2) * 16))) ^ (((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 64) + ((((tid / 32) % 2) * 8) + (((tid / 16) % 2) * 16))) >> 3) & 56))), &d[16]);
   tilus::stmatrix<4, false>((reinterpret_cast<__half*>(tilus_smem + 0) + ((((((((((tid / 32) * 32) / 64) * 1024) + ((tid % 8) * 64)) + (((tid / 8) % 2) * 512)) + (((tid / 32) % 2) * 8)) + (((tid / 16) % 2) * 16)) + 2080) ^ (((((((((((tid / 32) * 32) / 64) * 1024) + ((tid % 8) * 64)) + (((tid / 8) % 2) * 512)) + (((tid / 32) % 2) * 8)) + (((tid / 16) % 2) * 16)) + 2080) >> 3) & 56))), &d[24]);
-  // sync (test_codegen.cpp:142)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:142)
+  // copy (test_codegen.cpp:N)
    {
     const uint64_t policy_2 = tilus::policy_evict_first();
     __half v_1[8];
@@ -128,33 +128,33 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
     tilus::load_vec<16>(v_1, (reinterpret_cast<__half*>(tilus_smem + 0) + (((tid * 8) + 3072) ^ ((((tid * 8) + 3072) >> 3) & 56))));
     if (((((tid / 8) + 48) < n) && (((tid % 8) * 8) < n))) tilus::store_vec_hint<16>((y_1 + ((((int64_t)(((tid / 8) + 48))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), v_1, policy_2);
   }
-  // shared_tensor (test_codegen.cpp:143)
-  // sync (test_codegen.cpp:144)
+  // shared_tensor (test_codegen.cpp:N)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // async_copy (test_codegen.cpp:144)
+  // async_copy (test_codegen.cpp:N)
    {
     tilus::cp_async<16>((reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))), (x_1 + ((((int64_t)(((tid / 8) + 64))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), ((((tid / 8) + 64) < n) && (((tid % 8) * 8) < n)));
   }
   tilus::cp_async_commit();
-  // copy_async_wait_all (test_codegen.cpp:145)
+  // copy_async_wait_all (test_codegen.cpp:N)
   tilus::cp_async_wait_all();
-  // sync (test_codegen.cpp:146)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:146)
+  // copy (test_codegen.cpp:N)
    {
     __half v_2[8];
     tilus::load_vec<16>(v_2, (reinterpret_cast<__half*>(tilus_smem + 0) + ((tid * 8) ^ (((tid * 8) >> 3) & 56))));
     if (((((tid / 8) + 64) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 64))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), v_2);
   }
-  // copy (test_codegen.cpp:147)
+  // copy (test_codegen.cpp:N)
    {
     if ((tid == 0)) {
       if ((n > 100)) *(y_1 + ((((int64_t)(n)) * 100ll) + 100ll)) = ((n > 1) && (n > 2)) ? *(x_1 + (((int64_t)(n)) + 2ll)) : tilus::cvt<__half>(0.0f);
     }
   }
-  // sync (test_codegen.cpp:148)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:148)
+  // copy (test_codegen.cpp:N)
   if (tid == 0) {
     const int32_t tma_coords[2] = {int32_t(64), int32_t(0)};
     tilus::mbarrier_arrive_expect_tx<false, false>((tilus::smem_addr(tilus_smem) + 8192u), 2048u);
@@ -162,11 +162,11 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   }
   tilus::mbarrier_wait<false, false>((tilus::smem_addr(tilus_smem) + 8192u), tilus_copy_phase_0);
   tilus_copy_phase_0 ^= 1u;
-  // fence.proxy_async (test_codegen.cpp:149)
+  // fence.proxy_async (test_codegen.cpp:N)
   tilus::fence_proxy_async_shared();
-  // sync (test_codegen.cpp:149)
+  // sync (test_codegen.cpp:N)
   __syncthreads();
-  // copy (test_codegen.cpp:149)
+  // copy (test_codegen.cpp:N)
   if (tid == 0) {
     const int32_t tma_coords_1[2] = {int32_t(64), int32_t(16)};
     tilus::tma_store<2>(&tilus_tensor_map_1, (tilus::smem_addr(tilus_smem) + 0u + uint32_t(0) * 2u), tma_coords_1);

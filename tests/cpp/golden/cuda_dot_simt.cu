@@ -7,7 +7,7 @@ extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, 
   float* const a_1 = a;
   float* const b_1 = b;
   float* const c_1 = c;
-  // load_global (test_codegen.cpp:97)
+  // load_global (test_codegen.cpp:N)
   __align__(16) float x[16];
   x[0] = *(b_1 + ((int64_t)((tid % 8))));
   x[1] = *(b_1 + ((int64_t)(((tid % 8) + 8))));
@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, 
   x[13] = *(b_1 + (((int64_t)(((tid % 8) + 8))) + 96ll));
   x[14] = *(b_1 + (((int64_t)((tid % 8))) + 112ll));
   x[15] = *(b_1 + (((int64_t)(((tid % 8) + 8))) + 112ll));
-  // load_global (test_codegen.cpp:96)
+  // load_global (test_codegen.cpp:N)
   __align__(16) float x_1[32];
   x_1[0] = *(a_1 + (((int64_t)((tid / 8))) * 8ll));
   x_1[1] = *(a_1 + ((((int64_t)((tid / 8))) * 8ll) + 1ll));
@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, 
   x_1[29] = *(a_1 + ((((int64_t)(((tid / 8) + 12))) * 8ll) + 5ll));
   x_1[30] = *(a_1 + ((((int64_t)(((tid / 8) + 12))) * 8ll) + 6ll));
   x_1[31] = *(a_1 + ((((int64_t)(((tid / 8) + 12))) * 8ll) + 7ll));
-  // register_tensor (test_codegen.cpp:96)
+  // register_tensor (test_codegen.cpp:N)
   __align__(16) float acc[8];
   acc[0] = 0.0f;
   acc[1] = 0.0f;
@@ -69,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, 
   acc[5] = 0.0f;
   acc[6] = 0.0f;
   acc[7] = 0.0f;
-  // dot (test_codegen.cpp:96)
+  // dot (test_codegen.cpp:N)
   __align__(16) float d[8];
   for (int s = 0; s < 8; ++s) d[s] = acc[s];
   #pragma unroll
@@ -82,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, 
       d[i * 2 + j] = acc;
     }
   }
-  // store_global (test_codegen.cpp:98)
+  // store_global (test_codegen.cpp:N)
   *(c_1 + ((((int64_t)((tid / 8))) * 16ll) + ((int64_t)((tid % 8))))) = d[0];
   *(c_1 + ((((int64_t)((tid / 8))) * 16ll) + ((int64_t)(((tid % 8) + 8))))) = d[1];
   *(c_1 + ((((int64_t)(((tid / 8) + 4))) * 16ll) + ((int64_t)((tid % 8))))) = d[2];

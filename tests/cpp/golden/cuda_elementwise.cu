@@ -7,7 +7,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   const int32_t tilus_block_x = tilus::block_idx(0);
   __half* const x_1 = x;
   float* const y_1 = y;
-  // load_global (test_codegen.cpp:40)
+  // load_global (test_codegen.cpp:N)
   __align__(16) __half x_2[8];
   x_2[0] = (((tilus_block_x * 256) + (tid * 8)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + (tid * 8))))) : tilus::cvt<__half>(0.0f);
   x_2[1] = (((tilus_block_x * 256) + ((tid * 8) + 1)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 1))))) : tilus::cvt<__half>(0.0f);
@@ -17,7 +17,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   x_2[5] = (((tilus_block_x * 256) + ((tid * 8) + 5)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 5))))) : tilus::cvt<__half>(0.0f);
   x_2[6] = (((tilus_block_x * 256) + ((tid * 8) + 6)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 6))))) : tilus::cvt<__half>(0.0f);
   x_2[7] = (((tilus_block_x * 256) + ((tid * 8) + 7)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 7))))) : tilus::cvt<__half>(0.0f);
-  // cast (test_codegen.cpp:41)
+  // cast (test_codegen.cpp:N)
   __align__(16) float c[8];
   c[0] = tilus::cvt<float>(x_2[0]);
   c[1] = tilus::cvt<float>(x_2[1]);
@@ -27,7 +27,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   c[5] = tilus::cvt<float>(x_2[5]);
   c[6] = tilus::cvt<float>(x_2[6]);
   c[7] = tilus::cvt<float>(x_2[7]);
-  // neg (test_codegen.cpp:42)
+  // neg (test_codegen.cpp:N)
   __align__(16) float neg[8];
   neg[0] = (-c[0]);
   neg[1] = (-c[1]);
@@ -37,7 +37,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   neg[5] = (-c[5]);
   neg[6] = (-c[6]);
   neg[7] = (-c[7]);
-  // exp (test_codegen.cpp:42)
+  // exp (test_codegen.cpp:N)
   __align__(16) float exp[8];
   exp[0] = tilus::exp(c[0]);
   exp[1] = tilus::exp(c[1]);
@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   exp[5] = tilus::exp(c[5]);
   exp[6] = tilus::exp(c[6]);
   exp[7] = tilus::exp(c[7]);
-  // mul (test_codegen.cpp:42)
+  // mul (test_codegen.cpp:N)
   __align__(16) float mul[8];
   mul[0] = (exp[0] * 2.0f);
   mul[1] = (exp[1] * 2.0f);
@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   mul[5] = (exp[5] * 2.0f);
   mul[6] = (exp[6] * 2.0f);
   mul[7] = (exp[7] * 2.0f);
-  // greater (test_codegen.cpp:42)
+  // greater (test_codegen.cpp:N)
   __align__(16) bool greater[8];
   greater[0] = (c[0] > 0.0f);
   greater[1] = (c[1] > 0.0f);
@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   greater[5] = (c[5] > 0.0f);
   greater[6] = (c[6] > 0.0f);
   greater[7] = (c[7] > 0.0f);
-  // where (test_codegen.cpp:42)
+  // where (test_codegen.cpp:N)
   __align__(16) float where[8];
   where[0] = (greater[0] ? mul[0] : neg[0]);
   where[1] = (greater[1] ? mul[1] : neg[1]);
@@ -77,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   where[5] = (greater[5] ? mul[5] : neg[5]);
   where[6] = (greater[6] ? mul[6] : neg[6]);
   where[7] = (greater[7] ? mul[7] : neg[7]);
-  // store_global (test_codegen.cpp:43)
+  // store_global (test_codegen.cpp:N)
   if ((((tilus_block_x * 256) + (tid * 8)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + (tid * 8))))) = where[0];
   if ((((tilus_block_x * 256) + ((tid * 8) + 1)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 1))))) = where[1];
   if ((((tilus_block_x * 256) + ((tid * 8) + 2)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 2))))) = where[2];

@@ -7,7 +7,7 @@ extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __res
   const int32_t tilus_block_x = tilus::block_idx(0);
   float* const x_1 = x;
   float* const y_1 = y;
-  // load_global (test_codegen.cpp:54)
+  // load_global (test_codegen.cpp:N)
   __align__(16) float x_2[32];
   x_2[0] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;
   x_2[1] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __res
   x_2[29] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 1))))) : 0.0f;
   x_2[30] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 2))))) : 0.0f;
   x_2[31] = (((tilus_block_x * 8) + 7) < m) ? *(x_1 + ((((int64_t)(((tilus_block_x * 8) + 7))) * 512ll) + ((int64_t)(((tid * 4) + 3))))) : 0.0f;
-  // sum (test_codegen.cpp:55)
+  // sum (test_codegen.cpp:N)
   float acc[8];
   acc[0] = tilus::cvt<float>(x_2[0]);
   acc[0] = acc[0] + tilus::cvt<float>(x_2[1]);
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __res
   sum[5] = tilus::cvt<float>(acc[5]);
   sum[6] = tilus::cvt<float>(acc[6]);
   sum[7] = tilus::cvt<float>(acc[7]);
-  // store_global (test_codegen.cpp:55)
+  // store_global (test_codegen.cpp:N)
   if ((tid == 0)) {
     if (((tilus_block_x * 8) < m)) *(y_1 + ((int64_t)((tilus_block_x * 8)))) = sum[0];
     if ((((tilus_block_x * 8) + 1) < m)) *(y_1 + ((int64_t)(((tilus_block_x * 8) + 1)))) = sum[1];

@@ -9,44 +9,44 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   const int32_t tilus_block_z = tilus::block_idx(2);
   float* const c_1 = c;
   int32_t* const g = global_tensor_0;
-  // register_tensor (test_codegen.cpp:447)
+  // register_tensor (test_codegen.cpp:N)
   __align__(16) float r[4];
   r[0] = 1.0f;
   r[1] = 1.0f;
   r[2] = 1.0f;
   r[3] = 1.0f;
   if ((tilus_block_z > 0)) {
-    // lock_semaphore (test_codegen.cpp:449)
+    // lock_semaphore (test_codegen.cpp:N)
     if (tid == 0) {
       tilus::semaphore_wait((global_tensor_0 + ((((int64_t)(tilus_block_x)) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(tilus_block_y)))), tilus_block_z);
     }
     __syncthreads();
-    // load_global (test_codegen.cpp:450)
+    // load_global (test_codegen.cpp:N)
     __align__(16) float x[4];
     x[0] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + ((tid % 4) * 4)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 4) * 4)))))) : 0.0f;
     x[1] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 1)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 1)))))) : 0.0f;
     x[2] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 2)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 2)))))) : 0.0f;
     x[3] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) : 0.0f;
-    // add (test_codegen.cpp:451)
+    // add (test_codegen.cpp:N)
     __align__(16) float add[4];
     add[0] = (r[0] + x[0]);
     add[1] = (r[1] + x[1]);
     add[2] = (r[2] + x[2]);
     add[3] = (r[3] + x[3]);
-    // assign (test_codegen.cpp:451)
+    // assign (test_codegen.cpp:N)
     r[0] = add[0];
     r[1] = add[1];
     r[2] = add[2];
     r[3] = add[3];
   }
-  // store_global (test_codegen.cpp:453)
+  // store_global (test_codegen.cpp:N)
   if (((tid / 64) == 0)) {
     if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + ((tid % 4) * 4)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 4) * 4)))))) = r[0];
     if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 1)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 1)))))) = r[1];
     if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 2)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 2)))))) = r[2];
     if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) = r[3];
   }
-  // release_semaphore (test_codegen.cpp:454)
+  // release_semaphore (test_codegen.cpp:N)
   __syncthreads();
   if (tid == 0) {
     tilus::semaphore_release((global_tensor_0 + ((((int64_t)(tilus_block_x)) * ((int64_t)(((n + 15) / 16)))) + ((int64_t)(tilus_block_y)))), ((tilus_block_z + 1) % 3));
