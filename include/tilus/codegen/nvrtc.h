@@ -16,8 +16,9 @@ struct KernelResources {
   int64_t stack_frame_bytes = -1;
   int64_t spill_store_bytes = -1;
   int64_t spill_load_bytes = -1;
-  // ptxas's reason when it made every wgmma of the kernel wait for the one before (its C7510
-  // "Potential Performance Loss"; a function call, such as device printf, is one), else empty.
+  // ptxas's reason when it made every wgmma of the kernel wait for the one before (its C75xx
+  // "Potential Performance Loss" remarks: a function call such as device printf, a blockIdx read
+  // inside the loop of wgmma, ...), else empty.
   std::string wgmma_serialized;
   bool known() const { return registers >= 0; }
   bool spills() const { return spill_store_bytes > 0 || spill_load_bytes > 0; }

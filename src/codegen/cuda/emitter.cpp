@@ -182,12 +182,12 @@ std::string Emitter::expr(const Expr& e) {
       auto it = var_names_.find(v);
       if (it != var_names_.end()) return it->second;
       if (v->role == VarRole::Builtin) {
+        // Block indices are read once (block_read); the cluster builtins are constants without
+        // clusters (a cluster of one block).
         const char* xyz = "xyz";
-        for (int d = 0; d < 3; ++d)
-          if (v->name == fmt::format("blockIdx.{}", xyz[d]))
-            return block_read(fmt::format("tilus_block_{}", xyz[d]), fmt::format("tilus::block_idx({})", d));
-        // Cluster builtins: constants without clusters (a cluster of one block).
         for (int d = 0; d < 3; ++d) {
+          if (v == builtin::block_idx(d).get())
+            return block_read(fmt::format("tilus_block_{}", xyz[d]), fmt::format("tilus::block_idx({})", d));
           if (v == builtin::cluster_dim(d).get()) return std::to_string(kernel.cluster[d]);
           if (v == builtin::cluster_block_idx(d).get())
             return kernel.cluster[d] == 1 ? "0"

@@ -642,22 +642,19 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
 // The block's index, read once at the kernel's start (the emitter's tilus_block_x, ...). A
 // volatile read stays where it is: the optimizer re-reads blockIdx where it is used, and such a
 // read inside a loop of wgmma made ptxas serialize them (its remark C7515, in conv2d_wgmma).
-__device__ __forceinline__ int32_t block_idx(int dim) {
-  uint32_t r;
-  if (dim == 0) asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(r));
-  else if (dim == 1) asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(r));
-  else asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(r));
-  return int32_t(r);
-}
+#define TILUS_SREG_XYZ(fn, sreg)                                                   \
+  __device__ __forceinline__ int32_t fn(int dim) {                                 \
+    uint32_t r;                                                                    \
+    if (dim == 0) asm volatile("mov.u32 %0, %%" sreg ".x;\n" : "=r"(r));          \
+    else if (dim == 1) asm volatile("mov.u32 %0, %%" sreg ".y;\n" : "=r"(r));     \
+    else asm volatile("mov.u32 %0, %%" sreg ".z;\n" : "=r"(r));                   \
+    return int32_t(r);                                                             \
+  }
+TILUS_SREG_XYZ(block_idx, "ctaid")
 
 // Thread-block clusters (sm_90): the block's place in its cluster, and the cluster barrier.
-__device__ __forceinline__ int32_t cluster_ctaid(int dim) {
-  uint32_t r;
-  if (dim == 0) asm volatile("mov.u32 %0, %%cluster_ctaid.x;\n" : "=r"(r));
-  else if (dim == 1) asm volatile("mov.u32 %0, %%cluster_ctaid.y;\n" : "=r"(r));
-  else asm volatile("mov.u32 %0, %%cluster_ctaid.z;\n" : "=r"(r));
-  return int32_t(r);
-}
+TILUS_SREG_XYZ(cluster_ctaid, "cluster_ctaid")
+#undef TILUS_SREG_XYZ
 __device__ __forceinline__ int32_t cluster_ctarank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
