@@ -2,9 +2,9 @@
 
     PYTHONPATH=build/python python3 bench/compile_time.py [--repeat 3] [--arch sm_90a]
         [--print-ir build/examples/cpp/print_ir] [--only NAME ...] [--autotune] [--json FILE]
-        [--nvrtc-option OPTION ...]
+        [--nvrtc-option OPTION ...] [--driver-cache]
 
-The kernels: each Python example (examples/python), traced and specialized as a launch with
+The kernels: each Python example (examples/python; the wgmma ones for sm_90a), traced and specialized as a launch with
 16-divisible sizes and 16-byte aligned pointers specializes it, and each C++ example
 (examples/cpp, through `print_ir --cuda ARCH --divisible`; skipped when print_ir is not built).
 Each is compiled by NVRTC, in this process, in three ways, `--repeat` times each (interleaved;
@@ -20,6 +20,11 @@ the median counts):
 NVRTC's own --time report splits each into its front end (preprocessing, parsing, NVVM IR),
 the NVVM optimizer and ptxas. All three ways produce the same SASS (checked here on every
 kernel; tests/cpp/test_nvrtc.cpp asserts it).
+
+Every compile is a real one: where a CUDA driver is installed, NVRTC (12.9+) would otherwise
+answer a kernel it compiled before, in any process, from the driver's compute cache and skip its
+optimizer and ptxas (a 500 ms Hopper matmul then "compiles" in 50 ms). --driver-cache leaves
+that cache on, to measure it.
 
 --nvrtc-option adds an NVRTC option to every compile (for comparing options: the "sass" column
 is the kernel's SASS bytes, the same in every way of compiling).
@@ -46,6 +51,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 
+# NVRTC 12.9+ keeps what it compiled in the CUDA driver's compute cache (~/.nv/ComputeCache, keyed
+# by the NVVM IR) where a driver is installed: a later compile of the same kernel, in any process,
+# skips the NVVM optimizer and ptxas. That measures the cache, not the compiler, so it is off here
+# (CUDA_CACHE_DISABLE=1, also for the autotuning child processes) unless --driver-cache.
+if "--driver-cache" not in sys.argv:
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
+
 import tilus  # noqa: E402
 from tilus import _C  # noqa: E402
 
@@ -66,6 +78,12 @@ def python_kernels(arch):
     examples = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV1, "matmul_v2": MatmulV2,
                 "matmul_v3": MatmulV3, "matmul_tma": MatmulTma, "softmax": Softmax, "layer_norm": LayerNorm,
                 "tma_copy": TmaCopy, "conv2d": Conv2d}
+    if arch.startswith("sm_90"):  # the wgmma examples (f16; their bf16 twins compile alike)
+        import importlib
+        for v in range(7):
+            examples[f"hopper_matmul_v{v}"] = getattr(importlib.import_module(f"hopper_matmul_v{v}"), f"HopperMatmulV{v}")
+        from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
+        examples.update(conv2d_wgmma=Conv2dWgmma, conv2d_wgmma_persistent=Conv2dWgmmaPersistent)
     out = []
     for name, cls in examples.items():
         program = tilus.trace(cls())
@@ -203,12 +221,16 @@ def main():
     ap.add_argument("--autotune-repeat", type=int, default=2)
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--nvrtc-option", action="append", default=[], help="an extra NVRTC option for every compile")
+    ap.add_argument("--driver-cache", action="store_true",
+                    help="leave the driver's compute cache on: NVRTC then skips its optimizer and ptxas for a "
+                         "kernel compiled before (on a machine with a CUDA driver)")
     args = ap.parse_args()
     load = os.getloadavg()
     print(f"tilus compile time: NVRTC {_C.nvrtc_version()}, {args.arch}, {os.cpu_count()} cores, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians of {args.repeat}, ms")
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians of {args.repeat}, ms; "
+          f"driver compute cache {'on' if args.driver_cache else 'off'}")
     result = {"arch": args.arch, "nvrtc": _C.nvrtc_version(), "cores": os.cpu_count(), "load": load,
-              "nvrtc_options": args.nvrtc_option}
+              "nvrtc_options": args.nvrtc_option, "driver_cache": args.driver_cache}
     if hasattr(_C, "nvrtc_compile"):
         kernels = python_kernels(args.arch) + cpp_kernels(args.print_ir, args.arch)
         if args.only:

@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tilus
-from tilus import _C
+from tilus import _C, float16, float32, int32
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 pytestmark = pytest.mark.skipif(not _C.nvrtc_available() or _C.nvrtc_version() < 12080,
@@ -87,6 +88,7 @@ def test_bench_compile_time_runs(tmp_path):
     row, = figures["kernels"]
     assert row["kernel"] == "py/vector_add"
     assert figures["nvrtc_options"] == ["-DTILUS_BENCH_OPTION=1"] and row["sass_bytes"] > 0
+    assert figures["driver_cache"] is False  # real compiles, not the driver's compute cache
     for mode in ("full", "cold", "warm"):
         assert row[mode]["total"] > 0 and row[mode]["front_end"] >= 0 and row[mode]["ptxas"] >= 0
 
@@ -100,3 +102,53 @@ def test_extra_nvrtc_options_follow_tilus_options():
     assert r["options"] == [o for o in base if o not in defines] + ["-DTILUS_EXTRA=1"] + defines
     with pytest.raises(Exception, match="--no-such-option"):
         _C.nvrtc_compile(SRC, "k", "sm_90a", extra_options=["--no-such-option"])
+
+
+class SlotLoops(tilus.Script):
+    """Register tensors named as the emitter's own C names (tilus_s, tilus_acc) and as its old
+    loop variables (i, j, s, acc), elementwise work whose slots line up (one loop each) and one
+    whose operand repeats a row (a slot map that is not affine: one line per slot), an mma.sync
+    dot and a SIMT dot."""
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32, z: ~float32):
+        self.attrs.blocks = [tilus.cdiv(n, 64)]
+        self.attrs.warps = 2
+        g = self.global_view(x, dtype=float32, shape=[n, 16])
+        tilus_s = self.load_global(g, offsets=[self.blockIdx.x * 64, 0], shape=[64, 16])
+        i = tilus_s * 2.0
+        w = self.load_global(g, offsets=[0, 0], shape=[16, 16])
+        tilus_acc = self.dot(i.to(float16), w.to(float16), self.register_tensor(dtype=float32, shape=[64, 16], init=0.0))
+        row = self.load_global(g, offsets=[0, 0], shape=[1, 16])
+        j = tilus_acc + row
+        self.store_global(self.global_view(y, dtype=float32, shape=[n, 16]), j, offsets=[self.blockIdx.x * 64, 0])
+        s = self.load_global(g, offsets=[self.blockIdx.x * 64, 0], shape=[64, 16])
+        acc = self.dot(s, w, self.register_tensor(dtype=float32, shape=[64, 16], init=0.0))
+        self.store_global(self.global_view(z, dtype=float32, shape=[n, 16]), acc, offsets=[self.blockIdx.x * 64, 0])
+
+
+def test_register_slots_are_one_loop_and_names_stay_apart(device, arrays):
+    import re
+    program = tilus.trace(SlotLoops())
+    program.specialize({0: 16, 1: 16, 2: 16, 3: 16})
+    src = _C.compile_cuda_source(program, "sm_90a")
+    # The Script's names that are the emitter's own get a prefix; the others are kept.
+    assert "v_tilus_s[" in src and "v_tilus_acc[" in src and "float i[" in src and "float j[" in src, src
+    assert not re.search(r"\btilus_(s|acc)\[", src), src
+    # Lined-up slots: one unrolled loop per instruction, no statement per slot.
+    assert re.search(r"#pragma unroll\n\s*for \(int tilus_s = 0; tilus_s < 16; \+\+tilus_s\) "
+                     r"i\[tilus_s\] = \(v_tilus_s\[tilus_s\] \* 2\.0f\);", src), src
+    assert not re.search(r"\bi\[1\] = ", src), src
+    # The row operand's slots repeat (0 1 0 1 2 3 2 3 ...): one line per slot.
+    assert "j[0] = (v_tilus_acc[0] + row[0]);" in src and "j[2] = (v_tilus_acc[2] + row[0]);" in src, src
+    assert "tilus_acc = tilus_acc +" in src and "for (int tilus_k = 0;" in src, src  # the SIMT dot's own names
+    if _C.nvrtc_available():
+        assert _C.nvrtc_compile(src, program.kernel_name, "sm_90a")["cubin"]
+    n = 80
+    xs = arrays.rand((n, 16))
+    y, z = arrays.empty((n, 16)), arrays.empty((n, 16))
+    SlotLoops()(n, xs, y, z)
+    xh = arrays.host(xs)
+    w = xh[:16]
+    ref_y = (xh * 2).astype(np.float16).astype(np.float32) @ w.astype(np.float16).astype(np.float32) + xh[0:1]
+    np.testing.assert_allclose(arrays.host(y), ref_y, rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(arrays.host(z), xh @ w, rtol=1e-4, atol=1e-4)

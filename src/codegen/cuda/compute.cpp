@@ -22,6 +22,16 @@ std::vector<int64_t> must_map(Emitter& em, const InstNode& inst, const Tensor& d
 
 }  // namespace
 
+void Emitter::copy_slots(const Tensor& dst, const std::vector<int64_t>& m,
+                         const std::function<std::string(const std::string& from)>& value) {
+  const std::string& out = reg(dst);
+  if (auto a = affine_slots(m, "tilus_s"); a && m.size() > 1) {
+    slot_loop(int64_t(m.size()), [&](const std::string& s) { return fmt::format("{}[{}] = {};", out, s, value(*a)); });
+    return;
+  }
+  for (size_t s = 0; s < m.size(); ++s) linef("{}[{}] = {};", out, s, value(std::to_string(m[s])));
+}
+
 void Emitter::emit_compute(const InstNode& inst) {
   switch (inst.kind()) {
     case InstKind::AllocateRegister: {
@@ -31,7 +41,7 @@ void Emitter::emit_compute(const InstNode& inst) {
       const RegisterLayout& l = i.out->layout;
       if (i.axes.empty()) {
         std::string v = expr(simplify(i.init));
-        for (int64_t s = 0; s < l.local_size(); ++s) linef("{}[{}] = {};", name, s, v);
+        slot_loop(l.local_size(), [&](const std::string& s) { return fmt::format("{}[{}] = {};", name, s, v); });
         return;
       }
       auto spatial = spatial_index(l);
@@ -61,13 +71,21 @@ void Emitter::emit_compute(const InstNode& inst) {
         }));
       }
       std::string out = declare_reg(i.out);
-      for (int64_t s = 0; s < i.out->layout.local_size(); ++s) {
-        std::unordered_map<const void*, std::string> bound;
-        for (size_t k = 0; k < i.params.size(); ++k) bound[i.params[k].get()] = reg_elem(i.inputs[k], maps[k][s]);
-        // The body refers to the params; print it with them bound to this slot's operands.
-        Expr body = simplify(i.body);
-        for (size_t k = 0; k < i.params.size(); ++k) var_names_[i.params[k].get()] = bound[i.params[k].get()];
-        linef("{}[{}] = {};", out, s, expr(body));
+      // The body refers to the params; it is printed with them bound to a slot's operands:
+      // once for all slots where every operand's slot is affine in the result's, else per slot.
+      Expr body = simplify(i.body);
+      std::vector<std::string> affine;
+      for (auto& m : maps)
+        if (auto a = affine_slots(m, "tilus_s")) affine.push_back(*a);
+      int64_t n = i.out->layout.local_size();
+      if (affine.size() == maps.size() && n > 1) {
+        for (size_t k = 0; k < i.params.size(); ++k) var_names_[i.params[k].get()] = reg_elem(i.inputs[k], affine[k]);
+        slot_loop(n, [&](const std::string& s) { return fmt::format("{}[{}] = {};", out, s, expr(body)); });
+      } else {
+        for (int64_t s = 0; s < n; ++s) {
+          for (size_t k = 0; k < i.params.size(); ++k) var_names_[i.params[k].get()] = reg_elem(i.inputs[k], maps[k][s]);
+          linef("{}[{}] = {};", out, s, expr(body));
+        }
       }
       for (auto& p : i.params) var_names_.erase(p.get());
       return;
@@ -99,15 +117,14 @@ void Emitter::emit_compute(const InstNode& inst) {
                 from == dtypes::float8_e4m3 ? "true" : "false", out, s, x, s);
         return;
       }
-      for (int64_t s = 0; s < n; ++s) linef("{}[{}] = tilus::cvt<{}>({}[{}]);", out, s, ctype(to), x, m[s]);
+      copy_slots(i.out, m, [&](const std::string& from) { return fmt::format("tilus::cvt<{}>({}[{}])", ctype(to), x, from); });
       return;
     }
     case InstKind::Assign: {
       auto& i = static_cast<const AssignInst&>(inst);
       auto m = must_map(*this, inst, i.dst, i.src, identity_index);
       const std::string& src = reg(i.src);
-      const std::string& dst = reg(i.dst);
-      for (int64_t s = 0; s < i.dst->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", dst, s, src, m[s]);
+      copy_slots(i.dst, m, [&](const std::string& from) { return fmt::format("{}[{}]", src, from); });
       return;
     }
     case InstKind::View: {
@@ -117,7 +134,7 @@ void Emitter::emit_compute(const InstNode& inst) {
       const std::string& x = reg(i.x);
       std::string out = declare_reg(i.out);
       if (i.out.dtype() == i.x.dtype()) {
-        for (int64_t s = 0; s < i.out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", out, s, x, s);
+        slot_loop(i.out->layout.local_size(), [&](const std::string& s) { return fmt::format("{}[{}] = {}[{}];", out, s, x, s); });
       } else {
         // The thread's bits, whole bytes (packed sub-byte arrays round their storage up).
         linef("memcpy((void*)&{}, (const void*)&{}, {});", out, x, (in_bytes + 7) / 8);
@@ -145,8 +162,8 @@ void Emitter::emit_compute(const InstNode& inst) {
         return r;
       });
       const std::string& src = reg(x);
-      std::string dst = declare_reg(out);
-      for (int64_t s = 0; s < out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", dst, s, src, m[s]);
+      declare_reg(out);
+      copy_slots(out, m, [&](const std::string& from) { return fmt::format("{}[{}]", src, from); });
       return;
     }
     case InstKind::Repeat: {
@@ -159,8 +176,8 @@ void Emitter::emit_compute(const InstNode& inst) {
         return r;
       });
       const std::string& src = reg(i.x);
-      std::string dst = declare_reg(i.out);
-      for (int64_t s = 0; s < i.out->layout.local_size(); ++s) linef("{}[{}] = {}[{}];", dst, s, src, m[s]);
+      declare_reg(i.out);
+      copy_slots(i.out, m, [&](const std::string& from) { return fmt::format("{}[{}]", src, from); });
       return;
     }
     default: fail(inst, "the CUDA code generator does not lower this instruction");

@@ -14,7 +14,7 @@ void Emitter::emit_dot(const InstNode& inst) {
   const std::string& b = reg(i.b);
   const std::string& c = reg(i.c);
   std::string out = declare_reg(i.out);
-  linef("for (int s = 0; s < {}; ++s) {}[s] = {}[s];", i.out->layout.local_size(), out, c);
+  slot_loop(i.out->layout.local_size(), [&](const std::string& s) { return fmt::format("{}[{}] = {}[{}];", out, s, c, s); });
   std::string in = ctype(i.a.dtype());
   if (rec.op == MachineOp::MmaSync) {
     bool f32 = i.c.dtype() == dtypes::float32;
@@ -27,17 +27,19 @@ void Emitter::emit_dot(const InstNode& inst) {
         }
     return;
   }
-  // SIMT: slots are c[i][j] = i * pn + j, a[i][kk] = i * k + kk, b[kk][j] = kk * pn + j.
+  // SIMT: slots are c[i][j] = i * pn + j, a[i][kk] = i * k + kk, b[kk][j] = kk * pn + j
+  // (the emitter's own names begin with tilus_, which no tensor's name does).
   std::string acc = ctype(i.c.dtype());
   line("#pragma unroll");
-  open(fmt::format("for (int i = 0; i < {}; ++i)", p.per_m));
+  open(fmt::format("for (int tilus_i = 0; tilus_i < {}; ++tilus_i)", p.per_m));
   line("#pragma unroll");
-  open(fmt::format("for (int j = 0; j < {}; ++j)", p.per_n));
-  linef("{} acc = {}[i * {} + j];", acc, out, p.per_n);
+  open(fmt::format("for (int tilus_j = 0; tilus_j < {}; ++tilus_j)", p.per_n));
+  linef("{} tilus_acc = {}[tilus_i * {} + tilus_j];", acc, out, p.per_n);
   line("#pragma unroll");
-  linef("for (int kk = 0; kk < {}; ++kk) acc = acc + tilus::cvt<{}>({}[i * {} + kk]) * tilus::cvt<{}>({}[kk * {} + j]);",
+  linef("for (int tilus_k = 0; tilus_k < {}; ++tilus_k) tilus_acc = tilus_acc + tilus::cvt<{}>({}[tilus_i * {} + tilus_k]) * "
+        "tilus::cvt<{}>({}[tilus_k * {} + tilus_j]);",
         k, acc, a, k, acc, b, p.per_n);
-  linef("{}[i * {} + j] = acc;", out, p.per_n);
+  linef("{}[tilus_i * {} + tilus_j] = tilus_acc;", out, p.per_n);
   close();
   close();
 }

@@ -59,12 +59,34 @@ int64_t elem_bytes(DataType t) { return std::max<int64_t>(1, t.bits() / 8); }
 
 bool is_low_float(DataType t) { return t.is_float() && t.bits() <= 8; }
 
-std::string Emitter::reg_elem(const Tensor& t, int64_t slot) {
+std::string Emitter::reg_elem(const Tensor& t, int64_t slot) { return reg_elem(t, std::to_string(slot)); }
+
+std::string Emitter::reg_elem(const Tensor& t, const std::string& slot) {
   return t.dtype().is_subbyte() ? fmt::format("{}.get({})", reg(t), slot) : fmt::format("{}[{}]", reg(t), slot);
 }
 
+void Emitter::slot_loop(int64_t n, const std::function<std::string(const std::string& slot)>& stmt) {
+  if (n <= 0) return;
+  if (n == 1) {
+    line(stmt("0"));
+    return;
+  }
+  line("#pragma unroll");
+  linef("for (int tilus_s = 0; tilus_s < {}; ++tilus_s) {}", n, stmt("tilus_s"));
+}
+
+std::optional<std::string> Emitter::affine_slots(const std::vector<int64_t>& m, const std::string& slot) {
+  if (m.empty()) return std::nullopt;
+  int64_t base = m[0], stride = m.size() > 1 ? m[1] - m[0] : 0;
+  for (size_t s = 0; s < m.size(); ++s)
+    if (m[s] != base + stride * int64_t(s)) return std::nullopt;
+  std::string scaled = stride == 0 ? "" : stride == 1 ? slot : fmt::format("{} * {}", stride, slot);
+  if (scaled.empty()) return std::to_string(base);
+  return base == 0 ? scaled : base > 0 ? fmt::format("{} + {}", scaled, base) : fmt::format("{} - {}", scaled, -base);
+}
+
 Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kernel(k), target(t), options(o), facts_(k) {
-  for (const char* reserved : {"tid", "tilus_smem", "tilus", "int", "float", "double", "char", "bool", "void", "half",
+  for (const char* reserved : {"tid", "tilus", "int", "float", "double", "char", "bool", "void", "half",
                                "auto", "const", "if", "else", "for", "while", "do", "break", "continue", "return",
                                "switch", "case", "default", "struct", "class", "new", "delete", "this", "true", "false",
                                "signed", "unsigned", "short", "long", "static", "extern", "register", "volatile",
@@ -124,7 +146,10 @@ bool Emitter::visible(const TensorNode* t) const {
 std::string Emitter::fresh(const std::string& hint) {
   std::string base;
   for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
-  if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0]))) base = "v_" + base;
+  // Names that begin with tilus_ are the emitter's own (tilus_smem, tilus_block_x, the slot
+  // loops' tilus_s, ...): a tensor or variable named so becomes v_tilus_...
+  if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0])) || base.rfind("tilus_", 0) == 0)
+    base = "v_" + base;
   std::string n = base;
   for (int i = 1; names_.count(n); ++i) n = fmt::format("{}_{}", base, i);
   names_.insert(n);

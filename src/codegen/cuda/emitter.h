@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -66,6 +68,19 @@ class Emitter {
   const std::string& reg(const Tensor& t);         // the register array of a tensor
   std::string declare_reg(const Tensor& t);        // declares the array; returns its name
   std::string reg_elem(const Tensor& t, int64_t slot);  // slot's value (packed arrays: .get)
+  std::string reg_elem(const Tensor& t, const std::string& slot);  // the same at a C expression
+  // Emits `stmt(slot)` for the slots 0 .. n-1 in order, where the statement's text depends on
+  // the slot only through `slot` (a C expression). More than one slot become one
+  // `#pragma unroll` loop over `tilus_s`: NVRTC unrolls it into the same code as the n
+  // statements, but parses and optimizes one (a 128-slot copy was 128 lines).
+  void slot_loop(int64_t n, const std::function<std::string(const std::string& slot)>& stmt);
+  // A slot map (slot s reads slot m[s]) as a C expression of `slot`, where it is affine
+  // (identity, a constant, a stride and offset); nullopt otherwise.
+  static std::optional<std::string> affine_slots(const std::vector<int64_t>& m, const std::string& slot);
+  // dst[s] = value(m[s]) for every slot s of register tensor `dst` (declared), where `value`
+  // prints the read of a source slot given as a C expression: a slot_loop where m is affine.
+  void copy_slots(const Tensor& dst, const std::vector<int64_t>& m,
+                  const std::function<std::string(const std::string& from)>& value);
   // The C name of a global_view's typed base pointer.
   const std::string& global_ptr(const Tensor& t) const;
   const KernelFacts& facts() const { return facts_; }

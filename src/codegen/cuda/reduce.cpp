@@ -110,7 +110,7 @@ void Emitter::emit_reduce(const InstNode& inst) {
       std::string loops, peer = b;
       int depth = 0;
       for (auto& d : warps) {
-        std::string j = fmt::format("j{}", depth++);
+        std::string j = fmt::format("tilus_j{}", depth++);
         open(fmt::format("for (int {0} = 0; {0} < {1}; ++{0})", j, d.extent));
         peer += fmt::format(" + {} * {}", j, d.stride);
       }
@@ -119,7 +119,7 @@ void Emitter::emit_reduce(const InstNode& inst) {
       linef("{0}[{1}] = ({2}) ? {3} : ({4});", acc, so,
             [&] {
               std::string first;
-              for (int q = 0; q < depth; ++q) first += fmt::format("{}j{} == 0", q ? " && " : "", q);
+              for (int q = 0; q < depth; ++q) first += fmt::format("{}tilus_j{} == 0", q ? " && " : "", q);
               return first;
             }(),
             v, combine(i.op, fmt::format("{}[{}]", acc, so), v));

@@ -146,14 +146,8 @@ extern "C" __global__ void __launch_bounds__(64) VectorCopy(int32_t n, int32_t l
   tilus::ldg<32>(v, (x_1 + ((int64_t)((tilus_block_x * 8)))), (tilus_block_x < live));
   // add (builtins_scripts.h:79)
   __align__(16) float add[8];
-  add[0] = (v[0] + 1.0f);
-  add[1] = (v[1] + 1.0f);
-  add[2] = (v[2] + 1.0f);
-  add[3] = (v[3] + 1.0f);
-  add[4] = (v[4] + 1.0f);
-  add[5] = (v[5] + 1.0f);
-  add[6] = (v[6] + 1.0f);
-  add[7] = (v[7] + 1.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) add[tilus_s] = (v[tilus_s] + 1.0f);
   // stg256 (builtins_scripts.h:83)
   tilus::stg<32>((y_1 + ((int64_t)((tilus_block_x * 8)))), add, (tilus_block_x < stored));
 }
@@ -184,10 +178,8 @@ extern "C" __global__ void __launch_bounds__(256) Barriers(int32_t n, int32_t st
   x_2[3] = ((((tid % 64) * 4) + 3) < n) ? *(x_1 + ((int64_t)((((tid % 64) * 4) + 3)))) : 0.0f;
   // mul (builtins_scripts.h:103)
   __align__(16) float mul[4];
-  mul[0] = (x_2[0] * 2.0f);
-  mul[1] = (x_2[1] * 2.0f);
-  mul[2] = (x_2[2] * 2.0f);
-  mul[3] = (x_2[3] * 2.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) mul[tilus_s] = (x_2[tilus_s] * 2.0f);
   // store_shared (builtins_scripts.h:103)
   if (((tid / 64) == 0)) {
     tilus::store_vec<16>((reinterpret_cast<float*>(tilus_smem + 0) + ((tid % 64) * 4)), &mul[0]);

@@ -54,41 +54,12 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   tilus::ldmatrix<4, true>(&r_3[24], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) ^ ((((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) >> 3) & 56))));
   // register_tensor (test_codegen.cpp:N)
   __align__(16) __half acc[32];
-  acc[0] = tilus::cvt<__half>(0.0f);
-  acc[1] = tilus::cvt<__half>(0.0f);
-  acc[2] = tilus::cvt<__half>(0.0f);
-  acc[3] = tilus::cvt<__half>(0.0f);
-  acc[4] = tilus::cvt<__half>(0.0f);
-  acc[5] = tilus::cvt<__half>(0.0f);
-  acc[6] = tilus::cvt<__half>(0.0f);
-  acc[7] = tilus::cvt<__half>(0.0f);
-  acc[8] = tilus::cvt<__half>(0.0f);
-  acc[9] = tilus::cvt<__half>(0.0f);
-  acc[10] = tilus::cvt<__half>(0.0f);
-  acc[11] = tilus::cvt<__half>(0.0f);
-  acc[12] = tilus::cvt<__half>(0.0f);
-  acc[13] = tilus::cvt<__half>(0.0f);
-  acc[14] = tilus::cvt<__half>(0.0f);
-  acc[15] = tilus::cvt<__half>(0.0f);
-  acc[16] = tilus::cvt<__half>(0.0f);
-  acc[17] = tilus::cvt<__half>(0.0f);
-  acc[18] = tilus::cvt<__half>(0.0f);
-  acc[19] = tilus::cvt<__half>(0.0f);
-  acc[20] = tilus::cvt<__half>(0.0f);
-  acc[21] = tilus::cvt<__half>(0.0f);
-  acc[22] = tilus::cvt<__half>(0.0f);
-  acc[23] = tilus::cvt<__half>(0.0f);
-  acc[24] = tilus::cvt<__half>(0.0f);
-  acc[25] = tilus::cvt<__half>(0.0f);
-  acc[26] = tilus::cvt<__half>(0.0f);
-  acc[27] = tilus::cvt<__half>(0.0f);
-  acc[28] = tilus::cvt<__half>(0.0f);
-  acc[29] = tilus::cvt<__half>(0.0f);
-  acc[30] = tilus::cvt<__half>(0.0f);
-  acc[31] = tilus::cvt<__half>(0.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 32; ++tilus_s) acc[tilus_s] = tilus::cvt<__half>(0.0f);
   // dot (test_codegen.cpp:N)
   __align__(16) __half d[32];
-  for (int s = 0; s < 32; ++s) d[s] = acc[s];
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 32; ++tilus_s) d[tilus_s] = acc[tilus_s];
   tilus::mma_m16n8k16_f16(&d[0], &r_2[0], &r_3[0]);
   tilus::mma_m16n8k16_f16(&d[4], &r_2[0], &r_3[4]);
   tilus::mma_m16n8k16_f16(&d[8], &r_2[0], &r_3[8]);

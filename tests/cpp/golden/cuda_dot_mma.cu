@@ -12,38 +12,8 @@ extern "C" __global__ void __launch_bounds__(128) MatmulNaive(int32_t m, int32_t
   __half* const b_1 = b;
   // register_tensor (matmul_naive.h:24)
   __align__(16) float r[32];
-  r[0] = 0.0f;
-  r[1] = 0.0f;
-  r[2] = 0.0f;
-  r[3] = 0.0f;
-  r[4] = 0.0f;
-  r[5] = 0.0f;
-  r[6] = 0.0f;
-  r[7] = 0.0f;
-  r[8] = 0.0f;
-  r[9] = 0.0f;
-  r[10] = 0.0f;
-  r[11] = 0.0f;
-  r[12] = 0.0f;
-  r[13] = 0.0f;
-  r[14] = 0.0f;
-  r[15] = 0.0f;
-  r[16] = 0.0f;
-  r[17] = 0.0f;
-  r[18] = 0.0f;
-  r[19] = 0.0f;
-  r[20] = 0.0f;
-  r[21] = 0.0f;
-  r[22] = 0.0f;
-  r[23] = 0.0f;
-  r[24] = 0.0f;
-  r[25] = 0.0f;
-  r[26] = 0.0f;
-  r[27] = 0.0f;
-  r[28] = 0.0f;
-  r[29] = 0.0f;
-  r[30] = 0.0f;
-  r[31] = 0.0f;
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 32; ++tilus_s) r[tilus_s] = 0.0f;
   for (int32_t k0 = 0; k0 < k; k0 += 16) {
     // load_global (matmul_naive.h:26)
     __align__(16) __half x[16];
@@ -83,7 +53,8 @@ extern "C" __global__ void __launch_bounds__(128) MatmulNaive(int32_t m, int32_t
     x_1[15] = ((((k0 + (((tid % 4) * 2) + 9)) >= 0) && ((k0 + (((tid % 4) * 2) + 9)) < k)) && ((offset_n + (((tid / 4) % 16) + 48)) < n)) ? *(b_1 + ((((int64_t)((k0 + (((tid % 4) * 2) + 9)))) * ((int64_t)(n))) + ((int64_t)((offset_n + (((tid / 4) % 16) + 48)))))) : tilus::cvt<__half>(0.0f);
     // dot (matmul_naive.h:28)
     __align__(16) float d[32];
-    for (int s = 0; s < 32; ++s) d[s] = r[s];
+    #pragma unroll
+    for (int tilus_s = 0; tilus_s < 32; ++tilus_s) d[tilus_s] = r[tilus_s];
     tilus::mma_m16n8k16_f32<__half>(&d[0], &x[0], &x_1[0]);
     tilus::mma_m16n8k16_f32<__half>(&d[4], &x[0], &x_1[4]);
     tilus::mma_m16n8k16_f32<__half>(&d[8], &x[0], &x_1[8]);
@@ -93,74 +64,14 @@ extern "C" __global__ void __launch_bounds__(128) MatmulNaive(int32_t m, int32_t
     tilus::mma_m16n8k16_f32<__half>(&d[24], &x[8], &x_1[8]);
     tilus::mma_m16n8k16_f32<__half>(&d[28], &x[8], &x_1[12]);
     // assign (matmul_naive.h:28)
-    r[0] = d[0];
-    r[1] = d[1];
-    r[2] = d[2];
-    r[3] = d[3];
-    r[4] = d[4];
-    r[5] = d[5];
-    r[6] = d[6];
-    r[7] = d[7];
-    r[8] = d[8];
-    r[9] = d[9];
-    r[10] = d[10];
-    r[11] = d[11];
-    r[12] = d[12];
-    r[13] = d[13];
-    r[14] = d[14];
-    r[15] = d[15];
-    r[16] = d[16];
-    r[17] = d[17];
-    r[18] = d[18];
-    r[19] = d[19];
-    r[20] = d[20];
-    r[21] = d[21];
-    r[22] = d[22];
-    r[23] = d[23];
-    r[24] = d[24];
-    r[25] = d[25];
-    r[26] = d[26];
-    r[27] = d[27];
-    r[28] = d[28];
-    r[29] = d[29];
-    r[30] = d[30];
-    r[31] = d[31];
+    #pragma unroll
+    for (int tilus_s = 0; tilus_s < 32; ++tilus_s) r[tilus_s] = d[tilus_s];
   }
   __half* const c_1 = c;
   // cast (matmul_naive.h:31)
   __align__(16) __half c_2[32];
-  c_2[0] = tilus::cvt<__half>(r[0]);
-  c_2[1] = tilus::cvt<__half>(r[1]);
-  c_2[2] = tilus::cvt<__half>(r[2]);
-  c_2[3] = tilus::cvt<__half>(r[3]);
-  c_2[4] = tilus::cvt<__half>(r[4]);
-  c_2[5] = tilus::cvt<__half>(r[5]);
-  c_2[6] = tilus::cvt<__half>(r[6]);
-  c_2[7] = tilus::cvt<__half>(r[7]);
-  c_2[8] = tilus::cvt<__half>(r[8]);
-  c_2[9] = tilus::cvt<__half>(r[9]);
-  c_2[10] = tilus::cvt<__half>(r[10]);
-  c_2[11] = tilus::cvt<__half>(r[11]);
-  c_2[12] = tilus::cvt<__half>(r[12]);
-  c_2[13] = tilus::cvt<__half>(r[13]);
-  c_2[14] = tilus::cvt<__half>(r[14]);
-  c_2[15] = tilus::cvt<__half>(r[15]);
-  c_2[16] = tilus::cvt<__half>(r[16]);
-  c_2[17] = tilus::cvt<__half>(r[17]);
-  c_2[18] = tilus::cvt<__half>(r[18]);
-  c_2[19] = tilus::cvt<__half>(r[19]);
-  c_2[20] = tilus::cvt<__half>(r[20]);
-  c_2[21] = tilus::cvt<__half>(r[21]);
-  c_2[22] = tilus::cvt<__half>(r[22]);
-  c_2[23] = tilus::cvt<__half>(r[23]);
-  c_2[24] = tilus::cvt<__half>(r[24]);
-  c_2[25] = tilus::cvt<__half>(r[25]);
-  c_2[26] = tilus::cvt<__half>(r[26]);
-  c_2[27] = tilus::cvt<__half>(r[27]);
-  c_2[28] = tilus::cvt<__half>(r[28]);
-  c_2[29] = tilus::cvt<__half>(r[29]);
-  c_2[30] = tilus::cvt<__half>(r[30]);
-  c_2[31] = tilus::cvt<__half>(r[31]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 32; ++tilus_s) c_2[tilus_s] = tilus::cvt<__half>(r[tilus_s]);
   // store_global (matmul_naive.h:31)
   if ((((offset_m + (((tid / 64) * 16) + ((tid / 4) % 8))) < m) && ((offset_n + ((((tid / 32) % 2) * 8) + ((tid % 4) * 2))) < n))) *(c_1 + ((((int64_t)((offset_m + (((tid / 64) * 16) + ((tid / 4) % 8))))) * ((int64_t)(n))) + ((int64_t)((offset_n + ((((tid / 32) % 2) * 8) + ((tid % 4) * 2))))))) = c_2[0];
   if ((((offset_m + (((tid / 64) * 16) + ((tid / 4) % 8))) < m) && ((offset_n + (((((tid / 32) % 2) * 8) + ((tid % 4) * 2)) + 1)) < n))) *(c_1 + ((((int64_t)((offset_m + (((tid / 64) * 16) + ((tid / 4) % 8))))) * ((int64_t)(n))) + ((int64_t)((offset_n + (((((tid / 32) % 2) * 8) + ((tid % 4) * 2)) + 1)))))) = c_2[1];

@@ -61,25 +61,20 @@ extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, 
   x_1[31] = *(a_1 + ((((int64_t)(((tid / 8) + 12))) * 8ll) + 7ll));
   // register_tensor (test_codegen.cpp:N)
   __align__(16) float acc[8];
-  acc[0] = 0.0f;
-  acc[1] = 0.0f;
-  acc[2] = 0.0f;
-  acc[3] = 0.0f;
-  acc[4] = 0.0f;
-  acc[5] = 0.0f;
-  acc[6] = 0.0f;
-  acc[7] = 0.0f;
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) acc[tilus_s] = 0.0f;
   // dot (test_codegen.cpp:N)
   __align__(16) float d[8];
-  for (int s = 0; s < 8; ++s) d[s] = acc[s];
   #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) d[tilus_s] = acc[tilus_s];
+  #pragma unroll
+  for (int tilus_i = 0; tilus_i < 4; ++tilus_i) {
     #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float acc = d[i * 2 + j];
+    for (int tilus_j = 0; tilus_j < 2; ++tilus_j) {
+      float tilus_acc = d[tilus_i * 2 + tilus_j];
       #pragma unroll
-      for (int kk = 0; kk < 8; ++kk) acc = acc + tilus::cvt<float>(x_1[i * 8 + kk]) * tilus::cvt<float>(x[kk * 2 + j]);
-      d[i * 2 + j] = acc;
+      for (int tilus_k = 0; tilus_k < 8; ++tilus_k) tilus_acc = tilus_acc + tilus::cvt<float>(x_1[tilus_i * 8 + tilus_k]) * tilus::cvt<float>(x[tilus_k * 2 + tilus_j]);
+      d[tilus_i * 2 + tilus_j] = tilus_acc;
     }
   }
   // store_global (test_codegen.cpp:N)

@@ -19,64 +19,28 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   x_2[7] = (((tilus_block_x * 256) + ((tid * 8) + 7)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 7))))) : tilus::cvt<__half>(0.0f);
   // cast (test_codegen.cpp:N)
   __align__(16) float c[8];
-  c[0] = tilus::cvt<float>(x_2[0]);
-  c[1] = tilus::cvt<float>(x_2[1]);
-  c[2] = tilus::cvt<float>(x_2[2]);
-  c[3] = tilus::cvt<float>(x_2[3]);
-  c[4] = tilus::cvt<float>(x_2[4]);
-  c[5] = tilus::cvt<float>(x_2[5]);
-  c[6] = tilus::cvt<float>(x_2[6]);
-  c[7] = tilus::cvt<float>(x_2[7]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) c[tilus_s] = tilus::cvt<float>(x_2[tilus_s]);
   // neg (test_codegen.cpp:N)
   __align__(16) float neg[8];
-  neg[0] = (-c[0]);
-  neg[1] = (-c[1]);
-  neg[2] = (-c[2]);
-  neg[3] = (-c[3]);
-  neg[4] = (-c[4]);
-  neg[5] = (-c[5]);
-  neg[6] = (-c[6]);
-  neg[7] = (-c[7]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) neg[tilus_s] = (-c[tilus_s]);
   // exp (test_codegen.cpp:N)
   __align__(16) float exp[8];
-  exp[0] = tilus::exp(c[0]);
-  exp[1] = tilus::exp(c[1]);
-  exp[2] = tilus::exp(c[2]);
-  exp[3] = tilus::exp(c[3]);
-  exp[4] = tilus::exp(c[4]);
-  exp[5] = tilus::exp(c[5]);
-  exp[6] = tilus::exp(c[6]);
-  exp[7] = tilus::exp(c[7]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) exp[tilus_s] = tilus::exp(c[tilus_s]);
   // mul (test_codegen.cpp:N)
   __align__(16) float mul[8];
-  mul[0] = (exp[0] * 2.0f);
-  mul[1] = (exp[1] * 2.0f);
-  mul[2] = (exp[2] * 2.0f);
-  mul[3] = (exp[3] * 2.0f);
-  mul[4] = (exp[4] * 2.0f);
-  mul[5] = (exp[5] * 2.0f);
-  mul[6] = (exp[6] * 2.0f);
-  mul[7] = (exp[7] * 2.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) mul[tilus_s] = (exp[tilus_s] * 2.0f);
   // greater (test_codegen.cpp:N)
   __align__(16) bool greater[8];
-  greater[0] = (c[0] > 0.0f);
-  greater[1] = (c[1] > 0.0f);
-  greater[2] = (c[2] > 0.0f);
-  greater[3] = (c[3] > 0.0f);
-  greater[4] = (c[4] > 0.0f);
-  greater[5] = (c[5] > 0.0f);
-  greater[6] = (c[6] > 0.0f);
-  greater[7] = (c[7] > 0.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) greater[tilus_s] = (c[tilus_s] > 0.0f);
   // where (test_codegen.cpp:N)
   __align__(16) float where[8];
-  where[0] = (greater[0] ? mul[0] : neg[0]);
-  where[1] = (greater[1] ? mul[1] : neg[1]);
-  where[2] = (greater[2] ? mul[2] : neg[2]);
-  where[3] = (greater[3] ? mul[3] : neg[3]);
-  where[4] = (greater[4] ? mul[4] : neg[4]);
-  where[5] = (greater[5] ? mul[5] : neg[5]);
-  where[6] = (greater[6] ? mul[6] : neg[6]);
-  where[7] = (greater[7] ? mul[7] : neg[7]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 8; ++tilus_s) where[tilus_s] = (greater[tilus_s] ? mul[tilus_s] : neg[tilus_s]);
   // store_global (test_codegen.cpp:N)
   if ((((tilus_block_x * 256) + (tid * 8)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + (tid * 8))))) = where[0];
   if ((((tilus_block_x * 256) + ((tid * 8) + 1)) < n)) *(y_1 + ((int64_t)(((tilus_block_x * 256) + ((tid * 8) + 1))))) = where[1];

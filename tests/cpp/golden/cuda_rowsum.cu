@@ -128,29 +128,29 @@ extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __res
     ws[7 * 128 + tid] = acc[7];
     __syncthreads();
     const int32_t peer_base = (tid - (tid / 32 % 4) * 32);
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[0] = (j0 == 0) ? ws[0 * 128 + peer_base + j0 * 32] : (acc[0] + ws[0 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[0] = (tilus_j0 == 0) ? ws[0 * 128 + peer_base + tilus_j0 * 32] : (acc[0] + ws[0 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[1] = (j0 == 0) ? ws[1 * 128 + peer_base + j0 * 32] : (acc[1] + ws[1 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[1] = (tilus_j0 == 0) ? ws[1 * 128 + peer_base + tilus_j0 * 32] : (acc[1] + ws[1 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[2] = (j0 == 0) ? ws[2 * 128 + peer_base + j0 * 32] : (acc[2] + ws[2 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[2] = (tilus_j0 == 0) ? ws[2 * 128 + peer_base + tilus_j0 * 32] : (acc[2] + ws[2 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[3] = (j0 == 0) ? ws[3 * 128 + peer_base + j0 * 32] : (acc[3] + ws[3 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[3] = (tilus_j0 == 0) ? ws[3 * 128 + peer_base + tilus_j0 * 32] : (acc[3] + ws[3 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[4] = (j0 == 0) ? ws[4 * 128 + peer_base + j0 * 32] : (acc[4] + ws[4 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[4] = (tilus_j0 == 0) ? ws[4 * 128 + peer_base + tilus_j0 * 32] : (acc[4] + ws[4 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[5] = (j0 == 0) ? ws[5 * 128 + peer_base + j0 * 32] : (acc[5] + ws[5 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[5] = (tilus_j0 == 0) ? ws[5 * 128 + peer_base + tilus_j0 * 32] : (acc[5] + ws[5 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[6] = (j0 == 0) ? ws[6 * 128 + peer_base + j0 * 32] : (acc[6] + ws[6 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[6] = (tilus_j0 == 0) ? ws[6 * 128 + peer_base + tilus_j0 * 32] : (acc[6] + ws[6 * 128 + peer_base + tilus_j0 * 32]);
     }
-    for (int j0 = 0; j0 < 4; ++j0) {
-      acc[7] = (j0 == 0) ? ws[7 * 128 + peer_base + j0 * 32] : (acc[7] + ws[7 * 128 + peer_base + j0 * 32]);
+    for (int tilus_j0 = 0; tilus_j0 < 4; ++tilus_j0) {
+      acc[7] = (tilus_j0 == 0) ? ws[7 * 128 + peer_base + tilus_j0 * 32] : (acc[7] + ws[7 * 128 + peer_base + tilus_j0 * 32]);
     }
     __syncthreads();
   }

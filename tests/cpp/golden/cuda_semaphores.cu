@@ -11,10 +11,8 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   int32_t* const g = global_tensor_0;
   // register_tensor (test_codegen.cpp:N)
   __align__(16) float r[4];
-  r[0] = 1.0f;
-  r[1] = 1.0f;
-  r[2] = 1.0f;
-  r[3] = 1.0f;
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) r[tilus_s] = 1.0f;
   if ((tilus_block_z > 0)) {
     // lock_semaphore (test_codegen.cpp:N)
     if (tid == 0) {
@@ -29,15 +27,11 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
     x[3] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) : 0.0f;
     // add (test_codegen.cpp:N)
     __align__(16) float add[4];
-    add[0] = (r[0] + x[0]);
-    add[1] = (r[1] + x[1]);
-    add[2] = (r[2] + x[2]);
-    add[3] = (r[3] + x[3]);
+    #pragma unroll
+    for (int tilus_s = 0; tilus_s < 4; ++tilus_s) add[tilus_s] = (r[tilus_s] + x[tilus_s]);
     // assign (test_codegen.cpp:N)
-    r[0] = add[0];
-    r[1] = add[1];
-    r[2] = add[2];
-    r[3] = add[3];
+    #pragma unroll
+    for (int tilus_s = 0; tilus_s < 4; ++tilus_s) r[tilus_s] = add[tilus_s];
   }
   // store_global (test_codegen.cpp:N)
   if (((tid / 64) == 0)) {

@@ -14,10 +14,8 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   // shared_tensor (shapes_script.h:25)
   // transpose (shapes_script.h:26)
   __align__(16) float tr[4];
-  tr[0] = x_2[0];
-  tr[1] = x_2[1];
-  tr[2] = x_2[2];
-  tr[3] = x_2[3];
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) tr[tilus_s] = x_2[tilus_s];
   // store_shared (shapes_script.h:26)
   *(reinterpret_cast<float*>(tilus_smem + 0) + ((((tid % 8) * 32) + (tid / 8)) ^ (((((tid % 8) * 32) + (tid / 8)) >> 3) & 4))) = tr[0];
   *(reinterpret_cast<float*>(tilus_smem + 0) + (((((tid % 8) * 32) + (tid / 8)) + 8) ^ ((((((tid % 8) * 32) + (tid / 8)) + 8) >> 3) & 4))) = tr[1];
@@ -58,40 +56,28 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   }
   // neg (shapes_script.h:34)
   __align__(16) float neg[4];
-  neg[0] = (-x_2[0]);
-  neg[1] = (-x_2[1]);
-  neg[2] = (-x_2[2]);
-  neg[3] = (-x_2[3]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) neg[tilus_s] = (-x_2[tilus_s]);
   // div (shapes_script.h:34)
   __align__(16) float div[4];
-  div[0] = (neg[0] / 2.0f);
-  div[1] = (neg[1] / 2.0f);
-  div[2] = (neg[2] / 2.0f);
-  div[3] = (neg[3] / 2.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) div[tilus_s] = (neg[tilus_s] / 2.0f);
   // greater (shapes_script.h:34)
   __align__(16) bool greater[4];
-  greater[0] = (x_2[0] > 0.0f);
-  greater[1] = (x_2[1] > 0.0f);
-  greater[2] = (x_2[2] > 0.0f);
-  greater[3] = (x_2[3] > 0.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) greater[tilus_s] = (x_2[tilus_s] > 0.0f);
   // where (shapes_script.h:34)
   __align__(16) float where[4];
-  where[0] = (greater[0] ? x_2[0] : div[0]);
-  where[1] = (greater[1] ? x_2[1] : div[1]);
-  where[2] = (greater[2] ? x_2[2] : div[2]);
-  where[3] = (greater[3] ? x_2[3] : div[3]);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) where[tilus_s] = (greater[tilus_s] ? x_2[tilus_s] : div[tilus_s]);
   // maximum (shapes_script.h:34)
   __align__(16) float maximum[4];
-  maximum[0] = tilus::max_(where[0], (-0.25f));
-  maximum[1] = tilus::max_(where[1], (-0.25f));
-  maximum[2] = tilus::max_(where[2], (-0.25f));
-  maximum[3] = tilus::max_(where[3], (-0.25f));
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) maximum[tilus_s] = tilus::max_(where[tilus_s], (-0.25f));
   // minimum (shapes_script.h:34)
   __align__(16) float minimum[4];
-  minimum[0] = tilus::min_(maximum[0], 1.5f);
-  minimum[1] = tilus::min_(maximum[1], 1.5f);
-  minimum[2] = tilus::min_(maximum[2], 1.5f);
-  minimum[3] = tilus::min_(maximum[3], 1.5f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) minimum[tilus_s] = tilus::min_(maximum[tilus_s], 1.5f);
   float* const c_1 = c;
   // store_global (shapes_script.h:35)
   if (((tid / 8) < n)) *(c_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) = minimum[0];
@@ -125,10 +111,8 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   tilus::load_vec<16>(&y_1[0], (reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 28))));
   // add (shapes_script.h:44)
   __align__(16) float add[4];
-  add[0] = (y_1[0] + 1.0f);
-  add[1] = (y_1[1] + 1.0f);
-  add[2] = (y_1[2] + 1.0f);
-  add[3] = (y_1[3] + 1.0f);
+  #pragma unroll
+  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) add[tilus_s] = (y_1[tilus_s] + 1.0f);
   // store_global (shapes_script.h:44)
   if (((tid / 8) < n)) *(e_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) = add[0];
   if (((tid / 8) < n)) *(e_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 1))))) = add[1];
