@@ -453,3 +453,46 @@ def test_the_wgmma_examples_keep_their_wgmma_in_flight():
         assert "function call" in compiled.wgmma_serialized, compiled.wgmma_serialized
     elif checked == 0:
         pytest.skip("NVRTC kept no ptxas report in this run")
+
+
+class WgmmaLoops(tilus.Script):
+    """Three loops of wgmma: over a run-time k (not unrolled unless asked), the same with
+    unroll=2, and a constant trip count (left to NVVM)."""
+
+    def __call__(self, k: int32, a: ~float16, c: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        sa = self.shared_tensor(dtype=float16, shape=[64, 16])
+        self.copy(self.global_view(a, shape=[64, 16]), sa)
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        for ko in range(k):
+            self.wgmma.fence()
+            self.wgmma.mma(sa, sa.T, acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+        for ki in self.range(k, unroll=2):
+            self.wgmma.fence()
+            self.wgmma.mma(sa, sa.T, acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+        for kc in range(3):
+            self.wgmma.fence()
+            self.wgmma.mma(sa, sa.T, acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+        self.store_global(self.global_view(c, shape=[64, 64]), acc, offsets=[0, 0])
+
+
+def test_a_wgmma_main_loop_is_not_unrolled_unless_asked():
+    """NVVM unrolled a run-time loop of wgmma four times plus a remainder loop (hopper_matmul_v0:
+    40 HGMMA for its 8, twice the compile time) for no gain: the tensor cores run asynchronously.
+    The emitter tells it not to; a Script's unroll= and constant trip counts keep their way."""
+    program = tilus.trace(WgmmaLoops())
+    src = tilus._C.compile_cuda_source(program, "sm_90a")
+    lines = [l.strip() for l in src.splitlines()]
+    before = {v: lines[i - 1] for i, l in enumerate(lines) for v in ("ko", "ki", "kc") if l.startswith(f"for (int32_t {v} = 0;")}
+    assert before == {"ko": "#pragma unroll 1", "ki": "#pragma unroll 2", "kc": before["kc"]}, before
+    assert not before["kc"].startswith("#pragma"), before
+    program = tilus.trace(HopperMatmulV0())
+    src = tilus._C.compile_cuda_source(program, "sm_90a")
+    assert re.search(r"#pragma unroll 1\n\s*for \(int32_t ko = 0; ko < \(\(k \+ 63\) / 64\)", src), src
