@@ -525,6 +525,52 @@ py::object type_limit(const DataType& t, bool largest) {
   return py::float_(largest ? m : -m);
 }
 
+namespace {
+
+// The fast path's entry as a CPython METH_FASTCALL function (issue 18: no pybind11 dispatcher
+// on the hot path): `entry(args)` with a call's positional-argument tuple, True when it
+// launched. Its `self` is a capsule of the TorchFastPath, which holds the Python object that
+// owns it. A C++ exception (a launch the driver refused) answers False: the general path then
+// launches again and raises the error with its Python type.
+constexpr const char* kFastPathCapsule = "tilus.TorchFastPath";
+
+PyObject* torch_fast_path_entry(PyObject* capsule, PyObject* const* argv, Py_ssize_t nargs) {
+  auto* fast = static_cast<TorchFastPath*>(PyCapsule_GetPointer(capsule, kFastPathCapsule));
+  if (!fast) return nullptr;
+  if (nargs != 1 || !PyTuple_Check(argv[0])) {
+    PyErr_SetString(PyExc_TypeError, "the launch fast path takes one argument: the call's argument tuple");
+    return nullptr;
+  }
+  bool launched = false;
+  try {
+    launched = fast->call(py::reinterpret_borrow<py::tuple>(argv[0]));
+  } catch (py::error_already_set&) {
+    launched = false;  // its Python error is cleared as the object goes
+  } catch (const std::exception&) {
+    launched = false;
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  return PyBool_FromLong(launched);
+}
+
+py::object torch_fast_path_function(py::object owner) {
+  static PyMethodDef def = {"torch_fast_path", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(torch_fast_path_entry)),
+                            METH_FASTCALL, "The launch fast path (internal): entry(args) -> True when launched."};
+  TorchFastPath& fast = owner.cast<TorchFastPath&>();
+  PyObject* capsule = PyCapsule_New(&fast, kFastPathCapsule, [](PyObject* c) {
+    Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(c)));
+  });
+  if (!capsule) throw py::error_already_set();
+  Py_INCREF(owner.ptr());
+  PyCapsule_SetContext(capsule, owner.ptr());
+  PyObject* fn = PyCFunction_NewEx(&def, capsule, nullptr);
+  Py_DECREF(capsule);
+  if (!fn) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   if (const char* e = std::getenv("TILUS_DEBUG_SIGNALS"); e && *e && *e != '0') {
     signal(SIGSEGV, print_backtrace);
@@ -1209,6 +1255,9 @@ PYBIND11_MODULE(_C, m) {
         return TorchFastPath{std::move(kinds), std::move(dtypes), std::move(tensor_type), std::move(raw_stream), {}, {}};
       }))
       .def("__call__", &TorchFastPath::call)
+      .def_property_readonly("entry", &torch_fast_path_function,
+                             "The same call as a METH_FASTCALL function without pybind11's dispatcher "
+                             "(what Script.__call__ calls).")
       .def("add", [](TorchFastPath& f, py::object kernel, const py::sequence& values) {
         // The kernel compiled for these arguments, under the mask call() computes.
         GpuKernel& k = kernel.cast<GpuKernel&>();

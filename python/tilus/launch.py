@@ -472,13 +472,15 @@ def launch(script, args, kw):
 
 
 def _register_fast(script, sig, compiled, call):
-    """Makes later calls with the same specialization take the fast path."""
-    fast = script.__dict__.get("_tilus_fast")
+    """Makes later calls with the same specialization take the fast path: Script.__call__ calls
+    `_tilus_fast`, the path's METH_FASTCALL entry (no pybind11 dispatcher in between)."""
+    fast = script.__dict__.get("_tilus_fast_path")
     if fast is None:
         fast = _make_fast(sig)
         if fast is None:
             return
-        script.__dict__["_tilus_fast"] = fast
+        script.__dict__["_tilus_fast_path"] = fast
+        script.__dict__["_tilus_fast"] = fast.entry
     fast.add(compiled.kernel, call.values)
 
 

@@ -194,6 +194,23 @@ def test_gpu_fast_path_takes_void_pointers_of_any_dtype():
         k(1000, x[:999], y)
 
 
+def test_fast_path_entry_is_a_plain_cpython_function():
+    """Script.__call__ reaches the fast path through a METH_FASTCALL function, not pybind11's
+    dispatcher (issue 18). It takes the call's argument tuple, answers False for what it cannot
+    launch (no kernel for these arguments here), and keeps its path alive on its own."""
+    import gc
+    fast = tilus._C.TorchFastPath([1, 2], [None, None], object, None)
+    entry = fast.entry
+    assert type(entry).__name__ == "builtin_function_or_method"
+    assert entry((16, 2.0)) is False and entry((16,)) is False and entry((16, "x")) is False
+    for bad in [(), (1, 2), ((16, 2.0), 1), (16,)]:
+        with pytest.raises(TypeError, match="the call's argument tuple"):
+            entry(*bad)
+    del fast
+    gc.collect()
+    assert entry((16, 2.0)) is False  # the capsule holds the path
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 def test_gpu_fast_path_still_checks_every_launch():
     import torch
@@ -202,6 +219,7 @@ def test_gpu_fast_path_still_checks_every_launch():
     y = torch.zeros(1000, device="cuda")
     k(1000, 2.0, x, y)
     assert "_tilus_fast" in k.__dict__  # later calls take the fast path
+    assert type(k.__dict__["_tilus_fast"]).__name__ == "builtin_function_or_method"
     k(1000, 2.0, x, y)
     assert torch.equal(y, 4 * x)
     s = torch.cuda.Stream()
