@@ -215,3 +215,29 @@ def test_launch_errors_name_the_parameter():
         k(4, y=np.zeros(4, dtype=np.float32))
     with pytest.raises(tilus.ArgumentError, match=r"out of the range of int32"):
         k(1 << 40, np.zeros(4, dtype=np.float32))
+
+
+def test_a_script_file_edited_after_import_is_an_error_not_another_function(tmp_path, monkeypatch):
+    """tracing reads a Script's source from its file: edited after the import (lines added above
+    the class), the lines there are another function. That is a clear error, not a trace of the
+    wrong code (it was a TypeError naming whatever function the lines held)."""
+    import importlib
+    import sys
+    body = ("import tilus\nfrom tilus import float32, int32\n\n"
+            "def helper(a, b):\n    return a + b\n\n\n"
+            "class Edited(tilus.Script):\n"
+            "    def __call__(self, n: int32, x: ~float32):\n"
+            "        self.attrs.blocks = [1]\n        self.attrs.warps = 1\n"
+            "        t = self.load_global(self.global_view(x, shape=[n]), offsets=[0], shape=[32])\n"
+            "        self.store_global(self.global_view(x, shape=[n]), t, offsets=[0])\n")
+    f = tmp_path / "edited_script_mod.py"
+    f.write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("edited_script_mod")
+    try:
+        f.write_text(body.replace("def helper(a, b):", "\n\n\n\ndef helper(a, b):"))
+        with pytest.raises(tilus.CompileError, match=r"edited_script_mod\.py:\d+: the source of Edited.__call__ there is "
+                                                      r"not the code Python loaded \(found `def helper\(a, b\)`\)"):
+            tilus.trace(mod.Edited())
+    finally:
+        sys.modules.pop("edited_script_mod", None)
