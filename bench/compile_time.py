@@ -4,8 +4,10 @@
         [--print-ir build/examples/cpp/print_ir] [--only NAME ...] [--autotune] [--json FILE]
         [--nvrtc-option OPTION ...] [--driver-cache]
 
-The kernels: each Python example (examples/python; the wgmma ones for sm_90a), traced and specialized as a launch with
-16-divisible sizes and 16-byte aligned pointers specializes it, and each C++ example
+The kernels: each Python example (examples/python; the wgmma ones for sm_90a; matmul_a16wx.py's
+kernel for small m with uint4 weights and, for sm_90a, its wgmma kernel for large m), traced and
+specialized as a launch with 16-divisible sizes and 16-byte aligned pointers specializes it, and
+each C++ example
 (examples/cpp, through `print_ir --cuda ARCH --divisible`; skipped when print_ir is not built).
 Each is compiled by NVRTC, in this process, in three ways, `--repeat` times each (interleaved;
 the median counts):
@@ -75,18 +77,26 @@ def python_kernels(arch):
     from softmax import Softmax
     from tma_copy import TmaCopy
     from vector_add import VectorAdd
-    examples = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV1, "matmul_v2": MatmulV2,
-                "matmul_v3": MatmulV3, "matmul_tma": MatmulTma, "softmax": Softmax, "layer_norm": LayerNorm,
-                "tma_copy": TmaCopy, "conv2d": Conv2d}
+    from matmul_a16wx import MatmulA16Wx
+    examples = {"vector_add": VectorAdd(), "matmul_v0": MatmulV0(), "matmul_v1": MatmulV1(), "matmul_v2": MatmulV2(),
+                "matmul_v3": MatmulV3(), "matmul_tma": MatmulTma(), "softmax": Softmax(), "layer_norm": LayerNorm(),
+                "tma_copy": TmaCopy(), "conv2d": Conv2d(),
+                # the quantized matmul's small-m kernel (uint4 weights, its default tile)
+                "matmul_a16wx": MatmulA16Wx(tilus.uint4)}
     if arch.startswith("sm_90"):  # the wgmma examples (f16; their bf16 twins compile alike)
         import importlib
         for v in range(7):
-            examples[f"hopper_matmul_v{v}"] = getattr(importlib.import_module(f"hopper_matmul_v{v}"), f"HopperMatmulV{v}")
+            examples[f"hopper_matmul_v{v}"] = getattr(importlib.import_module(f"hopper_matmul_v{v}"), f"HopperMatmulV{v}")()
         from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
-        examples.update(conv2d_wgmma=Conv2dWgmma, conv2d_wgmma_persistent=Conv2dWgmmaPersistent)
+        from matmul_a16wx import MatmulA16WxHopper
+        examples.update(conv2d_wgmma=Conv2dWgmma(), conv2d_wgmma_persistent=Conv2dWgmmaPersistent(),
+                        # its large-m wgmma kernel, as the example picks it at m = 4096
+                        matmul_a16wx_hopper=MatmulA16WxHopper(tilus.uint4, block_n=128, consumers=2, block_m=256,
+                                                              block_k=64, stages=4))
     out = []
-    for name, cls in examples.items():
-        program = tilus.trace(cls())
+    for name, script in examples.items():
+        cls = type(script)
+        program = tilus.trace(script)
         runtime = [p for p in inspect.signature(cls.__call__).parameters.values()
                    if p.name != "self" and p.annotation not in (int, float, bool, str)]
         program.specialize({i: 16 for i in range(len(runtime))})
