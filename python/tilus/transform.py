@@ -481,10 +481,9 @@ def normalize(fn):
     if not isinstance(fdef, ast.FunctionDef):
         raise CompileError(f"{filename}:{first}: {fn.__qualname__} is not a plain function")
     # inspect reads the file as it is now: one edited since Python loaded it gives other lines.
-    code_ = fn.__code__
+    loaded = fn.__code__
     params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs]
-    loaded = list(code_.co_varnames[:code_.co_argcount + code_.co_kwonlyargcount])
-    if fdef.name != code_.co_name or params != loaded:
+    if fdef.name != loaded.co_name or params != list(loaded.co_varnames[:loaded.co_argcount + loaded.co_kwonlyargcount]):
         raise CompileError(f"{filename}:{first}: the source of {fn.__qualname__} there is not the code Python loaded "
                            f"(found `def {fdef.name}({', '.join(params)})`): the file changed after it was "
                            "imported; import it again (a new process) to trace the new code")

@@ -4,6 +4,17 @@
 
 namespace tilus {
 
+bool contains_inst(const Stmt& s, InstKind k) {
+  struct Find : StmtVisitor {
+    InstKind kind;
+    bool found = false;
+    void visit_inst(const InstNode& i) override { found = found || i.kind() == kind; }
+  } f;
+  f.kind = k;
+  f.visit(s);
+  return f.found;
+}
+
 // --- StmtVisitor ----------------------------------------------------------------------
 
 void StmtVisitor::visit(const Stmt& s) {

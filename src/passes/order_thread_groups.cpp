@@ -8,14 +8,7 @@ namespace tilus {
 
 namespace {
 
-bool issues_wgmma(const Stmt& s) {
-  struct Find : StmtVisitor {
-    bool found = false;
-    void visit_inst(const InstNode& i) override { found |= i.kind() == InstKind::WgmmaMma; }
-  } f;
-  f.visit(s);
-  return f.found;
-}
+bool issues_wgmma(const Stmt& s) { return contains_inst(s, InstKind::WgmmaMma); }
 
 const ThreadGroupStmtNode* as_group(const Stmt& s) {
   return s && s->kind == StmtKind::ThreadGroup ? static_cast<const ThreadGroupStmtNode*>(s.get()) : nullptr;

@@ -32,6 +32,9 @@ class StmtVisitor {
   virtual void visit_inst(const InstNode& inst) {}
 };
 
+// Whether `s` holds an instruction of kind `k` anywhere (in nested scopes too).
+bool contains_inst(const Stmt& s, InstKind k);
+
 // Rebuilds statements bottom-up; unchanged subtrees are shared with the input. A hook may
 // return null (delete) or a sequence (expand into several statements).
 //

@@ -377,19 +377,6 @@ std::string Emitter::workspace_ptr(DataType t) {
 
 // --- statements -------------------------------------------------------------------------------
 
-namespace {
-
-bool issues_wgmma(const Stmt& s) {
-  struct Scan : StmtVisitor {
-    bool found = false;
-    void visit_inst(const InstNode& i) override { found = found || dynamic_cast<const WgmmaMmaInst*>(&i); }
-  } scan;
-  scan.visit(s);
-  return scan.found;
-}
-
-}  // namespace
-
 void Emitter::emit_stmt(const Stmt& s) {
   if (!s) return;
   switch (s->kind) {
@@ -403,7 +390,7 @@ void Emitter::emit_stmt(const Stmt& s) {
       var_names_[n.var.get()] = v;
       if (n.unroll.kind == Unroll::All) line("#pragma unroll");
       else if (n.unroll.kind == Unroll::Factor) linef("#pragma unroll {}", n.unroll.factor);
-      else if (!(b.is_int_const() && e.is_int_const() && st.is_int_const()) && issues_wgmma(n.body))
+      else if (!(b.is_int_const() && e.is_int_const() && st.is_int_const()) && contains_inst(n.body, InstKind::WgmmaMma))
         // A main loop of wgmma is not unrolled unless the Script asks: the tensor cores run
         // asynchronously, so unrolling gains nothing at run time, while NVVM's runtime unrolling
         // (four copies and a remainder loop) made such kernels up to 5x larger in SASS and
