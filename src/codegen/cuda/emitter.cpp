@@ -466,7 +466,8 @@ void Emitter::emit_stmt(const Stmt& s) {
         open(fmt::format("if ({0} >= {1} && {0} < {2})", outer_name, n.thread_begin, n.thread_begin + n.num_threads));
       const Var& inner = facts_.group_thread(n);
       std::string name = fresh("tg");
-      linef("const int32_t {} = {} - {};", name, outer_name, n.thread_begin);
+      // Unused where the group's body never asks for its thread index: no NVRTC warning.
+      linef("[[maybe_unused]] const int32_t {} = {} - {};", name, outer_name, n.thread_begin);
       var_names_[inner.get()] = name;
       scopes_.push_back(ThreadScope{inner, outer.begin + n.thread_begin, n.num_threads});
       emit_stmt(n.body);

@@ -404,7 +404,8 @@ void Emitter::emit_memory(const InstNode& inst) {
       std::string name = fresh(i.out->name.empty() ? "g" : i.out->name);
       std::string p = expr(simplify(i.ptr));
       if (i.ptr.dtype().pointee() != dt) p = fmt::format("reinterpret_cast<{}*>({})", ctype(dt), p);
-      linef("{}* const {} = {};", ctype(dt), name, p);
+      // A view read only through TMA tensor maps leaves its pointer unused: no NVRTC warning.
+      linef("[[maybe_unused]] {}* const {} = {};", ctype(dt), name, p);
       global_ptrs_[i.out.get()] = name;
       return;
     }
@@ -496,7 +497,9 @@ void Emitter::emit_memory(const InstNode& inst) {
         bool load = i.dst.tensor.is_register();
         const CopyRegion& mem = load ? i.src : i.dst;
         const Tensor& r = load ? i.dst.tensor : i.src.tensor;
-        if (load) declare_reg(r);
+        // The copy writes every slot: into the tensor's own array where it is in scope (a
+        // register_tensor declared for it), else into a new one.
+        if (load && !visible(r.get())) declare_reg(r);
         if (mem.tensor.is_shared()) guard_shared(*this, inst, facts_.shared_region(i, mem, r.rank()), r.static_shape());
         if (matrix) {
           emit_matrix(*this, rec, facts_.shared_region(i, mem, r.rank()), r, load);

@@ -4,8 +4,8 @@
 extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __restrict__ x, __half* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __half* const x_1 = x;
-  __half* const y_1 = y;
+  [[maybe_unused]] __half* const x_1 = x;
+  [[maybe_unused]] __half* const y_1 = y;
   // shared_tensor (test_codegen.cpp:N)
   // copy_async (test_codegen.cpp:N)
    {
@@ -33,12 +33,12 @@ extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __
   if (((((tid / 8) + 16) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 16))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[16]);
   if (((((tid / 8) + 24) < n) && (((tid % 8) * 8) < n))) tilus::store_vec<16>((y_1 + ((((int64_t)(((tid / 8) + 24))) * ((int64_t)(n))) + ((int64_t)(((tid % 8) * 8))))), &y_2[24]);
   if (tid >= 32 && tid < 64) {
-    const int32_t tg = tid - 32;
+    [[maybe_unused]] const int32_t tg = tid - 32;
     // sync (test_codegen.cpp:N)
     tilus::named_barrier(1, 32);
   }
   if (tid == 0) {
-    const int32_t tg_1 = tid - 0;
+    [[maybe_unused]] const int32_t tg_1 = tid - 0;
     // printf (test_codegen.cpp:N)
     printf("done %d\n", n);
   }

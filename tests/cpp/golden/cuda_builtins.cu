@@ -4,7 +4,7 @@
 extern "C" __global__ void __launch_bounds__(128) ThreadIndices(int32_t* __restrict__ idx) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  int32_t* const idx_1 = idx;
+  [[maybe_unused]] int32_t* const idx_1 = idx;
   // get_lane_idx (builtins_scripts.h:20)
   __align__(16) int32_t lane_idx[1];
   lane_idx[0] = tid % 32;
@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(128) ThreadIndices(int32_t* __restr
   // store_global (builtins_scripts.h:24)
   *(idx_1 + ((int64_t)((tid + 512)))) = c[0];
   if (tid >= 64 && tid < 128) {
-    const int32_t tg = tid - 64;
+    [[maybe_unused]] const int32_t tg = tid - 64;
     // get_lane_idx (builtins_scripts.h:26)
     __align__(16) int32_t lane_idx_1[1];
     lane_idx_1[0] = tid % 32;
@@ -61,8 +61,8 @@ extern "C" __global__ void __launch_bounds__(128) ThreadIndices(int32_t* __restr
 extern "C" __global__ void __launch_bounds__(128) Shuffles(int32_t offset, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  float* const x_1 = x;
-  float* const y_1 = y;
+  [[maybe_unused]] float* const x_1 = x;
+  [[maybe_unused]] float* const y_1 = y;
   // load_global (builtins_scripts.h:43)
   __align__(16) float x_2[2];
   x_2[0] = *(x_1 + ((int64_t)(tid)));
@@ -139,8 +139,8 @@ extern "C" __global__ void __launch_bounds__(64) VectorCopy(int32_t n, int32_t l
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
   const int32_t tilus_block_x = tilus::block_idx(0);
-  float* const x_1 = x;
-  float* const y_1 = y;
+  [[maybe_unused]] float* const x_1 = x;
+  [[maybe_unused]] float* const y_1 = y;
   // ldg256 (builtins_scripts.h:78)
   __align__(16) float v[8];
   tilus::ldg<32>(v, (x_1 + ((int64_t)((tilus_block_x * 8)))), (tilus_block_x < live));
@@ -157,15 +157,15 @@ extern "C" __global__ void __launch_bounds__(64) VectorCopy(int32_t n, int32_t l
 extern "C" __global__ void __launch_bounds__(256) Barriers(int32_t n, int32_t stop, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  float* const x_1 = x;
-  float* const y_1 = y;
+  [[maybe_unused]] float* const x_1 = x;
+  [[maybe_unused]] float* const y_1 = y;
   if (tid >= 0 && tid < 128) {
-    const int32_t tg = tid - 0;
+    [[maybe_unused]] const int32_t tg = tid - 0;
     // dec_max_nreg (builtins_scripts.h:99)
     tilus::setmaxnreg_dec<40>();
   }
   if (tid >= 128 && tid < 256) {
-    const int32_t tg_1 = tid - 128;
+    [[maybe_unused]] const int32_t tg_1 = tid - 128;
     // inc_max_nreg (builtins_scripts.h:100)
     tilus::setmaxnreg_inc<232>();
   }
@@ -197,11 +197,11 @@ extern "C" __global__ void __launch_bounds__(256) Barriers(int32_t n, int32_t st
     if (((((tid % 64) * 4) + 3) < (n + 1))) *(y_1 + ((int64_t)((((tid % 64) * 4) + 3)))) = y_2[3];
   }
   if (tid >= 128 && tid < 256) {
-    const int32_t tg_2 = tid - 128;
+    [[maybe_unused]] const int32_t tg_2 = tid - 128;
     // sync_threads (builtins_scripts.h:107)
     tilus::named_barrier(2, 128);
     if (tg_2 >= 32 && tg_2 < 64) {
-      const int32_t tg_3 = tg_2 - 32;
+      [[maybe_unused]] const int32_t tg_3 = tg_2 - 32;
       // sync_warp (builtins_scripts.h:108)
       __syncwarp(0xffffffffu);
     }
@@ -236,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(32) ClusterIds(int32_t* __restrict_
   const int32_t tilus_cluster_block_x = tilus::cluster_ctaid(0);
   const int32_t tilus_cluster_block_y = tilus::cluster_ctaid(1);
   const int32_t tilus_cluster_rank = tilus::cluster_ctarank();
-  int32_t* const out_1 = out;
+  [[maybe_unused]] int32_t* const out_1 = out;
   // register_tensor (builtins_scripts.h:135)
   __align__(16) int32_t r[1];
   r[0] = tilus_cluster_block_x;

@@ -10,8 +10,8 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   }
   __syncthreads();
   uint32_t tilus_copy_phase_0 = 0u;
-  __half* const x_1 = x;
-  __half* const y_1 = y;
+  [[maybe_unused]] __half* const x_1 = x;
+  [[maybe_unused]] __half* const y_1 = y;
   // shared_tensor (test_codegen.cpp:N)
   // shared_tensor (test_codegen.cpp:N)
   // copy (test_codegen.cpp:N)
@@ -37,21 +37,19 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   // sync (test_codegen.cpp:N)
   __syncthreads();
   // copy (test_codegen.cpp:N)
-  __align__(16) __half r_2[32];
-  tilus::ldmatrix<4, false>(&r_2[0], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + (((tid / 16) % 2) * 8)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + (((tid / 16) % 2) * 8)) >> 3) & 24))));
-  tilus::ldmatrix<4, false>(&r_2[8], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + ((((tid / 16) % 2) * 8) + 16)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + ((((tid / 16) % 2) * 8) + 16)) >> 3) & 24))));
-  tilus::ldmatrix<4, false>(&r_2[16], (reinterpret_cast<__half*>(tilus_smem + 0) + ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 32) + (((tid / 16) % 2) * 8)) ^ (((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 32) + (((tid / 16) % 2) * 8)) >> 3) & 24))));
-  tilus::ldmatrix<4, false>(&r_2[24], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 512) + ((tid % 8) * 32)) + (((tid / 8) % 2) * 256)) + (((tid / 16) % 2) * 8)) + 1040) ^ ((((((((((tid / 32) * 32) / 64) * 512) + ((tid % 8) * 32)) + (((tid / 8) % 2) * 256)) + (((tid / 16) % 2) * 8)) + 1040) >> 3) & 24))));
+  tilus::ldmatrix<4, false>(&r[0], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + (((tid / 16) % 2) * 8)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + (((tid / 16) % 2) * 8)) >> 3) & 24))));
+  tilus::ldmatrix<4, false>(&r[8], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + ((((tid / 16) % 2) * 8) + 16)) ^ ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) * 32) + ((((tid / 16) % 2) * 8) + 16)) >> 3) & 24))));
+  tilus::ldmatrix<4, false>(&r[16], (reinterpret_cast<__half*>(tilus_smem + 0) + ((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 32) + (((tid / 16) % 2) * 8)) ^ (((((((((((tid / 32) * 32) / 64) * 16) + (tid % 8)) + (((tid / 8) % 2) * 8)) + 32) * 32) + (((tid / 16) % 2) * 8)) >> 3) & 24))));
+  tilus::ldmatrix<4, false>(&r[24], (reinterpret_cast<__half*>(tilus_smem + 0) + (((((((((tid / 32) * 32) / 64) * 512) + ((tid % 8) * 32)) + (((tid / 8) % 2) * 256)) + (((tid / 16) % 2) * 8)) + 1040) ^ ((((((((((tid / 32) * 32) / 64) * 512) + ((tid % 8) * 32)) + (((tid / 8) % 2) * 256)) + (((tid / 16) % 2) * 8)) + 1040) >> 3) & 24))));
   // copy_async_wait_group (test_codegen.cpp:N)
   tilus::cp_async_wait<0>();
   // sync (test_codegen.cpp:N)
   __syncthreads();
   // copy (test_codegen.cpp:N)
-  __align__(16) __half r_3[32];
-  tilus::ldmatrix<4, true>(&r_3[0], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) ^ ((((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) >> 3) & 56))));
-  tilus::ldmatrix<4, true>(&r_3[8], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16)) + 32)) ^ ((((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16)) + 32)) >> 3) & 56))));
-  tilus::ldmatrix<4, true>(&r_3[16], (reinterpret_cast<__half*>(tilus_smem + 4096) + ((((((tid % 8) + (((tid / 8) % 2) * 8)) + 16) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) ^ (((((((tid % 8) + (((tid / 8) % 2) * 8)) + 16) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) >> 3) & 56))));
-  tilus::ldmatrix<4, true>(&r_3[24], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) ^ ((((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) >> 3) & 56))));
+  tilus::ldmatrix<4, true>(&r_1[0], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) ^ ((((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) >> 3) & 56))));
+  tilus::ldmatrix<4, true>(&r_1[8], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16)) + 32)) ^ ((((((tid % 8) + (((tid / 8) % 2) * 8)) * 64) + (((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16)) + 32)) >> 3) & 56))));
+  tilus::ldmatrix<4, true>(&r_1[16], (reinterpret_cast<__half*>(tilus_smem + 4096) + ((((((tid % 8) + (((tid / 8) % 2) * 8)) + 16) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) ^ (((((((tid % 8) + (((tid / 8) % 2) * 8)) + 16) * 64) + ((((tid / 32) * 8) % 16) + (((tid / 16) % 2) * 16))) >> 3) & 56))));
+  tilus::ldmatrix<4, true>(&r_1[24], (reinterpret_cast<__half*>(tilus_smem + 4096) + (((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) ^ ((((((((tid % 8) * 64) + (((tid / 8) % 2) * 512)) + (((tid / 32) * 8) % 16)) + (((tid / 16) % 2) * 16)) + 1056) >> 3) & 56))));
   // register_tensor (test_codegen.cpp:N)
   __align__(16) __half acc[32];
   #pragma unroll
@@ -60,22 +58,22 @@ extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* _
   __align__(16) __half d[32];
   #pragma unroll
   for (int tilus_s = 0; tilus_s < 32; ++tilus_s) d[tilus_s] = acc[tilus_s];
-  tilus::mma_m16n8k16_f16(&d[0], &r_2[0], &r_3[0]);
-  tilus::mma_m16n8k16_f16(&d[4], &r_2[0], &r_3[4]);
-  tilus::mma_m16n8k16_f16(&d[8], &r_2[0], &r_3[8]);
-  tilus::mma_m16n8k16_f16(&d[12], &r_2[0], &r_3[12]);
-  tilus::mma_m16n8k16_f16(&d[16], &r_2[16], &r_3[0]);
-  tilus::mma_m16n8k16_f16(&d[20], &r_2[16], &r_3[4]);
-  tilus::mma_m16n8k16_f16(&d[24], &r_2[16], &r_3[8]);
-  tilus::mma_m16n8k16_f16(&d[28], &r_2[16], &r_3[12]);
-  tilus::mma_m16n8k16_f16(&d[0], &r_2[8], &r_3[16]);
-  tilus::mma_m16n8k16_f16(&d[4], &r_2[8], &r_3[20]);
-  tilus::mma_m16n8k16_f16(&d[8], &r_2[8], &r_3[24]);
-  tilus::mma_m16n8k16_f16(&d[12], &r_2[8], &r_3[28]);
-  tilus::mma_m16n8k16_f16(&d[16], &r_2[24], &r_3[16]);
-  tilus::mma_m16n8k16_f16(&d[20], &r_2[24], &r_3[20]);
-  tilus::mma_m16n8k16_f16(&d[24], &r_2[24], &r_3[24]);
-  tilus::mma_m16n8k16_f16(&d[28], &r_2[24], &r_3[28]);
+  tilus::mma_m16n8k16_f16(&d[0], &r[0], &r_1[0]);
+  tilus::mma_m16n8k16_f16(&d[4], &r[0], &r_1[4]);
+  tilus::mma_m16n8k16_f16(&d[8], &r[0], &r_1[8]);
+  tilus::mma_m16n8k16_f16(&d[12], &r[0], &r_1[12]);
+  tilus::mma_m16n8k16_f16(&d[16], &r[16], &r_1[0]);
+  tilus::mma_m16n8k16_f16(&d[20], &r[16], &r_1[4]);
+  tilus::mma_m16n8k16_f16(&d[24], &r[16], &r_1[8]);
+  tilus::mma_m16n8k16_f16(&d[28], &r[16], &r_1[12]);
+  tilus::mma_m16n8k16_f16(&d[0], &r[8], &r_1[16]);
+  tilus::mma_m16n8k16_f16(&d[4], &r[8], &r_1[20]);
+  tilus::mma_m16n8k16_f16(&d[8], &r[8], &r_1[24]);
+  tilus::mma_m16n8k16_f16(&d[12], &r[8], &r_1[28]);
+  tilus::mma_m16n8k16_f16(&d[16], &r[24], &r_1[16]);
+  tilus::mma_m16n8k16_f16(&d[20], &r[24], &r_1[20]);
+  tilus::mma_m16n8k16_f16(&d[24], &r[24], &r_1[24]);
+  tilus::mma_m16n8k16_f16(&d[28], &r[24], &r_1[28]);
   // shared_tensor (test_codegen.cpp:N)
   // sync (test_codegen.cpp:N)
   __syncthreads();

@@ -8,8 +8,8 @@ extern "C" __global__ void __launch_bounds__(128) MatmulNaive(int32_t m, int32_t
   const int32_t tilus_block_y = tilus::block_idx(1);
   const int32_t offset_m = (tilus_block_x * 64);
   const int32_t offset_n = (tilus_block_y * 64);
-  __half* const a_1 = a;
-  __half* const b_1 = b;
+  [[maybe_unused]] __half* const a_1 = a;
+  [[maybe_unused]] __half* const b_1 = b;
   // register_tensor (matmul_naive.h:24)
   __align__(16) float r[32];
   #pragma unroll
@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(128) MatmulNaive(int32_t m, int32_t
     #pragma unroll
     for (int tilus_s = 0; tilus_s < 32; ++tilus_s) r[tilus_s] = d[tilus_s];
   }
-  __half* const c_1 = c;
+  [[maybe_unused]] __half* const c_1 = c;
   // cast (matmul_naive.h:31)
   __align__(16) __half c_2[32];
   #pragma unroll

@@ -4,9 +4,9 @@
 extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, float* __restrict__ b, float* __restrict__ c) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  float* const a_1 = a;
-  float* const b_1 = b;
-  float* const c_1 = c;
+  [[maybe_unused]] float* const a_1 = a;
+  [[maybe_unused]] float* const b_1 = b;
+  [[maybe_unused]] float* const c_1 = c;
   // load_global (test_codegen.cpp:N)
   __align__(16) float x[16];
   x[0] = *(b_1 + ((int64_t)((tid % 8))));

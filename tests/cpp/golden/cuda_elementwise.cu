@@ -5,8 +5,8 @@ extern "C" __global__ void __launch_bounds__(32) Elementwise(int32_t n, __half* 
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
   const int32_t tilus_block_x = tilus::block_idx(0);
-  __half* const x_1 = x;
-  float* const y_1 = y;
+  [[maybe_unused]] __half* const x_1 = x;
+  [[maybe_unused]] float* const y_1 = y;
   // load_global (test_codegen.cpp:N)
   __align__(16) __half x_2[8];
   x_2[0] = (((tilus_block_x * 256) + (tid * 8)) < n) ? *(x_1 + ((int64_t)(((tilus_block_x * 256) + (tid * 8))))) : tilus::cvt<__half>(0.0f);

@@ -5,8 +5,8 @@ extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __res
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
   const int32_t tilus_block_x = tilus::block_idx(0);
-  float* const x_1 = x;
-  float* const y_1 = y;
+  [[maybe_unused]] float* const x_1 = x;
+  [[maybe_unused]] float* const y_1 = y;
   // load_global (test_codegen.cpp:N)
   __align__(16) float x_2[32];
   x_2[0] = ((tilus_block_x * 8) < m) ? *(x_1 + ((((int64_t)((tilus_block_x * 8))) * 512ll) + ((int64_t)((tid * 4))))) : 0.0f;

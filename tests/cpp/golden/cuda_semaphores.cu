@@ -7,8 +7,8 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   const int32_t tilus_block_x = tilus::block_idx(0);
   const int32_t tilus_block_y = tilus::block_idx(1);
   const int32_t tilus_block_z = tilus::block_idx(2);
-  float* const c_1 = c;
-  int32_t* const g = global_tensor_0;
+  [[maybe_unused]] float* const c_1 = c;
+  [[maybe_unused]] int32_t* const g = global_tensor_0;
   // register_tensor (test_codegen.cpp:N)
   __align__(16) float r[4];
   #pragma unroll

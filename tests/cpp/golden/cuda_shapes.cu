@@ -4,7 +4,7 @@
 extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __restrict__ x, float* __restrict__ a, float* __restrict__ b, float* __restrict__ c, int32_t* __restrict__ d, float* __restrict__ e) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  float* const x_1 = x;
+  [[maybe_unused]] float* const x_1 = x;
   // load_global (shapes_script.h:23)
   __align__(16) float x_2[4];
   x_2[0] = ((tid / 8) < n) ? *(x_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) : 0.0f;
@@ -26,7 +26,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   // load_shared (shapes_script.h:28)
   __align__(16) float y[4];
   tilus::load_vec<16>(&y[0], (reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 4))));
-  float* const a_1 = a;
+  [[maybe_unused]] float* const a_1 = a;
   // store_global (shapes_script.h:28)
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)(((tid % 2) * 4))))) = y[0];
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)((((tid % 2) * 4) + 1))))) = y[1];
@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   // unsqueeze (shapes_script.h:32)
   __align__(16) float us[1];
   us[0] = sq[0];
-  float* const b_1 = b;
+  [[maybe_unused]] float* const b_1 = b;
   // store_global (shapes_script.h:32)
   if (((tid % 8) == 0)) {
     *(b_1 + ((int64_t)((tid / 8)))) = us[0];
@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   __align__(16) float minimum[4];
   #pragma unroll
   for (int tilus_s = 0; tilus_s < 4; ++tilus_s) minimum[tilus_s] = tilus::min_(maximum[tilus_s], 1.5f);
-  float* const c_1 = c;
+  [[maybe_unused]] float* const c_1 = c;
   // store_global (shapes_script.h:35)
   if (((tid / 8) < n)) *(c_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) = minimum[0];
   if (((tid / 8) < n)) *(c_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 1))))) = minimum[1];
@@ -87,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   // view (shapes_script.h:37)
   __align__(16) int32_t v[4];
   memcpy((void*)&v, (const void*)&x_2, 16);
-  int32_t* const d_1 = d;
+  [[maybe_unused]] int32_t* const d_1 = d;
   // store_global (shapes_script.h:37)
   if (((tid / 8) < n)) *(d_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)(((tid % 8) * 4))))) = v[0];
   if (((tid / 8) < n)) *(d_1 + ((((int64_t)((tid / 8))) * 32ll) + ((int64_t)((((tid % 8) * 4) + 1))))) = v[1];
@@ -105,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   }
   // sync (shapes_script.h:42)
   __syncthreads();
-  float* const e_1 = e;
+  [[maybe_unused]] float* const e_1 = e;
   // load_shared (shapes_script.h:44)
   __align__(16) float y_1[4];
   tilus::load_vec<16>(&y_1[0], (reinterpret_cast<float*>(tilus_smem + 0) + ((tid * 4) ^ (((tid * 4) >> 3) & 28))));

@@ -1,0 +1,72 @@
+"""The CUDA source the emitter writes: NVRTC compiles the examples' kernels without a warning (a
+compile error's log shows only what is wrong), and a `copy` into a register tensor writes that
+tensor's own registers, so a copy under a branch is seen after it."""
+import inspect
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import _C, float32, int32
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(), reason="needs NVRTC")
+
+
+def cuda_source(script, arch="sm_90a"):
+    """The kernel's name and CUDA source, every run-time parameter specialized as 16-divisible and
+    16-byte aligned (as bench/compile_time.py compiles the examples)."""
+    program = tilus.trace(script)
+    runtime = [p for p in inspect.signature(type(script).__call__).parameters.values()
+               if p.name != "self" and p.annotation not in (int, float, bool, str)]
+    program.specialize({i: 16 for i in range(len(runtime))})
+    return program.kernel_name, _C.compile_cuda_source(program, arch)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("module, name", [("tma_copy", "TmaCopy"), ("hopper_matmul_v3", "HopperMatmulV3"),
+                                          ("conv2d_wgmma", "Conv2dWgmmaPersistent"), ("matmul_v3", "MatmulV3")])
+def test_the_examples_compile_without_nvrtc_warnings(module, name):
+    # Views read only through TMA tensor maps and thread groups whose bodies never use their own
+    # thread index used to leave unused variables: NVRTC's warning #177 in every such compile.
+    sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+    try:
+        script = getattr(__import__(module), name)()
+    finally:
+        sys.path.pop(0)
+    kernel, source = cuda_source(script)
+    got = _C.nvrtc_compile(source, kernel, "sm_90a")
+    assert "warning" not in got["log"], got["log"]
+    assert got["cubin"]
+
+
+class CopyUnderBranch(tilus.Script):
+    """y = x where n > 5, else zeros: the copy into r happens inside the branch, r is read after."""
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        r = self.register_tensor(dtype=float32, shape=[64], init=0.0)
+        if n > 5:
+            self.copy(self.global_view(x, shape=[64]), r)
+        self.store_global(self.global_view(y, shape=[64]), r, offsets=[0])
+
+
+@needs_nvrtc
+def test_a_copy_into_a_register_tensor_writes_its_registers():
+    kernel, source = cuda_source(CopyUnderBranch(), "sm_80")
+    body = source[source.index("if ((n > 5))"):]
+    body = body[:body.index("}")]
+    assert "__align__" not in body, "the copy declared a new register array inside the branch:\n" + body
+    assert _C.nvrtc_compile(source, kernel, "sm_80")["cubin"]
+
+
+@pytest.mark.parametrize("n", [1, 9])
+def test_a_copy_under_a_branch_is_seen_after_it(arrays, n):
+    x = arrays.rand([64])
+    y = arrays.empty([64])
+    CopyUnderBranch()(n, x, y)
+    want = arrays.host(x) if n > 5 else np.zeros(64, np.float32)
+    np.testing.assert_array_equal(arrays.host(y), want)
