@@ -1,6 +1,6 @@
 """Nsight Compute's view of the Hopper matmul against cuBLAS, at the GPU's own clocks.
 
-    python bench/hopper_profile.py [--size 4096] [--dtype f16|bf16] [--launches 2] [--raw ncu.csv]
+    python bench/hopper_profile.py [--size 4096 | --shape M,N,K] [--dtype f16|bf16] [--launches 2] [--raw ncu.csv]
 
 Runs itself under `ncu --clock-control none` (ncu's default would lock the clocks to base for
 the profile; this measures the card as it runs) and prints, per kernel launch: the kernel,
@@ -69,7 +69,18 @@ def parse_ncu_csv(text):
     return out
 
 
-def child(size, dtype, launches):
+def parse_shape(text):
+    """"M,N,K" as three positive ints (an argparse type: a bad one is a usage error)."""
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"--shape takes three positive ints M,N,K, got {text!r}")
+    return dims
+
+
+def child(shape, dtype, launches):
     """The profiled program: warm-up, then `launches` launches of each kernel between
     cudaProfilerStart and Stop."""
     import torch
@@ -80,19 +91,20 @@ def child(size, dtype, launches):
     tdt, dt = {"f16": (torch.float16, tilus.float16), "bf16": (torch.bfloat16, tilus.bfloat16)}[dtype]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernel = hopper_matmul_v6(dt)(blocks=sms // 2 * 2)
-    a = torch.randn(size, size, device="cuda", dtype=tdt)
-    b = torch.randn(size, size, device="cuda", dtype=tdt)
-    c = torch.empty(size, size, device="cuda", dtype=tdt)
-    kernel(size, size, size, a, b, c)
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=tdt)
+    b = torch.randn(n, k, device="cuda", dtype=tdt)
+    c = torch.empty(m, n, device="cuda", dtype=tdt)
+    kernel(m, n, k, a, b, c)
     ref = torch.matmul(a, b.T)
     assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), "hopper_matmul_v6 is wrong"
     for _ in range(20):
-        kernel(size, size, size, a, b, c)
+        kernel(m, n, k, a, b, c)
         torch.matmul(a, b.T, out=c)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     for _ in range(launches):
-        kernel(size, size, size, a, b, c)
+        kernel(m, n, k, a, b, c)
         torch.matmul(a, b.T, out=c)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
@@ -100,20 +112,22 @@ def child(size, dtype, launches):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--size", type=int, default=4096, help="m = n = k (default 4096)")
+    p.add_argument("--shape", type=parse_shape, help="m,n,k (instead of --size)")
     p.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
     p.add_argument("--launches", type=int, default=2)
     p.add_argument("--raw", help="also write ncu's CSV output to this file")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        return child(args.size, args.dtype, args.launches)
+        return child(args.shape, args.dtype, args.launches)
+    shape = args.shape or (args.size,) * 3
     ncu = shutil.which("ncu")
     if ncu is None:
         sys.exit("hopper_profile: ncu (Nsight Compute) is not on PATH")
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "details",
            "--metrics", ",".join(METRICS), sys.executable, os.path.abspath(__file__), "--child",
-           "--size", str(args.size), "--dtype", args.dtype, "--launches", str(args.launches)]
+           "--shape", ",".join(map(str, shape)), "--dtype", args.dtype, "--launches", str(args.launches)]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"hopper_profile: ncu failed ({run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
@@ -121,7 +135,7 @@ def main():
         with open(args.raw, "w") as f:
             f.write(run.stdout)
     rows = parse_ncu_csv(run.stdout)
-    print(f"matmul {args.dtype} {args.size}^3, a @ b.T, ncu --clock-control none")
+    print(f"matmul {args.dtype} {'x'.join(map(str, shape))}, a @ b.T, ncu --clock-control none")
     print(f"{'kernel':60} {'time':>10} {'SM clock':>9} {'tensor pipes busy':>18}")
     for r in rows:
         print(f"{r['kernel'][:60]:60} {r['time_us']:8.1f} us {r['clock_ghz']:5.2f} GHz {r['tensor_pct']:16.1f} %")

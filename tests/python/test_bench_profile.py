@@ -1,6 +1,7 @@
 """bench/hopper_profile.py reads Nsight Compute's CSV: the figures issue 15's note rests on (each
 launch's time, SM clock and tensor-pipe busy fraction) come out in base units, and output it
 cannot read is an error rather than a table of wrong numbers."""
+import argparse
 import os
 import sys
 
@@ -63,3 +64,11 @@ def test_what_it_cannot_read_is_an_error():
     without_clock = "\n".join(ln for ln in OUTPUT.splitlines() if "HopperMatmulV6" not in ln or "per_second" not in ln)
     with pytest.raises(ValueError, match=r"launch 0 \(HopperMatmulV6\): ncu gave no sm__cycles_elapsed"):
         hopper_profile.parse_ncu_csv(without_clock)
+
+
+def test_shapes_are_three_positive_ints():
+    assert hopper_profile.parse_shape("4000,4000,4000") == (4000, 4000, 4000)
+    assert hopper_profile.parse_shape("8192,1024,8192") == (8192, 1024, 8192)
+    for bad in ("4096", "1,2", "1,2,3,4", "8,0,8", "a,b,c", "-1,8,8"):
+        with pytest.raises(argparse.ArgumentTypeError, match="three positive ints"):
+            hopper_profile.parse_shape(bad)
