@@ -17,6 +17,7 @@
 #include "tilus/passes/insert_barriers.h"
 #include "tilus/passes/insert_bounds_predicates.h"
 #include "tilus/passes/insert_wgmma_fences.h"
+#include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/select_instructions.h"
@@ -55,6 +56,8 @@ const std::vector<Pass>& passes() {
       {"insert_wgmma_fences", [](const Program& p, const PipelineOptions&) { return insert_wgmma_fences(p); }},
       {"order_thread_groups",
        [](const Program& p, const PipelineOptions& o) { return order_thread_groups(p, o.target); }},
+      {"keep_wgmma_loops_rolled",
+       [](const Program& p, const PipelineOptions& o) { return keep_wgmma_loops_rolled(p, o.target); }},
   };
   return list;
 }

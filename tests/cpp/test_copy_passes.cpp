@@ -10,6 +10,7 @@
 #include "tilus/ir/functor.h"
 #include "tilus/ir/printer.h"
 #include "tilus/passes/choose_shared_layouts.h"
+#include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
 #include "tilus/tilus.h"
 
@@ -917,6 +918,40 @@ TEST(WgmmaPasses, GroupsThatIssueWgmmaComeFirst) {
   EXPECT_EQ(print(order_thread_groups(s.before, Target::cpu())), print(s.before));
   auto overlapping = run_to(traced(groups(true), o), "order_thread_groups", o);
   EXPECT_EQ(print(overlapping.before), print(overlapping.after));
+}
+
+// A loop with a run-time trip count that issues wgmma gets unroll=1; a Script's own unroll, a
+// constant trip count and a loop without wgmma keep theirs; CPU targets are left alone.
+TEST(WgmmaPasses, RunTimeWgmmaLoopsStayRolled) {
+  auto body = [](K& k, Int32 m, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+    auto sb = k.shared_tensor(dtypes::float16, {64, 64});
+    auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    auto mma = [&] {
+      k.wgmma.fence();
+      k.wgmma.mma(sa, sb.transpose(), acc);
+      k.wgmma.commit_group();
+      k.wgmma.wait_group(0);
+    };
+    for (Expr i : k.range(m)) mma();                                   // rolled by the pass
+    for (Expr i : k.range(m, {.unroll = Unroll::by(2)})) mma();        // the Script's unroll
+    for (Expr i : k.range(4)) mma();                                   // a constant trip count
+    for (Expr i : k.range(m)) k.store_global(a, acc.to(dtypes::float16), {.offsets = {i, 0}});  // no wgmma
+  };
+  Options o{.arch = "sm_90a"};
+  auto s = golden_case("wgmma_loops_rolled", "keep_wgmma_loops_rolled", body, o);
+  auto unrolls = [](const Program& p) {
+    std::vector<std::string> out;
+    for (auto& st : static_cast<const SeqStmtNode&>(*p.kernels[0].body).stmts)
+      if (st->kind == StmtKind::For) {
+        const Unroll& u = static_cast<const ForStmtNode&>(*st).unroll;
+        out.push_back(u.kind == Unroll::Factor ? std::to_string(u.factor) : u.kind == Unroll::All ? "all" : "-");
+      }
+    return out;
+  };
+  EXPECT_EQ(unrolls(s.before), (Seq{"-", "2", "-", "-"}));
+  EXPECT_EQ(unrolls(s.after), (Seq{"1", "2", "-", "-"}));
+  EXPECT_EQ(print(keep_wgmma_loops_rolled(s.before, Target::cpu())), print(s.before));
 }
 
 TEST(WgmmaPasses, AKernelThatFencesGetsNoFence) {

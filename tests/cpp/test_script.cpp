@@ -287,7 +287,8 @@ TEST(Script, DumpIrWritesEveryStage) {
                                        "09_insert_async_waits.tir",
                                        "10_insert_barriers.tir",
                                        "11_insert_wgmma_fences.tir",
-                                       "12_order_thread_groups.tir"};
+                                       "12_order_thread_groups.tir",
+                                       "13_keep_wgmma_loops_rolled.tir"};
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;

@@ -390,13 +390,6 @@ void Emitter::emit_stmt(const Stmt& s) {
       var_names_[n.var.get()] = v;
       if (n.unroll.kind == Unroll::All) line("#pragma unroll");
       else if (n.unroll.kind == Unroll::Factor) linef("#pragma unroll {}", n.unroll.factor);
-      else if (!(b.is_int_const() && e.is_int_const() && st.is_int_const()) && contains_inst(n.body, InstKind::WgmmaMma))
-        // A main loop of wgmma is not unrolled unless the Script asks: the tensor cores run
-        // asynchronously, so unrolling gains nothing at run time, while NVVM's runtime unrolling
-        // (four copies and a remainder loop) made such kernels up to 5x larger in SASS and
-        // twice as slow to compile. (Constant trip counts are left to NVVM: full unrolling
-        // can be what keeps register arrays in registers.)
-        line("#pragma unroll 1");
       std::string cond;
       if (st.is_int_const() && st.int_value() > 0) {
         cond = fmt::format("{} < {}", v, expr(e));

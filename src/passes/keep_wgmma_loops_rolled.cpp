@@ -1,0 +1,34 @@
+#include "tilus/passes/keep_wgmma_loops_rolled.h"
+
+#include "tilus/ir/functor.h"
+#include "tilus/ir/simplify.h"
+
+namespace tilus {
+
+namespace {
+
+class Roller : public StmtMutator {
+ protected:
+  Stmt mutate_for(const Stmt& s, const ForStmtNode& n) override {
+    Stmt inner = StmtMutator::mutate_for(s, n);
+    auto& f = static_cast<const ForStmtNode&>(*inner);
+    bool constant = simplify(f.begin).is_int_const() && simplify(f.end).is_int_const() &&
+                    simplify(f.step).is_int_const();
+    if (f.unroll.kind != Unroll::None || constant || !contains_inst(f.body, InstKind::WgmmaMma)) return inner;
+    return std::make_shared<ForStmtNode>(f.var, f.begin, f.end, f.step, Unroll::by(1), f.body, f.loc);
+  }
+};
+
+}  // namespace
+
+Program keep_wgmma_loops_rolled(const Program& program, const Target& target) {
+  if (target.is_cpu()) return program;
+  Program out = program;
+  for (auto& k : out.kernels) {
+    Roller r;
+    k = r.mutate(k);
+  }
+  return out;
+}
+
+}  // namespace tilus
