@@ -119,9 +119,9 @@ def main():
     p.add_argument("--raw", help="also write ncu's CSV output to this file")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.child:
-        return child(args.shape, args.dtype, args.launches)
     shape = args.shape or (args.size,) * 3
+    if args.child:
+        return child(shape, args.dtype, args.launches)
     ncu = shutil.which("ncu")
     if ncu is None:
         sys.exit("hopper_profile: ncu (Nsight Compute) is not on PATH")

@@ -25,7 +25,7 @@ std::vector<int64_t> must_map(Emitter& em, const InstNode& inst, const Tensor& d
 void Emitter::copy_slots(const Tensor& dst, const std::vector<int64_t>& m,
                          const std::function<std::string(const std::string& from)>& value) {
   const std::string& out = reg(dst);
-  if (auto a = affine_slots(m, "tilus_s"); a && m.size() > 1) {
+  if (auto a = affine_slots(m, "tilus_s")) {
     slot_loop(int64_t(m.size()), [&](const std::string& s) { return fmt::format("{}[{}] = {};", out, s, value(*a)); });
     return;
   }
@@ -78,7 +78,7 @@ void Emitter::emit_compute(const InstNode& inst) {
       for (auto& m : maps)
         if (auto a = affine_slots(m, "tilus_s")) affine.push_back(*a);
       int64_t n = i.out->layout.local_size();
-      if (affine.size() == maps.size() && n > 1) {
+      if (affine.size() == maps.size()) {
         for (size_t k = 0; k < i.params.size(); ++k) var_names_[i.params[k].get()] = reg_elem(i.inputs[k], affine[k]);
         slot_loop(n, [&](const std::string& s) { return fmt::format("{}[{}] = {};", out, s, expr(body)); });
       } else {
