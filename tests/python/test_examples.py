@@ -11,6 +11,8 @@ from conftest import HAS_GPU, Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
 from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
+from flash_attention import FlashAttention
+from flash_decoding import FlashDecoding
 from hopper_matmul_v0 import HopperMatmulV0
 from hopper_matmul_v1 import HopperMatmulV1
 from hopper_matmul_v2 import HopperMatmulV2
@@ -34,7 +36,7 @@ EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV
             "tma_copy": TmaCopy, "conv2d": Conv2d, "hopper_matmul_v0": HopperMatmulV0,
             "hopper_matmul_v1": HopperMatmulV1, "hopper_matmul_v2": HopperMatmulV2, "hopper_matmul_v3": HopperMatmulV3,
             "hopper_matmul_v4": HopperMatmulV4, "hopper_matmul_v5": HopperMatmulV5,
-            "hopper_matmul_v6": HopperMatmulV6}
+            "hopper_matmul_v6": HopperMatmulV6, "flash_attention": FlashAttention, "flash_decoding": FlashDecoding}
 
 
 def test_vector_add(arrays):
