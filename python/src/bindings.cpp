@@ -19,6 +19,7 @@
 
 #include "tilus/codegen/cuda.h"
 #include "tilus/codegen/nvrtc.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/printer.h"
 #include "tilus/lang/builder.h"
 #include "tilus/passes/infer_layouts.h"
@@ -701,6 +702,40 @@ PYBIND11_MODULE(_C, m) {
       .def(py::self != py::self)
       .def("__hash__", [](const DataType& t) { return std::hash<std::string>()(t.name()); })
       .def("__repr__", [](const DataType& t) { return t.name(); });
+  m.def("instruction_defs", []() {
+    static const char* scopes[] = {"", "global", "shared", "global|shared", "register", "global|register",
+                                   "shared|register", "any"};
+    py::list out;
+    for (const InstDef* d : inst_defs()) {
+      py::dict r;
+      r["name"] = d->name;
+      r["group"] = d->group;
+      r["method"] = d->method();
+      r["defined"] = d->kind == InstKind::Defined;
+      r["summary"] = d->summary;
+      r["role"] = to_string(d->traits.role);
+      r["completion"] = to_string(d->traits.completion);
+      r["proxy"] = d->traits.proxy == Proxy::Async ? "async" : "generic";
+      r["min_sm"] = d->traits.min_sm;
+      py::list attrs, operands, scalars;
+      for (auto& a : d->attrs)
+        attrs.append(py::dict(py::arg("name") = a.name,
+                              py::arg("type") = a.type == AttrType::Int ? "int" : a.type == AttrType::Bool ? "bool" : "str",
+                              py::arg("default") = a.default_value, py::arg("allowed") = a.allowed));
+      for (auto& o : d->operands)
+        operands.append(py::dict(py::arg("name") = o.name, py::arg("scopes") = scopes[o.scopes & 7],
+                                 py::arg("dtype") = o.dtype, py::arg("numel") = o.numel, py::arg("doc") = o.doc));
+      for (auto& sc : d->scalars)
+        scalars.append(py::dict(py::arg("name") = sc.name, py::arg("integer") = sc.integer,
+                                py::arg("optional") = sc.optional, py::arg("doc") = sc.doc));
+      r["attrs"] = attrs;
+      r["operands"] = operands;
+      r["scalars"] = scalars;
+      out.append(r);
+    }
+    return out;
+  }, "Every instruction's definition (ir/inst_def.h) as a dict: name, group, method, defined (a "
+     "definition-driven instruction), summary, traits (role, completion, proxy, min_sm), attrs, operands, scalars.");
   m.def("pack_bits", [](const py::buffer& codes, int bits) {
           py::buffer_info c = codes.request();
           if ((c.format != "Q" && c.format != "L") || c.itemsize != 8 || c.ndim != 1 || c.strides[0] != 8)
@@ -1094,6 +1129,17 @@ PYBIND11_MODULE(_C, m) {
                                                            {"cp_async_arrive", MbarrierOp::CpAsyncArrive}};
         b.mbarrier(ops.at(op), barrier, to_expr(value), sem, scope, cta_id.is_none() ? Expr() : to_expr(cta_id),
                    loc_of(loc));
+      })
+      .def("defined", [](Builder& b, const std::string& name, const py::dict& tensors, const py::dict& scalars,
+                         const py::dict& attrs, L loc) {
+        std::vector<std::pair<std::string, Tensor>> ts;
+        std::vector<std::pair<std::string, Expr>> ss;
+        std::vector<std::pair<std::string, std::string>> as;
+        for (auto [k, v] : tensors) ts.emplace_back(k.cast<std::string>(), v.cast<Tensor>());
+        for (auto [k, v] : scalars)
+          if (!v.is_none()) ss.emplace_back(k.cast<std::string>(), to_expr(v));
+        for (auto [k, v] : attrs) as.emplace_back(k.cast<std::string>(), py::str(v).cast<std::string>());
+        b.defined(name, ts, ss, as, loc_of(loc));
       })
       .def("mbarrier_wait_tensor", [](Builder& b, const Tensor& barrier, const Tensor& phase, const std::string& sem,
                                       const std::string& scope, L loc) {

@@ -13,6 +13,7 @@ from . import _C
 from . import layouts as _layouts
 from .artifacts import Artifacts
 from .classes import _traced
+from .instructions import defined as _defined
 from .launch import launch as _launch
 from ._C import CompileError, DataType, Expr
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
@@ -2065,3 +2066,23 @@ def static_range(*args: int) -> range:
         return range(*args)
     except TypeError as e:
         _fail(f"static_range: {e}")
+
+
+# --- the definition-driven instructions (tilus/instructions/defined.py) ----------------------------
+
+class _DefinedArgs:
+    """How the methods made from instruction definitions take their arguments."""
+    here = staticmethod(_here)
+    builder = staticmethod(_builder)
+    scalar = staticmethod(_scalar)
+
+    @staticmethod
+    def tensor(x, operand, what, loc):
+        if operand["scopes"] == "shared" and operand["dtype"] == "uint64" and operand["numel"] == 1:
+            return _barrier(x, what, loc)
+        cls = {"shared": SharedTensor, "global": GlobalTensor}.get(operand["scopes"], RegisterTensor)
+        return _tensor(x, what, loc, cls)
+
+
+_defined.install(Script, {"mbarrier": MbarrierGroup, "tma": TmaGroup, "fence": FenceGroup, "wgmma": WgmmaGroup,
+                          "atomic": AtomicGroup, "cluster": _Cluster}, _instruction, _DefinedArgs)

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <fmt/ranges.h>
 
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/simplify.h"
 #include "tilus/ir/verifier.h"
 
@@ -1009,6 +1010,15 @@ void Builder::mbarrier(MbarrierOp op, const Tensor& barrier, Expr value, const s
   i->sem = sem;
   i->scope = scope;
   i->cta_id = cta_id;
+  emit(i);
+}
+
+void Builder::defined(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::vector<std::pair<std::string, Expr>>& scalars,
+                      const std::vector<std::pair<std::string, std::string>>& attrs, SourceLoc loc) {
+  auto i = make_defined(name, tensors, scalars, attrs, std::move(loc));
+  for (auto& e : i->scalars)
+    if (e.defined()) e = simplify(e);
   emit(i);
 }
 
