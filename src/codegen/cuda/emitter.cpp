@@ -483,8 +483,12 @@ void Emitter::emit_inst(const InstNode& inst) {
     }
     linef("// {}{}", inst.display_name(), where);
   }
-  // The family its definition names lowers it (inst_def.h).
-  switch (inst.def().emit) {
+  // The family its definition names lowers it (inst_def.h); a definition-driven instruction's
+  // target is its definition's rule.
+  const InstDef& def = inst.def();
+  if (inst.kind() == InstKind::Defined && target.sm < def.traits.min_sm)
+    fail(inst, fmt::format("{} needs sm_{} or newer, the target is {}", def.name, def.traits.min_sm, target.arch));
+  switch (def.emit) {
     case EmitFamily::Memory: emit_memory(inst); return;
     case EmitFamily::AsyncProxy: emit_async_proxy(inst); return;
     case EmitFamily::Wgmma: emit_wgmma(inst); return;
