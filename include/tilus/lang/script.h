@@ -611,6 +611,12 @@ class Script {
   // Every thread arrives once on `barrier` when its earlier cp.async copies have landed
   // (cp.async.mbarrier.arrive.noinc: the arrival counts toward the expected count).
   void cp_async_barrier_noinc(const SharedTensor& barrier, Loc loc = Loc::current());
+  // Seed 004: every thread arrives once on `mbar` when the tcgen05 operations it issued before
+  // have completed (tcgen05.commit; sm_100a). A definition-driven instruction (inst_def.h).
+  void tcgen05_mma_arrive(const SharedTensor& mbar, Loc loc = Loc::current()) {
+    builder().defined("tcgen05_mma_arrive", {{"mbar", mbar.bound() ? mbar.tensor() : Tensor()}}, {}, {},
+                      SourceLoc::from(loc));
+  }
   void barrier_wait(const SharedTensor& barrier, const Expr& parity, Loc loc = Loc::current());
   void barrier_arrive(const SharedTensor& barrier, Loc loc = Loc::current());
   void fence_proxy_async(Loc loc = Loc::current());

@@ -2,6 +2,7 @@
 // say. A TMA copy is issued by the first thread of the current thread group; a synchronous
 // `copy` lowered to TMA also waits, in every thread of the group, on its copy barrier.
 #include "emitter.h"
+#include "tilus/ir/inst_def.h"
 
 namespace tilus::cuda {
 
@@ -85,6 +86,16 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
       if (target.sm < 90) fail(inst, fmt::format("fence.proxy.async needs sm_90, the target is {}", target.arch));
       linef("tilus::fence_proxy_async_{}();", i.space);
       return;
+    }
+    case InstKind::Defined: {
+      auto& i = static_cast<const DefinedInst&>(inst);
+      if (i.definition->name == "tcgen05_mma_arrive") {
+        linef("asm volatile(\"tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];\" :: "
+              "\"r\"({}) : \"memory\");",
+              barrier_address(inst, i.tensor("mbar")));
+        return;
+      }
+      fail(inst, "not an mbarrier, TMA or fence instruction");
     }
     default: fail(inst, "not an mbarrier, TMA or fence instruction");
   }

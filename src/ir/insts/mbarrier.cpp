@@ -78,6 +78,14 @@ void insts::add_mbarrier(std::vector<InstDef>& d) {
   d.push_back({.name = "cp_async_barrier_noinc", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::CpAsyncArrive), .emit = EmitFamily::AsyncProxy,
                .traits = {.role = SyncRole::HandOver, .completion = Completion::CpAsyncGroup, .min_sm = 80},
                .summary = "arrives once the thread's cp.async copies have landed", .verify = mbarrier});
+  // Seed 004's tcgen05_mma_arrive: a definition-driven instruction (data alone; lowered in
+  // codegen/{cuda,cpu}/async_proxy.cpp).
+  d.push_back({.name = "tcgen05_mma_arrive", .kind = InstKind::Defined, .emit = EmitFamily::AsyncProxy,
+               .traits = {.role = SyncRole::Arrive, .min_sm = 100},
+               .summary = "every thread of the group arrives once on the mbarrier when the tcgen05 operations it "
+                          "issued before have completed (tcgen05.commit)",
+               .operands = {{.name = "mbar", .scopes = kShared, .access = Access::Read, .dtype = "uint64", .numel = 1,
+                             .doc = "one mbarrier, mbarrier.alloc(...)[i]"}}});
 
 }
 
