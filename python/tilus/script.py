@@ -386,6 +386,8 @@ class _ScriptType(type):
         tuner = d.get("_tilus_tuner")
         if tuner is not None:
             known[key] = tuner.shared
+            if tuner.shared.entry is not None:
+                d["_tilus_fast"] = tuner.shared.entry
         elif all(k not in d for k in ("attrs", "blockIdx", "cluster")):
             shared = _shared_of(inst)
             if shared.attrs is not None:
