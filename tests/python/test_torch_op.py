@@ -63,6 +63,16 @@ def _reference(x, y):
     return (z * z).sum()
 
 
+def _check_against_reference(loss, x, y):
+    """loss (of _model) and the gradients it left in x and y against eager torch's."""
+    x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    want = _reference(x2, y2)
+    want.backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(y.grad, y2.grad)
+
+
 def test_the_default_fake_function_skips_launches():
     from torch._subclasses.fake_tensor import FakeTensorMode
     calls.clear()
@@ -79,12 +89,7 @@ def test_eager_op_and_autograd_through_a_backward_script():
     y = torch.randn(1000, requires_grad=True)
     loss = _model(x, y)
     loss.backward()
-    x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
-    want = _reference(x2, y2)
-    want.backward()
-    torch.testing.assert_close(loss, want)
-    torch.testing.assert_close(x.grad, x2.grad)
-    torch.testing.assert_close(y.grad, y2.grad)
+    _check_against_reference(loss, x, y)
 
 
 @needs_cpu
@@ -99,12 +104,7 @@ def test_torch_compile_fullgraph_has_no_graph_break_and_runs_the_kernel():
     loss = compiled(x, y)
     assert "cpu" in calls, "the compiled graph calls the tilus op"
     loss.backward()
-    x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
-    want = _reference(x2, y2)
-    want.backward()
-    torch.testing.assert_close(loss, want)
-    torch.testing.assert_close(x.grad, x2.grad)
-    torch.testing.assert_close(y.grad, y2.grad)
+    _check_against_reference(loss, x, y)
     assert sum(counters["graph_break"].values()) == 0
     explained = torch._dynamo.explain(_model)(x.detach(), y.detach())
     assert explained.graph_break_count == 0 and explained.graph_count == 1
