@@ -111,22 +111,22 @@ Stmt StmtMutator::mutate_while(const Stmt& s, const WhileStmtNode& n) {
   return std::make_shared<WhileStmtNode>(c, body ? body : make_seq({}), n.loc);
 }
 
-Stmt StmtMutator::mutate_let(const Stmt& s, const LetStmtNode& n) {
-  Expr v = mutate_expr(n.value);
-  if (v.same_as(n.value)) return s;
-  return std::make_shared<LetStmtNode>(n.var, v, n.loc);
+namespace {
+// A statement that binds n.var to an expression, rebuilt only when the expression changed.
+template <class N>
+Stmt rebound(const Stmt& s, const N& n, const Expr& old, const Expr& now) {
+  return now.same_as(old) ? s : std::make_shared<N>(n.var, now, n.loc);
 }
+}  // namespace
+
+Stmt StmtMutator::mutate_let(const Stmt& s, const LetStmtNode& n) { return rebound(s, n, n.value, mutate_expr(n.value)); }
 
 Stmt StmtMutator::mutate_declare(const Stmt& s, const DeclareStmtNode& n) {
-  Expr v = mutate_expr(n.init);
-  if (v.same_as(n.init)) return s;
-  return std::make_shared<DeclareStmtNode>(n.var, v, n.loc);
+  return rebound(s, n, n.init, mutate_expr(n.init));
 }
 
 Stmt StmtMutator::mutate_assign(const Stmt& s, const AssignStmtNode& n) {
-  Expr v = mutate_expr(n.value);
-  if (v.same_as(n.value)) return s;
-  return std::make_shared<AssignStmtNode>(n.var, v, n.loc);
+  return rebound(s, n, n.value, mutate_expr(n.value));
 }
 
 Stmt StmtMutator::mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) {

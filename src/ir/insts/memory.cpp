@@ -8,17 +8,18 @@ namespace tilus {
 namespace {
 using namespace verify_detail;
 
-void check_load_global(const LoadGlobalInst& i) {
-  expect_offsets(i, i.offsets, "src", i.src);
-  expect_dims(i, i.dims, "out", i.out, "src", i.src);
-  expect_same_dtype(i, "src", i.src, "out", i.out);
+// A tile of a global tensor at `offsets`, its dims placed by `dims` (load_global, store_global,
+// copy_async): one offset per global dim, the tile's dims onto distinct global dims, one dtype.
+void expect_global_tile(const InstNode& i, const std::vector<Expr>& offsets, const std::vector<int>& dims,
+                        const char* tile_role, const Tensor& tile, const char* global_role, const Tensor& global) {
+  expect_offsets(i, offsets, global_role, global);
+  expect_dims(i, dims, tile_role, tile, global_role, global);
+  expect_same_dtype(i, global_role, global, tile_role, tile);
 }
 
-void check_store_global(const StoreGlobalInst& i) {
-  expect_offsets(i, i.offsets, "dst", i.dst);
-  expect_dims(i, i.dims, "src", i.src, "dst", i.dst);
-  expect_same_dtype(i, "dst", i.dst, "src", i.src);
-}
+void check_load_global(const LoadGlobalInst& i) { expect_global_tile(i, i.offsets, i.dims, "out", i.out, "src", i.src); }
+
+void check_store_global(const StoreGlobalInst& i) { expect_global_tile(i, i.offsets, i.dims, "src", i.src, "dst", i.dst); }
 
 void check_load_shared(const LoadSharedInst& i) {
   expect_same_shape(i, "src", i.src, "out", i.out);
@@ -30,11 +31,7 @@ void check_store_shared(const StoreSharedInst& i) {
   expect_same_dtype(i, "dst", i.dst, "src", i.src);
 }
 
-void check_copy_async(const CopyAsyncInst& i) {
-  expect_offsets(i, i.offsets, "src", i.src);
-  expect_dims(i, i.dims, "dst", i.dst, "src", i.src);
-  expect_same_dtype(i, "src", i.src, "dst", i.dst);
-}
+void check_copy_async(const CopyAsyncInst& i) { expect_global_tile(i, i.offsets, i.dims, "dst", i.dst, "src", i.src); }
 
 void check_copy_async_wait_group(const CopyAsyncWaitGroupInst& i) {
   if (i.n < 0) fail(i, fmt::format("n must be >= 0 (the number of groups left pending), got {}", i.n));
