@@ -48,16 +48,22 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
 
 void insts::add_wgmma(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "wgmma.fence", .group = "wgmma", .kind = InstKind::WgmmaFence, .emit = EmitFamily::Wgmma, .traits = {.min_sm = 90},
+  d.push_back({.name = "wgmma.fence", .group = "wgmma", .kind = InstKind::WgmmaFence, .emit = EmitFamily::Wgmma,
+               .traits = {.min_sm = 90},
                .summary = "orders the warp group's register and shared accesses before the next wgmma.mma"});
   d.push_back({.name = "wgmma.mma", .group = "wgmma", .kind = InstKind::WgmmaMma, .emit = EmitFamily::Wgmma,
-               .traits = {.completion = Completion::WgmmaGroup, .proxy = Proxy::Async, .min_sm = 90}, .summary = "d += a @ b over the warp groups, asynchronously",
+               .traits = {.completion = Completion::WgmmaGroup, .proxy = Proxy::Async, .min_sm = 90},
+               .summary = "d += a @ b over the warp groups, asynchronously",
                .attrs = {{"from_dot", AttrType::Bool, "false"}}, .verify = hook(check_wgmma_mma)});
-  d.push_back({.name = "wgmma.commit_group", .group = "wgmma", .kind = InstKind::WgmmaCommitGroup, .emit = EmitFamily::Wgmma,
-               .traits = {.role = SyncRole::Commit, .completion = Completion::WgmmaGroup, .min_sm = 90}, .summary = "closes the group of wgmma.mma issued since the last commit"});
-  d.push_back({.name = "wgmma.wait_group", .group = "wgmma", .kind = InstKind::WgmmaWaitGroup, .emit = EmitFamily::Wgmma,
-               .traits = {.role = SyncRole::Wait, .completion = Completion::WgmmaGroup, .min_sm = 90}, .summary = "waits until at most n wgmma groups are pending",
-               .attrs = {{"n", AttrType::Int, "0"}}, .verify = hook(check_wgmma_wait_group)});
+  d.push_back({.name = "wgmma.commit_group", .group = "wgmma", .kind = InstKind::WgmmaCommitGroup,
+               .emit = EmitFamily::Wgmma,
+               .traits = {.role = SyncRole::Commit, .completion = Completion::WgmmaGroup, .min_sm = 90},
+               .summary = "closes the group of wgmma.mma issued since the last commit"});
+  d.push_back({.name = "wgmma.wait_group", .group = "wgmma", .kind = InstKind::WgmmaWaitGroup,
+               .emit = EmitFamily::Wgmma,
+               .traits = {.role = SyncRole::Wait, .completion = Completion::WgmmaGroup, .min_sm = 90},
+               .summary = "waits until at most n wgmma groups are pending", .attrs = {{"n", AttrType::Int, "0"}},
+               .verify = hook(check_wgmma_wait_group)});
 
 }
 
