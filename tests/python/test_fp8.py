@@ -129,6 +129,15 @@ def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw)
     assert ops == {"QGMMA", "UTMALDG", "UTMASTG"}, f"{kw}: {sorted(ops)}"
 
 
+def test_block_scaled_steps_pin_their_fresh_accumulator_before_the_fence():
+    """Each k step zeroes its own accumulator; the emitter pins it before the wgmma.fence, so that the zeros cannot be materialized between the fence and the mma (where
+    ptxas would serialize every wgmma). No NVRTC needed: the CUDA source."""
+    src = MatmulFp8("block").source(*_args("block", 4096, 4096, 4096), arch="sm_90a")
+    body = src[src.index("float part[64];"):]
+    fence = body.index("tilus::wgmma_fence();")
+    assert "tilus::wgmma_fence_operand<64>(part);" in body[:fence], body[:fence]
+
+
 def bad_mma(at, bt, dt, k=64, a_registers=False):
     class Bad(tilus.Script):
         def __call__(self, c: ~float32):
