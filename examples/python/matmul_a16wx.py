@@ -20,6 +20,7 @@ import numpy as np
 
 import tilus
 from tilus import bfloat16, float16, float32, int32, uint8
+from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
 
@@ -543,32 +544,6 @@ class QuantizedMatmul:
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         self.kernels[key](m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace,
                           self.arrival_counters(c, tiles))
-
-
-def round_to(x, atype):
-    """float64 values rounded (to nearest even) to float16 or bfloat16, as float64."""
-    if atype == float16:
-        return np.asarray(x).astype(np.float16).astype(np.float64)
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    bits = ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) << 16
-    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
-def host_array(x, atype):
-    """float64 values as the host array a kernel reads for atype: float16, or bfloat16's bits
-    (uint16; numpy has no bfloat16)."""
-    if atype == float16:
-        return np.asarray(x).astype(np.float16)
-    return (np.asarray(round_to(x, atype), np.float32).view(np.uint32) >> 16).astype(np.uint16)
-
-
-def from_host_array(x, atype):
-    """host_array's inverse (float64)."""
-    if atype == float16:
-        return np.asarray(x).astype(np.float64)
-    x = np.asarray(x)
-    x = x.view(np.uint16) if x.dtype == np.int16 else x  # torch has no uint16 on every version
-    return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
 def quantized_operands(wtype, k, n, group, rng, atype=float16):

@@ -27,6 +27,8 @@ import numpy as np
 
 import tilus
 from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2, int32
+from common import from_host_array, round_to
+from hopper_matmul_v6 import HopperMatmulV6
 
 SCALINGS = ("tensor", "row", "block")
 BLOCK_K = 128  # codes per k step: a 128-byte swizzled row of fp8, and DeepSeek-V3's scale block
@@ -57,6 +59,17 @@ def scaled(s, scaling, acc, gsa, gsb, row, col):
     if scaling == "row":
         return acc * s.load_global(gsa, offsets=[row, 0], shape=[r, 1]) * s.load_global(gsb, offsets=[0, col], shape=[1, c])
     return acc
+
+
+def stage_tensors(s, stages, bm, bn):
+    """The ring's shared buffers: a's and b's tiles, and with block scaling a's row scales and
+    b's block scale (a 128-byte TMA box: a box starts on 128 bytes) of each stage."""
+    sa = s.shared_tensor(dtype=s.atype, shape=[stages, bm, BLOCK_K])
+    sb = s.shared_tensor(dtype=s.btype, shape=[stages, bn, BLOCK_K])
+    if s.scaling != "block":
+        return sa, sb, None, None
+    return (sa, sb, s.shared_tensor(dtype=float32, shape=[stages, 1, bm]),
+            s.shared_tensor(dtype=float32, shape=[stages, 1, 32]))
 
 
 def block_scale(s, ssa, ssb):
@@ -94,12 +107,7 @@ class MatmulFp8(tilus.Script):
         self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
         self.stages = stages or min(8, (SHARED_BYTES - 2048 - self.store_bytes) // self.stage_bytes)
 
-    def pair_origin(self, t, pairs_m, tiles_n):
-        """The (row, column) of the pair of output tiles t (2 * block_m rows) in the grouped order."""
-        span = self.group * tiles_n
-        first_m = t // span * self.group
-        rows = tilus.min(pairs_m - first_m, self.group)
-        return (first_m + t % rows) * 2 * self.block_m, t % span // rows * self.block_n
+    pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
     def release(self, barrier, peer):
         """One arrival per consumer warp group on this block's barrier and one on the peer's."""
@@ -130,11 +138,7 @@ class MatmulFp8(tilus.Script):
         gb = self.global_view(b, dtype=self.btype, shape=[n, k])
         gc = self.global_view(c, dtype=self.out, shape=[m, n])
         gsa, gsb = scale_views(self, self.scaling, m, n, k, scale_a, scale_b)
-        sa = self.shared_tensor(dtype=self.atype, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=self.btype, shape=[stages, bn, bk])
-        if block:
-            ssa = self.shared_tensor(dtype=float32, shape=[stages, 1, bm])
-            ssb = self.shared_tensor(dtype=float32, shape=[stages, 1, 32])  # 128 bytes: a TMA box starts on 128
+        sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
         sc = self.shared_tensor(dtype=self.out, shape=[128 // box, bm, box])  # the boxes of one 128-column piece
         full = self.mbarrier.alloc(counts=[1] * stages)
         empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
@@ -234,11 +238,7 @@ class MatmulFp8Ring(tilus.Script):
         ga = self.global_view(a, dtype=self.atype, shape=[m, k])
         gb = self.global_view(b, dtype=self.btype, shape=[n, k])
         gsa, gsb = scale_views(self, self.scaling, m, n, k, scale_a, scale_b)
-        sa = self.shared_tensor(dtype=self.atype, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=self.btype, shape=[stages, bn, bk])
-        if block:
-            ssa = self.shared_tensor(dtype=float32, shape=[stages, 1, bm])
-            ssb = self.shared_tensor(dtype=float32, shape=[stages, 1, 32])  # 128 bytes: a TMA box starts on 128
+        sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
         loaded = self.mbarrier.alloc(counts=[1] * stages)
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         steps = tilus.cdiv(k, bk)
@@ -340,26 +340,6 @@ def reference(scaling, av, bv, sa, sb):
     return out
 
 
-def round_to(x, dt):
-    """float64 values rounded to nearest even in dt (float16, bfloat16 or float32), as float64."""
-    if dt == float16:
-        return np.asarray(x).astype(np.float16).astype(np.float64)
-    if dt == float32:
-        return np.asarray(x).astype(np.float32).astype(np.float64)
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    bits = ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) << 16
-    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
-def from_out(x, dt):
-    """c as the kernel wrote it (numpy or torch) to float64."""
-    if hasattr(x, "cpu"):
-        return x.float().cpu().numpy().astype(np.float64)
-    if dt == bfloat16:
-        return (np.asarray(x).view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return np.asarray(x).astype(np.float64)
-
-
 def operands(scaling, m, n, k, rng, atype=float8_e4m3, btype=float8_e4m3):
     """Random codes of a [m, k] and b [n, k], their values, and scales (float32, as the caller
     has them) for `scaling`."""
@@ -385,7 +365,7 @@ def run(kernel, m, n, k, rng, device):
         c = torch.zeros((m, n), dtype={float16: torch.float16, float32: torch.float32,
                                         bfloat16: torch.bfloat16}[kernel.out], device="cuda")
     kernel(m, n, k, args[0], args[1], args[2], args[3], c)
-    got = from_out(c, kernel.out)
+    got = from_host_array(c, kernel.out)
     want = reference(kernel.scaling, av, bv, sa, sb)
     return got, want
 

@@ -16,6 +16,7 @@ import numpy as np
 
 import tilus
 from tilus import bfloat16, float8_e4m3, float32, int32
+from common import from_host_array, host_array
 
 GROUP = 128
 E4M3_MAX = 448.0
@@ -49,18 +50,22 @@ class PerTokenCast(tilus.Script):
         self.block_m, self.groups, self.warps, self.dtype = block_m, groups, warps, dtype
 
     def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
-        bm, width = self.block_m, self.groups * GROUP
-        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(hidden, width)]
-        self.attrs.warps = self.warps
-        self.assume(hidden % GROUP == 0)
-        row, col = self.blockIdx.x * bm, self.blockIdx.y * width
         gx = self.global_view(x, dtype=self.dtype, shape=[m, hidden])
-        gout = self.global_view(out, dtype=float8_e4m3, shape=[m, hidden])
-        gs = self.global_view(scales, shape=[m, hidden // GROUP])
-        v = self.load_global(gx, offsets=[row, col], shape=[bm, width]).to(float32)
-        codes, s = quantize_groups(self, v, bm, self.groups)
-        self.store_global(gout, codes, offsets=[row, col])
-        self.store_global(gs, s, offsets=[row, col // GROUP])
+        cast_tiles(self, m, hidden, out, scales,
+                   lambda row, col, shape: self.load_global(gx, offsets=[row, col], shape=shape).to(float32))
+
+
+def cast_tiles(s, m, hidden, out, scales, load):
+    """The body of the per-token casts: block (i, j) quantizes the tile of block_m tokens by
+    `groups` groups at (i block_m, j groups 128), whose float32 values load(row, col, shape) gives."""
+    bm, width = s.block_m, s.groups * GROUP
+    s.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(hidden, width)]
+    s.attrs.warps = s.warps
+    s.assume(hidden % GROUP == 0)
+    row, col = s.blockIdx.x * bm, s.blockIdx.y * width
+    codes, sc = quantize_groups(s, load(row, col, [bm, width]), bm, s.groups)
+    s.store_global(s.global_view(out, dtype=float8_e4m3, shape=[m, hidden]), codes, offsets=[row, col])
+    s.store_global(s.global_view(scales, shape=[m, hidden // GROUP]), sc, offsets=[row, col // GROUP])
 
 
 _KERNELS = {}
@@ -116,22 +121,6 @@ def reference(x):
     return e4m3_encode(y).reshape(m, hidden), scale.reshape(m, -1)
 
 
-def to_host(x, dtype=bfloat16):
-    """float64 values -> the host array a kernel reads: bfloat16 bits (uint16) or float16."""
-    if dtype == bfloat16:
-        bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-        keep = np.isnan(np.asarray(x, np.float32))
-        rounded = ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-        return np.where(keep, (bits >> 16).astype(np.uint16) | 0x40, rounded).astype(np.uint16)
-    return np.asarray(x).astype(np.float16)
-
-
-def from_host(h, dtype=bfloat16):
-    if dtype == bfloat16:
-        return (np.asarray(h).view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return np.asarray(h).astype(np.float64)
-
-
 def hard_values(rng, m, hidden, dtype=bfloat16):
     """Random values with the cases that matter: groups of zeros, one huge element among small
     ones (codes flush to zero), NaNs, infinities, exact e4m3 values, ties, values whose scaled
@@ -149,7 +138,7 @@ def hard_values(rng, m, hidden, dtype=bfloat16):
     if m > 2:
         x[1, :GROUP] = 1e-3
         x[1, 5] = 3e4
-    return from_host(to_host(x, dtype), dtype)
+    return from_host_array(host_array(x, dtype), dtype)
 
 
 def check_cast(codes, scales, x, name):
@@ -192,7 +181,7 @@ def check_codes_within(codes, scales, y, name):
 
 def run(m, hidden, rng, device, dtype=bfloat16):
     x = hard_values(rng, m, hidden, dtype)
-    hx = to_host(x, dtype)
+    hx = host_array(x, dtype)
     out, scales = np.zeros((m, hidden), np.uint8), np.zeros((m, hidden // GROUP), np.float32)
     if device == "cuda":
         import torch

@@ -11,8 +11,8 @@ import numpy as np
 
 import tilus
 from tilus import bfloat16, float32, int32
-from per_token_cast import GROUP, cast_config, check_codes_within, from_host, hard_values, quantize_groups, reference, \
-    to_host
+from common import from_host_array, host_array
+from per_token_cast import GROUP, cast_config, cast_tiles, check_codes_within, hard_values
 
 
 class SwiGLUPerTokenCast(tilus.Script):
@@ -21,21 +21,17 @@ class SwiGLUPerTokenCast(tilus.Script):
         self.block_m, self.groups, self.warps, self.clamp, self.dtype = block_m, groups, warps, clamp, dtype
 
     def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
-        bm, width = self.block_m, self.groups * GROUP
-        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(hidden, width)]
-        self.attrs.warps = self.warps
-        self.assume(hidden % GROUP == 0)
-        row, col = self.blockIdx.x * bm, self.blockIdx.y * width
         gx = self.global_view(x, dtype=self.dtype, shape=[m, 2 * hidden])
-        gate = self.load_global(gx, offsets=[row, col], shape=[bm, width]).to(float32)
-        up = self.load_global(gx, offsets=[row, hidden + col], shape=[bm, width]).to(float32)
-        if self.clamp is not None:
-            gate = self.minimum(gate, self.clamp)
-            up = self.maximum(self.minimum(up, self.clamp), -self.clamp)
-        y = gate / (self.exp(-gate) + 1.0) * up
-        codes, s = quantize_groups(self, y, bm, self.groups)
-        self.store_global(self.global_view(out, dtype=tilus.float8_e4m3, shape=[m, hidden]), codes, offsets=[row, col])
-        self.store_global(self.global_view(scales, shape=[m, hidden // GROUP]), s, offsets=[row, col // GROUP])
+
+        def swiglu(row, col, shape):
+            gate = self.load_global(gx, offsets=[row, col], shape=shape).to(float32)
+            up = self.load_global(gx, offsets=[row, hidden + col], shape=shape).to(float32)
+            if self.clamp is not None:
+                gate = self.minimum(gate, self.clamp)
+                up = self.maximum(self.minimum(up, self.clamp), -self.clamp)
+            return gate / (self.exp(-gate) + 1.0) * up
+
+        cast_tiles(self, m, hidden, out, scales, swiglu)
 
 
 _KERNELS = {}
@@ -63,9 +59,9 @@ def swiglu_reference(x, clamp=None):
 
 
 def run(m, hidden, rng, device, clamp=None, dtype=bfloat16):
-    x = hard_values(rng, m, 2 * hidden, dtype) if clamp is not None else from_host(
-        to_host(rng.standard_normal((m, 2 * hidden)) * 3, dtype), dtype)
-    hx = to_host(x, dtype)
+    x = hard_values(rng, m, 2 * hidden, dtype) if clamp is not None else from_host_array(
+        host_array(rng.standard_normal((m, 2 * hidden)) * 3, dtype), dtype)
+    hx = host_array(x, dtype)
     out, scales = np.zeros((m, hidden), np.uint8), np.zeros((m, hidden // GROUP), np.float32)
     if device == "cuda":
         import torch

@@ -15,7 +15,8 @@ import tilus
 from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
 from conftest import HAS_GPU, Arrays
 
-from matmul_fp8 import MatmulFp8, MatmulFp8Ring, block_scales, from_out, operands, reference, round_to
+from common import from_host_array, round_to
+from matmul_fp8 import MatmulFp8, MatmulFp8Ring, block_scales, operands, reference
 import per_token_cast
 import swiglu_per_token_cast
 
@@ -37,7 +38,7 @@ def check_matmul(arrays, kernel, m, n, k, seed=0, limit=4.0):
         c = torch.full((m, n), 7.0, dtype={float16: torch.float16, float32: torch.float32,
                                            bfloat16: torch.bfloat16}[kernel.out], device="cuda")
     kernel(m, n, k, arrays.put(a), arrays.put(b), arrays.put(ka), arrays.put(kb), c)
-    got = from_out(c, kernel.out)
+    got = from_host_array(c, kernel.out)
     want = reference(kernel.scaling, av, bv, sa, sb)
     scale = np.abs(want).max()
     np.testing.assert_allclose(got, round_to(want, kernel.out), atol=1e-3 * scale, rtol=8e-3)
