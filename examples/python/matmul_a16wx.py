@@ -445,7 +445,7 @@ class QuantizedMatmul:
 
     def candidates(self, m, n, k, hopper=False):
         """The configurations tune=True times at m x n x k, the rule's first: for m <= 32 the
-        16-row kernel split over k 1 to 16 ways; from m = 33 the wgmma kernel's tiles (64 weight
+        16-row kernel split over k 1 to 16 ways, in 4 or 8 stages; from m = 33 the wgmma kernel's tiles (64 weight
         rows times 64, 128 or 256 rows of a, and 128 x 256) where its weights exist, and the
         mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4 ways (the wgmma kernel has no
         split-K: with few output tiles, as at n = 3584, its persistent grid leaves SMs idle)."""
@@ -468,7 +468,9 @@ class QuantizedMatmul:
             for split in ((1, 2, 4, 8, 16) if bm == 16 else (1, 2, 4)):
                 # Splits only where the tiles alone leave SMs idle, and two k tiles per split at least.
                 if k // (base["block_k"] * split) >= 2 and (split == 1 or tiles * split <= 4 * (self.sms or 132)):
-                    add(dict(base, split_k=split))
+                    # Small m streams the weights: twice the stages keep twice the bytes in flight.
+                    for stages in ((base["stages"], 2 * base["stages"]) if bm == 16 else (base["stages"],)):
+                        add(dict(base, split_k=split, stages=stages))
         return out
 
     def tuned_config(self, m, n, k, hopper, run):

@@ -515,8 +515,9 @@ def test_quantized_matmul_tunes_over_kernels_tiles_and_splits(m, n, k):
         assert bool(hopper) == (m >= 33 and k % 128 == 0 and n % 8 == 0), got
         if m <= 32:  # 16-row tiles: up to 4 blocks per SM of an H100 (132)
             tiles = -(-n // 128)
-            assert sorted(c["split_k"] for c in mma) == [s for s in (1, 2, 4, 8, 16)
+            assert sorted(c["split_k"] for c in mma) == [s for s in (1, 2, 4, 8, 16) for _ in (4, 8)
                                                          if k // (128 * s) >= 2 and (s == 1 or tiles * s <= 528)]
+            assert {c["stages"] for c in mma} == {4, 8}
         if (m, n) == (64, 3584):  # 28 tiles of 64 x 128: split up to 4 ways
             assert sorted(c["split_k"] for c in mma) == [1, 2, 4]
         if m == 1024:  # enough tiles: no split
