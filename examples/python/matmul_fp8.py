@@ -109,12 +109,18 @@ class MatmulFp8(tilus.Script):
 
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
-    def release(self, barrier, peer):
-        """One arrival per consumer warp group on this block's barrier and one on the peer's."""
+    def release(self, barrier, peer, read_shared=False):
+        """One arrival per consumer warp group on this block's barrier and one on the peer's. One
+        thread's arrival releases what that thread has read: where the warp group's threads read
+        the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
+        whole warp group at its wait_group), the warp group meets at a barrier first."""
         for wg in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=wg * 128, num_threads=1):
-                self.mbarrier.arrive(barrier)
-                self.mbarrier_arrive(barrier, cta_id=peer)
+            with self.thread_group(thread_begin=wg * 128, num_threads=128):
+                if read_shared:
+                    self.sync()
+                with self.thread_group(thread_begin=0, num_threads=1):
+                    self.mbarrier.arrive(barrier)
+                    self.mbarrier_arrive(barrier, cta_id=peer)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scale_a: ~float32,
                  scale_b: ~float32, c: tilus.void_p):
@@ -188,7 +194,7 @@ class MatmulFp8(tilus.Script):
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(0)
                         scale = block_scale(self, ssa[stage], ssb[stage])
-                        self.release(empty[stage], peer)
+                        self.release(empty[stage], peer, read_shared=True)
                         acc = acc + part * scale  # the promotion
                     else:
                         self.wgmma.fence()
