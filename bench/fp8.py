@@ -107,11 +107,13 @@ def gemm_rows(ms, quick):
         fns = {"tilus tensor": lambda: tensor_k(m, n, k, a, b, one, one, c),
                "tilus row": lambda: row_k(m, n, k, a, b, sa_row, sb_row, c),
                "tilus block": lambda: block_k(m, n, k, a, b, sa_blk, sb_blk, c)}
-        # The per-tensor result against cuBLAS's, as a check that the run is meaningful.
+        # The per-tensor result against a float32 product of the same codes, as a check that the
+        # run is meaningful (fp8 tensor cores sum with fewer bits than float32).
         fns["tilus tensor"]()
-        ref = torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
-        err = (c.float() - ref.float()).abs().max().item() / max(ref.float().abs().max().item(), 1e-9)
-        assert err < 2e-2, f"tilus fp8 per-tensor differs from torch._scaled_mm at {m}x{n}x{k}: {err}"
+        ref = a.float() @ b.float().t()
+        err = (c.float() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-9)
+        assert err < 2e-2, f"tilus fp8 per-tensor is wrong at {m}x{n}x{k}: relative error {err}"
+        del ref
         for name, fn in [("cuBLAS", lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)),
                          ("cuBLAS fast", lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16,
                                                                    use_fast_accum=True)),
