@@ -473,15 +473,25 @@ class QuantizedMatmul:
                         add(dict(base, split_k=split, stages=stages))
         return out
 
-    def tuned_config(self, m, n, k, hopper, run):
-        """The fastest of `candidates` at this size, timed once per process (run(cfg) launches one)."""
+    def tuned_config(self, m, n, k, hopper, call):
+        """The fastest of `candidates` at this size, timed once per process (call(cfg): the kernel
+        of a configuration and its arguments); the candidates compile in parallel first."""
         key = (1 << max(m - 1, 0).bit_length(), n, k, hopper)
         if key not in self.tuned:
             import torch
+            from concurrent.futures import ThreadPoolExecutor
+            candidates = self.candidates(m, n, k, hopper)
+            with ThreadPoolExecutor(max_workers=min(len(candidates), os.cpu_count() or 1)) as pool:
+                list(pool.map(lambda cfg: (lambda kernel, args: kernel.compiled(*args))(*call(cfg)), candidates))
             flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB: more than L2
+
+            def run(cfg):
+                kernel, args = call(cfg)
+                kernel(*args)
+
             best = None
-            for cfg in self.candidates(m, n, k, hopper):
-                run(cfg)  # compiles
+            for cfg in candidates:
+                run(cfg)  # the first launch loads the compiled kernel
                 times = []
                 for i in range(7):
                     flush.fill_(i)
@@ -526,26 +536,30 @@ class QuantizedMatmul:
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
         hopper = "wgmma" in weights
         if self.tune and getattr(c, "is_cuda", False):
-            cfg = self.tuned_config(m, n, k, hopper, lambda cfg: self.launch(cfg, m, n, k, a, weights, scales, zeros, c,
-                                                                              workspace))
+            cfg = self.tuned_config(m, n, k, hopper, lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales,
+                                                                                   zeros, c, workspace))
         else:
             cfg = self.config(m, n, k, hopper)
         self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
 
     def launch(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
+        kernel, args = self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
+        kernel(*args)
+
+    def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
+        """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
         if cfg.get("hopper"):
             if key not in self.kernels:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=self.sms or 132, atype=self.atype,
                                                       **params)
-            self.kernels[key](m, n, k, a, weights["wgmma"], scales, zeros, c)
-            return
+            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c)
         if key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
-        self.kernels[key](m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace,
-                          self.arrival_counters(c, tiles))
+        return self.kernels[key], (m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c,
+                                   workspace, self.arrival_counters(c, tiles))
 
 
 def quantized_operands(wtype, k, n, group, rng, atype=float16):
