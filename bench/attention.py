@@ -2,7 +2,8 @@
 against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fused-attention
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
-    PYTHONPATH=build/python python bench/attention.py [--quick] [--only prefill|decode]
+    PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
+        [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
 Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
@@ -12,6 +13,11 @@ d = 64, 128, 256, causal and not, f16 and bf16; TFLOP/s count 4 * batch * heads 
 reads both caches once (a Triton sum; the floor for any decode kernel), and the ratio is tilus's
 time over it. Every launch is timed with CUDA events after an L2 flush, median of 20, the
 kernels of one shape interleaved (bench/run.py). Results are checked against SDPA first.
+
+--sweep goal measures only the shapes of issue 40's goal (seqlen 4096 at d = 64, 128, 256, causal
+and not, f16 and bf16 at d = 128; decode at 16k and 64k keys), smoke two of each. --readme FILE
+writes the figures into FILE's attention tables (between the `<!-- attention-bench -->` markers):
+the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
 
 --ncu runs itself under `ncu --clock-control none` at one prefill shape and prints, for tilus and
 cuDNN's kernel, the time, SM clock and tensor pipes busy (`sm__pipe_tensor_cycles_active`, as
@@ -25,13 +31,14 @@ import subprocess
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:  # the README filling (tests on CI) needs neither torch nor a GPU
+    torch = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-from run import interleaved_ms  # noqa: E402  (bench/run.py: the timing every bench shares)
 
 try:
     import triton
@@ -41,6 +48,17 @@ except ImportError:
 
 TOKENS = 16384
 WIDTH = 2048  # heads * d
+
+# (d, seqlen, causal) of the prefill runs (f16; bf16 at d = 128) and (batch, keys) of decode.
+_PREFILL_128 = [(128, s, c) for s in (1024, 4096, 8192, 16384) for c in (False, True)]
+SWEEPS = {
+    "full": (_PREFILL_128 + [(64, s, c) for s in (4096, 16384) for c in (False, True)]
+             + [(256, 4096, c) for c in (False, True)],
+             [(1, 4096), (1, 16384), (1, 65536), (1, 131072), (8, 16384), (8, 65536), (64, 4096), (64, 16384)]),
+    "goal": ([(d, 4096, c) for d in (128, 64, 256) for c in (False, True)],
+             [(1, 16384), (1, 65536), (8, 16384), (8, 65536)]),
+    "smoke": ([(128, 4096, False), (128, 4096, True)], [(1, 16384), (8, 16384)]),
+}
 
 if triton is not None:
     @triton.jit
@@ -122,6 +140,7 @@ def sdpa(backend):
 
 
 def prefill(dtypes, configs):
+    from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
     from flash_attention import flash_attention
     print(f"\nprefill: {TOKENS} tokens per launch, heads x d = {WIDTH}, TFLOP/s (ratio: tilus / cuDNN)", flush=True)
@@ -177,7 +196,16 @@ def kv_read(kc, vc):
     return run
 
 
-def decode(configs, page_size=64, heads=32, kv_heads=8, d=128):
+DECODE_PAGE, DECODE_HEADS, DECODE_KV_HEADS, DECODE_D = 64, 32, 8, 128
+
+
+def kv_mb(batch, n, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
+    """Megabytes of both f16 caches of `batch` sequences of n keys."""
+    return 2 * batch * n * kv_heads * d * 2 / 1e6
+
+
+def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
+    from run import interleaved_ms
     from flash_decoding import flash_decode
     print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size}; "
           f"microseconds (ratio: tilus / KV read)", flush=True)
@@ -209,7 +237,7 @@ def decode(configs, page_size=64, heads=32, kv_heads=8, d=128):
         if triton is not None:
             fns["read"] = kv_read(kc, vc)
         ms = interleaved_ms(fns, rounds=2, repeat=20)
-        mb = 2 * kc.numel() * 2 / 1e6
+        mb = kv_mb(batch, n, kv_heads, d)
         ratio = ms["tilus"] / ms["read"] if "read" in ms else float("nan")
         read = f"{ms['read'] * 1e3:8.1f}" if "read" in ms else f"{'-':>8}"
         print(f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {ms['SDPA'] * 1e3:8.1f} {read} | "
@@ -258,10 +286,74 @@ def ncu(args):
     for r in parse_ncu_csv(run.stdout):
         print(f"{r['kernel'][:60]:60} {r['time_us']:8.1f} us {r['clock_ghz']:5.2f} GHz {r['tensor_pct']:16.1f} %")
 
+# --- the README's tables ----------------------------------------------------------------------
+
+BEGIN, END = "<!-- attention-bench -->", "<!-- /attention-bench -->"
+PREFILL_HEAD = ("| dtype | d | seqlen | causal | tilus | cuDNN | flash | Triton | tilus / cuDNN |\n"
+                "|---|---|---|---|---|---|---|---|---|")
+DECODE_HEAD = ("| batch | keys | KV MB | tilus (us) | SDPA (us) | KV read (us) | tilus / KV read |\n"
+               "|---|---|---|---|---|---|---|")
+
+
+def _cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _tf(x):
+    return "-" if x is None or x != x else f"{x:.0f}"
+
+
+def readme_tables(prefill_rows=(), decode_rows=(), note=None, old=None):
+    """The text between the README's markers: a prefill table (TFLOP/s) with a row per shape of
+    the full sweep and a decode table (microseconds). Rows measured now (prefill(), decode()'s
+    rows) are filled; the others keep their line of `old` (the block before), else "-"."""
+    kept = {}
+    for line in (old or "").splitlines():
+        if line.startswith("|") and not line.startswith("|---") and _cells(line)[0] not in ("dtype", "batch"):
+            kept[tuple(_cells(line)[:4] if _cells(line)[0].startswith(("float", "bfloat")) else _cells(line)[:2])] = line
+    now = {}
+    for name, d, s, causal, tf, ratio in prefill_rows:
+        key = (name, str(d), str(s), "yes" if causal else "no")
+        now[key] = "| " + " | ".join(list(key) + [_tf(tf.get(k)) for k in ("tilus", "cuDNN", "flash", "Triton")]
+                                     + [f"{ratio:.2f}x" if ratio == ratio else "-"]) + " |"
+    for batch, n, ms, ratio in decode_rows:
+        key = (str(batch), str(n))
+        us = lambda k: f"{ms[k] * 1e3:.1f}" if k in ms else "-"  # noqa: E731
+        now[key] = (f"| {batch} | {n} | {kv_mb(batch, n):.0f} | {us('tilus')} | {us('SDPA')} | "
+                    f"{us('read')} | " + (f"{ratio:.2f}x" if ratio == ratio else "-") + " |")
+    pre, dec = SWEEPS["full"]
+    lines = [f"Last filled: {note}." if note else
+             next((x for x in (old or "").splitlines() if x.startswith("Last filled")), "Not measured yet.")]
+    lines += ["", "Prefill, TFLOP/s:", "", PREFILL_HEAD]
+    for name, shapes in (("float16", pre), ("bfloat16", [c for c in pre if c[0] == 128])):
+        for d, s, causal in shapes:
+            key = (name, str(d), str(s), "yes" if causal else "no")
+            lines.append(now.get(key) or kept.get(key) or "| " + " | ".join(list(key) + ["-"] * 5) + " |")
+    lines += ["", f"Decode (f16, one token, {DECODE_HEADS} heads on {DECODE_KV_HEADS} kv heads, d {DECODE_D}, pages of "
+              f"{DECODE_PAGE}), microseconds:", "", DECODE_HEAD]
+    for batch, n in dec:
+        key = (str(batch), str(n))
+        lines.append(now.get(key) or kept.get(key) or f"| {batch} | {n} | {kv_mb(batch, n):.0f} | " + " | ".join(["-"] * 4)
+                     + " |")
+    return "\n".join(lines)
+
+
+def fill_readme(path, prefill_rows, decode_rows, note):
+    with open(path) as f:
+        text = f.read()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise SystemExit(f"attention: {path} has no single {BEGIN} ... {END} block to write the tables into")
+    head, rest = text.split(BEGIN)
+    old, tail = rest.split(END)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + readme_tables(prefill_rows, decode_rows, note, old) + "\n" + END + tail)
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a few shapes only (a smoke run)")
+    p.add_argument("--sweep", choices=sorted(SWEEPS), default="full",
+                   help="full: every shape; goal: the shapes of issue 40's goal; smoke: two of each")
+    p.add_argument("--readme", metavar="FILE", help="write the figures into FILE's attention tables")
     p.add_argument("--only", choices=("prefill", "decode"))
     p.add_argument("--ncu", action="store_true", help="ncu's tensor-pipe view of tilus and cuDNN at one shape")
     p.add_argument("--seqlen", type=int, default=4096)
@@ -279,22 +371,21 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}, tilus from {os.path.dirname(tilus.__file__)}",
           flush=True)
     t0 = time.time()
-    if args.quick:
-        pre = [(128, 4096, False), (128, 4096, True)]
-        dec = [(1, 16384), (8, 16384)]
-        dts = ["float16"]
-    else:
-        pre = [(128, s, c) for s in (1024, 4096, 8192, 16384) for c in (False, True)]
-        pre += [(64, s, c) for s in (4096, 16384) for c in (False, True)]
-        pre += [(256, 4096, c) for c in (False, True)]
-        dec = [(1, 4096), (1, 16384), (1, 65536), (1, 131072), (8, 16384), (8, 65536), (64, 4096), (64, 16384)]
-        dts = ["float16", "bfloat16"]
+    pre, dec = SWEEPS[args.sweep]
+    dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
+    pre_rows, dec_rows = [], []
     if args.only != "decode":
-        prefill(dts[:1], pre)
+        pre_rows += prefill(dts[:1], pre)
         if len(dts) > 1:  # bf16 at d = 128
-            prefill(dts[1:], [c for c in pre if c[0] == 128])
+            pre_rows += prefill(dts[1:], [c for c in pre if c[0] == 128])
     if args.only != "prefill":
-        decode(dec)
+        dec_rows = decode(dec)
+    if args.readme:
+        note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+                f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "
+                f"`bench/attention.py --sweep {args.sweep}`")
+        fill_readme(args.readme, pre_rows, dec_rows, note)
+        print(f"attention tables written into {args.readme}", flush=True)
     print(f"\nattention bench: {time.time() - t0:.0f} s", flush=True)
 
 

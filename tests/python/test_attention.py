@@ -53,6 +53,25 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
     check(o, lse, *reference(q, k, v, cq, ck, causal))
 
 
+def to_bf16(x):
+    """float32 values rounded to bfloat16 (nearest even), as the uint16 bits numpy holds them."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_bf16_prefill_on_the_cpu_backend():
+    """bf16 operands (uint16 bits in numpy): P is rounded to bf16 for P V, so a looser tolerance."""
+    cq, ck, q, k, v = packed((50, 77), (90, 77), 2, 1, 64)
+    qb, kb, vb = (to_bf16(x.astype(np.float32)) for x in (q, k, v))
+    o, lse = flash_attention_varlen(qb, kb, vb, cq, ck, 77, True)
+    check(from_bf16(o), lse, *reference(*(from_bf16(x) for x in (qb, kb, vb)), cq, ck, True), atol=4e-2)
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("specialized", [True, False], ids=["specialized", "simple"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", PREFILL + [
@@ -186,11 +205,13 @@ def test_prefill_source_issues_wgmma_from_registers_and_orders_its_waits(d, caus
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-def test_prefill_compiles_without_local_memory_or_serialized_wgmma():
+@pytest.mark.parametrize("d,causal", [(256, False), (128, True)])
+def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
     """d = 256, the largest accumulator: within 240 registers only where setmaxnreg takes effect
-    (with launch bounds of one block per SM; without them ptxas ignored it and spilled 2.8 KB)."""
-    kern = FlashAttention(float16, 256)
-    args = prefill_args(256)
+    (with launch bounds of one block per SM; without them ptxas ignored it and spilled 2.8 KB);
+    d = 128 causal, the goal's shape, with the masked steps."""
+    kern = FlashAttention(float16, d, causal=causal)
+    args = prefill_args(d)
     compiled = kern.compiled(*args, arch="sm_90a")
     assert compiled.wgmma_serialized == ""
     if compiled.spill_store_bytes >= 0:  # -1: a cubin from the disk cache
@@ -220,4 +241,50 @@ def test_decode_compiles_to_paged_tma_loads_and_wgmma():
         assert compiled.spill_store_bytes == 0 and compiled.stack_frame_bytes == 0
     sass = sass_or_none(kern, args)
     if sass is not None:
-        assert "UTMALDG.3D" in sass and "UTMALDG.2D" in sass and "LDL" not in sass  # q's [tokens, group, 64] boxes
+        assert "HGMMA.64x128x16.F32.BF16" in sass and "HGMMA.64x64x16.F32.BF16" in sass and ".tnspB" in sass
+        assert "UTMALDG.3D" in sass and "UTMALDG.2D" in sass  # q's [tokens, group, 64] boxes, the pages
+        assert "LDL" not in sass and "STL" not in sass
+
+
+# --- bench/attention.py's README tables (no torch, no GPU) ---------------------------------------
+
+def bench_module():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "attention.py")
+    spec = importlib.util.spec_from_file_location("attention_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_tables_hold_every_shape_of_the_full_sweep():
+    """README.md's attention block is what the bench writes (so the bench can fill it): a row per
+    shape of the full sweep, in its order, whatever has been measured so far."""
+    import os
+    bench = bench_module()
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    block = readme.split(bench.BEGIN)[1].split(bench.END)[0].strip("\n")
+    assert bench.readme_tables(old=block) == block
+    pre, dec = bench.SWEEPS["full"]
+    rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith(("| dtype", "| batch"))]
+    assert len(rows) == len(pre) + sum(1 for c in pre if c[0] == 128) + len(dec)
+
+
+def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):
+    bench = bench_module()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{bench.BEGIN}\nold\n{bench.END}\n\nafter\n")
+    tf = {"tilus": 612.4, "cuDNN": 598.0, "flash": 340.2}
+    bench.fill_readme(str(readme), [("float16", 128, 4096, True, tf, 612.4 / 598.0)], [], "GPU A, run 1")
+    bench.fill_readme(str(readme), [], [(8, 16384, {"tilus": 0.3, "SDPA": 0.9, "read": 0.25}, 1.2)], "GPU A, run 2")
+    text = readme.read_text()
+    assert text.startswith("# x\n\n") and text.endswith(f"{bench.END}\n\nafter\n") and "\nold\n" not in text
+    assert "Last filled: GPU A, run 2." in text
+    assert "| float16 | 128 | 4096 | yes | 612 | 598 | 340 | - | 1.02x |" in text  # kept from run 1
+    assert "| float16 | 128 | 4096 | no | - | - | - | - | - |" in text
+    assert "| 8 | 16384 | 537 | 300.0 | 900.0 | 250.0 | 1.20x |" in text
+    assert "| 1 | 16384 | 67 | - | - | - | - |" in text
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="has no single <!-- attention-bench --> ... <!-- /attention-bench --> block"):
+        bench.fill_readme(str(readme), [], [], "x")
