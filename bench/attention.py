@@ -206,19 +206,14 @@ def kv_mb(batch, n, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
 
 def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
     from run import interleaved_ms
-    from flash_decoding import flash_decode
+    from flash_decoding import flash_decode, random_cache_gpu
     print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size}; "
           f"microseconds (ratio: tilus / KV read)", flush=True)
     print(f"{'batch':>5} {'keys':>7} {'KV MB':>7} | {'tilus':>8} {'SDPA':>8} {'KV read':>8} | {'vs read':>7} "
           f"{'GB/s':>6}", flush=True)
     rows = []
     for batch, n in configs:
-        pages = n // page_size
-        q = torch.randn(batch, 1, heads, d, device="cuda", dtype=torch.float16)
-        kc = torch.randn(batch * pages, page_size, kv_heads, d, device="cuda", dtype=torch.float16)
-        vc = torch.randn_like(kc)
-        table = torch.randperm(batch * pages, device="cuda", dtype=torch.int32).reshape(batch, pages)
-        lens = torch.full((batch,), n, dtype=torch.int32, device="cuda")
+        q, kc, vc, table, lens = random_cache_gpu(batch, n, heads, kv_heads, d, page_size)
         # SDPA on the same keys gathered contiguous ([batch, kv_heads, n, d]; GQA by enable_gqa,
         # torch 2.5 on; before it the kv heads repeated, which reads group times the bytes).
         kd = kc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)

@@ -267,6 +267,18 @@ def random_cache(batch, q_len, heads, kv_heads, d, page_size, seqlens, seed=0):
     return q, kc, vc, table, np.asarray(seqlens, np.int32)
 
 
+def random_cache_gpu(batch, n, heads=32, kv_heads=8, d=128, page_size=64):
+    """torch CUDA f16 q [batch, 1, heads, d], k_cache, v_cache, block_table, seqlens_k: `batch`
+    sequences of n keys (a multiple of page_size) in pages permuted at random (the timing shape)."""
+    import torch
+    pages = n // page_size
+    q = torch.randn(batch, 1, heads, d, device="cuda", dtype=torch.float16)
+    kc = torch.randn(batch * pages, page_size, kv_heads, d, device="cuda", dtype=torch.float16)
+    vc = torch.randn_like(kc)
+    table = torch.randperm(batch * pages, device="cuda", dtype=torch.int32).reshape(batch, pages)
+    return q, kc, vc, table, torch.full((batch,), n, dtype=torch.int32, device="cuda")
+
+
 if __name__ == "__main__":
     import os
     import numpy as np
@@ -292,14 +304,8 @@ if __name__ == "__main__":
         if not ok:
             raise SystemExit(1)
     if gpu and not check_only:
-        import torch
-        batch, heads, kv_heads, d, ps, n = 8, 32, 8, 128, 64, 32768
-        pages = n // ps
-        q = torch.randn(batch, 1, heads, d, device="cuda", dtype=torch.float16)
-        kc = torch.randn(batch * pages, ps, kv_heads, d, device="cuda", dtype=torch.float16)
-        vc = torch.randn_like(kc)
-        table = torch.randperm(batch * pages, device="cuda", dtype=torch.int32).reshape(batch, pages)
-        sl = torch.full((batch,), n, dtype=torch.int32, device="cuda")
+        batch, heads, kv_heads, d, n = 8, 32, 8, 128, 32768
+        q, kc, vc, table, sl = random_cache_gpu(batch, n, heads, kv_heads, d)
         ms = timed(lambda: flash_decode(q, kc, vc, table, sl), "cuda")
         gb = 2 * kc.numel() * 2 / 1e9
         print(f"flash_decode batch {batch} keys {n} heads {heads}/{kv_heads} d {d}: {ms * 1e3:.1f} us, "

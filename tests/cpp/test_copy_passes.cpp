@@ -758,78 +758,69 @@ TEST(TmaPasses, AWaitNothingArrivesAtIsAnError) {
 // --- wgmma -----------------------------------------------------------------------------------------
 
 namespace {
+// acc = a @ b (b.T where transpose_b; a zeroed f32 [m, n] accumulator) as one fenced, committed
+// wgmma group, waited for where `wait`, stored to out as f16.
+template <class A>
+void mma_and_store(K& k, GlobalTensor& out, const A& a, const SharedTensor& b, bool transpose_b,
+                   std::vector<int64_t> acc_shape, bool wait = true) {
+  auto acc = k.register_tensor(dtypes::float32, std::move(acc_shape), 0.0);
+  k.wgmma.fence();
+  k.wgmma.mma(a, transpose_b ? b.transpose() : b, acc);
+  k.wgmma.commit_group();
+  if (wait) k.wgmma.wait_group(0);
+  k.store_global(out, acc.to(dtypes::float16), {.offsets = {0, 0}});
+}
+
 // d += sa @ sb.T on one warp group: sa [64, 64] and sb [128, 64] f16 (rows of 128 bytes).
 void wgmma_body(K& k, GlobalTensor& a, bool wait) {
   auto sa = k.shared_tensor(dtypes::float16, {64, 64});
   auto sb = k.shared_tensor(dtypes::float16, {128, 64});
   k.copy(a.region({0, 0}, {64, 64}), sa);
   k.copy(a.region({64, 0}, {128, 64}), sb);
-  auto acc = k.register_tensor(dtypes::float32, {64, 128}, 0.0);
-  k.wgmma.fence();
-  k.wgmma.mma(sa, sb.transpose(), acc);
-  k.wgmma.commit_group();
-  if (wait) k.wgmma.wait_group(0);
-  k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+  mma_and_store(k, a, sa, sb, true, {64, 128}, wait);
+}
+
+// Runs `body` to instruction selection on sm_90a against its golden file and expects `record`
+// among the lowering records.
+void expect_wgmma_record(const std::string& golden, Body body, const std::string& record) {
+  std::string after = print(golden_case(golden, "select_instructions", std::move(body), {.arch = "sm_90a"}).after);
+  EXPECT_NE(after.find(record), std::string::npos) << after;
 }
 }  // namespace
 
 TEST(WgmmaPasses, SelectionRecordsTheSplitAndTheDescriptors) {
-  auto s = golden_case(
-      "wgmma_select", "select_instructions",
-      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, true); }, {.arch = "sm_90a"});
-  std::string after = print(s.after);
-  EXPECT_NE(after.find("lowering: wgmma m64n128k16 groups=1 tiles=1x1x4 a=sw128/sbo1024 b=sw128/sbo1024 "
-                       "completion=wgmma-group"),
-            std::string::npos)
-      << after;
+  expect_wgmma_record(
+      "wgmma_select", [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, true); },
+      "lowering: wgmma m64n128k16 groups=1 tiles=1x1x4 a=sw128/sbo1024 b=sw128/sbo1024 completion=wgmma-group");
 }
 
 // a in registers: layout inference gives it the A-fragment layout (each warp's 16 rows as
 // mma.sync's A fragment, per m64 x k16 instruction) and selection records a=regs.
 TEST(WgmmaPasses, AInRegistersGetsTheFragmentLayoutAndTheRegisterForm) {
-  auto s = golden_case(
-      "wgmma_select_regs", "select_instructions",
+  expect_wgmma_record(
+      "wgmma_select_regs",
       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
         auto ra = k.load_global(a, {.offsets = {0, 0}, .shape = {128, 32}});
         auto sb = k.shared_tensor(dtypes::float16, {64, 32});
         k.copy(a.region({128, 0}, {64, 32}), sb);
-        auto acc = k.register_tensor(dtypes::float32, {128, 64}, 0.0);
-        k.wgmma.fence();
-        k.wgmma.mma(ra, sb.transpose(), acc);
-        k.wgmma.commit_group();
-        k.wgmma.wait_group(0);
-        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+        mma_and_store(k, a, ra, sb, true, {128, 64});
       },
-      {.arch = "sm_90a"});
-  std::string after = print(s.after);
-  EXPECT_NE(after.find("lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512 completion=wgmma-group"),
-            std::string::npos)
-      << after;
+      "lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512 completion=wgmma-group");
 }
 
 // b stored [k, n] with its n contiguous, one 128-byte swizzled row wide: an MN-major operand
 // (wgmma's transpose flag), each k step two 8-row atoms down.
 TEST(WgmmaPasses, ARowMajorBOneSwizzleSpanWideIsMnMajor) {
-  auto s = golden_case(
-      "wgmma_select_mn", "select_instructions",
+  expect_wgmma_record(
+      "wgmma_select_mn",
       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
         auto sa = k.shared_tensor(dtypes::float16, {64, 32});
         auto sb = k.shared_tensor(dtypes::float16, {32, 64});
         k.copy(a.region({0, 0}, {64, 32}), sa);
         k.copy(a.region({64, 0}, {32, 64}), sb);
-        auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
-        k.wgmma.fence();
-        k.wgmma.mma(sa, sb, acc);
-        k.wgmma.commit_group();
-        k.wgmma.wait_group(0);
-        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+        mma_and_store(k, a, sa, sb, false, {64, 64});
       },
-      {.arch = "sm_90a"});
-  std::string after = print(s.after);
-  EXPECT_NE(after.find("lowering: wgmma m64n64k16 groups=1 tiles=1x1x2 a=sw64/sbo512 b=sw128/sbo1024/mn "
-                       "completion=wgmma-group"),
-            std::string::npos)
-      << after;
+      "lowering: wgmma m64n64k16 groups=1 tiles=1x1x2 a=sw64/sbo512 b=sw128/sbo1024/mn completion=wgmma-group");
 }
 
 // A wait placed after register work (the work to overlap with the wgmma it waits for) is
