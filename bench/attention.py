@@ -368,18 +368,20 @@ def main():
     t0 = time.time()
     pre, dec = SWEEPS[args.sweep]
     dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
-    pre_rows, dec_rows = [], []
+    note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+            f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "
+            f"`bench/attention.py --sweep {args.sweep}`")
     if args.only != "decode":
-        pre_rows += prefill(dts[:1], pre)
+        rows = prefill(dts[:1], pre)
         if len(dts) > 1:  # bf16 at d = 128
-            pre_rows += prefill(dts[1:], [c for c in pre if c[0] == 128])
+            rows += prefill(dts[1:], [c for c in pre if c[0] == 128])
+        if args.readme:  # now, so that a run cut short later keeps these
+            fill_readme(args.readme, rows, [], note)
     if args.only != "prefill":
-        dec_rows = decode(dec)
+        rows = decode(dec)
+        if args.readme:
+            fill_readme(args.readme, [], rows, note)
     if args.readme:
-        note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-                f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "
-                f"`bench/attention.py --sweep {args.sweep}`")
-        fill_readme(args.readme, pre_rows, dec_rows, note)
         print(f"attention tables written into {args.readme}", flush=True)
     print(f"\nattention bench: {time.time() - t0:.0f} s", flush=True)
 
