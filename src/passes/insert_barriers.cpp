@@ -319,7 +319,7 @@ class BarrierInserter {
           }
           pending.push_back(a);
         }
-        return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
+        return n.with_body(body);
       }
       default: return s;
     }

@@ -82,9 +82,7 @@ class FenceInserter {
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
         Stmt body = rewrite(n.body, fenced, emit);
-        return body == n.body ? s
-                              : std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads,
-                                                                      body, n.loc);
+        return body == n.body ? s : n.with_body(body);
       }
       default:  // scalars only (let, declare, assign) and jumps
         return s;
