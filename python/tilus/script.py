@@ -2017,7 +2017,7 @@ class CudaHelpers:
         fits = [p for p in plans if (warp_m is None or p["warps_m"] == warp_m) and
                 (warp_n is None or p["warps_n"] == warp_n)]
         if not fits:
-            splits = ", ".join(f"{p['warps_m']}x{p['warps_n']}" for p in plans)
+            splits = ", ".join(dict.fromkeys(f"{p['warps_m']}x{p['warps_n']}" for p in plans))
             raise ValueError(f"resolve_dot_config: no split of {num_warps} warps into warp_m={warp_m} x "
                              f"warp_n={warp_n} fits m={m}, n={n}, k={k} (the splits that fit: {splits})")
         p = fits[0]
