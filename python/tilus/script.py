@@ -371,6 +371,10 @@ class Script(Artifacts):
       caller's ``file:line``.
     """
 
+    # NVIDIA Tilus's: a dict of constructor arguments an autotuned class runs with instead of its
+    # autotune space (the one config compiled and launched; tilus.tuning).
+    debug_schedule = None
+
     def __init__(self):
         self.attrs = Attrs()
         self.blockIdx = _block_idx()
