@@ -1,7 +1,8 @@
 """NVIDIA Tilus's flash-attention examples annotate their dots with resolve_dot_config's layouts,
 the warps split along the rows, and call one attention step from two loops (its files cannot be
 copied: CausalAttention below is a Script of our own with that shape). Layout inference finds the
-split the annotations need; the splits Tilus itself refuses are refused with a clear error."""
+split the annotations need; the splits Tilus itself refuses (no split of the warps fits the tile,
+or its fragments take too many registers) are refused with a clear error."""
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 import tilus
 from tilus import boolean, float16, float32, int32
-from conftest import HAS_CPU
+from conftest import Arrays
 
 
 class CausalAttention(tilus.Script):
@@ -80,21 +81,23 @@ def attention_reference(q, k, v):
     return np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), vv)
 
 
-@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
 @pytest.mark.parametrize("warps,block_q,block_kv", [(4, 64, 32), (8, 128, 64)])
-def test_annotated_attention_steps_on_the_cpu(warps, block_q, block_kv):
+def test_annotated_attention_steps(device, warps, block_q, block_kv):
     """Four dots (two lines, each called from two loops) of 4 and 5 splits each: more
     combinations than layout inference lists one by one, so these configs (which NVIDIA Tilus
     accepts) were refused until the dots of one line were tried together. Ragged sequence
-    length (77), two batches, K/V heads shared by two query heads."""
+    length (77), two batches, K/V heads shared by two query heads; on the CPU backend and the
+    GPU."""
+    arrays = Arrays(device)
     rng = np.random.default_rng(0)
     batch, seq, heads, kv_heads, d = 2, 77, 4, 2, 32
     q = rng.uniform(-1, 1, (batch, seq, heads, d)).astype(np.float16)
     k = rng.uniform(-1, 1, (batch, seq, kv_heads, d)).astype(np.float16)
     v = rng.uniform(-1, 1, (batch, seq, kv_heads, d)).astype(np.float16)
-    o = np.zeros_like(q)
-    CausalAttention(heads, kv_heads, d, warps, block_q, block_kv)(batch, seq, q, k, v, o)
-    np.testing.assert_allclose(o.astype(np.float64), attention_reference(q, k, v), atol=2e-3, rtol=0)
+    o = arrays.put(np.zeros_like(q))
+    CausalAttention(heads, kv_heads, d, warps, block_q, block_kv)(batch, seq, arrays.put(q), arrays.put(k),
+                                                                     arrays.put(v), o)
+    np.testing.assert_allclose(arrays.host(o).astype(np.float64), attention_reference(q, k, v), atol=2e-3, rtol=0)
 
 
 def test_a_split_no_warps_fit_is_refused_at_the_config():
@@ -106,3 +109,16 @@ def test_a_split_no_warps_fit_is_refused_at_the_config():
     assert "no split of 4 warps into warp_m=4 x warp_n=1 fits m=32, n=32, k=32" in msg, msg
     splits = msg[msg.index("(the splits that fit: ") + 22:msg.rindex(")")].split(", ")
     assert sorted(splits) == ["1x4", "2x2"], msg
+
+
+def test_a_split_whose_fragments_need_too_many_registers_is_refused():
+    """NVIDIA Tilus refuses a split whose fragments it estimates at 224 registers per thread or
+    more (it would spill, and compile for minutes), and its examples' autotune spaces count on it:
+    128 x 64 x 128 on a 4 x 1 split holds a 2 x 8 grid of A fragments, 8 x 8 of B and 2 x 8 of C
+    (256 + 512 + 256 bytes: 256 registers)."""
+    with pytest.raises(ValueError) as e:
+        CausalAttention(4, 2, 128, 4, 128, 64)
+    msg = str(e.value)
+    assert "the 4x1 split of m=128, n=64, k=128 on 4 warps holds about 256 registers" in msg, msg
+    assert "224 or more" in msg, msg
+    CausalAttention(4, 2, 128, 4, 64, 64)  # 64 rows: 128 + 512 + 128 bytes, 192 registers
