@@ -622,8 +622,8 @@ Kernel solve_with_conversions(Kernel k) {
 // of the dots' splits are tried, fewest changes first, and the first that solves is kept. Dots
 // traced from one line with the same shapes (a helper called in two loops: the steps of a
 // flash-attention kernel) are tried together first, each combination giving them one split, and
-// one by one only when that finds nothing: four dots of five splits each are 625 combinations,
-// two such pairs 25.
+// one by one only when that finds nothing: four dots of 4 and 5 splits are 400 combinations,
+// two such pairs 20.
 Kernel solve_layouts(const Kernel& k) {
   struct Dots : StmtVisitor {
     std::vector<std::pair<const DotInst*, int64_t>> dots;

@@ -938,7 +938,7 @@ TEST(WgmmaPasses, GroupsThatIssueWgmmaComeFirst) {
 // and called from two loops, the score and the accumulator annotated with the 4x1 warp split's
 // fragments (as NVIDIA Tilus's resolve_dot_config gives them), the score fed to the second dot
 // from registers. Four dots of 4 and 5 splits are 400 combinations, more than layout inference
-// lists; the dots of one line are tried together first (25 combinations), and each takes the
+// lists; the dots of one line are tried together first (20 combinations), and each takes the
 // 4x1 split.
 TEST(LayoutPasses, DotsOfOneLineTakeTheirSplitTogether) {
   auto qk = dot_plans(dtypes::float16, dtypes::float32, 64, 32, 64, 128);
