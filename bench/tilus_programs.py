@@ -22,7 +22,7 @@ attention: every config of each file's autotune space (v3's own debug_schedule a
 Tilus runs only that one) is constructed (NVIDIA Tilus's constructor refuses some: resolve_dot_config
 finds no warp split), compiled (in parallel), run at batch 1, seqlen, 32 heads, 8 K/V heads, head
 dim 128 (causal; the files' own llama-8B shape) and checked against float32 attention
-(atol = rtol = 1e-2), then timed (CUDA events, median of 10 after warm-up) next to torch SDPA
+(atol = rtol = 1e-2), then timed (CUDA events, median of 10 calls after one) next to torch SDPA
 (causal, GQA) with its default backend and with cuDNN. v3 is also run as its file runs it (its
 debug_schedule). FLOPs are counted as the files count them: 2 * batch * heads * seqlen^2 * d.
 
@@ -42,6 +42,8 @@ from pathlib import Path
 import tilus
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples" / "python"))
+from common import timed  # noqa: E402  (median ms of CUDA-event-timed calls)
 
 
 def _pandas_stand_in():
@@ -188,22 +190,6 @@ def attention_reference(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True).transpose(1, 2)
 
 
-def time_cuda(fn, reps=10, warmup=3):
-    """Median ms of `reps` single launches timed with CUDA events."""
-    import torch
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end))
-    return statistics.median(out)
-
-
 def bench_attention(carry, seqlen, summary):
     import torch
     batch, heads, kv_heads, d = 1, 32, 8, 128
@@ -223,7 +209,7 @@ def bench_attention(carry, seqlen, summary):
             with sdpa_kernel(backends):
                 return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
         try:
-            sdpa[name] = time_cuda(run)
+            sdpa[name] = timed(run, "cuda", repeat=10)
         except Exception as e:
             print(f"{name}: not run ({first_line(e)})")
     for name, ms in sdpa.items():
@@ -257,7 +243,7 @@ def bench_attention(carry, seqlen, summary):
                 torch.cuda.synchronize()
                 diff = (out.float() - want).abs().max().item()
                 ok = torch.allclose(out.float(), want, atol=1e-2, rtol=1e-2)
-                ms = time_cuda(lambda: inst(*args, out))
+                ms = timed(lambda: inst(*args, out), "cuda", repeat=10)
             except Exception as e:
                 refused.append((cfg, "run: " + first_line(e)))
                 continue
@@ -280,7 +266,7 @@ def bench_attention(carry, seqlen, summary):
             try:
                 got = mod.flash_attention(q, k, v)
                 ok = torch.allclose(got.float(), want, atol=1e-2, rtol=1e-2)
-                ms = time_cuda(lambda: mod.flash_attention(q, k, v))
+                ms = timed(lambda: mod.flash_attention(q, k, v), "cuda", repeat=10)
                 summary.append(f"{'flash_attention (v3)':<22} its debug_schedule {cls.debug_schedule}: "
                                f"{'ok' if ok else 'FAIL'}, {flops / ms * 1e-9:.0f} TFLOP/s")
             except Exception as e:

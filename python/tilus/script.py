@@ -421,10 +421,6 @@ class Script(Artifacts, metaclass=_ScriptType):
       caller's ``file:line``.
     """
 
-    # NVIDIA Tilus's: a dict of constructor arguments an autotuned class runs with instead of its
-    # autotune space (the one config compiled and launched; tilus.tuning).
-    debug_schedule = None
-
     def __init__(self):
         pass  # attrs, blockIdx and cluster are made at their first use (__getattr__)
 

@@ -212,3 +212,21 @@ def test_conditional_expression_on_tensors_names_where():
         TensorChoice().ir(4, np.zeros(4, np.int32))
     msg = str(e.value)
     assert "test_control_flow.py:" in msg and "`a if c else b`" in msg and "self.where(c, a, b)" in msg, msg
+
+
+class SelectInALambda(tilus.Script):
+    """A conditional expression in a lambda of the body (a register tensor's init) is a select."""
+
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        upper = self.register_tensor(dtype=int32, shape=[4, 4], init=lambda i, j: i * 4 + j if i <= j else -1)
+        self.store_global(self.global_view(out, shape=[4, 4]), upper, offsets=[0, 0])
+
+
+@needs_cpu
+def test_a_conditional_expression_in_a_lambda_selects():
+    out = np.zeros((4, 4), np.int32)
+    SelectInALambda()(out)
+    i, j = np.indices((4, 4))
+    assert (out == np.where(i <= j, i * 4 + j, -1)).all()

@@ -524,10 +524,11 @@ def test_exclusive_thread_groups_keep_their_wgmma_in_flight():
     `if`s: with a ring of 3 stages ptxas could not tell that no thread runs two of them and made
     every wgmma wait for the one before ("program dependence on compiler-inserted WG.AR in
     divergent path", NVIDIA Tilus's matmul_v5 at 256x128 tiles in 3, 5 and 6 stages). The groups
-    are one if / else-if chain now (order_thread_groups), and neither ring serializes or spills."""
+    are one if / else-if chain now (order_thread_groups), and the kernel neither serializes nor
+    spills."""
     x = np.zeros((512, 512), np.float16)
     checked = 0
-    for stages in (3, 4):
+    for stages in (3,):  # 3 stages was serialized; 4 was not (the GPU test runs both)
         kernel = PeeledTwoGroupMatmul(stages=stages)
         source = kernel.source(1024, 1024, 1024, x, x, x, arch="sm_90a")
         assert re.search(r"\}\s*else if \(tid >= 128 && tid < 256\)", source), source
