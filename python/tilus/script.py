@@ -1812,8 +1812,9 @@ class WgmmaGroup:
         [n, k] tile, ``sb.transpose()``), stored in rows of 32, 64 or 128 bytes (what TMA writes and
         layout inference chooses); ``a`` [m, k] likewise, or a float16/bfloat16 register tensor,
         whose layout becomes the wgmma A-fragment layout. ``d`` is a float32 register tensor whose
-        layout becomes the wgmma accumulator layout. f16, bf16 and fp8 (e4m3/e5m2) operands; m a
-        multiple of 64 per warp group, n of 8, k of 16 (32 for fp8). ``d`` and the operands may be
+        layout becomes the wgmma accumulator layout. f16, bf16 and fp8 operands (e4m3 and e5m2 in any
+        pairing, both from shared memory); m a multiple of 64 per warp group, n of 8, k of 16 (32
+        for fp8). ``d`` and the operands may be
         touched again only after ``commit_group`` and a ``wait_group`` that covers it (a CompileError
         names both lines otherwise)."""
         loc = _here()
