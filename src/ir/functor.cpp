@@ -132,7 +132,8 @@ Stmt StmtMutator::mutate_assign(const Stmt& s, const AssignStmtNode& n) {
 Stmt StmtMutator::mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) {
   Stmt body = mutate(n.body);
   if (body == n.body) return s;
-  return n.with_body(body ? body : make_seq({}));
+  return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body ? body : make_seq({}),
+                                               n.loc);
 }
 
 Stmt StmtMutator::mutate_inst(const Stmt& s, const Inst& inst) {

@@ -272,8 +272,8 @@ class Printer {
       case StmtKind::Inst: inst(*static_cast<const InstStmtNode&>(*s).inst, indent); return;
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
-        line(indent, fmt::format("{}{}(thread_begin={}, num_threads={}) {{", n.exclusive_with_previous ? "else " : "",
-                                 to_string(n.group_kind), n.thread_begin, n.num_threads),
+        line(indent, fmt::format("{}(thread_begin={}, num_threads={}) {{", to_string(n.group_kind), n.thread_begin,
+                                 n.num_threads),
              &n.loc);
         body(n.body, indent + 1);
         line(indent, "}");

@@ -12,12 +12,6 @@ const char* to_string(ThreadGroupKind k) {
   return "?";
 }
 
-Stmt ThreadGroupStmtNode::with_body(Stmt new_body) const {
-  auto g = std::make_shared<ThreadGroupStmtNode>(group_kind, thread_begin, num_threads, std::move(new_body), loc);
-  g->exclusive_with_previous = exclusive_with_previous;
-  return g;
-}
-
 Stmt make_seq(std::vector<Stmt> stmts, SourceLoc loc) {
   std::vector<Stmt> flat;
   for (auto& s : stmts) {

@@ -257,7 +257,7 @@ class WaitInserter {
         group_waits_.push_back(waited_barriers(n.body));
         Stmt body = process(n.body, state);
         group_waits_.pop_back();
-        return n.with_body(body);
+        return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
       default: return s;
     }

@@ -319,7 +319,7 @@ class BarrierInserter {
           }
           pending.push_back(a);
         }
-        return n.with_body(body);
+        return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
       default: return s;
     }

@@ -82,7 +82,9 @@ class FenceInserter {
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
         Stmt body = rewrite(n.body, fenced, emit);
-        return body == n.body ? s : n.with_body(body);
+        return body == n.body ? s
+                              : std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads,
+                                                                      body, n.loc);
       }
       default:  // scalars only (let, declare, assign) and jumps
         return s;

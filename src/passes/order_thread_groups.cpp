@@ -41,15 +41,6 @@ class Orderer : public StmtMutator {
           std::stable_partition(first, last, issues_wgmma);
           changed = true;
         }
-        // One if / else-if chain: ptxas then knows that no thread runs two of the groups.
-        for (size_t q = i; q < j; ++q) {
-          const ThreadGroupStmtNode* g = as_group(stmts[q]);
-          if (g->exclusive_with_previous == (q > i)) continue;
-          auto chained = std::make_shared<ThreadGroupStmtNode>(*g);
-          chained->exclusive_with_previous = q > i;
-          stmts[q] = chained;
-          changed = true;
-        }
       }
       i = std::max(j, i + 1);
     }

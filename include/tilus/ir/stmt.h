@@ -128,15 +128,8 @@ struct ThreadGroupStmtNode : StmtNode {
   int64_t thread_begin;
   int64_t num_threads;
   Stmt body;
-  // The statement before this one in its sequence is a thread group whose threads are disjoint
-  // from this one's, and so are those of the groups it is chained to (order_thread_groups decides;
-  // printed as `else ...`): no thread runs two of them, and the CUDA emitter writes the chain as
-  // one if / else if, which tells ptxas so.
-  bool exclusive_with_previous = false;
   ThreadGroupStmtNode(ThreadGroupKind k, int64_t b, int64_t n, Stmt body, SourceLoc l = {})
       : StmtNode(StmtKind::ThreadGroup, std::move(l)), group_kind(k), thread_begin(b), num_threads(n), body(std::move(body)) {}
-  // The same group (threads, kind, chaining, location) around another body.
-  Stmt with_body(Stmt new_body) const;
 };
 
 // Builds a sequence, flattening nested sequences and dropping nulls; a single statement

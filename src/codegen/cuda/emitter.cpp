@@ -384,18 +384,9 @@ std::string Emitter::workspace_ptr(DataType t) {
 void Emitter::emit_stmt(const Stmt& s) {
   if (!s) return;
   switch (s->kind) {
-    case StmtKind::Seq: {
-      const std::vector<Stmt>& stmts = static_cast<const SeqStmtNode&>(*s).stmts;
-      for (size_t i = 0; i < stmts.size(); ++i) {
-        auto group = stmt_as<ThreadGroupStmtNode>(stmts[i]);
-        if (group && group->exclusive_with_previous && (i == 0 || !stmt_as<ThreadGroupStmtNode>(stmts[i - 1])))
-          throw InternalError(fmt::format("kernel {}: a thread group chained to the statement before it, which is "
-                                          "not a thread group", kernel.name),
-                              group->loc);
-        emit_stmt(stmts[i]);
-      }
+    case StmtKind::Seq:
+      for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) emit_stmt(c);
       return;
-    }
     case StmtKind::For: {
       auto& n = static_cast<const ForStmtNode&>(*s);
       Expr b = simplify(n.begin), e = simplify(n.end), st = simplify(n.step);
@@ -466,12 +457,10 @@ void Emitter::emit_stmt(const Stmt& s) {
       auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
       const ThreadScope& outer = scope();
       std::string outer_name = expr(outer.thread);
-      // A chained group is the `else` of the group before it (ThreadGroupStmtNode::exclusive_with_previous).
-      const char* head = n.exclusive_with_previous ? "else if" : "if";
       if (n.num_threads == 1)
-        open(fmt::format("{} ({} == {})", head, outer_name, n.thread_begin));
+        open(fmt::format("if ({} == {})", outer_name, n.thread_begin));
       else
-        open(fmt::format("{0} ({1} >= {2} && {1} < {3})", head, outer_name, n.thread_begin, n.thread_begin + n.num_threads));
+        open(fmt::format("if ({0} >= {1} && {0} < {2})", outer_name, n.thread_begin, n.thread_begin + n.num_threads));
       const Var& inner = facts_.group_thread(n);
       std::string name = fresh("tg");
       // Unused where the group's body never asks for its thread index: no NVRTC warning.

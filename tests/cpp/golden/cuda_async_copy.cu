@@ -37,7 +37,7 @@ extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __
     // sync (test_codegen.cpp:N)
     tilus::named_barrier(1, 32);
   }
-  else if (tid == 0) {
+  if (tid == 0) {
     [[maybe_unused]] const int32_t tg_1 = tid - 0;
     // printf (test_codegen.cpp:N)
     printf("done %d\n", n);

@@ -164,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(256) Barriers(int32_t n, int32_t st
     // dec_max_nreg (builtins_scripts.h:99)
     tilus::setmaxnreg_dec<40>();
   }
-  else if (tid >= 128 && tid < 256) {
+  if (tid >= 128 && tid < 256) {
     [[maybe_unused]] const int32_t tg_1 = tid - 128;
     // inc_max_nreg (builtins_scripts.h:100)
     tilus::setmaxnreg_inc<232>();
