@@ -1,7 +1,8 @@
 """NVIDIA Tilus's own programs, run unchanged on tilus (GPU): its Hopper matmul v4 and v5 against
 cuBLAS, and every config of its flash-attention v2 and v3 against torch SDPA, in one run.
 
-    python bench/tilus_programs.py [matmul] [attention] [--carry carry] [--size 8192] [--seqlen 4096]
+    python bench/tilus_programs.py [matmul] [attention] [sanitize] [--carry carry] [--size 8192]
+                                   [--seqlen 4096] [--fix NAME=VALUE ...]
 
 The programs are NVIDIA Tilus's files (commit 9a22de0), not part of this repository: copy them,
 unchanged, into the ignored folder carry/ first:
@@ -16,7 +17,8 @@ matmul: each Script tunes its own space at size^3 (f16, c = a @ b.T; the configs
 parallel), its result is checked against cuBLAS's (atol = rtol = 1e-2, as the files' own check),
 every config's ptxas report is read (wgmma serialized? spills?), and the winner and cuBLAS
 (torch.matmul) are timed in turns: rounds of 20 launches each after 5 warm-up launches, the order
-reversed every round, the median round of each kept.
+reversed every round, the median round of each kept. `--fix block_k=64` (repeatable) fixes a
+constructor argument, as a caller may, so that only the rest of the space is tuned (a shorter run).
 
 attention: every config of each file's autotune space (v3's own debug_schedule aside: NVIDIA
 Tilus runs only that one) is constructed (NVIDIA Tilus's constructor refuses some: resolve_dot_config
@@ -26,7 +28,12 @@ dim 128 (causal; the files' own llama-8B shape) and checked against float32 atte
 (causal, GQA) with its default backend and with cuDNN. v3 is also run as its file runs it (its
 debug_schedule). FLOPs are counted as the files count them: 2 * batch * heads * seqlen^2 * d.
 
-The last lines are a short table.
+sanitize: one config of each file at a small size, each result checked (for compute-sanitizer:
+v5 and v4 at 512 x 768 x 320, v2 and v3 at batch 1, seqlen 256 (a multiple of their blocks: their k
+prefetch is not bounds-checked), 8/2 heads, head dim 128; v3 as
+the file runs it, its debug_schedule).
+
+Each row of the short table is printed as it is made (a line starting `SUMMARY `) and again last.
 """
 import argparse
 import concurrent.futures
@@ -120,7 +127,13 @@ def compiled_report(inst, args):
         return None, None, "not compiled: " + first_line(e)
 
 
-def bench_matmul(carry, size, summary):
+def add(summary, line):
+    """A row of the short table, printed at once too (a later part may run out of time)."""
+    summary.append(line)
+    print("SUMMARY " + line, flush=True)
+
+
+def bench_matmul(carry, size, summary, fixed):
     import torch
     from tilus import tuning
     for file, cls_name in [("matmul_v5", "MatmulWGMMAV5"), ("matmul_v4", "MatmulWGMMAV4")]:
@@ -132,7 +145,7 @@ def bench_matmul(carry, size, summary):
         a = (torch.rand(m, k, dtype=torch.float16, device="cuda") - 0.5) / math.sqrt(k)
         b = (torch.rand(n, k, dtype=torch.float16, device="cuda") - 0.5) / math.sqrt(k)
         c = torch.empty(m, n, dtype=torch.float16, device="cuda")
-        kernel = cls()
+        kernel = cls(**fixed)
         t0 = time.time()
         kernel(m, n, k, a, b, c)  # tunes the file's space (its configs compile in parallel), runs the winner
         torch.cuda.synchronize()
@@ -149,7 +162,7 @@ def bench_matmul(carry, size, summary):
         args = (m, n, k, a, b, c)
         w_regs, w_spill, w_ser = compiled_report(winner, args)
         serialized, spilling = [], []
-        configs = tuning.space_of(cls, {})
+        configs = tuning.space_of(cls, fixed)
         with concurrent.futures.ThreadPoolExecutor(16) as pool:  # cache hits; NVRTC runs outside the GIL
             reports = list(pool.map(lambda cfg: compiled_report(tuner.instance(cfg), args), configs))
         for cfg, (regs, spill, ser) in zip(configs, reports):
@@ -169,14 +182,15 @@ def bench_matmul(carry, size, summary):
                                 file: lambda: kernel(m, n, k, a, b, c)})
         flops = 2.0 * m * n * k
         ratio = times["cuBLAS"] / times[file]
-        cfg = {name: getattr(winner, name) for name in cls._tilus_space.names}
+        cfg = {name: getattr(winner, name) for name in cls._tilus_space.names if name not in fixed}
         print(f"winner {cfg}: {w_regs} registers, {w_spill} bytes of spills, wgmma serialized: {w_ser or 'no'}")
         print(f"{file}: {times[file]:.3f} ms = {flops / times[file] * 1e-9:.0f} TFLOP/s; cuBLAS "
               f"{times['cuBLAS']:.3f} ms = {flops / times['cuBLAS'] * 1e-9:.0f} TFLOP/s; "
               f"{ratio:.3f}x cuBLAS; check {check}; tuning {tune_s:.0f} s", flush=True)
-        summary.append(f"{file:<22} {size}^3  {flops / times[file] * 1e-9:5.0f} TFLOP/s  cuBLAS "
+        add(summary, f"{file:<22} {size}^3  {flops / times[file] * 1e-9:5.0f} TFLOP/s  cuBLAS "
                        f"{flops / times['cuBLAS'] * 1e-9:5.0f}  {ratio:.3f}x  check {check}  serialized "
-                       f"{len(serialized)}  spilling {len(spilling)}")
+                       f"{len(serialized)}  spilling {len(spilling)}"
+            f"{'  fixed ' + str(fixed) if fixed else ''}  space {len(configs)}")
 
 
 def attention_reference(q, k, v):
@@ -190,7 +204,7 @@ def attention_reference(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True).transpose(1, 2)
 
 
-def bench_attention(carry, seqlen, summary):
+def bench_attention(carry, seqlen, summary, fixed):
     import torch
     batch, heads, kv_heads, d = 1, 32, 8, 128
     torch.manual_seed(0)
@@ -220,7 +234,7 @@ def bench_attention(carry, seqlen, summary):
         mod = load(carry / "attention" / f"{file}.py")
         cls = mod.FlashAttention
         args = (batch, seqlen, q, k, v) if file.endswith("v2") else (batch, seqlen, seqlen, q, k, v)
-        configs = full_space(cls)
+        configs = [c for c in full_space(cls) if all(c.get(n, v) == v for n, v in fixed.items())]
         made, refused = [], []
         for cfg in configs:
             try:
@@ -260,17 +274,52 @@ def bench_attention(carry, seqlen, summary):
         if best:
             line += (f"  best {flops / best[3] * 1e-9:4.0f} TFLOP/s {best[0]}  SDPA {flops / sdpa_ms * 1e-9:4.0f}  "
                      f"{sdpa_ms / best[3]:.2f}x SDPA")
-        summary.append(line)
+        add(summary, line)
         if file.endswith("v3"):  # as the file runs it: NVIDIA Tilus's debug_schedule
             out = torch.empty_like(q)
             try:
                 got = mod.flash_attention(q, k, v)
                 ok = torch.allclose(got.float(), want, atol=1e-2, rtol=1e-2)
                 ms = timed(lambda: mod.flash_attention(q, k, v), "cuda", repeat=10)
-                summary.append(f"{'flash_attention (v3)':<22} its debug_schedule {cls.debug_schedule}: "
+                add(summary, f"{'flash_attention (v3)':<22} its debug_schedule {cls.debug_schedule}: "
                                f"{'ok' if ok else 'FAIL'}, {flops / ms * 1e-9:.0f} TFLOP/s")
             except Exception as e:
-                summary.append(f"{'flash_attention (v3)':<22} FAIL: {first_line(e)}")
+                add(summary, f"{'flash_attention (v3)':<22} FAIL: {first_line(e)}")
+
+
+def sanitize(carry, summary):
+    """One config of each program at a small size, its result checked: what compute-sanitizer runs."""
+    import torch
+    torch.manual_seed(0)
+    m, n, k = 512, 768, 320
+    a = (torch.rand(m, k, dtype=torch.float16, device="cuda") - 0.5) / math.sqrt(k)
+    b = (torch.rand(n, k, dtype=torch.float16, device="cuda") - 0.5) / math.sqrt(k)
+    for file, cls_name in [("matmul_v5", "MatmulWGMMAV5"), ("matmul_v4", "MatmulWGMMAV4")]:
+        cls = getattr(load(carry / "hopper_matmul" / f"{file}.py"), cls_name)
+        cfg = dict(num_stages=4, block_m=128, block_n=256, block_k=64, swizzle_size=8)
+        c = torch.full((m, n), 7.0, dtype=torch.float16, device="cuda")
+        cls(**cfg)(m, n, k, a, b, c)
+        torch.cuda.synchronize()
+        ok = torch.allclose(c, a @ b.T, atol=1e-2, rtol=1e-2)
+        add(summary, f"{file:<22} {m}x{n}x{k} {cfg}: {'ok' if ok else 'FAIL'}")
+    batch, seqlen, heads, kv_heads, d = 1, 256, 8, 2, 128
+    q = torch.randn(batch, seqlen, heads, d, dtype=torch.float16, device="cuda")
+    kk = torch.randn(batch, seqlen, kv_heads, d, dtype=torch.float16, device="cuda")
+    v = torch.randn(batch, seqlen, kv_heads, d, dtype=torch.float16, device="cuda")
+    want = attention_reference(q, kk, v)
+    v2 = load(carry / "attention" / "flash_attention_v2.py").FlashAttention
+    cfg = dict(num_warps=4, block_q=64, block_kv=64)
+    out = torch.empty_like(q)
+    v2(dtype=tilus.float16, num_heads=heads, num_heads_kv=kv_heads, head_size=d, **cfg)(batch, seqlen, q, kk, v, out)
+    torch.cuda.synchronize()
+    ok = torch.allclose(out.float(), want, atol=1e-2, rtol=1e-2)
+    add(summary, f"{'flash_attention_v2':<22} seqlen {seqlen} {cfg}: {'ok' if ok else 'FAIL'}")
+    v3 = load(carry / "attention" / "flash_attention_v3.py")
+    got = v3.flash_attention(q, kk, v)
+    torch.cuda.synchronize()
+    ok = torch.allclose(got.float(), want, atol=1e-2, rtol=1e-2)
+    add(summary, f"{'flash_attention_v3':<22} seqlen {seqlen} {v3.FlashAttention.debug_schedule}: "
+                 f"{'ok' if ok else 'FAIL'}")
 
 
 def _compile(inst, args):
@@ -283,11 +332,18 @@ def _compile(inst, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("parts", nargs="*", default=["matmul", "attention"], choices=["matmul", "attention"])
+    p.add_argument("parts", nargs="*", default=["matmul", "attention"], choices=["matmul", "attention", "sanitize"])
     p.add_argument("--carry", default=str(ROOT / "carry"), help="where the program files lie (default: carry/)")
     p.add_argument("--size", type=int, default=8192, help="the matmul's m = n = k (default 8192)")
     p.add_argument("--seqlen", type=int, default=4096, help="the attention's sequence length (default 4096)")
+    p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix a constructor argument of the autotuned classes (a Python literal); repeatable")
     a = p.parse_args()
+    import ast
+    fixed = {}
+    for item in a.fix:
+        name, _, value = item.partition("=")
+        fixed[name.strip()] = ast.literal_eval(value.strip())
     if not tilus.gpu_available():
         raise SystemExit("tilus_programs: needs a GPU")
     _pandas_stand_in()
@@ -297,11 +353,15 @@ def main():
     summary = []
     for part in a.parts:
         try:
-            (bench_matmul if part == "matmul" else bench_attention)(carry, a.size if part == "matmul" else a.seqlen,
-                                                                   summary)
+            if part == "matmul":
+                bench_matmul(carry, a.size, summary, fixed)
+            elif part == "attention":
+                bench_attention(carry, a.seqlen, summary, fixed)
+            else:
+                sanitize(carry, summary)
         except Exception:
             traceback.print_exc()
-            summary.append(f"{part}: FAILED (traceback above)")
+            add(summary, f"{part}: FAILED (traceback above)")
     print("\nsummary")
     for line in summary:
         print(line)
