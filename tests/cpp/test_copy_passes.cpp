@@ -11,6 +11,7 @@
 #include "tilus/ir/functor.h"
 #include "tilus/ir/printer.h"
 #include "tilus/passes/choose_shared_layouts.h"
+#include "tilus/passes/infer_layouts.h"
 #include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
 #include "tilus/passes/order_wgmma_waits.h"
@@ -972,6 +973,49 @@ TEST(WgmmaPasses, GroupsThatIssueWgmmaComeFirst) {
   EXPECT_EQ(print(order_thread_groups(s.before, Target::cpu())), print(s.before));
   auto overlapping = run_to(traced(groups(true), o), "order_thread_groups", o);
   EXPECT_EQ(print(overlapping.before), print(overlapping.after));
+}
+
+// The steps of a flash-attention kernel: one step written once (its two dots on one line each)
+// and called from two loops, the score and the accumulator annotated with the 4x1 warp split's
+// fragments (as NVIDIA Tilus's resolve_dot_config gives them), the score fed to the second dot
+// from registers. Four dots of 4 and 5 splits are 400 combinations, more than layout inference
+// lists; the dots of one line are tried together first (20 combinations), and each takes the
+// 4x1 split.
+TEST(LayoutPasses, DotsOfOneLineTakeTheirSplitTogether) {
+  auto qk = dot_plans(dtypes::float16, dtypes::float32, 64, 32, 64, 128);
+  auto pv = dot_plans(dtypes::float16, dtypes::float32, 64, 64, 32, 128);
+  auto split = [](const std::vector<DotPlan>& plans, int64_t wm) {
+    for (auto& p : plans)
+      if (p.tiling.warps_m == wm && !p.tiling.warps_major) return p;
+    throw std::runtime_error("no such split");
+  };
+  ASSERT_EQ(qk.size() * pv.size() * qk.size() * pv.size(), 400u);
+  ASSERT_NE(qk[0].tiling.warps_m, 4);  // the annotations need a split other than the default
+  DotPlan qk4 = split(qk, 4), pv4 = split(pv, 4);
+  auto body = [&](K& k, Int32 m, Int32, GlobalTensor& a, GlobalTensor& b) {
+    auto q = k.load_global(a, {.offsets = {0, 0}, .shape = {64, 64}});
+    auto o = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    k.annotate_layout(o, pv4.c);
+    auto step = [&](const Expr& i) {
+      auto kt = k.load_global(a, {.offsets = {i * 32, 0}, .shape = {32, 64}});
+      auto v = k.load_global(a, {.offsets = {i * 32, 0}, .shape = {32, 64}});
+      auto score = k.dot(q, kt.transpose());
+      k.annotate_layout(score, qk4.c);
+      k.dot(score.to(dtypes::float16), v, o, {.out = o});
+    };
+    for (Expr i : k.range(m)) step(i);
+    for (Expr i : k.range(m, m + 2)) step(i);
+    k.store_global(b, o, {.offsets = {0, 0}});
+  };
+  auto s = golden_case("dots_of_one_line", "infer_layouts", body);
+  struct Splits : StmtVisitor {
+    std::vector<std::string> out;
+    void visit_inst(const InstNode& i) override {
+      if (i.kind() == InstKind::Dot) out.push_back(static_cast<const DotInst&>(i).b->layout.str());
+    }
+  } after;
+  after.visit(s.after.kernels[0].body);
+  EXPECT_EQ(after.out, (std::vector<std::string>{qk4.b.str(), pv4.b.str(), qk4.b.str(), pv4.b.str()}));
 }
 
 // A loop with a run-time trip count that issues wgmma gets unroll=1; a Script's own unroll, a
