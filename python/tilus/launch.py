@@ -194,10 +194,26 @@ def _typed(p, kernel, address, dtype, nbytes, device, **layout):
     return _C.KernelArg.pointer(address, pointee, nbytes, device, **layout)
 
 
+def _is_array(a):
+    """Whether an argument is an array (what a ~dtype parameter takes), not a number: numpy
+    scalars (0-d, with __index__ / __float__) are numbers."""
+    if isinstance(a, _HostTensor):
+        return True
+    if getattr(a, "ndim", 0) == 0 and (hasattr(a, "__index__") or hasattr(a, "__float__")):
+        return False
+    return any(hasattr(a, n) for n in ("__dlpack__", "__cuda_array_interface__", "__array_interface__", "shape"))
+
+
 def _scalar(a, p, kernel):
     """A scalar argument as the Python int or float the core takes (it checks kinds and ranges)."""
     if type(a) is int or type(a) is float:
         return float(a) if p.dtype.is_float() else a
+    if _is_array(a):
+        what = f"{type(a).__module__.split('.')[0]}.{type(a).__name__}"
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            what += f" of shape {tuple(a.shape)} and dtype {a.dtype}"
+        raise _argument_error(kernel, p, f"the parameter is a {p.dtype!r} scalar, got an array ({what}); a parameter "
+                                         f"that takes an array is a pointer: annotate it '{p.name}: ~{p.dtype!r}'")
     if isinstance(a, bool) and not p.dtype.is_bool() or not isinstance(a, (int, float)) and not hasattr(a, "__index__"):
         raise _argument_error(kernel, p, f"expected a number, got {type(a).__name__}")
     v = float(a) if isinstance(a, float) else a.__index__()

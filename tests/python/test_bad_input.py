@@ -84,7 +84,7 @@ class Values:
     """Tensors and scalars of every kind for the method cases (built by a helper: plain Python)."""
 
     def __init__(self, k, n, x):
-        self.n = n
+        self.n, self.x = n, x
         self.g = k.global_view(x, shape=[n, n])      # global float32[n, n]
         self.g1 = k.global_view(x, shape=[n])        # global float32[n]
         self.s = k.shared_tensor(dtype=float32, shape=[16, 16])
@@ -114,11 +114,11 @@ E = tilus.CompileError
 METHOD_CASES = [
     ("gv-ptr-list", lambda k, v: k.global_view([1, 2], shape=[4]), ["global_view", "pointer parameter", "list"]),
     ("gv-ptr-int", lambda k, v: k.global_view(3, shape=[4]), ["global_view", "pointer parameter", "int 3"]),
-    ("gv-dtype-str", lambda k, v: k.global_view(v.n, dtype="float32", shape=[4]), ["global_view", "data type", "'float32'"]),
-    ("gv-shape-float", lambda k, v: k.global_view(v.n, dtype=float32, shape=4.0), ["global_view", "shape", "float 4.0"]),
-    ("gv-shape-elem", lambda k, v: k.global_view(v.n, dtype=float32, shape=[2.5]), ["global_view", "shape", "integers", "2.5"]),
-    ("gv-strides-str", lambda k, v: k.global_view(v.n, dtype=float32, shape=[4], strides="1"), ["global_view", "strides", "list"]),
-    ("gv-no-shape", lambda k, v: k.global_view(v.n), ["global_view", "shape"]),
+    ("gv-dtype-str", lambda k, v: k.global_view(v.x, dtype="float32", shape=[4]), ["global_view", "data type", "'float32'"]),
+    ("gv-shape-float", lambda k, v: k.global_view(v.x, dtype=float32, shape=4.0), ["global_view", "shape", "float 4.0"]),
+    ("gv-shape-elem", lambda k, v: k.global_view(v.x, dtype=float32, shape=[2.5]), ["global_view", "shape", "integers", "2.5"]),
+    ("gv-strides-str", lambda k, v: k.global_view(v.x, dtype=float32, shape=[4], strides="1"), ["global_view", "strides", "list"]),
+    ("gv-no-shape", lambda k, v: k.global_view(v.x), ["global_view", "shape"]),
     ("st-dtype-str", lambda k, v: k.shared_tensor(dtype="float16", shape=[4]), ["shared_tensor", "data type", r"tilus\.float16"]),
     ("st-dtype-np", lambda k, v: k.shared_tensor(dtype=np.float16, shape=[4]), ["shared_tensor", "data type"]),
     ("st-shape-sym", lambda k, v: k.shared_tensor(dtype=float32, shape=[v.n]), ["shared_tensor", "Python ints", "int32"]),
@@ -855,6 +855,9 @@ LAUNCH_CASES = [
     ("int-negative-overflow", lambda k: k(-(1 << 40), F32, 1.0), ["'n'", "range of int32"]),
     ("const-type", lambda k: k(4, F32, "1.0"), ["'scale'", "compile-time float", "'1.0'"]),
     ("const-bool", lambda k: k(4, F32, None), ["'scale'", "compile-time float"]),
+    ("scalar-array", lambda k: k(np.ones(2, np.int32), F32, 1.0),
+     ["kernel Add1, argument 0 \\('n': int32\\)", "an array \\(numpy.ndarray of shape \\(2,\\) and dtype int32\\)",
+      "annotate it 'n: ~int32'"]),
 ]
 
 
@@ -864,6 +867,27 @@ def test_launch_mistake(call, fragments):
     x = F32.copy()
     expect(lambda: call(Add1()), A, None, fragments)
     assert (F32 == 0).all() and (x == 0).all()  # nothing ran
+
+
+class NoTilde(tilus.Script):
+    """A pointer parameter written without `~`: a float32 scalar."""
+
+    def __call__(self, n: int32, x: float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, dtype=float32, shape=[n])  # C-NO-TILDE
+        self.store_global(g, self.register_tensor(dtype=float32, shape=[4], init=1.0), offsets=[0])
+
+
+@needs_cpu
+def test_a_pointer_parameter_without_tilde():
+    # Called with an array: the launch names the kernel, the parameter and the fix.
+    expect(lambda: NoTilde()(4, np.zeros(4, np.float32)), A, None,
+           ["kernel NoTilde, argument 1 \\('x': float32\\)", "the parameter is a float32 scalar",
+            "numpy.ndarray of shape \\(4,\\) and dtype float32", "annotate it 'x: ~float32'"])
+    # Called with a number: global_view (with or without dtype=) says the same at its line.
+    expect(lambda: NoTilde()(4, 1.0), E, line_of("C-NO-TILDE"),
+           ["global_view: ptr must be a pointer", "x \\(float32\\), a scalar", "annotate it 'x: ~float32'"])
 
 
 def test_there_are_at_least_a_hundred_cases():
