@@ -132,6 +132,15 @@ TEST(VerifierRule1, GlobalViewPointeeMustMatchUnlessVoid) {
   EXPECT_TRUE(Passes([&] { t.b.global_view(t.v, int4, {t.m, t.n}, {}, L(14)); }));
 }
 
+TEST(VerifierRule1, GlobalViewShapeIsNotNegative) {
+  Traced t;
+  EXPECT_TRUE(Fails([&] { t.b.global_view(t.a, float32, {Expr(-8)}, {}, L(18)); }, 18, "global_view",
+                    {"negative extent -8 in dim 0", "global float32[-8]"}));
+  EXPECT_TRUE(Fails([&] { t.b.global_view(t.a, float32, {t.n, Expr(-1)}, {}, L(19)); }, 19, "global_view",
+                    {"negative extent -1 in dim 1"}));
+  EXPECT_TRUE(Passes([&] { t.b.global_view(t.a, float32, {Expr(0), t.n}, {}, L(20)); }));  // empty is fine
+}
+
 TEST(VerifierRule1, LoadGlobalScopes) {
   Traced t;
   Tensor s = t.smem({64, 32});

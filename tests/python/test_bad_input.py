@@ -890,6 +890,19 @@ def test_a_pointer_parameter_without_tilde():
            ["global_view: ptr must be a pointer", "x \\(float32\\), a scalar", "annotate it 'x: ~float32'"])
 
 
+class NegativeView(tilus.Script):
+    def __call__(self, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[-8])  # C-NEGATIVE-VIEW
+        self.store_global(g, self.register_tensor(dtype=float32, shape=[8], init=1.0), offsets=[0])
+
+
+def test_a_view_of_negative_extent_is_an_error():
+    expect(lambda: tilus.trace(NegativeView()), E, line_of("C-NEGATIVE-VIEW"),
+           ["global_view", "negative extent -8 in dim 0", "global float32\\[-8\\]"])
+
+
 def test_there_are_at_least_a_hundred_cases():
     assert len(METHOD_CASES) + len(UNARY) + len(CONSTRUCT_CASES) + len(LAUNCH_CASES) >= 100
 
