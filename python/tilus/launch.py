@@ -47,11 +47,12 @@ _lock = threading.Lock()
 class _Param:
     # index: the position among the kernel's runtime parameters (as C++ messages count them),
     # or in the whole signature for a compile-time constant
-    __slots__ = ("name", "index", "kind", "dtype", "const_type", "torch_dtype")
+    __slots__ = ("name", "index", "kind", "dtype", "const_type", "torch_dtype", "keyword_only")
 
     def __init__(self, name, index, kind, dtype=None, const_type=None):
         self.name, self.index, self.kind, self.dtype, self.const_type = name, index, kind, dtype, const_type
         self.torch_dtype = None  # set when torch is imported: the torch dtype a pointer must have
+        self.keyword_only = False  # after `*` in __call__: passed by name only
 
 
 def _annotations(fn, scope):
@@ -101,6 +102,7 @@ class _Signature:
                     f"{self.file}:{self.line}: {cls.__name__}.__call__: parameter '{name}' needs an annotation: a tilus "
                     f"dtype (int32, float32, ...) for a runtime scalar, ~dtype for a pointer, or int / float / bool / "
                     f"str for a compile-time constant (got {ann!r})")
+            self.params[-1].keyword_only = p.kind == p.KEYWORD_ONLY
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
         # The torch fast path: usable when torch is present and every typed pointer's dtype maps
@@ -249,6 +251,10 @@ def bind(sig, args, kw):
     if kw:
         kw = dict(kw)
         stream = kw.pop("stream", None)
+    keyword_only = [p.name for p in sig.params[:len(args)] if p.keyword_only]
+    if keyword_only:
+        raise ArgumentError(f"kernel {sig.name}: parameter '{keyword_only[0]}' is keyword-only (after `*` in "
+                            f"__call__): pass it by name, {keyword_only[0]}=...")
     if kw:
         names = [p.name for p in sig.params]
         if len(args) > len(names):
@@ -344,7 +350,8 @@ def trace(script, constants=None):
         _tracing.script = script  # the Script a tilus.Class reaches (classes.py)
         script.attrs._values.clear()  # each trace sets them anew
         try:
-            result = sig.normalized(script, *args)
+            result = sig.normalized(script, *(a for p, a in zip(sig.params, args) if not p.keyword_only),
+                                    **{p.name: a for p, a in zip(sig.params, args) if p.keyword_only})
             if result is not None:
                 raise CompileError(f"{sig.file}:{sig.line}: {cls.__name__}.__call__ returned {_describe(result)}: a "
                                    "kernel returns nothing (it writes its results through pointer parameters)")

@@ -903,6 +903,28 @@ def test_a_view_of_negative_extent_is_an_error():
            ["global_view", "negative extent -8 in dim 0", "global float32\\[-8\\]"])
 
 
+class KeywordOnly(tilus.Script):
+    """Keyword-only parameters, runtime and compile-time."""
+
+    def __call__(self, n: int32, *, x: ~float32, scale: float):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[n])
+        self.store_global(g, self.load_global(g, offsets=[0], shape=[8]) * scale, offsets=[0])
+
+
+@needs_cpu
+def test_keyword_only_parameters():
+    x = np.arange(8, dtype=np.float32)
+    KeywordOnly()(8, x=x, scale=2.0)
+    np.testing.assert_allclose(x, np.arange(8) * 2.0)
+    KeywordOnly()(scale=3.0, x=x, n=8)
+    np.testing.assert_allclose(x, np.arange(8) * 6.0)
+    assert "mul" in str(tilus.trace(KeywordOnly(), constants={"scale": 2.0}))
+    # Python's rule: by position they are an error that names the parameter.
+    expect(lambda: KeywordOnly()(8, x, 2.0), A, None, ["kernel KeywordOnly", "'x' is keyword-only", "x=..."])
+
+
 def test_there_are_at_least_a_hundred_cases():
     assert len(METHOD_CASES) + len(UNARY) + len(CONSTRUCT_CASES) + len(LAUNCH_CASES) >= 100
 
