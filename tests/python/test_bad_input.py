@@ -855,6 +855,8 @@ LAUNCH_CASES = [
     ("int-negative-overflow", lambda k: k(-(1 << 40), F32, 1.0), ["'n'", "range of int32"]),
     ("const-type", lambda k: k(4, F32, "1.0"), ["'scale'", "compile-time float", "'1.0'"]),
     ("const-bool", lambda k: k(4, F32, None), ["'scale'", "compile-time float"]),
+    ("int-beyond-int64", lambda k: k(1 << 63, F32, 1.0), ["kernel Add1, argument 0 \\('n': int32\\)",
+                                                          "9223372036854775808 is out of the range of int32"]),
     ("scalar-array", lambda k: k(np.ones(2, np.int32), F32, 1.0),
      ["kernel Add1, argument 0 \\('n': int32\\)", "an array \\(numpy.ndarray of shape \\(2,\\) and dtype int32\\)",
       "annotate it 'n: ~int32'"]),
@@ -923,6 +925,26 @@ def test_keyword_only_parameters():
     assert "mul" in str(tilus.trace(KeywordOnly(), constants={"scale": 2.0}))
     # Python's rule: by position they are an error that names the parameter.
     expect(lambda: KeywordOnly()(8, x, 2.0), A, None, ["kernel KeywordOnly", "'x' is keyword-only", "x=..."])
+
+
+@needs_cpu
+def test_an_int64_beyond_its_range_names_the_kernel_and_the_parameter():
+    class Int64Param(tilus.Script):
+        def __call__(self, n: tilus.int64, u: tilus.uint64, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            g = self.global_view(x, shape=[1])
+            self.store_global(g, self.register_tensor(dtype=float32, shape=[1], init=tilus.cast(n, float32)),
+                              offsets=[0])
+
+    x = np.zeros(1, np.float32)
+    Int64Param()((1 << 63) - 1, 5, x)
+    assert x[0] == float((1 << 63) - 1)
+    expect(lambda: Int64Param()(1 << 63, 5, x), A, None,
+           ["kernel Int64Param, argument 0 \\('n': int64\\)", "9223372036854775808 is out of the range of int64"])
+    expect(lambda: Int64Param()(-(1 << 63) - 1, 5, x), A, None, ["'n': int64", "out of the range of int64"])
+    expect(lambda: Int64Param()(0, 1 << 63, x), A, None,
+           ["kernel Int64Param, argument 1 \\('u': uint64\\)", "2\\*\\*63 or more", "travel as int64"])
 
 
 def test_there_are_at_least_a_hundred_cases():
