@@ -1049,9 +1049,11 @@ PYBIND11_MODULE(_C, m) {
         return b.index_shared(t, to_exprs(idx), loc_of(loc));
       })
       .def("load_global", [](Builder& b, const Tensor& src, const py::iterable& offsets, std::vector<int64_t> shape,
-                             std::vector<int> dims, L loc) {
-        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc));
-      })
+                             std::vector<int> dims, L loc, const py::object& other) {
+        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc),
+                             other.is_none() ? Expr() : to_expr(other));
+      }, py::arg("src"), py::arg("offsets"), py::arg("shape"), py::arg("dims"), py::arg("loc"),
+         py::arg("other") = py::none())
       .def("store_global", [](Builder& b, const Tensor& dst, const Tensor& src, const py::iterable& offsets,
                               std::vector<int> dims, L loc) {
         b.store_global(dst, src, to_exprs(offsets), std::move(dims), loc_of(loc));

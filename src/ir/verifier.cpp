@@ -273,6 +273,17 @@ void check_load_global(const LoadGlobalInst& i) {
   expect_offsets(i, i.offsets, "src", i.src);
   expect_dims(i, i.dims, "out", i.out, "src", i.src);
   expect_same_dtype(i, "src", i.src, "out", i.out);
+  if (i.other.defined() && i.out.defined()) {
+    DataType t = i.out.dtype();
+    if (t.is_subbyte())
+      fail(i, fmt::format("other= (the value of out-of-bounds elements) needs elements of 8 bits or more, out is {}",
+                          ty(i.out)));
+    if (i.other.dtype() != t)
+      fail(i, fmt::format("other {} is {}, out is {}: the value of out-of-bounds elements is a scalar of out's dtype "
+                          "({})",
+                          expr_str(i.other), dtype_str(i.other), ty(i.out),
+                          t.is_float() ? "a float or int number" : t.is_bool() ? "a bool" : "an int number"));
+  }
 }
 
 void check_store_global(const StoreGlobalInst& i) {

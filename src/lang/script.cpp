@@ -293,7 +293,8 @@ RegisterTensor into(Builder& b, const RegisterTensor& out, const Tensor& value, 
 
 RegisterTensor Script::load_global(const GlobalTensor& src, LoadGlobalOptions opts, Loc loc) {
   SourceLoc where = SourceLoc::from(loc);
-  Tensor t = builder().load_global(src.tensor(), std::move(opts.offsets), std::move(opts.shape), std::move(opts.dims), where);
+  Tensor t = builder().load_global(src.tensor(), std::move(opts.offsets), std::move(opts.shape), std::move(opts.dims), where,
+                                   opts.other);
   return into(builder(), opts.out, t, where);
 }
 

@@ -137,6 +137,8 @@ METHOD_CASES = [
     ("fs-register", lambda k, v: k.free_shared(v.r), ["free_shared", "shared tensor", r"register float32\[16, 16\]"]),
     ("lg-src-shared", lambda k, v: k.load_global(v.s, offsets=[0, 0], shape=[4, 4]), ["load_global", "global tensor", r"shared float32\[16, 16\]"]),
     ("lg-offsets-str", lambda k, v: k.load_global(v.g, offsets="00", shape=[4, 4]), ["offsets", "list", "str"]),
+    ("lg-other-str", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], other="0"), ["load_global: other", "scalar", "str '0'"]),
+    ("lg-other-tensor", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], other=v.r), ["load_global: other", "scalar", r"register float32\[16, 16\]"]),
     ("lg-offsets-float", lambda k, v: k.load_global(v.g, offsets=[0.5, 0], shape=[4, 4]), ["offsets", "integers", "0.5"]),
     ("lg-offsets-arity", lambda k, v: k.load_global(v.g, offsets=[0], shape=[4, 4]), ["load_global", "offsets"]),
     ("lg-offset-64bit", lambda k, v: k.load_global(v.g, offsets=[0, 1 << 63], shape=[4, 4]), ["load_global: offsets", "64 bits"]),

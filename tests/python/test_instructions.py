@@ -53,6 +53,83 @@ def test_unary(arrays, op):
     np.testing.assert_allclose(arrays.host(y), UNARY[op](arrays.host(x)), rtol=2e-6, atol=2e-6)
 
 
+class PaddedRowSoftmax(tilus.Script):
+    """Softmax of each row of an [m, n] matrix, one row per block in a 1024-wide tile: the padded
+    columns must not count, so they read as -inf (exp(-inf) = 0), Triton's masking idiom."""
+
+    def __init__(self, other=-math.inf):
+        super().__init__()
+        self.other = other
+
+    def __call__(self, m: int32, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [m]
+        self.attrs.warps = 4
+        row = self.load_global(self.global_view(x, shape=[m, n]), offsets=[self.blockIdx.x, 0], shape=[1, 1024],
+                               other=self.other)
+        e = self.exp(row - self.max(row, dim=1, keepdim=True))
+        self.store_global(self.global_view(y, shape=[m, n]), e / self.sum(e, dim=1, keepdim=True),
+                          offsets=[self.blockIdx.x, 0])
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_softmax_over_a_padded_tile_with_other(arrays):
+    m, n = 5, 777
+    x = arrays.rand((m, n))
+    y = arrays.empty((m, n))
+    PaddedRowSoftmax()(m, n, x, y)
+    np.testing.assert_allclose(arrays.host(y), _softmax(arrays.host(x)), rtol=1e-5, atol=1e-7)
+    # The default fill, zero, puts 247 columns of exp(0 - max) into every row's sum.
+    PaddedRowSoftmax(other=None)(m, n, x, y)
+    assert not np.allclose(arrays.host(y), _softmax(arrays.host(x)), rtol=1e-2)
+
+
+class FillValues(tilus.Script):
+    """A ragged int32 tile filled with a constant and a float tile filled with a kernel scalar."""
+
+    def __call__(self, n: int32, fill: float32, a: ~int32, b: ~float32, out_a: ~int32, out_b: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 2
+        ta = self.load_global(self.global_view(a, shape=[n]), offsets=[0], shape=[64], other=-7)
+        tb = self.load_global(self.global_view(b, shape=[n]), offsets=[0], shape=[64], other=fill * 2.0)
+        self.store_global(self.global_view(out_a, shape=[64]), ta, offsets=[0])
+        self.store_global(self.global_view(out_b, shape=[64]), tb, offsets=[0])
+
+
+def test_load_global_other_of_ints_and_of_a_kernel_scalar(arrays):
+    n = 45
+    a = arrays.put(np.arange(n, dtype=np.int32))
+    b = arrays.rand((n,))
+    out_a, out_b = arrays.empty((64,), "int32"), arrays.empty((64,))
+    FillValues()(n, 1.25, a, b, out_a, out_b)
+    assert arrays.host(out_a).tolist() == list(range(n)) + [-7] * (64 - n)
+    np.testing.assert_array_equal(arrays.host(out_b), np.concatenate([arrays.host(b), np.full(64 - n, 2.5, np.float32)]))
+
+
+def test_load_global_other_in_the_ir_and_its_errors():
+    ir = str(tilus.trace(PaddedRowSoftmax()))
+    assert "other=-inf" in ir, ir
+    # The CUDA emitter fills the vectors outside with it (compiled here without a GPU).
+    x, y = np.zeros((5, 777), np.float32), np.zeros((5, 777), np.float32)
+    src = PaddedRowSoftmax().source(5, 777, x, y, arch="sm_90a")
+    assert "= (-tilus::inf<float>());" in src, src
+    if tilus._C.nvrtc_available():
+        assert ".entry PaddedRowSoftmax" in PaddedRowSoftmax().ptx(5, 777, x, y, arch="sm_90a")
+
+    class IntFill(tilus.Script):
+        def __call__(self, x: ~int32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            self.load_global(self.global_view(x, shape=[4]), offsets=[0], shape=[8], other=0.5)  # BAD-OTHER
+
+    with pytest.raises(tilus.CompileError, match=r"test_instructions.py:\d+: error: load_global: other 0.5 is "
+                                                 r"float32, out is register int32\[8\]: .* \(an int number\)"):
+        tilus.trace(IntFill())
+
+
 @pytest.mark.parametrize("dt,npdt", [(float16, np.float16)])
 def test_casts_round_like_numpy(arrays, dt, npdt):
     m, n = 21, 100

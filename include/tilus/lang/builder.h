@@ -114,8 +114,9 @@ class Builder {
   // The bytes of a shared_tensor allocation (or of a reshape of one) under another shape with
   // as many elements, both row-major (NVIDIA Tilus's reshape_shared): a view.
   Tensor reshape_shared(const Tensor& src, std::vector<int64_t> shape, SourceLoc loc);
+  // `other`: the value of the elements outside src (undefined: zero), taken in src's dtype.
   Tensor load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape, std::vector<int> dims,
-                     SourceLoc loc);
+                     SourceLoc loc, Expr other = Expr());
   // x.item(): the one element of a register tensor as a scalar (every thread of the group holds it).
   Var item(const Tensor& x, SourceLoc loc);
   // atomic.{global,shared}_<op>: returns the old values (docs/instructions.md). Global dst: the

@@ -160,7 +160,8 @@ void Emitter::each_element(const InstNode& inst, const Side& mem, const std::vec
   }); });
 }
 
-void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem) {
+void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem, const Expr& fill) {
+  llvm::Value* outside = load && fill.defined() ? expr(fill) : (load ? constant(r.dtype(), 0) : nullptr);
   each_element(inst, mem, r.static_shape(), [&](const std::vector<Expr>& tile, llvm::Value* lin, llvm::Value* cond) {
     if (load) {
       if_then(
@@ -169,7 +170,7 @@ void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, 
             llvm::Value* v = load_memory(mem.base, expr(mem.offset(tile)), mem.dtype);
             store_reg(r, lin, convert(v, mem.dtype, r.dtype()));
           },
-          [&] { store_reg(r, lin, constant(r.dtype(), 0)); });
+          [&] { store_reg(r, lin, outside); });
     } else {
       if_then(cond, [&] {
         llvm::Value* v = convert(load_reg(r, lin), r.dtype(), mem.dtype);
@@ -294,7 +295,8 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       declare_reg(i.out);
-      register_access(inst, true, i.out, global_side(i.src, facts.tile(i, i.src, i.offsets, i.dims, i.checked_dims)));
+      register_access(inst, true, i.out, global_side(i.src, facts.tile(i, i.src, i.offsets, i.dims, i.checked_dims)),
+                      i.other);
       return;
     }
     case InstKind::StoreGlobal: {

@@ -94,9 +94,10 @@ std::vector<Expr> slot_index(const std::vector<Expr>& spatial, const std::vector
 }
 
 // Moves a register tensor to or from memory, vector by vector: `w` elements per access (the
-// record's), with an L2 policy variable for global memory.
+// record's), with an L2 policy variable for global memory. A load fills the elements whose
+// predicate fails with `fill` (load_global's other=; undefined: zero).
 void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, DataType mem_dtype, int64_t w,
-                     const std::string& policy = "") {
+                     const std::string& policy = "", const Expr& fill = Expr()) {
   const RegisterLayout& l = r->layout;
   const std::string& name = em.reg(r);
   int64_t bytes = w * elem_bytes(mem_dtype);
@@ -111,6 +112,10 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
   std::string slot_ptr_fmt = sub ? "{}.ptr({})" : "&{}[{}]";
   auto spatial = em.spatial_index(l);
   std::string zero = em.literal(r.dtype(), 0);
+  if (load && fill.defined()) {
+    zero = em.fresh("other");
+    em.linef("const {} {} = {};", ctype(r.dtype()), zero, em.expr(em.simplify(fill)));
+  }
   bool guarded = false;
   if (!load) {
     Expr primary = em.primary_replica(l);
@@ -148,6 +153,11 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
                               : fmt::format("tilus::load_vec{}<{}>({}, {}{});", hint, bytes, slot_ptr, addr, hint_arg);
       std::string zero_fill = scalar ? fmt::format("{}[{}] = {};", name, s, zero)
                                      : fmt::format("tilus::zero_vec<{}>({});", bytes, slot_ptr);
+      if (fill.defined() && !scalar) {
+        zero_fill = "{";
+        for (int64_t k = 0; k < w; ++k) zero_fill += fmt::format(" {}[{}] = {};", name, s + k, zero);
+        zero_fill += " }";
+      }
       if (always) em.line(ld);
       else if (never) em.line(zero_fill);
       else if (scalar) em.linef("{}[{}] = {} ? *{} : {};", name, s, p, addr, zero);
@@ -418,7 +428,7 @@ void Emitter::emit_memory(const InstNode& inst) {
       selected();
       declare_reg(i.out);
       register_access(*this, true, i.out, global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims)),
-                      i.src.dtype(), rec.vector);
+                      i.src.dtype(), rec.vector, "", i.other);
       return;
     }
     case InstKind::StoreGlobal: {
