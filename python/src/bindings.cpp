@@ -1163,6 +1163,9 @@ PYBIND11_MODULE(_C, m) {
       .def("transpose", [](Builder& b, const Tensor& x, L loc) { return b.transpose(x, loc_of(loc)); })
       .def("repeat", [](Builder& b, const Tensor& x, std::vector<int64_t> r, L loc) { return b.repeat(x, std::move(r), loc_of(loc)); })
       .def("unary", [](Builder& b, const std::string& op, const Tensor& x, L loc) { return b.unary(op, x, loc_of(loc)); })
+      .def("gelu", [](Builder& b, const Tensor& x, const std::string& approximate, L loc) {
+        return b.gelu(x, approximate, loc_of(loc));
+      })
       .def("binary", [](Builder& b, const std::string& op, const py::object& x, const py::object& y, L loc) {
         static const std::map<std::string, BinaryOp> ops = {
             {"+", BinaryOp::Add},  {"-", BinaryOp::Sub},     {"*", BinaryOp::Mul},     {"/", BinaryOp::Div},

@@ -1138,6 +1138,14 @@ class Script(Artifacts):
         return RegisterTensor(_builder().clip(_tensor(x, "clip", loc), _scalar(lo, "clip: lo", loc),
                                               _scalar(hi, "clip: hi", loc), loc))
 
+    def gelu(self, x: RegisterTensor, approximate: str = "none") -> RegisterTensor:
+        """The GELU of each element of ``x`` (a float register tensor), as torch's
+        ``torch.nn.functional.gelu``: ``approximate="none"``: ``x / 2 * (1 + erf(x / sqrt(2)))``;
+        ``approximate="tanh"``: ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))``. 16-bit
+        floats are computed in float32."""
+        loc = _here()
+        return RegisterTensor(_builder().gelu(_tensor(x, "gelu", loc), approximate, loc))
+
     def maximum(self, a: _Operand, b: _Operand) -> RegisterTensor:
         """The elementwise maximum of ``a`` and ``b`` (register tensors or scalars; numpy broadcasting)."""
         return _binary("max", a, b, _here())
@@ -1553,6 +1561,9 @@ _UNARY = {
     "square": "``x * x`` elementwise, for a numeric register tensor ``x``.",
     "floor": "Each element of ``x`` (a float register tensor) rounded down to an integer.",
     "ceil": "Each element of ``x`` (a float register tensor) rounded up to an integer.",
+    "erf": "The error function of each element of ``x`` (a float register tensor; torch's ``erf``).",
+    "sigmoid": "``1 / (1 + exp(-x))`` elementwise, for a float register tensor ``x`` (torch's ``sigmoid``; 16-bit "
+               "floats are computed in float32).",
 }
 
 
@@ -1570,6 +1581,7 @@ def _unary_method(op):
 for _op in _UNARY:
     setattr(Script, _op, _unary_method(_op))
 
+
 # Every public method is an instruction method (checked arguments, errors at the user's line);
 # those that only compute a new tensor are pure.
 _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load_shared", "dot", "cast", "view",
@@ -1577,7 +1589,7 @@ _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load
          "reshape", "squeeze", "unsqueeze", "transpose", "repeat", "where", "clip", "maximum", "minimum", "sum", "max",
          "min", "any", "all", "get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
          "shuffle_elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "ldg32", "ldg64", "ldg128", "ldg256",
-         *_UNARY}
+         "gelu", *_UNARY}
 for _name, _fn in list(vars(Script).items()):
     if not _name.startswith("_") and inspect.isfunction(_fn):
         setattr(Script, _name, _instruction(_fn, _name in _PURE))

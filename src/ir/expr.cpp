@@ -631,6 +631,7 @@ std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::option
       else if (f == "sin") r = std::sin(x);
       else if (f == "cos") r = std::cos(x);
       else if (f == "tanh") r = std::tanh(x);
+      else if (f == "erf") r = std::erf(x);
       else if (f == "round") r = std::nearbyint(x);
       else if (f == "floor") r = std::floor(x);
       else if (f == "ceil") r = std::ceil(x);

@@ -567,6 +567,10 @@ RegisterTensor Script::clip(const RegisterTensor& x, const Expr& lo, const Expr&
   return RegisterTensor(builder().clip(x.tensor(), lo, hi, SourceLoc::from(loc)));
 }
 
+RegisterTensor Script::gelu(const RegisterTensor& x, const std::string& approximate, Loc loc) {
+  return RegisterTensor(builder().gelu(x.tensor(), approximate, SourceLoc::from(loc)));
+}
+
 RegisterTensor Script::maximum(const TensorOperand& a, const TensorOperand& b) {
   return RegisterTensor(builder().binary(BinaryOp::Max, a.tensor.tensor(), a.scalar, b.tensor.tensor(), b.scalar, a.loc));
 }

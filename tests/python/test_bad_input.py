@@ -16,6 +16,7 @@ The valid programs that used to be refused, and the discarded-result warning, ar
 import contextlib
 import importlib.util
 import inspect
+import math
 import re
 import signal
 import subprocess
@@ -139,6 +140,8 @@ METHOD_CASES = [
     ("lg-offsets-str", lambda k, v: k.load_global(v.g, offsets="00", shape=[4, 4]), ["offsets", "list", "str"]),
     ("lg-other-str", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], other="0"), ["load_global: other", "scalar", "str '0'"]),
     ("lg-other-tensor", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], other=v.r), ["load_global: other", "scalar", r"register float32\[16, 16\]"]),
+    ("gelu-approximate", lambda k, v: k.gelu(v.r, approximate="exact"), ["gelu", "approximate", '"none" or "tanh"', '"exact"']),
+    ("gelu-int", lambda k, v: k.gelu(v.i, approximate="tanh"), ["gelu", "floating-point", r"register int32\[16\]"]),
     ("lg-offsets-float", lambda k, v: k.load_global(v.g, offsets=[0.5, 0], shape=[4, 4]), ["offsets", "integers", "0.5"]),
     ("lg-offsets-arity", lambda k, v: k.load_global(v.g, offsets=[0], shape=[4, 4]), ["load_global", "offsets"]),
     ("lg-offset-64bit", lambda k, v: k.load_global(v.g, offsets=[0, 1 << 63], shape=[4, 4]), ["load_global: offsets", "64 bits"]),
@@ -342,7 +345,33 @@ def test_method_misuse(case, fragments, request):
     expect(lambda: tilus.trace(Call(case)), E, line_of(marker), fragments)
 
 
-UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor", "ceil"]
+UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor", "ceil",
+         "erf", "sigmoid", "gelu"]
+
+
+class MathOfATensor(tilus.Script):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def __call__(self, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[4])
+        v = self.load_global(g, offsets=[0], shape=[4])
+        if self.fn == "tanh":
+            v = math.tanh(v)  # C-MATH-TANH
+        else:
+            v = math.erfc(v)  # C-MATH-ERFC
+        self.store_global(g, v, offsets=[0])
+
+
+def test_a_math_function_of_a_tensor_names_the_elementwise_method():
+    expect(lambda: tilus.trace(MathOfATensor("tanh")), E, line_of("C-MATH-TANH"),
+           [r"math.tanh\(\) takes numbers and kernel scalars, not a tensor", r"register float32\[4\]",
+            r"self.tanh\(x\) computes it elementwise"])
+    expect(lambda: tilus.trace(MathOfATensor("erfc")), E, line_of("C-MATH-ERFC"),
+           [r"math.erfc\(\)", "tilus has no elementwise erfc", "self.erf"])
 
 
 @pytest.mark.parametrize("op", UNARY)

@@ -174,3 +174,16 @@ def test_the_stub_declares_each_class_as_it_is():
 def test_the_package_ships_its_type_information(name):
     # PEP 561: the marker says the package's inline annotations and stubs are to be used
     assert os.path.isfile(os.path.join(PACKAGE, name))
+
+
+def test_the_docs_list_every_elementwise_math_method():
+    # docs/instructions.md (the C++ and Python reference) and docs/python.md name every unary
+    # math method of tilus.Script, and the same ones.
+    from conftest import ROOT
+    from tilus.script import _UNARY
+    methods = set(_UNARY) | {"gelu"}
+    for page in ("instructions.md", "python.md"):
+        text = open(os.path.join(ROOT, "docs", page), encoding="utf-8").read()
+        row = re.search(r"`abs exp [a-z0-9 ]+`", text).group(0).strip("`").split()
+        listed = set(row) | ({"gelu"} if "`gelu(x, approximate" in text else set())
+        assert listed == methods, (page, sorted(methods - listed), sorted(listed - methods))

@@ -31,12 +31,23 @@ class Unary(tilus.Script):
             r = self.clip(v, -0.5, 0.75)
         elif self.op == "cast16":
             r = v.to(self.dt).to(float32)
+        elif self.op == "gelu_tanh":
+            r = self.gelu(v, approximate="tanh")
         else:
             r = getattr(self, self.op)(v if self.op not in ("sqrt", "log", "rsqrt") else abs(v) + 1.0)
         self.store_global(self.global_view(y, shape=[m, n]), r, offsets=o)
 
 
+def _gelu(v, approximate):
+    v = v.astype(np.float64)
+    if approximate == "tanh":
+        return 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+    return 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+
+
 UNARY = {
+    "erf": np.vectorize(math.erf), "sigmoid": lambda v: 1 / (1 + np.exp(-v.astype(np.float64))),
+    "gelu": lambda v: _gelu(v, "none"), "gelu_tanh": lambda v: _gelu(v, "tanh"),
     "exp": np.exp, "abs": np.abs, "sqrt": lambda v: np.sqrt(np.abs(v) + 1), "rsqrt": lambda v: 1 / np.sqrt(np.abs(v) + 1),
     "log": lambda v: np.log(np.abs(v) + 1), "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "round": np.round,
     "floor": np.floor, "ceil": np.ceil, "square": np.square, "exp2": np.exp2, "neg": np.negative,
@@ -51,6 +62,42 @@ def test_unary(arrays, op):
     y = arrays.empty((m, n))
     Unary(op)(m, n, x, y)
     np.testing.assert_allclose(arrays.host(y), UNARY[op](arrays.host(x)), rtol=2e-6, atol=2e-6)
+
+
+class HalfActivations(tilus.Script):
+    """sigmoid and both gelu forms of a float16 tile (computed in float32, rounded once)."""
+
+    def __call__(self, n: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=[0], shape=[256])
+        g = self.global_view(y, shape=[3, n])
+        for i, r in enumerate([self.sigmoid(v), self.gelu(v), self.gelu(v, approximate="tanh")]):
+            self.store_global(g, self.unsqueeze(r, [0]), offsets=[i, 0])
+
+
+def test_half_activations_round_once(arrays):
+    n = 200
+    x = arrays.rand((n,), "float16", lo=-5, hi=5)
+    y = arrays.empty((3, n), "float16")
+    HalfActivations()(n, x, y)
+    h = arrays.host(x).astype(np.float64)
+    for i, want in enumerate([1 / (1 + np.exp(-h)), _gelu(h, "none"), _gelu(h, "tanh")]):
+        np.testing.assert_allclose(arrays.host(y)[i].astype(np.float64), want.astype(np.float16), rtol=1e-3,
+                                   atol=1e-3)
+
+
+def test_gelu_approximate_must_be_torchs():
+    class Bad(tilus.Script):
+        def __call__(self, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            v = self.load_global(self.global_view(x, shape=[4]), offsets=[0], shape=[4])
+            self.gelu(v, approximate="erf")  # BAD-GELU
+
+    with pytest.raises(tilus.CompileError, match=r'test_instructions.py:\d+: error: gelu: approximate must be "none" '
+                                                 r'or "tanh" \(torch\'s\), got "erf"'):
+        tilus.trace(Bad())
 
 
 class PaddedRowSoftmax(tilus.Script):
@@ -669,7 +716,7 @@ class MathOfScalars(tilus.Script):
         g = self.global_view(x, shape=[4])
         a: float32 = math.exp(g[1].item())
         b = math.sqrt(g[2].item()) + math.log2(8.0) + math.fabs(g[3].item()) + math.pow(g[0].item(), 2.0)
-        c = math.tanh(g[0].item())
+        c = math.tanh(g[0].item()) + math.erf(g[0].item())
         out = self.register_tensor(dtype=float32, shape=[32], init=a + b + c + math.exp(n))
         self.store_global(self.global_view(y, shape=[32]), out, offsets=[0])
 
@@ -678,7 +725,7 @@ def test_python_math_of_kernel_scalars(arrays):
     x = np.array([0.5, 1.5, 9.0, -2.0], np.float32)
     y = arrays.put(np.zeros(32, np.float32))
     MathOfScalars()(arrays.put(x), 3, y)
-    want = math.exp(1.5) + 3.0 + 3.0 + 2.0 + 0.25 + math.tanh(0.5) + math.exp(3)
+    want = math.exp(1.5) + 3.0 + 3.0 + 2.0 + 0.25 + math.tanh(0.5) + math.erf(0.5) + math.exp(3)
     np.testing.assert_allclose(arrays.host(y), np.full(32, want, np.float32), rtol=1e-5)
 
 

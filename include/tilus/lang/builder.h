@@ -182,6 +182,8 @@ class Builder {
   Tensor elementwise(const std::string& op, const std::vector<Tensor>& inputs,
                      const std::function<Expr(const std::vector<Expr>&)>& body, SourceLoc loc);
   Tensor unary(const std::string& op, const Tensor& x, SourceLoc loc);     // abs, exp, ..., neg, not, bitnot, square
+  // torch's gelu: approximate "none" (the erf form) or "tanh".
+  Tensor gelu(const Tensor& x, const std::string& approximate, SourceLoc loc);
   // a (op) b where either side may be a scalar (an undefined Tensor plus a scalar Expr).
   Tensor binary(BinaryOp op, const Tensor& a, const Expr& a_scalar, const Tensor& b, const Expr& b_scalar,
                 SourceLoc loc);
