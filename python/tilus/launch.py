@@ -510,12 +510,49 @@ def _register_fast(script, sig, compiled, call):
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
 
 
+class Specialization(tuple):
+    """A key of ``tilus.compiled_kernels``: a tuple with one entry per parameter (True / False:
+    whether an integer is divisible by 16 or a pointer 16-byte aligned; None for floats;
+    ("c", value) for a compile-time constant) and the backend ("gpu" or "cpu") last, which
+    prints what each entry means and names them: ``key.params`` ({parameter: entry}),
+    ``key.backend``."""
+
+    def __new__(cls, key, sig):
+        k = super().__new__(cls, key)
+        k._sig = sig
+        return k
+
+    @property
+    def backend(self):
+        """"gpu" or "cpu"."""
+        return self[-1]
+
+    @property
+    def params(self):
+        """{parameter name: its entry}, in the kernel's order."""
+        return {p.name: v for p, v in zip(self._sig.params, self)}
+
+    def __repr__(self):
+        def entry(p, v):
+            if p.kind == "const":
+                return f"{p.name}={v[1]!r}"
+            if p.kind == "ptr":
+                return f"{p.name}: {'16-byte aligned' if v else 'not 16-byte aligned'}"
+            if v is None:
+                return f"{p.name}: {p.dtype!r}"
+            return f"{p.name}: {'divisible by 16' if v else 'not divisible by 16'}"
+        return f"Specialization({', '.join(entry(p, v) for p, v in zip(self._sig.params, self))}; {self.backend})"
+
+
 def compiled_kernels(script):
     """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)};
     instances of one class whose attributes are the same plain data share them.
 
-    The key has one entry per parameter (True / False: whether an integer is divisible by 16 or
-    a pointer 16-byte aligned; None for floats; ("c", value) for a compile-time constant) and
-    the backend ("gpu" or "cpu") last; the Program is the traced one (``str()`` prints it).
+    Each key is a ``tilus.launch.Specialization``: the tuple of what the call specialized on, one
+    entry per parameter (True / False: whether an integer is divisible by 16 or a pointer 16-byte
+    aligned; None for floats; ("c", value) for a compile-time constant), the backend ("gpu" or
+    "cpu") last; it prints as ``Specialization(n: divisible by 16, x: 16-byte aligned, scale=2.0;
+    cpu)`` and has ``.params`` and ``.backend``. The Program is the traced one (``str()`` prints it).
     """
-    return {k: (c.backend, c.program) for k, c in script.__dict__.get("_tilus_kernels", {}).items()}
+    sig = type(script).__dict__.get("_tilus_signature")
+    return {Specialization(k, sig): (c.backend, c.program) for k, c in script.__dict__.get("_tilus_kernels", {}).items()}

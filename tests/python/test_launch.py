@@ -57,6 +57,12 @@ def test_each_constant_value_and_specialization_compiles_once():
     assert (y[1:151] == x[1:151] + 1).all()
     keys = list(tilus.compiled_kernels(k))
     assert len(keys) == 4 and (False, ("c", 1), False, False, "cpu") in keys
+    # The keys are still those tuples, and say what each entry is.
+    key = next(key for key in keys if key == (False, ("c", 1), False, False, "cpu"))
+    assert repr(key) == "Specialization(n: not divisible by 16, bias=1, x: not 16-byte aligned, y: not 16-byte " \
+                        "aligned; cpu)"
+    assert key.params == {"n": False, "bias": ("c", 1), "x": False, "y": False} and key.backend == "cpu"
+    assert hash(key) == hash((False, ("c", 1), False, False, "cpu")) and key[-1] == "cpu"
 
 
 @needs_cpu

@@ -4,6 +4,7 @@ register and spill counts, the GIL released while the CPU backend compiles and r
 stopping a spinning CPU kernel, tilus.testing.do_bench and tilus.visualize_layout. Nothing here
 needs a GPU (NVRTC compiles for sm_90a without one); the CPU-backend cases skip without LLVM."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -238,6 +239,39 @@ def test_visualize_layout_maps_every_element(tmp_path):
     assert body.count("<rect") >= 64
     with pytest.raises(ValueError, match=r"\.svg or \.png"):
         tilus.visualize_layout(layout, file=tmp_path / "layout.txt")
+
+
+class Rows(tilus.Script):
+    def __call__(self, m: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        v = self.load_global(self.global_view(x, shape=[m, 64]), offsets=[0, 0], shape=[16, 64])
+        self.store_global(self.global_view(y, shape=[m, 1]), self.sum(v, dim=1, keepdim=True), offsets=[0, 0])
+
+
+def test_visualize_layout_draws_a_layout_the_compiler_inferred():
+    x, y = np.zeros((16, 64), np.float32), np.zeros((16, 1), np.float32)
+    ir = Rows().ir(16, x, y, arch="sm_90a")["infer_layouts"]
+    line = next(l for l in ir.splitlines() if "load_global" in l)
+    printed = re.search(r"layout\(shape=[^)]*\)", line).group(0)
+    inferred = tilus.visualize_layout(line)  # the whole line, or just the layout's text
+    assert inferred == tilus.visualize_layout(printed)
+    assert inferred.splitlines()[0] == printed  # the table is titled with the layout
+    # The same table as for the layout object with those modes.
+    shape, modes, spatial, local = (
+        [-int(v[1:]) if v.startswith("r") else int(v) for v in g.replace(" ", "").split(",") if v]
+        for g in re.match(r"layout\(shape=\[(.*?)\], modes=\[(.*?)\], spatial=\[(.*?)\], local=\[(.*?)\]\)",
+                          printed).groups())
+    layout = tilus.RegisterLayout(shape, modes, spatial, local)
+    assert layout.num_threads == 128 and list(layout.shape) == [16, 64]
+    assert inferred == tilus.visualize_layout(layout)
+    # Round trip of the printed form, replicated axes included.
+    for l in [tilus.spatial(4, 8) * tilus.local(2, 1), tilus.replicated(4) * tilus.spatial(2, 4)]:
+        assert tilus.visualize_layout(repr(l)) == tilus.visualize_layout(l)
+    with pytest.raises(tilus.CompileError, match="holds none"):
+        tilus.visualize_layout("no layout here")
+    with pytest.raises(tilus.CompileError, match="expects a RegisterLayout"):
+        tilus.visualize_layout(3)
 
 
 @needs_cpu
