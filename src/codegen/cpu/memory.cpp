@@ -113,13 +113,14 @@ void Emitter::report(int32_t site, llvm::Value* dim, const std::vector<llvm::Val
 void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Side*> sides,
                            const std::vector<int64_t>& shape, const std::function<void()>& access) {
   // Side by side: the access runs only when no check fails, so an overrun never touches the
-  // block's buffer; the first failing dim is reported.
+  // block's buffer; the first failing dim is reported. Always, not only in checked mode: one
+  // comparison per tile access at a run-time offset (docs/cpu.md, "Checked mode", measures it),
+  // against a corrupted heap or a segfault where users debug.
   std::vector<const Side*> todo(sides);
   std::function<void(size_t)> next = [&](size_t i) {
     if (i == todo.size()) return access();
     const Side* side = todo[i];
-    auto checks = options.checked && side->shared ? facts.shared_bounds(*side->shared, shape)
-                                                  : std::vector<SharedBoundsCheck>{};
+    auto checks = side->shared ? facts.shared_bounds(*side->shared, shape) : std::vector<SharedBoundsCheck>{};
     if (checks.empty()) return next(i + 1);
     const SharedView& view = *side->shared;
     CpuAccessSite site{inst.display_name(), inst.loc, view.root.type_str(), -1, std::string()};
