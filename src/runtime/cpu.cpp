@@ -14,8 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "tilus/ir/facts.h"
 #include "tilus/ir/functor.h"
@@ -417,35 +420,44 @@ void run_workers(int n, int64_t stack_bytes, const std::function<void(int)>& fn,
 }
 
 // The most 32-bit registers per thread that the register tensors need at once (each live from
-// its first to its last instruction in program order): a lower bound of what ptxas needs. The
-// result of a view, reshape, squeeze, unsqueeze or transpose renames its operand's registers (the
-// emitter copies them slot by slot, and the CUDA compiler removes the copies): it counts as its
-// operand, live until the result's last use.
-int64_t register_estimate(const Kernel& k) {
+// its first to its last instruction in program order): a lower bound of what ptxas needs. A
+// tensor that shares its operand's registers counts once: the result of a view, reshape,
+// squeeze, unsqueeze or transpose (the emitter copies them slot by slot, and the CUDA compiler
+// removes the copies), and the source of an assign whose last use the assign is (`acc =
+// self.dot(a, b, acc)` accumulates in place: the dot's result and acc are one set of registers).
+struct RegisterEstimate {
+  int64_t peak = 0;
+  // The register tensor (its root) with the most registers per thread live at the peak.
+  const TensorNode* largest = nullptr;
+  int64_t largest_registers = 0;
+};
+
+RegisterEstimate register_estimate(const Kernel& k) {
   struct Walk : StmtVisitor {
     int64_t index = 0;
-    std::unordered_map<const TensorNode*, std::array<int64_t, 3>> live;  // first, last, registers
-    std::unordered_map<const TensorNode*, const TensorNode*> renames;     // result -> operand
-    const TensorNode* root(const TensorNode* t) const {
-      for (auto it = renames.find(t); it != renames.end(); it = renames.find(t)) t = it->second;
-      return t;
-    }
+    std::unordered_map<const TensorNode*, std::array<int64_t, 3>> uses;  // first, last, registers
+    std::vector<std::pair<const TensorNode*, const TensorNode*>> views;  // result -> operand
+    std::vector<std::tuple<int64_t, const TensorNode*, const TensorNode*>> assigns;  // index, dst, src
     void visit_inst(const InstNode& inst) override {
+      Tensor out = inst.output();
       switch (inst.kind()) {
         case InstKind::View: case InstKind::Reshape: case InstKind::Squeeze: case InstKind::Unsqueeze:
-        case InstKind::Transpose: {
-          Tensor out = inst.output();
+        case InstKind::Transpose:
           for (auto& [t, access] : inst.operands())
             if (t.defined() && t.get() != out.get() && t.is_register() && out.defined() && out.is_register())
-              renames[out.get()] = root(t.get());
+              views.emplace_back(out.get(), t.get());
+          break;
+        case InstKind::Assign: {
+          auto& a = static_cast<const AssignInst&>(inst);
+          if (a.dst.defined() && a.src.defined() && a.dst.is_register() && a.src.is_register())
+            assigns.emplace_back(index, a.dst.get(), a.src.get());
           break;
         }
         default: break;
       }
       for (auto& [t, access] : inst.operands()) {
         if (!t.defined() || !t.is_register() || !t->layout.defined()) continue;
-        const TensorNode* r = root(t.get());
-        auto [it, fresh] = live.try_emplace(r, std::array<int64_t, 3>{index, index, 0});
+        auto [it, fresh] = uses.try_emplace(t.get(), std::array<int64_t, 3>{index, index, 0});
         it->second[1] = index;
         if (fresh) it->second[2] = (t->layout.local_size() * t.dtype().bits() + 31) / 32;
       }
@@ -453,14 +465,84 @@ int64_t register_estimate(const Kernel& k) {
     }
   } walk;
   walk.visit(k);
-  std::map<int64_t, int64_t> change;  // instruction index -> change of the live registers
-  for (auto& [t, l] : walk.live) {
-    change[l[0]] += l[2];
-    change[l[1] + 1] -= l[2];
+  std::unordered_map<const TensorNode*, const TensorNode*> renames;
+  for (auto& [result, operand] : walk.views) renames[result] = operand;
+  for (auto& [at, dst, src] : walk.assigns) {
+    auto it = walk.uses.find(src);
+    if (it != walk.uses.end() && it->second[1] == at && src != dst) renames[src] = dst;
   }
-  int64_t now = 0, peak = 0;
-  for (auto& [i, d] : change) peak = std::max(peak, now += d);
-  return peak;
+  auto root = [&](const TensorNode* t) {
+    for (int hops = 0; hops < 1024; ++hops) {  // rename chains end (each hop moves to an older tensor)
+      auto it = renames.find(t);
+      if (it == renames.end()) break;
+      t = it->second;
+    }
+    return t;
+  };
+  std::unordered_map<const TensorNode*, std::array<int64_t, 3>> live;  // by root: first, last, registers
+  for (auto& [t, u] : walk.uses) {
+    auto [it, fresh] = live.try_emplace(root(t), u);
+    if (fresh) continue;
+    it->second[0] = std::min(it->second[0], u[0]);
+    it->second[1] = std::max(it->second[1], u[1]);
+    it->second[2] = std::max(it->second[2], u[2]);
+  }
+  std::map<int64_t, std::vector<std::pair<const TensorNode*, int64_t>>> change;  // index -> (root, +-registers)
+  for (auto& [t, l] : live) {
+    change[l[0]].emplace_back(t, l[2]);
+    change[l[1] + 1].emplace_back(t, -l[2]);
+  }
+  RegisterEstimate e;
+  int64_t now = 0;
+  std::unordered_map<const TensorNode*, int64_t> alive;
+  for (auto& [i, deltas] : change) {
+    for (auto& [t, d] : deltas) {
+      now += d;
+      if (d > 0) alive[t] = d;
+      else alive.erase(t);
+    }
+    if (now > e.peak) {
+      e.peak = now;
+      for (auto& [t, r] : alive)
+        if (r > e.largest_registers) e.largest = t, e.largest_registers = r;
+    }
+  }
+  return e;
+}
+
+// The register tensor that holds the most at the peak, for the spill warnings.
+std::string largest_tensor(const RegisterEstimate& e) {
+  if (!e.largest) return "";
+  return fmt::format(" (the largest: {}, {}{}, {} per thread)", e.largest->name, e.largest->dtype.name(),
+                     shape_str(e.largest->shape), e.largest_registers);
+}
+
+// What the spill warnings advise. More warps spread the tiles thinner, except for a dot whose
+// tile the mma.sync tiling could not split over every warp (3 warps, say): there, what helps is
+// a warp count it splits over.
+std::string spill_advice(const Kernel& k) {
+  struct Dots : StmtVisitor {
+    int64_t warps = 0;
+    std::string found;
+    void visit_inst(const InstNode& i) override {
+      if (i.lowering.op != MachineOp::MmaSync || !found.empty()) return;
+      const DotTiling& d = i.lowering.dot;
+      int64_t used = d.warps_m * d.warps_n;
+      Tensor out = i.output();
+      if (used >= warps || !out.defined() || out.rank() != 2) return;
+      auto shape = out.static_shape();
+      int64_t tiles = (shape[0] / 16) * (shape[1] / 8), pow2 = 1;
+      while (pow2 < warps) pow2 *= 2;
+      found = fmt::format("; the {} at {} spreads its {} tile over {} of the {} warps (warps={}x{}), so each of "
+                          "them holds more: {}",
+                          i.display_name(), i.loc.str(), shape_str(shape), used, warps, d.warps_m, d.warps_n,
+                          pow2 <= tiles ? fmt::format("use {} warps (a count it splits over) or smaller tiles", pow2)
+                                        : std::string("use smaller tiles"));
+    }
+  } d;
+  d.warps = k.warps;
+  d.visit(k);
+  return d.found.empty() ? "; give each thread less: more warps or smaller tiles" : d.found;
 }
 
 // What would keep a kernel that runs here from running (well) on a GPU: more shared memory
@@ -484,22 +566,22 @@ std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
                               k.shared_memory_bytes, over, gpu_available() ? " (this machine's GPU)" : ""));
   int64_t threads = std::max<int64_t>(1, k.num_threads());
   int64_t limit = std::min<int64_t>(255, 65536 / threads / 8 * 8);
-  int64_t estimate = register_estimate(k);
-  if (estimate > limit) {
+  RegisterEstimate estimate = register_estimate(k);
+  if (estimate.peak > limit) {
     // Certain to spill (and NVRTC would take minutes on tiles this large): said without compiling.
-    out.push_back(fmt::format("kernel {} would spill to local memory, which is slow: its register tensors hold about "
-                              "{} registers per thread at once, and {} threads per block allow {}; give each thread "
-                              "less (more warps or smaller tiles)",
-                              k.name, estimate, threads, limit));
-  } else if (estimate * 2 > limit && nvrtc_available()) {
+    out.push_back(fmt::format("kernel {} would spill to local memory, which is slow: its register tensors hold at "
+                              "least {} registers per thread at once{}, and {} threads per block allow {}{}",
+                              k.name, estimate.peak, largest_tensor(estimate), threads, limit, spill_advice(k)));
+  } else if (estimate.peak * 2 > limit && nvrtc_available()) {
     std::string arch = archs.front() == "sm_80" ? "sm_90a" : archs.front();
     try {
       KernelResources r = compile_program(traced, arch, &default_cache()).resources;
       if (r.spills())
         out.push_back(fmt::format("kernel {} spills to local memory on {} ({}), which is slow: its register tensors "
-                                  "hold about {} registers per thread at once, and {} threads per block allow {}; "
-                                  "give each thread less (more warps or smaller tiles)",
-                                  k.name, arch, r.str(), estimate, threads, limit));
+                                  "hold at least {} registers per thread at once{}, and {} threads per block allow "
+                                  "{}{}",
+                                  k.name, arch, r.str(), estimate.peak, largest_tensor(estimate), threads, limit,
+                                  spill_advice(k)));
     } catch (const Error& e) {
       out.push_back(fmt::format("kernel {} does not compile for {}: {}", k.name, arch, e.what()));
     }
@@ -532,7 +614,15 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   impl->threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   impl->shared_bytes = k.shared_memory_bytes;
   impl->gpu_warnings = gpu_limits(traced, k);
-  for (auto& w : impl->gpu_warnings) spdlog::warn("tilus: runs on the CPU backend, but on the GPU: {}", w);
+  {
+    // Once per process each: the specializations of one kernel (a ragged size, then an aligned
+    // one) mostly say the same (CpuKernel::gpu_warnings still holds every one of them).
+    static std::mutex mutex;
+    static std::set<std::string> said;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& w : impl->gpu_warnings)
+      if (said.insert(w).second) spdlog::warn("tilus: runs on the CPU backend, but on the GPU: {}", w);
+  }
   // A cluster's blocks just run; launch_grid checks the grid against the cluster shape.
   impl->signature = kernel_signature(k, KernelFacts(k));
   impl->signature.arch = "cpu";
