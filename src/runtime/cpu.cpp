@@ -564,6 +564,16 @@ std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
   if (!over.empty())
     out.push_back(fmt::format("kernel {} uses {} bytes of shared memory per block, more than {} allows{}", k.name,
                               k.shared_memory_bytes, over, gpu_available() ? " (this machine's GPU)" : ""));
+  // copy_async calls that select_instructions could not give cp.async (the GPU compile warns too).
+  struct SynchronousCopies : StmtVisitor {
+    std::vector<std::string> found;
+    void visit_inst(const InstNode& i) override {
+      if (i.kind() == InstKind::CopyAsync && i.lowering.op == MachineOp::Simt)
+        found.push_back(fmt::format("{} at {}: {}", i.display_name(), i.loc.str(), i.lowering.note));
+    }
+  } copies;
+  copies.visit(k);
+  for (auto& c : copies.found) out.push_back(fmt::format("kernel {}: {}", k.name, c));
   int64_t threads = std::max<int64_t>(1, k.num_threads());
   int64_t limit = std::min<int64_t>(255, 65536 / threads / 8 * 8);
   RegisterEstimate estimate = register_estimate(k);

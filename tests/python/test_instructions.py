@@ -395,6 +395,56 @@ def test_copy_family(arrays):
     np.testing.assert_array_equal(arrays.host(z), X)
 
 
+class RaggedCopyAsync(tilus.Script):
+    """x [m, n] float16 -> shared by copy_async -> y, blocks of 32 x 128; the row stride is
+    `ld` (a multiple of 16 here, so the rows are aligned) and n is ragged."""
+
+    def __call__(self, m: int32, n: int32, ld: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 32), tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        om, on = self.blockIdx.x * 32, self.blockIdx.y * 128
+        s = self.shared_tensor(dtype=float16, shape=[32, 128])
+        self.copy_async(self.global_view(x, shape=[m, n], strides=[ld, 1]), s, offsets=[om, on])
+        self.copy_async_wait_all()
+        self.sync()
+        self.store_global(self.global_view(y, shape=[m, n]), self.load_shared(s), offsets=[om, on])
+
+
+def test_copy_async_over_a_ragged_extent(arrays):
+    # n = 301: the vectors straddling the end of a row copy its in-bounds part and zero the rest.
+    m, n, ld = 45, 301, 320
+    x = arrays.rand((m, ld), "float16")
+    y = arrays.empty((m, n), "float16")
+    RaggedCopyAsync()(m, n, ld, x, y)
+    np.testing.assert_array_equal(arrays.host(y), arrays.host(x)[:, :n])
+
+
+def test_copy_async_vectors_straddle_a_ragged_end_and_a_synchronous_one_says_why(capfd):
+    # For the GPU: 16-byte cp.async although n is ragged (n = 301, ld = 320 aligned), the tail
+    # vectors reading only their in-bounds bytes; with ld = 301 no 4-byte vector is aligned.
+    x, y = np.zeros((45, 320), np.float16), np.zeros((45, 301), np.float16)
+    capfd.readouterr()
+    ir = RaggedCopyAsync().ir(45, 301, 320, x, y, arch="sm_90a")["select_instructions"]
+    lines = ir.splitlines()
+    line = lines[next(i for i, l in enumerate(lines) if "copy_async(" in l) + 1]
+    assert "lowering: cp.async.cg vector=8 tail_dim=1 completion=cp.async-group" in line, line
+    assert "tilus: kernel RaggedCopyAsync" not in capfd.readouterr().err
+    if tilus._C.nvrtc_available():
+        assert "cp.async.cg.shared.global [%r" in RaggedCopyAsync().ptx(45, 301, 320, x, y, arch="sm_90a")
+    ir = RaggedCopyAsync().ir(45, 301, 301, y.copy(), y, arch="sm_90a")["select_instructions"]
+    lines = ir.splitlines()
+    line = lines[next(i for i, l in enumerate(lines) if "copy_async(" in l) + 1]
+    assert "lowering: simt vector=1" in line and "the stride ld of global dim 0 is not known to be a multiple of 2" \
+        in line, line
+    err = capfd.readouterr().err
+    assert err.count("tilus: kernel RaggedCopyAsync: 1 copy_async call of it runs synchronously") == 1, err
+    assert "test_instructions.py:" in err and "the stride ld of global dim 0" in err and "2-byte vectors" in err, err
+    if tilus.cpu_backend_available():  # the CPU backend says it among its GPU warnings
+        RaggedCopyAsync()(45, 301, 301, y.copy(), y)
+        err = capfd.readouterr().err
+        assert "runs on the CPU backend, but on the GPU: kernel RaggedCopyAsync: copy_async at " in err, err
+
+
 class Shapes(tilus.Script):
     def __call__(self, x: ~float32, out: ~float32, bits: ~int32):
         self.attrs.blocks = [1]

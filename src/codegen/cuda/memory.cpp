@@ -319,7 +319,23 @@ void emit_matrix(Emitter& em, const Lowering& plan, const SharedView& view, cons
 struct TransferOptions {
   std::optional<EvictPolicy> evict;
   bool src_global = false, dst_global = false;
+  // cp.async with a tail_dim (Lowering::tail_dim): the source's access, whose vectors may
+  // straddle the end of that global dim.
+  const GlobalAccess* tail = nullptr;
 };
+
+// The bytes of a cp.async vector of `w` elements starting at tile index `idx` that lie inside
+// the global tensor: 0 where another checked dim is out of bounds, else the elements before
+// the end of `tail_dim` (a vector starts on a multiple of w, so none lies on both sides of 0).
+Expr tail_bytes(const GlobalAccess& g, int tail_dim, const std::vector<Expr>& idx, int64_t w) {
+  GlobalAccess others = g;
+  others.checked.erase(std::remove(others.checked.begin(), others.checked.end(), tail_dim), others.checked.end());
+  Expr at = cast(global_index(g, idx)[size_t(tail_dim)], dtypes::int64);
+  Expr left = cast(g.shape[size_t(tail_dim)], dtypes::int64) - at;
+  Expr count = tilus::max(int_const(0, dtypes::int64), tilus::min(left, int_const(w, dtypes::int64)));
+  Expr bytes = cast(count * int_const(elem_bytes(g.dtype), dtypes::int64), dtypes::int32);
+  return select(global_predicate(others, idx), bytes, int_const(0));
+}
 
 void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst, DataType dtype,
               const TransferOptions& o) {
@@ -361,6 +377,11 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
       if (!is_true(sp)) value = fmt::format("({} ? {} : 0u)", em.expr(sp), value);
       em.linef("{}tilus::store_bits<{}>({}, {}, {});", is_true(dp) ? "" : fmt::format("if ({}) ", em.expr(dp)),
                dtype.bits(), dst.base, doff, value);
+      continue;
+    }
+    if (cp_async && o.tail && rec.tail_dim >= 0) {
+      std::string n = em.expr(em.simplify(tail_bytes(*o.tail, rec.tail_dim, didx, w)));
+      em.linef("tilus::cp_async_n{}<{}>({}, {}, {}{});", src_hint, bytes, daddr, saddr, n, hint_arg(src_hint));
       continue;
     }
     if (cp_async) {
@@ -469,9 +490,11 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::CopyAsync: {
       auto& i = static_cast<const CopyAsyncInst&>(inst);
       selected();
-      Side g = global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims));
+      GlobalAccess acc = facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims);
+      Side g = global_side(*this, i.src, acc);
       guard_shared(*this, inst, facts_.shared(i, i.dst), i.dst.static_shape());
-      transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), {.evict = i.evict, .src_global = true});
+      transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(),
+               {.evict = i.evict, .src_global = true, .tail = &acc});
       return;
     }
     case InstKind::Im2col: {
