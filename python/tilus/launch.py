@@ -161,7 +161,9 @@ def _pointer(obj, p, kernel):
         return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * size, device,
                       shape=tuple(obj.shape), byte_strides=[s * size for s in obj.stride()]), "torch"
     if mod.startswith("numpy"):
-        return _typed(p, kernel, obj.ctypes.data, obj.dtype.name, obj.nbytes, "cpu",
+        # dtype.str ("<f4") is read in 0.1 us, dtype.name in 7 us (a one-block CPU call's budget)
+        dtype = _TYPESTR.get(obj.dtype.str[1:]) or obj.dtype.name
+        return _typed(p, kernel, obj.ctypes.data, dtype, obj.nbytes, "cpu",
                       read_only=not obj.flags.writeable, foreign_byte_order=not obj.dtype.isnative,
                       shape=obj.shape, byte_strides=obj.strides), None
     cai = getattr(obj, "__cuda_array_interface__", None)
