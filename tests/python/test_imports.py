@@ -1,14 +1,18 @@
 """The modules of the Python package import one another as a DAG: each imports in a fresh
 interpreter, their module-level imports have no cycle, and no function imports a tilus module
-(the usual way to hide a cycle)."""
+(the usual way to hide a cycle). And `import tilus` needs nothing but the standard library and
+the dependencies pyproject.toml declares (what `pip install .` installs)."""
 import ast
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 import tilus
+
+from conftest import ROOT
 
 PACKAGE = os.path.dirname(tilus.__file__)
 MODULES = sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
@@ -97,9 +101,7 @@ def test_layout_functions_take_ints_or_a_list():
 def _declared_dependencies():
     """The distribution names in pyproject.toml's [project] dependencies (what `pip install .`
     installs beside tilus), as module names."""
-    from conftest import ROOT
     text = open(os.path.join(ROOT, "pyproject.toml")).read()
-    import re
     body = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S).group(1)
     deps = re.search(r"^dependencies\s*=\s*(\[.*?\])", body, re.M | re.S)
     names = eval(deps.group(1), {}, {}) if deps else []  # a list of strings
