@@ -198,7 +198,7 @@ def test_gil_is_released_while_a_cpu_kernel_runs():
 
 
 @needs_cpu
-def test_gil_is_released_while_the_cpu_backend_compiles():
+def test_gil_is_released_while_the_cpu_backend_compiles(tmp_path, monkeypatch):
     class Big(tilus.Script):
         def __call__(self, y: ~int32):
             self.attrs.blocks = [1]
@@ -210,7 +210,15 @@ def test_gil_is_released_while_the_cpu_backend_compiles():
 
     y = np.zeros(32, np.int32)
     done = []
-    ticks = ticks_while(lambda: done.append(Big()(y)))
+    # An empty cache: the machine code is compiled, not read back from an earlier run's disk cache
+    # (which takes a few milliseconds).
+    previous = tilus.option.get_option("cache_dir")
+    monkeypatch.setenv("TILUS_CACHE_DIR", previous)  # put back after the test
+    tilus.option.cache_dir(tmp_path)
+    try:
+        ticks = ticks_while(lambda: done.append(Big()(y)))
+    finally:
+        tilus.option.cache_dir(previous)
     assert done and (y == sum(range(600))).all()
     assert ticks >= 5, ticks
 
