@@ -51,9 +51,9 @@ namespace tilus {
 
 namespace {
 // Part of the CPU cache entries' key and metadata: bumped when what they hold changes.
-constexpr const char* kCpuObjectFormat = "tilus-cpu-object-1";
+[[maybe_unused]] constexpr const char* kCpuObjectFormat = "tilus-cpu-object-1";  // used with LLVM only
 
-bool env_checked() {
+[[maybe_unused]] bool env_checked() {  // unused where tilus is built without LLVM
   const char* e = std::getenv("TILUS_CPU_CHECK");
   return e && *e && std::string(e) != "0";
 }
