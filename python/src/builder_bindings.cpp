@@ -87,9 +87,11 @@ void bind_builder(py::module_& m) {
         return b.index_shared(t, to_exprs(idx), loc_of(loc));
       })
       .def("load_global", [](Builder& b, const Tensor& src, const py::iterable& offsets, std::vector<int64_t> shape,
-                             std::vector<int> dims, L loc) {
-        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc));
-      })
+                             std::vector<int> dims, L loc, const py::object& other) {
+        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc),
+                             other.is_none() ? Expr() : to_expr(other));
+      }, py::arg("src"), py::arg("offsets"), py::arg("shape"), py::arg("dims"), py::arg("loc"),
+         py::arg("other") = py::none())
       .def("store_global", [](Builder& b, const Tensor& dst, const Tensor& src, const py::iterable& offsets,
                               std::vector<int> dims, L loc) {
         b.store_global(dst, src, to_exprs(offsets), std::move(dims), loc_of(loc));
@@ -210,6 +212,9 @@ void bind_builder(py::module_& m) {
       .def("transpose", [](Builder& b, const Tensor& x, L loc) { return b.transpose(x, loc_of(loc)); })
       .def("repeat", [](Builder& b, const Tensor& x, std::vector<int64_t> r, L loc) { return b.repeat(x, std::move(r), loc_of(loc)); })
       .def("unary", [](Builder& b, const std::string& op, const Tensor& x, L loc) { return b.unary(op, x, loc_of(loc)); })
+      .def("gelu", [](Builder& b, const Tensor& x, const std::string& approximate, L loc) {
+        return b.gelu(x, approximate, loc_of(loc));
+      })
       .def("binary", [](Builder& b, const std::string& op, const py::object& x, const py::object& y, L loc) {
         static const std::map<std::string, BinaryOp> ops = {
             {"+", BinaryOp::Add},  {"-", BinaryOp::Sub},     {"*", BinaryOp::Mul},     {"/", BinaryOp::Div},

@@ -1009,17 +1009,26 @@ class _ScalarMath:
     of a number Python's own; every other name is the module's."""
 
     _NAMES = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "sin": "sin",
-              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow"}
+              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow",
+              "erf": "erf"}
 
     def __getattr__(self, name):
         fn = getattr(math, name)
-        builtin = self._NAMES.get(name)
-        if builtin is None:
+        if not callable(fn):
             return fn
+        builtin = self._NAMES.get(name)
 
-        def call(*args):
-            if not any(isinstance(a, Expr) for a in args):
-                return fn(*args)
+        def call(*args, **kw):
+            tensor = next((a for a in (*args, *kw.values()) if isinstance(a, TensorBase)), None)
+            if tensor is not None:  # Python's own error would say only "must be real number"
+                script = getattr(_tracing, "script", None)
+                method = builtin if builtin and callable(getattr(script, builtin, None)) else None
+                hint = f"self.{method}(x) computes it elementwise" if method else \
+                    f"tilus has no elementwise {name} (its elementwise math: self.exp, self.tanh, self.erf, ...)"
+                raise CompileError(f"{_where(_here())}math.{name}() takes numbers and kernel scalars, not a tensor "
+                                   f"({_describe(tensor)}): {hint}")
+            if builtin is None or kw or not any(isinstance(a, Expr) for a in args):
+                return fn(*args, **kw)
             exprs = []
             for a in args:
                 e = a if isinstance(a, Expr) else _C.const(float(a), _FLOAT32)

@@ -47,8 +47,8 @@ class Printer {
       const TensorMapSpec& m = k.tensor_maps[i];
       std::string shape, strides;
       for (size_t d = 0; d < m.shape.size(); ++d) {
-        shape += (d ? ", " : "") + expr(m.shape[d]);
-        strides += (d ? ", " : "") + expr(m.strides[d]);
+        shape += fmt::format("{}{}", d ? ", " : "", expr(m.shape[d]));
+        strides += fmt::format("{}{}", d ? ", " : "", expr(m.strides[d]));
       }
       std::string im2col = m.im2col ? fmt::format(" im2col pixel_box [{}, {}] stride {}", m.lower, m.upper,
                                                    m.traversal_stride)

@@ -1,6 +1,7 @@
 #include "tilus/passes/select_instructions.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -131,38 +132,75 @@ int64_t widest(int64_t run, DataType dtype, Fits fits) {
   return w;
 }
 
+// Why a vector of w elements along tile dim `dim` (of a run of `run` contiguous slots) is not
+// contiguous and aligned on the global side for every vector start that is a multiple of
+// itself ("" when it is). A checked global dim must also be all-in or all-out across a vector,
+// unless `tail` (cp.async reads a straddling vector's in-bounds part, src-size).
+std::string global_vector_obstacle(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run, int64_t w,
+                                   bool tail = false) {
+  if (dim < 0 || dim >= int(g.dims.size()) || g.dims[dim] < 0)
+    return "no tile dim is contiguous in a thread's registers and in global memory";
+  int gd = g.dims[dim];
+  if (!g.strides[gd].is_int_const(1))
+    return fmt::format("global dim {}, the tile's contiguous one, has stride {}, not 1", gd, to_string(g.strides[gd]));
+  if (run % w)
+    return fmt::format("each thread holds runs of {} contiguous element{}", run, run == 1 ? "" : "s");
+  if (!whole_bytes(g.dtype, w)) return fmt::format("{} elements of {} are not whole bytes", w, g.dtype.name());
+  int64_t bytes = vector_bytes(g.dtype, w);
+  if (g.pointer_alignment % bytes)
+    return fmt::format("the pointer is known aligned to {} byte{} only, and a {}-byte vector needs {}",
+                       g.pointer_alignment, g.pointer_alignment == 1 ? "" : "s", bytes, bytes);
+  if (f.divisor(g.offsets[gd]) % w)
+    return fmt::format("the offset {} along global dim {} is not known to be a multiple of {}",
+                       to_string(g.offsets[gd]), gd, w);
+  for (size_t d = 0; d < g.strides.size(); ++d)
+    if (int(d) != gd && f.divisor(g.strides[d]) % w)
+      return fmt::format("the stride {} of global dim {} is not known to be a multiple of {} elements (a launch "
+                         "specializes integer parameters on divisibility by 16 only: any other value is known to be "
+                         "a multiple of 1)",
+                         to_string(g.strides[d]), d, w);
+  bool checked = std::find(g.checked.begin(), g.checked.end(), gd) != g.checked.end();
+  if (checked && !tail && f.divisor(g.shape[gd]) % w)
+    return fmt::format("the extent {} of global dim {} is not known to be a multiple of {} (a ragged end)",
+                       to_string(g.shape[gd]), gd, w);
+  return "";
+}
+
 // The largest vector (in elements, a power of two, at most 16 bytes, dividing `run`) that
 // stays contiguous and aligned along tile dim `dim` for every vector start that is a
-// multiple of itself; 1 when none is. A checked global dim must also be all-in or all-out
-// across a vector.
-int64_t global_vector_width(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run) {
+// multiple of itself; 1 when none is (global_vector_obstacle says why a width is not).
+int64_t global_vector_width(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run, bool tail = false) {
   if (dim < 0 || dim >= int(g.dims.size()) || g.dims[dim] < 0) return 1;
-  int gd = g.dims[dim];
-  if (!g.strides[gd].is_int_const(1)) return 1;
-  bool checked = std::find(g.checked.begin(), g.checked.end(), gd) != g.checked.end();
-  return widest(run, g.dtype, [&](int64_t w) {
-    if (g.pointer_alignment % vector_bytes(g.dtype, w)) return false;
-    if (f.divisor(g.offsets[gd]) % w) return false;
-    for (size_t d = 0; d < g.strides.size(); ++d)
-      if (int(d) != gd && f.divisor(g.strides[d]) % w) return false;
-    return !checked || f.divisor(g.shape[gd]) % w == 0;
-  });
+  return widest(run, g.dtype, [&](int64_t w) { return global_vector_obstacle(f, g, dim, run, w, tail).empty(); });
+}
+
+std::string shared_vector_obstacle(const KernelFacts& f, const SharedView& s, int dim, int64_t run, int64_t w) {
+  if (dim < 0 || dim >= int(s.dims.size()) || s.dims[dim] < 0)
+    return "no tile dim is contiguous in a thread's registers and in shared memory";
+  const SharedLayout& layout = s.root->shared_layout;
+  int rd = s.dims[dim];
+  if (layout.strides()[rd] != 1)
+    return fmt::format("the shared tensor's dim {} has stride {}, not 1", rd, layout.strides()[rd]);
+  if (run % w) return fmt::format("each thread holds runs of {} contiguous element{}", run, run == 1 ? "" : "s");
+  DataType t = s.root.dtype();
+  if (!whole_bytes(t, w)) return fmt::format("{} elements of {} are not whole bytes", w, t.name());
+  // The swizzle leaves the low `base` bits of the offset alone.
+  if (!layout.swizzle().none() && (int64_t(1) << layout.swizzle().base) % w)
+    return fmt::format("the shared layout's swizzle moves groups of {} elements", int64_t(1) << layout.swizzle().base);
+  if (s.base_bytes % vector_bytes(t, w))
+    return fmt::format("the shared tile starts at byte {}, not a multiple of {}", s.base_bytes, vector_bytes(t, w));
+  if (f.divisor(s.offsets[rd]) % w)
+    return fmt::format("the offset {} in the shared tensor's dim {} is not known to be a multiple of {}",
+                       to_string(s.offsets[rd]), rd, w);
+  for (int d = 0; d < layout.rank(); ++d)
+    if (d != rd && layout.strides()[d] % w)
+      return fmt::format("the shared tensor's dim {} has stride {}, not a multiple of {}", d, layout.strides()[d], w);
+  return "";
 }
 
 int64_t shared_vector_width(const KernelFacts& f, const SharedView& s, int dim, int64_t run) {
   if (dim < 0 || dim >= int(s.dims.size()) || s.dims[dim] < 0) return 1;
-  const SharedLayout& layout = s.root->shared_layout;
-  int rd = s.dims[dim];
-  if (layout.strides()[rd] != 1) return 1;
-  return widest(run, s.root.dtype(), [&](int64_t w) {
-    // The swizzle leaves the low `base` bits of the offset alone.
-    if (!layout.swizzle().none() && (int64_t(1) << layout.swizzle().base) % w) return false;
-    if (s.base_bytes % vector_bytes(s.root.dtype(), w)) return false;
-    if (f.divisor(s.offsets[rd]) % w) return false;
-    for (int d = 0; d < layout.rank(); ++d)
-      if (d != rd && layout.strides()[d] % w) return false;
-    return true;
-  });
+  return widest(run, s.root.dtype(), [&](int64_t w) { return shared_vector_obstacle(f, s, dim, run, w).empty(); });
 }
 
 // The run of consecutive slots that are consecutive elements of one tile dim: the innermost
@@ -297,6 +335,13 @@ class Selector : public StmtMutator {
     Kernel out = mutate(k);
     out.tensor_maps = tensor_maps_;
     out.copy_barriers = copy_barriers_;
+    // Once per kernel compiled for a GPU: copy_async calls that do not run asynchronously (the
+    // CPU backend names them among its GPU warnings).
+    if (!synchronous_copies_.empty() && !target_.is_cpu())
+      spdlog::warn("tilus: kernel {}: {} copy_async call{} of it {} synchronously (TILUS_LOG_LEVEL=error silences "
+                   "this):\n  {}",
+                   k.name, synchronous_copies_.size(), synchronous_copies_.size() == 1 ? "" : "s",
+                   synchronous_copies_.size() == 1 ? "runs" : "run", fmt::join(synchronous_copies_, "\n  "));
     return out;
   }
 
@@ -363,6 +408,7 @@ class Selector : public StmtMutator {
   std::vector<Scope> scopes_;
   std::vector<TensorMapSpec> tensor_maps_;
   int64_t copy_barriers_ = 0;
+  std::vector<std::string> synchronous_copies_;  // copy_async calls that fell back to a SIMT copy
   const std::unordered_set<const TensorNode*> read_;  // an atomic whose old values are not read is a red
 
   // Element by element; the old values return in the threads that hold the operands, so each
@@ -438,22 +484,43 @@ class Selector : public StmtMutator {
     return simt_access(reg, shared_vector_width(facts_, view, c.dim, c.run));
   }
 
-  Lowering copy_async(const CopyAsyncInst& i) const {
+  // cp.async with the widest vector both sides allow. Where the global side's only obstacle to
+  // a wider one is a ragged extent, the vectors straddling it copy their in-bounds part
+  // (src-size) and zero-fill the rest: tail_dim. Below 4 bytes cp.async has no form, and the
+  // copy is synchronous, element by element: the note says why, and so does a warning.
+  Lowering copy_async(const CopyAsyncInst& i) {
     RegisterLayout probe = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads);
     Contiguity cc = contiguity(probe);
     // check_bounds=false has no predicate (insert_bounds_predicates recorded no checked dims).
     GlobalAccess g = facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims);
-    int64_t w = std::min(global_vector_width(facts_, g, cc.dim, cc.run),
-                         shared_vector_width(facts_, facts_.shared(i, i.dst), cc.dim, cc.run));
+    const SharedView& view = facts_.shared(i, i.dst);
+    DataType dt = i.dst.dtype();
+    int64_t shared_w = shared_vector_width(facts_, view, cc.dim, cc.run);
+    int64_t w = std::min(global_vector_width(facts_, g, cc.dim, cc.run), shared_w);
     Lowering l;
+    if (!dt.is_subbyte()) {
+      int64_t tail_w = std::min(global_vector_width(facts_, g, cc.dim, cc.run, true), shared_w);
+      if (tail_w > w && vector_bytes(dt, tail_w) >= 4) {
+        w = tail_w;
+        l.tail_dim = g.dims[size_t(cc.dim)];
+      }
+    }
     l.vector = w;
-    l.op = cp_async_op(vector_bytes(i.dst.dtype(), w));
+    l.op = cp_async_op(vector_bytes(dt, w));
     l.completion = l.op == MachineOp::Simt ? Completion::Synchronous : Completion::CpAsyncGroup;
-    l.mapping = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads, w);
-    if (l.op == MachineOp::Simt)
-      l.note = fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: element by "
-                           "element, synchronously",
-                           vector_bytes(i.dst.dtype(), w), vector_bytes(i.dst.dtype(), w) == 1 ? "" : "s");
+    l.mapping = default_register_layout(i.dst.static_shape(), dt, scope().threads, w);
+    if (l.op == MachineOp::Simt) {
+      // The narrowest cp.async, 4 bytes: what stands in its way.
+      int64_t w4 = dt.bits() <= 32 ? 32 / dt.bits() : 1;
+      std::string why = global_vector_obstacle(facts_, g, cc.dim, cc.run, w4, !dt.is_subbyte());
+      if (why.empty()) why = "in shared memory, " + shared_vector_obstacle(facts_, view, cc.dim, cc.run, w4);
+      int64_t bytes = vector_bytes(dt, w);
+      l.note = fmt::format("cp.async moves 4, 8 or 16 bytes, and {}-byte vectors are the widest legal here ({}): "
+                           "a synchronous copy, {} byte{} at a time",
+                           bytes, why, bytes, bytes == 1 ? "" : "s");
+      synchronous_copies_.push_back(fmt::format("{} at {} ({} from {}): {}", i.display_name(), i.loc.str(),
+                                                i.dst.type_str(), i.src.type_str(), l.note));
+    }
     return l;
   }
 

@@ -82,7 +82,9 @@ struct CpuBlockContext {
 enum CpuSemaphoreOp : int32_t { kSemaphoreLock = 0, kSemaphoreRelease = 1 };
 
 struct CpuCodegenOptions {
-  bool checked = false;  // emit checked-mode bounds checks of every global access and shared tile
+  // Emit checked-mode bounds checks of every global access (shared tiles at run-time offsets are
+  // checked in every mode).
+  bool checked = false;
   // Above 0: the kernel is emitted as a chain of functions of at most this many tile
   // instructions each (a statement with more, such as a large loop, splits its own body), so
   // that LLVM's work per function stays bounded (docs/cpu.md, "Compile time").

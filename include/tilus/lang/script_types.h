@@ -229,6 +229,7 @@ struct LoadGlobalOptions {
   std::vector<int64_t> shape;
   std::vector<int> dims;  // default: the trailing dims of the global tensor
   RegisterTensor out;     // write into this tensor instead of a new one
+  Expr other;             // the value of the elements outside the global tensor (default: zero)
 };
 struct StoreGlobalOptions {
   std::vector<Expr> offsets;

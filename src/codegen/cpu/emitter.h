@@ -143,7 +143,8 @@ class Emitter {
   Side shared_side(const SharedView& view);
   Side region_side(const InstNode& inst, const CopyRegion& r, int tile_rank);
   // Moves register tensor r to (load=false) / from (load=true) memory side `mem`.
-  void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem);
+  // A load fills the elements outside `mem` with `fill` (load_global's other=; undefined: zero).
+  void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem, const Expr& fill = Expr());
   // body(tile index, linear register index, in-bounds and checked) for every element of a tile
   // of `shape` that a register tensor moves to or from `mem`.
   // `prepare(lin)` (optional) runs for each element before its predicate is evaluated (a scatter
