@@ -10,6 +10,7 @@ import tilus
 from conftest import HAS_GPU, Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
+from conv2d_auto import Conv2dAuto
 from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
 from hopper_matmul_v0 import HopperMatmulV0
 from hopper_matmul_v1 import HopperMatmulV1
@@ -23,6 +24,7 @@ from matmul_v0 import MatmulV0
 from matmul_v1 import MatmulV1
 from matmul_v2 import MatmulV2
 from matmul_v3 import MatmulV3
+from matmul_auto import MatmulAuto
 from matmul_tma import MatmulTma
 from softmax import Softmax
 from tma_copy import TmaCopy
@@ -34,7 +36,7 @@ EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV
             "tma_copy": TmaCopy, "conv2d": Conv2d, "hopper_matmul_v0": HopperMatmulV0,
             "hopper_matmul_v1": HopperMatmulV1, "hopper_matmul_v2": HopperMatmulV2, "hopper_matmul_v3": HopperMatmulV3,
             "hopper_matmul_v4": HopperMatmulV4, "hopper_matmul_v5": HopperMatmulV5,
-            "hopper_matmul_v6": HopperMatmulV6}
+            "hopper_matmul_v6": HopperMatmulV6, "matmul_auto": MatmulAuto, "conv2d_auto": Conv2dAuto}
 
 
 def test_vector_add(arrays):
