@@ -14,6 +14,9 @@ from . import layouts as _layouts
 from .artifacts import Artifacts
 from .classes import _traced
 from .launch import launch as _launch
+from . import launch as _launch_module
+from .launch import shared_of as _shared_of
+from .launch import _skipped
 from ._C import CompileError, DataType, Expr
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
                       _declare_kernel_variable, _describe, _dtype, _fail, _here, _is_scalar, _located, _raised_at,
@@ -347,7 +350,54 @@ _Dims = Union[int, Sequence[int], None]
 
 # --- the Script base class ----------------------------------------------------------------------
 
-class Script(Artifacts):
+class _ScriptType(type):
+    """The type of Script classes. Making an instance looks its constructor arguments up first:
+    an instance made with the same arguments (of the same types) as an earlier one, whose
+    constructor set the same attributes, joins that one's Shared state (compiled kernels and the
+    fast path) at once, so that ``Kernel()(x, y)`` made anew for every call, as NVIDIA Tilus's
+    examples write it, launches through the fast path; an autotuned class's instance is made
+    straight onto its tuner (its constructor only picks the tuner)."""
+
+    def __call__(cls, *args, **kw):
+        if "_tilus_signature" not in cls.__dict__:
+            return type.__call__(cls, *args, **kw)  # never called yet (or no kernel body): nothing to share
+        known = _launch_module.by_constructor
+        key = (cls, args, tuple(map(type, args)), tuple(kw.items()), tuple(map(type, kw.values()))) if kw else \
+            (cls, args, tuple(map(type, args)))
+        try:
+            hit = known.get(key)
+        except TypeError:  # an unhashable argument: nothing is looked up
+            return type.__call__(cls, *args, **kw)
+        if hit is not None and hit.tuner is not None:
+            inst = cls.__new__(cls)
+            d = inst.__dict__
+            d["_tilus_tuner"] = hit.tuner
+            if hit.entry is not None:
+                d["_tilus_fast"] = hit.entry
+            return inst
+        inst = type.__call__(cls, *args, **kw)
+        d = inst.__dict__
+        if hit is not None:
+            if d == hit.attrs:  # the constructor set the same attributes (else it is not a function of its arguments)
+                d["_tilus_shared"] = hit
+                if hit.entry is not None:
+                    d["_tilus_fast"] = hit.entry
+            return inst
+        tuner = d.get("_tilus_tuner")
+        if tuner is not None:
+            known[key] = tuner.shared
+            if tuner.shared.entry is not None:
+                d["_tilus_fast"] = tuner.shared.entry
+        elif all(k not in d for k in ("attrs", "blockIdx", "cluster")):
+            shared = _shared_of(inst)
+            if shared.attrs is not None:
+                known[key] = shared
+            if shared.entry is not None:
+                d["_tilus_fast"] = shared.entry
+        return inst
+
+
+class Script(Artifacts, metaclass=_ScriptType):
     """Base class of tilus kernels (see docs/python.md).
 
     Subclasses take hyperparameters in ``__init__`` (calling ``super().__init__()``) and define
@@ -372,11 +422,15 @@ class Script(Artifacts):
     """
 
     def __init__(self):
-        self.attrs = Attrs()
-        self.blockIdx = _block_idx()
-        self.cluster = _Cluster()
+        pass  # attrs, blockIdx and cluster are made at their first use (__getattr__)
 
     def __setattr__(self, name, value):
+        # An instance whose attributes change after its construction no longer shares the
+        # kernels compiled for the attributes it had.
+        d = self.__dict__
+        if "_tilus_shared" in d and not name.startswith("_tilus") and getattr(_tracing, "builder", None) is None:
+            for k in ("_tilus_shared", "_tilus_fast"):
+                d.pop(k, None)
         # While tracing, an attribute holding a kernel variable (``self.i: int32 = 0``) is assigned.
         _set_attribute(self, name, value)
 
@@ -412,10 +466,9 @@ class Script(Artifacts):
             cls._tilus_scope = {}
 
         def __call__(self, *args, **kw):
-            if not kw:
-                fast = self.__dict__.get("_tilus_fast")  # see launch._make_fast
-                if fast is not None and fast(args):
-                    return None
+            fast = self.__dict__.get("_tilus_fast")  # the C++ fast path's entry (launch.make_fast)
+            if fast is not None and not _skipped.depth and fast(args, kw):
+                return None
             return _launch(self, args, kw)
 
         __call__.__doc__ = body.__doc__
@@ -1768,8 +1821,9 @@ class WgmmaGroup:
         [n, k] tile, ``sb.transpose()``), stored in rows of 32, 64 or 128 bytes (what TMA writes and
         layout inference chooses); ``a`` [m, k] likewise, or a float16/bfloat16 register tensor,
         whose layout becomes the wgmma A-fragment layout. ``d`` is a float32 register tensor whose
-        layout becomes the wgmma accumulator layout. f16, bf16 and fp8 (e4m3/e5m2) operands; m a
-        multiple of 64 per warp group, n of 8, k of 16 (32 for fp8). ``d`` and the operands may be
+        layout becomes the wgmma accumulator layout. f16, bf16 and fp8 operands (e4m3 and e5m2 in any
+        pairing, both from shared memory); m a multiple of 64 per warp group, n of 8, k of 16 (32
+        for fp8). ``d`` and the operands may be
         touched again only after ``commit_group`` and a ``wait_group`` that covers it (a CompileError
         names both lines otherwise)."""
         loc = _here()

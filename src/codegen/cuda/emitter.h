@@ -161,6 +161,7 @@ class Emitter {
   int next_block_ = 1;
   std::unordered_map<const TensorNode*, int> reg_blocks_;  // the block a register array is declared in
   std::vector<std::pair<const TensorNode*, int64_t>> wgmma_accs_;  // wgmma.mma accumulators (32-bit registers)
+  std::vector<const TensorNode*> wgmma_ds_;  // every wgmma.mma's accumulator, in program order (fences pin them)
 
   friend struct MemoryEmitter;
 };
