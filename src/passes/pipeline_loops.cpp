@@ -759,12 +759,8 @@ class RingBuilder {
   // loop, whose iteration j reads stage g % S (g = base + j) and issues iteration j + S - 1's.
   Stmt ring(const Placement& at) {
     const SourceLoc& loc = loop_.loc;
-    const int64_t S = ring_.stages;
     const Var& v = loop_.var;
-    DataType t = v.dtype();
-    int64_t step = simplify(loop_.step).int_value();
-    Expr begin = apply(at.consumer, loop_.begin), end = apply(at.consumer, loop_.end);
-    Expr base = at.base.defined() ? at.base : int_const(0, t);
+    auto [t, S, step, begin, end, base] = frame(at.consumer, at.base);
     std::vector<Stmt> out;
     // The first S - 1 iterations' copies, each under its guard: cp.async groups one by one (the
     // async-wait pass then knows each stage's group), TMA loads by one thread (the barrier after
@@ -808,13 +804,9 @@ class RingBuilder {
   // copies) and the consumers' (wait until it landed, compute, release it).
   Stmt producer_loop(const Placement& at) {
     const SourceLoc& loc = loop_.loc;
-    const int64_t S = ring_.stages;
-    const Var& v = loop_.var;
-    DataType t = v.dtype();
-    int64_t step = simplify(loop_.step).int_value();
-    Expr begin = apply(at.producer, loop_.begin), end = apply(at.producer, loop_.end);
-    Var it(v->name, t, VarRole::Loop);
-    Expr g = simplify((at.base.defined() ? at.base : int_const(0, t)) + index(it, begin, step));
+    auto [t, S, step, begin, end, base] = frame(at.producer, at.base);
+    Var it(loop_.var->name, t, VarRole::Loop);
+    Expr g = simplify(base + index(it, begin, step));
     Expr stage = floor_mod(g, int_const(S, t));
     std::vector<Stmt> body;
     Tensor bar = Tensor::shared("empty", dtypes::uint64, {});
@@ -827,13 +819,8 @@ class RingBuilder {
 
   Stmt consumer_loop(const Placement& at) {
     const SourceLoc& loc = loop_.loc;
-    const int64_t S = ring_.stages;
-    const Var& v = loop_.var;
-    DataType t = v.dtype();
-    int64_t step = simplify(loop_.step).int_value();
-    Expr begin = apply(at.consumer, loop_.begin), end = apply(at.consumer, loop_.end);
-    Expr base = at.base.defined() ? at.base : int_const(0, t);
-    Expr j = index(v, begin, step);
+    auto [t, S, step, begin, end, base] = frame(at.consumer, at.base);
+    Expr j = index(loop_.var, begin, step);
     Expr g = simplify(base + j);
     std::vector<Stmt> body = consume_head(g);
     Stmt release;
@@ -850,23 +837,34 @@ class RingBuilder {
     if (ring_.wgmma_groups) {
       out.push_back(wgmma_wait(0));
       // The last iteration's stage.
-      Expr trips = simplify(floor_div(end - begin + int_const(step - 1, t), int_const(step, t)));
+      Expr n = trips(at.consumer);
       out.push_back(std::make_shared<IfStmtNode>(
-          trips > int_const(0, t),
-          release_stage(floor_mod(simplify(base + trips - int_const(1, t)), int_const(S, t)), at), Stmt(), loc));
+          n > int_const(0, t), release_stage(floor_mod(simplify(base + n - int_const(1, t)), int_const(S, t)), at),
+          Stmt(), loc));
     }
     return make_seq(std::move(out), loc);
   }
 
   // Stages the loop uses in one run (the ring counter's step).
   Expr trips(const VarMap& map) const {
-    DataType t = loop_.var.dtype();
-    int64_t step = simplify(loop_.step).int_value();
-    Expr begin = apply(map, loop_.begin), end = apply(map, loop_.end);
+    auto [t, S, step, begin, end, base] = frame(map, Expr());
     return simplify(max(floor_div(end - begin + int_const(step - 1, t), int_const(step, t)), int_const(0, t)));
   }
 
  private:
+  // The loop's numbers as a placement sees them: its variable's type, the stages, the step, the
+  // bounds with `map` applied, the stages used before it (0 when `base` is undefined).
+  struct Frame {
+    DataType t;
+    int64_t stages, step;
+    Expr begin, end, base;
+  };
+  Frame frame(const VarMap& map, const Expr& base) const {
+    DataType t = loop_.var.dtype();
+    return {t, ring_.stages, simplify(loop_.step).int_value(), apply(map, loop_.begin), apply(map, loop_.end),
+            base.defined() ? base : int_const(0, t)};
+  }
+
   static Expr apply(const VarMap& map, const Expr& e) { return map ? simplify(substitute(e, map)) : e; }
 
   // The iteration number of loop variable value `x`.

@@ -70,6 +70,17 @@ std::vector<std::string> loop_sync(const Program& p) {
   return c.out;
 }
 
+// The one ring of `traced` for `arch`: the program after pipeline_loops verifies and matches
+// its golden file.
+LoopPipeline golden_ring(const Program& traced, const std::string& arch, const std::string& golden) {
+  Program p = after(traced, arch);
+  EXPECT_NO_THROW(verify_program(p, Target::from_arch(arch)));
+  EXPECT_TRUE(matches_golden(golden, print(p)));
+  auto r = rings(p);
+  EXPECT_EQ(r.size(), 1u);
+  return r.empty() ? LoopPipeline{} : r[0];
+}
+
 }  // namespace
 
 TEST(PipelineLoops, TheMarkIsRecordedAndPrinted) {
@@ -100,13 +111,9 @@ TEST(PipelineLoops, TheMarkIsRecordedAndPrinted) {
 }
 
 TEST(PipelineLoops, Sm90RingIsTmaOnMbarriersWithOneWgmmaGroupInFlight) {
-  Program p = after(aligned(trace(examples::MatmulAuto{})), "sm_90a");
-  EXPECT_NO_THROW(verify_program(p, Target::from_arch("sm_90a")));
-  EXPECT_TRUE(matches_golden("pipeline_loops_tma", print(p)));
-  auto r = rings(p);
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].ring, "tma");
-  EXPECT_EQ(r[0].wgmma_in_flight, 1);
+  LoopPipeline r = golden_ring(aligned(trace(examples::MatmulAuto{})), "sm_90a", "pipeline_loops_tma");
+  EXPECT_EQ(r.ring, "tma");
+  EXPECT_EQ(r.wgmma_in_flight, 1);
   // Through every pass: the wait on the stage's phase, the wgmma of the previous iteration
   // retired before its stage is refilled (after the one barrier, which the barrier pass adds).
   Program done = after(aligned(trace(examples::MatmulAuto{})), "sm_90a", "keep_wgmma_loops_rolled");
@@ -118,17 +125,14 @@ TEST(PipelineLoops, WarpSpecializedPersistentRing) {
   m.warps = 8;
   m.block_n = 256;
   m.warp_specialize = m.persistent = true;
+  LoopPipeline r = golden_ring(aligned(trace(m)), "sm_90a", "pipeline_loops_warp_specialized");
+  EXPECT_EQ(r.schedule, "warp-specialized: warps 8-11 load (setmaxnreg 40), warps 0-7 compute (setmaxnreg 232); "
+                        "persistent: 132 blocks walk the tiles in groups of 8 along blockIdx.x");
   Program p = after(aligned(trace(m)), "sm_90a");
-  EXPECT_NO_THROW(verify_program(p, Target::from_arch("sm_90a")));
-  EXPECT_TRUE(matches_golden("pipeline_loops_warp_specialized", print(p)));
   const Kernel& k = p.kernels[0];
   EXPECT_EQ(k.warps, 12);  // a producer warp group
   ASSERT_EQ(k.grid.size(), 1u);
   EXPECT_EQ(to_string(k.grid[0]), "min((m + 127) / 128 * ((n + 255) / 256), 132)");
-  auto r = rings(p);
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].schedule, "warp-specialized: warps 8-11 load (setmaxnreg 40), warps 0-7 compute (setmaxnreg 232); "
-                           "persistent: 132 blocks walk the tiles in groups of 8 along blockIdx.x");
   // Through every pass: the consumers wait on full stages and keep one wgmma group in flight;
   // no barrier in their loop (the groups meet through the mbarriers).
   Program done = after(aligned(trace(m)), "sm_90a", "keep_wgmma_loops_rolled");
@@ -143,13 +147,9 @@ TEST(PipelineLoops, WarpSpecializedPersistentRing) {
 }
 
 TEST(PipelineLoops, Sm80RingIsCpAsyncGroupsWithDerivedWaits) {
-  Program p = after(aligned(trace(examples::MatmulAuto{})), "sm_80");
-  EXPECT_NO_THROW(verify_program(p, Target::from_arch("sm_80")));
-  EXPECT_TRUE(matches_golden("pipeline_loops_cp_async", print(p)));
-  auto r = rings(p);
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].ring, "cp.async");
-  EXPECT_EQ(r[0].note, "tma: sm_80 has no TMA");
+  LoopPipeline r = golden_ring(aligned(trace(examples::MatmulAuto{})), "sm_80", "pipeline_loops_cp_async");
+  EXPECT_EQ(r.ring, "cp.async");
+  EXPECT_EQ(r.note, "tma: sm_80 has no TMA");
   // num_stages - 2 groups stay in flight while a stage is read; one barrier per iteration.
   Program done = after(aligned(trace(examples::MatmulAuto{})), "sm_80", "keep_wgmma_loops_rolled");
   EXPECT_EQ(loop_sync(done), (std::vector<std::string>{"cp.async.wait(2)", "sync"}));
@@ -172,6 +172,7 @@ struct Loop : Script {
   static constexpr const char* param_names = "n, p, q";
   Body body;
   int64_t stages = 3;
+  bool read_after = false;  // the epilogue stores the tile itself (read after the loop)
   void operator()(Int32 n, Ptr<f16> p, Ptr<f16> q) {
     attrs.blocks = {1};
     attrs.warps = 4;
@@ -179,7 +180,7 @@ struct Loop : Script {
     auto s = shared_tensor(dtypes::float16, {16, 64});
     auto acc = register_tensor(dtypes::float32, {16, 64}, 0.0);
     for (Expr i : range(n, {.name = "i", .num_stages = stages})) body(*this, g, s, acc, i);
-    store_global(global_view(q, {16, 64}), acc.to(dtypes::float16), {.offsets = {0, 0}});
+    store_global(global_view(q, {16, 64}), read_after ? load_shared(s) : acc.to(dtypes::float16), {.offsets = {0, 0}});
   }
 };
 
@@ -272,27 +273,14 @@ TEST(PipelineLoops, RefusesWhatItCannotProve) {
   EXPECT_TRUE(has(m, "fill 512 of its 1024 elements")) << m;
 }
 
-namespace {
-struct After : Script {
-  static constexpr const char* param_names = "n, p, q";
-  void operator()(Int32 n, Ptr<f16> p, Ptr<f16> q) {
-    attrs.blocks = {1};
-    attrs.warps = 4;
-    auto g = global_view(p, {n * 16, 64});
-    auto s = shared_tensor(dtypes::float16, {16, 64});
-    auto acc = register_tensor(dtypes::float32, {16, 64}, 0.0);
-    for (Expr i : range(n, {.num_stages = 2})) {
-      copy_async(g, s, {.offsets = {i * 16, 0}});
-      acc = acc + load_shared(s).to(dtypes::float32);
-    }
-    store_global(global_view(q, {16, 64}), load_shared(s), {.offsets = {0, 0}});
-  }
-};
-}  // namespace
-
 TEST(PipelineLoops, TileUsedAfterTheLoopIsRefused) {
+  Loop l = loop([](Script& k, GlobalTensor& g, SharedTensor& s, RegisterTensor& acc, const Expr& i) {
+    copy_in(k, g, s, i);
+    consume(k, s, acc);
+  });
+  l.read_after = true;
   PipelineOptions o;
   o.target = Target::from_arch("sm_90a");
-  std::string m = message_of<CompileError>([&] { run_pipeline(aligned(trace(After{})), o); });
+  std::string m = message_of<CompileError>([&] { run_pipeline(aligned(trace(l)), o); });
   EXPECT_NE(m.find("the pipelined tile `s` is used outside the loop"), std::string::npos) << m;
 }
