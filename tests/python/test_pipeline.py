@@ -42,9 +42,9 @@ def run_matmul(arrays, kernel, m, n, k, dtype=np.float16):
 # Ragged in every dim; k a multiple of 8 (TMA rows of 16-byte multiples) and not (cp.async);
 # trip counts below the stages (k = 8, 64), and tiles more than the persistent grid's blocks.
 @pytest.mark.parametrize("m,n,k", [(301, 520, 200), (150, 70, 8), (130, 260, 203), (64, 256, 64)])
-@pytest.mark.parametrize("cfg", [dict(), dict(warp_specialize=False, persistent=False),
-                                 dict(stages=2, warp_specialize=False), dict(block_m=64, block_n=64, warps=4, stages=3)],
-                         ids=["default", "plain", "two-stages", "small-tiles"])
+@pytest.mark.parametrize("cfg", [dict(), dict(stages=2, warp_specialize=False, persistent=False),
+                                 dict(block_m=64, block_n=64, warps=4, stages=3)],
+                         ids=["default", "plain-two-stages", "small-tiles"])
 def test_matmul_auto(arrays, cfg, m, n, k):
     run_matmul(arrays, MatmulAuto(**cfg), m, n, k)
 
