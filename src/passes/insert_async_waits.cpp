@@ -8,6 +8,7 @@
 
 #include "shared_access.h"
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/simplify.h"
 
 namespace tilus {
@@ -42,19 +43,19 @@ class WaitInserter {
     struct Collect : StmtVisitor {
       const SharedAccessMap* map;
       std::unordered_set<const TensorNode*> arrived;
-      std::vector<const MbarrierInst*> waits;
+      std::vector<const InstNode*> waits;
       void visit_inst(const InstNode& i) override {
-        if (auto* m = dynamic_cast<const MbarrierInst*>(&i)) {
-          if (m->op == MbarrierOp::Wait) waits.push_back(m);
-          else if (m->op != MbarrierOp::ExpectTx) arrived.insert(map->barrier_root(*m));
-        } else if (arrives_itself(i)) {
+        SyncRole role = i.def().traits.role;
+        if (role == SyncRole::BarrierWait) waits.push_back(&i);
+        else if (role == SyncRole::Arrive || role == SyncRole::HandOver) arrived.insert(map->barrier_root(i));
+        else if (arrives_itself(i)) {
           arrived.insert(map->load_barrier_root(i));
         }
       }
     } c;
     c.map = &map_;
     c.visit(kernel_.body);
-    for (const MbarrierInst* w : c.waits)
+    for (const InstNode* w : c.waits)
       if (!c.arrived.count(map_.barrier_root(*w)))
         throw CompileError(fmt::format("{} at {} waits on an mbarrier of {} that nothing in the kernel arrives at "
                                        "(no mbarrier.arrive, arrive_and_expect_tx or tma_copy on it): the wait would "
@@ -75,8 +76,7 @@ class WaitInserter {
       const SharedAccessMap* map;
       std::unordered_set<const TensorNode*> out;
       void visit_inst(const InstNode& i) override {
-        if (auto* m = dynamic_cast<const MbarrierInst*>(&i); m && m->op == MbarrierOp::Wait)
-          out.insert(map->barrier_root(*m));
+        if (i.def().traits.role == SyncRole::BarrierWait) out.insert(map->barrier_root(i));
       }
     } c;
     c.map = &map_;
@@ -143,34 +143,27 @@ class WaitInserter {
     switch (s->kind) {
       case StmtKind::Inst: {
         const InstNode& inst = *static_cast<const InstStmtNode&>(*s).inst;
-        switch (inst.kind()) {
-          case InstKind::CopyAsyncCommitGroup: commit(state); return s;
-          case InstKind::CopyAsyncWaitGroup: wait(state, static_cast<const CopyAsyncWaitGroupInst&>(inst).n); return s;
-          case InstKind::CopyAsyncWaitAll: wait(state, -1); return s;  // uncommitted copies too
-          case InstKind::TmaCommitGroup: commit(state, Completion::TmaStoreGroup); return s;
-          case InstKind::WgmmaCommitGroup: commit(state, Completion::WgmmaGroup); return s;
-          case InstKind::WgmmaWaitGroup:
-            wait(state, static_cast<const WgmmaWaitGroupInst&>(inst).n, Completion::WgmmaGroup);
+        // What the instruction does to the work in flight is its definition's traits.
+        const InstTraits& traits = inst.def().traits;
+        switch (traits.role) {
+          case SyncRole::Commit: commit(state, traits.completion); return s;
+          case SyncRole::Wait:  // no n: every copy, uncommitted ones too
+            wait(state, int_attr(inst, "n").value_or(-1), traits.completion);
             return s;
-          case InstKind::TmaWaitGroup:
-            wait(state, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
+          case SyncRole::HandOver:
+            // This thread's work of that completion now also completes on the barrier (a wait on
+            // it covers the copies a cp_async_barrier_noinc handed to it).
+            for (auto& c : state)
+              if (c.completion == traits.completion && !c.barrier) c.barrier = map_.barrier_root(inst);
             return s;
-          case InstKind::Mbarrier: {
-            // A wait on a barrier completes the TMA loads of that barrier's tensor, and the cp.async
-            // copies a cp_async_barrier_noinc handed to it (any index:
-            // which phase it is is the kernel's business; a wait on the wrong one hangs).
-            auto& m = static_cast<const MbarrierInst&>(inst);
-            if (m.op == MbarrierOp::CpAsyncArrive) {
-              // cp_async_barrier_noinc: this thread's cp.async copies now also complete on the barrier.
-              for (auto& c : state)
-                if (c.completion == Completion::CpAsyncGroup && !c.barrier) c.barrier = map_.barrier_root(m);
-              return s;
-            }
-            if (m.op != MbarrierOp::Wait) return s;
-            // A thread group that never waits on the barriers of its own TMA loads hands them to
-            // another group (a producer): it learns they landed, and were read, through the
-            // barriers it does wait on (the consumers' arrivals), so any wait retires them.
-            const TensorNode* root = map_.barrier_root(m);
+          case SyncRole::BarrierWait: {
+            // A wait on a barrier completes the TMA loads of that barrier's tensor, and the work
+            // handed to it (any index: which phase it is is the kernel's business; a wait on the
+            // wrong one hangs). A thread group that never waits on the barriers of its own TMA
+            // loads hands them to another group (a producer): it learns they landed, and were
+            // read, through the barriers it does wait on (the consumers' arrivals), so any wait
+            // retires them.
+            const TensorNode* root = map_.barrier_root(inst);
             const auto& waited = group_waits_.back();
             state.erase(std::remove_if(state.begin(), state.end(),
                                        [&](const SharedAccess& c) {
@@ -179,6 +172,8 @@ class WaitInserter {
                         state.end());
             return s;
           }
+          case SyncRole::Arrive:
+          case SyncRole::Expect: return s;  // they synchronize; not data accesses
           default: break;
         }
         auto mine = accesses(inst);

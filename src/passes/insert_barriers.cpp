@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/simplify.h"
 #include "shared_access.h"
 #include "thread_dependence.h"
@@ -168,36 +169,25 @@ class BarrierInserter {
     switch (s->kind) {
       case StmtKind::Inst: {
         const InstNode& inst = *static_cast<const InstStmtNode&>(*s).inst;
-        switch (inst.kind()) {
-          case InstKind::Sync:
+        // What the instruction does to the work in flight is its definition's traits.
+        const InstTraits& traits = inst.def().traits;
+        switch (traits.role) {
+          case SyncRole::Barrier:
             if (separates_group(static_cast<const SyncInst&>(inst))) barrier_clears(pending);
             return s;
-          case InstKind::CopyAsyncCommitGroup: commit(pending, Completion::CpAsyncGroup); return s;
-          case InstKind::CopyAsyncWaitGroup:
-            await(pending, static_cast<const CopyAsyncWaitGroupInst&>(inst).n, Completion::CpAsyncGroup);
-            return s;
-          case InstKind::CopyAsyncWaitAll: await(pending, -1, Completion::CpAsyncGroup); return s;
-          case InstKind::TmaCommitGroup: commit(pending, Completion::TmaStoreGroup); return s;
-          case InstKind::TmaWaitGroup:
-            await(pending, static_cast<const TmaWaitGroupInst&>(inst).n, Completion::TmaStoreGroup);
-            return s;
-          case InstKind::WgmmaCommitGroup: commit(pending, Completion::WgmmaGroup); return s;
-          case InstKind::WgmmaWaitGroup:
-            await(pending, static_cast<const WgmmaWaitGroupInst&>(inst).n, Completion::WgmmaGroup);
-            return s;
-          case InstKind::FenceProxyAsync: unfenced_.clear(); return s;
-          case InstKind::Mbarrier: {
-            // The threads that wait on a barrier see the TMA loads that complete on it: those
-            // need no barrier for them (groups that meet through mbarriers).
-            // So do the cp.async copies a cp_async_barrier_noinc hands to the barrier.
-            auto& m = static_cast<const MbarrierInst&>(inst);
-            const TensorNode* root = map_.barrier_root(m);
-            if (m.op == MbarrierOp::CpAsyncArrive) {
-              for (auto& p : pending)
-                if (p.completion == Completion::CpAsyncGroup && !p.barrier) p.barrier = root;
-              break;
-            }
-            if (m.op != MbarrierOp::Wait) break;
+          case SyncRole::Commit: commit(pending, traits.completion); return s;
+          case SyncRole::Wait: await(pending, int_attr(inst, "n").value_or(-1), traits.completion); return s;
+          case SyncRole::ProxyFence: unfenced_.clear(); return s;
+          case SyncRole::HandOver:
+            // The threads that wait on the barrier see the work handed to it (cp_async_barrier_noinc).
+            for (auto& p : pending)
+              if (p.completion == traits.completion && !p.barrier) p.barrier = map_.barrier_root(inst);
+            break;
+          case SyncRole::BarrierWait: {
+            // The threads that wait on a barrier see the TMA loads that complete on it, and the
+            // work handed to it: those need no barrier for them (groups that meet through
+            // mbarriers).
+            const TensorNode* root = map_.barrier_root(inst);
             pending.erase(std::remove_if(pending.begin(), pending.end(),
                                          [&](const Access& p) {
                                            return p.barrier == root &&

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tilus/ir/facts.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/program.h"
 
 namespace tilus {
@@ -51,8 +52,8 @@ class SharedAccessMap {
   explicit SharedAccessMap(const Kernel& k) : facts_(k) {}
   // The accesses of an instruction's shared operands (views and annotations excluded).
   std::vector<SharedAccess> accesses(const InstNode& inst) const;
-  // The root of the barrier an mbarrier instruction uses.
-  const TensorNode* barrier_root(const MbarrierInst& inst) const { return shared_root(facts_, inst, inst.barrier); }
+  // The root of the barrier an instruction arrives on or waits on (its traits' sync_barrier).
+  const TensorNode* barrier_root(const InstNode& inst) const { return shared_root(facts_, inst, sync_barrier(inst)); }
   // The root of the barrier a TMA load or split-phase c2d_im2col completes on (null: none).
   const TensorNode* load_barrier_root(const InstNode& inst) const {
     const Tensor& b = barrier_operand(inst);

@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <functional>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "tilus/ir/error.h"
 #include "tilus/ir/inst.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/layout.h"
 #include "tilus/ir/printer.h"
 #include "tilus/ir/program.h"
@@ -1394,6 +1396,107 @@ TEST(VerifierBuiltins, ExplicitWidthAccesses) {
 TEST(VerifierBuiltins, LoopBreakNeedsALoop) {
   Traced t;
   EXPECT_TRUE(Fails([&] { t.b.emit_break(L(70), "loop_break"); }, 70, "loop_break", {"outside of a loop"}));
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Definitions (inst_def.h): every instruction has one, named as the user calls it, and the
+// synchronization passes' traits come from it
+// ---------------------------------------------------------------------------------------
+
+TEST(InstDefs, EveryInstructionKindHasADefinition) {
+  std::vector<std::shared_ptr<InstNode>> insts;
+#define TILUS_MAKE_ONE(name) \
+  if (InstKind::name != InstKind::Defined) insts.push_back(std::make_shared<name##Inst>());
+  TILUS_INSTRUCTIONS(TILUS_MAKE_ONE)
+#undef TILUS_MAKE_ONE
+  int kinds = 0;
+  for (auto& i : insts) {
+    ++kinds;
+    EXPECT_NO_THROW(EXPECT_EQ(i->def().kind, i->kind()) << i->name());
+  }
+  EXPECT_GT(kinds, 40);
+  std::set<std::string> names;
+  for (const InstDef* d : inst_defs()) {
+    EXPECT_TRUE(names.insert(d->name).second) << "two definitions named " << d->name;
+    EXPECT_EQ(find_inst_def(d->name), d);
+    if (!d->group.empty()) {
+      EXPECT_EQ(d->name.rfind(d->group + ".", 0), 0u) << d->name << " is not in group " << d->group;
+    }
+  }
+  EXPECT_EQ(find_inst_def("no_such_instruction"), nullptr);
+}
+
+TEST(InstDefs, VariantsAreTheUsersNames) {
+  for (MbarrierOp op : {MbarrierOp::Arrive, MbarrierOp::ArriveExpectTx, MbarrierOp::ExpectTx, MbarrierOp::Wait,
+                        MbarrierOp::CpAsyncArrive}) {
+    MbarrierInst m;
+    m.op = op;
+    EXPECT_EQ(m.def().name, m.display_name());
+  }
+  for (SyncScope scope : {SyncScope::Group, SyncScope::Named, SyncScope::Warp, SyncScope::Cluster, SyncScope::Grid}) {
+    SyncInst i;
+    i.scope = scope;
+    EXPECT_EQ(i.def().name, i.display_name());
+  }
+}
+
+TEST(InstDefs, TheSynchronizationTraits) {
+  auto traits = [](const char* name) { return find_inst_def(name)->traits; };
+  EXPECT_EQ(traits("copy_async_commit_group").role, SyncRole::Commit);
+  EXPECT_EQ(traits("copy_async_wait_group").role, SyncRole::Wait);
+  EXPECT_EQ(traits("copy_async_wait_group").completion, Completion::CpAsyncGroup);
+  EXPECT_EQ(traits("tma.wait_group").completion, Completion::TmaStoreGroup);
+  EXPECT_EQ(traits("wgmma.commit_group").completion, Completion::WgmmaGroup);
+  EXPECT_EQ(traits("mbarrier.wait").role, SyncRole::BarrierWait);
+  EXPECT_EQ(traits("mbarrier.expect_tx").role, SyncRole::Expect);
+  EXPECT_EQ(traits("cp_async_barrier_noinc").role, SyncRole::HandOver);
+  EXPECT_EQ(traits("fence.proxy_async").role, SyncRole::ProxyFence);
+  EXPECT_EQ(traits("sync").role, SyncRole::Barrier);
+  // Every group that is committed can be waited for, and a wait reads its count from `n`.
+  for (const InstDef* d : inst_defs()) {
+    if (d->traits.role == SyncRole::Commit) {
+      bool waited = false;
+      for (const InstDef* w : inst_defs())
+        waited |= w->traits.role == SyncRole::Wait && w->traits.completion == d->traits.completion;
+      EXPECT_TRUE(waited) << d->name;
+    }
+  }
+  auto w = std::make_shared<WgmmaWaitGroupInst>();
+  w->n = 3;
+  EXPECT_EQ(int_attr(*w, "n"), 3);
+  EXPECT_EQ(int_attr(CopyAsyncWaitAllInst(), "n"), std::nullopt);
+}
+
+TEST(InstDefs, AttributeValuesAreCheckedAgainstTheDefinition) {
+  // fence.proxy_async's space is one of its definition's allowed values (its hook says so first,
+  // in its own words; the data rule is the same rule).
+  FenceProxyAsyncInst f;
+  f.loc = L(80);
+  f.space = "local";
+  EXPECT_TRUE(Fails([&] { verify_inst(f); }, 80, "fence.proxy_async", {"space", "local"}));
+  f.space = "global";
+  EXPECT_TRUE(Passes([&] { verify_inst(f); }));
+}
+
+
+TEST(InstDefs, DefinedInstructionsCheckTheirOperandsAsTheirDefinitionSays) {
+  Traced t;
+  Tensor bars = t.b.mbarrier_alloc({int_const(128)}, L(7));
+  EXPECT_TRUE(Passes([&] { t.b.defined("tcgen05_mma_arrive", {{"mbar", bars}}, {}, {}, L(81)); }));
+  Tensor f = t.smem({2});
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arrive", {{"mbar", f}}, {}, {}, L(82)); }, 82,
+                    "tcgen05_mma_arrive", {"mbar must be a shared tensor of uint64 with 1 element", "float32[2]"}));
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arrive", {{"mbar", t.reg({1}, uint64)}}, {}, {}, L(83)); }, 83,
+                    "tcgen05_mma_arrive", {"mbar must be a shared tensor", "register"}));
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arrive", {{"barrier", bars}}, {}, {}, L(84)); }, 84,
+                    "tcgen05_mma_arrive", {"unknown operand barrier"}));
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arive", {}, {}, {}, L(85)); }, 85, "tcgen05_mma_arive",
+                    {"no such definition-driven instruction"}));
+  // It prints as its definition says, and is an arrival for the passes.
+  std::string ir = print(t.b.finish());
+  EXPECT_NE(ir.find("tcgen05_mma_arrive(mbar="), std::string::npos) << ir;
+  EXPECT_EQ(find_inst_def("tcgen05_mma_arrive")->traits.role, SyncRole::Arrive);
 }
 
 }  // namespace

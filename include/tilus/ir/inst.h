@@ -75,7 +75,8 @@ namespace tilus {
   X(Semaphore)                \
   X(Printf)                   \
   X(Assume)                   \
-  X(AnnotateLayout)
+  X(AnnotateLayout)            \
+  X(Defined)
 
 enum class InstKind : uint8_t {
 #define TILUS_ENUM(name) name,
@@ -92,6 +93,7 @@ enum class Access : uint8_t {
 };
 
 struct CopyRegion;
+struct InstDef;
 
 // The memory scopes an operand may have (a bit per MemoryScope).
 enum Scopes : uint8_t {
@@ -133,6 +135,10 @@ struct InstNode {
   virtual std::shared_ptr<InstNode> clone() const = 0;
   // Side effects beyond writing its operands (barriers, async groups, printing).
   virtual bool has_side_effects() const { return false; }
+  // Which of its kind's definitions it is (an op, a scope); 0 for kinds with one definition.
+  virtual int variant() const { return 0; }
+  // Its definition (inst_def.h): name, group, traits, attributes, verifier hook.
+  const InstDef& def() const;
 
   void visit_fields(FieldVisitor& v) const { const_cast<InstNode*>(this)->visit_fields(v); }
   // The tensor defined by this instruction (undefined if none).
@@ -464,6 +470,7 @@ struct SyncInst : InstNode {
   Expr mask;                 // Warp: a uint32 lane mask (undefined: the group's lanes)
   std::string display_name() const override;
   bool has_side_effects() const override { return true; }
+  int variant() const override { return int(scope); }
 };
 
 // mbarrier.alloc: barriers[i] expects counts[i] arrivals per phase. `barriers` is a uint64
@@ -504,6 +511,7 @@ struct MbarrierInst : InstNode {
     return op == MbarrierOp::CpAsyncArrive ? "cp_async_barrier_noinc" : std::string("mbarrier.") + to_string(op);
   }
   bool has_side_effects() const override { return true; }
+  int variant() const override { return int(op); }
 };
 
 // tma.commit_group: closes the group of TMA stores issued since the last commit.

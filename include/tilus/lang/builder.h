@@ -144,6 +144,11 @@ class Builder {
   Tensor mbarrier_alloc(std::vector<Expr> counts, SourceLoc loc);
   void mbarrier(MbarrierOp op, const Tensor& barrier, Expr value, const std::string& sem, const std::string& scope,
                 Expr cta_id, SourceLoc loc);
+  // A definition-driven instruction (a DefinedInst, inst_def.h) from named arguments: the one
+  // tracer entry of every instruction whose definition is data alone.
+  void defined(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& tensors,
+               const std::vector<std::pair<std::string, Expr>>& scalars,
+               const std::vector<std::pair<std::string, std::string>>& attrs, SourceLoc loc);
   // A wait whose phase is element 0 of a one-element register tensor.
   void mbarrier_wait(const Tensor& barrier, const Tensor& phase, const std::string& sem, const std::string& scope,
                      SourceLoc loc);

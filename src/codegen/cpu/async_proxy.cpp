@@ -9,6 +9,7 @@
 
 #include "emitter.h"
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 
 namespace tilus::cpu {
 
@@ -101,6 +102,14 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
     case InstKind::TmaCommitGroup:
     case InstKind::TmaWaitGroup:
     case InstKind::FenceProxyAsync: return;  // stores complete when issued; one proxy
+    case InstKind::Defined: {
+      auto& i = static_cast<const DefinedInst&>(inst);
+      if (i.definition->name == "tcgen05_mma_arrive") {  // tcgen05 operations complete when issued here
+        mbarrier_op(kMbarrierArrive, barrier_ptr(inst, i.tensor("mbar")), i64(group_threads(inst)));
+        return;
+      }
+      fail(inst, "not an mbarrier, TMA or fence instruction");
+    }
     default: fail(inst, "not an mbarrier, TMA or fence instruction");
   }
 }

@@ -9,6 +9,8 @@
 
 #include <cmath>
 
+#include "tilus/ir/inst_def.h"
+
 namespace tilus::cpu {
 
 Emitter::Emitter(const Kernel& k, llvm::LLVMContext& c, llvm::Module& m, const CpuCodegenOptions& o)
@@ -647,33 +649,27 @@ void Emitter::emit_inst(const InstNode& inst) {
 }
 
 void Emitter::emit_inst_body(const InstNode& inst) {
-  switch (inst.kind()) {
-    // Asynchronous copies complete at once; one block's tile instructions run in order.
-    case InstKind::CopyAsyncCommitGroup:
-    case InstKind::CopyAsyncWaitGroup:
-    case InstKind::CopyAsyncWaitAll:
-    case InstKind::Assume:
-    case InstKind::AnnotateLayout: return;
-    case InstKind::Printf: emit_printf(static_cast<const PrintfInst&>(inst)); return;
-    case InstKind::MbarrierInit:
-    case InstKind::Mbarrier:
-    case InstKind::TmaCommitGroup:
-    case InstKind::TmaWaitGroup:
-    case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
-    // wgmma.mma completes when issued (memory.cpp); its fences and groups have nothing to do.
-    case InstKind::WgmmaFence:
-    case InstKind::WgmmaCommitGroup:
-    case InstKind::WgmmaWaitGroup: return;
-    case InstKind::Sync:
-    case InstKind::SetMaxNReg:
-    case InstKind::ThreadIndex:
-    case InstKind::Shuffle:
-    case InstKind::LoadGlobalVector:
-    case InstKind::StoreGlobalVector:
-    case InstKind::Item:
-    case InstKind::SharedItemPtr:
-    case InstKind::Semaphore: emit_builtin(inst); return;
-    default: break;
+  // The family its definition names lowers it (inst_def.h). Asynchronous copies complete at
+  // once and one block's tile instructions run in order: the cp.async groups (the memory family's
+  // instructions that touch no memory) and wgmma's fences and groups have nothing to do; wgmma.mma
+  // runs as memory.
+  switch (inst.def().emit) {
+    case EmitFamily::Memory:
+      if (!inst.touches_memory()) return;
+      emit_memory(inst);
+      return;
+    case EmitFamily::AsyncProxy: emit_async_proxy(inst); return;
+    case EmitFamily::Wgmma:
+      if (inst.touches_memory()) emit_memory(inst);
+      return;
+    case EmitFamily::Barrier:
+    case EmitFamily::Builtin: emit_builtin(inst); return;
+    case EmitFamily::Hint: return;
+    case EmitFamily::Auto: break;
+  }
+  if (inst.kind() == InstKind::Printf) {
+    emit_printf(static_cast<const PrintfInst&>(inst));
+    return;
   }
   // Everything whose traits name global or shared memory is the memory family's.
   if (inst.touches_memory()) emit_memory(inst);

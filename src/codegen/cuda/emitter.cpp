@@ -11,6 +11,7 @@
 
 #include "tilus/ir/error.h"
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 
 namespace tilus {
 
@@ -486,33 +487,22 @@ void Emitter::emit_inst(const InstNode& inst) {
     }
     linef("// {}{}", inst.display_name(), where);
   }
-  switch (inst.kind()) {
-    case InstKind::CopyAsyncCommitGroup:
-    case InstKind::CopyAsyncWaitGroup:
-    case InstKind::CopyAsyncWaitAll: emit_memory(inst); return;
-    case InstKind::MbarrierInit:
-    case InstKind::Mbarrier:
-    case InstKind::TmaCommitGroup:
-    case InstKind::TmaWaitGroup:
-    case InstKind::FenceProxyAsync: emit_async_proxy(inst); return;
-    case InstKind::WgmmaFence:
-    case InstKind::WgmmaMma:
-    case InstKind::WgmmaCommitGroup:
-    case InstKind::WgmmaWaitGroup: emit_wgmma(inst); return;
-    case InstKind::Sync:
-      if (static_cast<const SyncInst&>(inst).scope == SyncScope::Group) emit_barrier(inst);
-      else emit_builtin(inst);
+  // The family its definition names lowers it (inst_def.h); a definition-driven instruction's
+  // target is its definition's rule.
+  const InstDef& def = inst.def();
+  if (inst.kind() == InstKind::Defined && target.sm < def.traits.min_sm)
+    fail(inst, fmt::format("{} needs sm_{} or newer, the target is {}", def.name, def.traits.min_sm, target.arch));
+  switch (def.emit) {
+    case EmitFamily::Memory: emit_memory(inst); return;
+    case EmitFamily::AsyncProxy: emit_async_proxy(inst); return;
+    case EmitFamily::Wgmma: emit_wgmma(inst); return;
+    case EmitFamily::Barrier: emit_barrier(inst); return;
+    case EmitFamily::Builtin: emit_builtin(inst); return;
+    case EmitFamily::Hint:  // annotations are consumed by layout inference
+      if (inst.kind() == InstKind::Assume)
+        linef("__builtin_assume({});", expr(simplify(static_cast<const AssumeInst&>(inst).cond)));
       return;
-    case InstKind::SetMaxNReg:
-    case InstKind::ThreadIndex:
-    case InstKind::Shuffle:
-    case InstKind::LoadGlobalVector:
-    case InstKind::StoreGlobalVector:
-    case InstKind::Item:
-    case InstKind::SharedItemPtr:
-    case InstKind::Semaphore: emit_builtin(inst); return;
-    case InstKind::AnnotateLayout: return;  // consumed by layout inference
-    default: break;
+    case EmitFamily::Auto: break;
   }
   // Everything whose traits name global or shared memory is the memory family's.
   if (inst.touches_memory()) {
@@ -523,11 +513,6 @@ void Emitter::emit_inst(const InstNode& inst) {
     case InstKind::Dot: emit_dot(inst); return;
     case InstKind::Reduce: emit_reduce(inst); return;
     case InstKind::Printf: emit_printf(inst); return;
-    case InstKind::Assume: {
-      auto& i = static_cast<const AssumeInst&>(inst);
-      linef("__builtin_assume({});", expr(simplify(i.cond)));
-      return;
-    }
     default: emit_compute(inst); return;
   }
 }
