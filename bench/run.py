@@ -132,6 +132,8 @@ def main():
     p.add_argument("--only-auto", action="store_true",
                    help="only the plain Scripts the compiler pipelines (matmul_auto.py beside cuBLAS, Triton and "
                         "hopper_matmul_v6.py; conv2d_auto.py beside cuDNN)")
+    p.add_argument("--hopper-shapes", default="4096x4096x4096,8192x8192x8192,4000x4000x4000,8192x1024x8192",
+                   help="the Hopper matmul section's shapes, MxNxK separated by commas (default: %(default)s)")
     args = p.parse_args()
     rows = []  # (benchmark, implementation, figure, ratio text)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
@@ -286,7 +288,7 @@ def main():
             # examples/python/matmul_auto.py, the plain Script the compiler pipelines (issue 39): its
             # own row per shape, in its default (warp-specialized, persistent 128x256x64, 4 stages).
             autos = [("default", dict())]
-            shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4000, 4000, 4000), (8192, 1024, 8192)]
+            shapes = [tuple(int(x) for x in s.split("x")) for s in args.hopper_shapes.split(",")]
             for name, tdt, dt in (("f16", torch.float16, tilus_py.float16), ("bf16", torch.bfloat16, tilus_py.bfloat16)):
                 kernels = [((v, tuple(cfg.items())), make(dt)(**cfg)) for v, make, cfg in configs]
                 auto_kernels = [(("auto", label), matmul_auto(dt)(**cfg)) for label, cfg in autos]

@@ -20,8 +20,9 @@ needs_nvrtc = pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="tilus w
 HERE = os.path.basename(__file__)
 
 
-def run_matmul(arrays, kernel, m, n, k, dtype=np.float16):
-    """c = a @ b.T for a [m, k], b [n, k], against float64 numpy."""
+def run_matmul(arrays, kernel, m, n, k, dtype=np.float16, k_used=None, scale=1):
+    """c = a @ b.T for a [m, k], b [n, k], against float64 numpy (`scale` * the product of the first
+    `k_used` columns where the kernel is to read only those)."""
     ha = arrays.rng.uniform(-1, 1, (m, k)).astype(np.float32)
     hb = arrays.rng.uniform(-1, 1, (n, k)).astype(np.float32)
     if dtype == "bfloat16":
@@ -35,8 +36,9 @@ def run_matmul(arrays, kernel, m, n, k, dtype=np.float16):
         c = arrays.put(np.full((m, n), 7, dtype))
     kernel(m, n, k, a, b, c)
     got = c.float().cpu().numpy() if dtype == "bfloat16" else arrays.host(c).astype(np.float64)
-    want = ha.astype(np.float64) @ hb.astype(np.float64).T
-    np.testing.assert_allclose(got, want, atol=3e-2, rtol=2e-2)
+    kk = k if k_used is None else k_used
+    want = scale * ha[:, :kk].astype(np.float64) @ hb[:, :kk].astype(np.float64).T
+    np.testing.assert_allclose(got, want, atol=3e-2 * scale, rtol=2e-2)
 
 
 # Ragged in every dim; k a multiple of 8 (TMA rows of 16-byte multiples) and not (cp.async);
@@ -123,6 +125,10 @@ def test_the_ir_shows_the_ring_and_the_schedule():
            'persistent: 132 blocks' in ir
     assert "warps 12" in ir and "grid [min((m + 127) / 128 * ((n + 255) / 256), 132)]" in ir
     assert "shared float16[4, 128, 64]" in ir and "shared float16[4, 256, 64]" in ir
+    # The barriers the ring derived: a full and an empty mbarrier per stage, waited on and arrived at.
+    for op in ("mbarrier.alloc(barriers=full, counts=[", "mbarrier.alloc(barriers=empty, counts=[",
+               "mbarrier.wait(barrier=full", "mbarrier.wait(barrier=empty", "mbarrier.arrive(barrier=empty"):
+        assert op in ir, op
     # The loop as written, one stage in flight less: no producer warp group, the refill in the loop.
     plain = _ir(MatmulAuto(warp_specialize=False, persistent=False), "sm_90a")
     assert "warps 8" in plain and "schedule" not in plain and "wgmma.wait_group(n=1)" in plain
@@ -134,6 +140,7 @@ def test_the_ir_shows_the_ring_and_the_schedule():
         _ir(MatmulAuto(), "sm_80")
     ampere = _ir(MatmulAuto(stages=3), "sm_80")
     assert 'ring=cp.async' in ampere and "tma: sm_80 has no TMA" in ampere
+    assert "copy_async_commit_group()" in ampere  # one group per stage; insert_async_waits derives the waits
     assert "warp_specialize: the ring is not TMA loads" in ampere and "persistent: 108 blocks" in ampere
     # The CPU backend runs a block's threads in order: no warp specialization.
     cpu = _ir(MatmulAuto(), "cpu")
@@ -155,9 +162,14 @@ def test_ptx_has_the_chosen_instructions():
     for op in ("cp.async.cg.shared.global", "cp.async.wait_group 1", "mma.sync.aligned.m16n8k16"):
         assert op in ampere, op
     assert "cp.async.bulk" not in ampere
-    conv = Conv2dAuto().ptx(2, 16, 16, 64, 64, np.zeros((2, 16, 16, 64), np.float16),
-                            np.zeros((64, 3, 3, 64), np.float16), np.zeros((2, 16, 16, 64), np.float16), arch="sm_90a")
+    conv_args = (2, 16, 16, 64, 64, np.zeros((2, 16, 16, 64), np.float16), np.zeros((64, 3, 3, 64), np.float16),
+                 np.zeros((2, 16, 16, 64), np.float16))
+    conv = Conv2dAuto().ptx(*conv_args, arch="sm_90a")
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.im2col" in conv and "wgmma.mma_async" in conv
+    # The same conv2d Script on sm_80: a cp.async ring (no TMA im2col there) feeding mma.sync.
+    conv = Conv2dAuto().ptx(*conv_args, arch="sm_80")
+    assert "cp.async.cg.shared.global" in conv and "mma.sync.aligned.m16n8k16" in conv
+    assert "cp.async.bulk" not in conv and "wgmma" not in conv
 
 
 def test_bad_marks_are_errors_at_the_loop():
@@ -203,3 +215,121 @@ def test_loops_it_cannot_rewrite_are_errors_naming_the_line():
     msg = str(e.value)
     assert "cannot pipeline this loop" in msg and "dependence through shared memory" in msg
     assert f"{HERE}:" in msg and "reads `s` before" in msg
+
+
+class Steps(tilus.Script):
+    """c = a[:, :steps * 32] @ b[:, :steps * 32].T, the k loop's trip count `steps` read from
+    memory (`counts[0]`) by the kernel: a data-dependent trip count, known when the loop starts.
+    `shrink`: the body also counts the trip count down, so it changes while the loop runs."""
+
+    def __init__(self, shrink=False):
+        super().__init__()
+        self.shrink = shrink
+
+    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~float16, c: ~float16, counts: ~int32):
+        bm, bn, bk = 64, 64, 32
+        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
+        self.attrs.warps = 4
+        ga = self.global_view(a, shape=[m, k])
+        gb = self.global_view(b, shape=[n, k])
+        sa = self.shared_tensor(dtype=float16, shape=[bm, bk])
+        sb = self.shared_tensor(dtype=float16, shape=[bn, bk])
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        steps: int32 = self.global_view(counts, shape=[1])[0].item()
+        for ko in self.range(steps, num_stages=3):
+            self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, ko * bk])
+            self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, ko * bk])
+            acc = self.dot(self.load_shared(sa), self.load_shared(sb).transpose(), acc)
+            if self.shrink:
+                steps = steps - 1
+        self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16),
+                          offsets=[self.blockIdx.x * bm, self.blockIdx.y * bn])
+
+
+@pytest.mark.parametrize("steps", [0, 1, 5])
+def test_a_trip_count_read_from_memory_is_pipelined(arrays, steps):
+    # Fewer steps than the stages, and more; k = 200 leaves columns past steps * 32 unread.
+    m, n, k = 150, 100, 200
+    counts = arrays.put(np.array([steps], np.int32))
+    run_matmul(arrays, lambda *args: Steps()(*args, counts), m, n, k, k_used=steps * 32)
+    x = np.zeros((m, k), np.float16)
+    ir = Steps().ir(m, n, k, x, np.zeros((n, k), np.float16), np.zeros((m, n), np.float16), np.zeros(1, np.int32),
+                    arch="sm_90a")["pipeline_loops"]
+    assert "num_stages=3 ring=" in ir
+
+
+def _refusal(kernel, *args):
+    with pytest.raises(tilus.CompileError) as e:
+        kernel.ir(*args, arch="sm_90a")
+    msg = str(e.value)
+    assert "cannot pipeline this loop" in msg and f"{HERE}:" in msg, msg
+    return msg
+
+
+def _line_of(cls, text):
+    """The line of this file where `text` first appears in the source of `cls`."""
+    import inspect
+    lines, first = inspect.getsourcelines(cls)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_a_trip_count_the_body_changes_is_an_error_naming_the_line():
+    m, n, k = 150, 100, 200
+    msg = _refusal(Steps(shrink=True), m, n, k, np.zeros((m, k), np.float16), np.zeros((n, k), np.float16),
+                   np.zeros((m, n), np.float16), np.zeros(1, np.int32))
+    assert "its bounds name `steps`, which the body assigns" in msg, msg
+    assert f"{HERE}:{_line_of(Steps, 'num_stages=3')}" in msg, msg
+
+
+class SameIteration(tilus.Script):
+    """A k loop whose body also writes memory it reads in the same iteration: `staged` stages a
+    scaled copy of the a tile in a shared tile of its own and reads it back (which the ring
+    allows: barriers are derived); `tile` writes the pipelined tile itself after its copy;
+    `global` writes the global rows the next iterations' copies read."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~float16, c: ~float16):
+        bm, bn, bk = 64, 64, 32
+        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
+        self.attrs.warps = 4
+        ga = self.global_view(a, shape=[m, k])
+        gb = self.global_view(b, shape=[n, k])
+        sa = self.shared_tensor(dtype=float16, shape=[bm, bk])
+        sb = self.shared_tensor(dtype=float16, shape=[bn, bk])
+        st = self.shared_tensor(dtype=float16, shape=[bm, bk])
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        for ko in self.range(tilus.cdiv(k, bk), num_stages=3):
+            self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, ko * bk])
+            self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, ko * bk])
+            x = self.load_shared(sa)
+            if self.form == "staged":
+                self.store_shared(st, x + x)
+                x = self.load_shared(st)
+            elif self.form == "tile":
+                self.store_shared(sa, x + x)
+            acc = self.dot(x, self.load_shared(sb).transpose(), acc)
+            if self.form == "global":
+                self.store_global(ga, x, offsets=[self.blockIdx.x * bm, ko * bk + bk])
+        self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16),
+                          offsets=[self.blockIdx.x * bm, self.blockIdx.y * bn])
+
+
+def test_a_tile_the_iteration_writes_and_reads_back_is_pipelined(arrays):
+    run_matmul(arrays, SameIteration("staged"), 150, 100, 200, scale=2)
+
+
+@pytest.mark.parametrize("form,why,line", [
+    ("tile", "writes the pipelined tile `sa`, which only copies from global memory may fill",
+     "self.store_shared(sa, x + x)"),
+    ("global", "writes global memory that", "self.store_global(ga, x"),
+])
+def test_a_body_that_writes_what_the_ring_reads_is_an_error_naming_the_line(form, why, line):
+    m, n, k = 150, 100, 200
+    msg = _refusal(SameIteration(form), m, n, k, np.zeros((m, k), np.float16), np.zeros((n, k), np.float16),
+                   np.zeros((m, n), np.float16))
+    assert why in msg, msg
+    assert f"{HERE}:{_line_of(SameIteration, 'num_stages=3')}" in msg, msg
+    assert f"{HERE}:{_line_of(SameIteration, line)}" in msg, msg
