@@ -62,13 +62,20 @@ def test_matmul_auto_bf16_on_the_gpu(arrays):
 
 
 class Forms(tilus.Script):
-    """The k loop of a matmul with its tiles moved in by one of the forms the pass takes."""
+    """The k loop of a matmul with its tiles moved in by one of the forms the pass takes (`form`),
+    and what else the body does (`then`): "staged" stages twice the a tile in a shared tile of
+    its own and reads it back (the dot then gives 2 a @ b.T), "tile" writes the pipelined tile
+    after its copy, "global" writes the global rows later iterations' copies read. `shrink`:
+    the body counts the trip count down while the loop runs."""
 
-    def __init__(self, form, stages=3):
+    def __init__(self, form="copy_async", stages=3, then=None, shrink=False):
         super().__init__()
-        self.form, self.stages = form, stages
+        self.form, self.stages, self.then, self.shrink = form, stages, then, shrink
 
     def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~float16, c: ~float16):
+        self.body(m, n, k, a, b, c, tilus.cdiv(k, 32))
+
+    def body(self, m, n, k, a, b, c, steps):
         bm, bn, bk = 64, 64, 32
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
         self.attrs.warps = 4
@@ -76,8 +83,10 @@ class Forms(tilus.Script):
         gb = self.global_view(b, shape=[n, k])
         sa = self.shared_tensor(dtype=float16, shape=[bm, bk])
         sb = self.shared_tensor(dtype=float16, shape=[bn, bk])
+        st = self.shared_tensor(dtype=float16, shape=[bm, bk])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-        for ko in self.range(tilus.cdiv(k, bk), num_stages=self.stages):
+        left: int32 = steps
+        for ko in self.range(left, num_stages=self.stages):
             k0 = ko * bk
             if self.form == "copy_async":
                 self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, k0])
@@ -93,9 +102,27 @@ class Forms(tilus.Script):
             else:
                 self.store_shared(sa, self.load_global(ga, offsets=[self.blockIdx.x * bm, k0], shape=[bm, bk]))
                 self.store_shared(sb, self.load_global(gb, offsets=[self.blockIdx.y * bn, k0], shape=[bn, bk]))
-            acc = self.dot(self.load_shared(sa), self.load_shared(sb).transpose(), acc)
+            x = self.load_shared(sa)
+            if self.then == "staged":
+                self.store_shared(st, x + x)
+                x = self.load_shared(st)
+            elif self.then == "tile":
+                self.store_shared(sa, x + x)
+            acc = self.dot(x, self.load_shared(sb).transpose(), acc)
+            if self.then == "global":
+                self.store_global(ga, x, offsets=[self.blockIdx.x * bm, k0 + bk])
+            if self.shrink:
+                left = left - 1
         self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16),
                           offsets=[self.blockIdx.x * bm, self.blockIdx.y * bn])
+
+
+class Steps(Forms):
+    """Forms whose trip count is read from memory by the kernel (`counts[0]`): a data-dependent
+    trip count, known when the loop starts; c = a[:, :steps * 32] @ b[:, :steps * 32].T."""
+
+    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~float16, c: ~float16, counts: ~int32):
+        self.body(m, n, k, a, b, c, self.global_view(counts, shape=[1])[0].item())
 
 
 @pytest.mark.parametrize("form", ["copy_async", "copy", "halves", "load_store"])
@@ -217,35 +244,6 @@ def test_loops_it_cannot_rewrite_are_errors_naming_the_line():
     assert f"{HERE}:" in msg and "reads `s` before" in msg
 
 
-class Steps(tilus.Script):
-    """c = a[:, :steps * 32] @ b[:, :steps * 32].T, the k loop's trip count `steps` read from
-    memory (`counts[0]`) by the kernel: a data-dependent trip count, known when the loop starts.
-    `shrink`: the body also counts the trip count down, so it changes while the loop runs."""
-
-    def __init__(self, shrink=False):
-        super().__init__()
-        self.shrink = shrink
-
-    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~float16, c: ~float16, counts: ~int32):
-        bm, bn, bk = 64, 64, 32
-        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
-        self.attrs.warps = 4
-        ga = self.global_view(a, shape=[m, k])
-        gb = self.global_view(b, shape=[n, k])
-        sa = self.shared_tensor(dtype=float16, shape=[bm, bk])
-        sb = self.shared_tensor(dtype=float16, shape=[bn, bk])
-        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-        steps: int32 = self.global_view(counts, shape=[1])[0].item()
-        for ko in self.range(steps, num_stages=3):
-            self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, ko * bk])
-            self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, ko * bk])
-            acc = self.dot(self.load_shared(sa), self.load_shared(sb).transpose(), acc)
-            if self.shrink:
-                steps = steps - 1
-        self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16),
-                          offsets=[self.blockIdx.x * bm, self.blockIdx.y * bn])
-
-
 @pytest.mark.parametrize("steps", [0, 1, 5])
 def test_a_trip_count_read_from_memory_is_pipelined(arrays, steps):
     # Fewer steps than the stages, and more; k = 200 leaves columns past steps * 32 unread.
@@ -277,48 +275,12 @@ def test_a_trip_count_the_body_changes_is_an_error_naming_the_line():
     m, n, k = 150, 100, 200
     msg = _refusal(Steps(shrink=True), m, n, k, np.zeros((m, k), np.float16), np.zeros((n, k), np.float16),
                    np.zeros((m, n), np.float16), np.zeros(1, np.int32))
-    assert "its bounds name `steps`, which the body assigns" in msg, msg
-    assert f"{HERE}:{_line_of(Steps, 'num_stages=3')}" in msg, msg
-
-
-class SameIteration(tilus.Script):
-    """A k loop whose body also writes memory it reads in the same iteration: `staged` stages a
-    scaled copy of the a tile in a shared tile of its own and reads it back (which the ring
-    allows: barriers are derived); `tile` writes the pipelined tile itself after its copy;
-    `global` writes the global rows the next iterations' copies read."""
-
-    def __init__(self, form):
-        super().__init__()
-        self.form = form
-
-    def __call__(self, m: int32, n: int32, k: int32, a: ~float16, b: ~float16, c: ~float16):
-        bm, bn, bk = 64, 64, 32
-        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
-        self.attrs.warps = 4
-        ga = self.global_view(a, shape=[m, k])
-        gb = self.global_view(b, shape=[n, k])
-        sa = self.shared_tensor(dtype=float16, shape=[bm, bk])
-        sb = self.shared_tensor(dtype=float16, shape=[bn, bk])
-        st = self.shared_tensor(dtype=float16, shape=[bm, bk])
-        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-        for ko in self.range(tilus.cdiv(k, bk), num_stages=3):
-            self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, ko * bk])
-            self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, ko * bk])
-            x = self.load_shared(sa)
-            if self.form == "staged":
-                self.store_shared(st, x + x)
-                x = self.load_shared(st)
-            elif self.form == "tile":
-                self.store_shared(sa, x + x)
-            acc = self.dot(x, self.load_shared(sb).transpose(), acc)
-            if self.form == "global":
-                self.store_global(ga, x, offsets=[self.blockIdx.x * bm, ko * bk + bk])
-        self.store_global(self.global_view(c, shape=[m, n]), acc.to(float16),
-                          offsets=[self.blockIdx.x * bm, self.blockIdx.y * bn])
+    assert "its bounds name `left`, which the body assigns" in msg, msg
+    assert f"{HERE}:{_line_of(Forms, 'num_stages=')}" in msg, msg
 
 
 def test_a_tile_the_iteration_writes_and_reads_back_is_pipelined(arrays):
-    run_matmul(arrays, SameIteration("staged"), 150, 100, 200, scale=2)
+    run_matmul(arrays, Forms(then="staged"), 150, 100, 200, scale=2)
 
 
 @pytest.mark.parametrize("form,why,line", [
@@ -328,8 +290,8 @@ def test_a_tile_the_iteration_writes_and_reads_back_is_pipelined(arrays):
 ])
 def test_a_body_that_writes_what_the_ring_reads_is_an_error_naming_the_line(form, why, line):
     m, n, k = 150, 100, 200
-    msg = _refusal(SameIteration(form), m, n, k, np.zeros((m, k), np.float16), np.zeros((n, k), np.float16),
+    msg = _refusal(Forms(then=form), m, n, k, np.zeros((m, k), np.float16), np.zeros((n, k), np.float16),
                    np.zeros((m, n), np.float16))
     assert why in msg, msg
-    assert f"{HERE}:{_line_of(SameIteration, 'num_stages=3')}" in msg, msg
-    assert f"{HERE}:{_line_of(SameIteration, line)}" in msg, msg
+    assert f"{HERE}:{_line_of(Forms, 'num_stages=')}" in msg, msg
+    assert f"{HERE}:{_line_of(Forms, line)}" in msg, msg
