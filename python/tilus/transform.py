@@ -740,7 +740,7 @@ class _Runtime:
         return isinstance(v, Expr)
 
     @staticmethod
-    def loop(script, name, line, *args, unroll=None):
+    def loop(script, name, line, *args, unroll=None, num_stages=None, warp_specialize=False, persistent=False):
         loc = (_here()[0], line)
         if not 1 <= len(args) <= 3:
             raise CompileError(f"{_where(loc)}range takes 1 to 3 arguments, got {len(args)}")
@@ -754,8 +754,14 @@ class _Runtime:
             raise CompileError(f"{_where(loc)}range: unroll must be True, False or a positive int, got "
                                f"{_describe(unroll)}")
         u = 0 if unroll is None or unroll is False else (-1 if unroll is True else unroll)
+        if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)):
+            raise CompileError(f"{_where(loc)}range: num_stages must be a Python int (the ring's stages, fixed when "
+                               f"the kernel compiles), got {_describe(num_stages)}")
+        for what, v in (("warp_specialize", warp_specialize), ("persistent", persistent)):
+            if not isinstance(v, bool):
+                raise CompileError(f"{_where(loc)}range: {what} must be True or False, got {_describe(v)}")
         b = _builder()
-        var = b.begin_for(name, begin, end, step, u, loc)
+        var = b.begin_for(name, begin, end, step, u, loc, num_stages or 0, warp_specialize, persistent)
         yield var
         b.end_for()
 

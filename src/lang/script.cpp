@@ -179,7 +179,11 @@ LoopRange::LoopRange(Builder* b, Expr begin, Expr end, Expr step, RangeOptions o
 
 LoopRange::Iterator LoopRange::begin() {
   if (!opened_) {
-    var_ = b_->begin_for(opts_.name, begin_, end_, step_, opts_.unroll, loc_);
+    LoopPipeline p;
+    p.num_stages = opts_.num_stages;
+    p.warp_specialize = opts_.warp_specialize;
+    p.persistent = opts_.persistent;
+    var_ = b_->begin_for(opts_.name, begin_, end_, step_, opts_.unroll, loc_, p);
     opened_ = true;
   }
   return Iterator(this);

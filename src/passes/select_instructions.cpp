@@ -110,6 +110,152 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
 
 namespace {
 
+std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, const std::vector<int64_t>& box,
+                            int64_t eb, int64_t& swizzle);
+
+// The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
+// `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
+// time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
+std::string tma_plan(const KernelFacts& facts_, const Target& target_, const CopyInst& c, bool proven,
+                     TensorMapSpec& spec) {
+  if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+  bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
+  bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
+  if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
+  const CopyRegion& g = g2s ? c.src : c.dst;
+  const CopyRegion& sm = g2s ? c.dst : c.src;
+  DataType dt = g.tensor.dtype();
+  if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
+  int64_t eb = bytes_of(dt);
+  const GlobalAccess& acc = facts_.global(c, g.tensor);
+  int rank = int(g.extents.size());
+  if (rank < 1 || rank > 5) return fmt::format("not legal: a TMA box has 1 to 5 dims, the global tensor has {}", rank);
+  std::vector<int64_t> box;
+  for (int d = 0; d < rank; ++d) {
+    Expr e = facts_.simplify(g.extents[d]);
+    if (!e.is_int_const()) return fmt::format("not legal: box extent {} of dim {} is not a constant", to_string(e), d);
+    if (e.int_value() > 256) return fmt::format("not legal: box extent {} of dim {} exceeds 256", e.int_value(), d);
+    box.push_back(e.int_value());
+  }
+  int inner = rank - 1;
+  if (!facts_.simplify(acc.strides[inner]).is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
+  int64_t inner_bytes = box[inner] * eb;
+  if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
+  if (acc.param < 0 || !acc.param_offset_bytes.defined())
+    return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
+  // A TMA store traps at a negative coordinate (loads zero-fill there): the automatic slot
+  // takes only boxes that provably start inside; explicit stores check at run time.
+  if (proven && s2g)
+    for (int d = 0; d < rank; ++d)
+      if (!facts_.holds(g.offsets[d] >= int_const(0, g.offsets[d].dtype())))
+        return fmt::format("not legal: a TMA store cannot start at a negative coordinate, and offset {} of dim {} is "
+                           "not known to be >= 0",
+                           to_string(facts_.simplify(g.offsets[d])), d);
+  if (proven) {
+    if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
+      return "not legal: the global base pointer is not known to be 16-byte aligned";
+    for (int d = 0; d < inner; ++d)
+      if (facts_.divisor(acc.strides[d]) * eb % 16)
+        return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
+                           to_string(acc.strides[d]), d);
+  }
+  int64_t swizzle = 0;
+  if (std::string why = tma_shared_tile(facts_, facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
+  spec.param = acc.param;
+  spec.offset = facts_.inline_lets(acc.param_offset_bytes);
+  spec.dtype = dt;
+  for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
+  for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
+  spec.box = box;
+  spec.swizzle_bytes = int(swizzle);
+  spec.loc = c.loc;
+  spec.inst = c.display_name();
+  return "";
+}
+
+// Why the shared tile `view` (whose dim d has extent box[d]) cannot be a TMA box of elements of
+// `eb` bytes, or "" and its swizzle span: the box stored densely in row-major order (up to
+// TMA's swizzle, whose span must be the box's rows), starting on 128 bytes.
+std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, const std::vector<int64_t>& box,
+                            int64_t eb, int64_t& swizzle) {
+  const Tensor& root = view.root;
+  const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
+  int64_t expect = 1;
+  for (int d = int(box.size()) - 1; d >= 0; --d) {
+    if (box[size_t(d)] == 1) continue;
+    int rd = view.dims[size_t(d)];
+    if (rd < 0 || sl.strides()[size_t(rd)] != expect)
+      return "not legal: the shared tile is not the box stored densely in row-major order";
+    expect *= box[size_t(d)];
+  }
+  Expr start = facts_.simplify(shared_start_unswizzled(view));
+  if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
+  swizzle = tma_swizzle_span(sl.swizzle(), eb);
+  if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+  int64_t inner_bytes = box.back() * eb;
+  if (swizzle > 0 && inner_bytes != swizzle)
+    return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
+                       swizzle, swizzle);
+  return "";
+}
+
+// c2d_im2col by TMA's im2col mode, or why not. One load brings, for one kernel position
+// (kh, kw), `bk` channels of `bm` consecutive output pixels: the pixel walk starts at the
+// tile's first pixel (its window's top-left corner in the image) and steps by the conv stride
+// through the pixel box [-pad, size - 1 + pad - dilation * (kernel - 1)] of each spatial dim,
+// wrapping to the next row and image like the [N, OH, OW] order; the kernel position is the
+// load's offset. So a tile's channels must stay in one kernel position (C a known multiple
+// of bk). The base pointer's and strides' 16-byte alignment must be proven, as for copy.
+std::string tma_im2col_plan(const KernelFacts& facts_, const Target& target_, const Im2colInst& i,
+                            TensorMapSpec& spec) {
+  if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+  DataType dt = i.col.dtype();
+  if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
+  int64_t eb = bytes_of(dt);
+  auto shape = i.col.static_shape();
+  int64_t bm = shape[0], bk = shape[1];
+  const GlobalAccess& acc = facts_.global(i, i.img);
+  if (bm > 256 || bk > 256) return fmt::format("not legal: the tile [{}, {}] exceeds 256 pixels or channels", bm, bk);
+  if (bk * eb % 16) return fmt::format("not legal: a pixel's {} channels are {} bytes, not a multiple of 16", bk, bk * eb);
+  if (!facts_.simplify(acc.strides[3]).is_int_const(1)) return "not legal: the channels are not contiguous";
+  if (facts_.divisor(acc.shape[3]) % bk)
+    return fmt::format("not legal: C ({}) is not a known multiple of the tile's {} channels (a tile must stay in "
+                       "one kernel position)",
+                       to_string(facts_.simplify(acc.shape[3])), bk);
+  if (acc.param < 0 || !acc.param_offset_bytes.defined())
+    return "not legal: the image is not a pointer parameter moved by integers (a tensor map needs its address)";
+  if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
+    return "not legal: the image's base pointer is not known to be 16-byte aligned";
+  for (int d = 0; d < 3; ++d)
+    if (facts_.divisor(acc.strides[d]) * eb % 16)
+      return fmt::format("not legal: image stride {} of dim {} is not a known multiple of 16 bytes",
+                         to_string(facts_.simplify(acc.strides[d])), d);
+  // The pixel box's corners and the kernel offsets are 8-bit signed and unsigned in 2-D
+  // im2col; traversal strides at most 8.
+  int64_t reach = i.dilation * (i.kernel - 1);
+  if (i.stride > 8) return fmt::format("not legal: stride {} exceeds TMA's traversal stride of 8", i.stride);
+  if (i.pad > 128 || i.pad - reach < -128 || i.pad - reach > 127 || reach > 255)
+    return fmt::format("not legal: pad {} and a dilated kernel reach of {} exceed TMA's 8-bit pixel box corners",
+                       i.pad, reach);
+  int64_t swizzle = 0;
+  if (std::string why = tma_shared_tile(facts_, facts_.shared(i, i.col), {bm, bk}, eb, swizzle); !why.empty()) return why;
+  spec.param = acc.param;
+  spec.offset = facts_.inline_lets(acc.param_offset_bytes);
+  spec.dtype = dt;
+  for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
+  for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
+  spec.box = {bm, bk};
+  spec.swizzle_bytes = int(swizzle);
+  spec.im2col = true;
+  spec.lower = -i.pad;
+  spec.upper = i.pad - reach;
+  spec.traversal_stride = i.stride;
+  spec.loc = i.loc;
+  spec.inst = i.display_name();
+  return "";
+}
+
+
 int64_t pow2_floor(int64_t x) {
   int64_t p = 1;
   while (p * 2 <= x) p *= 2;
@@ -649,144 +795,11 @@ class Selector : public StmtMutator {
     return shared_vector_width(facts_, facts_.shared_region(c, r, tile_rank), dim, run);
   }
 
-  // The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
-  // `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
-  // time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
   std::string tma_plan(const CopyInst& c, bool proven, TensorMapSpec& spec) const {
-    if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
-    bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
-    bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
-    if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
-    const CopyRegion& g = g2s ? c.src : c.dst;
-    const CopyRegion& sm = g2s ? c.dst : c.src;
-    DataType dt = g.tensor.dtype();
-    if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
-    int64_t eb = bytes_of(dt);
-    const GlobalAccess& acc = facts_.global(c, g.tensor);
-    int rank = int(g.extents.size());
-    if (rank < 1 || rank > 5) return fmt::format("not legal: a TMA box has 1 to 5 dims, the global tensor has {}", rank);
-    std::vector<int64_t> box;
-    for (int d = 0; d < rank; ++d) {
-      Expr e = facts_.simplify(g.extents[d]);
-      if (!e.is_int_const()) return fmt::format("not legal: box extent {} of dim {} is not a constant", to_string(e), d);
-      if (e.int_value() > 256) return fmt::format("not legal: box extent {} of dim {} exceeds 256", e.int_value(), d);
-      box.push_back(e.int_value());
-    }
-    int inner = rank - 1;
-    if (!facts_.simplify(acc.strides[inner]).is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
-    int64_t inner_bytes = box[inner] * eb;
-    if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
-    if (acc.param < 0 || !acc.param_offset_bytes.defined())
-      return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
-    // A TMA store traps at a negative coordinate (loads zero-fill there): the automatic slot
-    // takes only boxes that provably start inside; explicit stores check at run time.
-    if (proven && s2g)
-      for (int d = 0; d < rank; ++d)
-        if (!facts_.holds(g.offsets[d] >= int_const(0, g.offsets[d].dtype())))
-          return fmt::format("not legal: a TMA store cannot start at a negative coordinate, and offset {} of dim {} is "
-                             "not known to be >= 0",
-                             to_string(facts_.simplify(g.offsets[d])), d);
-    if (proven) {
-      if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
-        return "not legal: the global base pointer is not known to be 16-byte aligned";
-      for (int d = 0; d < inner; ++d)
-        if (facts_.divisor(acc.strides[d]) * eb % 16)
-          return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
-                             to_string(acc.strides[d]), d);
-    }
-    int64_t swizzle = 0;
-    if (std::string why = tma_shared_tile(facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
-    spec.param = acc.param;
-    spec.offset = facts_.inline_lets(acc.param_offset_bytes);
-    spec.dtype = dt;
-    for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
-    for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
-    spec.box = box;
-    spec.swizzle_bytes = int(swizzle);
-    spec.loc = c.loc;
-    spec.inst = c.display_name();
-    return "";
+    return tilus::tma_plan(facts_, target_, c, proven, spec);
   }
-
-  // Why the shared tile `view` (whose dim d has extent box[d]) cannot be a TMA box of elements of
-  // `eb` bytes, or "" and its swizzle span: the box stored densely in row-major order (up to
-  // TMA's swizzle, whose span must be the box's rows), starting on 128 bytes.
-  std::string tma_shared_tile(const SharedView& view, const std::vector<int64_t>& box, int64_t eb,
-                              int64_t& swizzle) const {
-    const Tensor& root = view.root;
-    const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
-    int64_t expect = 1;
-    for (int d = int(box.size()) - 1; d >= 0; --d) {
-      if (box[size_t(d)] == 1) continue;
-      int rd = view.dims[size_t(d)];
-      if (rd < 0 || sl.strides()[size_t(rd)] != expect)
-        return "not legal: the shared tile is not the box stored densely in row-major order";
-      expect *= box[size_t(d)];
-    }
-    Expr start = facts_.simplify(shared_start_unswizzled(view));
-    if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
-    swizzle = tma_swizzle_span(sl.swizzle(), eb);
-    if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
-    int64_t inner_bytes = box.back() * eb;
-    if (swizzle > 0 && inner_bytes != swizzle)
-      return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
-                         swizzle, swizzle);
-    return "";
-  }
-
-  // c2d_im2col by TMA's im2col mode, or why not. One load brings, for one kernel position
-  // (kh, kw), `bk` channels of `bm` consecutive output pixels: the pixel walk starts at the
-  // tile's first pixel (its window's top-left corner in the image) and steps by the conv stride
-  // through the pixel box [-pad, size - 1 + pad - dilation * (kernel - 1)] of each spatial dim,
-  // wrapping to the next row and image like the [N, OH, OW] order; the kernel position is the
-  // load's offset. So a tile's channels must stay in one kernel position (C a known multiple
-  // of bk). The base pointer's and strides' 16-byte alignment must be proven, as for copy.
   std::string tma_im2col_plan(const Im2colInst& i, TensorMapSpec& spec) const {
-    if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
-    DataType dt = i.col.dtype();
-    if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
-    int64_t eb = bytes_of(dt);
-    auto shape = i.col.static_shape();
-    int64_t bm = shape[0], bk = shape[1];
-    const GlobalAccess& acc = facts_.global(i, i.img);
-    if (bm > 256 || bk > 256) return fmt::format("not legal: the tile [{}, {}] exceeds 256 pixels or channels", bm, bk);
-    if (bk * eb % 16) return fmt::format("not legal: a pixel's {} channels are {} bytes, not a multiple of 16", bk, bk * eb);
-    if (!facts_.simplify(acc.strides[3]).is_int_const(1)) return "not legal: the channels are not contiguous";
-    if (facts_.divisor(acc.shape[3]) % bk)
-      return fmt::format("not legal: C ({}) is not a known multiple of the tile's {} channels (a tile must stay in "
-                         "one kernel position)",
-                         to_string(facts_.simplify(acc.shape[3])), bk);
-    if (acc.param < 0 || !acc.param_offset_bytes.defined())
-      return "not legal: the image is not a pointer parameter moved by integers (a tensor map needs its address)";
-    if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
-      return "not legal: the image's base pointer is not known to be 16-byte aligned";
-    for (int d = 0; d < 3; ++d)
-      if (facts_.divisor(acc.strides[d]) * eb % 16)
-        return fmt::format("not legal: image stride {} of dim {} is not a known multiple of 16 bytes",
-                           to_string(facts_.simplify(acc.strides[d])), d);
-    // The pixel box's corners and the kernel offsets are 8-bit signed and unsigned in 2-D
-    // im2col; traversal strides at most 8.
-    int64_t reach = i.dilation * (i.kernel - 1);
-    if (i.stride > 8) return fmt::format("not legal: stride {} exceeds TMA's traversal stride of 8", i.stride);
-    if (i.pad > 128 || i.pad - reach < -128 || i.pad - reach > 127 || reach > 255)
-      return fmt::format("not legal: pad {} and a dilated kernel reach of {} exceed TMA's 8-bit pixel box corners",
-                         i.pad, reach);
-    int64_t swizzle = 0;
-    if (std::string why = tma_shared_tile(facts_.shared(i, i.col), {bm, bk}, eb, swizzle); !why.empty()) return why;
-    spec.param = acc.param;
-    spec.offset = facts_.inline_lets(acc.param_offset_bytes);
-    spec.dtype = dt;
-    for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
-    for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
-    spec.box = {bm, bk};
-    spec.swizzle_bytes = int(swizzle);
-    spec.im2col = true;
-    spec.lower = -i.pad;
-    spec.upper = i.pad - reach;
-    spec.traversal_stride = i.stride;
-    spec.loc = i.loc;
-    spec.inst = i.display_name();
-    return "";
+    return tilus::tma_im2col_plan(facts_, target_, i, spec);
   }
 
   // The kernel's tensor map `spec` (an equal one is shared).
@@ -924,6 +937,16 @@ class Selector : public StmtMutator {
 };
 
 }  // namespace
+
+std::string tma_load_problem(const KernelFacts& facts, const Target& target, const CopyInst& c) {
+  TensorMapSpec spec;
+  return tma_plan(facts, target, c, true, spec);
+}
+
+std::string tma_im2col_problem(const KernelFacts& facts, const Target& target, const Im2colInst& i) {
+  TensorMapSpec spec;
+  return tma_im2col_plan(facts, target, i, spec);
+}
 
 Program select_instructions(const Program& program, const Target& target) {
   return map_kernels(program, [&](const Kernel& k) { return Selector(k, target).run(k); });

@@ -47,7 +47,9 @@ class Builder {
   Program finish();
 
   // --- control flow -------------------------------------------------------------------
-  Var begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc);
+  // `pipeline`: the Script's num_stages / warp_specialize / persistent request (checked here).
+  Var begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc,
+                LoopPipeline pipeline = {});
   void end_for();
   void begin_if(Expr cond, SourceLoc loc);
   void end_if();
@@ -238,6 +240,7 @@ class Builder {
     Var loop_var;
     Expr a, b, c;   // for: begin/end/step; if/while: cond
     Unroll unroll;
+    LoopPipeline pipeline;
     ThreadGroupKind group_kind = ThreadGroupKind::ThreadGroup;
     int64_t thread_begin = 0, num_threads = 0;
     Stmt pending_if;  // else: the if statement the else branch attaches to
