@@ -405,6 +405,17 @@ std::vector<SharedBoundsCheck> KernelFacts::shared_bounds(const SharedView& view
   return out;
 }
 
+TmaStartCheck KernelFacts::tma_start(const Expr& offset, DataType dtype) const {
+  TmaStartCheck c;
+  c.offset = simplify(offset);
+  c.multiple = std::max<int64_t>(1, 16 / std::max<int64_t>(1, dtype.bits() / 8));
+  DataType t = c.offset.dtype();
+  c.ok = c.offset % int_const(c.multiple, t) == int_const(0, t);
+  if (divisor(c.offset) % c.multiple == 0) c.aligned = true;
+  else if (holds(c.offset % int_const(c.multiple, t) != int_const(0, t))) c.aligned = false;
+  return c;
+}
+
 std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents) {
   std::vector<int> dims(tile_rank, -1);
   int rank = int(extents.size());
