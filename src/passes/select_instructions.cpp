@@ -143,6 +143,16 @@ std::string tma_plan(const KernelFacts& facts_, const Target& target_, const Cop
   if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
   if (acc.param < 0 || !acc.param_offset_bytes.defined())
     return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
+  // The box's first element must be 16-byte aligned: a start proven misaligned is an error;
+  // the automatic slot takes only starts proven aligned (the others are checked at run time
+  // by the CPU backend and under TILUS_DEBUG_BOUNDS).
+  TmaStartCheck start = facts_.tma_start(g.offsets[size_t(inner)], dt);
+  if (start.aligned == false || (proven && start.aligned != true))
+    return fmt::format("not legal: the box starts at innermost offset {}, {} a multiple of {} elements of {} (16 "
+                       "bytes); the hardware faults (an illegal instruction) on a box whose first element is not "
+                       "16-byte aligned",
+                       to_string(start.offset), start.aligned == false ? "not" : "not known to be", start.multiple,
+                       dt.name());
   // A TMA store traps at a negative coordinate (loads zero-fill there): the automatic slot
   // takes only boxes that provably start inside; explicit stores check at run time.
   if (proven && s2g)

@@ -258,6 +258,15 @@ void report(CpuBlockContext* ctx, int32_t site, int32_t dim, const int64_t* inde
   for (int d = 0; d < rank; ++d) idx += fmt::format("{}{}", d ? ", " : "", index[d]);
   std::string where = s.loc.valid() ? s.loc.str() + ": " : "";
   std::string param = s.param_name.empty() ? "" : fmt::format(" (from parameter '{}')", s.param_name);
+  if (s.tma_multiple) {
+    state->failure.message = fmt::format(
+        "{}{}: the TMA box of {}{} starts at [{}]: innermost offset {} is not a multiple of {} elements of {} (16 "
+        "bytes); the box's first element is not 16-byte aligned, which the GPU's TMA faults on (CUDA error: an "
+        "illegal instruction) (block ({}, {}, {}))",
+        where, s.inst, s.tensor, param, idx, index[dim], s.tma_multiple, s.dtype, ctx->bx, ctx->by, ctx->bz);
+    state->failure.failed.store(true);
+    return;
+  }
   std::string why;
   if (s.shared) why = fmt::format("dim {} takes [{}, {}), outside the tensor's [0, {}) (a run-time offset)", dim,
                                   index[dim], index[dim] + s.tile_extents[dim], s.root_shape[dim]);

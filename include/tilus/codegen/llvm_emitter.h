@@ -45,6 +45,10 @@ struct CpuAccessSite {
   std::vector<int64_t> tile_extents, root_shape;
   // An mbarrier wait (the runtime reports one that can never complete).
   bool barrier_wait = false;
+  // A TMA box's start (KernelFacts::tma_start): the elements of `dtype` in 16 bytes, which
+  // its innermost coordinate must be a multiple of (0: not a TMA box).
+  int64_t tma_multiple = 0;
+  std::string dtype;
 };
 
 // The operations of the CPU backend's mbarriers (CpuBlockContext::mbarrier).

@@ -166,6 +166,9 @@ class Emitter {
   // allocations (KernelFacts::shared_bounds), and reports the first that does not.
   void guard_shared(const InstNode& inst, std::initializer_list<const Side*> sides, const std::vector<int64_t>& shape,
                     const std::function<void()>& access);
+  // Runs `copy` (a TMA box) only when its first element is 16-byte aligned, and reports it
+  // otherwise (KernelFacts::tma_start); in every mode: the GPU faults on such a box.
+  void guard_tma_start(const CopyInst& i, const std::function<void()>& copy);
   // Calls the runtime's report (CpuBlockContext::report) for `site`.
   void report(int32_t site, llvm::Value* dim, const std::vector<llvm::Value*>& index, llvm::Value* byte_offset);
 

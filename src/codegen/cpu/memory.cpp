@@ -146,6 +146,25 @@ void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Sid
   next(0);
 }
 
+void Emitter::guard_tma_start(const CopyInst& i, const std::function<void()>& copy) {
+  const CopyRegion& g = i.src.tensor.is_global() ? i.src : i.dst;
+  DataType dt = g.tensor.dtype();
+  TmaStartCheck st = facts.tma_start(g.offsets.back(), dt);
+  if (st.aligned == true) return copy();
+  int param = facts.global(i, g.tensor).param;
+  CpuAccessSite site{i.display_name(), i.loc, g.tensor.type_str(), param,
+                     param >= 0 ? facts.pointer_var(param).name() : std::string()};
+  site.tma_multiple = st.multiple;
+  site.dtype = dt.name();
+  int32_t id = int32_t(sites.size());
+  sites.push_back(site);
+  if_then(expr(st.ok), copy, [&] {
+    std::vector<llvm::Value*> index;
+    for (const Expr& o : g.offsets) index.push_back(convert(expr(o), o.dtype(), dtypes::int64));
+    report(id, b.getInt32(int32_t(g.offsets.size()) - 1), index, b.getInt64(0));
+  });
+}
+
 void Emitter::each_element(const InstNode& inst, const Side& mem, const std::vector<int64_t>& shape,
                            const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body,
                            const std::function<void(llvm::Value*)>& prepare) {
@@ -423,7 +442,9 @@ void Emitter::emit_memory(const InstNode& inst) {
           mbarrier_op(kMbarrierArrive, bar, i64(1));
         }
       }
-      transfer(inst, region_side(inst, i.src, rank), region_side(inst, i.dst, rank), shape);
+      auto move = [&] { transfer(inst, region_side(inst, i.src, rank), region_side(inst, i.dst, rank), shape); };
+      if (low.op == MachineOp::TmaLoad || low.op == MachineOp::TmaStore) guard_tma_start(i, move);
+      else move();
       if (bar) mbarrier_op(kMbarrierCompleteTx, bar, i64(bytes));
       return;
     }
