@@ -258,19 +258,12 @@ class WaitInserter {
     }
   }
 
-  static bool same(const SharedAccess& a, const SharedAccess& b) {
-    if (a.inst != b.inst || a.lo.size() != b.lo.size()) return false;
-    for (size_t d = 0; d < a.lo.size(); ++d)
-      if (!structural_equal(a.lo[d], b.lo[d])) return false;
-    return true;
-  }
-
   // Copies in flight after either branch; a copy in both keeps the fewer commits (it is the
   // one a later wait covers last).
   static InFlight merge(const InFlight& a, const InFlight& b) {
     InFlight out = a;
     for (auto& c : b) {
-      auto it = std::find_if(out.begin(), out.end(), [&](const SharedAccess& o) { return same(o, c); });
+      auto it = std::find_if(out.begin(), out.end(), [&](const SharedAccess& o) { return same_box(o, c); });
       if (it == out.end()) out.push_back(c);
       else it->commits = std::min(it->commits, c.commits);
     }

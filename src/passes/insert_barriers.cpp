@@ -26,17 +26,33 @@ struct Blocked {
   const InstNode* later;
 };
 
-// Accesses a barrier now would separate from what follows.
+// Accesses a barrier now would separate from what follows (a write's mark that it is unfenced
+// is not an access: a barrier leaves it).
 bool settled(const Access& a) { return !a.async || a.awaited; }
 
-// Drops what a barrier separates; in-flight async writes stay.
+// Drops what a barrier separates; in-flight async writes and unfenced marks stay.
 void barrier_clears(Pending& pending) {
-  pending.erase(std::remove_if(pending.begin(), pending.end(), settled), pending.end());
+  pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Access& a) { return settled(a) && !a.unfenced; }),
+                pending.end());
+}
+
+// Adds the entries of `b` that `a` lacks: what is pending after one path or the other. An entry
+// is kept apart from another of its instruction unless every field that decides what it
+// conflicts with is the same (a barrier on one path does not cover the other's accesses; the
+// commits since a landed write no longer matter).
+void merge_into(Pending& a, const Pending& b) {
+  for (auto& x : b)
+    if (std::none_of(a.begin(), a.end(), [&](const Access& p) {
+          return same_box(p, x) && p.write == x.write && p.mapping == x.mapping && p.async == x.async &&
+                 p.awaited == x.awaited && (p.awaited || p.commits == x.commits) && p.unfenced == x.unfenced &&
+                 p.barrier == x.barrier;
+        }))
+      a.push_back(x);
 }
 
 bool conflict(const Access& a, const Access& b) {
   // A copy still in flight is the async-wait pass's concern: a barrier cannot order it.
-  if (!settled(a)) return false;
+  if (a.unfenced || !settled(a)) return false;
   if (!a.write && !b.write) return false;
   if (!may_overlap(a, b)) return false;
   return !(a.root == b.root && !a.mapping.empty() && a.mapping == b.mapping);
@@ -50,7 +66,16 @@ Stmt sync_stmt(const SourceLoc& loc) {
 
 class BarrierInserter {
  public:
-  explicit BarrierInserter(const Kernel& k) : kernel_(k), map_(k) {}
+  explicit BarrierInserter(const Kernel& k) : kernel_(k), map_(k) {
+    struct Find : StmtVisitor {
+      bool found = false;
+      void visit_inst(const InstNode& i) override {
+        found = found || i.lowering.op == MachineOp::TmaStore || i.lowering.op == MachineOp::Wgmma;
+      }
+    } f;
+    f.visit(k.body);
+    async_proxy_reads_ = f.found;
+  }
 
   Kernel run(int* inserted) {
     Pending pending;
@@ -65,7 +90,7 @@ class BarrierInserter {
   SharedAccessMap map_;
   ThreadDependence threads_;  // the scalars that differ between threads
   int inserted_ = 0;
-  Pending unfenced_;  // generic-proxy shared writes since the last proxy fence
+  bool async_proxy_reads_ = false;  // whether anything reads shared memory through the async proxy
 
   static void commit(Pending& pending, Completion kind) {
     for (auto& p : pending) p.commits += p.async && p.completion == kind;
@@ -89,27 +114,26 @@ class BarrierInserter {
 
   // A TMA store and a wgmma read shared memory through the async proxy: generic writes to it
   // need a proxy fence in the writing threads before the barrier that orders them. The
-  // unfenced write one of `later`'s async-proxy reads meets, if any.
-  const Access* unfenced_write(const std::vector<Access>& later) const {
+  // unfenced write (pending's mark of it) one of `later`'s async-proxy reads meets, if any.
+  // The marks are part of the path's state, so a fence on one arm of a branch or in one
+  // iteration covers nothing on the other arm or in the next.
+  static const Access* unfenced_write(const Pending& pending, const std::vector<Access>& later) {
     for (auto& a : later) {
       if (a.inst->lowering.op != MachineOp::TmaStore && a.inst->lowering.op != MachineOp::Wgmma) continue;
-      for (auto& w : unfenced_)
-        if (may_overlap(w, a)) return &w;
+      for (auto& w : pending)
+        if (w.unfenced && may_overlap(w, a)) return &w;
     }
     return nullptr;
   }
 
-  // A fence covers the writes that have landed: a copy this path still has in flight (pending
-  // and not awaited) stays unfenced, for the fence after its wait.
-  void fence(const SourceLoc& loc, std::vector<Stmt>& before, const Pending& pending) {
+  // A fence covers the writes that have landed: a copy this path still has in flight (its mark
+  // not awaited) stays unfenced, for the fence after its wait.
+  static void fence(const SourceLoc& loc, std::vector<Stmt>& before, Pending& pending) {
     auto f = std::make_shared<FenceProxyAsyncInst>();
     f->loc = loc;
     before.push_back(make_inst_stmt(f));
-    auto landed = [&](const Access& w) {
-      return std::none_of(pending.begin(), pending.end(),
-                          [&](const Access& p) { return p.inst == w.inst && p.root == w.root && !settled(p); });
-    };
-    unfenced_.erase(std::remove_if(unfenced_.begin(), unfenced_.end(), landed), unfenced_.end());
+    pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Access& w) { return w.unfenced && settled(w); }),
+                  pending.end());
   }
 
   // The first pending access that conflicts with one of `later`, and that one's instruction.
@@ -177,7 +201,10 @@ class BarrierInserter {
             return s;
           case SyncRole::Commit: commit(pending, traits.completion); return s;
           case SyncRole::Wait: await(pending, int_attr(inst, "n").value_or(-1), traits.completion); return s;
-          case SyncRole::ProxyFence: unfenced_.clear(); return s;
+          case SyncRole::ProxyFence:
+            pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Access& a) { return a.unfenced; }),
+                          pending.end());
+            return s;
           case SyncRole::HandOver:
             // The threads that wait on the barrier see the work handed to it (cp_async_barrier_noinc).
             for (auto& p : pending)
@@ -188,18 +215,21 @@ class BarrierInserter {
             // work handed to it: those need no barrier for them (groups that meet through
             // mbarriers).
             const TensorNode* root = map_.barrier_root(inst);
+            auto seen = [&](const Access& p) {
+              return p.barrier == root && (p.async || p.completion == Completion::CpAsyncGroup);
+            };
+            // A mark stays (the writes landed, but are not fenced for the async proxy).
+            for (auto& p : pending)
+              if (p.unfenced && seen(p)) p.awaited = true;
             pending.erase(std::remove_if(pending.begin(), pending.end(),
-                                         [&](const Access& p) {
-                                           return p.barrier == root &&
-                                                  (p.async || p.completion == Completion::CpAsyncGroup);
-                                         }),
+                                         [&](const Access& p) { return !p.unfenced && seen(p); }),
                           pending.end());
             break;
           }
           default: break;
         }
         auto mine = accesses(inst);
-        if (const Access* w = unfenced_write(mine)) {
+        if (const Access* w = unfenced_write(pending, mine)) {
           if (!may_insert) throw Blocked{*w, &inst};
           fence(inst.loc, before, pending);
           barrier(inst.loc);
@@ -211,7 +241,10 @@ class BarrierInserter {
         if (commits_itself(inst)) commit(pending, Completion::CpAsyncGroup);
         for (auto& a : mine) {
           pending.push_back(a);
-          if (a.write && inst.lowering.op != MachineOp::TmaLoad) unfenced_.push_back(a);
+          if (a.write && inst.lowering.op != MachineOp::TmaLoad && async_proxy_reads_) {
+            pending.push_back(a);
+            pending.back().unfenced = true;
+          }
         }
         return s;
       }
@@ -247,9 +280,7 @@ class BarrierInserter {
             Stmt t = process(n.then_body, then_p, may_insert && uniform);
             Stmt e = n.else_body ? process(n.else_body, else_p, may_insert && uniform) : n.else_body;
             pending = then_p;
-            for (auto& a : else_p)
-              if (std::none_of(pending.begin(), pending.end(), [&](const Access& p) { return p.inst == a.inst; }))
-                pending.push_back(a);
+            merge_into(pending, else_p);
             return std::make_shared<IfStmtNode>(n.cond, t, e, n.loc);
           } catch (const Blocked& b) {
             bool from_outside = std::any_of(pending.begin(), pending.end(),
@@ -275,14 +306,15 @@ class BarrierInserter {
           if (!may_insert) throw *hazard;
           // The writers fence before the barrier that hands their writes to the group (for
           // example the thread that then issues a TMA store of them).
-          if (unfenced_write(inside)) fence(n.loc, before, pending);
+          if (unfenced_write(pending, inside)) fence(n.loc, before, pending);
           barrier(n.loc);
         }
         // What is still in flight may be waited for inside the group: its threads then see it
         // land, and the rest of the block needs a barrier after the group to see it too.
+        // The unfenced marks go in too (a fence inside the group covers the writes before it).
         Pending group;
         for (auto& p : pending)
-          if (!settled(p)) group.push_back(p);
+          if (!settled(p) || p.unfenced) group.push_back(p);
         groups_.push_back(n.num_threads);
         Stmt body;
         try {
@@ -293,19 +325,26 @@ class BarrierInserter {
         }
         groups_.pop_back();
         for (auto& p : pending)
-          if (!settled(p))
-            p.awaited = std::any_of(group.begin(), group.end(),
-                                    [&](const Access& g) { return g.inst == p.inst && g.async && g.awaited; });
+          if (!settled(p) && !p.unfenced)
+            p.awaited = std::any_of(group.begin(), group.end(), [&](const Access& g) {
+              return !g.unfenced && g.inst == p.inst && g.async && g.awaited;
+            });
+        // The marks the group leaves: those from before it it did not fence, and its own writes'.
+        pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Access& p) { return p.unfenced; }),
+                      pending.end());
+        for (auto& g : group)
+          if (g.unfenced) pending.push_back(g);
         for (auto& a : inside) {
           a.mapping.clear();  // other threads than the rest of the block
           // An asynchronous access the group waited for has landed for its threads only: the
           // rest of the block needs a barrier to see it.
           // and the groups it was committed in there still count for the waits that follow.
           if (a.async) {
-            a.awaited = std::none_of(group.begin(), group.end(),
-                                     [&](const Access& g) { return g.inst == a.inst && g.async && !g.awaited; });
+            a.awaited = std::none_of(group.begin(), group.end(), [&](const Access& g) {
+              return !g.unfenced && g.inst == a.inst && g.async && !g.awaited;
+            });
             for (auto& g : group)
-              if (g.inst == a.inst && g.async) a.commits = std::max(a.commits, g.commits);
+              if (!g.unfenced && g.inst == a.inst && g.async) a.commits = std::max(a.commits, g.commits);
           }
           pending.push_back(a);
         }
@@ -335,7 +374,7 @@ class BarrierInserter {
       for (auto& a : all_accesses(st)) early.push_back(a);
     }
     if (!first_conflict(pending, early)) return;
-    if (unfenced_write(early)) fence(loc, before, pending);
+    if (unfenced_write(pending, early)) fence(loc, before, pending);
     barrier(loc);
   }
 
@@ -358,7 +397,7 @@ class BarrierInserter {
       return state;
     };
     auto concat = [](Pending a, const Pending& b) {
-      a.insert(a.end(), b.begin(), b.end());
+      merge_into(a, b);
       return a;
     };
     // After the loop: what was pending before it (it may not run) and what it leaves.

@@ -11,18 +11,28 @@ namespace tilus {
 
 namespace {
 
-// (x + c) % m as (x, c, m); nullopt for any other form.
+// A sum of terms as (the terms that are not constants, the constants' sum): `b + (i - 3)` is
+// (b + i, -3). An undefined first: no such term.
+std::pair<Expr, int64_t> split_constant(const Expr& e) {
+  if (e.is_int_const()) return {Expr(), e.int_value()};
+  auto* bin = e.as<BinaryNode>();
+  if (!bin || (bin->op != BinaryOp::Add && bin->op != BinaryOp::Sub)) return {e, 0};
+  auto [ra, ca] = split_constant(bin->a);
+  auto [rb, cb] = split_constant(bin->b);
+  bool add = bin->op == BinaryOp::Add;
+  Expr rest = !rb.defined() ? ra : !ra.defined() ? (add ? rb : Expr(int64_t(0)) - rb) : (add ? ra + rb : ra - rb);
+  return {rest, add ? ca + cb : ca - cb};
+}
+
+// (x + c) % m as (x, c, m), however the constants are spread over the sum; nullopt for any
+// other form.
 std::optional<std::tuple<Expr, int64_t, int64_t>> mod_form(const Expr& e) {
   auto* mod = e.as<BinaryNode>();
   if (!mod || (mod->op != BinaryOp::Mod && mod->op != BinaryOp::FloorMod) || !mod->b.is_int_const() ||
       mod->b.int_value() <= 0)
     return std::nullopt;
-  Expr x = mod->a;
-  int64_t c = 0;
-  if (auto* add = x.as<BinaryNode>(); add && add->op == BinaryOp::Add && add->b.is_int_const()) {
-    c = add->b.int_value();
-    x = add->a;
-  }
+  auto [x, c] = split_constant(mod->a);
+  if (!x.defined()) return std::nullopt;
   return std::tuple(x, c, mod->b.int_value());
 }
 
@@ -121,11 +131,29 @@ bool may_overlap(const SharedAccess& a, const SharedAccess& b) {
   return true;
 }
 
+bool same_box(const SharedAccess& a, const SharedAccess& b) {
+  if (a.inst != b.inst || a.root != b.root || a.lo.size() != b.lo.size()) return false;
+  for (size_t d = 0; d < a.lo.size(); ++d)
+    if (!structural_equal(a.lo[d], b.lo[d])) return false;
+  return true;
+}
+
 SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Expr& step) {
   SharedAccess s = a;
   for (auto& e : s.lo) {
-    if (var) e = substitute(e, [&](const Var& v) { return v.same_as(*var) ? Expr(v) - step : Expr(); });
-    else e = Expr(Var("unknown_shift", e.dtype())) + e;
+    if (!var) {
+      e = Expr(Var("unknown_shift", e.dtype())) + e;
+      continue;
+    }
+    e = substitute(e, [&](const Var& v) { return v.same_as(*var) ? Expr(v) - step : Expr(); });
+    // A ring's stage (x + c) % m comes round to itself after m shifts, with c kept in [0, m)
+    // (the disjointness rule compares c mod m): the fixpoint sees the access it had already.
+    Expr se = simplify(e);
+    if (auto mf = mod_form(se)) {
+      auto [x, c, m] = *mf;
+      int64_t r = (c % m + m) % m;
+      e = binary(se.as<BinaryNode>()->op, r ? x + Expr(r) : x, se.as<BinaryNode>()->b);
+    }
   }
   return s;
 }

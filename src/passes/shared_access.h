@@ -35,7 +35,14 @@ struct SharedAccess {
   // barrier (the barriers of one mbarrier.alloc).
   Completion completion = Completion::Synchronous;
   const TensorNode* barrier = nullptr;
+  // The barrier pass's mark of a generic-proxy write that no proxy fence has followed yet (an
+  // entry beside the access itself, which a barrier retires while the mark stays): it travels
+  // with the rest of a path's state, through both arms of a branch and into the next iteration.
+  bool unfenced = false;
 };
+
+// The same instruction's access of the same box (offsets structurally equal).
+bool same_box(const SharedAccess& a, const SharedAccess& b);
 
 // The mbarrier operand of a TMA load or a split-phase c2d_im2col (not part of the data it
 // moves): undefined for anything else.
@@ -78,20 +85,27 @@ SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Exp
 // the accesses pending at its start (rewriting it, which may add instructions that
 // `added()` counts) and returns what is pending at its end. Round 0 starts from `entry`;
 // each later round from the previous round's end seen from the next iteration (`shift`),
-// until a round adds nothing; if that does not happen within a few rounds, one last round
-// starts from every entry seen at once. Returns the merge of every round's end.
+// until a round adds nothing and leaves no more pending than the round before (an access
+// that some path carries past an iteration, e.g. one a barrier inside an `if` retires only
+// when the branch is taken, comes back one iteration older each round: a ring of S stages
+// meets it S - 1 rounds later); if that does not happen within kRounds rounds, one last
+// round starts from every entry seen at once. Returns the merge of every round's end.
 template <class Run, class Shift, class Merge, class Added>
 std::vector<SharedAccess> loop_fixpoint(std::vector<SharedAccess> entry, Run run, Shift shift, Merge merge,
                                         Added added) {
+  constexpr int kRounds = 12;
   std::vector<SharedAccess> exit, all = entry;
   bool stable = false;
-  for (int round = 0; round < 6 && !stable; ++round) {
+  size_t last = 0;
+  for (int round = 0; round < kRounds && !stable; ++round) {
     int before = added();
     std::vector<SharedAccess> end = run(entry);
     exit = merge(exit, end);
-    stable = round > 0 && added() == before;
-    entry.clear();
-    for (auto& a : end) entry.push_back(shift(a));
+    stable = round > 0 && added() == before && end.size() <= last;
+    last = end.size();
+    std::vector<SharedAccess> shifted;
+    for (auto& a : end) shifted.push_back(shift(a));
+    entry = merge({}, shifted);
     all = merge(all, entry);
   }
   if (!stable) exit = merge(exit, run(all));
