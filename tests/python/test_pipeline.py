@@ -297,9 +297,9 @@ def test_a_body_that_writes_what_the_ring_reads_is_an_error_naming_the_line(form
     assert f"{HERE}:{_line_of(Forms, line)}" in msg, msg
 
 
-# A k whose rows are not 16-byte multiples makes the ring's copies synchronous (threads' st.shared,
-# 2 bytes at a time) or cp.async: the stages a wgmma reads were written through the generic proxy
-# by other threads, near the end of the loop with no refill (and its barrier) between them.
+# A k not divisible by 16 (launches specialize on 16 only) makes the ring's copies synchronous
+# (threads' st.shared, 2 bytes at a time): the stages a wgmma reads were written through the
+# generic proxy by other threads, near the end of the loop with no refill (and its barrier) between them.
 # MatmulAuto read wrong values there under racecheck's timing (issue 39's race); every iteration
 # now fences and synchronizes before its wgmma. Steps below the stages (k = 100, 40) too; each
 # case runs three times on fresh outputs.
