@@ -154,7 +154,8 @@ struct FastPath {
   }
 
   // A torch tensor: dtype (by identity), device, address, and whether it is dense.
-  bool torch_array(PyObject* a, const Param& p, ArrayInfo& info) const {
+  // `extent`: whether its byte extent is read (the general path reads shape and strides instead).
+  bool torch_array(PyObject* a, const Param& p, ArrayInfo& info, bool extent = true) const {
     static PyObject* s_dtype = PyUnicode_InternFromString("dtype");
     static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
     static PyObject* s_is_cpu = PyUnicode_InternFromString("is_cpu");
@@ -184,11 +185,11 @@ struct FastPath {
     info.addr = PyLong_AsUnsignedLongLong(ptr);
     Py_DECREF(ptr);
     if (info.addr == 0 || PyErr_Occurred()) { PyErr_Clear(); return false; }
-    PyObject* contiguous = PyObject_CallMethodNoArgs(a, s_is_contiguous);
+    info.bytes = -1;
+    PyObject* contiguous = extent ? PyObject_CallMethodNoArgs(a, s_is_contiguous) : (Py_INCREF(Py_False), Py_False);
     if (!contiguous) { PyErr_Clear(); return false; }
     bool dense = contiguous == Py_True;
     Py_DECREF(contiguous);
-    info.bytes = -1;
     if (dense) {
       PyObject* nbytes;
       if (!attr(a, s_nbytes, nbytes)) return false;
@@ -664,7 +665,8 @@ struct FastPath {
       PyObject* a = i < size_t(py::len(args)) ? py::object(args[i]).ptr() : nullptr;
       ArrayInfo info;
       if (a && p.kind == Pointer && !p.dtype.is_void() && !p.torch_dtype.is_none() && !tensor_type.is_none() &&
-          PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) && torch_array(a, p, info)) {
+          PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) &&
+          torch_array(a, p, info, false)) {
         KernelArg k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
         k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
         PyObject* strides = PyObject_CallMethodNoArgs(a, s_stride);
