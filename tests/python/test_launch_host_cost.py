@@ -41,19 +41,16 @@ def test_every_call_shape_takes_the_fast_path():
 
 class Axpy(tilus.Script):
     def __call__(self, n: int32, alpha: float32, x: ~float32, y: ~float32):
-        """y = alpha * x over n elements."""
-        self.attrs.blocks = [tilus.cdiv(n, 64)]
-        self.attrs.warps = 2
-        o = self.blockIdx.x * 64
-        v = self.load_global(self.global_view(x, shape=[n]), offsets=[o], shape=[64])
-        self.store_global(self.global_view(y, shape=[n]), v * alpha, offsets=[o])
+        """y = alpha * x over n elements (never traced here)."""
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
 
 
 def test_script_call_keeps_a_functions_face():
     call = Axpy.__dict__["__call__"]
     assert type(call).__name__ == "ScriptCall"
     assert Axpy.__call__ is call  # from the class: the descriptor itself
-    assert call.__doc__ == "y = alpha * x over n elements."
+    assert call.__doc__ == "y = alpha * x over n elements (never traced here)."
     assert call.__wrapped__ is Axpy._tilus_body
     k = Axpy()
     bound = k.__call__
