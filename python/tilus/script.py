@@ -124,6 +124,7 @@ class _ScriptType(type):
 
 
 _ScriptType.__call__ = _C.script_construct_call(_ScriptType._construct, vars(_launch_module))
+_ScriptType.__call__.__wrapped__ = _ScriptType._construct  # inspect.signature(a Script class) as before
 
 _MBARRIER, _TMA, _FENCE, _WGMMA = MbarrierGroup(), TmaGroup(), FenceGroup(), WgmmaGroup()
 _ATOMIC, _CUDA = AtomicGroup(), CudaHelpers()

@@ -57,6 +57,7 @@ def test_script_call_keeps_a_functions_face():
     assert bound.__self__ is k and bound.__func__ is call
     assert list(inspect.signature(k).parameters) == ["n", "alpha", "x", "y"]
     assert type(type(Axpy).__dict__["__call__"]).__name__ == "ScriptCall"
+    assert str(inspect.signature(Axpy)) == "(*args, **kw)"  # the metaclass's, as when it was a Python function
 
 
 def test_script_call_reports_bad_calls_as_before():
