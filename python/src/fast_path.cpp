@@ -3,6 +3,13 @@
 
 #include <structmember.h>
 
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject* Py_NewRef(PyObject* o) {
+  Py_INCREF(o);
+  return o;
+}
+#endif
+
 namespace tilus::py_detail {
 
 namespace {
