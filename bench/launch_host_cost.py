@@ -64,6 +64,7 @@ def main():
         print("launch_host_cost: needs the null driver loaded and NVRTC:", tilus._C.gpu_unavailable_reason())
         return 2
     sys.path.insert(0, HERE)
+    sys.modules.setdefault("triton", None)  # launch_overhead's Triton row is not run here: never load it
     import launch_overhead as lo
     from tilus import launch as tilus_launch
 
