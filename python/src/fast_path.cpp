@@ -953,7 +953,9 @@ void script_call_dealloc(PyObject* self) {
   Py_CLEAR(call->general);
   Py_CLEAR(call->dict);
   Py_CLEAR(call->launch_globals);
-  Py_TYPE(self)->tp_free(self);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // a heap type's instances hold a reference to it
 }
 
 int script_call_traverse(PyObject* self, visitproc visit, void* arg) {

@@ -73,7 +73,11 @@ def test_script_call_reports_bad_calls_as_before():
     assert tilus._C.skip_launches(0) == 0
 
 
-def test_instances_made_alike_share_after_the_first():
+def test_instances_made_alike_share_after_the_first(monkeypatch):
+    from tilus import launch
+    monkeypatch.setattr(launch, "_shared_kernels", {})
+    monkeypatch.setattr(launch, "by_constructor", {})
+
     class Made(tilus.Script):
         def __init__(self, block, scale=1.0):
             super().__init__()
@@ -83,7 +87,6 @@ def test_instances_made_alike_share_after_the_first():
             self.attrs.blocks = [1]
             self.attrs.warps = 1
 
-    from tilus import launch
     Made._tilus_signature = launch.signature(Made)  # as after a first call
     a = Made(64)
     shared = launch.shared_of(a)
