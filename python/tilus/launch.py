@@ -47,10 +47,11 @@ _lock = threading.Lock()
 class _Param:
     # index: the position among the kernel's runtime parameters (as C++ messages count them),
     # or in the whole signature for a compile-time constant
-    __slots__ = ("name", "index", "kind", "dtype", "const_type")
+    __slots__ = ("name", "index", "kind", "dtype", "const_type", "keyword_only")
 
     def __init__(self, name, index, kind, dtype=None, const_type=None):
         self.name, self.index, self.kind, self.dtype, self.const_type = name, index, kind, dtype, const_type
+        self.keyword_only = False  # after `*` in __call__: passed by name only
 
 
 def _annotations(fn, scope):
@@ -100,6 +101,7 @@ class _Signature:
                     f"{self.file}:{self.line}: {cls.__name__}.__call__: parameter '{name}' needs an annotation: a tilus "
                     f"dtype (int32, float32, ...) for a runtime scalar, ~dtype for a pointer, or int / float / bool / "
                     f"str for a compile-time constant (got {ann!r})")
+            self.params[-1].keyword_only = p.kind == p.KEYWORD_ONLY
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
         self.reader = None  # a FastPath that reads the torch tensors of a call (arguments())
@@ -144,7 +146,9 @@ def _pointer(obj, p, kernel):
                       "cuda" if cuda else obj.device.type, shape=tuple(obj.shape),
                       byte_strides=[s * size for s in obj.stride()]), obj.get_device() if cuda else None
     if mod.startswith("numpy"):
-        return _typed(p, kernel, obj.ctypes.data, obj.dtype.name, obj.nbytes, "cpu",
+        # dtype.str ("<f4") is read in 0.1 us, dtype.name in 7 us (a one-block CPU call's budget)
+        dtype = _TYPESTR.get(obj.dtype.str[1:]) or obj.dtype.name
+        return _typed(p, kernel, obj.ctypes.data, dtype, obj.nbytes, "cpu",
                       read_only=not obj.flags.writeable, foreign_byte_order=not obj.dtype.isnative,
                       shape=obj.shape, byte_strides=obj.strides), None
     cai = getattr(obj, "__cuda_array_interface__", None)
@@ -179,10 +183,26 @@ def _typed(p, kernel, address, dtype, nbytes, device, **layout):
     return _C.KernelArg.pointer(address, pointee, nbytes, device, **layout)
 
 
+def _is_array(a):
+    """Whether an argument is an array (what a ~dtype parameter takes), not a number: numpy
+    scalars (0-d, with __index__ / __float__) are numbers."""
+    if isinstance(a, _HostTensor):
+        return True
+    if getattr(a, "ndim", 0) == 0 and (hasattr(a, "__index__") or hasattr(a, "__float__")):
+        return False
+    return any(hasattr(a, n) for n in ("__dlpack__", "__cuda_array_interface__", "__array_interface__", "shape"))
+
+
 def _scalar(a, p, kernel):
     """A scalar argument as the Python int or float the core takes (it checks kinds and ranges)."""
     if type(a) is int or type(a) is float:
         return float(a) if p.dtype.is_float() else a
+    if _is_array(a):
+        what = f"{type(a).__module__.split('.')[0]}.{type(a).__name__}"
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            what += f" of shape {tuple(a.shape)} and dtype {a.dtype}"
+        raise _argument_error(kernel, p, f"the parameter is a {p.dtype!r} scalar, got an array ({what}); a parameter "
+                                         f"that takes an array is a pointer: annotate it '{p.name}: ~{p.dtype!r}'")
     if isinstance(a, bool) and not p.dtype.is_bool() or not isinstance(a, (int, float)) and not hasattr(a, "__index__"):
         raise _argument_error(kernel, p, f"expected a number, got {type(a).__name__}")
     v = float(a) if isinstance(a, float) else a.__index__()
@@ -221,6 +241,10 @@ def bind(sig, args, kw):
     if kw:
         kw = dict(kw)
         stream = kw.pop("stream", None)
+    keyword_only = [p.name for p in sig.params[:len(args)] if p.keyword_only]
+    if keyword_only:
+        raise ArgumentError(f"kernel {sig.name}: parameter '{keyword_only[0]}' is keyword-only (after `*` in "
+                            f"__call__): pass it by name, {keyword_only[0]}=...")
     if kw:
         names = [p.name for p in sig.params]
         if len(args) > len(names):
@@ -323,7 +347,8 @@ def trace(script, constants=None):
         _tracing.script = script  # the Script a tilus.Class reaches (classes.py)
         script.attrs._values.clear()  # each trace sets them anew
         try:
-            result = sig.normalized(script, *args)
+            result = sig.normalized(script, *(a for p, a in zip(sig.params, args) if not p.keyword_only),
+                                    **{p.name: a for p, a in zip(sig.params, args) if p.keyword_only})
             if result is not None:
                 raise CompileError(f"{sig.file}:{sig.line}: {cls.__name__}.__call__ returned {_describe(result)}: a "
                                    "kernel returns nothing (it writes its results through pointer parameters)")
@@ -534,7 +559,10 @@ def launch(script, args, kw):
 
 def register_fast(shared, sig, compiled, call):
     """Makes later calls with this call's key take the fast path: Script.__call__ calls the
-    path's METH_FASTCALL entry (no pybind11 dispatcher in between) before anything else."""
+    path's METH_FASTCALL entry (no pybind11 dispatcher in between) before anything else. Not for a
+    signature with keyword-only parameters: the path places arguments by position."""
+    if any(p.keyword_only for p in sig.params):
+        return
     constants = [call.constants[p.name] for p in sig.params if p.kind == "const"]
     shared.fast_path(sig).add(compiled.kernel, call.values, constants)
 
@@ -550,13 +578,50 @@ def fast_path_on():
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
 
 
+class Specialization(tuple):
+    """A key of ``tilus.compiled_kernels``: a tuple with one entry per parameter (True / False:
+    whether an integer is divisible by 16 or a pointer 16-byte aligned; None for floats;
+    ("c", value) for a compile-time constant) and the backend ("gpu" or "cpu") last, which
+    prints what each entry means and names them: ``key.params`` ({parameter: entry}),
+    ``key.backend``."""
+
+    def __new__(cls, key, sig):
+        k = super().__new__(cls, key)
+        k._sig = sig
+        return k
+
+    @property
+    def backend(self):
+        """"gpu" or "cpu"."""
+        return self[-1]
+
+    @property
+    def params(self):
+        """{parameter name: its entry}, in the kernel's order."""
+        return {p.name: v for p, v in zip(self._sig.params, self)}
+
+    def __repr__(self):
+        def entry(p, v):
+            if p.kind == "const":
+                return f"{p.name}={v[1]!r}"
+            if p.kind == "ptr":
+                return f"{p.name}: {'16-byte aligned' if v else 'not 16-byte aligned'}"
+            if v is None:
+                return f"{p.name}: {p.dtype!r}"
+            return f"{p.name}: {'divisible by 16' if v else 'not divisible by 16'}"
+        return f"Specialization({', '.join(entry(p, v) for p, v in zip(self._sig.params, self))}; {self.backend})"
+
+
 def compiled_kernels(script):
     """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)};
     instances of one class whose attributes are the same plain data share them.
 
-    The key has one entry per parameter (True / False: whether an integer is divisible by 16 or
-    a pointer 16-byte aligned; None for floats; ("c", value) for a compile-time constant) and
-    the backend ("gpu" or "cpu") last; the Program is the traced one (``str()`` prints it).
+    Each key is a ``tilus.launch.Specialization``: the tuple of what the call specialized on, one
+    entry per parameter (True / False: whether an integer is divisible by 16 or a pointer 16-byte
+    aligned; None for floats; ("c", value) for a compile-time constant), the backend ("gpu" or
+    "cpu") last; it prints as ``Specialization(n: divisible by 16, x: 16-byte aligned, scale=2.0;
+    cpu)`` and has ``.params`` and ``.backend``. The Program is the traced one (``str()`` prints it).
     """
+    sig = type(script).__dict__.get("_tilus_signature")
     shared = script.__dict__.get("_tilus_shared")
-    return {} if shared is None else {k: (c.backend, c.program) for k, c in shared.kernels.items()}
+    return {} if shared is None else {Specialization(k, sig): (c.backend, c.program) for k, c in shared.kernels.items()}

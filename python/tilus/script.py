@@ -234,7 +234,7 @@ _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load
          "reshape", "squeeze", "unsqueeze", "transpose", "repeat", "where", "clip", "maximum", "minimum", "sum", "max",
          "min", "any", "all", "get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
          "shuffle_elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "ldg32", "ldg64", "ldg128", "ldg256",
-         *_UNARY}
+         "gelu", *_UNARY}
 
 
 def _wrap_methods(cls, pure, prefix=""):

@@ -466,6 +466,36 @@ class _Normalizer(ast.NodeTransformer):
         return node
 
 
+class _ConditionalExpressions(ast.NodeTransformer):
+    """a if c else b  ->  __tilus_rt.ifexp(c, lambda: a, lambda: b, line): Python's own where c is a
+    Python value (only the chosen side runs), a kernel select where c is a kernel condition. In
+    the body and its lambdas, not in nested functions or classes (plain Python, as the
+    normalizer leaves them)."""
+
+    def __init__(self):
+        self.top = None
+
+    def visit_FunctionDef(self, node):
+        if self.top is not None:
+            return node
+        self.top = node
+        self.generic_visit(node)
+        return node
+
+    def visit_AsyncFunctionDef(self, node):
+        return node
+
+    def visit_ClassDef(self, node):
+        return node
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        no_args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                                defaults=[])
+        sides = [_at(ast.Lambda(args=no_args, body=side), side) for side in (node.body, node.orelse)]
+        return _call("ifexp", [node.test, *sides, _const(node.lineno, node)], node)
+
+
 def normalize(fn):
     """The Script body `fn` with its control flow normalized (see the module docstring)."""
     try:
@@ -487,6 +517,7 @@ def normalize(fn):
         raise CompileError(f"{filename}:{first}: the source of {fn.__qualname__} there is not the code Python loaded "
                            f"(found `def {fdef.name}({', '.join(params)})`): the file changed after it was "
                            "imported; import it again (a new process) to trace the new code")
+    _ConditionalExpressions().visit(fdef)
     _Normalizer(filename).visit(fdef)
     # The signature is the original's (launch.signature): annotations, which may name what
     # only the class's defining scope sees, are not evaluated again.
@@ -709,7 +740,7 @@ class _Runtime:
         return isinstance(v, Expr)
 
     @staticmethod
-    def loop(script, name, line, *args, unroll=None):
+    def loop(script, name, line, *args, unroll=None, num_stages=None, warp_specialize=False, persistent=False):
         loc = (_here()[0], line)
         if not 1 <= len(args) <= 3:
             raise CompileError(f"{_where(loc)}range takes 1 to 3 arguments, got {len(args)}")
@@ -723,8 +754,14 @@ class _Runtime:
             raise CompileError(f"{_where(loc)}range: unroll must be True, False or a positive int, got "
                                f"{_describe(unroll)}")
         u = 0 if unroll is None or unroll is False else (-1 if unroll is True else unroll)
+        if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)):
+            raise CompileError(f"{_where(loc)}range: num_stages must be a Python int (the ring's stages, fixed when "
+                               f"the kernel compiles), got {_describe(num_stages)}")
+        for what, v in (("warp_specialize", warp_specialize), ("persistent", persistent)):
+            if not isinstance(v, bool):
+                raise CompileError(f"{_where(loc)}range: {what} must be True or False, got {_describe(v)}")
         b = _builder()
-        var = b.begin_for(name, begin, end, step, u, loc)
+        var = b.begin_for(name, begin, end, step, u, loc, num_stages or 0, warp_specialize, persistent)
         yield var
         b.end_for()
 
@@ -762,6 +799,21 @@ class _Runtime:
                 out = scalar(out, x)
             return out
         return builtin(*args, **kw)
+
+    @staticmethod
+    def ifexp(cond, then, orelse, line):
+        """``then() if cond else orelse()``: Python's conditional expression where ``cond`` is a
+        Python value; where it is a kernel condition (known when the kernel runs) both sides are
+        traced and the value is a kernel select of the two scalars (NVIDIA Tilus's if-then-else)."""
+        if not _Runtime.symbolic(cond):
+            return then() if cond else orelse()
+        a, b = then(), orelse()
+        if not (_is_scalar(a) and _is_scalar(b)):
+            raise CompileError(f"{_where((_here()[0], line))}`a if c else b` with a condition only known when the "
+                               f"kernel runs ({_describe(cond)}) selects between two scalars (numbers "
+                               f"or kernel scalars); got {_describe(a)} and {_describe(b)} (for tensors use "
+                               "self.where(c, a, b))")
+        return _C.select(cond, a, b)
 
     @staticmethod
     def python_min(*args, **kw):
@@ -963,17 +1015,26 @@ class _ScalarMath:
     of a number Python's own; every other name is the module's."""
 
     _NAMES = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "sin": "sin",
-              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow"}
+              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow",
+              "erf": "erf"}
 
     def __getattr__(self, name):
         fn = getattr(math, name)
-        builtin = self._NAMES.get(name)
-        if builtin is None:
+        if not callable(fn):
             return fn
+        builtin = self._NAMES.get(name)
 
-        def call(*args):
-            if not any(isinstance(a, Expr) for a in args):
-                return fn(*args)
+        def call(*args, **kw):
+            tensor = next((a for a in (*args, *kw.values()) if isinstance(a, TensorBase)), None)
+            if tensor is not None:  # Python's own error would say only "must be real number"
+                script = getattr(_tracing, "script", None)
+                method = builtin if builtin and callable(getattr(script, builtin, None)) else None
+                hint = f"self.{method}(x) computes it elementwise" if method else \
+                    f"tilus has no elementwise {name} (its elementwise math: self.exp, self.tanh, self.erf, ...)"
+                raise CompileError(f"{_where(_here())}math.{name}() takes numbers and kernel scalars, not a tensor "
+                                   f"({_describe(tensor)}): {hint}")
+            if builtin is None or kw or not any(isinstance(a, Expr) for a in args):
+                return fn(*args, **kw)
             exprs = []
             for a in args:
                 e = a if isinstance(a, Expr) else _C.const(float(a), _FLOAT32)

@@ -27,6 +27,7 @@ Target Target::from_arch(const std::string& arch) {
   else if (sm == 86 || sm == 89) t.shared_memory_per_block = 99 * 1024;
   else if (sm == 75) t.shared_memory_per_block = 64 * 1024;
   else t.shared_memory_per_block = 96 * 1024;
+  t.multiprocessors = sm >= 100 ? 148 : sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : sm >= 80 ? 108 : 80;
   return t;
 }
 

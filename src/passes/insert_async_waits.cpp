@@ -224,7 +224,7 @@ class WaitInserter {
         Stmt body = loop(
             n.body, state, [&](const SharedAccess& a) { return previous_iteration(a, &n.var, n.step); },
             runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step);
-        return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+        return rebuild_for(n, body);
       }
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);

@@ -228,7 +228,7 @@ class BarrierInserter {
         return loop(n.body, pending, may_insert && !per_thread,
                     [&](const Access& a) { return previous_iteration(a, &n.var, n.step); },
                     [&](const Stmt& body) {
-                      return Stmt(std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc));
+                      return rebuild_for(n, body);
                     });
       }
       case StmtKind::While: {

@@ -11,6 +11,7 @@
 #include "tilus/ir/functor.h"
 #include "tilus/ir/printer.h"
 #include "tilus/passes/choose_shared_layouts.h"
+#include "tilus/passes/infer_layouts.h"
 #include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
 #include "tilus/passes/order_wgmma_waits.h"
@@ -147,7 +148,7 @@ TEST(CopySelection, GlobalToSharedIsTmaOnSm90WhenLegal) {
       "tma_load", kSelect,
       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
         auto sa = k.shared_tensor(dtypes::float16, {32, 64});
-        k.copy(a.region({0, 2}, {32, 64}), sa);  // any coordinates: TMA boxes need no aligned start
+        k.copy(a.region({0, 8}, {32, 64}), sa);  // a box starting 16 bytes into the row
       },
       {.arch = "sm_90a"});
   auto c = copies(s.after);
@@ -167,6 +168,32 @@ TEST(CopySelection, GlobalToSharedIsTmaOnSm90WhenLegal) {
   EXPECT_NE(copies(u.after)[0]->lowering.note.find("tma: not legal: the global base pointer is not known to be "
                                                      "16-byte aligned"),
             std::string::npos);
+}
+
+// The hardware faults on a box whose first element is not 16-byte aligned: a start 2 float16
+// into the row is no TMA box; with use_tma it is a CompileError naming the offset and dtype.
+TEST(CopySelection, MisalignedTmaStartIsNotTma) {
+  Body body = [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 2}, {32, 64}), sa);
+  };
+  auto s = run_to(traced(body, {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+  auto c = copies(s.after);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0]->lowering.op, MachineOp::TmaLoad);
+  EXPECT_NE(c[0]->lowering.note.find("tma: not legal: the box starts at innermost offset 2, not a multiple of 8 "
+                                     "elements of float16 (16 bytes)"),
+            std::string::npos)
+      << c[0]->lowering.note;
+  std::string err = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 2}, {32, 64}), sa, {.annotations = {{"use_tma", "true"}}});
+  }, {.arch = "sm_90a"});
+  EXPECT_NE(err.find("test_copy_passes.cpp:"), std::string::npos) << err;
+  EXPECT_NE(err.find("copy: use_tma asks for a TMA copy, which is not legal: the box starts at innermost offset 2, not "
+                     "a multiple of 8 elements of float16 (16 bytes)"),
+            std::string::npos)
+      << err;
 }
 
 TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {
@@ -972,6 +999,49 @@ TEST(WgmmaPasses, GroupsThatIssueWgmmaComeFirst) {
   EXPECT_EQ(print(order_thread_groups(s.before, Target::cpu())), print(s.before));
   auto overlapping = run_to(traced(groups(true), o), "order_thread_groups", o);
   EXPECT_EQ(print(overlapping.before), print(overlapping.after));
+}
+
+// The steps of a flash-attention kernel: one step written once (its two dots on one line each)
+// and called from two loops, the score and the accumulator annotated with the 4x1 warp split's
+// fragments (as NVIDIA Tilus's resolve_dot_config gives them), the score fed to the second dot
+// from registers. Four dots of 4 and 5 splits are 400 combinations, more than layout inference
+// lists; the dots of one line are tried together first (20 combinations), and each takes the
+// 4x1 split.
+TEST(LayoutPasses, DotsOfOneLineTakeTheirSplitTogether) {
+  auto qk = dot_plans(dtypes::float16, dtypes::float32, 64, 32, 64, 128);
+  auto pv = dot_plans(dtypes::float16, dtypes::float32, 64, 64, 32, 128);
+  auto split = [](const std::vector<DotPlan>& plans, int64_t wm) {
+    for (auto& p : plans)
+      if (p.tiling.warps_m == wm && !p.tiling.warps_major) return p;
+    throw std::runtime_error("no such split");
+  };
+  ASSERT_EQ(qk.size() * pv.size() * qk.size() * pv.size(), 400u);
+  ASSERT_NE(qk[0].tiling.warps_m, 4);  // the annotations need a split other than the default
+  DotPlan qk4 = split(qk, 4), pv4 = split(pv, 4);
+  auto body = [&](K& k, Int32 m, Int32, GlobalTensor& a, GlobalTensor& b) {
+    auto q = k.load_global(a, {.offsets = {0, 0}, .shape = {64, 64}});
+    auto o = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    k.annotate_layout(o, pv4.c);
+    auto step = [&](const Expr& i) {
+      auto kt = k.load_global(a, {.offsets = {i * 32, 0}, .shape = {32, 64}});
+      auto v = k.load_global(a, {.offsets = {i * 32, 0}, .shape = {32, 64}});
+      auto score = k.dot(q, kt.transpose());
+      k.annotate_layout(score, qk4.c);
+      k.dot(score.to(dtypes::float16), v, o, {.out = o});
+    };
+    for (Expr i : k.range(m)) step(i);
+    for (Expr i : k.range(m, m + 2)) step(i);
+    k.store_global(b, o, {.offsets = {0, 0}});
+  };
+  auto s = golden_case("dots_of_one_line", "infer_layouts", body);
+  struct Splits : StmtVisitor {
+    std::vector<std::string> out;
+    void visit_inst(const InstNode& i) override {
+      if (i.kind() == InstKind::Dot) out.push_back(static_cast<const DotInst&>(i).b->layout.str());
+    }
+  } after;
+  after.visit(s.after.kernels[0].body);
+  EXPECT_EQ(after.out, (std::vector<std::string>{qk4.b.str(), pv4.b.str(), qk4.b.str(), pv4.b.str()}));
 }
 
 // A loop with a run-time trip count that issues wgmma gets unroll=1; a Script's own unroll, a

@@ -11,6 +11,9 @@ struct Target {
   int sm = 90;                   // compute capability as major*10 + minor
   // Shared memory one block may use (opt-in maximum), in bytes.
   int64_t shared_memory_per_block = 227 * 1024;
+  // Streaming multiprocessors: the blocks of a persistent grid (pipeline_loops). The GPU's own
+  // count when it compiles for the GPU present, else the usual part's (H100 SXM: 132).
+  int64_t multiprocessors = 132;
 
   // Parses "sm_80", "sm_90a", ... (CompileError for anything else).
   static Target from_arch(const std::string& arch);
