@@ -104,6 +104,7 @@ class _Signature:
             self.params[-1].keyword_only = p.kind == p.KEYWORD_ONLY
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
+        self.reader = None  # a FastPath that reads the torch tensors of a call (arguments())
 
 
 def signature(cls):
@@ -122,15 +123,16 @@ def _argument_error(kernel, p, why):
 
 def _pointer(obj, p, kernel):
     """The KernelArg of an array argument (address, element dtype, bytes, device, and what the
-    core's argument contract checks: read-only, byte order, shape and byte strides) and who owns
-    the stream it is used on ("torch" or None)."""
+    core's argument contract checks: read-only, byte order, shape and byte strides) and, for
+    torch's CUDA memory, its device (whose current torch stream the launch uses), else None."""
     if isinstance(obj, _HostTensor):  # tilus.empty(...), tilus.from_torch(...): any tilus dtype, bit-packed
         pointee = p.dtype.pointee
         if pointee.name != "void" and pointee != obj.dtype:
             raise _argument_error(kernel, p, f"points to {obj.dtype!r} data (a tilus.Tensor), the kernel reads "
                                              f"{pointee!r}")
+        storage = obj.storage
         return _C.KernelArg.pointer(obj.data_ptr(), obj.dtype, obj.nbytes, obj.device), (
-            "torch" if hasattr(obj.storage, "data_ptr") else None)
+            storage.get_device() if hasattr(storage, "data_ptr") and storage.is_cuda else None)
     if type(obj) is int:  # a raw address (NVIDIA Tilus's examples pass tensor.data_ptr())
         if obj <= 0 or obj >= 1 << 64:
             raise _argument_error(kernel, p, f"a raw address must be a positive 64-bit integer, got {obj}")
@@ -138,10 +140,11 @@ def _pointer(obj, p, kernel):
         return _C.KernelArg.pointer(obj, p.dtype.pointee, -1, "cuda"), None
     mod = type(obj).__module__
     if mod.startswith("torch"):
-        device = "cuda" if obj.is_cuda else obj.device.type
+        cuda = obj.is_cuda
         size = obj.element_size()
-        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * size, device,
-                      shape=tuple(obj.shape), byte_strides=[s * size for s in obj.stride()]), "torch"
+        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * size,
+                      "cuda" if cuda else obj.device.type, shape=tuple(obj.shape),
+                      byte_strides=[s * size for s in obj.stride()]), obj.get_device() if cuda else None
     if mod.startswith("numpy"):
         # dtype.str ("<f4") is read in 0.1 us, dtype.name in 7 us (a one-block CPU call's budget)
         dtype = _TYPESTR.get(obj.dtype.str[1:]) or obj.dtype.name
@@ -220,12 +223,15 @@ def _stream_handle(stream, kernel):
     return value
 
 
-def _stream_of(stream, owner):
+def _stream_of(stream, device):
+    """The stream of a launch: stream= when given, else torch's current stream of the CUDA device
+    of the call's first torch tensor (as the fast path reads it), else the default stream."""
     if stream is not None:
         return stream
-    if owner == "torch":
+    if device is not None:
         import torch
-        return torch.cuda.current_stream().cuda_stream
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
     return 0
 
 
@@ -267,7 +273,8 @@ class Call:
     """One call's arguments as the core takes them: `values` (KernelArgs and numbers) of the
     runtime parameters, the compile-time `constants`, the specialization `key` (per parameter:
     True / False for integers and pointers, None for floats, ("c", value) for a constant; the
-    backend last), the `facts` for the traced program, where it runs and on which stream."""
+    backend last), the `facts` for the traced program, where it runs and on which stream
+    (`owner`: the CUDA device of the first torch tensor, whose current stream it runs on)."""
     __slots__ = ("values", "constants", "key", "facts", "backend", "owner", "stream")
 
 
@@ -277,10 +284,16 @@ def arguments(sig, args, stream=None):
     c.values, c.constants, c.owner = [], {}, None
     # Checked for every backend (the CPU backend's launches are synchronous and ignore it).
     c.stream = None if stream is None else _stream_handle(stream, sig.name)
-    for p, a in zip(sig.params, args):
+    reader = sig.reader
+    if reader is None:
+        reader = sig.reader = make_fast(sig)
+    # The torch tensors as the fast path reads them, in C++; everything else (and every error) here.
+    read = reader.read_arrays(args)
+    for p, a, r in zip(sig.params, args, read):
         if p.kind == "ptr":
-            value, owner = _pointer(a, p, sig.name)
-            c.owner = c.owner or owner
+            value, owner = r if r is not None else _pointer(a, p, sig.name)
+            if c.owner is None:
+                c.owner = owner
             c.values.append(value)
         elif p.kind == "scalar":
             c.values.append(_scalar(a, p, sig.name))
@@ -515,27 +528,22 @@ def run(compiled, call):
         compiled.kernel.launch(call.values, _stream_of(call.stream, call.owner))
 
 
-class _Skipped(threading.local):
-    depth = 0
-
-
-_skipped = _Skipped()
-
-
 class skipped_launches:
     """Launches in this thread do nothing while it is entered (tilus.torch's default fake
-    functions run so, on FakeTensors)."""
+    functions run so, on FakeTensors). The depth is the C++ core's (tilus._C.skip_launches), which
+    Script.__call__ reads before anything else."""
 
     def __enter__(self):
-        _skipped.depth += 1
+        _C.skip_launches(1)
 
     def __exit__(self, *exc):
-        _skipped.depth -= 1
+        _C.skip_launches(-1)
         return False
 
 
 def launch(script, args, kw):
-    if _skipped.depth:
+    """A call the fast path did not launch (Script.__call__, tilus._C.script_launch_call)."""
+    if _C.skip_launches(0):
         return None
     tuner = script.__dict__.get("_tilus_tuner")
     if tuner is not None:
