@@ -13,17 +13,21 @@ from . import _C
 from . import layouts as _layouts
 from .artifacts import Artifacts
 from .classes import _traced
+from .instructions import clc as _clc
 from .instructions import defined as _defined
+from .instructions import tcgen05 as _tcgen05
 from .launch import launch as _launch
 from ._C import CompileError, DataType, Expr
-from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _binary, _builder,
+from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, TMemoryTensor, Unusable, _binary,
+                      _builder,
                       _declare_kernel_variable, _describe, _dtype, _fail, _here, _is_scalar, _located, _raised_at,
                       _set_attribute, _tracing, _where)
 
 
 # --- argument helpers of the Script methods ------------------------------------------------------
 
-_KINDS = {RegisterTensor: "a register tensor", SharedTensor: "a shared tensor", GlobalTensor: "a global tensor"}
+_KINDS = {RegisterTensor: "a register tensor", SharedTensor: "a shared tensor", GlobalTensor: "a global tensor",
+          TMemoryTensor: "a tensor-memory tensor (tcgen05.alloc)"}
 
 
 def _tensor(x, what, loc, cls=RegisterTensor):
@@ -885,6 +889,18 @@ class Script(Artifacts):
         """Warp-group MMA (NVIDIA Tilus's ``self.wgmma``, sm_90a): fence, mma, commit_group, wait_group."""
         return _WGMMA
 
+    @property
+    def tcgen05(self) -> "_tcgen05.Tcgen05Group":
+        """Tensor memory and Blackwell's tensor cores (NVIDIA Tilus's ``self.tcgen05``, sm_100a): alloc,
+        dealloc, relinquish_alloc_permit, slice, view, load, store, wait_load, wait_store, copy, commit,
+        mma."""
+        return _tcgen05._TCGEN05
+
+    @property
+    def clc(self) -> "_clc.ClcGroup":
+        """Cluster launch control (NVIDIA Tilus's ``self.clc``, sm_100): try_cancel, query_response."""
+        return _clc._CLC
+
     def warpgroup_arrive(self) -> None:
         """``wgmma.fence`` (seed 004; ``self.wgmma.fence()``)."""
         self.wgmma.fence()
@@ -1709,18 +1725,23 @@ class TmaGroup:
         block of the mask receives the tile at ``dst``'s offset in its shared memory, and its barrier
         at ``mbarrier``'s offset completes the bytes. ``cache_policy``: a raw 64-bit L2 cache policy
         (an integer, such as CUTLASS's ``0x12F0000000000000`` for evict-first, or a uint64 kernel
-        parameter), issued with the ``.L2::cache_hint`` form of the load. ``cta_group`` 1 only."""
+        parameter), issued with the ``.L2::cache_hint`` form of the load. ``cta_group=2`` (Blackwell,
+        sm_100a): the load of one block of a pair, whose bytes may complete on the pair's barrier in the
+        other block: ``mbarrier`` may then be ``cluster.map_shared_addr(bar, rank)``."""
         loc = _here()
-        if cta_group != 1:
-            raise CompileError(f"{_where(loc)}tma.global_to_shared: cta_group={cta_group!r}: only cta_group=1 is "
-                               f"supported (cta_group=2 is Blackwell's)")
-        mask = None if multicast_mask is None else _scalar(multicast_mask, "tma.global_to_shared: multicast_mask", loc)
-        _builder().tma_copy_tile(_tensor(src, "tma.global_to_shared: src", loc, GlobalTensor),
-                                 _tensor(dst, "tma.global_to_shared: dst", loc, SharedTensor),
-                                 _exprs(offsets, "tma.global_to_shared: offsets", loc),
-                                 _ints(dims, "tma.global_to_shared: dims", loc),
-                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc, mask,
-                                 _cache_policy(cache_policy, "tma.global_to_shared", loc))
+        w = "tma.global_to_shared"
+        group = _int(cta_group, f"{w}: cta_group", loc)
+        mask = None if multicast_mask is None else _scalar(multicast_mask, f"{w}: multicast_mask", loc)
+        rank = None
+        if isinstance(mbarrier, MappedBarrier):
+            if group != 2:
+                raise CompileError(f"{_where(loc)}{w}: the mbarrier is another block's (cluster.map_shared_addr): a TMA "
+                                   f"load completes on a peer's barrier only with cta_group=2, got cta_group={group}")
+            mbarrier, rank = mbarrier.barrier, mbarrier.rank
+        _builder().tma_copy_tile(_tensor(src, f"{w}: src", loc, GlobalTensor), _tensor(dst, f"{w}: dst", loc, SharedTensor),
+                                 _exprs(offsets, f"{w}: offsets", loc), _ints(dims, f"{w}: dims", loc),
+                                 _barrier(mbarrier, f"{w}: mbarrier", loc), True, loc, mask,
+                                 _cache_policy(cache_policy, w, loc), group, rank)
 
     def shared_to_global(self, src: SharedTensor, dst: GlobalTensor, offsets: Sequence[_Int], dims: _Dims = None,
                          cache_policy: Any = None) -> None:
@@ -2080,9 +2101,11 @@ class _DefinedArgs:
     def tensor(x, operand, what, loc):
         if operand["scopes"] == "shared" and operand["dtype"] == "uint64" and operand["numel"] == 1:
             return _barrier(x, what, loc)
-        cls = {"shared": SharedTensor, "global": GlobalTensor}.get(operand["scopes"], RegisterTensor)
+        cls = {"shared": SharedTensor, "global": GlobalTensor, "tmem": TMemoryTensor}.get(operand["scopes"],
+                                                                                           RegisterTensor)
         return _tensor(x, what, loc, cls)
 
 
 _defined.install(Script, {"mbarrier": MbarrierGroup, "tma": TmaGroup, "fence": FenceGroup, "wgmma": WgmmaGroup,
-                          "atomic": AtomicGroup, "cluster": _Cluster}, _instruction, _DefinedArgs)
+                          "atomic": AtomicGroup, "cluster": _Cluster, "tcgen05": _tcgen05.Tcgen05Group,
+                          "clc": _clc.ClcGroup}, _instruction, _DefinedArgs)

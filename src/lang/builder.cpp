@@ -448,6 +448,20 @@ void Builder::name(const Tensor& t, const std::string& name) {
 void Builder::emit(std::shared_ptr<InstNode> inst) {
   last_loc_ = inst->loc;
   verify_inst(*inst);
+  // Which threads may issue it (its definition's rule), against the current thread group.
+  GroupRule rule = inst->def().threads;
+  if (rule != GroupRule::Any) {
+    int64_t threads = group_threads(inst->name(), inst->loc), begin = group_begin();
+    bool ok = begin % 32 == 0 && (rule == GroupRule::OneWarp ? threads == 32 : threads >= 32 && threads % 32 == 0);
+    if (!ok)
+      throw CompileError(fmt::format("{}: must be issued by {} (a thread group of {} starting on a warp), but the "
+                                     "current thread group is threads [{}, {}) of the block; use {}",
+                                     inst->display_name(), rule == GroupRule::OneWarp ? "one warp" : "whole warps",
+                                     rule == GroupRule::OneWarp ? "32 threads" : "a multiple of 32 threads", begin,
+                                     begin + threads,
+                                     rule == GroupRule::OneWarp ? "self.single_warp()" : "whole warps (warp_group)"),
+                         inst->loc);
+  }
   emit_stmt(make_inst_stmt(std::move(inst)));
 }
 
@@ -1035,8 +1049,15 @@ void Builder::mbarrier_wait(const Tensor& barrier, const Tensor& phase, const st
 
 void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets,
                             std::vector<int> dims, const Tensor& barrier, bool load, SourceLoc loc,
-                            Expr multicast_mask, Expr cache_policy) {
+                            Expr multicast_mask, Expr cache_policy, int64_t cta_group, Expr barrier_rank) {
   const char* name = load ? "tma.global_to_shared" : "tma.shared_to_global";
+  if (cta_group != 1 && cta_group != 2)
+    throw CompileError(fmt::format("{}: cta_group must be 1 or 2, got {}", name, cta_group), loc);
+  if (barrier_rank.defined() && cta_group != 2)
+    throw CompileError(fmt::format("{}: the mbarrier is another block's (cluster.map_shared_addr): a TMA load completes "
+                                   "on a peer's barrier only with cta_group=2 (the pair's barrier)",
+                                   name),
+                       loc);
   if (!global.defined() || !global.is_global() || !shared.defined() || !shared.is_shared())
     throw CompileError(fmt::format("{}: expected a global and a shared tensor, got {} and {}", name, type_of(global),
                                    type_of(shared)),
@@ -1081,6 +1102,11 @@ void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vec
   i->use_tma = true;
   i->barrier = barrier;
   i->multicast_mask = std::move(multicast_mask);
+  i->cta_group = cta_group;
+  if (barrier_rank.defined()) {
+    check_index(barrier_rank, "the barrier's block (target_rank)", loc, name);
+    i->barrier_rank = simplify(barrier_rank);
+  }
   // Integers of any width name the policy's 64 bits (a Python int past 2^63 arrives negative).
   i->cache_policy = cache_policy.defined() && cache_policy.dtype().is_integer() ? simplify(tilus::cast(cache_policy, dtypes::uint64))
                                                                                : cache_policy;
@@ -1520,6 +1546,90 @@ int64_t Builder::group_threads(const char* what, const SourceLoc& loc) const {
   if (!warps_set_)
     throw CompileError(fmt::format("{}: the block's threads are not known yet: set attrs.warps before it", what), loc);
   return kernel_.num_threads();
+}
+
+int64_t Builder::group_begin() const {
+  int64_t begin = 0;
+  for (auto& sc : scopes_)
+    if (sc.kind == Scope::ThreadGroup) begin += sc.thread_begin;
+  return begin;
+}
+
+// --- Blackwell -------------------------------------------------------------------------------------
+
+Tensor Builder::tcgen05_alloc(DataType dtype, std::vector<int64_t> shape, int64_t cta_group, SourceLoc loc) {
+  check_static_shape(shape, "tcgen05.alloc", loc);
+  auto i = make_inst<Tcgen05AllocInst>(loc);
+  i->out = Tensor::tmem("t", dtype, std::move(shape));
+  i->cta_group = cta_group;
+  return emit_with_output(i);
+}
+
+Tensor Builder::tcgen05_slice(const Tensor& t, std::vector<Expr> offsets, std::vector<int> dims,
+                              std::vector<int64_t> shape, SourceLoc loc) {
+  check_static_shape(shape, "tcgen05.slice", loc);
+  for (auto& o : offsets) {
+    check_index(o, "offsets", loc, "tcgen05.slice");
+    o = simplify(o);
+  }
+  auto i = make_inst<Tcgen05SliceInst>(loc);
+  i->src = t;
+  i->offsets = std::move(offsets);
+  i->dims = std::move(dims);
+  i->out = Tensor::tmem(t.defined() ? t->name : "t", t.defined() ? t.dtype() : dtypes::void_t, std::move(shape));
+  return emit_with_output(i);
+}
+
+Tensor Builder::tcgen05_index(const Tensor& t, std::vector<std::optional<Expr>> indices, SourceLoc loc) {
+  if (!t.defined() || !t.is_tmem())
+    throw CompileError(fmt::format("indexing: a tensor-memory tensor is indexed here, got {}", type_of(t)), loc);
+  std::vector<int64_t> full = static_dims(t);
+  if (indices.size() > full.size())
+    throw CompileError(fmt::format("indexing: {} indices for {}", indices.size(), type_of(t)), loc);
+  if (!indices.empty() && indices[0])
+    throw CompileError(fmt::format("indexing {}: the lane dim (0) is kept whole (t[:, i, ...]); slice lanes with "
+                                   "tcgen05.slice",
+                                   type_of(t)),
+                       loc);
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < full.size(); ++d) {
+    bool fixed = d < indices.size() && indices[d].has_value();
+    offsets.push_back(fixed ? *indices[d] : int_const(0));
+    if (!fixed) {
+      dims.push_back(int(d));
+      shape.push_back(full[d]);
+    }
+  }
+  return tcgen05_slice(t, std::move(offsets), std::move(dims), std::move(shape), loc);
+}
+
+Tensor Builder::tcgen05_view(const Tensor& t, DataType dtype, std::vector<int64_t> shape, SourceLoc loc) {
+  check_static_shape(shape, "tcgen05.view", loc);
+  auto i = make_inst<Tcgen05ViewInst>(loc);
+  i->src = t;
+  i->out = Tensor::tmem(t.defined() ? t->name : "t", dtype, std::move(shape));
+  return emit_with_output(i);
+}
+
+Tensor Builder::tcgen05_load(const Tensor& t, SourceLoc loc) {
+  auto i = make_inst<Tcgen05LoadInst>(loc);
+  i->src = t;
+  i->out = Tensor::reg("r", t.defined() ? t.dtype() : dtypes::void_t, t.defined() && t.is_tmem() ? static_dims(t)
+                                                                                                : std::vector<int64_t>{});
+  return emit_with_output(i);
+}
+
+std::array<Var, 4> Builder::clc_query_response(const Tensor& response, SourceLoc loc) {
+  auto i = make_inst<ClcQueryInst>(loc);
+  i->response = response;
+  i->is_canceled = Var("is_canceled", dtypes::boolean, VarRole::Local);
+  i->x = Var("clc_x", dtypes::int32, VarRole::Local);
+  i->y = Var("clc_y", dtypes::int32, VarRole::Local);
+  i->z = Var("clc_z", dtypes::int32, VarRole::Local);
+  emit(i);
+  return {i->is_canceled, i->x, i->y, i->z};
 }
 
 void Builder::sync_threads(std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, SourceLoc loc) {

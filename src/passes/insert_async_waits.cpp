@@ -132,6 +132,14 @@ class WaitInserter {
       case Completion::WgmmaGroup:
         return "wgmma.mma reads its operands (shared, or a in registers) and writes its accumulator after it "
                "is issued: add wgmma.commit_group() and a wgmma.wait_group(n) that covers it before it";
+      case Completion::Tcgen05:
+        return fmt::format("{} reads its shared operands after it is issued: add tcgen05.commit(mbarrier=...) and a "
+                           "wait on that mbarrier before it",
+                           c.inst->display_name());
+      case Completion::Tcgen05Load:
+        return "tcgen05.load writes its registers after it is issued: add tcgen05.wait_load() before it";
+      case Completion::Tcgen05Store:
+        return "tcgen05.store reads its registers after it is issued: add tcgen05.wait_store() before it";
       default:
         return "async_copy leaves the wait to the kernel: add copy_async_wait_group(n) or copy_async_wait_all() "
                "before it";
@@ -193,6 +201,20 @@ class WaitInserter {
         for (auto& a : mine)
           for (auto& c : state)
             if (hazard(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
+        if (oldest_needed && (oldest_needed->completion == Completion::Tcgen05Load ||
+                              oldest_needed->completion == Completion::Tcgen05Store)) {
+          // The thread's tcgen05.ld / st registers: its wait (every one of them at once).
+          Completion kind = oldest_needed->completion;
+          bool ld = kind == Completion::Tcgen05Load;
+          before.push_back(inst_stmt(make_defined(ld ? "tcgen05.wait_load" : "tcgen05.wait_store", {}, {}, {}, inst.loc),
+                                     inst.loc));
+          ++inserted_;
+          wait(state, -1, kind);
+          oldest_needed = nullptr;
+          for (auto& a : mine)
+            for (auto& c : state)
+              if (hazard(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
+        }
         if (oldest_needed) {
           if (strict_)
             throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be writing; add "
@@ -350,6 +372,12 @@ class WaitInserter {
       if (inst.lowering.op == MachineOp::Wgmma) {
         a.async = true, a.awaited = false, a.explicit_wait = true;
         a.completion = Completion::WgmmaGroup;
+      }
+      // tcgen05.ld writes its registers, tcgen05.st reads its, until the thread's wait (which this
+      // pass adds where the kernel left it out, as it does cp.async's).
+      if (inst.lowering.op == MachineOp::Tcgen05Ld || inst.lowering.op == MachineOp::Tcgen05St) {
+        a.async = true, a.awaited = false;
+        a.completion = inst.lowering.completion;
       }
       out.push_back(a);
     }

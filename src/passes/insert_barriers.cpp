@@ -92,11 +92,21 @@ class BarrierInserter {
   // unfenced write one of `later`'s async-proxy reads meets, if any.
   const Access* unfenced_write(const std::vector<Access>& later) const {
     for (auto& a : later) {
-      if (a.inst->lowering.op != MachineOp::TmaStore && a.inst->lowering.op != MachineOp::Wgmma) continue;
+      if (!reads_through_async_proxy(a.inst->lowering.op)) continue;
       for (auto& w : unfenced_)
         if (may_overlap(w, a)) return &w;
     }
     return nullptr;
+  }
+
+  bool unfenced_tcgen05_read(const std::vector<Access>& later) const {
+    for (auto& a : later) {
+      MachineOp op = a.inst->lowering.op;
+      if (op != MachineOp::Tcgen05Mma && op != MachineOp::Tcgen05Cp) continue;
+      for (auto& w : unfenced_)
+        if (may_overlap(w, a)) return true;
+    }
+    return false;
   }
 
   // A fence covers the writes that have landed: a copy this path still has in flight (pending
@@ -276,6 +286,12 @@ class BarrierInserter {
           // The writers fence before the barrier that hands their writes to the group (for
           // example the thread that then issues a TMA store of them).
           if (unfenced_write(inside)) fence(n.loc, before, pending);
+          barrier(n.loc);
+        } else if (may_insert && unfenced_tcgen05_read(inside)) {
+          // A tcgen05.mma / cp in the group reads what the block wrote through the generic proxy
+          // (cp.async, stores) and a barrier already ordered: the writers' fence must come before
+          // a barrier too, which a fence inside the group would not have.
+          fence(n.loc, before, pending);
           barrier(n.loc);
         }
         // What is still in flight may be waited for inside the group: its threads then see it

@@ -197,6 +197,12 @@ class OffsetWriter : public StmtMutator {
   Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
     auto it = offsets.find(inst.get());
     if (it == offsets.end()) return s;
+    if (auto t = inst_as<Tcgen05AllocInst>(inst)) {
+      if (t->slot_offset == it->second) return s;
+      auto copy = std::make_shared<Tcgen05AllocInst>(*t);
+      copy->slot_offset = it->second;
+      return make_inst_stmt(copy);
+    }
     auto a = inst_as<AllocateSharedInst>(inst);
     if (a->offset == it->second) return s;
     auto copy = std::make_shared<AllocateSharedInst>(*a);
@@ -226,6 +232,32 @@ Program plan_shared_memory(const Program& program, const Target& target) {
     }
     OffsetWriter writer;
     for (auto& a : allocs) writer.offsets[a.inst] = a.offset;
+    // The slots where tcgen05.alloc writes the tensor-memory addresses, after those, live
+    // throughout (16 bytes each); and the tensor memory they take, against the target's.
+    struct Tmem : StmtVisitor {
+      std::vector<const Tcgen05AllocInst*> allocs;
+      void visit_inst(const InstNode& i) override {
+        if (auto* t = dynamic_cast<const Tcgen05AllocInst*>(&i)) allocs.push_back(t);
+      }
+    } tmem;
+    tmem.visit(k.body);
+    int64_t columns = 0;
+    for (const Tcgen05AllocInst* t : tmem.allocs) {
+      int64_t slot = align_up(total, 16);
+      total = slot + 16;
+      writer.offsets[t] = slot;
+      columns += t->columns();
+      if (target.tensor_memory_columns > 0 && columns > target.tensor_memory_columns)
+        throw CompileError(fmt::format("tcgen05.alloc: kernel {} allocates {} columns of tensor memory with this "
+                                       "allocation ({}), more than the {} of a block on {}",
+                                       k.name, columns, t->out.type_str(), target.tensor_memory_columns, target.arch),
+                           t->loc);
+    }
+    if (!tmem.allocs.empty() && total > target.shared_memory_per_block)
+      throw CompileError(fmt::format("tcgen05.alloc: kernel {} needs {} bytes of shared memory with the slots of its "
+                                     "tensor-memory addresses, more than the limit of {} bytes of one block on {}",
+                                     k.name, total, target.shared_memory_per_block, target.arch),
+                         tmem.allocs[0]->loc);
     Kernel r = writer.mutate(k);
     r.shared_memory_bytes = total;
     r.copy_barrier_offset = barrier_offset;

@@ -44,6 +44,9 @@ const Tensor& barrier_operand(const InstNode& inst) {
   static const Tensor none;
   if (auto* copy = dynamic_cast<const CopyInst*>(&inst)) return copy->barrier;
   if (auto* im2col = dynamic_cast<const Im2colInst*>(&inst)) return im2col->barrier;
+  // A definition-driven write that completes on an mbarrier (clc.try_cancel's response).
+  if (auto* d = dynamic_cast<const DefinedInst*>(&inst); d && d->definition->traits.completion == Completion::MbarrierTx)
+    return d->tensor("mbarrier");
   return none;
 }
 
@@ -97,7 +100,8 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
     }
     // Asynchronous writes, and the shared sources that a TMA store or a wgmma reads after it
     // is issued.
-    bool async_read = low.completion == Completion::TmaStoreGroup || low.completion == Completion::WgmmaGroup;
+    bool async_read = low.completion == Completion::TmaStoreGroup || low.completion == Completion::WgmmaGroup ||
+                      low.completion == Completion::Tcgen05;
     bool async = low.is_async() && (a.write || async_read) && t.get() != barrier_operand(inst).get();
     if (async) {
       a.async = true, a.awaited = false;
@@ -106,7 +110,8 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       if (low.commits_group) a.commits = 1;
       auto* copy = dynamic_cast<const CopyInst*>(&inst);
       const Tensor& bar = barrier_operand(inst);
-      a.explicit_wait = (copy && copy->user_waits()) || bar.defined() || low.op == MachineOp::Wgmma;
+      a.explicit_wait = (copy && copy->user_waits()) || bar.defined() || low.op == MachineOp::Wgmma ||
+                        low.completion == Completion::Tcgen05;
       a.barrier = load_barrier_root(inst);
     }
     out.push_back(a);
