@@ -293,23 +293,32 @@ class _Cluster:
         its own barriers. Raw addresses (uint32 register tensors) are a CompileError."""
         loc = _here()
         if isinstance(addr, MappedBarrier):
-            addr = addr.barrier
+            addr = addr.source
+        source = addr
         if isinstance(addr, (RegisterTensor, Expr)) or not isinstance(addr, (SharedTensor, Region)):
             raise CompileError(f"{_where(loc)}cluster.map_shared_addr: addr must be a barrier (bars[i] of "
                                f"mbarrier.alloc), got {_describe(addr)}; tilus keeps barriers as shared tensors, so "
                                f"raw uint32 shared addresses cannot be mapped")
         return MappedBarrier(_barrier(addr, "cluster.map_shared_addr: addr", loc),
-                             _scalar(target_rank, "cluster.map_shared_addr: target_rank", loc))
+                             _scalar(target_rank, "cluster.map_shared_addr: target_rank", loc), source=source)
 
 
 class MappedBarrier:
     """A barrier of another block of the cluster (``self.cluster.map_shared_addr(bars[i], rank)``):
     ``barrier`` (this block's barrier at the same offset) and ``rank``. mbarrier.arrive and
     arrive_and_expect_tx arrive on it."""
-    __slots__ = ("barrier", "rank")
+    __slots__ = ("_barrier", "rank", "source", "rank_var")
 
-    def __init__(self, barrier, rank):
-        self.barrier, self.rank = barrier, rank
+    def __init__(self, barrier, rank, source=None, rank_var=False):
+        # source: what map_shared_addr was given (a rebinding of it to this mapping in a branch
+        # merges: transform._mapped_barrier); rank_var: rank is a kernel variable of such a merge.
+        self._barrier, self.rank, self.source, self.rank_var = barrier, rank, source, rank_var
+
+    @property
+    def barrier(self):
+        """This block's barrier at the same offset (the core's shared tensor), made where it is used
+        when the mapping outlives the scope that made it."""
+        return self._barrier if self._barrier is not None else _barrier(self.source, "barrier", _here())
 
     def __repr__(self):
         return f"MappedBarrier(rank={self.rank})"
@@ -1737,10 +1746,11 @@ class TmaGroup:
             if group != 2:
                 raise CompileError(f"{_where(loc)}{w}: the mbarrier is another block's (cluster.map_shared_addr): a TMA "
                                    f"load completes on a peer's barrier only with cta_group=2, got cta_group={group}")
-            mbarrier, rank = mbarrier.barrier, mbarrier.rank
+            bar, rank = mbarrier.barrier, mbarrier.rank
+        else:
+            bar = _barrier(mbarrier, f"{w}: mbarrier", loc)
         _builder().tma_copy_tile(_tensor(src, f"{w}: src", loc, GlobalTensor), _tensor(dst, f"{w}: dst", loc, SharedTensor),
-                                 _exprs(offsets, f"{w}: offsets", loc), _ints(dims, f"{w}: dims", loc),
-                                 _barrier(mbarrier, f"{w}: mbarrier", loc), True, loc, mask,
+                                 _exprs(offsets, f"{w}: offsets", loc), _ints(dims, f"{w}: dims", loc), bar, True, loc, mask,
                                  _cache_policy(cache_policy, w, loc), group, rank)
 
     def shared_to_global(self, src: SharedTensor, dst: GlobalTensor, offsets: Sequence[_Int], dims: _Dims = None,

@@ -243,6 +243,12 @@ class WaitInserter {
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
         Expr runs = simplify(n.begin < n.end);
+        if (at_most_one_trip(n)) {  // no iteration meets another: the body once
+          InFlight after = state;
+          Stmt body = process(n.body, after);
+          state = runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value ? after : merge(state, after);
+          return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+        }
         Stmt body = loop(
             n.body, state, [&](const SharedAccess& a) { return previous_iteration(a, &n.var, n.step); },
             runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step);
@@ -250,6 +256,7 @@ class WaitInserter {
       }
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);
+        forget_assigned(n.body);
         Stmt body =
             loop(n.body, state, [](const SharedAccess& a) { return previous_iteration(a, nullptr, Expr()); }, false);
         return std::make_shared<WhileStmtNode>(n.cond, body, n.loc);
@@ -258,8 +265,16 @@ class WaitInserter {
         // Waits are per thread, so they may go inside any branch.
         auto& n = static_cast<const IfStmtNode&>(*s);
         InFlight then_s = state, else_s = state;
+        auto vals = vals_;
         Stmt t = process(n.then_body, then_s);
+        std::swap(vals, vals_);
         Stmt e = n.else_body ? process(n.else_body, else_s) : n.else_body;
+        // A variable keeps a known value after the if where both branches leave it the same.
+        for (auto it = vals_.begin(); it != vals_.end();) {
+          auto other = vals.find(it->first);
+          if (other == vals.end() || !structural_equal(other->second, it->second)) it = vals_.erase(it);
+          else ++it;
+        }
         state = merge(then_s, else_s);
         return std::make_shared<IfStmtNode>(n.cond, t, e, n.loc);
       }
@@ -269,10 +284,27 @@ class WaitInserter {
         lets_[n.var.get()] = n.value;
         return s;
       }
+      // A mutable variable with a value known here (a ring's stage in the first iterations of its
+      // loop: `stage = (stage + 1) % stages`): offsets that name it see through it.
+      case StmtKind::Declare: {
+        auto& n = static_cast<const DeclareStmtNode&>(*s);
+        track(n.var, n.init);
+        return s;
+      }
+      case StmtKind::Assign: {
+        auto& n = static_cast<const AssignStmtNode&>(*s);
+        track(n.var, n.value);
+        return s;
+      }
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
         group_waits_.push_back(waited_barriers(n.body));
+        // The group's threads have their own copies of the variables: they start from the values
+        // before the group, and what they assign is theirs (unknown to the rest after it).
+        auto vals = vals_;
         Stmt body = process(n.body, state);
+        vals_ = std::move(vals);
+        forget_assigned(n.body);
         group_waits_.pop_back();
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
@@ -336,6 +368,7 @@ class WaitInserter {
                                  }),
                   entry.end());
     }
+    forget_assigned(body0);  // the general iteration: what the body assigns is unknown
     auto run = [&](InFlight s) {
       body = process(body, s);
       return s;
@@ -348,12 +381,31 @@ class WaitInserter {
   // Loop variables fixed while the first iterations are analysed, and the lets seen so far.
   std::vector<std::pair<Var, Expr>> fixed_;
   std::unordered_map<const ExprNode*, Expr> lets_;
+  // Mutable variables whose value is a known constant where the analysis is.
+  std::unordered_map<const ExprNode*, Expr> vals_;
+
+  void track(const Var& v, const Expr& value) {
+    Expr x = value.defined() ? simplify(fix(value)) : Expr();
+    if (x.defined() && x.is_int_const()) vals_[v.get()] = x;
+    else vals_.erase(v.get());
+  }
+  // Forgets the values of the variables a statement assigns.
+  void forget_assigned(const Stmt& s) {
+    struct Collect : StmtVisitor {
+      std::unordered_map<const ExprNode*, Expr>* vals;
+      void visit_assign(const AssignStmtNode& n) override { vals->erase(n.var.get()); }
+      void visit_declare(const DeclareStmtNode& n) override { vals->erase(n.var.get()); }
+    } c;
+    c.vals = &vals_;
+    c.visit(s);
+  }
 
   // `e` with the fixed loop variables' values, through the lets that use them.
   Expr fix(const Expr& e, int depth = 0) const {
     return substitute(e, [&](const Var& v) -> Expr {
       for (auto& [fv, value] : fixed_)
         if (v.same_as(fv)) return value;
+      if (auto it = vals_.find(v.get()); it != vals_.end()) return it->second;
       if (auto it = lets_.find(v.get()); it != lets_.end() && depth < 8) return fix(it->second, depth + 1);
       return Expr();
     });
@@ -381,7 +433,7 @@ class WaitInserter {
       }
       out.push_back(a);
     }
-    if (fixed_.empty() && lets_.empty()) return out;
+    if (fixed_.empty() && lets_.empty() && vals_.empty()) return out;
     for (auto& a : out)
       for (auto& e : a.lo)
         e = simplify(fix(e));

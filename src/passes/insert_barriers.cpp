@@ -233,6 +233,14 @@ class BarrierInserter {
         return bind(s, static_cast<const AssignStmtNode&>(*s).var, static_cast<const AssignStmtNode&>(*s).value);
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
+        if (at_most_one_trip(n)) {  // no iteration meets another: the body once
+          Pending before_loop_pending = pending;
+          Stmt body = process(n.body, pending, may_insert && !threads_.per_thread_loop(n));
+          for (auto& a : before_loop_pending)
+            if (std::none_of(pending.begin(), pending.end(), [&](const Access& p) { return p.inst == a.inst; }))
+              pending.push_back(a);
+          return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+        }
         bool per_thread = threads_.per_thread_loop(n);
         before_loop(n.body, pending, may_insert, barrier, before, n.loc);
         return loop(n.body, pending, may_insert && !per_thread,

@@ -64,6 +64,10 @@ class Liveness : public StmtVisitor {
       }
       a.end = std::max(a.end, end);
     }
+    // Shared operands of tcgen05.mma / cp are read after the instruction, until a wait on the
+    // mbarrier of a later tcgen05.commit, which may be anywhere (another thread group's loop, a
+    // flush after the loop): their bytes are not reused.
+    for (int a : async_read_) allocs_[size_t(a)].end = std::max(allocs_[size_t(a)].end, pos_);
     return std::move(allocs_);
   }
 
@@ -73,10 +77,13 @@ class Liveness : public StmtVisitor {
 
   void visit_inst(const InstNode& inst) override {
     int64_t pos = pos_++;
+    bool async_read = inst.lowering.op == MachineOp::Tcgen05Mma || inst.lowering.op == MachineOp::Tcgen05Cp;
     for (auto& [t, access] : inst.operands()) {
       if (!t.defined()) continue;
       auto it = root_.find(t.get());
-      if (it != root_.end()) uses_.push_back(Use{it->second, pos, current_loop_});
+      if (it == root_.end()) continue;
+      uses_.push_back(Use{it->second, pos, current_loop_});
+      if (async_read) async_read_.push_back(it->second);
     }
     if (inst.kind() == InstKind::AllocateShared) {
       auto& a = static_cast<const AllocateSharedInst&>(inst);
@@ -127,6 +134,7 @@ class Liveness : public StmtVisitor {
   std::vector<Use> uses_;
   std::vector<Allocation> allocs_;
   std::unordered_map<const TensorNode*, int> root_;  // tensor or view -> allocation
+  std::vector<int> async_read_;                       // allocations tcgen05 reads asynchronously
 };
 
 // Greedy placement: largest first (stable, so ties keep program order), each at the lowest

@@ -126,6 +126,12 @@ bool may_overlap(const SharedAccess& a, const SharedAccess& b) {
   return true;
 }
 
+bool at_most_one_trip(const ForStmtNode& loop) {
+  Expr b = simplify(loop.begin), e = simplify(loop.end), st = simplify(loop.step);
+  if (!b.is_int_const() || !e.is_int_const() || !st.is_int_const() || st.int_value() <= 0) return false;
+  return e.int_value() - b.int_value() <= st.int_value();
+}
+
 SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Expr& step) {
   SharedAccess s = a;
   for (auto& e : s.lo) {
