@@ -154,9 +154,20 @@ class BarrierInserter {
     switch (s->kind) {
       case StmtKind::Seq: {
         std::vector<Stmt> out;
-        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) {
-          Stmt r = process_child(c, pending, may_insert, out);
+        const auto& stmts = static_cast<const SeqStmtNode&>(*s).stmts;
+        for (size_t i = 0; i < stmts.size();) {
+          // Sibling thread groups that wait on each other run at once: barriers only around them.
+          size_t j = i;
+          while (j < stmts.size() && stmts[j] && stmts[j]->kind == StmtKind::ThreadGroup) ++j;
+          std::vector<Stmt> run(stmts.begin() + long(i), stmts.begin() + long(j));
+          if (waits_on_siblings(run)) {
+            process_run(run, pending, may_insert, out);
+            i = j;
+            continue;
+          }
+          Stmt r = process_child(stmts[i], pending, may_insert, out);
           out.push_back(r);
+          ++i;
         }
         return make_seq(out, s->loc);
       }
@@ -336,6 +347,68 @@ class BarrierInserter {
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
       default: return s;
+    }
+  }
+
+  // A run of sibling thread groups that wait on each other (waits_on_siblings): on the GPU they run
+  // at once, so a barrier between two of them would never be passed. A hazard with what precedes
+  // them gets its barrier before them all; each group is analysed from what was in flight before
+  // them, and they meet each other through their mbarriers, not through barriers; after them,
+  // what any of them accessed is pending for the block.
+  void process_run(const std::vector<Stmt>& run, Pending& pending, bool may_insert, std::vector<Stmt>& out) {
+    std::vector<Access> inside;
+    for (auto& g : run)
+      for (auto& a : all_accesses(static_cast<const ThreadGroupStmtNode&>(*g).body)) inside.push_back(a);
+    const SourceLoc& loc = run.front()->loc;
+    bool fence_too = unfenced_write(inside) || unfenced_tcgen05_read(inside);
+    if (auto hazard = first_conflict(pending, inside)) {
+      if (!may_insert) throw *hazard;
+      if (fence_too) fence(loc, out, pending);
+      out.push_back(sync_stmt(loc));
+      ++inserted_;
+      barrier_clears(pending);
+    } else if (may_insert && unfenced_tcgen05_read(inside)) {
+      fence(loc, out, pending);
+      out.push_back(sync_stmt(loc));
+      ++inserted_;
+      barrier_clears(pending);
+    }
+    Pending base;
+    for (auto& p : pending)
+      if (!settled(p)) base.push_back(p);
+    std::vector<Pending> after;
+    for (auto& g : run) {
+      auto& n = static_cast<const ThreadGroupStmtNode&>(*g);
+      Pending group = base;
+      groups_.push_back(n.num_threads);
+      Stmt body;
+      try {
+        body = process(n.body, group, may_insert);
+      } catch (...) {
+        groups_.pop_back();
+        throw;
+      }
+      groups_.pop_back();
+      after.push_back(std::move(group));
+      out.push_back(std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc));
+    }
+    auto any = [&](const Access& a, bool awaited) {
+      for (auto& group : after)
+        for (auto& g : group)
+          if (g.inst == a.inst && g.async && g.awaited == awaited) return true;
+      return false;
+    };
+    for (auto& p : pending)
+      if (!settled(p)) p.awaited = any(p, true);
+    for (auto& a : inside) {
+      a.mapping.clear();
+      if (a.async) {
+        a.awaited = !any(a, false);
+        for (auto& group : after)
+          for (auto& g : group)
+            if (g.inst == a.inst && g.async) a.commits = std::max(a.commits, g.commits);
+      }
+      pending.push_back(a);
     }
   }
 

@@ -68,10 +68,35 @@ class Liveness : public StmtVisitor {
     // mbarrier of a later tcgen05.commit, which may be anywhere (another thread group's loop, a
     // flush after the loop): their bytes are not reused.
     for (int a : async_read_) allocs_[size_t(a)].end = std::max(allocs_[size_t(a)].end, pos_);
+    // Sibling thread groups run at once on the GPU (a producer warp beside its consumers): what
+    // one of them uses is live across all of them, whatever their order in the text.
+    for (auto [a, r] : concurrent_uses_) {
+      allocs_[size_t(a)].begin = std::min(allocs_[size_t(a)].begin, runs_[size_t(r)].first);
+      allocs_[size_t(a)].end = std::max(allocs_[size_t(a)].end, runs_[size_t(r)].second);
+    }
     return std::move(allocs_);
   }
 
  protected:
+  void visit_seq(const SeqStmtNode& s) override {
+    const auto& stmts = s.stmts;
+    for (size_t i = 0; i < stmts.size();) {
+      size_t j = i;
+      while (j < stmts.size() && stmts[j] && stmts[j]->kind == StmtKind::ThreadGroup) ++j;
+      if (j - i < 2) {
+        if (stmts[i]) visit(stmts[i]);
+        i = std::max(i + 1, j);
+        continue;
+      }
+      int run = int(runs_.size());
+      runs_.push_back({pos_++, 0});
+      if (outer_run_ < 0) outer_run_ = run;
+      for (size_t k = i; k < j; ++k) visit(stmts[k]);
+      runs_[size_t(run)].second = pos_++;
+      if (outer_run_ == run) outer_run_ = -1;
+      i = j;
+    }
+  }
   void visit_for(const ForStmtNode& s) override { loop([&] { StmtVisitor::visit_for(s); }); }
   void visit_while(const WhileStmtNode& s) override { loop([&] { StmtVisitor::visit_while(s); }); }
 
@@ -84,6 +109,7 @@ class Liveness : public StmtVisitor {
       if (it == root_.end()) continue;
       uses_.push_back(Use{it->second, pos, current_loop_});
       if (async_read) async_read_.push_back(it->second);
+      if (outer_run_ >= 0) concurrent_uses_.push_back({it->second, outer_run_});
     }
     if (inst.kind() == InstKind::AllocateShared) {
       auto& a = static_cast<const AllocateSharedInst&>(inst);
@@ -94,6 +120,7 @@ class Liveness : public StmtVisitor {
       r.alignment = alignment_of(a, target_);
       r.begin = r.end = pos;
       root_[a.out.get()] = int(allocs_.size());
+      if (outer_run_ >= 0) concurrent_uses_.push_back({int(allocs_.size()), outer_run_});
       allocs_.push_back(std::move(r));
     } else if (inst.kind() == InstKind::SliceShared || inst.kind() == InstKind::ReshapeShared) {
       // A view lives in its base's bytes: its uses are uses of the base.
@@ -135,6 +162,11 @@ class Liveness : public StmtVisitor {
   std::vector<Allocation> allocs_;
   std::unordered_map<const TensorNode*, int> root_;  // tensor or view -> allocation
   std::vector<int> async_read_;                       // allocations tcgen05 reads asynchronously
+  // Runs of sibling thread groups (their first and last positions), the outermost one being
+  // visited, and the allocations used (or made) inside one.
+  std::vector<std::pair<int64_t, int64_t>> runs_;
+  int outer_run_ = -1;
+  std::vector<std::pair<int, int>> concurrent_uses_;
 };
 
 // Greedy placement: largest first (stable, so ties keep program order), each at the lowest

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,16 +15,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "tilus/ir/facts.h"
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/log.h"
 #include "tilus/passes/pipeline.h"
 #include "tilus/runtime/jit.h"
 
 #ifdef TILUS_HAVE_LLVM
+#include "fibers.h"
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -207,6 +211,42 @@ struct RunState {
   // spins for a while, none of them can be released.
   std::atomic<int> running{0}, spinning{0};
   int workers = 0;
+  // The clusters (blocks of one cluster run together on one host thread), in launch order: the
+  // next one to start (cluster launch control cancels it by taking it), their count, the grid and
+  // the cluster's shape.
+  std::atomic<int64_t> next_cluster{0};
+  int64_t clusters = 0;
+  std::array<uint32_t, 3> grid{1, 1, 1};
+  std::array<int64_t, 3> cluster{1, 1, 1};
+  // Set on a failure or an interrupt: the generated code returns at its next loop back-edge.
+  std::atomic<int32_t> stop{0};
+
+  // The first block index of cluster c (clusters x fastest).
+  std::array<int32_t, 3> cluster_origin(int64_t c) const {
+    int64_t nx = grid[0] / cluster[0], ny = grid[1] / cluster[1];
+    return {int32_t(c % nx * cluster[0]), int32_t(c / nx % ny * cluster[1]), int32_t(c / (nx * ny) * cluster[2])};
+  }
+};
+
+struct ClusterRun;
+
+// The runtime's state of one block (CpuBlockContext::block): its shared memory, its tensor memory
+// and which columns of it are allocated, its rank in its cluster.
+struct BlockState {
+  std::vector<uint8_t> shared_buffer, tmem_buffer;
+  uint8_t* smem = nullptr;
+  uint64_t columns[8] = {};  // 512 bits: the allocated 32-bit columns of tensor memory
+  bool relinquished = false;
+  int rank = 0;
+  ClusterRun* cluster = nullptr;
+  CpuBlockContext ctx{};
+};
+
+// The blocks of the cluster running on a host thread, and its barrier (cluster.sync).
+struct ClusterRun {
+  std::vector<BlockState*> blocks;
+  int arrived = 0;
+  uint64_t generation = 0;
 };
 
 }  // namespace
@@ -230,6 +270,8 @@ struct CpuKernel::Impl {
   BlockFn fn = nullptr;
   bool fast = false;  // compiled for compile time (a large kernel)
   int64_t stack_bytes = 0;  // the block function's stack arrays (register tensors, the frame)
+  bool forks = false;          // thread groups run concurrently (fibers)
+  bool tensor_memory = false;  // it allocates tensor memory (each block gets kCpuTmemBytes)
   std::vector<std::string> gpu_warnings;
 };
 
@@ -292,11 +334,28 @@ struct CpuBarrier {
 };
 
 void mbarrier(CpuBlockContext* ctx, int32_t op, uint64_t* p, int64_t value, int32_t site) {
+  fibers::Scheduler* sched = fibers::Scheduler::current();
+  if (sched && op != kMbarrierWait) sched->progress();  // what a waiting fiber may wait for
   if (op == kMbarrierInit) {
     CpuBarrier{value, value, 0, 0}.store(p);
     return;
   }
   CpuBarrier bar = CpuBarrier::load(p);
+  if (op == kMbarrierWait && sched && bar.parity == value) {
+    // The blocks of a cluster and the thread groups that wait on each other run as fibers: the
+    // wait lets the others run until the phase completes (or none can go on: a deadlock).
+    sched->wait_until([&] { return CpuBarrier::load(p).parity != value; },
+                      [ctx, p, value, site] {
+                        auto* state = static_cast<RunState*>(ctx->runtime);
+                        const CpuAccessSite& s = state->kernel->sites.at(size_t(site));
+                        CpuBarrier b = CpuBarrier::load(p);
+                        return fmt::format("{}{}: block ({}, {}, {}) waits for the phase of parity {} of an mbarrier "
+                                           "({}): {} of its {} arrivals and {} transaction bytes are missing",
+                                           s.loc.valid() ? s.loc.str() + ": " : "", s.inst, ctx->bx, ctx->by, ctx->bz,
+                                           value, s.tensor, b.pending, b.count, b.tx);
+                      });
+    return;
+  }
   switch (op) {
     case kMbarrierArrive:
       bar.pending -= value;
@@ -362,6 +421,179 @@ void semaphore(CpuBlockContext* ctx, int32_t op, int32_t* p, int32_t value, int3
     else std::this_thread::yield();
   }
   state->spinning--;
+}
+
+// --- the blocks of a cluster, tensor memory, cluster launch control (CpuBlockContext::service) ------
+
+template <class F>
+void fail_block(CpuBlockContext* ctx, int32_t site, F message) {
+  if (site >= 0) return fail_at(ctx, site, [&](const std::string& where, const CpuAccessSite& s) {
+    return message(where + s.inst + ": ");
+  });
+  auto* state = static_cast<RunState*>(ctx->runtime);
+  std::lock_guard<std::mutex> lock(state->failure.mutex);
+  if (state->failure.failed.load()) return;
+  state->failure.message = message(std::string());
+  state->failure.failed.store(true);
+}
+
+// Tensor memory columns [first, first + n) of a block: whether all are free, and marking them.
+bool columns_free(const BlockState& b, int64_t first, int64_t n) {
+  for (int64_t c = first; c < first + n; ++c)
+    if (b.columns[c / 64] >> (c % 64) & 1) return false;
+  return true;
+}
+void mark_columns(BlockState& b, int64_t first, int64_t n, bool used) {
+  for (int64_t c = first; c < first + n; ++c) {
+    if (used) b.columns[c / 64] |= uint64_t(1) << (c % 64);
+    else b.columns[c / 64] &= ~(uint64_t(1) << (c % 64));
+  }
+}
+int64_t columns_used(const BlockState& b) {
+  int64_t n = 0;
+  for (uint64_t w : b.columns) n += __builtin_popcountll(w);
+  return n;
+}
+
+int64_t service(CpuBlockContext* ctx, int32_t op, int64_t a, int64_t b, void* p) {
+  auto* blk = static_cast<BlockState*>(ctx->block);
+  auto* state = static_cast<RunState*>(ctx->runtime);
+  fibers::Scheduler* sched = fibers::Scheduler::current();
+  ClusterRun* cl = blk->cluster;
+  auto peer = [&](int64_t rank) -> BlockState* {
+    if (rank >= 0 && rank < int64_t(cl->blocks.size())) return cl->blocks[size_t(rank)];
+    fail_block(ctx, -1, [&](const std::string&) {
+      return fmt::format("block ({}, {}, {}) addresses block {} of its cluster, which has {} blocks", ctx->bx, ctx->by,
+                         ctx->bz, rank, cl->blocks.size());
+    });
+    return blk;
+  };
+  switch (op) {
+    case kServicePeerShared: return int64_t(reinterpret_cast<uintptr_t>(peer(a)->smem));
+    case kServicePeerTmem: return int64_t(reinterpret_cast<uintptr_t>(peer(a)->ctx.tmem));
+    case kServiceTmemAlloc: {
+      int32_t site = int32_t(b);
+      if (blk->relinquished) {
+        fail_block(ctx, site, [&](const std::string& where) {
+          return fmt::format("{}block ({}, {}, {}) allocates tensor memory after tcgen05.relinquish_alloc_permit",
+                             where, ctx->bx, ctx->by, ctx->bz);
+        });
+        return 0;
+      }
+      // The lowest free run of `a` columns aligned to its size; waits (as the GPU's tcgen05.alloc
+      // does) while another group of the block holds them.
+      int64_t found = -1;
+      auto find = [&] {
+        for (int64_t c = 0; c + a <= 512; c += a)
+          if (columns_free(*blk, c, a)) return found = c, true;
+        return false;
+      };
+      if (!find()) {
+        if (!sched) {
+          fail_block(ctx, site, [&](const std::string& where) {
+            return fmt::format("{}block ({}, {}, {}) asks for {} columns of tensor memory and {} of its 512 are "
+                               "allocated: it would wait forever for them (every tcgen05.alloc needs its dealloc)",
+                               where, ctx->bx, ctx->by, ctx->bz, a, columns_used(*blk));
+          });
+          return 0;
+        }
+        sched->wait_until(find, [ctx, a, blk] {
+          return fmt::format("block ({}, {}, {}) waits in tcgen05.alloc for {} columns of tensor memory ({} of 512 "
+                             "allocated)", ctx->bx, ctx->by, ctx->bz, a, columns_used(*blk));
+        });
+      }
+      mark_columns(*blk, found, a, true);
+      return found;  // lane 0: (0 << 16) | column
+    }
+    case kServiceTmemDealloc: {
+      int64_t first = a & 0xffff, n = b;
+      bool whole = true;
+      for (int64_t c = first; c < first + n && c < 512; ++c)
+        whole = whole && (blk->columns[c / 64] >> (c % 64) & 1);
+      if (!whole || (a >> 16) != 0 || first + n > 512) {
+        fail_block(ctx, -1, [&](const std::string&) {
+          return fmt::format("block ({}, {}, {}): tcgen05.dealloc of columns [{}, {}) that are not allocated",
+                             ctx->bx, ctx->by, ctx->bz, first, first + n);
+        });
+        return 0;
+      }
+      mark_columns(*blk, first, n, false);
+      if (sched) sched->progress();
+      return 0;
+    }
+    case kServiceTmemRelinquish: blk->relinquished = true; return 0;
+    case kServiceClusterSync: {
+      // Every block of the cluster arrives; the last one releases them.
+      uint64_t generation = cl->generation;
+      if (++cl->arrived == int(cl->blocks.size())) {
+        cl->arrived = 0;
+        ++cl->generation;
+        if (sched) sched->progress();
+        return 0;
+      }
+      sched->wait_until([cl, generation] { return cl->generation != generation; },
+                        [ctx, cl] {
+                          return fmt::format("block ({}, {}, {}) waits in cluster.sync ({} of the cluster's {} blocks "
+                                             "arrived)", ctx->bx, ctx->by, ctx->bz, cl->arrived, cl->blocks.size());
+                        });
+      return 0;
+    }
+    case kServiceClcTryCancel: {
+      // Cancels the next cluster that has not started (it never will: it is taken from the queue the
+      // host threads start clusters from) and answers with its first block index.
+      int64_t c = state->next_cluster.fetch_add(1);
+      int32_t response[4] = {0, 0, 0, 0};
+      if (c < state->clusters) {
+        auto origin = state->cluster_origin(c);
+        response[0] = 1;
+        response[1] = origin[0], response[2] = origin[1], response[3] = origin[2];
+      }
+      auto* bar = reinterpret_cast<uint8_t*>(uintptr_t(a));
+      auto* resp = static_cast<uint8_t*>(p);
+      int64_t resp_off = resp - blk->smem, bar_off = bar - blk->smem;
+      std::vector<BlockState*> to = {blk};
+      if (b) to = cl->blocks;  // multicast: every block of the cluster, at the same offsets
+      for (BlockState* t : to) {
+        std::memcpy(t->smem + resp_off, response, 16);
+        mbarrier(&t->ctx, kMbarrierCompleteTx, reinterpret_cast<uint64_t*>(t->smem + bar_off), 16, -1);
+      }
+      return response[0];
+    }
+    default: return 0;
+  }
+}
+
+// CpuBlockContext::fork: the thread groups as fibers, each on its own copy of the frame; then
+// the bytes each changed back into the frame (a variable that several groups changed holds the
+// last group's value: the GPU's threads each have their own).
+void fork(CpuBlockContext* ctx, int32_t n, void* const* parts, uint8_t* frame, int64_t frame_bytes,
+          const int64_t* args) {
+  using PartFn = void (*)(const int64_t*, int32_t, int32_t, int32_t, uint8_t*, CpuBlockContext*, uint8_t*);
+  fibers::Scheduler* sched = fibers::Scheduler::current();
+  size_t bytes = size_t(std::max<int64_t>(frame_bytes, 1));
+  size_t padded = (bytes + 63) / 64 * 64;
+  std::vector<uint8_t> snapshot(frame, frame + bytes);
+  auto release = [](uint8_t* f) { std::free(f); };
+  std::vector<std::unique_ptr<uint8_t, decltype(release)>> frames;
+  auto* blk = static_cast<BlockState*>(ctx->block);
+  int remaining = n;
+  for (int32_t i = 0; i < n; ++i) {
+    frames.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(64, padded)), release);
+    std::memcpy(frames.back().get(), frame, bytes);
+    uint8_t* mine = frames.back().get();
+    auto fn = reinterpret_cast<PartFn>(parts[i]);
+    sched->spawn([=, &remaining] {
+      fn(args, ctx->bx, ctx->by, ctx->bz, blk->smem, ctx, mine);
+      --remaining;
+    });
+  }
+  sched->wait_until([&] { return remaining == 0; }, [ctx, &remaining] {
+    return fmt::format("block ({}, {}, {}) waits for {} of its thread groups to finish", ctx->bx, ctx->by, ctx->bz,
+                       remaining);
+  });
+  for (auto& f : frames)
+    for (size_t j = 0; j < bytes; ++j)
+      if (f.get()[j] != snapshot[j]) frame[j] = f.get()[j];
 }
 
 // Runs fn(worker) on `n` threads with stacks big enough for large register tiles. Meanwhile
@@ -471,7 +703,14 @@ int64_t register_estimate(const Kernel& k) {
 std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
   std::vector<std::string> out;
   std::vector<std::string> archs;
-  if (gpu_available()) archs.push_back(current_device().arch());
+  // A Blackwell kernel (tensor memory, cluster launch control) is for sm_100a only.
+  struct Blackwell : StmtVisitor {
+    bool found = false;
+    void visit_inst(const InstNode& i) override { found = found || i.def().traits.min_sm >= 100; }
+  } blackwell;
+  blackwell.visit(k.body);
+  if (blackwell.found) archs = {"sm_100a"};
+  else if (gpu_available()) archs.push_back(current_device().arch());
   else archs = {"sm_80", "sm_86", "sm_89"};
   std::string over;
   for (auto& a : archs) {
@@ -492,7 +731,7 @@ std::vector<std::string> gpu_limits(const Program& traced, const Kernel& k) {
                               "less (more warps or smaller tiles)",
                               k.name, estimate, threads, limit));
   } else if (estimate * 2 > limit && nvrtc_available()) {
-    std::string arch = archs.front() == "sm_80" ? "sm_90a" : archs.front();
+    std::string arch = archs.front() == "sm_80" ? "sm_90a" : archs.front();  // sm_100a for a Blackwell kernel
     try {
       KernelResources r = compile_program(traced, arch, &default_cache()).resources;
       if (r.spills())
@@ -554,6 +793,15 @@ std::shared_ptr<const CpuKernel> CpuKernel::compile(const Program& traced, const
   lk.module->getFunction(lk.entry)->setName(entry);
   impl->codegen = copts;
   impl->entry = entry;
+  impl->forks = lk.forks;
+  {
+    struct Find : StmtVisitor {
+      bool found = false;
+      void visit_inst(const InstNode& i) override { found = found || i.kind() == InstKind::Tcgen05Alloc; }
+    } find;
+    find.visit(k.body);
+    impl->tensor_memory = find.found;
+  }
   impl->sites = std::move(lk.sites);
   for (const std::string& dir : ir_dump_dirs(traced, popts)) {
     // Next to the pass dumps of run_pipeline: the LLVM IR before optimization.
@@ -668,29 +916,99 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
     extents[args.size() + i] = bytes;
   }
   RunState state{&k, {}};
-  state.workers = int(std::min<int64_t>(k.threads, total));
-  std::atomic<int64_t> next{0};
+  state.grid = g;
+  state.cluster = k.lowered.cluster;
+  int64_t csize = state.cluster[0] * state.cluster[1] * state.cluster[2];
+  state.clusters = total / csize;
+  state.workers = int(std::min<int64_t>(k.threads, state.clusters));
   std::atomic<int32_t> cancel{0};
   static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t) && std::atomic<int32_t>::is_always_lock_free,
                 "the generated code reads the flag as a plain i32 (atomically)");
   static_assert(offsetof(CpuBlockContext, cancel) == 3 * sizeof(void*), "the generated code reads field 3");
-  int workers = int(std::min<int64_t>(k.threads, total));
+  int workers = state.workers;
+  // The blocks of a cluster, and the thread groups that wait on each other, run as fibers.
+  bool use_fibers = csize > 1 || k.forks;
+  auto stopped = [&] {
+    return state.failure.failed.load(std::memory_order_relaxed) || cancel.load(std::memory_order_relaxed);
+  };
   run_workers(workers, k.stack_bytes, [&](int) {
-    std::vector<uint8_t> shared(size_t(std::max<int64_t>(k.shared_bytes, 1)) + 128, 0);
-    auto* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 127) / 128 * 128);
-    CpuBlockContext ctx{&report,  extents.data(), &state, reinterpret_cast<const int32_t*>(&cancel), 0, 0, 0,
-                        &mbarrier, &semaphore};
-    for (int64_t b = next++; b < total && !state.failure.failed.load(std::memory_order_relaxed) &&
-                             !cancel.load(std::memory_order_relaxed);
-         b = next++) {
-      ctx.bx = int32_t(b % g[0]);
-      ctx.by = int32_t(b / g[0] % g[1]);
-      ctx.bz = int32_t(b / (int64_t(g[0]) * g[1]));
-      state.running++;
-      k.fn(slots.data(), ctx.bx, ctx.by, ctx.bz, smem, &ctx);
-      state.running--;
+    std::vector<std::unique_ptr<BlockState>> blocks;
+    ClusterRun cluster;
+    for (int64_t r = 0; r < csize; ++r) {
+      auto blk = std::make_unique<BlockState>();
+      blk->shared_buffer.assign(size_t(std::max<int64_t>(k.shared_bytes, 1)) + 128, 0);
+      blk->smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(blk->shared_buffer.data()) + 127) / 128 * 128);
+      if (k.tensor_memory) blk->tmem_buffer.assign(size_t(kCpuTmemBytes), 0);
+      blk->rank = int(r);
+      blk->cluster = &cluster;
+      blk->ctx = CpuBlockContext{&report, extents.data(), &state, reinterpret_cast<const int32_t*>(&state.stop), 0, 0, 0,
+                                 &mbarrier, &semaphore, &service, &fork,
+                                 blk->tmem_buffer.empty() ? nullptr : blk->tmem_buffer.data(), blk.get()};
+      cluster.blocks.push_back(blk.get());
+      blocks.push_back(std::move(blk));
     }
-  }, interrupted, cancel);
+    std::unique_ptr<fibers::Scheduler> sched;
+    if (use_fibers) sched = std::make_unique<fibers::Scheduler>(size_t(k.stack_bytes) + (size_t(64) << 20));
+    for (int64_t c = state.next_cluster++; c < state.clusters && !stopped(); c = state.next_cluster++) {
+      auto origin = state.cluster_origin(c);
+      for (int64_t r = 0; r < csize; ++r) {
+        BlockState& blk = *blocks[size_t(r)];
+        // Rank r of the cluster: x fastest (the GPU's %cluster_ctarank).
+        int64_t rx = r % state.cluster[0], ry = r / state.cluster[0] % state.cluster[1],
+                rz = r / (state.cluster[0] * state.cluster[1]);
+        blk.ctx.bx = int32_t(origin[0] + rx);
+        blk.ctx.by = int32_t(origin[1] + ry);
+        blk.ctx.bz = int32_t(origin[2] + rz);
+        std::fill(std::begin(blk.columns), std::end(blk.columns), 0);
+        blk.relinquished = false;
+      }
+      cluster.arrived = 0;
+      state.running += int(csize);
+      if (!use_fibers) {
+        BlockState& blk = *blocks[0];
+        k.fn(slots.data(), blk.ctx.bx, blk.ctx.by, blk.ctx.bz, blk.smem, &blk.ctx);
+      } else {
+        for (auto& b : blocks) {
+          BlockState* blk = b.get();
+          sched->spawn([&, blk] { k.fn(slots.data(), blk->ctx.bx, blk->ctx.by, blk->ctx.bz, blk->smem, &blk->ctx); });
+        }
+        if (!sched->run(stopped)) {
+          // Every fiber waits on another: on the GPU the blocks would hang.
+          std::string what;
+          for (auto& w : sched->blocked()) what += "\n  " + w;
+          std::lock_guard<std::mutex> lock(state.failure.mutex);
+          if (!state.failure.failed.load()) {
+            state.failure.message = fmt::format(
+                "the threads of cluster {} wait on each other and none can go on (on a GPU the blocks would hang):{}",
+                c, what);
+            state.failure.failed.store(true);
+          }
+          state.stop.store(1);
+        }
+        sched->clear();
+      }
+      state.running -= int(csize);
+      if (stopped()) {
+        state.stop.store(1);
+        break;
+      }
+      // Tensor memory a block left allocated: the GPU's next block on the SM could not have it.
+      for (auto& b : blocks)
+        if (int64_t n = columns_used(*b); n > 0) {
+          fail_block(&b->ctx, -1, [&](const std::string&) {
+            return fmt::format("block ({}, {}, {}) ended with {} columns of tensor memory allocated: every "
+                               "tcgen05.alloc needs a tcgen05.dealloc before the kernel ends",
+                               b->ctx.bx, b->ctx.by, b->ctx.bz, n);
+          });
+          state.stop.store(1);
+        }
+    }
+  }, [&]() -> bool {
+    if (!interrupted) return false;
+    bool yes = interrupted();
+    if (yes) state.stop.store(1);
+    return yes;
+  }, cancel);
   if (cancel.load()) throw CpuInterrupted(fmt::format("kernel {}: interrupted", k.signature.name));
   if (state.failure.failed.load()) throw CpuCheckError(fmt::format("kernel {}: {}", k.signature.name, state.failure.message));
   // A requires_clean global tensor must be left zero: the GPU runtime clears it only once.
