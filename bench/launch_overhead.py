@@ -1,5 +1,8 @@
 """Launch overhead from Python: microseconds per launch of a tiny kernel with four tensor
-arguments (d = a + b + c over 1024 elements), tilus against Triton and torch.add in one run.
+arguments (d = a + b + c over 1024 elements), tilus against Triton and torch.add in one run, and
+each call shape of issue 41 (a new instance per call, keyword arguments, stream=, bf16 and float
+scalars, NVIDIA Tilus's decode idiom: a new instance of an autotuned class with a bf16 tensor and
+Python float constants, cupy and DLPack arrays, the general path).
 
     PYTHONPATH=build/python python bench/launch_overhead.py [--launches 20000]
 
@@ -21,7 +24,8 @@ import time
 import torch
 
 import tilus
-from tilus import float32, int32
+from tilus import bfloat16, float32, int32
+from tilus import launch as tilus_launch
 
 try:
     import triton
@@ -39,6 +43,57 @@ class Add3(tilus.Script):
         y = self.load_global(self.global_view(b, shape=[n]), offsets=[o], shape=[1024])
         z = self.load_global(self.global_view(c, shape=[n]), offsets=[o], shape=[1024])
         self.store_global(self.global_view(d, shape=[n]), x + y + z, offsets=[o])
+
+
+class Add3Bf16(tilus.Script):
+    """d = alpha * a + b + c in bf16 with a runtime float scalar."""
+
+    def __call__(self, n: int32, alpha: float32, a: ~bfloat16, b: ~bfloat16, c: ~bfloat16, d: ~bfloat16):
+        self.attrs.blocks = [tilus.cdiv(n, 1024)]
+        self.attrs.warps = 4
+        o = self.blockIdx.x * 1024
+        x = self.load_global(self.global_view(a, shape=[n]), offsets=[o], shape=[1024]).to(float32)
+        y = self.load_global(self.global_view(b, shape=[n]), offsets=[o], shape=[1024]).to(float32)
+        z = self.load_global(self.global_view(c, shape=[n]), offsets=[o], shape=[1024]).to(float32)
+        self.store_global(self.global_view(d, shape=[n]), (x * alpha + y + z).to(bfloat16), offsets=[o])
+
+
+@tilus.autotune("warps", [1])
+@tilus.autotune("block", [4])
+class GatingIdiom(tilus.Script):
+    """The shape of NVIDIA Tilus's decode gating kernel as its example calls it: an autotuned class
+    made anew for every call, f32 and bf16 arrays, Python int and float compile-time constants."""
+
+    def __init__(self, warps, block):
+        super().__init__()
+        self.warps, self.block = warps, block
+
+    def __call__(self, g: ~float32, w: ~float32, a: ~bfloat16, bias: ~float32, batch: int, heads: int,
+                 beta: float, threshold: float):
+        self.attrs.warps = self.warps
+        self.attrs.blocks = (batch, tilus.cdiv(heads, self.block))
+        ho = self.blockIdx.y * self.block
+        gw = self.global_view(w, shape=[heads])
+        gb = self.global_view(bias, shape=[heads])
+        ga = self.global_view(a, shape=[batch, heads])
+        x = self.load_global(ga, offsets=[self.blockIdx.x, ho], shape=[self.block], dims=[1]).to(float32)
+        x = x + self.load_global(gb, offsets=[ho], shape=[self.block])
+        soft = self.where(x >= threshold, x, self.log(self.exp(x * beta) + 1.0) * (1.0 / beta))
+        out = -self.exp(self.load_global(gw, offsets=[ho], shape=[self.block])) * soft
+        self.store_global(self.global_view(g, shape=[batch, heads]), out, offsets=[self.blockIdx.x, ho], dims=[1])
+
+
+class DLPackOnly:
+    """An array known only by the DLPack protocol."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
 
 
 if triton is not None:
@@ -100,18 +155,55 @@ def main():
     p.add_argument("--launches", type=int, default=20000)
     args = p.parse_args()
     n = 1024
+    L = args.launches
     a, b, c, d = (torch.randn(n, device="cuda") for _ in range(4))
     rows = []
     k = Add3()
     k(n, a, b, c, d)
     assert torch.allclose(d, a + b + c)
-    rows.append(("tilus", per_launch_us(lambda: k(n, a, b, c, d), args.launches)))
+    rows.append(("tilus: reused instance", per_launch_us(lambda: k(n, a, b, c, d), L)))
+    Add3()(n, a, b, c, d)
+    rows.append(("tilus: new instance per call", per_launch_us(lambda: Add3()(n, a, b, c, d), L)))
+    rows.append(("tilus: keyword arguments", per_launch_us(lambda: k(n=n, a=a, b=b, c=c, d=d), L)))
+    s = torch.cuda.current_stream()
+    rows.append(("tilus: stream=", per_launch_us(lambda: k(n, a, b, c, d, stream=s), L)))
+    h = [t.to(torch.bfloat16) for t in (a, b, c, d)]
+    kb = Add3Bf16()
+    kb(n, 0.5, *h)
+    torch.testing.assert_close(h[3].float(), (0.5 * h[0].float() + h[1].float() + h[2].float()), rtol=2e-2, atol=2e-2)
+    rows.append(("tilus: bf16 + float scalar", per_launch_us(lambda: kb(n, 0.5, *h), L)))
+    batch, heads = 1, 64
+    w = torch.randn(heads, device="cuda") * 0.1
+    bias = torch.randn(heads, device="cuda") * 0.1
+    ab = torch.randn(batch, heads, device="cuda").to(torch.bfloat16)
+    g = torch.empty(batch, heads, device="cuda")
+    GatingIdiom()(g, w, ab, bias, batch, heads, 1.0, 20.0)
+    x = ab.float() + bias
+    torch.testing.assert_close(g, -torch.exp(w) * torch.nn.functional.softplus(x, 1.0, 20.0), rtol=1e-3, atol=1e-3)
+    rows.append(("tilus: Tilus idiom (new autotuned instance, bf16, float constants)",
+                 per_launch_us(lambda: GatingIdiom()(g, w, ab, bias, batch, heads, 1.0, 20.0), L)))
+    dl = [DLPackOnly(t) for t in (a, b, c, d)]
+    k(n, *dl)
+    rows.append(("tilus: DLPack arrays", per_launch_us(lambda: k(n, *dl), L)))
+    try:
+        import cupy
+        cp = [cupy.asarray(t) for t in (a, b, c, d)]
+        k(n, *cp)
+        rows.append(("tilus: cupy arrays", per_launch_us(lambda: k(n, *cp), L)))
+    except ImportError:
+        pass
+
+    def general():  # what a call does without the fast path: Python reads the arguments, the core checks them
+        compiled, call = tilus_launch.prepare(k, (n, a, b, c, d), {})
+        tilus_launch.run(compiled, call)
+
+    rows.append(("tilus: general path (no fast path)", per_launch_us(general, L)))
     if triton is not None:
         grid = (triton.cdiv(n, 1024),)
         add3_kernel[grid](a, b, c, d, n, BLOCK=1024)
         assert torch.allclose(d, a + b + c)
-        rows.append(("Triton", per_launch_us(lambda: add3_kernel[grid](a, b, c, d, n, BLOCK=1024), args.launches)))
-    rows.append(("torch.add (a + b, out=d)", per_launch_us(lambda: torch.add(a, b, out=d), args.launches)))
+        rows.append(("Triton", per_launch_us(lambda: add3_kernel[grid](a, b, c, d, n, BLOCK=1024), L)))
+    rows.append(("torch.add (a + b, out=d)", per_launch_us(lambda: torch.add(a, b, out=d), L)))
     with tempfile.TemporaryDirectory(prefix="tilus-launch-") as workdir:
         so = aot_loop(workdir)
         if so is not None:
@@ -122,13 +214,21 @@ def main():
             torch.cuda.synchronize()
             assert torch.allclose(d, a + b + c)
             # One ctypes call per loop: per_launch_us times `launches` loops of one launch each.
-            loop = lambda: so.bench_loop(stream, n, *ptrs, args.launches)  # noqa: E731
-            rows.append(("tilus AOT bundle, C loop", per_launch_us(loop, 1) / args.launches))
-    print(f"launch overhead, {torch.cuda.get_device_name()}, {args.launches} launches per loop (us per launch)")
+            loop = lambda: so.bench_loop(stream, n, *ptrs, L)  # noqa: E731
+            rows.append(("tilus AOT bundle, C loop", per_launch_us(loop, 1) / L))
+    print(f"launch overhead, {torch.cuda.get_device_name()}, {L} launches per loop (us per launch)")
     base = dict(rows)
     for name, us in rows:
-        ratio = f"{base['Triton'] / us:.1f}x faster than Triton" if "Triton" in base and name == "tilus" else ""
-        print(f"{name:26s} {us:8.2f}  {ratio}")
+        print(f"{name:68s} {us:8.2f}")
+    ratios = [("Tilus idiom / torch.add (goal <= 1.0)", "tilus: Tilus idiom (new autotuned instance, bf16, float constants)",
+               "torch.add (a + b, out=d)"),
+              ("reused instance / AOT C loop (goal <= 1.3)", "tilus: reused instance", "tilus AOT bundle, C loop"),
+              ("general path / reused instance (goal <= 2.0)", "tilus: general path (no fast path)",
+               "tilus: reused instance"),
+              ("reused instance / Triton", "tilus: reused instance", "Triton")]
+    for label, num, den in ratios:
+        if num in base and den in base:
+            print(f"{label:68s} {base[num] / base[den]:8.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,22 @@
-"""W4A16 matmul at LLM sizes: tilus (examples/python/matmul_a16wx.py, int4 weights with group-wise
-f16 scales) against f16 cuBLAS (torch.matmul on the dequantized weights) and a Triton W4A16
-kernel, measured in one run on one GPU.
+"""W4A16 matmul at LLM sizes, one run: tilus (examples/python/matmul_a16wx.py's QuantizedMatmul,
+4-bit weights [N, K] with group-wise f16 scales, int4, or uint4 with zero points) against f16
+cuBLAS (torch.matmul on the dequantized weights), a Triton W4A16 kernel written here, and the read
+floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
-    PYTHONPATH=build/python python bench/w4a16.py [--sizes 1,4,16,128,4096] [--nk 8192]
+    PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
+        [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule]
 
-Each time is the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's
-median_ms); tilus, cuBLAS and Triton are timed in turn over three rounds, the median of each one's
-rounds (bench/run.py's interleaved_ms: the GPU's clocks follow its recent load). Bandwidth counts the bytes every kernel must read at least once (int4 weights, their
-scales, the activations) and writes (the output), against the H100's 3.35 TB/s. The first line
-times a plain Triton kernel that only reads the int4 weights (the best of 1 to 8 blocks per SM):
-the floor of small m, measured the same way (the flush leaves dirty lines in L2 that a kernel's
-reads write back).
+tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
+or mma.sync, stages, timed once per shape before the measurement; --rule uses the fixed rule
+instead) and the line says which kernel won. Each time is the median of CUDA-event timings, each
+launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton are timed in turn
+over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
+clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
+kernel must read at least once (the 4-bit weights, their scales and zero points, the
+activations) and writes nothing but one word per block: the best of 1 to 8 blocks per SM,
+measured the same way (the flush leaves dirty lines in L2 that a kernel's reads write back).
+The summary's ratios are times: cuBLAS / tilus (> 1: tilus is faster) and tilus / floor (1.0
+at the floor).
 """
 import argparse
 import os
@@ -33,7 +39,6 @@ try:
 except ImportError:
     triton = None
 
-PEAK_GBS = 3350.0
 
 if triton is not None:
 
@@ -44,9 +49,10 @@ if triton is not None:
         key=["M", "N", "K"],
     )
     @triton.jit
-    def w4a16_kernel(a, b, s, c, M, N, K, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        # b: [N, K / 2] bytes, two signed 4-bit codes per byte along k (low nibble first);
-        # s: [K / G, N] f16.
+    def w4a16_kernel(a, b, s, z, c, M, N, K, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     UNSIGNED: tl.constexpr):
+        # b: [N, K / 2] bytes, two 4-bit codes per byte along k (low nibble first), signed, or
+        # UNSIGNED with zero points z: [K / G, N] f16 (w = (code - z) * s); s: [K / G, N] f16.
         pm, pn = tl.program_id(0), tl.program_id(1)
         rm = pm * BM + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
@@ -56,12 +62,18 @@ if triton is not None:
             rb = k0 // 2 + tl.arange(0, BK // 2)
             x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
             packed = tl.load(b + rn[:, None] * (K // 2) + rb[None, :], mask=rn[:, None] < N, other=0).to(tl.int32)
-            lo = ((packed & 15) ^ 8) - 8
-            hi = (((packed >> 4) & 15) ^ 8) - 8
+            if UNSIGNED:
+                lo = packed & 15
+                hi = (packed >> 4) & 15
+            else:
+                lo = ((packed & 15) ^ 8) - 8
+                hi = (((packed >> 4) & 15) ^ 8) - 8
             w = tl.trans(tl.join(lo, hi).reshape(BN, BK)).to(tl.float16)
-            scale = tl.load(s + (k0 // G) * N + rn)
+            scale = tl.load(s + (k0 // G) * N + rn, mask=rn < N, other=0.0)
+            if UNSIGNED:
+                w = w - tl.load(z + (k0 // G) * N + rn, mask=rn < N, other=0.0)[None, :]
             acc += tl.dot(x, w * scale[None, :])
-        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=rm[:, None] < M)
+        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
     @triton.jit
     def stream_kernel(x, out, per, BLOCK: tl.constexpr):
@@ -91,63 +103,103 @@ if triton is not None:
             best = t if best is None else min(best, t)
         return best
 
-    def triton_w4a16(a, b, s, c, group):
+    def triton_w4a16(a, b, s, z, c, group, unsigned):
         M, K = a.shape
         N = c.shape[1]
         grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))  # noqa: E731
-        w4a16_kernel[grid](a, b, s, c, M, N, K, group)
+        w4a16_kernel[grid](a, b, s, z, c, M, N, K, group, UNSIGNED=unsigned)
+
+
+def weights(n, k, g, unsigned):
+    """Random 4-bit codes [n, k] packed two per byte along k, f16 scales and zero points [k / g, n]
+    and the dequantized f16 weights [k, n] (cuBLAS's operand)."""
+    torch.manual_seed(0)
+    lo = 0 if unsigned else -8
+    codes = torch.randint(lo, lo + 16, (n, k), device="cuda", dtype=torch.int32)  # nn.Linear's [out, in]
+    packed = ((codes[:, 0::2] & 15) | ((codes[:, 1::2] & 15) << 4)).to(torch.uint8)
+    scales = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).half()
+    zeros = (torch.randint(0, 16, (k // g, n), device="cuda").half() if unsigned else
+             torch.zeros(k // g, n, device="cuda", dtype=torch.float16))
+    w16 = ((codes.T.half() - zeros.repeat_interleave(g, 0)) * scales.repeat_interleave(g, 0)).half()  # [k, n]
+    return packed, scales, zeros, w16
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--sizes", default="1,4,16,128,4096")
-    p.add_argument("--nk", type=int, default=8192)
+    p.add_argument("--ms", "--sizes", dest="ms", default="1,4,16,64,256,1024,4096")
+    p.add_argument("--shapes", default="8192x8192,28672x8192,8192x28672,3584x18944", help="N x K of the weights")
+    p.add_argument("--types", default="int4,uint4")
     p.add_argument("--group", type=int, default=128)
+    p.add_argument("--rule", action="store_true", help="QuantizedMatmul's fixed rule instead of tuning per shape")
     args = p.parse_args()
-    n = k = args.nk
     g = args.group
-    torch.manual_seed(0)
-    codes = torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int32)  # nn.Linear's [out, in]
-    packed = ((codes[:, 0::2] & 15) | ((codes[:, 1::2] & 15) << 4)).to(torch.uint8)
-    scales = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).half()
-    zeros = torch.zeros(k // g, n, device="cuda", dtype=torch.float16)
-    w16 = (codes.T.half() * scales.repeat_interleave(g, 0)).half()  # [k, n]
-    tq = QuantizedMatmul(tilus.int4, g)
-    t0 = time.perf_counter()
-    weights = tq.prepare(packed)  # the repacking kernels, compiled on first use
-    torch.cuda.synchronize()
-    print(f"prepare (both repackings, compiles included): {(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
-    print(f"W4A16, N = K = {n}, group {g}; torch {torch.__version__}, "
-          f"triton {triton.__version__ if triton else 'missing'}", flush=True)
-    floor = stream_floor_ms(n * k // 8) if triton is not None else None
-    if floor:
-        print(f"streaming the {n * k // 2 / 1e6:.1f} MB of int4 weights with a plain Triton read kernel: "
-              f"{floor * 1e3:.1f} us ({n * k / 2 / floor / 1e6:.0f} GB/s)", flush=True)
+    ms = [int(x) for x in args.ms.split(",")]
+    shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",")]
+    print(f"W4A16, group {g}, on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
+          f"triton {triton.__version__ if triton else 'missing'}; tilus {'rule' if args.rule else 'tuned per shape'}",
+          flush=True)
     rows = []
-    for m in [int(x) for x in args.sizes.split(",")]:
-        a = (torch.rand(m, k, device="cuda") * 2 - 1).half()
-        ref = a.float() @ w16.float()
-        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        work = torch.empty(16, m, n, device="cuda", dtype=torch.float32)
-        tq(m, n, k, a, weights, scales, zeros, c, work)
-        err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
-        assert err < 1e-2, f"tilus W4A16 is wrong at m={m}: relative error {err}"
-        fns = {"tilus": lambda: tq(m, n, k, a, weights, scales, zeros, c, work),
-               "cuBLAS": lambda: torch.matmul(a, w16)}
-        if triton is not None:
-            ct = torch.empty_like(c)
-            triton_w4a16(a, packed, scales, ct, g)
-            assert (ct.float() - ref).abs().max().item() / ref.abs().max().item() < 1e-2, "Triton W4A16 is wrong"
-            fns["Triton"] = lambda: triton_w4a16(a, packed, scales, ct, g)
-        ms = interleaved_ms(fns, repeat=50)  # in turn: the clocks follow the recent load (bench/run.py)
-        t_tilus, t_cublas, t_triton = ms["tilus"], ms["cuBLAS"], ms.get("Triton")
-        moved = k * n / 2 + scales.numel() * 2 + a.numel() * 2 + c.numel() * 2
-        rows.append((m, t_tilus, t_cublas, t_triton, moved / t_tilus / 1e6))
-        tt = f"{t_triton * 1e3:8.1f}" if t_triton else "     n/a"
-        print(f"m={m:5d}: tilus {t_tilus * 1e3:8.1f} us  cuBLAS f16 {t_cublas * 1e3:8.1f} us  Triton {tt} us  "
-              f"tilus/cuBLAS {t_cublas / t_tilus:5.2f}x  tilus/Triton "
-              f"{(t_triton / t_tilus) if t_triton else float('nan'):5.2f}x  "
-              f"{moved / t_tilus / 1e6:6.0f} GB/s ({moved / t_tilus / 1e6 / PEAK_GBS:4.0%} of peak)", flush=True)
+    floors = {}
+    for wname in args.types.split(","):
+        wtype = getattr(tilus, wname)
+        unsigned = not wtype.is_signed()
+        tq = QuantizedMatmul(wtype, g, tune=not args.rule)
+        for n, k in shapes:
+            packed, scales, zeros, w16 = weights(n, k, g, unsigned)
+            t0 = time.perf_counter()
+            prepared = tq.prepare(packed)  # the repacking kernels, compiled on first use
+            torch.cuda.synchronize()
+            print(f"{wname} {n}x{k}: prepare (repackings, compiles included) "
+                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+            for m in ms:
+                a = (torch.rand(m, k, device="cuda") * 2 - 1).half()
+                ref = a.float() @ w16.float()
+                c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                work = torch.empty(16, m, n, device="cuda", dtype=torch.float32)
+                tq(m, n, k, a, prepared, scales, zeros, c, work)  # tunes at the first call of a shape
+                err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
+                assert err < 1e-2, f"tilus W4A16 {wname} is wrong at m={m}, {n}x{k}: relative error {err}"
+                fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
+                       "cuBLAS": lambda: torch.matmul(a, w16)}
+                if triton is not None:
+                    ct = torch.empty_like(c)
+                    triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
+                    terr = (ct.float() - ref).abs().max().item() / ref.abs().max().item()
+                    assert terr < 1e-2, f"Triton W4A16 is wrong at m={m}: {terr}"
+                    fns["Triton"] = lambda: triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
+                t = interleaved_ms(fns, repeat=20)
+                read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
+                if triton is not None and read not in floors:
+                    floors[read] = stream_floor_ms(read // 4)
+                floor = floors.get(read)
+                cfg = tq.tuned.get((1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in prepared)) if not args.rule \
+                    else tq.config(m, n, k, hopper="wgmma" in prepared)
+                kernel = describe(cfg)
+                rows.append((wname, n, k, m, t, floor, kernel))
+                tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
+                fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"
+                print(f"{wname} {n:5d}x{k:5d} m={m:5d}: tilus {t['tilus'] * 1e3:8.1f} us ({kernel})  cuBLAS f16 "
+                      f"{t['cuBLAS'] * 1e3:8.1f} us  Triton {tt} us  floor {fl} us  "
+                      f"cuBLAS/tilus {t['cuBLAS'] / t['tilus']:5.2f}x  "
+                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x", flush=True)
+    print("\nsummary: cuBLAS f16 / tilus (> 1: tilus faster); tilus / read floor (m <= 16: goal <= 1.15)")
+    for wname in args.types.split(","):
+        for n, k in shapes:
+            line = []
+            for w, n_, k_, m, t, floor, _ in rows:
+                if (w, n_, k_) == (wname, n, k):
+                    f = f"/{t['tilus'] / floor:.2f}f" if floor and m <= 16 else ""
+                    line.append(f"m{m}:{t['cuBLAS'] / t['tilus']:.2f}x{f}")
+            print(f"{wname:5s} {n:5d}x{k:5d}  " + "  ".join(line))
+
+
+def describe(cfg):
+    """A configuration in a few words: wgmma tiles, or mma.sync rows and split-K."""
+    if cfg is None:
+        return "?"
+    if cfg.get("hopper"):
+        return f"wgmma {cfg['block_n']}x{cfg['block_m']}"
+    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']}"
 
 
 if __name__ == "__main__":

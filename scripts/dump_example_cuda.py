@@ -18,10 +18,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def python_examples(out, arch):
-    import tilus
-    from tilus import _C, launch
+    # Set before tilus is imported: it reads them once. Nothing runs, so no launch takes the fast path.
     os.environ["TILUS_EXAMPLES_QUICK"] = "1"
     os.environ["TILUS_TARGET"] = "cpu"
+    os.environ["TILUS_FAST_PATH"] = "0"
+    import tilus  # noqa: F401
+    from tilus import _C, launch
     seen = {}
 
     def record(script, call):

@@ -1,5 +1,6 @@
 """Shared helpers of the Python examples: random inputs on the GPU (torch) when one is usable,
-else on the host (numpy: the kernels then run on the CPU backend), result checks, timing."""
+else on the host (numpy: the kernels then run on the CPU backend), result checks, timing, and
+16-bit floats on the host (numpy has no bfloat16)."""
 import os
 import sys
 import time
@@ -89,3 +90,37 @@ def matmul_main(name, kernel, sizes=((301, 517, 203),), large=None, b_nk=False):
     ms = timed(lambda: kernel(s, s, s, a, b, c), device)
     unit, scale = ("TFLOP/s", 1e9) if device == "cuda" else ("GFLOP/s", 1e6)
     print(f"{name}: {s}^3 in {ms:.3f} ms = {2 * s ** 3 / ms / scale:.1f} {unit} on {device}")
+
+
+def round_to(x, dt):
+    """float64 values rounded (to nearest even) to float16, bfloat16 or float32, as float64."""
+    import numpy as np
+    if dt == tilus.float16:
+        return np.asarray(x).astype(np.float16).astype(np.float64)
+    if dt == tilus.float32:
+        return np.asarray(x).astype(np.float32).astype(np.float64)
+    x32 = np.asarray(x, np.float32)
+    bits = x32.view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) << 16
+    return np.where(np.isnan(x32), np.nan, bits.astype(np.uint32).view(np.float32).astype(np.float64))
+
+
+def host_array(x, dt):
+    """float64 values as the host array a kernel reads for dt: float16 or float32, or bfloat16's
+    bits (uint16)."""
+    import numpy as np
+    if dt != tilus.bfloat16:
+        return np.asarray(x).astype(np.float16 if dt == tilus.float16 else np.float32)
+    return (np.asarray(round_to(x, dt), np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def from_host_array(x, dt):
+    """host_array's inverse (float64); also takes a torch tensor."""
+    import numpy as np
+    if hasattr(x, "cpu"):
+        return x.float().cpu().numpy().astype(np.float64)
+    if dt != tilus.bfloat16:
+        return np.asarray(x).astype(np.float64)
+    x = np.asarray(x)
+    x = x.view(np.uint16) if x.dtype == np.int16 else x  # torch has no uint16 on every version
+    return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)

@@ -12,13 +12,15 @@ its partial sums and the last of a tile's splits to finish adds them up; for sma
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
 vectors. From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
-ring, persistent). Not yet: autotuning (QuantizedMatmul picks tiles measured on the H100)."""
+ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
+N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
 import os
 
 import numpy as np
 
 import tilus
 from tilus import bfloat16, float16, float32, int32, uint8
+from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
 
@@ -374,16 +376,22 @@ class QuantizedMatmul:
     (the last split of a tile adds the partial sums up); 64- and 128-row tiles on the plain weights
     for larger m, or, on an sm_90a GPU from m = 33, MatmulA16WxHopper (wgmma) on weights repacked
     into its fragment order. The split-K arrival counters belong to the object: one launch at a time (a
-    launch on another stream while one runs would share them)."""
+    launch on another stream while one runs would share them).
+
+    With tune=True (CUDA tensors only) the first call at each size (m rounded up to a power of
+    two, n, k) times every configuration of `candidates` on the call's own arguments and keeps the
+    fastest for the process: split-K, tile shape, wgmma or mma.sync and stages are then chosen per
+    shape by measurement, not by the rule, which was measured at N = K = 8192 only."""
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
-    def __init__(self, wtype, group=128, sms=None, atype=float16):
+    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132.
-        self.wtype, self.group, self.sms, self.atype = wtype, group, sms, atype
+        self.wtype, self.group, self.sms, self.atype, self.tune = wtype, group, sms, atype, tune
         self.kernels = {}
         self.counters = None  # the split-K arrival counters, zero between launches
+        self.tuned = {}  # (m bucket, n, k, wgmma weights) -> the fastest configuration measured
 
     def arrival_counters(self, like, size):
         """Zeroed int32 counters (at least `size`) where `like` lives: torch on its device, or numpy."""
@@ -411,14 +419,22 @@ class QuantizedMatmul:
         """The kernel for m x n x k: {"hopper": True, MatmulA16WxHopper's parameters} where
         `hopper` (prepare made its weights) allows it, else MatmulA16Wx's parameters."""
         # (TMA reads the scales' rows: n * 2 bytes must be whole 16-byte units.)
-        if hopper and m >= self.HOPPER_MIN_M and k % self.group == 0 and n % 8 == 0:
+        if self.hopper_allowed(m, n, k, hopper):
             return dict(hopper=True, **self.hopper_tile(m))
-        small = m <= 32
+        return self.mma_config(m, n, k)
+
+    def hopper_allowed(self, m, n, k, hopper):
+        # (TMA reads the scales' rows: n * 2 bytes must be whole 16-byte units.)
+        return hopper and m >= self.HOPPER_MIN_M and k % self.group == 0 and n % 8 == 0
+
+    def mma_config(self, m, n, k, block_m=None):
+        """MatmulA16Wx's parameters at m (its tile rows block_m, default by m), split-K by the rule."""
+        block_m = block_m or (16 if m <= 32 else 64 if m < 128 else 128)
+        small = block_m == 16
         # 64-row tiles (32 < m < 128) measured 10 % faster with 64-long k tiles in 4 stages than
         # with 32-long ones in 3 (m = 64 on the H100); 128-row tiles the same either way.
-        bk = min(128 if small else 64 if m < 128 else 32, self.group)
-        cfg = dict(block_m=16 if small else 64 if m < 128 else 128, block_n=128, block_k=bk,
-                   stages=4 if m < 128 else 3)
+        bk = min(128 if small else 64 if block_m == 64 else 32, self.group)
+        cfg = dict(block_m=block_m, block_n=128, block_k=bk, stages=4 if block_m < 128 else 3)
         cfg["repacked"] = small and repackable(self.wtype.bits, 16, 128, bk, 4)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         s = 1
@@ -426,6 +442,70 @@ class QuantizedMatmul:
             s *= 2
         cfg["split_k"] = s
         return cfg
+
+    def candidates(self, m, n, k, hopper=False):
+        """The configurations tune=True times at m x n x k, the rule's first: for m <= 32 the
+        16-row kernel split over k 1 to 16 ways, in 4 or 8 stages; from m = 33 the wgmma kernel's tiles (64 weight
+        rows times 64, 128 or 256 rows of a, and 128 x 256) where its weights exist, and the
+        mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4 ways (the wgmma kernel has no
+        split-K: with few output tiles, as at n = 3584, its persistent grid leaves SMs idle)."""
+        out = [self.config(m, n, k, hopper)]
+
+        def add(cfg):
+            if cfg not in out:
+                out.append(cfg)
+
+        if self.hopper_allowed(m, n, k, hopper):
+            bk = self.hopper_tile(m)["block_k"]
+            for bm in (64, 128, 256):
+                if bm < 2 * m:
+                    add(dict(hopper=True, block_n=64, consumers=1, block_m=bm, block_k=bk, stages=8 if bm <= 128 else 4))
+            if m > 128:
+                add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4))
+        for bm in ((16,) if m <= 32 else (64, 128) if m > 64 else (64,)):
+            base = self.mma_config(m, n, k, bm)
+            tiles = -(-m // bm) * -(-n // base["block_n"])
+            for split in ((1, 2, 4, 8, 16) if bm == 16 else (1, 2, 4)):
+                # Splits only where the tiles alone leave SMs idle, and two k tiles per split at least.
+                if k // (base["block_k"] * split) >= 2 and (split == 1 or tiles * split <= 4 * (self.sms or 132)):
+                    # Small m streams the weights: twice the stages keep twice the bytes in flight.
+                    for stages in ((base["stages"], 2 * base["stages"]) if bm == 16 else (base["stages"],)):
+                        add(dict(base, split_k=split, stages=stages))
+        return out
+
+    def tuned_config(self, m, n, k, hopper, call):
+        """The fastest of `candidates` at this size, timed once per process (call(cfg): the kernel
+        of a configuration and its arguments); the candidates compile in parallel first."""
+        key = (1 << max(m - 1, 0).bit_length(), n, k, hopper)
+        if key not in self.tuned:
+            import torch
+            from concurrent.futures import ThreadPoolExecutor
+            candidates = self.candidates(m, n, k, hopper)
+            with ThreadPoolExecutor(max_workers=min(len(candidates), os.cpu_count() or 1)) as pool:
+                list(pool.map(lambda cfg: (lambda kernel, args: kernel.compiled(*args))(*call(cfg)), candidates))
+            flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB: more than L2
+
+            def run(cfg):
+                kernel, args = call(cfg)
+                kernel(*args)
+
+            best = None
+            for cfg in candidates:
+                run(cfg)  # the first launch loads the compiled kernel
+                times = []
+                for i in range(7):
+                    flush.fill_(i)
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    run(cfg)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                t = sorted(times)[len(times) // 2]
+                if best is None or t < best[0]:
+                    best = (t, cfg)
+            self.tuned[key] = best[1]
+        return self.tuned[key]
 
     def hopper_applies(self, b):
         """Whether MatmulA16WxHopper can run on these weights: a torch tensor on an sm_90a GPU,
@@ -454,46 +534,32 @@ class QuantizedMatmul:
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
-        cfg = self.config(m, n, k, hopper="wgmma" in weights)
+        hopper = "wgmma" in weights
+        if self.tune and getattr(c, "is_cuda", False):
+            cfg = self.tuned_config(m, n, k, hopper, lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales,
+                                                                                   zeros, c, workspace))
+        else:
+            cfg = self.config(m, n, k, hopper)
+        self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
+
+    def launch(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
+        kernel, args = self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
+        kernel(*args)
+
+    def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
+        """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
         if cfg.get("hopper"):
             if key not in self.kernels:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=self.sms or 132, atype=self.atype,
                                                       **params)
-            self.kernels[key](m, n, k, a, weights["wgmma"], scales, zeros, c)
-            return
+            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c)
         if key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
-        self.kernels[key](m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c, workspace,
-                          self.arrival_counters(c, tiles))
-
-
-def round_to(x, atype):
-    """float64 values rounded (to nearest even) to float16 or bfloat16, as float64."""
-    if atype == float16:
-        return np.asarray(x).astype(np.float16).astype(np.float64)
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    bits = ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) << 16
-    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
-def host_array(x, atype):
-    """float64 values as the host array a kernel reads for atype: float16, or bfloat16's bits
-    (uint16; numpy has no bfloat16)."""
-    if atype == float16:
-        return np.asarray(x).astype(np.float16)
-    return (np.asarray(round_to(x, atype), np.float32).view(np.uint32) >> 16).astype(np.uint16)
-
-
-def from_host_array(x, atype):
-    """host_array's inverse (float64)."""
-    if atype == float16:
-        return np.asarray(x).astype(np.float64)
-    x = np.asarray(x)
-    x = x.view(np.uint16) if x.dtype == np.int16 else x  # torch has no uint16 on every version
-    return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        return self.kernels[key], (m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c,
+                                   workspace, self.arrival_counters(c, tiles))
 
 
 def quantized_operands(wtype, k, n, group, rng, atype=float16):

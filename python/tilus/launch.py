@@ -47,11 +47,10 @@ _lock = threading.Lock()
 class _Param:
     # index: the position among the kernel's runtime parameters (as C++ messages count them),
     # or in the whole signature for a compile-time constant
-    __slots__ = ("name", "index", "kind", "dtype", "const_type", "torch_dtype")
+    __slots__ = ("name", "index", "kind", "dtype", "const_type")
 
     def __init__(self, name, index, kind, dtype=None, const_type=None):
         self.name, self.index, self.kind, self.dtype, self.const_type = name, index, kind, dtype, const_type
-        self.torch_dtype = None  # set when torch is imported: the torch dtype a pointer must have
 
 
 def _annotations(fn, scope):
@@ -103,23 +102,6 @@ class _Signature:
                     f"str for a compile-time constant (got {ann!r})")
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
-        # The torch fast path: usable when torch is present and every typed pointer's dtype maps
-        # to one (a void_p takes a tensor of any dtype: its torch_dtype stays None).
-        self.torch_ok = False
-        try:
-            import torch
-        except ImportError:
-            return
-        names = {v: k for k, v in _DTYPE_NAMES.items() if hasattr(torch, k)}
-        ok = True
-        for p in self.params:
-            if p.kind == "ptr":
-                pointee = p.dtype.pointee.name
-                t = getattr(torch, names.get(pointee, "-"), None) if pointee in names else None
-                if t is None and pointee != "void":
-                    ok = False
-                p.torch_dtype = t
-        self.torch_ok = ok
 
 
 def signature(cls):
@@ -388,24 +370,62 @@ def _compile(script, call):
 
 # --- launching ----------------------------------------------------------------------------------
 
-def _make_fast(sig):
-    """The C++ fast path for calls whose arguments are CUDA torch tensors of the parameters'
-    dtypes and Python numbers (tilus._C.TorchFastPath); None when the signature has
-    compile-time constants (those calls take the general path)."""
-    import torch
-    kinds, dtypes = [], []
+_CONST_KINDS = {int: 0, float: 1, bool: 2, str: 3}
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def make_fast(sig, bucketed=False):
+    """The C++ fast path (tilus._C.FastPath) for a signature's calls: torch tensors of the
+    parameters' dtypes (CUDA or CPU), tilus.Tensors, cupy / numpy / DLPack arrays, Python numbers
+    and compile-time constants, by position or by name, with or without stream=. `bucketed`: a
+    tuner's path, whose key holds each int's tuning bucket."""
+    torch = _torch()
+    names = {} if torch is None else {v: getattr(torch, k) for k, v in _DTYPE_NAMES.items() if hasattr(torch, k)}
+    params = []
     for p in sig.params:
         if p.kind == "const":
-            return None
-        kinds.append(0 if p.kind == "ptr" else 2 if p.dtype.is_float() else 1)
-        dtypes.append(p.torch_dtype if p.kind == "ptr" else None)
-    return _C.TorchFastPath(kinds, dtypes, torch.Tensor, torch._C._cuda_getCurrentRawStream)
+            params.append((4, p.name, None, None, False, _CONST_KINDS[p.const_type]))
+        elif p.kind == "ptr":
+            pointee = p.dtype.pointee
+            void = pointee.name == "void"
+            params.append((0, p.name, pointee, None if void else names.get(pointee.name), void or pointee.name in names, 0))
+        else:
+            params.append((2 if p.dtype.is_float() else 1, p.name, p.dtype, None, False, 0))
+    raw_stream = None if torch is None else getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return _C.FastPath(params, None if torch is None else torch.Tensor, raw_stream, _HostTensor, bucketed)
+
+
+class Shared:
+    """What the instances of a Script class whose attributes are the same plain data share (or
+    one instance alone, when they are not plain): the compiled kernels, by specialization key,
+    and the fast path that launches them. A tuner's Shared has its `tuner` (tuning.Tuner) and a
+    bucketed fast path to the winners."""
+    __slots__ = ("kernels", "fast", "entry", "attrs", "tuner")
+
+    def __init__(self, attrs=None, tuner=None):
+        self.kernels, self.fast, self.entry, self.attrs, self.tuner = {}, None, None, attrs, tuner
+
+    def fast_path(self, sig):
+        if self.fast is None:
+            self.fast = make_fast(sig, bucketed=self.tuner is not None)
+            self.entry = self.fast.entry
+        return self.fast
 
 
 # Compiled kernels shared by the instances of a Script class whose attributes print the same:
 # NVIDIA Tilus's kernels are often made anew for every call (`Kernel()(x, y)` inside a Python
 # function), which must not trace and compile again each time.
 _shared_kernels = {}
+# (class, constructor arguments and their types) -> the Shared state its instances join when made
+# (script._ScriptType), for classes called before (their _tilus_signature exists).
+by_constructor = {}
 _BASE_ATTRS = {"attrs", "blockIdx", "cluster"}
 
 
@@ -424,14 +444,28 @@ def plain_key(items):
     return repr(items) if all(plain(v) for _, v in items) else None
 
 
-def _kernels_of(script):
-    """The compiled-kernel cache of a Script instance: shared with the other instances of its class
-    whose attributes (what its constructor set) are the same plain data (plain_key)."""
-    key = plain_key((k, v) for k, v in vars(script).items() if not k.startswith("_tilus") and k not in _BASE_ATTRS)
+def user_attributes(script):
+    """What the constructor set on a Script instance (its attributes but tilus's own)."""
+    return {k: v for k, v in vars(script).items() if not k.startswith("_tilus") and k not in _BASE_ATTRS}
+
+
+def shared_of(script):
+    """The Shared state of a Script instance: that of the other instances of its class whose
+    attributes (what its constructor set) are the same plain data (plain_key), else its own."""
+    shared = script.__dict__.get("_tilus_shared")
+    if shared is not None:
+        return shared
+    attrs = user_attributes(script)
+    key = plain_key(attrs.items())
     if key is None:
-        return {}
-    with _lock:
-        return _shared_kernels.setdefault((type(script), key), {})
+        shared = Shared()
+    else:
+        with _lock:
+            shared = _shared_kernels.get((type(script), key))
+            if shared is None:
+                shared = _shared_kernels[(type(script), key)] = Shared(attrs)
+    script.__dict__["_tilus_shared"] = shared
+    return shared
 
 
 def prepare(script, args, kw):
@@ -440,9 +474,7 @@ def prepare(script, args, kw):
     cls = type(script)
     sig = cls.__dict__.get("_tilus_signature") or signature(cls)
     call = arguments(sig, *bind(sig, args, kw))
-    cache = script.__dict__.get("_tilus_kernels")
-    if cache is None:
-        cache = script.__dict__["_tilus_kernels"] = _kernels_of(script)
+    cache = shared_of(script).kernels
     compiled = cache.get(call.key)
     if compiled is None:
         compiled = _compile(script, call)  # outside the lock: several threads compile in parallel
@@ -458,30 +490,53 @@ def run(compiled, call):
         compiled.kernel.launch(call.values, _stream_of(call.stream, call.owner))
 
 
+class _Skipped(threading.local):
+    depth = 0
+
+
+_skipped = _Skipped()
+
+
+class skipped_launches:
+    """Launches in this thread do nothing while it is entered (tilus.torch's default fake
+    functions run so, on FakeTensors)."""
+
+    def __enter__(self):
+        _skipped.depth += 1
+
+    def __exit__(self, *exc):
+        _skipped.depth -= 1
+        return False
+
+
 def launch(script, args, kw):
+    if _skipped.depth:
+        return None
     tuner = script.__dict__.get("_tilus_tuner")
     if tuner is not None:
         return tuner.call(script, args, kw)
     compiled, call = prepare(script, args, kw)
     run(compiled, call)
-    if compiled.backend == "gpu" and call.owner == "torch" and call.stream is None:
-        sig = type(script).__dict__["_tilus_signature"]
-        if sig.torch_ok and not _TARGET_CPU:
-            _register_fast(script, sig, compiled, call)
+    if fast_path_on():
+        shared = script.__dict__["_tilus_shared"]
+        register_fast(shared, type(script).__dict__["_tilus_signature"], compiled, call)
+        script.__dict__["_tilus_fast"] = shared.entry
     return None
 
 
-def _register_fast(script, sig, compiled, call):
-    """Makes later calls with the same specialization take the fast path: Script.__call__ calls
-    `_tilus_fast`, the path's METH_FASTCALL entry (no pybind11 dispatcher in between)."""
-    fast = script.__dict__.get("_tilus_fast_path")
-    if fast is None:
-        fast = _make_fast(sig)
-        if fast is None:
-            return
-        script.__dict__["_tilus_fast_path"] = fast
-        script.__dict__["_tilus_fast"] = fast.entry
-    fast.add(compiled.kernel, call.values)
+def register_fast(shared, sig, compiled, call):
+    """Makes later calls with this call's key take the fast path: Script.__call__ calls the
+    path's METH_FASTCALL entry (no pybind11 dispatcher in between) before anything else."""
+    constants = [call.constants[p.name] for p in sig.params if p.kind == "const"]
+    shared.fast_path(sig).add(compiled.kernel, call.values, constants)
+
+
+def fast_path_on():
+    """Whether calls are registered on the fast path: not under TILUS_TARGET (which moves every
+    launch to one backend) nor TILUS_FAST_PATH=0 (every call takes the general path; the bench
+    measures that path with it). A kernel whose backend is not where its arrays are (TILUS_TARGET=gpu
+    with host arrays) is never registered (FastPath.add)."""
+    return not _TARGET_CPU and os.environ.get("TILUS_FAST_PATH", "1") != "0"
 
 
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
@@ -495,4 +550,5 @@ def compiled_kernels(script):
     a pointer 16-byte aligned; None for floats; ("c", value) for a compile-time constant) and
     the backend ("gpu" or "cpu") last; the Program is the traced one (``str()`` prints it).
     """
-    return {k: (c.backend, c.program) for k, c in script.__dict__.get("_tilus_kernels", {}).items()}
+    shared = script.__dict__.get("_tilus_shared")
+    return {} if shared is None else {k: (c.backend, c.program) for k, c in shared.kernels.items()}

@@ -994,7 +994,7 @@ def _mapped_barrier(b, name, old, value, loc):
     examples do, where barriers are addresses): the same barrier in a block chosen at run time, its
     rank a kernel variable that starts as this block's own rank (or the old mapping's) and is
     assigned the new one here. None for anything else."""
-    from .script import MappedBarrier
+    from .instructions._args import MappedBarrier
     source = old.source if isinstance(old, MappedBarrier) else old
     if not isinstance(value, MappedBarrier) or value.source is not source:
         return None

@@ -25,7 +25,7 @@ import threading
 
 from . import _C
 from ._C import CompileError
-from .launch import arguments, bind, plain_key, signature, trace
+from .launch import Shared, arguments, bind, fast_path_on, plain_key, prepare, register_fast, signature, trace
 from .script import Script
 
 _reports: dict = {}  # key -> TuneEntry (this process's tuning results, and entries loaded from disk)
@@ -78,9 +78,10 @@ def autotune(names, values):
         if "_tilus_plain_init" not in cls.__dict__:
             cls._tilus_plain_init = cls.__init__
             plain = cls.__init__
+            plain_signature = inspect.signature(plain)
 
             def __init__(self, *args, **kwargs):
-                bound = inspect.signature(plain).bind_partial(self, *args, **kwargs)
+                bound = plain_signature.bind_partial(self, *args, **kwargs)
                 fixed = {k: v for k, v in bound.arguments.items() if k != "self"}
                 if all(n in fixed for n in type(self)._tilus_space.names):
                     plain(self, *args, **kwargs)  # a plain instance: nothing left to tune
@@ -132,6 +133,9 @@ class Tuner:
         self.script = f"{cls.__module__}.{cls.__qualname__}"
         self.winners = {}  # key -> configured Script instance
         self.lock = threading.Lock()
+        # The instances on this tuner share a fast path to the winners (launch.Shared), keyed by
+        # what the tuning key varies with in a process: specialization, constants, int buckets.
+        self.shared = Shared(tuner=self)
 
     def instance(self, config):
         inst = object.__new__(self.cls)
@@ -168,6 +172,10 @@ class Tuner:
                     winner = self.winners[key] = self.instance(self.config(entry.winner))
         if self.compile_only_arch is None:
             winner(*args, **kw)
+            if fast_path_on():
+                compiled, winner_call = prepare(winner, args, kw)
+                register_fast(self.shared, signature(self.cls), compiled, winner_call)
+                script.__dict__["_tilus_fast"] = self.shared.entry
         return None
 
     def tune(self, key, call, arch):

@@ -112,22 +112,22 @@ Stmt StmtMutator::mutate_while(const Stmt& s, const WhileStmtNode& n) {
   return std::make_shared<WhileStmtNode>(c, body ? body : make_seq({}), n.loc);
 }
 
-Stmt StmtMutator::mutate_let(const Stmt& s, const LetStmtNode& n) {
-  Expr v = mutate_expr(n.value);
-  if (v.same_as(n.value)) return s;
-  return std::make_shared<LetStmtNode>(n.var, v, n.loc);
+namespace {
+// A statement that binds n.var to an expression, rebuilt only when the expression changed.
+template <class N>
+Stmt rebound(const Stmt& s, const N& n, const Expr& old, const Expr& now) {
+  return now.same_as(old) ? s : std::make_shared<N>(n.var, now, n.loc);
 }
+}  // namespace
+
+Stmt StmtMutator::mutate_let(const Stmt& s, const LetStmtNode& n) { return rebound(s, n, n.value, mutate_expr(n.value)); }
 
 Stmt StmtMutator::mutate_declare(const Stmt& s, const DeclareStmtNode& n) {
-  Expr v = mutate_expr(n.init);
-  if (v.same_as(n.init)) return s;
-  return std::make_shared<DeclareStmtNode>(n.var, v, n.loc);
+  return rebound(s, n, n.init, mutate_expr(n.init));
 }
 
 Stmt StmtMutator::mutate_assign(const Stmt& s, const AssignStmtNode& n) {
-  Expr v = mutate_expr(n.value);
-  if (v.same_as(n.value)) return s;
-  return std::make_shared<AssignStmtNode>(n.var, v, n.loc);
+  return rebound(s, n, n.value, mutate_expr(n.value));
 }
 
 Stmt StmtMutator::mutate_thread_group(const Stmt& s, const ThreadGroupStmtNode& n) {
@@ -149,39 +149,24 @@ Tensor StmtMutator::mutate_tensor(const Tensor& t) {
 }
 
 namespace {
-// Applies the mutator's tensor and expression maps to a copy of an instruction.
+// Applies the mutator's tensor and expression maps to a copy of an instruction, or (`apply`
+// false) only finds whether anything would change, without copying.
 struct Rewriter : FieldVisitor {
   std::function<Tensor(const Tensor&)> map_tensor;
   std::function<Expr(const Expr&)> map_expr;
+  bool apply = true;
   bool changed = false;
   void output(const char*, Tensor& t, uint8_t) override { update(t); }
   void operand(const char*, Tensor& t, Access, uint8_t, const CopyRegion*) override { update(t); }
-  void expr(const char*, Expr& e) override {
-    Expr m = map_expr(e);
-    if (!m.same_as(e)) {
-      e = m;
-      changed = true;
-    }
-  }
+  void expr(const char*, Expr& e) override { replace(e, map_expr(e)); }
   void update(Tensor& t) {
-    if (!t.defined()) return;
-    Tensor m = map_tensor(t);
-    if (!m.same_as(t)) {
-      t = m;
-      changed = true;
-    }
+    if (t.defined()) replace(t, map_tensor(t));
   }
-};
-// Only inspects whether anything would change, without copying.
-struct Probe : FieldVisitor {
-  std::function<Tensor(const Tensor&)> map_tensor;
-  std::function<Expr(const Expr&)> map_expr;
-  bool changed = false;
-  void output(const char*, Tensor& t, uint8_t) override { check(t); }
-  void operand(const char*, Tensor& t, Access, uint8_t, const CopyRegion*) override { check(t); }
-  void expr(const char*, Expr& e) override { changed |= !map_expr(e).same_as(e); }
-  void check(Tensor& t) {
-    if (t.defined()) changed |= !map_tensor(t).same_as(t);
+  template <class T>
+  void replace(T& x, const T& m) {
+    if (m.same_as(x)) return;
+    changed = true;
+    if (apply) x = m;
   }
 };
 }  // namespace
@@ -189,9 +174,10 @@ struct Probe : FieldVisitor {
 Inst StmtMutator::rewrite_inst(const Inst& inst) {
   auto mt = [this](const Tensor& t) { return mutate_tensor(t); };
   auto me = [this](const Expr& e) { return mutate_expr(e); };
-  Probe probe;
+  Rewriter probe;
   probe.map_tensor = mt;
   probe.map_expr = me;
+  probe.apply = false;
   inst->visit_fields(probe);
   if (!probe.changed) return inst;
   auto copy = inst->clone();

@@ -25,13 +25,18 @@ std::vector<Expr> const_shape(const std::vector<int64_t>& shape) {
   for (int64_t d : shape) out.push_back(int_const(d));
   return out;
 }
+
+std::shared_ptr<TensorNode> new_node(std::string name, MemoryScope scope, DataType dtype) {
+  auto n = std::make_shared<TensorNode>();
+  n->name = std::move(name);
+  n->scope = scope;
+  n->dtype = dtype;
+  return n;
+}
 }  // namespace
 
 Tensor Tensor::global(std::string name, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides) {
-  auto n = std::make_shared<TensorNode>();
-  n->name = std::move(name);
-  n->scope = MemoryScope::Global;
-  n->dtype = dtype;
+  auto n = new_node(std::move(name), MemoryScope::Global, dtype);
   if (strides.empty() && !shape.empty()) {
     strides.resize(shape.size());
     Expr s = int_const(1);
@@ -46,20 +51,14 @@ Tensor Tensor::global(std::string name, DataType dtype, std::vector<Expr> shape,
 }
 
 Tensor Tensor::shared(std::string name, DataType dtype, std::vector<int64_t> shape, SharedLayout layout) {
-  auto n = std::make_shared<TensorNode>();
-  n->name = std::move(name);
-  n->scope = MemoryScope::Shared;
-  n->dtype = dtype;
+  auto n = new_node(std::move(name), MemoryScope::Shared, dtype);
   n->shape = const_shape(shape);
   n->shared_layout = layout.defined() ? std::move(layout) : SharedLayout::row_major(shape);
   return Tensor(n);
 }
 
 Tensor Tensor::reg(std::string name, DataType dtype, std::vector<int64_t> shape, RegisterLayout layout) {
-  auto n = std::make_shared<TensorNode>();
-  n->name = std::move(name);
-  n->scope = MemoryScope::Register;
-  n->dtype = dtype;
+  auto n = new_node(std::move(name), MemoryScope::Register, dtype);
   n->shape = const_shape(shape);
   n->layout = std::move(layout);
   return Tensor(n);

@@ -1,5 +1,6 @@
 #include "tilus/passes/keep_wgmma_loops_rolled.h"
 
+#include "mutate_kernels.h"
 #include "tilus/ir/functor.h"
 #include "tilus/ir/simplify.h"
 
@@ -23,12 +24,7 @@ class Roller : public StmtMutator {
 
 Program keep_wgmma_loops_rolled(const Program& program, const Target& target) {
   if (target.is_cpu()) return program;
-  Program out = program;
-  for (auto& k : out.kernels) {
-    Roller r;
-    k = r.mutate(k);
-  }
-  return out;
+  return mutate_kernels<Roller>(program);
 }
 
 }  // namespace tilus

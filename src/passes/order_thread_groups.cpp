@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "mutate_kernels.h"
 #include "tilus/ir/functor.h"
 
 namespace tilus {
@@ -53,12 +54,7 @@ class Orderer : public StmtMutator {
 
 Program order_thread_groups(const Program& program, const Target& target) {
   if (target.is_cpu()) return program;
-  Program out = program;
-  for (auto& k : out.kernels) {
-    Orderer o;
-    k = o.mutate(k);
-  }
-  return out;
+  return mutate_kernels<Orderer>(program);
 }
 
 }  // namespace tilus

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <cerrno>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <array>
@@ -250,6 +253,30 @@ std::optional<CacheEntry> DiskCache::load(const std::string& key) const {
     spdlog::debug("tilus: cannot read the cache entry {}: {}", key, e.what());
     return std::nullopt;
   }
+}
+
+DiskCache::Lock::~Lock() {
+  if (fd_ >= 0) {
+    flock(fd_, LOCK_UN);
+    close(fd_);
+  }
+}
+
+std::unique_ptr<DiskCache::Lock> DiskCache::lock(const std::string& key) const {
+  if (!valid_key(key)) return nullptr;
+  std::error_code ec;
+  fs::path dir = fs::path(dir_) / "locks";
+  fs::create_directories(dir, ec);
+  int fd = open((dir / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  int r;
+  while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (r != 0) {
+    close(fd);
+    return nullptr;
+  }
+  return std::make_unique<Lock>(fd);
 }
 
 bool DiskCache::store(const std::string& key, const CacheEntry& entry) const {

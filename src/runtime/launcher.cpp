@@ -160,15 +160,22 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
       for (auto& d : device_header_defines(source.source)) key_options.push_back(d);
     key_options.push_back("device-headers=" + device_headers_digest());
     key = DiskCache::key(source.source, source.arch, nvrtc_version(), key_options);
-    if (auto hit = cache->load(key); hit && hit->source == source.source) {
-      spdlog::debug("tilus: kernel {} loaded from cache entry {}", source.name, key);
-      k.cubin = std::move(hit->cubin);
-      k.from_cache = true;
-      k.resources = resources_of(hit->meta);
-      log_resources(k);
-      return k;
-    }
   }
+  auto cached = [&] {
+    auto hit = cache->load(key);
+    if (!hit || hit->source != source.source) return false;
+    spdlog::debug("tilus: kernel {} loaded from cache entry {}", source.name, key);
+    k.cubin = std::move(hit->cubin);
+    k.from_cache = true;
+    k.resources = resources_of(hit->meta);
+    log_resources(k);
+    return true;
+  };
+  if (cache && cached()) return k;
+  // Many processes (the ranks of a distributed job) compiling one kernel: the first takes the
+  // entry's lock and compiles, the others wait and load what it stored.
+  std::unique_ptr<DiskCache::Lock> held = cache ? cache->lock(key) : nullptr;
+  if (held && cached()) return k;
   auto t0 = std::chrono::steady_clock::now();
   NvrtcOutput out = nvrtc_compile(source.source, source.name, source.arch, {}, options);
   k.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -1479,5 +1479,25 @@ TEST(InstDefs, AttributeValuesAreCheckedAgainstTheDefinition) {
   EXPECT_TRUE(Passes([&] { verify_inst(f); }));
 }
 
+
+TEST(InstDefs, DefinedInstructionsCheckTheirOperandsAsTheirDefinitionSays) {
+  Traced t;
+  Tensor bars = t.b.mbarrier_alloc({int_const(128)}, L(7));
+  EXPECT_TRUE(Passes([&] { t.b.defined("tcgen05_mma_arrive", {{"mbar", bars}}, {}, {}, L(81)); }));
+  Tensor f = t.smem({2});
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arrive", {{"mbar", f}}, {}, {}, L(82)); }, 82,
+                    "tcgen05_mma_arrive", {"mbar must be a shared tensor of uint64 with 1 element", "float32[2]"}));
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arrive", {{"mbar", t.reg({1}, uint64)}}, {}, {}, L(83)); }, 83,
+                    "tcgen05_mma_arrive", {"mbar must be a shared tensor", "register"}));
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arrive", {{"barrier", bars}}, {}, {}, L(84)); }, 84,
+                    "tcgen05_mma_arrive", {"unknown operand barrier"}));
+  EXPECT_TRUE(Fails([&] { t.b.defined("tcgen05_mma_arive", {}, {}, {}, L(85)); }, 85, "tcgen05_mma_arive",
+                    {"no such definition-driven instruction"}));
+  // It prints as its definition says, and is an arrival for the passes.
+  std::string ir = print(t.b.finish());
+  EXPECT_NE(ir.find("tcgen05_mma_arrive(mbar="), std::string::npos) << ir;
+  EXPECT_EQ(find_inst_def("tcgen05_mma_arrive")->traits.role, SyncRole::Arrive);
+}
+
 }  // namespace
 }  // namespace tilus

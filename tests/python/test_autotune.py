@@ -95,6 +95,7 @@ def test_parallel_compile_only_tuning_with_a_fake_timer(cache_dir, monkeypatch, 
     # A new instance in a new process (no tuner in memory) with a size in the same bucket: the
     # stored winner, no tuning.
     monkeypatch.setattr(A, "_tuners", {})
+    monkeypatch.setattr(tilus.launch, "by_constructor", {})
     timed.clear()
     AutotunedMatmul()(1020, 1000, 999, a, b, c)
     assert timed == []
@@ -105,6 +106,7 @@ def test_parallel_compile_only_tuning_with_a_fake_timer(cache_dir, monkeypatch, 
     # A corrupt or truncated entry is ignored and rewritten by the next tuning (in a new process).
     files[0].write_text(files[0].read_text()[:100])
     monkeypatch.setattr(A, "_tuners", {})
+    monkeypatch.setattr(tilus.launch, "by_constructor", {})
     AutotunedMatmul()(1000, 1000, 1000, a, b, c)
     assert len(timed) == 16
     assert tilus._C.load_tune_entry(key, str(cache_dir)).winner == entry.winner

@@ -24,6 +24,9 @@ from matmul_v1 import MatmulV1
 from matmul_v2 import MatmulV2
 from matmul_v3 import MatmulV3
 from matmul_tma import MatmulTma
+from matmul_fp8 import MatmulFp8, MatmulFp8Ring
+from per_token_cast import PerTokenCast
+from swiglu_per_token_cast import SwiGLUPerTokenCast
 from softmax import Softmax
 from tma_copy import TmaCopy
 from vector_add import VectorAdd
@@ -34,7 +37,9 @@ EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV
             "tma_copy": TmaCopy, "conv2d": Conv2d, "hopper_matmul_v0": HopperMatmulV0,
             "hopper_matmul_v1": HopperMatmulV1, "hopper_matmul_v2": HopperMatmulV2, "hopper_matmul_v3": HopperMatmulV3,
             "hopper_matmul_v4": HopperMatmulV4, "hopper_matmul_v5": HopperMatmulV5,
-            "hopper_matmul_v6": HopperMatmulV6}
+            "hopper_matmul_v6": HopperMatmulV6, "matmul_fp8": MatmulFp8,
+            "matmul_fp8_block": lambda: MatmulFp8("block"), "matmul_fp8_ring_block": lambda: MatmulFp8Ring("block"),
+            "per_token_cast": PerTokenCast, "swiglu_per_token_cast": lambda: SwiGLUPerTokenCast(clamp=7.0)}
 
 
 def test_vector_add(arrays):

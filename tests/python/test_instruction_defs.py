@@ -65,3 +65,83 @@ def test_every_group_method_of_a_definition_exists_on_the_script():
             continue  # names of IR nodes that several methods (or a tensor method) record
         owner = tilus.Script if not d["group"] else groups[d["group"]]
         assert hasattr(owner, d["method"]), d["name"]
+
+
+# --- tcgen05_mma_arrive: a definition-driven instruction (seed 004) -------------------------------
+
+import numpy as np  # noqa: E402
+
+from tilus import int32  # noqa: E402
+
+from conftest import HAS_CPU  # noqa: E402
+
+
+class ArriveThenWait(tilus.Script):
+    """Every thread arrives once through tcgen05_mma_arrive on a barrier that expects one arrival
+    per thread, then waits on it: the wait completes only if every arrival counted."""
+
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        bars = self.mbarrier.alloc(counts=[128])
+        self.tcgen05_mma_arrive(bars[0])
+        self.mbarrier.wait(bars[0], phase=0)
+        self.store_global(self.global_view(out, shape=[128]), self.get_lane_idx() + 1, offsets=[0])
+
+
+def test_its_method_comes_from_its_definition():
+    import inspect
+    m = tilus.Script.tcgen05_mma_arrive
+    assert list(inspect.signature(m).parameters) == ["self", "mbar"]
+    assert "tcgen05" in m.__doc__ and "sm_100" in m.__doc__
+
+
+class ArriveThenWaitByMbarrier(ArriveThenWait):
+    """The same with mbarrier.arrive: the passes must treat both arrivals alike."""
+
+    def tcgen05_mma_arrive(self, mbar):
+        self.mbarrier.arrive(mbar)
+
+
+def test_it_prints_and_the_passes_take_it_as_an_arrival():
+    out = np.zeros(128, np.int32)
+    stages = ArriveThenWait().ir(out, arch="sm_100a")
+    for stage, ir in stages.items():
+        assert ir.count("tcgen05_mma_arrive(mbar=bars_1)") == 1, (stage, ir)
+    final = list(stages.values())[-1]
+    by_mbarrier = list(ArriveThenWaitByMbarrier().ir(out, arch="sm_100a").values())[-1]
+    assert final.replace("tcgen05_mma_arrive(mbar=bars_1)", "mbarrier.arrive(barrier=bars_1, count=1)") == \
+        by_mbarrier.replace("ArriveThenWaitByMbarrier", "ArriveThenWait")
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_it_arrives_once_per_thread_on_the_cpu():
+    out = np.zeros(128, np.int32)
+    ArriveThenWait()(out)  # a missing arrival would be a CpuCheckError at the wait
+    np.testing.assert_array_equal(out, np.arange(128) % 32 + 1)
+
+
+def test_its_cuda_is_tcgen05_commit_on_sm_100a_and_an_error_before():
+    out = np.zeros(128, np.int32)
+    src = ArriveThenWait().source(out, arch="sm_100a")
+    assert src.count("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64") == 1, src
+    with pytest.raises(tilus.CompileError, match=r"tcgen05_mma_arrive needs sm_100 or newer, the target is sm_90a") as e:
+        ArriveThenWait().source(out, arch="sm_90a")
+    assert "test_instruction_defs.py:" in str(e.value)
+    if _C.nvrtc_available():
+        assert "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64" in \
+            ArriveThenWait().ptx(out, arch="sm_100a")
+
+
+def test_a_wrong_operand_names_the_instruction_and_the_line():
+    class Bad(tilus.Script):
+        def __call__(self, out: ~int32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            s = self.shared_tensor(dtype=int32, shape=[4])
+            self.tcgen05_mma_arrive(s)
+
+    with pytest.raises(tilus.CompileError, match=r"tcgen05_mma_arrive: mbar must be a shared tensor of uint64 with 1 "
+                                                 r"element .*got shared int32\[4\]") as e:
+        Bad().ir(np.zeros(4, np.int32))
+    assert "test_instruction_defs.py:" in str(e.value)

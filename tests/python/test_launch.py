@@ -19,6 +19,7 @@ def fresh_kernels(monkeypatch):
     """Each test counts the kernels its own instances compile (equal instances share them)."""
     from tilus import launch
     monkeypatch.setattr(launch, "_shared_kernels", {})
+    monkeypatch.setattr(launch, "by_constructor", {})
 
 
 class AddConst(tilus.Script):
@@ -196,14 +197,17 @@ def test_gpu_fast_path_takes_void_pointers_of_any_dtype():
 
 def test_fast_path_entry_is_a_plain_cpython_function():
     """Script.__call__ reaches the fast path through a METH_FASTCALL function, not pybind11's
-    dispatcher (issue 18). It takes the call's argument tuple, answers False for what it cannot
-    launch (no kernel for these arguments here), and keeps its path alive on its own."""
+    dispatcher (issue 18). It takes the call's argument tuple (and keyword dict), answers False for
+    what it cannot launch (no kernel for these arguments here), and keeps its path alive on its own."""
     import gc
-    fast = tilus._C.TorchFastPath([1, 2], [None, None], object, None)
+    params = [(1, "n", tilus.int32, None, False, 0), (2, "alpha", tilus.float32, None, False, 0)]
+    fast = tilus._C.FastPath(params, None, None, tilus.Tensor)
     entry = fast.entry
     assert type(entry).__name__ == "builtin_function_or_method"
     assert entry((16, 2.0)) is False and entry((16,)) is False and entry((16, "x")) is False
-    for bad in [(), (1, 2), ((16, 2.0), 1), (16,)]:
+    assert entry((16,), {"alpha": 2.0}) is False and entry((16, 2.0), {"stream": -1}) is False
+    assert entry((16, 2.0), 1) is False  # not a keyword dict: left to the general path
+    for bad in [(), (1, 2), ((16, 2.0), None, 1), (16,)]:
         with pytest.raises(TypeError, match="the call's argument tuple"):
             entry(*bad)
     del fast

@@ -330,6 +330,18 @@ def test_widening_uses_the_vectorized_conversion(name, mid, helper):
     assert f"tilus::{helper}(" in src
 
 
+def test_e4m3_encoding_of_float32_pairs_uses_the_hardware_conversion():
+    """A thread's float32 slots go to e4m3 two at a time through cvt_f32x2_e4m3 (one
+    cvt.rn.satfinite.e4m3x2.f32 on sm_89+; test_float_encode_rounds_like_the_reference holds it
+    to the reference, NaNs, infinities, ties and saturation included). e5m2 overflows to infinity,
+    which the saturating hardware conversion does not do: it keeps the element-wise encoder."""
+    f32, u8 = np.zeros(64, np.float32), np.zeros(64, np.uint8)
+    assert "tilus::cvt_f32x2_e4m3(" in Encode(tilus.float8_e4m3).source(64, f32, u8, arch="sm_90a")
+    assert "tilus::cvt_f32x2_e4m3(" not in Encode(tilus.float8_e5m2).source(64, f32, u8, arch="sm_90a")
+    ptx = Encode(tilus.float8_e4m3).ptx(64, f32, u8, arch="sm_90a")
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+
+
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_cuda_code_compiles(arch):
@@ -479,6 +491,59 @@ def test_quantized_matmul_picks_its_kernel_by_size():
     assert "hopper" not in q.config(300, 200, 1000, hopper=True)  # k not whole groups
     assert "hopper" not in q.config(4096, 8192, 8192)  # no wgmma weights prepared
     assert QuantizedMatmul(tilus.int8, 128).config(300, 200, 1024, hopper=True)["block_k"] == 32
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
+                                   (300, 200, 1000)])
+def test_quantized_matmul_tunes_over_kernels_tiles_and_splits(m, n, k):
+    """tune=True's candidates at a shape: the rule's choice first, no repeats, each a kernel that
+    can be made; split-K where the tiles alone leave SMs idle (up to 16 ways for m <= 32), the wgmma
+    kernel's tiles where its weights exist, and always an mma.sync choice (the wgmma kernel cannot
+    split k)."""
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
+    for wtype in (tilus.int4, tilus.uint4):
+        q = QuantizedMatmul(wtype, 128)
+        got = q.candidates(m, n, k, hopper=True)
+        assert got[0] == q.config(m, n, k, hopper=True)
+        assert all(c not in got[:i] for i, c in enumerate(got))
+        for c in got:
+            params = {name: v for name, v in c.items() if name != "hopper"}
+            (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
+        mma = [c for c in got if not c.get("hopper")]
+        assert mma, got
+        hopper = [c for c in got if c.get("hopper")]
+        assert bool(hopper) == (m >= 33 and k % 128 == 0 and n % 8 == 0), got
+        if m <= 32:  # 16-row tiles: up to 4 blocks per SM of an H100 (132)
+            tiles = -(-n // 128)
+            assert sorted(c["split_k"] for c in mma) == [s for s in (1, 2, 4, 8, 16) for _ in (4, 8)
+                                                         if k // (128 * s) >= 2 and (s == 1 or tiles * s <= 528)]
+            assert {c["stages"] for c in mma} == {4, 8}
+        if (m, n) == (64, 3584):  # 28 tiles of 64 x 128: split up to 4 ways
+            assert sorted(c["split_k"] for c in mma) == [1, 2, 4]
+        if m == 1024:  # enough tiles: no split
+            assert {c["split_k"] for c in mma} == {1}
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_tuned_quantized_matmul_on_the_gpu():
+    """QuantizedMatmul(tune=True) times its candidates at the first call of a shape, keeps the
+    fastest (one of the candidates) and computes the same product with it."""
+    import torch
+    from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
+    rng = np.random.default_rng(5)
+    for m, n, k in [(5, 392, 1024), (80, 256, 1024)]:
+        a = rng.uniform(-1, 1, (m, k))
+        packed, scales, zeros, w = quantized_operands(tilus.uint4, k, n, 128, rng)
+        q = QuantizedMatmul(tilus.uint4, 128, tune=True)
+        args = [torch.from_numpy(x).cuda() for x in (host_array(a, tilus.float16), packed,
+                                                        host_array(scales, tilus.float16),
+                                                        host_array(zeros, tilus.float16),
+                                                        np.zeros((m, n), np.float16), np.zeros((16, m, n), np.float32))]
+        args[1] = q.prepare(args[1])
+        q(m, n, k, *args)
+        (key, cfg), = q.tuned.items()
+        assert cfg in q.candidates(m, n, k, hopper="wgmma" in args[1]), cfg
+        np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
 
 
 def reference_repack(codes, bits, bn, bk, layout, threads):

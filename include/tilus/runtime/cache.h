@@ -13,6 +13,7 @@
 // with one warning.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,21 @@ class DiskCache {
   std::optional<CacheEntry> load(const std::string& key) const;
   // Returns false (after the one-time warning) when the entry could not be written.
   bool store(const std::string& key, const CacheEntry& entry) const;
+  // Holds the cross-process lock of one key's entry (flock on <dir>/locks/<key>.lock) until it
+  // goes: the process that holds it compiles the entry while others wait for it, then load what
+  // it stored. The kernel releases a flock when its process dies, so a crashed holder leaves no
+  // stale lock. Null when the cache cannot hold lock files (read-only): then nothing waits.
+  class Lock {
+   public:
+    explicit Lock(int fd) : fd_(fd) {}
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+    ~Lock();
+
+   private:
+    int fd_;
+  };
+  std::unique_ptr<Lock> lock(const std::string& key) const;
 
  private:
   std::string dir_;

@@ -3,15 +3,13 @@ block cancels a cluster that has not started yet and takes over its work (a pers
 scheduler). ``try_cancel`` is definition-driven; its method is written here for Tilus's positional
 ``multicast``.
 """
-from typing import Tuple, Union
+from typing import Tuple
 
-from ..tracing import SharedTensor, _builder, _here
 from .._C import Expr
+from ..tracing import SharedTensor, _builder, _here
+from ._args import _barrier, _bool, _tensor
+from .cluster import Dim3
 
-
-def _s():
-    from .. import script
-    return script
 
 
 class ClcGroup:
@@ -31,21 +29,18 @@ class ClcGroup:
         ``multicast=True``: the response lands at ``response``'s offset in every block of the
         cluster, completing on each block's barrier at ``mbarrier``'s offset."""
         loc = _here()
-        s = _s()
         _builder().defined("clc.try_cancel",
-                           {"response": s._tensor(response, "clc.try_cancel: response", loc, SharedTensor),
-                            "mbarrier": s._barrier(mbarrier, "clc.try_cancel: mbarrier", loc)}, {},
-                           {"multicast": str(s._bool(multicast, "clc.try_cancel: multicast", loc)).lower()}, loc)
+                           {"response": _tensor(response, "clc.try_cancel: response", loc, SharedTensor),
+                            "mbarrier": _barrier(mbarrier, "clc.try_cancel: mbarrier", loc)}, {},
+                           {"multicast": str(_bool(multicast, "clc.try_cancel: multicast", loc)).lower()}, loc)
 
     def query_response(self, response: SharedTensor) -> Tuple[Expr, "Dim3"]:
         """``(is_canceled, blockIdx)`` of a landed response: ``is_canceled`` a bool scalar, and where it
         is true the first block index of the canceled cluster as a ``Dim3`` of int32 scalars (its
         values are undefined where it is false)."""
         loc = _here()
-        s = _s()
         valid, x, y, z = _builder().clc_query_response(
-            s._tensor(response, "clc.query_response: response", loc, SharedTensor), loc)
-        return valid, s.Dim3(x, y, z)
+            _tensor(response, "clc.query_response: response", loc, SharedTensor), loc)
+        return valid, Dim3(x, y, z)
 
 
-_CLC = ClcGroup()

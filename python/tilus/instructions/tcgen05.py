@@ -11,18 +11,14 @@ checks when it is recorded.
 """
 from typing import Optional, Sequence, Union
 
-from ..tracing import RegisterTensor, SharedTensor, TMemoryTensor, _builder, _here, _where
 from .._C import CompileError, DataType, Expr
+from ..tracing import RegisterTensor, SharedTensor, TMemoryTensor, _builder, _dtype, _here, _where
+from ._args import _barrier, _exprs, _int, _ints, _scalar, _tensor
 
-
-def _s():
-    """The Script module's argument helpers (imported when first used: it imports this module)."""
-    from .. import script
-    return script
 
 
 def _cta_group(x, what, loc):
-    g = _s()._int(x, f"{what}: cta_group", loc)
+    g = _int(x, f"{what}: cta_group", loc)
     if g not in (1, 2):
         raise CompileError(f"{_where(loc)}{what}: cta_group must be 1 or 2, got {g}")
     return g
@@ -47,9 +43,8 @@ class Tcgen05Group:
         every thread of the group then waits for. ``cta_group=2``: the same columns in both blocks of
         a pair of the cluster (for ``mma(..., cta_group=2)``)."""
         loc = _here()
-        s = _s()
-        return TMemoryTensor(_builder().tcgen05_alloc(s._dtype(dtype, "tcgen05.alloc: dtype", loc),
-                                                      s._ints(shape, "tcgen05.alloc: shape", loc),
+        return TMemoryTensor(_builder().tcgen05_alloc(_dtype(dtype, "tcgen05.alloc: dtype", loc),
+                                                      _ints(shape, "tcgen05.alloc: shape", loc),
                                                       _cta_group(cta_group, "tcgen05.alloc", loc), loc))
 
     def slice(self, tensor: TMemoryTensor, offsets: Sequence[Union[int, Expr]], dims: Sequence[int],
@@ -58,20 +53,18 @@ class Tcgen05Group:
         multiple of 32) whose dims are ``tensor``'s dims ``dims`` (the lane dim 0 and the last dim
         among them), of extents ``shape``. No data moves."""
         loc = _here()
-        s = _s()
-        return TMemoryTensor(_builder().tcgen05_slice(s._tensor(tensor, "tcgen05.slice: tensor", loc, TMemoryTensor),
-                                                      s._exprs(offsets, "tcgen05.slice: offsets", loc),
-                                                      s._ints(dims, "tcgen05.slice: dims", loc),
-                                                      s._ints(shape, "tcgen05.slice: shape", loc), loc))
+        return TMemoryTensor(_builder().tcgen05_slice(_tensor(tensor, "tcgen05.slice: tensor", loc, TMemoryTensor),
+                                                      _exprs(offsets, "tcgen05.slice: offsets", loc),
+                                                      _ints(dims, "tcgen05.slice: dims", loc),
+                                                      _ints(shape, "tcgen05.slice: shape", loc), loc))
 
     def view(self, tensor: TMemoryTensor, dtype: DataType, shape: Sequence[int]) -> TMemoryTensor:
         """``tensor``'s columns as ``dtype`` and ``shape``: the dims but the last keep their extents,
         the last keeps its bits. No data moves."""
         loc = _here()
-        s = _s()
-        return TMemoryTensor(_builder().tcgen05_view(s._tensor(tensor, "tcgen05.view: tensor", loc, TMemoryTensor),
-                                                     s._dtype(dtype, "tcgen05.view: dtype", loc),
-                                                     s._ints(shape, "tcgen05.view: shape", loc), loc))
+        return TMemoryTensor(_builder().tcgen05_view(_tensor(tensor, "tcgen05.view: tensor", loc, TMemoryTensor),
+                                                     _dtype(dtype, "tcgen05.view: dtype", loc),
+                                                     _ints(shape, "tcgen05.view: shape", loc), loc))
 
     def load(self, tensor: TMemoryTensor) -> RegisterTensor:
         """The rank-2 tensor-memory tile ``tensor`` [lanes, n] in registers: the current thread group
@@ -79,7 +72,7 @@ class Tcgen05Group:
         tile's lane offset. Asynchronous: ``wait_load()`` before the registers are read (a read before
         it is a CompileError naming both lines)."""
         loc = _here()
-        return RegisterTensor(_builder().tcgen05_load(_s()._tensor(tensor, "tcgen05.load: tensor", loc,
+        return RegisterTensor(_builder().tcgen05_load(_tensor(tensor, "tcgen05.load: tensor", loc,
                                                                    TMemoryTensor), loc))
 
     def relinquish_alloc_permit(self, cta_group: int = 1) -> None:
@@ -95,12 +88,11 @@ class Tcgen05Group:
         cluster's block of rank i): arrives on the barrier at ``mbarrier``'s offset in each of those
         blocks instead (``cta_group=2``: the pair's MMA)."""
         loc = _here()
-        s = _s()
-        mask = 0 if multicast_mask is None else s._int(multicast_mask, "tcgen05.commit: multicast_mask", loc)
+        mask = 0 if multicast_mask is None else _int(multicast_mask, "tcgen05.commit: multicast_mask", loc)
         if multicast_mask is not None and not 0 < mask < 1 << 16:
             raise CompileError(f"{_where(loc)}tcgen05.commit: multicast_mask must name 1 to 16 blocks (a Python int in "
                                f"[1, 2^16)), got {mask}")
-        _builder().defined("tcgen05.commit", {"mbarrier": s._barrier(mbarrier, "tcgen05.commit: mbarrier", loc)}, {},
+        _builder().defined("tcgen05.commit", {"mbarrier": _barrier(mbarrier, "tcgen05.commit: mbarrier", loc)}, {},
                            {"cta_group": _cta_group(cta_group, "tcgen05.commit", loc), "multicast_mask": mask}, loc)
 
     def mma(self, a: Union[SharedTensor, TMemoryTensor], b: SharedTensor, d: TMemoryTensor,
@@ -115,13 +107,11 @@ class Tcgen05Group:
         and of b's columns and its rows of d (issued by the pair's block of even rank). ``commit``
         and an mbarrier wait before ``d`` is read or an operand is written."""
         loc = _here()
-        s = _s()
         cls = TMemoryTensor if isinstance(a, TMemoryTensor) else SharedTensor
-        tensors = {"a": s._tensor(a, "tcgen05.mma: a", loc, cls), "b": s._tensor(b, "tcgen05.mma: b", loc, SharedTensor),
-                   "d": s._tensor(d, "tcgen05.mma: d", loc, TMemoryTensor)}
+        tensors = {"a": _tensor(a, "tcgen05.mma: a", loc, cls), "b": _tensor(b, "tcgen05.mma: b", loc, SharedTensor),
+                   "d": _tensor(d, "tcgen05.mma: d", loc, TMemoryTensor)}
         _builder().defined("tcgen05.mma", tensors,
-                           {"enable_input_d": s._scalar(enable_input_d, "tcgen05.mma: enable_input_d", loc)},
+                           {"enable_input_d": _scalar(enable_input_d, "tcgen05.mma: enable_input_d", loc)},
                            {"cta_group": _cta_group(cta_group, "tcgen05.mma", loc)}, loc)
 
 
-_TCGEN05 = Tcgen05Group()

@@ -9,6 +9,7 @@
 
 #include "emitter.h"
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 
 namespace tilus::cpu {
 
@@ -152,6 +153,10 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
         llvm::Value* resp = b.CreateGEP(b.getInt8Ty(), shared_base, bytes);
         llvm::Value* bar = barrier_ptr(inst, i.tensor("mbarrier"));
         service(kServiceClcTryCancel, b.CreatePtrToInt(bar, b.getInt64Ty()), i64(i.attr("multicast") == "true"), resp);
+        return;
+      }
+      if (i.definition->name == "tcgen05_mma_arrive") {  // tcgen05 operations complete when issued here
+        mbarrier_op(kMbarrierArrive, barrier_ptr(inst, i.tensor("mbar")), i64(group_threads(inst)));
         return;
       }
       fail(inst, "not an mbarrier, TMA or fence instruction");

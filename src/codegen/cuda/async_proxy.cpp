@@ -2,6 +2,7 @@
 // say. A TMA copy is issued by the first thread of the current thread group; a synchronous
 // `copy` lowered to TMA also waits, in every thread of the group, on its copy barrier.
 #include "emitter.h"
+#include "tilus/ir/inst_def.h"
 
 namespace tilus::cuda {
 
@@ -46,19 +47,15 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
                                i.cta_id.defined() ? " on a peer block" : "", target.arch));
       switch (i.op) {
         case MbarrierOp::Arrive:
+        case MbarrierOp::ArriveExpectTx: {
+          const char* fn = i.op == MbarrierOp::Arrive ? "mbarrier_arrive" : "mbarrier_arrive_expect_tx";
           if (i.cta_id.defined())
-            linef("tilus::mbarrier_arrive_remote<{}>({}, uint32_t({}), uint32_t({}));",
-                  i.scope == "cluster" ? "true" : "false", bar, expr(simplify(i.cta_id)), v);
+            linef("tilus::{}_remote<{}>({}, uint32_t({}), uint32_t({}));", fn, i.scope == "cluster" ? "true" : "false",
+                  bar, expr(simplify(i.cta_id)), v);
           else
-            linef("tilus::mbarrier_arrive{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
+            linef("tilus::{}{}({}, uint32_t({}));", fn, mbarrier_args(i), bar, v);
           return;
-        case MbarrierOp::ArriveExpectTx:
-          if (i.cta_id.defined())
-            linef("tilus::mbarrier_arrive_expect_tx_remote<{}>({}, uint32_t({}), uint32_t({}));",
-                  i.scope == "cluster" ? "true" : "false", bar, expr(simplify(i.cta_id)), v);
-          else
-            linef("tilus::mbarrier_arrive_expect_tx{}({}, uint32_t({}));", mbarrier_args(i), bar, v);
-          return;
+        }
         case MbarrierOp::ExpectTx:
           linef("tilus::mbarrier_expect_tx<{}>({}, uint32_t({}));", i.scope == "cluster" ? "true" : "false", bar, v);
           return;
@@ -113,6 +110,12 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
               i.attr("multicast"), view.base_bytes, expr(off), elem_bytes(r.dtype()),
               barrier_address(inst, i.tensor("mbarrier")));
         close();
+        return;
+      }
+      if (i.definition->name == "tcgen05_mma_arrive") {
+        linef("asm volatile(\"tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];\" :: "
+              "\"r\"({}) : \"memory\");",
+              barrier_address(inst, i.tensor("mbar")));
         return;
       }
       fail(inst, "not an mbarrier, TMA or fence instruction");

@@ -117,6 +117,12 @@ void Emitter::emit_compute(const InstNode& inst) {
                 from == dtypes::float8_e4m3 ? "true" : "false", out, s, x, s);
         return;
       }
+      // float32 pairs to e4m3 (round to nearest even, saturating: the host encoder's rule).
+      if (identity && from == dtypes::float32 && to == dtypes::float8_e4m3 && n % 2 == 0) {
+        for (int64_t s = 0; s < n; s += 2)
+          linef("tilus::cvt_f32x2_e4m3(&{}[{}], {}[{}], {}[{}]);", out, s, x, s, x, s + 1);
+        return;
+      }
       copy_slots(i.out, m, [&](const std::string& from) { return fmt::format("tilus::cvt<{}>({}[{}])", ctype(to), x, from); });
       return;
     }

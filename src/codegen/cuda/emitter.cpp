@@ -112,7 +112,11 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
     void visit_inst(const InstNode& i) override {
       if (auto* s = dynamic_cast<const SyncInst*>(&i); s && s->scope == SyncScope::Named)
         em->user_barriers_.insert(s->barrier_id);
-      if (dynamic_cast<const WgmmaMmaInst*>(&i)) em->has_wgmma_ = true;
+      if (auto* w = dynamic_cast<const WgmmaMmaInst*>(&i)) {
+        em->has_wgmma_ = true;
+        auto& ds = em->wgmma_ds_;
+        if (std::find(ds.begin(), ds.end(), w->d.get()) == ds.end()) ds.push_back(w->d.get());
+      }
     }
   } scan;
   scan.em = this;

@@ -170,6 +170,7 @@ class Emitter {
   std::vector<std::pair<const TensorNode*, int64_t>> wgmma_accs_;  // wgmma.mma accumulators (32-bit registers)
   std::unordered_map<const TensorNode*, std::string> tmem_roots_;  // tcgen05.alloc tensor -> its address variable
   std::vector<std::pair<const TensorNode*, int64_t>> tcgen05_loads_;  // tcgen05.ld results not yet waited for
+  std::vector<const TensorNode*> wgmma_ds_;  // every wgmma.mma's accumulator, in program order (fences pin them)
 
   friend struct MemoryEmitter;
 };

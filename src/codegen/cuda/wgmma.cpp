@@ -21,7 +21,20 @@ const char* wgmma_type(DataType t) {
 
 void Emitter::emit_wgmma(const InstNode& inst) {
   switch (inst.kind()) {
-    case InstKind::WgmmaFence: line("tilus::wgmma_fence();"); return;
+    case InstKind::WgmmaFence: {
+      // The accumulators visible here are pinned before the fence: a value the compiler knows
+      // (a zeroed accumulator) could otherwise be materialized after it, right before the mma,
+      // and ptxas then inserts a warpgroup arrive of its own and serializes the wgmma.
+      for (const TensorNode* t : wgmma_ds_) {
+        auto it = regs_.find(t);
+        if (it == regs_.end() || !visible(t)) continue;
+        int64_t words = t->layout.local_size() * t->dtype.bits() / 32;
+        if (t->dtype == dtypes::float32) linef("tilus::wgmma_fence_operand<{}>({});", words, it->second);
+        else linef("tilus::wgmma_fence_operand<{}>(reinterpret_cast<uint32_t*>({}));", words, it->second);
+      }
+      line("tilus::wgmma_fence();");
+      return;
+    }
     case InstKind::WgmmaCommitGroup: line("tilus::wgmma_commit_group();"); return;
     case InstKind::WgmmaWaitGroup: {
       linef("tilus::wgmma_wait_group<{}>();", static_cast<const WgmmaWaitGroupInst&>(inst).n);
@@ -39,10 +52,12 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   if (rec.op != MachineOp::Wgmma) fail(inst, "no instruction selected; run the pass pipeline first");
   const WgmmaTiling& t = rec.wgmma;
   DataType ab = i.a.dtype(), dt = i.d.dtype();
+  // The kind: .atype.btype (equal, except that the fp8 types e4m3 and e5m2 mix).
   const char* at = wgmma_type(ab);
+  const char* bt = wgmma_type(i.b.dtype());
   const char* ct = wgmma_type(dt);
-  if (!at || !ct || (dt != dtypes::float32 && dt != dtypes::float16))
-    fail(inst, fmt::format("no wgmma for {} operands into {}", ab.name(), dt.name()));
+  if (!at || !bt || !ct || (dt != dtypes::float32 && dt != dtypes::float16))
+    fail(inst, fmt::format("no wgmma for {} x {} operands into {}", ab.name(), i.b.dtype().name(), dt.name()));
   bool f32 = dt == dtypes::float32;
   const std::string& d = reg(i.d);
   int64_t regs = f32 ? t.n_instr / 2 : t.n_instr / 4;  // 32-bit accumulator registers per instruction
@@ -74,9 +89,9 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   for (int64_t r = 0; r < a_n; ++r) a_list += fmt::format("{}%{}", r ? ", " : "", regs + r);
   if (a_regs) a_list = "{" + a_list + "}";
   std::string text = fmt::format(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{5} {{{0}}}, {1}, "
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{8} {{{0}}}, {1}, "
       "%{6}, p, 1, 1{7};\\n}}\\n",
-      list, a_list, regs + a_n + 1, shape, ct, at, regs + a_n, f8 ? "" : a_regs ? ", 0" : ", 0, 0");
+      list, a_list, regs + a_n + 1, shape, ct, at, regs + a_n, f8 ? "" : a_regs ? ", 0" : ", 0, 0", bt);
   // a in registers: 4 words (8 halves) per m64 x k16 instruction, in (m block, k step) order.
   const int64_t a_words = a_regs ? t.m_blocks * t.k_steps * 4 : 0;
   const std::string a_word = a_regs ? fmt::format("reinterpret_cast<uint32_t*>({})", reg(i.a)) : "";

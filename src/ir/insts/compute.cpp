@@ -188,14 +188,23 @@ void insts::add_compute(std::vector<InstDef>& d) {
   using verify_detail::hook;
   d.push_back({.name = "dot", .kind = InstKind::Dot, .summary = "out = a @ b + c", .verify = hook(check_dot)});
   d.push_back({.name = "cast", .kind = InstKind::Cast, .summary = "converts each element", .verify = hook(check_cast)});
-  d.push_back({.name = "view", .kind = InstKind::View, .summary = "reinterprets each thread's registers", .verify = hook(check_view)});
-  d.push_back({.name = "reshape", .kind = InstKind::Reshape, .summary = "another shape of as many elements", .verify = hook(check_reshape)});
-  d.push_back({.name = "squeeze", .kind = InstKind::Squeeze, .summary = "drops dims of extent 1", .verify = hook(check_squeeze)});
-  d.push_back({.name = "unsqueeze", .kind = InstKind::Unsqueeze, .summary = "adds dims of extent 1", .verify = hook(check_unsqueeze)});
-  d.push_back({.name = "transpose", .kind = InstKind::Transpose, .summary = "swaps the two dims of a matrix", .verify = hook(check_transpose)});
-  d.push_back({.name = "repeat", .kind = InstKind::Repeat, .summary = "tiles a tensor along its dims", .verify = hook(check_repeat)});
-  d.push_back({.name = "add", .kind = InstKind::Elementwise, .summary = "every unary, binary, comparison, where and clip (one elementwise node)", .verify = hook(check_elementwise)});
-  d.push_back({.name = "sum", .kind = InstKind::Reduce, .summary = "reductions: sum, max, min, any, all", .attrs = {{"keepdim", AttrType::Bool, "false"}}, .verify = hook(check_reduce)});
+  d.push_back({.name = "view", .kind = InstKind::View, .summary = "reinterprets each thread's registers",
+               .verify = hook(check_view)});
+  d.push_back({.name = "reshape", .kind = InstKind::Reshape, .summary = "another shape of as many elements",
+               .verify = hook(check_reshape)});
+  d.push_back({.name = "squeeze", .kind = InstKind::Squeeze, .summary = "drops dims of extent 1",
+               .verify = hook(check_squeeze)});
+  d.push_back({.name = "unsqueeze", .kind = InstKind::Unsqueeze, .summary = "adds dims of extent 1",
+               .verify = hook(check_unsqueeze)});
+  d.push_back({.name = "transpose", .kind = InstKind::Transpose, .summary = "swaps the two dims of a matrix",
+               .verify = hook(check_transpose)});
+  d.push_back({.name = "repeat", .kind = InstKind::Repeat, .summary = "tiles a tensor along its dims",
+               .verify = hook(check_repeat)});
+  d.push_back({.name = "add", .kind = InstKind::Elementwise,
+               .summary = "every unary, binary, comparison, where and clip (one elementwise node)",
+               .verify = hook(check_elementwise)});
+  d.push_back({.name = "sum", .kind = InstKind::Reduce, .summary = "reductions: sum, max, min, any, all",
+               .attrs = {{"keepdim", AttrType::Bool, "false"}}, .verify = hook(check_reduce)});
 
 }
 

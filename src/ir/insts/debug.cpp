@@ -53,8 +53,10 @@ void check_assume(const AssumeInst& i) {
 
 void insts::add_debug(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "printf", .kind = InstKind::Printf, .summary = "a formatted print from every thread", .verify = hook(check_printf)});
-  d.push_back({.name = "assume", .kind = InstKind::Assume, .emit = EmitFamily::Hint, .summary = "a condition the compiler may assume", .verify = hook(check_assume)});
+  d.push_back({.name = "printf", .kind = InstKind::Printf, .summary = "a formatted print from every thread",
+               .verify = hook(check_printf)});
+  d.push_back({.name = "assume", .kind = InstKind::Assume, .emit = EmitFamily::Hint,
+               .summary = "a condition the compiler may assume", .verify = hook(check_assume)});
 
 }
 

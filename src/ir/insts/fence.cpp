@@ -17,9 +17,11 @@ void check_fence_proxy_async(const FenceProxyAsyncInst& i) {
 
 void insts::add_fence(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "fence.proxy_async", .group = "fence", .kind = InstKind::FenceProxyAsync, .emit = EmitFamily::AsyncProxy,
-               .traits = {.role = SyncRole::ProxyFence, .proxy = Proxy::Async}, .summary = "orders generic-proxy accesses with async-proxy ones",
-               .attrs = {{"space", AttrType::String, "shared", {"shared", "global"}}}, .verify = hook(check_fence_proxy_async)});
+  d.push_back({.name = "fence.proxy_async", .group = "fence", .kind = InstKind::FenceProxyAsync,
+               .emit = EmitFamily::AsyncProxy, .traits = {.role = SyncRole::ProxyFence, .proxy = Proxy::Async},
+               .summary = "orders generic-proxy accesses with async-proxy ones",
+               .attrs = {{"space", AttrType::String, "shared", {"shared", "global"}}},
+               .verify = hook(check_fence_proxy_async)});
 
 }
 

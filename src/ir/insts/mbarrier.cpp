@@ -63,21 +63,40 @@ void check_mbarrier(const MbarrierInst& i) {
 
 void insts::add_mbarrier(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "mbarrier.alloc", .group = "mbarrier", .kind = InstKind::MbarrierInit, .emit = EmitFamily::AsyncProxy, .summary = "shared mbarriers, initialized with their arrival counts", .verify = hook(check_mbarrier_init)});
+  d.push_back({.name = "mbarrier.alloc", .group = "mbarrier", .kind = InstKind::MbarrierInit,
+               .emit = EmitFamily::AsyncProxy, .summary = "shared mbarriers, initialized with their arrival counts",
+               .verify = hook(check_mbarrier_init)});
   const std::vector<AttrDef> arrive_attrs = {{"sem", AttrType::String, "release"}, {"scope", AttrType::String, "cta"}};
   auto mbarrier = hook(check_mbarrier);
-  d.push_back({.name = "mbarrier.arrive", .group = "mbarrier", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::Arrive), .emit = EmitFamily::AsyncProxy,
-               .traits = {.role = SyncRole::Arrive}, .summary = "every thread of the group arrives count times", .attrs = arrive_attrs, .verify = mbarrier});
-  d.push_back({.name = "mbarrier.arrive_and_expect_tx", .group = "mbarrier", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::ArriveExpectTx), .emit = EmitFamily::AsyncProxy,
-               .traits = {.role = SyncRole::Arrive}, .summary = "every thread adds transaction bytes and arrives once", .attrs = arrive_attrs, .verify = mbarrier});
-  d.push_back({.name = "mbarrier.expect_tx", .group = "mbarrier", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::ExpectTx), .emit = EmitFamily::AsyncProxy,
-               .traits = {.role = SyncRole::Expect}, .summary = "every thread adds transaction bytes (mbarrier_expect_tx)", .attrs = arrive_attrs, .verify = mbarrier});
-  d.push_back({.name = "mbarrier.wait", .group = "mbarrier", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::Wait), .emit = EmitFamily::AsyncProxy,
+  d.push_back({.name = "mbarrier.arrive", .group = "mbarrier", .kind = InstKind::Mbarrier,
+               .variant = int(MbarrierOp::Arrive), .emit = EmitFamily::AsyncProxy, .traits = {.role = SyncRole::Arrive},
+               .summary = "every thread of the group arrives count times", .attrs = arrive_attrs, .verify = mbarrier});
+  d.push_back({.name = "mbarrier.arrive_and_expect_tx", .group = "mbarrier", .kind = InstKind::Mbarrier,
+               .variant = int(MbarrierOp::ArriveExpectTx), .emit = EmitFamily::AsyncProxy,
+               .traits = {.role = SyncRole::Arrive}, .summary = "every thread adds transaction bytes and arrives once",
+               .attrs = arrive_attrs, .verify = mbarrier});
+  d.push_back({.name = "mbarrier.expect_tx", .group = "mbarrier", .kind = InstKind::Mbarrier,
+               .variant = int(MbarrierOp::ExpectTx), .emit = EmitFamily::AsyncProxy,
+               .traits = {.role = SyncRole::Expect},
+               .summary = "every thread adds transaction bytes (mbarrier_expect_tx)", .attrs = arrive_attrs,
+               .verify = mbarrier});
+  d.push_back({.name = "mbarrier.wait", .group = "mbarrier", .kind = InstKind::Mbarrier,
+               .variant = int(MbarrierOp::Wait), .emit = EmitFamily::AsyncProxy,
                .traits = {.role = SyncRole::BarrierWait}, .summary = "waits until the phase of a parity has completed",
-               .attrs = {{"sem", AttrType::String, "acquire"}, {"scope", AttrType::String, "cta"}}, .verify = mbarrier});
-  d.push_back({.name = "cp_async_barrier_noinc", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::CpAsyncArrive), .emit = EmitFamily::AsyncProxy,
+               .attrs = {{"sem", AttrType::String, "acquire"}, {"scope", AttrType::String, "cta"}},
+               .verify = mbarrier});
+  d.push_back({.name = "cp_async_barrier_noinc", .kind = InstKind::Mbarrier, .variant = int(MbarrierOp::CpAsyncArrive),
+               .emit = EmitFamily::AsyncProxy,
                .traits = {.role = SyncRole::HandOver, .completion = Completion::CpAsyncGroup, .min_sm = 80},
                .summary = "arrives once the thread's cp.async copies have landed", .verify = mbarrier});
+  // Seed 004's tcgen05_mma_arrive: a definition-driven instruction (data alone; lowered in
+  // codegen/{cuda,cpu}/async_proxy.cpp).
+  d.push_back({.name = "tcgen05_mma_arrive", .kind = InstKind::Defined, .emit = EmitFamily::AsyncProxy,
+               .traits = {.role = SyncRole::Arrive, .min_sm = 100},
+               .summary = "every thread of the group arrives once on the mbarrier when the tcgen05 operations it "
+                          "issued before have completed (tcgen05.commit)",
+               .operands = {{.name = "mbar", .scopes = kShared, .access = Access::Read, .dtype = "uint64", .numel = 1,
+                             .doc = "one mbarrier, mbarrier.alloc(...)[i]"}}});
 
 }
 

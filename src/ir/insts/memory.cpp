@@ -1,4 +1,5 @@
-// The memory instructions: loads, stores, copies (cp.async, TMA, SIMT), im2col, explicit-width global accesses, atomics.
+// The memory instructions: loads, stores, copies (cp.async, TMA, SIMT), im2col, explicit-width
+// global accesses, atomics.
 // Each instruction's definition (inst_def.h): name, group, emitters' family, traits, attributes
 // and its verifier hook, the check below.
 #include "../verify_util.h"
@@ -8,16 +9,21 @@ namespace tilus {
 namespace {
 using namespace verify_detail;
 
+// A tile of a global tensor at `offsets`, its dims placed by `dims` (load_global, store_global,
+// copy_async): one offset per global dim, the tile's dims onto distinct global dims, one dtype.
+void expect_global_tile(const InstNode& i, const std::vector<Expr>& offsets, const std::vector<int>& dims,
+                        const char* tile_role, const Tensor& tile, const char* global_role, const Tensor& global) {
+  expect_offsets(i, offsets, global_role, global);
+  expect_dims(i, dims, tile_role, tile, global_role, global);
+  expect_same_dtype(i, global_role, global, tile_role, tile);
+}
+
 void check_load_global(const LoadGlobalInst& i) {
-  expect_offsets(i, i.offsets, "src", i.src);
-  expect_dims(i, i.dims, "out", i.out, "src", i.src);
-  expect_same_dtype(i, "src", i.src, "out", i.out);
+  expect_global_tile(i, i.offsets, i.dims, "out", i.out, "src", i.src);
 }
 
 void check_store_global(const StoreGlobalInst& i) {
-  expect_offsets(i, i.offsets, "dst", i.dst);
-  expect_dims(i, i.dims, "src", i.src, "dst", i.dst);
-  expect_same_dtype(i, "dst", i.dst, "src", i.src);
+  expect_global_tile(i, i.offsets, i.dims, "src", i.src, "dst", i.dst);
 }
 
 void check_load_shared(const LoadSharedInst& i) {
@@ -30,11 +36,7 @@ void check_store_shared(const StoreSharedInst& i) {
   expect_same_dtype(i, "dst", i.dst, "src", i.src);
 }
 
-void check_copy_async(const CopyAsyncInst& i) {
-  expect_offsets(i, i.offsets, "src", i.src);
-  expect_dims(i, i.dims, "dst", i.dst, "src", i.src);
-  expect_same_dtype(i, "src", i.src, "dst", i.dst);
-}
+void check_copy_async(const CopyAsyncInst& i) { expect_global_tile(i, i.offsets, i.dims, "dst", i.dst, "src", i.src); }
 
 void check_copy_async_wait_group(const CopyAsyncWaitGroupInst& i) {
   if (i.n < 0) fail(i, fmt::format("n must be >= 0 (the number of groups left pending), got {}", i.n));
@@ -300,27 +302,43 @@ void check_atomic(const AtomicInst& i) {
 
 void insts::add_memory(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "load_global", .kind = InstKind::LoadGlobal, .summary = "a global tile into registers, zero outside", .verify = hook(check_load_global)});
-  d.push_back({.name = "store_global", .kind = InstKind::StoreGlobal, .summary = "registers into a global tile, masked", .verify = hook(check_store_global)});
-  d.push_back({.name = "load_shared", .kind = InstKind::LoadShared, .summary = "a shared tensor into registers", .verify = hook(check_load_shared)});
-  d.push_back({.name = "store_shared", .kind = InstKind::StoreShared, .summary = "registers into a shared tensor", .verify = hook(check_store_shared)});
-  d.push_back({.name = "copy_async", .kind = InstKind::CopyAsync, .traits = {.min_sm = 80}, .summary = "global to shared tile copy with cp.async",
+  d.push_back({.name = "load_global", .kind = InstKind::LoadGlobal,
+               .summary = "a global tile into registers, zero outside", .verify = hook(check_load_global)});
+  d.push_back({.name = "store_global", .kind = InstKind::StoreGlobal, .summary = "registers into a global tile, masked",
+               .verify = hook(check_store_global)});
+  d.push_back({.name = "load_shared", .kind = InstKind::LoadShared, .summary = "a shared tensor into registers",
+               .verify = hook(check_load_shared)});
+  d.push_back({.name = "store_shared", .kind = InstKind::StoreShared, .summary = "registers into a shared tensor",
+               .verify = hook(check_store_shared)});
+  d.push_back({.name = "copy_async", .kind = InstKind::CopyAsync, .traits = {.min_sm = 80},
+               .summary = "global to shared tile copy with cp.async",
                .attrs = {{"evict", AttrType::String, "evict_normal", {"evict_normal", "evict_first", "evict_last"}}, {"check_bounds", AttrType::Bool, "true"}},
                .verify = hook(check_copy_async)});
   d.push_back({.name = "copy_async_commit_group", .kind = InstKind::CopyAsyncCommitGroup, .emit = EmitFamily::Memory,
-               .traits = {.role = SyncRole::Commit, .completion = Completion::CpAsyncGroup}, .summary = "closes the group of cp.async copies issued since the last commit"});
+               .traits = {.role = SyncRole::Commit, .completion = Completion::CpAsyncGroup},
+               .summary = "closes the group of cp.async copies issued since the last commit"});
   d.push_back({.name = "copy_async_wait_group", .kind = InstKind::CopyAsyncWaitGroup, .emit = EmitFamily::Memory,
-               .traits = {.role = SyncRole::Wait, .completion = Completion::CpAsyncGroup}, .summary = "waits until at most n cp.async groups are pending",
-               .attrs = {{"n", AttrType::Int, "0"}}, .verify = hook(check_copy_async_wait_group)});
+               .traits = {.role = SyncRole::Wait, .completion = Completion::CpAsyncGroup},
+               .summary = "waits until at most n cp.async groups are pending", .attrs = {{"n", AttrType::Int, "0"}},
+               .verify = hook(check_copy_async_wait_group)});
   d.push_back({.name = "copy_async_wait_all", .kind = InstKind::CopyAsyncWaitAll, .emit = EmitFamily::Memory,
-               .traits = {.role = SyncRole::Wait, .completion = Completion::CpAsyncGroup}, .summary = "waits for every cp.async copy, committed or not"});
-  d.push_back({.name = "copy", .kind = InstKind::Copy, .summary = "a copy between any two of global, shared and register regions (and async_copy, tma_copy, tma.*)", .verify = hook(check_copy)});
-  d.push_back({.name = "c2d_im2col", .kind = InstKind::Im2col, .summary = "a tile of the im2col matrix of an NHWC image into shared memory", .verify = hook(check_im2col)});
-  d.push_back({.name = "ldg32", .kind = InstKind::LoadGlobalVector, .emit = EmitFamily::Builtin, .summary = "explicit 32/64/128/256-bit global loads (ldg32 ... ldg256)",
+               .traits = {.role = SyncRole::Wait, .completion = Completion::CpAsyncGroup},
+               .summary = "waits for every cp.async copy, committed or not"});
+  d.push_back({.name = "copy", .kind = InstKind::Copy,
+               .summary = "a copy between any two of global, shared and register regions (and async_copy, tma_copy, tma.*)",
+               .verify = hook(check_copy)});
+  d.push_back({.name = "c2d_im2col", .kind = InstKind::Im2col,
+               .summary = "a tile of the im2col matrix of an NHWC image into shared memory",
+               .verify = hook(check_im2col)});
+  d.push_back({.name = "ldg32", .kind = InstKind::LoadGlobalVector, .emit = EmitFamily::Builtin,
+               .summary = "explicit 32/64/128/256-bit global loads (ldg32 ... ldg256)",
                .verify = [](const InstNode& n) { auto& i = static_cast<const LoadGlobalVectorInst&>(n); check_global_vector(i, "src", i.src, i.out, i.bits, i.pred); }});
-  d.push_back({.name = "stg32", .kind = InstKind::StoreGlobalVector, .emit = EmitFamily::Builtin, .summary = "explicit 32/64/128/256-bit global stores (stg32 ... stg256)",
+  d.push_back({.name = "stg32", .kind = InstKind::StoreGlobalVector, .emit = EmitFamily::Builtin,
+               .summary = "explicit 32/64/128/256-bit global stores (stg32 ... stg256)",
                .verify = [](const InstNode& n) { auto& i = static_cast<const StoreGlobalVectorInst&>(n); check_global_vector(i, "dst", i.dst, i.value, i.bits, i.pred); }});
-  d.push_back({.name = "atomic.global_add", .group = "atomic", .kind = InstKind::Atomic, .summary = "element-wise atomics and scatters on global or shared tensors (atomic.*, store_*_scatter)", .verify = hook(check_atomic)});
+  d.push_back({.name = "atomic.global_add", .group = "atomic", .kind = InstKind::Atomic,
+               .summary = "element-wise atomics and scatters on global or shared tensors (atomic.*, store_*_scatter)",
+               .verify = hook(check_atomic)});
 
 }
 

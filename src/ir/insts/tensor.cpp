@@ -111,16 +111,26 @@ void check_annotate_layout(const AnnotateLayoutInst& i) {
 
 void insts::add_tensor(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "global_view", .kind = InstKind::GlobalView, .summary = "a pointer parameter viewed as a global tensor", .verify = hook(check_global_view)});
-  d.push_back({.name = "shared_tensor", .kind = InstKind::AllocateShared, .summary = "a shared tensor of static shape", .attrs = {{"offset", AttrType::Int, "-1"}}});
+  d.push_back({.name = "global_view", .kind = InstKind::GlobalView,
+               .summary = "a pointer parameter viewed as a global tensor", .verify = hook(check_global_view)});
+  d.push_back({.name = "shared_tensor", .kind = InstKind::AllocateShared, .summary = "a shared tensor of static shape",
+               .attrs = {{"offset", AttrType::Int, "-1"}}});
   d.push_back({.name = "free_shared", .kind = InstKind::FreeShared, .summary = "ends a shared tensor's lifetime"});
-  d.push_back({.name = "register_tensor", .kind = InstKind::AllocateRegister, .summary = "a register tensor, optionally initialized", .verify = hook(check_allocate_register)});
-  d.push_back({.name = "slice_shared", .kind = InstKind::SliceShared, .summary = "a sub-tensor view of a shared tensor (sa[i])", .attrs = {{"dims", AttrType::String, ""}}, .verify = hook(check_slice_shared)});
-  d.push_back({.name = "reshape_shared", .kind = InstKind::ReshapeShared, .summary = "a shared allocation under another shape", .verify = hook(check_reshape_shared)});
-  d.push_back({.name = "item", .kind = InstKind::Item, .emit = EmitFamily::Builtin, .summary = "the one element of a register tensor as a scalar", .verify = hook(check_item)});
-  d.push_back({.name = "item_ptr", .kind = InstKind::SharedItemPtr, .emit = EmitFamily::Builtin, .summary = "the generic address of a shared tensor's element", .verify = hook(check_shared_item_ptr)});
-  d.push_back({.name = "assign", .kind = InstKind::Assign, .summary = "dst = src (register tensors)", .verify = hook(check_assign)});
-  d.push_back({.name = "annotate_layout", .kind = InstKind::AnnotateLayout, .emit = EmitFamily::Hint, .summary = "fixes a tensor's layout for layout inference", .verify = hook(check_annotate_layout)});
+  d.push_back({.name = "register_tensor", .kind = InstKind::AllocateRegister,
+               .summary = "a register tensor, optionally initialized", .verify = hook(check_allocate_register)});
+  d.push_back({.name = "slice_shared", .kind = InstKind::SliceShared,
+               .summary = "a sub-tensor view of a shared tensor (sa[i])", .attrs = {{"dims", AttrType::String, ""}},
+               .verify = hook(check_slice_shared)});
+  d.push_back({.name = "reshape_shared", .kind = InstKind::ReshapeShared,
+               .summary = "a shared allocation under another shape", .verify = hook(check_reshape_shared)});
+  d.push_back({.name = "item", .kind = InstKind::Item, .emit = EmitFamily::Builtin,
+               .summary = "the one element of a register tensor as a scalar", .verify = hook(check_item)});
+  d.push_back({.name = "item_ptr", .kind = InstKind::SharedItemPtr, .emit = EmitFamily::Builtin,
+               .summary = "the generic address of a shared tensor's element", .verify = hook(check_shared_item_ptr)});
+  d.push_back({.name = "assign", .kind = InstKind::Assign, .summary = "dst = src (register tensors)",
+               .verify = hook(check_assign)});
+  d.push_back({.name = "annotate_layout", .kind = InstKind::AnnotateLayout, .emit = EmitFamily::Hint,
+               .summary = "fixes a tensor's layout for layout inference", .verify = hook(check_annotate_layout)});
 
 }
 

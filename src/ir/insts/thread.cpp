@@ -77,23 +77,32 @@ void check_semaphore(const SemaphoreInst& i) {
 void insts::add_thread(std::vector<InstDef>& d) {
   using verify_detail::hook;
   auto sync = hook(check_sync);
-  d.push_back({.name = "sync", .kind = InstKind::Sync, .variant = int(SyncScope::Group), .emit = EmitFamily::Barrier, .traits = {.role = SyncRole::Barrier},
-               .summary = "a barrier of the current thread group", .verify = sync});
-  d.push_back({.name = "sync_threads", .kind = InstKind::Sync, .variant = int(SyncScope::Named), .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier},
+  d.push_back({.name = "sync", .kind = InstKind::Sync, .variant = int(SyncScope::Group), .emit = EmitFamily::Barrier,
+               .traits = {.role = SyncRole::Barrier}, .summary = "a barrier of the current thread group",
+               .verify = sync});
+  d.push_back({.name = "sync_threads", .kind = InstKind::Sync, .variant = int(SyncScope::Named),
+               .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier},
                .summary = "a named barrier of arrive_count threads", .verify = sync});
-  d.push_back({.name = "sync_warp", .kind = InstKind::Sync, .variant = int(SyncScope::Warp), .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier},
-               .summary = "__syncwarp(mask)", .verify = sync});
-  d.push_back({.name = "cluster.sync", .group = "cluster", .kind = InstKind::Sync, .variant = int(SyncScope::Cluster), .emit = EmitFamily::Builtin,
-               .traits = {.role = SyncRole::Barrier, .min_sm = 90}, .summary = "a barrier of every thread of the cluster", .verify = sync});
-  d.push_back({.name = "sync_grid", .kind = InstKind::Sync, .variant = int(SyncScope::Grid), .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier},
+  d.push_back({.name = "sync_warp", .kind = InstKind::Sync, .variant = int(SyncScope::Warp),
+               .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier}, .summary = "__syncwarp(mask)",
+               .verify = sync});
+  d.push_back({.name = "cluster.sync", .group = "cluster", .kind = InstKind::Sync, .variant = int(SyncScope::Cluster),
+               .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier, .min_sm = 90},
+               .summary = "a barrier of every thread of the cluster", .verify = sync});
+  d.push_back({.name = "sync_grid", .kind = InstKind::Sync, .variant = int(SyncScope::Grid),
+               .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier},
                .summary = "a barrier of every thread of the grid (a cooperative launch)", .verify = sync});
-  d.push_back({.name = "set_max_nreg", .kind = InstKind::SetMaxNReg, .emit = EmitFamily::Builtin, .traits = {.min_sm = 90},
-               .summary = "the warp group's register budget (inc_max_nreg / dec_max_nreg)", .attrs = {{"reg_count", AttrType::Int, ""}}, .verify = hook(check_set_max_nreg)});
+  d.push_back({.name = "set_max_nreg", .kind = InstKind::SetMaxNReg, .emit = EmitFamily::Builtin,
+               .traits = {.min_sm = 90}, .summary = "the warp group's register budget (inc_max_nreg / dec_max_nreg)",
+               .attrs = {{"reg_count", AttrType::Int, ""}}, .verify = hook(check_set_max_nreg)});
   d.push_back({.name = "get_lane_idx", .kind = InstKind::ThreadIndex, .emit = EmitFamily::Builtin,
-               .summary = "per-thread indices as tiles (get_lane_idx, get_warp_idx(_sync), get_warp_group_idx, shuffle_elect)", .verify = hook(check_thread_index)});
-  d.push_back({.name = "shfl_xor", .kind = InstKind::Shuffle, .emit = EmitFamily::Builtin, .summary = "warp shuffles of a register tensor (shfl_xor, shfl_down, shfl_up, shfl_sync)",
+               .summary = "per-thread indices as tiles (get_lane_idx, get_warp_idx(_sync), get_warp_group_idx, shuffle_elect)",
+               .verify = hook(check_thread_index)});
+  d.push_back({.name = "shfl_xor", .kind = InstKind::Shuffle, .emit = EmitFamily::Builtin,
+               .summary = "warp shuffles of a register tensor (shfl_xor, shfl_down, shfl_up, shfl_sync)",
                .verify = hook(check_shuffle)});
-  d.push_back({.name = "lock_semaphore", .kind = InstKind::Semaphore, .emit = EmitFamily::Builtin, .summary = "lock_semaphore / release_semaphore on a global int32", .verify = hook(check_semaphore)});
+  d.push_back({.name = "lock_semaphore", .kind = InstKind::Semaphore, .emit = EmitFamily::Builtin,
+               .summary = "lock_semaphore / release_semaphore on a global int32", .verify = hook(check_semaphore)});
 
 }
 

@@ -16,13 +16,15 @@ void check_tma_wait_group(const TmaWaitGroupInst& i) {
 
 void insts::add_tma(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "tma.commit_group", .group = "tma", .kind = InstKind::TmaCommitGroup, .emit = EmitFamily::AsyncProxy,
+  d.push_back({.name = "tma.commit_group", .group = "tma", .kind = InstKind::TmaCommitGroup,
+               .emit = EmitFamily::AsyncProxy,
                .traits = {.role = SyncRole::Commit, .completion = Completion::TmaStoreGroup, .proxy = Proxy::Async, .min_sm = 90},
                .summary = "closes the group of TMA stores issued since the last commit (tma_store_arrive)"});
   d.push_back({.name = "tma.wait_group", .group = "tma", .kind = InstKind::TmaWaitGroup, .emit = EmitFamily::AsyncProxy,
                .traits = {.role = SyncRole::Wait, .completion = Completion::TmaStoreGroup, .proxy = Proxy::Async, .min_sm = 90},
                .summary = "waits until at most n TMA store groups are pending (tma_store_wait)",
-               .attrs = {{"n", AttrType::Int, "0"}, {"read", AttrType::Bool, "false"}}, .verify = hook(check_tma_wait_group)});
+               .attrs = {{"n", AttrType::Int, "0"}, {"read", AttrType::Bool, "false"}},
+               .verify = hook(check_tma_wait_group)});
 
 }
 

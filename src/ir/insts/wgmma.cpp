@@ -26,13 +26,16 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
   if (d[0] != a[0] || d[1] != b[1])
     fail(i, fmt::format("a is {} and b is {}, so d must be [{}, {}], got {}", ty(i.a), ty(i.b), a[0], b[1], ty(i.d)));
   DataType ab = i.a.dtype(), dt = i.d.dtype();
-  if (ab != i.b.dtype())
-    fail(i, fmt::format("a is {} and b is {}: a and b must have one dtype", ty(i.a), ty(i.b)));
+  auto is_f8 = [](DataType t) { return t == dtypes::float8_e4m3 || t == dtypes::float8_e5m2; };
   bool f16 = ab == dtypes::float16, bf16 = ab == dtypes::bfloat16;
-  bool f8 = ab == dtypes::float8_e4m3 || ab == dtypes::float8_e5m2;
-  if (!f16 && !bf16 && !f8)
+  bool f8 = is_f8(ab) && is_f8(i.b.dtype());
+  if (!f16 && !bf16 && !is_f8(ab))
     fail(i, fmt::format("a and b must be float16, bfloat16, float8_e4m3 or float8_e5m2, got a {} and b {}", ty(i.a),
                         ty(i.b)));
+  // wgmma's kinds: f16 x f16, bf16 x bf16, and any pair of the fp8 types (e4m3 and e5m2 mix).
+  if (ab != i.b.dtype() && !f8)
+    fail(i, fmt::format("a is {} and b is {}: a and b must have one dtype (only the fp8 types e4m3 and e5m2 mix)",
+                        ty(i.a), ty(i.b)));
   if (!(dt == dtypes::float32 || (dt == dtypes::float16 && !bf16)))
     fail(i, fmt::format("d must be float32{} for {} operands, got {}", bf16 ? "" : " or float16", ab.name(), ty(i.d)));
   if (i.a.is_register() && f8)
@@ -48,16 +51,22 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
 
 void insts::add_wgmma(std::vector<InstDef>& d) {
   using verify_detail::hook;
-  d.push_back({.name = "wgmma.fence", .group = "wgmma", .kind = InstKind::WgmmaFence, .emit = EmitFamily::Wgmma, .traits = {.min_sm = 90},
+  d.push_back({.name = "wgmma.fence", .group = "wgmma", .kind = InstKind::WgmmaFence, .emit = EmitFamily::Wgmma,
+               .traits = {.min_sm = 90},
                .summary = "orders the warp group's register and shared accesses before the next wgmma.mma"});
   d.push_back({.name = "wgmma.mma", .group = "wgmma", .kind = InstKind::WgmmaMma, .emit = EmitFamily::Wgmma,
-               .traits = {.completion = Completion::WgmmaGroup, .proxy = Proxy::Async, .min_sm = 90}, .summary = "d += a @ b over the warp groups, asynchronously",
+               .traits = {.completion = Completion::WgmmaGroup, .proxy = Proxy::Async, .min_sm = 90},
+               .summary = "d += a @ b over the warp groups, asynchronously",
                .attrs = {{"from_dot", AttrType::Bool, "false"}}, .verify = hook(check_wgmma_mma)});
-  d.push_back({.name = "wgmma.commit_group", .group = "wgmma", .kind = InstKind::WgmmaCommitGroup, .emit = EmitFamily::Wgmma,
-               .traits = {.role = SyncRole::Commit, .completion = Completion::WgmmaGroup, .min_sm = 90}, .summary = "closes the group of wgmma.mma issued since the last commit"});
-  d.push_back({.name = "wgmma.wait_group", .group = "wgmma", .kind = InstKind::WgmmaWaitGroup, .emit = EmitFamily::Wgmma,
-               .traits = {.role = SyncRole::Wait, .completion = Completion::WgmmaGroup, .min_sm = 90}, .summary = "waits until at most n wgmma groups are pending",
-               .attrs = {{"n", AttrType::Int, "0"}}, .verify = hook(check_wgmma_wait_group)});
+  d.push_back({.name = "wgmma.commit_group", .group = "wgmma", .kind = InstKind::WgmmaCommitGroup,
+               .emit = EmitFamily::Wgmma,
+               .traits = {.role = SyncRole::Commit, .completion = Completion::WgmmaGroup, .min_sm = 90},
+               .summary = "closes the group of wgmma.mma issued since the last commit"});
+  d.push_back({.name = "wgmma.wait_group", .group = "wgmma", .kind = InstKind::WgmmaWaitGroup,
+               .emit = EmitFamily::Wgmma,
+               .traits = {.role = SyncRole::Wait, .completion = Completion::WgmmaGroup, .min_sm = 90},
+               .summary = "waits until at most n wgmma groups are pending", .attrs = {{"n", AttrType::Int, "0"}},
+               .verify = hook(check_wgmma_wait_group)});
 
 }
 

@@ -303,6 +303,24 @@ template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__half* out, uin
 #endif
 }
 #endif
+// Two float32 values to e4m3 (element 0 in the low byte): one cvt on sm_89+, rounding to
+// nearest even and saturating to +-448 as the host's encoder does for the FiniteNaN style. A NaN
+// is made the positive canonical one first, so that its code is 0x7f whatever its sign (the
+// host's rule; the hardware may keep the sign).
+__device__ __forceinline__ void cvt_f32x2_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const float nan = __int_as_float(0x7fffffff);
+  x0 = x0 != x0 ? nan : x0;
+  x1 = x1 != x1 ? nan : x1;
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(x1), "f"(x0));  // d = {hi: x1, lo: x0}
+  out[0].bits = uint8_t(r & 0xffu);
+  out[1].bits = uint8_t(r >> 8);
+#else
+  out[0].bits = lowfloat<8, 4, 3, 1>::encode(x0);
+  out[1].bits = lowfloat<8, 4, 3, 1>::encode(x1);
+#endif
+}
 // 8 packed fp4 e2m1 values (one word, element i at bits 4i; sign, 2 exponent bits, 1 mantissa
 // bit, bias 1, no infinities) to 8 halves or bfloat16s. Per pair (one byte) the two nibbles go
 // to the low bits of the two halves; the exponent and mantissa bits move to the top of the

@@ -1,0 +1,186 @@
+"""FP8 on the GPU machine, one run: the FP8 matmul (examples/python/matmul_fp8.py) against
+torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
+(examples/python/per_token_cast.py, swiglu_per_token_cast.py) against torch and the read+write
+floor.
+
+    PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant]
+
+GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
+(N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
+128, 1024, 4096, 8192). Per-tensor scales against torch._scaled_mm with float32 [1] scales (its
+default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
+kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
+(1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here) against the per-tensor
+_scaled_mm. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
+shape timed in turn over three rounds (bench/run.py's interleaved_ms).
+
+Quantization: bf16 [m, hidden] -> e4m3 codes and float32 scales per 128 elements, against the
+same in torch ops and against a Triton kernel that reads and writes the same bytes and computes
+nothing (the floor); SwiGLU fused with it ([m, 2 hidden] in) likewise.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
+from run import interleaved_ms  # noqa: E402
+
+from matmul_fp8 import MatmulFp8, block_scales  # noqa: E402
+from per_token_cast import per_token_cast  # noqa: E402
+from swiglu_per_token_cast import swiglu_per_token_cast  # noqa: E402
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+LLM_NK = [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944)]
+
+if triton is not None:
+
+    @triton.jit
+    def read_write_kernel(x, out, scales, n, READS: tl.constexpr, BLOCK: tl.constexpr):
+        # Reads READS * BLOCK bf16 values (as int16; the second half of x from n on), writes BLOCK
+        # bytes and one float32 per 128: the bytes a quantization kernel must move, nothing computed.
+        pid = tl.program_id(0).to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x + offs, mask=offs < n, other=0)
+        if READS == 2:
+            v = v ^ tl.load(x + n + offs, mask=offs < n, other=0)
+        tl.store(out + offs, v.to(tl.uint8), mask=offs < n)
+        g = pid * (BLOCK // 128) + tl.arange(0, BLOCK // 128)
+        tl.store(scales + g, tl.sum(v.reshape(BLOCK // 128, 128), axis=1).to(tl.float32), mask=g < n // 128)
+
+    def read_write_ms(elements, reads=1):
+        """The best time of read_write_kernel writing `elements` codes (and reading `reads` bf16
+        values per code), over blocks of 1024 to 8192 codes."""
+        x = torch.zeros(reads * elements, dtype=torch.int16, device="cuda")
+        out = torch.empty(elements, dtype=torch.uint8, device="cuda")
+        scales = torch.empty(elements // 128, dtype=torch.float32, device="cuda")
+        best = None
+        for block in (1024, 2048, 4096, 8192):
+            grid = (triton.cdiv(elements, block),)
+            t = interleaved_ms({"floor": lambda: read_write_kernel[grid](x, out, scales, elements, READS=reads,
+                                                                          BLOCK=block, num_warps=4)},
+                               rounds=1)["floor"]
+            best = t if best is None else min(best, t)
+        return best
+
+
+def torch_per_token_cast(x):
+    m, hidden = x.shape
+    xg = x.float().view(m, hidden // 128, 128)
+    amax = xg.abs().amax(dim=2, keepdim=True)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    inv = torch.where(amax > 0, 448.0 / amax, torch.ones_like(amax))
+    return (xg * inv).to(torch.float8_e4m3fn).view(m, hidden), scale.view(m, -1)
+
+
+def torch_swiglu_per_token_cast(x):
+    hidden = x.shape[1] // 2
+    g, u = x[:, :hidden].float(), x[:, hidden:].float()
+    return torch_per_token_cast(torch.nn.functional.silu(g) * u)
+
+
+def gemm_rows(ms, quick):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
+    shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
+    shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
+    tensor_k, row_k, block_k = (MatmulFp8("tensor", blocks=sms), MatmulFp8("row", blocks=sms),
+                                MatmulFp8("block", blocks=sms))
+    rows = []
+    for m, n, k in shapes:
+        torch.manual_seed(0)
+        a = (torch.randn(m, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        one = torch.ones(1, device="cuda")
+        sa_row, sb_row = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+        kb = -(-k // 128)
+        sa_blk, sb_blk = block_scales(torch.rand(m, kb, device="cuda") + 0.5,
+                                      torch.rand(-(-n // 128), kb, device="cuda") + 0.5)
+        c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        fns = {"tilus tensor": lambda: tensor_k(m, n, k, a, b, one, one, c),
+               "tilus row": lambda: row_k(m, n, k, a, b, sa_row, sb_row, c),
+               "tilus block": lambda: block_k(m, n, k, a, b, sa_blk, sb_blk, c)}
+        # The per-tensor result against a float32 product of the same codes, as a check that the
+        # run is meaningful (fp8 tensor cores sum with fewer bits than float32).
+        fns["tilus tensor"]()
+        ref = a.float() @ b.float().t()
+        err = (c.float() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-9)
+        assert err < 2e-2, f"tilus fp8 per-tensor is wrong at {m}x{n}x{k}: relative error {err}"
+        del ref
+        for name, fn in [("cuBLAS", lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)),
+                         ("cuBLAS fast", lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16,
+                                                                   use_fast_accum=True)),
+                         ("cuBLAS row", lambda: torch._scaled_mm(a, b.t(), sa_row.view(-1, 1), sb_row.view(1, -1),
+                                                                  out_dtype=torch.bfloat16))]:
+            try:
+                fn()
+                fns[name] = fn
+            except RuntimeError as e:  # shapes cuBLASLt's FP8 kernels refuse (m not a multiple of 16, ...)
+                print(f"  {name} at {m}x{n}x{k}: not run ({str(e).splitlines()[0][:80]})", flush=True)
+        ms_ = interleaved_ms(fns, repeat=20)
+        tf = {name: 2 * m * n * k / t / 1e9 for name, t in ms_.items()}
+        rows.append((m, n, k, ms_, tf))
+        line = "  ".join(f"{name} {t * 1e3:8.1f} us ({tf[name]:6.1f} TF)" for name, t in ms_.items())
+        print(f"{m:5d}x{n:5d}x{k:5d}: {line}", flush=True)
+    return rows
+
+
+def quant_rows(quick):
+    rows = []
+    sizes = [(128, 7168), (4096, 7168), (16384, 7168)] if not quick else [(4096, 7168)]
+    for m, hidden in sizes:
+        for fused in (False, True):
+            x = torch.randn(m, 2 * hidden if fused else hidden, device="cuda").to(torch.bfloat16)
+            out = torch.empty(m, hidden, dtype=torch.uint8, device="cuda")
+            scales = torch.empty(m, hidden // 128, dtype=torch.float32, device="cuda")
+            if fused:
+                fns = {"tilus": lambda: swiglu_per_token_cast(x, out, scales),
+                       "torch": lambda: torch_swiglu_per_token_cast(x)}
+            else:
+                fns = {"tilus": lambda: per_token_cast(x, out, scales), "torch": lambda: torch_per_token_cast(x)}
+            fns["tilus"]()
+            want, want_s = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)
+            diff = (out.view(torch.float8_e4m3fn).float() - want.float()).abs().max().item()
+            assert torch.equal(scales, want_s) or fused, "tilus per_token_cast scales differ from torch's"
+            assert diff <= (32.0 if fused else 0.0), f"tilus codes differ from torch's by {diff}"
+            t = interleaved_ms(fns, repeat=30)
+            moved = x.numel() * 2 + out.numel() + scales.numel() * 4
+            floor = read_write_ms(out.numel(), 2 if fused else 1) if triton is not None else None
+            rows.append((("swiglu+cast" if fused else "per_token_cast"), m, hidden, t, floor, moved))
+            fl = f"floor {floor * 1e3:7.1f} us" if floor else "floor n/a"
+            print(f"{rows[-1][0]:15s} {m:6d}x{hidden}: tilus {t['tilus'] * 1e3:7.1f} us "
+                  f"({moved / t['tilus'] / 1e6:5.0f} GB/s)  torch {t['torch'] * 1e3:7.1f} us  {fl}", flush=True)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ms", default="1,16,128,1024,4096,8192")
+    p.add_argument("--only", choices=["gemm", "quant"])
+    p.add_argument("--quick", action="store_true", help="one LLM shape, one quantization size")
+    args = p.parse_args()
+    print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
+          f"triton {triton.__version__ if triton else 'missing'}", flush=True)
+    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick) if args.only != "quant" else []
+    quant = quant_rows(args.quick) if args.only != "gemm" else []
+    print("\nsummary (time ratios: > 1 means tilus is faster)")
+    if gemm:
+        print(f"{'m x n x k':>20} {'tensor/cuBLAS':>14} {'tensor/fast':>12} {'row/cuBLAS row':>15} {'block/cuBLAS':>13}")
+        for m, n, k, t, _ in gemm:
+            r = lambda ref, mine: f"{t[ref] / t[mine]:.2f}x" if ref in t else "n/a"  # noqa: E731
+            print(f"{f'{m}x{n}x{k}':>20} {r('cuBLAS', 'tilus tensor'):>14} {r('cuBLAS fast', 'tilus tensor'):>12} "
+                  f"{r('cuBLAS row', 'tilus row'):>15} {r('cuBLAS', 'tilus block'):>13}")
+    for name, m, hidden, t, floor, moved in quant:
+        f = f"{floor / t['tilus']:.2f}x of the floor" if floor else "floor n/a"
+        print(f"{name:>15} {m}x{hidden}: {t['torch'] / t['tilus']:.2f}x torch, {f}")
+
+
+if __name__ == "__main__":
+    main()

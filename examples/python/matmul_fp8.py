@@ -1,0 +1,409 @@
+"""FP8 matmul on wgmma: c = scaled(a @ b.T) with a [m, k] and b [n, k] of fp8 codes (float8_e4m3
+or float8_e5m2, either pair: wgmma's fp8 kinds mix them), both K-major as those kinds require,
+products summed in float32, c float16, bfloat16 or float32. Three ways to scale (`scaling`):
+
+- "tensor": one float32 scale per operand (scale_a, scale_b: float32 [1] on the device, as
+  torch._scaled_mm takes them): c = (a @ b.T) * (scale_a * scale_b).
+- "row": a scale per row of a and one per row of b (scale_a float32 [m], scale_b [n]):
+  c[i, j] = (a @ b.T)[i, j] * scale_a[i] * scale_b[j].
+- "block": DeepSeek-V3's fine-grained scales, one per 1 x 128 piece of a (a row of a k block) and
+  one per 128 x 128 block of b. Each k block of 128 is multiplied into an accumulator of its own,
+  which is then promoted into the float32 result times its two scales (fine-grained scales do
+  not factor out of the sum over k; fp8 wgmma also sums with fewer bits than float32, which the
+  promotion every k block bounds, as DeepGEMM does). The scales come laid out for TMA
+  (block_scales): scale_a [ceil(k / 128), m rounded up to 4] (transposed: the tile's rows are
+  contiguous) and scale_b [ceil(n / 128), ceil(k / 128) rounded up to 4].
+
+k is a multiple of 16 (TMA's rows of a and b are whole 16-byte units); the tiles' k steps are 128
+codes (128 bytes: one swizzled row, and one scale block).
+
+MatmulFp8 is examples/python/hopper_matmul_v6.py for fp8 (sm_90a): persistent, a producer warp
+filling a ring of stages by TMA (b shared by the two blocks of a cluster by multicast), consumer
+warp groups on wgmma, each output tile out through shared memory as TMA stores (c's rows a
+multiple of 16 bytes: n a multiple of 8, 4 for float32). MatmulFp8Ring is the same product in one
+warp group (examples/python/hopper_matmul_v1.py's TMA ring), without warp specialization, so it
+also runs on the CPU backend."""
+import numpy as np
+
+import tilus
+from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2, int32
+from common import from_host_array, round_to
+from hopper_matmul_v6 import HopperMatmulV6
+
+SCALINGS = ("tensor", "row", "block")
+BLOCK_K = 128  # codes per k step: a 128-byte swizzled row of fp8, and DeepSeek-V3's scale block
+SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KB)
+
+
+def out_bytes(dt):
+    return dt.bits // 8
+
+
+def scale_views(s, scaling, m, n, k, scale_a, scale_b):
+    """The global views of the two scale arrays (see the module's docstring)."""
+    if scaling == "tensor":
+        return s.global_view(scale_a, shape=[1, 1]), s.global_view(scale_b, shape=[1, 1])
+    if scaling == "row":
+        return s.global_view(scale_a, shape=[m, 1]), s.global_view(scale_b, shape=[1, n])
+    kb = tilus.cdiv(k, BLOCK_K)
+    return (s.global_view(scale_a, shape=[kb, tilus.cdiv(m, 4) * 4]),
+            s.global_view(scale_b, shape=[tilus.cdiv(n, BLOCK_K), tilus.cdiv(kb, 4) * 4]))
+
+
+def scaled(s, scaling, acc, gsa, gsb, row, col):
+    """The float32 tile acc [r, c] of c at (row, col) times its per-tensor or per-row scales
+    (block scales were applied in the k loop)."""
+    r, c = acc.shape
+    if scaling == "tensor":
+        return acc * (s.load_global(gsa, offsets=[0, 0], shape=[1, 1]) * s.load_global(gsb, offsets=[0, 0], shape=[1, 1]))
+    if scaling == "row":
+        return acc * s.load_global(gsa, offsets=[row, 0], shape=[r, 1]) * s.load_global(gsb, offsets=[0, col], shape=[1, c])
+    return acc
+
+
+def stage_tensors(s, stages, bm, bn):
+    """The ring's shared buffers: a's and b's tiles, and with block scaling a's row scales and
+    b's block scale (a 128-byte TMA box: a box starts on 128 bytes) of each stage."""
+    sa = s.shared_tensor(dtype=s.atype, shape=[stages, bm, BLOCK_K])
+    sb = s.shared_tensor(dtype=s.btype, shape=[stages, bn, BLOCK_K])
+    if s.scaling != "block":
+        return sa, sb, None, None
+    return (sa, sb, s.shared_tensor(dtype=float32, shape=[stages, 1, bm]),
+            s.shared_tensor(dtype=float32, shape=[stages, 1, 32]))
+
+
+def block_scale(s, ssa, ssb):
+    """A k step's scales from its stage: [rows, 1] (a's rows times b's block)."""
+    return s.transpose(s.load_shared(ssa)) * s.load_shared(s.slice_shared(ssb, [0, 0], [0, 1], [1, 1]))
+
+
+class MatmulFp8(tilus.Script):
+    """Warp-specialized and persistent, in clusters of two (sm_90a). "tensor" and "row" scaling:
+    128 x 256 tiles (two consumer warp groups of 64 rows, the accumulator as two 128-column halves,
+    4 stages for 16-bit c), the scales applied in the epilogue. "block" scaling: 128-column tiles
+    (one block of b's scales; the k step's own accumulator and the result would not fit in
+    registers at 256 columns) of block_m = 64 * consumers rows."""
+
+    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
+                 block_n=None, stages=None, group=8, blocks=132):
+        super().__init__()
+        assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
+        assert blocks % 2 == 0, "blocks come in clusters of two"
+        block_n = block_n or (128 if scaling == "block" else 256)
+        assert block_m % 64 == 0 and block_m <= 256, "each consumer warp group takes 64 rows of the tile"
+        assert block_n % 128 == 0 and (scaling != "block" or block_n == 128), \
+            "128-column pieces; block scaling: one 128-column block of b's scales"
+        self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
+        self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
+        self.consumers = block_m // 64 if scaling == "block" else 2
+        assert block_m == 64 * self.consumers or scaling != "block"
+        # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
+        # warp groups). The row scales' columns and the block scaling's second accumulator do
+        # not: there the producer is a whole warp group that gives its registers to the
+        # consumers (setmaxnreg), as examples/python/matmul_a16wx.py's wgmma kernel does.
+        self.consumer_regs = None if scaling == "tensor" else (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8
+        self.box = 128 // out_bytes(out)  # columns of one TMA store box: a 128-byte swizzled row
+        self.store_bytes = block_m * 128 * out_bytes(out)  # one 128-column piece of the tile
+        self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
+        self.stages = stages or min(8, (SHARED_BYTES - 2048 - self.store_bytes) // self.stage_bytes)
+
+    pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
+
+    def release(self, barrier, peer, read_shared=False):
+        """One arrival per consumer warp group on this block's barrier and one on the peer's. One
+        thread's arrival releases what that thread has read: where the warp group's threads read
+        the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
+        whole warp group at its wait_group), the warp group meets at a barrier first."""
+        for wg in tilus.static_range(self.consumers):
+            with self.thread_group(thread_begin=wg * 128, num_threads=128):
+                if read_shared:
+                    self.sync()
+                with self.thread_group(thread_begin=0, num_threads=1):
+                    self.mbarrier.arrive(barrier)
+                    self.mbarrier_arrive(barrier, cta_id=peer)
+
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scale_a: ~float32,
+                 scale_b: ~float32, c: tilus.void_p):
+        bm, bn, bk, stages, blocks = self.block_m, self.block_n, BLOCK_K, self.stages, self.blocks
+        block = self.scaling == "block"
+        share = bn // 2  # the rows of b's tile each block of the pair loads (and multicasts)
+        pieces, box = bn // 128, self.box
+        workers = 128 * self.consumers
+        clusters = blocks // 2
+        self.attrs.blocks = [blocks]
+        self.attrs.cluster_blocks = [2, 1, 1]
+        split = self.consumer_regs is not None
+        self.attrs.warps = 4 * self.consumers + (4 if split else 1)  # the consumer warp groups and the producer
+        rank = self.cluster.blockRank
+        peer = rank ^ 1
+        cluster = self.blockIdx.x // 2
+        pairs_m, tiles_n = tilus.cdiv(m, 2 * bm), tilus.cdiv(n, bn)
+        pairs = pairs_m * tiles_n
+        steps = tilus.cdiv(k, bk)
+        ga = self.global_view(a, dtype=self.atype, shape=[m, k])
+        gb = self.global_view(b, dtype=self.btype, shape=[n, k])
+        gc = self.global_view(c, dtype=self.out, shape=[m, n])
+        gsa, gsb = scale_views(self, self.scaling, m, n, k, scale_a, scale_b)
+        sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
+        sc = self.shared_tensor(dtype=self.out, shape=[128 // box, bm, box])  # the boxes of one 128-column piece
+        full = self.mbarrier.alloc(counts=[1] * stages)
+        empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
+        self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
+        with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
+            if split:
+                self.dec_max_nreg(40)
+            with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
+                for t in range(cluster, pairs, clusters):
+                    pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
+                    first = (t - cluster) // clusters * steps
+                    for step in range(steps):
+                        g = first + step
+                        stage = g % stages
+                        self.mbarrier.wait(empty[stage], phase=g // stages % 2 ^ 1)
+                        with self.single_thread():
+                            self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=self.stage_bytes)
+                            self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[pair_m + rank * bm, step * bk],
+                                                      mbarrier=full[stage])
+                            self.tma.global_to_shared(src=gb, dst=self.slice_shared(sb[stage], [rank * share, 0],
+                                                                                    [0, 1], [share, bk]),
+                                                      offsets=[offset_n + rank * share, step * bk],
+                                                      mbarrier=full[stage], multicast_mask=3)
+                            if block:
+                                self.tma.global_to_shared(src=gsa, dst=ssa[stage], offsets=[step, pair_m + rank * bm],
+                                                          mbarrier=full[stage])
+                                self.tma.global_to_shared(src=gsb, dst=ssb[stage], offsets=[offset_n // bk, step],
+                                                          mbarrier=full[stage])
+        with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
+            if split:
+                self.inc_max_nreg(self.consumer_regs)
+            for t in range(cluster, pairs, clusters):
+                pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
+                offset_m = pair_m + rank * bm
+                first = (t - cluster) // clusters * steps
+                accs = [self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0) for _ in range(pieces)]
+                if block:
+                    acc = accs[0]
+                for step in range(steps):
+                    g = first + step
+                    stage = g % stages
+                    self.mbarrier.wait(full[stage], phase=g // stages % 2)
+                    if block:
+                        part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
+                        self.wgmma.fence()
+                        self.wgmma.mma(sa[stage], sb[stage].transpose(), part)
+                        self.wgmma.commit_group()
+                        self.wgmma.wait_group(0)
+                        scale = block_scale(self, ssa[stage], ssb[stage])
+                        self.release(empty[stage], peer, read_shared=True)
+                        acc = acc + part * scale  # the promotion
+                    else:
+                        self.wgmma.fence()
+                        for p in tilus.static_range(pieces):
+                            self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
+                                                                        [128, bk]).transpose(), accs[p])
+                        self.wgmma.commit_group()
+                        self.wgmma.wait_group(1)
+                        if step > 0:
+                            self.release(empty[(g + stages - 1) % stages], peer)
+                if block:
+                    accs = [acc]
+                else:
+                    self.wgmma.wait_group(0)
+                    self.release(empty[(first + steps - 1) % stages], peer)
+                for h in tilus.static_range(pieces):
+                    with self.single_thread():  # the stores before have read sc
+                        self.tma.wait_group(0, read=True)
+                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
+                    self.store_shared(sc.permute([1, 0, 2]), self.reshape(out, [bm, 128 // box, box]))
+                    with self.single_thread():
+                        for j in tilus.static_range(128 // box):
+                            self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + h * 128 + j * box])
+                        self.tma.commit_group()
+        self.cluster.sync()  # no block leaves while its peer may still write to it
+
+
+class MatmulFp8Ring(tilus.Script):
+    """One warp group per block_m x block_n tile: a ring of `stages` shared buffers filled by TMA
+    ahead of the wgmma that read them (hopper_matmul_v1.py), c stored from registers (any n)."""
+
+    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=64,
+                 block_n=128, stages=3):
+        super().__init__()
+        assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
+        assert scaling != "block" or block_n <= BLOCK_K, "block scaling: one block of b's scales per tile"
+        self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
+        self.block_m, self.block_n, self.stages = block_m, block_n, stages
+
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scale_a: ~float32,
+                 scale_b: ~float32, c: tilus.void_p):
+        bm, bn, bk, stages = self.block_m, self.block_n, BLOCK_K, self.stages
+        block = self.scaling == "block"
+        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
+        self.attrs.warps = 4
+        offset_m, offset_n = self.blockIdx.x * bm, self.blockIdx.y * bn
+        ga = self.global_view(a, dtype=self.atype, shape=[m, k])
+        gb = self.global_view(b, dtype=self.btype, shape=[n, k])
+        gsa, gsb = scale_views(self, self.scaling, m, n, k, scale_a, scale_b)
+        sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
+        loaded = self.mbarrier.alloc(counts=[1] * stages)
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        steps = tilus.cdiv(k, bk)
+        stage_bytes = (bm + bn) * bk + (bm * 4 + 128 if block else 0)
+
+        def load(step, stage):
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(loaded[stage], transaction_bytes=stage_bytes)
+                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, step * bk], mbarrier=loaded[stage])
+                self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, step * bk], mbarrier=loaded[stage])
+                if block:
+                    self.tma.global_to_shared(src=gsa, dst=ssa[stage], offsets=[step, offset_m], mbarrier=loaded[stage])
+                    self.tma.global_to_shared(src=gsb, dst=ssb[stage], offsets=[offset_n // bk, step],
+                                              mbarrier=loaded[stage])
+
+        for s in tilus.static_range(stages - 1):  # the prologue: stages - 1 tiles in flight
+            load(s, s)
+        for step in range(steps):
+            stage = step % stages
+            self.mbarrier.wait(loaded[stage], phase=step // stages % 2)
+            if block:
+                part = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+                self.wgmma.fence()
+                self.wgmma.mma(sa[stage], sb[stage].transpose(), part)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                acc = acc + part * block_scale(self, ssa[stage], ssb[stage])  # the promotion
+            else:
+                self.wgmma.fence()
+                self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(1)  # the previous step's group retired: its stage is refilled next
+            load(step + stages - 1, (step + stages - 1) % stages)
+        self.wgmma.wait_group(0)
+        for s in tilus.static_range(stages - 1):  # the loads past the last step complete before the block exits
+            self.mbarrier.wait(loaded[(steps + s) % stages], phase=(steps + s) // stages % 2)
+        out = scaled(self, self.scaling, acc, gsa, gsb, offset_m, offset_n).to(self.out)
+        self.store_global(self.global_view(c, dtype=self.out, shape=[m, n]), out, offsets=[offset_m, offset_n])
+
+
+# --- host side: scales laid out for the kernels, the reference ------------------------------------
+
+def block_scales(scale_a, scale_b):
+    """DeepSeek-V3 scales, scale_a [m, ceil(k / 128)] (a row of a k block) and scale_b
+    [ceil(n / 128), ceil(k / 128)], laid out as the kernels read them by TMA: scale_a transposed
+    to [ceil(k / 128), m4] and scale_b as [ceil(n / 128), kb4], m4 and kb4 rounded up to multiples
+    of 4 (rows of 16 bytes) with zeros. numpy or torch, as given."""
+    m, kb = scale_a.shape
+    nb = scale_b.shape[0]
+    m4, kb4 = -(-m // 4) * 4, -(-kb // 4) * 4
+    if hasattr(scale_a, "new_zeros"):  # torch
+        ta = scale_a.new_zeros((kb, m4))
+        tb = scale_b.new_zeros((nb, kb4))
+    else:
+        ta, tb = np.zeros((kb, m4), np.float32), np.zeros((nb, kb4), np.float32)
+    ta[:, :m] = scale_a.T
+    tb[:, :kb] = scale_b
+    return ta, tb
+
+
+def fp8_values(dt):
+    """float64 value of each of the 256 codes of dt (NaN where the code is NaN), from the format."""
+    e, mbits = (4, 3) if dt == float8_e4m3 else (5, 2)
+    c = np.arange(256)
+    sign, exp, man = c >> 7, (c >> mbits) & ((1 << e) - 1), c & ((1 << mbits) - 1)
+    bias = (1 << (e - 1)) - 1
+    v = np.where(exp == 0, np.ldexp(man.astype(np.float64), 1 - bias - mbits),
+                 np.ldexp(((1 << mbits) | man).astype(np.float64), exp - bias - mbits))
+    if dt == float8_e4m3:  # no infinities; S.1111.111 is NaN
+        v = np.where((exp == 15) & (man == 7), np.nan, v)
+    else:  # IEEE
+        v = np.where(exp == 31, np.where(man == 0, np.inf, np.nan), v)
+    return np.where(sign == 1, -v, v)
+
+
+def random_codes(dt, shape, rng, limit=4.0):
+    """Random finite codes of dt [shape] (uint8) whose values lie in [-limit, limit], and the values (float64)."""
+    table = fp8_values(dt)
+    ok = np.nonzero(np.isfinite(table) & (np.abs(table) <= limit))[0]
+    codes = rng.choice(ok, size=shape).astype(np.uint8)
+    return codes, table[codes]
+
+
+def reference(scaling, av, bv, sa, sb):
+    """float64 c before rounding to c's dtype: av [m, k], bv [n, k] the operands' values; sa, sb
+    the scales as the caller has them (block: [m, kb] and [nb, kb], before block_scales)."""
+    if scaling == "tensor":
+        return av @ bv.T * (float(sa[0]) * float(sb[0]))
+    if scaling == "row":
+        return av @ bv.T * np.asarray(sa, np.float64)[:, None] * np.asarray(sb, np.float64)[None, :]
+    m, k = av.shape
+    n = bv.shape[0]
+    out = np.zeros((m, n))
+    for kb in range(-(-k // BLOCK_K)):
+        ks = slice(kb * BLOCK_K, (kb + 1) * BLOCK_K)
+        part = av[:, ks] @ bv[:, ks].T
+        out += part * np.asarray(sa, np.float64)[:, kb:kb + 1] * np.repeat(np.asarray(sb, np.float64)[:, kb],
+                                                                              BLOCK_K)[None, :n]
+    return out
+
+
+def operands(scaling, m, n, k, rng, atype=float8_e4m3, btype=float8_e4m3):
+    """Random codes of a [m, k] and b [n, k], their values, and scales (float32, as the caller
+    has them) for `scaling`."""
+    a, av = random_codes(atype, (m, k), rng)
+    b, bv = random_codes(btype, (n, k), rng)
+    kb, nb = -(-k // BLOCK_K), -(-n // BLOCK_K)
+    shapes = {"tensor": ((1,), (1,)), "row": ((m,), (n,)), "block": ((m, kb), (nb, kb))}[scaling]
+    sa = (rng.random(shapes[0]) * 0.5 + 0.25).astype(np.float32)
+    sb = (rng.random(shapes[1]) * 0.5 + 0.25).astype(np.float32)
+    return a, av, b, bv, sa, sb
+
+
+def run(kernel, m, n, k, rng, device):
+    """kernel (a MatmulFp8 or MatmulFp8Ring) on random operands against the float64 reference;
+    returns the largest error relative to the result's largest magnitude."""
+    a, av, b, bv, sa, sb = operands(kernel.scaling, m, n, k, rng, kernel.atype, kernel.btype)
+    ka, kb = block_scales(sa, sb) if kernel.scaling == "block" else (sa, sb)
+    args = [a, b, ka, kb]
+    c = np.zeros((m, n), {float16: np.float16, float32: np.float32, bfloat16: np.uint16}[kernel.out])
+    if device == "cuda":
+        import torch
+        args = [torch.from_numpy(np.ascontiguousarray(x)).cuda() for x in args]
+        c = torch.zeros((m, n), dtype={float16: torch.float16, float32: torch.float32,
+                                        bfloat16: torch.bfloat16}[kernel.out], device="cuda")
+    kernel(m, n, k, args[0], args[1], args[2], args[3], c)
+    got = from_host_array(c, kernel.out)
+    want = reference(kernel.scaling, av, bv, sa, sb)
+    return got, want
+
+
+if __name__ == "__main__":
+    import os
+    from common import check, on_gpu, timed
+    rng = np.random.default_rng(0)
+    device = "cuda" if on_gpu() else "cpu"
+    quick = os.environ.get("TILUS_EXAMPLES_QUICK")  # small ragged sizes only (sanitizer runs)
+    cases = [(MatmulFp8Ring(s), 150, 200, 384) for s in SCALINGS]
+    cases += [(MatmulFp8Ring("tensor", out=float32, atype=float8_e5m2), 70, 130, 256),
+              (MatmulFp8Ring("block", atype=float8_e4m3, btype=float8_e5m2), 65, 136, 272)]
+    if device == "cuda":
+        import torch
+        sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
+        # Few blocks when quick: each walks several tiles (the ring's phases carry across them).
+        blocks = 4 if quick else sms
+        cases += [(MatmulFp8(s, blocks=blocks), 301, 520, 1040 if not quick else 272) for s in SCALINGS]
+        cases += [(MatmulFp8("tensor", out=float32, blocks=blocks), 200, 260, 512),
+                  (MatmulFp8("block", block_m=192, blocks=blocks), 1000 if not quick else 200, 1000 if not quick else 264,
+                   2048 if not quick else 400)]
+    for kernel, m, n, k in cases:
+        got, want = run(kernel, m, n, k, rng, device)
+        name = (f"matmul_fp8 {type(kernel).__name__} {kernel.scaling} {kernel.atype.name} x {kernel.btype.name} -> "
+                f"{kernel.out.name} {m}x{n}x{k}")
+        check(name, got, round_to(want, kernel.out), 1e-3 * np.abs(want).max(), 1e-2)
+    if device == "cuda" and not quick:
+        s = 4096
+        x = torch.randint(0, 0x7e, (s, s), dtype=torch.uint8, device="cuda")
+        one = torch.ones(1, device="cuda")
+        c = torch.empty(s, s, dtype=torch.bfloat16, device="cuda")
+        kernel = MatmulFp8(blocks=sms)
+        ms = timed(lambda: kernel(s, s, s, x, x, one, one, c), device)
+        print(f"matmul_fp8 per-tensor e4m3: {s}^3 in {ms:.3f} ms = {2 * s ** 3 / ms / 1e9:.1f} TFLOP/s")

@@ -1,0 +1,83 @@
+"""SwiGLU fused with the per-token FP8 quantization of examples/python/per_token_cast.py (the job
+of NVIDIA Tilus's examples/quantization/swiglu_forward_and_per_token_cast.py): x [m, 2 hidden]
+(bfloat16 or float16) holds the gate and up projections side by side, and
+
+    y = silu(gate) * up = gate / (1 + exp(-gate)) * up          (float32)
+
+optionally with DeepSeek's clamp first (gate <= clamp, -clamp <= up <= clamp), goes out as e4m3
+codes [m, hidden] with one float32 scale per token and 128-element group, exactly as
+per_token_cast quantizes: y never touches global memory."""
+import numpy as np
+
+import tilus
+from tilus import bfloat16, float32, int32
+from common import from_host_array, host_array
+from per_token_cast import GROUP, cast_config, cast_tiles, check_codes_within, hard_values
+
+
+class SwiGLUPerTokenCast(tilus.Script):
+    def __init__(self, block_m=1, groups=8, warps=4, clamp=None, dtype=bfloat16):
+        super().__init__()
+        self.block_m, self.groups, self.warps, self.clamp, self.dtype = block_m, groups, warps, clamp, dtype
+
+    def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
+        gx = self.global_view(x, dtype=self.dtype, shape=[m, 2 * hidden])
+
+        def swiglu(row, col, shape):
+            gate = self.load_global(gx, offsets=[row, col], shape=shape).to(float32)
+            up = self.load_global(gx, offsets=[row, hidden + col], shape=shape).to(float32)
+            if self.clamp is not None:
+                gate = self.minimum(gate, self.clamp)
+                up = self.maximum(self.minimum(up, self.clamp), -self.clamp)
+            return gate / (self.exp(-gate) + 1.0) * up
+
+        cast_tiles(self, m, hidden, out, scales, swiglu)
+
+
+_KERNELS = {}
+
+
+def swiglu_per_token_cast(x, out, scales, clamp=None, dtype=bfloat16):
+    """SwiGLUPerTokenCast on x [m, 2 hidden] with per_token_cast's configuration rule."""
+    m, hidden = x.shape[0], x.shape[1] // 2
+    cfg = cast_config(m, hidden)
+    key = (dtype.name, clamp, *cfg.values())
+    if key not in _KERNELS:
+        _KERNELS[key] = SwiGLUPerTokenCast(clamp=clamp, dtype=dtype, **cfg)
+    _KERNELS[key](m, hidden, x, out, scales)
+
+
+def swiglu_reference(x, clamp=None):
+    """y (float32) of x [m, 2 hidden] (float64 values), in numpy float32 as the kernel computes it."""
+    hidden = x.shape[1] // 2
+    gate, up = np.asarray(x[:, :hidden], np.float32), np.asarray(x[:, hidden:], np.float32)
+    if clamp is not None:
+        gate = np.fmin(gate, np.float32(clamp))
+        up = np.fmax(np.fmin(up, np.float32(clamp)), np.float32(-clamp))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (gate / (np.exp(-gate) + np.float32(1)) * up).astype(np.float32)
+
+
+def run(m, hidden, rng, device, clamp=None, dtype=bfloat16):
+    x = hard_values(rng, m, 2 * hidden, dtype) if clamp is not None else from_host_array(
+        host_array(rng.standard_normal((m, 2 * hidden)) * 3, dtype), dtype)
+    hx = host_array(x, dtype)
+    out, scales = np.zeros((m, hidden), np.uint8), np.zeros((m, hidden // GROUP), np.float32)
+    if device == "cuda":
+        import torch
+        hx = torch.from_numpy(hx.view(np.int16) if hx.dtype == np.uint16 else hx).cuda()
+        out, scales = torch.from_numpy(out).cuda(), torch.from_numpy(scales).cuda()
+    swiglu_per_token_cast(hx, out, scales, clamp, dtype)
+    if device == "cuda":
+        out, scales = out.cpu().numpy(), scales.cpu().numpy()
+    # exp differs from numpy's by an ulp here and there: y, and so a group's amax, may differ in
+    # its last bit, and a code sitting on a rounding boundary by one step.
+    check_codes_within(out, scales, swiglu_reference(x, clamp), f"swiglu_per_token_cast {m}x{hidden} clamp={clamp}")
+
+
+if __name__ == "__main__":
+    from common import on_gpu
+    rng = np.random.default_rng(0)
+    device = "cuda" if on_gpu() else "cpu"
+    for m, hidden, clamp in [(5, 1024, None), (33, 640, 7.0), (3, 7168, None)]:
+        run(m, hidden, rng, device, clamp)

@@ -1,0 +1,197 @@
+"""FP8 (issue 44): the FP8 matmul of examples/python/matmul_fp8.py (per-tensor, per-row and
+DeepSeek-V3 block scales; e4m3 and e5m2 operands in every pairing wgmma allows) and the per-token
+quantization kernels of per_token_cast.py / swiglu_per_token_cast.py, against float64 / numpy
+references built from the formats' definitions (each fp8 code's value; round to nearest even with
+e4m3's saturation and NaN rule). MatmulFp8Ring and the quantization kernels run on the CPU backend
+and the GPU; the warp-specialized MatmulFp8 on the GPU only. Without a GPU, the CUDA path is
+checked by what NVRTC makes of it: the wgmma kinds in the PTX, no spills, no serialized wgmma, and
+the SASS (QGMMA, TMA) where cuobjdump is installed."""
+import re
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
+from conftest import HAS_GPU, Arrays
+
+from common import from_host_array, round_to
+from matmul_fp8 import MatmulFp8, MatmulFp8Ring, block_scales, operands, reference
+import per_token_cast
+import swiglu_per_token_cast
+
+
+def check_matmul(arrays, kernel, m, n, k, seed=0, limit=4.0):
+    """kernel on random codes (values within +-limit) against the float64 reference rounded to c's
+    dtype: within c's rounding plus the fp8 tensor cores' summation error (they sum with fewer
+    bits than float32), as a fraction of the result's largest magnitude."""
+    rng = np.random.default_rng(seed)
+    a, av, b, bv, sa, sb = operands(kernel.scaling, m, n, k, rng, kernel.atype, kernel.btype)
+    if limit != 4.0:  # the codes near the format's largest values
+        from matmul_fp8 import random_codes
+        a, av = random_codes(kernel.atype, (m, k), rng, limit)
+        b, bv = random_codes(kernel.btype, (n, k), rng, limit)
+    ka, kb = block_scales(sa, sb) if kernel.scaling == "block" else (sa, sb)
+    c = arrays.put(np.full((m, n), 7, {float16: np.float16, float32: np.float32, bfloat16: np.uint16}[kernel.out]))
+    if arrays.device == "cuda":
+        import torch
+        c = torch.full((m, n), 7.0, dtype={float16: torch.float16, float32: torch.float32,
+                                           bfloat16: torch.bfloat16}[kernel.out], device="cuda")
+    kernel(m, n, k, arrays.put(a), arrays.put(b), arrays.put(ka), arrays.put(kb), c)
+    got = from_host_array(c, kernel.out)
+    want = reference(kernel.scaling, av, bv, sa, sb)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got, round_to(want, kernel.out), atol=1e-3 * scale, rtol=8e-3)
+
+
+# Ragged m and n; k a multiple of 16 that is not one of 128 (a partial last k step and scale block).
+@pytest.mark.parametrize("scaling,atype,btype,out,m,n,k", [
+    ("tensor", float8_e4m3, float8_e4m3, bfloat16, 150, 200, 400),
+    ("tensor", float8_e5m2, float8_e5m2, float32, 70, 130, 256),
+    ("row", float8_e5m2, float8_e4m3, float16, 129, 77, 272),
+    ("block", float8_e4m3, float8_e4m3, bfloat16, 150, 200, 400),
+    ("block", float8_e4m3, float8_e5m2, float32, 65, 136, 128),
+])
+def test_ring_matmul(arrays, scaling, atype, btype, out, m, n, k):
+    check_matmul(arrays, MatmulFp8Ring(scaling, out=out, atype=atype, btype=btype), m, n, k)
+
+
+@pytest.mark.parametrize("dt,limit", [(float8_e4m3, 448.0), (float8_e5m2, 57344.0)])
+def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
+    check_matmul(arrays, MatmulFp8Ring("tensor", out=float32, atype=dt, btype=dt), 64, 64, 128, limit=limit)
+
+
+# Several tiles per block (8 blocks: the ring's phases carry across tiles), ragged tiles, a pair
+# whose second block has no rows; e5m2 mixes, float32 c, three consumer warp groups.
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("kw,m,n,k", [
+    (dict(scaling="tensor"), 301, 520, 1040), (dict(scaling="tensor"), 1000, 3000, 208),
+    (dict(scaling="tensor", out=float32), 200, 260, 512),
+    (dict(scaling="tensor", atype=float8_e5m2, btype=float8_e4m3, out=float16), 129, 136, 384),
+    (dict(scaling="row"), 301, 520, 1040), (dict(scaling="row", atype=float8_e4m3, btype=float8_e5m2), 700, 264, 640),
+    (dict(scaling="block"), 301, 520, 1040), (dict(scaling="block", block_m=192), 1000, 1000, 2048),
+    (dict(scaling="block", out=float32), 130, 260, 272),
+])
+def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
+    check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_per_tensor_matmul_matches_torch_scaled_mm():
+    import torch
+    m, n, k = 256, 512, 1024
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor([0.5], device="cuda"), torch.tensor([2.0], device="cuda")
+    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    MatmulFp8(blocks=8)(m, n, k, a, b, sa, sb, c)
+    want = torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
+    torch.testing.assert_close(c.float(), want.float(), atol=5e-2, rtol=1e-2)
+
+
+def _args(scaling, m, n, k, out=bfloat16):
+    a = np.zeros((m, k), np.uint8)
+    kb = -(-k // 128)
+    sa = {"tensor": np.ones(1, np.float32), "row": np.ones(m, np.float32),
+          "block": np.zeros((kb, -(-m // 4) * 4), np.float32)}[scaling]
+    sb = {"tensor": np.ones(1, np.float32), "row": np.ones(n, np.float32),
+          "block": np.zeros((-(-n // 128), -(-kb // 4) * 4), np.float32)}[scaling]
+    c = np.zeros((m, n), np.float32 if out == float32 else np.uint16)
+    return (m, n, k, a, np.zeros((n, k), np.uint8), sa, sb, c)
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("atype,btype", [(float8_e4m3, float8_e4m3), (float8_e5m2, float8_e4m3),
+                                         (float8_e4m3, float8_e5m2), (float8_e5m2, float8_e5m2)])
+def test_the_ptx_names_each_fp8_kind(atype, btype):
+    ptx = MatmulFp8Ring(atype=atype, btype=btype).ptx(*_args("tensor", 256, 256, 256), arch="sm_90a")
+    kind = f"wgmma.mma_async.sync.aligned.m64n128k32.f32.{atype.name[-4:]}.{btype.name[-4:]}"
+    assert kind in ptx, f"no {kind} in the PTX"
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
+                                dict(scaling="block"), dict(scaling="block", block_m=192)])
+def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
+    """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
+    step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
+    registers are pinned before the wgmma.fence)."""
+    kernel = MatmulFp8(**kw)
+    compiled = kernel.compiled(*_args(kw["scaling"], 4096, 4096, 4096, kw.get("out", bfloat16)), arch="sm_90a")
+    assert compiled.spill_store_bytes == 0 and compiled.spill_load_bytes == 0, \
+        f"{kw}: {compiled.spill_store_bytes} bytes spilled"
+    assert not compiled.wgmma_serialized, f"{kw}: ptxas serialized the wgmma: {compiled.wgmma_serialized}"
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        return  # the SASS needs cuobjdump; the rest was checked
+    sass = kernel.sass(*_args(kw["scaling"], 4096, 4096, 4096, kw.get("out", bfloat16)), arch="sm_90a")
+    ops = set(re.findall(r"\b(QGMMA|HGMMA|UTMALDG|UTMASTG)\b", sass))
+    assert ops == {"QGMMA", "UTMALDG", "UTMASTG"}, f"{kw}: {sorted(ops)}"
+
+
+def test_block_scaled_steps_pin_their_fresh_accumulator_before_the_fence():
+    """Each k step zeroes its own accumulator; the emitter pins it before the wgmma.fence, so that the zeros cannot be materialized between the fence and the mma (where
+    ptxas would serialize every wgmma). No NVRTC needed: the CUDA source."""
+    src = MatmulFp8("block").source(*_args("block", 4096, 4096, 4096), arch="sm_90a")
+    body = src[src.index("float part[64];"):]
+    fence = body.index("tilus::wgmma_fence();")
+    assert "tilus::wgmma_fence_operand<64>(part);" in body[:fence], body[:fence]
+
+
+def bad_mma(at, bt, dt, k=64, a_registers=False):
+    class Bad(tilus.Script):
+        def __call__(self, c: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            a = (self.register_tensor(dtype=at, shape=[64, k], init=0.0) if a_registers else
+                 self.shared_tensor(dtype=at, shape=[64, k]))
+            b = self.shared_tensor(dtype=bt, shape=[64, k])
+            d = self.register_tensor(dtype=dt, shape=[64, 64], init=0.0)
+            self.wgmma.mma(a, b.transpose(), d)
+
+    return Bad()
+
+
+@pytest.mark.parametrize("at,bt,dt,k,regs,match", [
+    (float16, float8_e4m3, float32, 64, False, r"a and b must have one dtype \(only the fp8 types e4m3 and e5m2 mix\)"),
+    (float8_e4m3, bfloat16, float32, 64, False, r"a and b must have one dtype"),
+    (float8_e4m3, float8_e5m2, bfloat16, 64, False, r"d must be float32 or float16"),
+    (float8_e5m2, float8_e4m3, float32, 48, False, r"k \(a is .*\) must be a multiple of 32"),
+    (float8_e4m3, float8_e4m3, float32, 64, True, r"a in registers must be float16 or bfloat16"),
+])
+def test_illegal_fp8_wgmma_is_an_error_at_its_line(at, bt, dt, k, regs, match):
+    with pytest.raises(tilus.CompileError, match=r"test_fp8.py:\d+: error: wgmma.mma: .*" + match):
+        bad_mma(at, bt, dt, k, regs).ir(np.zeros(4, np.float32), arch="sm_90a")
+
+
+def test_mixed_fp8_wgmma_is_accepted():
+    ir = bad_mma(float8_e5m2, float8_e4m3, float16).ir(np.zeros(4, np.float32), arch="sm_90a")
+    assert "wgmma m64n64k32" in ir["select_instructions"]
+
+
+# --- the quantization kernels ------------------------------------------------------------------
+
+# hidden of 1, 5 and 56 groups (one 128-column block, a block of 128 columns per group, 1024-column
+# blocks), ragged m; bfloat16 and float16 input.
+@pytest.mark.parametrize("m,hidden,dtype", [(5, 128, bfloat16), (33, 640, bfloat16), (3, 7168, bfloat16),
+                                            (7, 384, float16)])
+def test_per_token_cast_is_bit_exact(device, m, hidden, dtype):
+    per_token_cast.run(m, hidden, np.random.default_rng(m), device, dtype)
+
+
+@pytest.mark.parametrize("m,hidden,clamp", [(5, 1024, None), (33, 640, 7.0), (3, 7168, None)])
+def test_swiglu_per_token_cast(device, m, hidden, clamp):
+    swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp)
+
+
+def test_e4m3_reference_encoder_agrees_with_the_format():
+    """The examples' numpy encoder: every code's value maps back to its code (NaN to 0x7f), ties go
+    to the even code, values past 448 (and infinities) saturate."""
+    values = per_token_cast.e4m3_values()
+    codes = np.arange(256)
+    finite = np.isfinite(values)
+    np.testing.assert_array_equal(per_token_cast.e4m3_encode(values[finite]), codes[finite])
+    assert per_token_cast.e4m3_encode(np.array([np.nan, -np.nan]))[0] == 0x7f
+    assert list(per_token_cast.e4m3_encode(np.array([464.0, 1e9, -np.inf, 1.0625, 1.1875]))) == \
+        [0x7e, 0x7e, 0xfe, 0x38, 0x3a]  # 464 is the tie above 448: saturates; 1 + 1/16 ties to 1.0
