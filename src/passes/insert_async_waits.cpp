@@ -251,7 +251,7 @@ class WaitInserter {
         }
         Stmt body = loop(
             n.body, state, [&](const SharedAccess& a) { return previous_iteration(a, &n.var, n.step); },
-            runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step);
+            runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step, constant_trips(n));
         return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
       }
       case StmtKind::While: {
@@ -337,13 +337,26 @@ class WaitInserter {
   // iteration, with the variable free, starting from the prologue copies still in flight
   // and repeated with what each round leaves (loop_fixpoint). Waits added in any round
   // stay, so the body is right for every iteration.
+  // A loop of a known trip count no larger than the peeled iterations is analysed whole that way
+  // (an iteration that never runs, such as a ring prologue's stage `stages - 1` in
+  // range(stages - 1), must not meet the code after the loop).
   template <class Shift>
   Stmt loop(const Stmt& body0, InFlight& state, Shift shift, bool surely_runs, const Var* var = nullptr,
-            Expr begin = {}, Expr step = {}) {
+            Expr begin = {}, Expr step = {}, std::optional<int64_t> trips = std::nullopt) {
     constexpr int kPeeled = 4;
     // Leaving the loop: after any iteration, or without one unless it surely runs.
     InFlight entry = state, exit = surely_runs ? InFlight{} : state;
     Stmt body = body0;
+    if (var && trips && *trips <= kPeeled) {
+      for (int64_t r = 0; r < *trips; ++r) {
+        fixed_.push_back({*var, simplify(begin + step * Expr(r))});
+        body = process(body, entry);
+        fixed_.pop_back();
+      }
+      forget_assigned(body0);
+      state = entry;
+      return body;
+    }
     if (var) {
       for (int r = 0; r < kPeeled; ++r) {
         fixed_.push_back({*var, simplify(begin + step * Expr(int64_t(r)))});
@@ -376,6 +389,14 @@ class WaitInserter {
     exit = merge(exit, loop_fixpoint(entry, run, shift, merge, [&] { return inserted_; }));
     state = exit;
     return body;
+  }
+
+  // The trip count of a loop with constant bounds (nullopt otherwise).
+  static std::optional<int64_t> constant_trips(const ForStmtNode& n) {
+    Expr b = simplify(n.begin), e = simplify(n.end), st = simplify(n.step);
+    if (!b.is_int_const() || !e.is_int_const() || !st.is_int_const() || st.int_value() <= 0) return std::nullopt;
+    int64_t span = e.int_value() - b.int_value();
+    return span <= 0 ? 0 : (span + st.int_value() - 1) / st.int_value();
   }
 
   // Loop variables fixed while the first iterations are analysed, and the lets seen so far.
