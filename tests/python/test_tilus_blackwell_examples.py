@@ -136,6 +136,8 @@ def test_compiles_for_sm100a(v, tmp_dir):
         pytest.skip("no cuobjdump: the PTX and the compile were checked, not the SASS")
     sass = kernel.sass(*args, arch="sm_100a")
     assert re.search(r"\bUTC\w*MMA\b", sass), f"matmul_v{v}: no UTC*MMA in the SASS"
+    if "clusterlaunchcontrol.try_cancel" in ptx:  # v5, v6: persistent through cluster launch control
+        assert "UGETNEXTWORKID" in sass, f"matmul_v{v}: no UGETNEXTWORKID in the SASS"
     assert local_memory_uses(sass) == [], f"matmul_v{v}: local memory in the SASS"
 
 
