@@ -76,8 +76,12 @@ def torch_per_token_cast(x):
     m, hidden = x.shape
     xg = x.float().view(m, hidden // 128, 128)
     amax = xg.abs().amax(dim=2, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    inv = torch.where(amax > 0, 448.0 / amax, torch.ones_like(amax))
+    # A tensor 448, not a Python number: torch divides by a number as a multiplication by its
+    # reciprocal, one rounding off the IEEE quotient the kernel (and per_token_cast.py's
+    # definition) computes.
+    e4m3_max = torch.full_like(amax, 448.0)
+    scale = torch.where(amax > 0, amax / e4m3_max, torch.ones_like(amax))
+    inv = torch.where(amax > 0, e4m3_max / amax, torch.ones_like(amax))
     return (xg * inv).to(torch.float8_e4m3fn).view(m, hidden), scale.view(m, -1)
 
 

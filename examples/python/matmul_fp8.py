@@ -72,9 +72,11 @@ def stage_tensors(s, stages, bm, bn):
             s.shared_tensor(dtype=float32, shape=[stages, 1, 32]))
 
 
-def block_scale(s, ssa, ssb):
-    """A k step's scales from its stage: [rows, 1] (a's rows times b's block)."""
-    return s.transpose(s.load_shared(ssa)) * s.load_shared(s.slice_shared(ssb, [0, 0], [0, 1], [1, 1]))
+def block_scale(s, ssa, ssb, step):
+    """A k step's scales from its stage: [rows, 1] (a's rows times b's block). b's box starts at
+    the k step rounded down to 4 (TMA faults on a box whose first element is not 16-byte aligned
+    in global memory), so the step's scale is its element step % 4."""
+    return s.transpose(s.load_shared(ssa)) * s.load_shared(s.slice_shared(ssb, [0, step % 4], [0, 1], [1, 1]))
 
 
 class MatmulFp8(tilus.Script):
@@ -171,8 +173,8 @@ class MatmulFp8(tilus.Script):
                             if block:
                                 self.tma.global_to_shared(src=gsa, dst=ssa[stage], offsets=[step, pair_m + rank * bm],
                                                           mbarrier=full[stage])
-                                self.tma.global_to_shared(src=gsb, dst=ssb[stage], offsets=[offset_n // bk, step],
-                                                          mbarrier=full[stage])
+                                self.tma.global_to_shared(src=gsb, dst=ssb[stage],
+                                                          offsets=[offset_n // bk, step // 4 * 4], mbarrier=full[stage])
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             if split:
                 self.inc_max_nreg(self.consumer_regs)
@@ -193,7 +195,7 @@ class MatmulFp8(tilus.Script):
                         self.wgmma.mma(sa[stage], sb[stage].transpose(), part)
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(0)
-                        scale = block_scale(self, ssa[stage], ssb[stage])
+                        scale = block_scale(self, ssa[stage], ssb[stage], step)
                         self.release(empty[stage], peer, read_shared=True)
                         acc = acc + part * scale  # the promotion
                     else:
@@ -257,7 +259,7 @@ class MatmulFp8Ring(tilus.Script):
                 self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, step * bk], mbarrier=loaded[stage])
                 if block:
                     self.tma.global_to_shared(src=gsa, dst=ssa[stage], offsets=[step, offset_m], mbarrier=loaded[stage])
-                    self.tma.global_to_shared(src=gsb, dst=ssb[stage], offsets=[offset_n // bk, step],
+                    self.tma.global_to_shared(src=gsb, dst=ssb[stage], offsets=[offset_n // bk, step // 4 * 4],
                                               mbarrier=loaded[stage])
 
         for s in tilus.static_range(stages - 1):  # the prologue: stages - 1 tiles in flight
@@ -271,7 +273,7 @@ class MatmulFp8Ring(tilus.Script):
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), part)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                acc = acc + part * block_scale(self, ssa[stage], ssb[stage])  # the promotion
+                acc = acc + part * block_scale(self, ssa[stage], ssb[stage], step)  # the promotion
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)

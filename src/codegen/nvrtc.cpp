@@ -544,7 +544,8 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
 #else
   if (!std::regex_match(arch, std::regex("sm_\\d+[af]?")))
     throw NvrtcError(fmt::format("cannot compile {}: arch '{}' is not of the form sm_<cc> (e.g. sm_80, sm_90a)", name, arch));
-  const Nvrtc& lib = need_nvrtc(fmt::format("compile kernel {}", name));
+  const std::string what = fmt::format("compile kernel {}", name);  // a named string: no temporary behind the reference
+  const Nvrtc& lib = need_nvrtc(what);
   NvrtcOutput out;
   out.options = nvrtc_options(arch);
   out.options.insert(out.options.end(), extra_options.begin(), extra_options.end());

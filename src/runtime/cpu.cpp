@@ -47,7 +47,7 @@
 namespace tilus {
 
 namespace {
-bool env_checked() {
+[[maybe_unused]] bool env_checked() {  // unused where tilus is built without LLVM
   const char* e = std::getenv("TILUS_CPU_CHECK");
   return e && *e && std::string(e) != "0";
 }

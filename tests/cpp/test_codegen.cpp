@@ -305,7 +305,9 @@ TEST(Nvrtc, HopperMatmulCompilesForSm90a) {
   EXPECT_NE(src.find("tilus::tma_store<2>"), std::string::npos);
   EXPECT_NE(src.find("tilus::stmatrix<4, false>"), std::string::npos);  // the epilogue's [bm, boxes, box] store
   EXPECT_EQ(src.find("printf"), std::string::npos);
-  if (k.resources.known()) EXPECT_EQ(k.resources.wgmma_serialized, "");
+  if (k.resources.known()) {
+    EXPECT_EQ(k.resources.wgmma_serialized, "");
+  }
   EXPECT_THROW(compile_program(p, "sm_80", nullptr), CompileError);
 }
 

@@ -169,6 +169,8 @@ TEST(Differential, KernelsCompileForBothBackends) {
     SCOPED_TRACE(p.kernels[0].name);
     auto cpu = CpuKernel::compile(p);
     EXPECT_NE(cpu->llvm_ir().find("define void @tilus_"), std::string::npos);
-    if (nvrtc_available()) EXPECT_FALSE(compile_program(p, "sm_90a", nullptr).cubin.empty());
+    if (nvrtc_available()) {
+      EXPECT_FALSE(compile_program(p, "sm_90a", nullptr).cubin.empty());
+    }
   }
 }

@@ -92,8 +92,10 @@ TEST(GpuLimits, CompiledKernelsCarryRegistersAndSpills) {
   // The spill bytes come only from ptxas's report, which NVRTC on the GPU machine leaves out of
   // some compiles' logs at random (-1 then); this machine's NVRTC always gives it.
   bool reported = k.resources.spill_store_bytes >= 0;
-  if (reported) EXPECT_EQ(k.resources.spill_store_bytes, 0);
-  if (reported) EXPECT_EQ(k.resources.spill_load_bytes, 0);
+  if (reported) {
+    EXPECT_EQ(k.resources.spill_store_bytes, 0);
+    EXPECT_EQ(k.resources.spill_load_bytes, 0);
+  }
   // The cache entry keeps them.
   CompiledKernel again = compile_program(trace(examples::VectorAdd{}), "sm_90a", &cache);
   EXPECT_TRUE(again.from_cache);
@@ -102,7 +104,9 @@ TEST(GpuLimits, CompiledKernelsCarryRegistersAndSpills) {
   // A thread that holds 256 values spills: a stack frame, and spill bytes where reported.
   CompiledKernel big = compile_program(trace(BigTile{}), "sm_90a", nullptr);
   EXPECT_GT(big.resources.stack_frame_bytes, 0) << big.resources.str();
-  if (big.resources.spill_store_bytes >= 0) EXPECT_TRUE(big.resources.spills()) << big.resources.str();
+  if (big.resources.spill_store_bytes >= 0) {
+    EXPECT_TRUE(big.resources.spills()) << big.resources.str();
+  }
 }
 
 TEST(GpuLimits, PtxasReportParses) {
