@@ -149,6 +149,16 @@ class BarrierInserter {
     return c.out;
   }
 
+  // A thread group's body, with the group's threads the innermost on groups_ while it is processed.
+  Stmt process_group(const ThreadGroupStmtNode& n, Pending& pending, bool may_insert) {
+    struct Scope {
+      std::vector<int64_t>& groups;
+      ~Scope() { groups.pop_back(); }
+    } scope{groups_};
+    groups_.push_back(n.num_threads);
+    return process(n.body, pending, may_insert);
+  }
+
   Stmt process(const Stmt& s, Pending& pending, bool may_insert) {
     if (!s) return s;
     switch (s->kind) {
@@ -318,15 +328,7 @@ class BarrierInserter {
         Pending group;
         for (auto& p : pending)
           if (!settled(p)) group.push_back(p);
-        groups_.push_back(n.num_threads);
-        Stmt body;
-        try {
-          body = process(n.body, group, may_insert);
-        } catch (...) {
-          groups_.pop_back();
-          throw;
-        }
-        groups_.pop_back();
+        Stmt body = process_group(n, group, may_insert);
         for (auto& p : pending)
           if (!settled(p))
             p.awaited = std::any_of(group.begin(), group.end(),
@@ -380,15 +382,7 @@ class BarrierInserter {
     for (auto& g : run) {
       auto& n = static_cast<const ThreadGroupStmtNode&>(*g);
       Pending group = base;
-      groups_.push_back(n.num_threads);
-      Stmt body;
-      try {
-        body = process(n.body, group, may_insert);
-      } catch (...) {
-        groups_.pop_back();
-        throw;
-      }
-      groups_.pop_back();
+      Stmt body = process_group(n, group, may_insert);
       after.push_back(std::move(group));
       out.push_back(std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc));
     }

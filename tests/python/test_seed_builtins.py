@@ -305,18 +305,14 @@ def test_ptx_mma_sm70(arrays, a_layout, b_layout, c_dtype):
 
 
 def test_ptx_mma_sm70_errors():
-    def shape(s, out):
-        a = s.register_tensor(dtype=float16, shape=[16, 8], init=0.0)
-        b = s.register_tensor(dtype=float16, shape=[4, 16], init=0.0)
-        c = s.register_tensor(dtype=float32, shape=[16, 16], init=0.0)
-        s.ptx_mma_sm70("m16n16k4", "row", "row", "fp16", "fp16", "fp32", a, 0, b, 0, c, 0)
-    assert "multiplicand_a must be a register tensor [16, 4] at index 0" in _error(shape, warps=1)
-
-    def dtype(s, out):
-        a = s.register_tensor(dtype=float16, shape=[16, 4], init=0.0)
-        b = s.register_tensor(dtype=float16, shape=[4, 16], init=0.0)
-        c = s.register_tensor(dtype=float32, shape=[16, 16], init=0.0)
-        s.ptx_mma_sm70("m16n16k4", "row", "row", "fp16", "fp16", "fp16", a, 0, b, 0, c, 0)
-    assert "C_dtype is float16 but the tensor is" in _error(dtype, warps=1)
+    def call(a_shape, c_dtype_name):
+        def body(s, out):
+            a = s.register_tensor(dtype=float16, shape=a_shape, init=0.0)
+            b = s.register_tensor(dtype=float16, shape=[4, 16], init=0.0)
+            c = s.register_tensor(dtype=float32, shape=[16, 16], init=0.0)
+            s.ptx_mma_sm70("m16n16k4", "row", "row", "fp16", "fp16", c_dtype_name, a, 0, b, 0, c, 0)
+        return _error(body, warps=1)
+    assert "multiplicand_a must be a register tensor [16, 4] at index 0" in call([16, 8], "fp32")
+    assert "C_dtype is float16 but the tensor is" in call([16, 4], "fp16")
     assert "shape must be 'm16n16k4', got str 'm8n8k4'" in _error(
         lambda s, out: s.ptx_mma_sm70("m8n8k4", "row", "row", "fp16", "fp16", "fp16", None, 0, None, 0, None, 0))
