@@ -482,6 +482,36 @@ class _Normalizer(ast.NodeTransformer):
         return node
 
 
+class _ConditionalExpressions(ast.NodeTransformer):
+    """a if c else b  ->  __tilus_rt.ifexp(c, lambda: a, lambda: b, line): Python's own where c is a
+    Python value (only the chosen side runs), a kernel select where c is a kernel condition. In
+    the body and its lambdas, not in nested functions or classes (plain Python, as the
+    normalizer leaves them)."""
+
+    def __init__(self):
+        self.top = None
+
+    def visit_FunctionDef(self, node):
+        if self.top is not None:
+            return node
+        self.top = node
+        self.generic_visit(node)
+        return node
+
+    def visit_AsyncFunctionDef(self, node):
+        return node
+
+    def visit_ClassDef(self, node):
+        return node
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        no_args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                                defaults=[])
+        sides = [_at(ast.Lambda(args=no_args, body=side), side) for side in (node.body, node.orelse)]
+        return _call("ifexp", [node.test, *sides, _const(node.lineno, node)], node)
+
+
 def normalize(fn):
     """The Script body `fn` with its control flow normalized (see the module docstring)."""
     try:
@@ -503,6 +533,7 @@ def normalize(fn):
         raise CompileError(f"{filename}:{first}: the source of {fn.__qualname__} there is not the code Python loaded "
                            f"(found `def {fdef.name}({', '.join(params)})`): the file changed after it was "
                            "imported; import it again (a new process) to trace the new code")
+    _ConditionalExpressions().visit(fdef)
     _Normalizer(filename).visit(fdef)
     # The signature is the original's (launch.signature): annotations, which may name what
     # only the class's defining scope sees, are not evaluated again.
@@ -790,6 +821,21 @@ class _Runtime:
                 out = scalar(out, x)
             return out
         return builtin(*args, **kw)
+
+    @staticmethod
+    def ifexp(cond, then, orelse, line):
+        """``then() if cond else orelse()``: Python's conditional expression where ``cond`` is a
+        Python value; where it is a kernel condition (known when the kernel runs) both sides are
+        traced and the value is a kernel select of the two scalars (NVIDIA Tilus's if-then-else)."""
+        if not _Runtime.symbolic(cond):
+            return then() if cond else orelse()
+        a, b = then(), orelse()
+        if not (_is_scalar(a) and _is_scalar(b)):
+            raise CompileError(f"{_where((_here()[0], line))}`a if c else b` with a condition only known when the "
+                               f"kernel runs ({_describe(cond)}) selects between two scalars (numbers "
+                               f"or kernel scalars); got {_describe(a)} and {_describe(b)} (for tensors use "
+                               "self.where(c, a, b))")
+        return _C.select(cond, a, b)
 
     @staticmethod
     def python_min(*args, **kw):

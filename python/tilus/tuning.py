@@ -108,7 +108,18 @@ def autotune(names, values):
 
 def space_of(cls, fixed):
     """The configs (dicts of constructor arguments) of a class's space, the caller-fixed
-    arguments projected out."""
+    arguments projected out. A class with a ``debug_schedule`` (NVIDIA Tilus's) has that one
+    config instead."""
+    debug = getattr(cls, "debug_schedule", None)
+    if debug:
+        if not isinstance(debug, dict):
+            raise CompileError(f"{cls.__name__}.debug_schedule: expects a dict of constructor arguments, got "
+                               f"{type(debug).__name__}")
+        clash = sorted(set(debug) & set(fixed))
+        if clash:
+            raise CompileError(f"{cls.__name__}: the caller fixes {', '.join(clash)}, which the class's "
+                               "debug_schedule also sets")
+        return [dict(debug)]
     by_text = cls._tilus_values
     configs = cls._tilus_space.configs({n: repr(v) for n, v in fixed.items() if n in by_text})
     return [{n: by_text[n][t] for n, t in c.items() if n not in fixed} for c in configs]

@@ -272,7 +272,10 @@ void WgmmaMmaInst::visit_fields(FieldVisitor& v) {
 
 void WgmmaCommitGroupInst::visit_fields(FieldVisitor&) {}
 
-void WgmmaWaitGroupInst::visit_fields(FieldVisitor& v) { v.attr("n", std::to_string(n)); }
+void WgmmaWaitGroupInst::visit_fields(FieldVisitor& v) {
+  v.attr("n", std::to_string(n));
+  if (ordered) v.attr("ordered", "true");
+}
 
 void DotInst::visit_fields(FieldVisitor& v) {
   v.output("out", out, kRegister);

@@ -80,7 +80,8 @@ std::string Lowering::str() const {
       s += fmt::format(" m64n{}k{} groups={} tiles={}x{}x{}", w.n_instr, w.k_instr, w.groups, w.m_blocks, w.n_blocks,
                        w.k_steps);
       for (auto [name, o] : {std::pair<const char*, const WgmmaOperand*>{"a", &w.a}, {"b", &w.b}})
-        s += o->registers ? fmt::format(" {}=regs", name) : fmt::format(" {}=sw{}/sbo{}", name, o->swizzle_bytes, o->sbo);
+        s += o->registers ? fmt::format(" {}=regs", name)
+                          : fmt::format(" {}=sw{}/sbo{}{}", name, o->swizzle_bytes, o->sbo, o->mn_major ? "/mn" : "");
       break;
     }
     case MachineOp::Atom:

@@ -19,6 +19,7 @@
 #include "tilus/passes/insert_wgmma_fences.h"
 #include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
+#include "tilus/passes/order_wgmma_waits.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/select_instructions.h"
 #include "tilus/passes/simplify_program.h"
@@ -58,6 +59,7 @@ const std::vector<Pass>& passes() {
        [](const Program& p, const PipelineOptions& o) { return order_thread_groups(p, o.target); }},
       {"keep_wgmma_loops_rolled",
        [](const Program& p, const PipelineOptions& o) { return keep_wgmma_loops_rolled(p, o.target); }},
+      {"order_wgmma_waits", [](const Program& p, const PipelineOptions& o) { return order_wgmma_waits(p, o.target); }},
   };
   return list;
 }

@@ -49,7 +49,7 @@ int64_t tma_swizzle_span(const Swizzle& z, int64_t eb) {
 }  // namespace
 
 std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const InstNode& user, const Tensor& t,
-                                                 int k_dim, int64_t k_instr, std::string* why) {
+                                                 int k_dim, int64_t k_instr, std::string* why, bool mn_major) {
   auto no = [&](std::string what) -> std::optional<WgmmaOperand> {
     if (why) *why = std::move(what);
     return std::nullopt;
@@ -60,16 +60,37 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
   int rk = v.dims[k_dim], rr = v.dims[1 - k_dim];
   int64_t span = tma_swizzle_span(root.swizzle(), eb);
   std::string layout = fmt::format("{} of {}", root.str(), v.root->name);
-  if (rk < 0 || rr < 0 || root.strides()[rk] != 1)
-    return no(fmt::format("must be K-major (its K dim contiguous in shared memory), but its layout is {}", layout));
-  if (span <= 0 || root.strides()[rr] * eb != span)
+  // MN-major: the other dim contiguous, each row along K one swizzle span of M or N elements
+  // (PTX's canonical MN-major layout with one atom across: its leading byte offset unused).
+  bool mn = mn_major && rk >= 0 && rr >= 0 && root.strides()[rk] != 1 && root.strides()[rr] == 1;
+  if (!mn && (rk < 0 || rr < 0 || root.strides()[rk] != 1))
+    return no(fmt::format("must be K-major (its K dim contiguous in shared memory){}, but its layout is {}",
+                          mn_major ? " or MN-major (its N dim contiguous)" : "", layout));
+  if (mn) {
+    if (eb != 2)
+      return no(fmt::format("is MN-major (its N dim contiguous), which wgmma reads only for 16-bit elements, not {}",
+                            t.dtype().name()));
+    if (span <= 0 || root.strides()[rk] * eb != span)
+      return no(fmt::format("is MN-major and must be stored in rows of 32, 64 or 128 bytes along N with the matching "
+                            "swizzle (the layout TMA writes and layout inference chooses for such tiles), but its "
+                            "layout is {}",
+                            layout));
+    int64_t extent = t.static_shape()[1 - k_dim];
+    if (extent * eb != span)
+      return no(fmt::format("is MN-major and must be one swizzle span wide along N ({} elements of its {}-byte rows), "
+                            "but it has {} (split the product into such column blocks)",
+                            span / eb, span, extent));
+  } else if (span <= 0 || root.strides()[rr] * eb != span) {
     return no(fmt::format("must be stored in rows of 32, 64 or 128 bytes along K with the matching swizzle (the "
                           "layout TMA writes and layout inference chooses for such tiles), but its layout is {}",
                           layout));
-  // The first element: whole 8-row atoms along the rows, whole 16-byte units along K.
+  }
+  // The first element: whole 8-row atoms along the rows; along the contiguous dim whole 16-byte
+  // units (K-major: the instructions step through a swizzled row) or whole rows (MN-major).
+  int contiguous = mn ? rr : rk;
   for (int d = 0; d < root.rank(); ++d) {
     Expr bytes = facts.simplify(v.offsets[d] * Expr(root.strides()[d] * eb));
-    int64_t need = d == rk ? 16 : 8 * span;
+    int64_t need = d == contiguous ? (mn ? span : 16) : 8 * span;
     if (bytes.is_int_const(0)) continue;
     if (facts.divisor(bytes) % need)
       return no(fmt::format("must start on a {}-byte boundary of {} along root dim {} (offset {} elements), which "
@@ -79,10 +100,11 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
   WgmmaOperand o;
   o.swizzle_bytes = span;
   o.swizzle_code = span == 128 ? 1 : span == 64 ? 2 : 3;
-  o.row_bytes = span;
-  o.sbo = 8 * span;
-  o.lbo = 16;  // unused by swizzled K-major layouts
-  o.k_step_bytes = k_instr * eb;
+  o.sbo = 8 * span;  // K-major: between 8-row groups along M/N; MN-major: between 8-row groups along K
+  o.lbo = 16;        // unused by swizzled K-major layouts and by MN-major ones one atom wide
+  o.mn_major = mn;
+  o.row_bytes = mn ? eb : span;
+  o.k_step_bytes = mn ? k_instr * span : k_instr * eb;
   return o;
 }
 
@@ -551,9 +573,9 @@ class Selector : public StmtMutator {
       return fail(fmt::format("d's layout {} is not the wgmma accumulator layout {} (remove the annotation that "
                               "changed it)",
                               i.d->layout.str(), p.d.str()));
-    auto describe = [&](const char* name, const Tensor& t, int k_dim, WgmmaOperand& o) {
+    auto describe = [&](const char* name, const Tensor& t, int k_dim, WgmmaOperand& o, bool mn_major = false) {
       std::string why;
-      auto d = wgmma_shared_operand(facts_, i, t, k_dim, p.tiling.k_instr, &why);
+      auto d = wgmma_shared_operand(facts_, i, t, k_dim, p.tiling.k_instr, &why, mn_major);
       if (!d) fail(fmt::format("{} {}", name, why));
       o = *d;
     };
@@ -566,7 +588,7 @@ class Selector : public StmtMutator {
     } else {
       describe("a", i.a, 1, p.tiling.a);
     }
-    describe("b", i.b, 0, p.tiling.b);
+    describe("b", i.b, 0, p.tiling.b, true);
     Lowering l;
     l.op = MachineOp::Wgmma;
     l.completion = Completion::WgmmaGroup;

@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include "golden.h"
+#include "tilus/codegen/cuda.h"
 #include "tilus/ir/functor.h"
 #include "tilus/ir/printer.h"
 #include "tilus/passes/choose_shared_layouts.h"
+#include "tilus/passes/infer_layouts.h"
 #include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
+#include "tilus/passes/order_wgmma_waits.h"
 #include "tilus/tilus.h"
 
 using namespace tilus;
@@ -756,53 +759,105 @@ TEST(TmaPasses, AWaitNothingArrivesAtIsAnError) {
 // --- wgmma -----------------------------------------------------------------------------------------
 
 namespace {
+// acc = a @ b (b.T where transpose_b; a zeroed f32 [m, n] accumulator) as one fenced, committed
+// wgmma group, waited for where `wait`, stored to out as f16.
+template <class A>
+void mma_and_store(K& k, GlobalTensor& out, const A& a, const SharedTensor& b, bool transpose_b,
+                   std::vector<int64_t> acc_shape, bool wait = true) {
+  auto acc = k.register_tensor(dtypes::float32, std::move(acc_shape), 0.0);
+  k.wgmma.fence();
+  k.wgmma.mma(a, transpose_b ? b.transpose() : b, acc);
+  k.wgmma.commit_group();
+  if (wait) k.wgmma.wait_group(0);
+  k.store_global(out, acc.to(dtypes::float16), {.offsets = {0, 0}});
+}
+
 // d += sa @ sb.T on one warp group: sa [64, 64] and sb [128, 64] f16 (rows of 128 bytes).
 void wgmma_body(K& k, GlobalTensor& a, bool wait) {
   auto sa = k.shared_tensor(dtypes::float16, {64, 64});
   auto sb = k.shared_tensor(dtypes::float16, {128, 64});
   k.copy(a.region({0, 0}, {64, 64}), sa);
   k.copy(a.region({64, 0}, {128, 64}), sb);
-  auto acc = k.register_tensor(dtypes::float32, {64, 128}, 0.0);
-  k.wgmma.fence();
-  k.wgmma.mma(sa, sb.transpose(), acc);
-  k.wgmma.commit_group();
-  if (wait) k.wgmma.wait_group(0);
-  k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+  mma_and_store(k, a, sa, sb, true, {64, 128}, wait);
+}
+
+// Runs `body` to instruction selection on sm_90a against its golden file and expects `record`
+// among the lowering records.
+void expect_wgmma_record(const std::string& golden, Body body, const std::string& record) {
+  std::string after = print(golden_case(golden, "select_instructions", std::move(body), {.arch = "sm_90a"}).after);
+  EXPECT_NE(after.find(record), std::string::npos) << after;
 }
 }  // namespace
 
 TEST(WgmmaPasses, SelectionRecordsTheSplitAndTheDescriptors) {
-  auto s = golden_case(
-      "wgmma_select", "select_instructions",
-      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, true); }, {.arch = "sm_90a"});
-  std::string after = print(s.after);
-  EXPECT_NE(after.find("lowering: wgmma m64n128k16 groups=1 tiles=1x1x4 a=sw128/sbo1024 b=sw128/sbo1024 "
-                       "completion=wgmma-group"),
-            std::string::npos)
-      << after;
+  expect_wgmma_record(
+      "wgmma_select", [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) { wgmma_body(k, a, true); },
+      "lowering: wgmma m64n128k16 groups=1 tiles=1x1x4 a=sw128/sbo1024 b=sw128/sbo1024 completion=wgmma-group");
 }
 
 // a in registers: layout inference gives it the A-fragment layout (each warp's 16 rows as
 // mma.sync's A fragment, per m64 x k16 instruction) and selection records a=regs.
 TEST(WgmmaPasses, AInRegistersGetsTheFragmentLayoutAndTheRegisterForm) {
-  auto s = golden_case(
-      "wgmma_select_regs", "select_instructions",
+  expect_wgmma_record(
+      "wgmma_select_regs",
       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
         auto ra = k.load_global(a, {.offsets = {0, 0}, .shape = {128, 32}});
         auto sb = k.shared_tensor(dtypes::float16, {64, 32});
         k.copy(a.region({128, 0}, {64, 32}), sb);
-        auto acc = k.register_tensor(dtypes::float32, {128, 64}, 0.0);
-        k.wgmma.fence();
-        k.wgmma.mma(ra, sb.transpose(), acc);
-        k.wgmma.commit_group();
-        k.wgmma.wait_group(0);
-        k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+        mma_and_store(k, a, ra, sb, true, {128, 64});
       },
-      {.arch = "sm_90a"});
-  std::string after = print(s.after);
-  EXPECT_NE(after.find("lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512 completion=wgmma-group"),
-            std::string::npos)
-      << after;
+      "lowering: wgmma m64n64k16 groups=1 tiles=2x1x2 a=regs b=sw64/sbo512 completion=wgmma-group");
+}
+
+// b stored [k, n] with its n contiguous, one 128-byte swizzled row wide: an MN-major operand
+// (wgmma's transpose flag), each k step two 8-row atoms down.
+TEST(WgmmaPasses, ARowMajorBOneSwizzleSpanWideIsMnMajor) {
+  expect_wgmma_record(
+      "wgmma_select_mn",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+        auto sb = k.shared_tensor(dtypes::float16, {32, 64});
+        k.copy(a.region({0, 0}, {64, 32}), sa);
+        k.copy(a.region({64, 0}, {32, 64}), sb);
+        mma_and_store(k, a, sa, sb, false, {64, 64});
+      },
+      "lowering: wgmma m64n64k16 groups=1 tiles=1x1x2 a=sw64/sbo512 b=sw128/sbo1024/mn completion=wgmma-group");
+}
+
+// A wait placed after register work (the work to overlap with the wgmma it waits for) is
+// ordered; a wait right after a commit or another wait is not; CPU targets are left alone.
+TEST(WgmmaPasses, AWaitAfterRegisterWorkIsOrdered) {
+  auto body = [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+    auto sb = k.shared_tensor(dtypes::float16, {64, 64});
+    auto s = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    auto o = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    k.wgmma.fence();
+    k.wgmma.mma(sa, sb.transpose(), s);
+    k.wgmma.commit_group();
+    k.wgmma.mma(sa, sb.transpose(), o);
+    k.wgmma.commit_group();
+    k.wgmma.wait_group(1);           // right after a commit: left alone
+    auto p = k.exp2(s) * 2.0;        // work while o's wgmma runs
+    k.wgmma.wait_group(0);           // ordered
+    k.store_global(a, (o + p).to(dtypes::float16), {.offsets = {0, 0}});
+  };
+  auto s = golden_case("wgmma_waits_ordered", "order_wgmma_waits", body, {.arch = "sm_90a"});
+  std::vector<std::string> waits;
+  struct Collect : StmtVisitor {
+    std::vector<std::string>* out;
+    void visit_inst(const InstNode& i) override {
+      if (auto* w = dynamic_cast<const WgmmaWaitGroupInst*>(&i)) out->push_back(fmt::format("{}{}", w->n, w->ordered ? "o" : ""));
+    }
+  } c;
+  c.out = &waits;
+  c.visit(s.after.kernels[0].body);
+  EXPECT_EQ(waits, (Seq{"1", "0o"}));
+  EXPECT_EQ(print(order_wgmma_waits(s.before, Target::cpu())), print(s.before));
+  // The CUDA text fences the ordered wait.
+  std::string cuda = emit_cuda(s.after.kernels[0], Target::from_arch("sm_90a")).source;
+  EXPECT_NE(cuda.find("tilus::wgmma_wait_group_ordered<0>();"), std::string::npos) << cuda;
+  EXPECT_NE(cuda.find("tilus::wgmma_wait_group<1>();"), std::string::npos) << cuda;
 }
 
 TEST(WgmmaPasses, RewritingARegisterAWhileTheWgmmaReadsItIsAnError) {
@@ -920,6 +975,49 @@ TEST(WgmmaPasses, GroupsThatIssueWgmmaComeFirst) {
   EXPECT_EQ(print(overlapping.before), print(overlapping.after));
 }
 
+// The steps of a flash-attention kernel: one step written once (its two dots on one line each)
+// and called from two loops, the score and the accumulator annotated with the 4x1 warp split's
+// fragments (as NVIDIA Tilus's resolve_dot_config gives them), the score fed to the second dot
+// from registers. Four dots of 4 and 5 splits are 400 combinations, more than layout inference
+// lists; the dots of one line are tried together first (20 combinations), and each takes the
+// 4x1 split.
+TEST(LayoutPasses, DotsOfOneLineTakeTheirSplitTogether) {
+  auto qk = dot_plans(dtypes::float16, dtypes::float32, 64, 32, 64, 128);
+  auto pv = dot_plans(dtypes::float16, dtypes::float32, 64, 64, 32, 128);
+  auto split = [](const std::vector<DotPlan>& plans, int64_t wm) {
+    for (auto& p : plans)
+      if (p.tiling.warps_m == wm && !p.tiling.warps_major) return p;
+    throw std::runtime_error("no such split");
+  };
+  ASSERT_EQ(qk.size() * pv.size() * qk.size() * pv.size(), 400u);
+  ASSERT_NE(qk[0].tiling.warps_m, 4);  // the annotations need a split other than the default
+  DotPlan qk4 = split(qk, 4), pv4 = split(pv, 4);
+  auto body = [&](K& k, Int32 m, Int32, GlobalTensor& a, GlobalTensor& b) {
+    auto q = k.load_global(a, {.offsets = {0, 0}, .shape = {64, 64}});
+    auto o = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    k.annotate_layout(o, pv4.c);
+    auto step = [&](const Expr& i) {
+      auto kt = k.load_global(a, {.offsets = {i * 32, 0}, .shape = {32, 64}});
+      auto v = k.load_global(a, {.offsets = {i * 32, 0}, .shape = {32, 64}});
+      auto score = k.dot(q, kt.transpose());
+      k.annotate_layout(score, qk4.c);
+      k.dot(score.to(dtypes::float16), v, o, {.out = o});
+    };
+    for (Expr i : k.range(m)) step(i);
+    for (Expr i : k.range(m, m + 2)) step(i);
+    k.store_global(b, o, {.offsets = {0, 0}});
+  };
+  auto s = golden_case("dots_of_one_line", "infer_layouts", body);
+  struct Splits : StmtVisitor {
+    std::vector<std::string> out;
+    void visit_inst(const InstNode& i) override {
+      if (i.kind() == InstKind::Dot) out.push_back(static_cast<const DotInst&>(i).b->layout.str());
+    }
+  } after;
+  after.visit(s.after.kernels[0].body);
+  EXPECT_EQ(after.out, (std::vector<std::string>{qk4.b.str(), pv4.b.str(), qk4.b.str(), pv4.b.str()}));
+}
+
 // A loop with a run-time trip count that issues wgmma gets unroll=1; a Script's own unroll, a
 // constant trip count and a loop without wgmma keep theirs; CPU targets are left alone.
 TEST(WgmmaPasses, RunTimeWgmmaLoopsStayRolled) {
@@ -990,15 +1088,16 @@ TEST(WgmmaPasses, LayoutAndTargetErrorsSayWhatWgmmaNeeds) {
     return [=](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
       auto sa = k.shared_tensor(dtypes::float16, {64, 64});
       auto sb = k.shared_tensor(dtypes::float16, b_shape);
-      auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+      auto acc = k.register_tensor(dtypes::float32, {64, transpose ? b_shape[0] : b_shape[1]}, 0.0);
       k.wgmma.mma(sa, transpose ? sb.transpose() : sb, acc);
       k.wgmma.commit_group();
       k.wgmma.wait_group(0);
     };
   };
-  // b stored [k, n] (n contiguous): not K-major.
-  std::string m = pass_error(body({64, 64}, false), "select_instructions", {.arch = "sm_90a"});
-  EXPECT_NE(m.find("b must be K-major"), std::string::npos) << m;
+  // b stored [k, n] (n contiguous) two 128-byte rows wide: MN-major, but not one swizzle span.
+  std::string m = pass_error(body({64, 128}, false), "select_instructions", {.arch = "sm_90a"});
+  EXPECT_NE(m.find("b is MN-major and must be stored in rows of 32, 64 or 128 bytes along N"), std::string::npos)
+      << m;
   // sm_90 without the a: no wgmma.
   m = pass_error(body({64, 64}, true), "select_instructions", {.arch = "sm_90"});
   EXPECT_NE(m.find("wgmma needs sm_90a, the target is sm_90"), std::string::npos) << m;

@@ -288,7 +288,8 @@ TEST(Script, DumpIrWritesEveryStage) {
                                        "10_insert_barriers.tir",
                                        "11_insert_wgmma_fences.tir",
                                        "12_order_thread_groups.tir",
-                                       "13_keep_wgmma_loops_rolled.tir"};
+                                       "13_keep_wgmma_loops_rolled.tir",
+                                       "14_order_wgmma_waits.tir"};
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;

@@ -277,3 +277,30 @@ def test_a_config_its_constructor_refuses_is_skipped(cache_dir, monkeypatch, cap
     err = capfd.readouterr().err
     assert "skipped 1 of 3 configs" in err
     assert "block=48: PicksBlock.__init__ raised ValueError: block 48 is not a multiple of 32" in err
+
+
+class DebugScheduled(PicksBlock):
+    """NVIDIA Tilus's debug_schedule: the class runs with this config instead of its space (its
+    flash_attention_v3 example sets one)."""
+    debug_schedule = dict(block=64)
+
+
+def test_a_debug_schedule_replaces_the_space():
+    assert A.space_of(PicksBlock, {}) == [{"block": 32}, {"block": 48}, {"block": 64}]
+    assert A.space_of(DebugScheduled, {}) == [{"block": 64}]
+    with pytest.raises(tilus.CompileError, match="the caller fixes block, which the class's debug_schedule also sets"):
+        A.space_of(DebugScheduled, {"block": 32})
+
+
+@pytest.mark.skipif(not __import__("conftest").HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_a_debug_scheduled_class_tunes_only_that_config(cache_dir, monkeypatch):
+    timed = []
+    monkeypatch.setattr(A.Tuner, "timer", staticmethod(lambda config, repeat: timed.append(config) or 1.0))
+    monkeypatch.setattr(A, "_reports", {})
+    x = np.arange(100, dtype=np.float32)
+    y = np.zeros_like(x)
+    DebugScheduled()(100, x, y)
+    assert (y == x + 1).all()
+    assert timed and all(c == {"block": 64} for c in timed)
+    entry, = tilus.autotune_report(file=open(os.devnull, "w"))
+    assert entry.winner == {"block": "64"} and len(entry.results) == 1

@@ -713,7 +713,7 @@ class UnknownName(Base):
 class InitWithSymbolicIf(Base):
     def __call__(self, n: int32, out: ~int32):
         self.prologue()
-        self.register_tensor(dtype=int32, shape=[4, 4], init=lambda i, j: i if i > j else j)  # C-INIT-IF
+        self.register_tensor(dtype=int32, shape=[4, 4], init=lambda i, j: i if i > j > 0 else j)  # C-INIT-IF
 
 
 class BadAnnotation(tilus.Script):

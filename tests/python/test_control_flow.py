@@ -164,3 +164,69 @@ class PythonValueReassignedInLoop(tilus.Script):
 def test_python_value_reassigned_in_ir_loop_is_an_error():
     with pytest.raises(tilus.CompileError, match=r"test_control_flow.py:\d+: 'count' was bound outside"):
         tilus.trace(PythonValueReassignedInLoop())
+
+
+class ConditionalExpressions(tilus.Script):
+    """`a if c else b`: a kernel select where c is a kernel condition (NVIDIA Tilus's flash
+    attention v3 releases its semaphore with `y + 1 if (y + 1) * split < end else 0`), Python's
+    own where c is a Python value (only the chosen side runs)."""
+
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = [3]
+        self.attrs.warps = 1
+        x = self.blockIdx.x
+        first = x + 5 if x * 3 < n else 0
+        second = 7 if n > 100 else first
+        third = 2 if self.attrs.warps == 1 else self.no_such_method()
+        scale = 1.5 if n > 4 else 2  # a float and an int: the select is a float
+        value = self.register_tensor(dtype=int32, shape=[1], init=(second + third) * 10 + self.cast_int(scale))
+        self.store_global(self.global_view(out, shape=[3]), value, offsets=[x])
+
+    def cast_int(self, v):
+        return tilus.cast(v * 2, int32)
+
+
+@needs_cpu
+@pytest.mark.parametrize("n", [2, 5, 500])
+def test_conditional_expressions_on_kernel_conditions_select(n):
+    out = np.zeros(3, np.int32)
+    ConditionalExpressions()(n, out)
+    want = []
+    for x in range(3):
+        first = x + 5 if x * 3 < n else 0
+        second = 7 if n > 100 else first
+        want.append((second + 2) * 10 + int((1.5 if n > 4 else 2) * 2))
+    assert out.tolist() == want
+
+
+def test_conditional_expression_on_tensors_names_where():
+    class TensorChoice(tilus.Script):
+        def __call__(self, n: int32, out: ~int32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            a = self.register_tensor(dtype=int32, shape=[4], init=1)
+            b = a if n > 3 else a * 2
+            self.store_global(self.global_view(out, shape=[4]), b, offsets=[0])
+
+    with pytest.raises(tilus.CompileError) as e:
+        TensorChoice().ir(4, np.zeros(4, np.int32))
+    msg = str(e.value)
+    assert "test_control_flow.py:" in msg and "`a if c else b`" in msg and "self.where(c, a, b)" in msg, msg
+
+
+class SelectInALambda(tilus.Script):
+    """A conditional expression in a lambda of the body (a register tensor's init) is a select."""
+
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        upper = self.register_tensor(dtype=int32, shape=[4, 4], init=lambda i, j: i * 4 + j if i <= j else -1)
+        self.store_global(self.global_view(out, shape=[4, 4]), upper, offsets=[0, 0])
+
+
+@needs_cpu
+def test_a_conditional_expression_in_a_lambda_selects():
+    out = np.zeros((4, 4), np.int32)
+    SelectInALambda()(out)
+    i, j = np.indices((4, 4))
+    assert (out == np.where(i <= j, i * 4 + j, -1)).all()

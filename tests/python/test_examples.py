@@ -11,6 +11,8 @@ from conftest import HAS_GPU, Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
 from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
+from flash_attention import FlashAttention
+from flash_decoding import FlashDecoding
 from hopper_matmul_v0 import HopperMatmulV0
 from hopper_matmul_v1 import HopperMatmulV1
 from hopper_matmul_v2 import HopperMatmulV2
@@ -39,7 +41,8 @@ EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV
             "hopper_matmul_v4": HopperMatmulV4, "hopper_matmul_v5": HopperMatmulV5,
             "hopper_matmul_v6": HopperMatmulV6, "matmul_fp8": MatmulFp8,
             "matmul_fp8_block": lambda: MatmulFp8("block"), "matmul_fp8_ring_block": lambda: MatmulFp8Ring("block"),
-            "per_token_cast": PerTokenCast, "swiglu_per_token_cast": lambda: SwiGLUPerTokenCast(clamp=7.0)}
+            "per_token_cast": PerTokenCast, "swiglu_per_token_cast": lambda: SwiGLUPerTokenCast(clamp=7.0),
+            "flash_attention": FlashAttention, "flash_decoding": FlashDecoding}
 
 
 def test_vector_add(arrays):

@@ -27,7 +27,8 @@ def cuda_source(script, arch="sm_90a"):
 
 @needs_nvrtc
 @pytest.mark.parametrize("module, name", [("tma_copy", "TmaCopy"), ("hopper_matmul_v3", "HopperMatmulV3"),
-                                          ("conv2d_wgmma", "Conv2dWgmmaPersistent"), ("matmul_v3", "MatmulV3")])
+                                          ("conv2d_wgmma", "Conv2dWgmmaPersistent"), ("matmul_v3", "MatmulV3"),
+                                          ("flash_decoding", "FlashDecoding")])
 def test_the_examples_compile_without_nvrtc_warnings(module, name):
     # Views read only through TMA tensor maps and thread groups whose bodies never use their own
     # thread index used to leave unused variables: NVRTC's warning #177 in every such compile.

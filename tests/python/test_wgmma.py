@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tilus
-from tilus import bfloat16, float16, float32, float8_e4m3, int32
+from tilus import bfloat16, float16, float32, float8_e4m3, int32, uint32
 from conftest import HAS_GPU
 
 VOID = tilus.DataType.from_name("void")
@@ -93,10 +93,11 @@ def test_fp8_wgmma_on_the_gpu(name):
     torch.testing.assert_close(c, a.float() @ b.float().T, atol=2e-2, rtol=1e-2)
 
 
-def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False, fence=True):
+def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False, fence=True, b_kn=False):
     """c = a @ b.T for one [m, k] x [n, k] tile of dtype dt, b through shared memory (copy), a
     too or, with a_in_registers, loaded from global memory straight into registers (the wgmma
-    A-fragment layout, which layout inference gives it); fence=False leaves wgmma.fence out."""
+    A-fragment layout, which layout inference gives it); fence=False leaves wgmma.fence out.
+    b_kn: b is stored [k, n] and read as it is (an MN-major operand): c = a @ b."""
 
     class Mma(tilus.Script):
         def __call__(self, a: ~VOID, b: ~VOID, c: ~float32):  # a and b: dt elements of any array
@@ -108,12 +109,12 @@ def mma_kernel(dt, m, n, k, warps=4, a_in_registers=False, fence=True):
             else:
                 ta = self.shared_tensor(dtype=dt, shape=[m, k])
                 self.copy(ga, ta)
-            sb = self.shared_tensor(dtype=dt, shape=[n, k])
-            self.copy(self.global_view(b, dtype=dt, shape=[n, k]), sb)
+            sb = self.shared_tensor(dtype=dt, shape=[k, n] if b_kn else [n, k])
+            self.copy(self.global_view(b, dtype=dt, shape=[k, n] if b_kn else [n, k]), sb)
             acc = self.register_tensor(dtype=float32, shape=[m, n], init=0.0)
             if fence:
                 self.wgmma.fence()
-            self.wgmma.mma(ta, sb.T, acc)
+            self.wgmma.mma(ta, sb if b_kn else sb.T, acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.store_global(self.global_view(c, shape=[m, n]), acc, offsets=[0, 0])
@@ -159,6 +160,76 @@ def test_a_in_registers_lowers_to_the_register_form():
         assert compiled.cubin
         if compiled.spill_store_bytes >= 0:  # -1: a cubin from the disk cache, ptxas's report not kept
             assert compiled.spill_store_bytes == 0 and compiled.stack_frame_bytes == 0
+
+
+# b MN-major (a row-major [k, n] tile, wgmma's transpose flag): one swizzle span wide (64, 32 or
+# 16 f16 columns: 128-, 64- and 32-byte rows), a in shared memory or in registers, k steps of
+# whole 8-row atom pairs.
+@pytest.mark.parametrize("dt,m,n,k,a_regs", [(float16, 64, 64, 64, False), (float16, 128, 32, 48, True),
+                                              (bfloat16, 64, 16, 32, False), (float16, 64, 64, 128, True)])
+def test_wgmma_with_an_mn_major_b(arrays, dt, m, n, k, a_regs):
+    if dt == bfloat16 and arrays.device == "cpu":
+        pytest.skip("numpy has no bfloat16 (the bf16 case runs on the GPU)")
+    rng = np.random.default_rng(7)
+    ha = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    hb = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    c = arrays.put(np.zeros((m, n), np.float32))
+    if dt == bfloat16:
+        import torch
+        a, b = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in (ha, hb))
+        ha, hb = (x.float().cpu().numpy() for x in (a, b))
+    else:
+        a, b = arrays.put(ha), arrays.put(hb)
+    mma_kernel(dt, m, n, k, a_in_registers=a_regs, b_kn=True)(a, b, c)
+    np.testing.assert_allclose(arrays.host(c), ha.astype(np.float64) @ hb.astype(np.float64), atol=1e-3, rtol=1e-3)
+
+
+def test_an_mn_major_b_sets_the_transpose_flag():
+    """The record says b=.../mn; each instruction steps 16 rows (two 8-row atoms) down b and sets
+    imm-trans-b, with a in shared memory (trans-a 0) and in registers (b's flag only)."""
+    args = [np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32)]
+    for a_regs, flags in [(False, r"p, 1, 1, 0, 1;"), (True, r"p, 1, 1, 1;")]:
+        kern = mma_kernel(float16, 64, 64, 64, a_in_registers=a_regs, b_kn=True)
+        rec = lowering_of(kern.ir(*args, arch="sm_90a"))
+        assert any("tiles=1x1x4" in r and "b=sw128/sbo1024/mn" in r for r in rec), rec
+        ptx = kern.ptx(*args, arch="sm_90a")
+        insts = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16[^;]*;", ptx)
+        assert len(insts) == 4 and all(re.search(flags, i) for i in insts), insts
+
+
+@pytest.mark.parametrize("dt,n,k,message", [
+    (float16, 128, 64, r"b is MN-major and must be stored in rows of 32, 64 or 128 bytes along N with the matching "
+                       r"swizzle"),
+    (float8_e4m3, 128, 64, r"b is MN-major \(its N dim contiguous\), which wgmma reads only for 16-bit elements"),
+])
+def test_an_mn_major_b_wgmma_cannot_read_is_an_error(dt, n, k, message):
+    eb = dt.bits // 8
+    args = [np.zeros((64, k * eb), np.uint8), np.zeros((k, n * eb), np.uint8), np.zeros((64, n), np.float32)]
+    with pytest.raises(tilus.CompileError, match=r"test_wgmma.py:\d+: (error: )?wgmma.mma: " + message):
+        mma_kernel(dt, 64, n, k, b_kn=True).ir(*args, arch="sm_90a")
+
+
+def test_an_mn_major_b_narrower_than_its_rows_is_an_error():
+    """A [k, 32] slice of a [k, 64] f16 tile (128-byte rows): the instruction would read half a
+    swizzled row."""
+    class Narrow(tilus.Script):
+        def __call__(self, a: ~float16, b: ~float16, c: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            sa = self.shared_tensor(dtype=float16, shape=[64, 32])
+            sb = self.shared_tensor(dtype=float16, shape=[32, 64])
+            self.copy(self.global_view(a, shape=[64, 32]), sa)
+            self.copy(self.global_view(b, shape=[32, 64]), sb)
+            acc = self.register_tensor(dtype=float32, shape=[64, 32], init=0.0)
+            self.wgmma.mma(sa, self.slice_shared(sb, [0, 0], [0, 1], [32, 32]), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.store_global(self.global_view(c, shape=[64, 32]), acc, offsets=[0, 0])
+
+    x = np.zeros((64, 32), np.float16)
+    with pytest.raises(tilus.CompileError, match=r"wgmma.mma: b is MN-major and must be one swizzle span wide along N "
+                                                 r"\(64 elements of its 128-byte rows\), but it has 32"):
+        Narrow().ir(x, np.zeros((32, 64), np.float16), np.zeros((64, 32), np.float32), arch="sm_90a")
 
 
 def lowering_of(ir):
@@ -270,7 +341,9 @@ def acc(s, m, n, dt=float32):
 
 
 @pytest.mark.parametrize("body,match", [
-    (lambda s: s.wgmma.mma(f16(s, 64, 64), f16(s, 64, 64), acc(s, 64, 64)), r"b must be K-major"),
+    (lambda s: s.wgmma.mma(f16(s, 64, 64).T, f16(s, 64, 64).T, acc(s, 64, 64)), r"a must be K-major"),
+    (lambda s: s.wgmma.mma(f16(s, 64, 64), f16(s, 64, 128), acc(s, 64, 128)), r"b is MN-major and must be stored in "
+                                                                               r"rows of 32, 64 or 128 bytes along N"),
     (lambda s: s.wgmma.mma(f16(s, 64, 128), f16(s, 64, 128).T, acc(s, 64, 64)),
      r"rows of 32, 64 or 128 bytes"),
     (lambda s: s.wgmma.mma(f16(s, 32, 64), f16(s, 64, 64).T, acc(s, 32, 64)), r"multiple of 64"),
@@ -453,6 +526,92 @@ def test_the_wgmma_examples_keep_their_wgmma_in_flight():
         assert "function call" in compiled.wgmma_serialized, compiled.wgmma_serialized
     elif checked == 0:
         pytest.skip("NVRTC kept no ptxas report in this run")
+
+
+class PeeledTwoGroupMatmul(tilus.Script):
+    """c = a @ b.T: a producer warp loads both operands by TMA into a ring of `stages` buffers,
+    and two consumer warp groups, each with its own [bm/2, bn] accumulator, run their own k loop
+    whose first step is peeled (the first wgmma before the loop); the ring's positions are kernel
+    variables each thread steps. NVIDIA Tilus's hopper matmul v5 has this shape."""
+
+    def __init__(self, bm=256, bn=128, bk=64, stages=3):
+        super().__init__()
+        self.bm, self.bn, self.bk, self.stages = bm, bn, bk, stages
+
+    def __call__(self, m: int32, n: int, k: int, a: ~float16, b: ~float16, c: ~float16):
+        bm, bn, bk, stages = self.bm, self.bn, self.bk, self.stages
+        half = bm // 2
+        steps = tilus.cdiv(k, bk)
+        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn)]
+        self.attrs.warps = 9
+        ga = self.global_view(a, shape=[m, k])
+        gb = self.global_view(b, shape=[n, k])
+        gc = self.global_view(c, shape=[m, n])
+        sa = self.shared_tensor(dtype=float16, shape=[stages, 2, half, bk])
+        sb = self.shared_tensor(dtype=float16, shape=[stages, bn, bk])
+        full = self.mbarrier.alloc(counts=[1] * stages)
+        empty = self.mbarrier.alloc(counts=[256] * stages)
+        row, col = self.blockIdx.x * bm, self.blockIdx.y * bn
+        # Ring positions as kernel variables, each thread stepping its own copy.
+        load_stage: int32 = 0
+        load_phase: uint32 = 1
+        use_stage: int32 = 0
+        use_phase: uint32 = 0
+        with self.thread_group(thread_begin=256, num_threads=32):
+            for s in self.range(steps, unroll=stages):
+                self.mbarrier.wait(empty[load_stage], phase=load_phase)
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(full[load_stage], transaction_bytes=(bm + bn) * bk * 2)
+                for wg in tilus.static_range(2):
+                    self.tma.global_to_shared(src=ga, dst=sa[load_stage, wg], offsets=[row + wg * half, s * bk],
+                                             mbarrier=full[load_stage])
+                self.tma.global_to_shared(src=gb, dst=sb[load_stage], offsets=[col, s * bk], mbarrier=full[load_stage])
+                load_stage = (load_stage + 1) % stages
+                load_phase = load_phase ^ (load_stage == 0)
+        for wg in tilus.static_range(2):
+            with self.thread_group(thread_begin=128 * wg, num_threads=128):
+                acc = self.register_tensor(dtype=float32, shape=[half, bn], init=0.0)
+                self.mbarrier.wait(full[use_stage], phase=use_phase)
+                self.wgmma.fence()
+                self.wgmma.mma(sa[use_stage, wg], sb[use_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                use_stage = (use_stage + 1) % stages
+                use_phase = use_phase ^ (use_stage == 0)
+                for _ in self.range(1, steps, unroll=stages):
+                    self.mbarrier.wait(full[use_stage], phase=use_phase)
+                    self.wgmma.fence()
+                    self.wgmma.mma(sa[use_stage, wg], sb[use_stage].transpose(), acc)
+                    self.wgmma.commit_group()
+                    self.wgmma.wait_group(1)
+                    self.mbarrier.arrive(empty[(use_stage + stages - 1) % stages])
+                    use_stage = (use_stage + 1) % stages
+                    use_phase = use_phase ^ (use_stage == 0)
+                self.wgmma.wait_group(0)
+                self.mbarrier.arrive(empty[(use_stage + stages - 1) % stages])
+                self.store_global(gc, acc.to(float16), offsets=[row + wg * half, col])
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_two_consumer_groups_with_a_peeled_step_keep_their_wgmma_in_flight():
+    """NVIDIA Tilus's matmul v5 shape (run unchanged it had every wgmma serialized at 256x128
+    tiles in 3, 5 and 6 stages: "program dependence on compiler-inserted WG.AR in divergent
+    path"): each group's zeroed accumulator was materialized between the peeled step's
+    wgmma.fence and its mma, until the emitter pinned the accumulators before every fence. With a
+    ring of 3 stages, as there, the kernel neither serializes nor spills."""
+    x = np.zeros((512, 512), np.float16)
+    compiled = PeeledTwoGroupMatmul(stages=3).compiled(1024, 1024, 1024, x, x, x, arch="sm_90a")
+    if compiled.spill_store_bytes < 0:  # ptxas's report not kept (see docs/python.md)
+        pytest.skip("NVRTC kept no ptxas report in this run")
+    assert compiled.wgmma_serialized == "", compiled.wgmma_serialized
+    assert compiled.spill_store_bytes == 0
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("m", [300, 512])
+def test_two_consumer_groups_with_a_peeled_step_on_the_gpu(stages, m):
+    from conftest import Arrays
+    run_matmul(Arrays("cuda"), PeeledTwoGroupMatmul(stages=stages), m, 384, 640)
 
 
 class WgmmaLoops(tilus.Script):

@@ -558,8 +558,9 @@ struct WgmmaFenceInst : InstNode {
 
 // wgmma.mma: d += a @ b over the warp groups of the current thread group, asynchronously: d
 // (and the shared operands) may be touched again only after a wgmma.wait_group that covers
-// its commit group. a: [m, k] shared, b: [k, n] shared (both K-major: a view whose K stride
-// is 1, e.g. a transposed [n, k] tile for b), d: [m, n] register, read and written.
+// its commit group. a: [m, k] shared (K-major: a view whose K stride is 1) or register, b:
+// [k, n] shared (K-major, e.g. a transposed [n, k] tile, or MN-major: a row-major [k, n] tile one
+// swizzle span wide), d: [m, n] register, read and written.
 struct WgmmaMmaInst : InstNode {
   TILUS_INST_COMMON(WgmmaMma, "wgmma.mma")
   Tensor a, b, d;
@@ -574,9 +575,12 @@ struct WgmmaCommitGroupInst : InstNode {
 };
 
 // wgmma.wait_group: waits until at most n wgmma groups of this warp group are pending.
+// `ordered` (set by the order_wgmma_waits pass, printed ordered=true): the wait stays after the
+// work the program put before it (a fence ptxas does not schedule across precedes it).
 struct WgmmaWaitGroupInst : InstNode {
   TILUS_INST_COMMON(WgmmaWaitGroup, "wgmma.wait_group")
   int64_t n = 0;
+  bool ordered = false;
   bool has_side_effects() const override { return true; }
 };
 

@@ -81,9 +81,11 @@ struct DotTiling {
 };
 
 // A shared wgmma operand as its matrix descriptor sees it (PTX ISA, "Matrix Descriptor
-// Format"): a K-major tile whose rows (of M for a, of N for b) are one swizzle span long.
+// Format"): a K-major tile whose rows (of M for a, of N for b) are one swizzle span long, or an
+// MN-major one (the instruction's transpose flag) whose rows along K are one span of M or N.
 struct WgmmaOperand {
   bool registers = false;   // a only: the fragments come from registers (no descriptor)
+  bool mn_major = false;    // b only: its N dim contiguous (a row-major [k, n] tile), transposed by wgmma
   int swizzle_code = 0;     // descriptor bits 62-63: 1 = 128B, 2 = 64B, 3 = 32B
   int64_t swizzle_bytes = 0;
   int64_t lbo = 0, sbo = 0;  // leading / stride byte offsets

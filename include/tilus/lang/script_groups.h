@@ -64,8 +64,8 @@ struct TmaGroup {
 
 // self.wgmma.* (NVIDIA Tilus's names; sm_90a): warp-group matrix multiply-accumulate.
 // mma(a, b, d): d += a @ b with a [m, k] and b [k, n] shared and K-major (b typically a
-// transposed [n, k] tile), d a float32 register tensor; asynchronous until a wait_group
-// covers its commit group.
+// transposed [n, k] tile; a 16-bit b may also be a row-major [k, n] tile one swizzle span
+// wide), d a float32 register tensor; asynchronous until a wait_group covers its commit group.
 struct WgmmaGroup {
   Script* script;
   void fence(Loc loc = Loc::current()) const;

@@ -37,9 +37,12 @@ Program select_instructions(const Program& program, const Target& target);
 // choose_shared_layouts fixed) as an operand whose view dim `k_dim` runs along K, for
 // instructions `k_instr` deep: its matrix descriptor, or nullopt and in `why` the reason it
 // cannot (the tile must be K-major, in rows of one TMA swizzle span, starting on a whole
-// swizzle atom). `user` is the instruction that reads it. The rule select_instructions checks
-// on wgmma.mma and lower_dots_to_wgmma checks before it turns a dot into one.
+// swizzle atom; or, with `mn_major`, 16-bit and MN-major: rows along K, each exactly one swizzle
+// span of its M or N elements). `user` is the instruction that reads it. The rule
+// select_instructions checks on wgmma.mma (MN-major for b only) and lower_dots_to_wgmma checks
+// (K-major only) before it turns a dot into one.
 std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const InstNode& user, const Tensor& t,
-                                                 int k_dim, int64_t k_instr, std::string* why = nullptr);
+                                                 int k_dim, int64_t k_instr, std::string* why = nullptr,
+                                                 bool mn_major = false);
 
 }  // namespace tilus

@@ -108,10 +108,20 @@ class CudaHelpers:
         fits = [p for p in plans if (warp_m is None or p["warps_m"] == warp_m) and
                 (warp_n is None or p["warps_n"] == warp_n)]
         if not fits:
-            splits = ", ".join(f"{p['warps_m']}x{p['warps_n']}" for p in plans)
+            splits = ", ".join(dict.fromkeys(f"{p['warps_m']}x{p['warps_n']}" for p in plans))
             raise ValueError(f"resolve_dot_config: no split of {num_warps} warps into warp_m={warp_m} x "
                              f"warp_n={warp_n} fits m={m}, n={n}, k={k} (the splits that fit: {splits})")
         p = fits[0]
+        if p["op"].startswith("mma.sync"):
+            # NVIDIA Tilus's estimate of the registers a thread's fragments take, and its limit: a
+            # split over it would spill (and its compile take minutes), so Tilus refuses it, and so
+            # does this (its flash-attention examples' autotune spaces rely on the refusal).
+            registers = (p["a"].local_size * operand_dtype.nbytes + p["b"].local_size * operand_dtype.nbytes +
+                         p["c"].local_size * acc_dtype.nbytes) // 4
+            if registers >= 256 - 32:
+                raise ValueError(f"resolve_dot_config: the {p['warps_m']}x{p['warps_n']} split of m={m}, n={n}, k={k} "
+                                 f"on {num_warps} warps holds about {registers} registers of fragments per thread, "
+                                 f"224 or more (NVIDIA Tilus's limit): use more warps or smaller tiles")
         return DotConfig(operand_dtype, acc_dtype, m, n, k, num_warps, p["warps_m"], p["warps_n"], p["a"], p["b"],
                          p["c"])
 

@@ -18,7 +18,9 @@ class WgmmaGroup:
     def mma(self, a: Union[SharedTensor, RegisterTensor], b: SharedTensor, d: RegisterTensor) -> None:
         """``d += a @ b``, asynchronously. ``b`` [k, n] is shared and K-major (usually a transposed
         [n, k] tile, ``sb.transpose()``), stored in rows of 32, 64 or 128 bytes (what TMA writes and
-        layout inference chooses); ``a`` [m, k] likewise, or a float16/bfloat16 register tensor,
+        layout inference chooses), or, for 16-bit operands, a row-major [k, n] tile exactly one such
+        row wide (MN-major: 64 f16 columns in 128-byte rows; wgmma transposes it); ``a`` [m, k]
+        K-major as ``b``, or a float16/bfloat16 register tensor,
         whose layout becomes the wgmma A-fragment layout. ``d`` is a float32 register tensor whose
         layout becomes the wgmma accumulator layout. f16, bf16 and fp8 operands (e4m3 and e5m2 in any
         pairing, both from shared memory); m a multiple of 64 per warp group, n of 8, k of 16 (32

@@ -37,7 +37,8 @@ void Emitter::emit_wgmma(const InstNode& inst) {
     }
     case InstKind::WgmmaCommitGroup: line("tilus::wgmma_commit_group();"); return;
     case InstKind::WgmmaWaitGroup: {
-      linef("tilus::wgmma_wait_group<{}>();", static_cast<const WgmmaWaitGroupInst&>(inst).n);
+      auto& w = static_cast<const WgmmaWaitGroupInst&>(inst);
+      linef("tilus::wgmma_wait_group{}<{}>();", w.ordered ? "_ordered" : "", w.n);
       // The accumulators the waited instructions wrote: the compiler must not read them
       // before the wait (the registers are written behind its back).
       for (auto& [name, regs] : wgmma_accumulators())
@@ -82,7 +83,7 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   std::string shape = fmt::format("m64n{}k{}", t.n_instr, t.k_instr);
   // The instruction text with its register list: %0..%(regs-1) accumulators, then a (a
   // descriptor, or the 4 registers of this thread's A fragment), b's descriptor and scale-d.
-  // With a in registers only b has a transpose flag.
+  // With a in registers only b has a transpose flag (1: b MN-major).
   int64_t a_n = a_regs ? 4 : 1;
   std::string list, a_list;
   for (int64_t r = 0; r < regs; ++r) list += fmt::format("{}%{}", r ? ", " : "", r);
@@ -91,7 +92,8 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   std::string text = fmt::format(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{2}, 0;\\nwgmma.mma_async.sync.aligned.{3}.{4}.{5}.{8} {{{0}}}, {1}, "
       "%{6}, p, 1, 1{7};\\n}}\\n",
-      list, a_list, regs + a_n + 1, shape, ct, at, regs + a_n, f8 ? "" : a_regs ? ", 0" : ", 0, 0", bt);
+      list, a_list, regs + a_n + 1, shape, ct, at, regs + a_n,
+      f8 ? std::string() : fmt::format("{}, {}", a_regs ? "" : ", 0", t.b.mn_major ? 1 : 0), bt);
   // a in registers: 4 words (8 halves) per m64 x k16 instruction, in (m block, k step) order.
   const int64_t a_words = a_regs ? t.m_blocks * t.k_steps * 4 : 0;
   const std::string a_word = a_regs ? fmt::format("reinterpret_cast<uint32_t*>({})", reg(i.a)) : "";

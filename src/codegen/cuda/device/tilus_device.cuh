@@ -1174,6 +1174,11 @@ __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commi
 template <int N> __device__ __forceinline__ void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// The wait after the work placed before it: ptxas schedules a wgmma.wait_group as early as its
+// operands allow, but not across a memory fence (order_wgmma_waits).
+template <int N> __device__ __forceinline__ void wgmma_wait_group_ordered() {
+  asm volatile("fence.acq_rel.cta;\nwgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Ties the accumulator registers to this point: no read moves above it (warpgroup_fence_operand).
 template <int N> __device__ __forceinline__ void wgmma_fence_operand(float* r) {
 #pragma unroll

@@ -1,0 +1,390 @@
+"""Attention on the GPU in one run: tilus (examples/python/flash_attention.py, flash_decoding.py)
+against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fused-attention
+tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
+
+    PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
+        [--readme README.md]
+    python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
+
+Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
+d = 64, 128, 256, causal and not, f16 and bf16; TFLOP/s count 4 * batch * heads * seqlen^2 * d
+(half of it causal). Decode: one query token, 32 query heads on 8 kv heads, d = 128, pages of
+64 keys scattered at random, KV length 4k-128k, batch 1-64; "KV read" is a kernel that only
+reads both caches once (a Triton sum; the floor for any decode kernel), and the ratio is tilus's
+time over it. Every launch is timed with CUDA events after an L2 flush, median of 20, the
+kernels of one shape interleaved (bench/run.py). Results are checked against SDPA first.
+
+--sweep goal measures only the shapes of issue 40's goal (seqlen 4096 at d = 64, 128, 256, causal
+and not, f16 and bf16 at d = 128; decode at 16k and 64k keys), smoke two of each. --readme FILE
+writes the figures into FILE's attention tables (between the `<!-- attention-bench -->` markers):
+the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
+
+--ncu runs itself under `ncu --clock-control none` at one prefill shape and prints, for tilus and
+cuDNN's kernel, the time, SM clock and tensor pipes busy (`sm__pipe_tensor_cycles_active`, as
+bench/hopper_profile.py does for the matmul).
+"""
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+try:
+    import torch
+except ImportError:  # the README filling (tests on CI) needs neither torch nor a GPU
+    torch = None
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+TOKENS = 16384
+WIDTH = 2048  # heads * d
+
+# (d, seqlen, causal) of the prefill runs (f16; bf16 at d = 128) and (batch, keys) of decode.
+_PREFILL_128 = [(128, s, c) for s in (1024, 4096, 8192, 16384) for c in (False, True)]
+SWEEPS = {
+    "full": (_PREFILL_128 + [(64, s, c) for s in (4096, 16384) for c in (False, True)]
+             + [(256, 4096, c) for c in (False, True)],
+             [(1, 4096), (1, 16384), (1, 65536), (1, 131072), (8, 16384), (8, 65536), (64, 4096), (64, 16384)]),
+    "goal": ([(d, 4096, c) for d in (128, 64, 256) for c in (False, True)],
+             [(1, 16384), (1, 65536), (8, 16384), (8, 65536)]),
+    "smoke": ([(128, 4096, False), (128, 4096, True)], [(1, 16384), (8, 16384)]),
+}
+
+if triton is not None:
+    @triton.jit
+    def _triton_attention(Q, K, V, O, scale, seqlen, stride_b, stride_h, stride_s, H: tl.constexpr,
+                          D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr):
+        """One BM-row query tile of one (batch, head): the key blocks without a mask first, then
+        (causal) the blocks that cross the diagonal with it; online softmax in exp2."""
+        pid = tl.program_id(0)
+        bh = tl.program_id(1)
+        base = (bh // H) * stride_b + (bh % H) * stride_h
+        rows = pid * BM + tl.arange(0, BM)
+        dims = tl.arange(0, D)
+        q = tl.load(Q + base + rows[:, None] * stride_s + dims[None, :], mask=rows[:, None] < seqlen, other=0.0)
+        m = tl.full([BM], float("-inf"), tl.float32)
+        l = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        scale2 = scale * 1.4426950408889634
+        full_end = (pid * BM) // BN * BN if CAUSAL else seqlen // BN * BN
+        end = tl.minimum((pid + 1) * BM, seqlen) if CAUSAL else seqlen
+        for start in range(0, full_end, BN):  # every key of these blocks is visible to every row
+            keys = start + tl.arange(0, BN)
+            kt = tl.load(K + base + keys[None, :] * stride_s + dims[:, None])
+            s = tl.dot(q, kt) * scale2
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            v = tl.load(V + base + keys[:, None] * stride_s + dims[None, :])
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        for start in range(full_end, end, BN):  # the diagonal and the ragged end
+            keys = start + tl.arange(0, BN)
+            kt = tl.load(K + base + keys[None, :] * stride_s + dims[:, None], mask=keys[None, :] < seqlen, other=0.0)
+            s = tl.dot(q, kt) * scale2
+            ok = keys[None, :] < seqlen
+            if CAUSAL:
+                ok = ok & (keys[None, :] <= rows[:, None])
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            v = tl.load(V + base + keys[:, None] * stride_s + dims[None, :], mask=keys[:, None] < seqlen, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        acc = acc / l[:, None]
+        tl.store(O + base + rows[:, None] * stride_s + dims[None, :], acc.to(O.dtype.element_ty),
+                 mask=rows[:, None] < seqlen)
+
+    @triton.jit
+    def _triton_read(X, n, out, BLOCK: tl.constexpr):
+        """Sums 32-bit words of x, BLOCK per step: a kernel that only reads (the KV-read floor)."""
+        pid = tl.program_id(0)
+        step = tl.num_programs(0) * BLOCK
+        acc = tl.zeros([BLOCK], tl.int32)
+        for start in range(pid * BLOCK, n, step):
+            offs = start + tl.arange(0, BLOCK)
+            acc += tl.load(X + offs, mask=offs < n, other=0)
+        tl.store(out + pid, tl.sum(acc, 0))
+
+
+def triton_attention(q, k, v, o, causal):
+    """q, k, v, o: [batch, heads, seqlen, d] (strided views of [batch, seqlen, heads, d] tensors)."""
+    b, h, s, d = q.shape
+    bm, bn = 128, (128 if d <= 64 else 64)
+    warps = 8 if d >= 128 else 4
+    grid = (triton.cdiv(s, bm), b * h)
+    _triton_attention[grid](q, k, v, o, 1.0 / math.sqrt(d), s, q.stride(0), q.stride(1), q.stride(2), H=h, D=d,
+                            BM=bm, BN=bn, CAUSAL=causal, num_warps=warps, num_stages=2 if d >= 256 else 3)
+
+
+def sdpa(backend):
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def prefill(dtypes, configs):
+    from run import interleaved_ms  # bench/run.py: the timing every bench shares
+    from torch.nn.attention import SDPBackend
+    from flash_attention import flash_attention
+    print(f"\nprefill: {TOKENS} tokens per launch, heads x d = {WIDTH}, TFLOP/s (ratio: tilus / cuDNN)", flush=True)
+    print(f"{'dtype':5} {'d':>4} {'seqlen':>6} {'causal':>6} | {'tilus':>7} {'cuDNN':>7} {'flash':>7} {'Triton':>7} | "
+          f"{'vs cuDNN':>8}", flush=True)
+    rows = []
+    for name in dtypes:
+        dt = getattr(torch, name)
+        for d, s, causal in configs:
+            b, h = TOKENS // s, WIDTH // d
+            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            out = torch.empty_like(q).transpose(1, 2)  # the strides of qt (the Triton kernel shares them)
+            got, _ = flash_attention(q, k, v, causal=causal)
+            want = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            err = (got.transpose(1, 2).float() - want.float()).abs().max().item()
+            fns = {"tilus": lambda: flash_attention(q, k, v, causal=causal)}
+            for label, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                try:
+                    sdpa(backend)(qt, kt, vt, causal)
+                    fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
+                except RuntimeError as e:
+                    print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
+            if triton is not None:
+                triton_attention(qt, kt, vt, out, causal)
+                terr = (out.float() - want.float()).abs().max().item()
+                if terr < 5e-2:
+                    fns["Triton"] = lambda: triton_attention(qt, kt, vt, out, causal)
+                else:
+                    print(f"  Triton: wrong (max abs err {terr:.3g}), left out", flush=True)
+            ms = interleaved_ms(fns, rounds=2, repeat=20)
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = {k: flops / v / 1e9 for k, v in ms.items()}
+            ratio = tf["tilus"] / tf["cuDNN"] if "cuDNN" in tf else float("nan")
+            cell = lambda k: f"{tf[k]:7.0f}" if k in tf else f"{'-':>7}"  # noqa: E731
+            print(f"{name[:5]:5} {d:4} {s:6} {str(causal):>6} | {cell('tilus')} {cell('cuDNN')} {cell('flash')} "
+                  f"{cell('Triton')} | {ratio:7.2f}x" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
+                  flush=True)
+            rows.append((name, d, s, causal, tf, ratio))
+            del q, k, v, qt, kt, vt, out, got, want
+            torch.cuda.empty_cache()
+    return rows
+
+
+def kv_read(kc, vc):
+    n = kc.numel() * kc.element_size() // 4
+    blocks = 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    part = torch.empty(blocks, dtype=torch.int32, device="cuda")
+
+    def run():
+        _triton_read[(blocks,)](kc.view(torch.int32).view(-1), n, part, BLOCK=4096, num_warps=8)
+        _triton_read[(blocks,)](vc.view(torch.int32).view(-1), n, part, BLOCK=4096, num_warps=8)
+    return run
+
+
+DECODE_PAGE, DECODE_HEADS, DECODE_KV_HEADS, DECODE_D = 64, 32, 8, 128
+
+
+def kv_mb(batch, n, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
+    """Megabytes of both f16 caches of `batch` sequences of n keys."""
+    return 2 * batch * n * kv_heads * d * 2 / 1e6
+
+
+def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
+    from run import interleaved_ms
+    from flash_decoding import flash_decode, random_cache_gpu
+    print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size}; "
+          f"microseconds (ratio: tilus / KV read)", flush=True)
+    print(f"{'batch':>5} {'keys':>7} {'KV MB':>7} | {'tilus':>8} {'SDPA':>8} {'KV read':>8} | {'vs read':>7} "
+          f"{'GB/s':>6}", flush=True)
+    rows = []
+    for batch, n in configs:
+        q, kc, vc, table, lens = random_cache_gpu(batch, n, heads, kv_heads, d, page_size)
+        # SDPA on the same keys gathered contiguous ([batch, kv_heads, n, d]; GQA by enable_gqa,
+        # torch 2.5 on; before it the kv heads repeated, which reads group times the bytes).
+        kd = kc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)
+        vd = vc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)
+        qd = q.transpose(1, 2)
+        try:
+            torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)
+            ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)  # noqa: E731
+        except TypeError:
+            kd, vd = (x.repeat_interleave(heads // kv_heads, dim=1) for x in (kd, vd))
+            ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)  # noqa: E731
+        want = ref()
+        got, _ = flash_decode(q, kc, vc, table, lens)
+        err = (got.transpose(1, 2).float() - want.float()).abs().max().item()
+        fns = {"tilus": lambda: flash_decode(q, kc, vc, table, lens), "SDPA": ref}
+        if triton is not None:
+            fns["read"] = kv_read(kc, vc)
+        ms = interleaved_ms(fns, rounds=2, repeat=20)
+        mb = kv_mb(batch, n, kv_heads, d)
+        ratio = ms["tilus"] / ms["read"] if "read" in ms else float("nan")
+        read = f"{ms['read'] * 1e3:8.1f}" if "read" in ms else f"{'-':>8}"
+        print(f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {ms['SDPA'] * 1e3:8.1f} {read} | "
+              f"{ratio:6.2f}x {mb / ms['tilus'] / 1e3:6.0f}" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
+              flush=True)
+        rows.append((batch, n, ms, ratio))
+        del q, kc, vc, table, kd, vd, qd, want, got
+        torch.cuda.empty_cache()
+    return rows
+
+
+def ncu_child(s, d, causal, launches=2):
+    from torch.nn.attention import SDPBackend
+    from flash_attention import flash_attention
+    b, h = TOKENS // s, WIDTH // d
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    cudnn = sdpa(SDPBackend.CUDNN_ATTENTION)
+    for _ in range(20):
+        flash_attention(q, k, v, causal=causal)
+        cudnn(qt, kt, vt, causal)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(launches):
+        flash_attention(q, k, v, causal=causal)
+        cudnn(qt, kt, vt, causal)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def ncu(args):
+    from hopper_profile import METRICS, parse_ncu_csv
+    exe = shutil.which("ncu")
+    if exe is None:
+        sys.exit("attention: ncu (Nsight Compute) is not on PATH")
+    cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "details",
+           "--metrics", ",".join(METRICS), sys.executable, os.path.abspath(__file__), "--ncu-child",
+           "--seqlen", str(args.seqlen), "--head-dim", str(args.head_dim)] + (["--causal"] if args.causal else [])
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"attention: ncu failed ({run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    b, h = TOKENS // args.seqlen, WIDTH // args.head_dim
+    print(f"prefill f16 batch {b} seqlen {args.seqlen} heads {h} d {args.head_dim} causal {args.causal}, "
+          f"ncu --clock-control none")
+    print(f"{'kernel':60} {'time':>10} {'SM clock':>9} {'tensor pipes busy':>18}")
+    for r in parse_ncu_csv(run.stdout):
+        print(f"{r['kernel'][:60]:60} {r['time_us']:8.1f} us {r['clock_ghz']:5.2f} GHz {r['tensor_pct']:16.1f} %")
+
+# --- the README's tables ----------------------------------------------------------------------
+
+BEGIN, END = "<!-- attention-bench -->", "<!-- /attention-bench -->"
+PREFILL_HEAD = ("| dtype | d | seqlen | causal | tilus | cuDNN | flash | Triton | tilus / cuDNN |\n"
+                "|---|---|---|---|---|---|---|---|---|")
+DECODE_HEAD = ("| batch | keys | KV MB | tilus (us) | SDPA (us) | KV read (us) | tilus / KV read |\n"
+               "|---|---|---|---|---|---|---|")
+
+
+def _cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _tf(x):
+    return "-" if x is None or x != x else f"{x:.0f}"
+
+
+def readme_tables(prefill_rows=(), decode_rows=(), note=None, old=None):
+    """The text between the README's markers: a prefill table (TFLOP/s) with a row per shape of
+    the full sweep and a decode table (microseconds). Rows measured now (prefill(), decode()'s
+    rows) are filled; the others keep their line of `old` (the block before), else "-"."""
+    kept = {}
+    for line in (old or "").splitlines():
+        if line.startswith("|") and not line.startswith("|---") and _cells(line)[0] not in ("dtype", "batch"):
+            kept[tuple(_cells(line)[:4] if _cells(line)[0].startswith(("float", "bfloat")) else _cells(line)[:2])] = line
+    now = {}
+    for name, d, s, causal, tf, ratio in prefill_rows:
+        key = (name, str(d), str(s), "yes" if causal else "no")
+        now[key] = "| " + " | ".join(list(key) + [_tf(tf.get(k)) for k in ("tilus", "cuDNN", "flash", "Triton")]
+                                     + [f"{ratio:.2f}x" if ratio == ratio else "-"]) + " |"
+    for batch, n, ms, ratio in decode_rows:
+        key = (str(batch), str(n))
+        us = lambda k: f"{ms[k] * 1e3:.1f}" if k in ms else "-"  # noqa: E731
+        now[key] = (f"| {batch} | {n} | {kv_mb(batch, n):.0f} | {us('tilus')} | {us('SDPA')} | "
+                    f"{us('read')} | " + (f"{ratio:.2f}x" if ratio == ratio else "-") + " |")
+    pre, dec = SWEEPS["full"]
+    lines = [f"Last filled: {note}." if note else
+             next((x for x in (old or "").splitlines() if x.startswith("Last filled")), "Not measured yet.")]
+    lines += ["", "Prefill, TFLOP/s:", "", PREFILL_HEAD]
+    for name, shapes in (("float16", pre), ("bfloat16", [c for c in pre if c[0] == 128])):
+        for d, s, causal in shapes:
+            key = (name, str(d), str(s), "yes" if causal else "no")
+            lines.append(now.get(key) or kept.get(key) or "| " + " | ".join(list(key) + ["-"] * 5) + " |")
+    lines += ["", f"Decode (f16, one token, {DECODE_HEADS} heads on {DECODE_KV_HEADS} kv heads, d {DECODE_D}, pages of "
+              f"{DECODE_PAGE}), microseconds:", "", DECODE_HEAD]
+    for batch, n in dec:
+        key = (str(batch), str(n))
+        lines.append(now.get(key) or kept.get(key) or f"| {batch} | {n} | {kv_mb(batch, n):.0f} | " + " | ".join(["-"] * 4)
+                     + " |")
+    return "\n".join(lines)
+
+
+def fill_readme(path, prefill_rows, decode_rows, note):
+    with open(path) as f:
+        text = f.read()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise SystemExit(f"attention: {path} has no single {BEGIN} ... {END} block to write the tables into")
+    head, rest = text.split(BEGIN)
+    old, tail = rest.split(END)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + readme_tables(prefill_rows, decode_rows, note, old) + "\n" + END + tail)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sweep", choices=sorted(SWEEPS), default="full",
+                   help="full: every shape; goal: the shapes of issue 40's goal; smoke: two of each")
+    p.add_argument("--readme", metavar="FILE", help="write the figures into FILE's attention tables")
+    p.add_argument("--only", choices=("prefill", "decode"))
+    p.add_argument("--ncu", action="store_true", help="ncu's tensor-pipe view of tilus and cuDNN at one shape")
+    p.add_argument("--seqlen", type=int, default=4096)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.ncu_child:
+        return ncu_child(args.seqlen, args.head_dim, args.causal)
+    if args.ncu:
+        return ncu(args)
+    import tilus
+    props = torch.cuda.get_device_properties(0)
+    print(f"GPU {props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"triton {triton.__version__ if triton else 'missing'}, tilus from {os.path.dirname(tilus.__file__)}",
+          flush=True)
+    t0 = time.time()
+    pre, dec = SWEEPS[args.sweep]
+    dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
+    note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+            f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "
+            f"`bench/attention.py --sweep {args.sweep}`")
+    if args.only != "decode":
+        rows = prefill(dts[:1], pre)
+        if len(dts) > 1:  # bf16 at d = 128
+            rows += prefill(dts[1:], [c for c in pre if c[0] == 128])
+        if args.readme:  # now, so that a run cut short later keeps these
+            fill_readme(args.readme, rows, [], note)
+    if args.only != "prefill":
+        rows = decode(dec)
+        if args.readme:
+            fill_readme(args.readme, [], rows, note)
+    if args.readme:
+        print(f"attention tables written into {args.readme}", flush=True)
+    print(f"\nattention bench: {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

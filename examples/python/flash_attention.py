@@ -1,0 +1,508 @@
+"""Attention forward on Hopper (sm_90a), FlashAttention-3's design in tilus:
+o = softmax(scale * q @ k.T [+ causal mask]) @ v, and the log-sum-exp of each row for a backward pass.
+
+Shapes, as flash-attn's varlen interface takes them: q [total_q, heads, d], k and v
+[total_k, kv_heads, d] (GQA / MQA: query head h reads kv head h // (heads // kv_heads)), the
+sequences of the batch packed one after another and delimited by cu_seqlens_q / cu_seqlens_k
+(int32 [batch + 1]); o like q; lse float32 [heads, total_q] (natural log). A dense batch
+[batch, seqlen, heads, d] is the packed form with equal lengths (`flash_attention` below does
+that). f16 or bf16; d = 64, 128 or 256. Causal masking is bottom-right aligned, as flash-attn
+does when seqlen_q != seqlen_k: query i sees keys j <= i + seqlen_k - seqlen_q (a row that sees
+no key gives o = 0 and lse = -inf).
+
+The kernel (`FlashAttention`, specialized=True; one compiled kernel per dtype, d and causal: the
+batch, heads and lengths are launch arguments): one block per (block_m rows of one sequence, one
+query head), 3 warp groups:
+  - a producer warp group that gives its registers away (setmaxnreg 24) and from one thread
+    issues the TMA loads: its query rows once, then K and V tiles of block_n keys into a ring of
+    `stages` slots (full / empty mbarriers per slot, K and V apart so that Q K^T can start before
+    V lands), in the consumers' order;
+  - two consumer warp groups (setmaxnreg 240), 64 query rows each. Per key block j, with S_j =
+    Q K_j^T and P_j its row-wise exp2:
+        issue S_j = Q K_j^T (wgmma, a zeroed accumulator);  issue O += P_(j-1) V_(j-1) (wgmma with
+        P from registers);  wait for S_j only;  softmax of S_j (max, exp2 with the scale folded in,
+        row sums) while P V runs;  wait for P V;  rescale O;  P_j in registers for the next step.
+    so the next block's Q K^T is issued before this block's softmax finishes (FA3's intra-warpgroup
+    overlap), and with `pingpong` the two warp groups take turns issuing their GEMMs (an mbarrier
+    per warp group, each handing the turn to the other after it issued): one's softmax runs while
+    the other's GEMMs keep the tensor cores busy (FA3's ping-pong schedule).
+Key blocks run from the last to the first, so the blocks that need the mask (the causal diagonal,
+the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
+launch run longest first.
+
+The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
+row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
+V's are MN-major operands of P V (one accumulator per block of 64 output columns). What the
+compiler adds (docs/gpu.md, "Attention on Hopper"): the wait for P V stays after the softmax
+(order_wgmma_waits), and setmaxnreg takes effect (launch bounds with one block per SM).
+
+`specialized=False` is the same math in one warp group with no producer (the loads issued by one
+of its threads one block ahead, every wait in program order): it runs on the CPU backend, which
+checks the math against numpy there.
+
+Where the pipelining pass of issue 39 (`self.range(n, stages=S)`) could write this: the producer
+ring (the K/V loads of block j + S - 1 issued while block j is consumed, their full/empty
+barriers and phases) is its pattern; the cross-iteration overlap of the consumers (S_j's GEMM
+issued before P_(j-1) V_(j-1), the softmax between two waits) and the ping-pong turns are not a
+ring of loads and stay written by hand."""
+import math
+
+import tilus
+from tilus import bfloat16, boolean, float16, float32, int32
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+class FlashAttention(tilus.Script):
+    def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
+                 pingpong=True):
+        super().__init__()
+        assert dtype in (float16, bfloat16), "f16 or bf16"
+        assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
+        block_n = block_n or (128 if head_dim <= 128 else 64)
+        assert block_n % 16 == 0 and block_n <= 256, "block_n a multiple of 16, at most 256"
+        self.dtype, self.head_dim = dtype, head_dim
+        self.causal, self.block_n, self.stages = causal, block_n, stages
+        self.specialized = specialized
+        self.consumers = 2 if specialized else 1  # warp groups of 64 query rows
+        self.pingpong = pingpong and specialized
+        self.block_m = 64 * self.consumers
+
+    # --- the math shared by both variants (and by flash_decoding.py) --------------------------
+
+    def qk(self, s, sq, sk):
+        """s += q @ k.T over the 64-column blocks of d (q [64, 64] and k [block_n, 64] per block)."""
+        for c in tilus.static_range(self.head_dim // 64):
+            self.wgmma.mma(sq[c], sk[c].transpose(), s)
+
+    def pv(self, p, sv, o):
+        """o[c] += p @ v[:, 64c:64c + 64] for each column block c (v's blocks MN-major)."""
+        for c in tilus.static_range(self.head_dim // 64):
+            self.wgmma.mma(p, sv[c], o[c])
+
+    def mask(self, s, tile_row, col0):
+        """Scores of keys past seqlen_k, and with causal of keys after a row's diagonal, to -inf
+        (s: 64 rows from row `tile_row` of the sequence, keys from `col0`)."""
+        seqlen_k = self.seqlen_k
+        if self.causal:
+            shift = seqlen_k - self.seqlen_q
+            keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n],
+                                        init=lambda i, j: (col0 + j < seqlen_k) & (col0 + j <= tile_row + i + shift))
+        else:
+            keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n], init=lambda i, j: col0 + j < seqlen_k)
+        return self.where(keep, s, float("-inf"))
+
+    def softmax(self, s, m, l):
+        """The online softmax step of scores s [64, block_n] (float32): updates the row max m (in
+        log2 units of the scaled scores) and row sum l, returns (p, alpha): p = exp2(s * scale *
+        log2(e) - m) and the factor alpha by which the running output is rescaled."""
+        m_new = self.maximum(m, self.max(s, dim=1, keepdim=True) * self.scale_log2)
+        base = self.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
+        alpha = self.exp2(m - base)
+        p = self.exp2(s * self.scale_log2 - base)
+        self.assign(l, l * alpha + self.sum(p, dim=1, keepdim=True))
+        self.assign(m, m_new)
+        return p, alpha
+
+    def normalized(self, o, l):
+        """o / l per column block (a row that saw no key: 0)."""
+        inv = 1.0 / self.where(l == 0.0, 1.0, l)
+        return [x * inv for x in o]
+
+    def log_sum_exp(self, m, l):
+        """The row's log-sum-exp of scale * scores (natural log; -inf for a row that saw no key)."""
+        return (m + self.log2(l)) * LN2
+
+    def key_blocks(self, m_block):
+        """(blocks, masked): how many key blocks the query tile needs and how many of them (the
+        last ones, processed first) need the mask."""
+        bm, bn, seqlen_q, seqlen_k = self.block_m, self.block_n, self.seqlen_q, self.seqlen_k
+        if self.causal:
+            shift = seqlen_k - seqlen_q
+            need = tilus.max(tilus.min(seqlen_k, (m_block + 1) * bm + shift), 0)
+            free = tilus.max(tilus.min(seqlen_k, m_block * bm + shift + 1), 0)
+        else:
+            need = seqlen_k
+            free = seqlen_k
+        blocks = (need + bn - 1) // bn
+        return blocks, blocks - tilus.min(free // bn, blocks)
+
+    # --- the launch: prefill -------------------------------------------------------------------
+
+    def __call__(self, batch: int32, heads: int32, kv_heads: int32, max_seqlen_q: int32, total_q: int32,
+                 total_k: int32, scale: float32, q: tilus.void_p, k: tilus.void_p, v: tilus.void_p, o: tilus.void_p,
+                 lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32):
+        dt, d, bm = self.dtype, self.head_dim, self.block_m
+        tiles_m = (max_seqlen_q + bm - 1) // bm
+        self.attrs.blocks = [tiles_m, heads, batch]
+        self.attrs.warps = 4 * self.consumers + (4 if self.specialized else 0)
+        m_block = tiles_m - 1 - self.blockIdx.x if self.causal else self.blockIdx.x  # causal: longest first
+        self.h = self.blockIdx.y
+        b = self.blockIdx.z
+        self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
+        gcq = self.global_view(cu_seqlens_q, shape=[batch + 1])
+        gck = self.global_view(cu_seqlens_k, shape=[batch + 1])
+        q_start = gcq[b].item()
+        q_end = gcq[b + 1].item()
+        self.k_start = gck[b].item()
+        k_end = gck[b + 1].item()
+        seqlen_q = q_end - q_start
+        if m_block * bm >= seqlen_q:
+            return
+        self.seqlen_q = seqlen_q
+        self.seqlen_k = k_end - self.k_start
+        self.scale_log2 = scale * LOG2E
+        self.gq = self.global_view(q, dtype=dt, shape=[total_q, heads * d])
+        self.gk = self.global_view(k, dtype=dt, shape=[total_k, kv_heads * d])
+        self.gv = self.global_view(v, dtype=dt, shape=[total_k, kv_heads * d])
+        self.go = self.global_view(o, dtype=dt, shape=[q_end, heads * d])  # this sequence's rows, no further
+        self.glse = self.global_view(lse, dtype=float32, shape=[heads, q_end], strides=[total_q, 1])
+        self.row0 = q_start + m_block * bm  # the tile's first row in q
+        sq = self.shared_tensor(dtype=dt, shape=[self.consumers, d // 64, 64, 64])
+        blocks, masked = self.key_blocks(m_block)
+        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
+
+    def q_tile(self, sq, barrier, w):
+        """TMA loads of consumer w's 64 query rows into sq ([d / 64][64, 64]), completing on barrier."""
+        for c in tilus.static_range(self.head_dim // 64):
+            self.tma.global_to_shared(src=self.gq, dst=sq[c], mbarrier=barrier,
+                                      offsets=[self.row0 + 64 * w, self.h * self.head_dim + 64 * c])
+
+    def kv_tile(self, g, dst, barrier, n):
+        """TMA loads of key block n (keys n * block_n on of this sequence) of the kv head from g (K
+        or V) into dst ([d / 64][block_n, 64]), completing on barrier."""
+        for c in tilus.static_range(self.head_dim // 64):
+            self.tma.global_to_shared(src=g, dst=dst[c], mbarrier=barrier,
+                                      offsets=[self.k_start + n * self.block_n, self.hk * self.head_dim + 64 * c])
+
+    def finish(self, o, m, l, w):
+        """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse."""
+        row = self.row0 + 64 * w
+        for c, x in enumerate(self.normalized(o, l)):
+            self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
+        self.store_global(self.glse, self.transpose(self.log_sum_exp(m, l)), offsets=[self.h, row])
+
+    # --- the body shared with flash_decoding.py ------------------------------------------------
+
+    def attention(self, sq, blocks, masked, last, tile_row):
+        """Key blocks last, last - 1, ..., last - blocks + 1 (the first `masked` of them masked)
+        against the query rows from `tile_row` of the sequence; sq[w]: consumer w's query tile."""
+        bn, stages = self.block_n, self.stages
+        sk = self.shared_tensor(dtype=self.dtype, shape=[stages, self.head_dim // 64, bn, 64])
+        sv = self.shared_tensor(dtype=self.dtype, shape=[stages, self.head_dim // 64, bn, 64])
+        if not self.specialized:
+            self.simple(sq[0], sk, sv, blocks, masked, last, tile_row)
+            return
+        q_full = self.mbarrier.alloc(counts=[1] * self.consumers)
+        k_full = self.mbarrier.alloc(counts=[1] * stages)
+        v_full = self.mbarrier.alloc(counts=[1] * stages)
+        k_empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
+        v_empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
+        # ping-pong: warp group w waits on turn[w] before issuing its GEMMs, then passes the turn on
+        turn = self.mbarrier.alloc(counts=[128] * self.consumers) if self.pingpong else None
+        many = self.consumers > 1  # the consumers need more registers than an even split gives
+        with self.thread_group(thread_begin=128 * self.consumers, num_threads=128):  # the producer
+            if many:
+                self.dec_max_nreg(24)
+            with self.thread_group(thread_begin=0, num_threads=32):
+                with self.single_thread():
+                    for w in tilus.static_range(self.consumers):
+                        self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
+                        self.q_tile(sq[w], q_full[w], w)
+                # K of block j, then V of block j - 1: the order the consumers take them in.
+                for j in range(blocks + 1):
+                    if j < blocks:
+                        self.load_kv(self.gk, sk, k_full, k_empty, j, last - j)
+                    if j > 0:
+                        self.load_kv(self.gv, sv, v_full, v_empty, j - 1, last - (j - 1))
+        for w in tilus.static_range(self.consumers):
+            with self.thread_group(thread_begin=128 * w, num_threads=128):
+                if many:
+                    self.inc_max_nreg(240)
+                self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
+                             last * bn, tile_row + 64 * w)
+
+    def load_kv(self, g, s, full, empty, j, n):
+        """The producer's TMA loads of one K or V tile (the j-th block processed, key block n) into
+        slot j % stages."""
+        stage = j % self.stages
+        self.mbarrier.wait(empty[stage], phase=j // self.stages % 2 ^ 1)
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=self.block_n * self.head_dim * 2)
+            self.kv_tile(g, s[stage], full[stage], n)
+
+    def release(self, barrier):
+        with self.single_thread():  # the warp group's wgmma that read the slot have completed
+            self.mbarrier.arrive(barrier)
+
+    def consume(self, w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked, last_col,
+                tile_row):
+        """One consumer warp group: 64 query rows from row `tile_row` of the sequence, key blocks
+        from the one at key `last_col` down."""
+        bn, stages, pp = self.block_n, self.stages, self.pingpong
+        nxt = (w + 1) % self.consumers
+        o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
+        m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
+        l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+        p16 = self.register_tensor(dtype=self.dtype, shape=[64, bn])
+        # One score accumulator for every block: each wgmma accumulator is kept in registers
+        # from its first use to the end of its scope, so one per step would hold registers the
+        # output needs (with d = 256 ptxas then ignored setmaxnreg and spilled).
+        s = self.register_tensor(dtype=float32, shape=[64, bn])
+        if pp and w == self.consumers - 1:
+            self.mbarrier.arrive(turn[0])  # the first warp group starts
+        if blocks > 0:
+            self.mbarrier.wait(q_full, phase=0)
+            self.mbarrier.wait(k_full[0], phase=0)
+            if pp:
+                self.mbarrier.wait(turn[w], phase=0)
+            self.assign(s, self.register_tensor(dtype=float32, shape=[64, bn], init=0.0))
+            self.wgmma.fence()
+            self.qk(s, sq, sk[0])
+            self.wgmma.commit_group()
+            if pp:
+                self.mbarrier.arrive(turn[nxt])
+            self.wgmma.wait_group(0)
+            self.release(k_empty[0])
+            p, alpha = self.softmax(self.mask(s, tile_row, last_col), m, l)
+            self.assign(p16, p.to(self.dtype))
+            # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
+            for j in range(1, masked):
+                self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, True,
+                          tile_row, last_col - j * bn)
+            for j in range(tilus.max(masked, 1), blocks):
+                self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, False,
+                          tile_row, last_col - j * bn)
+            final = (blocks - 1) % stages
+            self.mbarrier.wait(v_full[final], phase=(blocks - 1) // stages % 2)
+            self.wgmma.fence()
+            self.pv(p16, sv[final], o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.release(v_empty[final])
+        self.finish(o, m, l, w)
+
+    def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, masked, tile_row,
+             col0):
+        """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs."""
+        stages, pp = self.stages, self.pingpong
+        stage, prev = j % stages, (j - 1) % stages
+        self.mbarrier.wait(k_full[stage], phase=j // stages % 2)
+        if pp:
+            self.mbarrier.wait(turn[w], phase=j % 2)
+        self.assign(s, self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0))
+        self.wgmma.fence()
+        self.qk(s, sq, sk[stage])
+        self.wgmma.commit_group()
+        self.mbarrier.wait(v_full[prev], phase=(j - 1) // stages % 2)
+        self.pv(p16, sv[prev], o)
+        self.wgmma.commit_group()
+        if pp:
+            self.mbarrier.arrive(turn[nxt])
+        self.wgmma.wait_group(1)  # S_j is ready; P V still runs
+        self.release(k_empty[stage])
+        p, alpha = self.softmax(self.mask(s, tile_row, col0) if masked else s, m, l)
+        self.wgmma.wait_group(0)  # the compiler keeps it after the softmax (order_wgmma_waits)
+        self.release(v_empty[prev])
+        for c in tilus.static_range(self.head_dim // 64):
+            self.assign(o[c], o[c] * alpha)
+        self.assign(p16, p.to(self.dtype))
+
+    # --- the variant without warp specialization (runs on the CPU backend too) ----------------
+
+    def simple(self, sq, sk, sv, blocks, masked, last, tile_row):
+        d = self.head_dim
+        q_full = self.mbarrier.alloc(counts=[1])
+        full = self.mbarrier.alloc(counts=[1] * self.stages)
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(q_full[0], transaction_bytes=64 * d * 2)
+            self.q_tile(sq, q_full[0], 0)
+        o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(d // 64)]
+        m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
+        l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+        s = self.register_tensor(dtype=float32, shape=[64, self.block_n])
+        if blocks > 0:
+            self.simple_load(sk, sv, full, 0, last)
+        self.mbarrier.wait(q_full[0], phase=0)
+        for j in range(masked):
+            self.simple_step(j, sq, sk, sv, full, s, o, m, l, True, tile_row, last, blocks)
+        for j in range(masked, blocks):
+            self.simple_step(j, sq, sk, sv, full, s, o, m, l, False, tile_row, last, blocks)
+        self.finish(o, m, l, 0)
+
+    def simple_load(self, sk, sv, full, j, n):
+        stage = j % self.stages
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=2 * self.block_n * self.head_dim * 2)
+            self.kv_tile(self.gk, sk[stage], full[stage], n)
+            self.kv_tile(self.gv, sv[stage], full[stage], n)
+
+    def simple_step(self, j, sq, sk, sv, full, s, o, m, l, masked, tile_row, last, blocks):
+        stage = j % self.stages
+        self.mbarrier.wait(full[stage], phase=j // self.stages % 2)
+        if j + 1 < blocks:  # the next block's tiles load while this one is computed
+            self.simple_load(sk, sv, full, j + 1, last - j - 1)
+        self.assign(s, self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0))
+        self.wgmma.fence()
+        self.qk(s, sq, sk[stage])
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        p, alpha = self.softmax(self.mask(s, tile_row, (last - j) * self.block_n) if masked else s, m, l)
+        for c in tilus.static_range(self.head_dim // 64):
+            self.assign(o[c], o[c] * alpha)
+        self.wgmma.fence()
+        self.pv(p.to(self.dtype), sv[stage], o)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        self.sync()  # every warp is done with the slot before the next load into it is issued
+
+
+# --- host side ---------------------------------------------------------------------------------
+
+_TILUS_DT = {"float16": float16, "bfloat16": bfloat16}
+_KERNELS = {}
+
+
+def _dtype_name(x):
+    return str(x.dtype).replace("torch.", "")
+
+
+def _kernel(dt, d, causal, specialized, **cfg):
+    key = (dt, d, causal, specialized, tuple(sorted(cfg.items())))
+    if key not in _KERNELS:
+        _KERNELS[key] = FlashAttention(dt, d, causal, specialized=specialized, **cfg)
+    return _KERNELS[key]
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False, scale=None,
+                           specialized=None, out=None, lse=None, **cfg):
+    """o, lse for packed sequences: q [total_q, heads, d], k/v [total_k, kv_heads, d], cu_seqlens int32
+    [batch + 1]. torch CUDA tensors run the warp-specialized kernel, numpy arrays the simple one on
+    the CPU backend (specialized=False forces the simple one)."""
+    on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
+    if specialized is None:
+        specialized = not on_cpu
+    total_q, heads, d = q.shape
+    total_k, kv_heads, _ = k.shape
+    batch = len(cu_seqlens_q) - 1
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if on_cpu:
+        import numpy as np
+        out = np.empty_like(q) if out is None else out
+        lse = np.empty((heads, total_q), np.float32) if lse is None else lse
+        dt = float16 if q.dtype == np.float16 else bfloat16
+    else:
+        import torch
+        out = torch.empty_like(q) if out is None else out
+        lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device) if lse is None else lse
+        dt = _TILUS_DT[_dtype_name(q)]
+    if heads % kv_heads:
+        raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
+    kern = _kernel(dt, d, causal, specialized, **cfg)
+    kern(batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    return out, lse
+
+
+_OFFSETS = {}
+
+
+def _uniform_offsets(batch, seqlen, like):
+    """cu_seqlens of `batch` sequences of `seqlen` where `like` lives (made once per shape and
+    device: a launch should not pay for them)."""
+    gpu = hasattr(like, "is_cuda") and like.is_cuda
+    key = (batch, seqlen, str(like.device) if gpu else "cpu")
+    if key not in _OFFSETS:
+        if gpu:
+            import torch
+            _OFFSETS[key] = torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=like.device)
+        else:
+            import numpy as np
+            _OFFSETS[key] = np.arange(0, (batch + 1) * seqlen, seqlen, dtype=np.int32)
+    return _OFFSETS[key]
+
+
+def flash_attention(q, k, v, causal=False, scale=None, **kw):
+    """o, lse for a dense batch: q [batch, seqlen_q, heads, d], k/v [batch, seqlen_k, kv_heads, d];
+    o like q, lse [batch, heads, seqlen_q]."""
+    batch, sq, heads, d = q.shape
+    sk, kv_heads = k.shape[1], k.shape[2]
+    cq, ck = _uniform_offsets(batch, sq, q), _uniform_offsets(batch, sk, q)
+    o, lse = flash_attention_varlen(q.reshape(batch * sq, heads, d), k.reshape(batch * sk, kv_heads, d),
+                                    v.reshape(batch * sk, kv_heads, d), cq, ck, sq, causal, scale, **kw)
+    return o.reshape(batch, sq, heads, d), lse.reshape(heads, batch, sq).transpose(1, 0, 2) \
+        if not hasattr(lse, "permute") else lse.reshape(heads, batch, sq).permute(1, 0, 2)
+
+
+def reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None):
+    """float64 numpy o [total_q, heads, d] and lse [heads, total_q] of the packed layout."""
+    import numpy as np
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    total_q, heads, d = q.shape
+    group = heads // k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    o = np.zeros_like(q)
+    lse = np.full((heads, total_q), -np.inf)
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1, k0, k1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]), int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        for h in range(heads):
+            s = q[q0:q1, h] @ k[k0:k1, h // group].T * scale
+            if causal:
+                i = np.arange(q1 - q0)[:, None]
+                j = np.arange(k1 - k0)[None, :]
+                s = np.where(j <= i + (k1 - k0) - (q1 - q0), s, -np.inf)
+            mx = s.max(axis=1, keepdims=True) if s.shape[1] else np.full((s.shape[0], 1), -np.inf)
+            seen = np.isfinite(mx[:, 0])
+            e = np.exp(s - np.where(np.isfinite(mx), mx, 0))
+            tot = e.sum(axis=1, keepdims=True)
+            o[q0:q1, h] = np.where(seen[:, None], (e / np.where(tot > 0, tot, 1)) @ v[k0:k1, h // group], 0)
+            lse[h, q0:q1] = np.where(seen, np.log(np.where(tot[:, 0] > 0, tot[:, 0], 1)) + mx[:, 0], -np.inf)
+    return o, lse
+
+
+def random_packed(lens_q, lens_k, heads, kv_heads, d, seed=0):
+    """numpy cu_seqlens_q, cu_seqlens_k, q, k, v (float16 in [-1, 1]) of sequences of these lengths."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    cq = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q = rng.uniform(-1, 1, (cq[-1], heads, d)).astype(np.float16)
+    k = rng.uniform(-1, 1, (ck[-1], kv_heads, d)).astype(np.float16)
+    v = rng.uniform(-1, 1, (ck[-1], kv_heads, d)).astype(np.float16)
+    return cq, ck, q, k, v
+
+
+if __name__ == "__main__":
+    import os
+    import numpy as np
+    from common import on_gpu, timed
+    gpu = on_gpu()
+    check_only = os.environ.get("TILUS_EXAMPLES_QUICK")  # correctness only (sanitizer runs)
+    cases = [((100, 37), (100, 200), 4, 2, 64, True), ((130,), (130,), 2, 2, 128, False),
+             ((65, 1), (300, 64), 2, 1, 256, True)]
+    for lens_q, lens_k, heads, kv_heads, d, causal in cases:
+        cq, ck, q, k, v = random_packed(lens_q, lens_k, heads, kv_heads, d)
+        want_o, want_lse = reference(q, k, v, cq, ck, causal)
+        if gpu:
+            import torch
+            args = [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)]
+            o, lse = flash_attention_varlen(*args[:3], args[3], args[4], max(lens_q), causal)
+            o, lse = o.float().cpu().numpy(), lse.cpu().numpy()
+        else:
+            o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal)
+        err = np.abs(o - want_o).max()
+        finite = np.isfinite(want_lse)
+        lerr = np.abs(np.where(finite, lse - want_lse, 0)).max()
+        ok = err < 2e-2 and lerr < 1e-3 and (np.isfinite(lse) == finite).all()
+        print(f"flash_attention q {lens_q} k {lens_k} heads {heads}/{kv_heads} d {d} causal {causal}: "
+              f"{'PASS' if ok else 'FAIL'} (max abs err o {err:.3g}, lse {lerr:.3g})")
+        if not ok:
+            raise SystemExit(1)
+    if gpu and not check_only:
+        import torch
+        for causal in (False, True):
+            b, s, h, d = 4, 4096, 16, 128
+            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
+            ms = timed(lambda: flash_attention(q, k, v, causal=causal), "cuda")
+            flops = 4 * b * s * s * h * d / (2 if causal else 1)
+            print(f"flash_attention b {b} s {s} h {h} d {d} causal {causal}: {ms:.3f} ms, {flops / ms / 1e9:.0f} TFLOP/s")

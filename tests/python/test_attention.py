@@ -1,0 +1,290 @@
+"""Attention (issue 40): examples/python/flash_attention.py (prefill) and flash_decoding.py
+(paged decode, split-KV) against float64 references on ragged shapes — sequence lengths that are
+not multiples of the blocks, seqlen_q != seqlen_k, head dims 64/128/256, causal and not,
+GQA/MQA, packed varlen batches, rows that see no key — on the CPU backend (the variants without
+warp specialization: the same math) and on the GPU (the warp-specialized kernels); and the
+sm_90a compile of the warp-specialized kernels: wgmma from registers and with the MN-major V,
+TMA, no local memory, no serialized wgmma, the softmax kept between the waits."""
+import re
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import bfloat16, float16
+from conftest import HAS_CPU, HAS_GPU
+
+from flash_attention import FlashAttention, flash_attention, flash_attention_varlen, random_packed as packed, reference
+from flash_decoding import FlashDecoding, flash_decode, random_cache, reference as decode_reference
+
+
+def check(o, lse, want_o, want_lse, atol=2e-2):
+    o, lse = np.asarray(o, np.float64), np.asarray(lse, np.float64)
+    np.testing.assert_allclose(o, want_o, atol=atol, rtol=1e-2)
+    finite = np.isfinite(want_lse)
+    assert (np.isfinite(lse) == finite).all(), "lse is -inf exactly where a row sees no key"
+    np.testing.assert_allclose(np.where(finite, lse, 0), np.where(finite, want_lse, 0), atol=2e-3, rtol=1e-3)
+
+
+def to_host(*xs):
+    return [x.float().cpu().numpy() if hasattr(x, "cpu") else x for x in xs]
+
+
+# (lengths of q, lengths of k, heads, kv_heads, d, causal): one block and a ragged tail; a packed
+# batch of unequal lengths with seqlen_q != seqlen_k (bottom-right causal: rows that see no key);
+# MQA; keys shorter than queries; an empty key sequence; a query tile past two key blocks.
+PREFILL = [
+    ((70,), (70,), 1, 1, 64, False),
+    ((100, 37), (100, 200), 4, 2, 64, True),
+    ((130,), (130,), 2, 2, 128, False),
+    ((129, 3), (129, 300), 2, 1, 128, True),
+    ((65, 1), (300, 64), 2, 1, 256, True),
+    ((200,), (50,), 2, 2, 64, True),
+    ((3, 40), (0, 40), 1, 1, 64, False),
+]
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", PREFILL)
+def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
+    """The variant without warp specialization: the kernel's math, checked on the CPU."""
+    cq, ck, q, k, v = packed(lens_q, lens_k, heads, kv_heads, d)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal)
+    check(o, lse, *reference(q, k, v, cq, ck, causal))
+
+
+def to_bf16(x):
+    """float32 values rounded to bfloat16 (nearest even), as the uint16 bits numpy holds them."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_bf16_prefill_on_the_cpu_backend():
+    """bf16 operands (uint16 bits in numpy): P is rounded to bf16 for P V, so a looser tolerance."""
+    cq, ck, q, k, v = packed((50, 77), (90, 77), 2, 1, 64)
+    qb, kb, vb = (to_bf16(x.astype(np.float32)) for x in (q, k, v))
+    o, lse = flash_attention_varlen(qb, kb, vb, cq, ck, 77, True)
+    check(from_bf16(o), lse, *reference(*(from_bf16(x) for x in (qb, kb, vb)), cq, ck, True), atol=4e-2)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("specialized", [True, False], ids=["specialized", "simple"])
+@pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", PREFILL + [
+    ((1000, 513, 64), (1000, 700, 64), 8, 2, 128, True),
+    ((1000, 513), (1000, 513), 4, 4, 64, False),
+    ((333,), (1027,), 2, 2, 256, False),
+])
+def test_prefill_on_the_gpu(lens_q, lens_k, heads, kv_heads, d, causal, specialized):
+    import torch
+    cq, ck, q, k, v = packed(lens_q, lens_k, heads, kv_heads, d)
+    args = [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)]
+    o, lse = flash_attention_varlen(*args, max(lens_q), causal, specialized=specialized)
+    check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_dense_prefill_matches_torch_sdpa(dtype, causal, d):
+    """The dense wrapper against torch's SDPA (GQA expanded), f16 and bf16, seqlen 1000."""
+    import torch
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    b, s, h, hk = 2, 1000, 4, 2
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+    k = torch.randn(b, s, hk, d, device="cuda", dtype=dt)
+    v = torch.randn(b, s, hk, d, device="cuda", dtype=dt)
+    o, lse = flash_attention(q, k, v, causal=causal)
+    ke, ve = (x.repeat_interleave(h // hk, dim=2) for x in (k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2).float(), ke.transpose(1, 2).float(),
+                                                            ve.transpose(1, 2).float(), is_causal=causal)
+    torch.testing.assert_close(o.float(), want.transpose(1, 2), atol=2e-2 if dtype == "float16" else 4e-2, rtol=1e-2)
+    scores = q.transpose(1, 2).float() @ ke.transpose(1, 2).float().transpose(-1, -2) / d ** 0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=2e-3, rtol=1e-3)
+
+
+# (batch, q_len, heads, kv_heads, d, page_size, key lengths, splits): one split writing o itself;
+# split keys with pages smaller than a block and speculative tokens (causal among themselves);
+# pages larger than a block; an empty sequence; MQA with d 256.
+DECODE = [
+    (2, 1, 8, 2, 128, 64, (300, 77), 1),
+    (3, 2, 4, 1, 64, 16, (5, 200, 129), 2),
+    (2, 1, 4, 2, 128, 256, (700, 0), 3),
+    (1, 3, 4, 4, 256, 64, (1000,), 4),
+]
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("batch,q_len,heads,kv_heads,d,page_size,lens,splits", DECODE)
+def test_decode_on_the_cpu_backend(batch, q_len, heads, kv_heads, d, page_size, lens, splits):
+    q, kc, vc, table, sl = random_cache(batch, q_len, heads, kv_heads, d, page_size, lens)
+    o, lse = flash_decode(q, kc, vc, table, sl, num_splits=splits)
+    check(o, lse, *decode_reference(q, kc, vc, table, sl))
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("specialized", [True, False], ids=["specialized", "simple"])
+@pytest.mark.parametrize("batch,q_len,heads,kv_heads,d,page_size,lens,splits", DECODE + [
+    (4, 1, 32, 8, 128, 16, (4096, 1, 3000, 2049), None),
+    (2, 4, 16, 2, 64, 64, (5000, 777), None),
+])
+def test_decode_on_the_gpu(batch, q_len, heads, kv_heads, d, page_size, lens, splits, specialized):
+    import torch
+    q, kc, vc, table, sl = random_cache(batch, q_len, heads, kv_heads, d, page_size, lens)
+    o, lse = flash_decode(*[torch.from_numpy(x).cuda() for x in (q, kc, vc, table, sl)], num_splits=splits,
+                          specialized=specialized)
+    check(*to_host(o, lse), *decode_reference(q, kc, vc, table, sl))
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+def test_bf16_decode_on_the_gpu():
+    import torch
+    q, kc, vc, table, sl = random_cache(3, 1, 8, 2, 128, 64, (1000, 64, 333))
+    args = [torch.from_numpy(x).cuda() for x in (q, kc, vc, table, sl)]
+    args[:3] = [x.to(torch.bfloat16) for x in args[:3]]
+    o, lse = flash_decode(*args)
+    ref = decode_reference(*to_host(*args[:3]), table, sl)
+    check(*to_host(o, lse), *ref, atol=4e-2)
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(AssertionError, match="head dims 64, 128, 256"):
+        FlashAttention(float16, 96)
+    cq, ck, q, k, v = packed((10,), (10,), 6, 4, 64)
+    with pytest.raises(ValueError, match="6 query heads do not share 4 kv heads evenly"):
+        flash_attention_varlen(q, k, v, cq, ck, 10)
+    with pytest.raises(AssertionError, match="GQA: heads a multiple of kv_heads"):
+        FlashDecoding(float16, 6, 4, 64)
+    with pytest.raises(AssertionError, match="the query tokens times the group fill at most 64 rows"):
+        FlashDecoding(float16, 32, 1, 128, q_len=3)
+
+
+# --- the sm_90a compile of the warp-specialized kernels (NVRTC, no GPU) ---------------------------
+
+def prefill_args(d, heads=8, kv_heads=2):
+    q = np.zeros((1000, heads, d), np.float16)
+    k = np.zeros((1000, kv_heads, d), np.float16)
+    cu = np.array([0, 500, 1000], np.int32)
+    return [2, heads, kv_heads, 500, 1000, 1000, 0.1, q, k, k, q, np.zeros((heads, 1000), np.float32), cu, cu]
+
+
+def sass_or_none(kern, args):
+    """cuobjdump's SASS of the kernel, or None where the toolkit has no cuobjdump."""
+    from tilus.artifacts import _cuobjdump
+    return kern.sass(*args, arch="sm_90a") if _cuobjdump() else None
+
+
+@pytest.mark.parametrize("d,causal", [(128, True), (256, False)])
+def test_prefill_source_issues_wgmma_from_registers_and_orders_its_waits(d, causal):
+    """The CUDA the emitter writes (no compile): Q K^T with shared K-major operands, P V with P
+    from registers and V MN-major, the waits for P V ordered after the softmax, and the launch
+    bounds that let setmaxnreg take effect."""
+    kern = FlashAttention(float16, d, causal=causal)
+    bn, chunks = kern.block_n, d // 64
+    src = kern.source(*prefill_args(d), arch="sm_90a")
+    qk = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.f16\.f16 \{{[^}}]*\}}, %\d+, %\d+, p, 1, 1, 0, 0;",
+                    src)
+    pv = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 \{[^}]*\}, \{%\d+, %\d+, %\d+, %\d+\}, "
+                    r"%\d+, p, 1, 1, 1;", src)
+    # Per consumer warp group (two): Q K^T in the first block and in the masked and unmasked
+    # steps, over d's 64-column blocks in 4 k steps each; P V in both steps and after the loops,
+    # one accumulator per 64-column block, block_n / 16 k steps.
+    assert len(qk) == 2 * 3 * chunks * 4, len(qk)
+    assert len(pv) == 2 * 3 * chunks * (bn // 16), len(pv)
+    # The wait for P V in each step (two per warp group) comes after the softmax, fenced.
+    assert src.count("tilus::wgmma_wait_group_ordered<0>();") == 2 * 2
+    assert "__launch_bounds__(384, 1)" in src and "setmaxnreg_inc<240>" in src and "setmaxnreg_dec<24>" in src
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("d,causal", [(256, False), (128, True)])
+def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
+    """d = 256, the largest accumulator: within 240 registers only where setmaxnreg takes effect
+    (with launch bounds of one block per SM; without them ptxas ignored it and spilled 2.8 KB);
+    d = 128 causal, the goal's shape, with the masked steps."""
+    kern = FlashAttention(float16, d, causal=causal)
+    args = prefill_args(d)
+    compiled = kern.compiled(*args, arch="sm_90a")
+    assert compiled.wgmma_serialized == ""
+    if compiled.spill_store_bytes >= 0:  # -1: a cubin from the disk cache
+        assert compiled.spill_store_bytes == 0 and compiled.spill_load_bytes == 0 and compiled.stack_frame_bytes == 0
+    sass = sass_or_none(kern, args)
+    if sass is not None:
+        assert "HGMMA.64x64x16.F32" in sass and ".tnspB" in sass and "UTMALDG.2D" in sass
+        assert "USETMAXREG" in sass and "LDL" not in sass and "STL" not in sass
+        # the softmax's exp2 between the wait for S and the wait for P V
+        between = sass.split("WARPGROUP.DEPBAR.LE gsb0, 0x1")[1].split("WARPGROUP.DEPBAR.LE gsb0, 0x0")[0]
+        assert between.count("MUFU.EX2") >= 32, between.count("MUFU.EX2")
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_decode_compiles_to_paged_tma_loads_and_wgmma():
+    kern = FlashDecoding(bfloat16, 32, 8, 128, page_size=16)
+    q = np.zeros((4, 1, 32, 128), np.uint16)
+    kc = np.zeros((64, 16, 8, 128), np.uint16)
+    table = np.zeros((4, 16), np.int32)
+    args = [4, 16, 64, 4, 0.1, q, kc, kc, table, np.full(4, 256, np.int32), np.zeros((2, 4, 32, 128), np.float32),
+            np.zeros((2, 4, 32), np.float32)]
+    src = kern.source(*args, arch="sm_90a")
+    assert re.search(r"m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{%\d+, %\d+, %\d+, %\d+\}, %\d+, p, 1, 1, 1;", src)
+    compiled = kern.compiled(*args, arch="sm_90a")
+    assert compiled.wgmma_serialized == ""
+    if compiled.spill_store_bytes >= 0:
+        assert compiled.spill_store_bytes == 0 and compiled.stack_frame_bytes == 0
+    sass = sass_or_none(kern, args)
+    if sass is not None:
+        assert "HGMMA.64x128x16.F32.BF16" in sass and "HGMMA.64x64x16.F32.BF16" in sass and ".tnspB" in sass
+        assert "UTMALDG.3D" in sass and "UTMALDG.2D" in sass  # q's [tokens, group, 64] boxes, the pages
+        assert "LDL" not in sass and "STL" not in sass
+
+
+# --- bench/attention.py's README tables (no torch, no GPU) ---------------------------------------
+
+def bench_module():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "attention.py")
+    spec = importlib.util.spec_from_file_location("attention_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_tables_hold_every_shape_of_the_full_sweep():
+    """README.md's attention block is what the bench writes (so the bench can fill it): a row per
+    shape of the full sweep, in its order, whatever has been measured so far."""
+    import os
+    bench = bench_module()
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    block = readme.split(bench.BEGIN)[1].split(bench.END)[0].strip("\n")
+    assert bench.readme_tables(old=block) == block
+    pre, dec = bench.SWEEPS["full"]
+    rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith(("| dtype", "| batch"))]
+    assert len(rows) == len(pre) + sum(1 for c in pre if c[0] == 128) + len(dec)
+
+
+def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):
+    bench = bench_module()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{bench.BEGIN}\nold\n{bench.END}\n\nafter\n")
+    tf = {"tilus": 612.4, "cuDNN": 598.0, "flash": 340.2}
+    bench.fill_readme(str(readme), [("float16", 128, 4096, True, tf, 612.4 / 598.0)], [], "GPU A, run 1")
+    bench.fill_readme(str(readme), [], [(8, 16384, {"tilus": 0.3, "SDPA": 0.9, "read": 0.25}, 1.2)], "GPU A, run 2")
+    text = readme.read_text()
+    assert text.startswith("# x\n\n") and text.endswith(f"{bench.END}\n\nafter\n") and "\nold\n" not in text
+    assert "Last filled: GPU A, run 2." in text
+    assert "| float16 | 128 | 4096 | yes | 612 | 598 | 340 | - | 1.02x |" in text  # kept from run 1
+    assert "| float16 | 128 | 4096 | no | - | - | - | - | - |" in text
+    assert "| 8 | 16384 | 537 | 300.0 | 900.0 | 250.0 | 1.20x |" in text
+    assert "| 1 | 16384 | 67 | - | - | - | - |" in text
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="has no single <!-- attention-bench --> ... <!-- /attention-bench --> block"):
+        bench.fill_readme(str(readme), [], [], "x")
