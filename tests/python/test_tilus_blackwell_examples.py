@@ -56,9 +56,11 @@ def _example(v, tmp_dir):
     if text is None:
         pytest.skip("NVIDIA Tilus's sources are not here: set TILUS_NVIDIA_SRC to a checkout of "
                     "https://github.com/NVIDIA/tilus (examples/blackwell_matmul) to run these tests")
-    for name in ("pandas", "torch"):
-        if name not in sys.modules and importlib.util.find_spec(name) is None:
-            sys.modules.setdefault(name, types.ModuleType(name))
+    # Stand-ins only while the example is imported (one left in sys.modules breaks torch's own
+    # find_spec of it later).
+    stand_ins = [n for n in ("pandas", "torch") if n not in sys.modules and importlib.util.find_spec(n) is None]
+    for name in stand_ins:
+        sys.modules[name] = types.ModuleType(name)
     path = os.path.join(tmp_dir, f"tilus_blackwell_matmul_v{v}.py")
     with open(path, "w") as f:
         f.write(text)
@@ -70,6 +72,8 @@ def _example(v, tmp_dir):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
+        for name in stand_ins:
+            sys.modules.pop(name, None)
         os.chdir(cwd)
         tilus._C.set_cache_dir(cache)
         if env is None:

@@ -23,18 +23,18 @@ class TmaDescriptor:
         return f"TmaDescriptor({self.tensor!r}, box={self.box})"
 
 
-_SEED_DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+_SEED_NAMES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 
 
 def _seed_dtype(x, what, loc):
     """A dtype given as tilus.float16 or as the seed's string ("fp16", "float16")."""
-    import tilus
     if isinstance(x, DataType):
         return x
     if isinstance(x, str):
-        t = getattr(tilus, _SEED_DTYPES.get(x, x), None)
-        if isinstance(t, DataType):
-            return t
+        try:
+            return DataType.from_name(_SEED_NAMES.get(x, x))
+        except Exception:  # not a dtype name: the error below
+            pass
     raise CompileError(f"{_where(loc)}{what} must be a dtype (tilus.float16 or \"fp16\"), got {_describe(x)}")
 
 
@@ -50,8 +50,7 @@ def _descriptor_field(x, bits, what, loc):
 
 
 def _u64():
-    import tilus
-    return tilus.uint64
+    return DataType.from_name("uint64")
 
 
 def _store_descriptor(descriptor, value, what, loc):
@@ -373,8 +372,8 @@ class SeedBuiltins:
             d = _seed_dtype(want, f"{w}: {name}", loc)
             if d != t.dtype:
                 raise CompileError(f"{_where(loc)}{w}: {name} is {d} but the tensor is {_describe(t)}")
-        import tilus
-        if a.dtype != tilus.float16 or c.dtype not in (tilus.float16, tilus.float32):
+        f16, f32 = DataType.from_name("float16"), DataType.from_name("float32")
+        if a.dtype != f16 or c.dtype not in (f16, f32):
             raise CompileError(f"{_where(loc)}{w}: m16n16k4 takes float16 a and b and a float16 or float32 "
                                f"accumulator, got {_describe(a)}, {_describe(b)}, {_describe(c)}")
         if A_layout == "col":
