@@ -129,6 +129,11 @@ def main():
                    help="only the f16 matmul section (cuBLAS, Triton, tilus with dot as wgmma and as mma.sync)")
     p.add_argument("--only-hopper", action="store_true",
                    help="only the Hopper matmul section (a @ b.T, f16 and bf16, the hopper_matmul examples)")
+    p.add_argument("--only-auto", action="store_true",
+                   help="only the plain Scripts the compiler pipelines (matmul_auto.py beside cuBLAS, Triton and "
+                        "hopper_matmul_v6.py; conv2d_auto.py beside cuDNN)")
+    p.add_argument("--hopper-shapes", default="4096x4096x4096,8192x8192x8192,4000x4000x4000,8192x1024x8192",
+                   help="the Hopper matmul section's shapes, MxNxK separated by commas (default: %(default)s)")
     args = p.parse_args()
     rows = []  # (benchmark, implementation, figure, ratio text)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
@@ -137,7 +142,7 @@ def main():
     tilus_py = tilus_python(args.build)
 
     # --- vector add bandwidth -------------------------------------------------------------
-    if not (args.only_matmul or args.only_hopper):
+    if not (args.only_matmul or args.only_hopper or args.only_auto):
         n = args.elements
         x = torch.randn(n, device="cuda")
         y = torch.randn(n, device="cuda")
@@ -153,7 +158,7 @@ def main():
                      f"{tilus_va['gbps'] / copy_gbps:.2f}x copy, {tilus_va['gbps'] / add_gbps:.2f}x add"))
 
     # --- TMA (sm_90): a 2-D copy by TMA load + TMA store, and the TMA-fed mma.sync matmul ------
-    if not (args.only_matmul or args.only_hopper):
+    if not (args.only_matmul or args.only_hopper or args.only_auto):
         if tilus_py is not None and torch.cuda.get_device_capability() >= (9, 0):
             from tma_copy import TmaCopy
             side = 8192
@@ -185,13 +190,23 @@ def main():
             what = f"conv2d f16 {n}x{h}x{w}x{ch}->{f} 3x3"
             flops = 2 * n * h * w * f * 9 * ch
             rows.append((what, "torch (cuDNN, channels_last)", f"{flops / cudnn_ms / 1e9:.0f} TFLOP/s", ""))
+            from conv2d_auto import Conv2dAuto
             from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
             sms = torch.cuda.get_device_properties(0).multi_processor_count
-            for label, kernel in (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
-                                  ("tilus conv2d_wgmma.py, persistent warp-specialized (256x64x64)",
-                                   Conv2dWgmmaPersistent(3, 1, 1, 1, blocks=sms)),
-                                  ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
-                                  ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1))):
+            # conv2d_auto.py: the plain implicit GEMM the compiler pipelines (issue 39), in its
+            # default (warp-specialized, persistent) and as written (one block per tile).
+            kernels = (("tilus conv2d_auto.py (plain Script: pipelined, warp-specialized, persistent)",
+                        Conv2dAuto(3, 1, 1, 1)),
+                       ("tilus conv2d_auto.py, 256x64x64 tiles, 8 warps", Conv2dAuto(3, 1, 1, 1, block_m=256, warps=8)),
+                       ("tilus conv2d_auto.py without warp_specialize / persistent",
+                        Conv2dAuto(3, 1, 1, 1, warp_specialize=False, persistent=False)),
+                       ("tilus conv2d_wgmma.py, persistent warp-specialized (256x64x64)",
+                        Conv2dWgmmaPersistent(3, 1, 1, 1, blocks=sms)))
+            if not args.only_auto:
+                kernels += (("tilus conv2d_wgmma.py (TMA im2col + wgmma, 4 stages)", Conv2dWgmma(3, 1, 1, 1)),
+                            ("tilus conv2d.py, TMA im2col", Conv2d(3, 1, 1, 1, c_multiple=32)),
+                            ("tilus conv2d.py, gathers", Conv2d(3, 1, 1, 1)))
+            for label, kernel in kernels:
                 kernel(n, h, w, ch, f, img, wt, out)
                 err = (out.float() - want).abs().max().item()
                 assert err < 0.05 * want.abs().max().item(), f"{label} is wrong: max abs err {err}"
@@ -199,7 +214,7 @@ def main():
                 rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", f"{cudnn_ms / ms:.2f}x cuDNN"))
 
     # --- f16 matmul ------------------------------------------------------------------------
-    if not args.only_hopper:
+    if not (args.only_hopper or args.only_auto):
         s = args.size
         a = torch.randn(s, s, device="cuda", dtype=torch.float16)
         b = torch.randn(s, s, device="cuda", dtype=torch.float16)
@@ -263,13 +278,20 @@ def main():
             from hopper_matmul_v3 import hopper_matmul_v3
             from hopper_matmul_v5 import hopper_matmul_v5
             from hopper_matmul_v6 import hopper_matmul_v6
+            from matmul_auto import matmul_auto
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             # The best of these per shape is reported: (example, its class factory, config).
             configs = [("v3", hopper_matmul_v3, dict(blocks=sms)), ("v3", hopper_matmul_v3, dict(blocks=sms, block_m=256, block_n=128)),
                        ("v5", hopper_matmul_v5, dict(blocks=sms // 2 * 2)), ("v6", hopper_matmul_v6, dict(blocks=sms // 2 * 2))]
-            shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4000, 4000, 4000), (8192, 1024, 8192)]
+            if args.only_auto:
+                configs = [c for c in configs if c[0] == "v6"]
+            # examples/python/matmul_auto.py, the plain Script the compiler pipelines (issue 39): its
+            # own row per shape, in its default (warp-specialized, persistent 128x256x64, 4 stages).
+            autos = [("default", dict())]
+            shapes = [tuple(int(x) for x in s.split("x")) for s in args.hopper_shapes.split(",")]
             for name, tdt, dt in (("f16", torch.float16, tilus_py.float16), ("bf16", torch.bfloat16, tilus_py.bfloat16)):
                 kernels = [((v, tuple(cfg.items())), make(dt)(**cfg)) for v, make, cfg in configs]
+                auto_kernels = [(("auto", label), matmul_auto(dt)(**cfg)) for label, cfg in autos]
                 for m, n, k in shapes:
                     what = f"matmul {name} {m}x{n}x{k}, a @ b.T"
                     a = torch.randn(m, k, device="cuda", dtype=tdt)
@@ -282,7 +304,7 @@ def main():
                         triton_matmul(a, b.T, c)
                         assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), "Triton matmul is wrong"
                         fns["Triton"] = lambda: triton_matmul(a, b.T, c)
-                    for cfg, kernel in kernels:
+                    for cfg, kernel in kernels + auto_kernels:
                         c.fill_(float("nan"))
                         kernel(m, n, k, a, b, c)
                         assert torch.allclose(c.float(), ref.float(), atol=1e-1, rtol=2e-2), f"tilus {cfg} is wrong"
@@ -298,9 +320,14 @@ def main():
                     shown = ",".join(f"{k_}={x}" for k_, x in cfg if k_ != "blocks")
                     label = f"tilus hopper_matmul_{v}.py " + (shown or "128x256x64")
                     rows.append((what, label, f"{flops / ms / 1e9:.0f} TFLOP/s", ratio))
+                    for cfg, _ in auto_kernels:
+                        ms = ms_of[cfg]
+                        ratio = f"{cublas_ms / ms:.2f}x cuBLAS" + (f", {triton_ms / ms:.2f}x Triton" if triton_ms else "")
+                        rows.append((what, f"tilus matmul_auto.py ({cfg[1]}: plain Script, pipelined by the compiler)",
+                                     f"{flops / ms / 1e9:.0f} TFLOP/s", ratio))
 
     # --- start-up: a new process, cold cache then warm cache -----------------------------------
-    if not (args.only_matmul or args.only_hopper):
+    if not (args.only_matmul or args.only_hopper or args.only_auto):
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, TILUS_CACHE_DIR=cache)
             for label in ("cold cache", "cached"):

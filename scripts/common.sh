@@ -98,7 +98,10 @@ configure_and_build() {
     log "configuring in $BUILD_DIR"
     local py=()
     command -v "${PYTHON:-python3}" >/dev/null 2>&1 && py=(-DPython_EXECUTABLE="$(command -v "${PYTHON:-python3}")")
-    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${py[@]}" >/dev/null
+    # GCC 12 (CI's compiler) builds tilus without a warning: there, a new one is an error.
+    local werror=()
+    "${CXX:-c++}" -v 2>&1 | grep -q '^gcc version 12\.' && werror=(-DTILUS_WERROR=ON)
+    cmake -S "$TILUS_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${py[@]}" "${werror[@]}" >/dev/null
   fi
   local targets=()
   [ $# -eq 0 ] || targets=(--target "$@")

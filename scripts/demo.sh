@@ -8,7 +8,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # The names run_examples accepts, in its order (`run_examples --list`; tests/repo/test_scripts.py
 # checks that the two lists agree). Checked here so that a typo fails before the build.
 EXAMPLES=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_mma_large matmul_pipelined
-          matmul_pipelined_large matmul_copy matmul_copy_large hopper_matmul hopper_matmul_large)
+          matmul_pipelined_large matmul_copy matmul_copy_large matmul_auto matmul_auto_large hopper_matmul
+          hopper_matmul_large)
 DEFAULT_EXAMPLES=(matmul_mma matmul_mma_large)
 
 usage() {

@@ -46,7 +46,7 @@ for step in "${steps[@]}"; do
       cat "$LOGS/examples.log"
       ;;
     sanitize)
-      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined matmul_copy hopper_matmul)
+      small=(vector_add matmul_naive matmul_shared softmax matmul_mma matmul_pipelined matmul_copy matmul_auto hopper_matmul)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/examples/cpp/run_examples" "${small[@]}" \
           >"$LOGS/sanitize-$tool.log" 2>&1
@@ -80,7 +80,7 @@ for step in "${steps[@]}"; do
       for ex in vector_add matmul_v0 matmul_v1 matmul_v2 matmul_v3 matmul_tma tma_copy conv2d softmax layer_norm \
                 hopper_matmul_v0 hopper_matmul_v1 hopper_matmul_v2 hopper_matmul_v3 hopper_matmul_v4 hopper_matmul_v5 \
                 hopper_matmul_v6 matmul_a16wx matmul_fp8 per_token_cast swiglu_per_token_cast flash_attention \
-                flash_decoding; do
+                flash_decoding matmul_auto conv2d_auto; do
         (cd "$ROOT/examples/python" && "$py" "$ex.py") >>"$LOGS/python-examples.log" 2>&1 || rc=1
       done
       record py-examples "rc=$rc"
@@ -89,7 +89,7 @@ for step in "${steps[@]}"; do
         (cd "$ROOT/examples/python" && for ex in matmul_v3 layer_norm matmul_tma tma_copy conv2d hopper_matmul_v1 \
                                                   hopper_matmul_v2 hopper_matmul_v3 hopper_matmul_v4 hopper_matmul_v5 \
                                                   matmul_a16wx matmul_fp8 per_token_cast swiglu_per_token_cast \
-                                                  flash_attention flash_decoding; do
+                                                  flash_attention flash_decoding matmul_auto conv2d_auto; do
           TILUS_EXAMPLES_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$py" "$ex.py" || exit 1
         done) >"$LOGS/py-sanitize-$tool.log" 2>&1
         record "py-$tool" "rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/py-sanitize-$tool.log" | tail -1)"

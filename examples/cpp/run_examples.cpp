@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "matmul_auto.h"
 #include "matmul_mma.h"
 #include "matmul_naive.h"
 #include "matmul_copy.h"
@@ -191,6 +192,10 @@ std::vector<Example> all_examples() {
       {"matmul_pipelined_large", [] { return matmul_large(examples::MatmulPipelined{}); }},
       {"matmul_copy", [] { return matmul(examples::MatmulCopy{}, 301, 517, 203); }},
       {"matmul_copy_large", [] { return matmul_large(examples::MatmulCopy{}); }},
+      // k a multiple of 8: rows of a multiple of 16 bytes, so the ring's loads are TMA on sm_90.
+      {"matmul_auto", [] { return matmul(examples::MatmulAuto{}, 301, 517, 200, false, true); }},
+      {"matmul_auto_large",
+       [] { return matmul(examples::MatmulAuto{}, large_size, large_size, large_size, true, true); }},
       // k and n: rows of a multiple of 16 bytes, as TMA loads and stores need.
       {"hopper_matmul", [] { return matmul(hopper_matmul(), 301, 520, 200, false, true); }, true},
       {"hopper_matmul_large",

@@ -268,6 +268,9 @@ PYBIND11_MODULE(_C, m) {
                              "Whether it was compiled in checked mode (every global access checked).")
       .def_property_readonly("fast_compiled", [](const CpuKernelHandle& k) { return k.kernel->fast_compiled(); },
                              "Whether it was compiled for compile time (a large kernel: a shorter pass pipeline).")
+      .def_property_readonly("from_cache", [](const CpuKernelHandle& k) { return k.kernel->from_cache(); },
+                             "Whether its machine code came from the disk cache (or an identical kernel compiled "
+                             "earlier in the process) instead of LLVM's code generator.")
       .def_property_readonly("compile_ms", [](const CpuKernelHandle& k) { return k.kernel->compile_ms(); },
                              "Milliseconds spent compiling (pass pipeline, lowering and JIT).")
       .def_property_readonly("gpu_warnings", [](const CpuKernelHandle& k) { return k.kernel->gpu_warnings(); },

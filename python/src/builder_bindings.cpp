@@ -17,11 +17,19 @@ void bind_builder(py::module_& m) {
       .def("finish", &Builder::finish)
       .def("depth", &Builder::depth)
       .def("scope_path", &Builder::scope_path)
-      .def("begin_for", [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,
-                           const py::object& step, int64_t unroll, L loc) {
-        Unroll u = unroll < 0 ? Unroll::all() : unroll == 0 ? Unroll::none() : Unroll::by(unroll);
-        return b.begin_for(name, to_expr(begin), to_expr(end), to_expr(step), u, loc_of(loc));
-      })
+      .def(
+          "begin_for",
+          [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,
+             const py::object& step, int64_t unroll, L loc, int64_t num_stages, bool warp_specialize, bool persistent) {
+            Unroll u = unroll < 0 ? Unroll::all() : unroll == 0 ? Unroll::none() : Unroll::by(unroll);
+            LoopPipeline p;
+            p.num_stages = num_stages;
+            p.warp_specialize = warp_specialize;
+            p.persistent = persistent;
+            return b.begin_for(name, to_expr(begin), to_expr(end), to_expr(step), u, loc_of(loc), p);
+          },
+          py::arg("name"), py::arg("begin"), py::arg("end"), py::arg("step"), py::arg("unroll"), py::arg("loc"),
+          py::arg("num_stages") = 0, py::arg("warp_specialize") = false, py::arg("persistent") = false)
       .def("end_for", &Builder::end_for)
       .def("begin_if", [](Builder& b, const py::object& c, L loc) { b.begin_if(to_expr(c), loc_of(loc)); })
       .def("end_if", &Builder::end_if)
@@ -87,9 +95,11 @@ void bind_builder(py::module_& m) {
         return b.index_shared(t, to_exprs(idx), loc_of(loc));
       })
       .def("load_global", [](Builder& b, const Tensor& src, const py::iterable& offsets, std::vector<int64_t> shape,
-                             std::vector<int> dims, L loc) {
-        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc));
-      })
+                             std::vector<int> dims, L loc, const py::object& other) {
+        return b.load_global(src, to_exprs(offsets), std::move(shape), std::move(dims), loc_of(loc),
+                             other.is_none() ? Expr() : to_expr(other));
+      }, py::arg("src"), py::arg("offsets"), py::arg("shape"), py::arg("dims"), py::arg("loc"),
+         py::arg("other") = py::none())
       .def("store_global", [](Builder& b, const Tensor& dst, const Tensor& src, const py::iterable& offsets,
                               std::vector<int> dims, L loc) {
         b.store_global(dst, src, to_exprs(offsets), std::move(dims), loc_of(loc));
@@ -235,6 +245,9 @@ void bind_builder(py::module_& m) {
       .def("transpose", [](Builder& b, const Tensor& x, L loc) { return b.transpose(x, loc_of(loc)); })
       .def("repeat", [](Builder& b, const Tensor& x, std::vector<int64_t> r, L loc) { return b.repeat(x, std::move(r), loc_of(loc)); })
       .def("unary", [](Builder& b, const std::string& op, const Tensor& x, L loc) { return b.unary(op, x, loc_of(loc)); })
+      .def("gelu", [](Builder& b, const Tensor& x, const std::string& approximate, L loc) {
+        return b.gelu(x, approximate, loc_of(loc));
+      })
       .def("binary", [](Builder& b, const std::string& op, const py::object& x, const py::object& y, L loc) {
         static const std::map<std::string, BinaryOp> ops = {
             {"+", BinaryOp::Add},  {"-", BinaryOp::Sub},     {"*", BinaryOp::Mul},     {"/", BinaryOp::Div},

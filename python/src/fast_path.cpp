@@ -1,6 +1,15 @@
 // The launch fast path of Python calls (tilus._C.FastPath): docs/python.md, "Launch overhead".
 #include "kernels.h"
 
+#include <structmember.h>
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject* Py_NewRef(PyObject* o) {
+  Py_INCREF(o);
+  return o;
+}
+#endif
+
 namespace tilus::py_detail {
 
 namespace {
@@ -90,12 +99,14 @@ struct FastPath {
   struct Param {
     int kind = Int;
     std::string name;
+    py::object name_object;  // the name as an interned Python string
     DataType dtype;          // a scalar's type, a pointer's element type (void: any)
     py::object torch_dtype;  // a pointer's torch dtype (None: a torch tensor of any dtype for void*)
     bool torch_ok = true;    // torch tensors are accepted (tilus has a torch dtype for its elements)
     int const_type = 0;      // a constant's Python type: 0 int, 1 float, 2 bool, 3 str
   };
   std::vector<Param> params;
+  std::vector<size_t> runtime;  // the runtime parameters (the signature's without its constants), in order
   py::object tensor_type;       // torch.Tensor (None without torch)
   py::object raw_stream;        // torch._C._cuda_getCurrentRawStream (None without torch's CUDA)
   py::object host_tensor_type;  // tilus.Tensor
@@ -137,8 +148,21 @@ struct FastPath {
     return out != nullptr;
   }
 
+  // An attribute that may be missing, without raising (and formatting) an AttributeError when
+  // it is: the protocol probes of a call's arrays. Null when missing or failing.
+  static PyObject* optional_attr(PyObject* o, PyObject* name) {
+    PyObject* out = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyObject_GetOptionalAttr(o, name, &out) < 0) PyErr_Clear();
+#else
+    if (_PyObject_LookupAttr(o, name, &out) < 0) PyErr_Clear();
+#endif
+    return out;
+  }
+
   // A torch tensor: dtype (by identity), device, address, and whether it is dense.
-  bool torch_array(PyObject* a, const Param& p, ArrayInfo& info) const {
+  // `extent`: whether its byte extent is read (the general path reads shape and strides instead).
+  bool torch_array(PyObject* a, const Param& p, ArrayInfo& info, bool extent = true) const {
     static PyObject* s_dtype = PyUnicode_InternFromString("dtype");
     static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
     static PyObject* s_is_cpu = PyUnicode_InternFromString("is_cpu");
@@ -168,11 +192,11 @@ struct FastPath {
     info.addr = PyLong_AsUnsignedLongLong(ptr);
     Py_DECREF(ptr);
     if (info.addr == 0 || PyErr_Occurred()) { PyErr_Clear(); return false; }
-    PyObject* contiguous = PyObject_CallMethodNoArgs(a, s_is_contiguous);
+    info.bytes = -1;
+    PyObject* contiguous = extent ? PyObject_CallMethodNoArgs(a, s_is_contiguous) : (Py_INCREF(Py_False), Py_False);
     if (!contiguous) { PyErr_Clear(); return false; }
     bool dense = contiguous == Py_True;
     Py_DECREF(contiguous);
-    info.bytes = -1;
     if (dense) {
       PyObject* nbytes;
       if (!attr(a, s_nbytes, nbytes)) return false;
@@ -228,11 +252,10 @@ struct FastPath {
     return true;
   }
 
-  // An object with __dlpack__ (read from its capsule, which is left unconsumed: its deleter runs
-  // as it goes).
-  bool dlpack_array(PyObject* a, ArrayInfo& info) const {
-    static PyObject* s_dlpack = PyUnicode_InternFromString("__dlpack__");
-    PyObject* capsule = PyObject_CallMethodNoArgs(a, s_dlpack);
+  // An object with __dlpack__ (its bound __dlpack__ given; read from its capsule, which is left
+  // unconsumed: its deleter runs as it goes).
+  bool dlpack_array(PyObject* dlpack_method, ArrayInfo& info) const {
+    PyObject* capsule = PyObject_CallNoArgs(dlpack_method);
     if (!capsule) { PyErr_Clear(); return false; }
     bool ok = false;
     if (PyCapsule_IsValid(capsule, "dltensor")) {
@@ -306,28 +329,25 @@ struct FastPath {
       Py_DECREF(nbytes);
       return ok;
     }
-    PyObject* d = PyObject_GetAttr(a, s_cai);
+    PyObject* d = optional_attr(a, s_cai);
     bool cuda = d != nullptr;
-    if (!d) {
-      PyErr_Clear();
-      d = PyObject_GetAttr(a, s_ai);
-    }
+    if (!d) d = optional_attr(a, s_ai);
     if (d) {
       bool ok = interface_array(d, cuda, info);
       Py_DECREF(d);
       return ok && (p.dtype.is_void() || info.elem == p.dtype);
     }
-    PyErr_Clear();
-    if (PyObject_HasAttr(a, s_dlpack) == 1)
-      return dlpack_array(a, info) && (p.dtype.is_void() || info.elem == p.dtype);
-    PyErr_Clear();
-    return false;
+    PyObject* dlpack = optional_attr(a, s_dlpack);
+    if (!dlpack) return false;
+    bool ok = dlpack_array(dlpack, info) && (p.dtype.is_void() || info.elem == p.dtype);
+    Py_DECREF(dlpack);
+    return ok;
   }
 
   static bool interface_storage(PyObject* storage, ArrayInfo& info) {
     static PyObject* s_ai = PyUnicode_InternFromString("__array_interface__");
-    PyObject* d = PyObject_GetAttr(storage, s_ai);
-    if (!d) { PyErr_Clear(); return false; }
+    PyObject* d = optional_attr(storage, s_ai);
+    if (!d) return false;
     bool ok = interface_array(d, false, info);
     Py_DECREF(d);
     return ok;
@@ -338,9 +358,9 @@ struct FastPath {
     static PyObject* names[3] = {PyUnicode_InternFromString("cuda_stream"), PyUnicode_InternFromString("ptr"),
                                  PyUnicode_InternFromString("handle")};
     PyObject* v = nullptr;
-    for (PyObject* n : names)
-      if ((v = PyObject_GetAttr(s, n))) break;
-    PyErr_Clear();
+    if (!PyLong_CheckExact(s))
+      for (PyObject* n : names)
+        if ((v = optional_attr(s, n))) break;
     if (!v) v = (Py_INCREF(s), s);
     int64_t h = -1;
     bool ok = PyLong_Check(v) && !PyBool_Check(v) && take_int(v, h) && h >= 0;
@@ -351,6 +371,33 @@ struct FastPath {
 
   // --- the call ---------------------------------------------------------------------------------
 
+  // Parameter index of a keyword argument's name; params.size() when none has it.
+  size_t param_of(PyObject* name) const {
+    size_t n = params.size();
+    for (size_t i = 0; i < n; ++i)
+      if (params[i].name_object.ptr() == name) return i;  // interned names: the usual case
+    for (size_t i = 0; i < n; ++i)
+      if (PyUnicode_Check(name) && PyUnicode_Compare(params[i].name_object.ptr(), name) == 0) return i;
+    PyErr_Clear();
+    return n;
+  }
+
+  // A keyword argument: stream= or a parameter's (argv[i]); false for anything else.
+  bool keyword(PyObject* name, PyObject* value, PyObject** argv, bool& explicit_stream, uint64_t& stream) const {
+    static PyObject* s_stream = PyUnicode_InternFromString("stream");
+    if (name == s_stream || (PyUnicode_Check(name) && PyUnicode_Compare(name, s_stream) == 0)) {
+      if (value == Py_None) return true;
+      if (!stream_handle(value, stream)) return false;
+      explicit_stream = true;
+      return true;
+    }
+    size_t i = param_of(name);
+    if (i == params.size() || argv[i]) return false;
+    argv[i] = value;
+    return true;
+  }
+
+  // A call as Python's (argument tuple, keyword dict or null).
   bool call(PyObject* args, PyObject* kwargs) {
     size_t n = params.size();
     if (!PyTuple_Check(args) || n > 64) return false;
@@ -364,25 +411,39 @@ struct FastPath {
       if (!PyDict_Check(kwargs)) return false;
       PyObject *key, *value;
       Py_ssize_t pos = 0;
-      while (PyDict_Next(kwargs, &pos, &key, &value)) {
-        const char* name = PyUnicode_AsUTF8(key);
-        if (!name) { PyErr_Clear(); return false; }
-        if (std::strcmp(name, "stream") == 0) {
-          if (value == Py_None) continue;
-          if (!stream_handle(value, stream)) return false;
-          explicit_stream = true;
-          continue;
-        }
-        size_t i = 0;
-        while (i < n && params[i].name != name) ++i;
-        if (i == n || argv[i]) return false;
-        argv[i] = value;
-      }
+      while (PyDict_Next(kwargs, &pos, &key, &value))
+        if (!keyword(key, value, argv, explicit_stream, stream)) return false;
     }
+    return launch_bound(argv, explicit_stream, stream);
+  }
+
+  // A call in vectorcall form: `nargs` positional arguments, then one per name of `kwnames`.
+  bool call_vector(PyObject* const* args, size_t nargs, PyObject* kwnames) {
+    size_t n = params.size();
+    if (nargs > n || n > 64) return false;
+    PyObject* argv[64];
+    for (size_t i = 0; i < n; ++i) argv[i] = i < nargs ? args[i] : nullptr;
+    bool explicit_stream = false;
+    uint64_t stream = 0;
+    if (kwnames) {
+      Py_ssize_t k = PyTuple_GET_SIZE(kwnames);
+      for (Py_ssize_t j = 0; j < k; ++j)
+        if (!keyword(PyTuple_GET_ITEM(kwnames, j), args[nargs + size_t(j)], argv, explicit_stream, stream))
+          return false;
+    }
+    return launch_bound(argv, explicit_stream, stream);
+  }
+
+  // The arguments in parameter order (argv[i] null: not given).
+  bool launch_bound(PyObject** argv, bool explicit_stream, uint64_t stream) {
+    size_t n = params.size();
     for (size_t i = 0; i < n; ++i)
       if (!argv[i]) return false;
 
-    ArrayInfo arrays[64];
+    ArrayInfo inline_arrays[8];
+    std::unique_ptr<ArrayInfo[]> heap_arrays;
+    ArrayInfo* arrays = inline_arrays;
+    if (n > 8) arrays = (heap_arrays = std::make_unique<ArrayInfo[]>(n)).get();
     std::string key(9, '\0');
     uint64_t mask = 0;
     bool any_cuda = false, any_host = false, torch_stream = false;
@@ -433,10 +494,7 @@ struct FastPath {
     if (it->second.cpu) return launch_cpu(*it->second.cpu, argv, arrays);
     GpuKernel& kernel = *it->second.gpu;
     const auto& kparams = kernel.launcher->kernel().source.params;
-    // The runtime parameters are the signature's without its constants, in order.
-    size_t runtime[64], m = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (params[i].kind != Constant) runtime[m++] = i;
+    size_t m = runtime.size();
     if (kparams.size() != m) return false;
     ArgumentBuffer buffer(kernel.launcher->layout());
     for (size_t j = 0; j < m; ++j) {
@@ -599,6 +657,44 @@ struct FastPath {
     return true;
   }
 
+  // The general path's reading of a call's torch tensors (launch.arguments; the same reading as
+  // the fast path's): per parameter, in order, (KernelArg, CUDA device or None) for a torch
+  // tensor of the parameter's dtype on CUDA or the CPU, with its shape and byte strides; None
+  // for anything else, which launch._pointer reads (and reports).
+  py::list read_arrays(const py::sequence& args) const {
+    static PyObject* s_stride = PyUnicode_InternFromString("stride");
+    static PyObject* s_shape = PyUnicode_InternFromString("shape");
+    size_t n = params.size();
+    py::list out;
+    for (size_t i = 0; i < n; ++i) {
+      const Param& p = params[i];
+      py::object item = py::none();
+      PyObject* a = i < size_t(py::len(args)) ? py::object(args[i]).ptr() : nullptr;
+      ArrayInfo info;
+      if (a && p.kind == Pointer && !p.dtype.is_void() && !p.torch_dtype.is_none() && !tensor_type.is_none() &&
+          PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) &&
+          torch_array(a, p, info, false)) {
+        KernelArg k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
+        k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
+        PyObject* strides = PyObject_CallMethodNoArgs(a, s_stride);
+        PyObject* shape = PyObject_GetAttr(a, s_shape);
+        bool ok = int_tuple(strides, k.byte_strides) && int_tuple(shape, k.shape);
+        Py_XDECREF(strides);
+        Py_XDECREF(shape);
+        PyErr_Clear();
+        if (ok) {
+          int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
+          for (int64_t& st : k.byte_strides) st *= elem;
+          for (int64_t sh : k.shape) count *= sh;
+          k.bytes = count * elem;
+          item = py::make_tuple(py::cast(std::move(k)), info.cuda ? py::object(py::int_(info.device)) : py::none());
+        }
+      }
+      out.append(std::move(item));
+    }
+    return out;
+  }
+
   // Registers a kernel compiled for a call's arguments (its Call.values, and the constants in
   // parameter order) under the key call() computes for them.
   void add(py::object kernel, const py::sequence& values, const py::sequence& constants) {
@@ -681,9 +777,266 @@ py::object fast_path_function(py::object owner) {
   return py::reinterpret_steal<py::object>(fn);
 }
 
+// Launches are skipped in this thread while depth > 0 (launch.skipped_launches: tilus.torch's fake
+// functions run so).
+thread_local int skip_depth = 0;
+
+// The FastPath behind an entry made by fast_path_function; null for anything else.
+FastPath* fast_path_of(PyObject* entry) {
+  if (!entry || !PyCFunction_Check(entry) ||
+      PyCFunction_GET_FUNCTION(entry) != reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_path_entry)))
+    return nullptr;
+  return static_cast<FastPath*>(PyCapsule_GetPointer(PyCFunction_GET_SELF(entry), kFastPathCapsule));
+}
+
+// A call's arguments after the first (vectorcall form) as the tuple and keyword dict of a Python
+// call.
+bool python_arguments(PyObject* const* args, size_t nargs, PyObject* kwnames, PyObject*& tuple, PyObject*& kw) {
+  tuple = PyTuple_New(Py_ssize_t(nargs - 1));
+  if (!tuple) return false;
+  for (size_t i = 1; i < nargs; ++i) PyTuple_SET_ITEM(tuple, Py_ssize_t(i - 1), Py_NewRef(args[i]));
+  kw = PyDict_New();
+  if (!kw) return Py_DECREF(tuple), false;
+  if (kwnames) {
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(kwnames); ++j)
+      if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, j), args[nargs + size_t(j)]) < 0)
+        return Py_DECREF(tuple), Py_DECREF(kw), false;
+  }
+  return true;
+}
+
+// What Script classes' __call__ (kind Launch) and their metaclass's __call__ (kind Construct) are:
+// a method descriptor in C whose vectorcall runs the fast path first, without a Python frame, and
+// else the Python function it was made with (`general`: launch.launch(script, args, kw), or
+// script._ScriptType's construction). docs/python.md, "Launch overhead".
+struct ScriptCall {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* general;
+  PyObject* dict;  // __doc__, __wrapped__, ...
+  PyObject* launch_globals;  // kind Construct: launch.py's globals (by_constructor)
+  int kind;
+};
+enum { Launch = 0, Construct = 1 };
+
+PyObject* interned(const char* s) {
+  PyObject* o = PyUnicode_InternFromString(s);
+  return o;
+}
+
+// Script.__call__: args[0] is the instance.
+PyObject* script_launch(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  static PyObject* s_fast = interned("_tilus_fast");
+  auto* call = reinterpret_cast<ScriptCall*>(self);
+  size_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "a Script's __call__ needs the instance");
+    return nullptr;
+  }
+  if (!skip_depth) {
+    PyObject* d = PyObject_GenericGetDict(args[0], nullptr);
+    if (!d) return nullptr;
+    PyObject* entry = PyDict_GetItemWithError(d, s_fast);  // borrowed
+    Py_XINCREF(entry);
+    Py_DECREF(d);
+    if (FastPath* fast = fast_path_of(entry)) {
+      bool launched = false;
+      try {
+        launched = fast->call_vector(args + 1, nargs - 1, kwnames);
+      } catch (py::error_already_set&) {
+      } catch (const std::exception&) {
+      }
+      if (PyErr_Occurred()) PyErr_Clear();
+      Py_DECREF(entry);
+      if (launched) Py_RETURN_NONE;
+    } else {
+      Py_XDECREF(entry);
+      if (PyErr_Occurred()) return nullptr;
+    }
+  }
+  PyObject *tuple, *kw;
+  if (!python_arguments(args, nargs, kwnames, tuple, kw)) return nullptr;
+  PyObject* r = PyObject_CallFunctionObjArgs(call->general, args[0], tuple, kw, nullptr);
+  Py_DECREF(tuple);
+  Py_DECREF(kw);
+  return r;
+}
+
+// _ScriptType.__call__: args[0] is the class. An instance made with the same positional
+// arguments (of the same types) as an earlier one joins that one's Shared state here (as
+// script._ScriptType.__call__ does, which runs for everything else: keyword arguments, a class
+// never called, constructor arguments not seen before).
+PyObject* script_construct(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  static PyObject *s_sig = interned("_tilus_signature"), *s_known = interned("by_constructor"),
+                  *s_tuner = interned("tuner"), *s_entry = interned("entry"), *s_attrs = interned("attrs"),
+                  *s_tilus_tuner = interned("_tilus_tuner"), *s_shared = interned("_tilus_shared"),
+                  *s_fast = interned("_tilus_fast");
+  auto* call = reinterpret_cast<ScriptCall*>(self);
+  size_t nargs = PyVectorcall_NARGS(nargsf);
+  auto general = [&]() -> PyObject* {
+    return PyObject_Vectorcall(call->general, args, nargsf, kwnames);
+  };
+  if (nargs < 1 || !PyType_Check(args[0]) || (kwnames && PyTuple_GET_SIZE(kwnames))) return general();
+  auto* cls = reinterpret_cast<PyTypeObject*>(args[0]);
+  PyObject* known = PyDict_GetItemWithError(call->launch_globals, s_known);  // borrowed
+  if (!known || !PyDict_Check(known) || !PyDict_GetItemWithError(cls->tp_dict, s_sig)) {
+    if (PyErr_Occurred()) return nullptr;
+    return general();
+  }
+  // (cls, args, their types), as _ScriptType builds it.
+  PyObject* key = PyTuple_New(3);
+  PyObject* values = PyTuple_New(Py_ssize_t(nargs - 1));
+  PyObject* types = PyTuple_New(Py_ssize_t(nargs - 1));
+  if (!key || !values || !types) {
+    Py_XDECREF(key), Py_XDECREF(values), Py_XDECREF(types);
+    return nullptr;
+  }
+  for (size_t i = 1; i < nargs; ++i) {
+    PyTuple_SET_ITEM(values, Py_ssize_t(i - 1), Py_NewRef(args[i]));
+    PyTuple_SET_ITEM(types, Py_ssize_t(i - 1), Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(args[i]))));
+  }
+  PyTuple_SET_ITEM(key, 0, Py_NewRef(args[0]));
+  PyTuple_SET_ITEM(key, 1, values);
+  PyTuple_SET_ITEM(key, 2, types);
+  PyObject* hit = PyDict_GetItemWithError(known, key);  // borrowed
+  Py_DECREF(key);
+  if (!hit) {
+    PyErr_Clear();  // not seen, or an unhashable argument: the Python construction decides
+    return general();
+  }
+  Py_INCREF(hit);
+  PyObject* result = nullptr;
+  PyObject *tuner = nullptr, *entry = nullptr, *inst = nullptr, *d = nullptr;
+  do {
+    if (!(tuner = PyObject_GetAttr(hit, s_tuner)) || !(entry = PyObject_GetAttr(hit, s_entry))) break;
+    if (tuner != Py_None) {  // an autotuned class: made straight onto its tuner, no constructor run
+      PyObject* empty = PyTuple_New(0);
+      inst = empty ? cls->tp_new(cls, empty, nullptr) : nullptr;
+      Py_XDECREF(empty);
+      if (!inst || !(d = PyObject_GenericGetDict(inst, nullptr))) break;
+      if (PyDict_SetItem(d, s_tilus_tuner, tuner) < 0) break;
+    } else {
+      PyObject* ctor_args = PyTuple_New(Py_ssize_t(nargs - 1));
+      if (!ctor_args) break;
+      for (size_t i = 1; i < nargs; ++i) PyTuple_SET_ITEM(ctor_args, Py_ssize_t(i - 1), Py_NewRef(args[i]));
+      inst = PyType_Type.tp_call(args[0], ctor_args, nullptr);
+      Py_DECREF(ctor_args);
+      if (!inst || !(d = PyObject_GenericGetDict(inst, nullptr))) break;
+      PyObject* attrs = PyObject_GetAttr(hit, s_attrs);
+      if (!attrs) break;
+      // The constructor set the same attributes (else it is not a function of its arguments).
+      int same = PyObject_RichCompareBool(d, attrs, Py_EQ);
+      Py_DECREF(attrs);
+      if (same < 0) break;
+      if (!same) {
+        result = Py_NewRef(inst);
+        break;
+      }
+      if (PyDict_SetItem(d, s_shared, hit) < 0) break;
+    }
+    if (entry != Py_None && PyDict_SetItem(d, s_fast, entry) < 0) break;
+    result = Py_NewRef(inst);
+  } while (false);
+  Py_XDECREF(tuner), Py_XDECREF(entry), Py_XDECREF(inst), Py_XDECREF(d);
+  Py_DECREF(hit);
+  return result;
+}
+
+PyObject* script_call_get(PyObject* self, PyObject* obj, PyObject* type) {
+  if (!obj || obj == Py_None) return Py_NewRef(self);
+  return PyMethod_New(self, obj);
+}
+
+void script_call_dealloc(PyObject* self) {
+  auto* call = reinterpret_cast<ScriptCall*>(self);
+  PyObject_GC_UnTrack(self);
+  Py_CLEAR(call->general);
+  Py_CLEAR(call->dict);
+  Py_CLEAR(call->launch_globals);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // a heap type's instances hold a reference to it
+}
+
+int script_call_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* call = reinterpret_cast<ScriptCall*>(self);
+  Py_VISIT(call->general);
+  Py_VISIT(call->dict);
+  Py_VISIT(call->launch_globals);
+  return 0;
+}
+
+int script_call_clear(PyObject* self) {
+  auto* call = reinterpret_cast<ScriptCall*>(self);
+  Py_CLEAR(call->general);
+  Py_CLEAR(call->dict);
+  Py_CLEAR(call->launch_globals);
+  return 0;
+}
+
+PyTypeObject* script_call_type() {
+  static PyTypeObject* type = [] {
+    static PyType_Slot slots[] = {
+        {Py_tp_dealloc, reinterpret_cast<void*>(script_call_dealloc)},
+        {Py_tp_traverse, reinterpret_cast<void*>(script_call_traverse)},
+        {Py_tp_clear, reinterpret_cast<void*>(script_call_clear)},
+        {Py_tp_descr_get, reinterpret_cast<void*>(script_call_get)},
+        {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+        {Py_tp_getattro, reinterpret_cast<void*>(PyObject_GenericGetAttr)},
+        {Py_tp_setattro, reinterpret_cast<void*>(PyObject_GenericSetAttr)},
+        {0, nullptr}};
+    static PyMemberDef members[] = {
+        {"__vectorcalloffset__", T_PYSSIZET, Py_ssize_t(offsetof(ScriptCall, vectorcall)), READONLY, nullptr},
+        {"__dictoffset__", T_PYSSIZET, Py_ssize_t(offsetof(ScriptCall, dict)), READONLY, nullptr},
+        {nullptr, 0, 0, 0, nullptr}};
+    static PyType_Slot all[std::size(slots) + 1];
+    size_t k = 0;
+    for (; slots[k].slot; ++k) all[k] = slots[k];
+    all[k++] = {Py_tp_members, members};
+    all[k] = {0, nullptr};
+    static PyType_Spec spec = {"tilus._C.ScriptCall", int(sizeof(ScriptCall)), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR |
+                                   Py_TPFLAGS_HAVE_VECTORCALL,
+                               all};
+    PyObject* t = PyType_FromSpec(&spec);
+    if (!t) throw py::error_already_set();
+    return reinterpret_cast<PyTypeObject*>(t);
+  }();
+  return type;
+}
+
+py::object make_script_call(py::object general, int kind, py::object launch_globals) {
+  PyTypeObject* type = script_call_type();
+  auto* call = PyObject_GC_New(ScriptCall, type);
+  if (!call) throw py::error_already_set();
+  call->vectorcall = kind == Construct ? script_construct : script_launch;
+  call->general = general.release().ptr();
+  call->dict = PyDict_New();
+  call->launch_globals = launch_globals.is_none() ? nullptr : launch_globals.release().ptr();
+  call->kind = kind;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(call));
+  if (kind == Construct && !call->launch_globals) {
+    Py_DECREF(call);
+    throw std::invalid_argument("a Construct ScriptCall needs launch.py's globals");
+  }
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(call));
+}
+
 }  // namespace
 
 void bind_fast_path(py::module_& m) {
+  m.def("script_launch_call", [](py::object general) { return make_script_call(std::move(general), Launch, py::none()); },
+        py::arg("general"),
+        "A Script class's __call__ (internal): a C method descriptor that launches through the instance's fast "
+        "path (its _tilus_fast entry) and else calls general(script, args, kwargs).");
+  m.def("script_construct_call", [](py::object general, py::dict launch_globals) {
+    return make_script_call(std::move(general), Construct, std::move(launch_globals));
+  }, py::arg("general"), py::arg("launch_globals"),
+        "The Script metaclass's __call__ (internal): an instance made with the positional arguments of an earlier "
+        "one (launch.by_constructor) joins its Shared state; anything else calls general(cls, *args, **kw).");
+  m.def("skip_launches", [](int delta) { return skip_depth += delta; }, py::arg("delta"),
+        "Adds delta to this thread's depth of skipped launches (launch.skipped_launches); returns the depth.");
+
   py::class_<FastPath>(m, "FastPath",
                        "The launch fast path shared by the instances of a Script class made with equal constructor "
                        "arguments, or by an autotuned class's tuner (internal; docs/python.md, \"Launch overhead\").")
@@ -697,6 +1050,11 @@ void bind_fast_path(py::module_& m) {
           FastPath::Param p;
           p.kind = t[0].cast<int>();
           p.name = t[1].cast<std::string>();
+          PyObject* name = PyUnicode_FromString(p.name.c_str());
+          if (!name) throw py::error_already_set();
+          PyUnicode_InternInPlace(&name);
+          p.name_object = py::reinterpret_steal<py::object>(name);
+          if (p.kind != FastPath::Constant) f.runtime.push_back(f.params.size());
           if (!t[2].is_none()) p.dtype = t[2].cast<DataType>();
           p.torch_dtype = py::reinterpret_borrow<py::object>(t[3]);
           p.torch_ok = t[4].cast<bool>();
@@ -719,6 +1077,9 @@ void bind_fast_path(py::module_& m) {
       .def_readonly("launches", &FastPath::launches, "How many calls this path launched.")
       .def_property_readonly("size", [](const FastPath& f) { return f.kernels.size(); },
                              "How many kernels are registered.")
+      .def("read_arrays", &FastPath::read_arrays, py::arg("args"),
+           "The general path's reading of a call's torch tensors (arguments in parameter order): per parameter "
+           "(KernelArg, CUDA device or None), or None where launch._pointer reads it.")
       .def("add", &FastPath::add, py::arg("kernel"), py::arg("values"), py::arg("constants"),
            "Registers a kernel (GpuKernel or CpuKernel) compiled for a call's runtime values and constants, under "
            "the key __call__ computes.");

@@ -8,9 +8,20 @@
 namespace tilus::py_detail {
 
 // A launch's argument list from Python values: KernelArgs (the front end's pointers), pointers
-// as ints, scalars as int/float.
+// as ints, scalars as int/float. An integer scalar outside int64 (what a KernelArg holds) is an
+// ArgumentError naming `kernel` and the parameter, as check_arguments' are.
 inline std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, const py::sequence& values,
-                               const std::vector<int64_t>& extents) {
+                                      const std::vector<int64_t>& extents, const std::string& kernel = "") {
+  auto out_of_range = [&](size_t i, py::handle v) {
+    std::string who = kernel.empty() ? fmt::format("argument {}", i) : fmt::format("kernel {}, argument {}", kernel, i);
+    DataType t = i < params.size() ? params[i].dtype : dtypes::int64;
+    if (i < params.size()) who += fmt::format(" ('{}': {})", params[i].name, params[i].type_name());
+    std::string value = py::str(v).cast<std::string>();
+    if (t == dtypes::uint64 && value[0] != '-')
+      throw ArgumentError(fmt::format("{}: {} is 2**63 or more, which launches do not pass (integer arguments travel "
+                                      "as int64)", who, value));
+    throw ArgumentError(fmt::format("{}: {} is out of the range of {}", who, value, t.name()));
+  };
   std::vector<KernelArg> args;
   size_t n = py::len(values);
   args.reserve(n);
@@ -39,6 +50,13 @@ inline std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, co
     } else if (py::isinstance<py::float_>(v)) {
       args.emplace_back(v.cast<double>());
     } else {
+      if (PyLong_Check(v.ptr())) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+        if (overflow) out_of_range(i, v);
+        args.emplace_back(int64_t(x));
+        continue;
+      }
       args.emplace_back(v.cast<int64_t>());
     }
   }
@@ -218,7 +236,7 @@ struct KernelSignature {
   KernelSource source;  // the name and the params only
 
   py::tuple check(const py::sequence& values) const {
-    std::vector<KernelArg> args = to_args(source.params, values, {});
+    std::vector<KernelArg> args = to_args(source.params, values, {}, source.name);
     check_arguments(source, args);
     std::map<int, int64_t> facts = specialization_of(args);
     py::tuple flags(args.size());

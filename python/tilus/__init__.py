@@ -16,8 +16,11 @@
     VectorAdd()(n, a, b, c)     # torch / cupy / numpy arrays (numpy: the CPU backend)
     print(VectorAdd().source(n, a, b, c))   # the CUDA source of that call; also .ptx, .sass, .ir
 
-See docs/python.md; tilus.testing.do_bench times a function, tilus.visualize_layout draws a
-register layout.
+The documentation ships with the package: docs/python.md (the Python front end),
+docs/instructions.md, docs/gpu.md, ... are in the folder docs/ beside this file
+(``os.path.join(os.path.dirname(tilus.__file__), "docs")``); every docs/ page that help() names
+is there. tilus.testing.do_bench times a function, tilus.visualize_layout draws a register
+layout.
 """
 import typing as _typing
 

@@ -47,10 +47,11 @@ _lock = threading.Lock()
 class _Param:
     # index: the position among the kernel's runtime parameters (as C++ messages count them),
     # or in the whole signature for a compile-time constant
-    __slots__ = ("name", "index", "kind", "dtype", "const_type")
+    __slots__ = ("name", "index", "kind", "dtype", "const_type", "keyword_only")
 
     def __init__(self, name, index, kind, dtype=None, const_type=None):
         self.name, self.index, self.kind, self.dtype, self.const_type = name, index, kind, dtype, const_type
+        self.keyword_only = False  # after `*` in __call__: passed by name only
 
 
 def _annotations(fn, scope):
@@ -100,8 +101,10 @@ class _Signature:
                     f"{self.file}:{self.line}: {cls.__name__}.__call__: parameter '{name}' needs an annotation: a tilus "
                     f"dtype (int32, float32, ...) for a runtime scalar, ~dtype for a pointer, or int / float / bool / "
                     f"str for a compile-time constant (got {ann!r})")
+            self.params[-1].keyword_only = p.kind == p.KEYWORD_ONLY
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
+        self.reader = None  # a FastPath that reads the torch tensors of a call (arguments())
 
 
 def signature(cls):
@@ -120,15 +123,16 @@ def _argument_error(kernel, p, why):
 
 def _pointer(obj, p, kernel):
     """The KernelArg of an array argument (address, element dtype, bytes, device, and what the
-    core's argument contract checks: read-only, byte order, shape and byte strides) and who owns
-    the stream it is used on ("torch" or None)."""
+    core's argument contract checks: read-only, byte order, shape and byte strides) and, for
+    torch's CUDA memory, its device (whose current torch stream the launch uses), else None."""
     if isinstance(obj, _HostTensor):  # tilus.empty(...), tilus.from_torch(...): any tilus dtype, bit-packed
         pointee = p.dtype.pointee
         if pointee.name != "void" and pointee != obj.dtype:
             raise _argument_error(kernel, p, f"points to {obj.dtype!r} data (a tilus.Tensor), the kernel reads "
                                              f"{pointee!r}")
+        storage = obj.storage
         return _C.KernelArg.pointer(obj.data_ptr(), obj.dtype, obj.nbytes, obj.device), (
-            "torch" if hasattr(obj.storage, "data_ptr") else None)
+            storage.get_device() if hasattr(storage, "data_ptr") and storage.is_cuda else None)
     if type(obj) is int:  # a raw address (NVIDIA Tilus's examples pass tensor.data_ptr())
         if obj <= 0 or obj >= 1 << 64:
             raise _argument_error(kernel, p, f"a raw address must be a positive 64-bit integer, got {obj}")
@@ -136,12 +140,15 @@ def _pointer(obj, p, kernel):
         return _C.KernelArg.pointer(obj, p.dtype.pointee, -1, "cuda"), None
     mod = type(obj).__module__
     if mod.startswith("torch"):
-        device = "cuda" if obj.is_cuda else obj.device.type
+        cuda = obj.is_cuda
         size = obj.element_size()
-        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * size, device,
-                      shape=tuple(obj.shape), byte_strides=[s * size for s in obj.stride()]), "torch"
+        return _typed(p, kernel, obj.data_ptr(), str(obj.dtype)[len("torch."):], obj.numel() * size,
+                      "cuda" if cuda else obj.device.type, shape=tuple(obj.shape),
+                      byte_strides=[s * size for s in obj.stride()]), obj.get_device() if cuda else None
     if mod.startswith("numpy"):
-        return _typed(p, kernel, obj.ctypes.data, obj.dtype.name, obj.nbytes, "cpu",
+        # dtype.str ("<f4") is read in 0.1 us, dtype.name in 7 us (a one-block CPU call's budget)
+        dtype = _TYPESTR.get(obj.dtype.str[1:]) or obj.dtype.name
+        return _typed(p, kernel, obj.ctypes.data, dtype, obj.nbytes, "cpu",
                       read_only=not obj.flags.writeable, foreign_byte_order=not obj.dtype.isnative,
                       shape=obj.shape, byte_strides=obj.strides), None
     cai = getattr(obj, "__cuda_array_interface__", None)
@@ -176,10 +183,26 @@ def _typed(p, kernel, address, dtype, nbytes, device, **layout):
     return _C.KernelArg.pointer(address, pointee, nbytes, device, **layout)
 
 
+def _is_array(a):
+    """Whether an argument is an array (what a ~dtype parameter takes), not a number: numpy
+    scalars (0-d, with __index__ / __float__) are numbers."""
+    if isinstance(a, _HostTensor):
+        return True
+    if getattr(a, "ndim", 0) == 0 and (hasattr(a, "__index__") or hasattr(a, "__float__")):
+        return False
+    return any(hasattr(a, n) for n in ("__dlpack__", "__cuda_array_interface__", "__array_interface__", "shape"))
+
+
 def _scalar(a, p, kernel):
     """A scalar argument as the Python int or float the core takes (it checks kinds and ranges)."""
     if type(a) is int or type(a) is float:
         return float(a) if p.dtype.is_float() else a
+    if _is_array(a):
+        what = f"{type(a).__module__.split('.')[0]}.{type(a).__name__}"
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            what += f" of shape {tuple(a.shape)} and dtype {a.dtype}"
+        raise _argument_error(kernel, p, f"the parameter is a {p.dtype!r} scalar, got an array ({what}); a parameter "
+                                         f"that takes an array is a pointer: annotate it '{p.name}: ~{p.dtype!r}'")
     if isinstance(a, bool) and not p.dtype.is_bool() or not isinstance(a, (int, float)) and not hasattr(a, "__index__"):
         raise _argument_error(kernel, p, f"expected a number, got {type(a).__name__}")
     v = float(a) if isinstance(a, float) else a.__index__()
@@ -200,12 +223,15 @@ def _stream_handle(stream, kernel):
     return value
 
 
-def _stream_of(stream, owner):
+def _stream_of(stream, device):
+    """The stream of a launch: stream= when given, else torch's current stream of the CUDA device
+    of the call's first torch tensor (as the fast path reads it), else the default stream."""
     if stream is not None:
         return stream
-    if owner == "torch":
+    if device is not None:
         import torch
-        return torch.cuda.current_stream().cuda_stream
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
     return 0
 
 
@@ -215,6 +241,10 @@ def bind(sig, args, kw):
     if kw:
         kw = dict(kw)
         stream = kw.pop("stream", None)
+    keyword_only = [p.name for p in sig.params[:len(args)] if p.keyword_only]
+    if keyword_only:
+        raise ArgumentError(f"kernel {sig.name}: parameter '{keyword_only[0]}' is keyword-only (after `*` in "
+                            f"__call__): pass it by name, {keyword_only[0]}=...")
     if kw:
         names = [p.name for p in sig.params]
         if len(args) > len(names):
@@ -243,7 +273,8 @@ class Call:
     """One call's arguments as the core takes them: `values` (KernelArgs and numbers) of the
     runtime parameters, the compile-time `constants`, the specialization `key` (per parameter:
     True / False for integers and pointers, None for floats, ("c", value) for a constant; the
-    backend last), the `facts` for the traced program, where it runs and on which stream."""
+    backend last), the `facts` for the traced program, where it runs and on which stream
+    (`owner`: the CUDA device of the first torch tensor, whose current stream it runs on)."""
     __slots__ = ("values", "constants", "key", "facts", "backend", "owner", "stream")
 
 
@@ -253,10 +284,16 @@ def arguments(sig, args, stream=None):
     c.values, c.constants, c.owner = [], {}, None
     # Checked for every backend (the CPU backend's launches are synchronous and ignore it).
     c.stream = None if stream is None else _stream_handle(stream, sig.name)
-    for p, a in zip(sig.params, args):
+    reader = sig.reader
+    if reader is None:
+        reader = sig.reader = make_fast(sig)
+    # The torch tensors as the fast path reads them, in C++; everything else (and every error) here.
+    read = reader.read_arrays(args)
+    for p, a, r in zip(sig.params, args, read):
         if p.kind == "ptr":
-            value, owner = _pointer(a, p, sig.name)
-            c.owner = c.owner or owner
+            value, owner = r if r is not None else _pointer(a, p, sig.name)
+            if c.owner is None:
+                c.owner = owner
             c.values.append(value)
         elif p.kind == "scalar":
             c.values.append(_scalar(a, p, sig.name))
@@ -310,7 +347,8 @@ def trace(script, constants=None):
         _tracing.script = script  # the Script a tilus.Class reaches (classes.py)
         script.attrs._values.clear()  # each trace sets them anew
         try:
-            result = sig.normalized(script, *args)
+            result = sig.normalized(script, *(a for p, a in zip(sig.params, args) if not p.keyword_only),
+                                    **{p.name: a for p, a in zip(sig.params, args) if p.keyword_only})
             if result is not None:
                 raise CompileError(f"{sig.file}:{sig.line}: {cls.__name__}.__call__ returned {_describe(result)}: a "
                                    "kernel returns nothing (it writes its results through pointer parameters)")
@@ -490,27 +528,22 @@ def run(compiled, call):
         compiled.kernel.launch(call.values, _stream_of(call.stream, call.owner))
 
 
-class _Skipped(threading.local):
-    depth = 0
-
-
-_skipped = _Skipped()
-
-
 class skipped_launches:
     """Launches in this thread do nothing while it is entered (tilus.torch's default fake
-    functions run so, on FakeTensors)."""
+    functions run so, on FakeTensors). The depth is the C++ core's (tilus._C.skip_launches), which
+    Script.__call__ reads before anything else."""
 
     def __enter__(self):
-        _skipped.depth += 1
+        _C.skip_launches(1)
 
     def __exit__(self, *exc):
-        _skipped.depth -= 1
+        _C.skip_launches(-1)
         return False
 
 
 def launch(script, args, kw):
-    if _skipped.depth:
+    """A call the fast path did not launch (Script.__call__, tilus._C.script_launch_call)."""
+    if _C.skip_launches(0):
         return None
     tuner = script.__dict__.get("_tilus_tuner")
     if tuner is not None:
@@ -526,7 +559,10 @@ def launch(script, args, kw):
 
 def register_fast(shared, sig, compiled, call):
     """Makes later calls with this call's key take the fast path: Script.__call__ calls the
-    path's METH_FASTCALL entry (no pybind11 dispatcher in between) before anything else."""
+    path's METH_FASTCALL entry (no pybind11 dispatcher in between) before anything else. Not for a
+    signature with keyword-only parameters: the path places arguments by position."""
+    if any(p.keyword_only for p in sig.params):
+        return
     constants = [call.constants[p.name] for p in sig.params if p.kind == "const"]
     shared.fast_path(sig).add(compiled.kernel, call.values, constants)
 
@@ -542,13 +578,50 @@ def fast_path_on():
 _TARGET_CPU = os.environ.get("TILUS_TARGET", "") == "cpu"
 
 
+class Specialization(tuple):
+    """A key of ``tilus.compiled_kernels``: a tuple with one entry per parameter (True / False:
+    whether an integer is divisible by 16 or a pointer 16-byte aligned; None for floats;
+    ("c", value) for a compile-time constant) and the backend ("gpu" or "cpu") last, which
+    prints what each entry means and names them: ``key.params`` ({parameter: entry}),
+    ``key.backend``."""
+
+    def __new__(cls, key, sig):
+        k = super().__new__(cls, key)
+        k._sig = sig
+        return k
+
+    @property
+    def backend(self):
+        """"gpu" or "cpu"."""
+        return self[-1]
+
+    @property
+    def params(self):
+        """{parameter name: its entry}, in the kernel's order."""
+        return {p.name: v for p, v in zip(self._sig.params, self)}
+
+    def __repr__(self):
+        def entry(p, v):
+            if p.kind == "const":
+                return f"{p.name}={v[1]!r}"
+            if p.kind == "ptr":
+                return f"{p.name}: {'16-byte aligned' if v else 'not 16-byte aligned'}"
+            if v is None:
+                return f"{p.name}: {p.dtype!r}"
+            return f"{p.name}: {'divisible by 16' if v else 'not divisible by 16'}"
+        return f"Specialization({', '.join(entry(p, v) for p, v in zip(self._sig.params, self))}; {self.backend})"
+
+
 def compiled_kernels(script):
     """The kernels compiled for a Script instance so far: {specialization key: (backend, Program)};
     instances of one class whose attributes are the same plain data share them.
 
-    The key has one entry per parameter (True / False: whether an integer is divisible by 16 or
-    a pointer 16-byte aligned; None for floats; ("c", value) for a compile-time constant) and
-    the backend ("gpu" or "cpu") last; the Program is the traced one (``str()`` prints it).
+    Each key is a ``tilus.launch.Specialization``: the tuple of what the call specialized on, one
+    entry per parameter (True / False: whether an integer is divisible by 16 or a pointer 16-byte
+    aligned; None for floats; ("c", value) for a compile-time constant), the backend ("gpu" or
+    "cpu") last; it prints as ``Specialization(n: divisible by 16, x: 16-byte aligned, scale=2.0;
+    cpu)`` and has ``.params`` and ``.backend``. The Program is the traced one (``str()`` prints it).
     """
+    sig = type(script).__dict__.get("_tilus_signature")
     shared = script.__dict__.get("_tilus_shared")
-    return {} if shared is None else {k: (c.backend, c.program) for k, c in shared.kernels.items()}
+    return {} if shared is None else {Specialization(k, sig): (c.backend, c.program) for k, c in shared.kernels.items()}

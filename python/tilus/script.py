@@ -29,11 +29,11 @@ from .instructions.thread import ThreadInstructions
 from .instructions.tcgen05 import Tcgen05Group
 from .instructions.tma import TmaGroup
 from .instructions.wgmma import WgmmaGroup
-from .launch import _skipped
 from .launch import launch as _launch
 from .launch import shared_of as _shared_of
 from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, TMemoryTensor,  # noqa: F401
                       Unusable, _builder, _describe, _fail, _here, _set_attribute, _tracing, _where)
+from . import _C
 from ._C import CompileError, Expr
 
 
@@ -84,7 +84,9 @@ class _ScriptType(type):
     examples write it, launches through the fast path; an autotuned class's instance is made
     straight onto its tuner (its constructor only picks the tuner)."""
 
-    def __call__(cls, *args, **kw):
+    def _construct(cls, *args, **kw):
+        """What __call__ (tilus._C.script_construct_call, in C) does for every call but the
+        common one: an instance made with the positional arguments of an earlier one."""
         if "_tilus_signature" not in cls.__dict__:
             return type.__call__(cls, *args, **kw)  # never called yet (or no kernel body): nothing to share
         known = _launch_module.by_constructor
@@ -122,6 +124,9 @@ class _ScriptType(type):
                 d["_tilus_fast"] = shared.entry
         return inst
 
+
+_ScriptType.__call__ = _C.script_construct_call(_ScriptType._construct, vars(_launch_module))
+_ScriptType.__call__.__wrapped__ = _ScriptType._construct  # inspect.signature(a Script class) as before
 
 _MBARRIER, _TMA, _FENCE, _WGMMA = MbarrierGroup(), TmaGroup(), FenceGroup(), WgmmaGroup()
 _ATOMIC, _CUDA, _TCGEN05, _CLC = AtomicGroup(), CudaHelpers(), Tcgen05Group(), ClcGroup()
@@ -201,12 +206,9 @@ class Script(TensorInstructions, MemoryInstructions, ComputeInstructions, Thread
         else:
             cls._tilus_scope = {}
 
-        def __call__(self, *args, **kw):
-            fast = self.__dict__.get("_tilus_fast")  # the C++ fast path's entry (launch.make_fast)
-            if fast is not None and not _skipped.depth and fast(args, kw):
-                return None
-            return _launch(self, args, kw)
-
+        # Launches through the instance's fast path (its _tilus_fast entry, launch.make_fast) in C,
+        # without a Python frame; else launch.launch(self, args, kw).
+        __call__ = _C.script_launch_call(_launch)
         __call__.__doc__ = body.__doc__
         __call__.__wrapped__ = body
         cls.__call__ = __call__
@@ -238,7 +240,7 @@ _PURE = {"global_view", "shared_tensor", "register_tensor", "load_global", "load
          "reshape", "squeeze", "unsqueeze", "transpose", "repeat", "where", "clip", "maximum", "minimum", "sum", "max",
          "min", "any", "all", "get_lane_idx", "get_warp_idx_sync", "get_warp_idx", "get_warp_group_idx",
          "shuffle_elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "ldg32", "ldg64", "ldg128", "ldg256",
-         *_UNARY}
+         "gelu", *_UNARY}
 
 
 def _wrap_methods(cls, pure, prefix=""):

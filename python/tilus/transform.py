@@ -768,7 +768,7 @@ class _Runtime:
         return isinstance(v, Expr)
 
     @staticmethod
-    def loop(script, name, line, *args, unroll=None):
+    def loop(script, name, line, *args, unroll=None, num_stages=None, warp_specialize=False, persistent=False):
         loc = (_here()[0], line)
         if not 1 <= len(args) <= 3:
             raise CompileError(f"{_where(loc)}range takes 1 to 3 arguments, got {len(args)}")
@@ -782,8 +782,14 @@ class _Runtime:
             raise CompileError(f"{_where(loc)}range: unroll must be True, False or a positive int, got "
                                f"{_describe(unroll)}")
         u = 0 if unroll is None or unroll is False else (-1 if unroll is True else unroll)
+        if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)):
+            raise CompileError(f"{_where(loc)}range: num_stages must be a Python int (the ring's stages, fixed when "
+                               f"the kernel compiles), got {_describe(num_stages)}")
+        for what, v in (("warp_specialize", warp_specialize), ("persistent", persistent)):
+            if not isinstance(v, bool):
+                raise CompileError(f"{_where(loc)}range: {what} must be True or False, got {_describe(v)}")
         b = _builder()
-        var = b.begin_for(name, begin, end, step, u, loc)
+        var = b.begin_for(name, begin, end, step, u, loc, num_stages or 0, warp_specialize, persistent)
         yield var
         b.end_for()
 
@@ -1059,17 +1065,26 @@ class _ScalarMath:
     of a number Python's own; every other name is the module's."""
 
     _NAMES = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "sin": "sin",
-              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow"}
+              "cos": "cos", "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "abs", "pow": "pow",
+              "erf": "erf"}
 
     def __getattr__(self, name):
         fn = getattr(math, name)
-        builtin = self._NAMES.get(name)
-        if builtin is None:
+        if not callable(fn):
             return fn
+        builtin = self._NAMES.get(name)
 
-        def call(*args):
-            if not any(isinstance(a, Expr) for a in args):
-                return fn(*args)
+        def call(*args, **kw):
+            tensor = next((a for a in (*args, *kw.values()) if isinstance(a, TensorBase)), None)
+            if tensor is not None:  # Python's own error would say only "must be real number"
+                script = getattr(_tracing, "script", None)
+                method = builtin if builtin and callable(getattr(script, builtin, None)) else None
+                hint = f"self.{method}(x) computes it elementwise" if method else \
+                    f"tilus has no elementwise {name} (its elementwise math: self.exp, self.tanh, self.erf, ...)"
+                raise CompileError(f"{_where(_here())}math.{name}() takes numbers and kernel scalars, not a tensor "
+                                   f"({_describe(tensor)}): {hint}")
+            if builtin is None or kw or not any(isinstance(a, Expr) for a in args):
+                return fn(*args, **kw)
             exprs = []
             for a in args:
                 e = a if isinstance(a, Expr) else _C.const(float(a), _FLOAT32)

@@ -9,6 +9,9 @@ also draws it.
 import colorsys
 import html
 import os
+import re
+
+from ._C import CompileError, RegisterLayout
 
 _CELL_W, _CELL_H, _MARGIN = 56, 30, 28
 
@@ -113,14 +116,44 @@ def _png(layout, cells, file):
     plt.close(fig)
 
 
+# A layout as the IR prints it: layout(shape=[...], modes=[...], spatial=[...], local=[...]),
+# a replicated spatial axis of n threads as rn.
+_PRINTED = re.compile(r"layout\(shape=\[([^\]]*)\], modes=\[([^\]]*)\], spatial=\[([^\]]*)\], "
+                      r"local=\[([^\]]*)\]\)")
+
+
+def _layout(layout):
+    """A RegisterLayout from one, or from the text the IR prints for one (what ``k.ir(...)`` shows
+    for the layouts the compiler inferred)."""
+    if isinstance(layout, RegisterLayout):
+        return layout
+    if isinstance(layout, str):
+        found = _PRINTED.findall(layout)
+        if len(found) == 1:
+            def ints(text):
+                return [-int(x[1:]) if x.startswith("r") else int(x) for x in text.replace(" ", "").split(",") if x]
+            shape, modes, spatial, local = (ints(t) for t in found[0])
+            return RegisterLayout(shape, modes, spatial, local)
+        why = "none" if not found else f"{len(found)}"
+        raise CompileError(f"tilus.visualize_layout: a layout's text holds one 'layout(shape=[...], modes=[...], "
+                           f"spatial=[...], local=[...])' as the IR prints it; this one holds {why}: {layout[:200]!r}")
+    raise CompileError(f"tilus.visualize_layout: expects a RegisterLayout (tilus.spatial(...), ...) or the text of one "
+                       f"as the IR prints it (k.ir(...)), got {type(layout).__name__}")
+
+
 def visualize_layout(layout, file=None):
     """A table of a register layout's tile: each cell shows the thread that holds the element and
     the slot it holds it in ("T5:1": thread 5, slot 1; a replicated element lists every thread).
     A rank-1 tile is one row; the leading dims of a higher rank fold into rows.
 
+    ``layout`` is a RegisterLayout (``tilus.spatial(4, 8) * tilus.local(2, 1)``, ...) or its text
+    as the IR prints it: a layout the compiler inferred, copied from ``k.ir(*args)["infer_layouts"]``
+    (one ``layout(shape=..., modes=..., spatial=..., local=...)``, or a whole line that holds one).
+
     Returns the table as text. With ``file``, also draws it: ``*.svg`` (no dependencies), or
     ``*.png`` (needs matplotlib; ImportError without it), each thread in its own colour.
     """
+    layout = _layout(layout)
     cells = _grid(layout)
     if file is not None:
         ext = os.path.splitext(str(file))[1].lower()

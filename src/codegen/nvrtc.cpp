@@ -488,7 +488,14 @@ void finish_pch(const PchPlan& plan, bool ok, bool pch_fault, bool used, const s
     return;
   }
   e.state = PchEntry::State::Broken;
-  spdlog::debug("tilus: no precompiled device header in {}: {}", e.path, !status.empty() ? status : why);
+  if (!ok)  // the compile failed for the PCH's sake (and succeeded without it): worth a word
+    warn_pch_once(r, e.path,
+                  fmt::format("NVRTC could not make the precompiled device header {} ({}); compiling without one "
+                              "from now on (is the file system of the cache directory full? TILUS_NVRTC_PCH=0 "
+                              "turns precompiled headers off)",
+                              e.path, why.empty() ? "no reason given" : why));
+  else
+    spdlog::debug("tilus: no precompiled device header in {}: {}", e.path, !status.empty() ? status : why);
 }
 
 // Where NVRTC's --time report goes for one compile.
@@ -635,13 +642,29 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
       status = lib.error_string(s);
     }
   }
-  finish_pch(plan, result == NVRTC_SUCCESS, pch_fault, pch_used, status, pch_why);
-  if (result != NVRTC_SUCCESS && plan.mode != PchUse::None && pch_fault) {
-    // The PCH, not the source, failed the compile: once more without it.
+  if (result != NVRTC_SUCCESS && plan.mode != PchUse::None) {
+    // A failure with a PCH in play: once more without one. When that compiles, the PCH failed
+    // the compile (NVRTC could not write or map it: a full file system, a file-size limit, a PCH
+    // it rejects), whatever its message said; otherwise the source did, and its error is the
+    // compile's without the PCH.
     NvrtcCompileOptions without = compile_options;
     without.pch_dir.clear();
-    return nvrtc_compile(source, name, arch, extra_options, without);
+    NvrtcOutput plain;
+    try {
+      plain = nvrtc_compile(source, name, arch, extra_options, without);
+    } catch (const NvrtcError&) {
+      finish_pch(plan, false, false, pch_used, status, pch_why);
+      throw;
+    }
+    if (pch_why.empty()) {  // the log's first line names what went wrong
+      pch_why = out.log.substr(0, out.log.find('\n'));
+      static const std::regex catastrophic("^Catastrophic error: ");
+      pch_why = std::regex_replace(pch_why, catastrophic, "");
+    }
+    finish_pch(plan, false, true, pch_used, status, pch_why);
+    return plain;
   }
+  finish_pch(plan, result == NVRTC_SUCCESS, pch_fault, pch_used, status, pch_why);
   if (result == NVRTC_SUCCESS && (plan.mode == PchUse::Created ? status.empty() : pch_used)) {
     out.pch = plan.mode;
     out.pch_file = plan.path;

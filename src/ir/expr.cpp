@@ -631,6 +631,7 @@ std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::option
       else if (f == "sin") r = std::sin(x);
       else if (f == "cos") r = std::cos(x);
       else if (f == "tanh") r = std::tanh(x);
+      else if (f == "erf") r = std::erf(x);
       else if (f == "round") r = std::nearbyint(x);
       else if (f == "floor") r = std::floor(x);
       else if (f == "ceil") r = std::ceil(x);
@@ -672,7 +673,7 @@ std::string format_float(double v, DataType t) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   std::string s = fmt::format("{}", v);
   if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  if (t != dtypes::float32) s += "_" + t.name();
+  if (t != dtypes::float32) s += fmt::format("_{}", t.name());
   return s;
 }
 
@@ -694,7 +695,7 @@ std::string print_expr(const Expr& e, const Namer& nm) {
       auto v = e.as<IntImmNode>()->value;
       DataType t = e.dtype();
       std::string s = t.is_uint() ? fmt::format("{}", uint64_t(v)) : fmt::format("{}", v);
-      if (t != dtypes::int32) s += "_" + t.name();
+      if (t != dtypes::int32) s += fmt::format("_{}", t.name());
       return s;
     }
     case ExprKind::FloatImm: return format_float(e.as<FloatImmNode>()->value, e.dtype());

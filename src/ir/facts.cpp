@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <unordered_set>
 
@@ -457,6 +458,36 @@ std::vector<SharedBoundsCheck> KernelFacts::shared_bounds(const SharedView& view
     out.push_back(c);
   }
   return out;
+}
+
+TmaStartCheck KernelFacts::tma_start(const Expr& offset, DataType dtype) const {
+  TmaStartCheck c;
+  c.offset = simplify(offset);
+  c.multiple = std::max<int64_t>(1, 16 / std::max<int64_t>(1, dtype.bits() / 8));
+  DataType t = c.offset.dtype();
+  c.ok = c.offset % int_const(c.multiple, t) == int_const(0, t);
+  if (divisor(c.offset) % c.multiple == 0) {
+    c.aligned = true;
+    return c;
+  }
+  // Misaligned when the sum's constant terms are not a multiple and every other term is
+  // (n * 8 + 2 of float32), or when the ranges decide it.
+  int64_t constant = 0;
+  bool rest_aligned = true;
+  std::function<void(const Expr&, int64_t)> terms = [&](const Expr& e, int64_t sign) {
+    if (auto* b = e.as<BinaryNode>(); b && (b->op == BinaryOp::Add || b->op == BinaryOp::Sub)) {
+      terms(b->a, sign);
+      terms(b->b, b->op == BinaryOp::Add ? sign : -sign);
+    } else if (e.is_int_const()) {
+      constant += sign * e.int_value();
+    } else if (divisor(e) % c.multiple) {
+      rest_aligned = false;
+    }
+  };
+  terms(c.offset, 1);
+  if ((rest_aligned && constant % c.multiple != 0) || holds(c.offset % int_const(c.multiple, t) != int_const(0, t)))
+    c.aligned = false;
+  return c;
 }
 
 std::vector<int> region_dims(int tile_rank, const std::vector<Expr>& extents) {

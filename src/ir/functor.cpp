@@ -95,7 +95,7 @@ Stmt StmtMutator::mutate_for(const Stmt& s, const ForStmtNode& n) {
   Expr b = mutate_expr(n.begin), e = mutate_expr(n.end), st = mutate_expr(n.step);
   Stmt body = mutate(n.body);
   if (b.same_as(n.begin) && e.same_as(n.end) && st.same_as(n.step) && body == n.body) return s;
-  return std::make_shared<ForStmtNode>(n.var, b, e, st, n.unroll, body ? body : make_seq({}), n.loc);
+  return rebuild_for(n, b, e, st, body);
 }
 
 Stmt StmtMutator::mutate_if(const Stmt& s, const IfStmtNode& n) {

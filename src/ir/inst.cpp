@@ -81,6 +81,7 @@ void LoadGlobalInst::visit_fields(FieldVisitor& v) {
   v.exprs("offsets", offsets);
   v.attr("dims", ints_str(dims));
   if (checked_dims) v.attr("checked_dims", ints_str(*checked_dims));
+  if (other.defined()) v.expr("other", other);
 }
 
 const char* to_string(AtomicOp op) {

@@ -51,7 +51,10 @@ std::string Lowering::str() const {
   switch (op) {
     case MachineOp::Simt:
     case MachineOp::CpAsyncCa:
-    case MachineOp::CpAsyncCg: s += fmt::format(" vector={}", vector); break;
+    case MachineOp::CpAsyncCg:
+      s += fmt::format(" vector={}", vector);
+      if (tail_dim >= 0) s += fmt::format(" tail_dim={}", tail_dim);
+      break;
     case MachineOp::Ldmatrix:
     case MachineOp::Stmatrix: {
       std::string groups;

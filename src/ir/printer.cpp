@@ -47,8 +47,8 @@ class Printer {
       const TensorMapSpec& m = k.tensor_maps[i];
       std::string shape, strides;
       for (size_t d = 0; d < m.shape.size(); ++d) {
-        shape += (d ? ", " : "") + expr(m.shape[d]);
-        strides += (d ? ", " : "") + expr(m.strides[d]);
+        shape += fmt::format("{}{}", d ? ", " : "", expr(m.shape[d]));
+        strides += fmt::format("{}{}", d ? ", " : "", expr(m.strides[d]));
       }
       std::string im2col = m.im2col ? fmt::format(" im2col pixel_box [{}, {}] stride {}", m.lower, m.upper,
                                                    m.traversal_stride)
@@ -224,6 +224,14 @@ class Printer {
         std::string unroll;
         if (n.unroll.kind == Unroll::All) unroll = " unroll=all";
         if (n.unroll.kind == Unroll::Factor) unroll = fmt::format(" unroll={}", n.unroll.factor);
+        const LoopPipeline& p = n.pipeline;
+        if (p.num_stages) unroll += fmt::format(" num_stages={}", p.num_stages);
+        if (p.warp_specialize) unroll += " warp_specialize";
+        if (p.persistent) unroll += " persistent";
+        if (!p.ring.empty()) unroll += fmt::format(" ring={}", p.ring);
+        if (p.wgmma_in_flight) unroll += fmt::format(" wgmma_in_flight={}", p.wgmma_in_flight);
+        if (!p.schedule.empty()) unroll += fmt::format(" schedule=\"{}\"", p.schedule);
+        if (!p.note.empty()) unroll += fmt::format(" note=\"{}\"", p.note);
         line(indent, fmt::format("for {} in range({}, {}, {}){} {{", var_name(*n.var.operator->()), expr(n.begin),
                                  expr(n.end), expr(n.step), unroll),
              &n.loc);

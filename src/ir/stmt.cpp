@@ -29,4 +29,19 @@ Stmt make_seq(std::vector<Stmt> stmts, SourceLoc loc) {
 
 Stmt make_inst_stmt(Inst inst) { return std::make_shared<InstStmtNode>(std::move(inst)); }
 
+Stmt rebuild_for(const ForStmtNode& n, Stmt body) {
+  auto f = std::make_shared<ForStmtNode>(n);
+  f->body = body ? std::move(body) : make_seq({});
+  return f;
+}
+
+Stmt rebuild_for(const ForStmtNode& n, Expr begin, Expr end, Expr step, Stmt body) {
+  auto f = std::make_shared<ForStmtNode>(n);
+  f->begin = std::move(begin);
+  f->end = std::move(end);
+  f->step = std::move(step);
+  f->body = body ? std::move(body) : make_seq({});
+  return f;
+}
+
 }  // namespace tilus

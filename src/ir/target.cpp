@@ -41,6 +41,7 @@ Target Target::from_arch(const std::string& arch) {
     t.tensor_memory_lanes = 128;
     t.tensor_memory_columns = 512;
   }
+  t.multiprocessors = sm >= 100 ? 148 : sm >= 90 ? 132 : sm == 89 ? 128 : sm == 86 ? 84 : sm >= 80 ? 108 : 80;
   return t;
 }
 

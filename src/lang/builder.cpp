@@ -162,11 +162,23 @@ void Builder::check_index(const Expr& e, const char* what, const SourceLoc& loc,
                        loc);
 }
 
-Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc) {
+Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc,
+                       LoopPipeline pipeline) {
   for (auto* e : {&begin, &end, &step}) check_index(*e, "loop bounds", loc, "range");
   if (step.is_int_const(0)) throw CompileError("range: step must not be zero", loc);
   if (unroll.kind == Unroll::Factor && unroll.factor < 1)
     throw CompileError(fmt::format("range: unroll factor must be positive, got {}", unroll.factor), loc);
+  if (pipeline.num_stages < 0 || pipeline.num_stages > 16)
+    throw CompileError(fmt::format("range: num_stages must be 1 to 16 (1: not pipelined), got {}", pipeline.num_stages),
+                       loc);
+  if ((pipeline.warp_specialize || pipeline.persistent) && pipeline.num_stages < 2)
+    throw CompileError(fmt::format("range: {} is an option of the pipelined loop, and needs num_stages of 2 or more "
+                                   "(got {})",
+                                   pipeline.warp_specialize ? "warp_specialize" : "persistent", pipeline.num_stages),
+                       loc);
+  if (!pipeline.ring.empty() || pipeline.wgmma_in_flight)
+    throw CompileError("range: the ring a pipelined loop becomes is the pipeline_loops pass's choice", loc);
+  if (pipeline.num_stages == 1) pipeline.num_stages = 0;  // one stage: the loop as written
   DataType t = promote(promote(begin.dtype(), end.dtype()), step.dtype());
   if (t.bits() < 32) t = dtypes::int32;
   // A step known only at run time may be 0, which would never reach `end`: such a loop runs
@@ -180,6 +192,7 @@ Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr s
   s.b = end;
   s.c = step;
   s.unroll = unroll;
+  s.pipeline = pipeline;
   push(std::move(s));
   return scopes_.back().loop_var;
 }
@@ -188,7 +201,7 @@ void Builder::end_for() {
   Scope s = pop(Scope::For, "for loop");
   emit_stmt(std::make_shared<ForStmtNode>(s.loop_var, tilus::cast(s.a, s.loop_var.dtype()), tilus::cast(s.b, s.loop_var.dtype()),
                                           tilus::cast(s.c, s.loop_var.dtype()), s.unroll, body_of(std::move(s.stmts)),
-                                          s.loc));
+                                          s.loc, s.pipeline));
 }
 
 namespace {

@@ -179,7 +179,11 @@ LoopRange::LoopRange(Builder* b, Expr begin, Expr end, Expr step, RangeOptions o
 
 LoopRange::Iterator LoopRange::begin() {
   if (!opened_) {
-    var_ = b_->begin_for(opts_.name, begin_, end_, step_, opts_.unroll, loc_);
+    LoopPipeline p;
+    p.num_stages = opts_.num_stages;
+    p.warp_specialize = opts_.warp_specialize;
+    p.persistent = opts_.persistent;
+    var_ = b_->begin_for(opts_.name, begin_, end_, step_, opts_.unroll, loc_, p);
     opened_ = true;
   }
   return Iterator(this);
@@ -297,7 +301,8 @@ RegisterTensor into(Builder& b, const RegisterTensor& out, const Tensor& value, 
 
 RegisterTensor Script::load_global(const GlobalTensor& src, LoadGlobalOptions opts, Loc loc) {
   SourceLoc where = SourceLoc::from(loc);
-  Tensor t = builder().load_global(src.tensor(), std::move(opts.offsets), std::move(opts.shape), std::move(opts.dims), where);
+  Tensor t = builder().load_global(src.tensor(), std::move(opts.offsets), std::move(opts.shape), std::move(opts.dims), where,
+                                   opts.other);
   return into(builder(), opts.out, t, where);
 }
 
@@ -382,6 +387,10 @@ RegisterTensor Script::unary(const char* op, const RegisterTensor& x, Loc loc) {
 
 RegisterTensor Script::clip(const RegisterTensor& x, const Expr& lo, const Expr& hi, Loc loc) {
   return RegisterTensor(builder().clip(x.tensor(), lo, hi, SourceLoc::from(loc)));
+}
+
+RegisterTensor Script::gelu(const RegisterTensor& x, const std::string& approximate, Loc loc) {
+  return RegisterTensor(builder().gelu(x.tensor(), approximate, SourceLoc::from(loc)));
 }
 
 RegisterTensor Script::maximum(const TensorOperand& a, const TensorOperand& b) {

@@ -247,12 +247,12 @@ class WaitInserter {
           InFlight after = state;
           Stmt body = process(n.body, after);
           state = runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value ? after : merge(state, after);
-          return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+          return rebuild_for(n, body);
         }
         Stmt body = loop(
             n.body, state, [&](const SharedAccess& a) { return previous_iteration(a, &n.var, n.step); },
             runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step, constant_trips(n));
-        return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+        return rebuild_for(n, body);
       }
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);

@@ -260,14 +260,14 @@ class BarrierInserter {
           for (auto& a : before_loop_pending)
             if (std::none_of(pending.begin(), pending.end(), [&](const Access& p) { return p.inst == a.inst; }))
               pending.push_back(a);
-          return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc);
+          return rebuild_for(n, body);
         }
         bool per_thread = threads_.per_thread_loop(n);
         before_loop(n.body, pending, may_insert, barrier, before, n.loc);
         return loop(n.body, pending, may_insert && !per_thread,
                     [&](const Access& a) { return previous_iteration(a, &n.var, n.step); },
                     [&](const Stmt& body) {
-                      return Stmt(std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, body, n.loc));
+                      return rebuild_for(n, body);
                     });
       }
       case StmtKind::While: {

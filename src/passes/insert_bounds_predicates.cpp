@@ -35,7 +35,14 @@ class BoundsPredicateInserter : public StmtMutator {
 
   Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
     if (auto i = inst_as<LoadGlobalInst>(inst)) {
-      return update<LoadGlobalInst>(s, *i, checked(i->src, i->offsets, i->dims, i->out));
+      std::vector<int> dims = checked(i->src, i->offsets, i->dims, i->out);
+      if (dims.empty() && i->other.defined()) {  // every element is in bounds: the fill is never read
+        auto copy = std::make_shared<LoadGlobalInst>(*i);
+        copy->checked_dims = std::move(dims);
+        copy->other = Expr();
+        return make_inst_stmt(copy);
+      }
+      return update<LoadGlobalInst>(s, *i, std::move(dims));
     }
     if (auto i = inst_as<StoreGlobalInst>(inst)) {
       return update<StoreGlobalInst>(s, *i, checked(i->dst, i->offsets, i->dims, i->src));

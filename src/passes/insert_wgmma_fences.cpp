@@ -61,7 +61,7 @@ class FenceInserter {
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
         return loop(s, n.body, fenced, emit, [&](Stmt body) {
-          return std::make_shared<ForStmtNode>(n.var, n.begin, n.end, n.step, n.unroll, std::move(body), n.loc);
+          return rebuild_for(n, std::move(body));
         });
       }
       case StmtKind::While: {

@@ -16,7 +16,9 @@ class Roller : public StmtMutator {
     bool constant = simplify(f.begin).is_int_const() && simplify(f.end).is_int_const() &&
                     simplify(f.step).is_int_const();
     if (f.unroll.kind != Unroll::None || constant || !contains_inst(f.body, InstKind::WgmmaMma)) return inner;
-    return std::make_shared<ForStmtNode>(f.var, f.begin, f.end, f.step, Unroll::by(1), f.body, f.loc);
+    auto rolled = std::make_shared<ForStmtNode>(f);
+    rolled->unroll = Unroll::by(1);
+    return rolled;
   }
 };
 

@@ -20,6 +20,7 @@
 #include "tilus/passes/keep_wgmma_loops_rolled.h"
 #include "tilus/passes/order_thread_groups.h"
 #include "tilus/passes/order_wgmma_waits.h"
+#include "tilus/passes/pipeline_loops.h"
 #include "tilus/passes/plan_shared_memory.h"
 #include "tilus/passes/select_instructions.h"
 #include "tilus/passes/simplify_program.h"
@@ -41,6 +42,7 @@ const std::vector<Pass>& passes() {
       {"choose_shared_layouts", [](const Program& p, const PipelineOptions&) { return choose_shared_layouts(p); }},
       {"lower_dots_to_wgmma",
        [](const Program& p, const PipelineOptions& o) { return lower_dots_to_wgmma(p, o.target, o.dot_wgmma); }},
+      {"pipeline_loops", [](const Program& p, const PipelineOptions& o) { return pipeline_loops(p, o.target); }},
       {"infer_layouts", [](const Program& p, const PipelineOptions& o) { return infer_layouts(p, o.target); }},
       {"insert_bounds_predicates",
        [](const Program& p, const PipelineOptions&) { return insert_bounds_predicates(p); }},

@@ -1,6 +1,7 @@
 #include "tilus/passes/select_instructions.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -110,6 +111,165 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
 
 namespace {
 
+std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, const std::vector<int64_t>& box,
+                            int64_t eb, int64_t& swizzle);
+
+// The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
+// `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
+// time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
+std::string tma_plan(const KernelFacts& facts_, const Target& target_, const CopyInst& c, bool proven,
+                     TensorMapSpec& spec) {
+  if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+  if (c.cta_group == 2 && !target_.has_tcgen05())
+    return fmt::format("not legal on this target (a cta_group=2 load needs sm_100a or sm_103a, the target is {})",
+                       target_.arch);
+  bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
+  bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
+  if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
+  const CopyRegion& g = g2s ? c.src : c.dst;
+  const CopyRegion& sm = g2s ? c.dst : c.src;
+  DataType dt = g.tensor.dtype();
+  if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
+  int64_t eb = bytes_of(dt);
+  const GlobalAccess& acc = facts_.global(c, g.tensor);
+  int rank = int(g.extents.size());
+  if (rank < 1 || rank > 5) return fmt::format("not legal: a TMA box has 1 to 5 dims, the global tensor has {}", rank);
+  std::vector<int64_t> box;
+  for (int d = 0; d < rank; ++d) {
+    Expr e = facts_.simplify(g.extents[d]);
+    if (!e.is_int_const()) return fmt::format("not legal: box extent {} of dim {} is not a constant", to_string(e), d);
+    if (e.int_value() > 256) return fmt::format("not legal: box extent {} of dim {} exceeds 256", e.int_value(), d);
+    box.push_back(e.int_value());
+  }
+  int inner = rank - 1;
+  if (!facts_.simplify(acc.strides[inner]).is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
+  int64_t inner_bytes = box[inner] * eb;
+  if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
+  if (acc.param < 0 || !acc.param_offset_bytes.defined())
+    return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
+  // The box's first element must be 16-byte aligned: a start proven misaligned is an error;
+  // the automatic slot takes only starts proven aligned (the others are checked at run time
+  // by the CPU backend and under TILUS_DEBUG_BOUNDS).
+  TmaStartCheck start = facts_.tma_start(g.offsets[size_t(inner)], dt);
+  if (start.aligned == false || (proven && start.aligned != true))
+    return fmt::format("not legal: the box starts at innermost offset {}, {} a multiple of {} elements of {} (16 "
+                       "bytes); the hardware faults (an illegal instruction) on a box whose first element is not "
+                       "16-byte aligned",
+                       to_string(start.offset), start.aligned == false ? "not" : "not known to be", start.multiple,
+                       dt.name());
+  // A TMA store traps at a negative coordinate (loads zero-fill there): the automatic slot
+  // takes only boxes that provably start inside; explicit stores check at run time.
+  if (proven && s2g)
+    for (int d = 0; d < rank; ++d)
+      if (!facts_.holds(g.offsets[d] >= int_const(0, g.offsets[d].dtype())))
+        return fmt::format("not legal: a TMA store cannot start at a negative coordinate, and offset {} of dim {} is "
+                           "not known to be >= 0",
+                           to_string(facts_.simplify(g.offsets[d])), d);
+  if (proven) {
+    if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
+      return "not legal: the global base pointer is not known to be 16-byte aligned";
+    for (int d = 0; d < inner; ++d)
+      if (facts_.divisor(acc.strides[d]) * eb % 16)
+        return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
+                           to_string(acc.strides[d]), d);
+  }
+  int64_t swizzle = 0;
+  if (std::string why = tma_shared_tile(facts_, facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
+  spec.param = acc.param;
+  spec.offset = facts_.inline_lets(acc.param_offset_bytes);
+  spec.dtype = dt;
+  for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
+  for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
+  spec.box = box;
+  spec.swizzle_bytes = int(swizzle);
+  spec.loc = c.loc;
+  spec.inst = c.display_name();
+  return "";
+}
+
+// Why the shared tile `view` (whose dim d has extent box[d]) cannot be a TMA box of elements of
+// `eb` bytes, or "" and its swizzle span: the box stored densely in row-major order (up to
+// TMA's swizzle, whose span must be the box's rows), starting on 128 bytes.
+std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, const std::vector<int64_t>& box,
+                            int64_t eb, int64_t& swizzle) {
+  const Tensor& root = view.root;
+  const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
+  int64_t expect = 1;
+  for (int d = int(box.size()) - 1; d >= 0; --d) {
+    if (box[size_t(d)] == 1) continue;
+    int rd = view.dims[size_t(d)];
+    if (rd < 0 || sl.strides()[size_t(rd)] != expect)
+      return "not legal: the shared tile is not the box stored densely in row-major order";
+    expect *= box[size_t(d)];
+  }
+  Expr start = facts_.simplify(shared_start_unswizzled(view));
+  if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
+  swizzle = tma_swizzle_span(sl.swizzle(), eb);
+  if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
+  int64_t inner_bytes = box.back() * eb;
+  if (swizzle > 0 && inner_bytes != swizzle)
+    return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
+                       swizzle, swizzle);
+  return "";
+}
+
+// c2d_im2col by TMA's im2col mode, or why not. One load brings, for one kernel position
+// (kh, kw), `bk` channels of `bm` consecutive output pixels: the pixel walk starts at the
+// tile's first pixel (its window's top-left corner in the image) and steps by the conv stride
+// through the pixel box [-pad, size - 1 + pad - dilation * (kernel - 1)] of each spatial dim,
+// wrapping to the next row and image like the [N, OH, OW] order; the kernel position is the
+// load's offset. So a tile's channels must stay in one kernel position (C a known multiple
+// of bk). The base pointer's and strides' 16-byte alignment must be proven, as for copy.
+std::string tma_im2col_plan(const KernelFacts& facts_, const Target& target_, const Im2colInst& i,
+                            TensorMapSpec& spec) {
+  if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+  DataType dt = i.col.dtype();
+  if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
+  int64_t eb = bytes_of(dt);
+  auto shape = i.col.static_shape();
+  int64_t bm = shape[0], bk = shape[1];
+  const GlobalAccess& acc = facts_.global(i, i.img);
+  if (bm > 256 || bk > 256) return fmt::format("not legal: the tile [{}, {}] exceeds 256 pixels or channels", bm, bk);
+  if (bk * eb % 16) return fmt::format("not legal: a pixel's {} channels are {} bytes, not a multiple of 16", bk, bk * eb);
+  if (!facts_.simplify(acc.strides[3]).is_int_const(1)) return "not legal: the channels are not contiguous";
+  if (facts_.divisor(acc.shape[3]) % bk)
+    return fmt::format("not legal: C ({}) is not a known multiple of the tile's {} channels (a tile must stay in "
+                       "one kernel position)",
+                       to_string(facts_.simplify(acc.shape[3])), bk);
+  if (acc.param < 0 || !acc.param_offset_bytes.defined())
+    return "not legal: the image is not a pointer parameter moved by integers (a tensor map needs its address)";
+  if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
+    return "not legal: the image's base pointer is not known to be 16-byte aligned";
+  for (int d = 0; d < 3; ++d)
+    if (facts_.divisor(acc.strides[d]) * eb % 16)
+      return fmt::format("not legal: image stride {} of dim {} is not a known multiple of 16 bytes",
+                         to_string(facts_.simplify(acc.strides[d])), d);
+  // The pixel box's corners and the kernel offsets are 8-bit signed and unsigned in 2-D
+  // im2col; traversal strides at most 8.
+  int64_t reach = i.dilation * (i.kernel - 1);
+  if (i.stride > 8) return fmt::format("not legal: stride {} exceeds TMA's traversal stride of 8", i.stride);
+  if (i.pad > 128 || i.pad - reach < -128 || i.pad - reach > 127 || reach > 255)
+    return fmt::format("not legal: pad {} and a dilated kernel reach of {} exceed TMA's 8-bit pixel box corners",
+                       i.pad, reach);
+  int64_t swizzle = 0;
+  if (std::string why = tma_shared_tile(facts_, facts_.shared(i, i.col), {bm, bk}, eb, swizzle); !why.empty()) return why;
+  spec.param = acc.param;
+  spec.offset = facts_.inline_lets(acc.param_offset_bytes);
+  spec.dtype = dt;
+  for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
+  for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
+  spec.box = {bm, bk};
+  spec.swizzle_bytes = int(swizzle);
+  spec.im2col = true;
+  spec.lower = -i.pad;
+  spec.upper = i.pad - reach;
+  spec.traversal_stride = i.stride;
+  spec.loc = i.loc;
+  spec.inst = i.display_name();
+  return "";
+}
+
+
 int64_t pow2_floor(int64_t x) {
   int64_t p = 1;
   while (p * 2 <= x) p *= 2;
@@ -132,38 +292,75 @@ int64_t widest(int64_t run, DataType dtype, Fits fits) {
   return w;
 }
 
+// Why a vector of w elements along tile dim `dim` (of a run of `run` contiguous slots) is not
+// contiguous and aligned on the global side for every vector start that is a multiple of
+// itself ("" when it is). A checked global dim must also be all-in or all-out across a vector,
+// unless `tail` (cp.async reads a straddling vector's in-bounds part, src-size).
+std::string global_vector_obstacle(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run, int64_t w,
+                                   bool tail = false) {
+  if (dim < 0 || dim >= int(g.dims.size()) || g.dims[dim] < 0)
+    return "no tile dim is contiguous in a thread's registers and in global memory";
+  int gd = g.dims[dim];
+  if (!g.strides[gd].is_int_const(1))
+    return fmt::format("global dim {}, the tile's contiguous one, has stride {}, not 1", gd, to_string(g.strides[gd]));
+  if (run % w)
+    return fmt::format("each thread holds runs of {} contiguous element{}", run, run == 1 ? "" : "s");
+  if (!whole_bytes(g.dtype, w)) return fmt::format("{} elements of {} are not whole bytes", w, g.dtype.name());
+  int64_t bytes = vector_bytes(g.dtype, w);
+  if (g.pointer_alignment % bytes)
+    return fmt::format("the pointer is known aligned to {} byte{} only, and a {}-byte vector needs {}",
+                       g.pointer_alignment, g.pointer_alignment == 1 ? "" : "s", bytes, bytes);
+  if (f.divisor(g.offsets[gd]) % w)
+    return fmt::format("the offset {} along global dim {} is not known to be a multiple of {}",
+                       to_string(g.offsets[gd]), gd, w);
+  for (size_t d = 0; d < g.strides.size(); ++d)
+    if (int(d) != gd && f.divisor(g.strides[d]) % w)
+      return fmt::format("the stride {} of global dim {} is not known to be a multiple of {} elements (a launch "
+                         "specializes integer parameters on divisibility by 16 only: any other value is known to be "
+                         "a multiple of 1)",
+                         to_string(g.strides[d]), d, w);
+  bool checked = std::find(g.checked.begin(), g.checked.end(), gd) != g.checked.end();
+  if (checked && !tail && f.divisor(g.shape[gd]) % w)
+    return fmt::format("the extent {} of global dim {} is not known to be a multiple of {} (a ragged end)",
+                       to_string(g.shape[gd]), gd, w);
+  return "";
+}
+
 // The largest vector (in elements, a power of two, at most 16 bytes, dividing `run`) that
 // stays contiguous and aligned along tile dim `dim` for every vector start that is a
-// multiple of itself; 1 when none is. A checked global dim must also be all-in or all-out
-// across a vector.
-int64_t global_vector_width(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run) {
+// multiple of itself; 1 when none is (global_vector_obstacle says why a width is not).
+int64_t global_vector_width(const KernelFacts& f, const GlobalAccess& g, int dim, int64_t run, bool tail = false) {
   if (dim < 0 || dim >= int(g.dims.size()) || g.dims[dim] < 0) return 1;
-  int gd = g.dims[dim];
-  if (!g.strides[gd].is_int_const(1)) return 1;
-  bool checked = std::find(g.checked.begin(), g.checked.end(), gd) != g.checked.end();
-  return widest(run, g.dtype, [&](int64_t w) {
-    if (g.pointer_alignment % vector_bytes(g.dtype, w)) return false;
-    if (f.divisor(g.offsets[gd]) % w) return false;
-    for (size_t d = 0; d < g.strides.size(); ++d)
-      if (int(d) != gd && f.divisor(g.strides[d]) % w) return false;
-    return !checked || f.divisor(g.shape[gd]) % w == 0;
-  });
+  return widest(run, g.dtype, [&](int64_t w) { return global_vector_obstacle(f, g, dim, run, w, tail).empty(); });
+}
+
+std::string shared_vector_obstacle(const KernelFacts& f, const SharedView& s, int dim, int64_t run, int64_t w) {
+  if (dim < 0 || dim >= int(s.dims.size()) || s.dims[dim] < 0)
+    return "no tile dim is contiguous in a thread's registers and in shared memory";
+  const SharedLayout& layout = s.root->shared_layout;
+  int rd = s.dims[dim];
+  if (layout.strides()[rd] != 1)
+    return fmt::format("the shared tensor's dim {} has stride {}, not 1", rd, layout.strides()[rd]);
+  if (run % w) return fmt::format("each thread holds runs of {} contiguous element{}", run, run == 1 ? "" : "s");
+  DataType t = s.root.dtype();
+  if (!whole_bytes(t, w)) return fmt::format("{} elements of {} are not whole bytes", w, t.name());
+  // The swizzle leaves the low `base` bits of the offset alone.
+  if (!layout.swizzle().none() && (int64_t(1) << layout.swizzle().base) % w)
+    return fmt::format("the shared layout's swizzle moves groups of {} elements", int64_t(1) << layout.swizzle().base);
+  if (s.base_bytes % vector_bytes(t, w))
+    return fmt::format("the shared tile starts at byte {}, not a multiple of {}", s.base_bytes, vector_bytes(t, w));
+  if (f.divisor(s.offsets[rd]) % w)
+    return fmt::format("the offset {} in the shared tensor's dim {} is not known to be a multiple of {}",
+                       to_string(s.offsets[rd]), rd, w);
+  for (int d = 0; d < layout.rank(); ++d)
+    if (d != rd && layout.strides()[d] % w)
+      return fmt::format("the shared tensor's dim {} has stride {}, not a multiple of {}", d, layout.strides()[d], w);
+  return "";
 }
 
 int64_t shared_vector_width(const KernelFacts& f, const SharedView& s, int dim, int64_t run) {
   if (dim < 0 || dim >= int(s.dims.size()) || s.dims[dim] < 0) return 1;
-  const SharedLayout& layout = s.root->shared_layout;
-  int rd = s.dims[dim];
-  if (layout.strides()[rd] != 1) return 1;
-  return widest(run, s.root.dtype(), [&](int64_t w) {
-    // The swizzle leaves the low `base` bits of the offset alone.
-    if (!layout.swizzle().none() && (int64_t(1) << layout.swizzle().base) % w) return false;
-    if (s.base_bytes % vector_bytes(s.root.dtype(), w)) return false;
-    if (f.divisor(s.offsets[rd]) % w) return false;
-    for (int d = 0; d < layout.rank(); ++d)
-      if (d != rd && layout.strides()[d] % w) return false;
-    return true;
-  });
+  return widest(run, s.root.dtype(), [&](int64_t w) { return shared_vector_obstacle(f, s, dim, run, w).empty(); });
 }
 
 // The run of consecutive slots that are consecutive elements of one tile dim: the innermost
@@ -299,6 +496,13 @@ class Selector : public StmtMutator {
     Kernel out = mutate(k);
     out.tensor_maps = tensor_maps_;
     out.copy_barriers = copy_barriers_;
+    // Once per kernel compiled for a GPU: copy_async calls that do not run asynchronously (the
+    // CPU backend names them among its GPU warnings).
+    if (!synchronous_copies_.empty() && !target_.is_cpu())
+      spdlog::warn("tilus: kernel {}: {} copy_async call{} of it {} synchronously (TILUS_LOG_LEVEL=error silences "
+                   "this):\n  {}",
+                   k.name, synchronous_copies_.size(), synchronous_copies_.size() == 1 ? "" : "s",
+                   synchronous_copies_.size() == 1 ? "runs" : "run", fmt::join(synchronous_copies_, "\n  "));
     return out;
   }
 
@@ -392,6 +596,7 @@ class Selector : public StmtMutator {
   std::vector<Scope> scopes_;
   std::vector<TensorMapSpec> tensor_maps_;
   int64_t copy_barriers_ = 0;
+  std::vector<std::string> synchronous_copies_;  // copy_async calls that fell back to a SIMT copy
   const std::unordered_set<const TensorNode*> read_;  // an atomic whose old values are not read is a red
   const int64_t kernel_cluster_size_;
 
@@ -468,22 +673,43 @@ class Selector : public StmtMutator {
     return simt_access(reg, shared_vector_width(facts_, view, c.dim, c.run));
   }
 
-  Lowering copy_async(const CopyAsyncInst& i) const {
+  // cp.async with the widest vector both sides allow. Where the global side's only obstacle to
+  // a wider one is a ragged extent, the vectors straddling it copy their in-bounds part
+  // (src-size) and zero-fill the rest: tail_dim. Below 4 bytes cp.async has no form, and the
+  // copy is synchronous, element by element: the note says why, and so does a warning.
+  Lowering copy_async(const CopyAsyncInst& i) {
     RegisterLayout probe = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads);
     Contiguity cc = contiguity(probe);
     // check_bounds=false has no predicate (insert_bounds_predicates recorded no checked dims).
     GlobalAccess g = facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims);
-    int64_t w = std::min(global_vector_width(facts_, g, cc.dim, cc.run),
-                         shared_vector_width(facts_, facts_.shared(i, i.dst), cc.dim, cc.run));
+    const SharedView& view = facts_.shared(i, i.dst);
+    DataType dt = i.dst.dtype();
+    int64_t shared_w = shared_vector_width(facts_, view, cc.dim, cc.run);
+    int64_t w = std::min(global_vector_width(facts_, g, cc.dim, cc.run), shared_w);
     Lowering l;
+    if (!dt.is_subbyte()) {
+      int64_t tail_w = std::min(global_vector_width(facts_, g, cc.dim, cc.run, true), shared_w);
+      if (tail_w > w && vector_bytes(dt, tail_w) >= 4) {
+        w = tail_w;
+        l.tail_dim = g.dims[size_t(cc.dim)];
+      }
+    }
     l.vector = w;
-    l.op = cp_async_op(vector_bytes(i.dst.dtype(), w));
+    l.op = cp_async_op(vector_bytes(dt, w));
     l.completion = l.op == MachineOp::Simt ? Completion::Synchronous : Completion::CpAsyncGroup;
-    l.mapping = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads, w);
-    if (l.op == MachineOp::Simt)
-      l.note = fmt::format("cp.async moves 4, 8 or 16 bytes; the widest legal vector here is {} byte{}: element by "
-                           "element, synchronously",
-                           vector_bytes(i.dst.dtype(), w), vector_bytes(i.dst.dtype(), w) == 1 ? "" : "s");
+    l.mapping = default_register_layout(i.dst.static_shape(), dt, scope().threads, w);
+    if (l.op == MachineOp::Simt) {
+      // The narrowest cp.async, 4 bytes: what stands in its way.
+      int64_t w4 = dt.bits() <= 32 ? 32 / dt.bits() : 1;
+      std::string why = global_vector_obstacle(facts_, g, cc.dim, cc.run, w4, !dt.is_subbyte());
+      if (why.empty()) why = "in shared memory, " + shared_vector_obstacle(facts_, view, cc.dim, cc.run, w4);
+      int64_t bytes = vector_bytes(dt, w);
+      l.note = fmt::format("cp.async moves 4, 8 or 16 bytes, and {}-byte vectors are the widest legal here ({}): "
+                           "a synchronous copy, {} byte{} at a time",
+                           bytes, why, bytes, bytes == 1 ? "" : "s");
+      synchronous_copies_.push_back(fmt::format("{} at {} ({} from {}): {}", i.display_name(), i.loc.str(),
+                                                i.dst.type_str(), i.src.type_str(), l.note));
+    }
     return l;
   }
 
@@ -754,147 +980,11 @@ class Selector : public StmtMutator {
     return shared_vector_width(facts_, facts_.shared_region(c, r, tile_rank), dim, run);
   }
 
-  // The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
-  // `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
-  // time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
   std::string tma_plan(const CopyInst& c, bool proven, TensorMapSpec& spec) const {
-    if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
-    if (c.cta_group == 2 && !target_.has_tcgen05())
-      return fmt::format("not legal on this target (a cta_group=2 load needs sm_100a or sm_103a, the target is {})",
-                         target_.arch);
-    bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
-    bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
-    if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
-    const CopyRegion& g = g2s ? c.src : c.dst;
-    const CopyRegion& sm = g2s ? c.dst : c.src;
-    DataType dt = g.tensor.dtype();
-    if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
-    int64_t eb = bytes_of(dt);
-    const GlobalAccess& acc = facts_.global(c, g.tensor);
-    int rank = int(g.extents.size());
-    if (rank < 1 || rank > 5) return fmt::format("not legal: a TMA box has 1 to 5 dims, the global tensor has {}", rank);
-    std::vector<int64_t> box;
-    for (int d = 0; d < rank; ++d) {
-      Expr e = facts_.simplify(g.extents[d]);
-      if (!e.is_int_const()) return fmt::format("not legal: box extent {} of dim {} is not a constant", to_string(e), d);
-      if (e.int_value() > 256) return fmt::format("not legal: box extent {} of dim {} exceeds 256", e.int_value(), d);
-      box.push_back(e.int_value());
-    }
-    int inner = rank - 1;
-    if (!facts_.simplify(acc.strides[inner]).is_int_const(1)) return "not legal: the innermost global dim is not contiguous";
-    int64_t inner_bytes = box[inner] * eb;
-    if (inner_bytes % 16) return fmt::format("not legal: the innermost box is {} bytes, not a multiple of 16", inner_bytes);
-    if (acc.param < 0 || !acc.param_offset_bytes.defined())
-      return "not legal: the global view is not a pointer parameter moved by integers (a tensor map needs its address)";
-    // A TMA store traps at a negative coordinate (loads zero-fill there): the automatic slot
-    // takes only boxes that provably start inside; explicit stores check at run time.
-    if (proven && s2g)
-      for (int d = 0; d < rank; ++d)
-        if (!facts_.holds(g.offsets[d] >= int_const(0, g.offsets[d].dtype())))
-          return fmt::format("not legal: a TMA store cannot start at a negative coordinate, and offset {} of dim {} is "
-                             "not known to be >= 0",
-                             to_string(facts_.simplify(g.offsets[d])), d);
-    if (proven) {
-      if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
-        return "not legal: the global base pointer is not known to be 16-byte aligned";
-      for (int d = 0; d < inner; ++d)
-        if (facts_.divisor(acc.strides[d]) * eb % 16)
-          return fmt::format("not legal: global stride {} of dim {} is not a known multiple of 16 bytes",
-                             to_string(acc.strides[d]), d);
-    }
-    int64_t swizzle = 0;
-    if (std::string why = tma_shared_tile(facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
-    spec.param = acc.param;
-    spec.offset = facts_.inline_lets(acc.param_offset_bytes);
-    spec.dtype = dt;
-    for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
-    for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
-    spec.box = box;
-    spec.swizzle_bytes = int(swizzle);
-    spec.loc = c.loc;
-    spec.inst = c.display_name();
-    return "";
+    return tilus::tma_plan(facts_, target_, c, proven, spec);
   }
-
-  // Why the shared tile `view` (whose dim d has extent box[d]) cannot be a TMA box of elements of
-  // `eb` bytes, or "" and its swizzle span: the box stored densely in row-major order (up to
-  // TMA's swizzle, whose span must be the box's rows), starting on 128 bytes.
-  std::string tma_shared_tile(const SharedView& view, const std::vector<int64_t>& box, int64_t eb,
-                              int64_t& swizzle) const {
-    const Tensor& root = view.root;
-    const SharedLayout& sl = root->shared_layout.defined() ? root->shared_layout : SharedLayout::row_major(root.static_shape());
-    int64_t expect = 1;
-    for (int d = int(box.size()) - 1; d >= 0; --d) {
-      if (box[size_t(d)] == 1) continue;
-      int rd = view.dims[size_t(d)];
-      if (rd < 0 || sl.strides()[size_t(rd)] != expect)
-        return "not legal: the shared tile is not the box stored densely in row-major order";
-      expect *= box[size_t(d)];
-    }
-    Expr start = facts_.simplify(shared_start_unswizzled(view));
-    if (facts_.divisor(start) * eb % 128) return "not legal: the shared tile does not start on 128 bytes";
-    swizzle = tma_swizzle_span(sl.swizzle(), eb);
-    if (swizzle < 0) return "not legal: the shared swizzle is not TMA's 32B / 64B / 128B pattern";
-    int64_t inner_bytes = box.back() * eb;
-    if (swizzle > 0 && inner_bytes != swizzle)
-      return fmt::format("not legal: the box's rows are {} bytes, the {}-byte swizzle needs rows of {}", inner_bytes,
-                         swizzle, swizzle);
-    return "";
-  }
-
-  // c2d_im2col by TMA's im2col mode, or why not. One load brings, for one kernel position
-  // (kh, kw), `bk` channels of `bm` consecutive output pixels: the pixel walk starts at the
-  // tile's first pixel (its window's top-left corner in the image) and steps by the conv stride
-  // through the pixel box [-pad, size - 1 + pad - dilation * (kernel - 1)] of each spatial dim,
-  // wrapping to the next row and image like the [N, OH, OW] order; the kernel position is the
-  // load's offset. So a tile's channels must stay in one kernel position (C a known multiple
-  // of bk). The base pointer's and strides' 16-byte alignment must be proven, as for copy.
   std::string tma_im2col_plan(const Im2colInst& i, TensorMapSpec& spec) const {
-    if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
-    DataType dt = i.col.dtype();
-    if (dt.is_subbyte()) return "not legal: TMA moves whole bytes (a sub-byte dtype)";
-    int64_t eb = bytes_of(dt);
-    auto shape = i.col.static_shape();
-    int64_t bm = shape[0], bk = shape[1];
-    const GlobalAccess& acc = facts_.global(i, i.img);
-    if (bm > 256 || bk > 256) return fmt::format("not legal: the tile [{}, {}] exceeds 256 pixels or channels", bm, bk);
-    if (bk * eb % 16) return fmt::format("not legal: a pixel's {} channels are {} bytes, not a multiple of 16", bk, bk * eb);
-    if (!facts_.simplify(acc.strides[3]).is_int_const(1)) return "not legal: the channels are not contiguous";
-    if (facts_.divisor(acc.shape[3]) % bk)
-      return fmt::format("not legal: C ({}) is not a known multiple of the tile's {} channels (a tile must stay in "
-                         "one kernel position)",
-                         to_string(facts_.simplify(acc.shape[3])), bk);
-    if (acc.param < 0 || !acc.param_offset_bytes.defined())
-      return "not legal: the image is not a pointer parameter moved by integers (a tensor map needs its address)";
-    if (acc.pointer_alignment % 16 || facts_.divisor(acc.param_offset_bytes) % 16)
-      return "not legal: the image's base pointer is not known to be 16-byte aligned";
-    for (int d = 0; d < 3; ++d)
-      if (facts_.divisor(acc.strides[d]) * eb % 16)
-        return fmt::format("not legal: image stride {} of dim {} is not a known multiple of 16 bytes",
-                           to_string(facts_.simplify(acc.strides[d])), d);
-    // The pixel box's corners and the kernel offsets are 8-bit signed and unsigned in 2-D
-    // im2col; traversal strides at most 8.
-    int64_t reach = i.dilation * (i.kernel - 1);
-    if (i.stride > 8) return fmt::format("not legal: stride {} exceeds TMA's traversal stride of 8", i.stride);
-    if (i.pad > 128 || i.pad - reach < -128 || i.pad - reach > 127 || reach > 255)
-      return fmt::format("not legal: pad {} and a dilated kernel reach of {} exceed TMA's 8-bit pixel box corners",
-                         i.pad, reach);
-    int64_t swizzle = 0;
-    if (std::string why = tma_shared_tile(facts_.shared(i, i.col), {bm, bk}, eb, swizzle); !why.empty()) return why;
-    spec.param = acc.param;
-    spec.offset = facts_.inline_lets(acc.param_offset_bytes);
-    spec.dtype = dt;
-    for (auto& e : acc.shape) spec.shape.push_back(facts_.inline_lets(e));
-    for (auto& e : acc.strides) spec.strides.push_back(facts_.inline_lets(e));
-    spec.box = {bm, bk};
-    spec.swizzle_bytes = int(swizzle);
-    spec.im2col = true;
-    spec.lower = -i.pad;
-    spec.upper = i.pad - reach;
-    spec.traversal_stride = i.stride;
-    spec.loc = i.loc;
-    spec.inst = i.display_name();
-    return "";
+    return tilus::tma_im2col_plan(facts_, target_, i, spec);
   }
 
   // The kernel's tensor map `spec` (an equal one is shared).
@@ -1032,6 +1122,16 @@ class Selector : public StmtMutator {
 };
 
 }  // namespace
+
+std::string tma_load_problem(const KernelFacts& facts, const Target& target, const CopyInst& c) {
+  TensorMapSpec spec;
+  return tma_plan(facts, target, c, true, spec);
+}
+
+std::string tma_im2col_problem(const KernelFacts& facts, const Target& target, const Im2colInst& i) {
+  TensorMapSpec spec;
+  return tma_im2col_plan(facts, target, i, spec);
+}
 
 Program select_instructions(const Program& program, const Target& target) {
   return map_kernels(program, [&](const Kernel& k) { return Selector(k, target).run(k); });

@@ -95,7 +95,7 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
     a.write = o.access != Access::Read;
     if (low.thread_private && low.mapping.defined()) {
       a.mapping = low.mapping.str();
-      for (auto& e : a.lo) a.mapping += "|" + to_string(e);
+      for (auto& e : a.lo) a.mapping += fmt::format("|{}", to_string(e));
       for (int64_t e : a.extent) a.mapping += fmt::format("|{}", e);
     }
     // Asynchronous writes, and the shared sources that a TMA store or a wgmma reads after it

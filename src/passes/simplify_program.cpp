@@ -33,7 +33,7 @@ class ExprSimplifier : public StmtMutator {
     if (st.is_int_const() && st.int_value() > 0 && facts_.holds(b >= e)) return nullptr;
     Stmt body = mutate(n.body);
     if (b.same_as(n.begin) && e.same_as(n.end) && st.same_as(n.step) && body == n.body) return s;
-    return std::make_shared<ForStmtNode>(n.var, b, e, st, n.unroll, body ? body : make_seq({}), n.loc);
+    return rebuild_for(n, b, e, st, body);
   }
 
   Stmt mutate_if(const Stmt& s, const IfStmtNode& n) override {

@@ -18,6 +18,8 @@ KernelSource cuda_source(const Program& traced, const std::string& arch, const C
     throw InternalError(fmt::format("cuda_source expects one kernel, got {}", traced.kernels.size()));
   PipelineOptions opts;
   opts.target = Target::from_arch(arch);
+  // A persistent grid has a block per multiprocessor of the GPU it runs on.
+  if (gpu_available() && current_device().arch() == arch) opts.target.multiprocessors = current_device().multiprocessors;
   Program lowered = run_pipeline(traced, opts);
   KernelSource source = emit_cuda(lowered.kernels[0], opts.target, options);
   for (const std::string& dir : ir_dump_dirs(traced, opts))  // next to the pass dumps

@@ -222,8 +222,11 @@ TEST(Autotune, TunesOnTheCpuBackendWithTheWallClock) {
   int timed = 0;
   for (auto& r : e->results) {
     timed += r.ms.has_value();
-    if (r.config.at("stages") == 2) EXPECT_TRUE(r.ms && *r.ms > 0) << r.error;
-    else EXPECT_FALSE(r.error.empty());  // skipped, with why
+    if (r.config.at("stages") == 2) {
+      EXPECT_TRUE(r.ms && *r.ms > 0) << r.error;
+    } else {
+      EXPECT_FALSE(r.error.empty());  // skipped, with why
+    }
   }
   EXPECT_EQ(timed, 2);
   EXPECT_NE(e->key.find("device=cpu"), std::string::npos);

@@ -314,8 +314,9 @@ TEST(BoundsPredicates, OnlyCheckedDimsChangeAndThePassIsIdempotent) {
 }
 
 namespace {
-// Every rule once: a constant-shape tile grid, a strided k loop, a permuted copy and an
-// unchecked copy_async.
+// Every rule once: a constant-shape tile grid, a strided k loop, a permuted copy, an
+// unchecked copy_async, and load_global's fill (other=) kept where a dim is checked and dropped
+// where none is.
 struct GoldenKernel : Script {
   static constexpr const char* param_names = "m, a, b";
   void operator()(Int32 m, Ptr<f16> a, Ptr<f16> b) {
@@ -336,12 +337,19 @@ struct GoldenKernel : Script {
     }
     auto gc = global_view(b, {Expr(1024), m});
     store_global(gc, acc.to(dtypes::float16), {.offsets = {blockIdx.y * 64, blockIdx.x * 64}, .dims = {1, 0}});
+    auto rows = load_global(ga, {.offsets = {blockIdx.x * 64, 0}, .shape = {64, 32}, .other = Expr(-1.0)});
+    auto inside = load_global(gb, {.offsets = {0, blockIdx.y * 64}, .shape = {32, 64}, .other = Expr(-1.0)});
+    store_global(gc, (rows.to(dtypes::float32) + 1.0).to(dtypes::float16), {.offsets = {0, 0}, .dims = {1, 0}});
+    store_global(gb, inside, {.offsets = {0, 0}});
   }
 };
 }  // namespace
 
 TEST(BoundsPredicates, Golden) {
   Program p = insert_bounds_predicates(trace(GoldenKernel{}));
-  EXPECT_EQ(checks(p), (Checks{"[0]", "[]", "[1]"}));
+  EXPECT_EQ(checks(p), (Checks{"[0]", "[]", "[1]", "[0]", "[]", "[1]", "[]"}));
+  std::string text = print(p);
+  EXPECT_EQ(text.find("other="), text.rfind("other="));  // the in-bounds load lost its fill
+  EXPECT_NE(text.find("checked_dims=[0], other=-1.0_float16)"), std::string::npos) << text;
   EXPECT_TRUE(matches_golden("bounds_predicates", print(p)));
 }

@@ -4,6 +4,7 @@
 
 #include "../../examples/cpp/matmul_mma.h"
 #include "../../examples/cpp/matmul_naive.h"
+#include "../../examples/cpp/matmul_auto.h"
 #include "../../examples/cpp/matmul_copy.h"
 #include "../../examples/cpp/matmul_pipelined.h"
 #include "../../examples/cpp/matmul_shared.h"
@@ -273,7 +274,8 @@ TEST(Nvrtc, EveryExampleCompiles) {
       {"matmul_mma", trace(examples::MatmulMma{})},     {"elementwise", trace(Elementwise{})},
       {"rowsum", trace(RowSum{})},                      {"async_copy", trace(AsyncCopy{})},
       {"shapes", trace(tests::Shapes{})},               {"matmul_pipelined", trace(examples::MatmulPipelined{})},
-      {"matmul_copy", trace(examples::MatmulCopy{})},
+      {"matmul_copy", trace(examples::MatmulCopy{})},    {"matmul_auto", trace(examples::MatmulAuto{})},
+      {"matmul_auto_aligned", specialize(trace(examples::MatmulAuto{}), {{0, 16}, {1, 16}, {2, 16}, {3, 16}, {4, 16}})},
       {"copy_paths", specialize(trace(CopyPaths{}), {{0, 16}, {1, 16}, {2, 16}})},
   };
   for (const char* arch : {"sm_80", "sm_90a"}) {

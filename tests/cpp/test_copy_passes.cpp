@@ -148,7 +148,7 @@ TEST(CopySelection, GlobalToSharedIsTmaOnSm90WhenLegal) {
       "tma_load", kSelect,
       [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
         auto sa = k.shared_tensor(dtypes::float16, {32, 64});
-        k.copy(a.region({0, 2}, {32, 64}), sa);  // any coordinates: TMA boxes need no aligned start
+        k.copy(a.region({0, 8}, {32, 64}), sa);  // a box starting 16 bytes into the row
       },
       {.arch = "sm_90a"});
   auto c = copies(s.after);
@@ -168,6 +168,32 @@ TEST(CopySelection, GlobalToSharedIsTmaOnSm90WhenLegal) {
   EXPECT_NE(copies(u.after)[0]->lowering.note.find("tma: not legal: the global base pointer is not known to be "
                                                      "16-byte aligned"),
             std::string::npos);
+}
+
+// The hardware faults on a box whose first element is not 16-byte aligned: a start 2 float16
+// into the row is no TMA box; with use_tma it is a CompileError naming the offset and dtype.
+TEST(CopySelection, MisalignedTmaStartIsNotTma) {
+  Body body = [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 2}, {32, 64}), sa);
+  };
+  auto s = run_to(traced(body, {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+  auto c = copies(s.after);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0]->lowering.op, MachineOp::TmaLoad);
+  EXPECT_NE(c[0]->lowering.note.find("tma: not legal: the box starts at innermost offset 2, not a multiple of 8 "
+                                     "elements of float16 (16 bytes)"),
+            std::string::npos)
+      << c[0]->lowering.note;
+  std::string err = compile_error([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {32, 64});
+    k.copy(a.region({0, 2}, {32, 64}), sa, {.annotations = {{"use_tma", "true"}}});
+  }, {.arch = "sm_90a"});
+  EXPECT_NE(err.find("test_copy_passes.cpp:"), std::string::npos) << err;
+  EXPECT_NE(err.find("copy: use_tma asks for a TMA copy, which is not legal: the box starts at innermost offset 2, not "
+                     "a multiple of 8 elements of float16 (16 bytes)"),
+            std::string::npos)
+      << err;
 }
 
 TEST(CopySelection, UnalignedPointerGivesScalarAccessesWithCoalescedThreads) {

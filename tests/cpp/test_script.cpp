@@ -280,16 +280,17 @@ TEST(Script, DumpIrWritesEveryStage) {
                                        "02_simplify.tir",
                                        "03_choose_shared_layouts.tir",
                                        "04_lower_dots_to_wgmma.tir",
-                                       "05_infer_layouts.tir",
-                                       "06_insert_bounds_predicates.tir",
-                                       "07_select_instructions.tir",
-                                       "08_plan_shared_memory.tir",
-                                       "09_insert_async_waits.tir",
-                                       "10_insert_barriers.tir",
-                                       "11_insert_wgmma_fences.tir",
-                                       "12_order_thread_groups.tir",
-                                       "13_keep_wgmma_loops_rolled.tir",
-                                       "14_order_wgmma_waits.tir"};
+                                       "05_pipeline_loops.tir",
+                                       "06_infer_layouts.tir",
+                                       "07_insert_bounds_predicates.tir",
+                                       "08_select_instructions.tir",
+                                       "09_plan_shared_memory.tir",
+                                       "10_insert_async_waits.tir",
+                                       "11_insert_barriers.tir",
+                                       "12_insert_wgmma_fences.tir",
+                                       "13_order_thread_groups.tir",
+                                       "14_keep_wgmma_loops_rolled.tir",
+                                       "15_order_wgmma_waits.tir"};
   // The traced IR plus one file per pass, and nothing else.
   ASSERT_EQ(expected.size(), pass_names().size() + 1);
   size_t files = 0;
@@ -330,7 +331,7 @@ TEST(Script, DumpIrKeepsAFolderPerSpecialization) {
   EXPECT_EQ(folders.size(), 3u);
   fs::path spec = ir_dump_dirs(aligned, opts)[0];
   EXPECT_NE(spec.filename().string().find("ControlFlow-sm_90a-n16-p16-"), std::string::npos) << spec;
-  EXPECT_TRUE(fs::exists(spec / "10_insert_barriers.tir"));
+  EXPECT_TRUE(fs::exists(spec / "11_insert_barriers.tir"));
   EXPECT_NE(ir_dump_dirs(aligned, cpu)[0].find("ControlFlow-cpu-n16-p16-"), std::string::npos);
   fs::remove_all(dir);
 }

@@ -134,6 +134,28 @@ TEST(VerifierRule1, GlobalViewPointeeMustMatchUnlessVoid) {
   EXPECT_TRUE(Passes([&] { t.b.global_view(t.v, int4, {t.m, t.n}, {}, L(14)); }));
 }
 
+TEST(VerifierRule1, GlobalViewShapeIsNotNegative) {
+  Traced t;
+  EXPECT_TRUE(Fails([&] { t.b.global_view(t.a, float32, {Expr(-8)}, {}, L(18)); }, 18, "global_view",
+                    {"negative extent -8 in dim 0", "global float32[-8]"}));
+  EXPECT_TRUE(Fails([&] { t.b.global_view(t.a, float32, {t.n, Expr(-1)}, {}, L(19)); }, 19, "global_view",
+                    {"negative extent -1 in dim 1"}));
+  EXPECT_TRUE(Passes([&] { t.b.global_view(t.a, float32, {Expr(0), t.n}, {}, L(20)); }));  // empty is fine
+}
+
+TEST(VerifierRule1, LoadGlobalOtherIsAScalarOfTheTilesDtype) {
+  Traced t;
+  Tensor g = t.g2();
+  EXPECT_TRUE(Passes([&] { t.b.load_global(g, {0, 0}, {4, 8}, {}, L(21), Expr(-1.5)); }));
+  EXPECT_TRUE(Passes([&] { t.b.load_global(g, {0, 0}, {4, 8}, {}, L(22), Expr(int64_t(3))); }));  // an int converts
+  Tensor gi = t.b.global_view(t.v, int32, {t.n}, {}, L(23));
+  EXPECT_TRUE(Fails([&] { t.b.load_global(gi, {0}, {8}, {}, L(24), Expr(0.5)); }, 24, "load_global",
+                    {"other 0.5 is float32", "register int32[8]", "an int number"}));
+  Tensor g4 = t.b.global_view(t.v, int4, {t.n}, {}, L(25));
+  EXPECT_TRUE(Fails([&] { t.b.load_global(g4, {0}, {8}, {}, L(26), Expr(int64_t(1))); }, 26, "load_global",
+                    {"8 bits or more", "register int4[8]"}));
+}
+
 TEST(VerifierRule1, LoadGlobalScopes) {
   Traced t;
   Tensor s = t.smem({64, 32});

@@ -22,6 +22,15 @@ def _gpu():
         return False
 
 
+def line_in(path, marker):
+    """The number of the first line of file `path` that holds `marker` (and not "line_of")."""
+    with open(path) as f:
+        for i, text in enumerate(f, 1):
+            if marker in text and "line_of" not in text:
+                return i
+    raise AssertionError(marker)
+
+
 HAS_GPU = _gpu()
 HAS_CPU = tilus.cpu_backend_available()
 

@@ -16,6 +16,7 @@ The valid programs that used to be refused, and the discarded-result warning, ar
 import contextlib
 import importlib.util
 import inspect
+import math
 import re
 import signal
 import subprocess
@@ -84,7 +85,7 @@ class Values:
     """Tensors and scalars of every kind for the method cases (built by a helper: plain Python)."""
 
     def __init__(self, k, n, x):
-        self.n = n
+        self.n, self.x = n, x
         self.g = k.global_view(x, shape=[n, n])      # global float32[n, n]
         self.g1 = k.global_view(x, shape=[n])        # global float32[n]
         self.s = k.shared_tensor(dtype=float32, shape=[16, 16])
@@ -114,11 +115,11 @@ E = tilus.CompileError
 METHOD_CASES = [
     ("gv-ptr-list", lambda k, v: k.global_view([1, 2], shape=[4]), ["global_view", "pointer parameter", "list"]),
     ("gv-ptr-int", lambda k, v: k.global_view(3, shape=[4]), ["global_view", "pointer parameter", "int 3"]),
-    ("gv-dtype-str", lambda k, v: k.global_view(v.n, dtype="float32", shape=[4]), ["global_view", "data type", "'float32'"]),
-    ("gv-shape-float", lambda k, v: k.global_view(v.n, dtype=float32, shape=4.0), ["global_view", "shape", "float 4.0"]),
-    ("gv-shape-elem", lambda k, v: k.global_view(v.n, dtype=float32, shape=[2.5]), ["global_view", "shape", "integers", "2.5"]),
-    ("gv-strides-str", lambda k, v: k.global_view(v.n, dtype=float32, shape=[4], strides="1"), ["global_view", "strides", "list"]),
-    ("gv-no-shape", lambda k, v: k.global_view(v.n), ["global_view", "shape"]),
+    ("gv-dtype-str", lambda k, v: k.global_view(v.x, dtype="float32", shape=[4]), ["global_view", "data type", "'float32'"]),
+    ("gv-shape-float", lambda k, v: k.global_view(v.x, dtype=float32, shape=4.0), ["global_view", "shape", "float 4.0"]),
+    ("gv-shape-elem", lambda k, v: k.global_view(v.x, dtype=float32, shape=[2.5]), ["global_view", "shape", "integers", "2.5"]),
+    ("gv-strides-str", lambda k, v: k.global_view(v.x, dtype=float32, shape=[4], strides="1"), ["global_view", "strides", "list"]),
+    ("gv-no-shape", lambda k, v: k.global_view(v.x), ["global_view", "shape"]),
     ("st-dtype-str", lambda k, v: k.shared_tensor(dtype="float16", shape=[4]), ["shared_tensor", "data type", r"tilus\.float16"]),
     ("st-dtype-np", lambda k, v: k.shared_tensor(dtype=np.float16, shape=[4]), ["shared_tensor", "data type"]),
     ("st-shape-sym", lambda k, v: k.shared_tensor(dtype=float32, shape=[v.n]), ["shared_tensor", "Python ints", "int32"]),
@@ -137,6 +138,10 @@ METHOD_CASES = [
     ("fs-register", lambda k, v: k.free_shared(v.r), ["free_shared", "shared tensor", r"register float32\[16, 16\]"]),
     ("lg-src-shared", lambda k, v: k.load_global(v.s, offsets=[0, 0], shape=[4, 4]), ["load_global", "global tensor", r"shared float32\[16, 16\]"]),
     ("lg-offsets-str", lambda k, v: k.load_global(v.g, offsets="00", shape=[4, 4]), ["offsets", "list", "str"]),
+    ("lg-other-str", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], other="0"), ["load_global: other", "scalar", "str '0'"]),
+    ("lg-other-tensor", lambda k, v: k.load_global(v.g, offsets=[0, 0], shape=[4, 4], other=v.r), ["load_global: other", "scalar", r"register float32\[16, 16\]"]),
+    ("gelu-approximate", lambda k, v: k.gelu(v.r, approximate="exact"), ["gelu", "approximate", '"none" or "tanh"', '"exact"']),
+    ("gelu-int", lambda k, v: k.gelu(v.i, approximate="tanh"), ["gelu", "floating-point", r"register int32\[16\]"]),
     ("lg-offsets-float", lambda k, v: k.load_global(v.g, offsets=[0.5, 0], shape=[4, 4]), ["offsets", "integers", "0.5"]),
     ("lg-offsets-arity", lambda k, v: k.load_global(v.g, offsets=[0], shape=[4, 4]), ["load_global", "offsets"]),
     ("lg-offset-64bit", lambda k, v: k.load_global(v.g, offsets=[0, 1 << 63], shape=[4, 4]), ["load_global: offsets", "64 bits"]),
@@ -343,7 +348,33 @@ def test_method_misuse(case, fragments, request):
     expect(lambda: tilus.trace(Call(case)), E, line_of(marker), fragments)
 
 
-UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor", "ceil"]
+UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor", "ceil",
+         "erf", "sigmoid", "gelu"]
+
+
+class MathOfATensor(tilus.Script):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def __call__(self, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[4])
+        v = self.load_global(g, offsets=[0], shape=[4])
+        if self.fn == "tanh":
+            v = math.tanh(v)  # C-MATH-TANH
+        else:
+            v = math.erfc(v)  # C-MATH-ERFC
+        self.store_global(g, v, offsets=[0])
+
+
+def test_a_math_function_of_a_tensor_names_the_elementwise_method():
+    expect(lambda: tilus.trace(MathOfATensor("tanh")), E, line_of("C-MATH-TANH"),
+           [r"math.tanh\(\) takes numbers and kernel scalars, not a tensor", r"register float32\[4\]",
+            r"self.tanh\(x\) computes it elementwise"])
+    expect(lambda: tilus.trace(MathOfATensor("erfc")), E, line_of("C-MATH-ERFC"),
+           [r"math.erfc\(\)", "tilus has no elementwise erfc", "self.erf"])
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -850,6 +881,11 @@ LAUNCH_CASES = [
     ("int-negative-overflow", lambda k: k(-(1 << 40), F32, 1.0), ["'n'", "range of int32"]),
     ("const-type", lambda k: k(4, F32, "1.0"), ["'scale'", "compile-time float", "'1.0'"]),
     ("const-bool", lambda k: k(4, F32, None), ["'scale'", "compile-time float"]),
+    ("int-beyond-int64", lambda k: k(1 << 63, F32, 1.0), ["kernel Add1, argument 0 \\('n': int32\\)",
+                                                          "9223372036854775808 is out of the range of int32"]),
+    ("scalar-array", lambda k: k(np.ones(2, np.int32), F32, 1.0),
+     ["kernel Add1, argument 0 \\('n': int32\\)", "an array \\(numpy.ndarray of shape \\(2,\\) and dtype int32\\)",
+      "annotate it 'n: ~int32'"]),
 ]
 
 
@@ -859,6 +895,82 @@ def test_launch_mistake(call, fragments):
     x = F32.copy()
     expect(lambda: call(Add1()), A, None, fragments)
     assert (F32 == 0).all() and (x == 0).all()  # nothing ran
+
+
+class NoTilde(tilus.Script):
+    """A pointer parameter written without `~`: a float32 scalar."""
+
+    def __call__(self, n: int32, x: float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, dtype=float32, shape=[n])  # C-NO-TILDE
+        self.store_global(g, self.register_tensor(dtype=float32, shape=[4], init=1.0), offsets=[0])
+
+
+@needs_cpu
+def test_a_pointer_parameter_without_tilde():
+    # Called with an array: the launch names the kernel, the parameter and the fix.
+    expect(lambda: NoTilde()(4, np.zeros(4, np.float32)), A, None,
+           ["kernel NoTilde, argument 1 \\('x': float32\\)", "the parameter is a float32 scalar",
+            "numpy.ndarray of shape \\(4,\\) and dtype float32", "annotate it 'x: ~float32'"])
+    # Called with a number: global_view (with or without dtype=) says the same at its line.
+    expect(lambda: NoTilde()(4, 1.0), E, line_of("C-NO-TILDE"),
+           ["global_view: ptr must be a pointer", "x \\(float32\\), a scalar", "annotate it 'x: ~float32'"])
+
+
+class NegativeView(tilus.Script):
+    def __call__(self, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[-8])  # C-NEGATIVE-VIEW
+        self.store_global(g, self.register_tensor(dtype=float32, shape=[8], init=1.0), offsets=[0])
+
+
+def test_a_view_of_negative_extent_is_an_error():
+    expect(lambda: tilus.trace(NegativeView()), E, line_of("C-NEGATIVE-VIEW"),
+           ["global_view", "negative extent -8 in dim 0", "global float32\\[-8\\]"])
+
+
+class KeywordOnly(tilus.Script):
+    """Keyword-only parameters, runtime and compile-time."""
+
+    def __call__(self, n: int32, *, x: ~float32, scale: float):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(x, shape=[n])
+        self.store_global(g, self.load_global(g, offsets=[0], shape=[8]) * scale, offsets=[0])
+
+
+@needs_cpu
+def test_keyword_only_parameters():
+    x = np.arange(8, dtype=np.float32)
+    KeywordOnly()(8, x=x, scale=2.0)
+    np.testing.assert_allclose(x, np.arange(8) * 2.0)
+    KeywordOnly()(scale=3.0, x=x, n=8)
+    np.testing.assert_allclose(x, np.arange(8) * 6.0)
+    assert "mul" in str(tilus.trace(KeywordOnly(), constants={"scale": 2.0}))
+    # Python's rule: by position they are an error that names the parameter.
+    expect(lambda: KeywordOnly()(8, x, 2.0), A, None, ["kernel KeywordOnly", "'x' is keyword-only", "x=..."])
+
+
+@needs_cpu
+def test_an_int64_beyond_its_range_names_the_kernel_and_the_parameter():
+    class Int64Param(tilus.Script):
+        def __call__(self, n: tilus.int64, u: tilus.uint64, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            g = self.global_view(x, shape=[1])
+            self.store_global(g, self.register_tensor(dtype=float32, shape=[1], init=tilus.cast(n, float32)),
+                              offsets=[0])
+
+    x = np.zeros(1, np.float32)
+    Int64Param()((1 << 63) - 1, 5, x)
+    assert x[0] == float((1 << 63) - 1)
+    expect(lambda: Int64Param()(1 << 63, 5, x), A, None,
+           ["kernel Int64Param, argument 0 \\('n': int64\\)", "9223372036854775808 is out of the range of int64"])
+    expect(lambda: Int64Param()(-(1 << 63) - 1, 5, x), A, None, ["'n': int64", "out of the range of int64"])
+    expect(lambda: Int64Param()(0, 1 << 63, x), A, None,
+           ["kernel Int64Param, argument 1 \\('u': uint64\\)", "2\\*\\*63 or more", "travel as int64"])
 
 
 def test_there_are_at_least_a_hundred_cases():

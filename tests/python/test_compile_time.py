@@ -61,6 +61,37 @@ def test_changed_pch_file_is_not_used_and_said_once(tmp_path, capfd):
     assert err.count("was changed by something other than this process") == 1, err
 
 
+def test_a_pch_that_cannot_be_written_falls_back_with_one_warning(tmp_path):
+    # A cache directory with no room (a full file system; here a file-size limit of 1 MiB, which
+    # NVRTC's PCH exceeds and the compile itself does not need): the compiles go on without a
+    # PCH, and say so once. In a child process: the limit is the process's.
+    d = str(tmp_path / "pch")
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
+            "from tilus import _C\n"
+            f"runs = [_C.nvrtc_compile({SRC!r}, 'k', 'sm_90a', pch_dir=sys.argv[1]) for _ in range(3)]\n"
+            f"plain = _C.nvrtc_compile({SRC!r}, 'k', 'sm_90a')\n"
+            "print([r['pch'] for r in runs], all(r['cubin'] == plain['cubin'] for r in runs),\n"
+            "      all(r['log'] == '' for r in runs))\n")
+    r = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["['none',", "'none',", "'none']", "True", "True"], r.stdout
+    assert r.stderr.count("tilus:") == 1, r.stderr
+    assert "NVRTC could not make the precompiled device header" in r.stderr and "compiling without one" in r.stderr, \
+        r.stderr
+
+
+def test_a_source_error_with_a_pch_is_the_sources(tmp_path):
+    bad = SRC.replace("tilus::exp", "tilus::no_such_function")
+    d = str(tmp_path / "pch")
+    for _ in range(2):
+        with pytest.raises(tilus.Error, match="no_such_function") as e:
+            _C.nvrtc_compile(bad, "k", "sm_90a", pch_dir=d)
+        assert "precompiled" not in str(e.value)
+    assert _C.nvrtc_compile(SRC, "k", "sm_90a", pch_dir=d)["pch"] == "created"  # the PCH was not blamed
+
+
 def test_runtime_keeps_the_pch_beside_the_cubin_cache(tmp_path, monkeypatch):
     from vector_add import VectorAdd
     from softmax import Softmax

@@ -249,6 +249,39 @@ def test_shared_overruns_are_reported_in_checked_mode(monkeypatch):
         k(64, -1, 0, x, y)
 
 
+@needs_cpu
+def test_shared_overruns_are_reported_without_checked_mode_too():
+    # The CPU backend checks shared tiles at run-time offsets in every mode (one comparison per
+    # tile access): an overrun is an error, not a corrupted heap. In a child process, so that the
+    # old behaviour (a write past the block's buffer) cannot take the test run down with it.
+    code = textwrap.dedent(f"""
+        import os, sys
+        os.environ.pop("TILUS_CPU_CHECK", None)
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import numpy as np, tilus
+        from test_contracts import SharedWindow
+        x, y = np.arange(64, dtype=np.float32), np.zeros(64, dtype=np.float32)
+        k = SharedWindow()
+        k(64, 9, 1, x, y)
+        assert (y[:16] == x[:16]).all()
+        for i0, i in ((20, 0), (0, 2), (-1, 0), (1 << 20, 0)):
+            try:
+                k(64, i0, i, x, y)
+                print("no error for", i0, i)
+            except tilus.CpuCheckError as e:
+                print(e)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TILUS_CPU_CHECK"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4 and "no error" not in r.stdout, r.stdout
+    assert f"{__file__}:{line_of('SHARED-WINDOW')}: copy: out-of-bounds access of shared float32[32] at shared " \
+           "index [20]: dim 0 takes [20, 36), outside the tensor's [0, 32)" in lines[0], lines[0]
+    assert "at shared index [2, 0]: dim 0 takes [2, 3), outside the tensor's [0, 2)" in lines[1], lines[1]
+    assert "at shared index [-1]" in lines[2] and "at shared index [1048576]" in lines[3], lines
+
+
 def test_debug_bounds_emits_device_checks():
     if not tilus._C.nvrtc_available():
         pytest.skip("tilus was built without NVRTC")

@@ -174,3 +174,29 @@ def test_the_stub_declares_each_class_as_it_is():
 def test_the_package_ships_its_type_information(name):
     # PEP 561: the marker says the package's inline annotations and stubs are to be used
     assert os.path.isfile(os.path.join(PACKAGE, name))
+
+
+def test_the_docs_that_help_names_ship_with_the_package():
+    # help() and the messages name docs/<page>.md: the package holds them (tilus/docs/, in the
+    # build tree as in a wheel, from one list in python/CMakeLists.txt), so a pip install has them.
+    texts = [doc or "" for _, doc in _documented()]
+    for root, _, files in os.walk(PACKAGE):
+        texts += [open(os.path.join(root, f), encoding="utf-8").read() for f in files if f.endswith((".py", ".pyi"))]
+    named = sorted({m for t in texts for m in re.findall(r"\bdocs/([\w-]+\.md)", t)})
+    assert "python.md" in named and "gpu.md" in named, named
+    missing = [n for n in named if not os.path.isfile(os.path.join(PACKAGE, "docs", n))]
+    assert not missing, f"help() names docs that {PACKAGE}/docs lacks: {missing}"
+    assert "docs" in tilus.__doc__ and "tilus.__file__" in tilus.__doc__  # and says where they are
+
+
+def test_the_docs_list_every_elementwise_math_method():
+    # docs/instructions.md (the C++ and Python reference) and docs/python.md name every unary
+    # math method of tilus.Script, and the same ones.
+    from conftest import ROOT
+    from tilus.script import _UNARY
+    methods = set(_UNARY) | {"gelu"}
+    for page in ("instructions.md", "python.md"):
+        text = open(os.path.join(ROOT, "docs", page), encoding="utf-8").read()
+        row = re.search(r"`abs exp [a-z0-9 ]+`", text).group(0).strip("`").split()
+        listed = set(row) | ({"gelu"} if "`gelu(x, approximate" in text else set())
+        assert listed == methods, (page, sorted(methods - listed), sorted(listed - methods))

@@ -10,6 +10,7 @@ import tilus
 from conftest import HAS_GPU, Arrays
 
 from conv2d import Conv2d, reference as conv2d_reference
+from conv2d_auto import Conv2dAuto
 from conv2d_wgmma import Conv2dWgmma, Conv2dWgmmaPersistent
 from flash_attention import FlashAttention
 from flash_decoding import FlashDecoding
@@ -25,6 +26,7 @@ from matmul_v0 import MatmulV0
 from matmul_v1 import MatmulV1
 from matmul_v2 import MatmulV2
 from matmul_v3 import MatmulV3
+from matmul_auto import MatmulAuto
 from matmul_tma import MatmulTma
 from matmul_fp8 import MatmulFp8, MatmulFp8Ring
 from per_token_cast import PerTokenCast
@@ -42,7 +44,8 @@ EXAMPLES = {"vector_add": VectorAdd, "matmul_v0": MatmulV0, "matmul_v1": MatmulV
             "hopper_matmul_v6": HopperMatmulV6, "matmul_fp8": MatmulFp8,
             "matmul_fp8_block": lambda: MatmulFp8("block"), "matmul_fp8_ring_block": lambda: MatmulFp8Ring("block"),
             "per_token_cast": PerTokenCast, "swiglu_per_token_cast": lambda: SwiGLUPerTokenCast(clamp=7.0),
-            "flash_attention": FlashAttention, "flash_decoding": FlashDecoding}
+            "flash_attention": FlashAttention, "flash_decoding": FlashDecoding,
+            "matmul_auto": MatmulAuto, "conv2d_auto": Conv2dAuto}
 
 
 def test_vector_add(arrays):

@@ -8,7 +8,7 @@ import pytest
 
 import tilus
 from tilus import float16, float32, int8, int32, uint8
-from conftest import HAS_CPU, HAS_GPU
+from conftest import HAS_CPU, HAS_GPU, line_in
 
 
 def tma_tile(dt, bm, bn, cluster=None):
@@ -298,6 +298,19 @@ def test_reading_a_tma_load_without_its_wait_names_both_lines():
     (lambda self, s, bar: self.tma.global_to_shared(src=self.global_view(self.x, shape=[32, 32]), dst=s, offsets=[0, 0],
                                                     mbarrier=bar, cache_policy=1.5),
      r"tma.global_to_shared: cache_policy is a 64-bit L2 cache policy \(an integer\), got 1.5 of type float32"),
+    # A box start proven misaligned (the hardware faults on it): a constant, or an offset the simplifier decides.
+    (lambda self, s, bar: self.tma.global_to_shared(src=self.global_view(self.x, shape=[32, 64]), dst=s, offsets=[0, 2],
+                                                    mbarrier=bar),
+     r"tma.global_to_shared: this TMA copy is not legal: the box starts at innermost offset 2, not a multiple of 4 "
+     r"elements of float32 \(16 bytes\)"),
+    (lambda self, s, bar: self.tma.shared_to_global(s, self.global_view(self.x, shape=[32, 64]), offsets=[3, 33]),
+     r"tma.shared_to_global: this TMA copy is not legal: the box starts at innermost offset 33, not a multiple of 4 "),
+    (lambda self, s, bar: self.tma_copy(self.global_view(self.x, shape=[32, 64])[0:32, 6:38], s, barrier=bar),
+     r"tma_copy: this TMA copy is not legal: the box starts at innermost offset 6, not a multiple of 4 "),
+    (lambda self, s, bar: self.tma.global_to_shared(src=self.global_view(self.x, shape=[32, 64]), dst=s,
+                                                    offsets=[0, self.n * 8 + 2], mbarrier=bar),
+     r"tma.global_to_shared: this TMA copy is not legal: the box starts at innermost offset \(?n \* 8\)? \+ 2, not a "
+     r"multiple of 4 elements of float32"),
 ])
 def test_bad_calls_name_the_instruction_and_line(body, match):
     class Bad(tilus.Script):
@@ -306,7 +319,7 @@ def test_bad_calls_name_the_instruction_and_line(body, match):
             self.attrs.warps = 4
             s = self.shared_tensor(dtype=float32, shape=[32, 32])
             bar = self.mbarrier.alloc(counts=[1])
-            self.x = x
+            self.x, self.n = x, n
             body(self, s, bar)
 
     with pytest.raises(tilus.CompileError, match=match) as e:
@@ -738,3 +751,141 @@ def test_reading_a_split_phase_im2col_without_its_wait_names_both_lines():
                                                  r"c2d_im2col at .*:\d+ may still be writing; c2d_im2col completes on its "
                                                  r"mbarrier"):
         SplitIm2col(False).ir(2, 9, 7, 32, 126, 288, x, np.zeros((126, 288), np.float16), arch="sm_90a")
+
+
+# --- the 16-byte alignment of a TMA box's start ---------------------------------------------------
+# The hardware faults ("CUDA error: an illegal instruction") on a box whose innermost coordinate
+# is not a multiple of 16 bytes' worth of elements (matmul_fp8.py's scales at k step 1 did).
+
+def line_of(marker):
+    return line_in(__file__, marker)
+
+
+class TmaAt(tilus.Script):
+    """y[:, so:so + 32] = x[:, lo:lo + 32] over 16 rows: a TMA load box at column `lo` and a TMA
+    store box at column `so`, both run-time offsets."""
+
+    def __call__(self, n: int32, lo: int32, so: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        s = self.shared_tensor(dtype=float32, shape=[16, 32])
+        bar = self.mbarrier.alloc(counts=[1])
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bar, 16 * 32 * 4)
+            self.tma.global_to_shared(src=self.global_view(x, shape=[16, n]), dst=s, offsets=[0, lo],  # TMA-AT-LOAD
+                                      mbarrier=bar)
+        self.mbarrier.wait(bar, 0)
+        with self.single_thread():
+            self.tma.shared_to_global(s, self.global_view(y, shape=[16, n]), offsets=[0, so])  # TMA-AT-STORE
+            self.tma.commit_group()
+            self.tma.wait_group(0)
+
+
+def tma_at_want(h, lo, so):
+    n = h.shape[1]
+    box = np.zeros((16, 32), h.dtype)  # the load zero-fills past the tensor's end
+    box[:, :min(32, n - lo)] = h[:, lo:lo + 32]
+    want = np.full_like(h, 7)
+    want[:, so:so + 32] = box[:, :min(32, n - so)]  # the store writes only inside
+    return want
+
+
+@pytest.mark.parametrize("lo,so", [(4, 4), (100, 36), (0, 168)])  # multiples of 4 float32, not of the box's 32
+def test_tma_boxes_at_aligned_run_time_offsets(arrays, lo, so):
+    n = 200
+    h = np.random.default_rng(8).uniform(-4, 4, size=(16, n)).astype(np.float32)
+    y = arrays.put(np.full((16, n), 7, np.float32))
+    TmaAt()(n, lo, so, arrays.put(h), y)
+    np.testing.assert_array_equal(arrays.host(y), tma_at_want(h, lo, so))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("lo,so,inst,marker,coords,offset", [
+    (1, 4, "tma.global_to_shared", "TMA-AT-LOAD", "0, 1", 1),
+    (-2, 4, "tma.global_to_shared", "TMA-AT-LOAD", "0, -2", -2),
+    (8, 6, "tma.shared_to_global", "TMA-AT-STORE", "0, 6", 6),
+])
+def test_a_misaligned_tma_box_is_an_error_on_the_cpu(lo, so, inst, marker, coords, offset):
+    # Outside checked mode too: before, the CPU backend copied such a box and the GPU faulted.
+    x, y = np.ones((16, 200), np.float32), np.zeros((16, 200), np.float32)
+    with pytest.raises(tilus.CpuCheckError) as e:
+        TmaAt()(200, lo, so, x, y)
+    assert (f"test_hopper_copies.py:{line_of(marker)}: {inst}: the TMA box of global float32[16, n] (from parameter "
+            f"'{'x' if inst.endswith('shared') else 'y'}') starts at [{coords}]: innermost offset {offset} is not a "
+            f"multiple of 4 elements of float32 (16 bytes)") in str(e.value), str(e.value)
+    assert "illegal instruction" in str(e.value)
+
+
+def test_tma_boxes_at_run_time_offsets_compile():
+    # Not provable either way: no compile error (the CPU backend and TILUS_DEBUG_BOUNDS check them).
+    x = np.zeros((16, 200), np.float32)
+    ir = final_ir(TmaAt(), 200, 1, 6, x, x, arch="sm_90a")
+    assert ir.count("tensor_map=") >= 2, ir
+
+
+class AutoAt(tilus.Script):
+    """copy of a [16, 64] float16 tile at column `c0` (a run-time offset) or at a multiple of 8."""
+
+    def __init__(self, aligned):
+        super().__init__()
+        self.aligned = aligned
+
+    def __call__(self, n: int32, c0: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        c = c0 * 8 if self.aligned else c0
+        s = self.shared_tensor(dtype=float16, shape=[16, 64])
+        self.copy(self.global_view(x, shape=[16, n])[0:16, c:c + 64], s)
+        self.store_global(self.global_view(y, shape=[16, 64]), self.load_shared(s), offsets=[0, 0])
+
+
+def test_automatic_tma_needs_a_start_proven_aligned():
+    x, y = np.zeros((16, 256), np.float16), np.zeros((16, 64), np.float16)
+    assert "tma.load" in final_ir(AutoAt(True), 256, 3, x, y, arch="sm_90a")
+    ir = final_ir(AutoAt(False), 256, 3, x, y, arch="sm_90a")
+    assert "tma.load" not in ir and "the box starts at innermost offset c0, not known to be a multiple of 8 elements " \
+                                    "of float16" in ir, ir
+
+
+@pytest.mark.parametrize("aligned,c0", [(True, 3), (False, 5)])
+def test_automatic_copies_at_run_time_offsets_run(arrays, aligned, c0):
+    n = 256
+    h = np.random.default_rng(9).uniform(-4, 4, size=(16, n)).astype(np.float16)
+    y = arrays.put(np.zeros((16, 64), np.float16))
+    AutoAt(aligned)(n, c0, arrays.put(h), y)
+    c = c0 * 8 if aligned else c0
+    np.testing.assert_array_equal(arrays.host(y), h[:, c:c + 64])
+
+
+def test_debug_bounds_source_checks_unproven_tma_starts(monkeypatch):
+    x = np.zeros((16, 200), np.float32)
+    check = "the TMA box starts at innermost offset %d, not a multiple of 4 elements of float32 (16 bytes)"
+    monkeypatch.delenv("TILUS_DEBUG_BOUNDS", raising=False)
+    assert check not in TmaAt().source(200, 4, 4, x, x, arch="sm_90a")
+    monkeypatch.setenv("TILUS_DEBUG_BOUNDS", "1")
+    src = TmaAt().source(200, 4, 4, x, x, arch="sm_90a")
+    assert src.count(check) == 2 and f"test_hopper_copies.py:{line_of('TMA-AT-LOAD')}: tma.global_to_shared" in src, src
+    assert "% 4 != 0)" in src
+    # A start proven aligned has no check.
+    assert check.replace("float32", "float16").replace(" 4 ", " 8 ") not in AutoAt(True).source(
+        256, 3, np.zeros((16, 256), np.float16), np.zeros((16, 64), np.float16), arch="sm_90a")
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU")
+@pytest.mark.parametrize("lo,so,marker,inst", [(1, 4, "TMA-AT-LOAD", "tma.global_to_shared"),
+                                               (4, 6, "TMA-AT-STORE", "tma.shared_to_global")])
+def test_debug_bounds_traps_a_misaligned_tma_box_with_its_line(tmp_path, lo, so, marker, inst):
+    # The trap ends the CUDA context: run it in its own process.
+    import os
+    import subprocess
+    import sys
+    code = (f"import torch, test_hopper_copies as t; x = torch.ones(16, 200, device='cuda'); y = torch.zeros_like(x); "
+            f"t.TmaAt()(200, 4, 4, x, y); torch.cuda.synchronize(); print('aligned ok', flush=True); "
+            f"t.TmaAt()(200, {lo}, {so}, x, y); torch.cuda.synchronize(); print('not trapped', flush=True)")
+    env = dict(os.environ, TILUS_DEBUG_BOUNDS="1", TILUS_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    out = r.stdout + r.stderr
+    assert "aligned ok" in out and "not trapped" not in out and r.returncode != 0, out
+    assert f"test_hopper_copies.py:{line_of(marker)}: {inst}: the TMA box starts at innermost offset " \
+           f"{lo if marker.endswith('LOAD') else so}, not a multiple of 4 elements of float32 (16 bytes)" in out, out

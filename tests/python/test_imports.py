@@ -1,14 +1,18 @@
 """The modules of the Python package import one another as a DAG: each imports in a fresh
 interpreter, their module-level imports have no cycle, and no function imports a tilus module
-(the usual way to hide a cycle)."""
+(the usual way to hide a cycle). And `import tilus` needs nothing but the standard library and
+the dependencies pyproject.toml declares (what `pip install .` installs)."""
 import ast
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 import tilus
+
+from conftest import ROOT
 
 PACKAGE = os.path.dirname(tilus.__file__)
 # The instruction families (tilus/instructions/) count as one module of the graph: the union of
@@ -107,3 +111,46 @@ def test_layout_functions_take_ints_or_a_list():
     for bad in [(), (4, "x"), (0, 8), ([4, 8.0],), (True, 2)]:
         with pytest.raises(tilus.CompileError, match=r"tilus\.spatial: the shape must be positive ints"):
             tilus.spatial(*bad)
+
+
+def _declared_dependencies():
+    """The distribution names in pyproject.toml's [project] dependencies (what `pip install .`
+    installs beside tilus), as module names."""
+    text = open(os.path.join(ROOT, "pyproject.toml")).read()
+    body = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S).group(1)
+    deps = re.search(r"^dependencies\s*=\s*(\[.*?\])", body, re.M | re.S)
+    names = eval(deps.group(1), {}, {}) if deps else []  # a list of strings
+    return sorted(re.match(r"[A-Za-z0-9_.-]+", n).group(0).lower().replace("-", "_") for n in names)
+
+
+# Blocks every import of a top-level module that is neither the standard library, tilus, nor a
+# module named on the command line: the interpreter a fresh `pip install .` leaves.
+_ONLY_DECLARED = """
+import importlib.abc, sys
+allowed = set(sys.argv[1].split(",")) | {"tilus"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top in sys.stdlib_module_names or top in allowed or top.startswith("_") and top[1:] in sys.stdlib_module_names:
+            return None
+        raise ModuleNotFoundError(f"No module named {name!r} (not declared in pyproject.toml)", name=name)
+sys.meta_path.insert(0, Block())
+import tilus
+print(tilus.float32)
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names needs Python 3.10")
+def test_import_tilus_needs_only_the_declared_dependencies():
+    # `pip install .` into a fresh venv, then `import tilus`: only pyproject.toml's dependencies
+    # are there. numpy is one (host tensors and the CPU backend's arrays).
+    declared = _declared_dependencies()
+    assert "numpy" in declared, declared
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(PACKAGE), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", _ONLY_DECLARED, ",".join(declared)], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "float32"
+    # The check can fail: without the declaration, the same import stops at numpy.
+    r = subprocess.run([sys.executable, "-c", _ONLY_DECLARED, ""], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "No module named 'numpy'" in r.stderr, r.stderr

@@ -31,12 +31,23 @@ class Unary(tilus.Script):
             r = self.clip(v, -0.5, 0.75)
         elif self.op == "cast16":
             r = v.to(self.dt).to(float32)
+        elif self.op == "gelu_tanh":
+            r = self.gelu(v, approximate="tanh")
         else:
             r = getattr(self, self.op)(v if self.op not in ("sqrt", "log", "rsqrt") else abs(v) + 1.0)
         self.store_global(self.global_view(y, shape=[m, n]), r, offsets=o)
 
 
+def _gelu(v, approximate):
+    v = v.astype(np.float64)
+    if approximate == "tanh":
+        return 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+    return 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+
+
 UNARY = {
+    "erf": np.vectorize(math.erf), "sigmoid": lambda v: 1 / (1 + np.exp(-v.astype(np.float64))),
+    "gelu": lambda v: _gelu(v, "none"), "gelu_tanh": lambda v: _gelu(v, "tanh"),
     "exp": np.exp, "abs": np.abs, "sqrt": lambda v: np.sqrt(np.abs(v) + 1), "rsqrt": lambda v: 1 / np.sqrt(np.abs(v) + 1),
     "log": lambda v: np.log(np.abs(v) + 1), "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "round": np.round,
     "floor": np.floor, "ceil": np.ceil, "square": np.square, "exp2": np.exp2, "neg": np.negative,
@@ -51,6 +62,119 @@ def test_unary(arrays, op):
     y = arrays.empty((m, n))
     Unary(op)(m, n, x, y)
     np.testing.assert_allclose(arrays.host(y), UNARY[op](arrays.host(x)), rtol=2e-6, atol=2e-6)
+
+
+class HalfActivations(tilus.Script):
+    """sigmoid and both gelu forms of a float16 tile (computed in float32, rounded once)."""
+
+    def __call__(self, n: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        v = self.load_global(self.global_view(x, shape=[n]), offsets=[0], shape=[256])
+        g = self.global_view(y, shape=[3, n])
+        for i, r in enumerate([self.sigmoid(v), self.gelu(v), self.gelu(v, approximate="tanh")]):
+            self.store_global(g, self.unsqueeze(r, [0]), offsets=[i, 0])
+
+
+def test_half_activations_round_once(arrays):
+    n = 200
+    x = arrays.rand((n,), "float16", lo=-5, hi=5)
+    y = arrays.empty((3, n), "float16")
+    HalfActivations()(n, x, y)
+    h = arrays.host(x).astype(np.float64)
+    for i, want in enumerate([1 / (1 + np.exp(-h)), _gelu(h, "none"), _gelu(h, "tanh")]):
+        np.testing.assert_allclose(arrays.host(y)[i].astype(np.float64), want.astype(np.float16), rtol=1e-3,
+                                   atol=1e-3)
+
+
+def test_gelu_approximate_must_be_torchs():
+    class Bad(tilus.Script):
+        def __call__(self, x: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            v = self.load_global(self.global_view(x, shape=[4]), offsets=[0], shape=[4])
+            self.gelu(v, approximate="erf")  # BAD-GELU
+
+    with pytest.raises(tilus.CompileError, match=r'test_instructions.py:\d+: error: gelu: approximate must be "none" '
+                                                 r'or "tanh" \(torch\'s\), got "erf"'):
+        tilus.trace(Bad())
+
+
+class PaddedRowSoftmax(tilus.Script):
+    """Softmax of each row of an [m, n] matrix, one row per block in a 1024-wide tile: the padded
+    columns must not count, so they read as -inf (exp(-inf) = 0), Triton's masking idiom."""
+
+    def __init__(self, other=-math.inf):
+        super().__init__()
+        self.other = other
+
+    def __call__(self, m: int32, n: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [m]
+        self.attrs.warps = 4
+        row = self.load_global(self.global_view(x, shape=[m, n]), offsets=[self.blockIdx.x, 0], shape=[1, 1024],
+                               other=self.other)
+        e = self.exp(row - self.max(row, dim=1, keepdim=True))
+        self.store_global(self.global_view(y, shape=[m, n]), e / self.sum(e, dim=1, keepdim=True),
+                          offsets=[self.blockIdx.x, 0])
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_softmax_over_a_padded_tile_with_other(arrays):
+    m, n = 5, 777
+    x = arrays.rand((m, n))
+    y = arrays.empty((m, n))
+    PaddedRowSoftmax()(m, n, x, y)
+    np.testing.assert_allclose(arrays.host(y), _softmax(arrays.host(x)), rtol=1e-5, atol=1e-7)
+    # The default fill, zero, puts 247 columns of exp(0 - max) into every row's sum.
+    PaddedRowSoftmax(other=None)(m, n, x, y)
+    assert not np.allclose(arrays.host(y), _softmax(arrays.host(x)), rtol=1e-2)
+
+
+class FillValues(tilus.Script):
+    """A ragged int32 tile filled with a constant and a float tile filled with a kernel scalar."""
+
+    def __call__(self, n: int32, fill: float32, a: ~int32, b: ~float32, out_a: ~int32, out_b: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 2
+        ta = self.load_global(self.global_view(a, shape=[n]), offsets=[0], shape=[64], other=-7)
+        tb = self.load_global(self.global_view(b, shape=[n]), offsets=[0], shape=[64], other=fill * 2.0)
+        self.store_global(self.global_view(out_a, shape=[64]), ta, offsets=[0])
+        self.store_global(self.global_view(out_b, shape=[64]), tb, offsets=[0])
+
+
+def test_load_global_other_of_ints_and_of_a_kernel_scalar(arrays):
+    n = 45
+    a = arrays.put(np.arange(n, dtype=np.int32))
+    b = arrays.rand((n,))
+    out_a, out_b = arrays.empty((64,), "int32"), arrays.empty((64,))
+    FillValues()(n, 1.25, a, b, out_a, out_b)
+    assert arrays.host(out_a).tolist() == list(range(n)) + [-7] * (64 - n)
+    np.testing.assert_array_equal(arrays.host(out_b), np.concatenate([arrays.host(b), np.full(64 - n, 2.5, np.float32)]))
+
+
+def test_load_global_other_in_the_ir_and_its_errors():
+    ir = str(tilus.trace(PaddedRowSoftmax()))
+    assert "other=-inf" in ir, ir
+    # The CUDA emitter fills the vectors outside with it (compiled here without a GPU).
+    x, y = np.zeros((5, 777), np.float32), np.zeros((5, 777), np.float32)
+    src = PaddedRowSoftmax().source(5, 777, x, y, arch="sm_90a")
+    assert "= (-tilus::inf<float>());" in src, src
+    if tilus._C.nvrtc_available():
+        assert ".entry PaddedRowSoftmax" in PaddedRowSoftmax().ptx(5, 777, x, y, arch="sm_90a")
+
+    class IntFill(tilus.Script):
+        def __call__(self, x: ~int32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 1
+            self.load_global(self.global_view(x, shape=[4]), offsets=[0], shape=[8], other=0.5)  # BAD-OTHER
+
+    with pytest.raises(tilus.CompileError, match=r"test_instructions.py:\d+: error: load_global: other 0.5 is "
+                                                 r"float32, out is register int32\[8\]: .* \(an int number\)"):
+        tilus.trace(IntFill())
 
 
 @pytest.mark.parametrize("dt,npdt", [(float16, np.float16)])
@@ -269,6 +393,56 @@ def test_copy_family(arrays):
     X = arrays.host(x)
     np.testing.assert_array_equal(arrays.host(y), X.T)
     np.testing.assert_array_equal(arrays.host(z), X)
+
+
+class RaggedCopyAsync(tilus.Script):
+    """x [m, n] float16 -> shared by copy_async -> y, blocks of 32 x 128; the row stride is
+    `ld` (a multiple of 16 here, so the rows are aligned) and n is ragged."""
+
+    def __call__(self, m: int32, n: int32, ld: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(m, 32), tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        om, on = self.blockIdx.x * 32, self.blockIdx.y * 128
+        s = self.shared_tensor(dtype=float16, shape=[32, 128])
+        self.copy_async(self.global_view(x, shape=[m, n], strides=[ld, 1]), s, offsets=[om, on])
+        self.copy_async_wait_all()
+        self.sync()
+        self.store_global(self.global_view(y, shape=[m, n]), self.load_shared(s), offsets=[om, on])
+
+
+def test_copy_async_over_a_ragged_extent(arrays):
+    # n = 301: the vectors straddling the end of a row copy its in-bounds part and zero the rest.
+    m, n, ld = 45, 301, 320
+    x = arrays.rand((m, ld), "float16")
+    y = arrays.empty((m, n), "float16")
+    RaggedCopyAsync()(m, n, ld, x, y)
+    np.testing.assert_array_equal(arrays.host(y), arrays.host(x)[:, :n])
+
+
+def test_copy_async_vectors_straddle_a_ragged_end_and_a_synchronous_one_says_why(capfd):
+    # For the GPU: 16-byte cp.async although n is ragged (n = 301, ld = 320 aligned), the tail
+    # vectors reading only their in-bounds bytes; with ld = 301 no 4-byte vector is aligned.
+    x, y = np.zeros((45, 320), np.float16), np.zeros((45, 301), np.float16)
+    capfd.readouterr()
+    ir = RaggedCopyAsync().ir(45, 301, 320, x, y, arch="sm_90a")["select_instructions"]
+    lines = ir.splitlines()
+    line = lines[next(i for i, l in enumerate(lines) if "copy_async(" in l) + 1]
+    assert "lowering: cp.async.cg vector=8 tail_dim=1 completion=cp.async-group" in line, line
+    assert "tilus: kernel RaggedCopyAsync" not in capfd.readouterr().err
+    if tilus._C.nvrtc_available():
+        assert "cp.async.cg.shared.global [%r" in RaggedCopyAsync().ptx(45, 301, 320, x, y, arch="sm_90a")
+    ir = RaggedCopyAsync().ir(45, 301, 301, y.copy(), y, arch="sm_90a")["select_instructions"]
+    lines = ir.splitlines()
+    line = lines[next(i for i, l in enumerate(lines) if "copy_async(" in l) + 1]
+    assert "lowering: simt vector=1" in line and "the stride ld of global dim 0 is not known to be a multiple of 2" \
+        in line, line
+    err = capfd.readouterr().err
+    assert err.count("tilus: kernel RaggedCopyAsync: 1 copy_async call of it runs synchronously") == 1, err
+    assert "test_instructions.py:" in err and "the stride ld of global dim 0" in err and "2-byte vectors" in err, err
+    if tilus.cpu_backend_available():  # the CPU backend says it among its GPU warnings
+        RaggedCopyAsync()(45, 301, 301, y.copy(), y)
+        err = capfd.readouterr().err
+        assert "runs on the CPU backend, but on the GPU: kernel RaggedCopyAsync: copy_async at " in err, err
 
 
 class Shapes(tilus.Script):
@@ -592,7 +766,7 @@ class MathOfScalars(tilus.Script):
         g = self.global_view(x, shape=[4])
         a: float32 = math.exp(g[1].item())
         b = math.sqrt(g[2].item()) + math.log2(8.0) + math.fabs(g[3].item()) + math.pow(g[0].item(), 2.0)
-        c = math.tanh(g[0].item())
+        c = math.tanh(g[0].item()) + math.erf(g[0].item())
         out = self.register_tensor(dtype=float32, shape=[32], init=a + b + c + math.exp(n))
         self.store_global(self.global_view(y, shape=[32]), out, offsets=[0])
 
@@ -601,7 +775,7 @@ def test_python_math_of_kernel_scalars(arrays):
     x = np.array([0.5, 1.5, 9.0, -2.0], np.float32)
     y = arrays.put(np.zeros(32, np.float32))
     MathOfScalars()(arrays.put(x), 3, y)
-    want = math.exp(1.5) + 3.0 + 3.0 + 2.0 + 0.25 + math.tanh(0.5) + math.exp(3)
+    want = math.exp(1.5) + 3.0 + 3.0 + 2.0 + 0.25 + math.tanh(0.5) + math.erf(0.5) + math.exp(3)
     np.testing.assert_allclose(arrays.host(y), np.full(32, want, np.float32), rtol=1e-5)
 
 

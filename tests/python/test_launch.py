@@ -1,6 +1,10 @@
 """Parameters (constants vs runtime), specialization keys, the in-process cache, target
 selection and argument kinds; run on the CPU backend (numpy), so they need no GPU."""
+import glob
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -58,6 +62,12 @@ def test_each_constant_value_and_specialization_compiles_once():
     assert (y[1:151] == x[1:151] + 1).all()
     keys = list(tilus.compiled_kernels(k))
     assert len(keys) == 4 and (False, ("c", 1), False, False, "cpu") in keys
+    # The keys are still those tuples, and say what each entry is.
+    key = next(key for key in keys if key == (False, ("c", 1), False, False, "cpu"))
+    assert repr(key) == "Specialization(n: not divisible by 16, bias=1, x: not 16-byte aligned, y: not 16-byte " \
+                        "aligned; cpu)"
+    assert key.params == {"n": False, "bias": ("c", 1), "x": False, "y": False} and key.backend == "cpu"
+    assert hash(key) == hash((False, ("c", 1), False, False, "cpu")) and key[-1] == "cpu"
 
 
 @needs_cpu
@@ -310,3 +320,72 @@ def test_launches_are_captured_into_a_cuda_graph_and_replayed(warm):
         want_y = y0 + 2 * x
         torch.testing.assert_close(y, want_y)
         torch.testing.assert_close(z, z0 + 3 * want_y)
+
+
+@needs_cpu
+def test_cpu_machine_code_is_cached_on_disk_across_processes(tmp_path):
+    # A new process (an autotuned winner's, a test run's) takes a CPU kernel's machine code from
+    # the disk cache, as the GPU takes its cubin: no LLVM optimization or code generation.
+    code = textwrap.dedent(f"""
+        import sys, numpy as np, tilus
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_launch import AddConst
+        program = tilus.trace(AddConst(), constants={{"bias": 3}})
+        first = tilus._C.compile_cpu(program)
+        again = tilus._C.compile_cpu(program)  # linked once per process
+        x, y = np.arange(200, dtype=np.float32), np.zeros(200, dtype=np.float32)
+        AddConst()(200, 3, x, y)
+        assert (y == x + 3).all()
+        print(first.from_cache, again.from_cache, round(first.compile_ms))
+    """)
+    env = dict(os.environ, TILUS_CACHE_DIR=str(tmp_path), TILUS_LOG_LEVEL="debug")
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    assert run()[:2] == ["False", "True"]
+    metas = [open(m).read() for m in glob.glob(str(tmp_path / "kernels" / "*" / "*" / "meta.json"))]
+    assert any('"format": "tilus-cpu-object-1"' in m and '"kernel": "AddConst"' in m for m in metas), metas
+    assert run()[:2] == ["True", "True"]
+    # A damaged entry is not used: compiled again, and written again.
+    for f in glob.glob(str(tmp_path / "kernels" / "*" / "*" / "kernel.cubin")):
+        with open(f, "r+b") as fh:
+            fh.truncate(100)
+    assert run()[:2] == ["False", "True"]
+    assert run()[:2] == ["True", "True"]
+
+
+@needs_cpu
+def test_cpu_launches_reuse_their_worker_threads_and_survive_a_fork():
+    # A launch used to create and join its worker threads (stacks of 64 MiB and more, mapped
+    # anew): most of a one-block call's cost. They are kept between launches; a forked child
+    # (multiprocessing) starts without the parent's and makes its own.
+    code = textwrap.dedent(f"""
+        import os, sys, numpy as np
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_launch import AddConst
+        def tasks():
+            return len(os.listdir("/proc/self/task"))
+        from tilus import launch
+        x, y = np.arange(64, dtype=np.float32), np.zeros(64, dtype=np.float32)
+        k = AddConst()
+        launch.prepare(k, (64, 1, x, y), {{}})  # compiled, not launched
+        before = tasks()
+        k(64, 1, x, y)
+        after_one = tasks()
+        for _ in range(50):
+            k(64, 1, x, y)
+        print(after_one > before, tasks() - after_one)
+        pid = os.fork()
+        if pid == 0:
+            z = np.zeros(64, dtype=np.float32)
+            k(64, 2, x, z)
+            os._exit(0 if (z == x + 2).all() else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "0", "0"], r.stdout

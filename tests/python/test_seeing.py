@@ -4,6 +4,7 @@ register and spill counts, the GIL released while the CPU backend compiles and r
 stopping a spinning CPU kernel, tilus.testing.do_bench and tilus.visualize_layout. Nothing here
 needs a GPU (NVRTC compiles for sm_90a without one); the CPU-backend cases skip without LLVM."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,12 @@ from tilus import _C, float32, int32
 from conftest import HAS_CPU
 
 needs_cpu = pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+
+
+def line_of(marker):
+    """The line of this file where `marker` stands."""
+    with open(__file__) as f:
+        return next(i for i, text in enumerate(f, 1) if marker in text and "line_of(" not in text)
 needs_nvrtc = pytest.mark.skipif(not _C.nvrtc_available(), reason="tilus built without NVRTC")
 
 
@@ -191,7 +198,7 @@ def test_gil_is_released_while_a_cpu_kernel_runs():
 
 
 @needs_cpu
-def test_gil_is_released_while_the_cpu_backend_compiles():
+def test_gil_is_released_while_the_cpu_backend_compiles(tmp_path, monkeypatch):
     class Big(tilus.Script):
         def __call__(self, y: ~int32):
             self.attrs.blocks = [1]
@@ -203,7 +210,15 @@ def test_gil_is_released_while_the_cpu_backend_compiles():
 
     y = np.zeros(32, np.int32)
     done = []
-    ticks = ticks_while(lambda: done.append(Big()(y)))
+    # An empty cache: the machine code is compiled, not read back from an earlier run's disk cache
+    # (which takes a few milliseconds).
+    previous = tilus.option.get_option("cache_dir")
+    monkeypatch.setenv("TILUS_CACHE_DIR", previous)  # put back after the test
+    tilus.option.cache_dir(tmp_path)
+    try:
+        ticks = ticks_while(lambda: done.append(Big()(y)))
+    finally:
+        tilus.option.cache_dir(previous)
     assert done and (y == sum(range(600))).all()
     assert ticks >= 5, ticks
 
@@ -240,6 +255,39 @@ def test_visualize_layout_maps_every_element(tmp_path):
         tilus.visualize_layout(layout, file=tmp_path / "layout.txt")
 
 
+class Rows(tilus.Script):
+    def __call__(self, m: int32, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        v = self.load_global(self.global_view(x, shape=[m, 64]), offsets=[0, 0], shape=[16, 64])
+        self.store_global(self.global_view(y, shape=[m, 1]), self.sum(v, dim=1, keepdim=True), offsets=[0, 0])
+
+
+def test_visualize_layout_draws_a_layout_the_compiler_inferred():
+    x, y = np.zeros((16, 64), np.float32), np.zeros((16, 1), np.float32)
+    ir = Rows().ir(16, x, y, arch="sm_90a")["infer_layouts"]
+    line = next(l for l in ir.splitlines() if "load_global" in l)
+    printed = re.search(r"layout\(shape=[^)]*\)", line).group(0)
+    inferred = tilus.visualize_layout(line)  # the whole line, or just the layout's text
+    assert inferred == tilus.visualize_layout(printed)
+    assert inferred.splitlines()[0] == printed  # the table is titled with the layout
+    # The same table as for the layout object with those modes.
+    shape, modes, spatial, local = (
+        [-int(v[1:]) if v.startswith("r") else int(v) for v in g.replace(" ", "").split(",") if v]
+        for g in re.match(r"layout\(shape=\[(.*?)\], modes=\[(.*?)\], spatial=\[(.*?)\], local=\[(.*?)\]\)",
+                          printed).groups())
+    layout = tilus.RegisterLayout(shape, modes, spatial, local)
+    assert layout.num_threads == 128 and list(layout.shape) == [16, 64]
+    assert inferred == tilus.visualize_layout(layout)
+    # Round trip of the printed form, replicated axes included.
+    for l in [tilus.spatial(4, 8) * tilus.local(2, 1), tilus.replicated(4) * tilus.spatial(2, 4)]:
+        assert tilus.visualize_layout(repr(l)) == tilus.visualize_layout(l)
+    with pytest.raises(tilus.CompileError, match="holds none"):
+        tilus.visualize_layout("no layout here")
+    with pytest.raises(tilus.CompileError, match="expects a RegisterLayout"):
+        tilus.visualize_layout(3)
+
+
 @needs_cpu
 def test_a_huge_register_tile_runs_on_the_cpu_and_says_it_would_spill_on_a_gpu(tmp_path):
     # 2 x 128 MiB of register tiles in one block (256 KiB per GPU thread): the CPU worker's stack
@@ -264,6 +312,51 @@ def test_a_huge_register_tile_runs_on_the_cpu_and_says_it_would_spill_on_a_gpu(t
     assert "mean 2.0" in r.stdout
     assert "kernel Huge would spill to local memory" in r.stderr
     assert "1024 threads per block allow 64" in r.stderr
+
+
+class TileMatmul(tilus.Script):
+    """docs/python.md's matmul, with its warps a parameter."""
+
+    def __init__(self, block_m, block_n, warps):
+        super().__init__()
+        self.block_m, self.block_n, self.warps = block_m, block_n, warps
+
+    def __call__(self, m: int32, n: int32, k: int32, a: ~tilus.float16, b: ~tilus.float16, c: ~float32):
+        self.attrs.blocks = [tilus.cdiv(m, self.block_m), tilus.cdiv(n, self.block_n)]
+        self.attrs.warps = self.warps
+        om, on = self.blockIdx.x * self.block_m, self.blockIdx.y * self.block_n
+        ga, gb = self.global_view(a, shape=[m, k]), self.global_view(b, shape=[k, n])
+        sa = self.shared_tensor(dtype=tilus.float16, shape=[self.block_m, 32])
+        sb = self.shared_tensor(dtype=tilus.float16, shape=[32, self.block_n])
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        for k0 in range(0, k, 32):
+            self.copy_async(ga, sa, offsets=[om, k0])
+            self.copy_async(gb, sb, offsets=[k0, on])
+            acc = self.dot(self.load_shared(sa), self.load_shared(sb), acc)  # SPILL-DOT
+        self.store_global(self.global_view(c, shape=[m, n]), acc, offsets=[om, on])
+
+
+@needs_cpu
+def test_the_spill_warning_follows_the_warps_and_says_it_once(capfd):
+    def run(warps, *sizes):
+        k = TileMatmul(128, 128, warps)
+        for s in sizes:
+            a, b, c = np.ones((s, s), np.float16), np.ones((s, s), np.float16), np.zeros((s, s), np.float32)
+            k(s, s, s, a, b, c)
+            assert (c == s).all()
+        return [w for w in capfd.readouterr().err.splitlines() if "spill" in w]
+    capfd.readouterr()
+    # 4 warps: the accumulator (128 registers per thread) and the dot's result, which ptxas keeps
+    # in the same registers, counted once: no warning (ptxas: 249 registers, no spills).
+    assert run(4, 64) == []
+    # 3 warps: the dot splits its tile over 2 of them; the advice is a count it splits over. Two
+    # specializations (a ragged size, an aligned one): one warning.
+    said = run(3, 50, 64)
+    assert len(said) == 1, said
+    assert "kernel TileMatmul would spill to local memory" in said[0] and "96 threads per block allow 255" in said[0]
+    assert "(the largest: acc, float32[128, 128], 256 per thread)" in said[0], said[0]
+    assert f"test_seeing.py:{line_of('SPILL-DOT')} spreads its [128, 128] tile over 2 of the 3 warps (warps=1x2)" \
+        in said[0] and "use 4 warps" in said[0], said[0]
 
 
 def test_tilus_utils_under_nvidia_tilus_names():

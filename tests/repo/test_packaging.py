@@ -123,6 +123,10 @@ def metadata_check(root):
         check(os.path.exists(os.path.join(out, dist_info, "licenses", "LICENSE")) or
               os.path.exists(os.path.join(out, dist_info, "LICENSE")), "the license file is in the dist-info")
         check(re.search(r"^Name: tilus$", text, re.M) is not None, "METADATA: Name: tilus")
+        # `import tilus` needs numpy (tests/python/test_imports.py): pip must install it.
+        check(re.search(r"^Requires-Dist: numpy[^;\n]*$", text, re.M) is not None,
+              "METADATA: Requires-Dist: numpy (not an extra)",
+              "\n".join(l for l in text.splitlines() if l.startswith("Requires")))
     return 0
 
 

@@ -45,6 +45,10 @@ struct CpuAccessSite {
   std::vector<int64_t> tile_extents, root_shape;
   // An mbarrier wait (the runtime reports one that can never complete).
   bool barrier_wait = false;
+  // A TMA box's start (KernelFacts::tma_start): the elements of `dtype` in 16 bytes, which
+  // its innermost coordinate must be a multiple of (0: not a TMA box).
+  int64_t tma_multiple = 0;
+  std::string dtype;
 };
 
 // The operations of the CPU backend's mbarriers (CpuBlockContext::mbarrier).
@@ -108,7 +112,9 @@ constexpr int64_t kCpuTmemLaneBytes = 512 * 4;
 constexpr int64_t kCpuTmemBytes = 128 * kCpuTmemLaneBytes;
 
 struct CpuCodegenOptions {
-  bool checked = false;  // emit checked-mode bounds checks of every global access and shared tile
+  // Emit checked-mode bounds checks of every global access (shared tiles at run-time offsets are
+  // checked in every mode).
+  bool checked = false;
   // Above 0: the kernel is emitted as a chain of functions of at most this many tile
   // instructions each (a statement with more, such as a large loop, splits its own body), so
   // that LLVM's work per function stays bounded (docs/cpu.md, "Compile time").

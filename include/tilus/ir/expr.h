@@ -146,7 +146,7 @@ struct CastNode : ExprNode {
   Expr a;
   CastNode(Expr a, DataType t) : ExprNode(ExprKind::Cast, t), a(std::move(a)) {}
 };
-// Builtin math: abs, exp, exp2, log, log2, sqrt, rsqrt, sin, cos, round, floor, ceil, tanh, pow.
+// Builtin math: abs, exp, exp2, log, log2, sqrt, rsqrt, sin, cos, round, floor, ceil, tanh, erf, pow.
 struct CallNode : ExprNode {
   static constexpr ExprKind static_kind = ExprKind::Call;
   std::string name;

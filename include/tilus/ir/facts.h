@@ -71,6 +71,19 @@ struct SharedBoundsCheck {
   Expr ok;             // 0 <= offset && offset + extent <= size
 };
 
+// The start of a TMA box along its innermost (contiguous) global dim: the hardware faults
+// ("an illegal instruction") when the box's first element is not 16-byte aligned, that is
+// (the tensor map's base and strides being 16-byte aligned) when the innermost coordinate is
+// not a multiple of 16 bytes' worth of elements. select_instructions rejects a start proven
+// misaligned; the CPU backend and the CUDA emitter under TILUS_DEBUG_BOUNDS test `ok` where
+// neither is proven.
+struct TmaStartCheck {
+  Expr offset;                // the innermost coordinate, in elements (simplified)
+  int64_t multiple = 1;       // the elements in 16 bytes
+  Expr ok;                    // offset % multiple == 0
+  std::optional<bool> aligned;  // proven aligned (true) or misaligned (false); unknown: empty
+};
+
 // A tile of a global tensor: tile dim k runs along global dim dims[k] from `offsets`.
 struct GlobalAccess {
   DataType dtype;
@@ -122,6 +135,8 @@ class KernelFacts {
   // The checks a tile of `tile_shape` (tile dim k on root dim view.dims[k]) of a shared view
   // needs at run time (none when every offset is constant or proven in range).
   std::vector<SharedBoundsCheck> shared_bounds(const SharedView& view, const std::vector<int64_t>& tile_shape) const;
+  // The alignment of a TMA box of `dtype` elements whose innermost coordinate is `offset`.
+  TmaStartCheck tma_start(const Expr& offset, DataType dtype) const;
 
   // --- the argument contract ------------------------------------------------------------
   // Per parameter (empty for scalars and parameters no view is built on).

@@ -247,6 +247,9 @@ struct LoadGlobalInst : InstNode {
   // The global dims whose bounds are checked (set by insert_bounds_predicates; nullopt
   // before it runs, which the emitters treat as "check every dim").
   std::optional<std::vector<int>> checked_dims;
+  // The value of the elements outside src (Triton's `other=`), a scalar of out's dtype;
+  // undefined: zero. insert_bounds_predicates drops it where no dim is checked.
+  Expr other;
 };
 
 // dst[offsets + place(i)] = src[i...]; out-of-bounds elements are not written.

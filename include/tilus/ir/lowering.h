@@ -150,6 +150,9 @@ struct Lowering {
   // Atom: the old values are never read, so each element is a red (a reduction without a
   // result) where the memory order allows it (relaxed / release).
   bool red = false;
+  // CpAsync*: the global dim whose ragged end a vector may straddle (-1: none): its copy reads
+  // only the elements inside (cp.async's src-size) and zero-fills the rest of the vector.
+  int tail_dim = -1;
   // Why faster instructions were not taken (shown in the IR dump).
   std::string note;
 

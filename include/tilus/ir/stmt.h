@@ -42,6 +42,31 @@ struct Unroll {
   static Unroll by(int64_t f) { return {Factor, f}; }
 };
 
+// A loop the Script asks to software-pipeline (`self.range(..., num_stages=S)`, the name
+// TileLang's T.Pipelined and Triton's tl.range use), and what pipeline_loops made of it.
+struct LoopPipeline {
+  // The Script's request (0: none).
+  int64_t num_stages = 0;
+  bool warp_specialize = false;  // a producer warp group feeds the consumer warp groups
+  bool persistent = false;       // one block per SM walks the output tiles
+  // Set by pipeline_loops on the ring's loop (empty before it): "tma" or "cp.async", the
+  // completion of the ring's loads; "warp-specialized" rings say so too.
+  std::string ring;
+  // wgmma groups the ring keeps in flight across iterations (pipeline_loops; 0: each
+  // iteration waits for its own).
+  int64_t wgmma_in_flight = 0;
+  // The threads' roles and the tile loop pipeline_loops built (warp specialization, persistence;
+  // empty: the kernel's threads issue and read the ring, one block per tile).
+  std::string schedule;
+  // Why the ring's loads are not TMA loads, or an option asked for was not taken (empty: none).
+  std::string note;
+  bool requested() const { return num_stages > 0; }
+  bool operator==(const LoopPipeline& o) const {
+    return num_stages == o.num_stages && warp_specialize == o.warp_specialize && persistent == o.persistent &&
+           ring == o.ring && wgmma_in_flight == o.wgmma_in_flight && schedule == o.schedule && note == o.note;
+  }
+};
+
 // for var in range(begin, end, step): body
 struct ForStmtNode : StmtNode {
   static constexpr StmtKind static_kind = StmtKind::For;
@@ -49,10 +74,16 @@ struct ForStmtNode : StmtNode {
   Expr begin, end, step;
   Unroll unroll;
   Stmt body;
-  ForStmtNode(Var v, Expr b, Expr e, Expr s, Unroll u, Stmt body, SourceLoc l = {})
+  LoopPipeline pipeline;
+  ForStmtNode(Var v, Expr b, Expr e, Expr s, Unroll u, Stmt body, SourceLoc l = {}, LoopPipeline p = {})
       : StmtNode(StmtKind::For, std::move(l)), var(std::move(v)), begin(std::move(b)), end(std::move(e)),
-        step(std::move(s)), unroll(u), body(std::move(body)) {}
+        step(std::move(s)), unroll(u), body(std::move(body)), pipeline(std::move(p)) {}
 };
+
+// Loop n with another body (and bounds), every other field (unroll, pipeline, location) kept:
+// how passes rebuild a loop.
+Stmt rebuild_for(const ForStmtNode& n, Stmt body);
+Stmt rebuild_for(const ForStmtNode& n, Expr begin, Expr end, Expr step, Stmt body);
 
 struct IfStmtNode : StmtNode {
   static constexpr StmtKind static_kind = StmtKind::If;

@@ -19,6 +19,9 @@ struct Target {
   // 1 where clusters do not exist.
   int64_t cluster_blocks_portable = 1;
   int64_t cluster_blocks_max = 1;
+  // Streaming multiprocessors: the blocks of a persistent grid (pipeline_loops). The GPU's own
+  // count when it compiles for the GPU present, else the usual part's (H100 SXM: 132).
+  int64_t multiprocessors = 132;
 
   // Parses "sm_80", "sm_90a", "sm_100a", ... (CompileError for anything else).
   static Target from_arch(const std::string& arch);

@@ -47,7 +47,9 @@ class Builder {
   Program finish();
 
   // --- control flow -------------------------------------------------------------------
-  Var begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc);
+  // `pipeline`: the Script's num_stages / warp_specialize / persistent request (checked here).
+  Var begin_for(const std::string& var_name, Expr begin, Expr end, Expr step, Unroll unroll, SourceLoc loc,
+                LoopPipeline pipeline = {});
   void end_for();
   void begin_if(Expr cond, SourceLoc loc);
   void end_if();
@@ -114,8 +116,9 @@ class Builder {
   // The bytes of a shared_tensor allocation (or of a reshape of one) under another shape with
   // as many elements, both row-major (NVIDIA Tilus's reshape_shared): a view.
   Tensor reshape_shared(const Tensor& src, std::vector<int64_t> shape, SourceLoc loc);
+  // `other`: the value of the elements outside src (undefined: zero), taken in src's dtype.
   Tensor load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape, std::vector<int> dims,
-                     SourceLoc loc);
+                     SourceLoc loc, Expr other = Expr());
   // x.item(): the one element of a register tensor as a scalar (every thread of the group holds it).
   Var item(const Tensor& x, SourceLoc loc);
   // atomic.{global,shared}_<op>: returns the old values (docs/instructions.md). Global dst: the
@@ -188,6 +191,8 @@ class Builder {
   Tensor elementwise(const std::string& op, const std::vector<Tensor>& inputs,
                      const std::function<Expr(const std::vector<Expr>&)>& body, SourceLoc loc);
   Tensor unary(const std::string& op, const Tensor& x, SourceLoc loc);     // abs, exp, ..., neg, not, bitnot, square
+  // torch's gelu: approximate "none" (the erf form) or "tanh".
+  Tensor gelu(const Tensor& x, const std::string& approximate, SourceLoc loc);
   // a (op) b where either side may be a scalar (an undefined Tensor plus a scalar Expr).
   Tensor binary(BinaryOp op, const Tensor& a, const Expr& a_scalar, const Tensor& b, const Expr& b_scalar,
                 SourceLoc loc);
@@ -253,6 +258,7 @@ class Builder {
     Var loop_var;
     Expr a, b, c;   // for: begin/end/step; if/while: cond
     Unroll unroll;
+    LoopPipeline pipeline;
     ThreadGroupKind group_kind = ThreadGroupKind::ThreadGroup;
     int64_t thread_begin = 0, num_threads = 0;
     Stmt pending_if;  // else: the if statement the else branch attaches to

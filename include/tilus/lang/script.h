@@ -206,6 +206,14 @@ class Script {
   RegisterTensor cos(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("cos", x, loc); }
   RegisterTensor round(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("round", x, loc); }
   RegisterTensor square(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("square", x, loc); }
+  RegisterTensor log2(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("log2", x, loc); }
+  RegisterTensor tanh(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("tanh", x, loc); }
+  RegisterTensor floor(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("floor", x, loc); }
+  RegisterTensor ceil(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("ceil", x, loc); }
+  RegisterTensor erf(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("erf", x, loc); }
+  RegisterTensor sigmoid(const RegisterTensor& x, Loc loc = Loc::current()) { return unary("sigmoid", x, loc); }
+  // torch's gelu: approximate "none" (erf) or "tanh".
+  RegisterTensor gelu(const RegisterTensor& x, const std::string& approximate = "none", Loc loc = Loc::current());
   RegisterTensor clip(const RegisterTensor& x, const Expr& lo, const Expr& hi, Loc loc = Loc::current());
   RegisterTensor maximum(const TensorOperand& a, const TensorOperand& b);
   RegisterTensor minimum(const TensorOperand& a, const TensorOperand& b);

@@ -229,6 +229,7 @@ struct LoadGlobalOptions {
   std::vector<int64_t> shape;
   std::vector<int> dims;  // default: the trailing dims of the global tensor
   RegisterTensor out;     // write into this tensor instead of a new one
+  Expr other;             // the value of the elements outside the global tensor (default: zero)
 };
 struct StoreGlobalOptions {
   std::vector<Expr> offsets;
@@ -288,6 +289,11 @@ struct ReduceOptions {
 struct RangeOptions {
   Unroll unroll;
   std::string name = "i";
+  // Software pipelining (the pipeline_loops pass; Python's num_stages / warp_specialize /
+  // persistent): a ring of num_stages stages (0 or 1: the loop as written).
+  int64_t num_stages = 0;
+  bool warp_specialize = false;
+  bool persistent = false;
 };
 
 // The initial value of register_tensor(): nothing, a scalar, or a function of the indices.

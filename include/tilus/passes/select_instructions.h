@@ -45,4 +45,11 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
                                                  int k_dim, int64_t k_instr, std::string* why = nullptr,
                                                  bool mn_major = false);
 
+// Why a TMA load of the global -> shared `copy` c cannot be (the rules of the automatic TMA
+// slot, the base's and strides' 16-byte alignment proven), or "" when it can; and the same for
+// c2d_im2col as one TMA load in im2col mode. The rules pipeline_loops applies before it turns
+// a loop's loads into TMA loads on an mbarrier ring, and select_instructions when it lowers them.
+std::string tma_load_problem(const KernelFacts& facts, const Target& target, const CopyInst& c);
+std::string tma_im2col_problem(const KernelFacts& facts, const Target& target, const Im2colInst& i);
+
 }  // namespace tilus

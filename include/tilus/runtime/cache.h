@@ -1,4 +1,5 @@
-// The on-disk cubin cache.
+// The on-disk cubin cache (and the CPU backend's object files, under the same layout: an empty
+// kernel.cu, the object as kernel.cubin; runtime/cpu.cpp).
 //
 // Layout: $TILUS_CACHE_DIR (default ~/.cache/tilus)/pch/ holds each compiling process's
 // precompiled device headers (removed when it exits), and kernels/<key[0:2]>/<key>/ with

@@ -75,6 +75,9 @@ class CpuKernel {
   const std::string& llvm_ir() const;
   bool checked() const;
   double compile_ms() const;  // pipeline + lowering + JIT
+  // True when its machine code came from the disk cache (an earlier process compiled it) or from
+  // an identical kernel compiled earlier in this process, rather than from LLVM's code generator.
+  bool from_cache() const;
   // True when compiled for compile time (more than CpuOptions::fast_compile_above instructions).
   bool fast_compiled() const;
   // Why the kernel could not run (well) on a GPU although it runs here: more shared memory per

@@ -122,6 +122,14 @@ class ComputeInstructions:
         return RegisterTensor(_builder().clip(_tensor(x, "clip", loc), _scalar(lo, "clip: lo", loc),
                                               _scalar(hi, "clip: hi", loc), loc))
 
+    def gelu(self, x: RegisterTensor, approximate: str = "none") -> RegisterTensor:
+        """The GELU of each element of ``x`` (a float register tensor), as torch's
+        ``torch.nn.functional.gelu``: ``approximate="none"``: ``x / 2 * (1 + erf(x / sqrt(2)))``;
+        ``approximate="tanh"``: ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))``. 16-bit
+        floats are computed in float32."""
+        loc = _here()
+        return RegisterTensor(_builder().gelu(_tensor(x, "gelu", loc), approximate, loc))
+
     def maximum(self, a: _Operand, b: _Operand) -> RegisterTensor:
         """The elementwise maximum of ``a`` and ``b`` (register tensors or scalars; numpy broadcasting)."""
         return _binary("max", a, b, _here())
@@ -206,6 +214,9 @@ _UNARY = {
     "square": "``x * x`` elementwise, for a numeric register tensor ``x``.",
     "floor": "Each element of ``x`` (a float register tensor) rounded down to an integer.",
     "ceil": "Each element of ``x`` (a float register tensor) rounded up to an integer.",
+    "erf": "The error function of each element of ``x`` (a float register tensor; torch's ``erf``).",
+    "sigmoid": "``1 / (1 + exp(-x))`` elementwise, for a float register tensor ``x`` (torch's ``sigmoid``; 16-bit "
+               "floats are computed in float32).",
 }
 
 

@@ -16,7 +16,8 @@ class MemoryInstructions:
 
     # --- memory ----------------------------------------------------------------------------------
     def load_global(self, src: GlobalTensor, *, offsets: Sequence[_Int], shape: Optional[Sequence[int]] = None,
-                    dims: _Dims = None, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+                    dims: _Dims = None, out: Optional[RegisterTensor] = None,
+                    other: Optional[_Scalar] = None) -> RegisterTensor:
         """A tile of a global tensor loaded into a new register tensor.
 
         Args:
@@ -26,16 +27,22 @@ class MemoryInstructions:
             dims: which dims of ``src`` the tile's dims map to (default: the trailing dims;
                 negative dims count from the end).
             out: write the tile into this register tensor instead, and return it.
+            other: the value of the elements outside the global tensor (Triton's ``other=``), a
+                scalar of the tile's kind (a Python number or a kernel scalar); default zero.
+                A reduction over a tile wider than the data needs its identity there:
+                ``other=-math.inf`` for a max (softmax), ``0`` for a sum.
 
-        Elements outside the global tensor read as zero.
+        Elements outside the global tensor read as ``other`` (zero by default).
         """
         loc = _here()
         g = _tensor(src, "load_global", loc, GlobalTensor)
         if shape is None:
             raise CompileError(f"{_where(loc)}load_global: shape= is required")
+        if other is not None:
+            other = _scalar(other, "load_global: other", loc)
         t = RegisterTensor(_builder().load_global(g, _exprs(offsets, "load_global: offsets", loc),
                                                   _ints(shape, "load_global: shape", loc),
-                                                  _ints(dims, "load_global: dims", loc), loc))
+                                                  _ints(dims, "load_global: dims", loc), loc, other))
         return self._into(out, t, loc, "load_global")
 
     def store_global(self, dst: GlobalTensor, src: RegisterTensor, *, offsets: Sequence[_Int],

@@ -32,9 +32,14 @@ class TensorInstructions:
         if not isinstance(ptr, Expr):
             raise CompileError(f"{_where(loc)}global_view: ptr must be a pointer parameter of the kernel (~dtype), got "
                                f"{_describe(ptr)}")
+        if not ptr.dtype.is_pointer():
+            name = ptr.name if isinstance(ptr, _C.Var) else "x"
+            raise CompileError(f"{_where(loc)}global_view: ptr must be a pointer, got {_describe(ptr)}, a scalar; a "
+                               f"parameter that takes an array is a pointer: annotate it '{name}: ~{ptr.dtype!r}'")
         if dtype is None:
-            if not ptr.dtype.is_pointer():
-                raise CompileError(f"{_where(loc)}global_view: needs dtype= for {_describe(ptr)}")
+            if ptr.dtype.pointee.name == "void":
+                raise CompileError(f"{_where(loc)}global_view: {_describe(ptr)} points to untyped memory: give the "
+                                   "elements' type with dtype=")
             dtype = ptr.dtype.pointee
         name = ptr.name if isinstance(ptr, _C.Var) else "g"
         return GlobalTensor(_builder().global_view(ptr, _dtype(dtype, "global_view: dtype", loc),

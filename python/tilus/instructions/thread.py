@@ -217,12 +217,21 @@ class ThreadInstructions:
         _builder().emit_break(_here(), "loop_break")
 
     # --- control flow ----------------------------------------------------------------------------
-    def range(self, *args: _Int, unroll: Union[bool, int, None] = None) -> Iterable[Expr]:
+    def range(self, *args: _Int, unroll: Union[bool, int, None] = None, num_stages: Optional[int] = None,
+              warp_specialize: bool = False, persistent: bool = False) -> Iterable[Expr]:
         """``for i in self.range(end)`` / ``(begin, end[, step])``: an IR loop with ``unroll``.
 
         Valid only as the iterable of a ``for`` statement in ``__call__``: like
         ``for i in range(...)``, the body is traced once with a symbolic ``i``. ``unroll``:
         True unrolls fully, a positive int by that factor, None or False not at all.
+
+        ``num_stages`` (TileLang's and Triton's name): the compiler software-pipelines the loop
+        into a ring of that many stages (the ``pipeline_loops`` pass, docs/passes.md): the body's
+        copies from global to shared memory run ``num_stages - 1`` iterations ahead, into
+        stages of their shared tiles, with every wait and barrier derived; 1 or None: the loop
+        as written. ``warp_specialize``: a producer warp group issues the ring's loads and the
+        kernel's warps consume them. ``persistent``: one block per SM walks the output tiles
+        (the grid's blocks) in an L2-friendly order, the ring running on across them.
         """
         _fail("self.range(...) is only valid as the iterable of a `for` loop in __call__")
 

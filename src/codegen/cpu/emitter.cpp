@@ -346,8 +346,8 @@ llvm::Value* Emitter::call(const CallNode& n) {
   else if (name == "ceil") r = unary(llvm::Intrinsic::ceil);
   else if (name == "abs") r = unary(llvm::Intrinsic::fabs);
   else if (name == "pow") r = b.CreateCall(intrinsic(llvm::Intrinsic::pow, {ft}), {args.at(0), args.at(1)});
-  else if (name == "tanh") {
-    llvm::FunctionCallee f = module.getOrInsertFunction(ft->isDoubleTy() ? "tanh" : "tanhf", ft, ft);
+  else if (name == "tanh" || name == "erf") {  // libm's, no LLVM intrinsic
+    llvm::FunctionCallee f = module.getOrInsertFunction(ft->isDoubleTy() ? name : name + "f", ft, ft);
     r = b.CreateCall(f, {args.at(0)});
   } else {
     throw CompileError(fmt::format("the CPU backend has no builtin '{}'", name));

@@ -163,7 +163,8 @@ class Emitter {
   Side shared_side(const SharedView& view);
   Side region_side(const InstNode& inst, const CopyRegion& r, int tile_rank);
   // Moves register tensor r to (load=false) / from (load=true) memory side `mem`.
-  void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem);
+  // A load fills the elements outside `mem` with `fill` (load_global's other=; undefined: zero).
+  void register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem, const Expr& fill = Expr());
   // body(tile index, linear register index, in-bounds and checked) for every element of a tile
   // of `shape` that a register tensor moves to or from `mem`.
   // `prepare(lin)` (optional) runs for each element before its predicate is evaluated (a scatter
@@ -185,6 +186,9 @@ class Emitter {
   // allocations (KernelFacts::shared_bounds), and reports the first that does not.
   void guard_shared(const InstNode& inst, std::initializer_list<const Side*> sides, const std::vector<int64_t>& shape,
                     const std::function<void()>& access);
+  // Runs `copy` (a TMA box) only when its first element is 16-byte aligned, and reports it
+  // otherwise (KernelFacts::tma_start); in every mode: the GPU faults on such a box.
+  void guard_tma_start(const CopyInst& i, const std::function<void()>& copy);
   // Calls the runtime's report (CpuBlockContext::report) for `site`.
   void report(int32_t site, llvm::Value* dim, const std::vector<llvm::Value*>& index, llvm::Value* byte_offset);
 

@@ -113,13 +113,14 @@ void Emitter::report(int32_t site, llvm::Value* dim, const std::vector<llvm::Val
 void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Side*> sides,
                            const std::vector<int64_t>& shape, const std::function<void()>& access) {
   // Side by side: the access runs only when no check fails, so an overrun never touches the
-  // block's buffer; the first failing dim is reported.
+  // block's buffer; the first failing dim is reported. Always, not only in checked mode: one
+  // comparison per tile access at a run-time offset (docs/cpu.md, "Checked mode", measures it),
+  // against a corrupted heap or a segfault where users debug.
   std::vector<const Side*> todo(sides);
   std::function<void(size_t)> next = [&](size_t i) {
     if (i == todo.size()) return access();
     const Side* side = todo[i];
-    auto checks = options.checked && side->shared ? facts.shared_bounds(*side->shared, shape)
-                                                  : std::vector<SharedBoundsCheck>{};
+    auto checks = side->shared ? facts.shared_bounds(*side->shared, shape) : std::vector<SharedBoundsCheck>{};
     if (checks.empty()) return next(i + 1);
     const SharedView& view = *side->shared;
     CpuAccessSite site{inst.display_name(), inst.loc, view.root.type_str(), -1, std::string()};
@@ -145,6 +146,25 @@ void Emitter::guard_shared(const InstNode& inst, std::initializer_list<const Sid
   next(0);
 }
 
+void Emitter::guard_tma_start(const CopyInst& i, const std::function<void()>& copy) {
+  const CopyRegion& g = i.src.tensor.is_global() ? i.src : i.dst;
+  DataType dt = g.tensor.dtype();
+  TmaStartCheck st = facts.tma_start(g.offsets.back(), dt);
+  if (st.aligned == true) return copy();
+  int param = facts.global(i, g.tensor).param;
+  CpuAccessSite site{i.display_name(), i.loc, g.tensor.type_str(), param,
+                     param >= 0 ? facts.pointer_var(param).name() : std::string()};
+  site.tma_multiple = st.multiple;
+  site.dtype = dt.name();
+  int32_t id = int32_t(sites.size());
+  sites.push_back(site);
+  if_then(expr(st.ok), copy, [&] {
+    std::vector<llvm::Value*> index;
+    for (const Expr& o : g.offsets) index.push_back(convert(expr(o), o.dtype(), dtypes::int64));
+    report(id, b.getInt32(int32_t(g.offsets.size()) - 1), index, b.getInt64(0));
+  });
+}
+
 void Emitter::each_element(const InstNode& inst, const Side& mem, const std::vector<int64_t>& shape,
                            const std::function<void(const std::vector<Expr>&, llvm::Value*, llvm::Value*)>& body,
                            const std::function<void(llvm::Value*)>& prepare) {
@@ -160,7 +180,8 @@ void Emitter::each_element(const InstNode& inst, const Side& mem, const std::vec
   }); });
 }
 
-void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem) {
+void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, const Side& mem, const Expr& fill) {
+  llvm::Value* outside = load && fill.defined() ? expr(fill) : (load ? constant(r.dtype(), 0) : nullptr);
   each_element(inst, mem, r.static_shape(), [&](const std::vector<Expr>& tile, llvm::Value* lin, llvm::Value* cond) {
     if (load) {
       if_then(
@@ -169,7 +190,7 @@ void Emitter::register_access(const InstNode& inst, bool load, const Tensor& r, 
             llvm::Value* v = load_memory(mem.base, expr(mem.offset(tile)), mem.dtype);
             store_reg(r, lin, convert(v, mem.dtype, r.dtype()));
           },
-          [&] { store_reg(r, lin, constant(r.dtype(), 0)); });
+          [&] { store_reg(r, lin, outside); });
     } else {
       if_then(cond, [&] {
         llvm::Value* v = convert(load_reg(r, lin), r.dtype(), mem.dtype);
@@ -294,7 +315,8 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::LoadGlobal: {
       auto& i = static_cast<const LoadGlobalInst&>(inst);
       declare_reg(i.out);
-      register_access(inst, true, i.out, global_side(i.src, facts.tile(i, i.src, i.offsets, i.dims, i.checked_dims)));
+      register_access(inst, true, i.out, global_side(i.src, facts.tile(i, i.src, i.offsets, i.dims, i.checked_dims)),
+                      i.other);
       return;
     }
     case InstKind::StoreGlobal: {
@@ -416,6 +438,12 @@ void Emitter::emit_memory(const InstNode& inst) {
         }
       }
       Side src = region_side(inst, i.src, rank), dst = region_side(inst, i.dst, rank);
+      // Every TMA box, a multicast one included, must start 16-byte aligned (guard_tma_start).
+      auto move = [&](const Side& to) {
+        auto copy = [&] { transfer(inst, src, to, shape); };
+        if (low.op == MachineOp::TmaLoad || low.op == MachineOp::TmaStore) guard_tma_start(i, copy);
+        else copy();
+      };
       bool cluster = kernel.cluster != std::array<int64_t, 3>{1, 1, 1};
       if (i.multicast_mask.defined() && cluster) {
         // Every block of the mask receives the box at the same offset and completes the bytes on
@@ -428,13 +456,13 @@ void Emitter::emit_memory(const InstNode& inst) {
           if_then(in, [&] {
             Side to = dst;
             to.base = peer_address(dst.base, r);
-            transfer(inst, src, to, shape);
+            move(to);
             if (bar) mbarrier_op(kMbarrierCompleteTx, peer_address(bar, r), i64(bytes));
           });
         });
         return;
       }
-      transfer(inst, src, dst, shape);
+      move(dst);
       if (bar && i.barrier_rank.defined()) {
         // cta_group=2: the bytes complete on the pair's barrier in block barrier_rank.
         Expr r = facts.simplify(i.barrier_rank);

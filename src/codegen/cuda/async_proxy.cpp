@@ -147,12 +147,32 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
   for (int64_t b : map.box) bytes *= b;
   std::string c = fresh("tma_coords");
   std::string tmap = fmt::format("&tilus_tensor_map_{}", rec.tensor_map);
+  // TILUS_DEBUG_BOUNDS: a box whose first element is not 16-byte aligned (an innermost
+  // coordinate select_instructions could not prove a multiple of 16 bytes) prints the
+  // instruction, its line and the coordinate, and traps, before the hardware faults on it.
+  auto guard_start = [&] {
+    TmaStartCheck st = facts_.tma_start(g.offsets[size_t(rank - 1)], map.dtype);
+    if (!options.debug_bounds || st.aligned == true) return;
+    open(fmt::format("if ({}[0] % {} != 0)", c, st.multiple));
+    std::string head = c_text(fmt::format("tilus: {}: {}: the TMA box starts at innermost offset ", i.loc.str(),
+                                          i.display_name()),
+                              true);
+    std::string tail = c_text(fmt::format(", not a multiple of {} elements of {} (16 bytes): the hardware faults on a "
+                                          "box whose first element is not 16-byte aligned (block (",
+                                          st.multiple, map.dtype.name()),
+                              true);
+    linef("printf(\"{}%d{}%d, %d, %d))\\n\", int({}[0]), int(blockIdx.x), int(blockIdx.y), int(blockIdx.z));", head,
+          tail, c);
+    line("__trap();");
+    close();
+  };
   if (load) {
     std::string bar = rec.copy_barrier >= 0
                           ? fmt::format("(tilus::smem_addr(tilus_smem) + {}u)", kernel.copy_barrier_offset + 8 * rec.copy_barrier)
                           : barrier_address(i, i.barrier);
     open(fmt::format("if ({})", elected()));
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
+    guard_start();
     std::string policy = declare_policy(*this, i.eviction_policy, i.cache_policy);  // the L2 hint, "" for none
     if (i.api == CopyApi::TmaCopy || rec.copy_barrier >= 0)
       linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bytes);
@@ -179,6 +199,7 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
   } else {
     open(fmt::format("if ({})", elected()));
     linef("const int32_t {}[{}] = {{{}}};", c, rank, coords);
+    guard_start();
     // The hardware traps on a store box starting at a negative coordinate: say which one,
     // except in a kernel with wgmma, where the printf would serialize every wgmma (has_wgmma_).
     std::string negative;

@@ -94,9 +94,10 @@ std::vector<Expr> slot_index(const std::vector<Expr>& spatial, const std::vector
 }
 
 // Moves a register tensor to or from memory, vector by vector: `w` elements per access (the
-// record's), with an L2 policy variable for global memory.
+// record's), with an L2 policy variable for global memory. A load fills the elements whose
+// predicate fails with `fill` (load_global's other=; undefined: zero).
 void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, DataType mem_dtype, int64_t w,
-                     const std::string& policy = "") {
+                     const std::string& policy = "", const Expr& fill = Expr()) {
   const RegisterLayout& l = r->layout;
   const std::string& name = em.reg(r);
   int64_t bytes = w * elem_bytes(mem_dtype);
@@ -111,6 +112,10 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
   std::string slot_ptr_fmt = sub ? "{}.ptr({})" : "&{}[{}]";
   auto spatial = em.spatial_index(l);
   std::string zero = em.literal(r.dtype(), 0);
+  if (load && fill.defined()) {
+    zero = em.fresh("other");
+    em.linef("const {} {} = {};", ctype(r.dtype()), zero, em.expr(em.simplify(fill)));
+  }
   bool guarded = false;
   if (!load) {
     Expr primary = em.primary_replica(l);
@@ -148,6 +153,11 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
                               : fmt::format("tilus::load_vec{}<{}>({}, {}{});", hint, bytes, slot_ptr, addr, hint_arg);
       std::string zero_fill = scalar ? fmt::format("{}[{}] = {};", name, s, zero)
                                      : fmt::format("tilus::zero_vec<{}>({});", bytes, slot_ptr);
+      if (fill.defined() && !scalar) {
+        zero_fill = "{";
+        for (int64_t k = 0; k < w; ++k) zero_fill += fmt::format(" {}[{}] = {};", name, s + k, zero);
+        zero_fill += " }";
+      }
       if (always) em.line(ld);
       else if (never) em.line(zero_fill);
       else if (scalar) em.linef("{}[{}] = {} ? *{} : {};", name, s, p, addr, zero);
@@ -309,7 +319,23 @@ void emit_matrix(Emitter& em, const Lowering& plan, const SharedView& view, cons
 struct TransferOptions {
   std::optional<EvictPolicy> evict;
   bool src_global = false, dst_global = false;
+  // cp.async with a tail_dim (Lowering::tail_dim): the source's access, whose vectors may
+  // straddle the end of that global dim.
+  const GlobalAccess* tail = nullptr;
 };
+
+// The bytes of a cp.async vector of `w` elements starting at tile index `idx` that lie inside
+// the global tensor: 0 where another checked dim is out of bounds, else the elements before
+// the end of `tail_dim` (a vector starts on a multiple of w, so none lies on both sides of 0).
+Expr tail_bytes(const GlobalAccess& g, int tail_dim, const std::vector<Expr>& idx, int64_t w) {
+  GlobalAccess others = g;
+  others.checked.erase(std::remove(others.checked.begin(), others.checked.end(), tail_dim), others.checked.end());
+  Expr at = cast(global_index(g, idx)[size_t(tail_dim)], dtypes::int64);
+  Expr left = cast(g.shape[size_t(tail_dim)], dtypes::int64) - at;
+  Expr count = tilus::max(int_const(0, dtypes::int64), tilus::min(left, int_const(w, dtypes::int64)));
+  Expr bytes = cast(count * int_const(elem_bytes(g.dtype), dtypes::int64), dtypes::int32);
+  return select(global_predicate(others, idx), bytes, int_const(0));
+}
 
 void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst, DataType dtype,
               const TransferOptions& o) {
@@ -351,6 +377,11 @@ void transfer(Emitter& em, const Lowering& rec, const Side& src, const Side& dst
       if (!is_true(sp)) value = fmt::format("({} ? {} : 0u)", em.expr(sp), value);
       em.linef("{}tilus::store_bits<{}>({}, {}, {});", is_true(dp) ? "" : fmt::format("if ({}) ", em.expr(dp)),
                dtype.bits(), dst.base, doff, value);
+      continue;
+    }
+    if (cp_async && o.tail && rec.tail_dim >= 0) {
+      std::string n = em.expr(em.simplify(tail_bytes(*o.tail, rec.tail_dim, didx, w)));
+      em.linef("tilus::cp_async_n{}<{}>({}, {}, {}{});", src_hint, bytes, daddr, saddr, n, hint_arg(src_hint));
       continue;
     }
     if (cp_async) {
@@ -418,7 +449,7 @@ void Emitter::emit_memory(const InstNode& inst) {
       selected();
       declare_reg(i.out);
       register_access(*this, true, i.out, global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims)),
-                      i.src.dtype(), rec.vector);
+                      i.src.dtype(), rec.vector, "", i.other);
       return;
     }
     case InstKind::StoreGlobal: {
@@ -459,9 +490,11 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::CopyAsync: {
       auto& i = static_cast<const CopyAsyncInst&>(inst);
       selected();
-      Side g = global_side(*this, i.src, facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims));
+      GlobalAccess acc = facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims);
+      Side g = global_side(*this, i.src, acc);
       guard_shared(*this, inst, facts_.shared(i, i.dst), i.dst.static_shape());
-      transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(), {.evict = i.evict, .src_global = true});
+      transfer(*this, rec, g, shared_side(facts_.shared(i, i.dst)), i.dst.dtype(),
+               {.evict = i.evict, .src_global = true, .tail = &acc});
       return;
     }
     case InstKind::Im2col: {

@@ -20,6 +20,17 @@ void expect_global_tile(const InstNode& i, const std::vector<Expr>& offsets, con
 
 void check_load_global(const LoadGlobalInst& i) {
   expect_global_tile(i, i.offsets, i.dims, "out", i.out, "src", i.src);
+  if (i.other.defined() && i.out.defined()) {
+    DataType t = i.out.dtype();
+    if (t.is_subbyte())
+      fail(i, fmt::format("other= (the value of out-of-bounds elements) needs elements of 8 bits or more, out is {}",
+                          ty(i.out)));
+    if (i.other.dtype() != t)
+      fail(i, fmt::format("other {} is {}, out is {}: the value of out-of-bounds elements is a scalar of out's dtype "
+                          "({})",
+                          expr_str(i.other), dtype_str(i.other), ty(i.out),
+                          t.is_float() ? "a float or int number" : t.is_bool() ? "a bool" : "an int number"));
+  }
 }
 
 void check_store_global(const StoreGlobalInst& i) {
@@ -303,7 +314,7 @@ void check_atomic(const AtomicInst& i) {
 void insts::add_memory(std::vector<InstDef>& d) {
   using verify_detail::hook;
   d.push_back({.name = "load_global", .kind = InstKind::LoadGlobal,
-               .summary = "a global tile into registers, zero outside", .verify = hook(check_load_global)});
+               .summary = "a global tile into registers, zero (or other=) outside", .verify = hook(check_load_global)});
   d.push_back({.name = "store_global", .kind = InstKind::StoreGlobal, .summary = "registers into a global tile, masked",
                .verify = hook(check_store_global)});
   d.push_back({.name = "load_shared", .kind = InstKind::LoadShared, .summary = "a shared tensor into registers",

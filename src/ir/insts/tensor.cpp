@@ -19,6 +19,11 @@ void check_global_view(const GlobalViewInst& i) {
     fail(i, fmt::format("ptr {} has type {}, which points to {}, but the view out is {}: the dtype must be the "
                         "pointee's ({}) unless the pointer is void*",
                         expr_str(i.ptr), pt.name(), pointee.name(), ty(i.out), pointee.name()));
+  const std::vector<Expr>& shape = i.out.shape();
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d].is_int_const() && shape[d].int_value() < 0)
+      fail(i, fmt::format("shape {} has the negative extent {} in dim {} (out {}): a view's extents are at least 0",
+                          exprs_str(shape), shape[d].int_value(), d, ty(i.out)));
 }
 
 void check_allocate_register(const AllocateRegisterInst& i) {

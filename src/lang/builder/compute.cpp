@@ -59,6 +59,24 @@ Tensor Builder::elementwise(const std::string& op, const std::vector<Tensor>& in
   return emit_with_output(i);
 }
 
+namespace {
+// sigmoid(x) = 1 / (1 + e^-x); gelu(x) = x/2 (1 + erf(x / sqrt 2)) and its tanh form (torch's
+// approximate="tanh") x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). 16-bit and smaller floats are
+// computed in float32 and rounded once at the end.
+Expr activation(const std::string& op, const Expr& x) {
+  DataType t = x.dtype();
+  bool wide = t == dtypes::float32 || t == dtypes::float64;
+  DataType ct = wide ? t : dtypes::float32;
+  Expr v = wide ? x : cast(x, ct);
+  auto c = [&](double value) { return float_const(value, ct); };
+  Expr r;
+  if (op == "sigmoid") r = c(1.0) / (c(1.0) + call("exp", {-v}));
+  else if (op == "gelu") r = c(0.5) * v * (c(1.0) + call("erf", {v * c(0.70710678118654752440)}));
+  else r = c(0.5) * v * (c(1.0) + call("tanh", {c(0.79788456080286535588) * (v + c(0.044715) * v * v * v)}));
+  return wide ? r : cast(r, t);
+}
+}  // namespace
+
 Tensor Builder::unary(const std::string& op, const Tensor& x, SourceLoc loc) {
   if (x.defined() && is_math_op(op) && !x.dtype().is_float())
     throw CompileError(fmt::format("{}: needs a floating-point tensor, got {}", op, type_of(x)), loc);
@@ -71,8 +89,18 @@ Tensor Builder::unary(const std::string& op, const Tensor& x, SourceLoc loc) {
     if (op == "not") return !a[0];
     if (op == "bitnot") return ~a[0];
     if (op == "square") return a[0] * a[0];
+    if (op == "sigmoid" || op == "gelu" || op == "gelu_tanh") return activation(op, a[0]);
     return call(op, {a[0]});
   }, loc);
+}
+
+Tensor Builder::gelu(const Tensor& x, const std::string& approximate, SourceLoc loc) {
+  if (x.defined() && x.is_register() && !x.dtype().is_float())
+    throw CompileError(fmt::format("gelu: needs a floating-point tensor, got {}", type_of(x)), loc);
+  if (approximate != "none" && approximate != "tanh")
+    throw CompileError(fmt::format("gelu: approximate must be \"none\" or \"tanh\" (torch's), got \"{}\"", approximate),
+                       loc);
+  return unary(approximate == "none" ? "gelu" : "gelu_tanh", x, loc);
 }
 
 namespace {

@@ -7,13 +7,15 @@ namespace tilus {
 using namespace builder_detail;
 
 Tensor Builder::load_global(const Tensor& src, std::vector<Expr> offsets, std::vector<int64_t> shape,
-                            std::vector<int> dims, SourceLoc loc) {
+                            std::vector<int> dims, SourceLoc loc, Expr other) {
   auto i = make_inst<LoadGlobalInst>(loc);
   i->src = src;
   i->offsets = std::move(offsets);
   i->dims = dims.empty() ? default_dims(src, shape.size()) : normalize_dims(dims, src, "load_global", loc);
   check_static_shape(shape, "load_global", loc);
   i->out = Tensor::reg("x", src.defined() ? src.dtype() : dtypes::void_t, shape);
+  // In the tile's dtype (a constant folded); the verifier reports a scalar of another kind.
+  if (other.defined()) i->other = simplify(adopt_scalar(other, i->out.dtype()));
   return emit_with_output(i);
 }
 

@@ -440,6 +440,7 @@ TILUS_MATH1(rsqrt, rsqrtf, ::rsqrt)
 TILUS_MATH1(sin, sinf, ::sin)
 TILUS_MATH1(cos, cosf, ::cos)
 TILUS_MATH1(tanh, tanhf, ::tanh)
+TILUS_MATH1(erf, erff, ::erf)
 TILUS_MATH1(round, rintf, ::rint)
 TILUS_MATH1(floor, floorf, ::floor)
 TILUS_MATH1(ceil, ceilf, ::ceil)
@@ -545,11 +546,11 @@ template <class T, class U> __device__ __forceinline__ T from_raw(U u) {
   return x;
 }
 
-// cp.async of Bytes (4, 8 or 16) with zero fill: src_bytes = 0 writes zeros.
-// The L2 eviction policy (createpolicy) is passed as a cache hint when `policy` is set.
-template <int Bytes> __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {
+// cp.async of Bytes (4, 8 or 16) with zero fill: its first src_bytes (0 to Bytes) are read, the
+// rest of the vector is zero-filled (cp_async: all or, pred false, none). The _hint forms pass the
+// L2 eviction policy (createpolicy) as a cache hint.
+template <int Bytes> __device__ __forceinline__ void cp_async_n(void* smem, const void* gmem, int src_bytes) {
   uint32_t s = smem_addr(smem);
-  int src_bytes = pred ? Bytes : 0;
   if constexpr (Bytes == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
   } else {
@@ -557,9 +558,12 @@ template <int Bytes> __device__ __forceinline__ void cp_async(void* smem, const 
                  : "memory");
   }
 }
-template <int Bytes> __device__ __forceinline__ void cp_async_hint(void* smem, const void* gmem, bool pred, uint64_t policy) {
+template <int Bytes> __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {
+  cp_async_n<Bytes>(smem, gmem, pred ? Bytes : 0);
+}
+template <int Bytes>
+__device__ __forceinline__ void cp_async_n_hint(void* smem, const void* gmem, int src_bytes, uint64_t policy) {
   uint32_t s = smem_addr(smem);
-  int src_bytes = pred ? Bytes : 0;
   if constexpr (Bytes == 16) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),
                  "r"(src_bytes), "l"(policy)
@@ -569,6 +573,10 @@ template <int Bytes> __device__ __forceinline__ void cp_async_hint(void* smem, c
                  "r"(src_bytes), "l"(policy)
                  : "memory");
   }
+}
+template <int Bytes>
+__device__ __forceinline__ void cp_async_hint(void* smem, const void* gmem, bool pred, uint64_t policy) {
+  cp_async_n_hint<Bytes>(smem, gmem, pred ? Bytes : 0, policy);
 }
 __device__ __forceinline__ uint64_t policy_evict_first() {
   uint64_t p;
