@@ -178,11 +178,15 @@ void bind_builder(py::module_& m) {
       })
       .def("tma_copy_tile", [](Builder& b, const Tensor& global, const Tensor& shared, const py::iterable& offsets,
                                std::vector<int> dims, std::optional<Tensor> barrier, bool load, L loc,
-                               const py::object& multicast_mask, const py::object& cache_policy) {
+                               const py::object& multicast_mask, const py::object& cache_policy, int64_t cta_group,
+                               const py::object& barrier_rank) {
         b.tma_copy_tile(global, shared, to_exprs(offsets), std::move(dims), barrier ? *barrier : Tensor(), load,
                         loc_of(loc), multicast_mask.is_none() ? Expr() : to_expr(multicast_mask),
-                        cache_policy.is_none() ? Expr() : to_expr(cache_policy));
-      })
+                        cache_policy.is_none() ? Expr() : to_expr(cache_policy), cta_group,
+                        barrier_rank.is_none() ? Expr() : to_expr(barrier_rank));
+      }, py::arg("global_"), py::arg("shared"), py::arg("offsets"), py::arg("dims"), py::arg("barrier"),
+         py::arg("load"), py::arg("loc"), py::arg("multicast_mask") = py::none(), py::arg("cache_policy") = py::none(),
+         py::arg("cta_group") = 1, py::arg("barrier_rank") = py::none())
       .def("c2d_im2col", [](Builder& b, const Tensor& img, const Tensor& col, const py::object& nhw_step,
                             const py::object& c_step, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad,
                             std::optional<std::string> eviction_policy, L loc, std::optional<Tensor> barrier) {
@@ -192,6 +196,27 @@ void bind_builder(py::module_& m) {
       .def("tma_commit_group", [](Builder& b, L loc) { b.tma_commit_group(loc_of(loc)); })
       .def("tma_wait_group", [](Builder& b, int64_t n, bool read, L loc) { b.tma_wait_group(n, read, loc_of(loc)); })
       .def("fence_proxy_async", [](Builder& b, const std::string& space, L loc) { b.fence_proxy_async(space, loc_of(loc)); })
+      .def("tcgen05_alloc", [](Builder& b, const DataType& dtype, std::vector<int64_t> shape, int64_t cta_group, L loc) {
+        return b.tcgen05_alloc(dtype, std::move(shape), cta_group, loc_of(loc));
+      })
+      .def("tcgen05_slice", [](Builder& b, const Tensor& t, const py::iterable& offsets, std::vector<int> dims,
+                               std::vector<int64_t> shape, L loc) {
+        return b.tcgen05_slice(t, to_exprs(offsets), std::move(dims), std::move(shape), loc_of(loc));
+      })
+      .def("tcgen05_index", [](Builder& b, const Tensor& t, const py::list& indices, L loc) {
+        std::vector<std::optional<Expr>> idx;
+        for (auto i : indices) idx.push_back(i.is_none() ? std::nullopt : std::optional<Expr>(to_expr(i)));
+        return b.tcgen05_index(t, std::move(idx), loc_of(loc));
+      }, "t[i, ...] of a tensor-memory tensor: None keeps a dim whole (t_acc[:, stage, :] is [None, stage, None]).")
+      .def("tcgen05_view", [](Builder& b, const Tensor& t, const DataType& dtype, std::vector<int64_t> shape, L loc) {
+        return b.tcgen05_view(t, dtype, std::move(shape), loc_of(loc));
+      })
+      .def("tcgen05_load", [](Builder& b, const Tensor& t, L loc) { return b.tcgen05_load(t, loc_of(loc)); })
+      .def("clc_query_response", [](Builder& b, const Tensor& response, L loc) {
+        auto v = b.clc_query_response(response, loc_of(loc));
+        return py::make_tuple(Expr(v[0]), Expr(v[1]), Expr(v[2]), Expr(v[3]));
+      })
+      .def("group_begin", &Builder::group_begin, "The first thread (in the block) of the innermost thread group.")
       .def("wgmma_fence", [](Builder& b, L loc) { b.wgmma_fence(loc_of(loc)); })
       .def("wgmma_mma", [](Builder& b, const Tensor& a, const Tensor& bt, const Tensor& d, L loc) {
         b.wgmma_mma(a, bt, d, loc_of(loc));

@@ -143,8 +143,15 @@ void bind_ir(py::module_& m) {
       .def("__hash__", [](const DataType& t) { return std::hash<std::string>()(t.name()); })
       .def("__repr__", [](const DataType& t) { return t.name(); });
   m.def("instruction_defs", []() {
-    static const char* scopes[] = {"", "global", "shared", "global|shared", "register", "global|register",
-                                   "shared|register", "any"};
+    // "shared", "shared|tmem", "any" (global, shared and register), ...
+    auto scopes = [](uint8_t bits) {
+      if ((bits & kAnyScope) == kAnyScope) return std::string("any");
+      std::string s;
+      for (auto [bit, name] : {std::pair<uint8_t, const char*>{kGlobal, "global"}, {kShared, "shared"},
+                               {kRegister, "register"}, {kTensorMemory, "tmem"}})
+        if (bits & bit) s += (s.empty() ? "" : "|") + std::string(name);
+      return s;
+    };
     py::list out;
     for (const InstDef* d : inst_defs()) {
       py::dict r;
@@ -163,7 +170,7 @@ void bind_ir(py::module_& m) {
                               py::arg("type") = a.type == AttrType::Int ? "int" : a.type == AttrType::Bool ? "bool" : "str",
                               py::arg("default") = a.default_value, py::arg("allowed") = a.allowed));
       for (auto& o : d->operands)
-        operands.append(py::dict(py::arg("name") = o.name, py::arg("scopes") = scopes[o.scopes & 7],
+        operands.append(py::dict(py::arg("name") = o.name, py::arg("scopes") = scopes(o.scopes),
                                  py::arg("dtype") = o.dtype, py::arg("numel") = o.numel, py::arg("doc") = o.doc));
       for (auto& sc : d->scalars)
         scalars.append(py::dict(py::arg("name") = sc.name, py::arg("integer") = sc.integer,

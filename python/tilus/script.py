@@ -16,6 +16,7 @@ from .instructions import defined as _defined
 from .instructions._args import MappedBarrier, _barrier, _exprs, _instruction, _ints, _scalar, _tensor  # noqa: F401
 from .instructions.atomic import AtomicGroup
 from .instructions.builtins import SeedBuiltins
+from .instructions.clc import ClcGroup
 from .instructions.cluster import Dim3, _Cluster, _block_idx  # noqa: F401
 from .instructions.compute import _UNARY, ComputeInstructions, _unary_method
 from .instructions.cuda import AtomicMmaConfig, AtomicMmaConfigs, CudaHelpers, DotConfig  # noqa: F401
@@ -25,11 +26,12 @@ from .instructions.mbarrier import MbarrierGroup
 from .instructions.memory import MemoryInstructions
 from .instructions.tensors import TensorInstructions
 from .instructions.thread import ThreadInstructions
+from .instructions.tcgen05 import Tcgen05Group
 from .instructions.tma import TmaGroup
 from .instructions.wgmma import WgmmaGroup
 from .launch import launch as _launch
 from .launch import shared_of as _shared_of
-from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase,  # noqa: F401
+from .tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, TMemoryTensor,  # noqa: F401
                       Unusable, _builder, _describe, _fail, _here, _set_attribute, _tracing, _where)
 from . import _C
 from ._C import CompileError, Expr
@@ -127,7 +129,7 @@ _ScriptType.__call__ = _C.script_construct_call(_ScriptType._construct, vars(_la
 _ScriptType.__call__.__wrapped__ = _ScriptType._construct  # inspect.signature(a Script class) as before
 
 _MBARRIER, _TMA, _FENCE, _WGMMA = MbarrierGroup(), TmaGroup(), FenceGroup(), WgmmaGroup()
-_ATOMIC, _CUDA = AtomicGroup(), CudaHelpers()
+_ATOMIC, _CUDA, _TCGEN05, _CLC = AtomicGroup(), CudaHelpers(), Tcgen05Group(), ClcGroup()
 
 
 def _group(instance, doc):
@@ -222,6 +224,10 @@ class Script(TensorInstructions, MemoryInstructions, ComputeInstructions, Thread
                              "global_/shared_ add, sub, min, max, exch, cas.")
     wgmma = _group(_WGMMA, "Warp-group MMA (NVIDIA Tilus's ``self.wgmma``, sm_90a): fence, mma, commit_group, "
                            "wait_group.")
+    tcgen05 = _group(_TCGEN05, "Tensor memory and Blackwell's tensor cores (NVIDIA Tilus's ``self.tcgen05``, sm_100a): "
+                               "alloc, dealloc, relinquish_alloc_permit, slice, view, load, store, wait_load, "
+                               "wait_store, copy, commit, mma.")
+    clc = _group(_CLC, "Cluster launch control (NVIDIA Tilus's ``self.clc``, sm_100): try_cancel, query_response.")
 
 
 for _op in _UNARY:
@@ -255,6 +261,8 @@ for _family in (TensorInstructions, MemoryInstructions, ComputeInstructions, Thr
 for _group, _prefix in ((MbarrierGroup, "mbarrier"), (TmaGroup, "tma"), (FenceGroup, "fence"), (WgmmaGroup, "wgmma"),
                         (AtomicGroup, "atomic")):
     _wrap_methods(_group, lambda name: name == "alloc", _prefix)
+_wrap_methods(Tcgen05Group, {"alloc", "slice", "view", "load"}.__contains__, "tcgen05")
+_wrap_methods(ClcGroup, lambda name: name == "query_response", "clc")
 
 
 
@@ -286,9 +294,11 @@ class _DefinedArgs:
     def tensor(x, operand, what, loc):
         if operand["scopes"] == "shared" and operand["dtype"] == "uint64" and operand["numel"] == 1:
             return _barrier(x, what, loc)
-        cls = {"shared": SharedTensor, "global": GlobalTensor}.get(operand["scopes"], RegisterTensor)
+        cls = {"shared": SharedTensor, "global": GlobalTensor, "tmem": TMemoryTensor}.get(operand["scopes"],
+                                                                                           RegisterTensor)
         return _tensor(x, what, loc, cls)
 
 
 _defined.install(Script, {"mbarrier": MbarrierGroup, "tma": TmaGroup, "fence": FenceGroup, "wgmma": WgmmaGroup,
-                          "atomic": AtomicGroup, "cluster": _Cluster}, _instruction, _DefinedArgs)
+                          "atomic": AtomicGroup, "cluster": _Cluster, "tcgen05": Tcgen05Group, "clc": ClcGroup},
+                 _instruction, _DefinedArgs)

@@ -92,7 +92,7 @@ def _encode(values, dtype):
         if dtype.is_integer() and values.dtype.kind == "f":
             values = np.trunc(values)
         return np.ascontiguousarray(values.astype(_NUMPY[n])).view(np.uint8).reshape(-1)
-    if n in ("bfloat16", "tf32"):
+    if n in ("bfloat16", "tfloat32"):
         bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
         keep = 16 if n == "bfloat16" else 13  # bits dropped: bfloat16 keeps 16, tf32 keeps 19 of 32
         rounded = (bits + ((1 << (keep - 1)) - 1) + ((bits >> keep) & 1)) >> keep << keep
@@ -130,7 +130,7 @@ def _decode(data, dtype, count):
         return data[:count * dtype.bits // 8].view(_NUMPY[n]).copy()
     if n == "bfloat16":
         return (data[:2 * count].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    if n == "tf32":
+    if n == "tfloat32":
         return data[:4 * count].view(np.float32).copy()
     codes = _unpack(data, dtype.bits, count)
     if dtype.is_float():

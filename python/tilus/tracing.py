@@ -352,6 +352,41 @@ class SharedTensor(TensorBase):
         """The transposed view, as ``transpose()``."""
         return SharedTensor(_builder().permute_shared(self.t, [1, 0], _here()))
 
+    def tolist(self) -> list:
+        """The elements of this rank-1 tensor as a list (``s[0]``, ``s[1]``, ...): the barriers of an
+        ``mbarrier.alloc`` one by one (``a, b = self.mbarrier.alloc([1, 1]).tolist()``)."""
+        loc = _here()
+        if len(self.shape) != 1:
+            raise CompileError(f"{_where(loc)}tolist(): a rank-1 shared tensor has a list of elements, got "
+                               f"{self.t.type_str()}")
+        return [Region(self, [i], [1]) for i in range(self.shape[0])]
+
+
+class TMemoryTensor(TensorBase):
+    """A tensor in Blackwell's tensor memory (``self.tcgen05.alloc``): static shape [lanes, columns...],
+    dim 0 over the block's tensor-memory lanes (32, 64 or 128), the others over its 32-bit columns.
+
+    ``t[:, i, :]`` (an index or a scalar fixes a column dim; the lane dim stays whole) is the
+    sub-tensor at that index, a view (``tcgen05.slice``); ``self.tcgen05.load`` / ``store`` move a
+    rank-2 one to and from registers.
+    """
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        """``t[:, i, ...]``: the view with the indexed dims fixed (whole slices ``:`` keep a dim)."""
+        loc = _here()
+        keys = key if isinstance(key, tuple) else (key,)
+        indices = []
+        for d, k in enumerate(keys):
+            if isinstance(k, slice):
+                if k != slice(None):
+                    raise CompileError(f"{_where(loc)}indexing {self.t.type_str()}: dim {d} takes ':' or an index; "
+                                       "slice a range with tcgen05.slice(t, offsets, dims, shape)")
+                indices.append(None)
+            else:
+                indices.append(k)
+        return TMemoryTensor(_builder().tcgen05_index(self.t, indices, loc))
+
 
 def _binary(op, a, b, loc):
     for v in (a, b):

@@ -313,6 +313,12 @@ class _Normalizer(ast.NodeTransformer):
         return [_assign(pre, _pre_values(names, node), node), node] + self._after_scope(names, pre, "for", node)
 
     def visit_While(self, node):
+        node.test = self.visit(node.test)
+        if isinstance(node.test, ast.Constant) and node.test.value is True:
+            # `while True:` is the kernel's own loop (left by a `break`), as in NVIDIA Tilus: a
+            # persistent kernel's loop over tiles. Only a condition that is a Python expression runs
+            # at trace time.
+            node.test = _call("kernel_true", [], node.test)
         cond = self.fresh("cond")
         # __c = COND
         # if __tilus_rt.symbolic(__c):
@@ -387,6 +393,7 @@ class _Normalizer(ast.NodeTransformer):
 
     # --- branches -------------------------------------------------------------------------------
     def visit_If(self, node):
+        node.test = self.visit(node.test)
         cond = self.fresh("cond")
         assign = _assign(cond, node.test, node)
         # The names the branches bind; those read elsewhere (after the if) may need a kernel
@@ -455,6 +462,15 @@ class _Normalizer(ast.NodeTransformer):
             call = _call("annotated_attribute", [_const(node.target.attr, node), node.annotation, node.value,
                                                  _const(node.lineno, node)], node)
             return _assign(node.target, call, node)
+        return node
+
+    # --- `not` --------------------------------------------------------------------------------
+    def visit_UnaryOp(self, node):
+        # `not x` of a kernel condition is its logical negation (NVIDIA Tilus's `if not is_valid:`);
+        # of a Python value, Python's `not`.
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return _call("not_", [node.operand], node)
         return node
 
     # --- expression statements ------------------------------------------------------------------
@@ -731,6 +747,18 @@ class _Runtime:
     max_trace_trips = 1_000_000  # iterations of one Python loop while tracing before it is an error
 
     @staticmethod
+    def kernel_true():
+        return Expr(True)
+
+    @staticmethod
+    def not_(v):
+        if isinstance(v, Unusable):
+            raise v.error()
+        if isinstance(v, Expr):
+            return _C.logical_not(v if v.dtype.is_bool() else v != 0)
+        return not v
+
+    @staticmethod
     def symbolic(v):
         if isinstance(v, Unusable):
             raise v.error()
@@ -1001,12 +1029,34 @@ class _Runtime:
             _name_tensor(b, name, value)
             b.assign_tensor(old.t, value.t, loc)
             return old
+        mapped = _mapped_barrier(b, name, old, value, loc)
+        if mapped is not None:
+            return mapped
         if isinstance(old, TensorBase) or isinstance(value, TensorBase):
             raise CompileError(f"{_where(loc)}'{name}' is rebound inside a loop or branch to a different kind of "
                                f"value ({old!r} -> {value!r})")
         raise CompileError(
             f"{_where(loc)}'{name}' was bound outside this loop or branch to {old!r}, a value fixed when the kernel is "
             f"traced; to change it at run time make it a kernel variable: {name} = self.declare({name!r}, int32, ...)")
+
+
+def _mapped_barrier(b, name, old, value, loc):
+    """A barrier rebound inside a branch to its own mapping into a peer block
+    (``bar = self.cluster.map_shared_addr(bar, rank)`` under ``if cta_rank != 0``, as NVIDIA Tilus's
+    examples do, where barriers are addresses): the same barrier in a block chosen at run time, its
+    rank a kernel variable that starts as this block's own rank (or the old mapping's) and is
+    assigned the new one here. None for anything else."""
+    from .instructions._args import MappedBarrier
+    source = old.source if isinstance(old, MappedBarrier) else old
+    if not isinstance(value, MappedBarrier) or value.source is not source:
+        return None
+    if isinstance(old, MappedBarrier) and old.rank_var:
+        b.assign(old.rank, value.rank, loc)
+        return old
+    start = old.rank if isinstance(old, MappedBarrier) else _C.cluster_block_rank()
+    var = _declare_kernel_variable(b, f"{name}_rank", _C.DataType.from_name("int32"), start, loc, outside=True)
+    b.assign(var, value.rank, loc)
+    return MappedBarrier(None, var, source=value.source, rank_var=True)
 
 
 class _ScalarMath:

@@ -182,6 +182,49 @@ class FactCollector : public StmtVisitor {
         f_.shared_[slice.out.get()] = v;
         return;
       }
+      case InstKind::Tcgen05Alloc: {
+        auto& a = static_cast<const Tcgen05AllocInst&>(inst);
+        if (!a.out.defined() || !a.out.is_tmem()) return;
+        TmemView v;
+        v.root = a.out;
+        v.alloc = &a;
+        v.col_bits = int_const(0);
+        auto shape = a.out.static_shape();
+        v.col_strides_bits.assign(shape.size(), 0);
+        int64_t stride = a.out.dtype().bits();
+        for (int d = int(shape.size()) - 1; d >= 1; --d) {
+          v.col_strides_bits[size_t(d)] = stride;
+          stride *= shape[size_t(d)];
+        }
+        f_.tmem_[a.out.get()] = v;
+        return;
+      }
+      case InstKind::Tcgen05Slice: {
+        auto& sl = static_cast<const Tcgen05SliceInst&>(inst);
+        auto it = f_.tmem_.find(sl.src.get());
+        if (it == f_.tmem_.end() || !sl.out.defined() || sl.offsets.empty()) return;
+        const TmemView& src = it->second;
+        TmemView v = src;
+        if (sl.offsets[0].is_int_const()) v.lane_offset += sl.offsets[0].int_value();
+        Expr bits = src.col_bits;
+        for (size_t d = 1; d < sl.offsets.size() && d < src.col_strides_bits.size(); ++d)
+          bits = bits + sl.offsets[d] * Expr(src.col_strides_bits[d]);
+        v.col_bits = f_.simplify(bits);
+        v.col_strides_bits.clear();
+        for (int d : sl.dims) v.col_strides_bits.push_back(d >= 0 && d < int(src.col_strides_bits.size()) ? src.col_strides_bits[size_t(d)] : 0);
+        f_.tmem_[sl.out.get()] = v;
+        return;
+      }
+      case InstKind::Tcgen05View: {
+        auto& vw = static_cast<const Tcgen05ViewInst&>(inst);
+        auto it = f_.tmem_.find(vw.src.get());
+        if (it == f_.tmem_.end() || !vw.out.defined()) return;
+        TmemView v = it->second;
+        v.col_strides_bits.resize(size_t(vw.out.rank()), 0);
+        if (vw.out.rank() >= 2) v.col_strides_bits.back() = vw.out.dtype().bits();
+        f_.tmem_[vw.out.get()] = v;
+        return;
+      }
       case InstKind::ReshapeShared: {
         auto& r = static_cast<const ReshapeSharedInst&>(inst);
         auto it = f_.shared_.find(r.src.get());
@@ -355,6 +398,17 @@ const SharedView& KernelFacts::shared(const InstNode& user, const Tensor& t) con
                        user.loc);
   return it->second;
 }
+
+const TmemView& KernelFacts::tmem(const InstNode& user, const Tensor& t) const {
+  auto it = tmem_.find(t.get());
+  if (it == tmem_.end())
+    throw CompileError(fmt::format("{}: tensor-memory tensor {} is used before its tcgen05.alloc", user.display_name(),
+                                   t.defined() ? t.type_str() : "<undefined>"),
+                       user.loc);
+  return it->second;
+}
+
+Expr TmemView::first_column() const { return tilus::simplify(col_bits / Expr(int64_t(32))); }
 
 GlobalAccess KernelFacts::tile(const InstNode& user, const Tensor& g, std::vector<Expr> offsets, std::vector<int> dims,
                                const std::optional<std::vector<int>>& checked_dims) const {

@@ -1,6 +1,7 @@
 #include "tilus/ir/functor.h"
 
 #include "tilus/ir/error.h"
+#include "tilus/ir/inst_def.h"
 
 namespace tilus {
 
@@ -197,6 +198,22 @@ std::unordered_set<const TensorNode*> read_tensors(const Kernel& k) {
   } reads;
   reads.visit(k);
   return std::move(reads.tensors);
+}
+
+bool waits_on_siblings(const std::vector<Stmt>& groups) {
+  if (groups.size() < 2) return false;
+  struct Find : StmtVisitor {
+    bool found = false;
+    void visit_inst(const InstNode& i) override {
+      found = found || i.def().traits.role == SyncRole::BarrierWait ||
+              (i.kind() == InstKind::Sync && static_cast<const SyncInst&>(i).scope == SyncScope::Cluster);
+    }
+  } find;
+  for (auto& g : groups) {
+    if (!g || g->kind != StmtKind::ThreadGroup) return false;
+    find.visit(g);
+  }
+  return find.found;
 }
 
 }  // namespace tilus

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 
 namespace tilus {
@@ -195,6 +196,8 @@ void CopyInst::visit_fields(FieldVisitor& v) {
   if (scalar) v.attr("scalar", "true");
   if (barrier.defined()) v.operand("barrier", barrier, Access::Read, kShared, nullptr);
   if (multicast_mask.defined()) v.expr("multicast_mask", multicast_mask);
+  if (cta_group != 1) v.attr("cta_group", std::to_string(cta_group));
+  if (barrier_rank.defined()) v.expr("barrier_rank", barrier_rank);
   if (cache_policy.defined()) v.expr("cache_policy", cache_policy);
 }
 
@@ -453,20 +456,61 @@ struct TraitFinder : FieldVisitor {
 };
 }  // namespace
 
+// --- Blackwell ---------------------------------------------------------------------------------------
+
+int64_t Tcgen05AllocInst::columns() const {
+  int64_t bits = out.dtype().bits();
+  auto shape = out.static_shape();
+  for (size_t d = 1; d < shape.size(); ++d) bits *= shape[d];
+  int64_t cols = std::max<int64_t>(32, (bits + 31) / 32);
+  int64_t p = 32;
+  while (p < cols) p *= 2;
+  return p;
+}
+
+void Tcgen05AllocInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kTensorMemory);
+  if (cta_group != 1) v.attr("cta_group", std::to_string(cta_group));
+  if (slot_offset >= 0) v.attr("slot_offset", std::to_string(slot_offset));
+}
+
+void Tcgen05SliceInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kTensorMemory);
+  v.operand("src", src, Access::Alias, kTensorMemory, nullptr);
+  v.exprs("offsets", offsets);
+  v.attr("dims", ints_str(dims));
+}
+
+void Tcgen05ViewInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kTensorMemory);
+  v.operand("src", src, Access::Alias, kTensorMemory, nullptr);
+}
+
+void Tcgen05LoadInst::visit_fields(FieldVisitor& v) {
+  v.output("out", out, kRegister);
+  v.operand("src", src, Access::Read, kTensorMemory, nullptr);
+}
+
+void ClcQueryInst::visit_fields(FieldVisitor& v) {
+  v.operand("response", response, Access::Read, kShared, nullptr);
+  for (const Var* x : {&is_canceled, &this->x, &y, &z}) v.attr("var", x->defined() ? x->name() : "<undefined>");
+}
+
 Scopes scope_bit(MemoryScope s) {
   switch (s) {
     case MemoryScope::Global: return kGlobal;
     case MemoryScope::Shared: return kShared;
     case MemoryScope::Register: return kRegister;
+    case MemoryScope::TensorMemory: return kTensorMemory;
   }
   return kAnyScope;
 }
 
 std::string scopes_str(uint8_t scopes) {
   std::vector<std::string> names;
-  for (MemoryScope s : {MemoryScope::Register, MemoryScope::Shared, MemoryScope::Global})
+  for (MemoryScope s : {MemoryScope::Register, MemoryScope::Shared, MemoryScope::Global, MemoryScope::TensorMemory})
     if (scopes & scope_bit(s)) names.push_back(to_string(s));
-  if (names.size() == 3 || names.empty()) return "a";
+  if ((scopes & kAnyScope) == kAnyScope || names.empty()) return "a";
   return "a " + fmt::format("{}", fmt::join(names, " or "));
 }
 

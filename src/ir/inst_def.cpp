@@ -42,7 +42,8 @@ struct Registry {
     // One function per family (src/ir/insts/<family>.cpp), in the order docs/instructions.md
     // lists them.
     for (auto add : {insts::add_tensor, insts::add_memory, insts::add_compute, insts::add_mbarrier, insts::add_tma,
-                     insts::add_fence, insts::add_wgmma, insts::add_thread, insts::add_debug})
+                     insts::add_fence, insts::add_wgmma, insts::add_tcgen05, insts::add_clc, insts::add_thread,
+                     insts::add_debug})
       add(storage);
     for (auto& d : storage) {
       all.push_back(&d);

@@ -18,8 +18,18 @@ const char* to_string(MachineOp op) {
     case MachineOp::SimtFma: return "simt.fma";
     case MachineOp::Atom: return "atom";
     case MachineOp::Wgmma: return "wgmma";
+    case MachineOp::Tcgen05Mma: return "tcgen05.mma";
+    case MachineOp::Tcgen05Cp: return "tcgen05.cp";
+    case MachineOp::Tcgen05Ld: return "tcgen05.ld";
+    case MachineOp::Tcgen05St: return "tcgen05.st";
+    case MachineOp::ClcTryCancel: return "clusterlaunchcontrol.try_cancel";
   }
   return "?";
+}
+
+bool reads_through_async_proxy(MachineOp op) {
+  return op == MachineOp::TmaStore || op == MachineOp::Wgmma || op == MachineOp::Tcgen05Mma ||
+         op == MachineOp::Tcgen05Cp;
 }
 
 const char* to_string(Completion c) {
@@ -29,6 +39,9 @@ const char* to_string(Completion c) {
     case Completion::MbarrierTx: return "mbarrier-tx";
     case Completion::TmaStoreGroup: return "tma-store-group";
     case Completion::WgmmaGroup: return "wgmma-group";
+    case Completion::Tcgen05: return "tcgen05-commit";
+    case Completion::Tcgen05Load: return "tcgen05-wait-load";
+    case Completion::Tcgen05Store: return "tcgen05-wait-store";
   }
   return "?";
 }
@@ -77,6 +90,20 @@ std::string Lowering::str() const {
     case MachineOp::Atom:
       if (red) s += " red";
       break;
+    case MachineOp::Tcgen05Mma: {
+      const Tcgen05MmaTiling& t = tcgen05;
+      s += fmt::format(" cta_group::{}.kind::{} m{}n{}k{} tiles={}x{} idesc={:#x}", t.cta_group, t.kind,
+                       t.m * t.cta_group, t.n_instr, t.k_instr, t.n_blocks, t.k_steps, t.idesc);
+      s += t.a_tmem ? std::string(" a=tmem") : fmt::format(" a=sw{}/sbo{}", t.a.swizzle_bytes, t.a.sbo);
+      s += fmt::format(" b=sw{}/sbo{}", t.b.swizzle_bytes, t.b.sbo);
+      break;
+    }
+    case MachineOp::Tcgen05Cp:
+      s += fmt::format(" 128x256b x{} src=sw{}/sbo{}", tcgen05.n_blocks, tcgen05.a.swizzle_bytes, tcgen05.a.sbo);
+      break;
+    case MachineOp::Tcgen05Ld:
+    case MachineOp::Tcgen05St: s += fmt::format(" 32x32b.x{} x{}", ldst.columns, ldst.instructions); break;
+    case MachineOp::ClcTryCancel: break;
     case MachineOp::None: break;
   }
   s += fmt::format(" completion={}", to_string(completion));

@@ -14,6 +14,7 @@ const char* to_string(MemoryScope s) {
     case MemoryScope::Global: return "global";
     case MemoryScope::Shared: return "shared";
     case MemoryScope::Register: return "register";
+    case MemoryScope::TensorMemory: return "tmem";
   }
   return "?";
 }
@@ -60,6 +61,15 @@ Tensor Tensor::reg(std::string name, DataType dtype, std::vector<int64_t> shape,
   auto n = new_node(std::move(name), MemoryScope::Register, dtype);
   n->shape = const_shape(shape);
   n->layout = std::move(layout);
+  return Tensor(n);
+}
+
+Tensor Tensor::tmem(std::string name, DataType dtype, std::vector<int64_t> shape) {
+  auto n = std::make_shared<TensorNode>();
+  n->name = std::move(name);
+  n->scope = MemoryScope::TensorMemory;
+  n->dtype = dtype;
+  n->shape = const_shape(shape);
   return Tensor(n);
 }
 

@@ -472,6 +472,10 @@ class KernelVerifier {
     if (inst.kind() == InstKind::Item) scopes_.back().vars.insert(static_cast<const ItemInst&>(inst).var.get());
     if (inst.kind() == InstKind::SharedItemPtr)
       scopes_.back().vars.insert(static_cast<const SharedItemPtrInst&>(inst).var.get());
+    if (inst.kind() == InstKind::ClcQuery) {
+      auto& q = static_cast<const ClcQueryInst&>(inst);
+      for (const Var* v : {&q.is_canceled, &q.x, &q.y, &q.z}) scopes_.back().vars.insert(v->get());
+    }
 
     // Rule G: collect the allocations.
     if (inst.kind() == InstKind::AllocateShared) {

@@ -398,6 +398,20 @@ void Builder::name(const Tensor& t, const std::string& name) {
 void Builder::emit(std::shared_ptr<InstNode> inst) {
   last_loc_ = inst->loc;
   verify_inst(*inst);
+  // Which threads may issue it (its definition's rule), against the current thread group.
+  GroupRule rule = inst->def().threads;
+  if (rule != GroupRule::Any) {
+    int64_t threads = group_threads(inst->name(), inst->loc), begin = group_begin();
+    bool ok = begin % 32 == 0 && (rule == GroupRule::OneWarp ? threads == 32 : threads >= 32 && threads % 32 == 0);
+    if (!ok)
+      throw CompileError(fmt::format("{}: must be issued by {} (a thread group of {} starting on a warp), but the "
+                                     "current thread group is threads [{}, {}) of the block; use {}",
+                                     inst->display_name(), rule == GroupRule::OneWarp ? "one warp" : "whole warps",
+                                     rule == GroupRule::OneWarp ? "32 threads" : "a multiple of 32 threads", begin,
+                                     begin + threads,
+                                     rule == GroupRule::OneWarp ? "self.single_warp()" : "whole warps (warp_group)"),
+                         inst->loc);
+  }
   emit_stmt(make_inst_stmt(std::move(inst)));
 }
 

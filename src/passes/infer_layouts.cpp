@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/passes/choose_shared_layouts.h"
 #include "thread_dependence.h"
 
@@ -46,6 +47,10 @@ RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataTy
   RegisterLayout l = local(outer) * spatial(spread) * local(inner);
   if (left > 1) l = replicated(left) * l;
   return l;
+}
+
+RegisterLayout tcgen05_ldst_layout(const std::vector<int64_t>& shape) {
+  return spatial({shape.at(0), 1}) * local({1, shape.at(1)});
 }
 
 namespace {
@@ -430,6 +435,20 @@ class LayoutSolver {
         WgmmaPlan plan = plan_wgmma(i.a.dtype(), sa[0], sb[1], sa[1], threads);
         fix(i.d, plan.d, inst);
         if (i.a.is_register()) fix(i.a, plan.a, inst);
+        return;
+      }
+      // tcgen05.ld / st: one thread per lane (select_instructions checks the group against the lanes).
+      case InstKind::Tcgen05Load: {
+        auto& i = static_cast<const Tcgen05LoadInst&>(inst);
+        if (i.src.rank() == 2 && i.src.static_shape()[0] == threads) fix(out, tcgen05_ldst_layout(i.src.static_shape()), inst);
+        return;
+      }
+      case InstKind::Defined: {
+        auto& i = static_cast<const DefinedInst&>(inst);
+        if (i.definition->name == "tcgen05.store") {
+          const Tensor& t = i.tensor("tensor");
+          if (t.rank() == 2 && t.static_shape()[0] == threads) fix(i.tensor("src"), tcgen05_ldst_layout(t.static_shape()), inst);
+        }
         return;
       }
       case InstKind::Cast: same(static_cast<const CastInst&>(inst).x, out, inst); return;

@@ -132,6 +132,14 @@ class WaitInserter {
       case Completion::WgmmaGroup:
         return "wgmma.mma reads its operands (shared, or a in registers) and writes its accumulator after it "
                "is issued: add wgmma.commit_group() and a wgmma.wait_group(n) that covers it before it";
+      case Completion::Tcgen05:
+        return fmt::format("{} reads its shared operands after it is issued: add tcgen05.commit(mbarrier=...) and a "
+                           "wait on that mbarrier before it",
+                           c.inst->display_name());
+      case Completion::Tcgen05Load:
+        return "tcgen05.load writes its registers after it is issued: add tcgen05.wait_load() before it";
+      case Completion::Tcgen05Store:
+        return "tcgen05.store reads its registers after it is issued: add tcgen05.wait_store() before it";
       default:
         return "async_copy leaves the wait to the kernel: add copy_async_wait_group(n) or copy_async_wait_all() "
                "before it";
@@ -193,6 +201,20 @@ class WaitInserter {
         for (auto& a : mine)
           for (auto& c : state)
             if (hazard(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
+        if (oldest_needed && (oldest_needed->completion == Completion::Tcgen05Load ||
+                              oldest_needed->completion == Completion::Tcgen05Store)) {
+          // The thread's tcgen05.ld / st registers: its wait (every one of them at once).
+          Completion kind = oldest_needed->completion;
+          bool ld = kind == Completion::Tcgen05Load;
+          before.push_back(inst_stmt(make_defined(ld ? "tcgen05.wait_load" : "tcgen05.wait_store", {}, {}, {}, inst.loc),
+                                     inst.loc));
+          ++inserted_;
+          wait(state, -1, kind);
+          oldest_needed = nullptr;
+          for (auto& a : mine)
+            for (auto& c : state)
+              if (hazard(c, a) && (!oldest_needed || c.commits < oldest_needed->commits)) oldest_needed = &c;
+        }
         if (oldest_needed) {
           if (strict_)
             throw CompileError(fmt::format("{} at {} touches shared memory that {} at {} may still be writing; add "
@@ -221,13 +243,20 @@ class WaitInserter {
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
         Expr runs = simplify(n.begin < n.end);
+        if (at_most_one_trip(n)) {  // no iteration meets another: the body once
+          InFlight after = state;
+          Stmt body = process(n.body, after);
+          state = runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value ? after : merge(state, after);
+          return rebuild_for(n, body);
+        }
         Stmt body = loop(
             n.body, state, [&](const SharedAccess& a) { return previous_iteration(a, &n.var, n.step); },
-            runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step);
+            runs.as<BoolImmNode>() && runs.as<BoolImmNode>()->value, &n.var, n.begin, n.step, constant_trips(n));
         return rebuild_for(n, body);
       }
       case StmtKind::While: {
         auto& n = static_cast<const WhileStmtNode&>(*s);
+        forget_assigned(n.body);
         Stmt body =
             loop(n.body, state, [](const SharedAccess& a) { return previous_iteration(a, nullptr, Expr()); }, false);
         return std::make_shared<WhileStmtNode>(n.cond, body, n.loc);
@@ -236,8 +265,16 @@ class WaitInserter {
         // Waits are per thread, so they may go inside any branch.
         auto& n = static_cast<const IfStmtNode&>(*s);
         InFlight then_s = state, else_s = state;
+        auto vals = vals_;
         Stmt t = process(n.then_body, then_s);
+        std::swap(vals, vals_);
         Stmt e = n.else_body ? process(n.else_body, else_s) : n.else_body;
+        // A variable keeps a known value after the if where both branches leave it the same.
+        for (auto it = vals_.begin(); it != vals_.end();) {
+          auto other = vals.find(it->first);
+          if (other == vals.end() || !structural_equal(other->second, it->second)) it = vals_.erase(it);
+          else ++it;
+        }
         state = merge(then_s, else_s);
         return std::make_shared<IfStmtNode>(n.cond, t, e, n.loc);
       }
@@ -247,10 +284,27 @@ class WaitInserter {
         lets_[n.var.get()] = n.value;
         return s;
       }
+      // A mutable variable with a value known here (a ring's stage in the first iterations of its
+      // loop: `stage = (stage + 1) % stages`): offsets that name it see through it.
+      case StmtKind::Declare: {
+        auto& n = static_cast<const DeclareStmtNode&>(*s);
+        track(n.var, n.init);
+        return s;
+      }
+      case StmtKind::Assign: {
+        auto& n = static_cast<const AssignStmtNode&>(*s);
+        track(n.var, n.value);
+        return s;
+      }
       case StmtKind::ThreadGroup: {
         auto& n = static_cast<const ThreadGroupStmtNode&>(*s);
         group_waits_.push_back(waited_barriers(n.body));
+        // The group's threads have their own copies of the variables: they start from the values
+        // before the group, and what they assign is theirs (unknown to the rest after it).
+        auto vals = vals_;
         Stmt body = process(n.body, state);
+        vals_ = std::move(vals);
+        forget_assigned(n.body);
         group_waits_.pop_back();
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
@@ -276,13 +330,26 @@ class WaitInserter {
   // iteration, with the variable free, starting from the prologue copies still in flight
   // and repeated with what each round leaves (loop_fixpoint). Waits added in any round
   // stay, so the body is right for every iteration.
+  // A loop of a known trip count no larger than the peeled iterations is analysed whole that way
+  // (an iteration that never runs, such as a ring prologue's stage `stages - 1` in
+  // range(stages - 1), must not meet the code after the loop).
   template <class Shift>
   Stmt loop(const Stmt& body0, InFlight& state, Shift shift, bool surely_runs, const Var* var = nullptr,
-            Expr begin = {}, Expr step = {}) {
+            Expr begin = {}, Expr step = {}, std::optional<int64_t> trips = std::nullopt) {
     constexpr int kPeeled = 4;
     // Leaving the loop: after any iteration, or without one unless it surely runs.
     InFlight entry = state, exit = surely_runs ? InFlight{} : state;
     Stmt body = body0;
+    if (var && trips && *trips <= kPeeled) {
+      for (int64_t r = 0; r < *trips; ++r) {
+        fixed_.push_back({*var, simplify(begin + step * Expr(r))});
+        body = process(body, entry);
+        fixed_.pop_back();
+      }
+      forget_assigned(body0);
+      state = entry;
+      return body;
+    }
     if (var) {
       for (int r = 0; r < kPeeled; ++r) {
         fixed_.push_back({*var, simplify(begin + step * Expr(int64_t(r)))});
@@ -307,6 +374,7 @@ class WaitInserter {
                                  }),
                   entry.end());
     }
+    forget_assigned(body0);  // the general iteration: what the body assigns is unknown
     auto run = [&](InFlight s) {
       body = process(body, s);
       return s;
@@ -316,15 +384,42 @@ class WaitInserter {
     return body;
   }
 
+  // The trip count of a loop with constant bounds (nullopt otherwise).
+  static std::optional<int64_t> constant_trips(const ForStmtNode& n) {
+    Expr b = simplify(n.begin), e = simplify(n.end), st = simplify(n.step);
+    if (!b.is_int_const() || !e.is_int_const() || !st.is_int_const() || st.int_value() <= 0) return std::nullopt;
+    int64_t span = e.int_value() - b.int_value();
+    return span <= 0 ? 0 : (span + st.int_value() - 1) / st.int_value();
+  }
+
   // Loop variables fixed while the first iterations are analysed, and the lets seen so far.
   std::vector<std::pair<Var, Expr>> fixed_;
   std::unordered_map<const ExprNode*, Expr> lets_;
+  // Mutable variables whose value is a known constant where the analysis is.
+  std::unordered_map<const ExprNode*, Expr> vals_;
+
+  void track(const Var& v, const Expr& value) {
+    Expr x = value.defined() ? simplify(fix(value)) : Expr();
+    if (x.defined() && x.is_int_const()) vals_[v.get()] = x;
+    else vals_.erase(v.get());
+  }
+  // Forgets the values of the variables a statement assigns.
+  void forget_assigned(const Stmt& s) {
+    struct Collect : StmtVisitor {
+      std::unordered_map<const ExprNode*, Expr>* vals;
+      void visit_assign(const AssignStmtNode& n) override { vals->erase(n.var.get()); }
+      void visit_declare(const DeclareStmtNode& n) override { vals->erase(n.var.get()); }
+    } c;
+    c.vals = &vals_;
+    c.visit(s);
+  }
 
   // `e` with the fixed loop variables' values, through the lets that use them.
   Expr fix(const Expr& e, int depth = 0) const {
     return substitute(e, [&](const Var& v) -> Expr {
       for (auto& [fv, value] : fixed_)
         if (v.same_as(fv)) return value;
+      if (auto it = vals_.find(v.get()); it != vals_.end()) return it->second;
       if (auto it = lets_.find(v.get()); it != lets_.end() && depth < 8) return fix(it->second, depth + 1);
       return Expr();
     });
@@ -344,9 +439,15 @@ class WaitInserter {
         a.async = true, a.awaited = false, a.explicit_wait = true;
         a.completion = Completion::WgmmaGroup;
       }
+      // tcgen05.ld writes its registers, tcgen05.st reads its, until the thread's wait (which this
+      // pass adds where the kernel left it out, as it does cp.async's).
+      if (inst.lowering.op == MachineOp::Tcgen05Ld || inst.lowering.op == MachineOp::Tcgen05St) {
+        a.async = true, a.awaited = false;
+        a.completion = inst.lowering.completion;
+      }
       out.push_back(a);
     }
-    if (fixed_.empty() && lets_.empty()) return out;
+    if (fixed_.empty() && lets_.empty() && vals_.empty()) return out;
     for (auto& a : out)
       for (auto& e : a.lo)
         e = simplify(fix(e));

@@ -119,11 +119,22 @@ class BarrierInserter {
   // iteration covers nothing on the other arm or in the next.
   static const Access* unfenced_write(const Pending& pending, const std::vector<Access>& later) {
     for (auto& a : later) {
-      if (a.inst->lowering.op != MachineOp::TmaStore && a.inst->lowering.op != MachineOp::Wgmma) continue;
+      if (!reads_through_async_proxy(a.inst->lowering.op)) continue;
       for (auto& w : pending)
         if (w.unfenced && may_overlap(w, a)) return &w;
     }
     return nullptr;
+  }
+
+  // A tcgen05.mma / cp that meets one of this path's unfenced generic writes.
+  static bool unfenced_tcgen05_read(const Pending& pending, const std::vector<Access>& later) {
+    for (auto& a : later) {
+      MachineOp op = a.inst->lowering.op;
+      if (op != MachineOp::Tcgen05Mma && op != MachineOp::Tcgen05Cp) continue;
+      for (auto& w : pending)
+        if (w.unfenced && may_overlap(w, a)) return true;
+    }
+    return false;
   }
 
   // A fence covers the writes that have landed: a copy this path still has in flight (its mark
@@ -163,14 +174,35 @@ class BarrierInserter {
     return c.out;
   }
 
+  // A thread group's body, with the group's threads the innermost on groups_ while it is processed.
+  Stmt process_group(const ThreadGroupStmtNode& n, Pending& pending, bool may_insert) {
+    struct Scope {
+      std::vector<int64_t>& groups;
+      ~Scope() { groups.pop_back(); }
+    } scope{groups_};
+    groups_.push_back(n.num_threads);
+    return process(n.body, pending, may_insert);
+  }
+
   Stmt process(const Stmt& s, Pending& pending, bool may_insert) {
     if (!s) return s;
     switch (s->kind) {
       case StmtKind::Seq: {
         std::vector<Stmt> out;
-        for (auto& c : static_cast<const SeqStmtNode&>(*s).stmts) {
-          Stmt r = process_child(c, pending, may_insert, out);
+        const auto& stmts = static_cast<const SeqStmtNode&>(*s).stmts;
+        for (size_t i = 0; i < stmts.size();) {
+          // Sibling thread groups that wait on each other run at once: barriers only around them.
+          size_t j = i;
+          while (j < stmts.size() && stmts[j] && stmts[j]->kind == StmtKind::ThreadGroup) ++j;
+          std::vector<Stmt> run(stmts.begin() + long(i), stmts.begin() + long(j));
+          if (waits_on_siblings(run)) {
+            process_run(run, pending, may_insert, out);
+            i = j;
+            continue;
+          }
+          Stmt r = process_child(stmts[i], pending, may_insert, out);
           out.push_back(r);
+          ++i;
         }
         return make_seq(out, s->loc);
       }
@@ -256,6 +288,14 @@ class BarrierInserter {
         return bind(s, static_cast<const AssignStmtNode&>(*s).var, static_cast<const AssignStmtNode&>(*s).value);
       case StmtKind::For: {
         auto& n = static_cast<const ForStmtNode&>(*s);
+        if (at_most_one_trip(n)) {  // no iteration meets another: the body once
+          Pending before_loop_pending = pending;
+          Stmt body = process(n.body, pending, may_insert && !threads_.per_thread_loop(n));
+          for (auto& a : before_loop_pending)
+            if (std::none_of(pending.begin(), pending.end(), [&](const Access& p) { return p.inst == a.inst; }))
+              pending.push_back(a);
+          return rebuild_for(n, body);
+        }
         bool per_thread = threads_.per_thread_loop(n);
         before_loop(n.body, pending, may_insert, barrier, before, n.loc);
         return loop(n.body, pending, may_insert && !per_thread,
@@ -308,6 +348,12 @@ class BarrierInserter {
           // example the thread that then issues a TMA store of them).
           if (unfenced_write(pending, inside)) fence(n.loc, before, pending);
           barrier(n.loc);
+        } else if (may_insert && unfenced_tcgen05_read(pending, inside)) {
+          // A tcgen05.mma / cp in the group reads what the block wrote through the generic proxy
+          // (cp.async, stores) and a barrier already ordered: the writers' fence must come before
+          // a barrier too, which a fence inside the group would not have.
+          fence(n.loc, before, pending);
+          barrier(n.loc);
         }
         // What is still in flight may be waited for inside the group: its threads then see it
         // land, and the rest of the block needs a barrier after the group to see it too.
@@ -315,15 +361,7 @@ class BarrierInserter {
         Pending group;
         for (auto& p : pending)
           if (!settled(p) || p.unfenced) group.push_back(p);
-        groups_.push_back(n.num_threads);
-        Stmt body;
-        try {
-          body = process(n.body, group, may_insert);
-        } catch (...) {
-          groups_.pop_back();
-          throw;
-        }
-        groups_.pop_back();
+        Stmt body = process_group(n, group, may_insert);
         for (auto& p : pending)
           if (!settled(p) && !p.unfenced)
             p.awaited = std::any_of(group.begin(), group.end(), [&](const Access& g) {
@@ -351,6 +389,67 @@ class BarrierInserter {
         return std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc);
       }
       default: return s;
+    }
+  }
+
+  // A run of sibling thread groups that wait on each other (waits_on_siblings): on the GPU they run
+  // at once, so a barrier between two of them would never be passed. A hazard with what precedes
+  // them gets its barrier before them all; each group is analysed from what was in flight before
+  // them, and they meet each other through their mbarriers, not through barriers; after them,
+  // what any of them accessed is pending for the block.
+  void process_run(const std::vector<Stmt>& run, Pending& pending, bool may_insert, std::vector<Stmt>& out) {
+    std::vector<Access> inside;
+    for (auto& g : run)
+      for (auto& a : all_accesses(static_cast<const ThreadGroupStmtNode&>(*g).body)) inside.push_back(a);
+    const SourceLoc& loc = run.front()->loc;
+    bool fence_too = unfenced_write(pending, inside) || unfenced_tcgen05_read(pending, inside);
+    if (auto hazard = first_conflict(pending, inside)) {
+      if (!may_insert) throw *hazard;
+      if (fence_too) fence(loc, out, pending);
+      out.push_back(sync_stmt(loc));
+      ++inserted_;
+      barrier_clears(pending);
+    } else if (may_insert && unfenced_tcgen05_read(pending, inside)) {
+      fence(loc, out, pending);
+      out.push_back(sync_stmt(loc));
+      ++inserted_;
+      barrier_clears(pending);
+    }
+    Pending base;
+    for (auto& p : pending)
+      if (!settled(p) || p.unfenced) base.push_back(p);  // the unfenced marks go in too
+    std::vector<Pending> after;
+    for (auto& g : run) {
+      auto& n = static_cast<const ThreadGroupStmtNode&>(*g);
+      Pending group = base;
+      Stmt body = process_group(n, group, may_insert);
+      after.push_back(std::move(group));
+      out.push_back(std::make_shared<ThreadGroupStmtNode>(n.group_kind, n.thread_begin, n.num_threads, body, n.loc));
+    }
+    auto any = [&](const Access& a, bool awaited) {
+      for (auto& group : after)
+        for (auto& g : group)
+          if (!g.unfenced && g.inst == a.inst && g.async && g.awaited == awaited) return true;
+      return false;
+    };
+    for (auto& p : pending)
+      if (!settled(p) && !p.unfenced) p.awaited = any(p, true);
+    // The unfenced marks the groups leave (as for one group): each group's own, those from before
+    // it included where the group did not fence them.
+    pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Access& p) { return p.unfenced; }),
+                  pending.end());
+    for (auto& group : after)
+      for (auto& g : group)
+        if (g.unfenced) pending.push_back(g);
+    for (auto& a : inside) {
+      a.mapping.clear();
+      if (a.async) {
+        a.awaited = !any(a, false);
+        for (auto& group : after)
+          for (auto& g : group)
+            if (!g.unfenced && g.inst == a.inst && g.async) a.commits = std::max(a.commits, g.commits);
+      }
+      pending.push_back(a);
     }
   }
 

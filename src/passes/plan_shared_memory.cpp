@@ -64,19 +64,52 @@ class Liveness : public StmtVisitor {
       }
       a.end = std::max(a.end, end);
     }
+    // Shared operands of tcgen05.mma / cp are read after the instruction, until a wait on the
+    // mbarrier of a later tcgen05.commit, which may be anywhere (another thread group's loop, a
+    // flush after the loop): their bytes are not reused.
+    for (int a : async_read_) allocs_[size_t(a)].end = std::max(allocs_[size_t(a)].end, pos_);
+    // Sibling thread groups run at once on the GPU (a producer warp beside its consumers): what
+    // one of them uses is live across all of them, whatever their order in the text.
+    for (auto [a, r] : concurrent_uses_) {
+      allocs_[size_t(a)].begin = std::min(allocs_[size_t(a)].begin, runs_[size_t(r)].first);
+      allocs_[size_t(a)].end = std::max(allocs_[size_t(a)].end, runs_[size_t(r)].second);
+    }
     return std::move(allocs_);
   }
 
  protected:
+  void visit_seq(const SeqStmtNode& s) override {
+    const auto& stmts = s.stmts;
+    for (size_t i = 0; i < stmts.size();) {
+      size_t j = i;
+      while (j < stmts.size() && stmts[j] && stmts[j]->kind == StmtKind::ThreadGroup) ++j;
+      if (j - i < 2) {
+        if (stmts[i]) visit(stmts[i]);
+        i = std::max(i + 1, j);
+        continue;
+      }
+      int run = int(runs_.size());
+      runs_.push_back({pos_++, 0});
+      if (outer_run_ < 0) outer_run_ = run;
+      for (size_t k = i; k < j; ++k) visit(stmts[k]);
+      runs_[size_t(run)].second = pos_++;
+      if (outer_run_ == run) outer_run_ = -1;
+      i = j;
+    }
+  }
   void visit_for(const ForStmtNode& s) override { loop([&] { StmtVisitor::visit_for(s); }); }
   void visit_while(const WhileStmtNode& s) override { loop([&] { StmtVisitor::visit_while(s); }); }
 
   void visit_inst(const InstNode& inst) override {
     int64_t pos = pos_++;
+    bool async_read = inst.lowering.op == MachineOp::Tcgen05Mma || inst.lowering.op == MachineOp::Tcgen05Cp;
     for (auto& [t, access] : inst.operands()) {
       if (!t.defined()) continue;
       auto it = root_.find(t.get());
-      if (it != root_.end()) uses_.push_back(Use{it->second, pos, current_loop_});
+      if (it == root_.end()) continue;
+      uses_.push_back(Use{it->second, pos, current_loop_});
+      if (async_read) async_read_.push_back(it->second);
+      if (outer_run_ >= 0) concurrent_uses_.push_back({it->second, outer_run_});
     }
     if (inst.kind() == InstKind::AllocateShared) {
       auto& a = static_cast<const AllocateSharedInst&>(inst);
@@ -87,6 +120,7 @@ class Liveness : public StmtVisitor {
       r.alignment = alignment_of(a, target_);
       r.begin = r.end = pos;
       root_[a.out.get()] = int(allocs_.size());
+      if (outer_run_ >= 0) concurrent_uses_.push_back({int(allocs_.size()), outer_run_});
       allocs_.push_back(std::move(r));
     } else if (inst.kind() == InstKind::SliceShared || inst.kind() == InstKind::ReshapeShared) {
       // A view lives in its base's bytes: its uses are uses of the base.
@@ -127,6 +161,12 @@ class Liveness : public StmtVisitor {
   std::vector<Use> uses_;
   std::vector<Allocation> allocs_;
   std::unordered_map<const TensorNode*, int> root_;  // tensor or view -> allocation
+  std::vector<int> async_read_;                       // allocations tcgen05 reads asynchronously
+  // Runs of sibling thread groups (their first and last positions), the outermost one being
+  // visited, and the allocations used (or made) inside one.
+  std::vector<std::pair<int64_t, int64_t>> runs_;
+  int outer_run_ = -1;
+  std::vector<std::pair<int, int>> concurrent_uses_;
 };
 
 // Greedy placement: largest first (stable, so ties keep program order), each at the lowest
@@ -197,6 +237,12 @@ class OffsetWriter : public StmtMutator {
   Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
     auto it = offsets.find(inst.get());
     if (it == offsets.end()) return s;
+    if (auto t = inst_as<Tcgen05AllocInst>(inst)) {
+      if (t->slot_offset == it->second) return s;
+      auto copy = std::make_shared<Tcgen05AllocInst>(*t);
+      copy->slot_offset = it->second;
+      return make_inst_stmt(copy);
+    }
     auto a = inst_as<AllocateSharedInst>(inst);
     if (a->offset == it->second) return s;
     auto copy = std::make_shared<AllocateSharedInst>(*a);
@@ -226,6 +272,32 @@ Program plan_shared_memory(const Program& program, const Target& target) {
     }
     OffsetWriter writer;
     for (auto& a : allocs) writer.offsets[a.inst] = a.offset;
+    // The slots where tcgen05.alloc writes the tensor-memory addresses, after those, live
+    // throughout (16 bytes each); and the tensor memory they take, against the target's.
+    struct Tmem : StmtVisitor {
+      std::vector<const Tcgen05AllocInst*> allocs;
+      void visit_inst(const InstNode& i) override {
+        if (auto* t = dynamic_cast<const Tcgen05AllocInst*>(&i)) allocs.push_back(t);
+      }
+    } tmem;
+    tmem.visit(k.body);
+    int64_t columns = 0;
+    for (const Tcgen05AllocInst* t : tmem.allocs) {
+      int64_t slot = align_up(total, 16);
+      total = slot + 16;
+      writer.offsets[t] = slot;
+      columns += t->columns();
+      if (target.tensor_memory_columns > 0 && columns > target.tensor_memory_columns)
+        throw CompileError(fmt::format("tcgen05.alloc: kernel {} allocates {} columns of tensor memory with this "
+                                       "allocation ({}), more than the {} of a block on {}",
+                                       k.name, columns, t->out.type_str(), target.tensor_memory_columns, target.arch),
+                           t->loc);
+    }
+    if (!tmem.allocs.empty() && total > target.shared_memory_per_block)
+      throw CompileError(fmt::format("tcgen05.alloc: kernel {} needs {} bytes of shared memory with the slots of its "
+                                     "tensor-memory addresses, more than the limit of {} bytes of one block on {}",
+                                     k.name, total, target.shared_memory_per_block, target.arch),
+                         tmem.allocs[0]->loc);
     Kernel r = writer.mutate(k);
     r.shared_memory_bytes = total;
     r.copy_barrier_offset = barrier_offset;

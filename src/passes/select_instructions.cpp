@@ -9,6 +9,7 @@
 
 #include "tilus/ir/facts.h"
 #include "tilus/ir/functor.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/passes/infer_layouts.h"
 
 namespace tilus {
@@ -119,6 +120,9 @@ std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, c
 std::string tma_plan(const KernelFacts& facts_, const Target& target_, const CopyInst& c, bool proven,
                      TensorMapSpec& spec) {
   if (!target_.has_tma()) return fmt::format("not legal on this target ({} has no TMA)", target_.arch);
+  if (c.cta_group == 2 && !target_.has_tcgen05())
+    return fmt::format("not legal on this target (a cta_group=2 load needs sm_100a or sm_103a, the target is {})",
+                       target_.arch);
   bool g2s = c.src.tensor.is_global() && c.dst.tensor.is_shared();
   bool s2g = c.src.tensor.is_shared() && c.dst.tensor.is_global();
   if (!g2s && !s2g) return "not legal: TMA moves global <-> shared tiles";
@@ -483,7 +487,8 @@ MachineOp cp_async_op(int64_t bytes) {
 
 class Selector : public StmtMutator {
  public:
-  Selector(const Kernel& k, const Target& t) : facts_(k), target_(t), read_(read_tensors(k)) {
+  Selector(const Kernel& k, const Target& t)
+      : facts_(k), target_(t), read_(read_tensors(k)), kernel_cluster_size_(k.cluster[0] * k.cluster[1] * k.cluster[2]) {
     scopes_.push_back({0, k.num_threads()});
   }
 
@@ -548,6 +553,33 @@ class Selector : public StmtMutator {
         break;
       }
       case InstKind::Atomic: l = atomic(static_cast<const AtomicInst&>(*inst)); break;
+      case InstKind::Tcgen05Alloc:
+      case InstKind::Tcgen05Slice:
+      case InstKind::Tcgen05View:
+      case InstKind::ClcQuery:
+        check_blackwell(*inst);
+        return s;
+      case InstKind::Tcgen05Load: {
+        auto& i = static_cast<const Tcgen05LoadInst&>(*inst);
+        l = tcgen05_ldst(i, i.src, i.out, MachineOp::Tcgen05Ld);
+        break;
+      }
+      case InstKind::Defined: {
+        auto& i = static_cast<const DefinedInst&>(*inst);
+        const std::string& name = i.definition->name;
+        if (name == "tcgen05.mma") l = tcgen05_mma(i);
+        else if (name == "tcgen05.copy") l = tcgen05_copy(i);
+        else if (name == "tcgen05.store") l = tcgen05_ldst(i, i.tensor("tensor"), i.tensor("src"), MachineOp::Tcgen05St);
+        else if (name == "clc.try_cancel") {
+          check_blackwell(i);
+          l.op = MachineOp::ClcTryCancel;
+          l.completion = Completion::MbarrierTx;
+        } else {
+          if (name.rfind("tcgen05.", 0) == 0) check_blackwell(i);
+          return s;
+        }
+        break;
+      }
       default: return s;
     }
     auto c = inst->clone();
@@ -566,6 +598,7 @@ class Selector : public StmtMutator {
   int64_t copy_barriers_ = 0;
   std::vector<std::string> synchronous_copies_;  // copy_async calls that fell back to a SIMT copy
   const std::unordered_set<const TensorNode*> read_;  // an atomic whose old values are not read is a red
+  const int64_t kernel_cluster_size_;
 
   // Element by element; the old values return in the threads that hold the operands, so each
   // element must have one thread where they are read (replicas do not repeat the operation).
@@ -788,6 +821,148 @@ class Selector : public StmtMutator {
     l.wgmma = p.tiling;
     l.mapping = p.d;
     if (i.from_dot) l.note = "dot";
+    return l;
+  }
+
+  // --- Blackwell: tcgen05 and cluster launch control ----------------------------------------
+
+  // The target has the instruction (tcgen05: sm_100a / sm_103a; cluster launch control: sm_100).
+  void check_blackwell(const InstNode& i) const {
+    bool clc = i.def().group == "clc";
+    if (clc ? target_.has_cluster_launch_control() : target_.has_tcgen05()) return;
+    throw CompileError(fmt::format("{}: {} needs {}, the target is {}", i.display_name(),
+                                   clc ? "cluster launch control" : "tensor memory (tcgen05)",
+                                   clc ? "sm_100 or newer" : "sm_100a or sm_103a", target_.arch),
+                       i.loc);
+  }
+
+  // tcgen05.ld / st of a rank-2 [lanes, n] tile: the group has one thread per lane, its warp w
+  // (w % 4 being the lane quarter the SM gives it access to) on lanes 32w..32w+31 of the tile.
+  Lowering tcgen05_ldst(const InstNode& i, const Tensor& tmem, const Tensor& regs, MachineOp op) const {
+    check_blackwell(i);
+    auto fail = [&](const std::string& what) -> Lowering {
+      throw CompileError(fmt::format("{}: {}; tensor {}, registers {}", i.display_name(), what, tmem.type_str(),
+                                     regs.type_str()),
+                         i.loc);
+    };
+    const TmemView& v = facts_.tmem(i, tmem);
+    auto shape = tmem.static_shape();
+    const Scope& sc = scope();
+    if (sc.threads != shape[0])
+      return fail(fmt::format("the current thread group has {} threads but the tile {} lanes: one thread per lane "
+                              "(thread t reads lane t)",
+                              sc.threads, shape[0]));
+    if (sc.begin % 128 != v.lane_offset)
+      return fail(fmt::format("the tile starts at lane {}, but the group's first thread {} may only reach lanes {} "
+                              "onwards (warp w of the block reads lanes 32 * (w % 4) ..): start the group at thread "
+                              "128 * j + {}",
+                              v.lane_offset, sc.begin, sc.begin % 128, v.lane_offset));
+    if (v.col_strides_bits.size() != 2 || v.col_strides_bits[1] != tmem.dtype().bits())
+      return fail("the tile's columns must be contiguous (a slice of the last dim keeps them)");
+    int64_t words = shape[1] * tmem.dtype().bits();
+    if (words % 32) return fail("each lane of the tile must hold whole 32-bit columns");
+    words /= 32;
+    if (facts_.divisor(v.col_bits) % 32)
+      return fail(fmt::format("the tile must start on a 32-bit column (bit offset {})", to_string(v.col_bits)));
+    if (regs->layout.defined() && regs->layout != tcgen05_ldst_layout(shape))
+      return fail(fmt::format("the registers' layout {} is not tcgen05's {} (remove the annotation that changed it)",
+                              regs->layout.str(), tcgen05_ldst_layout(shape).str()));
+    Lowering l;
+    l.op = op;
+    l.completion = op == MachineOp::Tcgen05Ld ? Completion::Tcgen05Load : Completion::Tcgen05Store;
+    l.ldst.columns = std::min<int64_t>(words, 32);
+    while (words % l.ldst.columns) l.ldst.columns /= 2;
+    l.ldst.instructions = words / l.ldst.columns;
+    l.mapping = tcgen05_ldst_layout(shape);
+    return l;
+  }
+
+  // A shared tcgen05 operand's matrix descriptor: wgmma's rule (K-major rows of one swizzle span)
+  // with tcgen05's swizzle codes.
+  WgmmaOperand tcgen05_operand(const InstNode& i, const char* name, const Tensor& t, int k_dim, int64_t k_instr) const {
+    std::string why;
+    auto d = wgmma_shared_operand(facts_, i, t, k_dim, k_instr, &why);
+    if (!d)
+      throw CompileError(fmt::format("{}: {} {}; {} is {}", i.display_name(), name, why, name, t.type_str()), i.loc);
+    d->swizzle_code = d->swizzle_bytes == 128 ? 2 : d->swizzle_bytes == 64 ? 4 : 6;
+    return *d;
+  }
+
+  Lowering tcgen05_mma(const DefinedInst& i) const {
+    check_blackwell(i);
+    const Tensor &a = i.tensor("a"), &b = i.tensor("b"), &d = i.tensor("d");
+    int64_t cta_group = std::stoll(i.attr("cta_group"));
+    auto fail = [&](const std::string& what) -> Lowering {
+      throw CompileError(fmt::format("tcgen05.mma: {}; a {}, b {}, d {}", what, a.type_str(), b.type_str(),
+                                     d.type_str()),
+                         i.loc);
+    };
+    if (cta_group == 2 && kernel_cluster_size_ % 2)
+      return fail("cta_group=2 computes with the two blocks of a pair of the cluster: set attrs.cluster_blocks to an "
+                  "even number of blocks");
+    auto sa = a.static_shape(), sb = b.static_shape();
+    DataType ab = a.dtype();
+    Tcgen05MmaTiling t;
+    t.cta_group = cta_group;
+    t.m = sa[0];
+    bool f8 = ab.bits() == 8;
+    t.kind = ab == dtypes::tfloat32 ? "tf32" : f8 ? "f8f6f4" : "f16";
+    t.k_instr = ab == dtypes::tfloat32 ? 8 : f8 ? 32 : 16;
+    t.k_steps = sa[1] / t.k_instr;
+    int64_t n = sb[1] * cta_group;
+    t.n_instr = cta_group == 2 ? n : std::min<int64_t>(n, 256);
+    while (n % t.n_instr) t.n_instr -= 8;
+    t.n_blocks = n / t.n_instr;
+    if (a.is_tmem()) {
+      const TmemView& v = facts_.tmem(i, a);
+      if (v.lane_offset != 0 || facts_.divisor(v.col_bits) % 32)
+        return fail("a in tensor memory must start at lane 0 on a 32-bit column");
+      t.a_tmem = true;
+    } else {
+      t.a = tcgen05_operand(i, "a", a, 1, t.k_instr);
+    }
+    t.b = tcgen05_operand(i, "b", b, 0, t.k_instr);
+    const TmemView& dv = facts_.tmem(i, d);
+    if (dv.lane_offset != 0 || facts_.divisor(dv.col_bits) % 32 || dv.col_strides_bits.back() != d.dtype().bits())
+      return fail("d must start at lane 0 on a 32-bit column, its columns contiguous");
+    // The instruction descriptor (PTX ISA, "Instruction descriptor format" for .kind::tf32, f16,
+    // f8f6f4): D type at bits 4-5, A and B types at 7-9 and 10-12, K-major operands (bits 15, 16
+    // zero), N >> 3 at 17-22, M >> 4 at 24-28.
+    auto format = [&](DataType x) -> uint32_t {
+      if (x == dtypes::bfloat16) return 1;
+      if (x == dtypes::tfloat32) return 2;
+      if (x == dtypes::float8_e5m2) return 1;
+      return 0;  // float16, float8_e4m3
+    };
+    uint32_t dfmt = d.dtype() == dtypes::float32 ? 1 : 0;
+    t.idesc = (dfmt << 4) | (format(ab) << 7) | (format(ab) << 10) | (uint32_t(t.n_instr >> 3) << 17) |
+              (uint32_t((t.m * cta_group) >> 4) << 24);
+    Lowering l;
+    l.op = MachineOp::Tcgen05Mma;
+    l.completion = Completion::Tcgen05;
+    l.tcgen05 = t;
+    return l;
+  }
+
+  // tcgen05.cp.128x256b: the shared tile [128, n] K-major in rows of one swizzle span, 256 bits
+  // of every lane per instruction.
+  Lowering tcgen05_copy(const DefinedInst& i) const {
+    check_blackwell(i);
+    const Tensor &src = i.tensor("src"), &dst = i.tensor("dst");
+    const TmemView& v = facts_.tmem(i, dst);
+    if (v.lane_offset != 0 || facts_.divisor(v.col_bits) % 32 || v.col_strides_bits.back() != dst.dtype().bits())
+      throw CompileError(fmt::format("tcgen05.copy: dst must start at lane 0 on a 32-bit column, its columns "
+                                     "contiguous; dst {}",
+                                     dst.type_str()),
+                         i.loc);
+    Tcgen05MmaTiling t;
+    int64_t per = 256 / src.dtype().bits();  // elements of 256 bits
+    t.a = tcgen05_operand(i, "src", src, 1, per);
+    t.n_blocks = src.static_shape()[1] / per;
+    Lowering l;
+    l.op = MachineOp::Tcgen05Cp;
+    l.completion = Completion::Tcgen05;
+    l.tcgen05 = t;
     return l;
   }
 

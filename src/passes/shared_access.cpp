@@ -54,6 +54,9 @@ const Tensor& barrier_operand(const InstNode& inst) {
   static const Tensor none;
   if (auto* copy = dynamic_cast<const CopyInst*>(&inst)) return copy->barrier;
   if (auto* im2col = dynamic_cast<const Im2colInst*>(&inst)) return im2col->barrier;
+  // A definition-driven write that completes on an mbarrier (clc.try_cancel's response).
+  if (auto* d = dynamic_cast<const DefinedInst*>(&inst); d && d->definition->traits.completion == Completion::MbarrierTx)
+    return d->tensor("mbarrier");
   return none;
 }
 
@@ -107,7 +110,8 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
     }
     // Asynchronous writes, and the shared sources that a TMA store or a wgmma reads after it
     // is issued.
-    bool async_read = low.completion == Completion::TmaStoreGroup || low.completion == Completion::WgmmaGroup;
+    bool async_read = low.completion == Completion::TmaStoreGroup || low.completion == Completion::WgmmaGroup ||
+                      low.completion == Completion::Tcgen05;
     bool async = low.is_async() && (a.write || async_read) && t.get() != barrier_operand(inst).get();
     if (async) {
       a.async = true, a.awaited = false;
@@ -116,7 +120,8 @@ std::vector<SharedAccess> SharedAccessMap::accesses(const InstNode& inst) const 
       if (low.commits_group) a.commits = 1;
       auto* copy = dynamic_cast<const CopyInst*>(&inst);
       const Tensor& bar = barrier_operand(inst);
-      a.explicit_wait = (copy && copy->user_waits()) || bar.defined() || low.op == MachineOp::Wgmma;
+      a.explicit_wait = (copy && copy->user_waits()) || bar.defined() || low.op == MachineOp::Wgmma ||
+                        low.completion == Completion::Tcgen05;
       a.barrier = load_barrier_root(inst);
     }
     out.push_back(a);
@@ -136,6 +141,12 @@ bool same_box(const SharedAccess& a, const SharedAccess& b) {
   for (size_t d = 0; d < a.lo.size(); ++d)
     if (!structural_equal(a.lo[d], b.lo[d])) return false;
   return true;
+}
+
+bool at_most_one_trip(const ForStmtNode& loop) {
+  Expr b = simplify(loop.begin), e = simplify(loop.end), st = simplify(loop.step);
+  if (!b.is_int_const() || !e.is_int_const() || !st.is_int_const() || st.int_value() <= 0) return false;
+  return e.int_value() - b.int_value() <= st.int_value();
 }
 
 SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Expr& step) {

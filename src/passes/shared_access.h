@@ -81,6 +81,10 @@ bool may_overlap(const SharedAccess& a, const SharedAccess& b);
 // unknown amount.
 SharedAccess previous_iteration(const SharedAccess& a, const Var* var, const Expr& step);
 
+// A loop whose body runs at most once (a constant trip count of 0 or 1, such as range(stages - 1)
+// with two stages): no iteration meets the one before.
+bool at_most_one_trip(const ForStmtNode& loop);
+
 // The fixpoint both passes run over a loop body. `run(entry)` analyses the body once from
 // the accesses pending at its start (rewriting it, which may add instructions that
 // `added()` counts) and returns what is pending at its end. Round 0 starts from `entry`;

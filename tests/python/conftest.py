@@ -80,3 +80,18 @@ class Arrays:
 @pytest.fixture
 def arrays(device):
     return Arrays(device)
+
+
+def local_memory_uses(sass):
+    """The SASS lines that use local memory other than a printf's argument buffer (the stores just
+    before the vprintf call that reports a failed run-time check, before its trap): a spill or a
+    local array. Empty when the kernel keeps everything in registers and shared memory."""
+    import re
+    lines = [l for l in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", l)]
+    bad = []
+    for i, line in enumerate(lines):
+        if re.search(r"\bLDL\b", line):
+            bad.append(line.strip())
+        elif re.search(r"\bSTL\b", line) and not any("CALL.ABS.NOINC" in l for l in lines[i + 1:i + 16]):
+            bad.append(line.strip())
+    return bad

@@ -661,13 +661,6 @@ class SymbolicOr(Base):
             pass
 
 
-class SymbolicNot(Base):
-    def __call__(self, n: int32, out: ~int32):
-        self.prologue()
-        while not n:  # C-NOT
-            pass
-
-
 class TensorWhile(Base):
     def __call__(self, n: int32, out: ~int32):
         self.prologue()
@@ -797,7 +790,6 @@ CONSTRUCT_CASES = [
     (ShapesDiffer, "C-SHAPES-DIFFER", ["'t'", r"register int32\[4\]", r"register int32\[8\]"]),
     (PythonBreakUnderSymbolicIf, "C-PY-CONTINUE", ["`continue` of a Python loop"]),
     (SymbolicOr, "C-OR", ["only known when the kernel runs", "logical_or"]),
-    (SymbolicNot, "C-NOT", ["only known when the kernel runs"]),
     (TensorWhile, "C-TENSOR-WHILE", ["tensor", "condition"]),
     (FloatCondition, "C-FLOAT-COND", ["condition", "float32"]),
     (SymbolicIfInHelper, "C-HELPER-IF", ["only known when the kernel runs", "helper function"]),

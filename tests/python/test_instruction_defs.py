@@ -58,7 +58,8 @@ def test_the_passes_traits_are_in_the_definitions():
 def test_every_group_method_of_a_definition_exists_on_the_script():
     from tilus import script
     groups = {"mbarrier": script.MbarrierGroup, "tma": script.TmaGroup, "fence": script.FenceGroup,
-              "wgmma": script.WgmmaGroup, "atomic": script.AtomicGroup, "cluster": script._Cluster}
+              "wgmma": script.WgmmaGroup, "atomic": script.AtomicGroup, "cluster": script._Cluster,
+              "tcgen05": script.Tcgen05Group, "clc": script.ClcGroup}
     for d in _C.instruction_defs():
         if d["name"] in ("add", "sum", "slice_shared", "ldg32", "stg32", "get_lane_idx", "shfl_xor", "lock_semaphore",
                          "item", "item_ptr", "mbarrier.expect_tx", "assign"):

@@ -80,10 +80,36 @@ struct CpuBlockContext {
   // (ctx, CpuSemaphoreOp, the int32 semaphore, value, site): a lock spins until the semaphore
   // holds `value` (and reports one that no running block can release), a release stores it.
   void (*semaphore)(CpuBlockContext* ctx, int32_t op, int32_t* semaphore, int32_t value, int32_t site);
+  // (ctx, CpuServiceOp, a, b, p): see CpuServiceOp.
+  int64_t (*service)(CpuBlockContext* ctx, int32_t op, int64_t a, int64_t b, void* p);
+  // Runs the functions `parts` (n of them, each a thread group: the block function's arguments and a
+  // frame) concurrently, as the GPU's warps would: each on a copy of `frame` (frame_bytes; the
+  // group's threads have their own values), switching where one waits on what another must do;
+  // returns when all are done, with the bytes each changed written back into `frame`.
+  void (*fork)(CpuBlockContext* ctx, int32_t n, void* const* parts, uint8_t* frame, int64_t frame_bytes,
+               const int64_t* args);
+  uint8_t* tmem;  // this block's tensor memory (kCpuTmemBytes)
+  void* block;    // the runtime's state of this block
 };
 
 // The operations of CpuBlockContext::semaphore.
 enum CpuSemaphoreOp : int32_t { kSemaphoreLock = 0, kSemaphoreRelease = 1 };
+
+// The operations of CpuBlockContext::service: what a block asks of the runtime beyond memory (the
+// blocks of a cluster, Blackwell's tensor memory, cluster launch control).
+enum CpuServiceOp : int32_t {
+  kServicePeerShared = 0,     // a: a cluster rank -> that block's shared memory (its address)
+  kServicePeerTmem = 1,       // a: a cluster rank -> that block's tensor memory (128 lanes x 2048 bytes)
+  kServiceTmemAlloc = 2,      // a: 32-bit columns, b: site -> the address (lane << 16 | column)
+  kServiceTmemDealloc = 3,    // a: the address, b: the columns (site in p's place: none)
+  kServiceTmemRelinquish = 4,  // b: site
+  kServiceClusterSync = 5,    // b: site: every block of the cluster arrives and waits
+  kServiceClcTryCancel = 6,   // a: the mbarrier (its address), b: multicast, p: the 16-byte response
+};
+
+// The CPU backend's tensor memory of a block: 128 lanes of 512 32-bit columns, lane-major.
+constexpr int64_t kCpuTmemLaneBytes = 512 * 4;
+constexpr int64_t kCpuTmemBytes = 128 * kCpuTmemLaneBytes;
 
 struct CpuCodegenOptions {
   // Emit checked-mode bounds checks of every global access (shared tiles at run-time offsets are
@@ -101,6 +127,8 @@ int64_t count_instructions(const Kernel& kernel);
 
 struct CpuLoweredKernel {
   std::unique_ptr<llvm::Module> module;
+  // The kernel runs thread groups concurrently (CpuBlockContext::fork): its blocks run as fibers.
+  bool forks = false;
   std::string entry;                   // the block function's name
   std::vector<CpuAccessSite> sites;    // checked mode: indexed by the site argument of report
   int64_t shared_bytes = 0;            // bytes of the per-block shared buffer

@@ -45,6 +45,20 @@ struct SharedView {
   Tensor alias;
 };
 
+// A tensor-memory tensor as an address map: element (l, i1, ..., ik) of the view is in lane
+// lane_offset + l of its root allocation, at bit col_bits + sum(ij * col_strides_bits[j]) of
+// that lane's columns (32 bits each). An allocation is row-major over its column dims; slices and
+// views keep their source's strides.
+struct TmemView {
+  Tensor root;                            // the tcgen05.alloc tensor
+  const Tcgen05AllocInst* alloc = nullptr;
+  int64_t lane_offset = 0;
+  Expr col_bits;                          // int32
+  std::vector<int64_t> col_strides_bits;  // per view dim; 0 for dim 0 (the lanes)
+  // The first 32-bit column of the view (col_bits / 32).
+  Expr first_column() const;
+};
+
 // A run-time check that a shared tile stays inside its root allocation along one root dim:
 // where a slice, region or index put a non-constant offset (constant ones the verifier
 // checked) that the facts cannot prove in range. The CPU backend's checked mode and the CUDA
@@ -111,6 +125,7 @@ class KernelFacts {
   // the definition).
   const GlobalAccess& global(const InstNode& user, const Tensor& t) const;
   const SharedView& shared(const InstNode& user, const Tensor& t) const;
+  const TmemView& tmem(const InstNode& user, const Tensor& t) const;
   // A tile of global tensor `g` at `offsets`, tile dim k on global dim dims[k] (-1: none).
   GlobalAccess tile(const InstNode& user, const Tensor& g, std::vector<Expr> offsets, std::vector<int> dims,
                     const std::optional<std::vector<int>>& checked_dims) const;
@@ -142,6 +157,7 @@ class KernelFacts {
   std::unordered_map<const ThreadGroupStmtNode*, Var> group_threads_;
   std::unordered_map<const TensorNode*, GlobalAccess> globals_;
   std::unordered_map<const TensorNode*, SharedView> shared_;
+  std::unordered_map<const TensorNode*, TmemView> tmem_;
   std::unordered_map<const TensorNode*, int> view_params_;  // global view -> its pointer parameter
   std::vector<PointerContract> contracts_;
   std::vector<Assumption> assumptions_;

@@ -71,6 +71,13 @@ class StmtMutator {
   Inst rewrite_inst(const Inst& inst);
 };
 
+// Sibling thread groups that wait on each other's work: two or more consecutive thread-group
+// statements of a sequence, one of which waits on an mbarrier (or a cluster barrier). On the GPU
+// they run at once (a producer warp beside its consumers), so a barrier of the block between them
+// would never be passed: the barrier pass puts barriers only around such a run, and the CPU backend
+// runs its groups concurrently.
+bool waits_on_siblings(const std::vector<Stmt>& groups);
+
 // The tensors some instruction of the kernel reads (any access but Write): whether an
 // instruction's result is used (an atomic whose old values are not is a red).
 std::unordered_set<const TensorNode*> read_tensors(const Kernel& k);

@@ -76,6 +76,11 @@ namespace tilus {
   X(Printf)                   \
   X(Assume)                   \
   X(AnnotateLayout)            \
+  X(Tcgen05Alloc)             \
+  X(Tcgen05Slice)             \
+  X(Tcgen05View)              \
+  X(Tcgen05Load)              \
+  X(ClcQuery)                 \
   X(Defined)
 
 enum class InstKind : uint8_t {
@@ -101,6 +106,7 @@ enum Scopes : uint8_t {
   kShared = 2,
   kRegister = 4,
   kAnyScope = kGlobal | kShared | kRegister,
+  kTensorMemory = 8,  // Blackwell's tensor memory (tcgen05 instructions only)
 };
 Scopes scope_bit(MemoryScope s);
 // "a global", "a shared or register", ...
@@ -339,6 +345,11 @@ struct CopyInst : InstNode {
   // block only).
   Expr multicast_mask;
   std::optional<EvictPolicy> eviction_policy;
+  // tma.global_to_shared with cta_group=2 (Blackwell's pairs of blocks): the load's bytes
+  // complete on the barrier at `barrier`'s offset in block `barrier_rank` of the cluster (a
+  // barrier mapped with cluster.map_shared_addr; undefined: this block's own barrier).
+  int64_t cta_group = 1;
+  Expr barrier_rank;
   // tma.global_to_shared / shared_to_global: a raw 64-bit L2 cache policy (what createpolicy
   // makes, e.g. CUTLASS's 0x12F0000000000000 for evict-first), issued with the .L2::cache_hint
   // form (undefined: none).
@@ -729,6 +740,63 @@ struct AnnotateLayoutInst : InstNode {
   Tensor tensor;
   RegisterLayout layout;
   SharedLayout shared_layout;
+  bool has_side_effects() const override { return true; }
+};
+
+// --- Blackwell: tensor memory and tcgen05 (NVIDIA Tilus's self.tcgen05), cluster launch control ---
+
+// tcgen05.alloc: `out`, a tensor in tensor memory of [lanes, columns...] (lanes 32, 64 or 128),
+// allocated by the first warp of the current thread group (tcgen05.alloc writes its address to a
+// shared slot, which every thread of the group then reads). `cta_group` 2 allocates the same
+// columns in both blocks of a pair (cluster ranks 2i and 2i + 1) for tcgen05.mma with
+// cta_group=2.
+struct Tcgen05AllocInst : InstNode {
+  TILUS_INST_COMMON(Tcgen05Alloc, "tcgen05.alloc")
+  Tensor out;
+  int64_t cta_group = 1;
+  // Where tcgen05.alloc writes the address: a byte offset in the block's shared memory (set by
+  // plan_shared_memory; -1 before it).
+  int64_t slot_offset = -1;
+  // The 32-bit columns allocated: those the tensor spans, rounded up to a power of two of at
+  // least 32 (what tcgen05.alloc takes).
+  int64_t columns() const;
+  bool has_side_effects() const override { return true; }
+};
+
+// tcgen05.slice: the view of `src` at `offsets` (one per src dim; the lane offset a constant)
+// whose dim k is src dim dims[k]; dims keeps the lane dim (0) and the last dim.
+struct Tcgen05SliceInst : InstNode {
+  TILUS_INST_COMMON(Tcgen05Slice, "tcgen05.slice")
+  Tensor out;
+  Tensor src;
+  std::vector<Expr> offsets;
+  std::vector<int> dims;
+};
+
+// tcgen05.view: the columns of `src` as another dtype and shape: the dims but the last keep
+// their extents, the last keeps its bits.
+struct Tcgen05ViewInst : InstNode {
+  TILUS_INST_COMMON(Tcgen05View, "tcgen05.view")
+  Tensor out;
+  Tensor src;
+};
+
+// tcgen05.load: out = the rank-2 tensor-memory tile `src` in registers (tcgen05.ld, warp w of the
+// group reading lanes 32w..32w+31): asynchronous, the registers hold it after tcgen05.wait_load.
+struct Tcgen05LoadInst : InstNode {
+  TILUS_INST_COMMON(Tcgen05Load, "tcgen05.load")
+  Tensor out;
+  Tensor src;
+};
+
+// clc.query_response: the 16-byte response of clc.try_cancel in `response` decoded into scalars:
+// `is_canceled` (bool) and, where it is true, the first block index (x, y, z) of the canceled
+// cluster (int32; undefined otherwise). Every thread of the group reads it.
+struct ClcQueryInst : InstNode {
+  TILUS_INST_COMMON(ClcQuery, "clc.query_response")
+  Tensor response;
+  Var is_canceled, x, y, z;
+  // It defines the scalars for what follows (as item).
   bool has_side_effects() const override { return true; }
 };
 

@@ -50,6 +50,7 @@ enum class EmitFamily : uint8_t {
   Wgmma,       // codegen/cuda/wgmma.cpp (the CPU backend runs wgmma.mma as memory)
   Barrier,     // a barrier of the current thread group
   Builtin,     // thread-level builtins (codegen/*/builtins.cpp)
+  Tcgen05,     // tensor memory and the tcgen05 instructions (codegen/*/tcgen05.cpp)
   Hint,        // assumptions and annotations: nothing (CUDA: __builtin_assume)
 };
 
@@ -87,6 +88,13 @@ struct ScalarDef {
   std::string doc;
 };
 
+// Which threads may issue an instruction (checked at trace time against the current thread group).
+enum class GroupRule : uint8_t {
+  Any,
+  OneWarp,  // exactly one warp: a group of 32 threads starting on a warp (tcgen05.mma, commit, cp)
+  Warps,    // whole warps: a group of a positive multiple of 32 threads starting on a warp
+};
+
 struct InstDef {
   std::string name;   // as the user calls it: "copy_async_wait_group", "mbarrier.wait"
   std::string group;  // the front end's group ("mbarrier", "tma", ...); "": a method of the Script
@@ -100,6 +108,7 @@ struct InstDef {
   std::vector<OperandDef> operands;
   std::vector<ScalarDef> scalars;
   bool side_effects = true;
+  GroupRule threads = GroupRule::Any;
   // The rules beyond the data (shapes, dtypes, arity); throws CompileError.
   std::function<void(const InstNode&)> verify;
 
@@ -158,6 +167,8 @@ void add_mbarrier(std::vector<InstDef>& defs);
 void add_tma(std::vector<InstDef>& defs);
 void add_fence(std::vector<InstDef>& defs);
 void add_wgmma(std::vector<InstDef>& defs);
+void add_tcgen05(std::vector<InstDef>& defs);
+void add_clc(std::vector<InstDef>& defs);
 void add_thread(std::vector<InstDef>& defs);
 void add_debug(std::vector<InstDef>& defs);
 }  // namespace insts

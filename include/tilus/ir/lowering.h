@@ -33,7 +33,16 @@ enum class MachineOp : uint8_t {
   SimtFma,    // a per-thread outer product of multiply-adds
   Wgmma,      // wgmma.mma_async.m64nNkK per warp group, shared operands through matrix descriptors
   Atom,       // atom.* per element by its primary replica; red.* where `red` (the old values unused)
+  // Blackwell (tcgen05): issued by one thread of a warp (mma, cp) or by whole warps (ld, st).
+  Tcgen05Mma,  // tcgen05.mma.cta_group::N.kind::K, shared operands through matrix descriptors
+  Tcgen05Cp,   // tcgen05.cp.cta_group::1.128x256b, shared source through a matrix descriptor
+  Tcgen05Ld,   // tcgen05.ld.sync.aligned.32x32b.xN: warp w of the group, lanes 32w..32w+31
+  Tcgen05St,   // tcgen05.st.sync.aligned.32x32b.xN
+  ClcTryCancel,  // clusterlaunchcontrol.try_cancel.async[.multicast::cluster::all], by one thread
 };
+// Whether an instruction reads shared memory through the async proxy after it is issued (TMA
+// stores, wgmma, tcgen05.mma / cp): generic writes of that memory need a proxy fence first.
+bool reads_through_async_proxy(MachineOp op);
 const char* to_string(MachineOp op);
 
 // When the memory an instruction writes may be read.
@@ -43,6 +52,11 @@ enum class Completion : uint8_t {
   MbarrierTx,    // once a wait on its mbarrier sees the phase its bytes completed
   TmaStoreGroup, // once a tma.wait_group that covers its commit group returns (read: its source)
   WgmmaGroup,    // once a wgmma.wait_group that covers its commit group returns (d and its shared operands)
+  // tcgen05.mma / cp: once a wait on the mbarrier that a later tcgen05.commit of the same thread
+  // arrives on sees that phase (the shared operands are read, tensor memory written).
+  Tcgen05,
+  Tcgen05Load,   // tcgen05.ld: once tcgen05.wait_load returns (its registers hold the values)
+  Tcgen05Store,  // tcgen05.st: once tcgen05.wait_store returns (its registers may change)
 };
 const char* to_string(Completion c);
 
@@ -86,6 +100,24 @@ struct WgmmaTiling {
   WgmmaOperand a, b;
 };
 
+// How a tcgen05.mma is split: instructions of m x n_instr x k_instr, n_blocks of them along N
+// and k_steps along K (each K step of every N block one instruction), with the instruction
+// descriptor and each shared operand's matrix descriptor (the same rule as wgmma's, with
+// tcgen05's swizzle codes). `a_tmem`: a comes from tensor memory (no descriptor).
+struct Tcgen05MmaTiling {
+  int64_t m = 128, n_instr = 8, k_instr = 16, n_blocks = 1, k_steps = 1, cta_group = 1;
+  std::string kind;           // "f16", "tf32", "f8f6f4"
+  uint32_t idesc = 0;         // the instruction descriptor (PTX ISA, "Instruction descriptor")
+  bool a_tmem = false;
+  WgmmaOperand a, b;          // swizzle_code holds tcgen05's 3-bit code: 2 = 128B, 4 = 64B, 6 = 32B
+};
+
+// How a tcgen05.ld / st moves a [lanes, n] tile: each warp of the group its 32 lanes, in
+// instructions of `columns` 32-bit columns (32x32b.x<columns>), `instructions` of them.
+struct Tcgen05LdSt {
+  int64_t columns = 1, instructions = 1;
+};
+
 struct Lowering {
   MachineOp op = MachineOp::None;
   Completion completion = Completion::Synchronous;
@@ -108,6 +140,8 @@ struct Lowering {
   std::vector<MatrixGroup> matrices;
   DotTiling dot;
   WgmmaTiling wgmma;
+  Tcgen05MmaTiling tcgen05;
+  Tcgen05LdSt ldst;
   // TmaLoad / TmaStore: the kernel's tensor map (Kernel::tensor_maps) the box goes through;
   // for a synchronous `copy`, the kernel's copy barrier it completes on (-1: the copy's own
   // barrier, which the kernel waits on).

@@ -2,6 +2,9 @@
 //   Global:   dtype, dynamic shape and strides (elements), living in global memory.
 //   Shared:   dtype, static shape, shared layout (strides + optional swizzle).
 //   Register: dtype, static shape, register layout (set by annotation or layout inference).
+//   Tensor memory (Blackwell): dtype, static shape [lanes, columns...]: dim 0 runs over the
+//            block's tensor-memory lanes, the others over its 32-bit columns (row-major for an
+//            allocation; a slice or view keeps its source's strides, KernelFacts::tmem).
 // A tensor's identity is its node; passes that change a tensor's layout make a new node
 // and remap the uses (StmtMutator does the remapping).
 #pragma once
@@ -18,7 +21,7 @@
 
 namespace tilus {
 
-enum class MemoryScope : uint8_t { Global, Shared, Register };
+enum class MemoryScope : uint8_t { Global, Shared, Register, TensorMemory };
 const char* to_string(MemoryScope s);
 
 struct TensorNode {
@@ -39,6 +42,7 @@ class Tensor {
   static Tensor global(std::string name, DataType dtype, std::vector<Expr> shape, std::vector<Expr> strides = {});
   static Tensor shared(std::string name, DataType dtype, std::vector<int64_t> shape, SharedLayout layout = {});
   static Tensor reg(std::string name, DataType dtype, std::vector<int64_t> shape, RegisterLayout layout = {});
+  static Tensor tmem(std::string name, DataType dtype, std::vector<int64_t> shape);
 
   bool defined() const { return node_ != nullptr; }
   const TensorNode* get() const { return node_.get(); }
@@ -49,6 +53,7 @@ class Tensor {
   bool is_global() const { return scope() == MemoryScope::Global; }
   bool is_shared() const { return scope() == MemoryScope::Shared; }
   bool is_register() const { return scope() == MemoryScope::Register; }
+  bool is_tmem() const { return scope() == MemoryScope::TensorMemory; }
   DataType dtype() const { return node_->dtype; }
   int rank() const { return static_cast<int>(node_->shape.size()); }
   const std::vector<Expr>& shape() const { return node_->shape; }
@@ -60,7 +65,8 @@ class Tensor {
   Tensor with_layout(const RegisterLayout& layout) const;
   Tensor with_shared_layout(const SharedLayout& layout) const;
 
-  // "register float32[64, 64]", "shared float16[2, 64, 32]", "global float16[m, k]"
+  // "register float32[64, 64]", "shared float16[2, 64, 32]", "global float16[m, k]",
+  // "tmem float32[128, 256]"
   std::string type_str() const;
 
  private:

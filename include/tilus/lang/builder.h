@@ -156,9 +156,11 @@ class Builder {
   // tma.global_to_shared (barrier defined) / tma.shared_to_global: the tile of the shared
   // tensor at `offsets` of the global one, along global dims `dims` (default: the trailing ones).
   // `multicast_mask` (loads; undefined: none): the cluster's blocks that receive the box.
+  // `cta_group` 2 (loads, Blackwell): the bytes complete on the barrier at `barrier`'s offset in
+  // block `barrier_rank` of the cluster (undefined: this block's), the pair's mbarrier.
   void tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets, std::vector<int> dims,
                      const Tensor& barrier, bool load, SourceLoc loc, Expr multicast_mask = Expr(),
-                     Expr cache_policy = Expr());
+                     Expr cache_policy = Expr(), int64_t cta_group = 1, Expr barrier_rank = Expr());
   void c2d_im2col(const Tensor& img, const Tensor& col, Expr nhw_step, Expr c_step, int64_t kernel, int64_t stride,
                   int64_t dilation, int64_t pad, const std::optional<std::string>& eviction_policy, SourceLoc loc,
                   const Tensor& barrier = Tensor());
@@ -221,12 +223,28 @@ class Builder {
   // Threads of the innermost thread group (the block outside any): `what` names the caller
   // in the error when the block's warps are not set yet.
   int64_t group_threads(const char* what, const SourceLoc& loc) const;
+  // The first thread (in the block) of the innermost thread group (0 outside any).
+  int64_t group_begin() const;
   // The kernel's cluster shape as set so far ({1, 1, 1}: none).
   const std::array<int64_t, 3>& cluster() const { return kernel_.cluster; }
   void printf(std::string format, std::vector<Expr> args, SourceLoc loc);
   void assume(Expr cond, SourceLoc loc);
   void annotate_layout(const Tensor& t, const RegisterLayout& layout, SourceLoc loc);
   void annotate_shared_layout(const Tensor& t, const SharedLayout& layout, SourceLoc loc);
+
+  // Blackwell (docs/instructions.md): tensor memory and tcgen05 (the instructions that define a
+  // tensor; the others are definition-driven: defined()), cluster launch control.
+  Tensor tcgen05_alloc(DataType dtype, std::vector<int64_t> shape, int64_t cta_group, SourceLoc loc);
+  // The view of `t` at `offsets` (one per dim of t) with dims `dims` of extents `shape`.
+  Tensor tcgen05_slice(const Tensor& t, std::vector<Expr> offsets, std::vector<int> dims, std::vector<int64_t> shape,
+                       SourceLoc loc);
+  // t[i, ...]: the view with the dims that the indices (after the lane dim, which an index
+  // leaves whole) fix removed; Python's t_acc[:, stage, :].
+  Tensor tcgen05_index(const Tensor& t, std::vector<std::optional<Expr>> indices, SourceLoc loc);
+  Tensor tcgen05_view(const Tensor& t, DataType dtype, std::vector<int64_t> shape, SourceLoc loc);
+  Tensor tcgen05_load(const Tensor& t, SourceLoc loc);
+  // clc.query_response: (is_canceled, x, y, z).
+  std::array<Var, 4> clc_query_response(const Tensor& response, SourceLoc loc);
 
   // Records an already-built instruction (checked like the others).
   void emit(std::shared_ptr<InstNode> inst);

@@ -40,6 +40,10 @@ struct WgmmaPlan {
 };
 WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threads);
 
+// The registers of a tcgen05.ld / st of a [lanes, n] tensor-memory tile (32x32b: thread t of the
+// group, one per lane, holds row t, its n elements in order): spatial([lanes, 1]) * local([1, n]).
+RegisterLayout tcgen05_ldst_layout(const std::vector<int64_t>& shape);
+
 // The default layout of a tile: 16-byte vectors per thread along the last dim (`vector`
 // elements when given), threads over the last dim first, replicas for threads beyond the
 // tile's parallelism.

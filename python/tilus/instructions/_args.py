@@ -8,11 +8,12 @@ from typing import Sequence, Union
 
 from .. import _C
 from .._C import CompileError, DataType, Expr
-from ..tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, Unusable, _builder, _describe,
-                       _here, _is_scalar, _located, _raised_at, _where)
+from ..tracing import (GlobalTensor, Region, RegisterTensor, SharedTensor, TensorBase, TMemoryTensor, Unusable, _builder,
+                       _describe, _here, _is_scalar, _located, _raised_at, _where)
 
 
-_KINDS = {RegisterTensor: "a register tensor", SharedTensor: "a shared tensor", GlobalTensor: "a global tensor"}
+_KINDS = {RegisterTensor: "a register tensor", SharedTensor: "a shared tensor", GlobalTensor: "a global tensor",
+          TMemoryTensor: "a tensor-memory tensor (tcgen05.alloc)"}
 
 
 def _tensor(x, what, loc, cls=RegisterTensor):
@@ -155,11 +156,19 @@ _INT32 = DataType.from_name("int32")
 class MappedBarrier:
     """A barrier of another block of the cluster (``self.cluster.map_shared_addr(bars[i], rank)``):
     ``barrier`` (this block's barrier at the same offset) and ``rank``. mbarrier.arrive and
-    arrive_and_expect_tx arrive on it."""
-    __slots__ = ("barrier", "rank")
+    arrive_and_expect_tx arrive on it, and a TMA load with cta_group=2 completes on it."""
+    __slots__ = ("_barrier", "rank", "source", "rank_var")
 
-    def __init__(self, barrier, rank):
-        self.barrier, self.rank = barrier, rank
+    def __init__(self, barrier, rank, source=None, rank_var=False):
+        # source: what map_shared_addr was given (a rebinding of it to this mapping in a branch
+        # merges: transform._mapped_barrier); rank_var: rank is a kernel variable of such a merge.
+        self._barrier, self.rank, self.source, self.rank_var = barrier, rank, source, rank_var
+
+    @property
+    def barrier(self):
+        """This block's barrier at the same offset (the core's shared tensor), made where it is used
+        when the mapping outlives the scope that made it."""
+        return self._barrier if self._barrier is not None else _barrier(self.source, "barrier", _here())
 
     def __repr__(self):
         return f"MappedBarrier(rank={self.rank})"
@@ -196,8 +205,8 @@ def _barrier(x, what, loc):
     """An mbarrier: a one-element shared tensor, or ``bars[i]`` (an element of mbarrier.alloc's tensor)."""
     if isinstance(x, MappedBarrier):
         raise CompileError(f"{_where(loc)}{what}: a barrier of another block (cluster.map_shared_addr) can only be "
-                           f"arrived at (mbarrier.arrive, arrive_and_expect_tx); a block waits on, expects bytes on "
-                           f"and copies to its own barriers")
+                           f"arrived at (mbarrier.arrive, arrive_and_expect_tx) or completed by a TMA load with "
+                           f"cta_group=2; a block waits on, expects bytes on and copies to its own barriers")
     if isinstance(x, Region) and isinstance(x.tensor, SharedTensor) and all(
             isinstance(e, int) and e == 1 for e in x.extents):
         return _builder().index_shared(x.tensor.t, list(x.offsets), loc)

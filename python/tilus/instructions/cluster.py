@@ -95,10 +95,10 @@ class _Cluster:
         its own barriers. Raw addresses (uint32 register tensors) are a CompileError."""
         loc = _here()
         if isinstance(addr, MappedBarrier):
-            addr = addr.barrier
+            addr = addr.source
         if isinstance(addr, (RegisterTensor, Expr)) or not isinstance(addr, (SharedTensor, Region)):
             raise CompileError(f"{_where(loc)}cluster.map_shared_addr: addr must be a barrier (bars[i] of "
                                f"mbarrier.alloc), got {_describe(addr)}; tilus keeps barriers as shared tensors, so "
                                f"raw uint32 shared addresses cannot be mapped")
         return MappedBarrier(_barrier(addr, "cluster.map_shared_addr: addr", loc),
-                             _scalar(target_rank, "cluster.map_shared_addr: target_rank", loc))
+                             _scalar(target_rank, "cluster.map_shared_addr: target_rank", loc), source=addr)

@@ -4,7 +4,7 @@ from typing import Any, Optional, Sequence
 
 from .._C import CompileError
 from ..tracing import GlobalTensor, SharedTensor, _builder, _here, _where
-from ._args import _Dims, _Int, _barrier, _bool, _cache_policy, _exprs, _int, _ints, _scalar, _tensor
+from ._args import MappedBarrier, _Dims, _Int, _barrier, _bool, _cache_policy, _exprs, _int, _ints, _scalar, _tensor
 
 
 class TmaGroup:
@@ -22,18 +22,24 @@ class TmaGroup:
         block of the mask receives the tile at ``dst``'s offset in its shared memory, and its barrier
         at ``mbarrier``'s offset completes the bytes. ``cache_policy``: a raw 64-bit L2 cache policy
         (an integer, such as CUTLASS's ``0x12F0000000000000`` for evict-first, or a uint64 kernel
-        parameter), issued with the ``.L2::cache_hint`` form of the load. ``cta_group`` 1 only."""
+        parameter), issued with the ``.L2::cache_hint`` form of the load. ``cta_group=2`` (Blackwell,
+        sm_100a): the load of one block of a pair, whose bytes may complete on the pair's barrier in the
+        other block: ``mbarrier`` may then be ``cluster.map_shared_addr(bar, rank)``."""
         loc = _here()
-        if cta_group != 1:
-            raise CompileError(f"{_where(loc)}tma.global_to_shared: cta_group={cta_group!r}: only cta_group=1 is "
-                               f"supported (cta_group=2 is Blackwell's)")
-        mask = None if multicast_mask is None else _scalar(multicast_mask, "tma.global_to_shared: multicast_mask", loc)
-        _builder().tma_copy_tile(_tensor(src, "tma.global_to_shared: src", loc, GlobalTensor),
-                                 _tensor(dst, "tma.global_to_shared: dst", loc, SharedTensor),
-                                 _exprs(offsets, "tma.global_to_shared: offsets", loc),
-                                 _ints(dims, "tma.global_to_shared: dims", loc),
-                                 _barrier(mbarrier, "tma.global_to_shared: mbarrier", loc), True, loc, mask,
-                                 _cache_policy(cache_policy, "tma.global_to_shared", loc))
+        w = "tma.global_to_shared"
+        group = _int(cta_group, f"{w}: cta_group", loc)
+        mask = None if multicast_mask is None else _scalar(multicast_mask, f"{w}: multicast_mask", loc)
+        rank = None
+        if isinstance(mbarrier, MappedBarrier):
+            if group != 2:
+                raise CompileError(f"{_where(loc)}{w}: the mbarrier is another block's (cluster.map_shared_addr): a TMA "
+                                   f"load completes on a peer's barrier only with cta_group=2, got cta_group={group}")
+            bar, rank = mbarrier.barrier, mbarrier.rank
+        else:
+            bar = _barrier(mbarrier, f"{w}: mbarrier", loc)
+        _builder().tma_copy_tile(_tensor(src, f"{w}: src", loc, GlobalTensor), _tensor(dst, f"{w}: dst", loc, SharedTensor),
+                                 _exprs(offsets, f"{w}: offsets", loc), _ints(dims, f"{w}: dims", loc), bar, True, loc, mask,
+                                 _cache_policy(cache_policy, w, loc), group, rank)
 
     def shared_to_global(self, src: SharedTensor, dst: GlobalTensor, offsets: Sequence[_Int], dims: _Dims = None,
                          cache_policy: Any = None) -> None:

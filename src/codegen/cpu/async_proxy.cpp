@@ -50,6 +50,26 @@ void Emitter::mbarrier_op(int32_t op, llvm::Value* barrier, llvm::Value* value, 
   b.CreateCall(ty, fn, {b.CreateBitCast(block_ctx, b.getInt8PtrTy()), b.getInt32(op), b.CreateBitCast(barrier, b.getInt8PtrTy()), value, b.getInt32(site)});
 }
 
+llvm::Value* Emitter::service(int32_t op, llvm::Value* a, llvm::Value* bv, llvm::Value* p) {
+  llvm::Type* i8p = b.getInt8PtrTy();
+  auto* ty = llvm::FunctionType::get(b.getInt64Ty(), {i8p, b.getInt32Ty(), b.getInt64Ty(), b.getInt64Ty(), i8p}, false);
+  llvm::Type* fp = llvm::PointerType::getUnqual(ty);
+  llvm::Value* field = b.CreateConstGEP1_64(b.getInt8Ty(), b.CreateBitCast(block_ctx, i8p), offsetof(CpuBlockContext, service));
+  llvm::Value* fn_ptr = b.CreateLoad(fp, b.CreateBitCast(field, llvm::PointerType::getUnqual(fp)));
+  return b.CreateCall(ty, fn_ptr,
+                      {b.CreateBitCast(block_ctx, i8p), b.getInt32(op), b.CreateSExtOrTrunc(a, b.getInt64Ty()),
+                       b.CreateSExtOrTrunc(bv, b.getInt64Ty()), p ? b.CreateBitCast(p, i8p) : llvm::Constant::getNullValue(i8p)});
+}
+
+llvm::Value* Emitter::peer_shared(llvm::Value* rank) {
+  return b.CreateIntToPtr(service(kServicePeerShared, rank, i64(0)), b.getInt8PtrTy());
+}
+
+llvm::Value* Emitter::peer_address(llvm::Value* ptr, llvm::Value* rank) {
+  llvm::Value* offset = b.CreatePtrDiff(b.getInt8Ty(), ptr, shared_base);
+  return b.CreateGEP(b.getInt8Ty(), peer_shared(rank), offset);
+}
+
 void Emitter::emit_async_proxy(const InstNode& inst) {
   switch (inst.kind()) {
     case InstKind::MbarrierInit: {
@@ -73,9 +93,12 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
         value = convert(expr(v), v.dtype(), dtypes::int64);
       }
       llvm::Value* threads = i64(group_threads(inst));
-      if (i.cta_id.defined() && kernel.cluster != std::array<int64_t, 3>{1, 1, 1})
-        fail(inst, "an arrival on a peer block's barrier needs the blocks of a cluster to run together; the CPU "
-                   "backend runs blocks one at a time");
+      // An arrival on block cta_id's barrier at the same offset (the blocks of a cluster run
+      // together here).
+      if (i.cta_id.defined()) {
+        Expr r = facts.simplify(i.cta_id);
+        bar = peer_address(bar, convert(expr(r), r.dtype(), dtypes::int64));
+      }
       switch (i.op) {
         case MbarrierOp::Arrive:
           mbarrier_op(kMbarrierArrive, bar, b.CreateMul(value, threads));
@@ -102,8 +125,36 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
     case InstKind::TmaCommitGroup:
     case InstKind::TmaWaitGroup:
     case InstKind::FenceProxyAsync: return;  // stores complete when issued; one proxy
+    case InstKind::ClcQuery: {
+      // The response as the runtime writes it: int32 {canceled, x, y, z}.
+      auto& i = static_cast<const ClcQueryInst&>(inst);
+      const SharedView& view = facts.shared(inst, i.response);
+      Expr off = facts.simplify(shared_offset(view, std::vector<Expr>(size_t(i.response.rank()), int_const(0))));
+      llvm::Value* bytes = b.CreateAdd(i64(view.base_bytes), b.CreateMul(convert(expr(off), off.dtype(), dtypes::int64),
+                                                                         i64(i.response.dtype().storage_bytes(1))));
+      llvm::Value* p = b.CreateBitCast(b.CreateGEP(b.getInt8Ty(), shared_base, bytes), llvm::PointerType::getUnqual(b.getInt32Ty()));
+      auto word = [&](int k) { return b.CreateAlignedLoad(b.getInt32Ty(), b.CreateConstGEP1_64(b.getInt32Ty(), p, k), llvm::Align(4)); };
+      values_[i.is_canceled.operator->()] = b.CreateICmpNE(word(0), b.getInt32(0));
+      values_[i.x.operator->()] = word(1);
+      values_[i.y.operator->()] = word(2);
+      values_[i.z.operator->()] = word(3);
+      return;
+    }
     case InstKind::Defined: {
       auto& i = static_cast<const DefinedInst&>(inst);
+      if (i.definition->name == "clc.try_cancel") {
+        // Issued once by the group: the runtime cancels the next cluster that has not started, writes
+        // the response and completes its 16 bytes on the barrier (of every block, multicast).
+        const Tensor& r = i.tensor("response");
+        const SharedView& view = facts.shared(inst, r);
+        Expr off = facts.simplify(shared_offset(view, std::vector<Expr>(size_t(r.rank()), int_const(0))));
+        llvm::Value* bytes = b.CreateAdd(i64(view.base_bytes), b.CreateMul(convert(expr(off), off.dtype(), dtypes::int64),
+                                                                           i64(r.dtype().storage_bytes(1))));
+        llvm::Value* resp = b.CreateGEP(b.getInt8Ty(), shared_base, bytes);
+        llvm::Value* bar = barrier_ptr(inst, i.tensor("mbarrier"));
+        service(kServiceClcTryCancel, b.CreatePtrToInt(bar, b.getInt64Ty()), i64(i.attr("multicast") == "true"), resp);
+        return;
+      }
       if (i.definition->name == "tcgen05_mma_arrive") {  // tcgen05 operations complete when issued here
         mbarrier_op(kMbarrierArrive, barrier_ptr(inst, i.tensor("mbar")), i64(group_threads(inst)));
         return;

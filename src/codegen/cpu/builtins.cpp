@@ -27,10 +27,8 @@ void Emitter::emit_builtin(const InstNode& inst) {
       if (i.scope == SyncScope::Grid)
         fail(inst, "sync_grid needs every block resident at once; the CPU backend runs blocks in batches");
       int64_t cluster = kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2];
-      if (i.scope == SyncScope::Cluster && cluster > 1)
-        fail(inst, fmt::format("a cluster barrier needs the {} blocks of a cluster resident at once; the CPU backend "
-                               "runs each block on its own",
-                               cluster));
+      // The blocks of a cluster run together (as fibers): each arrives, and waits for the others.
+      if (i.scope == SyncScope::Cluster && cluster > 1) service(kServiceClusterSync, i64(0), i64(-1));
       return;  // inside one block: its tile instructions already run in order
     }
     case InstKind::SetMaxNReg: return;  // a register budget: nothing to compute

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "tilus/ir/functor.h"
 #include "tilus/ir/inst_def.h"
 
 namespace tilus::cpu {
@@ -664,6 +665,7 @@ void Emitter::emit_inst_body(const InstNode& inst) {
       return;
     case EmitFamily::Barrier:
     case EmitFamily::Builtin: emit_builtin(inst); return;
+    case EmitFamily::Tcgen05: emit_tcgen05(inst); return;
     case EmitFamily::Hint: return;
     case EmitFamily::Auto: break;
   }
@@ -705,7 +707,27 @@ void Emitter::run(const std::string& entry) {
   order_[fn] = 0;
   entry_ = llvm::BasicBlock::Create(ctx, "entry", fn);
   llvm::BasicBlock* start = llvm::BasicBlock::Create(ctx, "start", fn);
-  if (options.chunk_instructions > 0) {
+  // Thread groups that wait on each other run concurrently, each a function of its own over a copy
+  // of the block's frame: their values live in the frame.
+  struct Forks : StmtVisitor {
+    bool found = false;
+    void visit_seq(const SeqStmtNode& s) override {
+      std::vector<Stmt> run;
+      for (auto& c : s.stmts) {
+        if (c && c->kind == StmtKind::ThreadGroup) {
+          run.push_back(c);
+          continue;
+        }
+        found = found || Emitter::concurrent(run);
+        run.clear();
+      }
+      found = found || Emitter::concurrent(run);
+      StmtVisitor::visit_seq(s);
+    }
+  } forks;
+  forks.visit(kernel.body);
+  forks_ = forks.found;
+  if (options.chunk_instructions > 0 || forks_) {
     llvm::IRBuilder<> eb(entry_);
     frame_ = eb.CreateAlloca(b.getInt8Ty(), b.getInt64(1), "frame");  // sized at the end
     frame_->setAlignment(llvm::Align(64));
@@ -734,6 +756,7 @@ void Emitter::run(const std::string& entry) {
   if (!b.GetInsertBlock()->getTerminator()) b.CreateRetVoid();
   finish_function(start);
   if (frame_) frame_->setOperand(0, i64(std::max<int64_t>(1, frame_bytes_)));
+  if (frame_size_) frame_size_->setInitializer(b.getInt64(std::max<int64_t>(1, frame_bytes_)));
   std::string err;
   llvm::raw_string_ostream os(err);
   if (llvm::verifyModule(module, &os)) throw InternalError(fmt::format("CPU emitter produced invalid LLVM IR: {}", os.str()));
@@ -786,10 +809,70 @@ const StmtInfo& measure(const Stmt& s, std::unordered_map<const StmtNode*, StmtI
   return memo[s.get()] = r;
 }
 
+bool Emitter::concurrent(const std::vector<Stmt>& groups) {
+  if (groups.size() < 2) return false;
+  std::unordered_map<const StmtNode*, StmtInfo> memo;
+  for (auto& g : groups) {
+    const StmtInfo& info = measure(g, memo);
+    if (info.escapes || info.returns) return false;  // a break of an outer loop stays in its function
+  }
+  return waits_on_siblings(groups);
+}
+
 void Emitter::emit_seq(const SeqStmtNode& seq) {
+  // Runs of sibling thread groups that wait on each other fork; the rest as chunking says.
+  std::vector<Stmt> plain, groups;
+  auto flush_groups = [&] {
+    if (concurrent(groups)) {
+      emit_stmts(plain);
+      plain.clear();
+      emit_fork(groups);
+    } else {
+      plain.insert(plain.end(), groups.begin(), groups.end());
+    }
+    groups.clear();
+  };
+  for (auto& c : seq.stmts) {
+    if (c && c->kind == StmtKind::ThreadGroup) {
+      groups.push_back(c);
+      continue;
+    }
+    flush_groups();
+    plain.push_back(c);
+  }
+  flush_groups();
+  emit_stmts(plain);
+}
+
+void Emitter::emit_fork(const std::vector<Stmt>& groups) {
+  std::vector<llvm::Function*> parts;
+  for (auto& g : groups) parts.push_back(build_part({g}));
+  llvm::Type* i8p = b.getInt8PtrTy();
+  auto* at = llvm::ArrayType::get(i8p, parts.size());
+  std::vector<llvm::Constant*> fs;
+  for (auto* f : parts) fs.push_back(llvm::ConstantExpr::getBitCast(f, i8p));
+  auto* table = new llvm::GlobalVariable(module, at, true, llvm::GlobalValue::PrivateLinkage,
+                                         llvm::ConstantArray::get(at, fs), "fork_parts");
+  if (!frame_size_)
+    frame_size_ = new llvm::GlobalVariable(module, b.getInt64Ty(), true, llvm::GlobalValue::PrivateLinkage, b.getInt64(1),
+                                           "frame_bytes");
+  auto* ty = llvm::FunctionType::get(b.getVoidTy(), {i8p, b.getInt32Ty(), llvm::PointerType::getUnqual(i8p), i8p,
+                                                      b.getInt64Ty(), llvm::PointerType::getUnqual(b.getInt64Ty())},
+                                     false);
+  llvm::Type* fp = llvm::PointerType::getUnqual(ty);
+  llvm::Value* field = b.CreateConstGEP1_64(b.getInt8Ty(), b.CreateBitCast(block_ctx, i8p), offsetof(CpuBlockContext, fork));
+  llvm::Value* fn_ptr = b.CreateLoad(fp, b.CreateBitCast(field, llvm::PointerType::getUnqual(fp)));
+  b.CreateCall(ty, fn_ptr,
+               {b.CreateBitCast(block_ctx, i8p), b.getInt32(int32_t(parts.size())),
+                b.CreateBitCast(table, llvm::PointerType::getUnqual(i8p)), frame_of(fn),
+                b.CreateLoad(b.getInt64Ty(), frame_size_), fn->getArg(0)});
+  check_cancel();
+}
+
+void Emitter::emit_stmts(const std::vector<Stmt>& stmts) {
   int64_t limit = options.chunk_instructions;
   if (limit <= 0) {
-    for (auto& c : seq.stmts) emit_stmt(c);
+    for (auto& c : stmts) emit_stmt(c);
     return;
   }
   // Consecutive statements are gathered into parts of at most `limit` instructions; a larger
@@ -803,7 +886,7 @@ void Emitter::emit_seq(const SeqStmtNode& seq) {
     part.clear();
     size = 0;
   };
-  for (auto& c : seq.stmts) {
+  for (auto& c : stmts) {
     if (!c) continue;
     const StmtInfo& ci = measure(c, infos_);
     if (ci.escapes || ci.returns || ci.instructions > limit) {
@@ -834,6 +917,15 @@ llvm::Value* Emitter::frame_at(int64_t offset, llvm::Type* t) {
 }
 
 void Emitter::emit_part(const std::vector<Stmt>& stmts) {
+  llvm::Function* part = build_part(stmts);
+  std::vector<llvm::Value*> args;
+  for (unsigned i = 0; i < 6; ++i) args.push_back(fn->getArg(i));
+  args.push_back(frame_of(fn));
+  b.CreateCall(part, args);
+  check_cancel();
+}
+
+llvm::Function* Emitter::build_part(const std::vector<Stmt>& stmts) {
   llvm::Type* i8p = b.getInt8PtrTy();
   llvm::Type* i64p = llvm::PointerType::getUnqual(b.getInt64Ty());
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {i64p, b.getInt32Ty(), b.getInt32Ty(), b.getInt32Ty(), i8p, i8p, i8p},
@@ -863,11 +955,7 @@ void Emitter::emit_part(const std::vector<Stmt>& stmts) {
   shared_base = fn->getArg(4);
   block_ctx = fn->getArg(5);
   b.restoreIP(ip);
-  std::vector<llvm::Value*> args;
-  for (unsigned i = 0; i < 6; ++i) args.push_back(fn->getArg(i));
-  args.push_back(frame_of(fn));
-  b.CreateCall(part, args);
-  check_cancel();
+  return part;
 }
 
 int64_t Emitter::frame_slot(llvm::Instruction* v) {
@@ -956,6 +1044,7 @@ CpuLoweredKernel emit_llvm(const Kernel& kernel, llvm::LLVMContext& context, con
   em.run(out.entry);
   out.sites = std::move(em.sites);
   out.shared_bytes = kernel.shared_memory_bytes;
+  out.forks = em.uses_fork();
   return out;
 }
 

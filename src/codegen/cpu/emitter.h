@@ -18,6 +18,7 @@
 
 #include "tilus/codegen/llvm_emitter.h"
 #include "tilus/ir/inst.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/stmt.h"
 #include "tilus/ir/facts.h"
 
@@ -63,6 +64,8 @@ class Emitter {
   Emitter(const Kernel& kernel, llvm::LLVMContext& context, llvm::Module& module, const CpuCodegenOptions& options);
   void run(const std::string& entry);
   std::vector<CpuAccessSite> sites;
+  // Whether the kernel runs thread groups concurrently (CpuBlockContext::fork).
+  bool uses_fork() const { return forks_; }
 
   // --- types and values ------------------------------------------------------------------
   // The LLVM type of a value of t in registers (bool: i1, float16: half, bfloat16: i16).
@@ -135,6 +138,23 @@ class Emitter {
   std::vector<Tensor> scratch_tensors_;
   // builtins.cpp: the thread-level builtins (seed 004) in tile terms.
   void emit_builtin(const InstNode& inst);
+  // A call of the runtime's CpuBlockContext::service (CpuServiceOp), returning its i64.
+  llvm::Value* service(int32_t op, llvm::Value* a, llvm::Value* b, llvm::Value* p = nullptr);
+  // The shared memory (i8*) of block `rank` of the cluster (this block's: shared_base).
+  llvm::Value* peer_shared(llvm::Value* rank);
+  // The address of `ptr` (in this block's shared memory) in block `rank`'s.
+  llvm::Value* peer_address(llvm::Value* ptr, llvm::Value* rank);
+  // tcgen05.cpp: tensor memory and the tcgen05 instructions.
+  void emit_tcgen05(const InstNode& inst);
+  // The i8* of element `tile` (one expression per dim) of a tensor-memory tensor, in the tensor
+  // memory `tmem` (i8*; this block's when null).
+  llvm::Value* tmem_element(const InstNode& inst, const Tensor& t, const std::vector<Expr>& tile,
+                            llvm::Value* tmem = nullptr);
+  // Moves a rank-2 tensor-memory tile to (load) / from a register tensor of its shape (its columns
+  // from col0 on).
+  void tmem_registers(const InstNode& inst, const Tensor& tmem_tile, const Tensor& regs, bool load,
+                      llvm::Value* tmem = nullptr, int64_t col0 = 0);
+  void emit_tcgen05_mma(const DefinedInst& inst);
   // The first thread (in the block) of the thread group being emitted.
   int64_t group_begin() const { return group_begins_.empty() ? 0 : group_begins_.back(); }
   // A constant i32 table as a private global (for per-thread maps of layouts).
@@ -203,6 +223,16 @@ class Emitter {
   void emit_seq(const SeqStmtNode& seq);
   // Emits `stmts` as a function of their own and calls it.
   void emit_part(const std::vector<Stmt>& stmts);
+  // Emits `stmts` as a function of their own (the block function's arguments and the frame).
+  llvm::Function* build_part(const std::vector<Stmt>& stmts);
+  // Sibling thread groups that wait on each other's work (an mbarrier wait in one of them): run
+  // concurrently through the runtime's fork, each group a function of its own.
+  static bool concurrent(const std::vector<Stmt>& groups);
+  void emit_fork(const std::vector<Stmt>& groups);
+  // Consecutive statements of a sequence, emitted as the chunking of a large kernel says.
+  void emit_stmts(const std::vector<Stmt>& stmts);
+  bool forks_ = false;  // the kernel forks (set by run() before emitting)
+  llvm::GlobalVariable* frame_size_ = nullptr;  // the frame's bytes, for fork (set at the end)
   int64_t frame_slot(llvm::Instruction* v);  // its byte offset in the frame, stored where v is made
   llvm::Value* frame_of(const llvm::Function* f);
   llvm::Value* frame_at(int64_t offset, llvm::Type* t);  // a t* into the frame, in the current function

@@ -430,11 +430,6 @@ void Emitter::emit_memory(const InstNode& inst) {
       llvm::Value* bar = nullptr;
       int64_t bytes = i.dst.tensor.dtype().storage_bytes(1);
       for (int64_t e : shape) bytes *= e;
-      // A multicast reaches the other blocks of a cluster, which the CPU backend runs one at a
-      // time; for a cluster of one block it is this block's own load.
-      if (i.multicast_mask.defined() && kernel.cluster != std::array<int64_t, 3>{1, 1, 1})
-        fail(inst, "a TMA multicast needs the blocks of a cluster to run together; the CPU backend runs blocks one "
-                   "at a time");
       if (low.op == MachineOp::TmaLoad && i.barrier.defined()) {
         bar = barrier_ptr(inst, i.barrier);
         if (i.api == CopyApi::TmaCopy) {
@@ -442,9 +437,37 @@ void Emitter::emit_memory(const InstNode& inst) {
           mbarrier_op(kMbarrierArrive, bar, i64(1));
         }
       }
-      auto move = [&] { transfer(inst, region_side(inst, i.src, rank), region_side(inst, i.dst, rank), shape); };
-      if (low.op == MachineOp::TmaLoad || low.op == MachineOp::TmaStore) guard_tma_start(i, move);
-      else move();
+      Side src = region_side(inst, i.src, rank), dst = region_side(inst, i.dst, rank);
+      // Every TMA box, a multicast one included, must start 16-byte aligned (guard_tma_start).
+      auto move = [&](const Side& to) {
+        auto copy = [&] { transfer(inst, src, to, shape); };
+        if (low.op == MachineOp::TmaLoad || low.op == MachineOp::TmaStore) guard_tma_start(i, copy);
+        else copy();
+      };
+      bool cluster = kernel.cluster != std::array<int64_t, 3>{1, 1, 1};
+      if (i.multicast_mask.defined() && cluster) {
+        // Every block of the mask receives the box at the same offset and completes the bytes on
+        // its barrier at the same offset (the blocks of a cluster run together here).
+        Expr m = facts.simplify(i.multicast_mask);
+        llvm::Value* mask = convert(expr(m), m.dtype(), dtypes::int64);
+        int64_t size = kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2];
+        loop(i32(size), [&](llvm::Value* r) {
+          llvm::Value* in = b.CreateICmpNE(b.CreateAnd(b.CreateLShr(mask, b.CreateZExt(r, b.getInt64Ty())), i64(1)), i64(0));
+          if_then(in, [&] {
+            Side to = dst;
+            to.base = peer_address(dst.base, r);
+            move(to);
+            if (bar) mbarrier_op(kMbarrierCompleteTx, peer_address(bar, r), i64(bytes));
+          });
+        });
+        return;
+      }
+      move(dst);
+      if (bar && i.barrier_rank.defined()) {
+        // cta_group=2: the bytes complete on the pair's barrier in block barrier_rank.
+        Expr r = facts.simplify(i.barrier_rank);
+        bar = peer_address(bar, convert(expr(r), r.dtype(), dtypes::int64));
+      }
       if (bar) mbarrier_op(kMbarrierCompleteTx, bar, i64(bytes));
       return;
     }

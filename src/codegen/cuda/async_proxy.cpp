@@ -83,8 +83,35 @@ void Emitter::emit_async_proxy(const InstNode& inst) {
       linef("tilus::fence_proxy_async_{}();", i.space);
       return;
     }
+    case InstKind::ClcQuery: {
+      auto& i = static_cast<const ClcQueryInst&>(inst);
+      const SharedView& view = facts_.shared(inst, i.response);
+      Expr off = simplify(shared_offset(view, std::vector<Expr>(size_t(i.response.rank()), int_const(0))));
+      std::string resp = fmt::format("(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u)", view.base_bytes,
+                                     expr(off), elem_bytes(i.response.dtype()));
+      std::string v = fresh("is_canceled"), x = fresh("clc_x"), y = fresh("clc_y"), z = fresh("clc_z");
+      linef("bool {};", v);
+      linef("int32_t {}, {}, {};", x, y, z);
+      linef("tilus::clc_query({}, {}, {}, {}, {});", resp, v, x, y, z);
+      var_names_[i.is_canceled.get()] = v;
+      var_names_[i.x.get()] = x;
+      var_names_[i.y.get()] = y;
+      var_names_[i.z.get()] = z;
+      return;
+    }
     case InstKind::Defined: {
       auto& i = static_cast<const DefinedInst&>(inst);
+      if (i.definition->name == "clc.try_cancel") {
+        const Tensor& r = i.tensor("response");
+        const SharedView& view = facts_.shared(inst, r);
+        Expr off = simplify(shared_offset(view, std::vector<Expr>(size_t(r.rank()), int_const(0))));
+        open(fmt::format("if ({})", elected()));
+        linef("tilus::clc_try_cancel<{}>(tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u, {});",
+              i.attr("multicast"), view.base_bytes, expr(off), elem_bytes(r.dtype()),
+              barrier_address(inst, i.tensor("mbarrier")));
+        close();
+        return;
+      }
       if (i.definition->name == "tcgen05_mma_arrive") {
         linef("asm volatile(\"tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];\" :: "
               "\"r\"({}) : \"memory\");",
@@ -149,7 +176,15 @@ void Emitter::emit_tma_copy(const CopyInst& i) {
     std::string policy = declare_policy(*this, i.eviction_policy, i.cache_policy);  // the L2 hint, "" for none
     if (i.api == CopyApi::TmaCopy || rec.copy_barrier >= 0)
       linef("tilus::mbarrier_arrive_expect_tx<false, false>({}, {}u);", bar, bytes);
-    if (i.multicast_mask.defined())
+    if (i.cta_group == 2) {
+      // One block of a pair: the bytes may complete on the pair's barrier in the peer.
+      if (i.multicast_mask.defined() || !policy.empty())
+        fail(i, "a cta_group=2 load takes no multicast_mask or cache policy here");
+      std::string cbar = i.barrier_rank.defined()
+                             ? fmt::format("tilus::map_shared_rank({}, uint32_t({}))", bar, expr(simplify(i.barrier_rank)))
+                             : bar;
+      linef("tilus::tma_load_cta_pair<{}>({}, {}, {}, {});", rank, smem, tmap, cbar, c);
+    } else if (i.multicast_mask.defined())
       linef("tilus::tma_load_multicast<{}>({}, {}, {}, {}, uint16_t({}){});", rank, smem, tmap, bar, c,
             expr(simplify(i.multicast_mask)), policy.empty() ? "" : ", " + policy);
     else

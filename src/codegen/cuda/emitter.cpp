@@ -498,6 +498,7 @@ void Emitter::emit_inst(const InstNode& inst) {
     case EmitFamily::Wgmma: emit_wgmma(inst); return;
     case EmitFamily::Barrier: emit_barrier(inst); return;
     case EmitFamily::Builtin: emit_builtin(inst); return;
+    case EmitFamily::Tcgen05: emit_tcgen05(inst); return;
     case EmitFamily::Hint:  // annotations are consumed by layout inference
       if (inst.kind() == InstKind::Assume)
         linef("__builtin_assume({});", expr(simplify(static_cast<const AssumeInst&>(inst).cond)));

@@ -16,6 +16,7 @@
 
 #include "tilus/codegen/cuda.h"
 #include "tilus/ir/inst.h"
+#include "tilus/ir/inst_def.h"
 #include "tilus/ir/simplify.h"
 #include "tilus/ir/stmt.h"
 #include "tilus/ir/facts.h"
@@ -122,6 +123,12 @@ class Emitter {
   void emit_tma_im2col(const Im2colInst& inst);
   // wgmma.cpp: wgmma.fence / mma / commit_group / wait_group.
   void emit_wgmma(const InstNode& inst);
+  // tcgen05.cpp: tensor memory and the tcgen05 instructions.
+  void emit_tcgen05(const InstNode& inst);
+  void emit_tcgen05_ldst(const InstNode& inst, const Tensor& tmem, const Tensor& regs, bool load);
+  void emit_tcgen05_mma(const DefinedInst& inst);
+  // The 32-bit tensor-memory address of a tensor-memory tensor (its allocation's plus its offsets).
+  std::string tmem_address(const InstNode& inst, const Tensor& t);
   // The wgmma accumulators emitted so far that are visible here (C name as 32-bit registers,
   // register count), which a wait_group fences.
   std::vector<std::pair<std::string, int64_t>> wgmma_accumulators();
@@ -161,6 +168,8 @@ class Emitter {
   int next_block_ = 1;
   std::unordered_map<const TensorNode*, int> reg_blocks_;  // the block a register array is declared in
   std::vector<std::pair<const TensorNode*, int64_t>> wgmma_accs_;  // wgmma.mma accumulators (32-bit registers)
+  std::unordered_map<const TensorNode*, std::string> tmem_roots_;  // tcgen05.alloc tensor -> its address variable
+  std::vector<std::pair<const TensorNode*, int64_t>> tcgen05_loads_;  // tcgen05.ld results not yet waited for
   std::vector<const TensorNode*> wgmma_ds_;  // every wgmma.mma's accumulator, in program order (fences pin them)
 
   friend struct MemoryEmitter;

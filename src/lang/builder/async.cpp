@@ -50,8 +50,15 @@ void Builder::mbarrier_wait(const Tensor& barrier, const Tensor& phase, const st
 
 void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vector<Expr> offsets,
                             std::vector<int> dims, const Tensor& barrier, bool load, SourceLoc loc,
-                            Expr multicast_mask, Expr cache_policy) {
+                            Expr multicast_mask, Expr cache_policy, int64_t cta_group, Expr barrier_rank) {
   const char* name = load ? "tma.global_to_shared" : "tma.shared_to_global";
+  if (cta_group != 1 && cta_group != 2)
+    throw CompileError(fmt::format("{}: cta_group must be 1 or 2, got {}", name, cta_group), loc);
+  if (barrier_rank.defined() && cta_group != 2)
+    throw CompileError(fmt::format("{}: the mbarrier is another block's (cluster.map_shared_addr): a TMA load completes "
+                                   "on a peer's barrier only with cta_group=2 (the pair's barrier)",
+                                   name),
+                       loc);
   if (!global.defined() || !global.is_global() || !shared.defined() || !shared.is_shared())
     throw CompileError(fmt::format("{}: expected a global and a shared tensor, got {} and {}", name, type_of(global),
                                    type_of(shared)),
@@ -96,6 +103,11 @@ void Builder::tma_copy_tile(const Tensor& global, const Tensor& shared, std::vec
   i->use_tma = true;
   i->barrier = barrier;
   i->multicast_mask = std::move(multicast_mask);
+  i->cta_group = cta_group;
+  if (barrier_rank.defined()) {
+    check_index(barrier_rank, "the barrier's block (target_rank)", loc, name);
+    i->barrier_rank = simplify(barrier_rank);
+  }
   // Integers of any width name the policy's 64 bits (a Python int past 2^63 arrives negative).
   i->cache_policy = cache_policy.defined() && cache_policy.dtype().is_integer() ? simplify(tilus::cast(cache_policy, dtypes::uint64))
                                                                                : cache_policy;

@@ -27,6 +27,13 @@ int64_t Builder::group_threads(const char* what, const SourceLoc& loc) const {
   return kernel_.num_threads();
 }
 
+int64_t Builder::group_begin() const {
+  int64_t begin = 0;
+  for (auto& sc : scopes_)
+    if (sc.kind == Scope::ThreadGroup) begin += sc.thread_begin;
+  return begin;
+}
+
 void Builder::sync_threads(std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, SourceLoc loc) {
   if (!barrier_id) {
     if (arrive_count)

@@ -1197,4 +1197,142 @@ template <int N> __device__ __forceinline__ void wgmma_fence_operand(uint32_t* r
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// --- tcgen05: tensor memory and Blackwell's tensor cores (sm_100a / sm_103a) ------------------------
+// A tensor-memory address is (lane << 16) | column, columns of 32 bits.
+// A shared-memory matrix descriptor (PTX ISA, "Shared memory descriptor" of tcgen05): start
+// address, leading and stride byte offsets in 16-byte units, the fixed 0b001 at bits 46-48, the
+// swizzle mode in bits 61-63 (2: 128-byte, 4: 64-byte, 6: 32-byte).
+__device__ __forceinline__ uint64_t tcgen05_desc(uint32_t smem, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {
+  return uint64_t((smem & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 46) | (uint64_t(swizzle) << 61);
+}
+#if defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL) || \
+    (defined(__CUDA_ARCH_SPECIFIC__) && (__CUDA_ARCH_SPECIFIC__ == 1000 || __CUDA_ARCH_SPECIFIC__ == 1030))
+#define TILUS_TCGEN05 1
+#endif
+#ifdef TILUS_TCGEN05
+// The warp allocates `columns` (a power of two from 32 to 512) and writes the address to `slot`.
+template <int CtaGroup> __device__ __forceinline__ void tcgen05_alloc(uint32_t slot, uint32_t columns) {
+  asm volatile("tcgen05.alloc.cta_group::%2.sync.aligned.shared::cta.b32 [%0], %1;\n" ::"r"(slot), "r"(columns),
+               "n"(CtaGroup) : "memory");
+}
+template <int CtaGroup> __device__ __forceinline__ void tcgen05_dealloc(uint32_t taddr, uint32_t columns) {
+  asm volatile("tcgen05.dealloc.cta_group::%2.sync.aligned.b32 %0, %1;\n" ::"r"(taddr), "r"(columns), "n"(CtaGroup)
+               : "memory");
+}
+template <int CtaGroup> __device__ __forceinline__ void tcgen05_relinquish_alloc_permit() {
+  asm volatile("tcgen05.relinquish_alloc_permit.cta_group::%0.sync.aligned;\n" ::"n"(CtaGroup) : "memory");
+}
+// Orders tcgen05 operations around a barrier of threads.
+__device__ __forceinline__ void tcgen05_fence_before_thread_sync() {
+  asm volatile("tcgen05.fence::before_thread_sync;\n" ::: "memory");
+}
+__device__ __forceinline__ void tcgen05_fence_after_thread_sync() {
+  asm volatile("tcgen05.fence::after_thread_sync;\n" ::: "memory");
+}
+// d (+)= a @ b: a and b through shared-memory descriptors (SS) or a in tensor memory (TS); the
+// accumulation into d where `accumulate`.
+template <int CtaGroup, int Kind>  // Kind: 0 f16, 1 tf32, 2 f8f6f4
+__device__ __forceinline__ void tcgen05_mma_ss(uint32_t d, uint64_t a, uint64_t b, uint32_t idesc, bool accumulate) {
+  uint32_t acc = accumulate ? 1u : 0u;
+  if constexpr (Kind == 0)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\ntcgen05.mma.cta_group::%5.kind::f16 [%0], %1, %2, %3, p;\n}\n"
+                 ::"r"(d), "l"(a), "l"(b), "r"(idesc), "r"(acc), "n"(CtaGroup) : "memory");
+  else if constexpr (Kind == 1)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\ntcgen05.mma.cta_group::%5.kind::tf32 [%0], %1, %2, %3, p;\n}\n"
+                 ::"r"(d), "l"(a), "l"(b), "r"(idesc), "r"(acc), "n"(CtaGroup) : "memory");
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\ntcgen05.mma.cta_group::%5.kind::f8f6f4 [%0], %1, %2, %3, p;\n}\n"
+                 ::"r"(d), "l"(a), "l"(b), "r"(idesc), "r"(acc), "n"(CtaGroup) : "memory");
+}
+template <int CtaGroup, int Kind>
+__device__ __forceinline__ void tcgen05_mma_ts(uint32_t d, uint32_t a, uint64_t b, uint32_t idesc, bool accumulate) {
+  uint32_t acc = accumulate ? 1u : 0u;
+  if constexpr (Kind == 0)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\ntcgen05.mma.cta_group::%5.kind::f16 [%0], [%1], %2, %3, p;\n}\n"
+                 ::"r"(d), "r"(a), "l"(b), "r"(idesc), "r"(acc), "n"(CtaGroup) : "memory");
+  else if constexpr (Kind == 1)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\ntcgen05.mma.cta_group::%5.kind::tf32 [%0], [%1], %2, %3, p;\n}\n"
+                 ::"r"(d), "r"(a), "l"(b), "r"(idesc), "r"(acc), "n"(CtaGroup) : "memory");
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\ntcgen05.mma.cta_group::%5.kind::f8f6f4 [%0], [%1], %2, %3, p;\n}\n"
+                 ::"r"(d), "r"(a), "l"(b), "r"(idesc), "r"(acc), "n"(CtaGroup) : "memory");
+}
+// Arrives once on `bar` when this thread's earlier tcgen05.mma / cp have completed; multicast: on
+// the barrier at `bar`'s offset in every block of the cluster in `mask`.
+template <int CtaGroup> __device__ __forceinline__ void tcgen05_commit(uint32_t bar) {
+  asm volatile("tcgen05.commit.cta_group::%1.mbarrier::arrive::one.shared::cluster.b64 [%0];\n" ::"r"(bar),
+               "n"(CtaGroup) : "memory");
+}
+template <int CtaGroup> __device__ __forceinline__ void tcgen05_commit_multicast(uint32_t bar, uint16_t mask) {
+  asm volatile("tcgen05.commit.cta_group::%2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;\n"
+               ::"r"(bar), "h"(mask), "n"(CtaGroup) : "memory");
+}
+// 128 lanes x 256 bits from the shared matrix `desc` into tensor memory at `taddr`.
+template <int CtaGroup> __device__ __forceinline__ void tcgen05_cp_128x256b(uint32_t taddr, uint64_t desc) {
+  asm volatile("tcgen05.cp.cta_group::%2.128x256b [%0], %1;\n" ::"r"(taddr), "l"(desc), "n"(CtaGroup) : "memory");
+}
+__device__ __forceinline__ void tcgen05_wait_ld() { asm volatile("tcgen05.wait::ld.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void tcgen05_wait_st() { asm volatile("tcgen05.wait::st.sync.aligned;\n" ::: "memory"); }
+#endif
+
+// TMA load of one block of a pair (cta_group::2): the bytes complete on `bar`, a shared::cluster
+// address (the pair's barrier, possibly the peer's: mapa).
+template <int N>
+__device__ __forceinline__ void tma_load_cta_pair(uint32_t smem, const TensorMap* map, uint32_t bar, const int32_t (&c)[N]) {
+#ifdef TILUS_TCGEN05
+  uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (N == 1)
+    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2 [%0], [%1, {%3}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]) : "memory");
+  else if constexpr (N == 2)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2 [%0], [%1, {%3, %4}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]) : "memory");
+  else if constexpr (N == 3)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2 [%0], [%1, {%3, %4, %5}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]) : "memory");
+  else if constexpr (N == 4)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2 [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.cta_group::2 [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+                 ::"r"(smem), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
+#endif
+}
+// The shared::cluster address of the barrier at `bar`'s offset in block `cta` of the cluster.
+__device__ __forceinline__ uint32_t map_shared_rank(uint32_t bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(cta));
+  return remote;
+}
+
+// --- cluster launch control (sm_100) ---------------------------------------------------------------
+// Asks to cancel a cluster that has not started; the 16-byte response lands at `response` (of every
+// block of the cluster, Multicast) and completes 16 bytes on `bar`.
+template <bool Multicast> __device__ __forceinline__ void clc_try_cancel(uint32_t response, uint32_t bar) {
+#if __CUDA_ARCH__ >= 1000
+  if constexpr (Multicast)
+    asm volatile("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 [%0], [%1];\n"
+                 ::"r"(response), "r"(bar) : "memory");
+  else
+    asm volatile("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%0], [%1];\n"
+                 ::"r"(response), "r"(bar) : "memory");
+#endif
+}
+// Decodes a response: whether a cluster was canceled and, if so, its first block index.
+__device__ __forceinline__ void clc_query(uint32_t response, bool& canceled, int32_t& x, int32_t& y, int32_t& z) {
+#if __CUDA_ARCH__ >= 1000
+  uint32_t c = 0;
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b128 r;\nld.shared.b128 r, [%4];\n"
+      "clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 p, r;\nselp.u32 %3, 1, 0, p;\n"
+      "@p clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {%0, %1, %2, _}, r;\n}\n"
+      : "=r"(x), "=r"(y), "=r"(z), "=r"(c) : "r"(response) : "memory");
+  canceled = c != 0;
+#else
+  canceled = false;
+  x = y = z = 0;
+#endif
+}
+
 }  // namespace tilus
