@@ -150,6 +150,7 @@ PYBIND11_MODULE(_C, m) {
     gpu_kernel.def_property_readonly(name, [report](const GpuKernel& k) { return report(k.launcher->kernel().resources); },
                                      (std::string(what) + ", from ptxas's report (-1: not reported).").c_str());
 
+  bind_script_call(m);
   bind_fast_path(m);
   py::class_<AotBundle>(m, "AotBundle", "An ahead-of-time bundle being built (tilus.aot.Bundle wraps it).")
       .def(py::init<std::string>(), py::arg("name"))
@@ -294,7 +295,7 @@ PYBIND11_MODULE(_C, m) {
 
   // --- launch arguments -------------------------------------------------------------------------
   py::class_<KernelArg>(m, "KernelArg",
-                        "A launch argument as the core takes it (internal: tilus/launch.py makes them of arrays).")
+                        "A launch argument as the core takes it (internal: tilus/arguments.py makes them of arrays).")
       // An array argument as the front end sees it: its address, element dtype, byte extent,
       // device, and what the argument contract checks (tilus/runtime/launcher.h): read-only,
       // byte order, shape and byte strides (None: a dense row-major buffer).

@@ -64,10 +64,11 @@ inline SourceLoc loc_of(const py::tuple& t) {
 // A source location as the front end passes it: (file, line[, function]).
 using L = const py::tuple&;
 
-// The bindings of the IR types (ir_bindings.cpp), the tracer (builder_bindings.cpp) and the
-// launch fast path (fast_path.cpp).
+// The bindings of the IR types (ir_bindings.cpp), the tracer (builder_bindings.cpp), Script
+// classes' __call__ in C (script_call.cpp) and the launch fast path (fast_path.cpp).
 void bind_ir(py::module_& m);
 void bind_builder(py::module_& m);
+void bind_script_call(py::module_& m);
 void bind_fast_path(py::module_& m);
 
 }  // namespace tilus::py_detail

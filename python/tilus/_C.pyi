@@ -451,7 +451,7 @@ class CpuKernel:
 
 def compile_cpu(program: Program, checked: bool = False, threads: int = 0) -> CpuKernel: ...
 
-# --- launch arguments (internal: tilus/launch.py) -----------------------------------------------
+# --- launch arguments (internal: tilus/arguments.py) --------------------------------------------
 
 class KernelArg:
     """A launch argument as the core takes it."""

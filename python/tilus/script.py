@@ -199,14 +199,14 @@ class Script(TensorInstructions, MemoryInstructions, ComputeInstructions, Thread
             return
         cls._tilus_body = body
         # The names visible where the class statement ran (a factory function's arguments and
-        # locals): string annotations (PEP 563) are evaluated with them (launch._annotations).
+        # locals): string annotations (PEP 563) are evaluated with them (arguments._annotations).
         frame = inspect.currentframe().f_back
         if frame is not None and frame.f_locals is not frame.f_globals:
             cls._tilus_scope = dict(frame.f_locals)
         else:
             cls._tilus_scope = {}
 
-        # Launches through the instance's fast path (its _tilus_fast entry, launch.make_fast) in C,
+        # Launches through the instance's fast path (its _tilus_fast entry, arguments.make_fast) in C,
         # without a Python frame; else launch.launch(self, args, kw).
         __call__ = _C.script_launch_call(_launch)
         __call__.__doc__ = body.__doc__

@@ -1,6 +1,6 @@
 """The tracing state of a thread and the values a traced Script body handles (tensors and
 regions), shared by the Script methods (script.py), the helpers of the normalized body
-(transform.py) and the tracer entry point (launch.py). It imports no other tilus module."""
+(transform_runtime.py) and the tracer entry point (launch.py). It imports no other tilus module."""
 import contextlib
 import os
 import re
@@ -25,7 +25,7 @@ def tracing(builder):
     is restored after it)."""
     saved = dict(_tracing.__dict__)
     _tracing.builder, _tracing.bound, _tracing.mutables, _tracing.keep = builder, {}, set(), []
-    _tracing.named = set()  # ids of the tensors bound to a name (see transform._Runtime.rebind)
+    _tracing.named = set()  # ids of the tensors bound to a name (see transform_runtime._Runtime.rebind)
     _tracing.scopes = {}  # id of a kernel variable -> the scope path it was declared in
     try:
         yield builder

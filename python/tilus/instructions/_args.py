@@ -117,7 +117,7 @@ def _layout(x, what, loc, optional=True):
 def _instruction(fn, pure):
     """The Script method `fn` with its argument mistakes reported as CompileErrors at the user's
     line (see the module docstring). `pure`: it only computes a new tensor (its discarded
-    result is a warning, see transform._Runtime.discard)."""
+    result is a warning, see transform_runtime._Runtime.discard)."""
     name = fn.__name__
 
     @functools.wraps(fn)

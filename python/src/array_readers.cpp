@@ -1,0 +1,274 @@
+// The launch fast path's readers of a call's arrays (FastPath, fast_path.h): torch tensors,
+// tilus.Tensors, objects with __cuda_array_interface__ or __array_interface__ (cupy, numba, numpy)
+// and DLPack objects; and stream= values.
+#include "fast_path.h"
+
+namespace tilus::py_detail {
+
+namespace {
+
+// The typestr of an array interface ("<f4", "|b1", ...) as a tilus data type; void when
+// tilus has none for it.
+DataType typestr_dtype(const char* s, bool& foreign) {
+  static const bool little = [] {
+    uint16_t x = 1;
+    return *reinterpret_cast<uint8_t*>(&x) == 1;
+  }();
+  foreign = (s[0] == '>' && little) || (s[0] == '<' && !little);
+  std::string_view t(s[0] ? s + 1 : s);
+  static const std::pair<std::string_view, DataType> table[] = {
+      {"f2", dtypes::float16}, {"f4", dtypes::float32}, {"f8", dtypes::float64}, {"i1", dtypes::int8},
+      {"i2", dtypes::int16},   {"i4", dtypes::int32},   {"i8", dtypes::int64},   {"u1", dtypes::uint8},
+      {"u2", dtypes::uint16},  {"u4", dtypes::uint32},  {"u8", dtypes::uint64},  {"b1", dtypes::boolean}};
+  for (auto& [name, dt] : table)
+    if (t == name) return dt;
+  return dtypes::void_t;
+}
+
+// A DLPack data type as a tilus one; void when tilus has none for it.
+DataType dlpack_dtype(uint8_t code, uint8_t bits, uint16_t lanes) {
+  if (lanes != 1) return dtypes::void_t;
+  std::string name = code == 0 ? "int" : code == 1 ? "uint" : code == 2 ? "float" : code == 4 ? "bfloat" : code == 6 ? "bool" : "";
+  if (name.empty()) return dtypes::void_t;
+  if (name == "bool") return bits == 8 ? dtypes::boolean : dtypes::void_t;
+  auto t = DataType::from_name(name + std::to_string(bits));
+  return t ? *t : dtypes::void_t;
+}
+
+// The DLPack structures (dlpack.h, ABI version 0.x: the capsule "dltensor").
+struct DLDeviceC { int32_t device_type, device_id; };
+struct DLDataTypeC { uint8_t code, bits; uint16_t lanes; };
+struct DLTensorC {
+  void* data;
+  DLDeviceC device;
+  int32_t ndim;
+  DLDataTypeC dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+
+// Whether shape and byte strides describe a dense row-major array of `elem` bytes an element.
+bool row_major(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t elem) {
+  if (strides.size() != shape.size()) return false;
+  int64_t expected = elem;
+  for (size_t k = shape.size(); k-- > 0;) {
+    if (shape[k] == 0) return true;
+    if (shape[k] != 1 && strides[k] != expected) return false;
+    expected *= shape[k];
+  }
+  return true;
+}
+
+}  // namespace
+
+// A torch tensor: dtype (by identity), device, address, and whether it is dense.
+// `extent`: whether its byte extent is read (the general path reads shape and strides instead).
+bool FastPath::torch_array(PyObject* a, const Param& p, ArrayInfo& info, bool extent) const {
+  static PyObject* s_dtype = PyUnicode_InternFromString("dtype");
+  static PyObject* s_is_cuda = PyUnicode_InternFromString("is_cuda");
+  static PyObject* s_is_cpu = PyUnicode_InternFromString("is_cpu");
+  static PyObject* s_data_ptr = PyUnicode_InternFromString("data_ptr");
+  static PyObject* s_get_device = PyUnicode_InternFromString("get_device");
+  static PyObject* s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+  static PyObject* s_nbytes = PyUnicode_InternFromString("nbytes");
+  if (!p.torch_ok) return false;
+  PyObject* dt;
+  if (!attr(a, s_dtype, dt)) return false;
+  bool same = p.torch_dtype.is_none() || dt == p.torch_dtype.ptr();
+  Py_DECREF(dt);
+  if (!same) return false;
+  PyObject* cuda;
+  if (!attr(a, s_is_cuda, cuda)) return false;
+  info.cuda = cuda == Py_True;
+  Py_DECREF(cuda);
+  if (!info.cuda) {
+    PyObject* cpu;
+    if (!attr(a, s_is_cpu, cpu)) return false;
+    bool host = cpu == Py_True;
+    Py_DECREF(cpu);
+    if (!host) return false;  // meta, mps, ...: the general path reports it
+  }
+  PyObject* ptr = PyObject_CallMethodNoArgs(a, s_data_ptr);
+  if (!ptr) { PyErr_Clear(); return false; }
+  info.addr = PyLong_AsUnsignedLongLong(ptr);
+  Py_DECREF(ptr);
+  if (info.addr == 0 || PyErr_Occurred()) { PyErr_Clear(); return false; }
+  info.bytes = -1;
+  PyObject* contiguous = extent ? PyObject_CallMethodNoArgs(a, s_is_contiguous) : (Py_INCREF(Py_False), Py_False);
+  if (!contiguous) { PyErr_Clear(); return false; }
+  bool dense = contiguous == Py_True;
+  Py_DECREF(contiguous);
+  if (dense) {
+    PyObject* nbytes;
+    if (!attr(a, s_nbytes, nbytes)) return false;
+    bool ok = take_int(nbytes, info.bytes) && info.bytes >= 0;
+    Py_DECREF(nbytes);
+    if (!ok) return false;
+  }
+  if (info.cuda) {
+    PyObject* dev = PyObject_CallMethodNoArgs(a, s_get_device);
+    int64_t d = 0;
+    bool ok = take_int(dev, d);
+    Py_XDECREF(dev);
+    if (!ok) return false;
+    info.device = int(d);
+  }
+  info.torch = true;
+  info.tensor = a;
+  info.elem = p.dtype;
+  return true;
+}
+
+// __cuda_array_interface__ / __array_interface__ (cupy, numba, numpy, ...).
+bool FastPath::interface_array(PyObject* d, bool cuda, ArrayInfo& info) {
+  if (!PyDict_Check(d)) return false;
+  PyObject* data = PyDict_GetItemString(d, "data");
+  PyObject* typestr = PyDict_GetItemString(d, "typestr");
+  PyObject* shape = PyDict_GetItemString(d, "shape");
+  PyObject* strides = PyDict_GetItemString(d, "strides");
+  if (!data || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 || !typestr || !PyUnicode_Check(typestr))
+    return false;
+  int64_t addr = 0;
+  if (!take_int(PyTuple_GET_ITEM(data, 0), addr) || addr == 0) return false;
+  info.addr = uint64_t(addr);
+  info.read_only = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1)) == 1;
+  if (PyDict_GetItemString(d, "mask") && PyDict_GetItemString(d, "mask") != Py_None) return false;
+  const char* ts = PyUnicode_AsUTF8(typestr);
+  if (!ts) { PyErr_Clear(); return false; }
+  info.elem = typestr_dtype(ts, info.foreign);
+  int64_t elem = std::atoll(ts[0] ? ts + 2 : ts);
+  if (!int_tuple(shape, info.shape) || elem <= 0) return false;
+  int64_t n = 1;
+  for (int64_t s : info.shape) n *= s;
+  if (strides && strides != Py_None) {
+    if (!int_tuple(strides, info.strides)) return false;
+  } else {  // C-contiguous
+    info.strides.assign(info.shape.size(), 0);
+    int64_t s = elem;
+    for (size_t k = info.shape.size(); k-- > 0;) info.strides[k] = s, s *= info.shape[k];
+  }
+  info.has_layout = true;
+  info.bytes = row_major(info.shape, info.strides, elem) ? n * elem : -1;
+  info.cuda = cuda;
+  return true;
+}
+
+// An object with __dlpack__ (its bound __dlpack__ given; read from its capsule, which is left
+// unconsumed: its deleter runs as it goes).
+bool FastPath::dlpack_array(PyObject* dlpack_method, ArrayInfo& info) const {
+  PyObject* capsule = PyObject_CallNoArgs(dlpack_method);
+  if (!capsule) { PyErr_Clear(); return false; }
+  bool ok = false;
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    // DLManagedTensor starts with its DLTensor.
+    auto* t = static_cast<DLTensorC*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    int type = t->device.device_type;
+    bool cuda = type == 2 || type == 13, host = type == 1 || type == 3;
+    info.elem = dlpack_dtype(t->dtype.code, t->dtype.bits, t->dtype.lanes);
+    int64_t elem = (int64_t(t->dtype.bits) * t->dtype.lanes + 7) / 8;
+    if ((cuda || host) && t->data && elem > 0) {
+      info.addr = uint64_t(reinterpret_cast<uintptr_t>(t->data)) + t->byte_offset;
+      info.cuda = cuda;
+      info.device = t->device.device_id;
+      info.shape.assign(t->shape, t->shape + t->ndim);
+      int64_t n = 1;
+      for (int64_t s : info.shape) n *= s;
+      info.strides.assign(size_t(t->ndim), 0);
+      int64_t s = elem;
+      for (size_t k = size_t(t->ndim); k-- > 0;) {
+        info.strides[k] = t->strides ? t->strides[k] * elem : s;
+        s *= info.shape[k];
+      }
+      info.has_layout = true;
+      info.bytes = row_major(info.shape, info.strides, elem) ? n * elem : -1;
+      // With torch present the general path reads a DLPack object through torch: its stream.
+      info.torch = cuda && !tensor_type.is_none();
+      ok = true;
+    }
+  }
+  Py_DECREF(capsule);
+  PyErr_Clear();
+  return ok;
+}
+
+// Any array argument of pointer parameter p; false for what the general path must read.
+bool FastPath::array(PyObject* a, const Param& p, ArrayInfo& info) const {
+  static PyObject* s_storage = PyUnicode_InternFromString("storage");
+  static PyObject* s_dtype = PyUnicode_InternFromString("dtype");
+  static PyObject* s_nbytes = PyUnicode_InternFromString("nbytes");
+  static PyObject* s_cai = PyUnicode_InternFromString("__cuda_array_interface__");
+  static PyObject* s_ai = PyUnicode_InternFromString("__array_interface__");
+  static PyObject* s_dlpack = PyUnicode_InternFromString("__dlpack__");
+  if (!tensor_type.is_none() && PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())))
+    return torch_array(a, p, info);
+  if (Py_TYPE(a) == reinterpret_cast<PyTypeObject*>(host_tensor_type.ptr())) {
+    // tilus.Tensor: any tilus dtype (sub-byte data bit-packed), dense, in a torch tensor or a
+    // numpy array.
+    PyObject *dt, *storage, *nbytes;
+    if (!attr(a, s_dtype, dt)) return false;
+    bool same = false;
+    try {
+      DataType t = py::handle(dt).cast<DataType>();
+      same = p.dtype.is_void() || t == p.dtype;
+      info.elem = t;
+    } catch (...) {
+    }
+    Py_DECREF(dt);
+    if (!same || !attr(a, s_storage, storage)) return false;
+    Param any;
+    any.torch_dtype = py::none();
+    bool ok = (!tensor_type.is_none() && PyObject_TypeCheck(storage, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())))
+                  ? torch_array(storage, any, info)
+                  : interface_storage(storage, info);
+    Py_DECREF(storage);
+    info.elem = p.dtype.is_void() ? info.elem : p.dtype;
+    info.tensor = nullptr;  // its layout is the tilus.Tensor's: dense, bit-packed
+    info.has_layout = false;
+    info.shape.clear(), info.strides.clear();
+    if (!ok || info.bytes < 0 || !attr(a, s_nbytes, nbytes)) return false;
+    ok = take_int(nbytes, info.bytes);
+    Py_DECREF(nbytes);
+    return ok;
+  }
+  PyObject* d = optional_attr(a, s_cai);
+  bool cuda = d != nullptr;
+  if (!d) d = optional_attr(a, s_ai);
+  if (d) {
+    bool ok = interface_array(d, cuda, info);
+    Py_DECREF(d);
+    return ok && (p.dtype.is_void() || info.elem == p.dtype);
+  }
+  PyObject* dlpack = optional_attr(a, s_dlpack);
+  if (!dlpack) return false;
+  bool ok = dlpack_array(dlpack, info) && (p.dtype.is_void() || info.elem == p.dtype);
+  Py_DECREF(dlpack);
+  return ok;
+}
+
+bool FastPath::interface_storage(PyObject* storage, ArrayInfo& info) {
+  static PyObject* s_ai = PyUnicode_InternFromString("__array_interface__");
+  PyObject* d = optional_attr(storage, s_ai);
+  if (!d) return false;
+  bool ok = interface_array(d, false, info);
+  Py_DECREF(d);
+  return ok;
+}
+
+// A stream= value: an int handle or an object with cuda_stream / ptr / handle.
+bool FastPath::stream_handle(PyObject* s, uint64_t& out) {
+  static PyObject* names[3] = {PyUnicode_InternFromString("cuda_stream"), PyUnicode_InternFromString("ptr"),
+                               PyUnicode_InternFromString("handle")};
+  PyObject* v = nullptr;
+  if (!PyLong_CheckExact(s))
+    for (PyObject* n : names)
+      if ((v = optional_attr(s, n))) break;
+  if (!v) v = (Py_INCREF(s), s);
+  int64_t h = -1;
+  bool ok = PyLong_Check(v) && !PyBool_Check(v) && take_int(v, h) && h >= 0;
+  Py_DECREF(v);
+  out = uint64_t(h);
+  return ok;
+}
+
+}  // namespace tilus::py_detail
