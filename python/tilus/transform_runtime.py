@@ -8,6 +8,7 @@ import warnings
 
 from . import _C
 from ._C import CompileError, DataType, Expr
+from .instructions._args import MappedBarrier
 from .tracing import (RegisterTensor, TensorBase, TilusWarning, Unusable, _builder, _declare_kernel_variable, _describe,
                       _here, _is_scalar, _tracing, _where)
 
@@ -480,7 +481,6 @@ def _mapped_barrier(b, name, old, value, loc):
     examples do, where barriers are addresses): the same barrier in a block chosen at run time, its
     rank a kernel variable that starts as this block's own rank (or the old mapping's) and is
     assigned the new one here. None for anything else."""
-    from .instructions._args import MappedBarrier
     source = old.source if isinstance(old, MappedBarrier) else old
     if not isinstance(value, MappedBarrier) or value.source is not source:
         return None
