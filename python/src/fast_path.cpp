@@ -3,6 +3,8 @@
 // entry and the binding of tilus._C.FastPath.
 #include "fast_path.h"
 
+#include <vector>
+
 namespace tilus::py_detail {
 
 // Parameter index of a keyword argument's name; params.size() when none has it.
@@ -75,9 +77,12 @@ bool FastPath::launch_bound(PyObject** argv, bool explicit_stream, uint64_t stre
     if (!argv[i]) return false;
 
   ArrayInfo inline_arrays[8];
-  std::unique_ptr<ArrayInfo[]> heap_arrays;
+  std::vector<ArrayInfo> heap_arrays;  // a vector: GCC 12 flagged make_unique<T[]>(n) at the LTO link
   ArrayInfo* arrays = inline_arrays;
-  if (n > 8) arrays = (heap_arrays = std::make_unique<ArrayInfo[]>(n)).get();
+  if (n > 8) {
+    heap_arrays.resize(n);
+    arrays = heap_arrays.data();
+  }
   std::string key(9, '\0');
   uint64_t mask = 0;
   bool any_cuda = false, any_host = false, torch_stream = false;
