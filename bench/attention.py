@@ -3,7 +3,7 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--readme README.md]
+        [--candidates] [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
 Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
@@ -18,6 +18,10 @@ kernels of one shape interleaved (bench/run.py). Results are checked against SDP
 and not, f16 and bf16 at d = 128; decode at 16k and 64k keys), smoke two of each. --readme FILE
 writes the figures into FILE's attention tables (between the `<!-- attention-bench -->` markers):
 the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
+
+--candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
+offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
+fastest, and prints which one won per shape: the rule decode_config follows comes from these.
 
 --ncu runs itself under `ncu --clock-control none` at one prefill shape and prints, for tilus and
 cuDNN's kernel, the time, SM clock and tensor pipes busy (`sm__pipe_tensor_cycles_active`, as
@@ -204,14 +208,18 @@ def kv_mb(batch, n, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
     return 2 * batch * n * kv_heads * d * 2 / 1e6
 
 
-def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
+def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D, candidates=False):
+    """The decode table; with `candidates`, every configuration of flash_decoding.decode_candidates
+    timed in the same interleaved run (tilus's row is the default rule's, decode_config)."""
     from run import interleaved_ms
-    from flash_decoding import flash_decode, random_cache_gpu
+    from flash_decoding import config_name, decode_candidates, flash_decode, random_cache_gpu
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size}; "
           f"microseconds (ratio: tilus / KV read)", flush=True)
-    print(f"{'batch':>5} {'keys':>7} {'KV MB':>7} | {'tilus':>8} {'SDPA':>8} {'KV read':>8} | {'vs read':>7} "
-          f"{'GB/s':>6}", flush=True)
-    rows = []
+    head = (f"{'batch':>5} {'keys':>7} {'KV MB':>7} | {'tilus':>8} {'SDPA':>8} {'KV read':>8} | {'vs read':>7} "
+            f"{'GB/s':>6}")
+    print(head, flush=True)
+    rows, lines, tried = [], [], []
     for batch, n in configs:
         q, kc, vc, table, lens = random_cache_gpu(batch, n, heads, kv_heads, d, page_size)
         # SDPA on the same keys gathered contiguous ([batch, kv_heads, n, d]; GQA by enable_gqa,
@@ -231,16 +239,37 @@ def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_K
         fns = {"tilus": lambda: flash_decode(q, kc, vc, table, lens), "SDPA": ref}
         if triton is not None:
             fns["read"] = kv_read(kc, vc)
+        cands = decode_candidates(batch, kv_heads, n, d, sms)[1:] if candidates else []  # the first is the rule's
+        for cfg in cands:
+            cerr = (flash_decode(q, kc, vc, table, lens, config=cfg)[0].transpose(1, 2).float() - want.float()).abs().max()
+            if cerr.item() > 2e-2:
+                print(f"  {config_name(cfg)}: wrong (max abs err vs SDPA {cerr.item():.3g}), left out", flush=True)
+                continue
+            fns[config_name(cfg)] = (lambda c: lambda: flash_decode(q, kc, vc, table, lens, config=c))(cfg)
         ms = interleaved_ms(fns, rounds=2, repeat=20)
         mb = kv_mb(batch, n, kv_heads, d)
         ratio = ms["tilus"] / ms["read"] if "read" in ms else float("nan")
         read = f"{ms['read'] * 1e3:8.1f}" if "read" in ms else f"{'-':>8}"
-        print(f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {ms['SDPA'] * 1e3:8.1f} {read} | "
-              f"{ratio:6.2f}x {mb / ms['tilus'] / 1e3:6.0f}" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
-              flush=True)
+        line = (f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {ms['SDPA'] * 1e3:8.1f} {read} | "
+                f"{ratio:6.2f}x {mb / ms['tilus'] / 1e3:6.0f}" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""))
+        print(line, flush=True)
+        lines.append(line)
+        if candidates:
+            default = config_name(decode_candidates(batch, kv_heads, n, d, sms)[0])
+            timed = [(ms["tilus"], default + " (the rule)")] + [(ms[k], k) for k in fns if k not in ("tilus", "SDPA", "read")]
+            best = min(timed)
+            for t, name in timed:
+                print(f"  {name:34} {t * 1e3:8.1f} us  {t / ms['read'] if 'read' in ms else float('nan'):5.2f}x read"
+                      + ("  <- fastest" if (t, name) == best else ""), flush=True)
+            tried.append(f"{batch:5} {n:7} | {best[1]:34} {best[0] * 1e3:8.1f} us, rule {ms['tilus'] * 1e3:.1f} us")
         rows.append((batch, n, ms, ratio))
         del q, kc, vc, table, kd, vd, qd, want, got
         torch.cuda.empty_cache()
+    if candidates:  # the summary: which configuration each shape ran fastest with
+        print(f"\ndecode candidates, the fastest per shape:\n{'batch':>5} {'keys':>7} | configuration (block_n x "
+              f"stages / blocks per SM, splits)", flush=True)
+        print("\n".join(tried), flush=True)
+    print(f"\ndecode (again, last):\n{head}\n" + "\n".join(lines), flush=True)
     return rows
 
 
@@ -350,6 +379,8 @@ def main():
                    help="full: every shape; goal: the shapes of issue 40's goal; smoke: two of each")
     p.add_argument("--readme", metavar="FILE", help="write the figures into FILE's attention tables")
     p.add_argument("--only", choices=("prefill", "decode"))
+    p.add_argument("--candidates", action="store_true",
+                   help="decode: also time every configuration of flash_decoding.decode_candidates at each shape")
     p.add_argument("--ncu", action="store_true", help="ncu's tensor-pipe view of tilus and cuDNN at one shape")
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--head-dim", type=int, default=128)
@@ -378,7 +409,7 @@ def main():
         if args.readme:  # now, so that a run cut short later keeps these
             fill_readme(args.readme, rows, [], note)
     if args.only != "prefill":
-        rows = decode(dec)
+        rows = decode(dec, candidates=args.candidates)
         if args.readme:
             fill_readme(args.readme, [], rows, note)
     if args.readme:

@@ -124,3 +124,54 @@ def from_host_array(x, dt):
     x = np.asarray(x)
     x = x.view(np.uint16) if x.dtype == np.int16 else x  # torch has no uint16 on every version
     return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+# --- split kernels whose last block finishes the work (split-K, split-KV) ---------------------
+
+def last_to_arrive(script, counters, offsets, count, slot=None):
+    """Counts this block's arrival at counters[offsets] (an int32 global_view, zero before the
+    launch) and returns the kernel condition "this block is the last of `count` to arrive". What
+    the thread group stored before comes before its arrival (its barrier, then one thread's
+    acq_rel atomic at GPU scope: the release), and what the last block loads after (the acquire,
+    then the barrier). The last block puts the counter back with reset_arrivals. slot: a shared
+    int32 tensor of shape [1] * len(offsets) for the count seen (None: one made here; a kernel
+    whose asynchronous copies end just before makes it beforehand, so that it cannot share
+    their memory)."""
+    int32 = tilus.int32
+    script.sync()
+    shape = [1] * len(offsets)
+    before = script.shared_tensor(dtype=int32, shape=shape) if slot is None else slot
+    with script.single_thread():
+        one = script.register_tensor(dtype=int32, shape=shape, init=1)
+        script.store_shared(before, script.atomic.global_add(counters, one, offsets=offsets, sem="acq_rel"))
+    script.sync()
+    return script.load_shared(before).item() == count - 1
+
+
+def reset_arrivals(script, counters, offsets):
+    """The last block's counters[offsets] back to zero, ready for the next launch."""
+    with script.single_thread():
+        script.store_global(counters, script.register_tensor(dtype=tilus.int32, shape=[1] * len(offsets), init=0),
+                            offsets=offsets)
+
+
+class ArrivalCounters:
+    """The zeroed int32 counters of last_to_arrive, kept between launches (the last block of each
+    set puts its counter back to zero): one launch at a time uses them (a launch on another
+    stream while one runs would share them)."""
+
+    def __init__(self):
+        self.counters = None
+
+    def __call__(self, like, size):
+        """At least `size` counters where `like` lives: torch on its device, or numpy."""
+        if self.counters is None or len(self.counters) < size or \
+                hasattr(like, "cpu") != hasattr(self.counters, "cpu") or \
+                (hasattr(like, "cpu") and self.counters.device != like.device):
+            if hasattr(like, "cpu"):  # torch (numpy arrays have a `device` too)
+                import torch
+                self.counters = torch.zeros(size, dtype=torch.int32, device=like.device)
+            else:
+                import numpy as np
+                self.counters = np.zeros(size, np.int32)
+        return self.counters

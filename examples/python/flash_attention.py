@@ -68,6 +68,7 @@ class FlashAttention(tilus.Script):
         self.consumers = 2 if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
         self.block_m = 64 * self.consumers
+        self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
     # --- the math shared by both variants (and by flash_decoding.py) --------------------------
 
@@ -136,7 +137,7 @@ class FlashAttention(tilus.Script):
         dt, d, bm = self.dtype, self.head_dim, self.block_m
         tiles_m = (max_seqlen_q + bm - 1) // bm
         self.attrs.blocks = [tiles_m, heads, batch]
-        self.attrs.warps = 4 * self.consumers + (4 if self.specialized else 0)
+        self.attrs.warps = 4 * self.consumers + (self.producer_warps if self.specialized else 0)
         m_block = tiles_m - 1 - self.blockIdx.x if self.causal else self.blockIdx.x  # causal: longest first
         self.h = self.blockIdx.y
         b = self.blockIdx.z
@@ -202,7 +203,7 @@ class FlashAttention(tilus.Script):
         # ping-pong: warp group w waits on turn[w] before issuing its GEMMs, then passes the turn on
         turn = self.mbarrier.alloc(counts=[128] * self.consumers) if self.pingpong else None
         many = self.consumers > 1  # the consumers need more registers than an even split gives
-        with self.thread_group(thread_begin=128 * self.consumers, num_threads=128):  # the producer
+        with self.thread_group(thread_begin=128 * self.consumers, num_threads=32 * self.producer_warps):  # the producer
             if many:
                 self.dec_max_nreg(24)
             with self.thread_group(thread_begin=0, num_threads=32):

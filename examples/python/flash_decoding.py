@@ -1,5 +1,6 @@
 """Decode attention on Hopper (sm_90a): a few new query tokens per sequence against a long paged
-KV cache, split along the keys across blocks and combined by a second kernel (flash-decoding).
+KV cache, split along the keys across blocks, the splits merged by the last of them to finish
+(flash-decoding in one kernel).
 
 Shapes, as vLLM and FlashInfer lay out a paged cache ("NHD"): q [batch, q_len, heads, d] (q_len
 new tokens: 1 for plain decoding, a few for speculative decoding, causal among themselves and
@@ -14,30 +15,53 @@ decoding changes:
   - one block per (split of the keys, kv head, sequence); its 64 query rows are the q_len tokens
     times the heads of its kv head's group (GQA packed into M: row r = token r // group, head
     r % group; group * q_len <= 64), loaded as one TMA box [64 / group, group, 64] per 64 columns;
-  - the producer looks each key block's pages up in the block table (one TMA box per page, or
-    the part of a page a block covers) and runs `stages` blocks ahead of one consumer warp group;
-  - each split writes its rows normalized, with their lse, to a float32 workspace, and
-    `DecodeCombine` merges the splits: o = sum_s exp(lse_s - lse) o_s, lse = log sum_s exp(lse_s).
-    With one split the kernel writes o and lse itself.
+  - the producer, one warp (the registers it leaves let two blocks share an SM), looks each key
+    block's pages up in the block table (one TMA box per page, or the part of a page a block
+    covers) and runs `stages` blocks ahead of one consumer warp group;
+  - each split writes its rows normalized, with their lse, to a float32 workspace, then counts
+    its arrival per (sequence, kv head) (common.last_to_arrive, as matmul_a16wx's split-K does);
+    the last split to arrive merges them: o = sum_s exp(lse_s - lse) o_s, lse = log sum_s
+    exp(lse_s), `merge_splits` splits per load so that a merge of many costs a few memory
+    latencies, and puts the counter back to zero. With one split the kernel writes o and lse
+    itself.
 `specialized=False` is the same math in one warp group without the producer: it runs on the CPU
-backend."""
+backend (the merge too).
+
+How the keys are split (`decode_config`, measured on an H200 by `bench/attention.py --sweep goal
+--only decode --candidates`): in one wave of blocks. With few (sequence, kv head) pairs the
+splits multiply them up to the SMs' slots (sms * blocks_per_sm // pairs splits), so that every
+block pays the pipeline's fill (the query tile, the first TMA's latency) once and streams many
+key blocks after it; with as many pairs as slots, one split each. `decode_candidates` lists the
+configurations the bench times against each other: 128-key blocks in 3 stages at one block per
+SM (192 KB of K/V in flight per SM), 64-key blocks in 6 stages at one block per SM (the same
+bytes in finer steps, a shorter fill), 64-key blocks in 3 stages at two blocks per SM (one
+block's fill and merge hidden behind the other's stream), each in one wave and in two."""
 import math
 
 import tilus
 from tilus import bfloat16, boolean, float16, float32, int32
 
+from common import ArrivalCounters, last_to_arrive, reset_arrivals
 from flash_attention import FlashAttention, LOG2E, _TILUS_DT, _dtype_name
+
+SMEM_PER_SM = 233472  # bytes of shared memory per SM on Hopper (228 KB), 1 KB of it reserved per block
+
+
+def decode_stages(head_dim, block_n, blocks_per_sm=1):
+    """K/V slots that fit beside the query tile when `blocks_per_sm` blocks share an SM (2 to 6)."""
+    budget = SMEM_PER_SM // blocks_per_sm - 1024 - 64 * head_dim * 2 - 256  # the query tile, the barriers
+    return max(2, min(6, budget // (4 * block_n * head_dim)))
 
 
 class FlashDecoding(FlashAttention):
     def __init__(self, dtype=float16, heads=32, kv_heads=8, head_dim=128, page_size=64, q_len=1, block_n=None,
-                 stages=None, split=True, specialized=True):
+                 stages=None, split=True, specialized=True, blocks_per_sm=1, merge_splits=None):
         group = heads // kv_heads
         assert 64 % group == 0 and q_len * group <= 64, "the query tokens times the group fill at most 64 rows"
         block_n = block_n or (128 if head_dim <= 128 else 64)
-        # As many K/V slots as the shared memory holds beside the query tile (up to 6): the bytes
-        # in flight per SM are what a cache-bound kernel's speed comes from.
-        stages = stages or max(2, min(6, (227 * 1024 - 128 * head_dim - 1024) // (4 * block_n * head_dim)))
+        # As many K/V slots as the shared memory holds beside the query tile: the bytes in flight
+        # per SM are what a cache-bound kernel's speed comes from.
+        stages = stages or decode_stages(head_dim, block_n, blocks_per_sm)
         assert block_n % page_size == 0 or page_size % block_n == 0, "key blocks of whole pages or within one"
         assert min(block_n, page_size) % 8 == 0, "TMA boxes of whole 8-row swizzle atoms"
         assert heads % kv_heads == 0, "GQA: heads a multiple of kv_heads"
@@ -45,7 +69,12 @@ class FlashDecoding(FlashAttention):
                          pingpong=False)
         self.heads, self.kv_heads = heads, kv_heads
         self.consumers, self.block_m = 1, 64  # one consumer warp group: decoding is bound by the cache's bytes
+        self.producer_warps = 1  # one thread issues the loads: a warp group would hold registers for nothing
         self.group, self.page_size, self.q_len, self.split = group, page_size, q_len, split
+        # The merge: the real rows (q_len tokens, rounded up to a power of two) of `merge_splits`
+        # splits per load, about 32 float32 registers of the warp group's for o.
+        self.merge_rows = min(64 // group, 1 << (q_len - 1).bit_length())
+        self.merge_splits = merge_splits or max(1, min(16, 4096 // (self.merge_rows * group * head_dim)))
 
     def mask(self, s, tile_row, col0):
         """Row r is token r // group (queries sit at the end of the keys)."""
@@ -60,11 +89,16 @@ class FlashDecoding(FlashAttention):
 
     def __call__(self, batch: int32, max_pages: int32, num_pages: int32, blocks_per_split: int32, scale: float32,
                  q: tilus.void_p, k_cache: tilus.void_p, v_cache: tilus.void_p, block_table: ~int32,
-                 seqlens_k: ~int32, o: tilus.void_p, lse: ~float32):
+                 seqlens_k: ~int32, o: tilus.void_p, lse: ~float32, o_part: ~float32, lse_part: ~float32,
+                 counters: ~int32):
+        """o_part [splits, batch * q_len, heads, d], lse_part [splits, batch * q_len, heads]: the
+        splits' workspace; counters int32 [batch, kv_heads], zero before the launch and after it
+        (unused with split=False)."""
         dt, d, g, bn, ql = self.dtype, self.head_dim, self.group, self.block_n, self.q_len
         splits = (max_pages * self.page_size + bn * blocks_per_split - 1) // (bn * blocks_per_split)
         self.attrs.blocks = [splits, self.kv_heads, batch]
-        self.attrs.warps = 8 if self.specialized else 4
+        self.attrs.warps = 4 + self.producer_warps if self.specialized else 4
+        self.splits = splits
         self.split_index = self.blockIdx.x
         self.hk = self.blockIdx.y
         self.b = self.blockIdx.z
@@ -76,15 +110,23 @@ class FlashDecoding(FlashAttention):
         self.gq = self.global_view(q, dtype=dt, shape=[batch * ql, self.heads, d])
         self.gk = self.global_view(k_cache, dtype=dt, shape=[num_pages * self.page_size, self.kv_heads * d])
         self.gv = self.global_view(v_cache, dtype=dt, shape=[num_pages * self.page_size, self.kv_heads * d])
-        end = (self.b + 1) * ql  # the view ends after this sequence's tokens: later rows are not written
-        if self.split:  # o: the float32 workspace [splits, rows, heads, d], lse [splits, rows, heads]
+        end = (self.b + 1) * ql  # the views end after this sequence's tokens: later rows are not written
+        self.go = self.global_view(o, dtype=dt, shape=[end, self.heads, d])
+        self.glse = self.global_view(lse, shape=[end, self.heads, 1], strides=[self.heads, 1, 1])
+        if self.split:
             rows = batch * ql
-            self.go = self.global_view(o, dtype=float32, shape=[splits, end, self.heads, d],
-                                       strides=[rows * self.heads * d, self.heads * d, d, 1])
-            self.glse = self.global_view(lse, shape=[splits, end, self.heads], strides=[rows * self.heads, self.heads, 1])
-        else:
-            self.go = self.global_view(o, dtype=dt, shape=[end, self.heads, d])
-            self.glse = self.global_view(lse, shape=[end, self.heads])
+            self.gop = self.global_view(o_part, shape=[splits, end, self.heads, d],
+                                        strides=[rows * self.heads * d, self.heads * d, d, 1])
+            self.glp = self.global_view(lse_part, shape=[splits, end, self.heads, 1],
+                                        strides=[rows * self.heads, self.heads, 1, 1])
+            # The merge reads each row's lse once per column and writes it so (a stride of 0):
+            # every tile of the merge then has o's shape and layout, and no layout conversion
+            # (through shared memory, where the K/V ring was) is needed.
+            self.glp_wide = self.global_view(lse_part, shape=[splits, end, self.heads, d],
+                                             strides=[rows * self.heads, self.heads, 1, 0])
+            self.glse_wide = self.global_view(lse, shape=[end, self.heads, d], strides=[self.heads, 1, 0])
+            self.arrivals = self.global_view(counters, shape=[batch, self.kv_heads])
+            self.arrived = self.shared_tensor(dtype=int32, shape=[1, 1])  # apart from the K/V ring
         # This split's key blocks [first, first + blocks), the last one processed first.
         first = self.split_index * blocks_per_split
         blocks = tilus.max(tilus.min(first + blocks_per_split, (self.seqlen_k + bn - 1) // bn) - first, 0)
@@ -115,58 +157,60 @@ class FlashDecoding(FlashAttention):
                                           offsets=[page * ps + key % ps, self.hk * self.head_dim + 64 * c])
 
     def finish(self, o, m, l, w):
-        g, d = self.group, self.head_dim
+        """The rows to o and lse (one split), or to the workspace, the last split to arrive merging."""
+        g = self.group
         row = self.b * self.q_len
+        lse = self.reshape(self.log_sum_exp(m, l), [64 // g, g, 1])
         for c, x in enumerate(self.normalized(o, l)):
             tile = self.reshape(x if self.split else x.to(self.dtype), [64 // g, g, 64])
             if self.split:
-                self.store_global(self.go, tile, offsets=[self.split_index, row, self.hk * g, 64 * c], dims=[1, 2, 3])
+                self.store_global(self.gop, tile, offsets=[self.split_index, row, self.hk * g, 64 * c], dims=[1, 2, 3])
             else:
                 self.store_global(self.go, tile, offsets=[row, self.hk * g, 64 * c])
-        lse = self.reshape(self.log_sum_exp(m, l), [64 // g, g])
-        if self.split:
-            self.store_global(self.glse, lse, offsets=[self.split_index, row, self.hk * g], dims=[1, 2])
-        else:
-            self.store_global(self.glse, lse, offsets=[row, self.hk * g])
+        if not self.split:
+            self.store_global(self.glse, lse, offsets=[row, self.hk * g, 0])
+            return
+        self.store_global(self.glp, lse, offsets=[self.split_index, row, self.hk * g, 0], dims=[1, 2, 3])
+        pair = [self.b, self.hk]
+        if last_to_arrive(self, self.arrivals, pair, self.splits, self.arrived):
+            self.merge(row)
+            reset_arrivals(self, self.arrivals, pair)
 
-
-class DecodeCombine(tilus.Script):
-    """o and lse of each (token, head) from the splits' normalized outputs and lse."""
-
-    def __init__(self, dtype=float16, heads=32, head_dim=128, heads_per_block=8):
-        super().__init__()
-        assert heads % heads_per_block == 0
-        self.dtype, self.heads, self.head_dim, self.hb = dtype, heads, head_dim, heads_per_block
-
-    def __call__(self, rows: int32, splits: int32, o_part: ~float32, lse_part: ~float32, o: tilus.void_p,
-                 lse: ~float32):
-        hb, d = self.hb, self.head_dim
-        self.attrs.blocks = [rows, self.heads // hb]
-        self.attrs.warps = 4
-        r = self.blockIdx.x
-        h0 = self.blockIdx.y * hb
-        gop = self.global_view(o_part, shape=[splits, rows, self.heads, d])
-        glp = self.global_view(lse_part, shape=[splits, rows, self.heads, 1])
-        top = self.register_tensor(dtype=float32, shape=[hb, 1], init=float("-inf"))
-        for s in range(splits):
-            self.assign(top, self.maximum(top, self.load_global(glp, offsets=[s, r, h0, 0], shape=[hb, 1], dims=[2, 3])))
-        base = self.where(top == float("-inf"), 0.0, top)
-        acc = self.register_tensor(dtype=float32, shape=[hb, d], init=0.0)
-        total = self.register_tensor(dtype=float32, shape=[hb, 1], init=0.0)
-        for s in range(splits):
-            wgt = self.exp(self.load_global(glp, offsets=[s, r, h0, 0], shape=[hb, 1], dims=[2, 3]) - base)
-            self.assign(total, total + wgt)
-            self.assign(acc, acc + wgt * self.load_global(gop, offsets=[s, r, h0, 0], shape=[hb, d], dims=[2, 3]))
+    def merge(self, row):
+        """o and lse of the rows from every split's normalized o and lse, online over chunks of
+        merge_splits splits: a chunk's loads are issued together (one memory latency a chunk),
+        then each split's update is elementwise (no reduction across threads)."""
+        g, d, tq, sc = self.group, self.head_dim, self.merge_rows, self.merge_splits
+        h0 = self.hk * g
+        top = self.register_tensor(dtype=float32, shape=[tq, g, d], init=float("-inf"))
+        total = self.register_tensor(dtype=float32, shape=[tq, g, d], init=0.0)
+        acc = self.register_tensor(dtype=float32, shape=[tq, g, d], init=0.0)
+        for chunk in range((self.splits + sc - 1) // sc):
+            s0 = chunk * sc
+            parts = [(self.load_global(self.glp_wide, offsets=[s0 + i, row, h0, 0], shape=[tq, g, d], dims=[1, 2, 3]),
+                      self.load_global(self.gop, offsets=[s0 + i, row, h0, 0], shape=[tq, g, d], dims=[1, 2, 3]))
+                     for i in range(sc)]
+            for i, (part_lse, part_o) in enumerate(parts):
+                splits = self.splits
+                real = self.register_tensor(dtype=boolean, shape=[tq, g, d], init=lambda a, b, c: s0 + i < splits)
+                part_lse = self.where(real, part_lse, float("-inf"))  # past the last split
+                new_top = self.maximum(top, part_lse)
+                base = self.where(new_top == float("-inf"), 0.0, new_top)  # rows no split saw a key of: no NaN
+                alpha = self.exp(top - base)
+                wgt = self.exp(part_lse - base)
+                self.assign(acc, acc * alpha + wgt * part_o)
+                self.assign(total, total * alpha + wgt)
+                self.assign(top, new_top)
         out = acc / self.where(total == 0.0, 1.0, total)
-        self.store_global(self.global_view(o, dtype=self.dtype, shape=[rows, self.heads, d]), out.to(self.dtype),
-                          offsets=[r, h0, 0], dims=[1, 2])
-        self.store_global(self.global_view(lse, shape=[rows, self.heads, 1]), base + self.log(total),
-                          offsets=[r, h0, 0], dims=[1, 2])
+        self.store_global(self.go, out.to(self.dtype), offsets=[row, h0, 0])
+        self.store_global(self.glse_wide, self.where(top == float("-inf"), 0.0, top) + self.log(total),
+                          offsets=[row, h0, 0])
 
 
 # --- host side ---------------------------------------------------------------------------------
 
 _KERNELS = {}
+_COUNTERS = ArrivalCounters()  # the merge's, per (sequence, kv head): one launch at a time
 
 
 def _cached(cls, *args, **kw):
@@ -176,34 +220,70 @@ def _cached(cls, *args, **kw):
     return _KERNELS[key]
 
 
-def num_splits_for(batch, kv_heads, max_seqlen_k, block_n, sms=132):
-    """Splits so that the blocks fill the GPU about twice, each split at least 4 key blocks."""
-    blocks = -(-max_seqlen_k // block_n)
-    want = -(-2 * sms // (batch * kv_heads))
-    return max(1, min(want, blocks // 4))
+_SMS = {}
+
+
+def _sms(device):
+    """The SM count of a CUDA device (asked once: a decode step should not pay for it)."""
+    if device not in _SMS:
+        import torch
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
+
+
+def _splits(key_blocks, want):
+    """(key blocks per split, splits) of `want` splits at most, balanced."""
+    per_split = -(-key_blocks // max(1, min(want, key_blocks)))
+    return per_split, -(-key_blocks // per_split)
+
+
+def decode_config(batch, kv_heads, max_seqlen_k, head_dim=128, sms=132, block_n=None, blocks_per_sm=1, waves=1):
+    """The launch: dict(block_n, stages, blocks_per_sm, num_splits). The rule (module docstring):
+    128-key blocks (64 at d = 256) in as many stages as fit at one block per SM, the keys split so
+    that the blocks fill the SMs' slots once, at least 2 key blocks per split."""
+    block_n = block_n or (128 if head_dim <= 128 else 64)
+    pairs = batch * kv_heads
+    key_blocks = max(1, -(-max_seqlen_k // block_n))
+    want = max(1, min(waves * sms * blocks_per_sm // pairs, key_blocks // 2))
+    return dict(block_n=block_n, stages=decode_stages(head_dim, block_n, blocks_per_sm), blocks_per_sm=blocks_per_sm,
+                num_splits=_splits(key_blocks, want)[1])
+
+
+def decode_candidates(batch, kv_heads, max_seqlen_k, head_dim=128, sms=132):
+    """The configurations bench/attention.py --candidates times at a shape, decode_config's first:
+    128- and 64-key blocks at one block per SM, 64-key blocks at two, each in one wave and two."""
+    out = [decode_config(batch, kv_heads, max_seqlen_k, head_dim, sms)]
+    for block_n, per_sm in ((128, 1), (64, 1), (64, 2)):
+        if head_dim > 128 and block_n > 64:
+            continue
+        for waves in (1, 2):
+            cfg = decode_config(batch, kv_heads, max_seqlen_k, head_dim, sms, block_n, per_sm, waves)
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def config_name(cfg):
+    return f"{cfg['block_n']}x{cfg['stages']}/{cfg['blocks_per_sm']} {cfg['num_splits']} splits"
 
 
 def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_splits=None, specialized=None,
-                 block_n=None, stages=None):
+                 config=None):
     """o, lse (see the module's docstring). torch CUDA tensors run the warp-specialized kernel,
-    numpy arrays the simple one on the CPU backend. num_splits: None chooses from the table's
-    width (its pages bound the keys) and the GPU's SMs."""
+    numpy arrays the simple one on the CPU backend. config: decode_config's dict (None: the rule,
+    from the table's width, whose pages bound the keys, and the GPU's SMs; a "merge_splits" entry
+    sets the merge's splits per load); num_splits overrides its splits."""
     batch, q_len, heads, d = q.shape
     num_pages, page_size, kv_heads, _ = k_cache.shape
     max_pages = block_table.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
     specialized = (not on_cpu) if specialized is None else specialized
-    bn = block_n or (128 if d <= 128 else 64)
-    if num_splits is None:
-        sms = 132
-        if not on_cpu:
-            import torch
-            sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        num_splits = num_splits_for(batch, kv_heads, max_pages * page_size, bn, sms)
-    blocks = -(-max_pages * page_size // bn)
-    per_split = -(-blocks // num_splits)
-    splits = -(-blocks // per_split)
+    if config is None:
+        config = decode_config(batch, kv_heads, max_pages * page_size, d, 132 if on_cpu else _sms(q.device))
+    bn = config["block_n"]
+    blocks = max(1, -(-max_pages * page_size // bn))
+    per_split, splits = _splits(blocks, num_splits or config["num_splits"])
     if on_cpu:
         import numpy as np
         dt = float16 if q.dtype == np.float16 else bfloat16
@@ -213,16 +293,17 @@ def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_sp
         dt = _TILUS_DT[_dtype_name(q)]
         new = lambda shape, f32: torch.empty(shape, dtype=torch.float32 if f32 else q.dtype, device=q.device)  # noqa: E731
     out, lse = new((batch, q_len, heads, d), False), new((batch, q_len, heads), True)
-    args = (batch, max_pages, num_pages, per_split, scale, q, k_cache, v_cache, block_table, seqlens_k)
     split = splits > 1
-    kern = _cached(FlashDecoding, dt, heads, kv_heads, d, page_size, q_len, bn, stages, split, specialized)
-    if not split:
-        kern(*args, out, lse)
-        return out, lse
-    o_part, lse_part = new((splits, batch * q_len, heads, d), True), new((splits, batch * q_len, heads), True)
-    kern(*args, o_part, lse_part)
-    _cached(DecodeCombine, dt, heads, d, 8 if heads % 8 == 0 else heads)(batch * q_len, splits, o_part, lse_part,
-                                                                          out, lse)
+    kern = _cached(FlashDecoding, dt, heads, kv_heads, d, page_size, q_len, bn, config["stages"], split, specialized,
+                   config["blocks_per_sm"], config.get("merge_splits"))
+    if split:
+        work = (new((splits, batch * q_len, heads, d), True), new((splits, batch * q_len, heads), True),
+                _COUNTERS(q, batch * kv_heads))
+    else:
+        work = (lse, lse, seqlens_k)  # not read
+    # (lse as [rows, heads]: the kernel's views of it, of another rank, read it as a dense buffer)
+    kern(batch, max_pages, num_pages, per_split, scale, q, k_cache, v_cache, block_table, seqlens_k, out,
+         lse.reshape(batch * q_len, heads), *work)
     return out, lse
 
 

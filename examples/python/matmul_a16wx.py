@@ -20,6 +20,7 @@ import numpy as np
 
 import tilus
 from tilus import bfloat16, float16, float32, int32, uint8
+from common import ArrivalCounters, last_to_arrive, reset_arrivals
 from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
@@ -122,24 +123,16 @@ class MatmulA16Wx(tilus.Script):
             self.store_global(gc, acc.to(at), offsets=[om, on])
         else:
             # Each split stores its float32 partial sums; the tile's last split to arrive adds
-            # them up into c. The block's stores come before its arrival (a barrier, then an
-            # acq_rel atomic at GPU scope), the last block's loads after (its barrier).
+            # them up into c (common.last_to_arrive: the stores before the arrival, the loads after).
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
-            self.sync()
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
             tile = [self.blockIdx.x, self.blockIdx.y]
-            before = self.shared_tensor(dtype=int32, shape=[1, 1])
-            with self.single_thread():
-                one = self.register_tensor(dtype=int32, shape=[1, 1], init=1)
-                self.store_shared(before, self.atomic.global_add(arrivals, one, offsets=tile, sem="acq_rel"))
-            self.sync()
-            if self.load_shared(before).item() == self.split_k - 1:
+            if last_to_arrive(self, arrivals, tile, self.split_k):
                 for r in range(bm // 16):  # 16 rows at a time: a whole tile's partials may not fit in registers
                     p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[self.split_k, 16, bn])
                     self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om + r * 16, on])
-                with self.single_thread():  # ready for the next launch
-                    self.store_global(arrivals, self.register_tensor(dtype=int32, shape=[1, 1], init=0), offsets=tile)
+                reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
 
 def fragment_layout(bn, bk, warps=4):
@@ -390,18 +383,8 @@ class QuantizedMatmul:
         # None: torch's count for CUDA weights at prepare, else an H100's 132.
         self.wtype, self.group, self.sms, self.atype, self.tune = wtype, group, sms, atype, tune
         self.kernels = {}
-        self.counters = None  # the split-K arrival counters, zero between launches
+        self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.tuned = {}  # (m bucket, n, k, wgmma weights) -> the fastest configuration measured
-
-    def arrival_counters(self, like, size):
-        """Zeroed int32 counters (at least `size`) where `like` lives: torch on its device, or numpy."""
-        if self.counters is None or len(self.counters) < size:
-            if hasattr(like, "cpu"):  # torch (numpy arrays have a `device` too)
-                import torch
-                self.counters = torch.zeros(size, dtype=torch.int32, device=like.device)
-            else:
-                self.counters = np.zeros(size, np.int32)
-        return self.counters
 
     def hopper_tile(self, m):
         """MatmulA16WxHopper's parameters at m (measured on the H100 at N = K = 8192): up to

@@ -15,7 +15,8 @@ from tilus import bfloat16, float16
 from conftest import HAS_CPU, HAS_GPU
 
 from flash_attention import FlashAttention, flash_attention, flash_attention_varlen, random_packed as packed, reference
-from flash_decoding import FlashDecoding, flash_decode, random_cache, reference as decode_reference
+import flash_decoding
+from flash_decoding import FlashDecoding, decode_candidates, flash_decode, random_cache, reference as decode_reference
 
 
 def check(o, lse, want_o, want_lse, atol=2e-2):
@@ -130,6 +131,26 @@ def test_decode_on_the_cpu_backend(batch, q_len, heads, kv_heads, d, page_size, 
     check(o, lse, *decode_reference(q, kc, vc, table, sl))
 
 
+def counters_at_zero():
+    c = flash_decoding._COUNTERS.counters
+    assert c is not None, "a split launch made its arrival counters"
+    np.testing.assert_array_equal(c.cpu().numpy() if hasattr(c, "cpu") else c, 0)
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_decode_merge_in_chunks_on_the_cpu_backend():
+    """The fused merge over several chunks of splits (4 splits, 3 per load: a full chunk and a
+    partial one), q_len 3 (the merge's rows rounded up to 4: the 4th is the next sequence's and
+    is not written), GQA, a sequence whose later splits have no key; two launches with different
+    queries both right, so the last split of each (sequence, kv head) put its counter back."""
+    cfg = dict(block_n=64, stages=2, blocks_per_sm=1, num_splits=5, merge_splits=3)
+    for seed in (1, 2):
+        q, kc, vc, table, sl = random_cache(2, 3, 4, 2, 64, 16, (700, 100), seed=seed)
+        o, lse = flash_decode(q, kc, vc, table, sl, config=cfg)
+        check(o, lse, *decode_reference(q, kc, vc, table, sl))
+        counters_at_zero()
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("specialized", [True, False], ids=["specialized", "simple"])
 @pytest.mark.parametrize("batch,q_len,heads,kv_heads,d,page_size,lens,splits", DECODE + [
@@ -142,6 +163,24 @@ def test_decode_on_the_gpu(batch, q_len, heads, kv_heads, d, page_size, lens, sp
     o, lse = flash_decode(*[torch.from_numpy(x).cuda() for x in (q, kc, vc, table, sl)], num_splits=splits,
                           specialized=specialized)
     check(*to_host(o, lse), *decode_reference(q, kc, vc, table, sl))
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+def test_decode_candidates_on_the_gpu():
+    """Every configuration the bench times (one and two blocks per SM, one and two waves of
+    splits) on ragged lengths, each launched twice (the counters back at zero in between)."""
+    import torch
+    lens = (4096, 1000, 17)
+    q, kc, vc, table, sl = random_cache(3, 1, 32, 8, 128, 64, lens)
+    args = [torch.from_numpy(x).cuda() for x in (q, kc, vc, table, sl)]
+    want = decode_reference(q, kc, vc, table, sl)
+    cands = decode_candidates(3, 8, max(lens), 128, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert {c["blocks_per_sm"] for c in cands} == {1, 2} and max(c["num_splits"] for c in cands) > 8
+    for cfg in cands:
+        for _ in range(2):
+            o, lse = flash_decode(*args, config=cfg)
+            check(*to_host(o, lse), *want)
+        counters_at_zero()
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -225,16 +264,22 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
         assert between.count("MUFU.EX2") >= 32, between.count("MUFU.EX2")
 
 
+def decode_args(batch=4, d=128, splits=2):
+    q = np.zeros((batch, 1, 32, d), np.uint16)
+    kc = np.zeros((64, 16, 8, d), np.uint16)
+    table = np.zeros((batch, 16), np.int32)
+    return [batch, 16, 64, 4, 0.1, q, kc, kc, table, np.full(batch, 256, np.int32), q, np.zeros((batch, 32), np.float32),
+            np.zeros((splits, batch, 32, d), np.float32), np.zeros((splits, batch, 32), np.float32),
+            np.zeros(batch * 8, np.int32)]
+
+
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def test_decode_compiles_to_paged_tma_loads_and_wgmma():
     kern = FlashDecoding(bfloat16, 32, 8, 128, page_size=16)
-    q = np.zeros((4, 1, 32, 128), np.uint16)
-    kc = np.zeros((64, 16, 8, 128), np.uint16)
-    table = np.zeros((4, 16), np.int32)
-    args = [4, 16, 64, 4, 0.1, q, kc, kc, table, np.full(4, 256, np.int32), np.zeros((2, 4, 32, 128), np.float32),
-            np.zeros((2, 4, 32), np.float32)]
+    args = decode_args()
     src = kern.source(*args, arch="sm_90a")
     assert re.search(r"m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{%\d+, %\d+, %\d+, %\d+\}, %\d+, p, 1, 1, 1;", src)
+    assert "__launch_bounds__(160)" in src  # a consumer warp group and a producer warp
     compiled = kern.compiled(*args, arch="sm_90a")
     assert compiled.wgmma_serialized == ""
     if compiled.spill_store_bytes >= 0:
@@ -244,6 +289,28 @@ def test_decode_compiles_to_paged_tma_loads_and_wgmma():
         assert "HGMMA.64x128x16.F32.BF16" in sass and "HGMMA.64x64x16.F32.BF16" in sass and ".tnspB" in sass
         assert "UTMALDG.3D" in sass and "UTMALDG.2D" in sass  # q's [tokens, group, 64] boxes, the pages
         assert "LDL" not in sass and "STL" not in sass
+        # the merge's arrival: release (a GPU-scope fence), the atomic add, acquire (L1 invalidated)
+        fence, add = sass.find("MEMBAR.ALL.GPU"), sass.find("ATOMG.E.ADD.S32.STRONG.GPU")
+        assert 0 <= fence < add < sass.find("CCTL.IVALL", add), "no release / atomic add / acquire for the arrival"
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("cfg", [c for c in decode_candidates(1, 8, 16384) if c["num_splits"] > 1],
+                         ids=lambda c: flash_decoding.config_name(c).replace(" ", "_"))
+def test_decode_candidates_fit_their_blocks_per_sm(cfg):
+    """Each candidate the bench times compiles without spills, and its blocks_per_sm blocks fit an
+    SM's registers (65536) and shared memory (decode_stages' budget: 228 KB less 1 KB a block)."""
+    kern = FlashDecoding(float16, 32, 8, 128, 64, 1, cfg["block_n"], cfg["stages"], True, True, cfg["blocks_per_sm"])
+    args = decode_args()
+    args[5] = args[5].astype(np.float16)
+    args[6] = args[7] = args[6].astype(np.float16)
+    args[10] = args[10].astype(np.float16)
+    compiled = kern.compiled(*args, arch="sm_90a")
+    if compiled.spill_store_bytes >= 0:
+        assert compiled.spill_store_bytes == 0 and compiled.stack_frame_bytes == 0
+    assert -(-compiled.registers // 8) * 8 * 160 * cfg["blocks_per_sm"] <= 65536, compiled.registers
+    smem = int(re.search(r"shared_memory (\d+)", kern.ir(*args, arch="sm_90a")["plan_shared_memory"]).group(1))
+    assert (smem + 1024) * cfg["blocks_per_sm"] <= flash_decoding.SMEM_PER_SM, smem
 
 
 # --- bench/attention.py's README tables (no torch, no GPU) ---------------------------------------

@@ -412,7 +412,7 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
           arrays.put(host_array(zeros, tilus.float16)), c, work)
         np.testing.assert_allclose(from_host_array(arrays.host(c), tilus.float16), a @ w, atol=2e-2, rtol=1e-2,
                                    err_msg=f"launch {launch}")
-    np.testing.assert_array_equal(arrays.host(q.counters), 0)
+    np.testing.assert_array_equal(arrays.host(q.arrival_counters.counters), 0)
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
