@@ -212,7 +212,8 @@ def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_K
     """The decode table; with `candidates`, every configuration of flash_decoding.decode_candidates
     timed in the same interleaved run (tilus's row is the default rule's, decode_config)."""
     from run import interleaved_ms
-    from flash_decoding import config_name, decode_candidates, flash_decode, random_cache_gpu
+    from common import compile_all
+    from flash_decoding import config_name, decode_call, decode_candidates, flash_decode, random_cache_gpu
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size}; "
           f"microseconds (ratio: tilus / KV read)", flush=True)
@@ -234,13 +235,15 @@ def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_K
             kd, vd = (x.repeat_interleave(heads // kv_heads, dim=1) for x in (kd, vd))
             ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)  # noqa: E731
         want = ref()
+        every = decode_candidates(batch, kv_heads, n, d, sms) if candidates else []  # the first is the rule's
+        if every:  # their kernels compiled in parallel (at the first shape; the others reuse them)
+            compile_all(every, lambda cfg: decode_call(q, kc, vc, table, lens, config=cfg)[:2])
         got, _ = flash_decode(q, kc, vc, table, lens)
         err = (got.transpose(1, 2).float() - want.float()).abs().max().item()
         fns = {"tilus": lambda: flash_decode(q, kc, vc, table, lens), "SDPA": ref}
         if triton is not None:
             fns["read"] = kv_read(kc, vc)
-        cands = decode_candidates(batch, kv_heads, n, d, sms)[1:] if candidates else []  # the first is the rule's
-        for cfg in cands:
+        for cfg in every[1:]:
             cerr = (flash_decode(q, kc, vc, table, lens, config=cfg)[0].transpose(1, 2).float() - want.float()).abs().max()
             if cerr.item() > 2e-2:
                 print(f"  {config_name(cfg)}: wrong (max abs err vs SDPA {cerr.item():.3g}), left out", flush=True)
@@ -255,7 +258,7 @@ def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_K
         print(line, flush=True)
         lines.append(line)
         if candidates:
-            default = config_name(decode_candidates(batch, kv_heads, n, d, sms)[0])
+            default = config_name(every[0])
             timed = [(ms["tilus"], default + " (the rule)")] + [(ms[k], k) for k in fns if k not in ("tilus", "SDPA", "read")]
             best = min(timed)
             for t, name in timed:

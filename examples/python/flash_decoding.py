@@ -41,7 +41,7 @@ import math
 import tilus
 from tilus import bfloat16, boolean, float16, float32, int32
 
-from common import ArrivalCounters, last_to_arrive, reset_arrivals
+from common import ArrivalCounters, fastest_config, last_to_arrive, reset_arrivals
 from flash_attention import FlashAttention, LOG2E, _TILUS_DT, _dtype_name
 
 SMEM_PER_SM = 233472  # bytes of shared memory per SM on Hopper (228 KB), 1 KB of it reserved per block
@@ -267,12 +267,12 @@ def config_name(cfg):
     return f"{cfg['block_n']}x{cfg['stages']}/{cfg['blocks_per_sm']} {cfg['num_splits']} splits"
 
 
-def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_splits=None, specialized=None,
-                 config=None):
-    """o, lse (see the module's docstring). torch CUDA tensors run the warp-specialized kernel,
-    numpy arrays the simple one on the CPU backend. config: decode_config's dict (None: the rule,
-    from the table's width, whose pages bound the keys, and the GPU's SMs; a "merge_splits" entry
-    sets the merge's splits per load); num_splits overrides its splits."""
+_TUNED = {}  # (shape, dtype, max_pages rounded up to a power of two) -> the fastest configuration
+
+
+def decode_call(q, k_cache, v_cache, block_table, seqlens_k, scale=None, config=None, specialized=None):
+    """(kernel, its arguments, o, lse) of one decode launch at `config` (decode_config's dict, None:
+    the rule; a "merge_splits" entry sets the merge's splits per load)."""
     batch, q_len, heads, d = q.shape
     num_pages, page_size, kv_heads, _ = k_cache.shape
     max_pages = block_table.shape[1]
@@ -282,8 +282,7 @@ def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_sp
     if config is None:
         config = decode_config(batch, kv_heads, max_pages * page_size, d, 132 if on_cpu else _sms(q.device))
     bn = config["block_n"]
-    blocks = max(1, -(-max_pages * page_size // bn))
-    per_split, splits = _splits(blocks, num_splits or config["num_splits"])
+    per_split, splits = _splits(max(1, -(-max_pages * page_size // bn)), config["num_splits"])
     if on_cpu:
         import numpy as np
         dt = float16 if q.dtype == np.float16 else bfloat16
@@ -302,8 +301,35 @@ def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_sp
     else:
         work = (lse, lse, seqlens_k)  # not read
     # (lse as [rows, heads]: the kernel's views of it, of another rank, read it as a dense buffer)
-    kern(batch, max_pages, num_pages, per_split, scale, q, k_cache, v_cache, block_table, seqlens_k, out,
-         lse.reshape(batch * q_len, heads), *work)
+    args = (batch, max_pages, num_pages, per_split, scale, q, k_cache, v_cache, block_table, seqlens_k, out,
+            lse.reshape(batch * q_len, heads)) + work
+    return kern, args, out, lse
+
+
+def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_splits=None, specialized=None,
+                 config=None, tune=False):
+    """o, lse (see the module's docstring). torch CUDA tensors run the warp-specialized kernel,
+    numpy arrays the simple one on the CPU backend. config: decode_config's dict (None: the rule,
+    from the table's width, whose pages bound the keys, and the GPU's SMs); num_splits overrides
+    its splits. tune=True (CUDA tensors): the first call at each shape (the table's width rounded
+    up to a power of two) times decode_candidates on its own arguments (common.fastest_config)
+    and keeps the fastest for the process."""
+    if tune and config is None and hasattr(q, "is_cuda") and q.is_cuda:
+        batch, q_len, heads, d = q.shape
+        _, page_size, kv_heads, _ = k_cache.shape
+        width = 1 << max(block_table.shape[1] - 1, 0).bit_length()
+        key = (batch, q_len, heads, kv_heads, d, page_size, width, str(q.dtype), q.device)
+        if key not in _TUNED:
+            cands = decode_candidates(batch, kv_heads, block_table.shape[1] * page_size, d, _sms(q.device))
+            _TUNED[key] = fastest_config(cands, lambda cfg: decode_call(q, k_cache, v_cache, block_table, seqlens_k,
+                                                                        scale, cfg, specialized)[:2])
+        config = _TUNED[key]
+    if num_splits is not None:
+        config = dict(config or decode_config(q.shape[0], k_cache.shape[2], block_table.shape[1] * k_cache.shape[1],
+                                              q.shape[3], 132 if not getattr(q, "is_cuda", False) else _sms(q.device)),
+                      num_splits=num_splits)
+    kern, args, out, lse = decode_call(q, k_cache, v_cache, block_table, seqlens_k, scale, config, specialized)
+    kern(*args)
     return out, lse
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 import tilus
 from tilus import bfloat16, float16, float32, int32, uint8
-from common import ArrivalCounters, last_to_arrive, reset_arrivals
+from common import ArrivalCounters, fastest_config, last_to_arrive, reset_arrivals
 from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
@@ -461,33 +461,7 @@ class QuantizedMatmul:
         of a configuration and its arguments); the candidates compile in parallel first."""
         key = (1 << max(m - 1, 0).bit_length(), n, k, hopper)
         if key not in self.tuned:
-            import torch
-            from concurrent.futures import ThreadPoolExecutor
-            candidates = self.candidates(m, n, k, hopper)
-            with ThreadPoolExecutor(max_workers=min(len(candidates), os.cpu_count() or 1)) as pool:
-                list(pool.map(lambda cfg: (lambda kernel, args: kernel.compiled(*args))(*call(cfg)), candidates))
-            flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB: more than L2
-
-            def run(cfg):
-                kernel, args = call(cfg)
-                kernel(*args)
-
-            best = None
-            for cfg in candidates:
-                run(cfg)  # the first launch loads the compiled kernel
-                times = []
-                for i in range(7):
-                    flush.fill_(i)
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    run(cfg)
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
-                t = sorted(times)[len(times) // 2]
-                if best is None or t < best[0]:
-                    best = (t, cfg)
-            self.tuned[key] = best[1]
+            self.tuned[key] = fastest_config(self.candidates(m, n, k, hopper), call)
         return self.tuned[key]
 
     def hopper_applies(self, b):

@@ -183,6 +183,20 @@ def test_decode_candidates_on_the_gpu():
         counters_at_zero()
 
 
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+def test_tuned_decode_on_the_gpu():
+    """tune=True times the candidates once per shape and keeps one of them; its result is right."""
+    import torch
+    q, kc, vc, table, sl = random_cache(2, 1, 32, 8, 128, 64, (3000, 2049), seed=5)
+    args = [torch.from_numpy(x).cuda() for x in (q, kc, vc, table, sl)]
+    flash_decoding._TUNED.clear()
+    o, lse = flash_decode(*args, tune=True)
+    check(*to_host(o, lse), *decode_reference(q, kc, vc, table, sl))
+    (chosen,) = flash_decoding._TUNED.values()
+    assert chosen in decode_candidates(2, 8, table.shape[1] * 64, 128, torch.cuda.get_device_properties(0).multi_processor_count)
+    counters_at_zero()
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 def test_bf16_decode_on_the_gpu():
     import torch
