@@ -27,8 +27,9 @@ decoding changes:
 `specialized=False` is the same math in one warp group without the producer: it runs on the CPU
 backend (the merge too).
 
-How the keys are split (`decode_config`, measured on an H200 by `bench/attention.py --sweep goal
---only decode --candidates`): in one wave of blocks. With few (sequence, kv head) pairs the
+How the keys are split (`decode_config`; `bench/attention.py --sweep goal --only decode
+--candidates` times it against the other candidates on the GPU, and `flash_decode(tune=True)`
+picks among them at run time): in one wave of blocks. With few (sequence, kv head) pairs the
 splits multiply them up to the SMs' slots (sms * blocks_per_sm // pairs splits), so that every
 block pays the pipeline's fill (the query tile, the first TMA's latency) once and streams many
 key blocks after it; with as many pairs as slots, one split each. `decode_candidates` lists the
