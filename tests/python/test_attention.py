@@ -114,12 +114,14 @@ def test_dense_prefill_matches_torch_sdpa(dtype, causal, d):
 
 # (batch, q_len, heads, kv_heads, d, page_size, key lengths, splits): one split writing o itself;
 # split keys with pages smaller than a block and speculative tokens (causal among themselves);
-# pages larger than a block; an empty sequence; MQA with d 256.
+# pages larger than a block; an empty sequence; MHA with d 256; MHA with d 64 and one token (the
+# merge's tile [1, 1, 64] smaller than its 128 threads). Every split case is merged in the kernel.
 DECODE = [
     (2, 1, 8, 2, 128, 64, (300, 77), 1),
     (3, 2, 4, 1, 64, 16, (5, 200, 129), 2),
     (2, 1, 4, 2, 128, 256, (700, 0), 3),
     (1, 3, 4, 4, 256, 64, (1000,), 4),
+    (2, 1, 2, 2, 64, 64, (900, 260), 3),
 ]
 
 
