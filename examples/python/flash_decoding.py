@@ -186,13 +186,13 @@ class FlashDecoding(FlashAttention):
         top = self.register_tensor(dtype=float32, shape=[tq, g, d], init=float("-inf"))
         total = self.register_tensor(dtype=float32, shape=[tq, g, d], init=0.0)
         acc = self.register_tensor(dtype=float32, shape=[tq, g, d], init=0.0)
-        for chunk in range((self.splits + sc - 1) // sc):
+        splits = self.splits
+        for chunk in range((splits + sc - 1) // sc):
             s0 = chunk * sc
             parts = [(self.load_global(self.glp_wide, offsets=[s0 + i, row, h0, 0], shape=[tq, g, d], dims=[1, 2, 3]),
                       self.load_global(self.gop, offsets=[s0 + i, row, h0, 0], shape=[tq, g, d], dims=[1, 2, 3]))
                      for i in range(sc)]
             for i, (part_lse, part_o) in enumerate(parts):
-                splits = self.splits
                 real = self.register_tensor(dtype=boolean, shape=[tq, g, d], init=lambda a, b, c: s0 + i < splits)
                 part_lse = self.where(real, part_lse, float("-inf"))  # past the last split
                 new_top = self.maximum(top, part_lse)

@@ -311,8 +311,10 @@ def test_decode_compiles_to_paged_tma_loads_and_wgmma():
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("cfg", [c for c in decode_candidates(1, 8, 16384) if c["num_splits"] > 1],
-                         ids=lambda c: flash_decoding.config_name(c).replace(" ", "_"))
+@pytest.mark.parametrize("cfg", [dict(block_n=bn, stages=st, blocks_per_sm=per_sm) for bn, st, per_sm in
+                                 sorted({(c["block_n"], c["stages"], c["blocks_per_sm"])
+                                         for c in decode_candidates(1, 8, 16384)})],
+                         ids=lambda c: f"{c['block_n']}x{c['stages']}_{c['blocks_per_sm']}_per_sm")
 def test_decode_candidates_fit_their_blocks_per_sm(cfg):
     """Each candidate the bench times compiles without spills, and its blocks_per_sm blocks fit an
     SM's registers (65536) and shared memory (decode_stages' budget: 228 KB less 1 KB a block)."""
