@@ -172,7 +172,8 @@ def main():
                 if triton is not None and read not in floors:
                     floors[read] = stream_floor_ms(read // 4)
                 floor = floors.get(read)
-                cfg = tq.tuned.get((1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in prepared)) if not args.rule \
+                bucket = 1 << max(m - 1, 0).bit_length()
+                cfg = tq.tuned.get((bucket, n, k, "wgmma" in prepared, "magic" in prepared)) if not args.rule \
                     else tq.config(m, n, k, hopper="wgmma" in prepared)
                 kernel = describe(cfg)
                 rows.append((wname, n, k, m, t, floor, kernel))
@@ -198,8 +199,10 @@ def describe(cfg):
     if cfg is None:
         return "?"
     if cfg.get("hopper"):
-        return f"wgmma {cfg['block_n']}x{cfg['block_m']}"
-    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']}"
+        group = f" group {cfg['tile_group']}" if "tile_group" in cfg else ""
+        return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
+    decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "")) if cfg.get("magic") else ""
+    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}"
 
 
 if __name__ == "__main__":
