@@ -140,6 +140,7 @@ def main():
           flush=True)
     rows = []
     floors = {}
+    shown = set()
     for wname in args.types.split(","):
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
@@ -176,6 +177,11 @@ def main():
                 cfg = tq.tuned.get((bucket, n, k, "wgmma" in prepared, "magic" in prepared)) if not args.rule \
                     else tq.config(m, n, k, hopper="wgmma" in prepared)
                 kernel = describe(cfg)
+                key = (bucket, n, k, "wgmma" in prepared, "magic" in prepared)
+                if key in tq.timings and (wname, key) not in shown:  # the tuning's fastest candidates
+                    shown.add((wname, key))
+                    for t_, c_ in tq.timings[key][:6]:
+                        print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
                 fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"

@@ -10,7 +10,8 @@ transpose, the cast and the view), widened to f16 (the vectorized conversions fo
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
 its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
-vectors. From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
+vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
+decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
@@ -471,7 +472,8 @@ class QuantizedMatmul:
         self.wtype, self.group, self.sms, self.atype, self.tune = wtype, group, sms, atype, tune
         self.kernels = {}
         self.counters = None  # the split-K arrival counters, zero between launches
-        self.tuned = {}  # (m bucket, n, k, wgmma weights) -> the fastest configuration measured
+        self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
+        self.timings = {}  # the same key -> [(ms, configuration)] of every candidate, fastest first
 
     def arrival_counters(self, like, size):
         """Zeroed int32 counters (at least `size`) where `like` lives: torch on its device, or numpy."""
@@ -597,8 +599,10 @@ class QuantizedMatmul:
                     end.synchronize()
                     times.append(start.elapsed_time(end))
                 t = sorted(times)[len(times) // 2]
+                self.timings.setdefault(key, []).append((t, cfg))
                 if best is None or t < best[0]:
                     best = (t, cfg)
+            self.timings[key].sort(key=lambda x: x[0])
             self.tuned[key] = best[1]
         return self.tuned[key]
 
