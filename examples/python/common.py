@@ -187,10 +187,10 @@ def compile_all(candidates, call):
         list(pool.map(lambda cfg: (lambda kernel, args: kernel.compiled(*args))(*call(cfg)), candidates))
 
 
-def fastest_config(candidates, call, repeat=7):
-    """The configuration of `candidates` whose launch (call(cfg) -> (kernel, its arguments)) runs
-    fastest on the GPU: compiled in parallel first, then each launched once (loading it) and
-    timed `repeat` times after an L2 flush (CUDA events; the median)."""
+def timed_configs(candidates, call, repeat=7):
+    """[(ms, configuration)] of every configuration of `candidates`, fastest first, on the GPU:
+    each launch (call(cfg) -> (kernel, its arguments)) compiled in parallel first, then launched
+    once (loading it) and timed `repeat` times after an L2 flush (CUDA events; the median)."""
     import torch
     compile_all(candidates, call)
     flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB: more than L2
@@ -199,7 +199,7 @@ def fastest_config(candidates, call, repeat=7):
         kernel, args = call(cfg)
         kernel(*args)
 
-    best = None
+    out = []
     for cfg in candidates:
         run(cfg)  # the first launch loads the compiled kernel
         times = []
@@ -211,7 +211,5 @@ def fastest_config(candidates, call, repeat=7):
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
-        t = sorted(times)[len(times) // 2]
-        if best is None or t < best[0]:
-            best = (t, cfg)
-    return best[1]
+        out.append((sorted(times)[len(times) // 2], cfg))
+    return sorted(out, key=lambda x: x[0])

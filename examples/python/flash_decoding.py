@@ -42,7 +42,7 @@ import math
 import tilus
 from tilus import bfloat16, boolean, float16, float32, int32
 
-from common import ArrivalCounters, fastest_config, last_to_arrive, reset_arrivals
+from common import ArrivalCounters, last_to_arrive, reset_arrivals, timed_configs
 from flash_attention import FlashAttention, LOG2E, _TILUS_DT, _dtype_name
 
 SMEM_PER_SM = 233472  # bytes of shared memory per SM on Hopper (228 KB), 1 KB of it reserved per block
@@ -313,7 +313,7 @@ def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_sp
     numpy arrays the simple one on the CPU backend. config: decode_config's dict (None: the rule,
     from the table's width, whose pages bound the keys, and the GPU's SMs); num_splits overrides
     its splits. tune=True (CUDA tensors): the first call at each shape (the table's width rounded
-    up to a power of two) times decode_candidates on its own arguments (common.fastest_config)
+    up to a power of two) times decode_candidates on its own arguments (common.timed_configs)
     and keeps the fastest for the process."""
     if tune and config is None and hasattr(q, "is_cuda") and q.is_cuda:
         batch, q_len, heads, d = q.shape
@@ -322,8 +322,8 @@ def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_sp
         key = (batch, q_len, heads, kv_heads, d, page_size, width, str(q.dtype), q.device)
         if key not in _TUNED:
             cands = decode_candidates(batch, kv_heads, block_table.shape[1] * page_size, d, _sms(q.device))
-            _TUNED[key] = fastest_config(cands, lambda cfg: decode_call(q, k_cache, v_cache, block_table, seqlens_k,
-                                                                        scale, cfg, specialized)[:2])
+            _TUNED[key] = timed_configs(cands, lambda cfg: decode_call(q, k_cache, v_cache, block_table, seqlens_k,
+                                                                       scale, cfg, specialized)[:2])[0][1]
         config = _TUNED[key]
     if num_splits is not None:
         config = dict(config or decode_config(q.shape[0], k_cache.shape[2], block_table.shape[1] * k_cache.shape[1],
