@@ -1557,7 +1557,8 @@ int64_t ring_bytes(const Ring& r) {
 
 // The epilogue of a persistent ring (its loop a top-level statement of `top`): the store_global
 // of a [R, C] register tile after the loop goes through a shared tile and TMA stores where the
-// Script allows it (epilogue not "registers"), the target has TMA, the tile makes TMA boxes of
+// Script allows it (epilogue not "registers"), the target has TMA and the ring's loads are TMA
+// loads, the tile makes TMA boxes of
 // whole 128-byte rows (or C's bytes when fewer, a multiple of 16) and R <= 256 rows, and the
 // shared tile fits beside the ring's stages. Else the store stays, and the note says why.
 // Whether each TMA store is legal (16-byte aligned strides and a start proven >= 0: the
@@ -1571,6 +1572,10 @@ std::string choose_epilogue(Ring& r, const std::vector<Stmt>& top, const Target&
   for (size_t i = at + 1; i < top.size() && !st; ++i) st = dynamic_cast<const StoreGlobalInst*>(inst_of(top[i]));
   if (!st) return want.empty() ? "" : "no store_global of a register tile after the loop";
   if (!target.has_tma()) return fmt::format("{} has no TMA", target.arch);
+  // Behind a ring of cp.async (or synchronous) copies ptxas serialized the kernel's wgmma ("non
+  // wgmma instructions reading accumulator registers ... between start and end of the pipeline
+  // stage"; MatmulAuto with k not a multiple of 16), which costs more than the stores save.
+  if (!r.tma) return "the ring's loads are not TMA loads (behind other copies ptxas serialized the wgmma)";
   DataType dt = st->src.dtype();
   if (!st->src.is_register() || st->src.rank() != 2 || st->dst.rank() != 2 ||
       !(st->dims.empty() || st->dims == std::vector<int>{0, 1}))

@@ -220,13 +220,27 @@ TEST(PipelineLoops, PersistentRingStoresItsTileThroughSharedMemoryAndTma) {
                               "232448 bytes a block has on sm_90a (num_stages=3 would fit)"),
             std::string::npos)
       << four[0].note;
-  // Sizes not known to be multiples of 16 (rows of c not 16-byte aligned): TMA's rules, as
+  // n not known to be a multiple of 16 (rows of c not 16-byte aligned): TMA's rules, as
   // select_instructions applies them, refuse the store, and the Script's store stays.
   m.stages = 3;
-  auto ragged = rings(after(trace(m), "sm_90a"));
+  Program ragged_n = aligned(trace(m));
+  ragged_n.kernels[0].param_divisibility.erase(1);
+  auto ragged = rings(after(ragged_n, "sm_90a"));
   ASSERT_EQ(ragged.size(), 1u);
   EXPECT_EQ(ragged[0].schedule.find("epilogue"), std::string::npos);
-  EXPECT_NE(ragged[0].note.find("epilogue: registers: the TMA store is not legal"), std::string::npos) << ragged[0].note;
+  EXPECT_NE(ragged[0].note.find("epilogue: registers: the TMA store is not legal: global stride n of dim 0 is not a "
+                                "known multiple of 16 bytes"),
+            std::string::npos)
+      << ragged[0].note;
+  // k not known to be a multiple of 16: a ring of cp.async copies, behind which ptxas serialized
+  // the wgmma of a kernel with this epilogue; the store stays.
+  Program ragged_k = aligned(trace(m));
+  ragged_k.kernels[0].param_divisibility.erase(2);
+  auto behind = rings(after(ragged_k, "sm_90a"));
+  ASSERT_EQ(behind.size(), 1u);
+  EXPECT_EQ(behind[0].ring, "cp.async");
+  EXPECT_NE(behind[0].note.find("epilogue: registers: the ring's loads are not TMA loads"), std::string::npos)
+      << behind[0].note;
   // The Script may keep its store.
   m.epilogue = "registers";
   auto kept = rings(after(aligned(trace(m)), "sm_90a"));
