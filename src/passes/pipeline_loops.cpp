@@ -1487,7 +1487,8 @@ class Rebuilder {
       auto wait = make_inst<TmaWaitGroupInst>(loc);
       wait->n = 0;
       wait->read = true;
-      out.push_back(std::make_shared<ThreadGroupStmtNode>(ThreadGroupKind::SingleThread, 0, 1, make_inst_stmt(wait), loc));
+      out.push_back(
+          std::make_shared<ThreadGroupStmtNode>(ThreadGroupKind::SingleThread, 0, 1, make_inst_stmt(wait), loc));
       auto boxed = view({int_const(0), int_const(0), int_const(0)}, {1, 0, 2});
       out.push_back(make_inst_stmt(boxed));
       auto reshape = make_inst<ReshapeInst>(loc);
@@ -1613,14 +1614,10 @@ Kernel pipeline_kernel(const Kernel& k, const Target& target) {
   // A ring larger than a block's shared memory: say so at the loop (plan_shared_memory would
   // name the tiles only).
   for (Ring& r : rings) {
-    int64_t bytes = 0;
+    int64_t bytes = ring_bytes(r);
     std::vector<std::string> tiles;
-    for (const Tensor& t : r.roots) {
-      Tensor st = staged_tile(t, r.stages);
-      int64_t b = (st->shared_layout.storage_elements() * st.dtype().bits() + 7) / 8;
-      bytes += b;
-      tiles.push_back(fmt::format("{} {}", t->name, st.type_str()));
-    }
+    for (const Tensor& t : r.roots)
+      tiles.push_back(fmt::format("{} {}", t->name, staged_tile(t, r.stages).type_str()));
     if (bytes > target.shared_memory_per_block)
       throw CompileError(fmt::format("range(num_stages={}) at {}: the ring's stages take {} bytes of shared memory ({}), "
                                      "more than the {} bytes a block has on {}; use fewer stages or smaller tiles",
