@@ -70,8 +70,10 @@ def stage_tensors(s, stages, bm, bn):
     if s.scaling != "block":
         return sa, sb, None, None
     blocks_n = max(1, bn // BLOCK_K)
-    return (sa, sb, s.shared_tensor(dtype=float32, shape=[stages, 1, bm]),
-            s.shared_tensor(dtype=float32, shape=[stages, blocks_n, 32 // blocks_n]))
+    ssb = s.shared_tensor(dtype=float32, shape=[stages, blocks_n, 32 // blocks_n])
+    # Unswizzled: a stage's box is 128 bytes, less than a swizzle atom; a few broadcast loads read it.
+    s.annotate_layout(ssb, tilus.SharedLayout.row_major([stages, blocks_n, 32 // blocks_n]))
+    return sa, sb, s.shared_tensor(dtype=float32, shape=[stages, 1, bm]), ssb
 
 
 def block_scales_of_step(s, ssa, ssb, step):
