@@ -230,6 +230,15 @@ int64_t cubin_frame_bytes(const std::vector<char>& cubin, const std::string& ker
   return cubin_kernel_attribute(cubin, kernel, 0x11);
 }
 
+void complete_resources_from_cubin(KernelResources& r, const std::vector<char>& cubin, const std::string& kernel) {
+  if (r.registers < 0) r.registers = cubin_register_count(cubin, kernel);
+  if (r.stack_frame_bytes < 0) r.stack_frame_bytes = cubin_frame_bytes(cubin, kernel);
+  if (r.stack_frame_bytes == 0) {
+    if (r.spill_store_bytes < 0) r.spill_store_bytes = 0;
+    if (r.spill_load_bytes < 0) r.spill_load_bytes = 0;
+  }
+}
+
 KernelResources parse_ptxas_report(const std::string& full, const std::string& kernel) {
   KernelResources r;
   std::smatch m;
@@ -678,8 +687,7 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   check(lib.cubin(prog, out.cubin.data()), "cubin retrieval");
   // Some NVRTC builds leave ptxas's report out of the log; the cubin still records the registers
   // and the stack frame.
-  if (out.resources.registers < 0) out.resources.registers = cubin_register_count(out.cubin, name);
-  if (out.resources.stack_frame_bytes < 0) out.resources.stack_frame_bytes = cubin_frame_bytes(out.cubin, name);
+  complete_resources_from_cubin(out.resources, out.cubin, name);
   size_t ptx_size = 0;
   if (lib.ptx_size(prog, &ptx_size) == NVRTC_SUCCESS && ptx_size > 1) {
     out.ptx.resize(ptx_size);

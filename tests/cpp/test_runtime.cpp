@@ -51,7 +51,7 @@ TEST(Nvrtc, RegistersFromThePtxasReportAndTheCubinAgree) {
       "  float s = 0;\n  for (int i = 0; i < 24; ++i) s += acc[i] * acc[(i * 7) % 24];\n"
       "  p[threadIdx.x] = s;\n}\n"
       "extern \"C\" __global__ void light(int* p) { p[0] = 1; }\n";
-  for (const char* arch : {"sm_80", "sm_90a"}) {
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
     NvrtcOutput out = nvrtc_compile(source, "heavy", arch);
     int heavy = cubin_register_count(out.cubin, "heavy"), light = cubin_register_count(out.cubin, "light");
     EXPECT_GT(heavy, light) << arch;
@@ -62,6 +62,18 @@ TEST(Nvrtc, RegistersFromThePtxasReportAndTheCubinAgree) {
     EXPECT_EQ(cubin_frame_bytes(out.cubin, "missing"), -1);
   }
   EXPECT_EQ(cubin_register_count({}, "heavy"), -1);
+  // Without a report: registers and frame from the cubin, and an empty frame means no spills.
+  NvrtcOutput out = nvrtc_compile(source, "light", "sm_100a");
+  KernelResources none;
+  complete_resources_from_cubin(none, out.cubin, "light");
+  EXPECT_EQ(none.registers, cubin_register_count(out.cubin, "light"));
+  EXPECT_EQ(none.stack_frame_bytes, 0);
+  EXPECT_EQ(none.spill_store_bytes, 0);
+  EXPECT_EQ(none.spill_load_bytes, 0);
+  KernelResources framed;
+  framed.stack_frame_bytes = 64;  // a frame: whether it holds spills is the report's to say
+  complete_resources_from_cubin(framed, out.cubin, "light");
+  EXPECT_EQ(framed.spill_store_bytes, -1);
   EXPECT_EQ(cubin_register_count(std::vector<char>(100, 'x'), "heavy"), -1);
 }
 

@@ -104,9 +104,12 @@ KernelResources parse_ptxas_report(const std::string& log, const std::string& ke
 // The registers per thread and the stack frame bytes per thread (spills included) that a cubin
 // records for `kernel` (-1: not found); what nvrtc_compile reports when ptxas's log has no report
 // (NVRTC on the GPU machine leaves it out of some compiles' logs, at random). The spill bytes are
-// only in the report.
+// only in the report; complete_resources_from_cubin infers them where the frame is empty.
 int cubin_register_count(const std::vector<char>& cubin, const std::string& kernel);
 int64_t cubin_frame_bytes(const std::vector<char>& cubin, const std::string& kernel);
+// What the cubin says of `kernel` where `r` (ptxas's report) says nothing: its registers and stack
+// frame; and no spills when the frame is empty (spills live in the frame), else spills stay -1.
+void complete_resources_from_cubin(KernelResources& r, const std::vector<char>& cubin, const std::string& kernel);
 // NVRTC's version as major*1000 + minor*10 (e.g. 13000); part of the cache key.
 int nvrtc_version();
 // True when tilus was built with NVRTC.
