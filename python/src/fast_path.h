@@ -155,6 +155,7 @@ struct FastPath {
   static bool torch_layout(const ArrayInfo& info, std::vector<int64_t>& shape, std::vector<int64_t>& strides);
   static bool declared_strides_hold(const ArrayInfo& info, const GpuKernel::FastContract& c, bool dense);
   py::tuple read_arrays(const py::sequence& args) const;
+  py::object check_call(const py::sequence& args, const KernelSignature& signature) const;
   void add(py::object kernel, const py::sequence& values, const py::sequence& constants);
 };
 

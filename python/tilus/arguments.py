@@ -274,12 +274,19 @@ class Call:
 def arguments(sig, args, stream=None):
     """Checks a call's arguments (errors name the kernel and the parameter) and returns its Call."""
     c = Call()
-    values, constants = c.values, c.constants = [], {}
     # Checked for every backend (the CPU backend's launches are synchronous and ignore it).
     c.stream = None if stream is None else _stream_handle(stream, sig.name)
     reader = sig.reader
     if reader is None:
         reader = sig.reader = make_fast(sig)
+    # Only torch tensors and plain numbers: read and checked in one C++ pass.
+    checked = reader.check_call(args, sig.kernel)
+    if checked is not None:
+        c.values, flags, c.backend, c.facts, c.owner = checked
+        c.constants = {}
+        c.key = flags + (c.backend,)
+        return c
+    values, constants = c.values, c.constants = [], {}
     # The torch tensors and plain numbers as the fast path reads them, in C++; everything else (and
     # every error) here. The launch's owner: the CUDA device of the first torch tensor.
     read, owner_at, c.owner = reader.read_arrays(args)
