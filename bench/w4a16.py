@@ -140,6 +140,7 @@ def main():
           flush=True)
     rows = []
     floors = {}
+    shown = set()
     for wname in args.types.split(","):
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
@@ -172,9 +173,15 @@ def main():
                 if triton is not None and read not in floors:
                     floors[read] = stream_floor_ms(read // 4)
                 floor = floors.get(read)
-                cfg = tq.tuned.get((1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in prepared)) if not args.rule \
+                bucket = 1 << max(m - 1, 0).bit_length()
+                cfg = tq.tuned.get((bucket, n, k, "wgmma" in prepared, "magic" in prepared)) if not args.rule \
                     else tq.config(m, n, k, hopper="wgmma" in prepared)
                 kernel = describe(cfg)
+                key = (bucket, n, k, "wgmma" in prepared, "magic" in prepared)
+                if key in tq.timings and (wname, key) not in shown:  # the tuning's fastest candidates
+                    shown.add((wname, key))
+                    for t_, c_ in tq.timings[key][:6]:
+                        print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
                 fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"
@@ -198,8 +205,10 @@ def describe(cfg):
     if cfg is None:
         return "?"
     if cfg.get("hopper"):
-        return f"wgmma {cfg['block_n']}x{cfg['block_m']}"
-    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']}"
+        group = f" group {cfg['tile_group']}" if "tile_group" in cfg else ""
+        return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
+    decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "")) if cfg.get("magic") else ""
+    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}"
 
 
 if __name__ == "__main__":

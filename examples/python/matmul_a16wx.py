@@ -10,7 +10,8 @@ transpose, the cast and the view), widened to f16 (the vectorized conversions fo
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
 its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
-vectors. From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
+vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
+decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
@@ -19,7 +20,7 @@ import os
 import numpy as np
 
 import tilus
-from tilus import bfloat16, float16, float32, int32, uint8
+from tilus import bfloat16, float16, float32, int32, uint8, uint32
 from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
@@ -34,7 +35,7 @@ class MatmulA16Wx(tilus.Script):
     and sets the counter back to zero."""
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
-                 repacked=False, atype=float16):
+                 repacked=False, atype=float16, magic=False, late_scale=False):
         super().__init__()
         assert group % block_k == 0, "a k tile must not straddle two scale groups"
         assert block_k * wtype.bits % 32 == 0, "a k tile's weight bytes must be whole 4-byte words (cp.async)"
@@ -46,6 +47,12 @@ class MatmulA16Wx(tilus.Script):
         self.repacked = repacked
         if repacked:
             assert repackable(wtype.bits, block_m, block_n, block_k, warps), "no fragment order for this tile"
+        # magic: b holds 4-bit codes in magic_layout's order (repack_for_magic), widened to f16 by
+        # bit tricks on whole 32-bit words (magic_step) instead of the general conversion.
+        self.magic, self.late_scale = magic, late_scale
+        assert magic or not late_scale, "late_scale is an option of the magic decode"
+        if magic:
+            assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
@@ -101,22 +108,15 @@ class MatmulA16Wx(tilus.Script):
         for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
             load_stage(s, s)
         for step in range(steps):
-            load_stage(step + stages - 1, (step + stages - 1) % stages)
-            raw = self.load_shared(sb[step % stages])
-            if self.repacked:  # thread t's 16-byte rows t, t + threads, ... are its operand slots, in order
-                threads = 32 * self.warps
-                self.annotate_layout(raw, tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 16))
-                codes = self.view(raw, dtype=self.wtype, layout=fragment_layout(bn, bk, self.warps))
-            elif as_bytes:
-                codes = self.view(raw, dtype=self.wtype)
+            if self.magic:
+                # The next stage's copies after this tile's shared reads: the barrier after the
+                # wait for this tile also orders the last tile's reads before them (one barrier a
+                # tile, not two).
+                acc = self.magic_step(k, sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
+                load_stage(step + stages - 1, (step + stages - 1) % stages)
             else:
-                codes = raw
-            w = self.transpose(codes.to(at))  # [bk, bn]
-            if unsigned:
-                w = w - self.load_shared(sz[step % stages])
-            # (Scaling each k tile's product instead, per column, measured no faster at small m
-            # and slower at large m on the H100.)
-            acc = self.dot(self.load_shared(sa[step % stages]), w * self.load_shared(ss[step % stages]), acc)
+                load_stage(step + stages - 1, (step + stages - 1) % stages)
+                acc = self.plain_step(sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
@@ -140,6 +140,81 @@ class MatmulA16Wx(tilus.Script):
                     self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om + r * 16, on])
                 with self.single_thread():  # ready for the next launch
                     self.store_global(arrivals, self.register_tensor(dtype=int32, shape=[1, 1], init=0), offsets=tile)
+
+    def plain_step(self, sa, sb, ss, sz, acc):
+        """One k tile: the weight codes widened by the general conversion, scaled, multiplied."""
+        bn, bk, at = self.block_n, self.block_k, self.atype
+        raw = self.load_shared(sb)
+        if self.repacked:  # thread t's 16-byte rows t, t + threads, ... are its operand slots, in order
+            threads, rows = 32 * self.warps, bn * bk * self.wtype.bits // 8 // 16
+            self.annotate_layout(raw, tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 16))
+            codes = self.view(raw, dtype=self.wtype, layout=fragment_layout(bn, bk, self.warps))
+        elif 8 % self.wtype.bits == 0:
+            codes = self.view(raw, dtype=self.wtype)
+        else:
+            codes = raw
+        w = self.transpose(codes.to(at))  # [bk, bn]
+        if not self.wtype.is_signed():
+            w = w - self.load_shared(sz)
+        # (Scaling each k tile's product instead, per column, measured no faster at small m
+        # and slower at large m on the H100.)
+        return self.dot(self.load_shared(sa), w * self.load_shared(ss), acc)
+
+    def magic_step(self, k, sa, sb, ss, sz, acc):
+        """One k tile on magic-ordered weights (magic_layout): each 32-bit word of a thread's bytes
+        holds 8 codes, nibble 4 e + r the element e of its f16 pair in the k quarter r of the tile.
+        An AND with 0x000f000f (of the word, or of the word shifted right by 8 for r = 2, 3) ORed
+        into the exponent of 1024 (0x6400) gives the pair as f16 1024 + code (r even) or
+        1024 + 16 code (r odd, the nibble 4 bits higher): one LOP3 (the XOR of signed codes' sign
+        bit folds into its constant), then one HADD2 or HFMA2 per pair exact to the code, as
+        Marlin's dequantization, with no PRMT. Each quarter's pairs are the mma.sync fragment of a
+        [bn, bk / 4] tile, multiplied with its quarter of a's tile."""
+        bn, bk, threads, at = self.block_n, self.block_k, 32 * self.warps, self.atype
+        rows = bn * bk // 2 // 16
+        raw = self.load_shared(sb)
+        self.annotate_layout(raw, tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 16))
+        words = self.view(raw, dtype=uint32, layout=tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) *
+                          tilus.local(1, 4))
+        signed = self.wtype.is_signed()
+        flip = 0x00080008 if signed else 0  # signed codes: code ^ 8 is the code + 8, unsigned
+        quarter = fragment_layout(bn, bk // 4, self.warps)
+        # (A constant the compiler cannot see through, zero as k >= 0, so that the word's XOR
+        # constant sits in a register and each AND-XOR is one LOP3: with two immediates the
+        # compiler splits it in two.)
+        opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)
+        scale = self.load_shared(ss)
+        zero = None if signed else self.load_shared(sz)
+        # late_scale: the tile's product on unscaled weights, scaled per column in float32 (16
+        # FFMA a thread instead of 64 HMUL2 at 16 x 128 x 128; the product of exact small integers
+        # and a's halves, then one float32 rounding more than the reference's).
+        part = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.late_scale else acc
+        for r in tilus.static_range(4):
+            src = words if r < 2 else words >> 8
+            mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
+            bits = (src & mask) ^ (opaque + (0x64006400 | (flip if r % 2 == 0 else flip << 4)))
+            v = self.transpose(self.view(bits, dtype=at, layout=quarter))  # [bk / 4, bn]: 1024 + code (x 16)
+            if r % 2 == 1:
+                v = v * 0.0625  # exact: 64 + code
+            base = 1024.0 if r % 2 == 0 else 64.0
+            w = v - (base + 8.0) if signed else v - (zero + base)
+            a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
+            part = self.dot(a_r, w if self.late_scale else w * scale, part)
+        return acc + part * scale.to(float32) if self.late_scale else part
+
+
+def magic_applies(wtype, atype, bk):
+    """Whether MatmulA16Wx(magic=True) takes these codes: 4-bit integers to f16 activations (bf16's
+    7-bit mantissa cannot hold 16 x a code under its exponent), k tiles of whole 64s."""
+    return wtype.bits == 4 and not wtype.is_float() and atype == float16 and bk % 64 == 0
+
+
+def magic_layout(bn, bk, warps=4):
+    """The register layout of a [bn, bk] weight tile (n, k) whose 8-slot words are magic_step's:
+    slot 8 j + 4 e + r is the slot 2 j + e of fragment_layout(bn, bk / 4) shifted to the k quarter
+    r of the tile. Modes: n = (n block, warp, lane / 4), k = (quarter r, k / 64 within it, h,
+    lane % 4, e); slots (k / 64, n block, h, e, r), most significant first."""
+    return tilus.RegisterLayout([bn, bk], [bn // (8 * warps), warps, 8, 4, bk // 64, 2, 4, 2], [1, 2, 6],
+                                [4, 0, 5, 7, 3])
 
 
 def fragment_layout(bn, bk, warps=4):
@@ -211,6 +286,12 @@ def repack(b, wtype, n, k, bn, bk, layout, threads):
         out = np.empty(shape, np.uint8)
     RepackWeights(wtype, bn, bk, layout, threads)(n, k, b, out)
     return out
+
+
+def repack_for_magic(b, wtype, n, k, bn, bk, warps=4):
+    """The bytes MatmulA16Wx(magic=True) loads: magic_layout's order of 16-row tiles on `warps` warps."""
+    assert repackable(wtype.bits, 16, bn, bk, warps) and bk % 64 == 0, f"no magic order for {bn}x{bk} tiles"
+    return repack(b, wtype, n, k, bn, bk, magic_layout(bn, bk, warps), 32 * warps)
 
 
 def repack_weights(b, wtype, n, k, bn, bk, warps=4):
@@ -391,7 +472,8 @@ class QuantizedMatmul:
         self.wtype, self.group, self.sms, self.atype, self.tune = wtype, group, sms, atype, tune
         self.kernels = {}
         self.counters = None  # the split-K arrival counters, zero between launches
-        self.tuned = {}  # (m bucket, n, k, wgmma weights) -> the fastest configuration measured
+        self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
+        self.timings = {}  # the same key -> [(ms, configuration)] of every candidate, fastest first
 
     def arrival_counters(self, like, size):
         """Zeroed int32 counters (at least `size`) where `like` lives: torch on its device, or numpy."""
@@ -443,12 +525,15 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
-    def candidates(self, m, n, k, hopper=False):
+    def candidates(self, m, n, k, hopper=False, magic=False):
         """The configurations tune=True times at m x n x k, the rule's first: for m <= 32 the
-        16-row kernel split over k 1 to 16 ways, in 4 or 8 stages; from m = 33 the wgmma kernel's tiles (64 weight
-        rows times 64, 128 or 256 rows of a, and 128 x 256) where its weights exist, and the
-        mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4 ways (the wgmma kernel has no
-        split-K: with few output tiles, as at n = 3584, its persistent grid leaves SMs idle)."""
+        16-row kernel split over k 1 to 16 ways, in 4 or 8 stages, and where its weights exist
+        (`magic`: prepare made them) the same on the magic decode, with and without late_scale;
+        from m = 33 the wgmma kernel's tiles (64 weight rows times 64, 128 or 256 rows of a, and
+        128 x 256 in 4 stages, 128 x 128 in 8, 128 x 256 walking its tiles in groups of 4 or 16)
+        where its weights exist, and the mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4
+        ways (the wgmma kernel has no split-K: with few output tiles, as at n = 3584, its
+        persistent grid leaves SMs idle)."""
         out = [self.config(m, n, k, hopper)]
 
         def add(cfg):
@@ -462,6 +547,11 @@ class QuantizedMatmul:
                     add(dict(hopper=True, block_n=64, consumers=1, block_m=bm, block_k=bk, stages=8 if bm <= 128 else 4))
             if m > 128:
                 add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4))
+                # Twice the stages on half the rows of a (the ring of 256-row tiles fills shared
+                # memory at 4), and the tile walk's group (which tiles share a and w in L2).
+                add(dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=bk, stages=8))
+                for group in (4, 16):
+                    add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4, tile_group=group))
         for bm in ((16,) if m <= 32 else (64, 128) if m > 64 else (64,)):
             base = self.mma_config(m, n, k, bm)
             tiles = -(-m // bm) * -(-n // base["block_n"])
@@ -471,16 +561,23 @@ class QuantizedMatmul:
                     # Small m streams the weights: twice the stages keep twice the bytes in flight.
                     for stages in ((base["stages"], 2 * base["stages"]) if bm == 16 else (base["stages"],)):
                         add(dict(base, split_k=split, stages=stages))
+                        if bm == 16 and magic and self.magic_tile(base["block_k"]):
+                            for late in (False, True):
+                                add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late))
         return out
 
-    def tuned_config(self, m, n, k, hopper, call):
+    def magic_tile(self, bk):
+        """Whether the small-m kernel's tile of k length bk has the magic decode (16 x 128 on 4 warps)."""
+        return magic_applies(self.wtype, self.atype, bk) and repackable(self.wtype.bits, 16, 128, bk, 4)
+
+    def tuned_config(self, m, n, k, hopper, call, magic=False):
         """The fastest of `candidates` at this size, timed once per process (call(cfg): the kernel
         of a configuration and its arguments); the candidates compile in parallel first."""
-        key = (1 << max(m - 1, 0).bit_length(), n, k, hopper)
+        key = (1 << max(m - 1, 0).bit_length(), n, k, hopper, magic)
         if key not in self.tuned:
             import torch
             from concurrent.futures import ThreadPoolExecutor
-            candidates = self.candidates(m, n, k, hopper)
+            candidates = self.candidates(m, n, k, hopper, magic)
             with ThreadPoolExecutor(max_workers=min(len(candidates), os.cpu_count() or 1)) as pool:
                 list(pool.map(lambda cfg: (lambda kernel, args: kernel.compiled(*args))(*call(cfg)), candidates))
             flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB: more than L2
@@ -502,8 +599,10 @@ class QuantizedMatmul:
                     end.synchronize()
                     times.append(start.elapsed_time(end))
                 t = sorted(times)[len(times) // 2]
+                self.timings.setdefault(key, []).append((t, cfg))
                 if best is None or t < best[0]:
                     best = (t, cfg)
+            self.timings[key].sort(key=lambda x: x[0])
             self.tuned[key] = best[1]
         return self.tuned[key]
 
@@ -516,8 +615,9 @@ class QuantizedMatmul:
 
     def prepare(self, b):
         """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load: as
-        they are, repacked for the small-m kernel where its tile has a fragment order, and
-        repacked for the wgmma kernel where it applies (once, by RepackWeights where b lives)."""
+        they are, repacked for the small-m kernel where its tile has a fragment order (and in the
+        magic decode's order where that applies: 4-bit integer codes, f16), and repacked for the
+        wgmma kernel where it applies (once, by RepackWeights where b lives)."""
         bits, bk = self.wtype.bits, min(128, self.group)
         if self.sms is None and hasattr(b, "is_cuda") and b.is_cuda:
             import torch
@@ -529,6 +629,8 @@ class QuantizedMatmul:
         n, k = b.shape[0], b.shape[1] * 8 // bits
         if small:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
+        if small and self.magic_tile(bk):
+            out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
         if hopper:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         return out
@@ -537,7 +639,8 @@ class QuantizedMatmul:
         hopper = "wgmma" in weights
         if self.tune and getattr(c, "is_cuda", False):
             cfg = self.tuned_config(m, n, k, hopper, lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales,
-                                                                                   zeros, c, workspace))
+                                                                                   zeros, c, workspace),
+                                    magic="magic" in weights)
         else:
             cfg = self.config(m, n, k, hopper)
         self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
@@ -558,8 +661,9 @@ class QuantizedMatmul:
         if key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
-        return self.kernels[key], (m, n, k, a, weights["repacked" if cfg["repacked"] else "plain"], scales, zeros, c,
-                                   workspace, self.arrival_counters(c, tiles))
+        which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
+        return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace,
+                                   self.arrival_counters(c, tiles))
 
 
 def quantized_operands(wtype, k, n, group, rng, atype=float16):

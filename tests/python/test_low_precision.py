@@ -415,6 +415,84 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
     np.testing.assert_array_equal(arrays.host(q.counters), 0)
 
 
+@pytest.mark.parametrize("wtype,split_k,bk,late_scale", [("int4", 2, 64, True), ("uint4", 3, 128, False)])
+def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale):
+    """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
+    exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
+    on ragged m, n and split k (3 splits of 5 k tiles: the last split one tile), signed codes and
+    unsigned ones with zero points, the scales in the product or (late_scale) on each k tile's
+    float32 product."""
+    from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
+    dt, at = getattr(tilus, wtype), tilus.float16
+    m, n, k = (5, 200, 5 * bk) if split_k == 2 else (16, 136, 5 * bk)
+    rng = np.random.default_rng(11)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    c = arrays.put(host_array(np.zeros((m, n)), at))
+    counters = arrays.put(np.zeros(16, np.int32))
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True,
+                         late_scale=late_scale)
+    kernel(m, n, k, arrays.put(host_array(a, at)), repack_for_magic(arrays.put(packed), dt, n, k, 128, bk),
+           arrays.put(host_array(scales, at)), arrays.put(host_array(zeros, at)), c,
+           arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
+    np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2)
+    np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_magic_layout_is_the_quarters_fragments():
+    """magic_layout's slot 8 j + 4 e + r (word j, nibble 4 e + r) is the slot 2 j + e of the
+    mma.sync fragment of a [bn, bk / 4] tile, in the k quarter r: so masking nibbles r and r + 4
+    of each word gives that quarter's f16 pairs in fragment order."""
+    from matmul_a16wx import fragment_layout, magic_layout
+    for bn, bk, warps in [(128, 128, 4), (128, 64, 4), (256, 128, 8)]:
+        magic, quarter = magic_layout(bn, bk, warps), fragment_layout(bn, bk // 4, warps)
+        assert magic.local_size == 4 * quarter.local_size and magic.num_threads == 32 * warps
+        for t in (0, 5, 37, 32 * warps - 1):
+            for slot in range(magic.local_size):
+                word, nibble = divmod(slot, 8)
+                e, r = divmod(nibble, 4)
+                row, col = quarter.map(t, 2 * word + e)
+                assert magic.map(t, slot) == [row, r * (bk // 4) + col], (bn, bk, t, slot)
+
+
+def loop_ops(sass):
+    """The opcodes of the longest backward branch's body in cuobjdump's SASS (the k loop)."""
+    code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)[^;]*;", sass)]
+    branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
+    lo, hi = max(((t, a) for t, a in branches if t < a), key=lambda b: b[1] - b[0])
+    return [op for a, op in code if lo <= a <= hi]
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("wtype", ["int4", "uint4"])
+def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
+    """The small-m kernel's k loop in SASS (sm_90a, 16 x 128 x 128 tiles, split 4): the magic
+    decode has no byte permute per pair (one LOP3 per f16 pair: the XOR constant in a register) and no
+    more than 90 % of the general conversion's instructions, late_scale no more than 80 % (16
+    FFMA for 64 HMUL2); one barrier a k tile; nothing spilled."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16Wx
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    dt = getattr(tilus, wtype)
+    m, n, k = 16, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
+            np.zeros(64, np.int32))
+    loops = {}
+    for name, kw in [("plain", {}), ("magic", dict(magic=True)), ("late", dict(magic=True, late_scale=True))]:
+        kernel = MatmulA16Wx(dt, 128, block_k=128, split_k=4, repacked=True, **kw)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
+        loops[name] = loop_ops(kernel.sass(*args, arch="sm_90a"))
+    for name in ("magic", "late"):
+        assert loops[name].count("PRMT") <= 4, name  # (the general conversion: one per pair, 64; here a scale pair's)
+        assert loops[name].count("LOP3") <= 16 * 4 + 8, (name, loops[name].count("LOP3"))  # 16 words of 4 pairs
+        assert loops[name].count("BAR") == 1, name
+    assert len(loops["magic"]) <= 0.9 * len(loops["plain"]), {x: len(v) for x, v in loops.items()}
+    assert len(loops["late"]) <= 0.8 * len(loops["plain"]), {x: len(v) for x, v in loops.items()}
+    assert loops["late"].count("HMUL2") == 0 and loops["late"].count("FFMA") == 16
+
+
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
                 ("int8", "float16", 257, 136, 768, 128, 128), ("float8_e4m3", "float16", 64, 128, 256, 128, 64),
                 ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64)]
@@ -522,12 +600,27 @@ def test_quantized_matmul_tunes_over_kernels_tiles_and_splits(m, n, k):
             assert sorted(c["split_k"] for c in mma) == [1, 2, 4]
         if m == 1024:  # enough tiles: no split
             assert {c["split_k"] for c in mma} == {1}
+        assert not any(c.get("magic") for c in got)  # no magic weights given
+        # With the magic decode's weights: each 16-row configuration also on the magic decode,
+        # with and without late_scale; nothing else changes.
+        with_magic = q.candidates(m, n, k, hopper=True, magic=True)
+        magic = [c for c in with_magic if c.get("magic")]
+        plain = [dict(c, magic=True, late_scale=late) for c in mma if c["block_m"] == 16 for late in (False, True)]
+        assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
+        assert [c for c in with_magic if not c.get("magic")] == got
+        for c in magic:
+            MatmulA16Wx(wtype, 128, **c)
+    # bf16 activations and 8-bit codes have no magic decode
+    assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int4, 128, atype=tilus.bfloat16).candidates(
+        m, n, k, magic=True))
+    assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int8, 128).candidates(m, n, k, magic=True))
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 def test_tuned_quantized_matmul_on_the_gpu():
     """QuantizedMatmul(tune=True) times its candidates at the first call of a shape, keeps the
-    fastest (one of the candidates) and computes the same product with it."""
+    fastest (one of the candidates) and computes the same product with it; so does every
+    candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
@@ -542,8 +635,15 @@ def test_tuned_quantized_matmul_on_the_gpu():
         args[1] = q.prepare(args[1])
         q(m, n, k, *args)
         (key, cfg), = q.tuned.items()
-        assert cfg in q.candidates(m, n, k, hopper="wgmma" in args[1]), cfg
+        assert "magic" in args[1]  # uint4 codes, f16: prepare made the magic decode's weights too
+        candidates = q.candidates(m, n, k, hopper="wgmma" in args[1], magic=True)
+        assert cfg in candidates, cfg
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
+        for cfg in candidates:  # every candidate (compiled by the tuning) computes the product
+            args[4].zero_()
+            q.launch(cfg, m, n, k, *args)
+            np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2,
+                                       rtol=1e-2, err_msg=str(cfg))
 
 
 def reference_repack(codes, bits, bn, bk, layout, threads):
@@ -564,12 +664,15 @@ def reference_repack(codes, bits, bn, bk, layout, threads):
 
 
 @pytest.mark.parametrize("wtype,order,bk", [("int4", "mma", 128), ("int3", "mma", 128), ("float6_e3m2", "mma", 128),
-                                            ("int8", "mma", 64), ("uint4", "wgmma", 64), ("float8_e4m3", "wgmma", 32)])
+                                            ("int8", "mma", 64), ("uint4", "wgmma", 64), ("float8_e4m3", "wgmma", 32),
+                                            ("int4", "magic", 64)])
 def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     """RepackWeights (the example's offline repacking, a tilus kernel) against the repacking
-    written in numpy, into the mma.sync fragment order of the small-m kernel and the wgmma one of
-    the Hopper kernel, on ragged n and k (padded with zero codes to whole tiles)."""
-    from matmul_a16wx import fragment_layout, pack_codes, repack_for_hopper, repack_weights, wgmma_a_layout
+    written in numpy, into the mma.sync fragment order of the small-m kernel, its magic decode's
+    order, and the wgmma one of the Hopper kernel, on ragged n and k (padded with zero codes to
+    whole tiles)."""
+    from matmul_a16wx import (fragment_layout, magic_layout, pack_codes, repack_for_hopper, repack_for_magic,
+                              repack_weights, wgmma_a_layout)
     dt = getattr(tilus, wtype)
     n, k = 200, 3 * bk + (bk // 2 if dt.bits % 2 == 0 else 40)  # whole bytes of 3- and 6-bit codes
     codes = np.random.default_rng(4).integers(0, 1 << dt.bits, (n, k))
@@ -577,6 +680,9 @@ def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     if order == "mma":
         got, want = repack_weights(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                            fragment_layout(128, bk), 128)
+    elif order == "magic":
+        got, want = repack_for_magic(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
+                                                                             magic_layout(128, bk), 128)
     else:
         got, want = repack_for_hopper(b, dt, n, k, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                          wgmma_a_layout(128, bk, 2), 256)
