@@ -197,7 +197,7 @@ def main():
             # default (warp-specialized, persistent) and as written (one block per tile).
             kernels = (("tilus conv2d_auto.py (plain Script: pipelined, warp-specialized, persistent)",
                         Conv2dAuto(3, 1, 1, 1)),
-                       ("tilus conv2d_auto.py, 256x64x64 tiles, 8 warps", Conv2dAuto(3, 1, 1, 1, block_m=256, warps=8)),
+                       ("tilus conv2d_auto.py, 128x64x64 tiles, 4 warps", Conv2dAuto(3, 1, 1, 1, block_m=128, warps=4)),
                        ("tilus conv2d_auto.py without warp_specialize / persistent",
                         Conv2dAuto(3, 1, 1, 1, warp_specialize=False, persistent=False)),
                        ("tilus conv2d_wgmma.py, persistent warp-specialized (256x64x64)",
@@ -286,8 +286,11 @@ def main():
             if args.only_auto:
                 configs = [c for c in configs if c[0] == "v6"]
             # examples/python/matmul_auto.py, the plain Script the compiler pipelines (issue 39): its
-            # own row per shape, in its default (warp-specialized, persistent 128x256x64, 4 stages).
-            autos = [("default", dict())]
+            # own rows per shape, in its default (warp-specialized, persistent 128x256x64, 3 stages,
+            # the tile stored through shared memory and TMA stores), with 4 stages (no room for the
+            # TMA-store epilogue's tile: stores from registers) and with 6 stages of k = 32.
+            autos = [("default", dict()), ("4 stages, stores from registers", dict(stages=4)),
+                     ("128x256x32, 6 stages", dict(block_k=32, stages=6))]
             shapes = [tuple(int(x) for x in s.split("x")) for s in args.hopper_shapes.split(",")]
             for name, tdt, dt in (("f16", torch.float16, tilus_py.float16), ("bf16", torch.bfloat16, tilus_py.bfloat16)):
                 kernels = [((v, tuple(cfg.items())), make(dt)(**cfg)) for v, make, cfg in configs]

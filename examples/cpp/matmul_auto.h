@@ -17,6 +17,7 @@ struct MatmulAuto : Script {
   static constexpr const char* param_names = "m, n, k, a, b, c";
   int64_t block_m = 128, block_n = 128, block_k = 64, warps = 4, stages = 4;
   bool warp_specialize = false, persistent = false;
+  std::string epilogue;  // a persistent ring's: "" (the pass chooses), "tma" or "registers"
 
   void operator()(Int32 m, Int32 n, Int32 k, Ptr<f16> a, Ptr<f16> b, Ptr<f16> c) {
     attrs.blocks = {cdiv(m, block_m), cdiv(n, block_n)};
@@ -29,7 +30,8 @@ struct MatmulAuto : Script {
     for (Expr ko : range(cdiv(k, block_k), {.name = "ko",
                                             .num_stages = stages,
                                             .warp_specialize = warp_specialize,
-                                            .persistent = persistent})) {
+                                            .persistent = persistent,
+                                            .epilogue = epilogue})) {
       copy_async(ga, sa, {.offsets = {blockIdx.x * block_m, ko * block_k}});
       copy_async(gb, sb, {.offsets = {blockIdx.y * block_n, ko * block_k}});
       acc = dot(load_shared(sa), load_shared(sb.transpose()), acc);

@@ -20,16 +20,19 @@ void bind_builder(py::module_& m) {
       .def(
           "begin_for",
           [](Builder& b, const std::string& name, const py::object& begin, const py::object& end,
-             const py::object& step, int64_t unroll, L loc, int64_t num_stages, bool warp_specialize, bool persistent) {
+             const py::object& step, int64_t unroll, L loc, int64_t num_stages, bool warp_specialize, bool persistent,
+             const std::string& epilogue) {
             Unroll u = unroll < 0 ? Unroll::all() : unroll == 0 ? Unroll::none() : Unroll::by(unroll);
             LoopPipeline p;
             p.num_stages = num_stages;
             p.warp_specialize = warp_specialize;
             p.persistent = persistent;
+            p.epilogue = epilogue;
             return b.begin_for(name, to_expr(begin), to_expr(end), to_expr(step), u, loc_of(loc), p);
           },
           py::arg("name"), py::arg("begin"), py::arg("end"), py::arg("step"), py::arg("unroll"), py::arg("loc"),
-          py::arg("num_stages") = 0, py::arg("warp_specialize") = false, py::arg("persistent") = false)
+          py::arg("num_stages") = 0, py::arg("warp_specialize") = false, py::arg("persistent") = false,
+          py::arg("epilogue") = "")
       .def("end_for", &Builder::end_for)
       .def("begin_if", [](Builder& b, const py::object& c, L loc) { b.begin_if(to_expr(c), loc_of(loc)); })
       .def("end_if", &Builder::end_if)

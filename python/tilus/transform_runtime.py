@@ -203,7 +203,8 @@ class _Runtime:
         return isinstance(v, Expr)
 
     @staticmethod
-    def loop(script, name, line, *args, unroll=None, num_stages=None, warp_specialize=False, persistent=False):
+    def loop(script, name, line, *args, unroll=None, num_stages=None, warp_specialize=False, persistent=False,
+             epilogue=None):
         loc = (_here()[0], line)
         if not 1 <= len(args) <= 3:
             raise CompileError(f"{_where(loc)}range takes 1 to 3 arguments, got {len(args)}")
@@ -223,8 +224,11 @@ class _Runtime:
         for what, v in (("warp_specialize", warp_specialize), ("persistent", persistent)):
             if not isinstance(v, bool):
                 raise CompileError(f"{_where(loc)}range: {what} must be True or False, got {_describe(v)}")
+        if epilogue is not None and not isinstance(epilogue, str):
+            raise CompileError(f"{_where(loc)}range: epilogue must be \"tma\", \"registers\" or None, got "
+                               f"{_describe(epilogue)}")
         b = _builder()
-        var = b.begin_for(name, begin, end, step, u, loc, num_stages or 0, warp_specialize, persistent)
+        var = b.begin_for(name, begin, end, step, u, loc, num_stages or 0, warp_specialize, persistent, epilogue or "")
         yield var
         b.end_for()
 

@@ -228,6 +228,7 @@ class Printer {
         if (p.num_stages) unroll += fmt::format(" num_stages={}", p.num_stages);
         if (p.warp_specialize) unroll += " warp_specialize";
         if (p.persistent) unroll += " persistent";
+        if (!p.epilogue.empty()) unroll += fmt::format(" epilogue={}", p.epilogue);
         if (!p.ring.empty()) unroll += fmt::format(" ring={}", p.ring);
         if (p.wgmma_in_flight) unroll += fmt::format(" wgmma_in_flight={}", p.wgmma_in_flight);
         if (!p.schedule.empty()) unroll += fmt::format(" schedule=\"{}\"", p.schedule);

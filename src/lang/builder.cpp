@@ -176,6 +176,16 @@ Var Builder::begin_for(const std::string& var_name, Expr begin, Expr end, Expr s
                                    "(got {})",
                                    pipeline.warp_specialize ? "warp_specialize" : "persistent", pipeline.num_stages),
                        loc);
+  if (!pipeline.epilogue.empty() && pipeline.epilogue != "tma" && pipeline.epilogue != "registers")
+    throw CompileError(fmt::format("range: epilogue must be \"tma\", \"registers\" or None (the pass chooses), got "
+                                   "\"{}\"",
+                                   pipeline.epilogue),
+                       loc);
+  if (!pipeline.epilogue.empty() && !pipeline.persistent)
+    throw CompileError(fmt::format("range: epilogue=\"{}\" is an option of a persistent ring (persistent=True): the "
+                                   "store after the loop overlaps the next tile's loop",
+                                   pipeline.epilogue),
+                       loc);
   if (!pipeline.ring.empty() || pipeline.wgmma_in_flight)
     throw CompileError("range: the ring a pipelined loop becomes is the pipeline_loops pass's choice", loc);
   if (pipeline.num_stages == 1) pipeline.num_stages = 0;  // one stage: the loop as written

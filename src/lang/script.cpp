@@ -183,6 +183,7 @@ LoopRange::Iterator LoopRange::begin() {
     p.num_stages = opts_.num_stages;
     p.warp_specialize = opts_.warp_specialize;
     p.persistent = opts_.persistent;
+    p.epilogue = opts_.epilogue;
     var_ = b_->begin_for(opts_.name, begin_, end_, step_, opts_.unroll, loc_, p);
     opened_ = true;
   }

@@ -160,6 +160,12 @@ struct Ring {
   std::string schedule;
   // Global views made before the loop from blockIdx: made again for each tile's copies.
   std::unordered_set<const TensorNode*> remade_globals;
+  // The TMA-store epilogue of a persistent ring (choose_epilogue): the store_global after the
+  // loop it replaces, the columns of one TMA box, and its TMA stores as the rebuild made them,
+  // at the store's own offsets (before blockIdx becomes the tile's), for their legality check.
+  const StoreGlobalInst* epilogue_store = nullptr;
+  int64_t epilogue_box = 0;
+  std::vector<std::shared_ptr<CopyInst>> epilogue_copies;
 };
 
 std::string what(const InstNode& i) { return fmt::format("`{}` at {}", i.display_name(), i.loc.str()); }
@@ -1235,6 +1241,9 @@ class Rebuilder {
     size_t at = 0;
     while (at < top.size() && top[at].get() != static_cast<const StmtNode*>(ring.loop)) ++at;
     std::vector<Stmt> prefix(top.begin(), top.begin() + long(at)), suffix(top.begin() + long(at) + 1, top.end());
+    // The TMA-store epilogue: the tile's store through a shared tile allocated once.
+    Tensor epilogue_tile;
+    if (ring.epilogue_store) suffix = tma_epilogue(ring, suffix, epilogue_tile);
     // Which statements before the loop stay at the top.
     std::unordered_set<const ExprNode*> block_vars, work_vars, per_tile_lets;
     std::unordered_set<const TensorNode*> block_tensors, work_tensors;
@@ -1268,6 +1277,17 @@ class Rebuilder {
     Kernel out = k_;
     std::vector<Stmt> body;
     for (const Stmt& s : kernel_level) body.push_back(rewrite.mutate(s));
+    if (epilogue_tile.defined()) {
+      auto alloc = make_inst<AllocateSharedInst>(ring.epilogue_store->loc);
+      alloc->out = epilogue_tile;
+      body.push_back(make_inst_stmt(alloc));
+    }
+    // The last tile's TMA stores have read the shared tile before the block exits.
+    auto drain = [&]() -> Stmt {
+      auto w = make_inst<TmaWaitGroupInst>(ring.epilogue_store->loc);
+      w->n = 0;
+      return std::make_shared<ThreadGroupStmtNode>(ThreadGroupKind::SingleThread, 0, 1, make_inst_stmt(w), loc);
+    };
     int64_t W = k_.warps;
     int64_t groups = ring.only_wgmma_reads ? W / 4 : 0;
     std::vector<Stmt> bars = b.barriers(ring.warp_specialized ? (groups ? groups : W * 32) : 0);
@@ -1348,6 +1368,7 @@ class Rebuilder {
         r.insert(r.end(), after.begin(), after.end());
         return r;
       }));
+      if (epilogue_tile.defined()) body.push_back(drain());
     } else {
       out.warps = W + 4;
       bool regs = target_.has_wgmma() && !target_.is_cpu();
@@ -1411,6 +1432,7 @@ class Rebuilder {
           r.insert(r.end(), after.begin(), after.end());
           return r;
         }));
+        if (epilogue_tile.defined()) consumer.push_back(drain());
       } else {
         consumer = consume(VarMap(), Expr());
         auto after = substituted(suffix, VarMap());
@@ -1424,6 +1446,81 @@ class Rebuilder {
     }
     if (ring.persistent) out.grid = {min(tiles, int_const(sms))};
     out.body = make_seq(std::move(body), loc);
+    return out;
+  }
+
+  // The statements after a persistent ring's loop with its store_global of the [R, C] register
+  // tile replaced by the TMA-store epilogue: one thread waits until the previous tile's TMA
+  // stores have read the shared tile [C / box, R, box] (so they ran during this tile's loop),
+  // the threads store the tile into it (its [R, C / box, box] view), and one thread sends its C /
+  // box boxes of [R, box] with TMA stores (clipped at the tensor's bounds) and commits them. The
+  // passes after add the barriers and the proxy fence between the threads' writes and the stores.
+  std::vector<Stmt> tma_epilogue(Ring& ring, const std::vector<Stmt>& suffix, Tensor& tile) {
+    const StoreGlobalInst& st = *ring.epilogue_store;
+    const SourceLoc& loc = st.loc;
+    ring.epilogue_copies.clear();
+    auto shape = st.src.static_shape();
+    int64_t R = shape[0], C = shape[1], box = ring.epilogue_box, boxes = C / box;
+    DataType dt = st.src.dtype();
+    std::vector<int64_t> tshape{boxes, R, box};
+    tile = Tensor::shared("epilogue", dt, tshape, SharedLayout::row_major_swizzled(tshape, dt.bits() / 8));
+    const SharedLayout& l = tile->shared_layout;
+    auto view = [&](std::vector<Expr> offsets, std::vector<int> dims) {
+      std::vector<int64_t> vshape, vstrides;
+      for (int d : dims) {
+        vshape.push_back(tshape[size_t(d)]);
+        vstrides.push_back(l.strides()[size_t(d)]);
+      }
+      auto v = make_inst<SliceSharedInst>(loc);
+      v->src = tile;
+      v->offsets = std::move(offsets);
+      v->dims = std::move(dims);
+      v->out = Tensor::shared("epilogue", dt, vshape, SharedLayout(vshape, vstrides, l.swizzle()));
+      return v;
+    };
+    std::vector<Stmt> out;
+    for (const Stmt& s : suffix) {
+      if (inst_of(s) != &st) {
+        out.push_back(s);
+        continue;
+      }
+      auto wait = make_inst<TmaWaitGroupInst>(loc);
+      wait->n = 0;
+      wait->read = true;
+      out.push_back(
+          std::make_shared<ThreadGroupStmtNode>(ThreadGroupKind::SingleThread, 0, 1, make_inst_stmt(wait), loc));
+      auto boxed = view({int_const(0), int_const(0), int_const(0)}, {1, 0, 2});
+      out.push_back(make_inst_stmt(boxed));
+      auto reshape = make_inst<ReshapeInst>(loc);
+      reshape->x = st.src;
+      reshape->out = Tensor::reg(st.src->name, dt, {R, boxes, box});
+      out.push_back(make_inst_stmt(reshape));
+      auto store = make_inst<StoreSharedInst>(loc);
+      store->dst = boxed->out;
+      store->src = reshape->out;
+      out.push_back(make_inst_stmt(store));
+      std::vector<Stmt> send;
+      std::vector<Expr> at = st.offsets;
+      while (at.size() < 2) at.push_back(int_const(0));
+      for (int64_t j = 0; j < boxes; ++j) {
+        auto part = view({int_const(j), int_const(0), int_const(0)}, {1, 2});
+        send.push_back(make_inst_stmt(part));
+        auto c = make_inst<CopyInst>(loc);
+        c->api = CopyApi::TmaSharedToGlobal;
+        c->use_tma = true;
+        c->src.tensor = part->out;
+        c->src.offsets = {int_const(0), int_const(0)};
+        c->src.extents = {int_const(R), int_const(box)};
+        c->dst.tensor = st.dst;
+        c->dst.offsets = {at[0], simplify(at[1] + int_const(j * box, at[1].dtype()))};
+        c->dst.extents = {int_const(R), int_const(box)};
+        ring.epilogue_copies.push_back(c);
+        send.push_back(make_inst_stmt(c));
+      }
+      send.push_back(make_inst_stmt(make_inst<TmaCommitGroupInst>(loc)));
+      out.push_back(std::make_shared<ThreadGroupStmtNode>(ThreadGroupKind::SingleThread, 0, 1,
+                                                          make_seq(std::move(send), loc), loc));
+    }
     return out;
   }
 
@@ -1449,6 +1546,63 @@ class Rebuilder {
   const Target& target_;
 };
 
+// Bytes of shared memory a ring's stages take.
+int64_t ring_bytes(const Ring& r) {
+  int64_t bytes = 0;
+  for (const Tensor& t : r.roots) {
+    Tensor st = staged_tile(t, r.stages);
+    bytes += (st->shared_layout.storage_elements() * st.dtype().bits() + 7) / 8;
+  }
+  return bytes;
+}
+
+// The epilogue of a persistent ring (its loop a top-level statement of `top`): the store_global
+// of a [R, C] register tile after the loop goes through a shared tile and TMA stores where the
+// Script allows it (epilogue not "registers"), the target has TMA and the ring's loads are TMA
+// loads, the tile makes TMA boxes of
+// whole 128-byte rows (or C's bytes when fewer, a multiple of 16) and R <= 256 rows, and the
+// shared tile fits beside the ring's stages. Else the store stays, and the note says why.
+// Whether each TMA store is legal (16-byte aligned strides and a start proven >= 0: the
+// specialization's facts) is checked on the rebuilt kernel (pipeline_kernel).
+std::string choose_epilogue(Ring& r, const std::vector<Stmt>& top, const Target& target) {
+  const std::string& want = r.loop->pipeline.epilogue;
+  if (want == "registers") return "";
+  size_t at = 0;
+  while (at < top.size() && top[at].get() != static_cast<const StmtNode*>(r.loop)) ++at;
+  const StoreGlobalInst* st = nullptr;
+  for (size_t i = at + 1; i < top.size() && !st; ++i) st = dynamic_cast<const StoreGlobalInst*>(inst_of(top[i]));
+  if (!st) return want.empty() ? "" : "no store_global of a register tile after the loop";
+  if (!target.has_tma()) return fmt::format("{} has no TMA", target.arch);
+  // Behind a ring of cp.async (or synchronous) copies ptxas serialized the kernel's wgmma ("non
+  // wgmma instructions reading accumulator registers ... between start and end of the pipeline
+  // stage"; MatmulAuto with k not a multiple of 16), which costs more than the stores save.
+  if (!r.tma) return "the ring's loads are not TMA loads (behind other copies ptxas serialized the wgmma)";
+  DataType dt = st->src.dtype();
+  if (!st->src.is_register() || st->src.rank() != 2 || st->dst.rank() != 2 ||
+      !(st->dims.empty() || st->dims == std::vector<int>{0, 1}))
+    return fmt::format("the store at {} is not a [rows, columns] register tile into a 2-d global tensor",
+                       st->loc.str());
+  if (dt.is_subbyte()) return fmt::format("TMA stores whole bytes, and the tile is {}", dt.name());
+  auto shape = st->src.static_shape();
+  int64_t eb = dt.bits() / 8, R = shape[0], C = shape[1];
+  int64_t box = std::min<int64_t>(C, 128 / eb);
+  if (R > 256 || C % box || box * eb % 16)
+    return fmt::format("the tile [{}, {}] of {} does not split into TMA boxes of at most 256 rows of 128 bytes (or "
+                       "of its whole rows, a multiple of 16 bytes)",
+                       R, C, dt.name());
+  int64_t stages = ring_bytes(r), tile = R * C * eb;
+  // The ring's barriers and the allocations' alignment take a little more.
+  if (stages + tile + 1024 > target.shared_memory_per_block) {
+    int64_t per_stage = stages / r.stages, fit = (target.shared_memory_per_block - tile - 1024) / per_stage;
+    return fmt::format("the output tile's {} bytes and the ring's {} exceed the {} bytes a block has on {} ({})",
+                       tile, stages, target.shared_memory_per_block, target.arch,
+                       fit >= 2 ? fmt::format("num_stages={} would fit", fit) : std::string("fewer stages do not fit"));
+  }
+  r.epilogue_store = st;
+  r.epilogue_box = box;
+  return "";
+}
+
 // The schedule each ring gets: TMA where the target has it and every copy of the ring is a
 // legal TMA box (the rule select_instructions applies), else cp.async; warp specialization and
 // persistence where asked for and possible (else a note says why not).
@@ -1460,14 +1614,10 @@ Kernel pipeline_kernel(const Kernel& k, const Target& target) {
   // A ring larger than a block's shared memory: say so at the loop (plan_shared_memory would
   // name the tiles only).
   for (Ring& r : rings) {
-    int64_t bytes = 0;
+    int64_t bytes = ring_bytes(r);
     std::vector<std::string> tiles;
-    for (const Tensor& t : r.roots) {
-      Tensor st = staged_tile(t, r.stages);
-      int64_t b = (st->shared_layout.storage_elements() * st.dtype().bits() + 7) / 8;
-      bytes += b;
-      tiles.push_back(fmt::format("{} {}", t->name, st.type_str()));
-    }
+    for (const Tensor& t : r.roots)
+      tiles.push_back(fmt::format("{} {}", t->name, staged_tile(t, r.stages).type_str()));
     if (bytes > target.shared_memory_per_block)
       throw CompileError(fmt::format("range(num_stages={}) at {}: the ring's stages take {} bytes of shared memory ({}), "
                                      "more than the {} bytes a block has on {}; use fewer stages or smaller tiles",
@@ -1539,9 +1689,40 @@ Kernel pipeline_kernel(const Kernel& k, const Target& target) {
     if (r.persistent)
       sched.push_back(fmt::format("persistent: {} blocks walk the tiles in groups of 8 along blockIdx.x",
                                   target.multiprocessors));
+    if (r.persistent)
+      if (std::string why = choose_epilogue(r, top, target); !why.empty())
+        r.note += (r.note.empty() ? "" : "; ") + ("epilogue: registers: " + why);
+    if (r.epilogue_store) {
+      auto shape = r.epilogue_store->src.static_shape();
+      sched.push_back(fmt::format("epilogue: registers -> shared [{}, {}, {}] -> {} TMA stores of [{}, {}], during "
+                                  "the next tile's loop",
+                                  shape[1] / r.epilogue_box, shape[0], r.epilogue_box, shape[1] / r.epilogue_box,
+                                  shape[0], r.epilogue_box));
+    }
     r.schedule = fmt::format("{}", fmt::join(sched, "; "));
   }
-  return build().first;
+  Kernel out = build().first;
+  // Each TMA store of an epilogue must be legal with what the specialization proves (TMA's
+  // rules as select_instructions applies them: 16-byte aligned base and row stride, a start
+  // >= 0); else the ring keeps the Script's store. The stores are checked at the Script's
+  // offsets (blockIdx of the grid as written): the tile loop gives blockIdx the coordinates of
+  // one of that grid's blocks, which the facts of its `%` and `/` do not show.
+  bool again = false;
+  KernelFacts facts(out);
+  for (Ring& r : rings) {
+    if (!r.epilogue_store) continue;
+    for (const auto& c : r.epilogue_copies) {
+      std::string why = tma_load_problem(facts, target, *c);
+      if (why.empty()) continue;
+      r.epilogue_store = nullptr;
+      r.note += (r.note.empty() ? "" : "; ") + ("epilogue: registers: the TMA store is " + why);
+      if (auto e = r.schedule.find("; epilogue:"); e != std::string::npos) r.schedule.erase(e);
+      else if (r.schedule.rfind("epilogue:", 0) == 0) r.schedule.clear();
+      again = true;
+      break;
+    }
+  }
+  return again ? build().first : out;
 }
 
 }  // namespace

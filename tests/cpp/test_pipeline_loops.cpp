@@ -156,6 +156,98 @@ TEST(PipelineLoops, WarpSpecializedPersistentRing) {
   EXPECT_EQ(c[0].schedule, "persistent: 132 blocks walk the tiles in groups of 8 along blockIdx.x");
 }
 
+// The instructions of the kernel after the tile loop's ring, in order: what the epilogue became
+// (store_shared with its lowering, the TMA store groups, the proxy fence and the barriers).
+std::vector<std::string> epilogue_ops(const Program& p) {
+  struct Collect : StmtVisitor {
+    std::vector<std::string> out;
+    int rings = 0;
+    void visit_for(const ForStmtNode& f) override {
+      if (f.pipeline.requested()) {
+        ++rings;
+        return;  // the ring's loop itself
+      }
+      StmtVisitor::visit_for(f);
+    }
+    void visit_inst(const InstNode& i) override {
+      if (!rings) return;
+      if (auto* s = dynamic_cast<const StoreSharedInst*>(&i))
+        out.push_back(fmt::format("store_shared:{}", s->lowering.op == MachineOp::Stmatrix ? "stmatrix" : "other"));
+      else if (auto* c = dynamic_cast<const CopyInst*>(&i); c && c->api == CopyApi::TmaSharedToGlobal)
+        out.push_back(c->lowering.op == MachineOp::TmaStore ? "tma.store" : "copy:other");
+      else if (auto* w = dynamic_cast<const TmaWaitGroupInst*>(&i))
+        out.push_back(fmt::format("tma.wait_group({}{})", w->n, w->read ? ", read" : ""));
+      else if (i.kind() == InstKind::TmaCommitGroup) out.push_back("tma.commit_group");
+      else if (i.kind() == InstKind::FenceProxyAsync) out.push_back("fence.proxy.async");
+      else if (i.kind() == InstKind::Sync) out.push_back("sync");
+      else if (i.kind() == InstKind::StoreGlobal) out.push_back("store_global");
+    }
+  } c;
+  c.visit(p.kernels[0].body);
+  return c.out;
+}
+
+TEST(PipelineLoops, PersistentRingStoresItsTileThroughSharedMemoryAndTma) {
+  examples::MatmulAuto m;
+  m.warps = 8;
+  m.block_n = 256;
+  m.stages = 3;
+  m.warp_specialize = m.persistent = true;
+  LoopPipeline r = golden_ring(aligned(trace(m)), "sm_90a", "pipeline_loops_tma_epilogue");
+  EXPECT_NE(r.schedule.find("; epilogue: registers -> shared [4, 128, 64] -> 4 TMA stores of [128, 64], during the "
+                            "next tile's loop"),
+            std::string::npos)
+      << r.schedule;
+  EXPECT_EQ(r.note, "");
+  // Through every pass: one thread waits until the previous tile's stores have read the shared
+  // tile, a barrier, the threads' stmatrix, the proxy fence and a barrier, four TMA stores of
+  // one commit group; the last tile's stores are waited for before the block exits.
+  Program done = after(aligned(trace(m)), "sm_90a", "keep_wgmma_loops_rolled");
+  EXPECT_EQ(epilogue_ops(done),
+            (std::vector<std::string>{"tma.wait_group(0, read)", "sync", "store_shared:stmatrix", "fence.proxy.async",
+                                      "sync", "tma.store", "tma.store", "tma.store", "tma.store", "tma.commit_group",
+                                      "tma.wait_group(0)"}));
+  // The same on the CPU backend (no warp specialization there).
+  Program cpu = after(aligned(trace(m)), "cpu");
+  ASSERT_EQ(rings(cpu).size(), 1u);
+  EXPECT_NE(rings(cpu)[0].schedule.find("epilogue: registers -> shared"), std::string::npos);
+  // The one ring for sm_90a, aligned but for the parameter `unknown` (-1: none): where the store
+  // stayed, the schedule names no epilogue and the note says why (`why`).
+  auto kept_because = [&](int unknown, const std::string& why) {
+    Program p = aligned(trace(m));
+    p.kernels[0].param_divisibility.erase(unknown);
+    auto r = rings(after(p, "sm_90a"));
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].schedule.find("epilogue"), std::string::npos);
+    EXPECT_NE(r[0].note.find("epilogue: registers: " + why), std::string::npos) << r[0].note;
+  };
+  // Four stages of these tiles leave no room for the 64 KB tile.
+  m.stages = 4;
+  kept_because(-1, "the output tile's 65536 bytes and the ring's 196608 exceed the 232448 bytes a block has on "
+                   "sm_90a (num_stages=3 would fit)");
+  // n not known to be a multiple of 16 (rows of c not 16-byte aligned): TMA's rules, as
+  // select_instructions applies them, refuse the store.
+  m.stages = 3;
+  kept_because(1, "the TMA store is not legal: global stride n of dim 0 is not a known multiple of 16 bytes");
+  // k not known to be a multiple of 16: a ring of cp.async copies, behind which ptxas serialized
+  // the wgmma of a kernel with this epilogue.
+  kept_because(2, "the ring's loads are not TMA loads");
+  // The Script may keep its store.
+  m.epilogue = "registers";
+  auto kept = rings(after(aligned(trace(m)), "sm_90a"));
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].schedule.find("epilogue"), std::string::npos);
+  EXPECT_EQ(epilogue_ops(after(aligned(trace(m)), "sm_90a", "keep_wgmma_loops_rolled")),
+            (std::vector<std::string>{"store_global"}));
+  // epilogue is an option of a persistent ring, with two values.
+  m.persistent = false;
+  EXPECT_NE(message_of<CompileError>([&] { trace(m); }).find("is an option of a persistent ring"), std::string::npos);
+  m.persistent = true;
+  m.epilogue = "smem";
+  EXPECT_NE(message_of<CompileError>([&] { trace(m); }).find("epilogue must be \"tma\", \"registers\" or None"),
+            std::string::npos);
+}
+
 TEST(PipelineLoops, Sm80RingIsCpAsyncGroupsWithDerivedWaits) {
   LoopPipeline r = golden_ring(aligned(trace(examples::MatmulAuto{})), "sm_80", "pipeline_loops_cp_async");
   EXPECT_EQ(r.ring, "cp.async");

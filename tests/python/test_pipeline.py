@@ -145,13 +145,20 @@ def _ir(kernel, arch, stage="pipeline_loops", m=4096, n=4096, k=4096):
 
 def test_the_ir_shows_the_ring_and_the_schedule():
     traced = _ir(MatmulAuto(), "sm_90a", "traced")
-    assert "num_stages=4 warp_specialize persistent {" in traced
+    assert "num_stages=3 warp_specialize persistent {" in traced
     ir = _ir(MatmulAuto(), "sm_90a")
     assert "ring=tma wgmma_in_flight=1" in ir
     assert 'schedule="warp-specialized: warps 8-11 load (setmaxnreg 40), warps 0-7 compute (setmaxnreg 232); ' \
            'persistent: 132 blocks' in ir
     assert "warps 12" in ir and "grid [min((m + 127) / 128 * ((n + 255) / 256), 132)]" in ir
-    assert "shared float16[4, 128, 64]" in ir and "shared float16[4, 256, 64]" in ir
+    assert "shared float16[3, 128, 64]" in ir and "shared float16[3, 256, 64]" in ir
+    # The tile's store after the loop: through a shared tile of four 64-column boxes and TMA stores.
+    assert "epilogue: registers -> shared [4, 128, 64] -> 4 TMA stores of [128, 64]" in ir
+    assert "tma.shared_to_global" in ir and "tma.wait_group(n=0, read=true)" in ir, ir
+    # Four stages leave no room for it: the store stays, and the note says why.
+    four = _ir(MatmulAuto(stages=4), "sm_90a")
+    assert "epilogue: registers: the output tile's 65536 bytes and the ring's 196608 exceed" in four
+    assert "tma.shared_to_global" not in four
     # The barriers the ring derived: a full and an empty mbarrier per stage, waited on and arrived at.
     for op in ("mbarrier.alloc(barriers=full, counts=[", "mbarrier.alloc(barriers=empty, counts=[",
                "mbarrier.wait(barrier=full", "mbarrier.wait(barrier=empty", "mbarrier.arrive(barrier=empty"):
@@ -164,11 +171,12 @@ def test_the_ir_shows_the_ring_and_the_schedule():
     with pytest.raises(tilus.CompileError, match=r"matmul_auto.py:\d+: error: range\(num_stages=4\) at .*the ring's "
                                                  r"stages take 196608 bytes of shared memory .* more than the 166912 "
                                                  r"bytes a block has on sm_80; use fewer stages"):
-        _ir(MatmulAuto(), "sm_80")
+        _ir(MatmulAuto(stages=4), "sm_80")
     ampere = _ir(MatmulAuto(stages=3), "sm_80")
     assert 'ring=cp.async' in ampere and "tma: sm_80 has no TMA" in ampere
     assert "copy_async_commit_group()" in ampere  # one group per stage; insert_async_waits derives the waits
     assert "warp_specialize: the ring is not TMA loads" in ampere and "persistent: 108 blocks" in ampere
+    assert "epilogue: registers: sm_80 has no TMA" in ampere
     # The CPU backend runs a block's threads in order: no warp specialization.
     cpu = _ir(MatmulAuto(), "cpu")
     assert "warp_specialize: the CPU backend runs a block's threads in order" in cpu and "ring=tma" in cpu
@@ -183,7 +191,8 @@ def test_ptx_has_the_chosen_instructions():
     args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n, k), np.float16), np.zeros((m, n), np.float16))
     hopper = MatmulAuto().ptx(*args, arch="sm_90a")
     for op in ("cp.async.bulk.tensor", "wgmma.mma_async", "wgmma.wait_group.sync.aligned 1", "setmaxnreg.inc",
-               "setmaxnreg.dec", "mbarrier.try_wait"):
+               "setmaxnreg.dec", "mbarrier.try_wait", "stmatrix.sync.aligned", "cp.async.bulk.tensor.2d.global.shared",
+               "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0"):
         assert op in hopper, op
     ampere = MatmulAuto(stages=3).ptx(*args, arch="sm_80")
     for op in ("cp.async.cg.shared.global", "cp.async.wait_group 1", "mma.sync.aligned.m16n8k16"):
@@ -322,3 +331,24 @@ def test_matmul_auto_ragged_k_against_torch(cfg, m, n, k):
         torch.cuda.synchronize()
         bad = ((c.float() - want).abs() > 2e-2 + 1e-2 * want.abs()).sum().item()
         assert bad == 0, f"{bad} of {m * n} elements off (max {(c.float() - want).abs().max().item():.3g})"
+
+
+# The TMA-store epilogue of persistent rings on ragged sizes: where n is a multiple of 16 (c's rows
+# 16-byte aligned) the tile goes through shared memory and TMA stores, clipped at m and n (a last
+# tile of 16 columns at n = 528, rows past m); where it is not, TMA's rules refuse the store and
+# the Script's store stays, as it does behind a ring of cp.async copies (k not a multiple of 16:
+# ptxas serialized the wgmma there). Tiles of 64 x 64: each block's ring runs across several
+# tiles, the stores of one overlapping the next one's loop.
+@pytest.mark.parametrize("m,n,k", [(301, 528, 80), (150, 80, 16), (130, 200, 64), (1000, 1104, 48), (301, 528, 72)])
+@pytest.mark.parametrize("cfg", [dict(), dict(block_m=64, block_n=64, warps=4, warp_specialize=False)],
+                         ids=["default", "small-tiles"])
+def test_tma_epilogue_on_ragged_sizes(arrays, cfg, m, n, k):
+    ir = _ir(MatmulAuto(**cfg), "sm_90a", m=m, n=n, k=k)
+    taken = "epilogue: registers -> shared" in ir
+    assert taken == (n % 16 == 0 and k % 16 == 0), ir
+    if n % 16:
+        assert "epilogue: registers: the TMA store is not legal" in ir
+    elif k % 16:
+        assert "epilogue: registers: the ring's loads are not TMA loads" in ir
+    run_matmul(arrays, MatmulAuto(**cfg), m, n, k)
+    run_matmul(arrays, MatmulAuto(**cfg, epilogue="registers"), m, n, k)

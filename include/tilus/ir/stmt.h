@@ -49,6 +49,10 @@ struct LoopPipeline {
   int64_t num_stages = 0;
   bool warp_specialize = false;  // a producer warp group feeds the consumer warp groups
   bool persistent = false;       // one block per SM walks the output tiles
+  // How a persistent ring's tile is stored after its loop: "" (pipeline_loops chooses: through
+  // shared memory and TMA stores where legal and the output tile fits beside the stages; the
+  // note says why not), "tma" (the same) or "registers" (the store as the Script wrote it).
+  std::string epilogue;
   // Set by pipeline_loops on the ring's loop (empty before it): "tma" or "cp.async", the
   // completion of the ring's loads; "warp-specialized" rings say so too.
   std::string ring;
@@ -63,6 +67,7 @@ struct LoopPipeline {
   bool requested() const { return num_stages > 0; }
   bool operator==(const LoopPipeline& o) const {
     return num_stages == o.num_stages && warp_specialize == o.warp_specialize && persistent == o.persistent &&
+           epilogue == o.epilogue &&
            ring == o.ring && wgmma_in_flight == o.wgmma_in_flight && schedule == o.schedule && note == o.note;
   }
 };

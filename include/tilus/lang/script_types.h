@@ -294,6 +294,8 @@ struct RangeOptions {
   int64_t num_stages = 0;
   bool warp_specialize = false;
   bool persistent = false;
+  // A persistent ring's epilogue: "" (the pass chooses), "tma" or "registers" (LoopPipeline).
+  std::string epilogue;
 };
 
 // The initial value of register_tensor(): nothing, a scalar, or a function of the indices.

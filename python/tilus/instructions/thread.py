@@ -218,7 +218,8 @@ class ThreadInstructions:
 
     # --- control flow ----------------------------------------------------------------------------
     def range(self, *args: _Int, unroll: Union[bool, int, None] = None, num_stages: Optional[int] = None,
-              warp_specialize: bool = False, persistent: bool = False) -> Iterable[Expr]:
+              warp_specialize: bool = False, persistent: bool = False,
+              epilogue: Optional[str] = None) -> Iterable[Expr]:
         """``for i in self.range(end)`` / ``(begin, end[, step])``: an IR loop with ``unroll``.
 
         Valid only as the iterable of a ``for`` statement in ``__call__``: like
@@ -232,6 +233,10 @@ class ThreadInstructions:
         as written. ``warp_specialize``: a producer warp group issues the ring's loads and the
         kernel's warps consume them. ``persistent``: one block per SM walks the output tiles
         (the grid's blocks) in an L2-friendly order, the ring running on across them.
+        ``epilogue`` (persistent rings): how the tile is stored after the loop: ``"tma"``
+        through a shared tile (``stmatrix``) and TMA stores that complete while the next tile's
+        loop runs, ``"registers"`` as written, None: the compiler's choice (TMA where legal and
+        the output tile fits in shared memory beside the stages).
         """
         _fail("self.range(...) is only valid as the iterable of a `for` loop in __call__")
 
