@@ -3,15 +3,18 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 (examples/python/per_token_cast.py, swiglu_per_token_cast.py) against torch and the read+write
 floor.
 
-    PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant]
+    PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
+                                                [--block-tiles BMxBN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
 128, 1024, 4096, 8192). Per-tensor scales against torch._scaled_mm with float32 [1] scales (its
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
-(1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here) against the per-tensor
-_scaled_mm. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
+(1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
+MatmulFp8Block, its tile chosen by block_config, and --block-tiles adds MatmulFp8 with each tile
+named, as "tilus block BMxBN") against the per-tensor _scaled_mm. --shapes replaces the shapes
+with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
 Quantization: bf16 [m, hidden] -> e4m3 codes and float32 scales per 128 elements, against the
@@ -29,7 +32,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
 from run import interleaved_ms  # noqa: E402
 
-from matmul_fp8 import MatmulFp8, block_scales  # noqa: E402
+from matmul_fp8 import MatmulFp8, MatmulFp8Block, block_config, block_scales  # noqa: E402
 from per_token_cast import per_token_cast  # noqa: E402
 from swiglu_per_token_cast import swiglu_per_token_cast  # noqa: E402
 
@@ -91,12 +94,14 @@ def torch_swiglu_per_token_cast(x):
     return torch_per_token_cast(torch.nn.functional.silu(g) * u)
 
 
-def gemm_rows(ms, quick):
+def gemm_rows(ms, quick, shapes=None, block_tiles=()):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
-    shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
-    shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
+    if not shapes:
+        shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
+        shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
     tensor_k, row_k, block_k = (MatmulFp8("tensor", blocks=sms), MatmulFp8("row", blocks=sms),
-                                MatmulFp8("block", blocks=sms))
+                                MatmulFp8Block(blocks=sms))
+    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], blocks=sms) for t in block_tiles}
     rows = []
     for m, n, k in shapes:
         torch.manual_seed(0)
@@ -111,6 +116,8 @@ def gemm_rows(ms, quick):
         fns = {"tilus tensor": lambda: tensor_k(m, n, k, a, b, one, one, c),
                "tilus row": lambda: row_k(m, n, k, a, b, sa_row, sb_row, c),
                "tilus block": lambda: block_k(m, n, k, a, b, sa_blk, sb_blk, c)}
+        for t, kern in tiles.items():
+            fns[f"tilus block {t[0]}x{t[1]}"] = lambda kern=kern: kern(m, n, k, a, b, sa_blk, sb_blk, c)
         # The per-tensor result against a float32 product of the same codes, as a check that the
         # run is meaningful (fp8 tensor cores sum with fewer bits than float32).
         fns["tilus tensor"]()
@@ -132,7 +139,8 @@ def gemm_rows(ms, quick):
         tf = {name: 2 * m * n * k / t / 1e9 for name, t in ms_.items()}
         rows.append((m, n, k, ms_, tf))
         line = "  ".join(f"{name} {t * 1e3:8.1f} us ({tf[name]:6.1f} TF)" for name, t in ms_.items())
-        print(f"{m:5d}x{n:5d}x{k:5d}: {line}", flush=True)
+        tile = block_config(m, n, sms // 2)
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus block: {tile[0]}x{tile[1]}): {line}", flush=True)
     return rows
 
 
@@ -169,18 +177,26 @@ def main():
     p.add_argument("--ms", default="1,16,128,1024,4096,8192")
     p.add_argument("--only", choices=["gemm", "quant"])
     p.add_argument("--quick", action="store_true", help="one LLM shape, one quantization size")
+    p.add_argument("--shapes", default="", help="GEMM shapes MxNxK, comma-separated (instead of the default set)")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN (e.g. 128x256,64x128) timed beside "
+                                                     "the chosen one")
     args = p.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]
     print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
-    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick) if args.only != "quant" else []
+    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles) if args.only != "quant" else []
     quant = quant_rows(args.quick) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:
-        print(f"{'m x n x k':>20} {'tensor/cuBLAS':>14} {'tensor/fast':>12} {'row/cuBLAS row':>15} {'block/cuBLAS':>13}")
+        extra = [f"block {bm}x{bn}" for bm, bn in block_tiles]
+        print(f"{'m x n x k':>20} {'tensor/cuBLAS':>14} {'tensor/fast':>12} {'row/cuBLAS row':>15} {'block/cuBLAS':>13}"
+              + "".join(f" {e + '/cuBLAS':>20}" for e in extra))
         for m, n, k, t, _ in gemm:
             r = lambda ref, mine: f"{t[ref] / t[mine]:.2f}x" if ref in t else "n/a"  # noqa: E731
             print(f"{f'{m}x{n}x{k}':>20} {r('cuBLAS', 'tilus tensor'):>14} {r('cuBLAS fast', 'tilus tensor'):>12} "
-                  f"{r('cuBLAS row', 'tilus row'):>15} {r('cuBLAS', 'tilus block'):>13}")
+                  f"{r('cuBLAS row', 'tilus row'):>15} {r('cuBLAS', 'tilus block'):>13}"
+                  + "".join(f" {r('cuBLAS', 'tilus ' + e):>20}" for e in extra))
     for name, m, hidden, t, floor, moved in quant:
         f = f"{floor / t['tilus']:.2f}x of the floor" if floor else "floor n/a"
         print(f"{name:>15} {m}x{hidden}: {t['torch'] / t['tilus']:.2f}x torch, {f}")

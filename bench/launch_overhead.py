@@ -4,14 +4,18 @@ each call shape of issue 41 (a new instance per call, keyword arguments, stream=
 scalars, NVIDIA Tilus's decode idiom: a new instance of an autotuned class with a bf16 tensor and
 Python float constants, cupy and DLPack arrays, the general path).
 
-    PYTHONPATH=build/python python bench/launch_overhead.py [--launches 20000]
+    PYTHONPATH=build/python python bench/launch_overhead.py [--launches 2000] [--rounds 21]
 
 Each figure is the wall time of a Python loop of launches, synchronized once at the end,
-divided by the number of launches (median of 5 loops); the kernels are compiled and warmed up
-first, so this is the per-call cost: argument handling, the specialization lookup and the
-driver launch. One more row, where a C compiler is present: the same Script from an
-ahead-of-time bundle (tilus.aot), called from a C loop in this process (one ctypes call per
-loop of launches), as a deployed C or C++ program calls it.
+divided by the number of launches; the kernels are compiled and warmed up first, so this is the
+per-call cost: argument handling, the specialization lookup and the driver launch. The rows are
+timed in rounds taken in turn (A B C ... A B C ..., each round one loop of each row, the order
+rotated every round) and each row's figure is the median of its rounds, so a slow spell of the
+machine (another process, a clock change) touches every row alike instead of one. One more row,
+where a C compiler is present: the same Script from an ahead-of-time bundle (tilus.aot), called
+from a C loop in this process (one ctypes call per loop of launches), as a deployed C or C++
+program calls it. Each row is printed beside torch.add, Triton and the AOT C loop (its time
+over theirs), then the goals of issue 41.
 """
 import argparse
 import ctypes
@@ -136,42 +140,79 @@ def aot_loop(workdir):
     return so
 
 
-def per_launch_us(fn, launches):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
+def calls(fn):
+    """A loop of `launches` calls of fn (what one round of a row runs)."""
+    def loop(launches):
         for _ in range(launches):
             fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / launches * 1e6)
-    times.sort()
-    return times[2]
+    return loop
+
+
+def rounds_us(loops, launches, rounds, clock=time.perf_counter, sync=None):
+    """{name: microseconds per launch} of the loops in `loops` ({name: loop(launches)}), timed in
+    rounds taken in turn: each round runs every loop once (the order rotated by one every round),
+    `sync` after each; a row's figure is the median of its rounds. One warm-up round first."""
+    names = list(loops)
+    for name in names:
+        loops[name](max(1, launches // 10))
+        if sync:
+            sync()
+    got = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = clock()
+            loops[name](launches)
+            if sync:
+                sync()
+            got[name].append((clock() - t0) / launches * 1e6)
+    return {name: sorted(t)[len(t) // 2] for name, t in got.items()}
+
+
+# The rows every other row is shown beside, and the goals of issue 41 (numerator, denominator, goal).
+TORCH_ADD, TRITON, AOT = "torch.add (a + b, out=d)", "Triton", "tilus AOT bundle, C loop"
+REUSED, GENERAL, IDIOM = ("tilus: reused instance", "tilus: general path (no fast path)",
+                          "tilus: Tilus idiom (new autotuned instance, bf16, float constants)")
+GOALS = [("Tilus idiom / torch.add", IDIOM, TORCH_ADD, 1.0), ("reused instance / AOT C loop", REUSED, AOT, 1.3),
+         ("general path / reused instance", GENERAL, REUSED, 2.0)]
+
+
+def table(us, title):
+    """The rows beside torch.add, Triton and the AOT C loop, then the goals; a list of lines."""
+    refs = [(TORCH_ADD, "/torch.add"), (TRITON, "/Triton"), (AOT, "/AOT loop")]
+    lines = [title, f"{'call shape':68s} {'us':>8s}" + "".join(f" {label:>10s}" for _, label in refs)]
+    for name, t in us.items():
+        lines.append(f"{name:68s} {t:8.2f}" + "".join(f" {t / us[ref]:9.2f}x" if ref in us else f" {'-':>10s}"
+                                                     for ref, _ in refs))
+    for label, num, den, goal in GOALS:
+        if num in us and den in us:
+            r = us[num] / us[den]
+            lines.append(f"goal: {label + f' <= {goal}':62s} {r:8.2f}x  {'met' if r <= goal else 'NOT MET'}")
+    return lines
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--launches", type=int, default=20000)
+    p.add_argument("--launches", type=int, default=2000, help="launches per row and round")
+    p.add_argument("--rounds", type=int, default=21)
     args = p.parse_args()
     n = 1024
     L = args.launches
     a, b, c, d = (torch.randn(n, device="cuda") for _ in range(4))
-    rows = []
+    loops = {}  # name -> loop(launches)
     k = Add3()
     k(n, a, b, c, d)
     assert torch.allclose(d, a + b + c)
-    rows.append(("tilus: reused instance", per_launch_us(lambda: k(n, a, b, c, d), L)))
+    loops[REUSED] = calls(lambda: k(n, a, b, c, d))
     Add3()(n, a, b, c, d)
-    rows.append(("tilus: new instance per call", per_launch_us(lambda: Add3()(n, a, b, c, d), L)))
-    rows.append(("tilus: keyword arguments", per_launch_us(lambda: k(n=n, a=a, b=b, c=c, d=d), L)))
+    loops["tilus: new instance per call"] = calls(lambda: Add3()(n, a, b, c, d))
+    loops["tilus: keyword arguments"] = calls(lambda: k(n=n, a=a, b=b, c=c, d=d))
     s = torch.cuda.current_stream()
-    rows.append(("tilus: stream=", per_launch_us(lambda: k(n, a, b, c, d, stream=s), L)))
+    loops["tilus: stream="] = calls(lambda: k(n, a, b, c, d, stream=s))
     h = [t.to(torch.bfloat16) for t in (a, b, c, d)]
     kb = Add3Bf16()
     kb(n, 0.5, *h)
     torch.testing.assert_close(h[3].float(), (0.5 * h[0].float() + h[1].float() + h[2].float()), rtol=2e-2, atol=2e-2)
-    rows.append(("tilus: bf16 + float scalar", per_launch_us(lambda: kb(n, 0.5, *h), L)))
+    loops["tilus: bf16 + float scalar"] = calls(lambda: kb(n, 0.5, *h))
     batch, heads = 1, 64
     w = torch.randn(heads, device="cuda") * 0.1
     bias = torch.randn(heads, device="cuda") * 0.1
@@ -180,16 +221,15 @@ def main():
     GatingIdiom()(g, w, ab, bias, batch, heads, 1.0, 20.0)
     x = ab.float() + bias
     torch.testing.assert_close(g, -torch.exp(w) * torch.nn.functional.softplus(x, 1.0, 20.0), rtol=1e-3, atol=1e-3)
-    rows.append(("tilus: Tilus idiom (new autotuned instance, bf16, float constants)",
-                 per_launch_us(lambda: GatingIdiom()(g, w, ab, bias, batch, heads, 1.0, 20.0), L)))
+    loops[IDIOM] = calls(lambda: GatingIdiom()(g, w, ab, bias, batch, heads, 1.0, 20.0))
     dl = [DLPackOnly(t) for t in (a, b, c, d)]
     k(n, *dl)
-    rows.append(("tilus: DLPack arrays", per_launch_us(lambda: k(n, *dl), L)))
+    loops["tilus: DLPack arrays"] = calls(lambda: k(n, *dl))
     try:
         import cupy
         cp = [cupy.asarray(t) for t in (a, b, c, d)]
         k(n, *cp)
-        rows.append(("tilus: cupy arrays", per_launch_us(lambda: k(n, *cp), L)))
+        loops["tilus: cupy arrays"] = calls(lambda: k(n, *cp))
     except ImportError:
         pass
 
@@ -197,13 +237,13 @@ def main():
         compiled, call = tilus_launch.prepare(k, (n, a, b, c, d), {})
         tilus_launch.run(compiled, call)
 
-    rows.append(("tilus: general path (no fast path)", per_launch_us(general, L)))
+    loops[GENERAL] = calls(general)
     if triton is not None:
         grid = (triton.cdiv(n, 1024),)
         add3_kernel[grid](a, b, c, d, n, BLOCK=1024)
         assert torch.allclose(d, a + b + c)
-        rows.append(("Triton", per_launch_us(lambda: add3_kernel[grid](a, b, c, d, n, BLOCK=1024), L)))
-    rows.append(("torch.add (a + b, out=d)", per_launch_us(lambda: torch.add(a, b, out=d), L)))
+        loops[TRITON] = calls(lambda: add3_kernel[grid](a, b, c, d, n, BLOCK=1024))
+    loops[TORCH_ADD] = calls(lambda: torch.add(a, b, out=d))
     with tempfile.TemporaryDirectory(prefix="tilus-launch-") as workdir:
         so = aot_loop(workdir)
         if so is not None:
@@ -213,22 +253,10 @@ def main():
             assert so.bench_loop(stream, n, *ptrs, 1) == 0, so.bench_last_error()
             torch.cuda.synchronize()
             assert torch.allclose(d, a + b + c)
-            # One ctypes call per loop: per_launch_us times `launches` loops of one launch each.
-            loop = lambda: so.bench_loop(stream, n, *ptrs, L)  # noqa: E731
-            rows.append(("tilus AOT bundle, C loop", per_launch_us(loop, 1) / L))
-    print(f"launch overhead, {torch.cuda.get_device_name()}, {L} launches per loop (us per launch)")
-    base = dict(rows)
-    for name, us in rows:
-        print(f"{name:68s} {us:8.2f}")
-    ratios = [("Tilus idiom / torch.add (goal <= 1.0)", "tilus: Tilus idiom (new autotuned instance, bf16, float constants)",
-               "torch.add (a + b, out=d)"),
-              ("reused instance / AOT C loop (goal <= 1.3)", "tilus: reused instance", "tilus AOT bundle, C loop"),
-              ("general path / reused instance (goal <= 2.0)", "tilus: general path (no fast path)",
-               "tilus: reused instance"),
-              ("reused instance / Triton", "tilus: reused instance", "Triton")]
-    for label, num, den in ratios:
-        if num in base and den in base:
-            print(f"{label:68s} {base[num] / base[den]:8.2f}x")
+            loops[AOT] = lambda launches: so.bench_loop(stream, n, *ptrs, launches)  # one ctypes call a loop
+        us = rounds_us(loops, L, args.rounds, sync=torch.cuda.synchronize)
+    print("\n".join(table(us, f"launch overhead, {torch.cuda.get_device_name()}: us per launch, median of {args.rounds} "
+                               f"rounds of {L} launches per row, rows taken in turn")))
 
 
 if __name__ == "__main__":

@@ -63,51 +63,63 @@ def scaled(s, scaling, acc, gsa, gsb, row, col):
 
 def stage_tensors(s, stages, bm, bn):
     """The ring's shared buffers: a's and b's tiles, and with block scaling a's row scales and
-    b's block scale (a 128-byte TMA box: a box starts on 128 bytes) of each stage."""
+    b's block scales of each stage: one row per 128-column block of the tile (bn // 128 of them,
+    at least one), 128 bytes in all (a TMA box lands on 128 bytes)."""
     sa = s.shared_tensor(dtype=s.atype, shape=[stages, bm, BLOCK_K])
     sb = s.shared_tensor(dtype=s.btype, shape=[stages, bn, BLOCK_K])
     if s.scaling != "block":
         return sa, sb, None, None
-    return (sa, sb, s.shared_tensor(dtype=float32, shape=[stages, 1, bm]),
-            s.shared_tensor(dtype=float32, shape=[stages, 1, 32]))
+    blocks_n = max(1, bn // BLOCK_K)
+    ssb = s.shared_tensor(dtype=float32, shape=[stages, blocks_n, 32 // blocks_n])
+    # Unswizzled: a stage's box is 128 bytes, less than a swizzle atom; a few broadcast loads read it.
+    s.annotate_layout(ssb, tilus.SharedLayout.row_major([stages, blocks_n, 32 // blocks_n]))
+    return sa, sb, s.shared_tensor(dtype=float32, shape=[stages, 1, bm]), ssb
 
 
-def block_scale(s, ssa, ssb, step):
-    """A k step's scales from its stage: [rows, 1] (a's rows times b's block). b's box starts at
-    the k step rounded down to 4 (TMA faults on a box whose first element is not 16-byte aligned
-    in global memory), so the step's scale is its element step % 4."""
-    return s.transpose(s.load_shared(ssa)) * s.load_shared(s.slice_shared(ssb, [0, step % 4], [0, 1], [1, 1]))
+def block_scales_of_step(s, ssa, ssb, step):
+    """A k step's scales from its stage, one [rows, 1] tensor per 128-column block of the tile
+    (a's rows times that block's scale). b's box starts at the k step rounded down to 4 (TMA
+    faults on a box whose first element is not 16-byte aligned in global memory), so the step's
+    scale is its element step % 4."""
+    rows = s.transpose(s.load_shared(ssa))
+    return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
 class MatmulFp8(tilus.Script):
-    """Warp-specialized and persistent, in clusters of two (sm_90a). "tensor" and "row" scaling:
-    128 x 256 tiles (two consumer warp groups of 64 rows, the accumulator as two 128-column halves,
-    4 stages for 16-bit c), the scales applied in the epilogue. "block" scaling: 128-column tiles
-    (one block of b's scales; the k step's own accumulator and the result would not fit in
-    registers at 256 columns) of block_m = 64 * consumers rows."""
+    """Warp-specialized and persistent, in clusters of two (sm_90a). 128 x 256 tiles by default:
+    two consumer warp groups of 64 rows, the accumulator as two 128-column pieces, 4 stages for
+    16-bit c. "tensor" and "row" scaling apply the scales in the epilogue. "block" scaling gives
+    each 128-column piece (one block of b's scales) its share of a k step in turn: its wgmma into
+    the warp group's [64, 128] product (overwritten: enable_input_d=False), a wait, and the
+    promotion into the piece's result, while the other warp group's wgmma keep the tensor cores
+    busy. The two pieces' results and the product are 192 registers a thread; a product of each
+    piece's own would let ptxas start the second piece's wgmma under the first one's promotion,
+    256 registers, and spill. The k step's scales are read before its first wgmma. block_m =
+    64 * consumers rows (block scaling: 64 for small m, see block_config)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert blocks % 2 == 0, "blocks come in clusters of two"
-        block_n = block_n or (128 if scaling == "block" else 256)
         assert block_m % 64 == 0 and block_m <= 256, "each consumer warp group takes 64 rows of the tile"
-        assert block_n % 128 == 0 and (scaling != "block" or block_n == 128), \
-            "128-column pieces; block scaling: one 128-column block of b's scales"
+        assert scaling == "block" or block_m == 128, "tensor and row scaling: two consumer warp groups"
+        # Three consumer warp groups share the registers three ways: one 128-column piece each.
+        block_n = block_n or (256 if block_m <= 128 else 128)
+        assert block_n in (128, 256), "one or two 128-column pieces (a block of b's scales each)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
-        self.consumers = block_m // 64 if scaling == "block" else 2
-        assert block_m == 64 * self.consumers or scaling != "block"
+        self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
         # not: there the producer is a whole warp group that gives its registers to the
         # consumers (setmaxnreg), as examples/python/matmul_a16wx.py's wgmma kernel does.
-        self.consumer_regs = None if scaling == "tensor" else (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8
+        self.consumer_regs = None if scaling == "tensor" else min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
         self.box = 128 // out_bytes(out)  # columns of one TMA store box: a 128-byte swizzled row
         self.store_bytes = block_m * 128 * out_bytes(out)  # one 128-column piece of the tile
         self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
-        self.stages = stages or min(8, (SHARED_BYTES - 2048 - self.store_bytes) // self.stage_bytes)
+        # What the stages leave: c's store buffer, and 256 bytes for the barriers (16 a stage).
+        self.stages = stages or min(8, (SHARED_BYTES - 256 - self.store_bytes) // self.stage_bytes)
 
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
@@ -183,21 +195,26 @@ class MatmulFp8(tilus.Script):
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0) for _ in range(pieces)]
-                if block:
-                    acc = accs[0]
+                if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
+                    part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
                 for step in range(steps):
                     g = first + step
                     stage = g % stages
                     self.mbarrier.wait(full[stage], phase=g // stages % 2)
                     if block:
-                        part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
-                        self.wgmma.fence()
-                        self.wgmma.mma(sa[stage], sb[stage].transpose(), part)
-                        self.wgmma.commit_group()
-                        self.wgmma.wait_group(0)
-                        scale = block_scale(self, ssa[stage], ssb[stage], step)
-                        self.release(empty[stage], peer, read_shared=True)
-                        acc = acc + part * scale  # the promotion
+                        # The scales first: their shared loads are not on the path from the
+                        # wgmma's wait to the promotion.
+                        scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
+                        for p in tilus.static_range(pieces):
+                            self.wgmma.fence()
+                            self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
+                                                                        [128, bk]).transpose(), part,
+                                           enable_input_d=False)
+                            self.wgmma.commit_group()
+                            self.wgmma.wait_group(0)
+                            if p == pieces - 1:
+                                self.release(empty[stage], peer, read_shared=True)
+                            self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
                     else:
                         self.wgmma.fence()
                         for p in tilus.static_range(pieces):
@@ -207,9 +224,7 @@ class MatmulFp8(tilus.Script):
                         self.wgmma.wait_group(1)
                         if step > 0:
                             self.release(empty[(g + stages - 1) % stages], peer)
-                if block:
-                    accs = [acc]
-                else:
+                if not block:
                     self.wgmma.wait_group(0)
                     self.release(empty[(first + steps - 1) % stages], peer)
                 for h in tilus.static_range(pieces):
@@ -268,12 +283,12 @@ class MatmulFp8Ring(tilus.Script):
             stage = step % stages
             self.mbarrier.wait(loaded[stage], phase=step // stages % 2)
             if block:
-                part = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+                part = self.register_tensor(dtype=float32, shape=[bm, bn])
                 self.wgmma.fence()
-                self.wgmma.mma(sa[stage], sb[stage].transpose(), part)
+                self.wgmma.mma(sa[stage], sb[stage].transpose(), part, enable_input_d=False)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                acc = acc + part * block_scale(self, ssa[stage], ssb[stage], step)  # the promotion
+                acc = acc + part * block_scales_of_step(self, ssa[stage], ssb[stage], step)[0]  # the promotion
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
@@ -285,6 +300,41 @@ class MatmulFp8Ring(tilus.Script):
             self.mbarrier.wait(loaded[(steps + s) % stages], phase=(steps + s) // stages % 2)
         out = scaled(self, self.scaling, acc, gsa, gsb, offset_m, offset_n).to(self.out)
         self.store_global(self.global_view(c, dtype=self.out, shape=[m, n]), out, offsets=[offset_m, offset_n])
+
+
+def block_config(m, n, clusters):
+    """The block-scaled tile (block_m, block_n) MatmulFp8Block takes for an m x n product on
+    `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest tile: one
+    consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages deep), the most
+    tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks of a pair have
+    rows. Otherwise 128 x 256 (each k step's a and b bytes serve twice the products of a 128 x 128
+    tile) where its tile pairs fill every cluster at least once, else 128 x 128."""
+    if m <= 128:
+        return 64, 128
+    if tilus.cdiv(m, 256) * tilus.cdiv(n, 256) >= clusters:
+        return 128, 256
+    return 128, 128
+
+
+class MatmulFp8Block:
+    """MatmulFp8 with DeepSeek-V3 block scales, its tile chosen per call by block_config (one
+    kernel per tile, built on first use); called as MatmulFp8."""
+
+    scaling = "block"
+
+    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, blocks=132):
+        self.out, self.atype, self.btype, self.blocks = out, atype, btype, blocks
+        self.kernels = {}
+
+    def kernel(self, m, n):
+        tile = block_config(m, n, self.blocks // 2)
+        if tile not in self.kernels:
+            self.kernels[tile] = MatmulFp8("block", out=self.out, atype=self.atype, btype=self.btype,
+                                           block_m=tile[0], block_n=tile[1], blocks=self.blocks)
+        return self.kernels[tile]
+
+    def __call__(self, m, n, k, a, b, scale_a, scale_b, c):
+        return self.kernel(m, n)(m, n, k, a, b, scale_a, scale_b, c)
 
 
 # --- host side: scales laid out for the kernels, the reference ------------------------------------
@@ -395,7 +445,9 @@ if __name__ == "__main__":
         cases += [(MatmulFp8(s, blocks=blocks), 301, 520, 1040 if not quick else 272) for s in SCALINGS]
         cases += [(MatmulFp8("tensor", out=float32, blocks=blocks), 200, 260, 512),
                   (MatmulFp8("block", block_m=192, blocks=blocks), 1000 if not quick else 200, 1000 if not quick else 264,
-                   2048 if not quick else 400)]
+                   2048 if not quick else 400),
+                  (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
+                  (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
     for kernel, m, n, k in cases:
         got, want = run(kernel, m, n, k, rng, device)
         name = (f"matmul_fp8 {type(kernel).__name__} {kernel.scaling} {kernel.atype.name} x {kernel.btype.name} -> "

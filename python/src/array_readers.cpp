@@ -3,6 +3,8 @@
 // and DLPack objects; and stream= values.
 #include "fast_path.h"
 
+#include <dlfcn.h>
+
 namespace tilus::py_detail {
 
 namespace {
@@ -62,6 +64,137 @@ bool row_major(const std::vector<int64_t>& shape, const std::vector<int64_t>& st
 
 }  // namespace
 
+namespace {
+
+// A tensor's shim handle: the address of its TensorImpl* (an at::Tensor is that one pointer),
+// read through TensorBase's `_cdata` getter; false when the getter fails.
+bool shim_handle(const TorchShim& s, PyObject* a, void*& impl) {
+  PyObject* cdata = s.cdata(a, s.cdata_closure);
+  if (!cdata) {
+    PyErr_Clear();
+    return false;
+  }
+  impl = PyLong_AsVoidPtr(cdata);
+  Py_DECREF(cdata);
+  if (!impl) PyErr_Clear();
+  return impl != nullptr;
+}
+
+}  // namespace
+
+const TorchShim* TorchShim::get() {
+  static const TorchShim* shim = []() -> const TorchShim* {
+    void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);  // torch's, already loaded
+    if (!lib) return nullptr;
+    TorchShim s;
+    auto find = [&](auto& f, const char* name) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
+      return f != nullptr;
+    };
+    if (!find(s.data_ptr, "aoti_torch_get_data_ptr") || !find(s.dim, "aoti_torch_get_dim") ||
+        !find(s.sizes, "aoti_torch_get_sizes") || !find(s.strides, "aoti_torch_get_strides") ||
+        !find(s.dtype, "aoti_torch_get_dtype") || !find(s.device_type, "aoti_torch_get_device_type") ||
+        !find(s.device_index, "aoti_torch_get_device_index"))
+      return nullptr;
+    find(s.layout, "aoti_torch_get_layout");  // optional (older torch): strided is then assumed
+    try {
+      py::module_ torch = py::module_::import("torch");
+      py::object tensor = torch.attr("Tensor"), parameter = torch.attr("nn").attr("Parameter");
+      static PyObject* s_cdata = PyUnicode_InternFromString("_cdata");
+      PyObject* mro = reinterpret_cast<PyTypeObject*>(tensor.ptr())->tp_mro;
+      PyObject* descr = nullptr;
+      for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro) && !descr; ++i)
+        descr = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict, s_cdata);
+      if (!descr || !Py_IS_TYPE(descr, &PyGetSetDescr_Type)) return nullptr;
+      PyGetSetDef* def = reinterpret_cast<PyGetSetDescrObject*>(descr)->d_getset;
+      s.cdata = def->get, s.cdata_closure = def->closure;
+      s.tensor = reinterpret_cast<PyTypeObject*>(tensor.release().ptr());
+      s.parameter = reinterpret_cast<PyTypeObject*>(parameter.release().ptr());
+      // The check: what the shim says of a transposed 2x3 probe is what torch's attributes say.
+      py::object probe = torch.attr("empty")(py::make_tuple(2, 3)).attr("t")();
+      void* impl = nullptr;
+      void* data = nullptr;
+      int64_t dim = 0, *sizes = nullptr, *strides = nullptr;
+      int32_t type = -1;
+      if (!s.cdata || !shim_handle(s, probe.ptr(), impl) || s.data_ptr(&impl, &data) || s.dim(&impl, &dim) ||
+          s.sizes(&impl, &sizes) || s.strides(&impl, &strides) || s.device_type(&impl, &type))
+        return nullptr;
+      bool same = reinterpret_cast<uintptr_t>(data) == probe.attr("data_ptr")().cast<uintptr_t>() && dim == 2 &&
+                  sizes[0] == 3 && sizes[1] == 2 && strides[0] == 1 && strides[1] == 3 && type == 0;
+      if (!same) return nullptr;
+    } catch (py::error_already_set&) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    return new TorchShim(s);  // for the process
+  }();
+  return shim;
+}
+
+bool TorchShim::scalar_type(PyObject* torch_dtype, int32_t& code, int64_t& itemsize) const {
+  static std::map<PyObject*, std::pair<int32_t, int64_t>> known;  // torch dtypes live as long as torch
+  auto it = known.find(torch_dtype);
+  if (it == known.end()) {
+    try {
+      py::object probe = py::module_::import("torch").attr("empty")(py::make_tuple(0), py::arg("dtype") = py::handle(torch_dtype));
+      void* impl = nullptr;
+      int32_t c = -1;
+      if (!shim_handle(*this, probe.ptr(), impl) || dtype(&impl, &c)) return false;
+      it = known.emplace(torch_dtype, std::make_pair(c, probe.attr("element_size")().cast<int64_t>())).first;
+    } catch (py::error_already_set&) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  code = it->second.first, itemsize = it->second.second;
+  return true;
+}
+
+void FastPath::use_shim() {
+  shim = tensor_type.is_none() ? nullptr : TorchShim::get();
+  if (!shim) return;
+  for (Param& p : params)
+    if (p.kind == Pointer && p.torch_ok && !p.torch_dtype.is_none() &&
+        !shim->scalar_type(p.torch_dtype.ptr(), p.scalar_type, p.itemsize))
+      p.scalar_type = -1;
+}
+
+// A torch.Tensor or nn.Parameter (exactly) through the shim: the same facts as torch_array's
+// attribute reads (dtype, device, address, is_contiguous() and nbytes), and its sizes and strides.
+bool FastPath::shim_array(PyObject* a, const Param& p, ArrayInfo& info) const {
+  const TorchShim& s = *shim;
+  void* impl = nullptr;
+  if (!shim_handle(s, a, impl)) return false;
+  TorchShim::Handle h = &impl;
+  int32_t dtype = -1, type = -1, index = 0, layout = 0;
+  if (s.dtype(h, &dtype) || dtype != p.scalar_type || s.device_type(h, &type) || (type != 0 && type != 1)) return false;
+  if (s.layout && (s.layout(h, &layout) || layout != 0)) return false;  // sparse, mkldnn, ...: the general path
+  void* data = nullptr;
+  int64_t dim = 0, *sizes = nullptr, *strides = nullptr;
+  if (s.data_ptr(h, &data) || !data || s.dim(h, &dim) || s.sizes(h, &sizes) || s.strides(h, &strides)) return false;
+  if (type == 1 && s.device_index(h, &index)) return false;
+  int64_t numel = 1;
+  for (int64_t k = 0; k < dim; ++k) numel *= sizes[k];
+  bool dense = true;  // torch's is_contiguous()
+  for (int64_t k = dim, expected = 1; numel != 0 && k-- > 0;) {
+    if (sizes[k] == 1) continue;
+    if (strides[k] != expected) {
+      dense = false;
+      break;
+    }
+    expected *= sizes[k];
+  }
+  info.addr = uint64_t(reinterpret_cast<uintptr_t>(data));
+  info.bytes = dense ? numel * p.itemsize : -1;
+  info.cuda = type == 1;
+  info.device = index;
+  info.torch = true;
+  info.tensor = a;
+  info.elem = p.dtype;
+  info.torch_sizes = sizes, info.torch_strides = strides, info.torch_dim = dim;
+  return true;
+}
+
 // A torch tensor: dtype (by identity), device, address, and whether it is dense.
 // `extent`: whether its byte extent is read (the general path reads shape and strides instead).
 bool FastPath::torch_array(PyObject* a, const Param& p, ArrayInfo& info, bool extent) const {
@@ -73,6 +206,8 @@ bool FastPath::torch_array(PyObject* a, const Param& p, ArrayInfo& info, bool ex
   static PyObject* s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
   static PyObject* s_nbytes = PyUnicode_InternFromString("nbytes");
   if (!p.torch_ok) return false;
+  if (p.scalar_type >= 0 && (Py_TYPE(a) == shim->tensor || Py_TYPE(a) == shim->parameter))
+    return shim_array(a, p, info);
   PyObject* dt;
   if (!attr(a, s_dtype, dt)) return false;
   bool same = p.torch_dtype.is_none() || dt == p.torch_dtype.ptr();

@@ -317,7 +317,14 @@ PYBIND11_MODULE(_C, m) {
          py::arg("byte_strides") = std::vector<int64_t>{},
          "An array argument: address, element dtype, byte extent, device (\"cuda\", \"cpu\" or other), and what the "
          "argument contract checks (read-only, foreign byte order, shape and byte strides; empty: dense row-major).")
-      .def_property_readonly("address", [](const KernelArg& a) { return uint64_t(a.ptr); }, "The array's address.");
+      .def_property_readonly("address", [](const KernelArg& a) { return uint64_t(a.ptr); }, "The array's address.")
+      .def_property_readonly("bytes", [](const KernelArg& a) { return a.bytes; }, "The array's bytes (-1: unknown).")
+      .def_property_readonly("shape", [](const KernelArg& a) { return a.shape; }, "The array's shape (elements).")
+      .def_property_readonly("byte_strides", [](const KernelArg& a) { return a.byte_strides; },
+                             "The array's strides in bytes.")
+      .def_property_readonly("device", [](const KernelArg& a) {
+        return a.memory == KernelArg::Memory::Device ? "cuda" : a.memory == KernelArg::Memory::Host ? "cpu" : "unknown";
+      }, "Where the array is: 'cuda', 'cpu' or 'unknown'.");
   py::class_<KernelSignature>(m, "KernelSignature",
                               "A Script's kernel before it is traced, its name and runtime parameters (internal): "
                               "check() checks a call's arguments as every launch does.")

@@ -221,9 +221,12 @@ void bind_builder(py::module_& m) {
       })
       .def("group_begin", &Builder::group_begin, "The first thread (in the block) of the innermost thread group.")
       .def("wgmma_fence", [](Builder& b, L loc) { b.wgmma_fence(loc_of(loc)); })
-      .def("wgmma_mma", [](Builder& b, const Tensor& a, const Tensor& bt, const Tensor& d, L loc) {
-        b.wgmma_mma(a, bt, d, loc_of(loc));
-      })
+      .def(
+          "wgmma_mma",
+          [](Builder& b, const Tensor& a, const Tensor& bt, const Tensor& d, L loc, bool enable_input_d) {
+            b.wgmma_mma(a, bt, d, loc_of(loc), enable_input_d);
+          },
+          py::arg("a"), py::arg("b"), py::arg("d"), py::arg("loc"), py::arg("enable_input_d") = true)
       .def("wgmma_commit_group", [](Builder& b, L loc) { b.wgmma_commit_group(loc_of(loc)); })
       .def("wgmma_wait_group", [](Builder& b, int64_t n, L loc) { b.wgmma_wait_group(n, loc_of(loc)); })
       .def("reshape_shared", [](Builder& b, const Tensor& t, std::vector<int64_t> shape, L loc) {

@@ -7,6 +7,24 @@
 
 namespace tilus::py_detail {
 
+// A torch tensor's shape and strides (elements): what the shim read, else its shape and stride().
+bool FastPath::torch_layout(const ArrayInfo& info, std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
+  static PyObject* s_stride = PyUnicode_InternFromString("stride");
+  static PyObject* s_shape = PyUnicode_InternFromString("shape");
+  if (info.torch_sizes) {
+    shape.assign(info.torch_sizes, info.torch_sizes + info.torch_dim);
+    strides.assign(info.torch_strides, info.torch_strides + info.torch_dim);
+    return true;
+  }
+  PyObject* st = PyObject_CallMethodNoArgs(info.tensor, s_stride);
+  PyObject* sh = PyObject_GetAttr(info.tensor, s_shape);
+  bool ok = int_tuple(st, strides) && int_tuple(sh, shape);
+  Py_XDECREF(st);
+  Py_XDECREF(sh);
+  PyErr_Clear();
+  return ok;
+}
+
 // Parameter index of a keyword argument's name; params.size() when none has it.
 size_t FastPath::param_of(PyObject* name) const {
   size_t n = params.size();
@@ -198,8 +216,6 @@ bool FastPath::constant_key(PyObject* a, int type, std::string& key) {
 
 // A CPU-backend kernel: its launch checks every argument (check_arguments) itself.
 bool FastPath::launch_cpu(const CpuKernelHandle& kernel, PyObject* const* argv, ArrayInfo* arrays) {
-  static PyObject* s_stride = PyUnicode_InternFromString("stride");
-  static PyObject* s_shape = PyUnicode_InternFromString("shape");
   std::vector<KernelArg> args;
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
@@ -211,13 +227,7 @@ bool FastPath::launch_cpu(const CpuKernelHandle& kernel, PyObject* const* argv, 
       a.read_only = info.read_only;
       a.foreign_byte_order = info.foreign;
       if (info.tensor) {  // a torch tensor's shape and byte strides, as the general path gives them
-        PyObject* strides = PyObject_CallMethodNoArgs(info.tensor, s_stride);
-        PyObject* shape = PyObject_GetAttr(info.tensor, s_shape);
-        bool ok = int_tuple(strides, a.byte_strides) && int_tuple(shape, a.shape);
-        Py_XDECREF(strides);
-        Py_XDECREF(shape);
-        PyErr_Clear();
-        if (!ok) return false;
+        if (!torch_layout(info, a.shape, a.byte_strides)) return false;
         int64_t elem = std::max<int64_t>(1, a.pointee.bits() / 8), count = 1;
         for (int64_t& s : a.byte_strides) s *= elem;
         for (int64_t s : a.shape) count *= s;
@@ -259,18 +269,9 @@ bool FastPath::launch_cpu(const CpuKernelHandle& kernel, PyObject* const* argv, 
 // dense buffer, one of the view's rank needs exactly those strides; a strided array needs the
 // view's rank and strides, and holds the view dim by dim.
 bool FastPath::declared_strides_hold(const ArrayInfo& info, const GpuKernel::FastContract& c, bool dense) {
-  static PyObject* s_stride = PyUnicode_InternFromString("stride");
-  static PyObject* s_shape = PyUnicode_InternFromString("shape");
   std::vector<int64_t> strides, shape;
-  int64_t elem = 1;
   if (info.tensor) {
-    PyObject* st = PyObject_CallMethodNoArgs(info.tensor, s_stride);
-    PyObject* sh = PyObject_GetAttr(info.tensor, s_shape);
-    bool ok = int_tuple(st, strides) && int_tuple(sh, shape);
-    Py_XDECREF(st);
-    Py_XDECREF(sh);
-    PyErr_Clear();
-    if (!ok) return false;
+    if (!torch_layout(info, shape, strides)) return false;
   } else if (info.has_layout) {
     int64_t e = std::max<int64_t>(1, info.elem.bits() / 8);
     shape = info.shape;
@@ -278,11 +279,9 @@ bool FastPath::declared_strides_hold(const ArrayInfo& info, const GpuKernel::Fas
       if (s % e) return false;
       strides.push_back(s / e);
     }
-    elem = 1;
   } else {
     return dense;  // a tilus.Tensor: a dense buffer of its own rank
   }
-  (void)elem;
   for (size_t v = 0; v < c.strides.size(); ++v) {
     if (strides.size() != c.strides[v].size()) {
       if (!dense) return false;
@@ -296,42 +295,96 @@ bool FastPath::declared_strides_hold(const ArrayInfo& info, const GpuKernel::Fas
   return true;
 }
 
-// The general path's reading of a call's torch tensors (arguments.arguments; the same reading as
-// the fast path's): per parameter, in order, (KernelArg, CUDA device or None) for a torch
-// tensor of the parameter's dtype on CUDA or the CPU, with its shape and byte strides; None
-// for anything else, which arguments._pointer reads (and reports).
-py::list FastPath::read_arrays(const py::sequence& args) const {
-  static PyObject* s_stride = PyUnicode_InternFromString("stride");
-  static PyObject* s_shape = PyUnicode_InternFromString("shape");
-  size_t n = params.size();
-  py::list out;
+// The general path's reading of a call's arguments (arguments.arguments; the same reading as
+// the fast path's), in parameter order: per parameter, a torch tensor of the parameter's dtype on
+// CUDA or the CPU as its KernelArg (with its shape and byte strides), a Python int of an integer
+// parameter or a float of a float one as itself; None for anything else (a compile-time
+// constant, any other array or number), which arguments.py reads (and reports). Also the index
+// and CUDA device of the first CUDA torch tensor read here (the launch's stream is that device's
+// current torch stream): (values, index or len(values), device or None).
+py::tuple FastPath::read_arrays(const py::sequence& args) const {
+  size_t n = params.size(), given = size_t(py::len(args));
+  py::list out(n);
+  size_t owner_at = n;
+  py::object owner = py::none();
   for (size_t i = 0; i < n; ++i) {
     const Param& p = params[i];
     py::object item = py::none();
-    PyObject* a = i < size_t(py::len(args)) ? py::object(args[i]).ptr() : nullptr;
+    py::object arg = i < given ? py::object(args[i]) : py::object();
+    PyObject* a = arg.ptr();
     ArrayInfo info;
-    if (a && p.kind == Pointer && !p.dtype.is_void() && !p.torch_dtype.is_none() && !tensor_type.is_none() &&
-        PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) &&
-        torch_array(a, p, info, false)) {
+    if (!a) {
+    } else if (p.kind == Int) {
+      if (PyLong_CheckExact(a)) item = arg;
+    } else if (p.kind == Float) {
+      if (PyFloat_CheckExact(a)) item = arg;
+    } else if (p.kind == Pointer && !p.dtype.is_void() && !p.torch_dtype.is_none() && !tensor_type.is_none() &&
+               PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) &&
+               torch_array(a, p, info, false)) {
       KernelArg k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
       k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
-      PyObject* strides = PyObject_CallMethodNoArgs(a, s_stride);
-      PyObject* shape = PyObject_GetAttr(a, s_shape);
-      bool ok = int_tuple(strides, k.byte_strides) && int_tuple(shape, k.shape);
-      Py_XDECREF(strides);
-      Py_XDECREF(shape);
-      PyErr_Clear();
-      if (ok) {
+      if (torch_layout(info, k.shape, k.byte_strides)) {
         int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
         for (int64_t& st : k.byte_strides) st *= elem;
         for (int64_t sh : k.shape) count *= sh;
         k.bytes = count * elem;
-        item = py::make_tuple(py::cast(std::move(k)), info.cuda ? py::object(py::int_(info.device)) : py::none());
+        item = py::cast(std::move(k));
+        if (info.cuda && owner_at == n) owner_at = i, owner = py::int_(info.device);
       }
     }
-    out.append(std::move(item));
+    PyList_SET_ITEM(out.ptr(), Py_ssize_t(i), item.release().ptr());
   }
-  return out;
+  return py::make_tuple(std::move(out), owner_at, std::move(owner));
+}
+
+// The general path's reading and check of a call whose every argument is read here (torch
+// tensors of their parameters' dtypes, Python ints of integer parameters and floats of float
+// ones; no compile-time constants): (values, flags, backend, facts, owner), what arguments.py
+// builds from read_arrays and KernelSignature.check, in one C++ pass and with the same check
+// (check_arguments: the same errors); None when an argument needs arguments.py.
+py::object FastPath::check_call(const py::sequence& args, const KernelSignature& signature) const {
+  size_t n = params.size();
+  if (size_t(py::len(args)) != n || runtime.size() != n || signature.source.params.size() != n) return py::none();
+  std::vector<KernelArg> checked;
+  checked.reserve(n);
+  py::list values(n);
+  py::object owner = py::none();
+  for (size_t i = 0; i < n; ++i) {
+    const Param& p = params[i];
+    py::object arg = args[i];
+    PyObject* a = arg.ptr();
+    if (p.kind == Int && PyLong_CheckExact(a)) {
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+      if (overflow || PyErr_Occurred()) {  // the Python reading reports it
+        PyErr_Clear();
+        return py::none();
+      }
+      checked.emplace_back(int64_t(v));
+    } else if (p.kind == Float && PyFloat_CheckExact(a)) {
+      checked.emplace_back(PyFloat_AS_DOUBLE(a));
+    } else if (p.kind == Pointer) {
+      ArrayInfo info;
+      if (p.dtype.is_void() || p.torch_dtype.is_none() || tensor_type.is_none() ||
+          !PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) || !torch_array(a, p, info, false))
+        return py::none();
+      KernelArg k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
+      k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
+      if (!torch_layout(info, k.shape, k.byte_strides)) return py::none();
+      int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
+      for (int64_t& st : k.byte_strides) st *= elem;
+      for (int64_t sh : k.shape) count *= sh;
+      k.bytes = count * elem;
+      if (info.cuda && owner.is_none()) owner = py::int_(info.device);
+      arg = py::cast(k);
+      checked.push_back(std::move(k));
+    } else {
+      return py::none();
+    }
+    PyList_SET_ITEM(values.ptr(), Py_ssize_t(i), arg.release().ptr());
+  }
+  py::tuple result = signature.check_args(checked);
+  return py::make_tuple(std::move(values), result[0], result[1], result[2], std::move(owner));
 }
 
 // Registers a kernel compiled for a call's arguments (its Call.values, and the constants in
@@ -456,6 +509,7 @@ void bind_fast_path(py::module_& m) {
         f.raw_stream = std::move(raw_stream);
         f.host_tensor_type = std::move(host_tensor_type);
         f.bucketed = bucketed;
+        f.use_shim();
         return f;
       }), py::arg("params"), py::arg("tensor_type"), py::arg("raw_stream"), py::arg("host_tensor_type"),
          py::arg("bucketed") = false)
@@ -469,8 +523,13 @@ void bind_fast_path(py::module_& m) {
       .def_property_readonly("size", [](const FastPath& f) { return f.kernels.size(); },
                              "How many kernels are registered.")
       .def("read_arrays", &FastPath::read_arrays, py::arg("args"),
-           "The general path's reading of a call's torch tensors (arguments in parameter order): per parameter "
-           "(KernelArg, CUDA device or None), or None where arguments._pointer reads it.")
+           "The general path's reading of a call's arguments (in parameter order): (values, index, device): per "
+           "parameter a torch tensor's KernelArg, an int or float of its parameter's kind, or None where arguments.py "
+           "reads it; the index and CUDA device of the first CUDA torch tensor read (len(values) and None if none).")
+      .def("check_call", &FastPath::check_call, py::arg("args"), py::arg("signature"),
+           "The general path's reading and check of a call (arguments in parameter order) whose every argument is a "
+           "torch tensor of its parameter's dtype, an int or a float of its parameter's kind: (values, flags, backend, "
+           "facts, owner device or None) as arguments.py builds them; None when one needs arguments.py.")
       .def("add", &FastPath::add, py::arg("kernel"), py::arg("values"), py::arg("constants"),
            "Registers a kernel (GpuKernel or CpuKernel) compiled for a call's runtime values and constants, under "
            "the key __call__ computes.");

@@ -33,6 +33,35 @@ struct ArrayInfo {
   PyObject* tensor = nullptr;  // a torch tensor (borrowed): stride() / shape read when needed
   bool has_layout = false;     // shape and strides below are known (non-torch arrays)
   std::vector<int64_t> shape, strides;  // elements, bytes
+  // A torch tensor read through torch's C shim: its sizes and strides (elements), borrowed from
+  // the tensor (alive for the call); null otherwise.
+  const int64_t* torch_sizes = nullptr;
+  const int64_t* torch_strides = nullptr;
+  int64_t torch_dim = 0;
+};
+
+// torch's C shim (torch/csrc/inductor/aoti_torch/c/shim.h, exported by libtorch_cpu with C
+// linkage and kept ABI-stable by torch for AOTInductor): a tensor's metadata in a few plain C
+// calls instead of six Python attribute reads. A handle is an at::Tensor*, i.e. the address of
+// a TensorImpl* (what a tensor's `_cdata` says). array_readers.cpp finds and checks it once.
+struct TorchShim {
+  using Handle = void*;
+  int32_t (*data_ptr)(Handle, void**) = nullptr;
+  int32_t (*dim)(Handle, int64_t*) = nullptr;
+  int32_t (*sizes)(Handle, int64_t**) = nullptr;
+  int32_t (*strides)(Handle, int64_t**) = nullptr;
+  int32_t (*dtype)(Handle, int32_t*) = nullptr;
+  int32_t (*device_type)(Handle, int32_t*) = nullptr;
+  int32_t (*device_index)(Handle, int32_t*) = nullptr;
+  int32_t (*layout)(Handle, int32_t*) = nullptr;  // optional
+  getter cdata = nullptr;  // TensorBase's `_cdata` getter (honours __torch_function__ as the attribute does)
+  void* cdata_closure = nullptr;
+  PyTypeObject *tensor = nullptr, *parameter = nullptr;  // the exact types read so: torch.Tensor, nn.Parameter
+
+  // The shim of the torch this process imported, checked on a probe tensor; null without one.
+  static const TorchShim* get();
+  // torch's scalar type code and element bytes of a torch dtype (a probe tensor's); false if unknown.
+  bool scalar_type(PyObject* torch_dtype, int32_t& code, int64_t& itemsize) const;
 };
 
 struct FastPath {
@@ -45,6 +74,8 @@ struct FastPath {
     py::object torch_dtype;  // a pointer's torch dtype (None: a torch tensor of any dtype for void*)
     bool torch_ok = true;    // torch tensors are accepted (tilus has a torch dtype for its elements)
     int const_type = 0;      // a constant's Python type: 0 int, 1 float, 2 bool, 3 str
+    int32_t scalar_type = -1;  // torch_dtype's scalar type code for the shim (-1: read through Python)
+    int64_t itemsize = 0;      // torch_dtype's element bytes
   };
   std::vector<Param> params;
   std::vector<size_t> runtime;  // the runtime parameters (the signature's without its constants), in order
@@ -52,6 +83,7 @@ struct FastPath {
   py::object raw_stream;        // torch._C._cuda_getCurrentRawStream (None without torch's CUDA)
   py::object host_tensor_type;  // tilus.Tensor
   bool bucketed = false;        // a tuner's path: each int's tuning bucket is part of the key
+  const TorchShim* shim = nullptr;  // torch's C shim (null: torch tensors read through Python)
   struct Entry {
     GpuKernel* gpu = nullptr;
     const CpuKernelHandle* cpu = nullptr;
@@ -103,6 +135,8 @@ struct FastPath {
 
   // The array readers (array_readers.cpp).
   bool torch_array(PyObject* a, const Param& p, ArrayInfo& info, bool extent = true) const;
+  bool shim_array(PyObject* a, const Param& p, ArrayInfo& info) const;
+  void use_shim();  // finds the shim and each pointer parameter's scalar type code
   static bool interface_array(PyObject* d, bool cuda, ArrayInfo& info);
   bool dlpack_array(PyObject* dlpack_method, ArrayInfo& info) const;
   bool array(PyObject* a, const Param& p, ArrayInfo& info) const;
@@ -118,8 +152,10 @@ struct FastPath {
   bool launch_bound(PyObject** argv, bool explicit_stream, uint64_t stream);
   static bool constant_key(PyObject* a, int type, std::string& key);
   bool launch_cpu(const CpuKernelHandle& kernel, PyObject* const* argv, ArrayInfo* arrays);
+  static bool torch_layout(const ArrayInfo& info, std::vector<int64_t>& shape, std::vector<int64_t>& strides);
   static bool declared_strides_hold(const ArrayInfo& info, const GpuKernel::FastContract& c, bool dense);
-  py::list read_arrays(const py::sequence& args) const;
+  py::tuple read_arrays(const py::sequence& args) const;
+  py::object check_call(const py::sequence& args, const KernelSignature& signature) const;
   void add(py::object kernel, const py::sequence& values, const py::sequence& constants);
 };
 

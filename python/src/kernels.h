@@ -236,7 +236,11 @@ struct KernelSignature {
   KernelSource source;  // the name and the params only
 
   py::tuple check(const py::sequence& values) const {
-    std::vector<KernelArg> args = to_args(source.params, values, {}, source.name);
+    return check_args(to_args(source.params, values, {}, source.name));
+  }
+
+  // The same for arguments already in C++ (FastPath.check_call).
+  py::tuple check_args(const std::vector<KernelArg>& args) const {
     check_arguments(source, args);
     std::map<int, int64_t> facts = specialization_of(args);
     py::tuple flags(args.size());

@@ -274,27 +274,39 @@ class Call:
 def arguments(sig, args, stream=None):
     """Checks a call's arguments (errors name the kernel and the parameter) and returns its Call."""
     c = Call()
-    c.values, c.constants, c.owner = [], {}, None
     # Checked for every backend (the CPU backend's launches are synchronous and ignore it).
     c.stream = None if stream is None else _stream_handle(stream, sig.name)
     reader = sig.reader
     if reader is None:
         reader = sig.reader = make_fast(sig)
-    # The torch tensors as the fast path reads them, in C++; everything else (and every error) here.
-    read = reader.read_arrays(args)
-    for p, a, r in zip(sig.params, args, read):
-        if p.kind == "ptr":
-            value, owner = r if r is not None else _pointer(a, p, sig.name)
-            if c.owner is None:
-                c.owner = owner
-            c.values.append(value)
+    # Only torch tensors and plain numbers: read and checked in one C++ pass.
+    checked = reader.check_call(args, sig.kernel)
+    if checked is not None:
+        c.values, flags, c.backend, c.facts, c.owner = checked
+        c.constants = {}
+        c.key = flags + (c.backend,)
+        return c
+    values, constants = c.values, c.constants = [], {}
+    # The torch tensors and plain numbers as the fast path reads them, in C++; everything else (and
+    # every error) here. The launch's owner: the CUDA device of the first torch tensor.
+    read, owner_at, c.owner = reader.read_arrays(args)
+    for i, p in enumerate(sig.params):
+        r = read[i]
+        if r is not None:
+            values.append(r)
+        elif p.kind == "ptr":
+            value, owner = _pointer(args[i], p, sig.name)
+            if owner is not None and i < owner_at:
+                c.owner, owner_at = owner, i
+            values.append(value)
         elif p.kind == "scalar":
-            c.values.append(_scalar(a, p, sig.name))
+            values.append(_scalar(args[i], p, sig.name))
         else:
+            a = args[i]
             if not isinstance(a, p.const_type) or (p.const_type is int and isinstance(a, bool)):
                 raise ArgumentError(f"kernel {sig.name}, argument {p.index} ('{p.name}'): a compile-time "
                                     f"{p.const_type.__name__}, got {a!r}")
-            c.constants[p.name] = a
+            constants[p.name] = a
     flags, c.backend, c.facts = sig.kernel.check(c.values)
     if c.constants:
         flag = iter(flags)

@@ -269,6 +269,7 @@ void WgmmaMmaInst::visit_fields(FieldVisitor& v) {
   v.operand("b", b, Access::Read, kShared, nullptr);
   v.operand("d", d, Access::ReadWrite, kRegister, nullptr);
   if (from_dot) v.attr("from_dot", "true");
+  if (!enable_input_d) v.attr("enable_input_d", "false");
 }
 
 void WgmmaCommitGroupInst::visit_fields(FieldVisitor&) {}

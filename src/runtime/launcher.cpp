@@ -262,28 +262,29 @@ void check_contract(const KernelSource& s, const std::vector<KernelArg>& args, s
     bool has_layout = elem > 0 && !a.byte_strides.empty() && a.byte_strides.size() == a.shape.size();
     std::string why = has_layout ? not_contiguous(a.shape, a.byte_strides, elem) : "";
     bool contiguous = why.empty();
-    std::string view = fmt::format("the kernel's global_view at {} ({})", v.loc.str(), v.type);
-    std::string layout = fmt::format("shape {}, strides {} bytes", ints(a.shape), ints(a.byte_strides));
+    // The texts of a failure, built only when one is reported (a launch is on the hot path).
+    auto view = [&] { return fmt::format("the kernel's global_view at {} ({})", v.loc.str(), v.type); };
+    auto layout = [&] { return fmt::format("shape {}, strides {} bytes", ints(a.shape), ints(a.byte_strides)); };
     auto shape = evaluate_all(s, args, v.shape);
-    std::string shape_text = shape ? fmt::format(" is {} for these arguments and", ints(*shape)) : "";
+    auto shape_text = [&] { return shape ? fmt::format(" is {} for these arguments and", ints(*shape)) : ""; };
     // Row-major views read a dense buffer; views with declared strides read an array of their
     // rank with exactly those strides (a contiguous array of another rank is a dense buffer).
     if (v.row_major) {
       if (!contiguous)
         fail(fmt::format("the array is not C-contiguous: {} ({}); {} reads it as a dense row-major array: pass a "
                          "contiguous copy (numpy.ascontiguousarray, torch's .contiguous())",
-                         why, layout, view));
+                         why, layout(), view()));
     } else if (auto declared = evaluate_all(s, args, v.strides); declared && has_layout && view_elem > 0) {
       if (a.shape.size() == declared->size()) {
         for (size_t d = 0; d < declared->size(); ++d)
           if (a.shape[d] > 1 && a.byte_strides[d] != (*declared)[d] * view_elem)
             fail(fmt::format("the array has {}, but {} declares strides {} = {} elements for these arguments "
                              "(dim {} differs)",
-                             layout, view, shape_str(v.strides), ints(*declared), d));
+                             layout(), view(), shape_str(v.strides), ints(*declared), d));
       } else if (!contiguous) {
         fail(fmt::format("the array is not C-contiguous ({}; {}) and has {} dims, but {} declares {}-dim strides "
                          "{}: pass an array of the view's rank with those strides, or a contiguous one",
-                         why, layout, a.shape.size(), view, declared->size(), shape_str(v.strides)));
+                         why, layout(), a.shape.size(), view(), declared->size(), shape_str(v.strides)));
       }
     } else if (!contiguous) {
       continue;  // strides that cannot be evaluated from the arguments: nothing more is known
@@ -293,7 +294,7 @@ void check_contract(const KernelSource& s, const std::vector<KernelArg>& args, s
     if (!contiguous) {
       for (size_t d = 0; shape && d < shape->size(); ++d)
         if ((*shape)[d] > a.shape[d])
-          fail(fmt::format("the array has {}, but {}{} dim {} is {} > {}", layout, view, shape_text, d, (*shape)[d],
+          fail(fmt::format("the array has {}, but {}{} dim {} is {} > {}", layout(), view(), shape_text(), d, (*shape)[d],
                            a.shape[d]));
       continue;
     }
@@ -306,7 +307,7 @@ void check_contract(const KernelSource& s, const std::vector<KernelArg>& args, s
                        elem > 0 ? fmt::format(" ({} {} element{})", a.bytes / elem, elem_t.name(),
                                               a.bytes / elem == 1 ? "" : "s")
                                 : "",
-                       view, shape_text, *reach, need));
+                       view(), shape_text(), *reach, need));
   }
 }
 

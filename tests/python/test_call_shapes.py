@@ -276,3 +276,30 @@ def test_a_crashed_lock_holder_leaves_no_stale_lock(tmp_path):
     out, err = waiter.communicate(timeout=300)
     assert waiter.returncode == 0, err
     assert out.strip() == "from_cache False"
+
+
+def test_torch_tensors_read_through_torchs_c_shim_as_through_python():
+    """torch.Tensor and nn.Parameter are read through torch's C shim (FastPath's TorchShim), a
+    subclass through its Python attributes: both readings say the same of every layout."""
+    torch = pytest.importorskip("torch")
+
+    class Sub(torch.Tensor):  # read through Python (its attributes may be its own)
+        pass
+
+    params = [(0, "x", float32, torch.float32, True, 0), (1, "n", int32, None, False, 0),
+              (2, "alpha", float32, None, False, 0), (0, "h", bfloat16, torch.bfloat16, True, 0)]
+    fast = tilus._C.FastPath(params, torch.Tensor, None, tilus.Tensor)
+    h = torch.zeros(8, dtype=torch.bfloat16)
+    for t in (torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(3, 5)[:, ::2], torch.randn(1, 5, 1),
+              torch.nn.Parameter(torch.randn(3)), torch.randn(2, 3)[1:]):
+        got, at, device = fast.read_arrays([t, 7, 0.5, h])
+        want, _, _ = fast.read_arrays([t.as_subclass(Sub), 7, 0.5, h])
+        assert (at, device) == (4, None)  # no CUDA tensor
+        assert got[1] == 7 and got[2] == 0.5
+        for x, y in ((got[0], want[0]), (got[3], want[3])):
+            assert (x.address, x.bytes, x.shape, x.byte_strides, x.device) == \
+                   (y.address, y.bytes, y.shape, y.byte_strides, y.device)
+        assert got[0].address == t.data_ptr() and got[0].shape == list(t.shape)
+        assert got[0].byte_strides == [s * 4 for s in t.stride()] and got[0].bytes == t.numel() * 4
+    got, _, _ = fast.read_arrays([torch.randn(4, dtype=torch.float64), True, 1, torch.zeros(2)])
+    assert got == [None, None, None, None]  # another dtype, a bool, an int for a float: arguments.py reads them

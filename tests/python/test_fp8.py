@@ -16,7 +16,7 @@ from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
 from conftest import HAS_GPU, Arrays
 
 from common import from_host_array, round_to
-from matmul_fp8 import MatmulFp8, MatmulFp8Ring, block_scales, operands, reference
+from matmul_fp8 import MatmulFp8, MatmulFp8Block, MatmulFp8Ring, block_config, block_scales, operands, reference
 import per_token_cast
 import swiglu_per_token_cast
 
@@ -70,10 +70,25 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="tensor", atype=float8_e5m2, btype=float8_e4m3, out=float16), 129, 136, 384),
     (dict(scaling="row"), 301, 520, 1040), (dict(scaling="row", atype=float8_e4m3, btype=float8_e5m2), 700, 264, 640),
     (dict(scaling="block"), 301, 520, 1040), (dict(scaling="block", block_m=192), 1000, 1000, 2048),
-    (dict(scaling="block", out=float32), 130, 260, 272),
+    (dict(scaling="block", out=float32), 130, 260, 272), (dict(scaling="block", block_n=128), 301, 520, 1040),
+    (dict(scaling="block", block_m=64, block_n=128), 130, 264, 1040), (dict(scaling="block", block_m=64), 100, 600, 272),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
+
+
+def test_block_scaled_tile_rule():
+    """block_config: 64 x 128 for a few tokens, 128 x 256 where its pairs fill the clusters,
+    else 128 x 128 (66 clusters, as on an H100 / H200)."""
+    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128)] * 3
+    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256)
+    assert block_config(256, 8192, 66) == (128, 128)  # 32 pairs of 128 x 256 tiles would leave half idle
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("m", [16, 300])
+def test_block_scaled_matmul_with_its_chosen_tile_on_the_gpu(m):
+    check_matmul(Arrays("cuda"), MatmulFp8Block(blocks=8), m, 1000, 1040)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -116,7 +131,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
-                                dict(scaling="block"), dict(scaling="block", block_m=192)])
+                                dict(scaling="block"), dict(scaling="block", block_m=192),
+                                dict(scaling="block", block_n=128), dict(scaling="block", block_m=64, block_n=128)])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -134,13 +150,42 @@ def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw)
     assert ops == {"QGMMA", "UTMALDG", "UTMASTG"}, f"{kw}: {sorted(ops)}"
 
 
-def test_block_scaled_steps_pin_their_fresh_accumulator_before_the_fence():
-    """Each k step zeroes its own accumulator; the emitter pins it before the wgmma.fence, so that the zeros cannot be materialized between the fence and the mma (where
-    ptxas would serialize every wgmma). No NVRTC needed: the CUDA source."""
+def test_block_scaled_steps_overwrite_one_accumulator_without_zeroing_it():
+    """The k step's products of the two 128-column pieces go in turn into one [64, 128]
+    accumulator per warp group, each overwriting it (wgmma.mma with enable_input_d=False: scale-d
+    0 on its first k32 instruction), so nothing zeroes it in the k loop, and the emitter pins it
+    before each wgmma.fence (a value materialized between the fence and the mma makes ptxas
+    serialize every wgmma). No NVRTC needed: the CUDA source."""
     src = MatmulFp8("block").source(*_args("block", 4096, 4096, 4096), arch="sm_90a")
-    body = src[src.index("float part[64];"):]
-    fence = body.index("tilus::wgmma_fence();")
-    assert "tilus::wgmma_fence_operand<64>(part);" in body[:fence], body[:fence]
+    assert src.count("float part[64];") == 1
+    loop = src[src.index("for (int32_t step = 0;"):]
+    loop = loop[:loop.index("tilus::tma_wait_group")]
+    assert "part[tilus_s] = 0.0f" not in loop
+    assert re.findall(r'"r"\(([01])\)\);', loop) == ["0", "1", "1", "1"] * 2
+    for fence in re.finditer(r"tilus::wgmma_fence\(\);", loop):
+        assert loop[:fence.start()].rstrip().endswith("tilus::wgmma_fence_operand<64>(part);")
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_block_scaled_pieces_take_turns_in_the_sass():
+    """ptxas keeps each warp group's two pieces in turn: the first piece's 64 promotion FFMAs lie
+    between the wait for its wgmma and the second piece's warpgroup arrive (a second fresh
+    accumulator would let ptxas start the second piece's wgmma under the promotion, 256
+    registers a thread, and spill), and each piece's first QGMMA reads no accumulator (RZ)."""
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    sass = MatmulFp8("block").sass(*_args("block", 4096, 4096, 4096), arch="sm_90a")
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9._]*)([^;]*);", sass)
+    names = [o for o, _ in ops]
+    first = names.index("QGMMA.64x128x32.F32.E4M3.E4M3")
+    wait = names.index("WARPGROUP.DEPBAR.LE", first)
+    arrive = names.index("WARPGROUP.ARRIVE", wait)
+    between = names[wait:arrive]
+    assert between.count("FFMA") >= 64 and not any(n.startswith("QGMMA") for n in between), between
+    qgmma = [args for o, args in ops if o.startswith("QGMMA")]
+    reads = [args.split(",")[2].strip() for args in qgmma[:8]]  # the accumulator input
+    assert reads == ["RZ", "R24", "R24", "R24"] * 2 or (reads[0] == reads[4] == "RZ" and "RZ" not in reads[1:4]), qgmma[:8]
 
 
 def bad_mma(at, bt, dt, k=64, a_registers=False):

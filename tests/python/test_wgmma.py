@@ -277,6 +277,47 @@ def test_a_missing_fence_is_inserted_and_a_present_one_kept(arrays):
         assert stages["insert_wgmma_fences"] == stages["insert_barriers"], type(kernel).__name__
 
 
+class Overwrite(tilus.Script):
+    """c = a @ b.T twice over an accumulator that starts at 5: the first product overwrites it
+    (enable_input_d=False), the second adds to it. 128 rows (two m64 blocks: the first k step of
+    each overwrites) and k = 64 (four k16 steps: the later ones add)."""
+
+    def __call__(self, a: ~float16, b: ~float16, c: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        sa = self.shared_tensor(dtype=float16, shape=[128, 64])
+        sb = self.shared_tensor(dtype=float16, shape=[64, 64])
+        self.copy(self.global_view(a, shape=[128, 64]), sa)
+        self.copy(self.global_view(b, shape=[64, 64]), sb)
+        acc = self.register_tensor(dtype=float32, shape=[128, 64], init=5.0)
+        self.wgmma.fence()
+        self.wgmma.mma(sa, sb.T, acc, enable_input_d=False)
+        self.wgmma.mma(sa, sb.T, acc)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        self.store_global(self.global_view(c, shape=[128, 64]), acc, offsets=[0, 0])
+
+
+def test_an_mma_without_input_d_overwrites_its_accumulator(arrays):
+    rng = np.random.default_rng(3)
+    ha, hb = rng.uniform(-1, 1, (128, 64)).astype(np.float16), rng.uniform(-1, 1, (64, 64)).astype(np.float16)
+    c = arrays.put(np.zeros((128, 64), np.float32))
+    Overwrite()(arrays.put(ha), arrays.put(hb), c)
+    want = 2 * (ha.astype(np.float64) @ hb.astype(np.float64).T)
+    np.testing.assert_allclose(arrays.host(c), want, rtol=1e-3, atol=1e-3)
+
+
+def test_an_mma_without_input_d_sets_scale_d_on_its_first_k_steps():
+    """The IR says enable_input_d=false; in the CUDA source the first k step of each m64 block of
+    that mma has wgmma's scale-d 0 ("r"(0)), every other instruction 1."""
+    x, y = np.zeros((128, 64), np.float16), np.zeros((128, 64), np.float32)
+    ir = Overwrite().ir(x, x, y, arch="sm_90a")["select_instructions"]
+    assert ir.count("enable_input_d=false") == 1, ir
+    src = Overwrite().source(x, x, y, arch="sm_90a")
+    scale_d = re.findall(r'"r"\(([01])\)\);', src)
+    assert scale_d == ["0", "1", "1", "1"] * 2 + ["1"] * 8, scale_d
+
+
 class MissingWait(tilus.Script):
     def __call__(self, c: ~float32):
         self.attrs.blocks = [1]
@@ -352,6 +393,8 @@ def acc(s, m, n, dt=float32):
     (lambda s: s.wgmma.mma(acc(s, 64, 64, float8_e4m3), s.shared_tensor(dtype=float8_e4m3, shape=[64, 64]).T,
                            acc(s, 64, 64)), r"a in registers must be float16 or bfloat16"),
     (lambda s: s.wgmma.wait_group(8), r"n must be from 0 to 7"),
+    (lambda s: s.wgmma.mma(f16(s, 64, 64), f16(s, 64, 64).T, acc(s, 64, 64), enable_input_d=s.blockIdx.x == 0),
+     r"wgmma.mma: enable_input_d must be a Python bool"),
 ])
 def test_bad_calls_name_the_instruction_and_line(body, match):
     with pytest.raises(tilus.CompileError, match=r"test_wgmma.py:\d+.*" + match):

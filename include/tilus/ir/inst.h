@@ -568,6 +568,9 @@ struct WgmmaMmaInst : InstNode {
   TILUS_INST_COMMON(WgmmaMma, "wgmma.mma")
   Tensor a, b, d;
   bool from_dot = false;  // made by lower_dots_to_wgmma from a dot (printed from_dot=true)
+  // false: d = a @ b, d's earlier values ignored (wgmma's scale-d 0 on the first k step; printed
+  // enable_input_d=false). d stays a read-write operand: the passes need not know.
+  bool enable_input_d = true;
   bool has_side_effects() const override { return true; }
 };
 

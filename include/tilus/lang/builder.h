@@ -169,7 +169,7 @@ class Builder {
   void fence_proxy_async(const std::string& space, SourceLoc loc);
   // wgmma (sm_90a; docs/instructions.md): d += a @ b asynchronously over the warp group(s).
   void wgmma_fence(SourceLoc loc);
-  void wgmma_mma(const Tensor& a, const Tensor& b, const Tensor& d, SourceLoc loc);
+  void wgmma_mma(const Tensor& a, const Tensor& b, const Tensor& d, SourceLoc loc, bool enable_input_d = true);
   void wgmma_commit_group(SourceLoc loc);
   void wgmma_wait_group(int64_t n, SourceLoc loc);
   // A view of a shared tensor with its dims reordered: view dim k is src dim dims[k]

@@ -296,8 +296,10 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::ReshapeShared: return;  // address maps: the facts
     case InstKind::WgmmaMma: {
       // d += a @ b at once: the shared operands through register copies of the whole tiles (a
-      // may be in registers already).
+      // may be in registers already); d zeroed first where its values are not an input.
       auto& i = static_cast<const WgmmaMmaInst&>(inst);
+      if (!i.enable_input_d)
+        loop(i32(i.d.num_elements()), [&](llvm::Value* e) { store_reg(i.d, e, constant(i.d.dtype(), 0)); });
       Tensor a = i.a;
       if (i.a.is_shared()) {
         a = Tensor::reg("wgmma_a", i.a.dtype(), i.a.static_shape());

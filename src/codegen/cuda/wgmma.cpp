@@ -122,7 +122,10 @@ void Emitter::emit_wgmma(const InstNode& inst) {
           int64_t a_off = (mb * 64 * t.a.row_bytes + ks * t.a.k_step_bytes) >> 4;
           a_in = fmt::format("\"l\"({} + {}u), ", desc[0], a_off);
         }
-        linef("asm volatile(\"{}\" : {} : {}\"l\"({} + {}u), \"r\"(1));", text, outs, a_in, desc[1], b_off);
+        // scale-d: 0 (d = a @ b) on the first k step where d's values are not an input.
+        int scale_d = i.enable_input_d || ks > 0 ? 1 : 0;
+        linef("asm volatile(\"{}\" : {} : {}\"l\"({} + {}u), \"r\"({}));", text, outs, a_in, desc[1], b_off,
+              scale_d);
       }
     }
   if (a_regs) wgmma_accs_.push_back({i.a.get(), a_words});

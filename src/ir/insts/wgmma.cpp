@@ -56,8 +56,9 @@ void insts::add_wgmma(std::vector<InstDef>& d) {
                .summary = "orders the warp group's register and shared accesses before the next wgmma.mma"});
   d.push_back({.name = "wgmma.mma", .group = "wgmma", .kind = InstKind::WgmmaMma, .emit = EmitFamily::Wgmma,
                .traits = {.completion = Completion::WgmmaGroup, .proxy = Proxy::Async, .min_sm = 90},
-               .summary = "d += a @ b over the warp groups, asynchronously",
-               .attrs = {{"from_dot", AttrType::Bool, "false"}}, .verify = hook(check_wgmma_mma)});
+               .summary = "d += a @ b over the warp groups, asynchronously (d = a @ b where enable_input_d is false)",
+               .attrs = {{"from_dot", AttrType::Bool, "false"}, {"enable_input_d", AttrType::Bool, "true"}},
+               .verify = hook(check_wgmma_mma)});
   d.push_back({.name = "wgmma.commit_group", .group = "wgmma", .kind = InstKind::WgmmaCommitGroup,
                .emit = EmitFamily::Wgmma,
                .traits = {.role = SyncRole::Commit, .completion = Completion::WgmmaGroup, .min_sm = 90},

@@ -133,11 +133,12 @@ void Builder::fence_proxy_async(const std::string& space, SourceLoc loc) {
 
 void Builder::wgmma_fence(SourceLoc loc) { emit(make_inst<WgmmaFenceInst>(loc)); }
 
-void Builder::wgmma_mma(const Tensor& a, const Tensor& b, const Tensor& d, SourceLoc loc) {
+void Builder::wgmma_mma(const Tensor& a, const Tensor& b, const Tensor& d, SourceLoc loc, bool enable_input_d) {
   auto i = make_inst<WgmmaMmaInst>(loc);
   i->a = a;
   i->b = b;
   i->d = d;
+  i->enable_input_d = enable_input_d;
   emit(i);
 }
 
