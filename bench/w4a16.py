@@ -173,11 +173,9 @@ def main():
                 if triton is not None and read not in floors:
                     floors[read] = stream_floor_ms(read // 4)
                 floor = floors.get(read)
-                bucket = 1 << max(m - 1, 0).bit_length()
-                cfg = tq.tuned.get((bucket, n, k, "wgmma" in prepared, "magic" in prepared)) if not args.rule \
-                    else tq.config(m, n, k, hopper="wgmma" in prepared)
+                key = tq.tuning_key(m, n, k, prepared, c)
+                cfg = tq.tuned.get(key) if not args.rule else tq.config(m, n, k, hopper="wgmma" in prepared)
                 kernel = describe(cfg)
-                key = (bucket, n, k, "wgmma" in prepared, "magic" in prepared)
                 if key in tq.timings and (wname, key) not in shown:  # the tuning's fastest candidates
                     shown.add((wname, key))
                     for t_, c_ in tq.timings[key][:6]:
@@ -207,7 +205,8 @@ def describe(cfg):
     if cfg.get("hopper"):
         group = f" group {cfg['tile_group']}" if "tile_group" in cfg else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
-    decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "")) if cfg.get("magic") else ""
+    decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
+              if cfg.get("magic") else "")
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}"
 
 

@@ -36,7 +36,7 @@ class MatmulA16Wx(tilus.Script):
     and sets the counter back to zero."""
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
-                 repacked=False, atype=float16, magic=False, late_scale=False):
+                 repacked=False, atype=float16, magic=False, late_scale=False, tma=False):
         super().__init__()
         assert group % block_k == 0, "a k tile must not straddle two scale groups"
         assert block_k * wtype.bits % 32 == 0, "a k tile's weight bytes must be whole 4-byte words (cp.async)"
@@ -54,6 +54,13 @@ class MatmulA16Wx(tilus.Script):
         assert magic or not late_scale, "late_scale is an option of the magic decode"
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
+        # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
+        # scales and zero points) are TMA boxes one thread issues on the stage's mbarrier, in
+        # place of every thread's cp.async (their address and predicate work); a k tile's box
+        # past the split's range is not issued. Needs 16-byte rows: k and n multiples of 8.
+        self.by_tma = tma
+        if tma:
+            assert magic, "the TMA copies are an option of the magic decode"
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
@@ -93,6 +100,46 @@ class MatmulA16Wx(tilus.Script):
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
+        # The split-K arrival's old count, handed to the block's threads (allocated before the
+        # ring: no copy in flight may target its bytes).
+        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
+
+        if self.by_tma:
+            ktiles = tilus.cdiv(k, bk)
+            lines = rows // 8  # 128-byte rows of one weight tile: one box ([lines, 128] bytes)
+            gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, bn) * ktiles * lines, 128])
+            sw = self.shared_tensor(dtype=uint8, shape=[stages, lines, 128])
+            sb = self.reshape_shared(sw, [stages, rows, 16])
+            full = self.mbarrier.alloc(counts=[1] * stages)
+            stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
+
+            def tma_stage(step, stage):  # one thread
+                kt = first + step
+                self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
+                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[om, kt * bk], mbarrier=full[stage])
+                self.tma.global_to_shared(src=gw, dst=sw[stage], offsets=[(self.blockIdx.y * ktiles + kt) * lines, 0],
+                                          mbarrier=full[stage])
+                self.tma.global_to_shared(src=gs, dst=ss[stage], offsets=[kt * bk // self.group, on],
+                                          mbarrier=full[stage])
+                if unsigned:
+                    self.tma.global_to_shared(src=gz, dst=sz[stage], offsets=[kt * bk // self.group, on],
+                                              mbarrier=full[stage])
+
+            for s in tilus.static_range(stages - 1):
+                with self.single_thread():
+                    if s < steps:
+                        tma_stage(s, s)
+            for step in range(steps):
+                stage = step % stages
+                self.mbarrier.wait(full[stage], phase=step // stages % 2)
+                acc = self.magic_step(k, sa[stage], sb[stage], ss[stage], sz[stage], acc)
+                # The passes' barrier before the boxes (this tile's reads before any TMA write)
+                # also orders the last tile's reads before its stage is refilled.
+                with self.single_thread():
+                    if step + stages - 1 < steps:
+                        tma_stage(step + stages - 1, (step + stages - 1) % stages)
+            self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
+            return
 
         def load_stage(step, stage):
             self.copy_async(ga, sa[stage], offsets=[om, (first + step) * bk])
@@ -118,6 +165,11 @@ class MatmulA16Wx(tilus.Script):
             else:
                 load_stage(step + stages - 1, (step + stages - 1) % stages)
                 acc = self.plain_step(sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
+        self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
+
+    def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
+        """The block's tile of c, or with split_k > 1 its partial sums and, in the tile's last split, their sum."""
+        at = self.atype
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
@@ -128,7 +180,7 @@ class MatmulA16Wx(tilus.Script):
             self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
             tile = [self.blockIdx.x, self.blockIdx.y]
-            if last_to_arrive(self, arrivals, tile, self.split_k):
+            if last_to_arrive(self, arrivals, tile, self.split_k, slot=before):
                 for r in range(bm // 16):  # 16 rows at a time: a whole tile's partials may not fit in registers
                     p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[self.split_k, 16, bn])
                     self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om + r * 16, on])
@@ -508,10 +560,11 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
-    def candidates(self, m, n, k, hopper=False, magic=False):
+    def candidates(self, m, n, k, hopper=False, magic=False, tma=False):
         """The configurations tune=True times at m x n x k, the rule's first: for m <= 32 the
         16-row kernel split over k 1 to 16 ways, in 4 or 8 stages, and where its weights exist
-        (`magic`: prepare made them) the same on the magic decode, with and without late_scale;
+        (`magic`: prepare made them) the same on the magic decode, with and without late_scale
+        (`tma`: TMA copies apply, see tma_applies: with late_scale, by cp.async and by TMA);
         from m = 33 the wgmma kernel's tiles (64 weight rows times 64, 128 or 256 rows of a, and
         128 x 256 in 4 stages, 128 x 128 in 8, 128 x 256 walking its tiles in groups of 4 or 16)
         where its weights exist, and the mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4
@@ -545,20 +598,36 @@ class QuantizedMatmul:
                     for stages in ((base["stages"], 2 * base["stages"]) if bm == 16 else (base["stages"],)):
                         add(dict(base, split_k=split, stages=stages))
                         if bm == 16 and magic and self.magic_tile(base["block_k"]):
-                            for late in (False, True):
-                                add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late))
+                            # (late_scale measured faster at every m <= 16 on the H200: with TMA, the
+                            # scales in the product give way to the copies by TMA.)
+                            for late, by_tma in ((True, False), (True, True)) if tma else ((False, False), (True, False)):
+                                add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late,
+                                         **({"tma": True} if by_tma else {})))
         return out
+
+    @staticmethod
+    def tma_applies(n, k, c):
+        """Whether MatmulA16Wx(tma=True) can run: c a CUDA tensor on sm_90 or later (TMA), rows of a
+        and of the scales whole 16-byte units (k and n multiples of 8)."""
+        return (getattr(c, "is_cuda", False) and n % 8 == 0 and k % 8 == 0 and
+                tilus._C.device_info()["arch"].startswith(("sm_90", "sm_100")))
 
     def magic_tile(self, bk):
         """Whether the small-m kernel's tile of k length bk has the magic decode (16 x 128 on 4 warps)."""
         return magic_applies(self.wtype, self.atype, bk) and repackable(self.wtype.bits, 16, 128, bk, 4)
 
-    def tuned_config(self, m, n, k, hopper, call, magic=False):
-        """The fastest of `candidates` at this size, timed once per process (call(cfg): the kernel
-        of a configuration and its arguments); the candidates compile in parallel first."""
-        key = (1 << max(m - 1, 0).bit_length(), n, k, hopper, magic)
+    def tuning_key(self, m, n, k, weights, c):
+        """The key of self.tuned and self.timings for a call: (m rounded up to a power of two, n, k,
+        wgmma weights, magic weights, TMA copies apply)."""
+        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c))
+
+    def tuned_config(self, key, call):
+        """The fastest of `candidates` at this size (key: tuning_key), timed once per process
+        (call(cfg): the kernel of a configuration and its arguments); the candidates compile in
+        parallel first."""
         if key not in self.tuned:
-            self.timings[key] = timed_configs(self.candidates(m, n, k, hopper, magic), call)
+            m, n, k, hopper, magic, tma = key
+            self.timings[key] = timed_configs(self.candidates(m, n, k, hopper, magic, tma), call)
             self.tuned[key] = self.timings[key][0][1]
         return self.tuned[key]
 
@@ -594,9 +663,8 @@ class QuantizedMatmul:
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
         hopper = "wgmma" in weights
         if self.tune and getattr(c, "is_cuda", False):
-            cfg = self.tuned_config(m, n, k, hopper, lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales,
-                                                                                   zeros, c, workspace),
-                                    magic="magic" in weights)
+            cfg = self.tuned_config(self.tuning_key(m, n, k, weights, c),
+                                    lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace))
         else:
             cfg = self.config(m, n, k, hopper)
         self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)

@@ -415,13 +415,17 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
     np.testing.assert_array_equal(arrays.host(q.arrival_counters.counters), 0)
 
 
-@pytest.mark.parametrize("wtype,split_k,bk,late_scale", [("int4", 2, 64, True), ("uint4", 3, 128, False)])
-def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale):
+@pytest.mark.parametrize("wtype,split_k,bk,late_scale,tma", [("int4", 2, 64, True, False), ("uint4", 3, 128, False, False),
+                                                              ("int4", 3, 128, True, True), ("uint4", 2, 64, True, True),
+                                                              ("uint4", 1, 64, False, True)])
+def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, tma):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
     on ragged m, n and split k (3 splits of 5 k tiles: the last split one tile), signed codes and
     unsigned ones with zero points, the scales in the product or (late_scale) on each k tile's
-    float32 product."""
+    float32 product; with tma=True each stage's tiles come as TMA boxes on an mbarrier ring (the
+    ragged rows of a zero-filled, no box issued past a split's last tile), twice on one set of
+    counters (they are back to zero after each launch)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     m, n, k = (5, 200, 5 * bk) if split_k == 2 else (16, 136, 5 * bk)
@@ -431,12 +435,15 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale):
     c = arrays.put(host_array(np.zeros((m, n)), at))
     counters = arrays.put(np.zeros(16, np.int32))
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True,
-                         late_scale=late_scale)
-    kernel(m, n, k, arrays.put(host_array(a, at)), repack_for_magic(arrays.put(packed), dt, n, k, 128, bk),
-           arrays.put(host_array(scales, at)), arrays.put(host_array(zeros, at)), c,
-           arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
-    np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2)
-    np.testing.assert_array_equal(arrays.host(counters), 0)
+                         late_scale=late_scale, tma=tma)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
+    for launch in range(2 if tma else 1):
+        c = arrays.put(host_array(np.zeros((m, n)), at))
+        kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
+               arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
+        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
 def test_magic_layout_is_the_quarters_fragments():
@@ -456,10 +463,14 @@ def test_magic_layout_is_the_quarters_fragments():
 
 
 def loop_ops(sass):
-    """The opcodes of the longest backward branch's body in cuobjdump's SASS (the k loop)."""
+    """The opcodes of the k loop in cuobjdump's SASS: the shortest backward branch's body that
+    holds a tensor-core instruction (HMMA), else the longest backward branch's body (an
+    out-of-line mbarrier retry may branch back over more than the loop)."""
     code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)[^;]*;", sass)]
     branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
-    lo, hi = max(((t, a) for t, a in branches if t < a), key=lambda b: b[1] - b[0])
+    loops = [(t, a) for t, a in branches if t < a]
+    with_mma = [b for b in loops if any(b[0] <= a <= b[1] and op == "HMMA" for a, op in code)]
+    lo, hi = min(with_mma, key=lambda b: b[1] - b[0]) if with_mma else max(loops, key=lambda b: b[1] - b[0])
     return [op for a, op in code if lo <= a <= hi]
 
 
@@ -469,7 +480,8 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
     """The small-m kernel's k loop in SASS (sm_90a, 16 x 128 x 128 tiles, split 4): the magic
     decode has no byte permute per pair (one LOP3 per f16 pair: the XOR constant in a register) and no
     more than 90 % of the general conversion's instructions, late_scale no more than 80 % (16
-    FFMA for 64 HMUL2); one barrier a k tile; nothing spilled."""
+    FFMA for 64 HMUL2), and with tma no cp.async and no more than late_scale (the boxes' issue
+    included, one thread's); one barrier a k tile; nothing spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -480,7 +492,8 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
     loops = {}
-    for name, kw in [("plain", {}), ("magic", dict(magic=True)), ("late", dict(magic=True, late_scale=True))]:
+    for name, kw in [("plain", {}), ("magic", dict(magic=True)), ("late", dict(magic=True, late_scale=True)),
+                     ("tma", dict(magic=True, late_scale=True, tma=True))]:
         kernel = MatmulA16Wx(dt, 128, block_k=128, split_k=4, repacked=True, **kw)
         assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
         loops[name] = loop_ops(kernel.sass(*args, arch="sm_90a"))
@@ -491,6 +504,12 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
     assert len(loops["magic"]) <= 0.9 * len(loops["plain"]), {x: len(v) for x, v in loops.items()}
     assert len(loops["late"]) <= 0.8 * len(loops["plain"]), {x: len(v) for x, v in loops.items()}
     assert loops["late"].count("HMUL2") == 0 and loops["late"].count("FFMA") == 16
+    # tma: one thread's boxes (a, weights, scales, zero points) in place of every thread's cp.async,
+    # one barrier a tile, the same decode and product.
+    tma = loops["tma"]
+    assert tma.count("LDGSTS") == 0 and tma.count("UTMALDG") == (3 if dt.is_signed() else 4), tma.count("UTMALDG")
+    assert tma.count("BAR") == 1 and tma.count("HMMA") == loops["late"].count("HMMA") and tma.count("FFMA") == 16
+    assert len(tma) <= len(loops["late"]), {x: len(v) for x, v in loops.items()}
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -609,6 +628,13 @@ def test_quantized_matmul_tunes_over_kernels_tiles_and_splits(m, n, k):
         assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
         assert [c for c in with_magic if not c.get("magic")] == got
         for c in magic:
+            MatmulA16Wx(wtype, 128, **c)
+        # Where TMA applies: each of them with late_scale, by cp.async and by TMA.
+        with_tma = q.candidates(m, n, k, hopper=True, magic=True, tma=True)
+        by_tma = [c for c in with_tma if c.get("magic")]
+        want = [dict(c, magic=True, late_scale=True, **t) for c in mma if c["block_m"] == 16 for t in ({}, {"tma": True})]
+        assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
+        for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
     # bf16 activations and 8-bit codes have no magic decode
     assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int4, 128, atype=tilus.bfloat16).candidates(
