@@ -15,6 +15,10 @@ from .tracing import _describe, _located, _raised_at, _tracing, tracing
 from .transform import normalize
 
 _lock = threading.Lock()
+# One trace at a time: a body keeps its state on the instance (self.<view> = ..., self.attrs), so
+# two threads tracing one instance (a tuner compiling its candidates in parallel) would read each
+# other's; tracing is Python under the GIL anyway (NVRTC's compile, after it, runs in parallel).
+_trace_lock = threading.RLock()
 
 
 # --- compiling ----------------------------------------------------------------------------------
@@ -50,7 +54,7 @@ def trace(script, constants=None):
             args.append(v)
         else:
             args.append(b.add_param(p.name, p.dtype, (sig.file, sig.line)))
-    with tracing(b):
+    with _trace_lock, tracing(b):
         _tracing.script = script  # the Script a tilus.Class reaches (classes.py)
         script.attrs._values.clear()  # each trace sets them anew
         try:

@@ -389,3 +389,26 @@ def test_cpu_launches_reuse_their_worker_threads_and_survive_a_fork():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "0", "0"], r.stdout
+
+
+class KeepsViewsOnSelf(tilus.Script):
+    """A body that keeps a view on the instance and reads it back later, as FlashDecoding does; the
+    sleep lets another thread run in between."""
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32):
+        import time
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        self.gx = self.global_view(x, shape=[n])
+        time.sleep(0.02)
+        self.store_global(self.global_view(y, shape=[n]), self.load_global(self.gx, offsets=[0], shape=[32]), offsets=[0])
+
+
+def test_threads_tracing_one_instance_do_not_see_each_others_state():
+    # (Before tracing was serialized, the second thread's view replaced the first's on self and
+    # the first trace failed: "'x' is not defined here".)
+    import concurrent.futures
+    script = KeepsViewsOnSelf()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        programs = list(pool.map(lambda _: str(tilus.trace(script)), range(4)))
+    assert len(set(programs)) == 1 and "global_view" in programs[0]

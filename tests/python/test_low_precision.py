@@ -662,7 +662,8 @@ def test_tuned_quantized_matmul_on_the_gpu():
         q(m, n, k, *args)
         (key, cfg), = q.tuned.items()
         assert "magic" in args[1]  # uint4 codes, f16: prepare made the magic decode's weights too
-        candidates = q.candidates(m, n, k, hopper="wgmma" in args[1], magic=True)
+        assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
+        candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
         for cfg in candidates:  # every candidate (compiled by the tuning) computes the product
