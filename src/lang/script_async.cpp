@@ -170,11 +170,13 @@ void TmaGroup::wait_group(int64_t n, bool read, Loc loc) const {
   script->builder().tma_wait_group(n, read, SourceLoc::from(loc));
 }
 void WgmmaGroup::fence(Loc loc) const { script->builder().wgmma_fence(SourceLoc::from(loc)); }
-void WgmmaGroup::mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc) const {
-  script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc));
+void WgmmaGroup::mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, bool enable_input_d,
+                     Loc loc) const {
+  script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc), enable_input_d);
 }
-void WgmmaGroup::mma(const RegisterTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc) const {
-  script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc));
+void WgmmaGroup::mma(const RegisterTensor& a, const SharedTensor& b, const RegisterTensor& d, bool enable_input_d,
+                     Loc loc) const {
+  script->builder().wgmma_mma(a.tensor(), b.tensor(), d.tensor(), SourceLoc::from(loc), enable_input_d);
 }
 void WgmmaGroup::commit_group(Loc loc) const { script->builder().wgmma_commit_group(SourceLoc::from(loc)); }
 void WgmmaGroup::wait_group(int64_t n, Loc loc) const { script->builder().wgmma_wait_group(n, SourceLoc::from(loc)); }

@@ -850,6 +850,28 @@ TEST(WgmmaPasses, ARowMajorBOneSwizzleSpanWideIsMnMajor) {
       "lowering: wgmma m64n64k16 groups=1 tiles=1x1x2 a=sw64/sbo512 b=sw128/sbo1024/mn completion=wgmma-group");
 }
 
+// The C++ Script's wgmma.mma(..., enable_input_d = false), as Python's: the instruction says so in
+// the IR; the default accumulates.
+TEST(WgmmaPasses, TheCppScriptTakesEnableInputD) {
+  Stage s = run_to(traced([](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto sa = k.shared_tensor(dtypes::float16, {64, 64});
+    auto acc = k.register_tensor(dtypes::float32, {64, 64}, 0.0);
+    k.wgmma.fence();
+    k.wgmma.mma(sa, sa.transpose(), acc, false);
+    k.wgmma.mma(sa, sa.transpose(), acc);
+    k.wgmma.commit_group();
+    k.wgmma.wait_group(0);
+    k.store_global(a, acc.to(dtypes::float16), {.offsets = {0, 0}});
+  }, {.arch = "sm_90a"}), "verify", {.arch = "sm_90a"});
+  std::string ir = print(s.after);
+  size_t first = ir.find("wgmma.mma");
+  ASSERT_NE(first, std::string::npos) << ir;
+  EXPECT_NE(ir.substr(first, ir.find('\n', first) - first).find("enable_input_d=false"), std::string::npos) << ir;
+  size_t second = ir.find("wgmma.mma", first + 1);
+  ASSERT_NE(second, std::string::npos) << ir;
+  EXPECT_EQ(ir.substr(second, ir.find('\n', second) - second).find("enable_input_d"), std::string::npos) << ir;
+}
+
 // A wait placed after register work (the work to overlap with the wgmma it waits for) is
 // ordered; a wait right after a commit or another wait is not; CPU targets are left alone.
 TEST(WgmmaPasses, AWaitAfterRegisterWorkIsOrdered) {

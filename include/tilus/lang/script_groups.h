@@ -66,12 +66,16 @@ struct TmaGroup {
 // mma(a, b, d): d += a @ b with a [m, k] and b [k, n] shared and K-major (b typically a
 // transposed [n, k] tile; a 16-bit b may also be a row-major [k, n] tile one swizzle span
 // wide), d a float32 register tensor; asynchronous until a wait_group covers its commit group.
+// enable_input_d = false: d = a @ b, d's values ignored (wgmma's scale-d 0 on the first k step;
+// Python's wgmma.mma(..., enable_input_d=False)).
 struct WgmmaGroup {
   Script* script;
   void fence(Loc loc = Loc::current()) const;
-  void mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc = Loc::current()) const;
+  void mma(const SharedTensor& a, const SharedTensor& b, const RegisterTensor& d, bool enable_input_d = true,
+           Loc loc = Loc::current()) const;
   // a in registers (float16 / bfloat16): its layout becomes the wgmma A-fragment layout.
-  void mma(const RegisterTensor& a, const SharedTensor& b, const RegisterTensor& d, Loc loc = Loc::current()) const;
+  void mma(const RegisterTensor& a, const SharedTensor& b, const RegisterTensor& d, bool enable_input_d = true,
+           Loc loc = Loc::current()) const;
   void commit_group(Loc loc = Loc::current()) const;
   void wait_group(int64_t n, Loc loc = Loc::current()) const;
 };
