@@ -50,16 +50,20 @@ struct DLTensorC {
   uint64_t byte_offset;
 };
 
-// Whether shape and byte strides describe a dense row-major array of `elem` bytes an element.
-bool row_major(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t elem) {
-  if (strides.size() != shape.size()) return false;
-  int64_t expected = elem;
-  for (size_t k = shape.size(); k-- > 0;) {
+// Whether `dims` sizes and strides (in units of `elem`: bytes, or 1 for element strides) describe
+// a dense row-major array (torch's is_contiguous(): size-1 dims and empty arrays are).
+bool row_major(const int64_t* shape, const int64_t* strides, size_t dims, int64_t elem) {
+  for (size_t k = 0; k < dims; ++k)
     if (shape[k] == 0) return true;
+  int64_t expected = elem;
+  for (size_t k = dims; k-- > 0;) {
     if (shape[k] != 1 && strides[k] != expected) return false;
     expected *= shape[k];
   }
   return true;
+}
+bool row_major(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t elem) {
+  return strides.size() == shape.size() && row_major(shape.data(), strides.data(), shape.size(), elem);
 }
 
 }  // namespace
@@ -175,15 +179,7 @@ bool FastPath::shim_array(PyObject* a, const Param& p, ArrayInfo& info) const {
   if (type == 1 && s.device_index(h, &index)) return false;
   int64_t numel = 1;
   for (int64_t k = 0; k < dim; ++k) numel *= sizes[k];
-  bool dense = true;  // torch's is_contiguous()
-  for (int64_t k = dim, expected = 1; numel != 0 && k-- > 0;) {
-    if (sizes[k] == 1) continue;
-    if (strides[k] != expected) {
-      dense = false;
-      break;
-    }
-    expected *= sizes[k];
-  }
+  bool dense = row_major(sizes, strides, size_t(dim), 1);  // torch's is_contiguous()
   info.addr = uint64_t(reinterpret_cast<uintptr_t>(data));
   info.bytes = dense ? numel * p.itemsize : -1;
   info.cuda = type == 1;
