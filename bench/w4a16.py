@@ -4,19 +4,25 @@ cuBLAS (torch.matmul on the dequantized weights), a Triton W4A16 kernel written 
 floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
-        [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule]
+        [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
+        [--deadline SECONDS]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
-or mma.sync, stages, timed once per shape before the measurement; --rule uses the fixed rule
-instead) and the line says which kernel won. Each time is the median of CUDA-event timings, each
+or mma.sync, stages, timed once per shape before the measurement, over the short list of
+QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
+instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
+tiles follow a rule per m (triton_config). A result off the float32 reference by 1 % of its
+largest value is marked WRONG and the sweep goes on; --deadline stops beginning sizes after that
+many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
 launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton are timed in turn
 over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
 clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
 kernel must read at least once (the 4-bit weights, their scales and zero points, the
 activations) and writes nothing but one word per block: the best of 1 to 8 blocks per SM,
 measured the same way (the flush leaves dirty lines in L2 that a kernel's reads write back).
-The summary's ratios are times: cuBLAS / tilus (> 1: tilus is faster) and tilus / floor (1.0
-at the floor).
+The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
+is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
+goal is <= 1.15), a star on each size that misses a goal.
 """
 import argparse
 import os
@@ -42,12 +48,6 @@ except ImportError:
 
 if triton is not None:
 
-    @triton.autotune(
-        configs=[triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_stages=s, num_warps=w)
-                 for bm, bn, bk, s, w in [(16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (32, 64, 128, 4, 4),
-                                          (64, 128, 64, 4, 4), (128, 128, 64, 3, 8), (128, 256, 64, 3, 8)]],
-        key=["M", "N", "K"],
-    )
     @triton.jit
     def w4a16_kernel(a, b, s, z, c, M, N, K, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      UNSIGNED: tl.constexpr):
@@ -103,11 +103,19 @@ if triton is not None:
             best = t if best is None else min(best, t)
         return best
 
+    def triton_config(m):
+        """The Triton kernel's tiles at m (BM, BN, BK, stages, warps): a rule, not autotuned (the
+        autotuning of six configurations at each of the 56 sizes took longer than the whole sweep
+        may); at N = K = 8192 on the H100 these were its fastest at m = 1, 64, 256 and 4096."""
+        return ((16, 128, 128, 4, 4) if m <= 16 else (64, 128, 64, 4, 4) if m <= 64 else
+                (128, 128, 64, 3, 8) if m <= 256 else (128, 256, 64, 3, 8))
+
     def triton_w4a16(a, b, s, z, c, group, unsigned):
         M, K = a.shape
         N = c.shape[1]
-        grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))  # noqa: E731
-        w4a16_kernel[grid](a, b, s, z, c, M, N, K, group, UNSIGNED=unsigned)
+        bm, bn, bk, stages, warps = triton_config(M)
+        w4a16_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](a, b, s, z, c, M, N, K, group, bm, bn, bk, unsigned,
+                                                               num_stages=stages, num_warps=warps)
 
 
 def weights(n, k, g, unsigned):
@@ -131,21 +139,29 @@ def main():
     p.add_argument("--types", default="int4,uint4")
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--rule", action="store_true", help="QuantizedMatmul's fixed rule instead of tuning per shape")
+    p.add_argument("--wide", action="store_true", help="tune over the whole space (candidates(wide=True))")
+    p.add_argument("--deadline", type=float, default=0,
+                   help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     args = p.parse_args()
+    start = time.perf_counter()
     g = args.group
     ms = [int(x) for x in args.ms.split(",")]
     shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",")]
     print(f"W4A16, group {g}, on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
-          f"triton {triton.__version__ if triton else 'missing'}; tilus {'rule' if args.rule else 'tuned per shape'}",
-          flush=True)
+          f"triton {triton.__version__ if triton else 'missing'}; tilus "
+          f"{'rule' if args.rule else 'tuned per shape' + (' (wide)' if args.wide else '')}", flush=True)
     rows = []
     floors = {}
     shown = set()
+    skipped = 0
     for wname in args.types.split(","):
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
-        tq = QuantizedMatmul(wtype, g, tune=not args.rule)
+        tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide)
         for n, k in shapes:
+            if args.deadline and time.perf_counter() - start > args.deadline:
+                skipped += len(ms)
+                continue
             packed, scales, zeros, w16 = weights(n, k, g, unsigned)
             t0 = time.perf_counter()
             prepared = tq.prepare(packed)  # the repacking kernels, compiled on first use
@@ -153,24 +169,31 @@ def main():
             print(f"{wname} {n}x{k}: prepare (repackings, compiles included) "
                   f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
             for m in ms:
+                if args.deadline and time.perf_counter() - start > args.deadline:
+                    skipped += 1
+                    continue
+                t0 = time.perf_counter()
                 a = (torch.rand(m, k, device="cuda") * 2 - 1).half()
                 ref = a.float() @ w16.float()
                 c = torch.empty(m, n, device="cuda", dtype=torch.float16)
                 work = torch.empty(16, m, n, device="cuda", dtype=torch.float32)
                 tq(m, n, k, a, prepared, scales, zeros, c, work)  # tunes at the first call of a shape
+                tuned_s = time.perf_counter() - t0
                 err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
-                assert err < 1e-2, f"tilus W4A16 {wname} is wrong at m={m}, {n}x{k}: relative error {err}"
+                wrong = f"  WRONG (relative error {err:.3g})" if err >= 1e-2 else ""
                 fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
                        "cuBLAS": lambda: torch.matmul(a, w16)}
                 if triton is not None:
                     ct = torch.empty_like(c)
                     triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
                     terr = (ct.float() - ref).abs().max().item() / ref.abs().max().item()
-                    assert terr < 1e-2, f"Triton W4A16 is wrong at m={m}: {terr}"
-                    fns["Triton"] = lambda: triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
+                    if terr < 1e-2:
+                        fns["Triton"] = lambda: triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
+                    else:
+                        print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
                 t = interleaved_ms(fns, repeat=20)
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
-                if triton is not None and read not in floors:
+                if triton is not None and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
                     floors[read] = stream_floor_ms(read // 4)
                 floor = floors.get(read)
                 key = tq.tuning_key(m, n, k, prepared, c)
@@ -180,22 +203,28 @@ def main():
                     shown.add((wname, key))
                     for t_, c_ in tq.timings[key][:6]:
                         print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
-                rows.append((wname, n, k, m, t, floor, kernel))
+                rows.append((wname, n, k, m, t, floor, kernel, wrong))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
                 fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"
                 print(f"{wname} {n:5d}x{k:5d} m={m:5d}: tilus {t['tilus'] * 1e3:8.1f} us ({kernel})  cuBLAS f16 "
                       f"{t['cuBLAS'] * 1e3:8.1f} us  Triton {tt} us  floor {fl} us  "
                       f"cuBLAS/tilus {t['cuBLAS'] / t['tilus']:5.2f}x  "
-                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x", flush=True)
-    print("\nsummary: cuBLAS f16 / tilus (> 1: tilus faster); tilus / read floor (m <= 16: goal <= 1.15)")
-    for wname in args.types.split(","):
-        for n, k in shapes:
-            line = []
-            for w, n_, k_, m, t, floor, _ in rows:
-                if (w, n_, k_) == (wname, n, k):
-                    f = f"/{t['tilus'] / floor:.2f}f" if floor and m <= 16 else ""
-                    line.append(f"m{m}:{t['cuBLAS'] / t['tilus']:.2f}x{f}")
-            print(f"{wname:5s} {n:5d}x{k:5d}  " + "  ".join(line))
+                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  "
+                      f"(tuning {tuned_s:.1f} s, at {time.perf_counter() - start:.0f} s){wrong}", flush=True)
+    print(f"\nsummary ({time.perf_counter() - start:.0f} s): cuBLAS f16 / tilus (> 1: tilus faster, goal >= 1.0); "
+          "tilus / read floor (goal <= 1.15 at m <= 16)")
+    print(f"{'type':5s} {'N x K':>11s} {'m':>5s} {'tilus us':>9s} {'cuBLAS us':>9s} {'cuBLAS/tilus':>12s} "
+          f"{'tilus/floor':>11s}  kernel")
+    met = 0
+    for w, n, k, m, t, floor, kernel, wrong in rows:
+        ratio = t["cuBLAS"] / t["tilus"]
+        fr = t["tilus"] / floor if floor else None
+        ok = ratio >= 1.0 and (fr is None or fr <= 1.15) and not wrong
+        met += ok
+        print(f"{w:5s} {n:5d}x{k:<5d} {m:5d} {t['tilus'] * 1e3:9.1f} {t['cuBLAS'] * 1e3:9.1f} {ratio:11.2f}x "
+              f"{f'{fr:10.2f}x' if fr else '         -'}{'' if ok else ' *'} {kernel}{wrong}")
+    print(f"{met} of {len(rows)} sizes meet the goals (* marks the others)"
+          + (f"; {skipped} sizes skipped at the deadline of {args.deadline:.0f} s" if skipped else ""))
 
 
 def describe(cfg):
@@ -204,6 +233,8 @@ def describe(cfg):
         return "?"
     if cfg.get("hopper"):
         group = f" group {cfg['tile_group']}" if "tile_group" in cfg else ""
+        group += " cluster 2" if cfg.get("cluster") == 2 else ""
+        group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
               if cfg.get("magic") else "")

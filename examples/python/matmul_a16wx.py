@@ -354,17 +354,30 @@ def wgmma_a_layout(bn, bk, groups):
             tilus.column_local(2, 2) * tilus.spatial(8, 4) * tilus.local(1, 2))
 
 
+def wgmma_magic_layout(bn, groups):
+    """The register layout of a [bn, 64] weight tile (n, k) whose words are the wgmma kernel's
+    magic decode (MatmulA16WxHopper(magic=True)): slot 8 j + 4 e + r (word j, nibble 4 e + r) is
+    the slot 8 j + 2 r + e of wgmma_a_layout(bn, 64, groups): word j holds the k step j's four
+    fragment registers r, element e of register r in nibble 4 e + r, so masking nibbles r and
+    r + 4 of each word gives register r of its k step. Modes: n = (group, n block, warp, row
+    half, lane / 4), k = (k step, k half, lane % 4, e); slots (n block, k step, e, k half, row
+    half), most significant first (register r = 2 k half + row half)."""
+    return tilus.RegisterLayout([bn, 64], [groups, bn // (64 * groups), 4, 2, 8, 4, 2, 4, 2], [0, 2, 4, 7],
+                                [1, 5, 8, 6, 3])
+
+
 def hopper_repackable(bits, bk):
     """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
     wgmma a operand fill whole 16-byte rows."""
     return bk % 16 == 0 and (bk // 2) * bits % 128 == 0
 
 
-def repack_for_hopper(b, wtype, n, k, bk):
+def repack_for_hopper(b, wtype, n, k, bk, magic=False):
     """The bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp groups' wgmma a
-    operand) by bk, each thread's slots in one 16-byte row. Its first 64 rows are the tile of one
-    warp group in the same order, so kernels on 64-row tiles read half tiles of the same bytes."""
-    return repack(b, wtype, n, k, 128, bk, wgmma_a_layout(128, bk, 2), 256)
+    operand) by bk, each thread's slots in one 16-byte row (magic: in wgmma_magic_layout's order,
+    for MatmulA16WxHopper(magic=True)). Its first 64 rows are the tile of one warp group in the
+    same order, so kernels on 64-row tiles read half tiles of the same bytes."""
+    return repack(b, wtype, n, k, 128, bk, wgmma_magic_layout(128, 2) if magic else wgmma_a_layout(128, bk, 2), 256)
 
 
 class MatmulA16WxHopper(tilus.Script):
@@ -377,16 +390,28 @@ class MatmulA16WxHopper(tilus.Script):
     previous wgmma. Persistent: one block per SM walks the output tiles in a grouped order, as
     examples/python/hopper_matmul_v3.py does. Each output tile leaves through shared memory as TMA
     stores (c's rows a multiple of 16 bytes: n a multiple of 8, as QuantizedMatmul requires for
-    this kernel), completing while the next tile multiplies."""
+    this kernel), completing while the next tile multiplies.
+
+    cluster=2: blocks in clusters of two that take the two neighbouring weight tiles of the same
+    rows of a (as cuBLAS's 2 x 1 clusters): each loads its own weights and scales and half of the
+    tile of a, multicast into the shared memory of both (TMA multicast: each block reads a from L2
+    half as often); a stage is free again when the consumers of both blocks have released it, as
+    in examples/python/hopper_matmul_v5.py."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, magic=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
-        self.wtype, self.group, self.atype = wtype, group, atype
+        assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
+        # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
+        # by masking whole words (magic_product) instead of the general conversion.
+        assert not magic or magic_applies(wtype, atype, block_k) and block_k == 64, \
+            "the magic decode takes 4-bit integer codes to f16 in 64-long k tiles"
+        self.magic = magic
+        self.wtype, self.group, self.atype, self.cluster_size = wtype, group, atype, cluster
         self.block_n, self.block_m, self.block_k = block_n, block_m, block_k
         self.stages, self.consumers, self.tile_group, self.blocks = stages, consumers, tile_group, blocks
 
@@ -398,10 +423,48 @@ class MatmulA16WxHopper(tilus.Script):
         rows = tilus.min(tiles_m - first_m, self.tile_group)
         return (first_m + t % rows) * self.block_m, t % span // rows
 
-    def release(self, barrier):
+    def magic_product(self, k, raw, sa, ss, sz, acc):
+        """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
+        for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
+        r = 2, 3) into f16's exponent of 1024 (one LOP3 a pair, the sign flip of signed codes in
+        its constant, as MatmulA16Wx.magic_step) is the whole tile's wgmma a operand, 1024 + code,
+        or 1024 + 16 code for odd r (the fragment's rows 8 to 15 of each 16): one HFMA2 takes
+        them to code - zero (x 1 / 16 where odd: exact), one HMUL2 scales them. One wgmma call
+        for the four k steps (one fence: four calls each fenced would end ptxas's wgmma group at
+        each, and the next tile's decode would wait for this tile's first three products)."""
+        bn, at, workers = self.block_n, self.atype, 128 * self.consumers
+        rows = bn * 64 // 2 // 16
+        words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
+                          tilus.local(1, 4))
+        signed = self.wtype.is_signed()
+        flip = 0x00080008 if signed else 0
+        # Per word position p = 4 j + r: shift, mask and magic of register r (Python constants
+        # per slot: the emitter's unrolled slots fold them into immediates).
+        shift = self.register_tensor(dtype=uint32, shape=[1, 16], init=lambda i, p: (p % 4 // 2) * 8)
+        mask = self.register_tensor(dtype=uint32, shape=[1, 16],
+                                    init=lambda i, p: 0x000F000F + (p % 2) * (0x00F000F0 - 0x000F000F))
+        magic = self.register_tensor(dtype=uint32, shape=[1, 16],
+                                     init=lambda i, p: 0x64006400 + flip + (p % 2) * (flip * 15))
+        opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
+        each = self.repeat_interleave(words, [1, 4])  # [rows, 16]: word j at 4 j .. 4 j + 3
+        bits = ((each >> shift) & mask) ^ (opaque + magic)
+        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
+        odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
+        unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
+        base = 1024.0 - odd * 960.0  # 64 on odd r
+        offset = base + 8.0 if signed else base + self.transpose(self.load_shared(sz))
+        w = (v * unit - offset) * self.transpose(self.load_shared(ss))
+        self.wgmma.fence()
+        self.wgmma.mma(w, sa.transpose(), acc)
+        return acc
+
+    def release(self, barrier, peer=None):
+        """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
         for wg in tilus.static_range(self.consumers):
             with self.thread_group(thread_begin=wg * 128, num_threads=1):
                 self.mbarrier.arrive(barrier)
+                if peer is not None:
+                    self.mbarrier_arrive(barrier, cta_id=peer)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p):
@@ -410,7 +473,16 @@ class MatmulA16WxHopper(tilus.Script):
         rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
         self.attrs.blocks = [blocks]
         self.attrs.warps = 4 * self.consumers + 4  # the producer's warp group gives its registers away
-        tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(n, bn)
+        clustered = self.cluster_size == 2
+        if clustered:
+            self.attrs.cluster_blocks = [2, 1, 1]
+            rank = self.cluster.blockRank
+            peer = rank ^ 1
+        else:
+            rank, peer = 0, None
+        first_unit, units_step = (self.blockIdx.x // 2, blocks // 2) if clustered else (self.blockIdx.x, blocks)
+        # The units of work: output tiles, or with clusters pairs of neighbouring weight tiles.
+        tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(tilus.cdiv(n, bn), self.cluster_size)
         tiles = tiles_m * tiles_n
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
         ga = self.global_view(a, dtype=at, shape=[m, k])
@@ -427,24 +499,33 @@ class MatmulA16WxHopper(tilus.Script):
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
-        empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
+        empty = self.mbarrier.alloc(counts=[self.consumers * self.cluster_size] * stages)  # both blocks' consumers
+        if clustered:
+            self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         # The consumers hold a 64 x block_m float32 accumulator and two weight tiles per thread:
         # more registers than an even split of the file gives (168 at 12 warps), so the producer's
         # warp group (one warp of it issues the copies) gives most of its registers to them.
         with self.thread_group(thread_begin=workers, num_threads=128):
             self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
-                for t in range(self.blockIdx.x, tiles, blocks):
+                for t in range(first_unit, tiles, units_step):
                     offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-                    first = (t - self.blockIdx.x) // blocks * steps
+                    tile_n = tile_n * self.cluster_size + rank
+                    first = (t - first_unit) // units_step * steps
                     for step in range(steps):
                         g = first + step
                         stage = g % stages
                         self.mbarrier.wait(empty[stage], phase=g // stages % 2 ^ 1)
                         with self.single_thread():
                             self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
-                            self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, step * bk],
-                                                      mbarrier=full[stage])
+                            if clustered:  # this block's half of a into both blocks
+                                self.tma.global_to_shared(src=ga, dst=self.slice_shared(sa[stage], [rank * (bm // 2), 0],
+                                                                                       [0, 1], [bm // 2, bk]),
+                                                          offsets=[offset_m + rank * (bm // 2), step * bk],
+                                                          mbarrier=full[stage], multicast_mask=3)
+                            else:
+                                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, step * bk],
+                                                          mbarrier=full[stage])
                             self.tma.global_to_shared(src=gw, dst=sw[stage], mbarrier=full[stage],
                                                       offsets=[(tile_n * bn // 128 * steps + step) * packed_rows +
                                                                tile_n * bn % 128 // bn * rows, 0])
@@ -456,9 +537,10 @@ class MatmulA16WxHopper(tilus.Script):
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             self.inc_max_nreg(232 if self.consumers == 2 else 240)
             fragment = wgmma_a_layout(bn, bk, self.consumers)
-            for t in range(self.blockIdx.x, tiles, blocks):
+            for t in range(first_unit, tiles, units_step):
                 offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-                first = (t - self.blockIdx.x) // blocks * steps
+                tile_n = tile_n * self.cluster_size + rank
+                first = (t - first_unit) // units_step * steps
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
                 for pair in range(steps // 2):
                     for h in tilus.static_range(2):  # two weight tiles in registers, alternating
@@ -468,21 +550,24 @@ class MatmulA16WxHopper(tilus.Script):
                         raw = self.load_shared(sw[stage])
                         self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                                              tilus.local(1, 16))
-                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
-                        if unsigned:
-                            w = w - self.transpose(self.load_shared(sz[stage]))
-                        w = w * self.transpose(self.load_shared(ss[stage]))
-                        self.wgmma.fence()
-                        self.wgmma.mma(w, sa[stage].transpose(), acc)
+                        if self.magic:
+                            acc = self.magic_product(k, raw, sa[stage], ss[stage], sz[stage], acc)
+                        else:
+                            w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                            if unsigned:
+                                w = w - self.transpose(self.load_shared(sz[stage]))
+                            w = w * self.transpose(self.load_shared(ss[stage]))
+                            self.wgmma.fence()
+                            self.wgmma.mma(w, sa[stage].transpose(), acc)
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
                         if h == 1:
-                            self.release(empty[(g + stages - 1) % stages])
+                            self.release(empty[(g + stages - 1) % stages], peer)
                         else:
                             if pair > 0:
-                                self.release(empty[(g + stages - 1) % stages])
+                                self.release(empty[(g + stages - 1) % stages], peer)
                 self.wgmma.wait_group(0)
-                self.release(empty[(first + steps - 1) % stages])
+                self.release(empty[(first + steps - 1) % stages], peer)
                 # The tile goes out through shared memory and TMA stores (the transposed
                 # accumulator gives each thread single elements of c's rows); the consumers go on
                 # to the next tile while the stores complete.
@@ -493,6 +578,8 @@ class MatmulA16WxHopper(tilus.Script):
                     for j in tilus.static_range(bn // 64):
                         self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
                     self.tma.commit_group()
+        if clustered:
+            self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
 class QuantizedMatmul:
@@ -511,10 +598,11 @@ class QuantizedMatmul:
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
-    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False):
+    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
-        # None: torch's count for CUDA weights at prepare, else an H100's 132.
-        self.wtype, self.group, self.sms, self.atype, self.tune = wtype, group, sms, atype, tune
+        # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
+        # candidates(wide=True), the whole space, instead of its short list.
+        self.wtype, self.group, self.sms, self.atype, self.tune, self.wide = wtype, group, sms, atype, tune, wide
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
@@ -560,16 +648,93 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
-    def candidates(self, m, n, k, hopper=False, magic=False, tma=False):
-        """The configurations tune=True times at m x n x k, the rule's first: for m <= 32 the
-        16-row kernel split over k 1 to 16 ways, in 4 or 8 stages, and where its weights exist
-        (`magic`: prepare made them) the same on the magic decode, with and without late_scale
-        (`tma`: TMA copies apply, see tma_applies: with late_scale, by cp.async and by TMA);
-        from m = 33 the wgmma kernel's tiles (64 weight rows times 64, 128 or 256 rows of a, and
-        128 x 256 in 4 stages, 128 x 128 in 8, 128 x 256 walking its tiles in groups of 4 or 16)
-        where its weights exist, and the mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4
-        ways (the wgmma kernel has no split-K: with few output tiles, as at n = 3584, its
-        persistent grid leaves SMs idle)."""
+    def candidates(self, m, n, k, hopper=False, magic=False, tma=False, wide=False):
+        """The configurations tune=True times at m x n x k, the rule's first. By default a short
+        list per m (a few compiles and timings per shape, so that a sweep over shapes and m fits
+        in a couple of minutes), from what won on the H100 and H200 at N = K = 8192:
+
+        - m <= 32, the 16-row mma.sync kernel: the rule's split s (mma_config: a power of two,
+          the m x n tiles times s about two blocks per SM), 2 s, and the splits that fill one wave
+          of 2 and of 3 blocks per SM exactly (any split: the last one takes the k tiles left), in
+          4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
+          plain decode); at s also 8 stages and, where TMA applies (`tma`), the magic decode's
+          TMA copies;
+        - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
+          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
+          the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
+          n = 3584), beyond m = 128 also 128 x 256 (4 stages) alone
+          and in clusters of two sharing a (cluster=2), beyond m = 256 128 x 256 in L2 groups of
+          4; with the magic decode's weights (`magic`), the rule's tile on the magic decode, and
+          beyond m = 128 the 128 x 256 ones, alone and in clusters;
+        - the mma.sync kernel's rule where the wgmma kernel does not apply or its tiles of 64
+          weight rows alone leave SMs idle (it cannot split k), with splits 2 and 4 there.
+
+        wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
+        stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
+        64- and 128-row tiles split 1, 2 or 4 ways)."""
+        if wide:
+            return self.wide_candidates(m, n, k, hopper, magic, tma)
+        out = [self.config(m, n, k, hopper)]
+
+        def add(cfg):
+            if cfg not in out:
+                out.append(cfg)
+
+        sms = self.sms or 132
+        if m <= 32:
+            base = self.mma_config(m, n, k, 16)
+            s = base["split_k"]
+            magic = magic and self.magic_tile(base["block_k"])
+            decode = dict(magic=True, late_scale=True) if magic else {}
+            tiles = -(-m // 16) * -(-n // base["block_n"])
+            # (ncu on the H200, 8192 x 8192: 143 registers a thread and 51 KB of shared memory
+            # a block in 4 stages, so 3 blocks an SM; split 8's 512 blocks ran in 1.29 waves.)
+            for split in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles):
+                if 1 <= split <= 16 and k // (base["block_k"] * split) >= 2:
+                    add(dict(base, split_k=split, **decode))
+            add(dict(base, stages=2 * base["stages"], **decode))
+            if magic and tma:
+                add(dict(base, tma=True, **decode))
+            return out
+        if self.hopper_allowed(m, n, k, hopper):
+            rule = self.config(m, n, k, hopper)
+            big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=rule["block_k"], stages=4)
+            few = -(-n // 128) * -(-m // 256) < 2 * sms  # (as at n = 3584)
+            for bm in (64, 128, 256):
+                if m // 2 <= bm < 2 * m if m <= 256 else few and bm > 64:
+                    add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
+            if m > 128:
+                add(big)
+                add(dict(big, cluster=2))
+            if m > 256:
+                add(dict(big, tile_group=4))
+            if magic and self.hopper_magic():
+                add(dict(rule, magic=True))
+                if m > 128:
+                    add(dict(big, magic=True))
+                    add(dict(big, cluster=2, magic=True))
+            idle = -(-n // 64) * -(-m // 64) < sms  # even the smallest wgmma tiles leave SMs idle
+        else:
+            idle = True
+        if idle:
+            base = self.mma_config(m, n, k)
+            add(base)
+            tiles = -(-m // base["block_m"]) * -(-n // base["block_n"])
+            for split in (2, 4):
+                if k // (base["block_k"] * split) >= 2 and tiles * split <= 4 * sms:
+                    add(dict(base, split_k=split))
+        return out
+
+    def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
+        """candidates(wide=True), the rule's first: for m <= 32 the 16-row kernel split over k 1 to
+        16 ways, in 4 or 8 stages, and where its weights exist (`magic`: prepare made them) the
+        same on the magic decode, with and without late_scale (`tma`: TMA copies apply, see
+        tma_applies: with late_scale, by cp.async and by TMA); from m = 33 the wgmma kernel's
+        tiles (64 weight rows times 64, 128 or 256 rows of a, and 128 x 256 in 4 stages, 128 x 128
+        in 8, 128 x 256 walking its tiles in groups of 4 or 16 and in clusters of two) where its
+        weights exist, and the mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4 ways (the
+        wgmma kernel has no split-K: with few output tiles, as at n = 3584, its persistent grid
+        leaves SMs idle)."""
         out = [self.config(m, n, k, hopper)]
 
         def add(cfg):
@@ -588,6 +753,10 @@ class QuantizedMatmul:
                 add(dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=bk, stages=8))
                 for group in (4, 16):
                     add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4, tile_group=group))
+                add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4, cluster=2))
+            if magic and self.hopper_magic():
+                for cfg in [c for c in out if c.get("hopper")]:
+                    add(dict(cfg, magic=True))
         for bm in ((16,) if m <= 32 else (64, 128) if m > 64 else (64,)):
             base = self.mma_config(m, n, k, bm)
             tiles = -(-m // bm) * -(-n // base["block_n"])
@@ -604,6 +773,10 @@ class QuantizedMatmul:
                                 add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late,
                                          **({"tma": True} if by_tma else {})))
         return out
+
+    def hopper_magic(self):
+        """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
+        return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
 
     @staticmethod
     def tma_applies(n, k, c):
@@ -627,7 +800,9 @@ class QuantizedMatmul:
         parallel first."""
         if key not in self.tuned:
             m, n, k, hopper, magic, tma = key
-            self.timings[key] = timed_configs(self.candidates(m, n, k, hopper, magic, tma), call)
+            # (15 timings each: with 7, one H200 run picked at m = 16 a configuration of two
+            # waves that ran 1.4 times as long under ncu as its pick at m = 1.)
+            self.timings[key] = timed_configs(self.candidates(m, n, k, hopper, magic, tma, self.wide), call, repeat=15)
             self.tuned[key] = self.timings[key][0][1]
         return self.tuned[key]
 
@@ -642,7 +817,8 @@ class QuantizedMatmul:
         """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load: as
         they are, repacked for the small-m kernel where its tile has a fragment order (and in the
         magic decode's order where that applies: 4-bit integer codes, f16), and repacked for the
-        wgmma kernel where it applies (once, by RepackWeights where b lives)."""
+        wgmma kernel where it applies (and in its magic decode's order where that applies too: so
+        the tuning key's magic flag stands for both), each once, by RepackWeights where b lives."""
         bits, bk = self.wtype.bits, min(128, self.group)
         if self.sms is None and hasattr(b, "is_cuda") and b.is_cuda:
             import torch
@@ -658,6 +834,8 @@ class QuantizedMatmul:
             out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
         if hopper:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
+        if hopper and self.hopper_magic():
+            out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -679,9 +857,10 @@ class QuantizedMatmul:
         if cfg.get("hopper"):
             if key not in self.kernels:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
-                self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=self.sms or 132, atype=self.atype,
-                                                      **params)
-            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c)
+                blocks = (self.sms or 132) // cfg.get("cluster", 1) * cfg.get("cluster", 1)
+                self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
+            w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
+            return self.kernels[key], (m, n, k, a, w, scales, zeros, c)
         if key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])

@@ -462,6 +462,22 @@ def test_magic_layout_is_the_quarters_fragments():
                 assert magic.map(t, slot) == [row, r * (bk // 4) + col], (bn, bk, t, slot)
 
 
+def test_wgmma_magic_layout_is_the_fragment_with_registers_in_nibbles():
+    """wgmma_magic_layout's slot 8 j + 4 e + r (word j, nibble 4 e + r) is the slot 8 j + 2 r + e
+    of the wgmma a fragment of the [bn, 64] tile (k step j, register r, element e): so masking
+    nibbles r and r + 4 of word j gives register r of k step j; the layouts cover the same
+    elements per thread."""
+    from matmul_a16wx import wgmma_a_layout, wgmma_magic_layout
+    for bn, groups in [(128, 2), (64, 1), (128, 1)]:
+        magic, frag = wgmma_magic_layout(bn, groups), wgmma_a_layout(bn, 64, groups)
+        assert magic.local_size == frag.local_size and magic.num_threads == frag.num_threads == 128 * groups
+        for t in range(0, 128 * groups, 7):
+            for slot in range(magic.local_size):
+                word, nibble = divmod(slot, 8)
+                e, r = divmod(nibble, 4)
+                assert magic.map(t, slot) == frag.map(t, 8 * word + 2 * r + e), (bn, groups, t, slot)
+
+
 def loop_ops(sass):
     """The opcodes of the k loop in cuobjdump's SASS: the shortest backward branch's body that
     holds a tensor-core instruction (HMMA), else the longest backward branch's body (an
@@ -514,12 +530,19 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
                 ("int8", "float16", 257, 136, 768, 128, 128), ("float8_e4m3", "float16", 64, 128, 256, 128, 64),
-                ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64)]
+                ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64),
+                # clusters of two sharing a's tile: 5 weight tiles (the last pair's second out of range), and bf16
+                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2),
+                # the magic decode: alone, on 64 weight rows, in clusters
+                ("uint4", "float16", 300, 200, 1024, 256, 128, 1, True),
+                ("int4", "float16", 129, 200, 1024, 128, 64, 1, True),
+                ("int4", "float16", 130, 520, 1024, 256, 128, 2, True)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, magic=False, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
-    the repacked weights), its arguments (on `arrays`' device; host arrays and unset weights
+    the repacked weights; cluster 2: blocks in pairs multicasting a; magic: the magic decode on
+    weights in its order), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -530,10 +553,11 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, seed, arrays=None):
     if arrays is None:
         weights = np.zeros((-(-n // 128) * -(-k // bk) * 128 * bk * dt.bits // 128, 16), np.uint8)
     else:
-        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk)
-    # 5 blocks: each walks several output tiles, so the ring's phases carry across tiles.
+        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk, magic=magic)
+    # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
-                               stages=6 if block_m == 128 else 4, blocks=5, atype=at)
+                               stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
+                               cluster=cluster, magic=magic)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
             host_array(np.zeros((m, n)), at)]
     if arrays is not None:
@@ -542,27 +566,37 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, seed, arrays=None):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("case", HOPPER_CASES[:2], ids=lambda c: f"{c[0]}-n{c[6]}")
+def hopper_id(c):
+    return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
+            ("-magic" if c[8:9] == (True,) else ""))
+
+
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[-1:], ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
-    registers the producer's warp group gives away."""
+    registers the producer's warp group gives away; in clusters of two, a's tile comes by one
+    multicast TMA load per block, half the rows each."""
     kernel, args, _ = hopper_case(*case, seed=0)
     m, n, k = case[2:5]
     assert "a=regs" in kernel.ir(m, n, k, *args, arch="sm_90a")["select_instructions"]
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
     assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
-    assert "wgmma.mma_async.sync.aligned.m64n" in kernel.ptx(m, n, k, *args, arch="sm_90a")
+    ptx = kernel.ptx(m, n, k, *args, arch="sm_90a")
+    assert "wgmma.mma_async.sync.aligned.m64n" in ptx
+    assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized wgmma kernel runs only there")
-@pytest.mark.parametrize("case", HOPPER_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}")
+@pytest.mark.parametrize("case", HOPPER_CASES, ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_gpu(case):
     """MatmulA16WxHopper (wgmma, weights dequantized in registers) against dequantize-then-matmul
     on ragged m and n (n padded to whole 128-row weight tiles by the repacking), signed and
     unsigned codes (zero points), 4- and 8-bit ints and floats, f16 and bf16 activations, 128 and
     256 rows of a and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
-    per tile."""
+    per tile, alone and in clusters of two that multicast a (an odd number of weight tiles: the
+    last pair's second tile loads zeros and stores nothing), with the general conversion and the
+    magic decode."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cuda")
@@ -590,17 +624,64 @@ def test_quantized_matmul_picks_its_kernel_by_size():
     assert QuantizedMatmul(tilus.int8, 128).config(300, 200, 1024, hopper=True)["block_k"] == 32
 
 
+@pytest.mark.parametrize("n,k", [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944), (200, 1000)])
+def test_quantized_matmul_short_list_per_m(n, k):
+    """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
+    rule's choice first, no repeats, at most 7, each a kernel that can be made; up to m = 32 the
+    16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2 and of 3
+    blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
+    where its weights exist, 8 stages at s, and the TMA copies where they apply; from m = 33
+    wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
+    tile (and m / 2 at least on 64 weight rows up to m = 256), its magic decode where the weights
+    exist; the mma.sync kernel where the wgmma kernel
+    cannot run or its 64-row tiles leave SMs idle."""
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
+    for wtype in (tilus.int4, tilus.uint4):
+        q = QuantizedMatmul(wtype, 128, sms=132)
+        for m in (1, 4, 16, 64, 256, 1024, 4096):
+            for magic, tma in ((False, False), (True, False), (True, True)):
+                got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
+                assert got[0] == q.config(m, n, k, hopper=True), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 7, (m, got)
+                for c in got:
+                    params = {name: v for name, v in c.items() if name != "hopper"}
+                    (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
+                hopper = [c for c in got if c.get("hopper")]
+                mma = [c for c in got if not c.get("hopper")]
+                if m <= 32:
+                    s, tiles = q.mma_config(m, n, k, 16)["split_k"], -(-m // 16) * -(-n // 128)
+                    splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles) if 1 <= x <= 16 and k // (128 * x) >= 2}
+                    assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
+                    assert {c["stages"] for c in mma} == {4, 8}
+                    assert all(c["split_k"] == s for c in mma if c["stages"] == 8 or c.get("tma"))
+                    assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
+                    assert any(c.get("tma") for c in got) == tma
+                    continue
+                assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
+                assert all(c["block_m"] < 2 * m and (c["block_m"] >= m // 2 or c["block_n"] == 128 or m > 256)
+                           for c in hopper), (m, got)
+                idle = not hopper or -(-n // 64) * -(-m // 64) < 132
+                assert bool(mma) == idle, (m, got)
+                # the wgmma kernel's magic decode: the rule's tile, and beyond m = 128 128 x 256
+                # alone and in clusters
+                want = [dict(got[0], magic=True)] if magic and hopper else []
+                if want and m > 128:
+                    want += [dict(got[0], block_n=128, consumers=2, block_m=256, stages=4, magic=True, **x)
+                             for x in ({}, {"cluster": 2})]
+                assert [c for c in got if c.get("magic")] == [c for i, c in enumerate(want) if c not in want[:i]]
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
                                    (300, 200, 1000)])
-def test_quantized_matmul_tunes_over_kernels_tiles_and_splits(m, n, k):
-    """tune=True's candidates at a shape: the rule's choice first, no repeats, each a kernel that
-    can be made; split-K where the tiles alone leave SMs idle (up to 16 ways for m <= 32), the wgmma
-    kernel's tiles where its weights exist, and always an mma.sync choice (the wgmma kernel cannot
-    split k)."""
+def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
+    """tune=True's whole space (candidates(wide=True)) at a shape: the rule's choice first, no
+    repeats, each a kernel that can be made; split-K where the tiles alone leave SMs idle (up to
+    16 ways for m <= 32), the wgmma kernel's tiles where its weights exist, and always an
+    mma.sync choice (the wgmma kernel cannot split k)."""
     from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
         q = QuantizedMatmul(wtype, 128)
-        got = q.candidates(m, n, k, hopper=True)
+        got = q.candidates(m, n, k, hopper=True, wide=True)
         assert got[0] == q.config(m, n, k, hopper=True)
         assert all(c not in got[:i] for i, c in enumerate(got))
         for c in got:
@@ -621,25 +702,27 @@ def test_quantized_matmul_tunes_over_kernels_tiles_and_splits(m, n, k):
             assert {c["split_k"] for c in mma} == {1}
         assert not any(c.get("magic") for c in got)  # no magic weights given
         # With the magic decode's weights: each 16-row configuration also on the magic decode,
-        # with and without late_scale; nothing else changes.
-        with_magic = q.candidates(m, n, k, hopper=True, magic=True)
-        magic = [c for c in with_magic if c.get("magic")]
+        # with and without late_scale, and each wgmma one on its magic decode; nothing else changes.
+        with_magic = q.candidates(m, n, k, hopper=True, magic=True, wide=True)
+        magic = [c for c in with_magic if c.get("magic") and not c.get("hopper")]
         plain = [dict(c, magic=True, late_scale=late) for c in mma if c["block_m"] == 16 for late in (False, True)]
         assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
         assert [c for c in with_magic if not c.get("magic")] == got
+        assert [c for c in with_magic if c.get("magic") and c.get("hopper")] == [dict(c, magic=True) for c in hopper]
         for c in magic:
             MatmulA16Wx(wtype, 128, **c)
         # Where TMA applies: each of them with late_scale, by cp.async and by TMA.
-        with_tma = q.candidates(m, n, k, hopper=True, magic=True, tma=True)
-        by_tma = [c for c in with_tma if c.get("magic")]
+        with_tma = q.candidates(m, n, k, hopper=True, magic=True, tma=True, wide=True)
+        by_tma = [c for c in with_tma if c.get("magic") and not c.get("hopper")]
         want = [dict(c, magic=True, late_scale=True, **t) for c in mma if c["block_m"] == 16 for t in ({}, {"tma": True})]
         assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
+        assert [c for c in with_tma if c.get("hopper")] == [c for c in with_magic if c.get("hopper")]
         for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
     # bf16 activations and 8-bit codes have no magic decode
     assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int4, 128, atype=tilus.bfloat16).candidates(
-        m, n, k, magic=True))
-    assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int8, 128).candidates(m, n, k, magic=True))
+        m, n, k, magic=True, wide=True))
+    assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int8, 128).candidates(m, n, k, magic=True, wide=True))
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -692,14 +775,14 @@ def reference_repack(codes, bits, bn, bk, layout, threads):
 
 @pytest.mark.parametrize("wtype,order,bk", [("int4", "mma", 128), ("int3", "mma", 128), ("float6_e3m2", "mma", 128),
                                             ("int8", "mma", 64), ("uint4", "wgmma", 64), ("float8_e4m3", "wgmma", 32),
-                                            ("int4", "magic", 64)])
+                                            ("int4", "magic", 64), ("uint4", "wgmma_magic", 64)])
 def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     """RepackWeights (the example's offline repacking, a tilus kernel) against the repacking
     written in numpy, into the mma.sync fragment order of the small-m kernel, its magic decode's
-    order, and the wgmma one of the Hopper kernel, on ragged n and k (padded with zero codes to
-    whole tiles)."""
+    order, and the wgmma ones of the Hopper kernel (general and magic decode), on ragged n and k
+    (padded with zero codes to whole tiles)."""
     from matmul_a16wx import (fragment_layout, magic_layout, pack_codes, repack_for_hopper, repack_for_magic,
-                              repack_weights, wgmma_a_layout)
+                              repack_weights, wgmma_a_layout, wgmma_magic_layout)
     dt = getattr(tilus, wtype)
     n, k = 200, 3 * bk + (bk // 2 if dt.bits % 2 == 0 else 40)  # whole bytes of 3- and 6-bit codes
     codes = np.random.default_rng(4).integers(0, 1 << dt.bits, (n, k))
@@ -707,6 +790,9 @@ def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     if order == "mma":
         got, want = repack_weights(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                            fragment_layout(128, bk), 128)
+    elif order == "wgmma_magic":
+        got, want = repack_for_hopper(b, dt, n, k, bk, magic=True), reference_repack(codes, dt.bits, 128, bk,
+                                                                                    wgmma_magic_layout(128, 2), 256)
     elif order == "magic":
         got, want = repack_for_magic(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                              magic_layout(128, bk), 128)
