@@ -478,14 +478,14 @@ def test_wgmma_magic_layout_is_the_fragment_with_registers_in_nibbles():
                 assert magic.map(t, slot) == frag.map(t, 8 * word + 2 * r + e), (bn, groups, t, slot)
 
 
-def loop_ops(sass):
+def loop_ops(sass, mma="HMMA"):
     """The opcodes of the k loop in cuobjdump's SASS: the shortest backward branch's body that
-    holds a tensor-core instruction (HMMA), else the longest backward branch's body (an
-    out-of-line mbarrier retry may branch back over more than the loop)."""
+    holds a tensor-core instruction (`mma`: HMMA, or HGMMA), else the longest backward branch's
+    body (an out-of-line mbarrier retry may branch back over more than the loop)."""
     code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)[^;]*;", sass)]
-    branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
+    branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
     loops = [(t, a) for t, a in branches if t < a]
-    with_mma = [b for b in loops if any(b[0] <= a <= b[1] and op == "HMMA" for a, op in code)]
+    with_mma = [b for b in loops if any(b[0] <= a <= b[1] and op == mma for a, op in code)]
     lo, hi = min(with_mma, key=lambda b: b[1] - b[0]) if with_mma else max(loops, key=lambda b: b[1] - b[0])
     return [op for a, op in code if lo <= a <= hi]
 
@@ -585,6 +585,36 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     ptx = kernel.ptx(m, n, k, *args, arch="sm_90a")
     assert "wgmma.mma_async.sync.aligned.m64n" in ptx
     assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("wtype", ["int4", "uint4"])
+def test_hopper_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
+    """The wgmma kernel's consumer loop in SASS (sm_90a, 128 x 256 tiles, two k tiles an
+    iteration): the magic decode has no byte permute per pair (8 at most: 32 in the general
+    conversion), no more LOP3, no more than 95 % of the general conversion's instructions for
+    int4 and 90 % for uint4 (its zero point folded into the HFMA2), the four k steps of a tile in one wgmma group (one fence, the group's scoreboard
+    on its last HGMMA only, so the next tile's decode overlaps it), nothing spilled."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16WxHopper
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    dt = getattr(tilus, wtype)
+    m, n, k = 4096, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16))
+    loops, sass = {}, {}
+    for name, kw in [("general", {}), ("magic", dict(magic=True))]:
+        kernel = MatmulA16WxHopper(dt, 128, **kw)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
+        sass[name] = kernel.sass(*args, arch="sm_90a")
+        loops[name] = loop_ops(sass[name], mma="HGMMA")
+    magic = loops["magic"]
+    assert loops["general"].count("PRMT") == 32 and magic.count("PRMT") <= 8, magic.count("PRMT")  # (scale, zero pairs)
+    assert magic.count("HGMMA") == 8 and magic.count("LOP3") <= loops["general"].count("LOP3")
+    assert len(magic) <= (0.95 if dt.is_signed() else 0.9) * len(loops["general"]), {x: len(v) for x, v in loops.items()}
+    groups = re.findall(r"HGMMA\.[^;]*;", sass["magic"])
+    assert len(groups) >= 8 and sum("gsb0" in g for g in groups) * 4 == len(groups), groups
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized wgmma kernel runs only there")
