@@ -354,30 +354,17 @@ def wgmma_a_layout(bn, bk, groups):
             tilus.column_local(2, 2) * tilus.spatial(8, 4) * tilus.local(1, 2))
 
 
-def wgmma_magic_layout(bn, groups):
-    """The register layout of a [bn, 64] weight tile (n, k) whose words are the wgmma kernel's
-    magic decode (MatmulA16WxHopper(magic=True)): slot 8 j + 4 e + r (word j, nibble 4 e + r) is
-    the slot 8 j + 2 r + e of wgmma_a_layout(bn, 64, groups): word j holds the k step j's four
-    fragment registers r, element e of register r in nibble 4 e + r, so masking nibbles r and
-    r + 4 of each word gives register r of its k step. Modes: n = (group, n block, warp, row
-    half, lane / 4), k = (k step, k half, lane % 4, e); slots (n block, k step, e, k half, row
-    half), most significant first (register r = 2 k half + row half)."""
-    return tilus.RegisterLayout([bn, 64], [groups, bn // (64 * groups), 4, 2, 8, 4, 2, 4, 2], [0, 2, 4, 7],
-                                [1, 5, 8, 6, 3])
-
-
 def hopper_repackable(bits, bk):
     """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
     wgmma a operand fill whole 16-byte rows."""
     return bk % 16 == 0 and (bk // 2) * bits % 128 == 0
 
 
-def repack_for_hopper(b, wtype, n, k, bk, magic=False):
+def repack_for_hopper(b, wtype, n, k, bk):
     """The bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp groups' wgmma a
-    operand) by bk, each thread's slots in one 16-byte row (magic: in wgmma_magic_layout's order,
-    for MatmulA16WxHopper(magic=True)). Its first 64 rows are the tile of one warp group in the
-    same order, so kernels on 64-row tiles read half tiles of the same bytes."""
-    return repack(b, wtype, n, k, 128, bk, wgmma_magic_layout(128, 2) if magic else wgmma_a_layout(128, bk, 2), 256)
+    operand) by bk, each thread's slots in one 16-byte row. Its first 64 rows are the tile of one
+    warp group in the same order, so kernels on 64-row tiles read half tiles of the same bytes."""
+    return repack(b, wtype, n, k, 128, bk, wgmma_a_layout(128, bk, 2), 256)
 
 
 class MatmulA16WxHopper(tilus.Script):
@@ -399,18 +386,13 @@ class MatmulA16WxHopper(tilus.Script):
     in examples/python/hopper_matmul_v5.py."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, magic=False):
+                 tile_group=8, blocks=132, atype=float16, cluster=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
-        # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
-        # by masking whole words (magic_product) instead of the general conversion.
-        assert not magic or magic_applies(wtype, atype, block_k) and block_k == 64, \
-            "the magic decode takes 4-bit integer codes to f16 in 64-long k tiles"
-        self.magic = magic
         self.wtype, self.group, self.atype, self.cluster_size = wtype, group, atype, cluster
         self.block_n, self.block_m, self.block_k = block_n, block_m, block_k
         self.stages, self.consumers, self.tile_group, self.blocks = stages, consumers, tile_group, blocks
@@ -422,41 +404,6 @@ class MatmulA16WxHopper(tilus.Script):
         first_m = t // span * self.tile_group
         rows = tilus.min(tiles_m - first_m, self.tile_group)
         return (first_m + t % rows) * self.block_m, t % span // rows
-
-    def magic_product(self, k, raw, sa, ss, sz, acc):
-        """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
-        for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
-        r = 2, 3) into f16's exponent of 1024 (one LOP3 a pair, the sign flip of signed codes in
-        its constant, as MatmulA16Wx.magic_step) is the whole tile's wgmma a operand, 1024 + code,
-        or 1024 + 16 code for odd r (the fragment's rows 8 to 15 of each 16): one HFMA2 takes
-        them to code - zero (x 1 / 16 where odd: exact), one HMUL2 scales them. One wgmma call
-        for the four k steps (one fence: four calls each fenced would end ptxas's wgmma group at
-        each, and the next tile's decode would wait for this tile's first three products)."""
-        bn, at, workers = self.block_n, self.atype, 128 * self.consumers
-        rows = bn * 64 // 2 // 16
-        words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
-                          tilus.local(1, 4))
-        signed = self.wtype.is_signed()
-        flip = 0x00080008 if signed else 0
-        # Per word position p = 4 j + r: shift, mask and magic of register r (Python constants
-        # per slot: the emitter's unrolled slots fold them into immediates).
-        shift = self.register_tensor(dtype=uint32, shape=[1, 16], init=lambda i, p: (p % 4 // 2) * 8)
-        mask = self.register_tensor(dtype=uint32, shape=[1, 16],
-                                    init=lambda i, p: 0x000F000F + (p % 2) * (0x00F000F0 - 0x000F000F))
-        magic = self.register_tensor(dtype=uint32, shape=[1, 16],
-                                     init=lambda i, p: 0x64006400 + flip + (p % 2) * (flip * 15))
-        opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
-        each = self.repeat_interleave(words, [1, 4])  # [rows, 16]: word j at 4 j .. 4 j + 3
-        bits = ((each >> shift) & mask) ^ (opaque + magic)
-        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
-        odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
-        unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
-        base = 1024.0 - odd * 960.0  # 64 on odd r
-        offset = base + 8.0 if signed else base + self.transpose(self.load_shared(sz))
-        w = (v * unit - offset) * self.transpose(self.load_shared(ss))
-        self.wgmma.fence()
-        self.wgmma.mma(w, sa.transpose(), acc)
-        return acc
 
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
@@ -550,15 +497,12 @@ class MatmulA16WxHopper(tilus.Script):
                         raw = self.load_shared(sw[stage])
                         self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                                              tilus.local(1, 16))
-                        if self.magic:
-                            acc = self.magic_product(k, raw, sa[stage], ss[stage], sz[stage], acc)
-                        else:
-                            w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
-                            if unsigned:
-                                w = w - self.transpose(self.load_shared(sz[stage]))
-                            w = w * self.transpose(self.load_shared(ss[stage]))
-                            self.wgmma.fence()
-                            self.wgmma.mma(w, sa[stage].transpose(), acc)
+                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                        if unsigned:
+                            w = w - self.transpose(self.load_shared(sz[stage]))
+                        w = w * self.transpose(self.load_shared(ss[stage]))
+                        self.wgmma.fence()
+                        self.wgmma.mma(w, sa[stage].transpose(), acc)
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
                         if h == 1:
@@ -664,8 +608,7 @@ class QuantizedMatmul:
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
           n = 3584), beyond m = 128 also 128 x 256 (4 stages) alone
           and in clusters of two sharing a (cluster=2), beyond m = 256 128 x 256 in L2 groups of
-          4; with the magic decode's weights (`magic`), the rule's tile on the magic decode, and
-          beyond m = 128 the 128 x 256 ones, alone and in clusters;
+          4;
         - the mma.sync kernel's rule where the wgmma kernel does not apply or its tiles of 64
           weight rows alone leave SMs idle (it cannot split k), with splits 2 and 4 there.
 
@@ -708,11 +651,6 @@ class QuantizedMatmul:
                 add(dict(big, cluster=2))
             if m > 256:
                 add(dict(big, tile_group=4))
-            if magic and self.hopper_magic():
-                add(dict(rule, magic=True))
-                if m > 128:
-                    add(dict(big, magic=True))
-                    add(dict(big, cluster=2, magic=True))
             idle = -(-n // 64) * -(-m // 64) < sms  # even the smallest wgmma tiles leave SMs idle
         else:
             idle = True
@@ -754,9 +692,6 @@ class QuantizedMatmul:
                 for group in (4, 16):
                     add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4, tile_group=group))
                 add(dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=bk, stages=4, cluster=2))
-            if magic and self.hopper_magic():
-                for cfg in [c for c in out if c.get("hopper")]:
-                    add(dict(cfg, magic=True))
         for bm in ((16,) if m <= 32 else (64, 128) if m > 64 else (64,)):
             base = self.mma_config(m, n, k, bm)
             tiles = -(-m // bm) * -(-n // base["block_n"])
@@ -773,10 +708,6 @@ class QuantizedMatmul:
                                 add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late,
                                          **({"tma": True} if by_tma else {})))
         return out
-
-    def hopper_magic(self):
-        """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
-        return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
 
     @staticmethod
     def tma_applies(n, k, c):
@@ -817,8 +748,7 @@ class QuantizedMatmul:
         """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load: as
         they are, repacked for the small-m kernel where its tile has a fragment order (and in the
         magic decode's order where that applies: 4-bit integer codes, f16), and repacked for the
-        wgmma kernel where it applies (and in its magic decode's order where that applies too: so
-        the tuning key's magic flag stands for both), each once, by RepackWeights where b lives."""
+        wgmma kernel where it applies (once, by RepackWeights where b lives)."""
         bits, bk = self.wtype.bits, min(128, self.group)
         if self.sms is None and hasattr(b, "is_cuda") and b.is_cuda:
             import torch
@@ -834,8 +764,6 @@ class QuantizedMatmul:
             out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
         if hopper:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
-        if hopper and self.hopper_magic():
-            out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -859,8 +787,7 @@ class QuantizedMatmul:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
                 blocks = (self.sms or 132) // cfg.get("cluster", 1) * cfg.get("cluster", 1)
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
-            w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
-            return self.kernels[key], (m, n, k, a, w, scales, zeros, c)
+            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c)
         if key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])

@@ -462,30 +462,14 @@ def test_magic_layout_is_the_quarters_fragments():
                 assert magic.map(t, slot) == [row, r * (bk // 4) + col], (bn, bk, t, slot)
 
 
-def test_wgmma_magic_layout_is_the_fragment_with_registers_in_nibbles():
-    """wgmma_magic_layout's slot 8 j + 4 e + r (word j, nibble 4 e + r) is the slot 8 j + 2 r + e
-    of the wgmma a fragment of the [bn, 64] tile (k step j, register r, element e): so masking
-    nibbles r and r + 4 of word j gives register r of k step j; the layouts cover the same
-    elements per thread."""
-    from matmul_a16wx import wgmma_a_layout, wgmma_magic_layout
-    for bn, groups in [(128, 2), (64, 1), (128, 1)]:
-        magic, frag = wgmma_magic_layout(bn, groups), wgmma_a_layout(bn, 64, groups)
-        assert magic.local_size == frag.local_size and magic.num_threads == frag.num_threads == 128 * groups
-        for t in range(0, 128 * groups, 7):
-            for slot in range(magic.local_size):
-                word, nibble = divmod(slot, 8)
-                e, r = divmod(nibble, 4)
-                assert magic.map(t, slot) == frag.map(t, 8 * word + 2 * r + e), (bn, groups, t, slot)
-
-
-def loop_ops(sass, mma="HMMA"):
+def loop_ops(sass):
     """The opcodes of the k loop in cuobjdump's SASS: the shortest backward branch's body that
-    holds a tensor-core instruction (`mma`: HMMA, or HGMMA), else the longest backward branch's
-    body (an out-of-line mbarrier retry may branch back over more than the loop)."""
+    holds a tensor-core instruction (HMMA), else the longest backward branch's body (an
+    out-of-line mbarrier retry may branch back over more than the loop)."""
     code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)[^;]*;", sass)]
-    branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
+    branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
     loops = [(t, a) for t, a in branches if t < a]
-    with_mma = [b for b in loops if any(b[0] <= a <= b[1] and op == mma for a, op in code)]
+    with_mma = [b for b in loops if any(b[0] <= a <= b[1] and op == "HMMA" for a, op in code)]
     lo, hi = min(with_mma, key=lambda b: b[1] - b[0]) if with_mma else max(loops, key=lambda b: b[1] - b[0])
     return [op for a, op in code if lo <= a <= hi]
 
@@ -532,18 +516,13 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int8", "float16", 257, 136, 768, 128, 128), ("float8_e4m3", "float16", 64, 128, 256, 128, 64),
                 ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64),
                 # clusters of two sharing a's tile: 5 weight tiles (the last pair's second out of range), and bf16
-                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2),
-                # the magic decode: alone, on 64 weight rows, in clusters
-                ("uint4", "float16", 300, 200, 1024, 256, 128, 1, True),
-                ("int4", "float16", 129, 200, 1024, 128, 64, 1, True),
-                ("int4", "float16", 130, 520, 1024, 256, 128, 2, True)]
+                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, magic=False, *, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
-    the repacked weights; cluster 2: blocks in pairs multicasting a; magic: the magic decode on
-    weights in its order), its arguments (on `arrays`' device; host arrays and unset weights
-    without it) and the reference c."""
+    the repacked weights; cluster 2: blocks in pairs multicasting a), its arguments (on
+    `arrays`' device; host arrays and unset weights without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
@@ -553,11 +532,11 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, magic=False,
     if arrays is None:
         weights = np.zeros((-(-n // 128) * -(-k // bk) * 128 * bk * dt.bits // 128, 16), np.uint8)
     else:
-        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk, magic=magic)
+        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk)
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, magic=magic)
+                               cluster=cluster)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
             host_array(np.zeros((m, n)), at)]
     if arrays is not None:
@@ -567,11 +546,10 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, magic=False,
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def hopper_id(c):
-    return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
-            ("-magic" if c[8:9] == (True,) else ""))
+    return f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "")
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[-1:], ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7], ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
@@ -587,36 +565,6 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
 
 
-@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("wtype", ["int4", "uint4"])
-def test_hopper_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
-    """The wgmma kernel's consumer loop in SASS (sm_90a, 128 x 256 tiles, two k tiles an
-    iteration): the magic decode has no byte permute per pair (8 at most: 32 in the general
-    conversion), no more LOP3, no more than 95 % of the general conversion's instructions for
-    int4 and 90 % for uint4 (its zero point folded into the HFMA2), the four k steps of a tile in one wgmma group (one fence, the group's scoreboard
-    on its last HGMMA only, so the next tile's decode overlaps it), nothing spilled."""
-    from tilus.artifacts import _cuobjdump
-    from matmul_a16wx import MatmulA16WxHopper
-    if _cuobjdump() is None:
-        pytest.skip("no cuobjdump: the SASS cannot be read")
-    dt = getattr(tilus, wtype)
-    m, n, k = 4096, 8192, 8192
-    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
-            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16))
-    loops, sass = {}, {}
-    for name, kw in [("general", {}), ("magic", dict(magic=True))]:
-        kernel = MatmulA16WxHopper(dt, 128, **kw)
-        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
-        sass[name] = kernel.sass(*args, arch="sm_90a")
-        loops[name] = loop_ops(sass[name], mma="HGMMA")
-    magic = loops["magic"]
-    assert loops["general"].count("PRMT") == 32 and magic.count("PRMT") <= 8, magic.count("PRMT")  # (scale, zero pairs)
-    assert magic.count("HGMMA") == 8 and magic.count("LOP3") <= loops["general"].count("LOP3")
-    assert len(magic) <= (0.95 if dt.is_signed() else 0.9) * len(loops["general"]), {x: len(v) for x, v in loops.items()}
-    groups = re.findall(r"HGMMA\.[^;]*;", sass["magic"])
-    assert len(groups) >= 8 and sum("gsb0" in g for g in groups) * 4 == len(groups), groups
-
-
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized wgmma kernel runs only there")
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_gpu(case):
@@ -625,8 +573,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     unsigned codes (zero points), 4- and 8-bit ints and floats, f16 and bf16 activations, 128 and
     256 rows of a and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
     per tile, alone and in clusters of two that multicast a (an odd number of weight tiles: the
-    last pair's second tile loads zeros and stores nothing), with the general conversion and the
-    magic decode."""
+    last pair's second tile loads zeros and stores nothing)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cuda")
@@ -662,8 +609,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
     where its weights exist, 8 stages at s, and the TMA copies where they apply; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
-    tile (and m / 2 at least on 64 weight rows up to m = 256), its magic decode where the weights
-    exist; the mma.sync kernel where the wgmma kernel
+    tile (and m / 2 at least on 64 weight rows up to m = 256); the mma.sync kernel where the wgmma kernel
     cannot run or its 64-row tiles leave SMs idle."""
     from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
@@ -692,13 +638,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                            for c in hopper), (m, got)
                 idle = not hopper or -(-n // 64) * -(-m // 64) < 132
                 assert bool(mma) == idle, (m, got)
-                # the wgmma kernel's magic decode: the rule's tile, and beyond m = 128 128 x 256
-                # alone and in clusters
-                want = [dict(got[0], magic=True)] if magic and hopper else []
-                if want and m > 128:
-                    want += [dict(got[0], block_n=128, consumers=2, block_m=256, stages=4, magic=True, **x)
-                             for x in ({}, {"cluster": 2})]
-                assert [c for c in got if c.get("magic")] == [c for i, c in enumerate(want) if c not in want[:i]]
+                assert not any(c.get("magic") for c in got)  # (the magic decode is the 16-row kernel's)
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
@@ -732,21 +672,19 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
             assert {c["split_k"] for c in mma} == {1}
         assert not any(c.get("magic") for c in got)  # no magic weights given
         # With the magic decode's weights: each 16-row configuration also on the magic decode,
-        # with and without late_scale, and each wgmma one on its magic decode; nothing else changes.
+        # with and without late_scale; nothing else changes.
         with_magic = q.candidates(m, n, k, hopper=True, magic=True, wide=True)
-        magic = [c for c in with_magic if c.get("magic") and not c.get("hopper")]
+        magic = [c for c in with_magic if c.get("magic")]
         plain = [dict(c, magic=True, late_scale=late) for c in mma if c["block_m"] == 16 for late in (False, True)]
         assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
         assert [c for c in with_magic if not c.get("magic")] == got
-        assert [c for c in with_magic if c.get("magic") and c.get("hopper")] == [dict(c, magic=True) for c in hopper]
         for c in magic:
             MatmulA16Wx(wtype, 128, **c)
         # Where TMA applies: each of them with late_scale, by cp.async and by TMA.
         with_tma = q.candidates(m, n, k, hopper=True, magic=True, tma=True, wide=True)
-        by_tma = [c for c in with_tma if c.get("magic") and not c.get("hopper")]
+        by_tma = [c for c in with_tma if c.get("magic")]
         want = [dict(c, magic=True, late_scale=True, **t) for c in mma if c["block_m"] == 16 for t in ({}, {"tma": True})]
         assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
-        assert [c for c in with_tma if c.get("hopper")] == [c for c in with_magic if c.get("hopper")]
         for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
     # bf16 activations and 8-bit codes have no magic decode
@@ -805,14 +743,14 @@ def reference_repack(codes, bits, bn, bk, layout, threads):
 
 @pytest.mark.parametrize("wtype,order,bk", [("int4", "mma", 128), ("int3", "mma", 128), ("float6_e3m2", "mma", 128),
                                             ("int8", "mma", 64), ("uint4", "wgmma", 64), ("float8_e4m3", "wgmma", 32),
-                                            ("int4", "magic", 64), ("uint4", "wgmma_magic", 64)])
+                                            ("int4", "magic", 64)])
 def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     """RepackWeights (the example's offline repacking, a tilus kernel) against the repacking
     written in numpy, into the mma.sync fragment order of the small-m kernel, its magic decode's
-    order, and the wgmma ones of the Hopper kernel (general and magic decode), on ragged n and k
-    (padded with zero codes to whole tiles)."""
+    order, and the wgmma one of the Hopper kernel, on ragged n and k (padded with zero codes to
+    whole tiles)."""
     from matmul_a16wx import (fragment_layout, magic_layout, pack_codes, repack_for_hopper, repack_for_magic,
-                              repack_weights, wgmma_a_layout, wgmma_magic_layout)
+                              repack_weights, wgmma_a_layout)
     dt = getattr(tilus, wtype)
     n, k = 200, 3 * bk + (bk // 2 if dt.bits % 2 == 0 else 40)  # whole bytes of 3- and 6-bit codes
     codes = np.random.default_rng(4).integers(0, 1 << dt.bits, (n, k))
@@ -820,9 +758,6 @@ def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     if order == "mma":
         got, want = repack_weights(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                            fragment_layout(128, bk), 128)
-    elif order == "wgmma_magic":
-        got, want = repack_for_hopper(b, dt, n, k, bk, magic=True), reference_repack(codes, dt.bits, 128, bk,
-                                                                                    wgmma_magic_layout(128, 2), 256)
     elif order == "magic":
         got, want = repack_for_magic(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                              magic_layout(128, bk), 128)
