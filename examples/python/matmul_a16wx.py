@@ -610,7 +610,9 @@ class QuantizedMatmul:
           and in clusters of two sharing a (cluster=2), beyond m = 256 128 x 256 in L2 groups of
           4;
         - the mma.sync kernel's rule where the wgmma kernel does not apply or its tiles of 64
-          weight rows alone leave SMs idle (it cannot split k), with splits 2 and 4 there.
+          weight rows are fewer than two per SM (it cannot split k), with splits 2 and 4 there,
+          and up to m = 64 the 16-row kernel (magic decode where its weights exist) split to fill
+          a wave of 3 blocks per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
@@ -651,7 +653,9 @@ class QuantizedMatmul:
                 add(dict(big, cluster=2))
             if m > 256:
                 add(dict(big, tile_group=4))
-            idle = -(-n // 64) * -(-m // 64) < sms  # even the smallest wgmma tiles leave SMs idle
+            # Even the smallest wgmma tiles are fewer than two per SM (at n = 3584 and m <= 256 they
+            # measured 0.7-0.8x cuBLAS on the H200: the kernel cannot split k).
+            idle = -(-n // 64) * -(-m // 64) < 2 * sms
         else:
             idle = True
         if idle:
@@ -661,6 +665,12 @@ class QuantizedMatmul:
             for split in (2, 4):
                 if k // (base["block_k"] * split) >= 2 and tiles * split <= 4 * sms:
                     add(dict(base, split_k=split))
+            if m <= 64:  # the 16-row kernel on each 16 rows of a, split to fill a wave of 3 blocks per SM
+                small = self.mma_config(m, n, k, 16)
+                tiles = -(-m // 16) * -(-n // small["block_n"])
+                split = max(1, min(16, 3 * sms // tiles, k // (2 * small["block_k"])))  # two k tiles a split
+                magic = magic and self.magic_tile(small["block_k"])
+                add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
 
     def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
