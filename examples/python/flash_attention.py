@@ -28,7 +28,9 @@ query head), 3 warp groups:
     the other's GEMMs keep the tensor cores busy (FA3's ping-pong schedule).
 Key blocks run from the last to the first, so the blocks that need the mask (the causal diagonal,
 the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
-launch run longest first.
+launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
+(`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
+stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
@@ -56,7 +58,7 @@ LN2 = 0.6931471805599453
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
-                 pingpong=True):
+                 pingpong=True, l2_bytes=32 << 20):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -67,6 +69,7 @@ class FlashAttention(tilus.Script):
         self.specialized = specialized
         self.consumers = 2 if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
+        self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
         self.block_m = 64 * self.consumers
         self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
@@ -136,11 +139,13 @@ class FlashAttention(tilus.Script):
                  lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32):
         dt, d, bm = self.dtype, self.head_dim, self.block_m
         tiles_m = (max_seqlen_q + bm - 1) // bm
-        self.attrs.blocks = [tiles_m, heads, batch]
         self.attrs.warps = 4 * self.consumers + (self.producer_warps if self.specialized else 0)
-        m_block = tiles_m - 1 - self.blockIdx.x if self.causal else self.blockIdx.x  # causal: longest first
-        self.h = self.blockIdx.y
-        b = self.blockIdx.z
+        if self.causal:
+            self.attrs.blocks = [tiles_m * heads * batch]
+            m_block, self.h, b = self.longest_first(tiles_m, heads, batch, total_k)
+        else:  # every tile as long: a head's tiles side by side, sharing its K and V in L2
+            self.attrs.blocks = [tiles_m, heads, batch]
+            m_block, self.h, b = self.blockIdx.x, self.blockIdx.y, self.blockIdx.z
         self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
         gcq = self.global_view(cu_seqlens_q, shape=[batch + 1])
         gck = self.global_view(cu_seqlens_k, shape=[batch + 1])
@@ -164,6 +169,23 @@ class FlashAttention(tilus.Script):
         blocks, masked = self.key_blocks(m_block)
         self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
 
+    def longest_first(self, tiles_m, heads, batch, total_k):
+        """(query tile, head, sequence) of this block of a causal launch, whose tiles need from 1 to
+        tiles_m key blocks: the blocks start in the order of their index, so the longest tiles go
+        first and the short ones fill the last wave in (FA3's order). The (head, sequence) pairs
+        are taken in sections whose keys and values fit in l2_bytes (the average sequence's): a section's tiles run longest first, head fastest, so the blocks running at
+        once read the K/V of few heads."""
+        hb = heads * batch
+        per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
+        width = tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
+        span = width * tiles_m
+        section = self.blockIdx.x // span
+        first = section * width
+        here = tilus.min(width, hb - first)  # the last section may be narrower
+        r = self.blockIdx.x - section * span
+        pair = first + r % here
+        return tiles_m - 1 - r // here, pair % heads, pair // heads
+
     def q_tile(self, sq, barrier, w):
         """TMA loads of consumer w's 64 query rows into sq ([d / 64][64, 64]), completing on barrier."""
         for c in tilus.static_range(self.head_dim // 64):
@@ -177,12 +199,21 @@ class FlashAttention(tilus.Script):
             self.tma.global_to_shared(src=g, dst=dst[c], mbarrier=barrier,
                                       offsets=[self.k_start + n * self.block_n, self.hk * self.head_dim + 64 * c])
 
-    def finish(self, o, m, l, w):
-        """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse."""
+    def finish(self, o, m, l, w, sq):
+        """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse.
+        o goes through the warp group's query tile sq (its last reader, Q K^T, has completed) and
+        leaves by TMA stores of whole 128-byte rows: stored from the accumulators' registers, each
+        32-byte sector of o got two 16-byte halves from two instructions."""
         row = self.row0 + 64 * w
         for c, x in enumerate(self.normalized(o, l)):
-            self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
+            self.store_shared(sq[c], x.to(self.dtype))
+        with self.single_thread():
+            for c in tilus.static_range(self.head_dim // 64):
+                self.tma.shared_to_global(sq[c], self.go, offsets=[row, self.h * self.head_dim + 64 * c])
+            self.tma.commit_group()
         self.store_global(self.glse, self.transpose(self.log_sum_exp(m, l)), offsets=[self.h, row])
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # the tile stays in shared memory until the stores have read it
 
     # --- the body shared with flash_decoding.py ------------------------------------------------
 
@@ -253,8 +284,8 @@ class FlashAttention(tilus.Script):
         s = self.register_tensor(dtype=float32, shape=[64, bn])
         if pp and w == self.consumers - 1:
             self.mbarrier.arrive(turn[0])  # the first warp group starts
+        self.mbarrier.wait(q_full, phase=0)  # also with no key block: finish() stores o through sq
         if blocks > 0:
-            self.mbarrier.wait(q_full, phase=0)
             self.mbarrier.wait(k_full[0], phase=0)
             if pp:
                 self.mbarrier.wait(turn[w], phase=0)
@@ -282,7 +313,7 @@ class FlashAttention(tilus.Script):
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.release(v_empty[final])
-        self.finish(o, m, l, w)
+        self.finish(o, m, l, w, sq)
 
     def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, masked, tile_row,
              col0):
@@ -330,7 +361,7 @@ class FlashAttention(tilus.Script):
             self.simple_step(j, sq, sk, sv, full, s, o, m, l, True, tile_row, last, blocks)
         for j in range(masked, blocks):
             self.simple_step(j, sq, sk, sv, full, s, o, m, l, False, tile_row, last, blocks)
-        self.finish(o, m, l, 0)
+        self.finish(o, m, l, 0, sq)
 
     def simple_load(self, sk, sv, full, j, n):
         stage = j % self.stages
@@ -380,7 +411,16 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
                            specialized=None, out=None, lse=None, **cfg):
     """o, lse for packed sequences: q [total_q, heads, d], k/v [total_k, kv_heads, d], cu_seqlens int32
     [batch + 1]. torch CUDA tensors run the warp-specialized kernel, numpy arrays the simple one on
-    the CPU backend (specialized=False forces the simple one)."""
+    the CPU backend (specialized=False forces the simple one); cfg: FlashAttention's parameters."""
+    kern, args, out, lse = prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, specialized,
+                                        out, lse, **cfg)
+    kern(*args)
+    return out, lse
+
+
+def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False, scale=None, specialized=None,
+                 out=None, lse=None, **cfg):
+    """(kernel, its arguments, o, lse) of flash_attention_varlen's launch, not launched."""
     on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
     if specialized is None:
         specialized = not on_cpu
@@ -401,8 +441,27 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     kern = _kernel(dt, d, causal, specialized, **cfg)
-    kern(batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    return out, lse
+    return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
+                   cu_seqlens_k), out, lse)
+
+
+def prefill_candidates(head_dim, causal):
+    """The configurations `bench/attention.py --candidates` times against the default (FlashAttention's
+    parameters) at a prefill shape: each fits the registers and shared memory (no spills)."""
+    out = [dict(pingpong=False)]
+    if head_dim <= 128:
+        out.append(dict(stages=3))
+    if head_dim == 64:
+        out.append(dict(block_n=192))
+    if head_dim == 128:
+        out.append(dict(block_n=64))
+    if causal:  # the L2 sections of longest_first: half as wide, and one section (every head at once)
+        out += [dict(l2_bytes=16 << 20), dict(l2_bytes=(1 << 31) - 1)]
+    return out
+
+
+def config_name(cfg):
+    return " ".join(f"{k}={v}" for k, v in sorted(cfg.items())) or "default"
 
 
 _OFFSETS = {}

@@ -14,7 +14,8 @@ import tilus
 from tilus import bfloat16, float16
 from conftest import HAS_CPU, HAS_GPU
 
-from flash_attention import FlashAttention, flash_attention, flash_attention_varlen, random_packed as packed, reference
+from flash_attention import (FlashAttention, config_name, flash_attention, flash_attention_varlen, prefill_candidates,
+                             random_packed as packed, reference)
 import flash_decoding
 from flash_decoding import FlashDecoding, decode_candidates, flash_decode, random_cache, reference as decode_reference
 
@@ -52,6 +53,18 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
     cq, ck, q, k, v = packed(lens_q, lens_k, heads, kv_heads, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal)
     check(o, lse, *reference(q, k, v, cq, ck, causal))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_causal_tiles_in_l2_sections_on_the_cpu_backend():
+    """The causal grid's order (longest_first): with an L2 budget of two heads' K/V, 3 sequences x
+    3 heads make sections of 2, 2, 2, 2 and 1 (head, sequence) pairs; every tile is computed once."""
+    lens_q, lens_k = (100, 37, 70), (120, 37, 90)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 3, 1, 64)
+    per_head = (sum(lens_k) // 3) * 4 * 64
+    out, lse = np.full_like(q, np.nan), np.full((3, cq[-1]), np.nan, np.float32)  # a tile left out stays NaN
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, out=out, lse=lse, l2_bytes=2 * per_head + 5)
+    check(o, lse, *reference(q, k, v, cq, ck, True))
 
 
 def to_bf16(x):
@@ -275,9 +288,30 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
     if sass is not None:
         assert "HGMMA.64x64x16.F32" in sass and ".tnspB" in sass and "UTMALDG.2D" in sass
         assert "USETMAXREG" in sass and "LDL" not in sass and "STL" not in sass
+        assert "UTMASTG.2D" in sass and "STSM" in sass  # o through shared memory and TMA stores
+        # exp2 is one MUFU.EX2 (ex2.approx.ftz), no range fix-up (FSETP ... -126 and predicated FMULs)
+        assert "-126" not in sass
         # the softmax's exp2 between the wait for S and the wait for P V
         between = sass.split("WARPGROUP.DEPBAR.LE gsb0, 0x1")[1].split("WARPGROUP.DEPBAR.LE gsb0, 0x0")[0]
         assert between.count("MUFU.EX2") >= 32, between.count("MUFU.EX2")
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True)
+                                   if "l2_bytes" not in c], ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
+def test_prefill_candidates_compile_without_spills(d, cfg):
+    """Every prefill configuration bench/attention.py --candidates times (the causal kernel, the
+    larger; the L2 sections change no resource) fits the registers and shared memory: no local
+    memory, no serialized wgmma, the TMA-store epilogue."""
+    kern = FlashAttention(float16, d, causal=True, **cfg)
+    args = prefill_args(d)
+    compiled = kern.compiled(*args, arch="sm_90a")
+    assert compiled.wgmma_serialized == ""
+    if compiled.spill_store_bytes >= 0:
+        assert compiled.spill_store_bytes == 0 and compiled.spill_load_bytes == 0 and compiled.stack_frame_bytes == 0
+    sass = sass_or_none(kern, args)
+    if sass is not None:
+        assert "UTMASTG.2D" in sass and "LDL" not in sass and "STL" not in sass
 
 
 def decode_args(batch=4, d=128, splits=2):
