@@ -17,7 +17,8 @@ query head), 3 warp groups:
     issues the TMA loads: its query rows once, then K and V tiles of block_n keys into a ring of
     `stages` slots (full / empty mbarriers per slot, K and V apart so that Q K^T can start before
     V lands), in the consumers' order;
-  - two consumer warp groups (setmaxnreg 240), 64 query rows each. Per key block j, with S_j =
+  - two consumer warp groups (setmaxnreg 240; `consumers=3`: three, 160 registers each, for d = 64),
+    64 query rows each. Per key block j, with S_j =
     Q K_j^T and P_j its row-wise exp2:
         issue S_j = Q K_j^T (wgmma, a zeroed accumulator);  issue O += P_(j-1) V_(j-1) (wgmma with
         P from registers);  wait for S_j only;  softmax of S_j (max, exp2 with the scale folded in,
@@ -58,7 +59,7 @@ LN2 = 0.6931471805599453
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
-                 pingpong=True, l2_bytes=32 << 20):
+                 pingpong=True, l2_bytes=32 << 20, consumers=2):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -67,7 +68,8 @@ class FlashAttention(tilus.Script):
         self.dtype, self.head_dim = dtype, head_dim
         self.causal, self.block_n, self.stages = causal, block_n, stages
         self.specialized = specialized
-        self.consumers = 2 if specialized else 1  # warp groups of 64 query rows
+        assert consumers in (2, 3), "2 or 3 consumer warp groups"
+        self.consumers = consumers if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
         self.block_m = 64 * self.consumers
@@ -251,9 +253,14 @@ class FlashAttention(tilus.Script):
         for w in tilus.static_range(self.consumers):
             with self.thread_group(thread_begin=128 * w, num_threads=128):
                 if many:
-                    self.inc_max_nreg(240)
+                    self.inc_max_nreg(self.consumer_registers())
                 self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
                              last * bn, tile_row + 64 * w)
+
+    def consumer_registers(self):
+        """What setmaxnreg gives each consumer thread: the SM's 64K registers less the producer warp
+        group's 24 a thread, shared by the consumer warp groups (240 for two, 160 for three)."""
+        return min(240, (65536 - 128 * 24) // (128 * self.consumers) // 8 * 8)
 
     def load_kv(self, g, s, full, empty, j, n):
         """The producer's TMA loads of one K or V tile (the j-th block processed, key block n) into
@@ -451,8 +458,8 @@ def prefill_candidates(head_dim, causal):
     out = [dict(pingpong=False)]
     if head_dim <= 128:
         out.append(dict(stages=3))
-    if head_dim == 64:
-        out.append(dict(block_n=192))
+    if head_dim == 64:  # more key columns a step, or three consumer warp groups (160 registers: 96 keys fit)
+        out += [dict(block_n=192), dict(consumers=3, block_n=96), dict(consumers=3, block_n=64)]
     if head_dim == 128:
         out.append(dict(block_n=64))
     if causal:  # the L2 sections of longest_first: half as wide, and one section (every head at once)

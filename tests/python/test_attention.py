@@ -101,6 +101,20 @@ def test_prefill_on_the_gpu(lens_q, lens_k, heads, kv_heads, d, causal, speciali
     check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
 
 
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True)],
+                         ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
+def test_prefill_candidates_on_the_gpu(d, cfg):
+    """Every configuration bench/attention.py --candidates times, causal on a ragged GQA varlen batch
+    (query tiles of 3 warp groups cross the diagonal over two key blocks)."""
+    import torch
+    lens_q, lens_k = (300, 77, 1), (300, 200, 64)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
+    args = [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)]
+    o, lse = flash_attention_varlen(*args, max(lens_q), True, **cfg)
+    check(*to_host(o, lse), *reference(q, k, v, cq, ck, True))
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
