@@ -165,6 +165,8 @@ class FlashAttention(tilus.Script):
         self.gk = self.global_view(k, dtype=dt, shape=[total_k, kv_heads * d])
         self.gv = self.global_view(v, dtype=dt, shape=[total_k, kv_heads * d])
         self.go = self.global_view(o, dtype=dt, shape=[q_end, heads * d])  # this sequence's rows, no further
+        self.go_all = self.global_view(o, dtype=dt, shape=[total_q, heads * d])  # TMA's map: parameters only
+        self.q_end = q_end
         self.glse = self.global_view(lse, dtype=float32, shape=[heads, q_end], strides=[total_q, 1])
         self.row0 = q_start + m_block * bm  # the tile's first row in q
         sq = self.shared_tensor(dtype=dt, shape=[self.consumers, d // 64, 64, 64])
@@ -205,14 +207,21 @@ class FlashAttention(tilus.Script):
         """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse.
         o goes through the warp group's query tile sq (its last reader, Q K^T, has completed) and
         leaves by TMA stores of whole 128-byte rows: stored from the accumulators' registers, each
-        32-byte sector of o got two 16-byte halves from two instructions."""
+        32-byte sector of o got two 16-byte halves from two instructions. A tensor map is encoded
+        on the host, so its bounds are o's (total_q rows), not the sequence's: the last tile of a
+        sequence that ends inside it is stored from registers, masked at the sequence's end."""
         row = self.row0 + 64 * w
-        for c, x in enumerate(self.normalized(o, l)):
-            self.store_shared(sq[c], x.to(self.dtype))
-        with self.single_thread():
-            for c in tilus.static_range(self.head_dim // 64):
-                self.tma.shared_to_global(sq[c], self.go, offsets=[row, self.h * self.head_dim + 64 * c])
-            self.tma.commit_group()
+        out = self.normalized(o, l)
+        if row + 64 <= self.q_end:
+            for c, x in enumerate(out):
+                self.store_shared(sq[c], x.to(self.dtype))
+            with self.single_thread():
+                for c in tilus.static_range(self.head_dim // 64):
+                    self.tma.shared_to_global(sq[c], self.go_all, offsets=[row, self.h * self.head_dim + 64 * c])
+                self.tma.commit_group()
+        else:  # a tile past the sequence's end: the rows after it are the next sequence's (the map's bounds are o's)
+            for c, x in enumerate(out):
+                self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
         self.store_global(self.glse, self.transpose(self.log_sum_exp(m, l)), offsets=[self.h, row])
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # the tile stays in shared memory until the stores have read it
