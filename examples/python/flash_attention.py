@@ -177,8 +177,9 @@ class FlashAttention(tilus.Script):
         """(query tile, head, sequence) of this block of a causal launch, whose tiles need from 1 to
         tiles_m key blocks: the blocks start in the order of their index, so the longest tiles go
         first and the short ones fill the last wave in (FA3's order). The (head, sequence) pairs
-        are taken in sections whose keys and values fit in l2_bytes (the average sequence's): a section's tiles run longest first, head fastest, so the blocks running at
-        once read the K/V of few heads."""
+        are taken in sections whose keys and values fit in l2_bytes (the average sequence's): a
+        section's tiles run longest first, head fastest, so the blocks running at once read the
+        K/V of few heads."""
         hb = heads * batch
         per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
         width = tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
