@@ -102,17 +102,26 @@ def test_prefill_on_the_gpu(lens_q, lens_k, heads, kv_heads, d, causal, speciali
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
-@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True)],
-                         ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
-def test_prefill_candidates_on_the_gpu(d, cfg):
-    """Every configuration bench/attention.py --candidates times, causal on a ragged GQA varlen batch
-    (query tiles of 3 warp groups cross the diagonal over two key blocks)."""
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_candidates_on_the_gpu(causal):
+    """Every configuration bench/attention.py --candidates times (compiled in parallel first), d 64,
+    128 and 256, on a ragged GQA varlen batch (causal: the query tiles of 3 warp groups cross the
+    diagonal over two key blocks)."""
     import torch
+    from common import compile_all
+    from flash_attention import prefill_call
     lens_q, lens_k = (300, 77, 1), (300, 200, 64)
-    cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
-    args = [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)]
-    o, lse = flash_attention_varlen(*args, max(lens_q), True, **cfg)
-    check(*to_host(o, lse), *reference(q, k, v, cq, ck, True))
+    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128, 256)}
+    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
+    work = [(d, cfg) for d in (64, 128, 256) for cfg in prefill_candidates(d, causal)]
+    compile_all(work, lambda item: prefill_call(*gpu[item[0]], max(lens_q), causal, **item[1])[:2])
+    want = {d: reference(q, k, v, cq, ck, causal) for d, (cq, ck, q, k, v) in data.items()}
+    for d, cfg in work:
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **cfg)
+        try:
+            check(*to_host(o, lse), *want[d])
+        except AssertionError as e:
+            raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
