@@ -3,7 +3,7 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--candidates] [--no-triton] [--readme README.md]
+        [--candidates [--no-persistent]] [--no-triton] [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
 Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
@@ -23,7 +23,8 @@ the rows measured in this run replace theirs, the others keep what they had ("-"
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
 fastest, and prints which one won per shape: the rule decode_config follows comes from these. At
 each f16 prefill shape it does the same with flash_attention.prefill_candidates (stages, key block
-size, ping-pong off, the L2 sections of the causal order; bf16 runs the same code). Every prefill kernel (the candidates
+size, ping-pong off, the L2 sections of the causal order, the persistent kernel of one block per
+SM unless --no-persistent; bf16 runs the same code). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
 
 --ncu runs itself under `ncu --clock-control none` at one prefill shape and prints, for tilus and
@@ -155,13 +156,19 @@ def dense_call(q, k, v, causal, cfg):
                         _uniform_offsets(b, s, q), _uniform_offsets(b, s, q), s, causal, **cfg)[:2]
 
 
-def compile_prefill(tables, candidates):
+def persistent_blocks(persistent):
+    """The persistent candidate's blocks (one per SM), 0 where --no-persistent leaves it out."""
+    return torch.cuda.get_device_properties(0).multi_processor_count if persistent else 0
+
+
+def compile_prefill(tables, candidates, persistent=True):
     """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
     candidates too), compiled in parallel threads before anything is timed."""
     from concurrent.futures import ThreadPoolExecutor
     from flash_attention import config_name, prefill_candidates
     work = [(name, d, s, causal, cfg) for dtypes, configs in tables for name in dtypes for d, s, causal in configs
-            for cfg in [{}] + (prefill_candidates(d, causal) if candidates and name == "float16" else [])]
+            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent))
+                               if candidates and name == "float16" else [])]
 
     def build(item):  # a configuration that fails is reported here and left out when timed
         name, d, s, causal, cfg = item
@@ -179,7 +186,7 @@ def compile_prefill(tables, candidates):
           flush=True)
 
 
-def prefill(dtypes, configs, candidates=False, with_triton=True):
+def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run (tilus's row is the default configuration's)."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
@@ -206,7 +213,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True):
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in prefill_candidates(d, causal) if candidates and name == "float16" else []:  # bf16: the same code
+            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent))  # bf16: the same code
+                        if candidates and name == "float16" else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
                 except Exception as e:  # noqa: BLE001
@@ -444,6 +452,7 @@ def main():
                    help="also time every configuration of flash_attention.prefill_candidates (prefill) and "
                         "flash_decoding.decode_candidates (decode) at each shape")
     p.add_argument("--no-triton", action="store_true", help="leave the Triton kernel out (its compiles take time)")
+    p.add_argument("--no-persistent", action="store_true", help="--candidates without the persistent prefill kernel")
     p.add_argument("--ncu", action="store_true", help="ncu's tensor-pipe view of tilus and cuDNN at one shape")
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--head-dim", type=int, default=128)
@@ -467,8 +476,9 @@ def main():
             f"`bench/attention.py --sweep {args.sweep}`")
     if args.only != "decode":
         tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
-        compile_prefill(tables, args.candidates)
-        rows = [r for dtypes, configs in tables for r in prefill(dtypes, configs, args.candidates, not args.no_triton)]
+        compile_prefill(tables, args.candidates, not args.no_persistent)
+        rows = [r for dtypes, configs in tables
+                for r in prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent)]
         if args.readme:  # now, so that a run cut short later keeps these
             fill_readme(args.readme, rows, [], note)
     if args.only != "prefill":

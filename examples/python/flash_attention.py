@@ -59,7 +59,7 @@ LN2 = 0.6931471805599453
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
-                 pingpong=True, l2_bytes=32 << 20, consumers=2):
+                 pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -72,6 +72,9 @@ class FlashAttention(tilus.Script):
         self.consumers = consumers if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
+        # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
+        # the next tile's Q, K and V while its consumers finish the last one
+        self.persistent = persistent if specialized else 0
         self.block_m = 64 * self.consumers
         self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
@@ -142,38 +145,55 @@ class FlashAttention(tilus.Script):
         dt, d, bm = self.dtype, self.head_dim, self.block_m
         tiles_m = (max_seqlen_q + bm - 1) // bm
         self.attrs.warps = 4 * self.consumers + (self.producer_warps if self.specialized else 0)
-        if self.causal:
-            self.attrs.blocks = [tiles_m * heads * batch]
-            m_block, self.h, b = self.longest_first(tiles_m, heads, batch, total_k)
-        else:  # every tile as long: a head's tiles side by side, sharing its K and V in L2
-            self.attrs.blocks = [tiles_m, heads, batch]
-            m_block, self.h, b = self.blockIdx.x, self.blockIdx.y, self.blockIdx.z
-        self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
-        gcq = self.global_view(cu_seqlens_q, shape=[batch + 1])
-        gck = self.global_view(cu_seqlens_k, shape=[batch + 1])
-        q_start = gcq[b].item()
-        q_end = gcq[b + 1].item()
-        self.k_start = gck[b].item()
-        k_end = gck[b + 1].item()
-        seqlen_q = q_end - q_start
-        if m_block * bm >= seqlen_q:
-            return
-        self.seqlen_q = seqlen_q
-        self.seqlen_k = k_end - self.k_start
         self.scale_log2 = scale * LOG2E
         self.gq = self.global_view(q, dtype=dt, shape=[total_q, heads * d])
         self.gk = self.global_view(k, dtype=dt, shape=[total_k, kv_heads * d])
         self.gv = self.global_view(v, dtype=dt, shape=[total_k, kv_heads * d])
-        self.go = self.global_view(o, dtype=dt, shape=[q_end, heads * d])  # this sequence's rows, no further
         self.go_all = self.global_view(o, dtype=dt, shape=[total_q, heads * d])  # TMA's map: parameters only
+        self.launch = (batch, heads, kv_heads, tiles_m, total_q, total_k, o, lse,
+                       self.global_view(cu_seqlens_q, shape=[batch + 1]), self.global_view(cu_seqlens_k, shape=[batch + 1]))
+        sq = self.shared_tensor(dtype=dt, shape=[self.consumers, d // 64, 64, 64])
+        if self.persistent:
+            self.attrs.blocks = [tilus.min(tiles_m * heads * batch, self.persistent)]
+            self.attention([sq[w] for w in range(self.consumers)], None, None, None, None)
+            return
+        if self.causal:
+            self.attrs.blocks = [tiles_m * heads * batch]
+            index = self.blockIdx.x
+        else:  # every tile as long: a head's tiles side by side, sharing its K and V in L2
+            self.attrs.blocks = [tiles_m, heads, batch]
+            index = (self.blockIdx.z * heads + self.blockIdx.y) * tiles_m + self.blockIdx.x
+        m_block, blocks, masked, runs = self.tile(index)
+        if not runs:
+            return
+        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
+
+    def tile(self, index):
+        """Tile `index` of the launch: sets the head, kv head, the sequence's bounds and views, and
+        returns (query tile, key blocks, masked key blocks, whether the tile has rows). Causal
+        launches take the tiles longest first (longest_first), others a head's tiles side by side."""
+        batch, heads, kv_heads, tiles_m, total_q, total_k, o, lse, gcq, gck = self.launch
+        dt, d, bm = self.dtype, self.head_dim, self.block_m
+        if self.causal:
+            m_block, self.h, b = self.longest_first(tiles_m, heads, batch, total_k, index)
+        else:
+            pair = index // tiles_m
+            m_block, self.h, b = index - pair * tiles_m, pair % heads, pair // heads
+        self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
+        q_start = gcq[b].item()
+        q_end = gcq[b + 1].item()
+        self.k_start = gck[b].item()
+        k_end = gck[b + 1].item()
+        self.seqlen_q = q_end - q_start
+        self.seqlen_k = k_end - self.k_start
+        self.go = self.global_view(o, dtype=dt, shape=[q_end, heads * d])  # this sequence's rows, no further
         self.q_end = q_end
         self.glse = self.global_view(lse, dtype=float32, shape=[heads, q_end], strides=[total_q, 1])
         self.row0 = q_start + m_block * bm  # the tile's first row in q
-        sq = self.shared_tensor(dtype=dt, shape=[self.consumers, d // 64, 64, 64])
         blocks, masked = self.key_blocks(m_block)
-        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
+        return m_block, blocks, masked, m_block * bm < self.seqlen_q
 
-    def longest_first(self, tiles_m, heads, batch, total_k):
+    def longest_first(self, tiles_m, heads, batch, total_k, index):
         """(query tile, head, sequence) of this block of a causal launch, whose tiles need from 1 to
         tiles_m key blocks: the blocks start in the order of their index, so the longest tiles go
         first and the short ones fill the last wave in (FA3's order). The (head, sequence) pairs
@@ -184,10 +204,10 @@ class FlashAttention(tilus.Script):
         per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
         width = tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
         span = width * tiles_m
-        section = self.blockIdx.x // span
+        section = index // span
         first = section * width
         here = tilus.min(width, hb - first)  # the last section may be narrower
-        r = self.blockIdx.x - section * span
+        r = index - section * span
         pair = first + r % here
         return tiles_m - 1 - r // here, pair % heads, pair // heads
 
@@ -239,6 +259,7 @@ class FlashAttention(tilus.Script):
             self.simple(sq[0], sk, sv, blocks, masked, last, tile_row)
             return
         q_full = self.mbarrier.alloc(counts=[1] * self.consumers)
+        q_empty = self.mbarrier.alloc(counts=[1] * self.consumers) if self.persistent else None
         k_full = self.mbarrier.alloc(counts=[1] * stages)
         v_full = self.mbarrier.alloc(counts=[1] * stages)
         k_empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
@@ -250,22 +271,70 @@ class FlashAttention(tilus.Script):
             if many:
                 self.dec_max_nreg(24)
             with self.thread_group(thread_begin=0, num_threads=32):
-                with self.single_thread():
-                    for w in tilus.static_range(self.consumers):
-                        self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
-                        self.q_tile(sq[w], q_full[w], w)
-                # K of block j, then V of block j - 1: the order the consumers take them in.
-                for j in range(blocks + 1):
-                    if j < blocks:
-                        self.load_kv(self.gk, sk, k_full, k_empty, j, last - j)
-                    if j > 0:
-                        self.load_kv(self.gv, sv, v_full, v_empty, j - 1, last - (j - 1))
+                if self.persistent:
+                    self.produce_tiles(sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty)
+                else:
+                    with self.single_thread():
+                        for w in tilus.static_range(self.consumers):
+                            self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
+                            self.q_tile(sq[w], q_full[w], w)
+                    self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, 0)
         for w in tilus.static_range(self.consumers):
             with self.thread_group(thread_begin=128 * w, num_threads=128):
                 if many:
                     self.inc_max_nreg(self.consumer_registers())
-                self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
-                             last * bn, tile_row + 64 * w)
+                if self.pingpong and w == self.consumers - 1:
+                    self.mbarrier.arrive(turn[0])  # the first warp group starts
+                if self.persistent:
+                    self.consume_tiles(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full, v_full, k_empty, v_empty, turn)
+                else:
+                    self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
+                                 last * bn, tile_row + 64 * w)
+
+    def produce(self, sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, done):
+        """K of block j (key block last - j), then V of block j - 1: the order the consumers take
+        them in (the ring's count runs on from `done`)."""
+        for j in range(blocks + 1):
+            if j < blocks:
+                self.load_kv(self.gk, sk, k_full, k_empty, done + j, last - j)
+            if j > 0:
+                self.load_kv(self.gv, sv, v_full, v_empty, done + j - 1, last - (j - 1))
+
+    def produce_tiles(self, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty):
+        """The producer warp of a persistent launch: per tile with rows, the consumers' query tiles
+        once each has stored its last o from them (q_empty), then its K and V blocks in the ring,
+        whose slots and phases run on over the tiles (`done`: the key blocks loaded before)."""
+        done = self.declare("done", int32, 0)
+        tiles = self.declare("tiles_done", int32, 0)
+        batch, heads, kv_heads, tiles_m = self.launch[:4]
+        for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
+            m_block, blocks, masked, runs = self.tile(t)
+            if runs:
+                for w in tilus.static_range(self.consumers):
+                    self.mbarrier.wait(q_empty[w], phase=tiles % 2 ^ 1)
+                    with self.single_thread():
+                        self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
+                        self.q_tile(sq[w], q_full[w], w)
+                self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, blocks - 1, done)
+                done = done + blocks
+                tiles = tiles + 1
+
+    def consume_tiles(self, w, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, turn):
+        """Consumer warp group w of a persistent launch: consume() per tile with rows, the ring's
+        slots and phases, the ping-pong turns and the query tile's phase running on over the tiles;
+        q_empty tells the producer that sq is free once o's TMA stores have read it."""
+        done = self.declare("done", int32, 0)
+        tiles = self.declare("tiles_done", int32, 0)
+        batch, heads, kv_heads, tiles_m = self.launch[:4]
+        for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
+            m_block, blocks, masked, runs = self.tile(t)
+            if runs:
+                self.consume(w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked,
+                             (blocks - 1) * self.block_n, m_block * self.block_m + 64 * w, done, tiles % 2)
+                with self.single_thread():  # the thread that issued o's TMA stores and waited for their reads
+                    self.mbarrier.arrive(q_empty)
+                done = done + blocks
+                tiles = tiles + 1
 
     def consumer_registers(self):
         """What setmaxnreg gives each consumer thread: the SM's 64K registers less the producer warp
@@ -286,9 +355,10 @@ class FlashAttention(tilus.Script):
             self.mbarrier.arrive(barrier)
 
     def consume(self, w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked, last_col,
-                tile_row):
+                tile_row, done=0, q_phase=0):
         """One consumer warp group: 64 query rows from row `tile_row` of the sequence, key blocks
-        from the one at key `last_col` down."""
+        from the one at key `last_col` down; `done` key blocks went through the ring (and the
+        ping-pong turns) before, the query tile's barrier is at phase q_phase."""
         bn, stages, pp = self.block_n, self.stages, self.pingpong
         nxt = (w + 1) % self.consumers
         o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
@@ -299,32 +369,31 @@ class FlashAttention(tilus.Script):
         # from its first use to the end of its scope, so one per step would hold registers the
         # output needs (with d = 256 ptxas then ignored setmaxnreg and spilled).
         s = self.register_tensor(dtype=float32, shape=[64, bn])
-        if pp and w == self.consumers - 1:
-            self.mbarrier.arrive(turn[0])  # the first warp group starts
-        self.mbarrier.wait(q_full, phase=0)  # also with no key block: finish() stores o through sq
+        self.mbarrier.wait(q_full, phase=q_phase)  # also with no key block: finish() stores o through sq
         if blocks > 0:
-            self.mbarrier.wait(k_full[0], phase=0)
+            first = done % stages
+            self.mbarrier.wait(k_full[first], phase=done // stages % 2)
             if pp:
-                self.mbarrier.wait(turn[w], phase=0)
+                self.mbarrier.wait(turn[w], phase=done % 2)
             self.assign(s, self.register_tensor(dtype=float32, shape=[64, bn], init=0.0))
             self.wgmma.fence()
-            self.qk(s, sq, sk[0])
+            self.qk(s, sq, sk[first])
             self.wgmma.commit_group()
             if pp:
                 self.mbarrier.arrive(turn[nxt])
             self.wgmma.wait_group(0)
-            self.release(k_empty[0])
+            self.release(k_empty[first])
             p, alpha = self.softmax(self.mask(s, tile_row, last_col), m, l)
             self.assign(p16, p.to(self.dtype))
             # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
             for j in range(1, masked):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, True,
-                          tile_row, last_col - j * bn)
+                          tile_row, last_col - j * bn, done)
             for j in range(tilus.max(masked, 1), blocks):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, False,
-                          tile_row, last_col - j * bn)
-            final = (blocks - 1) % stages
-            self.mbarrier.wait(v_full[final], phase=(blocks - 1) // stages % 2)
+                          tile_row, last_col - j * bn, done)
+            final = (done + blocks - 1) % stages
+            self.mbarrier.wait(v_full[final], phase=(done + blocks - 1) // stages % 2)
             self.wgmma.fence()
             self.pv(p16, sv[final], o)
             self.wgmma.commit_group()
@@ -333,18 +402,20 @@ class FlashAttention(tilus.Script):
         self.finish(o, m, l, w, sq)
 
     def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, masked, tile_row,
-             col0):
-        """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs."""
+             col0, done=0):
+        """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs
+        (the ring's and the turns' count: done + j)."""
         stages, pp = self.stages, self.pingpong
-        stage, prev = j % stages, (j - 1) % stages
-        self.mbarrier.wait(k_full[stage], phase=j // stages % 2)
+        g = done + j
+        stage, prev = g % stages, (g - 1) % stages
+        self.mbarrier.wait(k_full[stage], phase=g // stages % 2)
         if pp:
-            self.mbarrier.wait(turn[w], phase=j % 2)
+            self.mbarrier.wait(turn[w], phase=g % 2)
         self.assign(s, self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0))
         self.wgmma.fence()
         self.qk(s, sq, sk[stage])
         self.wgmma.commit_group()
-        self.mbarrier.wait(v_full[prev], phase=(j - 1) // stages % 2)
+        self.mbarrier.wait(v_full[prev], phase=(g - 1) // stages % 2)
         self.pv(p16, sv[prev], o)
         self.wgmma.commit_group()
         if pp:
@@ -462,10 +533,12 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
                    cu_seqlens_k), out, lse)
 
 
-def prefill_candidates(head_dim, causal):
+def prefill_candidates(head_dim, causal, sms=0):
     """The configurations `bench/attention.py --candidates` times against the default (FlashAttention's
-    parameters) at a prefill shape: each fits the registers and shared memory (no spills)."""
-    out = [dict(pingpong=False)]
+    parameters) at a prefill shape: each fits the registers and shared memory (no spills). With
+    `sms`, also the persistent kernel of one block per SM."""
+    out = [dict(persistent=sms)] if sms else []
+    out.append(dict(pingpong=False))
     if head_dim <= 128:
         out.append(dict(stages=3))
     if head_dim == 64:  # more key columns a step, or three consumer warp groups (160 registers: 96 keys fit)

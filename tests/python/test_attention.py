@@ -124,6 +124,28 @@ def test_prefill_candidates_on_the_gpu(causal):
             raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
 
 
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("blocks", [3, 132])
+@pytest.mark.parametrize("causal", [True, False])
+def test_persistent_prefill_on_the_gpu(causal, blocks):
+    """persistent=N: N blocks loop over the tiles (3: each takes many, so the K/V ring's phases, the
+    ping-pong turns and the query tile's barrier run on over tiles of unequal lengths, some of a
+    sequence's last rows, some with no key), d 64, 128 and 256, a ragged GQA varlen batch."""
+    import torch
+    from common import compile_all
+    from flash_attention import prefill_call
+    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
+    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128, 256)}
+    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
+    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, persistent=blocks)[:2])
+    for d, (cq, ck, q, k, v) in data.items():
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, persistent=blocks)
+        try:
+            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
+        except AssertionError as e:
+            raise AssertionError(f"d {d}: {e}") from None
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
@@ -320,7 +342,7 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True)
+@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True, sms=132)
                                    if "l2_bytes" not in c], ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_prefill_candidates_compile_without_spills(d, cfg):
     """Every prefill configuration bench/attention.py --candidates times (the causal kernel, the
