@@ -291,10 +291,10 @@ class FlashAttention(tilus.Script):
                     self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
                                  last * bn, tile_row + 64 * w)
 
-    def produce(self, sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, done):
+    def produce(self, sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, done, start=0):
         """K of block j (key block last - j), then V of block j - 1: the order the consumers take
-        them in (the ring's count runs on from `done`)."""
-        for j in range(blocks + 1):
+        them in (the ring's count runs on from `done`; from j = start: the caller loaded K_0)."""
+        for j in range(start, blocks + 1):
             if j < blocks:
                 self.load_kv(self.gk, sk, k_full, k_empty, done + j, last - j)
             if j > 0:
@@ -310,12 +310,14 @@ class FlashAttention(tilus.Script):
         for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
             m_block, blocks, masked, runs = self.tile(t)
             if runs:
+                if blocks > 0:  # the tile's first K loads while the consumers still store the last tile's o
+                    self.load_kv(self.gk, sk, k_full, k_empty, done, blocks - 1)
                 for w in tilus.static_range(self.consumers):
                     self.mbarrier.wait(q_empty[w], phase=tiles % 2 ^ 1)
                     with self.single_thread():
                         self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
                         self.q_tile(sq[w], q_full[w], w)
-                self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, blocks - 1, done)
+                self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, blocks - 1, done, 1)
                 done = done + blocks
                 tiles = tiles + 1
 
