@@ -255,6 +255,12 @@ class FlashAttention(tilus.Script):
         bn, stages = self.block_n, self.stages
         sk = self.shared_tensor(dtype=self.dtype, shape=[stages, self.head_dim // 64, bn, 64])
         sv = self.shared_tensor(dtype=self.dtype, shape=[stages, self.head_dim // 64, bn, 64])
+        # persistent: o's own staging tiles where shared memory has room, so that the query tiles
+        # are released for the next tile's Q as soon as the last Q K^T has read them
+        tile_bytes = 64 * self.head_dim * 2
+        room = 227 * 1024 - 1024 - 2 * self.consumers * tile_bytes - 2 * stages * bn * self.head_dim * 2
+        so = (self.shared_tensor(dtype=self.dtype, shape=[self.consumers, self.head_dim // 64, 64, 64])
+              if self.persistent and room >= 0 else None)
         if not self.specialized:
             self.simple(sq[0], sk, sv, blocks, masked, last, tile_row)
             return
@@ -286,7 +292,8 @@ class FlashAttention(tilus.Script):
                 if self.pingpong and w == self.consumers - 1:
                     self.mbarrier.arrive(turn[0])  # the first warp group starts
                 if self.persistent:
-                    self.consume_tiles(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full, v_full, k_empty, v_empty, turn)
+                    self.consume_tiles(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full, v_full, k_empty, v_empty, turn,
+                                       so[w] if so is not None else None)
                 else:
                     self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
                                  last * bn, tile_row + 64 * w)
@@ -321,10 +328,11 @@ class FlashAttention(tilus.Script):
                 done = done + blocks
                 tiles = tiles + 1
 
-    def consume_tiles(self, w, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, turn):
+    def consume_tiles(self, w, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, turn, so):
         """Consumer warp group w of a persistent launch: consume() per tile with rows, the ring's
         slots and phases, the ping-pong turns and the query tile's phase running on over the tiles;
-        q_empty tells the producer that sq is free once o's TMA stores have read it."""
+        q_empty tells the producer that sq is free: after the tile's last Q K^T where o has its own
+        staging tile so, else once o's TMA stores have read sq."""
         done = self.declare("done", int32, 0)
         tiles = self.declare("tiles_done", int32, 0)
         batch, heads, kv_heads, tiles_m = self.launch[:4]
@@ -332,9 +340,11 @@ class FlashAttention(tilus.Script):
             m_block, blocks, masked, runs = self.tile(t)
             if runs:
                 self.consume(w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked,
-                             (blocks - 1) * self.block_n, m_block * self.block_m + 64 * w, done, tiles % 2)
-                with self.single_thread():  # the thread that issued o's TMA stores and waited for their reads
-                    self.mbarrier.arrive(q_empty)
+                             (blocks - 1) * self.block_n, m_block * self.block_m + 64 * w, done, tiles % 2,
+                             q_empty if so is not None else None, so)
+                if so is None:
+                    with self.single_thread():  # the thread that issued o's TMA stores and waited for their reads
+                        self.mbarrier.arrive(q_empty)
                 done = done + blocks
                 tiles = tiles + 1
 
@@ -357,10 +367,11 @@ class FlashAttention(tilus.Script):
             self.mbarrier.arrive(barrier)
 
     def consume(self, w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked, last_col,
-                tile_row, done=0, q_phase=0):
+                tile_row, done=0, q_phase=0, q_empty=None, so=None):
         """One consumer warp group: 64 query rows from row `tile_row` of the sequence, key blocks
         from the one at key `last_col` down; `done` key blocks went through the ring (and the
-        ping-pong turns) before, the query tile's barrier is at phase q_phase."""
+        ping-pong turns) before, the query tile's barrier is at phase q_phase. With q_empty, sq is
+        released once its last reader completed, and o leaves through `so`."""
         bn, stages, pp = self.block_n, self.stages, self.pingpong
         nxt = (w + 1) % self.consumers
         o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
@@ -394,6 +405,8 @@ class FlashAttention(tilus.Script):
             for j in range(tilus.max(masked, 1), blocks):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, False,
                           tile_row, last_col - j * bn, done)
+            if q_empty is not None:
+                self.release(q_empty)  # every Q K^T of the tile has completed
             final = (done + blocks - 1) % stages
             self.mbarrier.wait(v_full[final], phase=(done + blocks - 1) // stages % 2)
             self.wgmma.fence()
@@ -401,7 +414,10 @@ class FlashAttention(tilus.Script):
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.release(v_empty[final])
-        self.finish(o, m, l, w, sq)
+        if q_empty is not None:
+            if blocks == 0:
+                self.release(q_empty)
+        self.finish(o, m, l, w, sq if so is None else so)
 
     def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, masked, tile_row,
              col0, done=0):
@@ -538,8 +554,9 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
 def prefill_candidates(head_dim, causal, sms=0):
     """The configurations `bench/attention.py --candidates` times against the default (FlashAttention's
     parameters) at a prefill shape: each fits the registers and shared memory (no spills). With
-    `sms`, also the persistent kernel of one block per SM."""
-    out = [dict(persistent=sms)] if sms else []
+    `sms`, also the persistent kernel of one block per SM (d <= 128: at 256 its loop state spilled
+    4 bytes)."""
+    out = [dict(persistent=sms)] if sms and head_dim <= 128 else []
     out.append(dict(pingpong=False))
     if head_dim <= 128:
         out.append(dict(stages=3))
