@@ -278,7 +278,8 @@ class FlashAttention(tilus.Script):
                 self.dec_max_nreg(24)
             with self.thread_group(thread_begin=0, num_threads=32):
                 if self.persistent:
-                    self.produce_tiles(sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty)
+                    self.each_tile(lambda *tile: self.produce_tile(sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty,
+                                                                   v_empty, *tile))
                 else:
                     with self.single_thread():
                         for w in tilus.static_range(self.consumers):
@@ -292,8 +293,9 @@ class FlashAttention(tilus.Script):
                 if self.pingpong and w == self.consumers - 1:
                     self.mbarrier.arrive(turn[0])  # the first warp group starts
                 if self.persistent:
-                    self.consume_tiles(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full, v_full, k_empty, v_empty, turn,
-                                       so[w] if so is not None else None)
+                    self.each_tile(lambda *tile: self.consume_tile(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full,
+                                                                   v_full, k_empty, v_empty, turn,
+                                                                   so[w] if so is not None else None, *tile))
                 else:
                     self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
                                  last * bn, tile_row + 64 * w)
@@ -307,46 +309,45 @@ class FlashAttention(tilus.Script):
             if j > 0:
                 self.load_kv(self.gv, sv, v_full, v_empty, done + j - 1, last - (j - 1))
 
-    def produce_tiles(self, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty):
-        """The producer warp of a persistent launch: per tile with rows, the consumers' query tiles
-        once each has stored its last o from them (q_empty), then its K and V blocks in the ring,
-        whose slots and phases run on over the tiles (`done`: the key blocks loaded before)."""
+    def each_tile(self, body):
+        """body(m_block, blocks, masked, done, tiles) for every tile with rows of this block of a
+        persistent launch (every persistent-th from its index, in the launch's order): `done` key
+        blocks went through the K/V ring and the ping-pong turns before it, in `tiles` tiles."""
         done = self.declare("done", int32, 0)
         tiles = self.declare("tiles_done", int32, 0)
         batch, heads, kv_heads, tiles_m = self.launch[:4]
         for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
             m_block, blocks, masked, runs = self.tile(t)
             if runs:
-                if blocks > 0:  # the tile's first K loads while the consumers still store the last tile's o
-                    self.load_kv(self.gk, sk, k_full, k_empty, done, blocks - 1)
-                for w in tilus.static_range(self.consumers):
-                    self.mbarrier.wait(q_empty[w], phase=tiles % 2 ^ 1)
-                    with self.single_thread():
-                        self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
-                        self.q_tile(sq[w], q_full[w], w)
-                self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, blocks - 1, done, 1)
+                body(m_block, blocks, masked, done, tiles)
                 done = done + blocks
                 tiles = tiles + 1
 
-    def consume_tiles(self, w, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, turn, so):
-        """Consumer warp group w of a persistent launch: consume() per tile with rows, the ring's
-        slots and phases, the ping-pong turns and the query tile's phase running on over the tiles;
-        q_empty tells the producer that sq is free: after the tile's last Q K^T where o has its own
-        staging tile so, else once o's TMA stores have read sq."""
-        done = self.declare("done", int32, 0)
-        tiles = self.declare("tiles_done", int32, 0)
-        batch, heads, kv_heads, tiles_m = self.launch[:4]
-        for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
-            m_block, blocks, masked, runs = self.tile(t)
-            if runs:
-                self.consume(w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked,
-                             (blocks - 1) * self.block_n, m_block * self.block_m + 64 * w, done, tiles % 2,
-                             q_empty if so is not None else None, so)
-                if so is None:
-                    with self.single_thread():  # the thread that issued o's TMA stores and waited for their reads
-                        self.mbarrier.arrive(q_empty)
-                done = done + blocks
-                tiles = tiles + 1
+    def produce_tile(self, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, m_block, blocks, masked, done,
+                     tiles):
+        """The producer warp of a persistent launch, one tile: its first K, the consumers' query
+        tiles once each released its last one (q_empty), then the rest of its K and V blocks."""
+        if blocks > 0:  # the tile's first K loads while the consumers still finish the last tile
+            self.load_kv(self.gk, sk, k_full, k_empty, done, blocks - 1)
+        for w in tilus.static_range(self.consumers):
+            self.mbarrier.wait(q_empty[w], phase=tiles % 2 ^ 1)
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
+                self.q_tile(sq[w], q_full[w], w)
+        self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, blocks - 1, done, 1)
+
+    def consume_tile(self, w, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, turn, so, m_block, blocks,
+                     masked, done, tiles):
+        """Consumer warp group w of a persistent launch, one tile: consume() with the ring's slots and
+        phases, the turns and the query tile's phase running on over the tiles; q_empty tells the
+        producer that sq is free: after the tile's last Q K^T where o has its own staging tile so,
+        else once o's TMA stores have read sq."""
+        self.consume(w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked,
+                     (blocks - 1) * self.block_n, m_block * self.block_m + 64 * w, done, tiles % 2,
+                     q_empty if so is not None else None, so)
+        if so is None:
+            with self.single_thread():  # the thread that issued o's TMA stores and waited for their reads
+                self.mbarrier.arrive(q_empty)
 
     def consumer_registers(self):
         """What setmaxnreg gives each consumer thread: the SM's 64K registers less the producer warp
