@@ -56,6 +56,23 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("d,causal,cfg", [(64, True, {}), (64, True, dict(persistent=3)), (128, False, dict(persistent=2)),
+                                          (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
+                                          (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
+                                          (64, True, dict(block_n=192))],
+                         ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
+def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
+    """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
+    the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
+    many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
+    consumer warp groups, no ping-pong, three stages, 192-key blocks."""
+    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
+    check(o, lse, *reference(q, k, v, cq, ck, causal))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
 def test_causal_tiles_in_l2_sections_on_the_cpu_backend():
     """The causal grid's order (longest_first): with an L2 budget of two heads' K/V, 3 sequences x
     3 heads make sections of 2, 2, 2, 2 and 1 (head, sequence) pairs; every tile is computed once."""
