@@ -24,7 +24,8 @@ offers (key block size, stages, blocks per SM, splits) in the same interleaved r
 fastest, and prints which one won per shape: the rule decode_config follows comes from these. At
 each f16 prefill shape it does the same with flash_attention.prefill_candidates (stages, key block
 size, ping-pong off, the L2 sections of the causal order, the persistent kernel of one block per
-SM unless --no-persistent; bf16 runs the same code). Every prefill kernel (the candidates
+SM unless --no-persistent; bf16 runs the same code). --compile-only [--part K/N] compiles the
+prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
 
 --ncu runs itself under `ncu --clock-control none` at one prefill shape and prints, for tilus and
@@ -161,14 +162,17 @@ def persistent_blocks(persistent):
     return torch.cuda.get_device_properties(0).multi_processor_count if persistent else 0
 
 
-def compile_prefill(tables, candidates, persistent=True):
+def compile_prefill(tables, candidates, persistent=True, part=None):
     """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
-    candidates too), compiled in parallel threads before anything is timed."""
+    candidates too), compiled in parallel threads before anything is timed; part (k, n): only every
+    n-th from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
     from concurrent.futures import ThreadPoolExecutor
     from flash_attention import config_name, prefill_candidates
     work = [(name, d, s, causal, cfg) for dtypes, configs in tables for name in dtypes for d, s, causal in configs
             for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent))
                                if candidates and name == "float16" else [])]
+    if part:
+        work = work[part[0]::part[1]]
 
     def build(item):  # a configuration that fails is reported here and left out when timed
         name, d, s, causal, cfg = item
@@ -453,6 +457,9 @@ def main():
                         "flash_decoding.decode_candidates (decode) at each shape")
     p.add_argument("--no-triton", action="store_true", help="leave the Triton kernel out (its compiles take time)")
     p.add_argument("--no-persistent", action="store_true", help="--candidates without the persistent prefill kernel")
+    p.add_argument("--compile-only", action="store_true",
+                   help="prefill: only compile the kernels the run would launch (into the disk cache), then exit")
+    p.add_argument("--part", metavar="K/N", help="--compile-only: every N-th kernel from the K-th (N processes at once)")
     p.add_argument("--ncu", action="store_true", help="ncu's tensor-pipe view of tilus and cuDNN at one shape")
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--head-dim", type=int, default=128)
@@ -476,6 +483,9 @@ def main():
             f"`bench/attention.py --sweep {args.sweep}`")
     if args.only != "decode":
         tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
+        if args.compile_only:
+            part = tuple(int(x) for x in args.part.split("/")) if args.part else None
+            return compile_prefill(tables, args.candidates, not args.no_persistent, part)
         compile_prefill(tables, args.candidates, not args.no_persistent)
         rows = [r for dtypes, configs in tables
                 for r in prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent)]
