@@ -114,6 +114,26 @@ namespace {
 std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, const std::vector<int64_t>& box,
                             int64_t eb, int64_t& swizzle);
 
+// Why the tensor map of global access `acc` cannot be encoded at launch, or "": the launcher
+// encodes it on the host from the arguments, so its address offset, shape and strides may use
+// only the kernel's parameters (a view whose extent is a value the kernel loaded, say).
+std::string not_from_parameters(const KernelFacts& facts_, const GlobalAccess& acc) {
+  const std::vector<Var>& params = facts_.kernel().params;
+  std::vector<std::pair<const char*, Expr>> parts = {{"offset", acc.param_offset_bytes}};
+  for (auto& e : acc.shape) parts.push_back({"shape", e});
+  for (auto& e : acc.strides) parts.push_back({"stride", e});
+  for (auto& [what, e] : parts) {
+    Expr inlined = facts_.inline_lets(e);
+    for (const Var& v : free_vars(inlined))
+      if (std::none_of(params.begin(), params.end(), [&](const Var& p) { return p.same_as(v); }))
+        return fmt::format("not legal: the global view's {} {} uses '{}', which is not a kernel parameter (a tensor map "
+                           "is encoded on the host from the launch's arguments); give the view a shape of parameters "
+                           "(TMA clips at its bounds)",
+                           what, to_string(inlined), v->name);
+  }
+  return "";
+}
+
 // The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
 // `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
 // time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
@@ -175,6 +195,7 @@ std::string tma_plan(const KernelFacts& facts_, const Target& target_, const Cop
   }
   int64_t swizzle = 0;
   if (std::string why = tma_shared_tile(facts_, facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
+  if (std::string why = not_from_parameters(facts_, acc); !why.empty()) return why;
   spec.param = acc.param;
   spec.offset = facts_.inline_lets(acc.param_offset_bytes);
   spec.dtype = dt;
