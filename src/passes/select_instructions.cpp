@@ -1231,7 +1231,10 @@ class Selector : public StmtMutator {
         }
       Contiguity cc = contiguity(reg->layout);
       int64_t legal = region_vector(c, mem, reg.rank(), cc.dim, cc.run);
-      return finish(simt_access(reg, force_width(c, legal, cc.run, notes)));
+      Lowering l = simt_access(reg, force_width(c, legal, cc.run, notes));
+      if (s.is_register() && mem.tensor.is_global() && !c.coalesced_width)
+        widen_by_lane_exchange(l, reg, facts_.global_region(c, mem, reg.rank()));
+      return finish(l);
     }
     std::vector<int64_t> extents;
     for (auto& e : c.dst.extents) {

@@ -415,6 +415,26 @@ TEST(CopySelection, AccumulatorStoresTradePairsBetweenLanesForSixteenByteVectors
   std::string cuda = cuda_of(accumulator_store(), {.arch = "sm_90a"});
   EXPECT_NE(cuda.find("tilus::transpose_lanes<4, 1>"), std::string::npos);
   EXPECT_NE(cuda.find("tilus::store_vec<16>"), std::string::npos);
+  // The same for a copy from registers to global memory, unless its width is forced.
+  for (int64_t width : {0, 2}) {
+    Body copy_out = [width](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+      auto ra = k.register_tensor(dtypes::float16, {64, 16});
+      auto rb = k.register_tensor(dtypes::float16, {16, 64});
+      k.copy(a.region({0, 0}, {64, 16}), ra);
+      k.copy(a.region({0, 0}, {16, 64}), rb);
+      auto acc = k.cast(k.dot(ra, rb), dtypes::float16);
+      CopyOptions o;
+      if (width) o.coalesced_width = width;
+      k.copy(acc, a.region({0, 0}, {64, 64}), o);
+    };
+    auto c = run_to(traced(copy_out, {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+    const Lowering& cl = copies(c.after).back()->lowering;
+    EXPECT_EQ(cl.exchange.defined(), width == 0) << cl.str();
+    EXPECT_EQ(cl.vector, width == 0 ? 8 : 2) << cl.str();
+    EXPECT_NO_THROW(verify(c.after, {.require_layouts = true}));
+    std::string text = cuda_of(copy_out, {.arch = "sm_90a"});
+    EXPECT_EQ(text.find("tilus::transpose_lanes<4, 1>") != std::string::npos, width == 0);
+  }
 }
 
 TEST(CopySelection, LaneExchangeKeepsPerVectorPredicatesOnRaggedEnds) {

@@ -576,7 +576,11 @@ void Emitter::emit_memory(const InstNode& inst) {
           return;
         }
         std::string policy = mem.tensor.is_global() ? declare_policy(*this, i.eviction_policy) : "";
-        register_access(*this, load, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
+        if (!load && rec.exchange.defined())
+          register_access(*this, false, r, rec.mapping, exchange_lanes(*this, r, rec), region_side(*this, i, mem, r.rank()),
+                          mem.tensor.dtype(), rec.vector, policy);
+        else
+          register_access(*this, load, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
         return;
       }
       // Memory to memory over the destination's extents; the source's broadcast dims stay at
