@@ -80,16 +80,20 @@ Stage run_to(const Program& p, const std::string& pass, const Options& o) {
   return s;
 }
 
-std::vector<const CopyInst*> copies(const Program& p) {
+// The instructions of type T in program order.
+template <class T>
+std::vector<const T*> insts_of(const Program& p) {
   struct Collect : StmtVisitor {
-    std::vector<const CopyInst*> out;
+    std::vector<const T*> out;
     void visit_inst(const InstNode& i) override {
-      if (auto* c = dynamic_cast<const CopyInst*>(&i)) out.push_back(c);
+      if (auto* c = dynamic_cast<const T*>(&i)) out.push_back(c);
     }
   } c;
   c.visit(p.kernels[0].body);
   return c.out;
 }
+
+std::vector<const CopyInst*> copies(const Program& p) { return insts_of<CopyInst>(p); }
 
 // Instruction names in order (waits with n, syncs), for the wait and barrier cases.
 std::vector<std::string> sequence(const Program& p) {
@@ -359,16 +363,7 @@ TEST(CopySelection, FragmentsToAThreeDimensionalSharedViewAreStmatrix) {
 
 namespace {
 
-std::vector<const StoreGlobalInst*> stores(const Program& p) {
-  struct Collect : StmtVisitor {
-    std::vector<const StoreGlobalInst*> out;
-    void visit_inst(const InstNode& i) override {
-      if (auto* c = dynamic_cast<const StoreGlobalInst*>(&i)) out.push_back(c);
-    }
-  } c;
-  c.visit(p.kernels[0].body);
-  return c.out;
-}
+std::vector<const StoreGlobalInst*> stores(const Program& p) { return insts_of<StoreGlobalInst>(p); }
 
 // c = a[0:64, 0:16] @ a[0:16, 0:64] as mma fragments (pairs of columns per thread), stored into a
 // as float16 (or float32 into b), from all threads or, `divergent`, inside a branch on the thread.
@@ -1298,16 +1293,7 @@ TEST(WgmmaPasses, LayoutAndTargetErrorsSayWhatWgmmaNeeds) {
 // --- atomics ---------------------------------------------------------------------------------------
 
 namespace {
-std::vector<const AtomicInst*> atomics(const Program& p) {
-  struct Collect : StmtVisitor {
-    std::vector<const AtomicInst*> out;
-    void visit_inst(const InstNode& i) override {
-      if (auto* a = dynamic_cast<const AtomicInst*>(&i)) out.push_back(a);
-    }
-  } c;
-  c.visit(p.kernels[0].body);
-  return c.out;
-}
+std::vector<const AtomicInst*> atomics(const Program& p) { return insts_of<AtomicInst>(p); }
 
 // Shared adds (results unused: red), then a global add of the sums at a ragged offset whose
 // old values are stored (atom, one thread per element).
