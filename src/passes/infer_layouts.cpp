@@ -36,6 +36,11 @@ RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataTy
   std::vector<int64_t> inner(r, 1), spread(r, 1), outer(r, 1);
   if (r == 0) return replicated(threads);
   int64_t vec_cap = vector > 0 ? vector : std::max<int64_t>(1, 128 / std::max(1, dtype.bits()));
+  if (vector <= 0) {
+    int64_t elements = 1;
+    for (int64_t e : shape) elements *= e;
+    vec_cap = std::min(vec_cap, std::max<int64_t>(1, elements / std::max<int64_t>(1, threads)));
+  }
   inner[r - 1] = largest_pow2_divisor(shape[r - 1], vec_cap);
   int64_t left = threads;
   for (int d = r - 1; d >= 0; --d) {
