@@ -199,6 +199,9 @@ TEST(InferLayouts, TilesOfUnder16BytesPerThreadSpreadOverTheThreads) {
   EXPECT_EQ(elements_per_thread({128}, dtypes::float32, 128), 1);
   EXPECT_EQ(elements_per_thread({64, 64}, dtypes::float16, 128), 32);  // large tiles: 16-byte vectors
   EXPECT_EQ(elements_per_thread({8}, dtypes::float16, 32), 1);
+  EXPECT_EQ(elements_per_thread({128}, dtypes::int4, 128), 2);   // sub-byte: a whole byte per thread
+  EXPECT_EQ(elements_per_thread({64}, dtypes::int4, 128), 2);    // (replicas beyond 32 threads)
+  EXPECT_EQ(elements_per_thread({4096}, dtypes::int4, 128), 32);  // large: 16-byte vectors
   // A given vector is kept (the copies' lowerings ask for their width).
   EXPECT_EQ(default_register_layout({8}, dtypes::float16, 32, 8).local_size(), 8);
 }
