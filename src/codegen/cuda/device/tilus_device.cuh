@@ -535,6 +535,31 @@ template <int Bytes, class T> __device__ __forceinline__ void store_vec_hint(voi
   }
 }
 
+// A store's lane exchange (select_instructions' LaneExchange): word `i` of the 32-bit words at `p`,
+// and the transpose of the K x K words w[j] of the K lanes whose lane index differs in the
+// multiples of Stride: afterwards w[p] of lane digit q holds what w[q] of lane digit p held
+// (log2 K rounds of K / 2 shuffles, each swapping one bit of the lane with one of the index).
+template <class T> __device__ __forceinline__ uint32_t word32(const T* p, int i) {
+  return reinterpret_cast<const uint32_t*>(p)[i];
+}
+template <class T> __device__ __forceinline__ void set_word32(T* p, int i, uint32_t v) {
+  reinterpret_cast<uint32_t*>(p)[i] = v;
+}
+template <int K, int Stride> __device__ __forceinline__ void transpose_lanes(uint32_t (&w)[K]) {
+  const unsigned lane = threadIdx.x % 32u;
+#pragma unroll
+  for (int bit = 1; bit < K; bit <<= 1) {
+    const bool high = (lane / Stride) & bit;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (j & bit) continue;
+      uint32_t got = __shfl_xor_sync(0xffffffffu, high ? w[j] : w[j | bit], bit * Stride);
+      if (high) w[j] = got;
+      else w[j | bit] = got;
+    }
+  }
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
