@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN,...]
+                                                [--block-tiles BMxBN,...] [--no-tune] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -12,8 +12,9 @@ GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM wei
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
 (1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
-MatmulFp8Block, its tile chosen by block_config, and --block-tiles adds MatmulFp8 with each tile
-named, as "tilus block BMxBN") against the per-tensor _scaled_mm. --shapes replaces the shapes
+MatmulFp8Block, its tile chosen by the autotuner among matmul_fp8.BLOCK_TILES (by block_config
+with --no-tune), and --block-tiles adds MatmulFp8 with each tile named, as "tilus block BMxBN")
+against the per-tensor _scaled_mm. --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
@@ -32,7 +33,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
 from run import interleaved_ms  # noqa: E402
 
-from matmul_fp8 import MatmulFp8, MatmulFp8Block, block_config, block_scales  # noqa: E402
+from matmul_fp8 import MatmulFp8, MatmulFp8Block, block_scales  # noqa: E402
 from per_token_cast import per_token_cast  # noqa: E402
 from swiglu_per_token_cast import swiglu_per_token_cast  # noqa: E402
 
@@ -94,13 +95,13 @@ def torch_swiglu_per_token_cast(x):
     return torch_per_token_cast(torch.nn.functional.silu(g) * u)
 
 
-def gemm_rows(ms, quick, shapes=None, block_tiles=()):
+def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
         shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
     tensor_k, row_k, block_k = (MatmulFp8("tensor", blocks=sms), MatmulFp8("row", blocks=sms),
-                                MatmulFp8Block(blocks=sms))
+                                MatmulFp8Block(blocks=sms, tune=tune))
     tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], blocks=sms) for t in block_tiles}
     rows = []
     for m, n, k in shapes:
@@ -139,14 +140,15 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=()):
         tf = {name: 2 * m * n * k / t / 1e9 for name, t in ms_.items()}
         rows.append((m, n, k, ms_, tf))
         line = "  ".join(f"{name} {t * 1e3:8.1f} us ({tf[name]:6.1f} TF)" for name, t in ms_.items())
-        tile = block_config(m, n, sms // 2)
-        print(f"{m:5d}x{n:5d}x{k:5d} (tilus block: {tile[0]}x{tile[1]}): {line}", flush=True)
+        tile = block_k.tile(m, n, k, a, b, sa_blk, sb_blk, c)
+        how = "tuned" if tune else "block_config"
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus block: {tile[0]}x{tile[1]}, {how}): {line}", flush=True)
     return rows
 
 
-def quant_rows(quick):
+def quant_rows(quick, sizes=None):
     rows = []
-    sizes = [(128, 7168), (4096, 7168), (16384, 7168)] if not quick else [(4096, 7168)]
+    sizes = sizes or ([(128, 7168), (4096, 7168), (16384, 7168)] if not quick else [(4096, 7168)])
     for m, hidden in sizes:
         for fused in (False, True):
             x = torch.randn(m, 2 * hidden if fused else hidden, device="cuda").to(torch.bfloat16)
@@ -178,15 +180,20 @@ def main():
     p.add_argument("--only", choices=["gemm", "quant"])
     p.add_argument("--quick", action="store_true", help="one LLM shape, one quantization size")
     p.add_argument("--shapes", default="", help="GEMM shapes MxNxK, comma-separated (instead of the default set)")
+    p.add_argument("--quant-sizes", default="", help="quantization sizes MxHIDDEN, comma-separated (instead of "
+                                                     "128x7168,4096x7168,16384x7168)")
+    p.add_argument("--no-tune", action="store_true", help="the block-scaled tile by block_config, not the autotuner")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN (e.g. 128x256,64x128) timed beside "
                                                      "the chosen one")
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]
+    quant_sizes = [tuple(int(v) for v in s.split("x")) for s in args.quant_sizes.split(",") if s]
     print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
-    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles) if args.only != "quant" else []
-    quant = quant_rows(args.quick) if args.only != "gemm" else []
+    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles,
+                     not args.no_tune) if args.only != "quant" else []
+    quant = quant_rows(args.quick, quant_sizes) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:
         extra = [f"block {bm}x{bn}" for bm, bn in block_tiles]

@@ -77,12 +77,13 @@ def stage_tensors(s, stages, bm, bn):
 
 
 def block_scales_of_step(s, ssa, ssb, step):
-    """A k step's scales from its stage, one [rows, 1] tensor per 128-column block of the tile
-    (a's rows times that block's scale). b's box starts at the k step rounded down to 4 (TMA
-    faults on a box whose first element is not 16-byte aligned in global memory), so the step's
-    scale is its element step % 4."""
+    """A k step's scales from its stage: a's rows ([rows, 1]) and one [1, 1] scale per 128-column
+    block of the tile. They are loaded before the step's wgmma and multiplied after its wait, so
+    no load's latency lies between the stage's arrival and the first wgmma. b's box starts at the
+    k step rounded down to 4 (TMA faults on a box whose first element is not 16-byte aligned in
+    global memory), so the step's scale is its element step % 4."""
     rows = s.transpose(s.load_shared(ssa))
-    return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
+    return rows, [s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
 class MatmulFp8(tilus.Script):
@@ -124,14 +125,16 @@ class MatmulFp8(tilus.Script):
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
     def release(self, barrier, peer, read_shared=False):
-        """One arrival per consumer warp group on this block's barrier and one on the peer's. One
-        thread's arrival releases what that thread has read: where the warp group's threads read
-        the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
-        whole warp group at its wait_group), the warp group meets at a barrier first."""
-        for wg in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=wg * 128, num_threads=128):
+        """One arrival per consumer warp on this block's barrier and one on the peer's (as
+        DeepGEMM does: no warp waits for the other warps of its warp group, as a warp group
+        barrier before one arrival would make it). A lane's arrival releases what its warp has
+        read: the wgmma (complete for the warp at its wait_group) and, where the lanes read the
+        stage themselves (read_shared: the block scales), their loads, which a __syncwarp orders
+        before it."""
+        for w in tilus.static_range(4 * self.consumers):
+            with self.thread_group(thread_begin=w * 32, num_threads=32):
                 if read_shared:
-                    self.sync()
+                    self.sync_warp()
                 with self.thread_group(thread_begin=0, num_threads=1):
                     self.mbarrier.arrive(barrier)
                     self.mbarrier_arrive(barrier, cta_id=peer)
@@ -161,7 +164,7 @@ class MatmulFp8(tilus.Script):
         sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
         sc = self.shared_tensor(dtype=self.out, shape=[128 // box, bm, box])  # the boxes of one 128-column piece
         full = self.mbarrier.alloc(counts=[1] * stages)
-        empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
+        empty = self.mbarrier.alloc(counts=[2 * 4 * self.consumers] * stages)  # both blocks' consumer warps
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
@@ -202,19 +205,22 @@ class MatmulFp8(tilus.Script):
                     stage = g % stages
                     self.mbarrier.wait(full[stage], phase=g // stages % 2)
                     if block:
-                        # The scales first: their shared loads are not on the path from the
+                        # The scales' loads first: their latency is not on the path from the
                         # wgmma's wait to the promotion.
-                        scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
+                        rows, cols = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                         for p in tilus.static_range(pieces):
                             self.wgmma.fence()
                             self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                         [128, bk]).transpose(), part,
                                            enable_input_d=False)
                             self.wgmma.commit_group()
+                            if p == 0 and step > 0:
+                                # The previous stage, read by the previous step's wgmma and loads,
+                                # while this step's first wgmma runs: the release is not on the
+                                # path from one wgmma's wait to the next wgmma.
+                                self.release(empty[(g + stages - 1) % stages], peer, read_shared=True)
                             self.wgmma.wait_group(0)
-                            if p == pieces - 1:
-                                self.release(empty[stage], peer, read_shared=True)
-                            self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
+                            self.assign(accs[p], accs[p] + part * (rows * cols[p]))  # the promotion
                     else:
                         self.wgmma.fence()
                         for p in tilus.static_range(pieces):
@@ -226,7 +232,7 @@ class MatmulFp8(tilus.Script):
                             self.release(empty[(g + stages - 1) % stages], peer)
                 if not block:
                     self.wgmma.wait_group(0)
-                    self.release(empty[(first + steps - 1) % stages], peer)
+                self.release(empty[(first + steps - 1) % stages], peer, read_shared=block)
                 for h in tilus.static_range(pieces):
                     with self.single_thread():  # the stores before have read sc
                         self.tma.wait_group(0, read=True)
@@ -288,7 +294,8 @@ class MatmulFp8Ring(tilus.Script):
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), part, enable_input_d=False)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                acc = acc + part * block_scales_of_step(self, ssa[stage], ssb[stage], step)[0]  # the promotion
+                rows, cols = block_scales_of_step(self, ssa[stage], ssb[stage], step)
+                acc = acc + part * (rows * cols[0])  # the promotion
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
@@ -316,15 +323,33 @@ def block_config(m, n, clusters):
     return 128, 128
 
 
+# The block-scaled tiles the autotuner times: 128 x 256 (two consumer warp groups, each k step's
+# bytes serving the most products), 192 x 128 (three consumer warp groups: while one promotes,
+# two others have wgmma queued), 128 x 128 and 64 x 128 (the most tiles, for a few tokens).
+BLOCK_TILES = [(128, 256), (192, 128), (128, 128), (64, 128)]
+
+
+@tilus.autotune("block_m, block_n", BLOCK_TILES)
+class MatmulFp8BlockTuned(MatmulFp8):
+    """MatmulFp8 with block scales whose tile the autotuner picks among BLOCK_TILES: each timed on
+    the GPU at the first call of a size bucket (m, n, k rounded up to powers of two), the winner
+    kept on disk."""
+
+    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128, block_n=256, blocks=132):
+        super().__init__("block", out=out, atype=atype, btype=btype, block_m=block_m, block_n=block_n, blocks=blocks)
+
+
 class MatmulFp8Block:
     """MatmulFp8 with DeepSeek-V3 block scales, its tile chosen per call by block_config (one
-    kernel per tile, built on first use); called as MatmulFp8."""
+    kernel per tile, built on first use), or with tune=True by the autotuner (MatmulFp8BlockTuned;
+    GPU only); called as MatmulFp8."""
 
     scaling = "block"
 
-    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, blocks=132):
+    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, blocks=132, tune=False):
         self.out, self.atype, self.btype, self.blocks = out, atype, btype, blocks
         self.kernels = {}
+        self.tuned = MatmulFp8BlockTuned(out=out, atype=atype, btype=btype, blocks=blocks) if tune else None
 
     def kernel(self, m, n):
         tile = block_config(m, n, self.blocks // 2)
@@ -333,8 +358,16 @@ class MatmulFp8Block:
                                            block_m=tile[0], block_n=tile[1], blocks=self.blocks)
         return self.kernels[tile]
 
+    def tile(self, m, n, k, a, b, scale_a, scale_b, c):
+        """The (block_m, block_n) a call with these arguments takes (tuned: None until tuned)."""
+        if self.tuned is None:
+            return block_config(m, n, self.blocks // 2)
+        winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
+        return None if winner is None else (winner.block_m, winner.block_n)
+
     def __call__(self, m, n, k, a, b, scale_a, scale_b, c):
-        return self.kernel(m, n)(m, n, k, a, b, scale_a, scale_b, c)
+        kernel = self.tuned if self.tuned is not None else self.kernel(m, n)
+        return kernel(m, n, k, a, b, scale_a, scale_b, c)
 
 
 # --- host side: scales laid out for the kernels, the reference ------------------------------------

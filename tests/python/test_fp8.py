@@ -16,7 +16,8 @@ from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
 from conftest import HAS_GPU, Arrays
 
 from common import from_host_array, round_to
-from matmul_fp8 import MatmulFp8, MatmulFp8Block, MatmulFp8Ring, block_config, block_scales, operands, reference
+from matmul_fp8 import (BLOCK_TILES, MatmulFp8, MatmulFp8Block, MatmulFp8BlockTuned, MatmulFp8Ring, block_config,
+                        block_scales, operands, reference)
 import per_token_cast
 import swiglu_per_token_cast
 
@@ -87,8 +88,20 @@ def test_block_scaled_tile_rule():
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
 @pytest.mark.parametrize("m", [16, 300])
-def test_block_scaled_matmul_with_its_chosen_tile_on_the_gpu(m):
-    check_matmul(Arrays("cuda"), MatmulFp8Block(blocks=8), m, 1000, 1040)
+@pytest.mark.parametrize("tune", [False, True])
+def test_block_scaled_matmul_with_its_chosen_tile_on_the_gpu(m, tune):
+    kernel = MatmulFp8Block(blocks=8, tune=tune)
+    check_matmul(Arrays("cuda"), kernel, m, 1000, 1040)
+
+
+def test_the_block_scaled_tuner_offers_every_tile():
+    """MatmulFp8BlockTuned's space is BLOCK_TILES, each a MatmulFp8 with block scaling."""
+    from tilus.tuning import space_of
+    configs = space_of(MatmulFp8BlockTuned, {"blocks": 132})
+    assert [(c["block_m"], c["block_n"]) for c in configs] == BLOCK_TILES
+    for c in configs:
+        kernel = MatmulFp8BlockTuned(blocks=132, **c)
+        assert (kernel.scaling, kernel.block_m, kernel.block_n) == ("block", c["block_m"], c["block_n"])
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -130,9 +143,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
-                                dict(scaling="block"), dict(scaling="block", block_m=192),
-                                dict(scaling="block", block_n=128), dict(scaling="block", block_m=64, block_n=128)])
+@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row")] +
+                         [dict(scaling="block", block_m=bm, block_n=bn) for bm, bn in BLOCK_TILES])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -186,6 +198,33 @@ def test_block_scaled_pieces_take_turns_in_the_sass():
     qgmma = [args for o, args in ops if o.startswith("QGMMA")]
     reads = [args.split(",")[2].strip() for args in qgmma[:8]]  # the accumulator input
     assert reads == ["RZ", "R24", "R24", "R24"] * 2 or (reads[0] == reads[4] == "RZ" and "RZ" not in reads[1:4]), qgmma[:8]
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("tile", BLOCK_TILES)
+def test_block_scaled_stages_are_released_in_the_shadow_of_a_wgmma(tile):
+    """The k loop of every block-scaled tile: no warp-group barrier (each warp arrives on the empty
+    barriers itself, after a __syncwarp), and those arrivals lie between a k step's first wgmma
+    and the wait for it, so no release is on the path from one wgmma's wait to the next wgmma."""
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    sass = MatmulFp8("block", block_m=tile[0], block_n=tile[1]).sass(*_args("block", 4096, 4096, 4096), arch="sm_90a")
+    ops = re.findall(r"/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9._]*)([^;]*);", sass)
+    names = [name for _, name, _ in ops]
+    first = next(i for i, n in enumerate(names) if n.startswith("QGMMA"))
+    # The k loop: from the target of the first backward branch after the first wgmma to that branch.
+    end = next(i for i in range(first, len(ops)) if names[i] == "BRA" and
+               int(ops[i][2].split("0x")[-1].split()[0], 16) < int(ops[i][0], 16))
+    target = int(ops[end][2].split("0x")[-1].split()[0], 16)
+    loop = [(int(a, 16), n) for a, n, _ in ops if target <= int(a, 16) <= int(ops[end][0], 16)]
+    assert not [n for _, n in loop if n.startswith("BAR.")], [n for _, n in loop if n.startswith("BAR.")]
+    arrives = [i for i, (_, n) in enumerate(loop) if n.startswith("SYNCS.ARRIVE")]
+    assert len(arrives) == 2 * 4 * (tile[0] // 64), f"{len(arrives)} arrivals in the k loop"  # one per warp, two blocks
+    for i in arrives:
+        before = [n for _, n in loop[:i]]
+        last_mma = max(j for j, n in enumerate(before) if n.startswith("QGMMA"))
+        assert "WARPGROUP.DEPBAR.LE" not in before[last_mma:], f"an arrival after the wait for its wgmma: {before[last_mma:]}"
 
 
 def bad_mma(at, bt, dt, k=64, a_registers=False):
