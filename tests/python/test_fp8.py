@@ -273,6 +273,15 @@ def test_swiglu_per_token_cast(device, m, hidden, clamp):
     swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp)
 
 
+# The autotuned casts (each of CAST_CONFIGS is timed, the fastest kept): whichever tile wins, the
+# codes are bit-exact; a hidden that is not a multiple of every tile's width (640: 5 groups), and
+# on the GPU DeepSeek-V3's 7168.
+def test_tuned_per_token_casts(device):
+    for m, hidden in [(33, 640)] + ([(9, 7168)] if device == "cuda" else []):
+        per_token_cast.run(m, hidden, np.random.default_rng(m), device, tune=True)
+        swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, 7.0, tune=True)
+
+
 def test_e4m3_reference_encoder_agrees_with_the_format():
     """The examples' numpy encoder: every code's value maps back to its code (NaN to 0x7f), ties go
     to the even code, values past 448 (and infinities) saturate."""
