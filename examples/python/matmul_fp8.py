@@ -95,8 +95,11 @@ class MatmulFp8(tilus.Script):
     promotion into the piece's result, while the other warp group's wgmma keep the tensor cores
     busy. The two pieces' results and the product are 192 registers a thread; a product of each
     piece's own would let ptxas start the second piece's wgmma under the first one's promotion,
-    256 registers, and spill. The k step's scales are read before its first wgmma. block_m =
-    64 * consumers rows (block scaling: 64 for small m, see block_config)."""
+    256 registers, and spill. Between one wgmma's wait and the next wgmma there is only the
+    promotion: the next k step's stage is waited for and its scales loaded, and the previous
+    stage released (one arrival per warp), while a wgmma runs. block_m = 64 * consumers rows
+    (block scaling: 64 for small m, see block_config; the autotuner's choice in
+    MatmulFp8BlockTuned)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132):
@@ -200,14 +203,23 @@ class MatmulFp8(tilus.Script):
                 accs = [self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0) for _ in range(pieces)]
                 if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
                     part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
+                    # The tile's first stage and its scales; each later step's are waited for and
+                    # loaded under the step before's last wgmma (next_rows, next_cols), so that the
+                    # path from a step's last wgmma to the next step's first holds only the
+                    # promotion: no barrier wait, no load.
+                    self.mbarrier.wait(full[first % stages], phase=first // stages % 2)
+                    first_rows, first_cols = block_scales_of_step(self, ssa[first % stages], ssb[first % stages], 0)
+                    rows = self.register_tensor(dtype=float32, shape=[bm, 1])
+                    next_rows = self.register_tensor(dtype=float32, shape=[bm, 1])
+                    cols = [self.register_tensor(dtype=float32, shape=[1, 1]) for _ in range(pieces)]
+                    next_cols = [self.register_tensor(dtype=float32, shape=[1, 1]) for _ in range(pieces)]
+                    self.assign(rows, first_rows)
+                    for j in tilus.static_range(pieces):
+                        self.assign(cols[j], first_cols[j])
                 for step in range(steps):
                     g = first + step
                     stage = g % stages
-                    self.mbarrier.wait(full[stage], phase=g // stages % 2)
                     if block:
-                        # The scales' loads first: their latency is not on the path from the
-                        # wgmma's wait to the promotion.
-                        rows, cols = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                         for p in tilus.static_range(pieces):
                             self.wgmma.fence()
                             self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
@@ -219,9 +231,20 @@ class MatmulFp8(tilus.Script):
                                 # while this step's first wgmma runs: the release is not on the
                                 # path from one wgmma's wait to the next wgmma.
                                 self.release(empty[(g + stages - 1) % stages], peer, read_shared=True)
+                            if p == pieces - 1 and step + 1 < steps:
+                                upcoming = (g + 1) % stages
+                                self.mbarrier.wait(full[upcoming], phase=(g + 1) // stages % 2)
+                                up_rows, up_cols = block_scales_of_step(self, ssa[upcoming], ssb[upcoming], step + 1)
+                                self.assign(next_rows, up_rows)
+                                for j in tilus.static_range(pieces):
+                                    self.assign(next_cols[j], up_cols[j])
                             self.wgmma.wait_group(0)
                             self.assign(accs[p], accs[p] + part * (rows * cols[p]))  # the promotion
+                        self.assign(rows, next_rows)
+                        for j in tilus.static_range(pieces):
+                            self.assign(cols[j], next_cols[j])
                     else:
+                        self.mbarrier.wait(full[stage], phase=g // stages % 2)
                         self.wgmma.fence()
                         for p in tilus.static_range(pieces):
                             self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],

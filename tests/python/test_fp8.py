@@ -204,8 +204,9 @@ def test_block_scaled_pieces_take_turns_in_the_sass():
 @pytest.mark.parametrize("tile", BLOCK_TILES)
 def test_block_scaled_stages_are_released_in_the_shadow_of_a_wgmma(tile):
     """The k loop of every block-scaled tile: no warp-group barrier (each warp arrives on the empty
-    barriers itself, after a __syncwarp), and those arrivals lie between a k step's first wgmma
-    and the wait for it, so no release is on the path from one wgmma's wait to the next wgmma."""
+    barriers itself, after a __syncwarp), and those arrivals, the wait for the next step's stage
+    and its scales' loads lie between a wgmma and the wait for it: nothing but the promotion is
+    on the path from one wgmma's wait to the next wgmma."""
     from tilus.artifacts import _cuobjdump
     if _cuobjdump() is None:
         pytest.skip("no cuobjdump: the SASS cannot be read")
@@ -221,10 +222,14 @@ def test_block_scaled_stages_are_released_in_the_shadow_of_a_wgmma(tile):
     assert not [n for _, n in loop if n.startswith("BAR.")], [n for _, n in loop if n.startswith("BAR.")]
     arrives = [i for i, (_, n) in enumerate(loop) if n.startswith("SYNCS.ARRIVE")]
     assert len(arrives) == 2 * 4 * (tile[0] // 64), f"{len(arrives)} arrivals in the k loop"  # one per warp, two blocks
-    for i in arrives:
+    waits = [i for i, (_, n) in enumerate(loop) if n.startswith("SYNCS.PHASECHK")]
+    loads = [i for i, (_, n) in enumerate(loop) if n == "LDS"]
+    assert waits and loads, "the next step's stage is neither waited for nor its scales loaded in the k loop"
+    for i in arrives + waits + loads:
         before = [n for _, n in loop[:i]]
-        last_mma = max(j for j, n in enumerate(before) if n.startswith("QGMMA"))
-        assert "WARPGROUP.DEPBAR.LE" not in before[last_mma:], f"an arrival after the wait for its wgmma: {before[last_mma:]}"
+        mmas = [j for j, n in enumerate(before) if n.startswith("QGMMA")]
+        assert mmas and "WARPGROUP.DEPBAR.LE" not in before[mmas[-1]:], \
+            f"{loop[i][1]} at {loop[i][0]:#x} is not under a wgmma: {before[mmas[-1]:] if mmas else before}"
 
 
 def bad_mma(at, bt, dt, k=64, a_registers=False):
