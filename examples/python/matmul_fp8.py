@@ -77,13 +77,12 @@ def stage_tensors(s, stages, bm, bn):
 
 
 def block_scales_of_step(s, ssa, ssb, step):
-    """A k step's scales from its stage: a's rows ([rows, 1]) and one [1, 1] scale per 128-column
-    block of the tile. They are loaded before the step's wgmma and multiplied after its wait, so
-    no load's latency lies between the stage's arrival and the first wgmma. b's box starts at the
-    k step rounded down to 4 (TMA faults on a box whose first element is not 16-byte aligned in
-    global memory), so the step's scale is its element step % 4."""
+    """A k step's scales from its stage, one [rows, 1] tensor per 128-column block of the tile
+    (a's rows times that block's scale). b's box starts at the k step rounded down to 4 (TMA
+    faults on a box whose first element is not 16-byte aligned in global memory), so the step's
+    scale is its element step % 4."""
     rows = s.transpose(s.load_shared(ssa))
-    return rows, [s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
+    return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
 class MatmulFp8(tilus.Script):
@@ -95,11 +94,8 @@ class MatmulFp8(tilus.Script):
     promotion into the piece's result, while the other warp group's wgmma keep the tensor cores
     busy. The two pieces' results and the product are 192 registers a thread; a product of each
     piece's own would let ptxas start the second piece's wgmma under the first one's promotion,
-    256 registers, and spill. Between one wgmma's wait and the next wgmma there is only the
-    promotion: the next k step's stage is waited for and its scales loaded, and the previous
-    stage released (one arrival per warp), while a wgmma runs. block_m = 64 * consumers rows
-    (block scaling: 64 for small m, see block_config; the autotuner's choice in
-    MatmulFp8BlockTuned)."""
+    256 registers, and spill. The k step's scales are read before its first wgmma. block_m =
+    64 * consumers rows (block scaling: 64 for small m, see block_config)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132):
@@ -128,16 +124,14 @@ class MatmulFp8(tilus.Script):
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
     def release(self, barrier, peer, read_shared=False):
-        """One arrival per consumer warp on this block's barrier and one on the peer's (as
-        DeepGEMM does: no warp waits for the other warps of its warp group, as a warp group
-        barrier before one arrival would make it). A lane's arrival releases what its warp has
-        read: the wgmma (complete for the warp at its wait_group) and, where the lanes read the
-        stage themselves (read_shared: the block scales), their loads, which a __syncwarp orders
-        before it."""
-        for w in tilus.static_range(4 * self.consumers):
-            with self.thread_group(thread_begin=w * 32, num_threads=32):
+        """One arrival per consumer warp group on this block's barrier and one on the peer's. One
+        thread's arrival releases what that thread has read: where the warp group's threads read
+        the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
+        whole warp group at its wait_group), the warp group meets at a barrier first."""
+        for wg in tilus.static_range(self.consumers):
+            with self.thread_group(thread_begin=wg * 128, num_threads=128):
                 if read_shared:
-                    self.sync_warp()
+                    self.sync()
                 with self.thread_group(thread_begin=0, num_threads=1):
                     self.mbarrier.arrive(barrier)
                     self.mbarrier_arrive(barrier, cta_id=peer)
@@ -167,7 +161,7 @@ class MatmulFp8(tilus.Script):
         sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
         sc = self.shared_tensor(dtype=self.out, shape=[128 // box, bm, box])  # the boxes of one 128-column piece
         full = self.mbarrier.alloc(counts=[1] * stages)
-        empty = self.mbarrier.alloc(counts=[2 * 4 * self.consumers] * stages)  # both blocks' consumer warps
+        empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
@@ -203,48 +197,25 @@ class MatmulFp8(tilus.Script):
                 accs = [self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0) for _ in range(pieces)]
                 if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
                     part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
-                    # The tile's first stage and its scales; each later step's are waited for and
-                    # loaded under the step before's last wgmma (next_rows, next_cols), so that the
-                    # path from a step's last wgmma to the next step's first holds only the
-                    # promotion: no barrier wait, no load.
-                    self.mbarrier.wait(full[first % stages], phase=first // stages % 2)
-                    first_rows, first_cols = block_scales_of_step(self, ssa[first % stages], ssb[first % stages], 0)
-                    rows = self.register_tensor(dtype=float32, shape=[bm, 1])
-                    next_rows = self.register_tensor(dtype=float32, shape=[bm, 1])
-                    cols = [self.register_tensor(dtype=float32, shape=[1, 1]) for _ in range(pieces)]
-                    next_cols = [self.register_tensor(dtype=float32, shape=[1, 1]) for _ in range(pieces)]
-                    self.assign(rows, first_rows)
-                    for j in tilus.static_range(pieces):
-                        self.assign(cols[j], first_cols[j])
                 for step in range(steps):
                     g = first + step
                     stage = g % stages
+                    self.mbarrier.wait(full[stage], phase=g // stages % 2)
                     if block:
+                        # The scales first: their shared loads are not on the path from the
+                        # wgmma's wait to the promotion.
+                        scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                         for p in tilus.static_range(pieces):
                             self.wgmma.fence()
                             self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                         [128, bk]).transpose(), part,
                                            enable_input_d=False)
                             self.wgmma.commit_group()
-                            if p == 0 and step > 0:
-                                # The previous stage, read by the previous step's wgmma and loads,
-                                # while this step's first wgmma runs: the release is not on the
-                                # path from one wgmma's wait to the next wgmma.
-                                self.release(empty[(g + stages - 1) % stages], peer, read_shared=True)
-                            if p == pieces - 1 and step + 1 < steps:
-                                upcoming = (g + 1) % stages
-                                self.mbarrier.wait(full[upcoming], phase=(g + 1) // stages % 2)
-                                up_rows, up_cols = block_scales_of_step(self, ssa[upcoming], ssb[upcoming], step + 1)
-                                self.assign(next_rows, up_rows)
-                                for j in tilus.static_range(pieces):
-                                    self.assign(next_cols[j], up_cols[j])
                             self.wgmma.wait_group(0)
-                            self.assign(accs[p], accs[p] + part * (rows * cols[p]))  # the promotion
-                        self.assign(rows, next_rows)
-                        for j in tilus.static_range(pieces):
-                            self.assign(cols[j], next_cols[j])
+                            if p == pieces - 1:
+                                self.release(empty[stage], peer, read_shared=True)
+                            self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
                     else:
-                        self.mbarrier.wait(full[stage], phase=g // stages % 2)
                         self.wgmma.fence()
                         for p in tilus.static_range(pieces):
                             self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
@@ -255,7 +226,7 @@ class MatmulFp8(tilus.Script):
                             self.release(empty[(g + stages - 1) % stages], peer)
                 if not block:
                     self.wgmma.wait_group(0)
-                self.release(empty[(first + steps - 1) % stages], peer, read_shared=block)
+                    self.release(empty[(first + steps - 1) % stages], peer)
                 for h in tilus.static_range(pieces):
                     with self.single_thread():  # the stores before have read sc
                         self.tma.wait_group(0, read=True)
@@ -317,8 +288,7 @@ class MatmulFp8Ring(tilus.Script):
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), part, enable_input_d=False)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                rows, cols = block_scales_of_step(self, ssa[stage], ssb[stage], step)
-                acc = acc + part * (rows * cols[0])  # the promotion
+                acc = acc + part * block_scales_of_step(self, ssa[stage], ssb[stage], step)[0]  # the promotion
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
@@ -347,9 +317,10 @@ def block_config(m, n, clusters):
 
 
 # The block-scaled tiles the autotuner times: 128 x 256 (two consumer warp groups, each k step's
-# bytes serving the most products), 192 x 128 (three consumer warp groups: while one promotes,
-# two others have wgmma queued), 128 x 128 and 64 x 128 (the most tiles, for a few tokens).
-BLOCK_TILES = [(128, 256), (192, 128), (128, 128), (64, 128)]
+# bytes serving the most products), 128 x 128 and 64 x 128 (the most tiles, for a few tokens).
+# 192 x 128 (three consumer warp groups) measured 0.52-0.57x cuBLAS at 4096^3 / 8192^3 on the
+# H200 where 128 x 256 ran 0.72-0.82x: not offered.
+BLOCK_TILES = [(128, 256), (128, 128), (64, 128)]
 
 
 @tilus.autotune("block_m, block_n", BLOCK_TILES)
