@@ -325,6 +325,18 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("device", [](const KernelArg& a) {
         return a.memory == KernelArg::Memory::Device ? "cuda" : a.memory == KernelArg::Memory::Host ? "cpu" : "unknown";
       }, "Where the array is: 'cuda', 'cpu' or 'unknown'.");
+  py::class_<ArgList>(m, "ArgList",
+                      "A call's runtime arguments as the general path checked them (internal: FastPath.check_call "
+                      "makes them; a launch takes them as they are): a sequence of KernelArgs and numbers.")
+      .def("__len__", [](const ArgList& l) { return l.args.size(); })
+      .def("__getitem__", [](const ArgList& l, Py_ssize_t i) {
+        Py_ssize_t n = Py_ssize_t(l.args.size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) throw py::index_error("ArgList index out of range");
+        return l.item(size_t(i));
+      })
+      .def_property_readonly("facts", [](const ArgList& l) { return l.facts; },
+                             "The specialization facts of the arguments (what a compile specializes on).");
   py::class_<KernelSignature>(m, "KernelSignature",
                               "A Script's kernel before it is traced, its name and runtime parameters (internal): "
                               "check() checks a call's arguments as every launch does.")

@@ -338,21 +338,23 @@ py::tuple FastPath::read_arrays(const py::sequence& args) const {
 }
 
 // The general path's reading and check of a call whose every argument is read here (torch
-// tensors of their parameters' dtypes, Python ints of integer parameters and floats of float
-// ones; no compile-time constants): (values, flags, backend, facts, owner), what arguments.py
-// builds from read_arrays and KernelSignature.check, in one C++ pass and with the same check
-// (check_arguments: the same errors); None when an argument needs arguments.py.
+// tensors of their parameters' dtypes, Python ints of integer parameters, bools of boolean ones
+// and floats of float ones; no compile-time constants): (values, flags, backend, owner), what arguments.py builds
+// from read_arrays and KernelSignature.check, in one C++ pass and with the same check
+// (check_arguments: the same errors). The values are an ArgList (the checked KernelArgs, which
+// the launch takes as they are, and the specialization facts); None when an argument needs
+// arguments.py.
 py::object FastPath::check_call(const py::sequence& args, const KernelSignature& signature) const {
   size_t n = params.size();
+  if (!PyList_Check(args.ptr()) && !PyTuple_Check(args.ptr())) return py::none();
   if (size_t(py::len(args)) != n || runtime.size() != n || signature.source.params.size() != n) return py::none();
-  std::vector<KernelArg> checked;
+  ArgList list;
+  std::vector<KernelArg>& checked = list.args;
   checked.reserve(n);
-  py::list values(n);
   py::object owner = py::none();
   for (size_t i = 0; i < n; ++i) {
     const Param& p = params[i];
-    py::object arg = args[i];
-    PyObject* a = arg.ptr();
+    PyObject* a = PySequence_Fast_GET_ITEM(args.ptr(), Py_ssize_t(i));
     if (p.kind == Int && PyLong_CheckExact(a)) {
       int overflow = 0;
       long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
@@ -361,6 +363,8 @@ py::object FastPath::check_call(const py::sequence& args, const KernelSignature&
         return py::none();
       }
       checked.emplace_back(int64_t(v));
+    } else if (p.kind == Int && PyBool_Check(a) && p.dtype.is_bool()) {
+      checked.emplace_back(int64_t(a == Py_True));
     } else if (p.kind == Float && PyFloat_CheckExact(a)) {
       checked.emplace_back(PyFloat_AS_DOUBLE(a));
     } else if (p.kind == Pointer) {
@@ -368,7 +372,7 @@ py::object FastPath::check_call(const py::sequence& args, const KernelSignature&
       if (p.dtype.is_void() || p.torch_dtype.is_none() || tensor_type.is_none() ||
           !PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) || !torch_array(a, p, info, false))
         return py::none();
-      KernelArg k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
+      KernelArg& k = checked.emplace_back(KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype));
       k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
       if (!torch_layout(info, k.shape, k.byte_strides)) return py::none();
       int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
@@ -376,15 +380,12 @@ py::object FastPath::check_call(const py::sequence& args, const KernelSignature&
       for (int64_t sh : k.shape) count *= sh;
       k.bytes = count * elem;
       if (info.cuda && owner.is_none()) owner = py::int_(info.device);
-      arg = py::cast(k);
-      checked.push_back(std::move(k));
     } else {
       return py::none();
     }
-    PyList_SET_ITEM(values.ptr(), Py_ssize_t(i), arg.release().ptr());
   }
-  py::tuple result = signature.check_args(checked);
-  return py::make_tuple(std::move(values), result[0], result[1], result[2], std::move(owner));
+  py::tuple result = signature.check_list(list);
+  return py::make_tuple(py::cast(std::move(list)), result[0], result[1], std::move(owner));
 }
 
 // Registers a kernel compiled for a call's arguments (its Call.values, and the constants in
@@ -529,7 +530,8 @@ void bind_fast_path(py::module_& m) {
       .def("check_call", &FastPath::check_call, py::arg("args"), py::arg("signature"),
            "The general path's reading and check of a call (arguments in parameter order) whose every argument is a "
            "torch tensor of its parameter's dtype, an int or a float of its parameter's kind: (values, flags, backend, "
-           "facts, owner device or None) as arguments.py builds them; None when one needs arguments.py.")
+           "owner device or None), the values an ArgList (the checked arguments and their facts); None when one "
+           "needs arguments.py.")
       .def("add", &FastPath::add, py::arg("kernel"), py::arg("values"), py::arg("constants"),
            "Registers a kernel (GpuKernel or CpuKernel) compiled for a call's runtime values and constants, under "
            "the key __call__ computes.");

@@ -7,6 +7,23 @@
 
 namespace tilus::py_detail {
 
+// A call's runtime arguments as the general path checked them (FastPath.check_call): the core's
+// KernelArgs, kept in C++ so the launch takes them as they are (no Python object per argument,
+// no conversion back), and the specialization facts, made a Python dict only when a compile
+// asks. A sequence for the front end's other readers (the tuner's key, FastPath.add): a pointer
+// reads as its KernelArg, a scalar as its int or float.
+struct ArgList {
+  std::vector<KernelArg> args;
+  std::map<int, int64_t> facts;
+
+  py::object item(size_t i) const {
+    const KernelArg& a = args.at(i);
+    if (a.kind == KernelArg::Kind::Float) return py::float_(a.f);
+    if (a.kind == KernelArg::Kind::Int) return py::int_(a.i);
+    return py::cast(a);
+  }
+};
+
 // A launch's argument list from Python values: KernelArgs (the front end's pointers), pointers
 // as ints, scalars as int/float. An integer scalar outside int64 (what a KernelArg holds) is an
 // ArgumentError naming `kernel` and the parameter, as check_arguments' are.
@@ -22,6 +39,7 @@ inline std::vector<KernelArg> to_args(const std::vector<KernelParam>& params, co
                                       "as int64)", who, value));
     throw ArgumentError(fmt::format("{}: {} is out of the range of {}", who, value, t.name()));
   };
+  if (py::isinstance<ArgList>(values)) return values.cast<const ArgList&>().args;
   std::vector<KernelArg> args;
   size_t n = py::len(values);
   args.reserve(n);
@@ -82,6 +100,8 @@ struct GpuKernel {
   std::vector<FastContract> contracts;
 
   void launch(const py::sequence& values, uint64_t stream) const {
+    if (py::isinstance<ArgList>(values))
+      return launcher->launch(values.cast<const ArgList&>().args, reinterpret_cast<Stream>(stream));
     launcher->launch(to_args(launcher->kernel().source.params, values, {}), reinterpret_cast<Stream>(stream));
   }
 
@@ -239,14 +259,28 @@ struct KernelSignature {
     return check_args(to_args(source.params, values, {}, source.name));
   }
 
-  // The same for arguments already in C++ (FastPath.check_call).
   py::tuple check_args(const std::vector<KernelArg>& args) const {
     check_arguments(source, args);
     std::map<int, int64_t> facts = specialization_of(args);
+    return py::make_tuple(flags_of(args, facts), to_string(backend_for(source.name, args)), facts);
+  }
+
+  // The same for arguments already in C++ (FastPath.check_call), which it keeps:
+  // (flags, backend); the facts stay in the ArgList until a compile asks for them.
+  py::tuple check_list(ArgList& list) const {
+    check_arguments(source, list.args);
+    list.facts = specialization_of(list.args);
+    return py::make_tuple(flags_of(list.args, list.facts), to_string(backend_for(source.name, list.args)));
+  }
+
+  static py::tuple flags_of(const std::vector<KernelArg>& args, const std::map<int, int64_t>& facts) {
     py::tuple flags(args.size());
-    for (size_t i = 0; i < args.size(); ++i)
-      flags[i] = args[i].kind == KernelArg::Kind::Float ? py::object(py::none()) : py::bool_(facts.count(int(i)) > 0);
-    return py::make_tuple(flags, to_string(backend_for(source.name, args)), facts);
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyObject* f = args[i].kind == KernelArg::Kind::Float ? Py_None : facts.count(int(i)) ? Py_True : Py_False;
+      Py_INCREF(f);
+      PyTuple_SET_ITEM(flags.ptr(), Py_ssize_t(i), f);
+    }
+    return flags;
   }
 };
 

@@ -95,6 +95,7 @@ class _Signature:
                     f"dtype (int32, float32, ...) for a runtime scalar, ~dtype for a pointer, or int / float / bool / "
                     f"str for a compile-time constant (got {ann!r})")
             self.params[-1].keyword_only = p.kind == p.KEYWORD_ONLY
+        self.keyword_only = any(p.keyword_only for p in self.params)
         self.kernel = _C.KernelSignature(cls.__name__, runtime)  # checks the runtime arguments
         self.normalized = None
         self.reader = None  # a FastPath that reads the torch tensors of a call (arguments())
@@ -222,10 +223,17 @@ def _stream_of(stream, device):
     if stream is not None:
         return stream
     if device is not None:
-        import torch
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+        raw = _raw_stream[0]
+        if raw is None:
+            import torch
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+                lambda d: torch.cuda.current_stream(d).cuda_stream)
+            _raw_stream[0] = raw
+        return raw(device)
     return 0
+
+
+_raw_stream = [None]  # torch's current-stream reader, found at the first launch that needs it
 
 
 def bind(sig, args, kw):
@@ -234,6 +242,8 @@ def bind(sig, args, kw):
     if kw:
         kw = dict(kw)
         stream = kw.pop("stream", None)
+    elif len(args) == len(sig.params) and not sig.keyword_only:  # every argument by position
+        return args, None
     keyword_only = [p.name for p in sig.params[:len(args)] if p.keyword_only]
     if keyword_only:
         raise ArgumentError(f"kernel {sig.name}: parameter '{keyword_only[0]}' is keyword-only (after `*` in "
@@ -263,12 +273,18 @@ def bind(sig, args, kw):
 
 
 class Call:
-    """One call's arguments as the core takes them: `values` (KernelArgs and numbers) of the
-    runtime parameters, the compile-time `constants`, the specialization `key` (per parameter:
-    True / False for integers and pointers, None for floats, ("c", value) for a constant; the
-    backend last), the `facts` for the traced program, where it runs and on which stream
-    (`owner`: the CUDA device of the first torch tensor, whose current stream it runs on)."""
-    __slots__ = ("values", "constants", "key", "facts", "backend", "owner", "stream")
+    """One call's arguments as the core takes them: `values` (KernelArgs and numbers, or the
+    core's ArgList of them) of the runtime parameters, the compile-time `constants`, the
+    specialization `key` (per parameter: True / False for integers and pointers, None for floats,
+    ("c", value) for a constant; the backend last), the `facts` for the traced program, where it
+    runs and on which stream (`owner`: the CUDA device of the first torch tensor, whose current
+    stream it runs on)."""
+    __slots__ = ("values", "constants", "key", "_facts", "backend", "owner", "stream")
+
+    @property
+    def facts(self):
+        """The specialization facts (an ArgList keeps them in C++ until a compile asks)."""
+        return self.values.facts if self._facts is None else self._facts
 
 
 def arguments(sig, args, stream=None):
@@ -279,11 +295,11 @@ def arguments(sig, args, stream=None):
     reader = sig.reader
     if reader is None:
         reader = sig.reader = make_fast(sig)
-    # Only torch tensors and plain numbers: read and checked in one C++ pass.
+    # Only torch tensors and plain numbers: read and checked in one C++ pass, kept in C++.
     checked = reader.check_call(args, sig.kernel)
     if checked is not None:
-        c.values, flags, c.backend, c.facts, c.owner = checked
-        c.constants = {}
+        c.values, flags, c.backend, c.owner = checked
+        c.constants, c._facts = {}, None
         c.key = flags + (c.backend,)
         return c
     values, constants = c.values, c.constants = [], {}
@@ -307,7 +323,7 @@ def arguments(sig, args, stream=None):
                 raise ArgumentError(f"kernel {sig.name}, argument {p.index} ('{p.name}'): a compile-time "
                                     f"{p.const_type.__name__}, got {a!r}")
             constants[p.name] = a
-    flags, c.backend, c.facts = sig.kernel.check(c.values)
+    flags, c.backend, c._facts = sig.kernel.check(c.values)
     if c.constants:
         flag = iter(flags)
         flags = tuple(("c", c.constants[p.name]) if p.kind == "const" else next(flag) for p in sig.params)

@@ -36,6 +36,14 @@ RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataTy
   std::vector<int64_t> inner(r, 1), spread(r, 1), outer(r, 1);
   if (r == 0) return replicated(threads);
   int64_t vec_cap = vector > 0 ? vector : std::max<int64_t>(1, 128 / std::max(1, dtype.bits()));
+  if (vector <= 0 && (dtype.bits() >= 8 || 8 % std::max(1, dtype.bits()) == 0)) {
+    // Elements per thread, in whole bytes (a sub-byte tile keeps a byte per thread: no two
+    // threads share one, and a byte view of the tile has the same mapping).
+    int64_t elements = 1, per_byte = std::max(1, 8 / std::max(1, dtype.bits()));
+    for (int64_t e : shape) elements *= e;
+    int64_t per_thread = elements / std::max<int64_t>(1, threads) / per_byte * per_byte;
+    vec_cap = std::min(vec_cap, std::max<int64_t>(per_byte, per_thread));
+  }
   inner[r - 1] = largest_pow2_divisor(shape[r - 1], vec_cap);
   int64_t left = threads;
   for (int d = r - 1; d >= 0; --d) {

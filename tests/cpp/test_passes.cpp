@@ -184,7 +184,26 @@ TEST(InferLayouts, SmallTilesReplicate) {
   Tensor x = find(k, "x");
   EXPECT_EQ(x->layout.num_threads(), 64);
   EXPECT_TRUE(x->layout.is_replicated());
-  EXPECT_EQ(x->layout, replicated(32) * spatial({2}) * local({4})) << x->layout.str();
+  // Fewer elements than threads: one element per thread, the rest replicas (NVIDIA Tilus's and
+  // Triton's rule), not 16-byte vectors on 2 threads.
+  EXPECT_EQ(x->layout, replicated(8) * spatial({8})) << x->layout.str();
+}
+
+TEST(InferLayouts, TilesOfUnder16BytesPerThreadSpreadOverTheThreads) {
+  auto elements_per_thread = [](std::vector<int64_t> shape, DataType dt, int64_t threads) {
+    RegisterLayout l = default_register_layout(shape, dt, threads);
+    return l.local_size();
+  };
+  EXPECT_EQ(elements_per_thread({4}, dtypes::float32, 32), 1);       // NVIDIA Tilus's gating tile
+  EXPECT_EQ(elements_per_thread({1, 64}, dtypes::float32, 32), 2);   // 2 per thread, no replicas
+  EXPECT_EQ(elements_per_thread({128}, dtypes::float32, 128), 1);
+  EXPECT_EQ(elements_per_thread({64, 64}, dtypes::float16, 128), 32);  // large tiles: 16-byte vectors
+  EXPECT_EQ(elements_per_thread({8}, dtypes::float16, 32), 1);
+  EXPECT_EQ(elements_per_thread({128}, dtypes::int4, 128), 2);   // sub-byte: a whole byte per thread
+  EXPECT_EQ(elements_per_thread({64}, dtypes::int4, 128), 2);    // (replicas beyond 32 threads)
+  EXPECT_EQ(elements_per_thread({4096}, dtypes::int4, 128), 32);  // large: 16-byte vectors
+  // A given vector is kept (the copies' lowerings ask for their width).
+  EXPECT_EQ(default_register_layout({8}, dtypes::float16, 32, 8).local_size(), 8);
 }
 
 TEST(InferLayouts, ReductionsAndBroadcastsAgree) {

@@ -303,3 +303,35 @@ def test_torch_tensors_read_through_torchs_c_shim_as_through_python():
         assert got[0].byte_strides == [s * 4 for s in t.stride()] and got[0].bytes == t.numel() * 4
     got, _, _ = fast.read_arrays([torch.randn(4, dtype=torch.float64), True, 1, torch.zeros(2)])
     assert got == [None, None, None, None]  # another dtype, a bool, an int for a float: arguments.py reads them
+
+
+@needs_cpu
+def test_the_general_path_keeps_its_checked_arguments_in_the_core():
+    """A call of torch tensors and plain numbers is read and checked in one C++ pass, and its
+    arguments stay there (an ArgList) for the launch: the same values, facts and result as the
+    Python reading of the same call (numpy arrays, a list of KernelArgs), and the contract still
+    checked at the launch."""
+    torch = pytest.importorskip("torch")
+    from tilus import launch
+    from tilus.arguments import signature
+    x = torch.arange(100, dtype=torch.float32)
+    y = torch.zeros(100)
+    k = Scale()
+    compiled, call = launch.prepare(k, (100, 2.0, True, x, y), {})
+    assert isinstance(call.values, tilus._C.ArgList) and len(call.values) == 5
+    assert call.values[0] == 100 and call.values[1] == 2.0 and call.values[2] == 1
+    assert call.values[3].address == x.data_ptr() and call.values[4].bytes == 400
+    with pytest.raises(IndexError):
+        call.values[5]
+    launch.run(compiled, call)
+    assert torch.equal(y, -2.0 * x)
+    xn, yn = x.numpy().copy(), np.zeros(100, dtype=np.float32)
+    compiled_py, call_py = launch.prepare(k, (100, 2.0, True, xn, yn), {})
+    assert isinstance(call_py.values, list) and compiled_py is compiled
+    assert call_py.key == call.key and call_py.facts == call.facts
+    assert call.facts == signature(Scale).kernel.check(list(call.values))[2]
+    launch.run(compiled_py, call_py)
+    np.testing.assert_array_equal(yn, -2.0 * xn)
+    with pytest.raises(tilus.ArgumentError, match="reaches 100 elements"):
+        _, short = launch.prepare(k, (100, 2.0, True, x[:96], y), {})
+        launch.run(compiled, short)

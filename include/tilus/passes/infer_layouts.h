@@ -46,7 +46,11 @@ RegisterLayout tcgen05_ldst_layout(const std::vector<int64_t>& shape);
 
 // The default layout of a tile: 16-byte vectors per thread along the last dim (`vector`
 // elements when given), threads over the last dim first, replicas for threads beyond the
-// tile's parallelism.
+// tile's parallelism. Without a given vector, a tile of fewer than 16 bytes per thread takes
+// vectors of its elements per thread (at least one), so that its elements spread over the
+// threads before any thread holds several (not for sub-byte dtypes, whose threads keep 16-byte
+// vectors: two threads never share a byte) (NVIDIA Tilus's and Triton's rule: a 4-element tile
+// on a warp is one element on each of 4 threads, not 4 on one).
 RegisterLayout default_register_layout(const std::vector<int64_t>& shape, DataType dtype, int64_t threads,
                                        int64_t vector = 0);
 

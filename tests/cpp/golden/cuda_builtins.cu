@@ -171,31 +171,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) Barriers(int32_t n, int32_t
   }
   // shared_tensor (builtins_scripts.h:102)
   // load_global (builtins_scripts.h:103)
-  __align__(16) float x_2[4];
-  x_2[0] = (((tid % 64) * 4) < n) ? *(x_1 + ((int64_t)(((tid % 64) * 4)))) : 0.0f;
-  x_2[1] = ((((tid % 64) * 4) + 1) < n) ? *(x_1 + ((int64_t)((((tid % 64) * 4) + 1)))) : 0.0f;
-  x_2[2] = ((((tid % 64) * 4) + 2) < n) ? *(x_1 + ((int64_t)((((tid % 64) * 4) + 2)))) : 0.0f;
-  x_2[3] = ((((tid % 64) * 4) + 3) < n) ? *(x_1 + ((int64_t)((((tid % 64) * 4) + 3)))) : 0.0f;
+  __align__(16) float x_2[1];
+  x_2[0] = (tid < n) ? *(x_1 + ((int64_t)(tid))) : 0.0f;
   // mul (builtins_scripts.h:103)
-  __align__(16) float mul[4];
-  #pragma unroll
-  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) mul[tilus_s] = (x_2[tilus_s] * 2.0f);
+  __align__(16) float mul[1];
+  mul[0] = (x_2[0] * 2.0f);
   // store_shared (builtins_scripts.h:103)
-  if (((tid / 64) == 0)) {
-    tilus::store_vec<16>((reinterpret_cast<float*>(tilus_smem + 0) + ((tid % 64) * 4)), &mul[0]);
-  }
+  *(reinterpret_cast<float*>(tilus_smem + 0) + tid) = mul[0];
   // sync_threads (builtins_scripts.h:104)
   tilus::named_barrier(1, 256);
   // load_shared (builtins_scripts.h:105)
-  __align__(16) float y_2[4];
-  tilus::load_vec<16>(&y_2[0], (reinterpret_cast<float*>(tilus_smem + 0) + ((tid % 64) * 4)));
+  __align__(16) float y_2[1];
+  y_2[0] = *(reinterpret_cast<float*>(tilus_smem + 0) + tid);
   // store_global (builtins_scripts.h:105)
-  if (((tid / 64) == 0)) {
-    if ((((tid % 64) * 4) < (n + 1))) *(y_1 + ((int64_t)(((tid % 64) * 4)))) = y_2[0];
-    if (((((tid % 64) * 4) + 1) < (n + 1))) *(y_1 + ((int64_t)((((tid % 64) * 4) + 1)))) = y_2[1];
-    if (((((tid % 64) * 4) + 2) < (n + 1))) *(y_1 + ((int64_t)((((tid % 64) * 4) + 2)))) = y_2[2];
-    if (((((tid % 64) * 4) + 3) < (n + 1))) *(y_1 + ((int64_t)((((tid % 64) * 4) + 3)))) = y_2[3];
-  }
+  if ((tid < (n + 1))) *(y_1 + ((int64_t)(tid))) = y_2[0];
   if (tid >= 128 && tid < 256) {
     [[maybe_unused]] const int32_t tg_2 = tid - 128;
     // sync_threads (builtins_scripts.h:107)

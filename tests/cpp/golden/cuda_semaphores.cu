@@ -10,9 +10,9 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
   [[maybe_unused]] float* const c_1 = c;
   [[maybe_unused]] int32_t* const g = global_tensor_0;
   // register_tensor (test_codegen.cpp:N)
-  __align__(16) float r[4];
+  __align__(16) float r[2];
   #pragma unroll
-  for (int tilus_s = 0; tilus_s < 4; ++tilus_s) r[tilus_s] = 1.0f;
+  for (int tilus_s = 0; tilus_s < 2; ++tilus_s) r[tilus_s] = 1.0f;
   if ((tilus_block_z > 0)) {
     // lock_semaphore (test_codegen.cpp:N)
     if (tid == 0) {
@@ -20,26 +20,20 @@ extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int3
     }
     __syncthreads();
     // load_global (test_codegen.cpp:N)
-    __align__(16) float x[4];
-    x[0] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + ((tid % 4) * 4)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 4) * 4)))))) : 0.0f;
-    x[1] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 1)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 1)))))) : 0.0f;
-    x[2] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 2)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 2)))))) : 0.0f;
-    x[3] = ((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) : 0.0f;
+    __align__(16) float x[2];
+    x[0] = ((((tilus_block_x * 16) + (tid / 8)) < m) && (((tilus_block_y * 16) + ((tid % 8) * 2)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + (tid / 8)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 8) * 2)))))) : 0.0f;
+    x[1] = ((((tilus_block_x * 16) + (tid / 8)) < m) && (((tilus_block_y * 16) + (((tid % 8) * 2) + 1)) < n)) ? *(c_1 + ((((int64_t)(((tilus_block_x * 16) + (tid / 8)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 8) * 2) + 1)))))) : 0.0f;
     // add (test_codegen.cpp:N)
-    __align__(16) float add[4];
+    __align__(16) float add[2];
     #pragma unroll
-    for (int tilus_s = 0; tilus_s < 4; ++tilus_s) add[tilus_s] = (r[tilus_s] + x[tilus_s]);
+    for (int tilus_s = 0; tilus_s < 2; ++tilus_s) add[tilus_s] = (r[tilus_s] + x[tilus_s]);
     // assign (test_codegen.cpp:N)
     #pragma unroll
-    for (int tilus_s = 0; tilus_s < 4; ++tilus_s) r[tilus_s] = add[tilus_s];
+    for (int tilus_s = 0; tilus_s < 2; ++tilus_s) r[tilus_s] = add[tilus_s];
   }
   // store_global (test_codegen.cpp:N)
-  if (((tid / 64) == 0)) {
-    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + ((tid % 4) * 4)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 4) * 4)))))) = r[0];
-    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 1)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 1)))))) = r[1];
-    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 2)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 2)))))) = r[2];
-    if (((((tilus_block_x * 16) + ((tid / 4) % 16)) < m) && (((tilus_block_y * 16) + (((tid % 4) * 4) + 3)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + ((tid / 4) % 16)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 4) * 4) + 3)))))) = r[3];
-  }
+  if (((((tilus_block_x * 16) + (tid / 8)) < m) && (((tilus_block_y * 16) + ((tid % 8) * 2)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + (tid / 8)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + ((tid % 8) * 2)))))) = r[0];
+  if (((((tilus_block_x * 16) + (tid / 8)) < m) && (((tilus_block_y * 16) + (((tid % 8) * 2) + 1)) < n))) *(c_1 + ((((int64_t)(((tilus_block_x * 16) + (tid / 8)))) * ((int64_t)(n))) + ((int64_t)(((tilus_block_y * 16) + (((tid % 8) * 2) + 1)))))) = r[1];
   // release_semaphore (test_codegen.cpp:N)
   __syncthreads();
   if (tid == 0) {
