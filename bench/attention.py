@@ -3,7 +3,7 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--candidates] [--readme README.md]
+        [--candidates [--no-persistent]] [--no-triton] [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
 Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
@@ -21,7 +21,12 @@ the rows measured in this run replace theirs, the others keep what they had ("-"
 
 --candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
-fastest, and prints which one won per shape: the rule decode_config follows comes from these.
+fastest, and prints which one won per shape: the rule decode_config follows comes from these. At
+each f16 prefill shape it does the same with flash_attention.prefill_candidates (stages, key block
+size, ping-pong off, the L2 sections of the causal order, the persistent kernel of one block per
+SM unless --no-persistent; bf16 runs the same code). --compile-only [--part K/N] compiles the
+prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
+too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
 
 --ncu runs itself under `ncu --clock-control none` at one prefill shape and prints, for tilus and
 cuDNN's kernel, the time, SM clock and tensor pipes busy (`sm__pipe_tensor_cycles_active`, as
@@ -143,14 +148,58 @@ def sdpa(backend):
     return run
 
 
-def prefill(dtypes, configs):
+def dense_call(q, k, v, causal, cfg):
+    """(kernel, arguments) of flash_attention(q, k, v, causal, **cfg) (dense [batch, seqlen, heads, d])."""
+    from flash_attention import _uniform_offsets, prefill_call
+    b, s, h, d = q.shape
+    hk = k.shape[2]
+    return prefill_call(q.reshape(b * s, h, d), k.reshape(b * s, hk, d), v.reshape(b * s, hk, d),
+                        _uniform_offsets(b, s, q), _uniform_offsets(b, s, q), s, causal, **cfg)[:2]
+
+
+def persistent_blocks(persistent):
+    """The persistent candidate's blocks (one per SM), 0 where --no-persistent leaves it out."""
+    return torch.cuda.get_device_properties(0).multi_processor_count if persistent else 0
+
+
+def compile_prefill(tables, candidates, persistent=True, part=None):
+    """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
+    candidates too), compiled in parallel threads before anything is timed; part (k, n): only every
+    n-th from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from flash_attention import config_name, prefill_candidates
+    work = [(name, d, s, causal, cfg) for dtypes, configs in tables for name in dtypes for d, s, causal in configs
+            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent))
+                               if candidates and name == "float16" else [])]
+    if part:
+        work = work[part[0]::part[1]]
+
+    def build(item):  # a configuration that fails is reported here and left out when timed
+        name, d, s, causal, cfg = item
+        b, h = TOKENS // s, WIDTH // d
+        q = torch.empty(b, s, h, d, device="cuda", dtype=getattr(torch, name))
+        try:
+            kernel, args = dense_call(q, q, q, causal, cfg)
+            kernel.compiled(*args)
+        except Exception as e:  # noqa: BLE001 (any compile error: the others still run)
+            return f"  {name} d {d} causal {causal} {config_name(cfg)}: does not compile ({str(e).splitlines()[0][:160]})"
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=max(1, min(len(work), os.cpu_count() or 1))) as pool:
+        failed = [f for f in pool.map(build, work) if f]
+    print(f"prefill: {len(work)} kernels compiled in {time.time() - t0:.0f} s" + "".join("\n" + f for f in failed),
+          flush=True)
+
+
+def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True):
+    """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
+    timed in the same interleaved run (tilus's row is the default configuration's)."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
-    from flash_attention import flash_attention
+    from flash_attention import config_name, flash_attention, prefill_candidates
     print(f"\nprefill: {TOKENS} tokens per launch, heads x d = {WIDTH}, TFLOP/s (ratio: tilus / cuDNN)", flush=True)
     print(f"{'dtype':5} {'d':>4} {'seqlen':>6} {'causal':>6} | {'tilus':>7} {'cuDNN':>7} {'flash':>7} {'Triton':>7} | "
           f"{'vs cuDNN':>8}", flush=True)
-    rows = []
+    rows, tried = [], []
     for name in dtypes:
         dt = getattr(torch, name)
         for d, s, causal in configs:
@@ -168,7 +217,18 @@ def prefill(dtypes, configs):
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            if triton is not None:
+            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent))  # bf16: the same code
+                        if candidates and name == "float16" else []):
+                try:
+                    cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
+                except Exception as e:  # noqa: BLE001
+                    print(f"  {config_name(cfg)}: fails ({str(e).splitlines()[0][:120]}), left out", flush=True)
+                    continue
+                if cerr.max().item() > 2e-2 + err:
+                    print(f"  {config_name(cfg)}: wrong (max abs err vs SDPA {cerr.max().item():.3g}), left out", flush=True)
+                    continue
+                fns[config_name(cfg)] = (lambda c: lambda: flash_attention(q, k, v, causal=causal, **c))(cfg)
+            if triton is not None and with_triton:
                 triton_attention(qt, kt, vt, out, causal)
                 terr = (out.float() - want.float()).abs().max().item()
                 if terr < 5e-2:
@@ -184,8 +244,18 @@ def prefill(dtypes, configs):
                   f"{cell('Triton')} | {ratio:7.2f}x" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
                   flush=True)
             rows.append((name, d, s, causal, tf, ratio))
+            if candidates and name == "float16":
+                timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
+                best = max(timed)
+                for t, label in timed:
+                    print(f"  {label:34} {t:7.0f} TFLOP/s {t / tf['cuDNN'] if 'cuDNN' in tf else float('nan'):5.2f}x cuDNN"
+                          + ("  <- fastest" if (t, label) == best else ""), flush=True)
+                tried.append(f"{name[:5]:5} {d:4} {s:6} {str(causal):>6} | {best[1]:34} {best[0]:7.0f}, default "
+                             f"{tf['tilus']:.0f}")
             del q, k, v, qt, kt, vt, out, got, want
             torch.cuda.empty_cache()
+    if tried:
+        print(f"\nprefill candidates, the fastest per shape (TFLOP/s):\n" + "\n".join(tried), flush=True)
     return rows
 
 
@@ -383,7 +453,13 @@ def main():
     p.add_argument("--readme", metavar="FILE", help="write the figures into FILE's attention tables")
     p.add_argument("--only", choices=("prefill", "decode"))
     p.add_argument("--candidates", action="store_true",
-                   help="decode: also time every configuration of flash_decoding.decode_candidates at each shape")
+                   help="also time every configuration of flash_attention.prefill_candidates (prefill) and "
+                        "flash_decoding.decode_candidates (decode) at each shape")
+    p.add_argument("--no-triton", action="store_true", help="leave the Triton kernel out (its compiles take time)")
+    p.add_argument("--no-persistent", action="store_true", help="--candidates without the persistent prefill kernel")
+    p.add_argument("--compile-only", action="store_true",
+                   help="prefill: only compile the kernels the run would launch (into the disk cache), then exit")
+    p.add_argument("--part", metavar="K/N", help="--compile-only: every N-th kernel from the K-th (N processes at once)")
     p.add_argument("--ncu", action="store_true", help="ncu's tensor-pipe view of tilus and cuDNN at one shape")
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--head-dim", type=int, default=128)
@@ -406,9 +482,13 @@ def main():
             f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "
             f"`bench/attention.py --sweep {args.sweep}`")
     if args.only != "decode":
-        rows = prefill(dts[:1], pre)
-        if len(dts) > 1:  # bf16 at d = 128
-            rows += prefill(dts[1:], [c for c in pre if c[0] == 128])
+        tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
+        if args.compile_only:
+            part = tuple(int(x) for x in args.part.split("/")) if args.part else None
+            return compile_prefill(tables, args.candidates, not args.no_persistent, part)
+        compile_prefill(tables, args.candidates, not args.no_persistent)
+        rows = [r for dtypes, configs in tables
+                for r in prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent)]
         if args.readme:  # now, so that a run cut short later keeps these
             fill_readme(args.readme, rows, [], note)
     if args.only != "prefill":

@@ -17,7 +17,8 @@ query head), 3 warp groups:
     issues the TMA loads: its query rows once, then K and V tiles of block_n keys into a ring of
     `stages` slots (full / empty mbarriers per slot, K and V apart so that Q K^T can start before
     V lands), in the consumers' order;
-  - two consumer warp groups (setmaxnreg 240), 64 query rows each. Per key block j, with S_j =
+  - two consumer warp groups (setmaxnreg 240; `consumers=3`: three, 160 registers each, for d = 64),
+    64 query rows each. Per key block j, with S_j =
     Q K_j^T and P_j its row-wise exp2:
         issue S_j = Q K_j^T (wgmma, a zeroed accumulator);  issue O += P_(j-1) V_(j-1) (wgmma with
         P from registers);  wait for S_j only;  softmax of S_j (max, exp2 with the scale folded in,
@@ -28,7 +29,9 @@ query head), 3 warp groups:
     the other's GEMMs keep the tensor cores busy (FA3's ping-pong schedule).
 Key blocks run from the last to the first, so the blocks that need the mask (the causal diagonal,
 the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
-launch run longest first.
+launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
+(`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
+stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
@@ -56,7 +59,7 @@ LN2 = 0.6931471805599453
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
-                 pingpong=True):
+                 pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -65,8 +68,13 @@ class FlashAttention(tilus.Script):
         self.dtype, self.head_dim = dtype, head_dim
         self.causal, self.block_n, self.stages = causal, block_n, stages
         self.specialized = specialized
-        self.consumers = 2 if specialized else 1  # warp groups of 64 query rows
+        assert consumers in (2, 3), "2 or 3 consumer warp groups"
+        self.consumers = consumers if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
+        self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
+        # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
+        # the next tile's Q, K and V while its consumers finish the last one
+        self.persistent = persistent if specialized else 0
         self.block_m = 64 * self.consumers
         self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
@@ -136,33 +144,72 @@ class FlashAttention(tilus.Script):
                  lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32):
         dt, d, bm = self.dtype, self.head_dim, self.block_m
         tiles_m = (max_seqlen_q + bm - 1) // bm
-        self.attrs.blocks = [tiles_m, heads, batch]
         self.attrs.warps = 4 * self.consumers + (self.producer_warps if self.specialized else 0)
-        m_block = tiles_m - 1 - self.blockIdx.x if self.causal else self.blockIdx.x  # causal: longest first
-        self.h = self.blockIdx.y
-        b = self.blockIdx.z
-        self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
-        gcq = self.global_view(cu_seqlens_q, shape=[batch + 1])
-        gck = self.global_view(cu_seqlens_k, shape=[batch + 1])
-        q_start = gcq[b].item()
-        q_end = gcq[b + 1].item()
-        self.k_start = gck[b].item()
-        k_end = gck[b + 1].item()
-        seqlen_q = q_end - q_start
-        if m_block * bm >= seqlen_q:
-            return
-        self.seqlen_q = seqlen_q
-        self.seqlen_k = k_end - self.k_start
         self.scale_log2 = scale * LOG2E
         self.gq = self.global_view(q, dtype=dt, shape=[total_q, heads * d])
         self.gk = self.global_view(k, dtype=dt, shape=[total_k, kv_heads * d])
         self.gv = self.global_view(v, dtype=dt, shape=[total_k, kv_heads * d])
+        self.go_all = self.global_view(o, dtype=dt, shape=[total_q, heads * d])  # TMA's map: parameters only
+        self.launch = (batch, heads, kv_heads, tiles_m, total_q, total_k, o, lse,
+                       self.global_view(cu_seqlens_q, shape=[batch + 1]), self.global_view(cu_seqlens_k, shape=[batch + 1]))
+        sq = self.shared_tensor(dtype=dt, shape=[self.consumers, d // 64, 64, 64])
+        if self.persistent:
+            self.attrs.blocks = [tilus.min(tiles_m * heads * batch, self.persistent)]
+            self.attention([sq[w] for w in range(self.consumers)], None, None, None, None)
+            return
+        if self.causal:
+            self.attrs.blocks = [tiles_m * heads * batch]
+            index = self.blockIdx.x
+        else:  # every tile as long: a head's tiles side by side, sharing its K and V in L2
+            self.attrs.blocks = [tiles_m, heads, batch]
+            index = (self.blockIdx.z * heads + self.blockIdx.y) * tiles_m + self.blockIdx.x
+        m_block, blocks, masked, runs = self.tile(index)
+        if not runs:
+            return
+        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
+
+    def tile(self, index):
+        """Tile `index` of the launch: sets the head, kv head, the sequence's bounds and views, and
+        returns (query tile, key blocks, masked key blocks, whether the tile has rows). Causal
+        launches take the tiles longest first (longest_first), others a head's tiles side by side."""
+        batch, heads, kv_heads, tiles_m, total_q, total_k, o, lse, gcq, gck = self.launch
+        dt, d, bm = self.dtype, self.head_dim, self.block_m
+        if self.causal:
+            m_block, self.h, b = self.longest_first(tiles_m, heads, batch, total_k, index)
+        else:
+            pair = index // tiles_m
+            m_block, self.h, b = index - pair * tiles_m, pair % heads, pair // heads
+        self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
+        q_start = gcq[b].item()
+        q_end = gcq[b + 1].item()
+        self.k_start = gck[b].item()
+        k_end = gck[b + 1].item()
+        self.seqlen_q = q_end - q_start
+        self.seqlen_k = k_end - self.k_start
         self.go = self.global_view(o, dtype=dt, shape=[q_end, heads * d])  # this sequence's rows, no further
+        self.q_end = q_end
         self.glse = self.global_view(lse, dtype=float32, shape=[heads, q_end], strides=[total_q, 1])
         self.row0 = q_start + m_block * bm  # the tile's first row in q
-        sq = self.shared_tensor(dtype=dt, shape=[self.consumers, d // 64, 64, 64])
         blocks, masked = self.key_blocks(m_block)
-        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
+        return m_block, blocks, masked, m_block * bm < self.seqlen_q
+
+    def longest_first(self, tiles_m, heads, batch, total_k, index):
+        """(query tile, head, sequence) of this block of a causal launch, whose tiles need from 1 to
+        tiles_m key blocks: the blocks start in the order of their index, so the longest tiles go
+        first and the short ones fill the last wave in (FA3's order). The (head, sequence) pairs
+        are taken in sections whose keys and values fit in l2_bytes (the average sequence's): a
+        section's tiles run longest first, head fastest, so the blocks running at once read the
+        K/V of few heads."""
+        hb = heads * batch
+        per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
+        width = tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
+        span = width * tiles_m
+        section = index // span
+        first = section * width
+        here = tilus.min(width, hb - first)  # the last section may be narrower
+        r = index - section * span
+        pair = first + r % here
+        return tiles_m - 1 - r // here, pair % heads, pair // heads
 
     def q_tile(self, sq, barrier, w):
         """TMA loads of consumer w's 64 query rows into sq ([d / 64][64, 64]), completing on barrier."""
@@ -177,12 +224,28 @@ class FlashAttention(tilus.Script):
             self.tma.global_to_shared(src=g, dst=dst[c], mbarrier=barrier,
                                       offsets=[self.k_start + n * self.block_n, self.hk * self.head_dim + 64 * c])
 
-    def finish(self, o, m, l, w):
-        """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse."""
+    def finish(self, o, m, l, w, sq):
+        """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse.
+        o goes through the warp group's query tile sq (its last reader, Q K^T, has completed) and
+        leaves by TMA stores of whole 128-byte rows: stored from the accumulators' registers, each
+        32-byte sector of o got two 16-byte halves from two instructions. A tensor map is encoded
+        on the host, so its bounds are o's (total_q rows), not the sequence's: the last tile of a
+        sequence that ends inside it is stored from registers, masked at the sequence's end."""
         row = self.row0 + 64 * w
-        for c, x in enumerate(self.normalized(o, l)):
-            self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
+        out = self.normalized(o, l)
+        if row + 64 <= self.q_end:
+            for c, x in enumerate(out):
+                self.store_shared(sq[c], x.to(self.dtype))
+            with self.single_thread():
+                for c in tilus.static_range(self.head_dim // 64):
+                    self.tma.shared_to_global(sq[c], self.go_all, offsets=[row, self.h * self.head_dim + 64 * c])
+                self.tma.commit_group()
+        else:  # a tile past the sequence's end: the rows after it are the next sequence's (the map's bounds are o's)
+            for c, x in enumerate(out):
+                self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
         self.store_global(self.glse, self.transpose(self.log_sum_exp(m, l)), offsets=[self.h, row])
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # the tile stays in shared memory until the stores have read it
 
     # --- the body shared with flash_decoding.py ------------------------------------------------
 
@@ -192,10 +255,17 @@ class FlashAttention(tilus.Script):
         bn, stages = self.block_n, self.stages
         sk = self.shared_tensor(dtype=self.dtype, shape=[stages, self.head_dim // 64, bn, 64])
         sv = self.shared_tensor(dtype=self.dtype, shape=[stages, self.head_dim // 64, bn, 64])
+        # persistent: o's own staging tiles where shared memory has room, so that the query tiles
+        # are released for the next tile's Q as soon as the last Q K^T has read them
+        tile_bytes = 64 * self.head_dim * 2
+        room = 227 * 1024 - 1024 - 2 * self.consumers * tile_bytes - 2 * stages * bn * self.head_dim * 2
+        so = (self.shared_tensor(dtype=self.dtype, shape=[self.consumers, self.head_dim // 64, 64, 64])
+              if self.persistent and room >= 0 else None)
         if not self.specialized:
             self.simple(sq[0], sk, sv, blocks, masked, last, tile_row)
             return
         q_full = self.mbarrier.alloc(counts=[1] * self.consumers)
+        q_empty = self.mbarrier.alloc(counts=[1] * self.consumers) if self.persistent else None
         k_full = self.mbarrier.alloc(counts=[1] * stages)
         v_full = self.mbarrier.alloc(counts=[1] * stages)
         k_empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
@@ -207,22 +277,82 @@ class FlashAttention(tilus.Script):
             if many:
                 self.dec_max_nreg(24)
             with self.thread_group(thread_begin=0, num_threads=32):
-                with self.single_thread():
-                    for w in tilus.static_range(self.consumers):
-                        self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
-                        self.q_tile(sq[w], q_full[w], w)
-                # K of block j, then V of block j - 1: the order the consumers take them in.
-                for j in range(blocks + 1):
-                    if j < blocks:
-                        self.load_kv(self.gk, sk, k_full, k_empty, j, last - j)
-                    if j > 0:
-                        self.load_kv(self.gv, sv, v_full, v_empty, j - 1, last - (j - 1))
+                if self.persistent:
+                    self.each_tile(lambda *tile: self.produce_tile(sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty,
+                                                                   v_empty, *tile))
+                else:
+                    with self.single_thread():
+                        for w in tilus.static_range(self.consumers):
+                            self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
+                            self.q_tile(sq[w], q_full[w], w)
+                    self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, 0)
         for w in tilus.static_range(self.consumers):
             with self.thread_group(thread_begin=128 * w, num_threads=128):
                 if many:
-                    self.inc_max_nreg(240)
-                self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
-                             last * bn, tile_row + 64 * w)
+                    self.inc_max_nreg(self.consumer_registers())
+                if self.pingpong and w == self.consumers - 1:
+                    self.mbarrier.arrive(turn[0])  # the first warp group starts
+                if self.persistent:
+                    self.each_tile(lambda *tile: self.consume_tile(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full,
+                                                                   v_full, k_empty, v_empty, turn,
+                                                                   so[w] if so is not None else None, *tile))
+                else:
+                    self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
+                                 last * bn, tile_row + 64 * w)
+
+    def produce(self, sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, done, start=0):
+        """K of block j (key block last - j), then V of block j - 1: the order the consumers take
+        them in (the ring's count runs on from `done`; from j = start: the caller loaded K_0)."""
+        for j in range(start, blocks + 1):
+            if j < blocks:
+                self.load_kv(self.gk, sk, k_full, k_empty, done + j, last - j)
+            if j > 0:
+                self.load_kv(self.gv, sv, v_full, v_empty, done + j - 1, last - (j - 1))
+
+    def each_tile(self, body):
+        """body(m_block, blocks, masked, done, tiles) for every tile with rows of this block of a
+        persistent launch (every persistent-th from its index, in the launch's order): `done` key
+        blocks went through the K/V ring and the ping-pong turns before it, in `tiles` tiles."""
+        done = self.declare("done", int32, 0)
+        tiles = self.declare("tiles_done", int32, 0)
+        batch, heads, kv_heads, tiles_m = self.launch[:4]
+        for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
+            m_block, blocks, masked, runs = self.tile(t)
+            if runs:
+                body(m_block, blocks, masked, done, tiles)
+                done = done + blocks
+                tiles = tiles + 1
+
+    def produce_tile(self, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, m_block, blocks, masked, done,
+                     tiles):
+        """The producer warp of a persistent launch, one tile: its first K, the consumers' query
+        tiles once each released its last one (q_empty), then the rest of its K and V blocks."""
+        if blocks > 0:  # the tile's first K loads while the consumers still finish the last tile
+            self.load_kv(self.gk, sk, k_full, k_empty, done, blocks - 1)
+        for w in tilus.static_range(self.consumers):
+            self.mbarrier.wait(q_empty[w], phase=tiles % 2 ^ 1)
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(q_full[w], transaction_bytes=64 * self.head_dim * 2)
+                self.q_tile(sq[w], q_full[w], w)
+        self.produce(sk, sv, k_full, v_full, k_empty, v_empty, blocks, blocks - 1, done, 1)
+
+    def consume_tile(self, w, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, turn, so, m_block, blocks,
+                     masked, done, tiles):
+        """Consumer warp group w of a persistent launch, one tile: consume() with the ring's slots and
+        phases, the turns and the query tile's phase running on over the tiles; q_empty tells the
+        producer that sq is free: after the tile's last Q K^T where o has its own staging tile so,
+        else once o's TMA stores have read sq."""
+        self.consume(w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked,
+                     (blocks - 1) * self.block_n, m_block * self.block_m + 64 * w, done, tiles % 2,
+                     q_empty if so is not None else None, so)
+        if so is None:
+            with self.single_thread():  # the thread that issued o's TMA stores and waited for their reads
+                self.mbarrier.arrive(q_empty)
+
+    def consumer_registers(self):
+        """What setmaxnreg gives each consumer thread: the SM's 64K registers less the producer warp
+        group's 24 a thread, shared by the consumer warp groups (240 for two, 160 for three)."""
+        return min(240, (65536 - 128 * 24) // (128 * self.consumers) // 8 * 8)
 
     def load_kv(self, g, s, full, empty, j, n):
         """The producer's TMA loads of one K or V tile (the j-th block processed, key block n) into
@@ -238,9 +368,11 @@ class FlashAttention(tilus.Script):
             self.mbarrier.arrive(barrier)
 
     def consume(self, w, sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, turn, blocks, masked, last_col,
-                tile_row):
+                tile_row, done=0, q_phase=0, q_empty=None, so=None):
         """One consumer warp group: 64 query rows from row `tile_row` of the sequence, key blocks
-        from the one at key `last_col` down."""
+        from the one at key `last_col` down; `done` key blocks went through the ring (and the
+        ping-pong turns) before, the query tile's barrier is at phase q_phase. With q_empty, sq is
+        released once its last reader completed, and o leaves through `so`."""
         bn, stages, pp = self.block_n, self.stages, self.pingpong
         nxt = (w + 1) % self.consumers
         o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
@@ -251,52 +383,58 @@ class FlashAttention(tilus.Script):
         # from its first use to the end of its scope, so one per step would hold registers the
         # output needs (with d = 256 ptxas then ignored setmaxnreg and spilled).
         s = self.register_tensor(dtype=float32, shape=[64, bn])
-        if pp and w == self.consumers - 1:
-            self.mbarrier.arrive(turn[0])  # the first warp group starts
+        self.mbarrier.wait(q_full, phase=q_phase)  # also with no key block: finish() stores o through sq
         if blocks > 0:
-            self.mbarrier.wait(q_full, phase=0)
-            self.mbarrier.wait(k_full[0], phase=0)
+            first = done % stages
+            self.mbarrier.wait(k_full[first], phase=done // stages % 2)
             if pp:
-                self.mbarrier.wait(turn[w], phase=0)
+                self.mbarrier.wait(turn[w], phase=done % 2)
             self.assign(s, self.register_tensor(dtype=float32, shape=[64, bn], init=0.0))
             self.wgmma.fence()
-            self.qk(s, sq, sk[0])
+            self.qk(s, sq, sk[first])
             self.wgmma.commit_group()
             if pp:
                 self.mbarrier.arrive(turn[nxt])
             self.wgmma.wait_group(0)
-            self.release(k_empty[0])
+            self.release(k_empty[first])
             p, alpha = self.softmax(self.mask(s, tile_row, last_col), m, l)
             self.assign(p16, p.to(self.dtype))
             # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
             for j in range(1, masked):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, True,
-                          tile_row, last_col - j * bn)
+                          tile_row, last_col - j * bn, done)
             for j in range(tilus.max(masked, 1), blocks):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, False,
-                          tile_row, last_col - j * bn)
-            final = (blocks - 1) % stages
-            self.mbarrier.wait(v_full[final], phase=(blocks - 1) // stages % 2)
+                          tile_row, last_col - j * bn, done)
+            if q_empty is not None:
+                self.release(q_empty)  # every Q K^T of the tile has completed
+            final = (done + blocks - 1) % stages
+            self.mbarrier.wait(v_full[final], phase=(done + blocks - 1) // stages % 2)
             self.wgmma.fence()
             self.pv(p16, sv[final], o)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.release(v_empty[final])
-        self.finish(o, m, l, w)
+        if q_empty is not None:
+            if blocks == 0:
+                self.release(q_empty)
+        self.finish(o, m, l, w, sq if so is None else so)
 
     def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, masked, tile_row,
-             col0):
-        """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs."""
+             col0, done=0):
+        """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs
+        (the ring's and the turns' count: done + j)."""
         stages, pp = self.stages, self.pingpong
-        stage, prev = j % stages, (j - 1) % stages
-        self.mbarrier.wait(k_full[stage], phase=j // stages % 2)
+        g = done + j
+        stage, prev = g % stages, (g - 1) % stages
+        self.mbarrier.wait(k_full[stage], phase=g // stages % 2)
         if pp:
-            self.mbarrier.wait(turn[w], phase=j % 2)
+            self.mbarrier.wait(turn[w], phase=g % 2)
         self.assign(s, self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0))
         self.wgmma.fence()
         self.qk(s, sq, sk[stage])
         self.wgmma.commit_group()
-        self.mbarrier.wait(v_full[prev], phase=(j - 1) // stages % 2)
+        self.mbarrier.wait(v_full[prev], phase=(g - 1) // stages % 2)
         self.pv(p16, sv[prev], o)
         self.wgmma.commit_group()
         if pp:
@@ -330,7 +468,7 @@ class FlashAttention(tilus.Script):
             self.simple_step(j, sq, sk, sv, full, s, o, m, l, True, tile_row, last, blocks)
         for j in range(masked, blocks):
             self.simple_step(j, sq, sk, sv, full, s, o, m, l, False, tile_row, last, blocks)
-        self.finish(o, m, l, 0)
+        self.finish(o, m, l, 0, sq)
 
     def simple_load(self, sk, sv, full, j, n):
         stage = j % self.stages
@@ -380,7 +518,16 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
                            specialized=None, out=None, lse=None, **cfg):
     """o, lse for packed sequences: q [total_q, heads, d], k/v [total_k, kv_heads, d], cu_seqlens int32
     [batch + 1]. torch CUDA tensors run the warp-specialized kernel, numpy arrays the simple one on
-    the CPU backend (specialized=False forces the simple one)."""
+    the CPU backend (specialized=False forces the simple one); cfg: FlashAttention's parameters."""
+    kern, args, out, lse = prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, specialized,
+                                        out, lse, **cfg)
+    kern(*args)
+    return out, lse
+
+
+def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False, scale=None, specialized=None,
+                 out=None, lse=None, **cfg):
+    """(kernel, its arguments, o, lse) of flash_attention_varlen's launch, not launched."""
     on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
     if specialized is None:
         specialized = not on_cpu
@@ -401,8 +548,30 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     kern = _kernel(dt, d, causal, specialized, **cfg)
-    kern(batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    return out, lse
+    return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
+                   cu_seqlens_k), out, lse)
+
+
+def prefill_candidates(head_dim, causal, sms=0):
+    """The configurations `bench/attention.py --candidates` times against the default (FlashAttention's
+    parameters) at a prefill shape: each fits the registers and shared memory (no spills). With
+    `sms`, also the persistent kernel of one block per SM (d <= 128: at 256 its loop state spilled
+    4 bytes)."""
+    out = [dict(persistent=sms)] if sms and head_dim <= 128 else []
+    out.append(dict(pingpong=False))
+    if head_dim <= 128:
+        out.append(dict(stages=3))
+    if head_dim == 64:  # more key columns a step, or three consumer warp groups (160 registers: 96 keys fit)
+        out += [dict(block_n=192), dict(consumers=3, block_n=96), dict(consumers=3, block_n=64)]
+    if head_dim == 128:
+        out.append(dict(block_n=64))
+    if causal:  # the L2 sections of longest_first: half as wide, and one section (every head at once)
+        out += [dict(l2_bytes=16 << 20), dict(l2_bytes=(1 << 31) - 1)]
+    return out
+
+
+def config_name(cfg):
+    return " ".join(f"{k}={v}" for k, v in sorted(cfg.items())) or "default"
 
 
 _OFFSETS = {}

@@ -157,8 +157,9 @@ class FlashDecoding(FlashAttention):
                 self.tma.global_to_shared(src=g, dst=box, mbarrier=barrier,
                                           offsets=[page * ps + key % ps, self.hk * self.head_dim + 64 * c])
 
-    def finish(self, o, m, l, w):
-        """The rows to o and lse (one split), or to the workspace, the last split to arrive merging."""
+    def finish(self, o, m, l, w, sq):
+        """The rows to o and lse (one split), or to the workspace, the last split to arrive merging
+        (from registers: a row group's tokens are scattered over heads, no TMA box; sq unused)."""
         g = self.group
         row = self.b * self.q_len
         lse = self.reshape(self.log_sum_exp(m, l), [64 // g, g, 1])

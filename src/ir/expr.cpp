@@ -623,7 +623,7 @@ std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::option
       const std::string& f = n->name;
       if (f == "abs") r = std::fabs(x);
       else if (f == "exp") r = std::exp(x);
-      else if (f == "exp2") r = std::exp2(x);
+      else if (f == "exp2") r = t.is_float() && t.bits() <= 32 && x < -126 ? 0.0 : std::exp2(x);  // flushed as on the GPU
       else if (f == "log") r = std::log(x);
       else if (f == "log2") r = std::log2(x);
       else if (f == "sqrt") r = std::sqrt(x);

@@ -1,6 +1,7 @@
 #include "tilus/ir/lowering.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tilus {
 
@@ -54,6 +55,9 @@ std::string Lowering::str() const {
     case MachineOp::CpAsyncCg:
       s += fmt::format(" vector={}", vector);
       if (tail_dim >= 0) s += fmt::format(" tail_dim={}", tail_dim);
+      if (exchange.defined())
+        s += fmt::format(" exchange=lanes{}/stride{}/unit{}x{}", exchange.lanes, exchange.lane_stride, exchange.unit,
+                         exchange.src.size() / size_t(exchange.lanes));
       break;
     case MachineOp::Ldmatrix:
     case MachineOp::Stmatrix: {
@@ -110,6 +114,44 @@ std::string Lowering::str() const {
   if (commits_group) s += " commits_group";
   if (thread_private) s += " thread_private";
   return s;
+}
+
+std::string lane_exchange_problem(const RegisterLayout& from, const Lowering& l) {
+  const LaneExchange& x = l.exchange;
+  if (!x.defined()) return "";
+  const RegisterLayout& to = l.mapping;
+  if (!from.defined() || !to.defined()) return "needs the layouts before and after it";
+  if (from.shape() != to.shape() || from.num_threads() != to.num_threads() || from.local_size() != to.local_size())
+    return fmt::format("keeps the tile, the threads and the slots, but it goes from {} to {}", from.str(), to.str());
+  auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  int64_t k = x.lanes, stride = x.lane_stride, slots = from.local_size();
+  if (!pow2(k) || !pow2(stride) || k * stride > 32 || from.num_threads() % 32)
+    return fmt::format("trades between {} lanes {} apart, not within whole warps of its {} threads", k, stride,
+                       from.num_threads());
+  if (x.unit < 1 || x.src.size() != x.dst.size() || int64_t(x.src.size()) * x.unit != slots)
+    return fmt::format("moves {} units of {} slots, not the {} slots of a thread", x.src.size(), x.unit, slots);
+  std::vector<int> src_seen(size_t(slots), 0), dst_seen(size_t(slots), 0);
+  for (size_t i = 0; i < x.src.size(); ++i)
+    for (int64_t u = 0; u < x.unit; ++u) {
+      if (x.src[i] < 0 || x.dst[i] < 0 || x.src[i] + u >= slots || x.dst[i] + u >= slots ||
+          src_seen[size_t(x.src[i] + u)]++ || dst_seen[size_t(x.dst[i] + u)]++)
+        return fmt::format("does not take every slot once (unit {}: from slot {} to slot {})", i, x.src[i], x.dst[i]);
+    }
+  int64_t blocks = int64_t(x.src.size()) / k;
+  for (int64_t t = 0; t < from.num_threads(); ++t) {
+    int64_t q = t / stride % k;
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t p = 0; p < k; ++p) {
+        int64_t peer = t + (p - q) * stride;
+        for (int64_t u = 0; u < x.unit; ++u) {
+          int64_t d = x.dst[size_t(b * k + p)] + u, s = x.src[size_t(b * k + q)] + u;
+          if (to.map(t, d) != from.map(peer, s))
+            return fmt::format("puts, in thread {}'s slot {}, thread {}'s slot {}: element [{}] where {} holds [{}]", t,
+                               d, peer, s, fmt::join(from.map(peer, s), ", "), to.str(), fmt::join(to.map(t, d), ", "));
+        }
+      }
+  }
+  return "";
 }
 
 }  // namespace tilus

@@ -197,13 +197,14 @@ class Printer {
     if (i.lowering.defined()) line(indent + 1, "lowering: " + lowering(i));
   }
 
-  // The record; its thread mapping only where no register operand's layout shows it.
+  // The record; its thread mapping where no register operand's layout shows it (or a lane exchange
+  // changes it).
   std::string lowering(const InstNode& i) {
     const Lowering& l = i.lowering;
     std::string s = l.str();
     bool register_end = false;
     for (auto& o : i.traits()) register_end = register_end || (o.tensor.defined() && o.tensor.is_register());
-    if (l.mapping.defined() && !register_end) s += " mapping=" + l.mapping.str();
+    if (l.mapping.defined() && (!register_end || l.exchange.defined())) s += " mapping=" + l.mapping.str();
     if (!l.note.empty()) s += " note=\"" + l.note + "\"";
     return s;
   }

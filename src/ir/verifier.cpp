@@ -382,6 +382,19 @@ class KernelVerifier {
           w->a.static_shape()[0] % (64 * (threads / 128)) != 0)
         fail(inst, fmt::format("{} splits m over its {} warp groups in blocks of 64 rows, but a is {}", group,
                                threads / 128, ty(w->a)));
+    } else if (inst.lowering.exchange.defined()) {
+      // select_instructions' lane exchange before a store: shuffles within whole warps that move
+      // the tile from its layout into the record's mapping.
+      auto* st = dynamic_cast<const StoreGlobalInst*>(&inst);
+      auto* cp = dynamic_cast<const CopyInst*>(&inst);
+      bool reg_to_global = cp && cp->src.tensor.is_register() && cp->dst.tensor.is_global();
+      if (!st && !reg_to_global)
+        fail(inst, "only store_global and copy from registers to global memory trade registers between lanes before "
+                   "they store");
+      if (begin % 32 != 0 || threads % 32 != 0)
+        fail(inst, fmt::format("its lane exchange shuffles within whole warps, but {} is not warp aligned", group));
+      std::string why = lane_exchange_problem(st ? st->src->layout : cp->src.tensor->layout, inst.lowering);
+      if (!why.empty()) fail(inst, fmt::format("the lane exchange of its lowering ({}) {}", inst.lowering.str(), why));
     } else if (auto* i = dynamic_cast<const ShuffleInst*>(&inst)) {
       if (threads % 32 != 0)
         fail(inst, fmt::format("shuffles exchange within whole warps, but {} has {} threads (value {})", group, threads,

@@ -11,6 +11,7 @@
 #include "tilus/ir/functor.h"
 #include "tilus/ir/inst_def.h"
 #include "tilus/passes/infer_layouts.h"
+#include "thread_dependence.h"
 
 namespace tilus {
 
@@ -114,6 +115,26 @@ namespace {
 std::string tma_shared_tile(const KernelFacts& facts_, const SharedView& view, const std::vector<int64_t>& box,
                             int64_t eb, int64_t& swizzle);
 
+// Why the tensor map of global access `acc` cannot be encoded at launch, or "": the launcher
+// encodes it on the host from the arguments, so its address offset, shape and strides may use
+// only the kernel's parameters (a view whose extent is a value the kernel loaded, say).
+std::string not_from_parameters(const KernelFacts& facts_, const GlobalAccess& acc) {
+  const std::vector<Var>& params = facts_.kernel().params;
+  std::vector<std::pair<const char*, Expr>> parts = {{"offset", acc.param_offset_bytes}};
+  for (auto& e : acc.shape) parts.push_back({"shape", e});
+  for (auto& e : acc.strides) parts.push_back({"stride", e});
+  for (auto& [what, e] : parts) {
+    Expr inlined = facts_.inline_lets(e);
+    for (const Var& v : free_vars(inlined))
+      if (std::none_of(params.begin(), params.end(), [&](const Var& p) { return p.same_as(v); }))
+        return fmt::format("not legal: the global view's {} {} uses '{}', which is not a kernel parameter (a tensor map "
+                           "is encoded on the host from the launch's arguments); give the view a shape of parameters "
+                           "(TMA clips at its bounds)",
+                           what, to_string(inlined), v->name);
+  }
+  return "";
+}
+
 // The TMA box of a global <-> shared copy (DESIGN 5's legality rules), or why there is none.
 // `proven`: the base pointer's and the strides' 16-byte alignment must be known at compile
 // time (automatic TMA); explicit TMA leaves them to the launch, which checks them.
@@ -175,6 +196,7 @@ std::string tma_plan(const KernelFacts& facts_, const Target& target_, const Cop
   }
   int64_t swizzle = 0;
   if (std::string why = tma_shared_tile(facts_, facts_.shared_region(c, sm, rank), box, eb, swizzle); !why.empty()) return why;
+  if (std::string why = not_from_parameters(facts_, acc); !why.empty()) return why;
   spec.param = acc.param;
   spec.offset = facts_.inline_lets(acc.param_offset_bytes);
   spec.dtype = dt;
@@ -466,6 +488,104 @@ Lowering plan_matrix_copy(const KernelFacts& f, int sm, const SharedView& view, 
   return none;
 }
 
+// The lane exchange that widens the stores of a register tile of layout `l` (lowering.h's
+// LaneExchange), or nullopt. Where the minor-most mode of the layout's contiguous dim holds
+// runs of `unit` slots (4 or 8 bytes) and the mode above it is spatial, the lanes of that mode
+// together cover fewer than 32 bytes: every warp-wide store fills part of each sector it
+// touches. Swapping the minor k-factor of that spatial mode (B) with the minor k-factor of a
+// local mode above it in the same dim (A) keeps every element in its warp and makes the k
+// units of a thread contiguous: runs of 16 bytes. The new layout: A's minor factor becomes
+// the thread digit B's had, B's minor factor a slot digit just above the run.
+std::optional<std::pair<RegisterLayout, LaneExchange>> plan_lane_exchange(const RegisterLayout& layout, DataType dt) {
+  if (!layout.defined() || dt.is_subbyte() || dt.bits() % 8) return std::nullopt;
+  RegisterLayout l = layout.canonical();
+  Contiguity c = contiguity(l);
+  if (c.dim < 0) return std::nullopt;
+  int64_t unit_bytes = c.run * bytes_of(dt);
+  if (unit_bytes % 4 || unit_bytes >= 16) return std::nullopt;
+  std::vector<int> modes;  // the contiguous dim's modes, major to minor
+  for (int m = 0; m < int(l.mode_shape().size()); ++m)
+    if (l.mode_dim(m) == c.dim) modes.push_back(m);
+  if (modes.size() < 3) return std::nullopt;
+  const auto& sp = l.spatial_modes();
+  const auto& lo = l.local_modes();
+  int b = modes[modes.size() - 2];
+  auto b_at = std::find(sp.begin(), sp.end(), b);
+  if (b_at == sp.end()) return std::nullopt;  // the mode above the run is local: no lanes to trade with
+  int64_t q = l.mode_shape()[size_t(b)];
+  if (unit_bytes * q >= 32) return std::nullopt;  // those lanes fill whole sectors already
+  int64_t k = std::min<int64_t>(q, 16 / unit_bytes);
+  int64_t stride = 1;  // the thread stride of B's minor factor
+  for (auto it = b_at + 1; it != sp.end(); ++it) stride *= *it < 0 ? -*it : l.mode_shape()[size_t(*it)];
+  auto pow2 = [](int64_t x) { return x > 0 && (x & (x - 1)) == 0; };
+  if (k < 2 || q % k || !pow2(k) || !pow2(stride) || stride * k > 32) return std::nullopt;
+  int a = -1;  // the nearest local mode above B in the dim that k divides
+  for (int i = int(modes.size()) - 3; i >= 0 && a < 0; --i)
+    if (std::find(lo.begin(), lo.end(), modes[size_t(i)]) != lo.end() && l.mode_shape()[size_t(modes[size_t(i)])] % k == 0)
+      a = modes[size_t(i)];
+  if (a < 0) return std::nullopt;
+  // The new modes: A -> [A / k, k], B -> [B / k, k]; the old mode m's first new index is at[m].
+  std::vector<int64_t> shape;
+  std::vector<int> at;
+  for (int m = 0; m < int(l.mode_shape().size()); ++m) {
+    at.push_back(int(shape.size()));
+    int64_t n = l.mode_shape()[size_t(m)];
+    if (m == a || m == b) {
+      shape.push_back(n / k);
+      shape.push_back(k);
+    } else {
+      shape.push_back(n);
+    }
+  }
+  int a_hi = at[size_t(a)], a_lo = a_hi + 1, b_hi = at[size_t(b)], b_lo = b_hi + 1;
+  std::vector<int> spatial, local;
+  for (int m : sp) {
+    if (m < 0) spatial.push_back(m);
+    else if (m == b) spatial.insert(spatial.end(), {b_hi, a_lo});
+    else spatial.push_back(at[size_t(m)]);
+  }
+  for (int m : lo) {
+    if (m == a) local.push_back(a_hi);
+    else if (m == lo.back()) local.insert(local.end(), {b_lo, at[size_t(m)]});
+    else local.push_back(at[size_t(m)]);
+  }
+  // Canonical: B's minor factor and the run merge into one mode (contiguity() sees the new run).
+  RegisterLayout after = RegisterLayout(l.shape(), shape, spatial, local).canonical();
+  // A block: one value of every slot digit of the old layout but the run's and A's minor
+  // factor; unit j of it (A's minor digit j) in the old slots, unit p (B's minor digit p) in the
+  // new ones.
+  std::vector<int64_t> radix;  // the old layout's slot digits, major to minor
+  for (int m : lo) radix.push_back(l.mode_shape()[size_t(m)]);
+  size_t a_pos = size_t(std::find(lo.begin(), lo.end(), a) - lo.begin());
+  int64_t a_step = 1;  // slots per step of A's digit
+  for (size_t i = a_pos + 1; i < lo.size(); ++i) a_step *= radix[i];
+  LaneExchange x;
+  x.lanes = k;
+  x.lane_stride = stride;
+  x.unit = c.run;
+  std::vector<int64_t> digits(lo.size(), 0);
+  for (int64_t s = 0; s < l.local_size(); s += c.run) {
+    for (int64_t i = int64_t(lo.size()) - 1, rest = s; i >= 0; --i) {
+      digits[size_t(i)] = rest % radix[size_t(i)];
+      rest /= radix[size_t(i)];
+    }
+    if (digits[a_pos] % k) continue;
+    for (int64_t j = 0; j < k; ++j) x.src.push_back(s + j * a_step);
+    for (int64_t p = 0; p < k; ++p) {
+      int64_t slot = 0;
+      for (int m : local) {
+        int64_t d = 0;
+        if (m == a_hi) d = digits[a_pos] / k;
+        else if (m == b_lo) d = p;
+        else d = digits[size_t(std::find(lo.begin(), lo.end(), int(std::find(at.begin(), at.end(), m) - at.begin())) - lo.begin())];
+        slot = slot * shape[size_t(m)] + d;
+      }
+      x.dst.push_back(slot);
+    }
+  }
+  return std::make_pair(std::move(after), std::move(x));
+}
+
 // A per-thread access of register tensor `reg` (its layout maps the threads) with `vector`
 // elements at a time.
 Lowering simt_access(const Tensor& reg, int64_t vector) {
@@ -514,6 +634,29 @@ class Selector : public StmtMutator {
     return r;
   }
 
+  // Branches and loops whose threads may part ways: no shuffle inside them (lane exchanges).
+  Stmt mutate_if(const Stmt& s, const IfStmtNode& n) override {
+    return diverging(threads_.depends(n.cond), [&] { return StmtMutator::mutate_if(s, n); });
+  }
+  Stmt mutate_while(const Stmt& s, const WhileStmtNode& n) override {
+    return diverging(threads_.depends(n.cond), [&] { return StmtMutator::mutate_while(s, n); });
+  }
+  Stmt mutate_for(const Stmt& s, const ForStmtNode& n) override {
+    return diverging(threads_.per_thread_loop(n), [&] { return StmtMutator::mutate_for(s, n); });
+  }
+  Stmt mutate_let(const Stmt& s, const LetStmtNode& n) override {
+    threads_.bind(n.var, n.value);
+    return StmtMutator::mutate_let(s, n);
+  }
+  Stmt mutate_declare(const Stmt& s, const DeclareStmtNode& n) override {
+    threads_.bind(n.var, n.init);
+    return StmtMutator::mutate_declare(s, n);
+  }
+  Stmt mutate_assign(const Stmt& s, const AssignStmtNode& n) override {
+    threads_.bind(n.var, n.value);
+    return StmtMutator::mutate_assign(s, n);
+  }
+
   Stmt mutate_inst(const Stmt& s, const Inst& inst) override {
     Lowering l;
     switch (inst->kind()) {
@@ -524,7 +667,9 @@ class Selector : public StmtMutator {
       }
       case InstKind::StoreGlobal: {
         auto& i = static_cast<const StoreGlobalInst&>(*inst);
-        l = global_access(i, i.src, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims));
+        GlobalAccess g = facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims);
+        l = global_access(i, i.src, g);
+        widen_by_lane_exchange(l, i.src, g);
         break;
       }
       case InstKind::LoadShared: {
@@ -599,6 +744,34 @@ class Selector : public StmtMutator {
   std::vector<std::string> synchronous_copies_;  // copy_async calls that fell back to a SIMT copy
   const std::unordered_set<const TensorNode*> read_;  // an atomic whose old values are not read is a red
   const int64_t kernel_cluster_size_;
+  ThreadDependence threads_;  // the scalars that differ between threads
+  int divergent_ = 0;         // branches and loops entered whose condition differs between threads
+
+  Stmt diverging(bool differs, const std::function<Stmt()>& body) {
+    divergent_ += differs;
+    Stmt r = body();
+    divergent_ -= differs;
+    return r;
+  }
+
+  // A Simt store of a tile whose lanes fill parts of sectors (an mma accumulator's 4-byte pairs
+  // of 16-bit values) trades units between lanes first, where the exchanged layout stores wider
+  // vectors than the tile's own (the vector still stops at a ragged end: the predicates stay
+  // per vector) and its threads are whole warps that do not diverge here (shuffles).
+  void widen_by_lane_exchange(Lowering& l, const Tensor& reg, const GlobalAccess& g) const {
+    if (target_.is_cpu() || l.op != MachineOp::Simt || divergent_ || scope().begin % 32 || scope().threads % 32)
+      return;
+    auto plan = plan_lane_exchange(reg->layout, reg.dtype());
+    if (!plan) return;
+    Contiguity c = contiguity(plan->first);
+    int64_t w = global_vector_width(facts_, g, c.dim, c.run);
+    if (w <= l.vector) return;
+    l.vector = w;
+    l.mapping = plan->first;
+    l.exchange = plan->second;
+    std::string why = lane_exchange_problem(reg->layout, l);
+    if (!why.empty()) throw InternalError(fmt::format("the lane exchange {} {}", l.str(), why));
+  }
 
   // Element by element; the old values return in the threads that hold the operands, so each
   // element must have one thread where they are read (replicas do not repeat the operation).
@@ -1079,7 +1252,10 @@ class Selector : public StmtMutator {
         }
       Contiguity cc = contiguity(reg->layout);
       int64_t legal = region_vector(c, mem, reg.rank(), cc.dim, cc.run);
-      return finish(simt_access(reg, force_width(c, legal, cc.run, notes)));
+      Lowering l = simt_access(reg, force_width(c, legal, cc.run, notes));
+      if (s.is_register() && mem.tensor.is_global() && !c.coalesced_width)
+        widen_by_lane_exchange(l, reg, facts_.global_region(c, mem, reg.rank()));
+      return finish(l);
     }
     std::vector<int64_t> extents;
     for (auto& e : c.dst.extents) {

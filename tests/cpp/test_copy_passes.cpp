@@ -42,6 +42,7 @@ struct Options {
   std::string arch = "sm_86";
   bool aligned = true;  // pointers 16-byte aligned, m and n multiples of 16 (as jit specializes)
   int warps = 4;
+  std::vector<int> ragged = {};  // parameters (0: m, 1: n) left unspecialized when aligned
 };
 
 Program traced(std::function<void(K&, Int32, Int32, GlobalTensor&, GlobalTensor&)> body, const Options& o) {
@@ -50,7 +51,8 @@ Program traced(std::function<void(K&, Int32, Int32, GlobalTensor&, GlobalTensor&
   k.warps = o.warps;
   Program p = trace(k);
   if (o.aligned)
-    for (int i = 0; i < 4; ++i) p.kernels[0].param_divisibility[i] = 16;
+    for (int i = 0; i < 4; ++i)
+      if (std::find(o.ragged.begin(), o.ragged.end(), i) == o.ragged.end()) p.kernels[0].param_divisibility[i] = 16;
   return p;
 }
 
@@ -66,7 +68,7 @@ Stage run_to(const Program& p, const std::string& pass, const Options& o) {
   Stage s;
   Program last = p;
   PipelineOptions po;
-  po.target = Target::from_arch(o.arch);
+  po.target = o.arch == "cpu" ? Target::cpu() : Target::from_arch(o.arch);
   po.after_pass = [&](const std::string& name, const Program& q) {
     if (name == pass) {
       s.before = last;
@@ -78,16 +80,20 @@ Stage run_to(const Program& p, const std::string& pass, const Options& o) {
   return s;
 }
 
-std::vector<const CopyInst*> copies(const Program& p) {
+// The instructions of type T in program order.
+template <class T>
+std::vector<const T*> insts_of(const Program& p) {
   struct Collect : StmtVisitor {
-    std::vector<const CopyInst*> out;
+    std::vector<const T*> out;
     void visit_inst(const InstNode& i) override {
-      if (auto* c = dynamic_cast<const CopyInst*>(&i)) out.push_back(c);
+      if (auto* c = dynamic_cast<const T*>(&i)) out.push_back(c);
     }
   } c;
   c.visit(p.kernels[0].body);
   return c.out;
 }
+
+std::vector<const CopyInst*> copies(const Program& p) { return insts_of<CopyInst>(p); }
 
 // Instruction names in order (waits with n, syncs), for the wait and barrier cases.
 std::vector<std::string> sequence(const Program& p) {
@@ -351,6 +357,128 @@ TEST(CopySelection, FragmentsToAThreeDimensionalSharedViewAreStmatrix) {
   EXPECT_EQ(l.op, MachineOp::Stmatrix);
   EXPECT_EQ(l.matrix_cdim, 2);
   EXPECT_EQ(l.matrix_rdim, 0);
+}
+
+// --- stores of mma accumulators: the lane exchange ---------------------------------------------
+
+namespace {
+
+std::vector<const StoreGlobalInst*> stores(const Program& p) { return insts_of<StoreGlobalInst>(p); }
+
+// c = a[0:64, 0:16] @ a[0:16, 0:64] as mma fragments (pairs of columns per thread), stored into a
+// as float16 (or float32 into b), from all threads or, `divergent`, inside a branch on the thread.
+Body accumulator_store(bool to_f16 = true, bool divergent = false) {
+  return [=](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor& b) {
+    auto ra = k.register_tensor(dtypes::float16, {64, 16});
+    auto rb = k.register_tensor(dtypes::float16, {16, 64});
+    k.copy(a.region({0, 0}, {64, 16}), ra);
+    k.copy(a.region({0, 0}, {16, 64}), rb);
+    auto acc = k.dot(ra, rb);
+    auto store = [&] {
+      if (to_f16) k.store_global(a, k.cast(acc, dtypes::float16), {.offsets = {0, 0}});
+      else k.store_global(b, acc, {.offsets = {0, 0}});
+    };
+    if (divergent) k.if_(Expr(builtin::thread_idx()) < 64, store);
+    else store();
+  };
+}
+
+// The CUDA source of the whole pipeline's output.
+std::string cuda_of(Body body, const Options& o) {
+  PipelineOptions po;
+  po.target = Target::from_arch(o.arch);
+  return emit_cuda(run_pipeline(traced(std::move(body), o), po).kernels[0], po.target).source;
+}
+
+}  // namespace
+
+// Each lane holds pairs of float16 columns (4 bytes): a quad of lanes covers 16 bytes of a row,
+// half of each 32-byte sector a warp-wide store touches. The quad transposes 4 x 4 blocks of
+// pairs first, and each lane stores 8 contiguous columns: 16-byte vectors, whole sectors.
+TEST(CopySelection, AccumulatorStoresTradePairsBetweenLanesForSixteenByteVectors) {
+  auto s = golden_case("store_lane_exchange", kSelect, accumulator_store(), {.arch = "sm_90a"});
+  ASSERT_EQ(stores(s.after).size(), 1u);
+  const Lowering& l = stores(s.after)[0]->lowering;
+  EXPECT_EQ(l.op, MachineOp::Simt);
+  EXPECT_EQ(l.vector, 8);
+  EXPECT_EQ(l.exchange.lanes, 4);
+  EXPECT_EQ(l.exchange.lane_stride, 1);
+  EXPECT_EQ(l.exchange.unit, 2);
+  EXPECT_EQ(lane_exchange_problem(stores(s.after)[0]->src->layout, l), "");
+  EXPECT_NO_THROW(verify(s.after, {.require_layouts = true}));
+  // The emitter trades the words, then stores 16 bytes at a time.
+  std::string cuda = cuda_of(accumulator_store(), {.arch = "sm_90a"});
+  EXPECT_NE(cuda.find("tilus::transpose_lanes<4, 1>"), std::string::npos);
+  EXPECT_NE(cuda.find("tilus::store_vec<16>"), std::string::npos);
+  // The same for a copy from registers to global memory, unless its width is forced.
+  for (int64_t width : {0, 2}) {
+    Body copy_out = [width](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+      auto ra = k.register_tensor(dtypes::float16, {64, 16});
+      auto rb = k.register_tensor(dtypes::float16, {16, 64});
+      k.copy(a.region({0, 0}, {64, 16}), ra);
+      k.copy(a.region({0, 0}, {16, 64}), rb);
+      auto acc = k.cast(k.dot(ra, rb), dtypes::float16);
+      CopyOptions o;
+      if (width) o.coalesced_width = width;
+      k.copy(acc, a.region({0, 0}, {64, 64}), o);
+    };
+    auto c = run_to(traced(copy_out, {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+    const Lowering& cl = copies(c.after).back()->lowering;
+    EXPECT_EQ(cl.exchange.defined(), width == 0) << cl.str();
+    EXPECT_EQ(cl.vector, width == 0 ? 8 : 2) << cl.str();
+    EXPECT_NO_THROW(verify(c.after, {.require_layouts = true}));
+    std::string text = cuda_of(copy_out, {.arch = "sm_90a"});
+    EXPECT_EQ(text.find("tilus::transpose_lanes<4, 1>") != std::string::npos, width == 0);
+  }
+}
+
+TEST(CopySelection, LaneExchangeKeepsPerVectorPredicatesOnRaggedEnds) {
+  // Ragged rows: every vector lies in one row, the exchange stays, each vector checks its row.
+  auto rows = run_to(traced(accumulator_store(), {.arch = "sm_90a", .ragged = {0}}), kSelect, {.arch = "sm_90a"});
+  EXPECT_TRUE(stores(rows.after)[0]->lowering.exchange.defined());
+  EXPECT_EQ(stores(rows.after)[0]->lowering.vector, 8);
+  EXPECT_NE(cuda_of(accumulator_store(), {.arch = "sm_90a", .ragged = {0}}).find("tilus::transpose_lanes"),
+            std::string::npos);
+  // A ragged end of the columns (n not known to be a multiple of 8): a 16-byte vector could
+  // straddle it, the pairs cannot; no exchange.
+  auto cols = run_to(traced(accumulator_store(), {.arch = "sm_90a", .ragged = {1}}), kSelect, {.arch = "sm_90a"});
+  EXPECT_FALSE(stores(cols.after)[0]->lowering.exchange.defined());
+  EXPECT_LE(stores(cols.after)[0]->lowering.vector, 2);
+}
+
+TEST(CopySelection, NoLaneExchangeWhereItCannotHelpOrCouldHang) {
+  // float32 pairs: a quad covers a whole sector already.
+  auto f32 = run_to(traced(accumulator_store(false), {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+  EXPECT_FALSE(stores(f32.after)[0]->lowering.exchange.defined());
+  EXPECT_EQ(stores(f32.after)[0]->lowering.vector, 2);
+  // Inside a branch on the thread index the shuffles could wait for lanes that never come.
+  auto branch = run_to(traced(accumulator_store(true, true), {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+  EXPECT_FALSE(stores(branch.after)[0]->lowering.exchange.defined());
+  EXPECT_EQ(stores(branch.after)[0]->lowering.vector, 2);
+  // The CPU backend runs tiles, not lanes.
+  auto cpu = run_to(traced(accumulator_store(), {.arch = "cpu"}), kSelect, {.arch = "cpu"});
+  EXPECT_FALSE(stores(cpu.after)[0]->lowering.exchange.defined());
+}
+
+TEST(CopySelection, TheVerifierChecksALaneExchangeAgainstTheLayouts) {
+  auto s = run_to(traced(accumulator_store(), {.arch = "sm_90a"}), kSelect, {.arch = "sm_90a"});
+  struct Tamper : StmtMutator {
+    Stmt mutate_inst(const Stmt& st, const Inst& inst) override {
+      if (inst->kind() != InstKind::StoreGlobal) return st;
+      auto c = inst->clone();
+      std::swap(c->lowering.exchange.dst[0], c->lowering.exchange.dst[1]);
+      return make_inst_stmt(c);
+    }
+  } tamper;
+  Program bad = s.after;
+  bad.kernels[0] = tamper.mutate(bad.kernels[0]);
+  try {
+    verify(bad, {.require_layouts = true});
+    ADD_FAILURE() << "a lane exchange that misplaces units passed the verifier";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("store_global"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the lane exchange of its lowering"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CopySelection, CoalescedWidthOrLoopLayoutSkipsLdmatrix) {
@@ -1165,16 +1293,7 @@ TEST(WgmmaPasses, LayoutAndTargetErrorsSayWhatWgmmaNeeds) {
 // --- atomics ---------------------------------------------------------------------------------------
 
 namespace {
-std::vector<const AtomicInst*> atomics(const Program& p) {
-  struct Collect : StmtVisitor {
-    std::vector<const AtomicInst*> out;
-    void visit_inst(const InstNode& i) override {
-      if (auto* a = dynamic_cast<const AtomicInst*>(&i)) out.push_back(a);
-    }
-  } c;
-  c.visit(p.kernels[0].body);
-  return c.out;
-}
+std::vector<const AtomicInst*> atomics(const Program& p) { return insts_of<AtomicInst>(p); }
 
 // Shared adds (results unused: red), then a global add of the sums at a ragged offset whose
 // old values are stored (atom, one thread per element).

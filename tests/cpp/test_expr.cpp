@@ -293,6 +293,10 @@ TEST(ExprEvaluate, Floats) {
   // Builtin math.
   EXPECT_DOUBLE_EQ(fval(call("sqrt", {Expr(9.0f)})), 3.0);
   EXPECT_DOUBLE_EQ(fval(call("exp2", {Expr(3.0f)})), 8.0);
+  // float exp2 flushes results below 2^-126 to zero, as the GPU's ex2.approx.ftz does; double does not.
+  EXPECT_DOUBLE_EQ(fval(call("exp2", {Expr(-126.0f)})), std::ldexp(1.0, -126));
+  EXPECT_DOUBLE_EQ(fval(call("exp2", {Expr(-130.0f)})), 0.0);
+  EXPECT_DOUBLE_EQ(fval(call("exp2", {float_const(-130.0, dtypes::float64)})), std::ldexp(1.0, -130));
   EXPECT_DOUBLE_EQ(fval(call("floor", {Expr(-1.5f)})), -2.0);
   EXPECT_DOUBLE_EQ(fval(call("pow", {Expr(2.0f), Expr(10.0f)})), 1024.0);
   EXPECT_EQ(ival(call("abs", {Expr(-4)})), 4);

@@ -14,7 +14,8 @@ import tilus
 from tilus import bfloat16, float16
 from conftest import HAS_CPU, HAS_GPU
 
-from flash_attention import FlashAttention, flash_attention, flash_attention_varlen, random_packed as packed, reference
+from flash_attention import (FlashAttention, config_name, flash_attention, flash_attention_varlen, prefill_candidates,
+                             random_packed as packed, reference)
 import flash_decoding
 from flash_decoding import FlashDecoding, decode_candidates, flash_decode, random_cache, reference as decode_reference
 
@@ -54,6 +55,35 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
     check(o, lse, *reference(q, k, v, cq, ck, causal))
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("d,causal,cfg", [(64, True, {}), (64, True, dict(persistent=3)), (128, False, dict(persistent=2)),
+                                          (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
+                                          (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
+                                          (64, True, dict(block_n=192))],
+                         ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
+def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
+    """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
+    the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
+    many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
+    consumer warp groups, no ping-pong, three stages, 192-key blocks."""
+    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
+    check(o, lse, *reference(q, k, v, cq, ck, causal))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_causal_tiles_in_l2_sections_on_the_cpu_backend():
+    """The causal grid's order (longest_first): with an L2 budget of two heads' K/V, 3 sequences x
+    3 heads make sections of 2, 2, 2, 2 and 1 (head, sequence) pairs; every tile is computed once."""
+    lens_q, lens_k = (100, 37, 70), (120, 37, 90)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 3, 1, 64)
+    per_head = (sum(lens_k) // 3) * 4 * 64
+    out, lse = np.full_like(q, np.nan), np.full((3, cq[-1]), np.nan, np.float32)  # a tile left out stays NaN
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, out=out, lse=lse, l2_bytes=2 * per_head + 5)
+    check(o, lse, *reference(q, k, v, cq, ck, True))
+
+
 def to_bf16(x):
     """float32 values rounded to bfloat16 (nearest even), as the uint16 bits numpy holds them."""
     bits = np.asarray(x, np.float32).view(np.uint32)
@@ -86,6 +116,52 @@ def test_prefill_on_the_gpu(lens_q, lens_k, heads, kv_heads, d, causal, speciali
     args = [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)]
     o, lse = flash_attention_varlen(*args, max(lens_q), causal, specialized=specialized)
     check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_candidates_on_the_gpu(causal):
+    """Every configuration bench/attention.py --candidates times (compiled in parallel first), d 64,
+    128 and 256, on a ragged GQA varlen batch (causal: the query tiles of 3 warp groups cross the
+    diagonal over two key blocks)."""
+    import torch
+    from common import compile_all
+    from flash_attention import prefill_call
+    lens_q, lens_k = (300, 77, 1), (300, 200, 64)
+    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128, 256)}
+    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
+    work = [(d, cfg) for d in (64, 128, 256) for cfg in prefill_candidates(d, causal)]
+    compile_all(work, lambda item: prefill_call(*gpu[item[0]], max(lens_q), causal, **item[1])[:2])
+    want = {d: reference(q, k, v, cq, ck, causal) for d, (cq, ck, q, k, v) in data.items()}
+    for d, cfg in work:
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **cfg)
+        try:
+            check(*to_host(o, lse), *want[d])
+        except AssertionError as e:
+            raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("blocks", [3, 132])
+@pytest.mark.parametrize("causal", [True, False])
+def test_persistent_prefill_on_the_gpu(causal, blocks):
+    """persistent=N: N blocks loop over the tiles (3: each takes many, so the K/V ring's phases, the
+    ping-pong turns and the query tile's barrier run on over tiles of unequal lengths, some of a
+    sequence's last rows, some with no key), d 64 and 128 (prefill_candidates offers it there), a
+    ragged GQA varlen batch."""
+    import torch
+    from common import compile_all
+    from flash_attention import prefill_call
+    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
+    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128)}
+    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
+    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, persistent=blocks)[:2])
+    for d, (cq, ck, q, k, v) in data.items():
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, persistent=blocks)
+        try:
+            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
+        except AssertionError as e:
+            raise AssertionError(f"d {d}: {e}") from None
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -275,9 +351,30 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
     if sass is not None:
         assert "HGMMA.64x64x16.F32" in sass and ".tnspB" in sass and "UTMALDG.2D" in sass
         assert "USETMAXREG" in sass and "LDL" not in sass and "STL" not in sass
+        assert "UTMASTG.2D" in sass and "STSM" in sass  # o through shared memory and TMA stores
+        # exp2 is one MUFU.EX2 (ex2.approx.ftz), no range fix-up (FSETP ... -126 and predicated FMULs)
+        assert "-126" not in sass
         # the softmax's exp2 between the wait for S and the wait for P V
         between = sass.split("WARPGROUP.DEPBAR.LE gsb0, 0x1")[1].split("WARPGROUP.DEPBAR.LE gsb0, 0x0")[0]
         assert between.count("MUFU.EX2") >= 32, between.count("MUFU.EX2")
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True, sms=132)
+                                   if "l2_bytes" not in c], ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
+def test_prefill_candidates_compile_without_spills(d, cfg):
+    """Every prefill configuration bench/attention.py --candidates times (the causal kernel, the
+    larger; the L2 sections change no resource) fits the registers and shared memory: no local
+    memory, no serialized wgmma, the TMA-store epilogue."""
+    kern = FlashAttention(float16, d, causal=True, **cfg)
+    args = prefill_args(d)
+    compiled = kern.compiled(*args, arch="sm_90a")
+    assert compiled.wgmma_serialized == ""
+    if compiled.spill_store_bytes >= 0:
+        assert compiled.spill_store_bytes == 0 and compiled.spill_load_bytes == 0 and compiled.stack_frame_bytes == 0
+    sass = sass_or_none(kern, args)
+    if sass is not None:
+        assert "UTMASTG.2D" in sass and "LDL" not in sass and "STL" not in sass
 
 
 def decode_args(batch=4, d=128, splits=2):

@@ -335,6 +335,28 @@ def test_tma_on_sm80_is_an_error_naming_why():
         tma_tile(float32, 16, 32).ir(45, 208, x, x, arch="sm_80")
 
 
+class TmaStoreToLoadedRows(tilus.Script):
+    """A TMA store to a view whose rows end where the kernel read they do: its tensor map cannot be
+    encoded on the host (flash attention's per-sequence o did this)."""
+
+    def __call__(self, n: int32, ends: ~int32, y: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        end = self.global_view(ends, shape=[1])[0].item()
+        s = self.shared_tensor(dtype=float16, shape=[64, 64])
+        self.store_shared(s, self.register_tensor(dtype=float16, shape=[64, 64], init=1.0))
+        self.tma.shared_to_global(s, self.global_view(y, shape=[end, n]), offsets=[0, 0])
+        self.tma.commit_group()
+        self.tma.wait_group(0)
+
+
+def test_a_tensor_map_of_loaded_extents_is_an_error_naming_the_copy():
+    with pytest.raises(tilus.CompileError, match=r"test_hopper_copies.py:\d+: error: tma.shared_to_global: this TMA copy "
+                                                 r"is not legal: the global view's shape \S+ uses '\S+', which is not a "
+                                                 r"kernel parameter"):
+        TmaStoreToLoadedRows().ir(64, np.array([64], np.int32), np.zeros((64, 64), np.float16), arch="sm_90a")
+
+
 @pytest.mark.skipif(not tilus.gpu_available(), reason="no GPU: tensor maps are encoded at GPU launches")
 def test_rows_tma_cannot_stride_are_an_argument_error_naming_the_copy():
     import torch

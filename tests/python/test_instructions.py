@@ -64,6 +64,16 @@ def test_unary(arrays, op):
     np.testing.assert_allclose(arrays.host(y), UNARY[op](arrays.host(x)), rtol=2e-6, atol=2e-6)
 
 
+def test_exp2_flushes_results_below_the_normal_range(arrays):
+    """float32 exp2 is the GPU's ex2.approx.ftz (no denormal results, none of exp2f's range fix-up
+    around it); the CPU backend flushes the same results, so both give these exactly."""
+    x = np.array([-130.0, -126.5, -126.0, -1.0, 0.0, 3.0, -np.inf, 100.0], np.float32)
+    want = np.array([0.0, 0.0, 2.0 ** -126, 0.5, 1.0, 8.0, 0.0, 2.0 ** 100], np.float32)
+    y = arrays.empty((3, 8))
+    Unary("exp2")(3, 8, arrays.put(np.tile(x, (3, 1))), y)
+    np.testing.assert_array_equal(arrays.host(y), np.tile(want, (3, 1)))
+
+
 class HalfActivations(tilus.Script):
     """sigmoid and both gelu forms of a float16 tile (computed in float32, rounded once)."""
 

@@ -118,6 +118,21 @@ struct Tcgen05LdSt {
   int64_t columns = 1, instructions = 1;
 };
 
+// A Simt store whose threads first trade parts of their registers, so that each stores wider
+// contiguous vectors than its own layout holds (an mma / wgmma accumulator's pairs of 16-bit
+// values, 4 bytes of each 32-byte sector per lane, become 16-byte vectors: whole sectors). In
+// every group of `lanes` lanes whose lane indices differ only in the multiples of `lane_stride`
+// (lane / lane_stride % lanes: the lane's digit), the lanes transpose `lanes` x `lanes` blocks of
+// units of `unit` slots (4 or 8 bytes): in block b, lane digit q takes from lane digit p the unit
+// at slot src[b * lanes + q] and puts it at slot dst[b * lanes + p] of the stored tile, whose
+// layout is the record's `mapping`. Shuffles within a warp: chosen only for whole warps outside
+// thread-dependent branches.
+struct LaneExchange {
+  int64_t lanes = 0, lane_stride = 1, unit = 1;
+  std::vector<int64_t> src, dst;
+  bool defined() const { return lanes > 1; }
+};
+
 struct Lowering {
   MachineOp op = MachineOp::None;
   Completion completion = Completion::Synchronous;
@@ -153,6 +168,8 @@ struct Lowering {
   // CpAsync*: the global dim whose ragged end a vector may straddle (-1: none): its copy reads
   // only the elements inside (cp.async's src-size) and zero-fills the rest of the vector.
   int tail_dim = -1;
+  // Simt stores: the lane exchange before them (mapping: the layout the exchange leaves).
+  LaneExchange exchange;
   // Why faster instructions were not taken (shown in the IR dump).
   std::string note;
 
@@ -162,5 +179,10 @@ struct Lowering {
   // is not the register operand's layout).
   std::string str() const;
 };
+
+// Why the lane exchange of `l` does not move a register tile of layout `from` into l.mapping
+// (each thread's unit p of block b from the lane of digit p, as LaneExchange says); "" when it
+// does (checked for every thread and slot), or when `l` has no exchange.
+std::string lane_exchange_problem(const RegisterLayout& from, const Lowering& l);
 
 }  // namespace tilus

@@ -334,7 +334,12 @@ llvm::Value* Emitter::call(const CallNode& n) {
   auto unary = [&](llvm::Intrinsic::ID id) { return b.CreateCall(intrinsic(id, {ft}), {args.at(0)}); };
   llvm::Value* r = nullptr;
   if (name == "exp") r = unary(llvm::Intrinsic::exp);
-  else if (name == "exp2") r = unary(llvm::Intrinsic::exp2);
+  else if (name == "exp2") {
+    r = unary(llvm::Intrinsic::exp2);
+    // The GPU's float exp2 flushes results below 2^-126 to zero (ex2.approx.ftz, tilus_device.cuh).
+    if (ft->isFloatTy())
+      r = b.CreateSelect(b.CreateFCmpOLT(args[0], llvm::ConstantFP::get(ft, -126.0)), llvm::ConstantFP::get(ft, 0.0), r);
+  }
   else if (name == "log") r = unary(llvm::Intrinsic::log);
   else if (name == "log2") r = unary(llvm::Intrinsic::log2);
   else if (name == "sqrt") r = unary(llvm::Intrinsic::sqrt);

@@ -96,10 +96,11 @@ std::vector<Expr> slot_index(const std::vector<Expr>& spatial, const std::vector
 // Moves a register tensor to or from memory, vector by vector: `w` elements per access (the
 // record's), with an L2 policy variable for global memory. A load fills the elements whose
 // predicate fails with `fill` (load_global's other=; undefined: zero).
-void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, DataType mem_dtype, int64_t w,
-                     const std::string& policy = "", const Expr& fill = Expr()) {
-  const RegisterLayout& l = r->layout;
-  const std::string& name = em.reg(r);
+// `l`, `name`, `dtype`: the register array as the access sees it (the tensor's own, or a store's
+// exchanged copy).
+void register_access(Emitter& em, bool load, const Tensor& r, const RegisterLayout& l, const std::string& name,
+                     const Side& mem, DataType mem_dtype, int64_t w, const std::string& policy = "",
+                     const Expr& fill = Expr()) {
   int64_t bytes = w * elem_bytes(mem_dtype);
   bool sub = mem_dtype.is_subbyte();
   if (sub && r.dtype() != mem_dtype)
@@ -171,6 +172,38 @@ void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, D
     }
   }
   if (guarded) em.close();
+}
+
+void register_access(Emitter& em, bool load, const Tensor& r, const Side& mem, DataType mem_dtype, int64_t w,
+                     const std::string& policy = "", const Expr& fill = Expr()) {
+  register_access(em, load, r, r->layout, em.reg(r), mem, mem_dtype, w, policy, fill);
+}
+
+// A store's lane exchange (lowering.h's LaneExchange): a copy of `r` in the record's mapping, its
+// units traded block by block through tilus::transpose_lanes; returns the copy's name.
+std::string exchange_lanes(Emitter& em, const Tensor& r, const Lowering& rec) {
+  const LaneExchange& x = rec.exchange;
+  int64_t unit_bytes = x.unit * elem_bytes(r.dtype());
+  if (r.dtype().is_subbyte() || unit_bytes % 4)
+    throw InternalError(fmt::format("a lane exchange of {} moves units of {} bytes, not whole 32-bit words",
+                                    r.type_str(), unit_bytes));
+  const std::string& src = em.reg(r);
+  std::string dst = em.fresh(src + "_x");
+  em.linef("__align__(16) {} {}[{}];", ctype(r.dtype()), dst, rec.mapping.local_size());
+  std::string words = em.fresh("tilus_w");
+  for (size_t b = 0; b * size_t(x.lanes) < x.src.size(); ++b)
+    for (int64_t word = 0; word < unit_bytes / 4; ++word) {
+      std::string in, out;
+      for (int64_t j = 0; j < x.lanes; ++j) {
+        in += fmt::format("{}tilus::word32(&{}[{}], {})", j ? ", " : "", src, x.src[b * size_t(x.lanes) + size_t(j)],
+                          word);
+        out += fmt::format(" tilus::set_word32(&{}[{}], {}, {}[{}]);", dst, x.dst[b * size_t(x.lanes) + size_t(j)],
+                           word, words, j);
+      }
+      em.linef("{{ uint32_t {}[{}] = {{{}}}; tilus::transpose_lanes<{}, {}>({});{} }}", words, x.lanes, in, x.lanes,
+               x.lane_stride, words, out);
+    }
+  return dst;
 }
 
 // atom / red element by element: each element by its primary replica, where its predicate
@@ -455,8 +488,12 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::StoreGlobal: {
       auto& i = static_cast<const StoreGlobalInst&>(inst);
       selected();
-      register_access(*this, false, i.src, global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)),
-                      i.dst.dtype(), rec.vector);
+      Side side = global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims));
+      if (rec.exchange.defined())
+        register_access(*this, false, i.src, rec.mapping, exchange_lanes(*this, i.src, rec), side, i.dst.dtype(),
+                        rec.vector);
+      else
+        register_access(*this, false, i.src, side, i.dst.dtype(), rec.vector);
       return;
     }
     case InstKind::Atomic: {
@@ -539,7 +576,11 @@ void Emitter::emit_memory(const InstNode& inst) {
           return;
         }
         std::string policy = mem.tensor.is_global() ? declare_policy(*this, i.eviction_policy) : "";
-        register_access(*this, load, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
+        if (!load && rec.exchange.defined())
+          register_access(*this, false, r, rec.mapping, exchange_lanes(*this, r, rec), region_side(*this, i, mem, r.rank()),
+                          mem.tensor.dtype(), rec.vector, policy);
+        else
+          register_access(*this, load, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
         return;
       }
       // Memory to memory over the destination's extents; the source's broadcast dims stay at

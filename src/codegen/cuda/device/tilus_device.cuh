@@ -426,13 +426,22 @@ __device__ __forceinline__ double fmod_(double a, double b) { return fmod(a, b);
 #else
 #define TILUS_MATH1_BF16(name, ffn)
 #endif
+// exp2 of a float is the MUFU.EX2 instruction with denormal results flushed to zero (as NVIDIA
+// Tilus's -ftz=true and fast-math kernels get it): exp2f keeps results below 2^-126 as denormals
+// at the price of a compare and two predicated multiplies per call, which were a quarter of the
+// instructions of flash attention's softmax. The CPU backend flushes the same results.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 #define TILUS_MATH1(name, ffn, dfn)                                                          \
   __device__ __forceinline__ float name(float x) { return ffn(x); }                          \
   __device__ __forceinline__ double name(double x) { return dfn(x); }                        \
   TILUS_MATH1_FP16(name, ffn)                                                                \
   TILUS_MATH1_BF16(name, ffn)
 TILUS_MATH1(exp, expf, ::exp)
-TILUS_MATH1(exp2, exp2f, ::exp2)
+TILUS_MATH1(exp2, ex2_ftz, ::exp2)
 TILUS_MATH1(log, logf, ::log)
 TILUS_MATH1(log2, log2f, ::log2)
 TILUS_MATH1(sqrt, sqrtf, ::sqrt)
@@ -523,6 +532,31 @@ template <int Bytes, class T> __device__ __forceinline__ void store_vec_hint(voi
   } else {
     uint32_t v = *reinterpret_cast<const uint8_t*>(src);
     asm volatile("st.global.L2::cache_hint.u8 [%0], %1, %2;\n" ::"l"(dst), "r"(v), "l"(policy) : "memory");
+  }
+}
+
+// A store's lane exchange (select_instructions' LaneExchange): word `i` of the 32-bit words at `p`,
+// and the transpose of the K x K words w[j] of the K lanes whose lane index differs in the
+// multiples of Stride: afterwards w[p] of lane digit q holds what w[q] of lane digit p held
+// (log2 K rounds of K / 2 shuffles, each swapping one bit of the lane with one of the index).
+template <class T> __device__ __forceinline__ uint32_t word32(const T* p, int i) {
+  return reinterpret_cast<const uint32_t*>(p)[i];
+}
+template <class T> __device__ __forceinline__ void set_word32(T* p, int i, uint32_t v) {
+  reinterpret_cast<uint32_t*>(p)[i] = v;
+}
+template <int K, int Stride> __device__ __forceinline__ void transpose_lanes(uint32_t (&w)[K]) {
+  const unsigned lane = threadIdx.x % 32u;
+#pragma unroll
+  for (int bit = 1; bit < K; bit <<= 1) {
+    const bool high = (lane / Stride) & bit;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (j & bit) continue;
+      uint32_t got = __shfl_xor_sync(0xffffffffu, high ? w[j] : w[j | bit], bit * Stride);
+      if (high) w[j] = got;
+      else w[j | bit] = got;
+    }
   }
 }
 
