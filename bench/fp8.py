@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN,...]
+                                                [--block-tiles BMxBN,...] [--no-tune] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -12,14 +12,16 @@ GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM wei
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
 (1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
-MatmulFp8Block, its tile chosen by block_config, and --block-tiles adds MatmulFp8 with each tile
-named, as "tilus block BMxBN") against the per-tensor _scaled_mm. --shapes replaces the shapes
+MatmulFp8Block, its tile chosen by the autotuner among matmul_fp8.BLOCK_TILES (by block_config
+with --no-tune), and --block-tiles adds MatmulFp8 with each tile named, as "tilus block BMxBN")
+against the per-tensor _scaled_mm. --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
 Quantization: bf16 [m, hidden] -> e4m3 codes and float32 scales per 128 elements, against the
 same in torch ops and against a Triton kernel that reads and writes the same bytes and computes
-nothing (the floor); SwiGLU fused with it ([m, 2 hidden] in) likewise.
+nothing (the floor); SwiGLU fused with it ([m, 2 hidden] in) likewise. The tilus kernels' tiles
+are tuned at run time among per_token_cast.CAST_CONFIGS (cast_config's rule with --no-tune).
 """
 import argparse
 import os
@@ -27,14 +29,16 @@ import sys
 
 import torch
 
+import tilus
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
 from run import interleaved_ms  # noqa: E402
 
-from matmul_fp8 import MatmulFp8, MatmulFp8Block, block_config, block_scales  # noqa: E402
-from per_token_cast import per_token_cast  # noqa: E402
-from swiglu_per_token_cast import swiglu_per_token_cast  # noqa: E402
+from matmul_fp8 import MatmulFp8, MatmulFp8Block, block_scales  # noqa: E402
+from per_token_cast import PerTokenCast, PerTokenCastTuned, cast_config, cast_kernel, per_token_cast, tuned_config  # noqa: E402
+from swiglu_per_token_cast import SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, swiglu_per_token_cast  # noqa: E402
 
 try:
     import triton
@@ -94,13 +98,13 @@ def torch_swiglu_per_token_cast(x):
     return torch_per_token_cast(torch.nn.functional.silu(g) * u)
 
 
-def gemm_rows(ms, quick, shapes=None, block_tiles=()):
+def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
         shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
     tensor_k, row_k, block_k = (MatmulFp8("tensor", blocks=sms), MatmulFp8("row", blocks=sms),
-                                MatmulFp8Block(blocks=sms))
+                                MatmulFp8Block(blocks=sms, tune=tune))
     tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], blocks=sms) for t in block_tiles}
     rows = []
     for m, n, k in shapes:
@@ -139,25 +143,34 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=()):
         tf = {name: 2 * m * n * k / t / 1e9 for name, t in ms_.items()}
         rows.append((m, n, k, ms_, tf))
         line = "  ".join(f"{name} {t * 1e3:8.1f} us ({tf[name]:6.1f} TF)" for name, t in ms_.items())
-        tile = block_config(m, n, sms // 2)
-        print(f"{m:5d}x{n:5d}x{k:5d} (tilus block: {tile[0]}x{tile[1]}): {line}", flush=True)
+        tile = block_k.tile(m, n, k, a, b, sa_blk, sb_blk, c)
+        how = "tuned" if tune else "block_config"
+        tile = "x".join(map(str, tile)) if tile else "?"
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus block: {tile}, {how}): {line}", flush=True)
     return rows
 
 
-def quant_rows(quick):
+def quant_rows(quick, sizes=None, tune=True):
     rows = []
-    sizes = [(128, 7168), (4096, 7168), (16384, 7168)] if not quick else [(4096, 7168)]
+    sizes = sizes or ([(128, 7168), (4096, 7168), (16384, 7168)] if not quick else [(4096, 7168)])
     for m, hidden in sizes:
         for fused in (False, True):
             x = torch.randn(m, 2 * hidden if fused else hidden, device="cuda").to(torch.bfloat16)
             out = torch.empty(m, hidden, dtype=torch.uint8, device="cuda")
             scales = torch.empty(m, hidden // 128, dtype=torch.float32, device="cuda")
             if fused:
-                fns = {"tilus": lambda: swiglu_per_token_cast(x, out, scales),
+                fns = {"tilus": lambda: swiglu_per_token_cast(x, out, scales, tune=tune),
                        "torch": lambda: torch_swiglu_per_token_cast(x)}
             else:
-                fns = {"tilus": lambda: per_token_cast(x, out, scales), "torch": lambda: torch_per_token_cast(x)}
+                fns = {"tilus": lambda: per_token_cast(x, out, scales, tune=tune), "torch": lambda: torch_per_token_cast(x)}
             fns["tilus"]()
+            if tune:
+                kernel = cast_kernel(*((SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned) if fused else
+                                       (PerTokenCast, PerTokenCastTuned)), m, hidden, True,
+                                     **(dict(clamp=None) if fused else {}), dtype=tilus.bfloat16)
+                config = tuned_config(kernel, m, hidden, x, out, scales)
+            else:
+                config = tuple(cast_config(m, hidden).values())
             want, want_s = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)
             diff = (out.view(torch.float8_e4m3fn).float() - want.float()).abs().max().item()
             assert torch.equal(scales, want_s) or fused, "tilus per_token_cast scales differ from torch's"
@@ -168,6 +181,7 @@ def quant_rows(quick):
             rows.append((("swiglu+cast" if fused else "per_token_cast"), m, hidden, t, floor, moved))
             fl = f"floor {floor * 1e3:7.1f} us" if floor else "floor n/a"
             print(f"{rows[-1][0]:15s} {m:6d}x{hidden}: tilus {t['tilus'] * 1e3:7.1f} us "
+                  f"(block_m, groups, warps {config}{' tuned' if tune else ''}) "
                   f"({moved / t['tilus'] / 1e6:5.0f} GB/s)  torch {t['torch'] * 1e3:7.1f} us  {fl}", flush=True)
     return rows
 
@@ -178,15 +192,21 @@ def main():
     p.add_argument("--only", choices=["gemm", "quant"])
     p.add_argument("--quick", action="store_true", help="one LLM shape, one quantization size")
     p.add_argument("--shapes", default="", help="GEMM shapes MxNxK, comma-separated (instead of the default set)")
+    p.add_argument("--quant-sizes", default="", help="quantization sizes MxHIDDEN, comma-separated (instead of "
+                                                     "128x7168,4096x7168,16384x7168)")
+    p.add_argument("--no-tune", action="store_true", help="the block-scaled tile by block_config and the "
+                                                          "quantization's by cast_config, not by the autotuner")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN (e.g. 128x256,64x128) timed beside "
                                                      "the chosen one")
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]
+    quant_sizes = [tuple(int(v) for v in s.split("x")) for s in args.quant_sizes.split(",") if s]
     print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
-    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles) if args.only != "quant" else []
-    quant = quant_rows(args.quick) if args.only != "gemm" else []
+    gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles,
+                     not args.no_tune) if args.only != "quant" else []
+    quant = quant_rows(args.quick, quant_sizes, not args.no_tune) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:
         extra = [f"block {bm}x{bn}" for bm, bn in block_tiles]

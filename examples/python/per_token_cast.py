@@ -68,18 +68,41 @@ def cast_tiles(s, m, hidden, out, scales, load):
     s.store_global(s.global_view(scales, shape=[m, hidden // GROUP]), sc, offsets=[row, col // GROUP])
 
 
+# (block_m, groups, warps) the autotuner times: tokens per block, 128-element groups per block,
+# and warps (groups // 2 of them give each thread one 16-byte vector of a token; twice as many,
+# one vector of a token each across two tokens).
+CAST_CONFIGS = [(1, 8, 4), (2, 8, 4), (4, 8, 4), (2, 8, 8), (4, 8, 8), (2, 4, 2), (4, 4, 2), (8, 4, 2)]
+
+
+@tilus.autotune("block_m, groups, warps", CAST_CONFIGS)
+class PerTokenCastTuned(PerTokenCast):
+    """PerTokenCast with its tile timed among CAST_CONFIGS at the first call of a size bucket."""
+
+
 _KERNELS = {}
 
 
-def per_token_cast(x, out, scales, dtype=bfloat16):
-    """Runs PerTokenCast on x [m, hidden] with the configuration of cast_config (one kernel object
-    per configuration, kept)."""
-    m, hidden = x.shape
-    cfg = cast_config(m, hidden)
-    key = (dtype.name, *cfg.values())
+def cast_kernel(cls, tuned_cls, m, hidden, tune, **kw):
+    """The kernel object (kept) for m tokens of `hidden`: tuned_cls (autotuned) with tune, else cls
+    with the configuration of cast_config."""
+    cfg = {} if tune else cast_config(m, hidden)
+    key = (cls.__name__, tune, tuple(sorted((k, repr(v)) for k, v in {**kw, **cfg}.items())))
     if key not in _KERNELS:
-        _KERNELS[key] = PerTokenCast(dtype=dtype, **cfg)
-    _KERNELS[key](m, hidden, x, out, scales)
+        _KERNELS[key] = (tuned_cls if tune else cls)(**kw, **cfg)
+    return _KERNELS[key]
+
+
+def tuned_config(kernel, *args):
+    """(block_m, groups, warps) the autotuned `kernel` runs with for these arguments (None: not tuned yet)."""
+    winner = kernel._tilus_tuner.winner_for(args, {})
+    return None if winner is None else (winner.block_m, winner.groups, winner.warps)
+
+
+def per_token_cast(x, out, scales, dtype=bfloat16, tune=False):
+    """Runs PerTokenCast on x [m, hidden] with the configuration of cast_config, or with tune the
+    one the autotuner picks (PerTokenCastTuned)."""
+    m, hidden = x.shape
+    cast_kernel(PerTokenCast, PerTokenCastTuned, m, hidden, tune, dtype=dtype)(m, hidden, x, out, scales)
 
 
 # --- the reference (numpy, from the format's definition) -------------------------------------------
@@ -179,7 +202,7 @@ def check_codes_within(codes, scales, y, name):
     print(f"{name}: PASS ({exact:.4%} of {codes.size} codes exact, the rest one step off)")
 
 
-def run(m, hidden, rng, device, dtype=bfloat16):
+def run(m, hidden, rng, device, dtype=bfloat16, tune=False):
     x = hard_values(rng, m, hidden, dtype)
     hx = host_array(x, dtype)
     out, scales = np.zeros((m, hidden), np.uint8), np.zeros((m, hidden // GROUP), np.float32)
@@ -187,10 +210,10 @@ def run(m, hidden, rng, device, dtype=bfloat16):
         import torch
         hx = torch.from_numpy(hx.view(np.int16) if hx.dtype == np.uint16 else hx).cuda()
         out, scales = torch.from_numpy(out).cuda(), torch.from_numpy(scales).cuda()
-    per_token_cast(hx, out, scales, dtype)
+    per_token_cast(hx, out, scales, dtype, tune)
     if device == "cuda":
         out, scales = out.cpu().numpy(), scales.cpu().numpy()
-    check_cast(out, scales, x, f"per_token_cast {dtype.name} {m}x{hidden}")
+    check_cast(out, scales, x, f"per_token_cast {dtype.name} {m}x{hidden}{' tuned' if tune else ''}")
 
 
 if __name__ == "__main__":

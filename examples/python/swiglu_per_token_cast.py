@@ -12,7 +12,7 @@ import numpy as np
 import tilus
 from tilus import bfloat16, float32, int32
 from common import from_host_array, host_array
-from per_token_cast import GROUP, cast_config, cast_tiles, check_codes_within, hard_values
+from per_token_cast import CAST_CONFIGS, GROUP, cast_kernel, cast_tiles, check_codes_within, hard_values
 
 
 class SwiGLUPerTokenCast(tilus.Script):
@@ -34,17 +34,17 @@ class SwiGLUPerTokenCast(tilus.Script):
         cast_tiles(self, m, hidden, out, scales, swiglu)
 
 
-_KERNELS = {}
+@tilus.autotune("block_m, groups, warps", CAST_CONFIGS)
+class SwiGLUPerTokenCastTuned(SwiGLUPerTokenCast):
+    """SwiGLUPerTokenCast with its tile timed among CAST_CONFIGS at the first call of a size bucket."""
 
 
-def swiglu_per_token_cast(x, out, scales, clamp=None, dtype=bfloat16):
-    """SwiGLUPerTokenCast on x [m, 2 hidden] with per_token_cast's configuration rule."""
+def swiglu_per_token_cast(x, out, scales, clamp=None, dtype=bfloat16, tune=False):
+    """SwiGLUPerTokenCast on x [m, 2 hidden] with per_token_cast's configuration rule, or with tune
+    the autotuner's (SwiGLUPerTokenCastTuned)."""
     m, hidden = x.shape[0], x.shape[1] // 2
-    cfg = cast_config(m, hidden)
-    key = (dtype.name, clamp, *cfg.values())
-    if key not in _KERNELS:
-        _KERNELS[key] = SwiGLUPerTokenCast(clamp=clamp, dtype=dtype, **cfg)
-    _KERNELS[key](m, hidden, x, out, scales)
+    cast_kernel(SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, m, hidden, tune, clamp=clamp,
+                dtype=dtype)(m, hidden, x, out, scales)
 
 
 def swiglu_reference(x, clamp=None):
@@ -58,7 +58,7 @@ def swiglu_reference(x, clamp=None):
         return (gate / (np.exp(-gate) + np.float32(1)) * up).astype(np.float32)
 
 
-def run(m, hidden, rng, device, clamp=None, dtype=bfloat16):
+def run(m, hidden, rng, device, clamp=None, dtype=bfloat16, tune=False):
     x = hard_values(rng, m, 2 * hidden, dtype) if clamp is not None else from_host_array(
         host_array(rng.standard_normal((m, 2 * hidden)) * 3, dtype), dtype)
     hx = host_array(x, dtype)
@@ -67,12 +67,13 @@ def run(m, hidden, rng, device, clamp=None, dtype=bfloat16):
         import torch
         hx = torch.from_numpy(hx.view(np.int16) if hx.dtype == np.uint16 else hx).cuda()
         out, scales = torch.from_numpy(out).cuda(), torch.from_numpy(scales).cuda()
-    swiglu_per_token_cast(hx, out, scales, clamp, dtype)
+    swiglu_per_token_cast(hx, out, scales, clamp, dtype, tune)
     if device == "cuda":
         out, scales = out.cpu().numpy(), scales.cpu().numpy()
     # exp differs from numpy's by an ulp here and there: y, and so a group's amax, may differ in
     # its last bit, and a code sitting on a rounding boundary by one step.
-    check_codes_within(out, scales, swiglu_reference(x, clamp), f"swiglu_per_token_cast {m}x{hidden} clamp={clamp}")
+    check_codes_within(out, scales, swiglu_reference(x, clamp),
+                       f"swiglu_per_token_cast {m}x{hidden} clamp={clamp}{' tuned' if tune else ''}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
 from conftest import HAS_GPU, Arrays
 
 from common import from_host_array, round_to
-from matmul_fp8 import MatmulFp8, MatmulFp8Block, MatmulFp8Ring, block_config, block_scales, operands, reference
+from matmul_fp8 import (BLOCK_TILES, MatmulFp8, MatmulFp8Block, MatmulFp8BlockTuned, MatmulFp8Ring, block_config,
+                        block_scales, operands, reference)
 import per_token_cast
 import swiglu_per_token_cast
 
@@ -87,8 +88,20 @@ def test_block_scaled_tile_rule():
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
 @pytest.mark.parametrize("m", [16, 300])
-def test_block_scaled_matmul_with_its_chosen_tile_on_the_gpu(m):
-    check_matmul(Arrays("cuda"), MatmulFp8Block(blocks=8), m, 1000, 1040)
+@pytest.mark.parametrize("tune", [False, True])
+def test_block_scaled_matmul_with_its_chosen_tile_on_the_gpu(m, tune):
+    kernel = MatmulFp8Block(blocks=8, tune=tune)
+    check_matmul(Arrays("cuda"), kernel, m, 1000, 1040)
+
+
+def test_the_block_scaled_tuner_offers_every_tile():
+    """MatmulFp8BlockTuned's space is BLOCK_TILES, each a MatmulFp8 with block scaling."""
+    from tilus.tuning import space_of
+    configs = space_of(MatmulFp8BlockTuned, {"blocks": 132})
+    assert [(c["block_m"], c["block_n"]) for c in configs] == BLOCK_TILES
+    for c in configs:
+        kernel = MatmulFp8BlockTuned(blocks=132, **c)
+        assert (kernel.scaling, kernel.block_m, kernel.block_n) == ("block", c["block_m"], c["block_n"])
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -130,9 +143,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
-                                dict(scaling="block"), dict(scaling="block", block_m=192),
-                                dict(scaling="block", block_n=128), dict(scaling="block", block_m=64, block_n=128)])
+@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row")] +
+                         [dict(scaling="block", block_m=bm, block_n=bn) for bm, bn in BLOCK_TILES + [(192, 128)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -232,6 +244,15 @@ def test_per_token_cast_is_bit_exact(device, m, hidden, dtype):
 @pytest.mark.parametrize("m,hidden,clamp", [(5, 1024, None), (33, 640, 7.0), (3, 7168, None)])
 def test_swiglu_per_token_cast(device, m, hidden, clamp):
     swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp)
+
+
+# The autotuned casts (each of CAST_CONFIGS is timed, the fastest kept): whichever tile wins, the
+# codes are bit-exact; a hidden that is not a multiple of every tile's width (640: 5 groups), and
+# on the GPU DeepSeek-V3's 7168.
+def test_tuned_per_token_casts(device):
+    for m, hidden in [(33, 640)] + ([(9, 7168)] if device == "cuda" else []):
+        per_token_cast.run(m, hidden, np.random.default_rng(m), device, tune=True)
+        swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, 7.0, tune=True)
 
 
 def test_e4m3_reference_encoder_agrees_with_the_format():
