@@ -25,6 +25,19 @@ bool FastPath::torch_layout(const ArrayInfo& info, std::vector<int64_t>& shape, 
   return ok;
 }
 
+// A torch tensor read by torch_array as the KernelArg of pointer parameter p: its address, memory,
+// shape, byte strides and bytes; false when its shape or strides cannot be read.
+bool FastPath::torch_kernel_arg(const ArrayInfo& info, const Param& p, KernelArg& k) {
+  k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
+  k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
+  if (!torch_layout(info, k.shape, k.byte_strides)) return false;
+  int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
+  for (int64_t& st : k.byte_strides) st *= elem;
+  for (int64_t sh : k.shape) count *= sh;
+  k.bytes = count * elem;
+  return true;
+}
+
 // Parameter index of a keyword argument's name; params.size() when none has it.
 size_t FastPath::param_of(PyObject* name) const {
   size_t n = params.size();
@@ -321,13 +334,8 @@ py::tuple FastPath::read_arrays(const py::sequence& args) const {
     } else if (p.kind == Pointer && !p.dtype.is_void() && !p.torch_dtype.is_none() && !tensor_type.is_none() &&
                PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) &&
                torch_array(a, p, info, false)) {
-      KernelArg k = KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype);
-      k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
-      if (torch_layout(info, k.shape, k.byte_strides)) {
-        int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
-        for (int64_t& st : k.byte_strides) st *= elem;
-        for (int64_t sh : k.shape) count *= sh;
-        k.bytes = count * elem;
+      KernelArg k;
+      if (torch_kernel_arg(info, p, k)) {
         item = py::cast(std::move(k));
         if (info.cuda && owner_at == n) owner_at = i, owner = py::int_(info.device);
       }
@@ -372,13 +380,7 @@ py::object FastPath::check_call(const py::sequence& args, const KernelSignature&
       if (p.dtype.is_void() || p.torch_dtype.is_none() || tensor_type.is_none() ||
           !PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) || !torch_array(a, p, info, false))
         return py::none();
-      KernelArg& k = checked.emplace_back(KernelArg::typed_pointer(DevicePtr(info.addr), p.dtype));
-      k.memory = info.cuda ? KernelArg::Memory::Device : KernelArg::Memory::Host;
-      if (!torch_layout(info, k.shape, k.byte_strides)) return py::none();
-      int64_t elem = std::max<int64_t>(1, p.dtype.bits() / 8), count = 1;
-      for (int64_t& st : k.byte_strides) st *= elem;
-      for (int64_t sh : k.shape) count *= sh;
-      k.bytes = count * elem;
+      if (!torch_kernel_arg(info, p, checked.emplace_back())) return py::none();
       if (info.cuda && owner.is_none()) owner = py::int_(info.device);
     } else {
       return py::none();

@@ -153,6 +153,7 @@ struct FastPath {
   static bool constant_key(PyObject* a, int type, std::string& key);
   bool launch_cpu(const CpuKernelHandle& kernel, PyObject* const* argv, ArrayInfo* arrays);
   static bool torch_layout(const ArrayInfo& info, std::vector<int64_t>& shape, std::vector<int64_t>& strides);
+  static bool torch_kernel_arg(const ArrayInfo& info, const Param& p, KernelArg& k);
   static bool declared_strides_hold(const ArrayInfo& info, const GpuKernel::FastContract& c, bool dense);
   py::tuple read_arrays(const py::sequence& args) const;
   py::object check_call(const py::sequence& args, const KernelSignature& signature) const;

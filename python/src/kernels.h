@@ -256,13 +256,9 @@ struct KernelSignature {
   KernelSource source;  // the name and the params only
 
   py::tuple check(const py::sequence& values) const {
-    return check_args(to_args(source.params, values, {}, source.name));
-  }
-
-  py::tuple check_args(const std::vector<KernelArg>& args) const {
-    check_arguments(source, args);
-    std::map<int, int64_t> facts = specialization_of(args);
-    return py::make_tuple(flags_of(args, facts), to_string(backend_for(source.name, args)), facts);
+    ArgList list{to_args(source.params, values, {}, source.name), {}};
+    py::tuple r = check_list(list);
+    return py::make_tuple(r[0], r[1], list.facts);
   }
 
   // The same for arguments already in C++ (FastPath.check_call), which it keeps:

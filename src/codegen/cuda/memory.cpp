@@ -206,6 +206,16 @@ std::string exchange_lanes(Emitter& em, const Tensor& r, const Lowering& rec) {
   return dst;
 }
 
+// A store of register tensor `r` as its record says: through the record's lane exchange when it
+// has one, else from `r` as it is.
+void store_registers(Emitter& em, const Tensor& r, const Lowering& rec, const Side& mem, DataType mem_dtype,
+                     const std::string& policy = "") {
+  if (rec.exchange.defined())
+    register_access(em, false, r, rec.mapping, exchange_lanes(em, r, rec), mem, mem_dtype, rec.vector, policy);
+  else
+    register_access(em, false, r, mem, mem_dtype, rec.vector, policy);
+}
+
 // atom / red element by element: each element by its primary replica, where its predicate
 // holds; the old value lands in out's slot (zero where the element is out of bounds). The PTX
 // instruction is spelled out here: atom{.sem}{.scope}{.space}.op.type (red: no result).
@@ -488,12 +498,8 @@ void Emitter::emit_memory(const InstNode& inst) {
     case InstKind::StoreGlobal: {
       auto& i = static_cast<const StoreGlobalInst&>(inst);
       selected();
-      Side side = global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims));
-      if (rec.exchange.defined())
-        register_access(*this, false, i.src, rec.mapping, exchange_lanes(*this, i.src, rec), side, i.dst.dtype(),
-                        rec.vector);
-      else
-        register_access(*this, false, i.src, side, i.dst.dtype(), rec.vector);
+      store_registers(*this, i.src, rec, global_side(*this, i.dst, facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims)),
+                      i.dst.dtype());
       return;
     }
     case InstKind::Atomic: {
@@ -576,11 +582,10 @@ void Emitter::emit_memory(const InstNode& inst) {
           return;
         }
         std::string policy = mem.tensor.is_global() ? declare_policy(*this, i.eviction_policy) : "";
-        if (!load && rec.exchange.defined())
-          register_access(*this, false, r, rec.mapping, exchange_lanes(*this, r, rec), region_side(*this, i, mem, r.rank()),
-                          mem.tensor.dtype(), rec.vector, policy);
+        if (load)
+          register_access(*this, true, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
         else
-          register_access(*this, load, r, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), rec.vector, policy);
+          store_registers(*this, r, rec, region_side(*this, i, mem, r.rank()), mem.tensor.dtype(), policy);
         return;
       }
       // Memory to memory over the destination's extents; the source's broadcast dims stay at
