@@ -851,7 +851,11 @@ class Selector : public StmtMutator {
   // (src-size) and zero-fill the rest: tail_dim. Below 4 bytes cp.async has no form, and the
   // copy is synchronous, element by element: the note says why, and so does a warning.
   Lowering copy_async(const CopyAsyncInst& i) {
-    RegisterLayout probe = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads);
+    // The copy holds no registers: its thread mapping starts from 16-byte vectors per thread, not
+    // from the register default's spread of a small tile (a 256-byte row of scales on 128 threads
+    // is 16 cp.async of 16 bytes, not 128 synchronous 2-byte loads).
+    int64_t widest = std::max<int64_t>(1, 128 / std::max(1, i.dst.dtype().bits()));
+    RegisterLayout probe = default_register_layout(i.dst.static_shape(), i.dst.dtype(), scope().threads, widest);
     Contiguity cc = contiguity(probe);
     // check_bounds=false has no predicate (insert_bounds_predicates recorded no checked dims).
     GlobalAccess g = facts_.tile(i, i.src, i.offsets, i.dims, i.checked_dims);

@@ -429,6 +429,36 @@ def test_copy_async_over_a_ragged_extent(arrays):
     np.testing.assert_array_equal(arrays.host(y), arrays.host(x)[:, :n])
 
 
+class RowCopyAsync(tilus.Script):
+    """Row `r` of x [rows, n] float16 (n a multiple of 128) -> shared by copy_async, a tile of
+    1 x 128 (a k group's scales in the W4A16 kernel) per block of 4 warps -> y [n]."""
+
+    def __call__(self, rows: int32, n: int32, r: int32, x: ~float16, y: ~float16):
+        self.attrs.blocks = [tilus.cdiv(n, 128)]
+        self.attrs.warps = 4
+        s = self.shared_tensor(dtype=float16, shape=[1, 128])
+        self.copy_async(self.global_view(x, shape=[rows, n]), s, offsets=[r, self.blockIdx.x * 128])
+        self.copy_async_wait_all()
+        self.sync()
+        self.store_global(self.global_view(y, shape=[1, n]), self.load_shared(s), offsets=[0, self.blockIdx.x * 128])
+
+
+def test_copy_async_of_a_small_tile_takes_16_byte_vectors(arrays, capfd):
+    # 256 bytes on 128 threads: 16 threads' 16-byte cp.async, not a synchronous 2-byte load per
+    # thread (the register default spreads a small tile over the threads; a copy holds no registers).
+    x = np.zeros((3, 256), np.float16)
+    capfd.readouterr()
+    ir = RowCopyAsync().ir(3, 256, 1, x, x[0].copy(), arch="sm_90a")["select_instructions"]
+    lines = ir.splitlines()
+    line = lines[next(i for i, l in enumerate(lines) if "copy_async(" in l) + 1]
+    assert "lowering: cp.async.cg vector=8" in line and "completion=cp.async-group" in line, line
+    assert "runs synchronously" not in capfd.readouterr().err
+    xs = arrays.rand((3, 384), "float16")
+    y = arrays.empty((384,), "float16")
+    RowCopyAsync()(3, 384, 2, xs, y)
+    np.testing.assert_array_equal(arrays.host(y), arrays.host(xs)[2])
+
+
 def test_copy_async_vectors_straddle_a_ragged_end_and_a_synchronous_one_says_why(capfd):
     # For the GPU: 16-byte cp.async although n is ragged (n = 301, ld = 320 aligned), the tail
     # vectors reading only their in-bounds bytes; with ld = 301 no 4-byte vector is aligned.

@@ -485,7 +485,8 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
     decode has no byte permute per pair (one LOP3 per f16 pair: the XOR constant in a register) and no
     more than 90 % of the general conversion's instructions, late_scale no more than 80 % (16
     FFMA for 64 HMUL2), and with tma no cp.async and no more than late_scale (the boxes' issue
-    included, one thread's); one barrier a k tile; nothing spilled."""
+    included, one thread's); one barrier a k tile; no synchronous global load (the scales come
+    by cp.async with the weights); nothing spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -505,6 +506,8 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
         assert loops[name].count("PRMT") <= 4, name  # (the general conversion: one per pair, 64; here a scale pair's)
         assert loops[name].count("LOP3") <= 16 * 4 + 8, (name, loops[name].count("LOP3"))  # 16 words of 4 pairs
         assert loops[name].count("BAR") == 1, name
+    for name, ops in loops.items():  # the scales (and zero points) by cp.async too: no load waits on memory
+        assert ops.count("LDG") == 0, (name, ops.count("LDG"))
     assert len(loops["magic"]) <= 0.9 * len(loops["plain"]), {x: len(v) for x, v in loops.items()}
     assert len(loops["late"]) <= 0.8 * len(loops["plain"]), {x: len(v) for x, v in loops.items()}
     assert loops["late"].count("HMUL2") == 0 and loops["late"].count("FFMA") == 16
