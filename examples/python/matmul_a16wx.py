@@ -16,12 +16,13 @@ with the dequantized weights as its register operand (warp-specialized, TMA on a
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
 import os
+import sys
 
 import numpy as np
 
 import tilus
 from tilus import bfloat16, float16, float32, int32, uint8, uint32
-from common import ArrivalCounters, last_to_arrive, reset_arrivals, timed_configs
+from common import ArrivalCounters, last_to_arrive, reset_arrivals, timed_configs, to_numpy
 from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
@@ -599,10 +600,9 @@ class QuantizedMatmul:
 
         - m <= 32, the 16-row mma.sync kernel: the rule's split s (mma_config: a power of two,
           the m x n tiles times s about two blocks per SM), 2 s, and the splits that fill one wave
-          of 2 and of 3 blocks per SM exactly (any split: the last one takes the k tiles left), in
+          of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
-          plain decode); at s also 8 stages and, where TMA applies (`tma`), the magic decode's
-          TMA copies;
+          plain decode); at s also 8 stages;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -632,14 +632,16 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(base["block_k"])
             decode = dict(magic=True, late_scale=True) if magic else {}
             tiles = -(-m // 16) * -(-n // base["block_n"])
-            # (ncu on the H200, 8192 x 8192: 143 registers a thread and 51 KB of shared memory
-            # a block in 4 stages, so 3 blocks an SM; split 8's 512 blocks ran in 1.29 waves.)
-            for split in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles):
+            # (The magic decode in 4 stages: 51 KB of shared memory a block and 121 registers a
+            # thread, 128 for uint4, since its scales come by cp.async: 4 blocks an SM. On the
+            # H200 the time fell with each block more an SM, up to one wave: split 6 of 8192 x
+            # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
+            for split in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles)):
                 if 1 <= split <= 16 and k // (base["block_k"] * split) >= 2:
                     add(dict(base, split_k=split, **decode))
+            # (The TMA copies, the slowest candidate at each shape on the H200, are in the wide
+            # space only.)
             add(dict(base, stages=2 * base["stages"], **decode))
-            if magic and tma:
-                add(dict(base, tma=True, **decode))
             return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
@@ -735,17 +737,39 @@ class QuantizedMatmul:
         wgmma weights, magic weights, TMA copies apply)."""
         return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c))
 
-    def tuned_config(self, key, call):
-        """The fastest of `candidates` at this size (key: tuning_key), timed once per process
-        (call(cfg): the kernel of a configuration and its arguments); the candidates compile in
+    def tuned_config(self, key, call, m, n, k):
+        """The fastest of `candidates` at this size (key: tuning_key) whose result agrees with the
+        general kernel's, timed and checked once per process (call(cfg): the kernel of a
+        configuration and its arguments, at the call's own m, n, k); the candidates compile in
         parallel first."""
         if key not in self.tuned:
-            m, n, k, hopper, magic, tma = key
+            hopper, magic, tma = key[3:]
             # (15 timings each: with 7, one H200 run picked at m = 16 a configuration of two
             # waves that ran 1.4 times as long under ncu as its pick at m = 1.)
-            self.timings[key] = timed_configs(self.candidates(m, n, k, hopper, magic, tma, self.wide), call, repeat=15)
-            self.tuned[key] = self.timings[key][0][1]
+            self.timings[key] = timed_configs(self.candidates(key[0], n, k, hopper, magic, tma, self.wide), call,
+                                              repeat=15)
+            self.tuned[key] = self.checked_fastest(self.timings[key], call, m, n, k)
         return self.tuned[key]
+
+    def checked_fastest(self, timings, call, m, n, k):
+        """The first configuration of timings ([(ms, cfg)], fastest first) whose c is within 1 % of
+        the largest value of the c of the general mma.sync kernel on the plain weights (a wrong
+        configuration once won a sweep, caught only by the bench); one that is not is reported
+        on stderr and passed over."""
+        reference = dict(self.mma_config(m, n, k), repacked=False)
+        kernel, args = call(reference)
+        kernel(*args)
+        want = to_numpy(args[7])  # c, of either kernel's arguments
+        scale = max(float(np.abs(want).max()), 1e-30)
+        for _, cfg in timings:
+            kernel, args = call(cfg)
+            kernel(*args)
+            err = float(np.abs(to_numpy(args[7]) - want).max()) / scale
+            if err < 1e-2:
+                return cfg
+            print(f"QuantizedMatmul: {cfg} at m={m}, n={n}, k={k} is off the general kernel by {err:.3g} of its "
+                  "largest value: passed over", file=sys.stderr, flush=True)
+        return reference
 
     def hopper_applies(self, b):
         """Whether MatmulA16WxHopper can run on these weights: a torch tensor on an sm_90a GPU,
@@ -780,7 +804,8 @@ class QuantizedMatmul:
         hopper = "wgmma" in weights
         if self.tune and getattr(c, "is_cuda", False):
             cfg = self.tuned_config(self.tuning_key(m, n, k, weights, c),
-                                    lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace))
+                                    lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace),
+                                    m, n, k)
         else:
             cfg = self.config(m, n, k, hopper)
         self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)

@@ -419,6 +419,39 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
     np.testing.assert_array_equal(arrays.host(q.arrival_counters.counters), 0)
 
 
+def test_quantized_matmul_tuning_passes_over_a_wrong_winner(arrays, capfd):
+    """The tuner's check of its winner (QuantizedMatmul.checked_fastest): a configuration whose c
+    is off the general kernel's is reported and passed over for the next fastest; with none
+    right, the general kernel itself."""
+    from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands, round_to
+    m, n, k, group = 5, 136, 512, 128
+    rng = np.random.default_rng(12)
+    packed, scales, zeros, w = quantized_operands(tilus.int4, k, n, group, rng)
+    q = QuantizedMatmul(tilus.int4, group)
+    weights = q.prepare(arrays.put(packed))
+    a = round_to(rng.uniform(-1, 1, (m, k)), tilus.float16)
+    c = arrays.put(host_array(np.zeros((m, n)), tilus.float16))
+    operands = (arrays.put(host_array(a, tilus.float16)), weights, arrays.put(host_array(scales, tilus.float16)), arrays.put(host_array(zeros, tilus.float16)),
+                c, arrays.put(np.zeros((16, m, n), np.float32)))
+    calls = []
+
+    def call(cfg):  # "broken": a kernel that writes a wrong c
+        calls.append(cfg)
+        kernel, args = q.kernel_call({x: v for x, v in cfg.items() if x != "broken"}, m, n, k, *operands)
+        if cfg.get("broken"):
+            def kernel(*args):
+                args[7][...] = 3.0
+        return kernel, args
+
+    good = q.mma_config(m, n, k, 16)
+    capfd.readouterr()
+    assert q.checked_fastest([(1.0, dict(good, broken=True)), (2.0, good)], call, m, n, k) == good
+    assert "passed over" in capfd.readouterr().err
+    assert calls == [dict(q.mma_config(m, n, k), repacked=False), dict(good, broken=True), good]  # the reference first
+    np.testing.assert_allclose(from_host_array(arrays.host(c), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
+    assert q.checked_fastest([(1.0, dict(good, broken=True))], call, m, n, k) == dict(q.mma_config(m, n, k), repacked=False)
+
+
 @pytest.mark.parametrize("wtype,split_k,bk,late_scale,tma", [("int4", 2, 64, True, False), ("uint4", 3, 128, False, False),
                                                               ("int4", 3, 128, True, True), ("uint4", 2, 64, True, True),
                                                               ("uint4", 1, 64, False, True)])
@@ -612,9 +645,9 @@ def test_quantized_matmul_picks_its_kernel_by_size():
 def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
     rule's choice first, no repeats, at most 7, each a kernel that can be made; up to m = 32 the
-    16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2 and of 3
+    16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2, 3 and 4
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
-    where its weights exist, 8 stages at s, and the TMA copies where they apply; from m = 33
+    where its weights exist, 8 stages at s, the TMA copies in the wide space only; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256); the mma.sync kernel where the wgmma
     kernel cannot run or its 64-row tiles are fewer than two per SM, and there up to m = 64 the
@@ -634,12 +667,13 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 mma = [c for c in got if not c.get("hopper")]
                 if m <= 32:
                     s, tiles = q.mma_config(m, n, k, 16)["split_k"], -(-m // 16) * -(-n // 128)
-                    splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles) if 1 <= x <= 16 and k // (128 * x) >= 2}
+                    splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
+                              if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
                     assert {c["stages"] for c in mma} == {4, 8}
-                    assert all(c["split_k"] == s for c in mma if c["stages"] == 8 or c.get("tma"))
+                    assert all(c["split_k"] == s for c in mma if c["stages"] == 8)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
-                    assert any(c.get("tma") for c in got) == tma
+                    assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
                 assert all(c["block_m"] < 2 * m and (c["block_m"] >= m // 2 or c["block_n"] == 128 or m > 256)
