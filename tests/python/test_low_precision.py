@@ -537,7 +537,8 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
         loops[name] = loop_ops(kernel.sass(*args, arch="sm_90a"))
     for name in ("magic", "late"):
         assert loops[name].count("PRMT") <= 4, name  # (the general conversion: one per pair, 64; here a scale pair's)
-        assert loops[name].count("LOP3") <= 16 * 4 + 8, (name, loops[name].count("LOP3"))  # 16 words of 4 pairs
+        # 16 words of 4 pairs, one LOP3 each, and a few of the copies' address and predicate work
+        assert loops[name].count("LOP3") <= 16 * 4 + 12, (name, loops[name].count("LOP3"))
         assert loops[name].count("BAR") == 1, name
     for name, ops in loops.items():  # the scales (and zero points) by cp.async too: no load waits on memory
         assert ops.count("LDG") == 0, (name, ops.count("LDG"))
