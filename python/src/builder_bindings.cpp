@@ -14,6 +14,7 @@ void bind_builder(py::module_& m) {
       .def("set_blocks", [](Builder& b, const py::iterable& xs, L loc) { b.set_blocks(to_exprs(xs), loc_of(loc)); })
       .def("set_warps", [](Builder& b, int64_t w, L loc) { b.set_warps(w, loc_of(loc)); })
       .def("set_cluster", [](Builder& b, std::vector<int64_t> c, L loc) { b.set_cluster(c, loc_of(loc)); })
+      .def("set_min_blocks", [](Builder& b, int64_t n, L loc) { b.set_min_blocks(n, loc_of(loc)); })
       .def("finish", &Builder::finish)
       .def("depth", &Builder::depth)
       .def("scope_path", &Builder::scope_path)

@@ -44,7 +44,10 @@ class Attrs:
     - ``blocks``: the grid, 1 to 3 block counts (Python ints or integer expressions of the
       kernel's parameters, evaluated at every launch), e.g. ``[tilus.cdiv(n, 1024)]``;
     - ``warps``: warps per block, a Python int from 1 to 32;
-    - ``cluster_blocks``: the thread-block cluster, 1 to 3 positive Python ints.
+    - ``cluster_blocks``: the thread-block cluster, 1 to 3 positive Python ints;
+    - ``min_blocks``: blocks each SM must be able to hold at once, a Python int from 1 to 32
+      (``__launch_bounds__``' second argument: ptxas keeps the registers a thread within
+      65536 / (min_blocks x the block's threads)).
 
     Any other name is a CompileError.
     """
@@ -54,8 +57,9 @@ class Attrs:
 
     def __setattr__(self, name, value):
         loc = _here()
-        if name not in ("blocks", "warps", "cluster_blocks"):
-            raise CompileError(f"{_where(loc)}unknown kernel attribute '{name}' (blocks, warps, cluster_blocks)")
+        if name not in ("blocks", "warps", "cluster_blocks", "min_blocks"):
+            raise CompileError(f"{_where(loc)}unknown kernel attribute '{name}' (blocks, warps, cluster_blocks, "
+                               "min_blocks)")
         self._values[name] = value
         b = getattr(_tracing, "builder", None)
         if b is None:
@@ -66,6 +70,10 @@ class Attrs:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise CompileError(f"{_where(loc)}attrs.warps must be a Python int, got {_describe(value)}")
             b.set_warps(value, loc)
+        elif name == "min_blocks":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise CompileError(f"{_where(loc)}attrs.min_blocks must be a Python int, got {_describe(value)}")
+            b.set_min_blocks(value, loc)
         else:
             b.set_cluster(_ints(value, "attrs.cluster_blocks", loc), loc)
 

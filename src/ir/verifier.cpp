@@ -103,6 +103,9 @@ class KernelVerifier {
   void check_attributes() {
     if (kernel_.warps < 1 || kernel_.warps > kMaxWarps)
       fail_kernel(fmt::format("warps = {}: a block has 1 to {} warps", kernel_.warps, kMaxWarps));
+    if (kernel_.min_blocks > 0 && kernel_.min_blocks * kernel_.warps > kMaxWarpsPerSm)
+      fail_kernel(fmt::format("min_blocks = {}: {} blocks of {} warps are more than the {} warps an SM holds",
+                              kernel_.min_blocks, kernel_.min_blocks, kernel_.warps, kMaxWarpsPerSm));
     if (kernel_.grid.empty() || kernel_.grid.size() > 3)
       fail_kernel(fmt::format("the grid needs 1 to 3 block counts, got {}: {}", kernel_.grid.size(),
                               exprs_str(kernel_.grid)));

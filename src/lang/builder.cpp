@@ -73,6 +73,22 @@ void Builder::set_warps(int64_t warps, SourceLoc loc) {
     throw CompileError(fmt::format("attrs.warps = {}: a block has 1 to {} warps", warps, kMaxWarps), loc);
   kernel_.warps = warps;
   warps_set_ = true;
+  check_min_blocks(loc);
+}
+
+void Builder::set_min_blocks(int64_t min_blocks, SourceLoc loc) {
+  if (min_blocks < 1 || min_blocks > 32)
+    throw CompileError(fmt::format("attrs.min_blocks = {}: an SM holds 1 to 32 blocks", min_blocks), loc);
+  kernel_.min_blocks = min_blocks;
+  // Checked again by the verifier (the warps may come after); here the error names this line.
+  if (warps_set_) check_min_blocks(loc);
+}
+
+void Builder::check_min_blocks(SourceLoc loc) const {
+  if (kernel_.min_blocks > 0 && kernel_.min_blocks * kernel_.warps > kMaxWarpsPerSm)
+    throw CompileError(fmt::format("attrs.min_blocks = {}: {} blocks of {} warps are more than the {} warps an SM holds",
+                                   kernel_.min_blocks, kernel_.min_blocks, kernel_.warps, kMaxWarpsPerSm),
+                       loc);
 }
 
 void Builder::set_cluster(const std::vector<int64_t>& cluster_blocks, SourceLoc loc) {

@@ -251,6 +251,10 @@ void Script::apply_attrs() {
     builder_->set_cluster(attrs.cluster_blocks, loc);
     applied_.cluster_blocks = attrs.cluster_blocks;
   }
+  if (attrs.min_blocks != applied_.min_blocks) {
+    builder_->set_min_blocks(attrs.min_blocks, loc);
+    applied_.min_blocks = attrs.min_blocks;
+  }
 }
 
 GlobalTensor Script::global_view_impl(const Expr& ptr, DataType dtype, std::vector<Expr> shape,

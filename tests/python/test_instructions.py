@@ -431,11 +431,18 @@ def test_copy_async_over_a_ragged_extent(arrays):
 
 class RowCopyAsync(tilus.Script):
     """Row `r` of x [rows, n] float16 (n a multiple of 128) -> shared by copy_async, a tile of
-    1 x 128 (a k group's scales in the W4A16 kernel) per block of 4 warps -> y [n]."""
+    1 x 128 (a k group's scales in the W4A16 kernel) per block of 4 warps -> y [n]; min_blocks:
+    attrs.min_blocks."""
+
+    def __init__(self, min_blocks=None):
+        super().__init__()
+        self.min_blocks = min_blocks
 
     def __call__(self, rows: int32, n: int32, r: int32, x: ~float16, y: ~float16):
         self.attrs.blocks = [tilus.cdiv(n, 128)]
         self.attrs.warps = 4
+        if self.min_blocks:
+            self.attrs.min_blocks = self.min_blocks
         s = self.shared_tensor(dtype=float16, shape=[1, 128])
         self.copy_async(self.global_view(x, shape=[rows, n]), s, offsets=[r, self.blockIdx.x * 128])
         self.copy_async_wait_all()
@@ -456,6 +463,20 @@ def test_copy_async_of_a_small_tile_takes_16_byte_vectors(arrays, capfd):
     xs = arrays.rand((3, 384), "float16")
     y = arrays.empty((384,), "float16")
     RowCopyAsync()(3, 384, 2, xs, y)
+    np.testing.assert_array_equal(arrays.host(y), arrays.host(xs)[2])
+
+
+def test_min_blocks_bounds_the_registers_for_occupancy(arrays):
+    """attrs.min_blocks: printed with the kernel, the CUDA source's __launch_bounds__(threads,
+    min_blocks) (ptxas keeps the registers a thread within 64K / (4 x 128) = 128), and the kernel
+    runs as without it."""
+    x = np.zeros((3, 256), np.float16)
+    assert "min_blocks 4" in RowCopyAsync(4).ir(3, 256, 1, x, x[0].copy(), arch="sm_90a")["traced"]
+    assert "__launch_bounds__(128, 4)" in RowCopyAsync(4).source(3, 256, 1, x, x[0].copy(), arch="sm_90a")
+    assert "__launch_bounds__(128)" in RowCopyAsync().source(3, 256, 1, x, x[0].copy(), arch="sm_90a")
+    xs = arrays.rand((3, 384), "float16")
+    y = arrays.empty((384,), "float16")
+    RowCopyAsync(4)(3, 384, 2, xs, y)
     np.testing.assert_array_equal(arrays.host(y), arrays.host(xs)[2])
 
 

@@ -45,6 +45,10 @@ struct Kernel {
   std::vector<Expr> grid;   // 1 to 3 block counts, expressions over params
   int64_t warps = 0;
   std::array<int64_t, 3> cluster{1, 1, 1};
+  // attrs.min_blocks: blocks of this kernel each SM must be able to hold at once (the second
+  // argument of __launch_bounds__: ptxas then keeps the registers a thread within 64K / (that
+  // times the block's threads)); 0: ptxas chooses.
+  int64_t min_blocks = 0;
   Stmt body;
   SourceLoc loc;
   // Facts about runtime parameters the kernel was specialized for: an integer parameter

@@ -27,6 +27,8 @@ void verify(const Program& program, const VerifyOptions& opts = {});
 
 // Largest number of warps a kernel may have (1024 threads).
 inline constexpr int64_t kMaxWarps = 32;
+// Warps an SM holds at once (sm_80 to sm_100): attrs.min_blocks times the block's warps.
+inline constexpr int64_t kMaxWarpsPerSm = 64;
 // Most bytes of register tensors one thread may hold (CUDA's local memory per thread).
 inline constexpr int64_t kMaxRegisterBytesPerThread = int64_t(512) << 10;
 // Largest thread-block cluster every cluster-capable GPU launches (more needs an opt-in).

@@ -71,6 +71,9 @@ class Script {
     int64_t warps = 0;
     // Thread-block cluster shape (Hopper), 1 to 3 dimensions; empty: no clusters (1x1x1).
     std::vector<int64_t> cluster_blocks;
+    // Blocks each SM must be able to hold at once (__launch_bounds__'s second argument, so
+    // ptxas caps the registers a thread); 0: ptxas chooses.
+    int64_t min_blocks = 0;
   } attrs;
 
   struct Dim3 {

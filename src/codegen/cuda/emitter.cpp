@@ -620,8 +620,11 @@ KernelSource Emitter::run() {
   // launch bounds only with a minimum of blocks per SM: without it, it may ignore every
   // setmaxnreg of the kernel (its remark C7508) and compile all of it within the even split
   // (flash_attention.py's d = 256 kernel then spilled 2.8 KB and serialized its wgmma).
-  std::string bounds = contains_inst(kernel.body, InstKind::SetMaxNReg) ? fmt::format("{}, 1", src.block_threads)
-                                                                         : std::to_string(src.block_threads);
+  // attrs.min_blocks asks the same of ptxas for occupancy: registers a thread within 64K / (its
+  // blocks times their threads).
+  int64_t min_blocks = std::max<int64_t>(kernel.min_blocks, contains_inst(kernel.body, InstKind::SetMaxNReg) ? 1 : 0);
+  std::string bounds = min_blocks > 0 ? fmt::format("{}, {}", src.block_threads, min_blocks)
+                                      : std::to_string(src.block_threads);
   linef("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{", bounds, src.name, params);
   out_ += body;
   line("}");
