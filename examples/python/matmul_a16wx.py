@@ -37,8 +37,15 @@ class MatmulA16Wx(tilus.Script):
     and sets the counter back to zero."""
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
-                 repacked=False, atype=float16, magic=False, late_scale=False, tma=False):
+                 repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
+                 min_blocks=None):
         super().__init__()
+        # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
+        # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
+        # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
+        # ptxas varied by split); it takes more registers (168-191), so min_blocks (attrs.min_blocks:
+        # blocks an SM must hold at once) caps them: 4 -> 128, spilling only outside the loop.
+        self.unroll, self.min_blocks = unroll, min_blocks
         assert group % block_k == 0, "a k tile must not straddle two scale groups"
         assert block_k * wtype.bits % 32 == 0, "a k tile's weight bytes must be whole 4-byte words (cp.async)"
         self.wtype, self.group, self.stages, self.split_k, self.warps = wtype, group, stages, split_k, warps
@@ -69,6 +76,8 @@ class MatmulA16Wx(tilus.Script):
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
         self.attrs.warps = self.warps
+        if self.min_blocks:
+            self.attrs.min_blocks = self.min_blocks
         om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
         per_split = tilus.cdiv(tilus.cdiv(k, bk), self.split_k)
         first = self.blockIdx.z * per_split
@@ -156,7 +165,7 @@ class MatmulA16Wx(tilus.Script):
 
         for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
             load_stage(s, s)
-        for step in range(steps):
+        for step in self.range(steps, unroll=stages if self.unroll else None):
             if self.magic:
                 # The next stage's copies after this tile's shared reads: the barrier after the
                 # wait for this tile also orders the last tile's reads before them (one barrier a
@@ -602,7 +611,8 @@ class QuantizedMatmul:
           the m x n tiles times s about two blocks per SM), 2 s, and the splits that fill one wave
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
-          plain decode); at s also 8 stages;
+          plain decode); on the magic decode also the last two of those splits with the k loop
+          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -636,12 +646,15 @@ class QuantizedMatmul:
             # thread, 128 for uint4, since its scales come by cp.async: 4 blocks an SM. On the
             # H200 the time fell with each block more an SM, up to one wave: split 6 of 8192 x
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
-            for split in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles)):
-                if 1 <= split <= 16 and k // (base["block_k"] * split) >= 2:
-                    add(dict(base, split_k=split, **decode))
-            # (The TMA copies, the slowest candidate at each shape on the H200, are in the wide
-            # space only.)
-            add(dict(base, stages=2 * base["stages"], **decode))
+            splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
+                      if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
+            for split in splits:
+                add(dict(base, split_k=split, **decode))
+            if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
+                for split in splits[-2:]:
+                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
+            # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
+            # H200, are in the wide space only.)
             return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)

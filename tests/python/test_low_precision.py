@@ -454,7 +454,8 @@ def test_quantized_matmul_tuning_passes_over_a_wrong_winner(arrays, capfd):
 
 @pytest.mark.parametrize("wtype,split_k,bk,late_scale,tma", [("int4", 2, 64, True, False), ("uint4", 3, 128, False, False),
                                                               ("int4", 3, 128, True, True), ("uint4", 2, 64, True, True),
-                                                              ("uint4", 1, 64, False, True)])
+                                                              ("uint4", 1, 64, False, True), ("int4", 3, 128, True, "unroll"),
+                                                              ("uint4", 2, 64, True, "unroll")])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, tma):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -471,10 +472,11 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, t
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     c = arrays.put(host_array(np.zeros((m, n)), at))
     counters = arrays.put(np.zeros(16, np.int32))
+    unroll = tma == "unroll"  # the k loop unrolled by the stages, in the registers of 4 blocks an SM
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True,
-                         late_scale=late_scale, tma=tma)
+                         late_scale=late_scale, tma=tma is True, unroll=unroll, min_blocks=4 if unroll else None)
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
-    for launch in range(2 if tma else 1):
+    for launch in range(2 if tma is True else 1):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
                arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
@@ -499,15 +501,20 @@ def test_magic_layout_is_the_quarters_fragments():
                 assert magic.map(t, slot) == [row, r * (bk // 4) + col], (bn, bk, t, slot)
 
 
-def loop_ops(sass):
+def loop_ops(sass, unrolled=False):
     """The opcodes of the k loop in cuobjdump's SASS: the shortest backward branch's body that
     holds a tensor-core instruction (HMMA), else the longest backward branch's body (an
-    out-of-line mbarrier retry may branch back over more than the loop)."""
+    out-of-line mbarrier retry may branch back over more than the loop); unrolled: the body with
+    the most HMMA (not the remainder loop's)."""
     code = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)[^;]*;", sass)]
     branches = [(int(t, 16), int(a, 16)) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)]
     loops = [(t, a) for t, a in branches if t < a]
-    with_mma = [b for b in loops if any(b[0] <= a <= b[1] and op == "HMMA" for a, op in code)]
-    lo, hi = min(with_mma, key=lambda b: b[1] - b[0]) if with_mma else max(loops, key=lambda b: b[1] - b[0])
+    mma = {b: sum(1 for a, op in code if b[0] <= a <= b[1] and op == "HMMA") for b in loops}
+    with_mma = [b for b in loops if mma[b]]
+    if unrolled and with_mma:
+        lo, hi = max(with_mma, key=lambda b: (mma[b], -(b[1] - b[0])))
+    else:
+        lo, hi = min(with_mma, key=lambda b: b[1] - b[0]) if with_mma else max(loops, key=lambda b: b[1] - b[0])
     return [op for a, op in code if lo <= a <= hi]
 
 
@@ -519,7 +526,8 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
     more than 90 % of the general conversion's instructions, late_scale no more than 80 % (16
     FFMA for 64 HMUL2), and with tma no cp.async and no more than late_scale (the boxes' issue
     included, one thread's); one barrier a k tile; no synchronous global load (the scales come
-    by cp.async with the weights); nothing spilled."""
+    by cp.async with the weights); nothing spilled; the unrolled loop of the tuner's candidates
+    in the registers of 4 blocks an SM."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -551,6 +559,19 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
     assert tma.count("LDGSTS") == 0 and tma.count("UTMALDG") == (3 if dt.is_signed() else 4), tma.count("UTMALDG")
     assert tma.count("BAR") == 1 and tma.count("HMMA") == loops["late"].count("HMMA") and tma.count("FFMA") == 16
     assert len(tma) <= len(loops["late"]), {x: len(v) for x, v in loops.items()}
+    # unroll=True, min_blocks=4 (the tuner's candidates at the 3- and 4-block splits): the k loop
+    # unrolled by the 4 stages in at most 128 registers (4 blocks an SM), fewer instructions a k
+    # tile than rolled, the same HMMA and decode per tile, nothing spilled inside the loop (ptxas
+    # keeps a few values of the epilogue in local memory around it).
+    for split in (2, 6, 16):
+        kernel = MatmulA16Wx(dt, 128, block_k=128, split_k=split, repacked=True, magic=True, late_scale=True,
+                             unroll=True, min_blocks=4)
+        args16 = args[:8] + (np.zeros((16, m, n), np.float32), args[9])
+        assert kernel.compiled(*args16, arch="sm_90a").registers <= 128, split
+        ops = loop_ops(kernel.sass(*args16, arch="sm_90a"), unrolled=True)
+        tiles = ops.count("HMMA") // 32
+        assert tiles == 4 and ops.count("STL") + ops.count("LDL") == 0, (split, tiles)
+        assert len(ops) <= tiles * len(loops["late"]) and ops.count("LOP3") <= tiles * (16 * 4 + 12), (split, len(ops))
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -648,7 +669,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     rule's choice first, no repeats, at most 7, each a kernel that can be made; up to m = 32 the
     16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2, 3 and 4
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
-    where its weights exist, 8 stages at s, the TMA copies in the wide space only; from m = 33
+    where its weights exist, and there the last two splits unrolled in the registers of 4 blocks
+    an SM; 8 stages and the TMA copies in the wide space only; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256); the mma.sync kernel where the wgmma
     kernel cannot run or its 64-row tiles are fewer than two per SM, and there up to m = 64 the
@@ -660,7 +682,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 7, (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 8, (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -671,9 +693,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
-                    assert {c["stages"] for c in mma} == {4, 8}
-                    assert all(c["split_k"] == s for c in mma if c["stages"] == 8)
+                    assert {c["stages"] for c in mma} == {4}
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
+                    unrolled = [c for c in mma if c.get("unroll")]
+                    assert all(c["min_blocks"] == 4 and c["magic"] for c in unrolled)
+                    assert len(unrolled) == (min(2, len(splits)) if magic else 0), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
