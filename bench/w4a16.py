@@ -237,7 +237,9 @@ def describe(cfg):
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
               if cfg.get("magic") else "")
-    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}"
+    loop = " unrolled" if cfg.get("unroll") else ""
+    loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
+    return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 
 
 if __name__ == "__main__":
