@@ -859,6 +859,22 @@ TEST(VerifierRuleA, WarpsAndGrid) {
   EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"only the kernel's parameters", "'n' (a parameter of another kernel)"}));
 }
 
+TEST(VerifierRuleA, MinBlocks) {
+  Traced t;  // 4 warps
+  t.b.set_min_blocks(4, L(7));
+  Kernel k = t.kernel();
+  EXPECT_EQ(k.min_blocks, 4);
+  EXPECT_TRUE(Passes([&] { verify(k); }));
+  // The tracer rejects a bad count at the line that sets it.
+  Traced u;
+  EXPECT_TRUE(Fails([&] { u.b.set_min_blocks(0, L(8)); }, 8, "attrs.min_blocks = 0", {"an SM holds 1 to 32 blocks"}));
+  EXPECT_TRUE(Fails([&] { u.b.set_min_blocks(17, L(9)); }, 9, "attrs.min_blocks = 17",  // 17 x 4 = 68 warps
+                    {"17 blocks of 4 warps are more than the 64 warps an SM holds"}));
+  Kernel bad = k;
+  bad.min_blocks = 32;
+  EXPECT_TRUE(Fails([&] { verify(bad); }, 1, "kernel k", {"min_blocks = 32", "more than the 64 warps an SM holds"}));
+}
+
 TEST(VerifierRuleA, ClusterShape) {
   Traced t;  // grid [cdiv(n, 128)]: only known at launch, which checks it (launch_grid)
   t.b.set_cluster({2}, L(7));
