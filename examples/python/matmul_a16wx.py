@@ -866,12 +866,14 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
     return pack_codes(codes, bits), scales, zeros, w
 
 
-def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
+def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, tune=False):
+    """tune: QuantizedMatmul(tune=True) on the GPU (every candidate launched, the winner checked;
+    the rule elsewhere); the result is checked either way."""
     from common import check, on_gpu, timed
     rng = np.random.default_rng(0)
     a = round_to(rng.uniform(-1, 1, (m, k)), atype)
     packed, scales, zeros, w = quantized_operands(wtype, k, n, group, rng, atype)
-    kernel = QuantizedMatmul(wtype, group, atype=atype)
+    kernel = QuantizedMatmul(wtype, group, atype=atype, tune=tune)
     args = [host_array(a, atype), packed, host_array(scales, atype), host_array(zeros, atype),
             host_array(np.zeros((m, n)), atype), np.zeros((16, m, n), np.float32)]
     device = "cpu"
@@ -882,8 +884,8 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
     args[1] = kernel.prepare(args[1])
     kernel(m, n, k, *args)
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
-    cfg = kernel.config(m, n, k, hopper="wgmma" in args[1])
-    how = "wgmma" if cfg.get("hopper") else f"split_k {cfg['split_k']}"
+    cfg = next(iter(kernel.tuned.values()), None) or kernel.config(m, n, k, hopper="wgmma" in args[1])
+    how = "wgmma" if cfg.get("hopper") else f"split_k {cfg['split_k']}" + (", tuned" if kernel.tuned else "")
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
     if timing:
@@ -904,6 +906,8 @@ if __name__ == "__main__":
         run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
     run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
     run("matmul_a16wx", tilus.uint4, 128, 136, 512)
+    for t in ["int4", "uint4"]:  # on a GPU: every small-m candidate (magic decode, unrolled, splits) launched
+        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
         from common import on_gpu
         s = 8192 if on_gpu() else 512
