@@ -366,6 +366,18 @@ def launched_configs(sms=132):
             for c in [{}] + prefill_candidates(d, causal, sms) if "l2_bytes" not in c]
 
 
+@pytest.mark.parametrize("sms", [0, 132])
+def test_prefill_candidates_each_change_the_rule(sms):
+    """Each candidate the bench times is another kernel than the rule's and than the other
+    candidates' (a launch takes it on top of prefill_config), with and without the SM count."""
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            rule = prefill_config(d, causal, sms)
+            kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__ for c in [{}] + prefill_candidates(d, causal, sms)]
+            assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
+            assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
+
+
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("d,causal,cfg", launched_configs(),
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
