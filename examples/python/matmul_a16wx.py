@@ -27,7 +27,27 @@ from common import from_host_array, host_array, round_to  # noqa: F401 (the test
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
 
 
-class MatmulA16Wx(tilus.Script):
+class SplitK(tilus.Script):
+    """The end of a split over k that both kernels share (a base class: its `if` on a kernel
+    value is traced as the body's are)."""
+
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
+        """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
+        gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
+        tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
+        partials may not fit in registers) and sets the counter back to zero
+        (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
+        shared slot, allocated before any asynchronous copy's)."""
+        bm, bn = acc.shape
+        self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
+        if last_to_arrive(self, arrivals, tile, splits, slot=before):
+            for r in range(bm // 16):
+                p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[splits, 16, bn])
+                self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * 16, on])
+            reset_arrivals(self, arrivals, tile)  # ready for the next launch
+
+
+class MatmulA16Wx(SplitK):
     """One split of the k range per blockIdx.z: `stages` tiles of a and of b's bytes in flight
     with cp.async (the passes insert the waits and barriers), dequantized in registers, the f16
     tile handed to `dot` through shared memory. With split_k == 1 the block writes c (f16 or bf16),
@@ -174,17 +194,10 @@ class MatmulA16Wx(tilus.Script):
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
         else:
-            # Each split stores its float32 partial sums; the tile's last split to arrive adds
-            # them up into c (common.last_to_arrive: the stores before the arrival, the loads after).
             gp = self.global_view(partial, shape=[self.split_k, m, n])
-            self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
-            tile = [self.blockIdx.x, self.blockIdx.y]
-            if last_to_arrive(self, arrivals, tile, self.split_k, slot=before):
-                for r in range(bm // 16):  # 16 rows at a time: a whole tile's partials may not fit in registers
-                    p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[self.split_k, 16, bn])
-                    self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om + r * 16, on])
-                reset_arrivals(self, arrivals, tile)  # ready for the next launch
+            self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
+                               self.split_k, om, on, before)
 
     def plain_step(self, sa, sb, ss, sz, acc):
         """One k tile: the weight codes widened by the general conversion, scaled, multiplied."""
@@ -367,7 +380,7 @@ def repack_for_hopper(b, wtype, n, k, bk):
     return repack(b, wtype, n, k, 128, bk, wgmma_a_layout(128, bk, 2), 256)
 
 
-class MatmulA16WxHopper(tilus.Script):
+class MatmulA16WxHopper(SplitK):
     """Large m on sm_90a: c^T = dequant(w) @ a^T on wgmma with the weights as its register
     operand. A producer warp brings each k tile of a (the wgmma b operand, K-major, by TMA), the
     tile's weight bytes (repacked into the wgmma a fragment order: one 16-byte row per thread)
@@ -383,17 +396,24 @@ class MatmulA16WxHopper(tilus.Script):
     rows of a (as cuBLAS's 2 x 1 clusters): each loads its own weights and scales and half of the
     tile of a, multicast into the shared memory of both (TMA multicast: each block reads a from L2
     half as often); a stage is free again when the consumers of both blocks have released it, as
-    in examples/python/hopper_matmul_v5.py."""
+    in examples/python/hopper_matmul_v5.py.
+
+    split_k > 1: the units of work are the output tiles' k ranges, split_k of them per tile (whole
+    pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
+    small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
+    and the tile's last split to arrive adds them up into c (add_up_splits, as MatmulA16Wx does;
+    `counters`: zero before the launch, as it leaves them)."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
-        self.wtype, self.group, self.atype, self.cluster_size = wtype, group, atype, cluster
+        assert 1 <= split_k <= 16 and (split_k == 1 or cluster == 1), "split-K (1 to 16 ways) on blocks alone"
+        self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
         self.block_n, self.block_m, self.block_k = block_n, block_m, block_k
         self.stages, self.consumers, self.tile_group, self.blocks = stages, consumers, tile_group, blocks
 
@@ -405,6 +425,18 @@ class MatmulA16WxHopper(tilus.Script):
         rows = tilus.min(tiles_m - first_m, self.tile_group)
         return (first_m + t % rows) * self.block_m, t % span // rows
 
+    def unit(self, u, tiles_m, tiles_n, steps, rank):
+        """Unit of work u: (its output tile, its split, the tile's row of a, its weight tile, the
+        split's first k tile, its number of k tiles). A tile's splits are neighbouring units (run
+        at once by neighbouring blocks) of whole pairs of k tiles each."""
+        t, split = (u // self.split_k, u % self.split_k) if self.split_k > 1 else (u, 0)
+        offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
+        tile_n = tile_n * self.cluster_size + rank
+        if self.split_k == 1:
+            return t, split, offset_m, tile_n, 0, steps
+        per = 2 * tilus.cdiv(steps, 2 * self.split_k)
+        return t, split, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
+
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
         for wg in tilus.static_range(self.consumers):
@@ -414,7 +446,7 @@ class MatmulA16WxHopper(tilus.Script):
                     self.mbarrier_arrive(barrier, cta_id=peer)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
-                 zeros: tilus.void_p, c: tilus.void_p):
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
         bn, bm, bk, stages, blocks, at = self.block_n, self.block_m, self.block_k, self.stages, self.blocks, self.atype
         workers = 128 * self.consumers
         rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
@@ -428,9 +460,10 @@ class MatmulA16WxHopper(tilus.Script):
         else:
             rank, peer = 0, None
         first_unit, units_step = (self.blockIdx.x // 2, blocks // 2) if clustered else (self.blockIdx.x, blocks)
-        # The units of work: output tiles, or with clusters pairs of neighbouring weight tiles.
+        # The units of work (self.unit): output tiles, with clusters pairs of neighbouring weight
+        # tiles, with split-K a tile's k ranges.
         tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(tilus.cdiv(n, bn), self.cluster_size)
-        tiles = tiles_m * tiles_n
+        units = tiles_m * tiles_n * self.split_k
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
@@ -442,7 +475,12 @@ class MatmulA16WxHopper(tilus.Script):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        if self.split_k == 1:
+            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        else:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
+            before = self.shared_tensor(dtype=int32, shape=[1])
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n])
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -455,43 +493,43 @@ class MatmulA16WxHopper(tilus.Script):
         with self.thread_group(thread_begin=workers, num_threads=128):
             self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
-                for t in range(first_unit, tiles, units_step):
-                    offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-                    tile_n = tile_n * self.cluster_size + rank
-                    first = (t - first_unit) // units_step * steps
-                    for step in range(steps):
-                        g = first + step
+                issued = self.declare("issued", int32, 0)  # k tiles through the ring
+                for u in range(first_unit, units, units_step):
+                    _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank)
+                    for step in range(count):
+                        g = issued + step
                         stage = g % stages
+                        kt = k0 + step
                         self.mbarrier.wait(empty[stage], phase=g // stages % 2 ^ 1)
                         with self.single_thread():
                             self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
                             if clustered:  # this block's half of a into both blocks
                                 self.tma.global_to_shared(src=ga, dst=self.slice_shared(sa[stage], [rank * (bm // 2), 0],
                                                                                        [0, 1], [bm // 2, bk]),
-                                                          offsets=[offset_m + rank * (bm // 2), step * bk],
+                                                          offsets=[offset_m + rank * (bm // 2), kt * bk],
                                                           mbarrier=full[stage], multicast_mask=3)
                             else:
-                                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, step * bk],
+                                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, kt * bk],
                                                           mbarrier=full[stage])
                             self.tma.global_to_shared(src=gw, dst=sw[stage], mbarrier=full[stage],
-                                                      offsets=[(tile_n * bn // 128 * steps + step) * packed_rows +
+                                                      offsets=[(tile_n * bn // 128 * steps + kt) * packed_rows +
                                                                tile_n * bn % 128 // bn * rows, 0])
                             self.tma.global_to_shared(src=gs, dst=ss[stage], mbarrier=full[stage],
-                                                      offsets=[step * bk // self.group, tile_n * bn])
+                                                      offsets=[kt * bk // self.group, tile_n * bn])
                             if unsigned:
                                 self.tma.global_to_shared(src=gz, dst=sz[stage], mbarrier=full[stage],
-                                                          offsets=[step * bk // self.group, tile_n * bn])
+                                                          offsets=[kt * bk // self.group, tile_n * bn])
+                    issued = issued + count
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             self.inc_max_nreg(232 if self.consumers == 2 else 240)
             fragment = wgmma_a_layout(bn, bk, self.consumers)
-            for t in range(first_unit, tiles, units_step):
-                offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-                tile_n = tile_n * self.cluster_size + rank
-                first = (t - first_unit) // units_step * steps
+            taken = self.declare("taken", int32, 0)  # k tiles through the ring
+            for u in range(first_unit, units, units_step):
+                t, split, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-                for pair in range(steps // 2):
+                for pair in range(count // 2):
                     for h in tilus.static_range(2):  # two weight tiles in registers, alternating
-                        g = first + 2 * pair + h
+                        g = taken + 2 * pair + h
                         stage = g % stages
                         self.mbarrier.wait(full[stage], phase=g // stages % 2)
                         raw = self.load_shared(sw[stage])
@@ -511,17 +549,27 @@ class MatmulA16WxHopper(tilus.Script):
                             if pair > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)
                 self.wgmma.wait_group(0)
-                self.release(empty[(first + steps - 1) % stages], peer)
-                # The tile goes out through shared memory and TMA stores (the transposed
-                # accumulator gives each thread single elements of c's rows); the consumers go on
-                # to the next tile while the stores complete.
-                with self.single_thread():  # the last tile's stores have read sc
-                    self.tma.wait_group(0, read=True)
-                self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(at), [bm, bn // 64, 64]))
-                with self.single_thread():
-                    for j in tilus.static_range(bn // 64):
-                        self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
-                    self.tma.commit_group()
+                if self.split_k == 1:
+                    self.release(empty[(taken + count - 1) % stages], peer)
+                else:
+                    if count > 0:  # (a tile's last split may have no k tiles)
+                        self.release(empty[(taken + count - 1) % stages], peer)
+                taken = taken + count
+                if self.split_k > 1:
+                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t], split, self.split_k, offset_m,
+                                       tile_n * bn, before)
+                else:
+                    # The tile goes out through shared memory and TMA stores (the transposed
+                    # accumulator gives each thread single elements of c's rows); the consumers go
+                    # on to the next tile while the stores complete.
+                    with self.single_thread():  # the last tile's stores have read sc
+                        self.tma.wait_group(0, read=True)
+                    self.store_shared(sc.permute([1, 0, 2]),
+                                      self.reshape(self.transpose(acc).to(at), [bm, bn // 64, 64]))
+                    with self.single_thread():
+                        for j in tilus.static_range(bn // 64):
+                            self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
+                        self.tma.commit_group()
         if clustered:
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
@@ -653,25 +701,43 @@ class QuantizedMatmul:
                 add(dict(big, cluster=2))
             if m > 256:
                 add(dict(big, tile_group=4))
-            # Even the smallest wgmma tiles are fewer than two per SM (at n = 3584 and m <= 256 they
-            # measured 0.7-0.8x cuBLAS on the H200: the kernel cannot split k).
-            idle = -(-n // 64) * -(-m // 64) < 2 * sms
+            # Where a tile shape's tiles leave the SMs' last round of the persistent grid short (n =
+            # 3584 at every m, m <= 256 at most shapes: 0.69-0.98x cuBLAS on the H200 unsplit), that
+            # shape split over k to fill it: the rule's rows of a on 64 and on 128 weight rows.
+            for bn in (64, 128) if m <= 256 else (128,):
+                bm = rule["block_m"] if m <= 256 else 256
+                tile = dict(big, block_n=bn, consumers=bn // 64, block_m=bm, stages=8 if bm <= 128 else 4)
+                split = self.wave_split(-(-n // bn) * -(-m // bm), k // rule["block_k"])
+                if split > 1:
+                    add(dict(tile, split_k=split))
+            # The wgmma kernel's splits stand in for the mma.sync kernel's 64- and 128-row tiles; its
+            # 16 rows of a, split, stay where even the 64 x 64 wgmma tiles are fewer than two per SM
+            # (they won at m = 64, n = 3584 before the wgmma kernel split k).
+            mma_tiles, small = False, m <= 64 and -(-n // 64) * -(-m // 64) < 2 * sms
         else:
-            idle = True
-        if idle:
+            mma_tiles, small = True, m <= 64
+        if mma_tiles:
             base = self.mma_config(m, n, k)
             add(base)
             tiles = -(-m // base["block_m"]) * -(-n // base["block_n"])
             for split in (2, 4):
                 if k // (base["block_k"] * split) >= 2 and tiles * split <= 4 * sms:
                     add(dict(base, split_k=split))
-            if m <= 64:  # the 16-row kernel on each 16 rows of a, split to fill a wave of 3 blocks per SM
-                small = self.mma_config(m, n, k, 16)
-                tiles = -(-m // 16) * -(-n // small["block_n"])
-                split = max(1, min(16, 3 * sms // tiles, k // (2 * small["block_k"])))  # two k tiles a split
-                magic = magic and self.magic_tile(small["block_k"])
-                add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
+        if small:  # the 16-row kernel on each 16 rows of a, split to fill a wave of 3 blocks per SM
+            small = self.mma_config(m, n, k, 16)
+            tiles = -(-m // 16) * -(-n // small["block_n"])
+            split = max(1, min(16, 3 * sms // tiles, k // (2 * small["block_k"])))  # two k tiles a split
+            magic = magic and self.magic_tile(small["block_k"])
+            add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
+
+    def wave_split(self, tiles, ktiles):
+        """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
+        fewest ways (1 to 16, 8 k tiles a split at least) whose units fill the persistent grid's
+        rounds (units / (rounds x SMs)) to 90 %, else the fullest."""
+        sms = self.sms or 132
+        fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17) if s == 1 or ktiles // s >= 8}
+        return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
     def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
         """candidates(wide=True), the rule's first: for m <= 32 the 16-row kernel split over k 1 to
@@ -797,13 +863,14 @@ class QuantizedMatmul:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
                 blocks = (self.sms or 132) // cfg.get("cluster", 1) * cfg.get("cluster", 1)
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
-            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c)
-        if key not in self.kernels:
+        elif key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
+        counters = self.arrival_counters(c, tiles)
+        if cfg.get("hopper"):
+            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c, workspace, counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
-        return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace,
-                                   self.arrival_counters(c, tiles))
+        return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
 
 
 def quantized_operands(wtype, k, n, group, rng, atype=float16):

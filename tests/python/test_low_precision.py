@@ -11,7 +11,7 @@ import pytest
 
 import tilus
 from tilus import float32, int32
-from conftest import HAS_GPU
+from conftest import HAS_CPU, HAS_GPU
 
 B = 128
 FLOATS = ["float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1", "float5_e2m2", "float3_e1m1",
@@ -520,13 +520,18 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int8", "float16", 257, 136, 768, 128, 128), ("float8_e4m3", "float16", 64, 128, 256, 128, 64),
                 ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64),
                 # clusters of two sharing a's tile: 5 weight tiles (the last pair's second out of range), and bf16
-                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2)]
+                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2),
+                # split-K: 20 k tiles in splits of 8, 8 and 4; 8 in splits of 2 (the fifth split empty);
+                # 128 x 256 tiles in two splits of 4 pairs
+                ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3), ("uint4", "bfloat16", 130, 200, 512, 64, 128, 1, 5),
+                ("int8", "float16", 300, 264, 1024, 256, 128, 1, 2)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
-    the repacked weights; cluster 2: blocks in pairs multicasting a), its arguments (on
-    `arrays`' device; host arrays and unset weights without it) and the reference c."""
+    the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
+    output tile split that many ways), its arguments (on `arrays`' device; host arrays and unset
+    weights without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
@@ -540,9 +545,10 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arr
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster)
+                               cluster=cluster, split_k=split_k)
+    tiles = -(-m // block_m) * -(-n // block_n)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
-            host_array(np.zeros((m, n)), at)]
+            host_array(np.zeros((m, n)), at), np.full((split_k, m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -550,7 +556,8 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arr
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def hopper_id(c):
-    return f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "")
+    return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
+            (f"-split{c[8]}" if c[8:] else ""))
 
 
 @pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7], ids=hopper_id)
@@ -577,14 +584,37 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     unsigned codes (zero points), 4- and 8-bit ints and floats, f16 and bf16 activations, 128 and
     256 rows of a and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
     per tile, alone and in clusters of two that multicast a (an odd number of weight tiles: the
-    last pair's second tile loads zeros and stores nothing)."""
+    last pair's second tile loads zeros and stores nothing), and split over k (uneven and empty
+    splits; the partial sums start as NaN, the counters end at zero, so a second launch computes
+    the same)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cuda")
     kernel, dev, want = hopper_case(*case, seed=3, arrays=arrays)
     m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
-    kernel(m, n, k, *dev)
-    np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2)
+    for launch in range(2 if case[8:] else 1):
+        dev[4].zero_()
+        kernel(m, n, k, *dev)
+        np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        assert not arrays.host(dev[6]).any(), "the split-K counters are left at zero"
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10], ids=hopper_id)
+def test_hopper_quantized_matmul_on_the_cpu(case):
+    """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
+    the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, and
+    split over k (uneven splits, an empty one; partial sums start as NaN; the counters back at
+    zero)."""
+    from conftest import Arrays
+    from matmul_a16wx import from_host_array
+    arrays = Arrays("cpu")
+    kernel, args, want = hopper_case(*case, seed=3, arrays=arrays)
+    m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
+    kernel(m, n, k, *args)
+    np.testing.assert_allclose(from_host_array(args[4], at), want, atol=2e-2, rtol=1e-2)
+    assert not args[6].any(), "the split-K counters are left at zero"
 
 
 def test_quantized_matmul_picks_its_kernel_by_size():
@@ -641,12 +671,28 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
                 assert all(c["block_m"] < 2 * m and (c["block_m"] >= m // 2 or c["block_n"] == 128 or m > 256)
                            for c in hopper), (m, got)
-                idle = not hopper or -(-n // 64) * -(-m // 64) < 264
-                assert bool(mma) == idle, (m, got)
-                # up to m = 64 there the 16-row kernel too, on the magic decode where its weights exist
+                # the mma.sync kernel's 64- and 128-row tiles only where the wgmma kernel cannot run;
+                # up to m = 64 its 16 rows where it cannot or its 64 x 64 tiles are fewer than two per
+                # SM, on the magic decode where its weights exist
                 small = [c for c in mma if c["block_m"] == 16]
+                assert (len(mma) > len(small)) == (not hopper), (m, got)
+                idle = not hopper or -(-n // 64) * -(-m // 64) < 264
                 assert len(small) == (1 if idle and m <= 64 else 0), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
+                # the wgmma tiles of the rule's rows of a (on 64 and 128 weight rows up to m = 256,
+                # else 128 x 256) whose tiles fill less than 90 % of the grid's last round split
+                # over k, 8 k tiles a split at least, filling the rounds better
+                rule = q.config(m, n, k, hopper=True)
+                for bn in ((64, 128) if m <= 256 else (128,)) if hopper else ():
+                    bm = rule["block_m"] if m <= 256 else 256
+                    tiles = -(-n // bn) * -(-m // bm)
+
+                    def fill(units):
+                        return units / (-(-units // 132) * 132)
+                    split = [c["split_k"] for c in hopper if c.get("split_k", 1) > 1 and
+                             (c["block_n"], c["block_m"]) == (bn, bm)]
+                    assert len(split) == (fill(tiles) < 0.9), (m, bn, got)
+                    assert all(fill(tiles * x) > fill(tiles) and k // 64 // x >= 8 for x in split), (m, got)
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
