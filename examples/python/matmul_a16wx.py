@@ -656,11 +656,13 @@ class QuantizedMatmul:
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
           n = 3584), beyond m = 128 also 128 x 256 (4 stages) alone
           and in clusters of two sharing a (cluster=2), beyond m = 256 128 x 256 in L2 groups of
-          4;
-        - the mma.sync kernel's rule where the wgmma kernel does not apply or its tiles of 64
-          weight rows are fewer than two per SM (it cannot split k), with splits 2 and 4 there,
+          4; and the rule's rows of a on 64 and 128 weight rows (beyond m = 256: 128 x 256) split
+          over k (wave_split) where unsplit they fill less than 90 % of the persistent grid's last
+          round;
+        - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and up to m = 64 the 16-row kernel (magic decode where its weights exist) split to fill
-          a wave of 3 blocks per SM.
+          a wave of 3 blocks per SM there and where even the wgmma kernel's 64 x 64 tiles are
+          fewer than two per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
@@ -747,8 +749,7 @@ class QuantizedMatmul:
         tiles (64 weight rows times 64, 128 or 256 rows of a, and 128 x 256 in 4 stages, 128 x 128
         in 8, 128 x 256 walking its tiles in groups of 4 or 16 and in clusters of two) where its
         weights exist, and the mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4 ways (the
-        wgmma kernel has no split-K: with few output tiles, as at n = 3584, its persistent grid
-        leaves SMs idle)."""
+        wgmma kernel's split-K is the short list's: wave_split)."""
         out = [self.config(m, n, k, hopper)]
 
         def add(cfg):
