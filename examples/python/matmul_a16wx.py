@@ -367,17 +367,31 @@ def wgmma_a_layout(bn, bk, groups):
             tilus.column_local(2, 2) * tilus.spatial(8, 4) * tilus.local(1, 2))
 
 
+def wgmma_magic_layout(bn, groups):
+    """The register layout of a [bn, 64] weight tile (n, k) whose words are the wgmma kernel's
+    magic decode (MatmulA16WxHopper(magic=True)): slot 8 j + 4 e + r (word j, nibble 4 e + r) is
+    the slot 8 j + 2 r + e of wgmma_a_layout(bn, 64, groups): word j holds the k step j's four
+    fragment registers r, element e of register r in nibble 4 e + r, so masking nibbles r and
+    r + 4 of each word gives register r of its k step. Modes: n = (group, n block, warp, row
+    half, lane / 4), k = (k step, k half, lane % 4, e); slots (n block, k step, e, k half, row
+    half), most significant first (register r = 2 k half + row half)."""
+    return tilus.RegisterLayout([bn, 64], [groups, bn // (64 * groups), 4, 2, 8, 4, 2, 4, 2], [0, 2, 4, 7],
+                                [1, 5, 8, 6, 3])
+
+
 def hopper_repackable(bits, bk):
     """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
     wgmma a operand fill whole 16-byte rows."""
     return bk % 16 == 0 and (bk // 2) * bits % 128 == 0
 
 
-def repack_for_hopper(b, wtype, n, k, bk):
+def repack_for_hopper(b, wtype, n, k, bk, magic=False):
     """The bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp groups' wgmma a
-    operand) by bk, each thread's slots in one 16-byte row. Its first 64 rows are the tile of one
-    warp group in the same order, so kernels on 64-row tiles read half tiles of the same bytes."""
-    return repack(b, wtype, n, k, 128, bk, wgmma_a_layout(128, bk, 2), 256)
+    operand) by bk, each thread's slots in one 16-byte row (magic: in wgmma_magic_layout's order,
+    for MatmulA16WxHopper(magic=True)). Its first 64 rows are the tile of one warp group in the
+    same order, so kernels on 64-row tiles read half tiles of the same bytes."""
+    return repack(b, wtype, n, k, 128, bk, wgmma_magic_layout(128, 2) if magic else wgmma_a_layout(128, bk, 2), 256)
+
 
 
 class MatmulA16WxHopper(SplitK):
@@ -405,7 +419,7 @@ class MatmulA16WxHopper(SplitK):
     `counters`: zero before the launch, as it leaves them)."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -414,6 +428,11 @@ class MatmulA16WxHopper(SplitK):
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
         assert 1 <= split_k <= 16 and (split_k == 1 or cluster == 1), "split-K (1 to 16 ways) on blocks alone"
         self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
+        # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
+        # by masking whole words (magic_product) instead of the general conversion.
+        assert not magic or magic_applies(wtype, atype, block_k) and block_k == 64, \
+            "the magic decode takes 4-bit integer codes to f16 in 64-long k tiles"
+        self.magic = magic
         self.block_n, self.block_m, self.block_k = block_n, block_m, block_k
         self.stages, self.consumers, self.tile_group, self.blocks = stages, consumers, tile_group, blocks
 
@@ -436,6 +455,46 @@ class MatmulA16WxHopper(SplitK):
             return t, split, offset_m, tile_n, 0, steps
         per = 2 * tilus.cdiv(steps, 2 * self.split_k)
         return t, split, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
+
+    def magic_product(self, k, raw, sa, ss, sz, acc):
+        """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
+        for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
+        r = 2, 3) into f16's exponent of 1024 (one LOP3 a pair, the sign flip of signed codes in
+        its constant, as MatmulA16Wx.magic_step) is the whole tile's wgmma a operand, 1024 + code,
+        or 1024 + 16 code for odd r (the fragment's rows 8 to 15 of each 16): one HFMA2 takes
+        them to code - zero (x 1 / 16 where odd: exact), one HMUL2 scales them. One wgmma call
+        for the four k steps (one fence: four calls each fenced would end ptxas's wgmma group at
+        each, and the next tile's decode would wait for this tile's first three products)."""
+        bn, at, workers = self.block_n, self.atype, 128 * self.consumers
+        rows = bn * 64 // 2 // 16
+        words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
+                          tilus.local(1, 4))
+        signed = self.wtype.is_signed()
+        flip = 0x00080008 if signed else 0
+        # Per fragment register r: shift, mask and magic (Python constants per slot: the
+        # emitter's unrolled slots fold them into immediates), broadcast over the words j.
+        shift = self.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
+        mask = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                    init=lambda i, j, r: 0x000F000F + (r % 2) * (0x00F000F0 - 0x000F000F))
+        magic = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                     init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
+        opaque = self.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
+        bits = ((self.unsqueeze(words, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words j, 4 registers r]
+        # The view below takes a thread's words in slot order: slot 4 j + r must hold (j, r). (The
+        # layout inference may order the broadcast's slots otherwise: so did repeat_interleave's,
+        # r outermost, the wrong operand the H200 computed with.)
+        self.annotate_layout(bits, tilus.local(rows // workers, 1, 1) * tilus.spatial(workers, 1, 1) *
+                             tilus.local(1, 4, 4))
+        bits = self.reshape(bits, [rows, 16])
+        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
+        odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
+        unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
+        base = 1024.0 - odd * 960.0  # 64 on odd r
+        offset = base + 8.0 if signed else base + self.transpose(self.load_shared(sz))
+        w = (v * unit - offset) * self.transpose(self.load_shared(ss))
+        self.wgmma.fence()
+        self.wgmma.mma(w, sa.transpose(), acc)
+        return acc
 
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
@@ -535,12 +594,15 @@ class MatmulA16WxHopper(SplitK):
                         raw = self.load_shared(sw[stage])
                         self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                                              tilus.local(1, 16))
-                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
-                        if unsigned:
-                            w = w - self.transpose(self.load_shared(sz[stage]))
-                        w = w * self.transpose(self.load_shared(ss[stage]))
-                        self.wgmma.fence()
-                        self.wgmma.mma(w, sa[stage].transpose(), acc)
+                        if self.magic:
+                            acc = self.magic_product(k, raw, sa[stage], ss[stage], sz[stage], acc)
+                        else:
+                            w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                            if unsigned:
+                                w = w - self.transpose(self.load_shared(sz[stage]))
+                            w = w * self.transpose(self.load_shared(ss[stage]))
+                            self.wgmma.fence()
+                            self.wgmma.mma(w, sa[stage].transpose(), acc)
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
                         if h == 1:
@@ -700,8 +762,8 @@ class QuantizedMatmul:
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
             if m > 128:
                 add(big)
+            if m > 256:  # (clusters never won at m = 256 on the H200)
                 add(dict(big, cluster=2))
-            if m > 256:
                 add(dict(big, tile_group=4))
             # Where a tile shape's tiles leave the SMs' last round of the persistent grid short (n =
             # 3584 at every m, m <= 256 at most shapes: 0.69-0.98x cuBLAS on the H200 unsplit), that
@@ -712,6 +774,12 @@ class QuantizedMatmul:
                 split = self.wave_split(-(-n // bn) * -(-m // bm), k // rule["block_k"])
                 if split > 1:
                     add(dict(tile, split_k=split))
+            # The magic decode (where prepare made its weights: 4-bit integer codes, f16): up to
+            # m = 256 on the rule's tile and the splits, beyond on 128 x 256 (it measured 2-5 %
+            # faster at m = 64-256 on the H200, but not at m = 4096).
+            if magic and self.hopper_magic():
+                for cfg in [c for c in out if (c == rule or c.get("split_k", 1) > 1 if m <= 256 else c == big)]:
+                    add(dict(cfg, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's 64- and 128-row tiles; its
             # 16 rows of a, split, stay where even the 64 x 64 wgmma tiles are fewer than two per SM
             # (they won at m = 64, n = 3584 before the wgmma kernel split k).
@@ -732,6 +800,10 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(small["block_k"])
             add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
+
+    def hopper_magic(self):
+        """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
+        return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
 
     def wave_split(self, tiles, ktiles):
         """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
@@ -841,6 +913,8 @@ class QuantizedMatmul:
             out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
         if hopper:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
+        if hopper and self.hopper_magic():
+            out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -869,7 +943,8 @@ class QuantizedMatmul:
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
-            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c, workspace, counters)
+            w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
+            return self.kernels[key], (m, n, k, a, w, scales, zeros, c, workspace, counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
 

@@ -524,14 +524,16 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 # split-K: 20 k tiles in splits of 8, 8 and 4; 8 in splits of 2 (the fifth split empty);
                 # 128 x 256 tiles in two splits of 4 pairs
                 ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3), ("uint4", "bfloat16", 130, 200, 512, 64, 128, 1, 5),
-                ("int8", "float16", 300, 264, 1024, 256, 128, 1, 2)]
+                ("int8", "float16", 300, 264, 1024, 256, 128, 1, 2),
+                # the magic decode: 64 and 128 weight rows, signed and zero points, split
+                ("int4", "float16", 100, 136, 384, 64, 64, 1, 1, True), ("uint4", "float16", 130, 200, 512, 128, 128, 1, 3, True)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, *, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
-    output tile split that many ways), its arguments (on `arrays`' device; host arrays and unset
-    weights without it) and the reference c."""
+    output tile split that many ways; magic: the magic decode on its weight order), its arguments
+    (on `arrays`' device; host arrays and unset weights without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
@@ -541,11 +543,11 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, *
     if arrays is None:
         weights = np.zeros((-(-n // 128) * -(-k // bk) * 128 * bk * dt.bits // 128, 16), np.uint8)
     else:
-        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk)
+        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk, magic=magic)
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k)
+                               cluster=cluster, split_k=split_k, magic=magic)
     tiles = -(-m // block_m) * -(-n // block_n)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
             host_array(np.zeros((m, n)), at), np.full((split_k, m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
@@ -557,7 +559,7 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, *
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
-            (f"-split{c[8]}" if c[8:] else ""))
+            (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:] else ""))
 
 
 @pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7], ids=hopper_id)
@@ -592,7 +594,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     arrays = Arrays("cuda")
     kernel, dev, want = hopper_case(*case, seed=3, arrays=arrays)
     m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
-    for launch in range(2 if case[8:] else 1):
+    for launch in range(2 if case[8:9] > (1,) else 1):
         dev[4].zero_()
         kernel(m, n, k, *dev)
         np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2,
@@ -601,12 +603,13 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10], ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:13], ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
-    the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, and
-    split over k (uneven splits, an empty one; partial sums start as NaN; the counters back at
-    zero)."""
+    the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
+    over k (uneven splits, an empty one; partial sums start as NaN; the counters back at zero),
+    and the magic decode (whose register operand was once built from words in the wrong slot
+    order: relative errors of 12-20 on the H200, and here)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cpu")
@@ -638,7 +641,7 @@ def test_quantized_matmul_picks_its_kernel_by_size():
 @pytest.mark.parametrize("n,k", [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944), (200, 1000)])
 def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
-    rule's choice first, no repeats, at most 7, each a kernel that can be made; up to m = 32 the
+    rule's choice first, no repeats, at most 7 (8 from m = 33), each a kernel that can be made; up to m = 32 the
     16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2 and of 3
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
     where its weights exist, 8 stages at s, and the TMA copies where they apply; from m = 33
@@ -653,7 +656,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 7, (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (7 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -679,6 +682,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 idle = not hopper or -(-n // 64) * -(-m // 64) < 264
                 assert len(small) == (1 if idle and m <= 64 else 0), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
+                # with the magic decode's weights, the rule and (m <= 256) the splits on it too
+                plain = [c for c in hopper if not c.get("magic")]
+                assert [c for c in hopper if c.get("magic")] == ([dict(c, magic=True) for c in plain if (
+                    c == plain[0] or c.get("split_k", 1) > 1 if m <= 256 else
+                    c == dict(plain[0], block_n=128, consumers=2, block_m=256, stages=4))] if magic else []), (m, got)
                 # the wgmma tiles of the rule's rows of a (on 64 and 128 weight rows up to m = 256,
                 # else 128 x 256) whose tiles fill less than 90 % of the grid's last round split
                 # over k, 8 k tiles a split at least, filling the rounds better
@@ -690,7 +698,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     def fill(units):
                         return units / (-(-units // 132) * 132)
                     split = [c["split_k"] for c in hopper if c.get("split_k", 1) > 1 and
-                             (c["block_n"], c["block_m"]) == (bn, bm)]
+                             (c["block_n"], c["block_m"]) == (bn, bm) and not c.get("magic")]
                     assert len(split) == (fill(tiles) < 0.9), (m, bn, got)
                     assert all(fill(tiles * x) > fill(tiles) and k // 64 // x >= 8 for x in split), (m, got)
 
