@@ -578,7 +578,7 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
 
 
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized wgmma kernel runs only there")
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU (test_hopper_quantized_matmul_on_the_cpu runs some of these cases on the CPU backend)")
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_gpu(case):
     """MatmulA16WxHopper (wgmma, weights dequantized in registers) against dequantize-then-matmul
