@@ -562,15 +562,18 @@ def hopper_id(c):
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7], ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13], ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
     registers the producer's warp group gives away; in clusters of two, a's tile comes by one
-    multicast TMA load per block, half the rows each."""
+    multicast TMA load per block, half the rows each; the magic decode (split over k) builds its
+    operand in registers, with no layout conversion through shared memory."""
     kernel, args, _ = hopper_case(*case, seed=0)
     m, n, k = case[2:5]
-    assert "a=regs" in kernel.ir(m, n, k, *args, arch="sm_90a")["select_instructions"]
+    ir = kernel.ir(m, n, k, *args, arch="sm_90a")
+    assert "a=regs" in ir["select_instructions"]
+    assert "_convert = shared_tensor" not in list(ir.values())[-1]
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
     assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
     ptx = kernel.ptx(m, n, k, *args, arch="sm_90a")
