@@ -393,7 +393,6 @@ def repack_for_hopper(b, wtype, n, k, bk, magic=False):
     return repack(b, wtype, n, k, 128, bk, wgmma_magic_layout(128, 2) if magic else wgmma_a_layout(128, bk, 2), 256)
 
 
-
 class MatmulA16WxHopper(SplitK):
     """Large m on sm_90a: c^T = dequant(w) @ a^T on wgmma with the weights as its register
     operand. A producer warp brings each k tile of a (the wgmma b operand, K-major, by TMA), the
@@ -416,7 +415,11 @@ class MatmulA16WxHopper(SplitK):
     pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
     small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
     and the tile's last split to arrive adds them up into c (add_up_splits, as MatmulA16Wx does;
-    `counters`: zero before the launch, as it leaves them)."""
+    `counters`: zero before the launch, as it leaves them).
+
+    magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
+    order, each k tile's register operand made by masking whole words (magic_product) instead of
+    the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False):
@@ -716,11 +719,11 @@ class QuantizedMatmul:
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
-          n = 3584), beyond m = 128 also 128 x 256 (4 stages) alone
-          and in clusters of two sharing a (cluster=2), beyond m = 256 128 x 256 in L2 groups of
-          4; and the rule's rows of a on 64 and 128 weight rows (beyond m = 256: 128 x 256) split
+          n = 3584), beyond m = 128 also 128 x 256 (4 stages), beyond m = 256 also in clusters of
+          two sharing a (cluster=2) and in L2 groups of 4; and the rule's rows of a on 64 and 128 weight rows (beyond m = 256: 128 x 256) split
           over k (wave_split) where unsplit they fill less than 90 % of the persistent grid's last
-          round;
+          round; where its magic decode's weights exist (`magic`), up to m = 256 the rule's tile
+          and those splits on the magic decode, beyond 128 x 256;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and up to m = 64 the 16-row kernel (magic decode where its weights exist) split to fill
           a wave of 3 blocks per SM there and where even the wgmma kernel's 64 x 64 tiles are
@@ -778,7 +781,7 @@ class QuantizedMatmul:
             # m = 256 on the rule's tile and the splits, beyond on 128 x 256 (it measured 2-5 %
             # faster at m = 64-256 on the H200, but not at m = 4096).
             if magic and self.hopper_magic():
-                for cfg in [c for c in out if (c == rule or c.get("split_k", 1) > 1 if m <= 256 else c == big)]:
+                for cfg in [c for c in out if ((c == rule or c.get("split_k", 1) > 1) if m <= 256 else c == big)]:
                     add(dict(cfg, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's 64- and 128-row tiles; its
             # 16 rows of a, split, stay where even the 64 x 64 wgmma tiles are fewer than two per SM
