@@ -719,15 +719,15 @@ class QuantizedMatmul:
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
-          n = 3584), beyond m = 128 also 128 x 256 (4 stages), beyond m = 256 also in clusters of
-          two sharing a (cluster=2) and in L2 groups of 4; and the rule's rows of a on 64 and 128 weight rows (beyond m = 256: 128 x 256) split
-          over k (wave_split) where unsplit they fill less than 90 % of the persistent grid's last
-          round; where its magic decode's weights exist (`magic`), up to m = 256 the rule's tile
-          and those splits on the magic decode, beyond 128 x 256;
+          n = 3584), beyond m = 128 also 128 x 256 (4 stages); up to m = 256 128 weight rows by
+          the rule's rows of a and by 128 of them, split over k (wave_split) where unsplit they
+          fill less than 90 % of the persistent grid's last round (128 x 128 at m = 256 also
+          unsplit), and the rule's tile on the magic decode where its weights exist (`magic`);
+          beyond m = 256 128 x 256 also in clusters of two sharing a (cluster=2), in L2 groups of
+          4, and 128 x 192 where it fills the grid's rounds better;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
-          and up to m = 64 the 16-row kernel (magic decode where its weights exist) split to fill
-          a wave of 3 blocks per SM there and where even the wgmma kernel's 64 x 64 tiles are
-          fewer than two per SM.
+          and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
+          to fill a wave of 3 blocks per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
@@ -768,25 +768,26 @@ class QuantizedMatmul:
             if m > 256:  # (clusters never won at m = 256 on the H200)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
-            # Where a tile shape's tiles leave the SMs' last round of the persistent grid short (n =
-            # 3584 at every m, m <= 256 at most shapes: 0.69-0.98x cuBLAS on the H200 unsplit), that
-            # shape split over k to fill it: the rule's rows of a on 64 and on 128 weight rows.
-            for bn in (64, 128) if m <= 256 else (128,):
-                bm = rule["block_m"] if m <= 256 else 256
-                tile = dict(big, block_n=bn, consumers=bn // 64, block_m=bm, stages=8 if bm <= 128 else 4)
-                split = self.wave_split(-(-n // bn) * -(-m // bm), k // rule["block_k"])
-                if split > 1:
-                    add(dict(tile, split_k=split))
-            # The magic decode (where prepare made its weights: 4-bit integer codes, f16): up to
-            # m = 256 on the rule's tile and the splits, beyond on 128 x 256 (it measured 2-5 %
-            # faster at m = 64-256 on the H200, but not at m = 4096).
-            if magic and self.hopper_magic():
-                for cfg in [c for c in out if ((c == rule or c.get("split_k", 1) > 1) if m <= 256 else c == big)]:
-                    add(dict(cfg, magic=True))
-            # The wgmma kernel's splits stand in for the mma.sync kernel's 64- and 128-row tiles; its
-            # 16 rows of a, split, stay where even the 64 x 64 wgmma tiles are fewer than two per SM
-            # (they won at m = 64, n = 3584 before the wgmma kernel split k).
-            mma_tiles, small = False, m <= 64 and -(-n // 64) * -(-m // 64) < 2 * sms
+                # 192 rows of a where they fill the grid's rounds better than 256 (m = 4096 at
+                # n = 3584: 448 tiles of 256 rows fill 4 rounds to 85 %, 616 of 192 rows 5 to 90 %).
+                work = {bm: -(-n // 128) * m / bm / (-(-(-(-n // 128) * -(-m // bm)) // sms) * sms) for bm in (192, 256)}
+                if work[192] > work[256] + 0.03:
+                    add(dict(big, block_m=192))
+            else:
+                # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
+                # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
+                # shapes at m = 64: 0.69-0.98x cuBLAS unsplit on the H200, 1.13-1.72x split at m =
+                # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
+                for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
+                    tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
+                    split = self.wave_split(-(-n // 128) * -(-m // bm), k // rule["block_k"])
+                    if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
+                        add(dict(tile, **({"split_k": split} if split > 1 else {})))
+                if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
+                    add(dict(rule, magic=True))
+            # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
+            # = 64 were 1.2-2x slower than them on the H200).
+            mma_tiles, small = False, False
         else:
             mma_tiles, small = True, m <= 64
         if mma_tiles:

@@ -649,9 +649,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
     where its weights exist, 8 stages at s, and the TMA copies where they apply; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
-    tile (and m / 2 at least on 64 weight rows up to m = 256); the mma.sync kernel where the wgmma
-    kernel cannot run or its 64-row tiles are fewer than two per SM, and there up to m = 64 the
-    16-row kernel too."""
+    tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
+    where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
     from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
         q = QuantizedMatmul(wtype, 128, sms=132)
@@ -677,33 +676,31 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
                 assert all(c["block_m"] < 2 * m and (c["block_m"] >= m // 2 or c["block_n"] == 128 or m > 256)
                            for c in hopper), (m, got)
-                # the mma.sync kernel's 64- and 128-row tiles only where the wgmma kernel cannot run;
-                # up to m = 64 its 16 rows where it cannot or its 64 x 64 tiles are fewer than two per
-                # SM, on the magic decode where its weights exist
+                # the mma.sync kernel only where the wgmma kernel cannot run (its 16 rows of a then up
+                # to m = 64, on the magic decode where its weights exist)
                 small = [c for c in mma if c["block_m"] == 16]
-                assert (len(mma) > len(small)) == (not hopper), (m, got)
-                idle = not hopper or -(-n // 64) * -(-m // 64) < 264
-                assert len(small) == (1 if idle and m <= 64 else 0), (m, got)
+                assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
-                # with the magic decode's weights, the rule and (m <= 256) the splits on it too
-                plain = [c for c in hopper if not c.get("magic")]
-                assert [c for c in hopper if c.get("magic")] == ([dict(c, magic=True) for c in plain if (
-                    c == plain[0] or c.get("split_k", 1) > 1 if m <= 256 else
-                    c == dict(plain[0], block_n=128, consumers=2, block_m=256, stages=4))] if magic else []), (m, got)
-                # the wgmma tiles of the rule's rows of a (on 64 and 128 weight rows up to m = 256,
-                # else 128 x 256) whose tiles fill less than 90 % of the grid's last round split
-                # over k, 8 k tiles a split at least, filling the rounds better
+                # with the magic decode's weights, up to m = 256 the rule's tile on it too
+                assert [c for c in hopper if c.get("magic")] == ([dict(got[0], magic=True)] if hopper and magic and
+                                                                 m <= 256 else []), (m, got)
+                # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
+                # over k where their tiles fill less than 90 % of the grid's last round, 8 k tiles
+                # a split at least, filling the rounds better; no splits beyond m = 256
                 rule = q.config(m, n, k, hopper=True)
-                for bn in ((64, 128) if m <= 256 else (128,)) if hopper else ():
-                    bm = rule["block_m"] if m <= 256 else 256
-                    tiles = -(-n // bn) * -(-m // bm)
+                split_of = {(c["block_m"], c["block_n"]): c["split_k"] for c in hopper if c.get("split_k", 1) > 1}
+                assert all(bn == 128 for _, bn in split_of) and (m <= 256 or not split_of), (m, got)
 
-                    def fill(units):
-                        return units / (-(-units // 132) * 132)
-                    split = [c["split_k"] for c in hopper if c.get("split_k", 1) > 1 and
-                             (c["block_n"], c["block_m"]) == (bn, bm) and not c.get("magic")]
-                    assert len(split) == (fill(tiles) < 0.9), (m, bn, got)
-                    assert all(fill(tiles * x) > fill(tiles) and k // 64 // x >= 8 for x in split), (m, got)
+                def fill(units):
+                    return units / (-(-units // 132) * 132)
+                for bm in {rule["block_m"], min(rule["block_m"], 128)} if hopper and m <= 256 else ():
+                    tiles = -(-n // 128) * -(-m // bm)
+                    assert ((bm, 128) in split_of) == (fill(tiles) < 0.9), (m, bm, got)
+                    x = split_of.get((bm, 128), 1)
+                    assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
+                # beyond m = 256, 128 x 192 tiles where they fill the rounds better than 128 x 256
+                # (at m = 4096, n = 3584 only among these shapes)
+                assert any(c["block_m"] == 192 for c in hopper) == (bool(hopper) and (m, n) == (4096, 3584)), (m, got)
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
