@@ -526,7 +526,9 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3), ("uint4", "bfloat16", 130, 200, 512, 64, 128, 1, 5),
                 ("int8", "float16", 300, 264, 1024, 256, 128, 1, 2),
                 # the magic decode: 64 and 128 weight rows, signed and zero points, split
-                ("int4", "float16", 100, 136, 384, 64, 64, 1, 1, True), ("uint4", "float16", 130, 200, 512, 128, 128, 1, 3, True)]
+                ("int4", "float16", 100, 136, 384, 64, 64, 1, 1, True), ("uint4", "float16", 130, 200, 512, 128, 128, 1, 3, True),
+                # 192 rows of a (wgmma n = 192), the last tile of a a third full
+                ("uint4", "float16", 448, 264, 512, 192, 128)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, *, seed, arrays=None):
@@ -587,7 +589,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     """MatmulA16WxHopper (wgmma, weights dequantized in registers) against dequantize-then-matmul
     on ragged m and n (n padded to whole 128-row weight tiles by the repacking), signed and
     unsigned codes (zero points), 4- and 8-bit ints and floats, f16 and bf16 activations, 128 and
-    256 rows of a and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
+    256 rows of a (and 192) and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
     per tile, alone and in clusters of two that multicast a (an odd number of weight tiles: the
     last pair's second tile loads zeros and stores nothing), and split over k (uneven and empty
     splits; the partial sums start as NaN, the counters end at zero, so a second launch computes
@@ -606,7 +608,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:13], ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:14], ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
