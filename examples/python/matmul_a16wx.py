@@ -975,7 +975,9 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
     return pack_codes(codes, bits), scales, zeros, w
 
 
-def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
+def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None):
+    """Checks QuantizedMatmul at m x n x k against float64 (its rule's kernel, or configuration
+    cfg where its weights exist: on an sm_90a GPU, the wgmma kernel's)."""
     from common import check, on_gpu, timed
     rng = np.random.default_rng(0)
     a = round_to(rng.uniform(-1, 1, (m, k)), atype)
@@ -989,10 +991,17 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
         args = [torch.from_numpy(x.view(np.int16) if x.dtype == np.uint16 else x).cuda() for x in args]
         device = "cuda"
     args[1] = kernel.prepare(args[1])
-    kernel(m, n, k, *args)
+    if cfg is not None and not ("wgmma" in args[1] and (not cfg.get("magic") or "wgmma_magic" in args[1])):
+        print(f"{name} {wtype.name} {m}x{n}x{k} {cfg}: skipped (the wgmma kernel runs on sm_90a GPUs)")
+        return
+    if cfg is None:
+        kernel(m, n, k, *args)
+        cfg = kernel.config(m, n, k, hopper="wgmma" in args[1])
+    else:
+        kernel.launch(cfg, m, n, k, *args)
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
-    cfg = kernel.config(m, n, k, hopper="wgmma" in args[1])
-    how = "wgmma" if cfg.get("hopper") else f"split_k {cfg['split_k']}"
+    how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
+           f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else f"split_k {cfg['split_k']}")
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
     if timing:
@@ -1013,6 +1022,9 @@ if __name__ == "__main__":
         run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
     run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
     run("matmul_a16wx", tilus.uint4, 128, 136, 512)
+    wgmma = dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=64, stages=8)
+    run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
+    run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
     if not quick:
         from common import on_gpu
         s = 8192 if on_gpu() else 512
