@@ -284,8 +284,8 @@ class MatmulFp8(tilus.Script):
                         self.tma.wait_group(0, read=True)
                     out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
                     boxes = widths[h] // box
-                    self.store_shared(self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [boxes, bm, box]).permute([1, 0, 2]),
-                                      self.reshape(out, [bm, boxes, box]))
+                    dst = sc if boxes == 128 // box else self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
                     with self.single_thread():
                         for j in tilus.static_range(boxes):
                             self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + h * 128 + j * box])
