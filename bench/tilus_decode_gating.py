@@ -1,7 +1,8 @@
 """NVIDIA Tilus's decode benchmark, fused GDN gating part, run against tilus: Tilus's own example
 files (its Script `FusedGdnGatingKernel`, its Triton kernel and its torch reference), each
 wrapper timed the way that benchmark times it (tilus.utils.benchmark_func: median of 50 calls
-after 10 warm-ups, L2 flushed before each) over the same (batch, heads) shapes, in one run.
+after 10 warm-ups, L2 flushed before each, the calls queued behind a GPU sleep so that host cost
+is not timed) over the same (batch, heads) shapes, in one run.
 
     PYTHONPATH=build/python python bench/tilus_decode_gating.py --tilus-examples carry/flash_attention_decode
 

@@ -94,9 +94,12 @@ def _timer(device):
     return torch
 
 
-def _time_calls(torch, fn, n_warmup, n_rep, grad_to_none, flush_l2):
+def _time_calls(torch, fn, n_warmup, n_rep, grad_to_none, flush_l2, flush_bytes=256 * 1024 * 1024, hold_cycles=0):
     """The times in ms of n_rep calls of fn after n_warmup untimed ones: CUDA events around each
-    call (the L2 cache flushed before each when flush_l2) with torch, the wall clock without."""
+    call (the L2 cache flushed before each when flush_l2, by writing flush_bytes) with torch, the
+    wall clock without. hold_cycles > 0: a GPU sleep of that many cycles before the first timed
+    call, so that the host queues every timed call before the GPU reaches it and the events time
+    the GPU's work alone (NVIDIA Tilus's benchmark_func)."""
     if torch is None:
         for _ in range(n_warmup):
             fn()
@@ -107,15 +110,18 @@ def _time_calls(torch, fn, n_warmup, n_rep, grad_to_none, flush_l2):
             fn()
             times.append((time.perf_counter() - t0) * 1000.0)
         return times
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    cache = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
     for _ in range(n_warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    torch.cuda.synchronize()
     for i in range(n_rep):
         _clear_grads(grad_to_none)
         if cache is not None:
             cache.zero_()  # larger than any L2
+        if i == 0 and hold_cycles > 0:
+            torch.cuda._sleep(hold_cycles)
         starts[i].record()
         fn()
         ends[i].record()

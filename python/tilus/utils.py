@@ -73,12 +73,21 @@ def nbytes_from_nbits(nbits: int) -> int:
 
 def benchmark_func(run_func, warmup: int = 1, repeat: int = 5, clear_l2_cache: bool = True) -> float:
     """The median time of ``run_func()`` in milliseconds over ``repeat`` timed calls, after
-    ``warmup`` untimed ones (NVIDIA Tilus's signature). On the GPU (torch sees one and tilus can
-    use it) each call is timed with CUDA events, the L2 cache flushed before each when
-    ``clear_l2_cache``; otherwise (the CPU backend) with the wall clock.
+    ``warmup`` untimed ones, as NVIDIA Tilus's ``benchmark_func`` measures it. On the GPU (torch
+    sees one and tilus can use it) each call is timed with CUDA events on torch's current stream,
+    the L2 cache flushed before each when ``clear_l2_cache`` (by writing twice the GPU's L2 size,
+    at least 128 MiB); the GPU first sleeps 150,000 cycles per timed call, so that the host
+    queues every call before the GPU runs the first and the events time the GPU's work alone,
+    not the host's cost of a call. Otherwise (the CPU backend) with the wall clock.
     ``tilus.testing.do_bench`` is the time-budgeted variant with Triton's parameters."""
     if not isinstance(repeat, int) or repeat < 1 or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"tilus.utils.benchmark_func: warmup must be >= 0 and repeat >= 1, got {warmup}, {repeat}")
-    times = sorted(_time_calls(_timer(None), run_func, warmup, repeat, None, clear_l2_cache))
+    torch = _timer(None)
+    flush_bytes = 0
+    if torch is not None:
+        l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
+        flush_bytes = max(2 * int(l2), 128 * 1024 * 1024)
+    times = sorted(_time_calls(torch, run_func, warmup, repeat, None, clear_l2_cache, flush_bytes,
+                               hold_cycles=150000 * repeat))
     mid = len(times) // 2
     return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
