@@ -357,17 +357,19 @@ class MatmulFp8Ring(tilus.Script):
 
 
 def block_config(m, n, clusters):
-    """The block-scaled tile (block_m, block_n) MatmulFp8Block takes for an m x n product on
-    `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest tile: one
-    consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages deep), the most
-    tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks of a pair have
-    rows. Otherwise 128 x 256 (each k step's a and b bytes serve twice the products of a 128 x 128
-    tile) where its tile pairs fill every cluster at least once, else 128 x 128."""
+    """The block-scaled kernel (block_m, block_n, products) MatmulFp8Block takes for an m x n
+    product on `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest
+    tile: one consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages
+    deep), the most tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks
+    of a pair have rows; with two products in turn, as the lone warp group's wgmma otherwise idle
+    while it promotes (H200, m = 128 on 8192 x 8192: 29.4 us against 30.3). Otherwise 128 x 256
+    (each k step's a and b bytes serve twice the products of a 128 x 128 tile) where its tile pairs
+    fill every cluster at least once, else 128 x 128."""
     if m <= 128:
-        return 64, 128
+        return 64, 128, 2
     if tilus.cdiv(m, 256) * tilus.cdiv(n, 256) >= clusters:
-        return 128, 256
-    return 128, 128
+        return 128, 256, 1
+    return 128, 128, 1
 
 
 # The per-tensor and per-row tiles the autotuner times (block_n; 128 rows): 128 x 256 (the most
@@ -388,12 +390,15 @@ class MatmulFp8Tuned(MatmulFp8):
 
 
 # The block-scaled kernels the autotuner times, as (block_m, block_n, products): 128 x 256 (two
-# consumer warp groups, each k step's bytes serving the most products), 128 x 128 and 64 x 128 (the
-# most tiles, for a few tokens), these two also with two products in turn (each warp group's next
-# wgmma queued while it promotes; 128 x 256 has no registers for it). 192 x 128 (three consumer
-# warp groups) measured 0.52-0.57x cuBLAS at 4096^3 / 8192^3 on the H200 where 128 x 256 ran
-# 0.72-0.82x: not offered.
-BLOCK_TILES = [(128, 256, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2), (64, 128, 1)]
+# consumer warp groups, each k step's bytes serving the most products; no registers for a second
+# product), 128 x 128 with one product or two in turn (each warp group's next wgmma queued while it
+# promotes), and 64 x 128 (the most tiles, for a few tokens) with two. On the H200 (bench/fp8.py,
+# cuBLAS per-tensor = 1): 128 x 256 0.90x / 0.78x at 4096^3 / 8192^3, 128 x 128 with two products
+# 0.75x / 0.64x (as with one: 0.75x at 4096^3; the tile's bytes per product, not the wait before
+# each promotion, bound it), 64 x 128 with two 1.00x at m = 128 on 8192 x 8192 where one product
+# ran 0.96x (0.59x / 0.55x against 0.60x / 0.51x at the large shapes). 192 x 128 (three consumer
+# warp groups) measured 0.52-0.57x: not offered.
+BLOCK_TILES = [(128, 256, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
 @tilus.autotune("block_m, block_n, products", BLOCK_TILES)
@@ -424,13 +429,13 @@ class MatmulFp8Block:
         tile = block_config(m, n, self.blocks // 2)
         if tile not in self.kernels:
             self.kernels[tile] = MatmulFp8("block", out=self.out, atype=self.atype, btype=self.btype,
-                                           block_m=tile[0], block_n=tile[1], blocks=self.blocks)
+                                           block_m=tile[0], block_n=tile[1], products=tile[2], blocks=self.blocks)
         return self.kernels[tile]
 
     def tile(self, m, n, k, a, b, scale_a, scale_b, c):
         """The (block_m, block_n, products) a call with these arguments takes (tuned: None until tuned)."""
         if self.tuned is None:
-            return block_config(m, n, self.blocks // 2) + (1,)
+            return block_config(m, n, self.blocks // 2)
         winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
         return None if winner is None else (winner.block_m, winner.block_n, winner.products)
 

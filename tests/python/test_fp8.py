@@ -22,27 +22,29 @@ import per_token_cast
 import swiglu_per_token_cast
 
 
-def check_matmul(arrays, kernel, m, n, k, seed=0, limit=4.0):
+def check_matmul(arrays, kernel, m, n, k, seed=0, limit=4.0, spec=None):
     """kernel on random codes (values within +-limit) against the float64 reference rounded to c's
     dtype: within c's rounding plus the fp8 tensor cores' summation error (they sum with fewer
-    bits than float32), as a fraction of the result's largest magnitude."""
+    bits than float32), as a fraction of the result's largest magnitude. spec: what has the
+    kernel's scaling, out, atype and btype (an autotuned instance has none until tuned)."""
     rng = np.random.default_rng(seed)
-    a, av, b, bv, sa, sb = operands(kernel.scaling, m, n, k, rng, kernel.atype, kernel.btype)
+    spec = spec or kernel
+    a, av, b, bv, sa, sb = operands(spec.scaling, m, n, k, rng, spec.atype, spec.btype)
     if limit != 4.0:  # the codes near the format's largest values
         from matmul_fp8 import random_codes
-        a, av = random_codes(kernel.atype, (m, k), rng, limit)
-        b, bv = random_codes(kernel.btype, (n, k), rng, limit)
-    ka, kb = block_scales(sa, sb) if kernel.scaling == "block" else (sa, sb)
-    c = arrays.put(np.full((m, n), 7, {float16: np.float16, float32: np.float32, bfloat16: np.uint16}[kernel.out]))
+        a, av = random_codes(spec.atype, (m, k), rng, limit)
+        b, bv = random_codes(spec.btype, (n, k), rng, limit)
+    ka, kb = block_scales(sa, sb) if spec.scaling == "block" else (sa, sb)
+    c = arrays.put(np.full((m, n), 7, {float16: np.float16, float32: np.float32, bfloat16: np.uint16}[spec.out]))
     if arrays.device == "cuda":
         import torch
         c = torch.full((m, n), 7.0, dtype={float16: torch.float16, float32: torch.float32,
-                                           bfloat16: torch.bfloat16}[kernel.out], device="cuda")
+                                           bfloat16: torch.bfloat16}[spec.out], device="cuda")
     kernel(m, n, k, arrays.put(a), arrays.put(b), arrays.put(ka), arrays.put(kb), c)
-    got = from_host_array(c, kernel.out)
-    want = reference(kernel.scaling, av, bv, sa, sb)
+    got = from_host_array(c, spec.out)
+    want = reference(spec.scaling, av, bv, sa, sb)
     scale = np.abs(want).max()
-    np.testing.assert_allclose(got, round_to(want, kernel.out), atol=1e-3 * scale, rtol=8e-3)
+    np.testing.assert_allclose(got, round_to(want, spec.out), atol=1e-3 * scale, rtol=8e-3)
 
 
 # Ragged m and n; k a multiple of 16 that is not one of 128 (a partial last k step and scale block).
@@ -87,11 +89,11 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
 
 
 def test_block_scaled_tile_rule():
-    """block_config: 64 x 128 for a few tokens, 128 x 256 where its pairs fill the clusters,
-    else 128 x 128 (66 clusters, as on an H100 / H200)."""
-    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128)] * 3
-    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256)
-    assert block_config(256, 8192, 66) == (128, 128)  # 32 pairs of 128 x 256 tiles would leave half idle
+    """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
+    the clusters, else 128 x 128 (66 clusters, as on an H100 / H200)."""
+    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128, 2)] * 3
+    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256, 1)
+    assert block_config(256, 8192, 66) == (128, 128, 1)  # 32 pairs of 128 x 256 tiles would leave half idle
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
@@ -125,7 +127,7 @@ def test_the_per_tensor_tuner_offers_every_width():
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 def test_tuned_per_tensor_and_per_row_matmul_on_the_gpu(scaling):
-    check_matmul(Arrays("cuda"), MatmulFp8Tuned(scaling, blocks=8), 500, 1000, 512)
+    check_matmul(Arrays("cuda"), MatmulFp8Tuned(scaling, blocks=8), 500, 1000, 512, spec=MatmulFp8(scaling))
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
