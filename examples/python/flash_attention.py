@@ -518,7 +518,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
                            specialized=None, out=None, lse=None, **cfg):
     """o, lse for packed sequences: q [total_q, heads, d], k/v [total_k, kv_heads, d], cu_seqlens int32
     [batch + 1]. torch CUDA tensors run the warp-specialized kernel, numpy arrays the simple one on
-    the CPU backend (specialized=False forces the simple one); cfg: FlashAttention's parameters."""
+    the CPU backend (specialized=False forces the simple one); cfg: FlashAttention's parameters (the
+    warp-specialized kernel on the GPU takes prefill_config's rule for those not given)."""
     kern, args, out, lse = prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, specialized,
                                         out, lse, **cfg)
     kern(*args)
@@ -547,31 +548,59 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
         dt = _TILUS_DT[_dtype_name(q)]
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
+    if specialized and not on_cpu:  # the rule's parameters, under the caller's
+        cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
                    cu_seqlens_k), out, lse)
 
 
+def prefill_config(head_dim, causal, sms=0):
+    """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
+    differ from its defaults, each the fastest of `bench/attention.py --candidates` in two H200
+    runs: at d = 64 192-key blocks without causal (429 / 423 TFLOP/s against 395 / 391 with 128),
+    and causal the persistent kernel of one block per SM (359 / 355 against 313 / 314)."""
+    if head_dim == 64:
+        return dict(persistent=sms) if causal and sms else {} if causal else dict(block_n=192)
+    return {}
+
+
 def prefill_candidates(head_dim, causal, sms=0):
-    """The configurations `bench/attention.py --candidates` times against the default (FlashAttention's
-    parameters) at a prefill shape: each fits the registers and shared memory (no spills). With
-    `sms`, also the persistent kernel of one block per SM (d <= 128: at 256 its loop state spilled
-    4 bytes)."""
-    out = [dict(persistent=sms)] if sms and head_dim <= 128 else []
+    """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
+    at a prefill shape (launches take them on top of the rule); each fits the registers and shared
+    memory (no spills). With `sms`, the persistent kernel of one block per SM (or, where the rule
+    takes it, the kernel without); at d = 256 its loop state spilled 4 bytes. FA3's tiles (its
+    tile_size_fwd_sm90 for 16-bit inputs) are among them: 128 x 176 at d = 128 without causal,
+    128 x 80 at d = 256, 192 x 128 (three consumer warp groups) at d = 64."""
+    rule = prefill_config(head_dim, causal, sms)
+    out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out.append(dict(pingpong=False))
     if head_dim <= 128:
         out.append(dict(stages=3))
-    if head_dim == 64:  # more key columns a step, or three consumer warp groups (160 registers: 96 keys fit)
-        out += [dict(block_n=192), dict(consumers=3, block_n=96), dict(consumers=3, block_n=64)]
-    if head_dim == 128:
-        out.append(dict(block_n=64))
-    if causal:  # the L2 sections of longest_first: half as wide, and one section (every head at once)
-        out += [dict(l2_bytes=16 << 20), dict(l2_bytes=(1 << 31) - 1)]
+    if head_dim == 64:  # three consumer warp groups (160 registers); without causal the other key block
+        out += [dict(consumers=3, block_n=96), dict(consumers=3, block_n=128)] + ([] if causal else [dict(block_n=128)])
+    if head_dim == 128 and not causal:
+        out.append(dict(block_n=176))
+    if head_dim == 256:
+        out.append(dict(block_n=80))
+    if causal:  # the L2 sections of longest_first, half as wide
+        out.append(dict(l2_bytes=16 << 20))
     return out
 
 
 def config_name(cfg):
     return " ".join(f"{k}={v}" for k, v in sorted(cfg.items())) or "default"
+
+
+_SMS = {}
+
+
+def _multiprocessors(x):
+    """The multiprocessors of the GPU that torch tensor x lives on."""
+    import torch
+    if x.device not in _SMS:
+        _SMS[x.device] = torch.cuda.get_device_properties(x.device).multi_processor_count
+    return _SMS[x.device]
 
 
 _OFFSETS = {}

@@ -27,7 +27,27 @@ from common import from_host_array, host_array, round_to  # noqa: F401 (the test
 WEIGHT_TYPES = ["int8", "int4", "uint4", "int3", "float8_e4m3", "float8_e5m2", "float6_e3m2", "float4_e2m1"]
 
 
-class MatmulA16Wx(tilus.Script):
+class SplitK(tilus.Script):
+    """The end of a split over k that both kernels share (a base class: its `if` on a kernel
+    value is traced as the body's are)."""
+
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
+        """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
+        gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
+        tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
+        partials may not fit in registers) and sets the counter back to zero
+        (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
+        shared slot, allocated before any asynchronous copy's)."""
+        bm, bn = acc.shape
+        self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
+        if last_to_arrive(self, arrivals, tile, splits, slot=before):
+            for r in range(bm // 16):
+                p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[splits, 16, bn])
+                self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * 16, on])
+            reset_arrivals(self, arrivals, tile)  # ready for the next launch
+
+
+class MatmulA16Wx(SplitK):
     """One split of the k range per blockIdx.z: `stages` tiles of a and of b's bytes in flight
     with cp.async (the passes insert the waits and barriers), dequantized in registers, the f16
     tile handed to `dot` through shared memory. With split_k == 1 the block writes c (f16 or bf16),
@@ -174,17 +194,10 @@ class MatmulA16Wx(tilus.Script):
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
         else:
-            # Each split stores its float32 partial sums; the tile's last split to arrive adds
-            # them up into c (common.last_to_arrive: the stores before the arrival, the loads after).
             gp = self.global_view(partial, shape=[self.split_k, m, n])
-            self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
-            tile = [self.blockIdx.x, self.blockIdx.y]
-            if last_to_arrive(self, arrivals, tile, self.split_k, slot=before):
-                for r in range(bm // 16):  # 16 rows at a time: a whole tile's partials may not fit in registers
-                    p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[self.split_k, 16, bn])
-                    self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om + r * 16, on])
-                reset_arrivals(self, arrivals, tile)  # ready for the next launch
+            self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
+                               self.split_k, om, on, before)
 
     def plain_step(self, sa, sb, ss, sz, acc):
         """One k tile: the weight codes widened by the general conversion, scaled, multiplied."""
@@ -354,20 +367,33 @@ def wgmma_a_layout(bn, bk, groups):
             tilus.column_local(2, 2) * tilus.spatial(8, 4) * tilus.local(1, 2))
 
 
+def wgmma_magic_layout(bn, groups):
+    """The register layout of a [bn, 64] weight tile (n, k) whose words are the wgmma kernel's
+    magic decode (MatmulA16WxHopper(magic=True)): slot 8 j + 4 e + r (word j, nibble 4 e + r) is
+    the slot 8 j + 2 r + e of wgmma_a_layout(bn, 64, groups): word j holds the k step j's four
+    fragment registers r, element e of register r in nibble 4 e + r, so masking nibbles r and
+    r + 4 of each word gives register r of its k step. Modes: n = (group, n block, warp, row
+    half, lane / 4), k = (k step, k half, lane % 4, e); slots (n block, k step, e, k half, row
+    half), most significant first (register r = 2 k half + row half)."""
+    return tilus.RegisterLayout([bn, 64], [groups, bn // (64 * groups), 4, 2, 8, 4, 2, 4, 2], [0, 2, 4, 7],
+                                [1, 5, 8, 6, 3])
+
+
 def hopper_repackable(bits, bk):
     """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
     wgmma a operand fill whole 16-byte rows."""
     return bk % 16 == 0 and (bk // 2) * bits % 128 == 0
 
 
-def repack_for_hopper(b, wtype, n, k, bk):
+def repack_for_hopper(b, wtype, n, k, bk, magic=False):
     """The bytes MatmulA16WxHopper loads: tiles of 128 rows of n (two warp groups' wgmma a
-    operand) by bk, each thread's slots in one 16-byte row. Its first 64 rows are the tile of one
-    warp group in the same order, so kernels on 64-row tiles read half tiles of the same bytes."""
-    return repack(b, wtype, n, k, 128, bk, wgmma_a_layout(128, bk, 2), 256)
+    operand) by bk, each thread's slots in one 16-byte row (magic: in wgmma_magic_layout's order,
+    for MatmulA16WxHopper(magic=True)). Its first 64 rows are the tile of one warp group in the
+    same order, so kernels on 64-row tiles read half tiles of the same bytes."""
+    return repack(b, wtype, n, k, 128, bk, wgmma_magic_layout(128, 2) if magic else wgmma_a_layout(128, bk, 2), 256)
 
 
-class MatmulA16WxHopper(tilus.Script):
+class MatmulA16WxHopper(SplitK):
     """Large m on sm_90a: c^T = dequant(w) @ a^T on wgmma with the weights as its register
     operand. A producer warp brings each k tile of a (the wgmma b operand, K-major, by TMA), the
     tile's weight bytes (repacked into the wgmma a fragment order: one 16-byte row per thread)
@@ -383,17 +409,33 @@ class MatmulA16WxHopper(tilus.Script):
     rows of a (as cuBLAS's 2 x 1 clusters): each loads its own weights and scales and half of the
     tile of a, multicast into the shared memory of both (TMA multicast: each block reads a from L2
     half as often); a stage is free again when the consumers of both blocks have released it, as
-    in examples/python/hopper_matmul_v5.py."""
+    in examples/python/hopper_matmul_v5.py.
+
+    split_k > 1: the units of work are the output tiles' k ranges, split_k of them per tile (whole
+    pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
+    small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
+    and the tile's last split to arrive adds them up into c (add_up_splits, as MatmulA16Wx does;
+    `counters`: zero before the launch, as it leaves them).
+
+    magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
+    order, each k tile's register operand made by masking whole words (magic_product) instead of
+    the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
-        self.wtype, self.group, self.atype, self.cluster_size = wtype, group, atype, cluster
+        assert 1 <= split_k <= 16 and (split_k == 1 or cluster == 1), "split-K (1 to 16 ways) on blocks alone"
+        self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
+        # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
+        # by masking whole words (magic_product) instead of the general conversion.
+        assert not magic or magic_applies(wtype, atype, block_k) and block_k == 64, \
+            "the magic decode takes 4-bit integer codes to f16 in 64-long k tiles"
+        self.magic = magic
         self.block_n, self.block_m, self.block_k = block_n, block_m, block_k
         self.stages, self.consumers, self.tile_group, self.blocks = stages, consumers, tile_group, blocks
 
@@ -405,6 +447,58 @@ class MatmulA16WxHopper(tilus.Script):
         rows = tilus.min(tiles_m - first_m, self.tile_group)
         return (first_m + t % rows) * self.block_m, t % span // rows
 
+    def unit(self, u, tiles_m, tiles_n, steps, rank):
+        """Unit of work u: (its output tile, its split, the tile's row of a, its weight tile, the
+        split's first k tile, its number of k tiles). A tile's splits are neighbouring units (run
+        at once by neighbouring blocks) of whole pairs of k tiles each."""
+        t, split = (u // self.split_k, u % self.split_k) if self.split_k > 1 else (u, 0)
+        offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
+        tile_n = tile_n * self.cluster_size + rank
+        if self.split_k == 1:
+            return t, split, offset_m, tile_n, 0, steps
+        per = 2 * tilus.cdiv(steps, 2 * self.split_k)
+        return t, split, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
+
+    def magic_product(self, k, raw, sa, ss, sz, acc):
+        """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
+        for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
+        r = 2, 3) into f16's exponent of 1024 (one LOP3 a pair, the sign flip of signed codes in
+        its constant, as MatmulA16Wx.magic_step) is the whole tile's wgmma a operand, 1024 + code,
+        or 1024 + 16 code for odd r (the fragment's rows 8 to 15 of each 16): one HFMA2 takes
+        them to code - zero (x 1 / 16 where odd: exact), one HMUL2 scales them. One wgmma call
+        for the four k steps (one fence: four calls each fenced would end ptxas's wgmma group at
+        each, and the next tile's decode would wait for this tile's first three products)."""
+        bn, at, workers = self.block_n, self.atype, 128 * self.consumers
+        rows = bn * 64 // 2 // 16
+        words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
+                          tilus.local(1, 4))
+        signed = self.wtype.is_signed()
+        flip = 0x00080008 if signed else 0
+        # Per fragment register r: shift, mask and magic (Python constants per slot: the
+        # emitter's unrolled slots fold them into immediates), broadcast over the words j.
+        shift = self.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
+        mask = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                    init=lambda i, j, r: 0x000F000F + (r % 2) * (0x00F000F0 - 0x000F000F))
+        magic = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                     init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
+        opaque = self.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
+        bits = ((self.unsqueeze(words, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words j, 4 registers r]
+        # The view below takes a thread's words in slot order: slot 4 j + r must hold (j, r). (The
+        # layout inference may order the broadcast's slots otherwise: so did repeat_interleave's,
+        # r outermost, the wrong operand the H200 computed with.)
+        self.annotate_layout(bits, tilus.local(rows // workers, 1, 1) * tilus.spatial(workers, 1, 1) *
+                             tilus.local(1, 4, 4))
+        bits = self.reshape(bits, [rows, 16])
+        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
+        odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
+        unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
+        base = 1024.0 - odd * 960.0  # 64 on odd r
+        offset = base + 8.0 if signed else base + self.transpose(self.load_shared(sz))
+        w = (v * unit - offset) * self.transpose(self.load_shared(ss))
+        self.wgmma.fence()
+        self.wgmma.mma(w, sa.transpose(), acc)
+        return acc
+
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
         for wg in tilus.static_range(self.consumers):
@@ -414,7 +508,7 @@ class MatmulA16WxHopper(tilus.Script):
                     self.mbarrier_arrive(barrier, cta_id=peer)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
-                 zeros: tilus.void_p, c: tilus.void_p):
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
         bn, bm, bk, stages, blocks, at = self.block_n, self.block_m, self.block_k, self.stages, self.blocks, self.atype
         workers = 128 * self.consumers
         rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
@@ -428,9 +522,10 @@ class MatmulA16WxHopper(tilus.Script):
         else:
             rank, peer = 0, None
         first_unit, units_step = (self.blockIdx.x // 2, blocks // 2) if clustered else (self.blockIdx.x, blocks)
-        # The units of work: output tiles, or with clusters pairs of neighbouring weight tiles.
+        # The units of work (self.unit): output tiles, with clusters pairs of neighbouring weight
+        # tiles, with split-K a tile's k ranges.
         tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(tilus.cdiv(n, bn), self.cluster_size)
-        tiles = tiles_m * tiles_n
+        units = tiles_m * tiles_n * self.split_k
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
@@ -442,7 +537,12 @@ class MatmulA16WxHopper(tilus.Script):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        if self.split_k == 1:
+            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        else:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
+            before = self.shared_tensor(dtype=int32, shape=[1])
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n])
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -455,54 +555,57 @@ class MatmulA16WxHopper(tilus.Script):
         with self.thread_group(thread_begin=workers, num_threads=128):
             self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
-                for t in range(first_unit, tiles, units_step):
-                    offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-                    tile_n = tile_n * self.cluster_size + rank
-                    first = (t - first_unit) // units_step * steps
-                    for step in range(steps):
-                        g = first + step
+                issued = self.declare("issued", int32, 0)  # k tiles through the ring
+                for u in range(first_unit, units, units_step):
+                    _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank)
+                    for step in range(count):
+                        g = issued + step
                         stage = g % stages
+                        kt = k0 + step
                         self.mbarrier.wait(empty[stage], phase=g // stages % 2 ^ 1)
                         with self.single_thread():
                             self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
                             if clustered:  # this block's half of a into both blocks
                                 self.tma.global_to_shared(src=ga, dst=self.slice_shared(sa[stage], [rank * (bm // 2), 0],
                                                                                        [0, 1], [bm // 2, bk]),
-                                                          offsets=[offset_m + rank * (bm // 2), step * bk],
+                                                          offsets=[offset_m + rank * (bm // 2), kt * bk],
                                                           mbarrier=full[stage], multicast_mask=3)
                             else:
-                                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, step * bk],
+                                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, kt * bk],
                                                           mbarrier=full[stage])
                             self.tma.global_to_shared(src=gw, dst=sw[stage], mbarrier=full[stage],
-                                                      offsets=[(tile_n * bn // 128 * steps + step) * packed_rows +
+                                                      offsets=[(tile_n * bn // 128 * steps + kt) * packed_rows +
                                                                tile_n * bn % 128 // bn * rows, 0])
                             self.tma.global_to_shared(src=gs, dst=ss[stage], mbarrier=full[stage],
-                                                      offsets=[step * bk // self.group, tile_n * bn])
+                                                      offsets=[kt * bk // self.group, tile_n * bn])
                             if unsigned:
                                 self.tma.global_to_shared(src=gz, dst=sz[stage], mbarrier=full[stage],
-                                                          offsets=[step * bk // self.group, tile_n * bn])
+                                                          offsets=[kt * bk // self.group, tile_n * bn])
+                    issued = issued + count
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             self.inc_max_nreg(232 if self.consumers == 2 else 240)
             fragment = wgmma_a_layout(bn, bk, self.consumers)
-            for t in range(first_unit, tiles, units_step):
-                offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-                tile_n = tile_n * self.cluster_size + rank
-                first = (t - first_unit) // units_step * steps
+            taken = self.declare("taken", int32, 0)  # k tiles through the ring
+            for u in range(first_unit, units, units_step):
+                t, split, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-                for pair in range(steps // 2):
+                for pair in range(count // 2):
                     for h in tilus.static_range(2):  # two weight tiles in registers, alternating
-                        g = first + 2 * pair + h
+                        g = taken + 2 * pair + h
                         stage = g % stages
                         self.mbarrier.wait(full[stage], phase=g // stages % 2)
                         raw = self.load_shared(sw[stage])
                         self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                                              tilus.local(1, 16))
-                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
-                        if unsigned:
-                            w = w - self.transpose(self.load_shared(sz[stage]))
-                        w = w * self.transpose(self.load_shared(ss[stage]))
-                        self.wgmma.fence()
-                        self.wgmma.mma(w, sa[stage].transpose(), acc)
+                        if self.magic:
+                            acc = self.magic_product(k, raw, sa[stage], ss[stage], sz[stage], acc)
+                        else:
+                            w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                            if unsigned:
+                                w = w - self.transpose(self.load_shared(sz[stage]))
+                            w = w * self.transpose(self.load_shared(ss[stage]))
+                            self.wgmma.fence()
+                            self.wgmma.mma(w, sa[stage].transpose(), acc)
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
                         if h == 1:
@@ -511,17 +614,27 @@ class MatmulA16WxHopper(tilus.Script):
                             if pair > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)
                 self.wgmma.wait_group(0)
-                self.release(empty[(first + steps - 1) % stages], peer)
-                # The tile goes out through shared memory and TMA stores (the transposed
-                # accumulator gives each thread single elements of c's rows); the consumers go on
-                # to the next tile while the stores complete.
-                with self.single_thread():  # the last tile's stores have read sc
-                    self.tma.wait_group(0, read=True)
-                self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(at), [bm, bn // 64, 64]))
-                with self.single_thread():
-                    for j in tilus.static_range(bn // 64):
-                        self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
-                    self.tma.commit_group()
+                if self.split_k == 1:
+                    self.release(empty[(taken + count - 1) % stages], peer)
+                else:
+                    if count > 0:  # (a tile's last split may have no k tiles)
+                        self.release(empty[(taken + count - 1) % stages], peer)
+                taken = taken + count
+                if self.split_k > 1:
+                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t], split, self.split_k, offset_m,
+                                       tile_n * bn, before)
+                else:
+                    # The tile goes out through shared memory and TMA stores (the transposed
+                    # accumulator gives each thread single elements of c's rows); the consumers go
+                    # on to the next tile while the stores complete.
+                    with self.single_thread():  # the last tile's stores have read sc
+                        self.tma.wait_group(0, read=True)
+                    self.store_shared(sc.permute([1, 0, 2]),
+                                      self.reshape(self.transpose(acc).to(at), [bm, bn // 64, 64]))
+                    with self.single_thread():
+                        for j in tilus.static_range(bn // 64):
+                            self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
+                        self.tma.commit_group()
         if clustered:
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
@@ -606,13 +719,15 @@ class QuantizedMatmul:
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
-          n = 3584), beyond m = 128 also 128 x 256 (4 stages) alone
-          and in clusters of two sharing a (cluster=2), beyond m = 256 128 x 256 in L2 groups of
-          4;
-        - the mma.sync kernel's rule where the wgmma kernel does not apply or its tiles of 64
-          weight rows are fewer than two per SM (it cannot split k), with splits 2 and 4 there,
-          and up to m = 64 the 16-row kernel (magic decode where its weights exist) split to fill
-          a wave of 3 blocks per SM.
+          n = 3584), beyond m = 128 also 128 x 256 (4 stages); up to m = 256 128 weight rows by
+          the rule's rows of a and by 128 of them, split over k (wave_split) where unsplit they
+          fill less than 90 % of the persistent grid's last round (128 x 128 at m = 256 also
+          unsplit), and the rule's tile on the magic decode where its weights exist (`magic`);
+          beyond m = 256 128 x 256 also in clusters of two sharing a (cluster=2), in L2 groups of
+          4, and 128 x 192 where it fills the grid's rounds better;
+        - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
+          and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
+          to fill a wave of 3 blocks per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
@@ -650,28 +765,57 @@ class QuantizedMatmul:
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
             if m > 128:
                 add(big)
+            if m > 256:  # (clusters never won at m = 256 on the H200)
                 add(dict(big, cluster=2))
-            if m > 256:
                 add(dict(big, tile_group=4))
-            # Even the smallest wgmma tiles are fewer than two per SM (at n = 3584 and m <= 256 they
-            # measured 0.7-0.8x cuBLAS on the H200: the kernel cannot split k).
-            idle = -(-n // 64) * -(-m // 64) < 2 * sms
+                # 192 rows of a where they fill the grid's rounds better than 256 (m = 4096 at
+                # n = 3584: 448 tiles of 256 rows fill 4 rounds to 85 %, 616 of 192 rows 5 to 90 %).
+                work = {bm: -(-n // 128) * m / bm / (-(-(-(-n // 128) * -(-m // bm)) // sms) * sms) for bm in (192, 256)}
+                if work[192] > work[256] + 0.03:
+                    add(dict(big, block_m=192))
+            else:
+                # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
+                # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
+                # shapes at m = 64: 0.69-0.98x cuBLAS unsplit on the H200, 1.13-1.72x split at m =
+                # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
+                for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
+                    tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
+                    split = self.wave_split(-(-n // 128) * -(-m // bm), k // rule["block_k"])
+                    if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
+                        add(dict(tile, **({"split_k": split} if split > 1 else {})))
+                if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
+                    add(dict(rule, magic=True))
+            # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
+            # = 64 were 1.2-2x slower than them on the H200).
+            mma_tiles, small = False, False
         else:
-            idle = True
-        if idle:
+            mma_tiles, small = True, m <= 64
+        if mma_tiles:
             base = self.mma_config(m, n, k)
             add(base)
             tiles = -(-m // base["block_m"]) * -(-n // base["block_n"])
             for split in (2, 4):
                 if k // (base["block_k"] * split) >= 2 and tiles * split <= 4 * sms:
                     add(dict(base, split_k=split))
-            if m <= 64:  # the 16-row kernel on each 16 rows of a, split to fill a wave of 3 blocks per SM
-                small = self.mma_config(m, n, k, 16)
-                tiles = -(-m // 16) * -(-n // small["block_n"])
-                split = max(1, min(16, 3 * sms // tiles, k // (2 * small["block_k"])))  # two k tiles a split
-                magic = magic and self.magic_tile(small["block_k"])
-                add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
+        if small:  # the 16-row kernel on each 16 rows of a, split to fill a wave of 3 blocks per SM
+            small = self.mma_config(m, n, k, 16)
+            tiles = -(-m // 16) * -(-n // small["block_n"])
+            split = max(1, min(16, 3 * sms // tiles, k // (2 * small["block_k"])))  # two k tiles a split
+            magic = magic and self.magic_tile(small["block_k"])
+            add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
+
+    def hopper_magic(self):
+        """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
+        return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
+
+    def wave_split(self, tiles, ktiles):
+        """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
+        fewest ways (1 to 16, 8 k tiles a split at least) whose units fill the persistent grid's
+        rounds (units / (rounds x SMs)) to 90 %, else the fullest."""
+        sms = self.sms or 132
+        fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17) if s == 1 or ktiles // s >= 8}
+        return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
     def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
         """candidates(wide=True), the rule's first: for m <= 32 the 16-row kernel split over k 1 to
@@ -681,8 +825,7 @@ class QuantizedMatmul:
         tiles (64 weight rows times 64, 128 or 256 rows of a, and 128 x 256 in 4 stages, 128 x 128
         in 8, 128 x 256 walking its tiles in groups of 4 or 16 and in clusters of two) where its
         weights exist, and the mma.sync kernel's 64- and 128-row tiles split 1, 2 or 4 ways (the
-        wgmma kernel has no split-K: with few output tiles, as at n = 3584, its persistent grid
-        leaves SMs idle)."""
+        wgmma kernel's split-K is the short list's: wave_split)."""
         out = [self.config(m, n, k, hopper)]
 
         def add(cfg):
@@ -774,6 +917,8 @@ class QuantizedMatmul:
             out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
         if hopper:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
+        if hopper and self.hopper_magic():
+            out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -797,13 +942,15 @@ class QuantizedMatmul:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
                 blocks = (self.sms or 132) // cfg.get("cluster", 1) * cfg.get("cluster", 1)
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
-            return self.kernels[key], (m, n, k, a, weights["wgmma"], scales, zeros, c)
-        if key not in self.kernels:
+        elif key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
         tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
+        counters = self.arrival_counters(c, tiles)
+        if cfg.get("hopper"):
+            w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
+            return self.kernels[key], (m, n, k, a, w, scales, zeros, c, workspace, counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
-        return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace,
-                                   self.arrival_counters(c, tiles))
+        return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
 
 
 def quantized_operands(wtype, k, n, group, rng, atype=float16):
@@ -828,7 +975,9 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
     return pack_codes(codes, bits), scales, zeros, w
 
 
-def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
+def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None):
+    """Checks QuantizedMatmul at m x n x k against float64 (its rule's kernel, or configuration
+    cfg where its weights exist: on an sm_90a GPU, the wgmma kernel's)."""
     from common import check, on_gpu, timed
     rng = np.random.default_rng(0)
     a = round_to(rng.uniform(-1, 1, (m, k)), atype)
@@ -842,10 +991,17 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False):
         args = [torch.from_numpy(x.view(np.int16) if x.dtype == np.uint16 else x).cuda() for x in args]
         device = "cuda"
     args[1] = kernel.prepare(args[1])
-    kernel(m, n, k, *args)
+    if cfg is not None and not ("wgmma" in args[1] and (not cfg.get("magic") or "wgmma_magic" in args[1])):
+        print(f"{name} {wtype.name} {m}x{n}x{k} {cfg}: skipped (the wgmma kernel runs on sm_90a GPUs)")
+        return
+    if cfg is None:
+        kernel(m, n, k, *args)
+        cfg = kernel.config(m, n, k, hopper="wgmma" in args[1])
+    else:
+        kernel.launch(cfg, m, n, k, *args)
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
-    cfg = kernel.config(m, n, k, hopper="wgmma" in args[1])
-    how = "wgmma" if cfg.get("hopper") else f"split_k {cfg['split_k']}"
+    how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
+           f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else f"split_k {cfg['split_k']}")
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
     if timing:
@@ -866,6 +1022,9 @@ if __name__ == "__main__":
         run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
     run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
     run("matmul_a16wx", tilus.uint4, 128, 136, 512)
+    wgmma = dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=64, stages=8)
+    run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
+    run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
     if not quick:
         from common import on_gpu
         s = 8192 if on_gpu() else 512

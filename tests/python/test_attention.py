@@ -15,7 +15,7 @@ from tilus import bfloat16, float16
 from conftest import HAS_CPU, HAS_GPU
 
 from flash_attention import (FlashAttention, config_name, flash_attention, flash_attention_varlen, prefill_candidates,
-                             random_packed as packed, reference)
+                             prefill_config, random_packed as packed, reference)
 import flash_decoding
 from flash_decoding import FlashDecoding, decode_candidates, flash_decode, random_cache, reference as decode_reference
 
@@ -359,14 +359,33 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
         assert between.count("MUFU.EX2") >= 32, between.count("MUFU.EX2")
 
 
+def launched_configs(sms=132):
+    """(d, causal, parameters) of every prefill kernel the GPU launches at the bench's shapes: the
+    rule's and each candidate on top of it (the L2 sections change no resource)."""
+    return [(d, causal, {**prefill_config(d, causal, sms), **c}) for d in (64, 128, 256) for causal in (True, False)
+            for c in [{}] + prefill_candidates(d, causal, sms) if "l2_bytes" not in c]
+
+
+@pytest.mark.parametrize("sms", [0, 132])
+def test_prefill_candidates_each_change_the_rule(sms):
+    """Each candidate the bench times is another kernel than the rule's and than the other
+    candidates' (a launch takes it on top of prefill_config), with and without the SM count."""
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            rule = prefill_config(d, causal, sms)
+            kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__ for c in [{}] + prefill_candidates(d, causal, sms)]
+            assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
+            assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
+
+
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("d,cfg", [(d, c) for d in (64, 128, 256) for c in prefill_candidates(d, True, sms=132)
-                                   if "l2_bytes" not in c], ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
-def test_prefill_candidates_compile_without_spills(d, cfg):
-    """Every prefill configuration bench/attention.py --candidates times (the causal kernel, the
-    larger; the L2 sections change no resource) fits the registers and shared memory: no local
-    memory, no serialized wgmma, the TMA-store epilogue."""
-    kern = FlashAttention(float16, d, causal=True, **cfg)
+@pytest.mark.parametrize("d,causal,cfg", launched_configs(),
+                         ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
+def test_prefill_candidates_compile_without_spills(d, causal, cfg):
+    """Every prefill configuration the GPU launches (the rule's and what bench/attention.py
+    --candidates times on top of it) fits the registers and shared memory: no local memory, no
+    serialized wgmma, the TMA-store epilogue."""
+    kern = FlashAttention(float16, d, causal=causal, **cfg)
     args = prefill_args(d)
     compiled = kern.compiled(*args, arch="sm_90a")
     assert compiled.wgmma_serialized == ""

@@ -11,7 +11,7 @@ import pytest
 
 import tilus
 from tilus import float32, int32
-from conftest import HAS_GPU
+from conftest import HAS_CPU, HAS_GPU
 
 B = 128
 FLOATS = ["float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1", "float5_e2m2", "float3_e1m1",
@@ -520,13 +520,22 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int8", "float16", 257, 136, 768, 128, 128), ("float8_e4m3", "float16", 64, 128, 256, 128, 64),
                 ("float4_e2m1", "bfloat16", 513, 264, 640, 256, 128), ("int4", "float16", 129, 200, 1024, 128, 64),
                 # clusters of two sharing a's tile: 5 weight tiles (the last pair's second out of range), and bf16
-                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2)]
+                ("int4", "float16", 300, 520, 1024, 256, 128, 2), ("uint4", "bfloat16", 130, 392, 512, 256, 128, 2),
+                # split-K: 20 k tiles in splits of 8, 8 and 4; 8 in splits of 2 (the fifth split empty);
+                # 128 x 256 tiles in two splits of 4 pairs
+                ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3), ("uint4", "bfloat16", 130, 200, 512, 64, 128, 1, 5),
+                ("int8", "float16", 300, 264, 1024, 256, 128, 1, 2),
+                # the magic decode: 64 and 128 weight rows, signed and zero points, split
+                ("int4", "float16", 100, 136, 384, 64, 64, 1, 1, True), ("uint4", "float16", 130, 200, 512, 128, 128, 1, 3, True),
+                # 192 rows of a (wgmma n = 192), the last tile of a a third full
+                ("uint4", "float16", 448, 264, 512, 192, 128)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
-    the repacked weights; cluster 2: blocks in pairs multicasting a), its arguments (on
-    `arrays`' device; host arrays and unset weights without it) and the reference c."""
+    the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
+    output tile split that many ways; magic: the magic decode on its weight order), its arguments
+    (on `arrays`' device; host arrays and unset weights without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
@@ -536,13 +545,14 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arr
     if arrays is None:
         weights = np.zeros((-(-n // 128) * -(-k // bk) * 128 * bk * dt.bits // 128, 16), np.uint8)
     else:
-        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk)
+        weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk, magic=magic)
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster)
+                               cluster=cluster, split_k=split_k, magic=magic)
+    tiles = -(-m // block_m) * -(-n // block_n)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
-            host_array(np.zeros((m, n)), at)]
+            host_array(np.zeros((m, n)), at), np.full((split_k, m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -550,18 +560,22 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, *, seed, arr
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def hopper_id(c):
-    return f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "")
+    return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
+            (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7], ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13], ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
     registers the producer's warp group gives away; in clusters of two, a's tile comes by one
-    multicast TMA load per block, half the rows each."""
+    multicast TMA load per block, half the rows each; the magic decode (split over k) builds its
+    operand in registers, with no layout conversion through shared memory."""
     kernel, args, _ = hopper_case(*case, seed=0)
     m, n, k = case[2:5]
-    assert "a=regs" in kernel.ir(m, n, k, *args, arch="sm_90a")["select_instructions"]
+    ir = kernel.ir(m, n, k, *args, arch="sm_90a")
+    assert "a=regs" in ir["select_instructions"]
+    assert "_convert = shared_tensor" not in list(ir.values())[-1]
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
     assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
     ptx = kernel.ptx(m, n, k, *args, arch="sm_90a")
@@ -569,22 +583,46 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
 
 
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized wgmma kernel runs only there")
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU (test_hopper_quantized_matmul_on_the_cpu runs some of these cases on the CPU backend)")
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_gpu(case):
     """MatmulA16WxHopper (wgmma, weights dequantized in registers) against dequantize-then-matmul
     on ragged m and n (n padded to whole 128-row weight tiles by the repacking), signed and
     unsigned codes (zero points), 4- and 8-bit ints and floats, f16 and bf16 activations, 128 and
-    256 rows of a and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
+    256 rows of a (and 192) and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
     per tile, alone and in clusters of two that multicast a (an odd number of weight tiles: the
-    last pair's second tile loads zeros and stores nothing)."""
+    last pair's second tile loads zeros and stores nothing), and split over k (uneven and empty
+    splits; the partial sums start as NaN, the counters end at zero, so a second launch computes
+    the same)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cuda")
     kernel, dev, want = hopper_case(*case, seed=3, arrays=arrays)
     m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
-    kernel(m, n, k, *dev)
-    np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2)
+    for launch in range(2 if case[8:9] > (1,) else 1):
+        dev[4].zero_()
+        kernel(m, n, k, *dev)
+        np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        assert not arrays.host(dev[6]).any(), "the split-K counters are left at zero"
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:14], ids=hopper_id)
+def test_hopper_quantized_matmul_on_the_cpu(case):
+    """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
+    the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
+    over k (uneven splits, an empty one; partial sums start as NaN; the counters back at zero),
+    and the magic decode (whose register operand was once built from words in the wrong slot
+    order: relative errors of 12-20 on the H200, and here)."""
+    from conftest import Arrays
+    from matmul_a16wx import from_host_array
+    arrays = Arrays("cpu")
+    kernel, args, want = hopper_case(*case, seed=3, arrays=arrays)
+    m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
+    kernel(m, n, k, *args)
+    np.testing.assert_allclose(from_host_array(args[4], at), want, atol=2e-2, rtol=1e-2)
+    assert not args[6].any(), "the split-K counters are left at zero"
 
 
 def test_quantized_matmul_picks_its_kernel_by_size():
@@ -608,14 +646,13 @@ def test_quantized_matmul_picks_its_kernel_by_size():
 @pytest.mark.parametrize("n,k", [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944), (200, 1000)])
 def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
-    rule's choice first, no repeats, at most 7, each a kernel that can be made; up to m = 32 the
+    rule's choice first, no repeats, at most 7 (8 from m = 33), each a kernel that can be made; up to m = 32 the
     16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2 and of 3
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
     where its weights exist, 8 stages at s, and the TMA copies where they apply; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
-    tile (and m / 2 at least on 64 weight rows up to m = 256); the mma.sync kernel where the wgmma
-    kernel cannot run or its 64-row tiles are fewer than two per SM, and there up to m = 64 the
-    16-row kernel too."""
+    tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
+    where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
     from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
         q = QuantizedMatmul(wtype, 128, sms=132)
@@ -623,7 +660,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 7, (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (7 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -641,12 +678,31 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
                 assert all(c["block_m"] < 2 * m and (c["block_m"] >= m // 2 or c["block_n"] == 128 or m > 256)
                            for c in hopper), (m, got)
-                idle = not hopper or -(-n // 64) * -(-m // 64) < 264
-                assert bool(mma) == idle, (m, got)
-                # up to m = 64 there the 16-row kernel too, on the magic decode where its weights exist
+                # the mma.sync kernel only where the wgmma kernel cannot run (its 16 rows of a then up
+                # to m = 64, on the magic decode where its weights exist)
                 small = [c for c in mma if c["block_m"] == 16]
-                assert len(small) == (1 if idle and m <= 64 else 0), (m, got)
+                assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
+                # with the magic decode's weights, up to m = 256 the rule's tile on it too
+                assert [c for c in hopper if c.get("magic")] == ([dict(got[0], magic=True)] if hopper and magic and
+                                                                 m <= 256 else []), (m, got)
+                # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
+                # over k where their tiles fill less than 90 % of the grid's last round, 8 k tiles
+                # a split at least, filling the rounds better; no splits beyond m = 256
+                rule = q.config(m, n, k, hopper=True)
+                split_of = {(c["block_m"], c["block_n"]): c["split_k"] for c in hopper if c.get("split_k", 1) > 1}
+                assert all(bn == 128 for _, bn in split_of) and (m <= 256 or not split_of), (m, got)
+
+                def fill(units):
+                    return units / (-(-units // 132) * 132)
+                for bm in {rule["block_m"], min(rule["block_m"], 128)} if hopper and m <= 256 else ():
+                    tiles = -(-n // 128) * -(-m // bm)
+                    assert ((bm, 128) in split_of) == (fill(tiles) < 0.9), (m, bm, got)
+                    x = split_of.get((bm, 128), 1)
+                    assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
+                # beyond m = 256, 128 x 192 tiles where they fill the rounds better than 128 x 256
+                # (at m = 4096, n = 3584 only among these shapes)
+                assert any(c["block_m"] == 192 for c in hopper) == (bool(hopper) and (m, n) == (4096, 3584)), (m, got)
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),

@@ -35,10 +35,7 @@ extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __rest
   *(a_1 + ((((int64_t)((tid / 2))) * 8ll) + ((int64_t)((((tid % 2) * 4) + 3))))) = y[3];
   // sum (shapes_script.h:31)
   float acc[1];
-  acc[0] = tilus::cvt<float>(x_2[0]);
-  acc[0] = acc[0] + tilus::cvt<float>(x_2[1]);
-  acc[0] = acc[0] + tilus::cvt<float>(x_2[2]);
-  acc[0] = acc[0] + tilus::cvt<float>(x_2[3]);
+  acc[0] = (tilus::cvt<float>(x_2[0]) + tilus::cvt<float>(x_2[1])) + (tilus::cvt<float>(x_2[2]) + tilus::cvt<float>(x_2[3]));
   acc[0] = acc[0] + tilus::shfl_xor(acc[0], 1, 0xffffffffu);
   acc[0] = acc[0] + tilus::shfl_xor(acc[0], 2, 0xffffffffu);
   acc[0] = acc[0] + tilus::shfl_xor(acc[0], 4, 0xffffffffu);
