@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN,...] [--no-tune] [--quant-sizes MxHIDDEN,...]
+                                                [--block-tiles BMxBN[xP],...] [--no-tune] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -12,9 +12,11 @@ GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM wei
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
 (1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
-MatmulFp8Block, its tile chosen by the autotuner among matmul_fp8.BLOCK_TILES (by block_config
-with --no-tune), and --block-tiles adds MatmulFp8 with each tile named, as "tilus block BMxBN")
-against the per-tensor _scaled_mm. --shapes replaces the shapes
+MatmulFp8Block, its tile and products (one, or two in turn) chosen by the autotuner among
+matmul_fp8.BLOCK_TILES (by block_config with --no-tune), and --block-tiles adds MatmulFp8 with
+each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products) against the per-tensor
+_scaled_mm. The per-tensor and per-row kernels' tile width is tuned among matmul_fp8.TILES
+(MatmulFp8Tuned; 128 x 256 with --no-tune). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
@@ -36,7 +38,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
 from run import interleaved_ms  # noqa: E402
 
-from matmul_fp8 import MatmulFp8, MatmulFp8Block, block_scales  # noqa: E402
+from matmul_fp8 import MatmulFp8, MatmulFp8Block, MatmulFp8Tuned, block_scales  # noqa: E402
 from per_token_cast import PerTokenCast, PerTokenCastTuned, cast_config, cast_kernel, per_token_cast, tuned_config  # noqa: E402
 from swiglu_per_token_cast import SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, swiglu_per_token_cast  # noqa: E402
 
@@ -98,14 +100,24 @@ def torch_swiglu_per_token_cast(x):
     return torch_per_token_cast(torch.nn.functional.silu(g) * u)
 
 
+def tile_width(kernel, args):
+    """The block_n of a MatmulFp8 or of MatmulFp8Tuned's winner for these arguments ("?" before tuning)."""
+    if not hasattr(kernel, "_tilus_tuner"):
+        return kernel.block_n
+    winner = kernel._tilus_tuner.winner_for(args, {})
+    return "?" if winner is None else winner.block_n
+
+
 def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
         shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
-    tensor_k, row_k, block_k = (MatmulFp8("tensor", blocks=sms), MatmulFp8("row", blocks=sms),
+    plain = MatmulFp8Tuned if tune else MatmulFp8
+    tensor_k, row_k, block_k = (plain("tensor", blocks=sms), plain("row", blocks=sms),
                                 MatmulFp8Block(blocks=sms, tune=tune))
-    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], blocks=sms) for t in block_tiles}
+    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1, blocks=sms)
+             for t in block_tiles}
     rows = []
     for m, n, k in shapes:
         torch.manual_seed(0)
@@ -121,7 +133,7 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
                "tilus row": lambda: row_k(m, n, k, a, b, sa_row, sb_row, c),
                "tilus block": lambda: block_k(m, n, k, a, b, sa_blk, sb_blk, c)}
         for t, kern in tiles.items():
-            fns[f"tilus block {t[0]}x{t[1]}"] = lambda kern=kern: kern(m, n, k, a, b, sa_blk, sb_blk, c)
+            fns[f"tilus block {'x'.join(map(str, t))}"] = lambda kern=kern: kern(m, n, k, a, b, sa_blk, sb_blk, c)
         # The per-tensor result against a float32 product of the same codes, as a check that the
         # run is meaningful (fp8 tensor cores sum with fewer bits than float32).
         fns["tilus tensor"]()
@@ -146,7 +158,10 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
         tile = block_k.tile(m, n, k, a, b, sa_blk, sb_blk, c)
         how = "tuned" if tune else "block_config"
         tile = "x".join(map(str, tile)) if tile else "?"
-        print(f"{m:5d}x{n:5d}x{k:5d} (tilus block: {tile}, {how}): {line}", flush=True)
+        widths = [tile_width(kern, (m, n, k, a, b, s_a, s_b, c))
+                  for kern, s_a, s_b in ((tensor_k, one, one), (row_k, sa_row, sb_row))]
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]}, block: "
+              f"{tile} (block_m x block_n x products), {how}): {line}", flush=True)
     return rows
 
 
@@ -194,10 +209,11 @@ def main():
     p.add_argument("--shapes", default="", help="GEMM shapes MxNxK, comma-separated (instead of the default set)")
     p.add_argument("--quant-sizes", default="", help="quantization sizes MxHIDDEN, comma-separated (instead of "
                                                      "128x7168,4096x7168,16384x7168)")
-    p.add_argument("--no-tune", action="store_true", help="the block-scaled tile by block_config and the "
-                                                          "quantization's by cast_config, not by the autotuner")
-    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN (e.g. 128x256,64x128) timed beside "
-                                                     "the chosen one")
+    p.add_argument("--no-tune", action="store_true", help="the block-scaled tile by block_config, the per-tensor "
+                                                          "and per-row ones 128x256, and the quantization's by "
+                                                          "cast_config, not by the autotuner")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN or BMxBNxP, P products (e.g. "
+                                                     "128x256,128x128x2) timed beside the chosen one")
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]
@@ -209,7 +225,7 @@ def main():
     quant = quant_rows(args.quick, quant_sizes, not args.no_tune) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:
-        extra = [f"block {bm}x{bn}" for bm, bn in block_tiles]
+        extra = [f"block {'x'.join(map(str, t))}" for t in block_tiles]
         print(f"{'m x n x k':>20} {'tensor/cuBLAS':>14} {'tensor/fast':>12} {'row/cuBLAS row':>15} {'block/cuBLAS':>13}"
               + "".join(f" {e + '/cuBLAS':>20}" for e in extra))
         for m, n, k, t, _ in gemm:

@@ -95,20 +95,29 @@ class MatmulFp8(tilus.Script):
     busy. The two pieces' results and the product are 192 registers a thread; a product of each
     piece's own would let ptxas start the second piece's wgmma under the first one's promotion,
     256 registers, and spill. The k step's scales are read before its first wgmma. block_m =
-    64 * consumers rows (block scaling: 64 for small m, see block_config)."""
+    64 * consumers rows (block scaling: 64 for small m, see block_config). products=2 (block
+    scaling, 128-column tiles): two products in turn, each k step's wgmma issued before the wait
+    for the step before, which is promoted under it (the warp group's tensor work never drains).
+    block_n=192 (per-tensor, per-row): a 128- and a 64-column piece."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
+        assert products in (1, 2), "one product a warp group, or two in turn"
         assert blocks % 2 == 0, "blocks come in clusters of two"
         assert block_m % 64 == 0 and block_m <= 256, "each consumer warp group takes 64 rows of the tile"
         assert scaling == "block" or block_m == 128, "tensor and row scaling: two consumer warp groups"
         # Three consumer warp groups share the registers three ways: one 128-column piece each.
-        block_n = block_n or (256 if block_m <= 128 else 128)
-        assert block_n in (128, 256), "one or two 128-column pieces (a block of b's scales each)"
+        block_n = block_n or (256 if block_m <= 128 and products == 1 else 128)
+        assert block_n in (128, 256) or (scaling != "block" and block_n == 192), \
+            "one or two 128-column pieces (a block of b's scales each); 192 (a 128- and a 64-column piece) " \
+            "without block scales"
+        assert products == 1 or (scaling == "block" and block_n == 128), \
+            "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
+        self.products = products
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -141,7 +150,10 @@ class MatmulFp8(tilus.Script):
         bm, bn, bk, stages, blocks = self.block_m, self.block_n, BLOCK_K, self.stages, self.blocks
         block = self.scaling == "block"
         share = bn // 2  # the rows of b's tile each block of the pair loads (and multicasts)
-        pieces, box = bn // 128, self.box
+        # The accumulator's column pieces: 128 wide (a block of b's scales), and what is left of
+        # a 192-column tile.
+        widths = [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
+        pieces, box = len(widths), self.box
         workers = 128 * self.consumers
         clusters = blocks // 2
         self.attrs.blocks = [blocks]
@@ -190,50 +202,92 @@ class MatmulFp8(tilus.Script):
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             if split:
                 self.inc_max_nreg(self.consumer_regs)
+            if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
+                parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
-                accs = [self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0) for _ in range(pieces)]
-                if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
-                    part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
-                for step in range(steps):
-                    g = first + step
-                    stage = g % stages
-                    self.mbarrier.wait(full[stage], phase=g // stages % 2)
-                    if block:
-                        # The scales first: their shared loads are not on the path from the
-                        # wgmma's wait to the promotion.
-                        scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
-                        for p in tilus.static_range(pieces):
-                            self.wgmma.fence()
-                            self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
-                                                                        [128, bk]).transpose(), part,
-                                           enable_input_d=False)
-                            self.wgmma.commit_group()
-                            self.wgmma.wait_group(0)
-                            if p == pieces - 1:
-                                self.release(empty[stage], peer, read_shared=True)
-                            self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
-                    else:
+                accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
+                if block and self.products == 2:
+                    # Two products in turn: the k step after this one is issued into the other
+                    # product before this one's wait, so each warp group always has a wgmma queued
+                    # (as with per-tensor scaling) and promotes under it. The loop takes the steps
+                    # that have a next one two at a time (the products' registers are fixed), with
+                    # no branch around a wgmma (ptxas serializes them there); the last one or two
+                    # steps follow it.
+                    def issue(now, part):
+                        there = (first + now) % stages
+                        self.mbarrier.wait(full[there], phase=(first + now) // stages % 2)
                         self.wgmma.fence()
-                        for p in tilus.static_range(pieces):
-                            self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
-                                                                        [128, bk]).transpose(), accs[p])
+                        self.wgmma.mma(sa[there], sb[there].transpose(), part, enable_input_d=False)
                         self.wgmma.commit_group()
+
+                    def promote(now, part):
+                        here = (first + now) % stages
+                        scale = block_scales_of_step(self, ssa[here], ssb[here], now)[0]
+                        self.release(empty[here], peer, read_shared=True)
+                        self.assign(accs[0], accs[0] + part * scale)  # the promotion
+
+                    issue(0, parts[0])
+                    for pair in range((steps - 1) // 2):
+                        issue(pair * 2 + 1, parts[1])
                         self.wgmma.wait_group(1)
-                        if step > 0:
-                            self.release(empty[(g + stages - 1) % stages], peer)
-                if not block:
-                    self.wgmma.wait_group(0)
-                    self.release(empty[(first + steps - 1) % stages], peer)
+                        promote(pair * 2, parts[0])
+                        issue(pair * 2 + 2, parts[0])
+                        self.wgmma.wait_group(1)
+                        promote(pair * 2 + 1, parts[1])
+                    if steps % 2 == 0:  # the last two steps: steps - 2 in parts[0], steps - 1 issued here
+                        issue(steps - 1, parts[1])
+                        self.wgmma.wait_group(1)
+                        promote(steps - 2, parts[0])
+                        self.wgmma.wait_group(0)
+                        promote(steps - 1, parts[1])
+                    else:  # the last step, in parts[0]
+                        self.wgmma.wait_group(0)
+                        promote(steps - 1, parts[0])
+                else:
+                    if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
+                        part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
+                    for step in range(steps):
+                        g = first + step
+                        stage = g % stages
+                        self.mbarrier.wait(full[stage], phase=g // stages % 2)
+                        if block:
+                            # The scales first: their shared loads are not on the path from the
+                            # wgmma's wait to the promotion.
+                            scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
+                            for p in tilus.static_range(pieces):
+                                self.wgmma.fence()
+                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
+                                                                            [128, bk]).transpose(), part,
+                                               enable_input_d=False)
+                                self.wgmma.commit_group()
+                                self.wgmma.wait_group(0)
+                                if p == pieces - 1:
+                                    self.release(empty[stage], peer, read_shared=True)
+                                self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
+                        else:
+                            self.wgmma.fence()
+                            for p in tilus.static_range(pieces):
+                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
+                                                                            [widths[p], bk]).transpose(), accs[p])
+                            self.wgmma.commit_group()
+                            self.wgmma.wait_group(1)
+                            if step > 0:
+                                self.release(empty[(g + stages - 1) % stages], peer)
+                    if not block:
+                        self.wgmma.wait_group(0)
+                        self.release(empty[(first + steps - 1) % stages], peer)
                 for h in tilus.static_range(pieces):
                     with self.single_thread():  # the stores before have read sc
                         self.tma.wait_group(0, read=True)
                     out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                    self.store_shared(sc.permute([1, 0, 2]), self.reshape(out, [bm, 128 // box, box]))
+                    boxes = widths[h] // box
+                    dst = sc if boxes == 128 // box else self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
                     with self.single_thread():
-                        for j in tilus.static_range(128 // box):
+                        for j in tilus.static_range(boxes):
                             self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + h * 128 + j * box])
                         self.tma.commit_group()
         self.cluster.sync()  # no block leaves while its peer may still write to it
@@ -303,34 +357,60 @@ class MatmulFp8Ring(tilus.Script):
 
 
 def block_config(m, n, clusters):
-    """The block-scaled tile (block_m, block_n) MatmulFp8Block takes for an m x n product on
-    `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest tile: one
-    consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages deep), the most
-    tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks of a pair have
-    rows. Otherwise 128 x 256 (each k step's a and b bytes serve twice the products of a 128 x 128
-    tile) where its tile pairs fill every cluster at least once, else 128 x 128."""
+    """The block-scaled kernel (block_m, block_n, products) MatmulFp8Block takes for an m x n
+    product on `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest
+    tile: one consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages
+    deep), the most tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks
+    of a pair have rows; with two products in turn, as the lone warp group's wgmma otherwise idle
+    while it promotes (H200, m = 128 on 8192 x 8192: 29.4 us against 30.3). Otherwise 128 x 256
+    (each k step's a and b bytes serve twice the products of a 128 x 128 tile) where its tile pairs
+    fill every cluster at least once, else 128 x 128."""
     if m <= 128:
-        return 64, 128
+        return 64, 128, 2
     if tilus.cdiv(m, 256) * tilus.cdiv(n, 256) >= clusters:
-        return 128, 256
-    return 128, 128
+        return 128, 256, 1
+    return 128, 128, 1
 
 
-# The block-scaled tiles the autotuner times: 128 x 256 (two consumer warp groups, each k step's
-# bytes serving the most products), 128 x 128 and 64 x 128 (the most tiles, for a few tokens).
-# 192 x 128 (three consumer warp groups) measured 0.52-0.57x cuBLAS at 4096^3 / 8192^3 on the
-# H200 where 128 x 256 ran 0.72-0.82x: not offered.
-BLOCK_TILES = [(128, 256), (128, 128), (64, 128)]
+# The per-tensor and per-row tiles the autotuner times (block_n; 128 rows): 128 x 256 (the most
+# products per byte loaded) and 128 x 192, whose tile pairs split a wave more evenly where the
+# 256-column ones leave a last round half empty (8192^3 on 66 clusters: 1024 pairs of 128 x 256,
+# 15.5 a cluster; 1376 pairs of 128 x 192, 20.8 a cluster, three quarters of the work each).
+TILES = [256, 192]
 
 
-@tilus.autotune("block_m, block_n", BLOCK_TILES)
+@tilus.autotune("block_n", TILES)
+class MatmulFp8Tuned(MatmulFp8):
+    """MatmulFp8 with per-tensor or per-row scales whose tile width the autotuner picks among
+    TILES at the first call of a size bucket (GPU only), the winner kept on disk."""
+
+    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_n=256, blocks=132):
+        assert scaling != "block", "block scaling: MatmulFp8BlockTuned"
+        super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, blocks=blocks)
+
+
+# The block-scaled kernels the autotuner times, as (block_m, block_n, products): 128 x 256 (two
+# consumer warp groups, each k step's bytes serving the most products; no registers for a second
+# product), 128 x 128 with one product or two in turn (each warp group's next wgmma queued while it
+# promotes), and 64 x 128 (the most tiles, for a few tokens) with two. On the H200 (bench/fp8.py,
+# cuBLAS per-tensor = 1): 128 x 256 0.90x / 0.78x at 4096^3 / 8192^3, 128 x 128 with two products
+# 0.75x / 0.64x (as with one: 0.75x at 4096^3; the tile's bytes per product, not the wait before
+# each promotion, bound it), 64 x 128 with two 1.00x at m = 128 on 8192 x 8192 where one product
+# ran 0.96x (0.59x / 0.55x against 0.60x / 0.51x at the large shapes). 192 x 128 (three consumer
+# warp groups) measured 0.52-0.57x: not offered.
+BLOCK_TILES = [(128, 256, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
+
+
+@tilus.autotune("block_m, block_n, products", BLOCK_TILES)
 class MatmulFp8BlockTuned(MatmulFp8):
     """MatmulFp8 with block scales whose tile the autotuner picks among BLOCK_TILES: each timed on
     the GPU at the first call of a size bucket (m, n, k rounded up to powers of two), the winner
     kept on disk."""
 
-    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128, block_n=256, blocks=132):
-        super().__init__("block", out=out, atype=atype, btype=btype, block_m=block_m, block_n=block_n, blocks=blocks)
+    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128, block_n=256, products=1,
+                 blocks=132):
+        super().__init__("block", out=out, atype=atype, btype=btype, block_m=block_m, block_n=block_n, blocks=blocks,
+                         products=products)
 
 
 class MatmulFp8Block:
@@ -349,15 +429,15 @@ class MatmulFp8Block:
         tile = block_config(m, n, self.blocks // 2)
         if tile not in self.kernels:
             self.kernels[tile] = MatmulFp8("block", out=self.out, atype=self.atype, btype=self.btype,
-                                           block_m=tile[0], block_n=tile[1], blocks=self.blocks)
+                                           block_m=tile[0], block_n=tile[1], products=tile[2], blocks=self.blocks)
         return self.kernels[tile]
 
     def tile(self, m, n, k, a, b, scale_a, scale_b, c):
-        """The (block_m, block_n) a call with these arguments takes (tuned: None until tuned)."""
+        """The (block_m, block_n, products) a call with these arguments takes (tuned: None until tuned)."""
         if self.tuned is None:
             return block_config(m, n, self.blocks // 2)
         winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
-        return None if winner is None else (winner.block_m, winner.block_n)
+        return None if winner is None else (winner.block_m, winner.block_n, winner.products)
 
     def __call__(self, m, n, k, a, b, scale_a, scale_b, c):
         kernel = self.tuned if self.tuned is not None else self.kernel(m, n)
@@ -474,6 +554,8 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_m=192, blocks=blocks), 1000 if not quick else 200, 1000 if not quick else 264,
                    2048 if not quick else 400),
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
+                  (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
+                  (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
     for kernel, m, n, k in cases:
         got, want = run(kernel, m, n, k, rng, device)

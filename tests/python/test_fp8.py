@@ -16,33 +16,35 @@ from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
 from conftest import HAS_GPU, Arrays
 
 from common import from_host_array, round_to
-from matmul_fp8 import (BLOCK_TILES, MatmulFp8, MatmulFp8Block, MatmulFp8BlockTuned, MatmulFp8Ring, block_config,
-                        block_scales, operands, reference)
+from matmul_fp8 import (BLOCK_TILES, TILES, MatmulFp8, MatmulFp8Block, MatmulFp8BlockTuned, MatmulFp8Ring,
+                        MatmulFp8Tuned, block_config, block_scales, operands, reference)
 import per_token_cast
 import swiglu_per_token_cast
 
 
-def check_matmul(arrays, kernel, m, n, k, seed=0, limit=4.0):
+def check_matmul(arrays, kernel, m, n, k, seed=0, limit=4.0, spec=None):
     """kernel on random codes (values within +-limit) against the float64 reference rounded to c's
     dtype: within c's rounding plus the fp8 tensor cores' summation error (they sum with fewer
-    bits than float32), as a fraction of the result's largest magnitude."""
+    bits than float32), as a fraction of the result's largest magnitude. spec: what has the
+    kernel's scaling, out, atype and btype (an autotuned instance has none until tuned)."""
     rng = np.random.default_rng(seed)
-    a, av, b, bv, sa, sb = operands(kernel.scaling, m, n, k, rng, kernel.atype, kernel.btype)
+    spec = spec or kernel
+    a, av, b, bv, sa, sb = operands(spec.scaling, m, n, k, rng, spec.atype, spec.btype)
     if limit != 4.0:  # the codes near the format's largest values
         from matmul_fp8 import random_codes
-        a, av = random_codes(kernel.atype, (m, k), rng, limit)
-        b, bv = random_codes(kernel.btype, (n, k), rng, limit)
-    ka, kb = block_scales(sa, sb) if kernel.scaling == "block" else (sa, sb)
-    c = arrays.put(np.full((m, n), 7, {float16: np.float16, float32: np.float32, bfloat16: np.uint16}[kernel.out]))
+        a, av = random_codes(spec.atype, (m, k), rng, limit)
+        b, bv = random_codes(spec.btype, (n, k), rng, limit)
+    ka, kb = block_scales(sa, sb) if spec.scaling == "block" else (sa, sb)
+    c = arrays.put(np.full((m, n), 7, {float16: np.float16, float32: np.float32, bfloat16: np.uint16}[spec.out]))
     if arrays.device == "cuda":
         import torch
         c = torch.full((m, n), 7.0, dtype={float16: torch.float16, float32: torch.float32,
-                                           bfloat16: torch.bfloat16}[kernel.out], device="cuda")
+                                           bfloat16: torch.bfloat16}[spec.out], device="cuda")
     kernel(m, n, k, arrays.put(a), arrays.put(b), arrays.put(ka), arrays.put(kb), c)
-    got = from_host_array(c, kernel.out)
-    want = reference(kernel.scaling, av, bv, sa, sb)
+    got = from_host_array(c, spec.out)
+    want = reference(spec.scaling, av, bv, sa, sb)
     scale = np.abs(want).max()
-    np.testing.assert_allclose(got, round_to(want, kernel.out), atol=1e-3 * scale, rtol=8e-3)
+    np.testing.assert_allclose(got, round_to(want, spec.out), atol=1e-3 * scale, rtol=8e-3)
 
 
 # Ragged m and n; k a multiple of 16 that is not one of 128 (a partial last k step and scale block).
@@ -73,17 +75,25 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="block"), 301, 520, 1040), (dict(scaling="block", block_m=192), 1000, 1000, 2048),
     (dict(scaling="block", out=float32), 130, 260, 272), (dict(scaling="block", block_n=128), 301, 520, 1040),
     (dict(scaling="block", block_m=64, block_n=128), 130, 264, 1040), (dict(scaling="block", block_m=64), 100, 600, 272),
+    # Two products in turn: odd and even step counts (9, 2, 1, 4: the loop's tail either way), 2 or
+    # 1 consumer warp groups, several tiles a block.
+    (dict(scaling="block", block_n=128, products=2), 301, 520, 1040),
+    (dict(scaling="block", block_n=128, products=2, out=float32), 700, 264, 256),
+    (dict(scaling="block", block_n=128, products=2), 130, 1000, 128),
+    (dict(scaling="block", block_m=64, block_n=128, products=2, atype=float8_e4m3, btype=float8_e5m2), 130, 264, 512),
+    # 192-column tiles (a 128- and a 64-column piece), a ragged last one.
+    (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
 def test_block_scaled_tile_rule():
-    """block_config: 64 x 128 for a few tokens, 128 x 256 where its pairs fill the clusters,
-    else 128 x 128 (66 clusters, as on an H100 / H200)."""
-    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128)] * 3
-    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256)
-    assert block_config(256, 8192, 66) == (128, 128)  # 32 pairs of 128 x 256 tiles would leave half idle
+    """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
+    the clusters, else 128 x 128 (66 clusters, as on an H100 / H200)."""
+    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128, 2)] * 3
+    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256, 1)
+    assert block_config(256, 8192, 66) == (128, 128, 1)  # 32 pairs of 128 x 256 tiles would leave half idle
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
@@ -98,10 +108,26 @@ def test_the_block_scaled_tuner_offers_every_tile():
     """MatmulFp8BlockTuned's space is BLOCK_TILES, each a MatmulFp8 with block scaling."""
     from tilus.tuning import space_of
     configs = space_of(MatmulFp8BlockTuned, {"blocks": 132})
-    assert [(c["block_m"], c["block_n"]) for c in configs] == BLOCK_TILES
+    assert [(c["block_m"], c["block_n"], c["products"]) for c in configs] == BLOCK_TILES
     for c in configs:
         kernel = MatmulFp8BlockTuned(blocks=132, **c)
-        assert (kernel.scaling, kernel.block_m, kernel.block_n) == ("block", c["block_m"], c["block_n"])
+        assert (kernel.scaling, kernel.block_m, kernel.block_n, kernel.products) == ("block", *BLOCK_TILES[configs.index(c)])
+
+
+def test_the_per_tensor_tuner_offers_every_width():
+    """MatmulFp8Tuned's space is TILES, each a MatmulFp8 of 128 rows with the scaling asked for."""
+    from tilus.tuning import space_of
+    configs = space_of(MatmulFp8Tuned, {"scaling": "row", "blocks": 132})
+    assert [c["block_n"] for c in configs] == TILES
+    for c in configs:
+        kernel = MatmulFp8Tuned("row", blocks=132, **c)
+        assert (kernel.scaling, kernel.block_m, kernel.block_n) == ("row", 128, c["block_n"])
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_tuned_per_tensor_and_per_row_matmul_on_the_gpu(scaling):
+    check_matmul(Arrays("cuda"), MatmulFp8Tuned(scaling, blocks=8), 500, 1000, 512, spec=MatmulFp8(scaling))
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -143,8 +169,10 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row")] +
-                         [dict(scaling="block", block_m=bm, block_n=bn) for bm, bn in BLOCK_TILES + [(192, 128)]])
+@pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
+                                dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192)] +
+                         [dict(scaling="block", block_m=bm, block_n=bn, products=p)
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -198,6 +226,37 @@ def test_block_scaled_pieces_take_turns_in_the_sass():
     qgmma = [args for o, args in ops if o.startswith("QGMMA")]
     reads = [args.split(",")[2].strip() for args in qgmma[:8]]  # the accumulator input
     assert reads == ["RZ", "R24", "R24", "R24"] * 2 or (reads[0] == reads[4] == "RZ" and "RZ" not in reads[1:4]), qgmma[:8]
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("block_m", [128, 64])
+def test_two_block_scaled_products_promote_under_the_next_wgmma_in_the_sass(block_m):
+    """With two products in turn, each k step's wgmma is issued before the wait for the step
+    before it (a WARPGROUP.DEPBAR that leaves one group in flight), and that step's 64 promotion
+    FFMAs follow the wait with no wait for every group (DEPBAR 0x0) before the next issue: the
+    warp group's tensor work stays queued while it promotes. The k loop holds two such steps."""
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    sass = MatmulFp8("block", block_m=block_m, block_n=128, products=2).sass(
+        *_args("block", 4096, 4096, 4096), arch="sm_90a")
+    ops = re.findall(r"/\*([0-9a-f]{4})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9._]*)([^;]*);", sass)
+    waits = [i for i, (_, o, a) in enumerate(ops) if o == "WARPGROUP.DEPBAR.LE" and a.strip().endswith("0x1")]
+    assert len(waits) >= 3, "fewer waits that leave a group in flight than the loop's two and the tail's one"
+    # The k loop: from the target of the first backward branch after the second such wait.
+    addr = lambda i: int(ops[i][0], 16)  # noqa: E731
+    loop_end = next(i for i in range(waits[1], len(ops)) if ops[i][1] == "BRA" and
+                    int(ops[i][2].split()[-1], 16) < addr(waits[0]))
+    loop_start = next(i for i in range(len(ops)) if addr(i) >= int(ops[loop_end][2].split()[-1], 16))
+    inside = [w for w in waits if loop_start <= w < loop_end]
+    assert len(inside) == 2, f"{len(inside)} waits leaving a group in flight in the k loop"
+    for w in inside:
+        issued = next(o for _, o, _ in reversed(ops[:w]) if o.startswith(("QGMMA", "WARPGROUP")))
+        assert issued.startswith("QGMMA"), f"the wait at {ops[w][0]} does not follow a wgmma issue"
+        arrive = next(i for i in range(w + 1, len(ops)) if ops[i][1] in ("WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR.LE"))
+        between = [o for _, o, _ in ops[w:arrive]]
+        assert between.count("FFMA") >= 64, f"{between.count('FFMA')} FFMAs after the wait at {ops[w][0]}"
+    assert not any(o == "WARPGROUP.DEPBAR.LE" and a.strip().endswith("0x0") for _, o, a in ops[loop_start:loop_end])
 
 
 def bad_mma(at, bt, dt, k=64, a_registers=False):
