@@ -87,7 +87,15 @@ bool shim_handle(const TorchShim& s, PyObject* a, void*& impl) {
 }  // namespace
 
 const TorchShim* TorchShim::get() {
-  static const TorchShim* shim = []() -> const TorchShim* {
+  // Found once per process, under the GIL and without a C++ static-initialization guard: the
+  // search calls into Python (import, torch.empty), which may hand the GIL to another thread, and
+  // a thread that then waited on a guard while holding the GIL would never let the first finish
+  // (the attention bench's 16 compile threads making their fast paths at once hung that way).
+  // Two threads may both search; they find the same shim, and the first stored is kept.
+  static const TorchShim* shim = nullptr;
+  static bool searched = false;
+  if (searched) return shim;
+  const TorchShim* found = []() -> const TorchShim* {
     void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);  // torch's, already loaded
     if (!lib) return nullptr;
     TorchShim s;
@@ -132,6 +140,12 @@ const TorchShim* TorchShim::get() {
     }
     return new TorchShim(s);  // for the process
   }();
+  if (!searched) {
+    shim = found;
+    searched = true;
+  } else {
+    delete found;  // another thread's search finished first
+  }
   return shim;
 }
 

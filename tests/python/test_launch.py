@@ -412,3 +412,29 @@ def test_threads_tracing_one_instance_do_not_see_each_others_state():
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         programs = list(pool.map(lambda _: str(tilus.trace(script)), range(4)))
     assert len(set(programs)) == 1 and "global_view" in programs[0]
+
+
+def test_fast_paths_made_by_many_threads_at_once_do_not_deadlock():
+    """The first fast paths of a process, made by 16 threads at once (bench/attention.py compiles
+    its kernels so): torch's C shim is looked up under the GIL without a C++ static guard, which a
+    thread waiting while holding the GIL would never see released (the bench hung so on the H200).
+    In a fresh process with a tiny switch interval, so that the GIL changes hands inside the
+    lookup; a hang is a timeout here."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent("""
+        import sys, threading
+        sys.setswitchinterval(1e-6)
+        import torch
+        from tilus import _C
+        barrier = threading.Barrier(16)
+        def make():
+            barrier.wait()
+            for _ in range(20):
+                _C.FastPath([], torch.Tensor, None, None)
+        threads = [threading.Thread(target=make) for _ in range(16)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print("made")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "made" in r.stdout, r.stderr[-2000:]
