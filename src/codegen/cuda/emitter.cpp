@@ -589,10 +589,6 @@ KernelSource Emitter::run() {
   ++indent_;
   line("extern __shared__ __align__(1024) unsigned char tilus_smem[];");
   line("const int32_t tid = int32_t(threadIdx.x);");
-  // The thread index's range, told to the compiler: index arithmetic on the signed tid (tid % 4,
-  // tid / 32) then compiles to masks and shifts, not to the sign fix-ups signed division needs
-  // (three of the gating kernel's five instructions between reading tid and its first load).
-  linef("__builtin_assume(tid >= 0 && tid < {});", src.block_threads);
   if (kernel.copy_barriers > 0) {
     // The mbarriers of synchronous TMA copies: one arrival (the issuing thread's expect-tx)
     // per phase; each thread tracks the phase it waits for.

@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(64) AsyncCopy(int32_t n, __half* __restrict__ x, __half* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 64);
   [[maybe_unused]] __half* const x_1 = x;
   [[maybe_unused]] __half* const y_1 = y;
   // shared_tensor (test_codegen.cpp:N)

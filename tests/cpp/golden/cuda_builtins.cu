@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(128) ThreadIndices(int32_t* __restrict__ idx) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 128);
   [[maybe_unused]] int32_t* const idx_1 = idx;
   // get_lane_idx (builtins_scripts.h:20)
   __align__(16) int32_t lane_idx[1];
@@ -62,7 +61,6 @@ extern "C" __global__ void __launch_bounds__(128) ThreadIndices(int32_t* __restr
 extern "C" __global__ void __launch_bounds__(128) Shuffles(int32_t offset, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 128);
   [[maybe_unused]] float* const x_1 = x;
   [[maybe_unused]] float* const y_1 = y;
   // load_global (builtins_scripts.h:43)
@@ -140,7 +138,6 @@ extern "C" __global__ void __launch_bounds__(128) Shuffles(int32_t offset, float
 extern "C" __global__ void __launch_bounds__(64) VectorCopy(int32_t n, int32_t live, int32_t stored, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 64);
   const int32_t tilus_block_x = tilus::block_idx(0);
   [[maybe_unused]] float* const x_1 = x;
   [[maybe_unused]] float* const y_1 = y;
@@ -160,7 +157,6 @@ extern "C" __global__ void __launch_bounds__(64) VectorCopy(int32_t n, int32_t l
 extern "C" __global__ void __launch_bounds__(256, 1) Barriers(int32_t n, int32_t stop, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 256);
   [[maybe_unused]] float* const x_1 = x;
   [[maybe_unused]] float* const y_1 = y;
   if (tid >= 0 && tid < 128) {
@@ -224,7 +220,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) Barriers(int32_t n, int32_t
 extern "C" __global__ void __launch_bounds__(32) ClusterIds(int32_t* __restrict__ out) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 32);
   const int32_t tilus_block_x = tilus::block_idx(0);
   const int32_t tilus_block_y = tilus::block_idx(1);
   const int32_t tilus_cluster_block_x = tilus::cluster_ctaid(0);

@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(128) CopyPaths(int32_t n, __half* __restrict__ x, __half* __restrict__ y, const __grid_constant__ tilus::TensorMap tilus_tensor_map_0, const __grid_constant__ tilus::TensorMap tilus_tensor_map_1) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 128);
   if (tid == 0) {
     tilus::mbarrier_init(tilus::smem_addr(tilus_smem) + 8192u, 1u);
     tilus::fence_mbarrier_init();

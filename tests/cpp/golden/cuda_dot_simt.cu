@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(32) SimtDot(float* __restrict__ a, float* __restrict__ b, float* __restrict__ c) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 32);
   [[maybe_unused]] float* const a_1 = a;
   [[maybe_unused]] float* const b_1 = b;
   [[maybe_unused]] float* const c_1 = c;

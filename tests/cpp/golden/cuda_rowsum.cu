@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(128) RowSum(int32_t m, float* __restrict__ x, float* __restrict__ y) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 128);
   const int32_t tilus_block_x = tilus::block_idx(0);
   [[maybe_unused]] float* const x_1 = x;
   [[maybe_unused]] float* const y_1 = y;

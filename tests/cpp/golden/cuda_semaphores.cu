@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(128) SemaphoreChain(int32_t m, int32_t n, float* __restrict__ c, int32_t* __restrict__ global_tensor_0) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 128);
   const int32_t tilus_block_x = tilus::block_idx(0);
   const int32_t tilus_block_y = tilus::block_idx(1);
   const int32_t tilus_block_z = tilus::block_idx(2);

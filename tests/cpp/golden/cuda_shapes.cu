@@ -4,7 +4,6 @@
 extern "C" __global__ void __launch_bounds__(64) Shapes(int32_t n, float* __restrict__ x, float* __restrict__ a, float* __restrict__ b, float* __restrict__ c, int32_t* __restrict__ d, float* __restrict__ e) {
   extern __shared__ __align__(1024) unsigned char tilus_smem[];
   const int32_t tid = int32_t(threadIdx.x);
-  __builtin_assume(tid >= 0 && tid < 64);
   [[maybe_unused]] float* const x_1 = x;
   // load_global (shapes_script.h:23)
   __align__(16) float x_2[4];

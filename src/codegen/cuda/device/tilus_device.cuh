@@ -701,15 +701,13 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
 
 // The block's index, read once at the kernel's start (the emitter's tilus_block_x, ...). A
 // volatile read stays where it is: the optimizer re-reads blockIdx where it is used, and such a
-// read inside a loop of wgmma made ptxas serialize them (its remark C7515, in conv2d_wgmma). The
-// index is told to be non-negative, so index math on it needs no signed-division fix-ups.
+// read inside a loop of wgmma made ptxas serialize them (its remark C7515, in conv2d_wgmma).
 #define TILUS_SREG_XYZ(fn, sreg)                                                   \
   __device__ __forceinline__ int32_t fn(int dim) {                                 \
     uint32_t r;                                                                    \
     if (dim == 0) asm volatile("mov.u32 %0, %%" sreg ".x;\n" : "=r"(r));          \
     else if (dim == 1) asm volatile("mov.u32 %0, %%" sreg ".y;\n" : "=r"(r));     \
     else asm volatile("mov.u32 %0, %%" sreg ".z;\n" : "=r"(r));                   \
-    __builtin_assume(r <= 0x7fffffffu);                                            \
     return int32_t(r);                                                             \
   }
 TILUS_SREG_XYZ(block_idx, "ctaid")
