@@ -103,9 +103,7 @@ class KernelVerifier {
   void check_attributes() {
     if (kernel_.warps < 1 || kernel_.warps > kMaxWarps)
       fail_kernel(fmt::format("warps = {}: a block has 1 to {} warps", kernel_.warps, kMaxWarps));
-    if (kernel_.min_blocks > 0 && kernel_.min_blocks * kernel_.warps > kMaxWarpsPerSm)
-      fail_kernel(fmt::format("min_blocks = {}: {} blocks of {} warps are more than the {} warps an SM holds",
-                              kernel_.min_blocks, kernel_.min_blocks, kernel_.warps, kMaxWarpsPerSm));
+    if (std::string why = min_blocks_problem(kernel_.min_blocks, kernel_.warps); !why.empty()) fail_kernel(why);
     if (kernel_.grid.empty() || kernel_.grid.size() > 3)
       fail_kernel(fmt::format("the grid needs 1 to 3 block counts, got {}: {}", kernel_.grid.size(),
                               exprs_str(kernel_.grid)));
@@ -529,6 +527,12 @@ class KernelVerifier {
 };
 
 }  // namespace
+
+std::string min_blocks_problem(int64_t min_blocks, int64_t warps) {
+  if (min_blocks <= 0 || min_blocks * warps <= kMaxWarpsPerSm) return "";
+  return fmt::format("min_blocks = {}: {} blocks of {} warps are more than the {} warps an SM holds", min_blocks,
+                     min_blocks, warps, kMaxWarpsPerSm);
+}
 
 void verify_inst(const InstNode& inst) {
   expect_traits(inst);

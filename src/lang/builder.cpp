@@ -85,10 +85,8 @@ void Builder::set_min_blocks(int64_t min_blocks, SourceLoc loc) {
 }
 
 void Builder::check_min_blocks(SourceLoc loc) const {
-  if (kernel_.min_blocks > 0 && kernel_.min_blocks * kernel_.warps > kMaxWarpsPerSm)
-    throw CompileError(fmt::format("attrs.min_blocks = {}: {} blocks of {} warps are more than the {} warps an SM holds",
-                                   kernel_.min_blocks, kernel_.min_blocks, kernel_.warps, kMaxWarpsPerSm),
-                       loc);
+  if (std::string why = min_blocks_problem(kernel_.min_blocks, kernel_.warps); !why.empty())
+    throw CompileError("attrs." + why, loc);
 }
 
 void Builder::set_cluster(const std::vector<int64_t>& cluster_blocks, SourceLoc loc) {

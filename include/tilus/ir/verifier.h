@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tilus/ir/inst.h"
 #include "tilus/ir/program.h"
@@ -29,6 +30,9 @@ void verify(const Program& program, const VerifyOptions& opts = {});
 inline constexpr int64_t kMaxWarps = 32;
 // Warps an SM holds at once (sm_80 to sm_100): attrs.min_blocks times the block's warps.
 inline constexpr int64_t kMaxWarpsPerSm = 64;
+// Why `min_blocks` blocks of `warps` warps cannot be held by one SM at once; "" when they can
+// (or min_blocks is 0: not asked). The builder's error at the user's line and the verifier's.
+std::string min_blocks_problem(int64_t min_blocks, int64_t warps);
 // Most bytes of register tensors one thread may hold (CUDA's local memory per thread).
 inline constexpr int64_t kMaxRegisterBytesPerThread = int64_t(512) << 10;
 // Largest thread-block cluster every cluster-capable GPU launches (more needs an opt-in).
