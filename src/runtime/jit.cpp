@@ -110,8 +110,17 @@ DeviceBuffer::DeviceBuffer(DataType dtype, int64_t n, Backend backend) : dtype_(
 
 DeviceBuffer::~DeviceBuffer() {
   if (!ptr_) return;
-  if (backend_ == Backend::Cpu) std::free(reinterpret_cast<void*>(ptr_));
-  else device_free(ptr_);
+  if (backend_ == Backend::Cpu) {
+    std::free(reinterpret_cast<void*>(ptr_));
+    return;
+  }
+  // A destructor must not throw: after a kernel fault every driver call fails, and a buffer
+  // freed while that error unwinds the stack would end the process (std::terminate) before
+  // the error that says what happened reaches anyone. The first call that saw it reports it.
+  try {
+    device_free(ptr_);
+  } catch (const std::exception&) {
+  }
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : dtype_(o.dtype_), n_(o.n_), ptr_(o.ptr_), backend_(o.backend_) {

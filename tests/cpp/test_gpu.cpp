@@ -874,7 +874,14 @@ TEST(Backend_, CopyFamilyRandomized) {
     y.upload(std::vector<double>(c.tm * c.tn, 77));
     int64_t eb = std::max<int64_t>(1, c.dtype.bits() / 8);
     KernelArg xa = KernelArg::typed_pointer(x.ptr() + skew * eb, c.dtype);
-    jit_on(c)({b, m, n, xa, y.arg(), ob, om, on});
+    std::vector<double> got;
+    try {  // a fault names its case (the trace above is gone once an exception unwinds)
+      jit_on(c)({b, m, n, xa, y.arg(), ob, om, on});
+      got = y.download();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+      break;
+    }
     std::vector<double> want(c.tm * c.tn);
     for (int64_t i = 0; i < c.tm; ++i)
       for (int64_t j = 0; j < c.tn; ++j) {
@@ -893,7 +900,7 @@ TEST(Backend_, CopyFamilyRandomized) {
           want[i * c.tn + j] = in ? hx[skew + gi * n + gj] : 0.0;
         }
       }
-    expect_close(y.download(), want, 0, 0);
+    expect_close(got, want, 0, 0);
     if (HasFailure()) break;
     ++cases;
   }
