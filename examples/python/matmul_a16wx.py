@@ -389,6 +389,21 @@ def wgmma_magic_layout(bn, groups):
                                 [1, 5, 8, 6, 3])
 
 
+def wgmma_c_layout(bn, bm, groups):
+    """The register layout of wgmma's accumulator [bn, bm] on `groups` warp groups (one m64 x bm
+    instruction each): warp w of group g holds rows 64 g + 16 w .. + 15 as mma.sync's m16n8
+    accumulator fragments, column block j of 8 after j - 1 (slot 4 j + 2 h + e: row l / 4 + 8 h,
+    column 8 j + 2 (l % 4) + e of lane l)."""
+    return (tilus.spatial(groups, 1) * tilus.spatial(4, 1) * tilus.local(1, bm // 8) * tilus.local(2, 1) *
+            tilus.spatial(8, 4) * tilus.local(1, 2))
+
+
+def hopper_partials_size(m, n, block_m, block_n, ways, cluster=1):
+    """The float32 elements of MatmulA16WxHopper's `partial` with split_k or tail_split `ways` > 1:
+    each split's partial sums of each output tile (tiles in clusters: whole pairs)."""
+    return ways * -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster * block_m * block_n
+
+
 def hopper_repackable(bits, bk):
     """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
     wgmma a operand fill whole 16-byte rows."""
@@ -424,22 +439,29 @@ class MatmulA16WxHopper(SplitK):
     split_k > 1: the units of work are the output tiles' k ranges, split_k of them per tile (whole
     pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
     small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
-    and the tile's last split to arrive adds them up into c (add_up_splits, as MatmulA16Wx does;
-    `counters`: zero before the launch, as it leaves them).
+    ([split_k, m, n]) and the tile's last split to arrive adds them up in registers and stores c's
+    tile as an unsplit one (`counters`: one per output tile, zero before the launch, as it leaves
+    them). In clusters of two both blocks take the same split of their two tiles (a's multicast
+    tile serves both).
 
     magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
     order, each k tile's register operand made by masking whole words (magic_product) instead of
     the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
-        assert 1 <= split_k <= 16 and (split_k == 1 or cluster == 1), "split-K (1 to 16 ways) on blocks alone"
+        assert 1 <= split_k <= 16 and 1 <= tail_split <= 16, "split-K: 1 to 16 ways"
+        assert split_k == 1 or tail_split == 1, "every tile split, or the last round's tiles only"
+        # tail_split: only the tiles of the grid's last, partly filled round split over k, that
+        # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
+        # after 3 rounds of 132 take half a round in two splits instead of a whole one.
+        self.tail_split = tail_split
         self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
         # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
         # by masking whole words (magic_product) instead of the general conversion.
@@ -457,17 +479,26 @@ class MatmulA16WxHopper(SplitK):
         rows = tilus.min(tiles_m - first_m, self.tile_group)
         return (first_m + t % rows) * self.block_m, t % span // rows
 
-    def unit(self, u, tiles_m, tiles_n, steps, rank):
-        """Unit of work u: (its output tile, its split, the tile's row of a, its weight tile, the
-        split's first k tile, its number of k tiles). A tile's splits are neighbouring units (run
-        at once by neighbouring blocks) of whole pairs of k tiles each."""
-        t, split = (u // self.split_k, u % self.split_k) if self.split_k > 1 else (u, 0)
+    def unit(self, u, tiles_m, tiles_n, steps, rank, whole):
+        """Unit of work u: (its output tile, its split, its tile's number of splits, the tile's row
+        of a, its weight tile, the split's first k tile, its number of k tiles). A tile's splits are
+        neighbouring units (run at once by neighbouring blocks) of whole pairs of k tiles each.
+        whole: with tail_split, the units of the whole rounds (unsplit tiles); the tiles after them
+        are split."""
+        if self.tail_split > 1:
+            ways = self.tail_split
+            tail = u >= whole
+            t = tilus.select(tail, whole + (u - whole) // ways, u)
+            split, splits = tilus.select(tail, (u - whole) % ways, 0), tilus.select(tail, ways, 1)
+        else:
+            t, split = (u // self.split_k, u % self.split_k) if self.split_k > 1 else (u, 0)
+            splits = self.split_k
         offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
         tile_n = tile_n * self.cluster_size + rank
-        if self.split_k == 1:
-            return t, split, offset_m, tile_n, 0, steps
-        per = 2 * tilus.cdiv(steps, 2 * self.split_k)
-        return t, split, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
+        if self.split_k == 1 and self.tail_split == 1:
+            return t, split, splits, offset_m, tile_n, 0, steps
+        per = 2 * tilus.cdiv(steps, 2 * splits)
+        return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
     def magic_product(self, k, raw, sa, ss, sz, acc):
         """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
@@ -509,6 +540,19 @@ class MatmulA16WxHopper(SplitK):
         self.wgmma.mma(w, sa.transpose(), acc)
         return acc
 
+    def store_tile(self, acc, sc, gc, offset_m, offset_n):
+        """The accumulator acc [bn, bm] (c transposed) into c's tile at (offset_m, offset_n) through
+        shared memory (sc) and TMA stores (the transposed accumulator gives each thread single
+        elements of c's rows); the consumers go on to the next tile while the stores complete."""
+        bn, bm = acc.shape
+        with self.single_thread():  # the last tile's stores have read sc
+            self.tma.wait_group(0, read=True)
+        self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(self.atype), [bm, bn // 64, 64]))
+        with self.single_thread():
+            for j in tilus.static_range(bn // 64):
+                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + j * 64])
+            self.tma.commit_group()
+
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
         for wg in tilus.static_range(self.consumers):
@@ -535,7 +579,11 @@ class MatmulA16WxHopper(SplitK):
         # The units of work (self.unit): output tiles, with clusters pairs of neighbouring weight
         # tiles, with split-K a tile's k ranges.
         tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(tilus.cdiv(n, bn), self.cluster_size)
-        units = tiles_m * tiles_n * self.split_k
+        units, whole = tiles_m * tiles_n * self.split_k, None
+        if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
+            whole = tiles_m * tiles_n // units_step * units_step
+            units = whole + (tiles_m * tiles_n - whole) * self.tail_split
+        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
@@ -547,12 +595,16 @@ class MatmulA16WxHopper(SplitK):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        if self.split_k == 1:
-            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
-        else:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
+        sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
-            gp = self.global_view(partial, shape=[self.split_k, m, n])
-            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n])
+            # A counter per output tile (in clusters per tile of each block of the pair), and each
+            # split's partial sums as its threads hold them: [ways, tiles, workers, bn * bm /
+            # workers] float32 (hopper_partials_size), whole 16-byte vectors a thread.
+            tiles_all = tiles_m * tiles_n * self.cluster_size
+            arrivals = self.global_view(counters, shape=[tiles_all])
+            gp = self.global_view(partial, shape=[ways * tiles_all * workers, bn * bm // workers])
+            flat = tilus.spatial(workers, 1) * tilus.local(1, bn * bm // workers)
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -567,7 +619,7 @@ class MatmulA16WxHopper(SplitK):
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
                 issued = self.declare("issued", int32, 0)  # k tiles through the ring
                 for u in range(first_unit, units, units_step):
-                    _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank)
+                    _, _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                     for step in range(count):
                         g = issued + step
                         stage = g % stages
@@ -597,8 +649,10 @@ class MatmulA16WxHopper(SplitK):
             fragment = wgmma_a_layout(bn, bk, self.consumers)
             taken = self.declare("taken", int32, 0)  # k tiles through the ring
             for u in range(first_unit, units, units_step):
-                t, split, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank)
+                t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+                if ways > 1:  # (the layout wgmma gives it, which the partial sums' view below assumes)
+                    self.annotate_layout(acc, wgmma_c_layout(bn, bm, self.consumers))
                 for pair in range(count // 2):
                     for h in tilus.static_range(2):  # two weight tiles in registers, alternating
                         g = taken + 2 * pair + h
@@ -624,27 +678,32 @@ class MatmulA16WxHopper(SplitK):
                             if pair > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)
                 self.wgmma.wait_group(0)
-                if self.split_k == 1:
+                if ways == 1:
                     self.release(empty[(taken + count - 1) % stages], peer)
                 else:
                     if count > 0:  # (a tile's last split may have no k tiles)
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
-                if self.split_k > 1:
-                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t], split, self.split_k, offset_m,
-                                       tile_n * bn, before)
+                if splits > 1:  # (a Python or a kernel condition)
+                    # The split's partial sums as its threads hold them (16-byte stores, no bounds
+                    # per element: stored in c's layout, each element cost a bounds check and its
+                    # own address); the tile's last split to arrive adds every split's up in the
+                    # same layout (independent loads, rather than add_up_splits' 16 rows at a
+                    # time) and stores the sum as an unsplit tile does.
+                    tile = t * self.cluster_size + rank
+                    self.store_global(gp, self.view(acc, layout=flat), offsets=[(split * tiles_all + tile) * workers, 0])
+                    if last_to_arrive(self, arrivals, [tile], splits, slot=before):
+                        total = None
+                        for s in tilus.static_range(ways):
+                            p = self.load_global(gp, offsets=[(s * tiles_all + tile) * workers, 0],
+                                                 shape=[workers, bn * bm // workers])
+                            self.annotate_layout(p, flat)
+                            total = p if total is None else total + p
+                        self.store_tile(self.view(total, layout=wgmma_c_layout(bn, bm, self.consumers)), sc, gc,
+                                        offset_m, tile_n * bn)
+                        reset_arrivals(self, arrivals, [tile])  # ready for the next launch
                 else:
-                    # The tile goes out through shared memory and TMA stores (the transposed
-                    # accumulator gives each thread single elements of c's rows); the consumers go
-                    # on to the next tile while the stores complete.
-                    with self.single_thread():  # the last tile's stores have read sc
-                        self.tma.wait_group(0, read=True)
-                    self.store_shared(sc.permute([1, 0, 2]),
-                                      self.reshape(self.transpose(acc).to(at), [bm, bn // 64, 64]))
-                    with self.single_thread():
-                        for j in tilus.static_range(bn // 64):
-                            self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, tile_n * bn + j * 64])
-                        self.tma.commit_group()
+                    self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
         if clustered:
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
@@ -672,6 +731,7 @@ class QuantizedMatmul:
         self.wtype, self.group, self.sms, self.atype, self.tune, self.wide = wtype, group, sms, atype, tune, wide
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
+        self.partials = None  # the wgmma kernel's split partial sums (hopper_partials_size)
         self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
         self.timings = {}  # the same key -> [(ms, configuration)] of every candidate, fastest first
 
@@ -780,24 +840,38 @@ class QuantizedMatmul:
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
             if m > 128:
                 add(big)
-            if m > 256:  # (clusters never won at m = 256 on the H200)
+            if m > 256:  # (unsplit clusters never won at m = 256 on the H200)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
-                # 192 rows of a where they fill the grid's rounds better than 256 (m = 4096 at
-                # n = 3584: 448 tiles of 256 rows fill 4 rounds to 85 %, 616 of 192 rows 5 to 90 %).
-                work = {bm: -(-n // 128) * m / bm / (-(-(-(-n // 128) * -(-m // bm)) // sms) * sms) for bm in (192, 256)}
-                if work[192] > work[256] + 0.03:
-                    add(dict(big, block_m=192))
+                # 240 or 192 rows of a where they fill the grid's rounds better than 256 (m = 4096
+                # at n = 3584: 448 tiles of 256 rows fill 4 rounds to 85 %, 504 of 240 rows 4 to
+                # 90 % as 616 of 192 rows 5; 192 measured 2 % slower than 256 on the H200).
+                work = {bm: -(-n // 128) * m / bm / (-(-(-(-n // 128) * -(-m // bm)) // sms) * sms)
+                        for bm in (192, 240, 256)}
+                fuller = max((240, 192), key=lambda bm: work[bm])
+                if work[fuller] > work[256] + 0.03:
+                    add(dict(big, block_m=fuller))
+                if magic and self.hopper_magic():  # the magic decode: fewer instructions beside the wgmma
+                    add(dict(big, magic=True))
+                    add(dict(big, cluster=2, magic=True))
+                tail = self.tail_split(-(-n // 128) * -(-m // 256), k // rule["block_k"])
+                if tail > 1:  # the last round's tiles split over k
+                    add(dict(big, tail_split=tail))
+                    add(dict(big, tail_split=tail, cluster=2))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
                 # shapes at m = 64: 0.69-0.98x cuBLAS unsplit on the H200, 1.13-1.72x split at m =
                 # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
+                # Beyond m = 128 each split also in clusters of two sharing a's tile by multicast
+                # (a's tiles, not the weights, are most of what each k step reads from L2 there).
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
                     split = self.wave_split(-(-n // 128) * -(-m // bm), k // rule["block_k"])
                     if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
+                    if split > 1 and m > 128:
+                        add(dict(tile, split_k=split, cluster=2))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
@@ -831,6 +905,19 @@ class QuantizedMatmul:
         sms = self.sms or 132
         fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17) if s == 1 or ktiles // s >= 8}
         return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
+
+    def tail_split(self, tiles, ktiles):
+        """MatmulA16WxHopper's tail_split for `tiles` output tiles of `ktiles` k tiles each: the
+        ways (2 to 16, 8 k tiles a split at least) that the tiles of the persistent grid's last
+        round split into to take the least time (the rounds their splits fill, each 1 / ways of a
+        round), where that saves 3 % of the whole at least (whole rounds before it); else 1."""
+        sms = self.sms or 132
+        whole, tail = tiles // sms, tiles % sms
+        if whole == 0 or tail == 0:
+            return 1
+        cost = {s: -(-tail * s // sms) / s for s in range(2, 17) if ktiles // s >= 8}
+        best = min(cost, key=lambda s: (cost[s], s), default=1)
+        return best if best > 1 and whole + cost[best] <= 0.97 * (whole + 1) else 1
 
     def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
         """candidates(wide=True), the rule's first: for m <= 32 the 16-row kernel split over k 1 to
@@ -972,6 +1059,19 @@ class QuantizedMatmul:
         kernel, args = self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
         kernel(*args)
 
+    def scratch(self, like, size):
+        """At least `size` float32 elements where `like` lives (torch on its device, or numpy),
+        kept for later launches."""
+        p = self.partials
+        if p is None or len(p) < size or hasattr(like, "cpu") != hasattr(p, "cpu") or \
+                (hasattr(like, "cpu") and p.device != like.device):
+            if hasattr(like, "cpu"):
+                import torch
+                self.partials = torch.empty(size, dtype=torch.float32, device=like.device)
+            else:
+                self.partials = np.empty(size, np.float32)
+        return self.partials
+
     def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
@@ -982,10 +1082,14 @@ class QuantizedMatmul:
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
         elif key not in self.kernels:
             self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
-        tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
+        cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
+        tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
+            ways = max(cfg.get("split_k", 1), cfg.get("tail_split", 1))
+            if ways > 1:  # its own float32 scratch, not the caller's [16, m, n] workspace
+                workspace = self.scratch(c, hopper_partials_size(m, n, cfg["block_m"], cfg["block_n"], ways, cl))
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, workspace, counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)

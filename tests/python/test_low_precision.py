@@ -586,15 +586,23 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 # the magic decode: 64 and 128 weight rows, signed and zero points, split
                 ("int4", "float16", 100, 136, 384, 64, 64, 1, 1, True), ("uint4", "float16", 130, 200, 512, 128, 128, 1, 3, True),
                 # 192 rows of a (wgmma n = 192), the last tile of a a third full
-                ("uint4", "float16", 448, 264, 512, 192, 128)]
+                ("uint4", "float16", 448, 264, 512, 192, 128),
+                # split-K in clusters of two (the last pair's second tile out of range); the last
+                # round's tiles split (8 tiles on 5 blocks: 3 tiles split 3 ways after 5 whole),
+                # alone and in clusters on the magic decode (4 pairs on 3 pairs of blocks)
+                ("uint4", "float16", 300, 520, 1024, 256, 128, 2, 3), ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 3),
+                ("uint4", "float16", 300, 904, 1024, 256, 128, 2, 1, True, 2)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, *, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, *, seed,
+                arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
-    output tile split that many ways; magic: the magic decode on its weight order), its arguments
-    (on `arrays`' device; host arrays and unset weights without it) and the reference c."""
-    from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
+    output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
+    last round's tiles split), its arguments (on `arrays`' device; host arrays and unset weights
+    without it) and the reference c."""
+    from matmul_a16wx import (MatmulA16WxHopper, hopper_partials_size, host_array, quantized_operands,
+                              repack_for_hopper, round_to)
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
     rng = np.random.default_rng(seed)
@@ -607,10 +615,11 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k, magic=magic)
-    tiles = -(-m // block_m) * -(-n // block_n)
-    args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at),
-            host_array(np.zeros((m, n)), at), np.full((split_k, m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
+                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
+    tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
+    args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
+            np.full(max(1, hopper_partials_size(m, n, block_m, block_n, max(split_k, tail_split), cluster)), np.nan,
+                    np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -619,10 +628,12 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
-            (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:] else ""))
+            (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
+            (f"-tail{c[10]}" if c[10:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13], ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17],
+                         ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
@@ -635,7 +646,16 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     assert "a=regs" in ir["select_instructions"]
     assert "_convert = shared_tensor" not in list(ir.values())[-1]
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
-    assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
+    if max(case[8:9] + case[10:] + (1,)) == 1:
+        assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
+    else:  # split: a few values of the epilogue around the last split's sum, none in the k loop
+        sass = kernel.sass(m, n, k, *args, arch="sm_90a").splitlines()
+        mma = [i for i, line in enumerate(sass) if "HGMMA" in line]
+        assert not [line for line in sass[mma[0]:mma[-1]] if "STL" in line or "LDL" in line]
+        assert compiled.spill_store_bytes <= 128, f"{compiled.spill_store_bytes} bytes spilled"
+        # each thread's partial sums leave as 16-byte vectors (in c's layout: a bounds check and
+        # an address each element)
+        assert sum("STG.E.128" in line for line in sass) == case[5] // 2 // 4  # bm / 2 floats a thread
     ptx = kernel.ptx(m, n, k, *args, arch="sm_90a")
     assert "wgmma.mma_async.sync.aligned.m64n" in ptx
     assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
@@ -650,14 +670,14 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
     256 rows of a (and 192) and 64 (one consumer warp group, half tiles of the weights) and 128 weight rows
     per tile, alone and in clusters of two that multicast a (an odd number of weight tiles: the
     last pair's second tile loads zeros and stores nothing), and split over k (uneven and empty
-    splits; the partial sums start as NaN, the counters end at zero, so a second launch computes
-    the same)."""
+    splits, alone and in clusters, every tile or the last round's only; the partial sums start
+    as NaN, the counters end at zero, so a second launch computes the same)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
     arrays = Arrays("cuda")
     kernel, dev, want = hopper_case(*case, seed=3, arrays=arrays)
     m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
-    for launch in range(2 if case[8:9] > (1,) else 1):
+    for launch in range(2 if case[8:9] > (1,) or case[10:] else 1):
         dev[4].zero_()
         kernel(m, n, k, *dev)
         np.testing.assert_allclose(from_host_array(arrays.host(dev[4]), at), want, atol=2e-2, rtol=1e-2,
@@ -666,12 +686,12 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:14], ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:17], ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
-    over k (uneven splits, an empty one; partial sums start as NaN; the counters back at zero),
-    and the magic decode (whose register operand was once built from words in the wrong slot
+    over k (uneven splits, an empty one; partial sums start as NaN; the counters back at zero;
+    in clusters of two; only the last round's tiles), and the magic decode (whose register operand was once built from words in the wrong slot
     order: relative errors of 12-20 on the H200, and here)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
@@ -745,9 +765,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 small = [c for c in mma if c["block_m"] == 16]
                 assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
-                # with the magic decode's weights, up to m = 256 the rule's tile on it too
-                assert [c for c in hopper if c.get("magic")] == ([dict(got[0], magic=True)] if hopper and magic and
-                                                                 m <= 256 else []), (m, got)
+                # with the magic decode's weights the rule's tile on it too, beyond m = 256 also in
+                # clusters of two
+                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] if m <= 256 else \
+                    [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
+                assert [c for c in hopper if c.get("magic")] == want_magic, (m, got)
                 # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
                 # over k where their tiles fill less than 90 % of the grid's last round, 8 k tiles
                 # a split at least, filling the rounds better; no splits beyond m = 256
@@ -762,9 +784,23 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert ((bm, 128) in split_of) == (fill(tiles) < 0.9), (m, bm, got)
                     x = split_of.get((bm, 128), 1)
                     assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
-                # beyond m = 256, 128 x 192 tiles where they fill the rounds better than 128 x 256
-                # (at m = 4096, n = 3584 only among these shapes)
-                assert any(c["block_m"] == 192 for c in hopper) == (bool(hopper) and (m, n) == (4096, 3584)), (m, got)
+                    # beyond m = 128 each split also in clusters of two (a's tile multicast)
+                    clustered = [c for c in hopper if c["block_m"] == bm and c["block_n"] == 128 and
+                                 c.get("cluster") == 2]
+                    assert clustered == ([dict(got[0], block_n=128, consumers=2, block_m=bm, stages=8 if bm <= 128
+                                               else 4, split_k=x, cluster=2)] if x > 1 and m > 128 else []), (m, got)
+                # beyond m = 256, only the last round's tiles split where that shortens the whole by
+                # 3 % (among these shapes at m = 4096, n = 3584 and 28672), alone and in clusters
+                tails = [c for c in hopper if c.get("tail_split", 1) > 1]
+                tiles = -(-n // 128) * -(-m // 256)
+                assert bool(tails) == (bool(hopper) and m == 4096 and n in (3584, 28672)), (m, got)
+                for c in tails:
+                    x, whole, tail = c["tail_split"], tiles // 132, tiles % 132
+                    assert whole + -(-tail * x // 132) / x <= 0.97 * (whole + 1) and k // 64 // x >= 8, (m, got)
+                # beyond m = 256, 128 x 240 (or 192) tiles where they fill the rounds better than
+                # 128 x 256 (at m = 4096, n = 3584 only among these shapes: 240, as full as 192)
+                assert [c["block_m"] for c in hopper if c["block_m"] in (192, 240)] == \
+                    ([240] if hopper and (m, n) == (4096, 3584) else []), (m, got)
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
