@@ -398,10 +398,14 @@ def wgmma_c_layout(bn, bm, groups):
             tilus.spatial(8, 4) * tilus.local(1, 2))
 
 
-def hopper_partials_size(m, n, block_m, block_n, ways, cluster=1):
-    """The float32 elements of MatmulA16WxHopper's `partial` with split_k or tail_split `ways` > 1:
-    each split's partial sums of each output tile (tiles in clusters: whole pairs)."""
-    return ways * -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster * block_m * block_n
+def hopper_partials_size(m, n, block_m, block_n, split_k=1, tail_split=1, cluster=1, blocks=132):
+    """The float32 elements of MatmulA16WxHopper's `partial`: each split's partial sums of each
+    split output tile (split_k: every tile; tail_split: the tiles after the grid's whole rounds of
+    `blocks`; in clusters, whole pairs of tiles), as its threads hold them."""
+    units = -(-m // block_m) * -(-(-(-n // block_n)) // cluster)  # output tiles, in clusters pairs
+    if tail_split > 1:
+        units -= units // (blocks // cluster) * (blocks // cluster)
+    return max(split_k, tail_split) * units * cluster * block_m * block_n if max(split_k, tail_split) > 1 else 0
 
 
 def hopper_repackable(bits, bk):
@@ -599,10 +603,12 @@ class MatmulA16WxHopper(SplitK):
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
             # A counter per output tile (in clusters per tile of each block of the pair), and each
-            # split's partial sums as its threads hold them: [ways, tiles, workers, bn * bm /
-            # workers] float32 (hopper_partials_size), whole 16-byte vectors a thread.
-            tiles_all = tiles_m * tiles_n * self.cluster_size
-            arrivals = self.global_view(counters, shape=[tiles_all])
+            # split's partial sums of the split tiles (tail_split: those after the whole rounds'
+            # `whole`) as its threads hold them: [ways, split tiles, workers, bn * bm / workers]
+            # float32 (hopper_partials_size), whole 16-byte vectors a thread.
+            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
+            unsplit = whole if self.tail_split > 1 else 0
+            tiles_all = (tiles_m * tiles_n - unsplit) * self.cluster_size
             gp = self.global_view(partial, shape=[ways * tiles_all * workers, bn * bm // workers])
             flat = tilus.spatial(workers, 1) * tilus.local(1, bn * bm // workers)
         unsigned = not self.wtype.is_signed()
@@ -691,11 +697,12 @@ class MatmulA16WxHopper(SplitK):
                     # same layout (independent loads, rather than add_up_splits' 16 rows at a
                     # time) and stores the sum as an unsplit tile does.
                     tile = t * self.cluster_size + rank
-                    self.store_global(gp, self.view(acc, layout=flat), offsets=[(split * tiles_all + tile) * workers, 0])
+                    slot = (t - unsplit) * self.cluster_size + rank  # among the split tiles
+                    self.store_global(gp, self.view(acc, layout=flat), offsets=[(split * tiles_all + slot) * workers, 0])
                     if last_to_arrive(self, arrivals, [tile], splits, slot=before):
                         total = None
                         for s in tilus.static_range(ways):
-                            p = self.load_global(gp, offsets=[(s * tiles_all + tile) * workers, 0],
+                            p = self.load_global(gp, offsets=[(s * tiles_all + slot) * workers, 0],
                                                  shape=[workers, bn * bm // workers])
                             self.annotate_layout(p, flat)
                             total = p if total is None else total + p
@@ -1087,9 +1094,10 @@ class QuantizedMatmul:
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
-            ways = max(cfg.get("split_k", 1), cfg.get("tail_split", 1))
-            if ways > 1:  # its own float32 scratch, not the caller's [16, m, n] workspace
-                workspace = self.scratch(c, hopper_partials_size(m, n, cfg["block_m"], cfg["block_n"], ways, cl))
+            size = hopper_partials_size(m, n, cfg["block_m"], cfg["block_n"], cfg.get("split_k", 1),
+                                        cfg.get("tail_split", 1), cl, self.kernels[key].blocks)
+            if size:  # its own float32 scratch, not the caller's [16, m, n] workspace
+                workspace = self.scratch(c, size)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, workspace, counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)

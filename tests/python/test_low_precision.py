@@ -618,8 +618,8 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
                                cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
-            np.full(max(1, hopper_partials_size(m, n, block_m, block_n, max(split_k, tail_split), cluster)), np.nan,
-                    np.float32), np.zeros(tiles, np.int32)]
+            np.full(max(1, hopper_partials_size(m, n, block_m, block_n, split_k, tail_split, cluster, kernel.blocks)),
+                    np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
