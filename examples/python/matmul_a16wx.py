@@ -794,14 +794,15 @@ class QuantizedMatmul:
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
-          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
-          the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
-          n = 3584), beyond m = 128 also 128 x 256 (4 stages); up to m = 256 128 weight rows by
-          the rule's rows of a and by 128 of them, split over k (wave_split) where unsplit they
-          fill less than 90 % of the persistent grid's last round (128 x 128 at m = 256 also
-          unsplit), and the rule's tile on the magic decode where its weights exist (`magic`);
-          beyond m = 256 128 x 256 also in clusters of two sharing a (cluster=2), in L2 groups of
-          4, and 128 x 192 where it fills the grid's rounds better;
+          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
+          also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
+          128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
+          persistent grid's last round (128 x 128 at m = 256 also unsplit; beyond m = 128 each
+          split also in clusters of two), and the rule's tile on the magic decode where its
+          weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
+          (cluster=2), in L2 groups of 4, 128 x 240 or 128 x 192 where it fills the grid's rounds
+          better, on the magic decode (alone and in clusters), and with the last round's tiles
+          split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
           to fill a wave of 3 blocks per SM.
@@ -841,9 +842,9 @@ class QuantizedMatmul:
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
             big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=rule["block_k"], stages=4)
-            few = -(-n // 128) * -(-m // 256) < 2 * sms  # (as at n = 3584)
             for bm in (64, 128, 256):
-                if m // 2 <= bm < 2 * m if m <= 256 else few and bm > 64:
+                # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too.)
+                if m // 2 <= bm < 2 * m and m <= 256:
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
             if m > 128:
                 add(big)
@@ -914,17 +915,19 @@ class QuantizedMatmul:
         return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
     def tail_split(self, tiles, ktiles):
-        """MatmulA16WxHopper's tail_split for `tiles` output tiles of `ktiles` k tiles each: the
-        ways (2 to 16, 8 k tiles a split at least) that the tiles of the persistent grid's last
-        round split into to take the least time (the rounds their splits fill, each 1 / ways of a
-        round), where that saves 3 % of the whole at least (whole rounds before it); else 1."""
+        """MatmulA16WxHopper's tail_split for `tiles` 128 x 256 output tiles of `ktiles` k tiles
+        each: the ways (2 to 16, 8 k tiles a split at least) that the tiles of the persistent
+        grid's last round split into to take the least time, where that saves 2 % of the whole at
+        least; else 1. A way's time: the rounds its splits fill, each 1 / ways of a round, and the
+        last split's reading of each split's 128 KB (at about 150 GB/s an SM: 1.5 k tiles' time
+        each). Fewer tiles than SMs: every tile is the last round's (as m = 1024, n = 3584)."""
         sms = self.sms or 132
         whole, tail = tiles // sms, tiles % sms
-        if whole == 0 or tail == 0:
+        if tail == 0:
             return 1
-        cost = {s: -(-tail * s // sms) / s for s in range(2, 17) if ktiles // s >= 8}
+        cost = {s: -(-tail * s // sms) / s + 1.5 * s / ktiles for s in range(2, 17) if ktiles // s >= 8}
         best = min(cost, key=lambda s: (cost[s], s), default=1)
-        return best if best > 1 and whole + cost[best] <= 0.97 * (whole + 1) else 1
+        return best if best > 1 and whole + cost[best] <= 0.98 * (whole + 1) else 1
 
     def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
         """candidates(wide=True), the rule's first: for m <= 32 the 16-row kernel split over k 1 to
