@@ -864,14 +864,16 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
 def test_tuned_quantized_matmul_on_the_gpu():
     """QuantizedMatmul(tune=True) times its candidates at the first call of a shape, keeps the
     fastest (one of the candidates) and computes the same product with it; so does every
-    candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80)."""
+    candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
+    8 SMs its splits in clusters of two at m = 200 and its last round's tiles split at m = 300,
+    run twice: the split counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
-    for m, n, k in [(5, 392, 1024), (80, 256, 1024)]:
+    for m, n, k, sms in [(5, 392, 1024, None), (80, 256, 1024, None), (200, 1160, 2048, 8), (300, 1160, 2048, 8)]:
         a = rng.uniform(-1, 1, (m, k))
         packed, scales, zeros, w = quantized_operands(tilus.uint4, k, n, 128, rng)
-        q = QuantizedMatmul(tilus.uint4, 128, tune=True)
+        q = QuantizedMatmul(tilus.uint4, 128, tune=True, sms=sms)
         args = [torch.from_numpy(x).cuda() for x in (host_array(a, tilus.float16), packed,
                                                         host_array(scales, tilus.float16),
                                                         host_array(zeros, tilus.float16),
@@ -883,12 +885,16 @@ def test_tuned_quantized_matmul_on_the_gpu():
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
+        if sms:
+            assert any(c.get("split_k", 1) > 1 and c.get("cluster") == 2 for c in candidates) == (m == 200), candidates
+            assert any(c.get("tail_split", 1) > 1 for c in candidates) == (m == 300), candidates
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
         for cfg in candidates:  # every candidate (compiled by the tuning) computes the product
-            args[4].zero_()
-            q.launch(cfg, m, n, k, *args)
-            np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2,
-                                       rtol=1e-2, err_msg=str(cfg))
+            for launch in range(2 if sms else 1):
+                args[4].zero_()
+                q.launch(cfg, m, n, k, *args)
+                np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2,
+                                           rtol=1e-2, err_msg=f"{cfg}, launch {launch}")
 
 
 def reference_repack(codes, bits, bn, bk, layout, threads):
