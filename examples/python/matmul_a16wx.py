@@ -871,15 +871,21 @@ class QuantizedMatmul:
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
                 # shapes at m = 64: 0.69-0.98x cuBLAS unsplit on the H200, 1.13-1.72x split at m =
                 # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
-                # Beyond m = 128 each split also in clusters of two sharing a's tile by multicast
-                # (a's tiles, not the weights, are most of what each k step reads from L2 there).
+                # Where the tiles fill a whole round or more, only the last round's tiles split
+                # (tail_split) if that saves time: the same rounds as splitting every tile (n =
+                # 28672) with a fraction of the partial sums. Beyond m = 128 each split also in
+                # clusters of two sharing a's tile by multicast (a's tiles, not the weights, are
+                # most of what each k step reads from L2 there).
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
-                    split = self.wave_split(-(-n // 128) * -(-m // bm), k // rule["block_k"])
-                    if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
-                        add(dict(tile, **({"split_k": split} if split > 1 else {})))
-                    if split > 1 and m > 128:
-                        add(dict(tile, split_k=split, cluster=2))
+                    tiles = -(-n // 128) * -(-m // bm)
+                    tail = self.tail_split(tiles, k // rule["block_k"]) if tiles >= sms else 1
+                    split = self.wave_split(tiles, k // rule["block_k"]) if tail == 1 else 1
+                    ways = {"tail_split": tail} if tail > 1 else {"split_k": split} if split > 1 else {}
+                    if ways or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
+                        add(dict(tile, **ways))
+                    if ways and m > 128:
+                        add(dict(tile, cluster=2, **ways))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
