@@ -797,8 +797,9 @@ class QuantizedMatmul:
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
-          persistent grid's last round (128 x 128 at m = 256 also unsplit; beyond m = 128 each
-          split also in clusters of two), and the rule's tile on the magic decode where its
+          persistent grid's last round, or where they fill a whole round or more only the last
+          round's tiles (tail_split) where that saves time (128 x 128 at m = 256 also unsplit;
+          beyond m = 128 each split also in clusters of two), and the rule's tile on the magic decode where its
           weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, 128 x 240 or 128 x 192 where it fills the grid's rounds
           better, on the magic decode (alone and in clusters), and with the last round's tiles
