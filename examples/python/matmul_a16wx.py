@@ -721,7 +721,8 @@ class QuantizedMatmul:
     fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle
     (the last split of a tile adds the partial sums up); 64- and 128-row tiles on the plain weights
     for larger m, or, on an sm_90a GPU from m = 33, MatmulA16WxHopper (wgmma) on weights repacked
-    into its fragment order. The split-K arrival counters belong to the object: one launch at a time (a
+    into its fragment order. The split-K arrival counters (and the wgmma kernel's partial sums, its
+    own scratch rather than the caller's workspace) belong to the object: one launch at a time (a
     launch on another stream while one runs would share them).
 
     With tune=True (CUDA tensors only) the first call at each size (m rounded up to a power of
