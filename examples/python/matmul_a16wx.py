@@ -800,7 +800,7 @@ class QuantizedMatmul:
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round, or where they fill a whole round or more only the last
           round's tiles (tail_split) where that saves time (128 x 128 at m = 256 also unsplit;
-          beyond m = 128 each split also in clusters of two), and the rule's tile on the magic decode where its
+          beyond m = 128 each of these also in clusters of two), and the rule's tile on the magic decode where its
           weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, 128 x 240 or 128 x 192 where it fills the grid's rounds
           better, on the magic decode (alone and in clusters), and with the last round's tiles
@@ -886,8 +886,8 @@ class QuantizedMatmul:
                     ways = {"tail_split": tail} if tail > 1 else {"split_k": split} if split > 1 else {}
                     if ways or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **ways))
-                    if ways and m > 128:
-                        add(dict(tile, cluster=2, **ways))
+                        if m > 128:
+                            add(dict(tile, cluster=2, **ways))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m

@@ -793,11 +793,13 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     for y in tail:
                         assert tiles >= 132 and -(-(tiles % 132) * y // 132) < y and k // 64 // y >= 8, (m, got)
                     ways = {"split_k": x} if x > 1 else {"tail_split": tail[0]} if tail else {}
-                    # beyond m = 128 each split also in clusters of two (a's tile multicast)
+                    # beyond m = 128 each of these (split, or 128 x 128 at m = 256) also in clusters of
+                    # two (a's tile multicast)
                     clustered = [c for c in hopper if c["block_m"] == bm and c["block_n"] == 128 and
                                  c.get("cluster") == 2]
+                    offered = ways or bm < rule["block_m"]
                     assert clustered == ([dict(got[0], block_n=128, consumers=2, block_m=bm, stages=8 if bm <= 128
-                                               else 4, cluster=2, **ways)] if ways and m > 128 else []), (m, got)
+                                               else 4, cluster=2, **ways)] if offered and m > 128 else []), (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
                 # 2 % counting the last split's reads (among these shapes: m = 1024 at n = 3584, all
                 # 112 tiles, and 28672 x 8192; m = 4096 at 3584, 28672 x 8192 and 8192 x 28672),
