@@ -857,14 +857,8 @@ class QuantizedMatmul:
             if m > 256:  # (unsplit clusters never won at m = 256 on the H200)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
-                # 240 or 192 rows of a where they fill the grid's rounds better than 256 (m = 4096
-                # at n = 3584: 448 tiles of 256 rows fill 4 rounds to 85 %, 504 of 240 rows 4 to
-                # 90 % as 616 of 192 rows 5; 192 measured 2 % slower than 256 on the H200).
-                work = {bm: -(-n // 128) * m / bm / (-(-(-(-n // 128) * -(-m // bm)) // sms) * sms)
-                        for bm in (192, 240, 256)}
-                fuller = max((240, 192), key=lambda bm: work[bm])
-                if work[fuller] > work[256] + 0.03:
-                    add(dict(big, block_m=fuller))
+                # (192 and 240 rows of a, which fill the grid's rounds better than 256 at m = 4096,
+                # n = 3584, measured 2 % and 6 % slower than 256 on the H200.)
                 if magic and self.hopper_magic():  # the magic decode: fewer instructions beside the wgmma
                     add(dict(big, magic=True))
                     add(dict(big, cluster=2, magic=True))
@@ -884,9 +878,11 @@ class QuantizedMatmul:
                 # most of what each k step reads from L2 there).
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
-                    tiles = -(-n // 128) * -(-m // bm)
-                    tail = self.tail_split(tiles, k // rule["block_k"]) if tiles >= sms else 1
+                    tiles, tile_bytes = -(-n // 128) * -(-m // bm), 128 * bm * 4
+                    tail = self.tail_split(tiles, k // rule["block_k"], tile_bytes)
                     split = self.wave_split(tiles, k // rule["block_k"]) if tail == 1 else 1
+                    if split * tiles * tile_bytes > self.PARTIALS_BYTES:  # (n = 3584 at m = 256: 25-32 MB)
+                        split = 1
                     ways = {"tail_split": tail} if tail > 1 else {"split_k": split} if split > 1 else {}
                     if ways or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **ways))
@@ -926,18 +922,26 @@ class QuantizedMatmul:
         fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17) if s == 1 or ktiles // s >= 8}
         return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
-    def tail_split(self, tiles, ktiles):
-        """MatmulA16WxHopper's tail_split for `tiles` 128 x 256 output tiles of `ktiles` k tiles
-        each: the ways (2 to 16, 8 k tiles a split at least) that the tiles of the persistent
-        grid's last round split into to take the least time, where that saves 2 % of the whole at
-        least; else 1. A way's time: the rounds its splits fill, each 1 / ways of a round, and the
-        last split's reading of each split's 128 KB (at about 150 GB/s an SM: 1.5 k tiles' time
-        each). Fewer tiles than SMs: every tile is the last round's (as m = 1024, n = 3584)."""
+    # The most float32 partial sums a split kernel may write (and its last splits read back):
+    # 16 MB, a third of the H200's L2. The mid H200 call of 2026-11-28 timed splits of 68-118 MB
+    # 1.15-3.4 times as long as the unsplit kernel (m = 1024: 112 tiles of 128 x 256 split 7,
+    # 664 against 194 us; 104 split 5, 882 against 623), one of 15 MB 8 % faster (m = 4096,
+    # 28672 x 8192: 20 tiles split 6).
+    PARTIALS_BYTES = 16 << 20
+
+    def tail_split(self, tiles, ktiles, tile_bytes=128 * 256 * 4):
+        """MatmulA16WxHopper's tail_split for `tiles` output tiles (of tile_bytes float32 partial
+        sums) of `ktiles` k tiles each, a whole round of the persistent grid at least: the ways (2
+        to 16, 8 k tiles a split at least, PARTIALS_BYTES at most) that the tiles of the grid's last
+        round split into to take the least time, where that saves 2 % of the whole at least; else
+        1. A way's time: the rounds its splits fill, each 1 / ways of a round, and the last split's
+        reading of each split's partial sums (at about 150 GB/s an SM: 1.5 k tiles' time each)."""
         sms = self.sms or 132
         whole, tail = tiles // sms, tiles % sms
-        if tail == 0:
+        if whole == 0 or tail == 0:
             return 1
-        cost = {s: -(-tail * s // sms) / s + 1.5 * s / ktiles for s in range(2, 17) if ktiles // s >= 8}
+        cost = {s: -(-tail * s // sms) / s + 1.5 * s / ktiles for s in range(2, 17)
+                if ktiles // s >= 8 and tail * s * tile_bytes <= self.PARTIALS_BYTES}
         best = min(cost, key=lambda s: (cost[s], s), default=1)
         return best if best > 1 and whole + cost[best] <= 0.98 * (whole + 1) else 1
 
