@@ -389,25 +389,6 @@ def wgmma_magic_layout(bn, groups):
                                 [1, 5, 8, 6, 3])
 
 
-def wgmma_c_layout(bn, bm, groups):
-    """The register layout of wgmma's accumulator [bn, bm] on `groups` warp groups (one m64 x bm
-    instruction each): warp w of group g holds rows 64 g + 16 w .. + 15 as mma.sync's m16n8
-    accumulator fragments, column block j of 8 after j - 1 (slot 4 j + 2 h + e: row l / 4 + 8 h,
-    column 8 j + 2 (l % 4) + e of lane l)."""
-    return (tilus.spatial(groups, 1) * tilus.spatial(4, 1) * tilus.local(1, bm // 8) * tilus.local(2, 1) *
-            tilus.spatial(8, 4) * tilus.local(1, 2))
-
-
-def hopper_partials_size(m, n, block_m, block_n, split_k=1, tail_split=1, cluster=1, blocks=132):
-    """The float32 elements of MatmulA16WxHopper's `partial`: each split's partial sums of each
-    split output tile (split_k: every tile; tail_split: the tiles after the grid's whole rounds of
-    `blocks`; in clusters, whole pairs of tiles), as its threads hold them."""
-    units = -(-m // block_m) * -(-(-(-n // block_n)) // cluster)  # output tiles, in clusters pairs
-    if tail_split > 1:
-        units -= units // (blocks // cluster) * (blocks // cluster)
-    return max(split_k, tail_split) * units * cluster * block_m * block_n if max(split_k, tail_split) > 1 else 0
-
-
 def hopper_repackable(bits, bk):
     """Whether MatmulA16WxHopper has a fragment order for k tiles of bk: a thread's bits of the
     wgmma a operand fill whole 16-byte rows."""
@@ -443,10 +424,10 @@ class MatmulA16WxHopper(SplitK):
     split_k > 1: the units of work are the output tiles' k ranges, split_k of them per tile (whole
     pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
     small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
-    ([split_k, m, n]) and the tile's last split to arrive adds them up in registers and stores c's
-    tile as an unsplit one (`counters`: one per output tile, zero before the launch, as it leaves
-    them). In clusters of two both blocks take the same split of their two tiles (a's multicast
-    tile serves both).
+    ([split_k, m, n]) and the tile's last split to arrive adds them up into c (add_up_splits, as
+    MatmulA16Wx does; `counters`: one per output tile, zero before the launch, as it leaves them).
+    In clusters of two both blocks take the same split of their two tiles (a's multicast tile
+    serves both).
 
     magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
     order, each k tile's register operand made by masking whole words (magic_product) instead of
@@ -599,22 +580,13 @@ class MatmulA16WxHopper(SplitK):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        if self.split_k == 1:  # (every tile split: none leaves through shared memory)
+            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
-            # A counter per output tile (in clusters per tile of each block of the pair), and each
-            # split's partial sums of the split tiles (tail_split: those after the whole rounds'
-            # `whole`) as its threads hold them, 4 registers of each thread after 4 of the thread
-            # before: [ways, split tiles, quads, workers, 4] float32 (hopper_partials_size), so
-            # that a warp's 16-byte vectors are 512 contiguous bytes. (Each thread's registers in
-            # a row of their own, [workers, quads * 4], left the vectors of a warp 512 bytes apart:
-            # the H200 measured that split ending 28-35 % slower than c's layout at n = 3584.)
+            gp = self.global_view(partial, shape=[ways, m, n])
+            # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
-            unsplit = whole if self.tail_split > 1 else 0
-            tiles_all = (tiles_m * tiles_n - unsplit) * self.cluster_size
-            quads = bn * bm // workers // 4
-            gp = self.global_view(partial, shape=[ways * tiles_all * quads, workers, 4])
-            flat = tilus.local(quads, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -661,8 +633,6 @@ class MatmulA16WxHopper(SplitK):
             for u in range(first_unit, units, units_step):
                 t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-                if ways > 1:  # (the layout wgmma gives it, which the partial sums' view below assumes)
-                    self.annotate_layout(acc, wgmma_c_layout(bn, bm, self.consumers))
                 for pair in range(count // 2):
                     for h in tilus.static_range(2):  # two weight tiles in registers, alternating
                         g = taken + 2 * pair + h
@@ -695,24 +665,12 @@ class MatmulA16WxHopper(SplitK):
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
                 if splits > 1:  # (a Python or a kernel condition)
-                    # The split's partial sums as its threads hold them (coalesced 16-byte stores,
-                    # no bounds per element: stored in c's layout, each element cost a bounds
-                    # check and its own address); the tile's last split to arrive adds every
-                    # split's up in the same layout (independent loads, rather than
-                    # add_up_splits' 16 rows at a time) and stores the sum as an unsplit tile does.
-                    tile = t * self.cluster_size + rank
-                    slot = (t - unsplit) * self.cluster_size + rank  # among the split tiles
-                    self.store_global(gp, self.view(acc, layout=flat), offsets=[(split * tiles_all + slot) * quads, 0, 0])
-                    if last_to_arrive(self, arrivals, [tile], splits, slot=before):
-                        total = None
-                        for s in tilus.static_range(ways):
-                            p = self.load_global(gp, offsets=[(s * tiles_all + slot) * quads, 0, 0],
-                                                 shape=[quads, workers, 4])
-                            self.annotate_layout(p, flat)
-                            total = p if total is None else total + p
-                        self.store_tile(self.view(total, layout=wgmma_c_layout(bn, bm, self.consumers)), sc, gc,
-                                        offset_m, tile_n * bn)
-                        reset_arrivals(self, arrivals, [tile])  # ready for the next launch
+                    # The split's partial sums into gp[split], and the tile's last split adds them
+                    # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
+                    # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
+                    # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
+                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
+                                       ways, offset_m, tile_n * bn, before)
                 else:
                     self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
         if clustered:
@@ -725,8 +683,7 @@ class QuantizedMatmul:
     fragment order (prepare), split over k when the m x n tiles alone would leave most SMs idle
     (the last split of a tile adds the partial sums up); 64- and 128-row tiles on the plain weights
     for larger m, or, on an sm_90a GPU from m = 33, MatmulA16WxHopper (wgmma) on weights repacked
-    into its fragment order. The split-K arrival counters (and the wgmma kernel's partial sums, its
-    own scratch rather than the caller's workspace) belong to the object: one launch at a time (a
+    into its fragment order. The split-K arrival counters belong to the object: one launch at a time (a
     launch on another stream while one runs would share them).
 
     With tune=True (CUDA tensors only) the first call at each size (m rounded up to a power of
@@ -743,7 +700,6 @@ class QuantizedMatmul:
         self.wtype, self.group, self.sms, self.atype, self.tune, self.wide = wtype, group, sms, atype, tune, wide
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
-        self.partials = None  # the wgmma kernel's split partial sums (hopper_partials_size)
         self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
         self.timings = {}  # the same key -> [(ms, configuration)] of every candidate, fastest first
 
@@ -802,13 +758,11 @@ class QuantizedMatmul:
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
-          persistent grid's last round, or where they fill a whole round or more only the last
-          round's tiles (tail_split) where that saves time (128 x 128 at m = 256 also unsplit;
-          beyond m = 128 each of these also in clusters of two), and the rule's tile on the magic decode where its
+          persistent grid's last round and their partial sums take 16 MB at most (128 x 128 at
+          m = 256 also unsplit), and the rule's tile on the magic decode where its
           weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
-          (cluster=2), in L2 groups of 4, 128 x 240 or 128 x 192 where it fills the grid's rounds
-          better, on the magic decode (alone and in clusters), and with the last round's tiles
-          split (tail_split, alone and in clusters) where that saves time;
+          (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
+          the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
           to fill a wave of 3 blocks per SM.
@@ -871,23 +825,16 @@ class QuantizedMatmul:
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
                 # shapes at m = 64: 0.69-0.98x cuBLAS unsplit on the H200, 1.13-1.72x split at m =
                 # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
-                # Where the tiles fill a whole round or more, only the last round's tiles split
-                # (tail_split) if that saves time: the same rounds as splitting every tile (n =
-                # 28672) with a fraction of the partial sums. Beyond m = 128 each split also in
-                # clusters of two sharing a's tile by multicast (a's tiles, not the weights, are
-                # most of what each k step reads from L2 there).
+                # (Their splits in clusters of two, the last round's tiles split alone, and 128 x
+                # 128 in clusters, never won up to m = 256 in the mid H200 call of 2026-11-28.)
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
                     tiles, tile_bytes = -(-n // 128) * -(-m // bm), 128 * bm * 4
-                    tail = self.tail_split(tiles, k // rule["block_k"], tile_bytes)
-                    split = self.wave_split(tiles, k // rule["block_k"]) if tail == 1 else 1
+                    split = self.wave_split(tiles, k // rule["block_k"])
                     if split * tiles * tile_bytes > self.PARTIALS_BYTES:  # (n = 3584 at m = 256: 25-32 MB)
                         split = 1
-                    ways = {"tail_split": tail} if tail > 1 else {"split_k": split} if split > 1 else {}
-                    if ways or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
-                        add(dict(tile, **ways))
-                        if m > 128:
-                            add(dict(tile, cluster=2, **ways))
+                    if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
+                        add(dict(tile, **({"split_k": split} if split > 1 else {})))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
@@ -1085,19 +1032,6 @@ class QuantizedMatmul:
         kernel, args = self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
         kernel(*args)
 
-    def scratch(self, like, size):
-        """At least `size` float32 elements where `like` lives (torch on its device, or numpy),
-        kept for later launches."""
-        p = self.partials
-        if p is None or len(p) < size or hasattr(like, "cpu") != hasattr(p, "cpu") or \
-                (hasattr(like, "cpu") and p.device != like.device):
-            if hasattr(like, "cpu"):
-                import torch
-                self.partials = torch.empty(size, dtype=torch.float32, device=like.device)
-            else:
-                self.partials = np.empty(size, np.float32)
-        return self.partials
-
     def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
@@ -1113,10 +1047,6 @@ class QuantizedMatmul:
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
-            size = hopper_partials_size(m, n, cfg["block_m"], cfg["block_n"], cfg.get("split_k", 1),
-                                        cfg.get("tail_split", 1), cl, self.kernels[key].blocks)
-            if size:  # its own float32 scratch, not the caller's [16, m, n] workspace
-                workspace = self.scratch(c, size)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, workspace, counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
