@@ -16,8 +16,8 @@ MatmulFp8Block, its tile, products (one, or two in turn) and turns (the consumer
 issuing in turns or not) chosen by the autotuner among matmul_fp8.BLOCK_TILES (by block_config
 with --no-tune), and --block-tiles adds MatmulFp8 with each tile named, as "tilus block BMxBN",
 "BMxBNxP" with P products or "BMxBNxPxT", T 1 or 0 for turns or not) against the per-tensor
-_scaled_mm. The per-tensor and per-row kernels' tile width is tuned among matmul_fp8.TILES
-(MatmulFp8Tuned; 128 x 256 with --no-tune). --shapes replaces the shapes
+_scaled_mm. The per-tensor and per-row kernels' tile width and stages are tuned among
+matmul_fp8.TILES (MatmulFp8Tuned; 128 x 256 with 4 stages with --no-tune). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
@@ -102,11 +102,10 @@ def torch_swiglu_per_token_cast(x):
 
 
 def tile_width(kernel, args):
-    """The block_n of a MatmulFp8 or of MatmulFp8Tuned's winner for these arguments ("?" before tuning)."""
-    if not hasattr(kernel, "_tilus_tuner"):
-        return kernel.block_n
-    winner = kernel._tilus_tuner.winner_for(args, {})
-    return "?" if winner is None else winner.block_n
+    """"block_n/stages" of a MatmulFp8 or of MatmulFp8Tuned's winner for these arguments ("?" before tuning)."""
+    if hasattr(kernel, "_tilus_tuner"):
+        kernel = kernel._tilus_tuner.winner_for(args, {})
+    return "?" if kernel is None else f"{kernel.block_n}/{kernel.stages}"
 
 
 def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
@@ -162,7 +161,7 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
         tile = "x".join(str(int(v)) for v in tile) if tile else "?"
         widths = [tile_width(kern, (m, n, k, a, b, s_a, s_b, c))
                   for kern, s_a, s_b in ((tensor_k, one, one), (row_k, sa_row, sb_row))]
-        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]}, block: "
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]} (/stages), block: "
               f"{tile} (block_m x block_n x products x turns), {how}): {line}", flush=True)
     return rows
 

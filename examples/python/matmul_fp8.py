@@ -137,10 +137,16 @@ class MatmulFp8(tilus.Script):
         # consumers (setmaxnreg), as examples/python/matmul_a16wx.py's wgmma kernel does.
         self.consumer_regs = None if scaling == "tensor" else min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
         self.box = 128 // out_bytes(out)  # columns of one TMA store box: a 128-byte swizzled row
-        self.store_bytes = block_m * 128 * out_bytes(out)  # one 128-column piece of the tile
         self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
         # What the stages leave: c's store buffer, and 256 bytes for the barriers (16 a stage).
-        self.stages = stages or min(8, (SHARED_BYTES - 256 - self.store_bytes) // self.stage_bytes)
+        # The buffer holds one 128-column piece of the tile, or the whole tile where that leaves
+        # as many stages (or the stages asked for): then each tile's epilogue waits once for the
+        # stores of the tile before (long done) instead of once a piece for those of the piece
+        # before, which are just issued (tensor cores idle meanwhile).
+        piece_bytes, tile_bytes = (block_m * w * out_bytes(out) for w in (128, block_n))
+        self.stages = stages or min(8, (SHARED_BYTES - 256 - piece_bytes) // self.stage_bytes)
+        self.whole_store = SHARED_BYTES - 256 - tile_bytes >= self.stages * self.stage_bytes
+        self.store_bytes = tile_bytes if self.whole_store else piece_bytes
 
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
@@ -195,7 +201,8 @@ class MatmulFp8(tilus.Script):
         gc = self.global_view(c, dtype=self.out, shape=[m, n])
         gsa, gsb = scale_views(self, self.scaling, m, n, k, scale_a, scale_b)
         sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
-        sc = self.shared_tensor(dtype=self.out, shape=[128 // box, bm, box])  # the boxes of one 128-column piece
+        # The boxes of one 128-column piece of c's tile, or of the whole tile.
+        sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
         empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
         # The turns: warp group w waits on turn[w] (all its threads arrive on it).
@@ -312,17 +319,21 @@ class MatmulFp8(tilus.Script):
                     if not block:
                         self.wgmma.wait_group(0)
                         self.release(empty[(first + steps - 1) % stages], peer)
+                whole = self.whole_store
                 for h in tilus.static_range(pieces):
-                    with self.single_thread():  # the stores before have read sc
-                        self.tma.wait_group(0, read=True)
+                    if h == 0 or not whole:
+                        with self.single_thread():  # the stores before have read sc
+                            self.tma.wait_group(0, read=True)
                     out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                    boxes = widths[h] // box
-                    dst = sc if boxes == 128 // box else self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    dst = sc if boxes == sc.shape[0] else self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
-                    with self.single_thread():
-                        for j in tilus.static_range(boxes):
-                            self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + h * 128 + j * box])
-                        self.tma.commit_group()
+                    if h == pieces - 1 or not whole:
+                        column = offset_n + (0 if whole else h * 128)  # c's column of sc's first box
+                        with self.single_thread():
+                            for j in tilus.static_range(box0 + boxes):
+                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, column + j * box])
+                            self.tma.commit_group()
         self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
@@ -405,21 +416,25 @@ def block_config(m, n, clusters):
     return 128, 128, 1
 
 
-# The per-tensor and per-row tiles the autotuner times (block_n; 128 rows): 128 x 256 (the most
-# products per byte loaded) and 128 x 192, whose tile pairs split a wave more evenly where the
+# The per-tensor and per-row tiles the autotuner times (block_n, stages; 128 rows): 128 x 256 (the
+# most products per byte loaded) with 4 stages and c's buffer one 128-column piece, or 3 stages
+# and the whole tile's buffer (one wait for earlier stores a tile, not one a piece); and 128 x 192
+# (4 stages and the whole tile's buffer), whose tile pairs split a wave more evenly where the
 # 256-column ones leave a last round half empty (8192^3 on 66 clusters: 1024 pairs of 128 x 256,
 # 15.5 a cluster; 1376 pairs of 128 x 192, 20.8 a cluster, three quarters of the work each).
-TILES = [256, 192]
+TILES = [(256, None), (192, None), (256, 3)]
 
 
-@tilus.autotune("block_n", TILES)
+@tilus.autotune("block_n, stages", TILES)
 class MatmulFp8Tuned(MatmulFp8):
-    """MatmulFp8 with per-tensor or per-row scales whose tile width the autotuner picks among
-    TILES at the first call of a size bucket (GPU only), the winner kept on disk."""
+    """MatmulFp8 with per-tensor or per-row scales whose tile width and stages (None: as many as
+    fit) the autotuner picks among TILES at the first call of a size bucket (GPU only), the winner
+    kept on disk."""
 
-    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_n=256, blocks=132):
+    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_n=256, stages=None,
+                 blocks=132):
         assert scaling != "block", "block scaling: MatmulFp8BlockTuned"
-        super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, blocks=blocks)
+        super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, stages=stages, blocks=blocks)
 
 
 # The block-scaled kernels the autotuner times, as (block_m, block_n, products, turns): 128 x 256

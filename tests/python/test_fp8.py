@@ -84,8 +84,10 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="block", block_n=128, products=2, out=float32), 700, 264, 256),
     (dict(scaling="block", block_n=128, products=2), 130, 1000, 128),
     (dict(scaling="block", block_m=64, block_n=128, products=2, atype=float8_e4m3, btype=float8_e5m2), 130, 264, 512),
-    # 192-column tiles (a 128- and a 64-column piece), a ragged last one.
+    # 192-column tiles (a 128- and a 64-column piece; c's buffer the whole tile with 16-bit c, a
+    # piece with float32), a ragged last one; 256-column tiles with 3 stages (c's buffer the whole tile).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
+    (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
@@ -130,13 +132,30 @@ def test_turns_are_the_block_scaled_default_where_they_apply():
 
 
 def test_the_per_tensor_tuner_offers_every_width():
-    """MatmulFp8Tuned's space is TILES, each a MatmulFp8 of 128 rows with the scaling asked for."""
+    """MatmulFp8Tuned's space is TILES, each a MatmulFp8 of 128 rows with the scaling asked for
+    and the stages named (None: as many as fit)."""
     from tilus.tuning import space_of
     configs = space_of(MatmulFp8Tuned, {"scaling": "row", "blocks": 132})
-    assert [c["block_n"] for c in configs] == TILES
+    assert [(c["block_n"], c["stages"]) for c in configs] == TILES
     for c in configs:
         kernel = MatmulFp8Tuned("row", blocks=132, **c)
         assert (kernel.scaling, kernel.block_m, kernel.block_n) == ("row", 128, c["block_n"])
+        assert kernel.stages == (c["stages"] or MatmulFp8("row", block_n=c["block_n"]).stages)
+
+
+@pytest.mark.parametrize("kw,stages,whole", [
+    (dict(scaling="tensor"), 4, False), (dict(scaling="tensor", stages=3), 3, True),
+    (dict(scaling="tensor", block_n=192), 4, True), (dict(scaling="tensor", block_n=192, out=float32), 4, False),
+    (dict(scaling="block"), 4, False), (dict(scaling="block", block_n=128), 5, True)])
+def test_c_buffer_holds_the_whole_tile_where_it_costs_no_stage(kw, stages, whole):
+    """c's shared buffer holds the whole tile where the stages (as many as fit beside a 128-column
+    piece's buffer, or those asked for) still fit beside it, else one 128-column piece; the
+    buffer, stages and barriers fit an sm_90 block's shared memory."""
+    kernel = MatmulFp8(**kw)
+    assert (kernel.stages, kernel.whole_store) == (stages, whole)
+    cols = kernel.block_n if whole else 128
+    assert kernel.store_bytes == kernel.block_m * cols * kernel.out.bits // 8
+    assert kernel.stages * kernel.stage_bytes + kernel.store_bytes + 256 <= 232448
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
@@ -185,7 +204,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
-                                dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192)] +
+                                dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
+                                dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p, turns=t)
                           for bm, bn, p, t in BLOCK_TILES + [(192, 128, 1, True)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
