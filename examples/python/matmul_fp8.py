@@ -329,10 +329,10 @@ class MatmulFp8(tilus.Script):
                     dst = sc if boxes == sc.shape[0] else self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
                     if h == pieces - 1 or not whole:
-                        column = offset_n + (0 if whole else h * 128)  # c's column of sc's first box
+                        start = 0 if whole else h * 128  # the tile's column of sc's first box
                         with self.single_thread():
                             for j in tilus.static_range(box0 + boxes):
-                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, column + j * box])
+                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
                             self.tma.commit_group()
         self.cluster.sync()  # no block leaves while its peer may still write to it
 
