@@ -180,9 +180,12 @@ class MatmulFp8(tilus.Script):
         bm, bn, bk, stages, blocks = self.block_m, self.block_n, BLOCK_K, self.stages, self.blocks
         block = self.scaling == "block"
         share = bn // 2  # the rows of b's tile each block of the pair loads (and multicasts)
-        # The accumulator's column pieces: 128 wide (a block of b's scales), and what is left of
-        # a 192-column tile.
-        widths = [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
+        # The accumulator's column pieces: 128 wide (a block of b's scales; the store buffer's
+        # width when it holds a piece), and what is left of a 192-column tile. Without block
+        # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
+        # per k32 step, which reads a's rows from shared memory once, not once a piece.
+        one = not block and self.whole_store
+        widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
         clusters = blocks // 2
@@ -418,8 +421,9 @@ def block_config(m, n, clusters):
 
 # The per-tensor and per-row tiles the autotuner times (block_n, stages; 128 rows): 128 x 256 (the
 # most products per byte loaded) with 4 stages and c's buffer one 128-column piece, or 3 stages
-# and the whole tile's buffer (one wait for earlier stores a tile, not one a piece); and 128 x 192
-# (4 stages and the whole tile's buffer), whose tile pairs split a wave more evenly where the
+# and the whole tile's buffer (one wait for earlier stores a tile, not one a piece, and one wgmma
+# of the tile's width per k32 step); and 128 x 192 (4 stages and the whole tile's buffer, one
+# 192-wide wgmma), whose tile pairs split a wave more evenly where the
 # 256-column ones leave a last round half empty (8192^3 on 66 clusters: 1024 pairs of 128 x 256,
 # 15.5 a cluster; 1376 pairs of 128 x 192, 20.8 a cluster, three quarters of the work each).
 TILES = [(256, None), (192, None), (256, 3)]

@@ -225,6 +225,22 @@ def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw)
     assert ops == {"QGMMA", "UTMALDG", "UTMASTG"}, f"{kw}: {sorted(ops)}"
 
 
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("kw,shapes", [(dict(scaling="tensor", block_n=192), {"64x192x32"}),
+                                       (dict(scaling="row", stages=3), {"64x256x32"}),
+                                       (dict(scaling="tensor"), {"64x128x32"}),
+                                       (dict(scaling="tensor", block_n=192, out=float32), {"64x128x32", "64x64x32"})])
+def test_a_whole_tile_store_buffer_makes_one_wgmma_of_the_tile_width(kw, shapes):
+    """Without block scales, a kernel whose c buffer holds the whole tile multiplies each k32 step
+    in one wgmma of the tile's width (a's rows read from shared memory once); with a 128-column
+    piece's buffer, one wgmma a piece."""
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    sass = MatmulFp8(**kw).sass(*_args(kw["scaling"], 4096, 4096, 4096, kw.get("out", bfloat16)), arch="sm_90a")
+    assert set(re.findall(r"QGMMA\.(\d+x\d+x\d+)\.", sass)) == shapes
+
+
 def test_block_scaled_steps_overwrite_one_accumulator_without_zeroing_it():
     """The k step's products of the two 128-column pieces go in turn into one [64, 128]
     accumulator per warp group, each overwriting it (wgmma.mma with enable_input_d=False: scale-d
