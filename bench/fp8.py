@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN[xP[xT]],...] [--no-tune] [--quant-sizes MxHIDDEN,...]
+                                                [--block-tiles BMxBN[xP],...] [--no-tune] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -12,10 +12,9 @@ GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM wei
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
 (1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
-MatmulFp8Block, its tile, products (one, or two in turn) and turns (the consumer warp groups
-issuing in turns or not) chosen by the autotuner among matmul_fp8.BLOCK_TILES (by block_config
-with --no-tune), and --block-tiles adds MatmulFp8 with each tile named, as "tilus block BMxBN",
-"BMxBNxP" with P products or "BMxBNxPxT", T 1 or 0 for turns or not) against the per-tensor
+MatmulFp8Block, its tile and products (one, or two in turn) chosen by the autotuner among
+matmul_fp8.BLOCK_TILES (by block_config with --no-tune), and --block-tiles adds MatmulFp8 with
+each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products) against the per-tensor
 _scaled_mm. The per-tensor and per-row kernels' tile width and stages are tuned among
 matmul_fp8.TILES (MatmulFp8Tuned; 128 x 256 with 4 stages with --no-tune). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
@@ -116,8 +115,7 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
     plain = MatmulFp8Tuned if tune else MatmulFp8
     tensor_k, row_k, block_k = (plain("tensor", blocks=sms), plain("row", blocks=sms),
                                 MatmulFp8Block(blocks=sms, tune=tune))
-    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1,
-                          turns=bool(t[3]) if len(t) > 3 else None, blocks=sms)
+    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1, blocks=sms)
              for t in block_tiles}
     rows = []
     for m, n, k in shapes:
@@ -158,11 +156,11 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
         line = "  ".join(f"{name} {t * 1e3:8.1f} us ({tf[name]:6.1f} TF)" for name, t in ms_.items())
         tile = block_k.tile(m, n, k, a, b, sa_blk, sb_blk, c)
         how = "tuned" if tune else "block_config"
-        tile = "x".join(str(int(v)) for v in tile) if tile else "?"
+        tile = "x".join(map(str, tile)) if tile else "?"
         widths = [tile_width(kern, (m, n, k, a, b, s_a, s_b, c))
                   for kern, s_a, s_b in ((tensor_k, one, one), (row_k, sa_row, sb_row))]
         print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]} (/stages), block: "
-              f"{tile} (block_m x block_n x products x turns), {how}): {line}", flush=True)
+              f"{tile} (block_m x block_n x products), {how}): {line}", flush=True)
     return rows
 
 
@@ -213,9 +211,8 @@ def main():
     p.add_argument("--no-tune", action="store_true", help="the block-scaled tile by block_config, the per-tensor "
                                                           "and per-row ones 128x256, and the quantization's by "
                                                           "cast_config, not by the autotuner")
-    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP or BMxBNxPxT, P products, "
-                                                     "T 1/0: the warp groups in turns or not (e.g. "
-                                                     "128x256,128x128x2,128x256x1x0) timed beside the chosen one")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN or BMxBNxP, P products (e.g. "
+                                                     "128x256,128x128x2) timed beside the chosen one")
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]

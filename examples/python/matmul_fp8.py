@@ -98,17 +98,10 @@ class MatmulFp8(tilus.Script):
     64 * consumers rows (block scaling: 64 for small m, see block_config). products=2 (block
     scaling, 128-column tiles): two products in turn, each k step's wgmma issued before the wait
     for the step before, which is promoted under it (the warp group's tensor work never drains).
-    block_n=192 (per-tensor, per-row): a 128- and a 64-column piece.
-
-    turns (block scaling with one product and two or three consumer warp groups; the default
-    there): the warp groups take turns issuing their pieces' wgmma, each waiting on an mbarrier of
-    its own and handing the turn on after its commit (CUTLASS's ping-pong order). Issued together,
-    the warp groups' wgmma interleave in the tensor cores and finish together, so every warp group
-    waits and promotes at once while the tensor cores idle; in turns each piece runs alone, and a
-    warp group promotes while the next one's piece runs."""
+    block_n=192 (per-tensor, per-row): a 128- and a 64-column piece."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, turns=None):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -126,11 +119,6 @@ class MatmulFp8(tilus.Script):
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
         self.consumers = block_m // 64
-        can_turn = scaling == "block" and products == 1 and self.consumers > 1
-        self.turns = can_turn if turns is None else turns
-        assert can_turn or not self.turns, \
-            "turns: block scaling with one product a warp group and two or three consumer warp groups"
-        self.tile = (block_m, block_n, products, self.turns)  # as BLOCK_TILES names it
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
         # not: there the producer is a whole warp group that gives its registers to the
@@ -162,18 +150,6 @@ class MatmulFp8(tilus.Script):
                 with self.thread_group(thread_begin=0, num_threads=1):
                     self.mbarrier.arrive(barrier)
                     self.mbarrier_arrive(barrier, cta_id=peer)
-
-    def take_turn(self, turn, phase):
-        """Each consumer warp group waits for its turn (the warp group before it has issued)."""
-        for w in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=w * 128, num_threads=128):
-                self.mbarrier.wait(turn[w], phase=phase)
-
-    def pass_turn(self, turn):
-        """Each consumer warp group hands the turn to the next (its wgmma are issued)."""
-        for w in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=w * 128, num_threads=128):
-                self.mbarrier.arrive(turn[(w + 1) % self.consumers])
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scale_a: ~float32,
                  scale_b: ~float32, c: tilus.void_p):
@@ -208,8 +184,6 @@ class MatmulFp8(tilus.Script):
         sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
         empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
-        # The turns: warp group w waits on turn[w] (all its threads arrive on it).
-        turn = self.mbarrier.alloc(counts=[128] * self.consumers) if self.turns else None
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
@@ -238,9 +212,6 @@ class MatmulFp8(tilus.Script):
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             if split:
                 self.inc_max_nreg(self.consumer_regs)
-            if self.turns:
-                with self.thread_group(thread_begin=128 * (self.consumers - 1), num_threads=128):
-                    self.mbarrier.arrive(turn[0])  # the first warp group starts
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
                 parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
             for t in range(cluster, pairs, clusters):
@@ -297,15 +268,11 @@ class MatmulFp8(tilus.Script):
                             # wgmma's wait to the promotion.
                             scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                             for p in tilus.static_range(pieces):
-                                if self.turns:  # the warp group's piece count, over the tiles: g * pieces + p
-                                    self.take_turn(turn, (g * pieces + p) % 2)
                                 self.wgmma.fence()
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [128, bk]).transpose(), part,
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
-                                if self.turns:
-                                    self.pass_turn(turn)
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
@@ -441,30 +408,31 @@ class MatmulFp8Tuned(MatmulFp8):
         super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, stages=stages, blocks=blocks)
 
 
-# The block-scaled kernels the autotuner times, as (block_m, block_n, products, turns): 128 x 256
-# (two consumer warp groups, each k step's bytes serving the most products; no registers for a
-# second product) in turns and, to compare, without; 128 x 128 in turns, or with two products in
-# turn (each warp group's next wgmma queued while it promotes); and 64 x 128 (the most tiles, for a
-# few tokens) with two. On the H200 (bench/fp8.py, cuBLAS per-tensor = 1), before turns: 128 x 256
-# 0.90x / 0.78x at 4096^3 / 8192^3, 128 x 128 with two products 0.75x / 0.64x (as with one: 0.75x
-# at 4096^3; the tile's bytes per product, not the wait before each promotion, bound it), 64 x 128
-# with two 1.00x at m = 128 on 8192 x 8192 where one product ran 0.96x (0.59x / 0.55x against
-# 0.60x / 0.51x at the large shapes). 192 x 128 (three consumer warp groups) measured 0.52-0.57x:
-# not offered.
-BLOCK_TILES = [(128, 256, 1, True), (128, 256, 1, False), (128, 128, 1, True), (128, 128, 2, False),
-               (64, 128, 2, False)]
+# The block-scaled kernels the autotuner times, as (block_m, block_n, products): 128 x 256 (two
+# consumer warp groups, each k step's bytes serving the most products; no registers for a second
+# product), 128 x 128 with one product or two in turn (each warp group's next wgmma queued while it
+# promotes), and 64 x 128 (the most tiles, for a few tokens) with two. On the H200 (bench/fp8.py,
+# cuBLAS per-tensor = 1): 128 x 256 0.90x / 0.78x at 4096^3 / 8192^3, 128 x 128 with two products
+# 0.75x / 0.64x (as with one: 0.75x at 4096^3; the tile's bytes per product, not the wait before
+# each promotion, bound it), 64 x 128 with two 1.00x at m = 128 on 8192 x 8192 where one product
+# ran 0.96x (0.59x / 0.55x against 0.60x / 0.51x at the large shapes). 192 x 128 (three consumer
+# warp groups) measured 0.52-0.57x: not offered. The consumer warp groups issuing their pieces'
+# wgmma in turns (an mbarrier each, handed on after each commit: one promotes while the other's
+# piece runs) measured slower (H200, one run: 128 x 256 114.6 -> 127.6 us at 4096^3, 956 -> 1136
+# us at 8192^3; 128 x 128 0.74x / 0.69x): not kept.
+BLOCK_TILES = [(128, 256, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
-@tilus.autotune("block_m, block_n, products, turns", BLOCK_TILES)
+@tilus.autotune("block_m, block_n, products", BLOCK_TILES)
 class MatmulFp8BlockTuned(MatmulFp8):
     """MatmulFp8 with block scales whose tile the autotuner picks among BLOCK_TILES: each timed on
     the GPU at the first call of a size bucket (m, n, k rounded up to powers of two), the winner
     kept on disk."""
 
     def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128, block_n=256, products=1,
-                 turns=True, blocks=132):
+                 blocks=132):
         super().__init__("block", out=out, atype=atype, btype=btype, block_m=block_m, block_n=block_n, blocks=blocks,
-                         products=products, turns=turns)
+                         products=products)
 
 
 class MatmulFp8Block:
@@ -487,11 +455,11 @@ class MatmulFp8Block:
         return self.kernels[tile]
 
     def tile(self, m, n, k, a, b, scale_a, scale_b, c):
-        """The (block_m, block_n, products, turns) a call with these arguments takes (tuned: None until tuned)."""
+        """The (block_m, block_n, products) a call with these arguments takes (tuned: None until tuned)."""
         if self.tuned is None:
-            return self.kernel(m, n).tile
+            return block_config(m, n, self.blocks // 2)
         winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
-        return None if winner is None else winner.tile
+        return None if winner is None else (winner.block_m, winner.block_n, winner.products)
 
     def __call__(self, m, n, k, a, b, scale_a, scale_b, c):
         kernel = self.tuned if self.tuned is not None else self.kernel(m, n)

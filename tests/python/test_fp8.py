@@ -72,10 +72,7 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="tensor", out=float32), 200, 260, 512),
     (dict(scaling="tensor", atype=float8_e5m2, btype=float8_e4m3, out=float16), 129, 136, 384),
     (dict(scaling="row"), 301, 520, 1040), (dict(scaling="row", atype=float8_e4m3, btype=float8_e5m2), 700, 264, 640),
-    # Block scaling: the consumer warp groups in turns (the default: two, three with block_m=192;
-    # the turns' phases carry across tiles) and not.
     (dict(scaling="block"), 301, 520, 1040), (dict(scaling="block", block_m=192), 1000, 1000, 2048),
-    (dict(scaling="block", turns=False), 301, 520, 1040), (dict(scaling="block", block_n=128), 1000, 1000, 400),
     (dict(scaling="block", out=float32), 130, 260, 272), (dict(scaling="block", block_n=128), 301, 520, 1040),
     (dict(scaling="block", block_m=64, block_n=128), 130, 264, 1040), (dict(scaling="block", block_m=64), 100, 600, 272),
     # Two products in turn: odd and even step counts (9, 2, 1, 4: the loop's tail either way), 2 or
@@ -84,8 +81,9 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="block", block_n=128, products=2, out=float32), 700, 264, 256),
     (dict(scaling="block", block_n=128, products=2), 130, 1000, 128),
     (dict(scaling="block", block_m=64, block_n=128, products=2, atype=float8_e4m3, btype=float8_e5m2), 130, 264, 512),
-    # 192-column tiles (a 128- and a 64-column piece; c's buffer the whole tile with 16-bit c, a
-    # piece with float32), a ragged last one; 256-column tiles with 3 stages (c's buffer the whole tile).
+    # 192-column tiles (16-bit c: c's buffer the whole tile and one 192-wide wgmma; float32: a
+    # 128- and a 64-column piece), a ragged last one; 256-column tiles with 3 stages (the whole
+    # tile's buffer, one 256-wide wgmma).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
     (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
 ])
@@ -113,22 +111,10 @@ def test_the_block_scaled_tuner_offers_every_tile():
     """MatmulFp8BlockTuned's space is BLOCK_TILES, each a MatmulFp8 with block scaling."""
     from tilus.tuning import space_of
     configs = space_of(MatmulFp8BlockTuned, {"blocks": 132})
-    assert [(c["block_m"], c["block_n"], c["products"], c["turns"]) for c in configs] == BLOCK_TILES
+    assert [(c["block_m"], c["block_n"], c["products"]) for c in configs] == BLOCK_TILES
     for c in configs:
         kernel = MatmulFp8BlockTuned(blocks=132, **c)
-        assert (kernel.scaling, kernel.block_m, kernel.block_n, kernel.products, kernel.turns) == \
-            ("block", *BLOCK_TILES[configs.index(c)])
-
-
-def test_turns_are_the_block_scaled_default_where_they_apply():
-    """The consumer warp groups take turns by default with block scaling, one product each and
-    two or three of them; asking for turns anywhere else is an error."""
-    assert MatmulFp8("block").turns and MatmulFp8("block", block_m=192).turns
-    assert not MatmulFp8("block", block_n=128, products=2).turns and not MatmulFp8("block", block_m=64).turns
-    assert not MatmulFp8("tensor").turns and not MatmulFp8("block", turns=False).turns
-    for kw in (dict(scaling="tensor"), dict(scaling="block", block_m=64), dict(scaling="block", block_n=128, products=2)):
-        with pytest.raises(AssertionError, match="turns: block scaling with one product"):
-            MatmulFp8(turns=True, **kw)
+        assert (kernel.scaling, kernel.block_m, kernel.block_n, kernel.products) == ("block", *BLOCK_TILES[configs.index(c)])
 
 
 def test_the_per_tensor_tuner_offers_every_width():
@@ -206,8 +192,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 @pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
-                         [dict(scaling="block", block_m=bm, block_n=bn, products=p, turns=t)
-                          for bm, bn, p, t in BLOCK_TILES + [(192, 128, 1, True)]])
+                         [dict(scaling="block", block_m=bm, block_n=bn, products=p)
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -255,38 +241,6 @@ def test_block_scaled_steps_overwrite_one_accumulator_without_zeroing_it():
     assert re.findall(r'"r"\(([01])\)\);', loop) == ["0", "1", "1", "1"] * 2
     for fence in re.finditer(r"tilus::wgmma_fence\(\);", loop):
         assert loop[:fence.start()].rstrip().endswith("tilus::wgmma_fence_operand<64>(part);")
-
-
-@pytest.mark.parametrize("block_m,block_n", [(128, 256), (128, 128), (192, 128)])
-def test_block_scaled_warp_groups_issue_in_turns(block_m, block_n):
-    """In turns, each piece of a k step is issued by warp group w after it waits on turn[w] (the
-    phase of its piece count: alternating) and before it waits for the wgmma, and right after
-    the commit w hands the turn to the next warp group; the last warp group starts the first.
-    No NVRTC needed: the CUDA source."""
-    consumers = block_m // 64
-    src = MatmulFp8("block", block_m=block_m, block_n=block_n).source(*_args("block", 4096, 4096, 4096),
-                                                                       arch="sm_90a")
-    turn = re.search(r"mbarrier_arrive<false, false>\(\(tilus::smem_addr\(tilus_smem\) \+ (\d+)u \+ uint32_t\(0\)", src)
-    assert turn, "nothing arrives on turn[0] before the loop"
-    base = turn.group(1)
-    loop = src[src.index("for (int32_t step = 0;"):]
-    loop = loop[:loop.index("tilus::tma_wait_group")]
-    event = re.compile(r"mbarrier_(wait|arrive)<false, false>\(\(tilus::smem_addr\(tilus_smem\) \+ " + base +
-                       r"u \+ uint32_t\((\d)\) \* 8u\), ([^;]*)\);|wgmma_(fence|commit_group|wait_group)(?:<\d>)?\(|"
-                       r"wgmma\.mma_async")
-    seen = []
-    for e in event.finditer(loop):
-        if e.group(1):
-            seen.append((e.group(1), int(e.group(2)), e.group(3)))
-        else:
-            seen.append((e.group(4) or "mma",))
-    seen = [s for i, s in enumerate(seen) if s != ("mma",) or seen[i - 1] != ("mma",)]  # a piece's k32 steps
-    piece = [("wait", w) for w in range(consumers)] + [("fence",), ("mma",), ("commit_group",)] + \
-        [("arrive", (w + 1) % consumers) for w in range(consumers)] + [("wait_group",)]
-    pieces = block_n // 128
-    assert [s[:2] for s in seen] == piece * pieces, seen
-    phases = [s[2] for s in seen if s[0] == "wait"]
-    assert all(p.startswith("uint32_t(tilus::floor_mod(") for p in phases), phases
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
