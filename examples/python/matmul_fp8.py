@@ -26,7 +26,7 @@ also runs on the CPU backend."""
 import numpy as np
 
 import tilus
-from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2, int32
+from tilus import bfloat16, boolean, float16, float32, float8_e4m3, float8_e5m2, int32
 from common import from_host_array, round_to
 from hopper_matmul_v6 import HopperMatmulV6
 
@@ -63,13 +63,14 @@ def scaled(s, scaling, acc, gsa, gsb, row, col):
 
 def stage_tensors(s, stages, bm, bn):
     """The ring's shared buffers: a's and b's tiles, and with block scaling a's row scales and
-    b's block scales of each stage: one row per 128-column block of the tile (bn // 128 of them,
-    at least one), 128 bytes in all (a TMA box lands on 128 bytes)."""
+    b's block scales of each stage: one row per 128-column block of b's scales the tile touches
+    (ceil(bn / 128): a 192-column tile starts at a multiple of 64 columns and touches two), 128
+    bytes in all (a TMA box lands on 128 bytes)."""
     sa = s.shared_tensor(dtype=s.atype, shape=[stages, bm, BLOCK_K])
     sb = s.shared_tensor(dtype=s.btype, shape=[stages, bn, BLOCK_K])
     if s.scaling != "block":
         return sa, sb, None, None
-    blocks_n = max(1, bn // BLOCK_K)
+    blocks_n = -(-bn // BLOCK_K)
     ssb = s.shared_tensor(dtype=float32, shape=[stages, blocks_n, 32 // blocks_n])
     # Unswizzled: a stage's box is 128 bytes, less than a swizzle atom; a few broadcast loads read it.
     s.annotate_layout(ssb, tilus.SharedLayout.row_major([stages, blocks_n, 32 // blocks_n]))
@@ -85,6 +86,21 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
+def promoted(s, acc, part, scales, offset_n):
+    """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
+    product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
+    (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
+    columns: its 64-column thirds take the first block of b's scales it touches, the first or the
+    second (as the tile starts on a 128-column block or half way), and the second."""
+    r, w = part.shape
+    if w <= BLOCK_K:
+        return acc + part * scales[0]
+    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
+                               init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
+    scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
+    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
+
+
 class MatmulFp8(tilus.Script):
     """Warp-specialized and persistent, in clusters of two (sm_90a). 128 x 256 tiles by default:
     two consumer warp groups of 64 rows, the accumulator as two 128-column pieces, 4 stages for
@@ -98,7 +114,9 @@ class MatmulFp8(tilus.Script):
     64 * consumers rows (block scaling: 64 for small m, see block_config). products=2 (block
     scaling, 128-column tiles): two products in turn, each k step's wgmma issued before the wait
     for the step before, which is promoted under it (the warp group's tensor work never drains).
-    block_n=192 (per-tensor, per-row): a 128- and a 64-column piece."""
+    block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
+    (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
+    see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132, products=1):
@@ -110,9 +128,9 @@ class MatmulFp8(tilus.Script):
         assert scaling == "block" or block_m == 128, "tensor and row scaling: two consumer warp groups"
         # Three consumer warp groups share the registers three ways: one 128-column piece each.
         block_n = block_n or (256 if block_m <= 128 and products == 1 else 128)
-        assert block_n in (128, 256) or (scaling != "block" and block_n == 192), \
-            "one or two 128-column pieces (a block of b's scales each); 192 (a 128- and a 64-column piece) " \
-            "without block scales"
+        assert block_n in (128, 192, 256), \
+            "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
+            "piece; with block scales one piece whose thirds take their scales)"
         assert products == 1 or (scaling == "block" and block_n == 128), \
             "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
@@ -135,6 +153,8 @@ class MatmulFp8(tilus.Script):
         self.stages = stages or min(8, (SHARED_BYTES - 256 - piece_bytes) // self.stage_bytes)
         self.whole_store = SHARED_BYTES - 256 - tile_bytes >= self.stages * self.stage_bytes
         self.store_bytes = tile_bytes if self.whole_store else piece_bytes
+        assert not (scaling == "block" and block_n == 192) or self.whole_store, \
+            "block scales with 192-column tiles: c's buffer must hold the whole tile (16-bit c)"
 
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
@@ -160,7 +180,7 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        one = not block and self.whole_store
+        one = self.whole_store and (not block or bn % 128)
         widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
@@ -258,7 +278,7 @@ class MatmulFp8(tilus.Script):
                         promote(steps - 1, parts[0])
                 else:
                     if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
-                        part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
+                        part = self.register_tensor(dtype=float32, shape=[bm, widths[0]], init=0.0)
                     for step in range(steps):
                         g = first + step
                         stage = g % stages
@@ -270,13 +290,13 @@ class MatmulFp8(tilus.Script):
                             for p in tilus.static_range(pieces):
                                 self.wgmma.fence()
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
-                                                                            [128, bk]).transpose(), part,
+                                                                            [widths[p], bk]).transpose(), part,
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
-                                self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
+                                self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
                         else:
                             self.wgmma.fence()
                             for p in tilus.static_range(pieces):
@@ -296,7 +316,8 @@ class MatmulFp8(tilus.Script):
                             self.tma.wait_group(0, read=True)
                     out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
                     box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
-                    dst = sc if boxes == sc.shape[0] else self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    dst = sc if boxes == sc.shape[0] else \
+                        self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
                     if h == pieces - 1 or not whole:
                         start = 0 if whole else h * 128  # the tile's column of sc's first box
@@ -315,7 +336,8 @@ class MatmulFp8Ring(tilus.Script):
                  block_n=128, stages=3):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
-        assert scaling != "block" or block_n <= BLOCK_K, "block scaling: one block of b's scales per tile"
+        assert scaling != "block" or block_n <= BLOCK_K or block_n == 192, \
+            "block scaling: one block of b's scales per tile, or 192 columns"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.stages = block_m, block_n, stages
 
@@ -356,7 +378,7 @@ class MatmulFp8Ring(tilus.Script):
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), part, enable_input_d=False)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                acc = acc + part * block_scales_of_step(self, ssa[stage], ssb[stage], step)[0]  # the promotion
+                acc = promoted(self, acc, part, block_scales_of_step(self, ssa[stage], ssb[stage], step), offset_n)
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
@@ -419,8 +441,12 @@ class MatmulFp8Tuned(MatmulFp8):
 # warp groups) measured 0.52-0.57x: not offered. The consumer warp groups issuing their pieces'
 # wgmma in turns (an mbarrier each, handed on after each commit: one promotes while the other's
 # piece runs) measured slower (H200, one run: 128 x 256 114.6 -> 127.6 us at 4096^3, 956 -> 1136
-# us at 8192^3; 128 x 128 0.74x / 0.69x): not kept.
-BLOCK_TILES = [(128, 256, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
+# us at 8192^3; 128 x 128 0.74x / 0.69x): not kept. 128 x 192 (DeepGEMM's widest tile for
+# 128 x 128 weight scales): one 192-wide wgmma a k step and one wait (128 x 256: two of each), its
+# promotion 96 FFMA a thread with the thirds' scales chosen once a tile (SASS), and 8192^3's tile
+# pairs 20.8 a cluster (a last round 85 % full; 128 x 256: 15.5, half empty); c's buffer the
+# whole tile (16-bit c).
+BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
 @tilus.autotune("block_m, block_n, products", BLOCK_TILES)
@@ -577,6 +603,8 @@ if __name__ == "__main__":
                    2048 if not quick else 400),
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
+                  (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
+                   1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
     for kernel, m, n, k in cases:

@@ -59,6 +59,19 @@ def test_ring_matmul(arrays, scaling, atype, btype, out, m, n, k):
     check_matmul(arrays, MatmulFp8Ring(scaling, out=out, atype=atype, btype=btype), m, n, k)
 
 
+# Block scales with 192-column tiles: tiles that start on a block of b's scales (0, 384) and half
+# way into one (192, 576: their middle third takes the second block), a ragged last one.
+@pytest.mark.parametrize("btype,out,m,n,k", [(float8_e4m3, bfloat16, 150, 600, 400),
+                                             (float8_e5m2, float32, 70, 392, 256)])
+def test_ring_matmul_block_scaled_192_column_tiles(arrays, btype, out, m, n, k):
+    check_matmul(arrays, MatmulFp8Ring("block", out=out, btype=btype, block_n=192), m, n, k)
+
+
+def test_block_scaled_192_column_tiles_need_the_whole_tile_buffer():
+    with pytest.raises(AssertionError, match="192-column tiles: c's buffer must hold the whole tile"):
+        MatmulFp8("block", block_n=192, out=float32)
+
+
 @pytest.mark.parametrize("dt,limit", [(float8_e4m3, 448.0), (float8_e5m2, 57344.0)])
 def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     check_matmul(arrays, MatmulFp8Ring("tensor", out=float32, atype=dt, btype=dt), 64, 64, 128, limit=limit)
@@ -73,6 +86,9 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="tensor", atype=float8_e5m2, btype=float8_e4m3, out=float16), 129, 136, 384),
     (dict(scaling="row"), 301, 520, 1040), (dict(scaling="row", atype=float8_e4m3, btype=float8_e5m2), 700, 264, 640),
     (dict(scaling="block"), 301, 520, 1040), (dict(scaling="block", block_m=192), 1000, 1000, 2048),
+    # 192-column tiles with block scales: tiles on and half way into a block of b's scales, ragged.
+    (dict(scaling="block", block_n=192), 301, 1000, 1040),
+    (dict(scaling="block", block_n=192, btype=float8_e5m2, out=float16), 700, 584, 400),
     (dict(scaling="block", out=float32), 130, 260, 272), (dict(scaling="block", block_n=128), 301, 520, 1040),
     (dict(scaling="block", block_m=64, block_n=128), 130, 264, 1040), (dict(scaling="block", block_m=64), 100, 600, 272),
     # Two products in turn: odd and even step counts (9, 2, 1, 4: the loop's tail either way), 2 or
