@@ -42,9 +42,10 @@ class SplitK(tilus.Script):
         bm, bn = acc.shape
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
         if last_to_arrive(self, arrivals, tile, splits, slot=before):
-            for r in range(bm // 16):
-                p = self.load_global(gp, offsets=[0, om + r * 16, on], shape=[splits, 16, bn])
-                self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * 16, on])
+            rows = min(bm, 16)
+            for r in range(bm // rows):
+                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
+                self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
 
@@ -649,6 +650,151 @@ class MatmulA16WxHopper(SplitK):
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
+def stream_layout(warps, rep, bk):
+    """The register layout of a [16 warps rep, bk] weight tile (n, k) for MatmulA16WxStream: the
+    mma.sync m16n8k16 A fragments of the warps' rows (its dot's layout, stream_a_layout) with k
+    permuted so that each thread's k are one contiguous run of bk / 4 (lane % 4 the run, then k
+    step, k half, element: what the thread's B fragment of the activations holds, loaded as
+    16-byte vectors), its slots in magic words as wgmma_magic_layout's (word (rep i, k step), nibble
+    4 e + r, register r = 2 k half + row half). Modes: n = (rep, warp, row half, lane / 4), k =
+    (lane % 4, k step, k half, e); slots (rep, k step, e, k half, row half)."""
+    return tilus.RegisterLayout([16 * warps * rep, bk], [rep, warps, 2, 8, 4, bk // 16, 2, 2], [1, 3, 4],
+                                [0, 5, 7, 6, 2])
+
+
+def stream_a_layout(warps, rep, bk):
+    """The A operand layout MatmulA16WxStream's dot takes of its [16 warps rep, bk] weight tile: the
+    default mma.sync plan of warps x 1 warps (repeats outermost)."""
+    return (tilus.local(rep, bk // 16) * tilus.spatial(warps, 1) * tilus.column_local(2, 2) * tilus.spatial(8, 4) *
+            tilus.local(1, 2))
+
+
+def stream_x_layouts(warps, bm, bk):
+    """The activations' tile [bm, bk] as MatmulA16WxStream loads it (thread (lane / 4, lane % 4)
+    holds token lane / 4 (+ 8 per token repeat) and the k run lane % 4 of stream_layout, every warp
+    the same) and the B operand layout [bk, bm] of its dot over the same registers (the default
+    mma.sync plan's: k step, token repeat, k half, element)."""
+    reps = bm // 8
+    x = tilus.replicated(warps) * tilus.RegisterLayout([bm, bk], [reps, 8, 4, bk // 16, 2, 2], [1, 2], [3, 0, 4, 5])
+    b = (tilus.local(bk // 16, reps) * tilus.replicated(warps) * tilus.local(2, 1) * tilus.column_spatial(4, 8) *
+         tilus.local(2, 1))
+    return x, b
+
+
+def repack_for_stream(b, wtype, n, k, warps=4, rep=2, bk=128):
+    """The bytes MatmulA16WxStream loads: stream_layout's order of [16 warps rep, bk] tiles."""
+    return repack(b, wtype, n, k, 16 * warps * rep, bk, stream_layout(warps, rep, bk), 32 * warps)
+
+
+class MatmulA16WxStream(SplitK):
+    """Small m (<= 16) as a stream of weights: c^T = dequant(w) @ a^T on mma.sync with the weights
+    as the A operand (16 weight rows an instruction, the m <= 8 tokens of a k step in its n = 8
+    side: half the instructions of 16-row tiles of a), each warp loading its own 16 rep weight rows
+    straight from global memory into registers (no shared memory, no barrier in the k loop: the
+    weights repacked by repack_for_stream, one 16-byte vector a thread per 16 rows x 64 k), `depth`
+    k tiles of weights, activations, scales (and zero points) in flight in registers ahead of the
+    one multiplied. The decode is the magic one (4-bit integer codes, f16: one LOP3 a pair, one
+    HFMA2 to code - zero), the scales applied to each k tile's float32 product. The k tiles are
+    split over blockIdx.z as MatmulA16Wx's (add_up_splits)."""
+
+    def __init__(self, wtype, group=128, block_m=8, rep=2, block_k=128, depth=2, split_k=1, warps=4,
+                 atype=float16, min_blocks=None):
+        super().__init__()
+        assert magic_applies(wtype, atype, block_k), "the stream kernel takes 4-bit integer codes to f16"
+        assert group % block_k == 0 and block_m in (8, 16) and depth >= 1, "k tiles within a scale group, 8 or 16 rows of a"
+        self.wtype, self.group, self.atype, self.split_k, self.warps = wtype, group, atype, split_k, warps
+        self.block_m, self.rep, self.block_k, self.depth, self.min_blocks = block_m, rep, block_k, depth, min_blocks
+        self.block_n = 16 * warps * rep
+
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
+        bm, bn, bk, at, depth = self.block_m, self.block_n, self.block_k, self.atype, self.depth
+        threads = 32 * self.warps
+        rows = bn * bk // 2 // 16  # 16-byte rows of one repacked tile
+        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
+        self.attrs.warps = self.warps
+        if self.min_blocks:
+            self.attrs.min_blocks = self.min_blocks
+        om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
+        ktiles = tilus.cdiv(k, bk)
+        per_split = tilus.cdiv(ktiles, self.split_k)
+        first = self.blockIdx.z * per_split
+        steps = tilus.max(tilus.min(per_split, ktiles - first), 0)
+        gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, bn), ktiles, rows, 16])
+        ga = self.global_view(a, dtype=at, shape=[m, k])
+        # n is a multiple of bn (QuantizedMatmul offers this kernel there; the launch checks the
+        # scales' extent): the tile's scales are then in range without a check per element.
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, bn) * bn])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, bn) * bn])
+        signed = self.wtype.is_signed()
+        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
+        raw_layout = tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 16)
+        x_layout, b_layout = stream_x_layouts(self.warps, bm, bk)
+        # `depth` buffers of each k tile's operands, loaded `depth` tiles ahead of their product.
+        bufs = []
+        for _ in tilus.static_range(depth):
+            raw = self.register_tensor(dtype=uint8, shape=[rows, 16])
+            self.annotate_layout(raw, raw_layout)
+            x = self.register_tensor(dtype=at, shape=[bm, bk])
+            self.annotate_layout(x, x_layout)
+            bufs.append((raw, x, self.register_tensor(dtype=at, shape=[1, bn]),
+                         None if signed else self.register_tensor(dtype=at, shape=[1, bn])))
+
+        def load(step, buf):
+            raw, x, s, z = buf
+            kt = first + step
+            self.load_global(gw, offsets=[self.blockIdx.y, kt, 0, 0], shape=[rows, 16], dims=[2, 3], out=raw)
+            self.load_global(ga, offsets=[om, kt * bk], shape=[bm, bk], out=x)
+            self.load_global(gs, offsets=[kt * bk // self.group, on], shape=[1, bn], out=s)
+            if not signed:
+                self.load_global(gz, offsets=[kt * bk // self.group, on], shape=[1, bn], out=z)
+
+        flip = 0x00080008 if signed else 0
+        shift = self.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
+        mask = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                    init=lambda i, j, r: 0x000F000F + (r % 2) * (0x00F000F0 - 0x000F000F))
+        magic = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                     init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
+        opaque = self.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
+        odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
+        unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
+        base = 1024.0 - odd * 960.0  # 64 on odd r
+        a_layout = stream_a_layout(self.warps, self.rep, bk)
+
+        def product(buf, acc):
+            raw, x, s, z = buf
+            words = self.view(raw, dtype=uint32, layout=tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) *
+                              tilus.local(1, 4))
+            bits = ((self.unsqueeze(words, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words, 4 registers r]
+            self.annotate_layout(bits, tilus.local(rows // threads, 1, 1) * tilus.spatial(threads, 1, 1) *
+                                 tilus.local(1, 4, 4))
+            v = self.view(self.reshape(bits, [rows, 16]), dtype=at, layout=a_layout)  # [bn, bk]: 1024 + code (x 16)
+            offset = base + 8.0 if signed else base + self.transpose(z)
+            part = self.dot(v * unit - offset, self.view(x, layout=b_layout))  # [bn, bm] float32
+            return acc + part * self.transpose(s).to(float32)
+
+        acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+        for d in tilus.static_range(depth):
+            if d < steps:
+                load(d, bufs[d])
+        for g in range(tilus.cdiv(steps, depth)):
+            for d in tilus.static_range(depth):
+                step = g * depth + d
+                if step < steps:
+                    acc = product(bufs[d], acc)
+                    if step + depth < steps:
+                        load(step + depth, bufs[d])
+        gc = self.global_view(c, dtype=at, shape=[m, n])
+        out = self.transpose(acc)  # [bm, bn]
+        if self.split_k == 1:
+            self.store_global(gc, out.to(at), offsets=[om, on])
+        else:
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
+            self.add_up_splits(out, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
+                               self.split_k, om, on, before)
+
+
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
@@ -715,7 +861,7 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
-    def candidates(self, m, n, k, hopper=False, magic=False, tma=False, wide=False):
+    def candidates(self, m, n, k, hopper=False, magic=False, tma=False, stream=False, wide=False):
         """The configurations tune=True times at m x n x k, the rule's first. By default a short
         list per m (a few compiles and timings per shape, so that a sweep over shapes and m fits
         in a couple of minutes), from what won on the H100 and H200 at N = K = 8192:
@@ -725,7 +871,10 @@ class QuantizedMatmul:
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4);
+          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); up to
+          m = 16 where its weights exist (`stream`) and n is a multiple of its 128 rows, the
+          stream kernel (MatmulA16WxStream, 8 or 16 rows of a) split to fill a wave of 4 blocks
+          per SM with 2 k tiles in flight, and of 3 with 2 and with 3 (stream_candidates);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -743,7 +892,7 @@ class QuantizedMatmul:
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
         64- and 128-row tiles split 1, 2 or 4 ways)."""
         if wide:
-            return self.wide_candidates(m, n, k, hopper, magic, tma)
+            return self.wide_candidates(m, n, k, hopper, magic, tma) + self.stream_candidates(m, n, k, stream)
         out = [self.config(m, n, k, hopper)]
 
         def add(cfg):
@@ -770,7 +919,7 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
             # H200, are in the wide space only.)
-            return out
+            return out + self.stream_candidates(m, n, k, stream)
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
             big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=rule["block_k"], stages=4)
@@ -819,6 +968,27 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(small["block_k"])
             add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
+
+    def stream_candidates(self, m, n, k, stream):
+        """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`) and n is
+        a multiple of its 128 weight rows: split to fill a wave of 4 blocks per SM (118 registers a
+        thread at depth 2, no shared memory) with 2 k tiles in flight, and of 3 blocks with 2 and
+        with 3 (150 registers); two k tiles a split at least."""
+        if not stream or m > 16 or n % 128:
+            return []
+        bk, sms, tiles = min(128, self.group), self.sms or 132, -(-n // 128)
+        out = []
+        for blocks, depth in ((4, 2), (3, 2), (3, 3)):
+            split = max(1, min(16, blocks * sms // tiles, k // (2 * bk)))
+            cfg = dict(stream=True, block_m=8 if m <= 8 else 16, block_k=bk, split_k=split, depth=depth)
+            if cfg not in out:
+                out.append(cfg)
+        return out
+
+    def stream_applies(self):
+        """Whether MatmulA16WxStream takes these weights: 4-bit integer codes to f16 (the magic decode),
+        k tiles of 128 (or the group, at least 64) in whole scale groups."""
+        return magic_applies(self.wtype, self.atype, min(128, self.group))
 
     def hopper_magic(self):
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
@@ -891,7 +1061,8 @@ class QuantizedMatmul:
     def tuning_key(self, m, n, k, weights, c):
         """The key of self.tuned and self.timings for a call: (m rounded up to a power of two, n, k,
         wgmma weights, magic weights, TMA copies apply)."""
-        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c))
+        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c),
+                "stream" in weights)
 
     def tuned_config(self, key, call, m, n, k):
         """The fastest of `candidates` at this size (key: tuning_key) whose result agrees with the
@@ -899,11 +1070,11 @@ class QuantizedMatmul:
         configuration and its arguments, at the call's own m, n, k); the candidates compile in
         parallel first."""
         if key not in self.tuned:
-            hopper, magic, tma = key[3:]
+            hopper, magic, tma, stream = key[3:]
             # (15 timings each: with 7, one H200 run picked at m = 16 a configuration of two
             # waves that ran 1.4 times as long under ncu as its pick at m = 1.)
-            self.timings[key] = timed_configs(self.candidates(key[0], n, k, hopper, magic, tma, self.wide), call,
-                                              repeat=15)
+            self.timings[key] = timed_configs(self.candidates(key[0], n, k, hopper, magic, tma, stream, self.wide),
+                                              call, repeat=15)
             self.tuned[key] = self.checked_fastest(self.timings[key], call, m, n, k)
         return self.tuned[key]
 
@@ -956,6 +1127,8 @@ class QuantizedMatmul:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic():
             out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
+        if self.stream_applies():
+            out["stream"] = repack_for_stream(b, self.wtype, n, k, bk=bk)
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -975,6 +1148,13 @@ class QuantizedMatmul:
     def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
+        if cfg.get("stream"):
+            if key not in self.kernels:
+                params = {name: v for name, v in cfg.items() if name != "stream"}
+                self.kernels[key] = MatmulA16WxStream(self.wtype, self.group, atype=self.atype, **params)
+            kernel = self.kernels[key]
+            counters = self.arrival_counters(c, -(-m // kernel.block_m) * -(-n // kernel.block_n))
+            return kernel, (m, n, k, a, weights["stream"], scales, zeros, c, workspace, counters)
         if cfg.get("hopper"):
             if key not in self.kernels:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}

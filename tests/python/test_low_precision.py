@@ -827,7 +827,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
-    for m, n, k in [(5, 392, 1024), (80, 256, 1024)]:
+    for m, n, k in [(5, 392, 1024), (80, 256, 1024), (5, 384, 1024)]:  # (n = 384: the stream kernel's too)
         a = rng.uniform(-1, 1, (m, k))
         packed, scales, zeros, w = quantized_operands(tilus.uint4, k, n, 128, rng)
         q = QuantizedMatmul(tilus.uint4, 128, tune=True)
@@ -840,7 +840,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         (key, cfg), = q.tuned.items()
         assert "magic" in args[1]  # uint4 codes, f16: prepare made the magic decode's weights too
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
-        candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
+        candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies, stream weights)
         assert cfg in candidates, cfg
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
         for cfg in candidates:  # every candidate (compiled by the tuning) computes the product
@@ -848,6 +848,84 @@ def test_tuned_quantized_matmul_on_the_gpu():
             q.launch(cfg, m, n, k, *args)
             np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2,
                                        rtol=1e-2, err_msg=str(cfg))
+
+
+@pytest.mark.parametrize("wtype,m,n,k,split_k,block_m,depth", [("int4", 5, 256, 640, 2, 8, 2), ("uint4", 1, 128, 384, 5, 8, 3),
+                                                                 ("int4", 16, 384, 1280, 3, 16, 2),
+                                                                 ("uint4", 13, 256, 1024, 1, 16, 3),
+                                                                 ("uint4", 8, 128, 1024, 4, 8, 1)])
+def test_quantized_matmul_stream_kernel(arrays, wtype, m, n, k, split_k, block_m, depth):
+    """MatmulA16WxStream (each warp streams its weight rows into registers, `depth` k tiles ahead;
+    swap-AB mma.sync with the tokens on the n = 8 side) against the float64 dequantize-then-matmul:
+    signed codes and zero points, ragged m (rows of a past m zero), 8 and 16 rows of a, split k
+    with an empty or short last split (5 splits of 3 k tiles: one each, the last two none), k
+    tiles fewer than, equal to and more than the depth, twice on one set of counters."""
+    from matmul_a16wx import MatmulA16WxStream, from_host_array, host_array, quantized_operands, repack_for_stream, round_to
+    dt, at = getattr(tilus, wtype), tilus.float16
+    rng = np.random.default_rng(13)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
+    kernel = MatmulA16WxStream(dt, 128, block_m=block_m, split_k=split_k, depth=depth)
+    weights = repack_for_stream(arrays.put(packed), dt, n, k)
+    counters = arrays.put(np.zeros(16, np.int32))
+    for launch in range(2):
+        c = arrays.put(host_array(np.zeros((m, n)), at))
+        kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
+               arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
+        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_stream_layouts_pair_each_weight_with_its_activation():
+    """The stream kernel's three layouts agree: the code stream_layout puts in thread t's slot
+    (word j = (rep i, k step s), nibble 4 e + r) is the one its dot reads at the A fragment slot
+    (i, s, r, e) of stream_a_layout, whose logical k (16 s + 8 (r // 2) + 2 (t % 4) + e) is, in the
+    B operand layout over the activations' registers, the slot that holds the same real k."""
+    from matmul_a16wx import stream_a_layout, stream_layout, stream_x_layouts
+    for warps, rep, bk, bm in [(4, 2, 128, 8), (4, 2, 128, 16), (4, 1, 64, 8), (2, 4, 128, 16)]:
+        weights, frag = stream_layout(warps, rep, bk), stream_a_layout(warps, rep, bk)
+        x, b = stream_x_layouts(warps, bm, bk)
+        assert weights.local_size == frag.local_size and x.local_size == b.local_size
+        for t in (0, 6, 37, 32 * warps - 1):
+            real_k = {}  # logical k of the mma -> the real k of the activation in that B slot
+            for slot in range(b.local_size):
+                logical_k, token = b.map(t, slot)
+                xt, xk = x.map(t, slot)
+                assert xt == token
+                real_k[logical_k] = xk
+            for slot in range(weights.local_size):
+                word, nibble = divmod(slot, 8)
+                e, r = divmod(nibble, 4)
+                row, logical_k = frag.map(t, 8 * word + 2 * r + e)
+                assert weights.map(t, slot) == [row, real_k[logical_k]], (warps, rep, bk, t, slot)
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_stream_kernel_loop_has_no_barrier_and_no_shared_memory():
+    """MatmulA16WxStream's k loop in SASS (sm_90a, m = 1, 8192 x 8192, split 8, 2 k tiles ahead):
+    per 128 x 128 k tile each thread loads its 64 weight bytes as four 16-byte vectors (and a's
+    run of 32 halves as four more) straight into registers, with no barrier and no shared-memory
+    access; one LOP3 per f16 pair (64 a tile) and one HFMA2 (code - zero); 16 HMMA a tile (half
+    the 16-row kernel's 32); no spills, at most 128 registers (4 blocks an SM)."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16WxStream
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    m, n, k = 1, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((8, m, n), np.float32),
+            np.zeros(64, np.int32))
+    for wtype in ("int4", "uint4"):
+        kernel = MatmulA16WxStream(getattr(tilus, wtype), 128, split_k=8, depth=2)
+        compiled = kernel.compiled(*args, arch="sm_90a")
+        assert compiled.spill_store_bytes == 0 and compiled.registers <= 128, (wtype, compiled.registers)
+        ops = loop_ops(kernel.sass(*args, arch="sm_90a"), unrolled=True)
+        tiles = ops.count("HMMA") // 16
+        assert tiles == 2, (wtype, ops.count("HMMA"))
+        assert not {"BAR", "LDS", "STS", "LDSM", "LDGSTS"} & set(ops), (wtype, sorted(set(ops)))
+        assert ops.count("LDG") >= 8 * tiles and ops.count("LOP3") >= 64 * tiles, wtype
+        assert ops.count("HFMA2") == 64 * tiles, (wtype, ops.count("HFMA2"))
 
 
 def reference_repack(codes, bits, bn, bk, layout, threads):
