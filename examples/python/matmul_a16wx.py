@@ -11,7 +11,10 @@ and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): eac
 its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
 vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
-decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
+decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). For m <= 16,
+MatmulA16WxStream has no shared memory: each warp streams its own weight rows into registers
+(repack_for_stream) and multiplies them as mma.sync's A operand with the few tokens on the n = 8
+side. From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
