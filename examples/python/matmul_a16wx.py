@@ -673,12 +673,12 @@ def stream_a_layout(warps, rep, bk):
 
 
 def stream_x_layouts(warps, bm, bk):
-    """The activations' tile [bm, bk] as MatmulA16WxStream loads it (thread (lane / 4, lane % 4)
-    holds token lane / 4 (+ 8 per token repeat) and the k run lane % 4 of stream_layout, every warp
-    the same) and the B operand layout [bk, bm] of its dot over the same registers (the default
-    mma.sync plan's: k step, token repeat, k half, element)."""
+    """The activations' tile as MatmulA16WxStream loads it, f16 pairs as 32-bit words [bm, bk / 2]
+    (thread (lane / 4, lane % 4) holds token lane / 4 (+ 8 per token repeat) and the k run lane % 4
+    of stream_layout, every warp the same), and the B operand layout [bk, bm] of its dot over the
+    same registers (the default mma.sync plan's: k step, token repeat, k half, element)."""
     reps = bm // 8
-    x = tilus.replicated(warps) * tilus.RegisterLayout([bm, bk], [reps, 8, 4, bk // 16, 2, 2], [1, 2], [3, 0, 4, 5])
+    x = tilus.replicated(warps) * tilus.RegisterLayout([bm, bk // 2], [reps, 8, 4, bk // 16, 2], [1, 2], [3, 0, 4])
     b = (tilus.local(bk // 16, reps) * tilus.replicated(warps) * tilus.local(2, 1) * tilus.column_spatial(4, 8) *
          tilus.local(2, 1))
     return x, b
@@ -696,9 +696,14 @@ class MatmulA16WxStream(SplitK):
     straight from global memory into registers (no shared memory, no barrier in the k loop: the
     weights repacked by repack_for_stream, one 16-byte vector a thread per 16 rows x 64 k), `depth`
     k tiles of weights, activations, scales (and zero points) in flight in registers ahead of the
-    one multiplied. The decode is the magic one (4-bit integer codes, f16: one LOP3 a pair, one
-    HFMA2 to code - zero), the scales applied to each k tile's float32 product. The k tiles are
-    split over blockIdx.z as MatmulA16Wx's (add_up_splits)."""
+    one multiplied. The decode is the magic one (4-bit integer codes, f16: one LOP3 a pair) without
+    its subtraction: the mma takes base + code (or base + 16 code) as they are, and each k tile's
+    float32 product is scaled and offset per row with the tokens' sums over the tile (one more
+    mma a k step per warp, of ones), (code - zero) . x = unit (v . x) - (base + zero) sum(x). The
+    float32 sums of v . x are about 1024 times the decoded ones: their rounding (tensor-core
+    accumulation, about 2^-23 of 1024 |sum(x)|) is within the kernel's tolerance for activations
+    whose tile sums are not thousands of times the product. The k tiles are split over
+    blockIdx.z as MatmulA16Wx's (add_up_splits)."""
 
     def __init__(self, wtype, group=128, block_m=8, rep=2, block_k=128, depth=2, split_k=1, warps=4,
                  atype=float16, min_blocks=None):
@@ -723,34 +728,37 @@ class MatmulA16WxStream(SplitK):
         per_split = tilus.cdiv(ktiles, self.split_k)
         first = self.blockIdx.z * per_split
         steps = tilus.max(tilus.min(per_split, ktiles - first), 0)
-        gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, bn), ktiles, rows, 16])
-        ga = self.global_view(a, dtype=at, shape=[m, k])
+        # The weights and a's f16 pairs as 32-bit words: the loads' registers are whole words.
+        gw = self.global_view(b, dtype=uint32, shape=[tilus.cdiv(n, bn), ktiles, rows, 4])
+        ga = self.global_view(a, dtype=uint32, shape=[m, k // 2])
         # n is a multiple of bn (QuantizedMatmul offers this kernel there; the launch checks the
         # scales' extent): the tile's scales are then in range without a check per element.
-        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, bn) * bn])
-        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, bn) * bn])
+        strip = 16 * self.warps  # weight rows of one 16-row strip per warp
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, strip), strip])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, strip), strip])
         signed = self.wtype.is_signed()
         before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
-        raw_layout = tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 16)
+        raw_layout = tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 4)
         x_layout, b_layout = stream_x_layouts(self.warps, bm, bk)
         # `depth` buffers of each k tile's operands, loaded `depth` tiles ahead of their product.
         bufs = []
         for _ in tilus.static_range(depth):
-            raw = self.register_tensor(dtype=uint8, shape=[rows, 16])
+            raw = self.register_tensor(dtype=uint32, shape=[rows, 4])
             self.annotate_layout(raw, raw_layout)
-            x = self.register_tensor(dtype=at, shape=[bm, bk])
+            x = self.register_tensor(dtype=uint32, shape=[bm, bk // 2])
             self.annotate_layout(x, x_layout)
-            bufs.append((raw, x, self.register_tensor(dtype=at, shape=[1, bn]),
-                         None if signed else self.register_tensor(dtype=at, shape=[1, bn])))
+            bufs.append((raw, x, self.register_tensor(dtype=at, shape=[self.rep, strip]),
+                         None if signed else self.register_tensor(dtype=at, shape=[self.rep, strip])))
 
         def load(step, buf):
             raw, x, s, z = buf
             kt = first + step
-            self.load_global(gw, offsets=[self.blockIdx.y, kt, 0, 0], shape=[rows, 16], dims=[2, 3], out=raw)
-            self.load_global(ga, offsets=[om, kt * bk], shape=[bm, bk], out=x)
-            self.load_global(gs, offsets=[kt * bk // self.group, on], shape=[1, bn], out=s)
+            self.load_global(gw, offsets=[self.blockIdx.y, kt, 0, 0], shape=[rows, 4], dims=[2, 3], out=raw)
+            self.load_global(ga, offsets=[om, kt * bk // 2], shape=[bm, bk // 2], out=x)
+            grp = [kt * bk // self.group, self.blockIdx.y * self.rep, 0]
+            self.load_global(gs, offsets=grp, shape=[self.rep, strip], dims=[1, 2], out=s)
             if not signed:
-                self.load_global(gz, offsets=[kt * bk // self.group, on], shape=[1, bn], out=z)
+                self.load_global(gz, offsets=grp, shape=[self.rep, strip], dims=[1, 2], out=z)
 
         flip = 0x00080008 if signed else 0
         shift = self.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
@@ -759,24 +767,37 @@ class MatmulA16WxStream(SplitK):
         magic = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
                                      init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
         opaque = self.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
-        odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
-        unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
-        base = 1024.0 - odd * 960.0  # 64 on odd r
+        # Per row of a strip (rows 8-15 of each 16: the odd fragment registers r, 16 x the code).
+        unit = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1.0 - j % 16 // 8 * 0.9375)
+        base = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1024.0 - j % 16 // 8 * 960.0)
         a_layout = stream_a_layout(self.warps, self.rep, bk)
+        # The accumulator as [rep, strip, bm] (the dot's [bn, bm] fragments, the repeats split off),
+        # so that a strip's per-token sums broadcast over the repeats.
+        c_layout = tilus.local(self.rep, bm // 8) * tilus.spatial(self.warps, 1) * tilus.local(2, 1) * \
+            tilus.spatial(8, 4) * tilus.local(1, 2)
+        c3_layout = tilus.local(self.rep, 1, bm // 8) * tilus.spatial(1, self.warps, 1) * tilus.local(1, 2, 1) * \
+            tilus.spatial(1, 8, 4) * tilus.local(1, 1, 2)
+        ones = self.register_tensor(dtype=at, shape=[strip, bk], init=1.0)
 
         def product(buf, acc):
             raw, x, s, z = buf
-            words = self.view(raw, dtype=uint32, layout=tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) *
-                              tilus.local(1, 4))
-            bits = ((self.unsqueeze(words, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words, 4 registers r]
+            bits = ((self.unsqueeze(raw, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words, 4 registers r]
             self.annotate_layout(bits, tilus.local(rows // threads, 1, 1) * tilus.spatial(threads, 1, 1) *
                                  tilus.local(1, 4, 4))
             v = self.view(self.reshape(bits, [rows, 16]), dtype=at, layout=a_layout)  # [bn, bk]: 1024 + code (x 16)
-            offset = base + 8.0 if signed else base + self.transpose(z)
-            part = self.dot(v * unit - offset, self.view(x, layout=b_layout))  # [bn, bm] float32
-            return acc + part * self.transpose(s).to(float32)
+            xb = self.view(x, dtype=at, layout=b_layout)
+            # The product of the undecoded values (base + code, or base + 16 code on odd r) and the
+            # tokens' sums over the tile (sum[t] = ones @ x, the same in every row): the decode's
+            # subtraction moves to the float32 result, (code - zero) . x = unit v . x - (base +
+            # zero) sum, one product a strip instead of one HFMA2 a pair of weights.
+            part = self.view(self.dot(v, xb), layout=c3_layout)  # [rep, strip, bm] float32
+            total = self.unsqueeze(self.dot(ones, xb), 0)  # [1, strip, bm]: every row the tokens' sums
+            scale = s.to(float32)
+            offset = base + 8.0 if signed else base + z.to(float32)
+            return acc + part * self.unsqueeze(scale * unit, 2) - total * self.unsqueeze(scale * offset, 2)
 
-        acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+        acc = self.register_tensor(dtype=float32, shape=[self.rep, strip, bm], init=0.0)
+        self.annotate_layout(acc, c3_layout)
         for d in tilus.static_range(depth):
             if d < steps:
                 load(d, bufs[d])
@@ -788,7 +809,7 @@ class MatmulA16WxStream(SplitK):
                     if step + depth < steps:
                         load(step + depth, bufs[d])
         gc = self.global_view(c, dtype=at, shape=[m, n])
-        out = self.transpose(acc)  # [bm, bn]
+        out = self.transpose(self.view(acc, layout=c_layout))  # [bm, bn]
         if self.split_k == 1:
             self.store_global(gc, out.to(at), offsets=[om, on])
         else:
@@ -813,6 +834,10 @@ class QuantizedMatmul:
     shape by measurement, not by the rule, which was measured at N = K = 8192 only."""
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
+    # MatmulA16WxStream's blocks an SM by (rows of a, depth): its registers a thread on sm_90a (ptxas,
+    # int4 / uint4: 93 / 94 at 8 x 1, 137 / 143 at 8 x 2, 173 / 183 at 8 x 3, 146 at 16 x 1, 189 /
+    # 195 at 16 x 2, 247 at 16 x 3) in 64 K registers of 128-thread blocks.
+    STREAM_BLOCKS = {(8, 1): 5, (8, 2): 3, (8, 3): 2, (16, 1): 3, (16, 2): 2, (16, 3): 2}
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
@@ -876,8 +901,8 @@ class QuantizedMatmul:
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); up to
           m = 16 where its weights exist (`stream`) and n is a multiple of its 128 rows, the
-          stream kernel (MatmulA16WxStream, 8 or 16 rows of a) split to fill a wave of 4 blocks
-          per SM with 2 k tiles in flight, and of 3 with 2 and with 3 (stream_candidates);
+          stream kernel (MatmulA16WxStream, 8 or 16 rows of a) with 1, 2 and 3 k tiles in flight,
+          each split to fill one wave (stream_candidates);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -974,16 +999,16 @@ class QuantizedMatmul:
 
     def stream_candidates(self, m, n, k, stream):
         """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`) and n is
-        a multiple of its 128 weight rows: split to fill a wave of 4 blocks per SM (118 registers a
-        thread at depth 2, no shared memory) with 2 k tiles in flight, and of 3 blocks with 2 and
-        with 3 (150 registers); two k tiles a split at least."""
+        a multiple of its 128 weight rows: 1, 2 and 3 k tiles in flight (depth), each split to fill
+        a wave of the blocks an SM holds at that depth (STREAM_BLOCKS: its registers, sm_90a), two
+        k tiles a split at least."""
         if not stream or m > 16 or n % 128:
             return []
-        bk, sms, tiles = min(128, self.group), self.sms or 132, -(-n // 128)
+        bk, sms, tiles, bm = min(128, self.group), self.sms or 132, -(-n // 128), 8 if m <= 8 else 16
         out = []
-        for blocks, depth in ((4, 2), (3, 2), (3, 3)):
-            split = max(1, min(16, blocks * sms // tiles, k // (2 * bk)))
-            cfg = dict(stream=True, block_m=8 if m <= 8 else 16, block_k=bk, split_k=split, depth=depth)
+        for depth in (1, 2, 3):
+            split = max(1, min(16, self.STREAM_BLOCKS[bm, depth] * sms // tiles, k // (2 * bk)))
+            cfg = dict(stream=True, block_m=bm, block_k=bk, split_k=split, depth=depth)
             if cfg not in out:
                 out.append(cfg)
         return out
