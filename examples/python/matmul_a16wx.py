@@ -280,6 +280,31 @@ def magic_applies(wtype, atype, bk):
     return wtype.bits == 4 and not wtype.is_float() and atype == float16 and bk % 64 == 0
 
 
+def magic_registers(script, words, wtype, k, threads):
+    """The f16 fragment registers of 32-bit words whose nibbles r and r + 4 are register r's pair
+    (wgmma_magic_layout's and stream_layout's order): words [rows, 4] (thread t's rows t, t +
+    threads, ... in slot order) to [rows, 16] (slot 4 j + r: word j's register r), each
+    register's pair masked into f16's exponent of 1024 (one LOP3 a pair, word >> 8 for r = 2, 3;
+    the sign flip of signed codes in its constant): 1024 + code, or 1024 + 16 code for odd r."""
+    rows = words.shape[0]
+    flip = 0x00080008 if wtype.is_signed() else 0
+    # Per fragment register r: shift, mask and magic (Python constants per slot: the emitter's
+    # unrolled slots fold them into immediates), broadcast over the words j.
+    shift = script.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
+    mask = script.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                  init=lambda i, j, r: 0x000F000F + (r % 2) * (0x00F000F0 - 0x000F000F))
+    magic = script.register_tensor(dtype=uint32, shape=[1, 1, 4],
+                                   init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
+    opaque = script.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
+    bits = ((script.unsqueeze(words, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words j, 4 registers r]
+    # The view of the result takes a thread's words in slot order: slot 4 j + r must hold (j, r).
+    # (The layout inference may order the broadcast's slots otherwise: so did repeat_interleave's,
+    # r outermost, the wrong operand the H200 computed with.)
+    script.annotate_layout(bits, tilus.local(rows // threads, 1, 1) * tilus.spatial(threads, 1, 1) *
+                           tilus.local(1, 4, 4))
+    return script.reshape(bits, [rows, 16])
+
+
 def magic_layout(bn, bk, warps=4):
     """The register layout of a [bn, bk] weight tile (n, k) whose 8-slot words are magic_step's:
     slot 8 j + 4 e + r is the slot 2 j + e of fragment_layout(bn, bk / 4) shifted to the k quarter
@@ -487,22 +512,7 @@ class MatmulA16WxHopper(SplitK):
         words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                           tilus.local(1, 4))
         signed = self.wtype.is_signed()
-        flip = 0x00080008 if signed else 0
-        # Per fragment register r: shift, mask and magic (Python constants per slot: the
-        # emitter's unrolled slots fold them into immediates), broadcast over the words j.
-        shift = self.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
-        mask = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
-                                    init=lambda i, j, r: 0x000F000F + (r % 2) * (0x00F000F0 - 0x000F000F))
-        magic = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
-                                     init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
-        opaque = self.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
-        bits = ((self.unsqueeze(words, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words j, 4 registers r]
-        # The view below takes a thread's words in slot order: slot 4 j + r must hold (j, r). (The
-        # layout inference may order the broadcast's slots otherwise: so did repeat_interleave's,
-        # r outermost, the wrong operand the H200 computed with.)
-        self.annotate_layout(bits, tilus.local(rows // workers, 1, 1) * tilus.spatial(workers, 1, 1) *
-                             tilus.local(1, 4, 4))
-        bits = self.reshape(bits, [rows, 16])
+        bits = magic_registers(self, words, self.wtype, k, workers)
         v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
         odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
         unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
@@ -760,13 +770,6 @@ class MatmulA16WxStream(SplitK):
             if not signed:
                 self.load_global(gz, offsets=grp, shape=[self.rep, strip], dims=[1, 2], out=z)
 
-        flip = 0x00080008 if signed else 0
-        shift = self.register_tensor(dtype=uint32, shape=[1, 1, 4], init=lambda i, j, r: (r // 2) * 8)
-        mask = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
-                                    init=lambda i, j, r: 0x000F000F + (r % 2) * (0x00F000F0 - 0x000F000F))
-        magic = self.register_tensor(dtype=uint32, shape=[1, 1, 4],
-                                     init=lambda i, j, r: 0x64006400 + flip + (r % 2) * (flip * 15))
-        opaque = self.register_tensor(dtype=uint32, shape=[1, 1, 1], init=0) + (k >> 31)  # see MatmulA16Wx.magic_step
         # Per row of a strip (rows 8-15 of each 16: the odd fragment registers r, 16 x the code).
         unit = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1.0 - j % 16 // 8 * 0.9375)
         base = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1024.0 - j % 16 // 8 * 960.0)
@@ -781,10 +784,8 @@ class MatmulA16WxStream(SplitK):
 
         def product(buf, acc):
             raw, x, s, z = buf
-            bits = ((self.unsqueeze(raw, 2) >> shift) & mask) ^ (opaque + magic)  # [rows, 4 words, 4 registers r]
-            self.annotate_layout(bits, tilus.local(rows // threads, 1, 1) * tilus.spatial(threads, 1, 1) *
-                                 tilus.local(1, 4, 4))
-            v = self.view(self.reshape(bits, [rows, 16]), dtype=at, layout=a_layout)  # [bn, bk]: 1024 + code (x 16)
+            bits = magic_registers(self, raw, self.wtype, k, threads)
+            v = self.view(bits, dtype=at, layout=a_layout)  # [bn, bk]: 1024 + code (x 16)
             xb = self.view(x, dtype=at, layout=b_layout)
             # The product of the undecoded values (base + code, or base + 16 code on odd r) and the
             # tokens' sums over the tile (sum[t] = ones @ x, the same in every row): the decode's
