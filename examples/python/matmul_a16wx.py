@@ -51,6 +51,19 @@ class SplitK(tilus.Script):
                 self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
+    def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
+        """The block's tile acc [bm, bn] of c (the small-m kernels': blocks over (m tiles, n tiles,
+        splits)), or with split_k > 1 its partial sums and, in the tile's last split, their sum."""
+        at = self.atype
+        gc = self.global_view(c, dtype=at, shape=[m, n])
+        if self.split_k == 1:
+            self.store_global(gc, acc.to(at), offsets=[om, on])
+        else:
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
+            self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
+                               self.split_k, om, on, before)
+
 
 class MatmulA16Wx(SplitK):
     """One split of the k range per blockIdx.z: `stages` tiles of a and of b's bytes in flight
@@ -200,18 +213,6 @@ class MatmulA16Wx(SplitK):
                 load_stage(step + stages - 1, (step + stages - 1) % stages)
                 acc = self.plain_step(sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
         self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
-
-    def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
-        """The block's tile of c, or with split_k > 1 its partial sums and, in the tile's last split, their sum."""
-        at = self.atype
-        gc = self.global_view(c, dtype=at, shape=[m, n])
-        if self.split_k == 1:
-            self.store_global(gc, acc.to(at), offsets=[om, on])
-        else:
-            gp = self.global_view(partial, shape=[self.split_k, m, n])
-            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
-            self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
-                               self.split_k, om, on, before)
 
     def plain_step(self, sa, sb, ss, sz, acc):
         """One k tile: the weight codes widened by the general conversion, scaled, multiplied."""
@@ -809,15 +810,7 @@ class MatmulA16WxStream(SplitK):
                     acc = product(bufs[d], acc)
                     if step + depth < steps:
                         load(step + depth, bufs[d])
-        gc = self.global_view(c, dtype=at, shape=[m, n])
-        out = self.transpose(self.view(acc, layout=c_layout))  # [bm, bn]
-        if self.split_k == 1:
-            self.store_global(gc, out.to(at), offsets=[om, on])
-        else:
-            gp = self.global_view(partial, shape=[self.split_k, m, n])
-            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
-            self.add_up_splits(out, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
-                               self.split_k, om, on, before)
+        self.finish(m, n, bm, bn, om, on, c, partial, counters, self.transpose(self.view(acc, layout=c_layout)), before)
 
 
 class QuantizedMatmul:
