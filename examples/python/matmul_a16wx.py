@@ -670,10 +670,23 @@ def stream_layout(warps, rep, bk):
     permuted so that each thread's k are one contiguous run of bk / 4 (lane % 4 the run, then k
     step, k half, element: what the thread's B fragment of the activations holds, loaded as
     16-byte vectors), its slots in magic words as wgmma_magic_layout's (word (rep i, k step), nibble
-    4 e + r, register r = 2 k half + row half). Modes: n = (rep, warp, row half, lane / 4), k =
-    (lane % 4, k step, k half, e); slots (rep, k step, e, k half, row half)."""
-    return tilus.RegisterLayout([16 * warps * rep, bk], [rep, warps, 2, 8, 4, bk // 16, 2, 2], [1, 3, 4],
-                                [0, 5, 7, 6, 2])
+    4 e + r, register r = 2 k half + row half), and the rows permuted so that each thread's 2 rep
+    rows are contiguous (stream_row_layouts: their scales one vector). Modes: n = (warp, lane / 4,
+    rep, row half), k = (lane % 4, k step, k half, e); slots (rep, k step, e, k half, row half)."""
+    return tilus.RegisterLayout([16 * warps * rep, bk], [warps, 8, rep, 2, 4, bk // 16, 2, 2], [0, 1, 4],
+                                [2, 5, 7, 6, 3])
+
+
+def stream_row_layouts(warps, rep, bm):
+    """MatmulA16WxStream's per-row tensors: thread (warp, lane / 4)'s 2 rep weight rows of
+    stream_layout (real rows 2 rep (8 warp + lane / 4) + 2 i + row half, contiguous) as a [16
+    warps rep] tile (its scales and zero points: one load each), the same registers as the dot's
+    rows [rep, 16 warps] (i, 16 warp + 8 row half + lane / 4: the accumulator's, broadcast over the
+    tokens), and the accumulator [16 warps rep, bm] over the real rows (its store)."""
+    real = tilus.spatial(warps * 8) * tilus.replicated(4) * tilus.local(2 * rep)
+    logical = tilus.local(rep, 1) * tilus.spatial(1, warps) * tilus.local(1, 2) * tilus.spatial(1, 8) * tilus.replicated(4)
+    out = tilus.RegisterLayout([16 * warps * rep, bm], [warps, 8, rep, 2, bm // 8, 4, 2], [0, 1, 5], [2, 4, 3, 6])
+    return real, logical, out
 
 
 def stream_a_layout(warps, rep, bk):
@@ -745,8 +758,9 @@ class MatmulA16WxStream(SplitK):
         # n is a multiple of bn (QuantizedMatmul offers this kernel there; the launch checks the
         # scales' extent): the tile's scales are then in range without a check per element.
         strip = 16 * self.warps  # weight rows of one 16-row strip per warp
-        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, strip), strip])
-        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), tilus.cdiv(n, strip), strip])
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        row_layout, strip_layout, out_layout = stream_row_layouts(self.warps, self.rep, bm)
         signed = self.wtype.is_signed()
         before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
         raw_layout = tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 4)
@@ -758,18 +772,22 @@ class MatmulA16WxStream(SplitK):
             self.annotate_layout(raw, raw_layout)
             x = self.register_tensor(dtype=uint32, shape=[bm, bk // 2])
             self.annotate_layout(x, x_layout)
-            bufs.append((raw, x, self.register_tensor(dtype=at, shape=[self.rep, strip]),
-                         None if signed else self.register_tensor(dtype=at, shape=[self.rep, strip])))
+            per_row = []
+            for _ in tilus.static_range(1 if signed else 2):  # scales (and zero points) of the real rows
+                t = self.register_tensor(dtype=at, shape=[bn])
+                self.annotate_layout(t, row_layout)
+                per_row.append(t)
+            bufs.append((raw, x, per_row[0], None if signed else per_row[1]))
 
         def load(step, buf):
             raw, x, s, z = buf
             kt = first + step
             self.load_global(gw, offsets=[self.blockIdx.y, kt, 0, 0], shape=[rows, 4], dims=[2, 3], out=raw)
             self.load_global(ga, offsets=[om, kt * bk // 2], shape=[bm, bk // 2], out=x)
-            grp = [kt * bk // self.group, self.blockIdx.y * self.rep, 0]
-            self.load_global(gs, offsets=grp, shape=[self.rep, strip], dims=[1, 2], out=s)
+            grp = [kt * bk // self.group, on]
+            self.load_global(gs, offsets=grp, shape=[bn], dims=[1], out=s)
             if not signed:
-                self.load_global(gz, offsets=grp, shape=[self.rep, strip], dims=[1, 2], out=z)
+                self.load_global(gz, offsets=grp, shape=[bn], dims=[1], out=z)
 
         # Per row of a strip (rows 8-15 of each 16: the odd fragment registers r, 16 x the code).
         unit = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1.0 - j % 16 // 8 * 0.9375)
@@ -777,8 +795,6 @@ class MatmulA16WxStream(SplitK):
         a_layout = stream_a_layout(self.warps, self.rep, bk)
         # The accumulator as [rep, strip, bm] (the dot's [bn, bm] fragments, the repeats split off),
         # so that a strip's per-token sums broadcast over the repeats.
-        c_layout = tilus.local(self.rep, bm // 8) * tilus.spatial(self.warps, 1) * tilus.local(2, 1) * \
-            tilus.spatial(8, 4) * tilus.local(1, 2)
         c3_layout = tilus.local(self.rep, 1, bm // 8) * tilus.spatial(1, self.warps, 1) * tilus.local(1, 2, 1) * \
             tilus.spatial(1, 8, 4) * tilus.local(1, 1, 2)
         ones = self.register_tensor(dtype=at, shape=[strip, bk], init=1.0)
@@ -794,8 +810,8 @@ class MatmulA16WxStream(SplitK):
             # zero) sum, one product a strip instead of one HFMA2 a pair of weights.
             part = self.view(self.dot(v, xb), layout=c3_layout)  # [rep, strip, bm] float32
             total = self.unsqueeze(self.dot(ones, xb), 0)  # [1, strip, bm]: every row the tokens' sums
-            scale = s.to(float32)
-            offset = base + 8.0 if signed else base + z.to(float32)
+            scale = self.view(s, layout=strip_layout).to(float32)  # [rep, strip]
+            offset = base + 8.0 if signed else base + self.view(z, layout=strip_layout).to(float32)
             return acc + part * self.unsqueeze(scale * unit, 2) - total * self.unsqueeze(scale * offset, 2)
 
         acc = self.register_tensor(dtype=float32, shape=[self.rep, strip, bm], init=0.0)
@@ -810,7 +826,7 @@ class MatmulA16WxStream(SplitK):
                     acc = product(bufs[d], acc)
                     if step + depth < steps:
                         load(step + depth, bufs[d])
-        self.finish(m, n, bm, bn, om, on, c, partial, counters, self.transpose(self.view(acc, layout=c_layout)), before)
+        self.finish(m, n, bm, bn, om, on, c, partial, counters, self.transpose(self.view(acc, layout=out_layout)), before)
 
 
 class QuantizedMatmul:
@@ -828,10 +844,13 @@ class QuantizedMatmul:
     shape by measurement, not by the rule, which was measured at N = K = 8192 only."""
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
-    # MatmulA16WxStream's blocks an SM by (rows of a, depth): its registers a thread on sm_90a (ptxas,
-    # int4 / uint4: 93 / 94 at 8 x 1, 137 / 143 at 8 x 2, 173 / 183 at 8 x 3, 146 at 16 x 1, 189 /
-    # 195 at 16 x 2, 247 at 16 x 3) in 64 K registers of 128-thread blocks.
-    STREAM_BLOCKS = {(8, 1): 5, (8, 2): 3, (8, 3): 2, (16, 1): 3, (16, 2): 2, (16, 3): 2}
+    # MatmulA16WxStream's depths the tuner times by rows of a, and the blocks an SM holds at each: its
+    # registers a thread on sm_90a (ptxas, int4 / uint4: 94 / 80 at 8 rows x depth 1, 162 / 167 at
+    # 8 x 3, 199 / 197 at 8 x 4, 146 at 16 x 1, 183 / 185 at 16 x 2) in 64 K registers of
+    # 128-thread blocks. (8 x 2: 128 / 131 registers, but 234 / 308 SASS instructions a k tile,
+    # ptxas's register copies, against 230 / 247 at 8 x 3; 16 rows of a: 364-377 at every depth,
+    # the 16-row kernel 314 / 334.)
+    STREAM_BLOCKS = {(8, 3): 3, (8, 1): 5, (8, 4): 2, (16, 2): 2, (16, 1): 3}
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
@@ -895,8 +914,8 @@ class QuantizedMatmul:
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); up to
           m = 16 where its weights exist (`stream`) and n is a multiple of its 128 rows, the
-          stream kernel (MatmulA16WxStream, 8 or 16 rows of a) with 1, 2 and 3 k tiles in flight,
-          each split to fill one wave (stream_candidates);
+          stream kernel (MatmulA16WxStream, 8 or 16 rows of a) with the k tiles in flight of
+          STREAM_BLOCKS, each split to fill one wave (stream_candidates);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -993,15 +1012,17 @@ class QuantizedMatmul:
 
     def stream_candidates(self, m, n, k, stream):
         """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`) and n is
-        a multiple of its 128 weight rows: 1, 2 and 3 k tiles in flight (depth), each split to fill
-        a wave of the blocks an SM holds at that depth (STREAM_BLOCKS: its registers, sm_90a), two
-        k tiles a split at least."""
+        a multiple of its 128 weight rows: the depths of STREAM_BLOCKS (k tiles in flight; 3, 1 and
+        4 up to m = 8, 2 and 1 beyond), each split to fill one wave of the blocks an SM holds at
+        that depth, two k tiles a split at least."""
         if not stream or m > 16 or n % 128:
             return []
         bk, sms, tiles, bm = min(128, self.group), self.sms or 132, -(-n // 128), 8 if m <= 8 else 16
         out = []
-        for depth in (1, 2, 3):
-            split = max(1, min(16, self.STREAM_BLOCKS[bm, depth] * sms // tiles, k // (2 * bk)))
+        for (rows, depth), blocks in self.STREAM_BLOCKS.items():
+            if rows != bm:
+                continue
+            split = max(1, min(16, blocks * sms // tiles, k // (2 * bk)))
             cfg = dict(stream=True, block_m=bm, block_k=bk, split_k=split, depth=depth)
             if cfg not in out:
                 out.append(cfg)

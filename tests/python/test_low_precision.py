@@ -878,15 +878,23 @@ def test_quantized_matmul_stream_kernel(arrays, wtype, m, n, k, split_k, block_m
 
 
 def test_stream_layouts_pair_each_weight_with_its_activation():
-    """The stream kernel's three layouts agree: the code stream_layout puts in thread t's slot
-    (word j = (rep i, k step s), nibble 4 e + r) is the one its dot reads at the A fragment slot
-    (i, s, r, e) of stream_a_layout, whose logical k (16 s + 8 (r // 2) + 2 (t % 4) + e) is, in the
-    B operand layout over the activations' registers, the slot that holds the same real k."""
-    from matmul_a16wx import stream_a_layout, stream_layout, stream_x_layouts
+    """The stream kernel's layouts agree: the code stream_layout puts in thread t's slot (word j =
+    (rep i, k step s), nibble 4 e + r) is the one its dot reads at the A fragment slot (i, s, r, e)
+    of stream_a_layout; that fragment's logical k (16 s + 8 (r // 2) + 2 (t % 4) + e) is, in the B
+    operand layout over the activations' registers, the slot that holds the same real k; its
+    logical row is, in the accumulator's layouts (the dot's rows and stream_row_layouts' real
+    rows, the store's), the slot of the same real row; and the per-row tiles' registers (scales,
+    zero points) are the rows the accumulator's slots broadcast them to."""
+    from matmul_a16wx import stream_a_layout, stream_layout, stream_row_layouts, stream_x_layouts
     for warps, rep, bk, bm in [(4, 2, 128, 8), (4, 2, 128, 16), (4, 1, 64, 8), (2, 4, 128, 16)]:
         weights, frag = stream_layout(warps, rep, bk), stream_a_layout(warps, rep, bk)
         x, b = stream_x_layouts(warps, bm, bk)
+        real_rows, strip_rows, out = stream_row_layouts(warps, rep, bm)
+        strip = 16 * warps
+        acc = (tilus.local(rep, 1, bm // 8) * tilus.spatial(1, warps, 1) * tilus.local(1, 2, 1) *
+               tilus.spatial(1, 8, 4) * tilus.local(1, 1, 2))  # the kernel's c3_layout
         assert weights.local_size == frag.local_size and 2 * x.local_size == b.local_size
+        assert out.local_size == acc.local_size and real_rows.local_size == strip_rows.local_size == 2 * rep
         for t in (0, 6, 37, 32 * warps - 1):
             real_k = {}  # logical k of the mma -> the real k of the activation in that B slot
             for slot in range(b.local_size):
@@ -894,20 +902,29 @@ def test_stream_layouts_pair_each_weight_with_its_activation():
                 xt, pair = x.map(t, slot // 2)  # (the loads' registers: f16 pairs as words)
                 assert xt == token
                 real_k[logical_k] = 2 * pair + slot % 2
+            real_row = {}  # logical row of the dot -> the real row of the same accumulator slot
+            for slot in range(acc.local_size):
+                i, row, token = acc.map(t, slot)
+                real, token2 = out.map(t, slot)
+                assert token2 == token
+                real_row[i * strip + row] = real
+            for slot in range(real_rows.local_size):  # a per-row register is its rows' in both views
+                i, row = strip_rows.map(t, slot)
+                assert real_rows.map(t, slot) == [real_row[i * strip + row]], (warps, rep, t, slot)
             for slot in range(weights.local_size):
                 word, nibble = divmod(slot, 8)
                 e, r = divmod(nibble, 4)
                 row, logical_k = frag.map(t, 8 * word + 2 * r + e)
-                assert weights.map(t, slot) == [row, real_k[logical_k]], (warps, rep, bk, t, slot)
+                assert weights.map(t, slot) == [real_row[row], real_k[logical_k]], (warps, rep, bk, t, slot)
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def test_stream_kernel_loop_has_no_barrier_and_no_shared_memory():
-    """MatmulA16WxStream's k loop in SASS (sm_90a, m = 1, 8192 x 8192, split 8, 2 k tiles ahead):
+    """MatmulA16WxStream's k loop in SASS (sm_90a, m = 1, 8192 x 8192, split 8, 3 k tiles ahead):
     straight from global memory into registers (LDG: per 128 x 128 k tile and thread four 16-byte
-    vectors of weights and four of a), no barrier and no shared-memory access; one LOP3 per f16
-    pair (64 a tile) and no HFMA2 (the subtraction moved to the float32 product: 16 HMMA of
-    weights and 8 of the tokens' sums a tile); no spills, registers for 3 blocks an SM
+    vectors of weights, four of a and one of scales), no barrier and no shared-memory access; one
+    LOP3 per f16 pair (64 a tile) and no HFMA2 (the subtraction moved to the float32 product: 16
+    HMMA of weights and 8 of the tokens' sums a tile); no spills, registers for 3 blocks an SM
     (QuantizedMatmul.STREAM_BLOCKS); at most 90 % of the instructions a tile of the 16-row kernel
     on the magic decode (MatmulA16Wx(magic=True, late_scale=True), split 8)."""
     from tilus.artifacts import _cuobjdump
@@ -920,14 +937,15 @@ def test_stream_kernel_loop_has_no_barrier_and_no_shared_memory():
             np.zeros(512, np.int32))
     for wtype in ("int4", "uint4"):
         dt = getattr(tilus, wtype)
-        kernel = MatmulA16WxStream(dt, 128, split_k=8, depth=2)
+        kernel = MatmulA16WxStream(dt, 128, split_k=8, depth=3)
         compiled = kernel.compiled(*args, arch="sm_90a")
-        assert compiled.spill_store_bytes == 0 and compiled.registers <= 65536 // (3 * 128), (wtype, compiled.registers)
+        assert compiled.spill_store_bytes == 0 and compiled.registers <= 65536 // (3 * 128) // 8 * 8, \
+            (wtype, compiled.registers)
         ops = loop_ops(kernel.sass(*args, arch="sm_90a"), unrolled=True)
         tiles = ops.count("LOP3") // 64
-        assert tiles == 2 and ops.count("HMMA") == 24 * tiles, (wtype, ops.count("LOP3"), ops.count("HMMA"))
+        assert tiles == 3 and ops.count("HMMA") == 24 * tiles, (wtype, ops.count("LOP3"), ops.count("HMMA"))
         assert not {"BAR", "LDS", "STS", "LDSM", "LDGSTS", "HFMA2"} & set(ops), (wtype, sorted(set(ops)))
-        assert ops.count("LDG") >= 8 * tiles, (wtype, ops.count("LDG"))
+        assert ops.count("LDG") >= 9 * tiles, (wtype, ops.count("LDG"))
         ring = MatmulA16Wx(dt, 128, block_k=128, split_k=8, repacked=True, magic=True, late_scale=True)
         old = loop_ops(ring.sass(*args, arch="sm_90a"))
         assert len(ops) / tiles <= 0.9 * len(old), (wtype, len(ops) / tiles, len(old))
