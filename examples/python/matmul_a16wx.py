@@ -913,7 +913,7 @@ class QuantizedMatmul:
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); up to
-          m = 16 where its weights exist (`stream`) and n is a multiple of its 128 rows, the
+          m = 16 where its weights exist (`stream`), the
           stream kernel (MatmulA16WxStream, 8 or 16 rows of a) with the k tiles in flight of
           STREAM_BLOCKS, each split to fill one wave (stream_candidates);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
@@ -1011,11 +1011,10 @@ class QuantizedMatmul:
         return out
 
     def stream_candidates(self, m, n, k, stream):
-        """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`) and n is
-        a multiple of its 128 weight rows: the depths of STREAM_BLOCKS (k tiles in flight; 3, 1 and
+        """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`): the depths of STREAM_BLOCKS (k tiles in flight; 3, 1 and
         4 up to m = 8, 2 and 1 beyond), each split to fill one wave of the blocks an SM holds at
         that depth, two k tiles a split at least."""
-        if not stream or m > 16 or n % 128:
+        if not stream or m > 16:
             return []
         bk, sms, tiles, bm = min(128, self.group), self.sms or 132, -(-n // 128), 8 if m <= 8 else 16
         out = []
