@@ -858,21 +858,26 @@ def test_tuned_quantized_matmul_on_the_gpu():
                                        rtol=1e-2, err_msg=str(cfg))
 
 
-@pytest.mark.parametrize("wtype,m,n,k,split_k,block_m,depth", [("int4", 5, 200, 640, 2, 8, 2), ("uint4", 1, 128, 384, 5, 8, 3),
-                                                                 ("int4", 16, 384, 1280, 3, 16, 2),
-                                                                 ("uint4", 13, 136, 1024, 1, 16, 3),
-                                                                 ("uint4", 8, 128, 1024, 4, 8, 4)])
-def test_quantized_matmul_stream_kernel(arrays, wtype, m, n, k, split_k, block_m, depth):
+@pytest.mark.parametrize("wtype,m,n,k,split_k,block_m,depth,mean", [("int4", 5, 200, 640, 2, 8, 2, 0),
+                                                                      ("uint4", 1, 128, 384, 5, 8, 3, 0),
+                                                                      ("int4", 16, 384, 1280, 3, 16, 2, 0),
+                                                                      ("uint4", 13, 136, 1024, 1, 16, 3, 0),
+                                                                      ("uint4", 8, 128, 1024, 4, 8, 4, 0),
+                                                                      ("int4", 3, 256, 4096, 2, 8, 3, 3),
+                                                                      ("uint4", 2, 128, 4096, 1, 8, 1, -3)])
+def test_quantized_matmul_stream_kernel(arrays, wtype, m, n, k, split_k, block_m, depth, mean):
     """MatmulA16WxStream (each warp streams its weight rows into registers, `depth` k tiles ahead;
     swap-AB mma.sync with the tokens on the n = 8 side) against the float64 dequantize-then-matmul:
     signed codes and zero points, ragged m (rows of a past m zero) and n (weight rows past n zero
     in the repacking, their scales zero-filled, their c not stored), 8 and 16 rows of a, split k
     with an empty or short last split (5 splits of 3 k tiles: one each, the last two none), k
-    tiles fewer than, equal to and more than the depth, twice on one set of counters."""
+    tiles fewer than, equal to and more than the depth, twice on one set of counters; activations
+    of mean +-3, whose k tiles' sums are large (the mma's float32 product holds 1024 times them
+    until the decode's offset is subtracted: its rounding would show here first)."""
     from matmul_a16wx import MatmulA16WxStream, quantized_operands, repack_for_stream, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     rng = np.random.default_rng(13)
-    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    a = round_to(rng.uniform(-1, 1, (m, k)) + mean, at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
     kernel = MatmulA16WxStream(dt, 128, block_m=block_m, split_k=split_k, depth=depth)
     weights = repack_for_stream(arrays.put(packed), dt, n, k)
