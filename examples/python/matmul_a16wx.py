@@ -718,7 +718,8 @@ class MatmulA16WxStream(SplitK):
     as the A operand (16 weight rows an instruction, the m <= 8 tokens of a k step in its n = 8
     side: half the instructions of 16-row tiles of a), each warp loading its own 16 rep weight rows
     straight from global memory into registers (no shared memory, no barrier in the k loop: the
-    weights repacked by repack_for_stream, one 16-byte vector a thread per 16 rows x 64 k), `depth`
+    weights repacked by repack_for_stream, one 16-byte vector a thread per 16 rows x 64 k, k and
+    the rows permuted so that a thread's activations and scales are contiguous), `depth`
     k tiles of weights, activations, scales (and zero points) in flight in registers ahead of the
     one multiplied. The decode is the magic one (4-bit integer codes, f16: one LOP3 a pair) without
     its subtraction: the mma takes base + code (or base + 16 code) as they are, and each k tile's
@@ -729,13 +730,12 @@ class MatmulA16WxStream(SplitK):
     whose tile sums are not thousands of times the product. The k tiles are split over
     blockIdx.z as MatmulA16Wx's (add_up_splits)."""
 
-    def __init__(self, wtype, group=128, block_m=8, rep=2, block_k=128, depth=2, split_k=1, warps=4,
-                 atype=float16, min_blocks=None):
+    def __init__(self, wtype, group=128, block_m=8, rep=2, block_k=128, depth=3, split_k=1, warps=4, atype=float16):
         super().__init__()
         assert magic_applies(wtype, atype, block_k), "the stream kernel takes 4-bit integer codes to f16"
         assert group % block_k == 0 and block_m in (8, 16) and depth >= 1, "k tiles within a scale group, 8 or 16 rows of a"
         self.wtype, self.group, self.atype, self.split_k, self.warps = wtype, group, atype, split_k, warps
-        self.block_m, self.rep, self.block_k, self.depth, self.min_blocks = block_m, rep, block_k, depth, min_blocks
+        self.block_m, self.rep, self.block_k, self.depth = block_m, rep, block_k, depth
         self.block_n = 16 * warps * rep
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
@@ -745,8 +745,6 @@ class MatmulA16WxStream(SplitK):
         rows = bn * bk // 2 // 16  # 16-byte rows of one repacked tile
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
         self.attrs.warps = self.warps
-        if self.min_blocks:
-            self.attrs.min_blocks = self.min_blocks
         om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
         ktiles = tilus.cdiv(k, bk)
         per_split = tilus.cdiv(ktiles, self.split_k)
@@ -755,8 +753,6 @@ class MatmulA16WxStream(SplitK):
         # The weights and a's f16 pairs as 32-bit words: the loads' registers are whole words.
         gw = self.global_view(b, dtype=uint32, shape=[tilus.cdiv(n, bn), ktiles, rows, 4])
         ga = self.global_view(a, dtype=uint32, shape=[m, k // 2])
-        # n is a multiple of bn (QuantizedMatmul offers this kernel there; the launch checks the
-        # scales' extent): the tile's scales are then in range without a check per element.
         strip = 16 * self.warps  # weight rows of one 16-row strip per warp
         gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
         gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
@@ -913,9 +909,9 @@ class QuantizedMatmul:
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); up to
-          m = 16 where its weights exist (`stream`), the
-          stream kernel (MatmulA16WxStream, 8 or 16 rows of a) with the k tiles in flight of
-          STREAM_BLOCKS, each split to fill one wave (stream_candidates);
+          m = 16 where its weights exist (`stream`), the stream kernel (MatmulA16WxStream, 8 or 16
+          rows of a) with the k tiles in flight of STREAM_BLOCKS, each split to fill one wave
+          (stream_candidates);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -1011,9 +1007,10 @@ class QuantizedMatmul:
         return out
 
     def stream_candidates(self, m, n, k, stream):
-        """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`): the depths of STREAM_BLOCKS (k tiles in flight; 3, 1 and
-        4 up to m = 8, 2 and 1 beyond), each split to fill one wave of the blocks an SM holds at
-        that depth, two k tiles a split at least."""
+        """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`): the
+        depths of STREAM_BLOCKS (k tiles in flight; 3, 1 and 4 up to m = 8, 2 and 1 beyond), each
+        split to fill one wave of the blocks an SM holds at that depth, two k tiles a split at
+        least."""
         if not stream or m > 16:
             return []
         bk, sms, tiles, bm = min(128, self.group), self.sms or 132, -(-n // 128), 8 if m <= 8 else 16
@@ -1102,7 +1099,7 @@ class QuantizedMatmul:
 
     def tuning_key(self, m, n, k, weights, c):
         """The key of self.tuned and self.timings for a call: (m rounded up to a power of two, n, k,
-        wgmma weights, magic weights, TMA copies apply)."""
+        wgmma weights, magic weights, TMA copies apply, stream weights)."""
         return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c),
                 "stream" in weights)
 
