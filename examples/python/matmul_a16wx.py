@@ -1234,7 +1234,7 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
 
 def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, tune=False):
     """Checks QuantizedMatmul at m x n x k against float64 (its rule's kernel, or configuration
-    cfg where its weights exist: on an sm_90a GPU, the wgmma kernel's; tune: QuantizedMatmul(tune=True)
+    cfg where its weights exist (the wgmma kernel's on an sm_90a GPU, the stream kernel's anywhere); tune: QuantizedMatmul(tune=True)
     on the GPU, every candidate launched and the winner checked, the rule elsewhere)."""
     from common import check, on_gpu, timed
     rng = np.random.default_rng(0)
@@ -1249,7 +1249,7 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
         args = [torch.from_numpy(x.view(np.int16) if x.dtype == np.uint16 else x).cuda() for x in args]
         device = "cuda"
     args[1] = kernel.prepare(args[1])
-    if cfg is not None and not ("wgmma" in args[1] and (not cfg.get("magic") or "wgmma_magic" in args[1])):
+    if cfg is not None and cfg.get("hopper") and not ("wgmma" in args[1] and (not cfg.get("magic") or "wgmma_magic" in args[1])):
         print(f"{name} {wtype.name} {m}x{n}x{k} {cfg}: skipped (the wgmma kernel runs on sm_90a GPUs)")
         return
     if cfg is None:
@@ -1260,6 +1260,7 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
            f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else f"split_k {cfg['split_k']}")
+    how += f", stream depth {cfg['depth']}" if cfg.get("stream") else ""
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1284,7 +1285,8 @@ if __name__ == "__main__":
     wgmma = dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=64, stages=8)
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
-    for t in ["int4", "uint4"]:  # on a GPU: every small-m candidate (magic decode, unrolled, splits) launched
+    for t in ["int4", "uint4"]:  # the stream kernel; on a GPU also every small-m candidate (magic, unrolled, splits)
+        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, cfg=dict(stream=True, block_m=8, block_k=128, split_k=3, depth=3))
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
         from common import on_gpu
