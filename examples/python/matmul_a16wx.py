@@ -1234,8 +1234,9 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
 
 def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, tune=False):
     """Checks QuantizedMatmul at m x n x k against float64 (its rule's kernel, or configuration
-    cfg where its weights exist (the wgmma kernel's on an sm_90a GPU, the stream kernel's anywhere); tune: QuantizedMatmul(tune=True)
-    on the GPU, every candidate launched and the winner checked, the rule elsewhere)."""
+    cfg where its weights exist: the wgmma kernel's on an sm_90a GPU, the stream kernel's anywhere;
+    tune: QuantizedMatmul(tune=True) on the GPU, every candidate launched and the winner checked,
+    the rule elsewhere)."""
     from common import check, on_gpu, timed
     rng = np.random.default_rng(0)
     a = round_to(rng.uniform(-1, 1, (m, k)), atype)
