@@ -840,7 +840,7 @@ class QuantizedMatmul:
     shape by measurement, not by the rule, which was measured at N = K = 8192 only."""
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
-    # MatmulA16WxStream's depths the tuner times by rows of a, and the blocks an SM holds at each: its
+    # MatmulA16WxStream's depths the wide tuning times by rows of a, and the blocks an SM holds at each: its
     # registers a thread on sm_90a (ptxas, int4 / uint4: 94 / 80 at 8 rows x depth 1, 162 / 167 at
     # 8 x 3, 199 / 197 at 8 x 4, 146 at 16 x 1, 183 / 185 at 16 x 2) in 64 K registers of
     # 128-thread blocks. (8 x 2: 128 / 131 registers, but 234 / 308 SASS instructions a k tile,
@@ -908,10 +908,7 @@ class QuantizedMatmul:
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); up to
-          m = 16 where its weights exist (`stream`), the stream kernel (MatmulA16WxStream, 8 or 16
-          rows of a) with the k tiles in flight of STREAM_BLOCKS, each split to fill one wave
-          (stream_candidates);
+          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 256
           the 64 x 128 and 64 x 256 ones where 128 x 256 tiles are fewer than two per SM, as at
@@ -927,7 +924,8 @@ class QuantizedMatmul:
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
-        64- and 128-row tiles split 1, 2 or 4 ways)."""
+        64- and 128-row tiles split 1, 2 or 4 ways, and up to m = 16 where its weights exist
+        (`stream`) the stream kernel (stream_candidates))."""
         if wide:
             return self.wide_candidates(m, n, k, hopper, magic, tma) + self.stream_candidates(m, n, k, stream)
         out = [self.config(m, n, k, hopper)]
@@ -955,8 +953,9 @@ class QuantizedMatmul:
                 for split in splits[-2:]:
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
-            # H200, are in the wide space only.)
-            return out + self.stream_candidates(m, n, k, stream)
+            # H200, are in the wide space only; so is the stream kernel, 10-30 % slower than these
+            # at every shape and m <= 8 on the H200, 1.7-2.5 times at m = 16.)
+            return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
             big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=rule["block_k"], stages=4)

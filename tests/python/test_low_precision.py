@@ -715,7 +715,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2, 3 and 4
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
     where its weights exist, and there the last two splits unrolled in the registers of 4 blocks
-    an SM; 8 stages and the TMA copies in the wide space only; from m = 33
+    an SM; 8 stages, the TMA copies and the stream kernel in the wide space only; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -724,8 +724,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
         q = QuantizedMatmul(wtype, 128, sms=132)
         for m in (1, 4, 16, 64, 256, 1024, 4096):
             for magic, tma in ((False, False), (True, False), (True, True)):
-                got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
+                got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma, stream=True)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
+                assert not any(c.get("stream") for c in got), (m, got)
                 assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 8, (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
@@ -779,11 +780,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
 def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
     """tune=True's whole space (candidates(wide=True)) at a shape: the rule's choice first, no
     repeats, each a kernel that can be made; split-K where the tiles alone leave SMs idle (up to
-    16 ways for m <= 32), the wgmma kernel's tiles where its weights exist, and always an
-    mma.sync choice (the wgmma kernel cannot split k)."""
-    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
+    16 ways for m <= 32), the wgmma kernel's tiles where its weights exist, always an mma.sync
+    choice (the wgmma kernel cannot split k), and the stream kernel where its weights exist."""
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, MatmulA16WxStream, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
-        q = QuantizedMatmul(wtype, 128)
+        q = QuantizedMatmul(wtype, 128, sms=132)
         got = q.candidates(m, n, k, hopper=True, wide=True)
         assert got[0] == q.config(m, n, k, hopper=True)
         assert all(c not in got[:i] for i, c in enumerate(got))
@@ -820,6 +821,17 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
         assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
         for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
+        # With the stream kernel's weights, up to m = 16: its depths (STREAM_BLOCKS for 8 or 16
+        # rows of a), each split to fill one wave of the blocks an SM holds at it; nothing else changes.
+        with_stream = q.candidates(m, n, k, hopper=True, stream=True, wide=True)
+        stream = [c for c in with_stream if c.get("stream")]
+        rows = 8 if m <= 8 else 16
+        want = [(depth, max(1, min(16, blocks * 132 // -(-n // 128), k // 256)))
+                for (bm, depth), blocks in QuantizedMatmul.STREAM_BLOCKS.items() if bm == rows] if m <= 16 else []
+        assert [(c["depth"], c["split_k"]) for c in stream] == want and all(c["block_m"] == rows for c in stream), stream
+        assert [c for c in with_stream if not c.get("stream")] == got
+        for c in stream:
+            MatmulA16WxStream(wtype, 128, **{name: v for name, v in c.items() if name != "stream"})
     # bf16 activations and 8-bit codes have no magic decode
     assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int4, 128, atype=tilus.bfloat16).candidates(
         m, n, k, magic=True, wide=True))
@@ -830,8 +842,7 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
 def test_tuned_quantized_matmul_on_the_gpu():
     """QuantizedMatmul(tune=True) times its candidates at the first call of a shape, keeps the
     fastest (one of the candidates) and computes the same product with it; so does every
-    candidate (the magic decode's and the stream kernel's among them at m = 5, the wgmma kernel's
-    at m = 80)."""
+    candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
