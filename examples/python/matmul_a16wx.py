@@ -954,7 +954,7 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
             # H200, are in the wide space only; so is the stream kernel, 10-30 % slower than these
-            # at every shape and m <= 8 on the H200, 1.7-2.5 times at m = 16.)
+            # at every shape and m <= 8 on the H200, 1.6-2.6 times at m = 16.)
             return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
