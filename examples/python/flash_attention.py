@@ -557,32 +557,41 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
 
 def prefill_config(head_dim, causal, sms=0):
     """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
-    differ from its defaults, each the fastest of `bench/attention.py --candidates` in two H200
-    runs: at d = 64 192-key blocks without causal (429 / 423 TFLOP/s against 395 / 391 with 128),
-    and causal the persistent kernel of one block per SM (359 / 355 against 313 / 314)."""
+    differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
+    shapes (H200, 18:20 run of 2026-11-28, f16, TFLOP/s against the defaults'): d = 64 without
+    causal FA3's 192 x 128 tile in three consumer warp groups (462 against 416), with causal the
+    persistent kernel of one block per SM in 3 stages (402 against 354); d = 128 without causal
+    FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449);
+    d = 256 FA3's 80-key blocks (670 against 622, causal 599 against 562). Without `sms` the
+    persistent kernel is left out."""
+    persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
-        return dict(persistent=sms) if causal and sms else {} if causal else dict(block_n=192)
-    return {}
+        return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128)
+    if head_dim == 128:
+        return persistent if causal else dict(block_n=176)
+    return dict(block_n=80)
 
 
 def prefill_candidates(head_dim, causal, sms=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
-    memory (no spills). With `sms`, the persistent kernel of one block per SM (or, where the rule
-    takes it, the kernel without); at d = 256 its loop state spilled 4 bytes. FA3's tiles (its
-    tile_size_fwd_sm90 for 16-bit inputs) are among them: 128 x 176 at d = 128 without causal,
-    128 x 80 at d = 256, 192 x 128 (three consumer warp groups) at d = 64."""
+    memory (no spills). With `sms`, the persistent kernel of one block per SM where the rule runs
+    without it, else the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes);
+    the defaults the rule replaced (128-key blocks at d <= 128, 64 at d = 256, two consumer warp
+    groups, 2 stages), ping-pong off, 3 stages where they fit, and with causal the L2 sections of
+    longest_first half as wide."""
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out.append(dict(pingpong=False))
-    if head_dim <= 128:
-        out.append(dict(stages=3))
-    if head_dim == 64:  # three consumer warp groups (160 registers); without causal the other key block
-        out += [dict(consumers=3, block_n=96), dict(consumers=3, block_n=128)] + ([] if causal else [dict(block_n=128)])
-    if head_dim == 128 and not causal:
-        out.append(dict(block_n=176))
+    if head_dim == 64:
+        if causal:  # 2 stages; FA3's tile in three warp groups
+            out += [dict(stages=2), dict(consumers=3, block_n=128), dict(consumers=3, block_n=96)]
+        else:  # two warp groups of 128- and 192-key blocks; 3 stages
+            out += [dict(consumers=2, block_n=128), dict(consumers=2, block_n=192), dict(stages=3)]
+    if head_dim == 128:
+        out.append(dict(stages=3) if causal else dict(block_n=128))
     if head_dim == 256:
-        out.append(dict(block_n=80))
+        out.append(dict(block_n=64))
     if causal:  # the L2 sections of longest_first, half as wide
         out.append(dict(l2_bytes=16 << 20))
     return out
