@@ -142,48 +142,42 @@ def test_prefill_candidates_on_the_gpu(causal):
             raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
 
 
+def check_ragged_on_the_gpu(causal, dims, **cfg):
+    """flash_attention_varlen(**cfg) against float64 at each head dim of `dims` on a ragged GQA
+    varlen batch: a sequence's last query tile partial, keys ending inside a block, a sequence of
+    one query row and one with no key (the kernels compiled in parallel first)."""
+    import torch
+    from common import compile_all
+    from flash_attention import prefill_call
+    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
+    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in dims}
+    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
+    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, **cfg)[:2])
+    for d, (cq, ck, q, k, v) in data.items():
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **cfg)
+        try:
+            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
+        except AssertionError as e:
+            raise AssertionError(f"d {d}: {e}") from None
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("blocks", [3, 132])
 @pytest.mark.parametrize("causal", [True, False])
 def test_persistent_prefill_on_the_gpu(causal, blocks):
     """persistent=N: N blocks loop over the tiles (3: each takes many, so the K/V ring's phases, the
     ping-pong turns and the query tile's barrier run on over tiles of unequal lengths, some of a
-    sequence's last rows, some with no key), d 64 and 128 (prefill_candidates offers it there), a
-    ragged GQA varlen batch."""
-    import torch
-    from common import compile_all
-    from flash_attention import prefill_call
-    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
-    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128)}
-    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, persistent=blocks)[:2])
-    for d, (cq, ck, q, k, v) in data.items():
-        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, persistent=blocks)
-        try:
-            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
-        except AssertionError as e:
-            raise AssertionError(f"d {d}: {e}") from None
+    sequence's last rows, some with no key), d 64 and 128 (where the rule and the candidates take
+    it)."""
+    check_ragged_on_the_gpu(causal, (64, 128), persistent=blocks)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("causal", [True, False])
 def test_rescale_between_on_the_gpu(causal):
     """rescale_between=True (o rescaled by the last block's factor in the next step, between its two
-    GEMMs) on top of the rule, d 64, 128 and 256, a ragged GQA varlen batch with an empty sequence
-    and one whose keys end inside a block."""
-    import torch
-    from common import compile_all
-    from flash_attention import prefill_call
-    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
-    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128, 256)}
-    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, rescale_between=True)[:2])
-    for d, (cq, ck, q, k, v) in data.items():
-        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, rescale_between=True)
-        try:
-            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
-        except AssertionError as e:
-            raise AssertionError(f"d {d}: {e}") from None
+    GEMMs) on top of the rule, d 64, 128 and 256."""
+    check_ragged_on_the_gpu(causal, (64, 128, 256), rescale_between=True)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
