@@ -607,8 +607,8 @@ def prefill_candidates(head_dim, causal, sms=0):
             out += [dict(stages=2), dict(consumers=3, block_n=128), dict(consumers=3, block_n=96)]
         else:  # two warp groups of 128- and 192-key blocks; 3 stages
             out += [dict(consumers=2, block_n=128), dict(consumers=2, block_n=192), dict(stages=3)]
-    if head_dim == 128:  # without causal also three warp groups of 64-key blocks (96 keys spill at 160 registers)
-        out += [dict(stages=3)] if causal else [dict(block_n=128), dict(consumers=3, block_n=64)]
+    if head_dim == 128:  # without causal 128 and 192 keys, three warp groups of 64 (96 spill at 160 registers)
+        out += [dict(stages=3)] if causal else [dict(block_n=128), dict(block_n=192), dict(consumers=3, block_n=64)]
     if head_dim == 256:
         out.append(dict(block_n=64))
     if causal:  # the L2 sections of longest_first, half as wide
