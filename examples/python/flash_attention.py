@@ -577,12 +577,12 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
 def prefill_config(head_dim, causal, sms=0):
     """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
     differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
-    shapes (H200, 18:20 run of 2026-11-28, f16, TFLOP/s against the defaults'): d = 64 without
-    causal FA3's 192 x 128 tile in three consumer warp groups (462 against 416), with causal the
-    persistent kernel of one block per SM in 3 stages (402 against 354); d = 128 without causal
-    FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449);
-    d = 256 FA3's 80-key blocks (670 against 622, causal 599 against 562). Without `sms` the
-    persistent kernel is left out."""
+    shapes (H200, the early call of 2026-11-28 18:10, f16, TFLOP/s against the defaults'): d = 64
+    without causal FA3's 192 x 128 tile in three consumer warp groups (462 against 416), with
+    causal the persistent kernel of one block per SM in 3 stages (402 against 354); d = 128
+    without causal FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508
+    against 449); d = 256 FA3's 80-key blocks (670 against 622, causal 599 against 562). Without
+    `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128)
