@@ -577,38 +577,37 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
 def prefill_config(head_dim, causal, sms=0):
     """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
     differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
-    shapes (H200, the early call of 2026-11-28 18:10, f16, TFLOP/s against the defaults'): d = 64
-    without causal FA3's 192 x 128 tile in three consumer warp groups (462 against 416), with
-    causal the persistent kernel of one block per SM in 3 stages (402 against 354); d = 128
-    without causal FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508
-    against 449); d = 256 FA3's 80-key blocks (670 against 622, causal 599 against 562). Without
-    `sms` the persistent kernel is left out."""
+    shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
+    chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
+    three consumer warp groups (462 against 416) without ping-pong (460 against 449), with causal
+    the persistent kernel of one block per SM in 3 stages (402 against 354); d = 128 without causal
+    FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449), and
+    o's rescale between the GEMMs (589 against 540, causal 492 against 425); d = 256 FA3's 80-key
+    blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
+    651, causal 593 against 566). Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
-        return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128)
+        return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
-        return persistent if causal else dict(block_n=176)
-    return dict(block_n=80)
+        return {**persistent, "rescale_between": True} if causal else dict(block_n=176, rescale_between=True)
+    return dict(block_n=80, rescale_between=True)
 
 
 def prefill_candidates(head_dim, causal, sms=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
-    memory (no spills). With `sms`, the persistent kernel of one block per SM where the rule runs
-    without it, else the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes);
-    the defaults the rule replaced (128-key blocks at d <= 128, 64 at d = 256, two consumer warp
-    groups, 2 stages), ping-pong off, o's rescale between the next step's GEMMs (FA3's order), 3
-    stages where they fit, and with causal the L2 sections of longest_first half as wide."""
+    memory (no spills). The rule's ping-pong and o's rescale between the GEMMs turned the other
+    way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
+    the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
+    where it fits, FA3's tile at d = 64 with causal, 192-key blocks at d = 128 and the default 64
+    at d = 256 without it, and with causal the L2 sections of longest_first half as wide."""
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    out += [dict(pingpong=False), dict(rescale_between=True)]
+    out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
     if head_dim == 64:
-        if causal:  # 2 stages; FA3's tile in three warp groups
-            out += [dict(stages=2), dict(consumers=3, block_n=128), dict(consumers=3, block_n=96)]
-        else:  # two warp groups of 128- and 192-key blocks; 3 stages
-            out += [dict(consumers=2, block_n=128), dict(consumers=2, block_n=192), dict(stages=3)]
-    if head_dim == 128:  # without causal 128 and 192 keys, three warp groups of 64 (96 spill at 160 registers)
-        out += [dict(stages=3)] if causal else [dict(block_n=128), dict(block_n=192), dict(consumers=3, block_n=64)]
+        out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
+    if head_dim == 128:
+        out += [dict(stages=3)] if causal else [dict(block_n=192)]
     if head_dim == 256:
         out.append(dict(block_n=64))
     if causal:  # the L2 sections of longest_first, half as wide
