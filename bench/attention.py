@@ -191,6 +191,11 @@ def compile_prefill(tables, candidates, persistent=True, part=None):
           flush=True)
 
 
+def _short(name):
+    """A dtype's name as the tables print it (f16, bf16)."""
+    return {"float16": "f16", "bfloat16": "bf16"}.get(name, name)
+
+
 def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run (tilus's row is the default configuration's)."""
@@ -241,7 +246,7 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
             tf = {k: flops / v / 1e9 for k, v in ms.items()}
             ratio = tf["tilus"] / tf["cuDNN"] if "cuDNN" in tf else float("nan")
             cell = lambda k: f"{tf[k]:7.0f}" if k in tf else f"{'-':>7}"  # noqa: E731
-            print(f"{name[:5]:5} {d:4} {s:6} {str(causal):>6} | {cell('tilus')} {cell('cuDNN')} {cell('flash')} "
+            print(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {cell('tilus')} {cell('cuDNN')} {cell('flash')} "
                   f"{cell('Triton')} | {ratio:7.2f}x" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
                   flush=True)
             rows.append((name, d, s, causal, tf, ratio))
@@ -251,7 +256,7 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                 for t, label in timed:
                     print(f"  {label:34} {t:7.0f} TFLOP/s {t / tf['cuDNN'] if 'cuDNN' in tf else float('nan'):5.2f}x cuDNN"
                           + ("  <- fastest" if (t, label) == best else ""), flush=True)
-                tried.append(f"{name[:5]:5} {d:4} {s:6} {str(causal):>6} | {best[1]:34} {best[0]:7.0f}, default "
+                tried.append(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {best[1]:34} {best[0]:7.0f}, default "
                              f"{tf['tilus']:.0f}")
             del q, k, v, qt, kt, vt, out, got, want
             torch.cuda.empty_cache()
@@ -325,7 +330,7 @@ def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_K
         ratio = ms["tilus"] / ms["read"] if "read" in ms else float("nan")
         read = f"{ms['read'] * 1e3:8.1f}" if "read" in ms else f"{'-':>8}"
         line = (f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {ms['SDPA'] * 1e3:8.1f} {read} | "
-                f"{ratio:6.2f}x {mb / ms['tilus'] / 1e3:6.0f}" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""))
+                f"{ratio:6.2f}x {mb / ms['tilus']:6.0f}" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""))
         print(line, flush=True)
         lines.append(line)
         if candidates:

@@ -4,7 +4,8 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN[xP],...] [--no-tune] [--quant-sizes MxHIDDEN,...]
+                                                [--block-tiles BMxBN[xP],...] [--tensor-tiles BN[xSTAGES],...]
+                                                [--no-tune] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -15,8 +16,9 @@ kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 
 MatmulFp8Block, its tile and products (one, or two in turn) chosen by the autotuner among
 matmul_fp8.BLOCK_TILES (by block_config with --no-tune), and --block-tiles adds MatmulFp8 with
 each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products) against the per-tensor
-_scaled_mm. The per-tensor and per-row kernels' tile width is tuned among matmul_fp8.TILES
-(MatmulFp8Tuned; 128 x 256 with --no-tune). --shapes replaces the shapes
+_scaled_mm. The per-tensor and per-row kernels' tile width and stages are tuned among
+matmul_fp8.TILES (MatmulFp8Tuned; 128 x 256 with 4 stages with --no-tune); --tensor-tiles adds
+per-tensor MatmulFp8 with each tile named ("tilus tensor BN" or "BNxSTAGES"). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
@@ -101,14 +103,13 @@ def torch_swiglu_per_token_cast(x):
 
 
 def tile_width(kernel, args):
-    """The block_n of a MatmulFp8 or of MatmulFp8Tuned's winner for these arguments ("?" before tuning)."""
-    if not hasattr(kernel, "_tilus_tuner"):
-        return kernel.block_n
-    winner = kernel._tilus_tuner.winner_for(args, {})
-    return "?" if winner is None else winner.block_n
+    """"block_n/stages" of a MatmulFp8 or of MatmulFp8Tuned's winner for these arguments ("?" before tuning)."""
+    if hasattr(kernel, "_tilus_tuner"):
+        kernel = kernel._tilus_tuner.winner_for(args, {})
+    return "?" if kernel is None else f"{kernel.block_n}/{kernel.stages}"
 
 
-def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
+def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=()):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
@@ -118,6 +119,8 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
                                 MatmulFp8Block(blocks=sms, tune=tune))
     tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1, blocks=sms)
              for t in block_tiles}
+    tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 else None, blocks=sms)
+                  for t in tensor_tiles})
     rows = []
     for m, n, k in shapes:
         torch.manual_seed(0)
@@ -133,7 +136,10 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
                "tilus row": lambda: row_k(m, n, k, a, b, sa_row, sb_row, c),
                "tilus block": lambda: block_k(m, n, k, a, b, sa_blk, sb_blk, c)}
         for t, kern in tiles.items():
-            fns[f"tilus block {'x'.join(map(str, t))}"] = lambda kern=kern: kern(m, n, k, a, b, sa_blk, sb_blk, c)
+            if t[0] == "tensor":
+                fns[f"tilus tensor {'x'.join(map(str, t[1:]))}"] = lambda kern=kern: kern(m, n, k, a, b, one, one, c)
+            else:
+                fns[f"tilus block {'x'.join(map(str, t))}"] = lambda kern=kern: kern(m, n, k, a, b, sa_blk, sb_blk, c)
         # The per-tensor result against a float32 product of the same codes, as a check that the
         # run is meaningful (fp8 tensor cores sum with fewer bits than float32).
         fns["tilus tensor"]()
@@ -160,7 +166,7 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True):
         tile = "x".join(map(str, tile)) if tile else "?"
         widths = [tile_width(kern, (m, n, k, a, b, s_a, s_b, c))
                   for kern, s_a, s_b in ((tensor_k, one, one), (row_k, sa_row, sb_row))]
-        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]}, block: "
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]} (/stages), block: "
               f"{tile} (block_m x block_n x products), {how}): {line}", flush=True)
     return rows
 
@@ -214,18 +220,22 @@ def main():
                                                           "cast_config, not by the autotuner")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN or BMxBNxP, P products (e.g. "
                                                      "128x256,128x128x2) timed beside the chosen one")
+    p.add_argument("--tensor-tiles", default="", help="per-tensor tiles BN or BNxSTAGES of 128 rows (e.g. 192,256x3) "
+                                                      "timed beside the chosen one")
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]
+    tensor_tiles = [tuple(int(v) for v in s.split("x")) for s in args.tensor_tiles.split(",") if s]
     quant_sizes = [tuple(int(v) for v in s.split("x")) for s in args.quant_sizes.split(",") if s]
     print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
     gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles,
-                     not args.no_tune) if args.only != "quant" else []
+                     not args.no_tune, tensor_tiles) if args.only != "quant" else []
     quant = quant_rows(args.quick, quant_sizes, not args.no_tune) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:
         extra = [f"block {'x'.join(map(str, t))}" for t in block_tiles]
+        extra += [f"tensor {'x'.join(map(str, t))}" for t in tensor_tiles]
         print(f"{'m x n x k':>20} {'tensor/cuBLAS':>14} {'tensor/fast':>12} {'row/cuBLAS row':>15} {'block/cuBLAS':>13}"
               + "".join(f" {e + '/cuBLAS':>20}" for e in extra))
         for m, n, k, t, _ in gemm:

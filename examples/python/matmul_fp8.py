@@ -26,7 +26,7 @@ also runs on the CPU backend."""
 import numpy as np
 
 import tilus
-from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2, int32
+from tilus import bfloat16, boolean, float16, float32, float8_e4m3, float8_e5m2, int32
 from common import from_host_array, round_to
 from hopper_matmul_v6 import HopperMatmulV6
 
@@ -63,13 +63,14 @@ def scaled(s, scaling, acc, gsa, gsb, row, col):
 
 def stage_tensors(s, stages, bm, bn):
     """The ring's shared buffers: a's and b's tiles, and with block scaling a's row scales and
-    b's block scales of each stage: one row per 128-column block of the tile (bn // 128 of them,
-    at least one), 128 bytes in all (a TMA box lands on 128 bytes)."""
+    b's block scales of each stage: one row per 128-column block of b's scales the tile touches
+    (ceil(bn / 128): a 192-column tile starts at a multiple of 64 columns and touches two), 128
+    bytes in all (a TMA box lands on 128 bytes)."""
     sa = s.shared_tensor(dtype=s.atype, shape=[stages, bm, BLOCK_K])
     sb = s.shared_tensor(dtype=s.btype, shape=[stages, bn, BLOCK_K])
     if s.scaling != "block":
         return sa, sb, None, None
-    blocks_n = max(1, bn // BLOCK_K)
+    blocks_n = -(-bn // BLOCK_K)
     ssb = s.shared_tensor(dtype=float32, shape=[stages, blocks_n, 32 // blocks_n])
     # Unswizzled: a stage's box is 128 bytes, less than a swizzle atom; a few broadcast loads read it.
     s.annotate_layout(ssb, tilus.SharedLayout.row_major([stages, blocks_n, 32 // blocks_n]))
@@ -85,6 +86,21 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
+def promoted(s, acc, part, scales, offset_n):
+    """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
+    product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
+    (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
+    columns: its 64-column thirds take the first block of b's scales it touches, the first or the
+    second (as the tile starts on a 128-column block or half way), and the second."""
+    r, w = part.shape
+    if w <= BLOCK_K:
+        return acc + part * scales[0]
+    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
+                               init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
+    scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
+    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
+
+
 class MatmulFp8(tilus.Script):
     """Warp-specialized and persistent, in clusters of two (sm_90a). 128 x 256 tiles by default:
     two consumer warp groups of 64 rows, the accumulator as two 128-column pieces, 4 stages for
@@ -98,7 +114,9 @@ class MatmulFp8(tilus.Script):
     64 * consumers rows (block scaling: 64 for small m, see block_config). products=2 (block
     scaling, 128-column tiles): two products in turn, each k step's wgmma issued before the wait
     for the step before, which is promoted under it (the warp group's tensor work never drains).
-    block_n=192 (per-tensor, per-row): a 128- and a 64-column piece."""
+    block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
+    (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
+    see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132, products=1):
@@ -110,9 +128,9 @@ class MatmulFp8(tilus.Script):
         assert scaling == "block" or block_m == 128, "tensor and row scaling: two consumer warp groups"
         # Three consumer warp groups share the registers three ways: one 128-column piece each.
         block_n = block_n or (256 if block_m <= 128 and products == 1 else 128)
-        assert block_n in (128, 256) or (scaling != "block" and block_n == 192), \
-            "one or two 128-column pieces (a block of b's scales each); 192 (a 128- and a 64-column piece) " \
-            "without block scales"
+        assert block_n in (128, 192, 256), \
+            "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
+            "piece; with block scales one piece whose thirds take their scales)"
         assert products == 1 or (scaling == "block" and block_n == 128), \
             "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
@@ -125,10 +143,18 @@ class MatmulFp8(tilus.Script):
         # consumers (setmaxnreg), as examples/python/matmul_a16wx.py's wgmma kernel does.
         self.consumer_regs = None if scaling == "tensor" else min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
         self.box = 128 // out_bytes(out)  # columns of one TMA store box: a 128-byte swizzled row
-        self.store_bytes = block_m * 128 * out_bytes(out)  # one 128-column piece of the tile
         self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
         # What the stages leave: c's store buffer, and 256 bytes for the barriers (16 a stage).
-        self.stages = stages or min(8, (SHARED_BYTES - 256 - self.store_bytes) // self.stage_bytes)
+        # The buffer holds one 128-column piece of the tile, or the whole tile where that leaves
+        # as many stages (or the stages asked for): then each tile's epilogue waits once for the
+        # stores of the tile before (long done) instead of once a piece for those of the piece
+        # before, which are just issued (tensor cores idle meanwhile).
+        piece_bytes, tile_bytes = (block_m * w * out_bytes(out) for w in (128, block_n))
+        self.stages = stages or min(8, (SHARED_BYTES - 256 - piece_bytes) // self.stage_bytes)
+        self.whole_store = SHARED_BYTES - 256 - tile_bytes >= self.stages * self.stage_bytes
+        self.store_bytes = tile_bytes if self.whole_store else piece_bytes
+        assert not (scaling == "block" and block_n == 192) or self.whole_store, \
+            "block scales with 192-column tiles: c's buffer must hold the whole tile (16-bit c)"
 
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
@@ -150,9 +176,12 @@ class MatmulFp8(tilus.Script):
         bm, bn, bk, stages, blocks = self.block_m, self.block_n, BLOCK_K, self.stages, self.blocks
         block = self.scaling == "block"
         share = bn // 2  # the rows of b's tile each block of the pair loads (and multicasts)
-        # The accumulator's column pieces: 128 wide (a block of b's scales), and what is left of
-        # a 192-column tile.
-        widths = [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
+        # The accumulator's column pieces: 128 wide (a block of b's scales; the store buffer's
+        # width when it holds a piece), and what is left of a 192-column tile. Without block
+        # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
+        # per k32 step, which reads a's rows from shared memory once, not once a piece.
+        one = self.whole_store and (not block or bn % 128)
+        widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
         clusters = blocks // 2
@@ -171,7 +200,8 @@ class MatmulFp8(tilus.Script):
         gc = self.global_view(c, dtype=self.out, shape=[m, n])
         gsa, gsb = scale_views(self, self.scaling, m, n, k, scale_a, scale_b)
         sa, sb, ssa, ssb = stage_tensors(self, stages, bm, bn)
-        sc = self.shared_tensor(dtype=self.out, shape=[128 // box, bm, box])  # the boxes of one 128-column piece
+        # The boxes of one 128-column piece of c's tile, or of the whole tile.
+        sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
         empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
@@ -248,7 +278,7 @@ class MatmulFp8(tilus.Script):
                         promote(steps - 1, parts[0])
                 else:
                     if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
-                        part = self.register_tensor(dtype=float32, shape=[bm, 128], init=0.0)
+                        part = self.register_tensor(dtype=float32, shape=[bm, widths[0]], init=0.0)
                     for step in range(steps):
                         g = first + step
                         stage = g % stages
@@ -260,13 +290,13 @@ class MatmulFp8(tilus.Script):
                             for p in tilus.static_range(pieces):
                                 self.wgmma.fence()
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
-                                                                            [128, bk]).transpose(), part,
+                                                                            [widths[p], bk]).transpose(), part,
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
-                                self.assign(accs[p], accs[p] + part * scales[p])  # the promotion
+                                self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
                         else:
                             self.wgmma.fence()
                             for p in tilus.static_range(pieces):
@@ -279,17 +309,22 @@ class MatmulFp8(tilus.Script):
                     if not block:
                         self.wgmma.wait_group(0)
                         self.release(empty[(first + steps - 1) % stages], peer)
+                whole = self.whole_store
                 for h in tilus.static_range(pieces):
-                    with self.single_thread():  # the stores before have read sc
-                        self.tma.wait_group(0, read=True)
+                    if h == 0 or not whole:
+                        with self.single_thread():  # the stores before have read sc
+                            self.tma.wait_group(0, read=True)
                     out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                    boxes = widths[h] // box
-                    dst = sc if boxes == 128 // box else self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    dst = sc if boxes == sc.shape[0] else \
+                        self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
-                    with self.single_thread():
-                        for j in tilus.static_range(boxes):
-                            self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + h * 128 + j * box])
-                        self.tma.commit_group()
+                    if h == pieces - 1 or not whole:
+                        start = 0 if whole else h * 128  # the tile's column of sc's first box
+                        with self.single_thread():
+                            for j in tilus.static_range(box0 + boxes):
+                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
+                            self.tma.commit_group()
         self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
@@ -301,7 +336,8 @@ class MatmulFp8Ring(tilus.Script):
                  block_n=128, stages=3):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
-        assert scaling != "block" or block_n <= BLOCK_K, "block scaling: one block of b's scales per tile"
+        assert scaling != "block" or block_n <= BLOCK_K or block_n == 192, \
+            "block scaling: one block of b's scales per tile, or 192 columns"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.stages = block_m, block_n, stages
 
@@ -342,7 +378,7 @@ class MatmulFp8Ring(tilus.Script):
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), part, enable_input_d=False)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                acc = acc + part * block_scales_of_step(self, ssa[stage], ssb[stage], step)[0]  # the promotion
+                acc = promoted(self, acc, part, block_scales_of_step(self, ssa[stage], ssb[stage], step), offset_n)
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
@@ -372,21 +408,26 @@ def block_config(m, n, clusters):
     return 128, 128, 1
 
 
-# The per-tensor and per-row tiles the autotuner times (block_n; 128 rows): 128 x 256 (the most
-# products per byte loaded) and 128 x 192, whose tile pairs split a wave more evenly where the
+# The per-tensor and per-row tiles the autotuner times (block_n, stages; 128 rows): 128 x 256 (the
+# most products per byte loaded) with 4 stages and c's buffer one 128-column piece, or 3 stages
+# and the whole tile's buffer (one wait for earlier stores a tile, not one a piece, and one wgmma
+# of the tile's width per k32 step); and 128 x 192 (4 stages and the whole tile's buffer, one
+# 192-wide wgmma), whose tile pairs split a wave more evenly where the
 # 256-column ones leave a last round half empty (8192^3 on 66 clusters: 1024 pairs of 128 x 256,
 # 15.5 a cluster; 1376 pairs of 128 x 192, 20.8 a cluster, three quarters of the work each).
-TILES = [256, 192]
+TILES = [(256, None), (192, None), (256, 3)]
 
 
-@tilus.autotune("block_n", TILES)
+@tilus.autotune("block_n, stages", TILES)
 class MatmulFp8Tuned(MatmulFp8):
-    """MatmulFp8 with per-tensor or per-row scales whose tile width the autotuner picks among
-    TILES at the first call of a size bucket (GPU only), the winner kept on disk."""
+    """MatmulFp8 with per-tensor or per-row scales whose tile width and stages (None: as many as
+    fit) the autotuner picks among TILES at the first call of a size bucket (GPU only), the winner
+    kept on disk."""
 
-    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_n=256, blocks=132):
+    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_n=256, stages=None,
+                 blocks=132):
         assert scaling != "block", "block scaling: MatmulFp8BlockTuned"
-        super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, blocks=blocks)
+        super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, stages=stages, blocks=blocks)
 
 
 # The block-scaled kernels the autotuner times, as (block_m, block_n, products): 128 x 256 (two
@@ -397,8 +438,15 @@ class MatmulFp8Tuned(MatmulFp8):
 # 0.75x / 0.64x (as with one: 0.75x at 4096^3; the tile's bytes per product, not the wait before
 # each promotion, bound it), 64 x 128 with two 1.00x at m = 128 on 8192 x 8192 where one product
 # ran 0.96x (0.59x / 0.55x against 0.60x / 0.51x at the large shapes). 192 x 128 (three consumer
-# warp groups) measured 0.52-0.57x: not offered.
-BLOCK_TILES = [(128, 256, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
+# warp groups) measured 0.52-0.57x: not offered. The consumer warp groups issuing their pieces'
+# wgmma in turns (an mbarrier each, handed on after each commit: one promotes while the other's
+# piece runs) measured slower (H200, one run: 128 x 256 114.6 -> 127.6 us at 4096^3, 956 -> 1136
+# us at 8192^3; 128 x 128 0.74x / 0.69x): not kept. 128 x 192 (DeepGEMM's widest tile for
+# 128 x 128 weight scales): one 192-wide wgmma a k step and one wait (128 x 256: two of each), its
+# promotion 96 FFMA a thread with the thirds' scales chosen once a tile (SASS), and 8192^3's tile
+# pairs 20.8 a cluster (a last round 85 % full; 128 x 256: 15.5, half empty); c's buffer the
+# whole tile (16-bit c).
+BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
 @tilus.autotune("block_m, block_n, products", BLOCK_TILES)
@@ -555,6 +603,8 @@ if __name__ == "__main__":
                    2048 if not quick else 400),
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
+                  (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
+                   1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
     for kernel, m, n, k in cases:

@@ -59,6 +59,19 @@ def test_ring_matmul(arrays, scaling, atype, btype, out, m, n, k):
     check_matmul(arrays, MatmulFp8Ring(scaling, out=out, atype=atype, btype=btype), m, n, k)
 
 
+# Block scales with 192-column tiles: tiles that start on a block of b's scales (0, 384) and half
+# way into one (192, 576: their middle third takes the second block), a ragged last one.
+@pytest.mark.parametrize("btype,out,m,n,k", [(float8_e4m3, bfloat16, 150, 600, 400),
+                                             (float8_e5m2, float32, 70, 392, 256)])
+def test_ring_matmul_block_scaled_192_column_tiles(arrays, btype, out, m, n, k):
+    check_matmul(arrays, MatmulFp8Ring("block", out=out, btype=btype, block_n=192), m, n, k)
+
+
+def test_block_scaled_192_column_tiles_need_the_whole_tile_buffer():
+    with pytest.raises(AssertionError, match="192-column tiles: c's buffer must hold the whole tile"):
+        MatmulFp8("block", block_n=192, out=float32)
+
+
 @pytest.mark.parametrize("dt,limit", [(float8_e4m3, 448.0), (float8_e5m2, 57344.0)])
 def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     check_matmul(arrays, MatmulFp8Ring("tensor", out=float32, atype=dt, btype=dt), 64, 64, 128, limit=limit)
@@ -73,6 +86,9 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="tensor", atype=float8_e5m2, btype=float8_e4m3, out=float16), 129, 136, 384),
     (dict(scaling="row"), 301, 520, 1040), (dict(scaling="row", atype=float8_e4m3, btype=float8_e5m2), 700, 264, 640),
     (dict(scaling="block"), 301, 520, 1040), (dict(scaling="block", block_m=192), 1000, 1000, 2048),
+    # 192-column tiles with block scales: tiles on and half way into a block of b's scales, ragged.
+    (dict(scaling="block", block_n=192), 301, 1000, 1040),
+    (dict(scaling="block", block_n=192, btype=float8_e5m2, out=float16), 700, 584, 400),
     (dict(scaling="block", out=float32), 130, 260, 272), (dict(scaling="block", block_n=128), 301, 520, 1040),
     (dict(scaling="block", block_m=64, block_n=128), 130, 264, 1040), (dict(scaling="block", block_m=64), 100, 600, 272),
     # Two products in turn: odd and even step counts (9, 2, 1, 4: the loop's tail either way), 2 or
@@ -81,8 +97,11 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="block", block_n=128, products=2, out=float32), 700, 264, 256),
     (dict(scaling="block", block_n=128, products=2), 130, 1000, 128),
     (dict(scaling="block", block_m=64, block_n=128, products=2, atype=float8_e4m3, btype=float8_e5m2), 130, 264, 512),
-    # 192-column tiles (a 128- and a 64-column piece), a ragged last one.
+    # 192-column tiles (16-bit c: c's buffer the whole tile and one 192-wide wgmma; float32: a
+    # 128- and a 64-column piece), a ragged last one; 256-column tiles with 3 stages (the whole
+    # tile's buffer, one 256-wide wgmma).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
+    (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
@@ -115,13 +134,30 @@ def test_the_block_scaled_tuner_offers_every_tile():
 
 
 def test_the_per_tensor_tuner_offers_every_width():
-    """MatmulFp8Tuned's space is TILES, each a MatmulFp8 of 128 rows with the scaling asked for."""
+    """MatmulFp8Tuned's space is TILES, each a MatmulFp8 of 128 rows with the scaling asked for
+    and the stages named (None: as many as fit)."""
     from tilus.tuning import space_of
     configs = space_of(MatmulFp8Tuned, {"scaling": "row", "blocks": 132})
-    assert [c["block_n"] for c in configs] == TILES
+    assert [(c["block_n"], c["stages"]) for c in configs] == TILES
     for c in configs:
         kernel = MatmulFp8Tuned("row", blocks=132, **c)
         assert (kernel.scaling, kernel.block_m, kernel.block_n) == ("row", 128, c["block_n"])
+        assert kernel.stages == (c["stages"] or MatmulFp8("row", block_n=c["block_n"]).stages)
+
+
+@pytest.mark.parametrize("kw,stages,whole", [
+    (dict(scaling="tensor"), 4, False), (dict(scaling="tensor", stages=3), 3, True),
+    (dict(scaling="tensor", block_n=192), 4, True), (dict(scaling="tensor", block_n=192, out=float32), 4, False),
+    (dict(scaling="block"), 4, False), (dict(scaling="block", block_n=128), 5, True)])
+def test_c_buffer_holds_the_whole_tile_where_it_costs_no_stage(kw, stages, whole):
+    """c's shared buffer holds the whole tile where the stages (as many as fit beside a 128-column
+    piece's buffer, or those asked for) still fit beside it, else one 128-column piece; the
+    buffer, stages and barriers fit an sm_90 block's shared memory."""
+    kernel = MatmulFp8(**kw)
+    assert (kernel.stages, kernel.whole_store) == (stages, whole)
+    cols = kernel.block_n if whole else 128
+    assert kernel.store_bytes == kernel.block_m * cols * kernel.out.bits // 8
+    assert kernel.stages * kernel.stage_bytes + kernel.store_bytes + 256 <= 232448
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
@@ -170,7 +206,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
-                                dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192)] +
+                                dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
+                                dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
                           for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
@@ -188,6 +225,22 @@ def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw)
     sass = kernel.sass(*_args(kw["scaling"], 4096, 4096, 4096, kw.get("out", bfloat16)), arch="sm_90a")
     ops = set(re.findall(r"\b(QGMMA|HGMMA|UTMALDG|UTMASTG)\b", sass))
     assert ops == {"QGMMA", "UTMALDG", "UTMASTG"}, f"{kw}: {sorted(ops)}"
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("kw,shapes", [(dict(scaling="tensor", block_n=192), {"64x192x32"}),
+                                       (dict(scaling="row", stages=3), {"64x256x32"}),
+                                       (dict(scaling="tensor"), {"64x128x32"}),
+                                       (dict(scaling="tensor", block_n=192, out=float32), {"64x128x32", "64x64x32"})])
+def test_a_whole_tile_store_buffer_makes_one_wgmma_of_the_tile_width(kw, shapes):
+    """Without block scales, a kernel whose c buffer holds the whole tile multiplies each k32 step
+    in one wgmma of the tile's width (a's rows read from shared memory once); with a 128-column
+    piece's buffer, one wgmma a piece."""
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    sass = MatmulFp8(**kw).sass(*_args(kw["scaling"], 4096, 4096, 4096, kw.get("out", bfloat16)), arch="sm_90a")
+    assert set(re.findall(r"QGMMA\.(\d+x\d+x\d+)\.", sass)) == shapes
 
 
 def test_block_scaled_steps_overwrite_one_accumulator_without_zeroing_it():
