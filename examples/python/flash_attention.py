@@ -17,12 +17,13 @@ query head), 3 warp groups:
     issues the TMA loads: its query rows once, then K and V tiles of block_n keys into a ring of
     `stages` slots (full / empty mbarriers per slot, K and V apart so that Q K^T can start before
     V lands), in the consumers' order;
-  - two consumer warp groups (setmaxnreg 240; `consumers=3`: three, 160 registers each, for d = 64),
+  - two consumer warp groups (setmaxnreg 240; `consumers=3`: three, 160 registers each, at d = 64),
     64 query rows each. Per key block j, with S_j =
     Q K_j^T and P_j its row-wise exp2:
         issue S_j = Q K_j^T (wgmma, a zeroed accumulator);  issue O += P_(j-1) V_(j-1) (wgmma with
         P from registers);  wait for S_j only;  softmax of S_j (max, exp2 with the scale folded in,
         row sums) while P V runs;  wait for P V;  rescale O;  P_j in registers for the next step.
+    (`rescale_between`: O's rescale waits for the next step, between its two issues.)
     so the next block's Q K^T is issued before this block's softmax finishes (FA3's intra-warpgroup
     overlap), and with `pingpong` the two warp groups take turns issuing their GEMMs (an mbarrier
     per warp group, each handing the turn to the other after it issued): one's softmax runs while
@@ -59,7 +60,7 @@ LN2 = 0.6931471805599453
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
-                 pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0):
+                 pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -71,6 +72,10 @@ class FlashAttention(tilus.Script):
         assert consumers in (2, 3), "2 or 3 consumer warp groups"
         self.consumers = consumers if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
+        # o's rescale by a key block's alpha issued in the next step, between its Q K^T and the P V
+        # that adds the block (FA3's order): it runs while the tensor cores run Q K^T, not between
+        # the softmax and the next GEMMs
+        self.rescale_between = rescale_between and specialized
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
@@ -383,6 +388,7 @@ class FlashAttention(tilus.Script):
         # from its first use to the end of its scope, so one per step would hold registers the
         # output needs (with d = 256 ptxas then ignored setmaxnreg and spilled).
         s = self.register_tensor(dtype=float32, shape=[64, bn])
+        alpha = self.register_tensor(dtype=float32, shape=[64, 1]) if self.rescale_between else None
         self.mbarrier.wait(q_full, phase=q_phase)  # also with no key block: finish() stores o through sq
         if blocks > 0:
             first = done % stages
@@ -397,19 +403,23 @@ class FlashAttention(tilus.Script):
                 self.mbarrier.arrive(turn[nxt])
             self.wgmma.wait_group(0)
             self.release(k_empty[first])
-            p, alpha = self.softmax(self.mask(s, tile_row, last_col), m, l)
+            p, a = self.softmax(self.mask(s, tile_row, last_col), m, l)
+            if alpha is not None:  # o is still 0: no rescale before the first P V either
+                self.assign(alpha, a)
             self.assign(p16, p.to(self.dtype))
             # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
             for j in range(1, masked):
-                self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, True,
-                          tile_row, last_col - j * bn, done)
+                self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha,
+                          True, tile_row, last_col - j * bn, done)
             for j in range(tilus.max(masked, 1), blocks):
-                self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, False,
-                          tile_row, last_col - j * bn, done)
+                self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha,
+                          False, tile_row, last_col - j * bn, done)
             if q_empty is not None:
                 self.release(q_empty)  # every Q K^T of the tile has completed
             final = (done + blocks - 1) % stages
             self.mbarrier.wait(v_full[final], phase=(done + blocks - 1) // stages % 2)
+            if alpha is not None:
+                self.rescale(o, alpha)
             self.wgmma.fence()
             self.pv(p16, sv[final], o)
             self.wgmma.commit_group()
@@ -420,10 +430,11 @@ class FlashAttention(tilus.Script):
                 self.release(q_empty)
         self.finish(o, m, l, w, sq if so is None else so)
 
-    def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, masked, tile_row,
-             col0, done=0):
+    def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha, masked,
+             tile_row, col0, done=0):
         """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs
-        (the ring's and the turns' count: done + j)."""
+        (the ring's and the turns' count: done + j). With `alpha` (rescale_between), o is rescaled by
+        block j - 1's factor between the two GEMMs, and block j's factor is kept for the next step."""
         stages, pp = self.stages, self.pingpong
         g = done + j
         stage, prev = g % stages, (g - 1) % stages
@@ -434,6 +445,8 @@ class FlashAttention(tilus.Script):
         self.wgmma.fence()
         self.qk(s, sq, sk[stage])
         self.wgmma.commit_group()
+        if alpha is not None:  # while Q K^T runs (the compiler fences o's new values before P V)
+            self.rescale(o, alpha)
         self.mbarrier.wait(v_full[prev], phase=(g - 1) // stages % 2)
         self.pv(p16, sv[prev], o)
         self.wgmma.commit_group()
@@ -441,12 +454,19 @@ class FlashAttention(tilus.Script):
             self.mbarrier.arrive(turn[nxt])
         self.wgmma.wait_group(1)  # S_j is ready; P V still runs
         self.release(k_empty[stage])
-        p, alpha = self.softmax(self.mask(s, tile_row, col0) if masked else s, m, l)
+        p, a = self.softmax(self.mask(s, tile_row, col0) if masked else s, m, l)
         self.wgmma.wait_group(0)  # the compiler keeps it after the softmax (order_wgmma_waits)
         self.release(v_empty[prev])
+        if alpha is None:
+            self.rescale(o, a)
+        else:
+            self.assign(alpha, a)
+        self.assign(p16, p.to(self.dtype))
+
+    def rescale(self, o, alpha):
+        """o[c] *= alpha (per row) for each column block."""
         for c in tilus.static_range(self.head_dim // 64):
             self.assign(o[c], o[c] * alpha)
-        self.assign(p16, p.to(self.dtype))
 
     # --- the variant without warp specialization (runs on the CPU backend too) ----------------
 
@@ -488,8 +508,7 @@ class FlashAttention(tilus.Script):
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)
         p, alpha = self.softmax(self.mask(s, tile_row, (last - j) * self.block_n) if masked else s, m, l)
-        for c in tilus.static_range(self.head_dim // 64):
-            self.assign(o[c], o[c] * alpha)
+        self.rescale(o, alpha)
         self.wgmma.fence()
         self.pv(p.to(self.dtype), sv[stage], o)
         self.wgmma.commit_group()
@@ -557,32 +576,40 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
 
 def prefill_config(head_dim, causal, sms=0):
     """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
-    differ from its defaults, each the fastest of `bench/attention.py --candidates` in two H200
-    runs: at d = 64 192-key blocks without causal (429 / 423 TFLOP/s against 395 / 391 with 128),
-    and causal the persistent kernel of one block per SM (359 / 355 against 313 / 314)."""
+    differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
+    shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
+    chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
+    three consumer warp groups (462 against 416) without ping-pong (460 against 449), with causal
+    the persistent kernel of one block per SM in 3 stages (402 against 354); d = 128 without causal
+    FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449), and
+    o's rescale between the GEMMs (589 against 540, causal 492 against 425); d = 256 FA3's 80-key
+    blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
+    651, causal 593 against 566). Without `sms` the persistent kernel is left out."""
+    persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
-        return dict(persistent=sms) if causal and sms else {} if causal else dict(block_n=192)
-    return {}
+        return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
+    if head_dim == 128:
+        return {**persistent, "rescale_between": True} if causal else dict(block_n=176, rescale_between=True)
+    return dict(block_n=80, rescale_between=True)
 
 
 def prefill_candidates(head_dim, causal, sms=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
-    memory (no spills). With `sms`, the persistent kernel of one block per SM (or, where the rule
-    takes it, the kernel without); at d = 256 its loop state spilled 4 bytes. FA3's tiles (its
-    tile_size_fwd_sm90 for 16-bit inputs) are among them: 128 x 176 at d = 128 without causal,
-    128 x 80 at d = 256, 192 x 128 (three consumer warp groups) at d = 64."""
+    memory (no spills). The rule's ping-pong and o's rescale between the GEMMs turned the other
+    way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
+    the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
+    where it fits, FA3's tile at d = 64 with causal, 192-key blocks at d = 128 and the default 64
+    at d = 256 without it, and with causal the L2 sections of longest_first half as wide."""
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    out.append(dict(pingpong=False))
-    if head_dim <= 128:
-        out.append(dict(stages=3))
-    if head_dim == 64:  # three consumer warp groups (160 registers); without causal the other key block
-        out += [dict(consumers=3, block_n=96), dict(consumers=3, block_n=128)] + ([] if causal else [dict(block_n=128)])
-    if head_dim == 128 and not causal:
-        out.append(dict(block_n=176))
+    out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
+    if head_dim == 64:
+        out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
+    if head_dim == 128:
+        out += [dict(stages=3)] if causal else [dict(block_n=192)]
     if head_dim == 256:
-        out.append(dict(block_n=80))
+        out.append(dict(block_n=64))
     if causal:  # the L2 sections of longest_first, half as wide
         out.append(dict(l2_bytes=16 << 20))
     return out

@@ -5,6 +5,7 @@ GQA/MQA, packed varlen batches, rows that see no key — on the CPU backend (the
 warp specialization: the same math) and on the GPU (the warp-specialized kernels); and the
 sm_90a compile of the warp-specialized kernels: wgmma from registers and with the MN-major V,
 TMA, no local memory, no serialized wgmma, the softmax kept between the waits."""
+import inspect
 import re
 
 import numpy as np
@@ -141,27 +142,42 @@ def test_prefill_candidates_on_the_gpu(causal):
             raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
 
 
+def check_ragged_on_the_gpu(causal, dims, **cfg):
+    """flash_attention_varlen(**cfg) against float64 at each head dim of `dims` on a ragged GQA
+    varlen batch: a sequence's last query tile partial, keys ending inside a block, a sequence of
+    one query row and one with no key (the kernels compiled in parallel first)."""
+    import torch
+    from common import compile_all
+    from flash_attention import prefill_call
+    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
+    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in dims}
+    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
+    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, **cfg)[:2])
+    for d, (cq, ck, q, k, v) in data.items():
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **cfg)
+        try:
+            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
+        except AssertionError as e:
+            raise AssertionError(f"d {d}: {e}") from None
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("blocks", [3, 132])
 @pytest.mark.parametrize("causal", [True, False])
 def test_persistent_prefill_on_the_gpu(causal, blocks):
     """persistent=N: N blocks loop over the tiles (3: each takes many, so the K/V ring's phases, the
     ping-pong turns and the query tile's barrier run on over tiles of unequal lengths, some of a
-    sequence's last rows, some with no key), d 64 and 128 (prefill_candidates offers it there), a
-    ragged GQA varlen batch."""
-    import torch
-    from common import compile_all
-    from flash_attention import prefill_call
-    lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
-    data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128)}
-    gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, persistent=blocks)[:2])
-    for d, (cq, ck, q, k, v) in data.items():
-        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, persistent=blocks)
-        try:
-            check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
-        except AssertionError as e:
-            raise AssertionError(f"d {d}: {e}") from None
+    sequence's last rows, some with no key), d 64 and 128 (where the rule and the candidates take
+    it)."""
+    check_ragged_on_the_gpu(causal, (64, 128), persistent=blocks)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [True, False])
+def test_rescale_between_on_the_gpu(causal):
+    """rescale_between=True (o rescaled by the last block's factor in the next step, between its two
+    GEMMs) on top of the rule, d 64, 128 and 256."""
+    check_ragged_on_the_gpu(causal, (64, 128, 256), rescale_between=True)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -333,6 +349,29 @@ def test_prefill_source_issues_wgmma_from_registers_and_orders_its_waits(d, caus
     # The wait for P V in each step (two per warp group) comes after the softmax, fenced.
     assert src.count("tilus::wgmma_wait_group_ordered<0>();") == 2 * 2
     assert "__launch_bounds__(384, 1)" in src and "setmaxnreg_inc<240>" in src and "setmaxnreg_dec<24>" in src
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_prefill_rescale_between_the_two_gemms(between):
+    """The CUDA the emitter writes (no compile): with rescale_between, o's rescale (one multiply per
+    64-column block of o) follows a step's Q K^T wgmma and precedes its P V wgmma, where it runs
+    while the tensor cores run Q K^T; without it every rescale follows a P V and none a Q K^T."""
+    d = 128
+    kern = FlashAttention(float16, d, rescale_between=between)
+    src = kern.source(*prefill_args(d), arch="sm_90a")
+    lines, first = inspect.getsourcelines(FlashAttention.rescale)
+    mul = first + next(i for i, t in enumerate(lines) if "o[c] * alpha" in t)
+    qk, pv = f"m64n{kern.block_n}k16", "m64n64k16"
+    seq = [m.group() for m in re.finditer(rf"{qk}|{pv}|// mul \(flash_attention\.py:{mul}\)", src)]
+    gemms = [i for i, t in enumerate(seq) if t in (qk, pv)]
+    # (the wgmma before, the wgmma after) each rescale multiply
+    around = [(next((seq[g] for g in reversed(gemms) if g < i), None), next((seq[g] for g in gemms if g > i), None))
+              for i, t in enumerate(seq) if t not in (qk, pv)]
+    assert len(around) >= 2 * (d // 64), around  # each warp group's steps rescale every block of o
+    if between:
+        assert (qk, pv) in around, around
+    else:
+        assert all(before == pv for before, _ in around), around
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
