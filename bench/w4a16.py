@@ -231,8 +231,6 @@ def describe(cfg):
     """A configuration in a few words: wgmma tiles, or mma.sync rows and split-K."""
     if cfg is None:
         return "?"
-    if cfg.get("stream"):
-        return f"stream {cfg['block_m']}x128 split {cfg['split_k']} depth {cfg['depth']}"
     if cfg.get("hopper"):
         group = f" group {cfg['tile_group']}" if "tile_group" in cfg else ""
         group += " cluster 2" if cfg.get("cluster") == 2 else ""

@@ -11,10 +11,7 @@ and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): eac
 its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
 are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
 vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
-decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). For m <= 16,
-MatmulA16WxStream has no shared memory: each warp streams its own weight rows into registers
-(repack_for_stream) and multiplies them as mma.sync's A operand with the few tokens on the n = 8
-side. From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
+decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
@@ -52,7 +49,7 @@ class SplitK(tilus.Script):
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
     def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
-        """The block's tile acc [bm, bn] of c (the small-m kernels': blocks over (m tiles, n tiles,
+        """The block's tile acc [bm, bn] of c (MatmulA16Wx's: blocks over (m tiles, n tiles,
         splits)), or with split_k > 1 its partial sums and, in the tile's last split, their sum."""
         at = self.atype
         gc = self.global_view(c, dtype=at, shape=[m, n])
@@ -283,7 +280,7 @@ def magic_applies(wtype, atype, bk):
 
 def magic_registers(script, words, wtype, k, threads):
     """The f16 fragment registers of 32-bit words whose nibbles r and r + 4 are register r's pair
-    (wgmma_magic_layout's and stream_layout's order): words [rows, 4] (thread t's rows t, t +
+    (wgmma_magic_layout's order): words [rows, 4] (thread t's rows t, t +
     threads, ... in slot order) to [rows, 16] (slot 4 j + r: word j's register r), each
     register's pair masked into f16's exponent of 1024 (one LOP3 a pair, word >> 8 for r = 2, 3;
     the sign flip of signed codes in its constant): 1024 + code, or 1024 + 16 code for odd r."""
@@ -692,167 +689,6 @@ class MatmulA16WxHopper(SplitK):
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
-def stream_layout(warps, rep, bk):
-    """The register layout of a [16 warps rep, bk] weight tile (n, k) for MatmulA16WxStream: the
-    mma.sync m16n8k16 A fragments of the warps' rows (its dot's layout, stream_a_layout) with k
-    permuted so that each thread's k are one contiguous run of bk / 4 (lane % 4 the run, then k
-    step, k half, element: what the thread's B fragment of the activations holds, loaded as
-    16-byte vectors), its slots in magic words as wgmma_magic_layout's (word (rep i, k step), nibble
-    4 e + r, register r = 2 k half + row half), and the rows permuted so that each thread's 2 rep
-    rows are contiguous (stream_row_layouts: their scales one vector). Modes: n = (warp, lane / 4,
-    rep, row half), k = (lane % 4, k step, k half, e); slots (rep, k step, e, k half, row half)."""
-    return tilus.RegisterLayout([16 * warps * rep, bk], [warps, 8, rep, 2, 4, bk // 16, 2, 2], [0, 1, 4],
-                                [2, 5, 7, 6, 3])
-
-
-def stream_row_layouts(warps, rep, bm):
-    """MatmulA16WxStream's per-row tensors: thread (warp, lane / 4)'s 2 rep weight rows of
-    stream_layout (real rows 2 rep (8 warp + lane / 4) + 2 i + row half, contiguous) as a [16
-    warps rep] tile (its scales and zero points: one load each), the same registers as the dot's
-    rows [rep, 16 warps] (i, 16 warp + 8 row half + lane / 4: the accumulator's, broadcast over the
-    tokens), and the accumulator [16 warps rep, bm] over the real rows (its store)."""
-    real = tilus.spatial(warps * 8) * tilus.replicated(4) * tilus.local(2 * rep)
-    logical = tilus.local(rep, 1) * tilus.spatial(1, warps) * tilus.local(1, 2) * tilus.spatial(1, 8) * tilus.replicated(4)
-    out = tilus.RegisterLayout([16 * warps * rep, bm], [warps, 8, rep, 2, bm // 8, 4, 2], [0, 1, 5], [2, 4, 3, 6])
-    return real, logical, out
-
-
-def stream_a_layout(warps, rep, bk):
-    """The A operand layout MatmulA16WxStream's dot takes of its [16 warps rep, bk] weight tile: the
-    default mma.sync plan of warps x 1 warps (repeats outermost)."""
-    return (tilus.local(rep, bk // 16) * tilus.spatial(warps, 1) * tilus.column_local(2, 2) * tilus.spatial(8, 4) *
-            tilus.local(1, 2))
-
-
-def stream_x_layouts(warps, bm, bk):
-    """The activations' tile as MatmulA16WxStream loads it, f16 pairs as 32-bit words [bm, bk / 2]
-    (thread (lane / 4, lane % 4) holds token lane / 4 (+ 8 per token repeat) and the k run lane % 4
-    of stream_layout, every warp the same), and the B operand layout [bk, bm] of its dot over the
-    same registers (the default mma.sync plan's: k step, token repeat, k half, element)."""
-    reps = bm // 8
-    x = tilus.replicated(warps) * tilus.RegisterLayout([bm, bk // 2], [reps, 8, 4, bk // 16, 2], [1, 2], [3, 0, 4])
-    b = (tilus.local(bk // 16, reps) * tilus.replicated(warps) * tilus.local(2, 1) * tilus.column_spatial(4, 8) *
-         tilus.local(2, 1))
-    return x, b
-
-
-def repack_for_stream(b, wtype, n, k, warps=4, rep=2, bk=128):
-    """The bytes MatmulA16WxStream loads: stream_layout's order of [16 warps rep, bk] tiles."""
-    return repack(b, wtype, n, k, 16 * warps * rep, bk, stream_layout(warps, rep, bk), 32 * warps)
-
-
-class MatmulA16WxStream(SplitK):
-    """Small m (<= 16) as a stream of weights: c^T = dequant(w) @ a^T on mma.sync with the weights
-    as the A operand (16 weight rows an instruction, the m <= 8 tokens of a k step in its n = 8
-    side: half the instructions of 16-row tiles of a), each warp loading its own 16 rep weight rows
-    straight from global memory into registers (no shared memory, no barrier in the k loop: the
-    weights repacked by repack_for_stream, one 16-byte vector a thread per 16 rows x 64 k, k and
-    the rows permuted so that a thread's activations and scales are contiguous), `depth`
-    k tiles of weights, activations, scales (and zero points) in flight in registers ahead of the
-    one multiplied. The decode is the magic one (4-bit integer codes, f16: one LOP3 a pair) without
-    its subtraction: the mma takes base + code (or base + 16 code) as they are, and each k tile's
-    float32 product is scaled and offset per row with the tokens' sums over the tile (one more
-    mma a k step per warp, of ones), (code - zero) . x = unit (v . x) - (base + zero) sum(x). The
-    float32 sums of v . x are about 1024 times the decoded ones: their rounding (tensor-core
-    accumulation, about 2^-23 of 1024 |sum(x)|) is within the kernel's tolerance for activations
-    whose tile sums are not thousands of times the product. The k tiles are split over
-    blockIdx.z as MatmulA16Wx's (add_up_splits)."""
-
-    def __init__(self, wtype, group=128, block_m=8, rep=2, block_k=128, depth=3, split_k=1, warps=4, atype=float16):
-        super().__init__()
-        assert magic_applies(wtype, atype, block_k), "the stream kernel takes 4-bit integer codes to f16"
-        assert group % block_k == 0 and block_m in (8, 16) and depth >= 1, "k tiles within a scale group, 8 or 16 rows of a"
-        self.wtype, self.group, self.atype, self.split_k, self.warps = wtype, group, atype, split_k, warps
-        self.block_m, self.rep, self.block_k, self.depth = block_m, rep, block_k, depth
-        self.block_n = 16 * warps * rep
-
-    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
-                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
-        bm, bn, bk, at, depth = self.block_m, self.block_n, self.block_k, self.atype, self.depth
-        threads = 32 * self.warps
-        rows = bn * bk // 2 // 16  # 16-byte rows of one repacked tile
-        self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
-        self.attrs.warps = self.warps
-        om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
-        ktiles = tilus.cdiv(k, bk)
-        per_split = tilus.cdiv(ktiles, self.split_k)
-        first = self.blockIdx.z * per_split
-        steps = tilus.max(tilus.min(per_split, ktiles - first), 0)
-        # The weights and a's f16 pairs as 32-bit words: the loads' registers are whole words.
-        gw = self.global_view(b, dtype=uint32, shape=[tilus.cdiv(n, bn), ktiles, rows, 4])
-        ga = self.global_view(a, dtype=uint32, shape=[m, k // 2])
-        strip = 16 * self.warps  # weight rows of one 16-row strip per warp
-        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
-        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
-        row_layout, strip_layout, out_layout = stream_row_layouts(self.warps, self.rep, bm)
-        signed = self.wtype.is_signed()
-        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
-        raw_layout = tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) * tilus.local(1, 4)
-        x_layout, b_layout = stream_x_layouts(self.warps, bm, bk)
-        # `depth` buffers of each k tile's operands, loaded `depth` tiles ahead of their product.
-        bufs = []
-        for _ in tilus.static_range(depth):
-            raw = self.register_tensor(dtype=uint32, shape=[rows, 4])
-            self.annotate_layout(raw, raw_layout)
-            x = self.register_tensor(dtype=uint32, shape=[bm, bk // 2])
-            self.annotate_layout(x, x_layout)
-            per_row = []
-            for _ in tilus.static_range(1 if signed else 2):  # scales (and zero points) of the real rows
-                t = self.register_tensor(dtype=at, shape=[bn])
-                self.annotate_layout(t, row_layout)
-                per_row.append(t)
-            bufs.append((raw, x, per_row[0], None if signed else per_row[1]))
-
-        def load(step, buf):
-            raw, x, s, z = buf
-            kt = first + step
-            self.load_global(gw, offsets=[self.blockIdx.y, kt, 0, 0], shape=[rows, 4], dims=[2, 3], out=raw)
-            self.load_global(ga, offsets=[om, kt * bk // 2], shape=[bm, bk // 2], out=x)
-            grp = [kt * bk // self.group, on]
-            self.load_global(gs, offsets=grp, shape=[bn], dims=[1], out=s)
-            if not signed:
-                self.load_global(gz, offsets=grp, shape=[bn], dims=[1], out=z)
-
-        # Per row of a strip (rows 8-15 of each 16: the odd fragment registers r, 16 x the code).
-        unit = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1.0 - j % 16 // 8 * 0.9375)
-        base = self.register_tensor(dtype=float32, shape=[1, strip], init=lambda i, j: 1024.0 - j % 16 // 8 * 960.0)
-        a_layout = stream_a_layout(self.warps, self.rep, bk)
-        # The accumulator as [rep, strip, bm] (the dot's [bn, bm] fragments, the repeats split off),
-        # so that a strip's per-token sums broadcast over the repeats.
-        c3_layout = tilus.local(self.rep, 1, bm // 8) * tilus.spatial(1, self.warps, 1) * tilus.local(1, 2, 1) * \
-            tilus.spatial(1, 8, 4) * tilus.local(1, 1, 2)
-        ones = self.register_tensor(dtype=at, shape=[strip, bk], init=1.0)
-
-        def product(buf, acc):
-            raw, x, s, z = buf
-            bits = magic_registers(self, raw, self.wtype, k, threads)
-            v = self.view(bits, dtype=at, layout=a_layout)  # [bn, bk]: 1024 + code (x 16)
-            xb = self.view(x, dtype=at, layout=b_layout)
-            # The product of the undecoded values (base + code, or base + 16 code on odd r) and the
-            # tokens' sums over the tile (sum[t] = ones @ x, the same in every row): the decode's
-            # subtraction moves to the float32 result, (code - zero) . x = unit v . x - (base +
-            # zero) sum, one product a strip instead of one HFMA2 a pair of weights.
-            part = self.view(self.dot(v, xb), layout=c3_layout)  # [rep, strip, bm] float32
-            total = self.unsqueeze(self.dot(ones, xb), 0)  # [1, strip, bm]: every row the tokens' sums
-            scale = self.view(s, layout=strip_layout).to(float32)  # [rep, strip]
-            offset = base + 8.0 if signed else base + self.view(z, layout=strip_layout).to(float32)
-            return acc + part * self.unsqueeze(scale * unit, 2) - total * self.unsqueeze(scale * offset, 2)
-
-        acc = self.register_tensor(dtype=float32, shape=[self.rep, strip, bm], init=0.0)
-        self.annotate_layout(acc, c3_layout)
-        for d in tilus.static_range(depth):
-            if d < steps:
-                load(d, bufs[d])
-        for g in range(tilus.cdiv(steps, depth)):
-            for d in tilus.static_range(depth):
-                step = g * depth + d
-                if step < steps:
-                    acc = product(bufs[d], acc)
-                    if step + depth < steps:
-                        load(step + depth, bufs[d])
-        self.finish(m, n, bm, bn, om, on, c, partial, counters, self.transpose(self.view(acc, layout=out_layout)), before)
-
-
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
@@ -868,14 +704,6 @@ class QuantizedMatmul:
     shape by measurement, not by the rule, which was measured at N = K = 8192 only."""
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
-    # MatmulA16WxStream's depths the wide tuning times by rows of a, and the blocks an SM holds at each: its
-    # registers a thread on sm_90a (ptxas, int4 / uint4: 94 / 80 at 8 rows x depth 1, 162 / 167 at
-    # 8 x 3, 199 / 197 at 8 x 4, 146 at 16 x 1, 183 / 185 at 16 x 2) in 64 K registers of
-    # 128-thread blocks. (8 x 2: 128 / 131 registers, but 234 / 308 SASS instructions a k tile,
-    # ptxas's register copies, against 230 / 247 at 8 x 3; 16 rows of a: 364-377 at every depth,
-    # the 16-row kernel 314 / 334.)
-    STREAM_BLOCKS = {(8, 3): 3, (8, 1): 5, (8, 4): 2, (16, 2): 2, (16, 1): 3}
-
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
@@ -926,7 +754,7 @@ class QuantizedMatmul:
         cfg["split_k"] = s
         return cfg
 
-    def candidates(self, m, n, k, hopper=False, magic=False, tma=False, stream=False, wide=False):
+    def candidates(self, m, n, k, hopper=False, magic=False, tma=False, wide=False):
         """The configurations tune=True times at m x n x k, the rule's first. By default a short
         list per m (a few compiles and timings per shape, so that a sweep over shapes and m fits
         in a couple of minutes), from what won on the H100 and H200 at N = K = 8192:
@@ -952,10 +780,9 @@ class QuantizedMatmul:
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
         stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
-        64- and 128-row tiles split 1, 2 or 4 ways, and up to m = 16 where its weights exist
-        (`stream`) the stream kernel (stream_candidates))."""
+        64- and 128-row tiles split 1, 2 or 4 ways)."""
         if wide:
-            return self.wide_candidates(m, n, k, hopper, magic, tma) + self.stream_candidates(m, n, k, stream)
+            return self.wide_candidates(m, n, k, hopper, magic, tma)
         out = [self.config(m, n, k, hopper)]
 
         def add(cfg):
@@ -981,8 +808,7 @@ class QuantizedMatmul:
                 for split in splits[-2:]:
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
-            # H200, are in the wide space only; so is the stream kernel, 10-30 % slower than these
-            # at every shape and m <= 8 on the H200, 1.6-2.6 times at m = 16.)
+            # H200, are in the wide space only.)
             return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
@@ -1041,29 +867,6 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(small["block_k"])
             add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
-
-    def stream_candidates(self, m, n, k, stream):
-        """MatmulA16WxStream's configurations at m <= 16 where its weights exist (`stream`): the
-        depths of STREAM_BLOCKS (k tiles in flight; 3, 1 and 4 up to m = 8, 2 and 1 beyond), each
-        split to fill one wave of the blocks an SM holds at that depth, two k tiles a split at
-        least."""
-        if not stream or m > 16:
-            return []
-        bk, sms, tiles, bm = min(128, self.group), self.sms or 132, -(-n // 128), 8 if m <= 8 else 16
-        out = []
-        for (rows, depth), blocks in self.STREAM_BLOCKS.items():
-            if rows != bm:
-                continue
-            split = max(1, min(16, blocks * sms // tiles, k // (2 * bk)))
-            cfg = dict(stream=True, block_m=bm, block_k=bk, split_k=split, depth=depth)
-            if cfg not in out:
-                out.append(cfg)
-        return out
-
-    def stream_applies(self):
-        """Whether MatmulA16WxStream takes these weights: 4-bit integer codes to f16 (the magic decode),
-        k tiles of 128 (or the group, at least 64) in whole scale groups."""
-        return magic_applies(self.wtype, self.atype, min(128, self.group))
 
     def hopper_magic(self):
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
@@ -1158,9 +961,8 @@ class QuantizedMatmul:
 
     def tuning_key(self, m, n, k, weights, c):
         """The key of self.tuned and self.timings for a call: (m rounded up to a power of two, n, k,
-        wgmma weights, magic weights, TMA copies apply, stream weights)."""
-        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c),
-                "stream" in weights)
+        wgmma weights, magic weights, TMA copies apply)."""
+        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c))
 
     def tuned_config(self, key, call, m, n, k):
         """The fastest of `candidates` at this size (key: tuning_key) whose result agrees with the
@@ -1168,10 +970,10 @@ class QuantizedMatmul:
         configuration and its arguments, at the call's own m, n, k); the candidates compile in
         parallel first."""
         if key not in self.tuned:
-            hopper, magic, tma, stream = key[3:]
+            hopper, magic, tma = key[3:]
             # (15 timings each: with 7, one H200 run picked at m = 16 a configuration of two
             # waves that ran 1.4 times as long under ncu as its pick at m = 1.)
-            self.timings[key] = timed_configs(self.candidates(key[0], n, k, hopper, magic, tma, stream, self.wide),
+            self.timings[key] = timed_configs(self.candidates(key[0], n, k, hopper, magic, tma, self.wide),
                                               call, repeat=15)
             self.tuned[key] = self.checked_fastest(self.timings[key], call, m, n, k)
         return self.tuned[key]
@@ -1225,8 +1027,6 @@ class QuantizedMatmul:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic():
             out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
-        if self.stream_applies():
-            out["stream"] = repack_for_stream(b, self.wtype, n, k, bk=bk)
         return out
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -1246,13 +1046,6 @@ class QuantizedMatmul:
     def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
-        if cfg.get("stream"):
-            if key not in self.kernels:
-                params = {name: v for name, v in cfg.items() if name != "stream"}
-                self.kernels[key] = MatmulA16WxStream(self.wtype, self.group, atype=self.atype, **params)
-            kernel = self.kernels[key]
-            counters = self.arrival_counters(c, -(-m // kernel.block_m) * -(-n // kernel.block_n))
-            return kernel, (m, n, k, a, weights["stream"], scales, zeros, c, workspace, counters)
         if cfg.get("hopper"):
             if key not in self.kernels:
                 params = {name: v for name, v in cfg.items() if name != "hopper"}
@@ -1294,7 +1087,7 @@ def quantized_operands(wtype, k, n, group, rng, atype=float16):
 
 def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, tune=False):
     """Checks QuantizedMatmul at m x n x k against float64 (its rule's kernel, or configuration
-    cfg where its weights exist: the wgmma kernel's on an sm_90a GPU, the stream kernel's anywhere;
+    cfg where its weights exist: the wgmma kernel's on an sm_90a GPU;
     tune: QuantizedMatmul(tune=True) on the GPU, every candidate launched and the winner checked,
     the rule elsewhere)."""
     from common import check, on_gpu, timed
@@ -1321,7 +1114,6 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
            f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else f"split_k {cfg['split_k']}")
-    how += f", stream depth {cfg['depth']}" if cfg.get("stream") else ""
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1347,8 +1139,7 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
-    for t in ["int4", "uint4"]:  # the stream kernel; on a GPU also every small-m candidate (magic, unrolled, splits)
-        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, cfg=dict(stream=True, block_m=8, block_k=128, split_k=3, depth=3))
+    for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
         from common import on_gpu

@@ -726,7 +726,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2, 3 and 4
     blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
     where its weights exist, and there the last two splits unrolled in the registers of 4 blocks
-    an SM; 8 stages, the TMA copies and the stream kernel in the wide space only; from m = 33
+    an SM; 8 stages and the TMA copies in the wide space only; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -735,9 +735,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
         q = QuantizedMatmul(wtype, 128, sms=132)
         for m in (1, 4, 16, 64, 256, 1024, 4096):
             for magic, tma in ((False, False), (True, False), (True, True)):
-                got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma, stream=True)
+                got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert not any(c.get("stream") for c in got), (m, got)
                 assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 8, (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
@@ -809,8 +808,8 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
     """tune=True's whole space (candidates(wide=True)) at a shape: the rule's choice first, no
     repeats, each a kernel that can be made; split-K where the tiles alone leave SMs idle (up to
     16 ways for m <= 32), the wgmma kernel's tiles where its weights exist, always an mma.sync
-    choice (the wgmma kernel cannot split k), and the stream kernel where its weights exist."""
-    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, MatmulA16WxStream, QuantizedMatmul
+    choice (the wgmma kernel cannot split k)."""
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
         q = QuantizedMatmul(wtype, 128, sms=132)
         got = q.candidates(m, n, k, hopper=True, wide=True)
@@ -849,17 +848,6 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
         assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
         for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
-        # With the stream kernel's weights, up to m = 16: its depths (STREAM_BLOCKS for 8 or 16
-        # rows of a), each split to fill one wave of the blocks an SM holds at it; nothing else changes.
-        with_stream = q.candidates(m, n, k, hopper=True, stream=True, wide=True)
-        stream = [c for c in with_stream if c.get("stream")]
-        rows = 8 if m <= 8 else 16
-        want = [(depth, max(1, min(16, blocks * 132 // -(-n // 128), k // 256)))
-                for (bm, depth), blocks in QuantizedMatmul.STREAM_BLOCKS.items() if bm == rows] if m <= 16 else []
-        assert [(c["depth"], c["split_k"]) for c in stream] == want and all(c["block_m"] == rows for c in stream), stream
-        assert [c for c in with_stream if not c.get("stream")] == got
-        for c in stream:
-            MatmulA16WxStream(wtype, 128, **{name: v for name, v in c.items() if name != "stream"})
     # bf16 activations and 8-bit codes have no magic decode
     assert not any(c.get("magic") for c in QuantizedMatmul(tilus.int4, 128, atype=tilus.bfloat16).candidates(
         m, n, k, magic=True, wide=True))
@@ -889,7 +877,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         (key, cfg), = q.tuned.items()
         assert "magic" in args[1]  # uint4 codes, f16: prepare made the magic decode's weights too
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
-        candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies, stream weights)
+        candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
         if sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
@@ -902,106 +890,6 @@ def test_tuned_quantized_matmul_on_the_gpu():
                 q.launch(cfg, m, n, k, *args)
                 np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2,
                                            rtol=1e-2, err_msg=f"{cfg}, launch {launch}")
-
-
-@pytest.mark.parametrize("wtype,m,n,k,split_k,block_m,depth,mean", [("int4", 5, 200, 640, 2, 8, 2, 0),
-                                                                      ("uint4", 1, 128, 384, 5, 8, 3, 0),
-                                                                      ("int4", 16, 384, 1280, 3, 16, 2, 0),
-                                                                      ("uint4", 13, 136, 1024, 1, 16, 3, 0),
-                                                                      ("uint4", 8, 128, 1024, 4, 8, 4, 0),
-                                                                      ("int4", 3, 256, 4096, 2, 8, 3, 3),
-                                                                      ("uint4", 2, 128, 4096, 1, 8, 1, -3)])
-def test_quantized_matmul_stream_kernel(arrays, wtype, m, n, k, split_k, block_m, depth, mean):
-    """MatmulA16WxStream (each warp streams its weight rows into registers, `depth` k tiles ahead;
-    swap-AB mma.sync with the tokens on the n = 8 side) against the float64 dequantize-then-matmul:
-    signed codes and zero points, ragged m (rows of a past m zero) and n (weight rows past n zero
-    in the repacking, their scales zero-filled, their c not stored), 8 and 16 rows of a, split k
-    with an empty or short last split (5 splits of 3 k tiles: one each, the last two none), k
-    tiles fewer than, equal to and more than the depth, twice on one set of counters; activations
-    of mean +-3, whose k tiles' sums are large (the mma's float32 product holds 1024 times them
-    until the decode's offset is subtracted: its rounding would show here first)."""
-    from matmul_a16wx import MatmulA16WxStream, quantized_operands, repack_for_stream, round_to
-    dt, at = getattr(tilus, wtype), tilus.float16
-    rng = np.random.default_rng(13)
-    a = round_to(rng.uniform(-1, 1, (m, k)) + mean, at)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
-    kernel = MatmulA16WxStream(dt, 128, block_m=block_m, split_k=split_k, depth=depth)
-    weights = repack_for_stream(arrays.put(packed), dt, n, k)
-    launch_and_check(arrays, kernel, m, n, k, a, weights, scales, zeros, w, split_k, arrays.put(np.zeros(16, np.int32)), 2)
-
-
-def test_stream_layouts_pair_each_weight_with_its_activation():
-    """The stream kernel's layouts agree: the code stream_layout puts in thread t's slot (word j =
-    (rep i, k step s), nibble 4 e + r) is the one its dot reads at the A fragment slot (i, s, r, e)
-    of stream_a_layout; that fragment's logical k (16 s + 8 (r // 2) + 2 (t % 4) + e) is, in the B
-    operand layout over the activations' registers, the slot that holds the same real k; its
-    logical row is, in the accumulator's layouts (the dot's rows and stream_row_layouts' real
-    rows, the store's), the slot of the same real row; and the per-row tiles' registers (scales,
-    zero points) are the rows the accumulator's slots broadcast them to."""
-    from matmul_a16wx import stream_a_layout, stream_layout, stream_row_layouts, stream_x_layouts
-    for warps, rep, bk, bm in [(4, 2, 128, 8), (4, 2, 128, 16), (4, 1, 64, 8), (2, 4, 128, 16)]:
-        weights, frag = stream_layout(warps, rep, bk), stream_a_layout(warps, rep, bk)
-        x, b = stream_x_layouts(warps, bm, bk)
-        real_rows, strip_rows, out = stream_row_layouts(warps, rep, bm)
-        strip = 16 * warps
-        acc = (tilus.local(rep, 1, bm // 8) * tilus.spatial(1, warps, 1) * tilus.local(1, 2, 1) *
-               tilus.spatial(1, 8, 4) * tilus.local(1, 1, 2))  # the kernel's c3_layout
-        assert weights.local_size == frag.local_size and 2 * x.local_size == b.local_size
-        assert out.local_size == acc.local_size and real_rows.local_size == strip_rows.local_size == 2 * rep
-        for t in (0, 6, 37, 32 * warps - 1):
-            real_k = {}  # logical k of the mma -> the real k of the activation in that B slot
-            for slot in range(b.local_size):
-                logical_k, token = b.map(t, slot)
-                xt, pair = x.map(t, slot // 2)  # (the loads' registers: f16 pairs as words)
-                assert xt == token
-                real_k[logical_k] = 2 * pair + slot % 2
-            real_row = {}  # logical row of the dot -> the real row of the same accumulator slot
-            for slot in range(acc.local_size):
-                i, row, token = acc.map(t, slot)
-                real, token2 = out.map(t, slot)
-                assert token2 == token
-                real_row[i * strip + row] = real
-            for slot in range(real_rows.local_size):  # a per-row register is its rows' in both views
-                i, row = strip_rows.map(t, slot)
-                assert real_rows.map(t, slot) == [real_row[i * strip + row]], (warps, rep, t, slot)
-            for slot in range(weights.local_size):
-                word, nibble = divmod(slot, 8)
-                e, r = divmod(nibble, 4)
-                row, logical_k = frag.map(t, 8 * word + 2 * r + e)
-                assert weights.map(t, slot) == [real_row[row], real_k[logical_k]], (warps, rep, bk, t, slot)
-
-
-@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-def test_stream_kernel_loop_has_no_barrier_and_no_shared_memory():
-    """MatmulA16WxStream's k loop in SASS (sm_90a, m = 1, 8192 x 8192, split 8, 3 k tiles ahead):
-    straight from global memory into registers (LDG: per 128 x 128 k tile and thread four 16-byte
-    vectors of weights, four of a and one of scales), no barrier and no shared-memory access; one
-    LOP3 per f16 pair (64 a tile) and no HFMA2 (the subtraction moved to the float32 product: 16
-    HMMA of weights and 8 of the tokens' sums a tile); no spills, registers for 3 blocks an SM
-    (QuantizedMatmul.STREAM_BLOCKS); at most 90 % of the instructions a tile of the 16-row kernel
-    on the magic decode (MatmulA16Wx(magic=True, late_scale=True), split 8)."""
-    from tilus.artifacts import _cuobjdump
-    from matmul_a16wx import MatmulA16Wx, MatmulA16WxStream
-    if _cuobjdump() is None:
-        pytest.skip("no cuobjdump: the SASS cannot be read")
-    m, n, k = 1, 8192, 8192
-    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
-            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((8, m, n), np.float32),
-            np.zeros(512, np.int32))
-    for wtype in ("int4", "uint4"):
-        dt = getattr(tilus, wtype)
-        kernel = MatmulA16WxStream(dt, 128, split_k=8, depth=3)
-        compiled = kernel.compiled(*args, arch="sm_90a")
-        assert compiled.spill_store_bytes == 0 and compiled.registers <= 65536 // (3 * 128) // 8 * 8, \
-            (wtype, compiled.registers)
-        ops = loop_ops(kernel.sass(*args, arch="sm_90a"), unrolled=True)
-        tiles = ops.count("LOP3") // 64
-        assert tiles == 3 and ops.count("HMMA") == 24 * tiles, (wtype, ops.count("LOP3"), ops.count("HMMA"))
-        assert not {"BAR", "LDS", "STS", "LDSM", "LDGSTS", "HFMA2"} & set(ops), (wtype, sorted(set(ops)))
-        assert ops.count("LDG") >= 9 * tiles, (wtype, ops.count("LDG"))
-        ring = MatmulA16Wx(dt, 128, block_k=128, split_k=8, repacked=True, magic=True, late_scale=True)
-        old = loop_ops(ring.sass(*args, arch="sm_90a"))
-        assert len(ops) / tiles <= 0.9 * len(old), (wtype, len(ops) / tiles, len(old))
 
 
 def reference_repack(codes, bits, bn, bk, layout, threads):
