@@ -14,8 +14,9 @@ reads both caches once (a Triton sum; the floor for any decode kernel), and the 
 time over it. Every launch is timed with CUDA events after an L2 flush, median of 20, the
 kernels of one shape interleaved (bench/run.py). Results are checked against SDPA first.
 
---sweep goal measures only the shapes of issue 40's goal (seqlen 4096 at d = 64, 128, 256, causal
-and not, f16 and bf16 at d = 128; decode at 16k and 64k keys), smoke two of each. --readme FILE
+--sweep goal measures only the shapes of issue 40's goal (seqlen >= 4096: 4096, 8192 and 16384
+at d = 128, 4096 at d = 64 and 256, causal and not, f16 and bf16 at d = 128; decode at 16k and 64k
+keys), smoke two of each. --readme FILE
 writes the figures into FILE's attention tables (between the `<!-- attention-bench -->` markers):
 the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
 
@@ -65,7 +66,8 @@ SWEEPS = {
     "full": (_PREFILL_128 + [(64, s, c) for s in (4096, 16384) for c in (False, True)]
              + [(256, 4096, c) for c in (False, True)],
              [(1, 4096), (1, 16384), (1, 65536), (1, 131072), (8, 16384), (8, 65536), (64, 4096), (64, 16384)]),
-    "goal": ([(d, 4096, c) for d in (128, 64, 256) for c in (False, True)],
+    "goal": ([(d, s, c) for d, s in ((128, 4096), (128, 8192), (128, 16384), (64, 4096), (256, 4096))
+              for c in (False, True)],
              [(1, 16384), (1, 65536), (8, 16384), (8, 65536)]),
     "smoke": ([(128, 4096, False), (128, 4096, True)], [(1, 16384), (8, 16384)]),
 }
