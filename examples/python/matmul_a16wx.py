@@ -48,19 +48,6 @@ class SplitK(tilus.Script):
                 self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
-    def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
-        """The block's tile acc [bm, bn] of c (MatmulA16Wx's: blocks over (m tiles, n tiles,
-        splits)), or with split_k > 1 its partial sums and, in the tile's last split, their sum."""
-        at = self.atype
-        gc = self.global_view(c, dtype=at, shape=[m, n])
-        if self.split_k == 1:
-            self.store_global(gc, acc.to(at), offsets=[om, on])
-        else:
-            gp = self.global_view(partial, shape=[self.split_k, m, n])
-            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
-            self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
-                               self.split_k, om, on, before)
-
 
 class MatmulA16Wx(SplitK):
     """One split of the k range per blockIdx.z: `stages` tiles of a and of b's bytes in flight
@@ -103,6 +90,19 @@ class MatmulA16Wx(SplitK):
         self.by_tma = tma
         if tma:
             assert magic, "the TMA copies are an option of the magic decode"
+
+    def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
+        """The block's tile acc [bm, bn] of c (blocks over (m tiles, n tiles, splits)), or with
+        split_k > 1 its partial sums and, in the tile's last split, their sum."""
+        at = self.atype
+        gc = self.global_view(c, dtype=at, shape=[m, n])
+        if self.split_k == 1:
+            self.store_global(gc, acc.to(at), offsets=[om, on])
+        else:
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
+            self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
+                               self.split_k, om, on, before)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):

@@ -464,7 +464,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, t
     float32 product; with tma=True each stage's tiles come as TMA boxes on an mbarrier ring (the
     ragged rows of a zero-filled, no box issued past a split's last tile), twice on one set of
     counters (they are back to zero after each launch)."""
-    from matmul_a16wx import MatmulA16Wx, quantized_operands, repack_for_magic, round_to
+    from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     m, n, k = (5, 200, 5 * bk) if split_k == 2 else (16, 136, 5 * bk)
     rng = np.random.default_rng(11)
@@ -475,15 +475,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, t
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True,
                          late_scale=late_scale, tma=tma is True, unroll=unroll, min_blocks=4 if unroll else None)
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
-    launch_and_check(arrays, kernel, m, n, k, a, weights, scales, zeros, w, split_k, counters, 2 if tma is True else 1)
-
-
-def launch_and_check(arrays, kernel, m, n, k, a, weights, scales, zeros, w, split_k, counters, launches):
-    """Launches a small-m quantized matmul `launches` times on one set of split-K counters: each
-    time c against the float64 product a @ w, and the counters back at zero."""
-    from matmul_a16wx import from_host_array, host_array
-    at = tilus.float16
-    for launch in range(launches):
+    for launch in range(2 if tma is True else 1):  # on one set of counters: back at zero after each launch
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
                arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
