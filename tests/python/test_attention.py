@@ -60,13 +60,16 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
 @pytest.mark.parametrize("d,causal,cfg", [(64, True, {}), (64, True, dict(persistent=3)), (128, False, dict(persistent=2)),
                                           (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
-                                          (64, True, dict(block_n=192))],
+                                          (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
+                                          (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
     the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
-    consumer warp groups, no ping-pong, three stages, 192-key blocks."""
+    consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
+    (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
+    reported as a CpuCheckError), also over many tiles in a ring of three warp groups."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
@@ -178,6 +181,15 @@ def test_rescale_between_on_the_gpu(causal):
     """rescale_between=True (o rescaled by the last block's factor in the next step, between its two
     GEMMs) on top of the rule, d 64, 128 and 256."""
     check_ragged_on_the_gpu(causal, (64, 128, 256), rescale_between=True)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [True, False])
+def test_named_turns_on_the_gpu(causal):
+    """named_turns=True (the ping-pong turns at named barriers) on top of the rule, d 128 and 256,
+    and in the persistent kernel over many tiles at d 64 and 128."""
+    check_ragged_on_the_gpu(causal, (128, 256), named_turns=True)
+    check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -372,6 +384,35 @@ def test_prefill_rescale_between_the_two_gemms(between):
         assert (qk, pv) in around, around
     else:
         assert all(before == pv for before, _ in around), around
+
+
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_prefill_named_turns_in_cuda(consumers):
+    """The CUDA the emitter writes (no compile): with named_turns, consumer warp group w waits at
+    named barrier 1 + w (bar.sync of 256 threads) before issuing its GEMMs of a step and hands the
+    turn over at the next group's (bar.arrive) right after issuing them, before waiting for any;
+    the last group hands the first turn to the first, and the first waits once more at the end
+    (its barrier ends empty). With mbarrier turns none of this is there."""
+    d, cfg = (64, dict(consumers=3, block_n=64)) if consumers == 3 else (128, {})
+    src = FlashAttention(float16, d, named_turns=True, **cfg).source(*prefill_args(d), arch="sm_90a")
+    toks = re.findall(r"named_barrier(?:_arrive)?\(\d+, \d+\)|wgmma_commit_group|wgmma_wait_group", src)
+    turn = lambda w: f"named_barrier({1 + w}, 256)"  # noqa: E731
+    for w in range(consumers):
+        # waits and arrivals at group w's barrier: a turn in the first key block, the masked and the
+        # unmasked steps; the first group's closing wait and the start's handing over
+        assert toks.count(turn(w)) == 3 + (w == 0), (w, toks)
+        assert toks.count(f"named_barrier_arrive({1 + w}, 256)") == 3 + (w == 0), (w, toks)
+    waits = [i for i, t in enumerate(toks) if t.startswith("named_barrier(") and t.endswith(", 256)")]
+    last_first = max(i for i in waits if toks[i] == turn(0))  # the first group's closing wait
+    for i in waits:
+        if i == last_first:
+            continue
+        j = next(k for k in range(i + 1, len(toks)) if toks[k].startswith("named_barrier"))
+        between = toks[i + 1:j]
+        assert toks[j].startswith("named_barrier_arrive"), (i, toks[i:j + 1])
+        assert between and set(between) == {"wgmma_commit_group"}, (i, toks[i:j + 1])
+    plain = FlashAttention(float16, d, **cfg).source(*prefill_args(d), arch="sm_90a")
+    assert "named_barrier_arrive" not in plain and turn(0) not in plain
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
