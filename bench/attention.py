@@ -457,6 +457,19 @@ def fill_readme(path, prefill_rows, decode_rows, note):
         f.write(head + BEGIN + "\n" + readme_tables(prefill_rows, decode_rows, note, old) + "\n" + END + tail)
 
 
+def prefill_shapes(sweep, head_dims=None):
+    """(d, seqlen, causal) of the sweep's prefill runs; with head_dims ("128" or "64,256"), those of
+    these head dims only."""
+    pre = SWEEPS[sweep][0]
+    if not head_dims:
+        return pre
+    try:
+        dims = {int(x) for x in head_dims.split(",")}
+    except ValueError:
+        raise SystemExit(f"attention: --head-dims takes head dims separated by commas (128 or 64,256), not {head_dims!r}")
+    return [c for c in pre if c[0] in dims]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="full",
@@ -488,10 +501,7 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}, tilus from {os.path.dirname(tilus.__file__)}",
           flush=True)
     t0 = time.time()
-    pre, dec = SWEEPS[args.sweep]
-    if args.head_dims:
-        dims = {int(x) for x in args.head_dims.split(",")}
-        pre = [c for c in pre if c[0] in dims]
+    pre, dec = prefill_shapes(args.sweep, args.head_dims), SWEEPS[args.sweep][1]
     dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
     note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
             f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "

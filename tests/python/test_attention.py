@@ -552,6 +552,17 @@ def test_readme_tables_hold_every_shape_of_the_full_sweep():
     assert len(rows) == len(pre) + sum(1 for c in pre if c[0] == 128) + len(dec)
 
 
+def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
+    bench = bench_module()
+    goal = bench.SWEEPS["goal"][0]
+    assert bench.prefill_shapes("goal") == goal
+    only = bench.prefill_shapes("goal", "128")
+    assert only == [c for c in goal if c[0] == 128] and {s for _, s, _ in only} == {4096, 8192, 16384}
+    assert bench.prefill_shapes("goal", "64,256") == [c for c in goal if c[0] != 128]
+    with pytest.raises(SystemExit, match="--head-dims takes head dims separated by commas .* not 'd128'"):
+        bench.prefill_shapes("goal", "d128")
+
+
 def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):
     bench = bench_module()
     readme = tmp_path / "README.md"
