@@ -588,14 +588,18 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
-        cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
+        cfg = {**prefill_config(d, causal, _multiprocessors(q), max_seqlen_q), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
                    cu_seqlens_k), out, lse)
 
 
-def prefill_config(head_dim, causal, sms=0):
-    """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
+PERSISTENT_SEQLEN = 4096  # d = 128 with causal: the persistent kernel up to this max_seqlen_q
+
+
+def prefill_config(head_dim, causal, sms=0, seqlen=0):
+    """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
+    not known): FlashAttention's parameters that
     differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
     shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
     chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
@@ -604,8 +608,13 @@ def prefill_config(head_dim, causal, sms=0):
     FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449), and
     o's rescale between the GEMMs (589 against 540, causal 492 against 425); d = 256 FA3's 80-key
     blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
-    651, causal 593 against 566). Without `sms` the persistent kernel is left out."""
+    651, causal 593 against 566). The mid call of 21:20 timed d = 128 at seqlen 8192 and 16384 too:
+    with causal the kernel without persistent blocks was the faster there (541 against 481, 561
+    against 495), the persistent one at 4096 (447 against 426), so d = 128 takes it up to
+    PERSISTENT_SEQLEN only. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
+    if head_dim == 128 and seqlen > PERSISTENT_SEQLEN:
+        persistent = {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
@@ -613,15 +622,16 @@ def prefill_config(head_dim, causal, sms=0):
     return dict(block_n=80, rescale_between=True)
 
 
-def prefill_candidates(head_dim, causal, sms=0):
+def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
     the turns at named barriers turned the other way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
     the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
     where it fits, FA3's tile at d = 64 with causal, 192-key blocks at d = 128 and the default 64
-    at d = 256 without it, and with causal the L2 sections of longest_first half as wide."""
-    rule = prefill_config(head_dim, causal, sms)
+    at d = 256 without it, and with causal the L2 sections of longest_first half as wide (the rule
+    and its candidates of a launch with queries of at most `seqlen`)."""
+    rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
     if rule.get("pingpong", True):  # the turns at named barriers (FA3's) or at mbarriers, the other way
