@@ -347,6 +347,8 @@ class MatmulFp8(tilus.Script):
                             for p in tilus.static_range(pieces):
                                 if self.turns:  # a warp group's pieces over the tiles: g * pieces + p
                                     self.take_turn(turn, (g * pieces + p) % 2)
+                                # The fence after the wait for the turn: before it, in the warp groups'
+                                # branches, ptxas serializes every wgmma (its own arrive in a divergent path).
                                 self.wgmma.fence()
                                 self.piece_product(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                                 [widths[p], bk]), part, turn)
