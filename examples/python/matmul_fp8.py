@@ -116,21 +116,10 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted).
-
-    turns (block scaling, one product, two or three consumer warp groups): the consumer warp
-    groups take turns on the tensor cores, piece by piece, each handing the turn to the next
-    (an mbarrier each, one arrival) once the first `turns` of its piece's four k32 wgmma are
-    complete. Issued together, the warp groups' wgmma share the tensor cores and finish together,
-    so both promote at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 75 % of
-    the time; per k step the promotions' FFMAs of both warp groups, 64 a thread a piece, queue on
-    the same schedulers); a stagger between them would last, but nothing keeps one (every tile
-    starts both together). In turns a warp group's piece starts as the one before ends, and it
-    promotes while the next one's runs. Handed on at issue instead (an earlier try: 128
-    arrivals, no stagger) it measured slower."""
+    see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, turns=0):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -148,10 +137,6 @@ class MatmulFp8(tilus.Script):
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
         self.consumers = block_m // 64
-        assert turns in (0, 2, 3, 4) and (not turns or (scaling == "block" and products == 1 and self.consumers > 1)), \
-            "turns (block scaling, one product, two or three consumer warp groups): the k32 wgmma of a piece " \
-            "(2, 3 or 4 of its 4) after whose completion a warp group hands the tensor cores on; 0 for none"
-        self.turns = turns
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
         # not: there the producer is a whole warp group that gives its registers to the
@@ -186,43 +171,6 @@ class MatmulFp8(tilus.Script):
                     self.mbarrier.arrive(barrier)
                     self.mbarrier_arrive(barrier, cta_id=peer)
 
-    def take_turn(self, turn, phase):
-        """Each consumer warp group waits for its turn: the warp group before it in the ring has
-        handed the tensor cores on (the first warp group's first turn is given at the start)."""
-        for wg in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=wg * 128, num_threads=128):
-                self.mbarrier.wait(turn[wg], phase=phase)
-
-    def pass_turn(self, turn):
-        """Each consumer warp group's one thread hands the turn to the next warp group of the ring."""
-        for wg in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=wg * 128, num_threads=128):
-                with self.thread_group(thread_begin=0, num_threads=1):
-                    self.mbarrier.arrive(turn[(wg + 1) % self.consumers])
-
-    def piece_product(self, sa, sb, part, turn):
-        """part = sa @ sb (a k step's product of one piece: four k32 wgmma, after the caller's
-        wgmma.fence), waited for. With
-        turns, the turn passes on once the first self.turns k32 wgmma are complete (their own
-        commit group), while the rest still run: the next warp group's wgmma start as this one's
-        end, and this one promotes while they run."""
-        t = self.turns
-        if t in (0, 4):
-            self.wgmma.mma(sa, sb.transpose(), part, enable_input_d=False)
-            self.wgmma.commit_group()
-            self.wgmma.wait_group(0)
-        else:
-            ks = lambda x, k0, kw: self.slice_shared(x, [0, k0], [0, 1], [x.shape[0], kw])  # noqa: E731
-            self.wgmma.mma(ks(sa, 0, 32 * t), ks(sb, 0, 32 * t).transpose(), part, enable_input_d=False)
-            self.wgmma.commit_group()
-            self.wgmma.mma(ks(sa, 32 * t, BLOCK_K - 32 * t), ks(sb, 32 * t, BLOCK_K - 32 * t).transpose(), part)
-            self.wgmma.commit_group()
-            self.wgmma.wait_group(1)
-            self.pass_turn(turn)
-            self.wgmma.wait_group(0)
-        if t == 4:
-            self.pass_turn(turn)
-
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scale_a: ~float32,
                  scale_b: ~float32, c: tilus.void_p):
         bm, bn, bk, stages, blocks = self.block_m, self.block_n, BLOCK_K, self.stages, self.blocks
@@ -256,8 +204,6 @@ class MatmulFp8(tilus.Script):
         sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
         empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
-        # The turns: consumer warp group w waits on turn[w], which the one before it arrives on.
-        turn = self.mbarrier.alloc(counts=[1] * self.consumers) if self.turns else None
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
@@ -286,9 +232,6 @@ class MatmulFp8(tilus.Script):
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             if split:
                 self.inc_max_nreg(self.consumer_regs)
-            if self.turns:  # the first warp group's first turn
-                with self.thread_group(thread_begin=0, num_threads=1):
-                    self.mbarrier.arrive(turn[0])
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
                 parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
             for t in range(cluster, pairs, clusters):
@@ -345,13 +288,12 @@ class MatmulFp8(tilus.Script):
                             # wgmma's wait to the promotion.
                             scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                             for p in tilus.static_range(pieces):
-                                if self.turns:  # a warp group's pieces over the tiles: g * pieces + p
-                                    self.take_turn(turn, (g * pieces + p) % 2)
-                                # The fence after the wait for the turn: before it, in the warp groups'
-                                # branches, ptxas serializes every wgmma (its own arrive in a divergent path).
                                 self.wgmma.fence()
-                                self.piece_product(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
-                                                                                [widths[p], bk]), part, turn)
+                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
+                                                                            [widths[p], bk]).transpose(), part,
+                                               enable_input_d=False)
+                                self.wgmma.commit_group()
+                                self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
                                 self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
@@ -450,20 +392,27 @@ class MatmulFp8Ring(tilus.Script):
         self.store_global(self.global_view(c, dtype=self.out, shape=[m, n]), out, offsets=[offset_m, offset_n])
 
 
-def block_config(m, n, clusters):
-    """The block-scaled kernel (block_m, block_n, products, turns) MatmulFp8Block takes for an m x n
-    product on `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest
+def block_config(m, n, clusters, out=bfloat16):
+    """The block-scaled kernel (block_m, block_n, products) MatmulFp8Block takes for an m x n
+    product into c of dtype `out` on `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest
     tile: one consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages
     deep), the most tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks
     of a pair have rows; with two products in turn, as the lone warp group's wgmma otherwise idle
     while it promotes (H200, m = 128 on 8192 x 8192: 29.4 us against 30.3). Otherwise 128 x 256
     (each k step's a and b bytes serve twice the products of a 128 x 128 tile) where its tile pairs
-    fill every cluster at least once, else 128 x 128; no turns."""
+    fill every cluster at least once, or 128 x 192 (16-bit c) where its rounds of tile pairs over
+    the clusters hold fewer columns in all (rounds x 192 < rounds x 256: a fuller last round),
+    else 128 x 128. H200, one run (bench/fp8.py, interleaved): 4096^3 128 x 256 113.9 us, 128 x 192
+    128.5 (4 rounds of 256 columns against 6 of 192); 8192^3 128 x 256 1004.6 us, 128 x 192 914.8
+    (16 rounds against 21)."""
     if m <= 128:
-        return 64, 128, 2, 0
-    if tilus.cdiv(m, 256) * tilus.cdiv(n, 256) >= clusters:
-        return 128, 256, 1, 0
-    return 128, 128, 1, 0
+        return 64, 128, 2
+    pairs = lambda bn: tilus.cdiv(m, 256) * tilus.cdiv(n, bn)  # noqa: E731
+    if pairs(256) >= clusters:
+        if out.bits == 16 and tilus.cdiv(pairs(192), clusters) * 192 < tilus.cdiv(pairs(256), clusters) * 256:
+            return 128, 192, 1
+        return 128, 256, 1
+    return 128, 128, 1
 
 
 # The per-tensor and per-row tiles the autotuner times (block_n, stages; 128 rows): 128 x 256 (the
@@ -488,7 +437,7 @@ class MatmulFp8Tuned(MatmulFp8):
         super().__init__(scaling, out=out, atype=atype, btype=btype, block_n=block_n, stages=stages, blocks=blocks)
 
 
-# The block-scaled kernels the autotuner times, as (block_m, block_n, products, turns): 128 x 256 (two
+# The block-scaled kernels the autotuner times, as (block_m, block_n, products): 128 x 256 (two
 # consumer warp groups, each k step's bytes serving the most products; no registers for a second
 # product), 128 x 128 with one product or two in turn (each warp group's next wgmma queued while it
 # promotes), and 64 x 128 (the most tiles, for a few tokens) with two. On the H200 (bench/fp8.py,
@@ -499,26 +448,30 @@ class MatmulFp8Tuned(MatmulFp8):
 # warp groups) measured 0.52-0.57x: not offered. The consumer warp groups issuing their pieces'
 # wgmma in turns (an mbarrier each, handed on after each commit: one promotes while the other's
 # piece runs) measured slower (H200, one run: 128 x 256 114.6 -> 127.6 us at 4096^3, 956 -> 1136
-# us at 8192^3; 128 x 128 0.74x / 0.69x): not kept as such (see turns). 128 x 192 (DeepGEMM's widest tile for
+# us at 8192^3; 128 x 128 0.74x / 0.69x): not kept. 128 x 192 (DeepGEMM's widest tile for
 # 128 x 128 weight scales): one 192-wide wgmma a k step and one wait (128 x 256: two of each), its
 # promotion 96 FFMA a thread with the thirds' scales chosen once a tile (SASS), and 8192^3's tile
 # pairs 20.8 a cluster (a last round 85 % full; 128 x 256: 15.5, half empty); c's buffer the
-# whole tile (16-bit c). 128 x 256 and 128 x 192 also in turns, handed on after three of each
-# piece's four k32 wgmma (the fourth shares the tensor cores with the next warp group's first).
-BLOCK_TILES = [(128, 256, 1, 0), (128, 256, 1, 3), (128, 192, 1, 0), (128, 192, 1, 3), (128, 128, 2, 0),
-               (128, 128, 1, 0), (64, 128, 2, 0)]
+# whole tile (16-bit c): on the H200 (one run, interleaved) 0.79x / 0.86x at 4096^3 / 8192^3
+# against 128 x 256's 0.90x / 0.78x, so block_config takes it where its rounds hold fewer columns;
+# the tuner kept 128 x 256 at 8192^3 (its one-after-another timing disagreed with the bench's).
+# Consumer warp groups in turns on the tensor cores, handed on once 3 (or 2) of a piece's four k32
+# wgmma were complete (an mbarrier each, one arrival), measured slower (same run: 128 x 256 0.78x /
+# 0.67x with 3, 0.82x / 0.75x with 2; 128 x 192 0.75x / 0.75-0.76x; ncu at 8192^3: tensor pipe 61 %
+# and 69 % against 75 % without): removed.
+BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
-@tilus.autotune("block_m, block_n, products, turns", BLOCK_TILES)
+@tilus.autotune("block_m, block_n, products", BLOCK_TILES)
 class MatmulFp8BlockTuned(MatmulFp8):
     """MatmulFp8 with block scales whose tile the autotuner picks among BLOCK_TILES: each timed on
     the GPU at the first call of a size bucket (m, n, k rounded up to powers of two), the winner
     kept on disk."""
 
     def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128, block_n=256, products=1,
-                 turns=0, blocks=132):
+                 blocks=132):
         super().__init__("block", out=out, atype=atype, btype=btype, block_m=block_m, block_n=block_n, blocks=blocks,
-                         products=products, turns=turns)
+                         products=products)
 
 
 class MatmulFp8Block:
@@ -534,19 +487,18 @@ class MatmulFp8Block:
         self.tuned = MatmulFp8BlockTuned(out=out, atype=atype, btype=btype, blocks=blocks) if tune else None
 
     def kernel(self, m, n):
-        tile = block_config(m, n, self.blocks // 2)
+        tile = block_config(m, n, self.blocks // 2, self.out)
         if tile not in self.kernels:
             self.kernels[tile] = MatmulFp8("block", out=self.out, atype=self.atype, btype=self.btype,
-                                           block_m=tile[0], block_n=tile[1], products=tile[2], turns=tile[3],
-                                           blocks=self.blocks)
+                                           block_m=tile[0], block_n=tile[1], products=tile[2], blocks=self.blocks)
         return self.kernels[tile]
 
     def tile(self, m, n, k, a, b, scale_a, scale_b, c):
-        """The (block_m, block_n, products, turns) a call with these arguments takes (tuned: None until tuned)."""
+        """The (block_m, block_n, products) a call with these arguments takes (tuned: None until tuned)."""
         if self.tuned is None:
-            return block_config(m, n, self.blocks // 2)
+            return block_config(m, n, self.blocks // 2, self.out)
         winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
-        return None if winner is None else (winner.block_m, winner.block_n, winner.products, winner.turns)
+        return None if winner is None else (winner.block_m, winner.block_n, winner.products)
 
     def __call__(self, m, n, k, a, b, scale_a, scale_b, c):
         kernel = self.tuned if self.tuned is not None else self.kernel(m, n)
@@ -665,8 +617,6 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
-                   1040 if not quick else 272),
-                  (MatmulFp8("block", turns=3, blocks=blocks), 600 if not quick else 301, 1000 if not quick else 520,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]

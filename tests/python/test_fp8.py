@@ -102,12 +102,6 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     # tile's buffer, one 256-wide wgmma).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
     (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
-    # Consumer warp groups in turns: several tiles a block (the turns' phases run on across them),
-    # 9 k steps (a partial last one), handed on after 3, 2 or all 4 of a piece's k32 wgmma; two
-    # pieces a k step (128 x 256), one (128 x 192), three warp groups in a ring (192 x 128).
-    (dict(scaling="block", turns=3), 1000, 1000, 1040), (dict(scaling="block", block_n=192, turns=3), 700, 1000, 400),
-    (dict(scaling="block", turns=2, out=float16), 301, 520, 1040), (dict(scaling="block", turns=4), 520, 700, 272),
-    (dict(scaling="block", block_m=192, turns=3), 1000, 1000, 400),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
@@ -115,10 +109,13 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
 
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
-    the clusters, else 128 x 128 (66 clusters, as on an H100 / H200)."""
-    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128, 2, 0)] * 3
-    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256, 1, 0)
-    assert block_config(256, 8192, 66) == (128, 128, 1, 0)  # 32 pairs of 128 x 256 tiles would leave half idle
+    the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
+    (66 clusters, as on an H100 / H200)."""
+    assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128, 2)] * 3
+    assert block_config(4096, 4096, 66) == (128, 256, 1)  # 4 rounds of 256 columns against 6 of 192
+    assert block_config(8192, 8192, 66) == (128, 192, 1)  # 21 rounds of 192 columns against 16 of 256
+    assert block_config(8192, 8192, 66, float32) == (128, 256, 1)  # 192 columns: 16-bit c only
+    assert block_config(256, 8192, 66) == (128, 128, 1)  # 32 pairs of 128 x 256 tiles would leave half idle
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
@@ -133,11 +130,10 @@ def test_the_block_scaled_tuner_offers_every_tile():
     """MatmulFp8BlockTuned's space is BLOCK_TILES, each a MatmulFp8 with block scaling."""
     from tilus.tuning import space_of
     configs = space_of(MatmulFp8BlockTuned, {"blocks": 132})
-    assert [(c["block_m"], c["block_n"], c["products"], c["turns"]) for c in configs] == BLOCK_TILES
+    assert [(c["block_m"], c["block_n"], c["products"]) for c in configs] == BLOCK_TILES
     for c in configs:
         kernel = MatmulFp8BlockTuned(blocks=132, **c)
-        assert (kernel.scaling, kernel.block_m, kernel.block_n, kernel.products, kernel.turns) == \
-            ("block", *BLOCK_TILES[configs.index(c)])
+        assert (kernel.scaling, kernel.block_m, kernel.block_n, kernel.products) == ("block", *BLOCK_TILES[configs.index(c)])
 
 
 def test_the_per_tensor_tuner_offers_every_width():
@@ -215,8 +211,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
 @pytest.mark.parametrize("kw", [dict(scaling="tensor"), dict(scaling="tensor", out=float32), dict(scaling="row"),
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
-                         [dict(scaling="block", block_m=bm, block_n=bn, products=p, turns=t)
-                          for bm, bn, p, t in BLOCK_TILES + [(192, 128, 1, 0), (192, 128, 1, 3), (128, 256, 1, 4)]])
+                         [dict(scaling="block", block_m=bm, block_n=bn, products=p)
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -286,50 +282,6 @@ def test_block_scaled_pieces_take_turns_in_the_sass():
     qgmma = [args for o, args in ops if o.startswith("QGMMA")]
     reads = [args.split(",")[2].strip() for args in qgmma[:8]]  # the accumulator input
     assert reads == ["RZ", "R24", "R24", "R24"] * 2 or (reads[0] == reads[4] == "RZ" and "RZ" not in reads[1:4]), qgmma[:8]
-
-
-@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("block_n,turns", [(256, 3), (192, 3), (192, 2), (256, 4)])
-def test_block_scaled_warp_groups_take_turns_in_the_sass(block_n, turns):
-    """In turns, each piece of a k step waits for its warp group's turn (an mbarrier try-wait)
-    before its warpgroup arrive, issues its four k32 QGMMA as `turns` and the rest (two commit
-    groups: the accumulator read after the first, RZ before), and hands the turn on (an mbarrier
-    arrival) between the wait that leaves the last group in flight and the wait for everything,
-    or after that wait when handed on after all four; the promotion's FFMAs follow."""
-    from tilus.artifacts import _cuobjdump
-    if _cuobjdump() is None:
-        pytest.skip("no cuobjdump: the SASS cannot be read")
-    sass = MatmulFp8("block", block_n=block_n, turns=turns).sass(*_args("block", 4096, 4096, 4096), arch="sm_90a")
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9._]*)([^;]*);", sass)
-    names = [o for o, _ in ops]
-    qgmma = [i for i, o in enumerate(names) if o.startswith("QGMMA")]
-    pieces = [qgmma[i:i + 4] for i in range(0, len(qgmma), 4)]
-    assert len(pieces) == (2 if block_n == 256 else 1) and all(len(p) == 4 for p in pieces), len(qgmma)
-    for piece in pieces:
-        arrive = max(i for i in range(piece[0]) if names[i] == "WARPGROUP.ARRIVE")
-        assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in names[arrive - 40:arrive], "no wait for the turn before the piece"
-        reads = [ops[i][1].split(",")[2].strip() for i in piece]
-        assert reads[0] == "RZ" and "RZ" not in reads[1:], reads
-        waits = [i for i in range(piece[-1], piece[-1] + 12) if names[i] == "WARPGROUP.DEPBAR.LE"]
-        levels = [ops[i][1].strip()[-3:] for i in waits]
-        turn = [i for i in range(piece[-1], waits[-1] + 8) if names[i].startswith("SYNCS.ARRIVE")]
-        if turns < 4:
-            assert levels == ["0x1", "0x0"], levels
-            assert turn and waits[0] < turn[0] < waits[1], "the turn is not handed on between the two waits"
-            # The first group closes after `turns` QGMMA: its last one carries gsb0.
-            assert [("gsb0" in ops[i][1]) for i in piece] == [j in (turns - 1, 3) for j in range(4)]
-        else:
-            assert levels == ["0x0"] and turn and turn[0] > waits[0], (levels, turn)
-    assert names.count("FFMA") >= block_n // 2, "fewer promotion FFMAs than the tile's columns a thread"
-
-
-def test_turns_need_block_scaling_and_two_warp_groups():
-    with pytest.raises(AssertionError, match="turns"):
-        MatmulFp8("tensor", turns=3)
-    with pytest.raises(AssertionError, match="turns"):
-        MatmulFp8("block", block_m=64, turns=3)
-    with pytest.raises(AssertionError, match="turns"):
-        MatmulFp8("block", turns=1)
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
