@@ -32,17 +32,18 @@ class SplitK(tilus.Script):
     """The end of a split over k that both kernels share (a base class: its `if` on a kernel
     value is traced as the body's are)."""
 
-    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before, rows=16):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
-        tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
-        partials may not fit in registers) and sets the counter back to zero
-        (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
-        shared slot, allocated before any asynchronous copy's)."""
+        tile's last split to arrive adds gp[:] up into gc (`rows` rows at a time: a whole tile's
+        partials may not fit in registers; each chunk's loads wait a memory latency) and sets the
+        counter back to zero (common.last_to_arrive: the stores before the arrival, the loads
+        after; `before` its shared slot, allocated before any asynchronous copy's)."""
         bm, bn = acc.shape
+        rows = min(bm, rows)
+        assert bm % rows == 0, "whole chunks of rows"
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
         if last_to_arrive(self, arrivals, tile, splits, slot=before):
-            rows = min(bm, 16)
             for r in range(bm // rows):
                 p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
                 self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
@@ -458,13 +459,27 @@ class MatmulA16WxHopper(SplitK):
 
     magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
     order, each k tile's register operand made by masking whole words (magic_product) instead of
-    the general conversion."""
+    the general conversion.
+
+    block_n=64, consumers=2 (halves): both consumer warp groups widen the same 64 weight rows and
+    each multiplies them by its half of the tile's rows of a (wgmma n = block_m / 2) and stores
+    its half of c's tile, so that one warp group's decode and waits overlap the other's wgmma, as
+    with 128 weight rows, on tiles twice as many (unsplit)."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
-        assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
+        assert consumers in (1, 2) and block_n in (64, 64 * consumers), \
+            "each consumer warp group takes 64 weight rows, or two take the same 64 (halves of the rows of a)"
+        # Two consumer warp groups on 64 weight rows: each multiplies them by its half of the rows
+        # of a (wgmma m64 n block_m / 2; both widen the same weights), so that one warp group's
+        # decode and waits overlap the other's wgmma (one warp group on a 64 x 256 tile kept the
+        # tensor pipe 78 % busy under ncu at m = 256, n = k = 8192, and 47 % at 64 x 128, n = 3584,
+        # k = 18944; cuBLAS's two consumer warp groups, 85 %).
+        self.halves = 64 * consumers // block_n
+        assert self.halves == 1 or split_k == tail_split == 1 and block_m % 16 == 0, \
+            "halves of the rows of a: whole 8-row wgmma n in each, unsplit"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
@@ -512,7 +527,18 @@ class MatmulA16WxHopper(SplitK):
         per = 2 * tilus.cdiv(steps, 2 * splits)
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
-    def magic_product(self, k, raw, sa, ss, sz, acc):
+    def sum_rows(self, ways):
+        """The rows of a the last split adds up at a time (add_up_splits): as many as 64 float32
+        registers a consumer thread hold for the `ways` splits' partial sums, 16 at least, a power
+        of two dividing block_m. Each chunk waits for its loads, after the tile's whole k range
+        (16 rows at a time, 256 rows of a took 16 such waits; 128 x 256 split 2 ways measured
+        62.5 us at m = 256, n = k = 8192 on the H200, where 64 k tiles at its unsplit pace take 43)."""
+        rows = 16
+        while 2 * rows * ways * self.block_n <= 64 * 128 * self.consumers and self.block_m % (2 * rows) == 0:
+            rows *= 2
+        return rows
+
+    def magic_product(self, k, raw, sa, ss, sz, acc, groups):
         """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
         for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
         r = 2, 3) into f16's exponent of 1024 (one LOP3 a pair, the sign flip of signed codes in
@@ -521,13 +547,13 @@ class MatmulA16WxHopper(SplitK):
         them to code - zero (x 1 / 16 where odd: exact), one HMUL2 scales them. One wgmma call
         for the four k steps (one fence: four calls each fenced would end ptxas's wgmma group at
         each, and the next tile's decode would wait for this tile's first three products)."""
-        bn, at, workers = self.block_n, self.atype, 128 * self.consumers
+        bn, at, workers = self.block_n, self.atype, 128 * groups  # groups: the warp groups over bn
         rows = bn * 64 // 2 // 16
         words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                           tilus.local(1, 4))
         signed = self.wtype.is_signed()
         bits = magic_registers(self, words, self.wtype, k, workers)
-        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
+        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, groups))  # [bn, 64]
         odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
         unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
         base = 1024.0 - odd * 960.0  # 64 on odd r
@@ -550,9 +576,70 @@ class MatmulA16WxHopper(SplitK):
                 self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + j * 64])
             self.tma.commit_group()
 
-    def release(self, barrier, peer=None):
-        """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
-        for wg in tilus.static_range(self.consumers):
+    def consume(self, k, h, walk, steps, tiles_m, tiles_n, rank, peer, whole, tiles, full, empty, gc, splitting):
+        """A consumer thread group's units of work (walk: range(*walk)): all consumer warp groups
+        together on 64 weight rows each, or (halves) warp group h on the h-th half of the rows of
+        a. tiles: the ring's shared tiles (a, weights, scales, zero points) and c's staging tile;
+        splitting: the split-K ending's partial sums, counters and shared slot (None: unsplit)."""
+        bn, bk, stages, at, parts = self.block_n, self.block_k, self.stages, self.atype, self.halves
+        sa, sw, ss, sz, sc = tiles
+        groups, workers = self.consumers // parts, 128 * self.consumers // parts  # in this thread group
+        rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
+        bm = self.block_m // parts  # the rows of a this group multiplies
+        unsigned = not self.wtype.is_signed()
+        ways = max(self.split_k, self.tail_split)
+        fragment = wgmma_a_layout(bn, bk, groups)
+        taken = self.declare("taken", int32, 0)  # k tiles through the ring
+        for u in range(*walk):
+            t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
+            acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+            for pair in range(count // 2):
+                for r in tilus.static_range(2):  # two weight tiles in registers, alternating
+                    g = taken + 2 * pair + r
+                    stage = g % stages
+                    self.mbarrier.wait(full[stage], phase=g // stages % 2)
+                    raw = self.load_shared(sw[stage])
+                    self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
+                                         tilus.local(1, 16))
+                    a = sa[stage] if parts == 1 else self.slice_shared(sa[stage], [h * bm, 0], [0, 1], [bm, bk])
+                    if self.magic:
+                        acc = self.magic_product(k, raw, a, ss[stage], sz[stage], acc, groups)
+                    else:
+                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                        if unsigned:
+                            w = w - self.transpose(self.load_shared(sz[stage]))
+                        w = w * self.transpose(self.load_shared(ss[stage]))
+                        self.wgmma.fence()
+                        self.wgmma.mma(w, a.transpose(), acc)
+                    self.wgmma.commit_group()
+                    self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
+                    if r == 1:
+                        self.release(empty[(g + stages - 1) % stages], peer, groups)
+                    else:
+                        if pair > 0:
+                            self.release(empty[(g + stages - 1) % stages], peer, groups)
+            self.wgmma.wait_group(0)
+            if ways == 1:
+                self.release(empty[(taken + count - 1) % stages], peer, groups)
+            else:
+                if count > 0:  # (a tile's last split may have no k tiles)
+                    self.release(empty[(taken + count - 1) % stages], peer, groups)
+            taken = taken + count
+            if splits > 1:  # (a Python or a kernel condition)
+                # The split's partial sums into gp[split], and the tile's last split adds them
+                # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
+                # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
+                # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
+                gp, arrivals, before = splitting
+                self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
+                                   ways, offset_m, tile_n * bn, before, rows=self.sum_rows(ways))
+            else:
+                self.store_tile(acc, sc, gc, offset_m + h * bm, tile_n * bn)
+
+    def release(self, barrier, peer, groups):
+        """One arrival per consumer warp group (of the `groups` of the thread group) on this block's
+        barrier (and on the peer block's)."""
+        for wg in tilus.static_range(groups):
             with self.thread_group(thread_begin=wg * 128, num_threads=1):
                 self.mbarrier.arrive(barrier)
                 if peer is not None:
@@ -592,8 +679,10 @@ class MatmulA16WxHopper(SplitK):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        parts = self.halves  # the consumers' thread groups (two: each on half the rows of a)
         if self.split_k == 1:  # (every tile split: none leaves through shared memory)
-            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+            # c's tile as TMA store boxes of 64 columns (a tile of its own for each half of the rows of a)
+            sc = [self.shared_tensor(dtype=at, shape=[bn // 64, bm // parts, 64]) for _ in range(parts)]
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
             gp = self.global_view(partial, shape=[ways, m, n])
@@ -638,53 +727,12 @@ class MatmulA16WxHopper(SplitK):
                                 self.tma.global_to_shared(src=gz, dst=sz[stage], mbarrier=full[stage],
                                                           offsets=[kt * bk // self.group, tile_n * bn])
                     issued = issued + count
-        with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
-            self.inc_max_nreg(232 if self.consumers == 2 else 240)
-            fragment = wgmma_a_layout(bn, bk, self.consumers)
-            taken = self.declare("taken", int32, 0)  # k tiles through the ring
-            for u in range(first_unit, units, units_step):
-                t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
-                acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-                for pair in range(count // 2):
-                    for h in tilus.static_range(2):  # two weight tiles in registers, alternating
-                        g = taken + 2 * pair + h
-                        stage = g % stages
-                        self.mbarrier.wait(full[stage], phase=g // stages % 2)
-                        raw = self.load_shared(sw[stage])
-                        self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
-                                             tilus.local(1, 16))
-                        if self.magic:
-                            acc = self.magic_product(k, raw, sa[stage], ss[stage], sz[stage], acc)
-                        else:
-                            w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
-                            if unsigned:
-                                w = w - self.transpose(self.load_shared(sz[stage]))
-                            w = w * self.transpose(self.load_shared(ss[stage]))
-                            self.wgmma.fence()
-                            self.wgmma.mma(w, sa[stage].transpose(), acc)
-                        self.wgmma.commit_group()
-                        self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
-                        if h == 1:
-                            self.release(empty[(g + stages - 1) % stages], peer)
-                        else:
-                            if pair > 0:
-                                self.release(empty[(g + stages - 1) % stages], peer)
-                self.wgmma.wait_group(0)
-                if ways == 1:
-                    self.release(empty[(taken + count - 1) % stages], peer)
-                else:
-                    if count > 0:  # (a tile's last split may have no k tiles)
-                        self.release(empty[(taken + count - 1) % stages], peer)
-                taken = taken + count
-                if splits > 1:  # (a Python or a kernel condition)
-                    # The split's partial sums into gp[split], and the tile's last split adds them
-                    # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
-                    # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
-                    # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
-                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
-                                       ways, offset_m, tile_n * bn, before)
-                else:
-                    self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
+        for h in tilus.static_range(parts):  # the consumer warp groups (together, or each on its half of a's rows)
+            with self.thread_group(thread_begin=h * workers // parts, num_threads=workers // parts):
+                self.inc_max_nreg(232 if self.consumers == 2 else 240)
+                self.consume(k, h, (first_unit, units, units_step), steps, tiles_m, tiles_n, rank, peer, whole,
+                             (sa, sw, ss, sz, sc[h] if self.split_k == 1 else None), full, empty, gc,
+                             (gp, arrivals, before) if ways > 1 else None)
         if clustered:
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
@@ -770,8 +818,10 @@ class QuantizedMatmul:
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round and their partial sums take 16 MB at most (128 x 128 at
-          m = 256 also unsplit), and the rule's tile on the magic decode where its
-          weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
+          m = 256 also unsplit; 128 x 256 unsplit only where it does not split), the rule's tile
+          on the magic decode where its weights exist (`magic`), and from m = 129 64 weight rows
+          on two warp groups each taking half the rows of a (halves: 256 rows, on the magic
+          decode where its weights exist, and 128); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
@@ -817,9 +867,8 @@ class QuantizedMatmul:
                 # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too.)
                 if m // 2 <= bm < 2 * m and m <= 256:
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
-            if m > 128:
-                add(big)
             if m > 256:  # (unsplit clusters never won at m = 256 on the H200)
+                add(big)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
                 # (192 and 240 rows of a, which fill the grid's rounds better than 256 at m = 4096,
@@ -838,16 +887,21 @@ class QuantizedMatmul:
                 # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
                 # (Their splits in clusters of two, the last round's tiles split alone, and 128 x
                 # 128 in clusters, never won up to m = 256 in the mid H200 call of 2026-11-28.)
+                # 128 x 256 unsplit (beyond m = 128) where it does not split: split, it fills the
+                # rounds better (at m = 256 the H200 timed it split 1.3-1.6x as fast).
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
-                    tiles, tile_bytes = -(-n // 128) * -(-m // bm), 128 * bm * 4
-                    split = self.wave_split(tiles, k // rule["block_k"])
-                    if split * tiles * tile_bytes > self.PARTIALS_BYTES:  # (n = 3584 at m = 256: 25-32 MB)
-                        split = 1
-                    if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
+                    tiles = -(-n // 128) * -(-m // bm)
+                    split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
+                    if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
+                if m > 128:  # two warp groups on 64 weight rows, each on half the rows of a (halves)
+                    for bm in (256, 128):
+                        if m // 2 <= bm:
+                            add(dict(big, block_n=64, block_m=bm, stages=8 if bm <= 128 else 4,
+                                     **({"magic": True} if bm == 256 and magic and self.hopper_magic() else {})))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False
@@ -872,12 +926,15 @@ class QuantizedMatmul:
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
         return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
 
-    def wave_split(self, tiles, ktiles):
+    def wave_split(self, tiles, ktiles, tile_bytes):
         """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
-        fewest ways (1 to 16, 8 k tiles a split at least) whose units fill the persistent grid's
-        rounds (units / (rounds x SMs)) to 90 %, else the fullest."""
+        fewest ways (1 to 16, 8 k tiles a split at least, PARTIALS_BYTES of partial sums at most,
+        tile_bytes a tile a split) whose units fill the persistent grid's rounds (units / (rounds x
+        SMs)) to 90 %, else the fullest (n = 3584 at m = 256: 28 tiles of 128 x 256 in 4 splits,
+        85 %; the 9 that fill 95 % would write 33 MB)."""
         sms = self.sms or 132
-        fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17) if s == 1 or ktiles // s >= 8}
+        fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17)
+                if s == 1 or ktiles // s >= 8 and s * tiles * tile_bytes <= self.PARTIALS_BYTES}
         return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
     # The most float32 partial sums a split kernel may write (and its last splits read back):
@@ -1139,6 +1196,7 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
+    run("matmul_a16wx", tilus.uint4, 300, 264, 1024, cfg=dict(wgmma, block_n=64, block_m=256, stages=4, magic=True))
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
