@@ -238,6 +238,7 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
+        group += f" stream-K {cfg['stream_k']}" if cfg.get("stream_k") else ""
         group += " magic" if cfg.get("magic") else ""
         group += " halves" if cfg["consumers"] * 64 > cfg["block_n"] else ""  # two warp groups on a's rows
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"

@@ -32,20 +32,22 @@ class SplitK(tilus.Script):
     """The end of a split over k that both kernels share (a base class: its `if` on a kernel
     value is traced as the body's are)."""
 
-    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before, rows=16):
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before, rows=16, slots=None):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
         tile's last split to arrive adds gp[:] up into gc (`rows` rows at a time: a whole tile's
         partials may not fit in registers; each chunk's loads wait a memory latency) and sets the
         counter back to zero (common.last_to_arrive: the stores before the arrival, the loads
-        after; `before` its shared slot, allocated before any asynchronous copy's)."""
+        after; `before` its shared slot, allocated before any asynchronous copy's). splits may be
+        a kernel value where `slots` (a constant, at least splits) gives the loads' extent (gp's
+        slots past splits read as zeros)."""
         bm, bn = acc.shape
         rows = min(bm, rows)
         assert bm % rows == 0, "whole chunks of rows"
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
         if last_to_arrive(self, arrivals, tile, splits, slot=before):
             for r in range(bm // rows):
-                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
+                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[slots or splits, rows, bn])
                 self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
@@ -461,13 +463,19 @@ class MatmulA16WxHopper(SplitK):
     order, each k tile's register operand made by masking whole words (magic_product) instead of
     the general conversion.
 
+    stream_k=p: the k tiles of all output tiles, tile after tile, in one even run a block
+    (stream-K), at most p pieces a tile; a tile in pieces ends as a split does (its pieces' partial
+    sums added up by the last to arrive), so every block does the same work where whole tiles or
+    splits would leave part of a round idle.
+
     block_n=64, consumers=2 (halves): both consumer warp groups widen the same 64 weight rows and
     each multiplies them by its half of the tile's rows of a (wgmma n = block_m / 2) and stores
     its half of c's tile, so that one warp group's decode and waits overlap the other's wgmma, as
     with 128 weight rows, on tiles twice as many (unsplit)."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
+                 stream_k=0):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert consumers in (1, 2) and block_n in (64, 64 * consumers), \
@@ -489,6 +497,13 @@ class MatmulA16WxHopper(SplitK):
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
         self.tail_split = tail_split
+        # stream_k = p (2 to 16): the k tiles of all output tiles, tile after tile, cut into one even
+        # run a block (stream-K), long enough that a tile has at most p pieces: every block the same
+        # work where whole tiles or splits leave a round part empty (n = 3584 at m = 256: 28 tiles
+        # of 128 x 256 on 132 blocks); each piece of a tile in pieces ends as a split does.
+        assert stream_k == 0 or 2 <= stream_k <= 16 and split_k == tail_split == cluster == 1, \
+            "stream-K: 2 to 16 pieces a tile at most, unsplit otherwise, no clusters"
+        self.stream_k = stream_k
         self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
         # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
         # by masking whole words (magic_product) instead of the general conversion.
@@ -511,7 +526,15 @@ class MatmulA16WxHopper(SplitK):
         of a, its weight tile, the split's first k tile, its number of k tiles). A tile's splits are
         neighbouring units (run at once by neighbouring blocks) of whole pairs of k tiles each.
         whole: with tail_split, the units of the whole rounds (unsplit tiles); the tiles after them
-        are split."""
+        are split; with stream_k, (first, end, per) of this block's run of k tiles (the units: the
+        tiles it meets, its piece of each)."""
+        if self.stream_k:
+            first, end, per = whole
+            lo, hi = tilus.max(first, u * steps), tilus.min(end, (u + 1) * steps)
+            block = u * steps // per  # the block of the tile's first piece
+            offset_m, tile_n = self.tile_origin(u, tiles_m, tiles_n)
+            return u, self.blockIdx.x - block, ((u + 1) * steps - 1) // per - block + 1, offset_m, tile_n, \
+                lo - u * steps, hi - lo
         if self.tail_split > 1:
             ways = self.tail_split
             tail = u >= whole
@@ -528,13 +551,14 @@ class MatmulA16WxHopper(SplitK):
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
     def sum_rows(self, ways):
-        """The rows of a the last split adds up at a time (add_up_splits): as many as 64 float32
-        registers a consumer thread hold for the `ways` splits' partial sums, 16 at least, a power
-        of two dividing block_m. Each chunk waits for its loads, after the tile's whole k range
+        """The rows of a the last split adds up at a time (add_up_splits): as many as 128 float32
+        registers a consumer thread hold for the `ways` splits' partial sums (the accumulator's,
+        stored by then; no spills at 2, 4, 6 and 9 ways), 16 at least, a power of two dividing
+        block_m. Each chunk waits for its loads, after the tile's whole k range
         (16 rows at a time, 256 rows of a took 16 such waits; 128 x 256 split 2 ways measured
         62.5 us at m = 256, n = k = 8192 on the H200, where 64 k tiles at its unsplit pace take 43)."""
         rows = 16
-        while 2 * rows * ways * self.block_n <= 64 * 128 * self.consumers and self.block_m % (2 * rows) == 0:
+        while 2 * rows * ways * self.block_n <= 128 * 128 * self.consumers and self.block_m % (2 * rows) == 0:
             rows *= 2
         return rows
 
@@ -580,14 +604,15 @@ class MatmulA16WxHopper(SplitK):
         """A consumer thread group's units of work (walk: range(*walk)): all consumer warp groups
         together on 64 weight rows each, or (halves) warp group h on the h-th half of the rows of
         a. tiles: the ring's shared tiles (a, weights, scales, zero points) and c's staging tile;
-        splitting: the split-K ending's partial sums, counters and shared slot (None: unsplit)."""
+        splitting: the split-K ending's partial sums (pointer, m, n), counters and shared slot (None:
+        unsplit)."""
         bn, bk, stages, at, parts = self.block_n, self.block_k, self.stages, self.atype, self.halves
         sa, sw, ss, sz, sc = tiles
         groups, workers = self.consumers // parts, 128 * self.consumers // parts  # in this thread group
         rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
         bm = self.block_m // parts  # the rows of a this group multiplies
         unsigned = not self.wtype.is_signed()
-        ways = max(self.split_k, self.tail_split)
+        ways = max(self.split_k, self.tail_split, self.stream_k)
         fragment = wgmma_a_layout(bn, bk, groups)
         taken = self.declare("taken", int32, 0)  # k tiles through the ring
         for u in range(*walk):
@@ -630,9 +655,12 @@ class MatmulA16WxHopper(SplitK):
                 # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
                 # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
                 # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
-                gp, arrivals, before = splitting
+                partial, m, n, arrivals, before = splitting
+                # (stream-K: the tile's pieces, its own number; the slots past them read as zeros)
+                pieces = splits if self.stream_k else ways
+                gp = self.global_view(partial, shape=[pieces, m, n])
                 self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
-                                   ways, offset_m, tile_n * bn, before, rows=self.sum_rows(ways))
+                                   pieces, offset_m, tile_n * bn, before, rows=self.sum_rows(ways), slots=ways)
             else:
                 self.store_tile(acc, sc, gc, offset_m + h * bm, tile_n * bn)
 
@@ -667,8 +695,14 @@ class MatmulA16WxHopper(SplitK):
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
-        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
+        ways = max(self.split_k, self.tail_split, self.stream_k)  # the most splits of a tile
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
+        if self.stream_k:  # this block's run of k tiles: its units are the tiles it meets
+            total = tiles_m * tiles_n * steps
+            per = tilus.max(2 * tilus.cdiv(total, 2 * blocks), 2 * tilus.cdiv(steps, 2 * (self.stream_k - 1)))
+            first = self.blockIdx.x * per
+            end = tilus.min(first + per, total)
+            first_unit, units, units_step, whole = first // steps, tilus.cdiv(end, steps), 1, (first, end, per)
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -685,7 +719,6 @@ class MatmulA16WxHopper(SplitK):
             sc = [self.shared_tensor(dtype=at, shape=[bn // 64, bm // parts, 64]) for _ in range(parts)]
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
-            gp = self.global_view(partial, shape=[ways, m, n])
             # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
         unsigned = not self.wtype.is_signed()
@@ -732,7 +765,7 @@ class MatmulA16WxHopper(SplitK):
                 self.inc_max_nreg(232 if self.consumers == 2 else 240)
                 self.consume(k, h, (first_unit, units, units_step), steps, tiles_m, tiles_n, rank, peer, whole,
                              (sa, sw, ss, sz, sc[h] if self.split_k == 1 else None), full, empty, gc,
-                             (gp, arrivals, before) if ways > 1 else None)
+                             (partial, m, n, arrivals, before) if ways > 1 else None)
         if clustered:
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
@@ -821,7 +854,8 @@ class QuantizedMatmul:
           m = 256 also unsplit; 128 x 256 unsplit only where it does not split), the rule's tile
           on the magic decode where its weights exist (`magic`), and from m = 129 64 weight rows
           on two warp groups each taking half the rows of a (halves: 256 rows, on the magic
-          decode where its weights exist, and 128); beyond m = 256 128 x 256 also in clusters of two sharing a
+          decode where its weights exist, and 128), 128 x 256 in stream-K where stream_pieces
+          offers it; beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
@@ -895,6 +929,9 @@ class QuantizedMatmul:
                     split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
                     if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
+                    pieces = self.stream_pieces(tiles, k // rule["block_k"], 128 * bm * 4)
+                    if bm == 256 and pieces:  # 128 x 256 in stream-K where its tiles fill the rounds badly
+                        add(dict(tile, stream_k=pieces))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
                 if m > 128:  # two warp groups on 64 weight rows, each on half the rows of a (halves)
@@ -943,6 +980,22 @@ class QuantizedMatmul:
     # 664 against 194 us; 104 split 5, 882 against 623), one of 15 MB 8 % faster (m = 4096,
     # 28672 x 8192: 20 tiles split 6).
     PARTIALS_BYTES = 16 << 20
+
+    def stream_pieces(self, tiles, ktiles, tile_bytes):
+        """MatmulA16WxHopper's stream_k for `tiles` output tiles (of tile_bytes float32 partial
+        sums) of `ktiles` k tiles each: the most pieces a tile takes when the SMs share all the k
+        tiles in even runs, where the tiles fill the grid's rounds under 90 % and the runs do not
+        fall on the tiles' ends (a split of every tile would do the same); else 0. Runs of 8 k
+        tiles at least, pieces writing 24 MB of partial sums at most (1.5 PARTIALS_BYTES: n = 3584,
+        m = 256, 28 tiles of 128 x 256 on 130 runs of 64 k tiles: 21 MB at most)."""
+        sms = self.sms or 132
+        total = tiles * ktiles
+        per = 2 * -(-total // (2 * sms))
+        if tiles / (-(-tiles // sms) * sms) >= 0.9 or per < 8 or ktiles % per == 0:
+            return 0
+        pieces = -(-ktiles // per) + 1  # (a tile's k tiles meet at most that many runs)
+        written = (tiles + -(-total // per) - 1) * tile_bytes  # (each run's end inside a tile: one piece more)
+        return min(pieces, 16) if written <= self.PARTIALS_BYTES * 3 // 2 else 0
 
     def tail_split(self, tiles, ktiles, tile_bytes=128 * 256 * 4):
         """MatmulA16WxHopper's tail_split for `tiles` output tiles (of tile_bytes float32 partial
@@ -1197,6 +1250,7 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
     run("matmul_a16wx", tilus.uint4, 300, 264, 1024, cfg=dict(wgmma, block_n=64, block_m=256, stages=4, magic=True))
+    run("matmul_a16wx", tilus.int4, 100, 200, 1280, cfg=dict(wgmma, stream_k=4))  # 2 tiles in 3 pieces each
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:

@@ -597,15 +597,22 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 # of a ragged in the second half only, then in both): plain and magic decode, in clusters
                 ("uint4", "bfloat16", 300, 200, 512, 256, 64, 1, 1, False, 1, 2),
                 ("int4", "float16", 330, 392, 1024, 128, 64, 1, 1, True, 1, 2),
-                ("uint4", "float16", 300, 520, 1024, 256, 64, 2, 1, True, 1, 2)]
+                ("uint4", "float16", 300, 520, 1024, 256, 64, 2, 1, True, 1, 2),
+                # stream-K on 5 blocks: 2 tiles of 20 k tiles in runs of 8, 3 pieces each (block 2 in
+                # both); 4 tiles of 8 in runs of 8, whole tiles (no partial sums), block 4 idle; on the
+                # magic decode 3 tiles of 32 in runs of 20, 2, 3 and 2 pieces (3 at most: the bound)
+                ("int4", "float16", 100, 200, 1280, 128, 128, 1, 1, False, 1, 1, 4),
+                ("uint4", "bfloat16", 130, 392, 512, 256, 128, 1, 1, False, 1, 1, 2),
+                ("uint4", "float16", 200, 264, 2048, 256, 128, 1, 1, True, 1, 1, 3)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, halves=1,
-                *, seed, arrays=None):
+                stream_k=0, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights, or with halves=2 two of them, each on half the rows of a; cluster 2:
     blocks in pairs multicasting a; split_k: the k range of each output tile split that many
-    ways; magic: the magic decode on its weight order; tail_split: the last round's tiles split),
+    ways; magic: the magic decode on its weight order; tail_split: the last round's tiles split;
+    stream_k: each block an even run of all tiles' k tiles, at most that many pieces a tile),
     its arguments (on `arrays`' device; host arrays and unset weights without it) and the
     reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
@@ -621,10 +628,10 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64 * halves, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
+                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split, stream_k=stream_k)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
-            np.full((max(split_k, tail_split), m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
+            np.full((max(split_k, tail_split, stream_k), m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -634,11 +641,12 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
-            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + ("-halves" if c[11:] == (2,) else ""))
+            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + ("-halves" if c[11:12] == (2,) else "") +
+            (f"-stream{c[12]}" if c[12:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] + HOPPER_CASES[19:21],
-                         ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
+                         HOPPER_CASES[19:22], ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
@@ -682,7 +690,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:21], ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:24], ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
@@ -772,8 +780,16 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 # a: 256 of them (on the magic decode where its weights exist) and 128
                 halves = [(c["block_m"], c.get("magic", False)) for c in hopper if c["block_n"] * 2 == 64 * c["consumers"]]
                 assert halves == ([(256, magic), (128, False)] if hopper and 128 < m <= 256 else []), (m, got)
+                # stream-K on 128 x 256 up to m = 256 where its tiles fill the rounds under 90 % and the
+                # runs do not fall on the tiles' ends (among these shapes: n = 3584 at m = 256)
+                streams = [c for c in hopper if c.get("stream_k")]
+                tiles = -(-n // 128) * -(-m // 256)
+                assert all(m <= 256 and (c["block_n"], c["block_m"]) == (128, 256) and fill(tiles) < 0.9 and
+                           2 <= c["stream_k"] <= 16 for c in streams), (m, got)
+                assert len(streams) == ((m, n) == (256, 3584)), (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
-                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256)]
+                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and
+                       not c.get("stream_k")]
                 assert not hopper or not 128 < m <= 256 or len(big) == 1, (m, got)
                 # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
                 # over k where their tiles fill less than 90 % of the grid's last round, 8 k tiles
@@ -870,7 +886,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
     """QuantizedMatmul(tune=True) times its candidates at the first call of a shape, keeps the
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
-    8 SMs its splits and two warp groups on halves of a's rows at m = 200 and its last round's
+    8 SMs its splits, stream-K and two warp groups on halves of a's rows at m = 200 and its last round's
     tiles split, alone and in clusters of two, at m = 300, each run twice: the split counters and
     partial sums reused)."""
     import torch
@@ -894,6 +910,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         if sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
             assert any(c["block_n"] == 64 and c["consumers"] == 2 for c in candidates) == (m == 200), candidates
+            assert any(c.get("stream_k") for c in candidates) == (m == 200), candidates
             assert any(c.get("tail_split", 1) > 1 and c.get("cluster") == 2 for c in candidates) == (m == 300), \
                 candidates
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
