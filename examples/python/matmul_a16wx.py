@@ -854,8 +854,8 @@ class QuantizedMatmul:
           m = 256 also unsplit; 128 x 256 unsplit only where it does not split), the rule's tile
           on the magic decode where its weights exist (`magic`), and from m = 129 64 weight rows
           on two warp groups each taking half the rows of a (halves: 256 rows, on the magic
-          decode where its weights exist, and 128), 128 x 256 in stream-K where stream_pieces
-          offers it; beyond m = 256 128 x 256 also in clusters of two sharing a
+          decode where its weights exist, and 128); 128 x 256 in stream-K where stream_pieces
+          offers it (at any m); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
@@ -914,6 +914,9 @@ class QuantizedMatmul:
                 if tail > 1:  # the last round's tiles split over k
                     add(dict(big, tail_split=tail))
                     add(dict(big, tail_split=tail, cluster=2))
+                pieces = self.stream_pieces(-(-n // 128) * -(-m // 256), k // rule["block_k"], 128 * 256 * 4)
+                if pieces:  # (n = 3584 at m = 1024: 112 tiles, 85 % of a round)
+                    add(dict(big, stream_k=pieces))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
@@ -986,8 +989,9 @@ class QuantizedMatmul:
         sums) of `ktiles` k tiles each: the most pieces a tile takes when the SMs share all the k
         tiles in even runs, where the tiles fill the grid's rounds under 90 % and the runs do not
         fall on the tiles' ends (a split of every tile would do the same); else 0. Runs of 8 k
-        tiles at least, pieces writing 24 MB of partial sums at most (1.5 PARTIALS_BYTES: n = 3584,
-        m = 256, 28 tiles of 128 x 256 on 130 runs of 64 k tiles: 21 MB at most)."""
+        tiles at least, pieces writing 32 MB of partial sums at most (twice PARTIALS_BYTES: n = 3584,
+        28 tiles of 128 x 256 on 130 runs of 64 k tiles at m = 256, 21 MB at most; 112 tiles on
+        132 runs of 252 at m = 1024, 32 MB; the splits' measurements had 15 MB win, 68 MB lose)."""
         sms = self.sms or 132
         total = tiles * ktiles
         per = 2 * -(-total // (2 * sms))
@@ -995,7 +999,7 @@ class QuantizedMatmul:
             return 0
         pieces = -(-ktiles // per) + 1  # (a tile's k tiles meet at most that many runs)
         written = (tiles + -(-total // per) - 1) * tile_bytes  # (each run's end inside a tile: one piece more)
-        return min(pieces, 16) if written <= self.PARTIALS_BYTES * 3 // 2 else 0
+        return min(pieces, 16) if written <= 2 * self.PARTIALS_BYTES else 0
 
     def tail_split(self, tiles, ktiles, tile_bytes=128 * 256 * 4):
         """MatmulA16WxHopper's tail_split for `tiles` output tiles (of tile_bytes float32 partial

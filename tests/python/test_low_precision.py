@@ -780,13 +780,15 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 # a: 256 of them (on the magic decode where its weights exist) and 128
                 halves = [(c["block_m"], c.get("magic", False)) for c in hopper if c["block_n"] * 2 == 64 * c["consumers"]]
                 assert halves == ([(256, magic), (128, False)] if hopper and 128 < m <= 256 else []), (m, got)
-                # stream-K on 128 x 256 up to m = 256 where its tiles fill the rounds under 90 % and the
-                # runs do not fall on the tiles' ends (among these shapes: n = 3584 at m = 256)
+                # stream-K on 128 x 256 where its tiles fill the rounds under 90 %, the runs do not fall
+                # on the tiles' ends and the pieces write 32 MB at most (among these shapes: n = 3584
+                # at m = 256 and 1024, 8192 x 28672 at m = 256; n = 3584 at 4096 would write 75 MB)
                 streams = [c for c in hopper if c.get("stream_k")]
                 tiles = -(-n // 128) * -(-m // 256)
-                assert all(m <= 256 and (c["block_n"], c["block_m"]) == (128, 256) and fill(tiles) < 0.9 and
+                assert all((c["block_n"], c["block_m"]) == (128, 256) and fill(tiles) < 0.9 and
                            2 <= c["stream_k"] <= 16 for c in streams), (m, got)
-                assert len(streams) == ((m, n) == (256, 3584)), (m, got)
+                assert len(streams) == ((m, n, k) in {(256, 3584, 18944), (1024, 3584, 18944), (256, 8192, 28672)}), \
+                    (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
                 big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and
                        not c.get("stream_k")]
