@@ -11,10 +11,10 @@ tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, ti
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
 instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
-tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their compiles
-and timings: a quicker sweep of tilus against cuBLAS). A result off the float32 reference by 1 % of its
-largest value is marked WRONG and the sweep goes on; --deadline stops beginning sizes after that
-many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
+tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
+compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
+reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
+beginning sizes after that many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
 launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton are timed in turn
 over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
 clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
@@ -146,6 +146,7 @@ def main():
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     args = p.parse_args()
     start = time.perf_counter()
+    triton_on = triton is not None and not args.no_triton
     g = args.group
     ms = [int(x) for x in args.ms.split(",")]
     shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",")]
@@ -185,7 +186,7 @@ def main():
                 wrong = f"  WRONG (relative error {err:.3g})" if err >= 1e-2 else ""
                 fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
                        "cuBLAS": lambda: torch.matmul(a, w16)}
-                if triton is not None and not args.no_triton:
+                if triton_on:
                     ct = torch.empty_like(c)
                     triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
                     terr = (ct.float() - ref).abs().max().item() / ref.abs().max().item()
@@ -195,7 +196,7 @@ def main():
                         print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
                 t = interleaved_ms(fns, repeat=20)
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
-                if triton is not None and not args.no_triton and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
+                if triton_on and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
                     floors[read] = stream_floor_ms(read // 4)
                 floor = floors.get(read)
                 key = tq.tuning_key(m, n, k, prepared, c)
@@ -238,9 +239,7 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
-        group += f" stream-K {cfg['stream_k']}" if cfg.get("stream_k") else ""
         group += " magic" if cfg.get("magic") else ""
-        group += " halves" if cfg["consumers"] * 64 > cfg["block_n"] else ""  # two warp groups on a's rows
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
               if cfg.get("magic") else "")

@@ -32,22 +32,19 @@ class SplitK(tilus.Script):
     """The end of a split over k that both kernels share (a base class: its `if` on a kernel
     value is traced as the body's are)."""
 
-    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before, rows=16, slots=None):
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
-        tile's last split to arrive adds gp[:] up into gc (`rows` rows at a time: a whole tile's
-        partials may not fit in registers; each chunk's loads wait a memory latency) and sets the
-        counter back to zero (common.last_to_arrive: the stores before the arrival, the loads
-        after; `before` its shared slot, allocated before any asynchronous copy's). splits may be
-        a kernel value where `slots` (a constant, at least splits) gives the loads' extent (gp's
-        slots past splits read as zeros)."""
+        tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
+        partials may not fit in registers) and sets the counter back to zero
+        (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
+        shared slot, allocated before any asynchronous copy's)."""
         bm, bn = acc.shape
-        rows = min(bm, rows)
-        assert bm % rows == 0, "whole chunks of rows"
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
         if last_to_arrive(self, arrivals, tile, splits, slot=before):
+            rows = min(bm, 16)
             for r in range(bm // rows):
-                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[slots or splits, rows, bn])
+                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
                 self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
 
@@ -461,33 +458,13 @@ class MatmulA16WxHopper(SplitK):
 
     magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
     order, each k tile's register operand made by masking whole words (magic_product) instead of
-    the general conversion.
-
-    stream_k=p: the k tiles of all output tiles, tile after tile, in one even run a block
-    (stream-K), at most p pieces a tile; a tile in pieces ends as a split does (its pieces' partial
-    sums added up by the last to arrive), so every block does the same work where whole tiles or
-    splits would leave part of a round idle.
-
-    block_n=64, consumers=2 (halves): both consumer warp groups widen the same 64 weight rows and
-    each multiplies them by its half of the tile's rows of a (wgmma n = block_m / 2) and stores
-    its half of c's tile, so that one warp group's decode and waits overlap the other's wgmma, as
-    with 128 weight rows, on tiles twice as many (unsplit)."""
+    the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 stream_k=0):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
-        assert consumers in (1, 2) and block_n in (64, 64 * consumers), \
-            "each consumer warp group takes 64 weight rows, or two take the same 64 (halves of the rows of a)"
-        # Two consumer warp groups on 64 weight rows: each multiplies them by its half of the rows
-        # of a (wgmma m64 n block_m / 2; both widen the same weights), so that one warp group's
-        # decode and waits overlap the other's wgmma (one warp group on a 64 x 256 tile kept the
-        # tensor pipe 78 % busy under ncu at m = 256, n = k = 8192, and 47 % at 64 x 128, n = 3584,
-        # k = 18944; cuBLAS's two consumer warp groups, 85 %).
-        self.halves = 64 * consumers // block_n
-        assert self.halves == 1 or split_k == tail_split == 1 and block_m % 16 == 0, \
-            "halves of the rows of a: whole 8-row wgmma n in each, unsplit"
+        assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
         assert block_n * block_k * wtype.bits // 8 // 16 <= 256, "a k tile's weights must be one TMA box (256 rows)"
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
@@ -497,13 +474,6 @@ class MatmulA16WxHopper(SplitK):
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
         self.tail_split = tail_split
-        # stream_k = p (2 to 16): the k tiles of all output tiles, tile after tile, cut into one even
-        # run a block (stream-K), long enough that a tile has at most p pieces: every block the same
-        # work where whole tiles or splits leave a round part empty (n = 3584 at m = 256: 28 tiles
-        # of 128 x 256 on 132 blocks); each piece of a tile in pieces ends as a split does.
-        assert stream_k == 0 or 2 <= stream_k <= 16 and split_k == tail_split == cluster == 1, \
-            "stream-K: 2 to 16 pieces a tile at most, unsplit otherwise, no clusters"
-        self.stream_k = stream_k
         self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
         # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
         # by masking whole words (magic_product) instead of the general conversion.
@@ -526,15 +496,7 @@ class MatmulA16WxHopper(SplitK):
         of a, its weight tile, the split's first k tile, its number of k tiles). A tile's splits are
         neighbouring units (run at once by neighbouring blocks) of whole pairs of k tiles each.
         whole: with tail_split, the units of the whole rounds (unsplit tiles); the tiles after them
-        are split; with stream_k, (first, end, per) of this block's run of k tiles (the units: the
-        tiles it meets, its piece of each)."""
-        if self.stream_k:
-            first, end, per = whole
-            lo, hi = tilus.max(first, u * steps), tilus.min(end, (u + 1) * steps)
-            block = u * steps // per  # the block of the tile's first piece
-            offset_m, tile_n = self.tile_origin(u, tiles_m, tiles_n)
-            return u, self.blockIdx.x - block, ((u + 1) * steps - 1) // per - block + 1, offset_m, tile_n, \
-                lo - u * steps, hi - lo
+        are split."""
         if self.tail_split > 1:
             ways = self.tail_split
             tail = u >= whole
@@ -550,19 +512,7 @@ class MatmulA16WxHopper(SplitK):
         per = 2 * tilus.cdiv(steps, 2 * splits)
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
-    def sum_rows(self, ways):
-        """The rows of a the last split adds up at a time (add_up_splits): as many as 128 float32
-        registers a consumer thread hold for the `ways` splits' partial sums (the accumulator's,
-        stored by then; no spills at 2, 4, 6 and 9 ways), 16 at least, a power of two dividing
-        block_m. Each chunk waits for its loads, after the tile's whole k range
-        (16 rows at a time, 256 rows of a took 16 such waits; 128 x 256 split 2 ways measured
-        62.5 us at m = 256, n = k = 8192 on the H200, where 64 k tiles at its unsplit pace take 43)."""
-        rows = 16
-        while 2 * rows * ways * self.block_n <= 128 * 128 * self.consumers and self.block_m % (2 * rows) == 0:
-            rows *= 2
-        return rows
-
-    def magic_product(self, k, raw, sa, ss, sz, acc, groups):
+    def magic_product(self, k, raw, sa, ss, sz, acc):
         """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
         for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
         r = 2, 3) into f16's exponent of 1024 (one LOP3 a pair, the sign flip of signed codes in
@@ -571,13 +521,13 @@ class MatmulA16WxHopper(SplitK):
         them to code - zero (x 1 / 16 where odd: exact), one HMUL2 scales them. One wgmma call
         for the four k steps (one fence: four calls each fenced would end ptxas's wgmma group at
         each, and the next tile's decode would wait for this tile's first three products)."""
-        bn, at, workers = self.block_n, self.atype, 128 * groups  # groups: the warp groups over bn
+        bn, at, workers = self.block_n, self.atype, 128 * self.consumers
         rows = bn * 64 // 2 // 16
         words = self.view(raw, dtype=uint32, layout=tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
                           tilus.local(1, 4))
         signed = self.wtype.is_signed()
         bits = magic_registers(self, words, self.wtype, k, workers)
-        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, groups))  # [bn, 64]
+        v = self.view(bits, dtype=at, layout=wgmma_a_layout(bn, 64, self.consumers))  # [bn, 64]
         odd = self.register_tensor(dtype=at, shape=[bn, 1], init=lambda i, j: i % 16 // 8)  # register r odd
         unit = 1.0 - odd * 0.9375  # 1 / 16 on odd r
         base = 1024.0 - odd * 960.0  # 64 on odd r
@@ -600,74 +550,9 @@ class MatmulA16WxHopper(SplitK):
                 self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + j * 64])
             self.tma.commit_group()
 
-    def consume(self, k, h, walk, steps, tiles_m, tiles_n, rank, peer, whole, tiles, full, empty, gc, splitting):
-        """A consumer thread group's units of work (walk: range(*walk)): all consumer warp groups
-        together on 64 weight rows each, or (halves) warp group h on the h-th half of the rows of
-        a. tiles: the ring's shared tiles (a, weights, scales, zero points) and c's staging tile;
-        splitting: the split-K ending's partial sums (pointer, m, n), counters and shared slot (None:
-        unsplit)."""
-        bn, bk, stages, at, parts = self.block_n, self.block_k, self.stages, self.atype, self.halves
-        sa, sw, ss, sz, sc = tiles
-        groups, workers = self.consumers // parts, 128 * self.consumers // parts  # in this thread group
-        rows = bn * bk * self.wtype.bits // 8 // 16  # 16-byte rows of one repacked weight tile
-        bm = self.block_m // parts  # the rows of a this group multiplies
-        unsigned = not self.wtype.is_signed()
-        ways = max(self.split_k, self.tail_split, self.stream_k)
-        fragment = wgmma_a_layout(bn, bk, groups)
-        taken = self.declare("taken", int32, 0)  # k tiles through the ring
-        for u in range(*walk):
-            t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
-            acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            for pair in range(count // 2):
-                for r in tilus.static_range(2):  # two weight tiles in registers, alternating
-                    g = taken + 2 * pair + r
-                    stage = g % stages
-                    self.mbarrier.wait(full[stage], phase=g // stages % 2)
-                    raw = self.load_shared(sw[stage])
-                    self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
-                                         tilus.local(1, 16))
-                    a = sa[stage] if parts == 1 else self.slice_shared(sa[stage], [h * bm, 0], [0, 1], [bm, bk])
-                    if self.magic:
-                        acc = self.magic_product(k, raw, a, ss[stage], sz[stage], acc, groups)
-                    else:
-                        w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
-                        if unsigned:
-                            w = w - self.transpose(self.load_shared(sz[stage]))
-                        w = w * self.transpose(self.load_shared(ss[stage]))
-                        self.wgmma.fence()
-                        self.wgmma.mma(w, a.transpose(), acc)
-                    self.wgmma.commit_group()
-                    self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
-                    if r == 1:
-                        self.release(empty[(g + stages - 1) % stages], peer, groups)
-                    else:
-                        if pair > 0:
-                            self.release(empty[(g + stages - 1) % stages], peer, groups)
-            self.wgmma.wait_group(0)
-            if ways == 1:
-                self.release(empty[(taken + count - 1) % stages], peer, groups)
-            else:
-                if count > 0:  # (a tile's last split may have no k tiles)
-                    self.release(empty[(taken + count - 1) % stages], peer, groups)
-            taken = taken + count
-            if splits > 1:  # (a Python or a kernel condition)
-                # The split's partial sums into gp[split], and the tile's last split adds them
-                # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
-                # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
-                # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
-                partial, m, n, arrivals, before = splitting
-                # (stream-K: the tile's pieces, its own number; the slots past them read as zeros)
-                pieces = splits if self.stream_k else ways
-                gp = self.global_view(partial, shape=[pieces, m, n])
-                self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
-                                   pieces, offset_m, tile_n * bn, before, rows=self.sum_rows(ways), slots=ways)
-            else:
-                self.store_tile(acc, sc, gc, offset_m + h * bm, tile_n * bn)
-
-    def release(self, barrier, peer, groups):
-        """One arrival per consumer warp group (of the `groups` of the thread group) on this block's
-        barrier (and on the peer block's)."""
-        for wg in tilus.static_range(groups):
+    def release(self, barrier, peer=None):
+        """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
+        for wg in tilus.static_range(self.consumers):
             with self.thread_group(thread_begin=wg * 128, num_threads=1):
                 self.mbarrier.arrive(barrier)
                 if peer is not None:
@@ -695,14 +580,8 @@ class MatmulA16WxHopper(SplitK):
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
-        ways = max(self.split_k, self.tail_split, self.stream_k)  # the most splits of a tile
+        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
-        if self.stream_k:  # this block's run of k tiles: its units are the tiles it meets
-            total = tiles_m * tiles_n * steps
-            per = tilus.max(2 * tilus.cdiv(total, 2 * blocks), 2 * tilus.cdiv(steps, 2 * (self.stream_k - 1)))
-            first = self.blockIdx.x * per
-            end = tilus.min(first + per, total)
-            first_unit, units, units_step, whole = first // steps, tilus.cdiv(end, steps), 1, (first, end, per)
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -713,12 +592,11 @@ class MatmulA16WxHopper(SplitK):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        parts = self.halves  # the consumers' thread groups (two: each on half the rows of a)
         if self.split_k == 1:  # (every tile split: none leaves through shared memory)
-            # c's tile as TMA store boxes of 64 columns (a tile of its own for each half of the rows of a)
-            sc = [self.shared_tensor(dtype=at, shape=[bn // 64, bm // parts, 64]) for _ in range(parts)]
+            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
+            gp = self.global_view(partial, shape=[ways, m, n])
             # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
         unsigned = not self.wtype.is_signed()
@@ -760,12 +638,53 @@ class MatmulA16WxHopper(SplitK):
                                 self.tma.global_to_shared(src=gz, dst=sz[stage], mbarrier=full[stage],
                                                           offsets=[kt * bk // self.group, tile_n * bn])
                     issued = issued + count
-        for h in tilus.static_range(parts):  # the consumer warp groups (together, or each on its half of a's rows)
-            with self.thread_group(thread_begin=h * workers // parts, num_threads=workers // parts):
-                self.inc_max_nreg(232 if self.consumers == 2 else 240)
-                self.consume(k, h, (first_unit, units, units_step), steps, tiles_m, tiles_n, rank, peer, whole,
-                             (sa, sw, ss, sz, sc[h] if self.split_k == 1 else None), full, empty, gc,
-                             (partial, m, n, arrivals, before) if ways > 1 else None)
+        with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
+            self.inc_max_nreg(232 if self.consumers == 2 else 240)
+            fragment = wgmma_a_layout(bn, bk, self.consumers)
+            taken = self.declare("taken", int32, 0)  # k tiles through the ring
+            for u in range(first_unit, units, units_step):
+                t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
+                acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+                for pair in range(count // 2):
+                    for h in tilus.static_range(2):  # two weight tiles in registers, alternating
+                        g = taken + 2 * pair + h
+                        stage = g % stages
+                        self.mbarrier.wait(full[stage], phase=g // stages % 2)
+                        raw = self.load_shared(sw[stage])
+                        self.annotate_layout(raw, tilus.local(rows // workers, 1) * tilus.spatial(workers, 1) *
+                                             tilus.local(1, 16))
+                        if self.magic:
+                            acc = self.magic_product(k, raw, sa[stage], ss[stage], sz[stage], acc)
+                        else:
+                            w = self.view(raw, dtype=self.wtype, layout=fragment).to(at)
+                            if unsigned:
+                                w = w - self.transpose(self.load_shared(sz[stage]))
+                            w = w * self.transpose(self.load_shared(ss[stage]))
+                            self.wgmma.fence()
+                            self.wgmma.mma(w, sa[stage].transpose(), acc)
+                        self.wgmma.commit_group()
+                        self.wgmma.wait_group(1)  # the previous k tile's wgmma retired: release its stage
+                        if h == 1:
+                            self.release(empty[(g + stages - 1) % stages], peer)
+                        else:
+                            if pair > 0:
+                                self.release(empty[(g + stages - 1) % stages], peer)
+                self.wgmma.wait_group(0)
+                if ways == 1:
+                    self.release(empty[(taken + count - 1) % stages], peer)
+                else:
+                    if count > 0:  # (a tile's last split may have no k tiles)
+                        self.release(empty[(taken + count - 1) % stages], peer)
+                taken = taken + count
+                if splits > 1:  # (a Python or a kernel condition)
+                    # The split's partial sums into gp[split], and the tile's last split adds them
+                    # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
+                    # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
+                    # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
+                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
+                                       ways, offset_m, tile_n * bn, before)
+                else:
+                    self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
         if clustered:
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
@@ -850,12 +769,10 @@ class QuantizedMatmul:
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
-          persistent grid's last round and their partial sums take 16 MB at most (128 x 128 at
-          m = 256 also unsplit; 128 x 256 unsplit only where it does not split), the rule's tile
-          on the magic decode where its weights exist (`magic`), and from m = 129 64 weight rows
-          on two warp groups each taking half the rows of a (halves: 256 rows, on the magic
-          decode where its weights exist, and 128); 128 x 256 in stream-K where stream_pieces
-          offers it (at any m); beyond m = 256 128 x 256 also in clusters of two sharing a
+          persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
+          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split), and the rule's
+          tile on the magic decode where its
+          weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
@@ -914,9 +831,6 @@ class QuantizedMatmul:
                 if tail > 1:  # the last round's tiles split over k
                     add(dict(big, tail_split=tail))
                     add(dict(big, tail_split=tail, cluster=2))
-                pieces = self.stream_pieces(-(-n // 128) * -(-m // 256), k // rule["block_k"], 128 * 256 * 4)
-                if pieces:  # (n = 3584 at m = 1024: 112 tiles, 85 % of a round)
-                    add(dict(big, stream_k=pieces))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
@@ -924,24 +838,16 @@ class QuantizedMatmul:
                 # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
                 # (Their splits in clusters of two, the last round's tiles split alone, and 128 x
                 # 128 in clusters, never won up to m = 256 in the mid H200 call of 2026-11-28.)
-                # 128 x 256 unsplit (beyond m = 128) where it does not split: split, it fills the
-                # rounds better (at m = 256 the H200 timed it split 1.3-1.6x as fast).
+                # 128 x 256 unsplit (beyond m = 128) only where it does not split: split, it fills
+                # the rounds better (at m = 256 the H200 timed it split 1.3-1.6 times as fast).
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
                     tiles = -(-n // 128) * -(-m // bm)
                     split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
                     if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
-                    pieces = self.stream_pieces(tiles, k // rule["block_k"], 128 * bm * 4)
-                    if bm == 256 and pieces:  # 128 x 256 in stream-K where its tiles fill the rounds badly
-                        add(dict(tile, stream_k=pieces))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
-                if m > 128:  # two warp groups on 64 weight rows, each on half the rows of a (halves)
-                    for bm in (256, 128):
-                        if m // 2 <= bm:
-                            add(dict(big, block_n=64, block_m=bm, stages=8 if bm <= 128 else 4,
-                                     **({"magic": True} if bm == 256 and magic and self.hopper_magic() else {})))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False
@@ -970,8 +876,9 @@ class QuantizedMatmul:
         """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
         fewest ways (1 to 16, 8 k tiles a split at least, PARTIALS_BYTES of partial sums at most,
         tile_bytes a tile a split) whose units fill the persistent grid's rounds (units / (rounds x
-        SMs)) to 90 %, else the fullest (n = 3584 at m = 256: 28 tiles of 128 x 256 in 4 splits,
-        85 %; the 9 that fill 95 % would write 33 MB)."""
+        SMs)) to 90 %, else the fullest (n = 3584 at m = 256: 56 tiles of 128 x 128 in 2 splits,
+        85 %, where the 7 that fill 99 % would write 26 MB: 67.9 us on the H200, 79.6 the best
+        unsplit tile; it offered no split there before)."""
         sms = self.sms or 132
         fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17)
                 if s == 1 or ktiles // s >= 8 and s * tiles * tile_bytes <= self.PARTIALS_BYTES}
@@ -983,23 +890,6 @@ class QuantizedMatmul:
     # 664 against 194 us; 104 split 5, 882 against 623), one of 15 MB 8 % faster (m = 4096,
     # 28672 x 8192: 20 tiles split 6).
     PARTIALS_BYTES = 16 << 20
-
-    def stream_pieces(self, tiles, ktiles, tile_bytes):
-        """MatmulA16WxHopper's stream_k for `tiles` output tiles (of tile_bytes float32 partial
-        sums) of `ktiles` k tiles each: the most pieces a tile takes when the SMs share all the k
-        tiles in even runs, where the tiles fill the grid's rounds under 90 % and the runs do not
-        fall on the tiles' ends (a split of every tile would do the same); else 0. Runs of 8 k
-        tiles at least, pieces writing 32 MB of partial sums at most (twice PARTIALS_BYTES: n = 3584,
-        28 tiles of 128 x 256 on 130 runs of 64 k tiles at m = 256, 21 MB at most; 112 tiles on
-        132 runs of 252 at m = 1024, 32 MB; the splits' measurements had 15 MB win, 68 MB lose)."""
-        sms = self.sms or 132
-        total = tiles * ktiles
-        per = 2 * -(-total // (2 * sms))
-        if tiles / (-(-tiles // sms) * sms) >= 0.9 or per < 8 or ktiles % per == 0:
-            return 0
-        pieces = -(-ktiles // per) + 1  # (a tile's k tiles meet at most that many runs)
-        written = (tiles + -(-total // per) - 1) * tile_bytes  # (each run's end inside a tile: one piece more)
-        return min(pieces, 16) if written <= 2 * self.PARTIALS_BYTES else 0
 
     def tail_split(self, tiles, ktiles, tile_bytes=128 * 256 * 4):
         """MatmulA16WxHopper's tail_split for `tiles` output tiles (of tile_bytes float32 partial
@@ -1253,8 +1143,6 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
-    run("matmul_a16wx", tilus.uint4, 300, 264, 1024, cfg=dict(wgmma, block_n=64, block_m=256, stages=4, magic=True))
-    run("matmul_a16wx", tilus.int4, 100, 200, 1280, cfg=dict(wgmma, stream_k=4))  # 2 tiles in 3 pieces each
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
