@@ -91,6 +91,9 @@ class Forms(tilus.Script):
             if self.form == "copy_async":
                 self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, k0])
                 self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, k0])
+            elif self.form == "evict":  # L2 hints on copies in the ring (a cache policy each)
+                self.copy_async(ga, sa, offsets=[self.blockIdx.x * bm, k0], evict="evict_first")
+                self.copy_async(gb, sb, offsets=[self.blockIdx.y * bn, k0], evict="evict_last")
             elif self.form == "copy":
                 self.copy(ga[self.blockIdx.x * bm:self.blockIdx.x * bm + bm, k0:k0 + bk], sa)
                 self.copy(gb[self.blockIdx.y * bn, k0], sb)
@@ -125,7 +128,7 @@ class Steps(Forms):
         self.body(m, n, k, a, b, c, self.global_view(counts, shape=[1])[0].item())
 
 
-@pytest.mark.parametrize("form", ["copy_async", "copy", "halves", "load_store"])
+@pytest.mark.parametrize("form", ["copy_async", "copy", "halves", "load_store", "evict"])
 @pytest.mark.parametrize("stages", [2, 4])
 def test_every_copy_form_is_pipelined(arrays, form, stages):
     run_matmul(arrays, Forms(form, stages), 150, 100, 200)
