@@ -5,12 +5,13 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS]
+        [--deadline SECONDS] [--show N]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
-instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
+instead) and the line says which kernel won and how long its tuning took (--show: how many of
+the tuning's fastest candidates are listed with their times, 6 by default). The Triton kernel's
 tiles follow a rule per m (triton_config). A result off the float32 reference by 1 % of its
 largest value is marked WRONG and the sweep goes on; --deadline stops beginning sizes after that
 many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
@@ -140,6 +141,7 @@ def main():
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--rule", action="store_true", help="QuantizedMatmul's fixed rule instead of tuning per shape")
     p.add_argument("--wide", action="store_true", help="tune over the whole space (candidates(wide=True))")
+    p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     args = p.parse_args()
@@ -201,7 +203,7 @@ def main():
                 kernel = describe(cfg)
                 if key in tq.timings and (wname, key) not in shown:  # the tuning's fastest candidates
                     shown.add((wname, key))
-                    for t_, c_ in tq.timings[key][:6]:
+                    for t_, c_ in tq.timings[key][:args.show]:
                         print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel, wrong))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
@@ -241,6 +243,8 @@ def describe(cfg):
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
               if cfg.get("magic") else "")
     loop = " unrolled" if cfg.get("unroll") else ""
+    loop += " bounded" if cfg.get("bounded") else ""
+    loop += " cluster-sum" if cfg.get("split_cluster") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 

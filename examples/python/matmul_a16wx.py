@@ -35,18 +35,22 @@ class SplitK(tilus.Script):
     def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
-        tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
-        partials may not fit in registers) and sets the counter back to zero
+        tile's last split to arrive adds gp[:] up into gc (sum_splits) and sets the counter back to zero
         (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
         shared slot, allocated before any asynchronous copy's)."""
-        bm, bn = acc.shape
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
         if last_to_arrive(self, arrivals, tile, splits, slot=before):
-            rows = min(bm, 16)
-            for r in range(bm // rows):
-                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
-                self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
+            self.sum_splits(gc, gp, splits, om, on, acc.shape)
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
+
+    def sum_splits(self, gc, gp, splits, om, on, shape):
+        """gp[:splits] (float32 partial sums [splits, m, n]) added up into c's tile of `shape` at
+        (om, on), 16 rows at a time: a whole tile's partials may not fit in registers."""
+        bm, bn = shape
+        rows = min(bm, 16)
+        for r in range(bm // rows):
+            p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
+            self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
 
 
 class MatmulA16Wx(SplitK):
@@ -59,8 +63,14 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None):
+                 min_blocks=None, split_cluster=False, bounded=False):
         super().__init__()
+        self.bounded = bounded  # no copies past the split's k range (see load_stage)
+        # split_cluster: a tile's splits run as one cluster (blockIdx.z its rank, 2 to 8 splits,
+        # sm_90): each stores its partial sums, the cluster's barrier (release / acquire) stands for
+        # the arrival counter's atomic and the barriers around it, and split 0 adds them up.
+        assert not split_cluster or 2 <= split_k <= 8, "split_cluster: 2 to 8 splits, one cluster (the portable most)"
+        self.split_cluster = split_cluster
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
         # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
@@ -98,6 +108,12 @@ class MatmulA16Wx(SplitK):
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
+        elif self.split_cluster:
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
+            self.cluster.sync()
+            if self.blockIdx.z == 0:
+                self.sum_splits(gc, gp, self.split_k, om, on, acc.shape)
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
@@ -110,6 +126,8 @@ class MatmulA16Wx(SplitK):
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
         self.attrs.warps = self.warps
+        if self.split_cluster:
+            self.attrs.cluster_blocks = [1, 1, self.split_k]
         if self.min_blocks:
             self.attrs.min_blocks = self.min_blocks
         om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
@@ -146,7 +164,7 @@ class MatmulA16Wx(SplitK):
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
-        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
+        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.split_cluster else None
 
         if self.by_tma:
             ktiles = tilus.cdiv(k, bk)
@@ -185,16 +203,23 @@ class MatmulA16Wx(SplitK):
             self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
             return
 
+        ktiles = tilus.cdiv(k, bk)
+
         def load_stage(step, stage):
-            self.copy_async(ga, sa[stage], offsets=[om, (first + step) * bk])
+            # bounded: a k tile past the split's range is copied from past the end of k, so that the
+            # bounds predicates zero-fill it with no read (else the last stages - 1 steps copy the
+            # next split's first tiles, which its own block reads too: 3 of 16 tiles more at split
+            # 4 of k = 8192); the copies stay unconditional, so the waits and barriers do not change.
+            kt = tilus.select(step < steps, first + step, ktiles) if self.bounded else first + step
+            self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
             if self.repacked:
-                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, first + step, 0, 0], dims=[2, 3])
+                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3])
             else:
-                kb = (first + step) * bk
+                kb = kt * bk
                 self.copy_async(gb, sb[stage], offsets=[on, kb * bits // 8 if as_bytes else kb])
-            self.copy_async(gs, ss[stage], offsets=[(first + step) * bk // self.group, on])
+            self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
             if unsigned:
-                self.copy_async(gz, sz[stage], offsets=[(first + step) * bk // self.group, on])
+                self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
             self.copy_async_commit_group()
 
         for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
@@ -764,7 +789,9 @@ class QuantizedMatmul:
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4);
+          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); each of
+          more than one split also bounded (no copies of the next split's k tiles), and on sm_90
+          with 2 to 8 splits bounded in one cluster a tile (split_cluster);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -802,11 +829,20 @@ class QuantizedMatmul:
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
+            # Each also bounded (no copies past its split's k tiles), and on sm_90 (where TMA
+            # applies) with 2 to 8 splits bounded in clusters (split_cluster: the cluster's barrier
+            # for the arrival counter), to be measured against each other.
             for split in splits:
                 add(dict(base, split_k=split, **decode))
+                if split > 1:
+                    add(dict(base, split_k=split, bounded=True, **decode))
+                if tma and 2 <= split <= 8:
+                    add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
             if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
                 for split in splits[-2:]:
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
+                    if split > 1:
+                        add(dict(base, split_k=split, unroll=True, min_blocks=4, bounded=True, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
             # H200, are in the wide space only.)
             return out

@@ -484,6 +484,48 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, t
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
+@pytest.mark.parametrize("wtype,split_k,bk,variant", [("int4", 3, 128, "bounded"), ("uint4", 4, 64, "bounded"),
+                                                       ("int4", 4, 64, "bounded unroll"), ("uint4", 2, 128, "cluster"),
+                                                       ("int4", 3, 64, "cluster")])
+def test_quantized_matmul_split_endings(arrays, wtype, split_k, bk, variant):
+    """The small-m kernel's split-K variants against the float64 dequantize-then-matmul on ragged
+    m and n, k tiles that split unevenly (5 tiles in splits of 2, 2 and 1; in 4 splits of 2 the
+    last two short and empty): bounded=True (a split copies none of the next split's k tiles:
+    past its range the copies zero-fill), with the k loop unrolled too, and split_cluster=True
+    (a tile's splits in one cluster, the cluster's barrier for the arrival counter; GPU only:
+    the CPU backend runs each block alone), each launched twice on one set of counters (the
+    counter variants put them back to zero; the cluster variant does not touch them)."""
+    from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
+    if variant == "cluster" and arrays.device == "cpu":
+        pytest.skip("split_cluster: clusters of blocks run on the GPU only")
+    dt, at = getattr(tilus, wtype), tilus.float16
+    m, n, k = 5, 200, 5 * bk
+    rng = np.random.default_rng(13)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    unroll = "unroll" in variant
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True, late_scale=True,
+                         bounded=True, split_cluster=variant == "cluster", unroll=unroll,
+                         min_blocks=4 if unroll else None)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
+    counters = arrays.put(np.zeros(16, np.int32))
+    for launch in range(2):
+        c = arrays.put(host_array(np.zeros((m, n)), at))
+        kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
+               arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
+        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_split_cluster_wants_2_to_8_splits():
+    """split_cluster=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most)."""
+    from matmul_a16wx import MatmulA16Wx
+    for split in (1, 9):
+        with pytest.raises(AssertionError, match="2 to 8 splits"):
+            MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=split, repacked=True, split_cluster=True)
+
+
 def test_magic_layout_is_the_quarters_fragments():
     """magic_layout's slot 8 j + 4 e + r (word j, nibble 4 e + r) is the slot 2 j + e of the
     mma.sync fragment of a [bn, bk / 4] tile, in the k quarter r: so masking nibbles r and r + 4
@@ -571,6 +613,35 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
         tiles = ops.count("HMMA") // 32
         assert tiles == 4 and ops.count("STL") + ops.count("LDL") == 0, (split, tiles)
         assert len(ops) <= tiles * len(loops["late"]) and ops.count("LOP3") <= tiles * (16 * 4 + 12), (split, len(ops))
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_split_endings_in_sass():
+    """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
+    keeps the k loop's one barrier and its copies, at most 4 instructions more a k tile (the choice
+    of the tile to copy); split_cluster=True ends without the arrival counter's atomic, on the
+    cluster's barrier (arrive and wait), where the counter's ending has the atomic and no cluster
+    barrier; nothing spilled."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16Wx
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    m, n, k = 1, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
+            np.zeros(64, np.int32))
+    sass, loops = {}, {}
+    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True))]:
+        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
+        sass[name] = kernel.sass(*args, arch="sm_90a")
+        loops[name] = loop_ops(sass[name])
+    for name in ("bounded", "cluster"):
+        assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
+        assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
+        assert len(loops[name]) <= len(loops["plain"]) + 4, (name, len(loops[name]), len(loops["plain"]))
+    assert "ATOMG" in sass["plain"] and "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["plain"]
+    assert "ATOMG" not in sass["cluster"] and "UCGABAR_ARV" in sass["cluster"] and "UCGABAR_WAIT" in sass["cluster"]
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -714,11 +785,13 @@ def test_quantized_matmul_picks_its_kernel_by_size():
 @pytest.mark.parametrize("n,k", [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944), (200, 1000)])
 def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
-    rule's choice first, no repeats, at most 8, each a kernel that can be made; up to m = 32 the
-    16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2, 3 and 4
-    blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
-    where its weights exist, and there the last two splits unrolled in the registers of 4 blocks
-    an SM; 8 stages and the TMA copies in the wide space only; from m = 33
+    rule's choice first, no repeats, at most 8 (14 up to m = 32), each a kernel that can be made;
+    up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
+    wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
+    decode with late_scale where its weights exist, and there the last two splits unrolled in the
+    registers of 4 blocks an SM; every split of more than one also bounded, and where TMA applies
+    (sm_90) those of 2 to 8 bounded in clusters; 8 stages and the TMA copies in the wide space
+    only; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -729,7 +802,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 8, (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -744,7 +817,17 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
                     unrolled = [c for c in mma if c.get("unroll")]
                     assert all(c["min_blocks"] == 4 and c["magic"] for c in unrolled)
-                    assert len(unrolled) == (min(2, len(splits)) if magic else 0), (m, got)
+                    listed = [x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
+                              if 1 <= x <= 16 and k // (128 * x) >= 2]
+                    assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
+                    # every split of more than one also bounded (rolled, and unrolled where unrolled),
+                    # and on sm_90 (tma) those of 2 to 8 bounded in one cluster
+                    for c in mma[1:]:
+                        if c["split_k"] > 1 and not c.get("bounded"):
+                            assert dict(c, bounded=True) in got, (m, c)
+                    clustered = {c["split_k"] for c in mma if c.get("split_cluster")}
+                    assert clustered == ({x for x in splits if 2 <= x <= 8} if tma else set()), (m, got)
+                    assert all(c["bounded"] and not c.get("unroll") for c in mma if c.get("split_cluster")), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
