@@ -791,7 +791,8 @@ class QuantizedMatmul:
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); each of
           more than one split also bounded (no copies of the next split's k tiles), and on sm_90
-          with 2 to 8 splits bounded in one cluster a tile (split_cluster);
+          with 2 to 8 splits bounded in one cluster a tile (split_cluster); bounded in 8 stages at
+          the rule's split and at the one that fills a wave of 2 blocks per SM;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -838,6 +839,12 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, bounded=True, **decode))
                 if tma and 2 <= split <= 8:
                     add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
+            # Bounded, 8 stages at the splits of about 2 blocks an SM (100 KB of shared memory a
+            # block: 56 KB of weights in flight where 4 stages have 24): unbounded, a block copied
+            # stages - 1 tiles past its split, 7 of 16 at split 4 of k = 8192.
+            for split in splits[:1] + [x for x in splits if x == 2 * sms // tiles]:
+                if split > 1:
+                    add(dict(base, split_k=split, stages=8, bounded=True, **decode))
             if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
                 for split in splits[-2:]:
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))

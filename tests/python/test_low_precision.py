@@ -485,27 +485,26 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, t
 
 
 @pytest.mark.parametrize("wtype,split_k,bk,variant", [("int4", 3, 128, "bounded"), ("uint4", 4, 64, "bounded"),
-                                                       ("int4", 4, 64, "bounded unroll"), ("uint4", 2, 128, "cluster"),
-                                                       ("int4", 3, 64, "cluster")])
+                                                       ("int4", 4, 64, "bounded unroll"), ("uint4", 3, 128, "bounded 8 stages"),
+                                                       ("uint4", 2, 128, "cluster"), ("int4", 3, 64, "cluster")])
 def test_quantized_matmul_split_endings(arrays, wtype, split_k, bk, variant):
     """The small-m kernel's split-K variants against the float64 dequantize-then-matmul on ragged
     m and n, k tiles that split unevenly (5 tiles in splits of 2, 2 and 1; in 4 splits of 2 the
     last two short and empty): bounded=True (a split copies none of the next split's k tiles:
-    past its range the copies zero-fill), with the k loop unrolled too, and split_cluster=True
-    (a tile's splits in one cluster, the cluster's barrier for the arrival counter; GPU only:
-    the CPU backend runs each block alone), each launched twice on one set of counters (the
-    counter variants put them back to zero; the cluster variant does not touch them)."""
+    past its range the copies zero-fill), with the k loop unrolled too, in 8 stages (7 tiles
+    copied ahead of splits of 2 or 1), and split_cluster=True
+    (a tile's splits in one cluster, the cluster's barrier for the arrival counter), each
+    launched twice on one set of counters (the counter variants put them back to zero; the
+    cluster variant does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
-    if variant == "cluster" and arrays.device == "cpu":
-        pytest.skip("split_cluster: clusters of blocks run on the GPU only")
     dt, at = getattr(tilus, wtype), tilus.float16
     m, n, k = 5, 200, 5 * bk
     rng = np.random.default_rng(13)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     unroll = "unroll" in variant
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True, late_scale=True,
-                         bounded=True, split_cluster=variant == "cluster", unroll=unroll,
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=8 if "8 stages" in variant else 3, repacked=True,
+                         magic=True, late_scale=True, bounded=True, split_cluster=variant == "cluster", unroll=unroll,
                          min_blocks=4 if unroll else None)
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
     counters = arrays.put(np.zeros(16, np.int32))
@@ -790,8 +789,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, and there the last two splits unrolled in the
     registers of 4 blocks an SM; every split of more than one also bounded, and where TMA applies
-    (sm_90) those of 2 to 8 bounded in clusters; 8 stages and the TMA copies in the wide space
-    only; from m = 33
+    (sm_90) those of 2 to 8 bounded in clusters; 8 stages only bounded, at the rule's split and
+    the one of 2 blocks an SM (of more than one); the TMA copies in the wide space only; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -802,7 +801,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (16 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -813,7 +812,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
-                    assert {c["stages"] for c in mma} == {4}
+                    # 8 stages only bounded, at the rule's split and the one of 2 blocks an SM
+                    assert {c["split_k"] for c in mma if c["stages"] == 8} == {x for x in (s, 264 // tiles)
+                                                                           if x in splits and x > 1}, (m, got)
+                    assert all(c["stages"] == 4 or c["bounded"] and not c.get("unroll") for c in mma), (m, got)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
                     unrolled = [c for c in mma if c.get("unroll")]
                     assert all(c["min_blocks"] == 4 and c["magic"] for c in unrolled)
@@ -823,7 +825,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     # every split of more than one also bounded (rolled, and unrolled where unrolled),
                     # and on sm_90 (tma) those of 2 to 8 bounded in one cluster
                     for c in mma[1:]:
-                        if c["split_k"] > 1 and not c.get("bounded"):
+                        if c["split_k"] > 1 and not c.get("bounded") and c["stages"] == 4:
                             assert dict(c, bounded=True) in got, (m, c)
                     clustered = {c["split_k"] for c in mma if c.get("split_cluster")}
                     assert clustered == ({x for x in splits if 2 <= x <= 8} if tma else set()), (m, got)
