@@ -452,62 +452,39 @@ def test_quantized_matmul_tuning_passes_over_a_wrong_winner(arrays, capfd):
     assert q.checked_fastest([(1.0, dict(good, broken=True))], call, m, n, k) == dict(q.mma_config(m, n, k), repacked=False)
 
 
-@pytest.mark.parametrize("wtype,split_k,bk,late_scale,tma", [("int4", 2, 64, True, False), ("uint4", 3, 128, False, False),
-                                                              ("int4", 3, 128, True, True), ("uint4", 2, 64, True, True),
-                                                              ("uint4", 1, 64, False, True), ("int4", 3, 128, True, "unroll"),
-                                                              ("uint4", 2, 64, True, "unroll")])
-def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, tma):
+UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, in the registers of 4 blocks an SM
+
+
+@pytest.mark.parametrize("wtype,split_k,bk,options", [
+    ("int4", 2, 64, dict(late_scale=True)), ("uint4", 3, 128, {}), ("int4", 3, 128, dict(late_scale=True, tma=True)),
+    ("uint4", 2, 64, dict(late_scale=True, tma=True)), ("uint4", 1, 64, dict(tma=True)),
+    ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
+    ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
+    ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
+    ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
+    ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True))])
+def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
-    on ragged m, n and split k (3 splits of 5 k tiles: the last split one tile), signed codes and
-    unsigned ones with zero points, the scales in the product or (late_scale) on each k tile's
-    float32 product; with tma=True each stage's tiles come as TMA boxes on an mbarrier ring (the
-    ragged rows of a zero-filled, no box issued past a split's last tile), twice on one set of
-    counters (they are back to zero after each launch)."""
+    on ragged m, n and split k (5 k tiles: in 3 splits of 2, 2 and 1; in 4 splits of 2 the last
+    two short and empty), signed codes and unsigned ones with zero points, the scales in the
+    product or (late_scale) on each k tile's float32 product; with tma=True each stage's tiles
+    come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
+    split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
+    split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
+    of splits of 2 or 1); split_cluster=True (a tile's splits in one cluster, the cluster's
+    barrier for the arrival counter). Each launched twice on one set of counters (back at zero
+    after each launch; the cluster ending does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
-    m, n, k = (5, 200, 5 * bk) if split_k == 2 else (16, 136, 5 * bk)
+    m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, 136, 5 * bk)
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(16, np.int32))
-    unroll = tma == "unroll"  # the k loop unrolled by the stages, in the registers of 4 blocks an SM
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True,
-                         late_scale=late_scale, tma=tma is True, unroll=unroll, min_blocks=4 if unroll else None)
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **dict(dict(stages=3), **options))
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
-    for launch in range(2 if tma is True else 1):  # on one set of counters: back at zero after each launch
-        c = arrays.put(host_array(np.zeros((m, n)), at))
-        kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
-               arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
-        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
-                                   err_msg=f"launch {launch}")
-        np.testing.assert_array_equal(arrays.host(counters), 0)
-
-
-@pytest.mark.parametrize("wtype,split_k,bk,variant", [("int4", 3, 128, "bounded"), ("uint4", 4, 64, "bounded"),
-                                                       ("int4", 4, 64, "bounded unroll"), ("uint4", 3, 128, "bounded 8 stages"),
-                                                       ("uint4", 2, 128, "cluster"), ("int4", 3, 64, "cluster")])
-def test_quantized_matmul_split_endings(arrays, wtype, split_k, bk, variant):
-    """The small-m kernel's split-K variants against the float64 dequantize-then-matmul on ragged
-    m and n, k tiles that split unevenly (5 tiles in splits of 2, 2 and 1; in 4 splits of 2 the
-    last two short and empty): bounded=True (a split copies none of the next split's k tiles:
-    past its range the copies zero-fill), with the k loop unrolled too, in 8 stages (7 tiles
-    copied ahead of splits of 2 or 1), and split_cluster=True
-    (a tile's splits in one cluster, the cluster's barrier for the arrival counter), each
-    launched twice on one set of counters (the counter variants put them back to zero; the
-    cluster variant does not touch them)."""
-    from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
-    dt, at = getattr(tilus, wtype), tilus.float16
-    m, n, k = 5, 200, 5 * bk
-    rng = np.random.default_rng(13)
-    a = round_to(rng.uniform(-1, 1, (m, k)), at)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
-    unroll = "unroll" in variant
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=8 if "8 stages" in variant else 3, repacked=True,
-                         magic=True, late_scale=True, bounded=True, split_cluster=variant == "cluster", unroll=unroll,
-                         min_blocks=4 if unroll else None)
-    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
-    counters = arrays.put(np.zeros(16, np.int32))
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
