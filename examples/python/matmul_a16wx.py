@@ -63,9 +63,13 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, split_cluster=False, bounded=False):
+                 min_blocks=None, split_cluster=False, bounded=False, evict_first=False):
         super().__init__()
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
+        # evict_first: the weights' copies hint L2 to evict their lines first (each is read once),
+        # so that streaming them does not push out other lines (dirty ones among them, whose
+        # write-back takes DRAM time from the reads).
+        self.evict = "evict_first" if evict_first else None
         # split_cluster: a tile's splits run as one cluster (blockIdx.z its rank, 2 to 8 splits,
         # sm_90): each stores its partial sums, the cluster's barrier (release / acquire) stands for
         # the arrival counter's atomic and the barriers around it, and split 0 adds them up.
@@ -213,10 +217,10 @@ class MatmulA16Wx(SplitK):
             kt = tilus.select(step < steps, first + step, ktiles) if self.bounded else first + step
             self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
             if self.repacked:
-                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3])
+                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3], evict=self.evict)
             else:
                 kb = kt * bk
-                self.copy_async(gb, sb[stage], offsets=[on, kb * bits // 8 if as_bytes else kb])
+                self.copy_async(gb, sb[stage], offsets=[on, kb * bits // 8 if as_bytes else kb], evict=self.evict)
             self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
             if unsigned:
                 self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
@@ -789,10 +793,11 @@ class QuantizedMatmul:
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4); each of
-          more than one split also bounded (no copies of the next split's k tiles), and on sm_90
-          with 2 to 8 splits bounded in one cluster a tile (split_cluster); bounded in 8 stages at
-          the rule's split and at the one that fills a wave of 2 blocks per SM;
+          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4, bounded
+          where split); each split also bounded (no copies of the next split's k tiles; moot
+          unsplit), and bounded with evict_first (the weights' lines first out of L2); at the
+          rule's split and at the one of 2 blocks per SM bounded in 8 stages and, on sm_90 with
+          2 to 8 splits, bounded in one cluster a tile (split_cluster);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -830,26 +835,26 @@ class QuantizedMatmul:
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
-            # Each also bounded (no copies past its split's k tiles), and on sm_90 (where TMA
-            # applies) with 2 to 8 splits bounded in clusters (split_cluster: the cluster's barrier
-            # for the arrival counter), to be measured against each other.
+            # To be measured against each other: each split also bounded (no copies past its k
+            # tiles; moot unsplit) and bounded with the weights' lines evicted from L2 first
+            # (evict_first); at the rule's split and the one of 2 blocks an SM bounded in 8 stages
+            # (100 KB of shared memory a block: 56 KB of weights in flight where 4 stages have 24;
+            # unbounded, a block copied 7 tiles past its split) and, on sm_90 (where TMA applies)
+            # with 2 to 8 splits, bounded in one cluster a tile (split_cluster).
             for split in splits:
                 add(dict(base, split_k=split, **decode))
                 if split > 1:
                     add(dict(base, split_k=split, bounded=True, **decode))
-                if tma and 2 <= split <= 8:
-                    add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
-            # Bounded, 8 stages at the splits of about 2 blocks an SM (100 KB of shared memory a
-            # block: 56 KB of weights in flight where 4 stages have 24): unbounded, a block copied
-            # stages - 1 tiles past its split, 7 of 16 at split 4 of k = 8192.
+                add(dict(base, split_k=split, evict_first=True, **(dict(bounded=True) if split > 1 else {}), **decode))
             for split in splits[:1] + [x for x in splits if x == 2 * sms // tiles]:
                 if split > 1:
                     add(dict(base, split_k=split, stages=8, bounded=True, **decode))
+                if tma and 2 <= split <= 8:
+                    add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
             if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
                 for split in splits[-2:]:
-                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
-                    if split > 1:
-                        add(dict(base, split_k=split, unroll=True, min_blocks=4, bounded=True, **decode))
+                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **(dict(bounded=True) if split > 1 else {}),
+                             **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
             # H200, are in the wide space only.)
             return out

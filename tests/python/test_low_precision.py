@@ -461,7 +461,7 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
     ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
-    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)), ("int4", 3, 128, dict(late_scale=True, evict_first=True)),
     ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
     ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
@@ -473,7 +473,8 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
     split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
     split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
-    of splits of 2 or 1); split_cluster=True (a tile's splits in one cluster, the cluster's
+    of splits of 2 or 1); evict_first=True (the weights' copies with an L2 eviction hint);
+    split_cluster=True (a tile's splits in one cluster, the cluster's
     barrier for the arrival counter). Each launched twice on one set of counters (back at zero
     after each launch; the cluster ending does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
@@ -595,7 +596,7 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 def test_split_endings_in_sass():
     """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
     keeps the k loop's one barrier and its copies, at most 4 instructions more a k tile (the choice
-    of the tile to copy); split_cluster=True ends without the arrival counter's atomic, on the
+    of the tile to copy), with evict_first at most 12 (the copies' cache policy); split_cluster=True ends without the arrival counter's atomic, on the
     cluster's barrier (arrive and wait), where the counter's ending has the atomic and no cluster
     barrier; nothing spilled."""
     from tilus.artifacts import _cuobjdump
@@ -607,15 +608,17 @@ def test_split_endings_in_sass():
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
     sass, loops = {}, {}
-    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True))]:
+    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True)),
+                     ("evict", dict(bounded=True, evict_first=True))]:
         kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
         assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
         sass[name] = kernel.sass(*args, arch="sm_90a")
         loops[name] = loop_ops(sass[name])
-    for name in ("bounded", "cluster"):
+    for name in ("bounded", "cluster", "evict"):
         assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
         assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
-        assert len(loops[name]) <= len(loops["plain"]) + 4, (name, len(loops[name]), len(loops["plain"]))
+        # (evict: the cache policy's descriptor made in the loop, 8 uniform-datapath instructions more)
+        assert len(loops[name]) <= len(loops["plain"]) + (12 if name == "evict" else 4), (name, len(loops[name]))
     assert "ATOMG" in sass["plain"] and "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["plain"]
     assert "ATOMG" not in sass["cluster"] and "UCGABAR_ARV" in sass["cluster"] and "UCGABAR_WAIT" in sass["cluster"]
 
@@ -765,9 +768,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, and there the last two splits unrolled in the
-    registers of 4 blocks an SM; every split of more than one also bounded, and where TMA applies
-    (sm_90) those of 2 to 8 bounded in clusters; 8 stages only bounded, at the rule's split and
-    the one of 2 blocks an SM (of more than one); the TMA copies in the wide space only; from m = 33
+    registers of 4 blocks an SM (bounded where split); every split also bounded (where split) and
+    bounded with evict_first; at the rule's split and the one of 2 blocks an SM (of more than one)
+    bounded in 8 stages and, where TMA applies (sm_90) with 2 to 8 splits, bounded in clusters;
+    the TMA copies in the wide space only; at most 18 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -778,7 +782,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (16 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (18 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -789,24 +793,31 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
-                    # 8 stages only bounded, at the rule's split and the one of 2 blocks an SM
-                    assert {c["split_k"] for c in mma if c["stages"] == 8} == {x for x in (s, 264 // tiles)
-                                                                           if x in splits and x > 1}, (m, got)
-                    assert all(c["stages"] == 4 or c["bounded"] and not c.get("unroll") for c in mma), (m, got)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
                     unrolled = [c for c in mma if c.get("unroll")]
-                    assert all(c["min_blocks"] == 4 and c["magic"] for c in unrolled)
+                    assert all(c["min_blocks"] == 4 and c["magic"] and bool(c.get("bounded")) == (c["split_k"] > 1)
+                               for c in unrolled), (m, got)
                     listed = [x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
                               if 1 <= x <= 16 and k // (128 * x) >= 2]
                     assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
-                    # every split of more than one also bounded (rolled, and unrolled where unrolled),
-                    # and on sm_90 (tma) those of 2 to 8 bounded in one cluster
-                    for c in mma[1:]:
-                        if c["split_k"] > 1 and not c.get("bounded") and c["stages"] == 4:
-                            assert dict(c, bounded=True) in got, (m, c)
-                    clustered = {c["split_k"] for c in mma if c.get("split_cluster")}
-                    assert clustered == ({x for x in splits if 2 <= x <= 8} if tma else set()), (m, got)
-                    assert all(c["bounded"] and not c.get("unroll") for c in mma if c.get("split_cluster")), (m, got)
+                    # every split also bounded (where split) and bounded with evict_first, 4 stages
+                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4 and not c.get("split_cluster")]
+                    template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
+                    want = []
+                    for x in splits:
+                        want += [dict(template, split_k=x), dict(template, split_k=x, evict_first=True, bounded=x > 1)]
+                        want += [dict(template, split_k=x, bounded=True)] if x > 1 else []
+                    want = [{name: v for name, v in c.items() if v is not False} for c in want]
+                    assert sorted(sorted(c.items()) for c in rolled) == \
+                        sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
+                    # 8 stages (bounded) and clusters (bounded, on sm_90, 2 to 8 splits) at the
+                    # rule's split and the one of 2 blocks an SM
+                    two = {x for x in (s, 264 // tiles) if x in splits and x > 1}
+                    eight = [c for c in mma if c["stages"] == 8]
+                    assert {c["split_k"] for c in eight} == two and all(c["bounded"] for c in eight), (m, got)
+                    clustered = [c for c in mma if c.get("split_cluster")]
+                    assert {c["split_k"] for c in clustered} == ({x for x in two if x <= 8} if tma else set()), (m, got)
+                    assert all(c["bounded"] and c["stages"] == 4 for c in clustered), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
