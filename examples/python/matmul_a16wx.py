@@ -853,8 +853,8 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
             if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
                 for split in splits[-2:]:
-                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **(dict(bounded=True) if split > 1 else {}),
-                             **decode))
+                    bounded = dict(bounded=True) if split > 1 else {}
+                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **bounded, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
             # H200, are in the wide space only.)
             return out

@@ -461,7 +461,8 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
     ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
-    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)), ("int4", 3, 128, dict(late_scale=True, evict_first=True)),
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
+    ("int4", 3, 128, dict(late_scale=True, evict_first=True)),
     ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
     ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
@@ -484,7 +485,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(16, np.int32))
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **dict(dict(stages=3), **options))
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
@@ -596,9 +597,9 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 def test_split_endings_in_sass():
     """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
     keeps the k loop's one barrier and its copies, at most 4 instructions more a k tile (the choice
-    of the tile to copy), with evict_first at most 12 (the copies' cache policy); split_cluster=True ends without the arrival counter's atomic, on the
-    cluster's barrier (arrive and wait), where the counter's ending has the atomic and no cluster
-    barrier; nothing spilled."""
+    of the tile to copy), with evict_first at most 12 (the copies' cache policy);
+    split_cluster=True ends without the arrival counter's atomic, on the cluster's barrier (arrive
+    and wait), where the counter's ending has the atomic and no cluster barrier; nothing spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -608,8 +609,9 @@ def test_split_endings_in_sass():
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
     sass, loops = {}, {}
-    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True)),
-                     ("evict", dict(bounded=True, evict_first=True))]:
+    variants = [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True)),
+                ("evict", dict(bounded=True, evict_first=True))]
+    for name, kw in variants:
         kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
         assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
         sass[name] = kernel.sass(*args, arch="sm_90a")
@@ -801,7 +803,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               if 1 <= x <= 16 and k // (128 * x) >= 2]
                     assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
                     # every split also bounded (where split) and bounded with evict_first, 4 stages
-                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4 and not c.get("split_cluster")]
+                    rolled = [c for c in mma[1:]
+                              if not c.get("unroll") and c["stages"] == 4 and not c.get("split_cluster")]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
