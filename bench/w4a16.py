@@ -5,13 +5,12 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--show N]
+        [--deadline SECONDS]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
-instead) and the line says which kernel won and how long its tuning took (--show: how many of
-the tuning's fastest candidates are listed with their times, 6 by default). The Triton kernel's
+instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
 tiles follow a rule per m (triton_config). A result off the float32 reference by 1 % of its
 largest value is marked WRONG and the sweep goes on; --deadline stops beginning sizes after that
 many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
@@ -25,7 +24,8 @@ kernel's reads write back; lines read with the hint are evicted before them, as 
 its weights), measured the same way; each line also gives the best without the hint.
 The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
 is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
-goal is <= 1.15), a star on each size that misses a goal.
+goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
+tuning's candidates with their times (6 by default).
 """
 import argparse
 import os
@@ -147,9 +147,9 @@ def main():
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--rule", action="store_true", help="QuantizedMatmul's fixed rule instead of tuning per shape")
     p.add_argument("--wide", action="store_true", help="tune over the whole space (candidates(wide=True))")
-    p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
+    p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
     start = time.perf_counter()
     g = args.group

@@ -35,22 +35,18 @@ class SplitK(tilus.Script):
     def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
-        tile's last split to arrive adds gp[:] up into gc (sum_splits) and sets the counter back to zero
+        tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
+        partials may not fit in registers) and sets the counter back to zero
         (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
         shared slot, allocated before any asynchronous copy's)."""
+        bm, bn = acc.shape
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
         if last_to_arrive(self, arrivals, tile, splits, slot=before):
-            self.sum_splits(gc, gp, splits, om, on, acc.shape)
+            rows = min(bm, 16)
+            for r in range(bm // rows):
+                p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
+                self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
             reset_arrivals(self, arrivals, tile)  # ready for the next launch
-
-    def sum_splits(self, gc, gp, splits, om, on, shape):
-        """gp[:splits] (float32 partial sums [splits, m, n]) added up into c's tile of `shape` at
-        (om, on), 16 rows at a time: a whole tile's partials may not fit in registers."""
-        bm, bn = shape
-        rows = min(bm, 16)
-        for r in range(bm // rows):
-            p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
-            self.store_global(gc, self.sum(p, dim=0).to(gc.dtype), offsets=[om + r * rows, on])
 
 
 class MatmulA16Wx(SplitK):
@@ -73,7 +69,8 @@ class MatmulA16Wx(SplitK):
         # split_cluster: a tile's splits run as one cluster (blockIdx.z its rank, 2 to 8 splits,
         # sm_90): each stores its partial sums, the cluster's barrier (release / acquire) stands for
         # the arrival counter's atomic and the barriers around it, and split 0 adds them up.
-        assert not split_cluster or 2 <= split_k <= 8, "split_cluster: 2 to 8 splits, one cluster (the portable most)"
+        assert not split_cluster or 2 <= split_k <= 8 and block_m == 16, \
+            "split_cluster: 2 to 8 splits, one cluster (the portable most), of 16-row tiles"
         self.split_cluster = split_cluster
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
@@ -116,8 +113,9 @@ class MatmulA16Wx(SplitK):
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
             self.cluster.sync()
-            if self.blockIdx.z == 0:
-                self.sum_splits(gc, gp, self.split_k, om, on, acc.shape)
+            if self.blockIdx.z == 0:  # (a 16-row tile's partial sums in registers at once)
+                p = self.load_global(gp, offsets=[0, om, on], shape=[self.split_k, bm, bn])
+                self.store_global(gc, self.sum(p, dim=0).to(at), offsets=[om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])

@@ -497,11 +497,14 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
 
 
 def test_split_cluster_wants_2_to_8_splits():
-    """split_cluster=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most)."""
+    """split_cluster=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most),
+    of 16-row tiles (split 0 holds all their partial sums at once)."""
     from matmul_a16wx import MatmulA16Wx
-    for split in (1, 9):
+    for split, rows in ((1, 16), (9, 16), (4, 64)):
         with pytest.raises(AssertionError, match="2 to 8 splits"):
-            MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=split, repacked=True, split_cluster=True)
+            MatmulA16Wx(tilus.int4, 128, block_m=rows, block_k=128, split_k=split, repacked=rows == 16,
+                        split_cluster=True)
+    MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=8, repacked=True, split_cluster=True)
 
 
 def test_magic_layout_is_the_quarters_fragments():
