@@ -18,10 +18,8 @@ launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton ar
 over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
 clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
 kernel must read at least once (the 4-bit weights, their scales and zero points, the
-activations) and writes nothing but one word per block: the best of 1 to 8 blocks per SM, with
-and without the L2 hint to evict the lines read first (the flush leaves dirty lines in L2 that a
-kernel's reads write back; lines read with the hint are evicted before them, as tilus may read
-its weights), measured the same way; each line also gives the best without the hint.
+activations) and writes nothing but one word per block: the best of 1 to 8 blocks per SM,
+measured the same way (the flush leaves dirty lines in L2 that a kernel's reads write back).
 The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
 is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
 goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
@@ -79,36 +77,32 @@ if triton is not None:
         tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
     @triton.jit
-    def stream_kernel(x, out, per, BLOCK: tl.constexpr, EVICT: tl.constexpr):
+    def stream_kernel(x, out, per, BLOCK: tl.constexpr):
         # Reads `per` int32 words from x[program * per] and keeps one word of them: a plain
-        # streaming read, the floor a kernel that must read the same bytes once can hope for
-        # (EVICT: with the L2 hint to evict the lines read first, as a kernel reading its weights
-        # once may give).
+        # streaming read, the floor a kernel that must read the same bytes once can hope for.
         pid = tl.program_id(0)
         base = pid.to(tl.int64) * per
         acc = tl.zeros((BLOCK,), tl.int32)
         for i in range(0, per, BLOCK):
-            acc ^= tl.load(x + base + i + tl.arange(0, BLOCK), eviction_policy="evict_first" if EVICT else "")
+            acc ^= tl.load(x + base + i + tl.arange(0, BLOCK))
         tl.store(out + pid, tl.sum(acc))
 
     def stream_floor_ms(words):
         """The best time of stream_kernel reading `words` int32 words, over grids of 1 to 8
-        blocks per SM, with and without the evict-first hint (timed as every kernel here), and the
-        best without the hint (the floor before the hint was offered)."""
+        blocks per SM (timed as every kernel here)."""
         x = torch.zeros(words, device="cuda", dtype=torch.int32)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        best = {}
+        best = None
         for per_sm in (1, 2, 4, 8):
             programs = sms * per_sm
             per = -(-words // programs // 2048) * 2048
             y = torch.zeros(programs * per, device="cuda", dtype=torch.int32)  # whole blocks of 2048 words
             y[:words] = x
             out = torch.empty(programs, device="cuda", dtype=torch.int32)
-            for evict in (False, True):
-                t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, EVICT=evict, num_warps=8))
-                t *= words / (programs * per)  # the padding read counted off
-                best[evict] = min(best.get(evict, t), t)
-        return min(best.values()), best[False]
+            t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, num_warps=8))
+            t *= words / (programs * per)  # the padding read counted off
+            best = t if best is None else min(best, t)
+        return best
 
     def triton_config(m):
         """The Triton kernel's tiles at m (BM, BN, BK, stages, warps): a rule, not autotuned (the
@@ -203,7 +197,7 @@ def main():
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
                 if triton is not None and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
                     floors[read] = stream_floor_ms(read // 4)
-                floor, unhinted = floors.get(read, (None, None))
+                floor = floors.get(read)
                 key = tq.tuning_key(m, n, k, prepared, c)
                 cfg = tq.tuned.get(key) if not args.rule else tq.config(m, n, k, hopper="wgmma" in prepared)
                 kernel = describe(cfg)
@@ -213,7 +207,7 @@ def main():
                         print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel, wrong))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
-                fl = f"{floor * 1e3:8.1f} (no hint {unhinted * 1e3:.1f})" if floor else "     n/a"
+                fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"
                 print(f"{wname} {n:5d}x{k:5d} m={m:5d}: tilus {t['tilus'] * 1e3:8.1f} us ({kernel})  cuBLAS f16 "
                       f"{t['cuBLAS'] * 1e3:8.1f} us  Triton {tt} us  floor {fl} us  "
                       f"cuBLAS/tilus {t['cuBLAS'] / t['tilus']:5.2f}x  "
@@ -250,8 +244,6 @@ def describe(cfg):
               if cfg.get("magic") else "")
     loop = " unrolled" if cfg.get("unroll") else ""
     loop += " bounded" if cfg.get("bounded") else ""
-    loop += " evict-first" if cfg.get("evict_first") else ""
-    loop += " cluster-sum" if cfg.get("split_cluster") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 

@@ -461,10 +461,7 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
     ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
-    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
-    ("int4", 3, 128, dict(late_scale=True, evict_first=True)),
-    ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
-    ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True))])
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -474,10 +471,8 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
     split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
     split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
-    of splits of 2 or 1); evict_first=True (the weights' copies with an L2 eviction hint);
-    split_cluster=True (a tile's splits in one cluster, the cluster's
-    barrier for the arrival counter). Each launched twice on one set of counters (back at zero
-    after each launch; the cluster ending does not touch them)."""
+    of splits of 2 or 1). Each launched twice on one set of counters (back at zero after each
+    launch)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, 136, 5 * bk)
@@ -494,17 +489,6 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
                                    err_msg=f"launch {launch}")
         np.testing.assert_array_equal(arrays.host(counters), 0)
-
-
-def test_split_cluster_wants_2_to_8_splits():
-    """split_cluster=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most),
-    of 16-row tiles (split 0 holds all their partial sums at once)."""
-    from matmul_a16wx import MatmulA16Wx
-    for split, rows in ((1, 16), (9, 16), (4, 64)):
-        with pytest.raises(AssertionError, match="2 to 8 splits"):
-            MatmulA16Wx(tilus.int4, 128, block_m=rows, block_k=128, split_k=split, repacked=rows == 16,
-                        split_cluster=True)
-    MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=8, repacked=True, split_cluster=True)
 
 
 def test_magic_layout_is_the_quarters_fragments():
@@ -597,12 +581,10 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-def test_split_endings_in_sass():
+def test_bounded_copies_in_sass():
     """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
-    keeps the k loop's one barrier and its copies, at most 4 instructions more a k tile (the choice
-    of the tile to copy), with evict_first at most 12 (the copies' cache policy);
-    split_cluster=True ends without the arrival counter's atomic, on the cluster's barrier (arrive
-    and wait), where the counter's ending has the atomic and no cluster barrier; nothing spilled."""
+    keeps the k loop's one barrier, its copies and its products, at most 4 instructions more a k
+    tile (the choice of the tile to copy), nothing spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -611,21 +593,15 @@ def test_split_endings_in_sass():
     args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
-    sass, loops = {}, {}
-    variants = [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True)),
-                ("evict", dict(bounded=True, evict_first=True))]
-    for name, kw in variants:
-        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
-        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
-        sass[name] = kernel.sass(*args, arch="sm_90a")
-        loops[name] = loop_ops(sass[name])
-    for name in ("bounded", "cluster", "evict"):
-        assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
-        assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
-        # (evict: the cache policy's descriptor made in the loop, 8 uniform-datapath instructions more)
-        assert len(loops[name]) <= len(loops["plain"]) + (12 if name == "evict" else 4), (name, len(loops[name]))
-    assert "ATOMG" in sass["plain"] and "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["plain"]
-    assert "ATOMG" not in sass["cluster"] and "UCGABAR_ARV" in sass["cluster"] and "UCGABAR_WAIT" in sass["cluster"]
+    loops = {}
+    for bounded in (False, True):
+        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True,
+                             bounded=bounded)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, bounded
+        loops[bounded] = loop_ops(kernel.sass(*args, arch="sm_90a"))
+    assert loops[True].count("BAR") == 1 and loops[True].count("LDGSTS") == loops[False].count("LDGSTS")
+    assert loops[True].count("HMMA") == loops[False].count("HMMA")
+    assert len(loops[True]) <= len(loops[False]) + 4, (len(loops[True]), len(loops[False]))
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -769,14 +745,13 @@ def test_quantized_matmul_picks_its_kernel_by_size():
 @pytest.mark.parametrize("n,k", [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944), (200, 1000)])
 def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
-    rule's choice first, no repeats, at most 8 (14 up to m = 32), each a kernel that can be made;
+    rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, and there the last two splits unrolled in the
-    registers of 4 blocks an SM (bounded where split); every split also bounded (where split) and
-    bounded with evict_first; at the rule's split and the one of 2 blocks an SM (of more than one)
-    bounded in 8 stages and, where TMA applies (sm_90) with 2 to 8 splits, bounded in clusters;
-    the TMA copies in the wide space only; at most 18 up to m = 32, 8 beyond; from m = 33
+    registers of 4 blocks an SM (bounded where split); every split also bounded (where split); at
+    the rule's split and the one of 2 blocks an SM (of more than one) bounded in 8 stages; the TMA
+    copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -787,7 +762,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (18 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -805,25 +780,20 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     listed = [x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
                               if 1 <= x <= 16 and k // (128 * x) >= 2]
                     assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
-                    # every split also bounded (where split) and bounded with evict_first, 4 stages
-                    rolled = [c for c in mma[1:]
-                              if not c.get("unroll") and c["stages"] == 4 and not c.get("split_cluster")]
+                    # every split also bounded (where split), 4 stages
+                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
-                        want += [dict(template, split_k=x), dict(template, split_k=x, evict_first=True, bounded=x > 1)]
+                        want.append(dict(template, split_k=x))
                         want += [dict(template, split_k=x, bounded=True)] if x > 1 else []
-                    want = [{name: v for name, v in c.items() if v is not False} for c in want]
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
-                    # 8 stages (bounded) and clusters (bounded, on sm_90, 2 to 8 splits) at the
-                    # rule's split and the one of 2 blocks an SM
-                    two = {x for x in (s, 264 // tiles) if x in splits and x > 1}
+                    # 8 stages (bounded) at the rule's split and the one of 2 blocks an SM
                     eight = [c for c in mma if c["stages"] == 8]
-                    assert {c["split_k"] for c in eight} == two and all(c["bounded"] for c in eight), (m, got)
-                    clustered = [c for c in mma if c.get("split_cluster")]
-                    assert {c["split_k"] for c in clustered} == ({x for x in two if x <= 8} if tma else set()), (m, got)
-                    assert all(c["bounded"] and c["stages"] == 4 for c in clustered), (m, got)
+                    assert {c["split_k"] for c in eight} == {x for x in (s, 264 // tiles) if x in splits and x > 1}, \
+                        (m, got)
+                    assert all(c["bounded"] for c in eight), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
