@@ -3,7 +3,7 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--candidates [--no-persistent]] [--no-triton] [--readme README.md]
+        [--head-dims 128[,64,...]] [--candidates [--no-persistent]] [--no-triton] [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
 Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
@@ -20,12 +20,15 @@ keys), smoke two of each. --readme FILE
 writes the figures into FILE's attention tables (between the `<!-- attention-bench -->` markers):
 the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
 
+--head-dims keeps the prefill shapes of those head dims only (the sweep's others are not run).
+
 --candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
 fastest, and prints which one won per shape: the rule decode_config follows comes from these. At
 each f16 prefill shape it does the same with flash_attention.prefill_candidates (changes to the
 rule flash_attention.prefill_config that a launch takes: stages, key block size, ping-pong off,
-three consumer warp groups, o's rescale between the GEMMs, the L2 sections of the causal order,
+three consumer warp groups, o's rescale between the GEMMs, the ping-pong turns at named barriers,
+the L2 sections of the causal order,
 the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code). --compile-only [--part K/N] compiles the
 prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
@@ -172,7 +175,7 @@ def compile_prefill(tables, candidates, persistent=True, part=None):
     from concurrent.futures import ThreadPoolExecutor
     from flash_attention import config_name, prefill_candidates
     work = [(name, d, s, causal, cfg) for dtypes, configs in tables for name in dtypes for d, s, causal in configs
-            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent))
+            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent), s)
                                if candidates and name == "float16" else [])]
     if part:
         work = work[part[0]::part[1]]
@@ -225,7 +228,7 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent))  # bf16: the same code
+            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent), s)  # bf16: the same code
                         if candidates and name == "float16" else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
@@ -454,12 +457,26 @@ def fill_readme(path, prefill_rows, decode_rows, note):
         f.write(head + BEGIN + "\n" + readme_tables(prefill_rows, decode_rows, note, old) + "\n" + END + tail)
 
 
+def prefill_shapes(sweep, head_dims=None):
+    """(d, seqlen, causal) of the sweep's prefill runs; with head_dims ("128" or "64,256"), those of
+    these head dims only."""
+    pre = SWEEPS[sweep][0]
+    if not head_dims:
+        return pre
+    try:
+        dims = {int(x) for x in head_dims.split(",")}
+    except ValueError:
+        raise SystemExit(f"attention: --head-dims takes head dims separated by commas (128 or 64,256), not {head_dims!r}")
+    return [c for c in pre if c[0] in dims]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="full",
                    help="full: every shape; goal: the shapes of issue 40's goal; smoke: two of each")
     p.add_argument("--readme", metavar="FILE", help="write the figures into FILE's attention tables")
     p.add_argument("--only", choices=("prefill", "decode"))
+    p.add_argument("--head-dims", metavar="D[,D...]", help="prefill at these head dims only (of the sweep's)")
     p.add_argument("--candidates", action="store_true",
                    help="also time every configuration of flash_attention.prefill_candidates (prefill) and "
                         "flash_decoding.decode_candidates (decode) at each shape")
@@ -484,7 +501,7 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}, tilus from {os.path.dirname(tilus.__file__)}",
           flush=True)
     t0 = time.time()
-    pre, dec = SWEEPS[args.sweep]
+    pre, dec = prefill_shapes(args.sweep, args.head_dims), SWEEPS[args.sweep][1]
     dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
     note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
             f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "

@@ -5,7 +5,7 @@ floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
                                                 [--block-tiles BMxBN[xP],...] [--tensor-tiles BN[xSTAGES],...]
-                                                [--no-tune] [--quant-sizes MxHIDDEN,...]
+                                                [--no-tune] [--tune-block] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -13,8 +13,9 @@ GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM wei
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
 (1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
-MatmulFp8Block, its tile and products (one, or two in turn) chosen by the autotuner among
-matmul_fp8.BLOCK_TILES (by block_config with --no-tune), and --block-tiles adds MatmulFp8 with
+MatmulFp8Block, its tile and products (one, or two in turn) chosen by block_config's rule (the
+autotuner's pick among matmul_fp8.BLOCK_TILES with --tune-block: it kept 128 x 256 at 8192^3 in two
+H200 runs where 128 x 192 ran 9 % faster in this bench's interleaved timing), and --block-tiles adds MatmulFp8 with
 each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products) against the per-tensor
 _scaled_mm. The per-tensor and per-row kernels' tile width and stages are tuned among
 matmul_fp8.TILES (MatmulFp8Tuned; 128 x 256 with 4 stages with --no-tune); --tensor-tiles adds
@@ -109,14 +110,14 @@ def tile_width(kernel, args):
     return "?" if kernel is None else f"{kernel.block_n}/{kernel.stages}"
 
 
-def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=()):
+def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=(), tune_block=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
         shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
     plain = MatmulFp8Tuned if tune else MatmulFp8
     tensor_k, row_k, block_k = (plain("tensor", blocks=sms), plain("row", blocks=sms),
-                                MatmulFp8Block(blocks=sms, tune=tune))
+                                MatmulFp8Block(blocks=sms, tune=tune_block))
     tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1, blocks=sms)
              for t in block_tiles}
     tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 else None, blocks=sms)
@@ -162,7 +163,7 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=()
         rows.append((m, n, k, ms_, tf))
         line = "  ".join(f"{name} {t * 1e3:8.1f} us ({tf[name]:6.1f} TF)" for name, t in ms_.items())
         tile = block_k.tile(m, n, k, a, b, sa_blk, sb_blk, c)
-        how = "tuned" if tune else "block_config"
+        how = "tuned" if tune_block else "block_config"
         tile = "x".join(map(str, tile)) if tile else "?"
         widths = [tile_width(kern, (m, n, k, a, b, s_a, s_b, c))
                   for kern, s_a, s_b in ((tensor_k, one, one), (row_k, sa_row, sb_row))]
@@ -215,7 +216,9 @@ def main():
     p.add_argument("--shapes", default="", help="GEMM shapes MxNxK, comma-separated (instead of the default set)")
     p.add_argument("--quant-sizes", default="", help="quantization sizes MxHIDDEN, comma-separated (instead of "
                                                      "128x7168,4096x7168,16384x7168)")
-    p.add_argument("--no-tune", action="store_true", help="the block-scaled tile by block_config, the per-tensor "
+    p.add_argument("--tune-block", action="store_true", help="the block-scaled tile by the autotuner among "
+                                                         "BLOCK_TILES, not by block_config")
+    p.add_argument("--no-tune", action="store_true", help="the per-tensor "
                                                           "and per-row ones 128x256, and the quantization's by "
                                                           "cast_config, not by the autotuner")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN or BMxBNxP, P products (e.g. "
@@ -230,7 +233,7 @@ def main():
     print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
     gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles,
-                     not args.no_tune, tensor_tiles) if args.only != "quant" else []
+                     not args.no_tune, tensor_tiles, args.tune_block) if args.only != "quant" else []
     quant = quant_rows(args.quick, quant_sizes, not args.no_tune) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:

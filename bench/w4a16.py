@@ -5,15 +5,16 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS]
+        [--deadline SECONDS] [--no-triton]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
 instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
-tiles follow a rule per m (triton_config). A result off the float32 reference by 1 % of its
-largest value is marked WRONG and the sweep goes on; --deadline stops beginning sizes after that
-many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
+tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
+compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
+reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
+beginning sizes after that many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
 launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton are timed in turn
 over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
 clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
@@ -141,11 +142,13 @@ def main():
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--rule", action="store_true", help="QuantizedMatmul's fixed rule instead of tuning per shape")
     p.add_argument("--wide", action="store_true", help="tune over the whole space (candidates(wide=True))")
+    p.add_argument("--no-triton", action="store_true", help="time no Triton kernel nor the read floor")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
     start = time.perf_counter()
+    triton_on = triton is not None and not args.no_triton
     g = args.group
     ms = [int(x) for x in args.ms.split(",")]
     shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",")]
@@ -185,7 +188,7 @@ def main():
                 wrong = f"  WRONG (relative error {err:.3g})" if err >= 1e-2 else ""
                 fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
                        "cuBLAS": lambda: torch.matmul(a, w16)}
-                if triton is not None:
+                if triton_on:
                     ct = torch.empty_like(c)
                     triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
                     terr = (ct.float() - ref).abs().max().item() / ref.abs().max().item()
@@ -195,7 +198,7 @@ def main():
                         print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
                 t = interleaved_ms(fns, repeat=20)
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
-                if triton is not None and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
+                if triton_on and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
                     floors[read] = stream_floor_ms(read // 4)
                 floor = floors.get(read)
                 key = tq.tuning_key(m, n, k, prepared, c)

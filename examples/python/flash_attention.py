@@ -27,7 +27,9 @@ query head), 3 warp groups:
     so the next block's Q K^T is issued before this block's softmax finishes (FA3's intra-warpgroup
     overlap), and with `pingpong` the two warp groups take turns issuing their GEMMs (an mbarrier
     per warp group, each handing the turn to the other after it issued): one's softmax runs while
-    the other's GEMMs keep the tensor cores busy (FA3's ping-pong schedule).
+    the other's GEMMs keep the tensor cores busy (FA3's ping-pong schedule). `named_turns`: the
+    turns are named barriers instead, as FA3 takes them (a warp group waits at its own with
+    bar.sync, then arrives at the next one's with bar.arrive, neither polling an mbarrier).
 Key blocks run from the last to the first, so the blocks that need the mask (the causal diagonal,
 the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
 launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
@@ -56,11 +58,13 @@ from tilus import bfloat16, boolean, float16, float32, int32
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named barrier TURN_BARRIER + w
 
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
-                 pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False):
+                 pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
+                 named_turns=False):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -72,6 +76,8 @@ class FlashAttention(tilus.Script):
         assert consumers in (2, 3), "2 or 3 consumer warp groups"
         self.consumers = consumers if specialized else 1  # warp groups of 64 query rows
         self.pingpong = pingpong and specialized
+        # the ping-pong turns at named barriers (bar.sync / bar.arrive) rather than mbarriers
+        self.named_turns = named_turns and self.pingpong
         # o's rescale by a key block's alpha issued in the next step, between its Q K^T and the P V
         # that adds the block (FA3's order): it runs while the tensor cores run Q K^T, not between
         # the softmax and the next GEMMs
@@ -276,7 +282,7 @@ class FlashAttention(tilus.Script):
         k_empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
         v_empty = self.mbarrier.alloc(counts=[self.consumers] * stages)
         # ping-pong: warp group w waits on turn[w] before issuing its GEMMs, then passes the turn on
-        turn = self.mbarrier.alloc(counts=[128] * self.consumers) if self.pingpong else None
+        turn = self.mbarrier.alloc(counts=[128] * self.consumers) if self.pingpong and not self.named_turns else None
         many = self.consumers > 1  # the consumers need more registers than an even split gives
         with self.thread_group(thread_begin=128 * self.consumers, num_threads=32 * self.producer_warps):  # the producer
             if many:
@@ -296,7 +302,7 @@ class FlashAttention(tilus.Script):
                 if many:
                     self.inc_max_nreg(self.consumer_registers())
                 if self.pingpong and w == self.consumers - 1:
-                    self.mbarrier.arrive(turn[0])  # the first warp group starts
+                    self.pass_turn(turn, 0)  # the first warp group starts
                 if self.persistent:
                     self.each_tile(lambda *tile: self.consume_tile(w, sq[w], sk, sv, q_full[w], q_empty[w], k_full,
                                                                    v_full, k_empty, v_empty, turn,
@@ -304,6 +310,24 @@ class FlashAttention(tilus.Script):
                 else:
                     self.consume(w, sq[w], sk, sv, q_full[w], k_full, v_full, k_empty, v_empty, turn, blocks, masked,
                                  last * bn, tile_row + 64 * w)
+                if self.named_turns and w == 0:
+                    # its barrier got one handing over more than it waited for (the start's): one
+                    # wait more, and every named barrier ends empty
+                    self.sync_threads(TURN_BARRIER, 256)
+
+    def wait_turn(self, turn, w, g):
+        """Ping-pong: warp group w waits for its turn to issue its GEMMs (the ring's g-th)."""
+        if self.named_turns:  # warp group w's barrier completes with the one before handing over
+            self.sync_threads(TURN_BARRIER + w, 256)
+        elif self.pingpong:
+            self.mbarrier.wait(turn[w], phase=g % 2)
+
+    def pass_turn(self, turn, nxt):
+        """Ping-pong: hands the turn to warp group nxt, without waiting."""
+        if self.named_turns:
+            self.named_barrier_arrive(TURN_BARRIER + nxt, 256)
+        elif self.pingpong:
+            self.mbarrier.arrive(turn[nxt])
 
     def produce(self, sk, sv, k_full, v_full, k_empty, v_empty, blocks, last, done, start=0):
         """K of block j (key block last - j), then V of block j - 1: the order the consumers take
@@ -378,7 +402,7 @@ class FlashAttention(tilus.Script):
         from the one at key `last_col` down; `done` key blocks went through the ring (and the
         ping-pong turns) before, the query tile's barrier is at phase q_phase. With q_empty, sq is
         released once its last reader completed, and o leaves through `so`."""
-        bn, stages, pp = self.block_n, self.stages, self.pingpong
+        bn, stages = self.block_n, self.stages
         nxt = (w + 1) % self.consumers
         o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
@@ -393,14 +417,12 @@ class FlashAttention(tilus.Script):
         if blocks > 0:
             first = done % stages
             self.mbarrier.wait(k_full[first], phase=done // stages % 2)
-            if pp:
-                self.mbarrier.wait(turn[w], phase=done % 2)
+            self.wait_turn(turn, w, done)
             self.assign(s, self.register_tensor(dtype=float32, shape=[64, bn], init=0.0))
             self.wgmma.fence()
             self.qk(s, sq, sk[first])
             self.wgmma.commit_group()
-            if pp:
-                self.mbarrier.arrive(turn[nxt])
+            self.pass_turn(turn, nxt)
             self.wgmma.wait_group(0)
             self.release(k_empty[first])
             p, a = self.softmax(self.mask(s, tile_row, last_col), m, l)
@@ -435,12 +457,11 @@ class FlashAttention(tilus.Script):
         """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs
         (the ring's and the turns' count: done + j). With `alpha` (rescale_between), o is rescaled by
         block j - 1's factor between the two GEMMs, and block j's factor is kept for the next step."""
-        stages, pp = self.stages, self.pingpong
+        stages = self.stages
         g = done + j
         stage, prev = g % stages, (g - 1) % stages
         self.mbarrier.wait(k_full[stage], phase=g // stages % 2)
-        if pp:
-            self.mbarrier.wait(turn[w], phase=g % 2)
+        self.wait_turn(turn, w, g)
         self.assign(s, self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0))
         self.wgmma.fence()
         self.qk(s, sq, sk[stage])
@@ -450,8 +471,7 @@ class FlashAttention(tilus.Script):
         self.mbarrier.wait(v_full[prev], phase=(g - 1) // stages % 2)
         self.pv(p16, sv[prev], o)
         self.wgmma.commit_group()
-        if pp:
-            self.mbarrier.arrive(turn[nxt])
+        self.pass_turn(turn, nxt)
         self.wgmma.wait_group(1)  # S_j is ready; P V still runs
         self.release(k_empty[stage])
         p, a = self.softmax(self.mask(s, tile_row, col0) if masked else s, m, l)
@@ -568,14 +588,18 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
-        cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
+        cfg = {**prefill_config(d, causal, _multiprocessors(q), max_seqlen_q), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
                    cu_seqlens_k), out, lse)
 
 
-def prefill_config(head_dim, causal, sms=0):
-    """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
+PERSISTENT_SEQLEN = 4096  # d = 128 with causal: the persistent kernel up to this max_seqlen_q
+
+
+def prefill_config(head_dim, causal, sms=0, seqlen=0):
+    """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
+    not known): FlashAttention's parameters that
     differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
     shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
     chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
@@ -584,8 +608,13 @@ def prefill_config(head_dim, causal, sms=0):
     FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449), and
     o's rescale between the GEMMs (589 against 540, causal 492 against 425); d = 256 FA3's 80-key
     blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
-    651, causal 593 against 566). Without `sms` the persistent kernel is left out."""
+    651, causal 593 against 566). The mid call of 21:20 timed d = 128 at seqlen 8192 and 16384 too:
+    with causal the kernel without persistent blocks was the faster there (541 against 481, 561
+    against 495), the persistent one at 4096 (447 against 426), so d = 128 takes it up to
+    PERSISTENT_SEQLEN only. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
+    if head_dim == 128 and seqlen > PERSISTENT_SEQLEN:
+        persistent = {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
@@ -593,17 +622,20 @@ def prefill_config(head_dim, causal, sms=0):
     return dict(block_n=80, rescale_between=True)
 
 
-def prefill_candidates(head_dim, causal, sms=0):
+def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
-    memory (no spills). The rule's ping-pong and o's rescale between the GEMMs turned the other
-    way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
+    memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
+    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
     the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
     where it fits, FA3's tile at d = 64 with causal, 192-key blocks at d = 128 and the default 64
-    at d = 256 without it, and with causal the L2 sections of longest_first half as wide."""
-    rule = prefill_config(head_dim, causal, sms)
+    at d = 256 without it, and with causal the L2 sections of longest_first half as wide (the rule
+    and its candidates of a launch with queries of at most `seqlen`)."""
+    rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
+    if rule.get("pingpong", True):  # the turns at named barriers (FA3's) or at mbarriers, the other way
+        out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
     if head_dim == 128:

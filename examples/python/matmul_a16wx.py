@@ -779,8 +779,9 @@ class QuantizedMatmul:
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
-          persistent grid's last round and their partial sums take 16 MB at most (128 x 128 at
-          m = 256 also unsplit), and the rule's tile on the magic decode where its
+          persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
+          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split), and the rule's
+          tile on the magic decode where its
           weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
@@ -837,9 +838,8 @@ class QuantizedMatmul:
                 # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too.)
                 if m // 2 <= bm < 2 * m and m <= 256:
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
-            if m > 128:
-                add(big)
             if m > 256:  # (unsplit clusters never won at m = 256 on the H200)
+                add(big)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
                 # (192 and 240 rows of a, which fill the grid's rounds better than 256 at m = 4096,
@@ -858,13 +858,13 @@ class QuantizedMatmul:
                 # 64). The H200 measured no gain from splits on 64 weight rows or beyond m = 256.
                 # (Their splits in clusters of two, the last round's tiles split alone, and 128 x
                 # 128 in clusters, never won up to m = 256 in the mid H200 call of 2026-11-28.)
+                # 128 x 256 unsplit (beyond m = 128) only where it does not split: split, it fills
+                # the rounds better (at m = 256 the H200 timed it split 1.3-1.6 times as fast).
                 for bm in sorted({rule["block_m"], min(rule["block_m"], 128)}):
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
-                    tiles, tile_bytes = -(-n // 128) * -(-m // bm), 128 * bm * 4
-                    split = self.wave_split(tiles, k // rule["block_k"])
-                    if split * tiles * tile_bytes > self.PARTIALS_BYTES:  # (n = 3584 at m = 256: 25-32 MB)
-                        split = 1
-                    if split > 1 or bm < rule["block_m"] and m > 128:  # (128 x 128 at m = 256 also unsplit)
+                    tiles = -(-n // 128) * -(-m // bm)
+                    split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
+                    if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
@@ -892,12 +892,16 @@ class QuantizedMatmul:
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
         return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
 
-    def wave_split(self, tiles, ktiles):
+    def wave_split(self, tiles, ktiles, tile_bytes):
         """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
-        fewest ways (1 to 16, 8 k tiles a split at least) whose units fill the persistent grid's
-        rounds (units / (rounds x SMs)) to 90 %, else the fullest."""
+        fewest ways (1 to 16, 8 k tiles a split at least, PARTIALS_BYTES of partial sums at most,
+        tile_bytes a tile a split) whose units fill the persistent grid's rounds (units / (rounds x
+        SMs)) to 90 %, else the fullest (n = 3584 at m = 256: 56 tiles of 128 x 128 in 2 splits,
+        85 %, where the 7 that fill 99 % would write 26 MB: 67.9 us on the H200, 79.6 the best
+        unsplit tile; it offered no split there before)."""
         sms = self.sms or 132
-        fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17) if s == 1 or ktiles // s >= 8}
+        fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17)
+                if s == 1 or ktiles // s >= 8 and s * tiles * tile_bytes <= self.PARTIALS_BYTES}
         return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
     # The most float32 partial sums a split kernel may write (and its last splits read back):

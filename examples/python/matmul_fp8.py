@@ -392,18 +392,25 @@ class MatmulFp8Ring(tilus.Script):
         self.store_global(self.global_view(c, dtype=self.out, shape=[m, n]), out, offsets=[offset_m, offset_n])
 
 
-def block_config(m, n, clusters):
+def block_config(m, n, clusters, out=bfloat16):
     """The block-scaled kernel (block_m, block_n, products) MatmulFp8Block takes for an m x n
-    product on `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest
+    product into c of dtype `out` on `clusters` clusters of two blocks. m <= 128 (a few tokens): 64 x 128, the smallest
     tile: one consumer warp group (its tensor work per k step half a 128-row tile's, 8 stages
     deep), the most tiles along n (N = 8192: 64 pairs, one a cluster), and for m <= 128 both blocks
     of a pair have rows; with two products in turn, as the lone warp group's wgmma otherwise idle
     while it promotes (H200, m = 128 on 8192 x 8192: 29.4 us against 30.3). Otherwise 128 x 256
     (each k step's a and b bytes serve twice the products of a 128 x 128 tile) where its tile pairs
-    fill every cluster at least once, else 128 x 128."""
+    fill every cluster at least once, or 128 x 192 (16-bit c) where its rounds of tile pairs over
+    the clusters hold fewer columns in all (rounds x 192 < rounds x 256: a fuller last round),
+    else 128 x 128. H200, one run (bench/fp8.py, interleaved): 4096^3 128 x 256 113.9 us, 128 x 192
+    128.5 (4 rounds of 256 columns against 6 of 192); 8192^3 128 x 256 1004.6 us, 128 x 192 914.8
+    (16 rounds against 21)."""
     if m <= 128:
         return 64, 128, 2
-    if tilus.cdiv(m, 256) * tilus.cdiv(n, 256) >= clusters:
+    pairs = lambda bn: tilus.cdiv(m, 256) * tilus.cdiv(n, bn)  # noqa: E731
+    if pairs(256) >= clusters:
+        if out.bits == 16 and tilus.cdiv(pairs(192), clusters) * 192 < tilus.cdiv(pairs(256), clusters) * 256:
+            return 128, 192, 1
         return 128, 256, 1
     return 128, 128, 1
 
@@ -445,7 +452,13 @@ class MatmulFp8Tuned(MatmulFp8):
 # 128 x 128 weight scales): one 192-wide wgmma a k step and one wait (128 x 256: two of each), its
 # promotion 96 FFMA a thread with the thirds' scales chosen once a tile (SASS), and 8192^3's tile
 # pairs 20.8 a cluster (a last round 85 % full; 128 x 256: 15.5, half empty); c's buffer the
-# whole tile (16-bit c).
+# whole tile (16-bit c): on the H200 (one run, interleaved) 0.79x / 0.86x at 4096^3 / 8192^3
+# against 128 x 256's 0.90x / 0.78x, so block_config takes it where its rounds hold fewer columns;
+# the tuner kept 128 x 256 at 8192^3 (its one-after-another timing disagreed with the bench's).
+# Consumer warp groups in turns on the tensor cores, handed on once 3 (or 2) of a piece's four k32
+# wgmma were complete (an mbarrier each, one arrival), measured slower (same run: 128 x 256 0.78x /
+# 0.67x with 3, 0.82x / 0.75x with 2; 128 x 192 0.75x / 0.75-0.76x; ncu at 8192^3: tensor pipe 61 %
+# and 69 % against 75 % without): removed.
 BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
@@ -474,7 +487,7 @@ class MatmulFp8Block:
         self.tuned = MatmulFp8BlockTuned(out=out, atype=atype, btype=btype, blocks=blocks) if tune else None
 
     def kernel(self, m, n):
-        tile = block_config(m, n, self.blocks // 2)
+        tile = block_config(m, n, self.blocks // 2, self.out)
         if tile not in self.kernels:
             self.kernels[tile] = MatmulFp8("block", out=self.out, atype=self.atype, btype=self.btype,
                                            block_m=tile[0], block_n=tile[1], products=tile[2], blocks=self.blocks)
@@ -483,7 +496,7 @@ class MatmulFp8Block:
     def tile(self, m, n, k, a, b, scale_a, scale_b, c):
         """The (block_m, block_n, products) a call with these arguments takes (tuned: None until tuned)."""
         if self.tuned is None:
-            return block_config(m, n, self.blocks // 2)
+            return block_config(m, n, self.blocks // 2, self.out)
         winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
         return None if winner is None else (winner.block_m, winner.block_n, winner.products)
 

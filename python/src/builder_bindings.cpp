@@ -291,6 +291,9 @@ void bind_builder(py::module_& m) {
       .def("sync_threads", [](Builder& b, std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, L loc) {
         b.sync_threads(barrier_id, arrive_count, loc_of(loc));
       })
+      .def("named_barrier_arrive", [](Builder& b, int64_t barrier_id, int64_t arrive_count, L loc) {
+        b.named_barrier_arrive(barrier_id, arrive_count, loc_of(loc));
+      })
       .def("sync_warp", [](Builder& b, const py::object& mask, L loc) {
         b.sync_warp(mask.is_none() ? Expr() : to_expr(mask), loc_of(loc));
       })

@@ -204,13 +204,18 @@ bool waits_on_siblings(const std::vector<Stmt>& groups) {
   if (groups.size() < 2) return false;
   struct Find : StmtVisitor {
     bool found = false;
+    int64_t threads = 0;  // the sibling group's
     void visit_inst(const InstNode& i) override {
-      found = found || i.def().traits.role == SyncRole::BarrierWait ||
-              (i.kind() == InstKind::Sync && static_cast<const SyncInst&>(i).scope == SyncScope::Cluster);
+      if (i.def().traits.role == SyncRole::BarrierWait) found = true;
+      if (i.kind() != InstKind::Sync) return;
+      auto& s = static_cast<const SyncInst&>(i);
+      bool named = s.scope == SyncScope::Named || s.scope == SyncScope::NamedArrive;
+      if (s.scope == SyncScope::Cluster || (named && s.arrive_count > threads)) found = true;
     }
   } find;
   for (auto& g : groups) {
     if (!g || g->kind != StmtKind::ThreadGroup) return false;
+    find.threads = static_cast<const ThreadGroupStmtNode&>(*g).num_threads;
     find.visit(g);
   }
   return find.found;

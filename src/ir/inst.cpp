@@ -342,12 +342,13 @@ std::string SyncInst::display_name() const {
     case SyncScope::Warp: return "sync_warp";
     case SyncScope::Cluster: return "cluster.sync";
     case SyncScope::Grid: return "sync_grid";
+    case SyncScope::NamedArrive: return "named_barrier_arrive";
   }
   return "sync";
 }
 
 void SyncInst::visit_fields(FieldVisitor& v) {
-  if (scope == SyncScope::Named) {
+  if (scope == SyncScope::Named || scope == SyncScope::NamedArrive) {
     v.attr("barrier_id", std::to_string(barrier_id));
     v.attr("arrive_count", std::to_string(arrive_count));
   }

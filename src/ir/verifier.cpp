@@ -362,13 +362,19 @@ class KernelVerifier {
     std::string group = in_group() ? fmt::format("the thread group of threads [{}, {})", begin, begin + threads)
                                    : fmt::format("the block of {} threads", block);
     if (auto* i = dynamic_cast<const SyncInst*>(&inst)) {
-      if (i->scope == SyncScope::Named) {
+      if (i->scope == SyncScope::Named || i->scope == SyncScope::NamedArrive) {
         if (i->arrive_count > block)
           fail(inst, fmt::format("arrive_count {} (barrier_id {}) is more than the block's {} threads", i->arrive_count,
                                  i->barrier_id, block));
-        if (i->arrive_count < threads)
+        if (i->scope == SyncScope::Named && i->arrive_count < threads)
           fail(inst, fmt::format("arrive_count {} (barrier_id {}) is fewer than the {} threads of {} that arrive at it",
                                  i->arrive_count, i->barrier_id, threads, group));
+        // Threads that arrive without waiting need others that wait: a barrier their arrivals
+        // complete alone orders nothing.
+        if (i->scope == SyncScope::NamedArrive && i->arrive_count <= threads)
+          fail(inst, fmt::format("arrive_count {} (barrier_id {}) must be more than the {} threads of {} that arrive "
+                                 "without waiting: other threads wait at the barrier with sync_threads({}, {})",
+                                 i->arrive_count, i->barrier_id, threads, group, i->barrier_id, i->arrive_count));
       }
       if (i->scope == SyncScope::Grid && in_group())
         fail(inst, fmt::format("every thread of every block must reach a grid barrier, but it is inside {}", group));

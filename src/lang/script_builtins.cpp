@@ -17,6 +17,9 @@ void Script::Cluster::sync(Loc loc) const {
 void Script::sync_threads(std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, Loc loc) {
   builder().sync_threads(barrier_id, arrive_count, SourceLoc::from(loc));
 }
+void Script::named_barrier_arrive(int64_t barrier_id, int64_t arrive_count, Loc loc) {
+  builder().named_barrier_arrive(barrier_id, arrive_count, SourceLoc::from(loc));
+}
 void Script::sync_warp(const Expr& mask, Loc loc) { builder().sync_warp(mask, SourceLoc::from(loc)); }
 void Script::sync_grid(Loc loc) { builder().sync_grid(SourceLoc::from(loc)); }
 void Script::sync_global(Loc loc) { builder().sync_grid(SourceLoc::from(loc)); }

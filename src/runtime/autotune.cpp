@@ -429,47 +429,57 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
     }
   };
 
+  // Timed in rounds, every config once a round (each after a warm-up launch), rather than one
+  // config's runs in a row: a GPU's clock follows its recent load, so a config timed first (on a
+  // cold, boosting GPU) or last would gain or lose against the others by when it ran. Each launch
+  // runs on restored copies after an L2 flush; a config that fails to launch drops out with its
+  // error.
   std::unique_ptr<DeviceBuffer> flush;
   int repeat = std::max(1, opts.repeat);
+  e.results.resize(n);
+  std::vector<std::vector<double>> times(n);
+  auto run = [&](size_t i, int round) {  // round -1: the warm-up, untimed
+    TuneResult& r = e.results[i];
+    if (!r.error.empty()) return;
+    try {
+      if (opts.timer) {
+        if (round == 0) times[i].push_back(opts.timer(configs[i]));
+        return;
+      }
+      restore();
+      if (on_cpu) {
+        auto start = std::chrono::steady_clock::now();
+        cpu_kernels[i]->launch(bench_args);
+        if (round >= 0) times[i].push_back(seconds_since(start) * 1e3);
+        return;
+      }
+      const Launcher& launcher = *gpu_kernels[i];
+      if (round < 0) {
+        launcher.launch(bench_args);
+        synchronize();
+        return;
+      }
+      if (!flush) flush = std::make_unique<DeviceBuffer>(dtypes::uint8, int64_t(256) << 20);
+      device_memset(flush->ptr(), uint8_t(round), size_t(flush->bytes()));
+      EventTimer timer;
+      timer.start();
+      launcher.launch(bench_args);
+      times[i].push_back(timer.stop_ms());
+    } catch (const Error& err) {
+      r.error = first_line(err.what());
+    }
+  };
   size_t benched = 0;
   for (size_t i = 0; i < n; ++i) {
-    TuneResult r;
-    r.config = configs[i];
-    r.error = errors[i];
-    if (r.error.empty()) {
-      progress.show("bench", ++benched);
-      try {
-        std::vector<double> times;
-        if (!opts.timer) restore();
-        if (opts.timer) {
-          times.push_back(opts.timer(configs[i]));
-        } else if (on_cpu) {
-          cpu_kernels[i]->launch(bench_args);  // warm up
-          for (int k = 0; k < repeat; ++k) {
-            auto start = std::chrono::steady_clock::now();
-            cpu_kernels[i]->launch(bench_args);
-            times.push_back(seconds_since(start) * 1e3);
-          }
-        } else {
-          const Launcher& launcher = *gpu_kernels[i];
-          if (!flush) flush = std::make_unique<DeviceBuffer>(dtypes::uint8, int64_t(256) << 20);
-          launcher.launch(bench_args);
-          synchronize();
-          EventTimer timer;
-          for (int k = 0; k < repeat; ++k) {
-            device_memset(flush->ptr(), uint8_t(k), size_t(flush->bytes()));
-            timer.start();
-            launcher.launch(bench_args);
-            times.push_back(timer.stop_ms());
-          }
-        }
-        r.ms = median(std::move(times));
-      } catch (const Error& err) {
-        r.error = first_line(err.what());
-      }
-    }
-    e.results.push_back(std::move(r));
+    e.results[i].config = configs[i];
+    e.results[i].error = errors[i];
+    if (errors[i].empty()) progress.show("bench", ++benched);
+    run(i, -1);
   }
+  for (int round = 0; round < (opts.timer ? 1 : repeat); ++round)
+    for (size_t i = 0; i < n; ++i) run(i, round);
+  for (size_t i = 0; i < n; ++i)
+    if (e.results[i].error.empty() && !times[i].empty()) e.results[i].ms = median(std::move(times[i]));
 
   progress.finish();
 

@@ -250,6 +250,12 @@ struct BlockState {
   uint8_t* smem = nullptr;
   uint64_t columns[8] = {};  // 512 bits: the allocated 32-bit columns of tensor memory
   bool relinquished = false;
+  // The named barriers 0..15 (sync_threads, named_barrier_arrive): threads arrived in the phase
+  // under way, and the phases completed.
+  struct Named {
+    int64_t arrived = 0;
+    uint64_t generation = 0;
+  } named[16];
   int rank = 0;
   ClusterRun* cluster = nullptr;
   CpuBlockContext ctx{};
@@ -558,6 +564,41 @@ int64_t service(CpuBlockContext* ctx, int32_t op, int64_t a, int64_t b, void* p)
                         [ctx, cl] {
                           return fmt::format("block ({}, {}, {}) waits in cluster.sync ({} of the cluster's {} blocks "
                                              "arrived)", ctx->bx, ctx->by, ctx->bz, cl->arrived, cl->blocks.size());
+                        });
+      return 0;
+    }
+    case kServiceNamedBarrier: {
+      // The group's threads arrive; the barrier completes at arrive_count (the GPU's bar.sync /
+      // bar.arrive), and a waiting group lets the other fibers run until it has.
+      int32_t site = int32_t(b), id = int32_t(a & 15);
+      bool wait = (a >> 4) & 1;
+      int64_t count = (a >> 8) & 0xffffff, threads = a >> 32;
+      BlockState::Named& nb = blk->named[id];
+      uint64_t generation = nb.generation;
+      nb.arrived += threads;
+      if (nb.arrived >= count) {
+        nb.arrived = 0;
+        ++nb.generation;
+      }
+      if (sched) sched->progress();
+      if (!wait || nb.generation != generation) return 0;
+      if (!sched) {
+        fail_block(ctx, site, [&](const std::string& where) {
+          return fmt::format("{}block ({}, {}, {}) waits at named barrier {} for {} threads, {} of which arrived, and "
+                             "the block runs its thread groups in order, so no later one can arrive (thread groups "
+                             "that meet at a named barrier run at once only as consecutive siblings)",
+                             where, ctx->bx, ctx->by, ctx->bz, id, count, nb.arrived);
+        });
+        return 0;
+      }
+      sched->wait_until([&nb, generation] { return nb.generation != generation; },
+                        [ctx, &nb, id, count, site] {
+                          auto* st = static_cast<RunState*>(ctx->runtime);
+                          const CpuAccessSite& s = st->kernel->sites.at(size_t(site));
+                          return fmt::format("{}{}: block ({}, {}, {}) waits at named barrier {}: {} of its {} "
+                                             "threads arrived",
+                                             s.loc.valid() ? s.loc.str() + ": " : "", s.inst, ctx->bx, ctx->by,
+                                             ctx->bz, id, nb.arrived, count);
                         });
       return 0;
     }
@@ -1229,6 +1270,7 @@ void CpuKernel::launch(const std::vector<KernelArg>& args, const std::function<b
         blk.ctx.bz = int32_t(origin[2] + rz);
         std::fill(std::begin(blk.columns), std::end(blk.columns), 0);
         blk.relinquished = false;
+        std::fill(std::begin(blk.named), std::end(blk.named), BlockState::Named{});
       }
       cluster.arrived = 0;
       state.running += int(csize);

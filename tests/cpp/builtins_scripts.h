@@ -84,9 +84,10 @@ struct VectorCopy : Script {
   }
 };
 
-// Barriers and register budgets: named barriers over the block and over a thread group,
-// __syncwarp, a cluster barrier, loop_break, setmaxnreg in warp groups (sm_90a only). y[i] =
-// x[i] * 2 for i < n, and y[n] = the trip count of a loop that breaks at `stop`.
+// Barriers and register budgets: named barriers over the block and over a thread group (and
+// one warp group's arrival at a barrier another waits at), __syncwarp, a cluster barrier,
+// loop_break, setmaxnreg in warp groups (sm_90a only). y[i] = x[i] * 2 for i < n, and y[n] =
+// the trip count of a loop that breaks at `stop`.
 struct Barriers : Script {
   static constexpr const char* param_names = "n, stop, x, y";
   bool registers = false;  // setmaxnreg (compiles for sm_90a only)
@@ -108,6 +109,9 @@ struct Barriers : Script {
       single_warp(1, [&] { sync_warp(); });
     });
     sync_threads(3, 256);
+    // Two warp groups meet at a named barrier: one arrives without waiting, the other waits.
+    warp_group(0, 4, [&] { named_barrier_arrive(4, 256); });
+    warp_group(4, 4, [&] { sync_threads(4, 256); });
     cluster.sync();
     auto trips = declare("trips", dtypes::int32, 0);
     for (Expr i : range(100)) {

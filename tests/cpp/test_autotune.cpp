@@ -232,6 +232,53 @@ TEST(Autotune, TunesOnTheCpuBackendWithTheWallClock) {
   EXPECT_NE(e->key.find("device=cpu"), std::string::npos);
 }
 
+// y = 10 y + digit over 32 elements: the launches of a tuning leave their order in y's digits
+// when y is passed with an unknown size (not copied, so every launch writes the caller's array).
+struct AppendDigit : Script {
+  static constexpr const char* param_names = "y";
+  int64_t digit = 1;
+  void operator()(Ptr<f32> y) {
+    attrs.blocks = {1};
+    attrs.warps = 1;
+    auto gy = global_view(y, {32});
+    auto v = load_global(gy, {.offsets = {0}, .shape = {32}});
+    store_global(gy, v * 10.0f + float(digit), {.offsets = {0}});
+  }
+};
+
+TEST(Autotune, ConfigsAreTimedInRoundsEachAfterAWarmUp) {
+  // A config timed in a row of its own runs would be favoured or hurt by the GPU's clock
+  // following its recent load: every config runs once (untimed), then once a round.
+  if (!cpu_backend_available()) GTEST_SKIP() << "no CPU backend: " << cpu_unavailable_reason();
+  TempDir dir("autotune-rounds");
+  TuneSpace space;
+  space.add("digit", {{1}, {2}});
+  TuneOptions opts;
+  opts.arch = "cpu";
+  opts.cache_dir = dir.path.string();
+  opts.repeat = 2;
+  DeviceBuffer y(dtypes::float32, 32, Backend::Cpu);
+  y.upload(std::vector<double>(32, 0.0));
+  KernelArg arg = y.arg();
+  arg.bytes = -1;  // unknown size: not copied, so the candidates' launches show
+  Autotuned<AppendDigit> kernel(
+      "AppendDigit", space,
+      [](const TuneConfig& c) {
+        AppendDigit k;
+        k.digit = c.at("digit");
+        return k;
+      },
+      opts);
+  std::vector<KernelArg> args = {arg};
+  kernel(args);
+  const TuneEntry* e = kernel.entry(args);
+  ASSERT_TRUE(e);
+  int64_t winner = e->winner.at("digit");
+  // warm-ups 1 2, round one 1 2, round two 1 2, then the winner's own launch
+  double want = 121212 * 10 + double(winner);
+  for (double got : y.download()) EXPECT_EQ(got, want);
+}
+
 TEST(Autotune, TunesOnTheGpuAndASecondTunerLoadsTheWinner) {
   if (!gpu_available()) GTEST_SKIP() << "no GPU: " << gpu_unavailable_reason();
   TempDir dir("autotune-gpu");

@@ -307,16 +307,21 @@ TEST(InsertBarriers, NestedLoops) {
   EXPECT_EQ(sequence(out), (std::vector<std::string>{"sync", "store_shared", "sync", "load_shared"}));
 }
 
+namespace {
+// A shared write, `barrier`, then a read of it in another mapping (a hazard unless `barrier`
+// separates them).
+void hazard(Script& s, Ptr<f32> p, const std::function<void()>& barrier) {
+  auto t = s.shared_tensor(dtypes::float32, {32, 8});
+  s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 1.0).transpose());
+  barrier();
+  s.store_global(s.global_view(p, {32, 8}), s.load_shared(t), {.offsets = {0, 0}});
+}
+}  // namespace
+
 // The thread-level barriers of seed 004: a named barrier over the current group (the block, or a
 // warp group with the default count) separates like sync(); __syncwarp does for a group inside
 // one warp only.
 TEST(InsertBarriers, NamedBarriersAndWarpSyncSeparateTheirGroup) {
-  auto hazard = [](Script& s, Ptr<f32> p, const std::function<void()>& barrier) {
-    auto t = s.shared_tensor(dtypes::float32, {32, 8});
-    s.store_shared(t, s.register_tensor(dtypes::float32, {8, 32}, 1.0).transpose());
-    barrier();
-    s.store_global(s.global_view(p, {32, 8}), s.load_shared(t), {.offsets = {0, 0}});
-  };
   EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) { hazard(s, p, [&] { s.sync_threads(1); }); })), 0);
   EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) { hazard(s, p, [&] { s.sync_threads(); }); })), 0);
   EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) {
@@ -329,4 +334,32 @@ TEST(InsertBarriers, NamedBarriersAndWarpSyncSeparateTheirGroup) {
               s.single_warp(1, [&] { hazard(s, p, [&] { s.sync_warp(); }); });
             })),
             0);
+}
+
+// named_barrier_arrive waits for nothing, so it separates nothing: the hazard gets a barrier of its
+// own. Sibling groups that meet at a named barrier run at once (waits_on_siblings), like groups
+// that wait on mbarriers.
+TEST(InsertBarriers, NamedBarrierArriveSeparatesNothing) {
+  EXPECT_EQ(inserted(traced([&](Script& s, Int32, Ptr<f32> p) {
+              s.thread_group(0, 64, [&] { hazard(s, p, [&] { s.named_barrier_arrive(3, 128); }); });
+            })),
+            1);
+  auto group = [](Script& s, int64_t begin, const std::function<void()>& body) { s.thread_group(begin, 64, body); };
+  Program met = traced([&](Script& s, Int32, Ptr<f32>) {
+    group(s, 0, [&] { s.named_barrier_arrive(3, 128); });
+    group(s, 64, [&] { s.sync_threads(3, 128); });
+  });
+  Program apart = traced([&](Script& s, Int32, Ptr<f32>) {
+    group(s, 0, [&] { s.sync_threads(3, 64); });
+    group(s, 64, [&] { s.sync_threads(4, 64); });
+  });
+  auto siblings = [](const Program& p) {
+    auto& seq = static_cast<const SeqStmtNode&>(*p.kernels[0].body);
+    std::vector<Stmt> groups;
+    for (auto& c : seq.stmts)
+      if (c && c->kind == StmtKind::ThreadGroup) groups.push_back(c);
+    return waits_on_siblings(groups);
+  };
+  EXPECT_TRUE(siblings(met));
+  EXPECT_FALSE(siblings(apart));  // each group's own barrier
 }

@@ -1349,6 +1349,24 @@ TEST(VerifierBuiltins, NamedBarriers) {
   group.b.end_thread_group();
   EXPECT_TRUE(Fails([&] { verify(group.kernel()); }, 27, "sync_threads",
                     {"arrive_count 32 (barrier_id 2) is fewer than the 64 threads", "threads [64, 128)"}));
+  // The signal half: other threads must wait at it, so it counts more than the arriving group.
+  EXPECT_TRUE(Fails([&] { t.b.named_barrier_arrive(16, 256, L(40)); }, 40, "named_barrier_arrive", {"barrier_id 16"}));
+  EXPECT_TRUE(Fails([&] { t.b.named_barrier_arrive(1, 48, L(41)); }, 41, "named_barrier_arrive",
+                    {"arrive_count 48 (barrier_id 1) must be a positive multiple of 32"}));
+  Traced alone;
+  alone.b.named_barrier_arrive(3, 128, L(42));
+  EXPECT_TRUE(Fails([&] { verify(alone.kernel()); }, 42, "named_barrier_arrive",
+                    {"arrive_count 128 (barrier_id 3) must be more than the 128 threads of the block of 128 threads",
+                     "sync_threads(3, 128)"}));
+  Traced over;
+  over.b.named_barrier_arrive(3, 160, L(43));
+  EXPECT_TRUE(Fails([&] { verify(over.kernel()); }, 43, "named_barrier_arrive",
+                    {"arrive_count 160 (barrier_id 3) is more than the block's 128 threads"}));
+  Traced half;
+  half.b.begin_thread_group(ThreadGroupKind::WarpGroup, 0, 64, L(44));
+  half.b.named_barrier_arrive(4, 128, L(45));
+  half.b.end_thread_group();
+  EXPECT_TRUE(Passes([&] { verify(half.kernel()); }));
   Traced grid;
   grid.b.begin_thread_group(ThreadGroupKind::SingleWarp, 0, 32, L(28));
   grid.b.sync_grid(L(29));

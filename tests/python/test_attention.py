@@ -60,13 +60,16 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
 @pytest.mark.parametrize("d,causal,cfg", [(64, True, {}), (64, True, dict(persistent=3)), (128, False, dict(persistent=2)),
                                           (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
-                                          (64, True, dict(block_n=192))],
+                                          (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
+                                          (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
     the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
-    consumer warp groups, no ping-pong, three stages, 192-key blocks."""
+    consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
+    (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
+    reported as a CpuCheckError), also over many tiles in a ring of three warp groups."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
@@ -178,6 +181,15 @@ def test_rescale_between_on_the_gpu(causal):
     """rescale_between=True (o rescaled by the last block's factor in the next step, between its two
     GEMMs) on top of the rule, d 64, 128 and 256."""
     check_ragged_on_the_gpu(causal, (64, 128, 256), rescale_between=True)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [True, False])
+def test_named_turns_on_the_gpu(causal):
+    """named_turns=True (the ping-pong turns at named barriers) on top of the rule, d 128 and 256,
+    and in the persistent kernel over many tiles at d 64 and 128."""
+    check_ragged_on_the_gpu(causal, (128, 256), named_turns=True)
+    check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
@@ -374,6 +386,35 @@ def test_prefill_rescale_between_the_two_gemms(between):
         assert all(before == pv for before, _ in around), around
 
 
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_prefill_named_turns_in_cuda(consumers):
+    """The CUDA the emitter writes (no compile): with named_turns, consumer warp group w waits at
+    named barrier 1 + w (bar.sync of 256 threads) before issuing its GEMMs of a step and hands the
+    turn over at the next group's (bar.arrive) right after issuing them, before waiting for any;
+    the last group hands the first turn to the first, and the first waits once more at the end
+    (its barrier ends empty). With mbarrier turns none of this is there."""
+    d, cfg = (64, dict(consumers=3, block_n=64)) if consumers == 3 else (128, {})
+    src = FlashAttention(float16, d, named_turns=True, **cfg).source(*prefill_args(d), arch="sm_90a")
+    toks = re.findall(r"named_barrier(?:_arrive)?\(\d+, \d+\)|wgmma_commit_group|wgmma_wait_group", src)
+    turn = lambda w: f"named_barrier({1 + w}, 256)"  # noqa: E731
+    for w in range(consumers):
+        # waits and arrivals at group w's barrier: a turn in the first key block, the masked and the
+        # unmasked steps; the first group's closing wait and the start's handing over
+        assert toks.count(turn(w)) == 3 + (w == 0), (w, toks)
+        assert toks.count(f"named_barrier_arrive({1 + w}, 256)") == 3 + (w == 0), (w, toks)
+    waits = [i for i, t in enumerate(toks) if t.startswith("named_barrier(") and t.endswith(", 256)")]
+    last_first = max(i for i in waits if toks[i] == turn(0))  # the first group's closing wait
+    for i in waits:
+        if i == last_first:
+            continue
+        j = next(k for k in range(i + 1, len(toks)) if toks[k].startswith("named_barrier"))
+        between = toks[i + 1:j]
+        assert toks[j].startswith("named_barrier_arrive"), (i, toks[i:j + 1])
+        assert between and set(between) == {"wgmma_commit_group"}, (i, toks[i:j + 1])
+    plain = FlashAttention(float16, d, **cfg).source(*prefill_args(d), arch="sm_90a")
+    assert "named_barrier_arrive" not in plain and turn(0) not in plain
+
+
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("d,causal", [(256, False), (128, True)])
 def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
@@ -401,20 +442,39 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
 def launched_configs(sms=132):
     """(d, causal, parameters) of every prefill kernel the GPU launches at the bench's shapes: the
     rule's and each candidate on top of it (the L2 sections change no resource)."""
-    return [(d, causal, {**prefill_config(d, causal, sms), **c}) for d in (64, 128, 256) for causal in (True, False)
-            for c in [{}] + prefill_candidates(d, causal, sms) if "l2_bytes" not in c]
+    out = []
+    for seqlen in (4096, 16384):  # d 128 with causal: persistent blocks at the first only
+        out += [(d, causal, {**prefill_config(d, causal, sms, seqlen), **c}) for d in (64, 128, 256)
+                for causal in (True, False) for c in [{}] + prefill_candidates(d, causal, sms, seqlen)
+                if "l2_bytes" not in c]
+    return [x for i, x in enumerate(out) if x not in out[:i]]
 
 
+@pytest.mark.parametrize("seqlen", [0, 4096, 16384])
 @pytest.mark.parametrize("sms", [0, 132])
-def test_prefill_candidates_each_change_the_rule(sms):
+def test_prefill_candidates_each_change_the_rule(sms, seqlen):
     """Each candidate the bench times is another kernel than the rule's and than the other
-    candidates' (a launch takes it on top of prefill_config), with and without the SM count."""
+    candidates' (a launch takes it on top of prefill_config), with and without the SM count, for
+    short and long sequences."""
     for d in (64, 128, 256):
         for causal in (False, True):
-            rule = prefill_config(d, causal, sms)
-            kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__ for c in [{}] + prefill_candidates(d, causal, sms)]
+            rule = prefill_config(d, causal, sms, seqlen)
+            kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__
+                       for c in [{}] + prefill_candidates(d, causal, sms, seqlen)]
             assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
             assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
+
+
+def test_prefill_rule_takes_persistent_blocks_for_causal_d128_up_to_its_seqlen():
+    """d 128 with causal: the persistent kernel up to PERSISTENT_SEQLEN (and where the length is not
+    known), the one without beyond it (where the persistent candidate is offered instead)."""
+    from flash_attention import PERSISTENT_SEQLEN
+    for seqlen in (0, 1024, PERSISTENT_SEQLEN):
+        assert prefill_config(128, True, 132, seqlen).get("persistent") == 132
+    long = 2 * PERSISTENT_SEQLEN
+    assert "persistent" not in prefill_config(128, True, 132, long)
+    assert dict(persistent=132) in prefill_candidates(128, True, 132, long)
+    assert prefill_config(64, True, 132, long).get("persistent") == 132  # not measured there: unchanged
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
@@ -509,6 +569,17 @@ def test_readme_tables_hold_every_shape_of_the_full_sweep():
     pre, dec = bench.SWEEPS["full"]
     rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith(("| dtype", "| batch"))]
     assert len(rows) == len(pre) + sum(1 for c in pre if c[0] == 128) + len(dec)
+
+
+def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
+    bench = bench_module()
+    goal = bench.SWEEPS["goal"][0]
+    assert bench.prefill_shapes("goal") == goal
+    only = bench.prefill_shapes("goal", "128")
+    assert only == [c for c in goal if c[0] == 128] and {s for _, s, _ in only} == {4096, 8192, 16384}
+    assert bench.prefill_shapes("goal", "64,256") == [c for c in goal if c[0] != 128]
+    with pytest.raises(SystemExit, match="--head-dims takes head dims separated by commas .* not 'd128'"):
+        bench.prefill_shapes("goal", "d128")
 
 
 def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):

@@ -176,6 +176,74 @@ def test_barriers_and_register_budgets_in_cuda():
         Breaks().source(7, np.zeros(1, dtype=np.int32), arch="sm_80")
 
 
+class Turns(tilus.Script):
+    """Two warp groups take turns at named barriers (FlashAttention-3's ping-pong): group 0 waits
+    at barrier 1 and hands over at barrier 2, group 1 the other way, and each turn reads what
+    the other group wrote in its last: x[i] = y[i] + 1, then y[i + 1] = 2 x[i]."""
+
+    def __call__(self, x: ~float32, y: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 8
+        gx = self.global_view(x, shape=[TURNS])
+        gy = self.global_view(y, shape=[TURNS + 1])
+        with self.warp_group(0, 4):
+            for i in range(TURNS):
+                self.sync_threads(1, 256)
+                self.store_global(gx, self.load_global(gy, offsets=[i], shape=[1]) + 1.0, offsets=[i])
+                self.named_barrier_arrive(2, 256)
+            self.sync_threads(1, 256)  # the start's handing over: barrier 1 ends empty
+        with self.warp_group(4, 4):
+            self.named_barrier_arrive(1, 256)  # group 0 starts
+            for i in range(TURNS):
+                self.sync_threads(2, 256)
+                self.store_global(gy, self.load_global(gx, offsets=[i], shape=[1]) * 2.0, offsets=[i + 1])
+                self.named_barrier_arrive(1, 256)
+
+
+TURNS = 5
+
+
+def test_named_barriers_take_turns(arrays):
+    """Each turn sees the other group's last one, on the GPU and on the CPU backend (where the
+    groups run as fibers that wait at the barriers): the groups one after the other would give
+    x = 1 everywhere."""
+    x, y = arrays.put(np.zeros(TURNS, np.float32)), arrays.put(np.zeros(TURNS + 1, np.float32))
+    Turns()(x, y)
+    want_x, want_y = np.zeros(TURNS), np.zeros(TURNS + 1)
+    for i in range(TURNS):
+        want_x[i] = want_y[i] + 1
+        want_y[i + 1] = 2 * want_x[i]
+    np.testing.assert_array_equal(arrays.host(x), want_x)
+    np.testing.assert_array_equal(arrays.host(y), want_y)
+
+
+def test_named_barrier_arrive_in_cuda():
+    src = Turns().source(np.zeros(TURNS, np.float32), np.zeros(TURNS + 1, np.float32), arch="sm_90a")
+    for text in ("tilus::named_barrier(1, 256);", "tilus::named_barrier_arrive(2, 256);",
+                 "tilus::named_barrier(2, 256);", "tilus::named_barrier_arrive(1, 256);"):
+        assert text in src, (text, src)
+
+
+class Stuck(tilus.Script):
+    """Group 0 waits at barrier 1 twice, group 1 hands over once."""
+
+    def __call__(self, x: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 8
+        with self.warp_group(0, 4):
+            self.sync_threads(1, 256)
+            self.sync_threads(1, 256)
+        with self.warp_group(4, 4):
+            self.named_barrier_arrive(1, 256)
+
+
+@needs_cpu
+def test_a_named_barrier_never_completed_is_reported_on_the_cpu():
+    with pytest.raises(tilus.CpuCheckError, match=r"test_builtins.py:\d+: sync_threads: block \(0, 0, 0\) waits at "
+                                                  r"named barrier 1: 128 of its 256 threads arrived"):
+        Stuck()(np.zeros(1, np.float32))
+
+
 class ClusterIds(tilus.Script):
     def __call__(self, out: ~int32):
         self.attrs.blocks = [4, 2]

@@ -109,9 +109,12 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
 
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
-    the clusters, else 128 x 128 (66 clusters, as on an H100 / H200)."""
+    the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
+    (66 clusters, as on an H100 / H200)."""
     assert [block_config(m, 8192, 66) for m in (1, 16, 128)] == [(64, 128, 2)] * 3
-    assert block_config(4096, 4096, 66) == block_config(8192, 8192, 66) == (128, 256, 1)
+    assert block_config(4096, 4096, 66) == (128, 256, 1)  # 4 rounds of 256 columns against 6 of 192
+    assert block_config(8192, 8192, 66) == (128, 192, 1)  # 21 rounds of 192 columns against 16 of 256
+    assert block_config(8192, 8192, 66, float32) == (128, 256, 1)  # 192 columns: 16-bit c only
     assert block_config(256, 8192, 66) == (128, 128, 1)  # 32 pairs of 128 x 256 tiles would leave half idle
 
 

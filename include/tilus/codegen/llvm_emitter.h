@@ -105,6 +105,10 @@ enum CpuServiceOp : int32_t {
   kServiceTmemRelinquish = 4,  // b: site
   kServiceClusterSync = 5,    // b: site: every block of the cluster arrives and waits
   kServiceClcTryCancel = 6,   // a: the mbarrier (its address), b: multicast, p: the 16-byte response
+  // a: a named barrier's id | wait << 4 | arrive_count << 8 | the arriving group's threads << 32,
+  // b: site: the group arrives (sync_threads, named_barrier_arrive) and, with wait, waits for the
+  // barrier to complete
+  kServiceNamedBarrier = 7,
 };
 
 // The CPU backend's tensor memory of a block: 128 lanes of 512 32-bit columns, lane-major.

@@ -72,7 +72,9 @@ class StmtMutator {
 };
 
 // Sibling thread groups that wait on each other's work: two or more consecutive thread-group
-// statements of a sequence, one of which waits on an mbarrier (or a cluster barrier). On the GPU
+// statements of a sequence, one of which waits on an mbarrier (or a cluster barrier) or meets
+// threads outside its group at a named barrier (sync_threads or named_barrier_arrive with an
+// arrive_count above the group's threads: warp groups taking turns). On the GPU
 // they run at once (a producer warp beside its consumers), so a barrier of the block between them
 // would never be passed: the barrier pass puts barriers only around such a run, and the CPU backend
 // runs its groups concurrently.

@@ -472,15 +472,18 @@ struct AssignInst : InstNode {
 //            __syncthreads, a named barrier or __syncwarp;
 //   Named:   `sync_threads(barrier_id, arrive_count)`: bar.sync barrier_id, arrive_count
 //            (arrive_count threads of the block, the current group among them);
+//   NamedArrive: `named_barrier_arrive(barrier_id, arrive_count)`: bar.arrive barrier_id,
+//            arrive_count: the group's threads count towards the barrier and go on without
+//            waiting (the signal half: other groups wait at it with sync_threads);
 //   Warp:    `sync_warp(mask)`: __syncwarp(mask) (mask undefined: the group's lanes);
 //   Cluster: `cluster.sync()`: barrier.cluster.arrive + wait (every thread of the cluster);
 //   Grid:    `sync_grid()` / `sync_global()`: every thread of the grid (a cooperative launch).
-enum class SyncScope : uint8_t { Group, Named, Warp, Cluster, Grid };
+enum class SyncScope : uint8_t { Group, Named, Warp, Cluster, Grid, NamedArrive };
 struct SyncInst : InstNode {
   TILUS_INST_COMMON(Sync, "sync")
   SyncScope scope = SyncScope::Group;
-  int64_t barrier_id = 0;    // Named: 1..15
-  int64_t arrive_count = 0;  // Named: a positive multiple of 32
+  int64_t barrier_id = 0;    // Named, NamedArrive: 1..15
+  int64_t arrive_count = 0;  // Named, NamedArrive: a positive multiple of 32
   Expr mask;                 // Warp: a uint32 lane mask (undefined: the group's lanes)
   std::string display_name() const override;
   bool has_side_effects() const override { return true; }

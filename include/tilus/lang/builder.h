@@ -212,6 +212,7 @@ class Builder {
   void sync(SourceLoc loc);
   // The thread-level builtins (seed 004; docs/instructions.md).
   void sync_threads(std::optional<int64_t> barrier_id, std::optional<int64_t> arrive_count, SourceLoc loc);
+  void named_barrier_arrive(int64_t barrier_id, int64_t arrive_count, SourceLoc loc);
   void sync_warp(Expr mask, SourceLoc loc);
   void cluster_sync(SourceLoc loc);
   void sync_grid(SourceLoc loc);

@@ -251,6 +251,9 @@ class Script {
   // the current thread group's threads).
   void sync_threads(std::optional<int64_t> barrier_id = std::nullopt, std::optional<int64_t> arrive_count = std::nullopt,
                     Loc loc = Loc::current());
+  // bar.arrive barrier_id, arrive_count: the current group's threads count towards the named
+  // barrier and go on; other threads wait at it with sync_threads(barrier_id, arrive_count).
+  void named_barrier_arrive(int64_t barrier_id, int64_t arrive_count, Loc loc = Loc::current());
   // __syncwarp(mask); no mask: the current group's lanes.
   void sync_warp(const Expr& mask = Expr(), Loc loc = Loc::current());
   // A barrier of the whole grid (a cooperative launch; not on the CPU backend).

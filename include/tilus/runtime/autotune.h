@@ -12,7 +12,8 @@
 //
 // The first call for a tuning key traces and compiles every config in parallel threads, skips
 // (and lists on stderr) the ones that fail to trace, compile or launch, times the rest with
-// CUDA events after an L2 flush (median of `repeat` runs; the CPU backend: the wall clock) and
+// CUDA events after an L2 flush (median of `repeat` runs taken in rounds, every config once a
+// round; the CPU backend: the wall clock) and
 // launches the fastest; the winner and all timings are written atomically to
 // <cache dir>/autotune/<hash>.txt (the format: docs/gpu.md), so a later process launches the
 // winner with no tuning. The key: the script name, the space, the caller-fixed hyperparameters,

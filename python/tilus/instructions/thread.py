@@ -108,6 +108,18 @@ class ThreadInstructions:
                                 None if arrive_count is None else _int(arrive_count, "sync_threads: arrive_count", loc),
                                 loc)
 
+    def named_barrier_arrive(self, barrier_id: int, arrive_count: int) -> None:
+        """``bar.arrive barrier_id, arrive_count`` (TileLang's name): the current thread group's
+        threads count towards the named barrier ``barrier_id`` (1 to 15) and go on without
+        waiting; it completes once ``arrive_count`` threads of the block (a multiple of 32, more
+        than the group's) have arrived, the others waiting at it with
+        ``sync_threads(barrier_id, arrive_count)``. Warp groups that take turns (FlashAttention-3's
+        ping-pong): each waits at its own barrier, then arrives at the next one's.
+        """
+        loc = _here()
+        _builder().named_barrier_arrive(_int(barrier_id, "named_barrier_arrive: barrier_id", loc),
+                                        _int(arrive_count, "named_barrier_arrive: arrive_count", loc), loc)
+
     def sync_warp(self, mask: Optional[_Int] = None) -> None:
         """``__syncwarp(mask)``: waits for the lanes of ``mask`` (default: the current group's lanes)."""
         loc = _here()

@@ -1,5 +1,6 @@
 // The thread-level builtins (seed 004) on the CPU, in tile terms: barriers inside one block
-// and setmaxnreg change nothing a block computes (its tile instructions run in order); the
+// and setmaxnreg change nothing a block computes (its tile instructions run in order), except
+// named barriers that several thread groups meet at (their arrivals are counted); the
 // per-thread indices fill their tile with every thread's value; a shuffle moves the slots of
 // value's layout between the threads the lanes name (as the GPU does, register by register);
 // ldg / stg move their vector like a load or store of the region, guarded by `pred` only.
@@ -29,7 +30,19 @@ void Emitter::emit_builtin(const InstNode& inst) {
       int64_t cluster = kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2];
       // The blocks of a cluster run together (as fibers): each arrives, and waits for the others.
       if (i.scope == SyncScope::Cluster && cluster > 1) service(kServiceClusterSync, i64(0), i64(-1));
-      return;  // inside one block: its tile instructions already run in order
+      // Named barriers count arrivals as the GPU does, so thread groups that take turns at them
+      // (running as fibers) wait for each other; one met by the group alone completes at once.
+      if (i.scope == SyncScope::Named || i.scope == SyncScope::NamedArrive) {
+        int64_t threads = group_threads(inst);
+        int64_t wait = i.scope == SyncScope::Named;
+        if (wait && i.arrive_count == threads) return;  // the group's own barrier: in order already
+        int32_t site = int32_t(sites.size());
+        sites.push_back(CpuAccessSite{inst.display_name(), inst.loc, fmt::format("barrier_id {}", i.barrier_id), -1,
+                                      std::string()});
+        service(kServiceNamedBarrier, i64(i.barrier_id | wait << 4 | i.arrive_count << 8 | threads << 32),
+                i64(site));
+      }
+      return;  // otherwise inside one block: its tile instructions already run in order
     }
     case InstKind::SetMaxNReg: return;  // a register budget: nothing to compute
     case InstKind::Semaphore: {

@@ -17,6 +17,9 @@ void Emitter::emit_builtin(const InstNode& inst) {
       switch (i.scope) {
         case SyncScope::Group: emit_barrier(inst); return;
         case SyncScope::Named: linef("tilus::named_barrier({}, {});", i.barrier_id, i.arrive_count); return;
+        case SyncScope::NamedArrive:
+          linef("tilus::named_barrier_arrive({}, {});", i.barrier_id, i.arrive_count);
+          return;
         case SyncScope::Warp:
           if (i.mask.defined()) linef("__syncwarp({});", expr(simplify(i.mask)));
           else linef("__syncwarp({:#x}u);", group_lanes());

@@ -110,7 +110,8 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
   struct Scan : StmtVisitor {
     Emitter* em;
     void visit_inst(const InstNode& i) override {
-      if (auto* s = dynamic_cast<const SyncInst*>(&i); s && s->scope == SyncScope::Named)
+      if (auto* s = dynamic_cast<const SyncInst*>(&i);
+          s && (s->scope == SyncScope::Named || s->scope == SyncScope::NamedArrive))
         em->user_barriers_.insert(s->barrier_id);
       if (auto* w = dynamic_cast<const WgmmaMmaInst*>(&i)) {
         em->has_wgmma_ = true;

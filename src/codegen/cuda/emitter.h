@@ -157,7 +157,7 @@ class Emitter {
   int64_t workspace_bytes_ = 0;
   int barrier_ids_ = 1;  // named barrier ids for thread groups (0 is __syncthreads)
   std::unordered_map<int64_t, int> group_barriers_;
-  std::unordered_set<int64_t> user_barriers_;  // ids the kernel names itself (sync_threads)
+  std::unordered_set<int64_t> user_barriers_;  // ids the kernel names itself (sync_threads, named_barrier_arrive)
   // The block indices the kernel reads (blockIdx, the cluster's), each once at its start:
   // variable -> initializer.
   std::map<std::string, std::string> block_reads_;

@@ -9,7 +9,7 @@ namespace {
 using namespace verify_detail;
 
 void check_sync(const SyncInst& i) {
-  if (i.scope == SyncScope::Named) {
+  if (i.scope == SyncScope::Named || i.scope == SyncScope::NamedArrive) {
     if (i.barrier_id < 1 || i.barrier_id > 15)
       fail(i, fmt::format("barrier_id {} is not a named barrier: use 1 to 15 (0 is the block's barrier, "
                           "__syncthreads)",
@@ -83,6 +83,11 @@ void insts::add_thread(std::vector<InstDef>& d) {
   d.push_back({.name = "sync_threads", .kind = InstKind::Sync, .variant = int(SyncScope::Named),
                .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier},
                .summary = "a named barrier of arrive_count threads", .verify = sync});
+  // The signal half of a named barrier: no wait, so the barrier pass does not count it (no role).
+  d.push_back({.name = "named_barrier_arrive", .kind = InstKind::Sync, .variant = int(SyncScope::NamedArrive),
+               .emit = EmitFamily::Builtin,
+               .summary = "arrives at a named barrier of arrive_count threads without waiting (bar.arrive)",
+               .verify = sync});
   d.push_back({.name = "sync_warp", .kind = InstKind::Sync, .variant = int(SyncScope::Warp),
                .emit = EmitFamily::Builtin, .traits = {.role = SyncRole::Barrier}, .summary = "__syncwarp(mask)",
                .verify = sync});

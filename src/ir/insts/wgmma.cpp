@@ -39,7 +39,8 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
   if (!(dt == dtypes::float32 || (dt == dtypes::float16 && !bf16)))
     fail(i, fmt::format("d must be float32{} for {} operands, got {}", bf16 ? "" : " or float16", ab.name(), ty(i.d)));
   if (i.a.is_register() && f8)
-    fail(i, fmt::format("a in registers must be float16 or bfloat16 (fp8 operands come from shared memory), got {}",
+    fail(i, fmt::format("a in registers must be float16 or bfloat16 (PTX's fp8 wgmma takes a in registers too, but "
+                        "tilus has no fp8 A-fragment layout: give fp8 a from shared memory), got {}",
                         ty(i.a)));
   int64_t k = f8 ? 32 : 16;
   if (a[0] % 64 != 0) fail(i, fmt::format("m (a is {}) must be a multiple of 64 (wgmma's m64)", ty(i.a)));

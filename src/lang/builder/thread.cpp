@@ -49,6 +49,14 @@ void Builder::sync_threads(std::optional<int64_t> barrier_id, std::optional<int6
   emit(i);
 }
 
+void Builder::named_barrier_arrive(int64_t barrier_id, int64_t arrive_count, SourceLoc loc) {
+  auto i = make_inst<SyncInst>(loc);
+  i->scope = SyncScope::NamedArrive;
+  i->barrier_id = barrier_id;
+  i->arrive_count = arrive_count;
+  emit(i);
+}
+
 void Builder::sync_warp(Expr mask, SourceLoc loc) {
   auto i = make_inst<SyncInst>(loc);
   i->scope = SyncScope::Warp;

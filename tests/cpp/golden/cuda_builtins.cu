@@ -161,43 +161,53 @@ extern "C" __global__ void __launch_bounds__(256, 1) Barriers(int32_t n, int32_t
   [[maybe_unused]] float* const y_1 = y;
   if (tid >= 0 && tid < 128) {
     [[maybe_unused]] const int32_t tg = tid - 0;
-    // dec_max_nreg (builtins_scripts.h:99)
+    // dec_max_nreg (builtins_scripts.h:100)
     tilus::setmaxnreg_dec<40>();
   }
   if (tid >= 128 && tid < 256) {
     [[maybe_unused]] const int32_t tg_1 = tid - 128;
-    // inc_max_nreg (builtins_scripts.h:100)
+    // inc_max_nreg (builtins_scripts.h:101)
     tilus::setmaxnreg_inc<232>();
   }
-  // shared_tensor (builtins_scripts.h:102)
-  // load_global (builtins_scripts.h:103)
+  // shared_tensor (builtins_scripts.h:103)
+  // load_global (builtins_scripts.h:104)
   __align__(16) float x_2[1];
   x_2[0] = (tid < n) ? *(x_1 + ((int64_t)(tid))) : 0.0f;
-  // mul (builtins_scripts.h:103)
+  // mul (builtins_scripts.h:104)
   __align__(16) float mul[1];
   mul[0] = (x_2[0] * 2.0f);
-  // store_shared (builtins_scripts.h:103)
+  // store_shared (builtins_scripts.h:104)
   *(reinterpret_cast<float*>(tilus_smem + 0) + tid) = mul[0];
-  // sync_threads (builtins_scripts.h:104)
+  // sync_threads (builtins_scripts.h:105)
   tilus::named_barrier(1, 256);
-  // load_shared (builtins_scripts.h:105)
+  // load_shared (builtins_scripts.h:106)
   __align__(16) float y_2[1];
   y_2[0] = *(reinterpret_cast<float*>(tilus_smem + 0) + tid);
-  // store_global (builtins_scripts.h:105)
+  // store_global (builtins_scripts.h:106)
   if ((tid < (n + 1))) *(y_1 + ((int64_t)(tid))) = y_2[0];
   if (tid >= 128 && tid < 256) {
     [[maybe_unused]] const int32_t tg_2 = tid - 128;
-    // sync_threads (builtins_scripts.h:107)
+    // sync_threads (builtins_scripts.h:108)
     tilus::named_barrier(2, 128);
     if (tg_2 >= 32 && tg_2 < 64) {
       [[maybe_unused]] const int32_t tg_3 = tg_2 - 32;
-      // sync_warp (builtins_scripts.h:108)
+      // sync_warp (builtins_scripts.h:109)
       __syncwarp(0xffffffffu);
     }
   }
-  // sync_threads (builtins_scripts.h:110)
+  // sync_threads (builtins_scripts.h:111)
   tilus::named_barrier(3, 256);
-  // cluster.sync (builtins_scripts.h:111)
+  if (tid >= 0 && tid < 128) {
+    [[maybe_unused]] const int32_t tg_4 = tid - 0;
+    // named_barrier_arrive (builtins_scripts.h:113)
+    tilus::named_barrier_arrive(4, 256);
+  }
+  if (tid >= 128 && tid < 256) {
+    [[maybe_unused]] const int32_t tg_5 = tid - 128;
+    // sync_threads (builtins_scripts.h:114)
+    tilus::named_barrier(4, 256);
+  }
+  // cluster.sync (builtins_scripts.h:115)
   tilus::cluster_sync();
   int32_t trips = 0;
   for (int32_t i = 0; i < 100; i += 1) {
@@ -206,10 +216,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) Barriers(int32_t n, int32_t
     }
     trips = (trips + 1);
   }
-  // register_tensor (builtins_scripts.h:117)
+  // register_tensor (builtins_scripts.h:121)
   __align__(16) float r[1];
   r[0] = tilus::cvt<float>(trips);
-  // store_global (builtins_scripts.h:118)
+  // store_global (builtins_scripts.h:122)
   if ((tid == 0)) {
     if (((n >= 0) && (n < (n + 1)))) *(y_1 + ((int64_t)(n))) = r[0];
   }
@@ -226,31 +236,31 @@ extern "C" __global__ void __launch_bounds__(32) ClusterIds(int32_t* __restrict_
   const int32_t tilus_cluster_block_y = tilus::cluster_ctaid(1);
   const int32_t tilus_cluster_rank = tilus::cluster_ctarank();
   [[maybe_unused]] int32_t* const out_1 = out;
-  // register_tensor (builtins_scripts.h:135)
+  // register_tensor (builtins_scripts.h:139)
   __align__(16) int32_t r[1];
   r[0] = tilus_cluster_block_x;
-  // store_global (builtins_scripts.h:136)
+  // store_global (builtins_scripts.h:140)
   if ((tid == 0)) {
     *(out_1 + ((int64_t)((((tilus_block_y * 4) + tilus_block_x) * 4)))) = r[0];
   }
-  // register_tensor (builtins_scripts.h:135)
+  // register_tensor (builtins_scripts.h:139)
   __align__(16) int32_t r_1[1];
   r_1[0] = tilus_cluster_block_y;
-  // store_global (builtins_scripts.h:136)
+  // store_global (builtins_scripts.h:140)
   if ((tid == 0)) {
     *(out_1 + ((int64_t)(((((tilus_block_y * 4) + tilus_block_x) * 4) + 1)))) = r_1[0];
   }
-  // register_tensor (builtins_scripts.h:135)
+  // register_tensor (builtins_scripts.h:139)
   __align__(16) int32_t r_2[1];
   r_2[0] = tilus_cluster_rank;
-  // store_global (builtins_scripts.h:136)
+  // store_global (builtins_scripts.h:140)
   if ((tid == 0)) {
     *(out_1 + ((int64_t)(((((tilus_block_y * 4) + tilus_block_x) * 4) + 2)))) = r_2[0];
   }
-  // register_tensor (builtins_scripts.h:135)
+  // register_tensor (builtins_scripts.h:139)
   __align__(16) int32_t r_3[1];
   r_3[0] = 22;
-  // store_global (builtins_scripts.h:136)
+  // store_global (builtins_scripts.h:140)
   if ((tid == 0)) {
     *(out_1 + ((int64_t)(((((tilus_block_y * 4) + tilus_block_x) * 4) + 3)))) = r_3[0];
   }

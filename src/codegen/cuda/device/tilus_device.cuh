@@ -631,6 +631,10 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The signal half: the calling threads count towards barrier `id` and go on.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- warp shuffles --------------------------------------------------------------------------------
 template <class T> __device__ __forceinline__ T shfl_xor(T v, int lane_mask, unsigned mask = 0xffffffffu) {
