@@ -23,7 +23,8 @@ activations) and writes nothing but one word per block: the best of 1 to 8 block
 measured the same way (the flush leaves dirty lines in L2 that a kernel's reads write back).
 The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
 is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
-goal is <= 1.15), a star on each size that misses a goal.
+goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
+tuning's candidates with their times (6 by default).
 """
 import argparse
 import os
@@ -144,6 +145,7 @@ def main():
     p.add_argument("--no-triton", action="store_true", help="time no Triton kernel nor the read floor")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
+    p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
     start = time.perf_counter()
     triton_on = triton is not None and not args.no_triton
@@ -204,7 +206,7 @@ def main():
                 kernel = describe(cfg)
                 if key in tq.timings and (wname, key) not in shown:  # the tuning's fastest candidates
                     shown.add((wname, key))
-                    for t_, c_ in tq.timings[key][:6]:
+                    for t_, c_ in tq.timings[key][:args.show]:
                         print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel, wrong))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
@@ -244,6 +246,7 @@ def describe(cfg):
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
               if cfg.get("magic") else "")
     loop = " unrolled" if cfg.get("unroll") else ""
+    loop += " bounded" if cfg.get("bounded") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 

@@ -59,8 +59,9 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None):
+                 min_blocks=None, bounded=False):
         super().__init__()
+        self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
         # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
@@ -185,16 +186,23 @@ class MatmulA16Wx(SplitK):
             self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
             return
 
+        ktiles = tilus.cdiv(k, bk)
+
         def load_stage(step, stage):
-            self.copy_async(ga, sa[stage], offsets=[om, (first + step) * bk])
+            # bounded: a k tile past the split's range is copied from past the end of k, so that the
+            # bounds predicates zero-fill it with no read (else the last stages - 1 steps copy the
+            # next split's first tiles, which its own block reads too: 3 of 16 tiles more at split
+            # 4 of k = 8192); the copies stay unconditional, so the waits and barriers do not change.
+            kt = tilus.select(step < steps, first + step, ktiles) if self.bounded else first + step
+            self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
             if self.repacked:
-                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, first + step, 0, 0], dims=[2, 3])
+                self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3])
             else:
-                kb = (first + step) * bk
+                kb = kt * bk
                 self.copy_async(gb, sb[stage], offsets=[on, kb * bits // 8 if as_bytes else kb])
-            self.copy_async(gs, ss[stage], offsets=[(first + step) * bk // self.group, on])
+            self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
             if unsigned:
-                self.copy_async(gz, sz[stage], offsets=[(first + step) * bk // self.group, on])
+                self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
             self.copy_async_commit_group()
 
         for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
@@ -764,7 +772,9 @@ class QuantizedMatmul:
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4);
+          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4, bounded
+          where split); each split also bounded (no copies of the next split's k tiles; moot
+          unsplit); at the rule's split and at the one of 2 blocks per SM bounded in 8 stages;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -803,11 +813,21 @@ class QuantizedMatmul:
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
+            # Each split also bounded (no copies past its k tiles; moot unsplit), and bounded in 8
+            # stages at the rule's split and the one of 2 blocks an SM (100 KB of shared memory a
+            # block: 56 KB of weights in flight where 4 stages have 24; unbounded, 8 stages copied
+            # 7 tiles past the split), for the GPU to measure against the kernel as it was.
             for split in splits:
                 add(dict(base, split_k=split, **decode))
+                if split > 1:
+                    add(dict(base, split_k=split, bounded=True, **decode))
+            for split in splits[:1] + [x for x in splits if x == 2 * sms // tiles]:
+                if split > 1:
+                    add(dict(base, split_k=split, stages=8, bounded=True, **decode))
             if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
                 for split in splits[-2:]:
-                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **decode))
+                    bounded = dict(bounded=True) if split > 1 else {}
+                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **bounded, **decode))
             # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
             # H200, are in the wide space only.)
             return out

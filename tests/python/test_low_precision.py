@@ -452,30 +452,37 @@ def test_quantized_matmul_tuning_passes_over_a_wrong_winner(arrays, capfd):
     assert q.checked_fastest([(1.0, dict(good, broken=True))], call, m, n, k) == dict(q.mma_config(m, n, k), repacked=False)
 
 
-@pytest.mark.parametrize("wtype,split_k,bk,late_scale,tma", [("int4", 2, 64, True, False), ("uint4", 3, 128, False, False),
-                                                              ("int4", 3, 128, True, True), ("uint4", 2, 64, True, True),
-                                                              ("uint4", 1, 64, False, True), ("int4", 3, 128, True, "unroll"),
-                                                              ("uint4", 2, 64, True, "unroll")])
-def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, late_scale, tma):
+UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, in the registers of 4 blocks an SM
+
+
+@pytest.mark.parametrize("wtype,split_k,bk,options", [
+    ("int4", 2, 64, dict(late_scale=True)), ("uint4", 3, 128, {}), ("int4", 3, 128, dict(late_scale=True, tma=True)),
+    ("uint4", 2, 64, dict(late_scale=True, tma=True)), ("uint4", 1, 64, dict(tma=True)),
+    ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
+    ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
+    ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8))])
+def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
-    on ragged m, n and split k (3 splits of 5 k tiles: the last split one tile), signed codes and
-    unsigned ones with zero points, the scales in the product or (late_scale) on each k tile's
-    float32 product; with tma=True each stage's tiles come as TMA boxes on an mbarrier ring (the
-    ragged rows of a zero-filled, no box issued past a split's last tile), twice on one set of
-    counters (they are back to zero after each launch)."""
+    on ragged m, n and split k (5 k tiles: in 3 splits of 2, 2 and 1; in 4 splits of 2 the last
+    two short and empty), signed codes and unsigned ones with zero points, the scales in the
+    product or (late_scale) on each k tile's float32 product; with tma=True each stage's tiles
+    come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
+    split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
+    split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
+    of splits of 2 or 1). Each launched twice on one set of counters (back at zero after each
+    launch)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
-    m, n, k = (5, 200, 5 * bk) if split_k == 2 else (16, 136, 5 * bk)
+    m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, 136, 5 * bk)
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(16, np.int32))
-    unroll = tma == "unroll"  # the k loop unrolled by the stages, in the registers of 4 blocks an SM
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, stages=3, repacked=True, magic=True,
-                         late_scale=late_scale, tma=tma is True, unroll=unroll, min_blocks=4 if unroll else None)
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
-    for launch in range(2 if tma is True else 1):  # on one set of counters: back at zero after each launch
+    for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
                arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((split_k, m, n), np.float32)), counters)
@@ -571,6 +578,30 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
         tiles = ops.count("HMMA") // 32
         assert tiles == 4 and ops.count("STL") + ops.count("LDL") == 0, (split, tiles)
         assert len(ops) <= tiles * len(loops["late"]) and ops.count("LOP3") <= tiles * (16 * 4 + 12), (split, len(ops))
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_bounded_copies_in_sass():
+    """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
+    keeps the k loop's one barrier, its copies and its products, at most 4 instructions more a k
+    tile (the choice of the tile to copy), nothing spilled."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16Wx
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    m, n, k = 1, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
+            np.zeros(64, np.int32))
+    loops = {}
+    for bounded in (False, True):
+        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True,
+                             bounded=bounded)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, bounded
+        loops[bounded] = loop_ops(kernel.sass(*args, arch="sm_90a"))
+    assert loops[True].count("BAR") == 1 and loops[True].count("LDGSTS") == loops[False].count("LDGSTS")
+    assert loops[True].count("HMMA") == loops[False].count("HMMA")
+    assert len(loops[True]) <= len(loops[False]) + 4, (len(loops[True]), len(loops[False]))
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -714,11 +745,13 @@ def test_quantized_matmul_picks_its_kernel_by_size():
 @pytest.mark.parametrize("n,k", [(8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944), (200, 1000)])
 def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
-    rule's choice first, no repeats, at most 8, each a kernel that can be made; up to m = 32 the
-    16-row kernel at the rule's split s, at 2 s and at the splits that fill one wave of 2, 3 and 4
-    blocks per SM (within 1 to 16 and two k tiles per split), on the magic decode with late_scale
-    where its weights exist, and there the last two splits unrolled in the registers of 4 blocks
-    an SM; 8 stages and the TMA copies in the wide space only; from m = 33
+    rule's choice first, no repeats, each a kernel that can be made;
+    up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
+    wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
+    decode with late_scale where its weights exist, and there the last two splits unrolled in the
+    registers of 4 blocks an SM (bounded where split); every split also bounded (where split); at
+    the rule's split and the one of 2 blocks an SM (of more than one) bounded in 8 stages; the TMA
+    copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -729,7 +762,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= 8, (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -740,11 +773,27 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
-                    assert {c["stages"] for c in mma} == {4}
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
                     unrolled = [c for c in mma if c.get("unroll")]
-                    assert all(c["min_blocks"] == 4 and c["magic"] for c in unrolled)
-                    assert len(unrolled) == (min(2, len(splits)) if magic else 0), (m, got)
+                    assert all(c["min_blocks"] == 4 and c["magic"] and bool(c.get("bounded")) == (c["split_k"] > 1)
+                               for c in unrolled), (m, got)
+                    listed = [x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
+                              if 1 <= x <= 16 and k // (128 * x) >= 2]
+                    assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
+                    # every split also bounded (where split), 4 stages
+                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4]
+                    template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
+                    want = []
+                    for x in splits:
+                        want.append(dict(template, split_k=x))
+                        want += [dict(template, split_k=x, bounded=True)] if x > 1 else []
+                    assert sorted(sorted(c.items()) for c in rolled) == \
+                        sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
+                    # 8 stages (bounded) at the rule's split and the one of 2 blocks an SM
+                    eight = [c for c in mma if c["stages"] == 8]
+                    assert {c["split_k"] for c in eight} == {x for x in (s, 264 // tiles) if x in splits and x > 1}, \
+                        (m, got)
+                    assert all(c["bounded"] for c in eight), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
