@@ -66,8 +66,8 @@ class _Cluster:
     def sync(self) -> None:
         """A barrier of every thread of every block of the cluster (barrier.cluster.arrive + wait).
 
-        On the CPU backend it is a no-op for clusters of one block and a CompileError for larger
-        ones (the CPU runs each block on its own).
+        On the CPU backend the blocks of a cluster run together (as fibers): each arrives and
+        waits for the others; for clusters of one block it is a no-op.
         """
         _builder().cluster_sync(_here())
 
