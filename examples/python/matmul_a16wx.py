@@ -712,6 +712,7 @@ class QuantizedMatmul:
     shape by measurement, not by the rule, which was measured at N = K = 8192 only."""
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
+
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
