@@ -36,7 +36,11 @@ key blocks after it; with as many pairs as slots, one split each. `decode_candid
 configurations the bench times against each other: 128-key blocks in 3 stages at one block per
 SM (192 KB of K/V in flight per SM), 64-key blocks in 6 stages at one block per SM (the same
 bytes in finer steps, a shorter fill), 64-key blocks in 3 stages at two blocks per SM (one
-block's fill and merge hidden behind the other's stream), each in one wave and in two."""
+block's fill and merge hidden behind the other's stream), each in one wave and in two.
+
+A decode step calls flash_decode once per token: its launch at a shape (the kernel, its scalars,
+the splits' workspace) is made at the first call and kept (`_PLANS`), so a call costs a look-up,
+o's and lse's allocations and the launch."""
 import math
 
 import tilus
@@ -272,40 +276,63 @@ def config_name(cfg):
 _TUNED = {}  # (shape, dtype, max_pages rounded up to a power of two) -> the fastest configuration
 
 
+_PLANS = {}  # (shapes, dtype, device, scale, config, specialized) -> _Plan
+
+
+class _Plan:
+    """What a launch at one shape and configuration needs besides o and lse, made at its first
+    call: the kernel, its leading scalars and the splits' workspace (reused by the next launch,
+    as the arrival counters are: one launch at a time). A decode step calls flash_decode once per
+    token, so its host cost is a dict look-up, two allocations and the launch."""
+
+    def __init__(self, q, k_cache, block_table, scale, config, specialized):
+        batch, q_len, heads, d = q.shape
+        num_pages, page_size, kv_heads, _ = k_cache.shape
+        max_pages = block_table.shape[1]
+        on_cpu = not getattr(q, "is_cuda", False)
+        specialized = (not on_cpu) if specialized is None else specialized
+        if config is None:
+            config = decode_config(batch, kv_heads, max_pages * page_size, d, 132 if on_cpu else _sms(q.device))
+        bn = config["block_n"]
+        per_split, splits = _splits(max(1, -(-max_pages * page_size // bn)), config["num_splits"])
+        qdt = q.dtype
+        if on_cpu:
+            import numpy as np
+            dt = float16 if qdt == np.float16 else bfloat16
+            self.new = lambda shape, f32: np.empty(shape, np.float32 if f32 else qdt)  # noqa: E731
+        else:
+            import torch
+            dt = _TILUS_DT[_dtype_name(q)]
+            dev = q.device
+            self.new = lambda shape, f32: torch.empty(shape, dtype=torch.float32 if f32 else qdt, device=dev)  # noqa: E731
+        self.kernel = _cached(FlashDecoding, dt, heads, kv_heads, d, page_size, q_len, bn, config["stages"],
+                              splits > 1, specialized, config["blocks_per_sm"], config.get("merge_splits"))
+        self.head = (batch, max_pages, num_pages, per_split, 1.0 / math.sqrt(d) if scale is None else scale)
+        self.o_shape, self.lse_shape, self.rows = (batch, q_len, heads, d), (batch, q_len, heads), (batch * q_len, heads)
+        self.work = None
+        if splits > 1:
+            self.work = (self.new((splits, batch * q_len, heads, d), True), self.new((splits, batch * q_len, heads), True),
+                         _COUNTERS(q, batch * kv_heads))
+
+    def call(self, q, k_cache, v_cache, block_table, seqlens_k):
+        out, lse = self.new(self.o_shape, False), self.new(self.lse_shape, True)
+        # (lse as [rows, heads]: the kernel's views of it, of another rank, read it as a dense buffer)
+        lse2 = lse.reshape(self.rows)
+        work = self.work or (lse2, lse2, seqlens_k)  # one split: not read
+        return self.kernel, self.head + (q, k_cache, v_cache, block_table, seqlens_k, out, lse2) + work, out, lse
+
+
 def decode_call(q, k_cache, v_cache, block_table, seqlens_k, scale=None, config=None, specialized=None):
     """(kernel, its arguments, o, lse) of one decode launch at `config` (decode_config's dict, None:
     the rule; a "merge_splits" entry sets the merge's splits per load)."""
-    batch, q_len, heads, d = q.shape
-    num_pages, page_size, kv_heads, _ = k_cache.shape
-    max_pages = block_table.shape[1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
-    specialized = (not on_cpu) if specialized is None else specialized
-    if config is None:
-        config = decode_config(batch, kv_heads, max_pages * page_size, d, 132 if on_cpu else _sms(q.device))
-    bn = config["block_n"]
-    per_split, splits = _splits(max(1, -(-max_pages * page_size // bn)), config["num_splits"])
-    if on_cpu:
-        import numpy as np
-        dt = float16 if q.dtype == np.float16 else bfloat16
-        new = lambda shape, f32: np.empty(shape, np.float32 if f32 else q.dtype)  # noqa: E731
-    else:
-        import torch
-        dt = _TILUS_DT[_dtype_name(q)]
-        new = lambda shape, f32: torch.empty(shape, dtype=torch.float32 if f32 else q.dtype, device=q.device)  # noqa: E731
-    out, lse = new((batch, q_len, heads, d), False), new((batch, q_len, heads), True)
-    split = splits > 1
-    kern = _cached(FlashDecoding, dt, heads, kv_heads, d, page_size, q_len, bn, config["stages"], split, specialized,
-                   config["blocks_per_sm"], config.get("merge_splits"))
-    if split:
-        work = (new((splits, batch * q_len, heads, d), True), new((splits, batch * q_len, heads), True),
-                _COUNTERS(q, batch * kv_heads))
-    else:
-        work = (lse, lse, seqlens_k)  # not read
-    # (lse as [rows, heads]: the kernel's views of it, of another rank, read it as a dense buffer)
-    args = (batch, max_pages, num_pages, per_split, scale, q, k_cache, v_cache, block_table, seqlens_k, out,
-            lse.reshape(batch * q_len, heads)) + work
-    return kern, args, out, lse
+    key = (q.shape, q.dtype, getattr(q, "device", None), getattr(q, "is_cuda", False), k_cache.shape,
+           block_table.shape, scale, specialized, config and tuple(sorted(config.items())))
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= 64:  # a table that widens as sequences grow makes a plan per width: keep the newest
+            del _PLANS[next(iter(_PLANS))]
+        plan = _PLANS[key] = _Plan(q, k_cache, block_table, scale, config, specialized)
+    return plan.call(q, k_cache, v_cache, block_table, seqlens_k)
 
 
 def flash_decode(q, k_cache, v_cache, block_table, seqlens_k, scale=None, num_splits=None, specialized=None,

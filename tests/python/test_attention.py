@@ -107,6 +107,29 @@ def test_bf16_prefill_on_the_cpu_backend():
     check(from_bf16(o), lse, *reference(*(from_bf16(x) for x in (qb, kb, vb)), cq, ck, True), atol=4e-2)
 
 
+def test_decode_call_keeps_its_launch_per_shape(monkeypatch):
+    """A decode step calls flash_decode once per token: the second call at a shape reuses the first
+    one's kernel, scalars and split workspace (the rule is not worked out again), with o and lse of
+    its own; another configuration or shape gets a launch of its own."""
+    q, kc, vc, table, sl = random_cache(2, 1, 8, 2, 128, 64, (300, 77))
+    cfg = dict(block_n=64, stages=2, blocks_per_sm=1, num_splits=3)
+    kern, args, o, lse = flash_decoding.decode_call(q, kc, vc, table, sl, config=cfg)
+    rule_kern, rule_args, _, _ = flash_decoding.decode_call(q, kc, vc, table, sl)
+
+    def no_rule(*a, **kw):
+        raise AssertionError("decode_config called again at a shape already planned")
+
+    monkeypatch.setattr(flash_decoding, "decode_config", no_rule)
+    q2 = q + np.float16(1)
+    kern2, args2, o2, lse2 = flash_decoding.decode_call(q2, kc, vc, table, sl, config=cfg)
+    assert kern2 is kern and args2[5] is q2 and o2 is not o and lse2 is not lse
+    assert all(a is b for a, b in zip(args[-3:], args2[-3:])), "the split workspace and counters are reused"
+    assert flash_decoding.decode_call(q, kc, vc, table, sl)[0] is rule_kern
+    assert rule_kern is not kern  # the rule's configuration differs from cfg (its own kernel)
+    other = flash_decoding.decode_call(q[:1], kc, vc, table[:1], sl[:1], config=cfg)
+    assert other[1][0] == 1 and other[1][-3] is not args[-3], "another batch: its own workspace"
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("specialized", [True, False], ids=["specialized", "simple"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", PREFILL + [
