@@ -3,7 +3,8 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--head-dims 128[,64,...]] [--candidates [--no-persistent]] [--no-triton] [--readme README.md]
+        [--head-dims 128[,64,...]] [--candidates [--no-persistent]] [--no-triton] [--decode-runs N]
+        [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
 Prefill: 16k tokens per launch (batch = 16384 / seqlen), heads x d = 2048, at seqlen 1k-16k,
@@ -12,7 +13,14 @@ d = 64, 128, 256, causal and not, f16 and bf16; TFLOP/s count 4 * batch * heads 
 64 keys scattered at random, KV length 4k-128k, batch 1-64; "KV read" is a kernel that only
 reads both caches once (a Triton sum; the floor for any decode kernel), and the ratio is tilus's
 time over it. Every launch is timed with CUDA events after an L2 flush, median of 20, the
-kernels of one shape interleaved (bench/run.py). Results are checked against SDPA first.
+kernels of one shape interleaved (bench/run.py). Decode's launches are queued behind a GPU sleep
+(median_ms(queued=True)): a launch that waits for the last one times the host's cost of the call
+as well wherever it exceeds the flush's ~60-70 us of GPU time, and flash_decode's came close
+(35-63 us a call on the H200's host; tilus's rows, every configuration alike, rose 12-15 % in
+later rounds while the KV read's did not, and ncu timed the kernel alone at 1.0x the read), so
+the table has the GPU's time and flash_decode's host time per call in a column of its own;
+each figure is the median of 5 rounds, their spread beside it. --decode-runs N measures the decode
+table N times in the call. Results are checked against SDPA first.
 
 --sweep goal measures only the shapes of issue 40's goal (seqlen >= 4096: 4096, 8192 and 16384
 at d = 128, 4096 at d = 64 and 256, causal and not, f16 and bf16 at d = 128; decode at 16k and 64k
@@ -289,72 +297,103 @@ def kv_mb(batch, n, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
     return 2 * batch * n * kv_heads * d * 2 / 1e6
 
 
-def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D, candidates=False):
+def host_us(fn, calls=50):
+    """Microseconds of host time per call of fn (launches queued behind a GPU sleep: none waits)."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(1 << 24)  # ~9 ms: the GPU runs none of the calls while they are timed
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return t
+
+
+def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D, candidates=False,
+           rounds=5, runs=1):
     """The decode table; with `candidates`, every configuration of flash_decoding.decode_candidates
-    timed in the same interleaved run (tilus's row is the default rule's, decode_config)."""
+    timed in the same interleaved run (tilus's row is the default rule's, decode_config). Each is
+    the median of `rounds` rounds of 20 launches queued behind a GPU sleep (bench/run.py's
+    median_ms(queued=True): the GPU's time alone; flash_decode's host cost per call is printed
+    beside it); the rounds' spread follows each figure. `runs` > 1 measures the table that many
+    times (the shapes' data made anew each time) and prints each run's ratios at the end."""
     from run import interleaved_ms
     from common import compile_all
     from flash_decoding import config_name, decode_call, decode_candidates, flash_decode, random_cache_gpu
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size}; "
-          f"microseconds (ratio: tilus / KV read)", flush=True)
-    head = (f"{'batch':>5} {'keys':>7} {'KV MB':>7} | {'tilus':>8} {'SDPA':>8} {'KV read':>8} | {'vs read':>7} "
-            f"{'GB/s':>6}")
-    print(head, flush=True)
-    rows, lines, tried = [], [], []
-    for batch, n in configs:
-        q, kc, vc, table, lens = random_cache_gpu(batch, n, heads, kv_heads, d, page_size)
-        # SDPA on the same keys gathered contiguous ([batch, kv_heads, n, d]; GQA by enable_gqa,
-        # torch 2.5 on; before it the kv heads repeated, which reads group times the bytes).
-        kd = kc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)
-        vd = vc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)
-        qd = q.transpose(1, 2)
-        try:
-            torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)
-            ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)  # noqa: E731
-        except TypeError:
-            kd, vd = (x.repeat_interleave(heads // kv_heads, dim=1) for x in (kd, vd))
-            ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)  # noqa: E731
-        want = ref()
-        every = decode_candidates(batch, kv_heads, n, d, sms) if candidates else []  # the first is the rule's
-        if every:  # their kernels compiled in parallel (at the first shape; the others reuse them)
-            compile_all(every, lambda cfg: decode_call(q, kc, vc, table, lens, config=cfg)[:2])
-        got, _ = flash_decode(q, kc, vc, table, lens)
-        err = (got.transpose(1, 2).float() - want.float()).abs().max().item()
-        fns = {"tilus": lambda: flash_decode(q, kc, vc, table, lens), "SDPA": ref}
-        if triton is not None:
-            fns["read"] = kv_read(kc, vc)
-        for cfg in every[1:]:
-            cerr = (flash_decode(q, kc, vc, table, lens, config=cfg)[0].transpose(1, 2).float() - want.float()).abs().max()
-            if cerr.item() > 2e-2:
-                print(f"  {config_name(cfg)}: wrong (max abs err vs SDPA {cerr.item():.3g}), left out", flush=True)
-                continue
-            fns[config_name(cfg)] = (lambda c: lambda: flash_decode(q, kc, vc, table, lens, config=c))(cfg)
-        ms = interleaved_ms(fns, rounds=2, repeat=20)
-        mb = kv_mb(batch, n, kv_heads, d)
-        ratio = ms["tilus"] / ms["read"] if "read" in ms else float("nan")
-        read = f"{ms['read'] * 1e3:8.1f}" if "read" in ms else f"{'-':>8}"
-        line = (f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {ms['SDPA'] * 1e3:8.1f} {read} | "
-                f"{ratio:6.2f}x {mb / ms['tilus']:6.0f}" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""))
-        print(line, flush=True)
-        lines.append(line)
-        if candidates:
-            default = config_name(every[0])
-            timed = [(ms["tilus"], default + " (the rule)")] + [(ms[k], k) for k in fns if k not in ("tilus", "SDPA", "read")]
-            best = min(timed)
-            for t, name in timed:
-                print(f"  {name:34} {t * 1e3:8.1f} us  {t / ms['read'] if 'read' in ms else float('nan'):5.2f}x read"
-                      + ("  <- fastest" if (t, name) == best else ""), flush=True)
-            tried.append(f"{batch:5} {n:7} | {best[1]:34} {best[0] * 1e3:8.1f} us, rule {ms['tilus'] * 1e3:.1f} us")
-        rows.append((batch, n, ms, ratio))
-        del q, kc, vc, table, kd, vd, qd, want, got
-        torch.cuda.empty_cache()
+    print(f"\ndecode: 1 query token, {heads} heads on {kv_heads} kv heads, d {d}, f16, pages of {page_size} in a "
+          f"random order; microseconds, the median of {rounds} rounds (their min-max), GPU time with the launches "
+          f"queued; host: flash_decode's CPU time per call (ratio: tilus / KV read)", flush=True)
+    head = (f"{'batch':>5} {'keys':>7} {'KV MB':>7} | {'tilus':>8} {'(rounds)':>13} {'SDPA':>8} {'KV read':>8} | "
+            f"{'vs read':>7} {'GB/s':>6} | {'host us':>7}")
+    rows, lines, tried, ratios = [], [], [], {}
+    for run_index in range(runs):
+        if runs > 1:
+            print(f"\ndecode run {run_index + 1} of {runs}", flush=True)
+        print(head, flush=True)
+        for batch, n in configs:
+            q, kc, vc, table, lens = random_cache_gpu(batch, n, heads, kv_heads, d, page_size)
+            # SDPA on the same keys gathered contiguous ([batch, kv_heads, n, d]; GQA by enable_gqa,
+            # torch 2.5 on; before it the kv heads repeated, which reads group times the bytes).
+            kd = kc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)
+            vd = vc[table.long()].reshape(batch, n, kv_heads, d).transpose(1, 2)
+            qd = q.transpose(1, 2)
+            try:
+                torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)
+                ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, enable_gqa=True)  # noqa: E731
+            except TypeError:
+                kd, vd = (x.repeat_interleave(heads // kv_heads, dim=1) for x in (kd, vd))
+                ref = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)  # noqa: E731
+            want = ref()
+            every = decode_candidates(batch, kv_heads, n, d, sms) if candidates else []  # the first is the rule's
+            if every and run_index == 0:  # their kernels compiled in parallel
+                compile_all(every, lambda cfg: decode_call(q, kc, vc, table, lens, config=cfg)[:2])
+            got, _ = flash_decode(q, kc, vc, table, lens)
+            err = (got.transpose(1, 2).float() - want.float()).abs().max().item()
+            fns = {"tilus": lambda: flash_decode(q, kc, vc, table, lens), "SDPA": ref}
+            if triton is not None:
+                fns["read"] = kv_read(kc, vc)
+            for cfg in every[1:]:
+                cerr = (flash_decode(q, kc, vc, table, lens, config=cfg)[0].transpose(1, 2).float() - want.float()).abs().max()
+                if cerr.item() > 2e-2:
+                    print(f"  {config_name(cfg)}: wrong (max abs err vs SDPA {cerr.item():.3g}), left out", flush=True)
+                    continue
+                fns[config_name(cfg)] = (lambda c: lambda: flash_decode(q, kc, vc, table, lens, config=c))(cfg)
+            spread = {}
+            ms = interleaved_ms(fns, rounds=rounds, repeat=20, queued=True, per_round=spread)
+            host = host_us(fns["tilus"])
+            mb = kv_mb(batch, n, kv_heads, d)
+            ratio = ms["tilus"] / ms["read"] if "read" in ms else float("nan")
+            ratios.setdefault((batch, n), []).append(ratio)
+            read = f"{ms['read'] * 1e3:8.1f}" if "read" in ms else f"{'-':>8}"
+            span = lambda k: f"({min(spread[k]) * 1e3:.1f}-{max(spread[k]) * 1e3:.1f})"  # noqa: E731
+            line = (f"{batch:5} {n:7} {mb:7.0f} | {ms['tilus'] * 1e3:8.1f} {span('tilus'):>13} {ms['SDPA'] * 1e3:8.1f} "
+                    f"{read} | {ratio:6.2f}x {mb / ms['tilus']:6.0f} | {host:7.1f}"
+                    + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""))
+            print(line, flush=True)
+            lines.append(line)
+            if candidates:
+                default = config_name(every[0])
+                timed = [(ms["tilus"], default + " (the rule)", "tilus")] + [
+                    (ms[k], k, k) for k in fns if k not in ("tilus", "SDPA", "read")]
+                best = min(timed)
+                for t, name, k in timed:
+                    print(f"  {name:34} {t * 1e3:8.1f} us {span(k):>15} {t / ms['read'] if 'read' in ms else float('nan'):5.2f}x"
+                          f" read" + ("  <- fastest" if (t, name, k) == best else ""), flush=True)
+                tried.append(f"{batch:5} {n:7} | {best[1]:34} {best[0] * 1e3:8.1f} us, rule {ms['tilus'] * 1e3:.1f} us")
+            rows.append((batch, n, ms, ratio))
+            del q, kc, vc, table, kd, vd, qd, want, got
+            torch.cuda.empty_cache()
     if candidates:  # the summary: which configuration each shape ran fastest with
         print(f"\ndecode candidates, the fastest per shape:\n{'batch':>5} {'keys':>7} | configuration (block_n x "
               f"stages / blocks per SM, splits)", flush=True)
         print("\n".join(tried), flush=True)
     print(f"\ndecode (again, last):\n{head}\n" + "\n".join(lines), flush=True)
-    return rows
+    if runs > 1:
+        print(f"\ndecode, tilus / KV read in each of {runs} runs:\n" + "\n".join(
+            f"{b:5} {n:7} | " + " ".join(f"{r:5.2f}x" for r in rs) for (b, n), rs in ratios.items()), flush=True)
+    return rows[-len(configs):]
 
 
 def ncu_child(s, d, causal, launches=2):
@@ -480,6 +519,8 @@ def main():
     p.add_argument("--candidates", action="store_true",
                    help="also time every configuration of flash_attention.prefill_candidates (prefill) and "
                         "flash_decoding.decode_candidates (decode) at each shape")
+    p.add_argument("--decode-runs", type=int, default=1, metavar="N",
+                   help="measure the decode table N times in this call (the spread between runs)")
     p.add_argument("--no-triton", action="store_true", help="leave the Triton kernel out (its compiles take time)")
     p.add_argument("--no-persistent", action="store_true", help="--candidates without the persistent prefill kernel")
     p.add_argument("--compile-only", action="store_true",
@@ -517,7 +558,7 @@ def main():
         if args.readme:  # now, so that a run cut short later keeps these
             fill_readme(args.readme, rows, [], note)
     if args.only != "prefill":
-        rows = decode(dec, candidates=args.candidates)
+        rows = decode(dec, candidates=args.candidates, runs=args.decode_runs)
         if args.readme:
             fill_readme(args.readme, [], rows, note)
     if args.readme:

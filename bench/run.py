@@ -24,35 +24,50 @@ except ImportError:  # Triton is optional: its rows are then marked missing
     triton = None
 
 
-def interleaved_ms(fns, rounds=3, repeat=20):
+def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None):
     """{name: ms} for the callables in `fns`, timed in turn: `rounds` rounds of `repeat` launches
     each (median_ms), the order rotated every round, and the median of each one's rounds. A long
     run heats the GPU and lowers its clocks (an 8192^3 matmul timed first runs 10-15 % faster than
     in the steady state that follows), so each gets the same mix of states; one warm-up round
-    first."""
+    first. `queued`: median_ms's. `per_round`, a dict: each one's round medians go there (the
+    spread between rounds: an even count of rounds reports the slower middle one)."""
     names = list(fns)
     for name in names:
-        median_ms(fns[name], 3)
+        median_ms(fns[name], 3, queued)
     got = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            got[name].append(median_ms(fns[name], repeat))
+            got[name].append(median_ms(fns[name], repeat, queued))
+    if per_round is not None:
+        per_round.update(got)
     return {name: sorted(t)[len(t) // 2] for name, t in got.items()}
 
 
-def median_ms(fn, repeat=50):
+def median_ms(fn, repeat=50, queued=False):
+    """The median of `repeat` launches of fn, each timed with CUDA events after a 256 MB fill (an
+    L2 flush). Each launch waits for the one before it: the events then time fn's host cost too
+    wherever it exceeds the fill's GPU time (~70 us on an H200). `queued`: the GPU first sleeps
+    while the host queues every launch (and its fill), so that the events time the GPU's work
+    alone, as tilus.utils.benchmark_func does (a launch that is called once per decoded token
+    runs so, behind the step's other kernels; its host cost is then a figure of its own)."""
     scrub = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     fn()
     torch.cuda.synchronize()
     times = []
-    for i in range(repeat):
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
+    if queued:
+        torch.cuda._sleep(150000 * repeat)  # ~90 us a launch at 1.7 GHz: more than its host cost
+    for i, (start, end) in enumerate(events):
         scrub.fill_(i & 0xFF)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        if not queued:
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    if queued:
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) for start, end in events]
     times.sort()
     return times[len(times) // 2]
 
