@@ -32,11 +32,16 @@ How the keys are split (`decode_config`; `bench/attention.py --sweep goal --only
 picks among them at run time): in one wave of blocks. With few (sequence, kv head) pairs the
 splits multiply them up to the SMs' slots (sms * blocks_per_sm // pairs splits), so that every
 block pays the pipeline's fill (the query tile, the first TMA's latency) once and streams many
-key blocks after it; with as many pairs as slots, one split each. `decode_candidates` lists the
-configurations the bench times against each other: 128-key blocks in 3 stages at one block per
-SM (192 KB of K/V in flight per SM), 64-key blocks in 6 stages at one block per SM (the same
-bytes in finer steps, a shorter fill), 64-key blocks in 3 stages at two blocks per SM (one
-block's fill and merge hidden behind the other's stream), each in one wave and in two.
+key blocks after it; with as many pairs as slots, one split each. Where a split would stream at
+least LONG_SPLIT keys at two blocks per SM (batch 8 at 16k keys and more, on the H200), 64-key
+blocks in 3 stages at two blocks per SM (one block's fill, merge and serial GEMM-softmax chain
+hidden behind the other's stream: the fastest candidate at batch 8 in each of five H200 calls,
+1-3 % ahead of one block per SM); with shorter splits (batch 1: 1024 keys a split at 16k) the
+second fill costs more than it hides, and 128-key blocks in 3 stages at one block per SM (192 KB
+of K/V in flight per SM) take them. `decode_candidates` lists what the bench and the tuner time:
+the rule's, 128-key blocks at one block per SM, 64-key blocks in 6 stages at one (the same bytes
+in finer steps, a shorter fill) and in 3 at two, each in one wave (a second wave of splits never
+won on the H200).
 
 A decode step calls flash_decode once per token: its launch at a shape (the kernel, its scalars,
 the splits' workspace) is made at the first call and kept (`_PLANS`), so a call costs a look-up,
@@ -243,29 +248,38 @@ def _splits(key_blocks, want):
     return per_split, -(-key_blocks // per_split)
 
 
-def decode_config(batch, kv_heads, max_seqlen_k, head_dim=128, sms=132, block_n=None, blocks_per_sm=1, waves=1):
+LONG_SPLIT = 4096  # keys a split streams at two blocks per SM from which the rule takes two (d <= 128)
+
+
+def decode_config(batch, kv_heads, max_seqlen_k, head_dim=128, sms=132, block_n=None, blocks_per_sm=None):
     """The launch: dict(block_n, stages, blocks_per_sm, num_splits). The rule (module docstring):
-    128-key blocks (64 at d = 256) in as many stages as fit at one block per SM, the keys split so
-    that the blocks fill the SMs' slots once, at least 2 key blocks per split."""
-    block_n = block_n or (128 if head_dim <= 128 else 64)
+    the keys split so that the blocks fill the SMs' slots once, at least 2 key blocks per split;
+    64-key blocks in 3 stages at two blocks per SM where each split then streams at least
+    LONG_SPLIT keys (d <= 128: two blocks of d 256 do not fit an SM), else 128-key blocks (64 at
+    d = 256) in as many stages as fit at one block per SM."""
     pairs = batch * kv_heads
+    if blocks_per_sm is None:
+        long = head_dim <= 128 and max_seqlen_k >= LONG_SPLIT * max(1, 2 * sms // pairs)
+        blocks_per_sm = 2 if long and block_n in (None, 64) else 1
+        block_n = block_n or (64 if long else None)
+    block_n = block_n or (128 if head_dim <= 128 else 64)
     key_blocks = max(1, -(-max_seqlen_k // block_n))
-    want = max(1, min(waves * sms * blocks_per_sm // pairs, key_blocks // 2))
+    want = max(1, min(sms * blocks_per_sm // pairs, key_blocks // 2))
     return dict(block_n=block_n, stages=decode_stages(head_dim, block_n, blocks_per_sm), blocks_per_sm=blocks_per_sm,
                 num_splits=_splits(key_blocks, want)[1])
 
 
 def decode_candidates(batch, kv_heads, max_seqlen_k, head_dim=128, sms=132):
-    """The configurations bench/attention.py --candidates times at a shape, decode_config's first:
-    128- and 64-key blocks at one block per SM, 64-key blocks at two, each in one wave and two."""
+    """The configurations bench/attention.py --candidates and flash_decode(tune=True) time at a
+    shape, decode_config's first: 128- and 64-key blocks at one block per SM, 64-key blocks at
+    two (d <= 128), each in one wave."""
     out = [decode_config(batch, kv_heads, max_seqlen_k, head_dim, sms)]
     for block_n, per_sm in ((128, 1), (64, 1), (64, 2)):
-        if head_dim > 128 and block_n > 64:
+        if head_dim > 128 and (block_n > 64 or per_sm > 1):
             continue
-        for waves in (1, 2):
-            cfg = decode_config(batch, kv_heads, max_seqlen_k, head_dim, sms, block_n, per_sm, waves)
-            if cfg not in out:
-                out.append(cfg)
+        cfg = decode_config(batch, kv_heads, max_seqlen_k, head_dim, sms, block_n, per_sm)
+        if cfg not in out:
+            out.append(cfg)
     return out
 
 

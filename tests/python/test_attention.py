@@ -18,7 +18,7 @@ from conftest import HAS_CPU, HAS_GPU
 from flash_attention import (FlashAttention, config_name, flash_attention, flash_attention_varlen, prefill_candidates,
                              prefill_config, random_packed as packed, reference)
 import flash_decoding
-from flash_decoding import FlashDecoding, decode_candidates, flash_decode, random_cache, reference as decode_reference
+from flash_decoding import FlashDecoding, decode_candidates, decode_config, flash_decode, random_cache, reference as decode_reference
 
 
 def check(o, lse, want_o, want_lse, atol=2e-2):
@@ -128,6 +128,25 @@ def test_decode_call_keeps_its_launch_per_shape(monkeypatch):
     assert rule_kern is not kern  # the rule's configuration differs from cfg (its own kernel)
     other = flash_decoding.decode_call(q[:1], kc, vc, table[:1], sl[:1], config=cfg)
     assert other[1][0] == 1 and other[1][-3] is not args[-3], "another batch: its own workspace"
+
+
+def test_decode_rule_takes_two_blocks_per_sm_for_long_splits():
+    """decode_config fills the SMs' slots once; where a split then streams at least LONG_SPLIT keys
+    at two blocks per SM it takes two (64-key blocks, d <= 128), with short splits one."""
+    sms = 132
+    for batch, n, d in ((1, 16384, 128), (8, 16384, 128), (8, 65536, 128), (1, 65536, 128), (8, 65536, 256),
+                        (4, 32768, 64)):
+        cfg = decode_config(batch, 8, n, d, sms)
+        per_sm, splits = cfg["blocks_per_sm"], cfg["num_splits"]
+        assert splits * batch * 8 <= sms * per_sm, (batch, n, d, cfg)  # one wave
+        two_fit = d <= 128
+        long = two_fit and n >= flash_decoding.LONG_SPLIT * max(1, 2 * sms // (batch * 8))
+        assert per_sm == (2 if long else 1) and (cfg["block_n"] == 64 or not long), (batch, n, d, cfg)
+        if long:
+            assert n / splits >= flash_decoding.LONG_SPLIT
+        assert cfg in decode_candidates(batch, 8, n, d, sms)
+    assert decode_config(8, 8, 16384, 128, sms)["blocks_per_sm"] == 2  # the shapes the H200 measured
+    assert decode_config(1, 8, 16384, 128, sms)["blocks_per_sm"] == 1
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
@@ -296,8 +315,8 @@ def test_decode_on_the_gpu(batch, q_len, heads, kv_heads, d, page_size, lens, sp
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 def test_decode_candidates_on_the_gpu():
-    """Every configuration the bench times (one and two blocks per SM, one and two waves of
-    splits) on ragged lengths, each launched twice (the counters back at zero in between)."""
+    """Every configuration the bench times (one and two blocks per SM, 64- and 128-key blocks) on
+    ragged lengths, each launched twice (the counters back at zero in between)."""
     import torch
     lens = (4096, 1000, 17)
     q, kc, vc, table, sl = random_cache(3, 1, 32, 8, 128, 64, lens)
