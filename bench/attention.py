@@ -16,9 +16,10 @@ time over it. Every launch is timed with CUDA events after an L2 flush, median o
 kernels of one shape interleaved (bench/run.py). Decode's launches are queued behind a GPU sleep
 (median_ms(queued=True)): a launch that waits for the last one times the host's cost of the call
 as well wherever it exceeds the flush's ~60-70 us of GPU time, and flash_decode's came close
-(35-63 us a call on the H200's host; tilus's rows, every configuration alike, rose 12-15 % in
-later rounds while the KV read's did not, and ncu timed the kernel alone at 1.0x the read), so
-the table has the GPU's time and flash_decode's host time per call in a column of its own;
+(35-63 us a call on the H200's host before it kept its launches, 20 us after; tilus's rows,
+every configuration alike, rose 12-15 % in later rounds while the KV read's did not, and ncu
+timed the kernel alone at 1.0x the read), so the table has the GPU's time and flash_decode's
+host time per call in a column of its own;
 each figure is the median of 5 rounds, their spread beside it. --decode-runs N measures the decode
 table N times in the call. Results are checked against SDPA first.
 

@@ -36,7 +36,7 @@ key blocks after it; with as many pairs as slots, one split each. Where a split 
 least LONG_SPLIT keys at two blocks per SM (batch 8 at 16k keys and more, on the H200), 64-key
 blocks in 3 stages at two blocks per SM (one block's fill, merge and serial GEMM-softmax chain
 hidden behind the other's stream: the fastest candidate at batch 8 in each of five H200 calls,
-1-3 % ahead of one block per SM); with shorter splits (batch 1: 1024 keys a split at 16k) the
+1-3 % ahead of one block per SM, and in the two runs of a sixth as the rule); with shorter splits (batch 1: 1024 keys a split at 16k) the
 second fill costs more than it hides, and 128-key blocks in 3 stages at one block per SM (192 KB
 of K/V in flight per SM) take them. `decode_candidates` lists what the bench and the tuner time:
 the rule's, 128-key blocks at one block per SM, 64-key blocks in 6 stages at one (the same bytes
