@@ -59,9 +59,16 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, bounded=False):
+                 min_blocks=None, bounded=False, split_cluster=False):
         super().__init__()
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
+        # split_cluster: a tile's splits run as one cluster (blockIdx.z its rank; sm_90), whose
+        # barrier (arrive.release / wait.acquire) stands for the arrival counter's fence, atomic
+        # and two block barriers: splits 1.. store their partial sums, split 0 adds them to its
+        # own registers (one memory round trip fewer on the launch's last path, and no counter).
+        assert not split_cluster or 2 <= split_k <= 8 and block_m == 16, \
+            "split_cluster: 2 to 8 splits (one cluster, the portable most) of 16-row tiles"
+        self.split_cluster = split_cluster
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
         # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
@@ -99,6 +106,14 @@ class MatmulA16Wx(SplitK):
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
+        elif self.split_cluster:
+            gp = self.global_view(partial, shape=[self.split_k, m, n])
+            if self.blockIdx.z > 0:
+                self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
+            self.cluster.sync()
+            if self.blockIdx.z == 0:  # (a 16-row tile's partial sums in registers at once)
+                p = self.load_global(gp, offsets=[1, om, on], shape=[self.split_k - 1, bm, bn])
+                self.store_global(gc, (acc + self.sum(p, dim=0)).to(at), offsets=[om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
@@ -111,6 +126,8 @@ class MatmulA16Wx(SplitK):
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
         self.attrs.warps = self.warps
+        if self.split_cluster:
+            self.attrs.cluster_blocks = [1, 1, self.split_k]
         if self.min_blocks:
             self.attrs.min_blocks = self.min_blocks
         om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
@@ -147,7 +164,7 @@ class MatmulA16Wx(SplitK):
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
-        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
+        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.split_cluster else None
 
         if self.by_tma:
             ktiles = tilus.cdiv(k, bk)
@@ -775,7 +792,8 @@ class QuantizedMatmul:
           plain decode); on the magic decode also the last two of those splits with the k loop
           unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4, bounded
           where split); each split also bounded (no copies of the next split's k tiles; moot
-          unsplit); at the rule's split and at the one of 2 blocks per SM bounded in 8 stages;
+          unsplit) and, on sm_90 (`tma`) with 2 to 8 splits, bounded in one cluster a tile
+          (split_cluster); unsplit also in 8 stages;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -814,23 +832,26 @@ class QuantizedMatmul:
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
-            # Each split also bounded (no copies past its k tiles; moot unsplit), and bounded in 8
-            # stages at the rule's split and the one of 2 blocks an SM (100 KB of shared memory a
-            # block: 56 KB of weights in flight where 4 stages have 24; unbounded, 8 stages copied
-            # 7 tiles past the split), for the GPU to measure against the kernel as it was.
+            # Each split also bounded (no copies past its k tiles; moot unsplit) and, on sm_90 (where
+            # TMA applies) with 2 to 8 splits, bounded in one cluster a tile (split_cluster: the
+            # cluster's barrier for the arrival counter's atomic, one memory round trip fewer at the
+            # launch's end, where the H200 left 4-5 us beyond the read floor). Unsplit (no ending
+            # at all, fewer blocks) also in 8 stages: twice the bytes in flight a block. (8 stages
+            # split, bounded, never won on the H200: 20.3 -> 22.9 us at 3584 x 18944.)
             for split in splits:
                 add(dict(base, split_k=split, **decode))
                 if split > 1:
                     add(dict(base, split_k=split, bounded=True, **decode))
-            for split in splits[:1] + [x for x in splits if x == 2 * sms // tiles]:
-                if split > 1:
-                    add(dict(base, split_k=split, stages=8, bounded=True, **decode))
+                if tma and 2 <= split <= 8:
+                    add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
+                if split == 1:
+                    add(dict(base, split_k=1, stages=8, **decode))
             if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
                 for split in splits[-2:]:
                     bounded = dict(bounded=True) if split > 1 else {}
                     add(dict(base, split_k=split, unroll=True, min_blocks=4, **bounded, **decode))
-            # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
-            # H200, are in the wide space only.)
+            # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
+            # on the H200, are in the wide space only.)
             return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)

@@ -461,7 +461,10 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
     ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
-    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8))])
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)), ("int4", 1, 128, dict(late_scale=True, stages=8)),
+    ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
+    ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True)),
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_cluster=True, **UNROLL))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -471,8 +474,10 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
     split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
     split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
-    of splits of 2 or 1). Each launched twice on one set of counters (back at zero after each
-    launch)."""
+    of splits of 2 or 1, and unsplit); split_cluster=True (a tile's splits in one cluster, whose
+    barrier stands for the arrival counter: split 0 adds the others' partial sums to its own; in
+    4 splits of 2 the last two short and empty). Each launched twice on one set of counters (back
+    at zero after each launch; the cluster ending does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, 136, 5 * bk)
@@ -489,6 +494,17 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
                                    err_msg=f"launch {launch}")
         np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_split_cluster_wants_2_to_8_splits_of_16_rows():
+    """split_cluster=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most),
+    of 16-row tiles (split 0 holds all their partial sums at once)."""
+    from matmul_a16wx import MatmulA16Wx
+    for split, rows in ((1, 16), (9, 16), (4, 64)):
+        with pytest.raises(AssertionError, match="2 to 8 splits"):
+            MatmulA16Wx(tilus.int4, 128, block_m=rows, block_k=128, split_k=split, repacked=rows == 16,
+                        split_cluster=True)
+    MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=8, repacked=True, split_cluster=True)
 
 
 def test_magic_layout_is_the_quarters_fragments():
@@ -581,10 +597,13 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-def test_bounded_copies_in_sass():
+def test_split_endings_in_sass():
     """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
     keeps the k loop's one barrier, its copies and its products, at most 4 instructions more a k
-    tile (the choice of the tile to copy), nothing spilled."""
+    tile (the choice of the tile to copy); split_cluster=True keeps that loop and ends without the
+    arrival counter's atomic, on the cluster's barrier (arrive, wait), one GPU fence (the partial
+    sums' release), where the counter's ending has the atomic and no cluster barrier; nothing
+    spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -593,15 +612,19 @@ def test_bounded_copies_in_sass():
     args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
-    loops = {}
-    for bounded in (False, True):
-        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True,
-                             bounded=bounded)
-        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, bounded
-        loops[bounded] = loop_ops(kernel.sass(*args, arch="sm_90a"))
-    assert loops[True].count("BAR") == 1 and loops[True].count("LDGSTS") == loops[False].count("LDGSTS")
-    assert loops[True].count("HMMA") == loops[False].count("HMMA")
-    assert len(loops[True]) <= len(loops[False]) + 4, (len(loops[True]), len(loops[False]))
+    sass, loops = {}, {}
+    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True))]:
+        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
+        sass[name] = kernel.sass(*args, arch="sm_90a")
+        loops[name] = loop_ops(sass[name])
+    for name in ("bounded", "cluster"):
+        assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
+        assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
+        assert len(loops[name]) <= len(loops["plain"]) + 4, (name, len(loops[name]), len(loops["plain"]))
+    assert "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["bounded"]
+    assert "ATOMG" not in sass["cluster"] and "UCGABAR_ARV" in sass["cluster"] and "UCGABAR_WAIT" in sass["cluster"]
+    assert sass["cluster"].count("MEMBAR") == 1, sass["cluster"].count("MEMBAR")
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -749,9 +772,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, and there the last two splits unrolled in the
-    registers of 4 blocks an SM (bounded where split); every split also bounded (where split); at
-    the rule's split and the one of 2 blocks an SM (of more than one) bounded in 8 stages; the TMA
-    copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
+    registers of 4 blocks an SM (bounded where split); every split also bounded (where split) and,
+    where TMA applies (sm_90) with 2 to 8 splits, bounded in clusters; unsplit also in 8 stages;
+    the TMA copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -781,7 +804,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               if 1 <= x <= 16 and k // (128 * x) >= 2]
                     assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
                     # every split also bounded (where split), 4 stages
-                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4]
+                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4 and not c.get("split_cluster")]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
@@ -789,11 +812,15 @@ def test_quantized_matmul_short_list_per_m(n, k):
                         want += [dict(template, split_k=x, bounded=True)] if x > 1 else []
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
-                    # 8 stages (bounded) at the rule's split and the one of 2 blocks an SM
+                    # 8 stages unsplit only, where unsplit is listed
                     eight = [c for c in mma if c["stages"] == 8]
-                    assert {c["split_k"] for c in eight} == {x for x in (s, 264 // tiles) if x in splits and x > 1}, \
-                        (m, got)
-                    assert all(c["bounded"] for c in eight), (m, got)
+                    assert [c["split_k"] for c in eight] == ([1] if 1 in splits else []), (m, got)
+                    assert not any(c.get("bounded") or c.get("unroll") for c in eight), (m, got)
+                    # on sm_90 (where TMA applies) each split of 2 to 8 also bounded in one cluster
+                    clustered = [c for c in mma if c.get("split_cluster")]
+                    assert sorted(c["split_k"] for c in clustered) == \
+                        (sorted(x for x in splits if 2 <= x <= 8) if tma else []), (m, got)
+                    assert all(c["bounded"] and c["stages"] == 4 and not c.get("unroll") for c in clustered), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
