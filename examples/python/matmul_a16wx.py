@@ -59,7 +59,7 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, bounded=False, split_cluster=False):
+                 min_blocks=None, bounded=False, split_cluster=False, split_red=False):
         super().__init__()
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # split_cluster: a tile's splits run as one cluster (blockIdx.z its rank; sm_90), whose
@@ -68,7 +68,14 @@ class MatmulA16Wx(SplitK):
         # own registers (one memory round trip fewer on the launch's last path, and no counter).
         assert not split_cluster or 2 <= split_k <= 8 and block_m == 16, \
             "split_cluster: 2 to 8 splits (one cluster, the portable most) of 16-row tiles"
-        self.split_cluster = split_cluster
+        # split_red (with split_cluster): the last split (the shortest k range where the splits do
+        # not divide k) stores its tile of c (f16) before the cluster's barrier; after it the others
+        # add theirs into c by red.global.add, fire and forget: no partial sums, and where the last
+        # split finishes first the launch's end waits on no memory round trip but the adds'. It
+        # costs precision: each split's sum rounded to f16 and each add rounded in f16 (splits s:
+        # 2 s - 1 roundings of c's size where the other endings have one).
+        assert not split_red or split_cluster, "split_red is an option of split_cluster"
+        self.split_cluster, self.split_red = split_cluster, split_red
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
         # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
@@ -106,6 +113,13 @@ class MatmulA16Wx(SplitK):
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
+        elif self.split_red:  # the last split (the shortest k range) stores, the others add
+            tile = acc.to(at)
+            if self.blockIdx.z == self.split_k - 1:
+                self.store_global(gc, tile, offsets=[om, on])
+            self.cluster.sync()
+            if self.blockIdx.z < self.split_k - 1:
+                self.atomic.global_add(gc, tile, offsets=[om, on])
         elif self.split_cluster:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             if self.blockIdx.z > 0:
@@ -789,11 +803,10 @@ class QuantizedMatmul:
           the m x n tiles times s about two blocks per SM), 2 s, and the splits that fill one wave
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
-          plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4, bounded
-          where split); each split also bounded (no copies of the next split's k tiles; moot
+          plain decode); each split also bounded (no copies of the next split's k tiles; moot
           unsplit) and, on sm_90 (`tma`) with 2 to 8 splits, bounded in one cluster a tile
-          (split_cluster); unsplit also in 8 stages;
+          (split_cluster), and so adding into f16 c by red (split_red, its k loop unrolled in the
+          registers of 4 blocks an SM: unroll, min_blocks=4); unsplit also in 8 stages;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -833,23 +846,25 @@ class QuantizedMatmul:
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
             # Each split also bounded (no copies past its k tiles; moot unsplit) and, on sm_90 (where
-            # TMA applies) with 2 to 8 splits, bounded in one cluster a tile (split_cluster: the
-            # cluster's barrier for the arrival counter's atomic, one memory round trip fewer at the
-            # launch's end, where the H200 left 4-5 us beyond the read floor). Unsplit (no ending
-            # at all, fewer blocks) also in 8 stages: twice the bytes in flight a block. (8 stages
-            # split, bounded, never won on the H200: 20.3 -> 22.9 us at 3584 x 18944.)
+            # TMA applies) with 2 to 8 splits, bounded in one cluster a tile, ending on the cluster's
+            # barrier (split_cluster: one memory round trip fewer at the launch's end than the
+            # arrival counter's atomic, where the H200 left 4-5 us beyond the read floor), and so
+            # with the others' sums added into c by f16 red (split_red, where c is f16: none of
+            # the round trips but the adds' own, for a rounding of c's size a split more). Unsplit
+            # (no ending at all, fewer blocks) also in 8 stages: twice the bytes in flight a block.
+            # (8 stages split, bounded, never won on the H200: 20.3 -> 22.9 us at 3584 x 18944;
+            # the k loop unrolled, unroll=True, min_blocks=4, won 2 of 24 sizes by 0.1 us.)
             for split in splits:
                 add(dict(base, split_k=split, **decode))
                 if split > 1:
                     add(dict(base, split_k=split, bounded=True, **decode))
                 if tma and 2 <= split <= 8:
                     add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
+                    if self.atype == float16:  # (unrolled: ptxas gave its rolled loop 341 instructions a tile, 317 the others)
+                        add(dict(base, split_k=split, bounded=True, split_cluster=True, split_red=True, unroll=True,
+                                 min_blocks=4, **decode))
                 if split == 1:
                     add(dict(base, split_k=1, stages=8, **decode))
-            if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
-                for split in splits[-2:]:
-                    bounded = dict(bounded=True) if split > 1 else {}
-                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **bounded, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out

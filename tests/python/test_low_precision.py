@@ -464,7 +464,9 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)), ("int4", 1, 128, dict(late_scale=True, stages=8)),
     ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
     ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True)),
-    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_cluster=True, **UNROLL))])
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_cluster=True, **UNROLL)),
+    ("int4", 3, 128, dict(late_scale=True, bounded=True, split_cluster=True, split_red=True, n=208)),
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_cluster=True, split_red=True, **UNROLL))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -477,10 +479,13 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     of splits of 2 or 1, and unsplit); split_cluster=True (a tile's splits in one cluster, whose
     barrier stands for the arrival counter: split 0 adds the others' partial sums to its own; in
     4 splits of 2 the last two short and empty). Each launched twice on one set of counters (back
-    at zero after each launch; the cluster ending does not touch them)."""
+    at zero after each launch; the cluster ending does not touch them); split_red=True (the last
+    split stores its tile of c and the others add theirs into c by red after the cluster's
+    barrier: by f16 pairs where n is a multiple of 16, element by element where not)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
-    m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, 136, 5 * bk)
+    options = dict(options)
+    m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, options.pop("n", 136), 5 * bk)
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
@@ -602,8 +607,11 @@ def test_split_endings_in_sass():
     keeps the k loop's one barrier, its copies and its products, at most 4 instructions more a k
     tile (the choice of the tile to copy); split_cluster=True keeps that loop and ends without the
     arrival counter's atomic, on the cluster's barrier (arrive, wait), one GPU fence (the partial
-    sums' release), where the counter's ending has the atomic and no cluster barrier; nothing
-    spilled."""
+    sums' release), where the counter's ending has the atomic and no cluster barrier;
+    split_red=True (as offered: its k loop unrolled in the registers of 4 blocks an SM, whose k
+    tiles take no more instructions than the rolled loop's) ends on the same barrier and adds into
+    c by f16-pair REDG (n a multiple of 16), with no compare-and-swap loop and no load of partial
+    sums; nothing spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -613,11 +621,14 @@ def test_split_endings_in_sass():
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
     sass, loops = {}, {}
-    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True))]:
+    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True)),
+                     ("red", dict(bounded=True, split_cluster=True, split_red=True, **UNROLL))]:
         kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
         assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
         sass[name] = kernel.sass(*args, arch="sm_90a")
-        loops[name] = loop_ops(sass[name])
+        loops[name] = loop_ops(sass[name], unrolled=name == "red")
+    unrolled = loops.pop("red")
+    assert unrolled.count("HMMA") == 4 * loops["plain"].count("HMMA") and len(unrolled) <= 4 * len(loops["bounded"])
     for name in ("bounded", "cluster"):
         assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
         assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
@@ -625,6 +636,9 @@ def test_split_endings_in_sass():
     assert "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["bounded"]
     assert "ATOMG" not in sass["cluster"] and "UCGABAR_ARV" in sass["cluster"] and "UCGABAR_WAIT" in sass["cluster"]
     assert sass["cluster"].count("MEMBAR") == 1, sass["cluster"].count("MEMBAR")
+    red = sass["red"]
+    assert "ATOMG" not in red and "CAS" not in red and "UCGABAR_WAIT" in red and "REDG.E.ADD.F16x2" in red
+    assert not re.search(r"\bLDG\.", red)  # (no partial sums read back)
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -771,9 +785,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
     rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
-    decode with late_scale where its weights exist, and there the last two splits unrolled in the
-    registers of 4 blocks an SM (bounded where split); every split also bounded (where split) and,
-    where TMA applies (sm_90) with 2 to 8 splits, bounded in clusters; unsplit also in 8 stages;
+    decode with late_scale where its weights exist; every split also bounded (where split) and,
+    where TMA applies (sm_90) with 2 to 8 splits, bounded in clusters, ending on the cluster's
+    barrier with the partial sums or adding into c by red (its k loop unrolled in the registers of
+    4 blocks an SM, the only unrolled ones); unsplit also in 8 stages;
     the TMA copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -797,14 +812,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
-                    unrolled = [c for c in mma if c.get("unroll")]
-                    assert all(c["min_blocks"] == 4 and c["magic"] and bool(c.get("bounded")) == (c["split_k"] > 1)
-                               for c in unrolled), (m, got)
-                    listed = [x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
-                              if 1 <= x <= 16 and k // (128 * x) >= 2]
-                    assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
+                    assert all(c.get("split_red") for c in mma if c.get("unroll")), (m, got)
                     # every split also bounded (where split), 4 stages
-                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4 and not c.get("split_cluster")]
+                    rolled = [c for c in mma[1:] if c["stages"] == 4 and not c.get("split_cluster")]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
@@ -817,10 +827,14 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert [c["split_k"] for c in eight] == ([1] if 1 in splits else []), (m, got)
                     assert not any(c.get("bounded") or c.get("unroll") for c in eight), (m, got)
                     # on sm_90 (where TMA applies) each split of 2 to 8 also bounded in one cluster
-                    clustered = [c for c in mma if c.get("split_cluster")]
-                    assert sorted(c["split_k"] for c in clustered) == \
-                        (sorted(x for x in splits if 2 <= x <= 8) if tma else []), (m, got)
-                    assert all(c["bounded"] and c["stages"] == 4 and not c.get("unroll") for c in clustered), (m, got)
+                    # (float16 c), and so adding into c by red
+                    for red in (False, True):
+                        clustered = [c for c in mma if c.get("split_cluster") and c.get("split_red", False) == red]
+                        assert sorted(c["split_k"] for c in clustered) == \
+                            (sorted(x for x in splits if 2 <= x <= 8) if tma else []), (m, got)
+                        assert all(c["bounded"] and c["stages"] == 4 for c in clustered), (m, got)
+                        assert all((c.get("unroll", False), c.get("min_blocks")) == ((True, 4) if red else (False, None))
+                                   for c in clustered), (m, got)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
