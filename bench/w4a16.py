@@ -247,7 +247,7 @@ def describe(cfg):
               if cfg.get("magic") else "")
     loop = " unrolled" if cfg.get("unroll") else ""
     loop += " bounded" if cfg.get("bounded") else ""
-    loop += " cluster-ending" if cfg.get("split_cluster") else ""
+    loop += (" cluster-ending red-into-c" if cfg.get("split_red") else " cluster-ending") if cfg.get("split_cluster") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 
