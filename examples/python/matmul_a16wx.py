@@ -59,23 +59,29 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, bounded=False, split_cluster=False, split_red=False):
+                 min_blocks=None, bounded=False, split_red=False, interleave=False):
         super().__init__()
+        # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
+        # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
+        # weights are a run of k tiles per 128 rows): at any moment the grid reads s x 8 KB
+        # contiguous per tile, not s streams per_split x 8 KB apart. (The H200 timed more
+        # blocks an SM slower, not faster: 8192 x 28672 in 8 splits 54 us, in 4 45 us; the
+        # streams' spacing and DRAM locality are the suspects.) Its copies past the split's last
+        # tile fall past the end of k: bounded by construction.
+        self.interleave = interleave
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
-        # split_cluster: a tile's splits run as one cluster (blockIdx.z its rank; sm_90), whose
-        # barrier (arrive.release / wait.acquire) stands for the arrival counter's fence, atomic
-        # and two block barriers: splits 1.. store their partial sums, split 0 adds them to its
-        # own registers (one memory round trip fewer on the launch's last path, and no counter).
-        assert not split_cluster or 2 <= split_k <= 8 and block_m == 16, \
-            "split_cluster: 2 to 8 splits (one cluster, the portable most) of 16-row tiles"
-        # split_red (with split_cluster): the last split (the shortest k range where the splits do
-        # not divide k) stores its tile of c (f16) before the cluster's barrier; after it the others
-        # add theirs into c by red.global.add, fire and forget: no partial sums, and where the last
-        # split finishes first the launch's end waits on no memory round trip but the adds'. It
-        # costs precision: each split's sum rounded to f16 and each add rounded in f16 (splits s:
-        # 2 s - 1 roundings of c's size where the other endings have one).
-        assert not split_red or split_cluster, "split_red is an option of split_cluster"
-        self.split_cluster, self.split_red = split_cluster, split_red
+        # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
+        # the last split (the shortest k range where the splits do not divide k) stores its f16
+        # tile of c before the cluster's barrier, the others add theirs into c after it by
+        # red.global.add (f16 pairs), fire and forget: no partial sums, no arrival counter. It
+        # trades precision: c is rounded to f16 2 s - 1 times for s splits (each split's sum and
+        # each add: up to (2 s - 1) 2^-11 of c's largest partial magnitude, where the counter
+        # ending sums in float32 and rounds once); so only QuantizedMatmul(f16_split_sums=True)
+        # offers it. (The same cluster ending with float32 partial sums measured 10-25 % slower
+        # than the counter on the H200, the clusters' placement costing more than the atomic.)
+        assert not split_red or 2 <= split_k <= 8 and block_m == 16 and atype == float16, \
+            "split_red: 2 to 8 splits (one cluster, the portable most) of 16-row tiles, f16 c"
+        self.split_red = split_red
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
         # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
@@ -120,14 +126,6 @@ class MatmulA16Wx(SplitK):
             self.cluster.sync()
             if self.blockIdx.z < self.split_k - 1:
                 self.atomic.global_add(gc, tile, offsets=[om, on])
-        elif self.split_cluster:
-            gp = self.global_view(partial, shape=[self.split_k, m, n])
-            if self.blockIdx.z > 0:
-                self.store_global(gp, self.unsqueeze(acc, 0), offsets=[self.blockIdx.z, om, on])
-            self.cluster.sync()
-            if self.blockIdx.z == 0:  # (a 16-row tile's partial sums in registers at once)
-                p = self.load_global(gp, offsets=[1, om, on], shape=[self.split_k - 1, bm, bn])
-                self.store_global(gc, (acc + self.sum(p, dim=0)).to(at), offsets=[om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
@@ -140,14 +138,18 @@ class MatmulA16Wx(SplitK):
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
         self.attrs.warps = self.warps
-        if self.split_cluster:
+        if self.split_red:
             self.attrs.cluster_blocks = [1, 1, self.split_k]
         if self.min_blocks:
             self.attrs.min_blocks = self.min_blocks
         om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
         per_split = tilus.cdiv(tilus.cdiv(k, bk), self.split_k)
-        first = self.blockIdx.z * per_split
-        steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
+        if self.interleave:  # split z: k tiles z, z + s, z + 2 s, ...
+            first, stride = self.blockIdx.z, self.split_k
+            steps = tilus.max(tilus.cdiv(tilus.cdiv(k, bk) - first, stride), 0)
+        else:  # split z: a run of per_split k tiles
+            first, stride = self.blockIdx.z * per_split, 1
+            steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
         at = self.atype
         ga = self.global_view(a, dtype=at, shape=[m, k])
         rows = bn * bk * bits // 8 // 16  # 16-byte rows of one repacked tile
@@ -178,7 +180,7 @@ class MatmulA16Wx(SplitK):
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
-        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.split_cluster else None
+        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.split_red else None
 
         if self.by_tma:
             ktiles = tilus.cdiv(k, bk)
@@ -190,7 +192,7 @@ class MatmulA16Wx(SplitK):
             stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
 
             def tma_stage(step, stage):  # one thread
-                kt = first + step
+                kt = first + step * stride
                 self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
                 self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[om, kt * bk], mbarrier=full[stage])
                 self.tma.global_to_shared(src=gw, dst=sw[stage], offsets=[(self.blockIdx.y * ktiles + kt) * lines, 0],
@@ -224,7 +226,9 @@ class MatmulA16Wx(SplitK):
             # bounds predicates zero-fill it with no read (else the last stages - 1 steps copy the
             # next split's first tiles, which its own block reads too: 3 of 16 tiles more at split
             # 4 of k = 8192); the copies stay unconditional, so the waits and barriers do not change.
-            kt = tilus.select(step < steps, first + step, ktiles) if self.bounded else first + step
+            # (interleaved, a tile past the split's last is past the end of k: bounded as it is)
+            kt = first + step * stride
+            kt = tilus.select(step < steps, kt, ktiles) if self.bounded and not self.interleave else kt
             self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
             if self.repacked:
                 self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3])
@@ -744,11 +748,15 @@ class QuantizedMatmul:
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
-    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
+    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
         self.wtype, self.group, self.sms, self.atype, self.tune, self.wide = wtype, group, sms, atype, tune, wide
+        # f16_split_sums: the tuner may also time MatmulA16Wx(split_red=True) at m <= 32, whose
+        # splits add their sums into c in f16 (c rounded 2 s - 1 times for s splits, not once; 2-3 %
+        # faster at 28672 x 8192 and 3584 x 18944 on the H200). Off: every ending sums in float32.
+        self.f16_split_sums = f16_split_sums
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
@@ -804,9 +812,9 @@ class QuantizedMatmul:
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
           plain decode); each split also bounded (no copies of the next split's k tiles; moot
-          unsplit) and, on sm_90 (`tma`) with 2 to 8 splits, bounded in one cluster a tile
-          (split_cluster), and so adding into f16 c by red (split_red, its k loop unrolled in the
-          registers of 4 blocks an SM: unroll, min_blocks=4); unsplit also in 8 stages;
+          unsplit) and interleaved (split z on the k tiles z, z + s, ...); with f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
+          (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
+          SM: unroll, min_blocks=4);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
@@ -845,26 +853,21 @@ class QuantizedMatmul:
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
-            # Each split also bounded (no copies past its k tiles; moot unsplit) and, on sm_90 (where
-            # TMA applies) with 2 to 8 splits, bounded in one cluster a tile, ending on the cluster's
-            # barrier (split_cluster: one memory round trip fewer at the launch's end than the
-            # arrival counter's atomic, where the H200 left 4-5 us beyond the read floor), and so
-            # with the others' sums added into c by f16 red (split_red, where c is f16: none of
-            # the round trips but the adds' own, for a rounding of c's size a split more). Unsplit
-            # (no ending at all, fewer blocks) also in 8 stages: twice the bytes in flight a block.
-            # (8 stages split, bounded, never won on the H200: 20.3 -> 22.9 us at 3584 x 18944;
-            # the k loop unrolled, unroll=True, min_blocks=4, won 2 of 24 sizes by 0.1 us.)
+            # Each split also bounded (no copies past its k tiles; moot unsplit) and interleaved
+            # (split z on the k tiles z, z + s, ...: the splits of a tile read neighbouring tiles); with
+            # f16_split_sums (an opt-in: f16 sums of the splits) on sm_90 (where TMA applies) with 2
+            # to 8 splits also split_red, its k loop unrolled (rolled, ptxas gave it 341 SASS
+            # instructions a k tile, the others 317; unrolled 285). (The H200, session of 22:52:
+            # split_red won at 28672 x 8192 and 3584 x 18944 by 2-3 %, 45.6 against 47.0 us; the
+            # cluster ending with float32 partial sums, unsplit in 8 stages, 8 stages split and the
+            # counter ending's unrolled loop never won and left the list.)
             for split in splits:
                 add(dict(base, split_k=split, **decode))
                 if split > 1:
                     add(dict(base, split_k=split, bounded=True, **decode))
-                if tma and 2 <= split <= 8:
-                    add(dict(base, split_k=split, bounded=True, split_cluster=True, **decode))
-                    if self.atype == float16:  # (unrolled: ptxas gave its rolled loop 341 instructions a tile, 317 the others)
-                        add(dict(base, split_k=split, bounded=True, split_cluster=True, split_red=True, unroll=True,
-                                 min_blocks=4, **decode))
-                if split == 1:
-                    add(dict(base, split_k=1, stages=8, **decode))
+                    add(dict(base, split_k=split, interleave=True, **decode))  # (bounded as it is)
+                if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
+                    add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out

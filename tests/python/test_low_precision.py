@@ -461,12 +461,11 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
     ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
-    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)), ("int4", 1, 128, dict(late_scale=True, stages=8)),
-    ("uint4", 2, 128, dict(late_scale=True, bounded=True, split_cluster=True)),
-    ("int4", 3, 64, dict(late_scale=True, bounded=True, split_cluster=True)),
-    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_cluster=True, **UNROLL)),
-    ("int4", 3, 128, dict(late_scale=True, bounded=True, split_cluster=True, split_red=True, n=208)),
-    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_cluster=True, split_red=True, **UNROLL))])
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
+    ("uint4", 2, 128, dict(late_scale=True, interleave=True)), ("int4", 3, 64, dict(late_scale=True, interleave=True)),
+    ("uint4", 4, 64, dict(late_scale=True, interleave=True, stages=8)),
+    ("int4", 3, 128, dict(late_scale=True, bounded=True, split_red=True, n=208)),
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -476,12 +475,12 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
     split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
     split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
-    of splits of 2 or 1, and unsplit); split_cluster=True (a tile's splits in one cluster, whose
-    barrier stands for the arrival counter: split 0 adds the others' partial sums to its own; in
-    4 splits of 2 the last two short and empty). Each launched twice on one set of counters (back
-    at zero after each launch; the cluster ending does not touch them); split_red=True (the last
-    split stores its tile of c and the others add theirs into c by red after the cluster's
-    barrier: by f16 pairs where n is a multiple of 16, element by element where not)."""
+    of splits of 2 or 1); interleave=True (split z on the k tiles z, z + s, ...: 5 tiles in 4
+    splits leave split 0 two, the others one; in 8 stages 7 copies ahead past the end of k);
+    split_red=True (a tile's splits in one cluster: the last stores its tile of c and the others
+    add theirs into c by red after the cluster's barrier, by f16 pairs where n is a multiple of
+    16, element by element where not; also interleaved and unrolled). Each launched twice on one
+    set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     options = dict(options)
@@ -501,15 +500,15 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
-def test_split_cluster_wants_2_to_8_splits_of_16_rows():
-    """split_cluster=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most),
-    of 16-row tiles (split 0 holds all their partial sums at once)."""
+def test_split_red_wants_2_to_8_splits_of_16_rows_to_f16():
+    """split_red=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most), of
+    16-row tiles, adding into f16 c (red .f16x2)."""
     from matmul_a16wx import MatmulA16Wx
-    for split, rows in ((1, 16), (9, 16), (4, 64)):
+    for split, rows, at in ((1, 16, tilus.float16), (9, 16, tilus.float16), (4, 64, tilus.float16), (4, 16, tilus.bfloat16)):
         with pytest.raises(AssertionError, match="2 to 8 splits"):
-            MatmulA16Wx(tilus.int4, 128, block_m=rows, block_k=128, split_k=split, repacked=rows == 16,
-                        split_cluster=True)
-    MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=8, repacked=True, split_cluster=True)
+            MatmulA16Wx(tilus.int4, 128, block_m=rows, block_k=128, split_k=split, repacked=rows == 16, atype=at,
+                        split_red=True)
+    MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=8, repacked=True, split_red=True)
 
 
 def test_magic_layout_is_the_quarters_fragments():
@@ -604,14 +603,13 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def test_split_endings_in_sass():
     """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
-    keeps the k loop's one barrier, its copies and its products, at most 4 instructions more a k
-    tile (the choice of the tile to copy); split_cluster=True keeps that loop and ends without the
-    arrival counter's atomic, on the cluster's barrier (arrive, wait), one GPU fence (the partial
-    sums' release), where the counter's ending has the atomic and no cluster barrier;
-    split_red=True (as offered: its k loop unrolled in the registers of 4 blocks an SM, whose k
-    tiles take no more instructions than the rolled loop's) ends on the same barrier and adds into
-    c by f16-pair REDG (n a multiple of 16), with no compare-and-swap loop and no load of partial
-    sums; nothing spilled."""
+    and interleave=True keep the k loop's one barrier, its copies and its products, at most 4
+    instructions more a k tile (the choice of the tile to copy); split_red=True (as offered: its k
+    loop unrolled in the registers of 4 blocks an SM, whose k tiles take no more instructions than
+    the rolled loop's) ends without the arrival counter's atomic, on the cluster's barrier, adding
+    into c by f16-pair REDG (n a multiple of 16), with no compare-and-swap loop and no load of
+    partial sums, where the counter's ending has the atomic and no cluster barrier; nothing
+    spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -621,21 +619,19 @@ def test_split_endings_in_sass():
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
     sass, loops = {}, {}
-    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("cluster", dict(bounded=True, split_cluster=True)),
-                     ("red", dict(bounded=True, split_cluster=True, split_red=True, **UNROLL))]:
+    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("interleave", dict(interleave=True)),
+                     ("red", dict(bounded=True, split_red=True, **UNROLL))]:
         kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
         assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
         sass[name] = kernel.sass(*args, arch="sm_90a")
         loops[name] = loop_ops(sass[name], unrolled=name == "red")
     unrolled = loops.pop("red")
     assert unrolled.count("HMMA") == 4 * loops["plain"].count("HMMA") and len(unrolled) <= 4 * len(loops["bounded"])
-    for name in ("bounded", "cluster"):
+    for name in ("bounded", "interleave"):
         assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
         assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
         assert len(loops[name]) <= len(loops["plain"]) + 4, (name, len(loops[name]), len(loops["plain"]))
     assert "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["bounded"]
-    assert "ATOMG" not in sass["cluster"] and "UCGABAR_ARV" in sass["cluster"] and "UCGABAR_WAIT" in sass["cluster"]
-    assert sass["cluster"].count("MEMBAR") == 1, sass["cluster"].count("MEMBAR")
     red = sass["red"]
     assert "ATOMG" not in red and "CAS" not in red and "UCGABAR_WAIT" in red and "REDG.E.ADD.F16x2" in red
     assert not re.search(r"\bLDG\.", red)  # (no partial sums read back)
@@ -785,10 +781,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
     rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
-    decode with late_scale where its weights exist; every split also bounded (where split) and,
-    where TMA applies (sm_90) with 2 to 8 splits, bounded in clusters, ending on the cluster's
-    barrier with the partial sums or adding into c by red (its k loop unrolled in the registers of
-    4 blocks an SM, the only unrolled ones); unsplit also in 8 stages;
+    decode with late_scale where its weights exist, in 4 stages, the k loop rolled; every split
+    also bounded and interleaved (where split); with f16_split_sums=True (an opt-in), where TMA
+    applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
+    blocks an SM), and nothing else changed;
     the TMA copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -812,29 +808,26 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
-                    assert all(c.get("split_red") for c in mma if c.get("unroll")), (m, got)
-                    # every split also bounded (where split), 4 stages
-                    rolled = [c for c in mma[1:] if c["stages"] == 4 and not c.get("split_cluster")]
+                    assert not any(c.get("unroll") or c.get("split_red") for c in mma), (m, got)
+                    # every split also bounded and interleaved (where split), 4 stages
+                    rolled = [c for c in mma[1:] if c["stages"] == 4]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
                         want.append(dict(template, split_k=x))
-                        want += [dict(template, split_k=x, bounded=True)] if x > 1 else []
+                        want += [dict(template, split_k=x, bounded=True), dict(template, split_k=x, interleave=True)] \
+                            if x > 1 else []
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
-                    # 8 stages unsplit only, where unsplit is listed
-                    eight = [c for c in mma if c["stages"] == 8]
-                    assert [c["split_k"] for c in eight] == ([1] if 1 in splits else []), (m, got)
-                    assert not any(c.get("bounded") or c.get("unroll") for c in eight), (m, got)
-                    # on sm_90 (where TMA applies) each split of 2 to 8 also bounded in one cluster
-                    # (float16 c), and so adding into c by red
-                    for red in (False, True):
-                        clustered = [c for c in mma if c.get("split_cluster") and c.get("split_red", False) == red]
-                        assert sorted(c["split_k"] for c in clustered) == \
-                            (sorted(x for x in splits if 2 <= x <= 8) if tma else []), (m, got)
-                        assert all(c["bounded"] and c["stages"] == 4 for c in clustered), (m, got)
-                        assert all((c.get("unroll", False), c.get("min_blocks")) == ((True, 4) if red else (False, None))
-                                   for c in clustered), (m, got)
+                    assert all(c["stages"] == 4 for c in mma), (m, got)
+                    # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
+                    # by red, its k loop unrolled in the registers of 4 blocks an SM
+                    opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
+                    red = [c for c in opt if c.get("split_red")]
+                    assert [c for c in opt if not c.get("split_red")] == got, (m, opt)
+                    assert sorted(c["split_k"] for c in red) == (sorted(x for x in splits if 2 <= x <= 8) if tma else []), \
+                        (m, opt)
+                    assert all(c["bounded"] and c["unroll"] and c["min_blocks"] == 4 for c in red), (m, opt)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
