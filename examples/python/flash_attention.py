@@ -212,8 +212,7 @@ class FlashAttention(tilus.Script):
         section's tiles run longest first, head fastest, so the blocks running at once read the
         K/V of few heads."""
         hb = heads * batch
-        per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
-        width = tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
+        width = self.section_width(hb, batch, total_k)
         span = width * tiles_m
         section = index // span
         first = section * width
@@ -221,6 +220,12 @@ class FlashAttention(tilus.Script):
         r = index - section * span
         pair = first + r % here
         return tiles_m - 1 - r // here, pair % heads, pair // heads
+
+    def section_width(self, hb, batch, total_k):
+        """The (head, sequence) pairs of an L2 section of longest_first: as many as the average
+        sequence's K and V fit in l2_bytes, at least 1, at most all hb."""
+        per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
+        return tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
 
     def q_tile(self, sq, barrier, w):
         """TMA loads of consumer w's 64 query rows into sq ([d / 64][64, 64]), completing on barrier."""
@@ -340,17 +345,31 @@ class FlashAttention(tilus.Script):
 
     def each_tile(self, body):
         """body(m_block, blocks, masked, done, tiles) for every tile with rows of this block of a
-        persistent launch (every persistent-th from its index, in the launch's order): `done` key
-        blocks went through the K/V ring and the ping-pong turns before it, in `tiles` tiles."""
+        persistent launch: `done` key blocks went through the K/V ring and the ping-pong turns
+        before it, in `tiles` tiles. The launch's order is taken in rounds of one tile per block,
+        a causal launch's L2 sections (longest_first) one after the other, and with causal every
+        other round goes to the blocks in reverse order (a snake), so a block that took one of a
+        round's longer tiles takes one of the next round's shorter ones. Dealt every persistent-th
+        over the whole order, the first blocks got the longest tile of each round: the busiest
+        block had 15 % more key blocks to run than the average on 132 SMs at the goal's causal
+        shapes (d 128, S 4096 to 16384), the snake 0.1 to 0.4 % (makespans computed on paper)."""
         done = self.declare("done", int32, 0)
         tiles = self.declare("tiles_done", int32, 0)
-        batch, heads, kv_heads, tiles_m = self.launch[:4]
-        for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
-            m_block, blocks, masked, runs = self.tile(t)
-            if runs:
-                body(m_block, blocks, masked, done, tiles)
-                done = done + blocks
-                tiles = tiles + 1
+        batch, heads, kv_heads, tiles_m, total_q, total_k = self.launch[:6]
+        hb = heads * batch
+        n = tilus.min(tiles_m * hb, self.persistent)  # the grid's blocks
+        width = self.section_width(hb, batch, total_k) if self.causal else hb
+        bx = self.blockIdx.x
+        for first in range(0, hb, width):
+            span = tilus.min(width, hb - first) * tiles_m  # the section's tiles
+            for r in range(0, span, n):  # a round: tile r + i to block i (causal: every other to n - 1 - i)
+                t = r + bx + (r // n % 2) * (n - 1 - 2 * bx) if self.causal else r + bx
+                if t < span:
+                    m_block, blocks, masked, runs = self.tile(first * tiles_m + t)
+                    if runs:
+                        body(m_block, blocks, masked, done, tiles)
+                        done = done + blocks
+                        tiles = tiles + 1
 
     def produce_tile(self, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, m_block, blocks, masked, done,
                      tiles):
@@ -594,9 +613,6 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
                    cu_seqlens_k), out, lse)
 
 
-PERSISTENT_SEQLEN = 4096  # d = 128 with causal: the persistent kernel up to this max_seqlen_q
-
-
 def prefill_config(head_dim, causal, sms=0, seqlen=0):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
     not known): FlashAttention's parameters that
@@ -610,11 +626,12 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
     651, causal 593 against 566). The mid call of 21:20 timed d = 128 at seqlen 8192 and 16384 too:
     with causal the kernel without persistent blocks was the faster there (541 against 481, 561
-    against 495), the persistent one at 4096 (447 against 426), so d = 128 takes it up to
-    PERSISTENT_SEQLEN only. Without `sms` the persistent kernel is left out."""
+    against 495), the persistent one at 4096 (447 against 426); its blocks then took the tiles
+    every persistent-th, the busiest block 15 % more key blocks than the average, now 0.1 to 0.4 %
+    (each_tile's snake), so the persistent kernel is the rule's at every length again (for the
+    next GPU call to time against the kernel without). `seqlen` is for rules that depend on the
+    length: none does now. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
-    if head_dim == 128 and seqlen > PERSISTENT_SEQLEN:
-        persistent = {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
