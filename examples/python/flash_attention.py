@@ -645,9 +645,13 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
     the turns at named barriers turned the other way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
     the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
-    where it fits, FA3's tile at d = 64 with causal, 192-key blocks at d = 128 and the default 64
-    at d = 256 without it, and with causal the L2 sections of longest_first half as wide (the rule
-    and its candidates of a launch with queries of at most `seqlen`)."""
+    where it fits, FA3's tile at d = 64 with causal, 160-key blocks at d = 128 and the default 64
+    at d = 256 without it (at seqlen 4096 the rule's 176-key blocks run 24 blocks where 23.3 hold
+    the keys, the last one 27 % full: 3 % of the GEMMs wasted, 160 keys 1.6 %), and with causal
+    longest_first's order over the whole launch, one L2 section (the rule and its candidates of a
+    launch with queries of at most `seqlen`). Dropped as never the fastest (mid H200 call of 21:20,
+    d 128): the L2 sections half as wide (381 / 451 / 434 against 447 / 481 / 495 TFLOP/s), 192-key
+    blocks (579 / 579 / 603 against 587 / 598 / 602)."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
@@ -656,11 +660,11 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
     if head_dim == 128:
-        out += [dict(stages=3)] if causal else [dict(block_n=192)]
+        out += [dict(stages=3)] if causal else [dict(block_n=160)]
     if head_dim == 256:
         out.append(dict(block_n=64))
-    if causal:  # the L2 sections of longest_first, half as wide
-        out.append(dict(l2_bytes=16 << 20))
+    if causal:  # longest_first's order over the whole launch (one L2 section)
+        out.append(dict(l2_bytes=1 << 30))
     return out
 
 
