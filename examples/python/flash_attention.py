@@ -653,9 +653,11 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
     where it fits, FA3's tile at d = 64 with causal, 160-key blocks at d = 128 and the default 64
     at d = 256 without it (at seqlen 4096 the rule's 176-key blocks run 24 blocks where 23.3 hold
-    the keys, the last one 27 % full: 3 % of the GEMMs wasted, 160 keys 1.6 %), and with causal
-    longest_first's order over the whole launch, one L2 section (the rule and its candidates of a
-    launch with queries of at most `seqlen`). Dropped as never the fastest (mid H200 call of 21:20,
+    the keys, the last one 27 % full: 3 % of the GEMMs wasted, 160 keys 1.6 %; and with `sms` the
+    persistent kernel on 160-key blocks, where o gets its own staging tiles, so the next tile's
+    query tiles load while o is stored: with 176 keys shared memory has no room for them), and
+    with causal longest_first's order over the whole launch, one L2 section (the rule and its
+    candidates of a launch with queries of at most `seqlen`). Dropped as never the fastest (mid H200 call of 21:20,
     d 128): the L2 sections half as wide (381 / 451 / 434 against 447 / 481 / 495 TFLOP/s), 192-key
     blocks (579 / 579 / 603 against 587 / 598 / 602)."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
@@ -666,7 +668,7 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
     if head_dim == 128:
-        out += [dict(stages=3)] if causal else [dict(block_n=160)]
+        out += [dict(stages=3)] if causal else [dict(block_n=160)] + ([dict(block_n=160, persistent=sms)] if sms else [])
     if head_dim == 256:
         out.append(dict(block_n=64))
     if causal:  # longest_first's order over the whole launch (one L2 section)

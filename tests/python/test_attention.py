@@ -142,14 +142,14 @@ def test_prefill_on_the_gpu(lens_q, lens_k, heads, kv_heads, d, causal, speciali
 def test_prefill_candidates_on_the_gpu(causal):
     """Every configuration bench/attention.py --candidates times (compiled in parallel first), d 64,
     128 and 256, on a ragged GQA varlen batch (causal: the query tiles of 3 warp groups cross the
-    diagonal over two key blocks)."""
+    diagonal over two key blocks); the persistent ones on 3 blocks (each takes many tiles)."""
     import torch
     from common import compile_all
     from flash_attention import prefill_call
     lens_q, lens_k = (300, 77, 1), (300, 200, 64)
     data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128, 256)}
     gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    work = [(d, cfg) for d in (64, 128, 256) for cfg in prefill_candidates(d, causal)]
+    work = [(d, cfg) for d in (64, 128, 256) for cfg in prefill_candidates(d, causal, 3)]  # persistent: 3 blocks
     compile_all(work, lambda item: prefill_call(*gpu[item[0]], max(lens_q), causal, **item[1])[:2])
     want = {d: reference(q, k, v, cq, ck, causal) for d, (cq, ck, q, k, v) in data.items()}
     for d, cfg in work:
@@ -186,8 +186,10 @@ def test_persistent_prefill_on_the_gpu(causal, blocks):
     """persistent=N: N blocks loop over the tiles (3: each takes many, so the K/V ring's phases, the
     ping-pong turns and the query tile's barrier run on over tiles of unequal lengths, some of a
     sequence's last rows, some with no key), d 64 and 128 (where the rule and the candidates take
-    it)."""
+    it); without causal also on 160-key blocks at d 128, where o has its own staging tiles."""
     check_ragged_on_the_gpu(causal, (64, 128), persistent=blocks)
+    if not causal:
+        check_ragged_on_the_gpu(causal, (128,), persistent=blocks, block_n=160)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
