@@ -634,14 +634,18 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     with causal the kernel without persistent blocks was the faster there (541 against 481, 561
     against 495), the persistent one at 4096 (447 against 426); its blocks then took the tiles
     every persistent-th, the busiest block 15 % more key blocks than the average, now 0.1 to 0.4 %
-    (each_tile's snake), so the persistent kernel is the rule's at every length again (for the
-    next GPU call to time against the kernel without). `seqlen` is for rules that depend on the
-    length: none does now. Without `sms` the persistent kernel is left out."""
+    (each_tile's snake), and the mid call of 23:47 timed d = 128 with causal: the persistent
+    kernel 522 / 528 / 504 at seqlen 4096 / 8192 / 16384 (447 / 481 / 495 before the snake), and
+    without ping-pong 554 / 598 / 571 (1.06x / 1.15x / 1.10x cuDNN), the fastest or within 1 % of
+    it at each (the kernel without persistent blocks 477 / 557 / 576), so d = 128 with causal
+    takes the persistent kernel without ping-pong at every length. `seqlen` is for rules that
+    depend on the length: none does now. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
-        return {**persistent, "rescale_between": True} if causal else dict(block_n=176, rescale_between=True)
+        return ({**persistent, "rescale_between": True, "pingpong": False} if causal
+                else dict(block_n=176, rescale_between=True))
     return dict(block_n=80, rescale_between=True)
 
 
@@ -649,17 +653,16 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
-    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
-    the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
-    where it fits, FA3's tile at d = 64 with causal, 160-key blocks at d = 128 and the default 64
-    at d = 256 without it (at seqlen 4096 the rule's 176-key blocks run 24 blocks where 23.3 hold
-    the keys, the last one 27 % full: 3 % of the GEMMs wasted, 160 keys 1.6 %; and with `sms` the
-    persistent kernel on 160-key blocks, where o gets its own staging tiles, so the next tile's
-    query tiles load while o is stored: with 176 keys shared memory has no room for them), and
-    with causal longest_first's order over the whole launch, one L2 section (the rule and its
-    candidates of a launch with queries of at most `seqlen`). Dropped as never the fastest (mid H200 call of 21:20,
-    d 128): the L2 sections half as wide (381 / 451 / 434 against 447 / 481 / 495 TFLOP/s), 192-key
-    blocks (579 / 579 / 603 against 587 / 598 / 602)."""
+    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one
+    block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
+    loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
+    causal and the default 64-key blocks at d = 256 (the rule and its candidates of a launch with
+    queries of at most `seqlen`). Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
+    8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
+    602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
+    persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
+    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47) and its L2 sections half as wide
+    (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
@@ -668,11 +671,9 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
     if head_dim == 128:
-        out += [dict(stages=3)] if causal else [dict(block_n=160)] + ([dict(block_n=160, persistent=sms)] if sms else [])
+        out += [dict(stages=3)] if causal else []
     if head_dim == 256:
         out.append(dict(block_n=64))
-    if causal:  # longest_first's order over the whole launch (one L2 section)
-        out.append(dict(l2_bytes=1 << 30))
     return out
 
 
