@@ -767,7 +767,7 @@ if __name__ == "__main__":
     gpu = on_gpu()
     check_only = os.environ.get("TILUS_EXAMPLES_QUICK")  # correctness only (sanitizer runs)
     cases = [((100, 37), (100, 200), 4, 2, 64, True), ((130,), (130,), 2, 2, 128, False),
-             ((65, 1), (300, 64), 2, 1, 256, True)]
+             ((300, 77), (300, 200), 4, 2, 128, True), ((65, 1), (300, 64), 2, 1, 256, True)]
     for lens_q, lens_k, heads, kv_heads, d, causal in cases:
         cq, ck, q, k, v = random_packed(lens_q, lens_k, heads, kv_heads, d)
         want_o, want_lse = reference(q, k, v, cq, ck, causal)
