@@ -916,6 +916,8 @@ class QuantizedMatmul:
                         add(dict(tile, split_k=split, magic=True))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
+                    if m > 128:  # 64 x 256 in pairs multicasting a: half its reads from L2 (which 128 tiles all read)
+                        add(dict(rule, magic=True, cluster=2))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False

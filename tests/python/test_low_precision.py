@@ -623,7 +623,9 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("uint4", "float16", 300, 520, 1024, 256, 128, 2, 3), ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 3),
                 ("uint4", "float16", 300, 904, 1024, 256, 128, 2, 1, True, 2),
                 # 240 rows of a (wgmma n = 240; the tuner's tile where it fills the rounds better than 256)
-                ("int4", "float16", 500, 264, 512, 240, 128)]
+                ("int4", "float16", 500, 264, 512, 240, 128),
+                # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
+                ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, *, seed,
@@ -716,7 +718,8 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18], ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-1:],
+                         ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
@@ -813,11 +816,12 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 small = [c for c in mma if c["block_m"] == 16]
                 assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
-                # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
-                # split tile), beyond m = 256 also in clusters of two
+                # with the magic decode's weights the rule's tile on it too, in clusters of two beyond
+                # m = 128 (up to m = 256 also each split tile)
                 split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
-                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles if m <= 256 \
-                    else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
+                pair = [dict(got[0], cluster=2, magic=True)] if m > 128 else []
+                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles + pair \
+                    if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
                 assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
                     sorted(sorted(c.items()) for c in want_magic), (m, got)
                 # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
@@ -845,8 +849,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
                 big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
                 assert not hopper or not 128 < m <= 256 or len(big) == 1, (m, got)
-                # up to m = 256 nothing in clusters, no last round's split
-                assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)
+                # up to m = 256 no last round's split, and in clusters only the rule's tile on the magic decode
+                assert not [c for c in hopper if m <= 256 and (c.get("cluster") and c not in pair or c.get("tail_split"))], \
+                    (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
                 # 2 % counting the last split's reads, in at most 16 MB of partial sums (among these
                 # shapes: m = 4096 at n = 3584 and 28672 x 8192), alone and in clusters
