@@ -467,8 +467,9 @@ class MatmulA16WxHopper(SplitK):
     split_k > 1: the units of work are the output tiles' k ranges, split_k of them per tile (whole
     pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
     small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
-    ([split_k, m, n]) and the tile's last split to arrive adds them up into c (add_up_splits, as
-    MatmulA16Wx does; `counters`: one per output tile, zero before the launch, as it leaves them).
+    as its threads hold them (partial_shape, partial_elements) and the tile's last split to arrive
+    adds the others' to its registers and stores c as unsplit tiles do (add_up_split_registers;
+    `counters`: one per output tile, zero before the launch, as it leaves them).
     In clusters of two both blocks take the same split of their two tiles (a's multicast tile
     serves both).
 
