@@ -1232,6 +1232,8 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
+    run("matmul_a16wx", tilus.int4, 200, 392, 512, cfg=dict(wgmma, block_n=64, consumers=1, block_m=256, stages=4,
+                                                           magic=True, cluster=2))
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
