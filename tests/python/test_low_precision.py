@@ -625,15 +625,22 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 # 240 rows of a (wgmma n = 240; the tuner's tile where it fills the rounds better than 256)
                 ("int4", "float16", 500, 264, 512, 240, 128),
                 # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
-                ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True)]
+                ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True),
+                # stream-K on 5 blocks: 2 tiles of 20 k tiles in runs of 8, 3 pieces each (block 2 in
+                # both); 4 tiles of 8 in runs of 8, whole tiles (no partial sums), block 4 idle; on the
+                # magic decode 3 tiles of 32 in runs of 20, 2, 3 and 2 pieces (3 at most: the bound)
+                ("int4", "float16", 100, 200, 1280, 128, 128, 1, 1, False, 1, 4),
+                ("uint4", "bfloat16", 130, 392, 512, 256, 128, 1, 1, False, 1, 2),
+                ("uint4", "float16", 200, 264, 2048, 256, 128, 1, 1, True, 1, 3)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, *, seed,
-                arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, stream_k=0,
+                *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
-    last round's tiles split), its arguments (on `arrays`' device; host arrays and unset weights
+    last round's tiles split; stream_k: each block an even run of all tiles' k tiles, at most that
+    many pieces a tile), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -648,10 +655,10 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
+                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split, stream_k=stream_k)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
-            np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
+            np.full(max(kernel.partial_elements(m, n, k), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -661,10 +668,11 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
-            (f"-tail{c[10]}" if c[10:] else ""))
+            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-stream{c[11]}" if c[11:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17],
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
+                         HOPPER_CASES[-1:],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
@@ -718,7 +726,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-1:],
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-4:],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
@@ -819,7 +827,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 # with the magic decode's weights the rule's tile on it too, in clusters of two beyond
                 # m = 128 (up to m = 256 also each split tile)
                 split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
-                pair = [dict(got[0], cluster=2, magic=True)] if m > 128 else []
+                def fill(units):
+                    return units / (-(-units // 132) * 132)
+                rule_tiles = -(-n // 64) * -(-m // 256)  # (where the rule's tiles fill the grid's rounds to 90 %)
+                pair = [dict(got[0], cluster=2, magic=True)] if m > 128 and fill(rule_tiles) >= 0.9 else []
                 want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles + pair \
                     if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
                 assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
@@ -831,8 +842,6 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 split_of = {(c["block_m"], c["block_n"]): c["split_k"] for c in hopper if c.get("split_k", 1) > 1}
                 assert all(bn == 128 for _, bn in split_of) and (m <= 256 or not split_of), (m, got)
 
-                def fill(units):
-                    return units / (-(-units // 132) * 132)
                 for bm in {rule["block_m"], min(rule["block_m"], 128)} if hopper and m <= 256 else ():
                     tiles = -(-n // 128) * -(-m // bm)
                     # (at most 16 MB of partial sums: none at 28672 x 8192, whose splits that fill the
@@ -847,7 +856,17 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
                     assert x == 1 or x * tiles * 128 * bm * 4 <= 16 << 20, (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
-                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
+                # stream-K on 128 x 256 where its tiles fill the rounds under 90 % and the runs do not
+                # fall on the tiles' ends, in 32 MB of partial sums (among these shapes: n = 3584 at m =
+                # 256 and 1024, 8192 x 28672 at m = 256)
+                streams = [c for c in hopper if c.get("stream_k")]
+                tiles = -(-n // 128) * -(-m // 256)
+                assert all((c["block_n"], c["block_m"]) == (128, 256) and fill(tiles) < 0.9 and
+                           2 <= c["stream_k"] <= 16 for c in streams), (m, got)
+                assert len(streams) == ((m, n, k) in {(256, 3584, 18944), (1024, 3584, 18944), (256, 8192, 28672)}), \
+                    (m, got)
+                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and
+                       not c.get("magic") and not c.get("stream_k")]
                 assert not hopper or not 128 < m <= 256 or len(big) == 1, (m, got)
                 # up to m = 256 no last round's split, and in clusters only the rule's tile on the magic decode
                 assert not [c for c in hopper if m <= 256 and (c.get("cluster") and c not in pair or c.get("tail_split"))], \
