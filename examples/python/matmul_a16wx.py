@@ -862,9 +862,11 @@ class QuantizedMatmul:
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
-          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split), and the rule's
-          tile on the magic decode where its
-          weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
+          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
+          on the magic decode), and the rule's tile on the magic decode where its weights exist
+          (`magic`; from m = 129 also in clusters of two where its tiles fill the rounds to 90 %);
+          128 x 256 in stream-K where stream_pieces offers it (up to m = 1024);
+          beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
