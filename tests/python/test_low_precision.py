@@ -943,7 +943,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300, each run twice: the split counters and partial sums reused)."""
+    m = 300, and stream-K at both, each run twice: the split counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
@@ -964,6 +964,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         assert cfg in candidates, cfg
         if sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
+            assert any(c.get("stream_k") for c in candidates), candidates  # (ragged m: the object's own partial sums)
             assert any(c.get("tail_split", 1) > 1 and c.get("cluster") == 2 for c in candidates) == (m == 300), \
                 candidates
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
