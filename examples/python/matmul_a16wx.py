@@ -858,11 +858,13 @@ class QuantizedMatmul:
           where split); each split also bounded (no copies of the next split's k tiles; moot
           unsplit); at the rule's split and at the one of 2 blocks per SM bounded in 8 stages;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
-          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
+          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
+          256), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
-          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
+          at m = 256 also unsplit, and where it fills the rounds to 90 % on the magic decode alone
+          and in clusters of two; 128 x 256 unsplit only where it does not split; each split also
           on the magic decode), and the rule's tile on the magic decode where its weights exist
           (`magic`; from m = 129 also in clusters of two where its tiles fill the rounds to 90 %);
           128 x 256 in stream-K where stream_pieces offers it (up to m = 1024);
@@ -919,8 +921,9 @@ class QuantizedMatmul:
             rule = self.config(m, n, k, hopper)
             big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=rule["block_k"], stages=4)
             for bm in (64, 128, 256):
-                # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too.)
-                if m // 2 <= bm < 2 * m and m <= 256:
+                # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too;
+                # at m = 256, 64 x 128 was the pick at none of the 8 sizes of the call of 2026-11-28 22:10.)
+                if m // 2 <= bm < 2 * m and m <= 256 and not (m > 128 and bm == 128):
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
             if m > 256:  # (unsplit clusters never won at m = 256 on the H200)
                 add(big)
@@ -955,6 +958,12 @@ class QuantizedMatmul:
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                     if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
                         add(dict(tile, split_k=split, magic=True))
+                    full = tiles / (-(-tiles // sms) * sms) >= 0.9
+                    if bm == 128 < m and full and magic and self.hopper_magic():
+                        # 128 x 128 unsplit where its tiles fill the rounds (cuBLAS's tile at 8192 x 8192,
+                        # m = 256, in 2 x 1 clusters) on the magic decode, alone and in pairs sharing a
+                        add(dict(tile, magic=True))
+                        add(dict(tile, magic=True, cluster=2))
                     pieces = self.stream_pieces(tiles, k // rule["block_k"], 128 * bm * 4)
                     if bm == 256 and pieces:  # 128 x 256 in stream-K where its tiles fill the rounds badly
                         add(dict(tile, stream_k=pieces))

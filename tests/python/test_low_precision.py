@@ -624,6 +624,8 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("uint4", "float16", 300, 904, 1024, 256, 128, 2, 1, True, 2),
                 # 240 rows of a (wgmma n = 240; the tuner's tile where it fills the rounds better than 256)
                 ("int4", "float16", 500, 264, 512, 240, 128),
+                # 128 x 128 in clusters of two on the magic decode (ragged m)
+                ("int4", "float16", 250, 520, 512, 128, 128, 2, 1, True),
                 # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
                 ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True),
                 # stream-K on 5 blocks: 2 tiles of 20 k tiles in runs of 8, 3 pieces each (block 2 in
@@ -782,7 +784,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 10), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -831,6 +833,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     return units / (-(-units // 132) * 132)
                 rule_tiles = -(-n // 64) * -(-m // 256)  # (where the rule's tiles fill the grid's rounds to 90 %)
                 pair = [dict(got[0], cluster=2, magic=True)] if m > 128 and fill(rule_tiles) >= 0.9 else []
+                # (and 128 x 128 unsplit, alone and in pairs, from m = 129 where its tiles fill the rounds to 90 %)
+                square = [c for c in hopper if (c["block_n"], c["block_m"]) == (128, 128) and len(c) == 6]
+                if 128 < m <= 256 and fill(-(-n // 128) * 2) >= 0.9:
+                    pair += [dict(square[0], magic=True), dict(square[0], magic=True, cluster=2)]
                 want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles + pair \
                     if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
                 assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
