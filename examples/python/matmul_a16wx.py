@@ -478,8 +478,7 @@ class MatmulA16WxHopper(SplitK):
     the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 stream_k=0):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -492,13 +491,6 @@ class MatmulA16WxHopper(SplitK):
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
         self.tail_split = tail_split
-        # stream_k = p (2 to 16): the k tiles of all output tiles, tile after tile, cut into one even
-        # run a block (stream-K), long enough that a tile meets at most p runs: every block the same
-        # work where whole tiles or splits leave a round part empty (n = 3584 at m = 256: 28 tiles
-        # of 128 x 256 on 132 blocks); a tile's pieces end as splits do.
-        assert stream_k == 0 or 2 <= stream_k <= 16 and split_k == tail_split == cluster == 1, \
-            "stream-K: 2 to 16 pieces a tile at most, unsplit otherwise, no clusters"
-        self.stream_k = stream_k
         self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
         # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
         # by masking whole words (magic_product) instead of the general conversion.
@@ -521,15 +513,7 @@ class MatmulA16WxHopper(SplitK):
         of a, its weight tile, the split's first k tile, its number of k tiles). A tile's splits are
         neighbouring units (run at once by neighbouring blocks) of whole pairs of k tiles each.
         whole: with tail_split, the units of the whole rounds (unsplit tiles); the tiles after them
-        are split; with stream_k, (first, end, per, _) of this block's run of k tiles (its units: the
-        tiles it meets, its piece of each)."""
-        if self.stream_k:
-            first, end, per, _ = whole
-            lo, hi = tilus.max(first, u * steps), tilus.min(end, (u + 1) * steps)
-            block = u * steps // per  # the block of the tile's first piece
-            offset_m, tile_n = self.tile_origin(u, tiles_m, tiles_n)
-            return u, self.blockIdx.x - block, ((u + 1) * steps - 1) // per - block + 1, offset_m, tile_n, \
-                lo - u * steps, hi - lo
+        are split."""
         if self.tail_split > 1:
             ways = self.tail_split
             tail = u >= whole
@@ -589,35 +573,32 @@ class MatmulA16WxHopper(SplitK):
         workers = 128 * self.consumers
         return [slots, self.block_n * self.block_m // workers // 4, workers, 4]
 
-    def partial_elements(self, m, n, k):
+    def partial_elements(self, m, n):
         """The float32 elements of the `partial` argument at m x n (none unsplit)."""
         tiles = -(-m // self.block_m) * -(-(-(-n // self.block_n)) // self.cluster_size)
         units = self.blocks // self.cluster_size
         slots = tiles * self.split_k if self.tail_split == 1 else tiles % units * self.tail_split
-        if self.stream_k:  # a slot for each tile a block's run meets
-            steps = -(-k // self.block_k)
-            per = max(2 * -(-tiles * steps // (2 * self.blocks)), 2 * -(-steps // (2 * (self.stream_k - 1))))
-            slots = self.blocks * (-(-per // steps) + 1)
-        ways = max(self.split_k, self.tail_split, self.stream_k)
-        return slots * self.cluster_size * self.block_n * self.block_m if ways > 1 else 0
+        return slots * self.cluster_size * self.block_n * self.block_m if max(self.split_k, self.tail_split) > 1 else 0
 
     def add_up_split_registers(self, acc, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
                                before):
-        """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot(split)]
-        as the threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole
-        lines), its arrival counted in arrivals[counter], and the tile's last split to arrive adds
-        the other splits' (at slot(s)) to its registers, thread by thread, and
+        """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot] as the
+        threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
+        its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
+        other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
         stores the sum as unsplit tiles leave (store_tile). (The mma.sync kernel's ending,
-        add_up_splits, went through c's rows 16 at a time: a round trip to L2 each, 16 for a 128
-        x 256 tile, which cost the H200 ~20 us at n = 3584, m = 256 in 4 splits.)"""
+        add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
+        128 x 256 in 4 splits at n = 3584, m = 256 took 71.1 us with it, 60.6 with this one; in 2
+        splits at 8192 x 8192 63.8 and 54.2.)"""
         bn, bm = acc.shape
         _, vectors, workers, _ = self.partial_shape(1)
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
-        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot(split), 0, 0, 0])
+        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
         if last_to_arrive(self, arrivals, [counter], splits, slot=before):
             for j in range(1, splits):
-                other = self.load_global(gp, offsets=[slot((split + j) % splits), 0, 0, 0], shape=[vectors, workers, 4])
+                other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size, 0, 0, 0],
+                                         shape=[vectors, workers, 4])
                 self.annotate_layout(other, order)
                 mine = mine + other
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
@@ -654,17 +635,8 @@ class MatmulA16WxHopper(SplitK):
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
-        ways = max(self.split_k, self.tail_split, self.stream_k)  # the most splits of a tile
+        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
-        slots = (units - whole) * self.cluster_size  # of partial sums: a split unit's (a block's in clusters)
-        if self.stream_k:  # this block's run of k tiles: its units are the tiles it meets (at most `meets`)
-            per = tilus.max(2 * tilus.cdiv(tiles_m * tiles_n * steps, 2 * blocks),
-                            2 * tilus.cdiv(steps, 2 * (self.stream_k - 1)))
-            first = self.blockIdx.x * per
-            end = tilus.min(first + per, tiles_m * tiles_n * steps)
-            meets = tilus.cdiv(per, steps) + 1
-            first_unit, units, units_step = first // steps, tilus.cdiv(end, steps), 1
-            whole, slots = (first, end, per, meets), blocks * meets
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -679,7 +651,7 @@ class MatmulA16WxHopper(SplitK):
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
             # the partial sums of each split unit (and block of a cluster), as its threads hold them
-            gp = self.global_view(partial, shape=self.partial_shape(slots))
+            gp = self.global_view(partial, shape=self.partial_shape((units - whole) * self.cluster_size))
             # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
         unsigned = not self.wtype.is_signed()
@@ -762,13 +734,7 @@ class MatmulA16WxHopper(SplitK):
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
                 if splits > 1:  # (a Python or a kernel condition)
-                    if self.stream_k:  # piece p: block (blockIdx.x - split + p)'s, the tile its how manyth
-                        def slot(p):
-                            b = self.blockIdx.x - split + p
-                            return b * whole[3] + u - b * whole[2] // steps
-                    else:  # the tile's splits are neighbouring units
-                        def slot(p):
-                            return (u - whole + p - split) * self.cluster_size + rank
+                    slot = (u - whole) * self.cluster_size + rank
                     self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
                                                 splits, offset_m, tile_n * bn, before)
                 else:
@@ -863,12 +829,9 @@ class QuantizedMatmul:
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
-          at m = 256 also unsplit, and where it fills the rounds to 90 % on the magic decode alone
-          and in clusters of two; 128 x 256 unsplit only where it does not split; each split also
+          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
           on the magic decode), and the rule's tile on the magic decode where its weights exist
-          (`magic`; from m = 129 also in clusters of two where its tiles fill the rounds to 90 %);
-          128 x 256 in stream-K where stream_pieces offers it (up to m = 1024);
-          beyond m = 256 128 x 256 also in clusters of two sharing a
+          (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
@@ -938,9 +901,6 @@ class QuantizedMatmul:
                 if tail > 1:  # the last round's tiles split over k
                     add(dict(big, tail_split=tail))
                     add(dict(big, tail_split=tail, cluster=2))
-                pieces = self.stream_pieces(-(-n // 128) * -(-m // 256), k // rule["block_k"], 128 * 256 * 4)
-                if pieces:  # (n = 3584 at m = 1024: 112 tiles, 85 % of a round)
-                    add(dict(big, stream_k=pieces))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
@@ -958,22 +918,8 @@ class QuantizedMatmul:
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                     if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
                         add(dict(tile, split_k=split, magic=True))
-                    full = tiles / (-(-tiles // sms) * sms) >= 0.9
-                    if bm == 128 < m and full and magic and self.hopper_magic():
-                        # 128 x 128 unsplit where its tiles fill the rounds (cuBLAS's tile at 8192 x 8192,
-                        # m = 256, in 2 x 1 clusters) on the magic decode, alone and in pairs sharing a
-                        add(dict(tile, magic=True))
-                        add(dict(tile, magic=True, cluster=2))
-                    pieces = self.stream_pieces(tiles, k // rule["block_k"], 128 * bm * 4)
-                    if bm == 256 and pieces:  # 128 x 256 in stream-K where its tiles fill the rounds badly
-                        add(dict(tile, stream_k=pieces))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
-                    tiles = -(-n // rule["block_n"]) * -(-m // rule["block_m"])
-                    if m > 128 and tiles / (-(-tiles // sms) * sms) >= 0.9:
-                        # 64 x 256 in pairs multicasting a: each block reads half of it from L2
-                        # (at 8192 x 8192 its 128 tiles all read the whole of a)
-                        add(dict(rule, magic=True, cluster=2))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False
@@ -1016,25 +962,6 @@ class QuantizedMatmul:
     # 664 against 194 us; 104 split 5, 882 against 623), one of 15 MB 8 % faster (m = 4096,
     # 28672 x 8192: 20 tiles split 6).
     PARTIALS_BYTES = 16 << 20
-
-    def stream_pieces(self, tiles, ktiles, tile_bytes):
-        """MatmulA16WxHopper's stream_k for `tiles` output tiles (of tile_bytes float32 partial
-        sums) of `ktiles` k tiles each: the most pieces a tile takes when the SMs share all the k
-        tiles in even runs, where the tiles fill the grid's rounds under 90 % and the runs do not
-        fall on the tiles' ends (a split of every tile would do the same); else 0. Runs of 8 k
-        tiles at least, 32 MB of partial sums at most (2 PARTIALS_BYTES; n = 3584, m = 256: 28 tiles of 128
-        x 256 in 130 runs of 64 k tiles, 3 to 6 pieces a tile, 20 MB, where 4 splits leave 20 SMs
-        idle; m = 1024: 112 tiles in 132 runs of 252, 31 MB).
-        (The mid H200 call of the session of 20:40 timed it 85.5 us there against 72.9 for 4 splits,
-        with the ending that went through c's rows: retimed with the one in registers.)"""
-        sms = self.sms or 132
-        total = tiles * ktiles
-        per = 2 * -(-total // (2 * sms))
-        if tiles / (-(-tiles // sms) * sms) >= 0.9 or per < 8 or ktiles % per == 0:
-            return 0
-        pieces = -(-ktiles // per) + 1  # (a tile's k tiles meet at most that many runs)
-        written = (tiles + -(-total // per) - 1) * tile_bytes  # (each run's end inside a tile: one piece more)
-        return min(pieces, 16) if written <= self.PARTIALS_BYTES * 2 else 0
 
     def tail_split(self, tiles, ktiles, tile_bytes=128 * 256 * 4):
         """MatmulA16WxHopper's tail_split for `tiles` output tiles (of tile_bytes float32 partial
@@ -1224,7 +1151,7 @@ class QuantizedMatmul:
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
-            need = self.kernels[key].partial_elements(m, n, k)  # (its split tiles' partial sums, whole tiles)
+            need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, self.partials(workspace, need), counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
@@ -1306,9 +1233,6 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
-    run("matmul_a16wx", tilus.int4, 200, 392, 512, cfg=dict(wgmma, block_n=64, consumers=1, block_m=256, stages=4,
-                                                           magic=True, cluster=2))
-    run("matmul_a16wx", tilus.int4, 100, 200, 1280, cfg=dict(wgmma, stream_k=4))  # 2 tiles in 3 pieces each
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:

@@ -627,22 +627,15 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 # 128 x 128 in clusters of two on the magic decode (ragged m)
                 ("int4", "float16", 250, 520, 512, 128, 128, 2, 1, True),
                 # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
-                ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True),
-                # stream-K on 5 blocks: 2 tiles of 20 k tiles in runs of 8, 3 pieces each (block 2 in
-                # both); 4 tiles of 8 in runs of 8, whole tiles (no partial sums), block 4 idle; on the
-                # magic decode 3 tiles of 32 in runs of 20, 2, 3 and 2 pieces (3 at most: the bound)
-                ("int4", "float16", 100, 200, 1280, 128, 128, 1, 1, False, 1, 4),
-                ("uint4", "bfloat16", 130, 392, 512, 256, 128, 1, 1, False, 1, 2),
-                ("uint4", "float16", 200, 264, 2048, 256, 128, 1, 1, True, 1, 3)]
+                ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, stream_k=0,
-                *, seed, arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, *, seed,
+                arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
-    last round's tiles split; stream_k: each block an even run of all tiles' k tiles, at most that
-    many pieces a tile), its arguments (on `arrays`' device; host arrays and unset weights
+    last round's tiles split), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -657,10 +650,10 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split, stream_k=stream_k)
+                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
-            np.full(max(kernel.partial_elements(m, n, k), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
+            np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -670,11 +663,10 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
-            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-stream{c[11]}" if c[11:] else ""))
+            (f"-tail{c[10]}" if c[10:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
-                         HOPPER_CASES[-1:],
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
@@ -728,7 +720,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-4:],
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-1:],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
@@ -784,7 +776,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 10), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
@@ -826,18 +818,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 small = [c for c in mma if c["block_m"] == 16]
                 assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
-                # with the magic decode's weights the rule's tile on it too, in clusters of two beyond
-                # m = 128 (up to m = 256 also each split tile)
+                # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
+                # split tile), beyond m = 256 also in clusters of two
                 split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
-                def fill(units):
-                    return units / (-(-units // 132) * 132)
-                rule_tiles = -(-n // 64) * -(-m // 256)  # (where the rule's tiles fill the grid's rounds to 90 %)
-                pair = [dict(got[0], cluster=2, magic=True)] if m > 128 and fill(rule_tiles) >= 0.9 else []
-                # (and 128 x 128 unsplit, alone and in pairs, from m = 129 where its tiles fill the rounds to 90 %)
-                square = [c for c in hopper if (c["block_n"], c["block_m"]) == (128, 128) and len(c) == 6]
-                if 128 < m <= 256 and fill(-(-n // 128) * 2) >= 0.9:
-                    pair += [dict(square[0], magic=True), dict(square[0], magic=True, cluster=2)]
-                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles + pair \
+                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles \
                     if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
                 assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
                     sorted(sorted(c.items()) for c in want_magic), (m, got)
@@ -848,6 +832,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 split_of = {(c["block_m"], c["block_n"]): c["split_k"] for c in hopper if c.get("split_k", 1) > 1}
                 assert all(bn == 128 for _, bn in split_of) and (m <= 256 or not split_of), (m, got)
 
+                def fill(units):
+                    return units / (-(-units // 132) * 132)
                 for bm in {rule["block_m"], min(rule["block_m"], 128)} if hopper and m <= 256 else ():
                     tiles = -(-n // 128) * -(-m // bm)
                     # (at most 16 MB of partial sums: none at 28672 x 8192, whose splits that fill the
@@ -862,21 +848,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
                     assert x == 1 or x * tiles * 128 * bm * 4 <= 16 << 20, (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
-                # stream-K on 128 x 256 where its tiles fill the rounds under 90 % and the runs do not
-                # fall on the tiles' ends, in 32 MB of partial sums (among these shapes: n = 3584 at m =
-                # 256 and 1024, 8192 x 28672 at m = 256)
-                streams = [c for c in hopper if c.get("stream_k")]
-                tiles = -(-n // 128) * -(-m // 256)
-                assert all((c["block_n"], c["block_m"]) == (128, 256) and fill(tiles) < 0.9 and
-                           2 <= c["stream_k"] <= 16 for c in streams), (m, got)
-                assert len(streams) == ((m, n, k) in {(256, 3584, 18944), (1024, 3584, 18944), (256, 8192, 28672)}), \
-                    (m, got)
-                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and
-                       not c.get("magic") and not c.get("stream_k")]
+                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
                 assert not hopper or not 128 < m <= 256 or len(big) == 1, (m, got)
-                # up to m = 256 no last round's split, and in clusters only the rule's tile on the magic decode
-                assert not [c for c in hopper if m <= 256 and (c.get("cluster") and c not in pair or c.get("tail_split"))], \
-                    (m, got)
+                # up to m = 256 nothing in clusters, no last round's split
+                assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
                 # 2 % counting the last split's reads, in at most 16 MB of partial sums (among these
                 # shapes: m = 4096 at n = 3584 and 28672 x 8192), alone and in clusters
@@ -949,7 +924,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300, and stream-K at both, each run twice: the split counters and partial sums reused)."""
+    m = 300, each run twice: the split counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
@@ -970,7 +945,6 @@ def test_tuned_quantized_matmul_on_the_gpu():
         assert cfg in candidates, cfg
         if sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
-            assert any(c.get("stream_k") for c in candidates), candidates  # (ragged m: the object's own partial sums)
             assert any(c.get("tail_split", 1) > 1 and c.get("cluster") == 2 for c in candidates) == (m == 300), \
                 candidates
         np.testing.assert_allclose(from_host_array(args[4].cpu().numpy(), tilus.float16), a @ w, atol=2e-2, rtol=1e-2)
