@@ -638,7 +638,10 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     kernel 522 / 528 / 504 at seqlen 4096 / 8192 / 16384 (447 / 481 / 495 before the snake), and
     without ping-pong 554 / 598 / 571 (1.06x / 1.15x / 1.10x cuDNN), the fastest or within 1 % of
     it at each (the kernel without persistent blocks 477 / 557 / 576), so d = 128 with causal
-    takes the persistent kernel without ping-pong at every length. `seqlen` is for rules that
+    takes the persistent kernel without ping-pong at every length (the call of 00:31, four rounds:
+    f16 561 / 551 / 547, 1.10x / 1.10x / 1.07x cuDNN, ping-pong on 542 / 527 / 536, without
+    persistent blocks 454 / 518 / 540; bf16 1.04x at each, ping-pong on 1.00-1.02x; without causal
+    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). `seqlen` is for rules that
     depend on the length: none does now. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
