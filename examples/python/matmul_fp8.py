@@ -86,25 +86,19 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
-def promoted(s, acc, part, scales, offset_n, tile_n, col=0):
-    """acc + part times its scales (the promotion of a k step's product): part [rows, w] the
-    product of the tile's columns col to col + w (c's from offset_n + col), the tile tile_n
-    columns wide, scales as block_scales_of_step gives them for the tile (one per 128-column block
-    of b's scales it touches). A tile of 128 or 256 columns starts on a block: a piece of 128
-    columns takes the scales of its own. A 192-column tile starts at a multiple of 64 columns, on a
-    block or half way into one: each 64 columns of the piece take the first block the tile touches
-    or the second, (offset_n % 128 + their column) // 128, chosen at run time unless the piece's
-    parts take one block whatever the start (the 64-column piece at the tile's end: the second)."""
+def promoted(s, acc, part, scales, offset_n):
+    """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
+    product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
+    (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
+    columns: its 64-column thirds take the first block of b's scales it touches, the first or the
+    second (as the tile starts on a 128-column block or half way), and the second."""
     r, w = part.shape
-    if tile_n % BLOCK_K == 0:
-        return acc + part * scales[col // BLOCK_K]
-    on, half = ([(start + col + 64 * j) // BLOCK_K for j in range(w // 64)] for start in (0, 64))
-    if on == half and len(set(on)) == 1:
-        return acc + part * scales[on[0]]
-    second = s.register_tensor(dtype=boolean, shape=[1, w // 64, 1],
-                               init=lambda i, j, e: offset_n % BLOCK_K + col + 64 * j >= BLOCK_K)
+    if w <= BLOCK_K:
+        return acc + part * scales[0]
+    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
+                               init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
     scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
-    return s.reshape(s.reshape(acc, [r, w // 64, 64]) + s.reshape(part, [r, w // 64, 64]) * scale, [r, w])
+    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
 
 
 class MatmulFp8(tilus.Script):
@@ -119,9 +113,7 @@ class MatmulFp8(tilus.Script):
     256 registers, and spill. The k step's scales are read before its first wgmma. block_m =
     64 * consumers rows (block scaling: 64 for small m, see block_config). products=2 (block
     scaling, 128-column tiles): two products in turn, each k step's wgmma issued before the wait
-    for the step before, which is promoted under it (the warp group's tensor work never drains);
-    with 192-column tiles the two products are a 128- and a 64-column piece of each k step, both
-    issued before the first is promoted under the second's wgmma.
+    for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
     see promoted)."""
@@ -139,9 +131,8 @@ class MatmulFp8(tilus.Script):
         assert block_n in (128, 192, 256), \
             "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
             "piece; with block scales one piece whose thirds take their scales)"
-        assert products == 1 or (scaling == "block" and block_n in (128, 192)), \
-            "two products: block scaling with 128 columns (a product a k step, in turn) or 192 (a 128- and a " \
-            "64-column piece; the registers hold no more)"
+        assert products == 1 or (scaling == "block" and block_n == 128), \
+            "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
@@ -162,8 +153,8 @@ class MatmulFp8(tilus.Script):
         self.stages = stages or min(8, (SHARED_BYTES - 256 - piece_bytes) // self.stage_bytes)
         self.whole_store = SHARED_BYTES - 256 - tile_bytes >= self.stages * self.stage_bytes
         self.store_bytes = tile_bytes if self.whole_store else piece_bytes
-        assert not (scaling == "block" and block_n == 192 and products == 1) or self.whole_store, \
-            "block scales with 192-column tiles in one product: c's buffer must hold the whole tile (16-bit c)"
+        assert not (scaling == "block" and block_n == 192) or self.whole_store, \
+            "block scales with 192-column tiles: c's buffer must hold the whole tile (16-bit c)"
 
     pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
@@ -189,9 +180,8 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        one = self.whole_store and (not block or bn % 128) and self.products == 1
+        one = self.whole_store and (not block or bn % 128)
         widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
-        cols = [sum(widths[:p]) for p in range(len(widths))]
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
         clusters = blocks // 2
@@ -242,41 +232,14 @@ class MatmulFp8(tilus.Script):
         with self.thread_group(thread_begin=0, num_threads=workers):  # the consumer warp groups
             if split:
                 self.inc_max_nreg(self.consumer_regs)
-            if block and self.products == 2:  # each k step's products (enable_input_d=False: d = a @ b)
-                parts = [self.register_tensor(dtype=float32, shape=[bm, widths[min(p, pieces - 1)]])
-                         for p in range(2)]
+            if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
+                parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
-                if block and self.products == 2 and pieces == 2:
-                    # 192 columns as a 128- and a 64-column piece, each with a product of its own:
-                    # both pieces' wgmma issued, the first piece's promotion (64 FFMA a thread) runs
-                    # under the second's wgmma, and only the second's (32) after its wait. The
-                    # scales are read under the wgmma and serve both; the stage is released once
-                    # the second piece's wgmma is complete. (Issuing the next k step's first piece
-                    # before the second's promotion made ptxas serialize every wgmma.)
-                    def issue(now, p):
-                        there = (first + now) % stages
-                        self.wgmma.fence()
-                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [cols[p], 0], [0, 1],
-                                                                    [widths[p], bk]).transpose(), parts[p],
-                                       enable_input_d=False)
-                        self.wgmma.commit_group()
-
-                    for now in range(steps):
-                        here = (first + now) % stages
-                        self.mbarrier.wait(full[here], phase=(first + now) // stages % 2)
-                        issue(now, 0)
-                        issue(now, 1)
-                        scales = block_scales_of_step(self, ssa[here], ssb[here], now)
-                        self.wgmma.wait_group(1)
-                        self.assign(accs[0], promoted(self, accs[0], parts[0], scales, offset_n, bn, cols[0]))
-                        self.wgmma.wait_group(0)
-                        self.release(empty[here], peer, read_shared=True)
-                        self.assign(accs[1], promoted(self, accs[1], parts[1], scales, offset_n, bn, cols[1]))
-                elif block and self.products == 2:
+                if block and self.products == 2:
                     # Two products in turn: the k step after this one is issued into the other
                     # product before this one's wait, so each warp group always has a wgmma queued
                     # (as with per-tensor scaling) and promotes under it. The loop takes the steps
@@ -326,18 +289,18 @@ class MatmulFp8(tilus.Script):
                             scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                             for p in tilus.static_range(pieces):
                                 self.wgmma.fence()
-                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [cols[p], 0], [0, 1],
+                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [widths[p], bk]).transpose(), part,
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
-                                self.assign(accs[p], promoted(self, accs[p], part, scales, offset_n, bn, cols[p]))
+                                self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
                         else:
                             self.wgmma.fence()
                             for p in tilus.static_range(pieces):
-                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [cols[p], 0], [0, 1],
+                                self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [widths[p], bk]).transpose(), accs[p])
                             self.wgmma.commit_group()
                             self.wgmma.wait_group(1)
@@ -351,13 +314,13 @@ class MatmulFp8(tilus.Script):
                     if h == 0 or not whole:
                         with self.single_thread():  # the stores before have read sc
                             self.tma.wait_group(0, read=True)
-                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + cols[h]).to(self.out)
-                    box0, boxes = (cols[h] // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
+                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
                     dst = sc if boxes == sc.shape[0] else \
                         self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
                     if h == pieces - 1 or not whole:
-                        start = 0 if whole else cols[h]  # the tile's column of sc's first box
+                        start = 0 if whole else h * 128  # the tile's column of sc's first box
                         with self.single_thread():
                             for j in tilus.static_range(box0 + boxes):
                                 self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
@@ -415,7 +378,7 @@ class MatmulFp8Ring(tilus.Script):
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), part, enable_input_d=False)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                acc = promoted(self, acc, part, block_scales_of_step(self, ssa[stage], ssb[stage], step), offset_n, bn)
+                acc = promoted(self, acc, part, block_scales_of_step(self, ssa[stage], ssb[stage], step), offset_n)
             else:
                 self.wgmma.fence()
                 self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)
@@ -495,11 +458,11 @@ class MatmulFp8Tuned(MatmulFp8):
 # Consumer warp groups in turns on the tensor cores, handed on once 3 (or 2) of a piece's four k32
 # wgmma were complete (an mbarrier each, one arrival), measured slower (same run: 128 x 256 0.78x /
 # 0.67x with 3, 0.82x / 0.75x with 2; 128 x 192 0.75x / 0.75-0.76x; ncu at 8192^3: tensor pipe 61 %
-# and 69 % against 75 % without): removed. 128 x 192 with two products (a 128- and a 64-column
-# piece, both issued, the first promoted under the second's wgmma: 32 of the 96 FFMA a thread a k
-# step left after the last wait instead of all; the k step's a read twice from shared memory) is
-# offered for the GPU to decide.
-BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 192, 2), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
+# and 69 % against 75 % without): removed. 128 x 192 as a 128- and a 64-column piece with a
+# product each, both issued before the first was promoted under the second's wgmma (a read twice
+# from shared memory), measured slower (H200, one run: 0.75x / 0.75x against one product's 0.80x /
+# 0.80x): removed.
+BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
 @tilus.autotune("block_m, block_n, products", BLOCK_TILES)
@@ -657,8 +620,6 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
-                   1040 if not quick else 272),
-                  (MatmulFp8("block", block_n=192, products=2, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
