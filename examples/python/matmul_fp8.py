@@ -119,7 +119,7 @@ class MatmulFp8(tilus.Script):
     see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1):
+                 block_n=None, stages=None, group=8, blocks=132, products=1, warp_release=False):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -136,6 +136,9 @@ class MatmulFp8(tilus.Script):
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
+        # Block scaling: each warp releases a stage on its own (a warp-wide sync, one arrival a
+        # warp) rather than its warp group at a 128-thread barrier, one arrival a warp group.
+        self.warp_release = warp_release and scaling == "block"
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -162,10 +165,14 @@ class MatmulFp8(tilus.Script):
         """One arrival per consumer warp group on this block's barrier and one on the peer's. One
         thread's arrival releases what that thread has read: where the warp group's threads read
         the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
-        whole warp group at its wait_group), the warp group meets at a barrier first."""
-        for wg in tilus.static_range(self.consumers):
-            with self.thread_group(thread_begin=wg * 128, num_threads=128):
-                if read_shared:
+        whole warp group at its wait_group), the warp group meets at a barrier first, or with
+        warp_release each warp arrives once its own threads have met (a warp-wide sync)."""
+        per = 32 if read_shared and self.warp_release else 128
+        for wg in tilus.static_range(self.consumers * 128 // per):
+            with self.thread_group(thread_begin=wg * per, num_threads=per):
+                if read_shared and per == 32:
+                    self.sync_warp()
+                elif read_shared:
                     self.sync()
                 with self.thread_group(thread_begin=0, num_threads=1):
                     self.mbarrier.arrive(barrier)
@@ -203,7 +210,8 @@ class MatmulFp8(tilus.Script):
         # The boxes of one 128-column piece of c's tile, or of the whole tile.
         sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
-        empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
+        # Both blocks' consumer warp groups (or their warps: warp_release).
+        empty = self.mbarrier.alloc(counts=[2 * self.consumers * (4 if self.warp_release else 1)] * stages)
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
