@@ -119,7 +119,8 @@ class MatmulFp8(tilus.Script):
     see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, warp_release=False):
+                 block_n=None, stages=None, group=8, blocks=132, products=1, warp_release=False,
+                 late_scales=False):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -139,6 +140,8 @@ class MatmulFp8(tilus.Script):
         # Block scaling: each warp releases a stage on its own (a warp-wide sync, one arrival a
         # warp) rather than its warp group at a 128-thread barrier, one arrival a warp group.
         self.warp_release = warp_release and scaling == "block"
+        # Block scaling, one product: a k step's scales read under its first wgmma, not before it.
+        self.late_scales = late_scales and scaling == "block" and products == 1
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -292,15 +295,19 @@ class MatmulFp8(tilus.Script):
                         stage = g % stages
                         self.mbarrier.wait(full[stage], phase=g // stages % 2)
                         if block:
-                            # The scales first: their shared loads are not on the path from the
-                            # wgmma's wait to the promotion.
-                            scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
+                            # The scales before the first wgmma (their shared loads are not on the
+                            # path from the wgmma's wait to the promotion), or with late_scales
+                            # under it (nor on the path from the stage's barrier to the issue).
+                            scales = None if self.late_scales else \
+                                block_scales_of_step(self, ssa[stage], ssb[stage], step)
                             for p in tilus.static_range(pieces):
                                 self.wgmma.fence()
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [widths[p], bk]).transpose(), part,
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
+                                if scales is None:
+                                    scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)

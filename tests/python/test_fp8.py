@@ -101,6 +101,9 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     # turn, one consumer warp group; several tiles a block (the stages' phases run on across them).
     (dict(scaling="block", warp_release=True), 1000, 1000, 1040),
     (dict(scaling="block", block_n=192, warp_release=True), 301, 1000, 1040),
+    # The scales read under the k step's first wgmma (late_scales), with and without warp_release.
+    (dict(scaling="block", warp_release=True, late_scales=True), 301, 520, 1040),
+    (dict(scaling="block", block_n=192, late_scales=True), 700, 1000, 400),
     (dict(scaling="block", block_n=128, products=2, warp_release=True, out=float32), 700, 264, 256),
     (dict(scaling="block", block_m=64, block_n=128, products=2, warp_release=True), 130, 264, 512),
     # 192-column tiles (16-bit c: c's buffer the whole tile and one 192-wide wgmma; float32: a
@@ -219,7 +222,9 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
                           for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
-                         [dict(scaling="block", warp_release=True), dict(scaling="block", block_n=192, warp_release=True)])
+                         [dict(scaling="block", warp_release=True), dict(scaling="block", block_n=192, warp_release=True),
+                          dict(scaling="block", warp_release=True, late_scales=True),
+                          dict(scaling="block", block_n=192, warp_release=True, late_scales=True)])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
