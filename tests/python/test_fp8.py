@@ -99,13 +99,16 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="block", block_m=64, block_n=128, products=2, atype=float8_e4m3, btype=float8_e5m2), 130, 264, 512),
     # Each warp releasing a stage (warp_release): two pieces a k step, one 192-wide, two products in
     # turn, one consumer warp group; several tiles a block (the stages' phases run on across them).
-    (dict(scaling="block", warp_release=True), 1000, 1000, 1040),
-    (dict(scaling="block", block_n=192, warp_release=True), 301, 1000, 1040),
+    pytest.param(dict(scaling="block", warp_release=True), 1000, 1000, 1040, id="warp_release-256"),
+    pytest.param(dict(scaling="block", block_n=192, warp_release=True), 301, 1000, 1040, id="warp_release-192"),
     # The scales read under the k step's first wgmma (late_scales), with and without warp_release.
-    (dict(scaling="block", warp_release=True, late_scales=True), 301, 520, 1040),
-    (dict(scaling="block", block_n=192, late_scales=True), 700, 1000, 400),
-    (dict(scaling="block", block_n=128, products=2, warp_release=True, out=float32), 700, 264, 256),
-    (dict(scaling="block", block_m=64, block_n=128, products=2, warp_release=True), 130, 264, 512),
+    pytest.param(dict(scaling="block", warp_release=True, late_scales=True), 301, 520, 1040,
+                 id="warp_release-late_scales-256"),
+    pytest.param(dict(scaling="block", block_n=192, late_scales=True), 700, 1000, 400, id="late_scales-192"),
+    pytest.param(dict(scaling="block", block_n=128, products=2, warp_release=True, out=float32), 700, 264, 256,
+                 id="warp_release-products2"),
+    pytest.param(dict(scaling="block", block_m=64, block_n=128, products=2, warp_release=True), 130, 264, 512,
+                 id="warp_release-64rows"),
     # 192-column tiles (16-bit c: c's buffer the whole tile and one 192-wide wgmma; float32: a
     # 128- and a 64-column piece), a ragged last one; 256-column tiles with 3 stages (the whole
     # tile's buffer, one 256-wide wgmma).
