@@ -119,8 +119,7 @@ class MatmulFp8(tilus.Script):
     see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, warp_release=False,
-                 late_scales=False):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -137,11 +136,6 @@ class MatmulFp8(tilus.Script):
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
-        # Block scaling: each warp releases a stage on its own (a warp-wide sync, one arrival a
-        # warp) rather than its warp group at a 128-thread barrier, one arrival a warp group.
-        self.warp_release = warp_release and scaling == "block"
-        # Block scaling, one product: a k step's scales read under its first wgmma, not before it.
-        self.late_scales = late_scales and scaling == "block" and products == 1
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -168,14 +162,10 @@ class MatmulFp8(tilus.Script):
         """One arrival per consumer warp group on this block's barrier and one on the peer's. One
         thread's arrival releases what that thread has read: where the warp group's threads read
         the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
-        whole warp group at its wait_group), the warp group meets at a barrier first, or with
-        warp_release each warp arrives once its own threads have met (a warp-wide sync)."""
-        per = 32 if read_shared and self.warp_release else 128
-        for wg in tilus.static_range(self.consumers * 128 // per):
-            with self.thread_group(thread_begin=wg * per, num_threads=per):
-                if read_shared and per == 32:
-                    self.sync_warp()
-                elif read_shared:
+        whole warp group at its wait_group), the warp group meets at a barrier first."""
+        for wg in tilus.static_range(self.consumers):
+            with self.thread_group(thread_begin=wg * 128, num_threads=128):
+                if read_shared:
                     self.sync()
                 with self.thread_group(thread_begin=0, num_threads=1):
                     self.mbarrier.arrive(barrier)
@@ -213,8 +203,7 @@ class MatmulFp8(tilus.Script):
         # The boxes of one 128-column piece of c's tile, or of the whole tile.
         sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
-        # Both blocks' consumer warp groups (or their warps: warp_release).
-        empty = self.mbarrier.alloc(counts=[2 * self.consumers * (4 if self.warp_release else 1)] * stages)
+        empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
@@ -295,19 +284,15 @@ class MatmulFp8(tilus.Script):
                         stage = g % stages
                         self.mbarrier.wait(full[stage], phase=g // stages % 2)
                         if block:
-                            # The scales before the first wgmma (their shared loads are not on the
-                            # path from the wgmma's wait to the promotion), or with late_scales
-                            # under it (nor on the path from the stage's barrier to the issue).
-                            scales = None if self.late_scales else \
-                                block_scales_of_step(self, ssa[stage], ssb[stage], step)
+                            # The scales first: their shared loads are not on the path from the
+                            # wgmma's wait to the promotion.
+                            scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                             for p in tilus.static_range(pieces):
                                 self.wgmma.fence()
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [widths[p], bk]).transpose(), part,
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
-                                if scales is None:
-                                    scales = block_scales_of_step(self, ssa[stage], ssb[stage], step)
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
@@ -476,7 +461,10 @@ class MatmulFp8Tuned(MatmulFp8):
 # and 69 % against 75 % without): removed. 128 x 192 as a 128- and a 64-column piece with a
 # product each, both issued before the first was promoted under the second's wgmma (a read twice
 # from shared memory), measured slower (H200, one run: 0.75x / 0.75x against one product's 0.80x /
-# 0.80x): removed.
+# 0.80x): removed. Each warp releasing a stage (a warp-wide sync and one arrival a warp, here and
+# on the peer, instead of a warp group's 128-thread barrier and one arrival), alone or with the
+# scales read under the first wgmma, measured slower (H200, one run: 128 x 256 0.79x / 0.66x and
+# 0.80x / 0.71x against 0.89x / 0.76x; 128 x 192 0.68x / 0.65-0.67x against 0.79x / 0.82x): removed.
 BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 

@@ -97,18 +97,6 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     (dict(scaling="block", block_n=128, products=2, out=float32), 700, 264, 256),
     (dict(scaling="block", block_n=128, products=2), 130, 1000, 128),
     (dict(scaling="block", block_m=64, block_n=128, products=2, atype=float8_e4m3, btype=float8_e5m2), 130, 264, 512),
-    # Each warp releasing a stage (warp_release): two pieces a k step, one 192-wide, two products in
-    # turn, one consumer warp group; several tiles a block (the stages' phases run on across them).
-    pytest.param(dict(scaling="block", warp_release=True), 1000, 1000, 1040, id="warp_release-256"),
-    pytest.param(dict(scaling="block", block_n=192, warp_release=True), 301, 1000, 1040, id="warp_release-192"),
-    # The scales read under the k step's first wgmma (late_scales), with and without warp_release.
-    pytest.param(dict(scaling="block", warp_release=True, late_scales=True), 301, 520, 1040,
-                 id="warp_release-late_scales-256"),
-    pytest.param(dict(scaling="block", block_n=192, late_scales=True), 700, 1000, 400, id="late_scales-192"),
-    pytest.param(dict(scaling="block", block_n=128, products=2, warp_release=True, out=float32), 700, 264, 256,
-                 id="warp_release-products2"),
-    pytest.param(dict(scaling="block", block_m=64, block_n=128, products=2, warp_release=True), 130, 264, 512,
-                 id="warp_release-64rows"),
     # 192-column tiles (16-bit c: c's buffer the whole tile and one 192-wide wgmma; float32: a
     # 128- and a 64-column piece), a ragged last one; 256-column tiles with 3 stages (the whole
     # tile's buffer, one 256-wide wgmma).
@@ -224,10 +212,7 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
-                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
-                         [dict(scaling="block", warp_release=True), dict(scaling="block", block_n=192, warp_release=True),
-                          dict(scaling="block", warp_release=True, late_scales=True),
-                          dict(scaling="block", block_n=192, warp_release=True, late_scales=True)])
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -275,22 +260,6 @@ def test_block_scaled_steps_overwrite_one_accumulator_without_zeroing_it():
     assert re.findall(r'"r"\(([01])\)\);', loop) == ["0", "1", "1", "1"] * 2
     for fence in re.finditer(r"tilus::wgmma_fence\(\);", loop):
         assert loop[:fence.start()].rstrip().endswith("tilus::wgmma_fence_operand<64>(part);")
-
-
-@pytest.mark.parametrize("warp_release", [False, True])
-def test_block_scaled_stages_are_released_per_warp_group_or_per_warp(warp_release):
-    """Block scaling: a stage whose scales the threads read is released after a 128-thread barrier
-    by one thread a warp group, or with warp_release after a warp-wide sync by one thread a warp
-    (the empty barriers then count four times the arrivals: both blocks' eight warps). No NVRTC
-    needed: the CUDA source."""
-    src = MatmulFp8("block", warp_release=warp_release).source(*_args("block", 4096, 4096, 4096), arch="sm_90a")
-    loop = src[src.index("for (int32_t step = 0;"):]
-    loop = loop[:loop.index("tilus::tma_wait_group")]
-    assert ("tilus::named_barrier(" in loop) != warp_release
-    assert ("__syncwarp(" in loop) == warp_release
-    assert loop.count("tilus::mbarrier_arrive_remote") == (8 if warp_release else 2)
-    counts = set(re.findall(r"tilus::mbarrier_init\([^;]*, uint32_t\((\d+)\)\);", src))
-    assert counts == {"1", "16" if warp_release else "4"}, counts
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
