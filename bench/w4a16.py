@@ -5,7 +5,7 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--no-triton]
+        [--deadline SECONDS] [--no-triton] [--f16-split-sums]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
@@ -143,6 +143,8 @@ def main():
     p.add_argument("--rule", action="store_true", help="QuantizedMatmul's fixed rule instead of tuning per shape")
     p.add_argument("--wide", action="store_true", help="tune over the whole space (candidates(wide=True))")
     p.add_argument("--no-triton", action="store_true", help="time no Triton kernel nor the read floor")
+    p.add_argument("--f16-split-sums", action="store_true",
+                   help="let the tuner add split sums into c in f16 (QuantizedMatmul(f16_split_sums=True))")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
@@ -162,7 +164,7 @@ def main():
     for wname in args.types.split(","):
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
-        tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide)
+        tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums)
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -247,6 +249,8 @@ def describe(cfg):
               if cfg.get("magic") else "")
     loop = " unrolled" if cfg.get("unroll") else ""
     loop += " bounded" if cfg.get("bounded") else ""
+    loop += " interleaved" if cfg.get("interleave") else ""
+    loop += " red-into-c" if cfg.get("split_red") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 

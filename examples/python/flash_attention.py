@@ -212,8 +212,7 @@ class FlashAttention(tilus.Script):
         section's tiles run longest first, head fastest, so the blocks running at once read the
         K/V of few heads."""
         hb = heads * batch
-        per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
-        width = tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
+        width = self.section_width(hb, batch, total_k)
         span = width * tiles_m
         section = index // span
         first = section * width
@@ -221,6 +220,12 @@ class FlashAttention(tilus.Script):
         r = index - section * span
         pair = first + r % here
         return tiles_m - 1 - r // here, pair % heads, pair // heads
+
+    def section_width(self, hb, batch, total_k):
+        """The (head, sequence) pairs of an L2 section of longest_first: as many as the average
+        sequence's K and V fit in l2_bytes, at least 1, at most all hb."""
+        per_head = tilus.max(total_k // batch, 1) * (4 * self.head_dim)  # bytes of K and V
+        return tilus.max(tilus.min(self.l2_bytes // per_head, hb), 1)
 
     def q_tile(self, sq, barrier, w):
         """TMA loads of consumer w's 64 query rows into sq ([d / 64][64, 64]), completing on barrier."""
@@ -340,17 +345,37 @@ class FlashAttention(tilus.Script):
 
     def each_tile(self, body):
         """body(m_block, blocks, masked, done, tiles) for every tile with rows of this block of a
-        persistent launch (every persistent-th from its index, in the launch's order): `done` key
-        blocks went through the K/V ring and the ping-pong turns before it, in `tiles` tiles."""
+        persistent launch: `done` key blocks went through the K/V ring and the ping-pong turns
+        before it, in `tiles` tiles. The launch's order is taken in rounds of one tile per block,
+        a causal launch's L2 sections (longest_first) one after the other, and with causal every
+        other round goes to the blocks in reverse order (a snake), so a block that took one of a
+        round's longer tiles takes one of the next round's shorter ones. Dealt every persistent-th
+        over the whole order, the first blocks got the longest tile of each round: the busiest
+        block had 15 % more key blocks to run than the average on 132 SMs at the goal's causal
+        shapes (d 128, S 4096 to 16384), the snake 0.1 to 0.4 % (makespans computed on paper; ncu
+        of the old order, S 4096: the SMs active 79 % of the kernel's cycles, cuDNN's 84 %). A
+        section's rounds start at the block its first tile has in one round robin over the launch
+        (started at block 0 each, sections of fewer tiles than blocks would all go to the first
+        blocks: 1.06 to 1.77 times the average where 0 gave 3.8 to 14 on paper)."""
         done = self.declare("done", int32, 0)
         tiles = self.declare("tiles_done", int32, 0)
-        batch, heads, kv_heads, tiles_m = self.launch[:4]
-        for t in range(self.blockIdx.x, tiles_m * heads * batch, self.persistent):
-            m_block, blocks, masked, runs = self.tile(t)
-            if runs:
-                body(m_block, blocks, masked, done, tiles)
-                done = done + blocks
-                tiles = tiles + 1
+        batch, heads, kv_heads, tiles_m, total_q, total_k = self.launch[:6]
+        hb = heads * batch
+        n = tilus.min(tiles_m * hb, self.persistent)  # the grid's blocks
+        width = self.section_width(hb, batch, total_k) if self.causal else hb
+        for first in range(0, hb, width):
+            span = tilus.min(width, hb - first) * tiles_m  # the section's tiles
+            # blocks counted from the one the section's first tile has in a round robin over the
+            # launch, so that the sections' last, partial rounds go to different blocks
+            i = (self.blockIdx.x + n - first * tiles_m % n) % n
+            for r in range(0, span, n):  # a round: tile r + i to block i (causal: every other to n - 1 - i)
+                t = r + i + (r // n % 2) * (n - 1 - 2 * i) if self.causal else r + i
+                if t < span:
+                    m_block, blocks, masked, runs = self.tile(first * tiles_m + t)
+                    if runs:
+                        body(m_block, blocks, masked, done, tiles)
+                        done = done + blocks
+                        tiles = tiles + 1
 
     def produce_tile(self, sq, sk, sv, q_full, q_empty, k_full, v_full, k_empty, v_empty, m_block, blocks, masked, done,
                      tiles):
@@ -594,9 +619,6 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
                    cu_seqlens_k), out, lse)
 
 
-PERSISTENT_SEQLEN = 4096  # d = 128 with causal: the persistent kernel up to this max_seqlen_q
-
-
 def prefill_config(head_dim, causal, sms=0, seqlen=0):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
     not known): FlashAttention's parameters that
@@ -610,15 +632,23 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
     651, causal 593 against 566). The mid call of 21:20 timed d = 128 at seqlen 8192 and 16384 too:
     with causal the kernel without persistent blocks was the faster there (541 against 481, 561
-    against 495), the persistent one at 4096 (447 against 426), so d = 128 takes it up to
-    PERSISTENT_SEQLEN only. Without `sms` the persistent kernel is left out."""
+    against 495), the persistent one at 4096 (447 against 426); its blocks then took the tiles
+    every persistent-th, the busiest block 15 % more key blocks than the average, now 0.1 to 0.4 %
+    (each_tile's snake), and the mid call of 23:47 timed d = 128 with causal: the persistent
+    kernel 522 / 528 / 504 at seqlen 4096 / 8192 / 16384 (447 / 481 / 495 before the snake), and
+    without ping-pong 554 / 598 / 571 (1.06x / 1.15x / 1.10x cuDNN), the fastest or within 1 % of
+    it at each (the kernel without persistent blocks 477 / 557 / 576), so d = 128 with causal
+    takes the persistent kernel without ping-pong at every length (the call of 00:31, four rounds:
+    f16 561 / 551 / 547, 1.10x / 1.10x / 1.07x cuDNN, ping-pong on 542 / 527 / 536, without
+    persistent blocks 454 / 518 / 540; bf16 1.04x at each, ping-pong on 1.00-1.02x; without causal
+    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). `seqlen` is for rules that
+    depend on the length: none does now. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
-    if head_dim == 128 and seqlen > PERSISTENT_SEQLEN:
-        persistent = {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
-        return {**persistent, "rescale_between": True} if causal else dict(block_n=176, rescale_between=True)
+        return ({**persistent, "rescale_between": True, "pingpong": False} if causal
+                else dict(block_n=176, rescale_between=True))
     return dict(block_n=80, rescale_between=True)
 
 
@@ -626,11 +656,16 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
-    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one block per SM where the rule runs without it, else
-    the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the other stage count
-    where it fits, FA3's tile at d = 64 with causal, 192-key blocks at d = 128 and the default 64
-    at d = 256 without it, and with causal the L2 sections of longest_first half as wide (the rule
-    and its candidates of a launch with queries of at most `seqlen`)."""
+    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one
+    block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
+    loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
+    causal and the default 64-key blocks at d = 256 (the rule and its candidates of a launch with
+    queries of at most `seqlen`). Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
+    8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
+    602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
+    persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
+    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47) and its L2 sections half as wide
+    (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
@@ -639,11 +674,9 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
     if head_dim == 128:
-        out += [dict(stages=3)] if causal else [dict(block_n=192)]
+        out += [dict(stages=3)] if causal else []
     if head_dim == 256:
         out.append(dict(block_n=64))
-    if causal:  # the L2 sections of longest_first, half as wide
-        out.append(dict(l2_bytes=16 << 20))
     return out
 
 
@@ -737,7 +770,7 @@ if __name__ == "__main__":
     gpu = on_gpu()
     check_only = os.environ.get("TILUS_EXAMPLES_QUICK")  # correctness only (sanitizer runs)
     cases = [((100, 37), (100, 200), 4, 2, 64, True), ((130,), (130,), 2, 2, 128, False),
-             ((65, 1), (300, 64), 2, 1, 256, True)]
+             ((300, 77), (300, 200), 4, 2, 128, True), ((65, 1), (300, 64), 2, 1, 256, True)]
     for lens_q, lens_k, heads, kv_heads, d, causal in cases:
         cq, ck, q, k, v = random_packed(lens_q, lens_k, heads, kv_heads, d)
         want_o, want_lse = reference(q, k, v, cq, ck, causal)

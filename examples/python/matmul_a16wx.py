@@ -59,9 +59,30 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, bounded=False):
+                 min_blocks=None, bounded=False, split_red=False, interleave=False):
         super().__init__()
+        # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
+        # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
+        # weights are a run of k tiles per 128 rows): at any moment the grid reads s x 8 KB
+        # contiguous per tile, not s streams per_split x 8 KB apart. (The H200 timed more
+        # blocks an SM slower, not faster: 8192 x 28672 in 8 splits 54 us, in 4 45 us; the
+        # streams' spacing and DRAM locality are the suspects; interleaved, 2-3 % faster at 3 of 4
+        # shapes at m = 1.) Its copies past the split's last tile fall past the end of k: bounded
+        # by construction.
+        self.interleave = interleave
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
+        # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
+        # the last split (the shortest k range where the splits do not divide k) stores its f16
+        # tile of c before the cluster's barrier, the others add theirs into c after it by
+        # red.global.add (f16 pairs), fire and forget: no partial sums, no arrival counter. It
+        # trades precision: c is rounded to f16 2 s - 1 times for s splits (each split's sum and
+        # each add: up to (2 s - 1) 2^-11 of c's largest partial magnitude, where the counter
+        # ending sums in float32 and rounds once); so only QuantizedMatmul(f16_split_sums=True)
+        # offers it. (The same cluster ending with float32 partial sums measured 10-25 % slower
+        # than the counter on the H200, the clusters' placement costing more than the atomic.)
+        assert not split_red or 2 <= split_k <= 8 and block_m == 16 and atype == float16, \
+            "split_red: 2 to 8 splits (one cluster, the portable most) of 16-row tiles, f16 c"
+        self.split_red = split_red
         # unroll: the k loop (cp.async) unrolled by the stage count, so that each copy's stage is a
         # constant and ptxas keeps no per-step shared address work (SASS, 16 x 128 x 128 magic
         # late-scale: 277-284 instructions a k tile for int4 against 313-365 rolled, whose count
@@ -99,6 +120,13 @@ class MatmulA16Wx(SplitK):
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
+        elif self.split_red:  # the last split (the shortest k range) stores, the others add
+            tile = acc.to(at)
+            if self.blockIdx.z == self.split_k - 1:
+                self.store_global(gc, tile, offsets=[om, on])
+            self.cluster.sync()
+            if self.blockIdx.z < self.split_k - 1:
+                self.atomic.global_add(gc, tile, offsets=[om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
@@ -111,12 +139,18 @@ class MatmulA16Wx(SplitK):
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
         self.attrs.warps = self.warps
+        if self.split_red:
+            self.attrs.cluster_blocks = [1, 1, self.split_k]
         if self.min_blocks:
             self.attrs.min_blocks = self.min_blocks
         om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
         per_split = tilus.cdiv(tilus.cdiv(k, bk), self.split_k)
-        first = self.blockIdx.z * per_split
-        steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
+        if self.interleave:  # split z: k tiles z, z + s, z + 2 s, ...
+            first, stride = self.blockIdx.z, self.split_k
+            steps = tilus.max(tilus.cdiv(tilus.cdiv(k, bk) - first, stride), 0)
+        else:  # split z: a run of per_split k tiles
+            first, stride = self.blockIdx.z * per_split, 1
+            steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
         at = self.atype
         ga = self.global_view(a, dtype=at, shape=[m, k])
         rows = bn * bk * bits // 8 // 16  # 16-byte rows of one repacked tile
@@ -147,7 +181,7 @@ class MatmulA16Wx(SplitK):
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
-        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 else None
+        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.split_red else None
 
         if self.by_tma:
             ktiles = tilus.cdiv(k, bk)
@@ -159,7 +193,7 @@ class MatmulA16Wx(SplitK):
             stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
 
             def tma_stage(step, stage):  # one thread
-                kt = first + step
+                kt = first + step * stride
                 self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=stage_bytes)
                 self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[om, kt * bk], mbarrier=full[stage])
                 self.tma.global_to_shared(src=gw, dst=sw[stage], offsets=[(self.blockIdx.y * ktiles + kt) * lines, 0],
@@ -193,7 +227,9 @@ class MatmulA16Wx(SplitK):
             # bounds predicates zero-fill it with no read (else the last stages - 1 steps copy the
             # next split's first tiles, which its own block reads too: 3 of 16 tiles more at split
             # 4 of k = 8192); the copies stay unconditional, so the waits and barriers do not change.
-            kt = tilus.select(step < steps, first + step, ktiles) if self.bounded else first + step
+            # (interleaved, a tile past the split's last is past the end of k: bounded as it is)
+            kt = first + step * stride
+            kt = tilus.select(step < steps, kt, ktiles) if self.bounded and not self.interleave else kt
             self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
             if self.repacked:
                 self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3])
@@ -412,6 +448,14 @@ def wgmma_a_layout(bn, bk, groups):
             tilus.column_local(2, 2) * tilus.spatial(8, 4) * tilus.local(1, 2))
 
 
+def wgmma_accumulator_layout(bn, bm, groups):
+    """The register layout of wgmma's float32 accumulator [bn, bm] on `groups` warp groups (64
+    rows each): per m64 x n8 block, lane l of warp w holds rows 16 w + l / 4 (+ 8) at columns
+    2 (l % 4) and the next, register 4 j + 2 half + e for the block j of 8 columns."""
+    return (tilus.spatial(groups, 1) * tilus.spatial(4, 1) * tilus.local(1, bm // 8) * tilus.local(2, 1) *
+            tilus.spatial(8, 4) * tilus.local(1, 2))
+
+
 def wgmma_magic_layout(bn, groups):
     """The register layout of a [bn, 64] weight tile (n, k) whose words are the wgmma kernel's
     magic decode (MatmulA16WxHopper(magic=True)): slot 8 j + 4 e + r (word j, nibble 4 e + r) is
@@ -459,8 +503,9 @@ class MatmulA16WxHopper(SplitK):
     split_k > 1: the units of work are the output tiles' k ranges, split_k of them per tile (whole
     pairs of k tiles; the last may be short or empty), so that few output tiles (n = 3584 at
     small m) still keep every SM busy; each split stores its float32 partial sums into `partial`
-    ([split_k, m, n]) and the tile's last split to arrive adds them up into c (add_up_splits, as
-    MatmulA16Wx does; `counters`: one per output tile, zero before the launch, as it leaves them).
+    as its threads hold them (partial_shape, partial_elements) and the tile's last split to arrive
+    adds the others' to its registers and stores c as unsplit tiles do (add_up_split_registers;
+    `counters`: one per output tile, zero before the launch, as it leaves them).
     In clusters of two both blocks take the same split of their two tiles (a's multicast tile
     serves both).
 
@@ -558,6 +603,44 @@ class MatmulA16WxHopper(SplitK):
                 self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + j * 64])
             self.tma.commit_group()
 
+    def partial_shape(self, slots):
+        """The float32 partial sums of `slots` split units (in clusters, per block): each one's
+        accumulator [block_n, block_m] as its threads hold it, 16 bytes per thread side by side."""
+        workers = 128 * self.consumers
+        return [slots, self.block_n * self.block_m // workers // 4, workers, 4]
+
+    def partial_elements(self, m, n):
+        """The float32 elements of the `partial` argument at m x n (none unsplit)."""
+        tiles = -(-m // self.block_m) * -(-(-(-n // self.block_n)) // self.cluster_size)
+        units = self.blocks // self.cluster_size
+        slots = tiles * self.split_k if self.tail_split == 1 else tiles % units * self.tail_split
+        return slots * self.cluster_size * self.block_n * self.block_m if max(self.split_k, self.tail_split) > 1 else 0
+
+    def add_up_split_registers(self, acc, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                               before):
+        """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot] as the
+        threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
+        its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
+        other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
+        stores the sum as unsplit tiles leave (store_tile). (The mma.sync kernel's ending,
+        add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
+        128 x 256 in 4 splits at n = 3584, m = 256 took 71.1 us with it, 60.6 with this one; in 2
+        splits at 8192 x 8192 63.8 and 54.2.)"""
+        bn, bm = acc.shape
+        _, vectors, workers, _ = self.partial_shape(1)
+        order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
+        mine = self.view(acc, layout=order)
+        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+        if last_to_arrive(self, arrivals, [counter], splits, slot=before):
+            for j in range(1, splits):
+                other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size, 0, 0, 0],
+                                         shape=[vectors, workers, 4])
+                self.annotate_layout(other, order)
+                mine = mine + other
+            self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
+                            offset_m, offset_n)
+            reset_arrivals(self, arrivals, [counter])
+
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
         for wg in tilus.static_range(self.consumers):
@@ -584,7 +667,7 @@ class MatmulA16WxHopper(SplitK):
         # The units of work (self.unit): output tiles, with clusters pairs of neighbouring weight
         # tiles, with split-K a tile's k ranges.
         tiles_m, tiles_n = tilus.cdiv(m, bm), tilus.cdiv(tilus.cdiv(n, bn), self.cluster_size)
-        units, whole = tiles_m * tiles_n * self.split_k, None
+        units, whole = tiles_m * tiles_n * self.split_k, 0
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
@@ -600,11 +683,11 @@ class MatmulA16WxHopper(SplitK):
         sw = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        if self.split_k == 1:  # (every tile split: none leaves through shared memory)
-            sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
+        sc = self.shared_tensor(dtype=at, shape=[bn // 64, bm, 64])  # c's tile as TMA store boxes of 64 columns
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
-            gp = self.global_view(partial, shape=[ways, m, n])
+            # the partial sums of each split unit (and block of a cluster), as its threads hold them
+            gp = self.global_view(partial, shape=self.partial_shape((units - whole) * self.cluster_size))
             # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
         unsigned = not self.wtype.is_signed()
@@ -653,6 +736,8 @@ class MatmulA16WxHopper(SplitK):
             for u in range(first_unit, units, units_step):
                 t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+                if ways > 1:  # (the split ending views its registers in this order)
+                    self.annotate_layout(acc, wgmma_accumulator_layout(bn, bm, self.consumers))
                 for pair in range(count // 2):
                     for h in tilus.static_range(2):  # two weight tiles in registers, alternating
                         g = taken + 2 * pair + h
@@ -685,12 +770,9 @@ class MatmulA16WxHopper(SplitK):
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
                 if splits > 1:  # (a Python or a kernel condition)
-                    # The split's partial sums into gp[split], and the tile's last split adds them
-                    # up into c (add_up_splits, the mma.sync kernel's ending). (Stored as each
-                    # thread holds them, 16-byte vectors, and summed in registers, the H200 measured
-                    # it 28-35 % slower at n = 3584; not retimed with the vectors coalesced.)
-                    self.add_up_splits(self.transpose(acc), gc, gp, arrivals, [t * self.cluster_size + rank], split,
-                                       ways, offset_m, tile_n * bn, before)
+                    slot = (u - whole) * self.cluster_size + rank
+                    self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
+                                                splits, offset_m, tile_n * bn, before)
                 else:
                     self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
         if clustered:
@@ -713,13 +795,18 @@ class QuantizedMatmul:
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
-    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False):
+    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
         self.wtype, self.group, self.sms, self.atype, self.tune, self.wide = wtype, group, sms, atype, tune, wide
+        # f16_split_sums: the tuner may also time MatmulA16Wx(split_red=True) at m <= 32, whose
+        # splits add their sums into c in f16 (c rounded 2 s - 1 times for s splits, not once; 2-3 %
+        # faster at 28672 x 8192 and 3584 x 18944 on the H200). Off: every ending sums in float32.
+        self.f16_split_sums = f16_split_sums
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
+        self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
         self.tuned = {}  # (m bucket, n, k, wgmma weights, magic weights) -> the fastest configuration measured
         self.timings = {}  # the same key -> [(ms, configuration)] of every candidate, fastest first
 
@@ -772,18 +859,19 @@ class QuantizedMatmul:
           the m x n tiles times s about two blocks per SM), 2 s, and the splits that fill one wave
           of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
-          plain decode); on the magic decode also the last two of those splits with the k loop
-          unrolled by the stages in the registers of 4 blocks an SM (unroll, min_blocks=4, bounded
-          where split); each split also bounded (no copies of the next split's k tiles; moot
-          unsplit); at the rule's split and at the one of 2 blocks per SM bounded in 8 stages;
+          plain decode); each split also bounded (no copies of the next split's k tiles; moot
+          unsplit) and interleaved (split z on the k tiles z, z + s, ...); with f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
+          (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
+          SM: unroll, min_blocks=4);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
-          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m), beyond m = 128
+          weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
+          256), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
-          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split), and the rule's
-          tile on the magic decode where its
-          weights exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
+          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
+          on the magic decode), and the rule's tile on the magic decode where its weights exist
+          (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
@@ -814,30 +902,31 @@ class QuantizedMatmul:
             # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
             splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
-            # Each split also bounded (no copies past its k tiles; moot unsplit), and bounded in 8
-            # stages at the rule's split and the one of 2 blocks an SM (100 KB of shared memory a
-            # block: 56 KB of weights in flight where 4 stages have 24; unbounded, 8 stages copied
-            # 7 tiles past the split), for the GPU to measure against the kernel as it was.
+            # Each split also bounded (no copies past its k tiles; moot unsplit) and interleaved
+            # (split z on the k tiles z, z + s, ...: the splits of a tile read neighbouring tiles); with
+            # f16_split_sums (an opt-in: f16 sums of the splits) on sm_90 (where TMA applies) with 2
+            # to 8 splits also split_red, its k loop unrolled (rolled, ptxas gave it 341 SASS
+            # instructions a k tile, the others 317; unrolled 285). (The H200, session of 22:52:
+            # split_red won at 28672 x 8192 and 3584 x 18944 by 2-3 %, 45.6 against 47.0 us; the
+            # cluster ending with float32 partial sums, unsplit in 8 stages, 8 stages split and the
+            # counter ending's unrolled loop never won and left the list.)
             for split in splits:
                 add(dict(base, split_k=split, **decode))
                 if split > 1:
                     add(dict(base, split_k=split, bounded=True, **decode))
-            for split in splits[:1] + [x for x in splits if x == 2 * sms // tiles]:
-                if split > 1:
-                    add(dict(base, split_k=split, stages=8, bounded=True, **decode))
-            if magic:  # the unrolled k loop in the registers of 4 blocks an SM, at the 3- and 4-block splits
-                for split in splits[-2:]:
-                    bounded = dict(bounded=True) if split > 1 else {}
-                    add(dict(base, split_k=split, unroll=True, min_blocks=4, **bounded, **decode))
-            # (The TMA copies and 8 stages, slower than 4 stages by cp.async at every shape on the
-            # H200, are in the wide space only.)
+                    add(dict(base, split_k=split, interleave=True, **decode))  # (bounded as it is)
+                if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
+                    add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
+            # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
+            # on the H200, are in the wide space only.)
             return out
         if self.hopper_allowed(m, n, k, hopper):
             rule = self.config(m, n, k, hopper)
             big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=rule["block_k"], stages=4)
             for bm in (64, 128, 256):
-                # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too.)
-                if m // 2 <= bm < 2 * m and m <= 256:
+                # (Beyond m = 256 they were 1.3-1.8 times as slow as 128 x 256 on the H200, at n = 3584 too;
+                # at m = 256, 64 x 128 was the pick at none of the 8 sizes of the call of 2026-11-28 22:10.)
+                if m // 2 <= bm < 2 * m and m <= 256 and not (m > 128 and bm == 128):
                     add(dict(big, block_n=64, consumers=1, block_m=bm, stages=8 if bm <= 128 else 4))
             if m > 256:  # (unsplit clusters never won at m = 256 on the H200)
                 add(big)
@@ -867,6 +956,8 @@ class QuantizedMatmul:
                     split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
                     if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
+                    if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
+                        add(dict(tile, split_k=split, magic=True))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
@@ -1068,6 +1159,23 @@ class QuantizedMatmul:
         kernel, args = self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
         kernel(*args)
 
+    def partials(self, workspace, need):
+        """workspace where it holds `need` float32 elements, else a buffer of the object's own of
+        that size (MatmulA16WxHopper's partial sums of whole tiles: past 16 x m x n where m or n is
+        ragged and the split deep)."""
+        size = workspace.numel() if hasattr(workspace, "numel") else workspace.size
+        if size >= need:
+            return workspace
+        own = self.own_partials
+        if own is None or (own.numel() if hasattr(own, "numel") else own.size) < need or type(own) is not type(workspace):
+            if hasattr(workspace, "numel"):
+                import torch
+                own = torch.empty(need, dtype=torch.float32, device=workspace.device)
+            else:
+                own = np.empty(need, np.float32)
+            self.own_partials = own
+        return own
+
     def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         """The kernel object of configuration cfg (made once) and the arguments of its call."""
         key = tuple(sorted(cfg.items()))
@@ -1083,7 +1191,8 @@ class QuantizedMatmul:
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
-            return self.kernels[key], (m, n, k, a, w, scales, zeros, c, workspace, counters)
+            need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
+            return self.kernels[key], (m, n, k, a, w, scales, zeros, c, self.partials(workspace, need), counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
 

@@ -458,7 +458,13 @@ class MatmulFp8Tuned(MatmulFp8):
 # Consumer warp groups in turns on the tensor cores, handed on once 3 (or 2) of a piece's four k32
 # wgmma were complete (an mbarrier each, one arrival), measured slower (same run: 128 x 256 0.78x /
 # 0.67x with 3, 0.82x / 0.75x with 2; 128 x 192 0.75x / 0.75-0.76x; ncu at 8192^3: tensor pipe 61 %
-# and 69 % against 75 % without): removed.
+# and 69 % against 75 % without): removed. 128 x 192 as a 128- and a 64-column piece with a
+# product each, both issued before the first was promoted under the second's wgmma (a read twice
+# from shared memory), measured slower (H200, one run: 0.75x / 0.75x against one product's 0.80x /
+# 0.80x): removed. Each warp releasing a stage (a warp-wide sync and one arrival a warp, here and
+# on the peer, instead of a warp group's 128-thread barrier and one arrival), alone or with the
+# scales read under the first wgmma, measured slower (H200, one run: 128 x 256 0.79x / 0.66x and
+# 0.80x / 0.71x against 0.89x / 0.76x; 128 x 192 0.68x / 0.65-0.67x against 0.79x / 0.82x): removed.
 BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 

@@ -93,6 +93,7 @@ std::string Lowering::str() const {
     }
     case MachineOp::Atom:
       if (red) s += " red";
+      if (vector > 1) s += " pairs";
       break;
     case MachineOp::Tcgen05Mma: {
       const Tcgen05MmaTiling& t = tcgen05;

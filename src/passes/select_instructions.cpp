@@ -803,6 +803,17 @@ class Selector : public StmtMutator {
     // red has add / min / max (no exch, cas) and relaxed / release order only.
     bool reducible = i.op != AtomicOp::Exch && i.op != AtomicOp::Cas;
     r.red = !used && reducible && (i.sem == "relaxed" || i.sem == "release");
+    // A 16-bit float add whose old values are never read goes by pairs (red .f16x2 / .bf16x2)
+    // where each thread's two neighbouring elements are one aligned 4-byte word of dst, both in
+    // bounds or both out: ptxas makes a scalar 16-bit red a compare-and-swap loop on sm_90, the
+    // pair one REDG.
+    DataType t = i.values.dtype();
+    if (r.red && !i.store && !i.scatter() && i.dst.is_global() && (i.op == AtomicOp::Add || i.op == AtomicOp::Sub) &&
+        (t == dtypes::float16 || t == dtypes::bfloat16)) {
+      Contiguity c = contiguity(l);
+      GlobalAccess g = facts_.tile(i, i.dst, i.offsets, i.dims, i.checked_dims);
+      if (global_vector_obstacle(facts_, g, c.dim, c.run, 2).empty()) r.vector = 2;
+    }
     if (i.store) r.op = MachineOp::Simt;  // a plain store, element by element
     return r;
   }

@@ -387,3 +387,67 @@ def test_scatter_ir_and_errors():
                         ("shared-shape", "differ in dim 0, which is not the scatter dim 1")]:
         with pytest.raises(tilus.CompileError, match=match):
             tilus.trace(Bad(case))
+
+
+class PairAdd(tilus.Script):
+    """Every block adds its [2, B] float16 tile of x, two neighbouring elements a thread (the
+    layout annotated), into the same [2, B] elements of acc at column `at`; the old values unread
+    (red)."""
+
+    def __init__(self, dtype, at=0):
+        super().__init__()
+        self.dtype, self.at = dtype, at
+
+    def __call__(self, blocks: int32, width: int32, x: tilus.void_p, acc: tilus.void_p):
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 2
+        gx = self.global_view(x, dtype=self.dtype, shape=[blocks * 2, B])
+        v = self.load_global(gx, offsets=[self.blockIdx.x * 2, 0], shape=[2, B])
+        self.annotate_layout(v, tilus.local(2, 1) * tilus.spatial(1, B // 2) * tilus.local(1, 2))
+        self.atomic.global_add(self.global_view(acc, dtype=self.dtype, shape=[2, width]), v, offsets=[0, self.at])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_float_red_goes_by_pairs(arrays, device, dtype):
+    """A 16-bit float add whose old values are unread goes by pairs of neighbouring elements (one
+    red .f16x2 / .bf16x2 per aligned word: ptxas makes the scalar form a compare-and-swap loop on
+    sm_90) where the word is provably aligned and both elements share their bounds (select_instructions
+    records `atom red pairs`); else element by element (an odd column offset). Both sum every block
+    exactly (small integers)."""
+    if dtype == "bfloat16" and device == "cuda":
+        import torch
+        if torch.cuda.get_device_capability() < (9, 0):
+            pytest.skip("bfloat16 atomics need sm_90")
+    dt, blocks, width = getattr(tilus, dtype), 5, B + 16
+    x = (np.arange(blocks * 2 * B) % 5).astype(np.float32).reshape(blocks * 2, B)
+    to16 = (lambda a: a.astype(np.float16)) if dtype == "float16" else \
+        (lambda a: (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+    back = (lambda a: a.astype(np.float32)) if dtype == "float16" else \
+        (lambda a: (a.astype(np.uint32) << 16).view(np.float32))
+    for at, pairs in ((0, True), (16, True), (1, False)):
+        kernel = PairAdd(dt, at)
+        args = (blocks, width, np.zeros((blocks * 2, B), x.dtype), np.zeros((2, width), np.float16))
+        ir = kernel.ir(*args, arch="sm_90a")["select_instructions"]
+        assert ("lowering: atom red pairs" in ir) == pairs and "lowering: atom red" in ir, (at, ir)
+        if tilus._C.nvrtc_available():
+            src = kernel.source(*args, arch="sm_90a")
+            assert (f"add.noftz.{'f16' if dtype == 'float16' else 'bf16'}x2" in src) == pairs, at
+            assert "atom." not in src
+        acc = arrays.put(to16(np.zeros((2, width))))
+        kernel(blocks, width, arrays.put(to16(x)), acc)
+        want = np.zeros((2, width), np.float32)
+        want[:, at:at + B] = x.reshape(blocks, 2, B).sum(axis=0)
+        np.testing.assert_array_equal(back(arrays.host(acc)), want, err_msg=f"at {at}")
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_16_bit_float_red_pairs_are_one_redg_each_in_sass():
+    """SASS (sm_90a): the pairs' red is REDG .F16x2, no compare-and-swap loop; the scalar form
+    (odd offset) is the loop ptxas makes."""
+    from tilus.artifacts import _cuobjdump
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    args = (5, B + 16, np.zeros((10, B), np.float16), np.zeros((2, B + 16), np.float16))
+    paired = PairAdd(tilus.float16, 0).sass(*args, arch="sm_90a")
+    assert "REDG.E.ADD.F16x2" in paired and "CAS" not in paired
+    assert "CAS" in PairAdd(tilus.float16, 1).sass(*args, arch="sm_90a")

@@ -88,6 +88,21 @@ def test_causal_tiles_in_l2_sections_on_the_cpu_backend():
     check(o, lse, *reference(q, k, v, cq, ck, True))
 
 
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+def test_persistent_causal_rounds_in_l2_sections_on_the_cpu_backend():
+    """The persistent kernel's causal order (each_tile): 4 blocks over 3 sequences x 3 heads in L2
+    sections of 2 (head, sequence) pairs, 3 query tiles a sequence at most, each section dealt in
+    rounds of one tile per block, every other round in reverse; every tile is computed once (a
+    tile left out stays NaN; one taken twice would run its key blocks twice through the ring)."""
+    lens_q, lens_k = (300, 37, 200), (320, 37, 150)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 3, 1, 64)
+    per_head = (sum(lens_k) // 3) * 4 * 64
+    out, lse = np.full_like(q, np.nan), np.full((3, cq[-1]), np.nan, np.float32)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, out=out, lse=lse, specialized=True,
+                                    persistent=4, l2_bytes=2 * per_head + 5)
+    check(o, lse, *reference(q, k, v, cq, ck, True))
+
+
 def to_bf16(x):
     """float32 values rounded to bfloat16 (nearest even), as the uint16 bits numpy holds them."""
     bits = np.asarray(x, np.float32).view(np.uint32)
@@ -169,14 +184,14 @@ def test_prefill_on_the_gpu(lens_q, lens_k, heads, kv_heads, d, causal, speciali
 def test_prefill_candidates_on_the_gpu(causal):
     """Every configuration bench/attention.py --candidates times (compiled in parallel first), d 64,
     128 and 256, on a ragged GQA varlen batch (causal: the query tiles of 3 warp groups cross the
-    diagonal over two key blocks)."""
+    diagonal over two key blocks); the persistent ones on 3 blocks (each takes many tiles)."""
     import torch
     from common import compile_all
     from flash_attention import prefill_call
     lens_q, lens_k = (300, 77, 1), (300, 200, 64)
     data = {d: packed(lens_q, lens_k, 4, 2, d) for d in (64, 128, 256)}
     gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    work = [(d, cfg) for d in (64, 128, 256) for cfg in prefill_candidates(d, causal)]
+    work = [(d, cfg) for d in (64, 128, 256) for cfg in prefill_candidates(d, causal, 3)]  # persistent: 3 blocks
     compile_all(work, lambda item: prefill_call(*gpu[item[0]], max(lens_q), causal, **item[1])[:2])
     want = {d: reference(q, k, v, cq, ck, causal) for d, (cq, ck, q, k, v) in data.items()}
     for d, cfg in work:
@@ -485,7 +500,7 @@ def launched_configs(sms=132):
     """(d, causal, parameters) of every prefill kernel the GPU launches at the bench's shapes: the
     rule's and each candidate on top of it (the L2 sections change no resource)."""
     out = []
-    for seqlen in (4096, 16384):  # d 128 with causal: persistent blocks at the first only
+    for seqlen in (4096, 16384):
         out += [(d, causal, {**prefill_config(d, causal, sms, seqlen), **c}) for d in (64, 128, 256)
                 for causal in (True, False) for c in [{}] + prefill_candidates(d, causal, sms, seqlen)
                 if "l2_bytes" not in c]
@@ -505,18 +520,6 @@ def test_prefill_candidates_each_change_the_rule(sms, seqlen):
                        for c in [{}] + prefill_candidates(d, causal, sms, seqlen)]
             assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
             assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
-
-
-def test_prefill_rule_takes_persistent_blocks_for_causal_d128_up_to_its_seqlen():
-    """d 128 with causal: the persistent kernel up to PERSISTENT_SEQLEN (and where the length is not
-    known), the one without beyond it (where the persistent candidate is offered instead)."""
-    from flash_attention import PERSISTENT_SEQLEN
-    for seqlen in (0, 1024, PERSISTENT_SEQLEN):
-        assert prefill_config(128, True, 132, seqlen).get("persistent") == 132
-    long = 2 * PERSISTENT_SEQLEN
-    assert "persistent" not in prefill_config(128, True, 132, long)
-    assert dict(persistent=132) in prefill_candidates(128, True, 132, long)
-    assert prefill_config(64, True, 132, long).get("persistent") == 132  # not measured there: unchanged
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")

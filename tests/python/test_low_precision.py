@@ -461,7 +461,11 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, **UNROLL)), ("uint4", 2, 64, dict(late_scale=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True)), ("uint4", 4, 64, dict(late_scale=True, bounded=True)),
     ("int4", 4, 64, dict(late_scale=True, bounded=True, **UNROLL)),
-    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8))])
+    ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
+    ("uint4", 2, 128, dict(late_scale=True, interleave=True)), ("int4", 3, 64, dict(late_scale=True, interleave=True)),
+    ("uint4", 4, 64, dict(late_scale=True, interleave=True, stages=8)),
+    ("int4", 3, 128, dict(late_scale=True, bounded=True, split_red=True, n=208)),
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -471,11 +475,16 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     come as TMA boxes on an mbarrier ring (the ragged rows of a zero-filled, no box issued past a
     split's last tile); the k loop unrolled; bounded=True (a split copies none of the next
     split's k tiles: past its range the copies zero-fill), also in 8 stages (7 tiles copied ahead
-    of splits of 2 or 1). Each launched twice on one set of counters (back at zero after each
-    launch)."""
+    of splits of 2 or 1); interleave=True (split z on the k tiles z, z + s, ...: 5 tiles in 4
+    splits leave split 0 two, the others one; in 8 stages 7 copies ahead past the end of k);
+    split_red=True (a tile's splits in one cluster: the last stores its tile of c and the others
+    add theirs into c by red after the cluster's barrier, by f16 pairs where n is a multiple of
+    16, element by element where not; also interleaved and unrolled). Each launched twice on one
+    set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
-    m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, 136, 5 * bk)
+    options = dict(options)
+    m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, options.pop("n", 136), 5 * bk)
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
@@ -489,6 +498,17 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
                                    err_msg=f"launch {launch}")
         np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_split_red_wants_2_to_8_splits_of_16_rows_to_f16():
+    """split_red=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most), of
+    16-row tiles, adding into f16 c (red .f16x2)."""
+    from matmul_a16wx import MatmulA16Wx
+    for split, rows, at in ((1, 16, tilus.float16), (9, 16, tilus.float16), (4, 64, tilus.float16), (4, 16, tilus.bfloat16)):
+        with pytest.raises(AssertionError, match="2 to 8 splits"):
+            MatmulA16Wx(tilus.int4, 128, block_m=rows, block_k=128, split_k=split, repacked=rows == 16, atype=at,
+                        split_red=True)
+    MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=8, repacked=True, split_red=True)
 
 
 def test_magic_layout_is_the_quarters_fragments():
@@ -581,10 +601,15 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-def test_bounded_copies_in_sass():
+def test_split_endings_in_sass():
     """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
-    keeps the k loop's one barrier, its copies and its products, at most 4 instructions more a k
-    tile (the choice of the tile to copy), nothing spilled."""
+    and interleave=True keep the k loop's one barrier, its copies and its products, at most 4
+    instructions more a k tile (the choice of the tile to copy); split_red=True (as offered: its k
+    loop unrolled in the registers of 4 blocks an SM, whose k tiles take no more instructions than
+    the rolled loop's) ends without the arrival counter's atomic, on the cluster's barrier, adding
+    into c by f16-pair REDG (n a multiple of 16), with no compare-and-swap loop and no load of
+    partial sums, where the counter's ending has the atomic and no cluster barrier; nothing
+    spilled."""
     from tilus.artifacts import _cuobjdump
     from matmul_a16wx import MatmulA16Wx
     if _cuobjdump() is None:
@@ -593,15 +618,23 @@ def test_bounded_copies_in_sass():
     args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
             np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((4, m, n), np.float32),
             np.zeros(64, np.int32))
-    loops = {}
-    for bounded in (False, True):
-        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True,
-                             bounded=bounded)
-        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, bounded
-        loops[bounded] = loop_ops(kernel.sass(*args, arch="sm_90a"))
-    assert loops[True].count("BAR") == 1 and loops[True].count("LDGSTS") == loops[False].count("LDGSTS")
-    assert loops[True].count("HMMA") == loops[False].count("HMMA")
-    assert len(loops[True]) <= len(loops[False]) + 4, (len(loops[True]), len(loops[False]))
+    sass, loops = {}, {}
+    for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("interleave", dict(interleave=True)),
+                     ("red", dict(bounded=True, split_red=True, **UNROLL))]:
+        kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
+        assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
+        sass[name] = kernel.sass(*args, arch="sm_90a")
+        loops[name] = loop_ops(sass[name], unrolled=name == "red")
+    unrolled = loops.pop("red")
+    assert unrolled.count("HMMA") == 4 * loops["plain"].count("HMMA") and len(unrolled) <= 4 * len(loops["bounded"])
+    for name in ("bounded", "interleave"):
+        assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
+        assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
+        assert len(loops[name]) <= len(loops["plain"]) + 4, (name, len(loops[name]), len(loops["plain"]))
+    assert "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["bounded"]
+    red = sass["red"]
+    assert "ATOMG" not in red and "CAS" not in red and "UCGABAR_WAIT" in red and "REDG.E.ADD.F16x2" in red
+    assert not re.search(r"\bLDG\.", red)  # (no partial sums read back)
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -623,7 +656,11 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("uint4", "float16", 300, 520, 1024, 256, 128, 2, 3), ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 3),
                 ("uint4", "float16", 300, 904, 1024, 256, 128, 2, 1, True, 2),
                 # 240 rows of a (wgmma n = 240; the tuner's tile where it fills the rounds better than 256)
-                ("int4", "float16", 500, 264, 512, 240, 128)]
+                ("int4", "float16", 500, 264, 512, 240, 128),
+                # 128 x 128 in clusters of two on the magic decode (ragged m)
+                ("int4", "float16", 250, 520, 512, 128, 128, 2, 1, True),
+                # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
+                ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, *, seed,
@@ -649,7 +686,7 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
                                cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
-            np.full((max(split_k, tail_split), m, n), np.nan, np.float32), np.zeros(tiles, np.int32)]
+            np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -669,14 +706,23 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
     registers the producer's warp group gives away; in clusters of two, a's tile comes by one
     multicast TMA load per block, half the rows each; the magic decode (split over k) builds its
-    operand in registers, with no layout conversion through shared memory."""
+    operand in registers, with no layout conversion through shared memory; split over k, the
+    partial sums leave as the threads hold them, in 16-byte vectors."""
     kernel, args, _ = hopper_case(*case, seed=0)
     m, n, k = case[2:5]
     ir = kernel.ir(m, n, k, *args, arch="sm_90a")
     assert "a=regs" in ir["select_instructions"]
     assert "_convert = shared_tensor" not in list(ir.values())[-1]
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
-    assert compiled.spill_store_bytes == 0, f"{compiled.spill_store_bytes} bytes spilled"
+    # (The split ending, the accumulator and another split's partial sums in registers at once,
+    # may keep a few loop-invariant words in local memory: none of them inside the k loop.)
+    assert compiled.spill_store_bytes <= (16 if case[8:9] > (1,) or case[10:] else 0), \
+        f"{compiled.spill_store_bytes} bytes spilled"
+    sass = kernel.sass(m, n, k, *args, arch="sm_90a").splitlines()
+    products = [i for i, line in enumerate(sass) if "HGMMA" in line]
+    assert not [line for line in sass[products[0]:products[-1]] if "LDL" in line or "STL" in line]
+    if case[8:9] > (1,) or case[10:]:  # split: the partial sums leave in 16-byte vectors (one STG: the counter's reset)
+        assert len([line for line in sass if "STG.E " in line]) <= 1 and any("STG.E.128" in line for line in sass)
     ptx = kernel.ptx(m, n, k, *args, arch="sm_90a")
     assert "wgmma.mma_async.sync.aligned.m64n" in ptx
     assert (".multicast::cluster" in ptx) == (case[7:8] == (2,))
@@ -707,7 +753,8 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18], ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-1:],
+                         ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
@@ -748,10 +795,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
     rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
-    decode with late_scale where its weights exist, and there the last two splits unrolled in the
-    registers of 4 blocks an SM (bounded where split); every split also bounded (where split); at
-    the rule's split and the one of 2 blocks an SM (of more than one) bounded in 8 stages; the TMA
-    copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
+    decode with late_scale where its weights exist, in 4 stages, the k loop rolled; every split
+    also bounded and interleaved (where split); with f16_split_sums=True (an opt-in), where TMA
+    applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
+    blocks an SM), and nothing else changed;
+    the TMA copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -774,26 +822,26 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
-                    unrolled = [c for c in mma if c.get("unroll")]
-                    assert all(c["min_blocks"] == 4 and c["magic"] and bool(c.get("bounded")) == (c["split_k"] > 1)
-                               for c in unrolled), (m, got)
-                    listed = [x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
-                              if 1 <= x <= 16 and k // (128 * x) >= 2]
-                    assert {c["split_k"] for c in unrolled} == (set(listed[-2:]) if magic else set()), (m, got)
-                    # every split also bounded (where split), 4 stages
-                    rolled = [c for c in mma[1:] if not c.get("unroll") and c["stages"] == 4]
+                    assert not any(c.get("unroll") or c.get("split_red") for c in mma), (m, got)
+                    # every split also bounded and interleaved (where split), 4 stages
+                    rolled = [c for c in mma[1:] if c["stages"] == 4]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
                         want.append(dict(template, split_k=x))
-                        want += [dict(template, split_k=x, bounded=True)] if x > 1 else []
+                        want += [dict(template, split_k=x, bounded=True), dict(template, split_k=x, interleave=True)] \
+                            if x > 1 else []
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
-                    # 8 stages (bounded) at the rule's split and the one of 2 blocks an SM
-                    eight = [c for c in mma if c["stages"] == 8]
-                    assert {c["split_k"] for c in eight} == {x for x in (s, 264 // tiles) if x in splits and x > 1}, \
-                        (m, got)
-                    assert all(c["bounded"] for c in eight), (m, got)
+                    assert all(c["stages"] == 4 for c in mma), (m, got)
+                    # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
+                    # by red, its k loop unrolled in the registers of 4 blocks an SM
+                    opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
+                    red = [c for c in opt if c.get("split_red")]
+                    assert [c for c in opt if not c.get("split_red")] == got, (m, opt)
+                    assert sorted(c["split_k"] for c in red) == (sorted(x for x in splits if 2 <= x <= 8) if tma else []), \
+                        (m, opt)
+                    assert all(c["bounded"] and c["unroll"] and c["min_blocks"] == 4 for c in red), (m, opt)
                     assert not any(c.get("tma") for c in got)
                     continue
                 assert bool(hopper) == (k % 128 == 0 and n % 8 == 0), (m, got)
@@ -804,11 +852,13 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 small = [c for c in mma if c["block_m"] == 16]
                 assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
-                # with the magic decode's weights the rule's tile on it too, beyond m = 256 also in
-                # clusters of two
-                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] if m <= 256 else \
-                    [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
-                assert [c for c in hopper if c.get("magic")] == want_magic, (m, got)
+                # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
+                # split tile), beyond m = 256 also in clusters of two
+                split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
+                want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles \
+                    if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
+                assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
+                    sorted(sorted(c.items()) for c in want_magic), (m, got)
                 # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
                 # over k where their tiles fill less than 90 % of the grid's last round, 8 k tiles
                 # a split at least, filling the rounds better; no splits beyond m = 256
@@ -832,7 +882,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
                     assert x == 1 or x * tiles * 128 * bm * 4 <= 16 << 20, (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
-                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256)]
+                big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
                 assert not hopper or not 128 < m <= 256 or len(big) == 1, (m, got)
                 # up to m = 256 nothing in clusters, no last round's split
                 assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)

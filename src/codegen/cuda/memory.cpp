@@ -254,7 +254,10 @@ void emit_atomic(Emitter& em, const AtomicInst& i, const Lowering& rec, const Si
   if (!rec.red && !i.store)
     for (int64_t s = 0; s < l.local_size(); ++s) em.linef("{}[{}] = {};", out, s, zero);
   if (guarded) em.open(fmt::format("if ({})", em.expr(primary)));
-  for (int64_t s = 0; s < l.local_size(); ++s) {
+  // rec.vector 2: a 16-bit float red by pairs of neighbouring slots, one aligned word
+  // (select_instructions proves it), as .f16x2 / .bf16x2.
+  int64_t w = rec.vector == 2 ? 2 : 1;
+  for (int64_t s = 0; s < l.local_size(); s += w) {
     auto idx = slot_index(spatial, Emitter::local_index(l, s));
     Expr in_range = bool_const(true);
     if (i.scatter()) {
@@ -281,7 +284,13 @@ void emit_atomic(Emitter& em, const AtomicInst& i, const Lowering& rec, const Si
     std::string in = fmt::format("\"{}\"(tilus::raw_bits({}))", reg_c, v);
     bool always = pred.as<BoolImmNode>() != nullptr;
     if (!always) em.open(fmt::format("if ({})", em.expr(pred)));
-    if (rec.red) {
+    if (rec.red && w == 2) {
+      std::string v1 = fmt::format("{}[{}]", vals, s + 1);
+      if (i.op == AtomicOp::Sub) v1 = fmt::format("(({})(-{}))", ctype(t), v1);
+      em.linef("asm volatile(\"{}x2 [%0], %1;\" :: {}, \"r\"(uint32_t(tilus::raw_bits({})) | "
+               "(uint32_t(tilus::raw_bits({})) << 16)) : \"memory\");",
+               ptx, a, v, v1);
+    } else if (rec.red) {
       em.linef("asm volatile(\"{} [%0], %1;\" :: {}, {} : \"memory\");", ptx, a, in);
     } else {
       em.open("");
