@@ -275,7 +275,7 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
             del q, k, v, qt, kt, vt, out, got, want
             torch.cuda.empty_cache()
     if tried:
-        print(f"\nprefill candidates, the fastest per shape (TFLOP/s):\n" + "\n".join(tried), flush=True)
+        print("\nprefill candidates, the fastest per shape (TFLOP/s):\n" + "\n".join(tried), flush=True)
     return rows
 
 

@@ -74,7 +74,6 @@ def matmul_main(name, kernel, sizes=((301, 517, 203),), large=None, b_nk=False):
     """Runs a matmul Script (m, n, k, a, b, c; f16) on ragged sizes against a float64
     reference, then times it at `large` (4096 on the GPU, 512 on the CPU backend). `b_nk`: b is
     stored [n, k] (c = a @ b.T, as the wgmma examples take it)."""
-    import numpy as np
     for m, n, k in sizes:
         xp, device, a, b = arrays("float16", (m, k), (n, k) if b_nk else (k, n))
         c = xp.empty((m, n), dtype=a.dtype) if xp.__name__ == "numpy" else xp.empty((m, n), dtype=a.dtype, device=device)
