@@ -613,15 +613,14 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
-        cfg = {**prefill_config(d, causal, _multiprocessors(q), max_seqlen_q), **cfg}
+        cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
                    cu_seqlens_k), out, lse)
 
 
-def prefill_config(head_dim, causal, sms=0, seqlen=0):
-    """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
-    not known): FlashAttention's parameters that
+def prefill_config(head_dim, causal, sms=0):
+    """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
     differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
     shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
     chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
@@ -641,8 +640,7 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     takes the persistent kernel without ping-pong at every length (the call of 00:31, four rounds:
     f16 561 / 551 / 547, 1.10x / 1.10x / 1.07x cuDNN, ping-pong on 542 / 527 / 536, without
     persistent blocks 454 / 518 / 540; bf16 1.04x at each, ping-pong on 1.00-1.02x; without causal
-    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). `seqlen` is for rules that
-    depend on the length: none does now. Without `sms` the persistent kernel is left out."""
+    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
@@ -652,21 +650,21 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     return dict(block_n=80, rescale_between=True)
 
 
-def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
+def prefill_candidates(head_dim, causal, sms=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
     the turns at named barriers turned the other way; with `sms`, the persistent kernel of one
     block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
     loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
-    causal and the default 64-key blocks at d = 256 (the rule and its candidates of a launch with
-    queries of at most `seqlen`). Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
+    causal and the default 64-key blocks at d = 256 (no rule depends on the sequence length).
+    Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
     8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
     602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
     persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
     (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47) and its L2 sections half as wide
     (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
-    rule = prefill_config(head_dim, causal, sms, seqlen)
+    rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
     if rule.get("pingpong", True):  # the turns at named barriers (FA3's) or at mbarriers, the other way
