@@ -34,7 +34,9 @@ Key blocks run from the last to the first, so the blocks that need the mask (the
 the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
 launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
 (`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
-stores (`finish`).
+stores (`finish`). `last_wave` (without causal): the tiles of the launch's last, partial wave are
+split along the keys into pieces that keep every SM busy to the end, merged through their
+log-sum-exp by the piece that arrives last (`finish_piece`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
@@ -56,6 +58,8 @@ import math
 import tilus
 from tilus import bfloat16, boolean, float16, float32, int32
 
+from common import ArrivalCounters, last_to_arrive, reset_arrivals
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named barrier TURN_BARRIER + w
@@ -64,7 +68,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False):
+                 named_turns=False, last_wave=0):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -86,6 +90,11 @@ class FlashAttention(tilus.Script):
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
         self.persistent = persistent if specialized else 0
+        # last_wave > 0 (the SMs, without causal): the tiles of the launch's last, partial wave split
+        # along the keys into pieces that fill every SM (last_wave_pieces), merged through their
+        # log-sum-exp by the piece that finishes last (finish_piece)
+        assert not (last_wave and (causal or self.persistent)), "last_wave: without causal, persistent blocks"
+        self.last_wave = last_wave
         self.block_m = 64 * self.consumers
         self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
@@ -152,7 +161,11 @@ class FlashAttention(tilus.Script):
 
     def __call__(self, batch: int32, heads: int32, kv_heads: int32, max_seqlen_q: int32, total_q: int32,
                  total_k: int32, scale: float32, q: tilus.void_p, k: tilus.void_p, v: tilus.void_p, o: tilus.void_p,
-                 lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32):
+                 lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32, splits: int32, o_part: ~float32,
+                 lse_part: ~float32, counters: ~int32):
+        """splits, o_part, lse_part, counters: last_wave's (the pieces of a split tile, and their workspace:
+        o_part float32 [pieces * block_m, d], lse_part [pieces * block_m], counters int32 [split tiles,
+        consumers], zero before the launch and after it; unused without last_wave)."""
         dt, d, bm = self.dtype, self.head_dim, self.block_m
         tiles_m = (max_seqlen_q + bm - 1) // bm
         self.attrs.warps = 4 * self.consumers + (self.producer_warps if self.specialized else 0)
@@ -171,13 +184,53 @@ class FlashAttention(tilus.Script):
         if self.causal:
             self.attrs.blocks = [tiles_m * heads * batch]
             index = self.blockIdx.x
+        elif self.last_wave:
+            index = self.last_wave_pieces(tiles_m * heads * batch, splits, o_part, lse_part, counters)
         else:  # every tile as long: a head's tiles side by side, sharing its K and V in L2
             self.attrs.blocks = [tiles_m, heads, batch]
             index = (self.blockIdx.z * heads + self.blockIdx.y) * tiles_m + self.blockIdx.x
         m_block, blocks, masked, runs = self.tile(index)
         if not runs:
             return
-        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
+        # (a scalar a Python name takes again becomes a variable: the piece's get names of their own)
+        piece = self.piece_blocks(blocks, masked) if self.last_wave else (blocks, masked, blocks - 1)
+        self.attention([sq[w] for w in range(self.consumers)], *piece, m_block * bm)
+
+    def last_wave_pieces(self, tiles, splits, o_part, lse_part, counters):
+        """The grid of last_wave and this block's tile: the `tiles` % last_wave tiles of the last, partial
+        wave come after the others, each as `splits` pieces of its key blocks (the host picks splits:
+        split_count); the blocks start in index order, so the pieces run once every whole tile has
+        started. Sets self.part (the piece of its tile, -1 for a whole tile), self.piece (the
+        workspace slot) and self.split_tile (its counters' row); returns the tile's index."""
+        whole = tiles - tiles % self.last_wave * tilus.min(splits - 1, 1)  # splits 1: no pieces
+        self.attrs.blocks = [whole + (tiles - whole) * splits]
+        x = self.blockIdx.x
+        p = tilus.max(x - whole, 0)  # the piece's index among the last wave's pieces (0 for a whole tile)
+        self.splits = splits
+        self.lse_arg = (self.launch[1], self.launch[4], self.launch[7])  # heads, total_q, lse
+        self.part = p % splits - tilus.min(tilus.max(whole - x, 0), 1)
+        self.piece = p
+        self.split_tile = p // splits
+        pieces = (tiles - whole) * splits
+        d, bm = self.head_dim, self.block_m
+        self.gop = self.global_view(o_part, shape=[pieces * bm, d])
+        self.glp = self.global_view(lse_part, shape=[1, pieces * bm])
+        # a row's lse read once per column and written so (a stride of 0): the merge's tiles all have
+        # o's shape and layout (as flash_decoding's merge)
+        self.glp_wide = self.global_view(lse_part, shape=[pieces * bm, d], strides=[1, 0])
+        self.arrivals = self.global_view(counters, shape=[tiles - whole, self.consumers])
+        self.arrived = [self.shared_tensor(dtype=int32, shape=[1, 1]) for _ in range(self.consumers)]
+        return tilus.min(x, whole) + self.split_tile
+
+    def piece_blocks(self, blocks, masked):
+        """(blocks, masked, last) of this block's piece of its tile's key blocks (all of them for a
+        whole tile): piece i of s takes the tile's blocks i * n / s to (i + 1) * n / s - 1 in the
+        order they are processed (the last key block first), the masked ones among them."""
+        piece = tilus.min(self.part + 1, 1)  # 0 for a whole tile
+        i = tilus.max(self.part, 0)
+        lo = piece * (i * blocks // self.splits)
+        hi = blocks - piece * (blocks - (i + 1) * blocks // self.splits)
+        return hi - lo, tilus.min(tilus.max(masked - lo, 0), hi - lo), blocks - 1 - lo
 
     def tile(self, index):
         """Tile `index` of the launch: sets the head, kv head, the sequence's bounds and views, and
@@ -241,6 +294,56 @@ class FlashAttention(tilus.Script):
                                       offsets=[self.k_start + n * self.block_n, self.hk * self.head_dim + 64 * c])
 
     def finish(self, o, m, l, w, sq):
+        """Consumer w's rows of o / l and their lse to the output (store_tile), or with last_wave from a
+        piece of a split tile to the workspace (finish_piece)."""
+        if self.last_wave:
+            if self.part >= 0:
+                self.finish_piece(o, m, l, w)
+            else:
+                self.store_tile(o, m, l, w, sq)
+        else:
+            self.store_tile(o, m, l, w, sq)
+
+    def finish_piece(self, o, m, l, w):
+        """Consumer w's rows of a piece of a split tile: o / l (float32) and the lse to the piece's slot
+        of the workspace; the last of the tile's pieces to arrive merges them into o and lse."""
+        slot = self.piece * self.block_m + 64 * w
+        for c, x in enumerate(self.normalized(o, l)):
+            self.store_global(self.gop, x, offsets=[slot, 64 * c])
+        self.store_global(self.glp, self.transpose(self.log_sum_exp(m, l)), offsets=[0, slot])
+        if last_to_arrive(self, self.arrivals, [self.split_tile, w], self.splits, self.arrived[w]):
+            self.merge_pieces(w)
+            reset_arrivals(self, self.arrivals, [self.split_tile, w])
+
+    def merge_pieces(self, w):
+        """o and lse of consumer w's rows of a split tile from its pieces' o / l and lse (as
+        flash_decoding's merge: online over the pieces, elementwise, per 64 columns of o)."""
+        d, bm = self.head_dim, self.block_m
+        first = (self.piece - self.part) * bm + 64 * w  # the rows of the tile's first piece
+        row = self.row0 + 64 * w
+        heads, total_q, lse = self.lse_arg
+        glse_wide = self.global_view(lse, dtype=float32, shape=[heads, self.q_end, d], strides=[total_q, 1, 0])
+        for c in tilus.static_range(d // 64):
+            top = self.register_tensor(dtype=float32, shape=[64, 64], init=float("-inf"))
+            total = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+            for i in range(self.splits):
+                part_lse = self.load_global(self.glp_wide, offsets=[first + i * bm, 0], shape=[64, 64])
+                part_o = self.load_global(self.gop, offsets=[first + i * bm, 64 * c], shape=[64, 64])
+                new_top = self.maximum(top, part_lse)
+                base = self.where(new_top == float("-inf"), 0.0, new_top)  # rows no piece saw a key of: no NaN
+                alpha = self.exp(top - base)
+                wgt = self.exp(part_lse - base)
+                self.assign(acc, acc * alpha + wgt * part_o)
+                self.assign(total, total * alpha + wgt)
+                self.assign(top, new_top)
+            out = acc / self.where(total == 0.0, 1.0, total)
+            self.store_global(self.go, out.to(self.dtype), offsets=[row, self.h * d + 64 * c])
+            if c == 0:
+                self.store_global(glse_wide, self.where(top == float("-inf"), 0.0, top) + self.log(total),
+                                  offsets=[self.h, row, 0], dims=[1, 2])
+
+    def store_tile(self, o, m, l, w, sq):
         """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse.
         o goes through the warp group's query tile sq (its last reader, Q K^T, has completed) and
         leaves by TMA stores of whole 128-byte rows: stored from the accumulators' registers, each
@@ -591,8 +694,9 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
 
 
 def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False, scale=None, specialized=None,
-                 out=None, lse=None, **cfg):
-    """(kernel, its arguments, o, lse) of flash_attention_varlen's launch, not launched."""
+                 out=None, lse=None, splits=None, **cfg):
+    """(kernel, its arguments, o, lse) of flash_attention_varlen's launch, not launched; splits: with
+    last_wave, the pieces of each tile of the last wave (default: split_count's)."""
     on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
     if specialized is None:
         specialized = not on_cpu
@@ -615,8 +719,61 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
         cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
+    last_wave = _last_wave_args(kern, batch, heads, max_seqlen_q, total_k, lse, cu_seqlens_q, splits)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
-                   cu_seqlens_k), out, lse)
+                   cu_seqlens_k) + last_wave, out, lse)
+
+
+LAST_WAVE_OVERHEAD = 1.5  # a piece's fixed cost (its prologue, workspace and merge), in key blocks
+
+
+def split_count(tiles, sms, key_blocks, most=6):
+    """How many pieces last_wave splits each tile of the last, partial wave of `tiles` tiles on `sms`
+    SMs into (1: none): the count whose pieces end the launch soonest on paper, the last wave's
+    pieces taking ceil(pieces / sms) rounds of key_blocks / count + LAST_WAVE_OVERHEAD key blocks
+    each, against one round of key_blocks unsplit (e.g. 2048 tiles on 132 SMs leave 68: in 2, 136
+    pieces need 2 rounds of a half, no sooner; in 5, 340 pieces end after 3 rounds of a fifth)."""
+    left = tiles % sms
+    if not left or key_blocks < 2:
+        return 1
+    cost = {s: -(-left * s // sms) * (key_blocks / s + (LAST_WAVE_OVERHEAD if s > 1 else 0))
+            for s in range(1, min(most, key_blocks) + 1)}
+    return min(cost, key=lambda s: (cost[s], s))
+
+
+_WORKSPACE = {}
+_COUNTERS = ArrivalCounters()  # last_wave's, per (split tile, consumer): one launch at a time
+
+
+def _scratch(like, size):
+    """At least `size` float32 of workspace where `like` lives (kept between launches)."""
+    gpu = hasattr(like, "is_cuda")
+    key = str(like.device) if gpu else "cpu"
+    have = _WORKSPACE.get(key)
+    if have is None or len(have) < size:
+        if gpu:
+            import torch
+            have = torch.empty(size, dtype=torch.float32, device=like.device)
+        else:
+            import numpy as np
+            have = np.empty(size, np.float32)
+        _WORKSPACE[key] = have
+    return have
+
+
+def _last_wave_args(kern, batch, heads, max_seqlen_q, total_k, lse, cu_seqlens_q, splits=None):
+    """The launch's last_wave arguments: splits, o_part, lse_part, counters (without last_wave:
+    placeholders of their types)."""
+    if not kern.last_wave:
+        return 1, lse, lse, cu_seqlens_q
+    tiles = -(-max_seqlen_q // kern.block_m) * heads * batch
+    key_blocks = -(-(total_k // max(batch, 1)) // kern.block_n)  # the average sequence's
+    splits = splits or split_count(tiles, kern.last_wave, key_blocks)
+    pieces = tiles % kern.last_wave * splits if splits > 1 else 0
+    rows = max(pieces * kern.block_m, 1)
+    work = _scratch(lse, rows * (kern.head_dim + 1))
+    counters = _COUNTERS(cu_seqlens_q, max(pieces // splits * kern.consumers, 1))
+    return splits, work[:rows * kern.head_dim], work[rows * kern.head_dim:rows * (kern.head_dim + 1)], counters
 
 
 def prefill_config(head_dim, causal, sms=0):
@@ -654,9 +811,12 @@ def prefill_candidates(head_dim, causal, sms=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
-    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one
+    the turns at named barriers turned the other way (not without causal at d = 128: neither flip
+    ever won there, e.g. 524 / 554 / 549 and 548 / 600 / 595 against 546 / 554 / 606 in the mid call
+    of 23:47); with `sms`, the persistent kernel of one
     block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
-    loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
+    loop state spilled 4 bytes), and without causal at d <= 128 the last wave's tiles split along
+    the keys (last_wave; at d = 256 its merge spilled); the other stage count where it fits, FA3's tile at d = 64 with
     causal and the default 64-key blocks at d = 256 (no rule depends on the sequence length).
     Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
     8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
@@ -666,8 +826,12 @@ def prefill_candidates(head_dim, causal, sms=0):
     (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
-    if rule.get("pingpong", True):  # the turns at named barriers (FA3's) or at mbarriers, the other way
+    if sms and not causal and head_dim <= 128:  # the last wave's tiles split along the keys (d 256: the merge spilled)
+        out.append(dict(last_wave=0 if rule.get("last_wave") else sms))
+    flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
+    out += [] if flips else [dict(pingpong=not rule.get("pingpong", True))]
+    out.append(dict(rescale_between=not rule.get("rescale_between", False)))
+    if rule.get("pingpong", True) and not flips:  # the turns at named barriers (FA3's) or at mbarriers, the other way
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
