@@ -81,14 +81,15 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
 LAST_WAVE = ((130, 77, 300), (0, 200, 700), 4, 2)
 
 
-def run_last_wave(d, splits, specialized, gpu=False, **cfg):
-    """flash_attention's launch with last_wave on half the launch's tiles plus one SM, so that
-    nearly half of its tiles (tiles - sms) are split into `splits` pieces; checked against float64.
-    Returns the pieces of the launch."""
+def last_wave_call(d, splits, specialized, gpu=False, **cfg):
+    """(kernel, arguments, o, lse, float64 o and lse) of flash_attention's launch with last_wave on
+    half the launch's tiles plus one SM, so that nearly half of its tiles are split into `splits`
+    pieces (the launch asserts it)."""
     from flash_attention import prefill_call
     lens_q, lens_k, heads, kv_heads = LAST_WAVE
     cq, ck, q, k, v = packed(lens_q, lens_k, heads, kv_heads, d)
-    block_m = FlashAttention(float16, d, specialized=specialized, **cfg).block_m
+    rule = prefill_config(d, False) if gpu and specialized else {}  # what the launch takes on the GPU
+    block_m = FlashAttention(float16, d, specialized=specialized, **{**rule, **cfg}).block_m
     tiles = -(-max(lens_q) // block_m) * heads * len(lens_q)
     sms = tiles // 2 + 1
     args = [q, k, v, cq, ck]
@@ -97,10 +98,14 @@ def run_last_wave(d, splits, specialized, gpu=False, **cfg):
         args = [torch.from_numpy(x).cuda() for x in args]
     kern, call, o, lse = prefill_call(*args, max(lens_q), False, specialized=specialized, splits=splits, last_wave=sms,
                                       **cfg)
-    assert call[14] == splits
+    assert call[14] == splits and kern.block_m == block_m and tiles % sms * splits > splits
+    return kern, call, o, lse, reference(q, k, v, cq, ck, False)
+
+
+def run_last_wave(d, splits, specialized, gpu=False, **cfg):
+    kern, call, o, lse, want = last_wave_call(d, splits, specialized, gpu, **cfg)
     kern(*call)
-    check(*to_host(o, lse), *reference(q, k, v, cq, ck, False))
-    return (tiles - (tiles - tiles % sms)) * splits
+    check(*to_host(o, lse), *want)
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
@@ -110,7 +115,7 @@ def test_last_wave_pieces_on_the_cpu_backend(d, splits, specialized):
     block: 2 blocks in 3 or more pieces), the piece that arrives last merging them through their
     log-sum-exp; every tile's rows come out once and right, in the kernel without warp
     specialization and the warp-specialized one (64-key blocks: 11 of them in the longest)."""
-    assert run_last_wave(d, splits, specialized, block_n=64 if d == 64 else 128) > splits
+    run_last_wave(d, splits, specialized, block_n=64 if d == 64 else 128)
 
 
 def test_split_count_fills_the_last_wave():
@@ -297,13 +302,19 @@ def test_persistent_prefill_on_the_gpu(causal, blocks):
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
-@pytest.mark.parametrize("d", [64, 128])
-def test_last_wave_on_the_gpu(d):
-    """last_wave on top of the rule (non-causal), d 64 and 128 (where the candidates offer it): nearly half the tiles split
-    into 2, 3 and 5 pieces along the keys (a piece of no key block among them), merged by the
-    last piece to arrive (its acq_rel counter, then the others' workspace), against float64."""
-    for splits in (2, 3, 5):
-        assert run_last_wave(d, splits, True, gpu=True) > splits
+def test_last_wave_on_the_gpu():
+    """last_wave on top of the rule (non-causal), d 64 and 128 (where the candidates offer it; both
+    compiled in parallel first): nearly half the tiles split into 2, 3 and 5 pieces along the keys
+    (a piece of no key block among them), merged by the last piece to arrive (its acq_rel counter,
+    then the others' workspace), against float64."""
+    from common import compile_all
+    compile_all([64, 128], lambda d: last_wave_call(d, 2, True, gpu=True)[:2])
+    for d in (64, 128):
+        for splits in (2, 3, 5):
+            try:
+                run_last_wave(d, splits, True, gpu=True)
+            except AssertionError as e:
+                raise AssertionError(f"d {d}, {splits} pieces: {e}") from None
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
