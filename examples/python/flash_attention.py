@@ -328,20 +328,26 @@ class FlashAttention(tilus.Script):
             total = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
             acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
             for i in range(self.splits):
-                part_lse = self.load_global(self.glp_wide, offsets=[first + i * bm, 0], shape=[64, 64])
-                part_o = self.load_global(self.gop, offsets=[first + i * bm, 64 * c], shape=[64, 64])
-                new_top = self.maximum(top, part_lse)
-                base = self.where(new_top == float("-inf"), 0.0, new_top)  # rows no piece saw a key of: no NaN
-                alpha = self.exp(top - base)
-                wgt = self.exp(part_lse - base)
-                self.assign(acc, acc * alpha + wgt * part_o)
-                self.assign(total, total * alpha + wgt)
-                self.assign(top, new_top)
+                self.merge_part(top, total, acc,
+                                self.load_global(self.glp_wide, offsets=[first + i * bm, 0], shape=[64, 64]),
+                                self.load_global(self.gop, offsets=[first + i * bm, 64 * c], shape=[64, 64]))
             out = acc / self.where(total == 0.0, 1.0, total)
             self.store_global(self.go, out.to(self.dtype), offsets=[row, self.h * d + 64 * c])
             if c == 0:
                 self.store_global(glse_wide, self.where(top == float("-inf"), 0.0, top) + self.log(total),
                                   offsets=[self.h, row, 0], dims=[1, 2])
+
+    def merge_part(self, top, total, acc, part_lse, part_o):
+        """One part's step of a merge through the log-sum-exp, elementwise: top (the largest lse so
+        far), total (the parts' weights relative to it) and acc (their weighted o) updated in place
+        with a part's lse and its normalized o (a part that saw no key has lse -inf)."""
+        new_top = self.maximum(top, part_lse)
+        base = self.where(new_top == float("-inf"), 0.0, new_top)  # rows no part saw a key of: no NaN
+        alpha = self.exp(top - base)
+        wgt = self.exp(part_lse - base)
+        self.assign(acc, acc * alpha + wgt * part_o)
+        self.assign(total, total * alpha + wgt)
+        self.assign(top, new_top)
 
     def store_tile(self, o, m, l, w, sq):
         """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse.
