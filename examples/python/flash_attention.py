@@ -68,7 +68,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, last_wave=0):
+                 named_turns=False, last_wave=0, pieces=0):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -95,6 +95,7 @@ class FlashAttention(tilus.Script):
         # log-sum-exp by the piece that finishes last (finish_piece)
         assert not (last_wave and (causal or self.persistent)), "last_wave: without causal, persistent blocks"
         self.last_wave = last_wave
+        self.pieces = pieces  # last_wave's pieces per tile (a launch argument): 0 takes split_count's
         self.block_m = 64 * self.consumers
         self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
@@ -774,7 +775,7 @@ def _last_wave_args(kern, batch, heads, max_seqlen_q, total_k, lse, cu_seqlens_q
         return 1, lse, lse, cu_seqlens_q
     tiles = -(-max_seqlen_q // kern.block_m) * heads * batch
     key_blocks = -(-(total_k // max(batch, 1)) // kern.block_n)  # the average sequence's
-    splits = splits or split_count(tiles, kern.last_wave, key_blocks)
+    splits = splits or kern.pieces or split_count(tiles, kern.last_wave, key_blocks)
     pieces = tiles % kern.last_wave * splits if splits > 1 else 0
     rows = max(pieces * kern.block_m, 1)
     work = _scratch(lse, rows * (kern.head_dim + 1))
@@ -822,7 +823,8 @@ def prefill_candidates(head_dim, causal, sms=0):
     of 23:47); with `sms`, the persistent kernel of one
     block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
     loop state spilled 4 bytes), and without causal at d <= 128 the last wave's tiles split along
-    the keys (last_wave; at d = 256 its merge spilled); the other stage count where it fits, FA3's tile at d = 64 with
+    the keys (last_wave; at d = 256 its merge spilled; at d = 128 also in 3 pieces, against
+    split_count's 5 at the bench's shapes, in case a piece costs more than it assumes); the other stage count where it fits, FA3's tile at d = 64 with
     causal and the default 64-key blocks at d = 256 (no rule depends on the sequence length).
     Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
     8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
@@ -833,7 +835,8 @@ def prefill_candidates(head_dim, causal, sms=0):
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     if sms and not causal and head_dim <= 128:  # the last wave's tiles split along the keys (d 256: the merge spilled)
-        out.append(dict(last_wave=0 if rule.get("last_wave") else sms))
+        out.append(dict(last_wave=0) if rule.get("last_wave") else dict(last_wave=sms))
+        out += [dict(last_wave=sms, pieces=3)] if head_dim == 128 else []  # fewer pieces than split_count's 5
     flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
     out += [] if flips else [dict(pingpong=not rule.get("pingpong", True))]
     out.append(dict(rescale_between=not rule.get("rescale_between", False)))
