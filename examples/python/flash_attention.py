@@ -201,8 +201,9 @@ class FlashAttention(tilus.Script):
         """The grid of last_wave and this block's tile: the `tiles` % last_wave tiles of the last, partial
         wave come after the others, each as `splits` pieces of its key blocks (the host picks splits:
         split_count); the blocks start in index order, so the pieces run once every whole tile has
-        started. Sets self.part (the piece of its tile, -1 for a whole tile), self.piece (the
-        workspace slot) and self.split_tile (its counters' row); returns the tile's index."""
+        started. Sets self.part (the piece of its tile, -1 for a whole tile) and keeps it and the
+        piece's index among the last wave's (its workspace slot) in shared memory for finish
+        (piece_state); returns the tile's index."""
         whole = tiles - tiles % self.last_wave * tilus.min(splits - 1, 1)  # splits 1: no pieces
         self.attrs.blocks = [whole + (tiles - whole) * splits]
         x = self.blockIdx.x
@@ -210,8 +211,12 @@ class FlashAttention(tilus.Script):
         self.splits = splits
         self.lse_arg = (self.launch[1], self.launch[4], self.launch[7])  # heads, total_q, lse
         self.part = p % splits - tilus.min(tilus.max(whole - x, 0), 1)
-        self.piece = p
-        self.split_tile = p // splits
+        # finish reads them back from shared memory: held in registers over the tile's key blocks,
+        # they spilled where the consumers' loop holds more state
+        self.stash = [self.shared_tensor(dtype=int32, shape=[1]) for _ in range(2)]
+        with self.single_thread():  # visible to all after attention()'s barrier
+            for slot, value in zip(self.stash, (self.part, p)):
+                self.store_shared(slot, self.register_tensor(dtype=int32, shape=[1], init=lambda i: value))
         pieces = (tiles - whole) * splits
         d, bm = self.head_dim, self.block_m
         self.gop = self.global_view(o_part, shape=[pieces * bm, d])
@@ -221,7 +226,12 @@ class FlashAttention(tilus.Script):
         self.glp_wide = self.global_view(lse_part, shape=[pieces * bm, d], strides=[1, 0])
         self.arrivals = self.global_view(counters, shape=[tiles - whole, self.consumers])
         self.arrived = [self.shared_tensor(dtype=int32, shape=[1, 1]) for _ in range(self.consumers)]
-        return tilus.min(x, whole) + self.split_tile
+        return tilus.min(x, whole) + p // splits
+
+    def piece_state(self):
+        """(part, piece) that last_wave_pieces stashed: the piece of the tile (-1: a whole tile) and
+        its index among the last wave's pieces."""
+        return tuple(self.load_shared(slot).item() for slot in self.stash)
 
     def piece_blocks(self, blocks, masked):
         """(blocks, masked, last) of this block's piece of its tile's key blocks (all of them for a
@@ -298,29 +308,31 @@ class FlashAttention(tilus.Script):
         """Consumer w's rows of o / l and their lse to the output (store_tile), or with last_wave from a
         piece of a split tile to the workspace (finish_piece)."""
         if self.last_wave:
-            if self.part >= 0:
-                self.finish_piece(o, m, l, w)
+            part, piece = self.piece_state()
+            if part >= 0:
+                self.finish_piece(o, m, l, w, part, piece)
             else:
                 self.store_tile(o, m, l, w, sq)
         else:
             self.store_tile(o, m, l, w, sq)
 
-    def finish_piece(self, o, m, l, w):
+    def finish_piece(self, o, m, l, w, part, piece):
         """Consumer w's rows of a piece of a split tile: o / l (float32) and the lse to the piece's slot
         of the workspace; the last of the tile's pieces to arrive merges them into o and lse."""
-        slot = self.piece * self.block_m + 64 * w
+        slot = piece * self.block_m + 64 * w
         for c, x in enumerate(self.normalized(o, l)):
             self.store_global(self.gop, x, offsets=[slot, 64 * c])
         self.store_global(self.glp, self.transpose(self.log_sum_exp(m, l)), offsets=[0, slot])
-        if last_to_arrive(self, self.arrivals, [self.split_tile, w], self.splits, self.arrived[w]):
-            self.merge_pieces(w)
-            reset_arrivals(self, self.arrivals, [self.split_tile, w])
+        split_tile = piece // self.splits
+        if last_to_arrive(self, self.arrivals, [split_tile, w], self.splits, self.arrived[w]):
+            self.merge_pieces(w, piece - part)
+            reset_arrivals(self, self.arrivals, [split_tile, w])
 
-    def merge_pieces(self, w):
+    def merge_pieces(self, w, first_piece):
         """o and lse of consumer w's rows of a split tile from its pieces' o / l and lse (as
         flash_decoding's merge: online over the pieces, elementwise, per 64 columns of o)."""
         d, bm = self.head_dim, self.block_m
-        first = (self.piece - self.part) * bm + 64 * w  # the rows of the tile's first piece
+        first = first_piece * bm + 64 * w  # the rows of the tile's first piece
         row = self.row0 + 64 * w
         heads, total_q, lse = self.lse_arg
         glse_wide = self.global_view(lse, dtype=float32, shape=[heads, self.q_end, d], strides=[total_q, 1, 0])
@@ -822,9 +834,9 @@ def prefill_candidates(head_dim, causal, sms=0):
     ever won there, e.g. 524 / 554 / 549 and 548 / 600 / 595 against 546 / 554 / 606 in the mid call
     of 23:47); with `sms`, the persistent kernel of one
     block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
-    loop state spilled 4 bytes), and without causal at d <= 128 the last wave's tiles split along
-    the keys (last_wave; at d = 256 its merge spilled; at d = 128 also in 3 pieces, against
-    split_count's 5 at the bench's shapes, in case a piece costs more than it assumes); the other stage count where it fits, FA3's tile at d = 64 with
+    loop state spilled 4 bytes), and without causal at d = 128 the last wave's tiles split along
+    the keys (last_wave, also in 3 pieces against split_count's 5 at the bench's shapes, in case a
+    piece costs more than it assumes; at d = 64 and 256 its kernel spilled 4 and 20 bytes); the other stage count where it fits, FA3's tile at d = 64 with
     causal and the default 64-key blocks at d = 256 (no rule depends on the sequence length).
     Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
     8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
@@ -834,9 +846,9 @@ def prefill_candidates(head_dim, causal, sms=0):
     (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    if sms and not causal and head_dim <= 128:  # the last wave's tiles split along the keys (d 256: the merge spilled)
+    if sms and not causal and head_dim == 128:  # the last wave's tiles split along the keys (d 64 and 256 spilled)
         out.append(dict(last_wave=0) if rule.get("last_wave") else dict(last_wave=sms))
-        out += [dict(last_wave=sms, pieces=3)] if head_dim == 128 else []  # fewer pieces than split_count's 5
+        out.append(dict(last_wave=sms, pieces=3))  # fewer pieces than split_count's 5
     flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
     out += [] if flips else [dict(pingpong=not rule.get("pingpong", True))]
     out.append(dict(rescale_between=not rule.get("rescale_between", False)))

@@ -303,7 +303,7 @@ def test_persistent_prefill_on_the_gpu(causal, blocks):
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 def test_last_wave_on_the_gpu():
-    """last_wave on top of the rule (non-causal), d 64 and 128 (where the candidates offer it; both
+    """last_wave on top of the rule (non-causal), d 64 and 128 (the candidates offer it at 128; both
     compiled in parallel first): nearly half the tiles split into 2, 3 and 5 pieces along the keys
     (a piece of no key block among them), merged by the last piece to arrive (its acq_rel counter,
     then the others' workspace), against float64."""
