@@ -37,7 +37,7 @@ fastest, and prints which one won per shape: the rule decode_config follows come
 each f16 prefill shape it does the same with flash_attention.prefill_candidates (changes to the
 rule flash_attention.prefill_config that a launch takes: stages, key block size, ping-pong off,
 three consumer warp groups, o's rescale between the GEMMs, the ping-pong turns at named barriers,
-the L2 sections of the causal order, the last wave's tiles split along the keys (last_wave),
+the L2 sections of the causal order,
 the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code). --compile-only [--part K/N] compiles the
 prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.

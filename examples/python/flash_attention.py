@@ -34,9 +34,7 @@ Key blocks run from the last to the first, so the blocks that need the mask (the
 the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
 launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
 (`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
-stores (`finish`). `last_wave` (without causal): the tiles of the launch's last, partial wave are
-split along the keys into pieces that keep every SM busy to the end, merged through their
-log-sum-exp by the piece that arrives last (`finish_piece`).
+stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
@@ -58,8 +56,6 @@ import math
 import tilus
 from tilus import bfloat16, boolean, float16, float32, int32
 
-from common import ArrivalCounters, last_to_arrive, reset_arrivals
-
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named barrier TURN_BARRIER + w
@@ -68,7 +64,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, last_wave=0, pieces=0):
+                 named_turns=False):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -90,12 +86,6 @@ class FlashAttention(tilus.Script):
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
         self.persistent = persistent if specialized else 0
-        # last_wave > 0 (the SMs, without causal): the tiles of the launch's last, partial wave split
-        # along the keys into pieces that fill every SM (last_wave_pieces), merged through their
-        # log-sum-exp by the piece that finishes last (finish_piece)
-        assert not (last_wave and (causal or self.persistent)), "last_wave: without causal, persistent blocks"
-        self.last_wave = last_wave
-        self.pieces = pieces  # last_wave's pieces per tile (a launch argument): 0 takes split_count's
         self.block_m = 64 * self.consumers
         self.producer_warps = 4  # a warp group (setmaxnreg counts whole warp groups); decoding uses 1
 
@@ -162,11 +152,7 @@ class FlashAttention(tilus.Script):
 
     def __call__(self, batch: int32, heads: int32, kv_heads: int32, max_seqlen_q: int32, total_q: int32,
                  total_k: int32, scale: float32, q: tilus.void_p, k: tilus.void_p, v: tilus.void_p, o: tilus.void_p,
-                 lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32, splits: int32, o_part: ~float32,
-                 lse_part: ~float32, counters: ~int32):
-        """splits, o_part, lse_part, counters: last_wave's (the pieces of a split tile, and their workspace:
-        o_part float32 [pieces * block_m, d], lse_part [pieces * block_m], counters int32 [split tiles,
-        consumers], zero before the launch and after it; unused without last_wave)."""
+                 lse: tilus.void_p, cu_seqlens_q: ~int32, cu_seqlens_k: ~int32):
         dt, d, bm = self.dtype, self.head_dim, self.block_m
         tiles_m = (max_seqlen_q + bm - 1) // bm
         self.attrs.warps = 4 * self.consumers + (self.producer_warps if self.specialized else 0)
@@ -185,63 +171,13 @@ class FlashAttention(tilus.Script):
         if self.causal:
             self.attrs.blocks = [tiles_m * heads * batch]
             index = self.blockIdx.x
-        elif self.last_wave:
-            index = self.last_wave_pieces(tiles_m * heads * batch, splits, o_part, lse_part, counters)
         else:  # every tile as long: a head's tiles side by side, sharing its K and V in L2
             self.attrs.blocks = [tiles_m, heads, batch]
             index = (self.blockIdx.z * heads + self.blockIdx.y) * tiles_m + self.blockIdx.x
         m_block, blocks, masked, runs = self.tile(index)
         if not runs:
             return
-        # (a scalar a Python name takes again becomes a variable: the piece's get names of their own)
-        piece = self.piece_blocks(blocks, masked) if self.last_wave else (blocks, masked, blocks - 1)
-        self.attention([sq[w] for w in range(self.consumers)], *piece, m_block * bm)
-
-    def last_wave_pieces(self, tiles, splits, o_part, lse_part, counters):
-        """The grid of last_wave and this block's tile: the `tiles` % last_wave tiles of the last, partial
-        wave come after the others, each as `splits` pieces of its key blocks (the host picks splits:
-        split_count); the blocks start in index order, so the pieces run once every whole tile has
-        started. Sets self.part (the piece of its tile, -1 for a whole tile) and keeps it and the
-        piece's index among the last wave's (its workspace slot) in shared memory for finish
-        (piece_state); returns the tile's index."""
-        whole = tiles - tiles % self.last_wave * tilus.min(splits - 1, 1)  # splits 1: no pieces
-        self.attrs.blocks = [whole + (tiles - whole) * splits]
-        x = self.blockIdx.x
-        p = tilus.max(x - whole, 0)  # the piece's index among the last wave's pieces (0 for a whole tile)
-        self.splits = splits
-        self.lse_arg = (self.launch[1], self.launch[4], self.launch[7])  # heads, total_q, lse
-        self.part = p % splits - tilus.min(tilus.max(whole - x, 0), 1)
-        # finish reads them back from shared memory: held in registers over the tile's key blocks,
-        # they spilled where the consumers' loop holds more state
-        self.stash = [self.shared_tensor(dtype=int32, shape=[1]) for _ in range(2)]
-        with self.single_thread():  # visible to all after attention()'s barrier
-            for slot, value in zip(self.stash, (self.part, p)):
-                self.store_shared(slot, self.register_tensor(dtype=int32, shape=[1], init=lambda i: value))
-        pieces = (tiles - whole) * splits
-        d, bm = self.head_dim, self.block_m
-        self.gop = self.global_view(o_part, shape=[pieces * bm, d])
-        self.glp = self.global_view(lse_part, shape=[1, pieces * bm])
-        # a row's lse read once per column and written so (a stride of 0): the merge's tiles all have
-        # o's shape and layout (as flash_decoding's merge)
-        self.glp_wide = self.global_view(lse_part, shape=[pieces * bm, d], strides=[1, 0])
-        self.arrivals = self.global_view(counters, shape=[tiles - whole, self.consumers])
-        self.arrived = [self.shared_tensor(dtype=int32, shape=[1, 1]) for _ in range(self.consumers)]
-        return tilus.min(x, whole) + p // splits
-
-    def piece_state(self):
-        """(part, piece) that last_wave_pieces stashed: the piece of the tile (-1: a whole tile) and
-        its index among the last wave's pieces."""
-        return tuple(self.load_shared(slot).item() for slot in self.stash)
-
-    def piece_blocks(self, blocks, masked):
-        """(blocks, masked, last) of this block's piece of its tile's key blocks (all of them for a
-        whole tile): piece i of s takes the tile's blocks i * n / s to (i + 1) * n / s - 1 in the
-        order they are processed (the last key block first), the masked ones among them."""
-        piece = tilus.min(self.part + 1, 1)  # 0 for a whole tile
-        i = tilus.max(self.part, 0)
-        lo = piece * (i * blocks // self.splits)
-        hi = blocks - piece * (blocks - (i + 1) * blocks // self.splits)
-        return hi - lo, tilus.min(tilus.max(masked - lo, 0), hi - lo), blocks - 1 - lo
+        self.attention([sq[w] for w in range(self.consumers)], blocks, masked, blocks - 1, m_block * bm)
 
     def tile(self, index):
         """Tile `index` of the launch: sets the head, kv head, the sequence's bounds and views, and
@@ -305,64 +241,6 @@ class FlashAttention(tilus.Script):
                                       offsets=[self.k_start + n * self.block_n, self.hk * self.head_dim + 64 * c])
 
     def finish(self, o, m, l, w, sq):
-        """Consumer w's rows of o / l and their lse to the output (store_tile), or with last_wave from a
-        piece of a split tile to the workspace (finish_piece)."""
-        if self.last_wave:
-            part, piece = self.piece_state()
-            if part >= 0:
-                self.finish_piece(o, m, l, w, part, piece)
-            else:
-                self.store_tile(o, m, l, w, sq)
-        else:
-            self.store_tile(o, m, l, w, sq)
-
-    def finish_piece(self, o, m, l, w, part, piece):
-        """Consumer w's rows of a piece of a split tile: o / l (float32) and the lse to the piece's slot
-        of the workspace; the last of the tile's pieces to arrive merges them into o and lse."""
-        slot = piece * self.block_m + 64 * w
-        for c, x in enumerate(self.normalized(o, l)):
-            self.store_global(self.gop, x, offsets=[slot, 64 * c])
-        self.store_global(self.glp, self.transpose(self.log_sum_exp(m, l)), offsets=[0, slot])
-        split_tile = piece // self.splits
-        if last_to_arrive(self, self.arrivals, [split_tile, w], self.splits, self.arrived[w]):
-            self.merge_pieces(w, piece - part)
-            reset_arrivals(self, self.arrivals, [split_tile, w])
-
-    def merge_pieces(self, w, first_piece):
-        """o and lse of consumer w's rows of a split tile from its pieces' o / l and lse (as
-        flash_decoding's merge: online over the pieces, elementwise, per 64 columns of o)."""
-        d, bm = self.head_dim, self.block_m
-        first = first_piece * bm + 64 * w  # the rows of the tile's first piece
-        row = self.row0 + 64 * w
-        heads, total_q, lse = self.lse_arg
-        glse_wide = self.global_view(lse, dtype=float32, shape=[heads, self.q_end, d], strides=[total_q, 1, 0])
-        for c in tilus.static_range(d // 64):
-            top = self.register_tensor(dtype=float32, shape=[64, 64], init=float("-inf"))
-            total = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
-            acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
-            for i in range(self.splits):
-                self.merge_part(top, total, acc,
-                                self.load_global(self.glp_wide, offsets=[first + i * bm, 0], shape=[64, 64]),
-                                self.load_global(self.gop, offsets=[first + i * bm, 64 * c], shape=[64, 64]))
-            out = acc / self.where(total == 0.0, 1.0, total)
-            self.store_global(self.go, out.to(self.dtype), offsets=[row, self.h * d + 64 * c])
-            if c == 0:
-                self.store_global(glse_wide, self.where(top == float("-inf"), 0.0, top) + self.log(total),
-                                  offsets=[self.h, row, 0], dims=[1, 2])
-
-    def merge_part(self, top, total, acc, part_lse, part_o):
-        """One part's step of a merge through the log-sum-exp, elementwise: top (the largest lse so
-        far), total (the parts' weights relative to it) and acc (their weighted o) updated in place
-        with a part's lse and its normalized o (a part that saw no key has lse -inf)."""
-        new_top = self.maximum(top, part_lse)
-        base = self.where(new_top == float("-inf"), 0.0, new_top)  # rows no part saw a key of: no NaN
-        alpha = self.exp(top - base)
-        wgt = self.exp(part_lse - base)
-        self.assign(acc, acc * alpha + wgt * part_o)
-        self.assign(total, total * alpha + wgt)
-        self.assign(top, new_top)
-
-    def store_tile(self, o, m, l, w, sq):
         """Consumer w's rows of o / l to the output (rows past the sequence are not written) and their lse.
         o goes through the warp group's query tile sq (its last reader, Q K^T, has completed) and
         leaves by TMA stores of whole 128-byte rows: stored from the accumulators' registers, each
@@ -713,9 +591,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ca
 
 
 def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False, scale=None, specialized=None,
-                 out=None, lse=None, splits=None, **cfg):
-    """(kernel, its arguments, o, lse) of flash_attention_varlen's launch, not launched; splits: with
-    last_wave, the pieces of each tile of the last wave (default: split_count's)."""
+                 out=None, lse=None, **cfg):
+    """(kernel, its arguments, o, lse) of flash_attention_varlen's launch, not launched."""
     on_cpu = not hasattr(q, "is_cuda") or not q.is_cuda
     if specialized is None:
         specialized = not on_cpu
@@ -738,61 +615,8 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
         cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
-    last_wave = _last_wave_args(kern, batch, heads, max_seqlen_q, total_k, lse, cu_seqlens_q, splits)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
-                   cu_seqlens_k) + last_wave, out, lse)
-
-
-LAST_WAVE_OVERHEAD = 1.5  # a piece's fixed cost (its prologue, workspace and merge), in key blocks
-
-
-def split_count(tiles, sms, key_blocks, most=6):
-    """How many pieces last_wave splits each tile of the last, partial wave of `tiles` tiles on `sms`
-    SMs into (1: none): the count whose pieces end the launch soonest on paper, the last wave's
-    pieces taking ceil(pieces / sms) rounds of key_blocks / count + LAST_WAVE_OVERHEAD key blocks
-    each, against one round of key_blocks unsplit (e.g. 2048 tiles on 132 SMs leave 68: in 2, 136
-    pieces need 2 rounds of a half, no sooner; in 5, 340 pieces end after 3 rounds of a fifth)."""
-    left = tiles % sms
-    if not left or key_blocks < 2:
-        return 1
-    cost = {s: -(-left * s // sms) * (key_blocks / s + (LAST_WAVE_OVERHEAD if s > 1 else 0))
-            for s in range(1, min(most, key_blocks) + 1)}
-    return min(cost, key=lambda s: (cost[s], s))
-
-
-_WORKSPACE = {}
-_COUNTERS = ArrivalCounters()  # last_wave's, per (split tile, consumer): one launch at a time
-
-
-def _scratch(like, size):
-    """At least `size` float32 of workspace where `like` lives (kept between launches)."""
-    gpu = hasattr(like, "is_cuda")
-    key = str(like.device) if gpu else "cpu"
-    have = _WORKSPACE.get(key)
-    if have is None or len(have) < size:
-        if gpu:
-            import torch
-            have = torch.empty(size, dtype=torch.float32, device=like.device)
-        else:
-            import numpy as np
-            have = np.empty(size, np.float32)
-        _WORKSPACE[key] = have
-    return have
-
-
-def _last_wave_args(kern, batch, heads, max_seqlen_q, total_k, lse, cu_seqlens_q, splits=None):
-    """The launch's last_wave arguments: splits, o_part, lse_part, counters (without last_wave:
-    placeholders of their types)."""
-    if not kern.last_wave:
-        return 1, lse, lse, cu_seqlens_q
-    tiles = -(-max_seqlen_q // kern.block_m) * heads * batch
-    key_blocks = -(-(total_k // max(batch, 1)) // kern.block_n)  # the average sequence's
-    splits = splits or kern.pieces or split_count(tiles, kern.last_wave, key_blocks)
-    pieces = tiles % kern.last_wave * splits if splits > 1 else 0
-    rows = max(pieces * kern.block_m, 1)
-    work = _scratch(lse, rows * (kern.head_dim + 1))
-    counters = _COUNTERS(cu_seqlens_q, max(pieces // splits * kern.consumers, 1))
-    return splits, work[:rows * kern.head_dim], work[rows * kern.head_dim:rows * (kern.head_dim + 1)], counters
+                   cu_seqlens_k), out, lse)
 
 
 def prefill_config(head_dim, causal, sms=0):
@@ -834,21 +658,19 @@ def prefill_candidates(head_dim, causal, sms=0):
     ever won there, e.g. 524 / 554 / 549 and 548 / 600 / 595 against 546 / 554 / 606 in the mid call
     of 23:47); with `sms`, the persistent kernel of one
     block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
-    loop state spilled 4 bytes), and without causal at d = 128 the last wave's tiles split along
-    the keys (last_wave, also in 3 pieces against split_count's 5 at the bench's shapes, in case a
-    piece costs more than it assumes; at d = 64 and 256 its kernel spilled 4 and 20 bytes); the other stage count where it fits, FA3's tile at d = 64 with
+    loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
     causal and the default 64-key blocks at d = 256 (no rule depends on the sequence length).
     Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
     8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
     602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
     persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
-    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47) and its L2 sections half as wide
-    (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
+    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47), its L2 sections half as wide
+    (381 / 451 / 434 against 447 / 481 / 495, 21:20), and without causal the last, partial wave's
+    tiles split along the keys into 5 or 3 pieces merged through their log-sum-exp by the last to
+    arrive (535 / 554 / 601 and 553 / 574 / 584 against 582 / 598 / 605, mid call of 02:30 on
+    2026-11-29: on paper it ended 1.3-2.2 % sooner; the piece kernel's code was twice the rule's)."""
     rule = prefill_config(head_dim, causal, sms)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    if sms and not causal and head_dim == 128:  # the last wave's tiles split along the keys (d 64 and 256 spilled)
-        out.append(dict(last_wave=0) if rule.get("last_wave") else dict(last_wave=sms))
-        out.append(dict(last_wave=sms, pieces=3))  # fewer pieces than split_count's 5
     flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
     out += [] if flips else [dict(pingpong=not rule.get("pingpong", True))]
     out.append(dict(rescale_between=not rule.get("rescale_between", False)))
@@ -954,25 +776,21 @@ if __name__ == "__main__":
     check_only = os.environ.get("TILUS_EXAMPLES_QUICK")  # correctness only (sanitizer runs)
     cases = [((100, 37), (100, 200), 4, 2, 64, True), ((130,), (130,), 2, 2, 128, False),
              ((300, 77), (300, 200), 4, 2, 128, True), ((65, 1), (300, 64), 2, 1, 256, True)]
-    # last_wave on 11 SMs: 3 sequences x 4 heads x 3 tiles of 128 rows (5 of 64 on the CPU) leave 3
-    # tiles (5) in the last wave, each split into 3 pieces of its key blocks
-    cases = [c + ({},) for c in cases] + [((130, 77, 300), (0, 200, 700), 4, 2, 128, False, dict(last_wave=11, splits=3))]
-    for lens_q, lens_k, heads, kv_heads, d, causal, cfg in cases:
+    for lens_q, lens_k, heads, kv_heads, d, causal in cases:
         cq, ck, q, k, v = random_packed(lens_q, lens_k, heads, kv_heads, d)
         want_o, want_lse = reference(q, k, v, cq, ck, causal)
         if gpu:
             import torch
             args = [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)]
-            o, lse = flash_attention_varlen(*args[:3], args[3], args[4], max(lens_q), causal, **cfg)
+            o, lse = flash_attention_varlen(*args[:3], args[3], args[4], max(lens_q), causal)
             o, lse = o.float().cpu().numpy(), lse.cpu().numpy()
         else:
-            o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, **cfg)
+            o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal)
         err = np.abs(o - want_o).max()
         finite = np.isfinite(want_lse)
-        with np.errstate(invalid="ignore"):  # -inf - -inf where a row sees no key (masked out)
-            lerr = np.abs(np.where(finite, lse - want_lse, 0)).max()
+        lerr = np.abs(np.where(finite, lse - want_lse, 0)).max()
         ok = err < 2e-2 and lerr < 1e-3 and (np.isfinite(lse) == finite).all()
-        print(f"flash_attention q {lens_q} k {lens_k} heads {heads}/{kv_heads} d {d} causal {causal} {config_name(cfg)}: "
+        print(f"flash_attention q {lens_q} k {lens_k} heads {heads}/{kv_heads} d {d} causal {causal}: "
               f"{'PASS' if ok else 'FAIL'} (max abs err o {err:.3g}, lse {lerr:.3g})")
         if not ok:
             raise SystemExit(1)

@@ -76,75 +76,6 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     check(o, lse, *reference(q, k, v, cq, ck, causal))
 
 
-# last_wave: sequences of 130, 77 and 300 query rows against 0, 200 and 700 keys (a sequence with no
-# key, keys ending inside a block, the last query tile partial), 4 query heads on 2 kv heads
-LAST_WAVE = ((130, 77, 300), (0, 200, 700), 4, 2)
-
-
-def last_wave_call(d, splits, specialized, gpu=False, **cfg):
-    """(kernel, arguments, o, lse, float64 o and lse) of flash_attention's launch with last_wave on
-    half the launch's tiles plus one SM, so that nearly half of its tiles are split into `splits`
-    pieces (the launch asserts it)."""
-    from flash_attention import prefill_call
-    lens_q, lens_k, heads, kv_heads = LAST_WAVE
-    cq, ck, q, k, v = packed(lens_q, lens_k, heads, kv_heads, d)
-    rule = prefill_config(d, False) if gpu and specialized else {}  # what the launch takes on the GPU
-    block_m = FlashAttention(float16, d, specialized=specialized, **{**rule, **cfg}).block_m
-    tiles = -(-max(lens_q) // block_m) * heads * len(lens_q)
-    sms = tiles // 2 + 1
-    args = [q, k, v, cq, ck]
-    if gpu:
-        import torch
-        args = [torch.from_numpy(x).cuda() for x in args]
-    kern, call, o, lse = prefill_call(*args, max(lens_q), False, specialized=specialized, splits=splits, last_wave=sms,
-                                      **cfg)
-    assert call[14] == splits and kern.block_m == block_m and tiles % sms * splits > splits
-    return kern, call, o, lse, reference(q, k, v, cq, ck, False)
-
-
-def run_last_wave(d, splits, specialized, gpu=False, **cfg):
-    kern, call, o, lse, want = last_wave_call(d, splits, specialized, gpu, **cfg)
-    kern(*call)
-    check(*to_host(o, lse), *want)
-
-
-@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("d,splits,specialized", [(64, 2, False), (64, 5, False), (128, 3, True), (64, 7, True)])
-def test_last_wave_pieces_on_the_cpu_backend(d, splits, specialized):
-    """last_wave: the last wave's tiles each split into pieces along the keys (some with no key
-    block: 2 blocks in 3 or more pieces), the piece that arrives last merging them through their
-    log-sum-exp; every tile's rows come out once and right, in the kernel without warp
-    specialization and the warp-specialized one (64-key blocks: 11 of them in the longest)."""
-    run_last_wave(d, splits, specialized, block_n=64 if d == 64 else 128)
-
-
-def test_split_count_fills_the_last_wave():
-    """split_count against a simulated launch: whole tiles first, then the pieces, each block to
-    the SM that frees first, a piece costing its share of the key blocks plus LAST_WAVE_OVERHEAD.
-    The count it picks ends the launch no later than the tiles unsplit, sooner wherever a wave is
-    partial and the tiles are long (the bench's 2048 tiles of 24 to 94 key blocks on 132 SMs),
-    and splits nothing when the tiles fill whole waves."""
-    import heapq
-    from flash_attention import LAST_WAVE_OVERHEAD, split_count
-
-    def makespan(tiles, sms, kb, s):
-        left = tiles % sms if s > 1 else 0
-        work = [kb] * (tiles - left) + [kb / s + LAST_WAVE_OVERHEAD] * (left * s)
-        free = [0.0] * sms
-        for w in work:
-            heapq.heappush(free, heapq.heappop(free) + w)
-        return max(free)
-
-    for tiles, sms, kb in [(2048, 132, 24), (2048, 132, 47), (2048, 132, 94), (1024, 132, 24), (100, 132, 30),
-                           (264, 132, 24), (7, 3, 5), (500, 132, 3)]:
-        s = split_count(tiles, sms, kb)
-        assert makespan(tiles, sms, kb, s) <= makespan(tiles, sms, kb, 1) + 1e-9, (tiles, sms, kb, s)
-        if tiles % sms == 0:
-            assert s == 1
-    for kb in (24, 47, 94):
-        assert makespan(2048, 132, kb, split_count(2048, 132, kb)) < 0.99 * makespan(2048, 132, kb, 1)
-
-
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
 def test_causal_tiles_in_l2_sections_on_the_cpu_backend():
     """The causal grid's order (longest_first): with an L2 budget of two heads' K/V, 3 sequences x
@@ -299,22 +230,6 @@ def test_persistent_prefill_on_the_gpu(causal, blocks):
     sequence's last rows, some with no key), d 64 and 128 (where the rule and the candidates take
     it)."""
     check_ragged_on_the_gpu(causal, (64, 128), persistent=blocks)
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
-def test_last_wave_on_the_gpu():
-    """last_wave on top of the rule (non-causal), d 64 and 128 (the candidates offer it at 128; both
-    compiled in parallel first): nearly half the tiles split into 2, 3 and 5 pieces along the keys
-    (a piece of no key block among them), merged by the last piece to arrive (its acq_rel counter,
-    then the others' workspace), against float64."""
-    from common import compile_all
-    compile_all([64, 128], lambda d: last_wave_call(d, 2, True, gpu=True)[:2])
-    for d in (64, 128):
-        for splits in (2, 3, 5):
-            try:
-                run_last_wave(d, splits, True, gpu=True)
-            except AssertionError as e:
-                raise AssertionError(f"d {d}, {splits} pieces: {e}") from None
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
@@ -474,8 +389,7 @@ def prefill_args(d, heads=8, kv_heads=2):
     q = np.zeros((1000, heads, d), np.float16)
     k = np.zeros((1000, kv_heads, d), np.float16)
     cu = np.array([0, 500, 1000], np.int32)
-    lse = np.zeros((heads, 1000), np.float32)
-    return [2, heads, kv_heads, 500, 1000, 1000, 0.1, q, k, k, q, lse, cu, cu, 3, lse, lse, np.zeros(8, np.int32)]
+    return [2, heads, kv_heads, 500, 1000, 1000, 0.1, q, k, k, q, np.zeros((heads, 1000), np.float32), cu, cu]
 
 
 def sass_or_none(kern, args):
