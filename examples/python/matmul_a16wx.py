@@ -316,6 +316,93 @@ class MatmulA16Wx(SplitK):
         return acc + part * scale.to(float32) if self.late_scale else part
 
 
+class MatmulA16WxStream(MatmulA16Wx):
+    """The small-m kernel on the magic decode with the k tiles of all output tiles dealt out evenly:
+    `blocks` blocks (a whole number of them an SM: one wave), block b taking the run b T / G to
+    (b + 1) T / G of the T = tiles x k tiles, output tile after output tile (stream-K). A split
+    by blockIdx.z gives every block a whole split, so where the blocks are not a whole number a
+    SM some SMs run one block more than others to the end (28672 x 8192 at m = 1: 224 tiles in 2
+    splits, 448 blocks on 132 SMs, 52 SMs with 4 and 80 with 3, the kernel bound by the SMs' work
+    as the H200's 1.3x slower run at ncu's locked clocks says). A block's run crosses output
+    tiles: where a tile has one block, that block writes c; else each of its blocks stores its
+    float32 partial sums in partial[2 b + (not its first tile)] ([2 G, min(m, bm), bn]) and counts
+    its arrival in counters[tile]; the last to arrive adds them up into c (as SplitK's ending)."""
+
+    def __init__(self, wtype, group=128, blocks=396, **options):
+        super().__init__(wtype, group, **dict(options, split_k=1))
+        assert self.magic and not self.by_tma and not self.unroll, "stream-K: the magic decode by cp.async, rolled"
+        self.blocks = blocks
+
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
+        bm, bn, bk, stages, grid = self.block_m, self.block_n, self.block_k, self.stages, self.blocks
+        self.attrs.blocks = [grid, 1, 1]
+        self.attrs.warps = self.warps
+        at, unsigned = self.atype, not self.wtype.is_signed()
+        ktiles, tiles_n = tilus.cdiv(k, bk), tilus.cdiv(n, bn)
+        total = tilus.cdiv(m, bm) * tiles_n * ktiles  # k tiles of every output tile, tile after tile
+        me = self.blockIdx.x
+        lo, hi = me * total // grid, (me + 1) * total // grid  # this block's run
+
+        def block_of(x):  # the block whose run holds k tile x of the whole
+            return ((x + 1) * grid - 1) // total
+
+        rows = bn * bk // 2 // 16
+        ga = self.global_view(a, dtype=at, shape=[m, k])
+        gb = self.global_view(b, dtype=uint8, shape=[tiles_n, ktiles, rows, 16])
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gc = self.global_view(c, dtype=at, shape=[m, n])
+        mr = tilus.min(m, bm)  # the partial sums' rows (m = 1: one, not 16)
+        gp = self.global_view(partial, shape=[2 * grid, mr, bn])
+        arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm) * tiles_n])
+        before = self.shared_tensor(dtype=int32, shape=[1])  # (before the ring: no copy may target it)
+        sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
+        sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
+        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        first_tile = lo // ktiles
+        runs = tilus.select(hi > lo, (hi - 1) // ktiles - first_tile + 1, 0)  # the output tiles it works on
+        for t in range(first_tile, first_tile + runs):
+            # (kernel variables: ptxas then keeps them in registers through the k loop, where the
+            # expressions inlined cost it 21 instructions more a k tile)
+            kfirst = self.declare("kfirst", int32, tilus.max(lo, t * ktiles) - t * ktiles)  # the run's k tiles of t
+            steps = self.declare("steps", int32, tilus.min(hi, t * ktiles + ktiles) - t * ktiles - kfirst)
+            tn = self.declare("tn", int32, t % tiles_n)
+            om, on = t // tiles_n * bm, tn * bn
+
+            def load_stage(step, stage):  # past the run: from past the end of k (zero-filled, no read)
+                kt = tilus.select(step < steps, kfirst + step, ktiles)
+                self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
+                self.copy_async(gb, sb[stage], offsets=[tn, kt, 0, 0], dims=[2, 3])
+                self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
+                if unsigned:
+                    self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
+                self.copy_async_commit_group()
+
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            for s in tilus.static_range(stages - 1):
+                load_stage(s, s)
+            for step in range(steps):
+                acc = self.magic_step(k, sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
+                load_stage(step + stages - 1, (step + stages - 1) % stages)
+            # The copies past the run (zero fills) land before the next tile's reuse their stages.
+            self.copy_async_wait_all()
+            self.sync()
+            first, last = block_of(t * ktiles), block_of(t * ktiles + ktiles - 1)
+            if first == last:
+                self.store_global(gc, acc.to(at), offsets=[om, on])
+            else:
+                self.store_global(gp, self.unsqueeze(acc, 0), offsets=[2 * me + tilus.select(t > first_tile, 1, 0), 0, 0])
+                if last_to_arrive(self, arrivals, [t], last - first + 1, slot=before):
+                    sums = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+                    for j in range(first, last + 1):  # block j's slot of tile t: its first tile's or its later one's
+                        slot = 2 * j + tilus.select(t > j * total // grid // ktiles, 1, 0)
+                        sums = sums + self.sum(self.load_global(gp, offsets=[slot, 0, 0], shape=[1, bm, bn]), dim=0)
+                    self.store_global(gc, sums.to(at), offsets=[om, on])
+                    reset_arrivals(self, arrivals, [t])
+
+
 def magic_applies(wtype, atype, bk):
     """Whether MatmulA16Wx(magic=True) takes these codes: 4-bit integers to f16 activations (bf16's
     7-bit mantissa cannot hold 16 x a code under its exponent), k tiles of whole 64s."""
@@ -917,6 +1004,12 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, interleave=True, **decode))  # (bounded as it is)
                 if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
                     add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
+            # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 2, 3 or 4 blocks an SM
+            # (the splits above leave SMs a block more than others where the blocks are not a
+            # whole number an SM).
+            for per_sm in (2, 3, 4) if magic else ():
+                if tiles * -(-k // base["block_k"]) >= 2 * per_sm * sms:  # (two k tiles a block at least)
+                    add(dict(base, split_k=1, blocks=per_sm * sms, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1185,7 +1278,8 @@ class QuantizedMatmul:
                 blocks = (self.sms or 132) // cfg.get("cluster", 1) * cfg.get("cluster", 1)
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
         elif key not in self.kernels:
-            self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
+            script = MatmulA16WxStream if cfg.get("blocks") else MatmulA16Wx
+            self.kernels[key] = script(self.wtype, self.group, atype=self.atype, **cfg)
         cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
         tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
         counters = self.arrival_counters(c, tiles)
@@ -1194,6 +1288,8 @@ class QuantizedMatmul:
             need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, self.partials(workspace, need), counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
+        if cfg.get("blocks"):  # stream-K's partial sums: two slots a block of min(m, 16) x 128
+            workspace = self.partials(workspace, 2 * cfg["blocks"] * min(m, cfg["block_m"]) * cfg["block_n"])
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
 
 

@@ -500,6 +500,35 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
+@pytest.mark.parametrize("wtype,m,n,k,blocks,bk", [
+    ("int4", 1, 520, 640, 7, 128), ("uint4", 5, 200, 1280, 3, 64), ("int4", 20, 136, 384, 5, 64),
+    ("uint4", 16, 384, 896, 13, 128), ("int4", 3, 136, 128, 6, 64)])
+def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, blocks, bk):
+    """MatmulA16WxStream (the magic decode, the k tiles of every output tile dealt out evenly to
+    `blocks` blocks, a block's run crossing output tiles) against the float64 reference on ragged
+    m, n: runs within one tile and across two or more (520 x 640 in 7 blocks: 5 tiles of 5 k tiles,
+    25 in runs of 3 or 4), tiles of one block (written straight into c) and of several (partial
+    sums, the last to arrive adding them up), two row tiles (m = 20), more blocks than k tiles
+    (some with empty runs: 136 x 128 in 6 blocks, 4 k tiles); launched twice on one set of
+    counters, back at zero after each launch."""
+    from matmul_a16wx import MatmulA16WxStream, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
+    dt, at = getattr(tilus, wtype), tilus.float16
+    rng = np.random.default_rng(5)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    counters = arrays.put(np.zeros(16, np.int32))
+    kernel = MatmulA16WxStream(dt, bk, blocks=blocks, block_k=bk, stages=3, repacked=True, magic=True, late_scale=True)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
+    for launch in range(2):
+        c = arrays.put(host_array(np.zeros((m, n)), at))
+        partial = arrays.put(np.full((2 * blocks, min(m, 16), 128), np.nan, np.float32))  # (no slot read unwritten)
+        kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
+               arrays.put(host_array(zeros, at)), c, partial, counters)
+        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
 def test_split_red_wants_2_to_8_splits_of_16_rows_to_f16():
     """split_red=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most), of
     16-row tiles, adding into f16 c (red .f16x2)."""
@@ -635,6 +664,31 @@ def test_split_endings_in_sass():
     red = sass["red"]
     assert "ATOMG" not in red and "CAS" not in red and "UCGABAR_WAIT" in red and "REDG.E.ADD.F16x2" in red
     assert not re.search(r"\bLDG\.", red)  # (no partial sums read back)
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_stream_k_loop_in_sass():
+    """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, m = 1): the
+    stream-K kernel's k loop has the split kernel's one barrier, copies and products, at most 16
+    instructions more a k tile than bounded=True's (the run's tile and its past-the-end choice),
+    in the registers of 4 blocks an SM (its candidates go up to 4), nothing spilled."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxStream
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    m, n, k = 1, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((2 * 528, m, 128), np.float32),
+            np.zeros(64, np.int32))
+    decode = dict(block_k=128, repacked=True, magic=True, late_scale=True)
+    split = MatmulA16Wx(tilus.int4, 128, split_k=4, bounded=True, **decode)
+    stream = MatmulA16WxStream(tilus.int4, 128, blocks=528, stages=4, **decode)
+    compiled = stream.compiled(*args, arch="sm_90a")
+    assert compiled.spill_store_bytes == 0 and compiled.registers <= 128, compiled.registers
+    ours, theirs = loop_ops(stream.sass(*args, arch="sm_90a")), loop_ops(split.sass(*args, arch="sm_90a"))
+    assert ours.count("BAR") == 1 and ours.count("LDGSTS") == theirs.count("LDGSTS")
+    assert ours.count("HMMA") == theirs.count("HMMA") == 32
+    assert len(ours) <= len(theirs) + 16, (len(ours), len(theirs))
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -796,26 +850,29 @@ def test_quantized_matmul_short_list_per_m(n, k):
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, in 4 stages, the k loop rolled; every split
-    also bounded and interleaved (where split); with f16_split_sums=True (an opt-in), where TMA
+    also bounded and interleaved (where split); on the magic decode also stream-K in 2, 3 and 4
+    blocks an SM (where that leaves two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
     blocks an SM), and nothing else changed;
-    the TMA copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
+    the TMA copies in the wide space only; at most 17 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
-    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, MatmulA16WxStream, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
         q = QuantizedMatmul(wtype, 128, sms=132)
         for m in (1, 4, 16, 64, 256, 1024, 4096):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (17 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
-                    (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
+                    (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
+                     MatmulA16Wx)(wtype, 128, **params)
                 hopper = [c for c in got if c.get("hopper")]
-                mma = [c for c in got if not c.get("hopper")]
+                streams = [c for c in got if c.get("blocks")]
+                mma = [c for c in got if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
                     s, tiles = q.mma_config(m, n, k, 16)["split_k"], -(-m // 16) * -(-n // 128)
                     splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
@@ -834,6 +891,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
                     assert all(c["stages"] == 4 for c in mma), (m, got)
+                    # stream-K on the magic decode: 2, 3 and 4 blocks an SM, two k tiles a block at least
+                    assert streams == [dict(template, split_k=1, blocks=b * 132) for b in (2, 3, 4)
+                                       if magic and tiles * -(-k // 128) >= 2 * b * 132], (m, got)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
@@ -958,11 +1018,13 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300, each run twice: the split counters and partial sums reused)."""
+    m = 300; as if on 4 SMs at m = 5, stream-K in 8, 12 and 16 blocks; each run twice: the split
+    counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
-    for m, n, k, sms in [(5, 392, 1024, None), (80, 256, 1024, None), (200, 520, 2048, 8), (300, 1160, 2048, 8)]:
+    for m, n, k, sms in [(5, 392, 1024, None), (80, 256, 1024, None), (200, 520, 2048, 8), (300, 1160, 2048, 8),
+                         (5, 392, 2048, 4)]:
         a = rng.uniform(-1, 1, (m, k))
         packed, scales, zeros, w = quantized_operands(tilus.uint4, k, n, 128, rng)
         q = QuantizedMatmul(tilus.uint4, 128, tune=True, sms=sms)
@@ -977,7 +1039,9 @@ def test_tuned_quantized_matmul_on_the_gpu():
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
-        if sms:
+        if sms and m <= 32:
+            assert sorted(c["blocks"] for c in candidates if c.get("blocks")) == [8, 12, 16], candidates
+        elif sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
             assert any(c.get("tail_split", 1) > 1 and c.get("cluster") == 2 for c in candidates) == (m == 300), \
                 candidates
