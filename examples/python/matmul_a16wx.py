@@ -8,9 +8,10 @@ cp.async (`stages` in flight); the bytes are loaded straight into the registers 
 tensor-core operand (layout inference derives their layout from the dot's, back through the
 transpose, the cast and the view), widened to f16 (the vectorized conversions for int4/uint4
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
-its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
-are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
-vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
+its partial sums and the last of a tile's splits to finish adds them up (MatmulA16WxStream deals
+the k tiles of all output tiles out evenly to a grid of whole blocks per SM instead: stream-K);
+for small m the weights are repacked once into fragment order so that each thread loads its
+operand bytes as 16-byte vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
 decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
@@ -949,7 +950,8 @@ class QuantizedMatmul:
           plain decode); each split also bounded (no copies of the next split's k tiles; moot
           unsplit) and interleaved (split z on the k tiles z, z + s, ...); with f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
           (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
-          SM: unroll, min_blocks=4);
+          SM: unroll, min_blocks=4); on the magic decode also stream-K (MatmulA16WxStream, every
+          SM the same k tiles) in 2, 3 and 4 blocks an SM, where each block gets two k tiles;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
