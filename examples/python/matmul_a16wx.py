@@ -1345,7 +1345,8 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
         kernel.launch(cfg, m, n, k, *args)
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
-           f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else f"split_k {cfg['split_k']}")
+           f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else
+           f"stream-K {cfg['blocks']} blocks" if cfg.get("blocks") else f"split_k {cfg['split_k']}")
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1371,6 +1372,9 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
+    # stream-K: 4 tiles of 16 k tiles dealt out to 7 blocks (runs across tiles, the last to arrive adding up)
+    small = dict(block_m=16, block_n=128, block_k=128, stages=4, repacked=True, split_k=1, magic=True, late_scale=True)
+    run("matmul_a16wx", tilus.uint4, 5, 400, 2048, cfg=dict(small, blocks=7))
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
