@@ -327,12 +327,18 @@ class MatmulA16WxStream(MatmulA16Wx):
     as the H200's 1.3x slower run at ncu's locked clocks says). A block's run crosses output
     tiles: where a tile has one block, that block writes c; else each of its blocks stores its
     float32 partial sums in partial[2 b + (not its first tile)] ([2 G, min(m, bm), bn]) and counts
-    its arrival in counters[tile]; the last to arrive adds them up into c (as SplitK's ending)."""
+    its arrival in counters[tile]; the last to arrive adds them up into c (as SplitK's ending).
 
-    def __init__(self, wtype, group=128, blocks=396, **options):
+    one_ring=False: a ring of `stages` per output tile of the run (its k loop as the split
+    kernel's, 333 SASS instructions a k tile against bounded=True's 317; between two tiles the
+    ring drains and fills again). one_ring=True: one ring over the whole run, each tile's ending
+    while the next tile's copies fly (no drain, but 377 instructions a k tile: the tile and k
+    tile stepped with their wraps, the ending's test)."""
+
+    def __init__(self, wtype, group=128, blocks=396, one_ring=False, **options):
         super().__init__(wtype, group, **dict(options, split_k=1))
         assert self.magic and not self.by_tma and not self.unroll, "stream-K: the magic decode by cp.async, rolled"
-        self.blocks = blocks
+        self.blocks, self.one_ring = blocks, one_ring
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
@@ -344,9 +350,7 @@ class MatmulA16WxStream(MatmulA16Wx):
         total = tilus.cdiv(m, bm) * tiles_n * ktiles  # k tiles of every output tile, tile after tile
         me = self.blockIdx.x
         lo, hi = me * total // grid, (me + 1) * total // grid  # this block's run
-
-        def block_of(x):  # the block whose run holds k tile x of the whole
-            return ((x + 1) * grid - 1) // total
+        first_tile = lo // ktiles
 
         rows = bn * bk // 2 // 16
         ga = self.global_view(a, dtype=at, shape=[m, k])
@@ -354,55 +358,99 @@ class MatmulA16WxStream(MatmulA16Wx):
         gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
         gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
         gc = self.global_view(c, dtype=at, shape=[m, n])
-        mr = tilus.min(m, bm)  # the partial sums' rows (m = 1: one, not 16)
-        gp = self.global_view(partial, shape=[2 * grid, mr, bn])
+        gp = self.global_view(partial, shape=[2 * grid, tilus.min(m, bm), bn])  # (m = 1: rows of one, not 16)
         arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm) * tiles_n])
         before = self.shared_tensor(dtype=int32, shape=[1])  # (before the ring: no copy may target it)
         sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
         sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        first_tile = lo // ktiles
+        ends = dict(m=m, n=n, k=k, c=c, gp=gp, arrivals=arrivals, before=before, me=me, first_tile=first_tile,
+                    total=total)
+
+        def load_stage(tm, tn, kt, valid, stage):
+            # k tile kt of output tile (tm, tn); not valid: from past the end of k (zero-filled, no read)
+            om, on, kt = tm * bm, tn * bn, tilus.select(valid, kt, ktiles)
+            self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
+            self.copy_async(gb, sb[stage], offsets=[tn, kt, 0, 0], dims=[2, 3])
+            self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
+            if unsigned:
+                self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
+            self.copy_async_commit_group()
+
+        def step(i, acc):
+            return self.magic_step(k, sa[i % stages], sb[i % stages], ss[i % stages], sz[i % stages], acc)
+
+        if self.one_ring:
+            run = hi - lo  # (an empty run: no copies, no ending)
+            for s in tilus.static_range(stages - 1):
+                load_stage((lo + s) // ktiles // tiles_n, (lo + s) // ktiles % tiles_n, (lo + s) % ktiles, s < run, s)
+            # The tile (lm, ln) and k tile lk of the next copies, ct and ck of the next product
+            # (kernel variables, stepped without a division).
+            lm = self.declare("lm", int32, (lo + stages - 1) // ktiles // tiles_n)
+            ln = self.declare("ln", int32, (lo + stages - 1) // ktiles % tiles_n)
+            lk = self.declare("lk", int32, (lo + stages - 1) % ktiles)
+            ct = self.declare("ct", int32, first_tile)
+            ck = self.declare("ck", int32, lo % ktiles)
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            for i in range(run):
+                acc = step(i, acc)
+                load_stage(lm, ln, lk, i + stages - 1 < run, (i + stages - 1) % stages)
+                lwrap, nwrap = lk + 1 == ktiles, ln + 1 == tiles_n
+                lm = tilus.select(lwrap, tilus.select(nwrap, lm + 1, lm), lm)
+                ln = tilus.select(lwrap, tilus.select(nwrap, 0, ln + 1), ln)
+                lk = tilus.select(lwrap, 0, lk + 1)
+                if tilus.select(ck + 1 == ktiles, 1, tilus.select(i + 1 == run, 1, 0)) == 1:  # the run's last of tile ct
+                    self.tile_ending(ct, acc, ends)
+                    acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+                cwrap = ck + 1 == ktiles
+                ct = tilus.select(cwrap, ct + 1, ct)
+                ck = tilus.select(cwrap, 0, ck + 1)
+            return
         runs = tilus.select(hi > lo, (hi - 1) // ktiles - first_tile + 1, 0)  # the output tiles it works on
         for t in range(first_tile, first_tile + runs):
             # (kernel variables: ptxas then keeps them in registers through the k loop, where the
-            # expressions inlined cost it 21 instructions more a k tile)
+            # expressions inlined cost it 4 instructions more a k tile)
             kfirst = self.declare("kfirst", int32, tilus.max(lo, t * ktiles) - t * ktiles)  # the run's k tiles of t
             steps = self.declare("steps", int32, tilus.min(hi, t * ktiles + ktiles) - t * ktiles - kfirst)
             tn = self.declare("tn", int32, t % tiles_n)
-            om, on = t // tiles_n * bm, tn * bn
-
-            def load_stage(step, stage):  # past the run: from past the end of k (zero-filled, no read)
-                kt = tilus.select(step < steps, kfirst + step, ktiles)
-                self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
-                self.copy_async(gb, sb[stage], offsets=[tn, kt, 0, 0], dims=[2, 3])
-                self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
-                if unsigned:
-                    self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
-                self.copy_async_commit_group()
-
             acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
             for s in tilus.static_range(stages - 1):
-                load_stage(s, s)
-            for step in range(steps):
-                acc = self.magic_step(k, sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
-                load_stage(step + stages - 1, (step + stages - 1) % stages)
+                load_stage(t // tiles_n, tn, kfirst + s, s < steps, s)
+            for i in range(steps):
+                acc = step(i, acc)
+                load_stage(t // tiles_n, tn, kfirst + i + stages - 1, i + stages - 1 < steps, (i + stages - 1) % stages)
             # The copies past the run (zero fills) land before the next tile's reuse their stages.
             self.copy_async_wait_all()
             self.sync()
-            first, last = block_of(t * ktiles), block_of(t * ktiles + ktiles - 1)
-            if first == last:
-                self.store_global(gc, acc.to(at), offsets=[om, on])
-            else:
-                self.store_global(gp, self.unsqueeze(acc, 0), offsets=[2 * me + tilus.select(t > first_tile, 1, 0), 0, 0])
-                if last_to_arrive(self, arrivals, [t], last - first + 1, slot=before):
-                    sums = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-                    for j in range(first, last + 1):  # block j's slot of tile t: its first tile's or its later one's
-                        slot = 2 * j + tilus.select(t > j * total // grid // ktiles, 1, 0)
-                        sums = sums + self.sum(self.load_global(gp, offsets=[slot, 0, 0], shape=[1, bm, bn]), dim=0)
-                    self.store_global(gc, sums.to(at), offsets=[om, on])
-                    reset_arrivals(self, arrivals, [t])
+            self.tile_ending(t, acc, ends)
 
+    def tile_ending(self, t, acc, ends):
+        """The run's part of output tile t done (acc): into c where the tile has one block, else its
+        partial sums stored and, by the last of the tile's blocks to arrive, added up into c."""
+        bm, bn, bk, grid, at = self.block_m, self.block_n, self.block_k, self.blocks, self.atype
+        m, n, k, me, total = ends["m"], ends["n"], ends["k"], ends["me"], ends["total"]
+        gp, arrivals = ends["gp"], ends["arrivals"]
+        ktiles, tiles_n = tilus.cdiv(k, bk), tilus.cdiv(n, bn)
+        gc = self.global_view(ends["c"], dtype=at, shape=[m, n])
+        tm = t // tiles_n
+        om, on = tm * bm, (t - tm * tiles_n) * bn
+        first, last = self.block_of(t * ktiles, total), self.block_of(t * ktiles + ktiles - 1, total)
+        if first == last:
+            self.store_global(gc, acc.to(at), offsets=[om, on])
+        else:
+            self.store_global(gp, self.unsqueeze(acc, 0), offsets=[2 * me + tilus.select(t > ends["first_tile"], 1, 0), 0, 0])
+            if last_to_arrive(self, arrivals, [t], last - first + 1, slot=ends["before"]):
+                sums = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+                for j in range(first, last + 1):  # block j's slot of tile t: its first tile's or its later one's
+                    slot = 2 * j + tilus.select(t > j * total // grid // ktiles, 1, 0)
+                    sums = sums + self.sum(self.load_global(gp, offsets=[slot, 0, 0], shape=[1, bm, bn]), dim=0)
+                self.store_global(gc, sums.to(at), offsets=[om, on])
+                reset_arrivals(self, arrivals, [t])
+
+    def block_of(self, x, total):
+        """The block whose run holds k tile x of the whole (total k tiles)."""
+        return ((x + 1) * self.blocks - 1) // total
 
 def magic_applies(wtype, atype, bk):
     """Whether MatmulA16Wx(magic=True) takes these codes: 4-bit integers to f16 activations (bf16's
@@ -951,7 +999,8 @@ class QuantizedMatmul:
           unsplit) and interleaved (split z on the k tiles z, z + s, ...); with f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
           (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
           SM: unroll, min_blocks=4); on the magic decode also stream-K (MatmulA16WxStream, every
-          SM the same k tiles) in 2, 3 and 4 blocks an SM, where each block gets two k tiles;
+          SM the same k tiles) in 2, 3 and 4 blocks an SM, in 2 and 4 also one_ring, where each
+          block gets two k tiles;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1008,10 +1057,13 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
             # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 2, 3 or 4 blocks an SM
             # (the splits above leave SMs a block more than others where the blocks are not a
-            # whole number an SM).
+            # whole number an SM), a ring per output tile of a block's run; in 2 and 4 also one
+            # ring over the whole run (no drain between tiles, more instructions a k tile).
             for per_sm in (2, 3, 4) if magic else ():
                 if tiles * -(-k // base["block_k"]) >= 2 * per_sm * sms:  # (two k tiles a block at least)
                     add(dict(base, split_k=1, blocks=per_sm * sms, **decode))
+                    if per_sm != 3:
+                        add(dict(base, split_k=1, blocks=per_sm * sms, one_ring=True, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1346,7 +1398,8 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
            f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else
-           f"stream-K {cfg['blocks']} blocks" if cfg.get("blocks") else f"split_k {cfg['split_k']}")
+           f"stream-K {cfg['blocks']} blocks{' one ring' if cfg.get('one_ring') else ''}" if cfg.get("blocks") else
+           f"split_k {cfg['split_k']}")
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1375,6 +1428,7 @@ if __name__ == "__main__":
     # stream-K: 4 tiles of 16 k tiles dealt out to 7 blocks (runs across tiles, the last to arrive adding up)
     small = dict(block_m=16, block_n=128, block_k=128, stages=4, repacked=True, split_k=1, magic=True, late_scale=True)
     run("matmul_a16wx", tilus.uint4, 5, 400, 2048, cfg=dict(small, blocks=7))
+    run("matmul_a16wx", tilus.int4, 5, 400, 2048, cfg=dict(small, blocks=7, one_ring=True))  # one ring across the tiles
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
