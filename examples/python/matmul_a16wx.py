@@ -60,7 +60,7 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, bounded=False, split_red=False, interleave=False):
+                 min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False):
         super().__init__()
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -71,6 +71,12 @@ class MatmulA16Wx(SplitK):
         # shapes at m = 1.) Its copies past the split's last tile fall past the end of k: bounded
         # by construction.
         self.interleave = interleave
+        # partials_only (a measuring aid, never offered by the tuner; c is not written): the
+        # splits store their partial sums and end there, without the arrival counter and the
+        # last split's sum, so that timing it against the same kernel with its ending gives the
+        # ending's share of the time (an earlier probe put it at about 3 us at m = 1).
+        assert not partials_only or split_k > 1 and not split_red, "partials_only: the counter ending of a split"
+        self.partials_only = partials_only
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
         # the last split (the shortest k range where the splits do not divide k) stores its f16
@@ -128,6 +134,9 @@ class MatmulA16Wx(SplitK):
             self.cluster.sync()
             if self.blockIdx.z < self.split_k - 1:
                 self.atomic.global_add(gc, tile, offsets=[om, on])
+        elif self.partials_only:
+            self.store_global(self.global_view(partial, shape=[self.split_k, m, n]), self.unsqueeze(acc, 0),
+                              offsets=[self.blockIdx.z, om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])

@@ -532,6 +532,31 @@ def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, bloc
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
+def test_partials_only_stores_the_splits_sums_and_ends(arrays):
+    """MatmulA16Wx(partials_only=True), the measuring aid that times a split kernel without its
+    ending: each split's float32 partial sums are stored (their sum is the product, against
+    float64), c and the arrival counters are left as they were; only a counter ending's split takes it."""
+    from matmul_a16wx import MatmulA16Wx, host_array, quantized_operands, repack_for_magic, round_to
+    dt, at, bk, split = tilus.int4, tilus.float16, 64, 3
+    m, n, k = 5, 200, 5 * bk
+    rng = np.random.default_rng(8)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split, stages=3, repacked=True, magic=True, late_scale=True,
+                         partials_only=True)
+    c = arrays.put(host_array(np.full((m, n), 7.0), at))
+    partial, counters = arrays.put(np.zeros((split, m, n), np.float32)), arrays.put(np.full(16, 3, np.int32))
+    kernel(m, n, k, arrays.put(host_array(a, at)), repack_for_magic(arrays.put(packed), dt, n, k, 128, bk),
+           arrays.put(host_array(scales, at)), arrays.put(host_array(zeros, at)), c, partial, counters)
+    np.testing.assert_allclose(arrays.host(partial).sum(axis=0), a @ w, atol=2e-2, rtol=1e-2)
+    assert (np.abs(arrays.host(partial)).reshape(split, -1).max(axis=1) > 0).all()  # every split stored its part
+    np.testing.assert_array_equal(arrays.host(c), host_array(np.full((m, n), 7.0), at))
+    np.testing.assert_array_equal(arrays.host(counters), 3)
+    for bad in (dict(split_k=1), dict(split_k=2, split_red=True, bounded=True)):
+        with pytest.raises(AssertionError, match="partials_only"):
+            MatmulA16Wx(dt, bk, block_k=bk, repacked=True, magic=True, late_scale=True, partials_only=True, **bad)
+
+
 def test_split_red_wants_2_to_8_splits_of_16_rows_to_f16():
     """split_red=True puts a tile's splits in one cluster: 2 to 8 of them (the portable most), of
     16-row tiles, adding into f16 c (red .f16x2)."""
