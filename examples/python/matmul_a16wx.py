@@ -999,7 +999,7 @@ class QuantizedMatmul:
           f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
           (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
           SM: unroll, min_blocks=4); on the magic decode also stream-K (MatmulA16WxStream, every
-          SM the same k tiles) in 2 and 3 blocks an SM, where each block gets two k tiles;
+          SM the same k tiles) in 3 blocks an SM, where each block gets two k tiles;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1057,14 +1057,13 @@ class QuantizedMatmul:
                         add(dict(base, split_k=split, interleave=True, **decode, **order))  # (bounded as it is)
                 if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
                     add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
-            # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 2 or 3 blocks an SM (the
+            # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 3 blocks an SM (the
             # splits above leave SMs a block more than others where the blocks are not a whole
-            # number an SM). (The mid call of 02:30: it won at 28672 x 8192 int4, 46.4 against
-            # 47.1 us, lost by 15-25 % elsewhere; 4 blocks an SM and one ring over a block's run
-            # never won.)
-            for per_sm in (2, 3) if magic else ():
-                if tiles * -(-k // base["block_k"]) >= 2 * per_sm * sms:  # (two k tiles a block at least)
-                    add(dict(base, split_k=1, blocks=per_sm * sms, **decode))
+            # number an SM). (Both mid calls of the session of 01:55 on the H200: it won at 28672 x
+            # 8192 int4 m = 1, 46.4 against 47.1 us and 46.2 against 46.5, and lost by 15-25 %
+            # elsewhere; 2 and 4 blocks an SM and one ring over a block's run never won.)
+            if magic and tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:  # (two k tiles a block at least)
+                add(dict(base, split_k=1, blocks=3 * sms, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out

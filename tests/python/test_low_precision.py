@@ -879,8 +879,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     wave of 2 and 3 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, in 4 stages, the k loop rolled; every split
     also interleaved (where split), and on the magic decode each also on the weights k tile after
-    k tile (k_major); on the magic decode also stream-K in 2 and 3 blocks an SM (where that
-    leaves two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
+    k tile (k_major); on the magic decode also stream-K in 3 blocks an SM (where that leaves
+    two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
     blocks an SM), and nothing else changed;
     the TMA copies in the wide space only; at most 20 up to m = 32, 8 beyond; from m = 33
@@ -919,9 +919,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
                     assert all(c["stages"] == 4 for c in mma), (m, got)
-                    # stream-K on the magic decode: 2 and 3 blocks an SM, two k tiles a block at least
-                    assert streams == [dict(template, split_k=1, blocks=b * 132) for b in (2, 3)
-                                       if magic and tiles * -(-k // 128) >= 2 * b * 132], (m, got)
+                    # stream-K on the magic decode: 3 blocks an SM, two k tiles a block at least
+                    assert streams == ([dict(template, split_k=1, blocks=396)]
+                                       if magic and tiles * -(-k // 128) >= 2 * 396 else []), (m, got)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
@@ -1046,8 +1046,8 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300; as if on 4 SMs at m = 5, stream-K in 8 and 12 blocks and the splits on the weights k
-    tile after k tile; each run twice: the split
+    m = 300; as if on 4 SMs at m = 5, stream-K in 12 blocks and the splits on the weights k tile
+    after k tile; each run twice: the split
     counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
@@ -1069,7 +1069,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
         if sms and m <= 32:
-            assert sorted(c["blocks"] for c in candidates if c.get("blocks")) == [8, 12], candidates
+            assert [c["blocks"] for c in candidates if c.get("blocks")] == [12], candidates
             assert any(c.get("k_major") for c in candidates), candidates
         elif sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
