@@ -507,17 +507,14 @@ class MatmulA16WxHopper(SplitK):
     adds the others' to its registers and stores c as unsplit tiles do (add_up_split_registers;
     `counters`: one per output tile, zero before the launch, as it leaves them).
     In clusters of two both blocks take the same split of their two tiles (a's multicast tile
-    serves both). stream_tail=True: the tiles of the grid's whole rounds unsplit, the k tiles of
-    the tiles after them in even runs, one a block (stream-K on the last round only), each run's
-    piece of a tile ending as a split does (a slot of partial sums for each tile a run meets).
+    serves both).
 
     magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
     order, each k tile's register operand made by masking whole words (magic_product) instead of
     the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 stream_tail=False):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -530,14 +527,6 @@ class MatmulA16WxHopper(SplitK):
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
         self.tail_split = tail_split
-        # stream_tail: the k tiles of the tiles after the grid's whole rounds (unsplit) shared by all
-        # blocks in even runs, one a block (stream-K on the last round only: the whole rounds keep
-        # the data-parallel walk whose blocks read a and w together from L2): a block's run meets
-        # one tile or a few, its piece of each ends as a split does. At 8192^2, m = 4096 the 100
-        # tiles after 7 rounds take runs of 98 k tiles where whole tiles take 128.
-        assert not stream_tail or split_k == tail_split == cluster == 1, \
-            "stream_tail: the last round in runs, unsplit otherwise, no clusters"
-        self.stream_tail = stream_tail
         self.wtype, self.group, self.atype, self.cluster_size, self.split_k = wtype, group, atype, cluster, split_k
         # magic: the weights in wgmma_magic_layout's order (repack_for_hopper(magic=True)), widened
         # by masking whole words (magic_product) instead of the general conversion.
@@ -560,19 +549,7 @@ class MatmulA16WxHopper(SplitK):
         of a, its weight tile, the split's first k tile, its number of k tiles). A tile's splits are
         neighbouring units (run at once by neighbouring blocks) of whole pairs of k tiles each.
         whole: with tail_split, the units of the whole rounds (unsplit tiles); the tiles after them
-        are split; with stream_tail, (tiles of the whole rounds, this block's rounds, its first
-        tile, blocks, k tiles a run, its run's first and end k tile in the tail): u < rounds is the
-        block's tile of round u, then the tail tiles its run meets, its piece of each."""
-        if self.stream_tail:
-            whole_tiles, rounds, first, step, run, lo, hi = whole
-            tail = u >= rounds
-            j = lo // steps + (u - rounds)  # the tail tile (from the first after the whole rounds)
-            t = tilus.select(tail, whole_tiles + j, first + u * step)
-            start, end = tilus.max(lo, j * steps), tilus.min(hi, (j + 1) * steps)
-            offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-            opener = j * steps // run  # the block whose run has the tile's first piece
-            return (t, tilus.select(tail, first - opener, 0), tilus.select(tail, ((j + 1) * steps - 1) // run - opener + 1, 1),
-                    offset_m, tile_n, tilus.select(tail, start - j * steps, 0), tilus.select(tail, end - start, steps))
+        are split."""
         if self.tail_split > 1:
             ways = self.tail_split
             tail = u >= whole
@@ -632,33 +609,19 @@ class MatmulA16WxHopper(SplitK):
         workers = 128 * self.consumers
         return [slots, self.block_n * self.block_m // workers // 4, workers, 4]
 
-    def partial_elements(self, m, n, k):
-        """The float32 elements of the `partial` argument at m x n x k (none unsplit)."""
+    def partial_elements(self, m, n):
+        """The float32 elements of the `partial` argument at m x n (none unsplit)."""
         tiles = -(-m // self.block_m) * -(-(-(-n // self.block_n)) // self.cluster_size)
         units = self.blocks // self.cluster_size
         slots = tiles * self.split_k if self.tail_split == 1 else tiles % units * self.tail_split
-        if self.stream_tail:  # a slot for each tile a block's run meets
-            steps = -(-k // self.block_k)
-            slots = self.blocks * self.stream_meets(max(self.stream_run(tiles % self.blocks, steps), 2), steps)
-        ways = max(self.split_k, self.tail_split, 2 if self.stream_tail else 1)
-        return slots * self.cluster_size * self.block_n * self.block_m if ways > 1 else 0
-
-    def stream_run(self, tail, steps):
-        """stream_tail's k tiles a run: the `tail` tiles' k tiles (steps each) in even runs, one a
-        block (a Python or a kernel value)."""
-        return 2 * ((tail * steps + 2 * self.blocks - 1) // (2 * self.blocks))
-
-    @staticmethod
-    def stream_meets(run, steps):
-        """The most tiles of `steps` k tiles a run of `run` k tiles meets."""
-        return (run + steps - 1) // steps + 1
+        return slots * self.cluster_size * self.block_n * self.block_m if max(self.split_k, self.tail_split) > 1 else 0
 
     def add_up_split_registers(self, acc, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
                                before):
-        """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot(split)]
-        as the threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole
-        lines), its arrival counted in arrivals[counter], and the tile's last split to arrive adds
-        the other splits' (at slot(s)) to its registers, thread by thread, and
+        """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot] as the
+        threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
+        its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
+        other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
         stores the sum as unsplit tiles leave (store_tile). (The mma.sync kernel's ending,
         add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
         128 x 256 in 4 splits at n = 3584, m = 256 took 71.1 us with it, 60.6 with this one; in 2
@@ -667,10 +630,11 @@ class MatmulA16WxHopper(SplitK):
         _, vectors, workers, _ = self.partial_shape(1)
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
-        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot(split), 0, 0, 0])
+        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
         if last_to_arrive(self, arrivals, [counter], splits, slot=before):
             for j in range(1, splits):
-                other = self.load_global(gp, offsets=[slot((split + j) % splits), 0, 0, 0], shape=[vectors, workers, 4])
+                other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size, 0, 0, 0],
+                                         shape=[vectors, workers, 4])
                 self.annotate_layout(other, order)
                 mine = mine + other
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
@@ -707,19 +671,8 @@ class MatmulA16WxHopper(SplitK):
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
-        ways = max(self.split_k, self.tail_split, 2 if self.stream_tail else 1)  # (more than one: split endings)
+        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
-        walk = (first_unit, units, units_step)  # the units of this block
-        slots = (units - whole) * self.cluster_size  # of partial sums: a split unit's (a block's in clusters)
-        if self.stream_tail:  # this block's tile of each whole round, then the tail tiles its run meets
-            whole_tiles = tiles_m * tiles_n // blocks * blocks
-            run = tilus.max(self.stream_run(tiles_m * tiles_n - whole_tiles, steps), 2)  # (no tail: no runs)
-            lo = first_unit * run
-            hi = tilus.min(lo + run, (tiles_m * tiles_n - whole_tiles) * steps)
-            rounds = whole_tiles // blocks
-            walk = (0, rounds + tilus.select(lo < hi, tilus.cdiv(hi, steps) - lo // steps, 0), 1)
-            meets = self.stream_meets(run, steps)
-            whole, slots = (whole_tiles, rounds, first_unit, blocks, run, lo, hi), blocks * meets
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -734,7 +687,7 @@ class MatmulA16WxHopper(SplitK):
         if ways > 1:  # the split-K arrival's old count (allocated before the ring, as MatmulA16Wx's)
             before = self.shared_tensor(dtype=int32, shape=[1])
             # the partial sums of each split unit (and block of a cluster), as its threads hold them
-            gp = self.global_view(partial, shape=self.partial_shape(slots))
+            gp = self.global_view(partial, shape=self.partial_shape((units - whole) * self.cluster_size))
             # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
         unsigned = not self.wtype.is_signed()
@@ -750,7 +703,7 @@ class MatmulA16WxHopper(SplitK):
             self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
                 issued = self.declare("issued", int32, 0)  # k tiles through the ring
-                for u in range(*walk):
+                for u in range(first_unit, units, units_step):
                     _, _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                     for step in range(count):
                         g = issued + step
@@ -780,7 +733,7 @@ class MatmulA16WxHopper(SplitK):
             self.inc_max_nreg(232 if self.consumers == 2 else 240)
             fragment = wgmma_a_layout(bn, bk, self.consumers)
             taken = self.declare("taken", int32, 0)  # k tiles through the ring
-            for u in range(*walk):
+            for u in range(first_unit, units, units_step):
                 t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
                 if ways > 1:  # (the split ending views its registers in this order)
@@ -817,15 +770,7 @@ class MatmulA16WxHopper(SplitK):
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
                 if splits > 1:  # (a Python or a kernel condition)
-                    if self.stream_tail:  # piece p: the run of block (first - split + p), its how manyth tile
-                        def slot(p):
-                            b = whole[2] - split + p
-                            return b * meets + t - whole[0] - b * whole[4] // steps
-                    else:  # the tile's splits are neighbouring units
-                        own = (u - whole) * self.cluster_size + rank
-
-                        def slot(p):
-                            return own + (p - split) * self.cluster_size
+                    slot = (u - whole) * self.cluster_size + rank
                     self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
                                                 splits, offset_m, tile_n * bn, before)
                 else:
@@ -928,9 +873,8 @@ class QuantizedMatmul:
           on the magic decode; and the deeper split that fills the rounds within 32 MB, on the
           magic decode where it applies), and the rule's tile on the magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
-          (cluster=2), in L2 groups of 4, both, on the magic decode (alone and in clusters), with
-          the last round's tiles split (tail_split, alone and in clusters) where that saves time,
-          and with the last round's k tiles in even runs (stream_tail) where stream_tail_applies;
+          (cluster=2), in L2 groups of 4, both, on the magic decode (alone and in clusters), and with
+          the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
           to fill a wave of 3 blocks per SM.
@@ -1001,8 +945,6 @@ class QuantizedMatmul:
                 if tail > 1:  # the last round's tiles split over k
                     add(dict(big, tail_split=tail))
                     add(dict(big, tail_split=tail, cluster=2))
-                if self.stream_tail_applies(-(-n // 128) * -(-m // 256)):  # the last round's k tiles in even runs
-                    add(dict(big, stream_tail=True))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
@@ -1089,16 +1031,6 @@ class QuantizedMatmul:
                 if ktiles // s >= 8 and tail * s * tile_bytes <= self.PARTIALS_BYTES}
         best = min(cost, key=lambda s: (cost[s], s), default=1)
         return best if best > 1 and whole + cost[best] <= 0.98 * (whole + 1) else 1
-
-    def stream_tail_applies(self, tiles, tile_bytes=128 * 256 * 4):
-        """Whether MatmulA16WxHopper(stream_tail=True) is a candidate for `tiles` output tiles: a
-        whole round of the persistent grid at least (stream-K over every tile lost on the H200: its
-        blocks read a and w at scattered k), the last round under 90 % full, and its pieces' partial
-        sums (one a tile and one a run's end inside a tile at most) within 2 PARTIALS_BYTES (at 8192^2,
-        m = 4096: 100 tiles after 7 rounds, at most 29 MB)."""
-        sms = self.sms or 132
-        whole, tail = divmod(tiles, sms)
-        return whole >= 1 and 0 < tail < 0.9 * sms and (tail + sms) * tile_bytes <= 2 * self.PARTIALS_BYTES
 
     def wide_candidates(self, m, n, k, hopper=False, magic=False, tma=False):
         """candidates(wide=True), the rule's first: for m <= 32 the 16-row kernel split over k 1 to
@@ -1272,7 +1204,7 @@ class QuantizedMatmul:
         counters = self.arrival_counters(c, tiles)
         if cfg.get("hopper"):
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
-            need = self.kernels[key].partial_elements(m, n, k)  # (its split tiles' partial sums, whole tiles)
+            need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, self.partials(workspace, need), counters)
         which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
@@ -1354,8 +1286,6 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
-    # 134 tiles of 128 x 256 on an H200's 132 SMs: the 2 after the whole round in runs of k tiles
-    run("matmul_a16wx", tilus.int4, 300, 8576, 1024, cfg=dict(wgmma, block_m=256, stages=4, stream_tail=True))
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:
