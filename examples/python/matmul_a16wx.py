@@ -870,10 +870,9 @@ class QuantizedMatmul:
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
-          on the magic decode; and the deeper split that fills the rounds within 32 MB, on the
-          magic decode where it applies), and the rule's tile on the magic decode where its weights
+          on the magic decode), and the rule's tile on the magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
-          (cluster=2), in L2 groups of 4, both, on the magic decode (alone and in clusters), and with
+          (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
           the last round's tiles split (tail_split, alone and in clusters) where that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
@@ -933,9 +932,8 @@ class QuantizedMatmul:
                 add(big)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
-                # (clusters and L2 groups of 4 were the two fastest at 8192^2, m = 1024 and 4096, in
-                # the H200 call of 2026-11-28 22:52, 0.2 % apart: together, a's tiles shared both ways)
-                add(dict(big, cluster=2, tile_group=4))
+                # (clusters in L2 groups of 4 ran within 0.3 % of clusters alone at every m >= 1024 size
+                # of the mid H200 call of 2026-11-29 02:30: not offered)
                 # (192 and 240 rows of a, which fill the grid's rounds better than 256 at m = 4096,
                 # n = 3584, measured 2 % and 6 % slower than 256 on the H200.)
                 if magic and self.hopper_magic():  # the magic decode: fewer instructions beside the wgmma
@@ -962,14 +960,6 @@ class QuantizedMatmul:
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                     if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
                         add(dict(tile, split_k=split, magic=True))
-                    # The split that fills the rounds within twice the partial sums' bound, where it
-                    # is deeper (n = 3584, m = 256: 128 x 128 in 7 splits, 99 % of 3 rounds of a
-                    # seventh of a tile, against 2 splits' 85 % of one round of a half; 25 MB of
-                    # partial sums, the last split reading 6 x 64 KB), on the magic decode where it
-                    # applies (it won every split size of the H200 calls at m = 256).
-                    deeper = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4, 2 * self.PARTIALS_BYTES)
-                    if deeper > split:
-                        add(dict(tile, split_k=deeper, **({"magic": True} if magic and self.hopper_magic() else {})))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
@@ -996,17 +986,17 @@ class QuantizedMatmul:
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
         return magic_applies(self.wtype, self.atype, 64) and self.hopper_tile(256)["block_k"] == 64
 
-    def wave_split(self, tiles, ktiles, tile_bytes, budget=None):
+    def wave_split(self, tiles, ktiles, tile_bytes):
         """The split-K of the wgmma kernel for `tiles` output tiles of `ktiles` k tiles each: the
         fewest ways (1 to 16, 8 k tiles a split at least, PARTIALS_BYTES of partial sums at most,
         tile_bytes a tile a split) whose units fill the persistent grid's rounds (units / (rounds x
         SMs)) to 90 %, else the fullest (n = 3584 at m = 256: 56 tiles of 128 x 128 in 2 splits,
         85 %, where the 7 that fill 99 % would write 26 MB: 67.9 us on the H200, 79.6 the best
-        unsplit tile; it offered no split there before). budget: the bound on the partial sums in
-        bytes instead of PARTIALS_BYTES."""
-        sms, budget = self.sms or 132, budget or self.PARTIALS_BYTES
+        unsplit tile; it offered no split there before; the mid H200 call of 2026-11-29 02:30 timed
+        7 splits 86.9 us against 62.4 for 2, 128 x 256 in 9 splits 90.9 against 62.0 for 4)."""
+        sms = self.sms or 132
         fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17)
-                if s == 1 or ktiles // s >= 8 and s * tiles * tile_bytes <= budget}
+                if s == 1 or ktiles // s >= 8 and s * tiles * tile_bytes <= self.PARTIALS_BYTES}
         return next((s for s in sorted(fill) if fill[s] >= 0.9), max(fill, key=lambda s: (fill[s], -s)))
 
     # The most float32 partial sums a split kernel may write (and its last splits read back):
