@@ -872,8 +872,9 @@ class QuantizedMatmul:
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
           on the magic decode), and the rule's tile on the magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
-          (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
-          the last round's tiles split (tail_split, alone and in clusters) where that saves time;
+          (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and in
+          clusters with the last round's tiles split (tail_split; also on the magic decode) where
+          that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
           to fill a wave of 3 blocks per SM.
@@ -940,9 +941,13 @@ class QuantizedMatmul:
                     add(dict(big, magic=True))
                     add(dict(big, cluster=2, magic=True))
                 tail = self.tail_split(-(-n // 128) * -(-m // 256), k // rule["block_k"])
-                if tail > 1:  # the last round's tiles split over k
-                    add(dict(big, tail_split=tail))
+                if tail > 1:  # the last round's tiles split over k, in clusters (alone it never won on the
+                    # H200: 761.8 against 734.6 us at n = 3584, m = 4096 in the mid call of 2026-11-29
+                    # 02:30, 754.8 against 729.6 at uint4 in the next), also on the magic decode (the
+                    # clusters' pick where no tile splits: 726.0 against 737.8 us at 8192^2, m = 4096)
                     add(dict(big, tail_split=tail, cluster=2))
+                    if magic and self.hopper_magic():
+                        add(dict(big, tail_split=tail, cluster=2, magic=True))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most

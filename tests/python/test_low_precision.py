@@ -858,10 +858,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
                 # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
-                # split tile), beyond m = 256 also in clusters of two
+                # split tile), beyond m = 256 also in clusters of two (and each clustered last-round split)
                 split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
+                tail_tiles = [dict(c, magic=True) for c in hopper if c.get("tail_split", 1) > 1 and not c.get("magic")]
                 want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles \
-                    if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
+                    if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)] + tail_tiles
                 assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
                     sorted(sorted(c.items()) for c in want_magic), (m, got)
                 # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
@@ -893,10 +894,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
                 # 2 % counting the last split's reads, in at most 16 MB of partial sums (among these
-                # shapes: m = 4096 at n = 3584 and 28672 x 8192), alone and in clusters
+                # shapes: m = 4096 at n = 3584 and 28672 x 8192), in clusters (also on the magic decode)
                 tails = [c for c in hopper if c.get("tail_split", 1) > 1 and m > 256]
                 tiles = -(-n // 128) * -(-m // 256)
-                assert len(tails) == 2 * ((m, n, k) in {(4096, 3584, 18944), (4096, 28672, 8192)}), (m, got)
+                assert len(tails) == (1 + magic) * ((m, n, k) in {(4096, 3584, 18944), (4096, 28672, 8192)}), (m, got)
+                assert all(c["cluster"] == 2 and c.get("magic", False) == (i == 1) for i, c in enumerate(tails)), (m, got)
                 for c in tails:
                     x, whole, tail = c["tail_split"], tiles // 132, tiles % 132
                     assert whole and -(-tail * x // 132) < x and k // 64 // x >= 8, (m, got)
