@@ -1007,10 +1007,11 @@ class QuantizedMatmul:
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
-          on the magic decode), and the rule's tile on the magic decode where its weights exist
-          (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
-          (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and with
-          the last round's tiles split (tail_split, alone and in clusters) where that saves time;
+          on the magic decode), and the rule's tile on the magic decode where its weights
+          exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
+          (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and in
+          clusters with the last round's tiles split (tail_split; also on the magic decode) where
+          that saves time;
         - the mma.sync kernel's rule, with splits 2 and 4, where the wgmma kernel does not apply,
           and there up to m = 64 the 16-row kernel (magic decode where its weights exist) split
           to fill a wave of 3 blocks per SM.
@@ -1079,15 +1080,21 @@ class QuantizedMatmul:
                 add(big)
                 add(dict(big, cluster=2))
                 add(dict(big, tile_group=4))
+                # (clusters in L2 groups of 4 ran within 0.3 % of clusters alone at every m >= 1024 size
+                # of the mid H200 call of 2026-11-29 02:30: not offered)
                 # (192 and 240 rows of a, which fill the grid's rounds better than 256 at m = 4096,
                 # n = 3584, measured 2 % and 6 % slower than 256 on the H200.)
                 if magic and self.hopper_magic():  # the magic decode: fewer instructions beside the wgmma
                     add(dict(big, magic=True))
                     add(dict(big, cluster=2, magic=True))
                 tail = self.tail_split(-(-n // 128) * -(-m // 256), k // rule["block_k"])
-                if tail > 1:  # the last round's tiles split over k
-                    add(dict(big, tail_split=tail))
+                if tail > 1:  # the last round's tiles split over k, in clusters (alone it never won on the
+                    # H200: 761.8 against 734.6 us at n = 3584, m = 4096 in the mid call of 2026-11-29
+                    # 02:30, 754.8 against 729.6 at uint4 in the next), also on the magic decode (the
+                    # clusters' pick where no tile splits: 726.0 against 737.8 us at 8192^2, m = 4096)
                     add(dict(big, tail_split=tail, cluster=2))
+                    if magic and self.hopper_magic():
+                        add(dict(big, tail_split=tail, cluster=2, magic=True))
             else:
                 # On 128 weight rows (two consumer warp groups), split over k where their tiles leave
                 # the persistent grid's last round under 90 % full (wave_split; n = 3584, and most
@@ -1137,7 +1144,8 @@ class QuantizedMatmul:
         tile_bytes a tile a split) whose units fill the persistent grid's rounds (units / (rounds x
         SMs)) to 90 %, else the fullest (n = 3584 at m = 256: 56 tiles of 128 x 128 in 2 splits,
         85 %, where the 7 that fill 99 % would write 26 MB: 67.9 us on the H200, 79.6 the best
-        unsplit tile; it offered no split there before)."""
+        unsplit tile; it offered no split there before; the mid H200 call of 2026-11-29 02:30 timed
+        7 splits 86.9 us against 62.4 for 2, 128 x 256 in 9 splits 90.9 against 62.0 for 4)."""
         sms = self.sms or 132
         fill = {s: tiles * s / (-(-tiles * s // sms) * sms) for s in range(1, 17)
                 if s == 1 or ktiles // s >= 8 and s * tiles * tile_bytes <= self.PARTIALS_BYTES}

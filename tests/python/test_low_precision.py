@@ -741,16 +741,19 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int4", "float16", 500, 264, 512, 240, 128),
                 # 128 x 128 in clusters of two on the magic decode (ragged m)
                 ("int4", "float16", 250, 520, 512, 128, 128, 2, 1, True),
+                # clusters of two walking the tiles in L2 groups of 2 rows of a (5 rows: the last group
+                # of one), on the magic decode (the tuner's candidate beyond m = 256 in groups of 4)
+                ("int4", "float16", 600, 520, 512, 128, 128, 2, 1, True, 1, 2),
                 # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
                 ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True)]
 
 
-def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, *, seed,
-                arrays=None):
+def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, tile_group=8,
+                *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
-    last round's tiles split), its arguments (on `arrays`' device; host arrays and unset weights
+    last round's tiles split; tile_group: rows of a per L2 group of the tile walk), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -765,7 +768,8 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split)
+                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split,
+                               tile_group=tile_group)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
             np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
@@ -778,7 +782,7 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
-            (f"-tail{c[10]}" if c[10:] else ""))
+            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-group{c[11]}" if c[11:] else ""))
 
 
 @pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17],
@@ -835,13 +839,13 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-1:],
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-2:],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
     over k (uneven splits, an empty one; partial sums start as NaN; the counters back at zero;
-    in clusters of two; only the last round's tiles), and the magic decode (whose register operand was once built from words in the wrong slot
+    in clusters of two, also walking the tiles in L2 groups of 2; only the last round's tiles), and the magic decode (whose register operand was once built from words in the wrong slot
     order: relative errors of 12-20 on the H200, and here)."""
     from conftest import Arrays
     from matmul_a16wx import from_host_array
@@ -941,10 +945,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert bool(mma) == (not hopper) and len(small) == (not hopper and m <= 64), (m, got)
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
                 # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
-                # split tile), beyond m = 256 also in clusters of two
+                # split tile), beyond m = 256 also in clusters of two (and each clustered last-round split)
                 split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
+                tail_tiles = [dict(c, magic=True) for c in hopper if c.get("tail_split", 1) > 1 and not c.get("magic")]
                 want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles \
-                    if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)]
+                    if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)] + tail_tiles
                 assert sorted(sorted(c.items()) for c in hopper if c.get("magic")) == \
                     sorted(sorted(c.items()) for c in want_magic), (m, got)
                 # up to m = 256, 128 weight rows by the rule's rows of a (and by 128 of them) split
@@ -976,10 +981,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
                 # 2 % counting the last split's reads, in at most 16 MB of partial sums (among these
-                # shapes: m = 4096 at n = 3584 and 28672 x 8192), alone and in clusters
+                # shapes: m = 4096 at n = 3584 and 28672 x 8192), in clusters (also on the magic decode)
                 tails = [c for c in hopper if c.get("tail_split", 1) > 1 and m > 256]
                 tiles = -(-n // 128) * -(-m // 256)
-                assert len(tails) == 2 * ((m, n, k) in {(4096, 3584, 18944), (4096, 28672, 8192)}), (m, got)
+                assert len(tails) == (1 + magic) * ((m, n, k) in {(4096, 3584, 18944), (4096, 28672, 8192)}), (m, got)
+                assert all(c["cluster"] == 2 and c.get("magic", False) == (i == 1) for i, c in enumerate(tails)), (m, got)
                 for c in tails:
                     x, whole, tail = c["tail_split"], tiles // 132, tiles % 132
                     assert whole and -(-tail * x // 132) < x and k // 64 // x >= 8, (m, got)
