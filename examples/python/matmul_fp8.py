@@ -33,6 +33,7 @@ from hopper_matmul_v6 import HopperMatmulV6
 SCALINGS = ("tensor", "row", "block")
 BLOCK_K = 128  # codes per k step: a 128-byte swizzled row of fp8, and DeepSeek-V3's scale block
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KB)
+STAGGER_BARRIER = 1  # stagger=S: the second consumer warp group waits here for the first's first S pieces
 
 
 def out_bytes(dt):
@@ -116,10 +117,14 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted)."""
+    see promoted). stagger=S (block scaling, one product, two consumer warp groups): the second
+    consumer warp group starts each tile's k loop once the first has finished its first S pieces'
+    wgmma (a named barrier, once a tile; a k step is two 128-column pieces, or one of 192), so
+    that one group's wait and promotion fall under the other's wgmma instead of both groups
+    promoting at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 74 % busy)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1):
+                 block_n=None, stages=None, group=8, blocks=132, products=1, stagger=0):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -137,6 +142,10 @@ class MatmulFp8(tilus.Script):
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
         self.consumers = block_m // 64
+        assert stagger >= 0 and (not stagger or (scaling == "block" and products == 1 and self.consumers == 2)), \
+            "stagger (pieces the second consumer warp group waits for): block scaling, one product, two consumer " \
+            "warp groups"
+        self.stagger = stagger
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
         # not: there the producer is a whole warp group that gives its registers to the
@@ -279,6 +288,9 @@ class MatmulFp8(tilus.Script):
                 else:
                     if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
                         part = self.register_tensor(dtype=float32, shape=[bm, widths[0]], init=0.0)
+                    if self.stagger:  # the second warp group starts once the first's first pieces are done
+                        with self.thread_group(thread_begin=128, num_threads=128):
+                            self.sync_threads(STAGGER_BARRIER, 256)
                     for step in range(steps):
                         g = first + step
                         stage = g % stages
@@ -294,6 +306,11 @@ class MatmulFp8(tilus.Script):
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
                                 self.wgmma.wait_group(0)
+                                if self.stagger and p == (self.stagger - 1) % pieces:
+                                    # On the last step where a tile has fewer (no hang).
+                                    if step == tilus.min((self.stagger - 1) // pieces, steps - 1):
+                                        with self.thread_group(thread_begin=0, num_threads=128):
+                                            self.named_barrier_arrive(STAGGER_BARRIER, 256)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
                                 self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))

@@ -102,6 +102,11 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     # tile's buffer, one 256-wide wgmma).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
     (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
+    # The second consumer warp group staggered by 1 or 3 pieces (the arrival on the first or the
+    # second k step), several tiles a block, a tile with fewer steps than the stagger (k = 128).
+    (dict(scaling="block", stagger=1), 301, 520, 1040), (dict(scaling="block", stagger=3), 700, 1000, 400),
+    (dict(scaling="block", stagger=3), 700, 1000, 128),
+    (dict(scaling="block", block_n=192, stagger=1, out=float16), 301, 1000, 1040),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
@@ -212,7 +217,8 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
-                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
+                         [dict(scaling="block", block_n=bn, stagger=st) for bn, st in ((256, 1), (256, 2), (192, 1))])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -313,6 +319,34 @@ def test_two_block_scaled_products_promote_under_the_next_wgmma_in_the_sass(bloc
         between = [o for _, o, _ in ops[w:arrive]]
         assert between.count("FFMA") >= 64, f"{between.count('FFMA')} FFMAs after the wait at {ops[w][0]}"
     assert not any(o == "WARPGROUP.DEPBAR.LE" and a.strip().endswith("0x0") for _, o, a in ops[loop_start:loop_end])
+
+
+@pytest.mark.parametrize("stagger", [1, 2])
+def test_the_staggered_warp_group_waits_once_a_tile_for_the_first_ones_pieces(stagger):
+    """stagger=S: before each tile's k loop the second consumer warp group waits at a named
+    barrier of both warp groups' 256 threads, at which the first arrives (without waiting) after
+    the wait for its S-th piece's wgmma of the tile, before that piece's promotion; nothing else
+    changes. No NVRTC needed: the CUDA source."""
+    args = _args("block", 4096, 4096, 4096)
+    plain = MatmulFp8("block").source(*args, arch="sm_90a")
+    src = MatmulFp8("block", stagger=stagger).source(*args, arch="sm_90a")
+    # Barrier 1 is the kernel's own: the thread groups' barriers take other ids.
+    sync = re.findall(r"tilus::named_barrier\(1, \d+\)", src)
+    arrive = re.findall(r"tilus::named_barrier_arrive\(\d+, \d+\)", src)
+    assert sync == ["tilus::named_barrier(1, 256)"] and arrive == ["tilus::named_barrier_arrive(1, 256)"]
+    assert "tilus::named_barrier_arrive(" not in plain
+    loop = src.index("for (int32_t step = 0;")
+    assert src.index("named_barrier(1, 256)") < loop < src.index("named_barrier_arrive(1, 256)")
+    body = src[loop:src.index("named_barrier_arrive(1, 256)")]
+    # The arrival follows the S-th piece's wait (wait_group 0), on that piece's k step (or the
+    # tile's last where it has fewer).
+    assert body.count("tilus::wgmma_wait_group<0>") == (stagger - 1) % 2 + 1
+    assert re.search(rf"if \(\(step == .*{(stagger - 1) // 2}", body[body.rindex("wgmma_wait_group<0>"):])
+    for bad in (dict(stagger=1, block_m=64), dict(stagger=1, block_n=128, products=2), dict(stagger=-1)):
+        with pytest.raises(AssertionError, match="stagger"):
+            MatmulFp8("block", **bad)
+    with pytest.raises(AssertionError, match="stagger"):
+        MatmulFp8("tensor", stagger=1)
 
 
 def bad_mma(at, bt, dt, k=64, a_registers=False):
