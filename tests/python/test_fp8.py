@@ -102,14 +102,20 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     # tile's buffer, one 256-wide wgmma).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
     (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
-    # The second consumer warp group staggered by 1 or 3 pieces (the arrival on the first or the
-    # second k step), several tiles a block, a tile with fewer steps than the stagger (k = 128).
-    (dict(scaling="block", stagger=1), 301, 520, 1040), (dict(scaling="block", stagger=3), 700, 1000, 400),
-    (dict(scaling="block", stagger=3), 700, 1000, 128),
-    (dict(scaling="block", block_n=192, stagger=1, out=float16), 301, 1000, 1040),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("kw,m,n,k", [
+    # The second consumer warp group staggered by 1 or 3 pieces (the arrival on the first or the
+    # second k step), several tiles a block, a tile with fewer steps than the stagger (k = 128).
+    (dict(stagger=1), 301, 520, 1040), (dict(stagger=3), 700, 1000, 400), (dict(stagger=3), 700, 1000, 128),
+    (dict(block_n=192, stagger=1, out=float16), 301, 1000, 1040),
+])
+def test_staggered_block_scaled_matmul_on_the_gpu(kw, m, n, k):
+    check_matmul(Arrays("cuda"), MatmulFp8("block", blocks=8, **kw), m, n, k)
 
 
 def test_block_scaled_tile_rule():
