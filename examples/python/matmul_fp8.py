@@ -121,10 +121,16 @@ class MatmulFp8(tilus.Script):
     consumer warp group starts each tile's k loop once the first has finished its first S pieces'
     wgmma (a named barrier, once a tile; a k step is two 128-column pieces, or one of 192), so
     that one group's wait and promotion fall under the other's wgmma instead of both groups
-    promoting at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 74 % busy)."""
+    promoting at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 74 % busy).
+    early_store (tensor and row scaling, block_n <= 192): each tile's values are kept in registers
+    in c's dtype and stored (through c's buffer, by TMA) right after the next tile's first wgmma
+    is issued, so the tensor cores work under the epilogue; the cluster's last tile is stored
+    after its loop. A 16-bit value takes a register of its own, so beside a 128 x 256
+    accumulator the kept tile would spill; the consumer warp groups take the producer's
+    registers (setmaxnreg) as with row scaling."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, stagger=0):
+                 block_n=None, stages=None, group=8, blocks=132, products=1, stagger=0, early_store=False):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -146,11 +152,16 @@ class MatmulFp8(tilus.Script):
             "stagger (pieces the second consumer warp group waits for): block scaling, one product, two consumer " \
             "warp groups"
         self.stagger = stagger
+        # A 16-bit value takes a register of its own: the kept tile beside a 128 x 256 accumulator spills.
+        assert not early_store or (scaling != "block" and (block_n or 256) <= 192), \
+            "early_store: tensor or row scaling, block_n 192 or less"
+        self.early_store = early_store
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
         # not: there the producer is a whole warp group that gives its registers to the
         # consumers (setmaxnreg), as examples/python/matmul_a16wx.py's wgmma kernel does.
-        self.consumer_regs = None if scaling == "tensor" else min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
+        self.consumer_regs = None if scaling == "tensor" and not early_store else \
+            min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
         self.box = 128 // out_bytes(out)  # columns of one TMA store box: a 128-byte swizzled row
         self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
         # What the stages leave: c's store buffer, and 256 bytes for the barriers (16 a stage).
@@ -243,6 +254,29 @@ class MatmulFp8(tilus.Script):
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
                 parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
+
+            def store_tile(piece, offset_m, offset_n):
+                """c's tile at (offset_m, offset_n) through sc by TMA stores, piece(h) its h-th
+                piece in c's dtype."""
+                whole = self.whole_store
+                for h in tilus.static_range(pieces):
+                    if h == 0 or not whole:
+                        with self.single_thread():  # the stores before have read sc
+                            self.tma.wait_group(0, read=True)
+                    out = piece(h)
+                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    dst = sc if boxes == sc.shape[0] else \
+                        self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
+                    if h == pieces - 1 or not whole:
+                        start = 0 if whole else h * 128  # the tile's column of sc's first box
+                        with self.single_thread():
+                            for j in tilus.static_range(box0 + boxes):
+                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
+                            self.tma.commit_group()
+
+            if self.early_store:  # the last tile's values in c's dtype (early_store)
+                outs = [self.register_tensor(dtype=self.out, shape=[bm, w]) for w in widths]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
@@ -320,28 +354,29 @@ class MatmulFp8(tilus.Script):
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [widths[p], bk]).transpose(), accs[p])
                             self.wgmma.commit_group()
+                            if self.early_store:
+                                if step == 0:
+                                    if t != cluster:  # the tile before, under this tile's first wgmma
+                                        before_m, before_n = self.pair_origin(t - clusters, pairs_m, tiles_n)
+                                        store_tile(lambda h: outs[h], before_m + rank * bm, before_n)
                             self.wgmma.wait_group(1)
                             if step > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)
                     if not block:
                         self.wgmma.wait_group(0)
                         self.release(empty[(first + steps - 1) % stages], peer)
-                whole = self.whole_store
-                for h in tilus.static_range(pieces):
-                    if h == 0 or not whole:
-                        with self.single_thread():  # the stores before have read sc
-                            self.tma.wait_group(0, read=True)
-                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
-                    dst = sc if boxes == sc.shape[0] else \
-                        self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
-                    self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
-                    if h == pieces - 1 or not whole:
-                        start = 0 if whole else h * 128  # the tile's column of sc's first box
-                        with self.single_thread():
-                            for j in tilus.static_range(box0 + boxes):
-                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
-                            self.tma.commit_group()
+                if self.early_store:
+                    # The tile's values in c's dtype, stored under the next tile's first wgmma.
+                    for h in tilus.static_range(pieces):
+                        self.assign(outs[h], scaled(self, self.scaling, accs[h], gsa, gsb, offset_m,
+                                                    offset_n + h * 128).to(self.out))
+                else:
+                    store_tile(lambda h: scaled(self, self.scaling, accs[h], gsa, gsb, offset_m,
+                                                offset_n + h * 128).to(self.out), offset_m, offset_n)
+            if self.early_store and cluster < pairs:  # the cluster's last tile
+                last = cluster + (pairs - 1 - cluster) // clusters * clusters
+                last_m, last_n = self.pair_origin(last, pairs_m, tiles_n)
+                store_tile(lambda h: outs[h], last_m + rank * bm, last_n)
         self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
