@@ -26,7 +26,7 @@ also runs on the CPU backend."""
 import numpy as np
 
 import tilus
-from tilus import bfloat16, boolean, float16, float32, float8_e4m3, float8_e5m2, int32
+from tilus import bfloat16, boolean, float16, float32, float8_e4m3, float8_e5m2, int32, uint32
 from common import from_host_array, round_to
 from hopper_matmul_v6 import HopperMatmulV6
 
@@ -122,12 +122,12 @@ class MatmulFp8(tilus.Script):
     wgmma (a named barrier, once a tile; a k step is two 128-column pieces, or one of 192), so
     that one group's wait and promotion fall under the other's wgmma instead of both groups
     promoting at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 74 % busy).
-    early_store (tensor and row scaling, block_n <= 192): each tile's values are kept in registers
-    in c's dtype and stored (through c's buffer, by TMA) right after the next tile's first wgmma
-    is issued, so the tensor cores work under the epilogue; the cluster's last tile is stored
-    after its loop. A 16-bit value takes a register of its own, so beside a 128 x 256
-    accumulator the kept tile would spill; the consumer warp groups take the producer's
-    registers (setmaxnreg) as with row scaling."""
+    early_store (tensor and row scaling): each tile's values are kept in registers in c's dtype
+    and stored (through c's buffer, by TMA) right after the next tile's first wgmma is issued, so
+    the tensor cores work under the epilogue; the cluster's last tile is stored after its loop.
+    16-bit values are kept two to a 32-bit word (a view as uint32): ptxas gives a 16-bit value a
+    register of its own, and 128 of them beside a 128 x 256 accumulator spill. The consumer warp
+    groups take the producer's registers (setmaxnreg) as with row scaling."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132, products=1, stagger=0, early_store=False):
@@ -152,9 +152,7 @@ class MatmulFp8(tilus.Script):
             "stagger (pieces the second consumer warp group waits for): block scaling, one product, two consumer " \
             "warp groups"
         self.stagger = stagger
-        # A 16-bit value takes a register of its own: the kept tile beside a 128 x 256 accumulator spills.
-        assert not early_store or (scaling != "block" and (block_n or 256) <= 192), \
-            "early_store: tensor or row scaling, block_n 192 or less"
+        assert not early_store or scaling != "block", "early_store: tensor or row scaling"
         self.early_store = early_store
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -276,7 +274,13 @@ class MatmulFp8(tilus.Script):
                             self.tma.commit_group()
 
             if self.early_store:  # the last tile's values in c's dtype (early_store)
-                outs = [self.register_tensor(dtype=self.out, shape=[bm, w]) for w in widths]
+                # 16-bit values two to a 32-bit word (ptxas gives a 16-bit value a register of its own).
+                packed = out_bytes(self.out) == 2
+                outs = [self.register_tensor(dtype=uint32 if packed else self.out, shape=[bm, w // 2 if packed else w])
+                        for w in widths]
+
+                def kept(h):  # piece h of the kept tile in c's dtype
+                    return self.view(outs[h], dtype=self.out) if packed else outs[h]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
@@ -358,7 +362,7 @@ class MatmulFp8(tilus.Script):
                                 if step == 0:
                                     if t != cluster:  # the tile before, under this tile's first wgmma
                                         before_m, before_n = self.pair_origin(t - clusters, pairs_m, tiles_n)
-                                        store_tile(lambda h: outs[h], before_m + rank * bm, before_n)
+                                        store_tile(kept, before_m + rank * bm, before_n)
                             self.wgmma.wait_group(1)
                             if step > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)
@@ -368,15 +372,15 @@ class MatmulFp8(tilus.Script):
                 if self.early_store:
                     # The tile's values in c's dtype, stored under the next tile's first wgmma.
                     for h in tilus.static_range(pieces):
-                        self.assign(outs[h], scaled(self, self.scaling, accs[h], gsa, gsb, offset_m,
-                                                    offset_n + h * 128).to(self.out))
+                        value = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
+                        self.assign(outs[h], self.view(value, dtype=uint32) if packed else value)
                 else:
                     store_tile(lambda h: scaled(self, self.scaling, accs[h], gsa, gsb, offset_m,
                                                 offset_n + h * 128).to(self.out), offset_m, offset_n)
             if self.early_store and cluster < pairs:  # the cluster's last tile
                 last = cluster + (pairs - 1 - cluster) // clusters * clusters
                 last_m, last_n = self.pair_origin(last, pairs_m, tiles_n)
-                store_tile(lambda h: outs[h], last_m + rank * bm, last_n)
+                store_tile(kept, last_m + rank * bm, last_n)
         self.cluster.sync()  # no block leaves while its peer may still write to it
 
 

@@ -125,7 +125,8 @@ def test_staggered_block_scaled_matmul_on_the_gpu(kw, m, n, k):
     # float32 c (two pieces, c's buffer one piece); row scales; 128 columns.
     (dict(scaling="tensor"), 301, 1000, 1040), (dict(scaling="tensor"), 100, 150, 272),
     (dict(scaling="tensor", out=float32), 700, 400, 128), (dict(scaling="row", out=float16), 301, 1000, 400),
-    (dict(scaling="tensor", block_n=128), 700, 1000, 272),
+    (dict(scaling="tensor", block_n=128), 700, 1000, 272), (dict(scaling="tensor", block_n=256), 301, 1000, 1040),
+    (dict(scaling="tensor", block_n=256, stages=3), 700, 600, 400),
 ])
 def test_early_store_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, early_store=True, **{"block_n": 192, **kw}), m, n, k)
@@ -134,8 +135,8 @@ def test_early_store_matmul_on_the_gpu(kw, m, n, k):
 def test_early_store_stores_each_tile_under_the_next_ones_first_wgmma():
     """early_store: in the k loop, the TMA stores of the tile before follow the commit of the
     first step's wgmma and precede its wait (wait_group 1), on the first step of every tile but
-    the cluster's first; the cluster's last tile is stored after the tile loop. 256 columns and
-    block scaling are refused. No NVRTC needed: the CUDA source."""
+    the cluster's first; the cluster's last tile is stored after the tile loop; the kept tile is
+    16-bit values two to a 32-bit word. Block scaling is refused. No NVRTC needed: the CUDA source."""
     src = MatmulFp8(block_n=192, early_store=True).source(*_args("tensor", 4096, 4096, 4096), arch="sm_90a")
     loop = src.index("for (int32_t step = 0;")
     body = src[loop:re.compile(r"tilus::wgmma_wait_group\w*<1>").search(src, loop).start()]
@@ -143,9 +144,9 @@ def test_early_store_stores_each_tile_under_the_next_ones_first_wgmma():
     end = src.index("tilus::cluster_sync", loop)
     assert body.count("tilus::tma_store") == 3 and src.count("tilus::tma_store", loop, end) == 6, \
         "three boxes of 64 columns under the first wgmma and three after the tile loop"
-    for bad in (dict(early_store=True), dict(scaling="block", block_n=192, early_store=True)):
-        with pytest.raises(AssertionError, match="early_store"):
-            MatmulFp8(**bad)
+    assert re.search(r"uint32_t \w+\[48\];", src[src.index("setmaxnreg_inc"):loop]), "the kept tile: 96 bf16 a thread"
+    with pytest.raises(AssertionError, match="early_store"):
+        MatmulFp8("block", early_store=True)
 
 
 def test_block_scaled_tile_rule():
@@ -255,7 +256,7 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
                           for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
                          [dict(scaling="block", block_n=bn, stagger=st) for bn, st in ((256, 1), (256, 2), (192, 1))] +
-                         [dict(scaling=s, block_n=192, early_store=True) for s in ("tensor", "row")])
+                         [dict(scaling=s, block_n=bn, early_store=True) for s in ("tensor", "row") for bn in (192, 256)])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
