@@ -123,8 +123,10 @@ class MatmulFp8(tilus.Script):
     that one group's wait and promotion fall under the other's wgmma instead of both groups
     promoting at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 74 % busy).
     early_store (tensor and row scaling): each tile's values are kept in registers in c's dtype
-    and stored (through c's buffer, by TMA) right after the next tile's first wgmma is issued, so
-    the tensor cores work under the epilogue; the cluster's last tile is stored after its loop.
+    and stored (through c's buffer, by TMA) right after the next tile's first wgmma is issued
+    (with c's buffer a 128-column piece: piece h after the wgmma of step h, so the wait for the
+    stores of piece h - 1 falls under a wgmma too), so the tensor cores work under the epilogue;
+    the cluster's last tile is stored after its loop.
     16-bit values are kept two to a 32-bit word (a view as uint32): ptxas gives a 16-bit value a
     register of its own, and 128 of them beside a 128 x 256 accumulator spill. The consumer warp
     groups take the producer's registers (setmaxnreg) as with row scaling."""
@@ -253,11 +255,13 @@ class MatmulFp8(tilus.Script):
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
                 parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
 
-            def store_tile(piece, offset_m, offset_n):
+            def store_tile(piece, offset_m, offset_n, only=None):
                 """c's tile at (offset_m, offset_n) through sc by TMA stores, piece(h) its h-th
-                piece in c's dtype."""
+                piece in c's dtype; only=h: that piece alone (the pieces in order)."""
                 whole = self.whole_store
                 for h in tilus.static_range(pieces):
+                    if only is not None and h != only:
+                        continue
                     if h == 0 or not whole:
                         with self.single_thread():  # the stores before have read sc
                             self.tma.wait_group(0, read=True)
@@ -359,10 +363,13 @@ class MatmulFp8(tilus.Script):
                                                                             [widths[p], bk]).transpose(), accs[p])
                             self.wgmma.commit_group()
                             if self.early_store:
-                                if step == 0:
-                                    if t != cluster:  # the tile before, under this tile's first wgmma
-                                        before_m, before_n = self.pair_origin(t - clusters, pairs_m, tiles_n)
-                                        store_tile(kept, before_m + rank * bm, before_n)
+                                # The tile before, piece h under this tile's wgmma of step h (of
+                                # its last step where it has fewer).
+                                for h in tilus.static_range(pieces):
+                                    if step == tilus.min(h, steps - 1):
+                                        if t != cluster:
+                                            before_m, before_n = self.pair_origin(t - clusters, pairs_m, tiles_n)
+                                            store_tile(kept, before_m + rank * bm, before_n, only=h)
                             self.wgmma.wait_group(1)
                             if step > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)

@@ -140,11 +140,18 @@ def test_early_store_stores_each_tile_under_the_next_ones_first_wgmma():
     src = MatmulFp8(block_n=192, early_store=True).source(*_args("tensor", 4096, 4096, 4096), arch="sm_90a")
     loop = src.index("for (int32_t step = 0;")
     body = src[loop:re.compile(r"tilus::wgmma_wait_group\w*<1>").search(src, loop).start()]
-    assert body.index("tilus::wgmma_commit_group()") < body.index("tilus::tma_store") and "(step == 0)" in body
+    assert body.index("tilus::wgmma_commit_group()") < body.index("tilus::tma_store")
+    assert "if ((step == tilus::min_<int32_t>((steps - 1), 0)))" in body
     end = src.index("tilus::cluster_sync", loop)
     assert body.count("tilus::tma_store") == 3 and src.count("tilus::tma_store", loop, end) == 6, \
         "three boxes of 64 columns under the first wgmma and three after the tile loop"
     assert re.search(r"uint32_t \w+\[48\];", src[src.index("setmaxnreg_inc"):loop]), "the kept tile: 96 bf16 a thread"
+    # c's buffer one 128-column piece: piece h under step h's wgmma (step 0's where a tile has one).
+    src = MatmulFp8(early_store=True).source(*_args("tensor", 4096, 4096, 4096), arch="sm_90a")
+    loop = src.index("for (int32_t step = 0;")
+    body = src[loop:re.compile(r"tilus::wgmma_wait_group\w*<1>").search(src, loop).start()]
+    pieces = re.split(r"if \(\(step == tilus::min_<int32_t>\(\(steps - 1\), ([01])\)\)\)", body)
+    assert pieces[1::2] == ["0", "1"] and [p.count("tilus::tma_store") for p in pieces[2::2]] == [2, 2]
     with pytest.raises(AssertionError, match="early_store"):
         MatmulFp8("block", early_store=True)
 
