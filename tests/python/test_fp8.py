@@ -126,7 +126,7 @@ def test_staggered_block_scaled_matmul_on_the_gpu(kw, m, n, k):
     (dict(scaling="tensor"), 301, 1000, 1040), (dict(scaling="tensor"), 100, 150, 272),
     (dict(scaling="tensor", out=float32), 700, 400, 128), (dict(scaling="row", out=float16), 301, 1000, 400),
     (dict(scaling="tensor", block_n=128), 700, 1000, 272), (dict(scaling="tensor", block_n=256), 301, 1000, 1040),
-    (dict(scaling="tensor", block_n=256, stages=3), 700, 600, 400),
+    (dict(scaling="tensor", block_n=256), 700, 600, 128), (dict(scaling="tensor", block_n=256, stages=3), 700, 600, 400),
 ])
 def test_early_store_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, early_store=True, **{"block_n": 192, **kw}), m, n, k)
