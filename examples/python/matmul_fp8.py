@@ -688,6 +688,8 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
+                  (MatmulFp8("tensor", early_store=True, blocks=blocks), 301, 1000, 1040 if not quick else 272),
+                  (MatmulFp8("block", stagger=1, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
     for kernel, m, n, k in cases:
         got, want = run(kernel, m, n, k, rng, device)
