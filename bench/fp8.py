@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES[xGROUP[xE]]],...]
+                                                [--block-tiles BMxBN[xP],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-block] [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
@@ -16,13 +16,10 @@ kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 
 MatmulFp8Block, its tile and products (one, or two in turn) chosen by block_config's rule (the
 autotuner's pick among matmul_fp8.BLOCK_TILES with --tune-block: it kept 128 x 256 at 8192^3 in two
 H200 runs where 128 x 192 ran 9 % faster in this bench's interleaved timing), and --block-tiles adds MatmulFp8 with
-each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products, "BMxBNxPxS" with the
-second consumer warp group starting each tile once the first has done S pieces of 128 columns) against the per-tensor
+each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products) against the per-tensor
 _scaled_mm. The per-tensor and per-row kernels' tile width and stages are tuned among
 matmul_fp8.TILES (MatmulFp8Tuned; 128 x 256 with 4 stages with --no-tune); --tensor-tiles adds
-per-tensor MatmulFp8 with each tile named ("tilus tensor BN", "BNxSTAGES", "BNxSTAGESxGROUP" or
-"BNxSTAGESxGROUPx1", GROUP the grouped tile order's pairs along m, STAGES 0 as many as fit, x1 each
-tile stored under the next one's first wgmma: early_store). --shapes replaces the shapes
+per-tensor MatmulFp8 with each tile named ("tilus tensor BN" or "BNxSTAGES"). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 
@@ -121,12 +118,9 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=()
     plain = MatmulFp8Tuned if tune else MatmulFp8
     tensor_k, row_k, block_k = (plain("tensor", blocks=sms), plain("row", blocks=sms),
                                 MatmulFp8Block(blocks=sms, tune=tune_block))
-    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1,
-                          stagger=t[3] if len(t) > 3 else 0, blocks=sms)
+    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1, blocks=sms)
              for t in block_tiles}
-    tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 and t[1] else None,
-                                             group=t[2] if len(t) > 2 else 8, early_store=len(t) > 3 and t[3] == 1,
-                                             blocks=sms)
+    tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 else None, blocks=sms)
                   for t in tensor_tiles})
     rows = []
     for m, n, k in shapes:
@@ -227,13 +221,10 @@ def main():
     p.add_argument("--no-tune", action="store_true", help="the per-tensor "
                                                           "and per-row ones 128x256, and the quantization's by "
                                                           "cast_config, not by the autotuner")
-    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP or BMxBNxPxS, P products, "
-                                                     "S > 0 the second consumer warp group starting each tile once the first has "
-                                                     "done S pieces (e.g. 128x256,128x128x2,128x256x1x1) timed beside the chosen one")
-    p.add_argument("--tensor-tiles", default="", help="per-tensor tiles BN[xSTAGES[xGROUP[xE]]] of 128 rows "
-                                                      "(STAGES 0: as many as fit; GROUP: pairs of tiles along m in "
-                                                      "the grouped order, default 8; E=1: early_store; e.g. "
-                                                      "192,256x3,256x0x16,192x0x8x1) timed beside the chosen one")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN or BMxBNxP, P products (e.g. "
+                                                     "128x256,128x128x2) timed beside the chosen one")
+    p.add_argument("--tensor-tiles", default="", help="per-tensor tiles BN or BNxSTAGES of 128 rows (e.g. 192,256x3) "
+                                                      "timed beside the chosen one")
     args = p.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     block_tiles = [tuple(int(v) for v in s.split("x")) for s in args.block_tiles.split(",") if s]

@@ -26,14 +26,13 @@ also runs on the CPU backend."""
 import numpy as np
 
 import tilus
-from tilus import bfloat16, boolean, float16, float32, float8_e4m3, float8_e5m2, int32, uint32
+from tilus import bfloat16, boolean, float16, float32, float8_e4m3, float8_e5m2, int32
 from common import from_host_array, round_to
 from hopper_matmul_v6 import HopperMatmulV6
 
 SCALINGS = ("tensor", "row", "block")
 BLOCK_K = 128  # codes per k step: a 128-byte swizzled row of fp8, and DeepSeek-V3's scale block
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KB)
-STAGGER_BARRIER = 1  # stagger=S: the second consumer warp group waits here for the first's first S pieces
 
 
 def out_bytes(dt):
@@ -117,22 +116,10 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted). stagger=S (block scaling, one product, two consumer warp groups): the second
-    consumer warp group starts each tile's k loop once the first has finished its first S pieces'
-    wgmma (a named barrier, once a tile; a k step is two 128-column pieces, or one of 192), so
-    that one group's wait and promotion fall under the other's wgmma instead of both groups
-    promoting at once while the tensor cores idle (ncu, H200, 8192^3: tensor pipe 74 % busy).
-    early_store (tensor and row scaling): each tile's values are kept in registers in c's dtype
-    and stored (through c's buffer, by TMA) right after the next tile's first wgmma is issued
-    (with c's buffer a 128-column piece: piece h after the wgmma of step h, so the wait for the
-    stores of piece h - 1 falls under a wgmma too), so the tensor cores work under the epilogue;
-    the cluster's last tile is stored after its loop.
-    16-bit values are kept two to a 32-bit word (a view as uint32): ptxas gives a 16-bit value a
-    register of its own, and 128 of them beside a 128 x 256 accumulator spill. The consumer warp
-    groups take the producer's registers (setmaxnreg) as with row scaling."""
+    see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, stagger=0, early_store=False):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -150,18 +137,11 @@ class MatmulFp8(tilus.Script):
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
         self.consumers = block_m // 64
-        assert stagger >= 0 and (not stagger or (scaling == "block" and products == 1 and self.consumers == 2)), \
-            "stagger (pieces the second consumer warp group waits for): block scaling, one product, two consumer " \
-            "warp groups"
-        self.stagger = stagger
-        assert not early_store or scaling != "block", "early_store: tensor or row scaling"
-        self.early_store = early_store
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
         # not: there the producer is a whole warp group that gives its registers to the
         # consumers (setmaxnreg), as examples/python/matmul_a16wx.py's wgmma kernel does.
-        self.consumer_regs = None if scaling == "tensor" and not early_store else \
-            min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
+        self.consumer_regs = None if scaling == "tensor" else min(248, (65536 - 128 * 40) // (128 * self.consumers) // 8 * 8)
         self.box = 128 // out_bytes(out)  # columns of one TMA store box: a 128-byte swizzled row
         self.stage_bytes = (block_m + block_n) * BLOCK_K + (block_m * 4 + 128 if scaling == "block" else 0)
         # What the stages leave: c's store buffer, and 256 bytes for the barriers (16 a stage).
@@ -254,37 +234,6 @@ class MatmulFp8(tilus.Script):
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
                 parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
-
-            def store_tile(piece, offset_m, offset_n, only=None):
-                """c's tile at (offset_m, offset_n) through sc by TMA stores, piece(h) its h-th
-                piece in c's dtype; only=h: that piece alone (the pieces in order)."""
-                whole = self.whole_store
-                for h in tilus.static_range(pieces):
-                    if only is not None and h != only:
-                        continue
-                    if h == 0 or not whole:
-                        with self.single_thread():  # the stores before have read sc
-                            self.tma.wait_group(0, read=True)
-                    out = piece(h)
-                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
-                    dst = sc if boxes == sc.shape[0] else \
-                        self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
-                    self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
-                    if h == pieces - 1 or not whole:
-                        start = 0 if whole else h * 128  # the tile's column of sc's first box
-                        with self.single_thread():
-                            for j in tilus.static_range(box0 + boxes):
-                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
-                            self.tma.commit_group()
-
-            if self.early_store:  # the last tile's values in c's dtype (early_store)
-                # 16-bit values two to a 32-bit word (ptxas gives a 16-bit value a register of its own).
-                packed = out_bytes(self.out) == 2
-                outs = [self.register_tensor(dtype=uint32 if packed else self.out, shape=[bm, w // 2 if packed else w])
-                        for w in widths]
-
-                def kept(h):  # piece h of the kept tile in c's dtype
-                    return self.view(outs[h], dtype=self.out) if packed else outs[h]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
@@ -330,9 +279,6 @@ class MatmulFp8(tilus.Script):
                 else:
                     if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
                         part = self.register_tensor(dtype=float32, shape=[bm, widths[0]], init=0.0)
-                    if self.stagger:  # the second warp group starts once the first's first pieces are done
-                        with self.thread_group(thread_begin=128, num_threads=128):
-                            self.sync_threads(STAGGER_BARRIER, 256)
                     for step in range(steps):
                         g = first + step
                         stage = g % stages
@@ -348,11 +294,6 @@ class MatmulFp8(tilus.Script):
                                                enable_input_d=False)
                                 self.wgmma.commit_group()
                                 self.wgmma.wait_group(0)
-                                if self.stagger and p == (self.stagger - 1) % pieces:
-                                    # On the last step where a tile has fewer (no hang).
-                                    if step == tilus.min((self.stagger - 1) // pieces, steps - 1):
-                                        with self.thread_group(thread_begin=0, num_threads=128):
-                                            self.named_barrier_arrive(STAGGER_BARRIER, 256)
                                 if p == pieces - 1:
                                     self.release(empty[stage], peer, read_shared=True)
                                 self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
@@ -362,32 +303,28 @@ class MatmulFp8(tilus.Script):
                                 self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
                                                                             [widths[p], bk]).transpose(), accs[p])
                             self.wgmma.commit_group()
-                            if self.early_store:
-                                # The tile before, piece h under this tile's wgmma of step h (of
-                                # its last step where it has fewer).
-                                for h in tilus.static_range(pieces):
-                                    if step == tilus.min(h, steps - 1):
-                                        if t != cluster:
-                                            before_m, before_n = self.pair_origin(t - clusters, pairs_m, tiles_n)
-                                            store_tile(kept, before_m + rank * bm, before_n, only=h)
                             self.wgmma.wait_group(1)
                             if step > 0:
                                 self.release(empty[(g + stages - 1) % stages], peer)
                     if not block:
                         self.wgmma.wait_group(0)
                         self.release(empty[(first + steps - 1) % stages], peer)
-                if self.early_store:
-                    # The tile's values in c's dtype, stored under the next tile's first wgmma.
-                    for h in tilus.static_range(pieces):
-                        value = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                        self.assign(outs[h], self.view(value, dtype=uint32) if packed else value)
-                else:
-                    store_tile(lambda h: scaled(self, self.scaling, accs[h], gsa, gsb, offset_m,
-                                                offset_n + h * 128).to(self.out), offset_m, offset_n)
-            if self.early_store and cluster < pairs:  # the cluster's last tile
-                last = cluster + (pairs - 1 - cluster) // clusters * clusters
-                last_m, last_n = self.pair_origin(last, pairs_m, tiles_n)
-                store_tile(kept, last_m + rank * bm, last_n)
+                whole = self.whole_store
+                for h in tilus.static_range(pieces):
+                    if h == 0 or not whole:
+                        with self.single_thread():  # the stores before have read sc
+                            self.tma.wait_group(0, read=True)
+                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
+                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    dst = sc if boxes == sc.shape[0] else \
+                        self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
+                    self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
+                    if h == pieces - 1 or not whole:
+                        start = 0 if whole else h * 128  # the tile's column of sc's first box
+                        with self.single_thread():
+                            for j in tilus.static_range(box0 + boxes):
+                                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
+                            self.tma.commit_group()
         self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
@@ -688,8 +625,6 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
-                  (MatmulFp8("tensor", early_store=True, blocks=blocks), 301, 1000, 1040 if not quick else 272),
-                  (MatmulFp8("block", stagger=1, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
     for kernel, m, n, k in cases:
         got, want = run(kernel, m, n, k, rng, device)

@@ -107,55 +107,6 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
-@pytest.mark.parametrize("kw,m,n,k", [
-    # The second consumer warp group staggered by 1 or 3 pieces (the arrival on the first or the
-    # second k step), several tiles a block, a tile with fewer steps than the stagger (k = 128).
-    (dict(stagger=1), 301, 520, 1040), (dict(stagger=3), 700, 1000, 400), (dict(stagger=3), 700, 1000, 128),
-    (dict(block_n=192, stagger=1, out=float16), 301, 1000, 1040),
-])
-def test_staggered_block_scaled_matmul_on_the_gpu(kw, m, n, k):
-    check_matmul(Arrays("cuda"), MatmulFp8("block", blocks=8, **kw), m, n, k)
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
-@pytest.mark.parametrize("kw,m,n,k", [
-    # Each tile stored under the next one's first wgmma: 3 tiles a cluster (ragged), the last
-    # stored after the loop; a cluster with one tile and clusters with none; one k step a tile;
-    # float32 c (two pieces, c's buffer one piece); row scales; 128 columns.
-    (dict(scaling="tensor"), 301, 1000, 1040), (dict(scaling="tensor"), 100, 152, 272),
-    (dict(scaling="tensor", out=float32), 700, 400, 128), (dict(scaling="row", out=float16), 301, 1000, 400),
-    (dict(scaling="tensor", block_n=128), 700, 1000, 272), (dict(scaling="tensor", block_n=256), 301, 1000, 1040),
-    (dict(scaling="tensor", block_n=256), 700, 600, 128), (dict(scaling="tensor", block_n=256, stages=3), 700, 600, 400),
-])
-def test_early_store_matmul_on_the_gpu(kw, m, n, k):
-    check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, early_store=True, **{"block_n": 192, **kw}), m, n, k)
-
-
-def test_early_store_stores_each_tile_under_the_next_ones_first_wgmma():
-    """early_store: in the k loop, the TMA stores of the tile before follow the commit of the
-    first step's wgmma and precede its wait (wait_group 1), on the first step of every tile but
-    the cluster's first; the cluster's last tile is stored after the tile loop; the kept tile is
-    16-bit values two to a 32-bit word. Block scaling is refused. No NVRTC needed: the CUDA source."""
-    src = MatmulFp8(block_n=192, early_store=True).source(*_args("tensor", 4096, 4096, 4096), arch="sm_90a")
-    loop = src.index("for (int32_t step = 0;")
-    body = src[loop:re.compile(r"tilus::wgmma_wait_group\w*<1>").search(src, loop).start()]
-    assert body.index("tilus::wgmma_commit_group()") < body.index("tilus::tma_store")
-    assert "if ((step == tilus::min_<int32_t>((steps - 1), 0)))" in body
-    end = src.index("tilus::cluster_sync", loop)
-    assert body.count("tilus::tma_store") == 3 and src.count("tilus::tma_store", loop, end) == 6, \
-        "three boxes of 64 columns under the first wgmma and three after the tile loop"
-    assert re.search(r"uint32_t \w+\[48\];", src[src.index("setmaxnreg_inc"):loop]), "the kept tile: 96 bf16 a thread"
-    # c's buffer one 128-column piece: piece h under step h's wgmma (step 0's where a tile has one).
-    src = MatmulFp8(early_store=True).source(*_args("tensor", 4096, 4096, 4096), arch="sm_90a")
-    loop = src.index("for (int32_t step = 0;")
-    body = src[loop:re.compile(r"tilus::wgmma_wait_group\w*<1>").search(src, loop).start()]
-    pieces = re.split(r"if \(\(step == tilus::min_<int32_t>\(\(steps - 1\), ([01])\)\)\)", body)
-    assert pieces[1::2] == ["0", "1"] and [p.count("tilus::tma_store") for p in pieces[2::2]] == [2, 2]
-    with pytest.raises(AssertionError, match="early_store"):
-        MatmulFp8("block", early_store=True)
-
-
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
     the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
@@ -261,9 +212,7 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
-                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
-                         [dict(scaling="block", block_n=bn, stagger=st) for bn, st in ((256, 1), (256, 2), (192, 1))] +
-                         [dict(scaling=s, block_n=bn, early_store=True) for s in ("tensor", "row") for bn in (192, 256)])
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
@@ -364,34 +313,6 @@ def test_two_block_scaled_products_promote_under_the_next_wgmma_in_the_sass(bloc
         between = [o for _, o, _ in ops[w:arrive]]
         assert between.count("FFMA") >= 64, f"{between.count('FFMA')} FFMAs after the wait at {ops[w][0]}"
     assert not any(o == "WARPGROUP.DEPBAR.LE" and a.strip().endswith("0x0") for _, o, a in ops[loop_start:loop_end])
-
-
-@pytest.mark.parametrize("stagger", [1, 2])
-def test_the_staggered_warp_group_waits_once_a_tile_for_the_first_ones_pieces(stagger):
-    """stagger=S: before each tile's k loop the second consumer warp group waits at a named
-    barrier of both warp groups' 256 threads, at which the first arrives (without waiting) after
-    the wait for its S-th piece's wgmma of the tile, before that piece's promotion; nothing else
-    changes. No NVRTC needed: the CUDA source."""
-    args = _args("block", 4096, 4096, 4096)
-    plain = MatmulFp8("block").source(*args, arch="sm_90a")
-    src = MatmulFp8("block", stagger=stagger).source(*args, arch="sm_90a")
-    # Barrier 1 is the kernel's own: the thread groups' barriers take other ids.
-    sync = re.findall(r"tilus::named_barrier\(1, \d+\)", src)
-    arrive = re.findall(r"tilus::named_barrier_arrive\(\d+, \d+\)", src)
-    assert sync == ["tilus::named_barrier(1, 256)"] and arrive == ["tilus::named_barrier_arrive(1, 256)"]
-    assert "tilus::named_barrier_arrive(" not in plain
-    loop = src.index("for (int32_t step = 0;")
-    assert src.index("named_barrier(1, 256)") < loop < src.index("named_barrier_arrive(1, 256)")
-    body = src[loop:src.index("named_barrier_arrive(1, 256)")]
-    # The arrival follows the S-th piece's wait (wait_group 0), on that piece's k step (or the
-    # tile's last where it has fewer).
-    assert body.count("tilus::wgmma_wait_group<0>") == (stagger - 1) % 2 + 1
-    assert re.search(rf"if \(\(step == .*{(stagger - 1) // 2}", body[body.rindex("wgmma_wait_group<0>"):])
-    for bad in (dict(stagger=1, block_m=64), dict(stagger=1, block_n=128, products=2), dict(stagger=-1)):
-        with pytest.raises(AssertionError, match="stagger"):
-            MatmulFp8("block", **bad)
-    with pytest.raises(AssertionError, match="stagger"):
-        MatmulFp8("tensor", stagger=1)
 
 
 def bad_mma(at, bt, dt, k=64, a_registers=False):
