@@ -416,13 +416,14 @@ def block_config(m, n, clusters, out=bfloat16):
 
 
 # The per-tensor and per-row tiles the autotuner times (block_n, stages; 128 rows): 128 x 256 (the
-# most products per byte loaded) with 4 stages and c's buffer one 128-column piece, or 3 stages
-# and the whole tile's buffer (one wait for earlier stores a tile, not one a piece, and one wgmma
-# of the tile's width per k32 step); and 128 x 192 (4 stages and the whole tile's buffer, one
-# 192-wide wgmma), whose tile pairs split a wave more evenly where the
-# 256-column ones leave a last round half empty (8192^3 on 66 clusters: 1024 pairs of 128 x 256,
-# 15.5 a cluster; 1376 pairs of 128 x 192, 20.8 a cluster, three quarters of the work each).
-TILES = [(256, None), (192, None), (256, 3)]
+# most products per byte loaded) with 4 stages and c's buffer one 128-column piece, and 128 x 192
+# (4 stages and the whole tile's buffer, one 192-wide wgmma), whose tile pairs split a wave more
+# evenly where the 256-column ones leave a last round half empty (8192^3 on 66 clusters: 1024
+# pairs of 128 x 256, 15.5 a cluster; 1376 pairs of 128 x 192, 20.8 a cluster, three quarters of
+# the work each; H200: 776.6 us against 833.0, while 128 x 256 is the faster at 4096^3). 128 x 256
+# with 3 stages and the whole tile's buffer (MatmulFp8(stages=3)) was a candidate too and never
+# won in 14 tuned H200 runs (256/4 10 times, 192/4 4 times): no longer timed.
+TILES = [(256, None), (192, None)]
 
 
 @tilus.autotune("block_n, stages", TILES)
