@@ -1321,6 +1321,22 @@ TEST(AtomicPasses, SelectionRecordsRedOrAtomAndTheBoundsChecks) {
   EXPECT_EQ(*a[1]->checked_dims, (std::vector<int>{0, 1}));  // the tile at (1, 5) may pass m and n
 }
 
+TEST(AtomicPasses, SixteenBitFloatRedGoesByPairsWhereThePairIsOneAlignedWord) {
+  // An f16 add whose old values are unread: by pairs (red .f16x2) at an even column, element by
+  // element at an odd one (a pair would straddle two words).
+  auto s = golden_case("atomic_red_pairs", kSelect, [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+    auto v = k.load_global(a, {.offsets = {0, 0}, .shape = {1, 256}});
+    k.atomic.global_add(a, v, {.offsets = {1, 0}});
+    k.atomic.global_add(a, v, {.offsets = {2, 1}});
+  });
+  auto a = atomics(s.after);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_TRUE(a[0]->lowering.red);
+  EXPECT_EQ(a[0]->lowering.vector, 2) << "an even column: pairs of one aligned word";
+  EXPECT_TRUE(a[1]->lowering.red);
+  EXPECT_LE(a[1]->lowering.vector, 1) << "an odd column: element by element";
+}
+
 TEST(AtomicPasses, SharedAtomicsGetBarriersLikeStores) {
   auto s = golden_case("atomic_barriers", "insert_barriers",
                        [](K& k, Int32, Int32, GlobalTensor&, GlobalTensor& b) { atomic_body(k, b); });

@@ -304,3 +304,31 @@ def test_a_debug_scheduled_class_tunes_only_that_config(cache_dir, monkeypatch):
     assert timed and all(c == {"block": 64} for c in timed)
     entry, = tilus.autotune_report(file=open(os.devnull, "w"))
     assert entry.winner == {"block": "64"} and len(entry.results) == 1
+
+
+@pytest.mark.skipif(not __import__("conftest").HAS_GPU, reason="no GPU")
+def test_examples_timed_configs_do_not_time_the_host_building_arguments():
+    """common.timed_configs (the tuner of the W4A16 and decode examples) times the launch, not the
+    call that builds its arguments: a configuration whose call sleeps 5 ms on the host still times
+    a tiny kernel at well under a millisecond, and its order against a cheap twin is not decided by
+    that host time."""
+    import time
+    import torch
+    from common import timed_configs
+    x = torch.zeros(1024, device="cuda")
+
+    class Launch:
+        def compiled(self, *args):
+            return None
+
+        def __call__(self, y):
+            y.add_(1)
+
+    def call(cfg):
+        if cfg == "slow host":
+            time.sleep(0.005)
+        return Launch(), (x,)
+
+    times = dict((cfg, ms) for ms, cfg in timed_configs(["cheap", "slow host"], call, repeat=5))
+    assert times["slow host"] < 1.0, times
+    assert times["cheap"] < 1.0, times
