@@ -111,11 +111,10 @@ class FlashAttention(tilus.Script):
         seqlen_k = self.seqlen_k
         if self.causal:
             shift = seqlen_k - self.seqlen_q
-            # one bound a row (the last key it sees, relative to col0), one compare an element
             keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n],
-                                        init=lambda i, j: j <= tilus.min(seqlen_k - 1, tile_row + i + shift) - col0)
+                                        init=lambda i, j: (col0 + j < seqlen_k) & (col0 + j <= tile_row + i + shift))
         else:
-            keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n], init=lambda i, j: j < seqlen_k - col0)
+            keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n], init=lambda i, j: col0 + j < seqlen_k)
         return self.where(keep, s, float("-inf"))
 
     def softmax(self, s, m, l):
