@@ -64,7 +64,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, thread_sums=False):
+                 named_turns=False):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -82,10 +82,6 @@ class FlashAttention(tilus.Script):
         # that adds the block (FA3's order): it runs while the tensor cores run Q K^T, not between
         # the softmax and the next GEMMs
         self.rescale_between = rescale_between and specialized
-        # the row sums l kept per thread over its own columns of each row (8 partial sums a row,
-        # [64, 8]), summed across a row's threads once in finish(): a key block's softmax then
-        # adds its exp2s within the thread, without the shuffles (two a row) across a row's threads
-        self.thread_sums = thread_sums
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
@@ -119,26 +115,15 @@ class FlashAttention(tilus.Script):
 
     def softmax(self, s, m, l):
         """The online softmax step of scores s [64, block_n] (float32): updates the row max m (in
-        log2 units of the scaled scores) and row sums l (row_sums()), returns (p, alpha): p =
-        exp2(s * scale * log2(e) - m) and the factor alpha by which the running output is rescaled."""
+        log2 units of the scaled scores) and row sum l, returns (p, alpha): p = exp2(s * scale *
+        log2(e) - m) and the factor alpha by which the running output is rescaled."""
         m_new = self.maximum(m, self.max(s, dim=1, keepdim=True) * self.scale_log2)
         base = self.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
         alpha = self.exp2(m - base)
         p = self.exp2(s * self.scale_log2 - base)
-        if l.shape[1] == 1:
-            self.assign(l, l * alpha + self.sum(p, dim=1, keepdim=True))
-        else:  # column c of a row goes to partial sum c % 8: a thread's own columns (wgmma's layout)
-            self.assign(l, l * alpha + self.sum(self.reshape(p, [64, self.block_n // 8, 8]), dim=1))
+        self.assign(l, l * alpha + self.sum(p, dim=1, keepdim=True))
         self.assign(m, m_new)
         return p, alpha
-
-    def row_sums(self):
-        """The running row sums of 64 rows at 0: [64, 1], or with thread_sums [64, 8] partial sums."""
-        return self.register_tensor(dtype=float32, shape=[64, 8 if self.thread_sums else 1], init=0.0)
-
-    def row_total(self, l):
-        """The row sums [64, 1] of row_sums() partials."""
-        return l if l.shape[1] == 1 else self.sum(l, dim=1, keepdim=True)
 
     def normalized(self, o, l):
         """o / l per column block (a row that saw no key: 0)."""
@@ -451,7 +436,7 @@ class FlashAttention(tilus.Script):
         nxt = (w + 1) % self.consumers
         o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
-        l = self.row_sums()
+        l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         p16 = self.register_tensor(dtype=self.dtype, shape=[64, bn])
         # One score accumulator for every block: each wgmma accumulator is kept in registers
         # from its first use to the end of its scope, so one per step would hold registers the
@@ -495,7 +480,7 @@ class FlashAttention(tilus.Script):
         if q_empty is not None:
             if blocks == 0:
                 self.release(q_empty)
-        self.finish(o, m, self.row_total(l), w, sq if so is None else so)
+        self.finish(o, m, l, w, sq if so is None else so)
 
     def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha, masked,
              tile_row, col0, done=0):
@@ -544,7 +529,7 @@ class FlashAttention(tilus.Script):
             self.q_tile(sq, q_full[0], 0)
         o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(d // 64)]
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
-        l = self.row_sums()
+        l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         s = self.register_tensor(dtype=float32, shape=[64, self.block_n])
         if blocks > 0:
             self.simple_load(sk, sv, full, 0, last)
@@ -553,7 +538,7 @@ class FlashAttention(tilus.Script):
             self.simple_step(j, sq, sk, sv, full, s, o, m, l, True, tile_row, last, blocks)
         for j in range(masked, blocks):
             self.simple_step(j, sq, sk, sv, full, s, o, m, l, False, tile_row, last, blocks)
-        self.finish(o, m, self.row_total(l), 0, sq)
+        self.finish(o, m, l, 0, sq)
 
     def simple_load(self, sk, sv, full, j, n):
         stage = j % self.stages
@@ -695,13 +680,7 @@ def prefill_candidates(head_dim, causal, sms=0):
         out += [dict(stages=3)] if causal else []
     if head_dim == 256:
         out.append(dict(block_n=64))
-    return out + loop_candidates(rule)
-
-
-def loop_candidates(rule):
-    """The consumers' loop-body options the bench times on top of the rule (each the other way
-    from the rule's): the row sums kept per thread (thread_sums)."""
-    return [dict(thread_sums=not rule.get("thread_sums", False))]
+    return out
 
 
 def config_name(cfg):

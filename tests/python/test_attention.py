@@ -61,9 +61,7 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
                                           (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
-                                          (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
-                                          (128, True, dict(thread_sums=True)),
-                                          (64, False, dict(persistent=3, consumers=3, block_n=64, thread_sums=True))],
+                                          (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
@@ -71,23 +69,11 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
     consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
     (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
-    reported as a CpuCheckError), also over many tiles in a ring of three warp groups, and the row
-    sums kept per thread (thread_sums)."""
+    reported as a CpuCheckError), also over many tiles in a ring of three warp groups."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
     check(o, lse, *reference(q, k, v, cq, ck, causal))
-
-
-@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("d", [64, 256])
-def test_thread_sums_on_the_cpu_backend(d):
-    """thread_sums=True in the variant without warp specialization: the row sums kept as 8
-    partial sums a row and added up once at the end give the same o and lse (rows with no key
-    too: their sums stay 0)."""
-    cq, ck, q, k, v = packed((100, 37, 5), (100, 200, 0), 4, 2, d)
-    o, lse = flash_attention_varlen(q, k, v, cq, ck, 100, True, thread_sums=True)
-    check(o, lse, *reference(q, k, v, cq, ck, True))
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
@@ -261,15 +247,6 @@ def test_named_turns_on_the_gpu(causal):
     and in the persistent kernel over many tiles at d 64 and 128."""
     check_ragged_on_the_gpu(causal, (128, 256), named_turns=True)
     check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
-@pytest.mark.parametrize("causal", [True, False])
-def test_thread_sums_on_the_gpu(causal):
-    """thread_sums=True (the row sums as 8 partial sums a row, added across a row's threads once at
-    the end) on top of the rule, d 64, 128 and 256, and in the persistent kernel over many tiles."""
-    check_ragged_on_the_gpu(causal, (64, 128, 256), thread_sums=True)
-    check_ragged_on_the_gpu(causal, (64, 128), thread_sums=True, persistent=3)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
