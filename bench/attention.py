@@ -184,7 +184,7 @@ def compile_prefill(tables, candidates, persistent=True, part=None):
     from concurrent.futures import ThreadPoolExecutor
     from flash_attention import config_name, prefill_candidates
     work = [(name, d, s, causal, cfg) for dtypes, configs in tables for name in dtypes for d, s, causal in configs
-            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent))
+            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent), s)
                                if candidates and name == "float16" else [])]
     if part:
         work = work[part[0]::part[1]]
@@ -237,7 +237,7 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent))  # bf16: the same code
+            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent), s)  # bf16: the same code
                         if candidates and name == "float16" else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()

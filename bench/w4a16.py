@@ -250,8 +250,11 @@ def describe(cfg):
     loop = " unrolled" if cfg.get("unroll") else ""
     loop += " bounded" if cfg.get("bounded") else ""
     loop += " interleaved" if cfg.get("interleave") else ""
+    loop += " k-major" if cfg.get("k_major") else ""
     loop += " red-into-c" if cfg.get("split_red") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
+    if cfg.get("blocks"):
+        return f"mma {cfg['block_m']}x{cfg['block_n']} stream-K {cfg['blocks']} blocks stages {cfg['stages']}{decode}{loop}"
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
 
 

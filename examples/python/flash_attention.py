@@ -618,14 +618,18 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
-        cfg = {**prefill_config(d, causal, _multiprocessors(q)), **cfg}
+        cfg = {**prefill_config(d, causal, _multiprocessors(q), max_seqlen_q), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
                    cu_seqlens_k), out, lse)
 
 
-def prefill_config(head_dim, causal, sms=0):
-    """The rule for a launch on the GPU (`sms` multiprocessors): FlashAttention's parameters that
+PERSISTENT_SEQLEN = 16384  # d 128 with causal: from this query length on, the kernel without persistent blocks
+
+
+def prefill_config(head_dim, causal, sms=0, seqlen=0):
+    """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
+    not known): FlashAttention's parameters that
     differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
     shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
     chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
@@ -645,34 +649,51 @@ def prefill_config(head_dim, causal, sms=0):
     takes the persistent kernel without ping-pong at every length (the call of 00:31, four rounds:
     f16 561 / 551 / 547, 1.10x / 1.10x / 1.07x cuDNN, ping-pong on 542 / 527 / 536, without
     persistent blocks 454 / 518 / 540; bf16 1.04x at each, ping-pong on 1.00-1.02x; without causal
-    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). Without `sms` the persistent kernel is left out."""
+    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). The two mid calls of
+    2026-11-29 02:30 and 03:06 (f16, seqlen 4096 / 8192 / 16384) turned both: without causal the
+    persistent kernel was the fastest at every length in both (604 / 612 / 636 against the rule's
+    582 / 598 / 605, then 607 / 651 / 631 against 563 / 610 / 542: 1.00x / 1.09x / 1.05x cuDNN), so
+    d = 128 takes it without causal too; with causal at 16384 the kernel without persistent blocks
+    was (643 against 573, 633 against 569: 1.20x cuDNN), at 4096 and 8192 the persistent one (516
+    against 489 and 554 against 499; 562 against 547 and 554 against 548), so from PERSISTENT_SEQLEN
+    queries on d = 128 with causal runs without persistent blocks. Without `sms` the persistent
+    kernel is left out."""
     persistent = dict(persistent=sms) if causal and sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
-        return ({**persistent, "rescale_between": True, "pingpong": False} if causal
-                else dict(block_n=176, rescale_between=True))
+        if causal:
+            return {**(persistent if seqlen < PERSISTENT_SEQLEN else {}), "rescale_between": True, "pingpong": False}
+        return {**({"persistent": sms} if sms else {}), "block_n": 176, "rescale_between": True}
     return dict(block_n=80, rescale_between=True)
 
 
-def prefill_candidates(head_dim, causal, sms=0):
+def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule); each fits the registers and shared
     memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
-    the turns at named barriers turned the other way; with `sms`, the persistent kernel of one
+    the turns at named barriers turned the other way (not without causal at d = 128: neither flip
+    ever won there, e.g. 524 / 554 / 549 and 548 / 600 / 595 against 546 / 554 / 606 in the mid call
+    of 23:47); with `sms`, the persistent kernel of one
     block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
     loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
-    causal and the default 64-key blocks at d = 256 (no rule depends on the sequence length).
+    causal and the default 64-key blocks at d = 256 (the rule and its candidates of a launch with
+    queries of at most `seqlen`).
     Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
     8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
     602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
     persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
-    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47) and its L2 sections half as wide
-    (381 / 451 / 434 against 447 / 481 / 495, 21:20)."""
-    rule = prefill_config(head_dim, causal, sms)
+    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47), its L2 sections half as wide
+    (381 / 451 / 434 against 447 / 481 / 495, 21:20), and without causal the last, partial wave's
+    tiles split along the keys into 5 or 3 pieces merged through their log-sum-exp by the last to
+    arrive (535 / 554 / 601 and 553 / 574 / 584 against 582 / 598 / 605, mid call of 02:30 on
+    2026-11-29: on paper it ended 1.3-2.2 % sooner; the piece kernel's code was twice the rule's)."""
+    rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    out += [dict(pingpong=not rule.get("pingpong", True)), dict(rescale_between=not rule.get("rescale_between", False))]
-    if rule.get("pingpong", True):  # the turns at named barriers (FA3's) or at mbarriers, the other way
+    flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
+    out += [] if flips else [dict(pingpong=not rule.get("pingpong", True))]
+    out.append(dict(rescale_between=not rule.get("rescale_between", False)))
+    if rule.get("pingpong", True) and not flips:  # the turns at named barriers (FA3's) or at mbarriers, the other way
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]

@@ -8,9 +8,10 @@ cp.async (`stages` in flight); the bytes are loaded straight into the registers 
 tensor-core operand (layout inference derives their layout from the dot's, back through the
 transpose, the cast and the view), widened to f16 (the vectorized conversions for int4/uint4
 and fp8), scaled and fed to mma. Small m splits k over blockIdx.z (split-K): each split stores
-its partial sums and the last of a tile's splits to finish adds them up; for small m the weights
-are repacked once into fragment order so that each thread loads its operand bytes as 16-byte
-vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
+its partial sums and the last of a tile's splits to finish adds them up (MatmulA16WxStream deals
+the k tiles of all output tiles out evenly to a grid of whole blocks per SM instead: stream-K);
+for small m the weights are repacked once into fragment order so that each thread loads its
+operand bytes as 16-byte vectors; for 4-bit integer codes under f16 a second repacking (magic_layout) lets the magic
 decode widen whole words by one LOP3 and one HADD2/HFMA2 per pair (magic_step). From m = 33 on an sm_90a GPU, MatmulA16WxHopper runs the product transposed on wgmma
 with the dequantized weights as its register operand (warp-specialized, TMA on an mbarrier
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
@@ -59,7 +60,8 @@ class MatmulA16Wx(SplitK):
 
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
-                 min_blocks=None, bounded=False, split_red=False, interleave=False):
+                 min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
+                 k_major=False):
         super().__init__()
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -70,6 +72,19 @@ class MatmulA16Wx(SplitK):
         # shapes at m = 1.) Its copies past the split's last tile fall past the end of k: bounded
         # by construction.
         self.interleave = interleave
+        # partials_only (a measuring aid, never offered by the tuner; c is not written): the
+        # splits store their partial sums and end there, without the arrival counter and the
+        # last split's sum, so that timing it against the same kernel with its ending gives the
+        # ending's share of the time (an earlier probe put it at about 3 us at m = 1).
+        assert not partials_only or split_k > 1 and not split_red, "partials_only: the counter ending of a split"
+        self.partials_only = partials_only
+        # k_major (magic decode by cp.async): the weights repacked k tile after k tile
+        # (repack_for_magic(k_major=True)), so that the blocks that work on the same k step of
+        # different output tiles read one contiguous run (the 64 tiles of 8192 x 8192: 512 KB)
+        # instead of runs a tile's whole k range apart. (The H200 timed the splits of a tile reading
+        # neighbouring k tiles, interleave=True, 2-3 % faster, and more blocks at once, more
+        # runs apart, slower: 4 blocks an SM 20-30 % slower than 2 or 3.)
+        self.k_major = k_major
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
         # the last split (the shortest k range where the splits do not divide k) stores its f16
@@ -112,6 +127,7 @@ class MatmulA16Wx(SplitK):
         self.by_tma = tma
         if tma:
             assert magic, "the TMA copies are an option of the magic decode"
+        assert not k_major or magic and not tma, "k_major: the magic decode's weights by cp.async"
 
     def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
         """The block's tile acc [bm, bn] of c (blocks over (m tiles, n tiles, splits)), or with
@@ -127,6 +143,9 @@ class MatmulA16Wx(SplitK):
             self.cluster.sync()
             if self.blockIdx.z < self.split_k - 1:
                 self.atomic.global_add(gc, tile, offsets=[om, on])
+        elif self.partials_only:
+            self.store_global(self.global_view(partial, shape=[self.split_k, m, n]), self.unsqueeze(acc, 0),
+                              offsets=[self.blockIdx.z, om, on])
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
@@ -158,7 +177,9 @@ class MatmulA16Wx(SplitK):
         # codes); 3-, 5-, 6- and 7-bit codes straddle bytes, so their tiles are typed in shared
         # memory and each code is loaded by itself.
         as_bytes = self.repacked or 8 % bits == 0
-        if self.repacked:
+        if self.k_major:
+            gb = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(k, bk), tilus.cdiv(n, bn), rows, 16])
+        elif self.repacked:
             gb = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, bn), tilus.cdiv(k, bk), rows, 16])
         elif as_bytes:
             gb = self.global_view(b, dtype=uint8, shape=[n, k * bits // 8])
@@ -231,7 +252,9 @@ class MatmulA16Wx(SplitK):
             kt = first + step * stride
             kt = tilus.select(step < steps, kt, ktiles) if self.bounded and not self.interleave else kt
             self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
-            if self.repacked:
+            if self.k_major:
+                self.copy_async(gb, sb[stage], offsets=[kt, self.blockIdx.y, 0, 0], dims=[2, 3])
+            elif self.repacked:
                 self.copy_async(gb, sb[stage], offsets=[self.blockIdx.y, kt, 0, 0], dims=[2, 3])
             else:
                 kb = kt * bk
@@ -316,6 +339,114 @@ class MatmulA16Wx(SplitK):
         return acc + part * scale.to(float32) if self.late_scale else part
 
 
+class MatmulA16WxStream(MatmulA16Wx):
+    """The small-m kernel on the magic decode with the k tiles of all output tiles dealt out evenly:
+    `blocks` blocks (a whole number of them an SM: one wave), block b taking the run b T / G to
+    (b + 1) T / G of the T = tiles x k tiles, output tile after output tile (stream-K). A split
+    by blockIdx.z gives every block a whole split, so where the blocks are not a whole number a
+    SM some SMs run one block more than others to the end (28672 x 8192 at m = 1: 224 tiles in 2
+    splits, 448 blocks on 132 SMs, 52 SMs with 4 and 80 with 3, the kernel bound by the SMs' work
+    as the H200's 1.3x slower run at ncu's locked clocks says). A block's run crosses output
+    tiles: where a tile has one block, that block writes c; else each of its blocks stores its
+    float32 partial sums in partial[2 b + (not its first tile)] ([2 G, min(m, bm), bn]) and counts
+    its arrival in counters[tile]; the last to arrive adds them up into c (as SplitK's ending).
+    A ring of `stages` per output tile of the run (its k loop as the split kernel's, 333 SASS
+    instructions a k tile against bounded=True's 317); between two tiles the ring drains and
+    fills again. (One ring over the whole run, each tile's ending while the next tile's copies
+    flew, took 377 instructions a k tile and never won on the H200: removed.)"""
+
+    def __init__(self, wtype, group=128, blocks=396, **options):
+        super().__init__(wtype, group, **dict(options, split_k=1))
+        assert self.magic and not self.by_tma and not self.unroll and not self.k_major, \
+            "stream-K: the magic decode by cp.async, rolled, the weights n tile after n tile"
+        self.blocks = blocks
+
+    def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
+        bm, bn, bk, stages, grid = self.block_m, self.block_n, self.block_k, self.stages, self.blocks
+        self.attrs.blocks = [grid, 1, 1]
+        self.attrs.warps = self.warps
+        at, unsigned = self.atype, not self.wtype.is_signed()
+        ktiles, tiles_n = tilus.cdiv(k, bk), tilus.cdiv(n, bn)
+        total = tilus.cdiv(m, bm) * tiles_n * ktiles  # k tiles of every output tile, tile after tile
+        me = self.blockIdx.x
+        lo, hi = me * total // grid, (me + 1) * total // grid  # this block's run
+        first_tile = lo // ktiles
+
+        rows = bn * bk // 2 // 16
+        ga = self.global_view(a, dtype=at, shape=[m, k])
+        gb = self.global_view(b, dtype=uint8, shape=[tiles_n, ktiles, rows, 16])
+        gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
+        gc = self.global_view(c, dtype=at, shape=[m, n])
+        gp = self.global_view(partial, shape=[2 * grid, tilus.min(m, bm), bn])  # (m = 1: rows of one, not 16)
+        arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm) * tiles_n])
+        before = self.shared_tensor(dtype=int32, shape=[1])  # (before the ring: no copy may target it)
+        sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
+        sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
+        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        ends = dict(m=m, n=n, k=k, c=c, gp=gp, arrivals=arrivals, before=before, me=me, first_tile=first_tile,
+                    total=total)
+
+        def load_stage(tm, tn, kt, valid, stage):
+            # k tile kt of output tile (tm, tn); not valid: from past the end of k (zero-filled, no read)
+            om, on, kt = tm * bm, tn * bn, tilus.select(valid, kt, ktiles)
+            self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
+            self.copy_async(gb, sb[stage], offsets=[tn, kt, 0, 0], dims=[2, 3])
+            self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
+            if unsigned:
+                self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
+            self.copy_async_commit_group()
+
+        def step(i, acc):
+            return self.magic_step(k, sa[i % stages], sb[i % stages], ss[i % stages], sz[i % stages], acc)
+
+        runs = tilus.select(hi > lo, (hi - 1) // ktiles - first_tile + 1, 0)  # the output tiles it works on
+        for t in range(first_tile, first_tile + runs):
+            # (kernel variables: ptxas then keeps them in registers through the k loop, where the
+            # expressions inlined cost it 4 instructions more a k tile)
+            kfirst = self.declare("kfirst", int32, tilus.max(lo, t * ktiles) - t * ktiles)  # the run's k tiles of t
+            steps = self.declare("steps", int32, tilus.min(hi, t * ktiles + ktiles) - t * ktiles - kfirst)
+            tn = self.declare("tn", int32, t % tiles_n)
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            for s in tilus.static_range(stages - 1):
+                load_stage(t // tiles_n, tn, kfirst + s, s < steps, s)
+            for i in range(steps):
+                acc = step(i, acc)
+                load_stage(t // tiles_n, tn, kfirst + i + stages - 1, i + stages - 1 < steps, (i + stages - 1) % stages)
+            # The copies past the run (zero fills) land before the next tile's reuse their stages.
+            self.copy_async_wait_all()
+            self.sync()
+            self.tile_ending(t, acc, ends)
+
+    def tile_ending(self, t, acc, ends):
+        """The run's part of output tile t done (acc): into c where the tile has one block, else its
+        partial sums stored and, by the last of the tile's blocks to arrive, added up into c."""
+        bm, bn, bk, grid, at = self.block_m, self.block_n, self.block_k, self.blocks, self.atype
+        m, n, k, me, total = ends["m"], ends["n"], ends["k"], ends["me"], ends["total"]
+        gp, arrivals = ends["gp"], ends["arrivals"]
+        ktiles, tiles_n = tilus.cdiv(k, bk), tilus.cdiv(n, bn)
+        gc = self.global_view(ends["c"], dtype=at, shape=[m, n])
+        tm = t // tiles_n
+        om, on = tm * bm, (t - tm * tiles_n) * bn
+        first, last = self.block_of(t * ktiles, total), self.block_of(t * ktiles + ktiles - 1, total)
+        if first == last:
+            self.store_global(gc, acc.to(at), offsets=[om, on])
+        else:
+            self.store_global(gp, self.unsqueeze(acc, 0), offsets=[2 * me + tilus.select(t > ends["first_tile"], 1, 0), 0, 0])
+            if last_to_arrive(self, arrivals, [t], last - first + 1, slot=ends["before"]):
+                sums = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+                for j in range(first, last + 1):  # block j's slot of tile t: its first tile's or its later one's
+                    slot = 2 * j + tilus.select(t > j * total // grid // ktiles, 1, 0)
+                    sums = sums + self.sum(self.load_global(gp, offsets=[slot, 0, 0], shape=[1, bm, bn]), dim=0)
+                self.store_global(gc, sums.to(at), offsets=[om, on])
+                reset_arrivals(self, arrivals, [t])
+
+    def block_of(self, x, total):
+        """The block whose run holds k tile x of the whole (total k tiles)."""
+        return ((x + 1) * self.blocks - 1) // total
+
 def magic_applies(wtype, atype, bk):
     """Whether MatmulA16Wx(magic=True) takes these codes: 4-bit integers to f16 activations (bf16's
     7-bit mantissa cannot hold 16 x a code under its exponent), k tiles of whole 64s."""
@@ -393,10 +524,11 @@ class RepackWeights(tilus.Script):
     straight into that layout and stores the same registers seen as rows of bytes; n and k are
     padded with zero codes to whole tiles."""
 
-    def __init__(self, wtype, bn, bk, layout, threads):
+    def __init__(self, wtype, bn, bk, layout, threads, k_major=False):
         super().__init__()
         assert threads % 32 == 0 and layout.local_size * wtype.bits % 128 == 0, "a thread's codes must fill 16-byte rows"
         self.wtype, self.bn, self.bk, self.layout, self.threads = wtype, bn, bk, layout, threads
+        self.k_major = k_major  # tiles (k / bk, n / bn) after tile instead of (n / bn, k / bk)
 
     def __call__(self, n: int32, k: int32, src: tilus.void_p, dst: ~uint8):
         bn, bk, threads = self.bn, self.bk, self.threads
@@ -410,10 +542,12 @@ class RepackWeights(tilus.Script):
         out = self.view(codes, dtype=uint8, layout=tilus.local(rows // threads, 1) * tilus.spatial(threads, 1) *
                         tilus.local(1, 16))
         gout = self.global_view(dst, shape=[tilus.cdiv(n, bn) * tiles_k * rows, 16])
-        self.store_global(gout, out, offsets=[(self.blockIdx.x * tiles_k + self.blockIdx.y) * rows, 0])
+        tile = (self.blockIdx.y * tilus.cdiv(n, bn) + self.blockIdx.x if self.k_major else
+                self.blockIdx.x * tiles_k + self.blockIdx.y)
+        self.store_global(gout, out, offsets=[tile * rows, 0])
 
 
-def repack(b, wtype, n, k, bn, bk, layout, threads):
+def repack(b, wtype, n, k, bn, bk, layout, threads, k_major=False):
     """The plain weight bytes b [n, k * bits / 8] (numpy, or a CUDA torch tensor) repacked by
     RepackWeights: [tiles, rows, 16] uint8 where b lives."""
     rows = bn * bk * wtype.bits // 8 // 16
@@ -423,14 +557,15 @@ def repack(b, wtype, n, k, bn, bk, layout, threads):
         out = torch.empty(shape, dtype=torch.uint8, device=b.device)
     else:
         out = np.empty(shape, np.uint8)
-    RepackWeights(wtype, bn, bk, layout, threads)(n, k, b, out)
+    RepackWeights(wtype, bn, bk, layout, threads, k_major)(n, k, b, out)
     return out
 
 
-def repack_for_magic(b, wtype, n, k, bn, bk, warps=4):
-    """The bytes MatmulA16Wx(magic=True) loads: magic_layout's order of 16-row tiles on `warps` warps."""
+def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False):
+    """The bytes MatmulA16Wx(magic=True) loads: magic_layout's order of 16-row tiles on `warps` warps
+    (k_major: the tiles k tile after k tile, each k tile's n tiles together, for k_major=True)."""
     assert repackable(wtype.bits, 16, bn, bk, warps) and bk % 64 == 0, f"no magic order for {bn}x{bk} tiles"
-    return repack(b, wtype, n, k, bn, bk, magic_layout(bn, bk, warps), 32 * warps)
+    return repack(b, wtype, n, k, bn, bk, magic_layout(bn, bk, warps), 32 * warps, k_major)
 
 
 def repack_weights(b, wtype, n, k, bn, bk, warps=4):
@@ -857,12 +992,14 @@ class QuantizedMatmul:
 
         - m <= 32, the 16-row mma.sync kernel: the rule's split s (mma_config: a power of two,
           the m x n tiles times s about two blocks per SM), 2 s, and the splits that fill one wave
-          of 2, 3 and 4 blocks per SM (any split up to 16: the last one takes the k tiles left), in
+          of 2 and 3 blocks per SM (any split up to 16: the last one takes the k tiles left), in
           4 stages, on the magic decode with late_scale where its weights exist (`magic`, else the
-          plain decode); each split also bounded (no copies of the next split's k tiles; moot
-          unsplit) and interleaved (split z on the k tiles z, z + s, ...); with f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
+          plain decode); each split also interleaved (split z on the k tiles z, z + s, ...), and
+          on the magic decode each also on the weights k tile after k tile (k_major); with
+          f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
           (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
-          SM: unroll, min_blocks=4);
+          SM: unroll, min_blocks=4); on the magic decode also stream-K (MatmulA16WxStream, every
+          SM the same k tiles) in 3 blocks an SM, where each block gets two k tiles;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -898,25 +1035,35 @@ class QuantizedMatmul:
             tiles = -(-m // 16) * -(-n // base["block_n"])
             # (The magic decode in 4 stages: 51 KB of shared memory a block and 121 registers a
             # thread, 128 for uint4, since its scales come by cp.async: 4 blocks an SM. On the
-            # H200 the time fell with each block more an SM, up to one wave: split 6 of 8192 x
-            # 8192 at 3 blocks an SM, 22.2 us; split 4, 25.0; split 8, 512 blocks, 27.7.)
-            splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles, min(16, 4 * sms // tiles))
+            # H200 the time fell with each block more an SM up to 3: split 6 of 8192 x 8192 at 3
+            # blocks an SM, 18.8 us; split 4, 18.9; split 8, 512 blocks, 22.8 (the mid call of
+            # 02:30, 2026-11-29): the split that fills 4 blocks an SM never won and left the list.)
+            splits = [x for x in (s, 2 * s, 2 * sms // tiles, 3 * sms // tiles)
                       if 1 <= x <= 16 and k // (base["block_k"] * x) >= 2]
-            # Each split also bounded (no copies past its k tiles; moot unsplit) and interleaved
-            # (split z on the k tiles z, z + s, ...: the splits of a tile read neighbouring tiles); with
+            # Each split also interleaved (split z on the k tiles z, z + s, ...: the splits of a
+            # tile read neighbouring tiles), and on the magic decode each on the weights k tile
+            # after k tile (k_major: the blocks at one k step read one contiguous run); with
             # f16_split_sums (an opt-in: f16 sums of the splits) on sm_90 (where TMA applies) with 2
             # to 8 splits also split_red, its k loop unrolled (rolled, ptxas gave it 341 SASS
             # instructions a k tile, the others 317; unrolled 285). (The H200, session of 22:52:
             # split_red won at 28672 x 8192 and 3584 x 18944 by 2-3 %, 45.6 against 47.0 us; the
             # cluster ending with float32 partial sums, unsplit in 8 stages, 8 stages split and the
-            # counter ending's unrolled loop never won and left the list.)
+            # counter ending's unrolled loop never won and left the list; bounded=True, never the
+            # pick in the mid call of 02:30, 2026-11-29, too.)
             for split in splits:
-                add(dict(base, split_k=split, **decode))
-                if split > 1:
-                    add(dict(base, split_k=split, bounded=True, **decode))
-                    add(dict(base, split_k=split, interleave=True, **decode))  # (bounded as it is)
+                for order in ({}, dict(k_major=True)) if magic else ({},):
+                    add(dict(base, split_k=split, **decode, **order))
+                    if split > 1:
+                        add(dict(base, split_k=split, interleave=True, **decode, **order))  # (bounded as it is)
                 if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
                     add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
+            # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 3 blocks an SM (the
+            # splits above leave SMs a block more than others where the blocks are not a whole
+            # number an SM). (Both mid calls of the session of 01:55 on the H200: it won at 28672 x
+            # 8192 int4 m = 1, 46.4 against 47.1 us and 46.2 against 46.5, and lost by 15-25 %
+            # elsewhere; 2 and 4 blocks an SM and one ring over a block's run never won.)
+            if magic and tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:  # (two k tiles a block at least)
+                add(dict(base, split_k=1, blocks=3 * sms, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1139,6 +1286,7 @@ class QuantizedMatmul:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
             out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
+            out["magic_k"] = repack_for_magic(b, self.wtype, n, k, 128, bk, k_major=True)
         if hopper:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic():
@@ -1185,7 +1333,8 @@ class QuantizedMatmul:
                 blocks = (self.sms or 132) // cfg.get("cluster", 1) * cfg.get("cluster", 1)
                 self.kernels[key] = MatmulA16WxHopper(self.wtype, self.group, blocks=blocks, atype=self.atype, **params)
         elif key not in self.kernels:
-            self.kernels[key] = MatmulA16Wx(self.wtype, self.group, atype=self.atype, **cfg)
+            script = MatmulA16WxStream if cfg.get("blocks") else MatmulA16Wx
+            self.kernels[key] = script(self.wtype, self.group, atype=self.atype, **cfg)
         cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
         tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
         counters = self.arrival_counters(c, tiles)
@@ -1193,7 +1342,9 @@ class QuantizedMatmul:
             w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
             need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, self.partials(workspace, need), counters)
-        which = "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
+        which = "magic_k" if cfg.get("k_major") else "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
+        if cfg.get("blocks"):  # stream-K's partial sums: two slots a block of min(m, 16) x 128
+            workspace = self.partials(workspace, 2 * cfg["blocks"] * min(m, cfg["block_m"]) * cfg["block_n"])
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
 
 
@@ -1247,7 +1398,9 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
         kernel.launch(cfg, m, n, k, *args)
     got = args[4].cpu().numpy() if device == "cuda" else args[4]
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
-           f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else f"split_k {cfg['split_k']}")
+           f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else
+           f"stream-K {cfg['blocks']} blocks" if cfg.get("blocks") else
+           f"split_k {cfg['split_k']}{' k-major' if cfg.get('k_major') else ''}")
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1273,6 +1426,10 @@ if __name__ == "__main__":
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
     run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
+    # stream-K: 4 tiles of 16 k tiles dealt out to 7 blocks (runs across tiles, the last to arrive adding up)
+    small = dict(block_m=16, block_n=128, block_k=128, stages=4, repacked=True, split_k=1, magic=True, late_scale=True)
+    run("matmul_a16wx", tilus.uint4, 5, 400, 2048, cfg=dict(small, blocks=7))
+    run("matmul_a16wx", tilus.int4, 5, 400, 2048, cfg=dict(small, split_k=3, interleave=True, k_major=True))  # k tile after k tile
     for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
         run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
     if not quick:

@@ -499,21 +499,25 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
 def launched_configs(sms=132):
     """(d, causal, parameters) of every prefill kernel the GPU launches at the bench's shapes: the
     rule's and each candidate on top of it (the L2 sections change no resource)."""
-    out = [(d, causal, {**prefill_config(d, causal, sms), **c}) for d in (64, 128, 256)
-           for causal in (True, False) for c in [{}] + prefill_candidates(d, causal, sms)
-           if "l2_bytes" not in c]
+    out = []
+    for seqlen in (4096, 16384):
+        out += [(d, causal, {**prefill_config(d, causal, sms, seqlen), **c}) for d in (64, 128, 256)
+                for causal in (True, False) for c in [{}] + prefill_candidates(d, causal, sms, seqlen)
+                if "l2_bytes" not in c]
     return [x for i, x in enumerate(out) if x not in out[:i]]
 
 
 @pytest.mark.parametrize("sms", [0, 132])
-def test_prefill_candidates_each_change_the_rule(sms):
+@pytest.mark.parametrize("seqlen", [0, 4096, 16384])
+def test_prefill_candidates_each_change_the_rule(sms, seqlen):
     """Each candidate the bench times is another kernel than the rule's and than the other
-    candidates' (a launch takes it on top of prefill_config), with and without the SM count."""
+    candidates' (a launch takes it on top of prefill_config), with and without the SM count, for
+    short and long sequences."""
     for d in (64, 128, 256):
         for causal in (False, True):
-            rule = prefill_config(d, causal, sms)
+            rule = prefill_config(d, causal, sms, seqlen)
             kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__
-                       for c in [{}] + prefill_candidates(d, causal, sms)]
+                       for c in [{}] + prefill_candidates(d, causal, sms, seqlen)]
             assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
             assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
 

@@ -464,6 +464,7 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 3, 128, dict(late_scale=True, bounded=True, stages=8)),
     ("uint4", 2, 128, dict(late_scale=True, interleave=True)), ("int4", 3, 64, dict(late_scale=True, interleave=True)),
     ("uint4", 4, 64, dict(late_scale=True, interleave=True, stages=8)),
+    ("int4", 2, 64, dict(late_scale=True, k_major=True)), ("uint4", 3, 128, dict(late_scale=True, interleave=True, k_major=True)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True, split_red=True, n=208)),
     ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
@@ -479,7 +480,8 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     splits leave split 0 two, the others one; in 8 stages 7 copies ahead past the end of k);
     split_red=True (a tile's splits in one cluster: the last stores its tile of c and the others
     add theirs into c by red after the cluster's barrier, by f16 pairs where n is a multiple of
-    16, element by element where not; also interleaved and unrolled). Each launched twice on one
+    16, element by element where not; also interleaved and unrolled); k_major=True (the weights
+    k tile after k tile; split, and interleaved). Each launched twice on one
     set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
@@ -490,7 +492,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(16, np.int32))
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
-    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, k_major=options.get("k_major", False))
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
@@ -498,6 +500,60 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
                                    err_msg=f"launch {launch}")
         np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+@pytest.mark.parametrize("wtype,m,n,k,blocks,bk", [
+    ("int4", 1, 520, 640, 7, 128), ("uint4", 5, 200, 1280, 3, 64), ("int4", 20, 136, 384, 5, 64),
+    ("uint4", 16, 384, 896, 13, 128), ("int4", 3, 136, 128, 6, 64)])
+def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, blocks, bk):
+    """MatmulA16WxStream (the magic decode, the k tiles of every output tile dealt out evenly to
+    `blocks` blocks, a block's run crossing output tiles) against the float64 reference on ragged
+    m, n: runs within one tile and across two or more (520 x 640 in 7 blocks: 5 tiles of 5 k tiles,
+    25 in runs of 3 or 4), tiles of one block (written straight into c) and of several (partial
+    sums, the last to arrive adding them up), two row tiles (m = 20), more blocks than k tiles
+    (some with empty runs: 136 x 128 in 6 blocks, 4 k tiles); launched twice on one set of
+    counters, back at zero after each launch."""
+    from matmul_a16wx import MatmulA16WxStream, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
+    dt, at = getattr(tilus, wtype), tilus.float16
+    rng = np.random.default_rng(5)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    counters = arrays.put(np.zeros(16, np.int32))
+    kernel = MatmulA16WxStream(dt, bk, blocks=blocks, block_k=bk, stages=3, repacked=True, magic=True, late_scale=True)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
+    for launch in range(2):
+        c = arrays.put(host_array(np.zeros((m, n)), at))
+        partial = arrays.put(np.full((2 * blocks, min(m, 16), 128), np.nan, np.float32))  # (no slot read unwritten)
+        kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
+               arrays.put(host_array(zeros, at)), c, partial, counters)
+        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=f"launch {launch}")
+        np.testing.assert_array_equal(arrays.host(counters), 0)
+
+
+def test_partials_only_stores_the_splits_sums_and_ends(arrays):
+    """MatmulA16Wx(partials_only=True), the measuring aid that times a split kernel without its
+    ending: each split's float32 partial sums are stored (their sum is the product, against
+    float64), c and the arrival counters are left as they were; only a counter ending's split takes it."""
+    from matmul_a16wx import MatmulA16Wx, host_array, quantized_operands, repack_for_magic, round_to
+    dt, at, bk, split = tilus.int4, tilus.float16, 64, 3
+    m, n, k = 5, 200, 5 * bk
+    rng = np.random.default_rng(8)
+    a = round_to(rng.uniform(-1, 1, (m, k)), at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split, stages=3, repacked=True, magic=True, late_scale=True,
+                         partials_only=True)
+    c = arrays.put(host_array(np.full((m, n), 7.0), at))
+    partial, counters = arrays.put(np.zeros((split, m, n), np.float32)), arrays.put(np.full(16, 3, np.int32))
+    kernel(m, n, k, arrays.put(host_array(a, at)), repack_for_magic(arrays.put(packed), dt, n, k, 128, bk),
+           arrays.put(host_array(scales, at)), arrays.put(host_array(zeros, at)), c, partial, counters)
+    np.testing.assert_allclose(arrays.host(partial).sum(axis=0), a @ w, atol=2e-2, rtol=1e-2)
+    assert (np.abs(arrays.host(partial)).reshape(split, -1).max(axis=1) > 0).all()  # every split stored its part
+    np.testing.assert_array_equal(arrays.host(c), host_array(np.full((m, n), 7.0), at))
+    np.testing.assert_array_equal(arrays.host(counters), 3)
+    for bad in (dict(split_k=1), dict(split_k=2, split_red=True, bounded=True)):
+        with pytest.raises(AssertionError, match="partials_only"):
+            MatmulA16Wx(dt, bk, block_k=bk, repacked=True, magic=True, late_scale=True, partials_only=True, **bad)
 
 
 def test_split_red_wants_2_to_8_splits_of_16_rows_to_f16():
@@ -602,9 +658,10 @@ def test_magic_decode_takes_fewer_instructions_per_k_tile(wtype):
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 def test_split_endings_in_sass():
-    """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True
-    and interleave=True keep the k loop's one barrier, its copies and its products, at most 4
-    instructions more a k tile (the choice of the tile to copy); split_red=True (as offered: its k
+    """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, split 4): bounded=True,
+    interleave=True and interleaved on the weights k tile after k tile (k_major) keep the k loop's
+    one barrier, its copies and its products, at most 4 instructions more a k tile (the choice of
+    the tile to copy; k_major 6); split_red=True (as offered: its k
     loop unrolled in the registers of 4 blocks an SM, whose k tiles take no more instructions than
     the rolled loop's) ends without the arrival counter's atomic, on the cluster's barrier, adding
     into c by f16-pair REDG (n a multiple of 16), with no compare-and-swap loop and no load of
@@ -620,21 +677,46 @@ def test_split_endings_in_sass():
             np.zeros(64, np.int32))
     sass, loops = {}, {}
     for name, kw in [("plain", {}), ("bounded", dict(bounded=True)), ("interleave", dict(interleave=True)),
-                     ("red", dict(bounded=True, split_red=True, **UNROLL))]:
+                     ("k_major", dict(interleave=True, k_major=True)), ("red", dict(bounded=True, split_red=True, **UNROLL))]:
         kernel = MatmulA16Wx(tilus.int4, 128, block_k=128, split_k=4, repacked=True, magic=True, late_scale=True, **kw)
         assert kernel.compiled(*args, arch="sm_90a").spill_store_bytes == 0, name
         sass[name] = kernel.sass(*args, arch="sm_90a")
         loops[name] = loop_ops(sass[name], unrolled=name == "red")
     unrolled = loops.pop("red")
     assert unrolled.count("HMMA") == 4 * loops["plain"].count("HMMA") and len(unrolled) <= 4 * len(loops["bounded"])
-    for name in ("bounded", "interleave"):
+    for name in ("bounded", "interleave", "k_major"):
         assert loops[name].count("BAR") == 1 and loops[name].count("LDGSTS") == loops["plain"].count("LDGSTS"), name
         assert loops[name].count("HMMA") == loops["plain"].count("HMMA"), name
-        assert len(loops[name]) <= len(loops["plain"]) + 4, (name, len(loops[name]), len(loops["plain"]))
+        assert len(loops[name]) <= len(loops["plain"]) + (6 if name == "k_major" else 4), (name, len(loops[name]), len(loops["plain"]))
     assert "ATOMG" in sass["bounded"] and "UCGABAR" not in sass["bounded"]
     red = sass["red"]
     assert "ATOMG" not in red and "CAS" not in red and "UCGABAR_WAIT" in red and "REDG.E.ADD.F16x2" in red
     assert not re.search(r"\bLDG\.", red)  # (no partial sums read back)
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+def test_stream_k_loop_in_sass():
+    """SASS (sm_90a, int4, 16 x 128 x 128 tiles, magic decode with late_scale, m = 1): the
+    stream-K kernel's k loop has the split kernel's one barrier, copies and products, at most 16
+    instructions more a k tile than bounded=True's (the run's tile and its past-the-end choice),
+    in the registers of 4 blocks an SM (its candidates go up to 4), nothing spilled."""
+    from tilus.artifacts import _cuobjdump
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxStream
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump: the SASS cannot be read")
+    m, n, k = 1, 8192, 8192
+    args = (m, n, k, np.zeros((m, k), np.float16), np.zeros((n * k // 32, 16), np.uint8), np.zeros((64, n), np.float16),
+            np.zeros((64, n), np.float16), np.zeros((m, n), np.float16), np.zeros((2 * 528, m, 128), np.float32),
+            np.zeros(64, np.int32))
+    decode = dict(block_k=128, repacked=True, magic=True, late_scale=True)
+    split = MatmulA16Wx(tilus.int4, 128, split_k=4, bounded=True, **decode)
+    stream = MatmulA16WxStream(tilus.int4, 128, blocks=528, stages=4, **decode)
+    compiled = stream.compiled(*args, arch="sm_90a")
+    assert compiled.spill_store_bytes == 0 and compiled.registers <= 128, compiled.registers
+    ours, theirs = loop_ops(stream.sass(*args, arch="sm_90a")), loop_ops(split.sass(*args, arch="sm_90a"))
+    assert ours.count("BAR") == 1 and ours.count("LDGSTS") == theirs.count("LDGSTS")
+    assert ours.count("HMMA") == theirs.count("HMMA") == 32
+    assert len(ours) <= len(theirs) + 16, (len(ours), len(theirs))
 
 
 HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat16", 130, 392, 512, 256, 64),
@@ -794,46 +876,52 @@ def test_quantized_matmul_short_list_per_m(n, k):
     """tune=True's default candidates (the short list a sweep of shapes and m can afford): the
     rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
-    wave of 2, 3 and 4 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
+    wave of 2 and 3 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
     decode with late_scale where its weights exist, in 4 stages, the k loop rolled; every split
-    also bounded and interleaved (where split); with f16_split_sums=True (an opt-in), where TMA
+    also interleaved (where split), and on the magic decode each also on the weights k tile after
+    k tile (k_major); on the magic decode also stream-K in 3 blocks an SM (where that leaves
+    two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
     blocks an SM), and nothing else changed;
-    the TMA copies in the wide space only; at most 14 up to m = 32, 8 beyond; from m = 33
+    the TMA copies in the wide space only; at most 20 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
-    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, QuantizedMatmul
+    from matmul_a16wx import MatmulA16Wx, MatmulA16WxHopper, MatmulA16WxStream, QuantizedMatmul
     for wtype in (tilus.int4, tilus.uint4):
         q = QuantizedMatmul(wtype, 128, sms=132)
         for m in (1, 4, 16, 64, 256, 1024, 4096):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (14 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (20 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
-                    (MatmulA16WxHopper if c.get("hopper") else MatmulA16Wx)(wtype, 128, **params)
+                    (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
+                     MatmulA16Wx)(wtype, 128, **params)
                 hopper = [c for c in got if c.get("hopper")]
-                mma = [c for c in got if not c.get("hopper")]
+                streams = [c for c in got if c.get("blocks")]
+                mma = [c for c in got if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
                     s, tiles = q.mma_config(m, n, k, 16)["split_k"], -(-m // 16) * -(-n // 128)
-                    splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles, min(16, 528 // tiles))
-                              if 1 <= x <= 16 and k // (128 * x) >= 2}
+                    splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles) if 1 <= x <= 16 and k // (128 * x) >= 2}
                     assert not hopper and {c["split_k"] for c in mma} == splits, (m, got)
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
                     assert not any(c.get("unroll") or c.get("split_red") for c in mma), (m, got)
-                    # every split also bounded and interleaved (where split), 4 stages
+                    # every split also interleaved (where split), each also k_major on the magic decode, 4 stages
                     rolled = [c for c in mma[1:] if c["stages"] == 4]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     want = []
                     for x in splits:
-                        want.append(dict(template, split_k=x))
-                        want += [dict(template, split_k=x, bounded=True), dict(template, split_k=x, interleave=True)] \
-                            if x > 1 else []
+                        for order in ({}, dict(k_major=True)) if magic else ({},):
+                            want.append(dict(template, split_k=x, **order))
+                            want += [dict(template, split_k=x, interleave=True, **order)] if x > 1 else []
                     assert sorted(sorted(c.items()) for c in rolled) == \
                         sorted(sorted(c.items()) for c in want if c != got[0]), (m, got)
                     assert all(c["stages"] == 4 for c in mma), (m, got)
+                    # stream-K on the magic decode: 3 blocks an SM, two k tiles a block at least
+                    assert streams == ([dict(template, split_k=1, blocks=396)]
+                                       if magic and tiles * -(-k // 128) >= 2 * 396 else []), (m, got)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
@@ -958,11 +1046,14 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300, each run twice: the split counters and partial sums reused)."""
+    m = 300; as if on 4 SMs at m = 5, stream-K in 12 blocks and the splits on the weights k tile
+    after k tile; each run twice: the split
+    counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
     rng = np.random.default_rng(5)
-    for m, n, k, sms in [(5, 392, 1024, None), (80, 256, 1024, None), (200, 520, 2048, 8), (300, 1160, 2048, 8)]:
+    for m, n, k, sms in [(5, 392, 1024, None), (80, 256, 1024, None), (200, 520, 2048, 8), (300, 1160, 2048, 8),
+                         (5, 392, 2048, 4)]:
         a = rng.uniform(-1, 1, (m, k))
         packed, scales, zeros, w = quantized_operands(tilus.uint4, k, n, 128, rng)
         q = QuantizedMatmul(tilus.uint4, 128, tune=True, sms=sms)
@@ -977,7 +1068,10 @@ def test_tuned_quantized_matmul_on_the_gpu():
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
-        if sms:
+        if sms and m <= 32:
+            assert [c["blocks"] for c in candidates if c.get("blocks")] == [12], candidates
+            assert any(c.get("k_major") for c in candidates), candidates
+        elif sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
             assert any(c.get("tail_split", 1) > 1 and c.get("cluster") == 2 for c in candidates) == (m == 300), \
                 candidates
@@ -1009,12 +1103,12 @@ def reference_repack(codes, bits, bn, bk, layout, threads):
 
 @pytest.mark.parametrize("wtype,order,bk", [("int4", "mma", 128), ("int3", "mma", 128), ("float6_e3m2", "mma", 128),
                                             ("int8", "mma", 64), ("uint4", "wgmma", 64), ("float8_e4m3", "wgmma", 32),
-                                            ("int4", "magic", 64)])
+                                            ("int4", "magic", 64), ("uint4", "magic_k", 128)])
 def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     """RepackWeights (the example's offline repacking, a tilus kernel) against the repacking
     written in numpy, into the mma.sync fragment order of the small-m kernel, its magic decode's
-    order, and the wgmma one of the Hopper kernel, on ragged n and k (padded with zero codes to
-    whole tiles)."""
+    order (tile after tile along k, or along n: k_major), and the wgmma one of the Hopper kernel,
+    on ragged n and k (padded with zero codes to whole tiles)."""
     from matmul_a16wx import (fragment_layout, magic_layout, pack_codes, repack_for_hopper, repack_for_magic,
                               repack_weights, wgmma_a_layout)
     dt = getattr(tilus, wtype)
@@ -1027,6 +1121,11 @@ def test_repacking_kernel_matches_numpy(arrays, wtype, order, bk):
     elif order == "magic":
         got, want = repack_for_magic(b, dt, n, k, 128, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                              magic_layout(128, bk), 128)
+    elif order == "magic_k":  # the same tiles, k tile after k tile
+        got = repack_for_magic(b, dt, n, k, 128, bk, k_major=True)
+        want = reference_repack(codes, dt.bits, 128, bk, magic_layout(128, bk), 128)
+        tn, tk = -(-n // 128), -(-k // bk)
+        want = want.reshape(tn, tk, -1, 16).transpose(1, 0, 2, 3).reshape(-1, 16)
     else:
         got, want = repack_for_hopper(b, dt, n, k, bk), reference_repack(codes, dt.bits, 128, bk,
                                                                          wgmma_a_layout(128, bk, 2), 256)
