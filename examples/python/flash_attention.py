@@ -190,7 +190,12 @@ class FlashAttention(tilus.Script):
         else:
             pair = index // tiles_m
             m_block, self.h, b = index - pair * tiles_m, pair % heads, pair // heads
-        self.hk = self.h // (heads // kv_heads)  # GQA / MQA: the query heads of a kv head are consecutive
+        # GQA / MQA: the query heads of a kv head are consecutive. A variable, computed once: as an
+        # expression it was recomputed (two integer divisions, ~60 instructions of one thread) by
+        # every TMA load the producer issued. A new one at each call (each thread group's tiles;
+        # assigning the attribute would assign the variable of the last call, out of scope here)
+        vars(self).pop("hk", None)
+        self.hk = self.declare("hk", int32, self.h // (heads // kv_heads))
         q_start = gcq[b].item()
         q_end = gcq[b + 1].item()
         self.k_start = gck[b].item()
