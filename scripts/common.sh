@@ -83,6 +83,15 @@ install_packaging_deps() {
   [ -z "${TILUS_SKIP_INSTALL:-}" ] || return 0
   local py="${PYTHON:-python3}"
   command -v "$py" >/dev/null 2>&1 || return 0
+  # cuobjdump, for the tests that read a kernel's SASS: NVIDIA's PyPI package where the CUDA
+  # toolkit here came without it (tilus.artifacts finds it there).
+  if [ ! -x /usr/local/cuda/bin/cuobjdump ] && ! command -v cuobjdump >/dev/null 2>&1 &&
+     ! "$py" -c "import glob, nvidia, sys; sys.exit(not any(glob.glob(p + '/cu*/bin/cuobjdump') for p in nvidia.__path__))" >/dev/null 2>&1; then
+    log "installing cuobjdump (nvidia-cuda-cuobjdump from PyPI)"
+    "$py" -m pip install -q nvidia-cuda-cuobjdump >/dev/null 2>&1 ||
+      "$py" -m pip install -q --break-system-packages nvidia-cuda-cuobjdump >/dev/null 2>&1 ||
+      log "could not install cuobjdump: the tests that read SASS will skip"
+  fi
   "$py" -c "import scikit_build_core" >/dev/null 2>&1 && return 0
   "$py" -m pip install -q scikit-build-core >/dev/null 2>&1 ||
     "$py" -m pip install -q --break-system-packages scikit-build-core >/dev/null 2>&1 ||

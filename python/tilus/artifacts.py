@@ -10,6 +10,7 @@ The arguments are checked and specialized exactly as a launch does (16-divisible
 16-byte aligned pointers, compile-time constants); nothing runs. `arch=` picks the GPU target
 ("sm_80", "sm_90a", ...); the default is the present GPU's, else sm_90a.
 """
+import glob
 import os
 import shutil
 import subprocess
@@ -44,7 +45,19 @@ def _cuobjdump():
     for d in [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]:
         if d and os.access(os.path.join(d, "bin", "cuobjdump"), os.X_OK):
             return os.path.join(d, "bin", "cuobjdump")
-    return shutil.which("cuobjdump")
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    # NVIDIA's PyPI package (pip install nvidia-cuda-cuobjdump) puts it in nvidia/cu<N>/bin.
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in getattr(nvidia, "__path__", []):
+        for tool in sorted(glob.glob(os.path.join(root, "cu*", "bin", "cuobjdump")), reverse=True):
+            if os.access(tool, os.X_OK):
+                return tool
+    return None
 
 
 class Artifacts:
@@ -73,8 +86,8 @@ class Artifacts:
         tool = _cuobjdump()
         if tool is None:
             raise Error("tilus: .sass() needs cuobjdump from the CUDA toolkit, and none was found in $CUDA_HOME/bin, "
-                        "$CUDA_PATH/bin, /usr/local/cuda/bin or on PATH (install the toolkit, or pip install "
-                        "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm and put their bin directories on PATH)")
+                        "$CUDA_PATH/bin, /usr/local/cuda/bin, on PATH or in NVIDIA's Python package (install the "
+                        "toolkit's, or pip install nvidia-cuda-cuobjdump)")
         kernel = self.compiled(*args, arch=arch, **kw)
         with tempfile.TemporaryDirectory(prefix="tilus-sass-") as d:
             path = os.path.join(d, "kernel.cubin")
