@@ -10,6 +10,7 @@ after an L2 flush, median of many runs.
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -26,17 +27,22 @@ except ImportError:  # Triton is optional: its rows are then marked missing
 
 def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None):
     """{name: ms} for the callables in `fns`, timed in turn: `rounds` rounds of `repeat` launches
-    each (median_ms), the order rotated every round, and the median of each one's rounds. A long
-    run heats the GPU and lowers its clocks (an 8192^3 matmul timed first runs 10-15 % faster than
-    in the steady state that follows), so each gets the same mix of states; one warm-up round
-    first. `queued`: median_ms's. `per_round`, a dict: each one's round medians go there (the
-    spread between rounds: an even count of rounds reports the slower middle one)."""
+    each (median_ms), in a new random order every round (seeded: the same orders in every run),
+    and the median of each one's rounds. A long run heats the GPU and lowers its clocks (an 8192^3
+    matmul timed first runs 10-15 % faster than in the steady state that follows), so each gets a
+    mix of states. The order is shuffled rather than rotated: a rotation keeps each one behind the
+    same predecessor in every round, and on the H200 the kernel timed right after a slow one (SDPA's
+    flash backend) read up to 9 % faster than the same kernel elsewhere in the order (two calls of
+    2026-11-29). One warm-up round first. `queued`: median_ms's. `per_round`, a dict: each one's
+    round medians go there (the spread between rounds: an even count of rounds reports the slower
+    middle one)."""
     names = list(fns)
     for name in names:
         median_ms(fns[name], 3, queued)
     got = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    order = random.Random(len(names) * 1000 + rounds)
+    for _ in range(rounds):
+        for name in order.sample(names, len(names)):
             got[name].append(median_ms(fns[name], repeat, queued))
     if per_round is not None:
         per_round.update(got)
