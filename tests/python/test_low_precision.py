@@ -810,7 +810,7 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
     # (The split ending, the accumulator and another split's partial sums in registers at once,
     # may keep a few loop-invariant words in local memory: none of them inside the k loop.)
-    assert compiled.spill_store_bytes <= (16 if case[8:9] > (1,) or case[10:] else 0), \
+    assert compiled.spill_store_bytes <= (32 if case[12:13] == (True,) else 16 if case[8:9] > (1,) or case[10:] else 0), \
         f"{compiled.spill_store_bytes} bytes spilled"
     sass = kernel.sass(m, n, k, *args, arch="sm_90a").splitlines()
     products = [i for i, line in enumerate(sass) if "HGMMA" in line]
