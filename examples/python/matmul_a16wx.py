@@ -800,11 +800,12 @@ class MatmulA16WxHopper(SplitK):
                         self.annotate_layout(other, banded)
                         total = total + other
                 mine = self.view(total, layout=order)
-            for j in range(1, splits) if self.bands == 1 else ():
-                other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size, 0, 0, 0],
-                                         shape=[vectors, workers, 4])
-                self.annotate_layout(other, order)
-                mine = mine + other
+            else:
+                for j in range(1, splits):
+                    other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size,
+                                                          0, 0, 0], shape=[vectors, workers, 4])
+                    self.annotate_layout(other, order)
+                    mine = mine + other
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
                             offset_m, offset_n)
             reset_arrivals(self, arrivals, [counter])
