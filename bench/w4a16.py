@@ -246,7 +246,6 @@ def describe(cfg):
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
         group += " paired" if cfg.get("paired") else ""
-        group += f" bands {cfg['bands']}" if cfg.get("bands", 1) > 1 else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")

@@ -653,12 +653,8 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 paired=False, bands=1):
+                 paired=False):
         super().__init__()
-        # bands: the last split of a tile adds the others' partial sums band after band (rows of c,
-        # partial_shape's vectors), every split's band loaded at once, instead of split after split.
-        assert bands == 1 or (block_m // 8) % bands == 0 and not paired, "bands: whole vectors of 8 rows of c"
-        self.bands = bands
         # paired: a tile's second split (unit 2 t + 1) waits for its first (unit 2 t, on the block
         # before it: launched earlier, and never waiting for a later unit), so no wait can hang.
         assert not paired or split_k == 2 and cluster == 1 and blocks % 2 == 0 and block_m % 16 == 0, \
@@ -771,7 +767,7 @@ class MatmulA16WxHopper(SplitK):
         return slots * self.cluster_size * self.block_n * self.block_m if max(self.split_k, self.tail_split) > 1 else 0
 
     def add_up_split_registers(self, acc, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
-                               before, partial=None, slots=None):
+                               before):
         """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot] as the
         threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
         its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
@@ -786,26 +782,11 @@ class MatmulA16WxHopper(SplitK):
         mine = self.view(acc, layout=order)
         self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
         if last_to_arrive(self, arrivals, [counter], splits, slot=before):
-            if self.bands > 1:  # band c of each split's slot alone (the tile's other bands out of bounds)
-                nb = self.bands
-                per = vectors // nb
-                banded = tilus.local(nb, per, 1, 1) * tilus.spatial(1, 1, workers, 1) * tilus.local(1, 1, 1, 4)
-                total = self.view(acc, layout=banded)
-                one = self.global_view(partial, shape=[1, slots * nb, per, workers, 4])
-                for c in range(nb):
-                    for j in range(1, splits):
-                        unit = slot + ((split + j) % splits - split) * self.cluster_size
-                        other = self.load_global(one, offsets=[-c, unit * nb + c, 0, 0, 0], shape=[nb, per, workers, 4],
-                                                 dims=[0, 2, 3, 4])
-                        self.annotate_layout(other, banded)
-                        total = total + other
-                mine = self.view(total, layout=order)
-            else:
-                for j in range(1, splits):
-                    other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size,
-                                                          0, 0, 0], shape=[vectors, workers, 4])
-                    self.annotate_layout(other, order)
-                    mine = mine + other
+            for j in range(1, splits):
+                other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size, 0, 0, 0],
+                                         shape=[vectors, workers, 4])
+                self.annotate_layout(other, order)
+                mine = mine + other
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
                             offset_m, offset_n)
             reset_arrivals(self, arrivals, [counter])
@@ -1001,8 +982,7 @@ class MatmulA16WxHopper(SplitK):
                 elif splits > 1:  # (a Python or a kernel condition)
                     slot = (u - whole) * self.cluster_size + rank
                     self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
-                                                splits, offset_m, tile_n * bn, before, partial,
-                                                (units - whole) * self.cluster_size)
+                                                splits, offset_m, tile_n * bn, before)
                 else:
                     self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
         if clustered:
@@ -1208,10 +1188,10 @@ class QuantizedMatmul:
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                     if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
                         add(dict(tile, split_k=split, magic=True))
-                    if split > 2:  # the last split's reads band after band
-                        add(dict(tile, split_k=split, bands=8, **({"magic": True} if magic and self.hopper_magic() else {})))
                     if split == 2 and sms % 2 == 0 and self.paired:  # each split finishing half of the tile (paired)
-                        add(dict(tile, split_k=2, paired=True, **({"magic": True} if magic and self.hopper_magic() else {})))
+                        add(dict(tile, split_k=2, paired=True))
+                        if magic and self.hopper_magic():
+                            add(dict(tile, split_k=2, paired=True, magic=True))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
