@@ -5,7 +5,7 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--no-triton] [--f16-split-sums]
+        [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--no-paired]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
@@ -24,7 +24,8 @@ measured the same way (the flush leaves dirty lines in L2 that a kernel's reads 
 The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
 is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
 goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
-tuning's candidates with their times (6 by default).
+tuning's candidates with their times (6 by default). --no-paired leaves the paired split ending
+(MatmulA16WxHopper(paired=True)) out of the tuner's candidates.
 """
 import argparse
 import os

@@ -1083,7 +1083,7 @@ class QuantizedMatmul:
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
-          on the magic decode), and the rule's tile on the magic decode where its weights
+          on the magic decode, each 2-way split also paired), and the rule's tile on the magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and in
           clusters with the last round's tiles split (tail_split; also on the magic decode) where
@@ -1319,7 +1319,7 @@ class QuantizedMatmul:
         """The fastest of `candidates` at this size (key: tuning_key) whose result agrees with the
         general kernel's, timed and checked once per process (call(cfg): the kernel of a
         configuration and its arguments, at the call's own m, n, k); the candidates compile in
-        parallel first."""
+        parallel first, and those within 3 % of the fastest are timed again, 45 times each."""
         if key not in self.tuned:
             hopper, magic, tma = key[3:]
             # (15 timings each: with 7, one H200 run picked at m = 16 a configuration of two
