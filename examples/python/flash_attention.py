@@ -38,7 +38,8 @@ stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
-V's are MN-major operands of P V (one accumulator per block of 64 output columns). What the
+V's are MN-major operands of P V (one accumulator per block of 64 output columns; with pv_n = 128
+or 256 one wgmma takes that many columns, V's blocks side by side as one operand). What the
 compiler adds (docs/gpu.md, "Attention on Hopper"): the wait for P V stays after the softmax
 (order_wgmma_waits), and setmaxnreg takes effect (launch bounds with one block per SM).
 
@@ -64,7 +65,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False):
+                 named_turns=False, pv_n=64):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -83,6 +84,11 @@ class FlashAttention(tilus.Script):
         # the softmax and the next GEMMs
         self.rescale_between = rescale_between and specialized
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
+        # The columns of o per P V wgmma (and per accumulator): 64, one n = 64 wgmma per 64-column
+        # block of V; 128 or 256, one wgmma over that many of V's columns (its 64-column blocks side
+        # by side, an MN-major operand of several swizzle atoms), as FA3 issues P V
+        assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
+        self.pv_n = pv_n
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
         self.persistent = persistent if specialized else 0
@@ -97,9 +103,20 @@ class FlashAttention(tilus.Script):
             self.wgmma.mma(sq[c], sk[c].transpose(), s)
 
     def pv(self, p, sv, o):
-        """o[c] += p @ v[:, 64c:64c + 64] for each column block c (v's blocks MN-major)."""
-        for c in tilus.static_range(self.head_dim // 64):
-            self.wgmma.mma(p, sv[c], o[c])
+        """o[c] += p @ v[:, c * pv_n:(c + 1) * pv_n] for each accumulator c (v's 64-column blocks
+        MN-major; with pv_n > 64 one wgmma reads pv_n / 64 of them side by side)."""
+        g = self.pv_n // 64
+        for c in tilus.static_range(len(o)):
+            if g == 1:
+                self.wgmma.mma(p, sv[c], o[c])
+            else:  # v's blocks c * g .. (c + 1) * g - 1 (all of them: sv itself)
+                self.wgmma.mma(p, sv if len(o) == 1 else self.slice_shared(sv, [c * g, 0, 0], [0, 1, 2],
+                                                                             [g, self.block_n, 64]), o[c])
+
+    def output(self):
+        """o's accumulators ([64, pv_n] float32 each, zeroed) for d's columns."""
+        return [self.register_tensor(dtype=float32, shape=[64, self.pv_n], init=0.0)
+                for _ in range(self.head_dim // self.pv_n)]
 
     def mask(self, s, tile_row, col0):
         """Scores of keys past seqlen_k, and with causal of keys after a row's diagonal, to -inf
@@ -126,7 +143,7 @@ class FlashAttention(tilus.Script):
         return p, alpha
 
     def normalized(self, o, l):
-        """o / l per column block (a row that saw no key: 0)."""
+        """o / l per accumulator (a row that saw no key: 0)."""
         inv = 1.0 / self.where(l == 0.0, 1.0, l)
         return [x * inv for x in o]
 
@@ -254,16 +271,21 @@ class FlashAttention(tilus.Script):
         sequence that ends inside it is stored from registers, masked at the sequence's end."""
         row = self.row0 + 64 * w
         out = self.normalized(o, l)
+        g = self.pv_n // 64
         if row + 64 <= self.q_end:
             for c, x in enumerate(out):
-                self.store_shared(sq[c], x.to(self.dtype))
+                if g == 1:
+                    self.store_shared(sq[c], x.to(self.dtype))
+                else:  # the accumulator's 64-column blocks into g of the tile's [64, 64] blocks
+                    blocks = self.slice_shared(sq, [c * g, 0, 0], [0, 1, 2], [g, 64, 64]).permute([1, 0, 2])
+                    self.store_shared(blocks, self.reshape(x.to(self.dtype), [64, g, 64]))
             with self.single_thread():
                 for c in tilus.static_range(self.head_dim // 64):
                     self.tma.shared_to_global(sq[c], self.go_all, offsets=[row, self.h * self.head_dim + 64 * c])
                 self.tma.commit_group()
         else:  # a tile past the sequence's end: the rows after it are the next sequence's (the map's bounds are o's)
             for c, x in enumerate(out):
-                self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
+                self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + self.pv_n * c])
         self.store_global(self.glse, self.transpose(self.log_sum_exp(m, l)), offsets=[self.h, row])
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # the tile stays in shared memory until the stores have read it
@@ -434,7 +456,7 @@ class FlashAttention(tilus.Script):
         released once its last reader completed, and o leaves through `so`."""
         bn, stages = self.block_n, self.stages
         nxt = (w + 1) % self.consumers
-        o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
+        o = self.output()
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         p16 = self.register_tensor(dtype=self.dtype, shape=[64, bn])
@@ -514,8 +536,8 @@ class FlashAttention(tilus.Script):
         self.assign(p16, p.to(self.dtype))
 
     def rescale(self, o, alpha):
-        """o[c] *= alpha (per row) for each column block."""
-        for c in tilus.static_range(self.head_dim // 64):
+        """o[c] *= alpha (per row) for each accumulator."""
+        for c in tilus.static_range(len(o)):
             self.assign(o[c], o[c] * alpha)
 
     # --- the variant without warp specialization (runs on the CPU backend too) ----------------
@@ -527,7 +549,7 @@ class FlashAttention(tilus.Script):
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_full[0], transaction_bytes=64 * d * 2)
             self.q_tile(sq, q_full[0], 0)
-        o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(d // 64)]
+        o = self.output()
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         s = self.register_tensor(dtype=float32, shape=[64, self.block_n])
