@@ -690,15 +690,15 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     2026-11-29: on paper it ended 1.3-2.2 % sooner; the piece kernel's code was twice the rule's)."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    no_flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
-    out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True))]
-    out.append(dict(rescale_between=not rule.get("rescale_between", False)))
+    no_flips = not causal and head_dim == 128  # there no flip of ping-pong, the turns or the rescale ever won
+    out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True)), dict(
+        rescale_between=not rule.get("rescale_between", False))]
     if rule.get("pingpong", True) and not no_flips:  # the turns at named barriers (FA3's) or at mbarriers, the other way
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
-    if head_dim == 128:
-        out += [dict(stages=3)] if causal else []
+    if head_dim == 128:  # without causal, key blocks that waste fewer keys at the goal's lengths than 176's
+        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)]
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out

@@ -625,6 +625,19 @@ def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
     assert bench.prefill_shapes("goal", "64,256") == [c for c in goal if c[0] != 128]
     with pytest.raises(SystemExit, match="--head-dims takes head dims separated by commas .* not 'd128'"):
         bench.prefill_shapes("goal", "d128")
+    assert bench.prefill_shapes("goal", "128", "none") == [c for c in only if not c[2]]
+    assert bench.prefill_shapes("goal", None, "causal") == [c for c in goal if c[2]]
+
+
+def test_bench_candidates_table_names_each_candidate_with_its_ratio():
+    """The table the bench prints last with --candidates: a line per shape, the rule first, every
+    candidate's short name, TFLOP/s and ratio to cuDNN, the fastest starred."""
+    bench = bench_module()
+    assert bench.short_config("persistent=0") == "np"
+    assert bench.short_config("block_n=144 persistent=132") == "bn144+P"
+    assert bench.short_config("pingpong=True rescale_between=False") == "pp1+rb0"
+    table = bench.candidates_table([("bfloat16", 128, 8192, False, [("rule", 600.0), ("block_n=144", 612.0)], 606.0)])
+    assert table.splitlines()[-1] == "bf16    8192  False | rule 600 0.990 | bn144 612 1.010*"
 
 
 def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):
