@@ -698,7 +698,7 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
     if head_dim == 128:  # without causal, key blocks that waste fewer keys at the goal's lengths than 176's
-        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)]
+        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)] + [dict(block_n=128, stages=3)]
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out
