@@ -651,35 +651,13 @@ PERSISTENT_SEQLEN = 16384  # d 128 with causal: from this query length on, the k
 
 def prefill_config(head_dim, causal, sms=0, seqlen=0):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
-    not known): FlashAttention's parameters that
-    differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
-    shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
-    chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
-    three consumer warp groups (462 against 416) without ping-pong (460 against 449), with causal
-    the persistent kernel of one block per SM in 3 stages (402 against 354); d = 128 without causal
-    FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449), and
-    o's rescale between the GEMMs (589 against 540, causal 492 against 425); d = 256 FA3's 80-key
-    blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
-    651, causal 593 against 566). The mid call of 21:20 timed d = 128 at seqlen 8192 and 16384 too:
-    with causal the kernel without persistent blocks was the faster there (541 against 481, 561
-    against 495), the persistent one at 4096 (447 against 426); its blocks then took the tiles
-    every persistent-th, the busiest block 15 % more key blocks than the average, now 0.1 to 0.4 %
-    (each_tile's snake), and the mid call of 23:47 timed d = 128 with causal: the persistent
-    kernel 522 / 528 / 504 at seqlen 4096 / 8192 / 16384 (447 / 481 / 495 before the snake), and
-    without ping-pong 554 / 598 / 571 (1.06x / 1.15x / 1.10x cuDNN), the fastest or within 1 % of
-    it at each (the kernel without persistent blocks 477 / 557 / 576), so d = 128 with causal
-    takes the persistent kernel without ping-pong at every length (the call of 00:31, four rounds:
-    f16 561 / 551 / 547, 1.10x / 1.10x / 1.07x cuDNN, ping-pong on 542 / 527 / 536, without
-    persistent blocks 454 / 518 / 540; bf16 1.04x at each, ping-pong on 1.00-1.02x; without causal
-    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). The two mid calls of
-    2026-11-29 02:30 and 03:06 (f16, seqlen 4096 / 8192 / 16384) turned both: without causal the
-    persistent kernel was the fastest at every length in both (604 / 612 / 636 against the rule's
-    582 / 598 / 605, then 607 / 651 / 631 against 563 / 610 / 542: 1.00x / 1.09x / 1.05x cuDNN), so
-    d = 128 takes it without causal too; with causal at 16384 the kernel without persistent blocks
-    was (643 against 573, 633 against 569: 1.20x cuDNN), at 4096 and 8192 the persistent one (516
-    against 489 and 554 against 499; 562 against 547 and 554 against 548), so from PERSISTENT_SEQLEN
-    queries on d = 128 with causal runs without persistent blocks. Without `sms` the persistent
-    kernel is left out."""
+    not known): FlashAttention's parameters that differ from its defaults, each the fastest of
+    `bench/attention.py --candidates` at the goal's shapes on the H200 (the calls and their
+    figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal FA3's 192 x 128 tile in
+    three consumer warp groups without ping-pong, with causal the persistent kernel in 3 stages.
+    d = 128: without causal the persistent kernel on 176-key blocks; with causal no ping-pong, and
+    the persistent kernel below PERSISTENT_SEQLEN queries. d = 256: 80-key blocks. At d >= 128 o's
+    rescale between the GEMMs. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
@@ -692,35 +670,27 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
 
 def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
-    at a prefill shape (launches take them on top of the rule); each fits the registers and shared
-    memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
-    the turns at named barriers turned the other way (not without causal at d = 128: neither flip
-    ever won there, e.g. 524 / 554 / 549 and 548 / 600 / 595 against 546 / 554 / 606 in the mid call
-    of 23:47); with `sms`, the persistent kernel of one
-    block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
-    loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
-    causal and the default 64-key blocks at d = 256 (the rule and its candidates of a launch with
-    queries of at most `seqlen`).
-    Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
-    8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
-    602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
-    persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
-    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47), its L2 sections half as wide
-    (381 / 451 / 434 against 447 / 481 / 495, 21:20), and without causal the last, partial wave's
-    tiles split along the keys into 5 or 3 pieces merged through their log-sum-exp by the last to
-    arrive (535 / 554 / 601 and 553 / 574 / 584 against 582 / 598 / 605, mid call of 02:30 on
-    2026-11-29: on paper it ended 1.3-2.2 % sooner; the piece kernel's code was twice the rule's)."""
+    at a prefill shape (launches take them on top of the rule; the rule and its candidates of a
+    launch with queries of at most `seqlen`); each fits the registers and shared memory (no
+    spills). With `sms`, the persistent kernel of one block per SM where the rule runs without it,
+    else the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the rule's
+    ping-pong, o's rescale between the GEMMs and (with ping-pong) the turns at named barriers
+    turned the other way, except at d = 128 without causal (no flip ever won there); the other
+    stage count where it fits, FA3's tile at d = 64 with causal, the default 64-key blocks at
+    d = 256, and at d = 128 without causal the persistent kernel on 128-, 144- and 192-key blocks
+    (176-key blocks compute 4224 keys at seqlen 4096) and on 128-key blocks in 3 stages. What
+    was dropped as never the fastest: docs/gpu.md, "Attention on Hopper"."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    no_flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
-    out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True))]
-    out.append(dict(rescale_between=not rule.get("rescale_between", False)))
+    no_flips = not causal and head_dim == 128  # there no flip of ping-pong, the turns or the rescale ever won
+    out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True)), dict(
+        rescale_between=not rule.get("rescale_between", False))]
     if rule.get("pingpong", True) and not no_flips:  # the turns at named barriers (FA3's) or at mbarriers, the other way
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
-    if head_dim == 128:
-        out += [dict(stages=3)] if causal else []
+    if head_dim == 128:  # without causal, key blocks that waste fewer keys at the goal's lengths than 176's
+        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)] + [dict(block_n=128, stages=3)]
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out

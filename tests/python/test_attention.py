@@ -62,6 +62,7 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
                                           (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
                                           (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
+                                          (128, False, dict(persistent=2, block_n=144)),
                                           (128, False, dict(pv_n=128, persistent=2, rescale_between=True, block_n=176)),
                                           (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
                                           (256, False, dict(pv_n=128, block_n=80))],
@@ -70,10 +71,10 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
     the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
-    consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
-    (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
-    reported as a CpuCheckError), also over many tiles in a ring of three warp groups; P V as one
-    wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256."""
+    consumer warp groups, no ping-pong, three stages, 192-key blocks (144-key ones persistent), the
+    turns at named barriers (the fibers wait at them as the warp groups would; a turn handed to the wrong
+    group would hang, reported as a CpuCheckError), also over many tiles in a ring of three warp groups;
+    P V as one wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
@@ -661,6 +662,19 @@ def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
     assert bench.prefill_shapes("goal", "64,256") == [c for c in goal if c[0] != 128]
     with pytest.raises(SystemExit, match="--head-dims takes head dims separated by commas .* not 'd128'"):
         bench.prefill_shapes("goal", "d128")
+    assert bench.prefill_shapes("goal", "128", "none") == [c for c in only if not c[2]]
+    assert bench.prefill_shapes("goal", None, "causal") == [c for c in goal if c[2]]
+
+
+def test_bench_candidates_table_names_each_candidate_with_its_ratio():
+    """The table the bench prints last with --candidates: a line per shape, the rule first, every
+    candidate's short name, TFLOP/s and ratio to cuDNN, the fastest starred."""
+    bench = bench_module()
+    assert bench.short_config("persistent=0") == "np"
+    assert bench.short_config("block_n=144 persistent=132") == "bn144+P"
+    assert bench.short_config("pingpong=True rescale_between=False") == "pp1+rb0"
+    table = bench.candidates_table([("bfloat16", 128, 8192, False, [("rule", 600.0), ("block_n=144", 612.0)], 606.0)])
+    assert table.splitlines()[-1] == "bf16    8192  False | rule 600 0.990 | bn144 612 1.010*"
 
 
 def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):
