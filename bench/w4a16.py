@@ -5,7 +5,7 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--no-paired]
+        [--deadline SECONDS] [--no-triton] [--f16-split-sums]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
@@ -24,8 +24,7 @@ measured the same way (the flush leaves dirty lines in L2 that a kernel's reads 
 The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
 is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
 goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
-tuning's candidates with their times (6 by default). --no-paired leaves the paired split ending
-(MatmulA16WxHopper(paired=True)) out of the tuner's candidates.
+tuning's candidates with their times (6 by default).
 """
 import argparse
 import os
@@ -148,7 +147,6 @@ def main():
                    help="let the tuner add split sums into c in f16 (QuantizedMatmul(f16_split_sums=True))")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
-    p.add_argument("--no-paired", action="store_true", help="no paired split endings among the candidates")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
     start = time.perf_counter()
@@ -167,7 +165,6 @@ def main():
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
         tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums)
-        tq.paired = not args.no_paired
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -248,7 +245,6 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
-        group += " paired" if cfg.get("paired") else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")

@@ -673,20 +673,11 @@ class MatmulA16WxHopper(SplitK):
 
     magic=True (4-bit integer codes, f16, 64-long k tiles): the weights in wgmma_magic_layout's
     order, each k tile's register operand made by masking whole words (magic_product) instead of
-    the general conversion.
-
-    paired=True (split_k=2, alone, an even grid): the two splits of a tile each finish half of
-    its rows of c where they can (add_up_pair) instead of the last to arrive finishing all."""
+    the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 paired=False):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
         super().__init__()
-        # paired: a tile's second split (unit 2 t + 1) waits for its first (unit 2 t, on the block
-        # before it: launched earlier, and never waiting for a later unit), so no wait can hang.
-        assert not paired or split_k == 2 and cluster == 1 and blocks % 2 == 0 and block_m % 16 == 0, \
-            "paired: a tile's two splits on neighbouring blocks of an even grid, alone"
-        self.paired = paired
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
         assert hopper_repackable(wtype.bits, block_k), "no wgmma fragment order for this k tile"
@@ -761,23 +752,17 @@ class MatmulA16WxHopper(SplitK):
         self.wgmma.mma(w, sa.transpose(), acc)
         return acc
 
-    def store_tile(self, acc, sc, gc, offset_m, offset_n, half=None):
+    def store_tile(self, acc, sc, gc, offset_m, offset_n):
         """The accumulator acc [bn, bm] (c transposed) into c's tile at (offset_m, offset_n) through
         shared memory (sc) and TMA stores (the transposed accumulator gives each thread single
-        elements of c's rows); the consumers go on to the next tile while the stores complete.
-        half (0 or 1): only that half of the tile's rows of c."""
+        elements of c's rows); the consumers go on to the next tile while the stores complete."""
         bn, bm = acc.shape
         with self.single_thread():  # the last tile's stores have read sc
             self.tma.wait_group(0, read=True)
         self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(self.atype), [bm, bn // 64, 64]))
         with self.single_thread():
             for j in tilus.static_range(bn // 64):
-                if half is None:
-                    self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + j * 64])
-                else:
-                    first = half * (bm // 2)
-                    self.tma.shared_to_global(self.slice_shared(sc, [j, first, 0], [1, 2], [bm // 2, 64]), gc,
-                                              offsets=[offset_m + first, offset_n + j * 64])
+                self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + j * 64])
             self.tma.commit_group()
 
     def partial_shape(self, slots):
@@ -817,64 +802,6 @@ class MatmulA16WxHopper(SplitK):
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
                             offset_m, offset_n)
             reset_arrivals(self, arrivals, [counter])
-
-    def add_up_pair(self, acc, sc, gc, partial, units, arrivals, counter, slot, split, offset_m, offset_n, before):
-        """paired=True's end of a split unit (split 0 or 1 of its tile; the other split's slot is
-        the neighbouring one): each split finishes one half of the tile's rows of c (split 0 the
-        first, split 1 the second), adding the half of the other's partial sums that it stored, so
-        that the two read and store half a tile each where the last split of add_up_split_registers
-        does it all. Partial sums (float32, as the threads hold them: partial_shape's vectors, 8
-        rows of c each, in two halves) live in two areas of half tiles, [2, units, ...]: area 0
-        holds the half each split stores before it arrives (split 0 its second half, split 1 its
-        first); area 1 split 0's first half where it must hand that over too. Split 0 never
-        waits: where split 1 arrived before it (the counter at 1), it finishes the first half,
-        else it stores that half too and arrives once more. Split 1 waits on the counter (a
-        spin, lock_semaphore) for split 0's one arrival (2) or both (3, where split 0 came
-        first), finishes the second half, or both halves where split 0 handed both over, and
-        sets the counter back to zero. A half's partial sums are stored and loaded whole-tile
-        shaped, the other half out of bounds (an offset of -1 or a view of one area)."""
-        bn, bm = acc.shape
-        _, vectors, workers, _ = self.partial_shape(1)
-        half = vectors // 2
-        order = tilus.local(2, half, 1, 1) * tilus.spatial(1, 1, workers, 1) * tilus.local(1, 1, 1, 4)
-        mine = self.view(acc, layout=order)  # [half, vector in the half, thread, element]
-        areas = self.global_view(partial, shape=[2, units, half, workers, 4])
-        area0 = self.global_view(partial, shape=[1, units, half, workers, 4])
-        dims = [0, 2, 3, 4]  # (the unit's dim fixed at its offset)
-        other = slot + 1 - 2 * split
-        tile = wgmma_accumulator_layout(bn, bm, self.consumers)
-
-        def taken(view, area, unit):  # a half of the other split's partial sums (the other half zero)
-            x = self.load_global(view, offsets=[area, unit, 0, 0, 0], shape=[2, half, workers, 4], dims=dims)
-            self.annotate_layout(x, order)
-            return x
-
-        def arrive(sem):  # the group's stores, then one thread's arrival; the count before it
-            self.sync()
-            with self.single_thread():
-                one = self.register_tensor(dtype=int32, shape=[1], init=1)
-                self.store_shared(before, self.atomic.global_add(arrivals, one, offsets=[counter], sem=sem))
-            self.sync()
-            return self.load_shared(before).item()
-
-        if split == 0:
-            self.store_global(areas, mine, offsets=[-1, slot, 0, 0, 0], dims=dims)  # its second half: area 0
-            if arrive("acq_rel") == 1:  # split 1 stored its first half: finish the first half here
-                self.store_tile(self.view(mine + taken(area0, 0, other), layout=tile), sc, gc, offset_m, offset_n,
-                                half=0)
-            else:  # split 1 finishes both halves: the first into area 1
-                self.store_global(areas, mine, offsets=[1, slot, 0, 0, 0], dims=dims)
-                arrive("release")
-        else:
-            self.store_global(area0, mine, offsets=[0, slot, 0, 0, 0], dims=dims)  # its first half: area 0
-            seen = arrive("acq_rel")
-            self.lock_semaphore(arrivals[counter].item_ptr(), tilus.select(seen == 0, 2, 3))
-            reset_arrivals(self, arrivals, [counter])
-            second = mine + taken(areas, -1, other)  # split 0's second half (area 0)
-            if seen == 0:
-                self.store_tile(self.view(second, layout=tile), sc, gc, offset_m, offset_n, half=1)
-            else:  # split 0 came first: its first half too (area 1)
-                self.store_tile(self.view(second + taken(areas, 1, other), layout=tile), sc, gc, offset_m, offset_n)
 
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
@@ -1004,9 +931,7 @@ class MatmulA16WxHopper(SplitK):
                     if count > 0:  # (a tile's last split may have no k tiles)
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
-                if self.paired:
-                    self.add_up_pair(acc, sc, gc, partial, units, arrivals, t, u, split, offset_m, tile_n * bn, before)
-                elif splits > 1:  # (a Python or a kernel condition)
+                if splits > 1:  # (a Python or a kernel condition)
                     slot = (u - whole) * self.cluster_size + rank
                     self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
                                                 splits, offset_m, tile_n * bn, before)
@@ -1041,7 +966,6 @@ class QuantizedMatmul:
         # splits add their sums into c in f16 (c rounded 2 s - 1 times for s splits, not once; 2-3 %
         # faster at 28672 x 8192 and 3584 x 18944 on the H200). Off: every ending sums in float32.
         self.f16_split_sums = f16_split_sums
-        self.paired = True  # the tuner also times MatmulA16WxHopper(paired=True) where a tile splits 2 ways
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
@@ -1110,7 +1034,7 @@ class QuantizedMatmul:
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
-          on the magic decode, each 2-way split also paired), and the rule's tile on the magic decode where its weights
+          on the magic decode), and the rule's tile on the magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and in
           clusters with the last round's tiles split (tail_split; also on the magic decode) where
@@ -1215,10 +1139,6 @@ class QuantizedMatmul:
                         add(dict(tile, **({"split_k": split} if split > 1 else {})))
                     if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
                         add(dict(tile, split_k=split, magic=True))
-                    if split == 2 and sms % 2 == 0 and self.paired:  # each split finishing half of the tile (paired)
-                        add(dict(tile, split_k=2, paired=True))
-                        if magic and self.hopper_magic():
-                            add(dict(tile, split_k=2, paired=True, magic=True))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
