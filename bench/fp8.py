@@ -4,8 +4,9 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN[xP],...] [--tensor-tiles BN[xSTAGES],...]
-                                                [--no-tune] [--tune-block] [--quant-sizes MxHIDDEN,...]
+                                                [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
+                                                [--no-tune] [--tune-tensor] [--tune-block]
+                                                [--quant-sizes MxHIDDEN,...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -16,9 +17,9 @@ kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 
 MatmulFp8Block, its tile and products (one, or two in turn) chosen by block_config's rule (the
 autotuner's pick among matmul_fp8.BLOCK_TILES with --tune-block: it kept 128 x 256 at 8192^3 in two
 H200 runs where 128 x 192 ran 9 % faster in this bench's interleaved timing), and --block-tiles adds MatmulFp8 with
-each tile named, as "tilus block BMxBN" or "BMxBNxP" with P products) against the per-tensor
-_scaled_mm. The per-tensor and per-row kernels' tile width and stages are tuned among
-matmul_fp8.TILES (MatmulFp8Tuned; 128 x 256 with 4 stages with --no-tune); --tensor-tiles adds
+each tile named, as "tilus block BMxBN", "BMxBNxP" with P products or "BMxBNxPxS" with S stages) against the per-tensor
+_scaled_mm. The per-tensor and per-row kernels' tile width follows tensor_config's rule
+(MatmulFp8Auto; the autotuner's pick among matmul_fp8.TILES with --tune-tensor); --tensor-tiles adds
 per-tensor MatmulFp8 with each tile named ("tilus tensor BN" or "BNxSTAGES"). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
 shape timed in turn over three rounds (bench/run.py's interleaved_ms).
@@ -41,7 +42,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
 from run import interleaved_ms  # noqa: E402
 
-from matmul_fp8 import MatmulFp8, MatmulFp8Block, MatmulFp8Tuned, block_scales  # noqa: E402
+from matmul_fp8 import MatmulFp8, MatmulFp8Auto, MatmulFp8Block, block_scales  # noqa: E402
 from per_token_cast import PerTokenCast, PerTokenCastTuned, cast_config, cast_kernel, per_token_cast, tuned_config  # noqa: E402
 from swiglu_per_token_cast import SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, swiglu_per_token_cast  # noqa: E402
 
@@ -104,22 +105,20 @@ def torch_swiglu_per_token_cast(x):
 
 
 def tile_width(kernel, args):
-    """"block_n/stages" of a MatmulFp8 or of MatmulFp8Tuned's winner for these arguments ("?" before tuning)."""
-    if hasattr(kernel, "_tilus_tuner"):
-        kernel = kernel._tilus_tuner.winner_for(args, {})
-    return "?" if kernel is None else f"{kernel.block_n}/{kernel.stages}"
+    """"block_n/stages" of a MatmulFp8Auto's kernel for these arguments ("?" before tuning)."""
+    chosen = kernel.tuned._tilus_tuner.winner_for(args, {}) if kernel.tuned is not None else kernel.kernel(*args[:2])
+    return "?" if chosen is None else f"{chosen.block_n}/{chosen.stages}"
 
 
-def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=(), tune_block=False):
+def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(), tune_block=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
         shapes += [(m, n, k) for n, k in (LLM_NK[:1] if quick else LLM_NK) for m in ms]
-    plain = MatmulFp8Tuned if tune else MatmulFp8
-    tensor_k, row_k, block_k = (plain("tensor", blocks=sms), plain("row", blocks=sms),
-                                MatmulFp8Block(blocks=sms, tune=tune_block))
-    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1, blocks=sms)
-             for t in block_tiles}
+    tensor_k, row_k, block_k = (MatmulFp8Auto("tensor", blocks=sms, tune=tune),
+                                MatmulFp8Auto("row", blocks=sms, tune=tune), MatmulFp8Block(blocks=sms, tune=tune_block))
+    tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1,
+                          stages=t[3] if len(t) > 3 else None, blocks=sms) for t in block_tiles}
     tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 else None, blocks=sms)
                   for t in tensor_tiles})
     rows = []
@@ -167,8 +166,9 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=True, tensor_tiles=()
         tile = "x".join(map(str, tile)) if tile else "?"
         widths = [tile_width(kern, (m, n, k, a, b, s_a, s_b, c))
                   for kern, s_a, s_b in ((tensor_k, one, one), (row_k, sa_row, sb_row))]
-        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]} (/stages), block: "
-              f"{tile} (block_m x block_n x products), {how}): {line}", flush=True)
+        print(f"{m:5d}x{n:5d}x{k:5d} (tilus tensor / row: 128x{widths[0]} / 128x{widths[1]} (/stages, "
+              f"{'tuned' if tune else 'tensor_config'}), block: {tile} (block_m x block_n x products), {how}): {line}",
+              flush=True)
     return rows
 
 
@@ -218,11 +218,13 @@ def main():
                                                      "128x7168,4096x7168,16384x7168)")
     p.add_argument("--tune-block", action="store_true", help="the block-scaled tile by the autotuner among "
                                                          "BLOCK_TILES, not by block_config")
-    p.add_argument("--no-tune", action="store_true", help="the per-tensor "
-                                                          "and per-row ones 128x256, and the quantization's by "
-                                                          "cast_config, not by the autotuner")
-    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN or BMxBNxP, P products (e.g. "
-                                                     "128x256,128x128x2) timed beside the chosen one")
+    p.add_argument("--tune-tensor", action="store_true", help="the per-tensor and per-row tile by the autotuner "
+                                                          "among TILES, not by tensor_config")
+    p.add_argument("--no-tune", action="store_true", help="the quantization's tile by cast_config, not by the "
+                                                          "autotuner")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
+                                                     "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
+                                                     "the chosen one")
     p.add_argument("--tensor-tiles", default="", help="per-tensor tiles BN or BNxSTAGES of 128 rows (e.g. 192,256x3) "
                                                       "timed beside the chosen one")
     args = p.parse_args()
@@ -233,7 +235,7 @@ def main():
     print(f"FP8 on {torch.cuda.get_device_name()}; torch {torch.__version__}, "
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
     gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles,
-                     not args.no_tune, tensor_tiles, args.tune_block) if args.only != "quant" else []
+                     args.tune_tensor, tensor_tiles, args.tune_block) if args.only != "quant" else []
     quant = quant_rows(args.quick, quant_sizes, not args.no_tune) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:

@@ -173,8 +173,10 @@ def main():
             t0 = time.perf_counter()
             prepared = tq.prepare(packed)  # the repacking kernels, compiled on first use
             torch.cuda.synchronize()
+            copies = {x: w.numel() * w.element_size() for x, w in prepared.items() if x != "plain"}
             print(f"{wname} {n}x{k}: prepare (repackings, compiles included) "
-                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms, {sum(copies.values()) / 1e6:.0f} MB in "
+                  f"{len(copies)} copies ({', '.join(copies)})", flush=True)
             for m in ms:
                 if args.deadline and time.perf_counter() - start > args.deadline:
                     skipped += 1

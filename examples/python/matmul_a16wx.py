@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 import tilus
-from tilus import bfloat16, float16, float32, int32, uint8, uint32
+from tilus import bfloat16, float16, float32, int32, int64, uint8, uint32
 from common import ArrivalCounters, last_to_arrive, reset_arrivals, timed_configs, to_numpy
 from common import from_host_array, host_array, round_to  # noqa: F401 (the tests take them from here too)
 
@@ -61,7 +61,7 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False):
+                 k_major=False, fixed_sums=False):
         super().__init__()
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -85,6 +85,19 @@ class MatmulA16Wx(SplitK):
         # neighbouring k tiles, interleave=True, 2-3 % faster, and more blocks at once, more
         # runs apart, slower: 4 blocks an SM 20-30 % slower than 2 or 3.)
         self.k_major = k_major
+        # fixed_sums (split_k > 1, one tile of rows: m <= block_m): the splits' ending in one atomic
+        # per element and no fence, barrier or arrival counter. Each split adds its float32 sum in
+        # fixed point (x 2^32, toward zero) plus 2^56 into a zeroed int64 per element of c (the
+        # counters' memory, [m, n]; atom.add.u64) and reads the value before: where the count in
+        # the top bits (the total's (t + 2^55) >> 56) reaches split_k the thread holds the whole
+        # sum and stores it into c and the int64 back to zero. Exact to 2^-32 a split (float32
+        # sums round at 2^-24 of their magnitude; below f16's smallest subnormal, 2^-24, either
+        # way) while |sums| < 2^23 (f16 c: 65504 at most). The counter ending's chain after the last
+        # tile (the partial sums' stores and the fence that waits for them, the counter's atomic,
+        # two barriers, the last split's loads) is then one atomic's round trip.
+        assert not fixed_sums or split_k > 1 and not split_red and not partials_only, \
+            "fixed_sums: an ending of a split over k"
+        self.fixed_sums = fixed_sums
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
         # the last split (the shortest k range where the splits do not divide k) stores its f16
@@ -146,14 +159,27 @@ class MatmulA16Wx(SplitK):
         elif self.partials_only:
             self.store_global(self.global_view(partial, shape=[self.split_k, m, n]), self.unsqueeze(acc, 0),
                               offsets=[self.blockIdx.z, om, on])
+        elif self.fixed_sums:  # (om = 0: one tile of rows; see __init__)
+            splits = self.split_k
+            sums = self.global_view(counters, dtype=int64, shape=[m, n])
+            mine = (acc * 4294967296.0).to(int64) + (1 << 56)
+            total = self.atomic.global_add(sums, mine, offsets=[om, on]) + mine  # (rows past m: skipped, 0)
+            last = ((total + (1 << 55)) >> 56) == splits
+            value = ((total - (splits << 56)).to(float32) * (1.0 / 4294967296.0)).to(at)
+            # The element's column where this thread's add was the last, else n (past c: not written).
+            column = self.where(last, self.register_tensor(dtype=int32, shape=[bm, bn], init=lambda i, j: on + j), n)
+            self.store_global_scatter(gc, dim=1, indices=column, values=value)
+            self.store_global_scatter(sums, dim=1, indices=column,
+                                      values=self.register_tensor(dtype=int64, shape=[bm, bn], init=0))
         else:
             gp = self.global_view(partial, shape=[self.split_k, m, n])
-            arrivals = self.global_view(counters, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
+            arrivals = self.global_view(counters, dtype=int32, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
             self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
                                self.split_k, om, on, before)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
-                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: ~int32):
+                 zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: tilus.void_p):
+        # (counters: int32 arrival counters, or fixed_sums' int64 sums)
         bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
         bits = self.wtype.bits
         self.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(n, bn), self.split_k]
@@ -202,7 +228,8 @@ class MatmulA16Wx(SplitK):
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
-        before = self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.split_red else None
+        before = (self.shared_tensor(dtype=int32, shape=[1, 1])
+                  if self.split_k > 1 and not self.split_red and not self.fixed_sums else None)
 
         if self.by_tma:
             ktiles = tilus.cdiv(k, bk)
@@ -1233,19 +1260,30 @@ class QuantizedMatmul:
     def tuning_key(self, m, n, k, weights, c):
         """The key of self.tuned and self.timings for a call: (m rounded up to a power of two, n, k,
         wgmma weights, magic weights, TMA copies apply)."""
-        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights, self.tma_applies(n, k, c))
+        return (1 << max(m - 1, 0).bit_length(), n, k, "wgmma" in weights, "magic" in weights or "magic_k" in weights,
+                self.tma_applies(n, k, c))
 
-    def tuned_config(self, key, call, m, n, k):
+    def tuned_config(self, key, call, m, n, k, have=None):
         """The fastest of `candidates` at this size (key: tuning_key) whose result agrees with the
         general kernel's, timed and checked once per process (call(cfg): the kernel of a
         configuration and its arguments, at the call's own m, n, k); the candidates compile in
-        parallel first."""
+        parallel first, and those within 3 % of the fastest are timed again, 45 times each. have: the
+        weight orders there are (prepare's keys; None: all), the candidates that read another left out."""
         if key not in self.tuned:
             hopper, magic, tma = key[3:]
+            candidates = [cfg for cfg in self.candidates(key[0], n, k, hopper, magic, tma, self.wide)
+                          if have is None or self.layout_of(cfg) in have]
             # (15 timings each: with 7, one H200 run picked at m = 16 a configuration of two
             # waves that ran 1.4 times as long under ncu as its pick at m = 1.)
-            self.timings[key] = timed_configs(self.candidates(key[0], n, k, hopper, magic, tma, self.wide),
-                                              call, repeat=15)
+            timings = timed_configs(candidates or [dict(self.mma_config(m, n, k), repacked=False)],
+                                    call, repeat=15)
+            # Those within 3 % of the fastest timed again, 3 times as often, in rounds of their own:
+            # one sweep's pick at m = 1024, 3584 x 18944 ran 0.92x cuBLAS where both mid calls' ran
+            # 0.99x (H200, 2026-11-29).
+            close = [cfg for ms, cfg in timings if ms <= 1.03 * timings[0][0]]
+            if len(close) > 1:
+                timings = timed_configs(close, call, repeat=45) + timings[len(close):]
+            self.timings[key] = timings
             self.tuned[key] = self.checked_fastest(self.timings[key], call, m, n, k)
         return self.tuned[key]
 
@@ -1276,28 +1314,57 @@ class QuantizedMatmul:
         return (hasattr(b, "is_cuda") and b.is_cuda and tilus._C.device_info()["arch"] == "sm_90a" and
                 self.group % (2 * bk) == 0 and hopper_repackable(self.wtype.bits, bk))
 
-    def prepare(self, b):
-        """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load: as
-        they are, repacked for the small-m kernel where its tile has a fragment order (and in the
-        magic decode's order where that applies: 4-bit integer codes, f16), and repacked for the
-        wgmma kernel where it applies (once, by RepackWeights where b lives)."""
+    # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of).
+    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "wgmma", "wgmma_magic")
+    RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
+
+    @staticmethod
+    def layout_of(cfg):
+        """The weight order (a key of prepare's dict) that configuration cfg reads."""
+        if cfg.get("hopper"):
+            return "wgmma_magic" if cfg.get("magic") else "wgmma"
+        return ("magic_k" if cfg.get("k_major") else "magic" if cfg.get("magic") else
+                "repacked" if cfg.get("repacked") else "plain")
+
+    def tuned_layouts(self):
+        """The weight orders the configurations tuned so far read (with "plain"): prepare(b,
+        layouts=q.tuned_layouts()) after the tuning keeps only those copies."""
+        return sorted({"plain"} | {self.layout_of(cfg) for cfg in self.tuned.values()})
+
+    def prepare(self, b, layouts=None):
+        """The weight bytes [n, k * bits / 8] (numpy or torch) in the orders the kernels load, a
+        dict by LAYOUTS' names: "plain" (b as it is, no copy: the fallback and the tuner's check
+        read it), "repacked" for the small-m kernel where its tile has a fragment order, "magic"
+        and "magic_k" (the magic decode's order, n tile after n tile or k tile after k tile)
+        where that applies (4-bit integer codes, f16), "wgmma" and "wgmma_magic" for the wgmma
+        kernel where it applies (once, by RepackWeights where b lives). Each copy costs memory
+        (the int4 bytes again): `layouts` names the orders to make (those that do not apply are
+        left out); None: the orders the kernel choice may read, with tune=True every one that
+        applies (the candidates read them all), else the rule's (RULE_LAYOUTS). A call then
+        chooses among the configurations whose order is there (the plain weights' kernel where
+        none is)."""
         bits, bk = self.wtype.bits, min(128, self.group)
         if self.sms is None and hasattr(b, "is_cuda") and b.is_cuda:
             import torch
             self.sms = torch.cuda.get_device_properties(b.device).multi_processor_count
+        wanted = set(self.LAYOUTS if layouts is None and self.tune else self.RULE_LAYOUTS if layouts is None
+                     else layouts)
+        assert wanted <= set(self.LAYOUTS), f"layouts: some of {self.LAYOUTS}"
         out = {"plain": b}
         small, hopper = repackable(bits, 16, 128, bk, 4), self.hopper_applies(b)
         if not small and not hopper:
             return out
         n, k = b.shape[0], b.shape[1] * 8 // bits
-        if small:
+        if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
-            out["magic_k"] = repack_for_magic(b, self.wtype, n, k, 128, bk, k_major=True)
-        if hopper:
+            if "magic" in wanted:
+                out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
+            if "magic_k" in wanted:
+                out["magic_k"] = repack_for_magic(b, self.wtype, n, k, 128, bk, k_major=True)
+        if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
-        if hopper and self.hopper_magic():
+        if hopper and self.hopper_magic() and "wgmma_magic" in wanted:
             out["wgmma_magic"] = repack_for_hopper(b, self.wtype, n, k, 64, magic=True)
         return out
 
@@ -1306,9 +1373,11 @@ class QuantizedMatmul:
         if self.tune and getattr(c, "is_cuda", False):
             cfg = self.tuned_config(self.tuning_key(m, n, k, weights, c),
                                     lambda cfg: self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace),
-                                    m, n, k)
+                                    m, n, k, have=weights)
         else:
             cfg = self.config(m, n, k, hopper)
+        if self.layout_of(cfg) not in weights:  # an order prepare was not asked for: the plain weights
+            cfg = dict(self.mma_config(m, n, k), repacked=False)
         self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
 
     def launch(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
@@ -1345,12 +1414,13 @@ class QuantizedMatmul:
             self.kernels[key] = script(self.wtype, self.group, atype=self.atype, **cfg)
         cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
         tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
-        counters = self.arrival_counters(c, tiles)
+        # (fixed_sums: an int64 per element of c, zero between launches as the counters are)
+        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else tiles)
         if cfg.get("hopper"):
-            w = weights["wgmma_magic" if cfg.get("magic") else "wgmma"]
+            w = weights[self.layout_of(cfg)]
             need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
             return self.kernels[key], (m, n, k, a, w, scales, zeros, c, self.partials(workspace, need), counters)
-        which = "magic_k" if cfg.get("k_major") else "magic" if cfg.get("magic") else "repacked" if cfg["repacked"] else "plain"
+        which = self.layout_of(cfg)
         if cfg.get("blocks"):  # stream-K's partial sums: two slots a block of min(m, 16) x 128
             workspace = self.partials(workspace, 2 * cfg["blocks"] * min(m, cfg["block_m"]) * cfg["block_n"])
         return self.kernels[key], (m, n, k, a, weights[which], scales, zeros, c, workspace, counters)
@@ -1395,8 +1465,8 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
         import torch
         args = [torch.from_numpy(x.view(np.int16) if x.dtype == np.uint16 else x).cuda() for x in args]
         device = "cuda"
-    args[1] = kernel.prepare(args[1])
-    if cfg is not None and cfg.get("hopper") and not ("wgmma" in args[1] and (not cfg.get("magic") or "wgmma_magic" in args[1])):
+    args[1] = kernel.prepare(args[1], layouts=None if cfg is None else ("plain", kernel.layout_of(cfg)))
+    if cfg is not None and kernel.layout_of(cfg) not in args[1]:
         print(f"{name} {wtype.name} {m}x{n}x{k} {cfg}: skipped (the wgmma kernel runs on sm_90a GPUs)")
         return
     if cfg is None:

@@ -86,19 +86,21 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
-def promoted(s, acc, part, scales, offset_n):
+def promoted(s, acc, part, scales, offset_n, halves=None):
     """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
     product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
     (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
     columns: its 64-column thirds take the first block of b's scales it touches, the first or the
-    second (as the tile starts on a 128-column block or half way), and the second."""
+    second (as the tile starts on a 128-column block or half way), and the second; so do the two
+    halves of its first 128 columns as a piece of their own (halves=True)."""
     r, w = part.shape
-    if w <= BLOCK_K:
+    if not (w > BLOCK_K if halves is None else halves):
         return acc + part * scales[0]
-    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
+    q = w // 64
+    second = s.register_tensor(dtype=boolean, shape=[1, q, 1],
                                init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
     scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
-    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
+    return s.reshape(s.reshape(acc, [r, q, 64]) + s.reshape(part, [r, q, 64]) * scale, [r, w])
 
 
 class MatmulFp8(tilus.Script):
@@ -116,7 +118,10 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted)."""
+    see promoted). products=2 with block_n=192 (block scaling): the 128- and the 64-column piece
+    with a product each in a pipeline, each k step's first piece issued before the step before's
+    second piece is promoted (a read twice from shared memory a k step; the warp group's tensor
+    work never drains)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132, products=1):
@@ -131,8 +136,9 @@ class MatmulFp8(tilus.Script):
         assert block_n in (128, 192, 256), \
             "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
             "piece; with block scales one piece whose thirds take their scales)"
-        assert products == 1 or (scaling == "block" and block_n == 128), \
-            "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
+        assert products == 1 or (scaling == "block" and block_n in (128, 192)), \
+            "two products in turn: block scaling with one 128-column piece, or 192 columns as a 128- and a " \
+            "64-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
@@ -180,7 +186,8 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        one = self.whole_store and (not block or bn % 128)
+        pipelined = block and self.products == 2 and bn == 192
+        one = self.whole_store and (not block or bn % 128) and not pipelined
         widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
@@ -233,13 +240,49 @@ class MatmulFp8(tilus.Script):
             if split:
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
-                parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
+                parts = [self.register_tensor(dtype=float32, shape=[bm, w]) for w in (widths * 2)[:2]]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
-                if block and self.products == 2:
+                if pipelined:
+                    # The tile's two pieces in a pipeline: each k step's first piece is issued
+                    # before the second piece of the step before is promoted, and its second piece
+                    # before its first is promoted, so each warp group always has a wgmma queued
+                    # and promotes under it (a read from shared memory twice a k step). A stage
+                    # is released once its second piece is complete and promoted.
+                    def issue(now, p):
+                        there = (first + now) % stages
+                        if p == 0:
+                            self.mbarrier.wait(full[there], phase=(first + now) // stages % 2)
+                        self.wgmma.fence()
+                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [p * 128, 0], [0, 1],
+                                                                    [widths[p], bk]).transpose(), parts[p],
+                                       enable_input_d=False)
+                        self.wgmma.commit_group()
+
+                    def promote(now, p):
+                        here = (first + now) % stages
+                        scales = block_scales_of_step(self, ssa[here], ssb[here], now)
+                        if p == 1:
+                            self.release(empty[here], peer, read_shared=True)
+                        self.assign(accs[p], promoted(self, accs[p], parts[p], scales[p:], offset_n, halves=p == 0))
+
+                    issue(0, 0)
+                    for step in range(steps - 1):
+                        issue(step, 1)
+                        self.wgmma.wait_group(1)
+                        promote(step, 0)
+                        issue(step + 1, 0)
+                        self.wgmma.wait_group(1)
+                        promote(step, 1)
+                    issue(steps - 1, 1)
+                    self.wgmma.wait_group(1)
+                    promote(steps - 1, 0)
+                    self.wgmma.wait_group(0)
+                    promote(steps - 1, 1)
+                elif block and self.products == 2:
                     # Two products in turn: the k step after this one is issued into the other
                     # product before this one's wait, so each warp group always has a wgmma queued
                     # (as with per-tensor scaling) and promotes under it. The loop takes the steps
@@ -407,12 +450,28 @@ def block_config(m, n, clusters, out=bfloat16):
     (16 rounds against 21)."""
     if m <= 128:
         return 64, 128, 2
-    pairs = lambda bn: tilus.cdiv(m, 256) * tilus.cdiv(n, bn)  # noqa: E731
-    if pairs(256) >= clusters:
-        if out.bits == 16 and tilus.cdiv(pairs(192), clusters) * 192 < tilus.cdiv(pairs(256), clusters) * 256:
-            return 128, 192, 1
-        return 128, 256, 1
+    if tilus.cdiv(m, 256) * tilus.cdiv(n, 256) >= clusters:
+        return (128, 192, 1) if narrower(m, n, clusters, out) else (128, 256, 1)
     return 128, 128, 1
+
+
+def narrower(m, n, clusters, out):
+    """Whether 128 x 192 tiles (16-bit c) do an m x n product in fewer columns of work a cluster
+    than 128 x 256 ones: a cluster takes a pair of tiles (256 rows) a round, every cluster as many
+    rounds as the busiest, so the work of each width is its rounds times its columns
+    (ceil(pairs / clusters) x width; 8192^3 on 66 clusters: 21 x 192 = 4032 against 16 x 256 =
+    4096, whose last round is half empty; 4096^3: 6 x 192 = 1152 against 4 x 256 = 1024)."""
+    rounds = lambda bn: tilus.cdiv(tilus.cdiv(m, 256) * tilus.cdiv(n, bn), clusters)  # noqa: E731
+    return out.bits == 16 and rounds(192) * 192 < rounds(256) * 256
+
+
+def tensor_config(m, n, clusters, out=bfloat16):
+    """The per-tensor / per-row kernel's block_n (128 rows, stages as many as fit) for an m x n
+    product on `clusters` clusters of two blocks: 192 where narrower says its rounds of tile pairs
+    hold fewer columns, else 256. The rule replaces run-time tuning noise (MatmulFp8Tuned, still
+    offered: MatmulFp8Auto(tune=True)) with the measured reason one width wins: 128 x 256 at 4096^3
+    (4 rounds against 6), 128 x 192 at 8192^3 (21 rounds against 16, the last half empty)."""
+    return 192 if narrower(m, n, clusters, out) else 256
 
 
 # The per-tensor and per-row tiles the autotuner times (block_n, stages; 128 rows): 128 x 256 (the
@@ -481,35 +540,50 @@ class MatmulFp8BlockTuned(MatmulFp8):
                          products=products)
 
 
-class MatmulFp8Block:
-    """MatmulFp8 with DeepSeek-V3 block scales, its tile chosen per call by block_config (one
-    kernel per tile, built on first use), or with tune=True by the autotuner (MatmulFp8BlockTuned;
-    GPU only); called as MatmulFp8."""
+class MatmulFp8Auto:
+    """MatmulFp8 with its tile chosen per call: by tensor_config (per-tensor and per-row scales)
+    or block_config (block scales), one kernel per tile built on first use; or with tune=True by
+    the autotuner (MatmulFp8Tuned, MatmulFp8BlockTuned; GPU only). Called as MatmulFp8."""
 
-    scaling = "block"
-
-    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, blocks=132, tune=False):
-        self.out, self.atype, self.btype, self.blocks = out, atype, btype, blocks
+    def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, blocks=132, tune=False):
+        assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
+        self.scaling, self.out, self.atype, self.btype, self.blocks = scaling, out, atype, btype, blocks
         self.kernels = {}
-        self.tuned = MatmulFp8BlockTuned(out=out, atype=atype, btype=btype, blocks=blocks) if tune else None
+        self.tuned = None
+        if tune:
+            kw = dict(out=out, atype=atype, btype=btype, blocks=blocks)
+            self.tuned = MatmulFp8BlockTuned(**kw) if scaling == "block" else MatmulFp8Tuned(scaling, **kw)
+
+    def config(self, m, n):
+        """(block_m, block_n, products) by the rule."""
+        if self.scaling == "block":
+            return block_config(m, n, self.blocks // 2, self.out)
+        return 128, tensor_config(m, n, self.blocks // 2, self.out), 1
 
     def kernel(self, m, n):
-        tile = block_config(m, n, self.blocks // 2, self.out)
+        tile = self.config(m, n)
         if tile not in self.kernels:
-            self.kernels[tile] = MatmulFp8("block", out=self.out, atype=self.atype, btype=self.btype,
+            self.kernels[tile] = MatmulFp8(self.scaling, out=self.out, atype=self.atype, btype=self.btype,
                                            block_m=tile[0], block_n=tile[1], products=tile[2], blocks=self.blocks)
         return self.kernels[tile]
 
     def tile(self, m, n, k, a, b, scale_a, scale_b, c):
         """The (block_m, block_n, products) a call with these arguments takes (tuned: None until tuned)."""
         if self.tuned is None:
-            return block_config(m, n, self.blocks // 2, self.out)
+            return self.config(m, n)
         winner = self.tuned._tilus_tuner.winner_for((m, n, k, a, b, scale_a, scale_b, c), {})
         return None if winner is None else (winner.block_m, winner.block_n, winner.products)
 
     def __call__(self, m, n, k, a, b, scale_a, scale_b, c):
         kernel = self.tuned if self.tuned is not None else self.kernel(m, n)
         return kernel(m, n, k, a, b, scale_a, scale_b, c)
+
+
+class MatmulFp8Block(MatmulFp8Auto):
+    """MatmulFp8Auto with DeepSeek-V3 block scales."""
+
+    def __init__(self, out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, blocks=132, tune=False):
+        super().__init__("block", out=out, atype=atype, btype=btype, blocks=blocks, tune=tune)
 
 
 # --- host side: scales laid out for the kernels, the reference ------------------------------------
@@ -624,6 +698,8 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
+                   1040 if not quick else 272),
+                  (MatmulFp8("block", block_n=192, products=2, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]

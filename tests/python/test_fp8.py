@@ -16,8 +16,8 @@ from tilus import bfloat16, float16, float32, float8_e4m3, float8_e5m2
 from conftest import HAS_GPU, Arrays
 
 from common import from_host_array, round_to
-from matmul_fp8 import (BLOCK_TILES, TILES, MatmulFp8, MatmulFp8Block, MatmulFp8BlockTuned, MatmulFp8Ring,
-                        MatmulFp8Tuned, block_config, block_scales, operands, reference)
+from matmul_fp8 import (BLOCK_TILES, TILES, MatmulFp8, MatmulFp8Auto, MatmulFp8Block, MatmulFp8BlockTuned,
+                        MatmulFp8Ring, MatmulFp8Tuned, block_config, block_scales, operands, reference, tensor_config)
 import per_token_cast
 import swiglu_per_token_cast
 
@@ -107,6 +107,14 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
+# 192-column block-scaled tiles with their two pieces in a pipeline: several k steps, one, two;
+# tiles on and half way into a block of b's scales, ragged; float16 c.
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("out,m,n,k", [(bfloat16, 301, 1000, 1040), (float16, 700, 584, 128), (bfloat16, 130, 400, 256)])
+def test_block_scaled_pipelined_pieces_on_the_gpu(out, m, n, k):
+    check_matmul(Arrays("cuda"), MatmulFp8("block", block_n=192, products=2, out=out, blocks=8), m, n, k)
+
+
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
     the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
@@ -116,6 +124,16 @@ def test_block_scaled_tile_rule():
     assert block_config(8192, 8192, 66) == (128, 192, 1)  # 21 rounds of 192 columns against 16 of 256
     assert block_config(8192, 8192, 66, float32) == (128, 256, 1)  # 192 columns: 16-bit c only
     assert block_config(256, 8192, 66) == (128, 128, 1)  # 32 pairs of 128 x 256 tiles would leave half idle
+
+
+def test_per_tensor_tile_rule():
+    """tensor_config: 256 columns where its rounds of tile pairs hold the fewest columns, 192
+    where 192's do (16-bit c), and MatmulFp8Auto takes that tile (66 clusters)."""
+    assert tensor_config(4096, 4096, 66) == 256  # 4 rounds of 256 columns against 6 of 192
+    assert tensor_config(8192, 8192, 66) == 192  # 21 rounds of 192 columns against 16 of 256
+    assert tensor_config(8192, 8192, 66, float32) == 256
+    assert MatmulFp8Auto("row", blocks=132).config(8192, 8192) == (128, 192, 1)
+    assert MatmulFp8Auto("tensor", blocks=132).kernel(4096, 4096).block_n == 256
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
@@ -167,6 +185,8 @@ def test_c_buffer_holds_the_whole_tile_where_it_costs_no_stage(kw, stages, whole
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 def test_tuned_per_tensor_and_per_row_matmul_on_the_gpu(scaling):
     check_matmul(Arrays("cuda"), MatmulFp8Tuned(scaling, blocks=8), 500, 1000, 512, spec=MatmulFp8(scaling))
+    check_matmul(Arrays("cuda"), MatmulFp8Auto(scaling, blocks=8, tune=True), 300, 1000, 512)
+    check_matmul(Arrays("cuda"), MatmulFp8Auto(scaling, blocks=8), 300, 1000, 512)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")

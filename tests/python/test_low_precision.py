@@ -419,6 +419,31 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
     np.testing.assert_array_equal(arrays.host(q.arrival_counters.counters), 0)
 
 
+def test_quantized_matmul_prepare_keeps_the_layouts_asked_for(arrays):
+    """QuantizedMatmul.prepare makes only the weight orders asked for (each a copy of the
+    weights' bytes): by default the rule's without tuning and every one that applies with
+    tune=True; a call whose configuration reads an order not made runs the plain weights'
+    kernel, right either way."""
+    from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands, round_to
+    m, n, k, group = 5, 200, 1024, 128
+    rng = np.random.default_rng(21)
+    packed, scales, zeros, w = quantized_operands(tilus.int4, k, n, group, rng)
+    b = arrays.put(packed)
+    q = QuantizedMatmul(tilus.int4, group)
+    assert "repacked" in q.prepare(b) and set(q.prepare(b)) <= set(q.RULE_LAYOUTS)
+    assert {"magic", "magic_k"} <= set(QuantizedMatmul(tilus.int4, group, tune=True).prepare(b))
+    assert q.layout_of(dict(q.mma_config(m, n, k), magic=True, k_major=True)) == "magic_k"
+    a = round_to(rng.uniform(-1, 1, (m, k)), tilus.float16)
+    operands = [arrays.put(host_array(x, tilus.float16)) for x in (a, scales, zeros)]
+    for layouts in (("magic_k",), ("plain", "repacked"), ()):
+        weights = q.prepare(b, layouts=layouts)
+        assert set(weights) == {"plain", *layouts}
+        c = arrays.put(host_array(np.zeros((m, n)), tilus.float16))
+        q(m, n, k, operands[0], weights, operands[1], operands[2], c, arrays.put(np.zeros((16, m, n), np.float32)))
+        np.testing.assert_allclose(from_host_array(arrays.host(c), tilus.float16), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=str(layouts))
+
+
 def test_quantized_matmul_tuning_passes_over_a_wrong_winner(arrays, capfd):
     """The tuner's check of its winner (QuantizedMatmul.checked_fastest): a configuration whose c
     is off the general kernel's is reported and passed over for the next fastest; with none
@@ -466,7 +491,9 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 4, 64, dict(late_scale=True, interleave=True, stages=8)),
     ("int4", 2, 64, dict(late_scale=True, k_major=True)), ("uint4", 3, 128, dict(late_scale=True, interleave=True, k_major=True)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True, split_red=True, n=208)),
-    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL))])
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL)),
+    ("int4", 3, 128, dict(late_scale=True, fixed_sums=True)), ("int4", 2, 64, dict(fixed_sums=True)),
+    ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -481,8 +508,10 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     split_red=True (a tile's splits in one cluster: the last stores its tile of c and the others
     add theirs into c by red after the cluster's barrier, by f16 pairs where n is a multiple of
     16, element by element where not; also interleaved and unrolled); k_major=True (the weights
-    k tile after k tile; split, and interleaved). Each launched twice on one
-    set of counters (back at zero after each launch; split_red does not touch them)."""
+    k tile after k tile; split, and interleaved); fixed_sums=True (the splits' sums added in
+    fixed point into an int64 per element with the count in its top bits, the last add's thread
+    storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty). Each launched twice on
+    one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     options = dict(options)
@@ -490,7 +519,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
-    counters = arrays.put(np.zeros(16, np.int32))
+    counters = arrays.put(np.zeros(max(16, 2 * m * n), np.int32))  # (fixed_sums: an int64 per element of c)
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, k_major=options.get("k_major", False))
     for launch in range(2):
@@ -1073,6 +1102,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         args[1] = q.prepare(args[1])
         q(m, n, k, *args)
         (key, cfg), = q.tuned.items()
+        assert q.tuned_layouts() == sorted({"plain", q.layout_of(cfg)})  # the copies a re-prepare would keep
         assert "magic" in args[1]  # uint4 codes, f16: prepare made the magic decode's weights too
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
