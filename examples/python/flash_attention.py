@@ -633,8 +633,8 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     `bench/attention.py --candidates` at the goal's shapes on the H200 (the calls and their
     figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal FA3's 192 x 128 tile in
     three consumer warp groups without ping-pong, with causal the persistent kernel in 3 stages.
-    d = 128: without causal the persistent kernel on 176-key blocks; with causal no ping-pong, and
-    the persistent kernel below PERSISTENT_SEQLEN queries. d = 256: 80-key blocks. At d >= 128 o's
+    d = 128: without causal 176-key blocks; with causal no ping-pong, and the persistent kernel
+    below PERSISTENT_SEQLEN queries. d = 256: 80-key blocks. At d >= 128 o's
     rescale between the GEMMs. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if sms else {}
     if head_dim == 64:
@@ -642,7 +642,7 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 128:
         if causal:
             return {**(persistent if seqlen < PERSISTENT_SEQLEN else {}), "rescale_between": True, "pingpong": False}
-        return {**persistent, "block_n": 176, "rescale_between": True}
+        return {"block_n": 176, "rescale_between": True}
     return dict(block_n=80, rescale_between=True)
 
 
@@ -655,9 +655,9 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     ping-pong, o's rescale between the GEMMs and (with ping-pong) the turns at named barriers
     turned the other way, except at d = 128 without causal (no flip ever won there); the other
     stage count where it fits, FA3's tile at d = 64 with causal, the default 64-key blocks at
-    d = 256, and at d = 128 without causal the persistent kernel on 128-, 144- and 192-key blocks
-    (176-key blocks compute 4224 keys at seqlen 4096) and on 128-key blocks in 3 stages. What
-    was dropped as never the fastest: docs/gpu.md, "Attention on Hopper"."""
+    d = 256, and at d = 128 without causal the persistent kernel on 128-key blocks (176-key blocks
+    compute 4224 keys at seqlen 4096). What was dropped as never the fastest: docs/gpu.md,
+    "Attention on Hopper"."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
     no_flips = not causal and head_dim == 128  # there no flip of ping-pong, the turns or the rescale ever won
@@ -667,8 +667,8 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
-    if head_dim == 128:  # without causal, key blocks that waste fewer keys at the goal's lengths than 176's
-        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)] + [dict(block_n=128, stages=3)]
+    if head_dim == 128:  # without causal, persistent on 128-key blocks: no key wasted past seqlen 4096
+        out += [dict(stages=3)] if causal else [dict(persistent=sms, block_n=128)] if sms else []
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out

@@ -630,6 +630,16 @@ def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
     assert bench.prefill_shapes("goal", None, "causal") == [c for c in goal if c[2]]
 
 
+def test_bench_reads_extra_candidates():
+    bench = bench_module()
+    assert bench.parse_config("persistent=sms block_n=128 pingpong=False", 132) == dict(persistent=132, block_n=128,
+                                                                                        pingpong=False)
+    with pytest.raises(SystemExit, match="key=value"):
+        bench.parse_config("persistent", 132)
+    with pytest.raises(SystemExit, match="an int, True, False or sms, not 'x'"):
+        bench.parse_config("block_n=x", 132)
+
+
 def test_bench_candidates_table_names_each_candidate_with_its_ratio():
     """The table the bench prints last with --candidates: a line per shape, the rule first, every
     candidate's short name, TFLOP/s and ratio to cuDNN, the fastest starred."""
