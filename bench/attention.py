@@ -199,12 +199,12 @@ def parse_config(text, sms):
     return cfg
 
 
-def shape_candidates(d, causal, s, persistent, extra=()):
-    """The candidates timed at a prefill shape: flash_attention.prefill_candidates' and `extra`
-    (configurations parse_config reads, on top of the rule as those are)."""
+def shape_candidates(name, d, causal, s, persistent, extra=()):
+    """The candidates timed at a prefill shape of dtype `name`: flash_attention.prefill_candidates'
+    and `extra` (configurations parse_config reads, on top of the rule as those are)."""
     from flash_attention import prefill_candidates
     sms = persistent_blocks(True)
-    return prefill_candidates(d, causal, persistent_blocks(persistent), s) + [parse_config(x, sms) for x in extra]
+    return prefill_candidates(d, causal, persistent_blocks(persistent), s, name) + [parse_config(x, sms) for x in extra]
 
 
 def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",), extra=()):
@@ -219,9 +219,9 @@ def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=
     for dtypes, configs in tables:
         for name in dtypes:
             for d, s, causal in configs:
-                for cfg in [{}] + (shape_candidates(d, causal, s, persistent, extra)
+                for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra)
                                    if candidates and name in cand_dtypes else []):
-                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s), **cfg}))
+                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s, name), **cfg}))
                     if key not in seen:
                         seen.add(key)
                         work.append((name, d, s, causal, cfg))
@@ -278,7 +278,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (shape_candidates(d, causal, s, persistent, extra) if candidates and name in cand_dtypes else []):
+            for cfg in (shape_candidates(name, d, causal, s, persistent, extra) if candidates and name in cand_dtypes
+                        else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
                 except Exception as e:  # noqa: BLE001

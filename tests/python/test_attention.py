@@ -6,6 +6,7 @@ warp specialization: the same math) and on the GPU (the warp-specialized kernels
 sm_90a compile of the warp-specialized kernels: wgmma from registers and with the MN-major V,
 TMA, no local memory, no serialized wgmma, the softmax kept between the waits."""
 import inspect
+import itertools
 import re
 
 import numpy as np
@@ -15,8 +16,8 @@ import tilus
 from tilus import bfloat16, float16
 from conftest import HAS_CPU, HAS_GPU
 
-from flash_attention import (FlashAttention, config_name, flash_attention, flash_attention_varlen, prefill_candidates,
-                             prefill_config, random_packed as packed, reference)
+from flash_attention import (SHORT_SEQLEN, FlashAttention, config_name, flash_attention, flash_attention_varlen,
+                             prefill_candidates, prefill_config, random_packed as packed, reference)
 import flash_decoding
 from flash_decoding import FlashDecoding, decode_candidates, decode_config, flash_decode, random_cache, reference as decode_reference
 
@@ -502,9 +503,9 @@ def launched_configs(sms=132):
     rule's and each candidate on top of it (the L2 sections change no resource)."""
     out = []
     for seqlen in (4096, 16384):
-        out += [(d, causal, {**prefill_config(d, causal, sms, seqlen), **c}) for d in (64, 128, 256)
-                for causal in (True, False) for c in [{}] + prefill_candidates(d, causal, sms, seqlen)
-                if "l2_bytes" not in c]
+        out += [(d, causal, {**prefill_config(d, causal, sms, seqlen, dt), **c}) for d in (64, 128, 256)
+                for causal in (True, False) for dt in ("float16", "bfloat16")
+                for c in [{}] + prefill_candidates(d, causal, sms, seqlen, dt) if "l2_bytes" not in c]
     return [x for i, x in enumerate(out) if x not in out[:i]]
 
 
@@ -514,13 +515,21 @@ def test_prefill_candidates_each_change_the_rule(sms, seqlen):
     """Each candidate the bench times is another kernel than the rule's and than the other
     candidates' (a launch takes it on top of prefill_config), with and without the SM count, for
     short and long sequences."""
-    for d in (64, 128, 256):
-        for causal in (False, True):
-            rule = prefill_config(d, causal, sms, seqlen)
-            kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__
-                       for c in [{}] + prefill_candidates(d, causal, sms, seqlen)]
-            assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
-            assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
+    for d, causal, dt in itertools.product((64, 128, 256), (False, True), (float16, bfloat16)):
+        rule = prefill_config(d, causal, sms, seqlen, dt)
+        kernels = [FlashAttention(dt, d, causal, **{**rule, **c}).__dict__
+                   for c in [{}] + prefill_candidates(d, causal, sms, seqlen, dt)]
+        assert all(k != kernels[0] for k in kernels[1:]), (d, causal, dt)
+        assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal, dt)
+
+
+def test_prefill_rule_at_d128_without_causal():
+    """d 128 without causal: 176-key blocks without persistent blocks, f16 below SHORT_SEQLEN
+    queries the persistent kernel on 128-key blocks (measured faster in two H200 calls; bf16 not)."""
+    assert prefill_config(128, False, 132, 4096, float16) == dict(persistent=132, block_n=128, rescale_between=True)
+    assert prefill_config(128, False, 132, 4096, "float16") == prefill_config(128, False, 132, 4096, float16)
+    for sms, seqlen, dt in [(132, SHORT_SEQLEN, float16), (132, 4096, bfloat16), (0, 4096, float16), (132, 0, float16)]:
+        assert prefill_config(128, False, sms, seqlen, dt) == dict(block_n=176, rescale_between=True)
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
