@@ -62,15 +62,14 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
                                           (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
-                                          (128, False, dict(persistent=2, block_n=144)),
                                           (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
     the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
-    consumer warp groups, no ping-pong, three stages, 192-key blocks (144-key ones persistent), the
-    turns at named barriers (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
+    consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
+    (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
     reported as a CpuCheckError), also over many tiles in a ring of three warp groups."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
