@@ -3,7 +3,8 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--head-dims 128[,64,...]] [--mask causal|none] [--candidates [--no-persistent] [--candidate-dtypes f16,bf16]]
+        [--head-dims 128[,64,...]] [--mask causal|none] [--candidates [--no-persistent] [--candidate-dtypes f16,bf16]
+        [--extra-candidates 'key=value ...' ...]]
         [--no-triton] [--decode-runs N]
         [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
@@ -41,7 +42,8 @@ rule flash_attention.prefill_config that a launch takes: stages, key block size,
 three consumer warp groups, o's rescale between the GEMMs, the ping-pong turns at named barriers,
 the L2 sections of the causal order,
 the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code, and
-times them with --candidate-dtypes f16,bf16); a table of every candidate's TFLOP/s and ratio to
+times them with --candidate-dtypes f16,bf16; --extra-candidates 'key=value ...' adds configurations
+of one's own); a table of every candidate's TFLOP/s and ratio to
 cuDNN per shape comes last. --compile-only [--part K/N] compiles the
 prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
@@ -181,20 +183,45 @@ def persistent_blocks(persistent):
     return torch.cuda.get_device_properties(0).multi_processor_count if persistent else 0
 
 
-def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",)):
+def parse_config(text, sms):
+    """A configuration given on the command line (`--extra-candidates`): `key=value ...`, each value
+    an int, True / False or `sms` (the GPU's multiprocessors), e.g. `persistent=sms block_n=128`."""
+    cfg = {}
+    for item in text.split():
+        key, eq, val = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"attention: a candidate is key=value ..., not {text!r}")
+        words = {"sms": sms, "True": True, "False": False}
+        try:
+            cfg[key] = words[val] if val in words else int(val)
+        except ValueError:
+            raise SystemExit(f"attention: a candidate's value is an int, True, False or sms, not {val!r}") from None
+    return cfg
+
+
+def shape_candidates(name, d, causal, s, persistent, extra=()):
+    """The candidates timed at a prefill shape of dtype `name`: flash_attention.prefill_candidates'
+    and `extra` (configurations parse_config reads, on top of the rule as those are)."""
+    from flash_attention import prefill_candidates
+    sms = persistent_blocks(True)
+    return prefill_candidates(d, causal, persistent_blocks(persistent), s, name) + [parse_config(x, sms) for x in extra]
+
+
+def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",), extra=()):
     """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
     candidates too at the dtypes of `cand_dtypes`), compiled in parallel threads before anything is
     timed, each once (the shapes that launch the same kernel share it); part (k, n): only every n-th
     from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
     from concurrent.futures import ThreadPoolExecutor
-    from flash_attention import config_name, prefill_candidates, prefill_config
-    sms, gpu_sms = persistent_blocks(persistent), persistent_blocks(True)  # the rule's: the GPU's SMs
+    from flash_attention import config_name, prefill_config
+    gpu_sms = persistent_blocks(True)  # the rule's: the GPU's SMs
     work, seen = [], set()
     for dtypes, configs in tables:
         for name in dtypes:
             for d, s, causal in configs:
-                for cfg in [{}] + (prefill_candidates(d, causal, sms, s) if candidates and name in cand_dtypes else []):
-                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s), **cfg}))
+                for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra)
+                                   if candidates and name in cand_dtypes else []):
+                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s, name), **cfg}))
                     if key not in seen:
                         seen.add(key)
                         work.append((name, d, s, causal, cfg))
@@ -222,14 +249,14 @@ def _short(name):
     return {"float16": "f16", "bfloat16": "bf16"}.get(name, name)
 
 
-def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",)):
+def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",), extra=()):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run at the dtypes of `cand_dtypes` (tilus's row is the rule's).
     Returns the table's rows and, with `candidates`, (dtype, d, seqlen, causal, [(label, TFLOP/s)],
     cuDNN's TFLOP/s) per shape, the rule first."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
-    from flash_attention import config_name, flash_attention, prefill_candidates
+    from flash_attention import config_name, flash_attention
     print(f"\nprefill: {TOKENS} tokens per launch, heads x d = {WIDTH}, TFLOP/s (ratio: tilus / cuDNN)", flush=True)
     print(f"{'dtype':5} {'d':>4} {'seqlen':>6} {'causal':>6} | {'tilus':>7} {'cuDNN':>7} {'flash':>7} {'Triton':>7} | "
           f"{'vs cuDNN':>8}", flush=True)
@@ -251,8 +278,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent), s)
-                        if candidates and name in cand_dtypes else []):
+            for cfg in (shape_candidates(name, d, causal, s, persistent, extra) if candidates and name in cand_dtypes
+                        else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
                 except Exception as e:  # noqa: BLE001
@@ -570,6 +597,9 @@ def main():
     p.add_argument("--no-persistent", action="store_true", help="--candidates without the persistent prefill kernel")
     p.add_argument("--candidate-dtypes", default="f16", metavar="f16[,bf16]",
                    help="--candidates: the prefill dtypes whose shapes time the candidates (f16 by default)")
+    p.add_argument("--extra-candidates", nargs="+", default=[], metavar="CFG",
+                   help="--candidates: these prefill configurations too, on top of the rule at every shape "
+                        "(each 'key=value ...', values ints, True/False or sms, e.g. 'persistent=sms block_n=128')")
     p.add_argument("--mask", choices=("causal", "none"), help="prefill: only the causal or only the non-causal shapes")
     p.add_argument("--compile-only", action="store_true",
                    help="prefill: only compile the kernels the run would launch (into the disk cache), then exit")
@@ -602,11 +632,12 @@ def main():
         tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
         if args.compile_only:
             part = tuple(int(x) for x in args.part.split("/")) if args.part else None
-            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes)
-        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes)
+            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes, args.extra_candidates)
+        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes, extra=args.extra_candidates)
         rows = []
         for dtypes, configs in tables:
-            got = prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent, cand_dtypes)
+            got = prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent, cand_dtypes,
+                          args.extra_candidates)
             rows += got[0]
             each += got[1]
         if args.readme:  # now, so that a run cut short later keeps these

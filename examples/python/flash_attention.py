@@ -640,23 +640,25 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
     if heads % kv_heads:
         raise ValueError(f"flash_attention: {heads} query heads do not share {kv_heads} kv heads evenly")
     if specialized and not on_cpu:  # the rule's parameters, under the caller's
-        cfg = {**prefill_config(d, causal, _multiprocessors(q), max_seqlen_q), **cfg}
+        cfg = {**prefill_config(d, causal, _multiprocessors(q), max_seqlen_q, dt), **cfg}
     kern = _kernel(dt, d, causal, specialized, **cfg)
     return (kern, (batch, heads, kv_heads, max_seqlen_q, total_q, total_k, scale, q, k, v, out, lse, cu_seqlens_q,
                    cu_seqlens_k), out, lse)
 
 
 PERSISTENT_SEQLEN = 16384  # d 128 with causal: from this query length on, the kernel without persistent blocks
+SHORT_SEQLEN = 8192  # d 128 f16 without causal: below this query length, the persistent kernel on 128-key blocks
 
 
-def prefill_config(head_dim, causal, sms=0, seqlen=0):
+def prefill_config(head_dim, causal, sms=0, seqlen=0, dtype="float16"):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
-    not known): FlashAttention's parameters that differ from its defaults, each the fastest of
-    `bench/attention.py --candidates` at the goal's shapes on the H200 (the calls and their
-    figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal FA3's 192 x 128 tile in
-    three consumer warp groups without ping-pong, with causal the persistent kernel in 3 stages.
-    d = 128: without causal the persistent kernel on 176-key blocks; with causal no ping-pong, and
-    the persistent kernel below PERSISTENT_SEQLEN queries. d = 256: 80-key blocks. At d >= 128 o's
+    not known, `dtype` tilus's or its name): FlashAttention's parameters that differ from its
+    defaults, each the fastest of `bench/attention.py --candidates` at the goal's shapes on the
+    H200 (the calls and their figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal
+    FA3's 192 x 128 tile in three consumer warp groups without ping-pong, with causal the
+    persistent kernel in 3 stages. d = 128: without causal 176-key blocks, at f16 below
+    SHORT_SEQLEN queries the persistent kernel on 128-key blocks; with causal no ping-pong, and the
+    persistent kernel below PERSISTENT_SEQLEN queries. d = 256: 80-key blocks. At d >= 128 o's
     rescale between the GEMMs. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if sms else {}
     if head_dim == 64:
@@ -664,33 +666,40 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
     if head_dim == 128:
         if causal:
             return {**(persistent if seqlen < PERSISTENT_SEQLEN else {}), "rescale_between": True, "pingpong": False}
-        return {**persistent, "block_n": 176, "rescale_between": True}
+        if sms and 0 < seqlen < SHORT_SEQLEN and str(dtype) == "float16":
+            return dict(persistent=sms, block_n=128, rescale_between=True)
+        return dict(block_n=176, rescale_between=True)
     return dict(block_n=80, rescale_between=True)
 
 
-def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
+def prefill_candidates(head_dim, causal, sms=0, seqlen=0, dtype="float16"):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
     at a prefill shape (launches take them on top of the rule; the rule and its candidates of a
-    launch with queries of at most `seqlen`); each fits the registers and shared memory (no
-    spills). With `sms`, the persistent kernel of one block per SM where the rule runs without it,
+    launch with queries of at most `seqlen` of `dtype`); each fits the registers and shared memory
+    (no spills). With `sms`, the persistent kernel of one block per SM where the rule runs without it,
     else the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the rule's
     ping-pong, o's rescale between the GEMMs and (with ping-pong) the turns at named barriers
     turned the other way, except at d = 128 without causal (no flip ever won there); the other
     stage count where it fits, FA3's tile at d = 64 with causal, the default 64-key blocks at
-    d = 256, and at d = 128 without causal the persistent kernel on 128-, 144- and 192-key blocks
-    (176-key blocks compute 4224 keys at seqlen 4096) and on 128-key blocks in 3 stages. What
-    was dropped as never the fastest: docs/gpu.md, "Attention on Hopper"."""
-    rule = prefill_config(head_dim, causal, sms, seqlen)
-    out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
+    d = 256, and at d = 128 without causal, with `sms`, the other two of 176-key blocks with and
+    without persistent blocks and the persistent kernel on 128-key blocks (176-key blocks compute
+    4224 keys at seqlen 4096). What was dropped as never the fastest: docs/gpu.md,
+    "Attention on Hopper"."""
+    rule = prefill_config(head_dim, causal, sms, seqlen, dtype)
     no_flips = not causal and head_dim == 128  # there no flip of ping-pong, the turns or the rescale ever won
+    out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 and not no_flips else []
     out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True)), dict(
         rescale_between=not rule.get("rescale_between", False))]
     if rule.get("pingpong", True) and not no_flips:  # the turns at named barriers (FA3's) or at mbarriers, the other way
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
-    if head_dim == 128:  # without causal, key blocks that waste fewer keys at the goal's lengths than 176's
-        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)] + [dict(block_n=128, stages=3)]
+    if head_dim == 128 and causal:
+        out.append(dict(stages=3))
+    if no_flips and sms:  # the rule's kernel is one of these three
+        out += [c for c in (dict(persistent=0, block_n=176), dict(persistent=sms, block_n=176),
+                            dict(persistent=sms, block_n=128))
+                if (c["persistent"], c["block_n"]) != (rule.get("persistent", 0), rule["block_n"])]
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out

@@ -6,6 +6,7 @@ warp specialization: the same math) and on the GPU (the warp-specialized kernels
 sm_90a compile of the warp-specialized kernels: wgmma from registers and with the MN-major V,
 TMA, no local memory, no serialized wgmma, the softmax kept between the waits."""
 import inspect
+import itertools
 import re
 
 import numpy as np
@@ -15,8 +16,8 @@ import tilus
 from tilus import bfloat16, float16
 from conftest import HAS_CPU, HAS_GPU
 
-from flash_attention import (FlashAttention, config_name, flash_attention, flash_attention_varlen, prefill_candidates,
-                             prefill_config, random_packed as packed, reference)
+from flash_attention import (SHORT_SEQLEN, FlashAttention, config_name, flash_attention, flash_attention_varlen,
+                             prefill_candidates, prefill_config, random_packed as packed, reference)
 import flash_decoding
 from flash_decoding import FlashDecoding, decode_candidates, decode_config, flash_decode, random_cache, reference as decode_reference
 
@@ -62,7 +63,6 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
                                           (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
                                           (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
-                                          (128, False, dict(persistent=2, block_n=144)),
                                           (128, False, dict(pv_n=128, persistent=2, rescale_between=True, block_n=176)),
                                           (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
                                           (256, False, dict(pv_n=128, block_n=80))],
@@ -71,10 +71,10 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
     the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
-    consumer warp groups, no ping-pong, three stages, 192-key blocks (144-key ones persistent), the
-    turns at named barriers (the fibers wait at them as the warp groups would; a turn handed to the wrong
-    group would hang, reported as a CpuCheckError), also over many tiles in a ring of three warp groups;
-    P V as one wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256."""
+    consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
+    (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
+    reported as a CpuCheckError), also over many tiles in a ring of three warp groups; P V as one
+    wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
@@ -538,9 +538,9 @@ def launched_configs(sms=132):
     rule's and each candidate on top of it (the L2 sections change no resource)."""
     out = []
     for seqlen in (4096, 16384):
-        out += [(d, causal, {**prefill_config(d, causal, sms, seqlen), **c}) for d in (64, 128, 256)
-                for causal in (True, False) for c in [{}] + prefill_candidates(d, causal, sms, seqlen)
-                if "l2_bytes" not in c]
+        out += [(d, causal, {**prefill_config(d, causal, sms, seqlen, dt), **c}) for d in (64, 128, 256)
+                for causal in (True, False) for dt in ("float16", "bfloat16")
+                for c in [{}] + prefill_candidates(d, causal, sms, seqlen, dt) if "l2_bytes" not in c]
     return [x for i, x in enumerate(out) if x not in out[:i]]
 
 
@@ -550,13 +550,21 @@ def test_prefill_candidates_each_change_the_rule(sms, seqlen):
     """Each candidate the bench times is another kernel than the rule's and than the other
     candidates' (a launch takes it on top of prefill_config), with and without the SM count, for
     short and long sequences."""
-    for d in (64, 128, 256):
-        for causal in (False, True):
-            rule = prefill_config(d, causal, sms, seqlen)
-            kernels = [FlashAttention(float16, d, causal, **{**rule, **c}).__dict__
-                       for c in [{}] + prefill_candidates(d, causal, sms, seqlen)]
-            assert all(k != kernels[0] for k in kernels[1:]), (d, causal)
-            assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal)
+    for d, causal, dt in itertools.product((64, 128, 256), (False, True), (float16, bfloat16)):
+        rule = prefill_config(d, causal, sms, seqlen, dt)
+        kernels = [FlashAttention(dt, d, causal, **{**rule, **c}).__dict__
+                   for c in [{}] + prefill_candidates(d, causal, sms, seqlen, dt)]
+        assert all(k != kernels[0] for k in kernels[1:]), (d, causal, dt)
+        assert len({repr(sorted(k.items())) for k in kernels}) == len(kernels), (d, causal, dt)
+
+
+def test_prefill_rule_at_d128_without_causal():
+    """d 128 without causal: 176-key blocks without persistent blocks, f16 below SHORT_SEQLEN
+    queries the persistent kernel on 128-key blocks (measured faster in two H200 calls; bf16 not)."""
+    assert prefill_config(128, False, 132, 4096, float16) == dict(persistent=132, block_n=128, rescale_between=True)
+    assert prefill_config(128, False, 132, 4096, "float16") == prefill_config(128, False, 132, 4096, float16)
+    for sms, seqlen, dt in [(132, SHORT_SEQLEN, float16), (132, 4096, bfloat16), (0, 4096, float16), (132, 0, float16)]:
+        assert prefill_config(128, False, sms, seqlen, dt) == dict(block_n=176, rescale_between=True)
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
@@ -664,6 +672,16 @@ def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
         bench.prefill_shapes("goal", "d128")
     assert bench.prefill_shapes("goal", "128", "none") == [c for c in only if not c[2]]
     assert bench.prefill_shapes("goal", None, "causal") == [c for c in goal if c[2]]
+
+
+def test_bench_reads_extra_candidates():
+    bench = bench_module()
+    assert bench.parse_config("persistent=sms block_n=128 pingpong=False", 132) == dict(persistent=132, block_n=128,
+                                                                                        pingpong=False)
+    with pytest.raises(SystemExit, match="key=value"):
+        bench.parse_config("persistent", 132)
+    with pytest.raises(SystemExit, match="an int, True, False or sms, not 'x'"):
+        bench.parse_config("block_n=x", 132)
 
 
 def test_bench_candidates_table_names_each_candidate_with_its_ratio():
