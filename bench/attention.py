@@ -15,7 +15,8 @@ d = 64, 128, 256, causal and not, f16 and bf16; TFLOP/s count 4 * batch * heads 
 64 keys scattered at random, KV length 4k-128k, batch 1-64; "KV read" is a kernel that only
 reads both caches once (a Triton sum; the floor for any decode kernel), and the ratio is tilus's
 time over it. Every launch is timed with CUDA events after an L2 flush, median of 20, the
-kernels of one shape interleaved (bench/run.py). Decode's launches are queued behind a GPU sleep
+kernels of one shape interleaved (bench/run.py; prefill: 5 rounds, each in a new random order, the
+median of each one's rounds). Decode's launches are queued behind a GPU sleep
 (median_ms(queued=True)): a launch that waits for the last one times the host's cost of the call
 as well wherever it exceeds the flush's ~60-70 us of GPU time, and flash_decode's came close
 (35-63 us a call on the H200's host before it kept its launches, 20 us after; tilus's rows,
