@@ -3,7 +3,8 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--head-dims 128[,64,...]] [--candidates [--no-persistent]] [--no-triton] [--decode-runs N]
+        [--head-dims 128[,64,...]] [--mask causal|none] [--candidates [--no-persistent] [--candidate-dtypes f16,bf16]]
+        [--no-triton] [--decode-runs N]
         [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
 
@@ -29,7 +30,8 @@ keys), smoke two of each. --readme FILE
 writes the figures into FILE's attention tables (between the `<!-- attention-bench -->` markers):
 the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
 
---head-dims keeps the prefill shapes of those head dims only (the sweep's others are not run).
+--head-dims keeps the prefill shapes of those head dims only (the sweep's others are not run),
+--mask causal (none) its causal (non-causal) shapes only.
 
 --candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
@@ -38,7 +40,9 @@ each f16 prefill shape it does the same with flash_attention.prefill_candidates 
 rule flash_attention.prefill_config that a launch takes: stages, key block size, ping-pong off,
 three consumer warp groups, o's rescale between the GEMMs, the ping-pong turns at named barriers,
 the L2 sections of the causal order,
-the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code). --compile-only [--part K/N] compiles the
+the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code, and
+times them with --candidate-dtypes f16,bf16); a table of every candidate's TFLOP/s and ratio to
+cuDNN per shape comes last. --compile-only [--part K/N] compiles the
 prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
 
@@ -177,15 +181,23 @@ def persistent_blocks(persistent):
     return torch.cuda.get_device_properties(0).multi_processor_count if persistent else 0
 
 
-def compile_prefill(tables, candidates, persistent=True, part=None):
+def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",)):
     """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
-    candidates too), compiled in parallel threads before anything is timed; part (k, n): only every
-    n-th from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
+    candidates too at the dtypes of `cand_dtypes`), compiled in parallel threads before anything is
+    timed, each once (the shapes that launch the same kernel share it); part (k, n): only every n-th
+    from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
     from concurrent.futures import ThreadPoolExecutor
-    from flash_attention import config_name, prefill_candidates
-    work = [(name, d, s, causal, cfg) for dtypes, configs in tables for name in dtypes for d, s, causal in configs
-            for cfg in [{}] + (prefill_candidates(d, causal, persistent_blocks(persistent), s)
-                               if candidates and name == "float16" else [])]
+    from flash_attention import config_name, prefill_candidates, prefill_config
+    sms, gpu_sms = persistent_blocks(persistent), persistent_blocks(True)  # the rule's: the GPU's SMs
+    work, seen = [], set()
+    for dtypes, configs in tables:
+        for name in dtypes:
+            for d, s, causal in configs:
+                for cfg in [{}] + (prefill_candidates(d, causal, sms, s) if candidates and name in cand_dtypes else []):
+                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s), **cfg}))
+                    if key not in seen:
+                        seen.add(key)
+                        work.append((name, d, s, causal, cfg))
     if part:
         work = work[part[0]::part[1]]
 
@@ -210,16 +222,18 @@ def _short(name):
     return {"float16": "f16", "bfloat16": "bf16"}.get(name, name)
 
 
-def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True):
+def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",)):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
-    timed in the same interleaved run (tilus's row is the default configuration's)."""
+    timed in the same interleaved run at the dtypes of `cand_dtypes` (tilus's row is the rule's).
+    Returns the table's rows and, with `candidates`, (dtype, d, seqlen, causal, [(label, TFLOP/s)],
+    cuDNN's TFLOP/s) per shape, the rule first."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
     from flash_attention import config_name, flash_attention, prefill_candidates
     print(f"\nprefill: {TOKENS} tokens per launch, heads x d = {WIDTH}, TFLOP/s (ratio: tilus / cuDNN)", flush=True)
     print(f"{'dtype':5} {'d':>4} {'seqlen':>6} {'causal':>6} | {'tilus':>7} {'cuDNN':>7} {'flash':>7} {'Triton':>7} | "
           f"{'vs cuDNN':>8}", flush=True)
-    rows, tried = [], []
+    rows, tried, each = [], [], []
     for name in dtypes:
         dt = getattr(torch, name)
         for d, s, causal in configs:
@@ -237,8 +251,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent), s)  # bf16: the same code
-                        if candidates and name == "float16" else []):
+            for cfg in (prefill_candidates(d, causal, persistent_blocks(persistent), s)
+                        if candidates and name in cand_dtypes else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
                 except Exception as e:  # noqa: BLE001
@@ -264,7 +278,9 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                   f"{cell('Triton')} | {ratio:7.2f}x" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
                   flush=True)
             rows.append((name, d, s, causal, tf, ratio))
-            if candidates and name == "float16":
+            if candidates and name in cand_dtypes:
+                each.append((name, d, s, causal, [("rule", tf["tilus"])] + [
+                    (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN")))
                 timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
                 best = max(timed)
                 for t, label in timed:
@@ -276,7 +292,35 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
             torch.cuda.empty_cache()
     if tried:
         print("\nprefill candidates, the fastest per shape (TFLOP/s):\n" + "\n".join(tried), flush=True)
-    return rows
+    return rows, each
+
+
+def candidates_table(each):
+    """Every candidate of each shape (prefill()'s second result) in a line: its short name, its
+    TFLOP/s and its ratio to cuDNN, the rule first and the fastest marked with *."""
+    lines = ["prefill candidates, TFLOP/s and x cuDNN (* the fastest):", f"{'dtype':5} {'seqlen':>6} {'causal':>6} | "
+             "rule, then each candidate (changes to the rule)"]
+    for name, d, s, causal, timed, cudnn in each:
+        best = max(t for _, t in timed)
+        cells = [f"{short_config(label)} {t:.0f} {t / cudnn if cudnn else float('nan'):.3f}" + ("*" if t == best else "")
+                 for label, t in timed]
+        lines.append(f"{_short(name):5} {s:6} {str(causal):>6} | " + " | ".join(cells) + (f"  (d {d})" if d != 128 else ""))
+    return "\n".join(lines)
+
+
+def short_config(label):
+    """A candidate's name (config_name's `key=value ...`) shortened for the table: block_n=144 bn144,
+    persistent=0 np, persistent=N P, pingpong=B pp1/pp0, rescale_between=B rb1/rb0, stages=S st3, ..."""
+    names = {"block_n": "bn", "stages": "st", "consumers": "c", "pingpong": "pp", "rescale_between": "rb",
+             "named_turns": "nt", "l2_bytes": "l2_"}
+    out = []
+    for item in label.split():
+        key, _, val = item.partition("=")
+        if key == "persistent":
+            out.append("np" if val == "0" else "P")
+        else:
+            out.append(names.get(key, key) + {"True": "1", "False": "0"}.get(val, val))
+    return "+".join(out) or label
 
 
 def kv_read(kc, vc):
@@ -497,10 +541,10 @@ def fill_readme(path, prefill_rows, decode_rows, note):
         f.write(head + BEGIN + "\n" + readme_tables(prefill_rows, decode_rows, note, old) + "\n" + END + tail)
 
 
-def prefill_shapes(sweep, head_dims=None):
+def prefill_shapes(sweep, head_dims=None, mask=None):
     """(d, seqlen, causal) of the sweep's prefill runs; with head_dims ("128" or "64,256"), those of
-    these head dims only."""
-    pre = SWEEPS[sweep][0]
+    these head dims only; with mask ("causal" or "none"), the causal or the non-causal ones only."""
+    pre = [c for c in SWEEPS[sweep][0] if mask is None or c[2] == (mask == "causal")]
     if not head_dims:
         return pre
     try:
@@ -524,6 +568,9 @@ def main():
                    help="measure the decode table N times in this call (the spread between runs)")
     p.add_argument("--no-triton", action="store_true", help="leave the Triton kernel out (its compiles take time)")
     p.add_argument("--no-persistent", action="store_true", help="--candidates without the persistent prefill kernel")
+    p.add_argument("--candidate-dtypes", default="f16", metavar="f16[,bf16]",
+                   help="--candidates: the prefill dtypes whose shapes time the candidates (f16 by default)")
+    p.add_argument("--mask", choices=("causal", "none"), help="prefill: only the causal or only the non-causal shapes")
     p.add_argument("--compile-only", action="store_true",
                    help="prefill: only compile the kernels the run would launch (into the disk cache), then exit")
     p.add_argument("--part", metavar="K/N", help="--compile-only: every N-th kernel from the K-th (N processes at once)")
@@ -543,19 +590,25 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}, tilus from {os.path.dirname(tilus.__file__)}",
           flush=True)
     t0 = time.time()
-    pre, dec = prefill_shapes(args.sweep, args.head_dims), SWEEPS[args.sweep][1]
+    pre, dec = prefill_shapes(args.sweep, args.head_dims, args.mask), SWEEPS[args.sweep][1]
+    short = {"f16": "float16", "bf16": "bfloat16"}
+    cand_dtypes = tuple(short.get(x.strip(), x.strip()) for x in args.candidate_dtypes.split(","))
     dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
     note = (f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
             f"triton {triton.__version__ if triton else 'missing'}, {time.strftime('%Y-%m-%d')}, "
             f"`bench/attention.py --sweep {args.sweep}`")
+    each = []
     if args.only != "decode":
         tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
         if args.compile_only:
             part = tuple(int(x) for x in args.part.split("/")) if args.part else None
-            return compile_prefill(tables, args.candidates, not args.no_persistent, part)
-        compile_prefill(tables, args.candidates, not args.no_persistent)
-        rows = [r for dtypes, configs in tables
-                for r in prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent)]
+            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes)
+        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes)
+        rows = []
+        for dtypes, configs in tables:
+            got = prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent, cand_dtypes)
+            rows += got[0]
+            each += got[1]
         if args.readme:  # now, so that a run cut short later keeps these
             fill_readme(args.readme, rows, [], note)
     if args.only != "prefill":
@@ -565,6 +618,8 @@ def main():
     if args.readme:
         print(f"attention tables written into {args.readme}", flush=True)
     print(f"\nattention bench: {time.time() - t0:.0f} s", flush=True)
+    if args.only != "decode" and each:  # last: what the lead reads first
+        print("\n" + candidates_table(each), flush=True)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ def main():
                    help="let the tuner add split sums into c in f16 (QuantizedMatmul(f16_split_sums=True))")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
+    p.add_argument("--no-paired", action="store_true", help="no paired split endings among the candidates")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
     start = time.perf_counter()
@@ -165,6 +166,7 @@ def main():
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
         tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums)
+        tq.paired = not args.no_paired
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -173,8 +175,10 @@ def main():
             t0 = time.perf_counter()
             prepared = tq.prepare(packed)  # the repacking kernels, compiled on first use
             torch.cuda.synchronize()
+            copies = {x: w.numel() * w.element_size() for x, w in prepared.items() if x != "plain"}
             print(f"{wname} {n}x{k}: prepare (repackings, compiles included) "
-                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms, {sum(copies.values()) / 1e6:.0f} MB in "
+                  f"{len(copies)} copies ({', '.join(copies)})", flush=True)
             for m in ms:
                 if args.deadline and time.perf_counter() - start > args.deadline:
                     skipped += 1
@@ -243,6 +247,8 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
+        group += " paired" if cfg.get("paired") else ""
+        group += f" bands {cfg['bands']}" if cfg.get("bands", 1) > 1 else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")

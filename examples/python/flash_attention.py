@@ -38,7 +38,8 @@ stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
-V's are MN-major operands of P V (one accumulator per block of 64 output columns). What the
+V's are MN-major operands of P V (one accumulator per block of 64 output columns; with pv_n = 128
+or 256 one wgmma takes that many columns, V's blocks side by side as one operand). What the
 compiler adds (docs/gpu.md, "Attention on Hopper"): the wait for P V stays after the softmax
 (order_wgmma_waits), and setmaxnreg takes effect (launch bounds with one block per SM).
 
@@ -64,7 +65,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False):
+                 named_turns=False, pv_n=64):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -83,6 +84,11 @@ class FlashAttention(tilus.Script):
         # the softmax and the next GEMMs
         self.rescale_between = rescale_between and specialized
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
+        # The columns of o per P V wgmma (and per accumulator): 64, one n = 64 wgmma per 64-column
+        # block of V; 128 or 256, one wgmma over that many of V's columns (its 64-column blocks side
+        # by side, an MN-major operand of several swizzle atoms), as FA3 issues P V
+        assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
+        self.pv_n = pv_n
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
         self.persistent = persistent if specialized else 0
@@ -97,9 +103,20 @@ class FlashAttention(tilus.Script):
             self.wgmma.mma(sq[c], sk[c].transpose(), s)
 
     def pv(self, p, sv, o):
-        """o[c] += p @ v[:, 64c:64c + 64] for each column block c (v's blocks MN-major)."""
-        for c in tilus.static_range(self.head_dim // 64):
-            self.wgmma.mma(p, sv[c], o[c])
+        """o[c] += p @ v[:, c * pv_n:(c + 1) * pv_n] for each accumulator c (v's 64-column blocks
+        MN-major; with pv_n > 64 one wgmma reads pv_n / 64 of them side by side)."""
+        g = self.pv_n // 64
+        for c in tilus.static_range(len(o)):
+            if g == 1:
+                self.wgmma.mma(p, sv[c], o[c])
+            else:  # v's blocks c * g .. (c + 1) * g - 1 (all of them: sv itself)
+                self.wgmma.mma(p, sv if len(o) == 1 else self.slice_shared(sv, [c * g, 0, 0], [0, 1, 2],
+                                                                             [g, self.block_n, 64]), o[c])
+
+    def output(self):
+        """o's accumulators ([64, pv_n] float32 each, zeroed) for d's columns."""
+        return [self.register_tensor(dtype=float32, shape=[64, self.pv_n], init=0.0)
+                for _ in range(self.head_dim // self.pv_n)]
 
     def mask(self, s, tile_row, col0):
         """Scores of keys past seqlen_k, and with causal of keys after a row's diagonal, to -inf
@@ -126,7 +143,7 @@ class FlashAttention(tilus.Script):
         return p, alpha
 
     def normalized(self, o, l):
-        """o / l per column block (a row that saw no key: 0)."""
+        """o / l per accumulator (a row that saw no key: 0)."""
         inv = 1.0 / self.where(l == 0.0, 1.0, l)
         return [x * inv for x in o]
 
@@ -254,16 +271,21 @@ class FlashAttention(tilus.Script):
         sequence that ends inside it is stored from registers, masked at the sequence's end."""
         row = self.row0 + 64 * w
         out = self.normalized(o, l)
+        g = self.pv_n // 64
         if row + 64 <= self.q_end:
             for c, x in enumerate(out):
-                self.store_shared(sq[c], x.to(self.dtype))
+                if g == 1:
+                    self.store_shared(sq[c], x.to(self.dtype))
+                else:  # the accumulator's 64-column blocks into g of the tile's [64, 64] blocks
+                    blocks = self.slice_shared(sq, [c * g, 0, 0], [0, 1, 2], [g, 64, 64]).permute([1, 0, 2])
+                    self.store_shared(blocks, self.reshape(x.to(self.dtype), [64, g, 64]))
             with self.single_thread():
                 for c in tilus.static_range(self.head_dim // 64):
                     self.tma.shared_to_global(sq[c], self.go_all, offsets=[row, self.h * self.head_dim + 64 * c])
                 self.tma.commit_group()
         else:  # a tile past the sequence's end: the rows after it are the next sequence's (the map's bounds are o's)
             for c, x in enumerate(out):
-                self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + 64 * c])
+                self.store_global(self.go, x.to(self.dtype), offsets=[row, self.h * self.head_dim + self.pv_n * c])
         self.store_global(self.glse, self.transpose(self.log_sum_exp(m, l)), offsets=[self.h, row])
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # the tile stays in shared memory until the stores have read it
@@ -434,7 +456,7 @@ class FlashAttention(tilus.Script):
         released once its last reader completed, and o leaves through `so`."""
         bn, stages = self.block_n, self.stages
         nxt = (w + 1) % self.consumers
-        o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(self.head_dim // 64)]
+        o = self.output()
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         p16 = self.register_tensor(dtype=self.dtype, shape=[64, bn])
@@ -514,8 +536,8 @@ class FlashAttention(tilus.Script):
         self.assign(p16, p.to(self.dtype))
 
     def rescale(self, o, alpha):
-        """o[c] *= alpha (per row) for each column block."""
-        for c in tilus.static_range(self.head_dim // 64):
+        """o[c] *= alpha (per row) for each accumulator."""
+        for c in tilus.static_range(len(o)):
             self.assign(o[c], o[c] * alpha)
 
     # --- the variant without warp specialization (runs on the CPU backend too) ----------------
@@ -527,7 +549,7 @@ class FlashAttention(tilus.Script):
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_full[0], transaction_bytes=64 * d * 2)
             self.q_tile(sq, q_full[0], 0)
-        o = [self.register_tensor(dtype=float32, shape=[64, 64], init=0.0) for _ in range(d // 64)]
+        o = self.output()
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         s = self.register_tensor(dtype=float32, shape=[64, self.block_n])
@@ -629,35 +651,13 @@ PERSISTENT_SEQLEN = 16384  # d 128 with causal: from this query length on, the k
 
 def prefill_config(head_dim, causal, sms=0, seqlen=0):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
-    not known): FlashAttention's parameters that
-    differ from its defaults, each the fastest of `bench/attention.py --candidates` at the goal's
-    shapes (H200, f16, TFLOP/s against the rule before it; the early call of 2026-11-28 18:10
-    chose the tiles, the mid call of 19:00 the rest): d = 64 without causal FA3's 192 x 128 tile in
-    three consumer warp groups (462 against 416) without ping-pong (460 against 449), with causal
-    the persistent kernel of one block per SM in 3 stages (402 against 354); d = 128 without causal
-    FA3's 176-key blocks (597 against 575), with causal the persistent kernel (508 against 449), and
-    o's rescale between the GEMMs (589 against 540, causal 492 against 425); d = 256 FA3's 80-key
-    blocks (670 against 622, causal 599 against 562) and o's rescale between the GEMMs (668 against
-    651, causal 593 against 566). The mid call of 21:20 timed d = 128 at seqlen 8192 and 16384 too:
-    with causal the kernel without persistent blocks was the faster there (541 against 481, 561
-    against 495), the persistent one at 4096 (447 against 426); its blocks then took the tiles
-    every persistent-th, the busiest block 15 % more key blocks than the average, now 0.1 to 0.4 %
-    (each_tile's snake), and the mid call of 23:47 timed d = 128 with causal: the persistent
-    kernel 522 / 528 / 504 at seqlen 4096 / 8192 / 16384 (447 / 481 / 495 before the snake), and
-    without ping-pong 554 / 598 / 571 (1.06x / 1.15x / 1.10x cuDNN), the fastest or within 1 % of
-    it at each (the kernel without persistent blocks 477 / 557 / 576), so d = 128 with causal
-    takes the persistent kernel without ping-pong at every length (the call of 00:31, four rounds:
-    f16 561 / 551 / 547, 1.10x / 1.10x / 1.07x cuDNN, ping-pong on 542 / 527 / 536, without
-    persistent blocks 454 / 518 / 540; bf16 1.04x at each, ping-pong on 1.00-1.02x; without causal
-    the persistent kernel stayed behind the rule, 571 / 568 against 581 / 591). The two mid calls of
-    2026-11-29 02:30 and 03:06 (f16, seqlen 4096 / 8192 / 16384) turned both: without causal the
-    persistent kernel was the fastest at every length in both (604 / 612 / 636 against the rule's
-    582 / 598 / 605, then 607 / 651 / 631 against 563 / 610 / 542: 1.00x / 1.09x / 1.05x cuDNN), so
-    d = 128 takes it without causal too; with causal at 16384 the kernel without persistent blocks
-    was (643 against 573, 633 against 569: 1.20x cuDNN), at 4096 and 8192 the persistent one (516
-    against 489 and 554 against 499; 562 against 547 and 554 against 548), so from PERSISTENT_SEQLEN
-    queries on d = 128 with causal runs without persistent blocks. Without `sms` the persistent
-    kernel is left out."""
+    not known): FlashAttention's parameters that differ from its defaults, each the fastest of
+    `bench/attention.py --candidates` at the goal's shapes on the H200 (the calls and their
+    figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal FA3's 192 x 128 tile in
+    three consumer warp groups without ping-pong, with causal the persistent kernel in 3 stages.
+    d = 128: without causal the persistent kernel on 176-key blocks; with causal no ping-pong, and
+    the persistent kernel below PERSISTENT_SEQLEN queries. d = 256: 80-key blocks. At d >= 128 o's
+    rescale between the GEMMs. Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
@@ -670,35 +670,27 @@ def prefill_config(head_dim, causal, sms=0, seqlen=0):
 
 def prefill_candidates(head_dim, causal, sms=0, seqlen=0):
     """The changes to prefill_config's choice that `bench/attention.py --candidates` times against it
-    at a prefill shape (launches take them on top of the rule); each fits the registers and shared
-    memory (no spills). The rule's ping-pong, o's rescale between the GEMMs and (with ping-pong)
-    the turns at named barriers turned the other way (not without causal at d = 128: neither flip
-    ever won there, e.g. 524 / 554 / 549 and 548 / 600 / 595 against 546 / 554 / 606 in the mid call
-    of 23:47); with `sms`, the persistent kernel of one
-    block per SM where the rule runs without it, else the kernel without (d <= 128: at d = 256 its
-    loop state spilled 4 bytes); the other stage count where it fits, FA3's tile at d = 64 with
-    causal and the default 64-key blocks at d = 256 (the rule and its candidates of a launch with
-    queries of at most `seqlen`).
-    Dropped as never the fastest at d = 128 (H200, f16, seqlen 4096 /
-    8192 / 16384, TFLOP/s against the rule's): 192-key blocks (579 / 579 / 603 against 587 / 598 /
-    602, mid call of 21:20), 160-key blocks (537 / 586 / 574 against 546 / 554 / 606) and the
-    persistent kernel on them (539 / 577 / 546), longest_first over the whole launch with causal
-    (520 / 541 / 504 against 522 / 528 / 504; mid call of 23:47), its L2 sections half as wide
-    (381 / 451 / 434 against 447 / 481 / 495, 21:20), and without causal the last, partial wave's
-    tiles split along the keys into 5 or 3 pieces merged through their log-sum-exp by the last to
-    arrive (535 / 554 / 601 and 553 / 574 / 584 against 582 / 598 / 605, mid call of 02:30 on
-    2026-11-29: on paper it ended 1.3-2.2 % sooner; the piece kernel's code was twice the rule's)."""
+    at a prefill shape (launches take them on top of the rule; the rule and its candidates of a
+    launch with queries of at most `seqlen`); each fits the registers and shared memory (no
+    spills). With `sms`, the persistent kernel of one block per SM where the rule runs without it,
+    else the kernel without (d <= 128: at d = 256 its loop state spilled 4 bytes); the rule's
+    ping-pong, o's rescale between the GEMMs and (with ping-pong) the turns at named barriers
+    turned the other way, except at d = 128 without causal (no flip ever won there); the other
+    stage count where it fits, FA3's tile at d = 64 with causal, the default 64-key blocks at
+    d = 256, and at d = 128 without causal the persistent kernel on 128-, 144- and 192-key blocks
+    (176-key blocks compute 4224 keys at seqlen 4096) and on 128-key blocks in 3 stages. What
+    was dropped as never the fastest: docs/gpu.md, "Attention on Hopper"."""
     rule = prefill_config(head_dim, causal, sms, seqlen)
     out = [dict(persistent=0 if rule.get("persistent") else sms)] if sms and head_dim <= 128 else []
-    no_flips = not causal and head_dim == 128  # there neither ping-pong's nor the turns' flip ever won
-    out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True))]
-    out.append(dict(rescale_between=not rule.get("rescale_between", False)))
+    no_flips = not causal and head_dim == 128  # there no flip of ping-pong, the turns or the rescale ever won
+    out += [] if no_flips else [dict(pingpong=not rule.get("pingpong", True)), dict(
+        rescale_between=not rule.get("rescale_between", False))]
     if rule.get("pingpong", True) and not no_flips:  # the turns at named barriers (FA3's) or at mbarriers, the other way
         out.append(dict(named_turns=not rule.get("named_turns", False)))
     if head_dim == 64:
         out += [dict(stages=2), dict(consumers=3, block_n=128)] if causal else [dict(stages=3)]
-    if head_dim == 128:
-        out += [dict(stages=3)] if causal else []
+    if head_dim == 128:  # without causal, key blocks that waste fewer keys at the goal's lengths than 176's
+        out += [dict(stages=3)] if causal else [dict(block_n=n) for n in (128, 144, 192)] + [dict(block_n=128, stages=3)]
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out

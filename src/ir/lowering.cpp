@@ -88,7 +88,9 @@ std::string Lowering::str() const {
                        w.k_steps);
       for (auto [name, o] : {std::pair<const char*, const WgmmaOperand*>{"a", &w.a}, {"b", &w.b}})
         s += o->registers ? fmt::format(" {}=regs", name)
-                          : fmt::format(" {}=sw{}/sbo{}{}", name, o->swizzle_bytes, o->sbo, o->mn_major ? "/mn" : "");
+                          : fmt::format(" {}=sw{}/sbo{}{}{}", name, o->swizzle_bytes, o->sbo,
+                                        o->mn_major && o->lbo > 16 ? fmt::format("/lbo{}", o->lbo) : "",
+                                        o->mn_major ? "/mn" : "");
       break;
     }
     case MachineOp::Atom:

@@ -59,12 +59,21 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
   int64_t eb = bytes_of(t.dtype());
   const SharedView& v = facts.shared(user, t);
   const SharedLayout& root = v.root->shared_layout;
-  int rk = v.dims[k_dim], rr = v.dims[1 - k_dim];
+  // A rank-3 operand is [blocks, k, n / blocks]: MN-major column blocks side by side along N.
+  bool blocked = t.rank() == 3;
+  if (blocked && (!mn_major || k_dim != 0))
+    return no(fmt::format("is [blocks, k, n / blocks] ({}), which only an MN-major b may be", t.type_str()));
+  int kd = blocked ? 1 : k_dim, nd = blocked ? 2 : 1 - k_dim;
+  int rk = v.dims[kd], rr = v.dims[nd];
   int64_t span = tma_swizzle_span(root.swizzle(), eb);
   std::string layout = fmt::format("{} of {}", root.str(), v.root->name);
   // MN-major: the other dim contiguous, each row along K one swizzle span of M or N elements
   // (PTX's canonical MN-major layout with one atom across: its leading byte offset unused).
   bool mn = mn_major && rk >= 0 && rr >= 0 && root.strides()[rk] != 1 && root.strides()[rr] == 1;
+  if (blocked && !mn)
+    return no(fmt::format("is [blocks, k, n / blocks] and must be MN-major (its last dim contiguous), but its layout is "
+                          "{}",
+                          layout));
   if (!mn && (rk < 0 || rr < 0 || root.strides()[rk] != 1))
     return no(fmt::format("must be K-major (its K dim contiguous in shared memory){}, but its layout is {}",
                           mn_major ? " or MN-major (its N dim contiguous)" : "", layout));
@@ -77,11 +86,11 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
                             "swizzle (the layout TMA writes and layout inference chooses for such tiles), but its "
                             "layout is {}",
                             layout));
-    int64_t extent = t.static_shape()[1 - k_dim];
+    int64_t extent = t.static_shape()[nd];
     if (extent * eb != span)
-      return no(fmt::format("is MN-major and must be one swizzle span wide along N ({} elements of its {}-byte rows), "
+      return no(fmt::format("is MN-major and must be one swizzle span wide along N{} ({} elements of its {}-byte rows), "
                             "but it has {} (split the product into such column blocks)",
-                            span / eb, span, extent));
+                            blocked ? " in each column block" : "", span / eb, span, extent));
   } else if (span <= 0 || root.strides()[rr] * eb != span) {
     return no(fmt::format("must be stored in rows of 32, 64 or 128 bytes along K with the matching swizzle (the "
                           "layout TMA writes and layout inference chooses for such tiles), but its layout is {}",
@@ -107,6 +116,21 @@ std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const
   o.mn_major = mn;
   o.row_bytes = mn ? eb : span;
   o.k_step_bytes = mn ? k_instr * span : k_instr * eb;
+  if (blocked && t.static_shape()[0] > 1) {
+    // Column blocks: the descriptor's leading byte offset is the step from one to the next (the
+    // canonical MN-major layout's stride between swizzle atoms along N; with one atom it is
+    // unused, and the emitter's column offsets, i / atom * lbo + i % atom * row_bytes, are
+    // i * row_bytes), a whole number of 8-row
+    // atoms (so that every block starts where the swizzle pattern does) in its 14-bit field of
+    // 16-byte units.
+    int rb = v.dims[0];
+    int64_t stride = rb < 0 ? 0 : root.strides()[rb] * eb;
+    if (stride <= 0 || stride % (8 * span) || stride / 16 >= (int64_t(1) << 14))
+      return no(fmt::format("is [blocks, k, n / blocks] and its column blocks must lie a positive multiple of {} bytes "
+                            "(whole 8-row swizzle atoms) apart, less than 256 KiB, but its layout is {}",
+                            8 * span, layout));
+    o.lbo = stride;
+  }
   return o;
 }
 
@@ -981,8 +1005,8 @@ class Selector : public StmtMutator {
     };
     if (!target_.has_wgmma())
       return fail(fmt::format("wgmma needs sm_90a, the target is {}", target_.arch));
-    auto sa = i.a.static_shape(), sb = i.b.static_shape();
-    WgmmaPlan p = plan_wgmma(i.a.dtype(), sa[0], sb[1], sa[1], scope().threads);
+    auto sa = i.a.static_shape();
+    WgmmaPlan p = plan_wgmma(i.a.dtype(), sa[0], wgmma_n(i.b.static_shape()), sa[1], scope().threads);
     if (i.d->layout != p.d)
       return fail(fmt::format("d's layout {} is not the wgmma accumulator layout {} (remove the annotation that "
                               "changed it)",
@@ -1003,6 +1027,12 @@ class Selector : public StmtMutator {
       describe("a", i.a, 1, p.tiling.a);
     }
     describe("b", i.b, 0, p.tiling.b, true);
+    // b in column blocks: an instruction reads whole blocks, or lies inside one.
+    if (int64_t atom = i.b.static_shape()[i.b.rank() - 1];
+        i.b.rank() == 3 && p.tiling.n_instr % atom && atom % p.tiling.n_instr)
+      return fail(fmt::format("b's column blocks are {} wide, but n splits into instructions of n = {}: give the "
+                              "product an n whose instructions take whole blocks",
+                              atom, p.tiling.n_instr));
     Lowering l;
     l.op = MachineOp::Wgmma;
     l.completion = Completion::WgmmaGroup;

@@ -978,6 +978,24 @@ TEST(WgmmaPasses, ARowMajorBOneSwizzleSpanWideIsMnMajor) {
       "lowering: wgmma m64n64k16 groups=1 tiles=1x1x2 a=sw64/sbo512 b=sw128/sbo1024/mn completion=wgmma-group");
 }
 
+// b as two MN-major column blocks [2, k, 64] of one tile (attention's V in 64-column blocks): one
+// m64n128 instruction per k step, the blocks the descriptor's leading byte offset apart (32 rows
+// of 128 bytes).
+TEST(WgmmaPasses, BInColumnBlocksIsOneWideMnMajorOperand) {
+  expect_wgmma_record(
+      "wgmma_select_mn_blocks",
+      [](K& k, Int32, Int32, GlobalTensor& a, GlobalTensor&) {
+        auto sa = k.shared_tensor(dtypes::float16, {64, 32});
+        auto sb = k.shared_tensor(dtypes::float16, {2, 32, 64});
+        k.copy(a.region({0, 0}, {64, 32}), sa);
+        k.copy(a.region({64, 0}, {32, 64}), sb[0]);
+        k.copy(a.region({64, 64}, {32, 64}), sb[1]);
+        mma_and_store(k, a, sa, sb, false, {64, 128});
+      },
+      "lowering: wgmma m64n128k16 groups=1 tiles=1x1x2 a=sw64/sbo512 b=sw128/sbo1024/lbo4096/mn "
+      "completion=wgmma-group");
+}
+
 // The C++ Script's wgmma.mma(..., enable_input_d = false), as Python's: the instruction says so in
 // the IR; the default accumulates.
 TEST(WgmmaPasses, TheCppScriptTakesEnableInputD) {

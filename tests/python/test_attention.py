@@ -61,19 +61,34 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (64, True, dict(consumers=3, block_n=96)), (64, False, dict(consumers=3, block_n=64)),
                                           (128, True, dict(pingpong=False)), (128, True, dict(stages=3)),
                                           (64, True, dict(block_n=192)), (128, True, dict(named_turns=True)),
-                                          (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True))],
+                                          (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
+                                          (128, False, dict(persistent=2, block_n=144)),
+                                          (128, False, dict(pv_n=128, persistent=2, rescale_between=True, block_n=176)),
+                                          (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
+                                          (256, False, dict(pv_n=128, block_n=80))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
     the CPU backend, with the configurations bench --candidates offers: persistent blocks taking
     many tiles of unequal lengths (some of a sequence's last rows, some with no key), three
-    consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
-    (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
-    reported as a CpuCheckError), also over many tiles in a ring of three warp groups."""
+    consumer warp groups, no ping-pong, three stages, 192-key blocks (144-key ones persistent), the
+    turns at named barriers (the fibers wait at them as the warp groups would; a turn handed to the wrong
+    group would hang, reported as a CpuCheckError), also over many tiles in a ring of three warp groups;
+    P V as one wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
     check(o, lse, *reference(q, k, v, cq, ck, causal))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("d,pv_n", [(128, 128), (256, 256)])
+def test_wide_pv_prefill_on_the_cpu_backend(d, pv_n):
+    """The variant without warp specialization with P V as one wgmma over pv_n of V's columns."""
+    lens_q, lens_k = (129, 3), (129, 300)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 2, 1, d)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, pv_n=pv_n)
+    check(o, lse, *reference(q, k, v, cq, ck, True))
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
@@ -249,6 +264,15 @@ def test_named_turns_on_the_gpu(causal):
     check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
 
 
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [True, False])
+def test_wide_pv_on_the_gpu(causal):
+    """pv_n=128 (P V as one m64n128 wgmma per k step over two of V's 64-column blocks) on top of the
+    rule at d 128 and 256, and in the persistent kernel over many tiles at d 128."""
+    check_ragged_on_the_gpu(causal, (128, 256), pv_n=128)
+    check_ragged_on_the_gpu(causal, (128,), pv_n=128, persistent=3)
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True])
@@ -418,6 +442,19 @@ def test_prefill_source_issues_wgmma_from_registers_and_orders_its_waits(d, caus
     # The wait for P V in each step (two per warp group) comes after the softmax, fenced.
     assert src.count("tilus::wgmma_wait_group_ordered<0>();") == 2 * 2
     assert "__launch_bounds__(384, 1)" in src and "setmaxnreg_inc<240>" in src and "setmaxnreg_dec<24>" in src
+
+
+@pytest.mark.parametrize("d,pv_n", [(128, 128), (256, 128), (256, 256)])
+def test_prefill_source_issues_wide_pv(d, pv_n):
+    """The CUDA the emitter writes (no compile) with pv_n: P V as d / pv_n wgmma of n = pv_n per k
+    step, P from registers and V's 64-column blocks one MN-major operand (transposed b)."""
+    kern = FlashAttention(float16, d, pv_n=pv_n)
+    bn = kern.block_n
+    src = kern.source(*prefill_args(d), arch="sm_90a")
+    pv = {n: re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16 \{{[^}}]*\}}, "
+                        r"\{%\d+, %\d+, %\d+, %\d+\}, %\d+, p, 1, 1, 1;", src) for n in (64, pv_n)}
+    assert len(pv[pv_n]) == 2 * 3 * (d // pv_n) * (bn // 16), len(pv[pv_n])
+    assert not pv[64]
 
 
 @pytest.mark.parametrize("between", [False, True])
@@ -625,6 +662,19 @@ def test_bench_head_dims_keep_the_sweeps_shapes_of_those_dims():
     assert bench.prefill_shapes("goal", "64,256") == [c for c in goal if c[0] != 128]
     with pytest.raises(SystemExit, match="--head-dims takes head dims separated by commas .* not 'd128'"):
         bench.prefill_shapes("goal", "d128")
+    assert bench.prefill_shapes("goal", "128", "none") == [c for c in only if not c[2]]
+    assert bench.prefill_shapes("goal", None, "causal") == [c for c in goal if c[2]]
+
+
+def test_bench_candidates_table_names_each_candidate_with_its_ratio():
+    """The table the bench prints last with --candidates: a line per shape, the rule first, every
+    candidate's short name, TFLOP/s and ratio to cuDNN, the fastest starred."""
+    bench = bench_module()
+    assert bench.short_config("persistent=0") == "np"
+    assert bench.short_config("block_n=144 persistent=132") == "bn144+P"
+    assert bench.short_config("pingpong=True rescale_between=False") == "pp1+rb0"
+    table = bench.candidates_table([("bfloat16", 128, 8192, False, [("rule", 600.0), ("block_n=144", 612.0)], 606.0)])
+    assert table.splitlines()[-1] == "bf16    8192  False | rule 600 0.990 | bn144 612 1.010*"
 
 
 def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):

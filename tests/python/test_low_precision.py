@@ -419,6 +419,31 @@ def test_quantized_matmul_driver_reuses_its_split_k_counters(arrays):
     np.testing.assert_array_equal(arrays.host(q.arrival_counters.counters), 0)
 
 
+def test_quantized_matmul_prepare_keeps_the_layouts_asked_for(arrays):
+    """QuantizedMatmul.prepare makes only the weight orders asked for (each a copy of the
+    weights' bytes): by default the rule's without tuning and every one that applies with
+    tune=True; a call whose configuration reads an order not made runs the plain weights'
+    kernel, right either way."""
+    from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands, round_to
+    m, n, k, group = 5, 200, 1024, 128
+    rng = np.random.default_rng(21)
+    packed, scales, zeros, w = quantized_operands(tilus.int4, k, n, group, rng)
+    b = arrays.put(packed)
+    q = QuantizedMatmul(tilus.int4, group)
+    assert "repacked" in q.prepare(b) and set(q.prepare(b)) <= set(q.RULE_LAYOUTS)
+    assert {"magic", "magic_k"} <= set(QuantizedMatmul(tilus.int4, group, tune=True).prepare(b))
+    assert q.layout_of(dict(q.mma_config(m, n, k), magic=True, k_major=True)) == "magic_k"
+    a = round_to(rng.uniform(-1, 1, (m, k)), tilus.float16)
+    operands = [arrays.put(host_array(x, tilus.float16)) for x in (a, scales, zeros)]
+    for layouts in (("magic_k",), ("plain", "repacked"), ()):
+        weights = q.prepare(b, layouts=layouts)
+        assert set(weights) == {"plain", *layouts}
+        c = arrays.put(host_array(np.zeros((m, n)), tilus.float16))
+        q(m, n, k, operands[0], weights, operands[1], operands[2], c, arrays.put(np.zeros((16, m, n), np.float32)))
+        np.testing.assert_allclose(from_host_array(arrays.host(c), tilus.float16), a @ w, atol=2e-2, rtol=1e-2,
+                                   err_msg=str(layouts))
+
+
 def test_quantized_matmul_tuning_passes_over_a_wrong_winner(arrays, capfd):
     """The tuner's check of its winner (QuantizedMatmul.checked_fastest): a configuration whose c
     is off the general kernel's is reported and passed over for the next fastest; with none
@@ -466,7 +491,9 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 4, 64, dict(late_scale=True, interleave=True, stages=8)),
     ("int4", 2, 64, dict(late_scale=True, k_major=True)), ("uint4", 3, 128, dict(late_scale=True, interleave=True, k_major=True)),
     ("int4", 3, 128, dict(late_scale=True, bounded=True, split_red=True, n=208)),
-    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL))])
+    ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL)),
+    ("int4", 3, 128, dict(late_scale=True, fixed_sums=True)), ("int4", 2, 64, dict(fixed_sums=True)),
+    ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -481,8 +508,10 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     split_red=True (a tile's splits in one cluster: the last stores its tile of c and the others
     add theirs into c by red after the cluster's barrier, by f16 pairs where n is a multiple of
     16, element by element where not; also interleaved and unrolled); k_major=True (the weights
-    k tile after k tile; split, and interleaved). Each launched twice on one
-    set of counters (back at zero after each launch; split_red does not touch them)."""
+    k tile after k tile; split, and interleaved); fixed_sums=True (the splits' sums added in
+    fixed point into an int64 per element with the count in its top bits, the last add's thread
+    storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty). Each launched twice on
+    one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     options = dict(options)
@@ -490,7 +519,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
-    counters = arrays.put(np.zeros(16, np.int32))
+    counters = arrays.put(np.zeros(max(16, 2 * m * n), np.int32))  # (fixed_sums: an int64 per element of c)
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, k_major=options.get("k_major", False))
     for launch in range(2):
@@ -748,13 +777,23 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True)]
 
 
+# paired=True (split_k=2, an even grid of 6 blocks): 8 tiles in 16 units, 3 rounds; 4 tiles on the
+# magic decode, ragged m and n; 128 x 256 with one pair of k tiles (split 1 empty)
+PAIRED_CASES = [("int4", "float16", 300, 392, 1024, 256, 128, 1, 2, False, 1, 8, True),
+                # bands=8 (paired's place: 8 bands of 4 vectors): 3 splits, on the magic decode
+                ("uint4", "float16", 300, 392, 1024, 256, 128, 1, 3, True, 1, 8, 8),
+                ("uint4", "float16", 250, 200, 512, 128, 128, 1, 2, True, 1, 8, True),
+                ("uint4", "bfloat16", 130, 136, 128, 256, 128, 1, 2, False, 1, 8, True)]
+
+
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, tile_group=8,
-                *, seed, arrays=None):
+                paired=False, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
     last round's tiles split; tile_group: rows of a per L2 group of the tile walk), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
+    bands, paired = (paired, False) if paired not in (True, False) else (1, paired)  # (an int: bands)
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
     bk = 64 if dt.bits <= 4 else 32
@@ -767,9 +806,9 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
         weights = repack_for_hopper(arrays.put(packed), dt, n, k, bk, magic=magic)
     # 5 blocks (6 in clusters of 2): each walks several output tiles, so the ring's phases carry across tiles.
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
-                               stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
-                               cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split,
-                               tile_group=tile_group)
+                               stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 and not paired else 6,
+                               atype=at, cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split,
+                               tile_group=tile_group, paired=paired, bands=bands)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
             np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
@@ -782,11 +821,12 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
 def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
-            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-group{c[11]}" if c[11:] else ""))
+            (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-group{c[11]}" if c[11:12] else "") +
+            ("-paired" if c[12:13] == (True,) else f"-bands{c[12]}" if c[12:] else ""))
 
 
-@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17],
-                         ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
+                         PAIRED_CASES[:3], ids=hopper_id)
 def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(case):
     """The wgmma kernel of the example (compile-only, sm_90a): its wgmma take the dequantized
     weights from registers, and the consumers' accumulator and two weight tiles fit in the
@@ -802,7 +842,7 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     compiled = kernel.compiled(m, n, k, *args, arch="sm_90a")
     # (The split ending, the accumulator and another split's partial sums in registers at once,
     # may keep a few loop-invariant words in local memory: none of them inside the k loop.)
-    assert compiled.spill_store_bytes <= (16 if case[8:9] > (1,) or case[10:] else 0), \
+    assert compiled.spill_store_bytes <= (32 if case[12:] else 16 if case[8:9] > (1,) or case[10:] else 0), \
         f"{compiled.spill_store_bytes} bytes spilled"
     sass = kernel.sass(m, n, k, *args, arch="sm_90a").splitlines()
     products = [i for i, line in enumerate(sass) if "HGMMA" in line]
@@ -815,7 +855,7 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU (test_hopper_quantized_matmul_on_the_cpu runs some of these cases on the CPU backend)")
-@pytest.mark.parametrize("case", HOPPER_CASES, ids=hopper_id)
+@pytest.mark.parametrize("case", HOPPER_CASES + PAIRED_CASES, ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_gpu(case):
     """MatmulA16WxHopper (wgmma, weights dequantized in registers) against dequantize-then-matmul
     on ragged m and n (n padded to whole 128-row weight tiles by the repacking), signed and
@@ -839,8 +879,8 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-2:],
-                         ids=hopper_id)
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[-2:] +
+                         PAIRED_CASES, ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
     the GPU runs them, checked), against dequantize-then-matmul: one output tile per unit, split
@@ -946,6 +986,18 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
                 # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
                 # split tile), beyond m = 256 also in clusters of two (and each clustered last-round split)
+                # (paired=True: a tile's 2 splits each finishing half of it, on the magic decode where its
+                # weights exist, offered beside each 2-way split up to m = 256)
+                paired = [c for c in hopper if c.get("paired")]
+                assert sorted(sorted(c.items()) for c in paired) == sorted(
+                    sorted(dict(c, paired=True, **({"magic": True} if magic else {})).items())
+                    for c in hopper if c.get("split_k") == 2 and not c.get("magic") and not c.get("paired")), (m, got)
+                # (bands=8: the last split's reads band after band, beside each split of 3 ways or more)
+                banded = [c for c in hopper if c.get("bands", 1) > 1]
+                assert sorted(sorted(c.items()) for c in banded) == sorted(
+                    sorted(dict(c, bands=8, **({"magic": True} if magic else {})).items())
+                    for c in hopper if c.get("split_k", 1) > 2 and not c.get("magic") and c.get("bands", 1) == 1), (m, got)
+                hopper = [c for c in hopper if not c.get("paired") and c.get("bands", 1) == 1]
                 split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
                 tail_tiles = [dict(c, magic=True) for c in hopper if c.get("tail_split", 1) > 1 and not c.get("magic")]
                 want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles \
@@ -1070,6 +1122,7 @@ def test_tuned_quantized_matmul_on_the_gpu():
         args[1] = q.prepare(args[1])
         q(m, n, k, *args)
         (key, cfg), = q.tuned.items()
+        assert q.tuned_layouts() == sorted({"plain", q.layout_of(cfg)})  # the copies a re-prepare would keep
         assert "magic" in args[1]  # uint4 codes, f16: prepare made the magic decode's weights too
         assert key == q.tuning_key(m, n, k, args[1], args[4]) and key[4]  # magic weights in the key
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)

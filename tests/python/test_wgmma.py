@@ -232,6 +232,93 @@ def test_an_mn_major_b_narrower_than_its_rows_is_an_error():
         Narrow().ir(x, np.zeros((32, 64), np.float16), np.zeros((64, 32), np.float32), arch="sm_90a")
 
 
+def blocked_mma_kernel(m, n, k, a_in_registers=True):
+    """c = a @ b for a [m, k] (in registers, or shared) and b [k, n] stored as n / 64 column blocks
+    [k, 64] side by side in one shared tensor [n / 64, k, 64]: one wgmma.mma reads all of them."""
+
+    class Blocked(tilus.Script):
+        def __call__(self, a: ~float16, b: ~float16, c: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            ga, gb = self.global_view(a, shape=[m, k]), self.global_view(b, shape=[k, n])
+            if a_in_registers:
+                ta = self.load_global(ga, offsets=[0, 0], shape=[m, k])
+            else:
+                ta = self.shared_tensor(dtype=float16, shape=[m, k])
+                self.copy(ga, ta)
+            sb = self.shared_tensor(dtype=float16, shape=[n // 64, k, 64])
+            for j in range(n // 64):
+                self.copy(gb[0:k, 64 * j:64 * j + 64], sb[j])
+            acc = self.register_tensor(dtype=float32, shape=[m, n], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(ta, sb, acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.store_global(self.global_view(c, shape=[m, n]), acc, offsets=[0, 0])
+
+    return Blocked()
+
+
+# b in column blocks (P V of attention: V's 64-column blocks, each a 128-byte swizzled tile): one
+# m64nN instruction over all of them, the blocks apart by the descriptor's leading byte offset.
+@pytest.mark.parametrize("m,n,k,a_regs", [(64, 128, 64, True), (64, 256, 32, False), (128, 128, 128, True),
+                                          (64, 192, 16, True)])
+def test_wgmma_with_b_in_column_blocks(arrays, m, n, k, a_regs):
+    rng = np.random.default_rng(11)
+    ha = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    hb = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    c = arrays.put(np.zeros((m, n), np.float32))
+    blocked_mma_kernel(m, n, k, a_regs)(arrays.put(ha), arrays.put(hb), c)
+    np.testing.assert_allclose(arrays.host(c), ha.astype(np.float64) @ hb.astype(np.float64), atol=1e-3, rtol=1e-3)
+
+
+def test_b_in_column_blocks_is_one_wide_instruction():
+    """The record: one m64n128k16 per k step, b MN-major with lbo = the blocks' distance (k rows of
+    128 bytes); the PTX: 4 such instructions, transposed b; the SASS (where cuobjdump is): HGMMA
+    64x128x16 and no narrower one."""
+    m, n, k = 64, 128, 64
+    args = [np.zeros((m, k), np.float16), np.zeros((k, n), np.float16), np.zeros((m, n), np.float32)]
+    kern = blocked_mma_kernel(m, n, k)
+    rec = lowering_of(kern.ir(*args, arch="sm_90a"))
+    assert any(r.startswith(f"lowering: wgmma m64n128k16 groups=1 tiles=1x1x4 a=regs b=sw128/sbo1024/lbo{k * 128}/mn")
+               for r in rec), rec
+    ptx = kern.ptx(*args, arch="sm_90a")
+    insts = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m(\d+)n(\d+)k16\.f32\.f16\.f16[^;]*;", ptx)
+    assert insts == [("64", "128")] * 4, insts
+    from tilus.artifacts import _cuobjdump
+    if tilus._C.nvrtc_available() and _cuobjdump():
+        sass = kern.sass(*args, arch="sm_90a")
+        shapes = re.findall(r"HGMMA\.(\d+x\d+x\d+)", sass)
+        assert shapes and set(shapes) == {"64x128x16"}, shapes
+
+
+@pytest.mark.parametrize("shape,message", [
+    ([2, 32, 32], r"b is MN-major and must be one swizzle span wide along N in each column block \(64 elements of "
+                  r"its 128-byte rows\), but it has 32"),
+    ([2, 64, 32], r"b is \[blocks, k, n / blocks\] and must be MN-major"),
+])
+def test_b_in_column_blocks_wgmma_cannot_read_is_an_error(shape, message):
+    """Column blocks narrower than a swizzled row (a slice of [2, 32, 64]), or K-major ones (a
+    permuted [2, 32, 64] tile whose last dim runs along its rows)."""
+    class Bad(tilus.Script):
+        def __call__(self, a: ~float16, c: ~float32):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            sa = self.shared_tensor(dtype=float16, shape=[64, shape[1]])
+            sb = self.shared_tensor(dtype=float16, shape=[2, 32, 64])
+            self.copy(self.global_view(a, shape=[64, shape[1]]), sa)
+            b = self.slice_shared(sb, [0, 0, 0], [0, 1, 2], shape) if shape[1] == 32 else sb.permute([0, 2, 1])
+            acc = self.register_tensor(dtype=float32, shape=[64, shape[0] * shape[2]], init=0.0)
+            self.wgmma.mma(sa, b, acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.store_global(self.global_view(c, shape=[64, shape[0] * shape[2]]), acc, offsets=[0, 0])
+
+    x = np.zeros((64, shape[1]), np.float16)
+    with pytest.raises(tilus.CompileError, match=r"wgmma.mma: " + message):
+        Bad().ir(x, np.zeros((64, shape[0] * shape[2]), np.float32), arch="sm_90a")
+
+
 def lowering_of(ir):
     return [line.strip() for line in ir["select_instructions"].splitlines() if "lowering: wgmma" in line]
 

@@ -38,7 +38,8 @@ Program select_instructions(const Program& program, const Target& target);
 // instructions `k_instr` deep: its matrix descriptor, or nullopt and in `why` the reason it
 // cannot (the tile must be K-major, in rows of one TMA swizzle span, starting on a whole
 // swizzle atom; or, with `mn_major`, 16-bit and MN-major: rows along K, each exactly one swizzle
-// span of its M or N elements). `user` is the instruction that reads it. The rule
+// span of its M or N elements, or a rank-3 [blocks, k, n / blocks] tile of such column blocks
+// whole 8-row atoms apart, the descriptor's leading byte offset). `user` is the instruction that reads it. The rule
 // select_instructions checks on wgmma.mma (MN-major for b only) and lower_dots_to_wgmma checks
 // (K-major only) before it turns a dot into one.
 std::optional<WgmmaOperand> wgmma_shared_operand(const KernelFacts& facts, const InstNode& user, const Tensor& t,

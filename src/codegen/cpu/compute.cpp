@@ -242,10 +242,12 @@ void Emitter::emit_compute(const InstNode& inst) {
 }
 
 // out[i][j] += sum_k a[i][k] * b[k][j] over whole register tiles, in out's dtype (floats through
-// float32, or float64 for it), k in order.
+// float32, or float64 for it), k in order. A rank-3 b [blocks, k, n / blocks] holds b's column
+// blocks (wgmma.mma's b in column blocks): b[k][j] is its [j / (n / blocks)][k][j % (n / blocks)].
 void Emitter::matmul_accumulate(const Tensor& ta, const Tensor& tb, const Tensor& tout) {
   auto sa = ta.static_shape(), sb = tb.static_shape();
-  int64_t m = sa[0], k = sa[1], n = sb[1];
+  bool blocked = sb.size() == 3;
+  int64_t m = sa[0], k = sa[1], n = blocked ? sb[0] * sb[2] : sb[1], nb = blocked ? sb[2] : n;
   DataType ot = tout.dtype();
   bool is_float = ot.is_float();
   DataType acc_t = is_float ? (ot == dtypes::float64 ? dtypes::float64 : dtypes::float32) : ot;
@@ -254,7 +256,10 @@ void Emitter::matmul_accumulate(const Tensor& ta, const Tensor& tb, const Tensor
       llvm::Value* av = convert(load_reg(ta, b.CreateAdd(b.CreateMul(im, i32(k)), ik)), ta.dtype(), acc_t);
       loop(i32(n), [&](llvm::Value* jn) {
         llvm::Value* ol = b.CreateAdd(b.CreateMul(im, i32(n)), jn);
-        llvm::Value* bv = convert(load_reg(tb, b.CreateAdd(b.CreateMul(ik, i32(n)), jn)), tb.dtype(), acc_t);
+        llvm::Value* bi = b.CreateAdd(b.CreateMul(ik, i32(nb)), jn);
+        if (blocked)  // column j of block j / nb: k * nb elements per block
+          bi = b.CreateAdd(b.CreateMul(b.CreateUDiv(jn, i32(nb)), i32(k * nb - nb)), bi);
+        llvm::Value* bv = convert(load_reg(tb, bi), tb.dtype(), acc_t);
         llvm::Value* acc = convert(load_reg(tout, ol), ot, acc_t);
         llvm::Value* r;
         if (is_float) r = b.CreateCall(llvm::Intrinsic::getDeclaration(&module, llvm::Intrinsic::fmuladd, {av->getType()}), {av, bv, acc});

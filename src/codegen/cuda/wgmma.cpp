@@ -113,7 +113,11 @@ void Emitter::emit_wgmma(const InstNode& inst) {
                     : fmt::format("{}\"+r\"(reinterpret_cast<uint32_t*>({})[{}])", r ? ", " : "", d, first + r);
       for (int64_t ks = 0; ks < t.k_steps; ++ks) {
         // Descriptor start addresses count 16-byte units.
-        int64_t b_off = (nb * t.n_instr * t.b.row_bytes + ks * t.b.k_step_bytes) >> 4;
+        // b's first column of the instruction: MN-major b in swizzle atoms of `atom` columns,
+        // lbo bytes apart where there are several (column blocks), else rows row_bytes apart.
+        int64_t col = nb * t.n_instr, atom = t.b.mn_major ? t.b.swizzle_bytes / t.b.row_bytes : 0;
+        int64_t col_bytes = atom ? col / atom * t.b.lbo + col % atom * t.b.row_bytes : col * t.b.row_bytes;
+        int64_t b_off = (col_bytes + ks * t.b.k_step_bytes) >> 4;
         std::string a_in;
         if (a_regs) {
           int64_t w0 = (mb * t.k_steps + ks) * 4;  // this instruction's fragment

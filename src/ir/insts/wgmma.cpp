@@ -16,15 +16,19 @@ void check_wgmma_wait_group(const WgmmaWaitGroupInst& i) {
 void check_wgmma_mma(const WgmmaMmaInst& i) {
   if (!i.a.defined() || !(i.a.is_shared() || i.a.is_register()) || i.a.rank() != 2)
     fail(i, fmt::format("a must be a rank-2 shared or register tensor [m, k], got {}", ty(i.a)));
-  if (!i.b.defined() || !i.b.is_shared() || i.b.rank() != 2)
-    fail(i, fmt::format("b must be a rank-2 shared tensor [k, n] (a transposed [n, k] tile), got {}", ty(i.b)));
+  if (!i.b.defined() || !i.b.is_shared() || (i.b.rank() != 2 && i.b.rank() != 3))
+    fail(i, fmt::format("b must be a rank-2 shared tensor [k, n] (a transposed [n, k] tile) or a rank-3 one [blocks, "
+                        "k, n / blocks] (column blocks side by side along n), got {}",
+                        ty(i.b)));
   if (!i.d.defined() || !i.d.is_register() || i.d.rank() != 2)
     fail(i, fmt::format("d must be a rank-2 register tensor [m, n], got {}", ty(i.d)));
-  auto a = i.a.static_shape(), b = i.b.static_shape(), d = i.d.static_shape();
-  if (a[1] != b[0])
-    fail(i, fmt::format("a is {} and b is {}: the inner dims differ ({} vs {})", ty(i.a), ty(i.b), a[1], b[0]));
-  if (d[0] != a[0] || d[1] != b[1])
-    fail(i, fmt::format("a is {} and b is {}, so d must be [{}, {}], got {}", ty(i.a), ty(i.b), a[0], b[1], ty(i.d)));
+  auto a = i.a.static_shape(), d = i.d.static_shape();
+  auto b = i.b.static_shape();
+  int64_t bk = b[b.size() - 2], n = b.size() == 3 ? b[0] * b[2] : b[1];  // [k, n] or [blocks, k, n / blocks]
+  if (a[1] != bk)
+    fail(i, fmt::format("a is {} and b is {}: the inner dims differ ({} vs {})", ty(i.a), ty(i.b), a[1], bk));
+  if (d[0] != a[0] || d[1] != n)
+    fail(i, fmt::format("a is {} and b is {}, so d must be [{}, {}], got {}", ty(i.a), ty(i.b), a[0], n, ty(i.d)));
   DataType ab = i.a.dtype(), dt = i.d.dtype();
   auto is_f8 = [](DataType t) { return t == dtypes::float8_e4m3 || t == dtypes::float8_e5m2; };
   bool f16 = ab == dtypes::float16, bf16 = ab == dtypes::bfloat16;
@@ -44,7 +48,7 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
                         ty(i.a)));
   int64_t k = f8 ? 32 : 16;
   if (a[0] % 64 != 0) fail(i, fmt::format("m (a is {}) must be a multiple of 64 (wgmma's m64)", ty(i.a)));
-  if (b[1] % 8 != 0) fail(i, fmt::format("n (b is {}) must be a multiple of 8", ty(i.b)));
+  if (n % 8 != 0) fail(i, fmt::format("n (b is {}) must be a multiple of 8", ty(i.b)));
   if (a[1] % k != 0) fail(i, fmt::format("k (a is {}) must be a multiple of {} for {}", ty(i.a), k, ab.name()));
 }
 
