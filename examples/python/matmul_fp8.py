@@ -429,7 +429,11 @@ def tensor_config(m, n, clusters, out=bfloat16):
     offered: MatmulFp8Auto(tune=True)) with the reason one width wins: 4 rounds against 6 at 4096^3,
     21 against 16 (the last half empty) at 8192^3. H200, one run (bench/fp8.py --tensor-tiles
     256,192), per-tensor against torch._scaled_mm: 4096^3 256 1.04x, 192 0.94x; 8192^3 256 1.03x,
-    192 1.02x (the rule's 1.02x; the two widths tie there)."""
+    192 1.02x (the rule's 1.02x; the two widths tie there). A second run over the LLM shapes too
+    (256 / 192): 4096^3 1.05x / 0.95x, 1024x8192x8192 1.04x / 0.94x, 8192x3584x18944 1.01x / 0.96x
+    (the rule: 256), 4096x28672x8192 1.02x / 1.05x, 8192^3 1.01x / 1.03x (the rule: 192),
+    4096x8192x8192 0.99x / 0.98x and 8192x28672x8192 1.12x / 1.09x (ties within the 3-5 % that
+    one kernel measures apart in one run)."""
     return 192 if narrower(m, n, clusters, out) else 256
 
 
