@@ -86,21 +86,19 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
-def promoted(s, acc, part, scales, offset_n, halves=None):
+def promoted(s, acc, part, scales, offset_n):
     """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
     product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
     (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
     columns: its 64-column thirds take the first block of b's scales it touches, the first or the
-    second (as the tile starts on a 128-column block or half way), and the second; so do the two
-    halves of its first 128 columns as a piece of their own (halves=True)."""
+    second (as the tile starts on a 128-column block or half way), and the second."""
     r, w = part.shape
-    if not (w > BLOCK_K if halves is None else halves):
+    if w <= BLOCK_K:
         return acc + part * scales[0]
-    q = w // 64
-    second = s.register_tensor(dtype=boolean, shape=[1, q, 1],
+    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
                                init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
     scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
-    return s.reshape(s.reshape(acc, [r, q, 64]) + s.reshape(part, [r, q, 64]) * scale, [r, w])
+    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
 
 
 class MatmulFp8(tilus.Script):
@@ -118,10 +116,7 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted). products=2 with block_n=192 (block scaling): the 128- and the 64-column piece
-    with a product each in a pipeline, each k step's first piece issued before the step before's
-    second piece is promoted (a read twice from shared memory a k step; the warp group's tensor
-    work never drains)."""
+    see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132, products=1):
@@ -136,9 +131,8 @@ class MatmulFp8(tilus.Script):
         assert block_n in (128, 192, 256), \
             "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
             "piece; with block scales one piece whose thirds take their scales)"
-        assert products == 1 or (scaling == "block" and block_n in (128, 192)), \
-            "two products in turn: block scaling with one 128-column piece, or 192 columns as a 128- and a " \
-            "64-column piece (the registers hold no more)"
+        assert products == 1 or (scaling == "block" and block_n == 128), \
+            "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
@@ -186,8 +180,7 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        pipelined = block and self.products == 2 and bn == 192
-        one = self.whole_store and (not block or bn % 128) and not pipelined
+        one = self.whole_store and (not block or bn % 128)
         widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
@@ -240,49 +233,13 @@ class MatmulFp8(tilus.Script):
             if split:
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
-                parts = [self.register_tensor(dtype=float32, shape=[bm, w]) for w in (widths * 2)[:2]]
+                parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
-                if pipelined:
-                    # The tile's two pieces in a pipeline: each k step's first piece is issued
-                    # before the second piece of the step before is promoted, and its second piece
-                    # before its first is promoted, so each warp group always has a wgmma queued
-                    # and promotes under it (a read from shared memory twice a k step). A stage
-                    # is released once its second piece is complete and promoted.
-                    def issue(now, p):
-                        there = (first + now) % stages
-                        if p == 0:
-                            self.mbarrier.wait(full[there], phase=(first + now) // stages % 2)
-                        self.wgmma.fence()
-                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [p * 128, 0], [0, 1],
-                                                                    [widths[p], bk]).transpose(), parts[p],
-                                       enable_input_d=False)
-                        self.wgmma.commit_group()
-
-                    def promote(now, p):
-                        here = (first + now) % stages
-                        scales = block_scales_of_step(self, ssa[here], ssb[here], now)
-                        if p == 1:
-                            self.release(empty[here], peer, read_shared=True)
-                        self.assign(accs[p], promoted(self, accs[p], parts[p], scales[p:], offset_n, halves=p == 0))
-
-                    issue(0, 0)
-                    for step in range(steps - 1):
-                        issue(step, 1)
-                        self.wgmma.wait_group(1)
-                        promote(step, 0)
-                        issue(step + 1, 0)
-                        self.wgmma.wait_group(1)
-                        promote(step, 1)
-                    issue(steps - 1, 1)
-                    self.wgmma.wait_group(1)
-                    promote(steps - 1, 0)
-                    self.wgmma.wait_group(0)
-                    promote(steps - 1, 1)
-                elif block and self.products == 2:
+                if block and self.products == 2:
                     # Two products in turn: the k step after this one is issued into the other
                     # product before this one's wait, so each warp group always has a wgmma queued
                     # (as with per-tensor scaling) and promotes under it. The loop takes the steps
@@ -469,8 +426,14 @@ def tensor_config(m, n, clusters, out=bfloat16):
     """The per-tensor / per-row kernel's block_n (128 rows, stages as many as fit) for an m x n
     product on `clusters` clusters of two blocks: 192 where narrower says its rounds of tile pairs
     hold fewer columns, else 256. The rule replaces run-time tuning noise (MatmulFp8Tuned, still
-    offered: MatmulFp8Auto(tune=True)) with the measured reason one width wins: 128 x 256 at 4096^3
-    (4 rounds against 6), 128 x 192 at 8192^3 (21 rounds against 16, the last half empty)."""
+    offered: MatmulFp8Auto(tune=True)) with the reason one width wins: 4 rounds against 6 at 4096^3,
+    21 against 16 (the last half empty) at 8192^3. H200, one run (bench/fp8.py --tensor-tiles
+    256,192), per-tensor against torch._scaled_mm: 4096^3 256 1.04x, 192 0.94x; 8192^3 256 1.03x,
+    192 1.02x (the rule's 1.02x; the two widths tie there). A second run over the LLM shapes too
+    (256 / 192): 4096^3 1.05x / 0.95x, 1024x8192x8192 1.04x / 0.94x, 8192x3584x18944 1.01x / 0.96x
+    (the rule: 256), 4096x28672x8192 1.02x / 1.05x, 8192^3 1.01x / 1.03x (the rule: 192),
+    4096x8192x8192 0.99x / 0.98x and 8192x28672x8192 1.12x / 1.09x (ties within the 3-5 % that
+    one kernel measures apart in one run)."""
     return 192 if narrower(m, n, clusters, out) else 256
 
 
@@ -698,8 +661,6 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
-                   1040 if not quick else 272),
-                  (MatmulFp8("block", block_n=192, products=2, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]

@@ -107,14 +107,6 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
-# 192-column block-scaled tiles with their two pieces in a pipeline: several k steps, one, two;
-# tiles on and half way into a block of b's scales, ragged; float16 c.
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
-@pytest.mark.parametrize("out,m,n,k", [(bfloat16, 301, 1000, 1040), (float16, 700, 584, 128), (bfloat16, 130, 400, 256)])
-def test_block_scaled_pipelined_pieces_on_the_gpu(out, m, n, k):
-    check_matmul(Arrays("cuda"), MatmulFp8("block", block_n=192, products=2, out=out, blocks=8), m, n, k)
-
-
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
     the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
