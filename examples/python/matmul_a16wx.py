@@ -61,7 +61,7 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False):
+                 k_major=False, fixed_sums=False, two_sums=False):
         super().__init__()
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -131,6 +131,12 @@ class MatmulA16Wx(SplitK):
         # bit tricks on whole 32-bit words (magic_step) instead of the general conversion.
         self.magic, self.late_scale = magic, late_scale
         assert magic or not late_scale, "late_scale is an option of the magic decode"
+        # two_sums (late_scale): the tile's product in two float32 sums, the k quarters 0, 2 and 1, 3,
+        # added before the scale: each sum's chain of dependent mma is half the tile's (ncu on the
+        # H200, 8192^2 at m = 1: a warp issued once in 6 cycles, stalled on fixed-latency
+        # dependencies, the math pipe and the barrier, not on memory).
+        assert not two_sums or late_scale, "two_sums: an option of late_scale"
+        self.two_sums = two_sums
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
         # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
@@ -352,6 +358,7 @@ class MatmulA16Wx(SplitK):
         # FFMA a thread instead of 64 HMUL2 at 16 x 128 x 128; the product of exact small integers
         # and a's halves, then one float32 rounding more than the reference's).
         part = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.late_scale else acc
+        other = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.two_sums else None
         for r in tilus.static_range(4):
             src = words if r < 2 else words >> 8
             mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
@@ -362,7 +369,12 @@ class MatmulA16Wx(SplitK):
             base = 1024.0 if r % 2 == 0 else 64.0
             w = v - (base + 8.0) if signed else v - (zero + base)
             a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
-            part = self.dot(a_r, w if self.late_scale else w * scale, part)
+            if self.two_sums and r % 2 == 1:
+                other = self.dot(a_r, w, other)
+            else:
+                part = self.dot(a_r, w if self.late_scale else w * scale, part)
+        if self.two_sums:
+            part = part + other
         return acc + part * scale.to(float32) if self.late_scale else part
 
 
@@ -1059,7 +1071,7 @@ class QuantizedMatmul:
             base = self.mma_config(m, n, k, 16)
             s = base["split_k"]
             magic = magic and self.magic_tile(base["block_k"])
-            decode = dict(magic=True, late_scale=True) if magic else {}
+            decode = dict(magic=True, late_scale=True, two_sums=True) if magic else {}
             tiles = -(-m // 16) * -(-n // base["block_n"])
             # (The magic decode in 4 stages: 51 KB of shared memory a block and 121 registers a
             # thread, 128 for uint4, since its scales come by cp.async: 4 blocks an SM. On the
@@ -1083,6 +1095,13 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, **decode, **order))
                     if split > 1:
                         add(dict(base, split_k=split, interleave=True, **decode, **order))  # (bounded as it is)
+                # Up to m = 4 the splits that fill a wave, interleaved on the weights k tile after k
+                # tile, also ending in one 64-bit atomic per element (fixed_sums: at m = 1 on 8192^2
+                # 18.3 against 18.5 us for the counter ending on the H200; at m = 16, 2048 atomics a
+                # block, 23.3 against 21.1 at 3584 x 18944, the mid call of 05:43, 2026-11-29).
+                if m <= 4 and split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
+                    add(dict(base, split_k=split, interleave=True, fixed_sums=True, **decode,
+                             **(dict(k_major=True) if magic else {})))
                 if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
                     add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
             # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 3 blocks an SM (the
