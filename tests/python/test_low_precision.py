@@ -494,7 +494,8 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, fixed_sums=True)), ("int4", 2, 64, dict(fixed_sums=True)),
     ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True)),
-    ("int4", 3, 128, dict(late_scale=True, two_sums=True)), ("uint4", 2, 64, dict(late_scale=True, two_sums=True, k_major=True))])
+    ("int4", 3, 128, dict(late_scale=True, two_sums=True)), ("uint4", 2, 64, dict(late_scale=True, two_sums=True, k_major=True)),
+    ("int4", 3, 128, dict(late_scale=True, register_sums=True)), ("uint4", 4, 64, dict(late_scale=True, register_sums=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -512,7 +513,8 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     k tile after k tile; split, and interleaved); fixed_sums=True (the splits' sums added in
     fixed point into an int64 per element with the count in its top bits, the last add's thread
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
-    late-scaled product in two float32 sums). Each launched twice on
+    late-scaled product in two float32 sums); register_sums=True (the last split adds the others'
+    partial sums to its registers). Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
