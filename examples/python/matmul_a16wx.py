@@ -1049,8 +1049,10 @@ class QuantizedMatmul:
           on the magic decode each also on the weights k tile after k tile (k_major); with
           f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
           (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
-          SM: unroll, min_blocks=4); on the magic decode also stream-K (MatmulA16WxStream, every
-          SM the same k tiles) in 3 blocks an SM, where each block gets two k tiles;
+          SM: unroll, min_blocks=4); up to m = 4 the splits that fill a wave, interleaved (k_major
+          on the magic decode), also ending by fixed_sums; on the magic decode also stream-K
+          (MatmulA16WxStream, every SM the same k tiles) in 3 blocks an SM, where each block gets
+          two k tiles;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1068,7 +1070,8 @@ class QuantizedMatmul:
           to fill a wave of 3 blocks per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
-        stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
+        stages, with and without late_scale (and with it two_sums and register_sums, not yet timed
+        against it), every wgmma tile and L2 group, the mma.sync kernel's
         64- and 128-row tiles split 1, 2 or 4 ways)."""
         if wide:
             return self.wide_candidates(m, n, k, hopper, magic, tma)
@@ -1083,7 +1086,7 @@ class QuantizedMatmul:
             base = self.mma_config(m, n, k, 16)
             s = base["split_k"]
             magic = magic and self.magic_tile(base["block_k"])
-            decode = dict(magic=True, late_scale=True, two_sums=True) if magic else {}
+            decode = dict(magic=True, late_scale=True) if magic else {}
             tiles = -(-m // 16) * -(-n // base["block_n"])
             # (The magic decode in 4 stages: 51 KB of shared memory a block and 121 registers a
             # thread, 128 for uint4, since its scales come by cp.async: 4 blocks an SM. On the
@@ -1110,7 +1113,9 @@ class QuantizedMatmul:
                 # Up to m = 4 the splits that fill a wave, interleaved on the weights k tile after k
                 # tile, also ending in one 64-bit atomic per element (fixed_sums: at m = 1 on 8192^2
                 # 18.3 against 18.5 us for the counter ending on the H200; at m = 16, 2048 atomics a
-                # block, 23.3 against 21.1 at 3584 x 18944, the mid call of 05:43, 2026-11-29).
+                # block, 23.3 against 21.1 at 3584 x 18944, the mid call of 05:43, 2026-11-29; the
+                # tuner's pick at m = 1 on 8192^2 and 3584 x 18944 in the call of 06:22, where split 14
+                # took 18.9 us with it and more than 20.6 without).
                 if m <= 4 and split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
                     add(dict(base, split_k=split, interleave=True, fixed_sums=True, **decode,
                              **(dict(k_major=True) if magic else {})))
@@ -1275,6 +1280,12 @@ class QuantizedMatmul:
                             for late, by_tma in ((True, False), (True, True)) if tma else ((False, False), (True, False)):
                                 add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late,
                                          **({"tma": True} if by_tma else {})))
+                                if late and not by_tma:  # (not yet timed against the above: wide only)
+                                    add(dict(base, split_k=split, stages=stages, magic=True, late_scale=True,
+                                             two_sums=True))
+                                    if split > 1:
+                                        add(dict(base, split_k=split, stages=stages, magic=True, late_scale=True,
+                                                 register_sums=True))
         return out
 
     @staticmethod

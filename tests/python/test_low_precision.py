@@ -914,7 +914,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2 and 3 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
-    decode with late_scale and two_sums where its weights exist, in 4 stages, the k loop rolled;
+    decode with late_scale where its weights exist, in 4 stages, the k loop rolled;
     every split also interleaved (where split), and on the magic decode each also on the weights k
     tile after k tile (k_major); up to m = 4 the splits that fill a wave of 2 or 3 blocks an SM,
     interleaved (k_major on the magic decode), also with fixed_sums; on the magic decode also
@@ -949,8 +949,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert not any(c.get("unroll") or c.get("split_red") for c in mma), (m, got)
                     # every split also interleaved (where split), each also k_major on the magic decode, 4 stages
                     rolled = [c for c in mma[1:] if c["stages"] == 4 and not c.get("fixed_sums")]
-                    template = dict(q.mma_config(m, n, k, 16),
-                                    **(dict(magic=True, late_scale=True, two_sums=True) if magic else {}))
+                    template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
                     # up to m = 4 the wave-filling splits, interleaved (k_major on the magic decode), also
                     # ending by fixed_sums
                     fixed = [c for c in mma if c.get("fixed_sums")]
@@ -1068,18 +1067,22 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
             assert {c["split_k"] for c in mma} == {1}
         assert not any(c.get("magic") for c in got)  # no magic weights given
         # With the magic decode's weights: each 16-row configuration also on the magic decode,
-        # with and without late_scale; nothing else changes.
+        # with and without late_scale, and with late_scale also in two sums and, split, with the
+        # last split's sum in registers (two_sums, register_sums: the wide space only); nothing else changes.
         with_magic = q.candidates(m, n, k, hopper=True, magic=True, wide=True)
         magic = [c for c in with_magic if c.get("magic")]
-        plain = [dict(c, magic=True, late_scale=late) for c in mma if c["block_m"] == 16 for late in (False, True)]
+        small = [c for c in mma if c["block_m"] == 16]
+        untimed = ([dict(c, magic=True, late_scale=True, two_sums=True) for c in small] +
+                   [dict(c, magic=True, late_scale=True, register_sums=True) for c in small if c["split_k"] > 1])
+        plain = [dict(c, magic=True, late_scale=late) for c in small for late in (False, True)] + untimed
         assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
         assert [c for c in with_magic if not c.get("magic")] == got
         for c in magic:
             MatmulA16Wx(wtype, 128, **c)
-        # Where TMA applies: each of them with late_scale, by cp.async and by TMA.
+        # Where TMA applies: each of them with late_scale, by cp.async and by TMA (and the untimed ones).
         with_tma = q.candidates(m, n, k, hopper=True, magic=True, tma=True, wide=True)
         by_tma = [c for c in with_tma if c.get("magic")]
-        want = [dict(c, magic=True, late_scale=True, **t) for c in mma if c["block_m"] == 16 for t in ({}, {"tma": True})]
+        want = [dict(c, magic=True, late_scale=True, **t) for c in small for t in ({}, {"tma": True})] + untimed
         assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
         for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
