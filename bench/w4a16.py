@@ -253,6 +253,8 @@ def describe(cfg):
     loop += " bounded" if cfg.get("bounded") else ""
     loop += " interleaved" if cfg.get("interleave") else ""
     loop += " k-major" if cfg.get("k_major") else ""
+    loop += " two-sums" if cfg.get("two_sums") else ""
+    loop += " fixed-sums" if cfg.get("fixed_sums") else ""
     loop += " red-into-c" if cfg.get("split_red") else ""
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     if cfg.get("blocks"):

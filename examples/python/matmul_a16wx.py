@@ -33,16 +33,24 @@ class SplitK(tilus.Script):
     """The end of a split over k that both kernels share (a base class: its `if` on a kernel
     value is traced as the body's are)."""
 
-    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before, registers=False):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
         tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
         partials may not fit in registers) and sets the counter back to zero
         (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
-        shared slot, allocated before any asynchronous copy's)."""
+        shared slot, allocated before any asynchronous copy's). registers: the last split adds the
+        others' partial sums to its own acc, each loaded as the threads hold acc (splits - 1 loads
+        of bm x bn, independent of each other), instead of summing gp[:] 16 rows at a time."""
         bm, bn = acc.shape
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
-        if last_to_arrive(self, arrivals, tile, splits, slot=before):
+        if registers and last_to_arrive(self, arrivals, tile, splits, slot=before):
+            total = acc
+            for j in range(1, splits):
+                total = total + self.load_global(gp, offsets=[(split + j) % splits, om, on], shape=[bm, bn])
+            self.store_global(gc, total.to(gc.dtype), offsets=[om, on])
+            reset_arrivals(self, arrivals, tile)
+        elif not registers and last_to_arrive(self, arrivals, tile, splits, slot=before):
             rows = min(bm, 16)
             for r in range(bm // rows):
                 p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
@@ -61,7 +69,7 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False):
+                 k_major=False, fixed_sums=False, two_sums=False, register_sums=False):
         super().__init__()
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -98,6 +106,10 @@ class MatmulA16Wx(SplitK):
         assert not fixed_sums or split_k > 1 and not split_red and not partials_only, \
             "fixed_sums: an ending of a split over k"
         self.fixed_sums = fixed_sums
+        # register_sums: the counter ending's last split adds the others' partial sums to its own acc
+        # (SplitK.add_up_splits(registers=True)); the mid call of 05:43 timed the ending at 3.2 us
+        # of 21.1 at 3584 x 18944, m = 16 (1.8 of 18.5 at 8192^2, m = 1).
+        self.register_sums = register_sums
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
         # the last split (the shortest k range where the splits do not divide k) stores its f16
@@ -131,6 +143,12 @@ class MatmulA16Wx(SplitK):
         # bit tricks on whole 32-bit words (magic_step) instead of the general conversion.
         self.magic, self.late_scale = magic, late_scale
         assert magic or not late_scale, "late_scale is an option of the magic decode"
+        # two_sums (late_scale): the tile's product in two float32 sums, the k quarters 0, 2 and 1, 3,
+        # added before the scale: each sum's chain of dependent mma is half the tile's (ncu on the
+        # H200, 8192^2 at m = 1: a warp issued once in 6 cycles, stalled on fixed-latency
+        # dependencies, the math pipe and the barrier, not on memory).
+        assert not two_sums or late_scale, "two_sums: an option of late_scale"
+        self.two_sums = two_sums
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
         # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
@@ -175,7 +193,7 @@ class MatmulA16Wx(SplitK):
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, dtype=int32, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
             self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
-                               self.split_k, om, on, before)
+                               self.split_k, om, on, before, self.register_sums)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: tilus.void_p):
@@ -352,6 +370,7 @@ class MatmulA16Wx(SplitK):
         # FFMA a thread instead of 64 HMUL2 at 16 x 128 x 128; the product of exact small integers
         # and a's halves, then one float32 rounding more than the reference's).
         part = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.late_scale else acc
+        other = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.two_sums else None
         for r in tilus.static_range(4):
             src = words if r < 2 else words >> 8
             mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
@@ -362,7 +381,12 @@ class MatmulA16Wx(SplitK):
             base = 1024.0 if r % 2 == 0 else 64.0
             w = v - (base + 8.0) if signed else v - (zero + base)
             a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
-            part = self.dot(a_r, w if self.late_scale else w * scale, part)
+            if self.two_sums and r % 2 == 1:
+                other = self.dot(a_r, w, other)
+            else:
+                part = self.dot(a_r, w if self.late_scale else w * scale, part)
+        if self.two_sums:
+            part = part + other
         return acc + part * scale.to(float32) if self.late_scale else part
 
 
@@ -1025,8 +1049,10 @@ class QuantizedMatmul:
           on the magic decode each also on the weights k tile after k tile (k_major); with
           f16_split_sums=True on sm_90 (`tma`) with 2 to 8 splits also split_red
           (the splits' sums added into f16 c; its k loop unrolled in the registers of 4 blocks an
-          SM: unroll, min_blocks=4); on the magic decode also stream-K (MatmulA16WxStream, every
-          SM the same k tiles) in 3 blocks an SM, where each block gets two k tiles;
+          SM: unroll, min_blocks=4); up to m = 4 the splits that fill a wave, interleaved (k_major
+          on the magic decode), also ending by fixed_sums; on the magic decode also stream-K
+          (MatmulA16WxStream, every SM the same k tiles) in 3 blocks an SM, where each block gets
+          two k tiles;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1044,7 +1070,8 @@ class QuantizedMatmul:
           to fill a wave of 3 blocks per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
-        stages, with and without late_scale, every wgmma tile and L2 group, the mma.sync kernel's
+        stages, with and without late_scale (and with it two_sums and register_sums, not yet timed
+        against it), every wgmma tile and L2 group, the mma.sync kernel's
         64- and 128-row tiles split 1, 2 or 4 ways)."""
         if wide:
             return self.wide_candidates(m, n, k, hopper, magic, tma)
@@ -1083,6 +1110,15 @@ class QuantizedMatmul:
                     add(dict(base, split_k=split, **decode, **order))
                     if split > 1:
                         add(dict(base, split_k=split, interleave=True, **decode, **order))  # (bounded as it is)
+                # Up to m = 4 the splits that fill a wave, interleaved on the weights k tile after k
+                # tile, also ending in one 64-bit atomic per element (fixed_sums: at m = 1 on 8192^2
+                # 18.3 against 18.5 us for the counter ending on the H200; at m = 16, 2048 atomics a
+                # block, 23.3 against 21.1 at 3584 x 18944, the mid call of 05:43, 2026-11-29; the
+                # tuner's pick at m = 1 on 8192^2 and 3584 x 18944 in the call of 06:22, where split 14
+                # took 18.9 us with it and more than 20.6 without).
+                if m <= 4 and split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
+                    add(dict(base, split_k=split, interleave=True, fixed_sums=True, **decode,
+                             **(dict(k_major=True) if magic else {})))
                 if self.f16_split_sums and tma and 2 <= split <= 8 and self.atype == float16:
                     add(dict(base, split_k=split, bounded=True, split_red=True, unroll=True, min_blocks=4, **decode))
             # Stream-K (MatmulA16WxStream): every SM the same k tiles, in 3 blocks an SM (the
@@ -1244,6 +1280,12 @@ class QuantizedMatmul:
                             for late, by_tma in ((True, False), (True, True)) if tma else ((False, False), (True, False)):
                                 add(dict(base, split_k=split, stages=stages, magic=True, late_scale=late,
                                          **({"tma": True} if by_tma else {})))
+                                if late and not by_tma:  # (not yet timed against the above: wide only)
+                                    add(dict(base, split_k=split, stages=stages, magic=True, late_scale=True,
+                                             two_sums=True))
+                                    if split > 1:
+                                        add(dict(base, split_k=split, stages=stages, magic=True, late_scale=True,
+                                                 register_sums=True))
         return out
 
     @staticmethod

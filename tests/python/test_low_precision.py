@@ -493,7 +493,9 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, bounded=True, split_red=True, n=208)),
     ("uint4", 4, 64, dict(late_scale=True, bounded=True, split_red=True, interleave=True, **UNROLL)),
     ("int4", 3, 128, dict(late_scale=True, fixed_sums=True)), ("int4", 2, 64, dict(fixed_sums=True)),
-    ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True))])
+    ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True)),
+    ("int4", 3, 128, dict(late_scale=True, two_sums=True)), ("uint4", 2, 64, dict(late_scale=True, two_sums=True, k_major=True)),
+    ("int4", 3, 128, dict(late_scale=True, register_sums=True)), ("uint4", 4, 64, dict(late_scale=True, register_sums=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -510,7 +512,9 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     16, element by element where not; also interleaved and unrolled); k_major=True (the weights
     k tile after k tile; split, and interleaved); fixed_sums=True (the splits' sums added in
     fixed point into an int64 per element with the count in its top bits, the last add's thread
-    storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty). Each launched twice on
+    storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
+    late-scaled product in two float32 sums); register_sums=True (the last split adds the others'
+    partial sums to its registers). Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
@@ -913,9 +917,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
     rule's choice first, no repeats, each a kernel that can be made;
     up to m = 32 the 16-row kernel at the rule's split s, at 2 s and at the splits that fill one
     wave of 2 and 3 blocks per SM (within 1 to 16 and two k tiles per split), on the magic
-    decode with late_scale where its weights exist, in 4 stages, the k loop rolled; every split
-    also interleaved (where split), and on the magic decode each also on the weights k tile after
-    k tile (k_major); on the magic decode also stream-K in 3 blocks an SM (where that leaves
+    decode with late_scale where its weights exist, in 4 stages, the k loop rolled;
+    every split also interleaved (where split), and on the magic decode each also on the weights k
+    tile after k tile (k_major); up to m = 4 the splits that fill a wave of 2 or 3 blocks an SM,
+    interleaved (k_major on the magic decode), also with fixed_sums; on the magic decode also
+    stream-K in 3 blocks an SM (where that leaves
     two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
     blocks an SM), and nothing else changed;
@@ -945,8 +951,15 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert all(c.get("magic") and c["late_scale"] for c in mma[1:]) == magic, (m, got)
                     assert not any(c.get("unroll") or c.get("split_red") for c in mma), (m, got)
                     # every split also interleaved (where split), each also k_major on the magic decode, 4 stages
-                    rolled = [c for c in mma[1:] if c["stages"] == 4]
+                    rolled = [c for c in mma[1:] if c["stages"] == 4 and not c.get("fixed_sums")]
                     template = dict(q.mma_config(m, n, k, 16), **(dict(magic=True, late_scale=True) if magic else {}))
+                    # up to m = 4 the wave-filling splits, interleaved (k_major on the magic decode), also
+                    # ending by fixed_sums
+                    fixed = [c for c in mma if c.get("fixed_sums")]
+                    assert fixed == [dict(template, split_k=x, interleave=True, fixed_sums=True,
+                                          **(dict(k_major=True) if magic else {}))
+                                     for x in sorted(splits, key=[s, 2 * s, 264 // tiles, 396 // tiles].index)
+                                     if m <= 4 and x > 1 and x in (264 // tiles, 396 // tiles)], (m, got)
                     want = []
                     for x in splits:
                         for order in ({}, dict(k_major=True)) if magic else ({},):
@@ -1057,18 +1070,22 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
             assert {c["split_k"] for c in mma} == {1}
         assert not any(c.get("magic") for c in got)  # no magic weights given
         # With the magic decode's weights: each 16-row configuration also on the magic decode,
-        # with and without late_scale; nothing else changes.
+        # with and without late_scale, and with late_scale also in two sums and, split, with the
+        # last split's sum in registers (two_sums, register_sums: the wide space only); nothing else changes.
         with_magic = q.candidates(m, n, k, hopper=True, magic=True, wide=True)
         magic = [c for c in with_magic if c.get("magic")]
-        plain = [dict(c, magic=True, late_scale=late) for c in mma if c["block_m"] == 16 for late in (False, True)]
+        small = [c for c in mma if c["block_m"] == 16]
+        untimed = ([dict(c, magic=True, late_scale=True, two_sums=True) for c in small] +
+                   [dict(c, magic=True, late_scale=True, register_sums=True) for c in small if c["split_k"] > 1])
+        plain = [dict(c, magic=True, late_scale=late) for c in small for late in (False, True)] + untimed
         assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
         assert [c for c in with_magic if not c.get("magic")] == got
         for c in magic:
             MatmulA16Wx(wtype, 128, **c)
-        # Where TMA applies: each of them with late_scale, by cp.async and by TMA.
+        # Where TMA applies: each of them with late_scale, by cp.async and by TMA (and the untimed ones).
         with_tma = q.candidates(m, n, k, hopper=True, magic=True, tma=True, wide=True)
         by_tma = [c for c in with_tma if c.get("magic")]
-        want = [dict(c, magic=True, late_scale=True, **t) for c in mma if c["block_m"] == 16 for t in ({}, {"tma": True})]
+        want = [dict(c, magic=True, late_scale=True, **t) for c in small for t in ({}, {"tma": True})] + untimed
         assert sorted(map(str, by_tma)) == sorted(map(str, want)) and [c for c in with_tma if not c.get("magic")] == got
         for c in by_tma:
             MatmulA16Wx(wtype, 128, **c)
