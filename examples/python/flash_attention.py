@@ -87,10 +87,13 @@ class FlashAttention(tilus.Script):
         # The columns of o per P V wgmma (and per accumulator): 64, one n = 64 wgmma per 64-column
         # block of V; 128 or 256, one wgmma over that many of V's columns (its 64-column blocks side
         # by side, an MN-major operand of several swizzle atoms), as FA3 issues P V. None: 128 at
-        # d = 128 (the mid call of 2026-11-29 05:43, H200, the rule at S 4096 / 8192 / 16384: f16
-        # 579 / 626 / 630 TFLOP/s against 560 / 593 / 594 with 64 without causal, 600 / 600 / 600
-        # against 582 / 570 / 583 with it; bf16 3-7 % faster alike), else 64
-        pv_n = pv_n or (128 if head_dim == 128 else 64)
+        # d >= 128 (H200, the rule, f16; d = 128 in the mid call of 2026-11-29 05:43 at S 4096 /
+        # 8192 / 16384: 579 / 626 / 630 TFLOP/s against 560 / 593 / 594 with 64 without causal,
+        # 600 / 600 / 600 against 582 / 570 / 583 with it, bf16 3-7 % faster alike; in the mid
+        # call of 06:22 593 / 603 against 594 / 603 at 4096 / 16384 without causal, 563 / 596
+        # against 565 / 566 with it; d = 256, S 4096, 06:22: 631 against 628 without causal, 630
+        # against 593 with it, 256 columns 636 and 622), else 64
+        pv_n = pv_n or (128 if head_dim >= 128 else 64)
         assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
         self.pv_n = pv_n
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading

@@ -435,8 +435,8 @@ def test_prefill_source_issues_wgmma_from_registers_and_orders_its_waits(d, caus
                     r"\{%\d+, %\d+, %\d+, %\d+\}, %\d+, p, 1, 1, 1;", src)
     # Per consumer warp group (two): Q K^T in the first block and in the masked and unmasked
     # steps, over d's 64-column blocks in 4 k steps each; P V in both steps and after the loops,
-    # one accumulator per pv_n columns (128 at d = 128, 64 at d = 256), block_n / 16 k steps.
-    assert pv_n == (128 if d == 128 else 64)
+    # one accumulator per pv_n columns (128 at d >= 128), block_n / 16 k steps.
+    assert pv_n == 128
     assert len(qk) == 2 * 3 * chunks * 4, len(qk)
     assert len(pv) == 2 * 3 * (d // pv_n) * (bn // 16), len(pv)
     # The wait for P V in each step (two per warp group) comes after the softmax, fenced.
