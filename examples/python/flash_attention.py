@@ -65,7 +65,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, pv_n=64):
+                 named_turns=False, pv_n=None):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -86,7 +86,14 @@ class FlashAttention(tilus.Script):
         self.l2_bytes = l2_bytes  # causal: the K/V bytes the blocks running at once should share (longest_first)
         # The columns of o per P V wgmma (and per accumulator): 64, one n = 64 wgmma per 64-column
         # block of V; 128 or 256, one wgmma over that many of V's columns (its 64-column blocks side
-        # by side, an MN-major operand of several swizzle atoms), as FA3 issues P V
+        # by side, an MN-major operand of several swizzle atoms), as FA3 issues P V. None: 128 at
+        # d >= 128 (H200, the rule, f16; d = 128 in the mid call of 2026-11-29 05:43 at S 4096 /
+        # 8192 / 16384: 579 / 626 / 630 TFLOP/s against 560 / 593 / 594 with 64 without causal,
+        # 600 / 600 / 600 against 582 / 570 / 583 with it, bf16 3-7 % faster alike; in the mid
+        # call of 06:22 593 / 603 against 594 / 603 at 4096 / 16384 without causal, 563 / 596
+        # against 565 / 566 with it; d = 256, S 4096, 06:22: 631 against 628 without causal, 630
+        # against 593 with it, 256 columns 636 and 622), else 64
+        pv_n = pv_n or (128 if head_dim >= 128 else 64)
         assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
         self.pv_n = pv_n
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading

@@ -76,7 +76,7 @@ class FlashDecoding(FlashAttention):
         assert min(block_n, page_size) % 8 == 0, "TMA boxes of whole 8-row swizzle atoms"
         assert heads % kv_heads == 0, "GQA: heads a multiple of kv_heads"
         super().__init__(dtype, head_dim, causal=q_len > 1, block_n=block_n, stages=stages, specialized=specialized,
-                         pingpong=False)
+                         pingpong=False, pv_n=64)  # finish() and the merge take o in 64-column accumulators
         self.heads, self.kv_heads = heads, kv_heads
         self.consumers, self.block_m = 1, 64  # one consumer warp group: decoding is bound by the cache's bytes
         self.producer_warps = 1  # one thread issues the loads: a warp group would hold registers for nothing

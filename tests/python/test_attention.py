@@ -428,17 +428,18 @@ def test_prefill_source_issues_wgmma_from_registers_and_orders_its_waits(d, caus
     from registers and V MN-major, the waits for P V ordered after the softmax, and the launch
     bounds that let setmaxnreg take effect."""
     kern = FlashAttention(float16, d, causal=causal)
-    bn, chunks = kern.block_n, d // 64
+    bn, chunks, pv_n = kern.block_n, d // 64, kern.pv_n
     src = kern.source(*prefill_args(d), arch="sm_90a")
     qk = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.f16\.f16 \{{[^}}]*\}}, %\d+, %\d+, p, 1, 1, 0, 0;",
                     src)
-    pv = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 \{[^}]*\}, \{%\d+, %\d+, %\d+, %\d+\}, "
-                    r"%\d+, p, 1, 1, 1;", src)
+    pv = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{pv_n}k16\.f32\.f16\.f16 \{{[^}}]*\}}, "
+                    r"\{%\d+, %\d+, %\d+, %\d+\}, %\d+, p, 1, 1, 1;", src)
     # Per consumer warp group (two): Q K^T in the first block and in the masked and unmasked
     # steps, over d's 64-column blocks in 4 k steps each; P V in both steps and after the loops,
-    # one accumulator per 64-column block, block_n / 16 k steps.
+    # one accumulator per pv_n columns (128 at d >= 128), block_n / 16 k steps.
+    assert pv_n == 128
     assert len(qk) == 2 * 3 * chunks * 4, len(qk)
-    assert len(pv) == 2 * 3 * chunks * (bn // 16), len(pv)
+    assert len(pv) == 2 * 3 * (d // pv_n) * (bn // 16), len(pv)
     # The wait for P V in each step (two per warp group) comes after the softmax, fenced.
     assert src.count("tilus::wgmma_wait_group_ordered<0>();") == 2 * 2
     assert "__launch_bounds__(384, 1)" in src and "setmaxnreg_inc<240>" in src and "setmaxnreg_dec<24>" in src
@@ -460,20 +461,20 @@ def test_prefill_source_issues_wide_pv(d, pv_n):
 @pytest.mark.parametrize("between", [False, True])
 def test_prefill_rescale_between_the_two_gemms(between):
     """The CUDA the emitter writes (no compile): with rescale_between, o's rescale (one multiply per
-    64-column block of o) follows a step's Q K^T wgmma and precedes its P V wgmma, where it runs
+    accumulator of o) follows a step's Q K^T wgmma and precedes its P V wgmma, where it runs
     while the tensor cores run Q K^T; without it every rescale follows a P V and none a Q K^T."""
     d = 128
-    kern = FlashAttention(float16, d, rescale_between=between)
+    kern = FlashAttention(float16, d, rescale_between=between, block_n=176)  # Q K^T's n apart from P V's
     src = kern.source(*prefill_args(d), arch="sm_90a")
     lines, first = inspect.getsourcelines(FlashAttention.rescale)
     mul = first + next(i for i, t in enumerate(lines) if "o[c] * alpha" in t)
-    qk, pv = f"m64n{kern.block_n}k16", "m64n64k16"
+    qk, pv = f"m64n{kern.block_n}k16", f"m64n{kern.pv_n}k16"
     seq = [m.group() for m in re.finditer(rf"{qk}|{pv}|// mul \(flash_attention\.py:{mul}\)", src)]
     gemms = [i for i, t in enumerate(seq) if t in (qk, pv)]
     # (the wgmma before, the wgmma after) each rescale multiply
     around = [(next((seq[g] for g in reversed(gemms) if g < i), None), next((seq[g] for g in gemms if g > i), None))
               for i, t in enumerate(seq) if t not in (qk, pv)]
-    assert len(around) >= 2 * (d // 64), around  # each warp group's steps rescale every block of o
+    assert len(around) >= 2 * (d // kern.pv_n), around  # each warp group's steps rescale every accumulator of o
     if between:
         assert (qk, pv) in around, around
     else:
@@ -523,7 +524,7 @@ def test_prefill_compiles_without_local_memory_or_serialized_wgmma(d, causal):
         assert compiled.spill_store_bytes == 0 and compiled.spill_load_bytes == 0 and compiled.stack_frame_bytes == 0
     sass = sass_or_none(kern, args)
     if sass is not None:
-        assert "HGMMA.64x64x16.F32" in sass and ".tnspB" in sass and "UTMALDG.2D" in sass
+        assert f"HGMMA.64x{kern.pv_n}x16.F32" in sass and ".tnspB" in sass and "UTMALDG.2D" in sass
         assert "USETMAXREG" in sass and "LDL" not in sass and "STL" not in sass
         assert "UTMASTG.2D" in sass and "STSM" in sass  # o through shared memory and TMA stores
         # exp2 is one MUFU.EX2 (ex2.approx.ftz), no range fix-up (FSETP ... -126 and predicated FMULs)
