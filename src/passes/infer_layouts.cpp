@@ -201,10 +201,6 @@ WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threa
   return p;
 }
 
-int64_t wgmma_n(const std::vector<int64_t>& b_shape) {
-  return b_shape.size() == 3 ? b_shape[0] * b_shape[2] : b_shape[1];
-}
-
 namespace {
 
 // A layout of `shape` derived from `out`'s layout for a broadcast operand: the dims where
@@ -444,7 +440,7 @@ class LayoutSolver {
         auto& i = static_cast<const WgmmaMmaInst&>(inst);
         if (i.a.rank() != 2 || (i.b.rank() != 2 && i.b.rank() != 3)) return;
         auto sa = i.a.static_shape();
-        WgmmaPlan plan = plan_wgmma(i.a.dtype(), sa[0], wgmma_n(i.b.static_shape()), sa[1], threads);
+        WgmmaPlan plan = plan_wgmma(i.a.dtype(), sa[0], i.n(), sa[1], threads);
         fix(i.d, plan.d, inst);
         if (i.a.is_register()) fix(i.a, plan.a, inst);
         return;

@@ -1006,7 +1006,7 @@ class Selector : public StmtMutator {
     if (!target_.has_wgmma())
       return fail(fmt::format("wgmma needs sm_90a, the target is {}", target_.arch));
     auto sa = i.a.static_shape();
-    WgmmaPlan p = plan_wgmma(i.a.dtype(), sa[0], wgmma_n(i.b.static_shape()), sa[1], scope().threads);
+    WgmmaPlan p = plan_wgmma(i.a.dtype(), sa[0], i.n(), sa[1], scope().threads);
     if (i.d->layout != p.d)
       return fail(fmt::format("d's layout {} is not the wgmma accumulator layout {} (remove the annotation that "
                               "changed it)",

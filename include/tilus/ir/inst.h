@@ -566,10 +566,16 @@ struct WgmmaFenceInst : InstNode {
 // (and the shared operands) may be touched again only after a wgmma.wait_group that covers
 // its commit group. a: [m, k] shared (K-major: a view whose K stride is 1) or register, b:
 // [k, n] shared (K-major, e.g. a transposed [n, k] tile, or MN-major: a row-major [k, n] tile one
-// swizzle span wide), d: [m, n] register, read and written.
+// swizzle span wide) or [blocks, k, n / blocks] (MN-major column blocks side by side along n, each
+// one swizzle span wide), d: [m, n] register, read and written.
 struct WgmmaMmaInst : InstNode {
   TILUS_INST_COMMON(WgmmaMma, "wgmma.mma")
   Tensor a, b, d;
+  // b's n: [k, n], or [blocks, k, n / blocks].
+  int64_t n() const {
+    auto s = b.static_shape();
+    return s.size() == 3 ? s[0] * s[2] : s[1];
+  }
   bool from_dot = false;  // made by lower_dots_to_wgmma from a dot (printed from_dot=true)
   // false: d = a @ b, d's earlier values ignored (wgmma's scale-d 0 on the first k step; printed
   // enable_input_d=false). d stays a read-write operand: the passes need not know.

@@ -39,9 +39,6 @@ struct WgmmaPlan {
   RegisterLayout a;  // a in registers (16-bit types): each warp's 16 rows as mma.sync's A fragment
 };
 WgmmaPlan plan_wgmma(DataType ab, int64_t m, int64_t n, int64_t k, int64_t threads);
-// The n of a wgmma.mma whose b is `b_shape`: [k, n], or [blocks, k, n / blocks] (column blocks
-// side by side along n).
-int64_t wgmma_n(const std::vector<int64_t>& b_shape);
 
 // The registers of a tcgen05.ld / st of a [lanes, n] tensor-memory tile (32x32b: thread t of the
 // group, one per lane, holds row t, its n elements in order): spatial([lanes, 1]) * local([1, n]).

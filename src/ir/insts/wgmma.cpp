@@ -24,7 +24,7 @@ void check_wgmma_mma(const WgmmaMmaInst& i) {
     fail(i, fmt::format("d must be a rank-2 register tensor [m, n], got {}", ty(i.d)));
   auto a = i.a.static_shape(), d = i.d.static_shape();
   auto b = i.b.static_shape();
-  int64_t bk = b[b.size() - 2], n = b.size() == 3 ? b[0] * b[2] : b[1];  // [k, n] or [blocks, k, n / blocks]
+  int64_t bk = b[b.size() - 2], n = i.n();
   if (a[1] != bk)
     fail(i, fmt::format("a is {} and b is {}: the inner dims differ ({} vs {})", ty(i.a), ty(i.b), a[1], bk));
   if (d[0] != a[0] || d[1] != n)
