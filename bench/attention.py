@@ -4,7 +4,7 @@ tutorial's algorithm, and decode against SDPA and the time to read the KV cache 
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
         [--head-dims 128[,64,...]] [--mask causal|none] [--seqlens 4096[,...]] [--candidates [--no-persistent]
-        [--candidate-dtypes f16,bf16] [--extra-candidates 'key=value ...' ...] [--json FILE]]
+        [--candidate-dtypes f16,bf16] [--extra-candidates 'key=value ...' ... [--only-extra]] [--json FILE]]
         [--rounds N] [--timing block|mixed] [--no-flash]
         [--no-triton] [--decode-runs N]
         [--readme README.md]
@@ -49,7 +49,8 @@ three consumer warp groups, o's rescale between the GEMMs, the ping-pong turns a
 the L2 sections of the causal order,
 the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code, and
 times them with --candidate-dtypes f16,bf16; --extra-candidates 'key=value ...' adds configurations
-of one's own); a table of every candidate's TFLOP/s and ratio to
+of one's own, --only-extra those alone: one of them equal to the rule times it twice, the
+distance between the two the bench's noise); a table of every candidate's TFLOP/s and ratio to
 cuDNN per shape comes last, with cuDNN's rounds' min-max and each candidate's spread over its
 rounds ((max - min) / median; --json FILE writes every round's figures). --compile-only [--part K/N] compiles the
 prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
@@ -206,15 +207,17 @@ def parse_config(text, sms):
     return cfg
 
 
-def shape_candidates(name, d, causal, s, persistent, extra=()):
+def shape_candidates(name, d, causal, s, persistent, extra=(), only_extra=False):
     """The candidates timed at a prefill shape of dtype `name`: flash_attention.prefill_candidates'
-    and `extra` (configurations parse_config reads, on top of the rule as those are)."""
+    (not with `only_extra`) and `extra` (configurations parse_config reads, on top of the rule as
+    those are)."""
     from flash_attention import prefill_candidates
     sms = persistent_blocks(True)
-    return prefill_candidates(d, causal, persistent_blocks(persistent), s, name) + [parse_config(x, sms) for x in extra]
+    return ([] if only_extra else prefill_candidates(d, causal, persistent_blocks(persistent), s, name)) + [
+        parse_config(x, sms) for x in extra]
 
 
-def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",), extra=()):
+def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",), extra=(), only_extra=False):
     """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
     candidates too at the dtypes of `cand_dtypes`), compiled in parallel threads before anything is
     timed, each once (the shapes that launch the same kernel share it); part (k, n): only every n-th
@@ -226,7 +229,7 @@ def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=
     for dtypes, configs in tables:
         for name in dtypes:
             for d, s, causal in configs:
-                for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra)
+                for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra, only_extra)
                                    if candidates and name in cand_dtypes else []):
                     key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s, name), **cfg}))
                     if key not in seen:
@@ -257,7 +260,7 @@ def _short(name):
 
 
 def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",), extra=(),
-            rounds=5, mixed=False, with_flash=True):
+            rounds=5, mixed=False, with_flash=True, only_extra=False):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run at the dtypes of `cand_dtypes` (tilus's row is the rule's).
     Each figure is the median of `rounds` rounds (bench/run.py's interleaved_ms; `mixed`: its
@@ -289,7 +292,7 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (shape_candidates(name, d, causal, s, persistent, extra) if candidates and name in cand_dtypes
+            for cfg in (shape_candidates(name, d, causal, s, persistent, extra, only_extra) if candidates and name in cand_dtypes
                         else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
@@ -632,6 +635,8 @@ def main():
     p.add_argument("--extra-candidates", nargs="+", default=[], metavar="CFG",
                    help="--candidates: these prefill configurations too, on top of the rule at every shape "
                         "(each 'key=value ...', values ints, True/False or sms, e.g. 'persistent=sms block_n=128')")
+    p.add_argument("--only-extra", action="store_true",
+                   help="--candidates: time only the --extra-candidates beside the rule, not prefill_candidates'")
     p.add_argument("--mask", choices=("causal", "none"), help="prefill: only the causal or only the non-causal shapes")
     p.add_argument("--seqlens", metavar="S[,S...]", help="prefill at these query lengths only (of the sweep's)")
     p.add_argument("--rounds", type=int, default=5, metavar="N",
@@ -672,12 +677,14 @@ def main():
         tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
         if args.compile_only:
             part = tuple(int(x) for x in args.part.split("/")) if args.part else None
-            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes, args.extra_candidates)
-        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes, extra=args.extra_candidates)
+            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes, args.extra_candidates,
+                                   args.only_extra)
+        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes, extra=args.extra_candidates,
+                        only_extra=args.only_extra)
         rows = []
         for dtypes, configs in tables:
             got = prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent, cand_dtypes,
-                          args.extra_candidates, args.rounds, args.timing == "mixed", not args.no_flash)
+                          args.extra_candidates, args.rounds, args.timing == "mixed", not args.no_flash, args.only_extra)
             rows += got[0]
             each += got[1]
         if args.readme:  # now, so that a run cut short later keeps these
