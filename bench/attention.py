@@ -266,7 +266,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
     Each figure is the median of `rounds` rounds (bench/run.py's interleaved_ms; `mixed`: its
     launch-by-launch rounds); `with_flash` False leaves SDPA's flash backend out.
     Returns the table's rows and, with `candidates`, (dtype, d, seqlen, causal, [(label, TFLOP/s)],
-    cuDNN's TFLOP/s, {label: each round's TFLOP/s}) per shape, the rule first (labelled "rule")."""
+    cuDNN's TFLOP/s, {label: each round's TFLOP/s}, each round's start) per shape, the rule first (labelled
+    "rule")."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
     from flash_attention import config_name, flash_attention
@@ -310,8 +311,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns["Triton"] = lambda: triton_attention(qt, kt, vt, out, causal)
                 else:
                     print(f"  Triton: wrong (max abs err {terr:.3g}), left out", flush=True)
-            per_round = {}
-            ms = interleaved_ms(fns, rounds=rounds, repeat=20, per_round=per_round, mixed=mixed)
+            per_round, stamps = {}, []
+            ms = interleaved_ms(fns, rounds=rounds, repeat=20, per_round=per_round, mixed=mixed, stamps=stamps)
             flops = 4 * b * h * s * s * d / (2 if causal else 1)
             tf = {k: flops / v / 1e9 for k, v in ms.items()}
             tf_rounds = {("rule" if k == "tilus" else k): [flops / x / 1e9 for x in v] for k, v in per_round.items()}
@@ -324,7 +325,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
             rows.append((name, d, s, causal, tf, ratio))
             if candidates and name in cand_dtypes:
                 each.append((name, d, s, causal, [("rule", tf["tilus"])] + [
-                    (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN"), tf_rounds))
+                    (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN"), tf_rounds,
+                             stamps))
                 timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
                 best = max(timed)
                 for t, label in timed:
@@ -352,7 +354,7 @@ def candidates_table(each):
     lines = ["prefill candidates, TFLOP/s, x cuDNN and the spread of the rounds (* the fastest):",
              f"{'dtype':5} {'seqlen':>6} {'causal':>6} | cuDNN (rounds' min-max) | rule, then each candidate (changes "
              "to the rule)"]
-    for name, d, s, causal, timed, cudnn, rounds in each:
+    for name, d, s, causal, timed, cudnn, rounds, *_ in each:
         best = max(t for _, t in timed)
         cells = [f"{short_config(label)} {t:.0f} {t / cudnn if cudnn else float('nan'):.3f}"
                  + ("*" if t == best else "") + f" {spread(rounds.get(label, [])):.1f}%" for label, t in timed]
@@ -702,8 +704,8 @@ def main():
         sms = persistent_blocks(True)
         with open(args.json, "w") as f:
             json.dump([dict(dtype=name, d=d, seqlen=s, causal=causal, timing=args.timing,
-                            rule=config_name(prefill_config(d, causal, sms, s, name)), rounds=rounds)
-                       for name, d, s, causal, _, _, rounds in each], f, indent=1)
+                            rule=config_name(prefill_config(d, causal, sms, s, name)), rounds=rounds, starts=starts)
+                       for name, d, s, causal, _, _, rounds, starts in each], f, indent=1)
     if args.only != "decode" and each:  # last: what the lead reads first
         print("\n" + candidates_table(each), flush=True)
 

@@ -25,7 +25,7 @@ except ImportError:  # Triton is optional: its rows are then marked missing
     triton = None
 
 
-def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False):
+def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False, stamps=None):
     """{name: ms} for the callables in `fns`, timed in turn: `rounds` rounds of `repeat` launches
     each (median_ms), in a new random order every round (seeded: the same orders in every run),
     and the median of each one's rounds. A long run heats the GPU and lowers its clocks (an 8192^3
@@ -38,13 +38,16 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
     middle one). `mixed`: a round is `repeat` passes, each launching every one once in a new random
     order (each after an L2 flush), and each one's figure of the round the median of its launches:
     the callables share the GPU's clock and heat launch by launch instead of one running 20 times
-    in a row (not with `queued`)."""
+    in a row (not with `queued`). `stamps`, a list: each round's start (time.time()) goes there
+    (to set beside a trace of the GPU's clocks)."""
     names = list(fns)
     for name in names:
         median_ms(fns[name], 3, queued)
     got = {name: [] for name in names}
     order = random.Random(len(names) * 1000 + rounds)
     for _ in range(rounds):
+        if stamps is not None:
+            stamps.append(time.time())
         if mixed:
             assert not queued, "interleaved_ms: mixed rounds time each launch on its own"
             times = {name: [] for name in names}
