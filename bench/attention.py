@@ -223,7 +223,7 @@ def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=
     timed, each once (the shapes that launch the same kernel share it); part (k, n): only every n-th
     from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
     from concurrent.futures import ThreadPoolExecutor
-    from flash_attention import config_name, prefill_config
+    from flash_attention import config_name, kernel_config, prefill_config
     gpu_sms = persistent_blocks(True)  # the rule's: the GPU's SMs
     work, seen = [], set()
     for dtypes, configs in tables:
@@ -231,7 +231,7 @@ def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=
             for d, s, causal in configs:
                 for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra, only_extra)
                                    if candidates and name in cand_dtypes else []):
-                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s, name), **cfg}))
+                    key = (name, d, causal, config_name(kernel_config({**prefill_config(d, causal, gpu_sms, s, name), **cfg})))
                     if key not in seen:
                         seen.add(key)
                         work.append((name, d, s, causal, cfg))
