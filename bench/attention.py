@@ -260,14 +260,16 @@ def _short(name):
 
 
 def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",), extra=(),
-            rounds=5, mixed=False, with_flash=True, only_extra=False):
+            rounds=5, timings=("block",), with_flash=True, only_extra=False, warm_s=0.0):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run at the dtypes of `cand_dtypes` (tilus's row is the rule's).
-    Each figure is the median of `rounds` rounds (bench/run.py's interleaved_ms; `mixed`: its
-    launch-by-launch rounds); `with_flash` False leaves SDPA's flash backend out.
+    Each figure is the median of `rounds` rounds (bench/run.py's interleaved_ms, after `warm_s`
+    seconds of the shape's kernels in turn), timed as each of `timings` says ("block": each kernel's
+    20 launches in a row, "mixed": interleaved_ms's launch-by-launch rounds; both: the shape twice);
+    `with_flash` False leaves SDPA's flash backend out.
     Returns the table's rows and, with `candidates`, (dtype, d, seqlen, causal, [(label, TFLOP/s)],
-    cuDNN's TFLOP/s, {label: each round's TFLOP/s}, each round's start) per shape, the rule first (labelled
-    "rule")."""
+    cuDNN's TFLOP/s, {label: each round's TFLOP/s}, each round's start, the timing) per shape and
+    timing, the rule first (labelled "rule")."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
     from flash_attention import config_name, flash_attention
@@ -311,29 +313,32 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns["Triton"] = lambda: triton_attention(qt, kt, vt, out, causal)
                 else:
                     print(f"  Triton: wrong (max abs err {terr:.3g}), left out", flush=True)
-            per_round, stamps = {}, []
-            ms = interleaved_ms(fns, rounds=rounds, repeat=20, per_round=per_round, mixed=mixed, stamps=stamps)
-            flops = 4 * b * h * s * s * d / (2 if causal else 1)
-            tf = {k: flops / v / 1e9 for k, v in ms.items()}
-            tf_rounds = {("rule" if k == "tilus" else k): [flops / x / 1e9 for x in v] for k, v in per_round.items()}
-            ratio = tf["tilus"] / tf["cuDNN"] if "cuDNN" in tf else float("nan")
-            cell = lambda k: f"{tf[k]:7.0f}" if k in tf else f"{'-':>7}"  # noqa: E731
-            lo_hi = lambda k: f"{min(tf_rounds[k]):.0f}-{max(tf_rounds[k]):.0f}" if k in tf_rounds else "-"  # noqa: E731
-            print(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {cell('tilus')} {cell('cuDNN')} {cell('flash')} "
-                  f"{cell('Triton')} | {ratio:7.2f}x | rounds: tilus {lo_hi('rule')}, cuDNN {lo_hi('cuDNN')}"
-                  + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""), flush=True)
-            rows.append((name, d, s, causal, tf, ratio))
-            if candidates and name in cand_dtypes:
-                each.append((name, d, s, causal, [("rule", tf["tilus"])] + [
-                    (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN"), tf_rounds,
-                             stamps))
-                timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
-                best = max(timed)
-                for t, label in timed:
-                    print(f"  {label:34} {t:7.0f} TFLOP/s {t / tf['cuDNN'] if 'cuDNN' in tf else float('nan'):5.2f}x cuDNN"
-                          + ("  <- fastest" if (t, label) == best else ""), flush=True)
-                tried.append(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {best[1]:34} {best[0]:7.0f}, default "
-                             f"{tf['tilus']:.0f}")
+            for n_mode, mode in enumerate(timings):
+                per_round, stamps = {}, []
+                ms = interleaved_ms(fns, rounds=rounds, repeat=20, per_round=per_round, mixed=mode == "mixed",
+                                    stamps=stamps, warm_s=0.0 if n_mode else warm_s)
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                tf = {k: flops / v / 1e9 for k, v in ms.items()}
+                tf_rounds = {("rule" if k == "tilus" else k): [flops / x / 1e9 for x in v] for k, v in per_round.items()}
+                ratio = tf["tilus"] / tf["cuDNN"] if "cuDNN" in tf else float("nan")
+                cell = lambda k: f"{tf[k]:7.0f}" if k in tf else f"{'-':>7}"  # noqa: E731
+                lo_hi = lambda k: f"{min(tf_rounds[k]):.0f}-{max(tf_rounds[k]):.0f}" if k in tf_rounds else "-"  # noqa: E731
+                print(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {cell('tilus')} {cell('cuDNN')} {cell('flash')} "
+                      f"{cell('Triton')} | {ratio:7.2f}x | rounds: tilus {lo_hi('rule')}, cuDNN {lo_hi('cuDNN')}"
+                      + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else "")
+                      + (f"  ({mode} timing)" if len(timings) > 1 else ""), flush=True)
+                rows.append((name, d, s, causal, tf, ratio))
+                if candidates and name in cand_dtypes:
+                    each.append((name, d, s, causal, [("rule", tf["tilus"])] + [
+                        (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN"), tf_rounds,
+                                 stamps, mode))
+                    timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
+                    best = max(timed)
+                    for t, label in timed:
+                        print(f"  {label:34} {t:7.0f} TFLOP/s {t / tf['cuDNN'] if 'cuDNN' in tf else float('nan'):5.2f}x cuDNN"
+                              + ("  <- fastest" if (t, label) == best else ""), flush=True)
+                    tried.append(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {best[1]:34} {best[0]:7.0f}, default "
+                                 f"{tf['tilus']:.0f}" + (f" ({mode} timing)" if len(timings) > 1 else ""))
             del q, k, v, qt, kt, vt, out, got, want
             torch.cuda.empty_cache()
     if tried:
@@ -354,14 +359,15 @@ def candidates_table(each):
     lines = ["prefill candidates, TFLOP/s, x cuDNN and the spread of the rounds (* the fastest):",
              f"{'dtype':5} {'seqlen':>6} {'causal':>6} | cuDNN (rounds' min-max) | rule, then each candidate (changes "
              "to the rule)"]
-    for name, d, s, causal, timed, cudnn, rounds, *_ in each:
+    for name, d, s, causal, timed, cudnn, rounds, *rest in each:
         best = max(t for _, t in timed)
         cells = [f"{short_config(label)} {t:.0f} {t / cudnn if cudnn else float('nan'):.3f}"
                  + ("*" if t == best else "") + f" {spread(rounds.get(label, [])):.1f}%" for label, t in timed]
         c = sorted(rounds.get("cuDNN", []))
         head = f"{cudnn:.0f} ({c[0]:.0f}-{c[-1]:.0f})" if cudnn and c else "-"
         lines.append(f"{_short(name):5} {s:6} {str(causal):>6} | {head} | " + " | ".join(cells)
-                     + (f"  (d {d})" if d != 128 else ""))
+                     + (f"  (d {d})" if d != 128 else "") + (f"  ({rest[1]} timing)" if len(rest) > 1 and rest[1] != "block"
+                                                             else ""))
     return "\n".join(lines)
 
 
@@ -643,9 +649,13 @@ def main():
     p.add_argument("--seqlens", metavar="S[,S...]", help="prefill at these query lengths only (of the sweep's)")
     p.add_argument("--rounds", type=int, default=5, metavar="N",
                    help="prefill: each figure the median of N rounds of 20 launches (5)")
-    p.add_argument("--timing", choices=("block", "mixed"), default="block",
+    p.add_argument("--timing", choices=("block", "mixed", "both"), default="block",
                    help="prefill: a round times each kernel's 20 launches in a row (block) or every kernel once "
-                        "per pass in a new random order (mixed: bench/run.py interleaved_ms(mixed=True))")
+                        "per pass in a new random order (mixed: bench/run.py interleaved_ms(mixed=True)); both: "
+                        "each shape timed both ways, block first")
+    p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
+                   help="prefill: each shape's kernels in turn for SECONDS before its rounds (the GPU's clock "
+                        "settles under its power limit)")
     p.add_argument("--no-flash", action="store_true", help="prefill: leave SDPA's flash backend out")
     p.add_argument("--json", metavar="FILE", help="prefill --candidates: every round's TFLOP/s of each kernel to FILE")
     p.add_argument("--compile-only", action="store_true",
@@ -686,7 +696,8 @@ def main():
         rows = []
         for dtypes, configs in tables:
             got = prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent, cand_dtypes,
-                          args.extra_candidates, args.rounds, args.timing == "mixed", not args.no_flash, args.only_extra)
+                          args.extra_candidates, args.rounds, ("block", "mixed") if args.timing == "both" else (args.timing,),
+                          not args.no_flash, args.only_extra, args.warmup)
             rows += got[0]
             each += got[1]
         if args.readme:  # now, so that a run cut short later keeps these
@@ -703,9 +714,9 @@ def main():
         from flash_attention import config_name, prefill_config
         sms = persistent_blocks(True)
         with open(args.json, "w") as f:
-            json.dump([dict(dtype=name, d=d, seqlen=s, causal=causal, timing=args.timing,
+            json.dump([dict(dtype=name, d=d, seqlen=s, causal=causal, timing=mode, warmup=args.warmup,
                             rule=config_name(prefill_config(d, causal, sms, s, name)), rounds=rounds, starts=starts)
-                       for name, d, s, causal, _, _, rounds, starts in each], f, indent=1)
+                       for name, d, s, causal, _, _, rounds, starts, mode in each], f, indent=1)
     if args.only != "decode" and each:  # last: what the lead reads first
         print("\n" + candidates_table(each), flush=True)
 

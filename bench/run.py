@@ -25,7 +25,7 @@ except ImportError:  # Triton is optional: its rows are then marked missing
     triton = None
 
 
-def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False, stamps=None):
+def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False, stamps=None, warm_s=0.0):
     """{name: ms} for the callables in `fns`, timed in turn: `rounds` rounds of `repeat` launches
     each (median_ms), in a new random order every round (seeded: the same orders in every run),
     and the median of each one's rounds. A long run heats the GPU and lowers its clocks (an 8192^3
@@ -39,10 +39,18 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
     order (each after an L2 flush), and each one's figure of the round the median of its launches:
     the callables share the GPU's clock and heat launch by launch instead of one running 20 times
     in a row (not with `queued`). `stamps`, a list: each round's start (time.time()) goes there
-    (to set beside a trace of the GPU's clocks)."""
+    (to set beside a trace of the GPU's clocks). `warm_s`: first the callables in turn for that many
+    seconds: an H200 that idled (a shape's setup, a compile) runs its first ~1 s of attention above
+    the clock its 700 W limit then holds (1980 MHz falling to 1450-1750: rounds timed in that time
+    read up to 15 % fast, and the first kernel timed the fastest)."""
     names = list(fns)
     for name in names:
         median_ms(fns[name], 3, queued)
+    until = time.perf_counter() + warm_s
+    while time.perf_counter() < until:
+        for name in names:
+            fns[name]()
+        torch.cuda.synchronize()
     got = {name: [] for name in names}
     order = random.Random(len(names) * 1000 + rounds)
     for _ in range(rounds):
