@@ -5,7 +5,7 @@ tutorial's algorithm, and decode against SDPA and the time to read the KV cache 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
         [--head-dims 128[,64,...]] [--mask causal|none] [--seqlens 4096[,...]] [--candidates [--no-persistent]
         [--candidate-dtypes f16,bf16] [--extra-candidates 'key=value ...' ... [--only-extra]] [--json FILE]]
-        [--rounds N] [--timing block|mixed] [--no-flash]
+        [--rounds N] [--timing block|mixed|both] [--warmup SECONDS] [--no-flash]
         [--no-triton] [--decode-runs N]
         [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
@@ -38,7 +38,10 @@ the rows measured in this run replace theirs, the others keep what they had ("-"
 --rounds N: each prefill figure the median of N rounds (5); --timing mixed: a round launches
 every kernel of the shape once per pass, 20 passes, in a new random order each (the kernels share
 the GPU's clock and heat launch by launch), where block (the default) times each one's 20
-launches in a row; --no-flash leaves SDPA's flash backend out (it takes the longest).
+launches in a row, both: the shape timed block then mixed; --warmup SECONDS runs the shape's
+kernels in turn that long before its rounds (an H200 that idled through a shape's setup runs its
+first second of attention at up to 1980 MHz, then 1450-1750 under its 700 W limit: docs/gpu.md,
+"Attention on Hopper"); --no-flash leaves SDPA's flash backend out (it takes the longest).
 
 --candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
