@@ -568,6 +568,15 @@ def test_prefill_rule_at_d128_without_causal():
         assert prefill_config(128, False, sms, seqlen, dt) == dict(block_n=176, rescale_between=True)
 
 
+def test_prefill_rule_at_d128_with_causal():
+    """d 128 with causal: the persistent kernel without ping-pong at every length (at 16384 queries
+    too: ahead of the kernel without persistent blocks in both H200 mid calls of 2026-11-29)."""
+    for seqlen in (0, 4096, 16384, 65536):
+        for dt in (float16, bfloat16):
+            assert prefill_config(128, True, 132, seqlen, dt) == dict(persistent=132, rescale_between=True, pingpong=False)
+    assert prefill_config(128, True, 0, 16384) == dict(rescale_between=True, pingpong=False)
+
+
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
 @pytest.mark.parametrize("d,causal,cfg", launched_configs(),
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
