@@ -16,7 +16,8 @@ d = 64, 128, 256, causal and not, f16 and bf16; TFLOP/s count 4 * batch * heads 
 64 keys scattered at random, KV length 4k-128k, batch 1-64; "KV read" is a kernel that only
 reads both caches once (a Triton sum; the floor for any decode kernel), and the ratio is tilus's
 time over it. Every launch is timed with CUDA events after an L2 flush, median of 20, the
-kernels of one shape interleaved (bench/run.py; prefill: 5 rounds, each in a new random order, the
+kernels of one shape interleaved (bench/run.py; prefill: 1.5 s of the shape's kernels first,
+then 5 rounds (10 at 4096), each launching every kernel once per pass in a new random order, the
 median of each one's rounds). Decode's launches are queued behind a GPU sleep
 (median_ms(queued=True)): a launch that waits for the last one times the host's cost of the call
 as well wherever it exceeds the flush's ~60-70 us of GPU time, and flash_decode's came close
@@ -35,13 +36,14 @@ the rows measured in this run replace theirs, the others keep what they had ("-"
 
 --head-dims keeps the prefill shapes of those head dims only (the sweep's others are not run),
 --mask causal (none) its causal (non-causal) shapes only, --seqlens those query lengths only.
---rounds N: each prefill figure the median of N rounds (5); --timing mixed: a round launches
-every kernel of the shape once per pass, 20 passes, in a new random order each (the kernels share
-the GPU's clock and heat launch by launch), where block (the default) times each one's 20
-launches in a row, both: the shape timed block then mixed; --warmup SECONDS runs the shape's
-kernels in turn that long before its rounds (an H200 that idled through a shape's setup runs its
-first second of attention at up to 1980 MHz, then 1450-1750 under its 700 W limit: docs/gpu.md,
-"Attention on Hopper"); --no-flash leaves SDPA's flash backend out (it takes the longest).
+--rounds N: each prefill figure the median of N rounds (5, and 40960 / seqlen below 8192: 10 at
+4096); --timing mixed (the default): a round launches every kernel of the shape once per pass, 20
+passes, in a new random order each (the kernels share the GPU's clock and heat launch by launch),
+where block times each one's 20 launches in a row, both: the shape timed block then mixed;
+--warmup SECONDS (1.5) runs the shape's kernels in turn that long before its rounds (an H200 that
+idled through a shape's setup runs its first second of attention at up to 1980 MHz, then
+1450-1750 under its 700 W limit, dipping to ~1400 as it engages: docs/gpu.md, "Attention on
+Hopper"); --no-flash leaves SDPA's flash backend out (it takes the longest).
 
 --candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
@@ -263,10 +265,11 @@ def _short(name):
 
 
 def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",), extra=(),
-            rounds=5, timings=("block",), with_flash=True, only_extra=False, warm_s=0.0):
+            rounds=None, timings=("mixed",), with_flash=True, only_extra=False, warm_s=1.5):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run at the dtypes of `cand_dtypes` (tilus's row is the rule's).
-    Each figure is the median of `rounds` rounds (bench/run.py's interleaved_ms, after `warm_s`
+    Each figure is the median of `rounds` rounds (None: 5, 40960 / seqlen at shorter lengths, where
+    they are cheap; bench/run.py's interleaved_ms, after `warm_s`
     seconds of the shape's kernels in turn), timed as each of `timings` says ("block": each kernel's
     20 launches in a row, "mixed": interleaved_ms's launch-by-launch rounds; both: the shape twice);
     `with_flash` False leaves SDPA's flash backend out.
@@ -318,7 +321,8 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     print(f"  Triton: wrong (max abs err {terr:.3g}), left out", flush=True)
             for n_mode, mode in enumerate(timings):
                 per_round, stamps = {}, []
-                ms = interleaved_ms(fns, rounds=rounds, repeat=20, per_round=per_round, mixed=mode == "mixed",
+                ms = interleaved_ms(fns, rounds=rounds or max(5, 40960 // s), repeat=20, per_round=per_round,
+                                    mixed=mode == "mixed",
                                     stamps=stamps, warm_s=0.0 if n_mode else warm_s)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 tf = {k: flops / v / 1e9 for k, v in ms.items()}
@@ -650,14 +654,14 @@ def main():
                    help="--candidates: time only the --extra-candidates beside the rule, not prefill_candidates'")
     p.add_argument("--mask", choices=("causal", "none"), help="prefill: only the causal or only the non-causal shapes")
     p.add_argument("--seqlens", metavar="S[,S...]", help="prefill at these query lengths only (of the sweep's)")
-    p.add_argument("--rounds", type=int, default=5, metavar="N",
-                   help="prefill: each figure the median of N rounds of 20 launches (5)")
-    p.add_argument("--timing", choices=("block", "mixed", "both"), default="block",
+    p.add_argument("--rounds", type=int, metavar="N",
+                   help="prefill: each figure the median of N rounds of 20 launches (5; 40960 / seqlen below 8192)")
+    p.add_argument("--timing", choices=("block", "mixed", "both"), default="mixed",
                    help="prefill: a round times each kernel's 20 launches in a row (block) or every kernel once "
                         "per pass in a new random order (mixed: bench/run.py interleaved_ms(mixed=True)); both: "
                         "each shape timed both ways, block first")
-    p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
-                   help="prefill: each shape's kernels in turn for SECONDS before its rounds (the GPU's clock "
+    p.add_argument("--warmup", type=float, default=1.5, metavar="SECONDS",
+                   help="prefill: each shape's kernels in turn for SECONDS before its rounds (1.5: the GPU's clock "
                         "settles under its power limit)")
     p.add_argument("--no-flash", action="store_true", help="prefill: leave SDPA's flash backend out")
     p.add_argument("--json", metavar="FILE", help="prefill --candidates: every round's TFLOP/s of each kernel to FILE")
