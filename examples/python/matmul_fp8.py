@@ -86,19 +86,21 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
-def promoted(s, acc, part, scales, offset_n):
+def promoted(s, acc, part, scales, offset_n, halves=None):
     """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
     product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
     (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
     columns: its 64-column thirds take the first block of b's scales it touches, the first or the
-    second (as the tile starts on a 128-column block or half way), and the second."""
+    second (as the tile starts on a 128-column block or half way), and the second; so do the two
+    halves of its first 128 columns as a piece of their own (halves=True)."""
     r, w = part.shape
-    if w <= BLOCK_K:
+    if not (w > BLOCK_K if halves is None else halves):
         return acc + part * scales[0]
-    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
+    q = w // 64
+    second = s.register_tensor(dtype=boolean, shape=[1, q, 1],
                                init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
     scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
-    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
+    return s.reshape(s.reshape(acc, [r, q, 64]) + s.reshape(part, [r, q, 64]) * scale, [r, w])
 
 
 class MatmulFp8(tilus.Script):
@@ -116,10 +118,15 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted)."""
+    see promoted). products=2 with block_n=192 (block scaling): the 128- and the 64-column piece
+    with a product each in a pipeline, each piece promoted under the wgmma of the next (a read
+    twice from shared memory a k step), over `trip` k steps a trip of the k loop: every wgmma group
+    is retired in the trip that issued it (a group in flight across the loop's back edge, read
+    after a wait_group 1 in the next trip, made ptxas serialize every wgmma, C7514), so the warp
+    group's tensor work drains once a trip, after the trip's last piece."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1):
+                 block_n=None, stages=None, group=8, blocks=132, products=1, trip=2):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -131,11 +138,13 @@ class MatmulFp8(tilus.Script):
         assert block_n in (128, 192, 256), \
             "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
             "piece; with block scales one piece whose thirds take their scales)"
-        assert products == 1 or (scaling == "block" and block_n == 128), \
-            "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
+        assert products == 1 or (scaling == "block" and block_n in (128, 192)), \
+            "two products in turn: block scaling with one 128-column piece, or 192 columns as a 128- and a " \
+            "64-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
+        self.trip = trip  # pipelined: k steps a trip of the k loop
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -180,7 +189,8 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        one = self.whole_store and (not block or bn % 128)
+        pipelined = block and self.products == 2 and bn == 192
+        one = self.whole_store and (not block or bn % 128) and not pipelined
         widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
@@ -233,13 +243,54 @@ class MatmulFp8(tilus.Script):
             if split:
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
-                parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
+                parts = [self.register_tensor(dtype=float32, shape=[bm, w]) for w in (widths * 2)[:2]]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
-                if block and self.products == 2:
+                if pipelined:
+                    # The tile's two pieces in a pipeline within each trip of `trip` k steps:
+                    # each piece is promoted under the next one's wgmma (the next k step's first
+                    # piece under this step's second), only the trip's last piece after a wait
+                    # for every group. A stage is released once its second piece is complete.
+                    def issue(now, p):
+                        there = (first + now) % stages
+                        if p == 0:
+                            self.mbarrier.wait(full[there], phase=(first + now) // stages % 2)
+                        self.wgmma.fence()
+                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [p * 128, 0], [0, 1],
+                                                                    [widths[p], bk]).transpose(), parts[p],
+                                       enable_input_d=False)
+                        self.wgmma.commit_group()
+
+                    def promote(now, p):
+                        here = (first + now) % stages
+                        scales = block_scales_of_step(self, ssa[here], ssb[here], now)
+                        if p == 1:
+                            self.release(empty[here], peer, read_shared=True)
+                        self.assign(accs[p], promoted(self, accs[p], parts[p], scales[p:], offset_n, halves=p == 0))
+
+                    def run(step, count):  # `count` steps, each group retired in the trip that issued it
+                        issue(step, 0)
+                        for j in tilus.static_range(count):
+                            issue(step + j, 1)
+                            self.wgmma.wait_group(1)
+                            promote(step + j, 0)
+                            if j + 1 < count:
+                                issue(step + j + 1, 0)
+                                self.wgmma.wait_group(1)
+                            else:
+                                self.wgmma.wait_group(0)
+                            promote(step + j, 1)
+
+                    trip = self.trip
+                    for at in range(steps // trip):
+                        run(at * trip, trip)
+                    for rest in tilus.static_range(1, trip):
+                        if steps % trip == rest:
+                            run(steps - rest, rest)
+                elif block and self.products == 2:
                     # Two products in turn: the k step after this one is issued into the other
                     # product before this one's wait, so each warp group always has a wgmma queued
                     # (as with per-tensor scaling) and promotes under it. The loop takes the steps
@@ -661,6 +712,8 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
+                   1040 if not quick else 272),
+                  (MatmulFp8("block", block_n=192, products=2, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]
