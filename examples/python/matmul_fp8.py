@@ -118,12 +118,14 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted). products=2 with block_n=192 (block scaling): the 128- and the 64-column piece
-    with a product each in a pipeline, each piece promoted under the wgmma of the next (a read
-    twice from shared memory a k step), over `trip` k steps a trip of the k loop: every wgmma group
-    is retired in the trip that issued it (a group in flight across the loop's back edge, read
-    after a wait_group 1 in the next trip, made ptxas serialize every wgmma, C7514), so the warp
-    group's tensor work drains once a trip, after the trip's last piece."""
+    see promoted). products=2 with block_n=192 or 256 (block scaling): the tile's pieces (192: a
+    128- and a 64-column one; 256: four of 64 columns, each with an accumulator of its own) go to
+    two products in turn in a pipeline, each piece promoted under the wgmma of the next (a's rows
+    read from shared memory once a piece), over `trip` k steps a trip of the k loop: every wgmma
+    group is retired in the trip that issued it (a group in flight across the loop's back edge,
+    read after a wait_group 1 in the next trip, made ptxas serialize every wgmma, C7514), so the
+    warp group's tensor work drains once a trip, after the trip's last piece. 192 + 2 x 64 or
+    128 + 2 x 32 registers a thread of accumulators and products."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
                  block_n=None, stages=None, group=8, blocks=132, products=1, trip=2):
@@ -138,9 +140,9 @@ class MatmulFp8(tilus.Script):
         assert block_n in (128, 192, 256), \
             "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
             "piece; with block scales one piece whose thirds take their scales)"
-        assert products == 1 or (scaling == "block" and block_n in (128, 192)), \
-            "two products in turn: block scaling with one 128-column piece, or 192 columns as a 128- and a " \
-            "64-column piece (the registers hold no more)"
+        assert products == 1 or scaling == "block", \
+            "two products in turn: block scaling with one 128-column piece, 192 columns as a 128- and a 64-column " \
+            "piece, or 256 as four 64-column pieces (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
@@ -189,9 +191,13 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        pipelined = block and self.products == 2 and bn == 192
+        pipelined = block and self.products == 2 and bn > 128
         one = self.whole_store and (not block or bn % 128) and not pipelined
-        widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
+        # The pipeline's wgmma pieces of a k step, (first column, width), each with an accumulator
+        # of its own: two products in turn take them (piece i of a step the product i % 2).
+        cuts = [(0, 128), (128, 64)] if bn == 192 else [(64 * i, 64) for i in range(4)]
+        widths = [bn] if one else [w for _, w in cuts] if pipelined else \
+            [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
         clusters = blocks // 2
@@ -243,50 +249,53 @@ class MatmulFp8(tilus.Script):
             if split:
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
-                parts = [self.register_tensor(dtype=float32, shape=[bm, w]) for w in (widths * 2)[:2]]
+                parts = [self.register_tensor(dtype=float32, shape=[bm, w])
+                         for w in ([cuts[0][1], cuts[1][1]] if pipelined else [128, 128])]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
                 if pipelined:
-                    # The tile's two pieces in a pipeline within each trip of `trip` k steps:
-                    # each piece is promoted under the next one's wgmma (the next k step's first
-                    # piece under this step's second), only the trip's last piece after a wait
-                    # for every group. A stage is released once its second piece is complete.
-                    def issue(now, p):
+                    # The tile's pieces in a pipeline within each trip of `trip` k steps: each
+                    # piece is promoted under the next one's wgmma (the next k step's first piece
+                    # under this step's last), only the trip's last piece after a wait for every
+                    # group. A stage is released once its last piece is complete.
+                    def issue(now, i):
                         there = (first + now) % stages
-                        if p == 0:
+                        if i == 0:
                             self.mbarrier.wait(full[there], phase=(first + now) // stages % 2)
                         self.wgmma.fence()
-                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [p * 128, 0], [0, 1],
-                                                                    [widths[p], bk]).transpose(), parts[p],
-                                       enable_input_d=False)
+                        col, w = cuts[i]
+                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [col, 0], [0, 1], [w, bk]).transpose(),
+                                       parts[i % 2], enable_input_d=False)
                         self.wgmma.commit_group()
 
-                    def promote(now, p):
+                    def promote(now, i):
                         here = (first + now) % stages
                         scales = block_scales_of_step(self, ssa[here], ssb[here], now)
-                        if p == 1:
+                        if i == len(cuts) - 1:
                             self.release(empty[here], peer, read_shared=True)
-                        self.assign(accs[p], promoted(self, accs[p], parts[p], scales[p:], offset_n, halves=p == 0))
+                        part = parts[i % 2]
+                        if bn == 192:
+                            self.assign(accs[i], promoted(self, accs[i], part, scales[i:], offset_n, halves=i == 0))
+                        else:  # a 64-column piece of a tile that starts on a block of b's scales
+                            self.assign(accs[i], accs[i] + part * scales[i // 2])
 
                     def run(step, count):  # `count` steps, each group retired in the trip that issued it
-                        issue(step, 0)
-                        for j in tilus.static_range(count):
-                            issue(step + j, 1)
-                            self.wgmma.wait_group(1)
-                            promote(step + j, 0)
-                            if j + 1 < count:
-                                issue(step + j + 1, 0)
+                        at = [(step + j, i) for j in range(count) for i in range(len(cuts))]
+                        issue(*at[0])
+                        for q in tilus.static_range(len(at)):
+                            if q + 1 < len(at):
+                                issue(*at[q + 1])
                                 self.wgmma.wait_group(1)
                             else:
                                 self.wgmma.wait_group(0)
-                            promote(step + j, 1)
+                            promote(*at[q])
 
                     trip = self.trip
-                    for at in range(steps // trip):
-                        run(at * trip, trip)
+                    for go in range(steps // trip):
+                        run(go * trip, trip)
                     for rest in tilus.static_range(1, trip):
                         if steps % trip == rest:
                             run(steps - rest, rest)
@@ -360,18 +369,21 @@ class MatmulFp8(tilus.Script):
                     if not block:
                         self.wgmma.wait_group(0)
                         self.release(empty[(first + steps - 1) % stages], peer)
-                whole = self.whole_store
+                held = bn if self.whole_store else 128  # the columns sc holds
+                col = 0  # the piece's first column in the tile
                 for h in tilus.static_range(pieces):
-                    if h == 0 or not whole:
+                    at = col % held  # the piece's first column in sc
+                    if at == 0:
                         with self.single_thread():  # the stores before have read sc
                             self.tma.wait_group(0, read=True)
-                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + col).to(self.out)
+                    box0, boxes = at // box, widths[h] // box  # the piece's boxes in sc
                     dst = sc if boxes == sc.shape[0] else \
                         self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
-                    if h == pieces - 1 or not whole:
-                        start = 0 if whole else h * 128  # the tile's column of sc's first box
+                    col += widths[h]
+                    if col % held == 0 or h == pieces - 1:  # sc filled (or the tile's end): out by TMA
+                        start = col - (at + widths[h])  # the tile's column of sc's first box
                         with self.single_thread():
                             for j in tilus.static_range(box0 + boxes):
                                 self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
