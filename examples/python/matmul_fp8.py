@@ -296,9 +296,8 @@ class MatmulFp8(tilus.Script):
                     trip = self.trip
                     for go in range(steps // trip):
                         run(go * trip, trip)
-                    for rest in tilus.static_range(1, trip):
-                        if steps % trip == rest:
-                            run(steps - rest, rest)
+                    for rest in range(steps // trip * trip, steps):  # the last steps % trip, one a trip
+                        run(rest, 1)
                 elif block and self.products == 2:
                     # Two products in turn: the k step after this one is issued into the other
                     # product before this one's wait, so each warp group always has a wgmma queued

@@ -108,8 +108,8 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
 
 
 # Block-scaled tiles with their pieces in a pipeline (192 columns: a 128- and a 64-column piece;
-# 256: four of 64), `trip` k steps a trip of the k loop: several k steps (a whole trip and a
-# remainder of each size), one, two; 192-column tiles on and half way into a block of b's scales,
+# 256: four of 64), `trip` k steps a trip of the k loop: several k steps (whole trips and the
+# remainder's one-step trips), one, two; 192-column tiles on and half way into a block of b's scales,
 # ragged; float16 c; float32 c (256: a 128-column store buffer filled by two pieces).
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
 @pytest.mark.parametrize("block_n,trip", [(192, 1), (192, 2), (192, 4), (256, 1), (256, 2), (256, 4)])
