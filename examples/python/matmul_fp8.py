@@ -271,9 +271,8 @@ class MatmulFp8(tilus.Script):
                                        parts[i % 2], enable_input_d=False)
                         self.wgmma.commit_group()
 
-                    def promote(now, i):
+                    def promote(now, i, scales):
                         here = (first + now) % stages
-                        scales = block_scales_of_step(self, ssa[here], ssb[here], now)
                         if i == len(cuts) - 1:
                             self.release(empty[here], peer, read_shared=True)
                         part = parts[i % 2]
@@ -291,7 +290,11 @@ class MatmulFp8(tilus.Script):
                                 self.wgmma.wait_group(1)
                             else:
                                 self.wgmma.wait_group(0)
-                            promote(*at[q])
+                            now, i = at[q]
+                            if i == 0:  # the step's scales, read once for its pieces
+                                here = (first + now) % stages
+                                scales = block_scales_of_step(self, ssa[here], ssb[here], now)
+                            promote(now, i, scales)
 
                     trip = self.trip
                     for go in range(steps // trip):
