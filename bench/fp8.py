@@ -115,12 +115,12 @@ def tile_width(kernel, args):
 def cublas_blockwise(a, b, raw_sa, raw_sb, tilus_block, c):
     """torch._scaled_mm with DeepSeek-V3 block scales (cuBLASLt's 1 x 128 by 128 x 128 scaling,
     CUDA 12.9+ on sm_90) where this torch takes them: the call, checked against tilus's block-scaled
-    result, or None. The scale layouts tried: a's [m, k / 128] and b's [n / 128, k / 128] (as
-    b.t()'s [k / 128, n / 128]) each row- or column-major."""
+    result, or None. The scale layouts tried: a's [m, k / 128] and b's [n / 128, k / 128] or its
+    transpose, each row- or column-major."""
     tilus_block()
     want = c.float().clone()
     for sa in (raw_sa.t().contiguous().t(), raw_sa.contiguous()):
-        for sb in (raw_sb.t().contiguous(), raw_sb.t()):
+        for sb in (raw_sb.t().contiguous(), raw_sb.t(), raw_sb.contiguous(), raw_sb.t().contiguous().t()):
             fn = lambda sa=sa, sb=sb: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
             try:
                 got = fn().float()
