@@ -488,6 +488,13 @@ class MatmulFp8Tuned(MatmulFp8):
 # on the peer, instead of a warp group's 128-thread barrier and one arrival), alone or with the
 # scales read under the first wgmma, measured slower (H200, one run: 128 x 256 0.79x / 0.66x and
 # 0.80x / 0.71x against 0.89x / 0.76x; 128 x 192 0.68x / 0.65-0.67x against 0.79x / 0.82x): removed.
+# Each warp group's pieces in a pipeline of two products (each piece promoted under the next one's
+# wgmma: 128 x 192 as 128 + 64 columns, 128 x 256 as four 64-column pieces), every wgmma group
+# retired in the trip of 1-4 k steps that issued it (ptxas serialized all wgmma, C7514, when a group
+# in flight across the k loop's back edge was read after the next trip's wait_group 1): slower in two
+# H200 runs (0.71x-0.83x against 128 x 256's 0.85x-0.89x; ncu at 4096^3: tensor pipe 60 % busy
+# against 69 %), removed. cuBLASLt's own 1 x 128 / 128 x 128 block scaling (torch._scaled_mm) ran
+# 0.91x / 0.90x of its per-tensor speed at 4096^3 / 8192^3 in the same run (bench/fp8.py "cuBLAS block").
 BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
