@@ -1052,7 +1052,9 @@ class QuantizedMatmul:
           SM: unroll, min_blocks=4); up to m = 4 the splits that fill a wave, interleaved (k_major
           on the magic decode), also ending by fixed_sums; on the magic decode also stream-K
           (MatmulA16WxStream, every SM the same k tiles) in 3 blocks an SM, where each block gets
-          two k tiles;
+          two k tiles; on the magic decode also in 8-warp blocks (warps=8, the "magic8" weight
+          orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both
+          orders (up to m = 4 also by fixed_sums), and stream-K;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1128,6 +1130,21 @@ class QuantizedMatmul:
             # elsewhere; 2 and 4 blocks an SM and one ring over a block's run never won.)
             if magic and tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:  # (two k tiles a block at least)
                 add(dict(base, split_k=1, blocks=3 * sms, **decode))
+            # 8-warp blocks on the magic decode (each warp half the columns of a 4-warp block's: 69-79
+            # registers, so 3 blocks an SM hold 24 warps where 4-warp blocks held 12; ncu had the 4-warp
+            # kernel's warps issue once in 6 cycles on fixed-latency, math-pipe and barrier stalls):
+            # the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both weight orders,
+            # up to m = 4 also ending by fixed_sums, and stream-K.
+            if magic and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
+                for split in splits:
+                    if split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
+                        for order in ({}, dict(k_major=True)):
+                            add(dict(base, split_k=split, interleave=True, warps=8, **decode, **order))
+                        if m <= 4:
+                            add(dict(base, split_k=split, interleave=True, k_major=True, fixed_sums=True, warps=8,
+                                     **decode))
+                if tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:
+                    add(dict(base, split_k=1, blocks=3 * sms, warps=8, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1356,8 +1373,9 @@ class QuantizedMatmul:
         return (hasattr(b, "is_cuda") and b.is_cuda and tilus._C.device_info()["arch"] == "sm_90a" and
                 self.group % (2 * bk) == 0 and hopper_repackable(self.wtype.bits, bk))
 
-    # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of).
-    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "wgmma", "wgmma_magic")
+    # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
+    # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8).
+    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "wgmma", "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod
@@ -1365,8 +1383,9 @@ class QuantizedMatmul:
         """The weight order (a key of prepare's dict) that configuration cfg reads."""
         if cfg.get("hopper"):
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
-        return ("magic_k" if cfg.get("k_major") else "magic" if cfg.get("magic") else
-                "repacked" if cfg.get("repacked") else "plain")
+        if cfg.get("magic"):
+            return ("magic8" if cfg.get("warps", 4) == 8 else "magic") + ("_k" if cfg.get("k_major") else "")
+        return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
         """The weight orders the configurations tuned so far read (with "plain"): prepare(b,
@@ -1404,6 +1423,9 @@ class QuantizedMatmul:
                 out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
             if "magic_k" in wanted:
                 out["magic_k"] = repack_for_magic(b, self.wtype, n, k, 128, bk, k_major=True)
+            for order in ("magic8", "magic8_k"):
+                if order in wanted and repackable(bits, 16, 128, bk, 8):
+                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=8, k_major=order.endswith("_k"))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:
