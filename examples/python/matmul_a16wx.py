@@ -1384,7 +1384,8 @@ class QuantizedMatmul:
         if cfg.get("hopper"):
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
         if cfg.get("magic"):
-            return ("magic8" if cfg.get("warps", 4) == 8 else "magic") + ("_k" if cfg.get("k_major") else "")
+            warps = cfg.get("warps", 4)
+            return f"magic{warps if warps != 4 else ''}" + ("_k" if cfg.get("k_major") else "")
         return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
@@ -1419,13 +1420,10 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            if "magic" in wanted:
-                out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
-            if "magic_k" in wanted:
-                out["magic_k"] = repack_for_magic(b, self.wtype, n, k, 128, bk, k_major=True)
-            for order in ("magic8", "magic8_k"):
-                if order in wanted and repackable(bits, 16, 128, bk, 8):
-                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=8, k_major=order.endswith("_k"))
+            for order in self.LAYOUTS:  # magic, magic_k, magicW, magicW_k: the order for blocks of W warps (4)
+                warps = int(order[5:].split("_")[0] or 4) if order.startswith("magic") else 0
+                if warps and order in wanted and repackable(bits, 16, 128, bk, warps):
+                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=warps, k_major=order.endswith("_k"))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:
