@@ -69,8 +69,13 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False, two_sums=False, register_sums=False):
+                 k_major=False, fixed_sums=False, two_sums=False, register_sums=False, weights_a=False):
         super().__init__()
+        # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
+        # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
+        # repack_for_magic(weights_a=True)) and a's 8 rows its B operand: half the mma and half the
+        # ldmatrix of a of the 16-row tile's, whose rows past m are zeros.
+        self.weights_a = weights_a
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
         # weights are a run of k tiles per 128 rows): at any moment the grid reads s x 8 KB
@@ -138,7 +143,8 @@ class MatmulA16Wx(SplitK):
         # its operand bytes as 16-byte vectors.
         self.repacked = repacked
         if repacked:
-            assert repackable(wtype.bits, block_m, block_n, block_k, warps), "no fragment order for this tile"
+            assert repackable(wtype.bits, 16 if weights_a else block_m, block_n, block_k, warps), \
+                "no fragment order for this tile"
         # magic: b holds 4-bit codes in magic_layout's order (repack_for_magic), widened to f16 by
         # bit tricks on whole 32-bit words (magic_step) instead of the general conversion.
         self.magic, self.late_scale = magic, late_scale
@@ -151,6 +157,8 @@ class MatmulA16Wx(SplitK):
         self.two_sums = two_sums
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
+        assert not weights_a or late_scale and block_m == 8 and not two_sums and not tma and not split_red, \
+            "weights_a: the late-scaled magic decode on 8-row tiles"
         # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
         # scales and zero points) are TMA boxes one thread issues on the stage's mbarrier, in
         # place of every thread's cp.async (their address and predicate work); a k tile's box
@@ -162,8 +170,10 @@ class MatmulA16Wx(SplitK):
 
     def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
         """The block's tile acc [bm, bn] of c (blocks over (m tiles, n tiles, splits)), or with
-        split_k > 1 its partial sums and, in the tile's last split, their sum."""
+        split_k > 1 its partial sums and, in the tile's last split, their sum (weights_a: acc^T)."""
         at = self.atype
+        if self.weights_a:
+            acc = self.transpose(acc)
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
@@ -242,7 +252,7 @@ class MatmulA16Wx(SplitK):
         # the loop would cost a memory latency per step.
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
@@ -369,6 +379,8 @@ class MatmulA16Wx(SplitK):
         # late_scale: the tile's product on unscaled weights, scaled per column in float32 (16
         # FFMA a thread instead of 64 HMUL2 at 16 x 128 x 128; the product of exact small integers
         # and a's halves, then one float32 rounding more than the reference's).
+        if self.weights_a:
+            return self.magic_step_a(words, signed, flip, opaque, scale, zero, sa, acc)
         part = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.late_scale else acc
         other = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.two_sums else None
         for r in tilus.static_range(4):
@@ -388,6 +400,26 @@ class MatmulA16Wx(SplitK):
         if self.two_sums:
             part = part + other
         return acc + part * scale.to(float32) if self.late_scale else part
+
+    def magic_step_a(self, words, signed, flip, opaque, scale, zero, sa, acc):
+        """magic_step with the weights as mma's A operand (weights_a): each quarter's pairs are the
+        A fragments of a [bn, bk / 4] tile (magic_a_layout), times the quarter of a's 8 rows
+        transposed, into acc^T [bn, 8]."""
+        bn, bk, at = self.block_n, self.block_k, self.atype
+        quarter = mma_a_layout(bn, bk // 4, self.warps)
+        part = self.register_tensor(dtype=float32, shape=[bn, self.block_m], init=0.0)
+        for r in tilus.static_range(4):
+            src = words if r < 2 else words >> 8
+            mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
+            bits = (src & mask) ^ (opaque + (0x64006400 | (flip if r % 2 == 0 else flip << 4)))
+            v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
+            if r % 2 == 1:
+                v = v * 0.0625
+            base = 1024.0 if r % 2 == 0 else 64.0
+            w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
+            a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
+            part = self.dot(w, self.transpose(a_r), part)
+        return acc + part * self.transpose(scale.to(float32))
 
 
 class MatmulA16WxStream(MatmulA16Wx):
@@ -538,6 +570,22 @@ def magic_layout(bn, bk, warps=4):
                                 [4, 0, 5, 7, 3])
 
 
+def mma_a_layout(bn, bk, warps=4):
+    """The register layout of a [bn, bk] weight tile (n, k) as the mma.sync A operand (m16n8k16)
+    of a dot on `warps` warps along n (weights_a): warp w holds the rows 16 (warps i + w) + 8 h +
+    lane / 4 and k = 16 j + 8 g + 2 (lane % 4) + e, slots (i, j, g, h, e)."""
+    return (tilus.local(bn // (16 * warps), bk // 16) * tilus.spatial(warps, 1) * tilus.column_local(2, 2) *
+            tilus.spatial(8, 4) * tilus.local(1, 2))
+
+
+def magic_a_layout(bn, bk, warps=4):
+    """magic_layout for weights_a: slot 8 j + 4 e + r is the slot 2 j + e of mma_a_layout(bn, bk / 4)
+    shifted to the k quarter r. Modes: n = (i, warp, h, lane / 4), k = (quarter r, j, g, lane % 4,
+    e); slots (i, j, g, h, e, r), most significant first."""
+    return tilus.RegisterLayout([bn, bk], [bn // (16 * warps), warps, 2, 8, 4, bk // 64, 2, 4, 2], [1, 3, 7],
+                                [0, 5, 6, 2, 8, 4])
+
+
 def fragment_layout(bn, bk, warps=4):
     """The register layout of a [bn, bk] weight tile (n, k) that the mma.sync operand of a
     16-row tile on `warps` warps needs, before its transpose: thread t holds n = 8 warps i + t / 4
@@ -612,11 +660,13 @@ def repack(b, wtype, n, k, bn, bk, layout, threads, k_major=False):
     return out
 
 
-def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False):
+def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False, weights_a=False):
     """The bytes MatmulA16Wx(magic=True) loads: magic_layout's order of 16-row tiles on `warps` warps
-    (k_major: the tiles k tile after k tile, each k tile's n tiles together, for k_major=True)."""
+    (k_major: the tiles k tile after k tile, each k tile's n tiles together, for k_major=True;
+    weights_a: magic_a_layout's, for weights_a=True)."""
     assert repackable(wtype.bits, 16, bn, bk, warps) and bk % 64 == 0, f"no magic order for {bn}x{bk} tiles"
-    return repack(b, wtype, n, k, bn, bk, magic_layout(bn, bk, warps), 32 * warps, k_major)
+    layout = (magic_a_layout if weights_a else magic_layout)(bn, bk, warps)
+    return repack(b, wtype, n, k, bn, bk, layout, 32 * warps, k_major)
 
 
 def repack_weights(b, wtype, n, k, bn, bk, warps=4):

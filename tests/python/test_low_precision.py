@@ -497,7 +497,10 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, two_sums=True)), ("uint4", 2, 64, dict(late_scale=True, two_sums=True, k_major=True)),
     ("int4", 3, 128, dict(late_scale=True, register_sums=True)), ("uint4", 4, 64, dict(late_scale=True, register_sums=True)),
     ("int4", 3, 128, dict(late_scale=True, warps=8)), ("uint4", 2, 64, dict(late_scale=True, interleave=True, warps=8)),
-    ("uint4", 4, 128, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True, warps=8))])
+    ("uint4", 4, 128, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True, warps=8)),
+    ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8)),
+    ("uint4", 2, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True)),
+    ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -517,7 +520,9 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
     late-scaled product in two float32 sums); register_sums=True (the last split adds the others'
     partial sums to its registers); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
-    interleaved, and k tile after k tile with fixed_sums). Each launched twice on
+    interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
+    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums).
+    Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
@@ -529,7 +534,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     counters = arrays.put(np.zeros(max(16, 2 * m * n), np.int32))  # (fixed_sums: an int64 per element of c)
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=options.get("warps", 4),
-                               k_major=options.get("k_major", False))
+                               k_major=options.get("k_major", False), weights_a=options.get("weights_a", False))
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
