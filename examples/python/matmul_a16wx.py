@@ -17,6 +17,7 @@ with the dequantized weights as its register operand (warp-specialized, TMA on a
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
 import os
+import re
 import sys
 
 import numpy as np
@@ -1195,6 +1196,18 @@ class QuantizedMatmul:
                                      **decode))
                 if tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:
                     add(dict(base, split_k=1, blocks=3 * sms, warps=8, **decode))
+            # Up to m = 8 the product transposed on 8-row tiles of 8 warps (weights_a: half the mma and
+            # the ldmatrix of a; 63 registers, 4 blocks an SM): the splits that fill a wave of 3 and 4
+            # blocks an SM, interleaved, on both weight orders (up to m = 4 also by fixed_sums).
+            if magic and m <= 8 and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
+                for split in sorted({min(16, x * sms // tiles) for x in (3, 4)}):
+                    if split > 1 and k // (base["block_k"] * split) >= 2:
+                        for order in ({}, dict(k_major=True)):
+                            add(dict(base, block_m=8, split_k=split, interleave=True, warps=8, weights_a=True,
+                                     **decode, **order))
+                        if m <= 4:
+                            add(dict(base, block_m=8, split_k=split, interleave=True, k_major=True, fixed_sums=True,
+                                     warps=8, weights_a=True, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1424,8 +1437,10 @@ class QuantizedMatmul:
                 self.group % (2 * bk) == 0 and hopper_repackable(self.wtype.bits, bk))
 
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
-    # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8).
-    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "wgmma", "wgmma_magic")
+    # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
+    # and magica8_k the same for weights_a=True (magic_a_layout's).
+    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k", "wgmma",
+               "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod
@@ -1435,7 +1450,8 @@ class QuantizedMatmul:
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
         if cfg.get("magic"):
             warps = cfg.get("warps", 4)
-            return f"magic{warps if warps != 4 else ''}" + ("_k" if cfg.get("k_major") else "")
+            return (f"magic{'a' if cfg.get('weights_a') else ''}{warps if warps != 4 else ''}" +
+                    ("_k" if cfg.get("k_major") else ""))
         return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
@@ -1470,10 +1486,12 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            for order in self.LAYOUTS:  # magic, magic_k, magicW, magicW_k: the order for blocks of W warps (4)
-                warps = int(order[5:].split("_")[0] or 4) if order.startswith("magic") else 0
+            for order in self.LAYOUTS:  # magic[a][W][_k]: weights_a's order, blocks of W warps (4), k-major
+                name = re.fullmatch(r"magic(a?)(\d*)(_k)?", order)
+                warps = int(name.group(2) or 4) if name else 0
                 if warps and order in wanted and repackable(bits, 16, 128, bk, warps):
-                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=warps, k_major=order.endswith("_k"))
+                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=warps, k_major=bool(name.group(3)),
+                                                  weights_a=bool(name.group(1)))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:

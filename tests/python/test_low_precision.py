@@ -936,8 +936,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
     blocks an SM), and nothing else changed; on the magic decode also 8-warp blocks (the splits
     filling a wave of 2 and 3 blocks an SM, interleaved, both weight orders, up to m = 4 also by
-    fixed_sums; stream-K), reading the magic8 orders;
-    the TMA copies in the wide space only; at most 27 up to m = 32, 8 beyond; from m = 33
+    fixed_sums; stream-K), reading the magic8 orders; up to m = 8 the product transposed
+    (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
+    orders, up to m = 4 also by fixed_sums), reading the magica8 orders;
+    the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -948,14 +950,15 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (27 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (33 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
                      MatmulA16Wx)(wtype, 128, **params)
                 hopper = [c for c in got if c.get("hopper")]
-                wide = [c for c in got if c.get("warps") == 8]  # 8-warp blocks: the magic decode's, m <= 32
-                got4 = [c for c in got if c not in wide]
+                trans = [c for c in got if c.get("weights_a")]  # the product transposed: m <= 8
+                wide = [c for c in got if c.get("warps") == 8 and c not in trans]  # 8-warp blocks: m <= 32
+                got4 = [c for c in got if c not in wide and c not in trans]
                 streams = [c for c in got4 if c.get("blocks")]
                 mma = [c for c in got4 if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
@@ -995,6 +998,16 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert sorted(sorted(c.items()) for c in wide) == \
                         (sorted(sorted(c.items()) for c in want8) if magic else []), (m, got)
                     assert all(q.layout_of(c) == "magic8" + ("_k" if c.get("k_major") else "") for c in wide)
+                    # up to m = 8 the product transposed on 8-row tiles of 8 warps: the splits filling a
+                    # wave of 3 and 4 blocks an SM, interleaved, both orders (up to m = 4 also by fixed_sums)
+                    want_a = [dict(template, block_m=8, split_k=x, interleave=True, warps=8, weights_a=True, **o)
+                              for x in sorted({min(16, 396 // tiles), min(16, 528 // tiles)})
+                              if x > 1 and k // (128 * x) >= 2
+                              for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True))
+                              if m <= 4 or not o.get("fixed_sums")]
+                    assert sorted(sorted(c.items()) for c in trans) == \
+                        (sorted(sorted(c.items()) for c in want_a) if magic and m <= 8 else []), (m, got)
+                    assert all(q.layout_of(c) == "magica8" + ("_k" if c.get("k_major") else "") for c in trans)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
@@ -1125,8 +1138,8 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300; as if on 4 SMs at m = 5, stream-K in 12 blocks and the splits on the weights k tile
-    after k tile; each run twice: the split
+    m = 300; as if on 4 SMs at m = 5, stream-K in 12 blocks of 4 and of 8 warps and the splits on
+    the weights k tile after k tile, the product transposed among them; each run twice: the split
     counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
@@ -1149,7 +1162,9 @@ def test_tuned_quantized_matmul_on_the_gpu():
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
         if sms and m <= 32:
-            assert [c["blocks"] for c in candidates if c.get("blocks")] == [12], candidates
+            assert any(c.get("weights_a") for c in candidates), candidates
+            assert [(c["blocks"], c.get("warps", 4)) for c in candidates if c.get("blocks")] == [(12, 4), (12, 8)], \
+                candidates
             assert any(c.get("k_major") for c in candidates), candidates
         elif sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
