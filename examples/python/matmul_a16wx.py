@@ -1103,9 +1103,11 @@ class QuantizedMatmul:
           SM: unroll, min_blocks=4); up to m = 4 the splits that fill a wave, interleaved (k_major
           on the magic decode), also ending by fixed_sums; on the magic decode also stream-K
           (MatmulA16WxStream, every SM the same k tiles) in 3 blocks an SM, where each block gets
-          two k tiles; on the magic decode also in 8-warp blocks (warps=8, the "magic8" weight
-          orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both
-          orders (up to m = 4 also by fixed_sums), and stream-K;
+          two k tiles; on the magic decode from m = 9 also in 8-warp blocks (warps=8, the "magic8"
+          weight orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on
+          both orders, and stream-K; up to m = 8 the product transposed (weights_a, 8-row tiles of
+          8 warps, the "magica8" orders) at the splits that fill 3 and 4 blocks an SM, interleaved,
+          both orders (up to m = 4 also by fixed_sums);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1181,24 +1183,25 @@ class QuantizedMatmul:
             # elsewhere; 2 and 4 blocks an SM and one ring over a block's run never won.)
             if magic and tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:  # (two k tiles a block at least)
                 add(dict(base, split_k=1, blocks=3 * sms, **decode))
-            # 8-warp blocks on the magic decode (each warp half the columns of a 4-warp block's: 69-79
-            # registers, so 3 blocks an SM hold 24 warps where 4-warp blocks held 12; ncu had the 4-warp
-            # kernel's warps issue once in 6 cycles on fixed-latency, math-pipe and barrier stalls):
-            # the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both weight orders,
-            # up to m = 4 also ending by fixed_sums, and stream-K.
-            if magic and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
+            # From m = 9, 8-warp blocks on the magic decode (each warp half the columns of a 4-warp
+            # block's: 69-79 registers, so 3 blocks an SM hold 24 warps where 4-warp blocks held 12; ncu
+            # had the 4-warp kernel's warps issue once in 6 cycles on fixed-latency, math-pipe and
+            # barrier stalls): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both
+            # weight orders, and stream-K. (The H200, mid call of 2026-11-29 09:00: at 3584 x 18944, m =
+            # 16, split 9, 20.2 us against 21.2 for 4 warps; at m = 1 the transposed product below won
+            # at both shapes timed, 8-warp splits no faster than 4-warp ones: 19.2 against 18.8 us.)
+            if magic and m > 8 and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
                 for split in splits:
                     if split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
                         for order in ({}, dict(k_major=True)):
                             add(dict(base, split_k=split, interleave=True, warps=8, **decode, **order))
-                        if m <= 4:
-                            add(dict(base, split_k=split, interleave=True, k_major=True, fixed_sums=True, warps=8,
-                                     **decode))
                 if tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:
                     add(dict(base, split_k=1, blocks=3 * sms, warps=8, **decode))
             # Up to m = 8 the product transposed on 8-row tiles of 8 warps (weights_a: half the mma and
-            # the ldmatrix of a; 63 registers, 4 blocks an SM): the splits that fill a wave of 3 and 4
-            # blocks an SM, interleaved, on both weight orders (up to m = 4 also by fixed_sums).
+            # the ldmatrix of a; 62 registers, 4 blocks an SM): the splits that fill a wave of 3 and 4
+            # blocks an SM, interleaved, on both weight orders (up to m = 4 also by fixed_sums). (The
+            # H200, mid call of 2026-11-29 09:00, m = 1: 8192^2 17.1 us, split 6 by fixed_sums, against
+            # 18.8 for the best 4-warp 16-row split; 3584 x 18944 17.3, split 14, against 18.8.)
             if magic and m <= 8 and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
                 for split in sorted({min(16, x * sms // tiles) for x in (3, 4)}):
                     if split > 1 and k // (base["block_k"] * split) >= 2:
