@@ -1016,6 +1016,9 @@ class MatmulA16WxHopper(SplitK):
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
+UNROLLED = dict(unroll=True, min_blocks=4)  # a k loop unrolled by its stages in the registers of 4 blocks an SM
+
+
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
@@ -1107,7 +1110,7 @@ class QuantizedMatmul:
           weight orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on
           both orders, and stream-K; up to m = 8 the product transposed (weights_a, 8-row tiles of
           8 warps, the "magica8" orders) at the splits that fill 3 and 4 blocks an SM, interleaved,
-          both orders (up to m = 4 also by fixed_sums);
+          both orders (up to m = 4 also by fixed_sums), k-major also unrolled (UNROLLED);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1203,14 +1206,16 @@ class QuantizedMatmul:
             # H200, mid call of 2026-11-29 09:00, m = 1: 8192^2 17.1 us, split 6 by fixed_sums, against
             # 18.8 for the best 4-warp 16-row split; 3584 x 18944 17.3, split 14, against 18.8.)
             if magic and m <= 8 and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
+                # (k-major also with the k loop unrolled in the registers of 4 blocks an SM: 64, 165 SASS
+                # instructions a k tile against 180 rolled.)
                 for split in sorted({min(16, x * sms // tiles) for x in (3, 4)}):
                     if split > 1 and k // (base["block_k"] * split) >= 2:
-                        for order in ({}, dict(k_major=True)):
-                            add(dict(base, block_m=8, split_k=split, interleave=True, warps=8, weights_a=True,
-                                     **decode, **order))
-                        if m <= 4:
-                            add(dict(base, block_m=8, split_k=split, interleave=True, k_major=True, fixed_sums=True,
-                                     warps=8, weights_a=True, **decode))
+                        tile = dict(base, block_m=8, split_k=split, interleave=True, warps=8, weights_a=True, **decode)
+                        add(tile)
+                        for loop in ({}, UNROLLED):
+                            add(dict(tile, k_major=True, **loop))
+                            if m <= 4:
+                                add(dict(tile, k_major=True, fixed_sums=True, **loop))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out

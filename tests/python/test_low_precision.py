@@ -938,7 +938,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     (the splits filling a wave of 2 and 3 blocks an SM, interleaved, both weight orders;
     stream-K), reading the magic8 orders; up to m = 8 the product transposed
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
-    orders, up to m = 4 also by fixed_sums), reading the magica8 orders;
+    orders, up to m = 4 also by fixed_sums, k-major also unrolled), reading the magica8 orders;
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -1002,7 +1002,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     want_a = [dict(template, block_m=8, split_k=x, interleave=True, warps=8, weights_a=True, **o)
                               for x in sorted({min(16, 396 // tiles), min(16, 528 // tiles)})
                               if x > 1 and k // (128 * x) >= 2
-                              for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True))
+                              for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True),
+                                        dict(k_major=True, **UNROLL), dict(k_major=True, fixed_sums=True, **UNROLL))
                               if m <= 4 or not o.get("fixed_sums")]
                     assert sorted(sorted(c.items()) for c in trans) == \
                         (sorted(sorted(c.items()) for c in want_a) if magic and m <= 8 else []), (m, got)
