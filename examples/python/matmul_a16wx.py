@@ -1016,9 +1016,6 @@ class MatmulA16WxHopper(SplitK):
             self.cluster.sync()  # no block leaves while its peer may still write to it
 
 
-UNROLLED = dict(unroll=True, min_blocks=4)  # a k loop unrolled by its stages in the registers of 4 blocks an SM
-
-
 class QuantizedMatmul:
     """c = a @ dequant(w).T with a configuration per size (measured on an H100, bench/w4a16.py):
     16-row tiles with long k tiles for small m (LLM decoding) on weights repacked once into
@@ -1108,9 +1105,9 @@ class QuantizedMatmul:
           (MatmulA16WxStream, every SM the same k tiles) in 3 blocks an SM, where each block gets
           two k tiles; on the magic decode from m = 9 also in 8-warp blocks (warps=8, the "magic8"
           weight orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on
-          both orders, and stream-K; up to m = 8 the product transposed (weights_a, 8-row tiles of
+          both orders (also unrolled in 3 blocks' registers), and stream-K; up to m = 8 the product transposed (weights_a, 8-row tiles of
           8 warps, the "magica8" orders) at the splits that fill 3 and 4 blocks an SM, interleaved,
-          both orders (up to m = 4 also by fixed_sums), k-major also unrolled (UNROLLED);
+          both orders (up to m = 4 also by fixed_sums; split 1 not interleaved);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1198,6 +1195,10 @@ class QuantizedMatmul:
                     if split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
                         for order in ({}, dict(k_major=True)):
                             add(dict(base, split_k=split, interleave=True, warps=8, **decode, **order))
+                        # (unrolled in 3 blocks' registers, 80: the mid call of 09:40 timed it the fastest
+                        # 8-warp loop at m = 16, 19.2 against 19.9 us rolled and 19.6 for 4 warps at 8192^2,
+                        # 20.2 against 20.3 and 21.3 at 3584 x 18944)
+                        add(dict(base, split_k=split, interleave=True, warps=8, unroll=True, min_blocks=3, **decode))
                 if tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:
                     add(dict(base, split_k=1, blocks=3 * sms, warps=8, **decode))
             # Up to m = 8 the product transposed on 8-row tiles of 8 warps (weights_a: half the mma and
@@ -1206,16 +1207,18 @@ class QuantizedMatmul:
             # H200, mid call of 2026-11-29 09:00, m = 1: 8192^2 17.1 us, split 6 by fixed_sums, against
             # 18.8 for the best 4-warp 16-row split; 3584 x 18944 17.3, split 14, against 18.8.)
             if magic and m <= 8 and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
-                # (k-major also with the k loop unrolled in the registers of 4 blocks an SM: 64, 165 SASS
-                # instructions a k tile against 180 rolled.)
+                # (Split 1 where that fills 3 blocks an SM: 28672 x 8192 at m = 1, 43.8 us against 44.7
+                # split 2 and 46.6 for 4-warp stream-K in the mid call of 09:40. The k loop unrolled in 4
+                # blocks' registers, 165 SASS instructions a k tile against 180, timed no faster there:
+                # 17.1 against 17.0 us at 8192^2.)
                 for split in sorted({min(16, x * sms // tiles) for x in (3, 4)}):
-                    if split > 1 and k // (base["block_k"] * split) >= 2:
-                        tile = dict(base, block_m=8, split_k=split, interleave=True, warps=8, weights_a=True, **decode)
+                    if split >= 1 and k // (base["block_k"] * split) >= 2:
+                        tile = dict(base, block_m=8, split_k=split, warps=8, weights_a=True, **decode,
+                                    **(dict(interleave=True) if split > 1 else {}))
                         add(tile)
-                        for loop in ({}, UNROLLED):
-                            add(dict(tile, k_major=True, **loop))
-                            if m <= 4:
-                                add(dict(tile, k_major=True, fixed_sums=True, **loop))
+                        add(dict(tile, k_major=True))
+                        if m <= 4 and split > 1:
+                            add(dict(tile, k_major=True, fixed_sums=True))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out

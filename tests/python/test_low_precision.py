@@ -935,10 +935,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
     two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
     blocks an SM), and nothing else changed; on the magic decode from m = 9 also 8-warp blocks
-    (the splits filling a wave of 2 and 3 blocks an SM, interleaved, both weight orders;
-    stream-K), reading the magic8 orders; up to m = 8 the product transposed
+    (the splits filling a wave of 2 and 3 blocks an SM, interleaved, both weight orders, also
+    unrolled in 3 blocks' registers; stream-K), reading the magic8 orders; up to m = 8 the product transposed
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
-    orders, up to m = 4 also by fixed_sums, k-major also unrolled), reading the magica8 orders;
+    orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -992,19 +992,19 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     # interleaved, on both weight orders (up to m = 4 also by fixed_sums), and stream-K
                     waves = [x for x in (264 // tiles, 396 // tiles) if x > 1 and x in splits]
                     want8 = [dict(template, split_k=x, interleave=True, warps=8, **o)
-                             for x in waves for o in ({}, dict(k_major=True))]
+                             for x in waves for o in ({}, dict(k_major=True), dict(unroll=True, min_blocks=3))]
                     want8 += [dict(template, split_k=1, blocks=396, warps=8)] if streams else []
                     assert sorted(sorted(c.items()) for c in wide) == \
                         (sorted(sorted(c.items()) for c in want8) if magic and m > 8 else []), (m, got)
                     assert all(q.layout_of(c) == "magic8" + ("_k" if c.get("k_major") else "") for c in wide)
                     # up to m = 8 the product transposed on 8-row tiles of 8 warps: the splits filling a
                     # wave of 3 and 4 blocks an SM, interleaved, both orders (up to m = 4 also by fixed_sums)
-                    want_a = [dict(template, block_m=8, split_k=x, interleave=True, warps=8, weights_a=True, **o)
+                    want_a = [dict(template, block_m=8, split_k=x, warps=8, weights_a=True, **o,
+                                   **(dict(interleave=True) if x > 1 else {}))
                               for x in sorted({min(16, 396 // tiles), min(16, 528 // tiles)})
-                              if x > 1 and k // (128 * x) >= 2
-                              for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True),
-                                        dict(k_major=True, **UNROLL), dict(k_major=True, fixed_sums=True, **UNROLL))
-                              if m <= 4 or not o.get("fixed_sums")]
+                              if x >= 1 and k // (128 * x) >= 2
+                              for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True))
+                              if m <= 4 and x > 1 or not o.get("fixed_sums")]
                     assert sorted(sorted(c.items()) for c in trans) == \
                         (sorted(sorted(c.items()) for c in want_a) if magic and m <= 8 else []), (m, got)
                     assert all(q.layout_of(c) == "magica8" + ("_k" if c.get("k_major") else "") for c in trans)
