@@ -34,24 +34,18 @@ class SplitK(tilus.Script):
     """The end of a split over k that both kernels share (a base class: its `if` on a kernel
     value is traced as the body's are)."""
 
-    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before, registers=False):
+    def add_up_splits(self, acc, gc, gp, arrivals, tile, split, splits, om, on, before):
         """The split's float32 partial sums acc [bm, bn] (rows om.., columns on.. of c) into
         gp[split] (gp: [splits, m, n] float32), its arrival counted in arrivals[tile], and the
         tile's last split to arrive adds gp[:] up into gc (16 rows at a time: a whole tile's
         partials may not fit in registers) and sets the counter back to zero
         (common.last_to_arrive: the stores before the arrival, the loads after; `before` its
-        shared slot, allocated before any asynchronous copy's). registers: the last split adds the
-        others' partial sums to its own acc, each loaded as the threads hold acc (splits - 1 loads
-        of bm x bn, independent of each other), instead of summing gp[:] 16 rows at a time."""
+        shared slot, allocated before any asynchronous copy's). (The last split adding the others'
+        partial sums to its own registers instead measured slower on the H200: 25.0 against 21.3 us
+        at 3584 x 18944, m = 16, the mid call of 2026-11-29 09:40; removed.)"""
         bm, bn = acc.shape
         self.store_global(gp, self.unsqueeze(acc, 0), offsets=[split, om, on])
-        if registers and last_to_arrive(self, arrivals, tile, splits, slot=before):
-            total = acc
-            for j in range(1, splits):
-                total = total + self.load_global(gp, offsets=[(split + j) % splits, om, on], shape=[bm, bn])
-            self.store_global(gc, total.to(gc.dtype), offsets=[om, on])
-            reset_arrivals(self, arrivals, tile)
-        elif not registers and last_to_arrive(self, arrivals, tile, splits, slot=before):
+        if last_to_arrive(self, arrivals, tile, splits, slot=before):
             rows = min(bm, 16)
             for r in range(bm // rows):
                 p = self.load_global(gp, offsets=[0, om + r * rows, on], shape=[splits, rows, bn])
@@ -70,7 +64,7 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False, two_sums=False, register_sums=False, weights_a=False):
+                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False):
         super().__init__()
         # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
         # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
@@ -112,10 +106,6 @@ class MatmulA16Wx(SplitK):
         assert not fixed_sums or split_k > 1 and not split_red and not partials_only, \
             "fixed_sums: an ending of a split over k"
         self.fixed_sums = fixed_sums
-        # register_sums: the counter ending's last split adds the others' partial sums to its own acc
-        # (SplitK.add_up_splits(registers=True)); the mid call of 05:43 timed the ending at 3.2 us
-        # of 21.1 at 3584 x 18944, m = 16 (1.8 of 18.5 at 8192^2, m = 1).
-        self.register_sums = register_sums
         self.bounded = bounded  # no copies past the split's k range (see load_stage)
         # split_red: a tile's 2 to 8 splits run as one cluster (blockIdx.z its rank; sm_90, f16 c):
         # the last split (the shortest k range where the splits do not divide k) stores its f16
@@ -204,7 +194,7 @@ class MatmulA16Wx(SplitK):
             gp = self.global_view(partial, shape=[self.split_k, m, n])
             arrivals = self.global_view(counters, dtype=int32, shape=[tilus.cdiv(m, bm), tilus.cdiv(n, bn)])
             self.add_up_splits(acc, gc, gp, arrivals, [self.blockIdx.x, self.blockIdx.y], self.blockIdx.z,
-                               self.split_k, om, on, before, self.register_sums)
+                               self.split_k, om, on, before)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
                  zeros: tilus.void_p, c: tilus.void_p, partial: ~float32, counters: tilus.void_p):
@@ -1125,7 +1115,7 @@ class QuantizedMatmul:
           to fill a wave of 3 blocks per SM.
 
         wide=True: the whole space measured to make that list (every split 1 to 16 in 4 and 8
-        stages, with and without late_scale (and with it two_sums and register_sums, not yet timed
+        stages, with and without late_scale (and with it two_sums, not yet timed
         against it), every wgmma tile and L2 group, the mma.sync kernel's
         64- and 128-row tiles split 1, 2 or 4 ways)."""
         if wide:
@@ -1374,9 +1364,6 @@ class QuantizedMatmul:
                                 if late and not by_tma:  # (not yet timed against the above: wide only)
                                     add(dict(base, split_k=split, stages=stages, magic=True, late_scale=True,
                                              two_sums=True))
-                                    if split > 1:
-                                        add(dict(base, split_k=split, stages=stages, magic=True, late_scale=True,
-                                                 register_sums=True))
         return out
 
     @staticmethod

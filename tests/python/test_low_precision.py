@@ -495,7 +495,6 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, fixed_sums=True)), ("int4", 2, 64, dict(fixed_sums=True)),
     ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True)),
     ("int4", 3, 128, dict(late_scale=True, two_sums=True)), ("uint4", 2, 64, dict(late_scale=True, two_sums=True, k_major=True)),
-    ("int4", 3, 128, dict(late_scale=True, register_sums=True)), ("uint4", 4, 64, dict(late_scale=True, register_sums=True)),
     ("int4", 3, 128, dict(late_scale=True, warps=8)), ("uint4", 2, 64, dict(late_scale=True, interleave=True, warps=8)),
     ("uint4", 4, 128, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True, warps=8)),
     ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8)),
@@ -518,8 +517,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     k tile after k tile; split, and interleaved); fixed_sums=True (the splits' sums added in
     fixed point into an int64 per element with the count in its top bits, the last add's thread
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
-    late-scaled product in two float32 sums); register_sums=True (the last split adds the others'
-    partial sums to its registers); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
+    late-scaled product in two float32 sums); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
     the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums).
     Each launched twice on
@@ -1107,13 +1105,12 @@ def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
             assert {c["split_k"] for c in mma} == {1}
         assert not any(c.get("magic") for c in got)  # no magic weights given
         # With the magic decode's weights: each 16-row configuration also on the magic decode,
-        # with and without late_scale, and with late_scale also in two sums and, split, with the
-        # last split's sum in registers (two_sums, register_sums: the wide space only); nothing else changes.
+        # with and without late_scale, and with late_scale also in two sums (two_sums: the wide space
+        # only); nothing else changes.
         with_magic = q.candidates(m, n, k, hopper=True, magic=True, wide=True)
         magic = [c for c in with_magic if c.get("magic")]
         small = [c for c in mma if c["block_m"] == 16]
-        untimed = ([dict(c, magic=True, late_scale=True, two_sums=True) for c in small] +
-                   [dict(c, magic=True, late_scale=True, register_sums=True) for c in small if c["split_k"] > 1])
+        untimed = [dict(c, magic=True, late_scale=True, two_sums=True) for c in small]
         plain = [dict(c, magic=True, late_scale=late) for c in small for late in (False, True)] + untimed
         assert sorted(map(str, magic)) == sorted(map(str, plain)) and bool(magic) == (m <= 32), magic
         assert [c for c in with_magic if not c.get("magic")] == got
