@@ -65,7 +65,11 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
                                           (128, False, dict(pv_n=128, persistent=2, rescale_between=True, block_n=176)),
                                           (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
-                                          (256, False, dict(pv_n=128, block_n=80))],
+                                          (256, False, dict(pv_n=128, block_n=80)),
+                                          (128, False, dict(block_n=176, rescale_between=True, tail=64)),
+                                          (128, False, dict(block_n=176, persistent=2, rescale_between=True, tail=48)),
+                                          (128, True, dict(pingpong=False, rescale_between=True, tail=64)),
+                                          (64, True, dict(tail=32))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
@@ -74,7 +78,10 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     consumer warp groups, no ping-pong, three stages, 192-key blocks, the turns at named barriers
     (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
     reported as a CpuCheckError), also over many tiles in a ring of three warp groups; P V as one
-    wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256."""
+    wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256;
+    a first key block of at most `tail` keys run as that many (tail): keys 200 and 64 end in 24 and 64
+    keys (the latter the tile's only block), 300 in 124 (a whole block), with causal diagonals
+    anywhere in a block, ping-pong or not, o rescaled between the GEMMs or not, persistent or not."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
@@ -262,6 +269,15 @@ def test_named_turns_on_the_gpu(causal):
     and in the persistent kernel over many tiles at d 64 and 128."""
     check_ragged_on_the_gpu(causal, (128, 256), named_turns=True)
     check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [True, False])
+def test_short_first_block_on_the_gpu(causal):
+    """tail=48 / 64 (a first key block of at most that many keys computed as that many: keys 200 and
+    64 end in 24 and 64) on top of the rule at d 128 on 176-key blocks, and persistent over many tiles."""
+    check_ragged_on_the_gpu(causal, (128,), block_n=176, tail=64)
+    check_ragged_on_the_gpu(causal, (128,), block_n=176, tail=48, persistent=3)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
@@ -584,6 +600,26 @@ def test_prefill_candidates_compile_without_spills(d, causal, cfg):
     sass = sass_or_none(kern, args)
     if sass is not None:
         assert "UTMASTG.2D" in sass and "LDL" not in sass and "STL" not in sass
+
+
+@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
+@pytest.mark.parametrize("tail", [48, 96])
+def test_prefill_short_first_block_compiles_to_short_wgmma(tail):
+    """tail: the rule's kernel at d 128 without causal (176-key blocks, pv_n 128) with a first key
+    block of `tail` keys fits the registers (no local memory, no serialized wgmma), and that block's
+    Q K^T is an n = tail wgmma (its P V reads tail keys in k steps of 16). The branch that runs the
+    block short declares its own accumulators; the other branch's wgmma fences must not name them
+    (the emitter's else is a C++ block of its own). With persistent=132 it spilled 220 bytes."""
+    kern = FlashAttention(float16, 128, block_n=176, rescale_between=True, tail=tail)
+    args = prefill_args(128)
+    compiled = kern.compiled(*args, arch="sm_90a")
+    assert compiled.wgmma_serialized == ""
+    if compiled.spill_store_bytes >= 0:
+        assert compiled.spill_store_bytes == 0 and compiled.spill_load_bytes == 0 and compiled.stack_frame_bytes == 0
+    sass = sass_or_none(kern, args)
+    if sass is not None:
+        assert f"HGMMA.64x{tail}x16.F32" in sass and "HGMMA.64x176x16.F32" in sass and "HGMMA.64x128x16.F32" in sass
+        assert "LDL" not in sass and "STL" not in sass
 
 
 def decode_args(batch=4, d=128, splits=2):
