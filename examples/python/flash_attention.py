@@ -31,7 +31,8 @@ query head), 3 warp groups:
     turns are named barriers instead, as FA3 takes them (a warp group waits at its own with
     bar.sync, then arrives at the next one's with bar.arrive, neither polling an mbarrier).
 Key blocks run from the last to the first, so the blocks that need the mask (the causal diagonal,
-the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
+the ragged end of the keys) come first and the rest run without it; with `tail`, a first block
+of at most `tail` keys is computed as that many (its GEMMs n = tail and k = tail), not block_n. The query tiles of a causal
 launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
 (`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
 stores (`finish`).
