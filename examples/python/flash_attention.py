@@ -34,8 +34,8 @@ Key blocks run from the last to the first, so the blocks that need the mask (the
 the ragged end of the keys) come first and the rest run without it; with `tail`, a first block
 of at most `tail` keys is computed as that many (its GEMMs n = tail and k = tail), not block_n.
 The query tiles of a causal launch run longest first over the whole grid, in sections of heads
-whose K/V fit in L2 (`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
-stores (`finish`).
+whose K/V fit in L2 (`longest_first`). Each warp group's o leaves through its query tile in
+shared memory by TMA stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
