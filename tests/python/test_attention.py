@@ -224,23 +224,25 @@ def test_prefill_candidates_on_the_gpu(causal):
             raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
 
 
-def check_ragged_on_the_gpu(causal, dims, **cfg):
-    """flash_attention_varlen(**cfg) against float64 at each head dim of `dims` on a ragged GQA
-    varlen batch: a sequence's last query tile partial, keys ending inside a block, a sequence of
-    one query row and one with no key (the kernels compiled in parallel first)."""
+def check_ragged_on_the_gpu(causal, dims, configs=None, **cfg):
+    """flash_attention_varlen(**cfg) (or each of `configs`) against float64 at each head dim of
+    `dims` on a ragged GQA varlen batch: a sequence's last query tile partial, keys ending inside a
+    block, a sequence of one query row and one with no key (the kernels compiled in parallel first)."""
     import torch
     from common import compile_all
     from flash_attention import prefill_call
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     data = {d: packed(lens_q, lens_k, 4, 2, d) for d in dims}
     gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, **cfg)[:2])
-    for d, (cq, ck, q, k, v) in data.items():
-        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **cfg)
+    work = [(d, c) for d in data for c in (configs or [cfg])]
+    compile_all(work, lambda item: prefill_call(*gpu[item[0]], max(lens_q), causal, **item[1])[:2])
+    for d, c in work:
+        cq, ck, q, k, v = data[d]
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **c)
         try:
             check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
         except AssertionError as e:
-            raise AssertionError(f"d {d}: {e}") from None
+            raise AssertionError(f"d {d} {config_name(c)}: {e}") from None
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
@@ -276,8 +278,7 @@ def test_named_turns_on_the_gpu(causal):
 def test_short_first_block_on_the_gpu(causal):
     """tail=48 / 64 (a first key block of at most that many keys computed as that many: keys 200 and
     64 end in 24 and 64) on top of the rule at d 128 on 176-key blocks, and persistent over many tiles."""
-    check_ragged_on_the_gpu(causal, (128,), block_n=176, tail=64)
-    check_ragged_on_the_gpu(causal, (128,), block_n=176, tail=48, persistent=3)
+    check_ragged_on_the_gpu(causal, (128,), [dict(block_n=176, tail=64), dict(block_n=176, tail=48, persistent=3)])
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
