@@ -116,8 +116,10 @@ class FlashAttention(tilus.Script):
         """s += q @ k.T over the 64-column blocks of d (q [64, 64] and k [block_n, 64] per block; with
         `width`, the block's first `width` keys only)."""
         for c in tilus.static_range(self.head_dim // 64):
-            kc = sk[c] if width is None else self.slice_shared(sk, [c, 0, 0], [1, 2], [width, 64])
-            self.wgmma.mma(sq[c], kc.transpose(), s)
+            if width is None:
+                self.wgmma.mma(sq[c], sk[c].transpose(), s)
+            else:
+                self.wgmma.mma(sq[c], self.slice_shared(sk, [c, 0, 0], [1, 2], [width, 64]).transpose(), s)
 
     def pv(self, p, sv, o, width=None):
         """o[c] += p @ v[:, c * pv_n:(c + 1) * pv_n] for each accumulator c (v's 64-column blocks
@@ -499,12 +501,12 @@ class FlashAttention(tilus.Script):
             self.wait_turn(turn, w, done)
             begin = 1
             if short is None:
-                self.first_block(sq, sk[first], k_empty[first], turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
+                self.first_block(sq, sk, k_empty, first, turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
             else:
                 if short:
                     s_t = self.register_tensor(dtype=float32, shape=[64, self.tail])
                     p_t = self.register_tensor(dtype=self.dtype, shape=[64, self.tail])
-                    self.first_block(sq, sk[first], k_empty[first], turn, nxt, s_t, p_t, m, l, alpha, tile_row,
+                    self.first_block(sq, sk, k_empty, first, turn, nxt, s_t, p_t, m, l, alpha, tile_row,
                                      last_col, self.tail)
                     if blocks > 1:
                         args = (1, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha)
@@ -517,7 +519,7 @@ class FlashAttention(tilus.Script):
                     else:
                         self.last_pv(sv, v_full, v_empty, o, p_t, alpha, done, blocks, self.tail)
                 else:
-                    self.first_block(sq, sk[first], k_empty[first], turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
+                    self.first_block(sq, sk, k_empty, first, turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
             # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
             for j in range(begin, masked):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha,
@@ -536,16 +538,17 @@ class FlashAttention(tilus.Script):
                 self.release(q_empty)
         self.finish(o, m, l, w, sq if so is None else so)
 
-    def first_block(self, sq, sk, k_empty, turn, nxt, s, p_out, m, l, alpha, tile_row, col0, width=None):
-        """The tile's first key block (the last, masked; `width` of its keys, all if None): S's GEMM,
-        its softmax, P into p_out (and its factor into alpha: o is still 0, no rescale yet)."""
+    def first_block(self, sq, sk, k_empty, first, turn, nxt, s, p_out, m, l, alpha, tile_row, col0, width=None):
+        """The tile's first key block (the last, masked, in slot `first`; `width` of its keys, all if
+        None): S's GEMM, its softmax, P into p_out (and its factor into alpha: o is still 0, no
+        rescale yet)."""
         self.assign(s, self.register_tensor(dtype=float32, shape=[64, width or self.block_n], init=0.0))
         self.wgmma.fence()
-        self.qk(s, sq, sk, width)
+        self.qk(s, sq, sk[first], width)
         self.wgmma.commit_group()
         self.pass_turn(turn, nxt)
         self.wgmma.wait_group(0)
-        self.release(k_empty)
+        self.release(k_empty[first])
         p, a = self.softmax(self.mask(s, tile_row, col0) if width is None else self.mask(s, tile_row, col0, width),
                             m, l)
         if alpha is not None:  # o is still 0: no rescale before the first P V either
