@@ -177,8 +177,7 @@ class FlashAttention(tilus.Script):
 
     def key_blocks(self, m_block):
         """(blocks, masked): how many key blocks the query tile needs and how many of them (the
-        last ones, processed first) need the mask; sets first_keys, the keys the first block
-        processed (the last) has, at most block_n (tail's test)."""
+        last ones, processed first) need the mask."""
         bm, bn, seqlen_q, seqlen_k = self.block_m, self.block_n, self.seqlen_q, self.seqlen_k
         if self.causal:
             shift = seqlen_k - seqlen_q
@@ -188,8 +187,15 @@ class FlashAttention(tilus.Script):
             need = seqlen_k
             free = seqlen_k
         blocks = (need + bn - 1) // bn
-        self.first_keys = need - (blocks - 1) * bn
         return blocks, blocks - tilus.min(free // bn, blocks)
+
+    def first_keys(self, tile_row):
+        """The keys that the 64 query rows from `tile_row` see (tail's test: those past the tile's
+        last block's start are what its first block needs for these rows; with causal the first
+        warp group of a tile sees fewer than the last)."""
+        if self.causal:
+            return tilus.min(self.seqlen_k, tile_row + 64 + self.seqlen_k - self.seqlen_q)
+        return self.seqlen_k
 
     # --- the launch: prefill -------------------------------------------------------------------
 
@@ -492,9 +498,11 @@ class FlashAttention(tilus.Script):
         s = self.register_tensor(dtype=float32, shape=[64, bn])
         alpha = self.register_tensor(dtype=float32, shape=[64, 1]) if self.rescale_between else None
         self.mbarrier.wait(q_full, phase=q_phase)  # also with no key block: finish() stores o through sq
-        # tail: the first block as `tail` keys (a runtime choice: both are traced), its P V in step 1
-        # or, the tile's only block, last; its accumulators live in that branch only
-        short = self.declare("short_first", boolean, self.first_keys <= self.tail) if self.tail else None
+        # tail: the first block as `tail` keys where this warp group's rows see at most that many of
+        # it (a runtime choice: both ways are traced), its P V in step 1 or, the tile's only block,
+        # last; its accumulators live in that branch only
+        short = self.declare("short_first", boolean, self.first_keys(tile_row) - last_col <= self.tail) \
+            if self.tail else None
         if blocks > 0:
             first = done % stages
             self.mbarrier.wait(k_full[first], phase=done // stages % 2)
@@ -531,7 +539,7 @@ class FlashAttention(tilus.Script):
                 self.release(q_empty)  # every Q K^T of the tile has completed
             if short is None:
                 self.last_pv(sv, v_full, v_empty, o, p16, alpha, done, blocks)
-            elif (blocks > 1) | (self.first_keys > self.tail):  # not the first block's P V, done above
+            elif (blocks > 1) | (self.first_keys(tile_row) - last_col > self.tail):  # not the short block's P V
                 self.last_pv(sv, v_full, v_empty, o, p16, alpha, done, blocks)
         if q_empty is not None:
             if blocks == 0:

@@ -69,6 +69,7 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (128, False, dict(block_n=176, rescale_between=True, tail=64)),
                                           (128, False, dict(block_n=176, persistent=2, rescale_between=True, tail=48)),
                                           (128, True, dict(pingpong=False, rescale_between=True, tail=64)),
+                                          (128, True, dict(persistent=2, rescale_between=True, tail=64)),
                                           (64, True, dict(tail=32))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
@@ -80,8 +81,10 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     reported as a CpuCheckError), also over many tiles in a ring of three warp groups; P V as one
     wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256;
     a first key block of at most `tail` keys run as that many (tail): keys 200 and 64 end in 24 and 64
-    keys (the latter the tile's only block), 300 in 124 (a whole block), with causal diagonals
-    anywhere in a block, ping-pong or not, o rescaled between the GEMMs or not, persistent or not."""
+    keys (the latter the tile's only block), 300 in 124 (a whole block); with causal the first
+    warp group of a tile sees 64 keys fewer of its diagonal block than the second (128-key blocks:
+    its first block runs short, the second's whole); ping-pong or not, o rescaled between the GEMMs
+    or not, persistent or not."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
