@@ -98,10 +98,12 @@ class FlashAttention(tilus.Script):
         assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
         self.pv_n = pv_n
         # tail > 0: the first key block a tile processes (its last, where the sequence or the causal
-        # diagonal ends) runs as `tail` keys when it has at most that many: Q K^T with n = tail and
-        # P V with k = tail (wgmma), its softmax over tail columns (the TMA loads stay the whole
-        # block's, masked); with more keys it runs as a whole block, so any length stays right.
-        # E.g. 176-key blocks at seqlen 4096 end in 48 keys: 4096 computed where 4224 were.
+        # diagonal ends) runs as `tail` keys in a consumer warp group whose rows see at most that
+        # many of it: Q K^T with n = tail and P V with k = tail (wgmma), its softmax over tail
+        # columns (the TMA loads stay the whole block's, masked); otherwise as a whole block, so any
+        # length stays right. E.g. 176-key blocks at seqlen 4096 end in 48 keys: 4096 computed
+        # where 4224 were; with causal and 128-key blocks a tile's first warp group sees 64 of its
+        # diagonal block (tail=64).
         assert tail % 16 == 0 and 0 <= tail < block_n, "tail a multiple of 16, less than block_n"
         self.tail = tail if specialized else 0
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
