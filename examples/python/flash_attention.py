@@ -509,27 +509,29 @@ class FlashAttention(tilus.Script):
             first = done % stages
             self.mbarrier.wait(k_full[first], phase=done // stages % 2)
             self.wait_turn(turn, w, done)
-            begin = 1
+            # tail: step 1 peeled in both branches (the short block's P V is step 1's), so that the
+            # loops start at 2, a constant: from a variable the branch assigned, ptxas took their
+            # indices and every slot's address for non-uniform (R2UR before each wgmma, 696
+            # instructions a step where there are 594), from an expression for possibly negative
+            # (signed modulo, 630)
+            begin = 1 if short is None else 2
             if short is None:
                 self.first_block(sq, sk, k_empty, first, turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
             else:
+                args = (1, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha)
                 if short:
                     s_t = self.register_tensor(dtype=float32, shape=[64, self.tail])
                     p_t = self.register_tensor(dtype=self.dtype, shape=[64, self.tail])
                     self.first_block(sq, sk, k_empty, first, turn, nxt, s_t, p_t, m, l, alpha, tile_row,
                                      last_col, self.tail)
                     if blocks > 1:
-                        args = (1, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha)
-                        rest = (tile_row, last_col - bn, done, p_t)
-                        if self.causal and 1 < masked:
-                            self.step(*args, True, *rest)
-                        else:  # without causal only the first block needs the mask
-                            self.step(*args, False, *rest)
-                        begin = 2
+                        self.step_one(args, masked, tile_row, last_col - bn, done, p_t)
                     else:
                         self.last_pv(sv, v_full, v_empty, o, p_t, alpha, done, blocks, self.tail)
                 else:
                     self.first_block(sq, sk, k_empty, first, turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
+                    if blocks > 1:
+                        self.step_one(args, masked, tile_row, last_col - bn, done)
             # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
             for j in range(begin, masked):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha,
@@ -541,7 +543,7 @@ class FlashAttention(tilus.Script):
                 self.release(q_empty)  # every Q K^T of the tile has completed
             if short is None:
                 self.last_pv(sv, v_full, v_empty, o, p16, alpha, done, blocks)
-            elif (blocks > 1) | (self.first_keys(tile_row) - last_col > self.tail):  # not the short block's P V
+            elif (blocks > 1) | ~short:  # not the short block's P V, done above
                 self.last_pv(sv, v_full, v_empty, o, p16, alpha, done, blocks)
         if q_empty is not None:
             if blocks == 0:
@@ -564,6 +566,14 @@ class FlashAttention(tilus.Script):
         if alpha is not None:  # o is still 0: no rescale before the first P V either
             self.assign(alpha, a)
         self.assign(p_out, p.to(self.dtype))
+
+    def step_one(self, args, masked, tile_row, col0, done, p_prev=None):
+        """step(1, ...) traced apart (tail): masked where the tile's second block needs the mask (with
+        causal; without it only the first block does)."""
+        if self.causal and 1 < masked:
+            self.step(*args, True, tile_row, col0, done, p_prev)
+        else:
+            self.step(*args, False, tile_row, col0, done, p_prev)
 
     def last_pv(self, sv, v_full, v_empty, o, p, alpha, done, blocks, width=None):
         """The tile's last P V (its lowest key block; `width` of its keys, all if None)."""
