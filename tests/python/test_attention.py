@@ -279,9 +279,10 @@ def test_named_turns_on_the_gpu(causal):
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("causal", [True, False])
 def test_short_first_block_on_the_gpu(causal):
-    """tail=48 / 64 (a first key block of at most that many keys computed as that many: keys 200 and
-    64 end in 24 and 64) on top of the rule at d 128 on 176-key blocks, and persistent over many tiles."""
-    check_ragged_on_the_gpu(causal, (128,), [dict(block_n=176, tail=64), dict(block_n=176, tail=48, persistent=3)])
+    """tail=64 (a first key block of at most 64 keys computed as 64: of 176-key blocks keys 200 and 64
+    end in 24 and 64; with causal a tile's first warp group sees 64 of its diagonal 128-key block) on
+    top of the rule at d 128, and persistent over many tiles (128-key blocks: 200 ends in 72, whole)."""
+    check_ragged_on_the_gpu(causal, (128,), [dict(block_n=176, tail=64), dict(tail=64, persistent=3)])
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
