@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
+                                                [--block-tiles BMxBN[xP[xS[xT]]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
                                                 [--quant-sizes MxHIDDEN,...]
 
@@ -13,11 +13,13 @@ GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM wei
 128, 1024, 4096, 8192). Per-tensor scales against torch._scaled_mm with float32 [1] scales (its
 default accumulation, and use_fast_accum=True, which sums in the tensor cores as tilus's per-tensor
 kernel does); per-row scales against _scaled_mm's row-wise scaling; DeepSeek-V3 block scales
-(1 x 128 activations, 128 x 128 weights; no cuBLAS kernel in torch here; "tilus block" is
+(1 x 128 activations, 128 x 128 weights; against _scaled_mm's own block scaling too, "cuBLAS block",
+where this torch and cuBLASLt take it, checked against tilus's result; "tilus block" is
 MatmulFp8Block, its tile and products (one, or two in turn) chosen by block_config's rule (the
 autotuner's pick among matmul_fp8.BLOCK_TILES with --tune-block: it kept 128 x 256 at 8192^3 in two
 H200 runs where 128 x 192 ran 9 % faster in this bench's interleaved timing), and --block-tiles adds MatmulFp8 with
-each tile named, as "tilus block BMxBN", "BMxBNxP" with P products or "BMxBNxPxS" with S stages) against the per-tensor
+each tile named, as "tilus block BMxBN", "BMxBNxP" with P products, "BMxBNxPxS" with S stages or "BMxBNxPxSxT"
+with T k steps a trip of the 128 x 192 two-product pipeline) against the per-tensor
 _scaled_mm. The per-tensor and per-row kernels' tile width follows tensor_config's rule
 (MatmulFp8Auto; the autotuner's pick among matmul_fp8.TILES with --tune-tensor); --tensor-tiles adds
 per-tensor MatmulFp8 with each tile named ("tilus tensor BN" or "BNxSTAGES"). --shapes replaces the shapes
@@ -110,6 +112,29 @@ def tile_width(kernel, args):
     return "?" if chosen is None else f"{chosen.block_n}/{chosen.stages}"
 
 
+def cublas_blockwise(a, b, raw_sa, raw_sb, tilus_block, c):
+    """torch._scaled_mm with DeepSeek-V3 block scales (cuBLASLt's 1 x 128 by 128 x 128 scaling,
+    CUDA 12.9+ on sm_90) where this torch takes them: the call, checked against tilus's block-scaled
+    result, or None. The scale layouts tried: a's [m, k / 128] and b's [n / 128, k / 128] or its
+    transpose, each row- or column-major."""
+    tilus_block()
+    want = c.float().clone()
+    for sa in (raw_sa.t().contiguous().t(), raw_sa.contiguous()):
+        for sb in (raw_sb.t().contiguous(), raw_sb.t(), raw_sb.contiguous(), raw_sb.t().contiguous().t()):
+            fn = lambda sa=sa, sb=sb: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
+            try:
+                got = fn().float()
+            except (RuntimeError, ValueError) as e:
+                last = str(e).splitlines()[0][:100]
+                continue
+            err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-9)
+            if err < 2e-2:
+                return fn
+            last = f"relative difference {err:.3g} from tilus block"
+    print(f"  cuBLAS block: not run ({last})", flush=True)
+    return None
+
+
 def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(), tune_block=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count // 2 * 2
     if not shapes:
@@ -118,7 +143,8 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
     tensor_k, row_k, block_k = (MatmulFp8Auto("tensor", blocks=sms, tune=tune),
                                 MatmulFp8Auto("row", blocks=sms, tune=tune), MatmulFp8Block(blocks=sms, tune=tune_block))
     tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1,
-                          stages=t[3] if len(t) > 3 else None, blocks=sms) for t in block_tiles}
+                          stages=(t[3] or None) if len(t) > 3 else None, blocks=sms,
+                          **(dict(trip=t[4]) if len(t) > 4 else {})) for t in block_tiles}
     tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 else None, blocks=sms)
                   for t in tensor_tiles})
     rows = []
@@ -129,8 +155,8 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
         one = torch.ones(1, device="cuda")
         sa_row, sb_row = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
         kb = -(-k // 128)
-        sa_blk, sb_blk = block_scales(torch.rand(m, kb, device="cuda") + 0.5,
-                                      torch.rand(-(-n // 128), kb, device="cuda") + 0.5)
+        raw_sa, raw_sb = torch.rand(m, kb, device="cuda") + 0.5, torch.rand(-(-n // 128), kb, device="cuda") + 0.5
+        sa_blk, sb_blk = block_scales(raw_sa, raw_sb)
         c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         fns = {"tilus tensor": lambda: tensor_k(m, n, k, a, b, one, one, c),
                "tilus row": lambda: row_k(m, n, k, a, b, sa_row, sb_row, c),
@@ -157,6 +183,9 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
                 fns[name] = fn
             except RuntimeError as e:  # shapes cuBLASLt's FP8 kernels refuse (m not a multiple of 16, ...)
                 print(f"  {name} at {m}x{n}x{k}: not run ({str(e).splitlines()[0][:80]})", flush=True)
+        blockwise = cublas_blockwise(a, b, raw_sa, raw_sb, lambda: block_k(m, n, k, a, b, sa_blk, sb_blk, c), c)
+        if blockwise is not None:
+            fns["cuBLAS block"] = blockwise
         ms_ = interleaved_ms(fns, repeat=20)
         tf = {name: 2 * m * n * k / t / 1e9 for name, t in ms_.items()}
         rows.append((m, n, k, ms_, tf))
@@ -222,9 +251,11 @@ def main():
                                                           "among TILES, not by tensor_config")
     p.add_argument("--no-tune", action="store_true", help="the quantization's tile by cast_config, not by the "
                                                           "autotuner")
-    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
-                                                     "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
-                                                     "the chosen one")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products), BMxBNxPxS "
+                                                     "(S stages, 0: as many as fit) or BMxBNxPxSxT (128x192 with two "
+                                                     "products: T k steps a trip of the pipelined k loop; e.g. "
+                                                     "128x256,128x128x2,128x256x1x3,128x192x2x0x2) timed beside the "
+                                                     "chosen one")
     p.add_argument("--tensor-tiles", default="", help="per-tensor tiles BN or BNxSTAGES of 128 rows (e.g. 192,256x3) "
                                                       "timed beside the chosen one")
     args = p.parse_args()
@@ -242,11 +273,12 @@ def main():
         extra = [f"block {'x'.join(map(str, t))}" for t in block_tiles]
         extra += [f"tensor {'x'.join(map(str, t))}" for t in tensor_tiles]
         print(f"{'m x n x k':>20} {'tensor/cuBLAS':>14} {'tensor/fast':>12} {'row/cuBLAS row':>15} {'block/cuBLAS':>13}"
-              + "".join(f" {e + '/cuBLAS':>20}" for e in extra))
+              f" {'block/cuBLAS block':>19}" + "".join(f" {e + '/cuBLAS':>20}" for e in extra))
         for m, n, k, t, _ in gemm:
             r = lambda ref, mine: f"{t[ref] / t[mine]:.2f}x" if ref in t else "n/a"  # noqa: E731
             print(f"{f'{m}x{n}x{k}':>20} {r('cuBLAS', 'tilus tensor'):>14} {r('cuBLAS fast', 'tilus tensor'):>12} "
                   f"{r('cuBLAS row', 'tilus row'):>15} {r('cuBLAS', 'tilus block'):>13}"
+                  f" {r('cuBLAS block', 'tilus block'):>19}"
                   + "".join(f" {r('cuBLAS', 'tilus ' + e):>20}" for e in extra))
     for name, m, hidden, t, floor, moved in quant:
         f = f"{floor / t['tilus']:.2f}x of the floor" if floor else "floor n/a"
