@@ -3,8 +3,9 @@ against torch SDPA (its cuDNN and flash backends) and a Triton kernel of the fus
 tutorial's algorithm, and decode against SDPA and the time to read the KV cache once.
 
     PYTHONPATH=build/python python bench/attention.py [--sweep full|goal|smoke] [--only prefill|decode]
-        [--head-dims 128[,64,...]] [--mask causal|none] [--candidates [--no-persistent] [--candidate-dtypes f16,bf16]
-        [--extra-candidates 'key=value ...' ...]]
+        [--head-dims 128[,64,...]] [--mask causal|none] [--seqlens 4096[,...]] [--candidates [--no-persistent]
+        [--candidate-dtypes f16,bf16] [--extra-candidates 'key=value ...' ... [--only-extra]] [--json FILE]]
+        [--rounds N] [--timing block|mixed] [--no-flash]
         [--no-triton] [--decode-runs N]
         [--readme README.md]
     python bench/attention.py --ncu [--seqlen 4096 --head-dim 128 --causal]
@@ -33,7 +34,11 @@ writes the figures into FILE's attention tables (between the `<!-- attention-ben
 the rows measured in this run replace theirs, the others keep what they had ("-" until measured).
 
 --head-dims keeps the prefill shapes of those head dims only (the sweep's others are not run),
---mask causal (none) its causal (non-causal) shapes only.
+--mask causal (none) its causal (non-causal) shapes only, --seqlens those query lengths only.
+--rounds N: each prefill figure the median of N rounds (5); --timing mixed: a round launches
+every kernel of the shape once per pass, 20 passes, in a new random order each (the kernels share
+the GPU's clock and heat launch by launch), where block (the default) times each one's 20
+launches in a row; --no-flash leaves SDPA's flash backend out (it takes the longest).
 
 --candidates also times, at each decode shape, every configuration flash_decoding.decode_candidates
 offers (key block size, stages, blocks per SM, splits) in the same interleaved run, marks the
@@ -44,8 +49,10 @@ three consumer warp groups, o's rescale between the GEMMs, the ping-pong turns a
 the L2 sections of the causal order,
 the persistent kernel of one block per SM unless --no-persistent; bf16 runs the same code, and
 times them with --candidate-dtypes f16,bf16; --extra-candidates 'key=value ...' adds configurations
-of one's own); a table of every candidate's TFLOP/s and ratio to
-cuDNN per shape comes last. --compile-only [--part K/N] compiles the
+of one's own, --only-extra those alone: one of them equal to the rule times it twice, the
+distance between the two the bench's noise); a table of every candidate's TFLOP/s and ratio to
+cuDNN per shape comes last, with cuDNN's rounds' min-max and each candidate's spread over its
+rounds ((max - min) / median; --json FILE writes every round's figures). --compile-only [--part K/N] compiles the
 prefill kernels a run would launch into the disk cache and exits (N processes compile at once). Every prefill kernel (the candidates
 too) is compiled in parallel before the first is timed. --no-triton leaves Triton out.
 
@@ -200,29 +207,31 @@ def parse_config(text, sms):
     return cfg
 
 
-def shape_candidates(name, d, causal, s, persistent, extra=()):
+def shape_candidates(name, d, causal, s, persistent, extra=(), only_extra=False):
     """The candidates timed at a prefill shape of dtype `name`: flash_attention.prefill_candidates'
-    and `extra` (configurations parse_config reads, on top of the rule as those are)."""
+    (not with `only_extra`) and `extra` (configurations parse_config reads, on top of the rule as
+    those are)."""
     from flash_attention import prefill_candidates
     sms = persistent_blocks(True)
-    return prefill_candidates(d, causal, persistent_blocks(persistent), s, name) + [parse_config(x, sms) for x in extra]
+    return ([] if only_extra else prefill_candidates(d, causal, persistent_blocks(persistent), s, name)) + [
+        parse_config(x, sms) for x in extra]
 
 
-def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",), extra=()):
+def compile_prefill(tables, candidates, persistent=True, part=None, cand_dtypes=("float16",), extra=(), only_extra=False):
     """Every kernel the prefill tables ([(dtypes, configs)]) launch (with `candidates`, each shape's
     candidates too at the dtypes of `cand_dtypes`), compiled in parallel threads before anything is
     timed, each once (the shapes that launch the same kernel share it); part (k, n): only every n-th
     from the k-th (--compile-only --part k/n: n processes fill the disk cache at once)."""
     from concurrent.futures import ThreadPoolExecutor
-    from flash_attention import config_name, prefill_config
+    from flash_attention import config_name, kernel_config, prefill_config
     gpu_sms = persistent_blocks(True)  # the rule's: the GPU's SMs
     work, seen = [], set()
     for dtypes, configs in tables:
         for name in dtypes:
             for d, s, causal in configs:
-                for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra)
+                for cfg in [{}] + (shape_candidates(name, d, causal, s, persistent, extra, only_extra)
                                    if candidates and name in cand_dtypes else []):
-                    key = (name, d, causal, config_name({**prefill_config(d, causal, gpu_sms, s, name), **cfg}))
+                    key = (name, d, causal, config_name(kernel_config({**prefill_config(d, causal, gpu_sms, s, name), **cfg})))
                     if key not in seen:
                         seen.add(key)
                         work.append((name, d, s, causal, cfg))
@@ -250,11 +259,15 @@ def _short(name):
     return {"float16": "f16", "bfloat16": "bf16"}.get(name, name)
 
 
-def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",), extra=()):
+def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True, cand_dtypes=("float16",), extra=(),
+            rounds=5, mixed=False, with_flash=True, only_extra=False):
     """The prefill table; with `candidates`, every configuration of flash_attention.prefill_candidates
     timed in the same interleaved run at the dtypes of `cand_dtypes` (tilus's row is the rule's).
+    Each figure is the median of `rounds` rounds (bench/run.py's interleaved_ms; `mixed`: its
+    launch-by-launch rounds); `with_flash` False leaves SDPA's flash backend out.
     Returns the table's rows and, with `candidates`, (dtype, d, seqlen, causal, [(label, TFLOP/s)],
-    cuDNN's TFLOP/s) per shape, the rule first."""
+    cuDNN's TFLOP/s, {label: each round's TFLOP/s}, each round's start) per shape, the rule first (labelled
+    "rule")."""
     from run import interleaved_ms  # bench/run.py: the timing every bench shares
     from torch.nn.attention import SDPBackend
     from flash_attention import config_name, flash_attention
@@ -273,13 +286,14 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
             want = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             err = (got.transpose(1, 2).float() - want.float()).abs().max().item()
             fns = {"tilus": lambda: flash_attention(q, k, v, causal=causal)}
-            for label, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            for label, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION),) + (
+                    (("flash", SDPBackend.FLASH_ATTENTION),) if with_flash else ()):
                 try:
                     sdpa(backend)(qt, kt, vt, causal)
                     fns[label] = (lambda f: lambda: f(qt, kt, vt, causal))(sdpa(backend))
                 except RuntimeError as e:
                     print(f"  {label} SDPA: not available here ({str(e).splitlines()[0][:80]})", flush=True)
-            for cfg in (shape_candidates(name, d, causal, s, persistent, extra) if candidates and name in cand_dtypes
+            for cfg in (shape_candidates(name, d, causal, s, persistent, extra, only_extra) if candidates and name in cand_dtypes
                         else []):
                 try:
                     cerr = (flash_attention(q, k, v, causal=causal, **cfg)[0].transpose(1, 2).float() - want.float()).abs()
@@ -297,18 +311,22 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                     fns["Triton"] = lambda: triton_attention(qt, kt, vt, out, causal)
                 else:
                     print(f"  Triton: wrong (max abs err {terr:.3g}), left out", flush=True)
-            ms = interleaved_ms(fns, rounds=2, repeat=20)
+            per_round, stamps = {}, []
+            ms = interleaved_ms(fns, rounds=rounds, repeat=20, per_round=per_round, mixed=mixed, stamps=stamps)
             flops = 4 * b * h * s * s * d / (2 if causal else 1)
             tf = {k: flops / v / 1e9 for k, v in ms.items()}
+            tf_rounds = {("rule" if k == "tilus" else k): [flops / x / 1e9 for x in v] for k, v in per_round.items()}
             ratio = tf["tilus"] / tf["cuDNN"] if "cuDNN" in tf else float("nan")
             cell = lambda k: f"{tf[k]:7.0f}" if k in tf else f"{'-':>7}"  # noqa: E731
+            lo_hi = lambda k: f"{min(tf_rounds[k]):.0f}-{max(tf_rounds[k]):.0f}" if k in tf_rounds else "-"  # noqa: E731
             print(f"{_short(name):5} {d:4} {s:6} {str(causal):>6} | {cell('tilus')} {cell('cuDNN')} {cell('flash')} "
-                  f"{cell('Triton')} | {ratio:7.2f}x" + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""),
-                  flush=True)
+                  f"{cell('Triton')} | {ratio:7.2f}x | rounds: tilus {lo_hi('rule')}, cuDNN {lo_hi('cuDNN')}"
+                  + (f"  (max abs err vs SDPA {err:.2g})" if err > 2e-2 else ""), flush=True)
             rows.append((name, d, s, causal, tf, ratio))
             if candidates and name in cand_dtypes:
                 each.append((name, d, s, causal, [("rule", tf["tilus"])] + [
-                    (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN")))
+                    (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN"), tf_rounds,
+                             stamps))
                 timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
                 best = max(timed)
                 for t, label in timed:
@@ -323,16 +341,27 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
     return rows, each
 
 
+def spread(figures):
+    """The spread of a kernel's round figures: (max - min) / median, in %."""
+    x = sorted(figures)
+    return 100 * (x[-1] - x[0]) / x[len(x) // 2] if x else float("nan")
+
+
 def candidates_table(each):
-    """Every candidate of each shape (prefill()'s second result) in a line: its short name, its
-    TFLOP/s and its ratio to cuDNN, the rule first and the fastest marked with *."""
-    lines = ["prefill candidates, TFLOP/s and x cuDNN (* the fastest):", f"{'dtype':5} {'seqlen':>6} {'causal':>6} | "
-             "rule, then each candidate (changes to the rule)"]
-    for name, d, s, causal, timed, cudnn in each:
+    """Every candidate of each shape (prefill()'s second result) in a line: cuDNN's TFLOP/s (its
+    rounds' min-max), then each candidate's short name, TFLOP/s, ratio to cuDNN and the spread of
+    its rounds (max - min over the median, %), the rule first and the fastest marked with *."""
+    lines = ["prefill candidates, TFLOP/s, x cuDNN and the spread of the rounds (* the fastest):",
+             f"{'dtype':5} {'seqlen':>6} {'causal':>6} | cuDNN (rounds' min-max) | rule, then each candidate (changes "
+             "to the rule)"]
+    for name, d, s, causal, timed, cudnn, rounds, *_ in each:
         best = max(t for _, t in timed)
-        cells = [f"{short_config(label)} {t:.0f} {t / cudnn if cudnn else float('nan'):.3f}" + ("*" if t == best else "")
-                 for label, t in timed]
-        lines.append(f"{_short(name):5} {s:6} {str(causal):>6} | " + " | ".join(cells) + (f"  (d {d})" if d != 128 else ""))
+        cells = [f"{short_config(label)} {t:.0f} {t / cudnn if cudnn else float('nan'):.3f}"
+                 + ("*" if t == best else "") + f" {spread(rounds.get(label, [])):.1f}%" for label, t in timed]
+        c = sorted(rounds.get("cuDNN", []))
+        head = f"{cudnn:.0f} ({c[0]:.0f}-{c[-1]:.0f})" if cudnn and c else "-"
+        lines.append(f"{_short(name):5} {s:6} {str(causal):>6} | {head} | " + " | ".join(cells)
+                     + (f"  (d {d})" if d != 128 else ""))
     return "\n".join(lines)
 
 
@@ -569,10 +598,17 @@ def fill_readme(path, prefill_rows, decode_rows, note):
         f.write(head + BEGIN + "\n" + readme_tables(prefill_rows, decode_rows, note, old) + "\n" + END + tail)
 
 
-def prefill_shapes(sweep, head_dims=None, mask=None):
+def prefill_shapes(sweep, head_dims=None, mask=None, seqlens=None):
     """(d, seqlen, causal) of the sweep's prefill runs; with head_dims ("128" or "64,256"), those of
-    these head dims only; with mask ("causal" or "none"), the causal or the non-causal ones only."""
+    these head dims only; with mask ("causal" or "none"), the causal or the non-causal ones only;
+    with seqlens ("4096" or "4096,8192"), those query lengths only."""
     pre = [c for c in SWEEPS[sweep][0] if mask is None or c[2] == (mask == "causal")]
+    if seqlens:
+        try:
+            keep = {int(x) for x in seqlens.split(",")}
+        except ValueError:
+            raise SystemExit(f"attention: --seqlens takes lengths separated by commas (4096,8192), not {seqlens!r}")
+        pre = [c for c in pre if c[1] in keep]
     if not head_dims:
         return pre
     try:
@@ -601,7 +637,17 @@ def main():
     p.add_argument("--extra-candidates", nargs="+", default=[], metavar="CFG",
                    help="--candidates: these prefill configurations too, on top of the rule at every shape "
                         "(each 'key=value ...', values ints, True/False or sms, e.g. 'persistent=sms block_n=128')")
+    p.add_argument("--only-extra", action="store_true",
+                   help="--candidates: time only the --extra-candidates beside the rule, not prefill_candidates'")
     p.add_argument("--mask", choices=("causal", "none"), help="prefill: only the causal or only the non-causal shapes")
+    p.add_argument("--seqlens", metavar="S[,S...]", help="prefill at these query lengths only (of the sweep's)")
+    p.add_argument("--rounds", type=int, default=5, metavar="N",
+                   help="prefill: each figure the median of N rounds of 20 launches (5)")
+    p.add_argument("--timing", choices=("block", "mixed"), default="block",
+                   help="prefill: a round times each kernel's 20 launches in a row (block) or every kernel once "
+                        "per pass in a new random order (mixed: bench/run.py interleaved_ms(mixed=True))")
+    p.add_argument("--no-flash", action="store_true", help="prefill: leave SDPA's flash backend out")
+    p.add_argument("--json", metavar="FILE", help="prefill --candidates: every round's TFLOP/s of each kernel to FILE")
     p.add_argument("--compile-only", action="store_true",
                    help="prefill: only compile the kernels the run would launch (into the disk cache), then exit")
     p.add_argument("--part", metavar="K/N", help="--compile-only: every N-th kernel from the K-th (N processes at once)")
@@ -621,7 +667,7 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}, tilus from {os.path.dirname(tilus.__file__)}",
           flush=True)
     t0 = time.time()
-    pre, dec = prefill_shapes(args.sweep, args.head_dims, args.mask), SWEEPS[args.sweep][1]
+    pre, dec = prefill_shapes(args.sweep, args.head_dims, args.mask, args.seqlens), SWEEPS[args.sweep][1]
     short = {"f16": "float16", "bf16": "bfloat16"}
     cand_dtypes = tuple(short.get(x.strip(), x.strip()) for x in args.candidate_dtypes.split(","))
     dts = ["float16", "bfloat16"] if args.sweep != "smoke" else ["float16"]
@@ -633,12 +679,14 @@ def main():
         tables = [(dts[:1], pre)] + ([(dts[1:], [c for c in pre if c[0] == 128])] if len(dts) > 1 else [])  # bf16: d 128
         if args.compile_only:
             part = tuple(int(x) for x in args.part.split("/")) if args.part else None
-            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes, args.extra_candidates)
-        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes, extra=args.extra_candidates)
+            return compile_prefill(tables, args.candidates, not args.no_persistent, part, cand_dtypes, args.extra_candidates,
+                                   args.only_extra)
+        compile_prefill(tables, args.candidates, not args.no_persistent, cand_dtypes=cand_dtypes, extra=args.extra_candidates,
+                        only_extra=args.only_extra)
         rows = []
         for dtypes, configs in tables:
             got = prefill(dtypes, configs, args.candidates, not args.no_triton, not args.no_persistent, cand_dtypes,
-                          args.extra_candidates)
+                          args.extra_candidates, args.rounds, args.timing == "mixed", not args.no_flash, args.only_extra)
             rows += got[0]
             each += got[1]
         if args.readme:  # now, so that a run cut short later keeps these
@@ -650,6 +698,14 @@ def main():
     if args.readme:
         print(f"attention tables written into {args.readme}", flush=True)
     print(f"\nattention bench: {time.time() - t0:.0f} s", flush=True)
+    if args.json and each:
+        import json
+        from flash_attention import config_name, prefill_config
+        sms = persistent_blocks(True)
+        with open(args.json, "w") as f:
+            json.dump([dict(dtype=name, d=d, seqlen=s, causal=causal, timing=args.timing,
+                            rule=config_name(prefill_config(d, causal, sms, s, name)), rounds=rounds, starts=starts)
+                       for name, d, s, causal, _, _, rounds, starts in each], f, indent=1)
     if args.only != "decode" and each:  # last: what the lead reads first
         print("\n" + candidates_table(each), flush=True)
 

@@ -25,7 +25,7 @@ except ImportError:  # Triton is optional: its rows are then marked missing
     triton = None
 
 
-def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None):
+def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False, stamps=None):
     """{name: ms} for the callables in `fns`, timed in turn: `rounds` rounds of `repeat` launches
     each (median_ms), in a new random order every round (seeded: the same orders in every run),
     and the median of each one's rounds. A long run heats the GPU and lowers its clocks (an 8192^3
@@ -35,18 +35,49 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None):
     flash backend) read up to 9 % faster than the same kernel elsewhere in the order (two calls of
     2026-11-29). One warm-up round first. `queued`: median_ms's. `per_round`, a dict: each one's
     round medians go there (the spread between rounds: an even count of rounds reports the slower
-    middle one)."""
+    middle one). `mixed`: a round is `repeat` passes, each launching every one once in a new random
+    order (each after an L2 flush), and each one's figure of the round the median of its launches:
+    the callables share the GPU's clock and heat launch by launch instead of one running 20 times
+    in a row (not with `queued`). `stamps`, a list: each round's start (time.time()) goes there
+    (to set beside a trace of the GPU's clocks)."""
     names = list(fns)
     for name in names:
         median_ms(fns[name], 3, queued)
     got = {name: [] for name in names}
     order = random.Random(len(names) * 1000 + rounds)
     for _ in range(rounds):
+        if stamps is not None:
+            stamps.append(time.time())
+        if mixed:
+            assert not queued, "interleaved_ms: mixed rounds time each launch on its own"
+            times = {name: [] for name in names}
+            for i in range(repeat):
+                for name in order.sample(names, len(names)):
+                    times[name].append(_flushed_ms(fns[name], i))
+            for name in names:
+                got[name].append(sorted(times[name])[repeat // 2])
+            continue
         for name in order.sample(names, len(names)):
             got[name].append(median_ms(fns[name], repeat, queued))
     if per_round is not None:
         per_round.update(got)
     return {name: sorted(t)[len(t) // 2] for name, t in got.items()}
+
+
+_SCRUB = []
+
+
+def _flushed_ms(fn, i):
+    """Milliseconds of one launch of fn after a 256 MB fill (an L2 flush), waited for."""
+    if not _SCRUB:
+        _SCRUB.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    _SCRUB[0].fill_(i & 0xFF)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def median_ms(fn, repeat=50, queued=False):

@@ -676,7 +676,7 @@ def _dtype_name(x):
 
 
 def _kernel(dt, d, causal, specialized, **cfg):
-    key = (dt, d, causal, specialized, tuple(sorted(cfg.items())))
+    key = (dt, d, causal, specialized, tuple(sorted(kernel_config(cfg).items())))
     if key not in _KERNELS:
         _KERNELS[key] = FlashAttention(dt, d, causal, specialized=specialized, **cfg)
     return _KERNELS[key]
@@ -780,6 +780,12 @@ def prefill_candidates(head_dim, causal, sms=0, seqlen=0, dtype="float16"):
     if head_dim == 256:
         out.append(dict(block_n=64))
     return out
+
+
+def kernel_config(cfg):
+    """cfg without what equals no parameter (persistent=0: the kernel without persistent blocks,
+    as without it), so that one kernel is compiled once under either spelling."""
+    return {k: v for k, v in cfg.items() if not (k == "persistent" and not v)}
 
 
 def config_name(cfg):

@@ -731,8 +731,20 @@ def test_bench_candidates_table_names_each_candidate_with_its_ratio():
     assert bench.short_config("persistent=0") == "np"
     assert bench.short_config("block_n=144 persistent=132") == "bn144+P"
     assert bench.short_config("pingpong=True rescale_between=False") == "pp1+rb0"
-    table = bench.candidates_table([("bfloat16", 128, 8192, False, [("rule", 600.0), ("block_n=144", 612.0)], 606.0)])
-    assert table.splitlines()[-1] == "bf16    8192  False | rule 600 0.990 | bn144 612 1.010*"
+    rounds = {"rule": [590.0, 600.0, 602.0], "block_n=144": [612.0, 612.0, 612.0], "cuDNN": [600.0, 606.0, 610.0]}
+    table = bench.candidates_table([("bfloat16", 128, 8192, False, [("rule", 600.0), ("block_n=144", 612.0)], 606.0,
+                                     rounds)])
+    # cuDNN's rounds' min-max; each candidate's spread over its rounds: (max - min) / median
+    assert table.splitlines()[-1] == "bf16    8192  False | 606 (600-610) | rule 600 0.990 2.0% | bn144 612 1.010* 0.0%"
+
+
+def test_bench_seqlens_keep_those_query_lengths():
+    bench = bench_module()
+    assert bench.prefill_shapes("goal", "128", "none", "4096") == [(128, 4096, False)]
+    assert bench.prefill_shapes("goal", "128", None, "4096,16384") == [
+        c for c in bench.prefill_shapes("goal", "128") if c[1] != 8192]
+    with pytest.raises(SystemExit, match="--seqlens takes lengths"):
+        bench.prefill_shapes("goal", "128", None, "4k")
 
 
 def test_bench_fills_measured_rows_and_keeps_the_others(tmp_path):
