@@ -86,19 +86,21 @@ def block_scales_of_step(s, ssa, ssb, step):
     return [rows * s.load_shared(s.slice_shared(ssb, [j, step % 4], [0, 1], [1, 1])) for j in range(ssb.shape[0])]
 
 
-def promoted(s, acc, part, scales, offset_n):
+def promoted(s, acc, part, scales, offset_n, halves=None):
     """acc + part times its scales (the promotion of a k step's product), part [rows, w] the
     product of c's columns from offset_n, scales as block_scales_of_step gives them for the tile
     (a piece of 128 columns or less: scales[0]). A 192-column tile starts at a multiple of 64
     columns: its 64-column thirds take the first block of b's scales it touches, the first or the
-    second (as the tile starts on a 128-column block or half way), and the second."""
+    second (as the tile starts on a 128-column block or half way), and the second; so do the two
+    halves of its first 128 columns as a piece of their own (halves=True)."""
     r, w = part.shape
-    if w <= BLOCK_K:
+    if not (w > BLOCK_K if halves is None else halves):
         return acc + part * scales[0]
-    second = s.register_tensor(dtype=boolean, shape=[1, 3, 1],
+    q = w // 64
+    second = s.register_tensor(dtype=boolean, shape=[1, q, 1],
                                init=lambda i, j, e: offset_n % BLOCK_K + 64 * j >= BLOCK_K)
     scale = s.where(second, s.reshape(scales[1], [r, 1, 1]), s.reshape(scales[0], [r, 1, 1]))
-    return s.reshape(s.reshape(acc, [r, 3, 64]) + s.reshape(part, [r, 3, 64]) * scale, [r, w])
+    return s.reshape(s.reshape(acc, [r, q, 64]) + s.reshape(part, [r, q, 64]) * scale, [r, w])
 
 
 class MatmulFp8(tilus.Script):
@@ -116,10 +118,17 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted)."""
+    see promoted). products=2 with block_n=192 or 256 (block scaling): the tile's pieces (192: a
+    128- and a 64-column one; 256: four of 64 columns, each with an accumulator of its own) go to
+    two products in turn in a pipeline, each piece promoted under the wgmma of the next (a's rows
+    read from shared memory once a piece), over `trip` k steps a trip of the k loop: every wgmma
+    group is retired in the trip that issued it (a group in flight across the loop's back edge,
+    read after a wait_group 1 in the next trip, made ptxas serialize every wgmma, C7514), so the
+    warp group's tensor work drains once a trip, after the trip's last piece. 192 + 2 x 64 or
+    128 + 2 x 32 registers a thread of accumulators and products."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1):
+                 block_n=None, stages=None, group=8, blocks=132, products=1, trip=2):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -131,11 +140,13 @@ class MatmulFp8(tilus.Script):
         assert block_n in (128, 192, 256), \
             "one or two 128-column pieces (a block of b's scales each), or 192 columns (a 128- and a 64-column " \
             "piece; with block scales one piece whose thirds take their scales)"
-        assert products == 1 or (scaling == "block" and block_n == 128), \
-            "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
+        assert products == 1 or scaling == "block", \
+            "two products in turn: block scaling with one 128-column piece, 192 columns as a 128- and a 64-column " \
+            "piece, or 256 as four 64-column pieces (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
+        self.trip = trip  # pipelined: k steps a trip of the k loop
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -180,8 +191,13 @@ class MatmulFp8(tilus.Script):
         # width when it holds a piece), and what is left of a 192-column tile. Without block
         # scales and with the whole tile's store buffer, one piece: one wgmma of the tile's width
         # per k32 step, which reads a's rows from shared memory once, not once a piece.
-        one = self.whole_store and (not block or bn % 128)
-        widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
+        pipelined = block and self.products == 2 and bn > 128
+        one = self.whole_store and (not block or bn % 128) and not pipelined
+        # The pipeline's wgmma pieces of a k step, (first column, width), each with an accumulator
+        # of its own: two products in turn take them (piece i of a step the product i % 2).
+        cuts = [(0, 128), (128, 64)] if bn == 192 else [(64 * i, 64) for i in range(4)]
+        widths = [bn] if one else [w for _, w in cuts] if pipelined else \
+            [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
         clusters = blocks // 2
@@ -233,13 +249,59 @@ class MatmulFp8(tilus.Script):
             if split:
                 self.inc_max_nreg(self.consumer_regs)
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
-                parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
+                parts = [self.register_tensor(dtype=float32, shape=[bm, w])
+                         for w in ([cuts[0][1], cuts[1][1]] if pipelined else [128, 128])]
             for t in range(cluster, pairs, clusters):
                 pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                 offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
-                if block and self.products == 2:
+                if pipelined:
+                    # The tile's pieces in a pipeline within each trip of `trip` k steps: each
+                    # piece is promoted under the next one's wgmma (the next k step's first piece
+                    # under this step's last), only the trip's last piece after a wait for every
+                    # group. A stage is released once its last piece is complete.
+                    def issue(now, i):
+                        there = (first + now) % stages
+                        if i == 0:
+                            self.mbarrier.wait(full[there], phase=(first + now) // stages % 2)
+                        self.wgmma.fence()
+                        col, w = cuts[i]
+                        self.wgmma.mma(sa[there], self.slice_shared(sb[there], [col, 0], [0, 1], [w, bk]).transpose(),
+                                       parts[i % 2], enable_input_d=False)
+                        self.wgmma.commit_group()
+
+                    def promote(now, i, scales):
+                        here = (first + now) % stages
+                        if i == len(cuts) - 1:
+                            self.release(empty[here], peer, read_shared=True)
+                        part = parts[i % 2]
+                        if bn == 192:
+                            self.assign(accs[i], promoted(self, accs[i], part, scales[i:], offset_n, halves=i == 0))
+                        else:  # a 64-column piece of a tile that starts on a block of b's scales
+                            self.assign(accs[i], accs[i] + part * scales[i // 2])
+
+                    def run(step, count):  # `count` steps, each group retired in the trip that issued it
+                        at = [(step + j, i) for j in range(count) for i in range(len(cuts))]
+                        issue(*at[0])
+                        for q in tilus.static_range(len(at)):
+                            if q + 1 < len(at):
+                                issue(*at[q + 1])
+                                self.wgmma.wait_group(1)
+                            else:
+                                self.wgmma.wait_group(0)
+                            now, i = at[q]
+                            if i == 0:  # the step's scales, read once for its pieces
+                                here = (first + now) % stages
+                                scales = block_scales_of_step(self, ssa[here], ssb[here], now)
+                            promote(now, i, scales)
+
+                    trip = self.trip
+                    for go in range(steps // trip):
+                        run(go * trip, trip)
+                    for rest in range(steps // trip * trip, steps):  # the last steps % trip, one a trip
+                        run(rest, 1)
+                elif block and self.products == 2:
                     # Two products in turn: the k step after this one is issued into the other
                     # product before this one's wait, so each warp group always has a wgmma queued
                     # (as with per-tensor scaling) and promotes under it. The loop takes the steps
@@ -309,18 +371,21 @@ class MatmulFp8(tilus.Script):
                     if not block:
                         self.wgmma.wait_group(0)
                         self.release(empty[(first + steps - 1) % stages], peer)
-                whole = self.whole_store
+                held = bn if self.whole_store else 128  # the columns sc holds
+                col = 0  # the piece's first column in the tile
                 for h in tilus.static_range(pieces):
-                    if h == 0 or not whole:
+                    at = col % held  # the piece's first column in sc
+                    if at == 0:
                         with self.single_thread():  # the stores before have read sc
                             self.tma.wait_group(0, read=True)
-                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + h * 128).to(self.out)
-                    box0, boxes = (h * 128 // box if whole else 0), widths[h] // box  # the piece's boxes in sc
+                    out = scaled(self, self.scaling, accs[h], gsa, gsb, offset_m, offset_n + col).to(self.out)
+                    box0, boxes = at // box, widths[h] // box  # the piece's boxes in sc
                     dst = sc if boxes == sc.shape[0] else \
                         self.slice_shared(sc, [box0, 0, 0], [0, 1, 2], [boxes, bm, box])
                     self.store_shared(dst.permute([1, 0, 2]), self.reshape(out, [bm, boxes, box]))
-                    if h == pieces - 1 or not whole:
-                        start = 0 if whole else h * 128  # the tile's column of sc's first box
+                    col += widths[h]
+                    if col % held == 0 or h == pieces - 1:  # sc filled (or the tile's end): out by TMA
+                        start = col - (at + widths[h])  # the tile's column of sc's first box
                         with self.single_thread():
                             for j in tilus.static_range(box0 + boxes):
                                 self.tma.shared_to_global(sc[j], gc, offsets=[offset_m, offset_n + start + j * box])
@@ -661,6 +726,8 @@ if __name__ == "__main__":
                   (MatmulFp8("block", block_n=128, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8("block", block_n=128, products=2, blocks=blocks), 301, 520, 1040 if not quick else 400),
                   (MatmulFp8("block", block_n=192, blocks=blocks), 301, 1000 if not quick else 400,
+                   1040 if not quick else 272),
+                  (MatmulFp8("block", block_n=192, products=2, blocks=blocks), 301, 1000 if not quick else 400,
                    1040 if not quick else 272),
                   (MatmulFp8("tensor", block_n=192, blocks=blocks), 301, 520, 1040 if not quick else 272),
                   (MatmulFp8Block(blocks=blocks), 16, 1000 if not quick else 264, 1040 if not quick else 272)]

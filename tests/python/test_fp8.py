@@ -107,6 +107,20 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
+# Block-scaled tiles with their pieces in a pipeline (192 columns: a 128- and a 64-column piece;
+# 256: four of 64), `trip` k steps a trip of the k loop: several k steps (whole trips and the
+# remainder's one-step trips), one, two; 192-column tiles on and half way into a block of b's scales,
+# ragged; float16 c; float32 c (256: a 128-column store buffer filled by two pieces).
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
+@pytest.mark.parametrize("block_n,trip", [(192, 1), (192, 2), (192, 4), (256, 1), (256, 2), (256, 4)])
+@pytest.mark.parametrize("out,m,n,k", [(bfloat16, 301, 1000, 1040), (float16, 700, 584, 128), (bfloat16, 130, 400, 256),
+                                       (bfloat16, 260, 392, 768), (float32, 200, 520, 384)])
+def test_block_scaled_pipelined_pieces_on_the_gpu(block_n, trip, out, m, n, k):
+    if out == float32 and block_n == 192:
+        pytest.skip("192-column block-scaled tiles need the whole tile's store buffer (16-bit c)")
+    check_matmul(Arrays("cuda"), MatmulFp8("block", block_n=block_n, products=2, trip=trip, out=out, blocks=8), m, n, k)
+
+
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
     the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
@@ -224,7 +238,9 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
-                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
+                         [dict(scaling="block", block_n=bn, products=2, trip=t) for bn in (192, 256) for t in (1, 2, 4)] +
+                         [dict(scaling="block", block_n=256, products=2, out=float32)])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
