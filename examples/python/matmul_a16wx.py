@@ -17,6 +17,7 @@ with the dequantized weights as its register operand (warp-specialized, TMA on a
 ring, persistent). QuantizedMatmul picks the kernel and its tiles by a rule measured on the H100 at
 N = K = 8192, or, with tune=True, by timing its candidates once per shape."""
 import os
+import re
 import sys
 
 import numpy as np
@@ -69,8 +70,13 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False, two_sums=False, register_sums=False):
+                 k_major=False, fixed_sums=False, two_sums=False, register_sums=False, weights_a=False):
         super().__init__()
+        # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
+        # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
+        # repack_for_magic(weights_a=True)) and a's 8 rows its B operand: half the mma and half the
+        # ldmatrix of a of the 16-row tile's, whose rows past m are zeros.
+        self.weights_a = weights_a
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
         # weights are a run of k tiles per 128 rows): at any moment the grid reads s x 8 KB
@@ -138,7 +144,8 @@ class MatmulA16Wx(SplitK):
         # its operand bytes as 16-byte vectors.
         self.repacked = repacked
         if repacked:
-            assert repackable(wtype.bits, block_m, block_n, block_k, warps), "no fragment order for this tile"
+            assert repackable(wtype.bits, 16 if weights_a else block_m, block_n, block_k, warps), \
+                "no fragment order for this tile"
         # magic: b holds 4-bit codes in magic_layout's order (repack_for_magic), widened to f16 by
         # bit tricks on whole 32-bit words (magic_step) instead of the general conversion.
         self.magic, self.late_scale = magic, late_scale
@@ -151,6 +158,8 @@ class MatmulA16Wx(SplitK):
         self.two_sums = two_sums
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
+        assert not weights_a or late_scale and block_m == 8 and not two_sums and not tma and not split_red, \
+            "weights_a: the late-scaled magic decode on 8-row tiles"
         # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
         # scales and zero points) are TMA boxes one thread issues on the stage's mbarrier, in
         # place of every thread's cp.async (their address and predicate work); a k tile's box
@@ -162,8 +171,10 @@ class MatmulA16Wx(SplitK):
 
     def finish(self, m, n, bm, bn, om, on, c, partial, counters, acc, before):
         """The block's tile acc [bm, bn] of c (blocks over (m tiles, n tiles, splits)), or with
-        split_k > 1 its partial sums and, in the tile's last split, their sum."""
+        split_k > 1 its partial sums and, in the tile's last split, their sum (weights_a: acc^T)."""
         at = self.atype
+        if self.weights_a:
+            acc = self.transpose(acc)
         gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
@@ -242,7 +253,7 @@ class MatmulA16Wx(SplitK):
         # the loop would cost a memory latency per step.
         ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
@@ -369,6 +380,8 @@ class MatmulA16Wx(SplitK):
         # late_scale: the tile's product on unscaled weights, scaled per column in float32 (16
         # FFMA a thread instead of 64 HMUL2 at 16 x 128 x 128; the product of exact small integers
         # and a's halves, then one float32 rounding more than the reference's).
+        if self.weights_a:
+            return self.magic_step_a(words, signed, flip, opaque, scale, zero, sa, acc)
         part = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.late_scale else acc
         other = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.two_sums else None
         for r in tilus.static_range(4):
@@ -388,6 +401,26 @@ class MatmulA16Wx(SplitK):
         if self.two_sums:
             part = part + other
         return acc + part * scale.to(float32) if self.late_scale else part
+
+    def magic_step_a(self, words, signed, flip, opaque, scale, zero, sa, acc):
+        """magic_step with the weights as mma's A operand (weights_a): each quarter's pairs are the
+        A fragments of a [bn, bk / 4] tile (magic_a_layout), times the quarter of a's 8 rows
+        transposed, into acc^T [bn, 8]."""
+        bn, bk, at = self.block_n, self.block_k, self.atype
+        quarter = mma_a_layout(bn, bk // 4, self.warps)
+        part = self.register_tensor(dtype=float32, shape=[bn, self.block_m], init=0.0)
+        for r in tilus.static_range(4):
+            src = words if r < 2 else words >> 8
+            mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
+            bits = (src & mask) ^ (opaque + (0x64006400 | (flip if r % 2 == 0 else flip << 4)))
+            v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
+            if r % 2 == 1:
+                v = v * 0.0625
+            base = 1024.0 if r % 2 == 0 else 64.0
+            w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
+            a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
+            part = self.dot(w, self.transpose(a_r), part)
+        return acc + part * self.transpose(scale.to(float32))
 
 
 class MatmulA16WxStream(MatmulA16Wx):
@@ -538,6 +571,22 @@ def magic_layout(bn, bk, warps=4):
                                 [4, 0, 5, 7, 3])
 
 
+def mma_a_layout(bn, bk, warps=4):
+    """The register layout of a [bn, bk] weight tile (n, k) as the mma.sync A operand (m16n8k16)
+    of a dot on `warps` warps along n (weights_a): warp w holds the rows 16 (warps i + w) + 8 h +
+    lane / 4 and k = 16 j + 8 g + 2 (lane % 4) + e, slots (i, j, g, h, e)."""
+    return (tilus.local(bn // (16 * warps), bk // 16) * tilus.spatial(warps, 1) * tilus.column_local(2, 2) *
+            tilus.spatial(8, 4) * tilus.local(1, 2))
+
+
+def magic_a_layout(bn, bk, warps=4):
+    """magic_layout for weights_a: slot 8 j + 4 e + r is the slot 2 j + e of mma_a_layout(bn, bk / 4)
+    shifted to the k quarter r. Modes: n = (i, warp, h, lane / 4), k = (quarter r, j, g, lane % 4,
+    e); slots (i, j, g, h, e, r), most significant first."""
+    return tilus.RegisterLayout([bn, bk], [bn // (16 * warps), warps, 2, 8, 4, bk // 64, 2, 4, 2], [1, 3, 7],
+                                [0, 5, 6, 2, 8, 4])
+
+
 def fragment_layout(bn, bk, warps=4):
     """The register layout of a [bn, bk] weight tile (n, k) that the mma.sync operand of a
     16-row tile on `warps` warps needs, before its transpose: thread t holds n = 8 warps i + t / 4
@@ -612,11 +661,13 @@ def repack(b, wtype, n, k, bn, bk, layout, threads, k_major=False):
     return out
 
 
-def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False):
+def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False, weights_a=False):
     """The bytes MatmulA16Wx(magic=True) loads: magic_layout's order of 16-row tiles on `warps` warps
-    (k_major: the tiles k tile after k tile, each k tile's n tiles together, for k_major=True)."""
+    (k_major: the tiles k tile after k tile, each k tile's n tiles together, for k_major=True;
+    weights_a: magic_a_layout's, for weights_a=True)."""
     assert repackable(wtype.bits, 16, bn, bk, warps) and bk % 64 == 0, f"no magic order for {bn}x{bk} tiles"
-    return repack(b, wtype, n, k, bn, bk, magic_layout(bn, bk, warps), 32 * warps, k_major)
+    layout = (magic_a_layout if weights_a else magic_layout)(bn, bk, warps)
+    return repack(b, wtype, n, k, bn, bk, layout, 32 * warps, k_major)
 
 
 def repack_weights(b, wtype, n, k, bn, bk, warps=4):
@@ -1052,7 +1103,9 @@ class QuantizedMatmul:
           SM: unroll, min_blocks=4); up to m = 4 the splits that fill a wave, interleaved (k_major
           on the magic decode), also ending by fixed_sums; on the magic decode also stream-K
           (MatmulA16WxStream, every SM the same k tiles) in 3 blocks an SM, where each block gets
-          two k tiles;
+          two k tiles; on the magic decode also in 8-warp blocks (warps=8, the "magic8" weight
+          orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both
+          orders (up to m = 4 also by fixed_sums), and stream-K;
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1128,6 +1181,33 @@ class QuantizedMatmul:
             # elsewhere; 2 and 4 blocks an SM and one ring over a block's run never won.)
             if magic and tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:  # (two k tiles a block at least)
                 add(dict(base, split_k=1, blocks=3 * sms, **decode))
+            # 8-warp blocks on the magic decode (each warp half the columns of a 4-warp block's: 69-79
+            # registers, so 3 blocks an SM hold 24 warps where 4-warp blocks held 12; ncu had the 4-warp
+            # kernel's warps issue once in 6 cycles on fixed-latency, math-pipe and barrier stalls):
+            # the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on both weight orders,
+            # up to m = 4 also ending by fixed_sums, and stream-K.
+            if magic and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
+                for split in splits:
+                    if split > 1 and split in (2 * sms // tiles, 3 * sms // tiles):
+                        for order in ({}, dict(k_major=True)):
+                            add(dict(base, split_k=split, interleave=True, warps=8, **decode, **order))
+                        if m <= 4:
+                            add(dict(base, split_k=split, interleave=True, k_major=True, fixed_sums=True, warps=8,
+                                     **decode))
+                if tiles * -(-k // base["block_k"]) >= 2 * 3 * sms:
+                    add(dict(base, split_k=1, blocks=3 * sms, warps=8, **decode))
+            # Up to m = 8 the product transposed on 8-row tiles of 8 warps (weights_a: half the mma and
+            # the ldmatrix of a; 63 registers, 4 blocks an SM): the splits that fill a wave of 3 and 4
+            # blocks an SM, interleaved, on both weight orders (up to m = 4 also by fixed_sums).
+            if magic and m <= 8 and repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 8):
+                for split in sorted({min(16, x * sms // tiles) for x in (3, 4)}):
+                    if split > 1 and k // (base["block_k"] * split) >= 2:
+                        for order in ({}, dict(k_major=True)):
+                            add(dict(base, block_m=8, split_k=split, interleave=True, warps=8, weights_a=True,
+                                     **decode, **order))
+                        if m <= 4:
+                            add(dict(base, block_m=8, split_k=split, interleave=True, k_major=True, fixed_sums=True,
+                                     warps=8, weights_a=True, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1356,8 +1436,11 @@ class QuantizedMatmul:
         return (hasattr(b, "is_cuda") and b.is_cuda and tilus._C.device_info()["arch"] == "sm_90a" and
                 self.group % (2 * bk) == 0 and hopper_repackable(self.wtype.bits, bk))
 
-    # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of).
-    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "wgmma", "wgmma_magic")
+    # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
+    # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
+    # and magica8_k the same for weights_a=True (magic_a_layout's).
+    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k", "wgmma",
+               "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod
@@ -1365,8 +1448,11 @@ class QuantizedMatmul:
         """The weight order (a key of prepare's dict) that configuration cfg reads."""
         if cfg.get("hopper"):
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
-        return ("magic_k" if cfg.get("k_major") else "magic" if cfg.get("magic") else
-                "repacked" if cfg.get("repacked") else "plain")
+        if cfg.get("magic"):
+            warps = cfg.get("warps", 4)
+            return (f"magic{'a' if cfg.get('weights_a') else ''}{warps if warps != 4 else ''}" +
+                    ("_k" if cfg.get("k_major") else ""))
+        return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
         """The weight orders the configurations tuned so far read (with "plain"): prepare(b,
@@ -1400,10 +1486,12 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            if "magic" in wanted:
-                out["magic"] = repack_for_magic(b, self.wtype, n, k, 128, bk)
-            if "magic_k" in wanted:
-                out["magic_k"] = repack_for_magic(b, self.wtype, n, k, 128, bk, k_major=True)
+            for order in self.LAYOUTS:  # magic[a][W][_k]: weights_a's order, blocks of W warps (4), k-major
+                name = re.fullmatch(r"magic(a?)(\d*)(_k)?", order)
+                warps = int(name.group(2) or 4) if name else 0
+                if warps and order in wanted and repackable(bits, 16, 128, bk, warps):
+                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=warps, k_major=bool(name.group(3)),
+                                                  weights_a=bool(name.group(1)))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:

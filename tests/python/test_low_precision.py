@@ -495,7 +495,12 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, fixed_sums=True)), ("int4", 2, 64, dict(fixed_sums=True)),
     ("uint4", 4, 64, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True)),
     ("int4", 3, 128, dict(late_scale=True, two_sums=True)), ("uint4", 2, 64, dict(late_scale=True, two_sums=True, k_major=True)),
-    ("int4", 3, 128, dict(late_scale=True, register_sums=True)), ("uint4", 4, 64, dict(late_scale=True, register_sums=True))])
+    ("int4", 3, 128, dict(late_scale=True, register_sums=True)), ("uint4", 4, 64, dict(late_scale=True, register_sums=True)),
+    ("int4", 3, 128, dict(late_scale=True, warps=8)), ("uint4", 2, 64, dict(late_scale=True, interleave=True, warps=8)),
+    ("uint4", 4, 128, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True, warps=8)),
+    ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8)),
+    ("uint4", 2, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True)),
+    ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -514,7 +519,10 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     fixed point into an int64 per element with the count in its top bits, the last add's thread
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
     late-scaled product in two float32 sums); register_sums=True (the last split adds the others'
-    partial sums to its registers). Each launched twice on
+    partial sums to its registers); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
+    interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
+    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums).
+    Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
@@ -525,7 +533,8 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(max(16, 2 * m * n), np.int32))  # (fixed_sums: an int64 per element of c)
     kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
-    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, k_major=options.get("k_major", False))
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=options.get("warps", 4),
+                               k_major=options.get("k_major", False), weights_a=options.get("weights_a", False))
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
@@ -535,25 +544,26 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
-@pytest.mark.parametrize("wtype,m,n,k,blocks,bk", [
-    ("int4", 1, 520, 640, 7, 128), ("uint4", 5, 200, 1280, 3, 64), ("int4", 20, 136, 384, 5, 64),
-    ("uint4", 16, 384, 896, 13, 128), ("int4", 3, 136, 128, 6, 64)])
-def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, blocks, bk):
+@pytest.mark.parametrize("wtype,m,n,k,blocks,bk,warps", [
+    ("int4", 1, 520, 640, 7, 128, 4), ("uint4", 5, 200, 1280, 3, 64, 4), ("int4", 20, 136, 384, 5, 64, 4),
+    ("uint4", 16, 384, 896, 13, 128, 4), ("int4", 3, 136, 128, 6, 64, 4), ("uint4", 5, 520, 640, 7, 128, 8)])
+def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, blocks, bk, warps):
     """MatmulA16WxStream (the magic decode, the k tiles of every output tile dealt out evenly to
     `blocks` blocks, a block's run crossing output tiles) against the float64 reference on ragged
     m, n: runs within one tile and across two or more (520 x 640 in 7 blocks: 5 tiles of 5 k tiles,
     25 in runs of 3 or 4), tiles of one block (written straight into c) and of several (partial
     sums, the last to arrive adding them up), two row tiles (m = 20), more blocks than k tiles
-    (some with empty runs: 136 x 128 in 6 blocks, 4 k tiles); launched twice on one set of
-    counters, back at zero after each launch."""
+    (some with empty runs: 136 x 128 in 6 blocks, 4 k tiles), 8-warp blocks; launched twice on one
+    set of counters, back at zero after each launch."""
     from matmul_a16wx import MatmulA16WxStream, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     rng = np.random.default_rng(5)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(16, np.int32))
-    kernel = MatmulA16WxStream(dt, bk, blocks=blocks, block_k=bk, stages=3, repacked=True, magic=True, late_scale=True)
-    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk)
+    kernel = MatmulA16WxStream(dt, bk, blocks=blocks, block_k=bk, stages=3, repacked=True, magic=True, late_scale=True,
+                               warps=warps)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=warps)
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
         partial = arrays.put(np.full((2 * blocks, min(m, 16), 128), np.nan, np.float32))  # (no slot read unwritten)
@@ -924,8 +934,12 @@ def test_quantized_matmul_short_list_per_m(n, k):
     stream-K in 3 blocks an SM (where that leaves
     two k tiles a block); with f16_split_sums=True (an opt-in), where TMA
     applies (sm_90) with 2 to 8 splits, also adding into c by red (unrolled in the registers of 4
-    blocks an SM), and nothing else changed;
-    the TMA copies in the wide space only; at most 20 up to m = 32, 8 beyond; from m = 33
+    blocks an SM), and nothing else changed; on the magic decode also 8-warp blocks (the splits
+    filling a wave of 2 and 3 blocks an SM, interleaved, both weight orders, up to m = 4 also by
+    fixed_sums; stream-K), reading the magic8 orders; up to m = 8 the product transposed
+    (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
+    orders, up to m = 4 also by fixed_sums), reading the magica8 orders;
+    the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -936,14 +950,17 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (20 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (33 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
                      MatmulA16Wx)(wtype, 128, **params)
                 hopper = [c for c in got if c.get("hopper")]
-                streams = [c for c in got if c.get("blocks")]
-                mma = [c for c in got if not c.get("hopper") and not c.get("blocks")]
+                trans = [c for c in got if c.get("weights_a")]  # the product transposed: m <= 8
+                wide = [c for c in got if c.get("warps") == 8 and c not in trans]  # 8-warp blocks: m <= 32
+                got4 = [c for c in got if c not in wide and c not in trans]
+                streams = [c for c in got4 if c.get("blocks")]
+                mma = [c for c in got4 if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
                     s, tiles = q.mma_config(m, n, k, 16)["split_k"], -(-m // 16) * -(-n // 128)
                     splits = {x for x in (s, 2 * s, 264 // tiles, 396 // tiles) if 1 <= x <= 16 and k // (128 * x) >= 2}
@@ -971,6 +988,26 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     # stream-K on the magic decode: 3 blocks an SM, two k tiles a block at least
                     assert streams == ([dict(template, split_k=1, blocks=396)]
                                        if magic and tiles * -(-k // 128) >= 2 * 396 else []), (m, got)
+                    # 8-warp blocks on the magic decode: the splits filling a wave of 2 and 3 blocks an SM,
+                    # interleaved, on both weight orders (up to m = 4 also by fixed_sums), and stream-K
+                    waves = [x for x in (264 // tiles, 396 // tiles) if x > 1 and x in splits]
+                    want8 = [dict(template, split_k=x, interleave=True, warps=8, **o)
+                             for x in waves for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True))
+                             if m <= 4 or not o.get("fixed_sums")]
+                    want8 += [dict(template, split_k=1, blocks=396, warps=8)] if streams else []
+                    assert sorted(sorted(c.items()) for c in wide) == \
+                        (sorted(sorted(c.items()) for c in want8) if magic else []), (m, got)
+                    assert all(q.layout_of(c) == "magic8" + ("_k" if c.get("k_major") else "") for c in wide)
+                    # up to m = 8 the product transposed on 8-row tiles of 8 warps: the splits filling a
+                    # wave of 3 and 4 blocks an SM, interleaved, both orders (up to m = 4 also by fixed_sums)
+                    want_a = [dict(template, block_m=8, split_k=x, interleave=True, warps=8, weights_a=True, **o)
+                              for x in sorted({min(16, 396 // tiles), min(16, 528 // tiles)})
+                              if x > 1 and k // (128 * x) >= 2
+                              for o in ({}, dict(k_major=True), dict(k_major=True, fixed_sums=True))
+                              if m <= 4 or not o.get("fixed_sums")]
+                    assert sorted(sorted(c.items()) for c in trans) == \
+                        (sorted(sorted(c.items()) for c in want_a) if magic and m <= 8 else []), (m, got)
+                    assert all(q.layout_of(c) == "magica8" + ("_k" if c.get("k_major") else "") for c in trans)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
@@ -1101,8 +1138,8 @@ def test_tuned_quantized_matmul_on_the_gpu():
     fastest (one of the candidates) and computes the same product with it; so does every
     candidate (the magic decode's among them at m = 5, the wgmma kernel's at m = 80; on a grid of
     8 SMs its splits at m = 200 and its last round's tiles split, alone and in clusters of two, at
-    m = 300; as if on 4 SMs at m = 5, stream-K in 12 blocks and the splits on the weights k tile
-    after k tile; each run twice: the split
+    m = 300; as if on 4 SMs at m = 5, stream-K in 12 blocks of 4 and of 8 warps and the splits on
+    the weights k tile after k tile, the product transposed among them; each run twice: the split
     counters and partial sums reused)."""
     import torch
     from matmul_a16wx import QuantizedMatmul, from_host_array, host_array, quantized_operands
@@ -1125,7 +1162,9 @@ def test_tuned_quantized_matmul_on_the_gpu():
         candidates = q.candidates(*key)  # (m's bucket, n, k, wgmma, magic, TMA applies)
         assert cfg in candidates, cfg
         if sms and m <= 32:
-            assert [c["blocks"] for c in candidates if c.get("blocks")] == [12], candidates
+            assert any(c.get("weights_a") for c in candidates), candidates
+            assert [(c["blocks"], c.get("warps", 4)) for c in candidates if c.get("blocks")] == [(12, 4), (12, 8)], \
+                candidates
             assert any(c.get("k_major") for c in candidates), candidates
         elif sms:
             assert any(c.get("split_k", 1) > 1 for c in candidates) == (m == 200), candidates
