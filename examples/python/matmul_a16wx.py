@@ -701,7 +701,7 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 stream_k=0):
+                 stream_k=0, wait_sums=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -716,6 +716,10 @@ class MatmulA16WxHopper(SplitK):
         # `stream_k` rounds (the last partly filled) dealt out as pairs of k tiles evenly to every
         # worker (block, or cluster), each worker's run one range of them (stream_unit).
         self.stream_k = stream_k
+        # wait_sums: a split tile's first split waits until the others have stored their partial
+        # sums and adds them without storing its own (add_up_split_registers); else the last to
+        # arrive adds, every split storing first.
+        self.wait_sums = wait_sums
         # tail_split: only the tiles of the grid's last, partly filled round split over k, that
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
@@ -851,7 +855,10 @@ class MatmulA16WxHopper(SplitK):
         threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
         its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
         other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
-        stores the sum as unsplit tiles leave (store_tile); stream: (the tile's first worker,
+        stores the sum as unsplit tiles leave (store_tile); with wait_sums the tile's first split
+        adds instead, once the others have stored theirs (lock_semaphore on the counter: it never
+        stores its own; the others never wait, and each waits only for later units or, with
+        stream_k, for other workers' first items: all blocks are resident); stream: (the tile's first worker,
         the stream-K tile, workers, pairs, steps, rank) of stream_k, whose splits' slots are
         stream_slot's. (The mma.sync kernel's ending,
         add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
@@ -861,6 +868,24 @@ class MatmulA16WxHopper(SplitK):
         _, vectors, workers, _ = self.partial_shape(1)
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
+        if self.wait_sums:  # the first split waits for the others' sums; they store theirs and go on
+            if split == 0:
+                self.lock_semaphore(arrivals[counter].item_ptr(), splits - 1)
+                for j in range(1, splits):
+                    other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j, stream), 0, 0, 0],
+                                             shape=[vectors, workers, 4])
+                    self.annotate_layout(other, order)
+                    mine = mine + other
+                self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
+                                offset_m, offset_n)
+                reset_arrivals(self, arrivals, [counter])
+            else:
+                self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+                self.sync()  # every thread's stores before the arrival (a release at GPU scope)
+                with self.single_thread():
+                    self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
+                                           offsets=[counter], sem="release")
+            return
         self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
         if last_to_arrive(self, arrivals, [counter], splits, slot=before):
             for j in range(1, splits):
@@ -1065,7 +1090,7 @@ class QuantizedMatmul:
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
-                 stream_k=False):
+                 stream_k=False, wait_sums=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1076,6 +1101,9 @@ class QuantizedMatmul:
         self.f16_split_sums = f16_split_sums
         # stream_k: the tuner also times MatmulA16WxHopper(stream_k=1 and 2) from m = 33 (stream_candidates).
         self.stream_k = stream_k
+        # wait_sums: the tuner also times each split wgmma candidate with wait_sums=True (its
+        # tiles' first split adds once the others have stored).
+        self.wait_sums = wait_sums
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
@@ -1266,6 +1294,10 @@ class QuantizedMatmul:
             if self.stream_k:
                 for cfg in self.stream_candidates(m, n, k, magic):
                     add(cfg)
+            if self.wait_sums:
+                for cfg in [c for c in out if c.get("hopper") and (c.get("split_k", 1) > 1 or
+                                                                  c.get("tail_split", 1) > 1 or c.get("stream_k"))]:
+                    add(dict(cfg, wait_sums=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False

@@ -786,16 +786,22 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 1, 8, 1),
                 ("uint4", "float16", 300, 904, 1024, 256, 128, 2, 1, True, 1, 8, 2),
                 ("int4", "float16", 100, 136, 256, 128, 128, 1, 1, False, 1, 8, 1),
-                ("uint4", "bfloat16", 130, 200, 512, 64, 64, 1, 1, False, 1, 8, 1)]
+                ("uint4", "bfloat16", 130, 200, 512, 64, 64, 1, 1, False, 1, 8, 1),
+                # the first split adding once the others have stored (wait_sums): split 3 (20 k tiles:
+                # 8, 8, 4), stream-K in clusters, the last round's tiles split (GPU only: its blocks
+                # wait for blocks that the CPU backend, a few at a time in order, may not have started)
+                ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3, False, 1, 8, 0, True),
+                ("uint4", "float16", 300, 904, 1024, 256, 128, 2, 1, True, 1, 8, 2, True),
+                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 3, 8, 0, True)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, tile_group=8,
-                stream_k=0, *, seed, arrays=None):
+                stream_k=0, wait_sums=False, *, seed, arrays=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
     last round's tiles split; tile_group: rows of a per L2 group of the tile walk; stream_k: the
-    last rounds' k-tile pairs dealt out evenly), its arguments (on `arrays`' device; host arrays and unset weights
+    last rounds' k-tile pairs dealt out evenly; wait_sums: a tile's first split adds), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -811,7 +817,7 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=5 if cluster == 1 else 6, atype=at,
                                cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split,
-                               tile_group=tile_group, stream_k=stream_k)
+                               tile_group=tile_group, stream_k=stream_k, wait_sums=wait_sums)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
             np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32), np.zeros(tiles, np.int32)]
@@ -825,7 +831,7 @@ def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
             (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-group{c[11]}" if c[11:12] not in ((), (8,)) else "") +
-            (f"-stream{c[12]}" if c[12:] else ""))
+            (f"-stream{c[12]}" if c[12:13] > (0,) else "") + ("-wait" if c[13:] == (True,) else ""))
 
 
 @pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
@@ -886,7 +892,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[19:],
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[19:25],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
