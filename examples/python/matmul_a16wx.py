@@ -762,6 +762,11 @@ class MatmulA16WxHopper(SplitK):
         per = 2 * tilus.cdiv(steps, 2 * splits)
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
+    def item(self, u, walk):
+        """Unit u's (or with stream_k, the worker's item u's) tuple of unit: walk is the
+        arguments after u of unit, or with stream_k of stream_unit."""
+        return self.stream_unit(u, *walk) if self.stream_k else self.unit(u, *walk)
+
     def stream_unit(self, i, w, workers, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank):
         """Item i of worker w (a block, or a cluster; `workers` of them) with stream_k, as unit's
         tuple: its first `rounds` items the unsplit tiles w + r x workers (r < rounds), then one
@@ -869,25 +874,19 @@ class MatmulA16WxHopper(SplitK):
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
         if self.wait_sums:  # the first split waits for the others' sums; they store theirs and go on
+            adds = split == 0
             if split == 0:
                 self.lock_semaphore(arrivals[counter].item_ptr(), splits - 1)
-                for j in range(1, splits):
-                    other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j, stream), 0, 0, 0],
-                                             shape=[vectors, workers, 4])
-                    self.annotate_layout(other, order)
-                    mine = mine + other
-                self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
-                                offset_m, offset_n)
-                reset_arrivals(self, arrivals, [counter])
             else:
                 self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
                 self.sync()  # every thread's stores before the arrival (a release at GPU scope)
                 with self.single_thread():
                     self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
                                            offsets=[counter], sem="release")
-            return
-        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
-        if last_to_arrive(self, arrivals, [counter], splits, slot=before):
+        else:
+            self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+            adds = last_to_arrive(self, arrivals, [counter], splits, slot=before)
+        if adds:
             for j in range(1, splits):
                 other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j, stream), 0, 0, 0],
                                          shape=[vectors, workers, 4])
@@ -948,8 +947,10 @@ class MatmulA16WxHopper(SplitK):
             items = rounds + tilus.select(first_unit < sk_workers, tilus.select(run_start < run_end, touched, 0), 0)
             loop_first, loop_end, loop_step = 0, items, 1
             units = whole + units_step * 2  # (two partial-sum slots a worker, from `whole` on in gp)
+            walk = (first_unit, units_step, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank)
         else:
             loop_first, loop_end, loop_step = first_unit, units, units_step
+            walk = (tiles_m, tiles_n, steps, rank, whole)
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -981,11 +982,7 @@ class MatmulA16WxHopper(SplitK):
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
                 issued = self.declare("issued", int32, 0)  # k tiles through the ring
                 for u in range(loop_first, loop_end, loop_step):
-                    if self.stream_k:
-                        _, _, _, offset_m, tile_n, k0, count = self.stream_unit(
-                            u, first_unit, units_step, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank)
-                    else:
-                        _, _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
+                    _, _, _, offset_m, tile_n, k0, count = self.item(u, walk)
                     for step in range(count):
                         g = issued + step
                         stage = g % stages
@@ -1015,11 +1012,7 @@ class MatmulA16WxHopper(SplitK):
             fragment = wgmma_a_layout(bn, bk, self.consumers)
             taken = self.declare("taken", int32, 0)  # k tiles through the ring
             for u in range(loop_first, loop_end, loop_step):
-                if self.stream_k:
-                    t, split, splits, offset_m, tile_n, _, count = self.stream_unit(
-                        u, first_unit, units_step, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank)
-                else:
-                    t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
+                t, split, splits, offset_m, tile_n, _, count = self.item(u, walk)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
                 if ways > 1:  # (the split ending views its registers in this order)
                     self.annotate_layout(acc, wgmma_accumulator_layout(bn, bm, self.consumers))
