@@ -701,7 +701,7 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 stream_k=0, wait_sums=False):
+                 stream_k=0, wait_sums=False, spread_sums=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -720,6 +720,13 @@ class MatmulA16WxHopper(SplitK):
         # sums and adds them without storing its own (add_up_split_registers); else the last to
         # arrive adds, every split storing first.
         self.wait_sums = wait_sums
+        # spread_sums: the splits of a tile meet once all have stored their partial sums, and each
+        # adds up and stores its own slice of the tile's rows of a (add_up_split_registers).
+        ways = max(split_k, tail_split)
+        assert not spread_sums or (ways > 1 and not stream_k and not wait_sums and block_m // 8 % ways == 0), \
+            "spread_sums: every split a whole slice of 8-row groups of the tile's rows of a"
+        self.spread_sums = spread_sums
+        self.split_ways = ways
         # tail_split: only the tiles of the grid's last, partly filled round split over k, that
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
@@ -830,6 +837,8 @@ class MatmulA16WxHopper(SplitK):
         shared memory (sc) and TMA stores (the transposed accumulator gives each thread single
         elements of c's rows); the consumers go on to the next tile while the stores complete."""
         bn, bm = acc.shape
+        if bm < sc.shape[1]:  # (spread_sums: a slice of the tile's rows of a)
+            sc = self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [bn // 64, bm, 64])
         with self.single_thread():  # the last tile's stores have read sc
             self.tma.wait_group(0, read=True)
         self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(self.atype), [bm, bn // 64, 64]))
@@ -873,6 +882,10 @@ class MatmulA16WxHopper(SplitK):
         _, vectors, workers, _ = self.partial_shape(1)
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
+        if self.spread_sums:
+            self.spread_split_sums(mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                                   before)
+            return
         if self.wait_sums:  # the first split waits for the others' sums; they store theirs and go on
             adds = split == 0
             if split == 0:
@@ -895,6 +908,38 @@ class MatmulA16WxHopper(SplitK):
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
                             offset_m, offset_n)
             reset_arrivals(self, arrivals, [counter])
+
+    def spread_split_sums(self, mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                          before):
+        """spread_sums' ending: every split stores its partial sums (mine, as its threads hold
+        them), arrives at arrivals[counter] and waits until all `splits` have; then split s adds
+        up the s-th of `splits` slices of everyone's sums (the accumulator's 16-byte vectors are
+        its 8-column groups: a slice is bm / splits rows of a) and stores them as its slice of the
+        tile; the last to finish reading (a second count, at arrivals[counter + the counters' half])
+        sets both counts back to zero."""
+        vectors, workers, _ = mine.shape
+        part = vectors // self.split_ways
+        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+        self.sync()  # every thread's stores before the arrival (a release at GPU scope)
+        with self.single_thread():
+            self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
+                                   offsets=[counter], sem="release")
+        self.lock_semaphore(arrivals[counter].item_ptr(), splits)
+        piece = tilus.local(part, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
+        total = self.register_tensor(dtype=float32, shape=[part, workers, 4], init=0.0)
+        self.annotate_layout(total, piece)
+        for j in range(splits):
+            other = self.load_global(gp, offsets=[slot + (j - split) * self.cluster_size, split * part, 0, 0],
+                                     shape=[part, workers, 4])
+            self.annotate_layout(other, piece)
+            total = total + other
+        bn, rows = self.block_n, self.block_m // self.split_ways
+        self.store_tile(self.view(total, layout=wgmma_accumulator_layout(bn, rows, self.consumers)), sc, gc,
+                        offset_m + split * rows, offset_n)
+        half = self.arrival_half
+        if last_to_arrive(self, arrivals, [counter + half], splits, slot=before):
+            reset_arrivals(self, arrivals, [counter])
+            reset_arrivals(self, arrivals, [counter + half])
 
     def other_slot(self, slot, split, splits, j, stream):
         """The partial-sum slot of the split j after this one (of slot `slot`) among a tile's
@@ -967,7 +1012,9 @@ class MatmulA16WxHopper(SplitK):
             # the partial sums of each split unit (and block of a cluster), as its threads hold them
             gp = self.global_view(partial, shape=self.partial_shape((units - whole) * self.cluster_size))
             # (a counter per output tile: in clusters, per tile of each block of the pair)
-            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
+            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size *
+                                                         (2 if self.spread_sums else 1)])
+            self.arrival_half = tiles_m * tiles_n * self.cluster_size  # (spread_sums' second count)
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -1083,7 +1130,7 @@ class QuantizedMatmul:
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
-                 stream_k=False, wait_sums=False):
+                 stream_k=False, wait_sums=False, spread_sums=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1097,6 +1144,9 @@ class QuantizedMatmul:
         # wait_sums: the tuner also times each split wgmma candidate with wait_sums=True (its
         # tiles' first split adds once the others have stored).
         self.wait_sums = wait_sums
+        # spread_sums: also with spread_sums=True (every split adds a slice of its tile) where the
+        # slices are whole 8-row groups.
+        self.spread_sums = spread_sums
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
@@ -1287,10 +1337,13 @@ class QuantizedMatmul:
             if self.stream_k:
                 for cfg in self.stream_candidates(m, n, k, magic):
                     add(cfg)
-            if self.wait_sums:
-                for cfg in [c for c in out if c.get("hopper") and (c.get("split_k", 1) > 1 or
-                                                                  c.get("tail_split", 1) > 1 or c.get("stream_k"))]:
-                    add(dict(cfg, wait_sums=True))
+            split = [c for c in out if c.get("hopper") and (c.get("split_k", 1) > 1 or c.get("tail_split", 1) > 1 or
+                                                            c.get("stream_k"))]
+            for cfg in split if self.wait_sums else ():
+                add(dict(cfg, wait_sums=True))
+            for cfg in split if self.spread_sums else ():
+                if not cfg.get("stream_k") and cfg["block_m"] // 8 % max(cfg.get("split_k", 1), cfg.get("tail_split", 1)) == 0:
+                    add(dict(cfg, spread_sums=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False
@@ -1586,7 +1639,9 @@ class QuantizedMatmul:
         cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
         tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
         # (fixed_sums: an int64 per element of c, zero between launches as the counters are)
-        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else tiles)
+        # (spread_sums: two counts a tile)
+        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else
+                                         2 * tiles if cfg.get("spread_sums") else tiles)
         if cfg.get("hopper"):
             w = weights[self.layout_of(cfg)]
             need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
