@@ -10,7 +10,9 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
-instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
+instead) and the line says which kernel won and how long its tuning took. --stream-k,
+--wait-sums and --spread-sums add the wgmma kernel's stream-K and its two other split endings
+(MatmulA16WxHopper's stream_k, wait_sums, spread_sums) to the tuner's list. The Triton kernel's
 tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
 compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
