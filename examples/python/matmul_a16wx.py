@@ -926,11 +926,15 @@ class MatmulA16WxHopper(SplitK):
                                    offsets=[counter], sem="release")
         self.lock_semaphore(arrivals[counter].item_ptr(), splits)
         piece = tilus.local(part, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
-        total = self.register_tensor(dtype=float32, shape=[part, workers, 4], init=0.0)
+        # its own slice from its registers (the slices side by side: the one of index split kept)
+        slices = self.reshape(mine, [self.split_ways, part, workers, 4])
+        mask = self.register_tensor(dtype=float32, shape=[self.split_ways, 1, 1, 1],
+                                    init=lambda s, a, b, c: tilus.select(s == split, 1.0, 0.0))
+        total = self.sum(slices * mask, dim=0)
         self.annotate_layout(total, piece)
-        for j in range(splits):
-            other = self.load_global(gp, offsets=[slot + (j - split) * self.cluster_size, split * part, 0, 0],
-                                     shape=[part, workers, 4])
+        for j in range(1, splits):
+            other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size,
+                                                  split * part, 0, 0], shape=[part, workers, 4])
             self.annotate_layout(other, piece)
             total = total + other
         bn, rows = self.block_n, self.block_m // self.split_ways
