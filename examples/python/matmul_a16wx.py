@@ -751,7 +751,8 @@ class MatmulA16WxHopper(SplitK):
     the general conversion."""
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
-                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1):
+                 tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
+                 stream_k=0, wait_sums=False, spread_sums=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -760,6 +761,23 @@ class MatmulA16WxHopper(SplitK):
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
         assert 1 <= split_k <= 16 and 1 <= tail_split <= 16, "split-K: 1 to 16 ways"
         assert split_k == 1 or tail_split == 1, "every tile split, or the last round's tiles only"
+        assert stream_k in (0, 1, 2) and (stream_k == 0 or split_k == tail_split == 1), \
+            "stream-K over the last 1 or 2 rounds' tiles, or split_k, or tail_split"
+        # stream_k: the tiles of whole rounds of the persistent grid unsplit, those of the last
+        # `stream_k` rounds (the last partly filled) dealt out as pairs of k tiles evenly to every
+        # worker (block, or cluster), each worker's run one range of them (stream_unit).
+        self.stream_k = stream_k
+        # wait_sums: a split tile's first split waits until the others have stored their partial
+        # sums and adds them without storing its own (add_up_split_registers); else the last to
+        # arrive adds, every split storing first.
+        self.wait_sums = wait_sums
+        # spread_sums: the splits of a tile meet once all have stored their partial sums, and each
+        # adds up and stores its own slice of the tile's rows of a (add_up_split_registers).
+        ways = max(split_k, tail_split)
+        assert not spread_sums or (ways > 1 and not stream_k and not wait_sums and block_m // 8 % ways == 0), \
+            "spread_sums: every split a whole slice of 8-row groups of the tile's rows of a"
+        self.spread_sums = spread_sums
+        self.split_ways = ways
         # tail_split: only the tiles of the grid's last, partly filled round split over k, that
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
@@ -802,6 +820,44 @@ class MatmulA16WxHopper(SplitK):
         per = 2 * tilus.cdiv(steps, 2 * splits)
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
+    def item(self, u, walk):
+        """Unit u's (or with stream_k, the worker's item u's) tuple of unit: walk is the
+        arguments after u of unit, or with stream_k of stream_unit."""
+        return self.stream_unit(u, *walk) if self.stream_k else self.unit(u, *walk)
+
+    def stream_unit(self, i, w, workers, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank):
+        """Item i of worker w (a block, or a cluster; `workers` of them) with stream_k, as unit's
+        tuple: its first `rounds` items the unsplit tiles w + r x workers (r < rounds), then one
+        item for each tile its run of stream-K k-tile pairs touches. The `pairs` pairs of the
+        tiles from `whole` on (steps / 2 a tile, tile after tile) are dealt out evenly to the first
+        sk_workers (min(workers, pairs): every run one pair at least): worker w's run is the pairs
+        w x pairs / sk_workers up to (w + 1) x pairs / sk_workers. A tile's splits are the
+        workers whose runs touch it (stream_owner), its split the worker's rank among them."""
+        per = steps // 2
+        sk = i >= rounds
+        start, end = w * pairs // sk_workers, (w + 1) * pairs // sk_workers
+        tl = start // per + i - rounds  # the stream-K tile (counted from whole), where sk
+        lo, hi = tilus.max(start, tl * per), tilus.min(end, (tl + 1) * per)
+        first = self.stream_owner(tl * per, sk_workers, pairs)
+        last = self.stream_owner((tl + 1) * per - 1, sk_workers, pairs)
+        t = tilus.select(sk, whole + tl, w + i * workers)
+        offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
+        tile_n = tile_n * self.cluster_size + rank
+        return (t, tilus.select(sk, w - first, 0), tilus.select(sk, last - first + 1, 1), offset_m, tile_n,
+                tilus.select(sk, 2 * (lo - tl * per), 0), tilus.select(sk, 2 * (hi - lo), steps))
+
+    @staticmethod
+    def stream_owner(x, workers, pairs):
+        """The worker whose stream-K run holds pair x: the last w with w x pairs / workers <= x."""
+        return ((x + 1) * workers - 1) // tilus.max(pairs, 1)
+
+    def stream_slot(self, w, tl, workers, pairs, steps, rank):
+        """The partial-sum slot of worker w's item for stream-K tile tl of its run: two a worker
+        (per block of a cluster), the first for a run that starts in the tile, the second for the
+        tile its run ends in (a run touches at most two tiles partly: its first and its last)."""
+        before = tilus.select(w * pairs // workers < tl * (steps // 2), 1, 0)
+        return (2 * w + before) * self.cluster_size + rank
+
     def magic_product(self, k, raw, sa, ss, sz, acc):
         """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
         for its four fragment registers r, masked at nibbles r and r + 4 (shifted right by 8 for
@@ -832,6 +888,8 @@ class MatmulA16WxHopper(SplitK):
         shared memory (sc) and TMA stores (the transposed accumulator gives each thread single
         elements of c's rows); the consumers go on to the next tile while the stores complete."""
         bn, bm = acc.shape
+        if bm < sc.shape[1]:  # (spread_sums: a slice of the tile's rows of a)
+            sc = self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [bn // 64, bm, 64])
         with self.single_thread():  # the last tile's stores have read sc
             self.tma.wait_group(0, read=True)
         self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(self.atype), [bm, bn // 64, 64]))
@@ -851,15 +909,23 @@ class MatmulA16WxHopper(SplitK):
         tiles = -(-m // self.block_m) * -(-(-(-n // self.block_n)) // self.cluster_size)
         units = self.blocks // self.cluster_size
         slots = tiles * self.split_k if self.tail_split == 1 else tiles % units * self.tail_split
-        return slots * self.cluster_size * self.block_n * self.block_m if max(self.split_k, self.tail_split) > 1 else 0
+        if self.stream_k:
+            slots = 2 * units
+        return (slots * self.cluster_size * self.block_n * self.block_m
+                if max(self.split_k, self.tail_split) > 1 or self.stream_k else 0)
 
     def add_up_split_registers(self, acc, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
-                               before):
+                               before, stream=None):
         """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot] as the
         threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
         its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
         other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
-        stores the sum as unsplit tiles leave (store_tile). (The mma.sync kernel's ending,
+        stores the sum as unsplit tiles leave (store_tile); with wait_sums the tile's first split
+        adds instead, once the others have stored theirs (lock_semaphore on the counter: it never
+        stores its own; the others never wait, and each waits only for later units or, with
+        stream_k, for other workers' first items: all blocks are resident); stream: (the tile's first worker,
+        the stream-K tile, workers, pairs, steps, rank) of stream_k, whose splits' slots are
+        stream_slot's. (The mma.sync kernel's ending,
         add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
         128 x 256 in 4 splits at n = 3584, m = 256 took 71.1 us with it, 60.6 with this one; in 2
         splits at 8192 x 8192 63.8 and 54.2.)"""
@@ -867,16 +933,77 @@ class MatmulA16WxHopper(SplitK):
         _, vectors, workers, _ = self.partial_shape(1)
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
-        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
-        if last_to_arrive(self, arrivals, [counter], splits, slot=before):
+        if self.spread_sums:
+            self.spread_split_sums(mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                                   before)
+            return
+        if self.wait_sums:  # the first split waits for the others' sums; they store theirs and go on
+            adds = split == 0
+            if split == 0:
+                self.lock_semaphore(arrivals[counter].item_ptr(), splits - 1)
+            else:
+                self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+                self.sync()  # every thread's stores before the arrival (a release at GPU scope)
+                with self.single_thread():
+                    self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
+                                           offsets=[counter], sem="release")
+        else:
+            self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+            adds = last_to_arrive(self, arrivals, [counter], splits, slot=before)
+        if adds:
             for j in range(1, splits):
-                other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size, 0, 0, 0],
+                other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j, stream), 0, 0, 0],
                                          shape=[vectors, workers, 4])
                 self.annotate_layout(other, order)
                 mine = mine + other
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
                             offset_m, offset_n)
             reset_arrivals(self, arrivals, [counter])
+
+    def spread_split_sums(self, mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                          before):
+        """spread_sums' ending: every split stores its partial sums (mine, as its threads hold
+        them), arrives at arrivals[counter] and waits until all `splits` have; then split s adds
+        up the s-th of `splits` slices of everyone's sums (the accumulator's 16-byte vectors are
+        its 8-column groups: a slice is bm / splits rows of a) and stores them as its slice of the
+        tile; the last to finish reading (a second count, at arrivals[counter + the counters' half])
+        sets both counts back to zero."""
+        vectors, workers, _ = mine.shape
+        part = vectors // self.split_ways
+        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+        self.sync()  # every thread's stores before the arrival (a release at GPU scope)
+        with self.single_thread():
+            self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
+                                   offsets=[counter], sem="release")
+        self.lock_semaphore(arrivals[counter].item_ptr(), splits)
+        piece = tilus.local(part, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
+        # its own slice from its registers (the slices side by side: the one of index split kept)
+        slices = self.reshape(mine, [self.split_ways, part, workers, 4])
+        mask = self.register_tensor(dtype=float32, shape=[self.split_ways, 1, 1, 1],
+                                    init=lambda s, a, b, c: tilus.select(s == split, 1.0, 0.0))
+        total = self.sum(slices * mask, dim=0)
+        self.annotate_layout(total, piece)
+        for j in range(1, splits):
+            other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size,
+                                                  split * part, 0, 0], shape=[part, workers, 4])
+            self.annotate_layout(other, piece)
+            total = total + other
+        bn, rows = self.block_n, self.block_m // self.split_ways
+        self.store_tile(self.view(total, layout=wgmma_accumulator_layout(bn, rows, self.consumers)), sc, gc,
+                        offset_m + split * rows, offset_n)
+        half = self.arrival_half
+        if last_to_arrive(self, arrivals, [counter + half], splits, slot=before):
+            reset_arrivals(self, arrivals, [counter])
+            reset_arrivals(self, arrivals, [counter + half])
+
+    def other_slot(self, slot, split, splits, j, stream):
+        """The partial-sum slot of the split j after this one (of slot `slot`) among a tile's
+        `splits`: neighbouring units' (a cluster's blocks interleaved), or with stream_k
+        (stream: add_up_split_registers') stream_slot's."""
+        if stream is None:
+            return slot + ((split + j) % splits - split) * self.cluster_size
+        first, tl, workers, pairs, steps, rank = stream
+        return self.stream_slot(first + (split + j) % splits, tl, workers, pairs, steps, rank)
 
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
@@ -908,8 +1035,22 @@ class MatmulA16WxHopper(SplitK):
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
-        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
+        ways = max(self.split_k, self.tail_split, 2 if self.stream_k else 1)  # the most splits of a tile (> 1: split)
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
+        if self.stream_k:  # whole rounds of tiles, then the last stream_k rounds' k-tile pairs dealt out
+            whole = tilus.max(tiles_m * tiles_n // units_step + 1 - self.stream_k, 0) * units_step
+            rounds = whole // units_step
+            pairs = (tiles_m * tiles_n - whole) * (steps // 2)
+            sk_workers = tilus.min(units_step, tilus.max(pairs, 1))  # (each of them a pair at least)
+            run_start, run_end = first_unit * pairs // sk_workers, (first_unit + 1) * pairs // sk_workers
+            touched = (run_end - 1) // (steps // 2) - run_start // (steps // 2) + 1  # (tiles its run touches)
+            items = rounds + tilus.select(first_unit < sk_workers, tilus.select(run_start < run_end, touched, 0), 0)
+            loop_first, loop_end, loop_step = 0, items, 1
+            units = whole + units_step * 2  # (two partial-sum slots a worker, from `whole` on in gp)
+            walk = (first_unit, units_step, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank)
+        else:
+            loop_first, loop_end, loop_step = first_unit, units, units_step
+            walk = (tiles_m, tiles_n, steps, rank, whole)
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -926,7 +1067,9 @@ class MatmulA16WxHopper(SplitK):
             # the partial sums of each split unit (and block of a cluster), as its threads hold them
             gp = self.global_view(partial, shape=self.partial_shape((units - whole) * self.cluster_size))
             # (a counter per output tile: in clusters, per tile of each block of the pair)
-            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
+            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size *
+                                                         (2 if self.spread_sums else 1)])
+            self.arrival_half = tiles_m * tiles_n * self.cluster_size  # (spread_sums' second count)
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -940,8 +1083,8 @@ class MatmulA16WxHopper(SplitK):
             self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
                 issued = self.declare("issued", int32, 0)  # k tiles through the ring
-                for u in range(first_unit, units, units_step):
-                    _, _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
+                for u in range(loop_first, loop_end, loop_step):
+                    _, _, _, offset_m, tile_n, k0, count = self.item(u, walk)
                     for step in range(count):
                         g = issued + step
                         stage = g % stages
@@ -970,8 +1113,8 @@ class MatmulA16WxHopper(SplitK):
             self.inc_max_nreg(232 if self.consumers == 2 else 240)
             fragment = wgmma_a_layout(bn, bk, self.consumers)
             taken = self.declare("taken", int32, 0)  # k tiles through the ring
-            for u in range(first_unit, units, units_step):
-                t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
+            for u in range(loop_first, loop_end, loop_step):
+                t, split, splits, offset_m, tile_n, _, count = self.item(u, walk)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
                 if ways > 1:  # (the split ending views its registers in this order)
                     self.annotate_layout(acc, wgmma_accumulator_layout(bn, bm, self.consumers))
@@ -1006,7 +1149,16 @@ class MatmulA16WxHopper(SplitK):
                     if count > 0:  # (a tile's last split may have no k tiles)
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
-                if splits > 1:  # (a Python or a kernel condition)
+                if self.stream_k:
+                    if splits > 1:
+                        tl = t - whole
+                        slot = self.stream_slot(first_unit, tl, sk_workers, pairs, steps, rank)
+                        self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot,
+                                                    split, splits, offset_m, tile_n * bn, before,
+                                                    stream=(first_unit - split, tl, sk_workers, pairs, steps, rank))
+                    else:
+                        self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
+                elif splits > 1:  # (a Python or a kernel condition)
                     slot = (u - whole) * self.cluster_size + rank
                     self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
                                                 splits, offset_m, tile_n * bn, before)
@@ -1032,7 +1184,8 @@ class QuantizedMatmul:
 
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
-    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False):
+    def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
+                 stream_k=False, wait_sums=False, spread_sums=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1041,6 +1194,14 @@ class QuantizedMatmul:
         # splits add their sums into c in f16 (c rounded 2 s - 1 times for s splits, not once; 2-3 %
         # faster at 28672 x 8192 and 3584 x 18944 on the H200). Off: every ending sums in float32.
         self.f16_split_sums = f16_split_sums
+        # stream_k: the tuner also times MatmulA16WxHopper(stream_k=1 and 2) from m = 33 (stream_candidates).
+        self.stream_k = stream_k
+        # wait_sums: the tuner also times each split wgmma candidate with wait_sums=True (its
+        # tiles' first split adds once the others have stored).
+        self.wait_sums = wait_sums
+        # spread_sums: also with spread_sums=True (every split adds a slice of its tile) where the
+        # slices are whole 8-row groups.
+        self.spread_sums = spread_sums
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
@@ -1257,6 +1418,16 @@ class QuantizedMatmul:
                         add(dict(tile, split_k=split, magic=True))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
+            if self.stream_k:
+                for cfg in self.stream_candidates(m, n, k, magic):
+                    add(cfg)
+            split = [c for c in out if c.get("hopper") and (c.get("split_k", 1) > 1 or c.get("tail_split", 1) > 1 or
+                                                            c.get("stream_k"))]
+            for cfg in split if self.wait_sums else ():
+                add(dict(cfg, wait_sums=True))
+            for cfg in split if self.spread_sums else ():
+                if not cfg.get("stream_k") and cfg["block_m"] // 8 % max(cfg.get("split_k", 1), cfg.get("tail_split", 1)) == 0:
+                    add(dict(cfg, spread_sums=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False
@@ -1276,6 +1447,21 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(small["block_k"])
             add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
+
+    def stream_candidates(self, m, n, k, magic=False):
+        """MatmulA16WxHopper with stream_k (the last round's tiles, or the last two rounds', dealt
+        out as k-tile pairs to every SM) where the tiles do not fill the persistent grid's rounds:
+        128 weight rows by the rule's rows of a (in clusters of two beyond m = 256), on the magic
+        decode where its weights exist."""
+        rule = self.config(m, n, k, True)
+        tile = dict(hopper=True, block_n=128, consumers=2, block_m=rule["block_m"], block_k=rule["block_k"],
+                    stages=8 if rule["block_m"] <= 128 else 4, **(dict(cluster=2) if m > 256 else {}))
+        workers = (self.sms or 132) // tile.get("cluster", 1)
+        tiles = -(-m // tile["block_m"]) * -(-(-(-n // 128)) // tile.get("cluster", 1))
+        if tiles % workers == 0:
+            return []
+        decode = dict(magic=True) if magic and self.hopper_magic() else {}
+        return [dict(tile, stream_k=r, **decode) for r in (1, 2) if r == 1 or tiles > workers]
 
     def hopper_magic(self):
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
@@ -1545,7 +1731,9 @@ class QuantizedMatmul:
         cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
         tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
         # (fixed_sums: an int64 per element of c, zero between launches as the counters are)
-        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else tiles)
+        # (spread_sums: two counts a tile)
+        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else
+                                         2 * tiles if cfg.get("spread_sums") else tiles)
         if cfg.get("hopper"):
             w = weights[self.layout_of(cfg)]
             need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
