@@ -5,14 +5,14 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--stream-k] [--wait-sums] [--spread-sums]
+        [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
-instead) and the line says which kernel won and how long its tuning took. --stream-k,
---wait-sums and --spread-sums add the wgmma kernel's stream-K and its two other split endings
-(MatmulA16WxHopper's stream_k, wait_sums, spread_sums) to the tuner's list. The Triton kernel's
+instead) and the line says which kernel won and how long its tuning took. --wait-sums
+and --spread-sums add the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's
+wait_sums, spread_sums) to the tuner's list. The Triton kernel's
 tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
 compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
@@ -147,8 +147,6 @@ def main():
     p.add_argument("--no-triton", action="store_true", help="time no Triton kernel nor the read floor")
     p.add_argument("--f16-split-sums", action="store_true",
                    help="let the tuner add split sums into c in f16 (QuantizedMatmul(f16_split_sums=True))")
-    p.add_argument("--stream-k", action="store_true",
-                   help="let the tuner also time the wgmma kernel's stream-K (QuantizedMatmul(stream_k=True))")
     p.add_argument("--wait-sums", action="store_true",
                    help="let the tuner also time each split wgmma candidate with wait_sums (QuantizedMatmul(wait_sums=True))")
     p.add_argument("--spread-sums", action="store_true",
@@ -173,7 +171,7 @@ def main():
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
         tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums,
-                             stream_k=args.stream_k, wait_sums=args.wait_sums, spread_sums=args.spread_sums)
+                             wait_sums=args.wait_sums, spread_sums=args.spread_sums)
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -254,7 +252,6 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
-        group += f" stream-K {cfg['stream_k']}" if cfg.get("stream_k") else ""
         group += " wait-sums" if cfg.get("wait_sums") else ""
         group += " spread-sums" if cfg.get("spread_sums") else ""
         group += " magic" if cfg.get("magic") else ""

@@ -752,7 +752,7 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 stream_k=0, wait_sums=False, spread_sums=False):
+                 wait_sums=False, spread_sums=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -761,12 +761,6 @@ class MatmulA16WxHopper(SplitK):
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
         assert 1 <= split_k <= 16 and 1 <= tail_split <= 16, "split-K: 1 to 16 ways"
         assert split_k == 1 or tail_split == 1, "every tile split, or the last round's tiles only"
-        assert stream_k in (0, 1, 2) and (stream_k == 0 or split_k == tail_split == 1), \
-            "stream-K over the last 1 or 2 rounds' tiles, or split_k, or tail_split"
-        # stream_k: the tiles of whole rounds of the persistent grid unsplit, those of the last
-        # `stream_k` rounds (the last partly filled) dealt out as pairs of k tiles evenly to every
-        # worker (block, or cluster), each worker's run one range of them (stream_unit).
-        self.stream_k = stream_k
         # wait_sums: a split tile's first split waits until the others have stored their partial
         # sums and adds them without storing its own (add_up_split_registers); else the last to
         # arrive adds, every split storing first.
@@ -774,7 +768,7 @@ class MatmulA16WxHopper(SplitK):
         # spread_sums: the splits of a tile meet once all have stored their partial sums, and each
         # adds up and stores its own slice of the tile's rows of a (add_up_split_registers).
         ways = max(split_k, tail_split)
-        assert not spread_sums or (ways > 1 and not stream_k and not wait_sums and block_m // 8 % ways == 0), \
+        assert not spread_sums or (ways > 1 and not wait_sums and block_m // 8 % ways == 0), \
             "spread_sums: every split a whole slice of 8-row groups of the tile's rows of a"
         self.spread_sums = spread_sums
         self.split_ways = ways
@@ -819,44 +813,6 @@ class MatmulA16WxHopper(SplitK):
             return t, split, splits, offset_m, tile_n, 0, steps
         per = 2 * tilus.cdiv(steps, 2 * splits)
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
-
-    def item(self, u, walk):
-        """Unit u's (or with stream_k, the worker's item u's) tuple of unit: walk is the
-        arguments after u of unit, or with stream_k of stream_unit."""
-        return self.stream_unit(u, *walk) if self.stream_k else self.unit(u, *walk)
-
-    def stream_unit(self, i, w, workers, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank):
-        """Item i of worker w (a block, or a cluster; `workers` of them) with stream_k, as unit's
-        tuple: its first `rounds` items the unsplit tiles w + r x workers (r < rounds), then one
-        item for each tile its run of stream-K k-tile pairs touches. The `pairs` pairs of the
-        tiles from `whole` on (steps / 2 a tile, tile after tile) are dealt out evenly to the first
-        sk_workers (min(workers, pairs): every run one pair at least): worker w's run is the pairs
-        w x pairs / sk_workers up to (w + 1) x pairs / sk_workers. A tile's splits are the
-        workers whose runs touch it (stream_owner), its split the worker's rank among them."""
-        per = steps // 2
-        sk = i >= rounds
-        start, end = w * pairs // sk_workers, (w + 1) * pairs // sk_workers
-        tl = start // per + i - rounds  # the stream-K tile (counted from whole), where sk
-        lo, hi = tilus.max(start, tl * per), tilus.min(end, (tl + 1) * per)
-        first = self.stream_owner(tl * per, sk_workers, pairs)
-        last = self.stream_owner((tl + 1) * per - 1, sk_workers, pairs)
-        t = tilus.select(sk, whole + tl, w + i * workers)
-        offset_m, tile_n = self.tile_origin(t, tiles_m, tiles_n)
-        tile_n = tile_n * self.cluster_size + rank
-        return (t, tilus.select(sk, w - first, 0), tilus.select(sk, last - first + 1, 1), offset_m, tile_n,
-                tilus.select(sk, 2 * (lo - tl * per), 0), tilus.select(sk, 2 * (hi - lo), steps))
-
-    @staticmethod
-    def stream_owner(x, workers, pairs):
-        """The worker whose stream-K run holds pair x: the last w with w x pairs / workers <= x."""
-        return ((x + 1) * workers - 1) // tilus.max(pairs, 1)
-
-    def stream_slot(self, w, tl, workers, pairs, steps, rank):
-        """The partial-sum slot of worker w's item for stream-K tile tl of its run: two a worker
-        (per block of a cluster), the first for a run that starts in the tile, the second for the
-        tile its run ends in (a run touches at most two tiles partly: its first and its last)."""
-        before = tilus.select(w * pairs // workers < tl * (steps // 2), 1, 0)
-        return (2 * w + before) * self.cluster_size + rank
 
     def magic_product(self, k, raw, sa, ss, sz, acc):
         """One k tile on weights in wgmma_magic_layout's order (magic=True): each word repeated
@@ -909,23 +865,18 @@ class MatmulA16WxHopper(SplitK):
         tiles = -(-m // self.block_m) * -(-(-(-n // self.block_n)) // self.cluster_size)
         units = self.blocks // self.cluster_size
         slots = tiles * self.split_k if self.tail_split == 1 else tiles % units * self.tail_split
-        if self.stream_k:
-            slots = 2 * units
-        return (slots * self.cluster_size * self.block_n * self.block_m
-                if max(self.split_k, self.tail_split) > 1 or self.stream_k else 0)
+        return slots * self.cluster_size * self.block_n * self.block_m if max(self.split_k, self.tail_split) > 1 else 0
 
     def add_up_split_registers(self, acc, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
-                               before, stream=None):
+                               before):
         """The end of a split unit: its float32 accumulator acc [bn, bm] stored into gp[slot] as the
         threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
         its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
         other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
         stores the sum as unsplit tiles leave (store_tile); with wait_sums the tile's first split
         adds instead, once the others have stored theirs (lock_semaphore on the counter: it never
-        stores its own; the others never wait, and each waits only for later units or, with
-        stream_k, for other workers' first items: all blocks are resident); stream: (the tile's first worker,
-        the stream-K tile, workers, pairs, steps, rank) of stream_k, whose splits' slots are
-        stream_slot's. (The mma.sync kernel's ending,
+        stores its own; the others never wait, and each waits only for later units: all blocks are
+        resident); with spread_sums, spread_split_sums. (The mma.sync kernel's ending,
         add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
         128 x 256 in 4 splits at n = 3584, m = 256 took 71.1 us with it, 60.6 with this one; in 2
         splits at 8192 x 8192 63.8 and 54.2.)"""
@@ -952,7 +903,7 @@ class MatmulA16WxHopper(SplitK):
             adds = last_to_arrive(self, arrivals, [counter], splits, slot=before)
         if adds:
             for j in range(1, splits):
-                other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j, stream), 0, 0, 0],
+                other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j), 0, 0, 0],
                                          shape=[vectors, workers, 4])
                 self.annotate_layout(other, order)
                 mine = mine + other
@@ -984,8 +935,8 @@ class MatmulA16WxHopper(SplitK):
         total = self.sum(slices * mask, dim=0)
         self.annotate_layout(total, piece)
         for j in range(1, splits):
-            other = self.load_global(gp, offsets=[slot + ((split + j) % splits - split) * self.cluster_size,
-                                                  split * part, 0, 0], shape=[part, workers, 4])
+            other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j), split * part, 0, 0],
+                                     shape=[part, workers, 4])
             self.annotate_layout(other, piece)
             total = total + other
         bn, rows = self.block_n, self.block_m // self.split_ways
@@ -996,14 +947,10 @@ class MatmulA16WxHopper(SplitK):
             reset_arrivals(self, arrivals, [counter])
             reset_arrivals(self, arrivals, [counter + half])
 
-    def other_slot(self, slot, split, splits, j, stream):
+    def other_slot(self, slot, split, splits, j):
         """The partial-sum slot of the split j after this one (of slot `slot`) among a tile's
-        `splits`: neighbouring units' (a cluster's blocks interleaved), or with stream_k
-        (stream: add_up_split_registers') stream_slot's."""
-        if stream is None:
-            return slot + ((split + j) % splits - split) * self.cluster_size
-        first, tl, workers, pairs, steps, rank = stream
-        return self.stream_slot(first + (split + j) % splits, tl, workers, pairs, steps, rank)
+        `splits` (neighbouring units; a cluster's blocks interleaved)."""
+        return slot + ((split + j) % splits - split) * self.cluster_size
 
     def release(self, barrier, peer=None):
         """One arrival per consumer warp group on this block's barrier (and on the peer block's)."""
@@ -1035,22 +982,8 @@ class MatmulA16WxHopper(SplitK):
         if self.tail_split > 1:  # the tiles of whole rounds, then the last round's tiles split
             whole = tiles_m * tiles_n // units_step * units_step
             units = whole + (tiles_m * tiles_n - whole) * self.tail_split
-        ways = max(self.split_k, self.tail_split, 2 if self.stream_k else 1)  # the most splits of a tile (> 1: split)
+        ways = max(self.split_k, self.tail_split)  # the most splits of a tile
         steps = tilus.cdiv(k, bk)  # even: k is a whole number of scale groups
-        if self.stream_k:  # whole rounds of tiles, then the last stream_k rounds' k-tile pairs dealt out
-            whole = tilus.max(tiles_m * tiles_n // units_step + 1 - self.stream_k, 0) * units_step
-            rounds = whole // units_step
-            pairs = (tiles_m * tiles_n - whole) * (steps // 2)
-            sk_workers = tilus.min(units_step, tilus.max(pairs, 1))  # (each of them a pair at least)
-            run_start, run_end = first_unit * pairs // sk_workers, (first_unit + 1) * pairs // sk_workers
-            touched = (run_end - 1) // (steps // 2) - run_start // (steps // 2) + 1  # (tiles its run touches)
-            items = rounds + tilus.select(first_unit < sk_workers, tilus.select(run_start < run_end, touched, 0), 0)
-            loop_first, loop_end, loop_step = 0, items, 1
-            units = whole + units_step * 2  # (two partial-sum slots a worker, from `whole` on in gp)
-            walk = (first_unit, units_step, sk_workers, rounds, whole, pairs, steps, tiles_m, tiles_n, rank)
-        else:
-            loop_first, loop_end, loop_step = first_unit, units, units_step
-            walk = (tiles_m, tiles_n, steps, rank, whole)
         ga = self.global_view(a, dtype=at, shape=[m, k])
         packed_rows = 128 * bk * self.wtype.bits // 8 // 16  # of one 128 x bk tile of repack_for_hopper
         gw = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, 128) * steps * packed_rows, 16])
@@ -1083,8 +1016,8 @@ class MatmulA16WxHopper(SplitK):
             self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
                 issued = self.declare("issued", int32, 0)  # k tiles through the ring
-                for u in range(loop_first, loop_end, loop_step):
-                    _, _, _, offset_m, tile_n, k0, count = self.item(u, walk)
+                for u in range(first_unit, units, units_step):
+                    _, _, _, offset_m, tile_n, k0, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                     for step in range(count):
                         g = issued + step
                         stage = g % stages
@@ -1113,8 +1046,8 @@ class MatmulA16WxHopper(SplitK):
             self.inc_max_nreg(232 if self.consumers == 2 else 240)
             fragment = wgmma_a_layout(bn, bk, self.consumers)
             taken = self.declare("taken", int32, 0)  # k tiles through the ring
-            for u in range(loop_first, loop_end, loop_step):
-                t, split, splits, offset_m, tile_n, _, count = self.item(u, walk)
+            for u in range(first_unit, units, units_step):
+                t, split, splits, offset_m, tile_n, _, count = self.unit(u, tiles_m, tiles_n, steps, rank, whole)
                 acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
                 if ways > 1:  # (the split ending views its registers in this order)
                     self.annotate_layout(acc, wgmma_accumulator_layout(bn, bm, self.consumers))
@@ -1149,16 +1082,7 @@ class MatmulA16WxHopper(SplitK):
                     if count > 0:  # (a tile's last split may have no k tiles)
                         self.release(empty[(taken + count - 1) % stages], peer)
                 taken = taken + count
-                if self.stream_k:
-                    if splits > 1:
-                        tl = t - whole
-                        slot = self.stream_slot(first_unit, tl, sk_workers, pairs, steps, rank)
-                        self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot,
-                                                    split, splits, offset_m, tile_n * bn, before,
-                                                    stream=(first_unit - split, tl, sk_workers, pairs, steps, rank))
-                    else:
-                        self.store_tile(acc, sc, gc, offset_m, tile_n * bn)
-                elif splits > 1:  # (a Python or a kernel condition)
+                if splits > 1:  # (a Python or a kernel condition)
                     slot = (u - whole) * self.cluster_size + rank
                     self.add_up_split_registers(acc, sc, gc, gp, arrivals, t * self.cluster_size + rank, slot, split,
                                                 splits, offset_m, tile_n * bn, before)
@@ -1185,7 +1109,7 @@ class QuantizedMatmul:
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
-                 stream_k=False, wait_sums=False, spread_sums=False):
+                 wait_sums=False, spread_sums=False):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1194,8 +1118,6 @@ class QuantizedMatmul:
         # splits add their sums into c in f16 (c rounded 2 s - 1 times for s splits, not once; 2-3 %
         # faster at 28672 x 8192 and 3584 x 18944 on the H200). Off: every ending sums in float32.
         self.f16_split_sums = f16_split_sums
-        # stream_k: the tuner also times MatmulA16WxHopper(stream_k=1 and 2) from m = 33 (stream_candidates).
-        self.stream_k = stream_k
         # wait_sums: the tuner also times each split wgmma candidate with wait_sums=True (its
         # tiles' first split adds once the others have stored).
         self.wait_sums = wait_sums
@@ -1418,15 +1340,11 @@ class QuantizedMatmul:
                         add(dict(tile, split_k=split, magic=True))
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
-            if self.stream_k:
-                for cfg in self.stream_candidates(m, n, k, magic):
-                    add(cfg)
-            split = [c for c in out if c.get("hopper") and (c.get("split_k", 1) > 1 or c.get("tail_split", 1) > 1 or
-                                                            c.get("stream_k"))]
+            split = [c for c in out if c.get("hopper") and max(c.get("split_k", 1), c.get("tail_split", 1)) > 1]
             for cfg in split if self.wait_sums else ():
                 add(dict(cfg, wait_sums=True))
             for cfg in split if self.spread_sums else ():
-                if not cfg.get("stream_k") and cfg["block_m"] // 8 % max(cfg.get("split_k", 1), cfg.get("tail_split", 1)) == 0:
+                if cfg["block_m"] // 8 % max(cfg.get("split_k", 1), cfg.get("tail_split", 1)) == 0:
                     add(dict(cfg, spread_sums=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
@@ -1447,21 +1365,6 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(small["block_k"])
             add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
-
-    def stream_candidates(self, m, n, k, magic=False):
-        """MatmulA16WxHopper with stream_k (the last round's tiles, or the last two rounds', dealt
-        out as k-tile pairs to every SM) where the tiles do not fill the persistent grid's rounds:
-        128 weight rows by the rule's rows of a (in clusters of two beyond m = 256), on the magic
-        decode where its weights exist."""
-        rule = self.config(m, n, k, True)
-        tile = dict(hopper=True, block_n=128, consumers=2, block_m=rule["block_m"], block_k=rule["block_k"],
-                    stages=8 if rule["block_m"] <= 128 else 4, **(dict(cluster=2) if m > 256 else {}))
-        workers = (self.sms or 132) // tile.get("cluster", 1)
-        tiles = -(-m // tile["block_m"]) * -(-(-(-n // 128)) // tile.get("cluster", 1))
-        if tiles % workers == 0:
-            return []
-        decode = dict(magic=True) if magic and self.hopper_magic() else {}
-        return [dict(tile, stream_k=r, **decode) for r in (1, 2) if r == 1 or tiles > workers]
 
     def hopper_magic(self):
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
