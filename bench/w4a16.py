@@ -12,7 +12,7 @@ or mma.sync, stages, timed once per shape before the measurement, over the short
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
 instead) and the line says which kernel won and how long its tuning took. --wait-sums
 and --spread-sums add the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's
-wait_sums, spread_sums) to the tuner's list. The Triton kernel's
+wait_sums, with and without lead=2, and spread_sums) to the tuner's list. The Triton kernel's
 tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
 compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
@@ -253,6 +253,7 @@ def describe(cfg):
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
         group += " wait-sums" if cfg.get("wait_sums") else ""
+        group += f" lead {cfg['lead']}" if cfg.get("lead") else ""
         group += " spread-sums" if cfg.get("spread_sums") else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"

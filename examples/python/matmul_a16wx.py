@@ -752,7 +752,7 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 wait_sums=False, spread_sums=False):
+                 wait_sums=False, spread_sums=False, lead=0):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -772,6 +772,11 @@ class MatmulA16WxHopper(SplitK):
             "spread_sums: every split a whole slice of 8-row groups of the tile's rows of a"
         self.spread_sums = spread_sums
         self.split_ways = ways
+        # lead (split_k > 1): the first split takes `lead` pairs of k tiles beyond an even share and
+        # the others share the rest, so that with wait_sums the others' partial sums are stored
+        # while the first (which adds them up) still multiplies.
+        assert lead == 0 or split_k > 1 and tail_split == 1, "lead: split_k's first split"
+        self.lead = lead
         # tail_split: only the tiles of the grid's last, partly filled round split over k, that
         # many ways (the whole rounds before it unsplit): at m = 4096, n = 3584 the 52 tiles left
         # after 3 rounds of 132 take half a round in two splits instead of a whole one.
@@ -812,6 +817,12 @@ class MatmulA16WxHopper(SplitK):
         if self.split_k == 1 and self.tail_split == 1:
             return t, split, splits, offset_m, tile_n, 0, steps
         per = 2 * tilus.cdiv(steps, 2 * splits)
+        if self.lead:  # the first split `lead` pairs of k tiles more, the others the rest evenly
+            first = tilus.min(per + 2 * self.lead, steps)
+            rest = 2 * tilus.cdiv(steps - first, 2 * (splits - 1))
+            k0 = tilus.select(split == 0, 0, first + (split - 1) * rest)
+            return (t, split, splits, offset_m, tile_n, k0,
+                    tilus.select(split == 0, first, tilus.max(tilus.min(rest, steps - k0), 0)))
         return t, split, splits, offset_m, tile_n, split * per, tilus.max(tilus.min(per, steps - split * per), 0)
 
     def magic_product(self, k, raw, sa, ss, sz, acc):
@@ -1343,6 +1354,8 @@ class QuantizedMatmul:
             split = [c for c in out if c.get("hopper") and max(c.get("split_k", 1), c.get("tail_split", 1)) > 1]
             for cfg in split if self.wait_sums else ():
                 add(dict(cfg, wait_sums=True))
+                if cfg.get("split_k", 1) > 1:  # (and its first split 2 pairs of k tiles ahead: lead)
+                    add(dict(cfg, wait_sums=True, lead=2))
             for cfg in split if self.spread_sums else ():
                 if cfg["block_m"] // 8 % max(cfg.get("split_k", 1), cfg.get("tail_split", 1)) == 0:
                     add(dict(cfg, spread_sums=True))
