@@ -1212,7 +1212,9 @@ class QuantizedMatmul:
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
-          on the magic decode), and the rule's tile on the magic decode where its weights
+          on the magic decode; 128 x 256's splits ending by wait_sums with lead 2 and by
+          spread_sums instead of the plain ending: split_endings), and the rule's tile on the
+          magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and in
           clusters with the last round's tiles split (tail_split; also on the magic decode) where
@@ -1354,9 +1356,11 @@ class QuantizedMatmul:
                     tiles = -(-n // 128) * -(-m // bm)
                     split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
                     if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
-                        add(dict(tile, **({"split_k": split} if split > 1 else {})))
+                        for cfg in self.split_endings(dict(tile, **({"split_k": split} if split > 1 else {}))):
+                            add(cfg)
                     if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
-                        add(dict(tile, split_k=split, magic=True))
+                        for cfg in self.split_endings(dict(tile, split_k=split, magic=True)):
+                            add(cfg)
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             split = [c for c in out if c.get("hopper") and max(c.get("split_k", 1), c.get("tail_split", 1)) > 1]
@@ -1386,6 +1390,20 @@ class QuantizedMatmul:
             magic = magic and self.magic_tile(small["block_k"])
             add(dict(small, split_k=split, **(dict(magic=True, late_scale=True) if magic else {})))
         return out
+
+    @staticmethod
+    def split_endings(cfg):
+        """The endings the short list times a wgmma split candidate with: on 256 rows of a,
+        wait_sums with lead=2 and spread_sums (where its slices are whole 8-row groups) in place of
+        the plain ending; else cfg itself. (The mid H200 call of 2026-11-29 09:40, `python
+        bench/w4a16.py --wait-sums --spread-sums --ms 256`: 128 x 256 in 2 splits 52.1-52.2 us with
+        wait_sums and lead 2 against 54.1-54.7 plain at 8192^2, 160.1 against 166.7-166.9 at 8192 x
+        28672; in 4 splits at 3584 x 18944 58.5-59.3 with spread_sums against 61.8-65.3; on 128 rows
+        of a, 128 x 128 in 2 splits, the three within 1 % on the magic decode: kept plain.)"""
+        split = cfg.get("split_k", 1)
+        if split == 1 or cfg["block_m"] != 256:
+            return [cfg]
+        return [dict(cfg, wait_sums=True, lead=2)] + ([dict(cfg, spread_sums=True)] if 32 % split == 0 else [])
 
     def hopper_magic(self):
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""

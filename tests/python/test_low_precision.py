@@ -1101,7 +1101,14 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert x == 1 or x * tiles * 128 * bm * 4 <= 16 << 20, (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
                 big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
-                assert not hopper or not 128 < m <= 256 or len(big) == 1, (m, got)
+                assert not hopper or not 128 < m <= 256 or len(set(big)) == 1, (m, got)
+                # 128 x 256 split (m = 256) with the two measured endings instead of the plain one:
+                # wait_sums with lead 2, and spread_sums (QuantizedMatmul.split_endings)
+                split_big = [c for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and c.get("split_k", 1) > 1]
+                assert all(c.get("wait_sums") or c.get("spread_sums") for c in split_big), (m, got)
+                assert len(split_big) == 2 * (1 + (magic and bool(split_big))) * bool(split_big), (m, got)
+                assert all(not c.get("wait_sums") and not c.get("spread_sums") for c in hopper if c["block_m"] != 256), \
+                    (m, got)
                 # up to m = 256 nothing in clusters, no last round's split
                 assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
