@@ -953,7 +953,7 @@ class MatmulA16WxHopper(SplitK):
         bn, rows = self.block_n, self.block_m // self.split_ways
         self.store_tile(self.view(total, layout=wgmma_accumulator_layout(bn, rows, self.consumers)), sc, gc,
                         offset_m + split * rows, offset_n)
-        half = self.arrival_half
+        half = arrivals.shape[0] // 2  # (two counts a tile: the second half for the reads)
         if last_to_arrive(self, arrivals, [counter + half], splits, slot=before):
             reset_arrivals(self, arrivals, [counter])
             reset_arrivals(self, arrivals, [counter + half])
@@ -1013,7 +1013,6 @@ class MatmulA16WxHopper(SplitK):
             # (a counter per output tile: in clusters, per tile of each block of the pair)
             arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size *
                                                          (2 if self.spread_sums else 1)])
-            self.arrival_half = tiles_m * tiles_n * self.cluster_size  # (spread_sums' second count)
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
