@@ -5,12 +5,14 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--no-triton] [--f16-split-sums]
+        [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
-instead) and the line says which kernel won and how long its tuning took. The Triton kernel's
+instead) and the line says which kernel won and how long its tuning took. --wait-sums
+and --spread-sums add the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's
+wait_sums, with and without lead=2, and spread_sums) to the tuner's list. The Triton kernel's
 tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
 compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
@@ -145,6 +147,10 @@ def main():
     p.add_argument("--no-triton", action="store_true", help="time no Triton kernel nor the read floor")
     p.add_argument("--f16-split-sums", action="store_true",
                    help="let the tuner add split sums into c in f16 (QuantizedMatmul(f16_split_sums=True))")
+    p.add_argument("--wait-sums", action="store_true",
+                   help="let the tuner also time each split wgmma candidate with wait_sums (QuantizedMatmul(wait_sums=True))")
+    p.add_argument("--spread-sums", action="store_true",
+                   help="let the tuner also time each split wgmma candidate with spread_sums (QuantizedMatmul(spread_sums=True))")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
@@ -164,7 +170,8 @@ def main():
     for wname in args.types.split(","):
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
-        tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums)
+        tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums,
+                             wait_sums=args.wait_sums, spread_sums=args.spread_sums)
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -245,6 +252,9 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
+        group += " wait-sums" if cfg.get("wait_sums") else ""
+        group += f" lead {cfg['lead']}" if cfg.get("lead") else ""
+        group += " spread-sums" if cfg.get("spread_sums") else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")

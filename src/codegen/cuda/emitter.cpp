@@ -417,6 +417,10 @@ void Emitter::emit_stmt(const Stmt& s) {
         --indent_;
         line("} else {");
         ++indent_;
+        // a C++ block of its own: the register arrays the then branch declared are not visible here
+        // (a wgmma fence there must not name them)
+        if (!blocks_.empty()) blocks_.pop_back();
+        blocks_.push_back(next_block_++);
         emit_stmt(n.else_body);
       }
       close();
