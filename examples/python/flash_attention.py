@@ -31,11 +31,10 @@ query head), 3 warp groups:
     turns are named barriers instead, as FA3 takes them (a warp group waits at its own with
     bar.sync, then arrives at the next one's with bar.arrive, neither polling an mbarrier).
 Key blocks run from the last to the first, so the blocks that need the mask (the causal diagonal,
-the ragged end of the keys) come first and the rest run without it; with `tail`, a first block
-of at most `tail` keys is computed as that many (its GEMMs n = tail and k = tail), not block_n.
-The query tiles of a causal launch run longest first over the whole grid, in sections of heads
-whose K/V fit in L2 (`longest_first`). Each warp group's o leaves through its query tile in
-shared memory by TMA stores (`finish`).
+the ragged end of the keys) come first and the rest run without it. The query tiles of a causal
+launch run longest first over the whole grid, in sections of heads whose K/V fit in L2
+(`longest_first`). Each warp group's o leaves through its query tile in shared memory by TMA
+stores (`finish`).
 
 The key and value tiles are stored as d / 64 column blocks of 64 elements (one 128-byte swizzled
 row each, what TMA writes): K^T's blocks are K-major operands of Q K^T (summed over the blocks),
@@ -66,7 +65,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, pv_n=None, tail=0):
+                 named_turns=False, pv_n=None):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -97,15 +96,6 @@ class FlashAttention(tilus.Script):
         pv_n = pv_n or (128 if head_dim >= 128 else 64)
         assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
         self.pv_n = pv_n
-        # tail > 0: the first key block a tile processes (its last, where the sequence or the causal
-        # diagonal ends) runs as `tail` keys in a consumer warp group whose rows see at most that
-        # many of it: Q K^T with n = tail and P V with k = tail (wgmma), its softmax over tail
-        # columns (the TMA loads stay the whole block's, masked); otherwise as a whole block, so any
-        # length stays right. E.g. 176-key blocks at seqlen 4096 end in 48 keys: 4096 computed
-        # where 4224 were; with causal and 128-key blocks a tile's first warp group sees 64 of its
-        # diagonal block (tail=64).
-        assert tail % 16 == 0 and 0 <= tail < block_n, "tail a multiple of 16, less than block_n"
-        self.tail = tail if specialized else 0
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
         self.persistent = persistent if specialized else 0
@@ -114,25 +104,17 @@ class FlashAttention(tilus.Script):
 
     # --- the math shared by both variants (and by flash_decoding.py) --------------------------
 
-    def qk(self, s, sq, sk, width=None):
-        """s += q @ k.T over the 64-column blocks of d (q [64, 64] and k [block_n, 64] per block; with
-        `width`, the block's first `width` keys only)."""
+    def qk(self, s, sq, sk):
+        """s += q @ k.T over the 64-column blocks of d (q [64, 64] and k [block_n, 64] per block)."""
         for c in tilus.static_range(self.head_dim // 64):
-            if width is None:
-                self.wgmma.mma(sq[c], sk[c].transpose(), s)
-            else:
-                self.wgmma.mma(sq[c], self.slice_shared(sk, [c, 0, 0], [1, 2], [width, 64]).transpose(), s)
+            self.wgmma.mma(sq[c], sk[c].transpose(), s)
 
-    def pv(self, p, sv, o, width=None):
+    def pv(self, p, sv, o):
         """o[c] += p @ v[:, c * pv_n:(c + 1) * pv_n] for each accumulator c (v's 64-column blocks
-        MN-major; with pv_n > 64 one wgmma reads pv_n / 64 of them side by side; with `width`, the
-        block's first `width` keys only, p [64, width])."""
+        MN-major; with pv_n > 64 one wgmma reads pv_n / 64 of them side by side)."""
         g = self.pv_n // 64
         for c in tilus.static_range(len(o)):
-            if width is not None:
-                self.wgmma.mma(p, self.slice_shared(sv, [c, 0, 0], [1, 2], [width, 64]) if g == 1 else
-                               self.slice_shared(sv, [c * g, 0, 0], [0, 1, 2], [g, width, 64]), o[c])
-            elif g == 1:
+            if g == 1:
                 self.wgmma.mma(p, sv[c], o[c])
             else:  # v's blocks c * g .. (c + 1) * g - 1 (all of them: sv itself)
                 self.wgmma.mma(p, sv if len(o) == 1 else self.slice_shared(sv, [c * g, 0, 0], [0, 1, 2],
@@ -143,17 +125,16 @@ class FlashAttention(tilus.Script):
         return [self.register_tensor(dtype=float32, shape=[64, self.pv_n], init=0.0)
                 for _ in range(self.head_dim // self.pv_n)]
 
-    def mask(self, s, tile_row, col0, width=None):
+    def mask(self, s, tile_row, col0):
         """Scores of keys past seqlen_k, and with causal of keys after a row's diagonal, to -inf
-        (s: 64 rows from row `tile_row` of the sequence, keys from `col0`; `width` of them, block_n
-        if None)."""
-        seqlen_k, width = self.seqlen_k, width or self.block_n
+        (s: 64 rows from row `tile_row` of the sequence, keys from `col0`)."""
+        seqlen_k = self.seqlen_k
         if self.causal:
             shift = seqlen_k - self.seqlen_q
-            keep = self.register_tensor(dtype=boolean, shape=[64, width],
+            keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n],
                                         init=lambda i, j: (col0 + j < seqlen_k) & (col0 + j <= tile_row + i + shift))
         else:
-            keep = self.register_tensor(dtype=boolean, shape=[64, width], init=lambda i, j: col0 + j < seqlen_k)
+            keep = self.register_tensor(dtype=boolean, shape=[64, self.block_n], init=lambda i, j: col0 + j < seqlen_k)
         return self.where(keep, s, float("-inf"))
 
     def softmax(self, s, m, l):
@@ -190,14 +171,6 @@ class FlashAttention(tilus.Script):
             free = seqlen_k
         blocks = (need + bn - 1) // bn
         return blocks, blocks - tilus.min(free // bn, blocks)
-
-    def first_keys(self, tile_row):
-        """The keys that the 64 query rows from `tile_row` see (tail's test: those past the tile's
-        last block's start are what its first block needs for these rows; with causal the first
-        warp group of a tile sees fewer than the last)."""
-        if self.causal:
-            return tilus.min(self.seqlen_k, tile_row + 64 + self.seqlen_k - self.seqlen_q)
-        return self.seqlen_k
 
     # --- the launch: prefill -------------------------------------------------------------------
 
@@ -500,99 +473,49 @@ class FlashAttention(tilus.Script):
         s = self.register_tensor(dtype=float32, shape=[64, bn])
         alpha = self.register_tensor(dtype=float32, shape=[64, 1]) if self.rescale_between else None
         self.mbarrier.wait(q_full, phase=q_phase)  # also with no key block: finish() stores o through sq
-        # tail: the first block as `tail` keys where this warp group's rows see at most that many of
-        # it (a runtime choice: both ways are traced), its P V in step 1 or, the tile's only block,
-        # last; its accumulators live in that branch only
-        short = self.declare("short_first", boolean, self.first_keys(tile_row) - last_col <= self.tail) \
-            if self.tail else None
         if blocks > 0:
             first = done % stages
             self.mbarrier.wait(k_full[first], phase=done // stages % 2)
             self.wait_turn(turn, w, done)
-            # tail: step 1 peeled in both branches (the short block's P V is step 1's), so that the
-            # loops start at 2, a constant: from a variable the branch assigned, ptxas took their
-            # indices and every slot's address for non-uniform (R2UR before each wgmma, 696
-            # instructions a step where there are 594), from an expression for possibly negative
-            # (signed modulo, 630)
-            begin = 1 if short is None else 2
-            if short is None:
-                self.first_block(sq, sk, k_empty, first, turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
-            else:
-                args = (1, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha)
-                if short:
-                    s_t = self.register_tensor(dtype=float32, shape=[64, self.tail])
-                    p_t = self.register_tensor(dtype=self.dtype, shape=[64, self.tail])
-                    self.first_block(sq, sk, k_empty, first, turn, nxt, s_t, p_t, m, l, alpha, tile_row,
-                                     last_col, self.tail)
-                    if blocks > 1:
-                        self.step_one(args, masked, tile_row, last_col - bn, done, p_t)
-                    else:
-                        self.last_pv(sv, v_full, v_empty, o, p_t, alpha, done, blocks, self.tail)
-                else:
-                    self.first_block(sq, sk, k_empty, first, turn, nxt, s, p16, m, l, alpha, tile_row, last_col)
-                    if blocks > 1:
-                        self.step_one(args, masked, tile_row, last_col - bn, done)
+            self.assign(s, self.register_tensor(dtype=float32, shape=[64, bn], init=0.0))
+            self.wgmma.fence()
+            self.qk(s, sq, sk[first])
+            self.wgmma.commit_group()
+            self.pass_turn(turn, nxt)
+            self.wgmma.wait_group(0)
+            self.release(k_empty[first])
+            p, a = self.softmax(self.mask(s, tile_row, last_col), m, l)
+            if alpha is not None:  # o is still 0: no rescale before the first P V either
+                self.assign(alpha, a)
+            self.assign(p16, p.to(self.dtype))
             # Key blocks 1 .. masked - 1 need the mask, the rest do not (the same step traced twice).
-            for j in range(begin, masked):
+            for j in range(1, masked):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha,
                           True, tile_row, last_col - j * bn, done)
-            for j in range(tilus.max(masked, begin), blocks):
+            for j in range(tilus.max(masked, 1), blocks):
                 self.step(j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha,
                           False, tile_row, last_col - j * bn, done)
             if q_empty is not None:
                 self.release(q_empty)  # every Q K^T of the tile has completed
-            if short is None:
-                self.last_pv(sv, v_full, v_empty, o, p16, alpha, done, blocks)
-            elif (blocks > 1) | ~short:  # not the short block's P V, done above
-                self.last_pv(sv, v_full, v_empty, o, p16, alpha, done, blocks)
+            final = (done + blocks - 1) % stages
+            self.mbarrier.wait(v_full[final], phase=(done + blocks - 1) // stages % 2)
+            if alpha is not None:
+                self.rescale(o, alpha)
+            self.wgmma.fence()
+            self.pv(p16, sv[final], o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.release(v_empty[final])
         if q_empty is not None:
             if blocks == 0:
                 self.release(q_empty)
         self.finish(o, m, l, w, sq if so is None else so)
 
-    def first_block(self, sq, sk, k_empty, first, turn, nxt, s, p_out, m, l, alpha, tile_row, col0, width=None):
-        """The tile's first key block (the last, masked, in slot `first`; `width` of its keys, all if
-        None): S's GEMM, its softmax, P into p_out (and its factor into alpha: o is still 0, no
-        rescale yet)."""
-        self.assign(s, self.register_tensor(dtype=float32, shape=[64, width or self.block_n], init=0.0))
-        self.wgmma.fence()
-        self.qk(s, sq, sk[first], width)
-        self.wgmma.commit_group()
-        self.pass_turn(turn, nxt)
-        self.wgmma.wait_group(0)
-        self.release(k_empty[first])
-        p, a = self.softmax(self.mask(s, tile_row, col0) if width is None else self.mask(s, tile_row, col0, width),
-                            m, l)
-        if alpha is not None:  # o is still 0: no rescale before the first P V either
-            self.assign(alpha, a)
-        self.assign(p_out, p.to(self.dtype))
-
-    def step_one(self, args, masked, tile_row, col0, done, p_prev=None):
-        """step(1, ...) traced apart (tail): masked where the tile's second block needs the mask (with
-        causal; without it only the first block does)."""
-        if self.causal and 1 < masked:
-            self.step(*args, True, tile_row, col0, done, p_prev)
-        else:
-            self.step(*args, False, tile_row, col0, done, p_prev)
-
-    def last_pv(self, sv, v_full, v_empty, o, p, alpha, done, blocks, width=None):
-        """The tile's last P V (its lowest key block; `width` of its keys, all if None)."""
-        final = (done + blocks - 1) % self.stages
-        self.mbarrier.wait(v_full[final], phase=(done + blocks - 1) // self.stages % 2)
-        if alpha is not None:
-            self.rescale(o, alpha)
-        self.wgmma.fence()
-        self.pv(p, sv[final], o, width)
-        self.wgmma.commit_group()
-        self.wgmma.wait_group(0)
-        self.release(v_empty[final])
-
     def step(self, j, sq, sk, sv, k_full, v_full, k_empty, v_empty, turn, w, nxt, s, o, m, l, p16, alpha, masked,
-             tile_row, col0, done=0, p_prev=None):
+             tile_row, col0, done=0):
         """Key block j > 0: S_j's GEMM, then P_(j-1) V_(j-1)'s, then S_j's softmax while the latter runs
         (the ring's and the turns' count: done + j). With `alpha` (rescale_between), o is rescaled by
-        block j - 1's factor between the two GEMMs, and block j's factor is kept for the next step.
-        p_prev: P_(j-1) of a first block of `tail` keys (tail), in place of p16."""
+        block j - 1's factor between the two GEMMs, and block j's factor is kept for the next step."""
         stages = self.stages
         g = done + j
         stage, prev = g % stages, (g - 1) % stages
@@ -605,10 +528,7 @@ class FlashAttention(tilus.Script):
         if alpha is not None:  # while Q K^T runs (the compiler fences o's new values before P V)
             self.rescale(o, alpha)
         self.mbarrier.wait(v_full[prev], phase=(g - 1) // stages % 2)
-        if p_prev is None:
-            self.pv(p16, sv[prev], o)
-        else:
-            self.pv(p_prev, sv[prev], o, self.tail)
+        self.pv(p16, sv[prev], o)
         self.wgmma.commit_group()
         self.pass_turn(turn, nxt)
         self.wgmma.wait_group(1)  # S_j is ready; P V still runs

@@ -65,12 +65,7 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
                                           (128, False, dict(pv_n=128, persistent=2, rescale_between=True, block_n=176)),
                                           (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
-                                          (256, False, dict(pv_n=128, block_n=80)),
-                                          (128, False, dict(block_n=176, rescale_between=True, tail=64)),
-                                          (128, False, dict(block_n=176, persistent=2, rescale_between=True, tail=48)),
-                                          (128, True, dict(pingpong=False, rescale_between=True, tail=64)),
-                                          (128, True, dict(persistent=2, rescale_between=True, tail=64)),
-                                          (64, True, dict(tail=32))],
+                                          (256, False, dict(pv_n=128, block_n=80))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
@@ -80,11 +75,7 @@ def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     (the fibers wait at them as the warp groups would; a turn handed to the wrong group would hang,
     reported as a CpuCheckError), also over many tiles in a ring of three warp groups; P V as one
     wgmma over 128 of V's columns (pv_n, o in [64, 128] accumulators) in the d 128 rules and at d 256;
-    a first key block of at most `tail` keys run as that many (tail): keys 200 and 64 end in 24 and 64
-    keys (the latter the tile's only block), 300 in 124 (a whole block); with causal the first
-    warp group of a tile sees 64 keys fewer of its diagonal block than the second (128-key blocks:
-    its first block runs short, the second's whole); ping-pong or not, o rescaled between the GEMMs
-    or not, persistent or not."""
+    ping-pong or not, o rescaled between the GEMMs or not, persistent or not."""
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), causal, specialized=True, **cfg)
@@ -227,25 +218,23 @@ def test_prefill_candidates_on_the_gpu(causal):
             raise AssertionError(f"d {d} {config_name(cfg)}: {e}") from None
 
 
-def check_ragged_on_the_gpu(causal, dims, configs=None, **cfg):
-    """flash_attention_varlen(**cfg) (or each of `configs`) against float64 at each head dim of
-    `dims` on a ragged GQA varlen batch: a sequence's last query tile partial, keys ending inside a
-    block, a sequence of one query row and one with no key (the kernels compiled in parallel first)."""
+def check_ragged_on_the_gpu(causal, dims, **cfg):
+    """flash_attention_varlen(**cfg) against float64 at each head dim of `dims` on a ragged GQA
+    varlen batch: a sequence's last query tile partial, keys ending inside a block, a sequence of
+    one query row and one with no key (the kernels compiled in parallel first)."""
     import torch
     from common import compile_all
     from flash_attention import prefill_call
     lens_q, lens_k = (300, 77, 1, 130), (300, 200, 64, 0)
     data = {d: packed(lens_q, lens_k, 4, 2, d) for d in dims}
     gpu = {d: [torch.from_numpy(x).cuda() for x in (q, k, v, cq, ck)] for d, (cq, ck, q, k, v) in data.items()}
-    work = [(d, c) for d in data for c in (configs or [cfg])]
-    compile_all(work, lambda item: prefill_call(*gpu[item[0]], max(lens_q), causal, **item[1])[:2])
-    for d, c in work:
-        cq, ck, q, k, v = data[d]
-        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **c)
+    compile_all(list(data), lambda d: prefill_call(*gpu[d], max(lens_q), causal, **cfg)[:2])
+    for d, (cq, ck, q, k, v) in data.items():
+        o, lse = flash_attention_varlen(*gpu[d], max(lens_q), causal, **cfg)
         try:
             check(*to_host(o, lse), *reference(q, k, v, cq, ck, causal))
         except AssertionError as e:
-            raise AssertionError(f"d {d} {config_name(c)}: {e}") from None
+            raise AssertionError(f"d {d}: {e}") from None
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
@@ -274,15 +263,6 @@ def test_named_turns_on_the_gpu(causal):
     and in the persistent kernel over many tiles at d 64 and 128."""
     check_ragged_on_the_gpu(causal, (128, 256), named_turns=True)
     check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
-@pytest.mark.parametrize("causal", [True, False])
-def test_short_first_block_on_the_gpu(causal):
-    """tail=64 (a first key block of at most 64 keys computed as 64: of 176-key blocks keys 200 and 64
-    end in 24 and 64; with causal a tile's first warp group sees 64 of its diagonal 128-key block) on
-    top of the rule at d 128, and persistent over many tiles (128-key blocks: 200 ends in 72, whole)."""
-    check_ragged_on_the_gpu(causal, (128,), [dict(block_n=176, tail=64), dict(tail=64, persistent=3)])
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
@@ -619,20 +599,6 @@ def test_prefill_candidates_compile_without_spills(d, causal, cfg):
     serialized wgmma, the TMA-store epilogue."""
     sass = fits_without_spills(FlashAttention(float16, d, causal=causal, **cfg), prefill_args(d))
     assert sass is None or "UTMASTG.2D" in sass
-
-
-@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-@pytest.mark.parametrize("tail", [48, 96])
-def test_prefill_short_first_block_compiles_to_short_wgmma(tail):
-    """tail: the rule's kernel at d 128 without causal (176-key blocks, pv_n 128) with a first key
-    block of `tail` keys fits the registers (no local memory, no serialized wgmma), and that block's
-    Q K^T is an n = tail wgmma (its P V reads tail keys in k steps of 16). The branch that runs the
-    block short declares its own accumulators; the other branch's wgmma fences must not name them
-    (the emitter's else is a C++ block of its own). With persistent=132 it spilled 220 bytes."""
-    sass = fits_without_spills(FlashAttention(float16, 128, block_n=176, rescale_between=True, tail=tail),
-                               prefill_args(128))
-    if sass is not None:
-        assert f"HGMMA.64x{tail}x16.F32" in sass and "HGMMA.64x176x16.F32" in sass and "HGMMA.64x128x16.F32" in sass
 
 
 def decode_args(batch=4, d=128, splits=2):
