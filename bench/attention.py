@@ -336,10 +336,10 @@ def prefill(dtypes, configs, candidates=False, with_triton=True, persistent=True
                       + (f"  ({mode} timing)" if len(timings) > 1 else ""), flush=True)
                 rows.append((name, d, s, causal, tf, ratio))
                 if candidates and name in cand_dtypes:
-                    each.append((name, d, s, causal, [("rule", tf["tilus"])] + [
-                        (k, tf[k]) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")], tf.get("cuDNN"), tf_rounds,
-                                 stamps, mode))
-                    timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]
+                    others = [k for k in tf if k not in ("tilus", "cuDNN", "flash", "Triton")]  # the candidates
+                    each.append((name, d, s, causal, [("rule", tf["tilus"])] + [(k, tf[k]) for k in others],
+                                 tf.get("cuDNN"), tf_rounds, stamps, mode))
+                    timed = [(tf["tilus"], "default")] + [(tf[k], k) for k in others]
                     best = max(timed)
                     for t, label in timed:
                         print(f"  {label:34} {t:7.0f} TFLOP/s {t / tf['cuDNN'] if 'cuDNN' in tf else float('nan'):5.2f}x cuDNN"

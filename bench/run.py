@@ -75,12 +75,17 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
 _SCRUB = []
 
 
-def _flushed_ms(fn, i):
-    """Milliseconds of one launch of fn after a 256 MB fill (an L2 flush), waited for."""
+def _scrub():
+    """The 256 MB buffer whose fill before a launch flushes L2 (one a process)."""
     if not _SCRUB:
         _SCRUB.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+    return _SCRUB[0]
+
+
+def _flushed_ms(fn, i):
+    """Milliseconds of one launch of fn after a 256 MB fill (an L2 flush), waited for."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    _SCRUB[0].fill_(i & 0xFF)
+    _scrub().fill_(i & 0xFF)
     start.record()
     fn()
     end.record()
@@ -95,25 +100,21 @@ def median_ms(fn, repeat=50, queued=False):
     while the host queues every launch (and its fill), so that the events time the GPU's work
     alone, as tilus.utils.benchmark_func does (a launch that is called once per decoded token
     runs so, behind the step's other kernels; its host cost is then a figure of its own)."""
-    scrub = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     fn()
     torch.cuda.synchronize()
-    times = []
+    if not queued:
+        times = sorted(_flushed_ms(fn, i) for i in range(repeat))
+        return times[len(times) // 2]
+    scrub = _scrub()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
-    if queued:
-        torch.cuda._sleep(150000 * repeat)  # ~90 us a launch at 1.7 GHz: more than its host cost
+    torch.cuda._sleep(150000 * repeat)  # ~90 us a launch at 1.7 GHz: more than its host cost
     for i, (start, end) in enumerate(events):
         scrub.fill_(i & 0xFF)
         start.record()
         fn()
         end.record()
-        if not queued:
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    if queued:
-        torch.cuda.synchronize()
-        times = [start.elapsed_time(end) for start, end in events]
-    times.sort()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
     return times[len(times) // 2]
 
 

@@ -138,6 +138,14 @@ void Emitter::open(const std::string& head) {
   blocks_.push_back(next_block_++);
 }
 
+void Emitter::reopen(const std::string& head) {
+  --indent_;
+  line("} " + head + " {");
+  ++indent_;
+  if (!blocks_.empty()) blocks_.pop_back();
+  blocks_.push_back(next_block_++);
+}
+
 void Emitter::close() {
   --indent_;
   line("}");
@@ -414,13 +422,9 @@ void Emitter::emit_stmt(const Stmt& s) {
       open(fmt::format("if ({})", expr(simplify(n.cond))));
       emit_stmt(n.then_body);
       if (n.else_body) {
-        --indent_;
-        line("} else {");
-        ++indent_;
         // a C++ block of its own: the register arrays the then branch declared are not visible here
         // (a wgmma fence there must not name them)
-        if (!blocks_.empty()) blocks_.pop_back();
-        blocks_.push_back(next_block_++);
+        reopen("else");
         emit_stmt(n.else_body);
       }
       close();

@@ -55,6 +55,7 @@ class Emitter {
   }
   void open(const std::string& head);  // "head {" and indent
   void close();                        // "}" and dedent
+  void reopen(const std::string& head);  // "} head {": the block closed, the next one opened
   std::string fresh(const std::string& hint);
   // A scalar the emitted code declared itself (a scatter's per-element index): `v` prints as `name`.
   void name_var(const Var& v, const std::string& name) { var_names_[v.get()] = name; }
