@@ -22,7 +22,7 @@ over three rounds, the median of each one's rounds (bench/run.py's interleaved_m
 clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
 kernel must read at least once (the 4-bit weights, their scales and zero points, the
 activations) and writes nothing but one word per block: the best of 1 to 8 blocks per SM,
-measured the same way (the flush leaves dirty lines in L2 that a kernel's reads write back).
+measured the same way (the flush reads 256 MB, so L2 holds clean lines that cost the reads no write-back).
 The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
 is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
 goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
