@@ -187,54 +187,35 @@ std::string KernelResources::str() const {
 }
 
 namespace {
-// A cubin's ELF64 header and section headers, read in place (little-endian; a read past the end
-// gives 0).
-struct ElfView {
-  const std::vector<char>& bytes;
-  template <typename T>
-  uint64_t read(size_t at) const {
-    T v = 0;
-    if (at + sizeof(T) <= bytes.size()) std::memcpy(&v, &bytes[at], sizeof(T));
-    return v;
-  }
-  uint64_t u16(size_t at) const { return read<uint16_t>(at); }
-  uint64_t u32(size_t at) const { return read<uint32_t>(at); }
-  uint64_t u64(size_t at) const { return read<uint64_t>(at); }
-  bool valid() const { return bytes.size() >= 64 && std::memcmp(bytes.data(), "\x7f" "ELF", 4) == 0 && bytes[4] == 2; }
-  uint64_t sections() const { return u16(0x3c); }
-  // The byte offset of a field of section header i.
-  uint64_t section(uint64_t i, size_t field) const { return u64(0x28) + i * u16(0x3a) + field; }
-  uint64_t section_offset(uint64_t i) const { return u64(section(i, 0x18)); }
-  uint64_t section_size(uint64_t i) const { return u64(section(i, 0x20)); }
-  // The string at `offset` in string-table section `strtab`.
-  std::string name_at(uint64_t strtab, uint64_t offset) const {
-    size_t at = size_t(section_offset(strtab) + offset);
-    return at < bytes.size() ? std::string(&bytes[at], strnlen(&bytes[at], bytes.size() - at)) : std::string();
-  }
-  std::string section_name(uint64_t i) const { return name_at(u16(0x3e), u32(section(i, 0))); }
-};
-
 // ELF64: the ".nv.info" section is a list of attributes {u8 format, u8 attribute, u16 size,
 // payload}; the per-kernel ones of format 0x04 (sized) hold {u32 symbol, u32 value}:
 // EIATTR_REGCOUNT (0x2f) the registers, EIATTR_FRAME_SIZE (0x11) the stack frame bytes.
 int64_t cubin_kernel_attribute(const std::vector<char>& cubin, const std::string& kernel, uint8_t wanted) {
-  ElfView elf{cubin};
-  if (!elf.valid()) return -1;
+  auto u16 = [&](size_t at) -> uint64_t { uint16_t v = 0; if (at + 2 <= cubin.size()) std::memcpy(&v, &cubin[at], 2); return v; };
+  auto u32 = [&](size_t at) -> uint64_t { uint32_t v = 0; if (at + 4 <= cubin.size()) std::memcpy(&v, &cubin[at], 4); return v; };
+  auto u64 = [&](size_t at) -> uint64_t { uint64_t v = 0; if (at + 8 <= cubin.size()) std::memcpy(&v, &cubin[at], 8); return v; };
+  if (cubin.size() < 64 || std::memcmp(cubin.data(), "\x7f" "ELF", 4) != 0 || cubin[4] != 2) return -1;
+  uint64_t shoff = u64(0x28), shentsize = u16(0x3a), shnum = u16(0x3c), shstrndx = u16(0x3e);
+  auto section = [&](uint64_t i, size_t field) { return shoff + i * shentsize + field; };
+  auto name_at = [&](uint64_t strtab, uint64_t offset) {
+    size_t at = size_t(u64(section(strtab, 0x18)) + offset);
+    return at < cubin.size() ? std::string(&cubin[at], strnlen(&cubin[at], cubin.size() - at)) : std::string();
+  };
   int64_t info = -1, symtab = -1;
-  for (uint64_t i = 0; i < elf.sections(); ++i) {
-    if (elf.section_name(i) == ".nv.info") info = int64_t(i);
-    if (elf.u32(elf.section(i, 4)) == 2) symtab = int64_t(i);  // SHT_SYMTAB
+  for (uint64_t i = 0; i < shnum; ++i) {
+    if (name_at(shstrndx, u32(section(i, 0))) == ".nv.info") info = int64_t(i);
+    if (u32(section(i, 4)) == 2) symtab = int64_t(i);  // SHT_SYMTAB
   }
   if (info < 0 || symtab < 0) return -1;
-  uint64_t strtab = elf.u32(elf.section(uint64_t(symtab), 0x28));
-  uint64_t begin = elf.section_offset(uint64_t(info)), end = begin + elf.section_size(uint64_t(info));
+  uint64_t strtab = u32(section(uint64_t(symtab), 0x28));
+  uint64_t begin = u64(section(uint64_t(info), 0x18)), end = begin + u64(section(uint64_t(info), 0x20));
   for (uint64_t at = begin; at + 4 <= end && at + 4 <= cubin.size();) {
     uint64_t format = uint8_t(cubin[at]), attribute = uint8_t(cubin[at + 1]);
-    uint64_t size = format == 0x04 ? elf.u16(at + 2) : 0;
+    uint64_t size = format == 0x04 ? u16(at + 2) : 0;
     if (format == 0x04 && attribute == wanted && size >= 8) {
-      uint64_t symbol = elf.u32(at + 4), value = elf.u32(at + 8);
-      uint64_t sym = elf.section_offset(uint64_t(symtab)) + symbol * 24;
-      if (elf.name_at(strtab, elf.u32(sym)) == kernel) return int64_t(value);
+      uint64_t symbol = u32(at + 4), value = u32(at + 8);
+      uint64_t sym = u64(section(uint64_t(symtab), 0x18)) + symbol * 24;
+      if (name_at(strtab, u32(sym)) == kernel) return int64_t(value);
     }
     at += 4 + size;
   }
@@ -266,27 +247,37 @@ void complete_resources_from_cubin(KernelResources& r, const std::vector<char>& 
 // the low word (FFMA on registers: 0x223); in the high word the yield flag, bit 45 (set: no
 // yield), and the operand-reuse flags, bits 58-61.
 int interleave_ffma_yield(std::vector<char>& cubin, const std::string& kernel) {
-  ElfView elf{cubin};
-  if (!elf.valid()) return 0;
+  auto u16 = [&](size_t at) -> uint64_t { uint16_t v = 0; if (at + 2 <= cubin.size()) std::memcpy(&v, &cubin[at], 2); return v; };
+  auto u32 = [&](size_t at) -> uint64_t { uint32_t v = 0; if (at + 4 <= cubin.size()) std::memcpy(&v, &cubin[at], 4); return v; };
+  auto u64 = [&](size_t at) -> uint64_t { uint64_t v = 0; if (at + 8 <= cubin.size()) std::memcpy(&v, &cubin[at], 8); return v; };
+  if (cubin.size() < 64 || std::memcmp(cubin.data(), "\x7f" "ELF", 4) != 0 || cubin[4] != 2) return 0;
+  uint64_t shoff = u64(0x28), shentsize = u16(0x3a), shnum = u16(0x3c), shstrndx = u16(0x3e);
+  auto section = [&](uint64_t i, size_t field) { return shoff + i * shentsize + field; };
+  auto name_at = [&](uint64_t strtab, uint64_t offset) {
+    size_t at = size_t(u64(section(strtab, 0x18)) + offset);
+    return at < cubin.size() ? std::string(&cubin[at], strnlen(&cubin[at], cubin.size() - at)) : std::string();
+  };
   constexpr uint64_t kYield = 1ull << 45, kReuse = 0xfull << 58;
-  constexpr uint64_t kMinRun = 8;
-  auto is_ffma = [&](uint64_t at) { return (elf.u64(at) & 0xfff) == 0x223; };
+  constexpr size_t kMinRun = 8;
   int changed = 0;
-  for (uint64_t i = 0; i < elf.sections(); ++i) {
-    if (elf.section_name(i) != ".text." + kernel) continue;
-    uint64_t begin = elf.section_offset(i), end = std::min<uint64_t>(begin + elf.section_size(i), cubin.size());
+  for (uint64_t i = 0; i < shnum; ++i) {
+    if (name_at(shstrndx, u32(section(i, 0))) != ".text." + kernel) continue;
+    uint64_t begin = u64(section(i, 0x18)), end = std::min<uint64_t>(begin + u64(section(i, 0x20)), cubin.size());
+    auto is_ffma = [&](uint64_t at) { return (u64(at) & 0xfff) == 0x223; };
     for (uint64_t at = begin; at + 16 <= end;) {
+      if (!is_ffma(at)) { at += 16; continue; }
       uint64_t run_end = at;
       while (run_end + 16 <= end && is_ffma(run_end)) run_end += 16;
-      uint64_t n = (run_end - at) / 16;
-      for (uint64_t k = 0; n >= kMinRun && k < n * 9 / 16; ++k) {
-        uint64_t hi = elf.u64(at + k * 16 + 8);
-        if (!(hi & kYield)) continue;
-        hi &= ~(kYield | kReuse);
-        std::memcpy(&cubin[at + k * 16 + 8], &hi, 8);
-        ++changed;
-      }
-      at = n ? run_end : at + 16;
+      size_t n = (run_end - at) / 16;
+      if (n >= kMinRun)
+        for (size_t k = 0; k < n * 9 / 16; ++k) {
+          uint64_t hi = u64(at + k * 16 + 8);
+          if (!(hi & kYield)) continue;
+          hi &= ~(kYield | kReuse);
+          std::memcpy(&cubin[at + k * 16 + 8], &hi, 8);
+          ++changed;
+        }
+      at = run_end;
     }
   }
   return changed;
