@@ -116,11 +116,10 @@ class MatmulFp8(tilus.Script):
     for the step before, which is promoted under it (the warp group's tensor work never drains).
     block_n=192: a 128- and a 64-column piece, or with c's buffer holding the whole tile one piece
     (block scales: its 64-column thirds take the scales of the block of b's scales each lies in,
-    see promoted). ffma_yield: attrs.ffma_yield, the promotion's FFMA yielding the warp to the
-    other warp group's wgmma issue on the same scheduler (sm_90 machine code, after ptxas)."""
+    see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, ffma_yield=False):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -137,7 +136,6 @@ class MatmulFp8(tilus.Script):
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
         self.products = products
-        self.ffma_yield = ffma_yield
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -189,8 +187,6 @@ class MatmulFp8(tilus.Script):
         clusters = blocks // 2
         self.attrs.blocks = [blocks]
         self.attrs.cluster_blocks = [2, 1, 1]
-        if self.ffma_yield:
-            self.attrs.ffma_yield = True
         split = self.consumer_regs is not None
         self.attrs.warps = 4 * self.consumers + (4 if split else 1)  # the consumer warp groups and the producer
         rank = self.cluster.blockRank

@@ -15,7 +15,6 @@ void bind_builder(py::module_& m) {
       .def("set_warps", [](Builder& b, int64_t w, L loc) { b.set_warps(w, loc_of(loc)); })
       .def("set_cluster", [](Builder& b, std::vector<int64_t> c, L loc) { b.set_cluster(c, loc_of(loc)); })
       .def("set_min_blocks", [](Builder& b, int64_t n, L loc) { b.set_min_blocks(n, loc_of(loc)); })
-      .def("set_ffma_yield", &Builder::set_ffma_yield)
       .def("finish", &Builder::finish)
       .def("depth", &Builder::depth)
       .def("scope_path", &Builder::scope_path)

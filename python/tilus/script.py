@@ -47,10 +47,7 @@ class Attrs:
     - ``cluster_blocks``: the thread-block cluster, 1 to 3 positive Python ints;
     - ``min_blocks``: blocks each SM must be able to hold at once, a Python int from 1 to 32
       (``__launch_bounds__``' second argument: ptxas keeps the registers a thread within
-      65536 / (min_blocks x the block's threads));
-    - ``ffma_yield``: a Python bool; True: the first 9/16 of each run of 8 or more FFMA in the
-      kernel's machine code (sm_90) yield the warp, so that another warp group's wgmma issue is
-      not held behind a long promotion (block-scaled fp8 GEMM; rewritten after ptxas).
+      65536 / (min_blocks x the block's threads)).
 
     Any other name is a CompileError.
     """
@@ -60,9 +57,9 @@ class Attrs:
 
     def __setattr__(self, name, value):
         loc = _here()
-        if name not in ("blocks", "warps", "cluster_blocks", "min_blocks", "ffma_yield"):
+        if name not in ("blocks", "warps", "cluster_blocks", "min_blocks"):
             raise CompileError(f"{_where(loc)}unknown kernel attribute '{name}' (blocks, warps, cluster_blocks, "
-                               "min_blocks, ffma_yield)")
+                               "min_blocks)")
         self._values[name] = value
         b = getattr(_tracing, "builder", None)
         if b is None:
@@ -77,10 +74,6 @@ class Attrs:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise CompileError(f"{_where(loc)}attrs.min_blocks must be a Python int, got {_describe(value)}")
             b.set_min_blocks(value, loc)
-        elif name == "ffma_yield":
-            if not isinstance(value, bool):
-                raise CompileError(f"{_where(loc)}attrs.ffma_yield must be a Python bool, got {_describe(value)}")
-            b.set_ffma_yield(value)
         else:
             b.set_cluster(_ints(value, "attrs.cluster_blocks", loc), loc)
 

@@ -14,7 +14,6 @@ KernelSource kernel_signature(const Kernel& kernel, const KernelFacts& facts) {
   s.global_tensors = kernel.global_tensors;
   s.tensor_maps = kernel.tensor_maps;
   s.assumptions = facts.assumptions();
-  s.ffma_yield = kernel.ffma_yield;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const Var& p = kernel.params[i];
     s.params.push_back(KernelParam{p.name(), p.dtype(), 0, 0, facts.contracts().at(i)});

@@ -239,50 +239,6 @@ void complete_resources_from_cubin(KernelResources& r, const std::vector<char>& 
   }
 }
 
-// A promotion (block-scaled fp8 GEMM: acc += product * scale, one FFMA an element) is a run of
-// FFMA that ptxas lets hold the warp on every other instruction (those reusing an operand carry no
-// yield hint), so a warp group on the same scheduler that is ready to issue its next wgmma waits
-// behind it while the tensor cores idle. DeepGEMM measured its promotion faster with the first
-// 9/16 of each run yielding. sm_90 encoding: 128 bits an instruction, the opcode in bits 0-11 of
-// the low word (FFMA on registers: 0x223); in the high word the yield flag, bit 45 (set: no
-// yield), and the operand-reuse flags, bits 58-61.
-int interleave_ffma_yield(std::vector<char>& cubin, const std::string& kernel) {
-  auto u16 = [&](size_t at) -> uint64_t { uint16_t v = 0; if (at + 2 <= cubin.size()) std::memcpy(&v, &cubin[at], 2); return v; };
-  auto u32 = [&](size_t at) -> uint64_t { uint32_t v = 0; if (at + 4 <= cubin.size()) std::memcpy(&v, &cubin[at], 4); return v; };
-  auto u64 = [&](size_t at) -> uint64_t { uint64_t v = 0; if (at + 8 <= cubin.size()) std::memcpy(&v, &cubin[at], 8); return v; };
-  if (cubin.size() < 64 || std::memcmp(cubin.data(), "\x7f" "ELF", 4) != 0 || cubin[4] != 2) return 0;
-  uint64_t shoff = u64(0x28), shentsize = u16(0x3a), shnum = u16(0x3c), shstrndx = u16(0x3e);
-  auto section = [&](uint64_t i, size_t field) { return shoff + i * shentsize + field; };
-  auto name_at = [&](uint64_t strtab, uint64_t offset) {
-    size_t at = size_t(u64(section(strtab, 0x18)) + offset);
-    return at < cubin.size() ? std::string(&cubin[at], strnlen(&cubin[at], cubin.size() - at)) : std::string();
-  };
-  constexpr uint64_t kYield = 1ull << 45, kReuse = 0xfull << 58;
-  constexpr size_t kMinRun = 8;
-  int changed = 0;
-  for (uint64_t i = 0; i < shnum; ++i) {
-    if (name_at(shstrndx, u32(section(i, 0))) != ".text." + kernel) continue;
-    uint64_t begin = u64(section(i, 0x18)), end = std::min<uint64_t>(begin + u64(section(i, 0x20)), cubin.size());
-    auto is_ffma = [&](uint64_t at) { return (u64(at) & 0xfff) == 0x223; };
-    for (uint64_t at = begin; at + 16 <= end;) {
-      if (!is_ffma(at)) { at += 16; continue; }
-      uint64_t run_end = at;
-      while (run_end + 16 <= end && is_ffma(run_end)) run_end += 16;
-      size_t n = (run_end - at) / 16;
-      if (n >= kMinRun)
-        for (size_t k = 0; k < n * 9 / 16; ++k) {
-          uint64_t hi = u64(at + k * 16 + 8);
-          if (!(hi & kYield)) continue;
-          hi &= ~(kYield | kReuse);
-          std::memcpy(&cubin[at + k * 16 + 8], &hi, 8);
-          ++changed;
-        }
-      at = run_end;
-    }
-  }
-  return changed;
-}
-
 KernelResources parse_ptxas_report(const std::string& full, const std::string& kernel) {
   KernelResources r;
   std::smatch m;

@@ -44,7 +44,6 @@ class Printer {
     if (k.cluster != std::array<int64_t, 3>{1, 1, 1})
       out_ += fmt::format("  cluster [{}, {}, {}]\n", k.cluster[0], k.cluster[1], k.cluster[2]);
     if (k.min_blocks > 0) out_ += fmt::format("  min_blocks {}\n", k.min_blocks);
-    if (k.ffma_yield) out_ += "  ffma_yield\n";
     for (size_t i = 0; i < k.tensor_maps.size(); ++i) {
       const TensorMapSpec& m = k.tensor_maps[i];
       std::string shape, strides;

@@ -255,10 +255,6 @@ void Script::apply_attrs() {
     builder_->set_min_blocks(attrs.min_blocks, loc);
     applied_.min_blocks = attrs.min_blocks;
   }
-  if (attrs.ffma_yield != applied_.ffma_yield) {
-    builder_->set_ffma_yield(attrs.ffma_yield);
-    applied_.ffma_yield = attrs.ffma_yield;
-  }
 }
 
 GlobalTensor Script::global_view_impl(const Expr& ptr, DataType dtype, std::vector<Expr> shape,

@@ -183,10 +183,6 @@ CompiledKernel compile_kernel(const KernelSource& source, DiskCache* cache) {
   if (!out.log.empty()) spdlog::debug("tilus: NVRTC log for {}:\n{}", source.name, out.log);
   spdlog::debug("tilus: compiled kernel {} for {} in {:.1f} ms (precompiled header: {})", source.name, source.arch,
                 k.compile_ms, to_string(out.pch));
-  if (source.ffma_yield) {
-    int changed = interleave_ffma_yield(out.cubin, source.name);
-    spdlog::debug("tilus: kernel {}: {} FFMA set to yield (attrs.ffma_yield)", source.name, changed);
-  }
   k.cubin = std::move(out.cubin);
   k.resources = out.resources;
   log_resources(k);

@@ -102,8 +102,6 @@ def test_ring_matmul_with_the_largest_codes(arrays, dt, limit):
     # tile's buffer, one 256-wide wgmma).
     (dict(scaling="tensor", block_n=192), 301, 520, 1040), (dict(scaling="row", block_n=192, out=float32), 200, 400, 512),
     (dict(scaling="tensor", stages=3), 301, 520, 1040), (dict(scaling="row", stages=3, out=float16), 700, 1000, 272),
-    # attrs.ffma_yield: the promotions' FFMA yield (the cubin rewritten after ptxas).
-    (dict(scaling="block", ffma_yield=True), 301, 520, 1040), (dict(scaling="block", block_n=192, ffma_yield=True), 301, 1000, 1040),
 ])
 def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
@@ -296,43 +294,6 @@ def test_block_scaled_pieces_take_turns_in_the_sass():
     qgmma = [args for o, args in ops if o.startswith("QGMMA")]
     reads = [args.split(",")[2].strip() for args in qgmma[:8]]  # the accumulator input
     assert reads == ["RZ", "R24", "R24", "R24"] * 2 or (reads[0] == reads[4] == "RZ" and "RZ" not in reads[1:4]), qgmma[:8]
-
-
-@pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")
-def test_ffma_yield_makes_the_promotions_first_ffma_yield():
-    """attrs.ffma_yield: in each promotion (a run of 64 FFMA a piece), the first 9/16 of the FFMA
-    yield the warp and reuse no operand, where ptxas sets reuse (and no yield) on every other
-    one; the rest of the run and every other instruction are the plain kernel's, bit for bit.
-    The source says so (the cache keys the two kernels apart)."""
-    from tilus.artifacts import _cuobjdump
-    args = _args("block", 4096, 4096, 4096)
-    plain, yielding = MatmulFp8("block"), MatmulFp8("block", ffma_yield=True)
-    assert "attrs.ffma_yield" in yielding.source(*args, arch="sm_90a")
-    assert "attrs.ffma_yield" not in plain.source(*args, arch="sm_90a")
-    if _cuobjdump() is None:
-        pytest.skip("no cuobjdump: the SASS cannot be read")
-    insts = [re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]*);\s*/\*\s*(0x[0-9a-f]{16})\s*\*/\s*\n\s*/\*\s*(0x[0-9a-f]{16})", k.sass(
-        *args, arch="sm_90a")) for k in (plain, yielding)]
-    assert len(insts[0]) == len(insts[1]) > 0
-    yield_bit, reuse = 1 << 45, 0xF << 58
-    runs, run = [], []
-    for (text, lo, hi), (_, lo2, hi2) in zip(*insts):
-        assert lo == lo2, text
-        if text.split()[0] == "FFMA":
-            run.append((int(hi, 16), int(hi2, 16)))
-            continue
-        assert hi == hi2, text
-        if len(run) >= 8:
-            runs.append(run)
-        run = []
-    promotions = [r for r in runs if len(r) >= 32]
-    assert len(promotions) >= 2, [len(r) for r in runs]
-    for r in runs:
-        head = len(r) * 9 // 16
-        assert all(not (y & (yield_bit | reuse)) for _, y in r[:head]), r[:head]
-        assert [y for _, y in r[head:]] == [p for p, _ in r[head:]]
-        assert all(y == p or (p & yield_bit and y == p & ~(yield_bit | reuse)) for p, y in r[:head])
-    assert any(p & reuse for r in promotions for p, _ in r[:len(r) * 9 // 16]), "ptxas set no reuse: nothing to test"
 
 
 @pytest.mark.skipif(not tilus._C.nvrtc_available(), reason="NVRTC not available")

@@ -59,8 +59,6 @@ struct KernelSource {
   // The kernel synchronizes its whole grid (sync_grid): it is launched cooperatively, and every
   // launch checks that its blocks fit on the GPU at once.
   bool cooperative = false;
-  // Kernel::ffma_yield: compile_kernel rewrites the cubin's long FFMA runs to yield the warp.
-  bool ffma_yield = false;
 
   bool clustered() const { return cluster != std::array<int64_t, 3>{1, 1, 1}; }
 };

@@ -110,12 +110,6 @@ int64_t cubin_frame_bytes(const std::vector<char>& cubin, const std::string& ker
 // What the cubin says of `kernel` where `r` (ptxas's report) says nothing: its registers and stack
 // frame; and no spills when the frame is empty (spills live in the frame), else spills stay -1.
 void complete_resources_from_cubin(KernelResources& r, const std::vector<char>& cubin, const std::string& kernel);
-
-// attrs.ffma_yield (sm_90 machine code): in each run of 8 or more FFMA of `kernel`'s code, the
-// first 9/16 get the yield hint, and lose the operand-reuse hint where ptxas set it (a warp that
-// yields keeps no reuse cache). Returns the instructions changed; an unrecognized cubin is left
-// as it is (0).
-int interleave_ffma_yield(std::vector<char>& cubin, const std::string& kernel);
 // NVRTC's version as major*1000 + minor*10 (e.g. 13000); part of the cache key.
 int nvrtc_version();
 // True when tilus was built with NVRTC.

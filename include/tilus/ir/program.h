@@ -49,10 +49,6 @@ struct Kernel {
   // argument of __launch_bounds__: ptxas then keeps the registers a thread within 64K / (that
   // times the block's threads)); 0: ptxas chooses.
   int64_t min_blocks = 0;
-  // attrs.ffma_yield: the first 9/16 of each run of 8 or more FFMA in the kernel's machine code
-  // yield the warp (interleave_ffma_yield, after ptxas), so that another warp group's wgmma issue
-  // is not held behind a long promotion (block-scaled fp8 GEMM).
-  bool ffma_yield = false;
   Stmt body;
   SourceLoc loc;
   // Facts about runtime parameters the kernel was specialized for: an integer parameter

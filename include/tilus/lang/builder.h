@@ -44,7 +44,6 @@ class Builder {
   // Thread-block cluster shape, 1 to 3 dimensions (missing ones are 1).
   void set_cluster(const std::vector<int64_t>& cluster_blocks, SourceLoc loc);
   void set_min_blocks(int64_t min_blocks, SourceLoc loc);
-  void set_ffma_yield(bool on) { kernel_.ffma_yield = on; }
   // min_blocks blocks of the kernel's warps fit on an SM (kMaxWarpsPerSm).
   void check_min_blocks(SourceLoc loc) const;
   // The finished kernel (checks that blocks and warps were set).

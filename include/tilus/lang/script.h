@@ -74,8 +74,6 @@ class Script {
     // Blocks each SM must be able to hold at once (__launch_bounds__'s second argument, so
     // ptxas caps the registers a thread); 0: ptxas chooses.
     int64_t min_blocks = 0;
-    // The kernel's long FFMA runs yield the warp (see Kernel::ffma_yield).
-    bool ffma_yield = false;
   } attrs;
 
   struct Dim3 {
