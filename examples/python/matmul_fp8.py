@@ -495,6 +495,14 @@ class MatmulFp8Tuned(MatmulFp8):
 # H200 runs (0.71x-0.83x against 128 x 256's 0.85x-0.89x; ncu at 4096^3: tensor pipe 60 % busy
 # against 69 %), removed. cuBLASLt's own 1 x 128 / 128 x 128 block scaling (torch._scaled_mm) ran
 # 0.91x / 0.90x of its per-tensor speed at 4096^3 / 8192^3 in the same run (bench/fp8.py "cuBLAS block").
+# The promotion's FFMA yielding the warp (the first 9/16 of each run given the yield hint and no
+# operand reuse, the cubin rewritten after ptxas: DeepGEMM's finding) measured slower (H200, one
+# run: 128 x 256 116.2 / 1041.8 us against 114.1 / 1027.2 at 4096^3 / 8192^3, 128 x 192 130.7 /
+# 1042.5 against 130.8 / 1015.3): removed. What 8192^3 loses is the k loop's idle tensor cores, not
+# L2 or the tile order (ncu, same run, 128 x 256 at 8192^3: block-scaled 857 us, tensor pipe 74.8 %
+# busy, L2 hit 76.6 %, 607 MB read from DRAM; per-tensor 731 us, 90.7 %, 72.1 %, 598 MB): twice the
+# k steps spread the per-tensor kernel's tile overhead (82 % busy at 4096^3) but not the promotion
+# that holds the block-scaled loop (69 % at 4096^3).
 BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
