@@ -1727,7 +1727,9 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
            f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else
            f"stream-K {cfg['blocks']} blocks" if cfg.get("blocks") else
-           f"split_k {cfg['split_k']}{' k-major' if cfg.get('k_major') else ''}")
+           f"split_k {cfg['split_k']}{' k-major' if cfg.get('k_major') else ''}"
+           f"{' 8 warps' if cfg.get('warps', 4) == 8 else ''}{' weights-a' if cfg.get('weights_a') else ''}"
+           f"{' fixed-sums' if cfg.get('fixed_sums') else ''}")
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1739,27 +1741,42 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
 
 
 if __name__ == "__main__":
+    # TILUS_EXAMPLES_QUICK=1 (the sanitizers' runs, e.g. racecheck): each kernel family once at a
+    # small size, one launch each (the tuner's runs, which launch every candidate 60 times and
+    # more, left out); the full run adds every weight type by the rule, more tile shapes and the tuner.
     quick = os.environ.get("TILUS_EXAMPLES_QUICK")
-    for t in WEIGHT_TYPES:
-        run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
-        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)  # small m: the repacked weights
-    run("matmul_a16wx", tilus.int4, 5, 200, 1024, atype=bfloat16)
+    run("matmul_a16wx", tilus.int4, 37, 192, 1024)  # the rule: wgmma 64 x 64 on sm_90a, else mma.sync 64-row tiles
+    run("matmul_a16wx", tilus.int4, 5, 200, 1024)  # small m: the repacked weights
+    run("matmul_a16wx", tilus.int3, 37, 128, 256)  # mma.sync 64-row tiles and the general decode (no wgmma order)
     run("matmul_a16wx", tilus.float8_e4m3, 37, 192, 1024, atype=bfloat16)
-    for t in ["int4", "uint4", "int8", "float8_e4m3"]:  # on an sm_90a GPU: MatmulA16WxHopper
-        run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
-    run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
-    run("matmul_a16wx", tilus.uint4, 128, 136, 512)
     wgmma = dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=64, stages=8)
+    big = dict(wgmma, block_m=256, stages=4)
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
-    run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
-    run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
+    run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(big, split_k=3, cluster=2))
+    # the split endings: the first split adding once the others have stored, 2 pairs of k tiles
+    # ahead (wait_sums, lead); every split adding a slice of its tile (spread_sums), in clusters
+    run("matmul_a16wx", tilus.int4, 300, 392, 1024, cfg=dict(big, split_k=2, wait_sums=True, lead=2))
+    run("matmul_a16wx", tilus.uint4, 300, 520, 1024, cfg=dict(big, split_k=2, cluster=2, spread_sums=True))
     # stream-K: 4 tiles of 16 k tiles dealt out to 7 blocks (runs across tiles, the last to arrive adding up)
     small = dict(block_m=16, block_n=128, block_k=128, stages=4, repacked=True, split_k=1, magic=True, late_scale=True)
     run("matmul_a16wx", tilus.uint4, 5, 400, 2048, cfg=dict(small, blocks=7))
     run("matmul_a16wx", tilus.int4, 5, 400, 2048, cfg=dict(small, split_k=3, interleave=True, k_major=True))  # k tile after k tile
-    for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
-        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
+    # 8-warp blocks ending by 64-bit atomics (fixed_sums); the product transposed on 8-row tiles (weights_a)
+    run("matmul_a16wx", tilus.uint4, 12, 400, 2048, cfg=dict(small, split_k=3, interleave=True, warps=8, fixed_sums=True))
+    run("matmul_a16wx", tilus.int4, 5, 400, 2048, cfg=dict(small, block_m=8, split_k=2, interleave=True, warps=8,
+                                                           weights_a=True))
     if not quick:
+        for t in (t for t in WEIGHT_TYPES if t != "int4"):  # (int4's above)
+            run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
+            run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)
+        run("matmul_a16wx", tilus.int4, 5, 200, 1024, atype=bfloat16)
+        for t in ["int4", "uint4", "int8", "float8_e4m3"]:  # on an sm_90a GPU: MatmulA16WxHopper
+            run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
+        run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
+        run("matmul_a16wx", tilus.uint4, 128, 136, 512)
+        run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(big, block_m=192))
+        for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
+            run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
         from common import on_gpu
         s = 8192 if on_gpu() else 512
         run("matmul_a16wx", tilus.int4, 16, s, s, timing=True)
