@@ -6,16 +6,19 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
         [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
+        [--extra 'block_m=120 stages=8;tile_group=16']
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
 or mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
 instead) and the line says which kernel won and how long its tuning took. --wait-sums
 and --spread-sums add the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's
-wait_sums, with and without lead=2, and spread_sums) to the tuner's list. The Triton kernel's
-tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
-compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
-reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
+wait_sums, with and without lead=2, and spread_sums) to the tuner's list; --extra adds wgmma
+configurations of its own (parameters over the 128 x 256 tile's, integers: 1 and 0 for flags)
+wherever the wgmma kernel applies. The Triton kernel's tiles follow a rule per m (triton_config);
+--no-triton leaves it and the floor out (their compiles and timings: a quicker sweep of tilus
+against cuBLAS). A result off the float32 reference by 1 % of its largest value is marked WRONG and
+the sweep goes on; --deadline stops
 beginning sizes after that many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
 launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton are timed in turn
 over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
@@ -151,10 +154,14 @@ def main():
                    help="let the tuner also time each split wgmma candidate with wait_sums (QuantizedMatmul(wait_sums=True))")
     p.add_argument("--spread-sums", action="store_true",
                    help="let the tuner also time each split wgmma candidate with spread_sums (QuantizedMatmul(spread_sums=True))")
+    p.add_argument("--extra", default="",
+                   help="wgmma configurations the tuner also times, ';'-separated, each 'name=value ...' over the "
+                        "128 x 256 tile's parameters (e.g. 'block_m=120 stages=8;tile_group=16'; QuantizedMatmul(extra=))")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
+    extra = [{name: int(v) for name, v in (x.split("=") for x in cfg.split())} for cfg in args.extra.split(";") if cfg.strip()]
     start = time.perf_counter()
     triton_on = triton is not None and not args.no_triton
     g = args.group
@@ -171,7 +178,7 @@ def main():
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
         tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums,
-                             wait_sums=args.wait_sums, spread_sums=args.spread_sums)
+                             wait_sums=args.wait_sums, spread_sums=args.spread_sums, extra=extra)
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)

@@ -1109,7 +1109,7 @@ class QuantizedMatmul:
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
-                 wait_sums=False, spread_sums=False):
+                 wait_sums=False, spread_sums=False, extra=()):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1124,6 +1124,9 @@ class QuantizedMatmul:
         # spread_sums: also with spread_sums=True (every split adds a slice of its tile) where the
         # slices are whole 8-row groups.
         self.spread_sums = spread_sums
+        # extra: MatmulA16WxHopper parameters (dicts) over the 128 x 256 tile's, timed beside the
+        # short list wherever the wgmma kernel applies (bench/w4a16.py --extra: trials, not the list).
+        self.extra = [dict(x) for x in extra]
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
@@ -1355,6 +1358,8 @@ class QuantizedMatmul:
                             add(cfg)
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
+            for cfg in self.extra:
+                add(dict(big, **cfg))
             split = [c for c in out if c.get("hopper") and max(c.get("split_k", 1), c.get("tail_split", 1)) > 1]
             for cfg in split if self.wait_sums else ():
                 add(dict(cfg, wait_sums=True))
