@@ -1124,6 +1124,27 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert not [c for c in hopper if c["block_m"] in (192, 240)], (m, got)
 
 
+def test_quantized_matmul_extra_candidates():
+    """QuantizedMatmul(extra=): wgmma configurations over the 128 x 256 tile's parameters, timed
+    after the short list's wherever the wgmma kernel applies (and with wait_sums beside its
+    other splits); nowhere else; the list is unchanged otherwise."""
+    from matmul_a16wx import MatmulA16WxHopper, QuantizedMatmul
+    extra = [dict(block_m=120, stages=8), dict(block_m=64, stages=8, split_k=4, magic=True)]
+    q, plain = QuantizedMatmul(tilus.int4, 128, sms=132, extra=extra), QuantizedMatmul(tilus.int4, 128, sms=132)
+    big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=64, stages=4)
+    for m, n, k in [(64, 28672, 8192), (1024, 3584, 18944), (4096, 8192, 8192)]:
+        got, short = q.candidates(m, n, k, hopper=True, magic=True), plain.candidates(m, n, k, hopper=True, magic=True)
+        assert got == short + [dict(big, **x) for x in extra if dict(big, **x) not in short], (m, got)
+        for c in got[len(short):]:
+            MatmulA16WxHopper(tilus.int4, 128, **{name: v for name, v in c.items() if name != "hopper"})
+    assert q.candidates(16, 8192, 8192, hopper=True, magic=True) == plain.candidates(16, 8192, 8192, hopper=True,
+                                                                                    magic=True)
+    assert q.candidates(1024, 8192, 8192) == plain.candidates(1024, 8192, 8192)  # no wgmma weights
+    waits = QuantizedMatmul(tilus.int4, 128, sms=132, extra=extra, wait_sums=True).candidates(1024, 3584, 18944,
+                                                                                              hopper=True)
+    assert dict(big, **extra[1], wait_sums=True) in waits
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
                                    (300, 200, 1000)])
 def test_quantized_matmul_wide_tuning_spans_kernels_tiles_and_splits(m, n, k):
