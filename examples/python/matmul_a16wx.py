@@ -1199,7 +1199,8 @@ class QuantizedMatmul:
           256), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
-          persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
+          persistent grid's last round (the fullest split within 16 MB of partial sums; up to m = 64
+          also unsplit where no split is offered, and 4 ways beside a split beyond 4; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
           on the magic decode; 128 x 256's splits ending by wait_sums with lead 2 and by
           spread_sums instead of the plain ending: split_endings), and the rule's tile on the
@@ -1350,12 +1351,20 @@ class QuantizedMatmul:
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
                     tiles = -(-n // 128) * -(-m // bm)
                     split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
-                    if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
-                        for cfg in self.split_endings(dict(tile, **({"split_k": split} if split > 1 else {}))):
-                            add(cfg)
-                    if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
-                        for cfg in self.split_endings(dict(tile, split_k=split, magic=True)):
-                            add(cfg)
+                    # Where no split fills the rounds better, up to m = 64 the tile unsplit too, with
+                    # two consumer warp groups an SM where 64 x 64 tiles have one (28672 x 8192, m = 64:
+                    # 81.2 us on the magic decode against 102.1 for 64 x 64; where a split is offered, it
+                    # lost to it: the mid H200 call of 2026-11-29 12:27); a split beyond 4 ways also 4 ways
+                    # (n = 3584, m = 64: 4 ways 31.6 us, 9 ways 40.9, the same call).
+                    ways = [split] + ([4] if split > 4 and m <= 64 else [])
+                    if split > 1 or m > 128 or m <= 64:  # (128 x 128 at m = 256 also unsplit)
+                        for x in ways:
+                            for cfg in self.split_endings(dict(tile, **({"split_k": x} if x > 1 else {}))):
+                                add(cfg)
+                    if magic and self.hopper_magic() and (split > 1 or m <= 64):  # (fewer instructions beside the wgmma)
+                        for x in ways:
+                            for cfg in self.split_endings(dict(tile, **({"split_k": x} if x > 1 else {}), magic=True)):
+                                add(cfg)
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
             for cfg in self.extra:
