@@ -21,17 +21,18 @@ the float32 reference by 1 % of its largest value is marked WRONG and the sweep 
 stops beginning sizes after that many seconds and prints the summary of those measured. Each time is
 the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's median_ms); tilus,
 cuBLAS and Triton are timed in turn over three rounds, the median of each one's rounds
-(bench/run.py's interleaved_ms: the GPU's clocks follow its recent load), launch by launch (each pass
-launches every one once, in a new random order: they share the GPU's clocks and heat; --timing block
-times each one's launches of a round in a row: on the H200 cuBLAS's twin then read 0.90-1.00x of it
-at m = 1024 and 4096, launch by launch 0.996-1.002x, mid calls of 2026-11-29 11:46 and 12:27), and
---twin times cuBLAS twice, its twin's ratio the noise of the figures. The floor is a plain Triton kernel that reads the bytes a W4A16 kernel must read at least
-once (the 4-bit weights, their scales and zero points, the activations) and writes nothing but one
-word per block: the best of 1 to 8 blocks per SM, measured the same way (the flush reads 256 MB, so
-L2 holds clean lines that cost the reads no write-back). The summary (last: a row per size) gives
-times and their ratios: cuBLAS / tilus (> 1: tilus is faster; the goal is >= 1.0) and tilus / floor
-(1.0 at the floor; at m <= 16 only, where the goal is <= 1.15), a star on each size that misses a
-goal. --show N lists the N fastest of each tuning's candidates with their times (6 by default).
+(bench/run.py's interleaved_ms: the GPU's clocks follow its recent load), launch by launch (each
+pass launches every one once, in a new random order: they share the GPU's clocks and heat; --timing
+block times each one's launches of a round in a row: on the H200 cuBLAS's twin then read 0.90-1.00x
+of it at m = 1024 and 4096, launch by launch 0.996-1.002x, mid calls of 2026-11-29 11:46 and 12:27),
+and --twin times cuBLAS twice, its twin's ratio the noise of the figures. The floor is a plain
+Triton kernel that reads the bytes a W4A16 kernel must read at least once (the 4-bit weights, their
+scales and zero points, the activations) and writes nothing but one word per block: the best of 1 to
+8 blocks per SM, measured the same way (the flush reads 256 MB, so L2 holds clean lines that cost
+the reads no write-back). The summary (last: a row per size) gives times and their ratios: cuBLAS /
+tilus (> 1: tilus is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16
+only, where the goal is <= 1.15), a star on each size that misses a goal. --show N lists the N
+fastest of each tuning's candidates with their times (6 by default).
 """
 import argparse
 import os
