@@ -6,27 +6,33 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
         [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
+        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin]
 
-tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma
-or mma.sync, stages, timed once per shape before the measurement, over the short list of
-QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule
-instead) and the line says which kernel won and how long its tuning took. --wait-sums
-and --spread-sums add the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's
-wait_sums, with and without lead=2, and spread_sums) to the tuner's list. The Triton kernel's
-tiles follow a rule per m (triton_config); --no-triton leaves it and the floor out (their
-compiles and timings: a quicker sweep of tilus against cuBLAS). A result off the float32
-reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline stops
-beginning sizes after that many seconds and prints the summary of those measured. Each time is the median of CUDA-event timings, each
-launch after an L2 flush (bench/run.py's median_ms); tilus, cuBLAS and Triton are timed in turn
-over three rounds, the median of each one's rounds (bench/run.py's interleaved_ms: the GPU's
-clocks follow its recent load). The floor is a plain Triton kernel that reads the bytes a W4A16
-kernel must read at least once (the 4-bit weights, their scales and zero points, the
-activations) and writes nothing but one word per block: the best of 1 to 8 blocks per SM,
-measured the same way (the flush reads 256 MB, so L2 holds clean lines that cost the reads no write-back).
-The summary (last: a row per size) gives times and their ratios: cuBLAS / tilus (> 1: tilus
-is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16 only, where the
-goal is <= 1.15), a star on each size that misses a goal. --show N lists the N fastest of each
-tuning's candidates with their times (6 by default).
+tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma or
+mma.sync, stages, timed once per shape before the measurement, over the short list of
+QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule instead)
+and the line says which kernel won and how long its tuning took. --wait-sums and --spread-sums add
+the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's wait_sums, with and
+without lead=2, and spread_sums) to the tuner's list; --extra adds wgmma configurations of its own
+(parameters over the 128 x 256 tile's, integers: 1 and 0 for flags) wherever the wgmma kernel
+applies. The Triton kernel's tiles follow a rule per m (triton_config); --no-triton leaves it and
+the floor out (their compiles and timings: a quicker sweep of tilus against cuBLAS). A result off
+the float32 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline
+stops beginning sizes after that many seconds and prints the summary of those measured. Each time is
+the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's median_ms); tilus,
+cuBLAS and Triton are timed in turn over three rounds, the median of each one's rounds
+(bench/run.py's interleaved_ms: the GPU's clocks follow its recent load), launch by launch (each
+pass launches every one once, in a new random order: they share the GPU's clocks and heat; --timing
+block times each one's launches of a round in a row: on the H200 cuBLAS's twin then read 0.90-1.00x
+of it at m = 1024 and 4096, launch by launch 0.996-1.002x, mid calls of 2026-11-29 11:46 and 12:27),
+and --twin times cuBLAS twice, its twin's ratio the noise of the figures. The floor is a plain
+Triton kernel that reads the bytes a W4A16 kernel must read at least once (the 4-bit weights, their
+scales and zero points, the activations) and writes nothing but one word per block: the best of 1 to
+8 blocks per SM, measured the same way (the flush reads 256 MB, so L2 holds clean lines that cost
+the reads no write-back). The summary (last: a row per size) gives times and their ratios: cuBLAS /
+tilus (> 1: tilus is faster; the goal is >= 1.0) and tilus / floor (1.0 at the floor; at m <= 16
+only, where the goal is <= 1.15), a star on each size that misses a goal. --show N lists the N
+fastest of each tuning's candidates with their times (6 by default).
 """
 import argparse
 import os
@@ -151,10 +157,19 @@ def main():
                    help="let the tuner also time each split wgmma candidate with wait_sums (QuantizedMatmul(wait_sums=True))")
     p.add_argument("--spread-sums", action="store_true",
                    help="let the tuner also time each split wgmma candidate with spread_sums (QuantizedMatmul(spread_sums=True))")
+    p.add_argument("--extra", default="",
+                   help="wgmma configurations the tuner also times, ';'-separated, each 'name=value ...' over the "
+                        "128 x 256 tile's parameters (e.g. 'block_m=120 stages=8;tile_group=16'; QuantizedMatmul(extra=))")
+    p.add_argument("--timing", choices=("block", "mixed"), default="mixed",
+                   help="mixed (the default): every one launched once per pass, in a new random order each pass "
+                        "(bench/run.py interleaved_ms(mixed=True)); block: each one's 20 launches in a row per round")
+    p.add_argument("--twin", action="store_true",
+                   help="time cuBLAS twice (its twin's distance from it: the timing's noise)")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
     args = p.parse_args()
+    extra = [{name: int(v) for name, v in (x.split("=") for x in cfg.split())} for cfg in args.extra.split(";") if cfg.strip()]
     start = time.perf_counter()
     triton_on = triton is not None and not args.no_triton
     g = args.group
@@ -171,7 +186,7 @@ def main():
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
         tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums,
-                             wait_sums=args.wait_sums, spread_sums=args.spread_sums)
+                             wait_sums=args.wait_sums, spread_sums=args.spread_sums, extra=extra)
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -199,6 +214,8 @@ def main():
                 wrong = f"  WRONG (relative error {err:.3g})" if err >= 1e-2 else ""
                 fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
                        "cuBLAS": lambda: torch.matmul(a, w16)}
+                if args.twin:  # the same cuBLAS call again: how far two timings of one kernel fall apart
+                    fns["twin"] = lambda: torch.matmul(a, w16)
                 if triton_on:
                     ct = torch.empty_like(c)
                     triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
@@ -207,7 +224,7 @@ def main():
                         fns["Triton"] = lambda: triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
                     else:
                         print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
-                t = interleaved_ms(fns, repeat=20)
+                t = interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed")
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
                 if triton_on and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
                     floors[read] = stream_floor_ms(read // 4)
@@ -226,6 +243,7 @@ def main():
                       f"{t['cuBLAS'] * 1e3:8.1f} us  Triton {tt} us  floor {fl} us  "
                       f"cuBLAS/tilus {t['cuBLAS'] / t['tilus']:5.2f}x  "
                       f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  "
+                      + (f"twin/cuBLAS {t['twin'] / t['cuBLAS']:5.3f}  " if "twin" in t else "") +
                       f"(tuning {tuned_s:.1f} s, at {time.perf_counter() - start:.0f} s){wrong}", flush=True)
     print(f"\nsummary ({time.perf_counter() - start:.0f} s): cuBLAS f16 / tilus (> 1: tilus faster, goal >= 1.0); "
           "tilus / read floor (goal <= 1.15 at m <= 16)")
@@ -238,7 +256,8 @@ def main():
         ok = ratio >= 1.0 and (fr is None or fr <= 1.15) and not wrong
         met += ok
         print(f"{w:5s} {n:5d}x{k:<5d} {m:5d} {t['tilus'] * 1e3:9.1f} {t['cuBLAS'] * 1e3:9.1f} {ratio:11.2f}x "
-              f"{f'{fr:10.2f}x' if fr else '         -'}{'' if ok else ' *'} {kernel}{wrong}")
+              f"{f'{fr:10.2f}x' if fr else '         -'}{'' if ok else ' *'} {kernel}{wrong}"
+              + (f"  (twin {t['twin'] / t['cuBLAS']:.3f})" if "twin" in t else ""))
     print(f"{met} of {len(rows)} sizes meet the goals (* marks the others)"
           + (f"; {skipped} sizes skipped at the deadline of {args.deadline:.0f} s" if skipped else ""))
 

@@ -1109,7 +1109,7 @@ class QuantizedMatmul:
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
-                 wait_sums=False, spread_sums=False):
+                 wait_sums=False, spread_sums=False, extra=()):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1124,6 +1124,9 @@ class QuantizedMatmul:
         # spread_sums: also with spread_sums=True (every split adds a slice of its tile) where the
         # slices are whole 8-row groups.
         self.spread_sums = spread_sums
+        # extra: MatmulA16WxHopper parameters (dicts) over the 128 x 256 tile's, timed beside the
+        # short list wherever the wgmma kernel applies (bench/w4a16.py --extra: trials, not the list).
+        self.extra = [dict(x) for x in extra]
         self.kernels = {}
         self.arrival_counters = ArrivalCounters()  # split-K's, zero between launches
         self.own_partials = None  # the wgmma kernel's partial sums where the caller's workspace is short (partials)
@@ -1196,7 +1199,8 @@ class QuantizedMatmul:
           256), beyond m = 128
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
-          persistent grid's last round (the fullest split within 16 MB of partial sums; 128 x 128
+          persistent grid's last round (the fullest split within 16 MB of partial sums; up to m = 64
+          also unsplit where no split is offered, and 4 ways beside a split beyond 4; 128 x 128
           at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
           on the magic decode; 128 x 256's splits ending by wait_sums with lead 2 and by
           spread_sums instead of the plain ending: split_endings), and the rule's tile on the
@@ -1347,14 +1351,24 @@ class QuantizedMatmul:
                     tile = dict(big, block_m=bm, stages=8 if bm <= 128 else 4)
                     tiles = -(-n // 128) * -(-m // bm)
                     split = self.wave_split(tiles, k // rule["block_k"], 128 * bm * 4)
-                    if split > 1 or m > 128:  # (128 x 128 at m = 256 also unsplit)
-                        for cfg in self.split_endings(dict(tile, **({"split_k": split} if split > 1 else {}))):
-                            add(cfg)
-                    if split > 1 and magic and self.hopper_magic():  # (its decode: fewer instructions beside the wgmma)
-                        for cfg in self.split_endings(dict(tile, split_k=split, magic=True)):
-                            add(cfg)
+                    # Where no split fills the rounds better, up to m = 64 the tile unsplit too, with
+                    # two consumer warp groups an SM where 64 x 64 tiles have one (28672 x 8192, m = 64:
+                    # 81.2 us on the magic decode against 102.1 for 64 x 64; where a split is offered, it
+                    # lost to it: the mid H200 call of 2026-11-29 12:27); a split beyond 4 ways also 4 ways
+                    # (n = 3584, m = 64: 4 ways 31.6 us, 9 ways 40.9, the same call).
+                    ways = [split] + ([4] if split > 4 and m <= 64 else [])
+                    if split > 1 or m > 128 or m <= 64:  # (128 x 128 at m = 256 also unsplit)
+                        for x in ways:
+                            for cfg in self.split_endings(dict(tile, **({"split_k": x} if x > 1 else {}))):
+                                add(cfg)
+                    if magic and self.hopper_magic() and (split > 1 or m <= 64):  # (fewer instructions beside the wgmma)
+                        for x in ways:
+                            for cfg in self.split_endings(dict(tile, **({"split_k": x} if x > 1 else {}), magic=True)):
+                                add(cfg)
                 if magic and self.hopper_magic():  # (2-5 % faster at m = 64-256 before the splits)
                     add(dict(rule, magic=True))
+            for cfg in self.extra:
+                add(dict(big, **cfg))
             split = [c for c in out if c.get("hopper") and max(c.get("split_k", 1), c.get("tail_split", 1)) > 1]
             for cfg in split if self.wait_sums else ():
                 add(dict(cfg, wait_sums=True))
@@ -1727,7 +1741,9 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
     how = (f"wgmma{' split ' + str(cfg['split_k']) if cfg.get('split_k', 1) > 1 else ''}"
            f"{' magic' if cfg.get('magic') else ''}" if cfg.get("hopper") else
            f"stream-K {cfg['blocks']} blocks" if cfg.get("blocks") else
-           f"split_k {cfg['split_k']}{' k-major' if cfg.get('k_major') else ''}")
+           f"split_k {cfg['split_k']}{' k-major' if cfg.get('k_major') else ''}"
+           f"{' 8 warps' if cfg.get('warps', 4) == 8 else ''}{' weights-a' if cfg.get('weights_a') else ''}"
+           f"{' fixed-sums' if cfg.get('fixed_sums') else ''}")
     how += ", tuned" if kernel.tuned else ""
     check(f"{name} {wtype.name} x {atype.name} {m}x{n}x{k} ({how})",
           from_host_array(got, atype), a @ w, 2e-2, 1e-2)
@@ -1739,27 +1755,42 @@ def run(name, wtype, m, n, k, group=128, atype=float16, timing=False, cfg=None, 
 
 
 if __name__ == "__main__":
+    # TILUS_EXAMPLES_QUICK=1 (the sanitizers' runs, e.g. racecheck): each kernel family once at a
+    # small size, one launch each (the tuner's runs, which launch every candidate 60 times and
+    # more, left out); the full run adds every weight type by the rule, more tile shapes and the tuner.
     quick = os.environ.get("TILUS_EXAMPLES_QUICK")
-    for t in WEIGHT_TYPES:
-        run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
-        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)  # small m: the repacked weights
-    run("matmul_a16wx", tilus.int4, 5, 200, 1024, atype=bfloat16)
+    run("matmul_a16wx", tilus.int4, 37, 192, 1024)  # the rule: wgmma 64 x 64 on sm_90a, else mma.sync 64-row tiles
+    run("matmul_a16wx", tilus.int4, 5, 200, 1024)  # small m: the repacked weights
+    run("matmul_a16wx", tilus.int3, 37, 128, 256)  # mma.sync 64-row tiles and the general decode (no wgmma order)
     run("matmul_a16wx", tilus.float8_e4m3, 37, 192, 1024, atype=bfloat16)
-    for t in ["int4", "uint4", "int8", "float8_e4m3"]:  # on an sm_90a GPU: MatmulA16WxHopper
-        run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
-    run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
-    run("matmul_a16wx", tilus.uint4, 128, 136, 512)
     wgmma = dict(hopper=True, block_n=128, consumers=2, block_m=128, block_k=64, stages=8)
+    big = dict(wgmma, block_m=256, stages=4)
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
-    run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(wgmma, block_m=256, stages=4, split_k=3, cluster=2))
-    run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(wgmma, block_m=192, stages=4))
+    run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(big, split_k=3, cluster=2))
+    # the split endings: the first split adding once the others have stored, 2 pairs of k tiles
+    # ahead (wait_sums, lead); every split adding a slice of its tile (spread_sums), in clusters
+    run("matmul_a16wx", tilus.int4, 300, 392, 1024, cfg=dict(big, split_k=2, wait_sums=True, lead=2))
+    run("matmul_a16wx", tilus.uint4, 300, 520, 1024, cfg=dict(big, split_k=2, cluster=2, spread_sums=True))
     # stream-K: 4 tiles of 16 k tiles dealt out to 7 blocks (runs across tiles, the last to arrive adding up)
     small = dict(block_m=16, block_n=128, block_k=128, stages=4, repacked=True, split_k=1, magic=True, late_scale=True)
     run("matmul_a16wx", tilus.uint4, 5, 400, 2048, cfg=dict(small, blocks=7))
     run("matmul_a16wx", tilus.int4, 5, 400, 2048, cfg=dict(small, split_k=3, interleave=True, k_major=True))  # k tile after k tile
-    for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
-        run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
+    # 8-warp blocks ending by 64-bit atomics (fixed_sums); the product transposed on 8-row tiles (weights_a)
+    run("matmul_a16wx", tilus.uint4, 12, 400, 2048, cfg=dict(small, split_k=3, interleave=True, warps=8, fixed_sums=True))
+    run("matmul_a16wx", tilus.int4, 5, 400, 2048, cfg=dict(small, block_m=8, split_k=2, interleave=True, warps=8,
+                                                           weights_a=True))
     if not quick:
+        for t in (t for t in WEIGHT_TYPES if t != "int4"):  # (int4's above)
+            run("matmul_a16wx", getattr(tilus, t), 37, 192, 1024)
+            run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024)
+        run("matmul_a16wx", tilus.int4, 5, 200, 1024, atype=bfloat16)
+        for t in ["int4", "uint4", "int8", "float8_e4m3"]:  # on an sm_90a GPU: MatmulA16WxHopper
+            run("matmul_a16wx", getattr(tilus, t), 300, 200, 1024)
+        run("matmul_a16wx", tilus.int4, 130, 392, 512, atype=bfloat16)
+        run("matmul_a16wx", tilus.uint4, 128, 136, 512)
+        run("matmul_a16wx", tilus.int4, 300, 264, 1024, cfg=dict(big, block_m=192))
+        for t in ["int4", "uint4"]:  # on a GPU every small-m candidate (magic, unrolled, splits)
+            run("matmul_a16wx", getattr(tilus, t), 5, 200, 1024, tune=True)
         from common import on_gpu
         s = 8192 if on_gpu() else 512
         run("matmul_a16wx", tilus.int4, 16, s, s, timing=True)

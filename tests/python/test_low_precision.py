@@ -1069,7 +1069,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert all(c.get("magic", False) == magic for c in small), (m, got)
                 # with the magic decode's weights the rule's tile on it too (up to m = 256 also each
                 # split tile), beyond m = 256 also in clusters of two (and each clustered last-round split)
-                split_tiles = [dict(c, magic=True) for c in hopper if c.get("split_k", 1) > 1 and not c.get("magic")]
+                split_tiles = [dict(c, magic=True) for c in hopper
+                               if (c.get("split_k", 1) > 1 or m <= 64 and c["block_n"] == 128) and not c.get("magic")]
                 tail_tiles = [dict(c, magic=True) for c in hopper if c.get("tail_split", 1) > 1 and not c.get("magic")]
                 want_magic = [] if not (hopper and magic) else [dict(got[0], magic=True)] + split_tiles \
                     if m <= 256 else [dict(got[0], magic=True), dict(got[0], cluster=2, magic=True)] + tail_tiles
@@ -1097,6 +1098,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     x = split_of.get((bm, 128), 1)
                     assert x == 1 or fill(tiles * x) > fill(tiles) and k // 64 // x >= 8, (m, got)
                     assert x == 1 or x * tiles * 128 * bm * 4 <= 16 << 20, (m, got)
+                # up to m = 64, 128 weight rows unsplit where they are not offered split (28672 x 8192),
+                # and split 4 ways beside a split beyond 4 (n = 3584: 9 and 4)
+                if hopper and m == 64:
+                    ways = sorted({c.get("split_k", 1) for c in hopper if c["block_n"] == 128})
+                    assert ways == {28672: [1], 3584: [4, 9]}.get(n, [2] if n == 8192 else ways), (m, got)
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
                 big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
                 assert not hopper or not 128 < m <= 256 or len(set(big)) == 1, (m, got)
@@ -1122,6 +1128,27 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert tail * x * 128 * 256 * 4 <= 16 << 20, (m, got)
                 # no 192 or 240 rows of a (slower than 256 where they fill the rounds better)
                 assert not [c for c in hopper if c["block_m"] in (192, 240)], (m, got)
+
+
+def test_quantized_matmul_extra_candidates():
+    """QuantizedMatmul(extra=): wgmma configurations over the 128 x 256 tile's parameters, timed
+    after the short list's wherever the wgmma kernel applies (and with wait_sums beside its
+    other splits); nowhere else; the list is unchanged otherwise."""
+    from matmul_a16wx import MatmulA16WxHopper, QuantizedMatmul
+    extra = [dict(block_m=120, stages=8), dict(block_m=64, stages=8, split_k=4, magic=True)]
+    q, plain = QuantizedMatmul(tilus.int4, 128, sms=132, extra=extra), QuantizedMatmul(tilus.int4, 128, sms=132)
+    big = dict(hopper=True, block_n=128, consumers=2, block_m=256, block_k=64, stages=4)
+    for m, n, k in [(64, 28672, 8192), (1024, 3584, 18944), (4096, 8192, 8192)]:
+        got, short = q.candidates(m, n, k, hopper=True, magic=True), plain.candidates(m, n, k, hopper=True, magic=True)
+        assert got == short + [dict(big, **x) for x in extra if dict(big, **x) not in short], (m, got)
+        for c in got[len(short):]:
+            MatmulA16WxHopper(tilus.int4, 128, **{name: v for name, v in c.items() if name != "hopper"})
+    assert q.candidates(16, 8192, 8192, hopper=True, magic=True) == plain.candidates(16, 8192, 8192, hopper=True,
+                                                                                    magic=True)
+    assert q.candidates(1024, 8192, 8192) == plain.candidates(1024, 8192, 8192)  # no wgmma weights
+    waits = QuantizedMatmul(tilus.int4, 128, sms=132, extra=extra, wait_sums=True).candidates(1024, 3584, 18944,
+                                                                                              hopper=True)
+    assert dict(big, **extra[1], wait_sums=True) in waits
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
