@@ -373,6 +373,24 @@ def test_swiglu_per_token_cast(device, m, hidden, clamp):
     swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp)
 
 
+# Explicit tiles: each thread holding 16 or 32 adjacent elements of a token (vec; a group over 8 or
+# 4 threads), blocks numbered along the columns first, SwiGLU's exp as exp2: the codes stay
+# bit-exact (the SwiGLU within its tolerance), ragged m and a hidden of 5 groups included.
+@pytest.mark.parametrize("tile", [(2, 8, 2, 16, False), (4, 8, 4, 16, True), (1, 8, 1, 32, False), (2, 4, 2, 8, True)])
+def test_cast_tiles(device, tile):
+    bm, g, w, vec, cols_first = tile
+    kw = dict(block_m=bm, groups=g, warps=w, vec=vec, cols_first=cols_first)
+    for m, hidden in [(33, 640), (9, 7168)]:
+        rng = np.random.default_rng(m)
+        per_token_cast.run(m, hidden, rng, device, kernel=per_token_cast.PerTokenCast(**kw))
+        swiglu_per_token_cast.run(m, hidden, rng, device, 7.0,
+                                  kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw, clamp=7.0))
+        swiglu_per_token_cast.run(m, hidden, rng, device, None,
+                                  kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw, fast_exp=True))
+        swiglu_per_token_cast.run(m, hidden, rng, device, 7.0,
+                                  kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw, clamp=7.0, fast_exp=True))
+
+
 # The autotuned casts (each of CAST_CONFIGS is timed, the fastest kept): whichever tile wins, the
 # codes are bit-exact; a hidden that is not a multiple of every tile's width (640: 5 groups), and
 # on the GPU DeepSeek-V3's 7168.
