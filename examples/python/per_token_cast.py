@@ -8,10 +8,11 @@ block-scaled FP8 matmul (examples/python/matmul_fp8.py, scaling="block") take th
     out[i, j]   = e4m3(x[i, j] * (448 / amax))      (float32 product, then round to nearest
                                                       even, saturating at +-448, NaN to NaN)
 
-Each block takes block_m tokens by `groups` groups of 128: a 16-byte vector of x per thread, the
-group's amax by a reduction over its 16 threads, the codes written as 8-byte vectors (two codes
-per hardware conversion on sm_89+). hidden is a multiple of 128 (a partial last group would
-read as zeros and is not written past hidden)."""
+Each block takes block_m tokens by `groups` groups of 128: `vec` adjacent elements of a token
+per thread (16-byte loads; without vec the compiler's layout, one 16-byte vector), the group's
+amax by shuffles over its 128 / vec threads, the codes converted four to a word (two per
+hardware conversion on sm_89+) and written as vec-byte vectors. hidden is a multiple of 128 (a
+partial last group would read as zeros and is not written past hidden)."""
 import numpy as np
 
 import tilus
