@@ -6,7 +6,7 @@ floor.
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
                                                 [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
-                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c][e],...]
+                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c],...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -201,12 +201,11 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
 
 
 def cast_tile(spec):
-    """--cast-tiles' "BMxGxWxV[c][e]" as (name, constructor keywords, for per_token_cast too):
-    block_m, groups, warps, vec (0: the compiler's layout), c: cols_first, e: fast_exp (SwiGLU only)."""
+    """--cast-tiles' "BMxGxWxV[c]" as (name, constructor keywords): block_m, groups, warps, vec (0:
+    the compiler's layout), c: cols_first."""
     flags = spec.lstrip("0123456789x")
     bm, g, w, v = (int(t) for t in spec[:len(spec) - len(flags)].split("x"))
-    kw = dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
-    return f"tilus {spec}", kw, "e" not in flags, ({"fast_exp": True} if "e" in flags else {})
+    return f"tilus {spec}", dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
 
 
 def quant_rows(quick, sizes=None, tune=True, tiles=()):
@@ -223,11 +222,9 @@ def quant_rows(quick, sizes=None, tune=True, tiles=()):
             else:
                 fns = {"tilus": lambda: per_token_cast(x, out, scales, tune=tune), "torch": lambda: torch_per_token_cast(x)}
             for spec in tiles:
-                name, kw, plain, extra = cast_tile(spec)
-                if not fused and not plain:
-                    continue
+                name, kw = cast_tile(spec)
                 if (spec, fused) not in tile_kernels:
-                    tile_kernels[spec, fused] = SwiGLUPerTokenCast(**kw, **extra) if fused else PerTokenCast(**kw)
+                    tile_kernels[spec, fused] = SwiGLUPerTokenCast(**kw) if fused else PerTokenCast(**kw)
                 fns[name] = lambda k=tile_kernels[spec, fused]: k(m, hidden, x, out, scales)
                 fns[name]()
                 got = out.view(torch.float8_e4m3fn).float()
@@ -240,7 +237,7 @@ def quant_rows(quick, sizes=None, tune=True, tiles=()):
                                      **(dict(clamp=None) if fused else {}), dtype=tilus.bfloat16)
                 config = tuned_config(kernel, m, hidden, x, out, scales)
             else:
-                config = tuple(cast_config(m, hidden).values())
+                config = tuple(cast_config(m, hidden, fused).values())
             want, want_s = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)
             diff = (out.view(torch.float8_e4m3fn).float() - want.float()).abs().max().item()
             assert torch.equal(scales, want_s) or fused, "tilus per_token_cast scales differ from torch's"
@@ -275,7 +272,7 @@ def main():
                                                           "autotuner")
     p.add_argument("--cast-tiles", default="", help="quantization tiles BMxGxWxV timed beside the chosen one "
                                                     "(block_m, groups, warps, vec; vec 0: the compiler's layout), a "
-                                                    "suffix c: cols_first, e: SwiGLU with fast_exp (e.g. 2x8x2x16,1x8x4x0e)")
+                                                    "suffix c: cols_first (e.g. 1x8x2x16c,1x8x4x0)")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
                                                      "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
                                                      "the chosen one")

@@ -34,15 +34,24 @@ def quantize_groups(s, x, rows, groups):
     return codes, s.reshape(scale, [rows, groups])
 
 
-def cast_config(m, hidden):
-    """block_m, groups, warps for m tokens of `hidden`: 1024-column blocks (8 groups: one 16-byte
-    vector per thread of 4 warps) where hidden allows, fewer groups otherwise; 2 tokens per block
-    once there are enough blocks to fill the GPU several times over."""
+def cast_config(m, hidden, swiglu=False):
+    """block_m, groups, warps, vec, cols_first for m tokens of `hidden` (H200, mid2 call of
+    2026-11-29, `bench/fp8.py --only quant --no-tune --cast-tiles ...`, hidden 7168): where hidden
+    is a multiple of 1024, 1 token by 8 groups on 2 warps with 16 adjacent elements a thread and the
+    blocks along the columns first (per_token_cast 0.97 / 0.99 / 0.99x its read+write floor at
+    m = 128 / 4096 / 16384, against 0.96 / 0.91 / 0.89x for the compiler's layout on 4 warps; the
+    SwiGLU 0.87 / 0.89x at 4096 / 16384), except the SwiGLU on a grid of fewer than 4 x 132 x 8
+    blocks, where 4 warps of one 16-byte vector a thread keep more threads per element in flight
+    (0.85x at m = 128 against 0.80x). Other hidden: 1024-column blocks halved until they divide
+    it, one vector a thread, 2 tokens per block once the grid fills the GPU several times over."""
     groups = 8
     while groups > 1 and hidden % (groups * GROUP):
         groups //= 2
-    block_m = 2 if m * (hidden // (groups * GROUP)) >= 4 * 132 * 8 else 1
-    return dict(block_m=block_m, groups=groups, warps=groups // 2 if groups >= 2 else 1, vec=None)
+    many = m * (hidden // (groups * GROUP)) >= 4 * 132 * 8
+    if groups == 8 and (many or not swiglu):
+        return dict(block_m=1, groups=8, warps=2, vec=16, cols_first=True)
+    return dict(block_m=2 if many else 1, groups=groups, warps=groups // 2 if groups >= 2 else 1, vec=None,
+                cols_first=False)
 
 
 class PerTokenCast(tilus.Script):
@@ -98,7 +107,7 @@ def cast_tiles(s, m, hidden, out, scales, load):
 # block, warps, and adjacent elements of a token per thread (None: the compiler's layout, one
 # 16-byte vector of a token per thread).
 CAST_CONFIGS = [(1, 8, 4, None), (2, 8, 4, None), (4, 8, 4, None), (2, 8, 8, None), (4, 8, 8, None),
-                (2, 4, 2, None), (4, 4, 2, None), (8, 4, 2, None)]
+                (2, 4, 2, None), (4, 4, 2, None), (8, 4, 2, None), (1, 8, 2, 16), (2, 8, 2, 16)]
 
 
 @tilus.autotune("block_m, groups, warps, vec", CAST_CONFIGS)
@@ -109,10 +118,10 @@ class PerTokenCastTuned(PerTokenCast):
 _KERNELS = {}
 
 
-def cast_kernel(cls, tuned_cls, m, hidden, tune, **kw):
+def cast_kernel(cls, tuned_cls, m, hidden, tune, swiglu=False, **kw):
     """The kernel object (kept) for m tokens of `hidden`: tuned_cls (autotuned) with tune, else cls
-    with the configuration of cast_config."""
-    cfg = {} if tune else cast_config(m, hidden)
+    with the configuration of cast_config (its SwiGLU rule with swiglu)."""
+    cfg = {} if tune else cast_config(m, hidden, swiglu)
     key = (cls.__name__, tune, tuple(sorted((k, repr(v)) for k, v in {**kw, **cfg}.items())))
     if key not in _KERNELS:
         _KERNELS[key] = (tuned_cls if tune else cls)(**kw, **cfg)

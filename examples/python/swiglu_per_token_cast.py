@@ -15,15 +15,11 @@ from common import from_host_array, host_array
 from per_token_cast import CAST_CONFIGS, GROUP, cast_kernel, cast_tiles, check_codes_within, hard_values
 
 
-LOG2E = 1.4426950408889634
-
-
 class SwiGLUPerTokenCast(tilus.Script):
-    def __init__(self, block_m=1, groups=8, warps=4, vec=None, clamp=None, dtype=bfloat16, fast_exp=False,
-                 cols_first=False):
+    def __init__(self, block_m=1, groups=8, warps=4, vec=None, clamp=None, dtype=bfloat16, cols_first=False):
         super().__init__()
         self.block_m, self.groups, self.warps, self.vec = block_m, groups, warps, vec
-        self.clamp, self.dtype, self.fast_exp, self.cols_first = clamp, dtype, fast_exp, cols_first
+        self.clamp, self.dtype, self.cols_first = clamp, dtype, cols_first
 
     def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
         gx = self.global_view(x, dtype=self.dtype, shape=[m, 2 * hidden])
@@ -34,10 +30,7 @@ class SwiGLUPerTokenCast(tilus.Script):
             if self.clamp is not None:
                 gate = self.minimum(gate, self.clamp)
                 up = self.maximum(self.minimum(up, self.clamp), -self.clamp)
-            # fast_exp: exp(-gate) as 2^(-gate log2 e), one multiply and one MUFU.EX2 (results below
-            # 2^-126 flushed to zero) instead of expf's eight instructions.
-            e = self.exp2(gate * -LOG2E) if self.fast_exp else self.exp(-gate)
-            return gate / (e + 1.0) * up
+            return gate / (self.exp(-gate) + 1.0) * up
 
         cast_tiles(self, m, hidden, out, scales, swiglu)
 
@@ -48,10 +41,10 @@ class SwiGLUPerTokenCastTuned(SwiGLUPerTokenCast):
 
 
 def swiglu_per_token_cast(x, out, scales, clamp=None, dtype=bfloat16, tune=False):
-    """SwiGLUPerTokenCast on x [m, 2 hidden] with per_token_cast's configuration rule, or with tune
+    """SwiGLUPerTokenCast on x [m, 2 hidden] with cast_config's rule (swiglu=True), or with tune
     the autotuner's (SwiGLUPerTokenCastTuned)."""
     m, hidden = x.shape[0], x.shape[1] // 2
-    cast_kernel(SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, m, hidden, tune, clamp=clamp,
+    cast_kernel(SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, m, hidden, tune, swiglu=True, clamp=clamp,
                 dtype=dtype)(m, hidden, x, out, scales)
 
 
