@@ -6,7 +6,7 @@ floor.
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
                                                 [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
-                                                [--quant-sizes MxHIDDEN,...]
+                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c],...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -28,7 +28,8 @@ shape timed in turn over three rounds (bench/run.py's interleaved_ms).
 Quantization: bf16 [m, hidden] -> e4m3 codes and float32 scales per 128 elements, against the
 same in torch ops and against a Triton kernel that reads and writes the same bytes and computes
 nothing (the floor); SwiGLU fused with it ([m, 2 hidden] in) likewise. The tilus kernels' tiles
-are tuned at run time among per_token_cast.CAST_CONFIGS (cast_config's rule with --no-tune).
+are tuned at run time among per_token_cast.CAST_CONFIGS (cast_config's rule with --no-tune);
+--cast-tiles times more tiles beside them ("tilus BMxGxWxV", each checked against torch first).
 """
 import argparse
 import os
@@ -199,8 +200,16 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
     return rows
 
 
-def quant_rows(quick, sizes=None, tune=True):
-    rows = []
+def cast_tile(spec):
+    """--cast-tiles' "BMxGxWxV[c]" as (name, constructor keywords): block_m, groups, warps, vec (0:
+    the compiler's layout), c: cols_first."""
+    flags = spec.lstrip("0123456789x")
+    bm, g, w, v = (int(t) for t in spec[:len(spec) - len(flags)].split("x"))
+    return f"tilus {spec}", dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
+
+
+def quant_rows(quick, sizes=None, tune=True, tiles=()):
+    rows, tile_kernels = [], {}
     sizes = sizes or ([(128, 7168), (4096, 7168), (16384, 7168)] if not quick else [(4096, 7168)])
     for m, hidden in sizes:
         for fused in (False, True):
@@ -212,6 +221,15 @@ def quant_rows(quick, sizes=None, tune=True):
                        "torch": lambda: torch_swiglu_per_token_cast(x)}
             else:
                 fns = {"tilus": lambda: per_token_cast(x, out, scales, tune=tune), "torch": lambda: torch_per_token_cast(x)}
+            for spec in tiles:
+                name, kw = cast_tile(spec)
+                if (spec, fused) not in tile_kernels:
+                    tile_kernels[spec, fused] = SwiGLUPerTokenCast(**kw) if fused else PerTokenCast(**kw)
+                fns[name] = lambda k=tile_kernels[spec, fused]: k(m, hidden, x, out, scales)
+                fns[name]()
+                got = out.view(torch.float8_e4m3fn).float()
+                want = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)[0].float()
+                assert (got - want).abs().max().item() <= (32.0 if fused else 0.0), f"{name} codes differ from torch's"
             fns["tilus"]()
             if tune:
                 kernel = cast_kernel(*((SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned) if fused else
@@ -219,7 +237,7 @@ def quant_rows(quick, sizes=None, tune=True):
                                      **(dict(clamp=None) if fused else {}), dtype=tilus.bfloat16)
                 config = tuned_config(kernel, m, hidden, x, out, scales)
             else:
-                config = tuple(cast_config(m, hidden).values())
+                config = tuple(cast_config(m, hidden, fused).values())
             want, want_s = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)
             diff = (out.view(torch.float8_e4m3fn).float() - want.float()).abs().max().item()
             assert torch.equal(scales, want_s) or fused, "tilus per_token_cast scales differ from torch's"
@@ -230,8 +248,11 @@ def quant_rows(quick, sizes=None, tune=True):
             rows.append((("swiglu+cast" if fused else "per_token_cast"), m, hidden, t, floor, moved))
             fl = f"floor {floor * 1e3:7.1f} us" if floor else "floor n/a"
             print(f"{rows[-1][0]:15s} {m:6d}x{hidden}: tilus {t['tilus'] * 1e3:7.1f} us "
-                  f"(block_m, groups, warps {config}{' tuned' if tune else ''}) "
+                  f"(block_m, groups, warps, vec {config}{' tuned' if tune else ''}) "
                   f"({moved / t['tilus'] / 1e6:5.0f} GB/s)  torch {t['torch'] * 1e3:7.1f} us  {fl}", flush=True)
+            for name in (n for n in t if n.startswith("tilus ")):
+                print(f"{'':15s} {m:6d}x{hidden}: {name:22s} {t[name] * 1e3:7.1f} us"
+                      + (f" {floor / t[name]:.2f}x of the floor" if floor else ""), flush=True)
     return rows
 
 
@@ -249,6 +270,9 @@ def main():
                                                           "among TILES, not by tensor_config")
     p.add_argument("--no-tune", action="store_true", help="the quantization's tile by cast_config, not by the "
                                                           "autotuner")
+    p.add_argument("--cast-tiles", default="", help="quantization tiles BMxGxWxV timed beside the chosen one "
+                                                    "(block_m, groups, warps, vec; vec 0: the compiler's layout), a "
+                                                    "suffix c: cols_first (e.g. 1x8x2x16c,1x8x4x0)")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
                                                      "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
                                                      "the chosen one")
@@ -263,7 +287,8 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}", flush=True)
     gemm = gemm_rows([int(x) for x in args.ms.split(",")], args.quick, shapes, block_tiles,
                      args.tune_tensor, tensor_tiles, args.tune_block) if args.only != "quant" else []
-    quant = quant_rows(args.quick, quant_sizes, not args.no_tune) if args.only != "gemm" else []
+    cast_tiles = [c for c in args.cast_tiles.split(",") if c]
+    quant = quant_rows(args.quick, quant_sizes, not args.no_tune, cast_tiles) if args.only != "gemm" else []
     print("\nsummary (time ratios: > 1 means tilus is faster)")
     if gemm:
         extra = [f"block {'x'.join(map(str, t))}" for t in block_tiles]
@@ -278,7 +303,8 @@ def main():
                   + "".join(f" {r('cuBLAS', 'tilus ' + e):>20}" for e in extra))
     for name, m, hidden, t, floor, moved in quant:
         f = f"{floor / t['tilus']:.2f}x of the floor" if floor else "floor n/a"
-        print(f"{name:>15} {m}x{hidden}: {t['torch'] / t['tilus']:.2f}x torch, {f}")
+        tiles = " ".join(f"{k[6:]} {floor / v:.2f}" for k, v in t.items() if k.startswith("tilus ") and floor)
+        print(f"{name:>15} {m}x{hidden}: {t['torch'] / t['tilus']:.2f}x torch, {f}" + (f"; tiles: {tiles}" if tiles else ""))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ block-scaled FP8 matmul (examples/python/matmul_fp8.py, scaling="block") take th
     out[i, j]   = e4m3(x[i, j] * (448 / amax))      (float32 product, then round to nearest
                                                       even, saturating at +-448, NaN to NaN)
 
-Each block takes block_m tokens by `groups` groups of 128: a 16-byte vector of x per thread, the
-group's amax by a reduction over its 16 threads, the codes written as 8-byte vectors (two codes
-per hardware conversion on sm_89+). hidden is a multiple of 128 (a partial last group would
-read as zeros and is not written past hidden)."""
+Each block takes block_m tokens by `groups` groups of 128: `vec` adjacent elements of a token
+per thread (16-byte loads; without vec the compiler's layout, one 16-byte vector), the group's
+amax by shuffles over its 128 / vec threads, the codes converted four to a word (two per
+hardware conversion on sm_89+) and written as vec-byte vectors. hidden is a multiple of 128 (a
+partial last group would read as zeros and is not written past hidden)."""
 import numpy as np
 
 import tilus
@@ -33,21 +34,31 @@ def quantize_groups(s, x, rows, groups):
     return codes, s.reshape(scale, [rows, groups])
 
 
-def cast_config(m, hidden):
-    """block_m, groups, warps for m tokens of `hidden`: 1024-column blocks (8 groups: one 16-byte
-    vector per thread of 4 warps) where hidden allows, fewer groups otherwise; 2 tokens per block
-    once there are enough blocks to fill the GPU several times over."""
+def cast_config(m, hidden, swiglu=False):
+    """block_m, groups, warps, vec, cols_first for m tokens of `hidden` (H200, mid2 call of
+    2026-11-29, `bench/fp8.py --only quant --no-tune --cast-tiles ...`, hidden 7168): where hidden
+    is a multiple of 1024, 1 token by 8 groups on 2 warps with 16 adjacent elements a thread and the
+    blocks along the columns first (per_token_cast 0.97 / 0.99 / 0.99x its read+write floor at
+    m = 128 / 4096 / 16384, against 0.96 / 0.91 / 0.89x for the compiler's layout on 4 warps; the
+    SwiGLU 0.87 / 0.89x at 4096 / 16384), except the SwiGLU on a grid of fewer than 4 x 132 x 8
+    blocks, where 4 warps of one 16-byte vector a thread keep more threads per element in flight
+    (0.85x at m = 128 against 0.80x). Other hidden: 1024-column blocks halved until they divide
+    it, one vector a thread, 2 tokens per block once the grid fills the GPU several times over."""
     groups = 8
     while groups > 1 and hidden % (groups * GROUP):
         groups //= 2
-    block_m = 2 if m * (hidden // (groups * GROUP)) >= 4 * 132 * 8 else 1
-    return dict(block_m=block_m, groups=groups, warps=groups // 2 if groups >= 2 else 1)
+    many = m * (hidden // (groups * GROUP)) >= 4 * 132 * 8
+    if groups == 8 and (many or not swiglu):
+        return dict(block_m=1, groups=8, warps=2, vec=16, cols_first=True)
+    return dict(block_m=2 if many else 1, groups=groups, warps=groups // 2 if groups >= 2 else 1, vec=None,
+                cols_first=False)
 
 
 class PerTokenCast(tilus.Script):
-    def __init__(self, block_m=1, groups=8, warps=4, dtype=bfloat16):
+    def __init__(self, block_m=1, groups=8, warps=4, vec=None, dtype=bfloat16, cols_first=False):
         super().__init__()
-        self.block_m, self.groups, self.warps, self.dtype = block_m, groups, warps, dtype
+        self.block_m, self.groups, self.warps, self.vec, self.dtype = block_m, groups, warps, vec, dtype
+        self.cols_first = cols_first
 
     def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
         gx = self.global_view(x, dtype=self.dtype, shape=[m, hidden])
@@ -55,26 +66,51 @@ class PerTokenCast(tilus.Script):
                    lambda row, col, shape: self.load_global(gx, offsets=[row, col], shape=shape).to(float32))
 
 
+def tile_layout(block_m, width, warps, vec):
+    """The register layout of a [block_m, width] tile in which each thread holds `vec` adjacent
+    elements of a token (and block_m / down tokens): width / vec threads along a token, the
+    block's other threads down the tokens. None where the tile does not split so."""
+    across = width // vec
+    if width % vec or (32 * warps) % across or block_m % ((32 * warps) // across):
+        return None
+    down = 32 * warps // across
+    return tilus.local(block_m // down, 1) * tilus.spatial(down, across) * tilus.local(1, vec)
+
+
 def cast_tiles(s, m, hidden, out, scales, load):
-    """The body of the per-token casts: block (i, j) quantizes the tile of block_m tokens by
-    `groups` groups at (i block_m, j groups 128), whose float32 values load(row, col, shape) gives."""
+    """The body of the per-token casts: a block quantizes the tile of block_m tokens by `groups`
+    groups at (block_m i, 128 groups j), whose float32 values load(row, col, shape) gives. With
+    vec, each thread holds vec adjacent elements of a token (tile_layout): a group is 128 / vec
+    threads, whose amax takes log2 of that many shuffles, and each thread's two divisions of a
+    group (scale and its inverse) serve vec elements instead of the compiler's 8. cols_first
+    numbers the blocks along the tokens' columns first (blockIdx.x), so that blocks launched
+    together read adjacent memory."""
     bm, width = s.block_m, s.groups * GROUP
-    s.attrs.blocks = [tilus.cdiv(m, bm), tilus.cdiv(hidden, width)]
+    row_blocks, col_blocks = tilus.cdiv(m, bm), tilus.cdiv(hidden, width)
+    s.attrs.blocks = [col_blocks, row_blocks] if s.cols_first else [row_blocks, col_blocks]
     s.attrs.warps = s.warps
     s.assume(hidden % GROUP == 0)
-    row, col = s.blockIdx.x * bm, s.blockIdx.y * width
-    codes, sc = quantize_groups(s, load(row, col, [bm, width]), bm, s.groups)
+    bi, bj = (s.blockIdx.y, s.blockIdx.x) if s.cols_first else (s.blockIdx.x, s.blockIdx.y)
+    row, col = bi * bm, bj * width
+    x = load(row, col, [bm, width])
+    if s.vec:
+        layout = tile_layout(bm, width, s.warps, s.vec)
+        if layout is None:
+            raise ValueError(f"block_m {bm}, groups {s.groups}, warps {s.warps}: vec {s.vec} does not split the tile")
+        s.annotate_layout(x, layout)
+    codes, sc = quantize_groups(s, x, bm, s.groups)
     s.store_global(s.global_view(out, dtype=float8_e4m3, shape=[m, hidden]), codes, offsets=[row, col])
     s.store_global(s.global_view(scales, shape=[m, hidden // GROUP]), sc, offsets=[row, col // GROUP])
 
 
-# (block_m, groups, warps) the autotuner times: tokens per block, 128-element groups per block,
-# and warps (groups // 2 of them give each thread one 16-byte vector of a token; twice as many,
-# one vector of a token each across two tokens).
-CAST_CONFIGS = [(1, 8, 4), (2, 8, 4), (4, 8, 4), (2, 8, 8), (4, 8, 8), (2, 4, 2), (4, 4, 2), (8, 4, 2)]
+# (block_m, groups, warps, vec) the autotuner times: tokens per block, 128-element groups per
+# block, warps, and adjacent elements of a token per thread (None: the compiler's layout, one
+# 16-byte vector of a token per thread).
+CAST_CONFIGS = [(1, 8, 4, None), (2, 8, 4, None), (4, 8, 4, None), (2, 8, 8, None), (4, 8, 8, None),
+                (2, 4, 2, None), (4, 4, 2, None), (8, 4, 2, None), (1, 8, 2, 16), (2, 8, 2, 16)]
 
 
-@tilus.autotune("block_m, groups, warps", CAST_CONFIGS)
+@tilus.autotune("block_m, groups, warps, vec", CAST_CONFIGS)
 class PerTokenCastTuned(PerTokenCast):
     """PerTokenCast with its tile timed among CAST_CONFIGS at the first call of a size bucket."""
 
@@ -82,10 +118,10 @@ class PerTokenCastTuned(PerTokenCast):
 _KERNELS = {}
 
 
-def cast_kernel(cls, tuned_cls, m, hidden, tune, **kw):
+def cast_kernel(cls, tuned_cls, m, hidden, tune, swiglu=False, **kw):
     """The kernel object (kept) for m tokens of `hidden`: tuned_cls (autotuned) with tune, else cls
-    with the configuration of cast_config."""
-    cfg = {} if tune else cast_config(m, hidden)
+    with the configuration of cast_config (its SwiGLU rule with swiglu)."""
+    cfg = {} if tune else cast_config(m, hidden, swiglu)
     key = (cls.__name__, tune, tuple(sorted((k, repr(v)) for k, v in {**kw, **cfg}.items())))
     if key not in _KERNELS:
         _KERNELS[key] = (tuned_cls if tune else cls)(**kw, **cfg)
@@ -93,9 +129,9 @@ def cast_kernel(cls, tuned_cls, m, hidden, tune, **kw):
 
 
 def tuned_config(kernel, *args):
-    """(block_m, groups, warps) the autotuned `kernel` runs with for these arguments (None: not tuned yet)."""
+    """(block_m, groups, warps, vec) the autotuned `kernel` runs with for these arguments (None: not tuned yet)."""
     winner = kernel._tilus_tuner.winner_for(args, {})
-    return None if winner is None else (winner.block_m, winner.groups, winner.warps)
+    return None if winner is None else (winner.block_m, winner.groups, winner.warps, winner.vec)
 
 
 def per_token_cast(x, out, scales, dtype=bfloat16, tune=False):
@@ -202,7 +238,8 @@ def check_codes_within(codes, scales, y, name):
     print(f"{name}: PASS ({exact:.4%} of {codes.size} codes exact, the rest one step off)")
 
 
-def run(m, hidden, rng, device, dtype=bfloat16, tune=False):
+def run(m, hidden, rng, device, dtype=bfloat16, tune=False, kernel=None):
+    """Checks one cast of m x hidden random values: per_token_cast's rule (or tuned), or the Script `kernel`."""
     x = hard_values(rng, m, hidden, dtype)
     hx = host_array(x, dtype)
     out, scales = np.zeros((m, hidden), np.uint8), np.zeros((m, hidden // GROUP), np.float32)
@@ -210,7 +247,10 @@ def run(m, hidden, rng, device, dtype=bfloat16, tune=False):
         import torch
         hx = torch.from_numpy(hx.view(np.int16) if hx.dtype == np.uint16 else hx).cuda()
         out, scales = torch.from_numpy(out).cuda(), torch.from_numpy(scales).cuda()
-    per_token_cast(hx, out, scales, dtype, tune)
+    if kernel is not None:
+        kernel(m, hidden, hx, out, scales)
+    else:
+        per_token_cast(hx, out, scales, dtype, tune)
     if device == "cuda":
         out, scales = out.cpu().numpy(), scales.cpu().numpy()
     check_cast(out, scales, x, f"per_token_cast {dtype.name} {m}x{hidden}{' tuned' if tune else ''}")

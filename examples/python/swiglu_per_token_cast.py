@@ -16,9 +16,10 @@ from per_token_cast import CAST_CONFIGS, GROUP, cast_kernel, cast_tiles, check_c
 
 
 class SwiGLUPerTokenCast(tilus.Script):
-    def __init__(self, block_m=1, groups=8, warps=4, clamp=None, dtype=bfloat16):
+    def __init__(self, block_m=1, groups=8, warps=4, vec=None, clamp=None, dtype=bfloat16, cols_first=False):
         super().__init__()
-        self.block_m, self.groups, self.warps, self.clamp, self.dtype = block_m, groups, warps, clamp, dtype
+        self.block_m, self.groups, self.warps, self.vec = block_m, groups, warps, vec
+        self.clamp, self.dtype, self.cols_first = clamp, dtype, cols_first
 
     def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
         gx = self.global_view(x, dtype=self.dtype, shape=[m, 2 * hidden])
@@ -34,16 +35,16 @@ class SwiGLUPerTokenCast(tilus.Script):
         cast_tiles(self, m, hidden, out, scales, swiglu)
 
 
-@tilus.autotune("block_m, groups, warps", CAST_CONFIGS)
+@tilus.autotune("block_m, groups, warps, vec", CAST_CONFIGS)
 class SwiGLUPerTokenCastTuned(SwiGLUPerTokenCast):
     """SwiGLUPerTokenCast with its tile timed among CAST_CONFIGS at the first call of a size bucket."""
 
 
 def swiglu_per_token_cast(x, out, scales, clamp=None, dtype=bfloat16, tune=False):
-    """SwiGLUPerTokenCast on x [m, 2 hidden] with per_token_cast's configuration rule, or with tune
+    """SwiGLUPerTokenCast on x [m, 2 hidden] with cast_config's rule (swiglu=True), or with tune
     the autotuner's (SwiGLUPerTokenCastTuned)."""
     m, hidden = x.shape[0], x.shape[1] // 2
-    cast_kernel(SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, m, hidden, tune, clamp=clamp,
+    cast_kernel(SwiGLUPerTokenCast, SwiGLUPerTokenCastTuned, m, hidden, tune, swiglu=True, clamp=clamp,
                 dtype=dtype)(m, hidden, x, out, scales)
 
 
@@ -58,7 +59,8 @@ def swiglu_reference(x, clamp=None):
         return (gate / (np.exp(-gate) + np.float32(1)) * up).astype(np.float32)
 
 
-def run(m, hidden, rng, device, clamp=None, dtype=bfloat16, tune=False):
+def run(m, hidden, rng, device, clamp=None, dtype=bfloat16, tune=False, kernel=None):
+    """Checks one cast of m x hidden random values: swiglu_per_token_cast's rule (or tuned), or the Script `kernel`."""
     x = hard_values(rng, m, 2 * hidden, dtype) if clamp is not None else from_host_array(
         host_array(rng.standard_normal((m, 2 * hidden)) * 3, dtype), dtype)
     hx = host_array(x, dtype)
@@ -67,7 +69,10 @@ def run(m, hidden, rng, device, clamp=None, dtype=bfloat16, tune=False):
         import torch
         hx = torch.from_numpy(hx.view(np.int16) if hx.dtype == np.uint16 else hx).cuda()
         out, scales = torch.from_numpy(out).cuda(), torch.from_numpy(scales).cuda()
-    swiglu_per_token_cast(hx, out, scales, clamp, dtype, tune)
+    if kernel is not None:
+        kernel(m, hidden, hx, out, scales)
+    else:
+        swiglu_per_token_cast(hx, out, scales, clamp, dtype, tune)
     if device == "cuda":
         out, scales = out.cpu().numpy(), scales.cpu().numpy()
     # exp differs from numpy's by an ulp here and there: y, and so a group's amax, may differ in

@@ -373,6 +373,32 @@ def test_swiglu_per_token_cast(device, m, hidden, clamp):
     swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp)
 
 
+# Explicit tiles: each thread holding 16 or 32 adjacent elements of a token (vec; a group over 8 or
+# 4 threads), blocks numbered along the columns first: the codes stay bit-exact (the SwiGLU within
+# its tolerance), ragged m and a hidden of 5 groups included.
+@pytest.mark.parametrize("tile", [(1, 8, 2, 16, True), (2, 8, 2, 16, False), (4, 8, 4, 16, True), (1, 8, 1, 32, False),
+                                  (2, 4, 2, 8, True)])
+def test_cast_tiles(device, tile):
+    bm, g, w, vec, cols_first = tile
+    kw = dict(block_m=bm, groups=g, warps=w, vec=vec, cols_first=cols_first)
+    for m, hidden in [(33, 640), (9, 7168)]:
+        rng = np.random.default_rng(m)
+        per_token_cast.run(m, hidden, rng, device, kernel=per_token_cast.PerTokenCast(**kw))
+        swiglu_per_token_cast.run(m, hidden, rng, device, 7.0,
+                                  kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw, clamp=7.0))
+
+
+# The rule's configurations: 16 adjacent elements a thread on the columns-first grid where hidden
+# is a multiple of 1024 (the SwiGLU's small grids excepted), the compiler's layout otherwise.
+def test_cast_config_rule():
+    big = per_token_cast.cast_config(4096, 7168)
+    assert big == dict(block_m=1, groups=8, warps=2, vec=16, cols_first=True)
+    assert per_token_cast.cast_config(128, 7168) == big
+    assert per_token_cast.cast_config(4096, 7168, swiglu=True) == big
+    assert per_token_cast.cast_config(128, 7168, swiglu=True)["vec"] is None
+    assert per_token_cast.cast_config(33, 640)["vec"] is None and per_token_cast.cast_config(33, 640)["groups"] == 1
+
+
 # The autotuned casts (each of CAST_CONFIGS is timed, the fastest kept): whichever tile wins, the
 # codes are bit-exact; a hidden that is not a multiple of every tile's width (640: 5 groups), and
 # on the GPU DeepSeek-V3's 7168.

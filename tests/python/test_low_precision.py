@@ -335,13 +335,14 @@ def test_widening_uses_the_vectorized_conversion(name, mid, helper):
 
 
 def test_e4m3_encoding_of_float32_pairs_uses_the_hardware_conversion():
-    """A thread's float32 slots go to e4m3 two at a time through cvt_f32x2_e4m3 (one
-    cvt.rn.satfinite.e4m3x2.f32 on sm_89+; test_float_encode_rounds_like_the_reference holds it
-    to the reference, NaNs, infinities, ties and saturation included). e5m2 overflows to infinity,
+    """A thread's float32 slots go to e4m3 four at a time through cvt_f32x4_e4m3 (two
+    cvt.rn.satfinite.e4m3x2.f32 on sm_89+ and one word; two at a time, cvt_f32x2_e4m3, where the
+    slots come in pairs only; test_float_encode_rounds_like_the_reference holds it to the
+    reference, NaNs, infinities, ties and saturation included). e5m2 overflows to infinity,
     which the saturating hardware conversion does not do: it keeps the element-wise encoder."""
     f32, u8 = np.zeros(64, np.float32), np.zeros(64, np.uint8)
-    assert "tilus::cvt_f32x2_e4m3(" in Encode(tilus.float8_e4m3).source(64, f32, u8, arch="sm_90a")
-    assert "tilus::cvt_f32x2_e4m3(" not in Encode(tilus.float8_e5m2).source(64, f32, u8, arch="sm_90a")
+    assert "tilus::cvt_f32x4_e4m3(" in Encode(tilus.float8_e4m3).source(64, f32, u8, arch="sm_90a")
+    assert "tilus::cvt_f32x" not in Encode(tilus.float8_e5m2).source(64, f32, u8, arch="sm_90a")
     ptx = Encode(tilus.float8_e4m3).ptx(64, f32, u8, arch="sm_90a")
     assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
 

@@ -118,9 +118,23 @@ void Emitter::emit_compute(const InstNode& inst) {
         return;
       }
       // float32 pairs to e4m3 (round to nearest even, saturating: the host encoder's rule).
+      // Four at a time as one word where the slots come in fours (the declared arrays are
+      // 16-byte aligned).
+      if (identity && from == dtypes::float32 && to == dtypes::float8_e4m3 && n % 4 == 0) {
+        for (int64_t s = 0; s < n; s += 4)
+          linef("tilus::cvt_f32x4_e4m3(&{}[{}], {}[{}], {}[{}], {}[{}], {}[{}]);", out, s, x, s, x, s + 1, x, s + 2, x,
+                s + 3);
+        return;
+      }
       if (identity && from == dtypes::float32 && to == dtypes::float8_e4m3 && n % 2 == 0) {
         for (int64_t s = 0; s < n; s += 2)
           linef("tilus::cvt_f32x2_e4m3(&{}[{}], {}[{}], {}[{}]);", out, s, x, s, x, s + 1);
+        return;
+      }
+      // bfloat16 pairs to float32 from their word: a shift and a mask (exact).
+      if (identity && from == dtypes::bfloat16 && to == dtypes::float32 && n % 2 == 0) {
+        for (int64_t s = 0; s < n; s += 2)
+          linef("tilus::cvt_bf16x2_f32(&{}[{}], *reinterpret_cast<const uint32_t*>(&{}[{}]));", out, s, x, s);
         return;
       }
       copy_slots(i.out, m, [&](const std::string& from) { return fmt::format("tilus::cvt<{}>({}[{}])", ctype(to), x, from); });

@@ -303,23 +303,46 @@ template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__half* out, uin
 #endif
 }
 #endif
+// e4m3 codes from the hardware cvt with each NaN code (S.1111.111) made 0x7f, the host's rule
+// whatever the NaN's sign (the hardware may keep it): a byte whose low 7 bits are all ones
+// carries into its bit 7 when 1 is added to them, and that bit clears the sign. Three integer
+// instructions a word (four codes), where a compare and select per float cost two a code.
+__device__ __forceinline__ uint32_t e4m3_positive_nans(uint32_t w) {
+  return w & ~(((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u);
+}
 // Two float32 values to e4m3 (element 0 in the low byte): one cvt on sm_89+, rounding to
-// nearest even and saturating to +-448 as the host's encoder does for the FiniteNaN style. A NaN
-// is made the positive canonical one first, so that its code is 0x7f whatever its sign (the
-// host's rule; the hardware may keep the sign).
+// nearest even and saturating to +-448 as the host's encoder does for the FiniteNaN style; a
+// NaN's code is 0x7f (e4m3_positive_nans).
 __device__ __forceinline__ void cvt_f32x2_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const float nan = __int_as_float(0x7fffffff);
-  x0 = x0 != x0 ? nan : x0;
-  x1 = x1 != x1 ? nan : x1;
   uint16_t r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(x1), "f"(x0));  // d = {hi: x1, lo: x0}
-  out[0].bits = uint8_t(r & 0xffu);
-  out[1].bits = uint8_t(r >> 8);
+  uint32_t w = e4m3_positive_nans(r);
+  out[0].bits = uint8_t(w & 0xffu);
+  out[1].bits = uint8_t(w >> 8);
 #else
   out[0].bits = lowfloat<8, 4, 3, 1>::encode(x0);
   out[1].bits = lowfloat<8, 4, 3, 1>::encode(x1);
 #endif
+}
+// Four float32 values to e4m3 as one 32-bit word (element 0 in the low byte; out 4-byte
+// aligned): two cvts, one NaN fix-up and one word store, so the codes never pass through bytes.
+__device__ __forceinline__ void cvt_f32x4_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1, float x2, float x3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  *reinterpret_cast<uint32_t*>(out) = e4m3_positive_nans(uint32_t(lo) | (uint32_t(hi) << 16));
+#else
+  cvt_f32x2_e4m3(out, x0, x1);
+  cvt_f32x2_e4m3(out + 2, x2, x3);
+#endif
+}
+// Two bfloat16s (one word, element 0 in the low half) to float32: a bfloat16 is the top half of
+// its float32, so a shift and a mask, one instruction a value with no extraction of the halves.
+__device__ __forceinline__ void cvt_bf16x2_f32(float* out, uint32_t w) {
+  out[0] = __uint_as_float(w << 16);
+  out[1] = __uint_as_float(w & 0xffff0000u);
 }
 // 8 packed fp4 e2m1 values (one word, element i at bits 4i; sign, 2 exponent bits, 1 mantissa
 // bit, bias 1, no infinities) to 8 halves or bfloat16s. Per pair (one byte) the two nibbles go
