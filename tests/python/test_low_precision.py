@@ -499,7 +499,10 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 4, 128, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True, warps=8)),
     ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8)),
     ("uint4", 2, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True)),
-    ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8))])
+    ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8)),
+    ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8, fold=True)),
+    ("uint4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
+                          warps=8, fold=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -519,7 +522,8 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
     late-scaled product in two float32 sums); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
-    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums).
+    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; fold=True,
+    the magic offsets and zero points taken off after the product).
     Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
