@@ -133,7 +133,11 @@ class MatmulA16Wx(SplitK):
         # ptxas varied by split); it takes more registers (168-191), so min_blocks (attrs.min_blocks:
         # blocks an SM must hold at once) caps them: 4 -> 128, spilling only outside the loop.
         self.unroll, self.min_blocks = unroll, min_blocks
-        assert group % block_k == 0, "a k tile must not straddle two scale groups"
+        # A k tile within one scale group, or (weights_a, late_scale) two whole groups: each group's
+        # product late-scaled by its own scales (twice the weights a stage: the loop's fixed work, its
+        # copies' address work, wait and barrier, over twice the weights).
+        assert group % block_k == 0 or weights_a and late_scale and block_k == 2 * group, \
+            "a k tile must not straddle two scale groups (weights_a: two whole ones)"
         assert block_k * wtype.bits % 32 == 0, "a k tile's weight bytes must be whole 4-byte words (cp.async)"
         self.wtype, self.group, self.stages, self.split_k, self.warps = wtype, group, stages, split_k, warps
         self.atype = atype  # of a, c, the scales and the zero points: float16 or bfloat16
@@ -249,8 +253,9 @@ class MatmulA16Wx(SplitK):
             sb = self.shared_tensor(dtype=self.wtype, shape=[stages, bn, bk])
         # The k tile's scales (and zero points) travel with its operands: a synchronous load in
         # the loop would cost a memory latency per step.
-        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        groups = max(1, bk // self.group)  # the scale groups of a k tile (its scales' and zero points' rows)
+        ss = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
         acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
@@ -373,6 +378,8 @@ class MatmulA16Wx(SplitK):
         # constant sits in a register and each AND-XOR is one LOP3: with two immediates the
         # compiler splits it in two.)
         opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)
+        if self.weights_a and bk > self.group:  # two scale groups a k tile
+            return self.magic_step_a2(words, signed, flip, opaque, ss, sz, sa, acc)
         scale = self.load_shared(ss)
         zero = None if signed else self.load_shared(sz)
         # late_scale: the tile's product on unscaled weights, scaled per column in float32 (16
@@ -421,6 +428,48 @@ class MatmulA16Wx(SplitK):
             a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
             part = self.dot(w, self.transpose(a_r), part)
         return acc + part * self.transpose(scale.to(float32))
+
+    def magic_step_a2(self, words, signed, flip, opaque, ss, sz, sa, acc):
+        """magic_step_a on a k tile of two scale groups (block_k = 2 group): the quarters 0, 1 are
+        the first group's k, 2, 3 the second's (the words' low and high bytes); each group's
+        product (fold: its even and odd quarters' sums and its offsets) scaled by its own scales."""
+        bn, bk, at, bm = self.block_n, self.block_k, self.atype, self.block_m
+        quarter = mma_a_layout(bn, bk // 4, self.warps)
+        for g in tilus.static_range(2):
+            src = words if g == 0 else words >> 8
+            scale = self.load_shared(self.slice_shared(ss, [g, 0], [0, 1], [1, bn]))
+            zero = None if signed else self.load_shared(self.slice_shared(sz, [g, 0], [0, 1], [1, bn]))
+            part = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+            odd = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0) if self.fold else None
+            offsets = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0) if self.fold else None
+            sums = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0) if self.fold and not signed else None
+            for e in tilus.static_range(2):  # quarter r = 2 g + e: mask 0x000f000f (even) or 0x00f000f0 (odd)
+                r = 2 * g + e
+                mask = 0x000F000F if e == 0 else 0x00F000F0
+                bits = (src & mask) ^ (opaque + (0x64006400 | (flip if e == 0 else flip << 4)))
+                v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
+                a_r = self.transpose(self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4])))
+                if self.fold:
+                    if e == 0:
+                        part = self.dot(v, a_r, part)
+                    else:
+                        odd = self.dot(v, a_r, odd)
+                    c = (1032.0 if e == 0 else 72.0) if signed else (1024.0 if e == 0 else 64.0)
+                    offsets = self.dot(self.register_tensor(dtype=at, shape=[bn, bk // 4], init=c), a_r, offsets)
+                    if not signed:
+                        sums = self.dot(self.register_tensor(dtype=at, shape=[bn, bk // 4], init=1.0), a_r, sums)
+                else:
+                    if e == 1:
+                        v = v * 0.0625
+                    base = 1024.0 if e == 0 else 64.0
+                    w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
+                    part = self.dot(w, a_r, part)
+            if self.fold:
+                part = part + odd * 0.0625 - offsets
+                if not signed:
+                    part = part - self.transpose(zero.to(float32)) * sums
+            acc = acc + part * self.transpose(scale.to(float32))
+        return acc
 
     def folded_step_a(self, words, signed, flip, opaque, scale, zero, sa, acc, quarter):
         """magic_step_a with fold: w = v - 1032 (even quarters, v = 1024 + code), w = v / 16 - 72
@@ -1595,7 +1644,8 @@ class QuantizedMatmul:
 
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
     # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
-    # and magica8_k the same for weights_a=True (magic_a_layout's).
+    # and magica8_k the same for weights_a=True (magic_a_layout's); (a name's nR: tiles of R weight
+    # rows, block_n=R, where not 128).
     LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k", "wgmma",
                "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
@@ -1607,8 +1657,9 @@ class QuantizedMatmul:
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
         if cfg.get("magic"):
             warps = cfg.get("warps", 4)
+            rows = cfg.get("block_n", 128)
             return (f"magic{'a' if cfg.get('weights_a') else ''}{warps if warps != 4 else ''}" +
-                    ("_k" if cfg.get("k_major") else ""))
+                    (f"n{rows}" if rows != 128 else "") + ("_k" if cfg.get("k_major") else ""))
         return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
@@ -1643,11 +1694,11 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            for order in self.LAYOUTS:  # magic[a][W][_k]: weights_a's order, blocks of W warps (4), k-major
-                name = re.fullmatch(r"magic(a?)(\d*)(_k)?", order)
-                warps = int(name.group(2) or 4) if name else 0
-                if warps and order in wanted and repackable(bits, 16, 128, bk, warps):
-                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=warps, k_major=bool(name.group(3)),
+            for order in self.LAYOUTS:  # magic[a][W][nR][_k]: weights_a's order, blocks of W warps (4), R weight
+                name = re.fullmatch(r"magic(a?)(\d*)(?:n(\d+))?(_k)?", order)  # rows a tile (128), k-major
+                warps, rows = (int(name.group(2) or 4), int(name.group(3) or 128)) if name else (0, 0)
+                if warps and order in wanted and repackable(bits, 16, rows, bk, warps):
+                    out[order] = repack_for_magic(b, self.wtype, n, k, rows, bk, warps=warps, k_major=bool(name.group(4)),
                                                   weights_a=bool(name.group(1)))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])

@@ -502,7 +502,10 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8)),
     ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8, fold=True)),
     ("uint4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
-                          warps=8, fold=True))])
+                          warps=8, fold=True)),
+    ("uint4", 3, 256, dict(late_scale=True, weights_a=True, block_m=8, warps=8, groups=2)),
+    ("int4", 4, 256, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
+                          warps=8, groups=2, fold=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -523,18 +526,20 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     late-scaled product in two float32 sums); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
     the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; fold=True,
-    the magic offsets and zero points taken off after the product).
+    the magic offsets and zero points taken off after the product; k tiles of two scale groups, groups=2,
+    each group's product scaled by its own scales).
     Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     options = dict(options)
     m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, options.pop("n", 136), 5 * bk)
+    group = bk // options.pop("groups", 1)
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng, at)
     counters = arrays.put(np.zeros(max(16, 2 * m * n), np.int32))  # (fixed_sums: an int64 per element of c)
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
+    kernel = MatmulA16Wx(dt, group, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=options.get("warps", 4),
                                k_major=options.get("k_major", False), weights_a=options.get("weights_a", False))
     for launch in range(2):
