@@ -77,7 +77,8 @@ class MatmulA16Wx(SplitK):
         # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
         # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
         # repack_for_magic(weights_a=True)) and a's 8 rows its B operand: half the mma and half the
-        # ldmatrix of a of the 16-row tile's, whose rows past m are zeros.
+        # ldmatrix of a of the 16-row tile's, whose rows past m are zeros. (16-row tiles, block_m=16:
+        # two mma an A fragment, the decode shared by a's 16 rows as the 16-row kernel's.)
         self.weights_a = weights_a
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -160,7 +161,7 @@ class MatmulA16Wx(SplitK):
         self.two_sums = two_sums
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
-        assert not weights_a or late_scale and block_m == 8 and not two_sums and not tma and not split_red, \
+        assert not weights_a or late_scale and block_m in (8, 16) and not two_sums and not tma and not split_red, \
             "weights_a: the late-scaled magic decode on 8-row tiles"
         # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
         # scales and zero points) are TMA boxes one thread issues on the stage's mbarrier, in
