@@ -504,6 +504,7 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
                           warps=8, fold=True)),
     ("uint4", 3, 256, dict(late_scale=True, weights_a=True, block_m=8, warps=8, groups=2)),
+    ("int4", 3, 256, dict(late_scale=True, weights_a=True, block_m=16, warps=8, groups=2, interleave=True)),
     ("int4", 4, 256, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
                           warps=8, groups=2, fold=True))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
@@ -527,7 +528,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
     the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; fold=True,
     the magic offsets and zero points taken off after the product; k tiles of two scale groups, groups=2,
-    each group's product scaled by its own scales).
+    each group's product scaled by its own scales; also on 16-row tiles).
     Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
