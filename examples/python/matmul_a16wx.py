@@ -548,8 +548,9 @@ class MatmulA16WxStream(MatmulA16Wx):
         before = self.shared_tensor(dtype=int32, shape=[1])  # (before the ring: no copy may target it)
         sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
         sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
-        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        groups = max(1, bk // self.group)  # (weights_a: k tiles of two scale groups)
+        ss = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
         ends = dict(m=m, n=n, k=k, c=c, gp=gp, arrivals=arrivals, before=before, me=me, first_tile=first_tile,
                     total=total)
 
@@ -573,7 +574,7 @@ class MatmulA16WxStream(MatmulA16Wx):
             kfirst = self.declare("kfirst", int32, tilus.max(lo, t * ktiles) - t * ktiles)  # the run's k tiles of t
             steps = self.declare("steps", int32, tilus.min(hi, t * ktiles + ktiles) - t * ktiles - kfirst)
             tn = self.declare("tn", int32, t % tiles_n)
-            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
             for s in tilus.static_range(stages - 1):
                 load_stage(t // tiles_n, tn, kfirst + s, s < steps, s)
             for i in range(steps):
@@ -592,6 +593,8 @@ class MatmulA16WxStream(MatmulA16Wx):
         gp, arrivals = ends["gp"], ends["arrivals"]
         ktiles, tiles_n = tilus.cdiv(k, bk), tilus.cdiv(n, bn)
         gc = self.global_view(ends["c"], dtype=at, shape=[m, n])
+        if self.weights_a:
+            acc = self.transpose(acc)
         tm = t // tiles_n
         om, on = tm * bm, (t - tm * tiles_n) * bn
         first, last = self.block_of(t * ktiles, total), self.block_of(t * ktiles + ktiles - 1, total)
@@ -1394,6 +1397,36 @@ class QuantizedMatmul:
                         add(dict(tile, k_major=True))
                         if m <= 4 and split > 1:
                             add(dict(tile, k_major=True, fixed_sums=True))
+                # The same on 4-warp blocks (each thread twice the weights a k tile: 286 SASS instructions
+                # for 16 words against 185 for 8; 80 registers), k tile after k tile, at the split that
+                # fills 3 blocks an SM (the mid call of 2026-11-29 11:46: 14.37 against 14.88 us for
+                # 8 warps at 8192^2, m = 1, split 6 by fixed_sums).
+                if repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 4):
+                    split = min(16, 3 * sms // tiles)
+                    if split >= 1 and k // (base["block_k"] * split) >= 2:
+                        tile = dict(base, block_m=8, split_k=split, weights_a=True, k_major=True, **decode,
+                                    **(dict(interleave=True) if split > 1 else {}))
+                        add(tile)
+                        if m <= 4 and split > 1:
+                            add(dict(tile, fixed_sums=True))
+            # Up to m = 16 the product transposed on k tiles of two scale groups (block_k = 256 of group
+            # 128, 3 stages: 61 KB of shared memory, 80 registers, 3 blocks an SM; 8 rows of a up to m =
+            # 8, else 16), the weights k tile after k tile: the loop's fixed work (copies' addresses,
+            # wait, barrier, a's tile) over twice the weights, 289 SASS instructions a k tile against
+            # 2 x 185 for int4 at m = 1; the splits that fill a wave of 2 and 3 blocks an SM,
+            # interleaved, up to m = 4 also by fixed_sums. (The mid call of 2026-11-29 11:46: 8192^2
+            # m = 1 split 4 14.66 against 14.88 us for 128-long tiles; 28672 x 8192 int4 split 1 37.9
+            # against 39.8, uint4 38.0 against 40.6; 8192^2 m = 16 split 4 18.4 against 18.8 for the
+            # 16-row 8-warp kernel.)
+            long_k = 2 * self.group
+            if magic and m <= 16 and self.group == 128 and k % long_k == 0 and repackable(self.wtype.bits, 16, 128, long_k, 8):
+                for split in sorted({min(16, x * sms // tiles) for x in (2, 3)}):
+                    if split >= 1 and k // (long_k * split) >= 2:
+                        tile = dict(base, block_m=8 if m <= 8 else 16, block_k=long_k, stages=3, split_k=split, warps=8,
+                                    weights_a=True, k_major=True, **decode, **(dict(interleave=True) if split > 1 else {}))
+                        add(tile)
+                        if m <= 4 and split > 1:
+                            add(dict(tile, fixed_sums=True))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1645,10 +1678,11 @@ class QuantizedMatmul:
 
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
     # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
-    # and magica8_k the same for weights_a=True (magic_a_layout's); (a name's nR: tiles of R weight
-    # rows, block_n=R, where not 128).
-    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k", "wgmma",
-               "wgmma_magic")
+    # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256_k for its k tiles of
+    # two scale groups (block_k=256); (a name's nR: tiles of R weight rows, block_n=R, where not 128;
+    # kD: k tiles of D, where longer than 128).
+    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k",
+               "magica_k", "magica8k256_k", "wgmma", "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod
@@ -1658,9 +1692,10 @@ class QuantizedMatmul:
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
         if cfg.get("magic"):
             warps = cfg.get("warps", 4)
-            rows = cfg.get("block_n", 128)
+            rows, depth = cfg.get("block_n", 128), cfg.get("block_k", 128)
             return (f"magic{'a' if cfg.get('weights_a') else ''}{warps if warps != 4 else ''}" +
-                    (f"n{rows}" if rows != 128 else "") + ("_k" if cfg.get("k_major") else ""))
+                    (f"n{rows}" if rows != 128 else "") + (f"k{depth}" if depth > 128 else "") +
+                    ("_k" if cfg.get("k_major") else ""))
         return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
@@ -1695,12 +1730,15 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            for order in self.LAYOUTS:  # magic[a][W][nR][_k]: weights_a's order, blocks of W warps (4), R weight
-                name = re.fullmatch(r"magic(a?)(\d*)(?:n(\d+))?(_k)?", order)  # rows a tile (128), k-major
-                warps, rows = (int(name.group(2) or 4), int(name.group(3) or 128)) if name else (0, 0)
-                if warps and order in wanted and repackable(bits, 16, rows, bk, warps):
-                    out[order] = repack_for_magic(b, self.wtype, n, k, rows, bk, warps=warps, k_major=bool(name.group(4)),
-                                                  weights_a=bool(name.group(1)))
+            for order in self.LAYOUTS:  # magic[a][W][nR][kD][_k]: weights_a's order, blocks of W warps (4), R
+                # weight rows a tile (128), k tiles of D (bk; weights_a: 2 groups where bk is one), k-major
+                name = re.fullmatch(r"magic(a?)(\d*)(?:n(\d+))?(?:k(\d+))?(_k)?", order)
+                warps, rows, depth = ((int(name.group(2) or 4), int(name.group(3) or 128), int(name.group(4) or bk))
+                                      if name else (0, 0, 0))
+                if (warps and order in wanted and repackable(bits, 16, rows, depth, warps) and
+                        (depth == bk or name.group(1) and depth == 2 * self.group and k % depth == 0)):
+                    out[order] = repack_for_magic(b, self.wtype, n, k, rows, depth, warps=warps,
+                                                  k_major=bool(name.group(5)), weights_a=bool(name.group(1)))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:

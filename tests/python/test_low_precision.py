@@ -990,6 +990,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     unrolled in 3 blocks' registers; stream-K), reading the magic8 orders; up to m = 8 the product transposed
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
+    the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
+    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k);
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -1007,9 +1009,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
                      MatmulA16Wx)(wtype, 128, **params)
                 hopper = [c for c in got if c.get("hopper")]
-                trans = [c for c in got if c.get("weights_a")]  # the product transposed: m <= 8
-                wide = [c for c in got if c.get("warps") == 8 and c not in trans]  # 8-warp blocks: m <= 32
-                got4 = [c for c in got if c not in wide and c not in trans]
+                long = [c for c in got if c.get("block_k") == 256]  # k tiles of two scale groups: m <= 16
+                trans4 = [c for c in got if c.get("weights_a") and c.get("warps", 4) == 4]  # 4 warps: m <= 8
+                trans = [c for c in got if c.get("weights_a") and c not in long + trans4]  # the product transposed: m <= 8
+                wide = [c for c in got if c.get("warps") == 8 and c not in trans + long]  # 8-warp blocks: m <= 32
+                got4 = [c for c in got if c not in wide + trans + long + trans4]
                 streams = [c for c in got4 if c.get("blocks")]
                 mma = [c for c in got4 if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
@@ -1059,6 +1063,27 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert sorted(sorted(c.items()) for c in trans) == \
                         (sorted(sorted(c.items()) for c in want_a) if magic and m <= 8 else []), (m, got)
                     assert all(q.layout_of(c) == "magica8" + ("_k" if c.get("k_major") else "") for c in trans)
+                    # the same on 4-warp blocks, k tile after k tile (up to m = 4 also by fixed_sums)
+                    want_4 = [dict(template, block_m=8, split_k=x, weights_a=True, k_major=True, **o,
+                                   **(dict(interleave=True) if x > 1 else {}))
+                              for x in [min(16, 396 // tiles)]
+                              if x >= 1 and k // (128 * x) >= 2 for o in ({}, dict(fixed_sums=True))
+                              if m <= 4 and x > 1 or not o]
+                    assert sorted(sorted(c.items()) for c in trans4) == \
+                        (sorted(sorted(c.items()) for c in want_4) if magic and m <= 8 else []), (m, got)
+                    assert all(q.layout_of(c) == "magica_k" for c in trans4)
+                    # up to m = 16 the product transposed on k tiles of two scale groups (3 stages, 8 rows
+                    # of a up to m = 8, else 16), k tile after k tile: the splits filling a wave of 2 and 3
+                    # blocks an SM, interleaved (up to m = 4 also by fixed_sums)
+                    want_l = [dict(template, block_m=8 if m <= 8 else 16, block_k=256, stages=3, split_k=x, warps=8,
+                                   weights_a=True, k_major=True, **o, **(dict(interleave=True) if x > 1 else {}))
+                              for x in sorted({min(16, 264 // tiles), min(16, 396 // tiles)})
+                              if x >= 1 and k // (256 * x) >= 2 for o in ({}, dict(fixed_sums=True))
+                              if m <= 4 and x > 1 or not o]
+                    assert sorted(sorted(c.items()) for c in long) == \
+                        (sorted(sorted(c.items()) for c in want_l) if magic and m <= 16 and k % 256 == 0 else []), \
+                        (m, got)
+                    assert all(q.layout_of(c) == "magica8k256_k" for c in long)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
