@@ -64,16 +64,8 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False, fold=False):
+                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False):
         super().__init__()
-        # fold (weights_a): the magic decode's offsets folded out of the weights: the mma takes the
-        # masked words as they are (1024 + code, 1024 + 16 code for odd quarters), the even and the
-        # odd quarters into sums of their own, and the offsets (and zero points) come off after the
-        # product, as products of constant tiles with a's quarters (a's sums): no HADD2 / HFMA2 per
-        # pair (32 a k tile of 8 warps), 8 HMMA more (16 with zero points). Exact products in
-        # float32; the offsets' sums cancel to about 2^-24 of 1032 sum |a| a k tile.
-        assert not fold or weights_a, "fold: an option of weights_a"
-        self.fold = fold
         # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
         # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
         # repack_for_magic(weights_a=True)) and a's 8 rows its B operand: half the mma and half the
@@ -415,8 +407,6 @@ class MatmulA16Wx(SplitK):
         bn, bk, at = self.block_n, self.block_k, self.atype
         quarter = mma_a_layout(bn, bk // 4, self.warps)
         part = self.register_tensor(dtype=float32, shape=[bn, self.block_m], init=0.0)
-        if self.fold:
-            return self.folded_step_a(words, signed, flip, opaque, scale, zero, sa, acc, quarter)
         for r in tilus.static_range(4):
             src = words if r < 2 else words >> 8
             mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
@@ -433,7 +423,7 @@ class MatmulA16Wx(SplitK):
     def magic_step_a2(self, words, signed, flip, opaque, ss, sz, sa, acc):
         """magic_step_a on a k tile of two scale groups (block_k = 2 group): the quarters 0, 1 are
         the first group's k, 2, 3 the second's (the words' low and high bytes); each group's
-        product (fold: its even and odd quarters' sums and its offsets) scaled by its own scales."""
+        product scaled by its own scales."""
         bn, bk, at, bm = self.block_n, self.block_k, self.atype, self.block_m
         quarter = mma_a_layout(bn, bk // 4, self.warps)
         for g in tilus.static_range(2):
@@ -441,66 +431,19 @@ class MatmulA16Wx(SplitK):
             scale = self.load_shared(self.slice_shared(ss, [g, 0], [0, 1], [1, bn]))
             zero = None if signed else self.load_shared(self.slice_shared(sz, [g, 0], [0, 1], [1, bn]))
             part = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            odd = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0) if self.fold else None
-            offsets = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0) if self.fold else None
-            sums = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0) if self.fold and not signed else None
             for e in tilus.static_range(2):  # quarter r = 2 g + e: mask 0x000f000f (even) or 0x00f000f0 (odd)
                 r = 2 * g + e
                 mask = 0x000F000F if e == 0 else 0x00F000F0
                 bits = (src & mask) ^ (opaque + (0x64006400 | (flip if e == 0 else flip << 4)))
                 v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
+                if e == 1:
+                    v = v * 0.0625
+                base = 1024.0 if e == 0 else 64.0
+                w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
                 a_r = self.transpose(self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4])))
-                if self.fold:
-                    if e == 0:
-                        part = self.dot(v, a_r, part)
-                    else:
-                        odd = self.dot(v, a_r, odd)
-                    c = (1032.0 if e == 0 else 72.0) if signed else (1024.0 if e == 0 else 64.0)
-                    offsets = self.dot(self.register_tensor(dtype=at, shape=[bn, bk // 4], init=c), a_r, offsets)
-                    if not signed:
-                        sums = self.dot(self.register_tensor(dtype=at, shape=[bn, bk // 4], init=1.0), a_r, sums)
-                else:
-                    if e == 1:
-                        v = v * 0.0625
-                    base = 1024.0 if e == 0 else 64.0
-                    w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
-                    part = self.dot(w, a_r, part)
-            if self.fold:
-                part = part + odd * 0.0625 - offsets
-                if not signed:
-                    part = part - self.transpose(zero.to(float32)) * sums
+                part = self.dot(w, a_r, part)
             acc = acc + part * self.transpose(scale.to(float32))
         return acc
-
-    def folded_step_a(self, words, signed, flip, opaque, scale, zero, sa, acc, quarter):
-        """magic_step_a with fold: w = v - 1032 (even quarters, v = 1024 + code), w = v / 16 - 72
-        (odd, v = 1024 + 16 code) for signed codes; unsigned: v - 1024 - z, v / 16 - 64 - z. So the
-        tile's product is P_even + P_odd / 16 - (c_even S_even + c_odd S_odd) [- z S], P the
-        quarters' products on v, S a's quarter sums: the constant terms one product of a tile of
-        the offsets (per quarter) with a, the zero points' a product of ones."""
-        bn, bk, at, bm = self.block_n, self.block_k, self.atype, self.block_m
-        even = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-        odd = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-        offsets = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-        sums = None if signed else self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-        for r in tilus.static_range(4):
-            src = words if r < 2 else words >> 8
-            mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
-            bits = (src & mask) ^ (opaque + (0x64006400 | (flip if r % 2 == 0 else flip << 4)))
-            v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
-            a_r = self.transpose(self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4])))
-            if r % 2 == 0:
-                even = self.dot(v, a_r, even)
-            else:
-                odd = self.dot(v, a_r, odd)
-            c = (1032.0 if r % 2 == 0 else 72.0) if signed else (1024.0 if r % 2 == 0 else 64.0)
-            offsets = self.dot(self.register_tensor(dtype=at, shape=[bn, bk // 4], init=c), a_r, offsets)
-            if not signed:
-                sums = self.dot(self.register_tensor(dtype=at, shape=[bn, bk // 4], init=1.0), a_r, sums)
-        part = even + odd * 0.0625 - offsets
-        if not signed:
-            part = part - self.transpose(zero.to(float32)) * sums
-        return acc + part * self.transpose(scale.to(float32))
 
 
 class MatmulA16WxStream(MatmulA16Wx):

@@ -500,13 +500,10 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8)),
     ("uint4", 2, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True)),
     ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8)),
-    ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8, fold=True)),
-    ("uint4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
-                          warps=8, fold=True)),
     ("uint4", 3, 256, dict(late_scale=True, weights_a=True, block_m=8, warps=8, groups=2)),
     ("int4", 3, 256, dict(late_scale=True, weights_a=True, block_m=16, warps=8, groups=2, interleave=True)),
     ("int4", 4, 256, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
-                          warps=8, groups=2, fold=True))])
+                          warps=8, groups=2))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -526,8 +523,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
     late-scaled product in two float32 sums); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
-    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; fold=True,
-    the magic offsets and zero points taken off after the product; k tiles of two scale groups, groups=2,
+    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; k tiles of two scale groups, groups=2,
     each group's product scaled by its own scales; also on 16-row tiles).
     Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
