@@ -1370,6 +1370,12 @@ class QuantizedMatmul:
                         add(tile)
                         if m <= 4 and split > 1:
                             add(dict(tile, fixed_sums=True))
+                # and up to m = 8 stream-K on them (MatmulA16WxStream, 3 blocks an SM, the weights n tile
+                # after n tile: magica8k256), where a split leaves SMs a block more than others (28672 x
+                # 8192, split 1: 92 SMs with two blocks, 40 with one).
+                if m <= 8 and tiles * (k // long_k) >= 2 * 3 * sms:
+                    add(dict(base, block_m=8, block_k=long_k, stages=3, split_k=1, blocks=3 * sms, warps=8,
+                             weights_a=True, **decode))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1621,11 +1627,11 @@ class QuantizedMatmul:
 
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
     # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
-    # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256_k for its k tiles of
+    # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256(_k) for its k tiles of
     # two scale groups (block_k=256); (a name's nR: tiles of R weight rows, block_n=R, where not 128;
     # kD: k tiles of D, where longer than 128).
     LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k",
-               "magica_k", "magica8k256_k", "wgmma", "wgmma_magic")
+               "magica_k", "magica8k256", "magica8k256_k", "wgmma", "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod

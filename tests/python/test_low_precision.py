@@ -994,7 +994,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
     the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
-    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k);
+    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k; up to m = 8 also stream-K
+    in 3 blocks an SM on them, magica8k256);
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -1083,10 +1084,12 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               for x in sorted({min(16, 264 // tiles), min(16, 396 // tiles)})
                               if x >= 1 and k // (256 * x) >= 2 for o in ({}, dict(fixed_sums=True))
                               if m <= 4 and x > 1 or not o]
+                    want_l += [dict(template, block_m=8, block_k=256, stages=3, split_k=1, blocks=396, warps=8,
+                                    weights_a=True)] if m <= 8 and tiles * (k // 256) >= 2 * 396 else []
                     assert sorted(sorted(c.items()) for c in long) == \
                         (sorted(sorted(c.items()) for c in want_l) if magic and m <= 16 and k % 256 == 0 else []), \
                         (m, got)
-                    assert all(q.layout_of(c) == "magica8k256_k" for c in long)
+                    assert all(q.layout_of(c) == "magica8k256" + ("" if c.get("blocks") else "_k") for c in long)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
