@@ -464,8 +464,8 @@ class MatmulA16WxStream(MatmulA16Wx):
 
     def __init__(self, wtype, group=128, blocks=396, **options):
         super().__init__(wtype, group, **dict(options, split_k=1))
-        assert self.magic and not self.by_tma and not self.unroll and not self.k_major, \
-            "stream-K: the magic decode by cp.async, rolled, the weights n tile after n tile"
+        assert self.magic and not self.by_tma and not self.unroll and not self.k_major and not self.weights_a, \
+            "stream-K: the magic decode by cp.async, rolled, the weights n tile after n tile, not transposed"
         self.blocks = blocks
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
@@ -491,9 +491,8 @@ class MatmulA16WxStream(MatmulA16Wx):
         before = self.shared_tensor(dtype=int32, shape=[1])  # (before the ring: no copy may target it)
         sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
         sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
-        groups = max(1, bk // self.group)  # (weights_a: k tiles of two scale groups)
-        ss = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
-        sz = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
+        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
         ends = dict(m=m, n=n, k=k, c=c, gp=gp, arrivals=arrivals, before=before, me=me, first_tile=first_tile,
                     total=total)
 
@@ -517,7 +516,7 @@ class MatmulA16WxStream(MatmulA16Wx):
             kfirst = self.declare("kfirst", int32, tilus.max(lo, t * ktiles) - t * ktiles)  # the run's k tiles of t
             steps = self.declare("steps", int32, tilus.min(hi, t * ktiles + ktiles) - t * ktiles - kfirst)
             tn = self.declare("tn", int32, t % tiles_n)
-            acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
             for s in tilus.static_range(stages - 1):
                 load_stage(t // tiles_n, tn, kfirst + s, s < steps, s)
             for i in range(steps):
@@ -536,8 +535,6 @@ class MatmulA16WxStream(MatmulA16Wx):
         gp, arrivals = ends["gp"], ends["arrivals"]
         ktiles, tiles_n = tilus.cdiv(k, bk), tilus.cdiv(n, bn)
         gc = self.global_view(ends["c"], dtype=at, shape=[m, n])
-        if self.weights_a:
-            acc = self.transpose(acc)
         tm = t // tiles_n
         om, on = tm * bm, (t - tm * tiles_n) * bn
         first, last = self.block_of(t * ktiles, total), self.block_of(t * ktiles + ktiles - 1, total)
@@ -1370,12 +1367,9 @@ class QuantizedMatmul:
                         add(tile)
                         if m <= 4 and split > 1:
                             add(dict(tile, fixed_sums=True))
-                # and up to m = 8 stream-K on them (MatmulA16WxStream, 3 blocks an SM, the weights n tile
-                # after n tile: magica8k256), where a split leaves SMs a block more than others (28672 x
-                # 8192, split 1: 92 SMs with two blocks, 40 with one).
-                if m <= 8 and tiles * (k // long_k) >= 2 * 3 * sms:
-                    add(dict(base, block_m=8, block_k=long_k, stages=3, split_k=1, blocks=3 * sms, warps=8,
-                             weights_a=True, **decode))
+                # (Stream-K on them, 396 or 264 blocks, measured 1.08-1.39x the unsplit kernel's time at
+                # 28672 x 8192, m = 1, in the mid call of 2026-11-29 12:27, though the split leaves 92 SMs
+                # two blocks and 40 one: removed.)
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1627,11 +1621,11 @@ class QuantizedMatmul:
 
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
     # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
-    # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256(_k) for its k tiles of
+    # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256_k for its k tiles of
     # two scale groups (block_k=256); (a name's nR: tiles of R weight rows, block_n=R, where not 128;
     # kD: k tiles of D, where longer than 128).
     LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k",
-               "magica_k", "magica8k256", "magica8k256_k", "wgmma", "wgmma_magic")
+               "magica_k", "magica8k256_k", "wgmma", "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod

@@ -548,36 +548,29 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
-@pytest.mark.parametrize("wtype,m,n,k,blocks,bk,warps,options", [
-    ("int4", 1, 520, 640, 7, 128, 4, {}), ("uint4", 5, 200, 1280, 3, 64, 4, {}), ("int4", 20, 136, 384, 5, 64, 4, {}),
-    ("uint4", 16, 384, 896, 13, 128, 4, {}), ("int4", 3, 136, 128, 6, 64, 4, {}), ("uint4", 5, 520, 640, 7, 128, 8, {}),
-    ("int4", 1, 520, 1280, 7, 128, 8, dict(weights_a=True, block_m=8)),
-    ("uint4", 5, 400, 2048, 5, 256, 8, dict(weights_a=True, block_m=8, group=128))])
-def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, blocks, bk, warps, options):
+@pytest.mark.parametrize("wtype,m,n,k,blocks,bk,warps", [
+    ("int4", 1, 520, 640, 7, 128, 4), ("uint4", 5, 200, 1280, 3, 64, 4), ("int4", 20, 136, 384, 5, 64, 4),
+    ("uint4", 16, 384, 896, 13, 128, 4), ("int4", 3, 136, 128, 6, 64, 4), ("uint4", 5, 520, 640, 7, 128, 8)])
+def test_stream_k_deals_k_tiles_across_output_tiles(arrays, wtype, m, n, k, blocks, bk, warps):
     """MatmulA16WxStream (the magic decode, the k tiles of every output tile dealt out evenly to
     `blocks` blocks, a block's run crossing output tiles) against the float64 reference on ragged
     m, n: runs within one tile and across two or more (520 x 640 in 7 blocks: 5 tiles of 5 k tiles,
     25 in runs of 3 or 4), tiles of one block (written straight into c) and of several (partial
     sums, the last to arrive adding them up), two row tiles (m = 20), more blocks than k tiles
-    (some with empty runs: 136 x 128 in 6 blocks, 4 k tiles), 8-warp blocks, the product transposed
-    (weights_a, 8-row tiles; also on k tiles of two scale groups); launched twice on one set of
-    counters, back at zero after each launch."""
+    (some with empty runs: 136 x 128 in 6 blocks, 4 k tiles), 8-warp blocks; launched twice on one
+    set of counters, back at zero after each launch."""
     from matmul_a16wx import MatmulA16WxStream, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     rng = np.random.default_rng(5)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
-    options = dict(options)
-    group = options.pop("group", bk)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng, at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
     counters = arrays.put(np.zeros(16, np.int32))
-    kernel = MatmulA16WxStream(dt, group, blocks=blocks, block_k=bk, stages=3, repacked=True, magic=True,
-                               late_scale=True, warps=warps, **options)
-    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=warps,
-                               weights_a=options.get("weights_a", False))
+    kernel = MatmulA16WxStream(dt, bk, blocks=blocks, block_k=bk, stages=3, repacked=True, magic=True, late_scale=True,
+                               warps=warps)
+    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=warps)
     for launch in range(2):
         c = arrays.put(host_array(np.zeros((m, n)), at))
-        partial = arrays.put(np.full((2 * blocks, min(m, options.get("block_m", 16)), 128), np.nan, np.float32))
-        # (no slot read unwritten)
+        partial = arrays.put(np.full((2 * blocks, min(m, 16), 128), np.nan, np.float32))  # (no slot read unwritten)
         kernel(m, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
                arrays.put(host_array(zeros, at)), c, partial, counters)
         np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
@@ -994,8 +987,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
     the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
-    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k; up to m = 8 also stream-K
-    in 3 blocks an SM on them, magica8k256);
+    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k);
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -1084,12 +1076,10 @@ def test_quantized_matmul_short_list_per_m(n, k):
                               for x in sorted({min(16, 264 // tiles), min(16, 396 // tiles)})
                               if x >= 1 and k // (256 * x) >= 2 for o in ({}, dict(fixed_sums=True))
                               if m <= 4 and x > 1 or not o]
-                    want_l += [dict(template, block_m=8, block_k=256, stages=3, split_k=1, blocks=396, warps=8,
-                                    weights_a=True)] if m <= 8 and tiles * (k // 256) >= 2 * 396 else []
                     assert sorted(sorted(c.items()) for c in long) == \
                         (sorted(sorted(c.items()) for c in want_l) if magic and m <= 16 and k % 256 == 0 else []), \
                         (m, got)
-                    assert all(q.layout_of(c) == "magica8k256" + ("" if c.get("blocks") else "_k") for c in long)
+                    assert all(q.layout_of(c) == "magica8k256_k" for c in long)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
