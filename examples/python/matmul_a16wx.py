@@ -69,7 +69,8 @@ class MatmulA16Wx(SplitK):
         # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
         # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
         # repack_for_magic(weights_a=True)) and a's 8 rows its B operand: half the mma and half the
-        # ldmatrix of a of the 16-row tile's, whose rows past m are zeros.
+        # ldmatrix of a of the 16-row tile's, whose rows past m are zeros. (16-row tiles, block_m=16:
+        # two mma an A fragment, the decode shared by a's 16 rows as the 16-row kernel's.)
         self.weights_a = weights_a
         # interleave: split z takes the k tiles z, z + s, z + 2 s, ... (s splits) instead of a run,
         # so that a tile's splits read neighbouring weight tiles at the same time (the repacked
@@ -125,7 +126,11 @@ class MatmulA16Wx(SplitK):
         # ptxas varied by split); it takes more registers (168-191), so min_blocks (attrs.min_blocks:
         # blocks an SM must hold at once) caps them: 4 -> 128, spilling only outside the loop.
         self.unroll, self.min_blocks = unroll, min_blocks
-        assert group % block_k == 0, "a k tile must not straddle two scale groups"
+        # A k tile within one scale group, or (weights_a, late_scale) two whole groups: each group's
+        # product late-scaled by its own scales (twice the weights a stage: the loop's fixed work, its
+        # copies' address work, wait and barrier, over twice the weights).
+        assert group % block_k == 0 or weights_a and late_scale and block_k == 2 * group, \
+            "a k tile must not straddle two scale groups (weights_a: two whole ones)"
         assert block_k * wtype.bits % 32 == 0, "a k tile's weight bytes must be whole 4-byte words (cp.async)"
         self.wtype, self.group, self.stages, self.split_k, self.warps = wtype, group, stages, split_k, warps
         self.atype = atype  # of a, c, the scales and the zero points: float16 or bfloat16
@@ -148,7 +153,7 @@ class MatmulA16Wx(SplitK):
         self.two_sums = two_sums
         if magic:
             assert repacked and magic_applies(wtype, atype, block_k), "the magic decode takes 4-bit codes to f16 in k tiles of 64s"
-        assert not weights_a or late_scale and block_m == 8 and not two_sums and not tma and not split_red, \
+        assert not weights_a or late_scale and block_m in (8, 16) and not two_sums and not tma and not split_red, \
             "weights_a: the late-scaled magic decode on 8-row tiles"
         # tma (sm_90, with magic): each stage's tiles (a, the weights as rows of 128 bytes, the
         # scales and zero points) are TMA boxes one thread issues on the stage's mbarrier, in
@@ -241,8 +246,9 @@ class MatmulA16Wx(SplitK):
             sb = self.shared_tensor(dtype=self.wtype, shape=[stages, bn, bk])
         # The k tile's scales (and zero points) travel with its operands: a synchronous load in
         # the loop would cost a memory latency per step.
-        ss = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
-        sz = self.shared_tensor(dtype=at, shape=[stages, 1, bn])
+        groups = max(1, bk // self.group)  # the scale groups of a k tile (its scales' and zero points' rows)
+        ss = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
         acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
@@ -365,6 +371,8 @@ class MatmulA16Wx(SplitK):
         # constant sits in a register and each AND-XOR is one LOP3: with two immediates the
         # compiler splits it in two.)
         opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)
+        if self.weights_a and bk > self.group:  # two scale groups a k tile
+            return self.magic_step_a2(words, signed, flip, opaque, ss, sz, sa, acc)
         scale = self.load_shared(ss)
         zero = None if signed else self.load_shared(sz)
         # late_scale: the tile's product on unscaled weights, scaled per column in float32 (16
@@ -412,6 +420,31 @@ class MatmulA16Wx(SplitK):
             part = self.dot(w, self.transpose(a_r), part)
         return acc + part * self.transpose(scale.to(float32))
 
+    def magic_step_a2(self, words, signed, flip, opaque, ss, sz, sa, acc):
+        """magic_step_a on a k tile of two scale groups (block_k = 2 group): the quarters 0, 1 are
+        the first group's k, 2, 3 the second's (the words' low and high bytes); each group's
+        product scaled by its own scales."""
+        bn, bk, at, bm = self.block_n, self.block_k, self.atype, self.block_m
+        quarter = mma_a_layout(bn, bk // 4, self.warps)
+        for g in tilus.static_range(2):
+            src = words if g == 0 else words >> 8
+            scale = self.load_shared(self.slice_shared(ss, [g, 0], [0, 1], [1, bn]))
+            zero = None if signed else self.load_shared(self.slice_shared(sz, [g, 0], [0, 1], [1, bn]))
+            part = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+            for e in tilus.static_range(2):  # quarter r = 2 g + e: mask 0x000f000f (even) or 0x00f000f0 (odd)
+                r = 2 * g + e
+                mask = 0x000F000F if e == 0 else 0x00F000F0
+                bits = (src & mask) ^ (opaque + (0x64006400 | (flip if e == 0 else flip << 4)))
+                v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
+                if e == 1:
+                    v = v * 0.0625
+                base = 1024.0 if e == 0 else 64.0
+                w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
+                a_r = self.transpose(self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4])))
+                part = self.dot(w, a_r, part)
+            acc = acc + part * self.transpose(scale.to(float32))
+        return acc
+
 
 class MatmulA16WxStream(MatmulA16Wx):
     """The small-m kernel on the magic decode with the k tiles of all output tiles dealt out evenly:
@@ -431,8 +464,8 @@ class MatmulA16WxStream(MatmulA16Wx):
 
     def __init__(self, wtype, group=128, blocks=396, **options):
         super().__init__(wtype, group, **dict(options, split_k=1))
-        assert self.magic and not self.by_tma and not self.unroll and not self.k_major, \
-            "stream-K: the magic decode by cp.async, rolled, the weights n tile after n tile"
+        assert self.magic and not self.by_tma and not self.unroll and not self.k_major and not self.weights_a, \
+            "stream-K: the magic decode by cp.async, rolled, the weights n tile after n tile, not transposed"
         self.blocks = blocks
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scales: tilus.void_p,
@@ -1308,6 +1341,39 @@ class QuantizedMatmul:
                         add(dict(tile, k_major=True))
                         if m <= 4 and split > 1:
                             add(dict(tile, k_major=True, fixed_sums=True))
+                # The same on 4-warp blocks (each thread twice the weights a k tile: 286 SASS instructions
+                # for 16 words against 185 for 8; 80 registers), k tile after k tile, at the split that
+                # fills 3 blocks an SM (the mid call of 2026-11-29 11:46: 14.37 against 14.88 us for
+                # 8 warps at 8192^2, m = 1, split 6 by fixed_sums).
+                if repackable(self.wtype.bits, 16, base["block_n"], base["block_k"], 4):
+                    split = min(16, 3 * sms // tiles)
+                    if split >= 1 and k // (base["block_k"] * split) >= 2:
+                        tile = dict(base, block_m=8, split_k=split, weights_a=True, k_major=True, **decode,
+                                    **(dict(interleave=True) if split > 1 else {}))
+                        add(tile)
+                        if m <= 4 and split > 1:
+                            add(dict(tile, fixed_sums=True))
+            # Up to m = 16 the product transposed on k tiles of two scale groups (block_k = 256 of group
+            # 128, 3 stages: 61 KB of shared memory, 80 registers, 3 blocks an SM; 8 rows of a up to m =
+            # 8, else 16), the weights k tile after k tile: the loop's fixed work (copies' addresses,
+            # wait, barrier, a's tile) over twice the weights, 289 SASS instructions a k tile against
+            # 2 x 185 for int4 at m = 1; the splits that fill a wave of 2 and 3 blocks an SM,
+            # interleaved, up to m = 4 also by fixed_sums. (The mid call of 2026-11-29 11:46: 8192^2
+            # m = 1 split 4 14.66 against 14.88 us for 128-long tiles; 28672 x 8192 int4 split 1 37.9
+            # against 39.8, uint4 38.0 against 40.6; 8192^2 m = 16 split 4 18.4 against 18.8 for the
+            # 16-row 8-warp kernel.)
+            long_k = 2 * self.group
+            if magic and m <= 16 and self.group == 128 and k % long_k == 0 and repackable(self.wtype.bits, 16, 128, long_k, 8):
+                for split in sorted({min(16, x * sms // tiles) for x in (2, 3)}):
+                    if split >= 1 and k // (long_k * split) >= 2:
+                        tile = dict(base, block_m=8 if m <= 8 else 16, block_k=long_k, stages=3, split_k=split, warps=8,
+                                    weights_a=True, k_major=True, **decode, **(dict(interleave=True) if split > 1 else {}))
+                        add(tile)
+                        if m <= 4 and split > 1:
+                            add(dict(tile, fixed_sums=True))
+                # (Stream-K on them, 396 or 264 blocks, measured 1.08-1.39x the unsplit kernel's time at
+                # 28672 x 8192, m = 1, in the mid call of 2026-11-29 12:27, though the split leaves 92 SMs
+                # two blocks and 40 one: removed.)
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
@@ -1569,9 +1635,11 @@ class QuantizedMatmul:
 
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
     # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
-    # and magica8_k the same for weights_a=True (magic_a_layout's).
-    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k", "wgmma",
-               "wgmma_magic")
+    # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256_k for its k tiles of
+    # two scale groups (block_k=256); (a name's nR: tiles of R weight rows, block_n=R, where not 128;
+    # kD: k tiles of D, where longer than 128).
+    LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k",
+               "magica_k", "magica8k256_k", "wgmma", "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod
@@ -1581,7 +1649,9 @@ class QuantizedMatmul:
             return "wgmma_magic" if cfg.get("magic") else "wgmma"
         if cfg.get("magic"):
             warps = cfg.get("warps", 4)
+            rows, depth = cfg.get("block_n", 128), cfg.get("block_k", 128)
             return (f"magic{'a' if cfg.get('weights_a') else ''}{warps if warps != 4 else ''}" +
+                    (f"n{rows}" if rows != 128 else "") + (f"k{depth}" if depth > 128 else "") +
                     ("_k" if cfg.get("k_major") else ""))
         return "repacked" if cfg.get("repacked") else "plain"
 
@@ -1617,12 +1687,15 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            for order in self.LAYOUTS:  # magic[a][W][_k]: weights_a's order, blocks of W warps (4), k-major
-                name = re.fullmatch(r"magic(a?)(\d*)(_k)?", order)
-                warps = int(name.group(2) or 4) if name else 0
-                if warps and order in wanted and repackable(bits, 16, 128, bk, warps):
-                    out[order] = repack_for_magic(b, self.wtype, n, k, 128, bk, warps=warps, k_major=bool(name.group(3)),
-                                                  weights_a=bool(name.group(1)))
+            for order in self.LAYOUTS:  # magic[a][W][nR][kD][_k]: weights_a's order, blocks of W warps (4), R
+                # weight rows a tile (128), k tiles of D (bk; weights_a: 2 groups where bk is one), k-major
+                name = re.fullmatch(r"magic(a?)(\d*)(?:n(\d+))?(?:k(\d+))?(_k)?", order)
+                warps, rows, depth = ((int(name.group(2) or 4), int(name.group(3) or 128), int(name.group(4) or bk))
+                                      if name else (0, 0, 0))
+                if (warps and order in wanted and repackable(bits, 16, rows, depth, warps) and
+                        (depth == bk or name.group(1) and depth == 2 * self.group and k % depth == 0)):
+                    out[order] = repack_for_magic(b, self.wtype, n, k, rows, depth, warps=warps,
+                                                  k_major=bool(name.group(5)), weights_a=bool(name.group(1)))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:

@@ -500,7 +500,11 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 4, 128, dict(late_scale=True, interleave=True, k_major=True, fixed_sums=True, warps=8)),
     ("int4", 3, 128, dict(late_scale=True, weights_a=True, block_m=8, warps=8)),
     ("uint4", 2, 64, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True)),
-    ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8))])
+    ("int4", 4, 64, dict(late_scale=True, weights_a=True, block_m=8, fixed_sums=True, warps=8)),
+    ("uint4", 3, 256, dict(late_scale=True, weights_a=True, block_m=8, warps=8, groups=2)),
+    ("int4", 3, 256, dict(late_scale=True, weights_a=True, block_m=16, warps=8, groups=2, interleave=True)),
+    ("int4", 4, 256, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
+                          warps=8, groups=2))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -520,18 +524,20 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     storing c; 16 rows and 5, ragged n, 2 to 4 splits, one of them empty); two_sums=True (a tile's
     late-scaled product in two float32 sums); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
-    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums).
+    the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; k tiles of two scale groups, groups=2,
+    each group's product scaled by its own scales; also on 16-row tiles).
     Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     options = dict(options)
     m, n, k = (5, 200, 5 * bk) if split_k != 3 else (16, options.pop("n", 136), 5 * bk)
+    group = bk // options.pop("groups", 1)
     rng = np.random.default_rng(11)
     a = round_to(rng.uniform(-1, 1, (m, k)), at)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, bk, rng, at)
+    packed, scales, zeros, w = quantized_operands(dt, k, n, group, rng, at)
     counters = arrays.put(np.zeros(max(16, 2 * m * n), np.int32))  # (fixed_sums: an int64 per element of c)
-    kernel = MatmulA16Wx(dt, bk, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
+    kernel = MatmulA16Wx(dt, group, block_k=bk, split_k=split_k, repacked=True, magic=True, **{"stages": 3, **options})
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, bk, warps=options.get("warps", 4),
                                k_major=options.get("k_major", False), weights_a=options.get("weights_a", False))
     for launch in range(2):
@@ -981,6 +987,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     unrolled in 3 blocks' registers; stream-K), reading the magic8 orders; up to m = 8 the product transposed
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
+    the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
+    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k);
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -998,9 +1006,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
                      MatmulA16Wx)(wtype, 128, **params)
                 hopper = [c for c in got if c.get("hopper")]
-                trans = [c for c in got if c.get("weights_a")]  # the product transposed: m <= 8
-                wide = [c for c in got if c.get("warps") == 8 and c not in trans]  # 8-warp blocks: m <= 32
-                got4 = [c for c in got if c not in wide and c not in trans]
+                long = [c for c in got if c.get("block_k") == 256]  # k tiles of two scale groups: m <= 16
+                trans4 = [c for c in got if c.get("weights_a") and c.get("warps", 4) == 4]  # 4 warps: m <= 8
+                trans = [c for c in got if c.get("weights_a") and c not in long + trans4]  # the product transposed: m <= 8
+                wide = [c for c in got if c.get("warps") == 8 and c not in trans + long]  # 8-warp blocks: m <= 32
+                got4 = [c for c in got if c not in wide + trans + long + trans4]
                 streams = [c for c in got4 if c.get("blocks")]
                 mma = [c for c in got4 if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
@@ -1050,6 +1060,27 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     assert sorted(sorted(c.items()) for c in trans) == \
                         (sorted(sorted(c.items()) for c in want_a) if magic and m <= 8 else []), (m, got)
                     assert all(q.layout_of(c) == "magica8" + ("_k" if c.get("k_major") else "") for c in trans)
+                    # the same on 4-warp blocks, k tile after k tile (up to m = 4 also by fixed_sums)
+                    want_4 = [dict(template, block_m=8, split_k=x, weights_a=True, k_major=True, **o,
+                                   **(dict(interleave=True) if x > 1 else {}))
+                              for x in [min(16, 396 // tiles)]
+                              if x >= 1 and k // (128 * x) >= 2 for o in ({}, dict(fixed_sums=True))
+                              if m <= 4 and x > 1 or not o]
+                    assert sorted(sorted(c.items()) for c in trans4) == \
+                        (sorted(sorted(c.items()) for c in want_4) if magic and m <= 8 else []), (m, got)
+                    assert all(q.layout_of(c) == "magica_k" for c in trans4)
+                    # up to m = 16 the product transposed on k tiles of two scale groups (3 stages, 8 rows
+                    # of a up to m = 8, else 16), k tile after k tile: the splits filling a wave of 2 and 3
+                    # blocks an SM, interleaved (up to m = 4 also by fixed_sums)
+                    want_l = [dict(template, block_m=8 if m <= 8 else 16, block_k=256, stages=3, split_k=x, warps=8,
+                                   weights_a=True, k_major=True, **o, **(dict(interleave=True) if x > 1 else {}))
+                              for x in sorted({min(16, 264 // tiles), min(16, 396 // tiles)})
+                              if x >= 1 and k // (256 * x) >= 2 for o in ({}, dict(fixed_sums=True))
+                              if m <= 4 and x > 1 or not o]
+                    assert sorted(sorted(c.items()) for c in long) == \
+                        (sorted(sorted(c.items()) for c in want_l) if magic and m <= 16 and k % 256 == 0 else []), \
+                        (m, got)
+                    assert all(q.layout_of(c) == "magica8k256_k" for c in long)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
