@@ -189,7 +189,9 @@ def compile_all(candidates, call):
 def timed_configs(candidates, call, repeat=7):
     """[(ms, configuration)] of every configuration of `candidates`, fastest first, on the GPU:
     each launch (call(cfg) -> (kernel, its arguments)) compiled in parallel first, then launched
-    once (loading it) and timed `repeat` times after an L2 flush (CUDA events; the median), in
+    once (loading it) and timed `repeat` times after an L2 flush (a 256 MB read, as bench/run.py
+    flushes: a fill would leave L2 full of dirty lines whose write-back slows the timed kernel's
+    reads, the more so the closer it runs to the memory's rate; CUDA events; the median), in
     rounds that time each configuration once: the GPU's clocks follow its recent load, so one
     configuration's timings all in a row may meet other clocks than the next one's (the H200
     timed one W4A16 candidate 168.7 and 187.5 us in two calls, its rivals within 5 %). Each
@@ -197,16 +199,16 @@ def timed_configs(candidates, call, repeat=7):
     (~70 us of GPU time on an H200), so a configuration's host cost below that is not timed."""
     import torch
     compile_all(candidates, call)
-    flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB: more than L2
+    flush = torch.ones(32 << 20, dtype=torch.int64, device="cuda")  # 256 MB: more than L2
 
     for cfg in candidates:
         kernel, args = call(cfg)
         kernel(*args)  # the first launch loads the compiled kernel
     times = [[] for _ in candidates]
-    for i in range(repeat):
+    for _ in range(repeat):
         for j, cfg in enumerate(candidates):
             kernel, args = call(cfg)  # before the events: building the arguments is host time only
-            flush.fill_(i)
+            flush.sum()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             kernel(*args)
