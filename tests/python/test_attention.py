@@ -67,6 +67,7 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
                                           (256, False, dict(pv_n=128, block_n=80)),
                                           (128, False, dict(pv_n=128, rescale_between=True, block_n=176, soft_exp2=3)),
+                                          (128, False, dict(pv_n=128, rescale_between=True, persistent=2, quad_sums=True)),
                                           (64, True, dict(soft_exp2=8))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
@@ -95,14 +96,15 @@ def test_wide_pv_prefill_on_the_cpu_backend(d, pv_n):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("soft_exp2", [2, 8])
-def test_soft_exp2_prefill_on_the_cpu_backend(soft_exp2):
-    """soft_exp2 (exponentials of some column groups, or all, by the cubic on the FMA pipe) in the
-    variant without warp specialization, causal (masked scores: -inf clamped) with rows that see
-    no key."""
+@pytest.mark.parametrize("cfg", [dict(soft_exp2=2), dict(soft_exp2=8), dict(quad_sums=True, soft_exp2=3)],
+                         ids=config_name)
+def test_softmax_options_prefill_on_the_cpu_backend(cfg):
+    """soft_exp2 (exponentials of some column groups, or all, by the cubic on the FMA pipe) and
+    quad_sums (the row sums as per-thread partial sums) in the variant without warp
+    specialization, causal (masked scores: -inf clamped) with rows that see no key."""
     lens_q, lens_k = (100, 37), (100, 200)
     cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, 64)
-    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, soft_exp2=soft_exp2)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, **cfg)
     check(o, lse, *reference(q, k, v, cq, ck, True))
 
 
@@ -281,14 +283,15 @@ def test_named_turns_on_the_gpu(causal):
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
 @pytest.mark.parametrize("causal", [False, True])
-def test_soft_exp2_on_the_gpu(causal):
-    """soft_exp2=3 (3 of every 8 column groups' exponentials by the cubic on the FMA pipe) on top of
-    the rule at d 128, and bf16 against torch's SDPA (its coarser P)."""
+def test_softmax_options_on_the_gpu(causal):
+    """soft_exp2=2 (2 of every 8 column groups' exponentials by the cubic on the FMA pipe) with
+    quad_sums (per-thread partial row sums) on top of the rule at d 128, and bf16 against torch's
+    SDPA (its coarser P)."""
     import torch
-    check_ragged_on_the_gpu(causal, (128,), soft_exp2=3)
+    check_ragged_on_the_gpu(causal, (128,), soft_exp2=2, quad_sums=True)
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 1000, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    o, _ = flash_attention(q, k, v, causal=causal, soft_exp2=3)
+    o, _ = flash_attention(q, k, v, causal=causal, soft_exp2=2, quad_sums=True)
     want = torch.nn.functional.scaled_dot_product_attention(*(x.transpose(1, 2).float() for x in (q, k, v)),
                                                             is_causal=causal)
     torch.testing.assert_close(o.float(), want.transpose(1, 2), atol=4e-2, rtol=1e-2)
