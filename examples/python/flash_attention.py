@@ -59,16 +59,13 @@ from tilus import bfloat16, boolean, float16, float32, int32
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x to an integer kept in the sum's low mantissa bits
-# 2 ** f on [-0.5, 0.5], f32 coefficients from f^3 down (a minimax fit of the relative error: 7.5e-5)
-EXP2_CUBIC = (0.05517132207751274, 0.24261054396629333, 0.6932609677314758, 0.9999281167984009)
 TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named barrier TURN_BARRIER + w
 
 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, pv_n=None, soft_exp2=0, quad_sums=False):
+                 named_turns=False, pv_n=None, quad_sums=False):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -99,11 +96,6 @@ class FlashAttention(tilus.Script):
         pv_n = pv_n or (128 if head_dim >= 128 else 64)
         assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
         self.pv_n = pv_n
-        # soft_exp2 = n: of every 8 groups of 8 key columns of a score block, n have their
-        # exponentials computed on the FMA pipe (exp2_fma) instead of MUFU.EX2, whose 16 results
-        # per clock and SM bound the softmax (FlashAttention-4's split); 0: all on MUFU
-        assert 0 <= soft_exp2 <= 8, "soft_exp2: 0 to 8 of every 8 column groups"
-        self.soft_exp2 = soft_exp2
         # quad_sums: the row sums l kept as [64, 4] partial sums, one per thread of a row's quad (the
         # wgmma accumulator gives thread t of a quad the columns 8c + 2t, 8c + 2t + 1), added up
         # across the quad once in finish() instead of by two shuffles and adds per row every step
@@ -156,36 +148,13 @@ class FlashAttention(tilus.Script):
         m_new = self.maximum(m, self.max(s, dim=1, keepdim=True) * self.scale_log2)
         base = self.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
         alpha = self.exp2(m - base)
-        p = self.exp2_split(s * self.scale_log2 - base)
+        p = self.exp2(s * self.scale_log2 - base)
         if l.shape[1] == 1:
             self.assign(l, l * alpha + self.sum(p, dim=1, keepdim=True))
         else:  # quad_sums: column t of l adds up the columns 8c + 2t + e of p
             self.assign(l, l * alpha + self.sum(self.reshape(p, [64, p.shape[1] // 8, 4, 2]), dims=[1, 3]))
         self.assign(m, m_new)
         return p, alpha
-
-    def exp2_split(self, x):
-        """2 ** x of scores x [64, block_n] (<= 0 or -inf): soft_exp2 of every 8 groups of 8
-        columns by exp2_fma, the rest by exp2 (MUFU). A column's group is fixed per register (the
-        wgmma accumulator's layout), so each element takes one of the two ways."""
-        n = self.soft_exp2
-        if n == 0:
-            return self.exp2(x)
-        if n == 8:
-            return self.exp2_fma(x)
-        soft = self.register_tensor(dtype=boolean, shape=x.shape, init=lambda i, j: j // 8 * n % 8 < n)
-        return self.where(soft, self.exp2_fma(x), self.exp2(x))
-
-    def exp2_fma(self, x):
-        """2 ** x on the FMA pipe, for x <= 0 (-inf too): 2 ** round(x) put into the exponent bits of
-        a cubic for 2 ** f, f = x - round(x) in [-0.5, 0.5] (relative error 7.5e-5, below the
-        4.9e-4 of P's f16 and 3.9e-3 of its bf16 rounding). x is clamped at -126 (2 ** -126 and
-        below: a denormal ~1e-38 where exp2 gives 0; P rounds both to 0)."""
-        x = self.maximum(x, -126.0)
-        t = x + ROUND_MAGIC  # round to nearest at 2^23's ulp: round(x) in t's low mantissa bits
-        f = x - (t - ROUND_MAGIC)
-        p = ((EXP2_CUBIC[0] * f + EXP2_CUBIC[1]) * f + EXP2_CUBIC[2]) * f + EXP2_CUBIC[3]
-        return self.view(self.view(p, dtype=int32) + (self.view(t, dtype=int32) << 23), dtype=float32)
 
     def row_sums(self, l):
         """l's rows as [64, 1] (quad_sums: the partial sums added up)."""
