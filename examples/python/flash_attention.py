@@ -65,7 +65,7 @@ TURN_BARRIER = 1  # named_turns: consumer warp group w takes its turns at named 
 class FlashAttention(tilus.Script):
     def __init__(self, dtype=float16, head_dim=128, causal=False, block_n=None, stages=2, specialized=True,
                  pingpong=True, l2_bytes=32 << 20, consumers=2, persistent=0, rescale_between=False,
-                 named_turns=False, pv_n=None):
+                 named_turns=False, pv_n=None, quad_sums=False):
         super().__init__()
         assert dtype in (float16, bfloat16), "f16 or bf16"
         assert head_dim in (64, 128, 256), "head dims 64, 128, 256"
@@ -96,6 +96,10 @@ class FlashAttention(tilus.Script):
         pv_n = pv_n or (128 if head_dim >= 128 else 64)
         assert pv_n in (64, 128, 256) and head_dim % pv_n == 0, "pv_n 64, 128 or 256, dividing head_dim"
         self.pv_n = pv_n
+        # quad_sums: the row sums l kept as [64, 4] partial sums, one per thread of a row's quad (the
+        # wgmma accumulator gives thread t of a quad the columns 8c + 2t, 8c + 2t + 1), added up
+        # across the quad once in finish() instead of by two shuffles and adds per row every step
+        self.quad_sums = quad_sums
         # persistent > 0: that many blocks (the SMs) loop over the tiles, each one's producer loading
         # the next tile's Q, K and V while its consumers finish the last one
         self.persistent = persistent if specialized else 0
@@ -145,9 +149,20 @@ class FlashAttention(tilus.Script):
         base = self.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
         alpha = self.exp2(m - base)
         p = self.exp2(s * self.scale_log2 - base)
-        self.assign(l, l * alpha + self.sum(p, dim=1, keepdim=True))
+        if l.shape[1] == 1:
+            self.assign(l, l * alpha + self.sum(p, dim=1, keepdim=True))
+        else:  # quad_sums: column t of l adds up the columns 8c + 2t + e of p
+            self.assign(l, l * alpha + self.sum(self.reshape(p, [64, p.shape[1] // 8, 4, 2]), dims=[1, 3]))
         self.assign(m, m_new)
         return p, alpha
+
+    def row_sums(self, l):
+        """l's rows as [64, 1] (quad_sums: the partial sums added up)."""
+        return l if l.shape[1] == 1 else self.sum(l, dim=1, keepdim=True)
+
+    def new_row_sums(self):
+        """The zeroed row sums of a tile: [64, 1], or [64, 4] partial sums with quad_sums."""
+        return self.register_tensor(dtype=float32, shape=[64, 4 if self.quad_sums else 1], init=0.0)
 
     def normalized(self, o, l):
         """o / l per accumulator (a row that saw no key: 0)."""
@@ -277,6 +292,7 @@ class FlashAttention(tilus.Script):
         on the host, so its bounds are o's (total_q rows), not the sequence's: the last tile of a
         sequence that ends inside it is stored from registers, masked at the sequence's end."""
         row = self.row0 + 64 * w
+        l = self.row_sums(l)
         out = self.normalized(o, l)
         g = self.pv_n // 64
         if row + 64 <= self.q_end:
@@ -465,7 +481,7 @@ class FlashAttention(tilus.Script):
         nxt = (w + 1) % self.consumers
         o = self.output()
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
-        l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+        l = self.new_row_sums()
         p16 = self.register_tensor(dtype=self.dtype, shape=[64, bn])
         # One score accumulator for every block: each wgmma accumulator is kept in registers
         # from its first use to the end of its scope, so one per step would hold registers the
@@ -558,7 +574,7 @@ class FlashAttention(tilus.Script):
             self.q_tile(sq, q_full[0], 0)
         o = self.output()
         m = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
-        l = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+        l = self.new_row_sums()
         s = self.register_tensor(dtype=float32, shape=[64, self.block_n])
         if blocks > 0:
             self.simple_load(sk, sv, full, 0, last)

@@ -65,7 +65,9 @@ def test_prefill_on_the_cpu_backend(lens_q, lens_k, heads, kv_heads, d, causal):
                                           (64, False, dict(persistent=3, consumers=3, block_n=64, named_turns=True)),
                                           (128, False, dict(pv_n=128, persistent=2, rescale_between=True, block_n=176)),
                                           (128, True, dict(pv_n=128, pingpong=False, rescale_between=True)),
-                                          (256, False, dict(pv_n=128, block_n=80))],
+                                          (256, False, dict(pv_n=128, block_n=80)),
+                                          (128, False, dict(pv_n=128, rescale_between=True, persistent=2, quad_sums=True)),
+                                          (64, True, dict(quad_sums=True, consumers=3, block_n=96))],
                          ids=lambda x: config_name(x) if isinstance(x, dict) else str(x))
 def test_specialized_prefill_on_the_cpu_backend(d, causal, cfg):
     """The warp-specialized kernel itself (producer warp group, mbarrier ring, ping-pong turns) on
@@ -89,6 +91,17 @@ def test_wide_pv_prefill_on_the_cpu_backend(d, pv_n):
     lens_q, lens_k = (129, 3), (129, 300)
     cq, ck, q, k, v = packed(lens_q, lens_k, 2, 1, d)
     o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, pv_n=pv_n)
+    check(o, lse, *reference(q, k, v, cq, ck, True))
+
+
+@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
+@pytest.mark.parametrize("d", [64, 256])
+def test_quad_sums_prefill_on_the_cpu_backend(d):
+    """quad_sums (the row sums as per-thread partial sums, added up in finish) in the variant
+    without warp specialization, causal with rows that see no key."""
+    lens_q, lens_k = (100, 37), (100, 200)
+    cq, ck, q, k, v = packed(lens_q, lens_k, 4, 2, d)
+    o, lse = flash_attention_varlen(q, k, v, cq, ck, max(lens_q), True, quad_sums=True)
     check(o, lse, *reference(q, k, v, cq, ck, True))
 
 
@@ -263,6 +276,21 @@ def test_named_turns_on_the_gpu(causal):
     and in the persistent kernel over many tiles at d 64 and 128."""
     check_ragged_on_the_gpu(causal, (128, 256), named_turns=True)
     check_ragged_on_the_gpu(causal, (64, 128), named_turns=True, persistent=3)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
+@pytest.mark.parametrize("causal", [False, True])
+def test_quad_sums_on_the_gpu(causal):
+    """quad_sums=True (per-thread partial row sums, added up in finish) on top of the rule at d 128
+    (ragged f16), and bf16 against torch's SDPA."""
+    import torch
+    check_ragged_on_the_gpu(causal, (128,), quad_sums=True)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 1000, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o, _ = flash_attention(q, k, v, causal=causal, quad_sums=True)
+    want = torch.nn.functional.scaled_dot_product_attention(*(x.transpose(1, 2).float() for x in (q, k, v)),
+                                                            is_causal=causal)
+    torch.testing.assert_close(o.float(), want.transpose(1, 2), atol=4e-2, rtol=1e-2)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: the warp-specialized kernels run only there")
