@@ -14,6 +14,10 @@ struct CudaOptions {
   // stays inside its allocation: a failure prints the instruction, its source line and the
   // offending index, and traps. TILUS_DEBUG_BOUNDS=1 sets it (from_env).
   bool debug_bounds = false;
+  // wgmma's shared-memory descriptors built from each operand's byte address (the emission
+  // before descriptors were a constant plus 16-byte units), for measuring the two against
+  // each other. TILUS_WGMMA_DESC_BYTES=1 sets it (from_env).
+  bool wgmma_desc_bytes = false;
   static CudaOptions from_env();
 };
 

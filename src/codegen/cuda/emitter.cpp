@@ -23,6 +23,8 @@ CudaOptions CudaOptions::from_env() {
   CudaOptions o;
   const char* env = std::getenv("TILUS_DEBUG_BOUNDS");
   o.debug_bounds = env && *env && std::string(env) != "0";
+  const char* desc = std::getenv("TILUS_WGMMA_DESC_BYTES");
+  o.wgmma_desc_bytes = desc && *desc && std::string(desc) != "0";
   return o;
 }
 

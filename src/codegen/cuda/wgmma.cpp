@@ -64,7 +64,10 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   int64_t regs = f32 ? t.n_instr / 2 : t.n_instr / 4;  // 32-bit accumulator registers per instruction
   int64_t m_rows = i.a.static_shape()[0] / t.groups;   // rows of a per warp group
   // The descriptors of the first instruction of this thread's warp group (b, and a when it is
-  // in shared memory).
+  // in shared memory): the descriptor of the kernel's shared memory (1024-byte aligned, loop
+  // invariant) plus the operand's start in 16-byte units, each k step's and n block's then a
+  // constant more. Built from the byte address instead (masked and shifted), each operand's
+  // descriptor cost its own uniform instructions and its own high word at every step.
   bool a_regs = t.a.registers;
   std::string group = t.groups > 1 ? fmt::format("uint32_t({} / 128)", expr(scope().thread)) : std::string();
   std::string desc[2];
@@ -72,12 +75,26 @@ void Emitter::emit_wgmma(const InstNode& inst) {
   const WgmmaOperand* od[2] = {&t.a, &t.b};
   for (int o = a_regs ? 1 : 0; o < 2; ++o) {
     SharedView view = facts_.shared(inst, *ops[o]);
-    std::string addr = fmt::format("tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u", view.base_bytes,
-                                   expr(simplify(shared_start_unswizzled(view))), elem_bytes(ab));
-    if (o == 0 && !group.empty()) addr += fmt::format(" + {} * {}u", group, m_rows * od[o]->row_bytes);
+    Expr bytes = simplify(shared_start_unswizzled(view) * Expr(elem_bytes(ab)) + Expr(view.base_bytes));
+    // wgmma reads operands at 16-byte aligned starts: the units are exact where the
+    // simplifier proves the alignment, else the shift drops nothing at run time either.
+    std::string units = facts_.divisor(bytes) % 16 == 0 ? expr(simplify(bytes / Expr(int64_t(16))))
+                                                        : fmt::format("(uint32_t({}) >> 4)", expr(bytes));
+    if (o == 0 && !group.empty()) {
+      if (m_rows * od[o]->row_bytes % 16) fail(inst, "a warp group's rows of a are not 16-byte aligned");
+      units = fmt::format("uint32_t({}) + {} * {}u", units, group, m_rows * od[o]->row_bytes / 16);
+    }
     desc[o] = fresh(o == 0 ? "wgmma_desc_a" : "wgmma_desc_b");
-    linef("const uint64_t {} = tilus::wgmma_desc({}, {}u, {}u, {}u);", desc[o], addr, od[o]->lbo, od[o]->sbo,
-          od[o]->swizzle_code);
+    if (options.wgmma_desc_bytes) {  // the byte address, masked and shifted (CudaOptions)
+      std::string addr = fmt::format("tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u", view.base_bytes,
+                                     expr(simplify(shared_start_unswizzled(view))), elem_bytes(ab));
+      if (o == 0 && !group.empty()) addr += fmt::format(" + {} * {}u", group, m_rows * od[o]->row_bytes);
+      linef("const uint64_t {} = tilus::wgmma_desc({}, {}u, {}u, {}u);", desc[o], addr, od[o]->lbo, od[o]->sbo,
+            od[o]->swizzle_code);
+      continue;
+    }
+    linef("const uint64_t {} = tilus::wgmma_desc(tilus::smem_addr(tilus_smem), {}u, {}u, {}u) + uint32_t({});",
+          desc[o], od[o]->lbo, od[o]->sbo, od[o]->swizzle_code, units);
   }
   bool f8 = ab.bits() == 8;
   std::string shape = fmt::format("m64n{}k{}", t.n_instr, t.k_instr);
