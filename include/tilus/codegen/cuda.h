@@ -14,10 +14,13 @@ struct CudaOptions {
   // stays inside its allocation: a failure prints the instruction, its source line and the
   // offending index, and traps. TILUS_DEBUG_BOUNDS=1 sets it (from_env).
   bool debug_bounds = false;
-  // wgmma's shared-memory descriptors built from each operand's byte address (the emission
-  // before descriptors were a constant plus 16-byte units), for measuring the two against
-  // each other. TILUS_WGMMA_DESC_BYTES=1 sets it (from_env).
-  bool wgmma_desc_bytes = false;
+  // Being measured (issue 40), both off by default until a GPU call says they are faster:
+  // wgmma's shared-memory descriptors as shared memory's descriptor plus each operand's start
+  // in 16-byte units (TILUS_WGMMA_DESC_UNITS=1), instead of each operand's byte address masked
+  // and shifted; each wgmma.fence / wait_group pinning only the registers of the groups it
+  // opens / completes (TILUS_WGMMA_PIN_IN_FLIGHT=1), instead of every wgmma operand in scope.
+  bool wgmma_desc_units = false;
+  bool wgmma_pin_in_flight = false;
   static CudaOptions from_env();
 };
 

@@ -23,8 +23,10 @@ CudaOptions CudaOptions::from_env() {
   CudaOptions o;
   const char* env = std::getenv("TILUS_DEBUG_BOUNDS");
   o.debug_bounds = env && *env && std::string(env) != "0";
-  const char* desc = std::getenv("TILUS_WGMMA_DESC_BYTES");
-  o.wgmma_desc_bytes = desc && *desc && std::string(desc) != "0";
+  const char* desc = std::getenv("TILUS_WGMMA_DESC_UNITS");
+  o.wgmma_desc_units = desc && *desc && std::string(desc) != "0";
+  const char* pins = std::getenv("TILUS_WGMMA_PIN_IN_FLIGHT");
+  o.wgmma_pin_in_flight = pins && *pins && std::string(pins) != "0";
   return o;
 }
 
@@ -124,6 +126,7 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
   } scan;
   scan.em = this;
   scan.visit(k.body);
+  if (has_wgmma_) plan_wgmma_pins(k.body);
 }
 
 // --- text ---------------------------------------------------------------------------------
