@@ -21,6 +21,9 @@ struct CudaOptions {
   // opens / completes (TILUS_WGMMA_PIN_IN_FLIGHT=1), instead of every wgmma operand in scope.
   bool wgmma_desc_units = false;
   bool wgmma_pin_in_flight = false;
+  // Signed floor division and modulo by a power of two as an arithmetic shift and a mask
+  // (TILUS_FLOOR_POW2=1), instead of tilus::floor_div / floor_mod's sign fix-up.
+  bool floor_pow2 = false;
   static CudaOptions from_env();
 };
 
