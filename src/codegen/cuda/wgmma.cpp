@@ -291,8 +291,14 @@ void Emitter::emit_wgmma(const InstNode& inst) {
             od[o]->swizzle_code);
       continue;
     }
-    linef("const uint64_t {} = tilus::wgmma_desc(tilus::smem_addr(tilus_smem), {}u, {}u, {}u) + uint32_t({});",
-          desc[o], od[o]->lbo, od[o]->sbo, od[o]->swizzle_code, units);
+    // A start that moves at run time (a pipeline stage's slot) is summed opaquely: NVVM would
+    // otherwise hoist shared memory's descriptor plus each instruction's constant out of the
+    // loop, a 64-bit register pair per instruction held every step (d 256 spilled); a constant
+    // start's descriptors are loop invariant either way.
+    bool moves = !simplify(bytes).as<IntImmNode>() || (o == 0 && !group.empty());
+    linef("const uint64_t {} = {}tilus::wgmma_desc(tilus::smem_addr(tilus_smem), {}u, {}u, {}u) + uint32_t({}){};",
+          desc[o], moves ? "tilus::opaque_u64(" : "", od[o]->lbo, od[o]->sbo, od[o]->swizzle_code, units,
+          moves ? ")" : "");
   }
   bool f8 = ab.bits() == 8;
   std::string shape = fmt::format("m64n{}k{}", t.n_instr, t.k_instr);
