@@ -14,16 +14,17 @@ struct CudaOptions {
   // stays inside its allocation: a failure prints the instruction, its source line and the
   // offending index, and traps. TILUS_DEBUG_BOUNDS=1 sets it (from_env).
   bool debug_bounds = false;
-  // Being measured (issue 40), both off by default until a GPU call says they are faster:
-  // wgmma's shared-memory descriptors as shared memory's descriptor plus each operand's start
-  // in 16-byte units (TILUS_WGMMA_DESC_UNITS=1), instead of each operand's byte address masked
-  // and shifted; each wgmma.fence / wait_group pinning only the registers of the groups it
-  // opens / completes (TILUS_WGMMA_PIN_IN_FLIGHT=1), instead of every wgmma operand in scope.
-  bool wgmma_desc_units = false;
+  // wgmma's shared-memory descriptors as shared memory's descriptor plus each operand's start in
+  // 16-byte units (TILUS_WGMMA_DESC_UNITS=0: each operand's byte address masked and shifted, as
+  // before; H200 mid1 2026-11-29: the d 128 attention rule 1-2 % faster with it).
+  bool wgmma_desc_units = true;
+  // Being measured, off by default: each wgmma.fence / wait_group pinning only the registers of
+  // the groups it opens / completes (TILUS_WGMMA_PIN_IN_FLIGHT=1), instead of every wgmma
+  // operand in scope.
   bool wgmma_pin_in_flight = false;
   // Signed floor division and modulo by a power of two as an arithmetic shift and a mask
-  // (TILUS_FLOOR_POW2=1), instead of tilus::floor_div / floor_mod's sign fix-up.
-  bool floor_pow2 = false;
+  // (TILUS_FLOOR_POW2=0: tilus::floor_div / floor_mod's sign fix-up, as before).
+  bool floor_pow2 = true;
   static CudaOptions from_env();
 };
 
