@@ -123,7 +123,7 @@ class FloorByPowersOfTwo(tilus.Script):
 @pytest.mark.parametrize("pow2", ["0", "1"])
 def test_floor_by_powers_of_two(arrays, monkeypatch, pow2):
     """Flooring division and modulo of signed integers by a power of two; with TILUS_FLOOR_POW2=1
-    (the default) the CUDA emitter writes them as an arithmetic shift and a mask, with 0 through
+    the CUDA emitter writes them as an arithmetic shift and a mask, without (the default) through
     tilus::floor_div / floor_mod's sign fix-up."""
     monkeypatch.setenv("TILUS_FLOOR_POW2", pow2)
     if _C.nvrtc_available():

@@ -24,11 +24,11 @@ CudaOptions CudaOptions::from_env() {
   const char* env = std::getenv("TILUS_DEBUG_BOUNDS");
   o.debug_bounds = env && *env && std::string(env) != "0";
   const char* desc = std::getenv("TILUS_WGMMA_DESC_UNITS");
-  o.wgmma_desc_units = !(desc && std::string(desc) == "0");
+  o.wgmma_desc_units = desc && *desc && std::string(desc) != "0";
   const char* pins = std::getenv("TILUS_WGMMA_PIN_IN_FLIGHT");
   o.wgmma_pin_in_flight = pins && *pins && std::string(pins) != "0";
   const char* pow2 = std::getenv("TILUS_FLOOR_POW2");
-  o.floor_pow2 = !(pow2 && std::string(pow2) == "0");
+  o.floor_pow2 = pow2 && *pow2 && std::string(pow2) != "0";
   return o;
 }
 
