@@ -108,3 +108,30 @@ def test_an_else_part_fences_only_the_accumulators_it_sees():
     else_part = source[source.index("} else {"):]
     assert "narrow" not in else_part[:else_part.index("store_global")], else_part
     assert _C.nvrtc_compile(source, kernel, "sm_90a")["cubin"]
+
+
+class FloorByPowersOfTwo(tilus.Script):
+    """(n - i) // 4 and (n - i) % 8 for i < 32: negative numerators when n < 31."""
+
+    def __call__(self, n: int32, y: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        r = self.register_tensor(dtype=int32, shape=[32], init=lambda i: (n - i) // 4 * 100 + (n - i) % 8)
+        self.store_global(self.global_view(y, shape=[32]), r, offsets=[0])
+
+
+@pytest.mark.parametrize("pow2", ["0", "1"])
+def test_floor_by_powers_of_two(arrays, monkeypatch, pow2):
+    """Flooring division and modulo of signed integers by a power of two; with TILUS_FLOOR_POW2=1
+    the CUDA emitter writes them as an arithmetic shift and a mask, without (the default) through
+    tilus::floor_div / floor_mod's sign fix-up."""
+    monkeypatch.setenv("TILUS_FLOOR_POW2", pow2)
+    if _C.nvrtc_available():
+        _, source = cuda_source(FloorByPowersOfTwo())
+        assert ("tilus::floor_div" in source) == (pow2 == "0") and ("tilus::floor_mod" in source) == (pow2 == "0")
+        if pow2 == "1":
+            assert " >> 2)" in source and " & 7)" in source, source
+    y = arrays.empty([32], np.int32)
+    FloorByPowersOfTwo()(5, y)
+    x = 5 - np.arange(32)
+    np.testing.assert_array_equal(arrays.host(y), x // 4 * 100 + x % 8)

@@ -737,6 +737,28 @@ def test_two_consumer_groups_with_a_peeled_step_keep_their_wgmma_in_flight():
     assert compiled.spill_store_bytes == 0
 
 
+def test_descriptors_are_shared_memorys_plus_16_byte_units(monkeypatch):
+    """The CUDA the emitter writes (no compile) with TILUS_WGMMA_DESC_UNITS=1: every wgmma
+    operand's descriptor is the kernel's shared memory's (loop invariant) plus the operand's
+    start in 16-byte units, its k steps a constant more: no byte address masked and shifted per
+    operand and step (the d 128 attention rule's step: 68 -> 52 uniform instructions f16, 56 -> 41 bf16)."""
+    monkeypatch.setenv("TILUS_WGMMA_DESC_UNITS", "1")
+    x = np.zeros((512, 512), np.float16)
+    src = PeeledTwoGroupMatmul(stages=3).source(1024, 1024, 1024, x, x, x, arch="sm_90a")
+    descs = [l.strip() for l in src.splitlines() if "tilus::wgmma_desc(" in l]
+    assert len(descs) == 8, descs  # a and b of the peeled step and the loop, per consumer group
+    for d in descs:
+        # (a stage's start moves at run time: the sum opaque to NVVM, which would hoist a
+        # descriptor per instruction out of the loop)
+        assert re.fullmatch(r"const uint64_t wgmma_desc_[ab](_\d+)? = tilus::opaque_u64\(tilus::wgmma_desc\("
+                            r"tilus::smem_addr\(tilus_smem\), 16u, 1024u, 1u\) \+ uint32_t\(.*use_stage.*\)\);", d), d
+    # each instruction: the descriptor plus a constant in 16-byte units, a k step of 16 columns
+    # 32 bytes, a's second m64 block 64 rows of 128 bytes on
+    steps = re.findall(r'"l"\(wgmma_desc_([ab])(?:_\d+)? \+ (\d+)u\)', src)
+    assert {(o, int(off)) for o, off in steps} == {("a", mb * 512 + 2 * ks) for mb in (0, 1) for ks in range(4)} | {
+        ("b", 2 * ks) for ks in range(4)}, steps
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("m", [300, 512])

@@ -23,6 +23,12 @@ CudaOptions CudaOptions::from_env() {
   CudaOptions o;
   const char* env = std::getenv("TILUS_DEBUG_BOUNDS");
   o.debug_bounds = env && *env && std::string(env) != "0";
+  const char* desc = std::getenv("TILUS_WGMMA_DESC_UNITS");
+  o.wgmma_desc_units = desc && *desc && std::string(desc) != "0";
+  const char* pins = std::getenv("TILUS_WGMMA_PIN_IN_FLIGHT");
+  o.wgmma_pin_in_flight = pins && *pins && std::string(pins) != "0";
+  const char* pow2 = std::getenv("TILUS_FLOOR_POW2");
+  o.floor_pow2 = pow2 && *pow2 && std::string(pow2) != "0";
   return o;
 }
 
@@ -122,6 +128,7 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
   } scan;
   scan.em = this;
   scan.visit(k.body);
+  if (has_wgmma_) plan_wgmma_pins(k.body);
 }
 
 // --- text ---------------------------------------------------------------------------------
@@ -271,9 +278,21 @@ std::string Emitter::expr(const Expr& e) {
           return t.is_integer() ? fmt::format("tilus::max_<{}>({}, {})", ctype(t), a, b)
                                 : fmt::format("tilus::max_({}, {})", a, b);
         case BinaryOp::FloorDiv:
-          return ot.is_uint() ? fmt::format("({} / {})", a, b) : fmt::format("tilus::floor_div({}, {})", a, b);
-        case BinaryOp::FloorMod:
-          return ot.is_uint() ? fmt::format("({} % {})", a, b) : fmt::format("tilus::floor_mod({}, {})", a, b);
+        case BinaryOp::FloorMod: {
+          bool div = n->op == BinaryOp::FloorDiv;
+          if (ot.is_uint()) return fmt::format("({} {} {})", a, div ? "/" : "%", b);
+          // By a power of two, flooring is two's complement's arithmetic shift and mask: one
+          // instruction where tilus::floor_div's sign fix-up costs several (a pipeline's stage
+          // and phase, every step).
+          auto c = n->b.as<IntImmNode>();
+          if (options.floor_pow2 && ot.is_integer() && c && c->value > 1 && (c->value & (c->value - 1)) == 0) {
+            int k = 0;
+            while ((int64_t(1) << k) < c->value) ++k;
+            std::string r = div ? fmt::format("({} >> {})", a, k) : fmt::format("({} & {})", a, c->value - 1);
+            return t.bits() < 32 ? fmt::format("(({}){})", ctype(t), r) : r;
+          }
+          return fmt::format("tilus::floor_{}({}, {})", div ? "div" : "mod", a, b);
+        }
         case BinaryOp::Mod:
           if (ot.is_float()) return fmt::format("tilus::fmod_({}, {})", a, b);
           break;

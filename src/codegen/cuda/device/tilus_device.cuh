@@ -1238,6 +1238,11 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem, uint32_t lbo, uint
   return uint64_t((smem & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t(swizzle) << 62);
 }
+// x, opaque to NVVM (an empty asm): what is computed from it is not reassociated or hoisted.
+__device__ __forceinline__ uint64_t opaque_u64(uint64_t x) {
+  asm("" : "+l"(x));
+  return x;
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait_group() {
