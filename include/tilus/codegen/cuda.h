@@ -23,10 +23,6 @@ struct CudaOptions {
   // take the rule's step from 489 to 467 instructions, 68 to 40 of them uniform (f16).
   bool wgmma_desc_units = false;
   bool floor_pow2 = false;
-  // Not timed, off by default: each wgmma.fence / wait_group pinning only the registers of the
-  // groups it opens / completes (TILUS_WGMMA_PIN_IN_FLIGHT=1), instead of every wgmma operand in
-  // scope (the d 128 rule's hot loops compile to the same SASS either way).
-  bool wgmma_pin_in_flight = false;
   static CudaOptions from_env();
 };
 

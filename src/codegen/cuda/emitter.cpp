@@ -25,8 +25,6 @@ CudaOptions CudaOptions::from_env() {
   o.debug_bounds = env && *env && std::string(env) != "0";
   const char* desc = std::getenv("TILUS_WGMMA_DESC_UNITS");
   o.wgmma_desc_units = desc && *desc && std::string(desc) != "0";
-  const char* pins = std::getenv("TILUS_WGMMA_PIN_IN_FLIGHT");
-  o.wgmma_pin_in_flight = pins && *pins && std::string(pins) != "0";
   const char* pow2 = std::getenv("TILUS_FLOOR_POW2");
   o.floor_pow2 = pow2 && *pow2 && std::string(pow2) != "0";
   return o;
@@ -128,7 +126,6 @@ Emitter::Emitter(const Kernel& k, const Target& t, const CudaOptions& o) : kerne
   } scan;
   scan.em = this;
   scan.visit(k.body);
-  if (has_wgmma_) plan_wgmma_pins(k.body);
 }
 
 // --- text ---------------------------------------------------------------------------------

@@ -133,9 +133,7 @@ class Emitter {
   // The wgmma accumulators emitted so far that are visible here (C name as 32-bit registers,
   // register count), which a wait_group fences.
   std::vector<std::pair<std::string, int64_t>> wgmma_accumulators();
-  // Which registers each wgmma.fence / wait_group pins (wgmma_pins_), planned once per kernel,
-  // and the pins' lines for the tensors in scope.
-  void plan_wgmma_pins(const Stmt& body);
+  // The pins (wgmma_fence_operand lines) of those of the tensors that are in scope here.
   void pin_wgmma_registers(const std::vector<const TensorNode*>& tensors);
   // Whether a register tensor's array is declared in a block still open here.
   bool visible(const TensorNode* t) const;
@@ -176,9 +174,6 @@ class Emitter {
   std::unordered_map<const TensorNode*, std::string> tmem_roots_;  // tcgen05.alloc tensor -> its address variable
   std::vector<std::pair<const TensorNode*, int64_t>> tcgen05_loads_;  // tcgen05.ld results not yet waited for
   std::vector<const TensorNode*> wgmma_ds_;  // every wgmma.mma's accumulator, in program order (fences pin them)
-  // wgmma.fence -> the accumulators of the mma it opens (none: every one in scope); wait_group ->
-  // the accumulators and register A operands of the groups it completes.
-  std::unordered_map<const InstNode*, std::vector<const TensorNode*>> wgmma_pins_;
 
   friend struct MemoryEmitter;
 };

@@ -19,191 +19,6 @@ const char* wgmma_type(DataType t) {
 
 }  // namespace
 
-// --- which registers each wgmma.fence and wgmma.wait_group pins ----------------------------
-// A wait pins the registers of the groups it completes (their accumulators and register A
-// operands: written, or read, behind the compiler's back until then), a fence the
-// accumulators of the mma instructions it opens, not every wgmma operand in scope: a pin keeps
-// a register live, and an idle one (S after the softmax, P once its P V completed) cost the
-// kernel registers it could have used.
-namespace {
-
-using Regs = std::vector<const TensorNode*>;  // a small set, in first-seen order
-
-void add(Regs& r, const TensorNode* t) {
-  if (std::find(r.begin(), r.end(), t) == r.end()) r.push_back(t);
-}
-void add(Regs& r, const Regs& more) {
-  for (const TensorNode* t : more) add(r, t);
-}
-
-// The wgmma state of every path reaching a point: the committed groups possibly in flight
-// (oldest first; paths of different lengths aligned at the newest) and the mma since the last
-// commit. Groups beyond kMaxGroups merge into the oldest kept (a superset: pins only grow).
-struct GroupState {
-  static constexpr size_t kMaxGroups = 8;
-  std::vector<Regs> pending;
-  Regs open;
-  bool reached = true;
-
-  void join(const GroupState& o) {
-    if (!o.reached) return;
-    if (!reached) {
-      *this = o;
-      return;
-    }
-    size_t n = std::max(pending.size(), o.pending.size());
-    std::vector<Regs> out(n);
-    for (size_t i = 0; i < pending.size(); ++i) add(out[n - pending.size() + i], pending[i]);
-    for (size_t i = 0; i < o.pending.size(); ++i) add(out[n - o.pending.size() + i], o.pending[i]);
-    pending = std::move(out);
-    add(open, o.open);
-  }
-  bool operator==(const GroupState& o) const {
-    auto same = [](const Regs& a, const Regs& b) {
-      return a.size() == b.size() && std::all_of(a.begin(), a.end(), [&](auto* t) {
-               return std::find(b.begin(), b.end(), t) != b.end();
-             });
-    };
-    if (reached != o.reached || pending.size() != o.pending.size() || !same(open, o.open)) return false;
-    for (size_t i = 0; i < pending.size(); ++i)
-      if (!same(pending[i], o.pending[i])) return false;
-    return true;
-  }
-};
-
-class PinPlanner {
- public:
-  explicit PinPlanner(std::unordered_map<const InstNode*, Regs>& pins) : pins_(pins) {}
-
-  void run(const Stmt& s, GroupState& st) {
-    if (!s) return;
-    switch (s->kind) {
-      case StmtKind::Seq: {
-        auto& stmts = static_cast<const SeqStmtNode&>(*s).stmts;
-        for (size_t i = 0; i < stmts.size(); ++i) {
-          if (is(stmts[i], InstKind::WgmmaFence)) plan_fence(stmts, i);
-          run(stmts[i], st);
-        }
-        return;
-      }
-      case StmtKind::Inst: return inst(*static_cast<const InstStmtNode&>(*s).inst, st);
-      case StmtKind::For: return loop(static_cast<const ForStmtNode&>(*s).body, st);
-      case StmtKind::While: return loop(static_cast<const WhileStmtNode&>(*s).body, st);
-      case StmtKind::If: {
-        auto& n = static_cast<const IfStmtNode&>(*s);
-        GroupState e = st;
-        run(n.then_body, st);
-        run(n.else_body, e);
-        st.join(e);
-        return;
-      }
-      case StmtKind::ThreadGroup: {  // the threads outside skip the body
-        GroupState in = st;
-        run(static_cast<const ThreadGroupStmtNode&>(*s).body, st);
-        st.join(in);
-        return;
-      }
-      case StmtKind::Break:
-      case StmtKind::Continue:
-        if (!loops_.empty()) (s->kind == StmtKind::Break ? loops_.back().first : loops_.back().second).join(st);
-        st.reached = false;
-        return;
-      case StmtKind::Return: st.reached = false; return;
-      default: return;  // scalars
-    }
-  }
-
- private:
-  static bool is(const Stmt& s, InstKind k) {
-    return s && s->kind == StmtKind::Inst && static_cast<const InstStmtNode&>(*s).inst->kind() == k;
-  }
-
-  void inst(const InstNode& i, GroupState& st) {
-    if (!st.reached) return;
-    if (i.kind() == InstKind::WgmmaMma) {
-      auto& m = static_cast<const WgmmaMmaInst&>(i);
-      add(st.open, m.d.get());
-      if (m.a.is_register()) add(st.open, m.a.get());
-    } else if (i.kind() == InstKind::WgmmaCommitGroup) {
-      st.pending.push_back(std::move(st.open));
-      st.open.clear();
-      if (st.pending.size() > GroupState::kMaxGroups) {
-        add(st.pending[1], st.pending[0]);
-        st.pending.erase(st.pending.begin());
-      }
-    } else if (i.kind() == InstKind::WgmmaWaitGroup) {
-      size_t keep = size_t(static_cast<const WgmmaWaitGroupInst&>(i).n);
-      Regs& pins = pins_[&i];  // present even when nothing completes here: nothing to pin
-      if (st.pending.size() <= keep) return;
-      size_t done = st.pending.size() - keep;
-      for (size_t g = 0; g < done; ++g) add(pins, st.pending[g]);
-      st.pending.erase(st.pending.begin(), st.pending.begin() + done);
-    }
-  }
-
-  // The loop's head joins the state before it with the one each iteration leaves (and its
-  // continues) until nothing changes; it is left from the head (the condition fails) or at a
-  // break.
-  void loop(const Stmt& body, GroupState& st) {
-    GroupState head = st, breaks;
-    breaks.reached = false;
-    for (int it = 0; it < 64; ++it) {
-      GroupState cont;
-      cont.reached = false;
-      loops_.push_back({breaks, cont});
-      GroupState end = head;
-      run(body, end);
-      breaks = loops_.back().first;
-      end.join(loops_.back().second);
-      loops_.pop_back();
-      GroupState next = head;
-      next.join(end);
-      if (next == head) break;
-      head = std::move(next);
-    }
-    st = head;
-    st.join(breaks);
-  }
-
-  // A fence pins the accumulators of the mma instructions after it in its sequence, up to the
-  // commit; where anything else than instructions and scalars comes first (a loop, a branch,
-  // the sequence's end), it has no entry and pins every accumulator in scope as before.
-  void plan_fence(const std::vector<Stmt>& stmts, size_t at) {
-    std::vector<Stmt> flat;
-    flatten(stmts, at + 1, flat);
-    Regs ds;
-    for (const Stmt& s : flat) {
-      if (s->kind != StmtKind::Inst) {
-        if (s->kind == StmtKind::Let || s->kind == StmtKind::Declare || s->kind == StmtKind::Assign) continue;
-        return;
-      }
-      const InstNode& i = *static_cast<const InstStmtNode&>(*s).inst;
-      if (i.kind() == InstKind::WgmmaMma) add(ds, static_cast<const WgmmaMmaInst&>(i).d.get());
-      if (i.kind() == InstKind::WgmmaCommitGroup) {
-        pins_[static_cast<const InstStmtNode&>(*stmts[at]).inst.get()] = ds;
-        return;
-      }
-      if (i.kind() == InstKind::WgmmaFence || i.kind() == InstKind::WgmmaWaitGroup) return;
-    }
-  }
-  static void flatten(const std::vector<Stmt>& stmts, size_t from, std::vector<Stmt>& out) {
-    for (size_t i = from; i < stmts.size(); ++i) {
-      if (stmts[i] && stmts[i]->kind == StmtKind::Seq) flatten(static_cast<const SeqStmtNode&>(*stmts[i]).stmts, 0, out);
-      else if (stmts[i]) out.push_back(stmts[i]);
-    }
-  }
-
-  std::unordered_map<const InstNode*, Regs>& pins_;
-  std::vector<std::pair<GroupState, GroupState>> loops_;  // per open loop: its breaks, its continues
-};
-
-}  // namespace
-
-void Emitter::plan_wgmma_pins(const Stmt& body) {
-  GroupState st;
-  PinPlanner(wgmma_pins_).run(body, st);
-}
-
 void Emitter::pin_wgmma_registers(const std::vector<const TensorNode*>& tensors) {
   std::vector<std::string> done;
   for (const TensorNode* t : tensors) {
@@ -222,10 +37,8 @@ void Emitter::emit_wgmma(const InstNode& inst) {
     case InstKind::WgmmaFence: {
       // The accumulators of the mma the fence opens are pinned before it: a value the compiler
       // knows (a zeroed accumulator) could otherwise be materialized after it, right before the
-      // mma, and ptxas then inserts a warpgroup arrive of its own and serializes the wgmma. A
-      // fence the planner could not follow to its commit pins every accumulator in scope.
-      auto it = wgmma_pins_.find(&inst);
-      pin_wgmma_registers(it != wgmma_pins_.end() && options.wgmma_pin_in_flight ? it->second : wgmma_ds_);
+      // mma, and ptxas then inserts a warpgroup arrive of its own and serializes the wgmma.
+      pin_wgmma_registers(wgmma_ds_);
       line("tilus::wgmma_fence();");
       return;
     }
@@ -235,12 +48,7 @@ void Emitter::emit_wgmma(const InstNode& inst) {
       linef("tilus::wgmma_wait_group{}<{}>();", w.ordered ? "_ordered" : "", w.n);
       // The registers of the groups the wait completes: the compiler must not read their
       // accumulators before it (written behind its back), nor reuse their register A before it.
-      if (!options.wgmma_pin_in_flight) {
-        for (auto& [name, regs] : wgmma_accumulators()) linef("tilus::wgmma_fence_operand<{}>({});", regs, name);
-      } else {
-        auto it = wgmma_pins_.find(&inst);  // none: no path with wgmma in flight reaches it
-        if (it != wgmma_pins_.end()) pin_wgmma_registers(it->second);
-      }
+      for (auto& [name, regs] : wgmma_accumulators()) linef("tilus::wgmma_fence_operand<{}>({});", regs, name);
       return;
     }
     case InstKind::WgmmaMma: break;
