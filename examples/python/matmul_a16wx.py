@@ -371,15 +371,13 @@ class MatmulA16Wx(SplitK):
         # constant sits in a register and each AND-XOR is one LOP3: with two immediates the
         # compiler splits it in two.)
         opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)
-        if self.weights_a and bk > self.group:  # two scale groups a k tile
-            return self.magic_step_a2(words, signed, flip, opaque, ss, sz, sa, acc)
+        if self.weights_a:  # (its scales per scale group of the k tile: one or two)
+            return self.magic_step_a(words, signed, flip, opaque, ss, sz, sa, acc)
         scale = self.load_shared(ss)
         zero = None if signed else self.load_shared(sz)
         # late_scale: the tile's product on unscaled weights, scaled per column in float32 (16
         # FFMA a thread instead of 64 HMUL2 at 16 x 128 x 128; the product of exact small integers
         # and a's halves, then one float32 rounding more than the reference's).
-        if self.weights_a:
-            return self.magic_step_a(words, signed, flip, opaque, scale, zero, sa, acc)
         part = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.late_scale else acc
         other = self.register_tensor(dtype=float32, shape=[self.block_m, bn], init=0.0) if self.two_sums else None
         for r in tilus.static_range(4):
@@ -400,48 +398,31 @@ class MatmulA16Wx(SplitK):
             part = part + other
         return acc + part * scale.to(float32) if self.late_scale else part
 
-    def magic_step_a(self, words, signed, flip, opaque, scale, zero, sa, acc):
+    def magic_step_a(self, words, signed, flip, opaque, ss, sz, sa, acc):
         """magic_step with the weights as mma's A operand (weights_a): each quarter's pairs are the
-        A fragments of a [bn, bk / 4] tile (magic_a_layout), times the quarter of a's 8 rows
-        transposed, into acc^T [bn, 8]."""
-        bn, bk, at = self.block_n, self.block_k, self.atype
-        quarter = mma_a_layout(bn, bk // 4, self.warps)
-        part = self.register_tensor(dtype=float32, shape=[bn, self.block_m], init=0.0)
-        for r in tilus.static_range(4):
-            src = words if r < 2 else words >> 8
-            mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
-            bits = (src & mask) ^ (opaque + (0x64006400 | (flip if r % 2 == 0 else flip << 4)))
-            v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
-            if r % 2 == 1:
-                v = v * 0.0625
-            base = 1024.0 if r % 2 == 0 else 64.0
-            w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
-            a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [self.block_m, bk // 4]))
-            part = self.dot(w, self.transpose(a_r), part)
-        return acc + part * self.transpose(scale.to(float32))
-
-    def magic_step_a2(self, words, signed, flip, opaque, ss, sz, sa, acc):
-        """magic_step_a on a k tile of two scale groups (block_k = 2 group): the quarters 0, 1 are
-        the first group's k, 2, 3 the second's (the words' low and high bytes); each group's
-        product scaled by its own scales."""
+        A fragments of a [bn, bk / 4] tile (magic_a_layout), times the quarter of a's rows
+        transposed, into acc^T [bn, bm]. On a k tile of two scale groups (block_k = 2 group) the
+        quarters 0, 1 are the first group's k, 2, 3 the second's (the words' low and high bytes),
+        each group's product scaled by its own scales (ss, sz: the stage's [groups, bn])."""
         bn, bk, at, bm = self.block_n, self.block_k, self.atype, self.block_m
         quarter = mma_a_layout(bn, bk // 4, self.warps)
-        for g in tilus.static_range(2):
-            src = words if g == 0 else words >> 8
-            scale = self.load_shared(self.slice_shared(ss, [g, 0], [0, 1], [1, bn]))
-            zero = None if signed else self.load_shared(self.slice_shared(sz, [g, 0], [0, 1], [1, bn]))
+        groups = 2 if bk > self.group else 1
+        for g in tilus.static_range(groups):
+            rows = (lambda t: t) if groups == 1 else (lambda t: self.slice_shared(t, [g, 0], [0, 1], [1, bn]))
+            scale = self.load_shared(rows(ss))
+            zero = None if signed else self.load_shared(rows(sz))
             part = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            for e in tilus.static_range(2):  # quarter r = 2 g + e: mask 0x000f000f (even) or 0x00f000f0 (odd)
-                r = 2 * g + e
-                mask = 0x000F000F if e == 0 else 0x00F000F0
-                bits = (src & mask) ^ (opaque + (0x64006400 | (flip if e == 0 else flip << 4)))
+            for r in tilus.static_range(4 // groups * g, 4 // groups * (g + 1)):
+                src = words if r < 2 else words >> 8
+                mask = 0x000F000F if r % 2 == 0 else 0x00F000F0
+                bits = (src & mask) ^ (opaque + (0x64006400 | (flip if r % 2 == 0 else flip << 4)))
                 v = self.view(bits, dtype=at, layout=quarter)  # [bn, bk / 4]: 1024 + code (x 16)
-                if e == 1:
+                if r % 2 == 1:
                     v = v * 0.0625
-                base = 1024.0 if e == 0 else 64.0
+                base = 1024.0 if r % 2 == 0 else 64.0
                 w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
-                a_r = self.transpose(self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4])))
-                part = self.dot(w, a_r, part)
+                a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4]))
+                part = self.dot(w, self.transpose(a_r), part)
             acc = acc + part * self.transpose(scale.to(float32))
         return acc
 
