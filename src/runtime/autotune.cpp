@@ -22,9 +22,57 @@
 
 namespace tilus {
 
+const std::string& l2_flush_source() {
+  // Each thread xors 16-byte words of the buffer with a stride of the grid; the one store is
+  // guarded by a test of the (zero) buffer's xor that never holds, so the loads stay and
+  // nothing is written.
+  static const std::string src = R"(extern "C" __global__ void tilus_l2_flush(const uint4* __restrict__ p, unsigned long long n,
+                                           unsigned* sink) {
+  unsigned acc = 0;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    uint4 v = __ldcg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+)";
+  return src;
+}
+
 namespace {
 
-constexpr const char* kHeader = "tilus-autotune 2";
+// 3: timed after a clean L2 flush (a read; 2 flushed by a fill): winners timed under a fill are
+// tuned again.
+constexpr const char* kHeader = "tilus-autotune 3";
+
+// The L2 flush before each timed launch on the GPU: a kernel that reads a 256 MB buffer (zeroed
+// once) and stores nothing, so that L2 is left holding clean lines, as bench/run.py's flush does.
+// A fill (cuMemset) would leave L2 full of dirty lines, whose write-back slows the timed kernel's
+// own reads: on an H200 a plain read of 34 MB ran 20-23 % slower after a fill than after a read,
+// a W4A16 kernel 5-8 % (README, "Latest figures"), so a fill would time memory-bound configs
+// under conditions they never meet behind ordinary kernels.
+class CleanL2Flush {
+ public:
+  static constexpr int64_t kBytes = int64_t(256) << 20;
+  CleanL2Flush() : buffer_(dtypes::uint8, kBytes), sink_(dtypes::uint32, 1) {
+    device_memset(buffer_.ptr(), 0, size_t(kBytes));
+    NvrtcOutput out = nvrtc_compile(l2_flush_source(), "tilus_l2_flush", current_device().arch());
+    module_ = std::make_unique<LoadedModule>(out.cubin, "tilus_l2_flush", 0);
+    synchronize();
+  }
+  void run() const {
+    DevicePtr p = buffer_.ptr(), sink = sink_.ptr();
+    uint64_t n = uint64_t(kBytes / 16);
+    void* args[] = {&p, &n, &sink};
+    const uint32_t grid[3] = {uint32_t(std::max(1, current_device().multiprocessors) * 4), 1, 1};
+    module_->launch(grid, 512, args, nullptr);
+  }
+
+ private:
+  DeviceBuffer buffer_, sink_;
+  std::unique_ptr<LoadedModule> module_;
+};
 
 std::vector<std::string> split_names(const std::string& names) {
   std::vector<std::string> out;
@@ -432,9 +480,9 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
   // Timed in rounds, every config once a round (each after a warm-up launch), rather than one
   // config's runs in a row: a GPU's clock follows its recent load, so a config timed first (on a
   // cold, boosting GPU) or last would gain or lose against the others by when it ran. Each launch
-  // runs on restored copies after an L2 flush; a config that fails to launch drops out with its
+  // runs on restored copies after an L2 flush (CleanL2Flush: a 256 MB read); a config that fails to launch drops out with its
   // error.
-  std::unique_ptr<DeviceBuffer> flush;
+  std::unique_ptr<CleanL2Flush> flush;
   int repeat = std::max(1, opts.repeat);
   e.results.resize(n);
   std::vector<std::vector<double>> times(n);
@@ -459,8 +507,8 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
         synchronize();
         return;
       }
-      if (!flush) flush = std::make_unique<DeviceBuffer>(dtypes::uint8, int64_t(256) << 20);
-      device_memset(flush->ptr(), uint8_t(round), size_t(flush->bytes()));
+      if (!flush) flush = std::make_unique<CleanL2Flush>();
+      flush->run();
       EventTimer timer;
       timer.start();
       launcher.launch(bench_args);

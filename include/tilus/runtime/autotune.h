@@ -12,8 +12,8 @@
 //
 // The first call for a tuning key traces and compiles every config in parallel threads, skips
 // (and lists on stderr) the ones that fail to trace, compile or launch, times the rest with
-// CUDA events after an L2 flush (median of `repeat` runs taken in rounds, every config once a
-// round; the CPU backend: the wall clock) and
+// CUDA events after a clean L2 flush (a 256 MB read, l2_flush_source; median of `repeat` runs
+// taken in rounds, every config once a round; the CPU backend: the wall clock) and
 // launches the fastest; the winner and all timings are written atomically to
 // <cache dir>/autotune/<hash>.txt (the format: docs/gpu.md), so a later process launches the
 // winner with no tuning. The key: the script name, the space, the caller-fixed hyperparameters,
@@ -134,6 +134,10 @@ struct TuneOptions {
 
 // True when `opts` only compiles (a named arch other than the CPU backend's).
 bool tune_compile_only(const TuneOptions& opts);
+// The CUDA source of the tuner's L2 flush before each timed GPU launch: a kernel that reads a
+// 256 MB buffer and stores nothing, so L2 is left holding clean lines (a fill would leave dirty
+// lines whose write-back slows the timed kernel's reads).
+const std::string& l2_flush_source();
 
 // Tunes one call: `trace(configs[i])` is the traced program of config i (called from several
 // threads at once); it is specialized on `args` like any launch. CompileError (at opts.where)
