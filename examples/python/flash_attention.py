@@ -674,20 +674,20 @@ SHORT_SEQLEN = 8192  # d 128 without causal: below this query length, the persis
 
 def prefill_config(head_dim, causal, sms=0, seqlen=0, dtype="float16"):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
-    not known, `dtype` tilus's or its name): FlashAttention's parameters that differ from its
-    defaults, each the fastest of `bench/attention.py --candidates` at the goal's shapes on the
-    H200 (the calls and their figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal
-    FA3's 192 x 128 tile in three consumer warp groups without ping-pong, with causal the
-    persistent kernel in 3 stages. d = 128: without causal 176-key blocks, below SHORT_SEQLEN
-    queries the persistent kernel (f16 and bf16: ahead of the kernels without persistent blocks and
-    of the persistent one on 128-key blocks in the mid2 and figures calls of 2026-11-29, 1.026 /
-    1.033 and 1.024 / 1.028x cuDNN against the rule's 1.009 / 1.010 and 1.010 / 1.017) with the row
-    sums as quad partial sums (quad_sums; ahead at S 4096 in both mid calls of 2026-11-29 ~11:45 /
-    ~12:30, f16 +1.0 / +2.4 %, bf16 +2.7 / +0.3 %); with causal the persistent kernel without
-    ping-pong (at 16384 queries too since the mid calls of 2026-11-29 ~09:00 / ~09:40: 1.6-3 % ahead
-    of the kernel without persistent blocks, f16 in both, bf16 in the second). d = 256: 80-key
-    blocks. At d >= 128 o's rescale between the GEMMs. Without `sms` the persistent kernel is left
-    out."""
+    not known, `dtype` tilus's or its name; no rule differs by it now): FlashAttention's
+    parameters that differ from its defaults, each the fastest of `bench/attention.py
+    --candidates` at the goal's shapes on the H200 (the calls and their figures: docs/gpu.md,
+    "Attention on Hopper"). d = 64: without causal FA3's 192 x 128 tile in three consumer warp
+    groups without ping-pong, with causal the persistent kernel in 3 stages. d = 128: without
+    causal 176-key blocks, below SHORT_SEQLEN queries the persistent kernel (f16 and bf16: ahead of
+    the kernels without persistent blocks and of the persistent one on 128-key blocks in the mid2
+    and figures calls of 2026-11-29, 1.026 / 1.033 and 1.024 / 1.028x cuDNN against the rule's
+    1.009 / 1.010 and 1.010 / 1.017) with the row sums as quad partial sums (quad_sums; ahead at
+    S 4096 in both mid calls of 2026-11-29 ~11:45 / ~12:30, f16 +1.0 / +2.4 %, bf16 +2.7 / +0.3 %);
+    with causal the persistent kernel without ping-pong (at 16384 queries too since the mid calls
+    of 2026-11-29 ~09:00 / ~09:40: 1.6-3 % ahead of the kernel without persistent blocks, f16 in
+    both, bf16 in the second). d = 256: 80-key blocks. At d >= 128 o's rescale between the GEMMs.
+    Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
