@@ -669,33 +669,34 @@ def prefill_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False
                    cu_seqlens_k), out, lse)
 
 
-SHORT_SEQLEN = 8192  # d 128 f16 without causal: below this query length, the persistent kernel on 128-key blocks
+SHORT_SEQLEN = 8192  # d 128 without causal: below this query length, the persistent 176-key kernel with quad_sums
 
 
 def prefill_config(head_dim, causal, sms=0, seqlen=0, dtype="float16"):
     """The rule for a launch on the GPU (`sms` multiprocessors, queries of at most `seqlen`, 0 if
-    not known, `dtype` tilus's or its name): FlashAttention's parameters that differ from its
-    defaults, each the fastest of `bench/attention.py --candidates` at the goal's shapes on the
-    H200 (the calls and their figures: docs/gpu.md, "Attention on Hopper"). d = 64: without causal
-    FA3's 192 x 128 tile in three consumer warp groups without ping-pong, with causal the
-    persistent kernel in 3 stages. d = 128: without causal 176-key blocks, at f16 below
-    SHORT_SEQLEN queries the persistent kernel on 128-key blocks; with causal the persistent kernel
-    without ping-pong (at 16384 queries too since the mid calls of 2026-11-29 ~09:00 / ~09:40: 1.6-3 %
-    ahead of the kernel without persistent blocks, f16 in both, bf16 in the second). d = 256: 80-key
-    blocks. At d >= 128 o's rescale between the GEMMs. d = 128 without causal below SHORT_SEQLEN
-    queries: the row sums as quad partial sums (quad_sums; ahead at S 4096 in both mid calls of
-    2026-11-29 ~11:45 / ~12:30, f16 +1.0 / +2.4 %, bf16 +2.7 / +0.3 %; longer not timed). Without
-    `sms` the persistent kernel is left out."""
+    not known, `dtype` tilus's or its name; no rule differs by it now): FlashAttention's
+    parameters that differ from its defaults, each the fastest of `bench/attention.py
+    --candidates` at the goal's shapes on the H200 (the calls and their figures: docs/gpu.md,
+    "Attention on Hopper"). d = 64: without causal FA3's 192 x 128 tile in three consumer warp
+    groups without ping-pong, with causal the persistent kernel in 3 stages. d = 128: without
+    causal 176-key blocks, below SHORT_SEQLEN queries the persistent kernel (f16 and bf16: ahead of
+    the kernels without persistent blocks and of the persistent one on 128-key blocks in the mid2
+    and figures calls of 2026-11-29, 1.026 / 1.033 and 1.024 / 1.028x cuDNN against the rule's
+    1.009 / 1.010 and 1.010 / 1.017) with the row sums as quad partial sums (quad_sums; ahead at
+    S 4096 in both mid calls of 2026-11-29 ~11:45 / ~12:30, f16 +1.0 / +2.4 %, bf16 +2.7 / +0.3 %);
+    with causal the persistent kernel without ping-pong (at 16384 queries too since the mid calls
+    of 2026-11-29 ~09:00 / ~09:40: 1.6-3 % ahead of the kernel without persistent blocks, f16 in
+    both, bf16 in the second). d = 256: 80-key blocks. At d >= 128 o's rescale between the GEMMs.
+    Without `sms` the persistent kernel is left out."""
     persistent = dict(persistent=sms) if sms else {}
     if head_dim == 64:
         return {**persistent, "stages": 3} if causal else dict(consumers=3, block_n=128, pingpong=False)
     if head_dim == 128:
         if causal:
             return {**persistent, "rescale_between": True, "pingpong": False}
-        short = dict(quad_sums=True) if 0 < seqlen < SHORT_SEQLEN else {}
-        if sms and short and str(dtype) == "float16":
-            return dict(persistent=sms, block_n=128, rescale_between=True, **short)
-        return dict(block_n=176, rescale_between=True, **short)
+        if 0 < seqlen < SHORT_SEQLEN:
+            return {**persistent, "block_n": 176, "rescale_between": True, "quad_sums": True}
+        return dict(block_n=176, rescale_between=True)
     return dict(block_n=80, rescale_between=True)
 
 

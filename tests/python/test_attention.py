@@ -601,14 +601,13 @@ def test_prefill_candidates_each_change_the_rule(sms, seqlen):
 
 
 def test_prefill_rule_at_d128_without_causal():
-    """d 128 without causal: 176-key blocks without persistent blocks, f16 below SHORT_SEQLEN
-    queries the persistent kernel on 128-key blocks (measured faster in two H200 calls; bf16 not);
-    below SHORT_SEQLEN queries the row sums as quad partial sums (quad_sums)."""
-    assert prefill_config(128, False, 132, 4096, float16) == dict(persistent=132, block_n=128, rescale_between=True,
-                                                                  quad_sums=True)
-    assert prefill_config(128, False, 132, 4096, "float16") == prefill_config(128, False, 132, 4096, float16)
-    for sms, seqlen, dt in [(132, 4096, bfloat16), (0, 4096, float16)]:
-        assert prefill_config(128, False, sms, seqlen, dt) == dict(block_n=176, rescale_between=True, quad_sums=True)
+    """d 128 without causal: 176-key blocks, below SHORT_SEQLEN queries the persistent kernel (given
+    the SMs) with the row sums as quad partial sums (quad_sums), f16 and bf16 alike (measured faster
+    in two H200 calls); from SHORT_SEQLEN on without persistent blocks and without quad_sums."""
+    for dt in (float16, bfloat16, "float16", "bfloat16"):
+        assert prefill_config(128, False, 132, 4096, dt) == dict(persistent=132, block_n=176, rescale_between=True,
+                                                                 quad_sums=True)
+        assert prefill_config(128, False, 0, 4096, dt) == dict(block_n=176, rescale_between=True, quad_sums=True)
     for sms, seqlen, dt in [(132, SHORT_SEQLEN, float16), (132, SHORT_SEQLEN, bfloat16), (132, 0, float16)]:
         assert prefill_config(128, False, sms, seqlen, dt) == dict(block_n=176, rescale_between=True)
 

@@ -120,17 +120,14 @@ class FloorByPowersOfTwo(tilus.Script):
         self.store_global(self.global_view(y, shape=[32]), r, offsets=[0])
 
 
-@pytest.mark.parametrize("pow2", ["0", "1"])
-def test_floor_by_powers_of_two(arrays, monkeypatch, pow2):
-    """Flooring division and modulo of signed integers by a power of two; with TILUS_FLOOR_POW2=1
-    the CUDA emitter writes them as an arithmetic shift and a mask, without (the default) through
-    tilus::floor_div / floor_mod's sign fix-up."""
-    monkeypatch.setenv("TILUS_FLOOR_POW2", pow2)
+def test_floor_by_powers_of_two(arrays):
+    """Flooring division and modulo of signed integers by a power of two: the CUDA emitter writes
+    them as an arithmetic shift and a mask (two's complement's floor), not through
+    tilus::floor_div / floor_mod's sign fix-up; negative numerators too."""
     if _C.nvrtc_available():
         _, source = cuda_source(FloorByPowersOfTwo())
-        assert ("tilus::floor_div" in source) == (pow2 == "0") and ("tilus::floor_mod" in source) == (pow2 == "0")
-        if pow2 == "1":
-            assert " >> 2)" in source and " & 7)" in source, source
+        assert "tilus::floor_div" not in source and "tilus::floor_mod" not in source, source
+        assert " >> 2)" in source and " & 7)" in source, source
     y = arrays.empty([32], np.int32)
     FloorByPowersOfTwo()(5, y)
     x = 5 - np.arange(32)

@@ -737,12 +737,11 @@ def test_two_consumer_groups_with_a_peeled_step_keep_their_wgmma_in_flight():
     assert compiled.spill_store_bytes == 0
 
 
-def test_descriptors_are_shared_memorys_plus_16_byte_units(monkeypatch):
-    """The CUDA the emitter writes (no compile) with TILUS_WGMMA_DESC_UNITS=1: every wgmma
-    operand's descriptor is the kernel's shared memory's (loop invariant) plus the operand's
-    start in 16-byte units, its k steps a constant more: no byte address masked and shifted per
-    operand and step (the d 128 attention rule's step: 68 -> 52 uniform instructions f16, 56 -> 41 bf16)."""
-    monkeypatch.setenv("TILUS_WGMMA_DESC_UNITS", "1")
+def test_descriptors_are_shared_memorys_plus_16_byte_units():
+    """The CUDA the emitter writes (no compile): every wgmma operand's descriptor is the kernel's
+    shared memory's (loop invariant) plus the operand's start in 16-byte units, its k steps a
+    constant more: no byte address masked and shifted per operand and step (the d 128 attention
+    rule's step: 68 -> 52 uniform instructions f16, 56 -> 41 bf16)."""
     x = np.zeros((512, 512), np.float16)
     src = PeeledTwoGroupMatmul(stages=3).source(1024, 1024, 1024, x, x, x, arch="sm_90a")
     descs = [l.strip() for l in src.splitlines() if "tilus::wgmma_desc(" in l]

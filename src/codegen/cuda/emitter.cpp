@@ -23,10 +23,6 @@ CudaOptions CudaOptions::from_env() {
   CudaOptions o;
   const char* env = std::getenv("TILUS_DEBUG_BOUNDS");
   o.debug_bounds = env && *env && std::string(env) != "0";
-  const char* desc = std::getenv("TILUS_WGMMA_DESC_UNITS");
-  o.wgmma_desc_units = desc && *desc && std::string(desc) != "0";
-  const char* pow2 = std::getenv("TILUS_FLOOR_POW2");
-  o.floor_pow2 = pow2 && *pow2 && std::string(pow2) != "0";
   return o;
 }
 
@@ -282,7 +278,7 @@ std::string Emitter::expr(const Expr& e) {
           // instruction where tilus::floor_div's sign fix-up costs several (a pipeline's stage
           // and phase, every step).
           auto c = n->b.as<IntImmNode>();
-          if (options.floor_pow2 && ot.is_integer() && c && c->value > 1 && (c->value & (c->value - 1)) == 0) {
+          if (ot.is_integer() && c && c->value > 1 && (c->value & (c->value - 1)) == 0) {
             int k = 0;
             while ((int64_t(1) << k) < c->value) ++k;
             std::string r = div ? fmt::format("({} >> {})", a, k) : fmt::format("({} & {})", a, c->value - 1);

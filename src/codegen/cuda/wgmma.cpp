@@ -91,14 +91,6 @@ void Emitter::emit_wgmma(const InstNode& inst) {
       units = fmt::format("uint32_t({}) + {} * {}u", units, group, m_rows * od[o]->row_bytes / 16);
     }
     desc[o] = fresh(o == 0 ? "wgmma_desc_a" : "wgmma_desc_b");
-    if (!options.wgmma_desc_units) {  // the byte address, masked and shifted (CudaOptions)
-      std::string addr = fmt::format("tilus::smem_addr(tilus_smem) + {}u + uint32_t({}) * {}u", view.base_bytes,
-                                     expr(simplify(shared_start_unswizzled(view))), elem_bytes(ab));
-      if (o == 0 && !group.empty()) addr += fmt::format(" + {} * {}u", group, m_rows * od[o]->row_bytes);
-      linef("const uint64_t {} = tilus::wgmma_desc({}, {}u, {}u, {}u);", desc[o], addr, od[o]->lbo, od[o]->sbo,
-            od[o]->swizzle_code);
-      continue;
-    }
     // A start that moves at run time (a pipeline stage's slot) is summed opaquely: NVVM would
     // otherwise hoist shared memory's descriptor plus each instruction's constant out of the
     // loop, a 64-bit register pair per instruction held every step (d 256 spilled); a constant
