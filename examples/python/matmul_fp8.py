@@ -119,12 +119,11 @@ class MatmulFp8(tilus.Script):
     see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, cluster_n=1):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
-        assert cluster_n in (1, 2), "clusters of two blocks (a pair of rows) or four (two pairs of columns too)"
-        assert blocks % (2 * cluster_n) == 0, "blocks come in whole clusters"
+        assert blocks % 2 == 0, "blocks come in clusters of two"
         assert block_m % 64 == 0 and block_m <= 256, "each consumer warp group takes 64 rows of the tile"
         assert scaling == "block" or block_m == 128, "tensor and row scaling: two consumer warp groups"
         # Three consumer warp groups share the registers three ways: one 128-column piece each.
@@ -136,7 +135,7 @@ class MatmulFp8(tilus.Script):
             "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
-        self.products, self.cluster_n = products, cluster_n
+        self.products = products
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -157,28 +156,20 @@ class MatmulFp8(tilus.Script):
         assert not (scaling == "block" and block_n == 192) or self.whole_store, \
             "block scales with 192-column tiles: c's buffer must hold the whole tile (16-bit c)"
 
-    def cluster_origin(self, t, pairs_m, tiles_n, col):
-        """The first row of the cluster's tiles t (2 * block_m rows, cluster_n * block_n columns)
-        in HopperMatmulV6.pair_origin's grouped order (tiles_n: the columns of clusters), and the
-        first column of this block's tile, col its column in the cluster."""
-        pair_m, offset_n = HopperMatmulV6.pair_origin(self, t, pairs_m, tiles_n)
-        return pair_m, offset_n if self.cluster_n == 1 else offset_n * 2 + col * self.block_n
+    pair_origin = HopperMatmulV6.pair_origin  # the grouped order of tile pairs (block_m, block_n, group)
 
-    def release(self, barrier, peers, read_shared=False):
-        """One arrival per consumer warp group on this block's barrier and one on each peer's (the
-        blocks whose stages this block's producer writes: the pair's other block, and with four
-        blocks the one of the other column that shares a's rows). One thread's arrival releases
-        what that thread has read: where the warp group's threads read the stage themselves
-        (read_shared: the block scales), not only its wgmma (complete for the whole warp group at
-        its wait_group), the warp group meets at a barrier first."""
+    def release(self, barrier, peer, read_shared=False):
+        """One arrival per consumer warp group on this block's barrier and one on the peer's. One
+        thread's arrival releases what that thread has read: where the warp group's threads read
+        the stage themselves (read_shared: the block scales), not only its wgmma (complete for the
+        whole warp group at its wait_group), the warp group meets at a barrier first."""
         for wg in tilus.static_range(self.consumers):
             with self.thread_group(thread_begin=wg * 128, num_threads=128):
                 if read_shared:
                     self.sync()
                 with self.thread_group(thread_begin=0, num_threads=1):
                     self.mbarrier.arrive(barrier)
-                    for peer in peers:
-                        self.mbarrier_arrive(barrier, cta_id=peer)
+                    self.mbarrier_arrive(barrier, cta_id=peer)
 
     def __call__(self, m: int32, n: int32, k: int32, a: tilus.void_p, b: tilus.void_p, scale_a: ~float32,
                  scale_b: ~float32, c: tilus.void_p):
@@ -193,21 +184,15 @@ class MatmulFp8(tilus.Script):
         widths = [bn] if one else [128] * (bn // 128) + ([bn % 128] if bn % 128 else [])
         pieces, box = len(widths), self.box
         workers = 128 * self.consumers
-        cn = self.cluster_n
-        clusters = blocks // (2 * cn)
+        clusters = blocks // 2
         self.attrs.blocks = [blocks]
-        self.attrs.cluster_blocks = [2 * cn, 1, 1]
+        self.attrs.cluster_blocks = [2, 1, 1]
         split = self.consumer_regs is not None
         self.attrs.warps = 4 * self.consumers + (4 if split else 1)  # the consumer warp groups and the producer
-        # Block rank r of a cluster takes the pair's row r % 2 and column r // 2 (cluster_n = 2): it
-        # loads half of b's tile for both rows of its column, and with four blocks half of a's for
-        # both columns of its row (multicast).
         rank = self.cluster.blockRank
-        row, col = (rank, 0) if cn == 1 else (rank % 2, rank // 2)
         peer = rank ^ 1
-        peers = [peer] if cn == 1 else [peer, rank ^ 2]
-        cluster = self.blockIdx.x // (2 * cn)
-        pairs_m, tiles_n = tilus.cdiv(m, 2 * bm), tilus.cdiv(n, cn * bn)
+        cluster = self.blockIdx.x // 2
+        pairs_m, tiles_n = tilus.cdiv(m, 2 * bm), tilus.cdiv(n, bn)
         pairs = pairs_m * tiles_n
         steps = tilus.cdiv(k, bk)
         ga = self.global_view(a, dtype=self.atype, shape=[m, k])
@@ -218,15 +203,14 @@ class MatmulFp8(tilus.Script):
         # The boxes of one 128-column piece of c's tile, or of the whole tile.
         sc = self.shared_tensor(dtype=self.out, shape=[(bn if self.whole_store else 128) // box, bm, box])
         full = self.mbarrier.alloc(counts=[1] * stages)
-        # the consumer warp groups of this block and of the peers its producer writes to
-        empty = self.mbarrier.alloc(counts=[(1 + len(peers)) * self.consumers] * stages)
+        empty = self.mbarrier.alloc(counts=[2 * self.consumers] * stages)  # both blocks' consumer warp groups
         self.cluster.sync()  # the peer's barriers are initialized before anything arrives on them
         with self.thread_group(thread_begin=workers, num_threads=128 if split else 32):
             if split:
                 self.dec_max_nreg(40)
             with self.thread_group(thread_begin=0, num_threads=32):  # the producer warp (nested: relative)
                 for t in range(cluster, pairs, clusters):
-                    pair_m, offset_n = self.cluster_origin(t, pairs_m, tiles_n, col)
+                    pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
                     first = (t - cluster) // clusters * steps
                     for step in range(steps):
                         g = first + step
@@ -234,20 +218,14 @@ class MatmulFp8(tilus.Script):
                         self.mbarrier.wait(empty[stage], phase=g // stages % 2 ^ 1)
                         with self.single_thread():
                             self.mbarrier.arrive_and_expect_tx(full[stage], transaction_bytes=self.stage_bytes)
-                            if cn == 1:
-                                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[pair_m + row * bm, step * bk],
-                                                          mbarrier=full[stage])
-                            else:  # half of a's rows, for this row's blocks of both columns
-                                self.tma.global_to_shared(src=ga, dst=self.slice_shared(sa[stage], [col * (bm // 2), 0],
-                                                                                        [0, 1], [bm // 2, bk]),
-                                                          offsets=[pair_m + row * bm + col * (bm // 2), step * bk],
-                                                          mbarrier=full[stage], multicast_mask=5 << row)
-                            self.tma.global_to_shared(src=gb, dst=self.slice_shared(sb[stage], [row * share, 0],
+                            self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[pair_m + rank * bm, step * bk],
+                                                      mbarrier=full[stage])
+                            self.tma.global_to_shared(src=gb, dst=self.slice_shared(sb[stage], [rank * share, 0],
                                                                                     [0, 1], [share, bk]),
-                                                      offsets=[offset_n + row * share, step * bk],
-                                                      mbarrier=full[stage], multicast_mask=3 if cn == 1 else 3 << (2 * col))
+                                                      offsets=[offset_n + rank * share, step * bk],
+                                                      mbarrier=full[stage], multicast_mask=3)
                             if block:
-                                self.tma.global_to_shared(src=gsa, dst=ssa[stage], offsets=[step, pair_m + row * bm],
+                                self.tma.global_to_shared(src=gsa, dst=ssa[stage], offsets=[step, pair_m + rank * bm],
                                                           mbarrier=full[stage])
                                 self.tma.global_to_shared(src=gsb, dst=ssb[stage],
                                                           offsets=[offset_n // bk, step // 4 * 4], mbarrier=full[stage])
@@ -257,8 +235,8 @@ class MatmulFp8(tilus.Script):
             if block and self.products == 2:  # each k step's product (enable_input_d=False: d = a @ b)
                 parts = [self.register_tensor(dtype=float32, shape=[bm, 128]) for _ in range(2)]
             for t in range(cluster, pairs, clusters):
-                pair_m, offset_n = self.cluster_origin(t, pairs_m, tiles_n, col)
-                offset_m = pair_m + row * bm
+                pair_m, offset_n = self.pair_origin(t, pairs_m, tiles_n)
+                offset_m = pair_m + rank * bm
                 first = (t - cluster) // clusters * steps
                 accs = [self.register_tensor(dtype=float32, shape=[bm, w], init=0.0) for w in widths]
                 if block and self.products == 2:
@@ -278,7 +256,7 @@ class MatmulFp8(tilus.Script):
                     def promote(now, part):
                         here = (first + now) % stages
                         scale = block_scales_of_step(self, ssa[here], ssb[here], now)[0]
-                        self.release(empty[here], peers, read_shared=True)
+                        self.release(empty[here], peer, read_shared=True)
                         self.assign(accs[0], accs[0] + part * scale)  # the promotion
 
                     issue(0, parts[0])
@@ -317,7 +295,7 @@ class MatmulFp8(tilus.Script):
                                 self.wgmma.commit_group()
                                 self.wgmma.wait_group(0)
                                 if p == pieces - 1:
-                                    self.release(empty[stage], peers, read_shared=True)
+                                    self.release(empty[stage], peer, read_shared=True)
                                 self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
                         else:
                             self.wgmma.fence()
@@ -327,10 +305,10 @@ class MatmulFp8(tilus.Script):
                             self.wgmma.commit_group()
                             self.wgmma.wait_group(1)
                             if step > 0:
-                                self.release(empty[(g + stages - 1) % stages], peers)
+                                self.release(empty[(g + stages - 1) % stages], peer)
                     if not block:
                         self.wgmma.wait_group(0)
-                        self.release(empty[(first + steps - 1) % stages], peers)
+                        self.release(empty[(first + steps - 1) % stages], peer)
                 whole = self.whole_store
                 for h in tilus.static_range(pieces):
                     if h == 0 or not whole:

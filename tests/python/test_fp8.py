@@ -107,20 +107,6 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
-# Clusters of four blocks (cluster_n=2: a multicast to both columns' blocks, b to both rows'): two
-# clusters, several tile groups each, a last column of tiles past n (its blocks load zeros and store
-# nothing), rows past m, one and two products.
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
-@pytest.mark.parametrize("kw,m,n,k", [
-    (dict(scaling="block", block_n=128, products=2), 301, 520, 1040),
-    (dict(scaling="block", block_n=128, products=2, out=float32), 700, 264, 256),
-    (dict(scaling="block", block_n=128), 130, 1000, 384), (dict(scaling="block"), 301, 1000, 400),
-    (dict(scaling="tensor", block_n=128), 1000, 600, 208),
-])
-def test_four_block_clusters_on_the_gpu(kw, m, n, k):
-    check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, cluster_n=2, **kw), m, n, k)
-
-
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
     the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
@@ -238,8 +224,7 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
-                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
-                         [dict(scaling="block", block_n=128, products=2, cluster_n=2, blocks=128)])
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
