@@ -4,7 +4,7 @@ torch._scaled_mm (cuBLASLt FP8), and the per-token FP8 quantization kernels
 floor.
 
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
-                                                [--block-tiles BMxBN[xP[xS[xA]]],...] [--tensor-tiles BN[xSTAGES],...]
+                                                [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
                                                 [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c],...]
 
@@ -18,8 +18,8 @@ where this torch and cuBLASLt take it, checked against tilus's result; "tilus bl
 MatmulFp8Block, its tile and products (one, or two in turn) chosen by block_config's rule (the
 autotuner's pick among matmul_fp8.BLOCK_TILES with --tune-block: it kept 128 x 256 at 8192^3 in two
 H200 runs where 128 x 192 ran 9 % faster in this bench's interleaved timing), and --block-tiles adds MatmulFp8 with
-each tile named, as "tilus block BMxBN", "BMxBNxP" with P products, "BMxBNxPxS" with S stages (0: as many as fit)
-or "BMxBNxPxSx1" with MatmulFp8(ahead=True)) against the per-tensor _scaled_mm. The per-tensor and per-row kernels' tile width follows tensor_config's rule
+each tile named, as "tilus block BMxBN", "BMxBNxP" with P products or "BMxBNxPxS" with S stages) against the per-tensor
+_scaled_mm. The per-tensor and per-row kernels' tile width follows tensor_config's rule
 (MatmulFp8Auto; the autotuner's pick among matmul_fp8.TILES with --tune-tensor); --tensor-tiles adds
 per-tensor MatmulFp8 with each tile named ("tilus tensor BN" or "BNxSTAGES"). --shapes replaces the shapes
 with the ones listed. Each time is the median of CUDA-event timings after an L2 flush, the kernels of one
@@ -143,8 +143,7 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
     tensor_k, row_k, block_k = (MatmulFp8Auto("tensor", blocks=sms, tune=tune),
                                 MatmulFp8Auto("row", blocks=sms, tune=tune), MatmulFp8Block(blocks=sms, tune=tune_block))
     tiles = {t: MatmulFp8("block", block_m=t[0], block_n=t[1], products=t[2] if len(t) > 2 else 1,
-                          stages=t[3] if len(t) > 3 and t[3] else None, ahead=len(t) > 4 and t[4] == 1, blocks=sms)
-             for t in block_tiles}
+                          stages=t[3] if len(t) > 3 else None, blocks=sms) for t in block_tiles}
     tiles.update({("tensor",) + t: MatmulFp8("tensor", block_n=t[0], stages=t[1] if len(t) > 1 else None, blocks=sms)
                   for t in tensor_tiles})
     rows = []
@@ -274,11 +273,9 @@ def main():
     p.add_argument("--cast-tiles", default="", help="quantization tiles BMxGxWxV timed beside the chosen one "
                                                     "(block_m, groups, warps, vec; vec 0: the compiler's layout), a "
                                                     "suffix c: cols_first (e.g. 1x8x2x16c,1x8x4x0)")
-    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products), BMxBNxPxS "
-                                                     "(S stages, 0: as many as fit) or BMxBNxPxSx1 (ahead: the next "
-                                                     "k step's stage wait and scales under the step's last wgmma; e.g. "
-                                                     "128x256,128x128x2,128x256x1x3,128x192x1x0x1) timed beside the "
-                                                     "chosen one")
+    p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
+                                                     "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
+                                                     "the chosen one")
     p.add_argument("--tensor-tiles", default="", help="per-tensor tiles BN or BNxSTAGES of 128 rows (e.g. 192,256x3) "
                                                       "timed beside the chosen one")
     args = p.parse_args()

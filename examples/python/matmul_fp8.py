@@ -119,7 +119,7 @@ class MatmulFp8(tilus.Script):
     see promoted)."""
 
     def __init__(self, scaling="tensor", out=bfloat16, atype=float8_e4m3, btype=float8_e4m3, block_m=128,
-                 block_n=None, stages=None, group=8, blocks=132, products=1, ahead=False):
+                 block_n=None, stages=None, group=8, blocks=132, products=1):
         super().__init__()
         assert scaling in SCALINGS, f"scaling must be one of {SCALINGS}"
         assert products in (1, 2), "one product a warp group, or two in turn"
@@ -135,8 +135,7 @@ class MatmulFp8(tilus.Script):
             "two products in turn: block scaling with one 128-column piece (the registers hold no more)"
         self.scaling, self.out, self.atype, self.btype = scaling, out, atype, btype
         self.block_m, self.block_n, self.group, self.blocks = block_m, block_n, group, blocks
-        assert not ahead or (scaling == "block" and products == 1), "ahead: block scaling with one product"
-        self.products, self.ahead = products, ahead
+        self.products = products
         self.consumers = block_m // 64
         # Per-tensor scaling fits v6's 9 warps (ptxas gives them 168 registers: it counts whole
         # warp groups). The row scales' columns and the block scaling's second accumulator do
@@ -277,36 +276,6 @@ class MatmulFp8(tilus.Script):
                     else:  # the last step, in parts[0]
                         self.wgmma.wait_group(0)
                         promote(steps - 1, parts[0])
-                elif self.ahead:
-                    # The k step's control off the path from its last wait to the next step's first
-                    # wgmma: the next step's stage wait and scales under the step's last wgmma (the
-                    # last step waits for its own stage again), the stage's release under the next
-                    # step's first wgmma (the tile's last one after the loop).
-                    part = self.register_tensor(dtype=float32, shape=[bm, widths[0]], init=0.0)
-                    self.mbarrier.wait(full[first % stages], phase=first // stages % 2)
-                    scales = [self.register_tensor(dtype=float32, shape=[bm, 1]) for _ in range(ssb.shape[0])]
-                    for j, x in enumerate(block_scales_of_step(self, ssa[first % stages], ssb[first % stages], 0)):
-                        self.assign(scales[j], x)
-                    for step in range(steps):
-                        g = first + step
-                        stage = g % stages
-                        later = first + tilus.min(step + 1, steps - 1)
-                        for p in tilus.static_range(pieces):
-                            self.wgmma.fence()
-                            self.wgmma.mma(sa[stage], self.slice_shared(sb[stage], [p * 128, 0], [0, 1],
-                                                                        [widths[p], bk]).transpose(), part,
-                                           enable_input_d=False)
-                            self.wgmma.commit_group()
-                            if p == 0 and step > 0:
-                                self.release(empty[(g + stages - 1) % stages], peer, read_shared=True)
-                            if p == pieces - 1:
-                                self.mbarrier.wait(full[later % stages], phase=later // stages % 2)
-                                nxt = block_scales_of_step(self, ssa[later % stages], ssb[later % stages], later - first)
-                            self.wgmma.wait_group(0)
-                            self.assign(accs[p], promoted(self, accs[p], part, scales[p:], offset_n))
-                        for j, x in enumerate(nxt):
-                            self.assign(scales[j], x)
-                    self.release(empty[(first + steps - 1) % stages], peer, read_shared=True)
                 else:
                     if block:  # each piece's product of a k step in turn (enable_input_d=False: d = a @ b)
                         part = self.register_tensor(dtype=float32, shape=[bm, widths[0]], init=0.0)

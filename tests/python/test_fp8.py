@@ -107,18 +107,6 @@ def test_warp_specialized_matmul_on_the_gpu(kw, m, n, k):
     check_matmul(Arrays("cuda"), MatmulFp8(blocks=8, **kw), m, n, k)
 
 
-# ahead: the next k step's stage wait and scales under the step's last wgmma, the stage released under
-# the next step's first; one k step (the last step waits for its own stage again), 256 and 192 columns,
-# float32 c, several tiles a block.
-@pytest.mark.skipif(not HAS_GPU, reason="no GPU: warp-specialized kernels run only there")
-@pytest.mark.parametrize("kw,m,n,k", [
-    (dict(), 301, 520, 1040), (dict(), 130, 1000, 128), (dict(block_n=192), 301, 1000, 1040),
-    (dict(out=float32), 130, 260, 272), (dict(block_n=192, btype=float8_e5m2, out=float16), 700, 584, 400),
-])
-def test_block_scaled_ahead_on_the_gpu(kw, m, n, k):
-    check_matmul(Arrays("cuda"), MatmulFp8("block", blocks=8, ahead=True, **kw), m, n, k)
-
-
 def test_block_scaled_tile_rule():
     """block_config: 64 x 128 with two products for a few tokens, 128 x 256 where its pairs fill
     the clusters, 128 x 192 where its rounds of pairs hold fewer columns (16-bit c), else 128 x 128
@@ -236,8 +224,7 @@ def test_the_ptx_names_each_fp8_kind(atype, btype):
                                 dict(scaling="tensor", block_n=192), dict(scaling="row", block_n=192),
                                 dict(scaling="tensor", stages=3), dict(scaling="row", stages=3)] +
                          [dict(scaling="block", block_m=bm, block_n=bn, products=p)
-                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]] +
-                         [dict(scaling="block", block_n=bn, ahead=True) for bn in (256, 192)])
+                          for bm, bn, p in BLOCK_TILES + [(192, 128, 1)]])
 def test_warp_specialized_matmul_compiles_without_spills_or_serialized_wgmma(kw):
     """ptxas's report for sm_90a: nothing spilled, the wgmma not serialized (a block-scaled k
     step zeroes its accumulator before its wgmma, which ptxas serializes unless the zeroed
