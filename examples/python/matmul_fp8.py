@@ -502,7 +502,22 @@ class MatmulFp8Tuned(MatmulFp8):
 # L2 or the tile order (ncu, same run, 128 x 256 at 8192^3: block-scaled 857 us, tensor pipe 74.8 %
 # busy, L2 hit 76.6 %, 607 MB read from DRAM; per-tensor 731 us, 90.7 %, 72.1 %, 598 MB): twice the
 # k steps spread the per-tensor kernel's tile overhead (82 % busy at 4096^3) but not the promotion
-# that holds the block-scaled loop (69 % at 4096^3).
+# that holds the block-scaled loop (69 % at 4096^3). A %clock64 timeline of the k loop (H200, probes
+# patched into the emitted CUDA, 128 x 256 at 4096^3 and 128 x 192 at 8192^3) shows the two consumer
+# warp groups not in lockstep: one group's commit 200-290 cycles after the other's, both with a wgmma
+# group in flight 1-6 % of the loop, neither 41-45 % of it. Each piece runs about 200-300 cycles
+# alone; the loss is a group's path from its step's last wait to its next step's first commit (740
+# cycles at 128 x 256: promotion and release 190-275, back edge 75, stage wait 120-170, scales and
+# wgmma issue 263), which the other group's last piece covers only in part. Taking the stage wait
+# and scales of the next step under the step's last wgmma, and the release under the next step's
+# first, measured no faster (H200, one run: 128 x 256 116.3 / 977.6 us against 113.9 / 975.4 at
+# 4096^3 / 8192^3) and slower at 128 x 192 (138.8 / 1078.1 against 128.5 / 960.9: the two groups fell
+# into lockstep, both in flight 44 % of the loop): removed. Clusters of four blocks (a multicast
+# to both columns as b is to both rows, so that a 128 x 128 tile with two products loads the bytes
+# per block of a 128 x 256 one) ran about half as fast as clusters of two (H200, one run: 128 x 128
+# with two products 257.3 / 2207.9 us on 32 clusters of four against 132.7 / 1022.7 on 66 of two;
+# per-tensor 128 x 128 on clusters of two 0.87x / 0.82x cuBLAS where 128 x 256 ran 1.05x / 1.11x):
+# removed.
 BLOCK_TILES = [(128, 256, 1), (128, 192, 1), (128, 128, 2), (128, 128, 1), (64, 128, 2)]
 
 
