@@ -6,7 +6,16 @@ of NVIDIA Tilus's examples/quantization/swiglu_forward_and_per_token_cast.py): x
 
 optionally with DeepSeek's clamp first (gate <= clamp, -clamp <= up <= clamp), goes out as e4m3
 codes [m, hidden] with one float32 scale per token and 128-element group, exactly as
-per_token_cast quantizes: y never touches global memory."""
+per_token_cast quantizes: y never touches global memory.
+
+div picks the division's code: "ieee" the IEEE quotient (CUDA's `/`: MUFU.RCP, five FFMA, a range
+check and a branch to a slow path, 10 instructions an element); "rcp" gate times the approximate
+reciprocal (`rcp`, within 1 ulp: two instructions, the product off the quotient by an ulp about
+a quarter of the time); "newton" the reciprocal and one correction, q - (b q - gate) r, with the
+denominator kept below 2^126 and an infinite gate passed through (six instructions): on the GPU,
+where b q - gate is one FFMA (exact), the IEEE quotient for every finite gate whose exp(-gate)
+stays below 2^126 (gate > -87.3; below, a quotient under 2^-120 in magnitude where IEEE's is as
+small or 0); the CPU backend rounds b q first."""
 import numpy as np
 
 import tilus
@@ -16,10 +25,11 @@ from per_token_cast import CAST_CONFIGS, GROUP, cast_kernel, cast_tiles, check_c
 
 
 class SwiGLUPerTokenCast(tilus.Script):
-    def __init__(self, block_m=1, groups=8, warps=4, vec=None, clamp=None, dtype=bfloat16, cols_first=False):
+    def __init__(self, block_m=1, groups=8, warps=4, vec=None, clamp=None, dtype=bfloat16, cols_first=False,
+                 div="ieee"):
         super().__init__()
         self.block_m, self.groups, self.warps, self.vec = block_m, groups, warps, vec
-        self.clamp, self.dtype, self.cols_first = clamp, dtype, cols_first
+        self.clamp, self.dtype, self.cols_first, self.div = clamp, dtype, cols_first, div
 
     def __call__(self, m: int32, hidden: int32, x: tilus.void_p, out: tilus.void_p, scales: ~float32):
         gx = self.global_view(x, dtype=self.dtype, shape=[m, 2 * hidden])
@@ -30,7 +40,16 @@ class SwiGLUPerTokenCast(tilus.Script):
             if self.clamp is not None:
                 gate = self.minimum(gate, self.clamp)
                 up = self.maximum(self.minimum(up, self.clamp), -self.clamp)
-            return gate / (self.exp(-gate) + 1.0) * up
+            b = self.exp(-gate) + 1.0
+            if self.div == "rcp":
+                return gate * self.rcp(b) * up
+            if self.div == "newton":
+                b = self.minimum(b, 2.0 ** 126)
+                r = self.rcp(b)
+                q = gate * r
+                q = q - (b * q - gate) * r  # not q + (gate - b q) r: a gate of -0 stays -0
+                return self.where(gate < float("inf"), x=q, y=gate) * up
+            return gate / b * up
 
         cast_tiles(self, m, hidden, out, scales, swiglu)
 
@@ -79,6 +98,7 @@ def run(m, hidden, rng, device, clamp=None, dtype=bfloat16, tune=False, kernel=N
     # its last bit, and a code sitting on a rounding boundary by one step.
     check_codes_within(out, scales, swiglu_reference(x, clamp),
                        f"swiglu_per_token_cast {m}x{hidden} clamp={clamp}{' tuned' if tune else ''}")
+    return out, scales
 
 
 if __name__ == "__main__":

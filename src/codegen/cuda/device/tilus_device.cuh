@@ -458,6 +458,15 @@ __device__ __forceinline__ float ex2_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// rcp of a float is the MUFU.RCP instruction (rcp.approx.ftz: within 1 ulp of 1 / x, results
+// below 2^-126 flushed to zero, 1 / inf = 0) without the IEEE division's refinement and range
+// check; a double's is the division.
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ double rcp_d(double x) { return 1.0 / x; }
 #define TILUS_MATH1(name, ffn, dfn)                                                          \
   __device__ __forceinline__ float name(float x) { return ffn(x); }                          \
   __device__ __forceinline__ double name(double x) { return dfn(x); }                        \
@@ -469,6 +478,7 @@ TILUS_MATH1(log, logf, ::log)
 TILUS_MATH1(log2, log2f, ::log2)
 TILUS_MATH1(sqrt, sqrtf, ::sqrt)
 TILUS_MATH1(rsqrt, rsqrtf, ::rsqrt)
+TILUS_MATH1(rcp, rcp_ftz, rcp_d)
 TILUS_MATH1(sin, sinf, ::sin)
 TILUS_MATH1(cos, cosf, ::cos)
 TILUS_MATH1(tanh, tanhf, ::tanh)
