@@ -6,7 +6,7 @@ floor.
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
                                                 [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
-                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c][r|n],...]
+                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c][r|n][b],...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -201,14 +201,14 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
 
 
 def cast_tile(spec):
-    """--cast-tiles' "BMxGxWxV[c][r|n]" as (name, constructor keywords): block_m, groups, warps, vec
-    (0: the compiler's layout), c: cols_first, r / n: the SwiGLU's division as div="rcp" / "newton"
-    (the plain cast ignores it)."""
+    """--cast-tiles' "BMxGxWxV[c][r|n][b]" as (name, keywords): block_m, groups, warps, vec (0: the
+    compiler's layout), c: cols_first, r / n: the SwiGLU's division as div="rcp" / "newton" (the
+    plain cast ignores it), b: byte_copy (compiled with TILUS_BYTE_COPY=1)."""
     flags = spec.lstrip("0123456789x")
     bm, g, w, v = (int(t) for t in spec[:len(spec) - len(flags)].split("x"))
     kw = dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
     div = {"r": "rcp", "n": "newton"}
-    return f"tilus {spec}", {**kw, **{"div": div[f] for f in flags if f in div}}
+    return f"tilus {spec}", {**kw, **{"div": div[f] for f in flags if f in div}, "byte_copy": "b" in flags}
 
 
 def quant_rows(quick, sizes=None, tune=True, tiles=()):
@@ -226,11 +226,20 @@ def quant_rows(quick, sizes=None, tune=True, tiles=()):
                 fns = {"tilus": lambda: per_token_cast(x, out, scales, tune=tune), "torch": lambda: torch_per_token_cast(x)}
             for spec in tiles:
                 name, kw = cast_tile(spec)
+                byte_copy = kw.pop("byte_copy")
                 if (spec, fused) not in tile_kernels:
                     tile_kernels[spec, fused] = SwiGLUPerTokenCast(**kw) if fused else PerTokenCast(
                         **{k: v for k, v in kw.items() if k != "div"})
+                    # An attribute of its own, so that it does not share the kernels compiled without.
+                    tile_kernels[spec, fused].byte_copy = byte_copy
                 fns[name] = lambda k=tile_kernels[spec, fused]: k(m, hidden, x, out, scales)
-                fns[name]()
+                if byte_copy:  # read when the kernel compiles (its first call at this size)
+                    os.environ["TILUS_BYTE_COPY"] = "1"
+                try:
+                    fns[name]()
+                finally:
+                    if byte_copy:
+                        os.environ.pop("TILUS_BYTE_COPY", None)
                 got = out.view(torch.float8_e4m3fn).float()
                 want = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)[0].float()
                 assert (got - want).abs().max().item() <= (32.0 if fused else 0.0), f"{name} codes differ from torch's"
@@ -277,7 +286,8 @@ def main():
     p.add_argument("--cast-tiles", default="", help="quantization tiles BMxGxWxV timed beside the chosen one "
                                                     "(block_m, groups, warps, vec; vec 0: the compiler's layout), a "
                                                     "suffix c: cols_first, r / n: the SwiGLU's division by rcp / "
-                                                    "rcp and a Newton correction (e.g. 1x8x2x16c,1x8x4x0,1x8x2x16cn)")
+                                                    "rcp and a Newton correction, b: TILUS_BYTE_COPY=1 (e.g. "
+                                                    "1x8x2x16c,1x8x4x0,1x8x2x16cn,1x8x2x16cnb)")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
                                                      "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
                                                      "the chosen one")
