@@ -6,7 +6,7 @@ floor.
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
                                                 [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
-                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c][r|n][b],...]
+                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c][i][o],...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -201,14 +201,13 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
 
 
 def cast_tile(spec):
-    """--cast-tiles' "BMxGxWxV[c][r|n][b]" as (name, keywords): block_m, groups, warps, vec (0: the
-    compiler's layout), c: cols_first, r / n: the SwiGLU's division as div="rcp" / "newton" (the
-    plain cast ignores it), b: byte_copy (compiled with TILUS_BYTE_COPY=1)."""
+    """--cast-tiles' "BMxGxWxV[c][i][o]" as (name, keywords): block_m, groups, warps, vec (0: the
+    compiler's layout), c: cols_first, i: the SwiGLU's division as div="ieee" (the plain cast ignores
+    it), o: byte_copy off (compiled with TILUS_BYTE_COPY=0)."""
     flags = spec.lstrip("0123456789x")
     bm, g, w, v = (int(t) for t in spec[:len(spec) - len(flags)].split("x"))
     kw = dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
-    div = {"r": "rcp", "n": "newton"}
-    return f"tilus {spec}", {**kw, **{"div": div[f] for f in flags if f in div}, "byte_copy": "b" in flags}
+    return f"tilus {spec}", {**kw, **({"div": "ieee"} if "i" in flags else {}), "byte_copy": "o" not in flags}
 
 
 def quant_rows(quick, sizes=None, tune=True, tiles=()):
@@ -233,12 +232,12 @@ def quant_rows(quick, sizes=None, tune=True, tiles=()):
                     # An attribute of its own, so that it does not share the kernels compiled without.
                     tile_kernels[spec, fused].byte_copy = byte_copy
                 fns[name] = lambda k=tile_kernels[spec, fused]: k(m, hidden, x, out, scales)
-                if byte_copy:  # read when the kernel compiles (its first call at this size)
-                    os.environ["TILUS_BYTE_COPY"] = "1"
+                if not byte_copy:  # read when the kernel compiles (its first call at this size)
+                    os.environ["TILUS_BYTE_COPY"] = "0"
                 try:
                     fns[name]()
                 finally:
-                    if byte_copy:
+                    if not byte_copy:
                         os.environ.pop("TILUS_BYTE_COPY", None)
                 got = out.view(torch.float8_e4m3fn).float()
                 want = (torch_swiglu_per_token_cast if fused else torch_per_token_cast)(x)[0].float()
@@ -285,9 +284,8 @@ def main():
                                                           "autotuner")
     p.add_argument("--cast-tiles", default="", help="quantization tiles BMxGxWxV timed beside the chosen one "
                                                     "(block_m, groups, warps, vec; vec 0: the compiler's layout), a "
-                                                    "suffix c: cols_first, r / n: the SwiGLU's division by rcp / "
-                                                    "rcp and a Newton correction, b: TILUS_BYTE_COPY=1 (e.g. "
-                                                    "1x8x2x16c,1x8x4x0,1x8x2x16cn,1x8x2x16cnb)")
+                                                    "suffix c: cols_first, i: the SwiGLU's IEEE division, o: "
+                                                    "TILUS_BYTE_COPY=0 (e.g. 1x8x2x16c,1x8x4x0,1x8x2x16ci,1x8x2x16co)")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
                                                      "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
                                                      "the chosen one")

@@ -8,14 +8,16 @@ optionally with DeepSeek's clamp first (gate <= clamp, -clamp <= up <= clamp), g
 codes [m, hidden] with one float32 scale per token and 128-element group, exactly as
 per_token_cast quantizes: y never touches global memory.
 
-div picks the division's code: "ieee" the IEEE quotient (CUDA's `/`: MUFU.RCP, five FFMA, a range
-check and a branch to a slow path, 10 instructions an element); "rcp" gate times the approximate
-reciprocal (`rcp`, within 1 ulp: two instructions, the product off the quotient by an ulp about
-a quarter of the time); "newton" the reciprocal and one correction, q - (b q - gate) r, with the
-denominator kept below 2^126 and an infinite gate passed through (six instructions): on the GPU,
-where b q - gate is one FFMA (exact), the IEEE quotient for every finite gate whose exp(-gate)
-stays below 2^126 (gate > -87.3; below, a quotient under 2^-120 in magnitude where IEEE's is as
-small or 0); the CPU backend rounds b q first."""
+The division g / b is the reciprocal and one correction, q = g rcp(b), q - (b q - g) rcp(b),
+with b kept below 2^126 and an infinite gate passed through (div="newton", six instructions an
+element: MUFU.RCP, FMUL, two FFMA, a min and a select): on the GPU, where b q - g is one FFMA (exact),
+this is the IEEE quotient for every finite gate with exp(-g) below 2^126 (g > -87.3; below, a
+quotient under 2^-120 in magnitude where IEEE's is as small or 0); the CPU backend rounds b q first.
+div="ieee" is CUDA's `/` (MUFU.RCP, five FFMA, a range check and a branch to a slow path: 10
+executed). H200 mid1 call of 2026-11-29 (bench/fp8.py --only quant --no-tune --cast-tiles ...):
+0.87 / 0.92x of the floor at m 4096 (ieee / newton, 1 x 8 groups, 2 warps, vec 16), 0.90 / 0.96x at
+16384, 0.88 / 0.92x at 128 (4 warps). Gate times rcp(b) alone (1 ulp) was faster still (0.95 /
+0.99x) but missed the scale tolerance on more inputs (gate -0.25, up 7) and was removed."""
 import numpy as np
 
 import tilus
@@ -26,8 +28,10 @@ from per_token_cast import CAST_CONFIGS, GROUP, cast_kernel, cast_tiles, check_c
 
 class SwiGLUPerTokenCast(tilus.Script):
     def __init__(self, block_m=1, groups=8, warps=4, vec=None, clamp=None, dtype=bfloat16, cols_first=False,
-                 div="ieee"):
+                 div="newton"):
         super().__init__()
+        if div not in ("newton", "ieee"):
+            raise ValueError(f"div must be 'newton' or 'ieee', got {div!r}")
         self.block_m, self.groups, self.warps, self.vec = block_m, groups, warps, vec
         self.clamp, self.dtype, self.cols_first, self.div = clamp, dtype, cols_first, div
 
@@ -41,8 +45,6 @@ class SwiGLUPerTokenCast(tilus.Script):
                 gate = self.minimum(gate, self.clamp)
                 up = self.maximum(self.minimum(up, self.clamp), -self.clamp)
             b = self.exp(-gate) + 1.0
-            if self.div == "rcp":
-                return gate * self.rcp(b) * up
             if self.div == "newton":
                 b = self.minimum(b, 2.0 ** 126)
                 r = self.rcp(b)

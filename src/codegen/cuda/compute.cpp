@@ -32,13 +32,13 @@ void Emitter::copy_slots(const Tensor& dst, const std::vector<int64_t>& m,
   for (size_t s = 0; s < m.size(); ++s) linef("{}[{}] = {};", out, s, value(std::to_string(m[s])));
 }
 
-// A copy of a thread's slots in order: with CudaOptions::byte_copy one memcpy for 8-bit elements
+// A copy of a thread's slots in order: with CudaOptions::byte_copy one memcpy for 8-bit floats
 // (NVVM split a slot-by-slot copy of e4m3 codes converted four to a word into bytes and put each
 // word back together with five more instructions before its store); else slot by slot.
 void Emitter::copy_register(const Tensor& dst, const std::vector<int64_t>& m, const std::string& src) {
   bool identity = true;
   for (size_t s = 0; s < m.size(); ++s) identity = identity && m[s] == int64_t(s);
-  if (options.byte_copy && identity && dst.dtype().bits() == 8 && !dst.dtype().is_bool() && !m.empty()) {
+  if (options.byte_copy && identity && dst.dtype().bits() == 8 && dst.dtype().is_float() && !m.empty()) {
     linef("memcpy((void*)&{}, (const void*)&{}, {});", reg(dst), src, m.size());
     return;
   }
@@ -135,8 +135,8 @@ void Emitter::emit_compute(const InstNode& inst) {
       // 16-byte aligned).
       if (identity && from == dtypes::float32 && to == dtypes::float8_e4m3 && n % 4 == 0) {
         for (int64_t s = 0; s < n; s += 4)
-          linef("tilus::cvt_f32x4_e4m3{}(&{}[{}], {}[{}], {}[{}], {}[{}], {}[{}]);", options.byte_copy ? "<true>" : "",
-                out, s, x, s, x, s + 1, x, s + 2, x, s + 3);
+          linef("tilus::cvt_f32x4_e4m3(&{}[{}], {}[{}], {}[{}], {}[{}], {}[{}]{});", out, s, x, s, x, s + 1, x, s + 2,
+                x, s + 3, options.byte_copy ? ", true" : "");
         return;
       }
       if (identity && from == dtypes::float32 && to == dtypes::float8_e4m3 && n % 2 == 0) {

@@ -28,7 +28,7 @@ CudaOptions CudaOptions::from_env() {
   const char* pow2 = std::getenv("TILUS_FLOOR_POW2");
   o.floor_pow2 = pow2 && *pow2 && std::string(pow2) != "0";
   const char* bytes = std::getenv("TILUS_BYTE_COPY");
-  o.byte_copy = bytes && *bytes && std::string(bytes) != "0";
+  o.byte_copy = !(bytes && std::string(bytes) == "0");
   return o;
 }
 

@@ -333,13 +333,14 @@ __device__ __forceinline__ void cvt_f32x2_e4m3(lowfloat<8, 4, 3, 1>* out, float 
 }
 // Four float32 values to e4m3 as one 32-bit word (element 0 in the low byte; out 4-byte
 // aligned): two cvts, one NaN fix-up and one word store, so the codes never pass through bytes.
-template <bool Lop3 = false>
-__device__ __forceinline__ void cvt_f32x4_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1, float x2, float x3) {
+__device__ __forceinline__ void cvt_f32x4_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1, float x2, float x3,
+                                               bool lop3 = false) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint16_t lo, hi;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  *reinterpret_cast<uint32_t*>(out) = e4m3_positive_nans<Lop3>(uint32_t(lo) | (uint32_t(hi) << 16));
+  uint32_t w = uint32_t(lo) | (uint32_t(hi) << 16);
+  *reinterpret_cast<uint32_t*>(out) = lop3 ? e4m3_positive_nans<true>(w) : e4m3_positive_nans(w);
 #else
   cvt_f32x2_e4m3(out, x0, x1);
   cvt_f32x2_e4m3(out + 2, x2, x3);
