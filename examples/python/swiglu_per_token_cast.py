@@ -16,7 +16,9 @@ quotient under 2^-120 in magnitude where IEEE's is as small or 0); the CPU backe
 div="ieee" is CUDA's `/` (MUFU.RCP, five FFMA, a range check and a branch to a slow path: 10
 executed). H200 mid1 call of 2026-11-29 (bench/fp8.py --only quant --no-tune --cast-tiles ...):
 0.87 / 0.92x of the floor at m 4096 (ieee / newton, 1 x 8 groups, 2 warps, vec 16), 0.90 / 0.96x at
-16384, 0.88 / 0.92x at 128 (4 warps). Gate times rcp(b) alone (1 ulp) was faster still (0.95 /
+16384, 0.88 / 0.92x at 128 (4 warps); mid2 call, with the emitter's byte copies: 0.89 / 0.95x at
+4096, 0.91 / 0.99x at 16384, 0.87 / 0.91x at 128, and newton == ieee bit for bit in 10 of 10 runs
+of 64 x 7168. Gate times rcp(b) alone (1 ulp) was faster still (0.95 /
 0.99x) but missed the scale tolerance on more inputs (gate -0.25, up 7) and was removed."""
 import numpy as np
 

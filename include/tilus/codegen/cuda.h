@@ -23,12 +23,6 @@ struct CudaOptions {
   // take the rule's step from 489 to 467 instructions, 68 to 40 of them uniform (f16).
   bool wgmma_desc_units = false;
   bool floor_pow2 = false;
-  // An in-order copy of a thread's 8-bit float slots (a reshape of e4m3 codes before their store)
-  // as one memcpy, and the e4m3 NaN fix-up's last step as one lop3 (per_token_cast: 296 to 272 SASS
-  // instructions a thread of 16 codes; H200 mid1 call of 2026-11-29, bench/fp8.py --only quant:
-  // SwiGLU + cast 0.92 / 0.96x of its floor at m 4096 / 16384 without, 0.95 / 0.99x with).
-  // TILUS_BYTE_COPY=0 turns it off.
-  bool byte_copy = true;
   static CudaOptions from_env();
 };
 

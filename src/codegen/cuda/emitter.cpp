@@ -27,8 +27,6 @@ CudaOptions CudaOptions::from_env() {
   o.wgmma_desc_units = desc && *desc && std::string(desc) != "0";
   const char* pow2 = std::getenv("TILUS_FLOOR_POW2");
   o.floor_pow2 = pow2 && *pow2 && std::string(pow2) != "0";
-  const char* bytes = std::getenv("TILUS_BYTE_COPY");
-  o.byte_copy = !(bytes && std::string(bytes) == "0");
   return o;
 }
 

@@ -80,7 +80,7 @@ class Emitter {
   // (identity, a constant, a stride and offset); nullopt otherwise.
   static std::optional<std::string> affine_slots(const std::vector<int64_t>& m, const std::string& slot);
   // dst[s] = src[m[s]] (dst declared; src a register array's C name): one memcpy where m is the
-  // identity of 8-bit float slots and options.byte_copy, else copy_slots.
+  // identity of 8-bit float slots, else copy_slots.
   void copy_register(const Tensor& dst, const std::vector<int64_t>& m, const std::string& src);
   // dst[s] = value(m[s]) for every slot s of register tensor `dst` (declared), where `value`
   // prints the read of a source slot given as a C expression: a slot_loop where m is affine.

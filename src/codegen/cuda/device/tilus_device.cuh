@@ -306,15 +306,12 @@ template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__half* out, uin
 // e4m3 codes from the hardware cvt with each NaN code (S.1111.111) made 0x7f, the host's rule
 // whatever the NaN's sign (the hardware may keep it): a byte whose low 7 bits are all ones
 // carries into its bit 7 when 1 is added to them, and that bit clears the sign. Three integer
-// instructions a word (four codes), where a compare and select per float cost two a code; LLVM
-// rewrites the last into two unless it is written as one lop3 (Lop3: w & ~(t & 0x80808080)).
-template <bool Lop3 = false> __device__ __forceinline__ uint32_t e4m3_positive_nans(uint32_t w) {
-  if constexpr (Lop3) {
-    uint32_t t = (w & 0x7f7f7f7fu) + 0x01010101u, r;
-    asm("lop3.b32 %0, %1, %2, %3, 0x70;" : "=r"(r) : "r"(w), "r"(t), "r"(0x80808080u));
-    return r;
-  }
-  return w & ~(((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u);
+// instructions a word (four codes), where a compare and select per float cost two a code; the
+// last is one lop3 (w & ~(t & 0x80808080)) in asm, which LLVM otherwise rewrites into two.
+__device__ __forceinline__ uint32_t e4m3_positive_nans(uint32_t w) {
+  uint32_t t = (w & 0x7f7f7f7fu) + 0x01010101u, r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x70;" : "=r"(r) : "r"(w), "r"(t), "r"(0x80808080u));
+  return r;
 }
 // Two float32 values to e4m3 (element 0 in the low byte): one cvt on sm_89+, rounding to
 // nearest even and saturating to +-448 as the host's encoder does for the FiniteNaN style; a
@@ -333,14 +330,12 @@ __device__ __forceinline__ void cvt_f32x2_e4m3(lowfloat<8, 4, 3, 1>* out, float 
 }
 // Four float32 values to e4m3 as one 32-bit word (element 0 in the low byte; out 4-byte
 // aligned): two cvts, one NaN fix-up and one word store, so the codes never pass through bytes.
-__device__ __forceinline__ void cvt_f32x4_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1, float x2, float x3,
-                                               bool lop3 = false) {
+__device__ __forceinline__ void cvt_f32x4_e4m3(lowfloat<8, 4, 3, 1>* out, float x0, float x1, float x2, float x3) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint16_t lo, hi;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  uint32_t w = uint32_t(lo) | (uint32_t(hi) << 16);
-  *reinterpret_cast<uint32_t*>(out) = lop3 ? e4m3_positive_nans<true>(w) : e4m3_positive_nans(w);
+  *reinterpret_cast<uint32_t*>(out) = e4m3_positive_nans(uint32_t(lo) | (uint32_t(hi) << 16));
 #else
   cvt_f32x2_e4m3(out, x0, x1);
   cvt_f32x2_e4m3(out + 2, x2, x3);
