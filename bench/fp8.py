@@ -6,7 +6,7 @@ floor.
     PYTHONPATH=build/python python bench/fp8.py [--quick] [--only gemm|quant] [--shapes MxNxK,...]
                                                 [--block-tiles BMxBN[xP[xS]],...] [--tensor-tiles BN[xSTAGES],...]
                                                 [--no-tune] [--tune-tensor] [--tune-block]
-                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c],...]
+                                                [--quant-sizes MxHIDDEN,...] [--cast-tiles BMxGxWxV[c][i],...]
 
 GEMM: e4m3 x e4m3 -> bf16, a [m, k], b [n, k], at 4096^3, 8192^3 and the LLM weight shapes
 (N, K) = (8192, 8192), (28672, 8192), (8192, 28672), (3584, 18944) for m in --ms (default 1, 16,
@@ -201,11 +201,13 @@ def gemm_rows(ms, quick, shapes=None, block_tiles=(), tune=False, tensor_tiles=(
 
 
 def cast_tile(spec):
-    """--cast-tiles' "BMxGxWxV[c]" as (name, constructor keywords): block_m, groups, warps, vec (0:
-    the compiler's layout), c: cols_first."""
+    """--cast-tiles' "BMxGxWxV[c][i]" as (name, keywords): block_m, groups, warps, vec (0: the
+    compiler's layout), c: cols_first, i: the SwiGLU's division as div="ieee" (the plain cast
+    ignores it)."""
     flags = spec.lstrip("0123456789x")
     bm, g, w, v = (int(t) for t in spec[:len(spec) - len(flags)].split("x"))
-    return f"tilus {spec}", dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
+    kw = dict(block_m=bm, groups=g, warps=w, vec=v or None, cols_first="c" in flags)
+    return f"tilus {spec}", {**kw, **({"div": "ieee"} if "i" in flags else {})}
 
 
 def quant_rows(quick, sizes=None, tune=True, tiles=()):
@@ -224,7 +226,8 @@ def quant_rows(quick, sizes=None, tune=True, tiles=()):
             for spec in tiles:
                 name, kw = cast_tile(spec)
                 if (spec, fused) not in tile_kernels:
-                    tile_kernels[spec, fused] = SwiGLUPerTokenCast(**kw) if fused else PerTokenCast(**kw)
+                    tile_kernels[spec, fused] = SwiGLUPerTokenCast(**kw) if fused else PerTokenCast(
+                        **{k: v for k, v in kw.items() if k != "div"})
                 fns[name] = lambda k=tile_kernels[spec, fused]: k(m, hidden, x, out, scales)
                 fns[name]()
                 got = out.view(torch.float8_e4m3fn).float()
@@ -272,7 +275,8 @@ def main():
                                                           "autotuner")
     p.add_argument("--cast-tiles", default="", help="quantization tiles BMxGxWxV timed beside the chosen one "
                                                     "(block_m, groups, warps, vec; vec 0: the compiler's layout), a "
-                                                    "suffix c: cols_first (e.g. 1x8x2x16c,1x8x4x0)")
+                                                    "suffix c: cols_first, i: the SwiGLU's IEEE division (e.g. "
+                                                    "1x8x2x16c,1x8x4x0,1x8x2x16ci)")
     p.add_argument("--block-tiles", default="", help="block-scaled tiles BMxBN, BMxBNxP (P products) or BMxBNxPxS "
                                                      "(S stages; e.g. 128x256,128x128x2,128x256x1x3) timed beside "
                                                      "the chosen one")

@@ -628,6 +628,7 @@ std::optional<EvalValue> evaluate(const Expr& e, const std::function<std::option
       else if (f == "log2") r = std::log2(x);
       else if (f == "sqrt") r = std::sqrt(x);
       else if (f == "rsqrt") r = 1.0 / std::sqrt(x);
+      else if (f == "rcp") r = t.is_float() && t.bits() <= 32 && std::fabs(x) > 0x1p126 ? std::copysign(0.0, x) : 1.0 / x;  // flushed as on the GPU
       else if (f == "sin") r = std::sin(x);
       else if (f == "cos") r = std::cos(x);
       else if (f == "tanh") r = std::tanh(x);

@@ -70,7 +70,7 @@ inline void check_static_shape(const std::vector<int64_t>& shape, const char* in
 
 inline bool is_math_op(const std::string& op) {
   static const char* ops[] = {"exp",  "exp2",  "log",   "log2", "sqrt", "rsqrt",   "sin",  "cos",
-                              "round", "tanh", "floor", "ceil", "erf",  "sigmoid", "gelu", "gelu_tanh"};
+                              "round", "tanh", "floor", "ceil", "erf",  "sigmoid", "gelu", "gelu_tanh", "rcp"};
   return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; });
 }
 

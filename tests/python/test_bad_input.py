@@ -355,7 +355,7 @@ def test_method_misuse(case, fragments, request):
     expect(lambda: tilus.trace(Call(case)), E, line_of(marker), fragments)
 
 
-UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "round", "square", "floor", "ceil",
+UNARY = ["abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "rcp", "sin", "cos", "tanh", "round", "square", "floor", "ceil",
          "erf", "sigmoid", "gelu"]
 
 

@@ -388,6 +388,21 @@ def test_cast_tiles(device, tile):
                                   kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw, clamp=7.0))
 
 
+# The SwiGLU's division (the reciprocal and one correction) gives the IEEE division's codes and
+# scales exactly on the GPU (where b q - gate is one exact FFMA), within the tolerance on the CPU;
+# hard values (infinities, NaNs, zeros of either sign, gates far below -88) included with the clamp.
+def test_swiglu_division_is_ieee(device):
+    for m, hidden, clamp in [(33, 640, 7.0), (9, 7168, None), (9, 7168, 7.0)]:
+        kw = dict(per_token_cast.cast_config(m, hidden, swiglu=True), clamp=clamp)
+        got = swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp,
+                                        kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw))
+        if device == "cuda":
+            want = swiglu_per_token_cast.run(m, hidden, np.random.default_rng(m), device, clamp,
+                                             kernel=swiglu_per_token_cast.SwiGLUPerTokenCast(**kw, div="ieee"))
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+
+
 # The rule's configurations: 16 adjacent elements a thread on the columns-first grid where hidden
 # is a multiple of 1024 (the SwiGLU's small grids excepted), the compiler's layout otherwise.
 def test_cast_config_rule():

@@ -31,10 +31,12 @@ class Unary(tilus.Script):
             r = self.clip(v, -0.5, 0.75)
         elif self.op == "cast16":
             r = v.to(self.dt).to(float32)
+        elif self.op == "rcp_of_x":
+            r = self.rcp(v)
         elif self.op == "gelu_tanh":
             r = self.gelu(v, approximate="tanh")
         else:
-            r = getattr(self, self.op)(v if self.op not in ("sqrt", "log", "rsqrt") else abs(v) + 1.0)
+            r = getattr(self, self.op)(v if self.op not in ("sqrt", "log", "rsqrt", "rcp") else abs(v) + 1.0)
         self.store_global(self.global_view(y, shape=[m, n]), r, offsets=o)
 
 
@@ -51,7 +53,7 @@ UNARY = {
     "exp": np.exp, "abs": np.abs, "sqrt": lambda v: np.sqrt(np.abs(v) + 1), "rsqrt": lambda v: 1 / np.sqrt(np.abs(v) + 1),
     "log": lambda v: np.log(np.abs(v) + 1), "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "round": np.round,
     "floor": np.floor, "ceil": np.ceil, "square": np.square, "exp2": np.exp2, "neg": np.negative,
-    "clip": lambda v: np.clip(v, -0.5, 0.75),
+    "clip": lambda v: np.clip(v, -0.5, 0.75), "rcp": lambda v: 1 / (np.abs(v) + 1),
 }
 
 
@@ -62,6 +64,18 @@ def test_unary(arrays, op):
     y = arrays.empty((m, n))
     Unary(op)(m, n, x, y)
     np.testing.assert_allclose(arrays.host(y), UNARY[op](arrays.host(x)), rtol=2e-6, atol=2e-6)
+
+
+def test_rcp_flushes_results_below_the_normal_range(arrays):
+    """float32 rcp is the GPU's rcp.approx.ftz (within an ulp; exact on these powers of two), whose
+    results below 2^-126 are 0 of the input's sign; the CPU backend flushes the same results."""
+    x = np.array([2.0 ** 127, -2.0 ** 127, 2.0 ** 126, np.inf, -np.inf, 2.0, -0.25, 1.0], np.float32)
+    want = np.array([0.0, -0.0, 2.0 ** -126, 0.0, -0.0, 0.5, -4.0, 1.0], np.float32)
+    y = arrays.empty((3, 8))
+    Unary("rcp_of_x")(3, 8, arrays.put(np.tile(x, (3, 1))), y)
+    got = arrays.host(y)
+    np.testing.assert_array_equal(got, np.tile(want, (3, 1)))
+    np.testing.assert_array_equal(np.signbit(got), np.tile(np.signbit(want), (3, 1)))
 
 
 def test_exp2_flushes_results_below_the_normal_range(arrays):

@@ -207,6 +207,8 @@ _UNARY = {
     "log2": "The base-2 logarithm of each element of ``x`` (a float register tensor).",
     "sqrt": "The square root of each element of ``x`` (a float register tensor).",
     "rsqrt": "``1 / sqrt(x)`` elementwise, for a float register tensor ``x``.",
+    "rcp": "``1 / x`` elementwise, approximate, for a float register tensor ``x``: float32 is one ``rcp.approx.ftz`` on "
+           "the GPU (within 1 ulp, results below 2^-126 flushed to 0, also on the CPU backend), not the IEEE division.",
     "sin": "The sine of each element of ``x`` (a float register tensor, radians).",
     "cos": "The cosine of each element of ``x`` (a float register tensor, radians).",
     "tanh": "The hyperbolic tangent of each element of ``x`` (a float register tensor).",

@@ -344,6 +344,13 @@ llvm::Value* Emitter::call(const CallNode& n) {
   else if (name == "log2") r = unary(llvm::Intrinsic::log2);
   else if (name == "sqrt") r = unary(llvm::Intrinsic::sqrt);
   else if (name == "rsqrt") r = b.CreateFDiv(llvm::ConstantFP::get(ft, 1.0), unary(llvm::Intrinsic::sqrt));
+  else if (name == "rcp") {
+    r = b.CreateFDiv(llvm::ConstantFP::get(ft, 1.0), args.at(0));
+    // The GPU's float rcp flushes results below 2^-126 to zero (rcp.approx.ftz, tilus_device.cuh).
+    if (ft->isFloatTy())
+      r = b.CreateSelect(b.CreateFCmpOGT(unary(llvm::Intrinsic::fabs), llvm::ConstantFP::get(ft, 0x1p126)),
+                         b.CreateCall(intrinsic(llvm::Intrinsic::copysign, {ft}), {llvm::ConstantFP::get(ft, 0.0), args.at(0)}), r);
+  }
   else if (name == "sin") r = unary(llvm::Intrinsic::sin);
   else if (name == "cos") r = unary(llvm::Intrinsic::cos);
   else if (name == "round") r = unary(llvm::Intrinsic::rint);

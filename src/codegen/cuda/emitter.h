@@ -79,6 +79,9 @@ class Emitter {
   // A slot map (slot s reads slot m[s]) as a C expression of `slot`, where it is affine
   // (identity, a constant, a stride and offset); nullopt otherwise.
   static std::optional<std::string> affine_slots(const std::vector<int64_t>& m, const std::string& slot);
+  // dst[s] = src[m[s]] (dst declared; src a register array's C name): one memcpy where m is the
+  // identity of 8-bit float slots, else copy_slots.
+  void copy_register(const Tensor& dst, const std::vector<int64_t>& m, const std::string& src);
   // dst[s] = value(m[s]) for every slot s of register tensor `dst` (declared), where `value`
   // prints the read of a source slot given as a C expression: a slot_loop where m is affine.
   void copy_slots(const Tensor& dst, const std::vector<int64_t>& m,

@@ -306,9 +306,12 @@ template <bool E4M3> __device__ __forceinline__ void cvt_fp8_x2(__half* out, uin
 // e4m3 codes from the hardware cvt with each NaN code (S.1111.111) made 0x7f, the host's rule
 // whatever the NaN's sign (the hardware may keep it): a byte whose low 7 bits are all ones
 // carries into its bit 7 when 1 is added to them, and that bit clears the sign. Three integer
-// instructions a word (four codes), where a compare and select per float cost two a code.
+// instructions a word (four codes), where a compare and select per float cost two a code; the
+// last is one lop3 (w & ~(t & 0x80808080)) in asm, which LLVM otherwise rewrites into two.
 __device__ __forceinline__ uint32_t e4m3_positive_nans(uint32_t w) {
-  return w & ~(((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u);
+  uint32_t t = (w & 0x7f7f7f7fu) + 0x01010101u, r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x70;" : "=r"(r) : "r"(w), "r"(t), "r"(0x80808080u));
+  return r;
 }
 // Two float32 values to e4m3 (element 0 in the low byte): one cvt on sm_89+, rounding to
 // nearest even and saturating to +-448 as the host's encoder does for the FiniteNaN style; a
@@ -458,6 +461,15 @@ __device__ __forceinline__ float ex2_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// rcp of a float is the MUFU.RCP instruction (rcp.approx.ftz: within 1 ulp of 1 / x, results
+// below 2^-126 flushed to zero, 1 / inf = 0) without the IEEE division's refinement and range
+// check; a double's is the division.
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ double rcp_d(double x) { return 1.0 / x; }
 #define TILUS_MATH1(name, ffn, dfn)                                                          \
   __device__ __forceinline__ float name(float x) { return ffn(x); }                          \
   __device__ __forceinline__ double name(double x) { return dfn(x); }                        \
@@ -469,6 +481,7 @@ TILUS_MATH1(log, logf, ::log)
 TILUS_MATH1(log2, log2f, ::log2)
 TILUS_MATH1(sqrt, sqrtf, ::sqrt)
 TILUS_MATH1(rsqrt, rsqrtf, ::rsqrt)
+TILUS_MATH1(rcp, rcp_ftz, rcp_d)
 TILUS_MATH1(sin, sinf, ::sin)
 TILUS_MATH1(cos, cosf, ::cos)
 TILUS_MATH1(tanh, tanhf, ::tanh)
