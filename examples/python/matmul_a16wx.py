@@ -756,7 +756,7 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 wait_sums=False, spread_sums=False, lead=0):
+                 wait_sums=False, spread_sums=False, lead=0, peek_sums=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -769,6 +769,10 @@ class MatmulA16WxHopper(SplitK):
         # sums and adds them without storing its own (add_up_split_registers); else the last to
         # arrive adds, every split storing first.
         self.wait_sums = wait_sums
+        # peek_sums: the tile's first split adds without storing its own partial sums where it
+        # finds the others all arrived, else the last to arrive adds (add_up_split_registers).
+        assert not (peek_sums and (wait_sums or spread_sums)), "one split ending"
+        self.peek_sums = peek_sums
         # spread_sums: the splits of a tile meet once all have stored their partial sums, and each
         # adds up and stores its own slice of the tile's rows of a (add_up_split_registers).
         ways = max(split_k, tail_split)
@@ -903,6 +907,10 @@ class MatmulA16WxHopper(SplitK):
             self.spread_split_sums(mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
                                    before)
             return
+        if self.peek_sums:  # no block waits: the lead adds without storing if the others are done
+            self.peek_split_sums(mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                                 before)
+            return
         if self.wait_sums:  # the first split waits for the others' sums; they store theirs and go on
             adds = split == 0
             if split == 0:
@@ -917,6 +925,39 @@ class MatmulA16WxHopper(SplitK):
             self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
             adds = last_to_arrive(self, arrivals, [counter], splits, slot=before)
         if adds:
+            for j in range(1, splits):
+                other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j), 0, 0, 0],
+                                         shape=[vectors, workers, 4])
+                self.annotate_layout(other, order)
+                mine = mine + other
+            self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
+                            offset_m, offset_n)
+            reset_arrivals(self, arrivals, [counter])
+
+    def peek_split_sums(self, mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
+                        before):
+        """peek_sums' ending, wait-free: the tile's first split (the lead) reads its counter first
+        (an acquire at GPU scope); where the other splits have all arrived it is the last, and adds
+        their partial sums to its registers without storing its own; else it stores and arrives as
+        every other split does, and the last to arrive adds (the counter ending). No block waits
+        for another, so no grid exceeding the blocks the GPU holds at once can hang it."""
+        bn, bm = self.block_n, self.block_m
+        _, vectors, workers, _ = self.partial_shape(1)
+        with self.single_thread():
+            if split == 0:
+                self.store_shared(before, self.atomic.global_add(
+                    arrivals, self.register_tensor(dtype=int32, shape=[1], init=0), offsets=[counter], sem="acquire"))
+            else:
+                self.store_shared(before, self.register_tensor(dtype=int32, shape=[1], init=-1))
+        self.sync()
+        if self.load_shared(before).item() != splits - 1:  # not (yet) the last: store and arrive
+            self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
+            self.sync()  # every thread's stores before the arrival (its release)
+            with self.single_thread():
+                self.store_shared(before, self.atomic.global_add(
+                    arrivals, self.register_tensor(dtype=int32, shape=[1], init=1), offsets=[counter], sem="acq_rel"))
+            self.sync()
+        if self.load_shared(before).item() == splits - 1:
             for j in range(1, splits):
                 other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j), 0, 0, 0],
                                          shape=[vectors, workers, 4])

@@ -808,17 +808,23 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 # the first split 2 pairs of k tiles beyond its share (lead; 10 pairs: 4 + 2, then 2 and
                 # 2 for the other two), alone (on the CPU too) and with wait_sums
                 ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, False, False, 2),
-                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, True, False, 2)]
+                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, True, False, 2),
+                # the first split adding without storing where it finds the others arrived, else the
+                # last to arrive (peek_sums: no block waits, so on the CPU too): split 3 with lead 2,
+                # split 2 on 256 rows of a, in clusters
+                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, False, False, 2, True),
+                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 2, False, 1, 8, False, False, 2, True),
+                ("uint4", "float16", 300, 520, 1024, 256, 128, 2, 2, False, 1, 8, False, False, 0, True)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, tile_group=8,
-                wait_sums=False, spread_sums=False, lead=0, *, seed, arrays=None, blocks=None):
+                wait_sums=False, spread_sums=False, lead=0, peek_sums=False, *, seed, arrays=None, blocks=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
     last round's tiles split; tile_group: rows of a per L2 group of the tile walk; wait_sums: a
     tile's first split adds; lead: its pairs of k tiles beyond an even share; spread_sums:
-    each split adds a slice; blocks: the persistent grid, 5 or 6 by default), its arguments (on `arrays`' device; host arrays and unset weights
+    each split adds a slice; peek_sums: the first split adds where it finds the others arrived; blocks: the persistent grid, 5 or 6 by default), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -835,7 +841,7 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
                                stages=6 if block_m == 128 else 4, blocks=blocks or (5 if cluster == 1 else 6), atype=at,
                                cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split,
                                tile_group=tile_group, wait_sums=wait_sums,
-                               spread_sums=spread_sums, lead=lead)
+                               spread_sums=spread_sums, lead=lead, peek_sums=peek_sums)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
             np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32),
@@ -851,7 +857,7 @@ def hopper_id(c):
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
             (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-group{c[11]}" if c[11:12] not in ((), (8,)) else "") +
             ("-wait" if c[12:13] == (True,) else "") + ("-spread" if c[13:14] == (True,) else "") +
-            (f"-lead{c[14]}" if c[14:] else ""))
+            (f"-lead{c[14]}" if c[14:15] > (0,) else "") + ("-peek" if c[15:16] == (True,) else ""))
 
 
 @pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
@@ -915,7 +921,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
 @pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[19:21] +
-                         HOPPER_CASES[27:28],
+                         HOPPER_CASES[27:28] + HOPPER_CASES[29:32],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
