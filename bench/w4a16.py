@@ -274,6 +274,7 @@ def describe(cfg):
         group += " wait-sums" if cfg.get("wait_sums") else ""
         group += f" lead {cfg['lead']}" if cfg.get("lead") else ""
         group += " spread-sums" if cfg.get("spread_sums") else ""
+        group += " peek-sums" if cfg.get("peek_sums") else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")
