@@ -1393,7 +1393,10 @@ class QuantizedMatmul:
         52.6 us against 54.1 for the plain ending, int4 and uint4 on the magic decode, 164.1 against
         164.7 at 8192 x 28672. wait_sums (the first split waiting for the others' sums) timed
         52.4 and spread_sums (every split adding a slice, once all have stored) 53.7-53.9: both
-        spun on other blocks, which nothing guarantees resident, and were removed.)"""
+        spun on other blocks, which nothing guarantees resident, and were removed. The mid call of
+        15:21, `bench/w4a16.py --ms 256 --extra ...`: at 8192^2 peek_sums with lead 1 54.8 us, lead 0
+        54.7-55.2 and in clusters of two 54.1-54.2, against 52.9-53.1 for lead 2; at 3584 x 18944,
+        4 splits, 62.0-62.1 us, where spread_sums had taken 58.8-59.6 in the figures call before.)"""
         split = cfg.get("split_k", 1)
         if split == 1 or cfg["block_m"] != 256:
             return [cfg]
