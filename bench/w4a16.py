@@ -5,15 +5,13 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
 
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
-        [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
+        [--deadline SECONDS] [--no-triton] [--f16-split-sums]
         [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma or
 mma.sync, stages, timed once per shape before the measurement, over the short list of
 QuantizedMatmul.candidates, or with --wide over the whole space; --rule uses the fixed rule instead)
-and the line says which kernel won and how long its tuning took. --wait-sums and --spread-sums add
-the wgmma kernel's splits with its two other endings (MatmulA16WxHopper's wait_sums, with and
-without lead=2, and spread_sums) to the tuner's list; --extra adds wgmma configurations of its own
+and the line says which kernel won and how long its tuning took. --extra adds wgmma configurations of its own
 (parameters over the 128 x 256 tile's, integers: 1 and 0 for flags) wherever the wgmma kernel
 applies. The Triton kernel's tiles follow a rule per m (triton_config); --no-triton leaves it and
 the floor out (their compiles and timings: a quicker sweep of tilus against cuBLAS). A result off
@@ -153,10 +151,6 @@ def main():
     p.add_argument("--no-triton", action="store_true", help="time no Triton kernel nor the read floor")
     p.add_argument("--f16-split-sums", action="store_true",
                    help="let the tuner add split sums into c in f16 (QuantizedMatmul(f16_split_sums=True))")
-    p.add_argument("--wait-sums", action="store_true",
-                   help="let the tuner also time each split wgmma candidate with wait_sums (QuantizedMatmul(wait_sums=True))")
-    p.add_argument("--spread-sums", action="store_true",
-                   help="let the tuner also time each split wgmma candidate with spread_sums (QuantizedMatmul(spread_sums=True))")
     p.add_argument("--extra", default="",
                    help="wgmma configurations the tuner also times, ';'-separated, each 'name=value ...' over the "
                         "128 x 256 tile's parameters (e.g. 'block_m=120 stages=8;tile_group=16'; QuantizedMatmul(extra=))")
@@ -186,7 +180,7 @@ def main():
         wtype = getattr(tilus, wname)
         unsigned = not wtype.is_signed()
         tq = QuantizedMatmul(wtype, g, tune=not args.rule, wide=args.wide, f16_split_sums=args.f16_split_sums,
-                             wait_sums=args.wait_sums, spread_sums=args.spread_sums, extra=extra)
+                             extra=extra)
         for n, k in shapes:
             if args.deadline and time.perf_counter() - start > args.deadline:
                 skipped += len(ms)
@@ -271,9 +265,8 @@ def describe(cfg):
         group += " cluster 2" if cfg.get("cluster") == 2 else ""
         group += f" split {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
         group += f" tail split {cfg['tail_split']}" if cfg.get("tail_split", 1) > 1 else ""
-        group += " wait-sums" if cfg.get("wait_sums") else ""
         group += f" lead {cfg['lead']}" if cfg.get("lead") else ""
-        group += " spread-sums" if cfg.get("spread_sums") else ""
+        group += " peek-sums" if cfg.get("peek_sums") else ""
         group += " magic" if cfg.get("magic") else ""
         return f"wgmma {cfg['block_n']}x{cfg['block_m']} stages {cfg['stages']}{group}"
     decode = (" magic" + (" late-scale" if cfg.get("late_scale") else "") + (" tma" if cfg.get("tma") else "")

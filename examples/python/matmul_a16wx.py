@@ -756,7 +756,7 @@ class MatmulA16WxHopper(SplitK):
 
     def __init__(self, wtype, group=128, block_n=128, block_m=256, block_k=64, stages=4, consumers=2,
                  tile_group=8, blocks=132, atype=float16, cluster=1, split_k=1, magic=False, tail_split=1,
-                 wait_sums=False, spread_sums=False, lead=0):
+                 lead=0, peek_sums=False):
         super().__init__()
         assert group % (2 * block_k) == 0, "two k tiles (the two register buffers) share a scale group"
         assert block_n == 64 * consumers and consumers in (1, 2), "each consumer warp group takes 64 weight rows"
@@ -765,20 +765,13 @@ class MatmulA16WxHopper(SplitK):
         assert cluster in (1, 2) and blocks % cluster == 0, "blocks alone or in clusters of two"
         assert 1 <= split_k <= 16 and 1 <= tail_split <= 16, "split-K: 1 to 16 ways"
         assert split_k == 1 or tail_split == 1, "every tile split, or the last round's tiles only"
-        # wait_sums: a split tile's first split waits until the others have stored their partial
-        # sums and adds them without storing its own (add_up_split_registers); else the last to
-        # arrive adds, every split storing first.
-        self.wait_sums = wait_sums
-        # spread_sums: the splits of a tile meet once all have stored their partial sums, and each
-        # adds up and stores its own slice of the tile's rows of a (add_up_split_registers).
-        ways = max(split_k, tail_split)
-        assert not spread_sums or (ways > 1 and not wait_sums and block_m // 8 % ways == 0), \
-            "spread_sums: every split a whole slice of 8-row groups of the tile's rows of a"
-        self.spread_sums = spread_sums
-        self.split_ways = ways
+        # peek_sums: a split tile's first split reads the tile's counter before storing its partial
+        # sums, and where the others have all arrived adds theirs without storing its own
+        # (add_up_split_registers); else, and without it, every split stores and the last to arrive adds.
+        self.peek_sums = peek_sums
         # lead (split_k > 1): the first split takes `lead` pairs of k tiles beyond an even share and
-        # the others share the rest, so that with wait_sums the others' partial sums are stored
-        # while the first (which adds them up) still multiplies.
+        # the others share the rest, so that with peek_sums the others' partial sums are stored
+        # while the first still multiplies, and it finds them there.
         assert lead == 0 or split_k > 1 and tail_split == 1, "lead: split_k's first split"
         self.lead = lead
         # tail_split: only the tiles of the grid's last, partly filled round split over k, that
@@ -859,8 +852,6 @@ class MatmulA16WxHopper(SplitK):
         shared memory (sc) and TMA stores (the transposed accumulator gives each thread single
         elements of c's rows); the consumers go on to the next tile while the stores complete."""
         bn, bm = acc.shape
-        if bm < sc.shape[1]:  # (spread_sums: a slice of the tile's rows of a)
-            sc = self.slice_shared(sc, [0, 0, 0], [0, 1, 2], [bn // 64, bm, 64])
         with self.single_thread():  # the last tile's stores have read sc
             self.tma.wait_group(0, read=True)
         self.store_shared(sc.permute([1, 0, 2]), self.reshape(self.transpose(acc).to(self.atype), [bm, bn // 64, 64]))
@@ -888,35 +879,33 @@ class MatmulA16WxHopper(SplitK):
         threads hold it (partial_shape: each warp's 16-byte vectors side by side, whole lines),
         its arrival counted in arrivals[counter], and the tile's last split to arrive adds the
         other splits' (at slot + (s - split) x cluster) to its registers, thread by thread, and
-        stores the sum as unsplit tiles leave (store_tile); with wait_sums the tile's first split
-        adds instead, once the others have stored theirs (lock_semaphore on the counter: it never
-        stores its own; the others never wait, and each waits only for later units: all blocks are
-        resident); with spread_sums, spread_split_sums. (The mma.sync kernel's ending,
-        add_up_splits, goes through c's rows 16 at a time, an L2 round trip each: on the H200,
-        128 x 256 in 4 splits at n = 3584, m = 256 took 71.1 us with it, 60.6 with this one; in 2
-        splits at 8192 x 8192 63.8 and 54.2.)"""
+        stores the sum as unsplit tiles leave (store_tile). With peek_sums the tile's first split
+        first reads the counter (an acquire at GPU scope): where the others have all arrived it is
+        the last and adds without storing its own. No block ever waits for another (a wait for a
+        block that is not resident could hang: nothing guarantees the persistent grid all
+        resident). (The mma.sync kernel's ending, add_up_splits, goes through c's rows 16 at a
+        time, an L2 round trip each: on the H200, 128 x 256 in 4 splits at n = 3584, m = 256 took
+        71.1 us with it, 60.6 with this one; in 2 splits at 8192 x 8192 63.8 and 54.2.)"""
         bn, bm = acc.shape
         _, vectors, workers, _ = self.partial_shape(1)
         order = tilus.local(vectors, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
         mine = self.view(acc, layout=order)
-        if self.spread_sums:
-            self.spread_split_sums(mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
-                                   before)
-            return
-        if self.wait_sums:  # the first split waits for the others' sums; they store theirs and go on
-            adds = split == 0
-            if split == 0:
-                self.lock_semaphore(arrivals[counter].item_ptr(), splits - 1)
-            else:
+        if self.peek_sums:
+            with self.single_thread():  # the lead's count seen (the others: none)
+                if split == 0:
+                    self.store_shared(before, self.atomic.global_add(
+                        arrivals, self.register_tensor(dtype=int32, shape=[1], init=0), offsets=[counter],
+                        sem="acquire"))
+                else:
+                    self.store_shared(before, self.register_tensor(dtype=int32, shape=[1], init=-1))
+            self.sync()
+            if self.load_shared(before).item() != splits - 1:  # not the last yet: store and arrive
                 self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
-                self.sync()  # every thread's stores before the arrival (a release at GPU scope)
-                with self.single_thread():
-                    self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
-                                           offsets=[counter], sem="release")
+                last_to_arrive(self, arrivals, [counter], splits, slot=before)
         else:
             self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
-            adds = last_to_arrive(self, arrivals, [counter], splits, slot=before)
-        if adds:
+            last_to_arrive(self, arrivals, [counter], splits, slot=before)
+        if self.load_shared(before).item() == splits - 1:  # the last (its count seen, in `before`)
             for j in range(1, splits):
                 other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j), 0, 0, 0],
                                          shape=[vectors, workers, 4])
@@ -925,42 +914,6 @@ class MatmulA16WxHopper(SplitK):
             self.store_tile(self.view(mine, layout=wgmma_accumulator_layout(bn, bm, self.consumers)), sc, gc,
                             offset_m, offset_n)
             reset_arrivals(self, arrivals, [counter])
-
-    def spread_split_sums(self, mine, order, sc, gc, gp, arrivals, counter, slot, split, splits, offset_m, offset_n,
-                          before):
-        """spread_sums' ending: every split stores its partial sums (mine, as its threads hold
-        them), arrives at arrivals[counter] and waits until all `splits` have; then split s adds
-        up the s-th of `splits` slices of everyone's sums (the accumulator's 16-byte vectors are
-        its 8-column groups: a slice is bm / splits rows of a) and stores them as its slice of the
-        tile; the last to finish reading (a second count, at arrivals[counter + the counters' half])
-        sets both counts back to zero."""
-        vectors, workers, _ = mine.shape
-        part = vectors // self.split_ways
-        self.store_global(gp, self.unsqueeze(mine, 0), offsets=[slot, 0, 0, 0])
-        self.sync()  # every thread's stores before the arrival (a release at GPU scope)
-        with self.single_thread():
-            self.atomic.global_add(arrivals, self.register_tensor(dtype=int32, shape=[1], init=1),
-                                   offsets=[counter], sem="release")
-        self.lock_semaphore(arrivals[counter].item_ptr(), splits)
-        piece = tilus.local(part, 1, 1) * tilus.spatial(1, workers, 1) * tilus.local(1, 1, 4)
-        # its own slice from its registers (the slices side by side: the one of index split kept)
-        slices = self.reshape(mine, [self.split_ways, part, workers, 4])
-        mask = self.register_tensor(dtype=float32, shape=[self.split_ways, 1, 1, 1],
-                                    init=lambda s, a, b, c: tilus.select(s == split, 1.0, 0.0))
-        total = self.sum(slices * mask, dim=0)
-        self.annotate_layout(total, piece)
-        for j in range(1, splits):
-            other = self.load_global(gp, offsets=[self.other_slot(slot, split, splits, j), split * part, 0, 0],
-                                     shape=[part, workers, 4])
-            self.annotate_layout(other, piece)
-            total = total + other
-        bn, rows = self.block_n, self.block_m // self.split_ways
-        self.store_tile(self.view(total, layout=wgmma_accumulator_layout(bn, rows, self.consumers)), sc, gc,
-                        offset_m + split * rows, offset_n)
-        half = arrivals.shape[0] // 2  # (two counts a tile: the second half for the reads)
-        if last_to_arrive(self, arrivals, [counter + half], splits, slot=before):
-            reset_arrivals(self, arrivals, [counter])
-            reset_arrivals(self, arrivals, [counter + half])
 
     def other_slot(self, slot, split, splits, j):
         """The partial-sum slot of the split j after this one (of slot `slot`) among a tile's
@@ -1015,8 +968,7 @@ class MatmulA16WxHopper(SplitK):
             # the partial sums of each split unit (and block of a cluster), as its threads hold them
             gp = self.global_view(partial, shape=self.partial_shape((units - whole) * self.cluster_size))
             # (a counter per output tile: in clusters, per tile of each block of the pair)
-            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size *
-                                                         (2 if self.spread_sums else 1)])
+            arrivals = self.global_view(counters, shape=[tiles_m * tiles_n * self.cluster_size])
         unsigned = not self.wtype.is_signed()
         stage_bytes = bm * bk * 2 + rows * 16 + bn * 2 * (2 if unsigned else 1)
         full = self.mbarrier.alloc(counts=[1] * stages)
@@ -1123,7 +1075,7 @@ class QuantizedMatmul:
     HOPPER_MIN_M = 33  # from this m on, the wgmma kernel where it applies
 
     def __init__(self, wtype, group=128, sms=None, atype=float16, tune=False, wide=False, f16_split_sums=False,
-                 wait_sums=False, spread_sums=False, extra=()):
+                 extra=()):
         # sms: the GPU's SM count (the split-K choice, the wgmma kernel's persistent grid);
         # None: torch's count for CUDA weights at prepare, else an H100's 132. wide: tune over
         # candidates(wide=True), the whole space, instead of its short list.
@@ -1132,12 +1084,6 @@ class QuantizedMatmul:
         # splits add their sums into c in f16 (c rounded 2 s - 1 times for s splits, not once; 2-3 %
         # faster at 28672 x 8192 and 3584 x 18944 on the H200). Off: every ending sums in float32.
         self.f16_split_sums = f16_split_sums
-        # wait_sums: the tuner also times each split wgmma candidate with wait_sums=True (its
-        # tiles' first split adds once the others have stored).
-        self.wait_sums = wait_sums
-        # spread_sums: also with spread_sums=True (every split adds a slice of its tile) where the
-        # slices are whole 8-row groups.
-        self.spread_sums = spread_sums
         # extra: MatmulA16WxHopper parameters (dicts) over the 128 x 256 tile's, timed beside the
         # short list wherever the wgmma kernel applies (bench/w4a16.py --extra: trials, not the list).
         self.extra = [dict(x) for x in extra]
@@ -1214,10 +1160,10 @@ class QuantizedMatmul:
           also 128 x 256 (4 stages); up to m = 256 128 weight rows by the rule's rows of a and by
           128 of them, split over k (wave_split) where unsplit they fill less than 90 % of the
           persistent grid's last round (the fullest split within 16 MB of partial sums; up to m = 64
-          also unsplit where no split is offered, and 4 ways beside a split beyond 4; 128 x 128
-          at m = 256 also unsplit, 128 x 256 unsplit only where it does not split; each split also
-          on the magic decode; 128 x 256's splits ending by wait_sums with lead 2 and by
-          spread_sums instead of the plain ending: split_endings), and the rule's tile on the
+          also unsplit where no split is offered, and 4 ways beside a split beyond 4; 128 x 256
+          unsplit only where it does not split; each split also
+          on the magic decode; 128 x 256's splits ending by peek_sums with lead 2 instead of the
+          plain ending: split_endings), and the rule's tile on the
           magic decode where its weights
           exist (`magic`); beyond m = 256 128 x 256 also in clusters of two sharing a
           (cluster=2), in L2 groups of 4, on the magic decode (alone and in clusters), and in
@@ -1404,7 +1350,10 @@ class QuantizedMatmul:
                     # lost to it: the mid H200 call of 2026-11-29 12:27); a split beyond 4 ways also 4 ways
                     # (n = 3584, m = 64: 4 ways 31.6 us, 9 ways 40.9, the same call).
                     ways = [split] + ([4] if split > 4 and m <= 64 else [])
-                    if split > 1 or m > 128 or m <= 64:  # (128 x 128 at m = 256 also unsplit)
+                    # (128 x 128 unsplit at m = 256 never won on the H200 and left the list: 58.9 us at
+                    # 8192^2 against 52.4 for the pick in the mid call of 2026-11-29 14:41, 223.8 against
+                    # 175.5 at 28672 x 8192 in the figures call before.)
+                    if split > 1 or m <= 64 or bm == 256:
                         for x in ways:
                             for cfg in self.split_endings(dict(tile, **({"split_k": x} if x > 1 else {}))):
                                 add(cfg)
@@ -1416,14 +1365,6 @@ class QuantizedMatmul:
                     add(dict(rule, magic=True))
             for cfg in self.extra:
                 add(dict(big, **cfg))
-            split = [c for c in out if c.get("hopper") and max(c.get("split_k", 1), c.get("tail_split", 1)) > 1]
-            for cfg in split if self.wait_sums else ():
-                add(dict(cfg, wait_sums=True))
-                if cfg.get("split_k", 1) > 1:  # (and its first split 2 pairs of k tiles ahead: lead)
-                    add(dict(cfg, wait_sums=True, lead=2))
-            for cfg in split if self.spread_sums else ():
-                if cfg["block_m"] // 8 % max(cfg.get("split_k", 1), cfg.get("tail_split", 1)) == 0:
-                    add(dict(cfg, spread_sums=True))
             # The wgmma kernel's splits stand in for the mma.sync kernel's (whose 16-row tiles at m
             # = 64 were 1.2-2x slower than them on the H200).
             mma_tiles, small = False, False
@@ -1446,17 +1387,20 @@ class QuantizedMatmul:
 
     @staticmethod
     def split_endings(cfg):
-        """The endings the short list times a wgmma split candidate with: on 256 rows of a,
-        wait_sums with lead=2 and spread_sums (where its slices are whole 8-row groups) in place of
-        the plain ending; else cfg itself. (The mid H200 call of 2026-11-29 09:40, `python
-        bench/w4a16.py --wait-sums --spread-sums --ms 256`: 128 x 256 in 2 splits 52.1-52.2 us with
-        wait_sums and lead 2 against 54.1-54.7 plain at 8192^2, 160.1 against 166.7-166.9 at 8192 x
-        28672; in 4 splits at 3584 x 18944 58.5-59.3 with spread_sums against 61.8-65.3; on 128 rows
-        of a, 128 x 128 in 2 splits, the three within 1 % on the magic decode: kept plain.)"""
+        """The ending the short list times a wgmma split candidate with: on 256 rows of a,
+        peek_sums with lead=2 in place of the plain ending; else cfg itself. (The mid H200 call of
+        2026-11-29 14:41, 128 x 256 in 2 splits at m = 256, 7 rounds launch by launch: at 8192^2
+        52.6 us against 54.1 for the plain ending, int4 and uint4 on the magic decode, 164.1 against
+        164.7 at 8192 x 28672. wait_sums (the first split waiting for the others' sums) timed
+        52.4 and spread_sums (every split adding a slice, once all have stored) 53.7-53.9: both
+        spun on other blocks, which nothing guarantees resident, and were removed. The mid call of
+        15:21, `bench/w4a16.py --ms 256 --extra ...`: at 8192^2 peek_sums with lead 1 54.8 us, lead 0
+        54.7-55.2 and in clusters of two 54.1-54.2, against 52.9-53.1 for lead 2; at 3584 x 18944,
+        4 splits, 62.0-62.1 us, where spread_sums had taken 58.8-59.6 in the figures call before.)"""
         split = cfg.get("split_k", 1)
         if split == 1 or cfg["block_m"] != 256:
             return [cfg]
-        return [dict(cfg, wait_sums=True, lead=2)] + ([dict(cfg, spread_sums=True)] if 32 % split == 0 else [])
+        return [dict(cfg, peek_sums=True, lead=2)]
 
     def hopper_magic(self):
         """Whether MatmulA16WxHopper(magic=True) takes these codes (4-bit integers, f16)."""
@@ -1730,9 +1674,7 @@ class QuantizedMatmul:
         cl, tiles_n = cfg.get("cluster", 1), -(-n // cfg["block_n"])
         tiles = -(-m // cfg["block_m"]) * -(-tiles_n // cl) * cl  # (clusters: whole pairs of weight tiles)
         # (fixed_sums: an int64 per element of c, zero between launches as the counters are)
-        # (spread_sums: two counts a tile)
-        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else
-                                         2 * tiles if cfg.get("spread_sums") else tiles)
+        counters = self.arrival_counters(c, max(tiles, 2 * m * n) if cfg.get("fixed_sums") else tiles)
         if cfg.get("hopper"):
             w = weights[self.layout_of(cfg)]
             need = self.kernels[key].partial_elements(m, n)  # (its split tiles' partial sums, whole tiles)
@@ -1821,10 +1763,10 @@ if __name__ == "__main__":
     big = dict(wgmma, block_m=256, stages=4)
     run("matmul_a16wx", tilus.uint4, 130, 200, 1024, cfg=dict(wgmma, split_k=3, magic=True))  # (sm_90a GPUs only)
     run("matmul_a16wx", tilus.int4, 300, 520, 1024, cfg=dict(big, split_k=3, cluster=2))
-    # the split endings: the first split adding once the others have stored, 2 pairs of k tiles
-    # ahead (wait_sums, lead); every split adding a slice of its tile (spread_sums), in clusters
-    run("matmul_a16wx", tilus.int4, 300, 392, 1024, cfg=dict(big, split_k=2, wait_sums=True, lead=2))
-    run("matmul_a16wx", tilus.uint4, 300, 520, 1024, cfg=dict(big, split_k=2, cluster=2, spread_sums=True))
+    # the first split adding without storing where it finds the other arrived, 2 pairs of k tiles
+    # ahead (peek_sums, lead), alone and in clusters
+    run("matmul_a16wx", tilus.int4, 300, 392, 1024, cfg=dict(big, split_k=2, peek_sums=True, lead=2))
+    run("matmul_a16wx", tilus.uint4, 300, 520, 1024, cfg=dict(big, split_k=2, cluster=2, peek_sums=True))
     # stream-K: 4 tiles of 16 k tiles dealt out to 7 blocks (runs across tiles, the last to arrive adding up)
     small = dict(block_m=16, block_n=128, block_k=128, stages=4, repacked=True, split_k=1, magic=True, late_scale=True)
     run("matmul_a16wx", tilus.uint4, 5, 400, 2048, cfg=dict(small, blocks=7))

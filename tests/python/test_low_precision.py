@@ -794,31 +794,29 @@ HOPPER_CASES = [("int4", "float16", 300, 200, 1024, 256, 128), ("uint4", "bfloat
                 ("int4", "float16", 600, 520, 512, 128, 128, 2, 1, True, 1, 2),
                 # 64 weight rows in clusters of two on the magic decode (7 tiles: the last pair's second out of range)
                 ("int4", "float16", 200, 392, 512, 256, 64, 2, 1, True),
-                # the first split adding once the others have stored (wait_sums): split 3 (20 k tiles:
-                # 8, 8, 4), the last round's tiles split (GPU only: its blocks
-                # wait for blocks that the CPU backend, a few at a time in order, may not have started)
-                ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3, False, 1, 8, True),
-                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 3, 8, True),
-                # every split adding a slice of the tile (spread_sums; GPU only, as wait_sums): split 2,
-                # split 4 on the magic decode (one pair of k tiles each), in clusters, the last round's tiles
-                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 2, False, 1, 8, False, True),
-                ("uint4", "float16", 130, 200, 512, 128, 128, 1, 4, True, 1, 8, False, True),
-                ("uint4", "float16", 300, 520, 1024, 256, 128, 2, 2, False, 1, 8, False, True),
-                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 2, 8, False, True),
+                # the first split adding without storing where it finds the others arrived, else the
+                # last to arrive (peek_sums; no block waits for another, so on the CPU backend too,
+                # which runs a few blocks at a time): split 3 (20 k tiles: 8, 8, 4), the last
+                # round's tiles split
+                ("int4", "float16", 100, 392, 1280, 128, 64, 1, 3, False, 1, 8, 0, True),
+                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 1, False, 3, 8, 0, True),
                 # the first split 2 pairs of k tiles beyond its share (lead; 10 pairs: 4 + 2, then 2 and
-                # 2 for the other two), alone (on the CPU too) and with wait_sums
-                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, False, False, 2),
-                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, True, False, 2)]
+                # 2 for the other two), alone and with peek_sums; split 2 on 256 rows of a with lead 2,
+                # and in clusters
+                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, 2),
+                ("uint4", "float16", 130, 392, 1280, 128, 128, 1, 3, True, 1, 8, 2, True),
+                ("int4", "float16", 300, 392, 1024, 256, 128, 1, 2, False, 1, 8, 2, True),
+                ("uint4", "float16", 300, 520, 1024, 256, 128, 2, 2, False, 1, 8, 0, True)]
 
 
 def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, magic=False, tail_split=1, tile_group=8,
-                wait_sums=False, spread_sums=False, lead=0, *, seed, arrays=None, blocks=None):
+                lead=0, peek_sums=False, *, seed, arrays=None, blocks=None):
     """MatmulA16WxHopper for a case (block_n 64: one consumer warp group reading half tiles of
     the repacked weights; cluster 2: blocks in pairs multicasting a; split_k: the k range of each
     output tile split that many ways; magic: the magic decode on its weight order; tail_split: the
-    last round's tiles split; tile_group: rows of a per L2 group of the tile walk; wait_sums: a
-    tile's first split adds; lead: its pairs of k tiles beyond an even share; spread_sums:
-    each split adds a slice; blocks: the persistent grid, 5 or 6 by default), its arguments (on `arrays`' device; host arrays and unset weights
+    last round's tiles split; tile_group: rows of a per L2 group of the tile walk; lead: the first
+    split's pairs of k tiles beyond an even share; peek_sums: the first split adds where it finds
+    the others arrived; blocks: the persistent grid, 5 or 6 by default), its arguments (on `arrays`' device; host arrays and unset weights
     without it) and the reference c."""
     from matmul_a16wx import MatmulA16WxHopper, host_array, quantized_operands, repack_for_hopper, round_to
     dt, at = getattr(tilus, wtype), getattr(tilus, atype)
@@ -834,12 +832,11 @@ def hopper_case(wtype, atype, m, n, k, block_m, block_n, cluster=1, split_k=1, m
     kernel = MatmulA16WxHopper(dt, 128, block_m=block_m, block_n=block_n, consumers=block_n // 64, block_k=bk,
                                stages=6 if block_m == 128 else 4, blocks=blocks or (5 if cluster == 1 else 6), atype=at,
                                cluster=cluster, split_k=split_k, magic=magic, tail_split=tail_split,
-                               tile_group=tile_group, wait_sums=wait_sums,
-                               spread_sums=spread_sums, lead=lead)
+                               tile_group=tile_group, lead=lead, peek_sums=peek_sums)
     tiles = -(-m // block_m) * -(-(-(-n // block_n)) // cluster) * cluster  # (clusters: whole pairs)
     args = [host_array(a, at), weights, host_array(scales, at), host_array(zeros, at), host_array(np.zeros((m, n)), at),
             np.full(max(kernel.partial_elements(m, n), 1), np.nan, np.float32),
-            np.zeros(tiles * (2 if spread_sums else 1), np.int32)]
+            np.zeros(tiles, np.int32)]
     if arrays is not None:
         args = [x if i == 1 else arrays.put(x) for i, x in enumerate(args)]
     return kernel, args, a @ w
@@ -850,8 +847,7 @@ def hopper_id(c):
     return (f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-n{c[6]}" + ("-cluster" if c[7:8] == (2,) else "") +
             (f"-split{c[8]}" if c[8:9] > (1,) else "") + ("-magic" if c[9:10] == (True,) else "") +
             (f"-tail{c[10]}" if c[10:11] > (1,) else "") + (f"-group{c[11]}" if c[11:12] not in ((), (8,)) else "") +
-            ("-wait" if c[12:13] == (True,) else "") + ("-spread" if c[13:14] == (True,) else "") +
-            (f"-lead{c[14]}" if c[14:] else ""))
+            (f"-lead{c[12]}" if c[12:13] > (0,) else "") + ("-peek" if c[13:14] == (True,) else ""))
 
 
 @pytest.mark.parametrize("case", HOPPER_CASES[:2] + HOPPER_CASES[6:7] + HOPPER_CASES[12:13] + HOPPER_CASES[14:17] +
@@ -883,10 +879,8 @@ def test_hopper_quantized_matmul_compiles_to_register_a_wgmma_without_spills(cas
     sass = kernel.sass(m, n, k, *args, arch="sm_90a").splitlines()
     products = [i for i, line in enumerate(sass) if "HGMMA" in line]
     assert not [line for line in sass[products[0]:products[-1]] if "LDL" in line or "STL" in line]
-    if case[8:9] > (1,) or case[10:]:  # split: the partial sums leave in 16-byte vectors (one STG: the counter's
-        # reset; spread_sums two)
-        resets = 2 if case[13:] == (True,) else 1
-        assert len([line for line in sass if "STG.E " in line]) <= resets and any("STG.E.128" in line for line in sass)
+    if case[8:9] > (1,) or case[10:]:  # split: the partial sums leave in 16-byte vectors (one STG: the counter's reset)
+        assert len([line for line in sass if "STG.E " in line]) <= 1 and any("STG.E.128" in line for line in sass)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no GPU (test_hopper_quantized_matmul_on_the_cpu runs some of these cases on the CPU backend)")
@@ -914,8 +908,7 @@ def test_hopper_quantized_matmul_on_the_gpu(case):
 
 
 @pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[19:21] +
-                         HOPPER_CASES[27:28],
+@pytest.mark.parametrize("case", [HOPPER_CASES[5]] + HOPPER_CASES[8:10] + HOPPER_CASES[11:18] + HOPPER_CASES[19:],
                          ids=hopper_id)
 def test_hopper_quantized_matmul_on_the_cpu(case):
     """The wgmma kernel on the CPU backend (its warp roles, mbarrier ring, TMA boxes and wgmma as
@@ -931,24 +924,6 @@ def test_hopper_quantized_matmul_on_the_cpu(case):
     kernel(m, n, k, *args)
     np.testing.assert_allclose(from_host_array(args[4], at), want, atol=2e-2, rtol=1e-2)
     assert not args[6].any(), "the split-K counters are left at zero"
-
-
-@pytest.mark.skipif(not HAS_CPU, reason="no CPU backend (tilus built without LLVM)")
-@pytest.mark.parametrize("case", [HOPPER_CASES[23], HOPPER_CASES[24][:8] + (2,) + HOPPER_CASES[24][9:]], ids=hopper_id)
-def test_hopper_spread_sums_on_the_cpu(case):
-    """spread_sums on the CPU backend, in a grid of 2 blocks (the splits of a tile wait for each
-    other: the backend runs two blocks at once at least): each split adds up and stores its slice
-    of the tile's rows of a; the counts end at zero, so a second launch computes the same."""
-    from conftest import Arrays
-    from matmul_a16wx import from_host_array
-    arrays = Arrays("cpu")
-    kernel, args, want = hopper_case(*case, seed=3, arrays=arrays, blocks=2)
-    m, n, k, at = case[2], case[3], case[4], getattr(tilus, case[1])
-    for launch in range(2):
-        args[4][...] = 0
-        kernel(m, n, k, *args)
-        np.testing.assert_allclose(from_host_array(args[4], at), want, atol=2e-2, rtol=1e-2, err_msg=f"launch {launch}")
-        assert not args[6].any(), "the counts are left at zero"
 
 
 def test_quantized_matmul_picks_its_kernel_by_size():
@@ -1138,13 +1113,12 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 # 128 x 256 from m = 129 to 256 unsplit only where it is not offered split
                 big = [c.get("split_k", 1) for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and not c.get("magic")]
                 assert not hopper or not 128 < m <= 256 or len(set(big)) == 1, (m, got)
-                # 128 x 256 split (m = 256) with the two measured endings instead of the plain one:
-                # wait_sums with lead 2, and spread_sums (QuantizedMatmul.split_endings)
+                # 128 x 256 split (m = 256) ending by peek_sums with lead 2 instead of the plain ending
+                # (QuantizedMatmul.split_endings)
                 split_big = [c for c in hopper if (c["block_n"], c["block_m"]) == (128, 256) and c.get("split_k", 1) > 1]
-                assert all(c.get("wait_sums") or c.get("spread_sums") for c in split_big), (m, got)
-                assert len(split_big) == 2 * (1 + (magic and bool(split_big))) * bool(split_big), (m, got)
-                assert all(not c.get("wait_sums") and not c.get("spread_sums") for c in hopper if c["block_m"] != 256), \
-                    (m, got)
+                assert all(c.get("peek_sums") and c.get("lead") == 2 for c in split_big), (m, got)
+                assert len(split_big) == (1 + (magic and bool(split_big))) * bool(split_big), (m, got)
+                assert all(not c.get("peek_sums") for c in hopper if c["block_m"] != 256), (m, got)
                 # up to m = 256 nothing in clusters, no last round's split
                 assert not [c for c in hopper if m <= 256 and (c.get("cluster") or c.get("tail_split"))], (m, got)
                 # beyond m = 256, only the last round's tiles split where that shortens the whole by
@@ -1164,8 +1138,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
 
 def test_quantized_matmul_extra_candidates():
     """QuantizedMatmul(extra=): wgmma configurations over the 128 x 256 tile's parameters, timed
-    after the short list's wherever the wgmma kernel applies (and with wait_sums beside its
-    other splits); nowhere else; the list is unchanged otherwise."""
+    after the short list's wherever the wgmma kernel applies; nowhere else; the list is unchanged
+    otherwise."""
     from matmul_a16wx import MatmulA16WxHopper, QuantizedMatmul
     extra = [dict(block_m=120, stages=8), dict(block_m=64, stages=8, split_k=4, magic=True)]
     q, plain = QuantizedMatmul(tilus.int4, 128, sms=132, extra=extra), QuantizedMatmul(tilus.int4, 128, sms=132)
@@ -1178,9 +1152,6 @@ def test_quantized_matmul_extra_candidates():
     assert q.candidates(16, 8192, 8192, hopper=True, magic=True) == plain.candidates(16, 8192, 8192, hopper=True,
                                                                                     magic=True)
     assert q.candidates(1024, 8192, 8192) == plain.candidates(1024, 8192, 8192)  # no wgmma weights
-    waits = QuantizedMatmul(tilus.int4, 128, sms=132, extra=extra, wait_sums=True).candidates(1024, 3584, 18944,
-                                                                                              hopper=True)
-    assert dict(big, **extra[1], wait_sums=True) in waits
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8192, 8192), (16, 3584, 18944), (64, 3584, 18944), (1024, 28672, 8192),
