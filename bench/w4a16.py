@@ -6,7 +6,7 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
         [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
-        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin]
+        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin] [--passes P]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma or
 mma.sync, stages, timed once per shape before the measurement, over the short list of
@@ -25,7 +25,9 @@ cuBLAS and Triton are timed in turn over three rounds, the median of each one's 
 pass launches every one once, in a new random order: they share the GPU's clocks and heat; --timing
 block times each one's launches of a round in a row: on the H200 cuBLAS's twin then read 0.90-1.00x
 of it at m = 1024 and 4096, launch by launch 0.996-1.002x, mid calls of 2026-11-29 11:46 and 12:27),
-and --twin times cuBLAS twice, its twin's ratio the noise of the figures. The floor is a plain
+and --twin times cuBLAS twice, its twin's ratio the noise of the figures; --passes P times every size
+P - 1 times more after the sweep, each figure the median of its passes (the summary lists the
+passes' tilus times). The floor is a plain
 Triton kernel that reads the bytes a W4A16 kernel must read at least once (the 4-bit weights, their
 scales and zero points, the activations) and writes nothing but one word per block: the best of 1 to
 8 blocks per SM, measured the same way (the flush reads 256 MB, so L2 holds clean lines that cost
@@ -168,6 +170,9 @@ def main():
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
+    p.add_argument("--passes", type=int, default=1,
+                   help="time every size again after the sweep, this many passes in all; each figure the median "
+                        "of its passes (a disturbance of the GPU lasting a size's timing then moves one pass only)")
     args = p.parse_args()
     extra = [{name: int(v) for name, v in (x.split("=") for x in cfg.split())} for cfg in args.extra.split(";") if cfg.strip()]
     start = time.perf_counter()
@@ -179,6 +184,7 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}; tilus "
           f"{'rule' if args.rule else 'tuned per shape' + (' (wide)' if args.wide else '')}", flush=True)
     rows = []
+    again = []  # per row: its callables and its timings, one a pass (--passes)
     floors = {}
     shown = set()
     skipped = 0
@@ -212,16 +218,19 @@ def main():
                 tuned_s = time.perf_counter() - t0
                 err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
                 wrong = f"  WRONG (relative error {err:.3g})" if err >= 1e-2 else ""
-                fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
-                       "cuBLAS": lambda: torch.matmul(a, w16)}
+                # (the size's tensors bound now: --passes times them again after the sweep)
+                fns = {"tilus": lambda m=m, a=a, c=c, work=work, p=prepared, s=scales, z=zeros, q=tq, n=n, k=k:
+                       q(m, n, k, a, p, s, z, c, work),
+                       "cuBLAS": lambda a=a, w=w16: torch.matmul(a, w)}
                 if args.twin:  # the same cuBLAS call again: how far two timings of one kernel fall apart
-                    fns["twin"] = lambda: torch.matmul(a, w16)
+                    fns["twin"] = lambda a=a, w=w16: torch.matmul(a, w)
                 if triton_on:
                     ct = torch.empty_like(c)
                     triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
                     terr = (ct.float() - ref).abs().max().item() / ref.abs().max().item()
                     if terr < 1e-2:
-                        fns["Triton"] = lambda: triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
+                        fns["Triton"] = lambda a=a, b=packed, s=scales, z=zeros, ct=ct, u=unsigned: \
+                            triton_w4a16(a, b, s, z, ct, g, u)
                     else:
                         print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
                 t = interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed")
@@ -237,6 +246,7 @@ def main():
                     for t_, c_ in tq.timings[key][:args.show]:
                         print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel, wrong))
+                again.append((fns, [t]))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
                 fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"
                 print(f"{wname} {n:5d}x{k:5d} m={m:5d}: tilus {t['tilus'] * 1e3:8.1f} us ({kernel})  cuBLAS f16 "
@@ -245,6 +255,19 @@ def main():
                       f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  "
                       + (f"twin/cuBLAS {t['twin'] / t['cuBLAS']:5.3f}  " if "twin" in t else "") +
                       f"(tuning {tuned_s:.1f} s, at {time.perf_counter() - start:.0f} s){wrong}", flush=True)
+    for done in range(1, args.passes):  # the sweep's sizes timed again, each figure the median of its passes
+        if args.deadline and time.perf_counter() - start > args.deadline:
+            print(f"passes: pass {done + 1} of {args.passes} not begun at the deadline", flush=True)
+            break
+        for fns, times in again:
+            times.append(interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed"))
+        print(f"pass {done + 1} of {args.passes} at {time.perf_counter() - start:.0f} s", flush=True)
+    for i, (fns, times) in enumerate(again):
+        if len(times) > 1:
+            w, n, k, m, t, floor, kernel, wrong = rows[i]
+            t = {name: sorted(x[name] for x in times)[len(times) // 2] for name in t}
+            kernel += "  (passes: tilus " + "/".join(f"{x['tilus'] * 1e3:.1f}" for x in times) + " us)"
+            rows[i] = (w, n, k, m, t, floor, kernel, wrong)
     print(f"\nsummary ({time.perf_counter() - start:.0f} s): cuBLAS f16 / tilus (> 1: tilus faster, goal >= 1.0); "
           "tilus / read floor (goal <= 1.15 at m <= 16)")
     print(f"{'type':5s} {'N x K':>11s} {'m':>5s} {'tilus us':>9s} {'cuBLAS us':>9s} {'cuBLAS/tilus':>12s} "
