@@ -6,7 +6,7 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
         [--deadline SECONDS] [--no-triton] [--f16-split-sums] [--wait-sums] [--spread-sums]
-        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin] [--passes P]
+        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin] [--passes P] [--lead CYCLES]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma or
 mma.sync, stages, timed once per shape before the measurement, over the short list of
@@ -19,8 +19,9 @@ applies. The Triton kernel's tiles follow a rule per m (triton_config); --no-tri
 the floor out (their compiles and timings: a quicker sweep of tilus against cuBLAS). A result off
 the float32 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline
 stops beginning sizes after that many seconds and prints the summary of those measured. Each time is
-the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's median_ms); tilus,
-cuBLAS and Triton are timed in turn over three rounds, the median of each one's rounds
+the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's median_ms), the
+flush after the GPU slept --lead cycles (the host's head start: no host time timed; the per-size
+line gives tilus's host time a call apart, "host"); tilus, cuBLAS and Triton are timed in turn over three rounds, the median of each one's rounds
 (bench/run.py's interleaved_ms: the GPU's clocks follow its recent load), launch by launch (each
 pass launches every one once, in a new random order: they share the GPU's clocks and heat; --timing
 block times each one's launches of a round in a row: on the H200 cuBLAS's twin then read 0.90-1.00x
@@ -98,7 +99,7 @@ if triton is not None:
             acc ^= tl.load(x + base + i + tl.arange(0, BLOCK))
         tl.store(out + pid, tl.sum(acc))
 
-    def stream_floor_ms(words):
+    def stream_floor_ms(words, lead=0):
         """The best time of stream_kernel reading `words` int32 words, over grids of 1 to 8
         blocks per SM (timed as every kernel here)."""
         x = torch.zeros(words, device="cuda", dtype=torch.int32)
@@ -110,7 +111,7 @@ if triton is not None:
             y = torch.zeros(programs * per, device="cuda", dtype=torch.int32)  # whole blocks of 2048 words
             y[:words] = x
             out = torch.empty(programs, device="cuda", dtype=torch.int32)
-            t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, num_warps=8))
+            t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, num_warps=8), lead=lead)
             t *= words / (programs * per)  # the padding read counted off
             best = t if best is None else min(best, t)
         return best
@@ -170,6 +171,9 @@ def main():
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
+    p.add_argument("--lead", type=int, default=200000,
+                   help="GPU cycles slept before each launch's flush (bench/run.py median_ms): the host's head start, "
+                        "so that no host time is timed (0: the flush's ~70 us only)")
     p.add_argument("--passes", type=int, default=1,
                    help="time every size again after the sweep, this many passes in all; each figure the median "
                         "of its passes (a disturbance of the GPU lasting a size's timing then moves one pass only)")
@@ -233,10 +237,11 @@ def main():
                             triton_w4a16(a, b, s, z, ct, g, u)
                     else:
                         print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
-                t = interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed")
+                t = interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed", lead=args.lead)
+                host = host_us(fns["tilus"])
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
                 if triton_on and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
-                    floors[read] = stream_floor_ms(read // 4)
+                    floors[read] = stream_floor_ms(read // 4, args.lead)
                 floor = floors.get(read)
                 key = tq.tuning_key(m, n, k, prepared, c)
                 cfg = tq.tuned.get(key) if not args.rule else tq.config(m, n, k, hopper="wgmma" in prepared)
@@ -252,7 +257,7 @@ def main():
                 print(f"{wname} {n:5d}x{k:5d} m={m:5d}: tilus {t['tilus'] * 1e3:8.1f} us ({kernel})  cuBLAS f16 "
                       f"{t['cuBLAS'] * 1e3:8.1f} us  Triton {tt} us  floor {fl} us  "
                       f"cuBLAS/tilus {t['cuBLAS'] / t['tilus']:5.2f}x  "
-                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  "
+                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  host {host:.0f} us  "
                       + (f"twin/cuBLAS {t['twin'] / t['cuBLAS']:5.3f}  " if "twin" in t else "") +
                       f"(tuning {tuned_s:.1f} s, at {time.perf_counter() - start:.0f} s){wrong}", flush=True)
     for done in range(1, args.passes):  # the sweep's sizes timed again, each figure the median of its passes
@@ -260,7 +265,7 @@ def main():
             print(f"passes: pass {done + 1} of {args.passes} not begun at the deadline", flush=True)
             break
         for fns, times in again:
-            times.append(interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed"))
+            times.append(interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed", lead=args.lead))
         print(f"pass {done + 1} of {args.passes} at {time.perf_counter() - start:.0f} s", flush=True)
     for i, (fns, times) in enumerate(again):
         if len(times) > 1:
@@ -283,6 +288,20 @@ def main():
               + (f"  (twin {t['twin'] / t['cuBLAS']:.3f})" if "twin" in t else ""))
     print(f"{met} of {len(rows)} sizes meet the goals (* marks the others)"
           + (f"; {skipped} sizes skipped at the deadline of {args.deadline:.0f} s" if skipped else ""))
+
+
+def host_us(fn, calls=20):
+    """Microseconds of host time a call of fn takes, the GPU kept busy meanwhile (the calls queue
+    behind a sleep): the launch path's own cost, a figure apart from the GPU time."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2000000)  # (~1 ms: more than 20 calls' host time)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return t
 
 
 def describe(cfg):
