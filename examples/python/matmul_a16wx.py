@@ -1321,7 +1321,7 @@ class QuantizedMatmul:
           8 warps, the "magica8" orders) at the splits that fill 3 and 4 blocks an SM, interleaved,
           both orders (up to m = 4 also by fixed_sums; split 1 not interleaved); at m = 1 the split over k
           inside the block (k_ways 2, 4, 8, 8 warps, the "magica8xW_k" orders) where its blocks fill one to four an SM;
-          up to m = 16 each transposed 8-warp candidate on k-major weights also direct (no shared ring);
+          up to m = 8 each transposed 8-warp candidate on k-major weights also direct (no shared ring);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1477,11 +1477,11 @@ class QuantizedMatmul:
                 # (Stream-K on them, 396 or 264 blocks, measured 1.08-1.39x the unsplit kernel's time at
                 # 28672 x 8192, m = 1, in the mid call of 2026-11-29 12:27, though the split leaves 92 SMs
                 # two blocks and 40 one: removed.)
-            # Up to m = 16 each transposed 8-warp candidate on k-major weights also with its weight words
+            # Up to m = 8 each transposed 8-warp candidate on k-major weights also with its weight words
             # loaded straight into registers (direct: no shared-memory ring, no barrier in the k loop), its
             # registers capped for 4 blocks an SM on 128-long k tiles, 3 on 256-long (ptxas, sm_90a: 99-104
             # registers uncapped at k_ways 2-8, 64 capped, no spill; 100 on 256-long tiles, 80 capped at 3).
-            for cfg in list(out) if m <= 16 else ():
+            for cfg in list(out) if m <= 8 else ():
                 if cfg.get("weights_a") and cfg.get("k_major") and cfg.get("warps") == 8:
                     add(dict(cfg, direct=True, min_blocks=4 if cfg["block_k"] == 128 else 3))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape

@@ -1021,7 +1021,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
     the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
     after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k); at m = 1 the split over k
-    inside the block (k_ways 2, 4, 8 where its blocks fill one to four an SM; magica8xW_k); up to m = 16
+    inside the block (k_ways 2, 4, 8 where its blocks fill one to four an SM; magica8xW_k); up to m = 8
     each transposed 8-warp candidate on k-major weights also direct (weight words straight to registers);
     the TMA copies in the wide space only; at most 44 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
@@ -1043,7 +1043,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 assert sorted(sorted(c.items()) for c in direct) == sorted(
                     sorted(dict(c, direct=True, min_blocks=4 if c["block_k"] == 128 else 3).items())
                     for c in got if not c.get("direct") and c.get("weights_a") and
-                    c.get("k_major") and c.get("warps") == 8 and m <= 16), (m, got)
+                    c.get("k_major") and c.get("warps") == 8 and m <= 8), (m, got)
                 got = [c for c in got if not c.get("direct")]
                 hopper = [c for c in got if c.get("hopper")]
                 long = [c for c in got if c.get("block_k") == 256]  # k tiles of two scale groups: m <= 16
