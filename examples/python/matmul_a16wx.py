@@ -1478,12 +1478,10 @@ class QuantizedMatmul:
                 # 28672 x 8192, m = 1, in the mid call of 2026-11-29 12:27, though the split leaves 92 SMs
                 # two blocks and 40 one: removed.)
             # Up to m = 8 each transposed 8-warp candidate on k-major weights also with its weight words
-            # loaded straight into registers (direct: no shared-memory ring, no barrier in the k loop), its
-            # registers capped for 4 blocks an SM on 128-long k tiles, 3 on 256-long (ptxas, sm_90a: 99-104
-            # registers uncapped at k_ways 2-8, 64 capped, no spill; 100 on 256-long tiles, 80 capped at 3).
+            # loaded straight into registers (direct: no shared-memory ring, no barrier in the k loop).
             for cfg in list(out) if m <= 8 else ():
                 if cfg.get("weights_a") and cfg.get("k_major") and cfg.get("warps") == 8:
-                    add(dict(cfg, direct=True, min_blocks=4 if cfg["block_k"] == 128 else 3))
+                    add(dict(cfg, direct=True))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out
