@@ -64,15 +64,8 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False, k_ways=1, direct=False):
+                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False, k_ways=1):
         super().__init__()
-        # direct (weights_a, k_major): no shared-memory ring: each thread loads its weight words
-        # straight from global memory into the registers of the decode (16-byte loads, two k tiles
-        # ahead of the product, loop-carried), a's quarters and the scales as the dot and the decode
-        # take them (L1 / L2 hits): no cp.async, no wait, no barrier in the k loop.
-        assert not direct or (weights_a and late_scale and k_major and not tma and not unroll and not split_red), \
-            "direct: the transposed late-scaled product on k-major weights"
-        self.direct = direct
         # k_ways (weights_a, m = 1): the split over k within the block instead of over blocks: a's
         # one row fills the mma's 8 columns of a with k_ways k tiles of it (column g: the k tile g of
         # the block's k_ways), the block's block_n rows are k_ways groups of block_n / k_ways weight
@@ -271,9 +264,6 @@ class MatmulA16Wx(SplitK):
             gb = self.global_view(b, dtype=self.wtype, shape=[n, k])
         gs = self.global_view(scales, dtype=at, shape=[tilus.cdiv(k, self.group), n])
         gz = self.global_view(zeros, dtype=at, shape=[tilus.cdiv(k, self.group), n])
-        if self.direct:
-            self.direct_loop(m, n, k, ga, gb, gs, gz, om, on, first, stride, steps, c, partial, counters)
-            return
         sa = self.shared_tensor(dtype=at, shape=[stages, bm, bk])
         if self.repacked:
             sb = self.shared_tensor(dtype=uint8, shape=[stages, rows, 16])
@@ -370,53 +360,6 @@ class MatmulA16Wx(SplitK):
                 acc = self.plain_step(sa[step % stages], sb[step % stages], ss[step % stages], sz[step % stages], acc)
         self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
 
-    def direct_loop(self, m, n, k, ga, gb, gs, gz, om, on, first, stride, steps, c, partial, counters):
-        """The k loop of direct=True: the weight words of k tile `first + step stride` loaded into
-        registers two steps ahead (loop-carried), a's quarters and the tile's scales loaded where the
-        product takes them; then the ending (finish)."""
-        bm, bn, bk, ways = self.block_m, self.block_n, self.block_k, self.k_ways
-        threads = 32 * self.warps
-        rows = bn * bk * self.wtype.bits // 8 // 16
-        signed = self.wtype.is_signed()
-        flip = 0x00080008 if signed else 0
-        before = (self.shared_tensor(dtype=float32, shape=[bn, bm]) if ways > 1 else
-                  self.shared_tensor(dtype=int32, shape=[1, 1]) if self.split_k > 1 and not self.fixed_sums else None)
-        order = tilus.local(rows // threads, 1) * tilus.spatial(threads, 1)
-
-        def weights(step):
-            raw = self.load_global(gb, offsets=[first + step * stride, self.blockIdx.y, 0, 0], dims=[2, 3],
-                                   shape=[rows, 16])
-            self.annotate_layout(raw, order * tilus.local(1, 16))
-            return raw
-
-        acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-        opaque = self.register_tensor(dtype=uint32, shape=[1, 1], init=0) + (k >> 31)  # (see magic_step)
-        w0 = weights(0)
-        w1 = weights(1)
-        for step in range(steps):
-            kt = first + step * stride
-
-            def scales(g, kt=kt):
-                if ways > 1:
-                    scale = self.reshape(self.load_global(gs, offsets=[kt * ways, on], shape=[ways, bn // ways]), [1, bn])
-                    zero = None if signed else self.reshape(
-                        self.load_global(gz, offsets=[kt * ways, on], shape=[ways, bn // ways]), [1, bn])
-                    return scale, zero
-                row = kt * bk // self.group + g
-                return (self.load_global(gs, offsets=[row, on], shape=[1, bn]),
-                        None if signed else self.load_global(gz, offsets=[row, on], shape=[1, bn]))
-
-            def a_quarter(r, kt=kt):
-                if ways > 1:
-                    return self.load_global(ga, offsets=[kt * ways, r * (bk // 4)], shape=[bm, bk // 4])
-                return self.load_global(ga, offsets=[om, kt * bk + r * (bk // 4)], shape=[bm, bk // 4])
-
-            words = self.view(w0, dtype=uint32, layout=order * tilus.local(1, 4))
-            acc = self.magic_step_a(words, signed, flip, opaque, None, None, None, acc, loads=(scales, a_quarter))
-            w0 = w1
-            w1 = weights(step + 2)
-        self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
-
     def plain_step(self, sa, sb, ss, sz, acc):
         """One k tile: the weight codes widened by the general conversion, scaled, multiplied."""
         bn, bk, at = self.block_n, self.block_k, self.atype
@@ -485,22 +428,19 @@ class MatmulA16Wx(SplitK):
             part = part + other
         return acc + part * scale.to(float32) if self.late_scale else part
 
-    def magic_step_a(self, words, signed, flip, opaque, ss, sz, sa, acc, loads=None):
+    def magic_step_a(self, words, signed, flip, opaque, ss, sz, sa, acc):
         """magic_step with the weights as mma's A operand (weights_a): each quarter's pairs are the
         A fragments of a [bn, bk / 4] tile (magic_a_layout), times the quarter of a's rows
         transposed, into acc^T [bn, bm]. On a k tile of two scale groups (block_k = 2 group) the
         quarters 0, 1 are the first group's k, 2, 3 the second's (the words' low and high bytes),
-        each group's product scaled by its own scales (ss, sz: the stage's [groups, bn]). loads
-        (direct=True): (scales(g) -> (scale, zero) [1, bn], a_quarter(r) -> [bm, bk / 4]) from
-        global memory in place of the stage's shared tiles."""
+        each group's product scaled by its own scales (ss, sz: the stage's [groups, bn])."""
         bn, bk, at, bm = self.block_n, self.block_k, self.atype, self.block_m
         quarter = mma_a_layout(bn, bk // 4, self.warps)
         groups = 2 if bk > self.group else 1
         for g in tilus.static_range(groups):
             rows = (lambda t: t) if groups == 1 else (lambda t: self.slice_shared(t, [g, 0], [0, 1], [1, bn]))
-            if loads is not None:
-                scale, zero = loads[0](g)
-            elif self.k_ways > 1:  # ([ways, bn / ways]: the virtual rows' scales)
+            if self.k_ways > 1:  # ([ways, bn / ways]: the virtual rows' scales)
+                rows = lambda t: t  # noqa: E731
                 scale = self.reshape(self.load_shared(ss), [1, bn])
                 zero = None if signed else self.reshape(self.load_shared(sz), [1, bn])
             else:
@@ -516,8 +456,7 @@ class MatmulA16Wx(SplitK):
                     v = v * 0.0625
                 base = 1024.0 if r % 2 == 0 else 64.0
                 w = v - (base + 8.0) if signed else v - self.transpose(zero + base)
-                a_r = (loads[1](r) if loads is not None else
-                       self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4])))
+                a_r = self.load_shared(self.slice_shared(sa, [0, r * (bk // 4)], [0, 1], [bm, bk // 4]))
                 part = self.dot(w, self.transpose(a_r), part)
             acc = acc + part * self.transpose(scale.to(float32))
         return acc
@@ -1321,7 +1260,6 @@ class QuantizedMatmul:
           8 warps, the "magica8" orders) at the splits that fill 3 and 4 blocks an SM, interleaved,
           both orders (up to m = 4 also by fixed_sums; split 1 not interleaved); at m = 1 the split over k
           inside the block (k_ways 2, 4, 8, 8 warps, the "magica8xW_k" orders) where its blocks fill one to four an SM;
-          up to m = 8 each transposed 8-warp candidate on k-major weights also direct (no shared ring);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1477,11 +1415,6 @@ class QuantizedMatmul:
                 # (Stream-K on them, 396 or 264 blocks, measured 1.08-1.39x the unsplit kernel's time at
                 # 28672 x 8192, m = 1, in the mid call of 2026-11-29 12:27, though the split leaves 92 SMs
                 # two blocks and 40 one: removed.)
-            # Up to m = 8 each transposed 8-warp candidate on k-major weights also with its weight words
-            # loaded straight into registers (direct: no shared-memory ring, no barrier in the k loop).
-            for cfg in list(out) if m <= 8 else ():
-                if cfg.get("weights_a") and cfg.get("k_major") and cfg.get("warps") == 8:
-                    add(dict(cfg, direct=True))
             # (The TMA copies and 8 stages split, slower than 4 stages by cp.async at every shape
             # on the H200, are in the wide space only.)
             return out

@@ -504,11 +504,7 @@ UNROLL = dict(unroll=True, min_blocks=4)  # the k loop unrolled by the stages, i
     ("uint4", 3, 256, dict(late_scale=True, weights_a=True, block_m=8, warps=8, groups=2)),
     ("int4", 3, 256, dict(late_scale=True, weights_a=True, block_m=16, warps=8, groups=2, interleave=True)),
     ("int4", 4, 256, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
-                          warps=8, groups=2)),
-    ("int4", 4, 128, dict(late_scale=True, weights_a=True, block_m=8, interleave=True, k_major=True, fixed_sums=True,
-                          warps=8, direct=True)),
-    ("uint4", 3, 256, dict(late_scale=True, weights_a=True, block_m=8, k_major=True, warps=8, groups=2, direct=True)),
-    ("uint4", 2, 64, dict(late_scale=True, weights_a=True, block_m=16, k_major=True, warps=8, direct=True))])
+                          warps=8, groups=2))])
 def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     """MatmulA16Wx(magic=True) (4-bit codes widened by masking whole words into f16's magic
     exponent, on weights repacked into magic_layout) against the float64 dequantize-then-matmul
@@ -529,8 +525,7 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
     late-scaled product in two float32 sums); 8-warp blocks (warps=8, on weights in the 8-warp magic order;
     interleaved, and k tile after k tile with fixed_sums); weights_a=True (the product transposed,
     the weights mma's A operand, on 8-row tiles: 16 rows in two tiles, 5 rows, with fixed_sums; k tiles of two scale groups, groups=2,
-    each group's product scaled by its own scales; also on 16-row tiles; direct=True, the weight words
-    loaded straight into registers: split by fixed_sums, k tiles of two groups, 16-row tiles).
+    each group's product scaled by its own scales; also on 16-row tiles).
     Each launched twice on
     one set of counters (back at zero after each launch; split_red does not touch them)."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
@@ -554,22 +549,21 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
-@pytest.mark.parametrize("wtype,ways,warps,n,k,direct", [
-    ("int4", 4, 8, 288, 1024, False), ("uint4", 8, 8, 272, 2048, False), ("int4", 2, 8, 384, 512, False),
-    ("uint4", 2, 4, 192, 768, False), ("int4", 8, 8, 272, 2048, True), ("uint4", 4, 8, 288, 1024, True)])
-def test_k_ways_splits_k_inside_the_block(arrays, wtype, ways, warps, n, k, direct):
+@pytest.mark.parametrize("wtype,ways,warps,n,k", [("int4", 4, 8, 288, 1024), ("uint4", 8, 8, 272, 2048),
+                                                   ("int4", 2, 8, 384, 512), ("uint4", 2, 4, 192, 768)])
+def test_k_ways_splits_k_inside_the_block(arrays, wtype, ways, warps, n, k):
     """MatmulA16Wx(k_ways=W) at m = 1 (a's row in the mma's 8 columns as W of its k tiles, the block's
     rows W groups of weight rows each on its k tile, on weights in the virtual rows' order, the
     diagonal added up through shared memory) against the float64 reference: 2, 4 and 8 ways, 4 and
     8 warps, n whole blocks of 128 / W rows but not of 128 (288, 272, 192), signed and unsigned codes;
-    also direct (the weight words straight into registers); launched twice."""
+    launched twice."""
     from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
     dt, at = getattr(tilus, wtype), tilus.float16
     rng = np.random.default_rng(5)
     a = round_to(rng.uniform(-1, 1, (1, k)), at)
     packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
     kernel = MatmulA16Wx(dt, 128, block_m=8, block_n=128, block_k=128, stages=3, repacked=True, magic=True,
-                         late_scale=True, weights_a=True, k_major=True, warps=warps, k_ways=ways, direct=direct)
+                         late_scale=True, weights_a=True, k_major=True, warps=warps, k_ways=ways)
     weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, 128, warps=warps, k_major=True, weights_a=True,
                                ways=ways)
     for launch in range(2):
@@ -1021,9 +1015,8 @@ def test_quantized_matmul_short_list_per_m(n, k):
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
     the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
     after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k); at m = 1 the split over k
-    inside the block (k_ways 2, 4, 8 where its blocks fill one to four an SM; magica8xW_k); up to m = 8
-    each transposed 8-warp candidate on k-major weights also direct (weight words straight to registers);
-    the TMA copies in the wide space only; at most 44 up to m = 32, 8 beyond; from m = 33
+    inside the block (k_ways 2, 4, 8 where its blocks fill one to four an SM; magica8xW_k);
+    the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
     where they are offered (below); the mma.sync kernel only where the wgmma kernel cannot run."""
@@ -1034,16 +1027,11 @@ def test_quantized_matmul_short_list_per_m(n, k):
             for magic, tma in ((False, False), (True, False), (True, True)):
                 got = q.candidates(m, n, k, hopper=True, magic=magic, tma=tma)
                 assert got[0] == q.config(m, n, k, hopper=True), (m, got)
-                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (44 if m <= 32 else 8), (m, got)
+                assert all(c not in got[:i] for i, c in enumerate(got)) and len(got) <= (33 if m <= 32 else 8), (m, got)
                 for c in got:
                     params = {name: v for name, v in c.items() if name != "hopper"}
                     (MatmulA16WxHopper if c.get("hopper") else MatmulA16WxStream if c.get("blocks") else
                      MatmulA16Wx)(wtype, 128, **params)
-                direct = [c for c in got if c.get("direct")]  # (twins of the transposed 8-warp k-major ones)
-                assert sorted(sorted(c.items()) for c in direct) == sorted(
-                    sorted(dict(c, direct=True).items()) for c in got if not c.get("direct") and c.get("weights_a") and
-                    c.get("k_major") and c.get("warps") == 8 and m <= 8), (m, got)
-                got = [c for c in got if not c.get("direct")]
                 hopper = [c for c in got if c.get("hopper")]
                 long = [c for c in got if c.get("block_k") == 256]  # k tiles of two scale groups: m <= 16
                 trans4 = [c for c in got if c.get("weights_a") and c.get("warps", 4) == 4]  # 4 warps: m <= 8
@@ -1131,7 +1119,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
                     red = [c for c in opt if c.get("split_red")]
-                    assert [c for c in opt if not c.get("split_red") and not c.get("direct")] == got, (m, opt)
+                    assert [c for c in opt if not c.get("split_red")] == got, (m, opt)
                     assert sorted(c["split_k"] for c in red) == (sorted(x for x in splits if 2 <= x <= 8) if tma else []), \
                         (m, opt)
                     assert all(c["bounded"] and c["unroll"] and c["min_blocks"] == 4 for c in red), (m, opt)
