@@ -73,6 +73,21 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
     return {name: sorted(t)[len(t) // 2] for name, t in got.items()}
 
 
+def host_us(fn, calls=20):
+    """Microseconds of host time a call of fn takes, the GPU kept busy meanwhile (the calls queue
+    behind a sleep of ~1 ms, so none waits): the launch path's own cost, a figure apart from the
+    GPU time."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2000000)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return t
+
+
 _SCRUB = []
 
 

@@ -47,7 +47,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
-from run import interleaved_ms, median_ms  # noqa: E402
+from run import host_us, interleaved_ms, median_ms  # noqa: E402
 
 import tilus  # noqa: E402
 from matmul_a16wx import QuantizedMatmul  # noqa: E402
@@ -285,20 +285,6 @@ def main():
               + (f"  (twin {t['twin'] / t['cuBLAS']:.3f})" if "twin" in t else ""))
     print(f"{met} of {len(rows)} sizes meet the goals (* marks the others)"
           + (f"; {skipped} sizes skipped at the deadline of {args.deadline:.0f} s" if skipped else ""))
-
-
-def host_us(fn, calls=20):
-    """Microseconds of host time a call of fn takes, the GPU kept busy meanwhile (the calls queue
-    behind a sleep): the launch path's own cost, a figure apart from the GPU time."""
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(2000000)  # (~1 ms: more than 20 calls' host time)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return t
 
 
 def describe(cfg):
