@@ -313,7 +313,6 @@ def describe(cfg):
     loop += f" min-blocks {cfg['min_blocks']}" if cfg.get("min_blocks") else ""
     loop += f" {cfg['warps']}-warps" if cfg.get("warps", 4) != 4 else ""
     loop += " weights-a" if cfg.get("weights_a") else ""
-    loop += f" {cfg['k_ways']}-ways" if cfg.get("k_ways", 1) > 1 else ""
     if cfg.get("blocks"):
         return f"mma {cfg['block_m']}x{cfg['block_n']} stream-K {cfg['blocks']} blocks stages {cfg['stages']}{decode}{loop}"
     return f"mma {cfg['block_m']}x{cfg['block_n']} split {cfg['split_k']} stages {cfg['stages']}{decode}{loop}"
