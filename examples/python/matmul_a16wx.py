@@ -64,19 +64,8 @@ class MatmulA16Wx(SplitK):
     def __init__(self, wtype, group=128, block_m=16, block_n=128, block_k=64, stages=4, split_k=1, warps=4,
                  repacked=False, atype=float16, magic=False, late_scale=False, tma=False, unroll=False,
                  min_blocks=None, bounded=False, split_red=False, interleave=False, partials_only=False,
-                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False, k_ways=1):
+                 k_major=False, fixed_sums=False, two_sums=False, weights_a=False):
         super().__init__()
-        # k_ways (weights_a, m = 1): the split over k within the block instead of over blocks: a's
-        # one row fills the mma's 8 columns of a with k_ways k tiles of it (column g: the k tile g of
-        # the block's k_ways), the block's block_n rows are k_ways groups of block_n / k_ways weight
-        # rows (virtual rows g R + r: weight row r on the k tile g; repack_for_magic(ways=k_ways)), and
-        # the block ends by adding its k_ways diagonal columns through shared memory: no partial sums
-        # in global memory, no atomics, no second block per tile (the split-K endings' round trip).
-        assert k_ways == 1 or (weights_a and late_scale and k_major and split_k == 1 and block_m == 8 and
-                               k_ways in (2, 4, 8) and block_k == group and block_n % (16 * k_ways) == 0 and
-                               not interleave and not unroll), \
-            "k_ways: the transposed late-scaled product at m = 1, k-major, unsplit, one scale group a k tile"
-        self.k_ways = k_ways
         # weights_a (magic decode with late_scale, 8-row tiles: m <= 8): the product run transposed,
         # c^T = w a^T, the weights mma's A operand (16 weight rows an mma, magic_a_layout's order:
         # repack_for_magic(weights_a=True)) and a's 8 rows its B operand: half the mma and half the
@@ -179,19 +168,9 @@ class MatmulA16Wx(SplitK):
         """The block's tile acc [bm, bn] of c (blocks over (m tiles, n tiles, splits)), or with
         split_k > 1 its partial sums and, in the tile's last split, their sum (weights_a: acc^T)."""
         at = self.atype
-        gc = self.global_view(c, dtype=at, shape=[m, n])
-        if self.k_ways > 1:  # acc [bn, 8]: virtual row g R + r times a's k tile in column g; before: [bn, 8] shared
-            rows = bn // self.k_ways
-            self.store_shared(before, acc)
-            self.sync()
-            total = None
-            for g in tilus.static_range(self.k_ways):
-                x = self.load_shared(self.slice_shared(before, [g * rows, g], [0, 1], [rows, 1]))
-                total = x if total is None else total + x
-            self.store_global(gc, self.transpose(total).to(at), offsets=[0, on])
-            return
         if self.weights_a:
             acc = self.transpose(acc)
+        gc = self.global_view(c, dtype=at, shape=[m, n])
         if self.split_k == 1:
             self.store_global(gc, acc.to(at), offsets=[om, on])
         elif self.split_red:  # the last split (the shortest k range) stores, the others add
@@ -233,29 +212,23 @@ class MatmulA16Wx(SplitK):
             self.attrs.cluster_blocks = [1, 1, self.split_k]
         if self.min_blocks:
             self.attrs.min_blocks = self.min_blocks
-        ways = self.k_ways
-        om, on = self.blockIdx.x * bm, self.blockIdx.y * (bn // ways)  # (k_ways: bn / ways weight rows a block)
-        wk, wn = k, n  # the weights' k and n (k_ways: the virtual rows', n * ways of them, k / ways long)
-        if ways > 1:  # (m = 1)
-            self.attrs.blocks = [1, tilus.cdiv(n, bn // ways), 1]
-            wk, wn = k // ways, n * ways
-        per_split = tilus.cdiv(tilus.cdiv(wk, bk), self.split_k)
+        om, on = self.blockIdx.x * bm, self.blockIdx.y * bn
+        per_split = tilus.cdiv(tilus.cdiv(k, bk), self.split_k)
         if self.interleave:  # split z: k tiles z, z + s, z + 2 s, ...
             first, stride = self.blockIdx.z, self.split_k
-            steps = tilus.max(tilus.cdiv(tilus.cdiv(wk, bk) - first, stride), 0)
+            steps = tilus.max(tilus.cdiv(tilus.cdiv(k, bk) - first, stride), 0)
         else:  # split z: a run of per_split k tiles
             first, stride = self.blockIdx.z * per_split, 1
-            steps = tilus.max(tilus.min(per_split, tilus.cdiv(wk, bk) - first), 0)
+            steps = tilus.max(tilus.min(per_split, tilus.cdiv(k, bk) - first), 0)
         at = self.atype
-        # (k_ways: a's row as [k / bk, bk], its k tiles the mma's columns)
-        ga = self.global_view(a, dtype=at, shape=[k // bk, bk] if ways > 1 else [m, k])
+        ga = self.global_view(a, dtype=at, shape=[m, k])
         rows = bn * bk * bits // 8 // 16  # 16-byte rows of one repacked tile
         # Codes of 1, 2, 4 or 8 bits go through registers as bytes (a thread's bytes hold whole
         # codes); 3-, 5-, 6- and 7-bit codes straddle bytes, so their tiles are typed in shared
         # memory and each code is loaded by itself.
         as_bytes = self.repacked or 8 % bits == 0
         if self.k_major:
-            gb = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(wk, bk), tilus.cdiv(wn, bn), rows, 16])
+            gb = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(k, bk), tilus.cdiv(n, bn), rows, 16])
         elif self.repacked:
             gb = self.global_view(b, dtype=uint8, shape=[tilus.cdiv(n, bn), tilus.cdiv(k, bk), rows, 16])
         elif as_bytes:
@@ -274,17 +247,14 @@ class MatmulA16Wx(SplitK):
         # The k tile's scales (and zero points) travel with its operands: a synchronous load in
         # the loop would cost a memory latency per step.
         groups = max(1, bk // self.group)  # the scale groups of a k tile (its scales' and zero points' rows)
-        # (k_ways: a k tile's scales the [ways, bn / ways] box of its k tiles' groups, in the virtual rows' order)
-        ss = self.shared_tensor(dtype=at, shape=[stages, ways, bn // ways] if ways > 1 else [stages, groups, bn])
-        sz = self.shared_tensor(dtype=at, shape=[stages, ways, bn // ways] if ways > 1 else [stages, groups, bn])
+        ss = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
+        sz = self.shared_tensor(dtype=at, shape=[stages, groups, bn])
         acc = self.register_tensor(dtype=float32, shape=[bn, bm] if self.weights_a else [bm, bn], init=0.0)
         unsigned = not self.wtype.is_signed()  # unsigned codes carry a zero point
         # The split-K arrival's old count, handed to the block's threads (allocated before the
         # ring: no copy in flight may target its bytes).
         before = (self.shared_tensor(dtype=int32, shape=[1, 1])
                   if self.split_k > 1 and not self.split_red and not self.fixed_sums else None)
-        if ways > 1:  # (k_ways: the block's sums for the diagonal's addition, in place of the arrival's count)
-            before = self.shared_tensor(dtype=float32, shape=[bn, bm])
 
         if self.by_tma:
             ktiles = tilus.cdiv(k, bk)
@@ -323,7 +293,7 @@ class MatmulA16Wx(SplitK):
             self.finish(m, n, bm, bn, om, on, c, partial, counters, acc, before)
             return
 
-        ktiles = tilus.cdiv(wk, bk)
+        ktiles = tilus.cdiv(k, bk)
 
         def load_stage(step, stage):
             # bounded: a k tile past the split's range is copied from past the end of k, so that the
@@ -333,7 +303,7 @@ class MatmulA16Wx(SplitK):
             # (interleaved, a tile past the split's last is past the end of k: bounded as it is)
             kt = first + step * stride
             kt = tilus.select(step < steps, kt, ktiles) if self.bounded and not self.interleave else kt
-            self.copy_async(ga, sa[stage], offsets=[kt * ways, 0] if ways > 1 else [om, kt * bk])
+            self.copy_async(ga, sa[stage], offsets=[om, kt * bk])
             if self.k_major:
                 self.copy_async(gb, sb[stage], offsets=[kt, self.blockIdx.y, 0, 0], dims=[2, 3])
             elif self.repacked:
@@ -341,9 +311,9 @@ class MatmulA16Wx(SplitK):
             else:
                 kb = kt * bk
                 self.copy_async(gb, sb[stage], offsets=[on, kb * bits // 8 if as_bytes else kb])
-            self.copy_async(gs, ss[stage], offsets=[kt * ways if ways > 1 else kt * bk // self.group, on])
+            self.copy_async(gs, ss[stage], offsets=[kt * bk // self.group, on])
             if unsigned:
-                self.copy_async(gz, sz[stage], offsets=[kt * ways if ways > 1 else kt * bk // self.group, on])
+                self.copy_async(gz, sz[stage], offsets=[kt * bk // self.group, on])
             self.copy_async_commit_group()
 
         for s in tilus.static_range(stages - 1):  # the prologue, unrolled while tracing
@@ -439,13 +409,8 @@ class MatmulA16Wx(SplitK):
         groups = 2 if bk > self.group else 1
         for g in tilus.static_range(groups):
             rows = (lambda t: t) if groups == 1 else (lambda t: self.slice_shared(t, [g, 0], [0, 1], [1, bn]))
-            if self.k_ways > 1:  # ([ways, bn / ways]: the virtual rows' scales)
-                rows = lambda t: t  # noqa: E731
-                scale = self.reshape(self.load_shared(ss), [1, bn])
-                zero = None if signed else self.reshape(self.load_shared(sz), [1, bn])
-            else:
-                scale = self.load_shared(rows(ss))
-                zero = None if signed else self.load_shared(rows(sz))
+            scale = self.load_shared(rows(ss))
+            zero = None if signed else self.load_shared(rows(sz))
             part = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
             for r in tilus.static_range(4 // groups * g, 4 // groups * (g + 1)):
                 src = words if r < 2 else words >> 8
@@ -700,28 +665,13 @@ def repack(b, wtype, n, k, bn, bk, layout, threads, k_major=False):
     return out
 
 
-def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False, weights_a=False, ways=1):
+def repack_for_magic(b, wtype, n, k, bn, bk, warps=4, k_major=False, weights_a=False):
     """The bytes MatmulA16Wx(magic=True) loads: magic_layout's order of 16-row tiles on `warps` warps
     (k_major: the tiles k tile after k tile, each k tile's n tiles together, for k_major=True;
-    weights_a: magic_a_layout's, for weights_a=True; ways: for k_ways=ways, the order of the
-    weights' virtual rows, virtual_rows)."""
+    weights_a: magic_a_layout's, for weights_a=True)."""
     assert repackable(wtype.bits, 16, bn, bk, warps) and bk % 64 == 0, f"no magic order for {bn}x{bk} tiles"
     layout = (magic_a_layout if weights_a else magic_layout)(bn, bk, warps)
-    if ways > 1:
-        b, n, k = virtual_rows(b, wtype.bits, n, k, bn // ways, ways, bk), n * ways, k // ways
     return repack(b, wtype, n, k, bn, bk, layout, 32 * warps, k_major)
-
-
-def virtual_rows(b, bits, n, k, rows, ways, bk):
-    """The plain weight bytes b [n, k * bits / 8] as MatmulA16Wx(k_ways=ways)'s virtual rows [n * ways,
-    k / ways * bits / 8]: for each `rows` weight rows, `ways` groups of them (group g: the k tiles
-    g, g + ways, ... of bk each, i.e. of every ways k tiles the g-th), row g rows + r of the group's
-    the weight row r (virtual row (tile, g, r), virtual k (k tile / ways, the k within it))."""
-    assert n % rows == 0 and k % (ways * bk) == 0, "k_ways: whole blocks of rows, whole k tiles of every way"
-    shape, order = (n // rows, rows, k // (ways * bk), ways, bk * bits // 8), (0, 3, 1, 2, 4)
-    if hasattr(b, "permute"):
-        return b.reshape(shape).permute(order).contiguous().reshape(n * ways, -1)
-    return np.ascontiguousarray(np.asarray(b).reshape(shape).transpose(order)).reshape(n * ways, -1)
 
 
 def repack_weights(b, wtype, n, k, bn, bk, warps=4):
@@ -1258,8 +1208,7 @@ class QuantizedMatmul:
           weight orders): the splits that fill a wave of 2 and 3 blocks an SM, interleaved, on
           both orders (also unrolled in 3 blocks' registers), and stream-K; up to m = 8 the product transposed (weights_a, 8-row tiles of
           8 warps, the "magica8" orders) at the splits that fill 3 and 4 blocks an SM, interleaved,
-          both orders (up to m = 4 also by fixed_sums; split 1 not interleaved); at m = 1 the split over k
-          inside the block (k_ways 2, 4, 8, 8 warps, the "magica8xW_k" orders) where its blocks fill one to four an SM;
+          both orders (up to m = 4 also by fixed_sums; split 1 not interleaved);
         - from m = 33 with the wgmma kernel's weights (`hopper`): up to m = 256 its tiles of 64
           weight rows by 64, 128 or 256 rows of a (from m / 2 to fewer than 2 m; beyond m = 128 only
           256), beyond m = 128
@@ -1386,14 +1335,6 @@ class QuantizedMatmul:
                         add(tile)
                         if m <= 4 and split > 1:
                             add(dict(tile, fixed_sums=True))
-            # At m = 1 the product transposed with the split over k inside the block (k_ways: a's row in
-            # the mma's 8 columns as k_ways of its k tiles, the block's 8 warps on as many k tiles of
-            # 128 / k_ways weight rows, summed through shared memory at the end: no split-K ending), at
-            # 2, 4 and 8 ways where the blocks fill one to four a SM.
-            if magic and m == 1 and self.group == base["block_k"] == 128 and repackable(self.wtype.bits, 16, 128, 128, 8):
-                for ways in (2, 4, 8):
-                    if sms <= n * ways // 128 <= 4 * sms and n % (128 // ways) == 0 and k % (ways * 128) == 0:
-                        add(dict(base, block_m=8, split_k=1, warps=8, weights_a=True, k_major=True, k_ways=ways, **decode))
             # Up to m = 16 the product transposed on k tiles of two scale groups (block_k = 256 of group
             # 128, 3 stages: 61 KB of shared memory, 80 registers, 3 blocks an SM; 8 rows of a up to m =
             # 8, else 16), the weights k tile after k tile: the loop's fixed work (copies' addresses,
@@ -1677,10 +1618,10 @@ class QuantizedMatmul:
     # The weight orders prepare makes (its dict's keys; each configuration reads one: layout_of);
     # magic8 and magic8_k: the magic decode's orders for the 8-warp small-m blocks (warps=8); magica8
     # and magica8_k the same for weights_a=True (magic_a_layout's; magica_k on 4 warps), magica8k256_k for its k tiles of
-    # two scale groups (block_k=256); magica8xW_k for k_ways=W (the virtual rows' order); (a name's nR:
-    # tiles of R weight rows, block_n=R, where not 128; kD: k tiles of D, where longer than 128; xW: k_ways W).
+    # two scale groups (block_k=256); (a name's nR: tiles of R weight rows, block_n=R, where not 128;
+    # kD: k tiles of D, where longer than 128).
     LAYOUTS = ("plain", "repacked", "magic", "magic_k", "magic8", "magic8_k", "magica8", "magica8_k",
-               "magica_k", "magica8k256_k", "magica8x2_k", "magica8x4_k", "magica8x8_k", "wgmma", "wgmma_magic")
+               "magica_k", "magica8k256_k", "wgmma", "wgmma_magic")
     RULE_LAYOUTS = ("plain", "repacked", "wgmma")  # the orders the rule (config) reads
 
     @staticmethod
@@ -1693,7 +1634,7 @@ class QuantizedMatmul:
             rows, depth = cfg.get("block_n", 128), cfg.get("block_k", 128)
             return (f"magic{'a' if cfg.get('weights_a') else ''}{warps if warps != 4 else ''}" +
                     (f"n{rows}" if rows != 128 else "") + (f"k{depth}" if depth > 128 else "") +
-                    (f"x{cfg['k_ways']}" if cfg.get("k_ways", 1) > 1 else "") + ("_k" if cfg.get("k_major") else ""))
+                    ("_k" if cfg.get("k_major") else ""))
         return "repacked" if cfg.get("repacked") else "plain"
 
     def tuned_layouts(self):
@@ -1728,17 +1669,15 @@ class QuantizedMatmul:
         if small and "repacked" in wanted:
             out["repacked"] = repack_weights(b, self.wtype, n, k, 128, bk)
         if small and self.magic_tile(bk):
-            for order in self.LAYOUTS:  # magic[a][W][nR][kD][xV][_k]: weights_a's order, blocks of W warps (4), R
-                # weight rows a tile (128), k tiles of D (bk; weights_a: 2 groups where bk is one), k_ways V, k-major
-                name = re.fullmatch(r"magic(a?)(\d*)(?:n(\d+))?(?:k(\d+))?(?:x(\d+))?(_k)?", order)
+            for order in self.LAYOUTS:  # magic[a][W][nR][kD][_k]: weights_a's order, blocks of W warps (4), R
+                # weight rows a tile (128), k tiles of D (bk; weights_a: 2 groups where bk is one), k-major
+                name = re.fullmatch(r"magic(a?)(\d*)(?:n(\d+))?(?:k(\d+))?(_k)?", order)
                 warps, rows, depth = ((int(name.group(2) or 4), int(name.group(3) or 128), int(name.group(4) or bk))
                                       if name else (0, 0, 0))
-                ways = int(name.group(5) or 1) if name else 1
                 if (warps and order in wanted and repackable(bits, 16, rows, depth, warps) and
-                        (depth == bk or name.group(1) and depth == 2 * self.group and k % depth == 0) and
-                        (ways == 1 or depth == self.group and n % (rows // ways) == 0 and k % (ways * depth) == 0)):
+                        (depth == bk or name.group(1) and depth == 2 * self.group and k % depth == 0)):
                     out[order] = repack_for_magic(b, self.wtype, n, k, rows, depth, warps=warps,
-                                                  k_major=bool(name.group(6)), weights_a=bool(name.group(1)), ways=ways)
+                                                  k_major=bool(name.group(5)), weights_a=bool(name.group(1)))
         if hopper and "wgmma" in wanted:
             out["wgmma"] = repack_for_hopper(b, self.wtype, n, k, self.hopper_tile(256)["block_k"])
         if hopper and self.hopper_magic() and "wgmma_magic" in wanted:

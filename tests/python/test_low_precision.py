@@ -549,32 +549,6 @@ def test_quantized_matmul_magic_decode(arrays, wtype, split_k, bk, options):
         np.testing.assert_array_equal(arrays.host(counters), 0)
 
 
-@pytest.mark.parametrize("wtype,ways,warps,n,k", [("int4", 4, 8, 288, 1024), ("uint4", 8, 8, 272, 2048),
-                                                   ("int4", 2, 8, 384, 512), ("uint4", 2, 4, 192, 768)])
-def test_k_ways_splits_k_inside_the_block(arrays, wtype, ways, warps, n, k):
-    """MatmulA16Wx(k_ways=W) at m = 1 (a's row in the mma's 8 columns as W of its k tiles, the block's
-    rows W groups of weight rows each on its k tile, on weights in the virtual rows' order, the
-    diagonal added up through shared memory) against the float64 reference: 2, 4 and 8 ways, 4 and
-    8 warps, n whole blocks of 128 / W rows but not of 128 (288, 272, 192), signed and unsigned codes;
-    launched twice."""
-    from matmul_a16wx import MatmulA16Wx, from_host_array, host_array, quantized_operands, repack_for_magic, round_to
-    dt, at = getattr(tilus, wtype), tilus.float16
-    rng = np.random.default_rng(5)
-    a = round_to(rng.uniform(-1, 1, (1, k)), at)
-    packed, scales, zeros, w = quantized_operands(dt, k, n, 128, rng, at)
-    kernel = MatmulA16Wx(dt, 128, block_m=8, block_n=128, block_k=128, stages=3, repacked=True, magic=True,
-                         late_scale=True, weights_a=True, k_major=True, warps=warps, k_ways=ways)
-    weights = repack_for_magic(arrays.put(packed), dt, n, k, 128, 128, warps=warps, k_major=True, weights_a=True,
-                               ways=ways)
-    for launch in range(2):
-        c = arrays.put(host_array(np.zeros((1, n)), at))
-        kernel(1, n, k, arrays.put(host_array(a, at)), weights, arrays.put(host_array(scales, at)),
-               arrays.put(host_array(zeros, at)), c, arrays.put(np.zeros((1, 1, n), np.float32)),
-               arrays.put(np.zeros(16, np.int32)))
-        np.testing.assert_allclose(from_host_array(arrays.host(c), at), a @ w, atol=2e-2, rtol=1e-2,
-                                   err_msg=f"launch {launch}")
-
-
 @pytest.mark.parametrize("wtype,m,n,k,blocks,bk,warps", [
     ("int4", 1, 520, 640, 7, 128, 4), ("uint4", 5, 200, 1280, 3, 64, 4), ("int4", 20, 136, 384, 5, 64, 4),
     ("uint4", 16, 384, 896, 13, 128, 4), ("int4", 3, 136, 128, 6, 64, 4), ("uint4", 5, 520, 640, 7, 128, 8)])
@@ -1014,8 +988,7 @@ def test_quantized_matmul_short_list_per_m(n, k):
     (weights_a, 8-row tiles of 8 warps: the splits filling 3 and 4 blocks an SM, interleaved, both
     orders, up to m = 4 also by fixed_sums; split 1 not interleaved), reading the magica8 orders;
     the same on 4-warp blocks at the split filling 3 blocks an SM, k tile after k tile (magica_k); up to m = 16 also on k tiles of two scale groups (the splits filling 2 and 3 blocks an SM, k tile
-    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k); at m = 1 the split over k
-    inside the block (k_ways 2, 4, 8 where its blocks fill one to four an SM; magica8xW_k);
+    after k tile, interleaved, up to m = 4 also by fixed_sums; magica8k256_k);
     the TMA copies in the wide space only; at most 33 up to m = 32, 8 beyond; from m = 33
     wgmma tiles where its weights exist and TMA reads the scales, fewer than 2 m rows of a per
     tile (and m / 2 at least on 64 weight rows up to m = 256), the splits and the magic decode
@@ -1035,10 +1008,9 @@ def test_quantized_matmul_short_list_per_m(n, k):
                 hopper = [c for c in got if c.get("hopper")]
                 long = [c for c in got if c.get("block_k") == 256]  # k tiles of two scale groups: m <= 16
                 trans4 = [c for c in got if c.get("weights_a") and c.get("warps", 4) == 4]  # 4 warps: m <= 8
-                inside = [c for c in got if c.get("k_ways", 1) > 1]  # the split over k inside the block: m = 1
-                trans = [c for c in got if c.get("weights_a") and c not in long + trans4 + inside]  # transposed: m <= 8
-                wide = [c for c in got if c.get("warps") == 8 and c not in trans + long + inside]  # 8-warp blocks: m <= 32
-                got4 = [c for c in got if c not in wide + trans + long + trans4 + inside]
+                trans = [c for c in got if c.get("weights_a") and c not in long + trans4]  # the product transposed: m <= 8
+                wide = [c for c in got if c.get("warps") == 8 and c not in trans + long]  # 8-warp blocks: m <= 32
+                got4 = [c for c in got if c not in wide + trans + long + trans4]
                 streams = [c for c in got4 if c.get("blocks")]
                 mma = [c for c in got4 if not c.get("hopper") and not c.get("blocks")]
                 if m <= 32:
@@ -1109,12 +1081,6 @@ def test_quantized_matmul_short_list_per_m(n, k):
                         (sorted(sorted(c.items()) for c in want_l) if magic and m <= 16 and k % 256 == 0 else []), \
                         (m, got)
                     assert all(q.layout_of(c) == "magica8k256_k" for c in long)
-                    # at m = 1 the split over k inside the block (k_ways 2, 4 and 8 where its blocks, n ways /
-                    # 128, fill one to four an SM), 8 warps, k tile after k tile, unsplit
-                    want_w = [dict(template, block_m=8, split_k=1, warps=8, weights_a=True, k_major=True, k_ways=x)
-                              for x in (2, 4, 8) if 132 <= n * x // 128 <= 528 and k % (128 * x) == 0]
-                    assert inside == (want_w if magic and m == 1 else []), (m, got)
-                    assert all(q.layout_of(c) == f"magica8x{c['k_ways']}_k" for c in inside)
                     # f16_split_sums=True (an opt-in): on sm_90 each split of 2 to 8 also adding into c
                     # by red, its k loop unrolled in the registers of 4 blocks an SM
                     opt = QuantizedMatmul(wtype, 128, sms=132, f16_split_sums=True).candidates(m, n, k, True, magic, tma)
