@@ -73,13 +73,13 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
     return {name: sorted(t)[len(t) // 2] for name, t in got.items()}
 
 
-def host_us(fn, calls=20):
+def host_us(fn, calls=50):
     """Microseconds of host time a call of fn takes, the GPU kept busy meanwhile (the calls queue
-    behind a sleep of ~1 ms, so none waits): the launch path's own cost, a figure apart from the
+    behind a sleep of ~9 ms, so none waits): the launch path's own cost, a figure apart from the
     GPU time."""
     fn()
     torch.cuda.synchronize()
-    torch.cuda._sleep(2000000)
+    torch.cuda._sleep(1 << 24)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
