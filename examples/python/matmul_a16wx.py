@@ -1686,8 +1686,8 @@ class QuantizedMatmul:
 
     def __call__(self, m, n, k, a, weights, scales, zeros, c, workspace):
         # A size met before with these weights (the same dict) launches its plan: no tuning key, no
-        # configuration's name or kernel looked up again (the call's host time: on the H200 the bench
-        # timed 35-48 us a call, more than the 10-20 of a torch call, mid call of 2026-11-29 14:41).
+        # configuration's name or kernel looked up again (host time a call on the H200, 8192^2 at m = 1:
+        # 10.5-11.3 us against 19.3-20.0 without, mid call of 2026-11-29 15:21).
         cuda = getattr(c, "is_cuda", False)
         plan = self.plans.get((m, n, k, id(weights), cuda))
         if plan is not None and plan[0] is weights:
