@@ -412,19 +412,6 @@ def kv_mb(batch, n, kv_heads=DECODE_KV_HEADS, d=DECODE_D):
     return 2 * batch * n * kv_heads * d * 2 / 1e6
 
 
-def host_us(fn, calls=50):
-    """Microseconds of host time per call of fn (launches queued behind a GPU sleep: none waits)."""
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(1 << 24)  # ~9 ms: the GPU runs none of the calls while they are timed
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return t
-
-
 def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_KV_HEADS, d=DECODE_D, candidates=False,
            rounds=5, runs=1):
     """The decode table; with `candidates`, every configuration of flash_decoding.decode_candidates
@@ -433,7 +420,7 @@ def decode(configs, page_size=DECODE_PAGE, heads=DECODE_HEADS, kv_heads=DECODE_K
     median_ms(queued=True): the GPU's time alone; flash_decode's host cost per call is printed
     beside it); the rounds' spread follows each figure. `runs` > 1 measures the table that many
     times (the shapes' data made anew each time) and prints each run's ratios at the end."""
-    from run import interleaved_ms
+    from run import host_us, interleaved_ms
     from common import compile_all
     from flash_decoding import config_name, decode_call, decode_candidates, flash_decode, random_cache_gpu
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -25,7 +25,8 @@ except ImportError:  # Triton is optional: its rows are then marked missing
     triton = None
 
 
-def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False, stamps=None, warm_s=0.0):
+def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed=False, stamps=None, warm_s=0.0,
+                   lead=0):
     """{name: ms} for the callables in `fns`, timed in turn: `rounds` rounds of `repeat` launches
     each (median_ms), in a new random order every round (seeded: the same orders in every run),
     and the median of each one's rounds. A long run heats the GPU and lowers its clocks (an 8192^3
@@ -42,10 +43,10 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
     (to set beside a trace of the GPU's clocks). `warm_s`: first the callables in turn for that many
     seconds: an H200 that idled (a shape's setup, a compile) runs its first ~1 s of attention above
     the clock its 700 W limit then holds (1980 MHz falling to 1450-1750: rounds timed in that time
-    read up to 15 % fast, and the first kernel timed the fastest)."""
+    read up to 15 % fast, and the first kernel timed the fastest). `lead`: median_ms's."""
     names = list(fns)
     for name in names:
-        median_ms(fns[name], 3, queued)
+        median_ms(fns[name], 3, queued, lead)
     until = time.perf_counter() + warm_s
     while time.perf_counter() < until:
         for name in names:
@@ -61,15 +62,30 @@ def interleaved_ms(fns, rounds=3, repeat=20, queued=False, per_round=None, mixed
             times = {name: [] for name in names}
             for i in range(repeat):
                 for name in order.sample(names, len(names)):
-                    times[name].append(_flushed_ms(fns[name]))
+                    times[name].append(_flushed_ms(fns[name], lead))
             for name in names:
                 got[name].append(sorted(times[name])[repeat // 2])
             continue
         for name in order.sample(names, len(names)):
-            got[name].append(median_ms(fns[name], repeat, queued))
+            got[name].append(median_ms(fns[name], repeat, queued, lead))
     if per_round is not None:
         per_round.update(got)
     return {name: sorted(t)[len(t) // 2] for name, t in got.items()}
+
+
+def host_us(fn, calls=50):
+    """Microseconds of host time a call of fn takes, the GPU kept busy meanwhile (the calls queue
+    behind a sleep of ~9 ms, so none waits): the launch path's own cost, a figure apart from the
+    GPU time."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(1 << 24)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return t
 
 
 _SCRUB = []
@@ -86,9 +102,12 @@ def _flush():
     _SCRUB[0].sum()
 
 
-def _flushed_ms(fn):
-    """Milliseconds of one launch of fn after an L2 flush (a 256 MB read), waited for."""
+def _flushed_ms(fn, lead=0):
+    """Milliseconds of one launch of fn after an L2 flush (a 256 MB read), waited for; `lead`: the
+    GPU first sleeps that many cycles (torch.cuda._sleep), the host's head start (median_ms)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if lead:
+        torch.cuda._sleep(lead)
     _flush()
     start.record()
     fn()
@@ -97,17 +116,21 @@ def _flushed_ms(fn):
     return start.elapsed_time(end)
 
 
-def median_ms(fn, repeat=50, queued=False):
+def median_ms(fn, repeat=50, queued=False, lead=0):
     """The median of `repeat` launches of fn, each timed with CUDA events after an L2 flush (a
     256 MB read). Each launch waits for the one before it: the events then time fn's host cost too
     wherever it exceeds the flush's GPU time (~70 us on an H200). `queued`: the GPU first sleeps
     while the host queues every launch (and its fill), so that the events time the GPU's work
     alone, as tilus.utils.benchmark_func does (a launch that is called once per decoded token
-    runs so, behind the step's other kernels; its host cost is then a figure of its own)."""
+    runs so, behind the step's other kernels; its host cost is then a figure of its own). `lead`
+    (cycles): before each flush the GPU sleeps that long, so that a host cost up to the sleep and
+    the flush together is not timed (bench/w4a16.py: QuantizedMatmul's call took 35-48 us of host
+    time a launch on the H200, a torch call 30-38, and one in five went past the flush, whose
+    launches then timed 1.2-3x their GPU time: mid call of 2026-11-29 14:41)."""
     fn()
     torch.cuda.synchronize()
     if not queued:
-        times = sorted(_flushed_ms(fn) for _ in range(repeat))
+        times = sorted(_flushed_ms(fn, lead) for _ in range(repeat))
         return times[len(times) // 2]
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
     torch.cuda._sleep(150000 * repeat)  # ~90 us a launch at 1.7 GHz: more than its host cost

@@ -6,7 +6,7 @@ floor of the same bytes, at every m of --ms for every weight shape of --shapes.
     PYTHONPATH=build/python python bench/w4a16.py [--ms 1,4,16,64,256,1024,4096]
         [--shapes 8192x8192,28672x8192,8192x28672,3584x18944] [--types int4,uint4] [--rule] [--wide]
         [--deadline SECONDS] [--no-triton] [--f16-split-sums]
-        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin]
+        [--extra 'block_m=120 stages=8;tile_group=16'] [--timing block|mixed] [--twin] [--passes P] [--lead CYCLES]
 
 tilus tunes its kernel choice per shape (QuantizedMatmul(tune=True): split-K, tile shape, wgmma or
 mma.sync, stages, timed once per shape before the measurement, over the short list of
@@ -17,13 +17,16 @@ applies. The Triton kernel's tiles follow a rule per m (triton_config); --no-tri
 the floor out (their compiles and timings: a quicker sweep of tilus against cuBLAS). A result off
 the float32 reference by 1 % of its largest value is marked WRONG and the sweep goes on; --deadline
 stops beginning sizes after that many seconds and prints the summary of those measured. Each time is
-the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's median_ms); tilus,
-cuBLAS and Triton are timed in turn over three rounds, the median of each one's rounds
+the median of CUDA-event timings, each launch after an L2 flush (bench/run.py's median_ms), the
+flush after the GPU slept --lead cycles (the host's head start: no host time timed; the per-size
+line gives tilus's host time a call apart, "host"); tilus, cuBLAS and Triton are timed in turn over three rounds, the median of each one's rounds
 (bench/run.py's interleaved_ms: the GPU's clocks follow its recent load), launch by launch (each
 pass launches every one once, in a new random order: they share the GPU's clocks and heat; --timing
 block times each one's launches of a round in a row: on the H200 cuBLAS's twin then read 0.90-1.00x
 of it at m = 1024 and 4096, launch by launch 0.996-1.002x, mid calls of 2026-11-29 11:46 and 12:27),
-and --twin times cuBLAS twice, its twin's ratio the noise of the figures. The floor is a plain
+and --twin times cuBLAS twice, its twin's ratio the noise of the figures; --passes P times every size
+P - 1 times more after the sweep, each figure the median of its passes (the summary lists the
+passes' tilus times; the passes follow the sweep whatever --deadline). The floor is a plain
 Triton kernel that reads the bytes a W4A16 kernel must read at least once (the 4-bit weights, their
 scales and zero points, the activations) and writes nothing but one word per block: the best of 1 to
 8 blocks per SM, measured the same way (the flush reads 256 MB, so L2 holds clean lines that cost
@@ -42,7 +45,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
-from run import interleaved_ms, median_ms  # noqa: E402
+from run import host_us, interleaved_ms, median_ms  # noqa: E402
 
 import tilus  # noqa: E402
 from matmul_a16wx import QuantizedMatmul  # noqa: E402
@@ -94,7 +97,7 @@ if triton is not None:
             acc ^= tl.load(x + base + i + tl.arange(0, BLOCK))
         tl.store(out + pid, tl.sum(acc))
 
-    def stream_floor_ms(words):
+    def stream_floor_ms(words, lead=0):
         """The best time of stream_kernel reading `words` int32 words, over grids of 1 to 8
         blocks per SM (timed as every kernel here)."""
         x = torch.zeros(words, device="cuda", dtype=torch.int32)
@@ -106,7 +109,7 @@ if triton is not None:
             y = torch.zeros(programs * per, device="cuda", dtype=torch.int32)  # whole blocks of 2048 words
             y[:words] = x
             out = torch.empty(programs, device="cuda", dtype=torch.int32)
-            t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, num_warps=8))
+            t = median_ms(lambda: stream_kernel[(programs,)](y, out, per, BLOCK=2048, num_warps=8), lead=lead)
             t *= words / (programs * per)  # the padding read counted off
             best = t if best is None else min(best, t)
         return best
@@ -162,6 +165,12 @@ def main():
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds: the sizes not begun by then are listed as skipped and the summary printed")
     p.add_argument("--show", type=int, default=6, help="the tuning's fastest candidates listed per shape and m")
+    p.add_argument("--lead", type=int, default=200000,
+                   help="GPU cycles slept before each launch's flush (bench/run.py median_ms): the host's head start, "
+                        "so that no host time is timed (0: the flush's ~70 us only)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="time every size again after the sweep, this many passes in all; each figure the median "
+                        "of its passes (a disturbance of the GPU lasting a size's timing then moves one pass only)")
     args = p.parse_args()
     extra = [{name: int(v) for name, v in (x.split("=") for x in cfg.split())} for cfg in args.extra.split(";") if cfg.strip()]
     start = time.perf_counter()
@@ -173,6 +182,7 @@ def main():
           f"triton {triton.__version__ if triton else 'missing'}; tilus "
           f"{'rule' if args.rule else 'tuned per shape' + (' (wide)' if args.wide else '')}", flush=True)
     rows = []
+    again = []  # per row: its callables and its timings, one a pass (--passes)
     floors = {}
     shown = set()
     skipped = 0
@@ -206,22 +216,26 @@ def main():
                 tuned_s = time.perf_counter() - t0
                 err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
                 wrong = f"  WRONG (relative error {err:.3g})" if err >= 1e-2 else ""
-                fns = {"tilus": lambda: tq(m, n, k, a, prepared, scales, zeros, c, work),
-                       "cuBLAS": lambda: torch.matmul(a, w16)}
+                # (the size's tensors bound now: --passes times them again after the sweep)
+                fns = {"tilus": lambda m=m, a=a, c=c, work=work, p=prepared, s=scales, z=zeros, q=tq, n=n, k=k:
+                       q(m, n, k, a, p, s, z, c, work),
+                       "cuBLAS": lambda a=a, w=w16: torch.matmul(a, w)}
                 if args.twin:  # the same cuBLAS call again: how far two timings of one kernel fall apart
-                    fns["twin"] = lambda: torch.matmul(a, w16)
+                    fns["twin"] = lambda a=a, w=w16: torch.matmul(a, w)
                 if triton_on:
                     ct = torch.empty_like(c)
                     triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
                     terr = (ct.float() - ref).abs().max().item() / ref.abs().max().item()
                     if terr < 1e-2:
-                        fns["Triton"] = lambda: triton_w4a16(a, packed, scales, zeros, ct, g, unsigned)
+                        fns["Triton"] = lambda a=a, b=packed, s=scales, z=zeros, ct=ct, u=unsigned: \
+                            triton_w4a16(a, b, s, z, ct, g, u)
                     else:
                         print(f"Triton W4A16 is wrong at m={m}, {n}x{k}: relative error {terr:.3g}", flush=True)
-                t = interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed")
+                t = interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed", lead=args.lead)
+                host = host_us(fns["tilus"])
                 read = k * n // 2 + scales.numel() * 2 * (2 if unsigned else 1) + a.numel() * 2
                 if triton_on and m <= 16 and read not in floors:  # the floor's goal is at m <= 16
-                    floors[read] = stream_floor_ms(read // 4)
+                    floors[read] = stream_floor_ms(read // 4, args.lead)
                 floor = floors.get(read)
                 key = tq.tuning_key(m, n, k, prepared, c)
                 cfg = tq.tuned.get(key) if not args.rule else tq.config(m, n, k, hopper="wgmma" in prepared)
@@ -231,14 +245,25 @@ def main():
                     for t_, c_ in tq.timings[key][:args.show]:
                         print(f"    tuned at m={m}: {t_ * 1e3:8.1f} us  {describe(c_)}", flush=True)
                 rows.append((wname, n, k, m, t, floor, kernel, wrong))
+                again.append((fns, [t]))
                 tt = f"{t['Triton'] * 1e3:8.1f}" if "Triton" in t else "     n/a"
                 fl = f"{floor * 1e3:8.1f}" if floor else "     n/a"
                 print(f"{wname} {n:5d}x{k:5d} m={m:5d}: tilus {t['tilus'] * 1e3:8.1f} us ({kernel})  cuBLAS f16 "
                       f"{t['cuBLAS'] * 1e3:8.1f} us  Triton {tt} us  floor {fl} us  "
                       f"cuBLAS/tilus {t['cuBLAS'] / t['tilus']:5.2f}x  "
-                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  "
+                      f"tilus/floor {(t['tilus'] / floor) if floor else float('nan'):5.2f}x  host {host:.0f} us  "
                       + (f"twin/cuBLAS {t['twin'] / t['cuBLAS']:5.3f}  " if "twin" in t else "") +
                       f"(tuning {tuned_s:.1f} s, at {time.perf_counter() - start:.0f} s){wrong}", flush=True)
+    for done in range(1, args.passes):  # the sweep's sizes timed again, each figure the median of its passes
+        for fns, times in again:
+            times.append(interleaved_ms(fns, repeat=20, mixed=args.timing == "mixed", lead=args.lead))
+        print(f"pass {done + 1} of {args.passes} at {time.perf_counter() - start:.0f} s", flush=True)
+    for i, (fns, times) in enumerate(again):
+        if len(times) > 1:
+            w, n, k, m, t, floor, kernel, wrong = rows[i]
+            t = {name: sorted(x[name] for x in times)[len(times) // 2] for name in t}
+            kernel += "  (passes: tilus " + "/".join(f"{x['tilus'] * 1e3:.1f}" for x in times) + " us)"
+            rows[i] = (w, n, k, m, t, floor, kernel, wrong)
     print(f"\nsummary ({time.perf_counter() - start:.0f} s): cuBLAS f16 / tilus (> 1: tilus faster, goal >= 1.0); "
           "tilus / read floor (goal <= 1.15 at m <= 16)")
     print(f"{'type':5s} {'N x K':>11s} {'m':>5s} {'tilus us':>9s} {'cuBLAS us':>9s} {'cuBLAS/tilus':>12s} "
