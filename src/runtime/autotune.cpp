@@ -480,8 +480,8 @@ TuneEntry tune(const std::string& key, const std::vector<TuneConfig>& configs, c
   // Timed in rounds, every config once a round (each after a warm-up launch), rather than one
   // config's runs in a row: a GPU's clock follows its recent load, so a config timed first (on a
   // cold, boosting GPU) or last would gain or lose against the others by when it ran. Each launch
-  // runs on restored copies after an L2 flush (CleanL2Flush: a 256 MB read); a config that fails to launch drops out with its
-  // error.
+  // runs on restored copies after an L2 flush (CleanL2Flush: a 256 MB read); a config that fails
+  // to launch drops out with its error.
   std::unique_ptr<CleanL2Flush> flush;
   int repeat = std::max(1, opts.repeat);
   e.results.resize(n);
