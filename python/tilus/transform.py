@@ -14,7 +14,9 @@ comprehensions, arithmetic on Python values) stays Python; only these constructs
   was bound updates that variable in the IR: an ``assign`` into a register tensor, or an
   assignment of a mutable scalar (a scalar bound outside and reassigned inside a loop or
   branch is declared mutable where it is first bound). A tensor takes the name of the
-  variable it is first bound to.
+  variable it is first bound to. ``a, b = b, a`` (a tuple of names) binds each target to the value
+  it had when the statement began: a value that an earlier target's in-place assign would
+  overwrite is copied first.
 * A name bound in both branches of a symbolic ``if`` and used after it is merged: a kernel
   variable (or register tensor) declared before the ``if`` that each branch assigns. A name
   bound only inside an IR scope (one branch, a loop body) cannot be used after it: any use is
@@ -429,7 +431,12 @@ class _Normalizer(ast.NodeTransformer):
         if len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List)) and all(
                 isinstance(e, ast.Name) for e in node.targets[0].elts):
             tmp = self.fresh("tuple")
-            out = [_assign(tmp, node.value, node)]
+            # (__tilus_rt.unpack: a value that an earlier target's in-place assign would overwrite is
+            # copied first, so that `a, b = b, a` swaps)
+            names = [e.id for e in node.targets[0].elts]
+            unpack = _call("unpack", [_self(node), node.value, _strings(names, node), _pre_values(names, node),
+                                      _const(node.lineno, node)], node)
+            out = [_assign(tmp, unpack, node)]
             for i, e in enumerate(node.targets[0].elts):
                 item = ast.Subscript(value=_name(tmp, node), slice=_const(i, node), ctx=ast.Load())
                 out.append(self._rebind(e.id, _at(item, node), node))

@@ -425,6 +425,27 @@ class _Runtime:
                            "where Python cannot leave a loop or branch early")
 
     @staticmethod
+    def unpack(script, values, names, olds, line):
+        """The values of `names[0], names[1], ... = values`, which are bound in turn: where the
+        register tensor of an earlier target that is assigned in place (bound outside this loop or
+        branch) is also a later target's value, that value is copied before the assigns, so that
+        each target takes the value it had when the statement began (`a, b = b, a` swaps)."""
+        if not isinstance(values, (tuple, list)) or not hasattr(_tracing, "builder"):
+            return values
+        b = _builder()
+        bound = _tracing.bound
+        in_place = [isinstance(old, RegisterTensor) and n in bound and b.depth() > bound[n]
+                    for n, old in zip(names, olds)]
+        out = list(values)
+        for i, v in enumerate(out):
+            if isinstance(v, RegisterTensor) and any(in_place[j] and olds[j] is v for j in range(min(i, len(olds)))):
+                loc = (_here()[0], line)
+                copy = RegisterTensor(b.register_tensor(v.t.dtype, [int(x) for x in v.t.shape], None, loc))
+                b.assign_tensor(copy.t, v.t, loc)
+                out[i] = copy
+        return type(values)(out) if isinstance(values, tuple) else out
+
+    @staticmethod
     def discard(script, value, what, line):
         """An expression statement's value: a new tensor computed by a pure instruction (or an
         operator) and thrown away is a warning."""

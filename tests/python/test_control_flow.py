@@ -230,3 +230,58 @@ def test_a_conditional_expression_in_a_lambda_selects():
     SelectInALambda()(out)
     i, j = np.indices((4, 4))
     assert (out == np.where(i <= j, i * 4 + j, -1)).all()
+
+
+class Rotate(tilus.Script):
+    """Register tensors a, b, c (rows 0, 1, 2 of x) reassigned by tuple in a loop of n trips:
+    `a, b = b, a` (swap) or `a, b, c = c, a, b` (rotate); out holds a, b, c after the loop."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def __call__(self, n: int32, x: ~int32, out: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        gx = self.global_view(x, shape=[3, 4])
+        a = self.load_global(gx, offsets=[0, 0], shape=[1, 4])
+        b = self.load_global(gx, offsets=[1, 0], shape=[1, 4])
+        c = self.load_global(gx, offsets=[2, 0], shape=[1, 4])
+        for _ in range(n):
+            if self.how == "swap":
+                a, b = b, a
+            elif self.how == "rotate":
+                a, b, c = c, a, b
+            else:  # the usual pipeline shift: no value is overwritten before it is read
+                a, b = b, c
+        go = self.global_view(out, shape=[3, 4])
+        self.store_global(go, a, offsets=[0, 0])
+        self.store_global(go, b, offsets=[1, 0])
+        self.store_global(go, c, offsets=[2, 0])
+
+
+@needs_cpu
+@pytest.mark.parametrize("how", ["swap", "rotate", "shift"])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4])
+def test_tuple_assignment_in_a_loop_takes_the_values_of_before(how, n):
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    out = np.zeros((3, 4), np.int32)
+    run_cpu(Rotate(how), n, x, out)
+    rows = [0, 1, 2]
+    for _ in range(n):  # the same statement in Python
+        if how == "swap":
+            rows[0], rows[1] = rows[1], rows[0]
+        elif how == "rotate":
+            rows[0], rows[1], rows[2] = rows[2], rows[0], rows[1]
+        else:
+            rows[0], rows[1] = rows[1], rows[2]
+    np.testing.assert_array_equal(out, x[rows])
+
+
+def test_tuple_assignment_copies_only_what_an_earlier_target_overwrites():
+    def loop_body(how):
+        text = str(tilus.trace(Rotate(how)))
+        return text[text.index("for "):text.index("}")]
+    assert loop_body("shift").count("assign(") == 2  # b into a, then c into b: nothing copied
+    assert loop_body("swap").count("assign(") == 3  # a copied before b goes into it
+    assert loop_body("rotate").count("assign(") == 5  # a and b copied before c and a go into them
