@@ -1635,9 +1635,8 @@ class QuantizedMatmul:
         cuda = getattr(c, "is_cuda", False)
         plan = self.plans.get((m, n, k, id(weights), cuda))
         if plan is not None and plan[0] is weights:
-            kernel, w, size, need = plan[1:]
-            kernel(m, n, k, a, w, scales, zeros, c, workspace if need is None else self.partials(workspace, need),
-                   self.arrival_counters(c, size))
+            kernel, args = self.plan_call(plan[1:], m, n, k, a, scales, zeros, c, workspace)
+            kernel(*args)
             return
         hopper = "wgmma" in weights
         if self.tune and cuda:
@@ -1648,8 +1647,10 @@ class QuantizedMatmul:
             cfg = self.config(m, n, k, hopper)
         if self.layout_of(cfg) not in weights:  # an order prepare was not asked for: the plain weights
             cfg = dict(self.mma_config(m, n, k), repacked=False)
-        self.launch(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
-        self.plans[(m, n, k, id(weights), cuda)] = (weights,) + self.plan_of(cfg, m, n, weights)
+        plan = self.plan_of(cfg, m, n, weights)
+        self.plans[(m, n, k, id(weights), cuda)] = (weights,) + plan
+        kernel, args = self.plan_call(plan, m, n, k, a, scales, zeros, c, workspace)
+        kernel(*args)
 
     def launch(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         kernel, args = self.kernel_call(cfg, m, n, k, a, weights, scales, zeros, c, workspace)
@@ -1674,7 +1675,11 @@ class QuantizedMatmul:
 
     def kernel_call(self, cfg, m, n, k, a, weights, scales, zeros, c, workspace):
         """The kernel object of configuration cfg (made once) and the arguments of its call."""
-        kernel, w, size, need = self.plan_of(cfg, m, n, weights)
+        return self.plan_call(self.plan_of(cfg, m, n, weights), m, n, k, a, scales, zeros, c, workspace)
+
+    def plan_call(self, plan, m, n, k, a, scales, zeros, c, workspace):
+        """The kernel of plan_of's plan and the arguments of its call."""
+        kernel, w, size, need = plan
         return kernel, (m, n, k, a, w, scales, zeros, c, workspace if need is None else self.partials(workspace, need),
                         self.arrival_counters(c, size))
 

@@ -57,8 +57,10 @@ class CleanL2Flush {
   static constexpr int64_t kBytes = int64_t(256) << 20;
   CleanL2Flush() : buffer_(dtypes::uint8, kBytes), sink_(dtypes::uint32, 1) {
     device_memset(buffer_.ptr(), 0, size_t(kBytes));
-    NvrtcOutput out = nvrtc_compile(l2_flush_source(), "tilus_l2_flush", current_device().arch());
-    module_ = std::make_unique<LoadedModule>(out.cubin, "tilus_l2_flush", 0);
+    // compiled once a process (the device's arch does not change), loaded once a tuning
+    static const std::vector<char> cubin =
+        nvrtc_compile(l2_flush_source(), "tilus_l2_flush", current_device().arch()).cubin;
+    module_ = std::make_unique<LoadedModule>(cubin, "tilus_l2_flush", 0);
     synchronize();
   }
   void run() const {
